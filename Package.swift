@@ -1,0 +1,86 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "GroupMesh",
+    platforms: [.macOS(.v14)],
+    products: [
+        .library(name: "GroupMesh", targets: ["GroupMesh"]),
+        .executable(name: "groupmesh", targets: ["groupmesh"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CSodium",
+            pkgConfig: "libsodium",
+            providers: [.apt(["libsodium-dev"])]
+        ),
+        .target(
+            name: "MeshCrypto",
+            dependencies: [
+                "CSodium",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
+        ),
+        .target(
+            name: "MeshCore",
+            dependencies: [
+                "MeshCrypto",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
+        .target(
+            name: "MeshStore",
+            dependencies: [
+                "MeshCore",
+                "MeshCrypto",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "GroupMesh",
+            dependencies: [
+                "MeshCore",
+                "MeshCrypto",
+                "MeshStore",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        .executableTarget(
+            name: "groupmesh",
+            dependencies: [
+                "GroupMesh",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(
+            name: "MeshTestKit",
+            dependencies: ["MeshCore", "MeshCrypto"]
+        ),
+        .executableTarget(
+            name: "MeshBench",
+            dependencies: [
+                "MeshCore",
+                "MeshCrypto",
+                "CSodium",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]
+        ),
+        .testTarget(name: "MeshCryptoTests", dependencies: ["MeshCrypto"]),
+        .testTarget(name: "MeshCoreTests", dependencies: ["MeshCore", "MeshCrypto", "MeshTestKit"]),
+        .testTarget(name: "MeshStoreTests", dependencies: ["MeshStore"]),
+        .testTarget(name: "GroupMeshTests", dependencies: ["GroupMesh", "MeshTestKit"]),
+        .testTarget(name: "MeshTestKitTests", dependencies: ["MeshTestKit"]),
+        .testTarget(name: "GroupMeshCLITests", dependencies: ["GroupMesh"]),
+    ]
+)

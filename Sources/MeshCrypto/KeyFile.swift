@@ -1,0 +1,63 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Secret key files: written whole to a temporary file created 0600, fsynced, renamed into
+/// place; refused on read when group or others may read them.
+enum KeyFile {
+    static func load(_ path: String, expectedCount: Int, what: String) throws(MeshCryptoError) -> [UInt8] {
+        var info = stat()
+        guard stat(path, &info) == 0 else { throw .keyFile(path: path, reason: errnoText()) }
+        let mode = UInt32(info.st_mode) & 0o777
+        guard mode & 0o077 == 0 else { throw .keyFilePermissions(path: path, mode: mode) }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw .keyFile(path: path, reason: errnoText()) }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: expectedCount + 1)
+        var total = 0
+        while total < buffer.count {
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) } // safe: non-empty
+            if n < 0 && errno == EINTR { continue }
+            guard n >= 0 else { throw .keyFile(path: path, reason: errnoText()) }
+            if n == 0 { break }
+            total += n
+        }
+        guard total == expectedCount else {
+            throw .keyFile(path: path, reason: "\(what) file holds \(total) bytes, expected \(expectedCount)")
+        }
+        return Array(buffer.prefix(expectedCount))
+    }
+
+    static func store(_ bytes: [UInt8], to path: String) throws(MeshCryptoError) {
+        let temporary = path + ".tmp"
+        unlink(temporary)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .keyFile(path: path, reason: errnoText()) }
+        var written = 0
+        while written < bytes.count {
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) } // safe: non-empty
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else {
+                let reason = errnoText()
+                close(fd); unlink(temporary)
+                throw .keyFile(path: path, reason: reason)
+            }
+            written += n
+        }
+        guard fsync(fd) == 0 else {
+            let reason = errnoText()
+            close(fd); unlink(temporary)
+            throw .keyFile(path: path, reason: reason)
+        }
+        close(fd)
+        guard rename(temporary, path) == 0 else {
+            let reason = errnoText()
+            unlink(temporary)
+            throw .keyFile(path: path, reason: reason)
+        }
+    }
+
+    static func errnoText() -> String { String(cString: strerror(errno)) }
+}

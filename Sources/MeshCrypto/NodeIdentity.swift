@@ -1,0 +1,118 @@
+import CSodium
+
+/// A node's long-term Ed25519 key pair. Its node id is derived from the public key, so a
+/// record signed by the key proves which node made it.
+public struct NodeIdentity: Sendable {
+    public static let seedByteCount = 32
+    public static let signatureByteCount = 64
+
+    public let publicKey: PublicSigningKey
+    private let secretKey: [UInt8]  // libsodium's 64-byte form (seed || public key)
+    private let seed: [UInt8]
+
+    public init(seed: [UInt8]) throws(MeshCryptoError) {
+        guard seed.count == Self.seedByteCount else {
+            throw .invalidKeyLength(what: "identity seed", expected: Self.seedByteCount, actual: seed.count)
+        }
+        Sodium.ensureInitialized()
+        var publicBytes = [UInt8](repeating: 0, count: Int(crypto_sign_PUBLICKEYBYTES))
+        var secretBytes = [UInt8](repeating: 0, count: Int(crypto_sign_SECRETKEYBYTES))
+        crypto_sign_seed_keypair(&publicBytes, &secretBytes, seed)
+        self.seed = seed
+        self.secretKey = secretBytes
+        // safe: libsodium wrote exactly 32 bytes
+        self.publicKey = try! PublicSigningKey(bytes: publicBytes)
+    }
+
+    public static func generate() -> NodeIdentity {
+        // safe: SecureRandom returns exactly the requested count
+        try! NodeIdentity(seed: SecureRandom.bytes(seedByteCount))
+    }
+
+    public var nodeID: NodeID { publicKey.nodeID }
+
+    public func sign(_ message: [UInt8]) -> [UInt8] {
+        var signature = [UInt8](repeating: 0, count: Self.signatureByteCount)
+        message.withUnsafeBytes { bytes in
+            _ = crypto_sign_detached(&signature, nil, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self),
+                                     UInt64(bytes.count), secretKey)
+        }
+        return signature
+    }
+
+    public static func load(from path: String) throws(MeshCryptoError) -> NodeIdentity {
+        try NodeIdentity(seed: KeyFile.load(path, expectedCount: seedByteCount, what: "identity"))
+    }
+
+    public func write(to path: String) throws(MeshCryptoError) {
+        try KeyFile.store(seed, to: path)
+    }
+}
+
+/// An Ed25519 public key, as carried in membership records.
+public struct PublicSigningKey: Hashable, Sendable {
+    public static let byteCount = 32
+    public let bytes: [UInt8]
+
+    public init(bytes: [UInt8]) throws(MeshCryptoError) {
+        guard bytes.count == Self.byteCount else {
+            throw .invalidKeyLength(what: "signing public key", expected: Self.byteCount, actual: bytes.count)
+        }
+        self.bytes = bytes
+    }
+
+    /// The node id: the first 16 bytes of SHA-256 of the public key.
+    public var nodeID: NodeID {
+        NodeID(bytes: SHA256Digest.hashing(bytes).bytes.prefix(NodeID.byteCount))
+    }
+
+    public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
+        Sodium.ensureInitialized()
+        return signature.withUnsafeBytes { sig in
+            guard sig.count == NodeIdentity.signatureByteCount else { return false }
+            return message.withUnsafeBytes { msg in
+                crypto_sign_verify_detached(sig.baseAddress!.assumingMemoryBound(to: UInt8.self), // safe: count checked
+                                            msg.baseAddress?.assumingMemoryBound(to: UInt8.self),
+                                            UInt64(msg.count), bytes) == 0
+            }
+        }
+    }
+}
+
+/// 16 bytes that name a node, derived from its identity key.
+public struct NodeID: Hashable, Sendable, Comparable, CustomStringConvertible {
+    public static let byteCount = 16
+    public let high: UInt64
+    public let low: UInt64
+
+    public init(high: UInt64, low: UInt64) {
+        self.high = high
+        self.low = low
+    }
+
+    /// Takes the first 16 bytes; shorter input is zero-padded (callers check lengths first).
+    public init(bytes: some Collection<UInt8>) {
+        var high: UInt64 = 0, low: UInt64 = 0
+        for (index, byte) in bytes.prefix(16).enumerated() {
+            if index < 8 { high = high << 8 | UInt64(byte) } else { low = low << 8 | UInt64(byte) }
+        }
+        self.init(high: high, low: low)
+    }
+
+    public init?(hex: some StringProtocol) {
+        guard hex.utf8.count == Self.byteCount * 2, let bytes = Hex.decode(hex) else { return nil }
+        self.init(bytes: bytes)
+    }
+
+    public var bytes: [UInt8] {
+        (0..<16).map { index in
+            let word = index < 8 ? high : low
+            return UInt8(truncatingIfNeeded: word >> UInt64(56 - 8 * (index % 8)))
+        }
+    }
+
+    public var hex: String { Hex.encode(bytes) }
+    public var description: String { hex }
+
+    public static func < (lhs: NodeID, rhs: NodeID) -> Bool { (lhs.high, lhs.low) < (rhs.high, rhs.low) }
+}
