@@ -76,11 +76,17 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
+        // libFuzzer harness over every decoder of outside bytes; built only by `make fuzz`.
+        .executableTarget(
+            name: "MeshFuzz",
+            dependencies: ["MeshCore", "MeshCrypto", .product(name: "NIOCore", package: "swift-nio")],
+            swiftSettings: [.unsafeFlags(["-parse-as-library"])]
+        ),
         .testTarget(name: "MeshCryptoTests", dependencies: ["MeshCrypto"]),
         .testTarget(name: "MeshCoreTests", dependencies: ["MeshCore", "MeshCrypto", "MeshTestKit"]),
         .testTarget(name: "MeshStoreTests", dependencies: ["MeshStore"]),
         .testTarget(name: "GroupMeshTests", dependencies: ["GroupMesh", "MeshTestKit"]),
         .testTarget(name: "MeshTestKitTests", dependencies: ["MeshTestKit"]),
-        .testTarget(name: "GroupMeshCLITests", dependencies: ["GroupMesh"]),
+        .testTarget(name: "GroupMeshCLITests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCrypto"]),
     ]
 )

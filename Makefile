@@ -1,0 +1,44 @@
+# GroupMesh — every target installs what it needs first (see README.md).
+SWIFT        ?= swift
+SWIFT_FLAGS  ?=
+DATA_DIR     ?= ./.groupmesh
+RUN_ARGS     ?=
+FUZZ_SECONDS ?= 60
+QUICK        ?=
+SEEDS        ?= 200
+
+.PHONY: deps build run test bench demo fuzz soak clean
+
+deps:
+	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "error: swift is not on PATH (need Swift 6.x)"; exit 1; }
+	@if ! pkg-config --exists libsodium 2>/dev/null; then \
+		echo "libsodium not found by pkg-config: installing libsodium-dev"; \
+		if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libsodium-dev pkg-config; \
+	fi
+
+build: deps
+	$(SWIFT) build $(SWIFT_FLAGS)
+
+run: build
+	$(SWIFT) run $(SWIFT_FLAGS) --skip-build groupmesh run --data-dir $(DATA_DIR) $(RUN_ARGS)
+
+test: deps
+	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
+	$(SWIFT) test --skip-build $(SWIFT_FLAGS)
+
+bench: deps
+	$(SWIFT) build -c release $(SWIFT_FLAGS)
+	QUICK=$(QUICK) .build/release/MeshBench
+
+# libFuzzer over the datagram decoder, the frame codec and the invite parser, for a bounded
+# time. Crash inputs land in bench/fuzz-artifacts/; add each as a regression test.
+fuzz: deps
+	$(SWIFT) build -c debug --product MeshFuzz --scratch-path .build-fuzz \
+		-Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING
+	mkdir -p .build-fuzz/corpus bench/fuzz-artifacts
+	.build-fuzz/debug/MeshFuzz -max_total_time=$(FUZZ_SECONDS) -max_len=2048 \
+		-artifact_prefix=bench/fuzz-artifacts/ .build-fuzz/corpus
+
+clean:
+	rm -rf .build .build-fuzz

@@ -1,0 +1,134 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import MeshCrypto
+
+/// The files a node owns (Docs/ARCHITECTURE.md §Data dir). The directory is created 0700, the
+/// key files 0600, and a `flock` on `node.lock` tells a live node from a leftover file: the
+/// kernel drops the lock when its holder dies, however it dies.
+public struct DataDirectory: Sendable {
+    public static let formatVersion = "1"
+
+    public let path: String
+
+    public init(path: String) {
+        self.path = path.count > 1 && path.hasSuffix("/") ? String(path.dropLast()) : path
+    }
+
+    public var sessionSecretPath: String { path + "/session.key" }
+    public var identityPath: String { path + "/identity.key" }
+    public var formatVersionPath: String { path + "/format-version" }
+    public var lockPath: String { path + "/node.lock" }
+    public var controlSocketPath: String { path + "/control.sock" }
+    public var chunksPath: String { path + "/chunks" }
+    public var membersPath: String { path + "/members.json" }
+
+    /// Creates the directory (0700) if needed and checks or writes its format version.
+    public func prepare() throws(GroupMeshError) {
+        if mkdir(path, 0o700) != 0 && errno != EEXIST {
+            throw .dataDirectory(path: path, reason: Self.errnoText())
+        }
+        var info = stat()
+        guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
+            throw .dataDirectory(path: path, reason: "not a directory")
+        }
+        if let existing = try readSmallFile(formatVersionPath) {
+            let found = existing.trimmingCharacters()
+            guard found == Self.formatVersion else { throw .dataDirectoryFormat(path: path, found: found) }
+        } else {
+            try writeSmallFile(formatVersionPath, Self.formatVersion + "\n")
+        }
+    }
+
+    /// Takes the exclusive lock for a live node; the returned lock must be kept for the node's life.
+    public func lock() throws(GroupMeshError) -> DataDirectoryLock {
+        let fd = open(lockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .dataDirectory(path: path, reason: Self.errnoText()) }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            let holder = try? readSmallFile(lockPath)?.trimmingCharacters()
+            close(fd)
+            throw .dataDirectoryLocked(path: path, holder: holder?.isEmpty == false ? holder : nil)
+        }
+        let pid = "\(getpid())\n"
+        _ = ftruncate(fd, 0)
+        _ = pid.withCString { pwrite(fd, $0, strlen($0), 0) }
+        return DataDirectoryLock(fd: fd)
+    }
+
+    /// Loads the session secret, or stores `invited` / a new one when the dir has none.
+    /// An invite for another session than the stored one is refused: one data dir, one session.
+    public func loadOrCreateSession(invited: SessionSecret?) throws(GroupMeshError) -> (secret: SessionSecret, created: Bool) {
+        if access(sessionSecretPath, F_OK) == 0 {
+            let stored: SessionSecret
+            do { stored = try SessionSecret.load(from: sessionSecretPath) } catch { throw .crypto(error) }
+            if let invited, invited != stored { throw .sessionMismatch(path: path) }
+            return (stored, false)
+        }
+        let secret = invited ?? SessionSecret.generate()
+        do { try secret.write(to: sessionSecretPath) } catch { throw .crypto(error) }
+        return (secret, true)
+    }
+
+    public func loadOrCreateIdentity() throws(GroupMeshError) -> NodeIdentity {
+        do {
+            if access(identityPath, F_OK) == 0 { return try NodeIdentity.load(from: identityPath) }
+            let identity = NodeIdentity.generate()
+            try identity.write(to: identityPath)
+            return identity
+        } catch {
+            throw .crypto(error)
+        }
+    }
+
+    // MARK: small files
+
+    func readSmallFile(_ filePath: String) throws(GroupMeshError) -> String? {
+        let fd = open(filePath, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            if errno == ENOENT { return nil }
+            throw .dataDirectory(path: path, reason: "\(filePath): \(Self.errnoText())")
+        }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard n >= 0 else { throw .dataDirectory(path: path, reason: "\(filePath): \(Self.errnoText())") }
+        return String(decoding: buffer.prefix(n), as: UTF8.self)
+    }
+
+    func writeSmallFile(_ filePath: String, _ text: String) throws(GroupMeshError) {
+        let temporary = filePath + ".tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .dataDirectory(path: path, reason: "\(filePath): \(Self.errnoText())") }
+        let bytes = Array(text.utf8)
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        let synced = fsync(fd) == 0
+        close(fd)
+        guard written == bytes.count, synced, rename(temporary, filePath) == 0 else {
+            let reason = Self.errnoText()
+            unlink(temporary)
+            throw .dataDirectory(path: path, reason: "\(filePath): \(reason)")
+        }
+    }
+
+    static func errnoText() -> String {
+        String(cString: strerror(errno))
+    }
+}
+
+/// Holds the data dir's `flock` until released or the process ends.
+public final class DataDirectoryLock: Sendable {
+    private let fd: Int32
+    init(fd: Int32) { self.fd = fd }
+    deinit { close(fd) }
+}
+
+extension String {
+    func trimmingCharacters() -> String {
+        var scalars = Substring(self)
+        while let first = scalars.first, first.isWhitespace { scalars.removeFirst() }
+        while let last = scalars.last, last.isWhitespace { scalars.removeLast() }
+        return String(scalars)
+    }
+}

@@ -1,0 +1,21 @@
+import MeshCore
+
+/// What a node counts about its traffic; `status --json` prints it as `counters`.
+public struct NodeCounters: Sendable, Codable, Equatable {
+    public var datagramsSent: UInt64 = 0
+    public var datagramsReceived: UInt64 = 0
+    public var bytesSent: UInt64 = 0
+    public var bytesReceived: UInt64 = 0
+    public var sendErrors: UInt64 = 0
+    public var dropped: [String: UInt64] = Dictionary(uniqueKeysWithValues: DropReason.allCases.map { ($0.rawValue, 0) })
+
+    public init() {}
+
+    public mutating func countDrop(_ reason: DropReason) {
+        dropped[reason.rawValue, default: 0] += 1
+    }
+
+    public func droppedCount(_ reason: DropReason) -> UInt64 {
+        dropped[reason.rawValue] ?? 0
+    }
+}

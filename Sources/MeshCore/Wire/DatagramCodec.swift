@@ -1,0 +1,177 @@
+import MeshCrypto
+import NIOCore
+
+/// Why an incoming datagram was dropped; each reason has its own counter (`status --json`).
+public enum DropReason: String, Error, CaseIterable, Sendable, Codable {
+    /// Not a well-formed GroupMesh datagram, or its frames do not decode.
+    case malformed
+    /// A datagram format version this node does not speak.
+    case version
+    /// Another session's datagram (its session id is not ours).
+    case foreign
+    /// Sealed with pairwise keys we do not hold: an unknown sender or a boot we have not met.
+    case unknownSender
+    /// The seal does not open: tampered, truncated, or not made with the key it claims.
+    case auth
+    /// A packet number already accepted, or too old for the replay window.
+    case replay
+}
+
+public struct OpenedDatagram: Equatable, Sendable {
+    public var header: DatagramHeader
+    public var frames: [Frame]
+}
+
+/// Turns frames into sealed datagrams and sealed datagrams back into frames, keeping the
+/// per-peer traffic keys, packet counters and replay windows. Pure: the nonce for hello
+/// datagrams comes from the caller, and the caller decides what to do with each result.
+public struct DatagramCodec: Sendable {
+    public struct Configuration: Sendable {
+        /// Largest UDP payload we send. 1200 bytes passes any path that carries IPv6.
+        public var maxDatagramSize: Int = 1200
+        public var replayWindowSize: Int = 4096
+        public init() {}
+    }
+
+    private struct PeerKeys: Sendable {
+        var bootID: UInt64
+        var keys: PairwiseKeys
+        var nextPacketNumber: UInt64 = 1
+        var pairwiseWindow: ReplayWindow
+        var helloWindow: ReplayWindow
+    }
+
+    public let configuration: Configuration
+    public let sessionID: SessionID
+    public let localID: NodeID
+    public let localBootID: UInt64
+    private let helloSealer: PacketSealer
+    private var nextHelloNumber: UInt64 = 1
+    private var peers: [NodeID: PeerKeys] = [:]
+
+    public init(session: SessionSecret, localID: NodeID, localBootID: UInt64, configuration: Configuration = .init()) {
+        self.configuration = configuration
+        self.sessionID = session.sessionID
+        self.localID = localID
+        self.localBootID = localBootID
+        // safe: purpose keys are 32 bytes
+        self.helloSealer = try! PacketSealer(key: session.key(for: .hello))
+    }
+
+    /// Room for frames in one pairwise datagram.
+    public var maxPairwisePayload: Int {
+        configuration.maxDatagramSize - DatagramHeader.fixedLength - PacketSealer.tagByteCount
+    }
+
+    /// Room for frames in one hello datagram (which also carries a 24-byte nonce).
+    public var maxHelloPayload: Int {
+        maxPairwisePayload - PacketSealer.nonceByteCount
+    }
+
+    // MARK: peers
+
+    /// Installs the keys for a peer's boot. A new boot replaces the old keys, counters and windows;
+    /// re-installing the same boot keeps them, so a repeated membership record is harmless.
+    public mutating func installPeer(_ id: NodeID, bootID: UInt64, keys: PairwiseKeys) {
+        if let existing = peers[id], existing.bootID == bootID { return }
+        peers[id] = PeerKeys(bootID: bootID, keys: keys,
+                             pairwiseWindow: ReplayWindow(size: configuration.replayWindowSize),
+                             helloWindow: ReplayWindow(size: configuration.replayWindowSize))
+    }
+
+    public mutating func removePeer(_ id: NodeID) {
+        peers[id] = nil
+    }
+
+    public func installedBoot(of id: NodeID) -> UInt64? {
+        peers[id]?.bootID
+    }
+
+    // MARK: sealing
+
+    /// Seals frames for every member of the session under the hello key.
+    public mutating func sealHello(_ frames: [Frame], nonce: PacketNonce,
+                                   allocator: ByteBufferAllocator = .init()) -> ByteBuffer {
+        let header = DatagramHeader(keyKind: .hello, sessionID: sessionID, sender: localID, bootID: localBootID,
+                                    packetNumber: nextHelloNumber, helloNonce: nonce)
+        nextHelloNumber += 1
+        return Self.seal(frames, header: header, sealer: helloSealer, allocator: allocator)
+    }
+
+    /// Seals frames for one peer under our pairwise key; nil when we hold no keys for it.
+    public mutating func seal(_ frames: [Frame], to peer: NodeID,
+                              allocator: ByteBufferAllocator = .init()) -> ByteBuffer? {
+        guard var state = peers[peer] else { return nil }
+        let header = DatagramHeader(keyKind: .pairwise, sessionID: sessionID, sender: localID,
+                                    bootID: localBootID, packetNumber: state.nextPacketNumber)
+        state.nextPacketNumber += 1
+        peers[peer] = state
+        return Self.seal(frames, header: header, sealer: state.keys.sending, allocator: allocator)
+    }
+
+    private static func seal(_ frames: [Frame], header: DatagramHeader, sealer: PacketSealer,
+                             allocator: ByteBufferAllocator) -> ByteBuffer {
+        var buffer = allocator.buffer(capacity: 1280)
+        header.encode(into: &buffer)
+        let headerLength = buffer.readableBytes
+        for frame in frames { FrameCodec.encode(frame, into: &buffer) }
+        buffer.writeRepeatingByte(0, count: PacketSealer.tagByteCount)
+        buffer.withUnsafeMutableReadableBytes { bytes in
+            let ad = UnsafeRawBufferPointer(rebasing: bytes[..<headerLength])
+            let body = UnsafeMutableRawBufferPointer(rebasing: bytes[headerLength...])
+            let plaintext = UnsafeRawBufferPointer(rebasing: body[..<(body.count - PacketSealer.tagByteCount)])
+            sealer.seal(plaintext, associatedData: ad, nonce: header.nonce, into: body)
+        }
+        return buffer
+    }
+
+    // MARK: opening
+
+    /// Authenticates, replay-checks and decodes one datagram. Cheap checks come first, so
+    /// foreign or replayed traffic costs no cryptography; the replay window moves only for
+    /// datagrams that authenticated.
+    public mutating func open(_ datagram: ByteBuffer) -> Result<OpenedDatagram, DropReason> {
+        var buffer = datagram
+        let header: DatagramHeader
+        switch DatagramHeader.decode(&buffer) {
+        case let .success(decoded): header = decoded
+        case .failure(.unsupportedVersion): return .failure(.version)
+        case .failure: return .failure(.malformed)
+        }
+        guard header.sessionID == sessionID else { return .failure(.foreign) }
+        guard buffer.readableBytes >= PacketSealer.tagByteCount else { return .failure(.malformed) }
+
+        let sealer: PacketSealer
+        let known = peers[header.sender].flatMap { $0.bootID == header.bootID ? $0 : nil }
+        switch header.keyKind {
+        case .pairwise:
+            guard header.sender != localID, let known else { return .failure(.unknownSender) }
+            guard known.pairwiseWindow.check(header.packetNumber) == .fresh else { return .failure(.replay) }
+            sealer = known.keys.receiving
+        case .hello:
+            if let known, known.helloWindow.check(header.packetNumber) != .fresh { return .failure(.replay) }
+            sealer = helloSealer
+        }
+
+        let headerLength = datagram.readableBytes - buffer.readableBytes
+        let openedLength: Int? = buffer.withUnsafeMutableReadableBytes { body in
+            datagram.withUnsafeReadableBytes { whole in
+                sealer.open(UnsafeRawBufferPointer(body),
+                            associatedData: UnsafeRawBufferPointer(rebasing: whole[..<headerLength]),
+                            nonce: header.nonce, into: body)
+            }
+        }
+        guard let openedLength else { return .failure(.auth) }
+        if known != nil {
+            switch header.keyKind {
+            case .pairwise: peers[header.sender]?.pairwiseWindow.record(header.packetNumber)
+            case .hello: peers[header.sender]?.helloWindow.record(header.packetNumber)
+            }
+        }
+        var plaintext = buffer.getSlice(at: buffer.readerIndex, length: openedLength) ?? ByteBuffer()
+        switch FrameCodec.decodeAll(&plaintext) {
+        case let .success(frames): return .success(OpenedDatagram(header: header, frames: frames))
+        case .failure: return .failure(.malformed)
+        }
+    }
+}

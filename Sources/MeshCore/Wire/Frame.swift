@@ -1,0 +1,125 @@
+import NIOCore
+
+/// One unit of protocol inside a sealed datagram: `type(1) | length(2, big-endian) | body`.
+/// A datagram carries one or more frames; each protocol (membership, delivery, journal,
+/// transfer) adds its frame types here and its body codec beside its state machine.
+public enum Frame: Equatable, Sendable {
+    case ping(Ping)
+    case pong(Pong)
+
+    public var type: FrameType {
+        switch self {
+        case .ping: return .ping
+        case .pong: return .pong
+        }
+    }
+
+    fileprivate func encodeBody(into buffer: inout ByteBuffer) {
+        switch self {
+        case let .ping(body): body.encode(into: &buffer)
+        case let .pong(body): body.encode(into: &buffer)
+        }
+    }
+
+    fileprivate static func decodeBody(type: FrameType, _ body: inout ByteBuffer) throws(WireError) -> Frame {
+        switch type {
+        case .ping: return .ping(try Ping(decoding: &body))
+        case .pong: return .pong(try Pong(decoding: &body))
+        }
+    }
+}
+
+/// Frame type numbers are part of the wire format (Docs/PROTOCOL.md §3).
+public enum FrameType: UInt8, Sendable, CaseIterable {
+    case ping = 0x01
+    case pong = 0x02
+}
+
+/// A body that can be written to and read from the wire.
+public protocol WireBody: Equatable, Sendable {
+    init(decoding buffer: inout ByteBuffer) throws(WireError)
+    func encode(into buffer: inout ByteBuffer)
+}
+
+/// A liveness check carrying an opaque token that the pong echoes.
+public struct Ping: WireBody {
+    public var token: UInt64
+    public init(token: UInt64) { self.token = token }
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) { token = try buffer.readWire(UInt64.self, "ping token") }
+    public func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(token) }
+}
+
+public struct Pong: WireBody {
+    public var token: UInt64
+    public init(token: UInt64) { self.token = token }
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) { token = try buffer.readWire(UInt64.self, "pong token") }
+    public func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(token) }
+}
+
+public enum FrameCodec {
+    public static let headerLength = 3
+
+    public static func encodedLength(of frame: Frame) -> Int {
+        var scratch = ByteBufferAllocator().buffer(capacity: 64)
+        encode(frame, into: &scratch)
+        return scratch.readableBytes
+    }
+
+    public static func encode(_ frame: Frame, into buffer: inout ByteBuffer) {
+        buffer.writeInteger(frame.type.rawValue)
+        let lengthIndex = buffer.writerIndex
+        buffer.writeInteger(UInt16(0))
+        let bodyStart = buffer.writerIndex
+        frame.encodeBody(into: &buffer)
+        let length = buffer.writerIndex - bodyStart
+        precondition(length <= Int(UInt16.max), "frame body over 64 KiB")
+        buffer.setInteger(UInt16(length), at: lengthIndex)
+    }
+
+    /// Decodes every frame in `buffer`. An empty payload, a length that runs past the end, an
+    /// unknown type, or a body that does not fill its length exactly is an error.
+    public static func decodeAll(_ buffer: inout ByteBuffer) -> Result<[Frame], WireError> {
+        guard buffer.readableBytes > 0 else { return .failure(.truncated(what: "frame list")) }
+        var frames: [Frame] = []
+        while buffer.readableBytes > 0 {
+            switch decodeOne(&buffer) {
+            case let .success(frame): frames.append(frame)
+            case let .failure(error): return .failure(error)
+            }
+        }
+        return .success(frames)
+    }
+
+    public static func decodeOne(_ buffer: inout ByteBuffer) -> Result<Frame, WireError> {
+        guard let typeByte: UInt8 = buffer.readInteger(), let length: UInt16 = buffer.readInteger() else {
+            return .failure(.truncated(what: "frame header"))
+        }
+        guard let type = FrameType(rawValue: typeByte) else { return .failure(.unknownFrameType(typeByte)) }
+        guard var body = buffer.readSlice(length: Int(length)) else {
+            return .failure(.truncated(what: "frame body"))
+        }
+        do {
+            let frame = try Frame.decodeBody(type: type, &body)
+            guard body.readableBytes == 0 else { return .failure(.trailingBytes(body.readableBytes)) }
+            return .success(frame)
+        } catch {
+            return .failure(error)
+        }
+    }
+}
+
+extension ByteBuffer {
+    /// Reads a fixed-width integer or reports which field was cut short.
+    @inlinable
+    public mutating func readWire<T: FixedWidthInteger>(_: T.Type, _ what: @autoclosure () -> String) throws(WireError) -> T {
+        guard let value: T = readInteger() else { throw .truncated(what: what()) }
+        return value
+    }
+
+    /// Reads exactly `count` bytes or reports which field was cut short.
+    @inlinable
+    public mutating func readWireBytes(_ count: Int, _ what: @autoclosure () -> String) throws(WireError) -> [UInt8] {
+        guard count >= 0, let bytes = readBytes(length: count) else { throw .truncated(what: what()) }
+        return bytes
+    }
+}

@@ -1,0 +1,86 @@
+import MeshCore
+import MeshCrypto
+import NIOCore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// libFuzzer entry point (`make fuzz`). The first byte picks what is fuzzed, so one corpus
+/// covers every decoder that reads bytes from outside the process.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    guard let data, size > 0 else { return 0 }
+    let selector = data[0]
+    let input = UnsafeBufferPointer(start: data + 1, count: size - 1)
+    FuzzTargets.run(selector: selector, input: Array(input))
+    return 0
+}
+
+public enum FuzzTargets {
+    /// A codec with one known peer, so fuzzed datagrams reach every stage of `open`.
+    nonisolated(unsafe) static var codec: DatagramCodec = {
+        // safe: fixed 32-byte inputs
+        let session = try! SessionSecret(bytes: [UInt8](repeating: 7, count: 32))
+        let local = try! NodeIdentity(seed: [UInt8](repeating: 1, count: 32))
+        let peer = try! NodeIdentity(seed: [UInt8](repeating: 2, count: 32))
+        let localKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 3, count: 32))
+        let peerKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 4, count: 32))
+        var codec = DatagramCodec(session: session, localID: local.nodeID, localBootID: 1)
+        codec.installPeer(peer.nodeID, bootID: 9,
+                          keys: PairwiseKeys.derive(session: session, local: localKx, peerPublicKey: peerKx.publicKey)!)
+        return codec
+    }()
+
+    public static func run(selector: UInt8, input: [UInt8]) {
+        var buffer = ByteBuffer(bytes: input)
+        switch selector % 4 {
+        case 0:
+            _ = DatagramHeader.decode(&buffer)
+        case 1:
+            _ = FrameCodec.decodeAll(&buffer)
+        case 2:
+            _ = codec.open(buffer)
+        default:
+            _ = try? InviteToken(parsing: String(decoding: input, as: UTF8.self))
+        }
+    }
+}
+
+#if FUZZING
+// SwiftPM links an executable target through a `MeshFuzz_main` symbol; hand control to
+// libFuzzer's driver from there (libFuzzer's own `main` is not used).
+@_silgen_name("LLVMFuzzerRunDriver")
+func LLVMFuzzerRunDriver(
+    _ argc: UnsafeMutablePointer<CInt>,
+    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+    _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+) -> CInt
+
+@_cdecl("MeshFuzz_main")
+func meshFuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    var argc = argc
+    var argv = argv
+    return LLVMFuzzerRunDriver(&argc, &argv) { data, size in fuzzOneInput(data, size) }
+}
+#else
+/// Without libFuzzer (a plain `swift build`), the harness replays the files it is given, so a
+/// saved crash input can be re-run under a debugger.
+@main
+enum ReplayCorpus {
+    static func main() {
+        for path in CommandLine.arguments.dropFirst() {
+            guard let file = fopen(path, "rb") else { print("cannot open \(path)"); continue }
+            var bytes: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let n = fread(&chunk, 1, chunk.count, file)
+                if n <= 0 { break }
+                bytes += chunk.prefix(n)
+            }
+            fclose(file)
+            _ = bytes.withUnsafeBufferPointer { fuzzOneInput($0.baseAddress, $0.count) }
+            print("replayed \(path) (\(bytes.count) bytes)")
+        }
+    }
+}
+#endif

@@ -1,0 +1,156 @@
+import Foundation
+
+/// A real `groupmesh` process for end-to-end tests: started with a temporary data dir on
+/// loopback, its output captured, every wait bounded, and killed when the test is done.
+public final class NodeProcess: @unchecked Sendable {
+    public let dataDirectory: String
+    public let process: Process
+    private let output = OutputCapture()
+    private let errors = OutputCapture()
+
+    /// The built `groupmesh` next to the test bundle, or `$GROUPMESH_BIN`.
+    public static var executable: String {
+        if let override = ProcessInfo.processInfo.environment["GROUPMESH_BIN"] { return override }
+        var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        // A macOS-style bundle path (…/X.xctest/Contents/MacOS/X) or the Linux test binary.
+        while directory.path.contains(".xctest") { directory.deleteLastPathComponent() }
+        return directory.appendingPathComponent("groupmesh").path
+    }
+
+    public static func makeTemporaryDirectory(_ label: String = "node") -> String {
+        let path = NSTemporaryDirectory() + "groupmesh-test-\(label)-\(UUID().uuidString.prefix(8))"
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    /// Starts `groupmesh ARGUMENTS` (e.g. `["run", "--listen", "127.0.0.1:0"]`); `--data-dir` is added.
+    public init(_ arguments: [String], dataDirectory: String? = nil) throws {
+        self.dataDirectory = dataDirectory ?? Self.makeTemporaryDirectory()
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.executable)
+        process.arguments = arguments + ["--data-dir", self.dataDirectory]
+        process.standardOutput = output.pipe
+        process.standardError = errors.pipe
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+    }
+
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+    }
+
+    public var stdout: String { output.text }
+    public var stderr: String { errors.text }
+
+    /// Waits (bounded) until stdout holds a line starting with `prefix`; returns its remainder.
+    public func waitForLine(prefix: String, timeout: Duration = .seconds(30)) async throws -> String {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let line = stdout.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) {
+                return String(line.dropFirst(prefix.count)).trimmingCharacters(in: .whitespaces)
+            }
+            if !process.isRunning && !output.hasPendingData {
+                throw NodeProcessError.exited(status: process.terminationStatus, stderr: stderr)
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw NodeProcessError.timeout("no '\(prefix)' line within \(timeout); stderr: \(stderr)")
+    }
+
+    public func signal(_ signal: Int32) {
+        if process.isRunning { kill(process.processIdentifier, signal) }
+    }
+
+    /// Waits (bounded) for the process to exit and returns its status.
+    @discardableResult
+    public func waitForExit(timeout: Duration = .seconds(20)) async throws -> Int32 {
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning {
+            guard ContinuousClock.now < deadline else {
+                throw NodeProcessError.timeout("process still running after \(timeout)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return process.terminationStatus
+    }
+
+    /// Kills the process if needed and removes its data dir.
+    public func cleanUp(removeData: Bool = true) async {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            _ = try? await waitForExit(timeout: .seconds(10))
+        }
+        if removeData { try? FileManager.default.removeItem(atPath: dataDirectory) }
+    }
+
+    /// Runs a short-lived `groupmesh` command to completion (bounded) and returns its output.
+    public static func runCommand(_ arguments: [String], timeout: Duration = .seconds(30)) async throws
+        -> (status: Int32, stdout: String, stderr: String)
+    {
+        let process = Process()
+        let output = OutputCapture(), errors = OutputCapture()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.standardOutput = output.pipe
+        process.standardError = errors.pipe
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+        let deadline = ContinuousClock.now + timeout
+        while process.isRunning {
+            guard ContinuousClock.now < deadline else {
+                kill(process.processIdentifier, SIGKILL)
+                throw NodeProcessError.timeout("groupmesh \(arguments.joined(separator: " ")) took over \(timeout)")
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        try await Task.sleep(for: .milliseconds(20))  // let the pipe readers drain the last bytes
+        return (process.terminationStatus, output.text, errors.text)
+    }
+}
+
+public enum NodeProcessError: Error, CustomStringConvertible {
+    case exited(status: Int32, stderr: String)
+    case timeout(String)
+
+    public var description: String {
+        switch self {
+        case let .exited(status, stderr): return "groupmesh exited with status \(status): \(stderr)"
+        case let .timeout(what): return "timed out: \(what)"
+        }
+    }
+}
+
+/// Collects everything a pipe delivers, from a background reader.
+final class OutputCapture: @unchecked Sendable {
+    let pipe = Pipe()
+    private let lock = NSLock()
+    private var data = Data()
+    private var open = true
+
+    init() {
+        pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
+            let chunk = handle.availableData
+            guard let self else { return }
+            self.lock.lock()
+            defer { self.lock.unlock() }
+            if chunk.isEmpty {
+                self.open = false
+                handle.readabilityHandler = nil
+            } else {
+                self.data.append(chunk)
+            }
+        }
+    }
+
+    var text: String {
+        lock.lock()
+        defer { lock.unlock() }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    var hasPendingData: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return open
+    }
+}

@@ -1,0 +1,85 @@
+import ArgumentParser
+import GroupMesh
+import Logging
+import MeshCrypto
+import NIOPosix
+import ServiceLifecycle
+
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "run",
+        abstract: "Start a node: create or join a session and stay in it until SIGINT/SIGTERM."
+    )
+
+    @OptionGroup var data: DataDirectoryOptions
+
+    @Option(help: ArgumentHelp("UDP address to listen on; port 0 picks a free port.", valueName: "HOST:PORT"))
+    var listen = "0.0.0.0:7946"
+
+    @Option(help: ArgumentHelp("Address others should use to reach this node (repeatable).", valueName: "HOST:PORT"))
+    var advertise: [String] = []
+
+    @Option(help: ArgumentHelp("Join the session of this invite token.", valueName: "TOKEN"))
+    var invite: String?
+
+    @Option(help: ArgumentHelp("Also contact this member address when joining (repeatable).", valueName: "HOST:PORT"))
+    var join: [String] = []
+
+    @Option(help: "A human-readable name for this node.")
+    var name: String?
+
+    @Flag(help: "Fetch an attachment only when asked for it (default: replicate everything).")
+    var lazy = false
+
+    @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error.", valueName: "LEVEL"))
+    var logLevel = "warning"
+
+    func run() async throws {
+        bootstrapLogging(level: Logger.Level(rawValue: logLevel) ?? .warning)
+        let logger = Logger(label: "groupmesh")
+        do {
+            let configuration = try makeConfiguration()
+            let directory = configuration.dataDirectory
+            try directory.prepare()
+            let lock = try directory.lock()
+            defer { withExtendedLifetime(lock) {} }
+            let (session, _) = try directory.loadOrCreateSession(invited: configuration.invite?.secret)
+            let identity = try directory.loadOrCreateIdentity()
+
+            let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
+            let node = MeshNode(identity: identity, session: session, configuration: configuration,
+                                eventLoop: eventLoop, logger: logger)
+            let bound = try await node.start()
+            emit("listening: \(bound)")
+            emit("invite: \(await node.invite().text)")
+
+            let group = ServiceGroup(
+                services: [MeshNodeService(node: node)],
+                gracefulShutdownSignals: [.sigterm, .sigint],
+                logger: logger
+            )
+            try await group.run()
+        } catch let error as GroupMeshError {
+            throw fail(error)
+        }
+    }
+
+    private func makeConfiguration() throws(GroupMeshError) -> NodeConfiguration {
+        var configuration = NodeConfiguration(dataDirectory: data.directory)
+        guard let (host, port) = PeerAddress.split(listen) else { throw .invalidAddress(listen) }
+        configuration.listenHost = host
+        configuration.listenPort = Int(port)
+        configuration.advertise = try advertise.map(Self.parseAddress)
+        configuration.join = try join.map(Self.parseAddress)
+        if let invite {
+            do { configuration.invite = try InviteToken(parsing: invite) } catch { throw .crypto(error) }
+        }
+        configuration.name = name
+        configuration.lazy = lazy
+        return configuration
+    }
+
+    private static func parseAddress(_ text: String) throws(GroupMeshError) -> PeerAddress {
+        do { return try PeerAddress(parsing: text) } catch { throw .invalidAddress(text) }
+    }
+}

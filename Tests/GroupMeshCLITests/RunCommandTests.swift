@@ -1,0 +1,86 @@
+import Foundation
+import MeshCrypto
+import MeshTestKit
+import Testing
+
+/// `groupmesh run` as a user meets it: real processes on loopback with temporary data dirs.
+@Suite("groupmesh run", .serialized)
+struct RunCommandTests {
+    @Test("prints listening and a parseable invite, and keeps its keys private")
+    func startsAndPrintsInvite() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await node.cleanUp() } }
+        let listening = try await node.waitForLine(prefix: "listening:")
+        let address = try PeerAddress(parsing: listening)
+        #expect(address.isLoopback)
+        #expect(address.port != 0)
+        let invite = try InviteToken(parsing: try await node.waitForLine(prefix: "invite:"))
+        #expect(invite.addresses == [address])
+
+        for file in ["session.key", "identity.key"] {
+            let attributes = try FileManager.default.attributesOfItem(atPath: node.dataDirectory + "/" + file)
+            #expect((attributes[.posixPermissions] as? Int) == 0o600, "\(file) must be 0600")
+        }
+        let directory = try FileManager.default.attributesOfItem(atPath: node.dataDirectory)
+        #expect((directory[.posixPermissions] as? Int) == 0o700)
+        node.signal(SIGTERM)
+        #expect(try await node.waitForExit() == 0)
+    }
+
+    @Test("a second run on a live data dir is refused with one line; after SIGKILL it starts again")
+    func lockRefusesSecondNode() async throws {
+        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await first.cleanUp() } }
+        let firstInvite = try await first.waitForLine(prefix: "invite:")
+
+        let second = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--data-dir", first.dataDirectory])
+        #expect(second.status != 0)
+        #expect(second.stderr.contains("another groupmesh node"))
+        #expect(second.stderr.split(separator: "\n").count == 1, "one readable line: \(second.stderr)")
+
+        first.signal(SIGKILL)
+        try await first.waitForExit()
+        let restarted = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: first.dataDirectory)
+        defer { Task { await restarted.cleanUp(removeData: false) } }
+        let restartedInvite = try await restarted.waitForLine(prefix: "invite:")
+        // Same data dir, same session: the secret survives restarts.
+        #expect(try InviteToken(parsing: restartedInvite).secret == InviteToken(parsing: firstInvite).secret)
+        restarted.signal(SIGINT)
+        #expect(try await restarted.waitForExit() == 0)
+    }
+
+    @Test("a node started from an invite joins that session")
+    func joinsInvitedSession() async throws {
+        let inviter = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await inviter.cleanUp() } }
+        let invite = try await inviter.waitForLine(prefix: "invite:")
+        let joiner = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
+        defer { Task { await joiner.cleanUp() } }
+        let joinerInvite = try await joiner.waitForLine(prefix: "invite:")
+        #expect(try InviteToken(parsing: joinerInvite).secret == InviteToken(parsing: invite).secret)
+
+        // The same data dir cannot switch to another session.
+        joiner.signal(SIGTERM)
+        try await joiner.waitForExit()
+        let other = InviteToken(secret: .generate(), addresses: [try PeerAddress(parsing: "127.0.0.1:9")]).text
+        let refused = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite", other,
+                                                        "--data-dir", joiner.dataDirectory])
+        #expect(refused.status != 0)
+        #expect(refused.stderr.contains("another session"))
+    }
+
+    @Test("bad input is one readable line and a non-zero exit", arguments: [
+        (["run", "--invite", "gm1AAAA"], "bad invite"),
+        (["run", "--invite", "hello"], "bad invite"),
+        (["run", "--listen", "nonsense"], "invalid address"),
+        (["run", "--listen", "127.0.0.1:0", "--join", "300.1.1.1:1"], "invalid address"),
+    ])
+    func badInput(arguments: [String], message: String) async throws {
+        let directory = NodeProcess.makeTemporaryDirectory("bad")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let result = try await NodeProcess.runCommand(arguments + ["--data-dir", directory])
+        #expect(result.status != 0)
+        #expect(result.stderr.contains(message), "stderr: \(result.stderr)")
+        #expect(result.stderr.split(separator: "\n").count == 1, "stderr: \(result.stderr)")
+    }
+}
