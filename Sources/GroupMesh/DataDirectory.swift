@@ -84,17 +84,23 @@ public struct DataDirectory: Sendable {
 
     // MARK: small files
 
-    func readSmallFile(_ filePath: String) throws(GroupMeshError) -> String? {
+    func readSmallFile(_ filePath: String, limit: Int = 4096) throws(GroupMeshError) -> String? {
         let fd = open(filePath, O_RDONLY | O_CLOEXEC)
         if fd < 0 {
             if errno == ENOENT { return nil }
             throw .dataDirectory(path: path, reason: "\(filePath): \(Self.errnoText())")
         }
         defer { close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-        guard n >= 0 else { throw .dataDirectory(path: path, reason: "\(filePath): \(Self.errnoText())") }
-        return String(decoding: buffer.prefix(n), as: UTF8.self)
+        var buffer = [UInt8](repeating: 0, count: limit)
+        var total = 0
+        while total < limit {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + total, limit - total) } // safe: limit > 0
+            if n < 0 && errno == EINTR { continue }
+            guard n >= 0 else { throw .dataDirectory(path: path, reason: "\(filePath): \(Self.errnoText())") }
+            if n == 0 { break }
+            total += n
+        }
+        return String(decoding: buffer.prefix(total), as: UTF8.self)
     }
 
     func writeSmallFile(_ filePath: String, _ text: String) throws(GroupMeshError) {

@@ -9,6 +9,8 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
     case invalidAddress(String)
     case bindFailed(address: String, reason: String)
     case crypto(MeshCryptoError)
+    case noNodeRunning(path: String)
+    case control(String)
 
     public var description: String {
         switch self {
@@ -27,6 +29,10 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
             return "cannot listen on \(address): \(reason)"
         case let .crypto(error):
             return error.description
+        case let .noNodeRunning(path):
+            return "no groupmesh node is running on data dir \(path) (start one with: groupmesh run --data-dir \(path))"
+        case let .control(message):
+            return message
         }
     }
 }

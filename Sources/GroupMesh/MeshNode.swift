@@ -1,21 +1,33 @@
+import Foundation
 import Logging
 import MeshCore
 import MeshCrypto
 import NIOCore
 import NIOPosix
 
-/// The node: owns the UDP channel and the protocol state, and interprets what the state
-/// machines ask for. It runs on the channel's event loop (see `unownedExecutor`), so a received
-/// datagram reaches it without a thread hop.
+/// The node: owns the UDP channel, the control socket and the protocol state machines, feeds
+/// them datagrams and time, and carries out their directives. It runs on the channel's event
+/// loop (see `unownedExecutor`), so a datagram reaches it without a thread hop.
 public actor MeshNode {
     public let identity: NodeIdentity
     public let session: SessionSecret
     public let bootID: UInt64
     public let configuration: NodeConfiguration
-    private let eventLoop: any EventLoop
+    let eventLoop: any EventLoop
     private let logger: Logger
+    private let ephemeral = EphemeralKeyPair.generate()
     private var codec: DatagramCodec
+    private var membership: MembershipInstance?
     private var channel: (any Channel)?
+    private var controlChannel: (any Channel)?
+    private var timer: Scheduled<Void>?
+    private var timerDeadline: MeshInstant?
+    private var known: KnownMembers
+    private var knownDirty = false
+    private var stopped = false
+    private var stopWaiters: [CheckedContinuation<Void, Never>] = []
+    private var viewSubscribers: [UInt64: AsyncStream<[Member]>.Continuation] = [:]
+    private var nextSubscriberID: UInt64 = 0
     public private(set) var counters = NodeCounters()
     public private(set) var localAddress: PeerAddress?
 
@@ -31,13 +43,19 @@ public actor MeshNode {
         self.configuration = configuration
         self.eventLoop = eventLoop
         self.logger = logger
+        self.known = KnownMembers.load(from: configuration.dataDirectory)
         self.codec = DatagramCodec(session: session, localID: identity.nodeID, localBootID: bootID,
                                    configuration: configuration.wire)
     }
 
     public nonisolated var nodeID: NodeID { identity.nodeID }
 
-    /// Binds the UDP socket; returns the address actually bound (port 0 becomes a real port).
+    private var now: MeshInstant { MeshInstant(nanoseconds: NIODeadline.now().uptimeNanoseconds) }
+
+    // MARK: lifecycle
+
+    /// Binds the UDP socket and the control socket, then joins through the invite, `--join` and
+    /// the members remembered from the last run. Returns the bound UDP address.
     @discardableResult
     public func start() async throws(GroupMeshError) -> PeerAddress {
         let listen = "\(configuration.listenHost):\(configuration.listenPort)"
@@ -59,30 +77,109 @@ public actor MeshNode {
             throw .bindFailed(address: listen, reason: "the socket has no local address")
         }
         localAddress = address
-        logger.info("listening", metadata: ["address": "\(address)", "node": "\(nodeID)"])
+
+        if configuration.controlSocket {
+            do {
+                controlChannel = try await ControlServer.bind(path: configuration.dataDirectory.controlSocketPath,
+                                                              directoryPath: configuration.dataDirectory.path,
+                                                              node: self, eventLoop: eventLoop)
+            } catch {
+                try? await bound.close()
+                throw .dataDirectory(path: configuration.dataDirectory.path, reason: "control socket: \(error)")
+            }
+        }
+
+        let record = MemberRecord(signingKey: identity.publicKey, name: configuration.name ?? defaultName,
+                                  addresses: inviteAddresses(), incarnation: known.incarnation + 1,
+                                  bootID: bootID, ephemeralKey: ephemeral.publicKey)
+        var instance = MembershipInstance(record: record, authority: Ed25519Authority(identity: identity),
+                                          settings: .profile(configuration.profile),
+                                          datagramBudget: codec.maxHelloPayload, seed: SecureRandom.uint64(), now: now)
+        let seeds = Array(Set((configuration.invite?.addresses ?? []) + configuration.join + known.addresses))
+            .filter { $0 != address && !record.addresses.contains($0) }.sorted()
+        let directives = instance.join(seeds, now: now)
+        membership = instance
+        known.incarnation = record.incarnation
+        saveKnownMembers()
+        perform(directives)
+        rearm()
+        logger.info("started", metadata: ["address": "\(address)", "node": "\(nodeID)", "seeds": "\(seeds.count)"])
         return address
     }
 
-    /// Closes the socket. Safe to call more than once.
-    public func stop() async {
-        guard let channel else { return }
-        self.channel = nil
-        try? await channel.close()
+    private var defaultName: String { "node-" + String(nodeID.hex.prefix(6)) }
+
+    /// Leaves gracefully: tells the members, lets the datagrams go out, then closes everything.
+    public func leave() async {
+        guard !stopped else { return }
+        if var instance = membership {
+            let directives = instance.leave(now: now)
+            membership = instance
+            perform(directives)
+            // The departure is a handful of datagrams; flushing them takes microseconds on
+            // loopback, and this bounds how long a stuck socket can hold the exit.
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        await stop()
     }
 
-    /// Addresses for invites: `--advertise` if given, else the listen address, else (bound to a
-    /// wildcard) every non-loopback interface address, else loopback.
+    /// Closes the sockets without telling anyone (as a crash would, but cleanly).
+    public func stop() async {
+        guard !stopped else { return }
+        stopped = true
+        timer?.cancel()
+        timer = nil
+        saveKnownMembers()
+        if let controlChannel { try? await controlChannel.close() }
+        if let channel { try? await channel.close() }
+        controlChannel = nil
+        channel = nil
+        for subscriber in viewSubscribers.values { subscriber.finish() }
+        viewSubscribers = [:]
+        let waiters = stopWaiters
+        stopWaiters = []
+        for waiter in waiters { waiter.resume() }
+    }
+
+    public func waitUntilStopped() async {
+        guard !stopped else { return }
+        await withCheckedContinuation { stopWaiters.append($0) }
+    }
+
+    // MARK: what the node knows
+
+    /// Every member this node knows of, itself first.
+    public var members: [Member] { membership?.view ?? [] }
+
+    /// Snapshots of the member list, now and after every change.
+    public func memberUpdates() -> AsyncStream<[Member]> {
+        let (stream, continuation) = AsyncStream<[Member]>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        nextSubscriberID += 1
+        let id = nextSubscriberID
+        viewSubscribers[id] = continuation
+        continuation.yield(members)
+        continuation.onTermination = { [weak self] _ in
+            guard let self else { return }
+            Task { await self.unsubscribe(id) }
+        }
+        return stream
+    }
+
+    private func unsubscribe(_ id: UInt64) { viewSubscribers[id] = nil }
+
+    /// Addresses for invites and our record: `--advertise` if given, else the listen address,
+    /// else (bound to a wildcard) every non-loopback interface address, else loopback.
     public func inviteAddresses() -> [PeerAddress] {
         if !configuration.advertise.isEmpty { return configuration.advertise }
         guard let localAddress else { return [] }
         if !localAddress.isUnspecified { return [localAddress] }
         let interfaces = ((try? System.enumerateDevices()) ?? [])
             .compactMap { device in device.address.flatMap(PeerAddress.init) }
-            .filter { !$0.isLoopback && !$0.isUnspecified && ($0.isIPv6 == localAddress.isIPv6 || !localAddress.isIPv6) }
-            .filter { !$0.isLinkLocalIPv6 }
+            .filter { !$0.isLoopback && !$0.isUnspecified && !$0.isLinkLocalIPv6 }
+            .filter { $0.isIPv6 == localAddress.isIPv6 }
             .map { PeerAddress(host: $0.host, port: localAddress.port) }
         let unique = Array(Set(interfaces)).sorted()
-        if !unique.isEmpty { return Array(unique.prefix(InviteToken.maxAddresses)) }
+        if !unique.isEmpty { return Array(unique.prefix(MemberRecord.maxAddresses)) }
         let loopback = localAddress.isIPv6 ? "::1" : "127.0.0.1"
         return [PeerAddress(host: PeerAddress.parseHost(loopback) ?? localAddress.host, port: localAddress.port)]
     }
@@ -91,7 +188,52 @@ public actor MeshNode {
         InviteToken(secret: session, addresses: inviteAddresses())
     }
 
-    // MARK: datagrams
+    public func status() -> StatusReport {
+        let view = members
+        let me = view.first
+        let selfInfo = StatusReport.SelfInfo(
+            id: nodeID.hex, name: me?.record.name ?? defaultName,
+            address: (me?.address ?? localAddress).map(\.description) ?? "",
+            session: session.sessionID.description, profile: configuration.profile.rawValue,
+            localHealth: membership?.localHealth.score ?? 0)
+        let memberInfos = view.map { member in
+            StatusReport.MemberInfo(id: member.id.hex, name: member.record.name,
+                                    address: member.address?.description ?? "", state: member.status.rawValue,
+                                    incarnation: member.incarnation,
+                                    rttMs: member.rtt.map { ($0.milliseconds * 1000).rounded() / 1000 })
+        }
+        let counterInfo = StatusReport.Counters(
+            datagramsSent: counters.datagramsSent, datagramsReceived: counters.datagramsReceived,
+            bytesSent: counters.bytesSent, bytesReceived: counters.bytesReceived, dropped: counters.dropped,
+            sendErrors: counters.sendErrors, retransmissions: 0, chunksFetched: 0, chunksServed: 0,
+            chunksRejected: 0, chunkPayloadBytesSent: 0)
+        return StatusReport(self: selfInfo, members: memberInfos, attachments: [], counters: counterInfo)
+    }
+
+    // MARK: control socket
+
+    func handleControl(_ request: ControlRequest) -> ControlResponse {
+        switch request.command {
+        case .status:
+            return ControlResponse(ok: true, status: status())
+        case .invite:
+            return ControlResponse(ok: true, invite: invite().text)
+        case .leave:
+            // Answer first, then leave: the CLI waits for the node to exit.
+            eventLoop.execute { [self] in
+                assumeIsolated { node in
+                    node.beginLeave()
+                }
+            }
+            return ControlResponse(ok: true)
+        }
+    }
+
+    private func beginLeave() {
+        Task { await leave() }
+    }
+
+    // MARK: datagrams and time
 
     func receive(_ envelope: AddressedEnvelope<ByteBuffer>) {
         counters.datagramsReceived += 1
@@ -106,24 +248,93 @@ public actor MeshNode {
     }
 
     private func handle(_ datagram: OpenedDatagram, from remote: SocketAddress) {
-        for frame in datagram.frames {
-            switch frame {
-            case let .ping(ping):
-                if let reply = codec.seal([.pong(Pong(token: ping.token))], to: datagram.header.sender) {
-                    send(reply, to: remote)
-                }
-            case .pong:
-                break
-            }
+        guard var instance = membership, !stopped, let address = PeerAddress(remote) else { return }
+        let directives = instance.onFrames(datagram.frames, from: datagram.header.sender, address: address, now: now)
+        membership = instance
+        perform(directives)
+        rearm()
+    }
+
+    private func onTimer() {
+        timer = nil
+        timerDeadline = nil
+        guard var instance = membership, !stopped else { return }
+        let directives = instance.onTick(now: now)
+        membership = instance
+        perform(directives)
+        if knownDirty { saveKnownMembers() }
+        rearm()
+    }
+
+    /// Keeps exactly one timer armed, at the membership's next deadline.
+    private func rearm() {
+        guard let instance = membership, !stopped else { return }
+        let deadline = instance.nextDeadline
+        guard deadline != timerDeadline else { return }
+        timer?.cancel()
+        timerDeadline = deadline
+        timer = eventLoop.scheduleTask(deadline: .uptimeNanoseconds(deadline.nanoseconds)) { [self] in
+            assumeIsolated { $0.onTimer() }
         }
     }
 
-    private func send(_ datagram: ByteBuffer, to remote: SocketAddress) {
-        guard let channel else { return }
+    private func perform(_ directives: [MembershipDirective]) {
+        var viewChanged = false
+        for directive in directives {
+            switch directive {
+            case let .send(frames, _, address):
+                let datagram = codec.sealHello(frames, nonce: .random(), allocator: channel?.allocator ?? .init())
+                send(datagram, to: address)
+            case let .memberChanged(member):
+                viewChanged = true
+                knownDirty = true
+                if member.status.isGone {
+                    codec.removePeer(member.id)
+                } else if codec.installedBoot(of: member.id) != member.record.bootID,
+                          let keys = PairwiseKeys.derive(session: session, local: ephemeral,
+                                                         peerPublicKey: member.record.ephemeralKey) {
+                    codec.installPeer(member.id, bootID: member.record.bootID, keys: keys)
+                }
+                logger.info("member changed", metadata: ["member": "\(member.id)", "state": "\(member.status.rawValue)",
+                                                         "incarnation": "\(member.incarnation)"])
+            case let .memberForgotten(id):
+                viewChanged = true
+                knownDirty = true
+                codec.removePeer(id)
+            }
+        }
+        if let me = membership?.me, me.incarnation != known.incarnation {
+            known.incarnation = me.incarnation
+            knownDirty = true
+        }
+        if viewChanged {
+            let view = members
+            for subscriber in viewSubscribers.values { subscriber.yield(view) }
+        }
+    }
+
+    private func saveKnownMembers() {
+        knownDirty = false
+        let view = members.dropFirst().filter { !$0.status.isGone }
+        known.members = view.map { member in
+            KnownMembers.Entry(id: member.id.hex, name: member.record.name,
+                               addresses: member.record.addresses.map(\.description))
+        }
+        do {
+            try known.save(to: configuration.dataDirectory)
+        } catch {
+            logger.warning("cannot save members", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func send(_ datagram: ByteBuffer, to address: PeerAddress) {
+        guard let channel, let remote = try? address.socketAddress() else { return }
         counters.datagramsSent += 1
         counters.bytesSent += UInt64(datagram.readableBytes)
         channel.writeAndFlush(AddressedEnvelope(remoteAddress: remote, data: datagram), promise: nil)
     }
+
+    fileprivate func countSendError() { counters.sendErrors += 1 }
 }
 
 /// Hands each datagram to the node on the event loop the node runs on.
@@ -142,10 +353,6 @@ private final class DatagramReceiver: ChannelInboundHandler {
         // ICMP errors (port unreachable from a departed peer) surface here; they are not fatal.
         node.assumeIsolated { $0.countSendError() }
     }
-}
-
-extension MeshNode {
-    fileprivate func countSendError() { counters.sendErrors += 1 }
 }
 
 extension PeerAddress {

@@ -4,16 +4,19 @@ import MeshCrypto
 /// How a node is started: the flags of `groupmesh run`, already parsed and checked.
 public struct NodeConfiguration: Sendable {
     public var dataDirectory: DataDirectory
-    /// `HOST:PORT` to bind; port 0 picks a free one.
+    /// Host to bind (numeric IPv4 or IPv6); port 0 picks a free one.
     public var listenHost: String = "0.0.0.0"
     public var listenPort: Int = 7946
-    /// Addresses to put in invites instead of the listen address.
+    /// Addresses to put in invites and in our member record instead of the listen address.
     public var advertise: [PeerAddress] = []
     public var invite: InviteToken?
     public var join: [PeerAddress] = []
     public var name: String?
     public var lazy = false
+    public var profile: MembershipSettings.Profile = .lan
     public var wire = DatagramCodec.Configuration()
+    /// Start the control socket (tests of the node alone may skip it).
+    public var controlSocket = true
 
     public init(dataDirectory: DataDirectory) {
         self.dataDirectory = dataDirectory

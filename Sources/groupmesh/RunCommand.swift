@@ -1,6 +1,7 @@
 import ArgumentParser
 import GroupMesh
 import Logging
+import MeshCore
 import MeshCrypto
 import NIOPosix
 import ServiceLifecycle
@@ -30,6 +31,9 @@ struct RunCommand: AsyncParsableCommand {
 
     @Flag(help: "Fetch an attachment only when asked for it (default: replicate everything).")
     var lazy = false
+
+    @Option(help: "Timing defaults: lan (default), local or wan.")
+    var profile: MembershipSettings.Profile = .lan
 
     @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error.", valueName: "LEVEL"))
     var logLevel = "warning"
@@ -76,6 +80,7 @@ struct RunCommand: AsyncParsableCommand {
         }
         configuration.name = name
         configuration.lazy = lazy
+        configuration.profile = profile
         return configuration
     }
 
@@ -83,3 +88,5 @@ struct RunCommand: AsyncParsableCommand {
         do { return try PeerAddress(parsing: text) } catch { throw .invalidAddress(text) }
     }
 }
+
+extension MembershipSettings.Profile: ExpressibleByArgument {}

@@ -6,25 +6,66 @@ import NIOCore
 public enum Frame: Equatable, Sendable {
     case ping(Ping)
     case pong(Pong)
+    // Membership (SWIM with Lifeguard).
+    case probe(Probe)
+    case probeAck(ProbeAck)
+    case probeNack(ProbeNack)
+    case probeRequest(ProbeRequest)
+    case alive(MemberRecord)
+    case suspect(Accusation)
+    case dead(Accusation)
+    case left(Departure)
+    case syncRequest(SyncRequest)
 
     public var type: FrameType {
         switch self {
         case .ping: return .ping
         case .pong: return .pong
+        case .probe: return .probe
+        case .probeAck: return .probeAck
+        case .probeNack: return .probeNack
+        case .probeRequest: return .probeRequest
+        case .alive: return .alive
+        case .suspect: return .suspect
+        case .dead: return .dead
+        case .left: return .left
+        case .syncRequest: return .syncRequest
+        }
+    }
+
+    fileprivate var body: any WireBody {
+        switch self {
+        case let .ping(body): return body
+        case let .pong(body): return body
+        case let .probe(body): return body
+        case let .probeAck(body): return body
+        case let .probeNack(body): return body
+        case let .probeRequest(body): return body
+        case let .alive(body): return body
+        case let .suspect(body): return body
+        case let .dead(body): return body
+        case let .left(body): return body
+        case let .syncRequest(body): return body
         }
     }
 
     fileprivate func encodeBody(into buffer: inout ByteBuffer) {
-        switch self {
-        case let .ping(body): body.encode(into: &buffer)
-        case let .pong(body): body.encode(into: &buffer)
-        }
+        body.encode(into: &buffer)
     }
 
     fileprivate static func decodeBody(type: FrameType, _ body: inout ByteBuffer) throws(WireError) -> Frame {
         switch type {
         case .ping: return .ping(try Ping(decoding: &body))
         case .pong: return .pong(try Pong(decoding: &body))
+        case .probe: return .probe(try Probe(decoding: &body))
+        case .probeAck: return .probeAck(try ProbeAck(decoding: &body))
+        case .probeNack: return .probeNack(try ProbeNack(decoding: &body))
+        case .probeRequest: return .probeRequest(try ProbeRequest(decoding: &body))
+        case .alive: return .alive(try MemberRecord(decoding: &body))
+        case .suspect: return .suspect(try Accusation(decoding: &body))
+        case .dead: return .dead(try Accusation(decoding: &body))
+        case .left: return .left(try Departure(decoding: &body))
+        case .syncRequest: return .syncRequest(try SyncRequest(decoding: &body))
         }
     }
 }
@@ -33,6 +74,15 @@ public enum Frame: Equatable, Sendable {
 public enum FrameType: UInt8, Sendable, CaseIterable {
     case ping = 0x01
     case pong = 0x02
+    case probe = 0x10
+    case probeAck = 0x11
+    case probeNack = 0x12
+    case probeRequest = 0x13
+    case alive = 0x14
+    case suspect = 0x15
+    case dead = 0x16
+    case left = 0x17
+    case syncRequest = 0x18
 }
 
 /// A body that can be written to and read from the wire.

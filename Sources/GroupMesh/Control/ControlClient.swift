@@ -1,0 +1,89 @@
+import Foundation
+
+/// The CLI's side of the control socket: blocking, bounded by a timeout, one request at a time.
+public struct ControlClient: Sendable {
+    public let directory: DataDirectory
+    public var timeout: Duration = .seconds(30)
+
+    public init(directory: DataDirectory) { self.directory = directory }
+
+    public func send(_ request: ControlRequest) throws(GroupMeshError) -> ControlResponse {
+        let connection = try connect()
+        defer { close(connection) }
+        guard var line = try? JSONEncoder().encode(request) else { throw .control("cannot encode request") }
+        line.append(UInt8(ascii: "\n"))
+        try writeAll(line, to: connection)
+        let reply = try readLine(from: connection)
+        guard let response = try? JSONDecoder().decode(ControlResponse.self, from: reply) else {
+            throw .control("the node sent a malformed response")
+        }
+        if !response.ok { throw .control(response.error ?? "the node refused the request") }
+        return response
+    }
+
+    private func connect() throws(GroupMeshError) -> Int32 {
+        let path = UnixSocketPath.usable(for: directory.controlSocketPath, directory: directory.path)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw .control(String(cString: strerror(errno))) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            close(fd)
+            throw .control("control socket path too long: \(path.path)")
+        }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        var seconds = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &seconds, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &seconds, socklen_t(MemoryLayout<timeval>.size))
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Foundation.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        withExtendedLifetime(path) {}
+        guard result == 0 else {
+            let code = errno
+            close(fd)
+            if code == ENOENT || code == ECONNREFUSED || code == ENOTDIR {
+                throw .noNodeRunning(path: directory.path)
+            }
+            throw .control("cannot reach the node at \(directory.controlSocketPath): \(String(cString: strerror(code)))")
+        }
+        return fd
+    }
+
+    private func writeAll(_ data: Data, to fd: Int32) throws(GroupMeshError) {
+        var offset = 0
+        while offset < data.count {
+            let n = data.withUnsafeBytes { write(fd, $0.baseAddress! + offset, data.count - offset) } // safe: non-empty
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw .control("cannot write to the node: \(String(cString: strerror(errno)))") }
+            offset += n
+        }
+    }
+
+    private func readLine(from fd: Int32) throws(GroupMeshError) -> Data {
+        var data = Data()
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                throw .control("the node did not answer within \(timeout)")
+            }
+            guard n > 0 else {
+                if data.isEmpty { throw .control("the node closed the connection without answering") }
+                return data
+            }
+            if let newline = chunk[0..<n].firstIndex(of: UInt8(ascii: "\n")) {
+                data.append(contentsOf: chunk[0..<newline])
+                return data
+            }
+            data.append(contentsOf: chunk[0..<n])
+        }
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+import NIOCore
+import NIOPosix
+
+/// The Unix-domain control socket (`DATA_DIR/control.sock`, mode 0600). Connections run on the
+/// node's event loop, so requests reach the node without a hop.
+enum ControlServer {
+    static func bind(path: String, directoryPath: String, node: MeshNode, eventLoop: any EventLoop) async throws -> any Channel {
+        let bindPath = UnixSocketPath.usable(for: path, directory: directoryPath)
+        let channel = try await ServerBootstrap(group: eventLoop)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ControlConnectionHandler(node: node))
+                }
+            }
+            .bind(unixDomainSocketPath: bindPath.path, cleanupExistingSocketFile: true)
+            .get()
+        withExtendedLifetime(bindPath) {}
+        chmod(path, 0o600)
+        return channel
+    }
+}
+
+/// Reads newline-delimited JSON requests and writes one response line each.
+final class ControlConnectionHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+    static let maxRequestBytes = 1 << 20
+
+    private let node: MeshNode
+    private var pending = ByteBuffer()
+
+    init(node: MeshNode) { self.node = node }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var incoming = unwrapInboundIn(data)
+        pending.writeBuffer(&incoming)
+        while let newline = pending.readableBytesView.firstIndex(of: UInt8(ascii: "\n")) {
+            let length = newline - pending.readerIndex
+            guard let line = pending.readSlice(length: length) else { break }
+            pending.moveReaderIndex(forwardBy: 1)
+            respond(to: line, context: context)
+        }
+        if pending.readableBytes > Self.maxRequestBytes {
+            write(.failure("control request over \(Self.maxRequestBytes) bytes"), context: context)
+            context.close(promise: nil)
+        }
+        pending.discardReadBytes()
+    }
+
+    private func respond(to line: ByteBuffer, context: ChannelHandlerContext) {
+        guard let request = try? JSONDecoder().decode(ControlRequest.self, from: Data(line.readableBytesView)) else {
+            write(.failure("malformed control request"), context: context)
+            return
+        }
+        let response = node.assumeIsolated { $0.handleControl(request) }
+        write(response, context: context)
+    }
+
+    private func write(_ response: ControlResponse, context: ChannelHandlerContext) {
+        guard var bytes = try? JSONEncoder().encode(response) else { return }
+        bytes.append(UInt8(ascii: "\n"))
+        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(bytes: bytes)), promise: nil)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}
+
+/// A path short enough for `sun_path` (108 bytes on Linux). A longer one is reached through
+/// `/proc/self/fd/N/`, a short alias for the directory held open while the socket is used.
+final class UnixSocketPath {
+    static let limit = 100
+    let path: String
+    private let directoryDescriptor: Int32?
+
+    private init(path: String, directoryDescriptor: Int32?) {
+        self.path = path
+        self.directoryDescriptor = directoryDescriptor
+    }
+
+    deinit { if let directoryDescriptor { close(directoryDescriptor) } }
+
+    static func usable(for path: String, directory: String) -> UnixSocketPath {
+        guard path.utf8.count > limit else { return UnixSocketPath(path: path, directoryDescriptor: nil) }
+        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return UnixSocketPath(path: path, directoryDescriptor: nil) }
+        let name = String(path.split(separator: "/").last ?? "control.sock")
+        return UnixSocketPath(path: "/proc/self/fd/\(fd)/\(name)", directoryDescriptor: fd)
+    }
+}

@@ -1,0 +1,49 @@
+import MeshCore
+
+/// What `status --json` prints (DESIGN.md §2); also the answer to the control socket's `status`.
+public struct StatusReport: Codable, Sendable, Equatable {
+    public struct SelfInfo: Codable, Sendable, Equatable {
+        public var id: String
+        public var name: String
+        public var address: String
+        public var session: String
+        public var profile: String
+        public var localHealth: Int
+    }
+
+    public struct MemberInfo: Codable, Sendable, Equatable {
+        public var id: String
+        public var name: String
+        public var address: String
+        public var state: String
+        public var incarnation: UInt64
+        public var rttMs: Double?
+    }
+
+    public struct AttachmentInfo: Codable, Sendable, Equatable {
+        public var id: String
+        public var size: UInt64
+        public var chunks: Int
+        public var chunksHave: Int
+        public var holders: Int
+    }
+
+    public struct Counters: Codable, Sendable, Equatable {
+        public var datagramsSent: UInt64
+        public var datagramsReceived: UInt64
+        public var bytesSent: UInt64
+        public var bytesReceived: UInt64
+        public var dropped: [String: UInt64]
+        public var sendErrors: UInt64
+        public var retransmissions: UInt64
+        public var chunksFetched: UInt64
+        public var chunksServed: UInt64
+        public var chunksRejected: UInt64
+        public var chunkPayloadBytesSent: UInt64
+    }
+
+    public var `self`: SelfInfo
+    public var members: [MemberInfo]
+    public var attachments: [AttachmentInfo]
+    public var counters: Counters
+}

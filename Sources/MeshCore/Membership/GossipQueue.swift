@@ -1,0 +1,56 @@
+import MeshCrypto
+
+/// Updates waiting to be piggybacked (SWIM's dissemination component). Each is sent a limited
+/// number of times; the least-sent go first, and a newer update about a member replaces the
+/// older one, so the queue holds at most one update per member.
+public struct GossipQueue: Sendable {
+    struct Entry: Sendable {
+        var frame: Frame
+        var encodedLength: Int
+        var transmissions: Int
+        var order: UInt64  // newer updates win ties
+    }
+
+    private var entries: [NodeID: Entry] = [:]
+    private var nextOrder: UInt64 = 0
+
+    public init() {}
+
+    public var count: Int { entries.count }
+    public var isEmpty: Bool { entries.isEmpty }
+
+    public mutating func enqueue(_ frame: Frame, about member: NodeID) {
+        nextOrder += 1
+        entries[member] = Entry(frame: frame, encodedLength: FrameCodec.encodedLength(of: frame),
+                                transmissions: 0, order: nextOrder)
+    }
+
+    public mutating func remove(about member: NodeID) {
+        entries[member] = nil
+    }
+
+    /// Takes updates for one datagram, within `budget` bytes, counting a transmission for each
+    /// and dropping those sent `limit` times.
+    public mutating func take(budget: Int, limit: Int) -> [Frame] {
+        guard !entries.isEmpty, budget > 0 else { return [] }
+        let ordered = entries.sorted { lhs, rhs in
+            if lhs.value.transmissions != rhs.value.transmissions {
+                return lhs.value.transmissions < rhs.value.transmissions
+            }
+            return lhs.value.order > rhs.value.order
+        }
+        var remaining = budget
+        var frames: [Frame] = []
+        for (member, entry) in ordered where entry.encodedLength <= remaining {
+            frames.append(entry.frame)
+            remaining -= entry.encodedLength
+            if entry.transmissions + 1 >= limit {
+                entries[member] = nil
+            } else {
+                entries[member]?.transmissions += 1
+            }
+            if remaining < FrameCodec.headerLength + 16 { break }
+        }
+        return frames
+    }
+}

@@ -1,0 +1,111 @@
+import MeshCrypto
+import NIOCore
+
+/// What a member says about itself: who it is, where it listens, its incarnation and its
+/// current boot's ephemeral key, signed with its identity key so no one else can forge it.
+public struct MemberRecord: Equatable, Sendable {
+    public static let maxNameBytes = 64
+    public static let maxAddresses = 4
+    static let signingDomain = Array("groupmesh member record v1".utf8)
+
+    public var signingKey: PublicSigningKey
+    public var name: String
+    public var addresses: [PeerAddress]
+    public var incarnation: UInt64
+    public var bootID: UInt64
+    public var ephemeralKey: [UInt8]
+    public var signature: [UInt8]
+
+    public var id: NodeID { signingKey.nodeID }
+
+    public init(signingKey: PublicSigningKey, name: String, addresses: [PeerAddress], incarnation: UInt64,
+                bootID: UInt64, ephemeralKey: [UInt8], signature: [UInt8] = []) {
+        self.signingKey = signingKey
+        self.name = String(decoding: Array(name.utf8.prefix(Self.maxNameBytes)), as: UTF8.self)
+        self.addresses = Array(addresses.prefix(Self.maxAddresses))
+        self.incarnation = incarnation
+        self.bootID = bootID
+        self.ephemeralKey = ephemeralKey
+        self.signature = signature
+    }
+
+    /// The bytes the signature covers: a domain string, then every field but the signature.
+    public var signedBytes: [UInt8] {
+        var buffer = ByteBuffer()
+        buffer.writeBytes(Self.signingDomain)
+        encodeUnsigned(into: &buffer)
+        return Array(buffer.readableBytesView)
+    }
+
+    public func signed(by authority: some RecordAuthority) -> MemberRecord {
+        var copy = self
+        copy.signature = authority.sign(signedBytes)
+        return copy
+    }
+
+    public func hasValidSignature(_ authority: some RecordAuthority) -> Bool {
+        authority.isValid(signature: signature, message: signedBytes, signingKey: signingKey)
+    }
+
+    private func encodeUnsigned(into buffer: inout ByteBuffer) {
+        buffer.writeBytes(signingKey.bytes)
+        let nameBytes = Array(name.utf8)
+        buffer.writeInteger(UInt8(nameBytes.count))
+        buffer.writeBytes(nameBytes)
+        buffer.writeInteger(UInt8(addresses.count))
+        for address in addresses { address.encode(into: &buffer) }
+        buffer.writeInteger(incarnation)
+        buffer.writeInteger(bootID)
+        buffer.writeBytes(ephemeralKey)
+    }
+}
+
+extension MemberRecord: WireBody {
+    public func encode(into buffer: inout ByteBuffer) {
+        encodeUnsigned(into: &buffer)
+        buffer.writeBytes(signature)
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        let keyBytes = try buffer.readWireBytes(PublicSigningKey.byteCount, "record signing key")
+        // safe: exactly 32 bytes were read
+        let key = try! PublicSigningKey(bytes: keyBytes)
+        let nameLength = try buffer.readWire(UInt8.self, "record name length")
+        guard nameLength <= Self.maxNameBytes else { throw .invalidField(what: "record name length") }
+        let name = String(decoding: try buffer.readWireBytes(Int(nameLength), "record name"), as: UTF8.self)
+        let count = try buffer.readWire(UInt8.self, "record address count")
+        guard count <= Self.maxAddresses else { throw .invalidField(what: "record address count") }
+        var addresses: [PeerAddress] = []
+        for _ in 0..<count { addresses.append(try PeerAddress(decoding: &buffer)) }
+        let incarnation = try buffer.readWire(UInt64.self, "record incarnation")
+        let boot = try buffer.readWire(UInt64.self, "record boot id")
+        let ephemeral = try buffer.readWireBytes(EphemeralKeyPair.byteCount, "record ephemeral key")
+        let signature = try buffer.readWireBytes(NodeIdentity.signatureByteCount, "record signature")
+        self.init(signingKey: key, name: name, addresses: addresses, incarnation: incarnation, bootID: boot,
+                  ephemeralKey: ephemeral, signature: signature)
+    }
+}
+
+extension PeerAddress {
+    /// `family (1: 4|6) | address (4|16) | port (2)`, as in invites.
+    public func encode(into buffer: inout ByteBuffer) {
+        let bytes = hostBytes
+        buffer.writeInteger(UInt8(bytes.count == 4 ? 4 : 6))
+        buffer.writeBytes(bytes)
+        buffer.writeInteger(port)
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        let family = try buffer.readWire(UInt8.self, "address family")
+        switch family {
+        case 4:
+            let bytes = try buffer.readWireBytes(4, "IPv4 address")
+            self.init(ipv4: bytes, port: try buffer.readWire(UInt16.self, "port"))
+        case 6:
+            let bytes = try buffer.readWireBytes(16, "IPv6 address")
+            self.init(ipv6: bytes, port: try buffer.readWire(UInt16.self, "port"))
+        default:
+            throw .invalidField(what: "address family \(family)")
+        }
+    }
+}

@@ -1,0 +1,154 @@
+import MeshCrypto
+import NIOCore
+
+// Frame bodies of the membership protocol (Docs/PROTOCOL.md §3.2).
+
+/// SWIM ping: "are you there?" `target` names the member meant, so a reused address cannot
+/// answer for someone else.
+public struct Probe: WireBody {
+    public var sequence: UInt64
+    public var target: NodeID
+    public init(sequence: UInt64, target: NodeID) { self.sequence = sequence; self.target = target }
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        sequence = try buffer.readWire(UInt64.self, "probe sequence")
+        target = try NodeID(decoding: &buffer)
+    }
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(sequence)
+        target.encode(into: &buffer)
+    }
+}
+
+/// The answer to a probe, sent to the prober directly or relayed by an indirect prober.
+public struct ProbeAck: WireBody {
+    public var sequence: UInt64
+    public var target: NodeID
+    public init(sequence: UInt64, target: NodeID) { self.sequence = sequence; self.target = target }
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        sequence = try buffer.readWire(UInt64.self, "ack sequence")
+        target = try NodeID(decoding: &buffer)
+    }
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(sequence)
+        target.encode(into: &buffer)
+    }
+}
+
+/// Lifeguard's nack: an indirect prober heard nothing from the target, but it is itself alive,
+/// which tells the requester its own link is fine.
+public struct ProbeNack: WireBody {
+    public var sequence: UInt64
+    public var target: NodeID
+    public init(sequence: UInt64, target: NodeID) { self.sequence = sequence; self.target = target }
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        sequence = try buffer.readWire(UInt64.self, "nack sequence")
+        target = try NodeID(decoding: &buffer)
+    }
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(sequence)
+        target.encode(into: &buffer)
+    }
+}
+
+/// SWIM ping-req: "probe `target` at `address` for me and relay its ack".
+public struct ProbeRequest: WireBody {
+    public var sequence: UInt64
+    public var target: NodeID
+    public var address: PeerAddress
+    public init(sequence: UInt64, target: NodeID, address: PeerAddress) {
+        self.sequence = sequence
+        self.target = target
+        self.address = address
+    }
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        sequence = try buffer.readWire(UInt64.self, "probe request sequence")
+        target = try NodeID(decoding: &buffer)
+        address = try PeerAddress(decoding: &buffer)
+    }
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(sequence)
+        target.encode(into: &buffer)
+        address.encode(into: &buffer)
+    }
+}
+
+/// "`accuser` suspects `member` at `incarnation`" (and likewise for dead).
+public struct Accusation: WireBody {
+    public var member: NodeID
+    public var incarnation: UInt64
+    public var accuser: NodeID
+    public init(member: NodeID, incarnation: UInt64, accuser: NodeID) {
+        self.member = member
+        self.incarnation = incarnation
+        self.accuser = accuser
+    }
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        member = try NodeID(decoding: &buffer)
+        incarnation = try buffer.readWire(UInt64.self, "accusation incarnation")
+        accuser = try NodeID(decoding: &buffer)
+    }
+    public func encode(into buffer: inout ByteBuffer) {
+        member.encode(into: &buffer)
+        buffer.writeInteger(incarnation)
+        accuser.encode(into: &buffer)
+    }
+}
+
+/// A member's signed goodbye: only the member itself can say it left.
+public struct Departure: WireBody {
+    static let signingDomain = Array("groupmesh leave v1".utf8)
+    public var member: NodeID
+    public var incarnation: UInt64
+    public var signature: [UInt8]
+
+    public init(member: NodeID, incarnation: UInt64, signature: [UInt8] = []) {
+        self.member = member
+        self.incarnation = incarnation
+        self.signature = signature
+    }
+
+    public var signedBytes: [UInt8] {
+        var buffer = ByteBuffer()
+        buffer.writeBytes(Self.signingDomain)
+        member.encode(into: &buffer)
+        buffer.writeInteger(incarnation)
+        return Array(buffer.readableBytesView)
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        member = try NodeID(decoding: &buffer)
+        incarnation = try buffer.readWire(UInt64.self, "departure incarnation")
+        signature = try buffer.readWireBytes(NodeIdentity.signatureByteCount, "departure signature")
+    }
+    public func encode(into buffer: inout ByteBuffer) {
+        member.encode(into: &buffer)
+        buffer.writeInteger(incarnation)
+        buffer.writeBytes(signature)
+    }
+}
+
+/// "Send me your whole member list" (join and anti-entropy); the sender's own list travels
+/// beside it as ordinary alive/suspect/dead/left frames.
+public struct SyncRequest: WireBody {
+    public var isJoin: Bool
+    public init(isJoin: Bool) { self.isJoin = isJoin }
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        let flags = try buffer.readWire(UInt8.self, "sync flags")
+        guard flags <= 1 else { throw .invalidField(what: "sync flags") }
+        isJoin = flags == 1
+    }
+    public func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(UInt8(isJoin ? 1 : 0)) }
+}
+
+extension NodeID {
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(high)
+        buffer.writeInteger(low)
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        let high = try buffer.readWire(UInt64.self, "node id")
+        let low = try buffer.readWire(UInt64.self, "node id")
+        self.init(high: high, low: low)
+    }
+}

@@ -1,0 +1,498 @@
+import MeshCrypto
+
+/// SWIM membership with Lifeguard, as a pure state machine (after apple/swift-cluster-membership's
+/// `SWIM.Instance` and hashicorp/memberlist). The shell feeds it frames and the time, and carries
+/// out the directives it returns; `nextDeadline` says when to call `onTick` next.
+///
+/// Docs/PROTOCOL.md §4 describes the rules; the simulator tests in Tests/MeshCoreTests prove them.
+public struct MembershipInstance: Sendable {
+    public let settings: MembershipSettings
+    /// Room for frames in one datagram.
+    public let datagramBudget: Int
+    private let authority: any RecordAuthority
+
+    public private(set) var me: MemberRecord
+    public private(set) var hasLeft = false
+    private var members: [NodeID: Member] = [:]
+    /// Members that are neither dead nor left, in a random order: the probe round-robin and the
+    /// pool random picks come from (an array, so runs replay exactly from a seed).
+    private var active: [NodeID] = []
+    /// Members with a clock running (suspects, and dead or left ones waiting to be forgotten),
+    /// so deadlines are found without walking the whole table.
+    private var timed: Set<NodeID> = []
+    private var probeIndex = 0
+    private var random: SplitMix64
+    private var health: LocalHealth
+    private var gossip = GossipQueue()
+
+    private var sequence: UInt64 = 0
+    private var probe: ProbeState?
+    private var relays: [UInt64: RelayedProbe] = [:]
+    private var nextProbeAt: MeshInstant
+    private var nextGossipAt: MeshInstant
+    private var nextPushPullAt: MeshInstant
+    private var seeds: [PeerAddress] = []
+    private var nextJoinAttemptAt: MeshInstant?
+
+    public init(record: MemberRecord, authority: some RecordAuthority, settings: MembershipSettings,
+                datagramBudget: Int, seed: UInt64, now: MeshInstant) {
+        self.settings = settings
+        self.datagramBudget = datagramBudget
+        self.authority = authority
+        self.me = record.signed(by: authority)
+        self.random = SplitMix64(seed: seed)
+        self.health = LocalHealth(maximum: settings.maxLocalHealth)
+        self.nextProbeAt = now + settings.probeInterval
+        self.nextGossipAt = now + settings.gossipInterval
+        self.nextPushPullAt = now + settings.pushPullInterval
+    }
+
+    // MARK: what the shell reads
+
+    public var localID: NodeID { me.id }
+    public var localHealth: LocalHealth { health }
+
+    /// Every known member, this node first, the rest by id.
+    public var view: [Member] {
+        [selfMember] + members.values.sorted { $0.id < $1.id }
+    }
+
+    public func member(_ id: NodeID) -> Member? {
+        id == me.id ? selfMember : members[id]
+    }
+
+    private var selfMember: Member {
+        Member(record: me, status: hasLeft ? .left : .alive, incarnation: me.incarnation,
+               lastChange: .zero, rtt: nil, suspicion: nil)
+    }
+
+    /// Members that are not dead and have not left, this node included.
+    public var activeCount: Int { active.count + (hasLeft ? 0 : 1) }
+
+    public var pendingGossip: Int { gossip.count }
+
+    /// When `onTick` must run next.
+    public var nextDeadline: MeshInstant {
+        var deadline = min(nextProbeAt, nextGossipAt, nextPushPullAt)
+        if let probe { deadline = min(deadline, probe.indirectSent ? probe.endAt : probe.indirectAt) }
+        if let join = nextJoinAttemptAt { deadline = min(deadline, join) }
+        for relay in relays.values { deadline = min(deadline, relay.nackAt) }
+        for id in timed {
+            guard let member = members[id] else { continue }
+            if let suspicion = member.suspicion { deadline = min(deadline, suspicion.deadline) }
+            if member.status.isGone { deadline = min(deadline, member.lastChange + settings.forgetAfter) }
+        }
+        return deadline
+    }
+
+    // MARK: joining and leaving
+
+    /// Contacts `addresses` with our record and a request for their member list, and keeps
+    /// retrying until some member answers.
+    public mutating func join(_ addresses: [PeerAddress], now: MeshInstant) -> [MembershipDirective] {
+        seeds = addresses.filter { !me.addresses.contains($0) }
+        guard !seeds.isEmpty else { return [] }
+        nextJoinAttemptAt = now + settings.joinRetryInterval
+        return seeds.map { .send(frames: [.syncRequest(SyncRequest(isJoin: true)), .alive(me)], recipient: nil, address: $0) }
+    }
+
+    /// Announces a signed departure to several members at once (and through gossip).
+    public mutating func leave(now: MeshInstant) -> [MembershipDirective] {
+        guard !hasLeft else { return [] }
+        hasLeft = true
+        var departure = Departure(member: me.id, incarnation: me.incarnation)
+        departure.signature = authority.sign(departure.signedBytes)
+        gossip.enqueue(.left(departure), about: me.id)
+        let targets = pickRandom(settings.gossipFanout + settings.indirectProbes, excluding: [])
+        return targets.compactMap { id in
+            members[id]?.address.map { .send(frames: [.left(departure)], recipient: id, address: $0) }
+        }
+    }
+
+    /// Starts from a known view without a join exchange: for restarts and large simulations.
+    public mutating func assume(_ records: [MemberRecord], now: MeshInstant) {
+        for record in records where record.id != me.id && members[record.id] == nil {
+            add(Member(record: record, status: .alive, incarnation: record.incarnation, lastChange: now))
+        }
+    }
+
+    // MARK: input
+
+    public mutating func onFrames(_ frames: [Frame], from sender: NodeID, address: PeerAddress,
+                                  now: MeshInstant) -> [MembershipDirective] {
+        var out: [MembershipDirective] = []
+        if nextJoinAttemptAt != nil, sender != me.id {
+            nextJoinAttemptAt = nil  // someone answered: we are in
+        }
+        for frame in frames {
+            switch frame {
+            case let .alive(record): mergeAlive(record, now: now, into: &out)
+            case let .suspect(accusation): mergeSuspect(accusation, now: now, into: &out)
+            case let .dead(accusation): mergeDead(accusation, now: now, into: &out)
+            case let .left(departure): mergeLeft(departure, now: now, into: &out)
+            case let .probe(probe): onProbe(probe, from: sender, address: address, into: &out)
+            case let .probeAck(ack): onAck(ack, from: sender, now: now, into: &out)
+            case let .probeNack(nack):
+                if probe?.sequence == nack.sequence, probe?.target == nack.target { probe?.nacksReceived += 1 }
+            case let .probeRequest(request): onProbeRequest(request, from: sender, address: address, now: now, into: &out)
+            case .syncRequest: out += stateTransfer(to: sender, address: address)
+            case .ping, .pong: break
+            }
+        }
+        return out
+    }
+
+    public mutating func onTick(now: MeshInstant) -> [MembershipDirective] {
+        var out: [MembershipDirective] = []
+        guard !hasLeft else { return out }
+        if let at = nextJoinAttemptAt, now >= at {
+            nextJoinAttemptAt = now + settings.joinRetryInterval
+            for seed in seeds {
+                out.append(.send(frames: [.syncRequest(SyncRequest(isJoin: true)), .alive(me)], recipient: nil, address: seed))
+            }
+        }
+        expireRelays(now: now, into: &out)
+        expireSuspicions(now: now, into: &out)
+        advanceProbe(now: now, into: &out)
+        if now >= nextGossipAt {
+            nextGossipAt = now + settings.gossipInterval
+            gossipRound(into: &out)
+        }
+        if now >= nextPushPullAt {
+            nextPushPullAt = now + pushPullInterval()
+            if let partner = pickRandom(1, excluding: []).first, let address = members[partner]?.address {
+                out += stateTransfer(to: partner, address: address, request: true)
+            }
+        }
+        forgetGone(now: now, into: &out)
+        return out
+    }
+
+    // MARK: merging updates
+
+    private mutating func mergeAlive(_ record: MemberRecord, now: MeshInstant, into out: inout [MembershipDirective]) {
+        if record.id == me.id {
+            // Someone holds a record of ours we did not sign this boot: an earlier boot's. Outbid it.
+            if record.incarnation > me.incarnation || (record.incarnation == me.incarnation && record != me) {
+                refute(above: record.incarnation)
+            }
+            return
+        }
+        if let existing = members[record.id] {
+            guard record.incarnation > existing.incarnation else { return }
+            guard record.hasValidSignature(authority) else { return }
+            var member = existing
+            member.record = record
+            member.incarnation = record.incarnation
+            member.suspicion = nil
+            let wasGone = member.status.isGone
+            member.status = .alive
+            member.lastChange = now
+            members[record.id] = member
+            timed.remove(record.id)
+            if wasGone { activate(record.id) }
+            gossip.enqueue(.alive(record), about: record.id)
+            out.append(.memberChanged(member))
+        } else {
+            guard record.hasValidSignature(authority) else { return }
+            let member = Member(record: record, status: .alive, incarnation: record.incarnation, lastChange: now)
+            add(member)
+            gossip.enqueue(.alive(record), about: record.id)
+            out.append(.memberChanged(member))
+        }
+    }
+
+    private mutating func mergeSuspect(_ accusation: Accusation, now: MeshInstant, into out: inout [MembershipDirective]) {
+        if accusation.member == me.id {
+            if accusation.incarnation >= me.incarnation, !hasLeft {
+                health.worsen()
+                refute(above: accusation.incarnation)
+            }
+            return
+        }
+        guard var member = members[accusation.member], accusation.incarnation >= member.incarnation,
+              !member.status.isGone else { return }
+        if member.status == .suspect, var suspicion = member.suspicion, suspicion.incarnation == accusation.incarnation {
+            if suspicion.confirm(by: accusation.accuser) {
+                member.suspicion = suspicion
+                members[member.id] = member
+                gossip.enqueue(.suspect(accusation), about: member.id)
+            }
+            return
+        }
+        let (minimum, maximum) = settings.suspicionTimeouts(memberCount: activeCount)
+        let expected = max(0, min(Int(settings.suspicionMultiplier) - 2, activeCount - 2))
+        member.status = .suspect
+        member.incarnation = accusation.incarnation
+        member.lastChange = now
+        member.suspicion = Suspicion(incarnation: accusation.incarnation, accuser: accusation.accuser, start: now,
+                                     minimum: minimum, maximum: maximum, expectedConfirmations: expected)
+        members[member.id] = member
+        timed.insert(member.id)
+        gossip.enqueue(.suspect(accusation), about: member.id)
+        out.append(.memberChanged(member))
+    }
+
+    private mutating func mergeDead(_ accusation: Accusation, now: MeshInstant, into out: inout [MembershipDirective]) {
+        if accusation.member == me.id {
+            if accusation.incarnation >= me.incarnation, !hasLeft { refute(above: accusation.incarnation) }
+            return
+        }
+        guard let member = members[accusation.member], accusation.incarnation >= member.incarnation,
+              !member.status.isGone else { return }
+        markGone(member, status: .dead, incarnation: accusation.incarnation, now: now, into: &out)
+        gossip.enqueue(.dead(accusation), about: member.id)
+    }
+
+    private mutating func mergeLeft(_ departure: Departure, now: MeshInstant, into out: inout [MembershipDirective]) {
+        if departure.member == me.id {
+            // A departure of an earlier boot of ours: we are back, so outbid it.
+            if !hasLeft, departure.incarnation >= me.incarnation { refute(above: departure.incarnation) }
+            return
+        }
+        guard let member = members[departure.member], departure.incarnation >= member.record.incarnation,
+              departure.incarnation >= member.incarnation, member.status != .left,
+              authority.isValid(signature: departure.signature, message: departure.signedBytes,
+                                signingKey: member.record.signingKey) else { return }
+        markGone(member, status: .left, incarnation: departure.incarnation, now: now, into: &out)
+        gossip.enqueue(.left(departure), about: member.id)
+    }
+
+    private mutating func refute(above incarnation: UInt64) {
+        var record = me
+        record.incarnation = incarnation + 1
+        me = record.signed(by: authority)
+        gossip.enqueue(.alive(me), about: me.id)
+    }
+
+    private mutating func markGone(_ member: Member, status: MemberStatus, incarnation: UInt64, now: MeshInstant,
+                                   into out: inout [MembershipDirective]) {
+        var member = member
+        member.status = status
+        member.incarnation = incarnation
+        member.suspicion = nil
+        member.lastChange = now
+        members[member.id] = member
+        timed.insert(member.id)
+        deactivate(member.id)
+        if probe?.target == member.id { probe = nil }
+        out.append(.memberChanged(member))
+    }
+
+    // MARK: probing
+
+    private mutating func advanceProbe(now: MeshInstant, into out: inout [MembershipDirective]) {
+        if var current = probe {
+            if !current.indirectSent, now >= current.indirectAt {
+                current.indirectSent = true
+                if let address = members[current.target]?.address {
+                    let helpers = pickRandom(settings.indirectProbes, excluding: [current.target])
+                    current.nacksExpected = helpers.count
+                    for helper in helpers {
+                        guard let helperAddress = members[helper]?.address else { continue }
+                        let request = ProbeRequest(sequence: current.sequence, target: current.target, address: address)
+                        out.append(.send(frames: [.probeRequest(request)], recipient: helper, address: helperAddress))
+                    }
+                }
+                probe = current
+            }
+            if now >= current.endAt {
+                probe = nil
+                // Lifeguard: missing nacks mean our own links are the problem, so slow down.
+                let missedNacks = current.nacksExpected - current.nacksReceived
+                health.worsen(by: max(1, missedNacks))
+                if let member = members[current.target], !member.status.isGone {
+                    mergeSuspect(Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id),
+                                 now: now, into: &out)
+                }
+            }
+        }
+        guard probe == nil, now >= nextProbeAt else { return }
+        let period = settings.probeInterval * health.multiplier
+        nextProbeAt = now + period
+        guard let target = nextProbeTarget(), let address = members[target]?.address else { return }
+        sequence += 1
+        probe = ProbeState(target: target, sequence: sequence, sentAt: now,
+                           indirectAt: now + settings.probeTimeout * health.multiplier, endAt: now + period)
+        out.append(send([.probe(Probe(sequence: sequence, target: target))], to: target, address: address))
+    }
+
+    private mutating func onProbe(_ probe: Probe, from sender: NodeID, address: PeerAddress,
+                                  into out: inout [MembershipDirective]) {
+        guard probe.target == me.id, !hasLeft else { return }
+        out.append(send([.probeAck(ProbeAck(sequence: probe.sequence, target: me.id))], to: sender, address: address))
+    }
+
+    private mutating func onAck(_ ack: ProbeAck, from sender: NodeID, now: MeshInstant,
+                                into out: inout [MembershipDirective]) {
+        if let current = probe, current.sequence == ack.sequence, current.target == ack.target {
+            probe = nil
+            health.improve()
+            if sender == ack.target, var member = members[ack.target] {
+                member.rtt = now - current.sentAt
+                members[ack.target] = member
+            }
+            return
+        }
+        if let relay = relays.removeValue(forKey: ack.sequence), relay.target == ack.target {
+            let forwarded = ProbeAck(sequence: relay.requesterSequence, target: relay.target)
+            out.append(.send(frames: [.probeAck(forwarded)], recipient: relay.requester, address: relay.requesterAddress))
+        }
+    }
+
+    private mutating func onProbeRequest(_ request: ProbeRequest, from sender: NodeID, address: PeerAddress,
+                                         now: MeshInstant, into out: inout [MembershipDirective]) {
+        guard !hasLeft, request.target != me.id, relays.count < 64 else { return }
+        sequence += 1
+        relays[sequence] = RelayedProbe(requester: sender, requesterAddress: address,
+                                        requesterSequence: request.sequence, target: request.target,
+                                        nackAt: now + settings.probeTimeout * 0.8)
+        out.append(send([.probe(Probe(sequence: sequence, target: request.target))],
+                        to: request.target, address: request.address))
+    }
+
+    private mutating func expireRelays(now: MeshInstant, into out: inout [MembershipDirective]) {
+        for key in relays.keys.sorted() {
+            guard let relay = relays[key], now >= relay.nackAt else { continue }
+            relays[key] = nil
+            let nack = ProbeNack(sequence: relay.requesterSequence, target: relay.target)
+            out.append(.send(frames: [.probeNack(nack)], recipient: relay.requester, address: relay.requesterAddress))
+        }
+    }
+
+    private mutating func expireSuspicions(now: MeshInstant, into out: inout [MembershipDirective]) {
+        let expired = timed.compactMap { members[$0] }.filter { member in
+            member.status == .suspect && member.suspicion.map { now >= $0.deadline } == true
+        }.sorted { $0.id < $1.id }
+        for member in expired {
+            markGone(member, status: .dead, incarnation: member.incarnation, now: now, into: &out)
+            gossip.enqueue(.dead(Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id)),
+                           about: member.id)
+        }
+    }
+
+    private mutating func nextProbeTarget() -> NodeID? {
+        guard !active.isEmpty else { return nil }
+        if probeIndex >= active.count {
+            active.shuffle(using: &random)
+            probeIndex = 0
+        }
+        defer { probeIndex += 1 }
+        return active[probeIndex]
+    }
+
+    // MARK: dissemination
+
+    private mutating func gossipRound(into out: inout [MembershipDirective]) {
+        guard !gossip.isEmpty else { return }
+        for target in pickRandom(settings.gossipFanout, excluding: []) {
+            guard let address = members[target]?.address else { continue }
+            let frames = gossip.take(budget: datagramBudget, limit: retransmitLimit)
+            guard !frames.isEmpty else { break }
+            out.append(.send(frames: frames, recipient: target, address: address))
+        }
+    }
+
+    /// A datagram of `frames` with as much pending gossip piggybacked as fits.
+    private mutating func send(_ frames: [Frame], to recipient: NodeID, address: PeerAddress) -> MembershipDirective {
+        let used = frames.reduce(0) { $0 + FrameCodec.encodedLength(of: $1) }
+        let piggyback = gossip.take(budget: datagramBudget - used, limit: retransmitLimit)
+        return .send(frames: frames + piggyback, recipient: recipient, address: address)
+    }
+
+    private var retransmitLimit: Int { settings.retransmitLimit(memberCount: activeCount) }
+
+    /// Our whole view as self-contained datagrams: each member's record travels with its status.
+    private func stateTransfer(to recipient: NodeID, address: PeerAddress, request: Bool = false) -> [MembershipDirective] {
+        var datagrams: [[Frame]] = []
+        var current: [Frame] = request ? [.syncRequest(SyncRequest(isJoin: false))] : []
+        var used = current.reduce(0) { $0 + FrameCodec.encodedLength(of: $1) }
+        func append(_ group: [Frame]) {
+            let size = group.reduce(0) { $0 + FrameCodec.encodedLength(of: $1) }
+            if used + size > datagramBudget, !current.isEmpty {
+                datagrams.append(current)
+                current = []
+                used = 0
+            }
+            current += group
+            used += size
+        }
+        append([.alive(me)])
+        for member in members.values.sorted(by: { $0.id < $1.id }) where member.id != recipient {
+            switch member.status {
+            case .alive:
+                append([.alive(member.record)])
+            case .suspect:
+                append([.alive(member.record),
+                        .suspect(Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id))])
+            case .dead:
+                append([.alive(member.record),
+                        .dead(Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id))])
+            case .left:
+                continue  // a departure is only believed with its signature, which gossip carries
+            }
+        }
+        if !current.isEmpty { datagrams.append(current) }
+        return datagrams.map { .send(frames: $0, recipient: recipient, address: address) }
+    }
+
+    /// memberlist's scaling: larger clusters exchange full state less often, so the cost per
+    /// node stays flat as N grows.
+    private mutating func pushPullInterval() -> Duration {
+        let n = Double(activeCount)
+        let scale = n <= 32 ? 1.0 : (log2(n) - log2(32)).rounded(.up) + 1
+        let jitter = 0.75 + Double(random.next() % 500) / 1000  // 0.75 to 1.25
+        return settings.pushPullInterval * (scale * jitter)
+    }
+
+    // MARK: the member table
+
+    private mutating func add(_ member: Member) {
+        members[member.id] = member
+        if !member.status.isGone { activate(member.id) }
+    }
+
+    private mutating func activate(_ id: NodeID) {
+        guard !active.contains(id) else { return }
+        // A random place ahead of the probe cursor, so a newcomer is probed within this round.
+        let lower = min(probeIndex, active.count)
+        let position = lower + Int(random.next() % UInt64(active.count - lower + 1))
+        active.insert(id, at: position)
+    }
+
+    private mutating func deactivate(_ id: NodeID) {
+        guard let index = active.firstIndex(of: id) else { return }
+        active.remove(at: index)
+        if index < probeIndex { probeIndex -= 1 }
+    }
+
+    private mutating func forgetGone(now: MeshInstant, into out: inout [MembershipDirective]) {
+        let forgotten = timed.compactMap { members[$0] }
+            .filter { $0.status.isGone && now >= $0.lastChange + settings.forgetAfter }
+            .map(\.id).sorted()
+        for id in forgotten {
+            members[id] = nil
+            timed.remove(id)
+            gossip.remove(about: id)
+            out.append(.memberForgotten(id))
+        }
+    }
+
+    /// Up to `count` distinct random active members, never this node or `excluded`.
+    private mutating func pickRandom(_ count: Int, excluding excluded: Set<NodeID>) -> [NodeID] {
+        var candidates = active.filter { !excluded.contains($0) }
+        var picked: [NodeID] = []
+        while picked.count < count, !candidates.isEmpty {
+            let index = Int(random.next() % UInt64(candidates.count))
+            candidates.swapAt(index, candidates.count - 1)
+            picked.append(candidates.removeLast())
+        }
+        return picked
+    }
+}
+
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif

@@ -1,0 +1,44 @@
+import MeshCrypto
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Lifeguard's suspicion timer: it starts at the maximum and shrinks logarithmically as
+/// independent members confirm the suspicion, down to the minimum after `expected` confirmations.
+public struct Suspicion: Sendable, Equatable {
+    public let incarnation: UInt64
+    public let start: MeshInstant
+    public let minimum: Duration
+    public let maximum: Duration
+    public let expectedConfirmations: Int
+    public private(set) var accusers: Set<NodeID>
+
+    public init(incarnation: UInt64, accuser: NodeID, start: MeshInstant, minimum: Duration, maximum: Duration,
+                expectedConfirmations: Int) {
+        self.incarnation = incarnation
+        self.start = start
+        self.minimum = minimum
+        self.maximum = maximum
+        self.expectedConfirmations = max(0, expectedConfirmations)
+        self.accusers = [accuser]
+    }
+
+    /// Returns true when `accuser` is a new, independent confirmation.
+    public mutating func confirm(by accuser: NodeID) -> Bool {
+        guard accusers.count <= expectedConfirmations else { return false }
+        return accusers.insert(accuser).inserted
+    }
+
+    public var confirmations: Int { accusers.count - 1 }
+
+    public var timeout: Duration {
+        guard expectedConfirmations > 0 else { return minimum }
+        let fraction = log(Double(confirmations + 1)) / log(Double(expectedConfirmations + 1))
+        let shrunk = maximum - (maximum - minimum) * min(1, fraction)
+        return max(minimum, shrunk)
+    }
+
+    public var deadline: MeshInstant { start + timeout }
+}

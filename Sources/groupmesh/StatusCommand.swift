@@ -1,0 +1,128 @@
+import ArgumentParser
+import Foundation
+import GroupMesh
+
+struct StatusCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show the members, their state and round-trip time, attachments and counters."
+    )
+
+    @OptionGroup var data: DataDirectoryOptions
+
+    @Flag(help: "Print one JSON object instead of tables.")
+    var json = false
+
+    @Flag(help: "Redraw every second until interrupted.")
+    var watch = false
+
+    func run() async throws {
+        let client = ControlClient(directory: data.directory)
+        repeat {
+            let report: StatusReport
+            do {
+                guard let status = try client.send(ControlRequest(command: .status)).status else {
+                    throw fail("the node sent no status")
+                }
+                report = status
+            } catch let error as GroupMeshError {
+                throw fail(error)
+            }
+            if json {
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys]
+                emit(String(decoding: try encoder.encode(report), as: UTF8.self))
+            } else {
+                if watch { print("\u{1B}[H\u{1B}[2J", terminator: "") }
+                emit(StatusTable.render(report, width: Terminal.width))
+            }
+            if watch { try await Task.sleep(for: .seconds(1)) }
+        } while watch
+    }
+}
+
+struct InviteCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "invite",
+        abstract: "Print an invite token for this node's session."
+    )
+
+    @OptionGroup var data: DataDirectoryOptions
+
+    func run() async throws {
+        do {
+            guard let invite = try ControlClient(directory: data.directory).send(ControlRequest(command: .invite)).invite else {
+                throw fail("the node sent no invite")
+            }
+            emit(invite)
+        } catch let error as GroupMeshError {
+            throw fail(error)
+        }
+    }
+}
+
+struct LeaveCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "leave",
+        abstract: "Leave the session gracefully; the node then exits."
+    )
+
+    @OptionGroup var data: DataDirectoryOptions
+
+    func run() async throws {
+        do {
+            _ = try ControlClient(directory: data.directory).send(ControlRequest(command: .leave))
+        } catch let error as GroupMeshError {
+            throw fail(error)
+        }
+    }
+}
+
+/// Human tables for `status`, cut to the terminal's width.
+enum StatusTable {
+    static func render(_ report: StatusReport, width: Int) -> String {
+        var lines: [String] = []
+        let me = report.`self`
+        lines.append("node \(me.name) \(me.id.prefix(12)) at \(me.address)  session \(me.session)  profile \(me.profile)")
+        lines.append("")
+        let rows = report.members.map { member in
+            [String(member.id.prefix(12)), member.name, member.address, member.state, "\(member.incarnation)",
+             member.rttMs.map { String(format: "%.2f", $0) } ?? "-"]
+        }
+        lines += table(header: ["ID", "NAME", "ADDRESS", "STATE", "INC", "RTT ms"], rows: rows, width: width)
+        if !report.attachments.isEmpty {
+            lines.append("")
+            let rows = report.attachments.map { a in
+                [String(a.id.prefix(16)), "\(a.size)", "\(a.chunksHave)/\(a.chunks)", "\(a.holders)"]
+            }
+            lines += table(header: ["ATTACHMENT", "SIZE", "CHUNKS", "HOLDERS"], rows: rows, width: width)
+        }
+        let c = report.counters
+        let dropped = c.dropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+        lines.append("")
+        lines.append("datagrams sent \(c.datagramsSent) (\(c.bytesSent) B), received \(c.datagramsReceived) (\(c.bytesReceived) B)")
+        lines.append("dropped: \(dropped)")
+        return lines.map { String($0.prefix(width)) }.joined(separator: "\n")
+    }
+
+    static func table(header: [String], rows: [[String]], width: Int) -> [String] {
+        let widths = header.indices.map { column in
+            ([header[column]] + rows.map { $0[column] }).map(\.count).max() ?? 0
+        }
+        func line(_ cells: [String]) -> String {
+            cells.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }
+                .joined(separator: "  ")
+                .trimmingCharacters(in: .whitespaces)
+        }
+        return [line(header)] + rows.map(line)
+    }
+}
+
+enum Terminal {
+    static var width: Int {
+        var size = winsize()
+        if ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 { return Int(size.ws_col) }
+        if let columns = ProcessInfo.processInfo.environment["COLUMNS"].flatMap(Int.init), columns > 0 { return columns }
+        return 120
+    }
+}

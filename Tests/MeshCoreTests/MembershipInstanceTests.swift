@@ -1,0 +1,210 @@
+import MeshCore
+import MeshCrypto
+import Testing
+
+@Suite("Membership state machine (manual clock)")
+struct MembershipInstanceTests {
+    @Test("a healthy cluster probes, acks, measures RTT and accuses nobody")
+    func probeAndAck() {
+        var cluster = ManualCluster(count: 3)
+        cluster.advance(by: .seconds(10))
+        for observer in 0..<3 {
+            for member in 0..<3 {
+                #expect(cluster.status(of: member, seenBy: observer) == .alive)
+            }
+            #expect(cluster.instance(observer).localHealth.score == 0)
+        }
+        // Some probe was answered directly, so someone measured a round-trip time.
+        #expect(cluster.instance(0).view.dropFirst().contains { $0.rtt != nil })
+        #expect(!cluster.changes.contains { $0.member.status != .alive })
+    }
+
+    @Test("a probe without a direct ack goes indirect, and a relayed ack clears it")
+    func indirectProbe() throws {
+        var cluster = ManualCluster(count: 4)
+        let a = cluster[0]
+        // Drop everything between A and whoever it probes first, in both directions.
+        cluster.now = cluster.instance(0).nextDeadline
+        cluster.tick(0)
+        let probe = try #require(cluster.inFlight.first { $0.from == a }?.frames.probes.first)
+        let target = probe.target
+        let cut: (ManualCluster.Datagram) -> Bool = { datagram in
+            (datagram.from == a && datagram.to == cluster.addresses[target]) ||
+            (datagram.from == target && datagram.to == cluster.addresses[a])
+        }
+        cluster.pump(drop: cut)
+        // Past the probe timeout: A asks the others, who reach the target and relay its ack.
+        cluster.advance(by: .milliseconds(300), drop: cut)
+        #expect(cluster.log.contains { $0.from == a && $0.frames.requests.contains { $0.target == target } })
+        #expect(cluster.log.contains { $0.to == cluster.addresses[a] && $0.from != target && $0.frames.acks.contains { $0.target == target } },
+                "an ack for the target relayed by another member")
+        #expect(cluster.changes.isEmpty, "no status changed")
+        #expect(cluster.nodes[a]!.member(target)?.status == .alive)
+        #expect(cluster.nodes[a]!.localHealth.score == 0)
+    }
+
+    @Test("an unanswered probe makes the target suspect; the target refutes with a higher incarnation")
+    func suspectAndRefute() throws {
+        var cluster = ManualCluster(count: 3)
+        let b = cluster[1]
+        // B is cut off: A's probes (direct and indirect) of B fail.
+        cluster.advance(by: .seconds(3), down: [b])
+        #expect(cluster.status(of: 1, seenBy: 0) == .suspect)
+        #expect(cluster.instance(1).me.incarnation == 0)
+        // B comes back and hears the rumour: it refutes, and the refutation wins everywhere.
+        cluster.advance(by: .seconds(3))
+        #expect(cluster.instance(1).me.incarnation >= 1)
+        #expect(cluster.status(of: 1, seenBy: 0) == .alive)
+        #expect(cluster.status(of: 1, seenBy: 2) == .alive)
+    }
+
+    @Test("a suspect that never refutes is declared dead within the suspicion bounds")
+    func suspectBecomesDead() {
+        var cluster = ManualCluster(count: 5)
+        let dead = cluster[4]
+        let settings = MembershipSettings.lan
+        cluster.advance(by: settings.deadDetectionBound(memberCount: 5), down: [dead])
+        for observer in 0..<4 {
+            #expect(cluster.status(of: 4, seenBy: observer) == .dead, "observer \(observer)")
+        }
+    }
+
+    @Test("Lifeguard: suspicion timeout starts at the maximum and shrinks with confirmations")
+    func suspicionDecay() {
+        let a = NodeID(high: 1, low: 1), b = NodeID(high: 2, low: 2), c = NodeID(high: 3, low: 3)
+        var suspicion = Suspicion(incarnation: 0, accuser: a, start: .zero, minimum: .seconds(2),
+                                  maximum: .seconds(8), expectedConfirmations: 2)
+        #expect(suspicion.timeout == .seconds(8))
+        #expect(suspicion.confirm(by: a) == false, "the same accuser does not count twice")
+        #expect(suspicion.confirm(by: b))
+        let afterOne = suspicion.timeout
+        #expect(afterOne < .seconds(8) && afterOne > .seconds(2))
+        #expect(suspicion.confirm(by: c))
+        #expect(suspicion.timeout == .seconds(2))
+        #expect(suspicion.confirm(by: NodeID(high: 4, low: 4)) == false, "beyond the expected count nothing changes")
+    }
+
+    @Test("Lifeguard: a node whose probes all fail raises its local health score and slows its probing")
+    func localHealthStretches() {
+        var cluster = ManualCluster(count: 4)
+        let a = cluster[0]
+        // A hears nothing at all: every probe and every nack is lost.
+        cluster.advance(by: .seconds(4), drop: { $0.to == cluster.addresses[a] })
+        let score = cluster.nodes[a]!.localHealth.score
+        #expect(score > 0)
+        // Its next probe comes later than the base interval.
+        let before = cluster.now
+        var node = cluster.nodes[a]!
+        var next = node.nextDeadline
+        var probesSent = 0
+        var now = before
+        while probesSent < 2, now < before + .seconds(60) {
+            now = max(now, next)
+            let out = node.onTick(now: now)
+            probesSent += out.filter { if case let .send(frames, _, _) = $0 { !frames.probes.isEmpty } else { false } }.count
+            next = node.nextDeadline
+            if next <= now { now = now + .milliseconds(1) }
+        }
+        #expect(now - before > MembershipSettings.lan.probeInterval, "probing slowed down (score \(score))")
+        // And a healthy period brings it back down.
+        cluster.advance(by: .seconds(20))
+        #expect(cluster.nodes[a]!.localHealth.score < score)
+    }
+
+    @Test("a signed departure makes a member left everywhere; a forged one is ignored")
+    func leave() throws {
+        var cluster = ManualCluster(count: 3)
+        // Forged: C claims that B left, signing with its own key.
+        let c = cluster.identities[cluster[2]]!
+        var forged = Departure(member: cluster[1], incarnation: 0)
+        forged.signature = c.sign(forged.signedBytes)
+        cluster.deliver(frames: [.left(forged)], from: 2, to: 0)
+        #expect(cluster.status(of: 1, seenBy: 0) == .alive)
+
+        var b = cluster.nodes[cluster[1]]!
+        let out = b.leave(now: cluster.now)
+        cluster.nodes[cluster[1]] = b
+        #expect(!out.isEmpty)
+        cluster.collect(out, from: cluster[1])
+        cluster.pump()
+        cluster.advance(by: .seconds(2), down: [cluster[1]])
+        #expect(cluster.status(of: 1, seenBy: 0) == .left)
+        #expect(cluster.status(of: 1, seenBy: 2) == .left)
+    }
+
+    @Test("forged or unsigned records are ignored")
+    func forgedRecordsIgnored() {
+        var cluster = ManualCluster(count: 2)
+        let mallory = NodeIdentity.generate()
+        let victim = cluster.identities[cluster[1]]!
+        // A record for the victim's id with a higher incarnation, signed by someone else.
+        var stolen = ManualCluster.record(victim, index: 2, incarnation: 9)
+        stolen = stolen.signed(by: Ed25519Authority(identity: mallory))
+        cluster.deliver(frames: [.alive(stolen)], from: 1, to: 0)
+        #expect(cluster.instance(0).member(cluster[1])?.record.incarnation == 0)
+        // An unsigned record of a new node.
+        let unsigned = ManualCluster.record(mallory, index: 9)
+        cluster.deliver(frames: [.alive(unsigned)], from: 1, to: 0)
+        #expect(cluster.instance(0).member(mallory.nodeID) == nil)
+        // A properly signed one is accepted.
+        cluster.deliver(frames: [.alive(unsigned.signed(by: Ed25519Authority(identity: mallory)))], from: 1, to: 0)
+        #expect(cluster.instance(0).member(mallory.nodeID)?.status == .alive)
+    }
+
+    @Test("a member that comes back with a new boot rejoins with a higher incarnation")
+    func rejoinAfterDeath() throws {
+        var cluster = ManualCluster(count: 3)
+        let b = cluster[1]
+        cluster.advance(by: MembershipSettings.lan.deadDetectionBound(memberCount: 3), down: [b])
+        #expect(cluster.status(of: 1, seenBy: 0) == .dead)
+        let deadIncarnation = try #require(cluster.instance(0).member(b)?.incarnation)
+
+        // B restarts: same identity, new boot, incarnation 0 again, and joins through A.
+        let identity = cluster.identities[b]!
+        let record = ManualCluster.record(identity, index: 2, incarnation: 0, boot: 777)
+        var reborn = MembershipInstance(record: record, authority: Ed25519Authority(identity: identity),
+                                        settings: .lan, datagramBudget: 1118, seed: 99, now: cluster.now)
+        let out = reborn.join([ManualCluster.address(1)], now: cluster.now)
+        cluster.nodes[b] = reborn
+        cluster.collect(out, from: b)
+        cluster.pump()
+        cluster.advance(by: .seconds(3))
+        #expect(cluster.instance(1).me.incarnation > deadIncarnation)
+        #expect(cluster.status(of: 1, seenBy: 0) == .alive)
+        #expect(cluster.status(of: 1, seenBy: 2) == .alive)
+        #expect(cluster.instance(0).member(b)?.record.bootID == 777)
+    }
+
+    @Test("dead members are forgotten after the configured time")
+    func forget() {
+        var settings = MembershipSettings.lan
+        settings.forgetAfter = .seconds(5)
+        var cluster = ManualCluster(count: 3, settings: settings)
+        let c = cluster[2]
+        cluster.advance(by: settings.deadDetectionBound(memberCount: 3), down: [c])
+        #expect(cluster.status(of: 2, seenBy: 0) == .dead)
+        cluster.advance(by: .seconds(6), down: [c])
+        #expect(cluster.status(of: 2, seenBy: 0) == nil)
+    }
+
+    @Test("a joiner gets the whole member list through the state exchange")
+    func joinGetsFullState() {
+        var cluster = ManualCluster(count: 4)
+        let identity = try! NodeIdentity(seed: [UInt8](repeating: 50, count: 32))
+        var joiner = MembershipInstance(record: ManualCluster.record(identity, index: 50),
+                                        authority: Ed25519Authority(identity: identity), settings: .lan,
+                                        datagramBudget: 1118, seed: 50, now: cluster.now)
+        let out = joiner.join([ManualCluster.address(2)], now: cluster.now)
+        cluster.nodes[identity.nodeID] = joiner
+        cluster.identities[identity.nodeID] = identity
+        cluster.addresses[identity.nodeID] = ManualCluster.address(50)
+        cluster.order.append(identity.nodeID)
+        cluster.collect(out, from: identity.nodeID)
+        cluster.pump()
+        #expect(cluster.nodes[identity.nodeID]!.activeCount == 5)
+        cluster.advance(by: .seconds(3))
+        for observer in 0..<4 {
+            #expect(cluster.status(of: 4, seenBy: observer) == .alive, "observer \(observer)")
+        }
+    }
+}
