@@ -34,6 +34,10 @@ public struct DataDirectory: Sendable {
         guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
             throw .dataDirectory(path: path, reason: "not a directory")
         }
+        // The dir holds secrets: a dir made beforehand (by a script, by mktemp) is closed to others too.
+        if info.st_mode & 0o077 != 0, chmod(path, 0o700) != 0 {
+            throw .dataDirectory(path: path, reason: "cannot make it private (chmod 700): \(Self.errnoText())")
+        }
         if let existing = try readSmallFile(formatVersionPath) {
             let found = existing.trimmingCharacters()
             guard found == Self.formatVersion else { throw .dataDirectoryFormat(path: path, found: found) }

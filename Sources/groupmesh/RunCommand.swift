@@ -3,7 +3,6 @@ import GroupMesh
 import Logging
 import MeshCore
 import MeshCrypto
-import NIOPosix
 import ServiceLifecycle
 
 struct RunCommand: AsyncParsableCommand {
@@ -42,27 +41,19 @@ struct RunCommand: AsyncParsableCommand {
         bootstrapLogging(level: Logger.Level(rawValue: logLevel) ?? .warning)
         let logger = Logger(label: "groupmesh")
         do {
-            let configuration = try makeConfiguration()
-            let directory = configuration.dataDirectory
-            try directory.prepare()
-            let lock = try directory.lock()
-            defer { withExtendedLifetime(lock) {} }
-            let (session, _) = try directory.loadOrCreateSession(invited: configuration.invite?.secret)
-            let identity = try directory.loadOrCreateIdentity()
-
-            let eventLoop = MultiThreadedEventLoopGroup.singleton.next()
-            let node = MeshNode(identity: identity, session: session, configuration: configuration,
-                                eventLoop: eventLoop, logger: logger)
-            let bound = try await node.start()
-            emit("listening: \(bound)")
+            let session = try await MeshSession.join(try makeConfiguration(), logger: logger)
+            let node = session.node
+            emit("listening: \(await node.localAddress.map(\.description) ?? "?")")
             emit("invite: \(await node.invite().text)")
 
-            let group = ServiceGroup(
-                services: [MeshNodeService(node: node)],
+            // `groupmesh leave` ends the node's service by itself: that is a normal end, not a failure.
+            let group = ServiceGroup(configuration: ServiceGroupConfiguration(
+                services: [.init(service: MeshNodeService(node: node), successTerminationBehavior: .gracefullyShutdownGroup)],
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger
-            )
+            ))
             try await group.run()
+            await session.leave()
         } catch let error as GroupMeshError {
             throw fail(error)
         }

@@ -18,6 +18,17 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var state: String
         public var incarnation: UInt64
         public var rttMs: Double?
+
+        // `rttMs` is always present, null until measured, so scripts can rely on the key.
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(id, forKey: .id)
+            try container.encode(name, forKey: .name)
+            try container.encode(address, forKey: .address)
+            try container.encode(state, forKey: .state)
+            try container.encode(incarnation, forKey: .incarnation)
+            try container.encode(rttMs, forKey: .rttMs)
+        }
     }
 
     public struct AttachmentInfo: Codable, Sendable, Equatable {

@@ -31,6 +31,7 @@ public struct MembershipInstance: Sendable {
     private var nextProbeAt: MeshInstant
     private var nextGossipAt: MeshInstant
     private var nextPushPullAt: MeshInstant
+    private var nextReconnectAt: MeshInstant
     private var seeds: [PeerAddress] = []
     private var nextJoinAttemptAt: MeshInstant?
 
@@ -45,6 +46,7 @@ public struct MembershipInstance: Sendable {
         self.nextProbeAt = now + settings.probeInterval
         self.nextGossipAt = now + settings.gossipInterval
         self.nextPushPullAt = now + settings.pushPullInterval
+        self.nextReconnectAt = now + settings.reconnectInterval
     }
 
     // MARK: what the shell reads
@@ -73,7 +75,7 @@ public struct MembershipInstance: Sendable {
 
     /// When `onTick` must run next.
     public var nextDeadline: MeshInstant {
-        var deadline = min(nextProbeAt, nextGossipAt, nextPushPullAt)
+        var deadline = min(nextProbeAt, nextGossipAt, nextPushPullAt, nextReconnectAt)
         if let probe { deadline = min(deadline, probe.indirectSent ? probe.endAt : probe.indirectAt) }
         if let join = nextJoinAttemptAt { deadline = min(deadline, join) }
         for relay in relays.values { deadline = min(deadline, relay.nackAt) }
@@ -164,8 +166,23 @@ public struct MembershipInstance: Sendable {
                 out += stateTransfer(to: partner, address: address, request: true)
             }
         }
+        if now >= nextReconnectAt {
+            nextReconnectAt = now + settings.reconnectInterval
+            reconnect(into: &out)
+        }
         forgetGone(now: now, into: &out)
         return out
+    }
+
+    /// Serf's reconnect: offer our state to one random dead member. If it was only cut off (a
+    /// partition, a paused process), it learns it was declared dead, refutes, and both sides of a
+    /// healed partition merge again.
+    private mutating func reconnect(into out: inout [MembershipDirective]) {
+        let dead = timed.filter { members[$0]?.status == .dead }.sorted()
+        guard !dead.isEmpty else { return }
+        let id = dead[Int(random.next() % UInt64(dead.count))]
+        guard let address = members[id]?.address else { return }
+        out += stateTransfer(to: id, address: address, request: true)
     }
 
     // MARK: merging updates
@@ -320,7 +337,14 @@ public struct MembershipInstance: Sendable {
     private mutating func onProbe(_ probe: Probe, from sender: NodeID, address: PeerAddress,
                                   into out: inout [MembershipDirective]) {
         guard probe.target == me.id, !hasLeft else { return }
-        out.append(send([.probeAck(ProbeAck(sequence: probe.sequence, target: me.id))], to: sender, address: address))
+        var frames: [Frame] = [.probeAck(ProbeAck(sequence: probe.sequence, target: me.id))]
+        // A prober we believe suspect or dead hears so at once, and can refute.
+        if let member = members[sender] {
+            let accusation = Accusation(member: sender, incarnation: member.incarnation, accuser: me.id)
+            if member.status == .suspect { frames.append(.suspect(accusation)) }
+            if member.status == .dead { frames.append(.dead(accusation)) }
+        }
+        out.append(send(frames, to: sender, address: address))
     }
 
     private mutating func onAck(_ ack: ProbeAck, from sender: NodeID, now: MeshInstant,
@@ -418,7 +442,8 @@ public struct MembershipInstance: Sendable {
             used += size
         }
         append([.alive(me)])
-        for member in members.values.sorted(by: { $0.id < $1.id }) where member.id != recipient {
+        // The recipient's own entry is included: if we think it dead, it learns so and refutes.
+        for member in members.values.sorted(by: { $0.id < $1.id }) {
             switch member.status {
             case .alive:
                 append([.alive(member.record)])

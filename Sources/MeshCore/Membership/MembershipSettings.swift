@@ -34,6 +34,8 @@ public struct MembershipSettings: Sendable, Equatable {
     public var forgetAfter: Duration
     /// How often a joiner that has heard from no one retries its seeds.
     public var joinRetryInterval: Duration
+    /// How often to offer our state to one dead member, so healed partitions merge.
+    public var reconnectInterval: Duration
 
     public static func profile(_ profile: Profile) -> MembershipSettings {
         switch profile {
@@ -42,19 +44,19 @@ public struct MembershipSettings: Sendable, Equatable {
                 probeInterval: .milliseconds(500), probeTimeout: .milliseconds(200), indirectProbes: 3,
                 suspicionMultiplier: 3, suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 4,
                 gossipInterval: .milliseconds(200), gossipFanout: 3, pushPullInterval: .seconds(30),
-                forgetAfter: .seconds(60), joinRetryInterval: .seconds(1))
+                forgetAfter: .seconds(60), joinRetryInterval: .seconds(1), reconnectInterval: .seconds(5))
         case .local:
             return MembershipSettings(
                 probeInterval: .milliseconds(200), probeTimeout: .milliseconds(100), indirectProbes: 2,
                 suspicionMultiplier: 3, suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 3,
                 gossipInterval: .milliseconds(100), gossipFanout: 3, pushPullInterval: .seconds(15),
-                forgetAfter: .seconds(30), joinRetryInterval: .milliseconds(500))
+                forgetAfter: .seconds(30), joinRetryInterval: .milliseconds(500), reconnectInterval: .seconds(3))
         case .wan:
             return MembershipSettings(
                 probeInterval: .seconds(5), probeTimeout: .seconds(3), indirectProbes: 3,
                 suspicionMultiplier: 6, suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 4,
                 gossipInterval: .milliseconds(500), gossipFanout: 4, pushPullInterval: .seconds(60),
-                forgetAfter: .seconds(300), joinRetryInterval: .seconds(3))
+                forgetAfter: .seconds(300), joinRetryInterval: .seconds(3), reconnectInterval: .seconds(30))
         }
     }
 

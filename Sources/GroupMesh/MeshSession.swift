@@ -1,0 +1,92 @@
+import Logging
+import MeshCore
+import MeshCrypto
+import NIOCore
+import NIOPosix
+
+/// A member of the session as the public API shows it (GroupActivities' `Participant`).
+public struct Participant: Hashable, Sendable, Identifiable, CustomStringConvertible {
+    /// The member's node id, 32 lowercase hex characters.
+    public let id: String
+    public let name: String
+
+    public init(id: NodeID, name: String) {
+        self.id = id.hex
+        self.name = name
+    }
+
+    public var description: String { "\(name) (\(id.prefix(12)))" }
+}
+
+/// A group session over the mesh: join it, see who is in it, leave it. The node behind it runs
+/// on one event loop of NIO's shared group.
+///
+/// ```swift
+/// let session = try await MeshSession.join(dataDirectory: "/tmp/a", invite: token)
+/// for await participants in await session.activeParticipantUpdates() { print(participants) }
+/// ```
+public final class MeshSession: Sendable {
+    public let node: MeshNode
+    private let lock: DataDirectoryLock
+
+    private init(node: MeshNode, lock: DataDirectoryLock) {
+        self.node = node
+        self.lock = lock
+    }
+
+    /// Starts a node on `configuration`'s data dir (creating the session, or joining the one of
+    /// `configuration.invite`) and joins the mesh.
+    public static func join(_ configuration: NodeConfiguration,
+                            logger: Logger = Logger(label: "groupmesh")) async throws(GroupMeshError) -> MeshSession {
+        let directory = configuration.dataDirectory
+        try directory.prepare()
+        let lock = try directory.lock()
+        let (secret, _) = try directory.loadOrCreateSession(invited: configuration.invite?.secret)
+        let identity = try directory.loadOrCreateIdentity()
+        let node = MeshNode(identity: identity, session: secret, configuration: configuration,
+                            eventLoop: MultiThreadedEventLoopGroup.singleton.next(), logger: logger)
+        try await node.start()
+        return MeshSession(node: node, lock: lock)
+    }
+
+    public var localParticipant: Participant {
+        get async {
+            let me = await node.members.first
+            return Participant(id: node.nodeID, name: me?.record.name ?? "")
+        }
+    }
+
+    /// The members that are alive or suspected (not dead, not left), this node included.
+    public var activeParticipants: Set<Participant> {
+        get async { Self.active(in: await node.members) }
+    }
+
+    /// The set of active participants now and after every change.
+    public func activeParticipantUpdates() async -> AsyncStream<Set<Participant>> {
+        let updates = await node.memberUpdates()
+        return AsyncStream { continuation in
+            let task = Task {
+                var last: Set<Participant>?
+                for await view in updates {
+                    let current = Self.active(in: view)
+                    if current != last { continuation.yield(current) }
+                    last = current
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    public func invite() async -> InviteToken { await node.invite() }
+
+    /// Leaves gracefully; the session object is unusable afterwards.
+    public func leave() async {
+        await node.leave()
+        withExtendedLifetime(lock) {}
+    }
+
+    private static func active(in view: [Member]) -> Set<Participant> {
+        Set(view.filter { !$0.status.isGone }.map { Participant(id: $0.id, name: $0.record.name) })
+    }
+}

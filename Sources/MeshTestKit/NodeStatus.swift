@@ -1,0 +1,74 @@
+import Foundation
+
+/// The parts of `groupmesh status --json` that end-to-end tests look at.
+public struct NodeStatus: Decodable, Sendable {
+    public struct SelfInfo: Decodable, Sendable {
+        public var id: String
+        public var name: String
+        public var address: String
+    }
+
+    public struct MemberInfo: Decodable, Sendable {
+        public var id: String
+        public var name: String
+        public var address: String
+        public var state: String
+        public var incarnation: UInt64
+        public var rttMs: Double?
+    }
+
+    public var `self`: SelfInfo
+    public var members: [MemberInfo]
+    public var counters: [String: JSONValue]
+
+    public func state(of id: String) -> String? {
+        members.first { $0.id == id }?.state
+    }
+}
+
+/// Just enough JSON to read counters without a schema.
+public enum JSONValue: Decodable, Sendable {
+    case number(Double), string(String), bool(Bool), object([String: JSONValue]), array([JSONValue]), null
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() { self = .null }
+        else if let value = try? container.decode(Double.self) { self = .number(value) }
+        else if let value = try? container.decode(Bool.self) { self = .bool(value) }
+        else if let value = try? container.decode(String.self) { self = .string(value) }
+        else if let value = try? container.decode([String: JSONValue].self) { self = .object(value) }
+        else { self = .array(try container.decode([JSONValue].self)) }
+    }
+
+    public var number: Double? { if case let .number(value) = self { value } else { nil } }
+
+    public subscript(key: String) -> JSONValue? {
+        if case let .object(object) = self { object[key] } else { nil }
+    }
+}
+
+extension NodeProcess {
+    /// `groupmesh status --json` for this node.
+    public func status() async throws -> NodeStatus {
+        let result = try await Self.runCommand(["status", "--json", "--data-dir", dataDirectory])
+        guard result.status == 0 else { throw NodeProcessError.exited(status: result.status, stderr: result.stderr) }
+        return try JSONDecoder().decode(NodeStatus.self, from: Data(result.stdout.utf8))
+    }
+
+    /// Polls `status` until `condition` holds; bounded by `timeout`. Returns the last status.
+    @discardableResult
+    public func waitForStatus(timeout: Duration, _ what: String,
+                              _ condition: (NodeStatus) -> Bool) async throws -> NodeStatus {
+        let deadline = ContinuousClock.now + timeout
+        var last: NodeStatus?
+        while ContinuousClock.now < deadline {
+            if let status = try? await status() {
+                last = status
+                if condition(status) { return status }
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let summary = last.map { $0.members.map { "\($0.name)=\($0.state)" }.joined(separator: " ") } ?? "no status"
+        throw NodeProcessError.timeout("\(what) within \(timeout) on \(dataDirectory): \(summary)")
+    }
+}

@@ -1,0 +1,117 @@
+import Foundation
+import MeshCore
+import MeshTestKit
+import Testing
+
+/// Five real `groupmesh run` processes on loopback form one mesh from one invite and keep an
+/// accurate view through a crash, a graceful stop and a restart.
+@Suite("mesh formation with real processes", .serialized)
+struct MeshFormationTests {
+    @Test("5 nodes join through one invite; SIGKILL is seen dead, SIGTERM left, a restart alive again")
+    func fiveNodes() async throws {
+        var nodes: [NodeProcess] = []
+        defer { for node in nodes { Task { await node.cleanUp() } } }
+        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "n0"])
+        nodes.append(first)
+        let invite = try await first.waitForLine(prefix: "invite:")
+        for index in 1..<5 {
+            let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", "n\(index)"])
+            nodes.append(node)
+            _ = try await node.waitForLine(prefix: "listening:")
+        }
+        var ids: [String] = []
+        for node in nodes {
+            let status = try await node.waitForStatus(timeout: .seconds(20), "5 alive members") { status in
+                status.members.count == 5 && status.members.allSatisfy { $0.state == "alive" }
+            }
+            ids.append(status.`self`.id)
+        }
+
+        // SIGKILL: the others see it dead within the lan profile's bound.
+        let bound = MembershipSettings.lan.deadDetectionBound(memberCount: 5)
+        nodes[4].signal(SIGKILL)
+        try await nodes[4].waitForExit()
+        for node in nodes[0..<4] {
+            try await node.waitForStatus(timeout: bound, "n4 dead") { $0.state(of: ids[4]) == "dead" }
+        }
+
+        // SIGTERM: a graceful leave, seen as left.
+        nodes[3].signal(SIGTERM)
+        #expect(try await nodes[3].waitForExit() == 0)
+        for node in nodes[0..<3] {
+            try await node.waitForStatus(timeout: .seconds(10), "n3 left") { $0.state(of: ids[3]) == "left" }
+        }
+
+        // The killed node restarts from its data dir alone (no invite) and is alive everywhere.
+        let restarted = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: nodes[4].dataDirectory)
+        nodes.append(restarted)
+        _ = try await restarted.waitForLine(prefix: "listening:")
+        for node in nodes[0..<3] + [restarted] {
+            try await node.waitForStatus(timeout: .seconds(20), "n4 alive again") { $0.state(of: ids[4]) == "alive" }
+        }
+    }
+
+    @Test("invite, status and leave talk to the running node; without a node they fail in one line")
+    func controlCommands() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await node.cleanUp() } }
+        let printed = try await node.waitForLine(prefix: "invite:")
+        let invite = try await NodeProcess.runCommand(["invite", "--data-dir", node.dataDirectory])
+        #expect(invite.status == 0)
+        #expect(invite.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == printed)
+
+        let table = try await NodeProcess.runCommand(["status", "--data-dir", node.dataDirectory])
+        #expect(table.status == 0)
+        #expect(table.stdout.contains("alive"))
+
+        let leave = try await NodeProcess.runCommand(["leave", "--data-dir", node.dataDirectory])
+        #expect(leave.status == 0)
+        #expect(try await node.waitForExit() == 0)
+
+        for command in [["status"], ["invite"], ["leave"], ["status", "--json"]] {
+            let result = try await NodeProcess.runCommand(command + ["--data-dir", node.dataDirectory])
+            #expect(result.status != 0)
+            #expect(result.stderr.contains("no groupmesh node is running"), "\(command): \(result.stderr)")
+            #expect(result.stderr.split(separator: "\n").count == 1)
+        }
+    }
+
+    @Test("a data dir whose path is longer than a socket address allows still works")
+    func longDataDirectory() async throws {
+        var path = NodeProcess.makeTemporaryDirectory("long")
+        while path.utf8.count < 150 { path += "/deeper-directory-name" }
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: path)
+        defer { Task { await node.cleanUp() } }
+        _ = try await node.waitForLine(prefix: "listening:")
+        let status = try await node.waitForStatus(timeout: .seconds(10), "status over a long path") { _ in true }
+        #expect(status.members.count == 1)
+    }
+
+    @Test("a control socket left behind by a killed node does not block a restart")
+    func staleSocket() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await node.cleanUp() } }
+        _ = try await node.waitForLine(prefix: "listening:")
+        node.signal(SIGKILL)
+        try await node.waitForExit()
+        #expect(FileManager.default.fileExists(atPath: node.dataDirectory + "/control.sock"))
+        let again = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: node.dataDirectory)
+        defer { Task { await again.cleanUp(removeData: false) } }
+        _ = try await again.waitForLine(prefix: "listening:")
+        try await again.waitForStatus(timeout: .seconds(10), "status after restart") { $0.members.count == 1 }
+    }
+
+    @Test("IPv6 loopback: two nodes form a mesh over [::1]")
+    func ipv6() async throws {
+        let first = try NodeProcess(["run", "--listen", "[::1]:0"])
+        defer { Task { await first.cleanUp() } }
+        let invite = try await first.waitForLine(prefix: "invite:")
+        #expect(try await first.waitForLine(prefix: "listening:").hasPrefix("[::1]:"))
+        let second = try NodeProcess(["run", "--listen", "[::1]:0", "--invite", invite])
+        defer { Task { await second.cleanUp() } }
+        try await second.waitForStatus(timeout: .seconds(15), "2 alive over IPv6") { status in
+            status.members.count == 2 && status.members.allSatisfy { $0.state == "alive" }
+        }
+    }
+}
