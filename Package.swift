@@ -72,6 +72,7 @@ let package = Package(
             dependencies: [
                 "MeshCore",
                 "MeshCrypto",
+                "MeshTestKit",
                 "CSodium",
                 .product(name: "NIOCore", package: "swift-nio"),
             ]

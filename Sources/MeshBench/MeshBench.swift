@@ -10,6 +10,8 @@ enum MeshBench {
         var results: [BenchResult] = []
         print("crypto and hashing (one core)…")
         results += CryptoScenario.run(quick: quick)
+        print("membership in simulation…")
+        results += MembershipScenario.run(quick: quick)
         print()
         BenchReport.printTable(results)
         try BenchReport.write(results, to: output, quick: quick)

@@ -92,8 +92,10 @@ public struct NodeID: Hashable, Sendable, Comparable, CustomStringConvertible {
 
     /// Takes the first 16 bytes; shorter input is zero-padded (callers check lengths first).
     public init(bytes: some Collection<UInt8>) {
+        var padded = Array(bytes.prefix(16))
+        padded += [UInt8](repeating: 0, count: 16 - padded.count)
         var high: UInt64 = 0, low: UInt64 = 0
-        for (index, byte) in bytes.prefix(16).enumerated() {
+        for (index, byte) in padded.enumerated() {
             if index < 8 { high = high << 8 | UInt64(byte) } else { low = low << 8 | UInt64(byte) }
         }
         self.init(high: high, low: low)

@@ -54,7 +54,8 @@ public struct PeerAddress: Hashable, Sendable, CustomStringConvertible, Comparab
             hostPart = text[..<colon]
             portPart = text[text.index(after: colon)...]
         }
-        guard !hostPart.isEmpty, !portPart.isEmpty, portPart.allSatisfy(\.isASCII),
+        guard !hostPart.isEmpty, !portPart.isEmpty,
+              portPart.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
               let port = UInt16(portPart) else { return nil }
         return (String(hostPart), port)
     }

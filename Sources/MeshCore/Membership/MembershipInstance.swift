@@ -33,6 +33,8 @@ public struct MembershipInstance: Sendable {
     private var nextPushPullAt: MeshInstant
     private var nextReconnectAt: MeshInstant
     private var seeds: [PeerAddress] = []
+    /// Set while handling a datagram that accused us at an incarnation we already outbid.
+    private var staleAccuser = false
     private var nextJoinAttemptAt: MeshInstant?
 
     public init(record: MemberRecord, authority: some RecordAuthority, settings: MembershipSettings,
@@ -81,7 +83,9 @@ public struct MembershipInstance: Sendable {
         for relay in relays.values { deadline = min(deadline, relay.nackAt) }
         for id in timed {
             guard let member = members[id] else { continue }
-            if let suspicion = member.suspicion { deadline = min(deadline, suspicion.deadline) }
+            if let suspicion = member.suspicion {
+                deadline = min(deadline, suspicion.verifyAt ?? suspicion.deadline)
+            }
             if member.status.isGone { deadline = min(deadline, member.lastChange + settings.forgetAfter) }
         }
         return deadline
@@ -123,23 +127,36 @@ public struct MembershipInstance: Sendable {
     public mutating func onFrames(_ frames: [Frame], from sender: NodeID, address: PeerAddress,
                                   now: MeshInstant) -> [MembershipDirective] {
         var out: [MembershipDirective] = []
+        staleAccuser = false
         if nextJoinAttemptAt != nil, sender != me.id {
             nextJoinAttemptAt = nil  // someone answered: we are in
         }
+        // Updates first, so an answer to a probe in the same datagram already carries what
+        // they changed (a refutation, most of all).
         for frame in frames {
             switch frame {
             case let .alive(record): mergeAlive(record, now: now, into: &out)
             case let .suspect(accusation): mergeSuspect(accusation, now: now, into: &out)
             case let .dead(accusation): mergeDead(accusation, now: now, into: &out)
             case let .left(departure): mergeLeft(departure, now: now, into: &out)
-            case let .probe(probe): onProbe(probe, from: sender, address: address, into: &out)
+            default: break
+            }
+        }
+        for frame in frames {
+            switch frame {
+            case let .probe(probe):
+                onProbe(probe, from: sender, address: address, into: &out)
             case let .probeAck(ack): onAck(ack, from: sender, now: now, into: &out)
             case let .probeNack(nack):
                 if probe?.sequence == nack.sequence, probe?.target == nack.target { probe?.nacksReceived += 1 }
             case let .probeRequest(request): onProbeRequest(request, from: sender, address: address, now: now, into: &out)
             case .syncRequest: out += stateTransfer(to: sender, address: address)
-            case .ping, .pong: break
+            case .alive, .suspect, .dead, .left, .ping, .pong: break
             }
+        }
+        // The sender still believes an old rumour about us: answer it with our current record.
+        if staleAccuser, sender != me.id, !hasLeft {
+            out.append(.send(frames: [.alive(me)], recipient: sender, address: address))
         }
         return out
     }
@@ -154,6 +171,7 @@ public struct MembershipInstance: Sendable {
             }
         }
         expireRelays(now: now, into: &out)
+        verifySuspicions(now: now, into: &out)
         expireSuspicions(now: now, into: &out)
         advanceProbe(now: now, into: &out)
         if now >= nextGossipAt {
@@ -224,6 +242,8 @@ public struct MembershipInstance: Sendable {
             if accusation.incarnation >= me.incarnation, !hasLeft {
                 health.worsen()
                 refute(above: accusation.incarnation)
+            } else {
+                staleAccuser = true
             }
             return
         }
@@ -252,7 +272,11 @@ public struct MembershipInstance: Sendable {
 
     private mutating func mergeDead(_ accusation: Accusation, now: MeshInstant, into out: inout [MembershipDirective]) {
         if accusation.member == me.id {
-            if accusation.incarnation >= me.incarnation, !hasLeft { refute(above: accusation.incarnation) }
+            if accusation.incarnation >= me.incarnation, !hasLeft {
+                refute(above: accusation.incarnation)
+            } else {
+                staleAccuser = true
+            }
             return
         }
         guard let member = members[accusation.member], accusation.incarnation >= member.incarnation,
@@ -305,6 +329,10 @@ public struct MembershipInstance: Sendable {
                 if let address = members[current.target]?.address {
                     let helpers = pickRandom(settings.indirectProbes, excluding: [current.target])
                     current.nacksExpected = helpers.count
+                    // SWIM sends the indirect probes; a second direct one halves the chance that
+                    // plain loss makes a healthy member suspect.
+                    out.append(send(probeFrames(sequence: current.sequence, target: current.target),
+                                    to: current.target, address: address))
                     for helper in helpers {
                         guard let helperAddress = members[helper]?.address else { continue }
                         let request = ProbeRequest(sequence: current.sequence, target: current.target, address: address)
@@ -331,13 +359,43 @@ public struct MembershipInstance: Sendable {
         sequence += 1
         probe = ProbeState(target: target, sequence: sequence, sentAt: now,
                            indirectAt: now + settings.probeTimeout * health.multiplier, endAt: now + period)
-        out.append(send([.probe(Probe(sequence: sequence, target: target))], to: target, address: address))
+        out.append(send(probeFrames(sequence: sequence, target: target), to: target, address: address))
+    }
+
+    /// A probe, and for a member we suspect the suspicion too (Lifeguard's buddy system), so a
+    /// live suspect learns of it from us even if the gossip missed it.
+    private func probeFrames(sequence: UInt64, target: NodeID) -> [Frame] {
+        var frames: [Frame] = [.probe(Probe(sequence: sequence, target: target))]
+        if let member = members[target], member.status == .suspect {
+            frames.append(.suspect(Accusation(member: target, incarnation: member.incarnation, accuser: me.id)))
+        }
+        return frames
+    }
+
+    /// Halfway through a suspicion we have not seen refuted, ask the suspect directly: a refutation
+    /// our gossip missed comes back in its answer.
+    private mutating func verifySuspicions(now: MeshInstant, into out: inout [MembershipDirective]) {
+        for id in timed.sorted() {
+            guard var member = members[id], member.status == .suspect, var suspicion = member.suspicion,
+                  let verifyAt = suspicion.verifyAt, now >= verifyAt, let address = member.address else { continue }
+            suspicion.verifications += 1
+            member.suspicion = suspicion
+            members[id] = member
+            sequence += 1
+            out.append(.send(frames: probeFrames(sequence: sequence, target: id), recipient: id, address: address))
+        }
     }
 
     private mutating func onProbe(_ probe: Probe, from sender: NodeID, address: PeerAddress,
                                   into out: inout [MembershipDirective]) {
         guard probe.target == me.id, !hasLeft else { return }
         var frames: [Frame] = [.probeAck(ProbeAck(sequence: probe.sequence, target: me.id))]
+        // A prober that still suspects us gets our current record with the ack, so the two
+        // cannot be lost apart.
+        if staleAccuser {
+            frames.append(.alive(me))
+            staleAccuser = false
+        }
         // A prober we believe suspect or dead hears so at once, and can refute.
         if let member = members[sender] {
             let accusation = Accusation(member: sender, incarnation: member.incarnation, accuser: me.id)

@@ -14,6 +14,8 @@ public struct Suspicion: Sendable, Equatable {
     public let maximum: Duration
     public let expectedConfirmations: Int
     public private(set) var accusers: Set<NodeID>
+    /// How often the suspect was asked directly (see `verifyAt`).
+    public var verifications = 0
 
     public init(incarnation: UInt64, accuser: NodeID, start: MeshInstant, minimum: Duration, maximum: Duration,
                 expectedConfirmations: Int) {
@@ -41,4 +43,15 @@ public struct Suspicion: Sendable, Equatable {
     }
 
     public var deadline: MeshInstant { start + timeout }
+
+    /// When to ask the suspect directly: at 40% and 80% of the minimum timeout, late enough for
+    /// gossip to have carried a refutation, early enough for an answer to beat the deadline.
+    /// Nil once both were sent.
+    public var verifyAt: MeshInstant? {
+        switch verifications {
+        case 0: return start + minimum * 0.4
+        case 1: return start + minimum * 0.8
+        default: return nil
+        }
+    }
 }

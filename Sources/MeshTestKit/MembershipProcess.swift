@@ -1,0 +1,118 @@
+import MeshCore
+import MeshCrypto
+import NIOCore
+
+/// A membership instance as a simulated process. Datagrams carry the sender's id, an 8-byte
+/// checksum standing in for the AEAD tag (so corrupted datagrams are dropped, as sealing would
+/// drop them), then the real frame encoding.
+public final class MembershipProcess: SimulatedProcess {
+    public struct Change: Sendable, Equatable {
+        public var time: MeshInstant
+        public var member: NodeID
+        public var status: MemberStatus
+        public var incarnation: UInt64
+    }
+
+    static let timerID: UInt64 = 1
+    static let envelopeLength = NodeID.byteCount + 8
+
+    public private(set) var instance: MembershipInstance
+    public let seeds: [PeerAddress]
+    /// Every status change this node saw, in order.
+    public private(set) var changes: [Change] = []
+    public private(set) var rejected = 0
+    /// Largest datagram this node sent, envelope included.
+    public private(set) var largestDatagram = 0
+    /// Sees every accepted datagram's frames, for diagnosing a failing seed.
+    public var onFrames: ((MeshInstant, NodeID, [Frame]) -> Void)?
+
+    public init(instance: MembershipInstance, seeds: [PeerAddress] = []) {
+        self.instance = instance
+        self.seeds = seeds
+    }
+
+    /// A node at `address` with a cheap authority, ready for large simulations.
+    public static func make(at address: SimAddress, settings: MembershipSettings, seed: UInt64,
+                            seeds: [SimAddress] = [], now: MeshInstant = .zero) -> MembershipProcess {
+        let authority = SimulationAuthority(index: address.index)
+        let record = MemberRecord(signingKey: authority.signingKey, name: address.description,
+                                  addresses: [address.peerAddress], incarnation: 0, bootID: seed,
+                                  ephemeralKey: [UInt8](repeating: 0, count: 32))
+        let instance = MembershipInstance(record: record, authority: authority, settings: settings,
+                                          datagramBudget: 1118, seed: seed, now: now)
+        return MembershipProcess(instance: instance, seeds: seeds.map(\.peerAddress))
+    }
+
+    public var id: NodeID { instance.localID }
+
+    public func start(now: MeshInstant, context: inout SimContext) {
+        perform(instance.join(seeds, now: now), now: now, context: &context)
+    }
+
+    public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
+        guard datagram.count > Self.envelopeLength,
+              Array(datagram[16..<24]) == Self.checksum(datagram[0..<16] + datagram[24...]) else {
+            rejected += 1
+            return
+        }
+        var buffer = ByteBuffer(bytes: datagram[24...])
+        guard case let .success(frames) = FrameCodec.decodeAll(&buffer) else {
+            rejected += 1
+            return
+        }
+        let from = NodeID(bytes: datagram[0..<16])
+        onFrames?(now, from, frames)
+        perform(instance.onFrames(frames, from: from, address: sender.peerAddress, now: now), now: now, context: &context)
+    }
+
+    public func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {
+        perform(instance.onTick(now: now), now: now, context: &context)
+    }
+
+    public func assume(_ records: [MemberRecord], now: MeshInstant) {
+        instance.assume(records, now: now)
+    }
+
+    public func leave(now: MeshInstant, context: inout SimContext) {
+        perform(instance.leave(now: now), now: now, context: &context)
+    }
+
+    private func perform(_ directives: [MembershipDirective], now: MeshInstant, context: inout SimContext) {
+        for directive in directives {
+            switch directive {
+            case let .send(frames, _, address):
+                guard let destination = SimAddress(peerAddress: address) else { continue }
+                let datagram = Self.envelope(from: instance.localID, frames: frames)
+                largestDatagram = max(largestDatagram, datagram.count)
+                context.send(datagram, to: destination)
+            case let .memberChanged(member):
+                changes.append(Change(time: now, member: member.id, status: member.status, incarnation: member.incarnation))
+            case .memberForgotten:
+                break
+            }
+        }
+        if !instance.hasLeft {
+            context.schedule(timer: Self.timerID, at: instance.nextDeadline)
+        } else {
+            context.cancel(timer: Self.timerID)
+        }
+    }
+
+    /// The simulated datagram: sender id, checksum of id and frames, frames.
+    public static func envelope(from sender: NodeID, frames: [Frame]) -> [UInt8] {
+        var buffer = ByteBuffer()
+        for frame in frames { FrameCodec.encode(frame, into: &buffer) }
+        let payload = Array(buffer.readableBytesView)
+        let id = sender.bytes
+        return id + checksum(id[...] + payload[...]) + payload
+    }
+
+    static func checksum(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in bytes {
+            hash ^= UInt64(byte)
+            hash &*= 0x0000_0100_0000_01B3
+        }
+        return (0..<8).map { UInt8(truncatingIfNeeded: hash >> UInt64(8 * $0)) }
+    }
+}

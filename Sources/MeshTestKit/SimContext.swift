@@ -1,0 +1,49 @@
+import MeshCore
+
+/// What a node may do during one callback: send datagrams and set or cancel its timers.
+/// The requests are collected and applied by the simulator after the callback returns, so a
+/// node can never observe a half-applied effect or re-enter the simulator.
+public struct SimContext {
+    /// This node's address.
+    public let address: SimAddress
+    /// This node's own clock reading (the simulator's clock plus the node's offset).
+    public let now: MeshInstant
+    /// This node's own random stream (forked from the simulation seed when the node booted;
+    /// a restart gets a fresh one). Changes made here persist across callbacks.
+    public var random: SeededGenerator
+
+    enum Effect {
+        case send([UInt8], to: SimAddress)
+        case schedule(timer: UInt64, at: MeshInstant)
+        case cancel(timer: UInt64)
+    }
+
+    private(set) var effects: [Effect] = []
+
+    init(address: SimAddress, now: MeshInstant, random: SeededGenerator) {
+        self.address = address
+        self.now = now
+        self.random = random
+    }
+
+    /// Sends one datagram over the simulated network (subject to the link's conditions).
+    public mutating func send(_ bytes: [UInt8], to destination: SimAddress) {
+        effects.append(.send(bytes, to: destination))
+    }
+
+    /// Arms timer `id` to fire when this node's clock reads `deadline` (immediately after the
+    /// current event if that is not in the future). Arming an id that is already armed
+    /// replaces it: a state machine names its timers and re-arms them freely.
+    public mutating func schedule(timer id: UInt64, at deadline: MeshInstant) {
+        effects.append(.schedule(timer: id, at: deadline))
+    }
+
+    public mutating func schedule(timer id: UInt64, after delay: Duration) {
+        schedule(timer: id, at: now + delay)
+    }
+
+    /// Disarms timer `id`; nothing happens if it is not armed.
+    public mutating func cancel(timer id: UInt64) {
+        effects.append(.cancel(timer: id))
+    }
+}

@@ -1,0 +1,87 @@
+/// Why the simulated network did not deliver a datagram.
+public enum SimDropReason: String, Sendable, CaseIterable, CustomStringConvertible {
+    /// The link's loss probability (or a link set `.down`).
+    case loss
+    /// Sender and receiver were on different sides of a partition, at send or arrival time.
+    case partition
+    /// Larger than the link's MTU.
+    case mtu
+    /// The receiver was crashed (or not yet started) when the datagram arrived.
+    case crashed
+    /// No node was ever added at the destination address.
+    case unknownDestination
+
+    public var description: String { rawValue }
+}
+
+/// Datagrams dropped, by reason.
+public struct SimDropCounts: Sendable, Equatable {
+    public var loss = 0
+    public var partition = 0
+    public var mtu = 0
+    public var crashed = 0
+    public var unknownDestination = 0
+
+    public init() {}
+
+    public var total: Int { loss + partition + mtu + crashed + unknownDestination }
+
+    public subscript(reason: SimDropReason) -> Int {
+        get {
+            switch reason {
+            case .loss: loss
+            case .partition: partition
+            case .mtu: mtu
+            case .crashed: crashed
+            case .unknownDestination: unknownDestination
+            }
+        }
+        set {
+            switch reason {
+            case .loss: loss = newValue
+            case .partition: partition = newValue
+            case .mtu: mtu = newValue
+            case .crashed: crashed = newValue
+            case .unknownDestination: unknownDestination = newValue
+            }
+        }
+    }
+}
+
+/// One node's traffic, for checks such as "constant messages per node per period".
+public struct SimNodeStatistics: Sendable, Equatable {
+    public var sent = 0
+    public var bytesSent = 0
+    /// Datagrams handed to the node's `receive` (duplicates included).
+    public var received = 0
+    public var bytesReceived = 0
+    public var timersFired = 0
+
+    public init() {}
+}
+
+/// Counters for the whole network since the simulator was made or `resetStatistics()`.
+/// `sent` counts datagrams handed to the network (by nodes or `inject`); every sent datagram
+/// is either dropped or delivered at least once (or still in flight), and each extra copy is
+/// counted in `duplicated`, so `delivered + dropped.total + inFlight == sent + duplicated`.
+public struct SimStatistics: Sendable, Equatable {
+    public var sent = 0
+    public var bytesSent = 0
+    public var delivered = 0
+    public var bytesDelivered = 0
+    public var dropped = SimDropCounts()
+    public var duplicated = 0
+    public var corrupted = 0
+    public var timersFired = 0
+    /// Per node, indexed by `SimAddress.index`.
+    public internal(set) var nodes: [SimNodeStatistics] = []
+
+    public init() {}
+
+    public subscript(node: SimAddress) -> SimNodeStatistics {
+        node.index < nodes.count ? nodes[node.index] : SimNodeStatistics()
+    }
+
+    /// The most datagrams any one node sent.
+    public var maxSentPerNode: Int { nodes.lazy.map(\.sent).max() ?? 0 }
+}

@@ -1,0 +1,258 @@
+import MeshCore
+
+/// A seeded, single-threaded, discrete-event simulation of nodes exchanging datagrams.
+///
+/// Why: every protocol rule must be testable deterministically, with thousands of nodes, lossy
+/// links, partitions, crashes and clock jumps, in milliseconds of real time and with no socket.
+/// The simulator is generic: it moves opaque datagrams and fires named timers; what a node does
+/// is its `SimulatedProcess`.
+///
+/// Determinism: the clock is manual; pending events are ordered by (time, insertion order);
+/// all randomness comes from `SeededGenerator`s forked from `seed` (one stream for the
+/// network, one per node boot); no dictionary is ever iterated in an order that matters.
+/// So one seed gives one exact sequence of events, and `trace` / `traceDigest` prove it.
+///
+/// Not thread-safe and not `Sendable`: a test owns its simulator.
+public final class Simulator {
+    public let seed: UInt64
+    /// The simulation's (global) clock. A node's own clock is this plus its offset
+    /// (see `jumpClock(of:by:)`).
+    public internal(set) var now: MeshInstant
+    /// Conditions for every directed link without its own (see `setLink(from:to:_:)`).
+    public var defaultLink: LinkConditions
+    public internal(set) var statistics = SimStatistics()
+    /// Events handled so far (stale timers not counted).
+    public internal(set) var eventsProcessed = 0
+
+    /// What to do with trace events; can be changed mid-run.
+    public var traceOptions: SimTraceOptions
+    /// Every trace event so far, when `traceOptions` contains `.record`.
+    public internal(set) var trace: [SimTraceEvent] = []
+    /// Called with every trace event as it happens (e.g. to print a failing seed's run).
+    public var onTrace: ((SimTraceEvent) -> Void)?
+    /// A hash of every trace event so far, when `traceOptions` contains `.digest`.
+    public var traceDigest: UInt64 { digest.value }
+
+    enum Event {
+        case start(node: Int, epoch: UInt32)
+        case deliver(from: SimAddress, to: SimAddress, bytes: [UInt8])
+        case timer(node: Int, epoch: UInt32, id: UInt64, token: UInt64)
+        case action(label: String, (Simulator) -> Void)
+    }
+
+    enum NodeStatus { case booting, running, crashed }
+
+    struct ArmedTimer {
+        var token: UInt64
+        /// In the node's own clock, so that a clock jump can move it.
+        var deadline: MeshInstant
+    }
+
+    struct NodeSlot {
+        var process: any SimulatedProcess
+        var status: NodeStatus = .booting
+        /// Bumped on every crash: events addressed to an earlier boot are stale.
+        var epoch: UInt32 = 0
+        var clockOffset: Duration = .zero
+        var random: SeededGenerator
+        /// Looked up by id only; iterated only after sorting (see `jumpClock`).
+        var timers: [UInt64: ArmedTimer] = [:]
+        /// 0 = the group of every node not named in the current partition.
+        var partitionGroup = 0
+    }
+
+    var nodes: [NodeSlot] = []
+    var queue = EventQueue<Event>()
+    var links: [DirectedLink: LinkConditions] = [:]
+    var isPartitioned = false
+    var networkRandom: SeededGenerator
+    var bootRandom: SeededGenerator
+    var nextTimerToken: UInt64 = 0
+    var digest = TraceDigest()
+
+    public init(
+        seed: UInt64,
+        defaultLink: LinkConditions = .default,
+        trace: SimTraceOptions = [],
+        startTime: MeshInstant = .zero
+    ) {
+        self.seed = seed
+        self.defaultLink = defaultLink
+        self.traceOptions = trace
+        self.now = startTime
+        var root = SeededGenerator(seed: seed)
+        networkRandom = root.fork()
+        bootRandom = root.fork()
+    }
+
+    // MARK: Nodes
+
+    /// Adds a node; its `start` runs at `startTime` (default: now, after events already due).
+    @discardableResult
+    public func addNode(_ process: any SimulatedProcess, startingAt startTime: MeshInstant? = nil) -> SimAddress {
+        let index = nodes.count
+        nodes.append(NodeSlot(process: process, random: bootRandom.fork()))
+        statistics.nodes.append(SimNodeStatistics())
+        queue.push(.start(node: index, epoch: 0), at: max(startTime ?? now, now))
+        return SimAddress(index)
+    }
+
+    /// Adds `count` nodes, each made by `make` from the address it will have.
+    @discardableResult
+    public func addNodes(_ count: Int, _ make: (SimAddress) -> any SimulatedProcess) -> [SimAddress] {
+        (0..<count).map { _ in addNode(make(SimAddress(nodes.count))) }
+    }
+
+    /// Kills a node at once: it handles no more events, its timers are dropped, datagrams
+    /// that reach it while it is down are dropped (`crashed`). Datagrams it already sent are
+    /// on the wire and still arrive. The process object stays inspectable.
+    public func crash(_ node: SimAddress) {
+        let index = checked(node)
+        guard nodes[index].status != .crashed else { return }
+        nodes[index].status = .crashed
+        nodes[index].epoch &+= 1
+        nodes[index].timers.removeAll()
+        record(.crashed(node))
+    }
+
+    /// Boots a new process at the same address (crashing the old one first if it is still
+    /// up): fresh state, fresh random stream, same clock offset, as a restarted machine would.
+    public func restart(_ node: SimAddress, with process: any SimulatedProcess, at startTime: MeshInstant? = nil) {
+        let index = checked(node)
+        crash(node)
+        nodes[index].process = process
+        nodes[index].status = .booting
+        nodes[index].random = bootRandom.fork()
+        queue.push(.start(node: index, epoch: nodes[index].epoch), at: max(startTime ?? now, now))
+    }
+
+    public var addresses: [SimAddress] { nodes.indices.map(SimAddress.init) }
+
+    /// Nodes that are up (started and not crashed), in address order.
+    public var runningAddresses: [SimAddress] {
+        nodes.indices.filter { nodes[$0].status == .running }.map(SimAddress.init)
+    }
+
+    public func isRunning(_ node: SimAddress) -> Bool {
+        node.index < nodes.count && nodes[node.index].status == .running
+    }
+
+    /// The node's current process (the last one, if it crashed).
+    public func process(at node: SimAddress) -> any SimulatedProcess {
+        nodes[checked(node)].process
+    }
+
+    public func process<P: SimulatedProcess>(at node: SimAddress, as type: P.Type) -> P? {
+        nodes[checked(node)].process as? P
+    }
+
+    /// Timer ids the node has armed, ascending.
+    public func armedTimers(of node: SimAddress) -> [UInt64] {
+        nodes[checked(node)].timers.keys.sorted()
+    }
+
+    public var pendingEventCount: Int { queue.count }
+
+    /// Zeroes the counters (e.g. to measure one protocol period).
+    public func resetStatistics() {
+        statistics = SimStatistics()
+        statistics.nodes = Array(repeating: SimNodeStatistics(), count: nodes.count)
+    }
+
+    // MARK: Scripted actions
+
+    /// Runs `action` when the clock reaches `time` (e.g. crash a node, heal a partition),
+    /// in order with the other events due then.
+    public func at(_ time: MeshInstant, _ label: String = "", do action: @escaping (Simulator) -> Void) {
+        queue.push(.action(label: label, action), at: max(time, now))
+    }
+
+    public func after(_ delay: Duration, _ label: String = "", do action: @escaping (Simulator) -> Void) {
+        at(now + delay, label, do: action)
+    }
+
+    // MARK: Internals
+
+    func checked(_ node: SimAddress) -> Int {
+        precondition(node.index < nodes.count, "no simulated node \(node)")
+        return node.index
+    }
+
+    func record(_ kind: @autoclosure () -> SimTraceEvent.Kind) {
+        guard !traceOptions.isEmpty || onTrace != nil else { return }
+        let event = SimTraceEvent(time: now, kind: kind())
+        if traceOptions.contains(.record) { trace.append(event) }
+        if traceOptions.contains(.digest) { digest.add(event) }
+        onTrace?(event)
+    }
+
+    /// Handles one dequeued event; false when it was stale (nothing happened).
+    func handle(_ event: Event) -> Bool {
+        switch event {
+        case let .start(index, epoch):
+            guard nodes[index].epoch == epoch, nodes[index].status == .booting else { return false }
+            nodes[index].status = .running
+            record(.started(SimAddress(index)))
+            invoke(index) { process, now, context in process.start(now: now, context: &context) }
+
+        case let .deliver(from, to, bytes):
+            let index = to.index
+            if blocked(from, to) {
+                drop(from: from, to: to, size: bytes.count, reason: .partition)
+            } else if nodes[index].status != .running {
+                drop(from: from, to: to, size: bytes.count, reason: .crashed)
+            } else {
+                statistics.delivered += 1
+                statistics.bytesDelivered += bytes.count
+                statistics.nodes[index].received += 1
+                statistics.nodes[index].bytesReceived += bytes.count
+                record(.delivered(from: from, to: to, bytes: bytes))
+                invoke(index) { process, now, context in
+                    process.receive(datagram: bytes, from: from, now: now, context: &context)
+                }
+            }
+
+        case let .timer(index, epoch, id, token):
+            guard nodes[index].epoch == epoch, nodes[index].status == .running,
+                  nodes[index].timers[id]?.token == token else { return false }
+            nodes[index].timers[id] = nil
+            statistics.timersFired += 1
+            statistics.nodes[index].timersFired += 1
+            record(.timerFired(SimAddress(index), id: id))
+            invoke(index) { process, now, context in process.timerFired(id, now: now, context: &context) }
+
+        case let .action(label, action):
+            record(.action(label))
+            action(self)
+        }
+        eventsProcessed += 1
+        return true
+    }
+
+    /// Calls into a node with a fresh context, then applies what it asked for, in order.
+    private func invoke(_ index: Int, _ call: (any SimulatedProcess, MeshInstant, inout SimContext) -> Void) {
+        let address = SimAddress(index)
+        let localNow = localTime(of: address)
+        var context = SimContext(address: address, now: localNow, random: nodes[index].random)
+        call(nodes[index].process, localNow, &context)
+        nodes[index].random = context.random
+        for effect in context.effects {
+            switch effect {
+            case let .send(bytes, destination):
+                transmit(bytes, from: address, to: destination)
+            case let .schedule(id, deadline):
+                arm(timer: id, of: index, at: deadline)
+            case let .cancel(id):
+                nodes[index].timers[id] = nil
+            }
+        }
+    }
+
+    /// (Re)arms a timer at a deadline on the node's own clock.
+    func arm(timer id: UInt64, of index: Int, at deadline: MeshInstant) {
+        nextTimerToken += 1
+        nodes[index].timers[id] = ArmedTimer(token: nextTimerToken, deadline: deadline)
+        let global = max(deadline + (.zero - nodes[index].clockOffset), now)
+        queue.push(.timer(node: index, epoch: nodes[index].epoch, id: id, token: nextTimerToken), at: global)
+    }
+}

@@ -1,0 +1,120 @@
+import MeshCrypto
+import NIOCore
+import Testing
+@testable import MeshCore
+
+@Suite struct FrameCodecTests {
+    @Test(arguments: FrameType.allCases)
+    func everyFrameTypeRoundTrips(type: FrameType) {
+        var rng = SplitMix64(seed: testSeed(0xf7a3e) ^ UInt64(type.rawValue))
+        let samples = sampleFrames(of: type, using: &rng)
+        #expect(!samples.isEmpty, "frame type \(type) has no examples: add some to sampleFrames(of:) in Tests/MeshCoreTests/TestSupport.swift")
+        for frame in samples {
+            #expect(frame.type == type)
+            var encoded = ByteBuffer()
+            FrameCodec.encode(frame, into: &encoded)
+            #expect(encoded.readableBytes == FrameCodec.encodedLength(of: frame))
+            let raw = bytes(encoded)
+            #expect(raw[0] == type.rawValue)
+            #expect(Int(raw[1]) << 8 | Int(raw[2]) == raw.count - FrameCodec.headerLength)
+            var reading = encoded
+            #expect(FrameCodec.decodeOne(&reading) == .success(frame))
+            #expect(reading.readableBytes == 0)
+            var all = encoded
+            #expect(FrameCodec.decodeAll(&all) == .success([frame]))
+        }
+    }
+
+    @Test func frameTypeNumbersAreFixed() {
+        #expect(FrameType.ping.rawValue == 0x01)
+        #expect(FrameType.pong.rawValue == 0x02)
+        #expect(Set(FrameType.allCases.map(\.rawValue)).count == FrameType.allCases.count)
+        #expect(!FrameType.allCases.map(\.rawValue).contains(0))
+    }
+
+    @Test func pingLayoutIsBigEndian() {
+        var encoded = ByteBuffer()
+        FrameCodec.encode(.ping(Ping(token: 0x0102_0304_0506_0708)), into: &encoded)
+        #expect(bytes(encoded) == [0x01, 0x00, 0x08, 1, 2, 3, 4, 5, 6, 7, 8])
+        var pong = ByteBuffer()
+        FrameCodec.encode(.pong(Pong(token: 0xff)), into: &pong)
+        #expect(bytes(pong) == [0x02, 0x00, 0x08, 0, 0, 0, 0, 0, 0, 0, 0xff])
+    }
+
+    @Test func manyFramesInOrder() {
+        var rng = SplitMix64(seed: testSeed(0x3a))
+        for count in 1...40 {
+            let frames = (0..<count).map { _ in randomFrame(using: &rng) }
+            var encoded = ByteBuffer()
+            for frame in frames { FrameCodec.encode(frame, into: &encoded) }
+            #expect(FrameCodec.decodeAll(&encoded) == .success(frames))
+        }
+    }
+
+    @Test func emptyPayloadIsAnError() {
+        var empty = ByteBuffer()
+        #expect(FrameCodec.decodeAll(&empty) == .failure(.truncated(what: "frame list")))
+    }
+
+    @Test func frameHeaderCutShort() {
+        for raw: [UInt8] in [[0x01], [0x01, 0x00]] {
+            var input = buffer(raw)
+            #expect(FrameCodec.decodeAll(&input) == .failure(.truncated(what: "frame header")))
+        }
+        // A good frame followed by a lone byte.
+        var input = buffer([0x01, 0x00, 0x08, 1, 2, 3, 4, 5, 6, 7, 8, 0x02])
+        #expect(FrameCodec.decodeAll(&input) == .failure(.truncated(what: "frame header")))
+    }
+
+    @Test func unknownFrameType() {
+        for type: UInt8 in [0x00, 0x03, 0x7f, 0xff] where FrameType(rawValue: type) == nil {
+            var input = buffer([type, 0x00, 0x00])
+            #expect(FrameCodec.decodeAll(&input) == .failure(.unknownFrameType(type)))
+        }
+    }
+
+    @Test func lengthRunningPastTheEnd() {
+        var input = buffer([0x01, 0x00, 0x09, 1, 2, 3, 4, 5, 6, 7, 8])
+        #expect(FrameCodec.decodeAll(&input) == .failure(.truncated(what: "frame body")))
+        var huge = buffer([0x01, 0xff, 0xff, 1, 2, 3])
+        #expect(FrameCodec.decodeAll(&huge) == .failure(.truncated(what: "frame body")))
+    }
+
+    @Test func bodyShorterThanItsFields() {
+        var input = buffer([0x01, 0x00, 0x07, 1, 2, 3, 4, 5, 6, 7])
+        #expect(FrameCodec.decodeAll(&input) == .failure(.truncated(what: "ping token")))
+        var pong = buffer([0x02, 0x00, 0x00])
+        #expect(FrameCodec.decodeAll(&pong) == .failure(.truncated(what: "pong token")))
+    }
+
+    @Test func bodyLongerThanItsFields() {
+        // The extra byte is inside the frame's length: the body must fill it exactly.
+        var input = buffer([0x01, 0x00, 0x09, 1, 2, 3, 4, 5, 6, 7, 8, 9])
+        #expect(FrameCodec.decodeAll(&input) == .failure(.trailingBytes(1)))
+    }
+
+    @Test func aBadFrameAfterGoodOnesFailsTheWholeList() {
+        var input = buffer([0x01, 0x00, 0x08, 1, 2, 3, 4, 5, 6, 7, 8, 0xee, 0x00, 0x00])
+        #expect(FrameCodec.decodeAll(&input) == .failure(.unknownFrameType(0xee)))
+    }
+
+    @Test func readWireHelpers() throws {
+        var input = buffer([0, 1, 2, 3, 4])
+        #expect(try input.readWire(UInt16.self, "a") == 1)
+        #expect(try input.readWireBytes(2, "b") == [2, 3])
+        #expect(throws: WireError.truncated(what: "c")) { try input.readWire(UInt16.self, "c") }
+        #expect(throws: WireError.truncated(what: "d")) { try input.readWireBytes(2, "d") }
+        #expect(throws: WireError.truncated(what: "e")) { try input.readWireBytes(-1, "e") }
+        #expect(try input.readWireBytes(1, "f") == [4])
+    }
+
+    @Test func wireErrorsReadAsSentences() {
+        #expect(WireError.truncated(what: "frame body").description == "truncated frame body")
+        #expect(WireError.unsupportedVersion(7).description == "unsupported datagram version 7")
+        #expect(WireError.unknownKeyKind(9).description == "unknown key kind 9")
+        #expect(WireError.unknownFrameType(0xab).description == "unknown frame type 0xab")
+        #expect(WireError.invalidField(what: "port").description == "invalid port")
+        #expect(WireError.oversized(length: 10, limit: 5).description == "10 bytes exceed the limit of 5")
+        #expect(WireError.trailingBytes(3).description == "3 unexpected trailing bytes")
+    }
+}
