@@ -73,6 +73,7 @@ let package = Package(
                 "MeshCore",
                 "MeshCrypto",
                 "MeshTestKit",
+                "GroupMesh",
                 "CSodium",
                 .product(name: "NIOCore", package: "swift-nio"),
             ]

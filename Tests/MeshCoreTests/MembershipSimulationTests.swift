@@ -52,7 +52,11 @@ struct MembershipSimulationTests {
         cluster.simulator.run(for: .seconds(180))
         let deaths = cluster.deathsDeclared(of: cluster.nodes)
         #expect(deaths.isEmpty, "\(SimulationSeeds.replay(seed)): \(deaths.count) false deaths, first at \(deaths.first.map { "\($0.time)" } ?? "-")")
-        #expect(cluster.agrees(alive: cluster.nodes), "\(SimulationSeeds.replay(seed))")
+        // A suspicion may be in flight when the run stops; nobody may be dead or left.
+        let gone = cluster.nodes.flatMap { observer in
+            cluster.nodes.filter { cluster.status(of: $0, seenBy: observer)?.isGone ?? true }
+        }
+        #expect(gone.isEmpty, "\(SimulationSeeds.replay(seed)): \(gone)")
         #expect(cluster.simulator.statistics.dropped.loss > 0, "the run did lose datagrams")
     }
 

@@ -9,7 +9,7 @@ public struct Member: Sendable, Equatable {
     public var lastChange: MeshInstant
     /// Round-trip time of the last direct probe.
     public var rtt: Duration?
-    var suspicion: Suspicion?
+    public internal(set) var suspicion: Suspicion?
 
     public var id: NodeID { record.id }
     public var address: PeerAddress? { record.addresses.first }

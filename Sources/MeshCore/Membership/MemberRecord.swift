@@ -18,10 +18,23 @@ public struct MemberRecord: Equatable, Sendable {
 
     public var id: NodeID { signingKey.nodeID }
 
+    /// The longest prefix of whole characters that fits `maxNameBytes` of UTF-8.
+    static func truncated(_ name: String) -> String {
+        var result = ""
+        var bytes = 0
+        for character in name {
+            let size = character.utf8.count
+            guard bytes + size <= maxNameBytes else { break }
+            result.append(character)
+            bytes += size
+        }
+        return result
+    }
+
     public init(signingKey: PublicSigningKey, name: String, addresses: [PeerAddress], incarnation: UInt64,
                 bootID: UInt64, ephemeralKey: [UInt8], signature: [UInt8] = []) {
         self.signingKey = signingKey
-        self.name = String(decoding: Array(name.utf8.prefix(Self.maxNameBytes)), as: UTF8.self)
+        self.name = Self.truncated(name)
         self.addresses = Array(addresses.prefix(Self.maxAddresses))
         self.incarnation = incarnation
         self.bootID = bootID

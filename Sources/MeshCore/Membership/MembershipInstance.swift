@@ -75,6 +75,9 @@ public struct MembershipInstance: Sendable {
 
     public var pendingGossip: Int { gossip.count }
 
+    /// The probe period after Lifeguard's stretching.
+    public var probePeriod: Duration { settings.probeInterval * health.multiplier }
+
     /// When `onTick` must run next.
     public var nextDeadline: MeshInstant {
         var deadline = min(nextProbeAt, nextGossipAt, nextPushPullAt, nextReconnectAt)
@@ -353,7 +356,7 @@ public struct MembershipInstance: Sendable {
             }
         }
         guard probe == nil, now >= nextProbeAt else { return }
-        let period = settings.probeInterval * health.multiplier
+        let period = probePeriod
         nextProbeAt = now + period
         guard let target = nextProbeTarget(), let address = members[target]?.address else { return }
         sequence += 1

@@ -42,7 +42,7 @@ public struct MembershipSettings: Sendable, Equatable {
         case .lan:
             return MembershipSettings(
                 probeInterval: .milliseconds(500), probeTimeout: .milliseconds(200), indirectProbes: 3,
-                suspicionMultiplier: 3, suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 4,
+                suspicionMultiplier: 3, suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 5,
                 gossipInterval: .milliseconds(200), gossipFanout: 3, pushPullInterval: .seconds(30),
                 forgetAfter: .seconds(60), joinRetryInterval: .seconds(1), reconnectInterval: .seconds(5))
         case .local:

@@ -48,6 +48,10 @@ public struct DatagramCodec: Sendable {
     private let helloSealer: PacketSealer
     private var nextHelloNumber: UInt64 = 1
     private var peers: [NodeID: PeerKeys] = [:]
+    /// Keys of removed peers, kept with their counters and windows: if the same boot comes back
+    /// (a member declared dead that refutes), its key must go on from where it stopped, or
+    /// nonces would repeat under it and old datagrams would replay.
+    private var retired: [NodeID: PeerKeys] = [:]
 
     public init(session: SessionSecret, localID: NodeID, localBootID: UInt64, configuration: Configuration = .init()) {
         self.configuration = configuration
@@ -74,13 +78,17 @@ public struct DatagramCodec: Sendable {
     /// re-installing the same boot keeps them, so a repeated membership record is harmless.
     public mutating func installPeer(_ id: NodeID, bootID: UInt64, keys: PairwiseKeys) {
         if let existing = peers[id], existing.bootID == bootID { return }
+        if let previous = retired.removeValue(forKey: id), previous.bootID == bootID {
+            peers[id] = previous
+            return
+        }
         peers[id] = PeerKeys(bootID: bootID, keys: keys,
                              pairwiseWindow: ReplayWindow(size: configuration.replayWindowSize),
                              helloWindow: ReplayWindow(size: configuration.replayWindowSize))
     }
 
     public mutating func removePeer(_ id: NodeID) {
-        peers[id] = nil
+        if let state = peers.removeValue(forKey: id) { retired[id] = state }
     }
 
     public func installedBoot(of id: NodeID) -> UInt64? {
@@ -149,6 +157,8 @@ public struct DatagramCodec: Sendable {
             guard known.pairwiseWindow.check(header.packetNumber) == .fresh else { return .failure(.replay) }
             sealer = known.keys.receiving
         case .hello:
+            // Our own hello coming back is a reflection, never a message to us.
+            guard header.sender != localID else { return .failure(.unknownSender) }
             if let known, known.helloWindow.check(header.packetNumber) != .fresh { return .failure(.replay) }
             sealer = helloSealer
         }

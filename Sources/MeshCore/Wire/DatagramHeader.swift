@@ -52,7 +52,9 @@ public struct DatagramHeader: Equatable, Sendable {
         buffer.writeInteger(bootID)
         buffer.writeInteger(packetNumber)
         if keyKind == .hello {
-            buffer.writeBytes((helloNonce ?? .packetNumber(packetNumber)).raw)
+            // A hello key is shared by every member, so its nonces must be random: no fallback.
+            precondition(helloNonce != nil, "a hello datagram needs a random nonce")
+            buffer.writeBytes(helloNonce?.raw ?? [])
         }
     }
 
