@@ -54,17 +54,6 @@ import Testing
         #expect(header.nonce == Self.nonce)
     }
 
-    @Test func helloWithoutANonceWritesThePacketNumberNonce() {
-        let header = DatagramHeader(keyKind: .hello, sessionID: SessionID(value: 1), sender: NodeID(high: 2, low: 3),
-                                    bootID: 4, packetNumber: 5)
-        var encoded = ByteBuffer()
-        header.encode(into: &encoded)
-        #expect(encoded.readableBytes == header.encodedLength)
-        let decoded = DatagramHeader.decode(&encoded).success
-        #expect(decoded?.nonce == header.nonce)
-        #expect(decoded?.helloNonce == .packetNumber(5))
-    }
-
     @Test(arguments: [DatagramHeader.KeyKind.pairwise, .hello])
     func everyTruncationIsReported(kind: DatagramHeader.KeyKind) {
         var rng = SplitMix64(seed: 7)

@@ -107,9 +107,11 @@ import Testing
                 input[0] = 1
                 withUnsafeBytes(of: sessionID.value.bigEndian) { input.replaceSubrange(2..<10, with: $0) }
                 if Bool.random(using: &rng) {
-                    let header = DatagramHeader(keyKind: Bool.random(using: &rng) ? .pairwise : .hello,
+                    let hello = Bool.random(using: &rng)
+                    let header = DatagramHeader(keyKind: hello ? .hello : .pairwise,
                                                 sessionID: sessionID, sender: a.id, bootID: a.bootID,
-                                                packetNumber: rng.next())
+                                                packetNumber: rng.next(),
+                                                helloNonce: hello ? PacketNonce(raw: [UInt8](repeating: 9, count: 24)) : nil)
                     var encoded = ByteBuffer()
                     header.encode(into: &encoded)
                     input.replaceSubrange(0..<DatagramHeader.fixedLength, with: bytes(encoded).prefix(DatagramHeader.fixedLength))
