@@ -24,11 +24,13 @@ public final class NodeProcess: @unchecked Sendable {
     }
 
     /// Starts `groupmesh ARGUMENTS` (e.g. `["run", "--listen", "127.0.0.1:0"]`); `--data-dir` is added.
-    public init(_ arguments: [String], dataDirectory: String? = nil) throws {
+    /// `launcher` runs it through another program that execs it, such as `ip netns exec NAME`.
+    public init(_ arguments: [String], dataDirectory: String? = nil, launcher: [String] = []) throws {
         self.dataDirectory = dataDirectory ?? Self.makeTemporaryDirectory()
         process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.executable)
-        process.arguments = arguments + ["--data-dir", self.dataDirectory]
+        let command = launcher + [Self.executable] + arguments + ["--data-dir", self.dataDirectory]
+        process.executableURL = URL(fileURLWithPath: command[0])
+        process.arguments = Array(command.dropFirst())
         process.standardOutput = output.pipe
         process.standardError = errors.pipe
         process.standardInput = FileHandle.nullDevice

@@ -1,0 +1,78 @@
+import Foundation
+
+/// Hosts of our own for multi-host tests: network namespaces joined by veth links to a bridge in
+/// a namespace of their own, so nothing touches the machine's real interfaces. Needs root and
+/// iproute2; `unavailableReason` says why not when they are missing. Everything it makes is
+/// named with a random tag and removed by `tearDown()`.
+public final class NamespaceLab: @unchecked Sendable {
+    public let tag: String
+    public let hosts: [String]
+    /// The address of each host, in a 10.213.X.0/24 subnet used only inside the lab.
+    public let addresses: [String]
+    private var created: [String] = []
+
+    public static let ipCommand: String? = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
+        .first { FileManager.default.isExecutableFile(atPath: $0) }
+
+    public static var unavailableReason: String? {
+        if getuid() != 0 { return "multi-host tests need root (network namespaces); skipped" }
+        guard ipCommand != nil else { return "multi-host tests need iproute2's ip command; skipped" }
+        return nil
+    }
+
+    public static var isAvailable: Bool { unavailableReason == nil }
+
+    public init(hostCount: Int) throws {
+        let tag = String(UInt32.random(in: 0x1000...0xFFFF), radix: 16)
+        self.tag = tag
+        hosts = (0..<hostCount).map { "gm\(tag)h\($0)" }
+        let subnet = Int.random(in: 1...250)
+        addresses = (0..<hostCount).map { "10.213.\(subnet).\($0 + 1)" }
+        let bridgeSpace = "gm\(tag)br"
+        do {
+            try ip(["netns", "add", bridgeSpace]); created.append(bridgeSpace)
+            try ip(["-n", bridgeSpace, "link", "add", "br0", "type", "bridge"])
+            try ip(["-n", bridgeSpace, "link", "set", "br0", "up"])
+            for (index, host) in hosts.enumerated() {
+                try ip(["netns", "add", host]); created.append(host)
+                let inside = "gm\(tag)v\(index)", outside = "gm\(tag)p\(index)"
+                try ip(["link", "add", inside, "netns", host, "type", "veth", "peer", "name", outside, "netns", bridgeSpace])
+                try ip(["-n", host, "addr", "add", "\(addresses[index])/24", "dev", inside])
+                try ip(["-n", host, "link", "set", inside, "up"])
+                try ip(["-n", host, "link", "set", "lo", "up"])
+                try ip(["-n", bridgeSpace, "link", "set", outside, "master", "br0"])
+                try ip(["-n", bridgeSpace, "link", "set", outside, "up"])
+            }
+        } catch {
+            tearDown()
+            throw error
+        }
+    }
+
+    /// The prefix that runs a program inside host `index`.
+    public func launcher(_ index: Int) -> [String] {
+        [Self.ipCommand ?? "ip", "netns", "exec", hosts[index]]
+    }
+
+    public func tearDown() {
+        for space in created.reversed() { try? ip(["netns", "del", space]) }
+        created = []
+    }
+
+    deinit { tearDown() }
+
+    private func ip(_ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: Self.ipCommand ?? "/usr/sbin/ip")
+        process.arguments = arguments
+        let errors = Pipe()
+        process.standardError = errors
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        guard process.terminationStatus == 0 else {
+            let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            throw NodeProcessError.exited(status: process.terminationStatus, stderr: "ip \(arguments.joined(separator: " ")): \(message)")
+        }
+    }
+}
