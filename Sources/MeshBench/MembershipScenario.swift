@@ -20,7 +20,7 @@ enum MembershipScenario {
                 let cluster = MembershipCluster.converged(count: count, seed: seed, settings: settings)
                 cluster.simulator.run(for: .seconds(3))
                 cluster.simulator.resetStatistics()
-                let window = Duration.seconds(quick ? 10 : 30)
+                let window = Duration.seconds(quick ? 10 : 60)
                 cluster.simulator.run(for: window)
                 let periods = Double(window.nanosecondsClamped) / Double(settings.probeInterval.nanosecondsClamped)
                 rate = Double(cluster.simulator.statistics.sent) / Double(count) / periods

@@ -31,6 +31,7 @@ public struct MembershipInstance: Sendable {
     private var nextProbeAt: MeshInstant
     private var nextGossipAt: MeshInstant
     private var nextPushPullAt: MeshInstant
+    private var lastPushPullAt: MeshInstant
     private var nextReconnectAt: MeshInstant
     private var seeds: [PeerAddress] = []
     /// Set while handling a datagram that accused us at an incarnation we already outbid.
@@ -47,7 +48,8 @@ public struct MembershipInstance: Sendable {
         self.health = LocalHealth(maximum: settings.maxLocalHealth)
         self.nextProbeAt = now + settings.probeInterval
         self.nextGossipAt = now + settings.gossipInterval
-        self.nextPushPullAt = now + settings.pushPullInterval
+        self.nextPushPullAt = now + settings.pushPullInterval * 0.75
+        self.lastPushPullAt = now
         self.nextReconnectAt = now + settings.reconnectInterval
     }
 
@@ -182,9 +184,17 @@ public struct MembershipInstance: Sendable {
             gossipRound(into: &out)
         }
         if now >= nextPushPullAt {
-            nextPushPullAt = now + pushPullInterval()
-            if let partner = pickRandom(1, excluding: []).first, let address = members[partner]?.address {
-                out += stateTransfer(to: partner, address: address, request: true)
+            // The interval is computed when it is due, from the cluster's size now (it may have
+            // grown since), and jittered so that nodes started together do not exchange together.
+            let due = lastPushPullAt + pushPullInterval()
+            if now >= due {
+                lastPushPullAt = now
+                nextPushPullAt = now + settings.pushPullInterval * 0.75
+                if let partner = pickRandom(1, excluding: []).first, let address = members[partner]?.address {
+                    out += stateTransfer(to: partner, address: address, request: true)
+                }
+            } else {
+                nextPushPullAt = due
             }
         }
         if now >= nextReconnectAt {
