@@ -35,9 +35,12 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
+        // Small C shims for system calls Swift's Glibc module does not expose.
+        .target(name: "CMeshSystem"),
         .target(
             name: "MeshStore",
             dependencies: [
+                "CMeshSystem",
                 "MeshCore",
                 "MeshCrypto",
                 .product(name: "Logging", package: "swift-log"),

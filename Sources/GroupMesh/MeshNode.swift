@@ -9,10 +9,10 @@ import NIOPosix
 /// them datagrams and time, and carries out their directives. It runs on the channel's event
 /// loop (see `unownedExecutor`), so a datagram reaches it without a thread hop.
 public actor MeshNode {
-    public let identity: NodeIdentity
-    public let session: SessionSecret
-    public let bootID: UInt64
-    public let configuration: NodeConfiguration
+    public nonisolated let identity: NodeIdentity
+    public nonisolated let session: SessionSecret
+    public nonisolated let bootID: UInt64
+    public nonisolated let configuration: NodeConfiguration
     let eventLoop: any EventLoop
     private let logger: Logger
     private let ephemeral = EphemeralKeyPair.generate()
