@@ -72,7 +72,7 @@ struct LeaveCommand: AsyncParsableCommand {
     func run() async throws {
         do {
             _ = try ControlClient(directory: data.directory).send(ControlRequest(command: .leave))
-        } catch let error as GroupMeshError {
+        } catch {
             throw fail(error)
         }
     }
