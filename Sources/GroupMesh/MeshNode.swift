@@ -16,18 +16,29 @@ public actor MeshNode {
     let eventLoop: any EventLoop
     private let logger: Logger
     private let ephemeral = EphemeralKeyPair.generate()
-    private var codec: DatagramCodec
-    private var membership: MembershipInstance?
+    var codec: DatagramCodec
+    var membership: MembershipInstance?
+    var delivery: DeliveryInstance
+    /// Sends waiting for their acknowledgements, by send id.
+    var pendingSends: [UInt64: CheckedContinuation<[NodeID: DeliveryInstance.Failure], Never>] = [:]
+    var messageSubscribers: [UInt64: AsyncStream<InboundMessage>.Continuation] = [:]
     private var channel: (any Channel)?
     private var controlChannel: (any Channel)?
     private var timer: Scheduled<Void>?
     private var timerDeadline: MeshInstant?
     private var known: KnownMembers
     private var knownDirty = false
-    private var stopped = false
+    private(set) var stopped = false
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
     private var viewSubscribers: [UInt64: AsyncStream<[Member]>.Continuation] = [:]
     private var nextSubscriberID: UInt64 = 0
+
+    func nextSubscriptionID() -> UInt64 {
+        nextSubscriberID += 1
+        return nextSubscriberID
+    }
+
+    var channelAllocator: ByteBufferAllocator { channel?.allocator ?? ByteBufferAllocator() }
     public private(set) var counters = NodeCounters()
     public private(set) var localAddress: PeerAddress?
 
@@ -46,11 +57,15 @@ public actor MeshNode {
         self.known = KnownMembers.load(from: configuration.dataDirectory)
         self.codec = DatagramCodec(session: session, localID: identity.nodeID, localBootID: bootID,
                                    configuration: configuration.wire)
+        var deliverySettings = DeliveryInstance.Settings()
+        deliverySettings.datagramBudget = codec.maxPairwisePayload
+        deliverySettings.maxMessageSize = Messenger.maxMessageSize + 1 + MessageEnvelope.maxTagBytes
+        self.delivery = DeliveryInstance(settings: deliverySettings)
     }
 
     public nonisolated var nodeID: NodeID { identity.nodeID }
 
-    private var now: MeshInstant { MeshInstant(nanoseconds: NIODeadline.now().uptimeNanoseconds) }
+    var now: MeshInstant { MeshInstant(nanoseconds: NIODeadline.now().uptimeNanoseconds) }
 
     // MARK: lifecycle
 
@@ -136,6 +151,10 @@ public actor MeshNode {
         channel = nil
         for subscriber in viewSubscribers.values { subscriber.finish() }
         viewSubscribers = [:]
+        for subscriber in messageSubscribers.values { subscriber.finish() }
+        messageSubscribers = [:]
+        for (_, continuation) in pendingSends { continuation.resume(returning: [:]) }
+        pendingSends = [:]
         let waiters = stopWaiters
         stopWaiters = []
         for waiter in waiters { waiter.resume() }
@@ -205,27 +224,31 @@ public actor MeshNode {
         let counterInfo = StatusReport.Counters(
             datagramsSent: counters.datagramsSent, datagramsReceived: counters.datagramsReceived,
             bytesSent: counters.bytesSent, bytesReceived: counters.bytesReceived, dropped: counters.dropped,
-            sendErrors: counters.sendErrors, retransmissions: 0, chunksFetched: 0, chunksServed: 0,
+            sendErrors: counters.sendErrors, retransmissions: delivery.retransmissions, chunksFetched: 0, chunksServed: 0,
             chunksRejected: 0, chunkPayloadBytesSent: 0)
         return StatusReport(self: selfInfo, members: memberInfos, attachments: [], counters: counterInfo)
     }
 
     // MARK: control socket
 
-    func handleControl(_ request: ControlRequest) -> ControlResponse {
+    func handleControl(_ request: ControlRequest, responder: ControlResponder) {
         switch request.command {
         case .status:
-            return ControlResponse(ok: true, status: status())
+            responder.send(ControlResponse(ok: true, status: status()))
         case .invite:
-            return ControlResponse(ok: true, invite: invite().text)
+            responder.send(ControlResponse(ok: true, invite: invite().text))
         case .leave:
             // Answer first, then leave: the CLI waits for the node to exit.
+            responder.send(ControlResponse(ok: true))
             eventLoop.execute { [self] in
                 assumeIsolated { node in
                     node.beginLeave()
                 }
             }
-            return ControlResponse(ok: true)
+        case .send:
+            controlSend(request, responder: responder)
+        case .listen:
+            controlListen(responder: responder)
         }
     }
 
@@ -249,9 +272,14 @@ public actor MeshNode {
 
     private func handle(_ datagram: OpenedDatagram, from remote: SocketAddress) {
         guard var instance = membership, !stopped, let address = PeerAddress(remote) else { return }
-        let directives = instance.onFrames(datagram.frames, from: datagram.header.sender, address: address, now: now)
+        let time = now
+        let directives = instance.onFrames(datagram.frames, from: datagram.header.sender, address: address, now: time)
         membership = instance
         perform(directives)
+        // Messenger frames count only under pairwise keys: then the header's sender is proven.
+        if datagram.header.keyKind == .pairwise {
+            perform(delivery.onFrames(datagram.frames, from: datagram.header.sender, now: time))
+        }
         rearm()
     }
 
@@ -259,17 +287,19 @@ public actor MeshNode {
         timer = nil
         timerDeadline = nil
         guard var instance = membership, !stopped else { return }
-        let directives = instance.onTick(now: now)
+        let time = now
+        let directives = instance.onTick(now: time)
         membership = instance
         perform(directives)
+        perform(delivery.onTick(now: time))
         if knownDirty { saveKnownMembers() }
         rearm()
     }
 
     /// Keeps exactly one timer armed, at the membership's next deadline.
-    private func rearm() {
+    func rearm() {
         guard let instance = membership, !stopped else { return }
-        let deadline = instance.nextDeadline
+        let deadline = delivery.nextDeadline.map { min($0, instance.nextDeadline) } ?? instance.nextDeadline
         guard deadline != timerDeadline else { return }
         timer?.cancel()
         timerDeadline = deadline
@@ -278,7 +308,7 @@ public actor MeshNode {
         }
     }
 
-    private func perform(_ directives: [MembershipDirective]) {
+    func perform(_ directives: [MembershipDirective]) {
         var viewChanged = false
         for directive in directives {
             switch directive {
@@ -290,10 +320,19 @@ public actor MeshNode {
                 knownDirty = true
                 if member.status.isGone {
                     codec.removePeer(member.id)
+                    perform(delivery.removePeer(member.id, now: now))
                 } else if codec.installedBoot(of: member.id) != member.record.bootID,
                           let keys = PairwiseKeys.derive(session: session, local: ephemeral,
                                                          peerPublicKey: member.record.ephemeralKey) {
+                    // A new boot of a member starts its channels afresh: what was pending to the
+                    // old boot is reported as not delivered.
+                    if codec.installedBoot(of: member.id) != nil {
+                        perform(delivery.removePeer(member.id, now: now))
+                    }
                     codec.installPeer(member.id, bootID: member.record.bootID, keys: keys)
+                    delivery.addPeer(member.id)
+                } else {
+                    delivery.addPeer(member.id)
                 }
                 logger.info("member changed", metadata: ["member": "\(member.id)", "state": "\(member.status.rawValue)",
                                                          "incarnation": "\(member.incarnation)"])
@@ -301,6 +340,7 @@ public actor MeshNode {
                 viewChanged = true
                 knownDirty = true
                 codec.removePeer(id)
+                perform(delivery.removePeer(id, now: now))
             }
         }
         if let me = membership?.me, me.incarnation != known.incarnation {
@@ -327,7 +367,7 @@ public actor MeshNode {
         }
     }
 
-    private func send(_ datagram: ByteBuffer, to address: PeerAddress) {
+    func send(_ datagram: ByteBuffer, to address: PeerAddress) {
         guard let channel, let remote = try? address.socketAddress() else { return }
         counters.datagramsSent += 1
         counters.bytesSent += UInt64(datagram.readableBytes)

@@ -21,6 +21,43 @@ public struct ControlClient: Sendable {
         return response
     }
 
+    /// Sends `request` and hands every response line to `handle` until the node closes the
+    /// connection (a `listen` subscription). The first line is awaited within the timeout; the
+    /// ones after it may come at any time.
+    public func subscribe(_ request: ControlRequest, handle: (ControlResponse) -> Void) throws(GroupMeshError) {
+        let connection = try connect()
+        defer { close(connection) }
+        guard var line = try? JSONEncoder().encode(request) else { throw .control("cannot encode request") }
+        line.append(UInt8(ascii: "\n"))
+        try writeAll(line, to: connection)
+        var first = true
+        var buffer = Data()
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                let lineData = buffer[buffer.startIndex..<newline]
+                buffer.removeSubrange(buffer.startIndex...newline)
+                guard let response = try? JSONDecoder().decode(ControlResponse.self, from: lineData) else {
+                    throw .control("the node sent a malformed response")
+                }
+                if !response.ok { throw .control(response.error ?? "the node refused the request") }
+                if first {
+                    first = false
+                    var forever = timeval(tv_sec: 0, tv_usec: 0)
+                    setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &forever, socklen_t(MemoryLayout<timeval>.size))
+                }
+                handle(response)
+            }
+            let n = chunk.withUnsafeMutableBytes { read(connection, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                throw .control("the node did not answer within \(timeout)")
+            }
+            guard n > 0 else { return }
+            buffer.append(contentsOf: chunk[0..<n])
+        }
+    }
+
     private func connect() throws(GroupMeshError) -> Int32 {
         let path = UnixSocketPath.usable(for: directory.controlSocketPath, directory: directory.path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)

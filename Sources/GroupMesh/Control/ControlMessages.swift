@@ -1,14 +1,26 @@
 /// The control socket's protocol (Docs/CLI.md §Control socket): one JSON object per line each
-/// way. A request names a command; the node answers with one response line (or, for streaming
-/// commands, several, the last with `"done": true`).
+/// way. A request names a command; the node answers with one response line, except `listen`,
+/// which answers `{"ok": true, "subscribed": true}` and then one line per received message
+/// until the connection closes.
 public struct ControlRequest: Codable, Sendable, Equatable {
     public enum Command: String, Codable, Sendable {
-        case status, invite, leave
+        case status, invite, leave, send, listen
     }
 
     public var command: Command
+    /// `send`: the message body, base64.
+    public var base64: String?
+    /// `send`: recipients by id, unique id prefix or name; none means every member.
+    public var to: [String]?
+    /// `send`: best effort instead of acknowledged.
+    public var unreliable: Bool?
 
-    public init(command: Command) { self.command = command }
+    public init(command: Command, base64: String? = nil, to: [String]? = nil, unreliable: Bool? = nil) {
+        self.command = command
+        self.base64 = base64
+        self.to = to
+        self.unreliable = unreliable
+    }
 }
 
 public struct ControlResponse: Codable, Sendable, Equatable {
@@ -16,15 +28,35 @@ public struct ControlResponse: Codable, Sendable, Equatable {
     public var error: String?
     public var status: StatusReport?
     public var invite: String?
+    /// `send`: how many members acknowledged (reliable) or were sent to (unreliable).
+    public var delivered: Int?
+    public var subscribed: Bool?
+    /// `listen`: one received message.
+    public var message: ReceivedMessageInfo?
 
     public static func failure(_ message: String) -> ControlResponse {
         ControlResponse(ok: false, error: message)
     }
 
-    public init(ok: Bool, error: String? = nil, status: StatusReport? = nil, invite: String? = nil) {
+    public init(ok: Bool, error: String? = nil, status: StatusReport? = nil, invite: String? = nil,
+                delivered: Int? = nil, subscribed: Bool? = nil, message: ReceivedMessageInfo? = nil) {
         self.ok = ok
         self.error = error
         self.status = status
         self.invite = invite
+        self.delivered = delivered
+        self.subscribed = subscribed
+        self.message = message
     }
+}
+
+/// A received message as `listen --json` prints it.
+public struct ReceivedMessageInfo: Codable, Sendable, Equatable {
+    public var from: String
+    public var fromName: String
+    public var mode: String
+    public var type: String
+    /// The body when it is valid UTF-8, else nil and `base64` is set.
+    public var text: String?
+    public var base64: String?
 }

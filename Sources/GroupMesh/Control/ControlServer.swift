@@ -22,7 +22,38 @@ enum ControlServer {
     }
 }
 
-/// Reads newline-delimited JSON requests and writes one response line each.
+/// Where the node writes its answers to one control connection. Used only on the node's event
+/// loop, like the connection itself.
+final class ControlResponder: @unchecked Sendable {
+    private let context: ChannelHandlerContext
+    private let eventLoop: any EventLoop
+    private(set) var isClosed = false
+    var onClose: (() -> Void)?
+
+    init(context: ChannelHandlerContext) {
+        self.context = context
+        self.eventLoop = context.eventLoop
+    }
+
+    func send(_ response: ControlResponse) {
+        guard eventLoop.inEventLoop else {
+            eventLoop.execute { self.send(response) }
+            return
+        }
+        guard !isClosed, var bytes = try? JSONEncoder().encode(response) else { return }
+        bytes.append(UInt8(ascii: "\n"))
+        context.writeAndFlush(NIOAny(context.channel.allocator.buffer(bytes: bytes)), promise: nil)
+    }
+
+    func closed() {
+        guard !isClosed else { return }
+        isClosed = true
+        onClose?()
+        onClose = nil
+    }
+}
+
+/// Reads newline-delimited JSON requests and hands each to the node with a responder.
 final class ControlConnectionHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
@@ -30,8 +61,18 @@ final class ControlConnectionHandler: ChannelInboundHandler {
 
     private let node: MeshNode
     private var pending = ByteBuffer()
+    private var responder: ControlResponder?
 
     init(node: MeshNode) { self.node = node }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        responder = ControlResponder(context: context)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        responder?.closed()
+        context.fireChannelInactive()
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var incoming = unwrapInboundIn(data)
@@ -50,18 +91,16 @@ final class ControlConnectionHandler: ChannelInboundHandler {
     }
 
     private func respond(to line: ByteBuffer, context: ChannelHandlerContext) {
+        guard let responder else { return }
         guard let request = try? JSONDecoder().decode(ControlRequest.self, from: Data(line.readableBytesView)) else {
-            write(.failure("malformed control request"), context: context)
+            responder.send(.failure("malformed control request"))
             return
         }
-        let response = node.assumeIsolated { $0.handleControl(request) }
-        write(response, context: context)
+        node.assumeIsolated { $0.handleControl(request, responder: responder) }
     }
 
     private func write(_ response: ControlResponse, context: ChannelHandlerContext) {
-        guard var bytes = try? JSONEncoder().encode(response) else { return }
-        bytes.append(UInt8(ascii: "\n"))
-        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(bytes: bytes)), promise: nil)
+        responder?.send(response)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -156,7 +156,7 @@ public struct MembershipInstance: Sendable {
                 if probe?.sequence == nack.sequence, probe?.target == nack.target { probe?.nacksReceived += 1 }
             case let .probeRequest(request): onProbeRequest(request, from: sender, address: address, now: now, into: &out)
             case .syncRequest: out += stateTransfer(to: sender, address: address)
-            case .alive, .suspect, .dead, .left, .ping, .pong: break
+            default: break
             }
         }
         // The sender still believes an old rumour about us: answer it with our current record.

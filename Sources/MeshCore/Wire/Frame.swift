@@ -16,6 +16,11 @@ public enum Frame: Equatable, Sendable {
     case dead(Accusation)
     case left(Departure)
     case syncRequest(SyncRequest)
+    // Messenger (reliable and unreliable delivery).
+    case data(DataChunk)
+    case ack(DeliveryAck)
+    case forwardTSN(ForwardTSN)
+    case fragment(UnreliableFragment)
 
     public var type: FrameType {
         switch self {
@@ -30,6 +35,10 @@ public enum Frame: Equatable, Sendable {
         case .dead: return .dead
         case .left: return .left
         case .syncRequest: return .syncRequest
+        case .data: return .data
+        case .ack: return .ack
+        case .forwardTSN: return .forwardTSN
+        case .fragment: return .fragment
         }
     }
 
@@ -46,6 +55,10 @@ public enum Frame: Equatable, Sendable {
         case let .dead(body): return body
         case let .left(body): return body
         case let .syncRequest(body): return body
+        case let .data(body): return body
+        case let .ack(body): return body
+        case let .forwardTSN(body): return body
+        case let .fragment(body): return body
         }
     }
 
@@ -66,6 +79,10 @@ public enum Frame: Equatable, Sendable {
         case .dead: return .dead(try Accusation(decoding: &body))
         case .left: return .left(try Departure(decoding: &body))
         case .syncRequest: return .syncRequest(try SyncRequest(decoding: &body))
+        case .data: return .data(try DataChunk(decoding: &body))
+        case .ack: return .ack(try DeliveryAck(decoding: &body))
+        case .forwardTSN: return .forwardTSN(try ForwardTSN(decoding: &body))
+        case .fragment: return .fragment(try UnreliableFragment(decoding: &body))
         }
     }
 }
@@ -83,6 +100,10 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case dead = 0x16
     case left = 0x17
     case syncRequest = 0x18
+    case data = 0x20
+    case ack = 0x21
+    case forwardTSN = 0x22
+    case fragment = 0x23
 }
 
 /// A body that can be written to and read from the wire.

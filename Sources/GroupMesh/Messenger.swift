@@ -1,0 +1,110 @@
+import Foundation
+import MeshCore
+import MeshCrypto
+
+/// Who sent a message, and how (GroupSessionMessenger.MessageContext).
+public struct MessageContext: Sendable {
+    public let source: Participant
+    public let mode: Messenger.DeliveryMode
+}
+
+/// Small messages to all members or a chosen few, the equivalent of GroupSessionMessenger.
+///
+/// ```swift
+/// let messenger = Messenger(session: session)
+/// try await messenger.send(PenStroke(point: p), to: .all)
+/// for await (stroke, context) in await messenger.messages(of: PenStroke.self) { … }
+/// ```
+///
+/// `.reliable` sends return once every target acknowledged, and throw
+/// `MessengerError.notDelivered` naming those that did not (no acknowledgement before the
+/// deadline, or gone meanwhile); later messages are never held up by one given up on.
+/// `.unreliable` sends are best effort. Bodies are limited to 256 KiB.
+public final class Messenger: Sendable {
+    public static let maxMessageSize = 256 * 1024
+    /// The type tag of raw `Data` messages (and of `groupmesh send`).
+    public static let dataType = "data"
+
+    public enum DeliveryMode: Sendable, Equatable {
+        case reliable
+        case unreliable
+
+        var wire: DeliveryInstance.Mode { self == .reliable ? .reliable : .unreliable }
+    }
+
+    public enum Recipients: Sendable {
+        case all
+        case only(Set<Participant>)
+    }
+
+    public let session: MeshSession
+    public let deliveryMode: DeliveryMode
+    /// How long a reliable send waits for acknowledgements.
+    public let timeout: Duration
+
+    public init(session: MeshSession, deliveryMode: DeliveryMode = .reliable, timeout: Duration = .seconds(10)) {
+        self.session = session
+        self.deliveryMode = deliveryMode
+        self.timeout = timeout
+    }
+
+    public func send(_ data: Data, to recipients: Recipients = .all) async throws {
+        try await send(MessageEnvelope(type: Self.dataType, body: Array(data)), to: recipients)
+    }
+
+    public func send<Message: Codable & Sendable>(_ value: Message, to recipients: Recipients = .all) async throws {
+        let body = try JSONEncoder().encode(value)
+        try await send(MessageEnvelope(type: Self.typeTag(Message.self), body: Array(body)), to: recipients)
+    }
+
+    /// Received values of one type, with their context; other types are not seen here.
+    public func messages<Message: Codable & Sendable>(of type: Message.Type) async -> AsyncStream<(Message, MessageContext)> {
+        let tag = Self.typeTag(type)
+        return await stream { envelope in
+            guard envelope.type == tag else { return nil }
+            return try? JSONDecoder().decode(Message.self, from: Data(envelope.body))
+        }
+    }
+
+    /// Received raw `Data` messages (including those sent by `groupmesh send`).
+    public func messages(of type: Data.Type) async -> AsyncStream<(Data, MessageContext)> {
+        await stream { envelope in envelope.type == Self.dataType ? Data(envelope.body) : nil }
+    }
+
+    static func typeTag<Message>(_ type: Message.Type) -> String {
+        "codable:" + String(reflecting: type)
+    }
+
+    private func send(_ envelope: MessageEnvelope, to recipients: Recipients) async throws {
+        let targets: [NodeID]?
+        switch recipients {
+        case .all:
+            targets = nil
+        case let .only(participants):
+            targets = try participants.map { participant in
+                guard let id = NodeID(hex: participant.id) else { throw MessengerError.unknownMember(participant.id) }
+                return id
+            }
+        }
+        try await session.node.sendMessage(envelope, to: targets, mode: deliveryMode.wire,
+                                           timeout: deliveryMode == .reliable ? timeout : nil)
+    }
+
+    private func stream<Value: Sendable>(
+        _ decode: @escaping @Sendable (MessageEnvelope) -> Value?
+    ) async -> AsyncStream<(Value, MessageContext)> {
+        let inbound = await session.node.messages()
+        return AsyncStream { continuation in
+            let task = Task {
+                for await message in inbound {
+                    guard let value = decode(MessageEnvelope(type: message.type, body: message.body)) else { continue }
+                    let context = MessageContext(source: Participant(id: message.from, name: message.fromName),
+                                                 mode: message.mode == .reliable ? .reliable : .unreliable)
+                    continuation.yield((value, context))
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+}

@@ -1,0 +1,126 @@
+import NIOCore
+
+// Frame bodies of the messenger (Docs/PROTOCOL.md §5). Always sealed with pairwise keys, so the
+// receiver knows which member sent them.
+
+/// One fragment of a reliable message. `tsn` numbers fragments per sender→receiver channel;
+/// `flags` marks the first (bit 0) and last (bit 1) fragment of a message.
+public struct DataChunk: WireBody {
+    public static let begins: UInt8 = 1
+    public static let ends: UInt8 = 2
+    public static let overhead = 8 + 1
+
+    public var tsn: UInt64
+    public var flags: UInt8
+    public var body: [UInt8]
+
+    public init(tsn: UInt64, flags: UInt8, body: [UInt8]) {
+        self.tsn = tsn
+        self.flags = flags
+        self.body = body
+    }
+
+    public var isFirst: Bool { flags & Self.begins != 0 }
+    public var isLast: Bool { flags & Self.ends != 0 }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        tsn = try buffer.readWire(UInt64.self, "data tsn")
+        flags = try buffer.readWire(UInt8.self, "data flags")
+        guard flags & ~(Self.begins | Self.ends) == 0 else { throw .invalidField(what: "data flags") }
+        body = try buffer.readWireBytes(buffer.readableBytes, "data body")
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(tsn)
+        buffer.writeInteger(flags)
+        buffer.writeBytes(body)
+    }
+}
+
+/// Cumulative and selective acknowledgement, with the receiver's free buffer space.
+public struct DeliveryAck: WireBody {
+    public static let maxRanges = 16
+
+    /// Every TSN up to here was received (or skipped by a forward).
+    public var cumulative: UInt64
+    /// Bytes the receiver can still buffer.
+    public var window: UInt32
+    /// Received TSN ranges above `cumulative`, ascending, inclusive.
+    public var ranges: [ClosedRange<UInt64>]
+
+    public init(cumulative: UInt64, window: UInt32, ranges: [ClosedRange<UInt64>] = []) {
+        self.cumulative = cumulative
+        self.window = window
+        self.ranges = Array(ranges.prefix(Self.maxRanges))
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        cumulative = try buffer.readWire(UInt64.self, "ack cumulative")
+        window = try buffer.readWire(UInt32.self, "ack window")
+        let count = try buffer.readWire(UInt8.self, "ack range count")
+        guard count <= Self.maxRanges else { throw .invalidField(what: "ack range count") }
+        var ranges: [ClosedRange<UInt64>] = []
+        var floor = cumulative
+        for _ in 0..<count {
+            let start = try buffer.readWire(UInt64.self, "ack range start")
+            let end = try buffer.readWire(UInt64.self, "ack range end")
+            // Ranges lie above the cumulative point, in order, without overlap.
+            guard start > floor, end >= start else { throw .invalidField(what: "ack range") }
+            ranges.append(start...end)
+            floor = end
+        }
+        self.ranges = ranges
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(cumulative)
+        buffer.writeInteger(window)
+        buffer.writeInteger(UInt8(ranges.count))
+        for range in ranges {
+            buffer.writeInteger(range.lowerBound)
+            buffer.writeInteger(range.upperBound)
+        }
+    }
+}
+
+/// SCTP's FORWARD-TSN: "I gave up on everything up to here; move your cumulative point".
+public struct ForwardTSN: WireBody {
+    public var cumulative: UInt64
+    public init(cumulative: UInt64) { self.cumulative = cumulative }
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        cumulative = try buffer.readWire(UInt64.self, "forward tsn")
+    }
+    public func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(cumulative) }
+}
+
+/// One fragment of an unreliable message.
+public struct UnreliableFragment: WireBody {
+    public static let overhead = 8 + 2 + 2
+
+    public var messageID: UInt64
+    public var index: UInt16
+    public var count: UInt16
+    public var body: [UInt8]
+
+    public init(messageID: UInt64, index: UInt16, count: UInt16, body: [UInt8]) {
+        self.messageID = messageID
+        self.index = index
+        self.count = count
+        self.body = body
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        messageID = try buffer.readWire(UInt64.self, "fragment message id")
+        index = try buffer.readWire(UInt16.self, "fragment index")
+        count = try buffer.readWire(UInt16.self, "fragment count")
+        guard count > 0, index < count else { throw .invalidField(what: "fragment index") }
+        body = try buffer.readWireBytes(buffer.readableBytes, "fragment body")
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(messageID)
+        buffer.writeInteger(index)
+        buffer.writeInteger(count)
+        buffer.writeBytes(body)
+    }
+}

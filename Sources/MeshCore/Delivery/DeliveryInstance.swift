@@ -1,0 +1,272 @@
+import MeshCrypto
+
+/// The messenger's protocol for all peers, as a pure state machine (GroupSessionMessenger's
+/// model): a reliable channel per peer (`ReliableSender` + `ReliableReceiver`), unreliable
+/// fragments with bounded reassembly, and the bookkeeping that turns per-peer acknowledgements
+/// into one result per send. The shell seals each `.send` for its peer with the pairwise key.
+public struct DeliveryInstance: Sendable {
+    public struct Settings: Sendable, Equatable {
+        /// The largest message body (GroupSessionMessenger's limit).
+        public var maxMessageSize = 256 * 1024
+        /// Room for frames in one datagram.
+        public var datagramBudget = 1142
+        /// How long `send` waits for every target's acknowledgement by default.
+        public var defaultTimeout: Duration = .seconds(10)
+        /// Out-of-order bytes buffered per peer; also the window it advertises.
+        public var receiveCapacity = 1 << 20
+        public var reassemblyCapacity = 1 << 20
+        public var reassemblyTimeout: Duration = .seconds(5)
+        public var sender = ReliableSender.Settings()
+        public init() {}
+
+        /// Chunk size: a full datagram less the frame headers and room for a piggybacked ack.
+        public var fragmentSize: Int {
+            datagramBudget - FrameCodec.headerLength - DataChunk.overhead - Self.ackRoom
+        }
+
+        /// An ack with a couple of ranges fits beside a full chunk.
+        static let ackRoom = FrameCodec.headerLength + 8 + 4 + 1 + 2 * 16
+    }
+
+    public enum Mode: UInt8, Sendable, Codable {
+        case reliable = 0
+        case unreliable = 1
+    }
+
+    public enum Failure: String, Sendable, Equatable, Codable {
+        /// No acknowledgement before the send's deadline.
+        case timedOut
+        /// The member left or was declared dead before acknowledging.
+        case departed
+        /// We hold no channel to it (not a member, or no keys yet).
+        case unknown
+    }
+
+    public struct Received: Sendable, Equatable {
+        public var from: NodeID
+        public var mode: Mode
+        public var payload: [UInt8]
+    }
+
+    public enum Directive: Sendable, Equatable {
+        case send(to: NodeID, frames: [Frame])
+        case deliver(Received)
+        /// A send finished: delivered to every target except those in `failures`.
+        case completed(sendID: UInt64, failures: [NodeID: Failure])
+    }
+
+    struct Channel: Sendable {
+        var sender: ReliableSender
+        var receiver: ReliableReceiver
+        var reassembly: FragmentReassembly
+        var ackDue = false
+    }
+
+    struct Outgoing: Sendable {
+        var remaining: Set<NodeID>
+        var failures: [NodeID: Failure]
+        var deadline: MeshInstant
+    }
+
+    public let settings: Settings
+    private var channels: [NodeID: Channel] = [:]
+    private var sends: [UInt64: Outgoing] = [:]
+    private var nextSendID: UInt64 = 1
+
+    public init(settings: Settings = .init()) {
+        self.settings = settings
+    }
+
+    public var pendingSends: Int { sends.count }
+
+    public func sender(for peer: NodeID) -> ReliableSender? { channels[peer]?.sender }
+
+    /// Total retransmitted chunks, for the counters.
+    public var retransmissions: UInt64 { channels.values.reduce(0) { $0 + $1.sender.retransmissions } }
+
+    /// Opens the channels to a member (when its keys are installed).
+    public mutating func addPeer(_ id: NodeID) {
+        guard channels[id] == nil else { return }
+        channels[id] = Channel(sender: ReliableSender(settings: settings.sender),
+                               receiver: ReliableReceiver(capacity: settings.receiveCapacity),
+                               reassembly: FragmentReassembly(capacity: settings.reassemblyCapacity,
+                                                              timeout: settings.reassemblyTimeout))
+    }
+
+    /// A member left, died or restarted: everything pending to it fails as `departed`.
+    public mutating func removePeer(_ id: NodeID, now: MeshInstant) -> [Directive] {
+        guard var channel = channels.removeValue(forKey: id) else { return [] }
+        var out: [Directive] = []
+        for sendID in channel.sender.abandonAll(now: now) {
+            fail(sendID, peer: id, reason: .departed, into: &out)
+        }
+        return out
+    }
+
+    public var peers: [NodeID] { channels.keys.sorted() }
+
+    // MARK: sending
+
+    /// Starts a send of `payload` to `targets`. Refused whole, before anything is queued, when
+    /// the payload is over the limit. Returns the send's id and what to do now; a `.completed`
+    /// for that id follows (at once for unreliable sends and empty target lists).
+    public mutating func send(_ payload: [UInt8], to targets: [NodeID], mode: Mode, now: MeshInstant,
+                              timeout: Duration? = nil) throws(DeliveryError) -> (sendID: UInt64, directives: [Directive]) {
+        guard payload.count <= settings.maxMessageSize else {
+            throw .tooLarge(size: payload.count, limit: settings.maxMessageSize)
+        }
+        let sendID = nextSendID
+        nextSendID += 1
+        var out: [Directive] = []
+        var failures: [NodeID: Failure] = [:]
+        var remaining: Set<NodeID> = []
+        for target in Set(targets).sorted() {
+            guard channels[target] != nil else { failures[target] = .unknown; continue }
+            switch mode {
+            case .reliable:
+                channels[target]?.sender.enqueue(messageID: sendID, payload: payload, fragmentSize: settings.fragmentSize)
+                remaining.insert(target)
+            case .unreliable:
+                out += unreliableDatagrams(payload, id: sendID, to: target)
+            }
+        }
+        if remaining.isEmpty {
+            out.append(.completed(sendID: sendID, failures: failures))
+        } else {
+            sends[sendID] = Outgoing(remaining: remaining, failures: failures,
+                                     deadline: now + (timeout ?? settings.defaultTimeout))
+            for target in remaining.sorted() { out += flush(target, now: now) }
+        }
+        return (sendID, out)
+    }
+
+    private func unreliableDatagrams(_ payload: [UInt8], id: UInt64, to target: NodeID) -> [Directive] {
+        let size = settings.datagramBudget - FrameCodec.headerLength - UnreliableFragment.overhead
+        let count = max(1, (payload.count + size - 1) / size)
+        return (0..<count).map { index in
+            let body = Array(payload[min(payload.count, index * size)..<min(payload.count, (index + 1) * size)])
+            let fragment = UnreliableFragment(messageID: id, index: UInt16(index), count: UInt16(count), body: body)
+            return .send(to: target, frames: [.fragment(fragment)])
+        }
+    }
+
+    // MARK: input
+
+    /// Frames from one authenticated datagram of `peer`.
+    public mutating func onFrames(_ frames: [Frame], from peer: NodeID, now: MeshInstant) -> [Directive] {
+        guard channels[peer] != nil else { return [] }
+        var out: [Directive] = []
+        for frame in frames {
+            switch frame {
+            case let .data(chunk):
+                channels[peer]?.ackDue = true
+                for payload in channels[peer]?.receiver.onData(chunk) ?? [] {
+                    out.append(.deliver(Received(from: peer, mode: .reliable, payload: payload)))
+                }
+            case let .forwardTSN(forward):
+                channels[peer]?.ackDue = true
+                for payload in channels[peer]?.receiver.onForward(forward) ?? [] {
+                    out.append(.deliver(Received(from: peer, mode: .reliable, payload: payload)))
+                }
+            case let .ack(ack):
+                for sendID in channels[peer]?.sender.onAck(ack, now: now) ?? [] {
+                    acknowledge(sendID, peer: peer, into: &out)
+                }
+            case let .fragment(fragment):
+                if let payload = channels[peer]?.reassembly.onFragment(fragment, now: now) {
+                    out.append(.deliver(Received(from: peer, mode: .unreliable, payload: payload)))
+                }
+            default:
+                break
+            }
+        }
+        out += flush(peer, now: now)
+        return out
+    }
+
+    public mutating func onTick(now: MeshInstant) -> [Directive] {
+        var out: [Directive] = []
+        for (sendID, outgoing) in sends.sorted(by: { $0.key < $1.key }) where now >= outgoing.deadline {
+            for peer in outgoing.remaining.sorted() {
+                channels[peer]?.sender.abandon(messageID: sendID, now: now)
+                fail(sendID, peer: peer, reason: .timedOut, into: &out)
+            }
+        }
+        for peer in peers {
+            channels[peer]?.sender.onTimeout(now: now)
+            channels[peer]?.reassembly.expire(now: now)
+            out += flush(peer, now: now)
+        }
+        return out
+    }
+
+    /// When `onTick` must run next (nil: nothing is waiting).
+    public var nextDeadline: MeshInstant? {
+        var deadline: MeshInstant?
+        func consider(_ instant: MeshInstant?) {
+            guard let instant else { return }
+            deadline = deadline.map { min($0, instant) } ?? instant
+        }
+        for outgoing in sends.values { consider(outgoing.deadline) }
+        for channel in channels.values {
+            consider(channel.sender.timerDeadline)
+            consider(channel.reassembly.earliestExpiry)
+        }
+        return deadline
+    }
+
+    // MARK: output
+
+    /// Datagrams for `peer`: a due ack first, then whatever its sender may send.
+    private mutating func flush(_ peer: NodeID, now: MeshInstant) -> [Directive] {
+        guard var channel = channels[peer] else { return [] }
+        var out: [Directive] = []
+        while true {
+            var frames: [Frame] = []
+            var budget = settings.datagramBudget
+            if channel.ackDue {
+                let ack = Frame.ack(channel.receiver.ack)
+                budget -= FrameCodec.encodedLength(of: ack)
+                frames.append(ack)
+                channel.ackDue = false
+            }
+            frames += channel.sender.nextFrames(budget: budget, now: now)
+            guard !frames.isEmpty else { break }
+            out.append(.send(to: peer, frames: frames))
+        }
+        channels[peer] = channel
+        return out
+    }
+
+    private mutating func acknowledge(_ sendID: UInt64, peer: NodeID, into out: inout [Directive]) {
+        guard var outgoing = sends[sendID] else { return }
+        outgoing.remaining.remove(peer)
+        finish(sendID, outgoing, into: &out)
+    }
+
+    private mutating func fail(_ sendID: UInt64, peer: NodeID, reason: Failure, into out: inout [Directive]) {
+        guard var outgoing = sends[sendID], outgoing.remaining.remove(peer) != nil else { return }
+        outgoing.failures[peer] = reason
+        finish(sendID, outgoing, into: &out)
+    }
+
+    private mutating func finish(_ sendID: UInt64, _ outgoing: Outgoing, into out: inout [Directive]) {
+        if outgoing.remaining.isEmpty {
+            sends[sendID] = nil
+            out.append(.completed(sendID: sendID, failures: outgoing.failures))
+        } else {
+            sends[sendID] = outgoing
+        }
+    }
+}
+
+public enum DeliveryError: Error, Equatable, Sendable, CustomStringConvertible {
+    case tooLarge(size: Int, limit: Int)
+
+    public var description: String {
+        switch self {
+        case let .tooLarge(size, limit):
+            return "message of \(size) bytes is over the limit of \(limit) bytes (\(limit / 1024) KiB); nothing was sent"
+        }
+    }
+}

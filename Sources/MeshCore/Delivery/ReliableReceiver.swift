@@ -1,0 +1,97 @@
+/// The receiving half of one reliable channel (one peer → this node): puts chunks back in TSN
+/// order, delivers each message once and in order, drops duplicates, honours forwards, and
+/// buffers at most `capacity` bytes out of order (the window it advertises).
+public struct ReliableReceiver: Sendable {
+    public let capacity: Int
+    public private(set) var cumulative: UInt64 = 0
+    private var buffered: [UInt64: DataChunk] = [:]
+    private var bufferedBytes = 0
+    /// Chunks of the message being put together, all at or below `cumulative`.
+    private var assembling: [UInt8] = []
+    private var assemblingActive = false
+    public private(set) var duplicates: UInt64 = 0
+
+    public init(capacity: Int = 1 << 20) {
+        self.capacity = capacity
+    }
+
+    /// Handles one chunk; returns the messages it completed, in order.
+    public mutating func onData(_ chunk: DataChunk) -> [[UInt8]] {
+        guard chunk.tsn > cumulative, buffered[chunk.tsn] == nil else {
+            duplicates += 1
+            return []
+        }
+        // Out-of-order chunks wait within the advertised capacity; beyond it they are dropped
+        // (the sender will send them again).
+        if chunk.tsn != cumulative + 1 {
+            guard bufferedBytes + assembling.count + Self.cost(chunk) <= capacity else { return [] }
+            buffered[chunk.tsn] = chunk
+            bufferedBytes += Self.cost(chunk)
+            return []
+        }
+        var delivered: [[UInt8]] = []
+        accept(chunk, into: &delivered)
+        while let next = buffered.removeValue(forKey: cumulative + 1) {
+            bufferedBytes -= Self.cost(next)
+            accept(next, into: &delivered)
+        }
+        return delivered
+    }
+
+    /// The sender gave up on everything up to `tsn`: skip it, discard any partial message.
+    public mutating func onForward(_ forward: ForwardTSN) -> [[UInt8]] {
+        guard forward.cumulative > cumulative else { return [] }
+        cumulative = forward.cumulative
+        assembling = []
+        assemblingActive = false
+        for tsn in buffered.keys where tsn <= cumulative {
+            bufferedBytes -= buffered[tsn].map(Self.cost) ?? 0
+            buffered[tsn] = nil
+        }
+        var delivered: [[UInt8]] = []
+        while let next = buffered.removeValue(forKey: cumulative + 1) {
+            bufferedBytes -= Self.cost(next)
+            accept(next, into: &delivered)
+        }
+        return delivered
+    }
+
+    /// The acknowledgement to send now: cumulative point, free space, received ranges above it.
+    public var ack: DeliveryAck {
+        var ranges: [ClosedRange<UInt64>] = []
+        for tsn in buffered.keys.sorted() {
+            if let last = ranges.last, last.upperBound + 1 == tsn {
+                ranges[ranges.count - 1] = last.lowerBound...tsn
+            } else {
+                guard ranges.count < DeliveryAck.maxRanges else { break }
+                ranges.append(tsn...tsn)
+            }
+        }
+        let free = max(0, capacity - bufferedBytes - assembling.count)
+        return DeliveryAck(cumulative: cumulative, window: UInt32(clamping: free), ranges: ranges)
+    }
+
+    /// What a buffered chunk counts against the capacity: empty chunks are not free, or a
+    /// peer could fill memory with them.
+    static func cost(_ chunk: DataChunk) -> Int { max(chunk.body.count, 64) }
+
+    private mutating func accept(_ chunk: DataChunk, into delivered: inout [[UInt8]]) {
+        cumulative = chunk.tsn
+        if chunk.isFirst {
+            assembling = chunk.body
+            assemblingActive = true
+        } else if assemblingActive {
+            assembling += chunk.body
+        } else {
+            return  // the rest of a message whose start was skipped by a forward
+        }
+        guard chunk.isLast else {
+            // A message can never outgrow the buffer: one that does is from a broken sender.
+            if assembling.count > capacity { assembling = []; assemblingActive = false }
+            return
+        }
+        delivered.append(assembling)
+        assembling = []
+        assemblingActive = false
+    }
+}

@@ -1,0 +1,91 @@
+import ArgumentParser
+import Foundation
+import GroupMesh
+
+struct SendCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "send",
+        abstract: "Send a message to every member, or to those named with --to.",
+        discussion: "Reliable by default: returns once every target acknowledged, and fails naming those that did not."
+    )
+
+    @OptionGroup var data: DataDirectoryOptions
+
+    @Flag(help: "Best effort: no acknowledgement, no retransmission.")
+    var unreliable = false
+
+    @Option(help: ArgumentHelp("A recipient by id, unique id prefix or name (repeatable; default: everyone).", valueName: "MEMBER"))
+    var to: [String] = []
+
+    @Option(help: ArgumentHelp("Send the contents of this file instead of TEXT.", valueName: "PATH"))
+    var file: String?
+
+    @Argument(help: "The message text.")
+    var text: String?
+
+    func validate() throws {
+        if (text == nil) == (file == nil) { throw ValidationError("give either TEXT or --file PATH") }
+    }
+
+    func run() async throws {
+        let body: Data
+        if let file {
+            let attributes = try? FileManager.default.attributesOfItem(atPath: file)
+            guard let size = attributes?[.size] as? Int else { throw fail("cannot read \(file)") }
+            guard size <= Messenger.maxMessageSize else {
+                throw fail("\(file) is \(size) bytes, over the \(Messenger.maxMessageSize / 1024) KiB message limit; nothing was sent")
+            }
+            guard let contents = FileManager.default.contents(atPath: file) else { throw fail("cannot read \(file)") }
+            body = contents
+        } else {
+            body = Data((text ?? "").utf8)
+        }
+        guard body.count <= Messenger.maxMessageSize else {
+            throw fail("message is \(body.count) bytes, over the \(Messenger.maxMessageSize / 1024) KiB limit; nothing was sent")
+        }
+        var client = ControlClient(directory: data.directory)
+        client.timeout = .seconds(60)
+        do {
+            let response = try client.send(ControlRequest(command: .send, base64: body.base64EncodedString(),
+                                                          to: to, unreliable: unreliable))
+            let count = response.delivered ?? 0
+            FileHandle.standardError.write(Data("sent to \(count) member\(count == 1 ? "" : "s")\n".utf8))
+        } catch {
+            throw fail(error)
+        }
+    }
+}
+
+struct ListenCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "listen",
+        abstract: "Print every message this node receives, one per line, until interrupted."
+    )
+
+    @OptionGroup var data: DataDirectoryOptions
+
+    @Flag(help: "One JSON object per message: from, fromName, mode, type, and text or base64.")
+    var json = false
+
+    func run() async throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        do {
+            try ControlClient(directory: data.directory).subscribe(ControlRequest(command: .listen)) { response in
+                if response.subscribed == true {
+                    FileHandle.standardError.write(Data("ready\n".utf8))
+                    return
+                }
+                guard let message = response.message else { return }
+                if json {
+                    if let line = try? encoder.encode(message) { emit(String(decoding: line, as: UTF8.self)) }
+                } else {
+                    let from = message.fromName.isEmpty ? String(message.from.prefix(12)) : message.fromName
+                    emit("\(from): \(message.text ?? "<\(message.base64?.count ?? 0) base64 chars>")")
+                }
+            }
+        } catch {
+            throw fail(error)
+        }
+    }
+}
