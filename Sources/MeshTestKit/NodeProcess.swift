@@ -5,6 +5,8 @@ import Foundation
 public final class NodeProcess: @unchecked Sendable {
     public let dataDirectory: String
     public let process: Process
+    /// Whether `cleanUp` may delete the data dir (not for a client of another node's dir).
+    public let ownsDataDirectory: Bool
     private let output = OutputCapture()
     private let errors = OutputCapture()
 
@@ -25,8 +27,10 @@ public final class NodeProcess: @unchecked Sendable {
 
     /// Starts `groupmesh ARGUMENTS` (e.g. `["run", "--listen", "127.0.0.1:0"]`); `--data-dir` is added.
     /// `launcher` runs it through another program that execs it, such as `ip netns exec NAME`.
-    public init(_ arguments: [String], dataDirectory: String? = nil, launcher: [String] = []) throws {
+    public init(_ arguments: [String], dataDirectory: String? = nil, launcher: [String] = [],
+                ownsDataDirectory: Bool = true) throws {
         self.dataDirectory = dataDirectory ?? Self.makeTemporaryDirectory()
+        self.ownsDataDirectory = ownsDataDirectory
         process = Process()
         let command = launcher + [Self.executable] + arguments + ["--data-dir", self.dataDirectory]
         process.executableURL = URL(fileURLWithPath: command[0])
@@ -44,11 +48,12 @@ public final class NodeProcess: @unchecked Sendable {
     public var stdout: String { output.text }
     public var stderr: String { errors.text }
 
-    /// Waits (bounded) until stdout holds a line starting with `prefix`; returns its remainder.
-    public func waitForLine(prefix: String, timeout: Duration = .seconds(30)) async throws -> String {
+    /// Waits (bounded) until stdout (or stderr) holds a line starting with `prefix`; returns its remainder.
+    public func waitForLine(prefix: String, timeout: Duration = .seconds(30), onStderr: Bool = false) async throws -> String {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            if let line = stdout.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) {
+            let text = onStderr ? stderr : stdout
+            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) {
                 return String(line.dropFirst(prefix.count)).trimmingCharacters(in: .whitespaces)
             }
             if !process.isRunning && !output.hasPendingData {
@@ -82,7 +87,7 @@ public final class NodeProcess: @unchecked Sendable {
             kill(process.processIdentifier, SIGKILL)
             _ = try? await waitForExit(timeout: .seconds(10))
         }
-        if removeData { try? FileManager.default.removeItem(atPath: dataDirectory) }
+        if removeData, ownsDataDirectory { try? FileManager.default.removeItem(atPath: dataDirectory) }
     }
 
     /// Runs a short-lived `groupmesh` command to completion (bounded) and returns its output.
