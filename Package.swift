@@ -79,6 +79,7 @@ let package = Package(
                 "GroupMesh",
                 "CSodium",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ]
         ),
         // libFuzzer harness over every decoder of outside bytes; built only by `make fuzz`.

@@ -7,13 +7,26 @@ enum MeshBench {
         let environment = ProcessInfo.processInfo.environment
         let quick = environment["QUICK"].map { $0 != "0" && !$0.isEmpty } ?? false
         let output = environment["BENCH_RESULTS"] ?? "bench/results.json"
+        // BENCH_ONLY=crypto,messenger runs a subset (while working on one part).
+        let only = environment["BENCH_ONLY"].map { Set($0.split(separator: ",").map(String.init)) }
+        func wanted(_ name: String) -> Bool { only?.contains(name) ?? true }
         var results: [BenchResult] = []
-        print("crypto and hashing (one core)…")
-        results += CryptoScenario.run(quick: quick)
-        print("membership in simulation…")
-        results += MembershipScenario.run(quick: quick)
-        print("membership with real processes on loopback…")
-        results += try await ProcessMeshScenario.run(quick: quick)
+        if wanted("crypto") {
+            print("crypto and hashing (one core)…")
+            results += CryptoScenario.run(quick: quick)
+        }
+        if wanted("membership") {
+            print("membership in simulation…")
+            results += MembershipScenario.run(quick: quick)
+        }
+        if wanted("messenger") {
+            print("messenger on loopback…")
+            results += try await MessengerScenario.run(quick: quick)
+        }
+        if wanted("processes") {
+            print("membership with real processes on loopback…")
+            results += try await ProcessMeshScenario.run(quick: quick)
+        }
         print()
         BenchReport.printTable(results)
         try BenchReport.write(results, to: output, quick: quick)

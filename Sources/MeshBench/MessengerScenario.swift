@@ -1,0 +1,152 @@
+import Foundation
+import GroupMesh
+import MeshCore
+import MeshTestKit
+import NIOCore
+import NIOPosix
+
+/// The messenger (issue 5), with nodes in this process on loopback: round trip of a reliable
+/// 1 KiB message beside a raw UDP ping-pong over the same kind of NIO datagram channel, and
+/// acknowledged and unreliable message rates.
+enum MessengerScenario {
+    static func run(quick: Bool) async throws -> [BenchResult] {
+        let sessions = try await makeCluster(count: 5)
+        defer { Task { for session in sessions { await session.leave() } } }
+        let body = Data(repeating: 0x5a, count: 1024)
+        let a = Messenger(session: sessions[0])
+        let b = await sessions[1].localParticipant
+
+        // Round trip: send until acknowledged, one at a time.
+        let samples = quick ? 300 : 2000
+        var rtts: [Double] = []
+        for _ in 0..<samples {
+            let start = ContinuousClock.now
+            try await a.send(body, to: .only([b]))
+            rtts.append((ContinuousClock.now - start).milliseconds)
+        }
+        let raw = try await rawPingPong(count: samples, size: 1024)
+
+        // Acknowledged messages to 4 peers, many in flight.
+        let window = quick ? Duration.seconds(2) : Duration.seconds(5)
+        let deliveries = try await acknowledgedRate(messenger: a, body: body, peers: 4, window: window)
+
+        // Unreliable: as fast as possible to one peer, counted at the receiver.
+        let unreliable = Messenger(session: sessions[0], deliveryMode: .unreliable)
+        let received = await Messenger(session: sessions[1]).messages(of: Data.self)
+        let counter = Counter()
+        let countTask = Task { for await _ in received { await counter.add() } }
+        let start = ContinuousClock.now
+        while ContinuousClock.now - start < window {
+            for _ in 0..<64 { try await unreliable.send(body, to: .only([b])) }
+        }
+        try await Task.sleep(for: .milliseconds(200))
+        countTask.cancel()
+        let unreliableRate = Double(await counter.value) / (window.milliseconds / 1000)
+
+        return [
+            BenchResult(scenario: "reliable 1 KiB round trip p50", figure: percentile(rtts, 0.5), unit: "ms",
+                        baselineName: "raw UDP ping-pong p50", baseline: percentile(raw, 0.5), goal: "≤ 2.5× baseline"),
+            BenchResult(scenario: "reliable 1 KiB round trip p99", figure: percentile(rtts, 0.99), unit: "ms",
+                        baselineName: "raw UDP ping-pong p99", baseline: percentile(raw, 0.99), goal: "≤ 3× baseline"),
+            BenchResult(scenario: "acknowledged 1 KiB to 4 peers", figure: deliveries, unit: "deliveries/s",
+                        baselineName: "goal", baseline: 50_000, goal: "≥ 50,000/s"),
+            BenchResult(scenario: "unreliable 1 KiB to 1 peer", figure: unreliableRate, unit: "messages/s",
+                        baselineName: "acknowledged rate", baseline: deliveries, goal: "-"),
+        ]
+    }
+
+    actor Counter {
+        var value = 0
+        func add(_ n: Int = 1) { value += n }
+    }
+
+    static func makeCluster(count: Int) async throws -> [MeshSession] {
+        var sessions: [MeshSession] = []
+        for index in 0..<count {
+            var configuration = NodeConfiguration(dataDirectory: DataDirectory(path: NodeProcess.makeTemporaryDirectory("bench\(index)")))
+            configuration.listenHost = "127.0.0.1"
+            configuration.listenPort = 0
+            configuration.controlSocket = false
+            configuration.invite = sessions.isEmpty ? nil : await sessions[0].invite()
+            sessions.append(try await MeshSession.join(configuration))
+        }
+        let deadline = ContinuousClock.now + .seconds(30)
+        for session in sessions {
+            while await session.activeParticipants.count < count {
+                guard ContinuousClock.now < deadline else { throw NodeProcessError.timeout("bench cluster") }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        return sessions
+    }
+
+    static func acknowledgedRate(messenger: Messenger, body: Data, peers: Int, window: Duration) async throws -> Double {
+        let counter = Counter()
+        let start = ContinuousClock.now
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<128 {
+                group.addTask {
+                    while ContinuousClock.now - start < window {
+                        try await messenger.send(body)
+                        await counter.add(peers)
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        let elapsed = (ContinuousClock.now - start).milliseconds / 1000
+        return Double(await counter.value) / elapsed
+    }
+
+    /// Round trips of a datagram echoed by a second NIO datagram channel: the floor any protocol
+    /// over this socket setup can reach.
+    static func rawPingPong(count: Int, size: Int) async throws -> [Double] {
+        let group = MultiThreadedEventLoopGroup.singleton
+        let echo = try await DatagramBootstrap(group: group)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(Echo()) }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        let pinger = Pinger()
+        let client = try await DatagramBootstrap(group: group)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(pinger) }
+            }
+            .bind(host: "127.0.0.1", port: 0).get()
+        defer { client.close(promise: nil); echo.close(promise: nil) }
+        let target = echo.localAddress!  // safe: a bound UDP channel has an address
+        var rtts: [Double] = []
+        let payload = ByteBuffer(repeating: 0x5a, count: size)
+        for _ in 0..<count {
+            let start = ContinuousClock.now
+            let reply = client.eventLoop.makePromise(of: Void.self)
+            try await client.eventLoop.submit { pinger.waiting = reply }.get()
+            try await client.writeAndFlush(AddressedEnvelope(remoteAddress: target, data: payload)).get()
+            try await reply.futureResult.get()
+            rtts.append((ContinuousClock.now - start).milliseconds)
+        }
+        return rtts
+    }
+
+    final class Echo: ChannelInboundHandler, Sendable {
+        typealias InboundIn = AddressedEnvelope<ByteBuffer>
+        typealias OutboundOut = AddressedEnvelope<ByteBuffer>
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            context.writeAndFlush(data, promise: nil)
+        }
+    }
+
+    final class Pinger: ChannelInboundHandler, @unchecked Sendable {
+        typealias InboundIn = AddressedEnvelope<ByteBuffer>
+        var waiting: EventLoopPromise<Void>?
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            waiting?.succeed()
+            waiting = nil
+        }
+    }
+
+    static func percentile(_ values: [Double], _ p: Double) -> Double {
+        let sorted = values.sorted()
+        return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+    }
+}

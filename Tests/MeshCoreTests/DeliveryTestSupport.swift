@@ -1,0 +1,277 @@
+import MeshCore
+import MeshCrypto
+import MeshTestKit
+import NIOCore
+
+/// A `DeliveryInstance` as a simulated process. A datagram is the sender's id (16 bytes), an
+/// 8-byte FNV-1a checksum of id and frames standing in for the AEAD tag (so a corrupted datagram
+/// is dropped, as sealing would drop it), then the real frame encoding.
+///
+/// One timer (`tickTimer`) follows `nextDeadline`; a second one (`scriptTimer`) runs the test's
+/// planned actions (sends, peer removals) at their times. Plan actions before the simulation
+/// starts: the script timer is armed from `start` and re-armed after every callback.
+///
+/// After every callback the node checks the sending invariants of each channel and records any
+/// violation in `violations` (the test asserts it stays empty).
+final class DeliveryProcess: SimulatedProcess {
+    typealias Directive = DeliveryInstance.Directive
+    typealias Action = (DeliveryProcess, MeshInstant) -> [Directive]
+
+    static let tickTimer: UInt64 = 1
+    static let scriptTimer: UInt64 = 2
+    static let envelopeLength = NodeID.byteCount + 8
+
+    struct Delivery {
+        var time: MeshInstant
+        var from: NodeID
+        var mode: DeliveryInstance.Mode
+        var payload: [UInt8]
+    }
+
+    struct Completion {
+        var time: MeshInstant
+        var failures: [NodeID: DeliveryInstance.Failure]
+    }
+
+    struct Planned {
+        var time: MeshInstant
+        var action: Action
+    }
+
+    let address: SimAddress
+    let id: NodeID
+    private(set) var instance: DeliveryInstance
+    private var addresses: [NodeID: SimAddress] = [:]
+    private var script: [Planned] = []
+
+    private(set) var deliveries: [Delivery] = []
+    private(set) var completions: [UInt64: Completion] = [:]
+    /// Send ids by the label the test gave the send.
+    private(set) var sendIDs: [String: UInt64] = [:]
+    private(set) var refused: [String: DeliveryError] = [:]
+    private(set) var rejected = 0
+    /// Largest frame payload of one datagram (envelope excluded).
+    private(set) var largestPayload = 0
+    /// Data chunks sent, first transmissions and retransmissions alike, per peer.
+    private(set) var dataChunksSent: [NodeID: Int] = [:]
+    private(set) var fragmentsSent = 0
+    /// Invariant violations seen after some callback (must stay empty).
+    private(set) var violations: [String] = []
+    /// Highest `bytesInFlight / window` seen right after the sender put data on the wire.
+    private(set) var fullestWindow = 0.0
+    /// Callbacks after which the invariants were checked.
+    private(set) var checks = 0
+
+    init(address: SimAddress, settings: DeliveryInstance.Settings = .init()) {
+        self.address = address
+        self.id = Self.nodeID(address)
+        self.instance = DeliveryInstance(settings: settings)
+    }
+
+    static func nodeID(_ address: SimAddress) -> NodeID {
+        NodeID(high: 0x6d65_7368_0000_0000, low: UInt64(address.index + 1))
+    }
+
+    /// Opens channels to every address but this node's own.
+    func connect(to peers: [SimAddress]) {
+        for peer in peers where peer != address {
+            let peerID = Self.nodeID(peer)
+            addresses[peerID] = peer
+            instance.addPeer(peerID)
+        }
+    }
+
+    /// Runs `action` when this node's clock reads `time`.
+    func plan(at time: MeshInstant, _ action: @escaping Action) {
+        let index = script.firstIndex { $0.time > time } ?? script.count
+        script.insert(Planned(time: time, action: action), at: index)
+    }
+
+    /// Plans a send; its id is recorded under `label`, or its refusal in `refused`.
+    func planSend(_ label: String, at time: MeshInstant, payload: [UInt8], to targets: [SimAddress],
+                  mode: DeliveryInstance.Mode = .reliable, timeout: Duration? = nil) {
+        plan(at: time) { process, now in
+            process.send(label, payload: payload, to: targets.map(Self.nodeID), mode: mode, now: now, timeout: timeout)
+        }
+    }
+
+    func send(_ label: String, payload: [UInt8], to targets: [NodeID], mode: DeliveryInstance.Mode,
+              now: MeshInstant, timeout: Duration?) -> [Directive] {
+        do {
+            let (sendID, directives) = try instance.send(payload, to: targets, mode: mode, now: now, timeout: timeout)
+            sendIDs[label] = sendID
+            return directives
+        } catch {
+            refused[label] = error
+            return []
+        }
+    }
+
+    func removePeer(_ peer: SimAddress, now: MeshInstant) -> [Directive] {
+        instance.removePeer(Self.nodeID(peer), now: now)
+    }
+
+    func completion(_ label: String) -> Completion? {
+        sendIDs[label].flatMap { completions[$0] }
+    }
+
+    /// Reliable or unreliable payloads delivered from `peer`, in delivery order.
+    func payloads(from peer: SimAddress, mode: DeliveryInstance.Mode = .reliable) -> [[UInt8]] {
+        let peerID = Self.nodeID(peer)
+        return deliveries.filter { $0.from == peerID && $0.mode == mode }.map(\.payload)
+    }
+
+    // MARK: SimulatedProcess
+
+    func start(now: MeshInstant, context: inout SimContext) {
+        perform([], now: now, context: &context)
+    }
+
+    func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
+        guard datagram.count > Self.envelopeLength,
+              Array(datagram[16..<24]) == Self.checksum(datagram[0..<16] + datagram[24...]) else {
+            rejected += 1
+            return
+        }
+        var buffer = ByteBuffer(bytes: datagram[24...])
+        guard case let .success(frames) = FrameCodec.decodeAll(&buffer) else {
+            rejected += 1
+            return
+        }
+        let from = NodeID(bytes: datagram[0..<16])
+        perform(instance.onFrames(frames, from: from, now: now), now: now, context: &context)
+    }
+
+    func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {
+        var directives: [Directive] = []
+        if id == Self.tickTimer {
+            directives = instance.onTick(now: now)
+        } else {
+            while let first = script.first, first.time <= now {
+                script.removeFirst()
+                directives += first.action(self, now)
+            }
+        }
+        perform(directives, now: now, context: &context)
+    }
+
+    private func perform(_ directives: [Directive], now: MeshInstant, context: inout SimContext) {
+        var sentData: Set<NodeID> = []
+        for directive in directives {
+            switch directive {
+            case let .send(peer, frames):
+                guard let destination = addresses[peer] else {
+                    violations.append("\(now): send to a peer with no address \(peer)")
+                    continue
+                }
+                let datagram = Self.envelope(from: id, frames: frames)
+                largestPayload = max(largestPayload, datagram.count - Self.envelopeLength)
+                for frame in frames {
+                    switch frame {
+                    case .data:
+                        dataChunksSent[peer, default: 0] += 1
+                        sentData.insert(peer)
+                    case .fragment:
+                        fragmentsSent += 1
+                    default:
+                        break
+                    }
+                }
+                context.send(datagram, to: destination)
+            case let .deliver(received):
+                deliveries.append(Delivery(time: now, from: received.from, mode: received.mode, payload: received.payload))
+            case let .completed(sendID, failures):
+                if completions[sendID] != nil { violations.append("\(now): send \(sendID) completed twice") }
+                completions[sendID] = Completion(time: now, failures: failures)
+            }
+        }
+        checkInvariants(sentData: sentData, now: now)
+        if let deadline = instance.nextDeadline {
+            context.schedule(timer: Self.tickTimer, at: deadline)
+        } else {
+            context.cancel(timer: Self.tickTimer)
+        }
+        if let next = script.first {
+            context.schedule(timer: Self.scriptTimer, at: next.time)
+        }
+    }
+
+    /// Bytes in flight never exceed the window: right after the sender transmitted data they are
+    /// within its current window, and at every step within the largest window it can ever have.
+    private func checkInvariants(sentData: Set<NodeID>, now: MeshInstant) {
+        checks += 1
+        let settings = instance.settings
+        let ceiling = max(settings.sender.minimumWindow, min(settings.sender.maximumWindow, settings.receiveCapacity))
+        for peer in instance.peers {
+            guard let sender = instance.sender(for: peer) else { continue }
+            if sender.bytesInFlight < 0 || sender.bytesInFlight > ceiling {
+                violations.append("\(now): \(bytesText(sender)) to \(peer), outside 0...\(ceiling)")
+            }
+            if sentData.contains(peer) {
+                if sender.bytesInFlight > sender.window {
+                    violations.append("\(now): sent data with \(bytesText(sender)) to \(peer)")
+                }
+                fullestWindow = max(fullestWindow, Double(sender.bytesInFlight) / Double(sender.window))
+            }
+        }
+    }
+
+    private func bytesText(_ sender: ReliableSender) -> String {
+        "\(sender.bytesInFlight) bytes in flight, window \(sender.window)"
+    }
+
+    static func envelope(from sender: NodeID, frames: [Frame]) -> [UInt8] {
+        var buffer = ByteBuffer()
+        for frame in frames { FrameCodec.encode(frame, into: &buffer) }
+        let payload = Array(buffer.readableBytesView)
+        return sender.bytes + checksum(sender.bytes[...] + payload[...]) + payload
+    }
+
+    static func checksum(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in bytes {
+            hash ^= UInt64(byte)
+            hash &*= 0x0000_0100_0000_01B3
+        }
+        return (0..<8).map { UInt8(truncatingIfNeeded: hash >> UInt64(8 * $0)) }
+    }
+}
+
+/// A simulated group of delivery processes that all know each other.
+final class DeliveryMesh {
+    let simulator: Simulator
+    let nodes: [SimAddress]
+    let processes: [DeliveryProcess]
+
+    init(count: Int, seed: UInt64, link: LinkConditions = .default, settings: DeliveryInstance.Settings = .init()) {
+        simulator = Simulator(seed: seed, defaultLink: link)
+        let addresses = (0..<count).map(SimAddress.init)
+        processes = addresses.map { DeliveryProcess(address: $0, settings: settings) }
+        for process in processes { process.connect(to: addresses) }
+        nodes = processes.map { simulator.addNode($0) }
+    }
+
+    subscript(_ node: SimAddress) -> DeliveryProcess { processes[node.index] }
+
+    var violations: [String] { processes.flatMap(\.violations) }
+}
+
+/// A message body that names its sender and sequence number, then `size - 8` bytes derived
+/// from both, so a delivery can be checked byte for byte.
+func numberedPayload(from sender: Int, sequence: Int, size: Int) -> [UInt8] {
+    var bytes: [UInt8] = []
+    bytes.reserveCapacity(size)
+    let header = withUnsafeBytes(of: UInt32(sender).bigEndian, Array.init) + withUnsafeBytes(of: UInt32(sequence).bigEndian, Array.init)
+    bytes += header.prefix(size)
+    var state = UInt64(sender) << 32 | UInt64(sequence)
+    while bytes.count < size {
+        state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+        bytes.append(UInt8(truncatingIfNeeded: state >> 33))
+    }
+    return bytes
+}
+
+/// `count` bytes of a simple pattern, distinct per `salt`.
+func patternBytes(_ count: Int, salt: UInt8 = 0) -> [UInt8] {
+    (0..<count).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 8 &+ Int(salt)) }
+}
