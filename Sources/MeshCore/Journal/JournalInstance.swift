@@ -1,0 +1,142 @@
+import MeshCrypto
+
+/// Keeps this node's journal in step with the others (pure; the shell sends the messages over
+/// the reliable messenger and stores what changed). Local operations go to every member at
+/// once; a member that joins, and one random member every `syncInterval`, get our operation ids
+/// and answer with what we lack (anti-entropy), so every member ends with the same operations.
+/// It also tracks which member holds which attachment whole.
+public struct JournalInstance: Sendable {
+    public enum Directive: Sendable, Equatable {
+        case send(to: NodeID, JournalMessage)
+        /// New operations were applied: the attachment set may have changed.
+        case applied([JournalOperation])
+        /// Who holds what changed.
+        case holdersChanged
+    }
+
+    public private(set) var state = JournalState()
+    private let authority: any RecordAuthority
+    public let syncInterval: Duration
+    private var members: [NodeID] = []
+    private var random: SplitMix64
+    private var nextSyncAt: MeshInstant
+    /// Attachments each member said it holds whole.
+    private var holdings: [NodeID: Set<SHA256Digest>] = [:]
+    private var ownHoldings: Set<SHA256Digest> = []
+
+    public init(authority: some RecordAuthority, syncInterval: Duration = .seconds(10), seed: UInt64, now: MeshInstant) {
+        self.authority = authority
+        self.syncInterval = syncInterval
+        self.random = SplitMix64(seed: seed)
+        self.nextSyncAt = now + syncInterval
+    }
+
+    public var localID: NodeID { authority.signingKey.nodeID }
+    public var nextDeadline: MeshInstant { nextSyncAt }
+
+    /// Loads operations stored earlier (they were valid when stored; they are checked again).
+    public mutating func restore(_ operations: [JournalOperation]) {
+        for operation in operations { state.apply(operation, authority: authority) }
+    }
+
+    // MARK: members
+
+    public mutating func memberJoined(_ id: NodeID) -> [Directive] {
+        guard id != localID, !members.contains(id) else { return [] }
+        members.append(id)
+        members.sort()
+        return [.send(to: id, .have(state.operationIDs)), .send(to: id, .holding(ownHoldings.sorted()))]
+    }
+
+    public mutating func memberLeft(_ id: NodeID) -> [Directive] {
+        members.removeAll { $0 == id }
+        return holdings.removeValue(forKey: id) == nil ? [] : [.holdersChanged]
+    }
+
+    /// Members known to hold `attachment` whole (this node included).
+    public func holders(of attachment: SHA256Digest) -> [NodeID] {
+        var result = holdings.filter { $0.value.contains(attachment) }.map(\.key)
+        if ownHoldings.contains(attachment) { result.append(localID) }
+        return result.sorted()
+    }
+
+    /// Tells everyone which attachments we now hold whole.
+    public mutating func setHoldings(_ attachments: Set<SHA256Digest>) -> [Directive] {
+        guard attachments != ownHoldings else { return [] }
+        ownHoldings = attachments
+        let message = JournalMessage.holding(attachments.sorted())
+        return members.map { .send(to: $0, message) } + [.holdersChanged]
+    }
+
+    // MARK: local changes
+
+    public mutating func add(_ attachment: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8]) -> [Directive] {
+        let operation = state.makeAdd(attachment, size: size, chunkCount: chunkCount, metadata: metadata, authority: authority)
+        return publish(operation)
+    }
+
+    /// Nil when the attachment is not in the journal.
+    public mutating func remove(_ attachment: SHA256Digest) -> [Directive]? {
+        guard let operation = state.makeRemove(attachment, authority: authority) else { return nil }
+        return publish(operation)
+    }
+
+    private mutating func publish(_ operation: JournalOperation) -> [Directive] {
+        state.apply(operation, authority: authority)
+        return members.map { .send(to: $0, .operations([operation])) } + [.applied([operation])]
+    }
+
+    // MARK: input
+
+    public mutating func onMessage(_ message: JournalMessage, from peer: NodeID) -> [Directive] {
+        switch message {
+        case let .operations(operations):
+            let applied = operations.filter { state.apply($0, authority: authority) }
+            return applied.isEmpty ? [] : [.applied(applied)]
+        case let .have(ids):
+            var out: [Directive] = []
+            let theirs = Set(ids)
+            let extra = state.operationIDs.filter { !theirs.contains($0) }.compactMap(state.operation)
+            out += batches(extra).map { .send(to: peer, .operations($0)) }
+            let lacking = state.missing(ids)
+            if !lacking.isEmpty { out.append(.send(to: peer, .want(lacking))) }
+            return out
+        case let .want(ids):
+            return batches(ids.compactMap(state.operation)).map { .send(to: peer, .operations($0)) }
+        case let .holding(digests):
+            let set = Set(digests)
+            guard holdings[peer] != set else { return [] }
+            holdings[peer] = set
+            return [.holdersChanged]
+        case .chunkRequest, .chunk, .noChunk:
+            return []  // the shell's transfer handles chunks
+        }
+    }
+
+    public mutating func onTick(now: MeshInstant) -> [Directive] {
+        guard now >= nextSyncAt else { return [] }
+        nextSyncAt = now + syncInterval
+        guard !members.isEmpty else { return [] }
+        let peer = members[Int(random.next() % UInt64(members.count))]
+        return [.send(to: peer, .have(state.operationIDs)), .send(to: peer, .holding(ownHoldings.sorted()))]
+    }
+
+    /// Splits operations into messages that stay under the messenger's size limit.
+    private func batches(_ operations: [JournalOperation]) -> [[JournalOperation]] {
+        var result: [[JournalOperation]] = []
+        var current: [JournalOperation] = []
+        var size = 0
+        for operation in operations {
+            let cost = 128 + operation.metadata.count + 16 * operation.observedAdds.count
+            if size + cost > JournalMessage.operationBudget, !current.isEmpty {
+                result.append(current)
+                current = []
+                size = 0
+            }
+            current.append(operation)
+            size += cost
+        }
+        if !current.isEmpty { result.append(current) }
+        return result
+    }
+}

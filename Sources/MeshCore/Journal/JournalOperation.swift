@@ -1,0 +1,122 @@
+import MeshCrypto
+import NIOCore
+
+/// 16 bytes naming a journal operation: the start of the SHA-256 of its signed encoding.
+public struct OperationID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let high: UInt64, low: UInt64
+    public init(high: UInt64, low: UInt64) { self.high = high; self.low = low }
+    public static func < (lhs: OperationID, rhs: OperationID) -> Bool { (lhs.high, lhs.low) < (rhs.high, rhs.low) }
+    public var description: String { Hex.encode(NodeID(high: high, low: low).bytes) }
+
+    func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(high)
+        buffer.writeInteger(low)
+    }
+
+    init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        high = try buffer.readWire(UInt64.self, "operation id")
+        low = try buffer.readWire(UInt64.self, "operation id")
+    }
+}
+
+/// One signed change to the journal: an add (with the attachment's size, chunk count and the
+/// metadata of this add) or a remove (naming the adds its author had seen). Anyone may forward
+/// an operation; only its author can have made it.
+public struct JournalOperation: Sendable, Equatable {
+    public enum Kind: UInt8, Sendable { case add = 1, remove = 2 }
+    public static let maxMetadataBytes = 64 * 1024
+    public static let maxObservedAdds = 1024
+    static let domain = Array("groupmesh journal op v1".utf8)
+
+    public var kind: Kind
+    public var attachment: SHA256Digest
+    public var author: PublicSigningKey
+    /// Lamport clock: orders adds for "the latest add's metadata wins".
+    public var clock: UInt64
+    public var size: UInt64
+    public var chunkCount: UInt32
+    public var metadata: [UInt8]
+    public var observedAdds: [OperationID]
+    public var signature: [UInt8]
+
+    public init(kind: Kind, attachment: SHA256Digest, author: PublicSigningKey, clock: UInt64, size: UInt64 = 0,
+                chunkCount: UInt32 = 0, metadata: [UInt8] = [], observedAdds: [OperationID] = [], signature: [UInt8] = []) {
+        self.kind = kind
+        self.attachment = attachment
+        self.author = author
+        self.clock = clock
+        self.size = size
+        self.chunkCount = chunkCount
+        self.metadata = metadata
+        self.observedAdds = observedAdds
+        self.signature = signature
+    }
+
+    public var authorID: NodeID { author.nodeID }
+
+    public var signedBytes: [UInt8] {
+        var buffer = ByteBuffer()
+        buffer.writeBytes(Self.domain)
+        encodeUnsigned(into: &buffer)
+        return Array(buffer.readableBytesView)
+    }
+
+    public var id: OperationID {
+        let digest = SHA256Digest.hashing(signedBytes + signature)
+        return OperationID(high: digest.w0, low: digest.w1)
+    }
+
+    public func signed(by authority: some RecordAuthority) -> JournalOperation {
+        var copy = self
+        copy.signature = authority.sign(signedBytes)
+        return copy
+    }
+
+    /// Well-formed, within limits, and signed by its author.
+    public func isValid(_ authority: some RecordAuthority) -> Bool {
+        metadata.count <= Self.maxMetadataBytes && observedAdds.count <= Self.maxObservedAdds
+            && (kind == .add || metadata.isEmpty)
+            && authority.isValid(signature: signature, message: signedBytes, signingKey: author)
+    }
+
+    private func encodeUnsigned(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(kind.rawValue)
+        buffer.writeBytes(attachment.bytes)
+        buffer.writeBytes(author.bytes)
+        buffer.writeInteger(clock)
+        buffer.writeInteger(size)
+        buffer.writeInteger(chunkCount)
+        buffer.writeInteger(UInt32(metadata.count))
+        buffer.writeBytes(metadata)
+        buffer.writeInteger(UInt16(observedAdds.count))
+        for id in observedAdds { id.encode(into: &buffer) }
+    }
+}
+
+extension JournalOperation: WireBody {
+    public func encode(into buffer: inout ByteBuffer) {
+        encodeUnsigned(into: &buffer)
+        buffer.writeBytes(signature)
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        let kindByte = try buffer.readWire(UInt8.self, "operation kind")
+        guard let kind = Kind(rawValue: kindByte) else { throw .invalidField(what: "operation kind") }
+        // safe: exactly 32 bytes each
+        let attachment = SHA256Digest(bytes: try buffer.readWireBytes(32, "attachment id"))!
+        let author = try! PublicSigningKey(bytes: try buffer.readWireBytes(32, "operation author"))
+        let clock = try buffer.readWire(UInt64.self, "operation clock")
+        let size = try buffer.readWire(UInt64.self, "attachment size")
+        let chunkCount = try buffer.readWire(UInt32.self, "attachment chunk count")
+        let metadataLength = try buffer.readWire(UInt32.self, "metadata length")
+        guard metadataLength <= Self.maxMetadataBytes else { throw .invalidField(what: "metadata length") }
+        let metadata = try buffer.readWireBytes(Int(metadataLength), "metadata")
+        let observedCount = try buffer.readWire(UInt16.self, "observed count")
+        guard observedCount <= Self.maxObservedAdds else { throw .invalidField(what: "observed count") }
+        var observed: [OperationID] = []
+        for _ in 0..<observedCount { observed.append(try OperationID(decoding: &buffer)) }
+        let signature = try buffer.readWireBytes(NodeIdentity.signatureByteCount, "operation signature")
+        self.init(kind: kind, attachment: attachment, author: author, clock: clock, size: size,
+                  chunkCount: chunkCount, metadata: metadata, observedAdds: observed, signature: signature)
+    }
+}

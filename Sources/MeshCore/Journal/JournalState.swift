@@ -1,0 +1,107 @@
+import MeshCrypto
+
+/// One attachment as the journal shows it.
+public struct AttachmentEntry: Sendable, Equatable {
+    public var id: SHA256Digest
+    public var size: UInt64
+    public var chunkCount: Int
+    /// The metadata of the latest add still in force.
+    public var metadata: [UInt8]
+    public var addedBy: NodeID
+    public var clock: UInt64
+}
+
+/// The set of attachments as an observed-remove set of signed operations: it converges on
+/// every member whatever order the operations arrive in. An attachment is present while some
+/// add of it is not covered by a remove that saw it; so a remove wins over the adds it has
+/// seen, and an add made after seeing a remove makes the attachment present again. Among the
+/// adds in force, the latest (by Lamport clock, then author) gives the metadata.
+public struct JournalState: Sendable {
+    private var operations: [OperationID: JournalOperation] = [:]
+    /// Adds per attachment, and the adds some remove has covered.
+    private var adds: [SHA256Digest: Set<OperationID>] = [:]
+    private var removed: Set<OperationID> = []
+    public private(set) var clock: UInt64 = 0
+
+    public init() {}
+
+    public var operationCount: Int { operations.count }
+
+    /// Every operation id, sorted: what anti-entropy compares.
+    public var operationIDs: [OperationID] { operations.keys.sorted() }
+
+    public func operation(_ id: OperationID) -> JournalOperation? { operations[id] }
+
+    /// All operations in a stable order (by clock, then id), for persistence and transfer.
+    public var allOperations: [JournalOperation] {
+        operations.values.sorted { ($0.clock, $0.id) < ($1.clock, $1.id) }
+    }
+
+    /// Applies an operation; returns true when it is new and valid (and so may change the set).
+    @discardableResult
+    public mutating func apply(_ operation: JournalOperation, authority: some RecordAuthority) -> Bool {
+        let id = operation.id
+        guard operations[id] == nil, operation.isValid(authority) else { return false }
+        operations[id] = operation
+        clock = max(clock, operation.clock)
+        switch operation.kind {
+        case .add:
+            adds[operation.attachment, default: []].insert(id)
+        case .remove:
+            removed.formUnion(operation.observedAdds)
+        }
+        return true
+    }
+
+    private func liveAdds(of attachment: SHA256Digest) -> [JournalOperation] {
+        (adds[attachment] ?? []).subtracting(removed).compactMap { operations[$0] }
+    }
+
+    public func isPresent(_ attachment: SHA256Digest) -> Bool {
+        !liveAdds(of: attachment).isEmpty
+    }
+
+    public func entry(_ attachment: SHA256Digest) -> AttachmentEntry? {
+        let live = liveAdds(of: attachment)
+        guard let latest = live.max(by: { ($0.clock, $0.authorID, $0.id) < ($1.clock, $1.authorID, $1.id) }) else {
+            return nil
+        }
+        return AttachmentEntry(id: attachment, size: latest.size, chunkCount: Int(latest.chunkCount),
+                               metadata: latest.metadata, addedBy: latest.authorID, clock: latest.clock)
+    }
+
+    /// The attachments present, by id.
+    public var attachments: [AttachmentEntry] {
+        adds.keys.sorted().compactMap(entry)
+    }
+
+    /// An add by this node, signed, not yet applied.
+    public func makeAdd(_ attachment: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8],
+                        authority: some RecordAuthority) -> JournalOperation {
+        JournalOperation(kind: .add, attachment: attachment, author: authority.signingKey, clock: clock + 1,
+                         size: size, chunkCount: UInt32(chunkCount), metadata: metadata).signed(by: authority)
+    }
+
+    /// A remove by this node covering every add of the attachment it has seen; nil if absent.
+    public func makeRemove(_ attachment: SHA256Digest, authority: some RecordAuthority) -> JournalOperation? {
+        let live = liveAdds(of: attachment).map(\.id).sorted()
+        guard !live.isEmpty else { return nil }
+        return JournalOperation(kind: .remove, attachment: attachment, author: authority.signingKey, clock: clock + 1,
+                                observedAdds: Array(live.prefix(JournalOperation.maxObservedAdds))).signed(by: authority)
+    }
+
+    /// Of `ids`, those this journal does not have.
+    public func missing(_ ids: [OperationID]) -> [OperationID] {
+        ids.filter { operations[$0] == nil }
+    }
+}
+
+private func < (lhs: (UInt64, NodeID, OperationID), rhs: (UInt64, NodeID, OperationID)) -> Bool {
+    if lhs.0 != rhs.0 { return lhs.0 < rhs.0 }
+    if lhs.1 != rhs.1 { return lhs.1 < rhs.1 }
+    return lhs.2 < rhs.2
+}
+
+private func < (lhs: (UInt64, OperationID), rhs: (UInt64, OperationID)) -> Bool {
+    lhs.0 != rhs.0 ? lhs.0 < rhs.0 : lhs.1 < rhs.1
+}

@@ -1,0 +1,70 @@
+import MeshCrypto
+import NIOCore
+
+/// What an attachment is made of: its size, its chunk size and the SHA-256 of each chunk, in
+/// order. The attachment's id is the SHA-256 of this canonical encoding, so the same bytes are
+/// the same attachment whoever adds them (metadata is not part of it).
+///
+/// `"groupmesh manifest v1" | size (8) | chunk size (4) | count (4) | count × SHA-256 (32)`
+public struct Manifest: Sendable, Equatable {
+    static let domain = Array("groupmesh manifest v1".utf8)
+    public static let defaultChunkSize = 256 * 1024
+    public static let maxChunkSize = 4 * 1024 * 1024
+
+    public var size: UInt64
+    public var chunkSize: Int
+    public var chunks: [SHA256Digest]
+
+    public init(size: UInt64, chunkSize: Int, chunks: [SHA256Digest]) {
+        self.size = size
+        self.chunkSize = chunkSize
+        self.chunks = chunks
+    }
+
+    public var encoded: [UInt8] {
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(Self.domain.count + 16 + 32 * chunks.count)
+        buffer.writeBytes(Self.domain)
+        buffer.writeInteger(size)
+        buffer.writeInteger(UInt32(chunkSize))
+        buffer.writeInteger(UInt32(chunks.count))
+        for chunk in chunks { buffer.writeBytes(chunk.bytes) }
+        return Array(buffer.readableBytesView)
+    }
+
+    /// The attachment id.
+    public var id: SHA256Digest { SHA256Digest.hashing(encoded) }
+
+    /// Decodes and checks a manifest: the count must match the size and chunk size.
+    public init(decoding bytes: [UInt8]) throws(WireError) {
+        var buffer = ByteBuffer(bytes: bytes)
+        guard try buffer.readWireBytes(Self.domain.count, "manifest domain") == Self.domain else {
+            throw .invalidField(what: "manifest domain")
+        }
+        size = try buffer.readWire(UInt64.self, "manifest size")
+        chunkSize = Int(try buffer.readWire(UInt32.self, "manifest chunk size"))
+        let count = Int(try buffer.readWire(UInt32.self, "manifest chunk count"))
+        guard chunkSize > 0, chunkSize <= Self.maxChunkSize else { throw .invalidField(what: "manifest chunk size") }
+        guard UInt64(count) == Self.chunkCount(size: size, chunkSize: chunkSize) else {
+            throw .invalidField(what: "manifest chunk count")
+        }
+        guard buffer.readableBytes == count * 32 else { throw .trailingBytes(buffer.readableBytes - count * 32) }
+        var chunks: [SHA256Digest] = []
+        chunks.reserveCapacity(count)
+        for _ in 0..<count {
+            // safe: 32 bytes were checked to be there
+            chunks.append(SHA256Digest(bytes: try buffer.readWireBytes(32, "chunk hash"))!)
+        }
+        self.chunks = chunks
+    }
+
+    public static func chunkCount(size: UInt64, chunkSize: Int) -> UInt64 {
+        size == 0 ? 0 : (size + UInt64(chunkSize) - 1) / UInt64(chunkSize)
+    }
+
+    /// The length of chunk `index`.
+    public func length(ofChunk index: Int) -> Int {
+        let start = UInt64(index) * UInt64(chunkSize)
+        return Int(min(UInt64(chunkSize), size - start))
+    }
+}
