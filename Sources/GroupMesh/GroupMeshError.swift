@@ -11,6 +11,11 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
     case crypto(MeshCryptoError)
     case noNodeRunning(path: String)
     case control(String)
+    case store(String)
+    case attachment(String)
+    case attachmentTooLarge(size: UInt64, limit: UInt64)
+    case unknownAttachment(String)
+    case unavailable(String)
 
     public var description: String {
         switch self {
@@ -33,6 +38,16 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
             return "no groupmesh node is running on data dir \(path) (start one with: groupmesh run --data-dir \(path))"
         case let .control(message):
             return message
+        case let .store(message):
+            return message
+        case let .attachment(message):
+            return message
+        case let .attachmentTooLarge(size, limit):
+            return "attachment of \(size) bytes is over the limit of \(limit) bytes (\(limit >> 20) MiB); nothing was stored"
+        case let .unknownAttachment(text):
+            return "unknown attachment '\(text)' (see groupmesh attachments)"
+        case let .unavailable(message):
+            return "unavailable: \(message)"
         }
     }
 }

@@ -91,6 +91,10 @@ extension MeshNode {
                 send(datagram, to: address)
             case let .deliver(received):
                 guard let envelope = MessageEnvelope(decoding: received.payload) else { continue }
+                if envelope.type == JournalMessage.typeTag {
+                    if received.mode == .reliable { receiveJournal(envelope.body, from: received.from) }
+                    continue
+                }
                 let message = InboundMessage(from: received.from,
                                              fromName: membership?.member(received.from)?.record.name ?? "",
                                              mode: received.mode, type: envelope.type, body: envelope.body)

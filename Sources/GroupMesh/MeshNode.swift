@@ -22,6 +22,17 @@ public actor MeshNode {
     /// Sends waiting for their acknowledgements, by send id.
     var pendingSends: [UInt64: CheckedContinuation<[NodeID: DeliveryInstance.Failure], Never>] = [:]
     var messageSubscribers: [UInt64: AsyncStream<InboundMessage>.Continuation] = [:]
+    // The journal and its attachments (MeshNode+Journal.swift).
+    var journal: JournalInstance?
+    var store: AttachmentStore?
+    var manifests: [SHA256Digest: Manifest] = [:]
+    /// Attachments whose every chunk is on disk.
+    var complete: Set<SHA256Digest> = []
+    var fetching: Set<SHA256Digest> = []
+    var fetchWaiters: [SHA256Digest: [CheckedContinuation<Result<Manifest, GroupMeshError>, Never>]] = [:]
+    var chunkWaiters: [SHA256Digest: ChunkWait] = [:]
+    var attachmentSubscribers: [UInt64: AsyncStream<[AttachmentEntry]>.Continuation] = [:]
+    var holderWaiters: [CheckedContinuation<Void, Never>] = []
     private var channel: (any Channel)?
     private var controlChannel: (any Channel)?
     private var timer: Scheduled<Void>?
@@ -39,7 +50,7 @@ public actor MeshNode {
     }
 
     var channelAllocator: ByteBufferAllocator { channel?.allocator ?? ByteBufferAllocator() }
-    public private(set) var counters = NodeCounters()
+    public internal(set) var counters = NodeCounters()
     public private(set) var localAddress: PeerAddress?
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
@@ -114,6 +125,7 @@ public actor MeshNode {
             .filter { $0 != address && !record.addresses.contains($0) }.sorted()
         let directives = instance.join(seeds, now: now)
         membership = instance
+        try await startJournal(now: now)
         known.incarnation = record.incarnation
         saveKnownMembers()
         perform(directives)
@@ -224,8 +236,9 @@ public actor MeshNode {
         let counterInfo = StatusReport.Counters(
             datagramsSent: counters.datagramsSent, datagramsReceived: counters.datagramsReceived,
             bytesSent: counters.bytesSent, bytesReceived: counters.bytesReceived, dropped: counters.dropped,
-            sendErrors: counters.sendErrors, retransmissions: delivery.retransmissions, chunksFetched: 0, chunksServed: 0,
-            chunksRejected: 0, chunkPayloadBytesSent: 0)
+            sendErrors: counters.sendErrors, retransmissions: delivery.retransmissions,
+            chunksFetched: counters.chunksFetched, chunksServed: counters.chunksServed,
+            chunksRejected: counters.chunksRejected, chunkPayloadBytesSent: counters.chunkPayloadBytesSent)
         return StatusReport(self: selfInfo, members: memberInfos, attachments: [], counters: counterInfo)
     }
 
@@ -234,7 +247,11 @@ public actor MeshNode {
     func handleControl(_ request: ControlRequest, responder: ControlResponder) {
         switch request.command {
         case .status:
-            responder.send(ControlResponse(ok: true, status: status()))
+            Task {
+                var report = self.status()
+                report.attachments = await self.attachmentInfos()
+                responder.send(ControlResponse(ok: true, status: report))
+            }
         case .invite:
             responder.send(ControlResponse(ok: true, invite: invite().text))
         case .leave:
@@ -249,6 +266,8 @@ public actor MeshNode {
             controlSend(request, responder: responder)
         case .listen:
             controlListen(responder: responder)
+        case .attach, .attachments, .get, .remove:
+            controlJournal(request, responder: responder)
         }
     }
 
@@ -292,6 +311,12 @@ public actor MeshNode {
         membership = instance
         perform(directives)
         perform(delivery.onTick(now: time))
+        if var instance = journal {
+            let out = instance.onTick(now: time)
+            journal = instance
+            perform(journalDirectives: out)
+        }
+        expireChunkRequests(now: time)
         if knownDirty { saveKnownMembers() }
         rearm()
     }
@@ -299,7 +324,8 @@ public actor MeshNode {
     /// Keeps exactly one timer armed, at the membership's next deadline.
     func rearm() {
         guard let instance = membership, !stopped else { return }
-        let deadline = delivery.nextDeadline.map { min($0, instance.nextDeadline) } ?? instance.nextDeadline
+        var deadline = delivery.nextDeadline.map { min($0, instance.nextDeadline) } ?? instance.nextDeadline
+        if let journalDeadline { deadline = min(deadline, journalDeadline) }
         guard deadline != timerDeadline else { return }
         timer?.cancel()
         timerDeadline = deadline
@@ -321,6 +347,11 @@ public actor MeshNode {
                 if member.status.isGone {
                     codec.removePeer(member.id)
                     perform(delivery.removePeer(member.id, now: now))
+                    if var instance = journal {
+                        let out = instance.memberLeft(member.id)
+                        journal = instance
+                        perform(journalDirectives: out)
+                    }
                 } else if codec.installedBoot(of: member.id) != member.record.bootID,
                           let keys = PairwiseKeys.derive(session: session, local: ephemeral,
                                                          peerPublicKey: member.record.ephemeralKey) {
@@ -331,6 +362,13 @@ public actor MeshNode {
                     }
                     codec.installPeer(member.id, bootID: member.record.bootID, keys: keys)
                     delivery.addPeer(member.id)
+                    if var instance = journal {
+                        // A new boot may have lost what it was sent: start its journal sync afresh.
+                        _ = instance.memberLeft(member.id)
+                        let out = instance.memberJoined(member.id)
+                        journal = instance
+                        perform(journalDirectives: out)
+                    }
                 } else {
                     delivery.addPeer(member.id)
                 }

@@ -15,6 +15,11 @@ public struct NodeConfiguration: Sendable {
     public var lazy = false
     public var profile: MembershipSettings.Profile = .lan
     public var wire = DatagramCodec.Configuration()
+    /// The largest attachment accepted (DESIGN.md: 100 MiB, configurable).
+    public var maxAttachmentSize: UInt64 = 100 << 20
+    /// How long `get` waits for a holder of what is missing before reporting it unavailable.
+    public var unavailableTimeout: Duration = .seconds(10)
+    public var chunkSize = Manifest.defaultChunkSize
     /// Start the control socket (tests of the node alone may skip it).
     public var controlSocket = true
 

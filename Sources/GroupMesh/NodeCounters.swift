@@ -7,6 +7,10 @@ public struct NodeCounters: Sendable, Codable, Equatable {
     public var bytesSent: UInt64 = 0
     public var bytesReceived: UInt64 = 0
     public var sendErrors: UInt64 = 0
+    public var chunksFetched: UInt64 = 0
+    public var chunksServed: UInt64 = 0
+    public var chunksRejected: UInt64 = 0
+    public var chunkPayloadBytesSent: UInt64 = 0
     public var dropped: [String: UInt64] = Dictionary(uniqueKeysWithValues: DropReason.allCases.map { ($0.rawValue, 0) })
 
     public init() {}

@@ -9,7 +9,8 @@ struct GroupMeshCommand: AsyncParsableCommand {
         commandName: "groupmesh",
         abstract: "A peer-to-peer group-session mesh: membership, messages and attachments over encrypted UDP.",
         subcommands: [RunCommand.self, StatusCommand.self, InviteCommand.self, LeaveCommand.self,
-                      SendCommand.self, ListenCommand.self]
+                      SendCommand.self, ListenCommand.self, AttachCommand.self, AttachmentsCommand.self,
+                      GetCommand.self, RemoveCommand.self]
     )
 }
 

@@ -5,6 +5,7 @@
 public struct ControlRequest: Codable, Sendable, Equatable {
     public enum Command: String, Codable, Sendable {
         case status, invite, leave, send, listen
+        case attach, attachments, get, remove
     }
 
     public var command: Command
@@ -14,12 +15,22 @@ public struct ControlRequest: Codable, Sendable, Equatable {
     public var to: [String]?
     /// `send`: best effort instead of acknowledged.
     public var unreliable: Bool?
+    /// `attach`: the file to add (absolute); `get`: where to write the attachment (absolute).
+    public var path: String?
+    /// `attach`: metadata (UTF-8, usually JSON).
+    public var metadata: String?
+    /// `get`, `remove`: the attachment, by id or unique prefix.
+    public var id: String?
 
-    public init(command: Command, base64: String? = nil, to: [String]? = nil, unreliable: Bool? = nil) {
+    public init(command: Command, base64: String? = nil, to: [String]? = nil, unreliable: Bool? = nil,
+                path: String? = nil, metadata: String? = nil, id: String? = nil) {
         self.command = command
         self.base64 = base64
         self.to = to
         self.unreliable = unreliable
+        self.path = path
+        self.metadata = metadata
+        self.id = id
     }
 }
 
@@ -33,13 +44,20 @@ public struct ControlResponse: Codable, Sendable, Equatable {
     public var subscribed: Bool?
     /// `listen`: one received message.
     public var message: ReceivedMessageInfo?
+    /// `attach`: the new attachment's id.
+    public var attachment: String?
+    /// `attachments`: the attachment set, with metadata.
+    public var attachments: [StatusReport.AttachmentInfo]?
 
     public static func failure(_ message: String) -> ControlResponse {
         ControlResponse(ok: false, error: message)
     }
 
     public init(ok: Bool, error: String? = nil, status: StatusReport? = nil, invite: String? = nil,
-                delivered: Int? = nil, subscribed: Bool? = nil, message: ReceivedMessageInfo? = nil) {
+                delivered: Int? = nil, subscribed: Bool? = nil, message: ReceivedMessageInfo? = nil,
+                attachment: String? = nil, attachments: [StatusReport.AttachmentInfo]? = nil) {
+        self.attachment = attachment
+        self.attachments = attachments
         self.ok = ok
         self.error = error
         self.status = status

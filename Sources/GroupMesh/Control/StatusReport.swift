@@ -37,6 +37,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var chunks: Int
         public var chunksHave: Int
         public var holders: Int
+        /// The metadata of the latest add (UTF-8, usually JSON); only in `attachments --json`.
+        public var metadata: String?
     }
 
     public struct Counters: Codable, Sendable, Equatable {

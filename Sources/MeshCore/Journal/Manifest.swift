@@ -48,6 +48,7 @@ public struct Manifest: Sendable, Equatable {
         guard UInt64(count) == Self.chunkCount(size: size, chunkSize: chunkSize) else {
             throw .invalidField(what: "manifest chunk count")
         }
+        guard buffer.readableBytes >= count * 32 else { throw .truncated(what: "chunk hashes") }
         guard buffer.readableBytes == count * 32 else { throw .trailingBytes(buffer.readableBytes - count * 32) }
         var chunks: [SHA256Digest] = []
         chunks.reserveCapacity(count)
@@ -59,7 +60,8 @@ public struct Manifest: Sendable, Equatable {
     }
 
     public static func chunkCount(size: UInt64, chunkSize: Int) -> UInt64 {
-        size == 0 ? 0 : (size + UInt64(chunkSize) - 1) / UInt64(chunkSize)
+        // Not (size + chunkSize - 1) / chunkSize: that overflows for a size near 2^64 (from a peer).
+        size == 0 ? 0 : (size - 1) / UInt64(chunkSize) + 1
     }
 
     /// The length of chunk `index`.

@@ -1,0 +1,184 @@
+import Foundation
+import MeshCore
+import MeshCrypto
+import MeshStore
+
+/// The node's disk: chunks (and manifests, stored as chunks named by the attachment id) in a
+/// `ChunkStore`, and the journal's operations in an append-only log. An actor of its own, so
+/// file I/O never runs on the node's event loop.
+actor AttachmentStore {
+    let chunks: ChunkStore
+    let logPath: String
+    let chunkSize: Int
+
+    init(directory: DataDirectory, chunkSize: Int = Manifest.defaultChunkSize) throws(GroupMeshError) {
+        do {
+            chunks = try ChunkStore(path: directory.chunksPath)
+        } catch {
+            throw .store(error.description)
+        }
+        chunks.batchLimit = 32
+        logPath = directory.path + "/journal.log"
+        self.chunkSize = chunkSize
+    }
+
+    // MARK: adding
+
+    /// Chunks, hashes and stores a file without loading it whole; returns its manifest (stored too).
+    func ingest(fileAt path: String, limit: UInt64) throws(GroupMeshError) -> Manifest {
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw .attachment("cannot read \(path)")
+        }
+        defer { try? handle.close() }
+        let size: UInt64
+        do { size = try handle.seekToEnd(); try handle.seek(toOffset: 0) } catch { throw .attachment("cannot read \(path): \(error)") }
+        guard size <= limit else { throw .attachmentTooLarge(size: size, limit: limit) }
+        var digests: [SHA256Digest] = []
+        var total: UInt64 = 0
+        while total < size {
+            let data: Data
+            do { data = try handle.read(upToCount: chunkSize) ?? Data() } catch { throw .attachment("cannot read \(path): \(error)") }
+            guard !data.isEmpty else { break }
+            digests.append(try write(Array(data)))
+            total += UInt64(data.count)
+        }
+        guard total == size else { throw .attachment("\(path) changed while it was being added") }
+        return try store(Manifest(size: size, chunkSize: chunkSize, chunks: digests))
+    }
+
+    func ingest(_ bytes: [UInt8], limit: UInt64) throws(GroupMeshError) -> Manifest {
+        guard UInt64(bytes.count) <= limit else { throw .attachmentTooLarge(size: UInt64(bytes.count), limit: limit) }
+        var digests: [SHA256Digest] = []
+        var offset = 0
+        while offset < bytes.count {
+            let end = min(bytes.count, offset + chunkSize)
+            digests.append(try write(Array(bytes[offset..<end])))
+            offset = end
+        }
+        return try store(Manifest(size: UInt64(bytes.count), chunkSize: chunkSize, chunks: digests))
+    }
+
+    private func store(_ manifest: Manifest) throws(GroupMeshError) -> Manifest {
+        _ = try write(manifest.encoded)
+        try flush()
+        return manifest
+    }
+
+    // MARK: chunks
+
+    func contains(_ digest: SHA256Digest) -> Bool { chunks.contains(digest) }
+
+    func read(_ digest: SHA256Digest) -> [UInt8]? { try? chunks.read(digest) }
+
+    /// Stores a chunk, checking it against `expected` when given.
+    @discardableResult
+    func write(_ bytes: [UInt8], expected: SHA256Digest? = nil) throws(GroupMeshError) -> SHA256Digest {
+        do { return try chunks.write(bytes, expected: expected) } catch { throw .store(error.description) }
+    }
+
+    func flush() throws(GroupMeshError) {
+        do { try chunks.flush() } catch { throw .store(error.description) }
+    }
+
+    /// The manifest of an attachment, if stored (it is a chunk named by the attachment id).
+    func manifest(_ id: SHA256Digest) -> Manifest? {
+        guard let bytes = read(id), let manifest = try? Manifest(decoding: bytes), manifest.id == id else { return nil }
+        return manifest
+    }
+
+    func heldCount(_ manifest: Manifest) -> Int {
+        manifest.chunks.reduce(0) { $0 + (chunks.contains($1) ? 1 : 0) }
+    }
+
+    func missing(_ manifest: Manifest) -> [SHA256Digest] {
+        var seen: Set<SHA256Digest> = []
+        return manifest.chunks.filter { !chunks.contains($0) && seen.insert($0).inserted }
+    }
+
+    /// Writes the attachment's bytes to `path` (through a temporary file, renamed when complete),
+    /// verifying every chunk on the way.
+    func assemble(_ manifest: Manifest, to path: String) throws(GroupMeshError) {
+        let temporary = path + ".groupmesh-partial"
+        guard FileManager.default.createFile(atPath: temporary, contents: nil),
+              let handle = FileHandle(forWritingAtPath: temporary) else {
+            throw .attachment("cannot write \(path)")
+        }
+        do {
+            for digest in manifest.chunks {
+                guard let bytes = read(digest) else { throw GroupMeshError.attachment("chunk \(digest) is missing") }
+                try handle.write(contentsOf: bytes)
+            }
+            try handle.synchronize()
+            try handle.close()
+            guard rename(temporary, path) == 0 else { throw GroupMeshError.attachment("cannot write \(path)") }
+        } catch {
+            try? handle.close()
+            unlink(temporary)
+            if let error = error as? GroupMeshError { throw error }
+            let full = (error as NSError).code == Int(ENOSPC)
+            throw full ? .store("no space left to write \(path); nothing was lost") : .attachment("cannot write \(path): \(error)")
+        }
+    }
+
+    func bytes(of manifest: Manifest) throws(GroupMeshError) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(Int(manifest.size))
+        for digest in manifest.chunks {
+            guard let bytes = read(digest) else { throw .attachment("chunk \(digest) is missing") }
+            out += bytes
+        }
+        return out
+    }
+
+    /// Deletes the chunks of `removed` that none of `kept` uses, and its manifest.
+    func collect(_ removed: Manifest, keeping kept: [Manifest]) {
+        let used = Set(kept.flatMap(\.chunks) + kept.map(\.id))
+        for digest in Set(removed.chunks + [removed.id]) where !used.contains(digest) {
+            try? chunks.remove(digest)
+        }
+    }
+
+    // MARK: the journal's operations
+
+    func appendOperations(_ operations: [JournalOperation]) throws(GroupMeshError) {
+        guard !operations.isEmpty else { return }
+        var data = Data()
+        for operation in operations {
+            let bytes = JournalMessage.operations([operation]).encoded
+            var length = UInt32(bytes.count).bigEndian
+            data.append(Data(bytes: &length, count: 4))
+            data.append(contentsOf: bytes)
+        }
+        if !FileManager.default.fileExists(atPath: logPath) {
+            FileManager.default.createFile(atPath: logPath, contents: nil, attributes: [.posixPermissions: 0o600])
+        }
+        guard let handle = FileHandle(forWritingAtPath: logPath) else { throw .store("cannot open \(logPath)") }
+        do {
+            try handle.seekToEnd()
+            try handle.write(contentsOf: data)
+            try handle.synchronize()
+            try handle.close()
+        } catch {
+            try? handle.close()
+            throw .store("cannot append to \(logPath): \(error)")
+        }
+    }
+
+    /// Every operation in the log; a torn last record (a crash mid-append) is ignored.
+    func loadOperations() -> [JournalOperation] {
+        guard let data = FileManager.default.contents(atPath: logPath) else { return [] }
+        let bytes = [UInt8](data)
+        var operations: [JournalOperation] = []
+        var offset = 0
+        while offset + 4 <= bytes.count {
+            let length = Int(bytes[offset..<offset + 4].reduce(UInt32(0)) { $0 << 8 | UInt32($1) })
+            offset += 4
+            guard offset + length <= bytes.count else { break }
+            if case let .operations(decoded)? = try? JournalMessage(decoding: Array(bytes[offset..<offset + length])) {
+                operations += decoded
+            }
+            offset += length
+        }
+        return operations
+    }
+}

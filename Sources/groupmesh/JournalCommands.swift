@@ -1,0 +1,134 @@
+import ArgumentParser
+import Foundation
+import GroupMesh
+
+/// Turns a relative path into an absolute one: the node runs in another working directory.
+func absolutePath(_ path: String) -> String {
+    path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+}
+
+struct AttachCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "attach",
+        abstract: "Add a file to the session's journal; prints the attachment id (64 hex characters)."
+    )
+
+    @OptionGroup var data: DataDirectoryOptions
+
+    @Argument(help: "The file to add (up to 100 MiB).")
+    var path: String
+
+    @Option(help: ArgumentHelp("Metadata for this attachment, as JSON (up to 64 KiB).", valueName: "JSON"))
+    var metadata: String?
+
+    func run() async throws {
+        let file = absolutePath(path)
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), !isDirectory.boolValue else {
+            throw fail("no such file: \(path)")
+        }
+        if let metadata {
+            guard metadata.utf8.count <= 64 * 1024 else {
+                throw fail("metadata of \(metadata.utf8.count) bytes is over the 64 KiB limit; nothing was stored")
+            }
+            guard (try? JSONSerialization.jsonObject(with: Data(metadata.utf8), options: [.fragmentsAllowed])) != nil else {
+                throw fail("--metadata is not valid JSON")
+            }
+        }
+        var client = ControlClient(directory: data.directory)
+        client.timeout = .seconds(600)
+        do {
+            let response = try client.send(ControlRequest(command: .attach, path: file, metadata: metadata))
+            emit(response.attachment ?? "")
+        } catch {
+            throw fail(error)
+        }
+    }
+}
+
+struct AttachmentsCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "attachments",
+        abstract: "List the session's attachments: id, size, chunks held here, holders, metadata."
+    )
+
+    @OptionGroup var data: DataDirectoryOptions
+
+    @Flag(help: "Print a JSON array.")
+    var json = false
+
+    func run() async throws {
+        let infos: [StatusReport.AttachmentInfo]
+        do {
+            infos = try ControlClient(directory: data.directory).send(ControlRequest(command: .attachments)).attachments ?? []
+        } catch {
+            throw fail(error)
+        }
+        if json {
+            let encoder = JSONEncoder()
+            encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+            emit(String(decoding: try encoder.encode(infos), as: UTF8.self))
+            return
+        }
+        let rows = infos.map { info in
+            [info.id, ByteCount.text(info.size), "\(info.chunksHave)/\(info.chunks)", "\(info.holders)", info.metadata ?? ""]
+        }
+        let lines = StatusTable.table(header: ["ID", "SIZE", "CHUNKS", "HOLDERS", "METADATA"], rows: rows, width: Terminal.width)
+        emit(lines.map { String($0.prefix(Terminal.width)) }.joined(separator: "\n"))
+    }
+}
+
+struct GetCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "get",
+        abstract: "Write an attachment to a file, fetching what is missing from the members that hold it."
+    )
+
+    @OptionGroup var data: DataDirectoryOptions
+
+    @Argument(help: "The attachment id (or a unique prefix of it).")
+    var id: String
+
+    @Option(help: "Where to write it.")
+    var output: String
+
+    func run() async throws {
+        var client = ControlClient(directory: data.directory)
+        client.timeout = .seconds(3600)
+        do {
+            _ = try client.send(ControlRequest(command: .get, path: absolutePath(output), id: id))
+        } catch {
+            throw fail(error)
+        }
+    }
+}
+
+struct RemoveCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "remove",
+        abstract: "Remove an attachment from the session's journal, for every member."
+    )
+
+    @OptionGroup var data: DataDirectoryOptions
+
+    @Argument(help: "The attachment id (or a unique prefix of it).")
+    var id: String
+
+    func run() async throws {
+        do {
+            _ = try ControlClient(directory: data.directory).send(ControlRequest(command: .remove, id: id))
+        } catch {
+            throw fail(error)
+        }
+    }
+}
+
+enum ByteCount {
+    static func text(_ bytes: UInt64) -> String {
+        let units = ["B", "KiB", "MiB", "GiB"]
+        var value = Double(bytes)
+        var unit = 0
+        while value >= 1024, unit < units.count - 1 { value /= 1024; unit += 1 }
+        return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
+    }
+}
