@@ -1,0 +1,81 @@
+import Foundation
+import MeshCore
+import MeshCrypto
+
+/// An attachment of the session (GroupSessionJournal's Attachment): same bytes, same id.
+public struct Attachment: Hashable, Sendable, Identifiable {
+    /// SHA-256 of the manifest, 64 lowercase hex characters.
+    public let id: String
+    public let size: UInt64
+    let digest: SHA256Digest
+
+    init(_ entry: AttachmentEntry) {
+        id = entry.id.hex
+        size = entry.size
+        digest = entry.id
+    }
+}
+
+/// Large data shared with the whole session, the equivalent of GroupSessionJournal: every
+/// member observes the same set of attachments, and any member can load any of them; an
+/// attachment outlives its uploader while some member holds it.
+///
+/// ```swift
+/// let journal = Journal(session: session)
+/// let attachment = try await journal.add(contentsOf: fileURL, metadata: Data(#"{"title":"x"}"#.utf8))
+/// for await attachments in await journal.attachments { … }
+/// let bytes = try await journal.load(attachment)
+/// ```
+public final class Journal: Sendable {
+    public let session: MeshSession
+
+    public init(session: MeshSession) {
+        self.session = session
+    }
+
+    /// Adds bytes; the returned attachment is in every member's set once they hear of it.
+    public func add(_ data: Data, metadata: Data = Data()) async throws -> Attachment {
+        Attachment(try await session.node.addAttachment(bytes: Array(data), metadata: Array(metadata)))
+    }
+
+    /// Adds a file, streamed: it is chunked and hashed without being loaded whole.
+    public func add(contentsOf url: URL, metadata: Data = Data()) async throws -> Attachment {
+        Attachment(try await session.node.addAttachment(file: url.path, metadata: Array(metadata)))
+    }
+
+    public func remove(_ attachment: Attachment) async throws {
+        try await session.node.removeAttachment(attachment.digest)
+    }
+
+    /// The whole attachment set, now and after every change.
+    public var attachments: AsyncStream<[Attachment]> {
+        get async {
+            let updates = await session.node.attachmentUpdates()
+            return AsyncStream { continuation in
+                let task = Task {
+                    for await entries in updates { continuation.yield(entries.map(Attachment.init)) }
+                    continuation.finish()
+                }
+                continuation.onTermination = { _ in task.cancel() }
+            }
+        }
+    }
+
+    /// The attachment's bytes, fetched from the members that hold them if needed.
+    public func load(_ attachment: Attachment) async throws -> Data {
+        Data(try await session.node.loadAttachment(attachment.digest))
+    }
+
+    /// Writes the attachment to `url`, streamed chunk by chunk.
+    public func load(_ attachment: Attachment, to url: URL) async throws {
+        try await session.node.loadAttachment(attachment.digest, to: url.path)
+    }
+
+    /// The metadata of the latest add of the attachment.
+    public func loadMetadata(of attachment: Attachment) async throws -> Data {
+        guard let entry = await session.node.attachmentEntries.first(where: { $0.id == attachment.digest }) else {
+            throw GroupMeshError.unknownAttachment(attachment.id)
+        }
+        return Data(entry.metadata)
+    }
+}
