@@ -1,0 +1,123 @@
+import Foundation
+import MeshTestKit
+import Testing
+
+/// attach, attachments, get and remove between real processes on loopback.
+@Suite("journal with real processes", .serialized)
+struct JournalCommandTests {
+    struct Listed: Decodable { var id: String; var size: UInt64; var chunks: Int; var chunksHave: Int; var holders: Int; var metadata: String? }
+
+    static func listed(_ node: NodeProcess) async throws -> [Listed] {
+        let result = try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", node.dataDirectory])
+        guard result.status == 0 else { throw NodeProcessError.exited(status: result.status, stderr: result.stderr) }
+        return try JSONDecoder().decode([Listed].self, from: Data(result.stdout.utf8))
+    }
+
+    static func waitUntil(_ what: String, timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while !((try? await condition()) ?? false) {
+            guard ContinuousClock.now < deadline else { throw NodeProcessError.timeout(what) }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    @Test("attach on one node; all list the same id; get is byte-identical; remove disappears everywhere")
+    func attachGetRemove() async throws {
+        var nodes: [NodeProcess] = []
+        defer { for node in nodes { Task { await node.cleanUp() } } }
+        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        nodes.append(first)
+        let invite = try await first.waitForLine(prefix: "invite:")
+        for _ in 0..<2 {
+            let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy"])
+            nodes.append(node)
+        }
+        for node in nodes {
+            try await node.waitForStatus(timeout: .seconds(20), "3 alive") { $0.members.filter { $0.state == "alive" }.count == 3 }
+        }
+        let file = first.dataDirectory + "/../groupmesh-attach-\(UUID().uuidString.prefix(6)).bin"
+        var state: UInt64 = 42
+        let bytes = Data((0..<900_000).map { _ in
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return UInt8(truncatingIfNeeded: state >> 33)
+        })
+        try bytes.write(to: URL(fileURLWithPath: file))
+        defer { try? FileManager.default.removeItem(atPath: file) }
+
+        let attach = try await NodeProcess.runCommand(["attach", "--data-dir", first.dataDirectory, file,
+                                                       "--metadata", #"{"name":"demo"}"#])
+        #expect(attach.status == 0, "\(attach.stderr)")
+        let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(id.count == 64 && id.allSatisfy(\.isHexDigit))
+
+        for node in nodes {
+            try await Self.waitUntil("listed everywhere") { try await Self.listed(node).map(\.id) == [id] }
+        }
+        let remote = try await Self.listed(nodes[2])[0]
+        #expect(remote.size == 900_000)
+        #expect(remote.chunksHave == 0, "lazy: nothing fetched before get")
+        #expect(remote.metadata == #"{"name":"demo"}"#)
+
+        let output = nodes[2].dataDirectory + "/out.bin"
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", nodes[2].dataDirectory, String(id.prefix(10)),
+                                                    "--output", output])
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
+        let status = try await nodes[2].status()
+        #expect((status.counters["chunksFetched"]?.number ?? 0) >= 4)
+
+        let remove = try await NodeProcess.runCommand(["remove", "--data-dir", nodes[1].dataDirectory, id])
+        #expect(remove.status == 0, "\(remove.stderr)")
+        for node in nodes {
+            try await Self.waitUntil("removed everywhere") { try await Self.listed(node).isEmpty }
+        }
+    }
+
+    @Test("errors a user can cause are one line: unknown id, file over the limit, missing file, bad metadata")
+    func attachmentErrors() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await node.cleanUp() } }
+        _ = try await node.waitForLine(prefix: "listening:")
+        let unknown = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, "0123456789abcdef",
+                                                        "--output", node.dataDirectory + "/x"])
+        #expect(unknown.stderr.contains("unknown attachment"))
+        let missing = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, "/no/such/file"])
+        #expect(missing.stderr.contains("no such file"))
+        let badJSON = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, "/etc/hostname",
+                                                        "--metadata", "{nope"])
+        #expect(badJSON.stderr.contains("not valid JSON"))
+        // 100 MiB + 1 byte, sparse: the size is refused before anything is read.
+        let big = node.dataDirectory + "/big.bin"
+        FileManager.default.createFile(atPath: big, contents: nil)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: big))
+        try handle.truncate(atOffset: 100 * 1024 * 1024 + 1)
+        try handle.close()
+        let tooLarge = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, big])
+        #expect(tooLarge.stderr.contains("over the limit"))
+        for result in [unknown, missing, badJSON, tooLarge] {
+            #expect(result.status != 0)
+            #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+        }
+    }
+
+    @Test("get of an attachment nobody reachable holds fails with unavailable after a timeout")
+    func unavailable() async throws {
+        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await first.cleanUp() } }
+        let invite = try await first.waitForLine(prefix: "invite:")
+        let second = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy"])
+        defer { Task { await second.cleanUp() } }
+        try await second.waitForStatus(timeout: .seconds(20), "2 alive") { $0.members.filter { $0.state == "alive" }.count == 2 }
+        let file = first.dataDirectory + "/only-here.bin"
+        try Data(repeating: 9, count: 300_000).write(to: URL(fileURLWithPath: file))
+        let attach = try await NodeProcess.runCommand(["attach", "--data-dir", first.dataDirectory, file])
+        let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        try await Self.waitUntil("listed") { try await Self.listed(second).map(\.id) == [id] }
+        first.signal(SIGKILL)
+        try await first.waitForExit()
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", second.dataDirectory, id,
+                                                    "--output", second.dataDirectory + "/x"], timeout: .seconds(60))
+        #expect(get.status != 0)
+        #expect(get.stderr.contains("unavailable"), "\(get.stderr)")
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import GroupMesh
+import MeshTestKit
+import Testing
+
+/// The Journal API, in process, on loopback.
+@Suite("Journal", .serialized)
+struct JournalTests {
+    static func waitUntil(_ what: String, timeout: Duration = .seconds(15), _ condition: () async -> Bool) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while !(await condition()) {
+            guard ContinuousClock.now < deadline else { throw NodeProcessError.timeout(what) }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    static func current(_ journal: Journal) async -> [GroupMesh.Attachment] {
+        var iterator = await journal.attachments.makeAsyncIterator()
+        return await iterator.next() ?? []
+    }
+
+    @Test("every member sees an attachment; another loads identical bytes; metadata; remove everywhere")
+    func addLoadRemove() async throws {
+        let sessions = try await MessengerTests.cluster(["ida", "jon", "kim"])
+        defer { Task { await MessengerTests.tearDown(sessions) } }
+        let journals = sessions.map(Journal.init)
+        let bytes = Data((0..<700_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) })
+        let attachment = try await journals[0].add(bytes, metadata: Data(#"{"title":"seven hundred k"}"#.utf8))
+        #expect(attachment.id.count == 64)
+        #expect(attachment.size == 700_000)
+        for journal in journals {
+            try await Self.waitUntil("everyone lists it") { await Self.current(journal).map(\.id) == [attachment.id] }
+        }
+        #expect(try await journals[2].load(attachment) == bytes)
+        #expect(try await journals[1].loadMetadata(of: attachment) == Data(#"{"title":"seven hundred k"}"#.utf8))
+
+        // The same bytes are the same attachment, whoever adds them.
+        let again = try await journals[1].add(bytes, metadata: Data(#"{"title":"again"}"#.utf8))
+        #expect(again.id == attachment.id)
+
+        try await journals[2].remove(attachment)
+        for journal in journals {
+            try await Self.waitUntil("gone everywhere") { await Self.current(journal).isEmpty }
+        }
+        await #expect(throws: GroupMeshError.self) { _ = try await journals[0].load(attachment) }
+    }
+
+    @Test("a file is added streamed and loaded to a file; over the limit is refused before storing")
+    func files() async throws {
+        let sessions = try await MessengerTests.cluster(["lea", "max"])
+        defer { Task { await MessengerTests.tearDown(sessions) } }
+        let journals = sessions.map(Journal.init)
+        let directory = NodeProcess.makeTemporaryDirectory("files")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let source = URL(fileURLWithPath: directory + "/source.bin")
+        let bytes = Data((0..<1_300_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        try bytes.write(to: source)
+        let attachment = try await journals[0].add(contentsOf: source)
+        let target = URL(fileURLWithPath: directory + "/target.bin")
+        try await Self.waitUntil("max lists it") { await Self.current(journals[1]).count == 1 }
+        try await journals[1].load(attachment, to: target)
+        #expect(try Data(contentsOf: target) == bytes)
+
+        // The node's limit is configurable; a file over it is refused and nothing is stored.
+        var smallConfiguration = MeshSessionTests.configuration("small")
+        smallConfiguration.maxAttachmentSize = 1000
+        let configuration = smallConfiguration
+        let small = try await MeshSession.join(configuration)
+        let smallPath = configuration.dataDirectory.path
+        defer { Task { await small.leave(); try? FileManager.default.removeItem(atPath: smallPath) } }
+        await #expect(throws: GroupMeshError.attachmentTooLarge(size: 1_300_000, limit: 1000)) {
+            _ = try await Journal(session: small).add(contentsOf: source)
+        }
+        let stored = try FileManager.default.subpathsOfDirectory(atPath: configuration.dataDirectory.chunksPath)
+        #expect(!stored.contains { $0.count > 60 }, "no chunk was stored: \(stored)")
+    }
+}
