@@ -104,7 +104,9 @@ extension JournalOperation: WireBody {
         guard let kind = Kind(rawValue: kindByte) else { throw .invalidField(what: "operation kind") }
         // safe: exactly 32 bytes each
         let attachment = SHA256Digest(bytes: try buffer.readWireBytes(32, "attachment id"))!
-        let author = try! PublicSigningKey(bytes: try buffer.readWireBytes(32, "operation author"))
+        // Read first: inside `try!`, a truncated author would trap instead of throwing.
+        let authorBytes = try buffer.readWireBytes(32, "operation author")
+        let author = try! PublicSigningKey(bytes: authorBytes)
         let clock = try buffer.readWire(UInt64.self, "operation clock")
         let size = try buffer.readWire(UInt64.self, "attachment size")
         let chunkCount = try buffer.readWire(UInt32.self, "attachment chunk count")

@@ -75,10 +75,14 @@ public struct JournalState: Sendable {
         adds.keys.sorted().compactMap(entry)
     }
 
+    /// The clock of this node's next operation. Saturates: any member may sign an operation at
+    /// `UInt64.max`, and `clock + 1` would then trap on every later add or remove.
+    private var nextClock: UInt64 { clock == .max ? .max : clock + 1 }
+
     /// An add by this node, signed, not yet applied.
     public func makeAdd(_ attachment: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8],
                         authority: some RecordAuthority) -> JournalOperation {
-        JournalOperation(kind: .add, attachment: attachment, author: authority.signingKey, clock: clock + 1,
+        JournalOperation(kind: .add, attachment: attachment, author: authority.signingKey, clock: nextClock,
                          size: size, chunkCount: UInt32(chunkCount), metadata: metadata).signed(by: authority)
     }
 
@@ -86,7 +90,7 @@ public struct JournalState: Sendable {
     public func makeRemove(_ attachment: SHA256Digest, authority: some RecordAuthority) -> JournalOperation? {
         let live = liveAdds(of: attachment).map(\.id).sorted()
         guard !live.isEmpty else { return nil }
-        return JournalOperation(kind: .remove, attachment: attachment, author: authority.signingKey, clock: clock + 1,
+        return JournalOperation(kind: .remove, attachment: attachment, author: authority.signingKey, clock: nextClock,
                                 observedAdds: Array(live.prefix(JournalOperation.maxObservedAdds))).signed(by: authority)
     }
 

@@ -1,0 +1,66 @@
+import MeshCore
+import MeshCrypto
+import MeshTestKit
+
+/// Shared helpers for the journal tests (Manifest, JournalState, JournalMessage,
+/// JournalInstance, convergence in simulation).
+enum JournalFixtures {
+    /// A real Ed25519 authority from a one-byte seed, for tests about signatures.
+    static func ed25519(_ seed: UInt8) -> Ed25519Authority {
+        // safe: 32-byte seed
+        Ed25519Authority(identity: try! NodeIdentity(seed: [UInt8](repeating: seed, count: 32)))
+    }
+
+    /// A distinct, stable attachment id.
+    static func attachment(_ n: Int) -> SHA256Digest {
+        SHA256Digest.hashing(Array("attachment \(n)".utf8))
+    }
+
+    /// The manifest of `bytes` cut into `chunkSize` chunks.
+    static func manifest(of bytes: [UInt8], chunkSize: Int) -> Manifest {
+        let chunks = stride(from: 0, to: bytes.count, by: chunkSize).map {
+            SHA256Digest.hashing(Array(bytes[$0..<min($0 + chunkSize, bytes.count)]))
+        }
+        return Manifest(size: UInt64(bytes.count), chunkSize: chunkSize, chunks: chunks)
+    }
+
+    /// Every permutation of `items` (Heap's algorithm); keep `items` small.
+    static func permutations<T>(_ items: [T]) -> [[T]] {
+        var result: [[T]] = []
+        var array = items
+        func generate(_ k: Int) {
+            if k <= 1 { result.append(array); return }
+            generate(k - 1)
+            for i in 0..<(k - 1) {
+                array.swapAt(k % 2 == 0 ? i : 0, k - 1)
+                generate(k - 1)
+            }
+        }
+        generate(array.count)
+        return result
+    }
+}
+
+/// A `RecordAuthority` that claims one key and signs with another: what a member trying to
+/// impersonate another would produce. Its operations must be rejected everywhere.
+struct ImpersonatingAuthority: RecordAuthority {
+    let signingKey: PublicSigningKey
+    let signer: Ed25519Authority
+
+    func sign(_ message: [UInt8]) -> [UInt8] { signer.sign(message) }
+
+    func isValid(signature: [UInt8], message: [UInt8], signingKey: PublicSigningKey) -> Bool {
+        signingKey.isValidSignature(signature, for: message)
+    }
+}
+
+extension JournalState {
+    /// Applies operations in order; returns how many were accepted.
+    @discardableResult
+    mutating func applyAll(_ operations: [JournalOperation], authority: some RecordAuthority) -> Int {
+        operations.reduce(0) { $0 + (apply($1, authority: authority) ? 1 : 0) }
+    }
+
+    /// The attachment ids present, in order.
+    var presentIDs: [SHA256Digest] { attachments.map(\.id) }
+}
