@@ -14,7 +14,7 @@ public actor MeshNode {
     public nonisolated let bootID: UInt64
     public nonisolated let configuration: NodeConfiguration
     let eventLoop: any EventLoop
-    private let logger: Logger
+    let logger: Logger
     private let ephemeral = EphemeralKeyPair.generate()
     var codec: DatagramCodec
     var membership: MembershipInstance?
@@ -29,6 +29,14 @@ public actor MeshNode {
     /// Attachments whose every chunk is on disk.
     var complete: Set<SHA256Digest> = []
     var fetching: Set<SHA256Digest> = []
+    var transfer = TransferScheduler(seed: SecureRandom.uint64())
+    /// Chunk requests in flight, by digest: which chunks of which attachments they are for.
+    var requested: [SHA256Digest: [ChunkRef]] = [:]
+    /// What this node holds of the attachments it is fetching.
+    var localBitmaps: [SHA256Digest: ChunkBitmap] = [:]
+    var dirtyBitmaps: Set<SHA256Digest> = []
+    var nextBitmapAnnouncement = MeshInstant.zero
+    var lastProgress: [SHA256Digest: MeshInstant] = [:]
     var fetchWaiters: [SHA256Digest: [CheckedContinuation<Result<Manifest, GroupMeshError>, Never>]] = [:]
     var chunkWaiters: [SHA256Digest: ChunkWait] = [:]
     var attachmentSubscribers: [UInt64: AsyncStream<[AttachmentEntry]>.Continuation] = [:]
@@ -317,6 +325,7 @@ public actor MeshNode {
             perform(journalDirectives: out)
         }
         expireChunkRequests(now: time)
+        transferTick(now: time)
         if knownDirty { saveKnownMembers() }
         rearm()
     }
@@ -352,6 +361,7 @@ public actor MeshNode {
                         journal = instance
                         perform(journalDirectives: out)
                     }
+                    transfer.removePeer(member.id)
                 } else if codec.installedBoot(of: member.id) != member.record.bootID,
                           let keys = PairwiseKeys.derive(session: session, local: ephemeral,
                                                          peerPublicKey: member.record.ephemeralKey) {

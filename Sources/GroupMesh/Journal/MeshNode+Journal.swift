@@ -4,6 +4,12 @@ import MeshCrypto
 import NIOCore
 
 /// A chunk (or manifest) asked of one holder, and the fetches waiting for it.
+/// One chunk of one attachment: what a chunk request was for.
+struct ChunkRef: Hashable {
+    var attachment: SHA256Digest
+    var index: Int
+}
+
 struct ChunkWait {
     var holder: NodeID
     var deadline: MeshInstant
@@ -165,9 +171,11 @@ extension MeshNode {
         case let .chunkRequest(digest):
             Task { await self.serveChunk(digest, to: peer) }
         case let .chunk(digest, bytes):
-            resolveChunk(digest, bytes: bytes, from: peer)
+            receiveChunk(digest, bytes: bytes, from: peer)
         case let .noChunk(digest):
-            resolveChunk(digest, bytes: nil, from: peer)
+            receiveNoChunk(digest, from: peer)
+        case let .chunks(attachment, bitmap):
+            receiveAvailability(bitmap, of: attachment, from: peer)
         default:
             let directives = instance.onMessage(message, from: peer)
             journal = instance
@@ -197,6 +205,8 @@ extension MeshNode {
                 let waiters = holderWaiters
                 holderWaiters = []
                 for waiter in waiters { waiter.resume() }
+                refreshAvailability()
+                replicate()
             }
         }
     }
@@ -225,22 +235,47 @@ extension MeshNode {
         for entry in attachmentEntries where !complete.contains(entry.id) { startFetch(entry.id) }
     }
 
-    // MARK: fetching
+    // MARK: fetching (the swarm)
 
     func startFetch(_ id: SHA256Digest) {
         guard !fetching.contains(id), !stopped else { return }
         fetching.insert(id)
-        Task { await self.runFetch(id) }
+        lastProgress[id] = now
+        Task { await self.prepareFetch(id) }
     }
 
-    private func runFetch(_ id: SHA256Digest) async {
-        let result: Result<Manifest, GroupMeshError>
-        do {
-            result = .success(try await fetch(id))
-        } catch {
-            result = .failure(error)
+    /// Gets the manifest (from any member that has some of the attachment), finds what is
+    /// already on disk (a restarted node resumes), and hands the rest to the scheduler.
+    private func prepareFetch(_ id: SHA256Digest) async {
+        guard let store else { return finishFetch(id, .failure(.attachment("the node is not running"))) }
+        var manifest = manifests[id]
+        if manifest == nil { manifest = await store.manifest(id) }
+        if manifest == nil {
+            do {
+                let bytes = try await fetchManifest(id)
+                try await store.write(bytes, expected: id)
+                manifest = try? Manifest(decoding: bytes)
+            } catch {
+                return finishFetch(id, .failure(error))
+            }
         }
+        guard let manifest else { return finishFetch(id, .failure(.unavailable("the manifest of \(id.hex.prefix(16)) is invalid"))) }
+        manifests[id] = manifest
+        let missing = Set(await store.missing(manifest))
+        var have = ChunkBitmap(count: manifest.chunks.count)
+        for (index, digest) in manifest.chunks.enumerated() where !missing.contains(digest) { have.insert(index) }
+        guard !have.isComplete else { return finishFetch(id, .success(manifest)) }
+        localBitmaps[id] = have
+        transfer.start(manifest, have: have)
+        refreshAvailability()
+        pumpTransfers()
+    }
+
+    private func finishFetch(_ id: SHA256Digest, _ result: Result<Manifest, GroupMeshError>) {
         fetching.remove(id)
+        localBitmaps[id] = nil
+        lastProgress[id] = nil
+        transfer.cancel(id)
         if case let .success(manifest) = result {
             manifests[id] = manifest
             complete.insert(id)
@@ -251,87 +286,116 @@ extension MeshNode {
             }
         }
         for waiter in fetchWaiters.removeValue(forKey: id) ?? [] { waiter.resume(returning: result) }
-        // Replication retries later (the next journal change or holder announcement); a get
-        // has had its answer.
         rearm()
     }
 
-    private func fetch(_ id: SHA256Digest) async throws(GroupMeshError) -> Manifest {
-        guard let store else { throw .attachment("the node is not running") }
-        let manifest: Manifest
-        var stored = manifests[id]
-        if stored == nil { stored = await store.manifest(id) }
-        if let known = stored {
-            manifest = known
-        } else {
-            guard let bytes = try await fetchChunk(id, for: id, what: "its manifest"),
-                  let decoded = try? Manifest(decoding: bytes), decoded.id == id else {
-                throw .unavailable("the manifest of \(id.hex.prefix(16)) could not be fetched")
-            }
-            try await store.write(bytes, expected: id)
-            manifest = decoded
+    /// Sends the scheduler's requests.
+    func pumpTransfers() {
+        for request in transfer.nextRequests(now: now) {
+            requested[request.digest, default: []].append(ChunkRef(attachment: request.attachment, index: request.index))
+            sendJournal(.chunkRequest(request.digest), to: request.peer)
         }
-        manifests[id] = manifest
-        var missing = await store.missing(manifest)
-        while !missing.isEmpty {
-            let batch = Array(missing.prefix(Self.parallelChunkRequests * 4))
-            let fetched = await withTaskGroup(of: (SHA256Digest, [UInt8]?).self) { group in
-                var results: [(SHA256Digest, [UInt8]?)] = []
-                var iterator = batch.makeIterator()
-                func next() -> SHA256Digest? { iterator.next() }
-                for _ in 0..<Self.parallelChunkRequests {
-                    guard let digest = next() else { break }
-                    group.addTask { (digest, try? await self.fetchChunk(digest, for: id, what: "chunk")) }
-                }
-                while let result = await group.next() {
-                    results.append(result)
-                    if let digest = next() {
-                        group.addTask { (digest, try? await self.fetchChunk(digest, for: id, what: "chunk")) }
-                    }
-                }
-                return results
-            }
-            var progressed = false
-            for (digest, bytes) in fetched {
-                guard let bytes else { continue }
-                do {
-                    try await store.write(bytes, expected: digest)
-                    counters.chunksFetched += 1
-                    progressed = true
-                } catch {
-                    counters.chunksRejected += 1
-                }
-            }
-            try await store.flush()
-            missing = await store.missing(manifest)
-            if !progressed && !missing.isEmpty {
-                throw .unavailable("no reachable member holds \(missing.count) of the \(manifest.chunks.count) chunks of \(id.hex.prefix(16))")
-            }
-        }
-        return manifest
+        rearm()
     }
 
-    /// One chunk (or manifest) from some holder of `attachment`, or nil; throws `unavailable`
-    /// when no live member holds it within the timeout.
-    private func fetchChunk(_ digest: SHA256Digest, for attachment: SHA256Digest, what: String) async throws(GroupMeshError) -> [UInt8]? {
+    /// Tells the scheduler who holds what: members that announced whole attachments, as full bitmaps.
+    func refreshAvailability() {
+        for id in transfer.activeAttachments {
+            guard let count = manifests[id]?.chunks.count else { continue }
+            for holder in holders(of: id) where holder != nodeID {
+                transfer.setAvailability(.full(count), of: id, at: holder)
+            }
+        }
+    }
+
+    func receiveChunk(_ digest: SHA256Digest, bytes: [UInt8], from peer: NodeID) {
+        if chunkWaiters[digest] != nil { resolveChunk(digest, bytes: bytes, from: peer) }
+        guard let refs = requested[digest], !refs.isEmpty else { return }
+        guard SHA256Digest.hashing(bytes) == digest else {
+            // Never stored, never served: the sender is not asked for this chunk again.
+            counters.chunksRejected += 1
+            for ref in refs { transfer.onChunk(attachment: ref.attachment, index: ref.index, from: peer, valid: false) }
+            pumpTransfers()
+            return
+        }
+        requested[digest] = nil
+        Task { await self.storeChunk(digest, bytes: bytes, refs: refs, from: peer) }
+    }
+
+    private func storeChunk(_ digest: SHA256Digest, bytes: [UInt8], refs: [ChunkRef], from peer: NodeID) async {
+        guard let store else { return }
+        do {
+            try await store.write(bytes, expected: digest)
+        } catch {
+            logger.warning("cannot store a chunk", metadata: ["error": "\(error)"])
+            for ref in refs { transfer.onMissing(attachment: ref.attachment, index: ref.index, from: peer) }
+            return
+        }
+        counters.chunksFetched += 1
+        for ref in refs {
+            localBitmaps[ref.attachment]?.insert(ref.index)
+            dirtyBitmaps.insert(ref.attachment)
+            lastProgress[ref.attachment] = now
+            if transfer.onChunk(attachment: ref.attachment, index: ref.index, from: peer, valid: true) {
+                try? await store.flush()
+                if let manifest = manifests[ref.attachment] { finishFetch(ref.attachment, .success(manifest)) }
+            }
+        }
+        pumpTransfers()
+    }
+
+    func receiveNoChunk(_ digest: SHA256Digest, from peer: NodeID) {
+        if chunkWaiters[digest] != nil { resolveChunk(digest, bytes: nil, from: peer) }
+        for ref in requested[digest] ?? [] { transfer.onMissing(attachment: ref.attachment, index: ref.index, from: peer) }
+        pumpTransfers()
+    }
+
+    func receiveAvailability(_ bitmap: ChunkBitmap, of attachment: SHA256Digest, from peer: NodeID) {
+        transfer.setAvailability(bitmap, of: attachment, at: peer)
+        if !complete.contains(attachment), !fetching.contains(attachment), !configuration.lazy,
+           journal?.state.isPresent(attachment) == true {
+            startFetch(attachment)
+        }
+        pumpTransfers()
+    }
+
+    /// Periodic transfer work: time out requests, announce new chunks, give up on what nobody holds.
+    func transferTick(now time: MeshInstant) {
+        transfer.onTick(now: time)
+        if time >= nextBitmapAnnouncement {
+            nextBitmapAnnouncement = time + .milliseconds(250)
+            for id in dirtyBitmaps.sorted() {
+                guard let bitmap = localBitmaps[id] else { continue }
+                for peer in activeMemberIDs { sendJournal(.chunks(id, bitmap), to: peer) }
+            }
+            dirtyBitmaps = []
+        }
+        for id in fetching.sorted() {
+            guard let last = lastProgress[id], time >= last + configuration.unavailableTimeout,
+                  !transfer.hasRequestsInFlight(id), let manifest = manifests[id] else { continue }
+            let missing = manifest.chunks.count - (localBitmaps[id]?.held ?? 0)
+            finishFetch(id, .failure(.unavailable(
+                "no reachable member holds \(missing) of the \(manifest.chunks.count) chunks of \(id.hex.prefix(16))")))
+        }
+        pumpTransfers()
+    }
+
+    private func fetchManifest(_ id: SHA256Digest) async throws(GroupMeshError) -> [UInt8] {
         let deadline = now + configuration.unavailableTimeout
         var tried: Set<NodeID> = []
         while true {
-            let candidates = holders(of: attachment).filter { $0 != nodeID }
+            let candidates = (holders(of: id) + transfer.peersWithChunks(of: id)).filter { $0 != nodeID }
             let fresh = candidates.filter { !tried.contains($0) }
-            if let holder = (fresh.isEmpty ? candidates : fresh).randomElement() {
+            if let holder = fresh.randomElement() ?? candidates.randomElement() {
                 tried.insert(holder)
-                let bytes = await requestChunk(digest, from: holder)
-                if let bytes, SHA256Digest.hashing(bytes) == digest { return bytes }
-                if bytes != nil { counters.chunksRejected += 1 }
-                if fresh.count <= 1 && now >= deadline { return nil }
+                if let bytes = await requestChunk(id, from: holder), SHA256Digest.hashing(bytes) == id { return bytes }
+                if now >= deadline { break }
                 continue
             }
-            guard now < deadline else {
-                throw .unavailable("no reachable member holds \(what) of \(attachment.hex.prefix(16))")
-            }
+            guard now < deadline else { break }
             await waitForHolders(until: deadline)
         }
+        throw .unavailable("no reachable member holds the manifest of \(id.hex.prefix(16))")
     }
 
     private func requestChunk(_ digest: SHA256Digest, from holder: NodeID) async -> [UInt8]? {
@@ -353,7 +417,7 @@ extension MeshNode {
         for waiter in wait.waiters { waiter.resume(returning: bytes) }
     }
 
-    /// Gives up on chunk requests whose holder did not answer in time.
+    /// Gives up on manifest requests whose holder did not answer in time.
     func expireChunkRequests(now: MeshInstant) {
         for (digest, wait) in chunkWaiters where now >= wait.deadline {
             chunkWaiters[digest] = nil
@@ -363,7 +427,14 @@ extension MeshNode {
 
     var journalDeadline: MeshInstant? {
         var deadline = journal?.nextDeadline
-        for wait in chunkWaiters.values { deadline = deadline.map { min($0, wait.deadline) } ?? wait.deadline }
+        func consider(_ instant: MeshInstant?) {
+            guard let instant else { return }
+            deadline = deadline.map { min($0, instant) } ?? instant
+        }
+        for wait in chunkWaiters.values { consider(wait.deadline) }
+        consider(transfer.nextDeadline)
+        if !dirtyBitmaps.isEmpty { consider(nextBitmapAnnouncement) }
+        for id in fetching { consider(lastProgress[id].map { $0 + configuration.unavailableTimeout }) }
         return deadline
     }
 

@@ -18,13 +18,15 @@ public enum JournalMessage: Sendable, Equatable {
     case chunk(SHA256Digest, [UInt8])
     /// "I do not have it."
     case noChunk(SHA256Digest)
+    /// Which chunks of an attachment the sender holds (sent as they arrive, for the swarm).
+    case chunks(SHA256Digest, ChunkBitmap)
 
     public static let typeTag = "mesh.journal"
     /// Operations per message, so one message stays well under the messenger's size limit.
     public static let operationBudget = 192 * 1024
 
     private enum Kind: UInt8 {
-        case operations = 1, have, want, holding, chunkRequest, chunk, noChunk
+        case operations = 1, have, want, holding, chunkRequest, chunk, noChunk, chunks
     }
 
     public var encoded: [UInt8] {
@@ -54,6 +56,11 @@ public enum JournalMessage: Sendable, Equatable {
             buffer.writeInteger(Kind.chunk.rawValue)
             buffer.writeBytes(digest.bytes)
             buffer.writeBytes(bytes)
+        case let .chunks(digest, bitmap):
+            buffer.writeInteger(Kind.chunks.rawValue)
+            buffer.writeBytes(digest.bytes)
+            buffer.writeInteger(UInt32(bitmap.count))
+            buffer.writeBytes(bitmap.bytes)
         }
         return Array(buffer.readableBytesView)
     }
@@ -102,6 +109,14 @@ public enum JournalMessage: Sendable, Equatable {
             let id = try digest()
             self = .chunk(id, Array(buffer.readableBytesView))
             buffer.moveReaderIndex(to: buffer.writerIndex)
+        case .chunks:
+            let id = try digest()
+            let count = Int(try buffer.readWire(UInt32.self, "bitmap count"))
+            guard count <= Int(Manifest.maxChunks) else { throw .invalidField(what: "bitmap count") }
+            guard let bitmap = ChunkBitmap(count: count, bytes: try buffer.readWireBytes((count + 7) / 8, "bitmap")) else {
+                throw .invalidField(what: "bitmap")
+            }
+            self = .chunks(id, bitmap)
         }
         guard buffer.readableBytes == 0 else { throw .trailingBytes(buffer.readableBytes) }
     }

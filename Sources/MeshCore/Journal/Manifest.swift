@@ -10,6 +10,8 @@ public struct Manifest: Sendable, Equatable {
     static let domain = Array("groupmesh manifest v1".utf8)
     public static let defaultChunkSize = 256 * 1024
     public static let maxChunkSize = 4 * 1024 * 1024
+    /// More chunks than any attachment within the size limits needs (1 TiB of 256 KiB chunks).
+    public static let maxChunks: UInt64 = 1 << 22
 
     public var size: UInt64
     public var chunkSize: Int
