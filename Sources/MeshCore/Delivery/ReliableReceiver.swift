@@ -31,29 +31,42 @@ public struct ReliableReceiver: Sendable {
         }
         var delivered: [[UInt8]] = []
         accept(chunk, into: &delivered)
-        while let next = buffered.removeValue(forKey: cumulative + 1) {
-            bufferedBytes -= Self.cost(next)
-            accept(next, into: &delivered)
-        }
+        drainInOrder(into: &delivered)
         return delivered
     }
 
-    /// The sender gave up on everything up to `tsn`: skip it, discard any partial message.
+    /// The sender settled everything up to `forward.cumulative`: what is missing there it gave
+    /// up on, so skip it and discard any message it cuts into. Chunks that did arrive there were
+    /// acknowledged (the sender may have reported their messages delivered), so whole messages
+    /// among them are still delivered, in order.
     public mutating func onForward(_ forward: ForwardTSN) -> [[UInt8]] {
         guard forward.cumulative > cumulative else { return [] }
-        cumulative = forward.cumulative
-        assembling = []
-        assemblingActive = false
-        for tsn in buffered.keys where tsn <= cumulative {
-            bufferedBytes -= buffered[tsn].map(Self.cost) ?? 0
-            buffered[tsn] = nil
-        }
         var delivered: [[UInt8]] = []
-        while let next = buffered.removeValue(forKey: cumulative + 1) {
+        for tsn in buffered.keys.filter({ $0 <= forward.cumulative }).sorted() {
+            // safe: the key was just read
+            let chunk = buffered.removeValue(forKey: tsn)!
+            bufferedBytes -= Self.cost(chunk)
+            if tsn != cumulative + 1 { discardPartial() }  // a gap: that message was abandoned
+            accept(chunk, into: &delivered)
+        }
+        if cumulative < forward.cumulative {
+            discardPartial()
+            cumulative = forward.cumulative
+        }
+        drainInOrder(into: &delivered)
+        return delivered
+    }
+
+    private mutating func drainInOrder(into delivered: inout [[UInt8]]) {
+        while cumulative < .max, let next = buffered.removeValue(forKey: cumulative + 1) {
             bufferedBytes -= Self.cost(next)
             accept(next, into: &delivered)
         }
-        return delivered
+    }
+
+    private mutating func discardPartial() {
+        assembling = []
+        assemblingActive = false
     }
 
     /// The acknowledgement to send now: cumulative point, free space, received ranges above it.

@@ -132,8 +132,10 @@ public struct ReliableSender: Sendable {
         var newlyAcked = 0
         var sample: Duration?
         peerWindow = Int(ack.window)
-        let top = nextTSN - 1
-        let cumulative = min(ack.cumulative, top)  // a peer cannot acknowledge what was never sent
+        // A peer cannot acknowledge what was never sent: queued chunks not sent yet do not count
+        // (everything below `lowest` is settled, so acknowledging it is harmless).
+        let top = max(nextToSend, lowest) - 1
+        let cumulative = min(ack.cumulative, top)
         func acknowledge(_ tsn: UInt64) {
             guard let entry = pending.removeValue(forKey: tsn) else { return }
             if entry.inFlight { bytesInFlight -= entry.chunk.body.count }
@@ -156,8 +158,11 @@ public struct ReliableSender: Sendable {
             for tsn in lowest...cumulative { acknowledge(tsn) }
         }
         peerCumulative = max(peerCumulative, cumulative)
-        for range in ack.ranges where range.upperBound >= lowest && range.lowerBound <= top {
-            for tsn in max(range.lowerBound, lowest)...min(range.upperBound, top) { acknowledge(tsn) }
+        for range in ack.ranges {
+            // Only the part between the oldest pending chunk and the last one sent (maybe none).
+            let from = max(range.lowerBound, lowest), to = min(range.upperBound, top)
+            guard from <= to else { continue }
+            for tsn in from...to { acknowledge(tsn) }
         }
         while lowest < nextTSN, pending[lowest] == nil { lowest += 1 }
         if let sample { timer.sample(sample) }
@@ -173,16 +178,23 @@ public struct ReliableSender: Sendable {
         return completed
     }
 
-    /// The retransmission timer fired: the oldest chunk in flight is lost, the window collapses,
-    /// the timeout doubles; a forward not yet acknowledged is sent again.
+    /// The retransmission timer fired: every chunk in flight is lost (as TCP does after an RTO:
+    /// they go again from the oldest, RFC 6298 §5.4, within the collapsed window), the window
+    /// collapses, the timeout doubles; a forward not yet acknowledged is sent again.
     public mutating func onTimeout(now: MeshInstant) {
         guard let deadline = timerDeadline, now >= deadline else { return }
         timerDeadline = nil
         timer.backOff()
-        var oldest = lowest
-        while oldest < nextToSend, pending[oldest]?.inFlight != true { oldest += 1 }
-        if oldest < nextToSend {
-            markLost(oldest)
+        var lostAny = false
+        var tsn = lowest
+        while tsn < nextToSend {
+            if pending[tsn]?.inFlight == true {
+                markLost(tsn)
+                lostAny = true
+            }
+            tsn += 1
+        }
+        if lostAny {
             slowStartThreshold = max(settings.minimumWindow, congestionWindow / 2)
             congestionWindow = settings.minimumWindow
             recoveryUntil = nextTSN - 1
@@ -245,8 +257,12 @@ public struct ReliableSender: Sendable {
         entry.lost = true
         pending[tsn] = entry
         bytesInFlight -= entry.chunk.body.count
-        let index = lostQueue.firstIndex { $0 > tsn } ?? lostQueue.count
-        lostQueue.insert(tsn, at: index)
+        if lostQueue.last.map({ $0 < tsn }) ?? true {
+            lostQueue.append(tsn)  // the usual case, and all of a timeout's: ascending
+        } else {
+            let index = lostQueue.firstIndex { $0 > tsn } ?? lostQueue.count
+            lostQueue.insert(tsn, at: index)
+        }
     }
 
     private mutating func grow(by bytes: Int) {
