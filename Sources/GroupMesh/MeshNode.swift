@@ -25,7 +25,21 @@ public actor MeshNode {
     // The journal and its attachments (MeshNode+Journal.swift).
     var journal: JournalInstance?
     var store: AttachmentStore?
-    var manifests: [SHA256Digest: Manifest] = [:]
+    var manifests: [SHA256Digest: Manifest] = [:] {
+        didSet { chunkLocations = Self.locations(of: manifests) }
+    }
+    /// Where each known chunk sits (one place is enough for the seeding rule).
+    var chunkLocations: [SHA256Digest: ChunkRef] = [:]
+
+    static func locations(of manifests: [SHA256Digest: Manifest]) -> [SHA256Digest: ChunkRef] {
+        var locations: [SHA256Digest: ChunkRef] = [:]
+        for (id, manifest) in manifests {
+            for (index, digest) in manifest.chunks.enumerated() where locations[digest] == nil {
+                locations[digest] = ChunkRef(attachment: id, index: index)
+            }
+        }
+        return locations
+    }
     /// Attachments whose every chunk is on disk.
     var complete: Set<SHA256Digest> = []
     var fetching: Set<SHA256Digest> = []
@@ -354,15 +368,17 @@ public actor MeshNode {
                 viewChanged = true
                 knownDirty = true
                 if member.status.isGone {
-                    codec.removePeer(member.id)
-                    perform(delivery.removePeer(member.id, now: now))
+                    // Keys and channels stay until the member is forgotten or a new boot shows
+                    // up: a member declared dead that refutes resumes where it was.
+                    perform(delivery.failPending(member.id, now: now))
                     if var instance = journal {
                         let out = instance.memberLeft(member.id)
                         journal = instance
                         perform(journalDirectives: out)
                     }
                     transfer.removePeer(member.id)
-                } else if codec.installedBoot(of: member.id) != member.record.bootID,
+                } else if codec.installedBoot(of: member.id) != member.record.bootID
+                            || !delivery.peers.contains(member.id),
                           let keys = PairwiseKeys.derive(session: session, local: ephemeral,
                                                          peerPublicKey: member.record.ephemeralKey) {
                     // A new boot of a member starts its channels afresh: what was pending to the
@@ -380,7 +396,13 @@ public actor MeshNode {
                         perform(journalDirectives: out)
                     }
                 } else {
+                    // Back from a (false) death with the same boot: resume journal sync.
                     delivery.addPeer(member.id)
+                    if var instance = journal {
+                        let out = instance.memberJoined(member.id)
+                        journal = instance
+                        perform(journalDirectives: out)
+                    }
                 }
                 logger.info("member changed", metadata: ["member": "\(member.id)", "state": "\(member.status.rawValue)",
                                                          "incarnation": "\(member.incarnation)"])

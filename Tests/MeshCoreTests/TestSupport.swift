@@ -143,6 +143,13 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .left(Departure(member: some, incarnation: 3, signature: identity.sign([1]))),
         .left(Departure(member: zero, incarnation: .max, signature: [UInt8](repeating: 0, count: 64))),
         .syncRequest(SyncRequest(isJoin: true)), .syncRequest(SyncRequest(isJoin: false)),
+        .data(DataChunk(tsn: 1, flags: DataChunk.begins | DataChunk.ends, body: [])),
+        .data(DataChunk(tsn: rng.next(), flags: DataChunk.begins, body: rng.bytes(1000))),
+        .ack(DeliveryAck(cumulative: 0, window: 0)),
+        .ack(DeliveryAck(cumulative: 10, window: .max, ranges: [12...14, 20...20])),
+        .forwardTSN(ForwardTSN(cumulative: rng.next())),
+        .fragment(UnreliableFragment(messageID: rng.next(), index: 0, count: 1, body: [])),
+        .fragment(UnreliableFragment(messageID: 7, index: 2, count: 3, body: rng.bytes(500))),
     ]
 }
 

@@ -169,7 +169,18 @@ extension MeshNode {
         guard let message = try? JournalMessage(decoding: body), var instance = journal else { return }
         switch message {
         case let .chunkRequest(digest):
+            // Initial seeding: a chunk only we hold goes to one member at a time.
+            if let ref = chunkLocations[digest],
+               !transfer.shouldServe(attachment: ref.attachment, index: ref.index, to: peer,
+                                      holdingAll: complete.contains(ref.attachment), now: now) {
+                sendJournal(.busy(digest), to: peer)
+                return
+            }
             Task { await self.serveChunk(digest, to: peer) }
+        case let .busy(digest):
+            for ref in requested[digest] ?? [] { transfer.onBusy(attachment: ref.attachment, index: ref.index, from: peer, now: now) }
+            if chunkWaiters[digest] != nil { resolveChunk(digest, bytes: nil, from: peer) }
+            pumpTransfers()
         case let .chunk(digest, bytes):
             receiveChunk(digest, bytes: bytes, from: peer)
         case let .noChunk(digest):
@@ -300,7 +311,7 @@ extension MeshNode {
 
     /// Tells the scheduler who holds what: members that announced whole attachments, as full bitmaps.
     func refreshAvailability() {
-        for id in transfer.activeAttachments {
+        for id in Set(transfer.activeAttachments).union(manifests.keys).sorted() {
             guard let count = manifests[id]?.chunks.count else { continue }
             for holder in holders(of: id) where holder != nodeID {
                 transfer.setAvailability(.full(count), of: id, at: holder)

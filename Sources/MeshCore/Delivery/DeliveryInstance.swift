@@ -93,7 +93,20 @@ public struct DeliveryInstance: Sendable {
                                                               timeout: settings.reassemblyTimeout))
     }
 
-    /// A member left, died or restarted: everything pending to it fails as `departed`.
+    /// A member left or was declared dead: everything pending to it fails as `departed`, but
+    /// the channel (its TSNs, what it received) stays, so that if the same boot comes back (a
+    /// false death refuted) both ends still agree where they are; the abandoned messages are
+    /// skipped with a forward TSN.
+    public mutating func failPending(_ id: NodeID, now: MeshInstant) -> [Directive] {
+        guard var channel = channels[id] else { return [] }
+        var out: [Directive] = []
+        let abandoned = channel.sender.abandonAll(now: now)
+        channels[id] = channel
+        for sendID in abandoned { fail(sendID, peer: id, reason: .departed, into: &out) }
+        return out
+    }
+
+    /// A member restarted (new boot) or was forgotten: its channels go, pending sends fail.
     public mutating func removePeer(_ id: NodeID, now: MeshInstant) -> [Directive] {
         guard var channel = channels.removeValue(forKey: id) else { return [] }
         var out: [Directive] = []

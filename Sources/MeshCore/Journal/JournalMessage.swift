@@ -20,13 +20,15 @@ public enum JournalMessage: Sendable, Equatable {
     case noChunk(SHA256Digest)
     /// Which chunks of an attachment the sender holds (sent as they arrive, for the swarm).
     case chunks(SHA256Digest, ChunkBitmap)
+    /// "I have it, but ask again a little later (or ask someone else)": initial seeding.
+    case busy(SHA256Digest)
 
     public static let typeTag = "mesh.journal"
     /// Operations per message, so one message stays well under the messenger's size limit.
     public static let operationBudget = 192 * 1024
 
     private enum Kind: UInt8 {
-        case operations = 1, have, want, holding, chunkRequest, chunk, noChunk, chunks
+        case operations = 1, have, want, holding, chunkRequest, chunk, noChunk, chunks, busy
     }
 
     public var encoded: [UInt8] {
@@ -49,8 +51,14 @@ public enum JournalMessage: Sendable, Equatable {
             buffer.writeInteger(Kind.holding.rawValue)
             buffer.writeInteger(UInt32(digests.count))
             for digest in digests { buffer.writeBytes(digest.bytes) }
-        case let .chunkRequest(digest), let .noChunk(digest):
-            buffer.writeInteger(self.isRequest ? Kind.chunkRequest.rawValue : Kind.noChunk.rawValue)
+        case let .chunkRequest(digest):
+            buffer.writeInteger(Kind.chunkRequest.rawValue)
+            buffer.writeBytes(digest.bytes)
+        case let .noChunk(digest):
+            buffer.writeInteger(Kind.noChunk.rawValue)
+            buffer.writeBytes(digest.bytes)
+        case let .busy(digest):
+            buffer.writeInteger(Kind.busy.rawValue)
             buffer.writeBytes(digest.bytes)
         case let .chunk(digest, bytes):
             buffer.writeInteger(Kind.chunk.rawValue)
@@ -64,8 +72,6 @@ public enum JournalMessage: Sendable, Equatable {
         }
         return Array(buffer.readableBytesView)
     }
-
-    private var isRequest: Bool { if case .chunkRequest = self { true } else { false } }
 
     public init(decoding bytes: [UInt8]) throws(WireError) {
         var buffer = ByteBuffer(bytes: bytes)
@@ -105,6 +111,8 @@ public enum JournalMessage: Sendable, Equatable {
             self = .chunkRequest(try digest())
         case .noChunk:
             self = .noChunk(try digest())
+        case .busy:
+            self = .busy(try digest())
         case .chunk:
             let id = try digest()
             self = .chunk(id, Array(buffer.readableBytesView))

@@ -15,6 +15,15 @@ public struct TransferScheduler: Sendable {
         public var endGameChunks = 4
         /// Bad chunks after which a member is avoided altogether.
         public var maxBadChunks = 3
+        /// A chunk only we hold is served once per this long (initial seeding): the others get
+        /// it from the member that has it, so an uploader sends each chunk about once. Longer
+        /// than a request timeout, so a copy lost on the way is sent again soon.
+        public var seedingInterval: Duration = .milliseconds(600)
+        /// A member told "busy" because others hold the chunk is served anyway after this long,
+        /// so stale availability cannot starve it.
+        public var busyGrace: Duration = .seconds(3)
+        /// How long to wait before asking again for a chunk its only holder was too busy to send.
+        public var busyRetry: Duration = .milliseconds(200)
         public init() {}
     }
 
@@ -32,6 +41,10 @@ public struct TransferScheduler: Sendable {
         var inFlight: [Int: [NodeID: MeshInstant]] = [:]
         /// Index → members that sent a bad copy.
         var refused: [Int: Set<NodeID>] = [:]
+        /// Index → when to ask again after a busy answer.
+        var notBefore: [Int: MeshInstant] = [:]
+        /// Index → members that said busy for it, until when they are not asked for it.
+        var busy: [Int: [NodeID: MeshInstant]] = [:]
     }
 
     struct Peer: Sendable {
@@ -46,6 +59,10 @@ public struct TransferScheduler: Sendable {
     private var peers: [NodeID: Peer] = [:]
     private var random: SplitMix64
     public private(set) var timeouts: UInt64 = 0
+    /// Chunks we served that no one else is known to hold, with when (initial seeding).
+    private var seeded: [SHA256Digest: [Int: MeshInstant]] = [:]
+    /// When each member was first told "busy" for a chunk.
+    private var refusals: [SHA256Digest: [Int: [NodeID: MeshInstant]]] = [:]
 
     public init(settings: Settings = .init(), seed: UInt64) {
         self.settings = settings
@@ -141,6 +158,44 @@ public struct TransferScheduler: Sendable {
         jobs[attachment] = job
     }
 
+    /// `peer` answered that it is busy with this chunk: ask again a little later, from anyone.
+    public mutating func onBusy(attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant) {
+        guard var job = jobs[attachment], job.inFlight[index]?.removeValue(forKey: peer) != nil else { return }
+        peers[peer]?.inFlight -= 1
+        if job.inFlight[index]?.isEmpty == true { job.inFlight[index] = nil }
+        job.busy[index, default: [:]][peer] = now + settings.busyRetry
+        if holders(of: attachment, count: job.have.count)[index].allSatisfy({ job.busy[index]?[$0].map { now < $0 } ?? false }) {
+            job.notBefore[index] = now + settings.busyRetry
+        }
+        jobs[attachment] = job
+    }
+
+    /// Whether to send chunk `index` of an attachment we hold to `peer` now (BitTorrent's
+    /// super-seeding). A member still fetching the attachment serves whatever it has. One that
+    /// holds it whole (the uploader, above all) sends each chunk about once: a chunk only it
+    /// holds goes to one member per `seedingInterval`, and a chunk others hold is left to them;
+    /// the requester hears "busy" and asks elsewhere. So that stale availability cannot starve
+    /// anyone, a member refused a chunk that others hold is served anyway after `busyGrace`.
+    public mutating func shouldServe(attachment: SHA256Digest, index: Int, to peer: NodeID, holdingAll: Bool,
+                                     now: MeshInstant) -> Bool {
+        guard holdingAll else { return true }
+        let elsewhere = availability.contains { holder, attachments in
+            holder != peer && attachments[attachment]?.contains(index) == true && !isAvoided(holder)
+        }
+        if elsewhere {
+            guard let first = refusals[attachment]?[index]?[peer] else {
+                refusals[attachment, default: [:]][index, default: [:]][peer] = now
+                return false
+            }
+            guard now >= first + settings.busyGrace else { return false }
+            refusals[attachment]?[index]?[peer] = nil
+            return true
+        }
+        if let last = seeded[attachment]?[index], now < last + settings.seedingInterval { return false }
+        seeded[attachment, default: [:]][index] = now
+        return true
+    }
+
     /// Whether some chunk of the attachment is asked of someone right now.
     public func hasRequestsInFlight(_ attachment: SHA256Digest) -> Bool {
         !(jobs[attachment]?.inFlight.isEmpty ?? true)
@@ -169,6 +224,9 @@ public struct TransferScheduler: Sendable {
     public var nextDeadline: MeshInstant? {
         var deadline: MeshInstant?
         for job in jobs.values {
+            for instant in job.notBefore.values where instant > .zero {
+                deadline = deadline.map { min($0, instant) } ?? instant
+            }
             for asked in job.inFlight.values {
                 for sentAt in asked.values {
                     let due = sentAt + settings.requestTimeout
@@ -188,11 +246,18 @@ public struct TransferScheduler: Sendable {
         for id in jobs.keys.sorted() {
             guard var job = jobs[id] else { continue }
             let holdersByChunk = holders(of: id, count: job.have.count)
-            var missing = (0..<job.have.count).filter { !job.have.contains($0) && job.inFlight[$0] == nil }
+            var missing = (0..<job.have.count).filter { index in
+                !job.have.contains(index) && job.inFlight[index] == nil && (job.notBefore[index].map { now >= $0 } ?? true)
+            }
             missing.shuffle(using: &random)
             missing.sort { holdersByChunk[$0].count < holdersByChunk[$1].count }
             for index in missing {
-                guard let peer = pickHolder(holdersByChunk[index], excluding: job.refused[index] ?? []) else { continue }
+                let busy = Set((job.busy[index] ?? [:]).filter { now < $0.value }.keys)
+                let candidates = holdersByChunk[index].filter { !busy.contains($0) }
+                // Everyone who has it said busy: ask one of them anyway (they serve a member
+                // refused for long enough).
+                let pool = candidates.isEmpty ? holdersByChunk[index] : candidates
+                guard let peer = pickHolder(pool, excluding: job.refused[index] ?? []) else { continue }
                 ask(peer, index: index, in: &job, now: now, into: &requests)
             }
             // End game: the last few chunks, each also from a second holder.
