@@ -25,7 +25,7 @@ run: build
 
 test: deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
-	$(SWIFT) test --skip-build $(SWIFT_FLAGS)
+	$(SWIFT) test --skip-build --no-parallel $(SWIFT_FLAGS)
 
 bench: deps
 	$(SWIFT) build -c release $(SWIFT_FLAGS)

@@ -92,7 +92,7 @@ extension MeshNode {
             case let .deliver(received):
                 guard let envelope = MessageEnvelope(decoding: received.payload) else { continue }
                 if envelope.type == JournalMessage.typeTag {
-                    if received.mode == .reliable { receiveJournal(envelope.body, from: received.from) }
+                    receiveJournal(envelope.body, from: received.from, mode: received.mode)
                     continue
                 }
                 let message = InboundMessage(from: received.from,

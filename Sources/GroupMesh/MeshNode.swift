@@ -109,6 +109,10 @@ public actor MeshNode {
         let listen = "\(configuration.listenHost):\(configuration.listenPort)"
         let bootstrap = DatagramBootstrap(group: eventLoop)
             .channelOption(.socketOption(.so_reuseaddr), value: 1)
+            // Bursts of chunk datagrams outrun the default buffers (about 200 KiB) before the
+            // reader drains them; losses there would cost retransmissions for nothing.
+            .channelOption(.socketOption(.so_rcvbuf), value: 4 << 20)
+            .channelOption(.socketOption(.so_sndbuf), value: 4 << 20)
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(DatagramReceiver(node: self))

@@ -37,6 +37,10 @@ struct JournalTests {
         // The same bytes are the same attachment, whoever adds them.
         let again = try await journals[1].add(bytes, metadata: Data(#"{"title":"again"}"#.utf8))
         #expect(again.id == attachment.id)
+        // The latest add's metadata wins everywhere; once kim has seen it, its remove covers both adds.
+        try await Self.waitUntil("kim saw the second add") {
+            (try? await journals[2].loadMetadata(of: attachment)) == Data(#"{"title":"again"}"#.utf8)
+        }
 
         try await journals[2].remove(attachment)
         for journal in journals {

@@ -56,9 +56,9 @@ struct RetransmissionTimerTests {
     @Test("the RTO is clamped to the minimum and the maximum")
     func clamping() {
         var fast = RetransmissionTimer()
-        fast.sample(.microseconds(100))  // 0.1 + max(1, 0.2) = 1.1 ms → floor of 5 ms
+        fast.sample(.microseconds(100))  // 0.1 + max(1, 0.2) = 1.1 ms → floor of 10 ms
         #expect(fast.smoothed == .microseconds(100))
-        #expect(fast.timeout == .milliseconds(5))
+        #expect(fast.timeout == .milliseconds(10))
         var slow = RetransmissionTimer()
         slow.sample(.seconds(3))  // 3 + 4·1.5 = 9 s → ceiling of 5 s
         #expect(slow.timeout == .seconds(5))

@@ -19,6 +19,8 @@ struct ChunkWait {
 extension MeshNode {
     static let chunkRequestTimeout: Duration = .seconds(5)
     static let parallelChunkRequests = 8
+    /// Whole holders answer "busy" for chunks others can pass on (TransferScheduler.shouldServe).
+    static let superSeeding = false
 
     // MARK: start
 
@@ -156,8 +158,9 @@ extension MeshNode {
 
     func sendJournal(_ message: JournalMessage, to peer: NodeID) {
         let envelope = MessageEnvelope(type: JournalMessage.typeTag, body: message.encoded)
-        guard let (_, directives) = try? delivery.send(envelope.encoded, to: [peer], mode: .reliable, now: now,
-                                                       timeout: .seconds(30)) else { return }
+        let mode = DeliveryInstance.Mode.reliable
+        guard let (_, directives) = try? delivery.send(envelope.encoded, to: [peer], mode: mode, now: now,
+                                                            timeout: .seconds(30)) else { return }
         if case let .chunk(_, bytes) = message {
             counters.chunksServed += 1
             counters.chunkPayloadBytesSent += UInt64(bytes.count)
@@ -165,19 +168,27 @@ extension MeshNode {
         perform(directives)
     }
 
-    func receiveJournal(_ body: [UInt8], from peer: NodeID) {
+    func receiveJournal(_ body: [UInt8], from peer: NodeID, mode: DeliveryInstance.Mode) {
         guard let message = try? JournalMessage(decoding: body), var instance = journal else { return }
+        // Operations, ids and whole chunks only count when they came in order and complete.
+        switch message {
+        case .chunkRequest, .noChunk, .busy, .chunks: break
+        default: guard mode == .reliable else { return }
+        }
         switch message {
         case let .chunkRequest(digest):
+            logger.debug("chunk request", metadata: ["peer": "\(peer.hex.prefix(6))", "located": "\(chunkLocations[digest] != nil)"])
             // Initial seeding: a chunk only we hold goes to one member at a time.
-            if let ref = chunkLocations[digest],
+            if Self.superSeeding, let ref = chunkLocations[digest],
                !transfer.shouldServe(attachment: ref.attachment, index: ref.index, to: peer,
                                       holdingAll: complete.contains(ref.attachment), now: now) {
+                logger.debug("busy", metadata: ["chunk": "\(digest.hex.prefix(8))", "peer": "\(peer.hex.prefix(6))"])
                 sendJournal(.busy(digest), to: peer)
                 return
             }
             Task { await self.serveChunk(digest, to: peer) }
         case let .busy(digest):
+            logger.debug("busy answer", metadata: ["peer": "\(peer.hex.prefix(6))", "refs": "\(requested[digest]?.count ?? 0)"])
             for ref in requested[digest] ?? [] { transfer.onBusy(attachment: ref.attachment, index: ref.index, from: peer, now: now) }
             if chunkWaiters[digest] != nil { resolveChunk(digest, bytes: nil, from: peer) }
             pumpTransfers()
@@ -196,7 +207,9 @@ extension MeshNode {
 
     private func serveChunk(_ digest: SHA256Digest, to peer: NodeID) async {
         // Served only after verification: the store hashes every chunk it reads.
-        if let bytes = await store?.read(digest) {
+        let bytes = await store?.read(digest)
+        logger.debug("serve", metadata: ["peer": "\(peer.hex.prefix(6))", "found": "\(bytes != nil)"])
+        if let bytes {
             sendJournal(.chunk(digest, bytes), to: peer)
         } else {
             sendJournal(.noChunk(digest), to: peer)
@@ -303,6 +316,7 @@ extension MeshNode {
     /// Sends the scheduler's requests.
     func pumpTransfers() {
         for request in transfer.nextRequests(now: now) {
+            logger.debug("request", metadata: ["peer": "\(request.peer.hex.prefix(6))", "index": "\(request.index)"])
             requested[request.digest, default: []].append(ChunkRef(attachment: request.attachment, index: request.index))
             sendJournal(.chunkRequest(request.digest), to: request.peer)
         }
@@ -362,6 +376,7 @@ extension MeshNode {
     }
 
     func receiveAvailability(_ bitmap: ChunkBitmap, of attachment: SHA256Digest, from peer: NodeID) {
+        logger.debug("availability", metadata: ["peer": "\(peer.hex.prefix(6))", "held": "\(bitmap.held)/\(bitmap.count)"])
         transfer.setAvailability(bitmap, of: attachment, at: peer)
         if !complete.contains(attachment), !fetching.contains(attachment), !configuration.lazy,
            journal?.state.isPresent(attachment) == true {

@@ -33,15 +33,14 @@ public struct ChunkBitmap: Sendable, Equatable {
         (0..<((count + 7) / 8)).map { UInt8(truncatingIfNeeded: words[$0 / 8] >> UInt64(8 * ($0 % 8))) }
     }
 
-    /// Nil when `bytes` has the wrong length for `count`; bits past `count` are ignored.
+    /// Nil when `bytes` has the wrong length for `count` or sets bits past `count`, so every
+    /// bitmap has exactly one encoding.
     public init?(count: Int, bytes: [UInt8]) {
         guard count >= 0, bytes.count == (count + 7) / 8 else { return nil }
+        if count % 8 != 0, let last = bytes.last, last >> UInt8(count % 8) != 0 { return nil }
         self.init(count: count)
         for (index, byte) in bytes.enumerated() {
             words[index / 8] |= UInt64(byte) << UInt64(8 * (index % 8))
-        }
-        if count % 64 != 0, let last = words.indices.last {
-            words[last] &= (1 << UInt64(count % 64)) - 1
         }
     }
 }

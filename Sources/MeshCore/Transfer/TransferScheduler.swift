@@ -9,7 +9,7 @@ import MeshCrypto
 public struct TransferScheduler: Sendable {
     public struct Settings: Sendable, Equatable {
         public var initialWindow = 2
-        public var maximumWindow = 16
+        public var maximumWindow = 8
         public var requestTimeout: Duration = .seconds(3)
         /// End game when no more than this many chunks are missing.
         public var endGameChunks = 4
@@ -18,10 +18,10 @@ public struct TransferScheduler: Sendable {
         /// A chunk only we hold is served once per this long (initial seeding): the others get
         /// it from the member that has it, so an uploader sends each chunk about once. Longer
         /// than a request timeout, so a copy lost on the way is sent again soon.
-        public var seedingInterval: Duration = .milliseconds(600)
+        public var seedingInterval: Duration = .seconds(2)
         /// A member told "busy" because others hold the chunk is served anyway after this long,
         /// so stale availability cannot starve it.
-        public var busyGrace: Duration = .seconds(3)
+        public var busyGrace: Duration = .seconds(5)
         /// How long to wait before asking again for a chunk its only holder was too busy to send.
         public var busyRetry: Duration = .milliseconds(200)
         public init() {}
@@ -51,6 +51,9 @@ public struct TransferScheduler: Sendable {
         var window: Int
         var inFlight = 0
         var badChunks = 0
+        /// Smoothed time from request to chunk: a slow or busy member gets a longer timeout
+        /// instead of being asked again while its answer is still on the way.
+        var latency: Duration?
     }
 
     public let settings: Settings
@@ -59,6 +62,13 @@ public struct TransferScheduler: Sendable {
     private var peers: [NodeID: Peer] = [:]
     private var random: SplitMix64
     public private(set) var timeouts: UInt64 = 0
+    /// The latest time seen by `nextRequests` or `onTick`, for latency samples.
+    private var lastNow: MeshInstant?
+
+    /// How long to wait for `peer`'s answer: at least the setting, and four smoothed latencies.
+    func timeout(for peer: NodeID) -> Duration {
+        max(settings.requestTimeout, (peers[peer]?.latency ?? .zero) * 4)
+    }
     /// Chunks we served that no one else is known to hold, with when (initial seeding).
     private var seeded: [SHA256Digest: [Int: MeshInstant]] = [:]
     /// When each member was first told "busy" for a chunk.
@@ -124,8 +134,13 @@ public struct TransferScheduler: Sendable {
     @discardableResult
     public mutating func onChunk(attachment: SHA256Digest, index: Int, from peer: NodeID, valid: Bool) -> Bool {
         guard var job = jobs[attachment] else { return false }
-        if job.inFlight[index]?.removeValue(forKey: peer) != nil {
+        if let sentAt = job.inFlight[index]?.removeValue(forKey: peer) {
             peers[peer]?.inFlight -= 1
+            if valid, let now = lastNow, var state = peers[peer] {
+                let sample = now - sentAt
+                state.latency = state.latency.map { $0 * 0.875 + sample * 0.125 } ?? sample
+                peers[peer] = state
+            }
         }
         if valid {
             job.have.insert(index)
@@ -179,8 +194,11 @@ public struct TransferScheduler: Sendable {
     public mutating func shouldServe(attachment: SHA256Digest, index: Int, to peer: NodeID, holdingAll: Bool,
                                      now: MeshInstant) -> Bool {
         guard holdingAll else { return true }
+        // Left to members still fetching the attachment: they are the ones meant to pass it on
+        // (other whole holders serve like us, or two seeds would send each other's requesters away).
         let elsewhere = availability.contains { holder, attachments in
-            holder != peer && attachments[attachment]?.contains(index) == true && !isAvoided(holder)
+            guard holder != peer, !isAvoided(holder), let bitmap = attachments[attachment] else { return false }
+            return bitmap.contains(index) && !bitmap.isComplete
         }
         if elsewhere {
             guard let first = refusals[attachment]?[index]?[peer] else {
@@ -191,7 +209,10 @@ public struct TransferScheduler: Sendable {
             refusals[attachment]?[index]?[peer] = nil
             return true
         }
-        if let last = seeded[attachment]?[index], now < last + settings.seedingInterval { return false }
+        let otherSeeds = availability.contains { holder, attachments in
+            holder != peer && attachments[attachment]?.isComplete == true && !isAvoided(holder)
+        }
+        if !otherSeeds, let last = seeded[attachment]?[index], now < last + settings.seedingInterval { return false }
         seeded[attachment, default: [:]][index] = now
         return true
     }
@@ -203,10 +224,11 @@ public struct TransferScheduler: Sendable {
 
     /// Requests that went unanswered: their members' windows halve, the chunks are asked again.
     public mutating func onTick(now: MeshInstant) {
+        lastNow = now
         for id in jobs.keys.sorted() {
             guard var job = jobs[id] else { continue }
             for index in job.inFlight.keys.sorted() {
-                for (peer, sentAt) in job.inFlight[index] ?? [:] where now >= sentAt + settings.requestTimeout {
+                for (peer, sentAt) in job.inFlight[index] ?? [:] where now >= sentAt + timeout(for: peer) {
                     job.inFlight[index]?[peer] = nil
                     timeouts += 1
                     if var state = peers[peer] {
@@ -228,8 +250,8 @@ public struct TransferScheduler: Sendable {
                 deadline = deadline.map { min($0, instant) } ?? instant
             }
             for asked in job.inFlight.values {
-                for sentAt in asked.values {
-                    let due = sentAt + settings.requestTimeout
+                for (peer, sentAt) in asked {
+                    let due = sentAt + timeout(for: peer)
                     deadline = deadline.map { min($0, due) } ?? due
                 }
             }
@@ -242,6 +264,7 @@ public struct TransferScheduler: Sendable {
     /// Fills every member's window: for each attachment, missing chunks not yet asked, rarest
     /// first (random among equals), each from a random holder with room; then the end game.
     public mutating func nextRequests(now: MeshInstant) -> [Request] {
+        lastNow = now
         var requests: [Request] = []
         for id in jobs.keys.sorted() {
             guard var job = jobs[id] else { continue }
