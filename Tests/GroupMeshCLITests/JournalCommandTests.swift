@@ -121,3 +121,55 @@ struct JournalCommandTests {
         #expect(get.stderr.contains("unavailable"), "\(get.stderr)")
     }
 }
+
+@Suite("journal durability and lifecycle with real processes", .serialized)
+struct JournalLifecycleTests {
+    @Test("the journal survives a restart; an attachment outlives its uploader while a member holds it")
+    func restartAndOutliveUploader() async throws {
+        var nodes: [NodeProcess] = []
+        defer { for node in nodes { Task { await node.cleanUp() } } }
+        let uploader = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        nodes.append(uploader)
+        let invite = try await uploader.waitForLine(prefix: "invite:")
+        let replica = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
+        nodes.append(replica)
+        try await replica.waitForStatus(timeout: .seconds(20), "2 alive") { $0.members.filter { $0.state == "alive" }.count == 2 }
+
+        let file = uploader.dataDirectory + "/payload.bin"
+        var state: UInt64 = 7
+        let bytes = Data((0..<600_000).map { _ in
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return UInt8(truncatingIfNeeded: state >> 33)
+        })
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let id = try await NodeProcess.runCommand(["attach", "--data-dir", uploader.dataDirectory, file])
+            .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        // The replica fetches it by itself (replication is the default).
+        try await JournalCommandTests.waitUntil("replicated") {
+            try await JournalCommandTests.listed(replica).first.map { $0.chunksHave == $0.chunks } ?? false
+        }
+
+        // The replica is killed and restarted: its journal and chunks are still there.
+        replica.signal(SIGKILL)
+        try await replica.waitForExit()
+        let restarted = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: replica.dataDirectory)
+        nodes.append(restarted)
+        _ = try await restarted.waitForLine(prefix: "listening:")
+        let listed = try await JournalCommandTests.listed(restarted)
+        #expect(listed.map(\.id) == [id])
+        #expect(listed.first.map { $0.chunksHave == $0.chunks } == true)
+
+        // The uploader leaves; a late joiner still gets the attachment, from the replica.
+        uploader.signal(SIGTERM)
+        try await uploader.waitForExit()
+        let inviteFromReplica = try await NodeProcess.runCommand(["invite", "--data-dir", restarted.dataDirectory])
+            .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let late = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", inviteFromReplica, "--lazy"])
+        nodes.append(late)
+        try await JournalCommandTests.waitUntil("late joiner lists it") { try await JournalCommandTests.listed(late).map(\.id) == [id] }
+        let output = late.dataDirectory + "/out.bin"
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", late.dataDirectory, id, "--output", output])
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
+    }
+}

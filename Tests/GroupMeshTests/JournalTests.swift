@@ -79,3 +79,35 @@ struct JournalTests {
         #expect(!stored.contains { $0.count > 60 }, "no chunk was stored: \(stored)")
     }
 }
+
+@Suite("Journal memory", .serialized)
+struct JournalMemoryTests {
+    static func residentBytes() -> Int {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+              let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "") else { return 0 }
+        return kilobytes * 1024
+    }
+
+    @Test("adding a 48 MiB file streams it: resident memory grows far less than the file")
+    func addingALargeFileKeepsMemoryFlat() async throws {
+        let directory = NodeProcess.makeTemporaryDirectory("memory")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let path = directory + "/large.bin"
+        FileManager.default.createFile(atPath: path, contents: nil)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        var block = [UInt8](repeating: 0, count: 256 * 1024)
+        for index in 0..<192 {  // 48 MiB, every chunk different
+            for offset in stride(from: 0, to: block.count, by: 8) { block[offset] = UInt8(truncatingIfNeeded: index &+ offset / 8) }
+            try handle.write(contentsOf: Data(block))
+        }
+        try handle.close()
+        let session = try await MeshSession.join(MeshSessionTests.configuration("memory"))
+        defer { Task { await session.leave(); try? FileManager.default.removeItem(atPath: session.node.configuration.dataDirectory.path) } }
+        let before = Self.residentBytes()
+        let attachment = try await Journal(session: session).add(contentsOf: URL(fileURLWithPath: path))
+        let growth = Self.residentBytes() - before
+        #expect(attachment.size == 48 * 1024 * 1024)
+        #expect(growth < 24 * 1024 * 1024, "resident memory grew by \(growth >> 20) MiB while adding 48 MiB")
+    }
+}
