@@ -80,6 +80,7 @@ let package = Package(
                 "CSodium",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         // libFuzzer harness over every decoder of outside bytes; built only by `make fuzz`.

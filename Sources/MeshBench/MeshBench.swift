@@ -1,9 +1,16 @@
 import Foundation
+import Logging
 
 /// `make bench`: every scenario, a table on stdout, and bench/results.json.
 @main
 enum MeshBench {
     static func main() async throws {
+        // Nodes run inside this process for the messenger scenario: only their warnings matter here.
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = .warning
+            return handler
+        }
         let environment = ProcessInfo.processInfo.environment
         let quick = environment["QUICK"].map { $0 != "0" && !$0.isEmpty } ?? false
         let output = environment["BENCH_RESULTS"] ?? "bench/results.json"

@@ -44,10 +44,10 @@ enum ProcessMeshScenario {
             _ = try await node.waitForLine(prefix: "listening:")
         }
         let clients = nodes.map { ControlClient(directory: DataDirectory(path: $0.dataDirectory)) }
-        try await waitUntil(timeout: .seconds(60)) {
+        try await waitUntil(timeout: .seconds(120)) {
             clients.allSatisfy { client in
                 guard let status = try? client.send(ControlRequest(command: .status)).status else { return false }
-                return status.members.count == count && status.members.allSatisfy { $0.state == "alive" }
+                return status.members.filter { $0.state == "alive" }.count == count
             }
         }
         let idle = try await cpuPercent(of: nodes, over: .seconds(5))
