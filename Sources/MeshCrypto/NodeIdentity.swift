@@ -20,13 +20,11 @@ public struct NodeIdentity: Sendable {
         crypto_sign_seed_keypair(&publicBytes, &secretBytes, seed)
         self.seed = seed
         self.secretKey = secretBytes
-        // safe: libsodium wrote exactly 32 bytes
-        self.publicKey = try! PublicSigningKey(bytes: publicBytes)
+        self.publicKey = try! PublicSigningKey(bytes: publicBytes)  // safe: libsodium wrote exactly 32 bytes
     }
 
     public static func generate() -> NodeIdentity {
-        // safe: SecureRandom returns exactly the requested count
-        try! NodeIdentity(seed: SecureRandom.bytes(seedByteCount))
+        try! NodeIdentity(seed: SecureRandom.bytes(seedByteCount))  // safe: SecureRandom returns exactly the requested count
     }
 
     public var nodeID: NodeID { publicKey.nodeID }

@@ -19,12 +19,11 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
 public enum FuzzTargets {
     /// A codec with one known peer, so fuzzed datagrams reach every stage of `open`.
     nonisolated(unsafe) static var codec: DatagramCodec = {
-        // safe: fixed 32-byte inputs
-        let session = try! SessionSecret(bytes: [UInt8](repeating: 7, count: 32))
-        let local = try! NodeIdentity(seed: [UInt8](repeating: 1, count: 32))
-        let peer = try! NodeIdentity(seed: [UInt8](repeating: 2, count: 32))
-        let localKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 3, count: 32))
-        let peerKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 4, count: 32))
+        let session = try! SessionSecret(bytes: [UInt8](repeating: 7, count: 32))  // safe: 32 bytes
+        let local = try! NodeIdentity(seed: [UInt8](repeating: 1, count: 32))  // safe: fixed 32-byte inputs
+        let peer = try! NodeIdentity(seed: [UInt8](repeating: 2, count: 32))  // safe: fixed-size input of the right length
+        let localKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 3, count: 32))  // safe: fixed-size input of the right length
+        let peerKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 4, count: 32))  // safe: fixed-size input of the right length
         var codec = DatagramCodec(session: session, localID: local.nodeID, localBootID: 1)
         codec.installPeer(peer.nodeID, bootID: 9,
                           keys: PairwiseKeys.derive(session: session, local: localKx, peerPublicKey: peerKx.publicKey)!)

@@ -14,8 +14,7 @@ public struct SimulationAuthority: RecordAuthority {
             bytes[i] = UInt8(truncatingIfNeeded: value >> UInt64(8 * (i % 8)))
             if i % 8 == 7 { value = value &* 0xBF58_476D_1CE4_E5B9 &+ UInt64(i) }
         }
-        // safe: 32 bytes
-        signingKey = try! PublicSigningKey(bytes: bytes)
+        signingKey = try! PublicSigningKey(bytes: bytes)  // safe: 32 bytes
     }
 
     public func sign(_ message: [UInt8]) -> [UInt8] {

@@ -106,7 +106,7 @@ extension JournalOperation: WireBody {
         let attachment = SHA256Digest(bytes: try buffer.readWireBytes(32, "attachment id"))!
         // Read first: inside `try!`, a truncated author would trap instead of throwing.
         let authorBytes = try buffer.readWireBytes(32, "operation author")
-        let author = try! PublicSigningKey(bytes: authorBytes)
+        let author = try! PublicSigningKey(bytes: authorBytes)  // safe: exactly 32 bytes were read
         let clock = try buffer.readWire(UInt64.self, "operation clock")
         let size = try buffer.readWire(UInt64.self, "attachment size")
         let chunkCount = try buffer.readWire(UInt32.self, "attachment chunk count")

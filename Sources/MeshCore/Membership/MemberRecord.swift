@@ -82,7 +82,7 @@ extension MemberRecord: WireBody {
     public init(decoding buffer: inout ByteBuffer) throws(WireError) {
         let keyBytes = try buffer.readWireBytes(PublicSigningKey.byteCount, "record signing key")
         // safe: exactly 32 bytes were read
-        let key = try! PublicSigningKey(bytes: keyBytes)
+        let key = try! PublicSigningKey(bytes: keyBytes)  // safe: exactly 32 bytes were read
         let nameLength = try buffer.readWire(UInt8.self, "record name length")
         guard nameLength <= Self.maxNameBytes else { throw .invalidField(what: "record name length") }
         let name = String(decoding: try buffer.readWireBytes(Int(nameLength), "record name"), as: UTF8.self)

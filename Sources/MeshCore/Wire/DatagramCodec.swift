@@ -59,7 +59,7 @@ public struct DatagramCodec: Sendable {
         self.localID = localID
         self.localBootID = localBootID
         // safe: purpose keys are 32 bytes
-        self.helloSealer = try! PacketSealer(key: session.key(for: .hello))
+        self.helloSealer = try! PacketSealer(key: session.key(for: .hello))  // safe: purpose keys are 32 bytes
     }
 
     /// Room for frames in one pairwise datagram.
