@@ -323,7 +323,7 @@ public actor MeshNode {
         perform(directives)
         // Messenger frames count only under pairwise keys: then the header's sender is proven.
         if datagram.header.keyKind == .pairwise {
-            perform(delivery.onFrames(datagram.frames, from: datagram.header.sender, now: time))
+            perform(delivery.onFrames(datagram.frames, from: datagram.header.sender, now: time, deferAcks: true))
         }
         rearm()
     }
@@ -449,6 +449,13 @@ public actor MeshNode {
     }
 
     fileprivate func countSendError() { counters.sendErrors += 1 }
+
+    /// The end of a read batch: acknowledge what it brought, once per peer.
+    fileprivate func readBatchComplete() {
+        guard !stopped else { return }
+        perform(delivery.flushAcks(now: now))
+        channel?.flush()
+    }
 }
 
 /// Hands each datagram to the node on the event loop the node runs on.
@@ -461,6 +468,11 @@ private final class DatagramReceiver: ChannelInboundHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let envelope = unwrapInboundIn(data)
         node.assumeIsolated { $0.receive(envelope) }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        node.assumeIsolated { $0.readBatchComplete() }
+        context.fireChannelReadComplete()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

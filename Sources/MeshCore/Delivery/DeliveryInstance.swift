@@ -165,8 +165,11 @@ public struct DeliveryInstance: Sendable {
 
     // MARK: input
 
-    /// Frames from one authenticated datagram of `peer`.
-    public mutating func onFrames(_ frames: [Frame], from peer: NodeID, now: MeshInstant) -> [Directive] {
+    /// Frames from one authenticated datagram of `peer`. With `deferAcks`, an acknowledgement
+    /// that has no data to ride with waits for `flushAcks` (the shell calls it once per read
+    /// batch), so a burst of datagrams is acknowledged once, never later than the batch's end.
+    public mutating func onFrames(_ frames: [Frame], from peer: NodeID, now: MeshInstant,
+                                  deferAcks: Bool = false) -> [Directive] {
         guard channels[peer] != nil else { return [] }
         var out: [Directive] = []
         for frame in frames {
@@ -193,7 +196,14 @@ public struct DeliveryInstance: Sendable {
                 break
             }
         }
-        out += flush(peer, now: now)
+        out += flush(peer, now: now, ackAlone: !deferAcks)
+        return out
+    }
+
+    /// Sends the acknowledgements deferred during a read batch.
+    public mutating func flushAcks(now: MeshInstant) -> [Directive] {
+        var out: [Directive] = []
+        for peer in peers where channels[peer]?.ackDue == true { out += flush(peer, now: now) }
         return out
     }
 
@@ -230,14 +240,16 @@ public struct DeliveryInstance: Sendable {
 
     // MARK: output
 
-    /// Datagrams for `peer`: a due ack first, then whatever its sender may send.
-    private mutating func flush(_ peer: NodeID, now: MeshInstant) -> [Directive] {
+    /// Datagrams for `peer`: a due ack first, then whatever its sender may send. Without
+    /// `ackAlone`, a due ack goes only with data (else it stays due).
+    private mutating func flush(_ peer: NodeID, now: MeshInstant, ackAlone: Bool = true) -> [Directive] {
         guard var channel = channels[peer] else { return [] }
         var out: [Directive] = []
         while true {
             var frames: [Frame] = []
             var budget = settings.datagramBudget
-            if channel.ackDue {
+            let hasData = channel.sender.hasSendable(now: now)
+            if channel.ackDue && (ackAlone || hasData) {
                 let ack = Frame.ack(channel.receiver.ack)
                 budget -= FrameCodec.encodedLength(of: ack)
                 frames.append(ack)

@@ -64,6 +64,18 @@ public struct ReliableSender: Sendable {
     public var pendingMessages: Int { messages.count }
     public var pendingChunks: Int { pending.count }
 
+    /// Whether `nextFrames` would return something now (cheap: no state changes).
+    public func hasSendable(now: MeshInstant) -> Bool {
+        if forwardDue { return true }
+        if let lost = lostQueue.first, pending[lost]?.lost == true {
+            return bytesInFlight + (pending[lost]?.chunk.body.count ?? 0) <= window || bytesInFlight == 0
+        }
+        var tsn = nextToSend
+        while tsn < nextTSN, pending[tsn] == nil { tsn += 1 }
+        guard tsn < nextTSN, let entry = pending[tsn] else { return false }
+        return bytesInFlight + entry.chunk.body.count <= window || bytesInFlight == 0
+    }
+
     /// Splits a message into chunks of at most `fragmentSize` bytes and queues them.
     public mutating func enqueue(messageID: UInt64, payload: [UInt8], fragmentSize: Int) {
         let size = max(1, fragmentSize)
