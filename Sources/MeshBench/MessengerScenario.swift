@@ -16,15 +16,19 @@ enum MessengerScenario {
         let a = Messenger(session: sessions[0])
         let b = await sessions[1].localParticipant
 
-        // Round trip: send until acknowledged, one at a time.
-        let samples = quick ? 300 : 2000
+        // Round trip: send until acknowledged, one at a time, interleaved with raw ping-pongs so
+        // both see the same machine at the same moment.
+        let samples = quick ? 500 : 3000
         var rtts: [Double] = []
+        var raw: [Double] = []
+        let pinger = try await RawPingPong(size: 1024)
         for _ in 0..<samples {
+            raw.append(try await pinger.roundTrip())
             let start = ContinuousClock.now
             try await a.send(body, to: .only([b]))
             rtts.append((ContinuousClock.now - start).milliseconds)
         }
-        let raw = try await rawPingPong(count: samples, size: 1024)
+        pinger.close()
 
         // Acknowledged messages to 4 peers, many in flight.
         let window = quick ? Duration.seconds(2) : Duration.seconds(5)
@@ -98,34 +102,46 @@ enum MessengerScenario {
         return Double(await counter.value) / elapsed
     }
 
-    /// Round trips of a datagram echoed by a second NIO datagram channel: the floor any protocol
-    /// over this socket setup can reach.
-    static func rawPingPong(count: Int, size: Int) async throws -> [Double] {
-        let group = MultiThreadedEventLoopGroup.singleton
-        let echo = try await DatagramBootstrap(group: group)
-            .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(Echo()) }
-            }
-            .bind(host: "127.0.0.1", port: 0).get()
+    /// A datagram echoed by a second NIO datagram channel: the floor any protocol over this
+    /// socket setup can reach.
+    final class RawPingPong: Sendable {
+        let echo: any Channel
+        let client: any Channel
         let pinger = Pinger()
-        let client = try await DatagramBootstrap(group: group)
-            .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(pinger) }
-            }
-            .bind(host: "127.0.0.1", port: 0).get()
-        defer { client.close(promise: nil); echo.close(promise: nil) }
-        let target = echo.localAddress!  // safe: a bound UDP channel has an address
-        var rtts: [Double] = []
-        let payload = ByteBuffer(repeating: 0x5a, count: size)
-        for _ in 0..<count {
+        let target: SocketAddress
+        let payload: ByteBuffer
+
+        init(size: Int) async throws {
+            let group = MultiThreadedEventLoopGroup.singleton
+            echo = try await DatagramBootstrap(group: group)
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(Echo()) }
+                }
+                .bind(host: "127.0.0.1", port: 0).get()
+            let pinger = self.pinger
+            client = try await DatagramBootstrap(group: group)
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(pinger) }
+                }
+                .bind(host: "127.0.0.1", port: 0).get()
+            target = echo.localAddress!  // safe: a bound UDP channel has an address
+            payload = ByteBuffer(repeating: 0x5a, count: size)
+        }
+
+        func roundTrip() async throws -> Double {
             let start = ContinuousClock.now
             let reply = client.eventLoop.makePromise(of: Void.self)
+            let pinger = self.pinger
             try await client.eventLoop.submit { pinger.waiting = reply }.get()
             try await client.writeAndFlush(AddressedEnvelope(remoteAddress: target, data: payload)).get()
             try await reply.futureResult.get()
-            rtts.append((ContinuousClock.now - start).milliseconds)
+            return (ContinuousClock.now - start).milliseconds
         }
-        return rtts
+
+        func close() {
+            client.close(promise: nil)
+            echo.close(promise: nil)
+        }
     }
 
     final class Echo: ChannelInboundHandler, Sendable {
