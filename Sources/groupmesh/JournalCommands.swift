@@ -94,13 +94,61 @@ struct GetCommand: AsyncParsableCommand {
 
     func run() async throws {
         var client = ControlClient(directory: data.directory)
-        client.timeout = .seconds(3600)
+        client.timeout = .seconds(60)
+        let display = ProgressDisplay(terminal: isatty(STDERR_FILENO) == 1)
         do {
-            _ = try client.send(ControlRequest(command: .get, path: absolutePath(output), id: id))
+            try client.subscribe(ControlRequest(command: .get, path: absolutePath(output), id: id)) { response in
+                if let progress = response.progress {
+                    display.show(progress)
+                    return true
+                }
+                display.finish()
+                return false
+            }
         } catch {
+            display.finish()
             throw fail(error)
         }
     }
+}
+
+/// `get`'s progress on stderr: a bar with rate and ETA on a terminal, a plain line every few
+/// seconds otherwise (logs, CI).
+final class ProgressDisplay {
+    private let terminal: Bool
+    private let start = ContinuousClock.now
+    private var lastLine = ContinuousClock.now
+    private var drawn = false
+
+    init(terminal: Bool) { self.terminal = terminal }
+
+    func show(_ progress: TransferProgress) {
+        let elapsed = max(0.001, (ContinuousClock.now - start).seconds)
+        let fraction = progress.chunks == 0 ? 1 : Double(progress.chunksHave) / Double(progress.chunks)
+        let bytes = Double(progress.size) * fraction
+        let rate = bytes / elapsed
+        let eta = rate > 0 ? (Double(progress.size) - bytes) / rate : 0
+        let summary = String(format: "%d/%d chunks  %@/s  ETA %.0fs", progress.chunksHave, progress.chunks,
+                             ByteCount.text(UInt64(rate)), eta)
+        if terminal {
+            let width = 30
+            let filled = Int(fraction * Double(width))
+            let bar = String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled)
+            FileHandle.standardError.write(Data("\r[\(bar)] \(String(format: "%3.0f%%", fraction * 100))  \(summary)  ".utf8))
+            drawn = true
+        } else if ContinuousClock.now - lastLine >= .seconds(2) {
+            lastLine = ContinuousClock.now
+            FileHandle.standardError.write(Data("get: \(summary)\n".utf8))
+        }
+    }
+
+    func finish() {
+        if drawn { FileHandle.standardError.write(Data("\n".utf8)) }
+    }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }
 
 struct RemoveCommand: AsyncParsableCommand {

@@ -74,15 +74,16 @@ struct ListenCommand: AsyncParsableCommand {
             try ControlClient(directory: data.directory).subscribe(ControlRequest(command: .listen)) { response in
                 if response.subscribed == true {
                     FileHandle.standardError.write(Data("ready\n".utf8))
-                    return
+                    return true
                 }
-                guard let message = response.message else { return }
+                guard let message = response.message else { return true }
                 if json {
                     if let line = try? encoder.encode(message) { emit(String(decoding: line, as: UTF8.self)) }
                 } else {
                     let from = message.fromName.isEmpty ? String(message.from.prefix(12)) : message.fromName
                     emit("\(from): \(message.text ?? "<\(message.base64?.count ?? 0) base64 chars>")")
                 }
+                return true
             }
         } catch {
             throw fail(error)

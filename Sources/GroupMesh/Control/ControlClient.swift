@@ -21,10 +21,10 @@ public struct ControlClient: Sendable {
         return response
     }
 
-    /// Sends `request` and hands every response line to `handle` until the node closes the
-    /// connection (a `listen` subscription). The first line is awaited within the timeout; the
-    /// ones after it may come at any time.
-    public func subscribe(_ request: ControlRequest, handle: (ControlResponse) -> Void) throws(GroupMeshError) {
+    /// Sends `request` and hands every response line to `handle` until it returns false or the
+    /// node closes the connection (`listen`, `get` with progress). The first line is awaited
+    /// within the timeout; the ones after it may come at any time.
+    public func subscribe(_ request: ControlRequest, handle: (ControlResponse) -> Bool) throws(GroupMeshError) {
         let connection = try connect()
         defer { close(connection) }
         guard var line = try? JSONEncoder().encode(request) else { throw .control("cannot encode request") }
@@ -46,7 +46,7 @@ public struct ControlClient: Sendable {
                     var forever = timeval(tv_sec: 0, tv_usec: 0)
                     setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &forever, socklen_t(MemoryLayout<timeval>.size))
                 }
-                handle(response)
+                if !handle(response) { return }
             }
             let n = chunk.withUnsafeMutableBytes { read(connection, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }

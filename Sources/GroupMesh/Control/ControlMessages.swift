@@ -48,6 +48,8 @@ public struct ControlResponse: Codable, Sendable, Equatable {
     public var attachment: String?
     /// `attachments`: the attachment set, with metadata.
     public var attachments: [StatusReport.AttachmentInfo]?
+    /// `get`: how far the fetch is, sent every 250 ms before the final answer.
+    public var progress: TransferProgress?
 
     public static func failure(_ message: String) -> ControlResponse {
         ControlResponse(ok: false, error: message)
@@ -55,7 +57,9 @@ public struct ControlResponse: Codable, Sendable, Equatable {
 
     public init(ok: Bool, error: String? = nil, status: StatusReport? = nil, invite: String? = nil,
                 delivered: Int? = nil, subscribed: Bool? = nil, message: ReceivedMessageInfo? = nil,
-                attachment: String? = nil, attachments: [StatusReport.AttachmentInfo]? = nil) {
+                attachment: String? = nil, attachments: [StatusReport.AttachmentInfo]? = nil,
+                progress: TransferProgress? = nil) {
+        self.progress = progress
         self.attachment = attachment
         self.attachments = attachments
         self.ok = ok
@@ -77,4 +81,11 @@ public struct ReceivedMessageInfo: Codable, Sendable, Equatable {
     /// The body when it is valid UTF-8, else nil and `base64` is set.
     public var text: String?
     public var base64: String?
+}
+
+/// Chunks held of an attachment being fetched.
+public struct TransferProgress: Codable, Sendable, Equatable {
+    public var chunksHave: Int
+    public var chunks: Int
+    public var size: UInt64
 }

@@ -88,6 +88,11 @@ extension MeshNode {
         return infos
     }
 
+    func progress(of entry: AttachmentEntry) -> TransferProgress {
+        let have = complete.contains(entry.id) ? entry.chunkCount : (localBitmaps[entry.id]?.held ?? 0)
+        return TransferProgress(chunksHave: have, chunks: entry.chunkCount, size: entry.size)
+    }
+
     /// Live members (this node included) known to hold the attachment whole.
     func holders(of id: SHA256Digest) -> [NodeID] {
         let live = Set(activeMemberIDs + [nodeID])
@@ -501,7 +506,16 @@ extension MeshNode {
             case .get:
                 guard let path = request.path else { throw GroupMeshError.attachment("get needs an output path") }
                 let entry = try resolveAttachment(request.id ?? "")
+                // Progress every 250 ms until the file is written (the CLI draws it).
+                let reporter = Task {
+                    while !Task.isCancelled {
+                        responder.send(ControlResponse(ok: true, progress: self.progress(of: entry)))
+                        try await Task.sleep(for: .milliseconds(250))
+                    }
+                }
+                defer { reporter.cancel() }
                 try await loadAttachment(entry.id, to: path)
+                reporter.cancel()
                 responder.send(ControlResponse(ok: true, attachment: entry.id.hex))
             case .remove:
                 let entry = try resolveAttachment(request.id ?? "")
