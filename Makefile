@@ -31,6 +31,10 @@ bench: deps
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
 	QUICK=$(QUICK) .build/release/MeshBench
 
+# The story in under a minute after the build: three nodes, a message, an attachment, a late joiner.
+demo: build
+	GROUPMESH_BIN=.build/debug/groupmesh bash scripts/demo.sh
+
 # libFuzzer over the datagram decoder, the frame codec and the invite parser, for a bounded
 # time. Crash inputs land in bench/fuzz-artifacts/; add each as a regression test.
 fuzz: deps
