@@ -18,7 +18,6 @@ struct ChunkWait {
 
 extension MeshNode {
     static let chunkRequestTimeout: Duration = .seconds(5)
-    static let parallelChunkRequests = 8
     /// Whole holders answer "busy" for chunks others can pass on (TransferScheduler.shouldServe).
     static let superSeeding = false
 
