@@ -32,7 +32,7 @@ public final class ChunkStore {
         } else {
             try Self.writeFile(versionPath, Array((Self.formatVersion + "\n").utf8), sync: true)
         }
-        removeLeftovers()
+        recoverLeftovers()
     }
 
     // MARK: reading
@@ -126,10 +126,23 @@ public final class ChunkStore {
         return "\(path)/\(hex.prefix(2))/\(hex)"
     }
 
-    private func removeLeftovers() {
+    /// Temporary files of writes that a crash interrupted: one whose bytes still hash to the
+    /// digest in its name is complete (a killed process's writes survive in the page cache) and
+    /// is moved into place; any other is removed.
+    private func recoverLeftovers() {
+        var recovered = false
         for name in Self.listDirectory(path) where name.hasSuffix(".tmp") {
-            unlink(path + "/" + name)
+            let file = path + "/" + name
+            if let digest = SHA256Digest(hex: name.prefix(64)),
+               let bytes = try? Self.readFile(file), SHA256Digest.hashing(bytes) == digest,
+               (try? Self.makeDirectory(NSStringPath(value: finalPath(digest)).directory)) != nil,
+               rename(file, finalPath(digest)) == 0 {
+                recovered = true
+            } else {
+                unlink(file)
+            }
         }
+        if recovered { try? syncFileSystem() }
     }
 
     private func syncFileSystem() throws(MeshStoreError) {

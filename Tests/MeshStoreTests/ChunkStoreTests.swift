@@ -75,20 +75,28 @@ struct ChunkStoreTests {
         #expect(store.storedDigests() == [good])
     }
 
-    @Test("a crash between write and rename leaves no valid-named partial chunk; leftovers go on reopen")
+    @Test("after a crash before the rename: complete leftovers are recovered, partial ones removed")
     func crashBeforeRename() throws {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
+        var written: [SHA256Digest] = []
         do {
             let store = try ChunkStore(path: directory)
             store.batchLimit = 1000
-            for seed in 10..<20 { try store.write(Self.chunk(UInt8(seed))) }
+            for seed in 10..<20 { written.append(try store.write(Self.chunk(UInt8(seed)))) }
             // The process "dies" here: nothing was flushed or renamed.
         }
-        let names = try FileManager.default.contentsOfDirectory(atPath: directory)
-        #expect(names.contains { $0.hasSuffix(".tmp") })
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".tmp") }.sorted()
+        #expect(leftovers.count == 10)
+        // One write was torn (a power loss mid-write): its bytes no longer match its name.
+        let torn = directory + "/" + leftovers[0]
+        try Data([1, 2, 3]).write(to: URL(fileURLWithPath: torn))
+        let tornDigest = SHA256Digest(hex: leftovers[0].prefix(64))!
+
         let reopened = try ChunkStore(path: directory)
-        #expect(reopened.storedDigests().isEmpty)
+        #expect(reopened.storedDigests() == written.filter { $0 != tornDigest }.sorted())
+        #expect(!reopened.contains(tornDigest))
+        #expect(reopened.verifyAll().isEmpty, "every chunk under a valid name verifies")
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory).allSatisfy { !$0.hasSuffix(".tmp") })
     }
 
