@@ -104,7 +104,7 @@ extension JournalOperation: WireBody {
         guard let kind = Kind(rawValue: kindByte) else { throw .invalidField(what: "operation kind") }
         // safe: exactly 32 bytes each
         let attachment = SHA256Digest(bytes: try buffer.readWireBytes(32, "attachment id"))!
-        // Read first: inside `try!`, a truncated author would trap instead of throwing.
+        // Read first: inside a forced try, a truncated author would trap instead of throwing.
         let authorBytes = try buffer.readWireBytes(32, "operation author")
         let author = try! PublicSigningKey(bytes: authorBytes)  // safe: exactly 32 bytes were read
         let clock = try buffer.readWire(UInt64.self, "operation clock")
