@@ -62,6 +62,9 @@ public actor MeshNode {
     private var known: KnownMembers
     private var knownDirty = false
     private(set) var stopped = false
+    /// While leaving: the future of the last datagram written, to close only after it went out.
+    private var trackLastWrite = false
+    private var lastWrite: EventLoopFuture<Void>?
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
     private var viewSubscribers: [UInt64: AsyncStream<[Member]>.Continuation] = [:]
     private var nextSubscriberID: UInt64 = 0
@@ -168,10 +171,11 @@ public actor MeshNode {
         if var instance = membership {
             let directives = instance.leave(now: now)
             membership = instance
+            // Wait for the departure's datagrams to be handed to the kernel before closing
+            // (writes complete in order, so the last one stands for all).
+            trackLastWrite = true
             perform(directives)
-            // The departure is a handful of datagrams; flushing them takes microseconds on
-            // loopback, and this bounds how long a stuck socket can hold the exit.
-            try? await Task.sleep(for: .milliseconds(50))
+            if let last = lastWrite { try? await last.get() }
         }
         await stop()
     }
@@ -445,7 +449,12 @@ public actor MeshNode {
         guard let channel, let remote = try? address.socketAddress() else { return }
         counters.datagramsSent += 1
         counters.bytesSent += UInt64(datagram.readableBytes)
-        channel.writeAndFlush(AddressedEnvelope(remoteAddress: remote, data: datagram), promise: nil)
+        let envelope = AddressedEnvelope(remoteAddress: remote, data: datagram)
+        if trackLastWrite {
+            lastWrite = channel.writeAndFlush(envelope)
+        } else {
+            channel.writeAndFlush(envelope, promise: nil)  // no future per datagram on the hot path
+        }
     }
 
     fileprivate func countSendError() { counters.sendErrors += 1 }

@@ -14,7 +14,6 @@ public final class MembershipProcess: SimulatedProcess {
     }
 
     static let timerID: UInt64 = 1
-    static let envelopeLength = NodeID.byteCount + 8
 
     public private(set) var instance: MembershipInstance
     public let seeds: [PeerAddress]
@@ -50,17 +49,15 @@ public final class MembershipProcess: SimulatedProcess {
     }
 
     public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
-        guard datagram.count > Self.envelopeLength,
-              Array(datagram[16..<24]) == Self.checksum(datagram[0..<16] + datagram[24...]) else {
+        guard let (from, payload) = SimEnvelope.open(datagram) else {
             rejected += 1
             return
         }
-        var buffer = ByteBuffer(bytes: datagram[24...])
+        var buffer = ByteBuffer(bytes: payload)
         guard case let .success(frames) = FrameCodec.decodeAll(&buffer) else {
             rejected += 1
             return
         }
-        let from = NodeID(bytes: datagram[0..<16])
         onFrames?(now, from, frames)
         perform(instance.onFrames(frames, from: from, address: sender.peerAddress, now: now), now: now, context: &context)
     }
@@ -98,21 +95,10 @@ public final class MembershipProcess: SimulatedProcess {
         }
     }
 
-    /// The simulated datagram: sender id, checksum of id and frames, frames.
+    /// The simulated datagram of `frames` (see `SimEnvelope`).
     public static func envelope(from sender: NodeID, frames: [Frame]) -> [UInt8] {
         var buffer = ByteBuffer()
         for frame in frames { FrameCodec.encode(frame, into: &buffer) }
-        let payload = Array(buffer.readableBytesView)
-        let id = sender.bytes
-        return id + checksum(id[...] + payload[...]) + payload
-    }
-
-    static func checksum(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
-        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
-        for byte in bytes {
-            hash ^= UInt64(byte)
-            hash &*= 0x0000_0100_0000_01B3
-        }
-        return (0..<8).map { UInt8(truncatingIfNeeded: hash >> UInt64(8 * $0)) }
+        return SimEnvelope.seal(from: sender, payload: Array(buffer.readableBytesView))
     }
 }

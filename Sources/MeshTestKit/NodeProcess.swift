@@ -110,7 +110,10 @@ public final class NodeProcess: @unchecked Sendable {
             }
             try await Task.sleep(for: .milliseconds(20))
         }
-        try await Task.sleep(for: .milliseconds(20))  // let the pipe readers drain the last bytes
+        // The process is gone; its pipes reach end-of-file once the readers drained them.
+        while output.hasPendingData || errors.hasPendingData, ContinuousClock.now < deadline + .seconds(2) {
+            try await Task.sleep(for: .milliseconds(5))
+        }
         return (process.terminationStatus, output.text, errors.text)
     }
 }

@@ -20,7 +20,6 @@ final class DeliveryProcess: SimulatedProcess {
 
     static let tickTimer: UInt64 = 1
     static let scriptTimer: UInt64 = 2
-    static let envelopeLength = NodeID.byteCount + 8
 
     struct Delivery {
         var time: MeshInstant
@@ -130,17 +129,15 @@ final class DeliveryProcess: SimulatedProcess {
     }
 
     func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
-        guard datagram.count > Self.envelopeLength,
-              Array(datagram[16..<24]) == Self.checksum(datagram[0..<16] + datagram[24...]) else {
+        guard let (from, payload) = SimEnvelope.open(datagram) else {
             rejected += 1
             return
         }
-        var buffer = ByteBuffer(bytes: datagram[24...])
+        var buffer = ByteBuffer(bytes: payload)
         guard case let .success(frames) = FrameCodec.decodeAll(&buffer) else {
             rejected += 1
             return
         }
-        let from = NodeID(bytes: datagram[0..<16])
         perform(instance.onFrames(frames, from: from, now: now), now: now, context: &context)
     }
 
@@ -167,7 +164,7 @@ final class DeliveryProcess: SimulatedProcess {
                     continue
                 }
                 let datagram = Self.envelope(from: id, frames: frames)
-                largestPayload = max(largestPayload, datagram.count - Self.envelopeLength)
+                largestPayload = max(largestPayload, datagram.count - SimEnvelope.overhead)
                 for frame in frames {
                     switch frame {
                     case .data:
@@ -225,19 +222,7 @@ final class DeliveryProcess: SimulatedProcess {
     }
 
     static func envelope(from sender: NodeID, frames: [Frame]) -> [UInt8] {
-        var buffer = ByteBuffer()
-        for frame in frames { FrameCodec.encode(frame, into: &buffer) }
-        let payload = Array(buffer.readableBytesView)
-        return sender.bytes + checksum(sender.bytes[...] + payload[...]) + payload
-    }
-
-    static func checksum(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
-        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
-        for byte in bytes {
-            hash ^= UInt64(byte)
-            hash &*= 0x0000_0100_0000_01B3
-        }
-        return (0..<8).map { UInt8(truncatingIfNeeded: hash >> UInt64(8 * $0)) }
+        MembershipProcess.envelope(from: sender, frames: frames)
     }
 }
 

@@ -16,7 +16,6 @@ final class JournalProcess: SimulatedProcess {
 
     static let syncTimer: UInt64 = 1
     static let scriptTimer: UInt64 = 2
-    static let envelopeLength = NodeID.byteCount + 8
 
     private(set) var instance: JournalInstance
     /// Every member this node knows, by address.
@@ -51,13 +50,11 @@ final class JournalProcess: SimulatedProcess {
     }
 
     func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
-        guard datagram.count > Self.envelopeLength,
-              Array(datagram[16..<24]) == Self.checksum(datagram[0..<16] + datagram[24...]),
-              let message = try? JournalMessage(decoding: Array(datagram[24...])) else {
+        guard let (from, payload) = SimEnvelope.open(datagram),
+              let message = try? JournalMessage(decoding: Array(payload)) else {
             rejected += 1
             return
         }
-        let from = NodeID(bytes: datagram[0..<16])
         perform(instance.onMessage(message, from: from), context: &context)
     }
 
@@ -108,18 +105,7 @@ final class JournalProcess: SimulatedProcess {
     }
 
     static func envelope(from sender: NodeID, _ message: JournalMessage) -> [UInt8] {
-        let payload = message.encoded
-        return sender.bytes + checksum(sender.bytes[...] + payload[...]) + payload
-    }
-
-    /// FNV-1a, 64 bits.
-    static func checksum(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
-        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
-        for byte in bytes {
-            hash ^= UInt64(byte)
-            hash &*= 0x0000_0100_0000_01B3
-        }
-        return (0..<8).map { UInt8(truncatingIfNeeded: hash >> UInt64(8 * $0)) }
+        SimEnvelope.seal(from: sender, payload: message.encoded)
     }
 }
 

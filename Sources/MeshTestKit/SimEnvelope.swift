@@ -1,0 +1,29 @@
+import MeshCrypto
+
+/// How simulated protocols frame a datagram: the sender's id, an 8-byte FNV-1a checksum of id and
+/// payload standing in for the AEAD tag (so a corrupted datagram is dropped, as sealing would drop
+/// it), then the payload.
+public enum SimEnvelope {
+    public static let overhead = NodeID.byteCount + 8
+
+    public static func seal(from sender: NodeID, payload: [UInt8]) -> [UInt8] {
+        let id = sender.bytes
+        return id + checksum(id[...] + payload[...]) + payload
+    }
+
+    /// The sender and payload, or nil for a datagram that is too short or was corrupted.
+    public static func open(_ datagram: [UInt8]) -> (sender: NodeID, payload: ArraySlice<UInt8>)? {
+        guard datagram.count > overhead,
+              Array(datagram[16..<24]) == checksum(datagram[0..<16] + datagram[24...]) else { return nil }
+        return (NodeID(bytes: datagram[0..<16]), datagram[24...])
+    }
+
+    static func checksum(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
+        var hash: UInt64 = 0xCBF2_9CE4_8422_2325
+        for byte in bytes {
+            hash ^= UInt64(byte)
+            hash &*= 0x0000_0100_0000_01B3
+        }
+        return (0..<8).map { UInt8(truncatingIfNeeded: hash >> UInt64(8 * $0)) }
+    }
+}
