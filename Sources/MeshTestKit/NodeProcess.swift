@@ -7,6 +7,8 @@ public final class NodeProcess: @unchecked Sendable {
     public let process: Process
     /// Whether `cleanUp` may delete the data dir (not for a client of another node's dir).
     public let ownsDataDirectory: Bool
+    /// When the process was started, to tell a slow start from a stuck one in failures.
+    public let startedAt = ContinuousClock.now
     private let output = OutputCapture()
     private let errors = OutputCapture()
 
@@ -20,10 +22,25 @@ public final class NodeProcess: @unchecked Sendable {
     }
 
     public static func makeTemporaryDirectory(_ label: String = "node") -> String {
-        let path = NSTemporaryDirectory() + "groupmesh-test-\(label)-\(UUID().uuidString.prefix(8))"
+        let path = temporaryRoot + "groupmesh-test-\(label)-\(UUID().uuidString.prefix(8))"
         try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         return path
     }
+
+    /// Where test data dirs live: `$GROUPMESH_TEST_TMPDIR`, else `/dev/shm` when it has room, else
+    /// the temporary directory. On tmpfs a node's fsyncs do not queue behind the disk writeback of a
+    /// build that just finished, which on a slow CI disk made node start-up take tens of seconds.
+    public static let temporaryRoot: String = {
+        if let override = ProcessInfo.processInfo.environment["GROUPMESH_TEST_TMPDIR"], !override.isEmpty {
+            return override.hasSuffix("/") ? override : override + "/"
+        }
+        var stats = statvfs()
+        if access("/dev/shm", W_OK) == 0, statvfs("/dev/shm", &stats) == 0,
+           UInt64(stats.f_bavail) * UInt64(stats.f_frsize) >= 2 << 30 {
+            return "/dev/shm/"
+        }
+        return NSTemporaryDirectory()
+    }()
 
     /// Starts `groupmesh ARGUMENTS` (e.g. `["run", "--listen", "127.0.0.1:0"]`); `--data-dir` is added.
     /// `launcher` runs it through another program that execs it, such as `ip netns exec NAME`.
@@ -49,7 +66,7 @@ public final class NodeProcess: @unchecked Sendable {
     public var stderr: String { errors.text }
 
     /// Waits (bounded) until stdout (or stderr) holds a line starting with `prefix`; returns its remainder.
-    public func waitForLine(prefix: String, timeout: Duration = .seconds(30), onStderr: Bool = false) async throws -> String {
+    public func waitForLine(prefix: String, timeout: Duration = .seconds(60), onStderr: Bool = false) async throws -> String {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             let text = onStderr ? stderr : stdout
@@ -91,7 +108,7 @@ public final class NodeProcess: @unchecked Sendable {
     }
 
     /// Runs a short-lived `groupmesh` command to completion (bounded) and returns its output.
-    public static func runCommand(_ arguments: [String], timeout: Duration = .seconds(30)) async throws
+    public static func runCommand(_ arguments: [String], timeout: Duration = .seconds(60)) async throws
         -> (status: Int32, stdout: String, stderr: String)
     {
         let process = Process()

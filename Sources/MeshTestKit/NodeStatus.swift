@@ -69,6 +69,35 @@ extension NodeProcess {
             try await Task.sleep(for: .milliseconds(100))
         }
         let summary = last.map { $0.members.map { "\($0.name)=\($0.state)" }.joined(separator: " ") } ?? "no status"
-        throw NodeProcessError.timeout("\(what) within \(timeout) on \(dataDirectory): \(summary)")
+        throw NodeProcessError.timeout("\(what) within \(timeout) on \(dataDirectory) (up \(ContinuousClock.now - startedAt)): "
+            + "\(summary); last log: \(stderr.split(separator: "\n").suffix(3).joined(separator: " | "))")
+    }
+}
+
+extension NodeStatus {
+    public var aliveCount: Int { members.filter { $0.state == "alive" }.count }
+}
+
+extension Array where Element == NodeProcess {
+    /// Waits (bounded) until every node sees `count` members alive. The bound is generous because
+    /// it only costs time when something is wrong; a failure shows every node's view and last log.
+    public func waitForMesh(alive count: Int, timeout: Duration = .seconds(60)) async throws {
+        let deadline = ContinuousClock.now + timeout
+        for node in self {
+            do {
+                try await node.waitForStatus(timeout: deadline - ContinuousClock.now, "\(count) alive") {
+                    $0.aliveCount == count
+                }
+            } catch {
+                var views: [String] = []
+                for other in self {
+                    let view = (try? await other.status()).map { "\($0.aliveCount) alive" } ?? "no status"
+                    let log = other.stderr.split(separator: "\n").suffix(2).joined(separator: " | ")
+                    views.append("\(other.dataDirectory) up \(ContinuousClock.now - other.startedAt): \(view); \(log)")
+                }
+                throw NodeProcessError.timeout("\(count) alive on every node within \(timeout): "
+                    + views.joined(separator: " ;; "))
+            }
+        }
     }
 }

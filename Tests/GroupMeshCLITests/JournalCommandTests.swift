@@ -13,7 +13,7 @@ struct JournalCommandTests {
         return try JSONDecoder().decode([Listed].self, from: Data(result.stdout.utf8))
     }
 
-    static func waitUntil(_ what: String, timeout: Duration = .seconds(20), _ condition: () async throws -> Bool) async throws {
+    static func waitUntil(_ what: String, timeout: Duration = .seconds(60), _ condition: () async throws -> Bool) async throws {
         let deadline = ContinuousClock.now + timeout
         while !((try? await condition()) ?? false) {
             guard ContinuousClock.now < deadline else { throw NodeProcessError.timeout(what) }
@@ -32,9 +32,7 @@ struct JournalCommandTests {
             let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy"])
             nodes.append(node)
         }
-        for node in nodes {
-            try await node.waitForStatus(timeout: .seconds(20), "3 alive") { $0.members.filter { $0.state == "alive" }.count == 3 }
-        }
+        try await nodes.waitForMesh(alive: 3)
         let file = first.dataDirectory + "/../groupmesh-attach-\(UUID().uuidString.prefix(6)).bin"
         var state: UInt64 = 42
         let bytes = Data((0..<900_000).map { _ in
@@ -107,7 +105,7 @@ struct JournalCommandTests {
         let invite = try await first.waitForLine(prefix: "invite:")
         let second = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy"])
         defer { Task { await second.cleanUp() } }
-        try await second.waitForStatus(timeout: .seconds(20), "2 alive") { $0.members.filter { $0.state == "alive" }.count == 2 }
+        try await [first, second].waitForMesh(alive: 2)
         let file = first.dataDirectory + "/only-here.bin"
         try Data(repeating: 9, count: 300_000).write(to: URL(fileURLWithPath: file))
         let attach = try await NodeProcess.runCommand(["attach", "--data-dir", first.dataDirectory, file])
@@ -133,7 +131,7 @@ struct JournalLifecycleTests {
         let invite = try await uploader.waitForLine(prefix: "invite:")
         let replica = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
         nodes.append(replica)
-        try await replica.waitForStatus(timeout: .seconds(20), "2 alive") { $0.members.filter { $0.state == "alive" }.count == 2 }
+        try await [replica].waitForMesh(alive: 2)
 
         let file = uploader.dataDirectory + "/payload.bin"
         var state: UInt64 = 7

@@ -19,13 +19,9 @@ struct MeshFormationTests {
             nodes.append(node)
             _ = try await node.waitForLine(prefix: "listening:")
         }
+        try await nodes.waitForMesh(alive: 5)
         var ids: [String] = []
-        for node in nodes {
-            let status = try await node.waitForStatus(timeout: .seconds(20), "5 alive members") { status in
-                status.members.count == 5 && status.members.allSatisfy { $0.state == "alive" }
-            }
-            ids.append(status.`self`.id)
-        }
+        for node in nodes { ids.append(try await node.status().`self`.id) }
 
         // SIGKILL: the others see it dead within the lan profile's bound.
         let bound = MembershipSettings.lan.deadDetectionBound(memberCount: 5)
@@ -39,7 +35,7 @@ struct MeshFormationTests {
         nodes[3].signal(SIGTERM)
         #expect(try await nodes[3].waitForExit() == 0)
         for node in nodes[0..<3] {
-            try await node.waitForStatus(timeout: .seconds(10), "n3 left") { $0.state(of: ids[3]) == "left" }
+            try await node.waitForStatus(timeout: .seconds(20), "n3 left") { $0.state(of: ids[3]) == "left" }
         }
 
         // The killed node restarts from its data dir alone (no invite) and is alive everywhere.
@@ -47,7 +43,7 @@ struct MeshFormationTests {
         nodes.append(restarted)
         _ = try await restarted.waitForLine(prefix: "listening:")
         for node in nodes[0..<3] + [restarted] {
-            try await node.waitForStatus(timeout: .seconds(20), "n4 alive again") { $0.state(of: ids[4]) == "alive" }
+            try await node.waitForStatus(timeout: .seconds(60), "n4 alive again") { $0.state(of: ids[4]) == "alive" }
         }
     }
 
@@ -84,7 +80,7 @@ struct MeshFormationTests {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: path)
         defer { Task { await node.cleanUp() } }
         _ = try await node.waitForLine(prefix: "listening:")
-        let status = try await node.waitForStatus(timeout: .seconds(10), "status over a long path") { _ in true }
+        let status = try await node.waitForStatus(timeout: .seconds(30), "status over a long path") { _ in true }
         #expect(status.members.count == 1)
     }
 
@@ -99,7 +95,7 @@ struct MeshFormationTests {
         let again = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: node.dataDirectory)
         defer { Task { await again.cleanUp(removeData: false) } }
         _ = try await again.waitForLine(prefix: "listening:")
-        try await again.waitForStatus(timeout: .seconds(10), "status after restart") { $0.members.count == 1 }
+        try await again.waitForStatus(timeout: .seconds(30), "status after restart") { $0.members.count == 1 }
     }
 
     @Test("IPv6 loopback: two nodes form a mesh over [::1]")
@@ -110,8 +106,6 @@ struct MeshFormationTests {
         #expect(try await first.waitForLine(prefix: "listening:").hasPrefix("[::1]:"))
         let second = try NodeProcess(["run", "--listen", "[::1]:0", "--invite", invite])
         defer { Task { await second.cleanUp() } }
-        try await second.waitForStatus(timeout: .seconds(15), "2 alive over IPv6") { status in
-            status.members.count == 2 && status.members.allSatisfy { $0.state == "alive" }
-        }
+        try await [first, second].waitForMesh(alive: 2)
     }
 }

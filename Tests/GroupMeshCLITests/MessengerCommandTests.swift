@@ -11,7 +11,7 @@ struct MessengerCommandTests {
         listener.stdout.split(separator: "\n").compactMap { try? JSONDecoder().decode(Heard.self, from: Data($0.utf8)) }
     }
 
-    static func waitUntil(_ what: String, timeout: Duration = .seconds(15), _ condition: () -> Bool) async throws {
+    static func waitUntil(_ what: String, timeout: Duration = .seconds(30), _ condition: () -> Bool) async throws {
         let deadline = ContinuousClock.now + timeout
         while !condition() {
             guard ContinuousClock.now < deadline else { throw NodeProcessError.timeout(what) }
@@ -32,12 +32,7 @@ struct MessengerCommandTests {
             processes.append(node)
             receivers.append(node)
         }
-        try await sender.waitForStatus(timeout: .seconds(20), "4 alive") { status in
-            status.members.count == 4 && status.members.allSatisfy { $0.state == "alive" }
-        }
-        for node in receivers {
-            try await node.waitForStatus(timeout: .seconds(20), "4 alive") { $0.members.filter { $0.state == "alive" }.count == 4 }
-        }
+        try await ([sender] + receivers).waitForMesh(alive: 4)
         var listeners: [NodeProcess] = []
         for node in receivers {
             let listener = try NodeProcess(["listen", "--json"], dataDirectory: node.dataDirectory, ownsDataDirectory: false)

@@ -23,21 +23,20 @@ struct NamespaceMeshTests {
         let invite = try await nodes[0].waitForLine(prefix: "invite:")
         nodes.append(try start(1, invite: invite))
         nodes.append(try start(2, invite: invite))
+        try await nodes.waitForMesh(alive: 3)
         var ids: [String] = []
         for node in nodes {
-            let status = try await node.waitForStatus(timeout: .seconds(20), "3 alive across hosts") { status in
-                status.members.count == 3 && status.members.allSatisfy { $0.state == "alive" }
-            }
+            let status = try await node.status()
             #expect(status.members.allSatisfy { member in lab.addresses.contains { member.address.hasPrefix($0 + ":") } })
             ids.append(status.`self`.id)
         }
         nodes[2].signal(SIGKILL)
         try await nodes[2].waitForExit()
         for node in nodes[0..<2] {
-            try await node.waitForStatus(timeout: .seconds(15), "host2 dead") { $0.state(of: ids[2]) == "dead" }
+            try await node.waitForStatus(timeout: .seconds(30), "host2 dead") { $0.state(of: ids[2]) == "dead" }
         }
         nodes[1].signal(SIGTERM)
         #expect(try await nodes[1].waitForExit() == 0)
-        try await nodes[0].waitForStatus(timeout: .seconds(10), "host1 left") { $0.state(of: ids[1]) == "left" }
+        try await nodes[0].waitForStatus(timeout: .seconds(20), "host1 left") { $0.state(of: ids[1]) == "left" }
     }
 }
