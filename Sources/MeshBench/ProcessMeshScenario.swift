@@ -73,9 +73,9 @@ enum ProcessMeshScenario {
 
     /// Average CPU use of the processes over `window`, in percent of one core, from /proc.
     private static func cpuPercent(of nodes: [NodeProcess], over window: Duration) async throws -> Double {
-        let before = nodes.map { cpuTicks(pid: $0.process.processIdentifier) }
+        let before = nodes.map { cpuTicks(pid: $0.pid) }
         try await Task.sleep(for: window)
-        let after = nodes.map { cpuTicks(pid: $0.process.processIdentifier) }
+        let after = nodes.map { cpuTicks(pid: $0.pid) }
         let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
         let used = zip(before, after).map { Double($1 - $0) / ticksPerSecond }
         let seconds = window.milliseconds / 1000

@@ -62,17 +62,12 @@ public final class NamespaceLab: @unchecked Sendable {
     deinit { tearDown() }
 
     private func ip(_ arguments: [String]) throws {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: Self.ipCommand ?? "/usr/sbin/ip")
-        process.arguments = arguments
-        let errors = Pipe()
-        process.standardError = errors
-        process.standardOutput = FileHandle.nullDevice
-        try process.run()
-        process.waitUntilExit()
-        guard process.terminationStatus == 0 else {
-            let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            throw NodeProcessError.exited(status: process.terminationStatus, stderr: "ip \(arguments.joined(separator: " ")): \(message)")
+        let process = try ChildProcess(executable: Self.ipCommand ?? "/usr/sbin/ip", arguments: arguments)
+        let status = process.waitUntilExit()
+        while process.errors.hasPendingData { usleep(1000) }
+        guard status == 0 else {
+            throw NodeProcessError.exited(status: status, stderr: "ip \(arguments.joined(separator: " ")): \(process.errors.text)")
         }
     }
+
 }

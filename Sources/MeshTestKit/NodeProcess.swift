@@ -4,13 +4,11 @@ import Foundation
 /// loopback, its output captured, every wait bounded, and killed when the test is done.
 public final class NodeProcess: @unchecked Sendable {
     public let dataDirectory: String
-    public let process: Process
+    public let process: ChildProcess
     /// Whether `cleanUp` may delete the data dir (not for a client of another node's dir).
     public let ownsDataDirectory: Bool
     /// When the process was started, to tell a slow start from a stuck one in failures.
     public let startedAt = ContinuousClock.now
-    private let output = OutputCapture()
-    private let errors = OutputCapture()
 
     /// The built `groupmesh` next to the test bundle, or `$GROUPMESH_BIN`.
     public static var executable: String {
@@ -48,22 +46,13 @@ public final class NodeProcess: @unchecked Sendable {
                 ownsDataDirectory: Bool = true) throws {
         self.dataDirectory = dataDirectory ?? Self.makeTemporaryDirectory()
         self.ownsDataDirectory = ownsDataDirectory
-        process = Process()
         let command = launcher + [Self.executable] + arguments + ["--data-dir", self.dataDirectory]
-        process.executableURL = URL(fileURLWithPath: command[0])
-        process.arguments = Array(command.dropFirst())
-        process.standardOutput = output.pipe
-        process.standardError = errors.pipe
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
+        process = try ChildProcess(executable: command[0], arguments: Array(command.dropFirst()))
     }
 
-    deinit {
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-    }
-
-    public var stdout: String { output.text }
-    public var stderr: String { errors.text }
+    public var pid: pid_t { process.pid }
+    public var stdout: String { process.output.text }
+    public var stderr: String { process.errors.text }
 
     /// Waits (bounded) until stdout (or stderr) holds a line starting with `prefix`; returns its remainder.
     public func waitForLine(prefix: String, timeout: Duration = .seconds(60), onStderr: Bool = false) async throws -> String {
@@ -73,35 +62,33 @@ public final class NodeProcess: @unchecked Sendable {
             if let line = text.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) {
                 return String(line.dropFirst(prefix.count)).trimmingCharacters(in: .whitespaces)
             }
-            if !process.isRunning && !output.hasPendingData {
-                throw NodeProcessError.exited(status: process.terminationStatus, stderr: stderr)
+            if let status = process.terminationStatus, !process.output.hasPendingData {
+                throw NodeProcessError.exited(status: status, stderr: stderr)
             }
             try await Task.sleep(for: .milliseconds(20))
         }
         throw NodeProcessError.timeout("no '\(prefix)' line within \(timeout); stderr: \(stderr)")
     }
 
-    public func signal(_ signal: Int32) {
-        if process.isRunning { kill(process.processIdentifier, signal) }
-    }
+    public func signal(_ signal: Int32) { process.signal(signal) }
 
     /// Waits (bounded) for the process to exit and returns its status.
     @discardableResult
     public func waitForExit(timeout: Duration = .seconds(20)) async throws -> Int32 {
         let deadline = ContinuousClock.now + timeout
-        while process.isRunning {
+        while true {
+            if let status = process.terminationStatus { return status }
             guard ContinuousClock.now < deadline else {
                 throw NodeProcessError.timeout("process still running after \(timeout)")
             }
             try await Task.sleep(for: .milliseconds(20))
         }
-        return process.terminationStatus
     }
 
     /// Kills the process if needed and removes its data dir.
     public func cleanUp(removeData: Bool = true) async {
         if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
+            process.signal(SIGKILL)
             _ = try? await waitForExit(timeout: .seconds(10))
         }
         if removeData, ownsDataDirectory { try? FileManager.default.removeItem(atPath: dataDirectory) }
@@ -111,27 +98,22 @@ public final class NodeProcess: @unchecked Sendable {
     public static func runCommand(_ arguments: [String], timeout: Duration = .seconds(60)) async throws
         -> (status: Int32, stdout: String, stderr: String)
     {
-        let process = Process()
-        let output = OutputCapture(), errors = OutputCapture()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.standardOutput = output.pipe
-        process.standardError = errors.pipe
-        process.standardInput = FileHandle.nullDevice
-        try process.run()
+        let process = try ChildProcess(executable: executable, arguments: arguments)
         let deadline = ContinuousClock.now + timeout
-        while process.isRunning {
+        var status = process.terminationStatus
+        while status == nil {
             guard ContinuousClock.now < deadline else {
-                kill(process.processIdentifier, SIGKILL)
+                process.signal(SIGKILL)
                 throw NodeProcessError.timeout("groupmesh \(arguments.joined(separator: " ")) took over \(timeout)")
             }
-            try await Task.sleep(for: .milliseconds(20))
+            try await Task.sleep(for: .milliseconds(5))
+            status = process.terminationStatus
         }
         // The process is gone; its pipes reach end-of-file once the readers drained them.
-        while output.hasPendingData || errors.hasPendingData, ContinuousClock.now < deadline + .seconds(2) {
+        while process.output.hasPendingData || process.errors.hasPendingData, ContinuousClock.now < deadline + .seconds(2) {
             try await Task.sleep(for: .milliseconds(5))
         }
-        return (process.terminationStatus, output.text, errors.text)
+        return (status ?? -1, process.output.text, process.errors.text)
     }
 }
 
@@ -144,40 +126,5 @@ public enum NodeProcessError: Error, CustomStringConvertible {
         case let .exited(status, stderr): return "groupmesh exited with status \(status): \(stderr)"
         case let .timeout(what): return "timed out: \(what)"
         }
-    }
-}
-
-/// Collects everything a pipe delivers, from a background reader.
-final class OutputCapture: @unchecked Sendable {
-    let pipe = Pipe()
-    private let lock = NSLock()
-    private var data = Data()
-    private var open = true
-
-    init() {
-        pipe.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let chunk = handle.availableData
-            guard let self else { return }
-            self.lock.lock()
-            defer { self.lock.unlock() }
-            if chunk.isEmpty {
-                self.open = false
-                handle.readabilityHandler = nil
-            } else {
-                self.data.append(chunk)
-            }
-        }
-    }
-
-    var text: String {
-        lock.lock()
-        defer { lock.unlock() }
-        return String(decoding: data, as: UTF8.self)
-    }
-
-    var hasPendingData: Bool {
-        lock.lock()
-        defer { lock.unlock() }
-        return open
     }
 }

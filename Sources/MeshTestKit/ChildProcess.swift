@@ -1,0 +1,127 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A child process started with `posix_spawn`, its stdout and stderr captured, its exit seen
+/// through `waitpid`. Foundation's `Process` on Linux learns of an exit through a descriptor the
+/// child must close; when another child spawned at the same moment inherited it, a finished
+/// `groupmesh status` looked alive for a minute and end-to-end tests timed out.
+public final class ChildProcess: @unchecked Sendable {
+    public let pid: pid_t
+    let output: OutputCapture
+    let errors: OutputCapture
+    private let lock = NSLock()
+    private var exitStatus: Int32?
+
+    public init(executable: String, arguments: [String]) throws {
+        Self.spawnLock.lock()
+        defer { Self.spawnLock.unlock() }
+        let stdoutPipe = try Self.pipe(), stderrPipe = try Self.pipe()
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, stdoutPipe.write, 1)
+        posix_spawn_file_actions_adddup2(&actions, stderrPipe.write, 2)
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+        var child: pid_t = 0
+        let result = posix_spawn(&child, executable, &actions, nil, argv, environ)
+        close(stdoutPipe.write)
+        close(stderrPipe.write)
+        guard result == 0 else {
+            close(stdoutPipe.read)
+            close(stderrPipe.read)
+            throw NodeProcessError.exited(status: -1, stderr: "cannot start \(executable): \(String(cString: strerror(result)))")
+        }
+        pid = child
+        output = OutputCapture(fd: stdoutPipe.read)
+        errors = OutputCapture(fd: stderrPipe.read)
+    }
+
+    deinit {
+        if isRunning {
+            kill(pid, SIGKILL)
+            _ = reap(blocking: true)
+        }
+    }
+
+    /// Both ends close on exec, so no other child inherits them (only the dup2 copies survive).
+    /// Called under `spawnLock`, so no spawn runs between `pipe` and `fcntl`.
+    private static func pipe() throws -> (read: Int32, write: Int32) {
+        var fds: [Int32] = [0, 0]
+        guard Glibc.pipe(&fds) == 0 else {
+            throw NodeProcessError.exited(status: -1, stderr: "pipe: \(String(cString: strerror(errno)))")
+        }
+        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        return (fds[0], fds[1])
+    }
+
+    private static let spawnLock = NSLock()
+
+    public var isRunning: Bool { reap(blocking: false) == nil }
+
+    /// The exit status (128 + signal when killed by one); nil while running.
+    public var terminationStatus: Int32? { reap(blocking: false) }
+
+    /// Blocks until the process exits; its status.
+    public func waitUntilExit() -> Int32 {
+        reap(blocking: true) ?? -1
+    }
+
+    public func signal(_ signal: Int32) {
+        if isRunning { kill(pid, signal) }
+    }
+
+    private func reap(blocking: Bool) -> Int32? {
+        lock.lock()
+        defer { lock.unlock() }
+        if let exitStatus { return exitStatus }
+        var status: Int32 = 0
+        let result = waitpid(pid, &status, blocking ? 0 : WNOHANG)
+        guard result == pid else { return nil }
+        // WIFEXITED / WEXITSTATUS / WTERMSIG, which Swift does not import as functions.
+        let signal = status & 0x7f
+        exitStatus = signal == 0 ? (status >> 8) & 0xff : 128 + signal
+        return exitStatus
+    }
+}
+
+/// Collects everything a pipe delivers, from a background reader thread, until end of file.
+final class OutputCapture: @unchecked Sendable {
+    private let lock = NSLock()
+    private var data = Data()
+    private var open = true
+
+    init(fd: Int32) {
+        let thread = Thread { [self] in
+            var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+            while true {
+                let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { break }
+                lock.lock()
+                data.append(contentsOf: buffer[0..<n])
+                lock.unlock()
+            }
+            close(fd)
+            lock.lock()
+            open = false
+            lock.unlock()
+        }
+        thread.start()
+    }
+
+    var text: String {
+        lock.lock()
+        defer { lock.unlock() }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    var hasPendingData: Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        return open
+    }
+}
