@@ -44,6 +44,10 @@ public actor MeshNode {
     var complete: Set<SHA256Digest> = []
     var fetching: Set<SHA256Digest> = []
     var transfer = TransferScheduler(seed: SecureRandom.uint64())
+    /// Chunks being put together from pieces (MeshNode+Transfer.swift).
+    var assembler: ChunkAssembler
+    /// Chunk reads under way for other members.
+    var serving = 0
     /// Chunk requests in flight, by digest: which chunks of which attachments they are for.
     var requested: [SHA256Digest: [ChunkRef]] = [:]
     /// What this node holds of the attachments it is fetching.
@@ -97,6 +101,7 @@ public actor MeshNode {
         deliverySettings.datagramBudget = codec.maxPairwisePayload
         deliverySettings.maxMessageSize = Messenger.maxMessageSize + 1 + MessageEnvelope.maxTagBytes
         self.delivery = DeliveryInstance(settings: deliverySettings)
+        self.assembler = ChunkAssembler(settings: .init(pieceSize: codec.maxPairwisePayload - ChunkPiece.overhead))
     }
 
     public nonisolated var nodeID: NodeID { identity.nodeID }
@@ -268,7 +273,8 @@ public actor MeshNode {
             bytesSent: counters.bytesSent, bytesReceived: counters.bytesReceived, dropped: counters.dropped,
             sendErrors: counters.sendErrors, retransmissions: delivery.retransmissions,
             chunksFetched: counters.chunksFetched, chunksServed: counters.chunksServed,
-            chunksRejected: counters.chunksRejected, chunkPayloadBytesSent: counters.chunkPayloadBytesSent)
+            chunksRejected: counters.chunksRejected, chunkPayloadBytesSent: counters.chunkPayloadBytesSent,
+            pieceReasks: assembler.reasks, piecesUnsolicited: counters.piecesUnsolicited)
         return StatusReport(self: selfInfo, members: memberInfos, attachments: [], counters: counterInfo)
     }
 
@@ -328,6 +334,7 @@ public actor MeshNode {
         // Messenger frames count only under pairwise keys: then the header's sender is proven.
         if datagram.header.keyKind == .pairwise {
             perform(delivery.onFrames(datagram.frames, from: datagram.header.sender, now: time, deferAcks: true))
+            receiveTransfer(datagram.frames, from: datagram.header.sender)
         }
         rearm()
     }
@@ -385,6 +392,7 @@ public actor MeshNode {
                         perform(journalDirectives: out)
                     }
                     transfer.removePeer(member.id)
+                    assembler.removeHolder(member.id)
                 } else if codec.installedBoot(of: member.id) != member.record.bootID
                             || !delivery.peers.contains(member.id),
                           let keys = PairwiseKeys.derive(session: session, local: ephemeral,
@@ -445,17 +453,23 @@ public actor MeshNode {
         }
     }
 
-    func send(_ datagram: ByteBuffer, to address: PeerAddress) {
+    /// Writes a datagram; `flush: false` leaves it for `flushDatagrams()`, so a burst goes to
+    /// the kernel in as few system calls as NIO can manage.
+    func send(_ datagram: ByteBuffer, to address: PeerAddress, flush: Bool = true) {
         guard let channel, let remote = try? address.socketAddress() else { return }
         counters.datagramsSent += 1
         counters.bytesSent += UInt64(datagram.readableBytes)
         let envelope = AddressedEnvelope(remoteAddress: remote, data: datagram)
         if trackLastWrite {
             lastWrite = channel.writeAndFlush(envelope)
-        } else {
+        } else if flush {
             channel.writeAndFlush(envelope, promise: nil)  // no future per datagram on the hot path
+        } else {
+            channel.write(envelope, promise: nil)
         }
     }
+
+    func flushDatagrams() { channel?.flush() }
 
     fileprivate func countSendError() { counters.sendErrors += 1 }
 

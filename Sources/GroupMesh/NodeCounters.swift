@@ -11,6 +11,7 @@ public struct NodeCounters: Sendable, Codable, Equatable {
     public var chunksServed: UInt64 = 0
     public var chunksRejected: UInt64 = 0
     public var chunkPayloadBytesSent: UInt64 = 0
+    public var piecesUnsolicited: UInt64 = 0
     public var dropped: [String: UInt64] = Dictionary(uniqueKeysWithValues: DropReason.allCases.map { ($0.rawValue, 0) })
 
     public init() {}

@@ -19,11 +19,10 @@ struct JournalMessageTests {
         case .chunk: "chunk"
         case .noChunk: "noChunk"
         case .chunks: "chunks"
-        case .busy: "busy"
         }
     }
 
-    static let allCaseNames: Set<String> = ["operations", "have", "want", "holding", "chunkRequest", "chunk", "noChunk", "chunks", "busy"]
+    static let allCaseNames: Set<String> = ["operations", "have", "want", "holding", "chunkRequest", "chunk", "noChunk", "chunks"]
 
     /// Examples of every case, edge cases included.
     static func samples(using rng: inout SplitMix64) -> [JournalMessage] {
@@ -52,7 +51,6 @@ struct JournalMessageTests {
             .chunkRequest(digest), .chunkRequest(JournalFixtures.attachment(0)),
             .chunk(digest, []), .chunk(digest, [0]), .chunk(JournalFixtures.attachment(9), rng.bytes(256 * 1024)),
             .noChunk(digest), .noChunk(JournalFixtures.attachment(5)),
-            .busy(digest),
             .chunks(digest, ChunkBitmap(count: 0)), .chunks(digest, ChunkBitmap.full(400)),
             .chunks(digest, { var bitmap = ChunkBitmap(count: 65); bitmap.insert(0); bitmap.insert(64); return bitmap }()),
         ]

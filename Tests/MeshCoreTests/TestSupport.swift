@@ -115,6 +115,9 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
     let ones = NodeID(high: .max, low: .max)
     let some = NodeID(high: rng.next(), low: rng.next())
     let v4 = PeerAddress(ipv4: [192, 0, 2, 7], port: 7946)
+    let digest = SHA256Digest.hashing(rng.bytes(8))
+    var gaps = ChunkBitmap(count: 239)
+    for index in stride(from: 3, to: 239, by: 17) { gaps.insert(index) }
     let v6 = PeerAddress(ipv6: rng.bytes(16), port: .max)
     let identity = try! NodeIdentity(seed: rng.bytes(32))
     func record(name: String, addresses: [PeerAddress]) -> MemberRecord {
@@ -150,6 +153,12 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .forwardTSN(ForwardTSN(cumulative: rng.next())),
         .fragment(UnreliableFragment(messageID: rng.next(), index: 0, count: 1, body: [])),
         .fragment(UnreliableFragment(messageID: 7, index: 2, count: 3, body: rng.bytes(500))),
+        .chunkWant(ChunkWant(digest: digest, pieceSize: 1099)),
+        .chunkWant(ChunkWant(digest: digest, pieceSize: 1, missing: gaps)),
+        .chunkPiece(ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 0, payload: buffer(rng.bytes(1099)))),
+        .chunkPiece(ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 2, payload: buffer(rng.bytes(802)))),
+        .chunkPiece(ChunkPiece(digest: digest, chunkLength: 1, pieceSize: 1099, index: 0, payload: buffer([7]))),
+        .chunkAbsent(ChunkAbsent(digest: digest, reason: .notHeld)), .chunkAbsent(ChunkAbsent(digest: digest, reason: .busy)),
     ]
 }
 

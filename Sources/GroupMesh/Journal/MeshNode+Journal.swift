@@ -176,30 +176,16 @@ extension MeshNode {
         guard let message = try? JournalMessage(decoding: body), var instance = journal else { return }
         // Operations, ids and whole chunks only count when they came in order and complete.
         switch message {
-        case .chunkRequest, .noChunk, .busy, .chunks: break
+        case .chunkRequest, .noChunk, .chunks: break
         default: guard mode == .reliable else { return }
         }
         switch message {
         case let .chunkRequest(digest):
-            logger.debug("chunk request", metadata: ["peer": "\(peer.hex.prefix(6))", "located": "\(chunkLocations[digest] != nil)"])
-            // Initial seeding: a chunk only we hold goes to one member at a time.
-            if Self.superSeeding, let ref = chunkLocations[digest],
-               !transfer.shouldServe(attachment: ref.attachment, index: ref.index, to: peer,
-                                      holdingAll: complete.contains(ref.attachment), now: now) {
-                logger.debug("busy", metadata: ["chunk": "\(digest.hex.prefix(8))", "peer": "\(peer.hex.prefix(6))"])
-                sendJournal(.busy(digest), to: peer)
-                return
-            }
-            Task { await self.serveChunk(digest, to: peer) }
-        case let .busy(digest):
-            logger.debug("busy answer", metadata: ["peer": "\(peer.hex.prefix(6))", "refs": "\(requested[digest]?.count ?? 0)"])
-            for ref in requested[digest] ?? [] { transfer.onBusy(attachment: ref.attachment, index: ref.index, from: peer, now: now) }
-            if chunkWaiters[digest] != nil { resolveChunk(digest, bytes: nil, from: peer) }
-            pumpTransfers()
+            Task { await self.serveManifest(digest, to: peer) }
         case let .chunk(digest, bytes):
-            receiveChunk(digest, bytes: bytes, from: peer)
+            if chunkWaiters[digest] != nil { resolveChunk(digest, bytes: bytes, from: peer) }
         case let .noChunk(digest):
-            receiveNoChunk(digest, from: peer)
+            if chunkWaiters[digest] != nil { resolveChunk(digest, bytes: nil, from: peer) }
         case let .chunks(attachment, bitmap):
             receiveAvailability(bitmap, of: attachment, from: peer)
         default:
@@ -209,10 +195,9 @@ extension MeshNode {
         }
     }
 
-    private func serveChunk(_ digest: SHA256Digest, to peer: NodeID) async {
+    private func serveManifest(_ digest: SHA256Digest, to peer: NodeID) async {
         // Served only after verification: the store hashes every chunk it reads.
         let bytes = await store?.read(digest)
-        logger.debug("serve", metadata: ["peer": "\(peer.hex.prefix(6))", "found": "\(bytes != nil)"])
         if let bytes {
             sendJournal(.chunk(digest, bytes), to: peer)
         } else {
@@ -301,6 +286,10 @@ extension MeshNode {
 
     private func finishFetch(_ id: SHA256Digest, _ result: Result<Manifest, GroupMeshError>) {
         fetching.remove(id)
+        for digest in manifests[id]?.chunks ?? [] {
+            assembler.cancel(digest)
+            requested[digest] = nil
+        }
         localBitmaps[id] = nil
         lastProgress[id] = nil
         transfer.cancel(id)
@@ -322,7 +311,11 @@ extension MeshNode {
         for request in transfer.nextRequests(now: now) {
             logger.debug("request", metadata: ["peer": "\(request.peer.hex.prefix(6))", "index": "\(request.index)"])
             requested[request.digest, default: []].append(ChunkRef(attachment: request.attachment, index: request.index))
-            sendJournal(.chunkRequest(request.digest), to: request.peer)
+            if let want = assembler.begin(request.digest, from: request.peer, now: now) {
+                sendTransfer(.chunkWant(want), to: request.peer)
+            } else {
+                transfer.onBusy(attachment: request.attachment, index: request.index, from: request.peer, now: now)
+            }
         }
         rearm()
     }
@@ -337,13 +330,17 @@ extension MeshNode {
         }
     }
 
-    func receiveChunk(_ digest: SHA256Digest, bytes: [UInt8], from peer: NodeID) {
-        if chunkWaiters[digest] != nil { resolveChunk(digest, bytes: bytes, from: peer) }
+    /// A chunk whose last piece came from `peer`, put together from pieces of `contributors`.
+    func receiveChunk(_ digest: SHA256Digest, bytes: [UInt8], from peer: NodeID, contributors: Set<NodeID>) {
         guard let refs = requested[digest], !refs.isEmpty else { return }
         guard SHA256Digest.hashing(bytes) == digest else {
-            // Never stored, never served: the sender is not asked for this chunk again.
+            // Never stored, never served: whoever sent pieces of it is not asked for it again.
             counters.chunksRejected += 1
-            for ref in refs { transfer.onChunk(attachment: ref.attachment, index: ref.index, from: peer, valid: false) }
+            for ref in refs {
+                for sender in contributors.sorted() {
+                    transfer.onChunk(attachment: ref.attachment, index: ref.index, from: sender, valid: false)
+                }
+            }
             pumpTransfers()
             return
         }
@@ -373,11 +370,6 @@ extension MeshNode {
         pumpTransfers()
     }
 
-    func receiveNoChunk(_ digest: SHA256Digest, from peer: NodeID) {
-        if chunkWaiters[digest] != nil { resolveChunk(digest, bytes: nil, from: peer) }
-        for ref in requested[digest] ?? [] { transfer.onMissing(attachment: ref.attachment, index: ref.index, from: peer) }
-        pumpTransfers()
-    }
 
     func receiveAvailability(_ bitmap: ChunkBitmap, of attachment: SHA256Digest, from peer: NodeID) {
         logger.debug("availability", metadata: ["peer": "\(peer.hex.prefix(6))", "held": "\(bitmap.held)/\(bitmap.count)"])
@@ -392,6 +384,7 @@ extension MeshNode {
     /// Periodic transfer work: time out requests, announce new chunks, give up on what nobody holds.
     func transferTick(now time: MeshInstant) {
         transfer.onTick(now: time)
+        for (peer, want) in assembler.onTick(now: time) { sendTransfer(.chunkWant(want), to: peer) }
         if time >= nextBitmapAnnouncement {
             nextBitmapAnnouncement = time + .milliseconds(250)
             for id in dirtyBitmaps.sorted() {
@@ -463,6 +456,7 @@ extension MeshNode {
         }
         for wait in chunkWaiters.values { consider(wait.deadline) }
         consider(transfer.nextDeadline)
+        consider(assembler.nextDeadline)
         if !dirtyBitmaps.isEmpty { consider(nextBitmapAnnouncement) }
         for id in fetching { consider(lastProgress[id].map { $0 + configuration.unavailableTimeout }) }
         return deadline

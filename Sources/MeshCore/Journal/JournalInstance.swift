@@ -108,7 +108,7 @@ public struct JournalInstance: Sendable {
             guard holdings[peer] != set else { return [] }
             holdings[peer] = set
             return [.holdersChanged]
-        case .chunkRequest, .chunk, .noChunk, .chunks, .busy:
+        case .chunkRequest, .chunk, .noChunk, .chunks:
             return []  // the shell's transfer handles chunks
         }
     }

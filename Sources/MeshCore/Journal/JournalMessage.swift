@@ -13,22 +13,21 @@ public enum JournalMessage: Sendable, Equatable {
     case want([OperationID])
     /// The attachments the sender holds whole.
     case holding([SHA256Digest])
-    /// "Send me this chunk (or manifest)."
+    /// "Send me this manifest" (chunks travel in pieces: `ChunkWant`).
     case chunkRequest(SHA256Digest)
     case chunk(SHA256Digest, [UInt8])
     /// "I do not have it."
     case noChunk(SHA256Digest)
     /// Which chunks of an attachment the sender holds (sent as they arrive, for the swarm).
     case chunks(SHA256Digest, ChunkBitmap)
-    /// "I have it, but ask again a little later (or ask someone else)": initial seeding.
-    case busy(SHA256Digest)
 
     public static let typeTag = "mesh.journal"
     /// Operations per message, so one message stays well under the messenger's size limit.
     public static let operationBudget = 192 * 1024
 
     private enum Kind: UInt8 {
-        case operations = 1, have, want, holding, chunkRequest, chunk, noChunk, chunks, busy
+        // 9 was `busy`, now `ChunkAbsent` of the transfer frames.
+        case operations = 1, have, want, holding, chunkRequest, chunk, noChunk, chunks
     }
 
     public var encoded: [UInt8] {
@@ -57,9 +56,6 @@ public enum JournalMessage: Sendable, Equatable {
         case let .noChunk(digest):
             buffer.writeInteger(Kind.noChunk.rawValue)
             buffer.writeBytes(digest.bytes)
-        case let .busy(digest):
-            buffer.writeInteger(Kind.busy.rawValue)
-            buffer.writeBytes(digest.bytes)
         case let .chunk(digest, bytes):
             buffer.writeInteger(Kind.chunk.rawValue)
             buffer.writeBytes(digest.bytes)
@@ -77,10 +73,7 @@ public enum JournalMessage: Sendable, Equatable {
         var buffer = ByteBuffer(bytes: bytes)
         let byte = try buffer.readWire(UInt8.self, "journal message kind")
         guard let kind = Kind(rawValue: byte) else { throw .invalidField(what: "journal message kind") }
-        func digest() throws(WireError) -> SHA256Digest {
-            // safe: exactly 32 bytes
-            SHA256Digest(bytes: try buffer.readWireBytes(32, "digest"))!
-        }
+        func digest() throws(WireError) -> SHA256Digest { try buffer.readDigest("digest") }
         func count(_ unit: Int) throws(WireError) -> Int {
             let count = Int(try buffer.readWire(UInt32.self, "count"))
             guard count * unit <= buffer.readableBytes else { throw .truncated(what: "list") }
@@ -111,8 +104,6 @@ public enum JournalMessage: Sendable, Equatable {
             self = .chunkRequest(try digest())
         case .noChunk:
             self = .noChunk(try digest())
-        case .busy:
-            self = .busy(try digest())
         case .chunk:
             let id = try digest()
             self = .chunk(id, Array(buffer.readableBytesView))

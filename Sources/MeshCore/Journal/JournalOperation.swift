@@ -102,11 +102,9 @@ extension JournalOperation: WireBody {
     public init(decoding buffer: inout ByteBuffer) throws(WireError) {
         let kindByte = try buffer.readWire(UInt8.self, "operation kind")
         guard let kind = Kind(rawValue: kindByte) else { throw .invalidField(what: "operation kind") }
-        // safe: exactly 32 bytes each
-        let attachment = SHA256Digest(bytes: try buffer.readWireBytes(32, "attachment id"))!
-        // Read first: inside a forced try, a truncated author would trap instead of throwing.
+        let attachment = try buffer.readDigest("attachment id")
         let authorBytes = try buffer.readWireBytes(32, "operation author")
-        let author = try! PublicSigningKey(bytes: authorBytes)  // safe: exactly 32 bytes were read
+        guard let author = try? PublicSigningKey(bytes: authorBytes) else { throw .invalidField(what: "operation author") }
         let clock = try buffer.readWire(UInt64.self, "operation clock")
         let size = try buffer.readWire(UInt64.self, "attachment size")
         let chunkCount = try buffer.readWire(UInt32.self, "attachment chunk count")

@@ -55,8 +55,7 @@ public struct Manifest: Sendable, Equatable {
         var chunks: [SHA256Digest] = []
         chunks.reserveCapacity(count)
         for _ in 0..<count {
-            // safe: 32 bytes were checked to be there
-            chunks.append(SHA256Digest(bytes: try buffer.readWireBytes(32, "chunk hash"))!)
+            chunks.append(try buffer.readDigest("chunk hash"))
         }
         self.chunks = chunks
     }

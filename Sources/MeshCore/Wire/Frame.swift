@@ -1,3 +1,4 @@
+import MeshCrypto
 import NIOCore
 
 /// One unit of protocol inside a sealed datagram: `type(1) | length(2, big-endian) | body`.
@@ -21,6 +22,10 @@ public enum Frame: Equatable, Sendable {
     case ack(DeliveryAck)
     case forwardTSN(ForwardTSN)
     case fragment(UnreliableFragment)
+    // Transfer (chunks in pieces).
+    case chunkWant(ChunkWant)
+    case chunkPiece(ChunkPiece)
+    case chunkAbsent(ChunkAbsent)
 
     public var type: FrameType {
         switch self {
@@ -39,6 +44,9 @@ public enum Frame: Equatable, Sendable {
         case .ack: return .ack
         case .forwardTSN: return .forwardTSN
         case .fragment: return .fragment
+        case .chunkWant: return .chunkWant
+        case .chunkPiece: return .chunkPiece
+        case .chunkAbsent: return .chunkAbsent
         }
     }
 
@@ -59,6 +67,9 @@ public enum Frame: Equatable, Sendable {
         case let .ack(body): return body
         case let .forwardTSN(body): return body
         case let .fragment(body): return body
+        case let .chunkWant(body): return body
+        case let .chunkPiece(body): return body
+        case let .chunkAbsent(body): return body
         }
     }
 
@@ -83,6 +94,9 @@ public enum Frame: Equatable, Sendable {
         case .ack: return .ack(try DeliveryAck(decoding: &body))
         case .forwardTSN: return .forwardTSN(try ForwardTSN(decoding: &body))
         case .fragment: return .fragment(try UnreliableFragment(decoding: &body))
+        case .chunkWant: return .chunkWant(try ChunkWant(decoding: &body))
+        case .chunkPiece: return .chunkPiece(try ChunkPiece(decoding: &body))
+        case .chunkAbsent: return .chunkAbsent(try ChunkAbsent(decoding: &body))
         }
     }
 }
@@ -104,6 +118,9 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case ack = 0x21
     case forwardTSN = 0x22
     case fragment = 0x23
+    case chunkWant = 0x30
+    case chunkPiece = 0x31
+    case chunkAbsent = 0x32
 }
 
 /// A body that can be written to and read from the wire.
@@ -192,5 +209,12 @@ extension ByteBuffer {
     public mutating func readWireBytes(_ count: Int, _ what: @autoclosure () -> String) throws(WireError) -> [UInt8] {
         guard count >= 0, let bytes = readBytes(length: count) else { throw .truncated(what: what()) }
         return bytes
+    }
+
+    /// Reads a 32-byte SHA-256 digest or reports which field was cut short.
+    @inlinable
+    public mutating func readDigest(_ what: @autoclosure () -> String) throws(WireError) -> SHA256Digest {
+        guard let digest = SHA256Digest(bytes: try readWireBytes(32, what())) else { throw .truncated(what: what()) }
+        return digest
     }
 }

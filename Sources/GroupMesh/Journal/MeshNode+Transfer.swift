@@ -1,0 +1,95 @@
+import MeshCore
+import MeshCrypto
+import NIOCore
+
+/// Chunks on the wire: a want goes to a holder, the holder answers with the chunk cut into
+/// pieces (one sealed datagram each, written in one burst), and the asker puts them together,
+/// asks again only for what did not come, and verifies the whole before storing it.
+extension MeshNode {
+    /// Chunks read and sent at once; more wants are answered "busy" (a member cannot make us
+    /// read without bound).
+    static let maxConcurrentServes = 32
+
+    /// The piece size that fills one pairwise datagram.
+    var pieceSize: Int { codec.maxPairwisePayload - ChunkPiece.overhead }
+
+    /// Transfer frames of a datagram sealed by `peer`'s pairwise key.
+    func receiveTransfer(_ frames: [Frame], from peer: NodeID) {
+        var progressed = false
+        for frame in frames {
+            switch frame {
+            case let .chunkWant(want):
+                serve(want, to: peer)
+            case let .chunkPiece(piece):
+                switch assembler.onPiece(piece, from: peer, now: now) {
+                case let .complete(bytes, contributors):
+                    receiveChunk(piece.digest, bytes: bytes, from: peer, contributors: contributors)
+                    progressed = true
+                case .unsolicited:
+                    counters.piecesUnsolicited += 1
+                case .accepted, .duplicate:
+                    break
+                }
+            case let .chunkAbsent(absent):
+                assembler.onAbsent(absent.digest, from: peer)
+                for ref in requested[absent.digest] ?? [] {
+                    switch absent.reason {
+                    case .busy: transfer.onBusy(attachment: ref.attachment, index: ref.index, from: peer, now: now)
+                    case .notHeld: transfer.onMissing(attachment: ref.attachment, index: ref.index, from: peer)
+                    }
+                }
+                progressed = true
+            default:
+                continue
+            }
+        }
+        if progressed { pumpTransfers() }
+    }
+
+    private func serve(_ want: ChunkWant, to peer: NodeID) {
+        guard want.pieceSize <= pieceSize else {
+            return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld)), to: peer)
+        }
+        // Initial seeding: a chunk only we hold goes to one member at a time.
+        if Self.superSeeding, let ref = chunkLocations[want.digest],
+           !transfer.shouldServe(attachment: ref.attachment, index: ref.index, to: peer,
+                                  holdingAll: complete.contains(ref.attachment), now: now) {
+            return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy)), to: peer)
+        }
+        guard serving < Self.maxConcurrentServes, let store else {
+            return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy)), to: peer)
+        }
+        serving += 1
+        Task {
+            // Served only after verification: the store hashes every chunk it reads.
+            let bytes = await store.read(want.digest)
+            serving -= 1
+            guard let bytes else {
+                return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld)), to: peer)
+            }
+            sendPieces(of: bytes, want: want, to: peer)
+        }
+    }
+
+    /// Seals and writes the wanted pieces in one burst, flushed once.
+    private func sendPieces(of bytes: [UInt8], want: ChunkWant, to peer: NodeID) {
+        guard let address = membership?.member(peer)?.address else { return }
+        let chunk = channelAllocator.buffer(bytes: bytes)
+        let pieces = ChunkAssembly.pieces(of: chunk, digest: want.digest, pieceSize: want.pieceSize, only: want.missing)
+        var payloadBytes = 0
+        for piece in pieces {
+            guard let datagram = codec.seal([.chunkPiece(piece)], to: peer, allocator: channelAllocator) else { return }
+            payloadBytes += piece.payload.readableBytes
+            send(datagram, to: address, flush: false)
+        }
+        flushDatagrams()
+        if want.missing == nil { counters.chunksServed += 1 }
+        counters.chunkPayloadBytesSent += UInt64(payloadBytes)
+    }
+
+    func sendTransfer(_ frame: Frame, to peer: NodeID) {
+        guard let address = membership?.member(peer)?.address,
+              let datagram = codec.seal([frame], to: peer, allocator: channelAllocator) else { return }
+        send(datagram, to: address)
+    }
+}

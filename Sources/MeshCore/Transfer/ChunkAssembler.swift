@@ -1,0 +1,128 @@
+import MeshCrypto
+
+/// The requesting side of chunk transfers: which chunks are being pulled from whom, the pieces
+/// so far, and when to ask again for only the pieces that did not come. Pure: time comes in,
+/// wants and whole chunks go out. Memory is bounded by `maxDownloads` chunks.
+public struct ChunkAssembler: Sendable {
+    public struct Settings: Sendable {
+        /// Piece size asked for (what fits one datagram).
+        public var pieceSize: Int
+        /// Silence after which the missing pieces are asked for again; doubles while nothing
+        /// comes, up to `maximumStall`.
+        public var stallTimeout: Duration = .milliseconds(40)
+        public var maximumStall: Duration = .seconds(1)
+        /// A chunk nobody sent a piece of for this long is dropped with its pieces.
+        public var abandonAfter: Duration = .seconds(30)
+        public var maxDownloads = 64
+
+        public init(pieceSize: Int) { self.pieceSize = pieceSize }
+    }
+
+    public enum PieceResult: Sendable, Equatable {
+        case accepted
+        /// Already here, or of another shape than asked for.
+        case duplicate
+        /// A piece of a chunk nobody asked for: dropped.
+        case unsolicited
+        /// The last piece: the chunk, and every member that sent pieces of it (to blame all of
+        /// them should its hash not match).
+        case complete(bytes: [UInt8], contributors: Set<NodeID>)
+    }
+
+    struct Download {
+        /// Members asked for it; the newest is asked again when pieces stop coming.
+        var holders: [NodeID]
+        var assembly: ChunkAssembly?
+        var contributors: Set<NodeID> = []
+        var lastActivity: MeshInstant
+        var stall: Duration
+        var nextAsk: MeshInstant
+    }
+
+    public let settings: Settings
+    private var downloads: [SHA256Digest: Download] = [:]
+    public private(set) var reasks: UInt64 = 0
+
+    public init(settings: Settings) { self.settings = settings }
+
+    public var activeCount: Int { downloads.count }
+    public func isDownloading(_ digest: SHA256Digest) -> Bool { downloads[digest] != nil }
+
+    /// Starts (or widens) the pull of a chunk from `holder`: the want to send, asking only for
+    /// what is missing when pieces already came from others. Nil when too many chunks are open.
+    public mutating func begin(_ digest: SHA256Digest, from holder: NodeID, now: MeshInstant) -> ChunkWant? {
+        if var download = downloads[digest] {
+            download.holders.removeAll { $0 == holder }
+            download.holders.append(holder)
+            downloads[digest] = download
+            return want(for: digest, download)
+        }
+        guard downloads.count < settings.maxDownloads else { return nil }
+        let download = Download(holders: [holder], lastActivity: now, stall: settings.stallTimeout,
+                                nextAsk: now + settings.stallTimeout)
+        downloads[digest] = download
+        return want(for: digest, download)
+    }
+
+    private func want(for digest: SHA256Digest, _ download: Download) -> ChunkWant {
+        ChunkWant(digest: digest, pieceSize: settings.pieceSize, missing: download.assembly?.missing)
+    }
+
+    public mutating func onPiece(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant) -> PieceResult {
+        guard var download = downloads[piece.digest] else { return .unsolicited }
+        guard piece.pieceSize == settings.pieceSize else { return .duplicate }
+        var assembly = download.assembly
+            ?? ChunkAssembly(digest: piece.digest, length: piece.chunkLength, pieceSize: piece.pieceSize)
+        guard assembly.add(piece) else { return .duplicate }
+        download.contributors.insert(peer)
+        if assembly.isComplete {
+            downloads[piece.digest] = nil
+            return .complete(bytes: assembly.contents, contributors: download.contributors)
+        }
+        download.assembly = assembly
+        download.lastActivity = now
+        download.stall = settings.stallTimeout
+        download.nextAsk = now + download.stall
+        downloads[piece.digest] = download
+        return .accepted
+    }
+
+    /// `holder` will not send the chunk: it is not asked again. The pieces stay for the next holder.
+    public mutating func onAbsent(_ digest: SHA256Digest, from holder: NodeID) {
+        downloads[digest]?.holders.removeAll { $0 == holder }
+    }
+
+    public mutating func cancel(_ digest: SHA256Digest) {
+        downloads[digest] = nil
+    }
+
+    /// A member is gone: it is asked nothing more.
+    public mutating func removeHolder(_ holder: NodeID) {
+        for digest in downloads.keys { downloads[digest]?.holders.removeAll { $0 == holder } }
+    }
+
+    /// Asks again for the missing pieces of chunks that went quiet, and drops abandoned ones.
+    public mutating func onTick(now: MeshInstant) -> [(peer: NodeID, want: ChunkWant)] {
+        var out: [(peer: NodeID, want: ChunkWant)] = []
+        for digest in downloads.keys.sorted() {
+            guard var download = downloads[digest] else { continue }
+            if now >= download.lastActivity + settings.abandonAfter {
+                downloads[digest] = nil
+                continue
+            }
+            guard now >= download.nextAsk else { continue }
+            download.stall = min(settings.maximumStall, download.stall * 2)
+            download.nextAsk = now + download.stall
+            if let holder = download.holders.last {
+                out.append((holder, want(for: digest, download)))
+                reasks += 1
+            }
+            downloads[digest] = download
+        }
+        return out
+    }
+
+    public var nextDeadline: MeshInstant? {
+        downloads.values.map { min($0.nextAsk, $0.lastActivity + settings.abandonAfter) }.min()
+    }
+}

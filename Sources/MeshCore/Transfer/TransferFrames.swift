@@ -1,0 +1,120 @@
+import MeshCrypto
+import NIOCore
+
+/// "Send me these pieces of this chunk": the whole chunk when `missing` is nil, else only the
+/// pieces whose bits are set. The requester picks the piece size (it reassembles with it).
+public struct ChunkWant: WireBody {
+    public var digest: SHA256Digest
+    public var pieceSize: Int
+    public var missing: ChunkBitmap?
+
+    public init(digest: SHA256Digest, pieceSize: Int, missing: ChunkBitmap? = nil) {
+        self.digest = digest
+        self.pieceSize = pieceSize
+        self.missing = missing
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        digest = try buffer.readDigest("want digest")
+        pieceSize = Int(try buffer.readWire(UInt16.self, "want piece size"))
+        guard pieceSize > 0 else { throw .invalidField(what: "want piece size") }
+        let count = Int(try buffer.readWire(UInt16.self, "want bitmap count"))
+        if count == 0 {
+            missing = nil
+        } else {
+            let bytes = try buffer.readWireBytes((count + 7) / 8, "want bitmap")
+            guard let bitmap = ChunkBitmap(count: count, bytes: bytes) else { throw .invalidField(what: "want bitmap") }
+            missing = bitmap
+        }
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeBytes(digest.bytes)
+        buffer.writeInteger(UInt16(pieceSize))
+        buffer.writeInteger(UInt16(missing?.count ?? 0))
+        if let missing { buffer.writeBytes(missing.bytes) }
+    }
+}
+
+/// One piece of a chunk: `pieceSize` bytes at `index × pieceSize` (the last piece may be
+/// shorter). The digest names the content, so pieces from different holders fill one chunk.
+public struct ChunkPiece: WireBody {
+    /// Chunks larger than this are never sent in pieces (the manifest allows up to 4 MiB).
+    public static let maxChunkLength = Manifest.maxChunkSize
+    /// The frame bytes around the payload: frame header 3, digest 32, length 4, size 2, index 2.
+    public static let overhead = FrameCodec.headerLength + 32 + 4 + 2 + 2
+
+    public var digest: SHA256Digest
+    public var chunkLength: Int
+    public var pieceSize: Int
+    public var index: Int
+    public var payload: ByteBuffer
+
+    public init(digest: SHA256Digest, chunkLength: Int, pieceSize: Int, index: Int, payload: ByteBuffer) {
+        self.digest = digest
+        self.chunkLength = chunkLength
+        self.pieceSize = pieceSize
+        self.index = index
+        self.payload = payload
+    }
+
+    public static func pieceCount(chunkLength: Int, pieceSize: Int) -> Int {
+        pieceSize > 0 ? (chunkLength + pieceSize - 1) / pieceSize : 0
+    }
+
+    /// The byte range of piece `index` within the chunk.
+    public static func range(of index: Int, chunkLength: Int, pieceSize: Int) -> Range<Int> {
+        let start = index * pieceSize
+        return start..<min(chunkLength, start + pieceSize)
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        digest = try buffer.readDigest("piece digest")
+        chunkLength = Int(try buffer.readWire(UInt32.self, "piece chunk length"))
+        pieceSize = Int(try buffer.readWire(UInt16.self, "piece size"))
+        index = Int(try buffer.readWire(UInt16.self, "piece index"))
+        guard chunkLength > 0, chunkLength <= Self.maxChunkLength, pieceSize > 0,
+              Self.pieceCount(chunkLength: chunkLength, pieceSize: pieceSize) <= Int(UInt16.max),
+              index < Self.pieceCount(chunkLength: chunkLength, pieceSize: pieceSize)
+        else { throw .invalidField(what: "piece") }
+        let expected = Self.range(of: index, chunkLength: chunkLength, pieceSize: pieceSize).count
+        guard buffer.readableBytes == expected, let payload = buffer.readSlice(length: expected) else {
+            throw .invalidField(what: "piece length")
+        }
+        self.payload = payload
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeBytes(digest.bytes)
+        buffer.writeInteger(UInt32(chunkLength))
+        buffer.writeInteger(UInt16(pieceSize))
+        buffer.writeInteger(UInt16(index))
+        var payload = payload
+        buffer.writeBuffer(&payload)
+    }
+}
+
+/// "I will not send this chunk": not held (any more), or busy now (ask again later or elsewhere).
+public struct ChunkAbsent: WireBody {
+    public enum Reason: UInt8, Sendable { case notHeld = 0, busy = 1 }
+    public var digest: SHA256Digest
+    public var reason: Reason
+
+    public init(digest: SHA256Digest, reason: Reason) {
+        self.digest = digest
+        self.reason = reason
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        digest = try buffer.readDigest("absent digest")
+        guard let reason = Reason(rawValue: try buffer.readWire(UInt8.self, "absent reason")) else {
+            throw .invalidField(what: "absent reason")
+        }
+        self.reason = reason
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeBytes(digest.bytes)
+        buffer.writeInteger(reason.rawValue)
+    }
+}

@@ -1,0 +1,137 @@
+import MeshCrypto
+import NIOCore
+import Testing
+@testable import MeshCore
+
+@Suite("Chunks in pieces")
+struct ChunkAssemblyTests {
+    static let holder = NodeID(high: 1, low: 1)
+    static let other = NodeID(high: 2, low: 2)
+    static let pieceSize = 1099
+
+    static func chunk(_ length: Int, seed: UInt64) -> (bytes: [UInt8], digest: SHA256Digest) {
+        var rng = SplitMix64(seed: seed)
+        let bytes = rng.bytes(length)
+        return (bytes, SHA256Digest.hashing(bytes))
+    }
+
+    static func pieces(_ bytes: [UInt8], _ digest: SHA256Digest, only: ChunkBitmap? = nil) -> [ChunkPiece] {
+        ChunkAssembly.pieces(of: ByteBuffer(bytes: bytes), digest: digest, pieceSize: pieceSize, only: only)
+    }
+
+    static func at(_ milliseconds: Int) -> MeshInstant { MeshInstant(nanoseconds: UInt64(milliseconds) * 1_000_000) }
+
+    @Test("pieces in any order, with duplicates, rebuild the chunk exactly", arguments: [1, 1098, 1099, 1100, 262_144, 300_001])
+    func anyOrderRebuilds(length: Int) {
+        let seed = testSeed(0xc0ffee) ^ UInt64(length)
+        var rng = SplitMix64(seed: seed)
+        let (bytes, digest) = Self.chunk(length, seed: seed)
+        let pieces = Self.pieces(bytes, digest)
+        #expect(pieces.count == (length + Self.pieceSize - 1) / Self.pieceSize)
+        #expect(pieces.dropLast().allSatisfy { $0.payload.readableBytes == Self.pieceSize })
+        var assembly = ChunkAssembly(digest: digest, length: length, pieceSize: Self.pieceSize)
+        for piece in (pieces + pieces.prefix(3)).shuffled(using: &rng) { assembly.add(piece) }
+        #expect(assembly.isComplete, "seed \(seed)")
+        #expect(assembly.contents == bytes, "seed \(seed)")
+    }
+
+    @Test("a piece of another shape or chunk is refused")
+    func mismatchedPiecesAreRefused() {
+        let (bytes, digest) = Self.chunk(5000, seed: 1)
+        var assembly = ChunkAssembly(digest: digest, length: 5000, pieceSize: Self.pieceSize)
+        let piece = Self.pieces(bytes, digest)[0]
+        let added = assembly.add(piece), again = assembly.add(piece)
+        #expect(added && !again, "a duplicate is refused")
+        let foreign = assembly.add(Self.pieces(bytes, SHA256Digest.hashing([1]))[2])
+        #expect(!foreign, "another chunk's piece")
+        let longer = assembly.add(ChunkPiece(digest: digest, chunkLength: 5001, pieceSize: Self.pieceSize, index: 2,
+                                             payload: ByteBuffer(bytes: [UInt8](repeating: 0, count: Self.pieceSize))))
+        #expect(!longer, "another chunk length")
+        #expect(assembly.missing.held == 4)
+    }
+
+    @Test("the assembler asks again only for the pieces that did not come, backing off while nothing comes")
+    func reasksOnlyMissing() throws {
+        let (bytes, digest) = Self.chunk(262_144, seed: 2)
+        var assembler = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
+        let begun = assembler.begin(digest, from: Self.holder, now: Self.at(0))
+        let first = try #require(begun)
+        #expect(first.missing == nil && first.pieceSize == Self.pieceSize)
+        let pieces = Self.pieces(bytes, digest)
+        let lost: Set<Int> = [0, 17, 100, pieces.count - 1]
+        for piece in pieces where !lost.contains(piece.index) {
+            let result = assembler.onPiece(piece, from: Self.holder, now: Self.at(1))
+            #expect(result == .accepted)
+        }
+        let early = assembler.onTick(now: Self.at(20))
+        #expect(early.isEmpty, "not quiet long enough")
+        let again = assembler.onTick(now: Self.at(41))
+        #expect(again.count == 1 && again[0].peer == Self.holder)
+        let missing = try #require(again[0].want.missing)
+        #expect(Set((0..<missing.count).filter(missing.contains)) == lost)
+        // Nothing comes: the next ask waits twice as long.
+        let backedOff = assembler.onTick(now: Self.at(100)), later = assembler.onTick(now: Self.at(122))
+        #expect(backedOff.isEmpty && later.count == 1)
+        #expect(assembler.reasks == 2)
+        // Resending only what was asked completes the chunk.
+        var result: ChunkAssembler.PieceResult = .accepted
+        for piece in Self.pieces(bytes, digest, only: missing) {
+            result = assembler.onPiece(piece, from: Self.other, now: Self.at(130))
+        }
+        #expect(result == .complete(bytes: bytes, contributors: [Self.holder, Self.other]))
+        #expect(assembler.activeCount == 0 && assembler.nextDeadline == nil)
+    }
+
+    @Test("unasked pieces are dropped; a second holder is asked only for what is missing; memory is bounded")
+    func boundsAndSecondHolder() throws {
+        let (bytes, digest) = Self.chunk(10_000, seed: 3)
+        var assembler = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
+        let unasked = assembler.onPiece(Self.pieces(bytes, digest)[0], from: Self.holder, now: Self.at(0))
+        #expect(unasked == .unsolicited)
+        _ = assembler.begin(digest, from: Self.holder, now: Self.at(0))
+        _ = assembler.onPiece(Self.pieces(bytes, digest)[0], from: Self.holder, now: Self.at(1))
+        let widened = assembler.begin(digest, from: Self.other, now: Self.at(2))
+        let second = try #require(widened)
+        #expect(second.missing?.held == 9 && second.missing?.contains(0) == false)
+        // Absent: that holder is asked no more; with no holder left nothing is asked.
+        assembler.onAbsent(digest, from: Self.other)
+        assembler.removeHolder(Self.holder)
+        let nobodyAsked = assembler.onTick(now: Self.at(1000))
+        #expect(nobodyAsked.isEmpty)
+        #expect(assembler.isDownloading(digest), "the pieces wait for the next holder")
+        _ = assembler.onTick(now: Self.at(31_002))
+        #expect(!assembler.isDownloading(digest), "abandoned after 30 s of silence")
+
+        var small = ChunkAssembler.Settings(pieceSize: Self.pieceSize)
+        small.maxDownloads = 2
+        var bounded = ChunkAssembler(settings: small)
+        let wants = (0..<3).map { bounded.begin(SHA256Digest.hashing([UInt8($0)]), from: Self.holder, now: .zero) }
+        #expect(wants.map { $0 != nil } == [true, true, false])
+    }
+
+    @Test("wire: a piece whose payload does not fit its index, or an oversized chunk, does not decode")
+    func pieceDecodingIsStrict() {
+        let digest = SHA256Digest.hashing([1])
+        func decode(_ piece: ChunkPiece, trim: Int = 0, pad: Int = 0) -> Result<Frame, WireError> {
+            var buffer = ByteBuffer()
+            piece.encode(into: &buffer)
+            buffer.moveWriterIndex(to: buffer.writerIndex - trim)
+            buffer.writeRepeatingByte(0, count: pad)
+            var framed = ByteBuffer()
+            framed.writeInteger(FrameType.chunkPiece.rawValue)
+            framed.writeInteger(UInt16(buffer.readableBytes))
+            framed.writeBuffer(&buffer)
+            return FrameCodec.decodeOne(&framed)
+        }
+        let good = ChunkPiece(digest: digest, chunkLength: 2000, pieceSize: 1000, index: 1, payload: ByteBuffer(bytes: [UInt8](repeating: 7, count: 1000)))
+        #expect(decode(good) == .success(.chunkPiece(good)))
+        #expect(decode(good, trim: 1) == .failure(.invalidField(what: "piece length")))
+        #expect(decode(good, pad: 1) == .failure(.invalidField(what: "piece length")))
+        var pastEnd = good
+        pastEnd.index = 2
+        #expect(decode(pastEnd) == .failure(.invalidField(what: "piece")))
+        var huge = good
+        huge.chunkLength = ChunkPiece.maxChunkLength + 1
+        #expect(decode(huge) == .failure(.invalidField(what: "piece")))
+    }
+}
