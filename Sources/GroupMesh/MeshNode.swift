@@ -325,18 +325,17 @@ public actor MeshNode {
         }
     }
 
+    /// One datagram. The timer is re-armed once per read batch (`readBatchComplete`), not here.
     private func handle(_ datagram: OpenedDatagram, from remote: SocketAddress) {
-        guard var instance = membership, !stopped, let address = PeerAddress(remote) else { return }
+        guard membership != nil, !stopped, let address = PeerAddress(remote) else { return }
         let time = now
-        let directives = instance.onFrames(datagram.frames, from: datagram.header.sender, address: address, now: time)
-        membership = instance
-        perform(directives)
+        // Mutated in place: a copy of the instance would copy its tables on every datagram.
+        perform(membership?.onFrames(datagram.frames, from: datagram.header.sender, address: address, now: time) ?? [])
         // Messenger frames count only under pairwise keys: then the header's sender is proven.
         if datagram.header.keyKind == .pairwise {
             perform(delivery.onFrames(datagram.frames, from: datagram.header.sender, now: time, deferAcks: true))
             receiveTransfer(datagram.frames, from: datagram.header.sender)
         }
-        rearm()
     }
 
     private func onTimer() {
@@ -478,6 +477,7 @@ public actor MeshNode {
         guard !stopped else { return }
         perform(delivery.flushAcks(now: now))
         channel?.flush()
+        rearm()
     }
 }
 

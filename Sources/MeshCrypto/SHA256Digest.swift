@@ -8,6 +8,11 @@ public struct SHA256Digest: Hashable, Sendable, Comparable, CustomStringConverti
     // Four words rather than an array: digests are map keys by the million in the chunk store.
     public let w0: UInt64, w1: UInt64, w2: UInt64, w3: UInt64
 
+    /// The digest whose big-endian 64-bit words are these (how the wire decoders read it).
+    public init(words w0: UInt64, _ w1: UInt64, _ w2: UInt64, _ w3: UInt64) {
+        (self.w0, self.w1, self.w2, self.w3) = (w0, w1, w2, w3)
+    }
+
     public init?(bytes: some Collection<UInt8>) {
         guard bytes.count == Self.byteCount else { return nil }
         var words = [UInt64](repeating: 0, count: 4)

@@ -82,6 +82,21 @@ struct ChunkAssemblyTests {
         #expect(assembler.activeCount == 0 && assembler.nextDeadline == nil)
     }
 
+    @Test("before a holder's first answer the assembler waits longer; then three times its answer time")
+    func firstPieceWait() throws {
+        let (bytes, digest) = Self.chunk(5000, seed: 4)
+        var assembler = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
+        _ = assembler.begin(digest, from: Self.holder, now: Self.at(0))
+        let early = assembler.onTick(now: Self.at(200)), due = assembler.onTick(now: Self.at(251))
+        #expect(early.isEmpty && due.count == 1 && due.first?.want.missing == nil)
+        for piece in Self.pieces(bytes, digest) { _ = assembler.onPiece(piece, from: Self.holder, now: Self.at(260)) }
+        // Answered 260 ms after the want: the next chunk from it is asked again after 780 ms.
+        let next = SHA256Digest.hashing([42])
+        _ = assembler.begin(next, from: Self.holder, now: Self.at(1000))
+        let before = assembler.onTick(now: Self.at(1700)), after = assembler.onTick(now: Self.at(1781))
+        #expect(before.isEmpty && after.count == 1)
+    }
+
     @Test("unasked pieces are dropped; a second holder is asked only for what is missing; memory is bounded")
     func boundsAndSecondHolder() throws {
         let (bytes, digest) = Self.chunk(10_000, seed: 3)

@@ -76,6 +76,20 @@ actor AttachmentStore {
         do { return try chunks.write(bytes, expected: expected) } catch { throw .store(error.description) }
     }
 
+    enum FetchedWrite: Sendable { case stored, mismatch, failed(String) }
+
+    /// Stores a chunk that came from another member: its hash is checked here, once.
+    func writeFetched(_ bytes: [UInt8], expected: SHA256Digest) -> FetchedWrite {
+        do {
+            _ = try chunks.write(bytes, expected: expected)
+            return .stored
+        } catch .hashMismatch {
+            return .mismatch
+        } catch {
+            return .failed(error.description)
+        }
+    }
+
     func flush() throws(GroupMeshError) {
         do { try chunks.flush() } catch { throw .store(error.description) }
     }

@@ -333,27 +333,30 @@ extension MeshNode {
     /// A chunk whose last piece came from `peer`, put together from pieces of `contributors`.
     func receiveChunk(_ digest: SHA256Digest, bytes: [UInt8], from peer: NodeID, contributors: Set<NodeID>) {
         guard let refs = requested[digest], !refs.isEmpty else { return }
-        guard SHA256Digest.hashing(bytes) == digest else {
+        requested[digest] = nil
+        Task { await self.storeChunk(digest, bytes: bytes, refs: refs, from: peer, contributors: contributors) }
+    }
+
+    /// The store hashes the chunk before keeping it (once: the node does not hash it again).
+    private func storeChunk(_ digest: SHA256Digest, bytes: [UInt8], refs: [ChunkRef], from peer: NodeID,
+                            contributors: Set<NodeID>) async {
+        guard let store else { return }
+        switch await store.writeFetched(bytes, expected: digest) {
+        case .stored:
+            break
+        case .mismatch:
             // Never stored, never served: whoever sent pieces of it is not asked for it again.
             counters.chunksRejected += 1
             for ref in refs {
+                requested[digest, default: []].append(ref)
                 for sender in contributors.sorted() {
                     transfer.onChunk(attachment: ref.attachment, index: ref.index, from: sender, valid: false)
                 }
             }
             pumpTransfers()
             return
-        }
-        requested[digest] = nil
-        Task { await self.storeChunk(digest, bytes: bytes, refs: refs, from: peer) }
-    }
-
-    private func storeChunk(_ digest: SHA256Digest, bytes: [UInt8], refs: [ChunkRef], from peer: NodeID) async {
-        guard let store else { return }
-        do {
-            try await store.write(bytes, expected: digest)
-        } catch {
-            logger.warning("cannot store a chunk", metadata: ["error": "\(error)"])
+        case let .failed(reason):
+            logger.warning("cannot store a chunk", metadata: ["error": "\(reason)"])
             for ref in refs { transfer.onMissing(attachment: ref.attachment, index: ref.index, from: peer) }
             return
         }

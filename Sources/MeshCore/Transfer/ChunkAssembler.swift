@@ -10,6 +10,10 @@ public struct ChunkAssembler: Sendable {
         /// Silence after which the missing pieces are asked for again; doubles while nothing
         /// comes, up to `maximumStall`.
         public var stallTimeout: Duration = .milliseconds(40)
+        /// Wait for a holder's first piece before we know how quickly it answers. After that,
+        /// three times its smoothed answer time (a holder serves wants one after another, so a
+        /// full queue is not a loss).
+        public var firstPieceTimeout: Duration = .milliseconds(250)
         public var maximumStall: Duration = .seconds(1)
         /// A chunk nobody sent a piece of for this long is dropped with its pieces.
         public var abandonAfter: Duration = .seconds(30)
@@ -37,10 +41,13 @@ public struct ChunkAssembler: Sendable {
         var lastActivity: MeshInstant
         var stall: Duration
         var nextAsk: MeshInstant
+        var askedAt: MeshInstant
     }
 
     public let settings: Settings
     private var downloads: [SHA256Digest: Download] = [:]
+    /// Smoothed time from a want to its first piece, per holder.
+    private var answerTime: [NodeID: Duration] = [:]
     public private(set) var reasks: UInt64 = 0
 
     public init(settings: Settings) { self.settings = settings }
@@ -58,8 +65,10 @@ public struct ChunkAssembler: Sendable {
             return want(for: digest, download)
         }
         guard downloads.count < settings.maxDownloads else { return nil }
+        let wait = answerTime[holder].map { min(settings.maximumStall, max(settings.stallTimeout, $0 * 3)) }
+            ?? settings.firstPieceTimeout
         let download = Download(holders: [holder], lastActivity: now, stall: settings.stallTimeout,
-                                nextAsk: now + settings.stallTimeout)
+                                nextAsk: now + wait, askedAt: now)
         downloads[digest] = download
         return want(for: digest, download)
     }
@@ -69,11 +78,22 @@ public struct ChunkAssembler: Sendable {
     }
 
     public mutating func onPiece(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant) -> PieceResult {
-        guard var download = downloads[piece.digest] else { return .unsolicited }
-        guard piece.pieceSize == settings.pieceSize else { return .duplicate }
-        var assembly = download.assembly
+        guard downloads[piece.digest] != nil, piece.pieceSize == settings.pieceSize else {
+            return downloads[piece.digest] == nil ? .unsolicited : .duplicate
+        }
+        // Taken out of the table while it changes, so its buffer is not copied on write.
+        guard var download = downloads.removeValue(forKey: piece.digest) else { return .unsolicited }
+        var assembly = download.assembly.take()
             ?? ChunkAssembly(digest: piece.digest, length: piece.chunkLength, pieceSize: piece.pieceSize)
-        guard assembly.add(piece) else { return .duplicate }
+        guard assembly.add(piece) else {
+            download.assembly = assembly
+            downloads[piece.digest] = download
+            return .duplicate
+        }
+        if download.contributors.isEmpty, peer == download.holders.last {
+            let sample = now - download.askedAt
+            answerTime[peer] = answerTime[peer].map { $0 * 0.75 + sample * 0.25 } ?? sample
+        }
         download.contributors.insert(peer)
         if assembly.isComplete {
             downloads[piece.digest] = nil
@@ -98,6 +118,7 @@ public struct ChunkAssembler: Sendable {
 
     /// A member is gone: it is asked nothing more.
     public mutating func removeHolder(_ holder: NodeID) {
+        answerTime[holder] = nil
         for digest in downloads.keys { downloads[digest]?.holders.removeAll { $0 == holder } }
     }
 

@@ -214,7 +214,9 @@ extension ByteBuffer {
     /// Reads a 32-byte SHA-256 digest or reports which field was cut short.
     @inlinable
     public mutating func readDigest(_ what: @autoclosure () -> String) throws(WireError) -> SHA256Digest {
-        guard let digest = SHA256Digest(bytes: try readWireBytes(32, what())) else { throw .truncated(what: what()) }
-        return digest
+        // Four integer reads: no array, no generic collection code on the per-datagram path.
+        guard readableBytes >= SHA256Digest.byteCount, let w0: UInt64 = readInteger(), let w1: UInt64 = readInteger(),
+              let w2: UInt64 = readInteger(), let w3: UInt64 = readInteger() else { throw .truncated(what: what()) }
+        return SHA256Digest(words: w0, w1, w2, w3)
     }
 }
