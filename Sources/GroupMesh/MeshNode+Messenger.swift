@@ -86,7 +86,7 @@ extension MeshNode {
         for directive in directives {
             switch directive {
             case let .send(peer, frames):
-                guard let address = membership?.member(peer)?.address,
+                guard let address = peerAddresses[peer],
                       let datagram = codec.seal(frames, to: peer, allocator: channelAllocator) else { continue }
                 send(datagram, to: address)
             case let .deliver(received):

@@ -48,6 +48,9 @@ public actor MeshNode {
     var assembler: ChunkAssembler
     /// Chunk reads under way for other members.
     var serving = 0
+    /// Where each live member is reached, kept from membership changes: looking it up in the
+    /// membership instance per datagram sent would copy the instance.
+    var peerAddresses: [NodeID: PeerAddress] = [:]
     /// Chunk requests in flight, by digest: which chunks of which attachments they are for.
     var requested: [SHA256Digest: [ChunkRef]] = [:]
     /// What this node holds of the attachments it is fetching.
@@ -372,6 +375,7 @@ public actor MeshNode {
     }
 
     func perform(_ directives: [MembershipDirective]) {
+        guard !directives.isEmpty else { return }
         var viewChanged = false
         for directive in directives {
             switch directive {
@@ -380,6 +384,7 @@ public actor MeshNode {
                 send(datagram, to: address)
             case let .memberChanged(member):
                 viewChanged = true
+                peerAddresses[member.id] = member.status.isGone ? nil : member.address
                 knownDirty = true
                 if member.status.isGone {
                     // Keys and channels stay until the member is forgotten or a new boot shows
@@ -423,6 +428,7 @@ public actor MeshNode {
                                                          "incarnation": "\(member.incarnation)"])
             case let .memberForgotten(id):
                 viewChanged = true
+                peerAddresses[id] = nil
                 knownDirty = true
                 codec.removePeer(id)
                 perform(delivery.removePeer(id, now: now))

@@ -73,7 +73,7 @@ extension MeshNode {
 
     /// Seals and writes the wanted pieces in one burst, flushed once.
     private func sendPieces(of bytes: [UInt8], want: ChunkWant, to peer: NodeID) {
-        guard let address = membership?.member(peer)?.address else { return }
+        guard let address = peerAddresses[peer] else { return }
         let chunk = channelAllocator.buffer(bytes: bytes)
         let pieces = ChunkAssembly.pieces(of: chunk, digest: want.digest, pieceSize: want.pieceSize, only: want.missing)
         var payloadBytes = 0
@@ -88,7 +88,7 @@ extension MeshNode {
     }
 
     func sendTransfer(_ frame: Frame, to peer: NodeID) {
-        guard let address = membership?.member(peer)?.address,
+        guard let address = peerAddresses[peer],
               let datagram = codec.seal([frame], to: peer, allocator: channelAllocator) else { return }
         send(datagram, to: address)
     }

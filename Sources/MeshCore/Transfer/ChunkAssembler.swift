@@ -42,6 +42,21 @@ public struct ChunkAssembler: Sendable {
         var stall: Duration
         var nextAsk: MeshInstant
         var askedAt: MeshInstant
+
+        /// Places a piece: nil for a duplicate, else the holder's answer time when this was the
+        /// first piece from the holder last asked.
+        mutating func add(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant, settings: Settings) -> Duration?? {
+            if assembly == nil {
+                assembly = ChunkAssembly(digest: piece.digest, length: piece.chunkLength, pieceSize: piece.pieceSize)
+            }
+            guard assembly?.add(piece) == true else { return nil }
+            let answer: Duration? = contributors.isEmpty && peer == holders.last ? now - askedAt : nil
+            contributors.insert(peer)
+            lastActivity = now
+            stall = settings.stallTimeout
+            nextAsk = now + stall
+            return .some(answer)
+        }
     }
 
     public let settings: Settings
@@ -78,33 +93,18 @@ public struct ChunkAssembler: Sendable {
     }
 
     public mutating func onPiece(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant) -> PieceResult {
-        guard downloads[piece.digest] != nil, piece.pieceSize == settings.pieceSize else {
-            return downloads[piece.digest] == nil ? .unsolicited : .duplicate
-        }
-        // Taken out of the table while it changes, so its buffer is not copied on write.
-        guard var download = downloads.removeValue(forKey: piece.digest) else { return .unsolicited }
-        var assembly = download.assembly.take()
-            ?? ChunkAssembly(digest: piece.digest, length: piece.chunkLength, pieceSize: piece.pieceSize)
-        guard assembly.add(piece) else {
-            download.assembly = assembly
-            downloads[piece.digest] = download
+        guard let position = downloads.index(forKey: piece.digest) else { return .unsolicited }
+        guard piece.pieceSize == settings.pieceSize else { return .duplicate }
+        // One hash lookup, and the download changes in place (its chunk buffer is not copied).
+        guard let firstAnswer = downloads.values[position].add(piece, from: peer, now: now, settings: settings) else {
             return .duplicate
         }
-        if download.contributors.isEmpty, peer == download.holders.last {
-            let sample = now - download.askedAt
-            answerTime[peer] = answerTime[peer].map { $0 * 0.75 + sample * 0.25 } ?? sample
+        if let firstAnswer {
+            answerTime[peer] = answerTime[peer].map { $0 * 0.75 + firstAnswer * 0.25 } ?? firstAnswer
         }
-        download.contributors.insert(peer)
-        if assembly.isComplete {
-            downloads[piece.digest] = nil
-            return .complete(bytes: assembly.contents, contributors: download.contributors)
-        }
-        download.assembly = assembly
-        download.lastActivity = now
-        download.stall = settings.stallTimeout
-        download.nextAsk = now + download.stall
-        downloads[piece.digest] = download
-        return .accepted
+        guard downloads.values[position].assembly?.isComplete == true else { return .accepted }
+        let download = downloads.remove(at: position).value
+        return .complete(bytes: download.assembly?.contents ?? [], contributors: download.contributors)
     }
 
     /// `holder` will not send the chunk: it is not asked again. The pieces stay for the next holder.

@@ -109,12 +109,11 @@ public struct DatagramCodec: Sendable {
     /// Seals frames for one peer under our pairwise key; nil when we hold no keys for it.
     public mutating func seal(_ frames: [Frame], to peer: NodeID,
                               allocator: ByteBufferAllocator = .init()) -> ByteBuffer? {
-        guard var state = peers[peer] else { return nil }
+        guard let number = peers[peer]?.nextPacketNumber, let sending = peers[peer]?.keys.sending else { return nil }
+        peers[peer]?.nextPacketNumber = number + 1
         let header = DatagramHeader(keyKind: .pairwise, sessionID: sessionID, sender: localID,
-                                    bootID: localBootID, packetNumber: state.nextPacketNumber)
-        state.nextPacketNumber += 1
-        peers[peer] = state
-        return Self.seal(frames, header: header, sealer: state.keys.sending, allocator: allocator)
+                                    bootID: localBootID, packetNumber: number)
+        return Self.seal(frames, header: header, sealer: sending, allocator: allocator)
     }
 
     private static func seal(_ frames: [Frame], header: DatagramHeader, sealer: PacketSealer,
@@ -149,17 +148,21 @@ public struct DatagramCodec: Sendable {
         guard header.sessionID == sessionID else { return .failure(.foreign) }
         guard buffer.readableBytes >= PacketSealer.tagByteCount else { return .failure(.malformed) }
 
+        // No copy of the peer's state is held: recording in its replay window below must not
+        // copy the window on write.
         let sealer: PacketSealer
-        let known = peers[header.sender].flatMap { $0.bootID == header.bootID ? $0 : nil }
+        let known = peers[header.sender]?.bootID == header.bootID
         switch header.keyKind {
         case .pairwise:
-            guard header.sender != localID, let known else { return .failure(.unknownSender) }
-            guard known.pairwiseWindow.check(header.packetNumber) == .fresh else { return .failure(.replay) }
-            sealer = known.keys.receiving
+            guard header.sender != localID, known, let receiving = peers[header.sender]?.keys.receiving else {
+                return .failure(.unknownSender)
+            }
+            guard peers[header.sender]?.pairwiseWindow.check(header.packetNumber) == .fresh else { return .failure(.replay) }
+            sealer = receiving
         case .hello:
             // Our own hello coming back is a reflection, never a message to us.
             guard header.sender != localID else { return .failure(.unknownSender) }
-            if let known, known.helloWindow.check(header.packetNumber) != .fresh { return .failure(.replay) }
+            if known, peers[header.sender]?.helloWindow.check(header.packetNumber) != .fresh { return .failure(.replay) }
             sealer = helloSealer
         }
 
@@ -172,7 +175,7 @@ public struct DatagramCodec: Sendable {
             }
         }
         guard let openedLength else { return .failure(.auth) }
-        if known != nil {
+        if known {
             switch header.keyKind {
             case .pairwise: peers[header.sender]?.pairwiseWindow.record(header.packetNumber)
             case .hello: peers[header.sender]?.helloWindow.record(header.packetNumber)
