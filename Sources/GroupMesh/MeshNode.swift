@@ -118,17 +118,30 @@ public actor MeshNode {
     @discardableResult
     public func start() async throws(GroupMeshError) -> PeerAddress {
         let listen = "\(configuration.listenHost):\(configuration.listenPort)"
-        let bootstrap = DatagramBootstrap(group: eventLoop)
+        var bootstrap = DatagramBootstrap(group: eventLoop)
             .channelOption(.socketOption(.so_reuseaddr), value: 1)
             // Bursts of chunk datagrams outrun the default buffers (about 200 KiB) before the
             // reader drains them; losses there would cost retransmissions for nothing.
             .channelOption(.socketOption(.so_rcvbuf), value: 4 << 20)
             .channelOption(.socketOption(.so_sndbuf), value: 4 << 20)
+            .channelOption(.maxMessagesPerRead, value: 64)
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(DatagramReceiver(node: self))
                 }
             }
+        if Self.receiveOffload {
+            // GRO: a burst of equal-sized pieces from one sender arrives as one buffer of up to
+            // 64 KiB, split back into datagrams in `receive`.
+            bootstrap = bootstrap
+                .channelOption(.datagramReceiveOffload, value: true)
+                .channelOption(.datagramReceiveSegmentSize, value: true)
+                .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 65_536))
+        } else {
+            bootstrap = bootstrap
+                .channelOption(.datagramVectorReadMessageCount, value: 32)
+                .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 32 * 2048))
+        }
         let bound: any Channel
         do {
             bound = try await bootstrap.bind(host: configuration.listenHost, port: configuration.listenPort).get()
@@ -317,14 +330,25 @@ public actor MeshNode {
     // MARK: datagrams and time
 
     func receive(_ envelope: AddressedEnvelope<ByteBuffer>) {
+        guard let segment = envelope.metadata?.segmentSize, segment > 0, envelope.data.readableBytes > segment else {
+            return receive(envelope.data, from: envelope.remoteAddress)
+        }
+        // Coalesced by GRO: equal-sized datagrams back to back, the last one possibly shorter.
+        var data = envelope.data
+        while data.readableBytes > 0, let datagram = data.readSlice(length: min(segment, data.readableBytes)) {
+            receive(datagram, from: envelope.remoteAddress)
+        }
+    }
+
+    private func receive(_ datagram: ByteBuffer, from remote: SocketAddress) {
         counters.datagramsReceived += 1
-        counters.bytesReceived += UInt64(envelope.data.readableBytes)
-        switch codec.open(envelope.data) {
+        counters.bytesReceived += UInt64(datagram.readableBytes)
+        switch codec.open(datagram) {
         case let .failure(reason):
             counters.countDrop(reason)
-            logger.trace("dropped datagram", metadata: ["reason": "\(reason.rawValue)", "from": "\(envelope.remoteAddress)"])
+            logger.trace("dropped datagram", metadata: ["reason": "\(reason.rawValue)", "from": "\(remote)"])
         case let .success(opened):
-            handle(opened, from: envelope.remoteAddress)
+            handle(opened, from: remote)
         }
     }
 
@@ -475,6 +499,26 @@ public actor MeshNode {
     }
 
     func flushDatagrams() { channel?.flush() }
+
+    static let receiveOffload = System.supportsUDPReceiveOffload
+    static let segmentationOffload = System.supportsUDPSegmentationOffload
+
+    /// Writes `count` datagrams of `segmentSize` bytes (the last may be shorter) that sit back to
+    /// back in `batch` as one segmented send (GSO), or one by one where the kernel cannot.
+    func sendSegmented(_ batch: ByteBuffer, segmentSize: Int, count: Int, to address: PeerAddress) {
+        guard count > 1, Self.segmentationOffload, let channel, let remote = try? address.socketAddress() else {
+            var rest = batch
+            while rest.readableBytes > 0, let datagram = rest.readSlice(length: min(segmentSize, rest.readableBytes)) {
+                send(datagram, to: address, flush: false)
+            }
+            return
+        }
+        counters.datagramsSent += UInt64(count)
+        counters.bytesSent += UInt64(batch.readableBytes)
+        let metadata = AddressedEnvelope<ByteBuffer>.Metadata(ecnState: .transportNotCapable, packetInfo: nil,
+                                                              segmentSize: segmentSize)
+        channel.write(AddressedEnvelope(remoteAddress: remote, data: batch, metadata: metadata), promise: nil)
+    }
 
     fileprivate func countSendError() { counters.sendErrors += 1 }
 

@@ -71,17 +71,35 @@ extension MeshNode {
         }
     }
 
-    /// Seals and writes the wanted pieces in one burst, flushed once.
+    /// Datagrams per segmented write: the kernel takes up to 64 segments and 64 KiB.
+    static let maxSegments = 64
+    static let maxSegmentedBytes = 65_000
+
+    /// Seals the wanted pieces back to back into batches of equal-sized datagrams, writes each
+    /// batch as one segmented send, and flushes once.
     private func sendPieces(of bytes: [UInt8], want: ChunkWant, to peer: NodeID) {
         guard let address = peerAddresses[peer] else { return }
         let chunk = channelAllocator.buffer(bytes: bytes)
         let pieces = ChunkAssembly.pieces(of: chunk, digest: want.digest, pieceSize: want.pieceSize, only: want.missing)
         var payloadBytes = 0
+        var batch = channelAllocator.buffer(capacity: Self.maxSegmentedBytes)
+        var segmentSize = 0, count = 0
         for piece in pieces {
-            guard let datagram = codec.seal([.chunkPiece(piece)], to: peer, allocator: channelAllocator) else { return }
+            let before = batch.readableBytes
+            guard codec.seal([.chunkPiece(piece)], to: peer, appendingTo: &batch) else { return }
+            let length = batch.readableBytes - before
             payloadBytes += piece.payload.readableBytes
-            send(datagram, to: address, flush: false)
+            if count == 0 { segmentSize = length }
+            count += 1
+            // A batch ends after a shorter datagram (only the last may be), or when full.
+            if length != segmentSize || count == Self.maxSegments
+                || batch.readableBytes + segmentSize > Self.maxSegmentedBytes {
+                sendSegmented(batch, segmentSize: segmentSize, count: count, to: address)
+                batch = channelAllocator.buffer(capacity: Self.maxSegmentedBytes)
+                count = 0
+            }
         }
+        if count > 0 { sendSegmented(batch, segmentSize: segmentSize, count: count, to: address) }
         flushDatagrams()
         if want.missing == nil { counters.chunksServed += 1 }
         counters.chunkPayloadBytesSent += UInt64(payloadBytes)

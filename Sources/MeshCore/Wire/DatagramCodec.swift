@@ -103,7 +103,9 @@ public struct DatagramCodec: Sendable {
         let header = DatagramHeader(keyKind: .hello, sessionID: sessionID, sender: localID, bootID: localBootID,
                                     packetNumber: nextHelloNumber, helloNonce: nonce)
         nextHelloNumber += 1
-        return Self.seal(frames, header: header, sealer: helloSealer, allocator: allocator)
+        var buffer = allocator.buffer(capacity: configuration.maxDatagramSize)
+        Self.seal(frames, header: header, sealer: helloSealer, appendingTo: &buffer)
+        return buffer
     }
 
     /// Seals frames for one peer under our pairwise key; nil when we hold no keys for it.
@@ -113,23 +115,35 @@ public struct DatagramCodec: Sendable {
         peers[peer]?.nextPacketNumber = number + 1
         let header = DatagramHeader(keyKind: .pairwise, sessionID: sessionID, sender: localID,
                                     bootID: localBootID, packetNumber: number)
-        return Self.seal(frames, header: header, sealer: sending, allocator: allocator)
+        var buffer = allocator.buffer(capacity: configuration.maxDatagramSize)
+        Self.seal(frames, header: header, sealer: sending, appendingTo: &buffer)
+        return buffer
+    }
+
+    /// Seals frames for one peer at the end of `buffer` (several datagrams back to back, for
+    /// one segmented write). False when we hold no keys for it.
+    public mutating func seal(_ frames: [Frame], to peer: NodeID, appendingTo buffer: inout ByteBuffer) -> Bool {
+        guard let number = peers[peer]?.nextPacketNumber, let sending = peers[peer]?.keys.sending else { return false }
+        peers[peer]?.nextPacketNumber = number + 1
+        let header = DatagramHeader(keyKind: .pairwise, sessionID: sessionID, sender: localID,
+                                    bootID: localBootID, packetNumber: number)
+        Self.seal(frames, header: header, sealer: sending, appendingTo: &buffer)
+        return true
     }
 
     private static func seal(_ frames: [Frame], header: DatagramHeader, sealer: PacketSealer,
-                             allocator: ByteBufferAllocator) -> ByteBuffer {
-        var buffer = allocator.buffer(capacity: 1280)
+                             appendingTo buffer: inout ByteBuffer) {
+        let start = buffer.writerIndex - buffer.readerIndex
         header.encode(into: &buffer)
-        let headerLength = buffer.readableBytes
+        let headerEnd = buffer.writerIndex - buffer.readerIndex
         for frame in frames { FrameCodec.encode(frame, into: &buffer) }
         buffer.writeRepeatingByte(0, count: PacketSealer.tagByteCount)
         buffer.withUnsafeMutableReadableBytes { bytes in
-            let ad = UnsafeRawBufferPointer(rebasing: bytes[..<headerLength])
-            let body = UnsafeMutableRawBufferPointer(rebasing: bytes[headerLength...])
+            let ad = UnsafeRawBufferPointer(rebasing: bytes[start..<headerEnd])
+            let body = UnsafeMutableRawBufferPointer(rebasing: bytes[headerEnd...])
             let plaintext = UnsafeRawBufferPointer(rebasing: body[..<(body.count - PacketSealer.tagByteCount)])
             sealer.seal(plaintext, associatedData: ad, nonce: header.nonce, into: body)
         }
-        return buffer
     }
 
     // MARK: opening
