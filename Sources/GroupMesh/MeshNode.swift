@@ -51,6 +51,7 @@ public actor MeshNode {
     /// Where each live member is reached, kept from membership changes: looking it up in the
     /// membership instance per datagram sent would copy the instance.
     var peerAddresses: [NodeID: PeerAddress] = [:]
+    private var lossRandom = SplitMix64(seed: SecureRandom.uint64())
     /// Chunk requests in flight, by digest: which chunks of which attachments they are for.
     var requested: [SHA256Digest: [ChunkRef]] = [:]
     /// What this node holds of the attachments it is fetching.
@@ -58,6 +59,9 @@ public actor MeshNode {
     var dirtyBitmaps: Set<SHA256Digest> = []
     var nextBitmapAnnouncement = MeshInstant.zero
     var lastProgress: [SHA256Digest: MeshInstant] = [:]
+    /// When each fetch started and how many chunks it needed (for the "fetched" log line).
+    var fetchStartedAt: [SHA256Digest: MeshInstant] = [:]
+    var fetchNeeded: [SHA256Digest: Int] = [:]
     var fetchWaiters: [SHA256Digest: [CheckedContinuation<Result<Manifest, GroupMeshError>, Never>]] = [:]
     var chunkWaiters: [SHA256Digest: ChunkWait] = [:]
     var attachmentSubscribers: [UInt64: AsyncStream<[AttachmentEntry]>.Continuation] = [:]
@@ -341,6 +345,11 @@ public actor MeshNode {
     }
 
     private func receive(_ datagram: ByteBuffer, from remote: SocketAddress) {
+        if configuration.simulatedLoss > 0,
+           Double(lossRandom.next() >> 11) / Double(1 << 53) < configuration.simulatedLoss {
+            counters.simulatedDrops += 1
+            return
+        }
         counters.datagramsReceived += 1
         counters.bytesReceived += UInt64(datagram.readableBytes)
         switch codec.open(datagram) {

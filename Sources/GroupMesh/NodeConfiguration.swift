@@ -22,6 +22,9 @@ public struct NodeConfiguration: Sendable {
     public var chunkSize = Manifest.defaultChunkSize
     /// Start the control socket (tests of the node alone may skip it).
     public var controlSocket = true
+    /// Share of received datagrams dropped on purpose, to measure behaviour under loss on a
+    /// loopback that loses nothing (`run --simulate-loss`, hidden; benchmarks and tests only).
+    public var simulatedLoss: Double = 0
 
     public init(dataDirectory: DataDirectory) {
         self.dataDirectory = dataDirectory

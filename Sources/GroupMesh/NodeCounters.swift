@@ -12,6 +12,8 @@ public struct NodeCounters: Sendable, Codable, Equatable {
     public var chunksRejected: UInt64 = 0
     public var chunkPayloadBytesSent: UInt64 = 0
     public var piecesUnsolicited: UInt64 = 0
+    /// Datagrams dropped by `--simulate-loss`.
+    public var simulatedDrops: UInt64 = 0
     public var dropped: [String: UInt64] = Dictionary(uniqueKeysWithValues: DropReason.allCases.map { ($0.rawValue, 0) })
 
     public init() {}

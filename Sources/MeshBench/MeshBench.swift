@@ -34,6 +34,10 @@ enum MeshBench {
             print("membership with real processes on loopback…")
             results += try await ProcessMeshScenario.run(quick: quick)
         }
+        if wanted("transfer") {
+            print("attachments between real processes on loopback…")
+            results += try await TransferScenario.run(quick: quick)
+        }
         print()
         BenchReport.printTable(results)
         try BenchReport.write(results, to: output, quick: quick)

@@ -55,11 +55,14 @@ public final class NodeProcess: @unchecked Sendable {
     public var stderr: String { process.errors.text }
 
     /// Waits (bounded) until stdout (or stderr) holds a line starting with `prefix`; returns its remainder.
-    public func waitForLine(prefix: String, timeout: Duration = .seconds(60), onStderr: Bool = false) async throws -> String {
+    public func waitForLine(prefix: String, timeout: Duration = .seconds(60), onStderr: Bool = false,
+                            containing: String = "") async throws -> String {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             let text = onStderr ? stderr : stdout
-            if let line = text.split(separator: "\n").first(where: { $0.hasPrefix(prefix) }) {
+            if let line = text.split(separator: "\n").first(where: {
+                $0.hasPrefix(prefix) && (containing.isEmpty || $0.contains(containing))
+            }) {
                 return String(line.dropFirst(prefix.count)).trimmingCharacters(in: .whitespaces)
             }
             if let status = process.terminationStatus, !process.output.hasPendingData {

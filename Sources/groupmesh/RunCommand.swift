@@ -37,6 +37,14 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error.", valueName: "LEVEL"))
     var logLevel = "warning"
 
+    @Option(help: ArgumentHelp("Drop this share of received datagrams (0 to 0.5), to test under loss.",
+                               visibility: .hidden))
+    var simulateLoss: Double = 0
+
+    func validate() throws {
+        guard (0...0.5).contains(simulateLoss) else { throw ValidationError("--simulate-loss must be between 0 and 0.5") }
+    }
+
     func run() async throws {
         bootstrapLogging(level: Logger.Level(rawValue: logLevel) ?? .warning)
         let logger = Logger(label: "groupmesh")
@@ -72,6 +80,7 @@ struct RunCommand: AsyncParsableCommand {
         configuration.name = name
         configuration.lazy = lazy
         configuration.profile = profile
+        configuration.simulatedLoss = simulateLoss
         return configuration
     }
 

@@ -254,6 +254,7 @@ extension MeshNode {
         guard !fetching.contains(id), !stopped else { return }
         fetching.insert(id)
         lastProgress[id] = now
+        fetchStartedAt[id] = now
         Task { await self.prepareFetch(id) }
     }
 
@@ -279,6 +280,7 @@ extension MeshNode {
         for (index, digest) in manifest.chunks.enumerated() where !missing.contains(digest) { have.insert(index) }
         guard !have.isComplete else { return finishFetch(id, .success(manifest)) }
         localBitmaps[id] = have
+        fetchNeeded[id] = manifest.chunks.count - have.held
         transfer.start(manifest, have: have)
         refreshAvailability()
         pumpTransfers()
@@ -286,6 +288,15 @@ extension MeshNode {
 
     private func finishFetch(_ id: SHA256Digest, _ result: Result<Manifest, GroupMeshError>) {
         fetching.remove(id)
+        if case let .success(manifest) = result, let started = fetchStartedAt[id], let needed = fetchNeeded[id] {
+            let seconds = max(1e-9, Double((now - started).nanosecondsClamped) / 1e9)
+            let bytes = Double(min(UInt64(needed) * UInt64(manifest.chunkSize), manifest.size))
+            logger.info("fetched", metadata: ["attachment": "\(id.hex.prefix(16))", "chunks": "\(needed)",
+                                              "seconds": "\((seconds * 1000).rounded() / 1000)",
+                                              "MiBps": "\((bytes / seconds / 1_048_576).rounded())"])
+        }
+        fetchStartedAt[id] = nil
+        fetchNeeded[id] = nil
         for digest in manifests[id]?.chunks ?? [] {
             assembler.cancel(digest)
             requested[digest] = nil

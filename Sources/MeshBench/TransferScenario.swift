@@ -1,0 +1,192 @@
+import Foundation
+import GroupMesh
+import MeshTestKit
+
+/// Attachments between real release-built `groupmesh` processes on loopback (issues 7 and 8):
+/// a late joiner pulling from 1 and 3 holders, the same under 5% loss, the peak memory of joiner
+/// and holders, and an upload to a mesh of 10.
+enum TransferScenario {
+    static let datagramSize = 1200
+
+    static func run(quick: Bool) async throws -> [BenchResult] {
+        let size = quick ? 32 << 20 : 100 << 20
+        let runs = quick ? 1 : 3
+        let mib = size >> 20
+        let file = NodeProcess.makeTemporaryDirectory("bench-file") + "/payload.bin"
+        try writeRandomFile(file, size: size)
+        defer { try? FileManager.default.removeItem(atPath: (file as NSString).deletingLastPathComponent) }
+
+        let raw = (0..<runs).map { _ in RawUDPTransfer.run(bytes: size, datagramSize: datagramSize) }
+        let baseline = median(raw.map(\.mebibytesPerSecond))
+        let rawName = "raw UDP, same datagrams and socket setup"
+        // For scale: the same without GSO/GRO, one datagram per system call each way.
+        let plain = median((0..<runs).map { _ in
+            RawUDPTransfer.run(bytes: size, datagramSize: datagramSize, offload: false).mebibytesPerSecond
+        })
+        var results: [BenchResult] = [
+            BenchResult(scenario: "raw UDP, \(datagramSize) B datagrams, no GSO/GRO", figure: plain, unit: "MiB/s",
+                        baselineName: "with GSO/GRO", baseline: baseline, goal: "-"),
+        ]
+        var cleanRate = 0.0
+        for holders in [1, 3] {
+            var outcomes: [LateJoin] = []
+            for _ in 0..<runs { outcomes.append(try await lateJoiner(holders: holders, file: file, size: size, loss: 0)) }
+            let rate = median(outcomes.map(\.rate))
+            if holders == 3 { cleanRate = rate }
+            results.append(BenchResult(scenario: "late joiner, \(holders) holder\(holders == 1 ? "" : "s"), \(mib) MiB",
+                                       figure: rate, unit: "MiB/s", baselineName: rawName, baseline: baseline,
+                                       goal: holders == 1 ? "≥ 150 MiB/s" : "≥ 200 MiB/s"))
+            if holders == 3 {
+                results.append(BenchResult(scenario: "late joiner: peak memory above idle", figure: median(outcomes.map(\.joinerPeak)),
+                                           unit: "MiB", baselineName: "idle resident size",
+                                           baseline: median(outcomes.map(\.joinerIdle)), goal: "≤ 64 MiB"))
+                results.append(BenchResult(scenario: "holders: peak memory above idle (largest)", figure: median(outcomes.map(\.holderPeak)),
+                                           unit: "MiB", baselineName: "idle resident size",
+                                           baseline: median(outcomes.map(\.holderIdle)), goal: "≤ 64 MiB"))
+            }
+        }
+        var lossy: [LateJoin] = []
+        for _ in 0..<runs { lossy.append(try await lateJoiner(holders: 3, file: file, size: size, loss: 0.05)) }
+        results.append(BenchResult(scenario: "late joiner, 3 holders, 5% loss", figure: median(lossy.map(\.rate)),
+                                   unit: "MiB/s", baselineName: "the same without loss", baseline: cleanRate,
+                                   goal: "no stall"))
+
+        let fanSize = quick ? 16 << 20 : 100 << 20
+        let fanFile = (file as NSString).deletingLastPathComponent + "/fan.bin"
+        try writeRandomFile(fanFile, size: fanSize)
+        var fans: [(seconds: Double, ratio: Double)] = []
+        for _ in 0..<(quick ? 1 : 2) { fans.append(try await fanOut(members: 10, file: fanFile, size: fanSize)) }
+        results.append(BenchResult(scenario: "upload of \(fanSize >> 20) MiB to a mesh of 10: uploader sent ÷ size",
+                                   figure: median(fans.map(\.ratio)), unit: "×", baselineName: "every byte once",
+                                   baseline: 1, goal: "≤ 1.3"))
+        results.append(BenchResult(scenario: "upload of \(fanSize >> 20) MiB to a mesh of 10: until all hold it",
+                                   figure: median(fans.map(\.seconds)), unit: "s",
+                                   baselineName: "9 copies at the raw UDP rate",
+                                   baseline: Double(9 * fanSize) / 1_048_576 / baseline, goal: "-"))
+        return results
+    }
+
+    struct LateJoin {
+        var rate: Double
+        var joinerPeak: Double, joinerIdle: Double
+        var holderPeak: Double, holderIdle: Double
+    }
+
+    /// Holders get the file (one attaches, the others replicate it); then a `--lazy` node joins
+    /// and `get`s it. The rate is the joiner's own figure for the fetch (from want to last chunk
+    /// verified and written), read from its "fetched" log line.
+    static func lateJoiner(holders: Int, file: String, size: Int, loss: Double) async throws -> LateJoin {
+        var nodes: [NodeProcess] = []
+        defer { stop(nodes) }
+        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        nodes.append(first)
+        let invite = try await first.waitForLine(prefix: "invite:")
+        for _ in 1..<holders { nodes.append(try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])) }
+        try await nodes.waitForMesh(alive: holders)
+        let id = try await attach(file, on: first)
+        try await waitUntil("replicated to every holder", timeout: .seconds(300)) {
+            nodes.allSatisfy { holdsWhole(id, $0) }
+        }
+        let holderIdle = nodes.map { memory($0.pid).resident }
+        for node in nodes { resetPeak(node.pid) }
+
+        var arguments = ["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy", "--log-level", "info"]
+        if loss > 0 { arguments += ["--simulate-loss", "\(loss)"] }
+        let joiner = try NodeProcess(arguments)
+        nodes.append(joiner)
+        try await nodes.waitForMesh(alive: holders + 1)
+        try await waitUntil("the joiner lists the attachment", timeout: .seconds(30)) {
+            (try? client(joiner).send(ControlRequest(command: .attachments)).attachments?.map(\.id)) == [id]
+        }
+        let joinerIdle = memory(joiner.pid).resident
+        resetPeak(joiner.pid)
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, id,
+                                                    "--output", joiner.dataDirectory + "/out.bin"], timeout: .seconds(300))
+        guard get.status == 0 else { throw NodeProcessError.exited(status: get.status, stderr: get.stderr) }
+        let line = try await joiner.waitForLine(prefix: "", timeout: .seconds(5), onStderr: true, containing: " fetched")
+        guard let seconds = field("seconds", in: line) else { throw NodeProcessError.timeout("no fetch time in: \(line)") }
+        let holderPeaks = zip(nodes.prefix(holders), holderIdle).map { memory($0.pid).peak - $1 }
+        return LateJoin(rate: Double(size) / 1_048_576 / seconds,
+                        joinerPeak: memory(joiner.pid).peak - joinerIdle, joinerIdle: joinerIdle,
+                        holderPeak: holderPeaks.max() ?? 0, holderIdle: holderIdle.max() ?? 0)
+    }
+
+    /// One member attaches; the other nine replicate it. How much chunk payload the uploader
+    /// sent, over the size, and how long until all nine hold it.
+    static func fanOut(members: Int, file: String, size: Int) async throws -> (seconds: Double, ratio: Double) {
+        var nodes: [NodeProcess] = []
+        defer { stop(nodes) }
+        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        nodes.append(first)
+        let invite = try await first.waitForLine(prefix: "invite:")
+        for _ in 1..<members { nodes.append(try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])) }
+        try await nodes.waitForMesh(alive: members)
+        let start = ContinuousClock.now
+        let id = try await attach(file, on: first)
+        try await waitUntil("every member holds it", timeout: .seconds(600)) { nodes.allSatisfy { holdsWhole(id, $0) } }
+        let elapsed = ContinuousClock.now - start
+        let sent = try client(first).send(ControlRequest(command: .status)).status?.counters.chunkPayloadBytesSent ?? 0
+        return (elapsed.milliseconds / 1000, Double(sent) / Double(size))
+    }
+
+    // MARK: helpers
+
+    static func attach(_ file: String, on node: NodeProcess) async throws -> String {
+        let result = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, file], timeout: .seconds(120))
+        guard result.status == 0 else { throw NodeProcessError.exited(status: result.status, stderr: result.stderr) }
+        return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    static func client(_ node: NodeProcess) -> ControlClient { ControlClient(directory: DataDirectory(path: node.dataDirectory)) }
+
+    static func holdsWhole(_ id: String, _ node: NodeProcess) -> Bool {
+        guard let status = try? client(node).send(ControlRequest(command: .status)).status,
+              let entry = status.attachments.first(where: { $0.id == id }) else { return false }
+        return entry.chunksHave == entry.chunks
+    }
+
+    static func stop(_ nodes: [NodeProcess]) {
+        for node in nodes {
+            node.signal(SIGKILL)
+            _ = node.process.waitUntilExit()
+            try? FileManager.default.removeItem(atPath: node.dataDirectory)
+        }
+    }
+
+    static func waitUntil(_ what: String, timeout: Duration, _ condition: () -> Bool) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while !condition() {
+            guard ContinuousClock.now < deadline else { throw NodeProcessError.timeout(what) }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    /// Resident and peak resident size in MiB, from /proc.
+    static func memory(_ pid: pid_t) -> (resident: Double, peak: Double) {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return (0, 0) }
+        func value(_ key: String) -> Double {
+            guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix(key + ":") }),
+                  let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "") else { return 0 }
+            return kilobytes / 1024
+        }
+        return (value("VmRSS"), value("VmHWM"))
+    }
+
+    /// Starts the peak resident size afresh (Linux: `echo 5 > /proc/PID/clear_refs`).
+    static func resetPeak(_ pid: pid_t) {
+        try? "5".write(toFile: "/proc/\(pid)/clear_refs", atomically: false, encoding: .utf8)
+    }
+
+    static func field(_ name: String, in line: String) -> Double? {
+        line.split(separator: " ").first { $0.hasPrefix(name + "=") }.flatMap { Double($0.dropFirst(name.count + 1)) }
+    }
+
+    static func writeRandomFile(_ path: String, size: Int) throws {
+        var generator = SystemRandomNumberGenerator()
+        var words = [UInt64](repeating: 0, count: size / 8)
+        for index in words.indices { words[index] = generator.next() }
+        try words.withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: path)) }
+    }
+
+    static func median(_ values: [Double]) -> Double { values.isEmpty ? 0 : values.sorted()[values.count / 2] }
+}
