@@ -46,8 +46,8 @@ public actor MeshNode {
     var transfer = TransferScheduler(seed: SecureRandom.uint64())
     /// Chunks being put together from pieces (MeshNode+Transfer.swift).
     var assembler: ChunkAssembler
-    /// Chunk reads under way for other members.
-    var serving = 0
+    /// Chunk reads under way for other members, until their pieces are written.
+    var serving: Set<ServeKey> = []
     /// Where each live member is reached, kept from membership changes: looking it up in the
     /// membership instance per datagram sent would copy the instance.
     var peerAddresses: [NodeID: PeerAddress] = [:]
@@ -129,6 +129,8 @@ public actor MeshNode {
             .channelOption(.socketOption(.so_rcvbuf), value: 4 << 20)
             .channelOption(.socketOption(.so_sndbuf), value: 4 << 20)
             .channelOption(.maxMessagesPerRead, value: 64)
+            // Wants are refused while more than this waits to be written (MeshNode+Transfer).
+            .channelOption(.writeBufferWaterMark, value: .init(low: 1 << 20, high: 4 << 20))
             .channelInitializer { [self] channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(DatagramReceiver(node: self))
@@ -294,7 +296,9 @@ public actor MeshNode {
             sendErrors: counters.sendErrors, retransmissions: delivery.retransmissions,
             chunksFetched: counters.chunksFetched, chunksServed: counters.chunksServed,
             chunksRejected: counters.chunksRejected, chunkPayloadBytesSent: counters.chunkPayloadBytesSent,
-            pieceReasks: assembler.reasks, piecesUnsolicited: counters.piecesUnsolicited)
+            pieceReasks: assembler.reasks, piecesUnsolicited: counters.piecesUnsolicited,
+            wantsRefused: counters.wantsRefused, simulatedDrops: counters.simulatedDrops,
+            requestTimeouts: transfer.timeouts)
         return StatusReport(self: selfInfo, members: memberInfos, attachments: [], counters: counterInfo)
     }
 
@@ -508,6 +512,8 @@ public actor MeshNode {
     }
 
     func flushDatagrams() { channel?.flush() }
+
+    var isWritable: Bool { channel?.isWritable ?? false }
 
     static let receiveOffload = System.supportsUDPReceiveOffload
     static let segmentationOffload = System.supportsUDPSegmentationOffload

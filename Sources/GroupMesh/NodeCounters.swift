@@ -14,6 +14,8 @@ public struct NodeCounters: Sendable, Codable, Equatable {
     public var piecesUnsolicited: UInt64 = 0
     /// Datagrams dropped by `--simulate-loss`.
     public var simulatedDrops: UInt64 = 0
+    /// Wants answered "busy" because the send queue was full or too many chunks were being read.
+    public var wantsRefused: UInt64 = 0
     public var dropped: [String: UInt64] = Dictionary(uniqueKeysWithValues: DropReason.allCases.map { ($0.rawValue, 0) })
 
     public init() {}

@@ -232,4 +232,23 @@ struct SwarmSimulationTests {
         }
         #expect(outcome == .satisfied, "\(SimulationSeeds.replay(seed)): the survivors share what any of them holds")
     }
+
+    @Test("a busy answer's wait ends: the scheduler's next deadline never stays in the past")
+    func busyWaitsExpire() {
+        let chunks = (0..<4).map { SHA256Digest.hashing([UInt8($0)]) }
+        let manifest = Manifest(size: 4 * 1024, chunkSize: 1024, chunks: chunks)
+        let holder = NodeID(high: 7, low: 7)
+        var scheduler = TransferScheduler(seed: 1)
+        scheduler.start(manifest, have: ChunkBitmap(count: 4))
+        scheduler.setAvailability(.full(4), of: manifest.id, at: holder)
+        let start = MeshInstant(nanoseconds: 1_000_000_000)
+        for request in scheduler.nextRequests(now: start) {
+            scheduler.onBusy(attachment: request.attachment, index: request.index, from: holder, now: start)
+        }
+        // Past every wait, with nothing asked yet: no deadline may be due already.
+        let later = start + .seconds(10)
+        scheduler.onTick(now: later)
+        #expect(scheduler.nextDeadline.map { $0 > later } ?? true)
+        #expect(!scheduler.nextRequests(now: later).isEmpty, "the chunks are asked again")
+    }
 }

@@ -57,6 +57,12 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var pieceReasks: UInt64
         /// Pieces of chunks this node did not ask for (dropped).
         public var piecesUnsolicited: UInt64
+        /// Wants answered "busy" (send queue full, or too many chunk reads under way).
+        public var wantsRefused: UInt64
+        /// Datagrams dropped on purpose by `run --simulate-loss`.
+        public var simulatedDrops: UInt64
+        /// Chunk requests that went unanswered in time and were asked elsewhere.
+        public var requestTimeouts: UInt64
     }
 
     public var `self`: SelfInfo

@@ -19,7 +19,7 @@ struct ChunkWait {
 extension MeshNode {
     static let chunkRequestTimeout: Duration = .seconds(5)
     /// Whole holders answer "busy" for chunks others can pass on (TransferScheduler.shouldServe).
-    static let superSeeding = false
+    static let superSeeding = true
 
     // MARK: start
 

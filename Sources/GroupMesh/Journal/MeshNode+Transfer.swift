@@ -10,6 +10,8 @@ extension MeshNode {
     /// read without bound).
     static let maxConcurrentServes = 32
 
+    struct ServeKey: Hashable { var peer: NodeID; var digest: SHA256Digest }
+
     /// The piece size that fills one pairwise datagram.
     var pieceSize: Int { codec.maxPairwisePayload - ChunkPiece.overhead }
 
@@ -25,6 +27,8 @@ extension MeshNode {
                 case let .complete(bytes, contributors):
                     receiveChunk(piece.digest, bytes: bytes, from: peer, contributors: contributors)
                     progressed = true
+                case let .gaps(want):
+                    sendTransfer(.chunkWant(want), to: peer)
                 case .unsolicited:
                     counters.piecesUnsolicited += 1
                 case .accepted, .duplicate:
@@ -56,14 +60,20 @@ extension MeshNode {
                                   holdingAll: complete.contains(ref.attachment), now: now) {
             return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy)), to: peer)
         }
-        guard serving < Self.maxConcurrentServes, let store else {
+        // The same want again while its pieces are on their way: they will do.
+        let key = ServeKey(peer: peer, digest: want.digest)
+        guard !serving.contains(key) else { return }
+        // Admission: a full send queue or too many reads answers "busy", so that holders under
+        // load shed wants instead of queueing bursts that arrive after the asker gave up.
+        guard serving.count < Self.maxConcurrentServes, isWritable, let store else {
+            counters.wantsRefused += 1
             return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy)), to: peer)
         }
-        serving += 1
+        serving.insert(key)
         Task {
             // Served only after verification: the store hashes every chunk it reads.
             let bytes = await store.read(want.digest)
-            serving -= 1
+            serving.remove(key)
             guard let bytes else {
                 return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld)), to: peer)
             }

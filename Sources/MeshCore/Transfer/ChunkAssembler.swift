@@ -31,6 +31,9 @@ public struct ChunkAssembler: Sendable {
         /// The last piece: the chunk, and every member that sent pieces of it (to blame all of
         /// them should its hash not match).
         case complete(bytes: [UInt8], contributors: Set<NodeID>)
+        /// The last piece of what was asked came, with gaps before it: a holder sends in order,
+        /// so those were lost. Ask for them now rather than after a silence.
+        case gaps(ChunkWant)
     }
 
     struct Download {
@@ -42,6 +45,9 @@ public struct ChunkAssembler: Sendable {
         var stall: Duration
         var nextAsk: MeshInstant
         var askedAt: MeshInstant
+        /// The highest piece index asked of the newest holder.
+        var lastAsked = Int.max
+        var askedWholeAgain = false
 
         /// Places a piece: nil for a duplicate, else the holder's answer time when this was the
         /// first piece from the holder last asked.
@@ -76,6 +82,7 @@ public struct ChunkAssembler: Sendable {
         if var download = downloads[digest] {
             download.holders.removeAll { $0 == holder }
             download.holders.append(holder)
+            download.askedWholeAgain = false
             downloads[digest] = download
             return want(for: digest, download)
         }
@@ -88,8 +95,15 @@ public struct ChunkAssembler: Sendable {
         return want(for: digest, download)
     }
 
-    private func want(for digest: SHA256Digest, _ download: Download) -> ChunkWant {
-        ChunkWant(digest: digest, pieceSize: settings.pieceSize, missing: download.assembly?.missing)
+    /// The want for what is missing, remembering the last piece it asks for.
+    private mutating func want(for digest: SHA256Digest, _ download: Download) -> ChunkWant {
+        let missing = download.assembly?.missing
+        downloads[digest]?.lastAsked = missing.map(Self.highest) ?? Int.max
+        return ChunkWant(digest: digest, pieceSize: settings.pieceSize, missing: missing)
+    }
+
+    static func highest(in bitmap: ChunkBitmap) -> Int {
+        (0..<bitmap.count).last(where: bitmap.contains) ?? Int.max
     }
 
     public mutating func onPiece(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant) -> PieceResult {
@@ -102,7 +116,17 @@ public struct ChunkAssembler: Sendable {
         if let firstAnswer {
             answerTime[peer] = answerTime[peer].map { $0 * 0.75 + firstAnswer * 0.25 } ?? firstAnswer
         }
-        guard downloads.values[position].assembly?.isComplete == true else { return .accepted }
+        guard downloads.values[position].assembly?.isComplete == true else {
+            let download = downloads.values[position]
+            let lastAsked = download.lastAsked == Int.max ? (download.assembly?.received.count ?? 0) - 1 : download.lastAsked
+            guard piece.index >= lastAsked, peer == download.holders.last, let missing = download.assembly?.missing else {
+                return .accepted
+            }
+            reasks += 1
+            downloads.values[position].lastAsked = Self.highest(in: missing)
+            downloads.values[position].askedAt = now
+            return .gaps(ChunkWant(digest: piece.digest, pieceSize: settings.pieceSize, missing: missing))
+        }
         let download = downloads.remove(at: position).value
         return .complete(bytes: download.assembly?.contents ?? [], contributors: download.contributors)
     }
@@ -134,11 +158,22 @@ public struct ChunkAssembler: Sendable {
             guard now >= download.nextAsk else { continue }
             download.stall = min(settings.maximumStall, download.stall * 2)
             download.nextAsk = now + download.stall
+            if download.assembly == nil {
+                // Not a piece yet: the want may have been lost, so it goes again, once. After
+                // that the holder is only slow (its queue is long), and asking again would make
+                // it send the whole chunk twice; the scheduler moves the chunk elsewhere in time.
+                guard !download.askedWholeAgain else {
+                    download.nextAsk = download.lastActivity + settings.abandonAfter
+                    downloads[digest] = download
+                    continue
+                }
+                download.askedWholeAgain = true
+            }
+            downloads[digest] = download
             if let holder = download.holders.last {
                 out.append((holder, want(for: digest, download)))
                 reasks += 1
             }
-            downloads[digest] = download
         }
         return out
     }

@@ -10,7 +10,11 @@ public struct TransferScheduler: Sendable {
     public struct Settings: Sendable, Equatable {
         public var initialWindow = 2
         public var maximumWindow = 8
-        public var requestTimeout: Duration = .seconds(3)
+        /// Chunks in flight from all members together: their pieces come in bursts, and more
+        /// than the receive buffer holds (4 MiB, about 12 chunks at kernel accounting) would be
+        /// lost there when several holders answer at once.
+        public var maximumInFlight = 12
+        public var requestTimeout: Duration = .milliseconds(1500)
         /// End game when no more than this many chunks are missing.
         public var endGameChunks = 4
         /// Bad chunks after which a member is avoided altogether.
@@ -239,6 +243,13 @@ public struct TransferScheduler: Sendable {
                 }
                 if job.inFlight[index]?.isEmpty == true { job.inFlight[index] = nil }
             }
+            // Waits that are over: left in place they would be a deadline in the past forever,
+            // and the node's timer would fire without pause.
+            job.notBefore = job.notBefore.filter { now < $0.value }
+            job.busy = job.busy.compactMapValues { answers in
+                let pending = answers.filter { now < $0.value }
+                return pending.isEmpty ? nil : pending
+            }
             jobs[id] = job
         }
     }
@@ -275,6 +286,7 @@ public struct TransferScheduler: Sendable {
             missing.shuffle(using: &random)
             missing.sort { holdersByChunk[$0].count < holdersByChunk[$1].count }
             for index in missing {
+                guard totalInFlight < settings.maximumInFlight else { break }
                 let busy = Set((job.busy[index] ?? [:]).filter { now < $0.value }.keys)
                 let candidates = holdersByChunk[index].filter { !busy.contains($0) }
                 // Everyone who has it said busy: ask one of them anyway (they serve a member
@@ -296,6 +308,8 @@ public struct TransferScheduler: Sendable {
         }
         return requests
     }
+
+    private var totalInFlight: Int { peers.values.reduce(0) { $0 + max(0, $1.inFlight) } }
 
     private mutating func ask(_ peer: NodeID, index: Int, in job: inout Job, now: MeshInstant, into requests: inout [Request]) {
         job.inFlight[index, default: [:]][peer] = now
