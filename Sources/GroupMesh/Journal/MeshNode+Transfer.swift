@@ -27,8 +27,6 @@ extension MeshNode {
                 case let .complete(bytes, contributors):
                     receiveChunk(piece.digest, bytes: bytes, from: peer, contributors: contributors)
                     progressed = true
-                case let .gaps(want):
-                    sendTransfer(.chunkWant(want), to: peer)
                 case .unsolicited:
                     counters.piecesUnsolicited += 1
                 case .accepted, .duplicate:

@@ -14,6 +14,12 @@ public struct ChunkAssembler: Sendable {
         /// three times its smoothed answer time (a holder serves wants one after another, so a
         /// full queue is not a loss).
         public var firstPieceTimeout: Duration = .milliseconds(250)
+        /// While no piece came, the whole chunk is asked again with this wait doubling up to
+        /// here (the want may have been lost, or the holder's queue is long).
+        public var maximumWholeWait: Duration = .seconds(4)
+        /// When the last piece asked for arrives with gaps before it, the gaps are asked for
+        /// after this long: pieces overtaken on the way still have time to arrive.
+        public var reorderGrace: Duration = .milliseconds(5)
         public var maximumStall: Duration = .seconds(1)
         /// A chunk nobody sent a piece of for this long is dropped with its pieces.
         public var abandonAfter: Duration = .seconds(30)
@@ -31,9 +37,6 @@ public struct ChunkAssembler: Sendable {
         /// The last piece: the chunk, and every member that sent pieces of it (to blame all of
         /// them should its hash not match).
         case complete(bytes: [UInt8], contributors: Set<NodeID>)
-        /// The last piece of what was asked came, with gaps before it: a holder sends in order,
-        /// so those were lost. Ask for them now rather than after a silence.
-        case gaps(ChunkWant)
     }
 
     struct Download {
@@ -47,7 +50,8 @@ public struct ChunkAssembler: Sendable {
         var askedAt: MeshInstant
         /// The highest piece index asked of the newest holder.
         var lastAsked = Int.max
-        var askedWholeAgain = false
+        /// The wait before asking for the whole chunk again while no piece has come.
+        var wholeWait: Duration
 
         /// Places a piece: nil for a duplicate, else the holder's answer time when this was the
         /// first piece from the holder last asked.
@@ -82,7 +86,6 @@ public struct ChunkAssembler: Sendable {
         if var download = downloads[digest] {
             download.holders.removeAll { $0 == holder }
             download.holders.append(holder)
-            download.askedWholeAgain = false
             downloads[digest] = download
             return want(for: digest, download)
         }
@@ -90,7 +93,7 @@ public struct ChunkAssembler: Sendable {
         let wait = answerTime[holder].map { min(settings.maximumStall, max(settings.stallTimeout, $0 * 3)) }
             ?? settings.firstPieceTimeout
         let download = Download(holders: [holder], lastActivity: now, stall: settings.stallTimeout,
-                                nextAsk: now + wait, askedAt: now)
+                                nextAsk: now + wait, askedAt: now, wholeWait: wait)
         downloads[digest] = download
         return want(for: digest, download)
     }
@@ -117,15 +120,14 @@ public struct ChunkAssembler: Sendable {
             answerTime[peer] = answerTime[peer].map { $0 * 0.75 + firstAnswer * 0.25 } ?? firstAnswer
         }
         guard downloads.values[position].assembly?.isComplete == true else {
+            // The last piece asked for came with gaps before it: a holder sends in order, so
+            // they were lost (or overtaken): ask for them after a short grace, not a silence.
             let download = downloads.values[position]
             let lastAsked = download.lastAsked == Int.max ? (download.assembly?.received.count ?? 0) - 1 : download.lastAsked
-            guard piece.index >= lastAsked, peer == download.holders.last, let missing = download.assembly?.missing else {
-                return .accepted
+            if piece.index >= lastAsked, peer == download.holders.last {
+                downloads.values[position].nextAsk = now + settings.reorderGrace
             }
-            reasks += 1
-            downloads.values[position].lastAsked = Self.highest(in: missing)
-            downloads.values[position].askedAt = now
-            return .gaps(ChunkWant(digest: piece.digest, pieceSize: settings.pieceSize, missing: missing))
+            return .accepted
         }
         let download = downloads.remove(at: position).value
         return .complete(bytes: download.assembly?.contents ?? [], contributors: download.contributors)
@@ -156,18 +158,14 @@ public struct ChunkAssembler: Sendable {
                 continue
             }
             guard now >= download.nextAsk else { continue }
-            download.stall = min(settings.maximumStall, download.stall * 2)
-            download.nextAsk = now + download.stall
             if download.assembly == nil {
-                // Not a piece yet: the want may have been lost, so it goes again, once. After
-                // that the holder is only slow (its queue is long), and asking again would make
-                // it send the whole chunk twice; the scheduler moves the chunk elsewhere in time.
-                guard !download.askedWholeAgain else {
-                    download.nextAsk = download.lastActivity + settings.abandonAfter
-                    downloads[digest] = download
-                    continue
-                }
-                download.askedWholeAgain = true
+                // Not a piece yet: the want may have been lost, or the holder's queue is long
+                // (then asking again costs a second copy), so the wait doubles each time.
+                download.wholeWait = min(settings.maximumWholeWait, download.wholeWait * 2)
+                download.nextAsk = now + download.wholeWait
+            } else {
+                download.stall = min(settings.maximumStall, download.stall * 2)
+                download.nextAsk = now + download.stall
             }
             downloads[digest] = download
             if let holder = download.holders.last {
