@@ -94,6 +94,7 @@ let package = Package(
         .testTarget(name: "MeshStoreTests", dependencies: ["MeshStore"]),
         .testTarget(name: "GroupMeshTests", dependencies: ["GroupMesh", "MeshTestKit"]),
         .testTarget(name: "MeshTestKitTests", dependencies: ["MeshTestKit"]),
-        .testTarget(name: "GroupMeshCLITests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCrypto"]),
+        .testTarget(name: "GroupMeshCLITests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCrypto", "MeshCore",
+                                                         .product(name: "NIOCore", package: "swift-nio")]),
     ]
 )

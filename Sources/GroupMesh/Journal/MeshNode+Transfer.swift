@@ -9,6 +9,9 @@ extension MeshNode {
     /// Chunks read and sent at once; more wants are answered "busy" (a member cannot make us
     /// read without bound).
     static let maxConcurrentServes = 32
+    /// Reads for one member at once: a member that floods wants takes no more than its share
+    /// (the scheduler never has more than 8 chunks in flight to one holder).
+    static let maxServesPerPeer = 8
 
     struct ServeKey: Hashable { var peer: NodeID; var digest: SHA256Digest }
 
@@ -63,7 +66,8 @@ extension MeshNode {
         guard !serving.contains(key) else { return }
         // Admission: a full send queue or too many reads answers "busy", so that holders under
         // load shed wants instead of queueing bursts that arrive after the asker gave up.
-        guard serving.count < Self.maxConcurrentServes, isWritable, let store else {
+        guard serving.count < Self.maxConcurrentServes, isWritable, let store,
+              serving.lazy.filter({ $0.peer == peer }).count < Self.maxServesPerPeer else {
             counters.wantsRefused += 1
             return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy)), to: peer)
         }
