@@ -122,7 +122,7 @@ struct JournalCommandTests {
 
 @Suite("journal durability and lifecycle with real processes", .serialized)
 struct JournalLifecycleTests {
-    @Test("the journal survives a restart; an attachment outlives its uploader while a member holds it")
+    @Test("the journal survives a restart; killed, the uploader leaves the attachment to two replicas; a late joiner gets it whole")
     func restartAndOutliveUploader() async throws {
         var nodes: [NodeProcess] = []
         defer { for node in nodes { Task { await node.cleanUp() } } }
@@ -130,21 +130,24 @@ struct JournalLifecycleTests {
         nodes.append(uploader)
         let invite = try await uploader.waitForLine(prefix: "invite:")
         let replica = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
-        nodes.append(replica)
-        try await [replica].waitForMesh(alive: 2)
+        let second = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
+        nodes += [replica, second]
+        try await [uploader, replica, second].waitForMesh(alive: 3)
 
         let file = uploader.dataDirectory + "/payload.bin"
         var state: UInt64 = 7
-        let bytes = Data((0..<600_000).map { _ in
+        let bytes = Data((0..<2_000_000).map { _ in
             state = state &* 6364136223846793005 &+ 1442695040888963407
             return UInt8(truncatingIfNeeded: state >> 33)
         })
         try bytes.write(to: URL(fileURLWithPath: file))
         let id = try await NodeProcess.runCommand(["attach", "--data-dir", uploader.dataDirectory, file])
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        // The replica fetches it by itself (replication is the default).
-        try await JournalCommandTests.waitUntil("replicated") {
-            try await JournalCommandTests.listed(replica).first.map { $0.chunksHave == $0.chunks } ?? false
+        // The replicas fetch it by themselves (replication is the default).
+        for node in [replica, second] {
+            try await JournalCommandTests.waitUntil("replicated") {
+                try await JournalCommandTests.listed(node).first.map { $0.chunksHave == $0.chunks } ?? false
+            }
         }
 
         // The replica is killed and restarted: its journal and chunks are still there.
@@ -157,8 +160,8 @@ struct JournalLifecycleTests {
         #expect(listed.map(\.id) == [id])
         #expect(listed.first.map { $0.chunksHave == $0.chunks } == true)
 
-        // The uploader leaves; a late joiner still gets the attachment, from the replica.
-        uploader.signal(SIGTERM)
+        // The uploader is killed; a late joiner still gets the attachment, from the replicas.
+        uploader.signal(SIGKILL)
         try await uploader.waitForExit()
         let inviteFromReplica = try await NodeProcess.runCommand(["invite", "--data-dir", restarted.dataDirectory])
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)

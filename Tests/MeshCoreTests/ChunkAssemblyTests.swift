@@ -54,7 +54,7 @@ struct ChunkAssemblyTests {
     func reasksOnlyMissing() throws {
         let (bytes, digest) = Self.chunk(262_144, seed: 2)
         var assembler = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
-        let begun = assembler.begin(digest, from: Self.holder, now: Self.at(0))
+        let begun = assembler.begin(digest, length: bytes.count, from: Self.holder, now: Self.at(0))
         let first = try #require(begun)
         #expect(first.missing == nil && first.pieceSize == Self.pieceSize)
         let pieces = Self.pieces(bytes, digest)
@@ -86,13 +86,13 @@ struct ChunkAssemblyTests {
     func firstPieceWait() throws {
         let (bytes, digest) = Self.chunk(5000, seed: 4)
         var assembler = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
-        _ = assembler.begin(digest, from: Self.holder, now: Self.at(0))
+        _ = assembler.begin(digest, length: bytes.count, from: Self.holder, now: Self.at(0))
         let early = assembler.onTick(now: Self.at(200)), due = assembler.onTick(now: Self.at(251))
         #expect(early.isEmpty && due.count == 1 && due.first?.want.missing == nil)
         for piece in Self.pieces(bytes, digest) { _ = assembler.onPiece(piece, from: Self.holder, now: Self.at(260)) }
         // Answered 260 ms after the want: the next chunk from it is asked again after 780 ms.
         let next = SHA256Digest.hashing([42])
-        _ = assembler.begin(next, from: Self.holder, now: Self.at(1000))
+        _ = assembler.begin(next, length: 5000, from: Self.holder, now: Self.at(1000))
         let before = assembler.onTick(now: Self.at(1700)), after = assembler.onTick(now: Self.at(1781))
         #expect(before.isEmpty && after.count == 1)
     }
@@ -103,9 +103,9 @@ struct ChunkAssemblyTests {
         var assembler = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
         let unasked = assembler.onPiece(Self.pieces(bytes, digest)[0], from: Self.holder, now: Self.at(0))
         #expect(unasked == .unsolicited)
-        _ = assembler.begin(digest, from: Self.holder, now: Self.at(0))
+        _ = assembler.begin(digest, length: bytes.count, from: Self.holder, now: Self.at(0))
         _ = assembler.onPiece(Self.pieces(bytes, digest)[0], from: Self.holder, now: Self.at(1))
-        let widened = assembler.begin(digest, from: Self.other, now: Self.at(2))
+        let widened = assembler.begin(digest, length: bytes.count, from: Self.other, now: Self.at(2))
         let second = try #require(widened)
         #expect(second.missing?.held == 9 && second.missing?.contains(0) == false)
         // Absent: that holder is asked no more; with no holder left nothing is asked.
@@ -120,8 +120,20 @@ struct ChunkAssemblyTests {
         var small = ChunkAssembler.Settings(pieceSize: Self.pieceSize)
         small.maxDownloads = 2
         var bounded = ChunkAssembler(settings: small)
-        let wants = (0..<3).map { bounded.begin(SHA256Digest.hashing([UInt8($0)]), from: Self.holder, now: .zero) }
+        let wants = (0..<3).map { bounded.begin(SHA256Digest.hashing([UInt8($0)]), length: 1000, from: Self.holder, now: .zero) }
         #expect(wants.map { $0 != nil } == [true, true, false])
+    }
+
+    @Test("a piece claiming another chunk length than the manifest's is refused (no oversized buffers)")
+    func claimedLengthMustMatch() {
+        let (bytes, digest) = Self.chunk(5000, seed: 5)
+        var assembler = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
+        _ = assembler.begin(digest, length: 5000, from: Self.holder, now: .zero)
+        let huge = ChunkPiece(digest: digest, chunkLength: ChunkPiece.maxChunkLength, pieceSize: Self.pieceSize, index: 0,
+                              payload: ByteBuffer(bytes: [UInt8](repeating: 0, count: Self.pieceSize)))
+        let refused = assembler.onPiece(huge, from: Self.holder, now: .zero)
+        let accepted = assembler.onPiece(Self.pieces(bytes, digest)[0], from: Self.holder, now: .zero)
+        #expect(refused == .duplicate && accepted == .accepted)
     }
 
     @Test("wire: a piece whose payload does not fit its index, or an oversized chunk, does not decode")

@@ -52,19 +52,21 @@ final class PieceAsker: SimulatedProcess {
     static let holderID = NodeID(high: 1, low: 1)
     let holder: SimAddress
     let wanted: [SHA256Digest]
+    let lengths: [SHA256Digest: Int]
     var assembler: ChunkAssembler
     var complete: [SHA256Digest: [UInt8]] = [:]
     var bad = 0
 
-    init(holder: SimAddress, wanted: [SHA256Digest], pieceSize: Int) {
+    init(holder: SimAddress, wanted: [(digest: SHA256Digest, length: Int)], pieceSize: Int) {
         self.holder = holder
-        self.wanted = wanted
+        self.wanted = wanted.map(\.digest)
+        lengths = Dictionary(uniqueKeysWithValues: wanted.map { ($0.digest, $0.length) })
         assembler = ChunkAssembler(settings: .init(pieceSize: pieceSize))
     }
 
     func start(now: MeshInstant, context: inout SimContext) {
         for digest in wanted {
-            if let want = assembler.begin(digest, from: Self.holderID, now: now) { send(want, context: &context) }
+            if let want = assembler.begin(digest, length: lengths[digest] ?? 0, from: Self.holderID, now: now) { send(want, context: &context) }
         }
         context.schedule(timer: 1, after: .milliseconds(5))
     }
@@ -106,7 +108,8 @@ struct PieceTransferSimulationTests {
         let simulator = Simulator(seed: seed, defaultLink: Self.link)
         let holder = PieceHolder(chunks: chunks)
         let holderAddress = simulator.addNode(holder)
-        let asker = PieceAsker(holder: holderAddress, wanted: chunks.map { SHA256Digest.hashing($0) }, pieceSize: pieceSize)
+        let asker = PieceAsker(holder: holderAddress, wanted: chunks.map { (SHA256Digest.hashing($0), $0.count) },
+                               pieceSize: pieceSize)
         _ = simulator.addNode(asker)
         let outcome = simulator.run(for: .seconds(30), checkEvery: .milliseconds(10)) { _ in
             asker.complete.count == chunks.count

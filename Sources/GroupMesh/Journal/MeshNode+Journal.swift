@@ -322,7 +322,8 @@ extension MeshNode {
         for request in transfer.nextRequests(now: now) {
             logger.debug("request", metadata: ["peer": "\(request.peer.hex.prefix(6))", "index": "\(request.index)"])
             requested[request.digest, default: []].append(ChunkRef(attachment: request.attachment, index: request.index))
-            if let want = assembler.begin(request.digest, from: request.peer, now: now) {
+            if let length = manifests[request.attachment]?.length(ofChunk: request.index),
+               let want = assembler.begin(request.digest, length: length, from: request.peer, now: now) {
                 sendTransfer(.chunkWant(want), to: request.peer)
             } else {
                 transfer.onBusy(attachment: request.attachment, index: request.index, from: request.peer, now: now)

@@ -30,7 +30,8 @@ public struct ChunkAssembler: Sendable {
 
     public enum PieceResult: Sendable, Equatable {
         case accepted
-        /// Already here, or of another shape than asked for.
+        /// Already here, or of another shape than asked for (a chunk length other than the
+        /// manifest's, a piece size other than ours).
         case duplicate
         /// A piece of a chunk nobody asked for: dropped.
         case unsolicited
@@ -40,6 +41,9 @@ public struct ChunkAssembler: Sendable {
     }
 
     struct Download {
+        /// The chunk's length from its manifest: pieces claiming another are refused, so a
+        /// member cannot make us set aside more than the chunk.
+        let length: Int
         /// Members asked for it; the newest is asked again when pieces stop coming.
         var holders: [NodeID]
         var assembly: ChunkAssembly?
@@ -53,19 +57,22 @@ public struct ChunkAssembler: Sendable {
         /// The wait before asking for the whole chunk again while no piece has come.
         var wholeWait: Duration
 
-        /// Places a piece: nil for a duplicate, else the holder's answer time when this was the
-        /// first piece from the holder last asked.
-        mutating func add(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant, settings: Settings) -> Duration?? {
+        enum Placement { case refused, placed(answerTime: Duration?) }
+
+        /// Places a piece; with the holder's answer time when it was the first piece from the
+        /// holder last asked.
+        mutating func add(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant, settings: Settings) -> Placement {
+            guard piece.chunkLength == length, piece.pieceSize == settings.pieceSize else { return .refused }
             if assembly == nil {
                 assembly = ChunkAssembly(digest: piece.digest, length: piece.chunkLength, pieceSize: piece.pieceSize)
             }
-            guard assembly?.add(piece) == true else { return nil }
+            guard assembly?.add(piece) == true else { return .refused }
             let answer: Duration? = contributors.isEmpty && peer == holders.last ? now - askedAt : nil
             contributors.insert(peer)
             lastActivity = now
             stall = settings.stallTimeout
             nextAsk = now + stall
-            return .some(answer)
+            return .placed(answerTime: answer)
         }
     }
 
@@ -82,7 +89,7 @@ public struct ChunkAssembler: Sendable {
 
     /// Starts (or widens) the pull of a chunk from `holder`: the want to send, asking only for
     /// what is missing when pieces already came from others. Nil when too many chunks are open.
-    public mutating func begin(_ digest: SHA256Digest, from holder: NodeID, now: MeshInstant) -> ChunkWant? {
+    public mutating func begin(_ digest: SHA256Digest, length: Int, from holder: NodeID, now: MeshInstant) -> ChunkWant? {
         if var download = downloads[digest] {
             download.holders.removeAll { $0 == holder }
             download.holders.append(holder)
@@ -92,7 +99,7 @@ public struct ChunkAssembler: Sendable {
         guard downloads.count < settings.maxDownloads else { return nil }
         let wait = answerTime[holder].map { min(settings.maximumStall, max(settings.stallTimeout, $0 * 3)) }
             ?? settings.firstPieceTimeout
-        let download = Download(holders: [holder], lastActivity: now, stall: settings.stallTimeout,
+        let download = Download(length: length, holders: [holder], lastActivity: now, stall: settings.stallTimeout,
                                 nextAsk: now + wait, askedAt: now, wholeWait: wait)
         downloads[digest] = download
         return want(for: digest, download)
@@ -111,12 +118,11 @@ public struct ChunkAssembler: Sendable {
 
     public mutating func onPiece(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant) -> PieceResult {
         guard let position = downloads.index(forKey: piece.digest) else { return .unsolicited }
-        guard piece.pieceSize == settings.pieceSize else { return .duplicate }
         // One hash lookup, and the download changes in place (its chunk buffer is not copied).
-        guard let firstAnswer = downloads.values[position].add(piece, from: peer, now: now, settings: settings) else {
+        guard case let .placed(sample) = downloads.values[position].add(piece, from: peer, now: now, settings: settings) else {
             return .duplicate
         }
-        if let firstAnswer {
+        if let firstAnswer = sample {
             answerTime[peer] = answerTime[peer].map { $0 * 0.75 + firstAnswer * 0.25 } ?? firstAnswer
         }
         guard downloads.values[position].assembly?.isComplete == true else {
