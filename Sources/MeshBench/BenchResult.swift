@@ -89,3 +89,8 @@ func measureThroughput(bytes: Int, seconds: Double, runs: Int, _ body: () -> Voi
     }
     return rates.sorted()[rates.count / 2]
 }
+
+/// The middle value (the upper one of an even count); 0 for none.
+func median(_ values: [Double]) -> Double {
+    values.isEmpty ? 0 : values.sorted()[values.count / 2]
+}

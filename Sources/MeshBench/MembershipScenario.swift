@@ -12,10 +12,10 @@ enum MembershipScenario {
         var smallRate: Double?
         for count in sizes {
             let settings = MembershipSettings.lan
-            // Median of a few seeds for the rounds; one steady-state window for the rate.
+            // Each figure is the median over a few seeds.
             let seeds: [UInt64] = quick ? [1] : [1, 2, 3]
             var rounds: [Double] = []
-            var rate = 0.0
+            var rates: [Double] = []
             for seed in seeds {
                 let cluster = MembershipCluster.converged(count: count, seed: seed, settings: settings)
                 cluster.simulator.run(for: .seconds(3))
@@ -23,7 +23,7 @@ enum MembershipScenario {
                 let window = Duration.seconds(quick ? 10 : 60)
                 cluster.simulator.run(for: window)
                 let periods = Double(window.nanosecondsClamped) / Double(settings.probeInterval.nanosecondsClamped)
-                rate = Double(cluster.simulator.statistics.sent) / Double(count) / periods
+                rates.append(Double(cluster.simulator.statistics.sent) / Double(count) / periods)
 
                 let source = cluster.nodes[0], accuser = cluster.nodes[1]
                 let sourceID = cluster.id(of: source)
@@ -40,7 +40,8 @@ enum MembershipScenario {
                 rounds.append(Double((cluster.simulator.now - start).nanosecondsClamped)
                               / Double(settings.gossipInterval.nanosecondsClamped))
             }
-            let medianRounds = rounds.sorted()[rounds.count / 2]
+            let medianRounds = median(rounds)
+            let rate = median(rates)
             let ideal = log(Double(count)) / log(Double(settings.gossipFanout + 1))
             results.append(BenchResult(scenario: "sim N=\(count): rounds to reach all", figure: medianRounds,
                                        unit: "rounds", baselineName: "log_\(settings.gossipFanout + 1) N",

@@ -98,6 +98,4 @@ enum ProcessMeshScenario {
             try await Task.sleep(for: .milliseconds(200))
         }
     }
-
-    private static func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
 }

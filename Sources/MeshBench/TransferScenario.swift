@@ -187,6 +187,4 @@ enum TransferScenario {
         for index in words.indices { words[index] = generator.next() }
         try words.withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: path)) }
     }
-
-    static func median(_ values: [Double]) -> Double { values.isEmpty ? 0 : values.sorted()[values.count / 2] }
 }
