@@ -414,6 +414,7 @@ public actor MeshNode {
     func perform(_ directives: [MembershipDirective]) {
         guard !directives.isEmpty else { return }
         var viewChanged = false
+        var newMember = false
         for directive in directives {
             switch directive {
             case let .send(frames, _, address):
@@ -421,6 +422,7 @@ public actor MeshNode {
                 send(datagram, to: address)
             case let .memberChanged(member):
                 viewChanged = true
+                if member.status != .left, !known.members.contains(where: { $0.id == member.id.hex }) { newMember = true }
                 peerAddresses[member.id] = member.status.isGone ? nil : member.address
                 knownDirty = true
                 if member.status.isGone {
@@ -466,6 +468,7 @@ public actor MeshNode {
             case let .memberForgotten(id):
                 viewChanged = true
                 peerAddresses[id] = nil
+                known.members.removeAll { $0.id == id.hex }
                 knownDirty = true
                 codec.removePeer(id)
                 perform(delivery.removePeer(id, now: now))
@@ -475,6 +478,9 @@ public actor MeshNode {
             known.incarnation = me.incarnation
             knownDirty = true
         }
+        // A member met for the first time is written down at once (other changes wait for the
+        // timer): a node that crashes right after joining must still find the mesh again.
+        if newMember { saveKnownMembers() }
         if viewChanged {
             let view = members
             for subscriber in viewSubscribers.values { subscriber.yield(view) }
@@ -483,11 +489,17 @@ public actor MeshNode {
 
     private func saveKnownMembers() {
         knownDirty = false
-        let view = members.dropFirst().filter { !$0.status.isGone }
-        known.members = view.map { member in
-            KnownMembers.Entry(id: member.id.hex, name: member.record.name,
-                               addresses: member.record.addresses.map(\.description))
+        // The view is merged into what was remembered, not written over it: just after a restart
+        // the view is empty, and a crash then must not forget where the members were. Dead
+        // members stay too (if both ends of a link die in turn, each restart must still know
+        // where the other was); a member that left, or that membership forgot, is dropped.
+        var entries = Dictionary(known.members.map { ($0.id, $0) }, uniquingKeysWith: { $1 })
+        for member in members.dropFirst() {
+            entries[member.id.hex] = member.status == .left ? nil
+                : KnownMembers.Entry(id: member.id.hex, name: member.record.name,
+                                     addresses: member.record.addresses.map(\.description))
         }
+        known.members = entries.values.sorted { $0.id < $1.id }
         do {
             try known.save(to: configuration.dataDirectory)
         } catch {

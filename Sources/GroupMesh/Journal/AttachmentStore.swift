@@ -178,7 +178,8 @@ actor AttachmentStore {
         }
     }
 
-    /// Every operation in the log; a torn last record (a crash mid-append) is ignored.
+    /// Every operation in the log. A torn last record (a crash mid-append) is cut off the file,
+    /// so that the next append does not land behind it, where a reader would never find it.
     func loadOperations() -> [JournalOperation] {
         guard let data = FileManager.default.contents(atPath: logPath) else { return [] }
         let bytes = [UInt8](data)
@@ -187,11 +188,19 @@ actor AttachmentStore {
         while offset + 4 <= bytes.count {
             let length = Int(bytes[offset..<offset + 4].reduce(UInt32(0)) { $0 << 8 | UInt32($1) })
             offset += 4
-            guard offset + length <= bytes.count else { break }
+            guard offset + length <= bytes.count else {
+                offset -= 4
+                break
+            }
             if case let .operations(decoded)? = try? JournalMessage(decoding: Array(bytes[offset..<offset + length])) {
                 operations += decoded
             }
             offset += length
+        }
+        if offset < bytes.count, let handle = FileHandle(forWritingAtPath: logPath) {
+            try? handle.truncate(atOffset: UInt64(offset))
+            try? handle.synchronize()
+            try? handle.close()
         }
         return operations
     }

@@ -119,18 +119,34 @@ extension MeshNode {
         var directives = instance.add(id, size: manifest.size, chunkCount: manifest.chunks.count, metadata: metadata)
         directives += instance.setHoldings(complete)
         journal = instance
-        perform(journalDirectives: directives)
-        rearm()
+        try await commit(directives)
         guard let entry = instance.state.entry(id) else { throw .attachment("the attachment could not be added") }
         return entry
     }
 
-    public func removeAttachment(_ id: SHA256Digest) throws(GroupMeshError) {
+    public func removeAttachment(_ id: SHA256Digest) async throws(GroupMeshError) {
         guard var instance = journal, let directives = instance.remove(id) else {
             throw .unknownAttachment(id.hex)
         }
         journal = instance
-        perform(journalDirectives: directives)
+        try await commit(directives)
+    }
+
+    /// Carries out the directives of a local change, but only after its operations are in the
+    /// journal log on disk: what `attach` or `remove` acknowledges survives a crash right after.
+    private func commit(_ directives: [JournalInstance.Directive]) async throws(GroupMeshError) {
+        let operations = directives.flatMap { directive -> [JournalOperation] in
+            if case let .applied(operations) = directive { return operations } else { return [] }
+        }
+        guard let store else { throw .attachment("the node is not running") }
+        try await store.appendOperations(operations)
+        for directive in directives {
+            if case let .applied(operations) = directive {
+                journalChanged(operations)
+            } else {
+                perform(journalDirectives: [directive])
+            }
+        }
         rearm()
     }
 
@@ -527,7 +543,7 @@ extension MeshNode {
                 responder.send(ControlResponse(ok: true, attachment: entry.id.hex))
             case .remove:
                 let entry = try resolveAttachment(request.id ?? "")
-                try removeAttachment(entry.id)
+                try await removeAttachment(entry.id)
                 responder.send(ControlResponse(ok: true, attachment: entry.id.hex))
             default:
                 responder.send(.failure("not a journal command"))

@@ -1,0 +1,103 @@
+import Foundation
+import MeshCore
+import MeshTestKit
+import Testing
+
+/// SIGKILL at random moments while attachments are added, replicated and removed, many times
+/// over. After every restart the node starts (its store and journal load), and nothing that was
+/// acknowledged is lost: an acknowledged attach is listed whole and loads byte-identical, an
+/// acknowledged remove stays removed. Random moments come from a printed seed.
+@Suite("crash campaign with real processes", .serialized)
+struct CrashCampaignTests {
+    static func randomFile(_ path: String, size: Int, random: inout SplitMix64) throws {
+        var words = [UInt64](repeating: 0, count: size / 8)
+        for index in words.indices { words[index] = random.next() }
+        try words.withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: path)) }
+    }
+
+    @Test("killed during attach, replication and remove, eight times: every acknowledged change survives")
+    func killAtRandomMoments() async throws {
+        let seed = UInt64(ProcessInfo.processInfo.environment["GROUPMESH_TEST_SEED"] ?? "") ?? 0xc4a5
+        var random = SplitMix64(seed: seed)
+        let work = NodeProcess.makeTemporaryDirectory("crash-files")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        var uploader = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        let invite = try await uploader.waitForLine(prefix: "invite:")
+        var replica = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
+        var all = [uploader, replica]
+        defer { for node in all { Task { await node.cleanUp() } } }
+        try await [uploader, replica].waitForMesh(alive: 2)
+        // Restarts reuse the address: both may die in one round, and each finds the other only
+        // where it last was (members.json).
+        let uploaderAddress = try await uploader.waitForLine(prefix: "listening:")
+        let replicaAddress = try await replica.waitForLine(prefix: "listening:")
+
+        var present: [String: Data] = [:]   // acknowledged adds not (acknowledged) removed
+        var removed: Set<String> = []
+        for round in 0..<8 {
+            let context = "seed \(seed), round \(round)"
+            // One change on the uploader: mostly adds, sometimes a remove.
+            let change: Task<(status: Int32, stdout: String, stderr: String), any Error>
+            var file: String?
+            var removing: String?
+            let directory = uploader.dataDirectory
+            if round % 3 == 2, let victim = present.keys.sorted().first {
+                removing = victim
+                change = Task { try await NodeProcess.runCommand(["remove", "--data-dir", directory, victim]) }
+            } else {
+                let path = work + "/file\(round).bin"
+                try Self.randomFile(path, size: (1 + Int(random.next() % 6)) << 19, random: &random)
+                file = path
+                change = Task { try await NodeProcess.runCommand(["attach", "--data-dir", directory, path]) }
+            }
+            // Kill the uploader or the replica (or both) a random moment later.
+            try await Task.sleep(for: .milliseconds(Int(random.next() % 60)))
+            let killUploader = random.next() % 3 != 0, killReplica = random.next() % 2 == 0
+            if killUploader { uploader.signal(SIGKILL) }
+            if killReplica { replica.signal(SIGKILL) }
+            let result = try await change.value
+            if result.status == 0 {
+                if let removing {
+                    present[removing] = nil
+                    removed.insert(removing)
+                } else if let file {
+                    present[result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)] = try Data(contentsOf: URL(fileURLWithPath: file))
+                }
+            }
+            // Restart whatever died, from its data dir alone.
+            if killUploader {
+                _ = try await uploader.waitForExit()
+                uploader = try NodeProcess(["run", "--listen", uploaderAddress], dataDirectory: uploader.dataDirectory)
+                all.append(uploader)
+                _ = try await uploader.waitForLine(prefix: "listening:")
+            }
+            if killReplica {
+                _ = try await replica.waitForExit()
+                replica = try NodeProcess(["run", "--listen", replicaAddress], dataDirectory: replica.dataDirectory)
+                all.append(replica)
+                _ = try await replica.waitForLine(prefix: "listening:")
+            }
+            let listed = try await JournalCommandTests.listed(uploader)
+            for id in present.keys {
+                let entry = listed.first { $0.id == id }
+                #expect(entry.map { $0.chunksHave == $0.chunks } == true, "\(context): acknowledged \(id.prefix(12)) lost")
+            }
+            for id in removed { #expect(!listed.contains { $0.id == id }, "\(context): removed \(id.prefix(12)) is back") }
+        }
+
+        // Every acknowledged attachment loads byte-identical from the uploader, and the replica
+        // converges to the same set, whole.
+        for (id, bytes) in present {
+            let output = work + "/out-\(id.prefix(8)).bin"
+            let get = try await NodeProcess.runCommand(["get", "--data-dir", uploader.dataDirectory, id, "--output", output])
+            #expect(get.status == 0, "seed \(seed): \(get.stderr)")
+            #expect((try? Data(contentsOf: URL(fileURLWithPath: output))) == bytes, "seed \(seed): \(id.prefix(12)) differs")
+        }
+        try await [uploader, replica].waitForMesh(alive: 2)
+        try await JournalCommandTests.waitUntil("the replica holds the same, whole") {
+            let listed = try await JournalCommandTests.listed(replica)
+            return Set(listed.map(\.id)).isSuperset(of: present.keys) && !listed.contains { removed.contains($0.id) }
+                && listed.filter { present[$0.id] != nil }.allSatisfy { $0.chunksHave == $0.chunks }
+        }
+    }
+}
