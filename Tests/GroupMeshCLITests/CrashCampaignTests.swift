@@ -100,4 +100,42 @@ struct CrashCampaignTests {
                 && listed.filter { present[$0.id] != nil }.allSatisfy { $0.chunksHave == $0.chunks }
         }
     }
+
+    @Test("a journal record torn by a crash does not hide the operations appended after it")
+    func tornJournalRecord() async throws {
+        var random = SplitMix64(seed: 7)
+        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await first.cleanUp() } }
+        _ = try await first.waitForLine(prefix: "listening:")
+        let directory = first.dataDirectory
+        func attach(_ name: String) async throws -> String {
+            let path = directory + "/" + name
+            try Self.randomFile(path, size: 64 << 10, random: &random)
+            let result = try await NodeProcess.runCommand(["attach", "--data-dir", directory, path])
+            try #require(result.status == 0, "\(result.stderr)")
+            return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        func restart() async throws -> NodeProcess {
+            let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: directory, ownsDataDirectory: false)
+            _ = try await node.waitForLine(prefix: "listening:")
+            return node
+        }
+        let before = try await attach("a.bin")
+        first.signal(SIGKILL)
+        _ = try await first.waitForExit()
+        // What a crash in the middle of an append leaves: a length that promises more than follows.
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: directory + "/journal.log"))
+        try log.seekToEnd()
+        try log.write(contentsOf: Data([0, 0, 1, 0x2c, 1, 0, 0, 0]))
+        try log.close()
+
+        let second = try await restart()
+        let after = try await attach("b.bin")
+        second.signal(SIGKILL)
+        _ = try await second.waitForExit()
+        let third = try await restart()
+        defer { Task { await third.cleanUp(removeData: false) } }
+        let listed = Set(try await JournalCommandTests.listed(third).map(\.id))
+        #expect(listed == [before, after])
+    }
 }
