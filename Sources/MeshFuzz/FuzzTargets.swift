@@ -32,15 +32,31 @@ public enum FuzzTargets {
 
     public static func run(selector: UInt8, input: [UInt8]) {
         var buffer = ByteBuffer(bytes: input)
-        switch selector % 4 {
+        switch selector % 8 {
         case 0:
             _ = DatagramHeader.decode(&buffer)
         case 1:
             _ = FrameCodec.decodeAll(&buffer)
         case 2:
             _ = codec.open(buffer)
-        default:
+        case 3:
             _ = try? InviteToken(parsing: String(decoding: input, as: UTF8.self))
+        case 4:
+            // What rides the messenger: the envelope, then the journal's messages in it.
+            _ = MessageEnvelope(decoding: input)
+            _ = try? JournalMessage(decoding: input)
+        case 5:
+            _ = try? Manifest(decoding: input)
+        case 6:
+            // Transfer frames all the way into an assembler that asked for the chunk they name.
+            guard case let .success(frames) = FrameCodec.decodeAll(&buffer) else { return }
+            for case let .chunkPiece(piece) in frames {
+                var assembler = ChunkAssembler(settings: .init(pieceSize: piece.pieceSize))
+                _ = assembler.begin(piece.digest, length: piece.chunkLength, from: NodeID(high: 1, low: 1), now: .zero)
+                _ = assembler.onPiece(piece, from: NodeID(high: 1, low: 1), now: .zero)
+            }
+        default:
+            _ = try? JournalOperation(decoding: &buffer)
         }
     }
 }

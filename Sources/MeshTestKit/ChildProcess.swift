@@ -36,6 +36,7 @@ public final class ChildProcess: @unchecked Sendable {
             throw NodeProcessError.exited(status: -1, stderr: "cannot start \(executable): \(String(cString: strerror(result)))")
         }
         pid = child
+        LiveChildren.add(child)
         output = OutputCapture(fd: stdoutPipe.read)
         errors = OutputCapture(fd: stderrPipe.read)
     }
@@ -84,7 +85,40 @@ public final class ChildProcess: @unchecked Sendable {
         // WIFEXITED / WEXITSTATUS / WTERMSIG, which Swift does not import as functions.
         let signal = status & 0x7f
         exitStatus = signal == 0 ? (status >> 8) & 0xff : 128 + signal
+        LiveChildren.remove(pid)
         return exitStatus
+    }
+}
+
+/// Every child still running, killed when this process exits: a test's clean-up that was only
+/// scheduled (`defer { Task { … } }`) may never run once the last test returned, and no node
+/// may outlive the test run.
+enum LiveChildren {
+    private static let lock = NSLock()
+    nonisolated(unsafe) private static var pids: Set<pid_t> = []
+    nonisolated(unsafe) private static var installed = false
+
+    static func add(_ pid: pid_t) {
+        lock.lock()
+        defer { lock.unlock() }
+        pids.insert(pid)
+        if !installed {
+            installed = true
+            atexit { LiveChildren.killAll() }
+        }
+    }
+
+    static func remove(_ pid: pid_t) {
+        lock.lock()
+        defer { lock.unlock() }
+        pids.remove(pid)
+    }
+
+    static func killAll() {
+        lock.lock()
+        defer { lock.unlock() }
+        for pid in pids { kill(pid, SIGKILL) }
+        pids = []
     }
 }
 

@@ -78,7 +78,8 @@ import Testing
             var input = Self.randomInput(using: &rng)
             // Often make the first bytes look like a frame header with a plausible length.
             if input.count >= 3, Bool.random(using: &rng) {
-                input[0] = UInt8.random(in: 0...3, using: &rng)
+                input[0] = Bool.random(using: &rng) ? UInt8.random(in: 0...3, using: &rng)
+                    : FrameType.allCases[Int.random(in: 0..<FrameType.allCases.count, using: &rng)].rawValue
                 let length = UInt16(clamping: max(0, input.count - 3 + Int.random(in: -2...2, using: &rng)))
                 input[1] = UInt8(length >> 8)
                 input[2] = UInt8(length & 0xff)
@@ -90,6 +91,38 @@ import Testing
                 for frame in frames { FrameCodec.encode(frame, into: &encoded) }
                 #expect(bytes(encoded) == input, "seed \(seed) iteration \(iteration)")
                 #expect(reading.readableBytes == 0)
+            }
+        }
+    }
+
+    @Test func messengerJournalAndTransferDecodersNeverTrap() {
+        let seed = testSeed(0xdec0_0007)
+        var rng = SplitMix64(seed: seed)
+        var originals = JournalMessageTests.samples(using: &rng).map(\.encoded)
+        originals.append(MessageEnvelope(type: "chat", body: rng.bytes(40)).encoded)
+        originals.append(Manifest(size: 600_000, chunkSize: 262_144,
+                                  chunks: (0..<3).map { SHA256Digest.hashing([UInt8($0)]) }).encoded)
+        for frame in sampleFrames(using: &rng) where [.chunkWant, .chunkPiece, .chunkAbsent].contains(frame.type) {
+            var encoded = ByteBuffer()
+            FrameCodec.encode(frame, into: &encoded)
+            originals.append(bytes(encoded))
+        }
+        let holder = NodeID(high: 1, low: 1)
+        for _ in 0..<testIterations(20_000) {
+            let input = Bool.random(using: &rng) ? Self.randomInput(using: &rng)
+                : Self.mutate(originals[Int.random(in: 0..<originals.count, using: &rng)], using: &rng)
+            _ = try? JournalMessage(decoding: input)
+            _ = MessageEnvelope(decoding: input)
+            _ = try? Manifest(decoding: input)
+            var reading = buffer(input)
+            _ = try? JournalOperation(decoding: &reading)
+            var frames = buffer(input)
+            guard case let .success(decoded) = FrameCodec.decodeAll(&frames) else { continue }
+            for case let .chunkPiece(piece) in decoded {
+                var assembler = ChunkAssembler(settings: .init(pieceSize: piece.pieceSize))
+                _ = assembler.begin(piece.digest, length: piece.chunkLength, from: holder, now: .zero)
+                let result = assembler.onPiece(piece, from: holder, now: .zero)
+                #expect(result != .unsolicited, "seed \(seed): a piece of the chunk asked for")
             }
         }
     }
