@@ -48,6 +48,7 @@ public struct ChunkAssembler: Sendable {
         var holders: [NodeID]
         var assembly: ChunkAssembly?
         var contributors: Set<NodeID> = []
+        var lastContributor: NodeID?
         var lastActivity: MeshInstant
         var stall: Duration
         var nextAsk: MeshInstant
@@ -68,7 +69,11 @@ public struct ChunkAssembler: Sendable {
             }
             guard assembly?.add(piece) == true else { return .refused }
             let answer: Duration? = contributors.isEmpty && peer == holders.last ? now - askedAt : nil
-            contributors.insert(peer)
+            // Hashing a node id per piece shows in profiles: most pieces come from the last sender.
+            if peer != lastContributor {
+                contributors.insert(peer)
+                lastContributor = peer
+            }
             lastActivity = now
             stall = settings.stallTimeout
             nextAsk = now + stall
