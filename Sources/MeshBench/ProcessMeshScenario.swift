@@ -44,7 +44,7 @@ enum ProcessMeshScenario {
             _ = try await node.waitForLine(prefix: "listening:")
         }
         let clients = nodes.map { ControlClient(directory: DataDirectory(path: $0.dataDirectory)) }
-        try await waitUntil(timeout: .seconds(120)) {
+        try await waitUntil("mesh formation", timeout: .seconds(120), every: .milliseconds(200)) {
             clients.allSatisfy { client in
                 guard let status = try? client.send(ControlRequest(command: .status)).status else { return false }
                 return status.members.filter { $0.state == "alive" }.count == count
@@ -73,29 +73,11 @@ enum ProcessMeshScenario {
 
     /// Average CPU use of the processes over `window`, in percent of one core, from /proc.
     private static func cpuPercent(of nodes: [NodeProcess], over window: Duration) async throws -> Double {
-        let before = nodes.map { cpuTicks(pid: $0.pid) }
+        let before = nodes.map { ProcessStats.cpuSeconds($0.pid) }
         try await Task.sleep(for: window)
-        let after = nodes.map { cpuTicks(pid: $0.pid) }
-        let ticksPerSecond = Double(sysconf(Int32(_SC_CLK_TCK)))
-        let used = zip(before, after).map { Double($1 - $0) / ticksPerSecond }
+        let after = nodes.map { ProcessStats.cpuSeconds($0.pid) }
+        let used = zip(before, after).map { $1 - $0 }
         let seconds = window.milliseconds / 1000
         return used.reduce(0, +) / Double(nodes.count) / seconds * 100
-    }
-
-    private static func cpuTicks(pid: Int32) -> Int {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return 0 }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        // Fields after the command: state is [0], utime [11], stime [12].
-        guard fields.count > 12, let user = Int(fields[11]), let system = Int(fields[12]) else { return 0 }
-        return user + system
-    }
-
-    private static func waitUntil(timeout: Duration, _ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while !condition() {
-            guard ContinuousClock.now < deadline else { throw NodeProcessError.timeout("mesh formation") }
-            try await Task.sleep(for: .milliseconds(200))
-        }
     }
 }

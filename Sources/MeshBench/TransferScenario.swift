@@ -13,7 +13,8 @@ enum TransferScenario {
         let runs = quick ? 1 : 3
         let mib = size >> 20
         let file = NodeProcess.makeTemporaryDirectory("bench-file") + "/payload.bin"
-        try writeRandomFile(file, size: size)
+        var generator = SystemRandomNumberGenerator()
+        try writeRandomFile(file, size: size, using: &generator)
         defer { try? FileManager.default.removeItem(atPath: (file as NSString).deletingLastPathComponent) }
 
         let raw = (0..<runs).map { _ in RawUDPTransfer.run(bytes: size, datagramSize: datagramSize) }
@@ -53,7 +54,7 @@ enum TransferScenario {
 
         let fanSize = quick ? 16 << 20 : 100 << 20
         let fanFile = (file as NSString).deletingLastPathComponent + "/fan.bin"
-        try writeRandomFile(fanFile, size: fanSize)
+        try writeRandomFile(fanFile, size: fanSize, using: &generator)
         var fans: [(seconds: Double, ratio: Double)] = []
         for _ in 0..<(quick ? 1 : 2) { fans.append(try await fanOut(members: 10, file: fanFile, size: fanSize)) }
         results.append(BenchResult(scenario: "upload of \(fanSize >> 20) MiB to a mesh of 10: uploader sent ÷ size",
@@ -87,8 +88,8 @@ enum TransferScenario {
         try await waitUntil("replicated to every holder", timeout: .seconds(300)) {
             nodes.allSatisfy { holdsWhole(id, $0) }
         }
-        let holderIdle = nodes.map { memory($0.pid).resident }
-        for node in nodes { resetPeak(node.pid) }
+        let holderIdle = nodes.map { ProcessStats.memory($0.pid).resident }
+        for node in nodes { ProcessStats.resetPeak(node.pid) }
 
         var arguments = ["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy", "--log-level", "info"]
         if loss > 0 { arguments += ["--simulate-loss", "\(loss)"] }
@@ -98,16 +99,16 @@ enum TransferScenario {
         try await waitUntil("the joiner lists the attachment", timeout: .seconds(30)) {
             (try? client(joiner).send(ControlRequest(command: .attachments)).attachments?.map(\.id)) == [id]
         }
-        let joinerIdle = memory(joiner.pid).resident
-        resetPeak(joiner.pid)
+        let joinerIdle = ProcessStats.memory(joiner.pid).resident
+        ProcessStats.resetPeak(joiner.pid)
         let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, id,
                                                     "--output", joiner.dataDirectory + "/out.bin"], timeout: .seconds(300))
         guard get.status == 0 else { throw NodeProcessError.exited(status: get.status, stderr: get.stderr) }
         let line = try await joiner.waitForLine(prefix: "", timeout: .seconds(5), onStderr: true, containing: " fetched")
         guard let seconds = field("seconds", in: line) else { throw NodeProcessError.timeout("no fetch time in: \(line)") }
-        let holderPeaks = zip(nodes.prefix(holders), holderIdle).map { memory($0.pid).peak - $1 }
+        let holderPeaks = zip(nodes.prefix(holders), holderIdle).map { ProcessStats.memory($0.pid).peak - $1 }
         return LateJoin(rate: Double(size) / 1_048_576 / seconds,
-                        joinerPeak: memory(joiner.pid).peak - joinerIdle, joinerIdle: joinerIdle,
+                        joinerPeak: ProcessStats.memory(joiner.pid).peak - joinerIdle, joinerIdle: joinerIdle,
                         holderPeak: holderPeaks.max() ?? 0, holderIdle: holderIdle.max() ?? 0)
     }
 
@@ -153,38 +154,8 @@ enum TransferScenario {
         }
     }
 
-    static func waitUntil(_ what: String, timeout: Duration, _ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while !condition() {
-            guard ContinuousClock.now < deadline else { throw NodeProcessError.timeout(what) }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-    }
-
-    /// Resident and peak resident size in MiB, from /proc.
-    static func memory(_ pid: pid_t) -> (resident: Double, peak: Double) {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return (0, 0) }
-        func value(_ key: String) -> Double {
-            guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix(key + ":") }),
-                  let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "") else { return 0 }
-            return kilobytes / 1024
-        }
-        return (value("VmRSS"), value("VmHWM"))
-    }
-
-    /// Starts the peak resident size afresh (Linux: `echo 5 > /proc/PID/clear_refs`).
-    static func resetPeak(_ pid: pid_t) {
-        try? "5".write(toFile: "/proc/\(pid)/clear_refs", atomically: false, encoding: .utf8)
-    }
 
     static func field(_ name: String, in line: String) -> Double? {
         line.split(separator: " ").first { $0.hasPrefix(name + "=") }.flatMap { Double($0.dropFirst(name.count + 1)) }
-    }
-
-    static func writeRandomFile(_ path: String, size: Int) throws {
-        var generator = SystemRandomNumberGenerator()
-        var words = [UInt64](repeating: 0, count: size / 8)
-        for index in words.indices { words[index] = generator.next() }
-        try words.withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: path)) }
     }
 }

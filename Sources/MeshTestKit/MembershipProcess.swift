@@ -49,12 +49,7 @@ public final class MembershipProcess: SimulatedProcess {
     }
 
     public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
-        guard let (from, payload) = SimEnvelope.open(datagram) else {
-            rejected += 1
-            return
-        }
-        var buffer = ByteBuffer(bytes: payload)
-        guard case let .success(frames) = FrameCodec.decodeAll(&buffer) else {
+        guard let (from, frames) = SimEnvelope.openFrames(datagram) else {
             rejected += 1
             return
         }
@@ -97,8 +92,6 @@ public final class MembershipProcess: SimulatedProcess {
 
     /// The simulated datagram of `frames` (see `SimEnvelope`).
     public static func envelope(from sender: NodeID, frames: [Frame]) -> [UInt8] {
-        var buffer = ByteBuffer()
-        for frame in frames { FrameCodec.encode(frame, into: &buffer) }
-        return SimEnvelope.seal(from: sender, payload: Array(buffer.readableBytesView))
+        SimEnvelope.seal(from: sender, frames: frames)
     }
 }

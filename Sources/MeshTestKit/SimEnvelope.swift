@@ -1,4 +1,6 @@
+import MeshCore
 import MeshCrypto
+import NIOCore
 
 /// How simulated protocols frame a datagram: the sender's id, an 8-byte FNV-1a checksum of id and
 /// payload standing in for the AEAD tag (so a corrupted datagram is dropped, as sealing would drop
@@ -16,6 +18,21 @@ public enum SimEnvelope {
         guard datagram.count > overhead,
               Array(datagram[16..<24]) == checksum(datagram[0..<16] + datagram[24...]) else { return nil }
         return (NodeID(bytes: datagram[0..<16]), datagram[24...])
+    }
+
+    /// The simulated datagram of `frames`, encoded with the real frame codec.
+    public static func seal(from sender: NodeID, frames: [Frame]) -> [UInt8] {
+        var buffer = ByteBuffer()
+        for frame in frames { FrameCodec.encode(frame, into: &buffer) }
+        return seal(from: sender, payload: Array(buffer.readableBytesView))
+    }
+
+    /// The sender and frames, or nil for a corrupted datagram or frames that do not decode.
+    public static func openFrames(_ datagram: [UInt8]) -> (sender: NodeID, frames: [Frame])? {
+        guard let (sender, payload) = open(datagram) else { return nil }
+        var buffer = ByteBuffer(bytes: payload)
+        guard case let .success(frames) = FrameCodec.decodeAll(&buffer) else { return nil }
+        return (sender, frames)
     }
 
     static func checksum(_ bytes: ArraySlice<UInt8>) -> [UInt8] {

@@ -9,12 +9,6 @@ import Testing
 /// acknowledged remove stays removed. Random moments come from a printed seed.
 @Suite("crash campaign with real processes", .serialized)
 struct CrashCampaignTests {
-    static func randomFile(_ path: String, size: Int, random: inout SplitMix64) throws {
-        var words = [UInt64](repeating: 0, count: size / 8)
-        for index in words.indices { words[index] = random.next() }
-        try words.withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: path)) }
-    }
-
     @Test("killed during attach, replication and remove, eight times: every acknowledged change survives")
     func killAtRandomMoments() async throws {
         let seed = UInt64(ProcessInfo.processInfo.environment["GROUPMESH_TEST_SEED"] ?? "") ?? 0xc4a5
@@ -46,7 +40,7 @@ struct CrashCampaignTests {
                 change = Task { try await NodeProcess.runCommand(["remove", "--data-dir", directory, victim]) }
             } else {
                 let path = work + "/file\(round).bin"
-                try Self.randomFile(path, size: (1 + Int(random.next() % 6)) << 19, random: &random)
+                try writeRandomFile(path, size: (1 + Int(random.next() % 6)) << 19, using: &random)
                 file = path
                 change = Task { try await NodeProcess.runCommand(["attach", "--data-dir", directory, path]) }
             }
@@ -94,7 +88,7 @@ struct CrashCampaignTests {
             #expect((try? Data(contentsOf: URL(fileURLWithPath: output))) == bytes, "seed \(seed): \(id.prefix(12)) differs")
         }
         try await [uploader, replica].waitForMesh(alive: 2)
-        try await JournalCommandTests.waitUntil("the replica holds the same, whole") {
+        try await waitUntil("the replica holds the same, whole") {
             let listed = try await JournalCommandTests.listed(replica)
             return Set(listed.map(\.id)).isSuperset(of: present.keys) && !listed.contains { removed.contains($0.id) }
                 && listed.filter { present[$0.id] != nil }.allSatisfy { $0.chunksHave == $0.chunks }
@@ -110,7 +104,7 @@ struct CrashCampaignTests {
         let directory = first.dataDirectory
         func attach(_ name: String) async throws -> String {
             let path = directory + "/" + name
-            try Self.randomFile(path, size: 64 << 10, random: &random)
+            try writeRandomFile(path, size: 64 << 10, using: &random)
             let result = try await NodeProcess.runCommand(["attach", "--data-dir", directory, path])
             try #require(result.status == 0, "\(result.stderr)")
             return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)

@@ -13,13 +13,6 @@ struct JournalCommandTests {
         return try JSONDecoder().decode([Listed].self, from: Data(result.stdout.utf8))
     }
 
-    static func waitUntil(_ what: String, timeout: Duration = .seconds(60), _ condition: () async throws -> Bool) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while !((try? await condition()) ?? false) {
-            guard ContinuousClock.now < deadline else { throw NodeProcessError.timeout(what) }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-    }
 
     @Test("attach on one node; all list the same id; get is byte-identical; remove disappears everywhere")
     func attachGetRemove() async throws {
@@ -49,7 +42,7 @@ struct JournalCommandTests {
         #expect(id.count == 64 && id.allSatisfy(\.isHexDigit))
 
         for node in nodes {
-            try await Self.waitUntil("listed everywhere") { try await Self.listed(node).map(\.id) == [id] }
+            try await waitUntil("listed everywhere") { try await Self.listed(node).map(\.id) == [id] }
         }
         let remote = try await Self.listed(nodes[2])[0]
         #expect(remote.size == 900_000)
@@ -67,7 +60,7 @@ struct JournalCommandTests {
         let remove = try await NodeProcess.runCommand(["remove", "--data-dir", nodes[1].dataDirectory, id])
         #expect(remove.status == 0, "\(remove.stderr)")
         for node in nodes {
-            try await Self.waitUntil("removed everywhere") { try await Self.listed(node).isEmpty }
+            try await waitUntil("removed everywhere") { try await Self.listed(node).isEmpty }
         }
     }
 
@@ -110,7 +103,7 @@ struct JournalCommandTests {
         try Data(repeating: 9, count: 300_000).write(to: URL(fileURLWithPath: file))
         let attach = try await NodeProcess.runCommand(["attach", "--data-dir", first.dataDirectory, file])
         let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        try await Self.waitUntil("listed") { try await Self.listed(second).map(\.id) == [id] }
+        try await waitUntil("listed") { try await Self.listed(second).map(\.id) == [id] }
         first.signal(SIGKILL)
         try await first.waitForExit()
         let get = try await NodeProcess.runCommand(["get", "--data-dir", second.dataDirectory, id,
@@ -145,7 +138,7 @@ struct JournalLifecycleTests {
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         // The replicas fetch it by themselves (replication is the default).
         for node in [replica, second] {
-            try await JournalCommandTests.waitUntil("replicated") {
+            try await waitUntil("replicated") {
                 try await JournalCommandTests.listed(node).first.map { $0.chunksHave == $0.chunks } ?? false
             }
         }
@@ -167,7 +160,7 @@ struct JournalLifecycleTests {
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let late = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", inviteFromReplica, "--lazy"])
         nodes.append(late)
-        try await JournalCommandTests.waitUntil("late joiner lists it") { try await JournalCommandTests.listed(late).map(\.id) == [id] }
+        try await waitUntil("late joiner lists it") { try await JournalCommandTests.listed(late).map(\.id) == [id] }
         let output = late.dataDirectory + "/out.bin"
         let get = try await NodeProcess.runCommand(["get", "--data-dir", late.dataDirectory, id, "--output", output])
         #expect(get.status == 0, "\(get.stderr)")

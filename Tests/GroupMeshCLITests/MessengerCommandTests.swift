@@ -11,13 +11,6 @@ struct MessengerCommandTests {
         listener.stdout.split(separator: "\n").compactMap { try? JSONDecoder().decode(Heard.self, from: Data($0.utf8)) }
     }
 
-    static func waitUntil(_ what: String, timeout: Duration = .seconds(30), _ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while !condition() {
-            guard ContinuousClock.now < deadline else { throw NodeProcessError.timeout(what) }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-    }
 
     @Test("a send reaches listen --json on three others exactly once; --to reaches only that member")
     func sendAndListen() async throws {
@@ -47,8 +40,8 @@ struct MessengerCommandTests {
         let one = try await NodeProcess.runCommand(["send", "--data-dir", sender.dataDirectory, "--to", "r2", "only r2"])
         #expect(one.status == 0, "\(one.stderr)")
 
-        try await Self.waitUntil("everyone heard hello") { listeners.allSatisfy { Self.heard($0).contains { $0.text == "hello, mesh" } } }
-        try await Self.waitUntil("r2 heard its message") { Self.heard(listeners[1]).contains { $0.text == "only r2" } }
+        try await waitUntil("everyone heard hello") { listeners.allSatisfy { Self.heard($0).contains { $0.text == "hello, mesh" } } }
+        try await waitUntil("r2 heard its message") { Self.heard(listeners[1]).contains { $0.text == "only r2" } }
         for (index, listener) in listeners.enumerated() {
             let messages = Self.heard(listener)
             #expect(messages.filter { $0.text == "hello, mesh" }.count == 1, "listener \(index): \(messages)")

@@ -32,14 +32,6 @@ struct OutsiderTests {
         }
     }
 
-    static func cpuSeconds(_ pid: pid_t) -> Double {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return 0 }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
-        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
-    }
-
     static func dropped(_ status: NodeStatus) -> Double {
         guard case let .object(drops)? = status.counters["dropped"] else { return 0 }
         return drops.values.compactMap(\.number).reduce(0, +)
@@ -75,14 +67,14 @@ struct OutsiderTests {
         }
 
         let before = try await second.status()
-        let cpuBefore = Self.cpuSeconds(second.pid)
+        let cpuBefore = ProcessStats.cpuSeconds(second.pid)
         try Self.udpSend(junk, to: target)
         // Every one is counted as dropped, for a reason (none is taken for a message).
         let after = try await second.waitForStatus(timeout: .seconds(30), "\(junk.count) more drops") {
             Self.dropped($0) - Self.dropped(before) >= Double(junk.count)
         }
         #expect(Self.dropped(after) - Self.dropped(before) == Double(junk.count))
-        let cpu = Self.cpuSeconds(second.pid) - cpuBefore
+        let cpu = ProcessStats.cpuSeconds(second.pid) - cpuBefore
         #expect(cpu < 1.0, "dropping \(junk.count) datagrams took \(cpu) s of CPU")
 
         // The members did not notice: both alive, and a reliable message still goes through.

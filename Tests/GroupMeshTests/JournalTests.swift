@@ -6,13 +6,6 @@ import Testing
 /// The Journal API, in process, on loopback.
 @Suite("Journal", .serialized)
 struct JournalTests {
-    static func waitUntil(_ what: String, timeout: Duration = .seconds(15), _ condition: () async -> Bool) async throws {
-        let deadline = ContinuousClock.now + timeout
-        while !(await condition()) {
-            guard ContinuousClock.now < deadline else { throw NodeProcessError.timeout(what) }
-            try await Task.sleep(for: .milliseconds(20))
-        }
-    }
 
     static func current(_ journal: Journal) async -> [GroupMesh.Attachment] {
         var iterator = await journal.attachments.makeAsyncIterator()
@@ -29,7 +22,7 @@ struct JournalTests {
         #expect(attachment.id.count == 64)
         #expect(attachment.size == 700_000)
         for journal in journals {
-            try await Self.waitUntil("everyone lists it") { await Self.current(journal).map(\.id) == [attachment.id] }
+            try await waitUntil("everyone lists it") { await Self.current(journal).map(\.id) == [attachment.id] }
         }
         #expect(try await journals[2].load(attachment) == bytes)
         #expect(try await journals[1].loadMetadata(of: attachment) == Data(#"{"title":"seven hundred k"}"#.utf8))
@@ -38,13 +31,13 @@ struct JournalTests {
         let again = try await journals[1].add(bytes, metadata: Data(#"{"title":"again"}"#.utf8))
         #expect(again.id == attachment.id)
         // The latest add's metadata wins everywhere; once kim has seen it, its remove covers both adds.
-        try await Self.waitUntil("kim saw the second add") {
+        try await waitUntil("kim saw the second add") {
             (try? await journals[2].loadMetadata(of: attachment)) == Data(#"{"title":"again"}"#.utf8)
         }
 
         try await journals[2].remove(attachment)
         for journal in journals {
-            try await Self.waitUntil("gone everywhere") { await Self.current(journal).isEmpty }
+            try await waitUntil("gone everywhere") { await Self.current(journal).isEmpty }
         }
         await #expect(throws: GroupMeshError.self) { _ = try await journals[0].load(attachment) }
     }
@@ -61,7 +54,7 @@ struct JournalTests {
         try bytes.write(to: source)
         let attachment = try await journals[0].add(contentsOf: source)
         let target = URL(fileURLWithPath: directory + "/target.bin")
-        try await Self.waitUntil("max lists it") { await Self.current(journals[1]).count == 1 }
+        try await waitUntil("max lists it") { await Self.current(journals[1]).count == 1 }
         try await journals[1].load(attachment, to: target)
         #expect(try Data(contentsOf: target) == bytes)
 

@@ -129,12 +129,7 @@ final class DeliveryProcess: SimulatedProcess {
     }
 
     func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
-        guard let (from, payload) = SimEnvelope.open(datagram) else {
-            rejected += 1
-            return
-        }
-        var buffer = ByteBuffer(bytes: payload)
-        guard case let .success(frames) = FrameCodec.decodeAll(&buffer) else {
+        guard let (from, frames) = SimEnvelope.openFrames(datagram) else {
             rejected += 1
             return
         }

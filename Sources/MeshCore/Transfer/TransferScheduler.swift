@@ -277,6 +277,7 @@ public struct TransferScheduler: Sendable {
     public mutating func nextRequests(now: MeshInstant) -> [Request] {
         lastNow = now
         var requests: [Request] = []
+        var inFlight = peers.values.reduce(0) { $0 + max(0, $1.inFlight) }
         for id in jobs.keys.sorted() {
             guard var job = jobs[id] else { continue }
             let holdersByChunk = holders(of: id, count: job.have.count)
@@ -286,7 +287,7 @@ public struct TransferScheduler: Sendable {
             missing.shuffle(using: &random)
             missing.sort { holdersByChunk[$0].count < holdersByChunk[$1].count }
             for index in missing {
-                guard totalInFlight < settings.maximumInFlight else { break }
+                guard inFlight < settings.maximumInFlight else { break }
                 let busy = Set((job.busy[index] ?? [:]).filter { now < $0.value }.keys)
                 let candidates = holdersByChunk[index].filter { !busy.contains($0) }
                 // Everyone who has it said busy: ask one of them anyway (they serve a member
@@ -294,6 +295,7 @@ public struct TransferScheduler: Sendable {
                 let pool = candidates.isEmpty ? holdersByChunk[index] : candidates
                 guard let peer = pickHolder(pool, excluding: job.refused[index] ?? []) else { continue }
                 ask(peer, index: index, in: &job, now: now, into: &requests)
+                inFlight += 1
             }
             // End game: the last few chunks, each also from a second holder.
             let outstanding = job.have.count - job.have.held
@@ -308,8 +310,6 @@ public struct TransferScheduler: Sendable {
         }
         return requests
     }
-
-    private var totalInFlight: Int { peers.values.reduce(0) { $0 + max(0, $1.inFlight) } }
 
     private mutating func ask(_ peer: NodeID, index: Int, in job: inout Job, now: MeshInstant, into requests: inout [Request]) {
         job.inFlight[index, default: [:]][peer] = now
