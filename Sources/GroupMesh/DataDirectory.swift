@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import MeshCore
 import MeshCrypto
 
 /// The files a node owns (Docs/ARCHITECTURE.md §Data dir). The directory is created 0700, the
@@ -24,6 +25,8 @@ public struct DataDirectory: Sendable {
     public var controlSocketPath: String { path + "/control.sock" }
     public var chunksPath: String { path + "/chunks" }
     public var membersPath: String { path + "/members.json" }
+    /// The key epochs after the first (secrets inside, 0600).
+    public var epochsPath: String { path + "/epochs.key" }
 
     /// Creates the directory (0700) if needed and checks or writes its format version.
     public func prepare() throws(GroupMeshError) {
@@ -61,18 +64,34 @@ public struct DataDirectory: Sendable {
         return DataDirectoryLock(fd: fd)
     }
 
-    /// Loads the session secret, or stores `invited` / a new one when the dir has none.
-    /// An invite for another session than the stored one is refused: one data dir, one session.
-    public func loadOrCreateSession(invited: SessionSecret?) throws(GroupMeshError) -> (secret: SessionSecret, created: Bool) {
+    /// Loads the session's key epochs (the secret joined with, then every rotation since), or
+    /// stores `invited` / a new secret when the dir has none. An invite for another session than
+    /// the stored one (none of its epochs) is refused: one data dir, one session.
+    public func loadOrCreateSession(invited: SessionSecret?) throws(GroupMeshError) -> KeyEpochs {
         if access(sessionSecretPath, F_OK) == 0 {
             let stored: SessionSecret
             do { stored = try SessionSecret.load(from: sessionSecretPath) } catch { throw .crypto(error) }
-            if let invited, invited != stored { throw .sessionMismatch(path: path) }
-            return (stored, false)
+            let epochs = try loadEpochs(origin: stored)
+            if let invited, invited != stored, !epochs.transitions.contains(where: { $0.secret == invited }) {
+                throw .sessionMismatch(path: path)
+            }
+            return epochs
         }
         let secret = invited ?? SessionSecret.generate()
         do { try secret.write(to: sessionSecretPath) } catch { throw .crypto(error) }
-        return (secret, true)
+        return KeyEpochs(origin: secret)
+    }
+
+    private func loadEpochs(origin: SessionSecret) throws(GroupMeshError) -> KeyEpochs {
+        guard access(epochsPath, F_OK) == 0 else { return KeyEpochs(origin: origin) }
+        do {
+            let bytes = try SecretFile.load(epochsPath, limit: KeyEpochs.maxFileBytes, what: "key epochs")
+            return try KeyEpochs.decode(bytes, origin: origin)
+        } catch let error as MeshCryptoError {
+            throw .crypto(error)
+        } catch {
+            throw .dataDirectory(path: path, reason: "\(epochsPath) is damaged (\(error)); restore it or rejoin with a new invite")
+        }
     }
 
     public func loadOrCreateIdentity() throws(GroupMeshError) -> NodeIdentity {

@@ -10,12 +10,16 @@ import NIOPosix
 /// loop (see `unownedExecutor`), so a datagram reaches it without a thread hop.
 public actor MeshNode {
     public nonisolated let identity: NodeIdentity
-    public nonisolated let session: SessionSecret
+    /// The current epoch's secret (MeshNode+Epochs.swift).
+    public internal(set) var session: SessionSecret
+    var epochs: KeyEpochs
+    /// Codecs of the earlier epochs, by session id: for members that have not caught up.
+    var earlierCodecs: [SessionID: DatagramCodec] = [:]
     public nonisolated let bootID: UInt64
     public nonisolated let configuration: NodeConfiguration
     let eventLoop: any EventLoop
     let logger: Logger
-    private let ephemeral = EphemeralKeyPair.generate()
+    let ephemeral = EphemeralKeyPair.generate()
     var codec: DatagramCodec
     var membership: MembershipInstance?
     var delivery: DeliveryInstance
@@ -71,13 +75,14 @@ public actor MeshNode {
     private var timer: Scheduled<Void>?
     private var timerDeadline: MeshInstant?
     private var known: KnownMembers
+    var knownMembers: KnownMembers { known }
     private var knownDirty = false
     private(set) var stopped = false
     /// While leaving: the future of the last datagram written, to close only after it went out.
     private var trackLastWrite = false
     private var lastWrite: EventLoopFuture<Void>?
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
-    private var viewSubscribers: [UInt64: AsyncStream<[Member]>.Continuation] = [:]
+    var viewSubscribers: [UInt64: AsyncStream<[Member]>.Continuation] = [:]
     private var nextSubscriberID: UInt64 = 0
 
     func nextSubscriptionID() -> UInt64 {
@@ -93,10 +98,12 @@ public actor MeshNode {
         eventLoop.executor.asUnownedSerialExecutor()
     }
 
-    public init(identity: NodeIdentity, session: SessionSecret, configuration: NodeConfiguration,
+    public init(identity: NodeIdentity, epochs: KeyEpochs, configuration: NodeConfiguration,
                 eventLoop: any EventLoop, logger: Logger) {
+        let session = epochs.current
         self.identity = identity
         self.session = session
+        self.epochs = epochs
         self.bootID = SecureRandom.uint64()
         self.configuration = configuration
         self.eventLoop = eventLoop
@@ -104,6 +111,10 @@ public actor MeshNode {
         self.known = KnownMembers.load(from: configuration.dataDirectory)
         self.codec = DatagramCodec(session: session, localID: identity.nodeID, localBootID: bootID,
                                    configuration: configuration.wire)
+        for secret in epochs.previousSecrets {
+            earlierCodecs[secret.sessionID] = DatagramCodec(session: secret, localID: identity.nodeID,
+                                                            localBootID: bootID, configuration: configuration.wire)
+        }
         var deliverySettings = DeliveryInstance.Settings()
         deliverySettings.datagramBudget = codec.maxPairwisePayload
         deliverySettings.maxMessageSize = Messenger.maxMessageSize + 1 + MessageEnvelope.maxTagBytes
@@ -179,6 +190,7 @@ public actor MeshNode {
                                           datagramBudget: codec.maxHelloPayload, seed: SecureRandom.uint64(), now: now)
         let seeds = Array(Set((configuration.invite?.addresses ?? []) + configuration.join + known.addresses))
             .filter { $0 != address && !record.addresses.contains($0) }.sorted()
+        _ = instance.exclude(epochs.removed, now: now)
         let directives = instance.join(seeds, now: now)
         membership = instance
         try await startJournal(now: now)
@@ -282,7 +294,8 @@ public actor MeshNode {
         let selfInfo = StatusReport.SelfInfo(
             id: nodeID.hex, name: me?.record.name ?? defaultName,
             address: (me?.address ?? localAddress).map(\.description) ?? "",
-            session: session.sessionID.description, profile: configuration.profile.rawValue,
+            session: session.sessionID.description, keyEpoch: epochs.transitions.count,
+            profile: configuration.profile.rawValue,
             localHealth: membership?.localHealth.score ?? 0)
         let memberInfos = view.map { member in
             StatusReport.MemberInfo(id: member.id.hex, name: member.record.name,
@@ -298,7 +311,8 @@ public actor MeshNode {
             chunksRejected: counters.chunksRejected, chunkPayloadBytesSent: counters.chunkPayloadBytesSent,
             pieceReasks: assembler.reasks, piecesUnsolicited: counters.piecesUnsolicited,
             wantsRefused: counters.wantsRefused, simulatedDrops: counters.simulatedDrops,
-            requestTimeouts: transfer.timeouts)
+            requestTimeouts: transfer.timeouts, handoversSent: counters.handoversSent,
+            handoversRefused: counters.handoversRefused)
         return StatusReport(self: selfInfo, members: memberInfos, attachments: [], counters: counterInfo)
     }
 
@@ -328,6 +342,16 @@ public actor MeshNode {
             controlListen(responder: responder)
         case .attach, .attachments, .get, .remove:
             controlJournal(request, responder: responder)
+        case .removeMember:
+            do {
+                let (id, handedTo) = try removeMember(request.id ?? "")
+                var response = ControlResponse(ok: true, delivered: handedTo)
+                response.member = id.hex
+                response.session = session.sessionID.description
+                responder.send(response)
+            } catch {
+                responder.send(.failure(error.description))
+            }
         }
     }
 
@@ -357,6 +381,8 @@ public actor MeshNode {
         counters.datagramsReceived += 1
         counters.bytesReceived += UInt64(datagram.readableBytes)
         switch codec.open(datagram) {
+        case .failure(.foreign):
+            receiveEarlierEpoch(datagram, from: remote)
         case let .failure(reason):
             counters.countDrop(reason)
             logger.trace("dropped datagram", metadata: ["reason": "\(reason.rawValue)", "from": "\(remote)"])
@@ -371,6 +397,7 @@ public actor MeshNode {
         let time = now
         // Mutated in place: a copy of the instance would copy its tables on every datagram.
         perform(membership?.onFrames(datagram.frames, from: datagram.header.sender, address: address, now: time) ?? [])
+        for case let .epochHandover(handover) in datagram.frames { receiveHandover(handover, header: datagram.header) }
         // Messenger frames count only under pairwise keys: then the header's sender is proven.
         if datagram.header.keyKind == .pairwise {
             perform(delivery.onFrames(datagram.frames, from: datagram.header.sender, now: time, deferAcks: true))

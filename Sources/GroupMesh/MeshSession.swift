@@ -41,9 +41,9 @@ public final class MeshSession: Sendable {
         let directory = configuration.dataDirectory
         try directory.prepare()
         let lock = try directory.lock()
-        let (secret, _) = try directory.loadOrCreateSession(invited: configuration.invite?.secret)
+        let epochs = try directory.loadOrCreateSession(invited: configuration.invite?.secret)
         let identity = try directory.loadOrCreateIdentity()
-        let node = MeshNode(identity: identity, session: secret, configuration: configuration,
+        let node = MeshNode(identity: identity, epochs: epochs, configuration: configuration,
                             eventLoop: MultiThreadedEventLoopGroup.singleton.next(), logger: logger)
         try await node.start()
         return MeshSession(node: node, lock: lock)

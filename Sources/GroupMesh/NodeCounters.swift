@@ -16,6 +16,10 @@ public struct NodeCounters: Sendable, Codable, Equatable {
     public var simulatedDrops: UInt64 = 0
     /// Wants answered "busy" because the send queue was full or too many chunks were being read.
     public var wantsRefused: UInt64 = 0
+    /// Key epochs handed to members (on removal, and to members that had not caught up).
+    public var handoversSent: UInt64 = 0
+    /// Handovers to us that were not taken: not for our boot, did not open, or not believable.
+    public var handoversRefused: UInt64 = 0
     public var dropped: [String: UInt64] = Dictionary(uniqueKeysWithValues: DropReason.allCases.map { ($0.rawValue, 0) })
 
     public init() {}

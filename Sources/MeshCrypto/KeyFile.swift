@@ -8,6 +8,25 @@ import Darwin
 /// place; refused on read when group or others may read them.
 enum KeyFile {
     static func load(_ path: String, expectedCount: Int, what: String) throws(MeshCryptoError) -> [UInt8] {
+        let bytes = try read(path, upTo: expectedCount)
+        guard bytes.count == expectedCount else {
+            let held = bytes.count > expectedCount ? "more than \(expectedCount)" : "\(bytes.count)"
+            throw .keyFile(path: path, reason: "\(what) file holds \(held) bytes, expected \(expectedCount)")
+        }
+        return bytes
+    }
+
+    /// Reads a secret file of at most `limit` bytes.
+    static func load(_ path: String, limit: Int, what: String) throws(MeshCryptoError) -> [UInt8] {
+        let bytes = try read(path, upTo: limit)
+        guard bytes.count <= limit else {
+            throw .keyFile(path: path, reason: "\(what) file is larger than \(limit) bytes")
+        }
+        return bytes
+    }
+
+    /// The file's first `expectedCount + 1` bytes at most (one more than allowed tells a long file).
+    private static func read(_ path: String, upTo expectedCount: Int) throws(MeshCryptoError) -> [UInt8] {
         var info = stat()
         guard stat(path, &info) == 0 else { throw .keyFile(path: path, reason: errnoText()) }
         let mode = UInt32(info.st_mode) & 0o777
@@ -24,10 +43,7 @@ enum KeyFile {
             if n == 0 { break }
             total += n
         }
-        guard total == expectedCount else {
-            throw .keyFile(path: path, reason: "\(what) file holds \(total) bytes, expected \(expectedCount)")
-        }
-        return Array(buffer.prefix(expectedCount))
+        return Array(buffer.prefix(total))
     }
 
     static func store(_ bytes: [UInt8], to path: String) throws(MeshCryptoError) {
@@ -60,4 +76,16 @@ enum KeyFile {
     }
 
     static func errnoText() -> String { String(cString: strerror(errno)) }
+}
+
+/// Secret files of any length up to a limit (the key epochs), with `KeyFile`'s rules: written
+/// whole, 0600, fsynced and renamed; refused when others may read them.
+public enum SecretFile {
+    public static func load(_ path: String, limit: Int, what: String) throws(MeshCryptoError) -> [UInt8] {
+        try KeyFile.load(path, limit: limit, what: what)
+    }
+
+    public static func store(_ bytes: [UInt8], to path: String) throws(MeshCryptoError) {
+        try KeyFile.store(bytes, to: path)
+    }
 }

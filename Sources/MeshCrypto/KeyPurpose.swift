@@ -9,6 +9,8 @@ public enum KeyPurpose: UInt64, Sendable, CaseIterable {
     case hello = 2
     /// BLAKE2b key that binds pairwise keys (from crypto_kx) to this session.
     case pairwiseBinding = 3
+    /// BLAKE2b key that binds the keys sealing a new epoch's secret to one member (key epochs).
+    case epochHandover = 4
 
     /// libsodium's KDF context: exactly 8 bytes.
     static let context: [CChar] = Array("GMesh-v1".utf8CString.prefix(8))

@@ -10,7 +10,7 @@ struct GroupMeshCommand: AsyncParsableCommand {
         abstract: "A peer-to-peer group-session mesh: membership, messages and attachments over encrypted UDP.",
         subcommands: [RunCommand.self, StatusCommand.self, InviteCommand.self, LeaveCommand.self,
                       SendCommand.self, ListenCommand.self, AttachCommand.self, AttachmentsCommand.self,
-                      GetCommand.self, RemoveCommand.self]
+                      GetCommand.self, RemoveCommand.self, RemoveMemberCommand.self]
     )
 }
 

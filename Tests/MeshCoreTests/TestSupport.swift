@@ -159,6 +159,16 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .chunkPiece(ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 2, payload: buffer(rng.bytes(802)))),
         .chunkPiece(ChunkPiece(digest: digest, chunkLength: 1, pieceSize: 1099, index: 0, payload: buffer([7]))),
         .chunkAbsent(ChunkAbsent(digest: digest, reason: .notHeld)), .chunkAbsent(ChunkAbsent(digest: digest, reason: .busy)),
+        .epochHandover(EpochHandover(
+            rotation: KeyRotation(previousSession: SessionID(value: rng.next()), nextSession: SessionID(value: rng.next()),
+                                  removed: [some], signingKey: identity.publicKey, signature: identity.sign([2])),
+            sender: record(name: "handing", addresses: [v4]), recipient: ones, recipientBoot: rng.next(),
+            nonce: PacketNonce.packetNumber(rng.next()), sealedSecret: rng.bytes(EpochHandover.sealedSecretByteCount))),
+        .epochHandover(EpochHandover(
+            rotation: KeyRotation(previousSession: SessionID(value: 0), nextSession: SessionID(value: .max),
+                                  removed: [], signingKey: identity.publicKey, signature: [UInt8](repeating: 0, count: 64)),
+            sender: record(name: "", addresses: []), recipient: zero, recipientBoot: 0,
+            nonce: PacketNonce.packetNumber(0), sealedSecret: [UInt8](repeating: 0, count: EpochHandover.sealedSecretByteCount))),
     ]
 }
 

@@ -6,6 +6,7 @@ public struct ControlRequest: Codable, Sendable, Equatable {
     public enum Command: String, Codable, Sendable {
         case status, invite, leave, send, listen
         case attach, attachments, get, remove
+        case removeMember = "remove-member"
     }
 
     public var command: Command
@@ -19,7 +20,8 @@ public struct ControlRequest: Codable, Sendable, Equatable {
     public var path: String?
     /// `attach`: metadata (UTF-8, usually JSON).
     public var metadata: String?
-    /// `get`, `remove`: the attachment, by id or unique prefix.
+    /// `get`, `remove`: the attachment, by id or unique prefix; `remove-member`: the member, by
+    /// id, unique id prefix or name.
     public var id: String?
 
     public init(command: Command, base64: String? = nil, to: [String]? = nil, unreliable: Bool? = nil,
@@ -50,6 +52,10 @@ public struct ControlResponse: Codable, Sendable, Equatable {
     public var attachments: [StatusReport.AttachmentInfo]?
     /// `get`: how far the fetch is, sent every 250 ms before the final answer.
     public var progress: TransferProgress?
+    /// `remove-member`: the member removed (id) and the new key epoch's session id; `delivered`
+    /// says how many members were handed the new key at once.
+    public var member: String?
+    public var session: String?
 
     public static func failure(_ message: String) -> ControlResponse {
         ControlResponse(ok: false, error: message)

@@ -6,7 +6,10 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var id: String
         public var name: String
         public var address: String
+        /// The current key epoch's session id: it changes when a member is removed.
         public var session: String
+        /// How many key epochs followed the one this node joined (one per removal it saw).
+        public var keyEpoch: Int
         public var profile: String
         public var localHealth: Int
     }
@@ -63,6 +66,9 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var simulatedDrops: UInt64
         /// Chunk requests that went unanswered in time and were asked elsewhere.
         public var requestTimeouts: UInt64
+        /// Key epochs handed to members; handovers to us that were refused.
+        public var handoversSent: UInt64
+        public var handoversRefused: UInt64
     }
 
     public var `self`: SelfInfo

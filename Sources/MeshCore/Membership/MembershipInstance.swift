@@ -37,6 +37,8 @@ public struct MembershipInstance: Sendable {
     /// Set while handling a datagram that accused us at an incarnation we already outbid.
     private var staleAccuser = false
     private var nextJoinAttemptAt: MeshInstant?
+    /// Members removed from the session (key epochs): never probed, gossiped or believed again.
+    private var excluded: Set<NodeID> = []
 
     public init(record: MemberRecord, authority: some RecordAuthority, settings: MembershipSettings,
                 datagramBudget: Int, seed: UInt64, now: MeshInstant) {
@@ -127,18 +129,34 @@ public struct MembershipInstance: Sendable {
         }
     }
 
+    /// Removes members from the session for good: they show as left and nothing said by or
+    /// about them is believed afterwards (their datagrams cannot open any more anyway).
+    public mutating func exclude(_ ids: Set<NodeID>, now: MeshInstant) -> [MembershipDirective] {
+        var out: [MembershipDirective] = []
+        for id in ids.sorted() where id != me.id && excluded.insert(id).inserted {
+            gossip.remove(about: id)
+            if let member = members[id], member.status != .left {
+                markGone(member, status: .left, incarnation: member.incarnation, now: now, into: &out)
+            }
+        }
+        return out
+    }
+
+    public func isExcluded(_ id: NodeID) -> Bool { excluded.contains(id) }
+
     // MARK: input
 
     public mutating func onFrames(_ frames: [Frame], from sender: NodeID, address: PeerAddress,
                                   now: MeshInstant) -> [MembershipDirective] {
         var out: [MembershipDirective] = []
+        guard !excluded.contains(sender) else { return out }
         staleAccuser = false
         if nextJoinAttemptAt != nil, sender != me.id {
             nextJoinAttemptAt = nil  // someone answered: we are in
         }
         // Updates first, so an answer to a probe in the same datagram already carries what
         // they changed (a refutation, most of all).
-        for frame in frames {
+        for frame in frames where !excluded.contains(frame.membershipSubject ?? sender) {
             switch frame {
             case let .alive(record): mergeAlive(record, now: now, into: &out)
             case let .suspect(accusation): mergeSuspect(accusation, now: now, into: &out)
@@ -592,3 +610,15 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+
+extension Frame {
+    /// The member a membership update is about.
+    var membershipSubject: NodeID? {
+        switch self {
+        case let .alive(record): return record.id
+        case let .suspect(accusation), let .dead(accusation): return accusation.member
+        case let .left(departure): return departure.member
+        default: return nil
+        }
+    }
+}

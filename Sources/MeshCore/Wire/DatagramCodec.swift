@@ -5,6 +5,9 @@ import NIOCore
 public enum DropReason: String, Error, CaseIterable, Sendable, Codable {
     /// Not a well-formed GroupMesh datagram, or its frames do not decode.
     case malformed
+    /// A datagram of an earlier key epoch from a member not owed the current one: removed,
+    /// or never known to us (an invite from before a removal).
+    case staleEpoch
     /// A datagram format version this node does not speak.
     case version
     /// Another session's datagram (its session id is not ours).

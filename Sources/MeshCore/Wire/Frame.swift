@@ -26,6 +26,8 @@ public enum Frame: Equatable, Sendable {
     case chunkWant(ChunkWant)
     case chunkPiece(ChunkPiece)
     case chunkAbsent(ChunkAbsent)
+    // Key epochs (member removal).
+    case epochHandover(EpochHandover)
 
     public var type: FrameType {
         switch self {
@@ -47,6 +49,7 @@ public enum Frame: Equatable, Sendable {
         case .chunkWant: return .chunkWant
         case .chunkPiece: return .chunkPiece
         case .chunkAbsent: return .chunkAbsent
+        case .epochHandover: return .epochHandover
         }
     }
 
@@ -70,6 +73,7 @@ public enum Frame: Equatable, Sendable {
         case let .chunkWant(body): return body
         case let .chunkPiece(body): return body
         case let .chunkAbsent(body): return body
+        case let .epochHandover(body): return body
         }
     }
 
@@ -97,6 +101,7 @@ public enum Frame: Equatable, Sendable {
         case .chunkWant: return .chunkWant(try ChunkWant(decoding: &body))
         case .chunkPiece: return .chunkPiece(try ChunkPiece(decoding: &body))
         case .chunkAbsent: return .chunkAbsent(try ChunkAbsent(decoding: &body))
+        case .epochHandover: return .epochHandover(try EpochHandover(decoding: &body))
         }
     }
 }
@@ -121,6 +126,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case chunkWant = 0x30
     case chunkPiece = 0x31
     case chunkAbsent = 0x32
+    case epochHandover = 0x40
 }
 
 /// A body that can be written to and read from the wire.

@@ -1,0 +1,149 @@
+import MeshCore
+import MeshCrypto
+import NIOCore
+
+/// Key epochs in the node (Docs/SECURITY.md §Key epochs): removing a member moves the session
+/// to a new secret handed to each remaining member; members still speaking an earlier epoch
+/// are answered with the next one if they are owed it.
+extension MeshNode {
+    /// Every member id this node knows of, in any state, remembered ones included.
+    var knownMemberIDs: Set<NodeID> {
+        var ids = Set(members.dropFirst().map(\.id))
+        for entry in knownMembers.members { if let id = NodeID(hex: entry.id) { ids.insert(id) } }
+        return ids
+    }
+
+    /// Removes `text` (id, unique id prefix or name) from the session: a new key epoch without
+    /// it. Returns the member and how many members were handed the new key at once.
+    func removeMember(_ text: String) throws(GroupMeshError) -> (id: NodeID, handedTo: Int) {
+        guard !stopped, membership != nil else { throw .control("the node is stopping") }
+        let id: NodeID
+        do { id = try resolveMember(text) } catch { throw .control(error.description) }
+        guard id != nodeID else {
+            throw .control("cannot remove this node itself; to go, use groupmesh leave")
+        }
+        guard !epochs.removed.contains(id) else { throw .control("\(displayName(of: id)) was already removed") }
+        let transition = epochs.rotate(removing: [id], to: SessionSecret.generate(), members: knownMemberIDs,
+                                       authority: Ed25519Authority(identity: identity))
+        let handedTo = enterEpoch(transition, handingOver: true)
+        return (id, handedTo)
+    }
+
+    /// Switches to the epoch `transition` opened: the secret is stored first, then the codec and
+    /// pairwise keys change, the removed members are excluded, and (for the member that rotated)
+    /// every live member is handed the secret. Returns how many were.
+    @discardableResult
+    func enterEpoch(_ transition: KeyEpochs.Transition, handingOver: Bool) -> Int {
+        do {
+            try SecretFile.store(epochs.encoded(), to: configuration.dataDirectory.epochsPath)
+        } catch {
+            // Kept in memory: after a restart this node catches up through any member.
+            logger.error("cannot store the new key epoch", metadata: ["error": "\(error)"])
+        }
+        let earlier = codec
+        earlierCodecs[earlier.sessionID] = earlier
+        session = transition.secret
+        codec = DatagramCodec(session: transition.secret, localID: nodeID, localBootID: bootID,
+                              configuration: configuration.wire)
+        for member in members.dropFirst() where !member.status.isGone && !epochs.removed.contains(member.id) {
+            installKeys(for: member)
+        }
+        perform(membership?.exclude(epochs.removed, now: now) ?? [])
+        logger.notice("key epoch changed", metadata: [
+            "session": "\(transition.secret.sessionID)", "previous": "\(transition.rotation.previousSession)",
+            "removed": "\(transition.rotation.removed.map(\.description).joined(separator: ","))",
+            "by": "\(transition.rotation.author)"])
+        var handed = 0
+        if handingOver {
+            for member in members.dropFirst() where !member.status.isGone {
+                if handOver(to: member.record, heardIn: transition.rotation.previousSession, address: member.address) {
+                    handed += 1
+                }
+            }
+        }
+        let view = members
+        for subscriber in viewSubscribers.values { subscriber.yield(view) }
+        return handed
+    }
+
+    /// Seals the epoch after `session` for `record`'s boot and sends it in a hello datagram of
+    /// `session`. False when it is not owed one, or not now (rate limit).
+    @discardableResult
+    func handOver(to record: MemberRecord, heardIn session: SessionID, address: PeerAddress? = nil) -> Bool {
+        guard let me = membership?.me, let destination = address ?? record.addresses.first,
+              let transition = epochs.handover(to: record.id, heardIn: session, now: now),
+              var earlier = earlierCodecs[session], let previous = epochs.secret(of: session),
+              let handover = EpochHandover.seal(transition.secret, rotation: transition.rotation, previous: previous,
+                                                sender: me, local: ephemeral, recipient: record,
+                                                nonce: .random()) else { return false }
+        let datagram = earlier.sealHello([.epochHandover(handover)], nonce: .random(), allocator: channelAllocator)
+        earlierCodecs[session] = earlier
+        counters.handoversSent += 1
+        send(datagram, to: destination)
+        return true
+    }
+
+    /// A datagram whose session is not the current one: if it is an earlier epoch of ours and
+    /// its sender is owed the next one, hand it over; nothing else in it is believed.
+    func receiveEarlierEpoch(_ datagram: ByteBuffer, from remote: SocketAddress) {
+        var peek = datagram
+        guard case let .success(header) = DatagramHeader.decode(&peek), var earlier = earlierCodecs[header.sessionID] else {
+            return counters.countDrop(.foreign)
+        }
+        let result = earlier.open(datagram)
+        earlierCodecs[header.sessionID] = earlier
+        guard case let .success(opened) = result else {
+            if case let .failure(reason) = result { counters.countDrop(reason) }
+            return
+        }
+        guard epochs.isEntitled(header.sender, heardIn: header.sessionID),
+              let address = PeerAddress(remote), let record = senderRecord(opened) else {
+            return counters.countDrop(.staleEpoch)
+        }
+        handOver(to: record, heardIn: header.sessionID, address: address)
+    }
+
+    /// The sender's record for the boot that sent `datagram`: ours if current, else one it carries.
+    private func senderRecord(_ datagram: OpenedDatagram) -> MemberRecord? {
+        let sender = datagram.header.sender
+        if let known = membership?.member(sender)?.record, known.bootID == datagram.header.bootID { return known }
+        let authority = Ed25519Authority(identity: identity)
+        for case let .alive(record) in datagram.frames
+        where record.id == sender && record.bootID == datagram.header.bootID && record.hasValidSignature(authority) {
+            return record
+        }
+        return nil
+    }
+
+    /// A handover to us, in a datagram of our current epoch: adopt the next epoch if it is
+    /// genuine, for our boot, and from a member we know.
+    func receiveHandover(_ handover: EpochHandover, header: DatagramHeader) {
+        let authority = Ed25519Authority(identity: identity)
+        guard handover.recipient == nodeID, handover.recipientBoot == bootID, handover.sender.id == header.sender,
+              handover.sender.bootID == header.bootID, handover.sender.hasValidSignature(authority),
+              handover.rotation.previousSession == session.sessionID,
+              let secret = handover.open(previous: session, local: ephemeral) else {
+            counters.handoversRefused += 1
+            return
+        }
+        switch epochs.accept(handover.rotation, secret: secret, from: header.sender, localID: nodeID,
+                             members: knownMemberIDs, authority: authority) {
+        case let .adopted(transition):
+            enterEpoch(transition, handingOver: false)
+        case .removesUs:
+            logger.warning("this node was removed from the session", metadata: ["by": "\(handover.rotation.author)"])
+            counters.handoversRefused += 1
+        case .known, .notOurEpoch:
+            break
+        case .invalid:
+            counters.handoversRefused += 1
+        }
+    }
+
+    /// Pairwise keys for a member's current boot under the current epoch.
+    func installKeys(for member: Member) {
+        guard let keys = PairwiseKeys.derive(session: session, local: ephemeral,
+                                             peerPublicKey: member.record.ephemeralKey) else { return }
+        codec.installPeer(member.id, bootID: member.record.bootID, keys: keys)
+    }
+}

@@ -1,0 +1,162 @@
+import MeshCore
+import MeshCrypto
+import NIOCore
+import Testing
+
+/// Key epochs: who may rotate, who is handed the next secret, and what can open it.
+@Suite struct KeyEpochsTests {
+    struct Party {
+        let identity: NodeIdentity
+        let ephemeral = EphemeralKeyPair.generate()
+        let boot: UInt64
+        var authority: Ed25519Authority { Ed25519Authority(identity: identity) }
+        var id: NodeID { identity.nodeID }
+
+        init(_ index: UInt8) {
+            identity = try! NodeIdentity(seed: [UInt8](repeating: index, count: 32))  // safe: 32 bytes
+            boot = UInt64(index) * 1000
+        }
+
+        var record: MemberRecord {
+            MemberRecord(signingKey: identity.publicKey, name: "p", addresses: [PeerAddress(ipv4: [127, 0, 0, 1], port: 9)],
+                         incarnation: 1, bootID: boot, ephemeralKey: ephemeral.publicKey).signed(by: authority)
+        }
+    }
+
+    let origin = SessionSecret.generate()
+    let a = Party(1), b = Party(2), m = Party(3), newcomer = Party(4)
+    let t0 = MeshInstant(nanoseconds: 1_000_000_000)
+
+    @Test func rotationMovesToANewSecretAndOwesItOnlyToKnownRemainingMembers() {
+        var epochs = KeyEpochs(origin: origin)
+        let next = SessionSecret.generate()
+        let transition = epochs.rotate(removing: [m.id], to: next, members: [b.id, m.id], authority: a.authority)
+        #expect(epochs.current == next)
+        #expect(epochs.previousSecrets == [origin])
+        #expect(epochs.removed == [m.id])
+        #expect(transition.rotation.previousSession == origin.sessionID)
+        #expect(transition.rotation.nextSession == next.sessionID)
+        #expect(transition.rotation.author == a.id)
+        #expect(transition.rotation.hasValidSignature(a.authority))
+
+        #expect(epochs.handover(to: b.id, heardIn: origin.sessionID, now: t0) == transition)
+        #expect(epochs.handover(to: m.id, heardIn: origin.sessionID, now: t0) == nil, "the removed member")
+        #expect(epochs.handover(to: newcomer.id, heardIn: origin.sessionID, now: t0) == nil, "an old invite's newcomer")
+        #expect(epochs.handover(to: b.id, heardIn: next.sessionID, now: t0) == nil, "the current epoch needs none")
+        // Rate limit: again only after the interval.
+        #expect(epochs.handover(to: b.id, heardIn: origin.sessionID, now: t0 + .milliseconds(100)) == nil)
+        #expect(epochs.handover(to: b.id, heardIn: origin.sessionID, now: t0 + KeyEpochs.handoverInterval) != nil)
+    }
+
+    @Test func acceptanceChecksSignatureSecretSenderAndEpoch() {
+        var rotator = KeyEpochs(origin: origin)
+        let next = SessionSecret.generate()
+        let rotation = rotator.rotate(removing: [m.id], to: next, members: [b.id, m.id], authority: a.authority).rotation
+        let known: Set<NodeID> = [a.id, m.id]
+
+        var epochs = KeyEpochs(origin: origin)
+        #expect(epochs.accept(rotation, secret: SessionSecret.generate(), from: a.id, localID: b.id, members: known,
+                              authority: b.authority) == .invalid, "a secret that is not the rotation's")
+        #expect(epochs.accept(rotation, secret: next, from: newcomer.id, localID: b.id, members: known,
+                              authority: b.authority) == .invalid, "a sender we never knew")
+        #expect(epochs.accept(rotation, secret: next, from: m.id, localID: b.id, members: known,
+                              authority: b.authority) == .invalid, "handed over by the member it removes")
+        var forged = rotation
+        forged.removed = [a.id]
+        #expect(epochs.accept(forged, secret: next, from: a.id, localID: b.id, members: known,
+                              authority: b.authority) == .invalid, "changed after signing")
+        var removedSide = KeyEpochs(origin: origin)
+        #expect(removedSide.accept(rotation, secret: next, from: a.id, localID: m.id, members: [a.id, b.id],
+                                   authority: m.authority) == .removesUs)
+        #expect(removedSide.current == origin)
+
+        guard case let .adopted(transition) = epochs.accept(rotation, secret: next, from: a.id, localID: b.id,
+                                                            members: known, authority: b.authority) else {
+            Issue.record("a genuine rotation was not adopted")
+            return
+        }
+        #expect(epochs.current == next)
+        #expect(transition.entitled == [a.id], "known members less the removed")
+        #expect(epochs.accept(rotation, secret: next, from: a.id, localID: b.id, members: known,
+                              authority: b.authority) == .known)
+        // The removed member can no longer rotate anyone's epoch.
+        var later = KeyEpochs(origin: next)
+        let fake = later.rotate(removing: [b.id], to: SessionSecret.generate(), members: [b.id], authority: m.authority)
+        #expect(epochs.accept(fake.rotation, secret: fake.secret, from: a.id, localID: b.id, members: known,
+                              authority: b.authority) == .invalid)
+        let stray = KeyRotation(previousSession: SessionID(value: 42), nextSession: fake.secret.sessionID, removed: [],
+                                signingKey: a.identity.publicKey).signed(by: a.authority)
+        #expect(epochs.accept(stray, secret: fake.secret, from: a.id, localID: b.id, members: known,
+                              authority: b.authority) == .notOurEpoch)
+    }
+
+    @Test func aHandoverOpensOnlyForItsRecipientsBoot() throws {
+        var epochs = KeyEpochs(origin: origin)
+        let next = SessionSecret.generate()
+        let transition = epochs.rotate(removing: [m.id], to: next, members: [b.id, m.id], authority: a.authority)
+        let handover = try #require(EpochHandover.seal(next, rotation: transition.rotation, previous: origin,
+                                                       sender: a.record, local: a.ephemeral, recipient: b.record,
+                                                       nonce: .random()))
+        #expect(handover.open(previous: origin, local: b.ephemeral) == next)
+        // Through the wire and back.
+        var buffer = ByteBuffer()
+        FrameCodec.encode(.epochHandover(handover), into: &buffer)
+        let decoded = try FrameCodec.decodeAll(&buffer).get()
+        #expect(decoded == [.epochHandover(handover)])
+
+        // The removed member holds the old secret, but not B's ephemeral secret.
+        #expect(handover.open(previous: origin, local: m.ephemeral) == nil)
+        #expect(handover.open(previous: SessionSecret.generate(), local: b.ephemeral) == nil, "another session")
+        var redirected = handover
+        redirected.recipientBoot += 1
+        #expect(redirected.open(previous: origin, local: b.ephemeral) == nil, "bound to the boot")
+        var rewritten = handover
+        rewritten.rotation.removed = [b.id]
+        #expect(rewritten.open(previous: origin, local: b.ephemeral) == nil, "bound to the rotation")
+        var flipped = handover
+        flipped.sealedSecret[0] ^= 1
+        #expect(flipped.open(previous: origin, local: b.ephemeral) == nil)
+    }
+
+    @Test func epochsSurviveTheirFileAndRefuseABrokenChain() throws {
+        var epochs = KeyEpochs(origin: origin)
+        _ = epochs.rotate(removing: [m.id], to: SessionSecret.generate(), members: [b.id, m.id], authority: a.authority)
+        _ = epochs.rotate(removing: [b.id], to: SessionSecret.generate(), members: [b.id, newcomer.id], authority: a.authority)
+        let loaded = try KeyEpochs.decode(epochs.encoded(), origin: origin)
+        #expect(loaded.transitions == epochs.transitions)
+        #expect(loaded.removed == [m.id, b.id])
+        #expect(loaded.current == epochs.current)
+        #expect(KeyEpochs(origin: origin).encoded().count > 0)
+        #expect(throws: WireError.self) { try KeyEpochs.decode(epochs.encoded(), origin: SessionSecret.generate()) }
+        let bytes = epochs.encoded()
+        // Every truncation and every single-byte change to the chain is refused, never trapped on.
+        for length in 0..<bytes.count {
+            #expect(throws: WireError.self) { try KeyEpochs.decode(Array(bytes.prefix(length)), origin: origin) }
+        }
+        var rng = SplitMix64(seed: testSeed(0xe90c_0001))
+        for _ in 0..<testIterations(2_000) {
+            var mutated = bytes
+            let index = Int(rng.next() % UInt64(mutated.count))
+            mutated[index] ^= UInt8(truncatingIfNeeded: rng.next() | 1)
+            _ = try? KeyEpochs.decode(mutated, origin: origin)
+        }
+    }
+
+    @Test func anExcludedMemberIsLeftAndNeverBelievedAgain() {
+        var cluster = ManualCluster(count: 3)
+        let removed = cluster[2]
+        var observer = cluster.instance(0)
+        let directives = observer.exclude([removed], now: cluster.now)
+        #expect(directives.contains { if case let .memberChanged(member) = $0 { member.id == removed && member.status == .left } else { false } })
+        #expect(observer.member(removed)?.status == .left)
+        // A fresh alive record of it (a higher incarnation) and its own probes change nothing.
+        let identity = cluster.identities[removed]!
+        let reborn = ManualCluster.record(identity, index: 3, incarnation: 9).signed(by: Ed25519Authority(identity: identity))
+        let out = observer.onFrames([.alive(reborn), .probe(Probe(sequence: 1, target: cluster[0]))], from: removed,
+                                    address: ManualCluster.address(3), now: cluster.now)
+        #expect(out.isEmpty)
+        _ = observer.onFrames([.alive(reborn)], from: cluster[1], address: ManualCluster.address(2), now: cluster.now)
+        #expect(observer.member(removed)?.status == .left)
+        #expect(observer.isExcluded(removed))
+    }
+}
