@@ -17,11 +17,12 @@ extension MeshNode {
     /// it. Returns the member and how many members were handed the new key at once.
     func removeMember(_ text: String) throws(GroupMeshError) -> (id: NodeID, handedTo: Int) {
         guard !stopped, membership != nil else { throw .control("the node is stopping") }
-        let id: NodeID
-        do { id = try resolveMember(text) } catch { throw .control(error.description) }
-        guard id != nodeID else {
+        let lowered = text.lowercased()
+        if text == membership?.me.name || (lowered.count >= 4 && nodeID.hex.hasPrefix(lowered)) {
             throw .control("cannot remove this node itself; to go, use groupmesh leave")
         }
+        let id: NodeID
+        do { id = try resolveMember(text) } catch { throw .control(error.description) }
         guard !epochs.removed.contains(id) else { throw .control("\(displayName(of: id)) was already removed") }
         let transition = epochs.rotate(removing: [id], to: SessionSecret.generate(), members: knownMemberIDs,
                                        authority: Ed25519Authority(identity: identity))
@@ -117,7 +118,7 @@ extension MeshNode {
 
     /// A handover to us, in a datagram of our current epoch: adopt the next epoch if it is
     /// genuine, for our boot, and from a member we know.
-    func receiveHandover(_ handover: EpochHandover, header: DatagramHeader) {
+    func receiveHandover(_ handover: EpochHandover, header: DatagramHeader, from address: PeerAddress) {
         let authority = Ed25519Authority(identity: identity)
         guard handover.recipient == nodeID, handover.recipientBoot == bootID, handover.sender.id == header.sender,
               handover.sender.bootID == header.bootID, handover.sender.hasValidSignature(authority),
@@ -130,6 +131,9 @@ extension MeshNode {
                              members: knownMemberIDs, authority: authority) {
         case let .adopted(transition):
             enterEpoch(transition, handingOver: false)
+            // Our view may be empty (back from a restart): join again, now in the new epoch.
+            let seeds = Set([address] + knownMembers.addresses + members.dropFirst().compactMap(\.address))
+            perform(membership?.join(seeds.sorted(), now: now) ?? [])
         case .removesUs:
             logger.warning("this node was removed from the session", metadata: ["by": "\(handover.rotation.author)"])
             counters.handoversRefused += 1

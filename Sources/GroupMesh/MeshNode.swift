@@ -396,8 +396,15 @@ public actor MeshNode {
         guard membership != nil, !stopped, let address = PeerAddress(remote) else { return }
         let time = now
         // Mutated in place: a copy of the instance would copy its tables on every datagram.
+        // A handover comes alone, from a member that may not be in our view yet: it is not taken
+        // as an answer to our join.
+        if case .epochHandover = datagram.frames.first {
+            for case let .epochHandover(handover) in datagram.frames {
+                receiveHandover(handover, header: datagram.header, from: address)
+            }
+            return
+        }
         perform(membership?.onFrames(datagram.frames, from: datagram.header.sender, address: address, now: time) ?? [])
-        for case let .epochHandover(handover) in datagram.frames { receiveHandover(handover, header: datagram.header) }
         // Messenger frames count only under pairwise keys: then the header's sender is proven.
         if datagram.header.keyKind == .pairwise {
             perform(delivery.onFrames(datagram.frames, from: datagram.header.sender, now: time, deferAcks: true))

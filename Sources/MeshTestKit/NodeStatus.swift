@@ -6,6 +6,9 @@ public struct NodeStatus: Decodable, Sendable {
         public var id: String
         public var name: String
         public var address: String
+        /// The current key epoch's session id, and how many epochs followed the first.
+        public var session: String
+        public var keyEpoch: Int?
     }
 
     public struct MemberInfo: Decodable, Sendable {
@@ -23,6 +26,11 @@ public struct NodeStatus: Decodable, Sendable {
 
     public func state(of id: String) -> String? {
         members.first { $0.id == id }?.state
+    }
+
+    /// A `dropped` counter by reason (`status --json` → counters.dropped).
+    public func dropped(_ reason: String) -> Int {
+        Int(counters["dropped"]?[reason]?.number ?? 0)
     }
 }
 

@@ -1,0 +1,101 @@
+import Foundation
+import MeshTestKit
+import Testing
+
+/// `groupmesh remove-member` with real processes: the session moves to a new key epoch that
+/// the removed member never sees; old invites stop working; a member that was offline catches up.
+@Suite("removing a member", .serialized)
+struct MemberRemovalTests {
+    @Test("the removed member is cut off, old invites stop working, an offline member catches up")
+    func removeMember() async throws {
+        var processes: [NodeProcess] = []
+        defer { for process in processes { Task { await process.cleanUp() } } }
+        let a = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "a"])
+        processes.append(a)
+        let oldInvite = try await a.waitForLine(prefix: "invite:")
+        var nodes = [a]
+        for name in ["b", "c", "mallory", "d"] {
+            let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", name, "--invite", oldInvite])
+            processes.append(node)
+            nodes.append(node)
+        }
+        let (b, c, mallory, d) = (nodes[1], nodes[2], nodes[3], nodes[4])
+        try await nodes.waitForMesh(alive: 5)
+        let firstSession = try await a.status().`self`.session
+        let malloryID = try await mallory.status().`self`.id
+
+        // d goes offline (as a crash would) before the removal.
+        d.signal(SIGKILL)
+        _ = try await d.waitForExit()
+
+        let removal = try await NodeProcess.runCommand(["remove-member", "--data-dir", b.dataDirectory, "mallory"])
+        #expect(removal.status == 0, "\(removal.stderr)")
+        #expect(removal.stdout.contains("removed \(malloryID.prefix(12))"), "\(removal.stdout)")
+        let newSession = try await b.status().`self`.session
+        #expect(newSession != firstSession)
+
+        // Every remaining live member moves to the new epoch and sees mallory gone.
+        for node in [a, b, c] {
+            try await node.waitForStatus(timeout: .seconds(30), "the new epoch, mallory left, a b c alive") { status in
+                status.`self`.session == newSession && status.`self`.keyEpoch == 1
+                    && status.state(of: malloryID) != "alive" && status.aliveCount == 3
+            }
+        }
+        // mallory is still on the old epoch, and everything it says is dropped as stale.
+        #expect(try await mallory.status().`self`.session == firstSession)
+        try await a.waitForStatus(timeout: .seconds(30), "mallory's datagrams dropped as stale") {
+            $0.dropped("staleEpoch") > 0
+        }
+        let send = try await NodeProcess.runCommand(["send", "--data-dir", mallory.dataDirectory, "--to", "a", "let me in"])
+        #expect(send.status != 0, "a send from the removed member was acknowledged: \(send.stderr)")
+        // The others still talk.
+        let message = try await NodeProcess.runCommand(["send", "--data-dir", b.dataDirectory, "--to", "c", "still here"])
+        #expect(message.status == 0, "\(message.stderr)")
+
+        // An invite from before the removal lets no one in.
+        mallory.signal(SIGKILL)
+        _ = try await mallory.waitForExit()
+        let staleBefore = try await a.status().dropped("staleEpoch")
+        let newcomer = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "newcomer", "--invite", oldInvite])
+        processes.append(newcomer)
+        try await a.waitForStatus(timeout: .seconds(30), "the newcomer's join refused") {
+            $0.dropped("staleEpoch") > staleBefore
+        }
+        #expect(try await a.status().members.allSatisfy { $0.name != "newcomer" })
+        #expect(try await newcomer.status().aliveCount == 1, "the newcomer met someone")
+
+        // d comes back on the old epoch and catches up through whoever it reaches first.
+        let back = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: d.dataDirectory,
+                                   ownsDataDirectory: false)
+        processes.append(back)
+        try await back.waitForStatus(timeout: .seconds(30), "d on the new epoch with a b c") {
+            $0.`self`.session == newSession && $0.aliveCount == 4
+        }
+        var info = stat()
+        #expect(stat(d.dataDirectory + "/epochs.key", &info) == 0)
+        #expect(info.st_mode & 0o077 == 0, "epochs.key is readable by others")
+
+        // A restarted member keeps its epoch.
+        c.signal(SIGKILL)
+        _ = try await c.waitForExit()
+        let restarted = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: c.dataDirectory,
+                                        ownsDataDirectory: false)
+        processes.append(restarted)
+        try await [a, b, back, restarted].waitForMesh(alive: 4)
+        #expect(try await restarted.status().`self`.session == newSession)
+    }
+
+    @Test("remove-member errors in one line: unknown member, this node itself")
+    func removeMemberErrors() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "solo"])
+        defer { Task { await node.cleanUp() } }
+        _ = try await node.waitForLine(prefix: "listening:")
+        let unknown = try await NodeProcess.runCommand(["remove-member", "--data-dir", node.dataDirectory, "nobody"])
+        #expect(unknown.status != 0)
+        #expect(unknown.stderr.contains("unknown member 'nobody'"), "\(unknown.stderr)")
+        let own = try await NodeProcess.runCommand(["remove-member", "--data-dir", node.dataDirectory, "solo"])
+        #expect(own.status != 0)
+        #expect(own.stderr.contains("cannot remove this node itself"), "\(own.stderr)")
+        for result in [unknown, own] { #expect(result.stderr.split(separator: "\n").count == 1) }
+    }
+}
