@@ -73,7 +73,8 @@ extension MeshNode {
     func handOver(to record: MemberRecord, heardIn session: SessionID, address: PeerAddress? = nil) -> Bool {
         guard let me = membership?.me, let destination = address ?? record.addresses.first,
               let transition = epochs.handover(to: record.id, heardIn: session, now: now),
-              var earlier = earlierCodecs[session], let previous = epochs.secret(of: session),
+              var earlier = earlierCodecs[session],
+              let previous = epochs.secret(of: transition.rotation.previousSession),
               let handover = EpochHandover.seal(transition.secret, rotation: transition.rotation, previous: previous,
                                                 sender: me, local: ephemeral, recipient: record,
                                                 nonce: .random()) else { return false }
@@ -95,6 +96,13 @@ extension MeshNode {
         earlierCodecs[header.sessionID] = earlier
         guard case let .success(opened) = result else {
             if case let .failure(reason) = result { counters.countDrop(reason) }
+            return
+        }
+        // A competing rotation handed to us in the epoch ours left (two removals at once).
+        if case .epochHandover = opened.frames.first, let address = PeerAddress(remote) {
+            for case let .epochHandover(handover) in opened.frames {
+                receiveHandover(handover, header: opened.header, from: address)
+            }
             return
         }
         guard epochs.isEntitled(header.sender, heardIn: header.sessionID),
@@ -122,15 +130,26 @@ extension MeshNode {
         let authority = Ed25519Authority(identity: identity)
         guard handover.recipient == nodeID, handover.recipientBoot == bootID, handover.sender.id == header.sender,
               handover.sender.bootID == header.bootID, handover.sender.hasValidSignature(authority),
-              handover.rotation.previousSession == session.sessionID,
-              let secret = handover.open(previous: session, local: ephemeral) else {
+              let previous = epochs.secret(of: handover.rotation.previousSession),
+              let secret = handover.open(previous: previous, local: ephemeral) else {
             counters.handoversRefused += 1
             return
         }
         switch epochs.accept(handover.rotation, secret: secret, from: header.sender, localID: nodeID,
                              members: knownMemberIDs, authority: authority) {
-        case let .adopted(transition):
-            enterEpoch(transition, handingOver: false)
+        case let .adopted(transition, replacing):
+            // Handed on to every live member too: under loss, and when two members removed
+            // someone at once, every member must see the rotation that stands.
+            enterEpoch(transition, handingOver: true)
+            if let replacing, replacing.rotation.author == nodeID {
+                // Our own removal lost to a competing one: remove again, on top of the winner.
+                let rest = Set(replacing.rotation.removed).subtracting(epochs.removed)
+                if !rest.isEmpty {
+                    let again = epochs.rotate(removing: rest, to: SessionSecret.generate(), members: knownMemberIDs,
+                                              authority: authority)
+                    enterEpoch(again, handingOver: true)
+                }
+            }
             // Our view may be empty (back from a restart): join again, now in the new epoch.
             let seeds = Set([address] + knownMembers.addresses + members.dropFirst().compactMap(\.address))
             perform(membership?.join(seeds.sorted(), now: now) ?? [])

@@ -85,6 +85,36 @@ struct MemberRemovalTests {
         #expect(try await restarted.status().`self`.session == newSession)
     }
 
+    @Test("two members removing two others at the same moment end in one epoch without either")
+    func concurrentRemovals() async throws {
+        var nodes: [NodeProcess] = []
+        defer { for node in nodes { Task { await node.cleanUp() } } }
+        let a = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "a"])
+        nodes.append(a)
+        let invite = try await a.waitForLine(prefix: "invite:")
+        for name in ["b", "x", "y"] {
+            nodes.append(try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", name, "--invite", invite]))
+        }
+        try await nodes.waitForMesh(alive: 4)
+        let (b, x, y) = (nodes[1], nodes[2], nodes[3])
+        let xID = try await x.status().`self`.id, yID = try await y.status().`self`.id
+        async let first = NodeProcess.runCommand(["remove-member", "--data-dir", a.dataDirectory, "x"])
+        async let second = NodeProcess.runCommand(["remove-member", "--data-dir", b.dataDirectory, "y"])
+        let (removedX, removedY) = try await (first, second)
+        #expect(removedX.status == 0 && removedY.status == 0, "\(removedX.stderr) \(removedY.stderr)")
+        var session = ""
+        try await waitUntil("a and b in one epoch without x and y", timeout: .seconds(30)) {
+            guard let onA = try? await a.status(), let onB = try? await b.status() else { return false }
+            session = onA.`self`.session
+            return onA.`self`.session == onB.`self`.session && onA.aliveCount == 2 && onB.aliveCount == 2
+                && [xID, yID].allSatisfy { onA.state(of: $0) != "alive" && onB.state(of: $0) != "alive" }
+        }
+        // Neither removed member holds the epoch that stands.
+        for removed in [x, y] { #expect(try await removed.status().`self`.session != session) }
+        let message = try await NodeProcess.runCommand(["send", "--data-dir", a.dataDirectory, "--to", "b", "just us"])
+        #expect(message.status == 0, "\(message.stderr)")
+    }
+
     @Test("remove-member errors in one line: unknown member, this node itself")
     func removeMemberErrors() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "solo"])

@@ -70,7 +70,7 @@ import Testing
                                    authority: m.authority) == .removesUs)
         #expect(removedSide.current == origin)
 
-        guard case let .adopted(transition) = epochs.accept(rotation, secret: next, from: a.id, localID: b.id,
+        guard case let .adopted(transition, nil) = epochs.accept(rotation, secret: next, from: a.id, localID: b.id,
                                                             members: known, authority: b.authority) else {
             Issue.record("a genuine rotation was not adopted")
             return
@@ -88,6 +88,47 @@ import Testing
                                 signingKey: a.identity.publicKey).signed(by: a.authority)
         #expect(epochs.accept(stray, secret: fake.secret, from: a.id, localID: b.id, members: known,
                               authority: b.authority) == .notOurEpoch)
+    }
+
+    @Test func ofTwoRotationsAtOnceTheSameOneStandsEverywhere() {
+        // a removes m while b removes newcomer, both out of the origin epoch.
+        var atA = KeyEpochs(origin: origin), atB = KeyEpochs(origin: origin)
+        let members: Set<NodeID> = [a.id, b.id, m.id, newcomer.id]
+        let fromA = atA.rotate(removing: [m.id], to: SessionSecret.generate(), members: members, authority: a.authority)
+        let fromB = atB.rotate(removing: [newcomer.id], to: SessionSecret.generate(), members: members, authority: b.authority)
+        let aWins = KeyEpochs.wins(fromA.rotation, over: fromB.rotation)
+        #expect(aWins != KeyEpochs.wins(fromB.rotation, over: fromA.rotation), "exactly one wins")
+        let (winner, loser) = aWins ? (fromA, fromB) : (fromB, fromA)
+
+        // Whatever order a third member hears them in, it ends on the winner.
+        for order in [[fromA, fromB], [fromB, fromA]] {
+            var third = KeyEpochs(origin: origin)
+            for transition in order {
+                let sender = transition.rotation.author
+                _ = third.accept(transition.rotation, secret: transition.secret, from: sender, localID: Party(9).id,
+                                 members: members, authority: a.authority)
+            }
+            #expect(third.current == winner.secret)
+            #expect(third.transitions.count == 1)
+        }
+        // The loser's author switches too, and members stuck in the losing epoch are handed the winner.
+        var atLoser = aWins ? atB : atA
+        let outcome = atLoser.accept(winner.rotation, secret: winner.secret, from: winner.rotation.author,
+                                     localID: loser.rotation.author, members: members, authority: a.authority)
+        #expect(outcome == .adopted(KeyEpochs.Transition(rotation: winner.rotation, secret: winner.secret,
+                                                         entitled: members.subtracting(winner.rotation.removed)),
+                                    replacing: loser))
+        #expect(atLoser.current == winner.secret)
+        #expect(atLoser.secret(of: loser.secret.sessionID) == loser.secret)
+        let stuck = aWins ? m.id : newcomer.id
+        #expect(atLoser.handover(to: stuck, heardIn: loser.secret.sessionID, now: t0) == nil, "removed by the winner")
+        let other = aWins ? newcomer.id : m.id
+        #expect(atLoser.handover(to: other, heardIn: loser.secret.sessionID, now: t0)?.secret == winner.secret)
+        // The winner, told of the loser, keeps its epoch.
+        var atWinner = aWins ? atA : atB
+        #expect(atWinner.accept(loser.rotation, secret: loser.secret, from: loser.rotation.author,
+                                localID: winner.rotation.author, members: members, authority: a.authority) == .notOurEpoch)
+        #expect(atWinner.current == winner.secret)
     }
 
     @Test func aHandoverOpensOnlyForItsRecipientsBoot() throws {

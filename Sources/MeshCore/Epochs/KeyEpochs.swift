@@ -25,8 +25,9 @@ public struct KeyEpochs: Sendable {
     }
 
     public enum Acceptance: Equatable, Sendable {
-        /// A new epoch: switch to it.
-        case adopted(Transition)
+        /// A new epoch: switch to it. `replacing` is our current epoch when the new one is a
+        /// competing rotation out of the same epoch that wins (two removals at once).
+        case adopted(Transition, replacing: Transition?)
         /// The rotation out of our current epoch is already taken.
         case known
         /// The rotation leaves an epoch other than our current one.
@@ -45,7 +46,15 @@ public struct KeyEpochs: Sendable {
     public private(set) var transitions: [Transition]
     /// Every member removed by any rotation we know.
     public private(set) var removed: Set<NodeID>
-    private var lastHandover: [NodeID: MeshInstant] = [:]
+    /// Epochs we were in that lost to a competing rotation, with the transition that won: their
+    /// members are handed the winner. Not persisted (a restart forgets them).
+    private var superseded: [SessionID: (secret: SessionSecret, winner: SessionID)] = [:]
+    private var lastHandover: [HandoverKey: MeshInstant] = [:]
+
+    private struct HandoverKey: Hashable {
+        var member: NodeID
+        var epoch: SessionID
+    }
 
     public init(origin: SessionSecret, transitions: [Transition] = []) {
         self.origin = origin
@@ -63,12 +72,14 @@ public struct KeyEpochs: Sendable {
     /// The secret of any epoch we had, by its session id.
     public func secret(of session: SessionID) -> SessionSecret? {
         if origin.sessionID == session { return origin }
+        if let lost = superseded[session] { return lost.secret }
         return transitions.first { $0.secret.sessionID == session }?.secret
     }
 
     /// The transition out of an earlier epoch; nil for the current epoch or one we never had.
     public func transition(after session: SessionID) -> Transition? {
         if origin.sessionID == session { return transitions.first }
+        if let lost = superseded[session] { return transitions.first { $0.secret.sessionID == lost.winner } }
         guard let index = transitions.firstIndex(where: { $0.secret.sessionID == session }) else { return nil }
         return transitions.indices.contains(index + 1) ? transitions[index + 1] : nil
     }
@@ -95,13 +106,34 @@ public struct KeyEpochs: Sendable {
               !rotation.removed.contains(sender), rotation.removed.count <= KeyRotation.maxRemoved else {
             return .invalid
         }
-        if transitions.contains(where: { $0.rotation.nextSession == rotation.nextSession }) { return .known }
-        guard rotation.previousSession == current.sessionID else { return .notOurEpoch }
+        if transitions.contains(where: { $0.rotation.nextSession == rotation.nextSession })
+            || superseded[rotation.nextSession] != nil { return .known }
+        // A competing rotation out of the epoch our current one left: the one that wins takes
+        // its place, so that two removals at the same moment do not split the session.
+        var replacing: Transition?
+        if rotation.previousSession != current.sessionID {
+            guard let last = transitions.last, rotation.previousSession == last.rotation.previousSession,
+                  Self.wins(rotation, over: last.rotation) else { return .notOurEpoch }
+            replacing = last
+        }
         if rotation.removed.contains(localID) { return .removesUs }
+        if let replacing {
+            transitions.removeLast()
+            removed = Set(transitions.flatMap(\.rotation.removed))
+            superseded[replacing.secret.sessionID] = (replacing.secret, rotation.nextSession)
+        }
         let transition = Transition(rotation: rotation, secret: secret,
                                     entitled: members.subtracting(rotation.removed).subtracting(removed))
         append(transition)
-        return .adopted(transition)
+        return .adopted(transition, replacing: replacing)
+    }
+
+    /// Which of two rotations out of the same epoch stands: not one whose author the other
+    /// removes; else the smaller new session id (any rule works if every member applies it).
+    public static func wins(_ rotation: KeyRotation, over other: KeyRotation) -> Bool {
+        if other.removed.contains(rotation.author) { return false }
+        if rotation.removed.contains(other.author) { return true }
+        return rotation.nextSession.value < other.nextSession.value
     }
 
     /// Whether `member`, heard speaking the earlier epoch `session`, is to be handed the next
@@ -109,8 +141,9 @@ public struct KeyEpochs: Sendable {
     public mutating func handover(to member: NodeID, heardIn session: SessionID, now: MeshInstant) -> Transition? {
         guard let transition = transition(after: session), transition.entitled.contains(member),
               !removed.contains(member) else { return nil }
-        if let last = lastHandover[member], now < last + Self.handoverInterval { return nil }
-        lastHandover[member] = now
+        let key = HandoverKey(member: member, epoch: transition.secret.sessionID)
+        if let last = lastHandover[key], now < last + Self.handoverInterval { return nil }
+        lastHandover[key] = now
         return transition
     }
 
