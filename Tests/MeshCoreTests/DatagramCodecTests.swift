@@ -83,6 +83,24 @@ import Testing
         #expect(opened.header.helloNonce != nil)
     }
 
+    @Test func aCapturedJoinReplayedLaterIsDroppedBeforeAndAfterWeMeetItsSender() throws {
+        let secret = try SessionSecret(bytes: [UInt8](repeating: 4, count: 32))
+        let joiner = TestNode(secret: secret, seed: 0x10)
+        let member = TestNode(secret: secret, seed: 0x20)
+        let join = joiner.sealHello(Self.ping, nonce: .random())
+        #expect(member.open(join).success != nil, "the join itself")
+        #expect(member.open(join).failure == .replay, "replayed while the sender is still a stranger")
+        member.install(joiner)
+        #expect(member.open(join).failure == .replay, "replayed once we hold its keys")
+        member.removePeer(joiner.id)
+        #expect(member.open(join).failure == .replay, "replayed after it was declared dead")
+        let next = joiner.sealHello(Self.ping, nonce: .random())
+        #expect(member.open(next).success != nil, "a new hello of the same boot still opens")
+        // Another boot of the same member is a new sender.
+        let reborn = TestNode(secret: secret, seed: 0x10, bootID: 2)
+        #expect(member.open(reborn.sealHello(Self.ping, nonce: .random())).success != nil)
+    }
+
     @Test func packetNumbersCountPerPeerAndHellosSeparately() throws {
         let secret = try SessionSecret(bytes: [UInt8](repeating: 1, count: 32))
         let a = TestNode(secret: secret, seed: 1)
@@ -401,7 +419,7 @@ import Testing
     }
 
     @Test func dropReasonsHaveStableCounterNames() {
-        #expect(DropReason.allCases.map(\.rawValue) == ["malformed", "version", "foreign", "unknownSender", "auth", "replay"])
+        #expect(DropReason.allCases.map(\.rawValue) == ["malformed", "version", "foreign", "unknownSender", "auth", "replay", "staleEpoch"])
         for reason in DropReason.allCases { #expect(DropReason(rawValue: reason.rawValue) == reason) }
     }
 }

@@ -5,9 +5,6 @@ import NIOCore
 public enum DropReason: String, Error, CaseIterable, Sendable, Codable {
     /// Not a well-formed GroupMesh datagram, or its frames do not decode.
     case malformed
-    /// A datagram of an earlier key epoch from a member not owed the current one: removed,
-    /// or never known to us (an invite from before a removal).
-    case staleEpoch
     /// A datagram format version this node does not speak.
     case version
     /// Another session's datagram (its session id is not ours).
@@ -18,6 +15,9 @@ public enum DropReason: String, Error, CaseIterable, Sendable, Codable {
     case auth
     /// A packet number already accepted, or too old for the replay window.
     case replay
+    /// A datagram of an earlier key epoch from a member not owed the current one: removed,
+    /// or never known to us (an invite from before a removal).
+    case staleEpoch
 }
 
 public struct OpenedDatagram: Equatable, Sendable {
@@ -55,6 +55,19 @@ public struct DatagramCodec: Sendable {
     /// (a member declared dead that refutes), its key must go on from where it stopped, or
     /// nonces would repeat under it and old datagrams would replay.
     private var retired: [NodeID: PeerKeys] = [:]
+    /// Hello windows of senders we hold no keys for (a join, a member not met yet): a captured
+    /// join replayed later would otherwise make us answer again, to whatever source it claims.
+    /// Bounded, oldest first out; moved into the peer's keys when they are installed.
+    private var strangers: [StrangerBoot: ReplayWindow] = [:]
+    private var strangerOrder: [StrangerBoot] = []
+    private var strangerCursor = 0
+    static let maxStrangers = 1024
+    static let strangerWindowSize = 256
+
+    private struct StrangerBoot: Hashable, Sendable {
+        var id: NodeID
+        var bootID: UInt64
+    }
 
     public init(session: SessionSecret, localID: NodeID, localBootID: UInt64, configuration: Configuration = .init()) {
         self.configuration = configuration
@@ -85,9 +98,13 @@ public struct DatagramCodec: Sendable {
             peers[id] = previous
             return
         }
+        var helloWindow = ReplayWindow(size: configuration.replayWindowSize)
+        if let seen = strangers.removeValue(forKey: StrangerBoot(id: id, bootID: bootID)) {
+            for number in seen.recorded { _ = helloWindow.record(number) }
+        }
         peers[id] = PeerKeys(bootID: bootID, keys: keys,
                              pairwiseWindow: ReplayWindow(size: configuration.replayWindowSize),
-                             helloWindow: ReplayWindow(size: configuration.replayWindowSize))
+                             helloWindow: helloWindow)
     }
 
     public mutating func removePeer(_ id: NodeID) {
@@ -179,7 +196,14 @@ public struct DatagramCodec: Sendable {
         case .hello:
             // Our own hello coming back is a reflection, never a message to us.
             guard header.sender != localID else { return .failure(.unknownSender) }
-            if known, peers[header.sender]?.helloWindow.check(header.packetNumber) != .fresh { return .failure(.replay) }
+            if known {
+                if peers[header.sender]?.helloWindow.check(header.packetNumber) != .fresh { return .failure(.replay) }
+            } else if retired[header.sender]?.bootID == header.bootID {
+                if retired[header.sender]?.helloWindow.check(header.packetNumber) != .fresh { return .failure(.replay) }
+            } else if let window = strangers[StrangerBoot(id: header.sender, bootID: header.bootID)],
+                      window.check(header.packetNumber) != .fresh {
+                return .failure(.replay)
+            }
             sealer = helloSealer
         }
 
@@ -197,11 +221,29 @@ public struct DatagramCodec: Sendable {
             case .pairwise: peers[header.sender]?.pairwiseWindow.record(header.packetNumber)
             case .hello: peers[header.sender]?.helloWindow.record(header.packetNumber)
             }
+        } else if retired[header.sender]?.bootID == header.bootID {
+            retired[header.sender]?.helloWindow.record(header.packetNumber)
+        } else {
+            recordStranger(StrangerBoot(id: header.sender, bootID: header.bootID), header.packetNumber)
         }
         var plaintext = buffer.getSlice(at: buffer.readerIndex, length: openedLength) ?? ByteBuffer()
         switch FrameCodec.decodeAll(&plaintext) {
         case let .success(frames): return .success(OpenedDatagram(header: header, frames: frames))
         case .failure: return .failure(.malformed)
         }
+    }
+
+    private mutating func recordStranger(_ stranger: StrangerBoot, _ number: UInt64) {
+        if strangers[stranger] == nil {
+            if strangerOrder.count < Self.maxStrangers {
+                strangerOrder.append(stranger)
+            } else {
+                strangers[strangerOrder[strangerCursor]] = nil
+                strangerOrder[strangerCursor] = stranger
+                strangerCursor = (strangerCursor + 1) % Self.maxStrangers
+            }
+            strangers[stranger] = ReplayWindow(size: Self.strangerWindowSize)
+        }
+        strangers[stranger]?.record(number)
     }
 }
