@@ -38,7 +38,6 @@ public struct DatagramCodec: Sendable {
         var keys: PairwiseKeys
         var nextPacketNumber: UInt64 = 1
         var pairwiseWindow: ReplayWindow
-        var helloWindow: ReplayWindow
     }
 
     public let configuration: Configuration
@@ -52,6 +51,11 @@ public struct DatagramCodec: Sendable {
     /// (a member declared dead that refutes), its key must go on from where it stopped, or
     /// nonces would repeat under it and old datagrams would replay.
     private var retired: [NodeID: PeerKeys] = [:]
+    /// Hello datagrams seen lately, by their random nonce: a replayed hello is dropped whatever
+    /// sender it names. Not a window per sender: every member holds the hello key, so a member
+    /// could seal hellos in another's name with packet numbers far ahead and push that member's
+    /// real hellos out of the window (it did, in HostileMemberTests).
+    private var recentHellos = RecentNonces(capacity: 16_384)
 
     public init(session: SessionSecret, localID: NodeID, localBootID: UInt64, configuration: Configuration = .init()) {
         self.configuration = configuration
@@ -83,8 +87,7 @@ public struct DatagramCodec: Sendable {
             return
         }
         peers[id] = PeerKeys(bootID: bootID, keys: keys,
-                             pairwiseWindow: ReplayWindow(size: configuration.replayWindowSize),
-                             helloWindow: ReplayWindow(size: configuration.replayWindowSize))
+                             pairwiseWindow: ReplayWindow(size: configuration.replayWindowSize))
     }
 
     public mutating func removePeer(_ id: NodeID) {
@@ -176,7 +179,7 @@ public struct DatagramCodec: Sendable {
         case .hello:
             // Our own hello coming back is a reflection, never a message to us.
             guard header.sender != localID else { return .failure(.unknownSender) }
-            if known, peers[header.sender]?.helloWindow.check(header.packetNumber) != .fresh { return .failure(.replay) }
+            if recentHellos.contains(header.nonce) { return .failure(.replay) }
             sealer = helloSealer
         }
 
@@ -189,16 +192,48 @@ public struct DatagramCodec: Sendable {
             }
         }
         guard let openedLength else { return .failure(.auth) }
-        if known {
-            switch header.keyKind {
-            case .pairwise: peers[header.sender]?.pairwiseWindow.record(header.packetNumber)
-            case .hello: peers[header.sender]?.helloWindow.record(header.packetNumber)
-            }
+        switch header.keyKind {
+        case .pairwise: peers[header.sender]?.pairwiseWindow.record(header.packetNumber)
+        case .hello: recentHellos.insert(header.nonce)
         }
         var plaintext = buffer.getSlice(at: buffer.readerIndex, length: openedLength) ?? ByteBuffer()
         switch FrameCodec.decodeAll(&plaintext) {
         case let .success(frames): return .success(OpenedDatagram(header: header, frames: frames))
         case .failure: return .failure(.malformed)
+        }
+    }
+}
+
+/// The last `capacity` hello nonces that authenticated (random 24-byte nonces; the first 16
+/// bytes name one well enough), oldest forgotten first.
+struct RecentNonces: Sendable {
+    private struct Key: Hashable, Sendable { var high: UInt64; var low: UInt64 }
+    private var seen: Set<Key> = []
+    private var order: [Key] = []
+    private var next = 0
+    let capacity: Int
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    private static func key(_ nonce: PacketNonce) -> Key {
+        let raw = nonce.raw
+        var high: UInt64 = 0, low: UInt64 = 0
+        for byte in raw.prefix(8) { high = high << 8 | UInt64(byte) }
+        for byte in raw.dropFirst(8).prefix(8) { low = low << 8 | UInt64(byte) }
+        return Key(high: high, low: low)
+    }
+
+    func contains(_ nonce: PacketNonce) -> Bool { seen.contains(Self.key(nonce)) }
+
+    mutating func insert(_ nonce: PacketNonce) {
+        let key = Self.key(nonce)
+        guard seen.insert(key).inserted else { return }
+        if order.count < capacity {
+            order.append(key)
+        } else {
+            seen.remove(order[next])
+            order[next] = key
+            next = (next + 1) % capacity
         }
     }
 }
