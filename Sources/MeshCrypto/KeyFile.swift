@@ -8,13 +8,15 @@ import Darwin
 /// place; refused on read when group or others may read them.
 enum KeyFile {
     static func load(_ path: String, expectedCount: Int, what: String) throws(MeshCryptoError) -> [UInt8] {
-        var info = stat()
-        guard stat(path, &info) == 0 else { throw .keyFile(path: path, reason: errnoText()) }
-        let mode = UInt32(info.st_mode) & 0o777
-        guard mode & 0o077 == 0 else { throw .keyFilePermissions(path: path, mode: mode) }
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        // The mode is checked on the file opened, not on the path before opening it (a file
+        // swapped in between would be read unchecked); a symbolic link is not followed.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else { throw .keyFile(path: path, reason: errnoText()) }
         defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw .keyFile(path: path, reason: errnoText()) }
+        let mode = UInt32(info.st_mode) & 0o777
+        guard mode & 0o077 == 0 else { throw .keyFilePermissions(path: path, mode: mode) }
         var buffer = [UInt8](repeating: 0, count: expectedCount + 1)
         var total = 0
         while total < buffer.count {
