@@ -21,6 +21,16 @@ struct HostileMemberTests {
         return (node, id, address)
     }
 
+    /// Two nodes, the second joined through the first's invite (returned for the hostile member).
+    static func startPair(_ firstName: String, _ secondName: String) async throws
+        -> (first: (node: NodeProcess, id: NodeID, address: PeerAddress),
+            second: (node: NodeProcess, id: NodeID, address: PeerAddress), invite: String) {
+        let first = try await start(firstName)
+        let invite: String
+        do { invite = try await first.node.waitForLine(prefix: "invite:") } catch { await first.node.cleanUp(); throw error }
+        do { return (first, try await start(secondName, invite: invite), invite) } catch { await first.node.cleanUp(); throw error }
+    }
+
     /// A random file of `size` bytes and the manifest its attachment will have.
     static func attachment(_ size: Int, seed: UInt64) throws -> (path: String, bytes: Data, manifest: Manifest) {
         let path = NodeProcess.makeTemporaryDirectory("hostile-file") + "/file.bin"
@@ -51,6 +61,24 @@ struct HostileMemberTests {
         return checked
     }
 
+    /// Waits for the mesh and for `holders` members holding the attachment in `node`'s view (so
+    /// the scheduler asks every one of them), then `get`s it; checks the bytes; returns the seconds.
+    static func lateFetch(_ node: NodeProcess, mesh: [NodeProcess], holders: Int, id: String, expected: Data)
+        async throws -> Double {
+        try await mesh.waitForMesh(alive: mesh.count + 1, timeout: .seconds(20))
+        try await waitUntil("\(holders) holders", timeout: .seconds(15)) {
+            try await JournalCommandTests.listed(node).first?.holders == holders
+        }
+        let started = ContinuousClock.now
+        let output = node.dataDirectory + "/out.bin"
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, id, "--output", output],
+                                                   timeout: .seconds(30))
+        let seconds = (ContinuousClock.now - started) / .seconds(1)
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == expected)
+        return seconds
+    }
+
     @Test("garbage chunks are rejected and never stored; a liar that claims chunks is avoided; late joiners get every byte")
     func garbageAndLies() async throws {
         var nodes: [NodeProcess] = []
@@ -71,18 +99,7 @@ struct HostileMemberTests {
         hostile.claimHolding([file.manifest.id: file.manifest])
         let late = try await Self.start("late", invite: invite, lazy: true)
         nodes.append(late.node)
-        try await nodes.waitForMesh(alive: 3, timeout: .seconds(20))
-        // The late joiner believes both hold it, so the scheduler asks both.
-        try await waitUntil("two holders", timeout: .seconds(15)) {
-            try await JournalCommandTests.listed(late.node).first?.holders == 2
-        }
-        let started = ContinuousClock.now
-        let output = late.node.dataDirectory + "/out.bin"
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", late.node.dataDirectory, id, "--output", output],
-                                                   timeout: .seconds(30))
-        let garbageSeconds = (ContinuousClock.now - started) / .seconds(1)
-        #expect(get.status == 0, "\(get.stderr)")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == file.bytes)
+        let garbageSeconds = try await Self.lateFetch(late.node, mesh: nodes, holders: 2, id: id, expected: file.bytes)
         #expect(hostile.stats.garbagePiecesSent > 0, "the hostile member was never asked")
         let lateStatus = try await late.node.status()
         #expect(Self.counter(lateStatus, "chunksRejected") >= 1)
@@ -94,17 +111,7 @@ struct HostileMemberTests {
         let wantsBefore = hostile.stats.wantsReceived
         let second = try await Self.start("second", invite: invite, lazy: true)
         nodes.append(second.node)
-        try await nodes.waitForMesh(alive: 4, timeout: .seconds(20))
-        try await waitUntil("three holders", timeout: .seconds(15)) {
-            try await JournalCommandTests.listed(second.node).first?.holders == 3
-        }
-        let silentStart = ContinuousClock.now
-        let secondOutput = second.node.dataDirectory + "/out.bin"
-        let secondGet = try await NodeProcess.runCommand(["get", "--data-dir", second.node.dataDirectory, id,
-                                                          "--output", secondOutput], timeout: .seconds(30))
-        let silentSeconds = (ContinuousClock.now - silentStart) / .seconds(1)
-        #expect(secondGet.status == 0, "\(secondGet.stderr)")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: secondOutput)) == file.bytes)
+        let silentSeconds = try await Self.lateFetch(second.node, mesh: nodes, holders: 3, id: id, expected: file.bytes)
         #expect(silentSeconds < 15, "a silent liar held the fetch up for \(silentSeconds) s")
         #expect(try Self.storeIsClean(second.node) == file.manifest.chunks.count + 1)
         // Nothing bad was forwarded: the honest holders served only verified chunks.
@@ -117,13 +124,9 @@ struct HostileMemberTests {
 
     @Test("floods of wants and joins cost bounded CPU and memory; malformed frames in valid seals are dropped and counted")
     func floodsAndMalformedFrames() async throws {
-        var nodes: [NodeProcess] = []
+        let (victim, other, invite) = try await Self.startPair("victim", "other")
+        let nodes = [victim.node, other.node]
         defer { for node in nodes { Task { await node.cleanUp() } } }
-        let victim = try await Self.start("victim")
-        nodes.append(victim.node)
-        let invite = try await victim.node.waitForLine(prefix: "invite:")
-        let other = try await Self.start("other", invite: invite)
-        nodes.append(other.node)
         let file = try Self.attachment(1 << 20, seed: 0xf100d)
         defer { try? FileManager.default.removeItem(atPath: (file.path as NSString).deletingLastPathComponent) }
         let attach = try await NodeProcess.runCommand(["attach", "--data-dir", victim.node.dataDirectory, file.path])
@@ -188,13 +191,9 @@ struct HostileMemberTests {
 
     @Test("false accusations are refuted; records and datagrams in another member's name fail")
     func accusationsAndImpersonation() async throws {
-        var nodes: [NodeProcess] = []
+        let (first, second, invite) = try await Self.startPair("first", "second")
+        let nodes = [first.node, second.node]
         defer { for node in nodes { Task { await node.cleanUp() } } }
-        let first = try await Self.start("first")
-        nodes.append(first.node)
-        let invite = try await first.node.waitForLine(prefix: "invite:")
-        let second = try await Self.start("second", invite: invite)
-        nodes.append(second.node)
         let hostile = try HostileMember(invite: try InviteToken(parsing: invite))
         defer { hostile.stop() }
         try await nodes.waitForMesh(alive: 3, timeout: .seconds(20))
