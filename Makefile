@@ -36,7 +36,8 @@ bench: deps
 demo: build
 	GROUPMESH_BIN=.build/debug/groupmesh bash scripts/demo.sh
 
-# libFuzzer over the datagram decoder, the frame codec and the invite parser, for a bounded
+# libFuzzer over every decoder of outside bytes (datagrams, frames, invites, journal, transfer,
+# control-socket requests), for a bounded
 # time. Crash inputs land in bench/fuzz-artifacts/; add each as a regression test.
 fuzz: deps
 	$(SWIFT) build -c debug --product MeshFuzz --scratch-path .build-fuzz \

@@ -86,13 +86,13 @@ let package = Package(
         // libFuzzer harness over every decoder of outside bytes; built only by `make fuzz`.
         .executableTarget(
             name: "MeshFuzz",
-            dependencies: ["MeshCore", "MeshCrypto", .product(name: "NIOCore", package: "swift-nio")],
+            dependencies: ["GroupMesh", "MeshCore", "MeshCrypto", .product(name: "NIOCore", package: "swift-nio")],
             swiftSettings: [.unsafeFlags(["-parse-as-library"])]
         ),
         .testTarget(name: "MeshCryptoTests", dependencies: ["MeshCrypto"]),
         .testTarget(name: "MeshCoreTests", dependencies: ["MeshCore", "MeshCrypto", "MeshTestKit"]),
         .testTarget(name: "MeshStoreTests", dependencies: ["MeshStore"]),
-        .testTarget(name: "GroupMeshTests", dependencies: ["GroupMesh", "MeshTestKit"]),
+        .testTarget(name: "GroupMeshTests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCore"]),
         .testTarget(name: "MeshTestKitTests", dependencies: ["MeshTestKit"]),
         .testTarget(name: "GroupMeshCLITests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCrypto", "MeshCore",
                                                          .product(name: "NIOCore", package: "swift-nio")]),

@@ -27,13 +27,15 @@ enum KeyFile {
 
     /// The file's first `expectedCount + 1` bytes at most (one more than allowed tells a long file).
     private static func read(_ path: String, upTo expectedCount: Int) throws(MeshCryptoError) -> [UInt8] {
-        var info = stat()
-        guard stat(path, &info) == 0 else { throw .keyFile(path: path, reason: errnoText()) }
-        let mode = UInt32(info.st_mode) & 0o777
-        guard mode & 0o077 == 0 else { throw .keyFilePermissions(path: path, mode: mode) }
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        // The mode is checked on the file opened, not on the path before opening it (a file
+        // swapped in between would be read unchecked); a symbolic link is not followed.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else { throw .keyFile(path: path, reason: errnoText()) }
         defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw .keyFile(path: path, reason: errnoText()) }
+        let mode = UInt32(info.st_mode) & 0o777
+        guard mode & 0o077 == 0 else { throw .keyFilePermissions(path: path, mode: mode) }
         var buffer = [UInt8](repeating: 0, count: expectedCount + 1)
         var total = 0
         while total < buffer.count {

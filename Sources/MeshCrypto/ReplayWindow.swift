@@ -23,12 +23,6 @@ public struct ReplayWindow: Sendable, Equatable {
 
     public var highestAccepted: UInt64? { seenAny ? highest : nil }
 
-    /// The numbers recorded and still inside the window, highest first.
-    public var recorded: [UInt64] {
-        guard seenAny else { return [] }
-        return (0..<min(size, highest &+ 1)).map { highest - $0 }.filter(isSet)
-    }
-
     public func check(_ number: UInt64) -> Verdict {
         guard seenAny, number <= highest else { return .fresh }
         if highest - number >= size { return .tooOld }

@@ -1,3 +1,4 @@
+import GroupMesh
 import MeshCore
 import MeshCrypto
 import NIOCore
@@ -32,7 +33,7 @@ public enum FuzzTargets {
 
     public static func run(selector: UInt8, input: [UInt8]) {
         var buffer = ByteBuffer(bytes: input)
-        switch selector % 8 {
+        switch selector % 9 {
         case 0:
             _ = DatagramHeader.decode(&buffer)
         case 1:
@@ -55,8 +56,15 @@ public enum FuzzTargets {
                 _ = assembler.begin(piece.digest, length: piece.chunkLength, from: NodeID(high: 1, low: 1), now: .zero)
                 _ = assembler.onPiece(piece, from: NodeID(high: 1, low: 1), now: .zero)
             }
-        default:
+        case 7:
             _ = try? JournalOperation(decoding: &buffer)
+        default:
+            // The control socket's requests: bytes cut into lines, each decoded (fed in two parts,
+            // so a line split across reads is covered too).
+            var reader = ControlRequestReader()
+            let cut = input.isEmpty ? 0 : Int(input[0]) % (input.count + 1)
+            _ = reader.feed(input[..<cut])
+            _ = reader.feed(input[cut...])
         }
     }
 }

@@ -245,6 +245,25 @@ import Testing
         #expect(b.open(hello) == .failure(.replay))
     }
 
+    @Test func helloInAnotherMembersNameCannotSilenceIt() throws {
+        let (a, b) = connectedPair()
+        // Any member holds the hello key: it seals a hello naming a's id and boot, far ahead
+        // in packet numbers.
+        let header = DatagramHeader(keyKind: .hello, sessionID: a.secret.sessionID, sender: a.id, bootID: a.bootID,
+                                    packetNumber: 1 << 50, helloNonce: .random())
+        var forged = ByteBuffer()
+        header.encode(into: &forged)
+        let associated = Array(forged.readableBytesView)
+        let sealer = try PacketSealer(key: a.secret.key(for: .hello))
+        var plaintext = ByteBuffer()
+        for frame in Self.ping { FrameCodec.encode(frame, into: &plaintext) }
+        forged.writeBytes(sealer.seal(Array(plaintext.readableBytesView), associatedData: associated, nonce: header.nonce))
+        #expect(b.open(forged).success != nil)  // it opens: the hello key is shared
+        // a's own hellos still open afterwards (they used to be "replays" behind the forged number).
+        for _ in 0..<3 { #expect(b.open(a.sealHello(Self.ping, nonce: .random())).success != nil) }
+        #expect(b.open(forged) == .failure(.replay))
+    }
+
     @Test func forgeriesDoNotMoveTheReplayWindow() throws {
         let (a, b) = connectedPair()
         var datagrams: [[UInt8]] = []

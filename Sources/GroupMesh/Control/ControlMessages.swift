@@ -1,3 +1,5 @@
+import Foundation
+
 /// The control socket's protocol (Docs/CLI.md §Control socket): one JSON object per line each
 /// way. A request names a command; the node answers with one response line, except `listen`,
 /// which answers `{"ok": true, "subscribed": true}` and then one line per received message
@@ -94,4 +96,46 @@ public struct TransferProgress: Codable, Sendable, Equatable {
     public var chunksHave: Int
     public var chunks: Int
     public var size: UInt64
+}
+
+/// The request side of a control connection, without the socket: bytes in, whole lines out,
+/// each decoded to a request or reported malformed; a line that grows past `maxLineBytes`
+/// without its newline ends the connection. Fuzzed (`make fuzz`, selector 8) and property-tested.
+public struct ControlRequestReader: Sendable {
+    public static let maxLineBytes = 1 << 20
+
+    public enum Item: Sendable, Equatable {
+        case request(ControlRequest)
+        /// A line that is not a request (not JSON, not an object, an unknown command…).
+        case malformed
+        /// More than `maxLineBytes` without a newline: answer once and close.
+        case tooLong
+    }
+
+    private var pending: [UInt8] = []
+    public private(set) var isClosed = false
+
+    public init() {}
+
+    public static func decode(line: some Collection<UInt8>) -> ControlRequest? {
+        try? JSONDecoder().decode(ControlRequest.self, from: Data(line))
+    }
+
+    public mutating func feed(_ bytes: some Collection<UInt8>) -> [Item] {
+        guard !isClosed else { return [] }
+        pending.append(contentsOf: bytes)
+        var items: [Item] = []
+        var start = 0
+        while let newline = pending[start...].firstIndex(of: UInt8(ascii: "\n")) {
+            items.append(Self.decode(line: pending[start..<newline]).map(Item.request) ?? .malformed)
+            start = newline + 1
+        }
+        pending.removeFirst(start)
+        if pending.count > Self.maxLineBytes {
+            pending = []
+            isClosed = true
+            items.append(.tooLong)
+        }
+        return items
+    }
 }

@@ -7,6 +7,10 @@ import NIOPosix
 enum ControlServer {
     static func bind(path: String, directoryPath: String, node: MeshNode, eventLoop: any EventLoop) async throws -> any Channel {
         let bindPath = UnixSocketPath.usable(for: path, directory: directoryPath)
+        // The socket file is created owner-only by bind itself (no moment where another user could
+        // connect before a chmod); umask is per process, so it is put back at once.
+        let previousMask = umask(0o077)
+        defer { umask(previousMask) }
         let channel = try await ServerBootstrap(group: eventLoop)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
@@ -57,10 +61,9 @@ final class ControlResponder: @unchecked Sendable {
 final class ControlConnectionHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
-    static let maxRequestBytes = 1 << 20
 
     private let node: MeshNode
-    private var pending = ByteBuffer()
+    private var reader = ControlRequestReader()
     private var responder: ControlResponder?
 
     init(node: MeshNode) { self.node = node }
@@ -75,32 +78,19 @@ final class ControlConnectionHandler: ChannelInboundHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        var incoming = unwrapInboundIn(data)
-        pending.writeBuffer(&incoming)
-        while let newline = pending.readableBytesView.firstIndex(of: UInt8(ascii: "\n")) {
-            let length = newline - pending.readerIndex
-            guard let line = pending.readSlice(length: length) else { break }
-            pending.moveReaderIndex(forwardBy: 1)
-            respond(to: line, context: context)
-        }
-        if pending.readableBytes > Self.maxRequestBytes {
-            write(.failure("control request over \(Self.maxRequestBytes) bytes"), context: context)
-            context.close(promise: nil)
-        }
-        pending.discardReadBytes()
-    }
-
-    private func respond(to line: ByteBuffer, context: ChannelHandlerContext) {
+        let incoming = unwrapInboundIn(data)
         guard let responder else { return }
-        guard let request = try? JSONDecoder().decode(ControlRequest.self, from: Data(line.readableBytesView)) else {
-            responder.send(.failure("malformed control request"))
-            return
+        for item in reader.feed(incoming.readableBytesView) {
+            switch item {
+            case let .request(request):
+                node.assumeIsolated { $0.handleControl(request, responder: responder) }
+            case .malformed:
+                responder.send(.failure("malformed control request"))
+            case .tooLong:
+                responder.send(.failure("control request over \(ControlRequestReader.maxLineBytes) bytes"))
+                context.close(promise: nil)
+            }
         }
-        node.assumeIsolated { $0.handleControl(request, responder: responder) }
-    }
-
-    private func write(_ response: ControlResponse, context: ChannelHandlerContext) {
-        responder?.send(response)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -373,12 +373,17 @@ extension MeshNode {
         case .stored:
             break
         case .mismatch:
-            // Never stored, never served: whoever sent pieces of it is not asked for it again.
+            // Never stored, never served. A sole sender is not asked for it again; pieces from
+            // several senders name no culprit, so the chunk is asked of one at a time.
             counters.chunksRejected += 1
             for ref in refs {
                 requested[digest, default: []].append(ref)
-                for sender in contributors.sorted() {
-                    transfer.onChunk(attachment: ref.attachment, index: ref.index, from: sender, valid: false)
+                if contributors.count > 1 {
+                    transfer.onMixedBadChunk(attachment: ref.attachment, index: ref.index, from: contributors)
+                } else {
+                    for sender in contributors {
+                        transfer.onChunk(attachment: ref.attachment, index: ref.index, from: sender, valid: false)
+                    }
                 }
             }
             pumpTransfers()

@@ -52,7 +52,7 @@ extension MeshNode {
     }
 
     private func serve(_ want: ChunkWant, to peer: NodeID) {
-        guard want.pieceSize <= pieceSize else {
+        guard want.pieceSize <= pieceSize, want.pieceSize >= ChunkWant.minPieceSize else {
             return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld)), to: peer)
         }
         // Initial seeding: a chunk only we hold goes to one member at a time.

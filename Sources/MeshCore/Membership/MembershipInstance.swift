@@ -238,8 +238,10 @@ public struct MembershipInstance: Sendable {
 
     private mutating func mergeAlive(_ record: MemberRecord, now: MeshInstant, into out: inout [MembershipDirective]) {
         if record.id == me.id {
-            // Someone holds a record of ours we did not sign this boot: an earlier boot's. Outbid it.
-            if record.incarnation > me.incarnation || (record.incarnation == me.incarnation && record != me) {
+            // Someone holds a record of ours we did not sign this boot: an earlier boot's. Outbid it
+            // (only one we did sign: a forged one must not move our incarnation).
+            if record.incarnation > me.incarnation || (record.incarnation == me.incarnation && record != me),
+               record.hasValidSignature(authority) {
                 refute(above: record.incarnation)
             }
             return
@@ -268,7 +270,17 @@ public struct MembershipInstance: Sendable {
         }
     }
 
+    /// Whether an accusation names an incarnation its member could have signed. Only a member
+    /// raises its own incarnation (a signed record), so an honest accuser never names one above
+    /// the latest record we hold by more than one step (a refutation we have not heard of yet).
+    /// A higher one is a lie that could never be outbid (UInt64.max): ignored.
+    private func isPlausible(_ accusation: Accusation) -> Bool {
+        let signed = accusation.member == me.id ? me.incarnation : members[accusation.member]?.record.incarnation ?? 0
+        return accusation.incarnation <= signed &+ 1 && accusation.incarnation < .max
+    }
+
     private mutating func mergeSuspect(_ accusation: Accusation, now: MeshInstant, into out: inout [MembershipDirective]) {
+        guard isPlausible(accusation) else { return }
         if accusation.member == me.id {
             if accusation.incarnation >= me.incarnation, !hasLeft {
                 health.worsen()
@@ -302,6 +314,7 @@ public struct MembershipInstance: Sendable {
     }
 
     private mutating func mergeDead(_ accusation: Accusation, now: MeshInstant, into out: inout [MembershipDirective]) {
+        guard isPlausible(accusation) else { return }
         if accusation.member == me.id {
             if accusation.incarnation >= me.incarnation, !hasLeft {
                 refute(above: accusation.incarnation)
@@ -318,8 +331,11 @@ public struct MembershipInstance: Sendable {
 
     private mutating func mergeLeft(_ departure: Departure, now: MeshInstant, into out: inout [MembershipDirective]) {
         if departure.member == me.id {
-            // A departure of an earlier boot of ours: we are back, so outbid it.
-            if !hasLeft, departure.incarnation >= me.incarnation { refute(above: departure.incarnation) }
+            // A departure of an earlier boot of ours (signed by us): we are back, so outbid it.
+            if !hasLeft, departure.incarnation >= me.incarnation,
+               authority.isValid(signature: departure.signature, message: departure.signedBytes, signingKey: me.signingKey) {
+                refute(above: departure.incarnation)
+            }
             return
         }
         guard let member = members[departure.member], departure.incarnation >= member.record.incarnation,
@@ -331,6 +347,7 @@ public struct MembershipInstance: Sendable {
     }
 
     private mutating func refute(above incarnation: UInt64) {
+        guard incarnation < .max else { return }
         var record = me
         record.incarnation = incarnation + 1
         me = record.signed(by: authority)

@@ -4,6 +4,11 @@ import NIOCore
 /// "Send me these pieces of this chunk": the whole chunk when `missing` is nil, else only the
 /// pieces whose bits are set. The requester picks the piece size (it reassembles with it).
 public struct ChunkWant: WireBody {
+    /// The smallest piece size a holder serves: a want for 1-byte pieces would make it send a
+    /// datagram per byte of the chunk (262,144 for one want). 256 bytes still fits datagrams
+    /// far smaller than any path's.
+    public static let minPieceSize = 256
+
     public var digest: SHA256Digest
     public var pieceSize: Int
     public var missing: ChunkBitmap?

@@ -49,6 +49,9 @@ public struct TransferScheduler: Sendable {
         var notBefore: [Int: MeshInstant] = [:]
         /// Index → members that said busy for it, until when they are not asked for it.
         var busy: [Int: [NodeID: MeshInstant]] = [:]
+        /// Indexes whose copy, made of pieces from several members, failed its hash: asked of one
+        /// member at a time from then on, so the one that lies is found.
+        var solo: Set<Int> = []
     }
 
     struct Peer: Sendable {
@@ -166,6 +169,20 @@ public struct TransferScheduler: Sendable {
         }
         jobs[attachment] = job
         return false
+    }
+
+    /// A copy put together from pieces of several members failed its hash: one of them lied, and
+    /// which one is unknown. Blaming all would let one liar shut honest holders out of the chunk
+    /// (it did, in HostileMemberTests); so nobody is blamed, and the chunk is asked again of one
+    /// member at a time (no end-game second copy), where a bad copy names its sender.
+    public mutating func onMixedBadChunk(attachment: SHA256Digest, index: Int, from contributors: Set<NodeID>) {
+        guard var job = jobs[attachment] else { return }
+        for peer in contributors where job.inFlight[index]?.removeValue(forKey: peer) != nil {
+            peers[peer]?.inFlight -= 1
+        }
+        if job.inFlight[index]?.isEmpty == true { job.inFlight[index] = nil }
+        job.solo.insert(index)
+        jobs[attachment] = job
     }
 
     /// `peer` answered that it does not have the chunk (after all): ask someone else, no penalty.
@@ -300,7 +317,7 @@ public struct TransferScheduler: Sendable {
             // End game: the last few chunks, each also from a second holder.
             let outstanding = job.have.count - job.have.held
             if outstanding <= settings.endGameChunks {
-                for index in job.inFlight.keys.sorted() where (job.inFlight[index]?.count ?? 0) == 1 {
+                for index in job.inFlight.keys.sorted() where (job.inFlight[index]?.count ?? 0) == 1 && !job.solo.contains(index) {
                     let asked = Set(job.inFlight[index]?.keys ?? [:].keys)
                     guard let peer = pickHolder(holdersByChunk[index], excluding: asked.union(job.refused[index] ?? [])) else { continue }
                     ask(peer, index: index, in: &job, now: now, into: &requests)

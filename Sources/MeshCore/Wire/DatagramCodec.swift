@@ -41,7 +41,6 @@ public struct DatagramCodec: Sendable {
         var keys: PairwiseKeys
         var nextPacketNumber: UInt64 = 1
         var pairwiseWindow: ReplayWindow
-        var helloWindow: ReplayWindow
     }
 
     public let configuration: Configuration
@@ -55,19 +54,11 @@ public struct DatagramCodec: Sendable {
     /// (a member declared dead that refutes), its key must go on from where it stopped, or
     /// nonces would repeat under it and old datagrams would replay.
     private var retired: [NodeID: PeerKeys] = [:]
-    /// Hello windows of senders we hold no keys for (a join, a member not met yet): a captured
-    /// join replayed later would otherwise make us answer again, to whatever source it claims.
-    /// Bounded, oldest first out; moved into the peer's keys when they are installed.
-    private var strangers: [StrangerBoot: ReplayWindow] = [:]
-    private var strangerOrder: [StrangerBoot] = []
-    private var strangerCursor = 0
-    static let maxStrangers = 1024
-    static let strangerWindowSize = 256
-
-    private struct StrangerBoot: Hashable, Sendable {
-        var id: NodeID
-        var bootID: UInt64
-    }
+    /// Hello datagrams seen lately, by their random nonce: a replayed hello is dropped whatever
+    /// sender it names. Not a window per sender: every member holds the hello key, so a member
+    /// could seal hellos in another's name with packet numbers far ahead and push that member's
+    /// real hellos out of the window (it did, in HostileMemberTests).
+    private var recentHellos = RecentNonces(capacity: 16_384)
 
     public init(session: SessionSecret, localID: NodeID, localBootID: UInt64, configuration: Configuration = .init()) {
         self.configuration = configuration
@@ -98,13 +89,8 @@ public struct DatagramCodec: Sendable {
             peers[id] = previous
             return
         }
-        var helloWindow = ReplayWindow(size: configuration.replayWindowSize)
-        if let seen = strangers.removeValue(forKey: StrangerBoot(id: id, bootID: bootID)) {
-            for number in seen.recorded { _ = helloWindow.record(number) }
-        }
         peers[id] = PeerKeys(bootID: bootID, keys: keys,
-                             pairwiseWindow: ReplayWindow(size: configuration.replayWindowSize),
-                             helloWindow: helloWindow)
+                             pairwiseWindow: ReplayWindow(size: configuration.replayWindowSize))
     }
 
     public mutating func removePeer(_ id: NodeID) {
@@ -196,14 +182,7 @@ public struct DatagramCodec: Sendable {
         case .hello:
             // Our own hello coming back is a reflection, never a message to us.
             guard header.sender != localID else { return .failure(.unknownSender) }
-            if known {
-                if peers[header.sender]?.helloWindow.check(header.packetNumber) != .fresh { return .failure(.replay) }
-            } else if retired[header.sender]?.bootID == header.bootID {
-                if retired[header.sender]?.helloWindow.check(header.packetNumber) != .fresh { return .failure(.replay) }
-            } else if let window = strangers[StrangerBoot(id: header.sender, bootID: header.bootID)],
-                      window.check(header.packetNumber) != .fresh {
-                return .failure(.replay)
-            }
+            if recentHellos.contains(header.nonce) { return .failure(.replay) }
             sealer = helloSealer
         }
 
@@ -216,15 +195,9 @@ public struct DatagramCodec: Sendable {
             }
         }
         guard let openedLength else { return .failure(.auth) }
-        if known {
-            switch header.keyKind {
-            case .pairwise: peers[header.sender]?.pairwiseWindow.record(header.packetNumber)
-            case .hello: peers[header.sender]?.helloWindow.record(header.packetNumber)
-            }
-        } else if retired[header.sender]?.bootID == header.bootID {
-            retired[header.sender]?.helloWindow.record(header.packetNumber)
-        } else {
-            recordStranger(StrangerBoot(id: header.sender, bootID: header.bootID), header.packetNumber)
+        switch header.keyKind {
+        case .pairwise: peers[header.sender]?.pairwiseWindow.record(header.packetNumber)
+        case .hello: recentHellos.insert(header.nonce)
         }
         var plaintext = buffer.getSlice(at: buffer.readerIndex, length: openedLength) ?? ByteBuffer()
         switch FrameCodec.decodeAll(&plaintext) {
@@ -232,18 +205,38 @@ public struct DatagramCodec: Sendable {
         case .failure: return .failure(.malformed)
         }
     }
+}
 
-    private mutating func recordStranger(_ stranger: StrangerBoot, _ number: UInt64) {
-        if strangers[stranger] == nil {
-            if strangerOrder.count < Self.maxStrangers {
-                strangerOrder.append(stranger)
-            } else {
-                strangers[strangerOrder[strangerCursor]] = nil
-                strangerOrder[strangerCursor] = stranger
-                strangerCursor = (strangerCursor + 1) % Self.maxStrangers
-            }
-            strangers[stranger] = ReplayWindow(size: Self.strangerWindowSize)
+/// The last `capacity` hello nonces that authenticated (random 24-byte nonces; the first 16
+/// bytes name one well enough), oldest forgotten first.
+struct RecentNonces: Sendable {
+    private struct Key: Hashable, Sendable { var high: UInt64; var low: UInt64 }
+    private var seen: Set<Key> = []
+    private var order: [Key] = []
+    private var next = 0
+    let capacity: Int
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    private static func key(_ nonce: PacketNonce) -> Key {
+        let raw = nonce.raw
+        var high: UInt64 = 0, low: UInt64 = 0
+        for byte in raw.prefix(8) { high = high << 8 | UInt64(byte) }
+        for byte in raw.dropFirst(8).prefix(8) { low = low << 8 | UInt64(byte) }
+        return Key(high: high, low: low)
+    }
+
+    func contains(_ nonce: PacketNonce) -> Bool { seen.contains(Self.key(nonce)) }
+
+    mutating func insert(_ nonce: PacketNonce) {
+        let key = Self.key(nonce)
+        guard seen.insert(key).inserted else { return }
+        if order.count < capacity {
+            order.append(key)
+        } else {
+            seen.remove(order[next])
+            order[next] = key
+            next = (next + 1) % capacity
         }
-        strangers[stranger]?.record(number)
     }
 }
