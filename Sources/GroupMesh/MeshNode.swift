@@ -393,12 +393,13 @@ public actor MeshNode {
 
     /// One datagram. The timer is re-armed once per read batch (`readBatchComplete`), not here.
     private func handle(_ datagram: OpenedDatagram, from remote: SocketAddress) {
-        guard membership != nil, !stopped, let address = PeerAddress(remote) else { return }
+        // Not `membership != nil`: that copies the instance, per datagram.
+        guard case .some = membership, !stopped, let address = PeerAddress(remote) else { return }
         let time = now
         // Mutated in place: a copy of the instance would copy its tables on every datagram.
         // A handover comes alone, from a member that may not be in our view yet: it is not taken
         // as an answer to our join.
-        if case .epochHandover = datagram.frames.first {
+        if datagram.header.keyKind == .hello, case .epochHandover = datagram.frames.first {
             for case let .epochHandover(handover) in datagram.frames {
                 receiveHandover(handover, header: datagram.header, from: address)
             }

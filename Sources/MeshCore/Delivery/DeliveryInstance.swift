@@ -170,7 +170,9 @@ public struct DeliveryInstance: Sendable {
     /// batch), so a burst of datagrams is acknowledged once, never later than the batch's end.
     public mutating func onFrames(_ frames: [Frame], from peer: NodeID, now: MeshInstant,
                                   deferAcks: Bool = false) -> [Directive] {
-        guard channels[peer] != nil else { return [] }
+        // Most datagrams of a transfer carry no messenger frame: they cost nothing here (reading
+        // a channel out of the table would copy it).
+        guard frames.contains(where: \.isDelivery), channels.index(forKey: peer) != nil else { return [] }
         var out: [Directive] = []
         for frame in frames {
             switch frame {
@@ -292,6 +294,16 @@ public enum DeliveryError: Error, Equatable, Sendable, CustomStringConvertible {
         switch self {
         case let .tooLarge(size, limit):
             return "message of \(size) bytes is over the limit of \(limit) bytes (\(limit / 1024) KiB); nothing was sent"
+        }
+    }
+}
+
+extension Frame {
+    /// A frame of the messenger's channels.
+    var isDelivery: Bool {
+        switch self {
+        case .data, .ack, .forwardTSN, .fragment: return true
+        default: return false
         }
     }
 }

@@ -58,10 +58,11 @@ public struct ChunkAssembler: Sendable {
         /// The wait before asking for the whole chunk again while no piece has come.
         var wholeWait: Duration
 
-        enum Placement { case refused, placed(answerTime: Duration?) }
+        enum Placement { case refused, placed(answerTime: Duration?, complete: Bool) }
 
         /// Places a piece; with the holder's answer time when it was the first piece from the
-        /// holder last asked.
+        /// holder last asked, and whether the chunk is now whole. Everything is decided here,
+        /// in place: reading the download out of the table would copy it per piece.
         mutating func add(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant, settings: Settings) -> Placement {
             guard piece.chunkLength == length, piece.pieceSize == settings.pieceSize else { return .refused }
             if assembly == nil {
@@ -77,7 +78,12 @@ public struct ChunkAssembler: Sendable {
             lastActivity = now
             stall = settings.stallTimeout
             nextAsk = now + stall
-            return .placed(answerTime: answer)
+            guard assembly?.isComplete != true else { return .placed(answerTime: answer, complete: true) }
+            // The last piece asked for came with gaps before it: a holder sends in order, so
+            // they were lost (or overtaken): ask for them after a short grace, not a silence.
+            let lastAsked = lastAsked == Int.max ? (assembly?.received.count ?? 0) - 1 : lastAsked
+            if piece.index >= lastAsked, peer == holders.last { nextAsk = now + settings.reorderGrace }
+            return .placed(answerTime: answer, complete: false)
         }
     }
 
@@ -124,22 +130,14 @@ public struct ChunkAssembler: Sendable {
     public mutating func onPiece(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant) -> PieceResult {
         guard let position = downloads.index(forKey: piece.digest) else { return .unsolicited }
         // One hash lookup, and the download changes in place (its chunk buffer is not copied).
-        guard case let .placed(sample) = downloads.values[position].add(piece, from: peer, now: now, settings: settings) else {
+        guard case let .placed(sample, complete) = downloads.values[position].add(piece, from: peer, now: now,
+                                                                                     settings: settings) else {
             return .duplicate
         }
         if let firstAnswer = sample {
             answerTime[peer] = answerTime[peer].map { $0 * 0.75 + firstAnswer * 0.25 } ?? firstAnswer
         }
-        guard downloads.values[position].assembly?.isComplete == true else {
-            // The last piece asked for came with gaps before it: a holder sends in order, so
-            // they were lost (or overtaken): ask for them after a short grace, not a silence.
-            let download = downloads.values[position]
-            let lastAsked = download.lastAsked == Int.max ? (download.assembly?.received.count ?? 0) - 1 : download.lastAsked
-            if piece.index >= lastAsked, peer == download.holders.last {
-                downloads.values[position].nextAsk = now + settings.reorderGrace
-            }
-            return .accepted
-        }
+        guard complete else { return .accepted }
         let download = downloads.remove(at: position).value
         return .complete(bytes: download.assembly?.contents ?? [], contributors: download.contributors)
     }
