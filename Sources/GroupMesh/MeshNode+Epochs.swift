@@ -24,9 +24,22 @@ extension MeshNode {
         let id: NodeID
         do { id = try resolveMember(text) } catch { throw .control(error.description) }
         guard !epochs.removed.contains(id) else { throw .control("\(displayName(of: id)) was already removed") }
-        let transition = epochs.rotate(removing: [id], to: SessionSecret.generate(), members: knownMemberIDs,
-                                       authority: Ed25519Authority(identity: identity))
-        let handedTo = enterEpoch(transition, handingOver: true)
+        let transition: KeyEpochs.Transition
+        do {
+            transition = try epochs.rotation(removing: [id], to: SessionSecret.generate(), members: knownMemberIDs,
+                                             authority: Ed25519Authority(identity: identity))
+        } catch {
+            throw .control("cannot remove: the session has more than \(KeyRotation.maxRoster) other members "
+                           + "(a key rotation travels in one datagram)")
+        }
+        // Stored before anything changes: a removal that is not on disk is not made.
+        do {
+            try SecretFile.store(epochs.committing(transition).encoded(), to: configuration.dataDirectory.epochsPath)
+        } catch {
+            throw .control("cannot store the new key epoch, nothing changed: \(error)")
+        }
+        epochs.commit(transition)
+        let handedTo = enterEpoch(transition, handingOver: true, stored: true)
         return (id, handedTo)
     }
 
@@ -34,12 +47,14 @@ extension MeshNode {
     /// pairwise keys change, the removed members are excluded, and (for the member that rotated)
     /// every live member is handed the secret. Returns how many were.
     @discardableResult
-    func enterEpoch(_ transition: KeyEpochs.Transition, handingOver: Bool) -> Int {
-        do {
-            try SecretFile.store(epochs.encoded(), to: configuration.dataDirectory.epochsPath)
-        } catch {
-            // Kept in memory: after a restart this node catches up through any member.
-            logger.error("cannot store the new key epoch", metadata: ["error": "\(error)"])
+    func enterEpoch(_ transition: KeyEpochs.Transition, handingOver: Bool, stored: Bool = false) -> Int {
+        if !stored {
+            do {
+                try SecretFile.store(epochs.encoded(), to: configuration.dataDirectory.epochsPath)
+            } catch {
+                // Kept in memory: after a restart this node catches up through any member.
+                logger.error("cannot store the new key epoch", metadata: ["error": "\(error)"])
+            }
         }
         let earlier = codec
         earlierCodecs[earlier.sessionID] = earlier
@@ -68,10 +83,13 @@ extension MeshNode {
     }
 
     /// Seals the epoch after `session` for `record`'s boot and sends it in a hello datagram of
-    /// `session`. False when it is not owed one, or not now (rate limit).
+    /// `session`, to `address` if the record (signed) names it or it is where we reach the
+    /// member, else to the record's first address: a replayed record from elsewhere does not
+    /// redirect the handover. False when it is not owed one, or not now (rate limit).
     @discardableResult
     func handOver(to record: MemberRecord, heardIn session: SessionID, address: PeerAddress? = nil) -> Bool {
-        guard let me = membership?.me, let destination = address ?? record.addresses.first,
+        let trusted = address.flatMap { record.addresses.contains($0) || peerAddresses[record.id] == $0 ? $0 : nil }
+        guard let me = membership?.me, let destination = trusted ?? record.addresses.first,
               let transition = epochs.handover(to: record.id, heardIn: session, now: now),
               var earlier = earlierCodecs[session],
               let previous = epochs.secret(of: transition.rotation.previousSession),
@@ -128,9 +146,13 @@ extension MeshNode {
     /// genuine, for our boot, and from a member we know.
     func receiveHandover(_ handover: EpochHandover, header: DatagramHeader, from address: PeerAddress) {
         let authority = Ed25519Authority(identity: identity)
+        // Cheap checks first: signatures and key exchange only for what could be taken.
         guard handover.recipient == nodeID, handover.recipientBoot == bootID, handover.sender.id == header.sender,
-              handover.sender.bootID == header.bootID, handover.sender.hasValidSignature(authority),
+              handover.sender.bootID == header.bootID,
+              handover.rotation.nextSession != session.sessionID,
               let previous = epochs.secret(of: handover.rotation.previousSession),
+              knownMemberIDs.contains(header.sender),
+              handover.sender.hasValidSignature(authority),
               let secret = handover.open(previous: previous, local: ephemeral) else {
             counters.handoversRefused += 1
             return
@@ -144,9 +166,9 @@ extension MeshNode {
             if let replacing, replacing.rotation.author == nodeID {
                 // Our own removal lost to a competing one: remove again, on top of the winner.
                 let rest = Set(replacing.rotation.removed).subtracting(epochs.removed)
-                if !rest.isEmpty {
-                    let again = epochs.rotate(removing: rest, to: SessionSecret.generate(), members: knownMemberIDs,
-                                              authority: authority)
+                if !rest.isEmpty, let again = try? epochs.rotation(removing: rest, to: SessionSecret.generate(),
+                                                                   members: knownMemberIDs, authority: authority) {
+                    epochs.commit(again)
                     enterEpoch(again, handingOver: true)
                 }
             }

@@ -75,6 +75,13 @@ enum KeyFile {
             unlink(temporary)
             throw .keyFile(path: path, reason: reason)
         }
+        // The rename itself is durable only once the directory is.
+        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
+        let directoryFD = open(directory.isEmpty ? "/" : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directoryFD >= 0 {
+            _ = fsync(directoryFD)
+            close(directoryFD)
+        }
     }
 
     static func errnoText() -> String { String(cString: strerror(errno)) }

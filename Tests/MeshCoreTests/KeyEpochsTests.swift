@@ -76,7 +76,9 @@ import Testing
             return
         }
         #expect(epochs.current == next)
-        #expect(transition.entitled == [a.id], "known members less the removed")
+        #expect(!transition.rotation.owes(a.id), "the author is not on the roster")
+        #expect(transition.rotation.owes(b.id))
+        #expect(!transition.rotation.owes(m.id), "the removed member")
         #expect(epochs.accept(rotation, secret: next, from: a.id, localID: b.id, members: known,
                               authority: b.authority) == .known)
         // The removed member can no longer rotate anyone's epoch.
@@ -85,7 +87,7 @@ import Testing
         #expect(epochs.accept(fake.rotation, secret: fake.secret, from: a.id, localID: b.id, members: known,
                               authority: b.authority) == .invalid)
         let stray = KeyRotation(previousSession: SessionID(value: 42), nextSession: fake.secret.sessionID, removed: [],
-                                signingKey: a.identity.publicKey).signed(by: a.authority)
+                                roster: [KeyRotation.rosterEntry(b.id)], signingKey: a.identity.publicKey).signed(by: a.authority)
         #expect(epochs.accept(stray, secret: fake.secret, from: a.id, localID: b.id, members: known,
                               authority: b.authority) == .notOurEpoch)
     }
@@ -93,7 +95,7 @@ import Testing
     @Test func ofTwoRotationsAtOnceTheSameOneStandsEverywhere() {
         // a removes m while b removes newcomer, both out of the origin epoch.
         var atA = KeyEpochs(origin: origin), atB = KeyEpochs(origin: origin)
-        let members: Set<NodeID> = [a.id, b.id, m.id, newcomer.id]
+        let members: Set<NodeID> = [a.id, b.id, m.id, newcomer.id, Party(9).id]
         let fromA = atA.rotate(removing: [m.id], to: SessionSecret.generate(), members: members, authority: a.authority)
         let fromB = atB.rotate(removing: [newcomer.id], to: SessionSecret.generate(), members: members, authority: b.authority)
         let aWins = KeyEpochs.wins(fromA.rotation, over: fromB.rotation)
@@ -115,8 +117,7 @@ import Testing
         var atLoser = aWins ? atB : atA
         let outcome = atLoser.accept(winner.rotation, secret: winner.secret, from: winner.rotation.author,
                                      localID: loser.rotation.author, members: members, authority: a.authority)
-        #expect(outcome == .adopted(KeyEpochs.Transition(rotation: winner.rotation, secret: winner.secret,
-                                                         entitled: members.subtracting(winner.rotation.removed)),
+        #expect(outcome == .adopted(KeyEpochs.Transition(rotation: winner.rotation, secret: winner.secret),
                                     replacing: loser))
         #expect(atLoser.current == winner.secret)
         #expect(atLoser.secret(of: loser.secret.sessionID) == loser.secret)
@@ -129,6 +130,68 @@ import Testing
         #expect(atWinner.accept(loser.rotation, secret: loser.secret, from: loser.rotation.author,
                                 localID: winner.rotation.author, members: members, authority: a.authority) == .notOurEpoch)
         #expect(atWinner.current == winner.secret)
+    }
+
+    @Test func theRosterDecidesWhoIsOwedTheEpochAndCapsItsSize() throws {
+        var rotator = KeyEpochs(origin: origin)
+        let next = SessionSecret.generate()
+        // a knew b and m, not the newcomer.
+        let transition = try rotator.rotation(removing: [m.id], to: next, members: [b.id, m.id], authority: a.authority)
+        #expect(transition.rotation.roster == [KeyRotation.rosterEntry(b.id)])
+        #expect(rotator.current == origin, "nothing changes before commit")
+        rotator.commit(transition)
+        #expect(rotator.current == next)
+        // Someone who knew the newcomer adopts it, but hands it on only along the roster.
+        var adopter = KeyEpochs(origin: origin)
+        guard case .adopted = adopter.accept(transition.rotation, secret: next, from: a.id, localID: b.id,
+                                             members: [a.id, m.id, newcomer.id], authority: b.authority) else {
+            Issue.record("b did not adopt")
+            return
+        }
+        #expect(adopter.handover(to: newcomer.id, heardIn: origin.sessionID, now: t0) == nil)
+        #expect(!adopter.isEntitled(newcomer.id, heardIn: origin.sessionID))
+        // Nor does the newcomer take it if it were handed it: it is not on the roster.
+        var outsider = KeyEpochs(origin: origin)
+        #expect(outsider.accept(transition.rotation, secret: next, from: a.id, localID: newcomer.id,
+                                members: [a.id], authority: a.authority) == .invalid)
+        // A rotation travels in one datagram: the roster and the removed list are capped.
+        let crowd = Set((0..<(KeyRotation.maxRoster + 1)).map { NodeID(high: UInt64($0) + 1, low: 7) })
+        #expect(throws: KeyEpochs.RotationError.tooManyMembers(KeyRotation.maxRoster + 1)) {
+            try rotator.rotation(removing: [], to: SessionSecret.generate(), members: crowd, authority: a.authority)
+        }
+        let full = try rotator.rotation(removing: Set(crowd.sorted().prefix(KeyRotation.maxRemoved)),
+                                        to: SessionSecret.generate(), members: crowd, authority: a.authority)
+        let handover = try #require(EpochHandover.seal(full.secret, rotation: full.rotation, previous: next,
+                                                       sender: Self.longest(a), local: a.ephemeral,
+                                                       recipient: b.record, nonce: .random()))
+        #expect(FrameCodec.encodedLength(of: .epochHandover(handover)) + FrameCodec.headerLength
+                <= DatagramCodec(session: next, localID: a.id, localBootID: 1).maxHelloPayload)
+    }
+
+    @Test func twoMembersRemovingEachOtherEndInOneEpoch() throws {
+        let members: Set<NodeID> = [a.id, b.id, m.id]
+        let fromA = try KeyEpochs(origin: origin).rotation(removing: [b.id], to: SessionSecret.generate(),
+                                                           members: members, authority: a.authority)
+        let fromB = try KeyEpochs(origin: origin).rotation(removing: [a.id], to: SessionSecret.generate(),
+                                                           members: members, authority: b.authority)
+        #expect(KeyEpochs.wins(fromA.rotation, over: fromB.rotation) != KeyEpochs.wins(fromB.rotation, over: fromA.rotation))
+        for order in [[fromA, fromB], [fromB, fromA]] {
+            var third = KeyEpochs(origin: origin)
+            for transition in order {
+                _ = third.accept(transition.rotation, secret: transition.secret, from: transition.rotation.author,
+                                 localID: m.id, members: members, authority: m.authority)
+            }
+            let winner = KeyEpochs.wins(fromA.rotation, over: fromB.rotation) ? fromA : fromB
+            #expect(third.current == winner.secret, "heard in order \(order.map(\.rotation.author))")
+        }
+    }
+
+    /// A record as large as records get (longest name, every address).
+    static func longest(_ party: Party) -> MemberRecord {
+        MemberRecord(signingKey: party.identity.publicKey, name: String(repeating: "n", count: MemberRecord.maxNameBytes),
+                     addresses: [PeerAddress](repeating: PeerAddress(ipv6: [UInt8](repeating: 1, count: 16), port: 9),
+                                              count: MemberRecord.maxAddresses),
+                     incarnation: .max, bootID: .max, ephemeralKey: party.ephemeral.publicKey).signed(by: party.authority)
     }
 
     @Test func aHandoverOpensOnlyForItsRecipientsBoot() throws {
@@ -170,7 +233,8 @@ import Testing
         #expect(KeyEpochs(origin: origin).encoded().count > 0)
         #expect(throws: WireError.self) { try KeyEpochs.decode(epochs.encoded(), origin: SessionSecret.generate()) }
         let bytes = epochs.encoded()
-        // Every truncation and every single-byte change to the chain is refused, never trapped on.
+        // Every truncation is refused; random changes are never trapped on, and none that loads
+        // breaks the chain (each epoch's secret still names the session its rotation opened).
         for length in 0..<bytes.count {
             #expect(throws: WireError.self) { try KeyEpochs.decode(Array(bytes.prefix(length)), origin: origin) }
         }
@@ -179,7 +243,10 @@ import Testing
             var mutated = bytes
             let index = Int(rng.next() % UInt64(mutated.count))
             mutated[index] ^= UInt8(truncatingIfNeeded: rng.next() | 1)
-            _ = try? KeyEpochs.decode(mutated, origin: origin)
+            if let loaded = try? KeyEpochs.decode(mutated, origin: origin) {
+                #expect(loaded.transitions.allSatisfy { $0.secret.sessionID == $0.rotation.nextSession })
+                #expect(loaded.transitions.count == 2)
+            }
         }
     }
 
@@ -199,5 +266,15 @@ import Testing
         _ = observer.onFrames([.alive(reborn)], from: cluster[1], address: ManualCluster.address(2), now: cluster.now)
         #expect(observer.member(removed)?.status == .left)
         #expect(observer.isExcluded(removed))
+    }
+}
+
+extension KeyEpochs {
+    /// Rotates and takes the rotation at once (tests: nothing to store).
+    mutating func rotate(removing: Set<NodeID>, to secret: SessionSecret, members: Set<NodeID>,
+                         authority: some RecordAuthority) -> Transition {
+        let transition = try! rotation(removing: removing, to: secret, members: members, authority: authority)  // safe: small sets
+        commit(transition)
+        return transition
     }
 }

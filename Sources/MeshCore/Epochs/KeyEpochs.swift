@@ -6,22 +6,24 @@ import NIOCore
 /// `encoded()`, builds codecs from the secrets, and sends the handovers it is told to.
 ///
 /// A member that missed a rotation (offline, or its handover was lost) still speaks the
-/// earlier epoch. Any node that holds both answers it with a handover, but only if the member
-/// was known to it when the rotation happened and was not removed: so an invite of the earlier
-/// epoch no longer lets anyone new in.
+/// earlier epoch. Any node that holds both answers it with a handover, but only if the rotation's
+/// roster names it (the rotating member knew it then) and it was not removed: so an invite of
+/// the earlier epoch no longer lets anyone new in.
 public struct KeyEpochs: Sendable {
     public struct Transition: Sendable, Equatable {
         public var rotation: KeyRotation
         /// The secret of the epoch the rotation opened.
         public var secret: SessionSecret
-        /// Members of the earlier epoch that may catch up (known then, not removed).
-        public var entitled: Set<NodeID>
 
-        public init(rotation: KeyRotation, secret: SessionSecret, entitled: Set<NodeID>) {
+        public init(rotation: KeyRotation, secret: SessionSecret) {
             self.rotation = rotation
             self.secret = secret
-            self.entitled = entitled
         }
+    }
+
+    public enum RotationError: Error, Equatable, Sendable {
+        case tooManyMembers(Int)
+        case tooManyRemoved(Int)
     }
 
     public enum Acceptance: Equatable, Sendable {
@@ -34,7 +36,7 @@ public struct KeyEpochs: Sendable {
         case notOurEpoch
         /// It removes us: the secret does not concern us any more.
         case removesUs
-        /// Bad signature, wrong secret, or a sender that may not rotate.
+        /// Bad signature, wrong secret, a sender that may not rotate, or not owed to us.
         case invalid
     }
 
@@ -84,16 +86,29 @@ public struct KeyEpochs: Sendable {
         return transitions.indices.contains(index + 1) ? transitions[index + 1] : nil
     }
 
-    /// Moves the session to `secret`, leaving `removing` out. `members` are the members known
-    /// now (any state): they, less the removed, may catch up later.
-    public mutating func rotate(removing: Set<NodeID>, to secret: SessionSecret, members: Set<NodeID>,
-                                authority: some RecordAuthority) -> Transition {
+    /// The rotation that moves the session to `secret` without `removing`, owed to `members`
+    /// (the members known now, in any state) less the removed. Taken with `commit` once stored.
+    public func rotation(removing: Set<NodeID>, to secret: SessionSecret, members: Set<NodeID>,
+                         authority: some RecordAuthority) throws(RotationError) -> Transition {
+        let owed = members.subtracting(removing).subtracting(removed).subtracting([authority.signingKey.nodeID])
+        guard removing.count <= KeyRotation.maxRemoved else { throw .tooManyRemoved(removing.count) }
+        guard owed.count <= KeyRotation.maxRoster else { throw .tooManyMembers(owed.count) }
         let rotation = KeyRotation(previousSession: current.sessionID, nextSession: secret.sessionID,
-                                   removed: removing.sorted(), signingKey: authority.signingKey).signed(by: authority)
-        let transition = Transition(rotation: rotation, secret: secret,
-                                    entitled: members.subtracting(removing).subtracting(removed))
+                                   removed: removing.sorted(), roster: owed.map(KeyRotation.rosterEntry).sorted(),
+                                   signingKey: authority.signingKey).signed(by: authority)
+        return Transition(rotation: rotation, secret: secret)
+    }
+
+    /// Takes a rotation this node made (`rotation(removing:…)`), after it was stored.
+    public mutating func commit(_ transition: Transition) {
         append(transition)
-        return transition
+    }
+
+    /// The epochs with `transition` taken: what to store before switching.
+    public func committing(_ transition: Transition) -> KeyEpochs {
+        var copy = self
+        copy.append(transition)
+        return copy
     }
 
     /// Takes a rotation handed over by `sender` (already proven by its signed record) with the
@@ -101,9 +116,14 @@ public struct KeyEpochs: Sendable {
     public mutating func accept(_ rotation: KeyRotation, secret: SessionSecret, from sender: NodeID,
                                 localID: NodeID, members: Set<NodeID>,
                                 authority: some RecordAuthority) -> Acceptance {
-        guard rotation.hasValidSignature(authority), secret.sessionID == rotation.nextSession,
-              members.contains(sender), !removed.contains(sender), !removed.contains(rotation.author),
-              !rotation.removed.contains(sender), rotation.removed.count <= KeyRotation.maxRemoved else {
+        // A competing rotation is judged against the epochs before the one it competes with.
+        let competing = rotation.previousSession != current.sessionID
+            && transitions.last?.rotation.previousSession == rotation.previousSession
+        let removedBefore = competing ? Set(transitions.dropLast().flatMap(\.rotation.removed)) : removed
+        guard secret.sessionID == rotation.nextSession, members.contains(sender), !removedBefore.contains(sender),
+              !removedBefore.contains(rotation.author), !rotation.removed.contains(sender),
+              rotation.removed.contains(localID) || rotation.owes(localID),
+              rotation.hasValidSignature(authority) else {
             return .invalid
         }
         if transitions.contains(where: { $0.rotation.nextSession == rotation.nextSession })
@@ -122,24 +142,25 @@ public struct KeyEpochs: Sendable {
             removed = Set(transitions.flatMap(\.rotation.removed))
             superseded[replacing.secret.sessionID] = (replacing.secret, rotation.nextSession)
         }
-        let transition = Transition(rotation: rotation, secret: secret,
-                                    entitled: members.subtracting(rotation.removed).subtracting(removed))
+        let transition = Transition(rotation: rotation, secret: secret)
         append(transition)
         return .adopted(transition, replacing: replacing)
     }
 
     /// Which of two rotations out of the same epoch stands: not one whose author the other
-    /// removes; else the smaller new session id (any rule works if every member applies it).
+    /// removes (unless each removes the other's); else the smaller new session id. Any total
+    /// order works if every member applies it.
     public static func wins(_ rotation: KeyRotation, over other: KeyRotation) -> Bool {
-        if other.removed.contains(rotation.author) { return false }
-        if rotation.removed.contains(other.author) { return true }
+        let removedByOther = other.removed.contains(rotation.author)
+        let removesOther = rotation.removed.contains(other.author)
+        if removedByOther != removesOther { return removesOther }
         return rotation.nextSession.value < other.nextSession.value
     }
 
     /// Whether `member`, heard speaking the earlier epoch `session`, is to be handed the next
     /// epoch now; records the handover for the rate limit.
     public mutating func handover(to member: NodeID, heardIn session: SessionID, now: MeshInstant) -> Transition? {
-        guard let transition = transition(after: session), transition.entitled.contains(member),
+        guard let transition = transition(after: session), transition.rotation.owes(member),
               !removed.contains(member) else { return nil }
         let key = HandoverKey(member: member, epoch: transition.secret.sessionID)
         if let last = lastHandover[key], now < last + Self.handoverInterval { return nil }
@@ -150,7 +171,7 @@ public struct KeyEpochs: Sendable {
     /// Whether `member` is owed a handover from an earlier epoch at all (for counting drops).
     public func isEntitled(_ member: NodeID, heardIn session: SessionID) -> Bool {
         guard let transition = transition(after: session) else { return false }
-        return transition.entitled.contains(member) && !removed.contains(member)
+        return transition.rotation.owes(member) && !removed.contains(member)
     }
 
     private mutating func append(_ transition: Transition) {
@@ -161,7 +182,7 @@ public struct KeyEpochs: Sendable {
     // MARK: persistence
 
     static let fileMagic = Array("GMEP".utf8)
-    static let fileVersion: UInt8 = 1
+    static let fileVersion: UInt8 = 2
     /// Far above any real history; bounds what a damaged file can make us allocate.
     public static let maxFileBytes = 4 << 20
 
@@ -174,8 +195,6 @@ public struct KeyEpochs: Sendable {
         for transition in transitions {
             transition.rotation.encode(into: &buffer)
             buffer.writeBytes(transition.secret.bytes)
-            buffer.writeInteger(UInt32(transition.entitled.count))
-            for id in transition.entitled.sorted() { id.encode(into: &buffer) }
         }
         return Array(buffer.readableBytesView)
     }
@@ -195,13 +214,7 @@ public struct KeyEpochs: Sendable {
                   rotation.previousSession == previous, secret.sessionID == rotation.nextSession else {
                 throw .invalidField(what: "epoch chain")
             }
-            let entitledCount = try buffer.readWire(UInt32.self, "entitled count")
-            guard Int(entitledCount) * NodeID.byteCount <= buffer.readableBytes else {
-                throw .truncated(what: "entitled members")
-            }
-            var entitled = Set<NodeID>()
-            for _ in 0..<entitledCount { entitled.insert(try NodeID(decoding: &buffer)) }
-            transitions.append(Transition(rotation: rotation, secret: secret, entitled: entitled))
+            transitions.append(Transition(rotation: rotation, secret: secret))
             previous = secret.sessionID
         }
         guard buffer.readableBytes == 0 else { throw .trailingBytes(buffer.readableBytes) }
