@@ -393,8 +393,7 @@ public actor MeshNode {
 
     /// One datagram. The timer is re-armed once per read batch (`readBatchComplete`), not here.
     private func handle(_ datagram: OpenedDatagram, from remote: SocketAddress) {
-        // Not `membership != nil`: that copies the instance, per datagram.
-        guard case .some = membership, !stopped, let address = PeerAddress(remote) else { return }
+        guard !stopped, let address = PeerAddress(remote) else { return }
         let time = now
         // Mutated in place: a copy of the instance would copy its tables on every datagram.
         // A handover comes alone, from a member that may not be in our view yet: it is not taken
@@ -405,7 +404,11 @@ public actor MeshNode {
             }
             return
         }
-        perform(membership?.onFrames(datagram.frames, from: datagram.header.sender, address: address, now: time) ?? [])
+        // Membership speaks only in hello datagrams (a member is probed before its keys are
+        // known); pairwise ones, most of all a transfer's pieces, are not its business.
+        if datagram.header.keyKind == .hello {
+            perform(membership?.onFrames(datagram.frames, from: datagram.header.sender, address: address, now: time) ?? [])
+        }
         // Messenger frames count only under pairwise keys: then the header's sender is proven.
         if datagram.header.keyKind == .pairwise {
             perform(delivery.onFrames(datagram.frames, from: datagram.header.sender, now: time, deferAcks: true))

@@ -36,11 +36,27 @@ public struct DatagramCodec: Sendable {
         public init() {}
     }
 
+    /// Reached only through `mutating` methods called on the table entry (`peers[id]?.…`): the
+    /// dictionary then lends the entry in place, where reading a field would copy the entry
+    /// (retaining its keys and window) once per datagram.
     private struct PeerKeys: Sendable {
         var bootID: UInt64
         var keys: PairwiseKeys
         var nextPacketNumber: UInt64 = 1
         var pairwiseWindow: ReplayWindow
+
+        /// The key to open a datagram of `boot` numbered `number` with, or why not.
+        mutating func receiving(boot: UInt64, number: UInt64) -> Result<PacketSealer, DropReason> {
+            guard bootID == boot else { return .failure(.unknownSender) }
+            guard pairwiseWindow.check(number) == .fresh else { return .failure(.replay) }
+            return .success(keys.receiving)
+        }
+
+        /// The next packet number and the key to seal it with.
+        mutating func nextSending() -> (number: UInt64, sealer: PacketSealer) {
+            defer { nextPacketNumber += 1 }
+            return (nextPacketNumber, keys.sending)
+        }
     }
 
     public let configuration: Configuration
@@ -117,8 +133,7 @@ public struct DatagramCodec: Sendable {
     /// Seals frames for one peer under our pairwise key; nil when we hold no keys for it.
     public mutating func seal(_ frames: [Frame], to peer: NodeID,
                               allocator: ByteBufferAllocator = .init()) -> ByteBuffer? {
-        guard let number = peers[peer]?.nextPacketNumber, let sending = peers[peer]?.keys.sending else { return nil }
-        peers[peer]?.nextPacketNumber = number + 1
+        guard let (number, sending) = peers[peer]?.nextSending() else { return nil }
         let header = DatagramHeader(keyKind: .pairwise, sessionID: sessionID, sender: localID,
                                     bootID: localBootID, packetNumber: number)
         var buffer = allocator.buffer(capacity: configuration.maxDatagramSize)
@@ -129,8 +144,7 @@ public struct DatagramCodec: Sendable {
     /// Seals frames for one peer at the end of `buffer` (several datagrams back to back, for
     /// one segmented write). False when we hold no keys for it.
     public mutating func seal(_ frames: [Frame], to peer: NodeID, appendingTo buffer: inout ByteBuffer) -> Bool {
-        guard let number = peers[peer]?.nextPacketNumber, let sending = peers[peer]?.keys.sending else { return false }
-        peers[peer]?.nextPacketNumber = number + 1
+        guard let (number, sending) = peers[peer]?.nextSending() else { return false }
         let header = DatagramHeader(keyKind: .pairwise, sessionID: sessionID, sender: localID,
                                     bootID: localBootID, packetNumber: number)
         Self.seal(frames, header: header, sealer: sending, appendingTo: &buffer)
@@ -171,14 +185,14 @@ public struct DatagramCodec: Sendable {
         // No copy of the peer's state is held: recording in its replay window below must not
         // copy the window on write.
         let sealer: PacketSealer
-        let known = peers[header.sender]?.bootID == header.bootID
         switch header.keyKind {
         case .pairwise:
-            guard header.sender != localID, known, let receiving = peers[header.sender]?.keys.receiving else {
-                return .failure(.unknownSender)
+            guard header.sender != localID else { return .failure(.unknownSender) }
+            switch peers[header.sender]?.receiving(boot: header.bootID, number: header.packetNumber) {
+            case let .success(receiving)?: sealer = receiving
+            case let .failure(reason)?: return .failure(reason)
+            case nil: return .failure(.unknownSender)
             }
-            guard peers[header.sender]?.pairwiseWindow.check(header.packetNumber) == .fresh else { return .failure(.replay) }
-            sealer = receiving
         case .hello:
             // Our own hello coming back is a reflection, never a message to us.
             guard header.sender != localID else { return .failure(.unknownSender) }
