@@ -69,6 +69,10 @@ extension MeshNode {
             "session": "\(transition.secret.sessionID)", "previous": "\(transition.rotation.previousSession)",
             "removed": "\(transition.rotation.removed.map(\.description).joined(separator: ","))",
             "by": "\(transition.rotation.author)"])
+        // Beacons in the epoch we left: a member that took a competing rotation out of it (and
+        // missed ours) answers with its own, and whichever wins reaches both.
+        epochBeaconsLeft = Self.epochBeacons
+        epochBeaconAt = now + Self.epochBeaconInterval
         var handed = 0
         if handingOver {
             for member in members.dropFirst() where !member.status.isGone {
@@ -80,6 +84,27 @@ extension MeshNode {
         let view = members
         for subscriber in viewSubscribers.values { subscriber.yield(view) }
         return handed
+    }
+
+    static let epochBeacons = 10
+    static let epochBeaconInterval: Duration = .seconds(1)
+
+    /// A beacon to every live member, in the epoch our current one left: our record and, as a
+    /// ping's token, the session we are in. A member in that same session stays quiet; one in a
+    /// competing one hands us its rotation, and is handed ours.
+    func sendEpochBeacons(now: MeshInstant) {
+        guard let due = epochBeaconAt, now >= due else { return }
+        epochBeaconsLeft -= 1
+        epochBeaconAt = epochBeaconsLeft > 0 ? now + Self.epochBeaconInterval : nil
+        guard let me = membership?.me, let left = epochs.transitions.last?.rotation.previousSession,
+              var earlier = earlierCodecs[left] else { return }
+        for member in members.dropFirst() where !member.status.isGone {
+            guard let address = member.address else { continue }
+            let beacon = earlier.sealHello([.alive(me), .ping(Ping(token: session.sessionID.value))], nonce: .random(),
+                                           allocator: channelAllocator)
+            send(beacon, to: address)
+        }
+        earlierCodecs[left] = earlier
     }
 
     /// Seals the epoch after `session` for `record`'s boot and sends it in a hello datagram of
@@ -123,6 +148,9 @@ extension MeshNode {
             }
             return
         }
+        // A beacon from a member already in the epoch that followed this one here: nothing to do.
+        let next = epochs.transition(after: header.sessionID)?.secret.sessionID
+        for case let .ping(ping) in opened.frames where ping.token == next?.value { return }
         guard epochs.isEntitled(header.sender, heardIn: header.sessionID),
               let address = PeerAddress(remote), let record = senderRecord(opened) else {
             return counters.countDrop(.staleEpoch)
@@ -178,7 +206,10 @@ extension MeshNode {
         case .removesUs:
             logger.warning("this node was removed from the session", metadata: ["by": "\(handover.rotation.author)"])
             counters.handoversRefused += 1
-        case .known, .notOurEpoch:
+        case .notOurEpoch:
+            // A competing rotation that loses to ours: its sender is handed ours.
+            handOver(to: handover.sender, heardIn: handover.rotation.previousSession, address: address)
+        case .known:
             break
         case .invalid:
             counters.handoversRefused += 1

@@ -15,6 +15,9 @@ public actor MeshNode {
     var epochs: KeyEpochs
     /// Codecs of the earlier epochs, by session id: for members that have not caught up.
     var earlierCodecs: [SessionID: DatagramCodec] = [:]
+    /// After an epoch change, beacons in the epoch it left (MeshNode+Epochs.swift).
+    var epochBeaconAt: MeshInstant?
+    var epochBeaconsLeft = 0
     public nonisolated let bootID: UInt64
     public nonisolated let configuration: NodeConfiguration
     let eventLoop: any EventLoop
@@ -432,15 +435,18 @@ public actor MeshNode {
         }
         expireChunkRequests(now: time)
         transferTick(now: time)
+        sendEpochBeacons(now: time)
         if knownDirty { saveKnownMembers() }
         rearm()
     }
 
     /// Keeps exactly one timer armed, at the membership's next deadline.
     func rearm() {
-        guard let instance = membership, !stopped else { return }
-        var deadline = delivery.nextDeadline.map { min($0, instance.nextDeadline) } ?? instance.nextDeadline
+        // The deadline is read through the optional: binding the instance would copy it.
+        guard !stopped, var deadline = membership?.nextDeadline else { return }
+        if let deliveryDeadline = delivery.nextDeadline { deadline = min(deadline, deliveryDeadline) }
         if let journalDeadline { deadline = min(deadline, journalDeadline) }
+        if let epochBeaconAt { deadline = min(deadline, epochBeaconAt) }
         guard deadline != timerDeadline else { return }
         timer?.cancel()
         timerDeadline = deadline
