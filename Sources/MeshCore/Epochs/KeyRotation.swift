@@ -11,8 +11,8 @@ import NIOCore
 /// named by the first 8 bytes of their id: forging an identity whose id starts like a rostered
 /// member's costs about 2^64 / 48 hashes. The whole rotation must fit a hello datagram with the
 /// handover around it, hence the caps.
-public struct KeyRotation: WireBody, Hashable {
-    static let signingDomain = Array("groupmesh key rotation v2".utf8)
+public struct KeyRotation: WireBody, Hashable, SignedStatement {
+    public static let signingDomain = Array("groupmesh key rotation v2".utf8)
     public static let maxRemoved = 4
     public static let maxRoster = 48
 
@@ -44,25 +44,7 @@ public struct KeyRotation: WireBody, Hashable {
         self.signature = signature
     }
 
-    public var signedBytes: [UInt8] {
-        var buffer = ByteBuffer()
-        buffer.writeBytes(Self.signingDomain)
-        encodeUnsigned(into: &buffer)
-        return Array(buffer.readableBytesView)
-    }
-
-    public func signed(by authority: some RecordAuthority) -> KeyRotation {
-        var copy = self
-        copy.signingKey = authority.signingKey
-        copy.signature = authority.sign(copy.signedBytes)
-        return copy
-    }
-
-    public func hasValidSignature(_ authority: some RecordAuthority) -> Bool {
-        authority.isValid(signature: signature, message: signedBytes, signingKey: signingKey)
-    }
-
-    private func encodeUnsigned(into buffer: inout ByteBuffer) {
+    public func encodeUnsigned(into buffer: inout ByteBuffer) {
         buffer.writeInteger(previousSession.value)
         buffer.writeInteger(nextSession.value)
         buffer.writeInteger(UInt8(removed.count))

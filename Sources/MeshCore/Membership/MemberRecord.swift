@@ -3,10 +3,10 @@ import NIOCore
 
 /// What a member says about itself: who it is, where it listens, its incarnation and its
 /// current boot's ephemeral key, signed with its identity key so no one else can forge it.
-public struct MemberRecord: Equatable, Sendable {
+public struct MemberRecord: Equatable, Sendable, SignedStatement {
     public static let maxNameBytes = 64
     public static let maxAddresses = 4
-    static let signingDomain = Array("groupmesh member record v1".utf8)
+    public static let signingDomain = Array("groupmesh member record v1".utf8)
 
     public var signingKey: PublicSigningKey
     public var name: String
@@ -42,25 +42,7 @@ public struct MemberRecord: Equatable, Sendable {
         self.signature = signature
     }
 
-    /// The bytes the signature covers: a domain string, then every field but the signature.
-    public var signedBytes: [UInt8] {
-        var buffer = ByteBuffer()
-        buffer.writeBytes(Self.signingDomain)
-        encodeUnsigned(into: &buffer)
-        return Array(buffer.readableBytesView)
-    }
-
-    public func signed(by authority: some RecordAuthority) -> MemberRecord {
-        var copy = self
-        copy.signature = authority.sign(signedBytes)
-        return copy
-    }
-
-    public func hasValidSignature(_ authority: some RecordAuthority) -> Bool {
-        authority.isValid(signature: signature, message: signedBytes, signingKey: signingKey)
-    }
-
-    private func encodeUnsigned(into buffer: inout ByteBuffer) {
+    public func encodeUnsigned(into buffer: inout ByteBuffer) {
         buffer.writeBytes(signingKey.bytes)
         let nameBytes = Array(name.utf8)
         buffer.writeInteger(UInt8(nameBytes.count))
