@@ -489,7 +489,10 @@ extension MeshNode {
         consider(transfer.nextDeadline)
         consider(assembler.nextDeadline)
         if !dirtyBitmaps.isEmpty { consider(nextBitmapAnnouncement) }
-        for id in fetching { consider(lastProgress[id].map { $0 + configuration.unavailableTimeout }) }
+        // Only where `transferTick` would act on it: a deadline it leaves in the past spins the timer.
+        for id in fetching where manifests[id] != nil && !transfer.hasRequestsInFlight(id) {
+            consider(lastProgress[id].map { $0 + configuration.unavailableTimeout })
+        }
         return deadline
     }
 
