@@ -71,6 +71,17 @@ extension SimMesh {
         }
     }
 
+    /// Every chunk a live member stores belongs to a present attachment: what was removed was
+    /// deleted, and a fetch of it did not bring it back.
+    public func leakViolations() -> [String] {
+        running.compactMap { node in
+            let present = node.journal.state.attachments.compactMap { node.store.manifest($0.id) }
+            let used = Set(present.flatMap(\.chunks) + present.map(\.id))
+            let extra = node.store.chunks.keys.filter { !used.contains($0) }.count
+            return extra == 0 ? nil : "\(node.address): \(extra) stored chunks belong to no present attachment"
+        }
+    }
+
     /// Every live member holds every present attachment whole (the swarm finished).
     public func replicationViolations() -> [String] {
         var violations: [String] = []

@@ -119,6 +119,8 @@ extension SimNode {
         let state = journal.state
         for operation in operations where operation.kind == .remove && !state.isPresent(operation.attachment) {
             let id = operation.attachment
+            // A fetch under way stops: chunks it brought after this would never be collected.
+            if fetching.contains(id) { stopFetch(id) }
             complete.remove(id)
             if let manifest = manifests.removeValue(forKey: id) {
                 let kept = state.attachments.compactMap { manifests[$0.id] }
@@ -219,6 +221,18 @@ extension SimNode {
 
     /// Ends a fetch: whole (`manifest`), or failed (nil).
     func finishFetch(_ id: SHA256Digest, _ manifest: Manifest?) {
+        stopFetch(id)
+        guard let manifest else {
+            fetchesFailed += 1
+            return
+        }
+        manifests[id] = manifest
+        complete.insert(id)
+        performJournal(journal.setHoldings(complete))
+    }
+
+    /// Forgets a fetch's requests, pieces and progress.
+    private func stopFetch(_ id: SHA256Digest) {
         fetching.remove(id)
         manifestFetches[id] = nil
         for digest in manifests[id]?.chunks ?? [] {
@@ -228,13 +242,6 @@ extension SimNode {
         localBitmaps[id] = nil
         lastProgress[id] = nil
         transfer.cancel(id)
-        guard let manifest else {
-            fetchesFailed += 1
-            return
-        }
-        manifests[id] = manifest
-        complete.insert(id)
-        performJournal(journal.setHoldings(complete))
     }
 
     /// When the journal and transfer side must be ticked next.

@@ -75,7 +75,7 @@ struct WholeNodeSimulationTests {
         Self.expectInvariants(mesh, seed)
     }
 
-    @Test("a partition that heals after 20 s", arguments: seeds)
+    @Test("a partition that heals after 24 s", arguments: seeds)
     func partitionHeals(seed: UInt64) {
         var split: [SimAddress] = []
         let mesh = Self.run(seed: seed) { mesh, random in
@@ -233,6 +233,7 @@ struct WholeNodeSimulationTests {
         expectEmpty(mesh.journalViolations(), "journals differ")
         expectEmpty(mesh.chunkViolations(), "bad chunks stored")
         expectEmpty(mesh.replicationViolations(), "attachments not replicated")
+        expectEmpty(mesh.leakViolations(), "removed attachments left behind")
         expectEmpty(mesh.viewViolations(), "members dead after healing")
         expectEmpty(mesh.nodeViolations(), "node")
         // The run did something: messages went out and attachments were made.
