@@ -21,7 +21,7 @@ struct WholeNodeSimulationTests {
     static let healAt = MeshInstant.zero + .seconds(30)
     static let workloadEnd = MeshInstant.zero + .seconds(26)
     /// Seeds per test in `make test`.
-    static let seeds = SimulationSeeds.from(defaultCount: 5)
+    static let seeds = SimulationSeeds.from(defaultCount: 4)
 
     // MARK: scenarios
 
