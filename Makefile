@@ -46,5 +46,11 @@ fuzz: deps
 	.build-fuzz/debug/MeshFuzz -max_total_time=$(FUZZ_SECONDS) -max_len=2048 \
 		-artifact_prefix=bench/fuzz-artifacts/ .build-fuzz/corpus
 
+# The whole-node simulation over SEEDS seeds per scenario (seeds 1...SEEDS). A failing seed is
+# named as SIM_SEED=N; `SIM_SEED=N swift test --skip-build --filter WholeNodeSimulation` replays it.
+soak: deps
+	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
+	SIM_SEEDS=$(SEEDS) $(SWIFT) test --skip-build $(SWIFT_FLAGS) --filter WholeNodeSimulation
+
 clean:
 	rm -rf .build .build-fuzz

@@ -51,17 +51,17 @@ public struct NodeIdentity: Sendable {
 public struct PublicSigningKey: Hashable, Sendable {
     public static let byteCount = 32
     public let bytes: [UInt8]
+    /// The node id: the first 16 bytes of SHA-256 of the public key. Computed once: member ids
+    /// are read on every datagram and in every sort of the member list (hashing there took more
+    /// than half of a whole-node simulation's time).
+    public let nodeID: NodeID
 
     public init(bytes: [UInt8]) throws(MeshCryptoError) {
         guard bytes.count == Self.byteCount else {
             throw .invalidKeyLength(what: "signing public key", expected: Self.byteCount, actual: bytes.count)
         }
         self.bytes = bytes
-    }
-
-    /// The node id: the first 16 bytes of SHA-256 of the public key.
-    public var nodeID: NodeID {
-        NodeID(bytes: SHA256Digest.hashing(bytes).bytes.prefix(NodeID.byteCount))
+        self.nodeID = NodeID(bytes: SHA256Digest.hashing(bytes).bytes.prefix(NodeID.byteCount))
     }
 
     public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {

@@ -228,4 +228,29 @@ struct MembershipInstanceTests {
             #expect(cluster.status(of: 4, seenBy: observer) == .alive, "observer \(observer)")
         }
     }
+
+    @Test("a joiner probed by a member keeps asking to join until a member's record reaches it")
+    func joinRetriesUntilStateArrives() throws {
+        let cluster = ManualCluster(count: 2)
+        let identity = try NodeIdentity(seed: [UInt8](repeating: 51, count: 32))
+        var joiner = MembershipInstance(record: ManualCluster.record(identity, index: 51),
+                                        authority: Ed25519Authority(identity: identity), settings: .lan,
+                                        datagramBudget: 1118, seed: 51, now: cluster.now)
+        _ = joiner.join([ManualCluster.address(2)], now: cluster.now)
+        func asksToJoin(_ directives: [MembershipDirective]) -> Bool {
+            directives.contains { directive in
+                if case let .send(frames, _, _) = directive { frames.contains(.syncRequest(SyncRequest(isJoin: true))) } else { false }
+            }
+        }
+        // The answer to the join (the member list) was lost; a member that heard of the joiner by
+        // gossip probes it. Found by the whole-node simulation: the joiner stopped asking here.
+        _ = joiner.onFrames([.probe(Probe(sequence: 1, target: identity.nodeID))], from: cluster[0],
+                            address: ManualCluster.address(1), now: cluster.now)
+        let interval = MembershipSettings.lan.joinRetryInterval
+        #expect(asksToJoin(joiner.onTick(now: cluster.now + interval)))
+        // A member's record arrives: it is in, and stops asking.
+        _ = joiner.onFrames([.alive(cluster.instance(0).me)], from: cluster[0],
+                            address: ManualCluster.address(1), now: cluster.now + interval)
+        #expect(!asksToJoin(joiner.onTick(now: cluster.now + interval * 3)))
+    }
 }

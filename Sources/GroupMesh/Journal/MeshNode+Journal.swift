@@ -247,6 +247,8 @@ extension MeshNode {
         guard let state = journal?.state else { return }
         for operation in operations where operation.kind == .remove && !state.isPresent(operation.attachment) {
             let id = operation.attachment
+            // A fetch under way stops: chunks it brought after this would never be collected.
+            if fetching.contains(id) { finishFetch(id, .failure(.unknownAttachment(id.hex))) }
             complete.remove(id)
             if let manifest = manifests.removeValue(forKey: id), let store {
                 let kept = entries.compactMap { manifests[$0.id] }
@@ -294,6 +296,8 @@ extension MeshNode {
         let missing = Set(await store.missing(manifest))
         var have = ChunkBitmap(count: manifest.chunks.count)
         for (index, digest) in manifest.chunks.enumerated() where !missing.contains(digest) { have.insert(index) }
+        // Removed (and the fetch stopped) while the manifest or the store was awaited.
+        guard fetching.contains(id), journal?.state.isPresent(id) == true else { return }
         guard !have.isComplete else { return finishFetch(id, .success(manifest)) }
         localBitmaps[id] = have
         fetchNeeded[id] = manifest.chunks.count - have.held
@@ -494,7 +498,10 @@ extension MeshNode {
         consider(transfer.nextDeadline)
         consider(assembler.nextDeadline)
         if !dirtyBitmaps.isEmpty { consider(nextBitmapAnnouncement) }
-        for id in fetching { consider(lastProgress[id].map { $0 + configuration.unavailableTimeout }) }
+        // Only where `transferTick` would act on it: a deadline it leaves in the past spins the timer.
+        for id in fetching where manifests[id] != nil && !transfer.hasRequestsInFlight(id) {
+            consider(lastProgress[id].map { $0 + configuration.unavailableTimeout })
+        }
         return deadline
     }
 

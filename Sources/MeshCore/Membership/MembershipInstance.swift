@@ -151,9 +151,6 @@ public struct MembershipInstance: Sendable {
         var out: [MembershipDirective] = []
         guard !excluded.contains(sender) else { return out }
         staleAccuser = false
-        if nextJoinAttemptAt != nil, sender != me.id {
-            nextJoinAttemptAt = nil  // someone answered: we are in
-        }
         // Updates first, so an answer to a probe in the same datagram already carries what
         // they changed (a refutation, most of all).
         for frame in frames where !excluded.contains(frame.membershipSubject ?? sender) {
@@ -164,6 +161,12 @@ public struct MembershipInstance: Sendable {
             case let .left(departure): mergeLeft(departure, now: now, into: &out)
             default: break
             }
+        }
+        // We are in once we know a member. Not merely once someone wrote to us: a member that
+        // heard of us by gossip probes us, and if the answer to our join (the member list) was
+        // lost, we would stop asking and learn the members only from others' push-pull.
+        if nextJoinAttemptAt != nil, sender != me.id, !members.isEmpty {
+            nextJoinAttemptAt = nil
         }
         for frame in frames {
             switch frame {

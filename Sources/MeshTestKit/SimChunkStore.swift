@@ -1,0 +1,59 @@
+import MeshCore
+import MeshCrypto
+
+/// A simulated node's chunk store: chunks (and manifests, stored as chunks named by the
+/// attachment id) in memory, by SHA-256, as `ChunkStore` keeps them on disk. Like the real one it
+/// verifies every chunk when it is written and again when it is read, so a bad chunk is never
+/// kept nor served; `corruptedChunks` is the invariant check that nothing slipped through.
+public struct SimChunkStore: Sendable {
+    public private(set) var chunks: [SHA256Digest: [UInt8]] = [:]
+    /// Writes refused because the bytes did not hash to the name they came under.
+    public private(set) var rejectedWrites = 0
+
+    public init() {}
+
+    public func contains(_ digest: SHA256Digest) -> Bool { chunks[digest] != nil }
+
+    /// Stores `bytes` under its SHA-256; with `expected`, only if that is its hash. True when stored.
+    @discardableResult
+    public mutating func write(_ bytes: [UInt8], expected: SHA256Digest? = nil) -> Bool {
+        let digest = SHA256Digest.hashing(bytes)
+        guard expected == nil || expected == digest else {
+            rejectedWrites += 1
+            return false
+        }
+        chunks[digest] = bytes
+        return true
+    }
+
+    /// The chunk's bytes, verified again (nil when absent or no longer matching its name).
+    public func read(_ digest: SHA256Digest) -> [UInt8]? {
+        guard let bytes = chunks[digest], SHA256Digest.hashing(bytes) == digest else { return nil }
+        return bytes
+    }
+
+    /// The manifest of an attachment, if stored.
+    public func manifest(_ id: SHA256Digest) -> Manifest? {
+        guard let bytes = read(id), let manifest = try? Manifest(decoding: bytes), manifest.id == id else { return nil }
+        return manifest
+    }
+
+    /// Chunks of `manifest` not held, each once.
+    public func missing(_ manifest: Manifest) -> [SHA256Digest] {
+        var seen: Set<SHA256Digest> = []
+        return manifest.chunks.filter { chunks[$0] == nil && seen.insert($0).inserted }
+    }
+
+    /// Deletes the chunks of `removed` (and its manifest) that none of `kept` uses.
+    public mutating func collect(_ removed: Manifest, keeping kept: [Manifest]) {
+        let used = Set(kept.flatMap(\.chunks) + kept.map(\.id))
+        for digest in Set(removed.chunks + [removed.id]) where !used.contains(digest) {
+            chunks[digest] = nil
+        }
+    }
+
+    /// Chunks whose bytes do not hash to their name (must be none).
+    public var corruptedChunks: [SHA256Digest] {
+        chunks.filter { SHA256Digest.hashing($0.value) != $0.key }.map(\.key).sorted()
+    }
+}

@@ -1,0 +1,42 @@
+import MeshCore
+import MeshCrypto
+
+/// A simulated mesh of whole nodes (`SimNode`) in one session on one seeded `Simulator`, and
+/// the invariants every run must end with (`SimMesh+Invariants`).
+public final class SimMesh {
+    public let simulator: Simulator
+    public let seed: UInt64
+    public let session: SessionSecret
+    public let configuration: SimNode.Configuration
+    public private(set) var nodes: [SimAddress] = []
+
+    public init(seed: UInt64, link: LinkConditions = .default, configuration: SimNode.Configuration = .init(),
+                trace: SimTraceOptions = []) {
+        simulator = Simulator(seed: seed, defaultLink: link, trace: trace)
+        self.seed = seed
+        self.configuration = configuration
+        var random = SplitMix64(seed: seed)
+        let secret = (0..<4).flatMap { _ in withUnsafeBytes(of: random.next()) { Array($0) } }
+        session = try! SessionSecret(bytes: secret)  // safe: 32 bytes
+    }
+
+    /// Adds a node that starts at `time` and joins through `seeds`.
+    @discardableResult
+    public func addNode(joiningThrough seeds: [SimAddress], at time: MeshInstant) -> SimNode {
+        let address = SimAddress(simulator.addresses.count)
+        let node = SimNode(address: address, session: session, seed: seed, seeds: seeds, startTime: time,
+                           configuration: configuration)
+        nodes.append(simulator.addNode(node, startingAt: time))
+        return node
+    }
+
+    public func node(_ address: SimAddress) -> SimNode {
+        // safe: every node of a SimMesh is a SimNode
+        simulator.process(at: address, as: SimNode.self)!
+    }
+
+    public var all: [SimNode] { nodes.map(node) }
+
+    /// Nodes that are up.
+    public var running: [SimNode] { simulator.runningAddresses.map(node) }
+}
