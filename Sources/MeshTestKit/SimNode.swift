@@ -102,8 +102,7 @@ public final class SimNode: SimulatedProcess {
                 startTime: MeshInstant, configuration: Configuration = .init()) {
         var derive = SplitMix64(seed: seed ^ (UInt64(address.index + 1) &* 0x9E37_79B9_7F4A_7C15))
         func bytes32() -> [UInt8] { (0..<4).flatMap { _ in withUnsafeBytes(of: derive.next()) { Array($0) } } }
-        // safe: both seeds are 32 bytes
-        identity = try! NodeIdentity(seed: bytes32())
+        identity = try! NodeIdentity(seed: bytes32())  // safe: 32 bytes
         ephemeral = try! EphemeralKeyPair(seed: bytes32())  // safe: 32 bytes
         bootID = derive.next()
         random = SplitMix64(seed: derive.next())
