@@ -251,4 +251,21 @@ struct SwarmSimulationTests {
         #expect(scheduler.nextDeadline.map { $0 > later } ?? true)
         #expect(!scheduler.nextRequests(now: later).isEmpty, "the chunks are asked again")
     }
+
+    @Test("super-seeding: the member a chunk went to gets its lost pieces again; another member hears busy")
+    func seedingServesGapsToTheSameMember() {
+        let chunks = (0..<4).map { SHA256Digest.hashing([UInt8($0)]) }
+        let manifest = Manifest(size: 4 * 1024, chunkSize: 1024, chunks: chunks)
+        let first = NodeID(high: 1, low: 1), second = NodeID(high: 2, low: 2)
+        var uploader = TransferScheduler(seed: 1)
+        let start = MeshInstant(nanoseconds: 1_000_000_000)
+        func serves(_ peer: NodeID, after: Duration) -> Bool {
+            uploader.shouldServe(attachment: manifest.id, index: 0, to: peer, holdingAll: true, now: start + after)
+        }
+        #expect(serves(first, after: .zero))
+        // The re-ask for the pieces lost on the way, well inside the seeding interval.
+        #expect(serves(first, after: .milliseconds(10)), "a re-ask for lost pieces would wait out the interval")
+        #expect(!serves(second, after: .milliseconds(20)), "a second member is sent to the first")
+        #expect(serves(second, after: uploader.settings.seedingInterval + .milliseconds(20)))
+    }
 }

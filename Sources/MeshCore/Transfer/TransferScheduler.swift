@@ -76,8 +76,8 @@ public struct TransferScheduler: Sendable {
     func timeout(for peer: NodeID) -> Duration {
         max(settings.requestTimeout, (peers[peer]?.latency ?? .zero) * 4)
     }
-    /// Chunks we served that no one else is known to hold, with when (initial seeding).
-    private var seeded: [SHA256Digest: [Int: MeshInstant]] = [:]
+    /// Chunks we served that no one else is known to hold, with to whom and when (initial seeding).
+    private var seeded: [SHA256Digest: [Int: (peer: NodeID, at: MeshInstant)]] = [:]
     /// When each member was first told "busy" for a chunk.
     private var refusals: [SHA256Digest: [Int: [NodeID: MeshInstant]]] = [:]
 
@@ -233,8 +233,10 @@ public struct TransferScheduler: Sendable {
         let otherSeeds = availability.contains { holder, attachments in
             holder != peer && attachments[attachment]?.isComplete == true && !isAvoided(holder)
         }
-        if !otherSeeds, let last = seeded[attachment]?[index], now < last + settings.seedingInterval { return false }
-        seeded[attachment, default: [:]][index] = now
+        // The member it went to asks again only for pieces that were lost on the way: it gets them.
+        if !otherSeeds, let last = seeded[attachment]?[index], last.peer != peer,
+           now < last.at + settings.seedingInterval { return false }
+        seeded[attachment, default: [:]][index] = (peer, now)
         return true
     }
 
