@@ -96,6 +96,7 @@ public actor MeshNode {
     var channelAllocator: ByteBufferAllocator { channel?.allocator ?? ByteBufferAllocator() }
     public internal(set) var counters = NodeCounters()
     public private(set) var localAddress: PeerAddress?
+    private(set) var socketBuffers = SocketBuffers(receive: 0, send: 0)
 
     public nonisolated var unownedExecutor: UnownedSerialExecutor {
         eventLoop.executor.asUnownedSerialExecutor()
@@ -140,8 +141,8 @@ public actor MeshNode {
             .channelOption(.socketOption(.so_reuseaddr), value: 1)
             // Bursts of chunk datagrams outrun the default buffers (about 200 KiB) before the
             // reader drains them; losses there would cost retransmissions for nothing.
-            .channelOption(.socketOption(.so_rcvbuf), value: 4 << 20)
-            .channelOption(.socketOption(.so_sndbuf), value: 4 << 20)
+            .channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(SocketBuffers.wanted))
+            .channelOption(.socketOption(.so_sndbuf), value: SocketOptionValue(SocketBuffers.wanted))
             .channelOption(.maxMessagesPerRead, value: 64)
             // Wants are refused while more than this waits to be written (MeshNode+Transfer).
             .channelOption(.writeBufferWaterMark, value: .init(low: 1 << 20, high: 4 << 20))
@@ -169,6 +170,7 @@ public actor MeshNode {
             throw .bindFailed(address: listen, reason: "\(error)")
         }
         channel = bound
+        socketBuffers = await SocketBuffers.enlarge(bound)
         guard let socketAddress = bound.localAddress, let address = PeerAddress(socketAddress) else {
             throw .bindFailed(address: listen, reason: "the socket has no local address")
         }
@@ -201,7 +203,11 @@ public actor MeshNode {
         saveKnownMembers()
         perform(directives)
         rearm()
-        logger.info("started", metadata: ["address": "\(address)", "node": "\(nodeID)", "seeds": "\(seeds.count)"])
+        logger.info("started", metadata: ["address": "\(address)", "node": "\(nodeID)", "seeds": "\(seeds.count)",
+                                          "receiveBuffer": "\(socketBuffers.receive)"])
+        if socketBuffers.isSmall {
+            logger.warning("the UDP receive buffer is \(socketBuffers.receive / 1024) KiB: bursts of chunk pieces will be lost and asked for again; raise it with `sysctl -w net.core.rmem_max=4194304`")
+        }
         return address
     }
 
@@ -299,7 +305,8 @@ public actor MeshNode {
             address: (me?.address ?? localAddress).map(\.description) ?? "",
             session: session.sessionID.description, keyEpoch: epochs.transitions.count,
             profile: configuration.profile.rawValue,
-            localHealth: membership?.localHealth.score ?? 0)
+            localHealth: membership?.localHealth.score ?? 0,
+            receiveBuffer: socketBuffers.receive, sendBuffer: socketBuffers.send)
         let memberInfos = view.map { member in
             StatusReport.MemberInfo(id: member.id.hex, name: member.record.name,
                                     address: member.address?.description ?? "", state: member.status.rawValue,

@@ -9,6 +9,9 @@ public struct NodeStatus: Decodable, Sendable {
         /// The current key epoch's session id, and how many epochs followed the first.
         public var session: String
         public var keyEpoch: Int?
+        /// The UDP socket's kernel buffers, as getsockopt reports them (twice the size set).
+        public var receiveBuffer: Int?
+        public var sendBuffer: Int?
     }
 
     public struct MemberInfo: Decodable, Sendable {

@@ -49,6 +49,23 @@ struct RunCommandTests {
         #expect(try await restarted.waitForExit() == 0)
     }
 
+    @Test("the UDP buffers reach 4 MiB past net.core.rmem_max when the node may raise them, and status says what they are")
+    func socketBuffersAreRaised() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await node.cleanUp() } }
+        _ = try await node.waitForLine(prefix: "invite:")
+        let buffers = try await node.status().`self`
+        let receive = try #require(buffers.receiveBuffer), send = try #require(buffers.sendBuffer)
+        if geteuid() == 0 {
+            // getsockopt reports twice the size set.
+            #expect(receive >= 8 << 20, "SO_RCVBUFFORCE was not applied")
+            #expect(send >= 8 << 20, "SO_SNDBUFFORCE was not applied")
+        } else {
+            print("not root: only checking that the buffers are reported (\(receive) B, \(send) B)")
+            #expect(receive > 0 && send > 0)
+        }
+    }
+
     @Test("a node started from an invite joins that session")
     func joinsInvitedSession() async throws {
         let inviter = try NodeProcess(["run", "--listen", "127.0.0.1:0"])

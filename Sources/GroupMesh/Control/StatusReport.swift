@@ -12,6 +12,9 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var keyEpoch: Int
         public var profile: String
         public var localHealth: Int
+        /// The UDP socket's kernel buffers in bytes, as `getsockopt` reports them (SocketBuffers).
+        public var receiveBuffer: Int
+        public var sendBuffer: Int
     }
 
     public struct MemberInfo: Codable, Sendable, Equatable {
