@@ -7,13 +7,18 @@ public struct ChunkAssembler: Sendable {
     public struct Settings: Sendable {
         /// Piece size asked for (what fits one datagram).
         public var pieceSize: Int
-        /// Silence after which the missing pieces are asked for again; doubles while nothing
-        /// comes, up to `maximumStall`.
-        public var stallTimeout: Duration = .milliseconds(40)
+        /// Silence after which the missing pieces are asked for again: twice the holder's
+        /// smoothed answer time, at least this; doubles while nothing comes, up to `maximumStall`.
+        /// Mostly it catches a burst whose last piece was lost, so it should be short where the
+        /// holder answers quickly and long where it cannot.
+        public var stallTimeout: Duration = .milliseconds(5)
         /// Wait for a holder's first piece before we know how quickly it answers. After that,
         /// three times its smoothed answer time (a holder serves wants one after another, so a
         /// full queue is not a loss).
         public var firstPieceTimeout: Duration = .milliseconds(250)
+        /// The shortest wait for a first piece: a holder's queue of wants can be longer than
+        /// its usual answer, and asking again while it is only busy costs a second copy.
+        public var minimumWholeWait: Duration = .milliseconds(40)
         /// While no piece came, the whole chunk is asked again with this wait doubling up to
         /// here (the want may have been lost, or the holder's queue is long).
         public var maximumWholeWait: Duration = .seconds(4)
@@ -50,6 +55,8 @@ public struct ChunkAssembler: Sendable {
         var contributors: Set<NodeID> = []
         var lastContributor: NodeID?
         var lastActivity: MeshInstant
+        /// The silence after a piece before asking again, from the newest holder's answer time.
+        var silence: Duration
         var stall: Duration
         var nextAsk: MeshInstant
         var askedAt: MeshInstant
@@ -76,7 +83,7 @@ public struct ChunkAssembler: Sendable {
                 lastContributor = peer
             }
             lastActivity = now
-            stall = settings.stallTimeout
+            stall = silence
             nextAsk = now + stall
             guard assembly?.isComplete != true else { return .placed(answerTime: answer, complete: true) }
             // The last piece asked for came with gaps before it: a holder sends in order, so
@@ -104,14 +111,15 @@ public struct ChunkAssembler: Sendable {
         if var download = downloads[digest] {
             download.holders.removeAll { $0 == holder }
             download.holders.append(holder)
+            download.silence = silence(for: holder)
             downloads[digest] = download
             return want(for: digest, download)
         }
         guard downloads.count < settings.maxDownloads else { return nil }
-        let wait = answerTime[holder].map { min(settings.maximumStall, max(settings.stallTimeout, $0 * 3)) }
+        let wait = answerTime[holder].map { min(settings.maximumStall, max(settings.minimumWholeWait, $0 * 3)) }
             ?? settings.firstPieceTimeout
-        let download = Download(length: length, holders: [holder], lastActivity: now, stall: settings.stallTimeout,
-                                nextAsk: now + wait, askedAt: now, wholeWait: wait)
+        let download = Download(length: length, holders: [holder], lastActivity: now, silence: silence(for: holder),
+                                stall: settings.stallTimeout, nextAsk: now + wait, askedAt: now, wholeWait: wait)
         downloads[digest] = download
         return want(for: digest, download)
     }
@@ -121,6 +129,11 @@ public struct ChunkAssembler: Sendable {
         let missing = download.assembly?.missing
         downloads[digest]?.lastAsked = missing.map(Self.highest) ?? Int.max
         return ChunkWant(digest: digest, pieceSize: settings.pieceSize, missing: missing)
+    }
+
+    /// Twice the holder's answer time, within the settings' bounds.
+    private func silence(for holder: NodeID) -> Duration {
+        answerTime[holder].map { min(settings.maximumStall, max(settings.stallTimeout, $0 * 2)) } ?? settings.stallTimeout
     }
 
     static func highest(in bitmap: ChunkBitmap) -> Int {
@@ -136,6 +149,7 @@ public struct ChunkAssembler: Sendable {
         }
         if let firstAnswer = sample {
             answerTime[peer] = answerTime[peer].map { $0 * 0.75 + firstAnswer * 0.25 } ?? firstAnswer
+            downloads.values[position].silence = silence(for: peer)
         }
         guard complete else { return .accepted }
         let download = downloads.remove(at: position).value
