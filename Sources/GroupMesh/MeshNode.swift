@@ -55,6 +55,8 @@ public actor MeshNode {
     var assembler: ChunkAssembler
     /// Chunk reads under way for other members, until their pieces are written.
     var serving: Set<ServeKey> = []
+    /// Chunks just served, for re-asks of their lost pieces (MeshNode+Transfer.swift).
+    var recentChunks = RecentChunks(capacity: recentChunkCapacity)
     /// Where each live member is reached, kept from membership changes: looking it up in the
     /// membership instance per datagram sent would copy the instance.
     var peerAddresses: [NodeID: PeerAddress] = [:]

@@ -206,7 +206,9 @@ public final class ChunkStore {
             guard n > 0 else { break }
             total += n
         }
-        return Array(bytes.prefix(total))
+        // A file that shrank under us: what was read (no copy of a whole chunk otherwise).
+        if total < bytes.count { bytes.removeSubrange(total...) }
+        return bytes
     }
 
     static func readSmallFile(_ file: String) throws(MeshStoreError) -> String? {

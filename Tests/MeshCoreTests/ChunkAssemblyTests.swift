@@ -162,3 +162,34 @@ struct ChunkAssemblyTests {
         #expect(decode(huge) == .failure(.invalidField(what: "piece")))
     }
 }
+
+@Suite("Recently served chunks")
+struct RecentChunksTests {
+    static func chunk(_ byte: UInt8) -> (SHA256Digest, ByteBuffer) {
+        (SHA256Digest.hashing([byte]), ByteBuffer(bytes: [UInt8](repeating: byte, count: 64)))
+    }
+
+    @Test("keeps the newest chunks up to its capacity; the oldest goes first; an update is not a second entry")
+    func boundedOldestFirst() {
+        var recent = RecentChunks(capacity: 2)
+        let (a, aBytes) = Self.chunk(1), (b, bBytes) = Self.chunk(2), (c, cBytes) = Self.chunk(3)
+        recent.insert(aBytes, for: a)
+        recent.insert(bBytes, for: b)
+        recent.insert(aBytes, for: a)
+        #expect(recent[a] == aBytes && recent[b] == bBytes)
+        recent.insert(cBytes, for: c)
+        #expect(recent[a] == nil, "the oldest chunk stays past the capacity")
+        #expect(recent[b] == bBytes && recent[c] == cBytes)
+    }
+
+    @Test("nothing is served from it after removeAll (an attachment was removed)")
+    func removeAllForgets() {
+        var recent = RecentChunks(capacity: 4)
+        let (a, aBytes) = Self.chunk(1)
+        recent.insert(aBytes, for: a)
+        recent.removeAll()
+        #expect(recent[a] == nil)
+        recent.insert(aBytes, for: a)
+        #expect(recent[a] == aBytes)
+    }
+}

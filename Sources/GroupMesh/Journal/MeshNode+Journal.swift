@@ -250,6 +250,7 @@ extension MeshNode {
             // A fetch under way stops: chunks it brought after this would never be collected.
             if fetching.contains(id) { finishFetch(id, .failure(.unknownAttachment(id.hex))) }
             complete.remove(id)
+            recentChunks.removeAll()
             if let manifest = manifests.removeValue(forKey: id), let store {
                 let kept = entries.compactMap { manifests[$0.id] }
                 Task { await store.collect(manifest, keeping: kept) }

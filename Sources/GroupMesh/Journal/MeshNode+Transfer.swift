@@ -12,6 +12,8 @@ extension MeshNode {
     /// Reads for one member at once: a member that floods wants takes no more than its share
     /// (the scheduler never has more than 8 chunks in flight to one holder).
     static let maxServesPerPeer = 8
+    /// Chunks kept after serving them, for re-asks of lost pieces (4 MiB at 256 KiB chunks).
+    static let recentChunkCapacity = 16
 
     struct ServeKey: Hashable { var peer: NodeID; var digest: SHA256Digest }
 
@@ -71,6 +73,7 @@ extension MeshNode {
             counters.wantsRefused += 1
             return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy)), to: peer)
         }
+        if let chunk = recentChunks[want.digest] { return sendPieces(of: chunk, want: want, to: peer) }
         serving.insert(key)
         Task {
             // Served only after verification: the store hashes every chunk it reads.
@@ -79,7 +82,9 @@ extension MeshNode {
             guard let bytes else {
                 return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld)), to: peer)
             }
-            sendPieces(of: bytes, want: want, to: peer)
+            let chunk = channelAllocator.buffer(bytes: bytes)
+            recentChunks.insert(chunk, for: want.digest)
+            sendPieces(of: chunk, want: want, to: peer)
         }
     }
 
@@ -89,9 +94,8 @@ extension MeshNode {
 
     /// Seals the wanted pieces back to back into batches of equal-sized datagrams, writes each
     /// batch as one segmented send, and flushes once.
-    private func sendPieces(of bytes: [UInt8], want: ChunkWant, to peer: NodeID) {
+    private func sendPieces(of chunk: ByteBuffer, want: ChunkWant, to peer: NodeID) {
         guard let address = peerAddresses[peer] else { return }
-        let chunk = channelAllocator.buffer(bytes: bytes)
         let pieces = ChunkAssembly.pieces(of: chunk, digest: want.digest, pieceSize: want.pieceSize, only: want.missing)
         var payloadBytes = 0
         var batch = channelAllocator.buffer(capacity: Self.maxSegmentedBytes)
