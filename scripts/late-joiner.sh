@@ -3,7 +3,8 @@
 # (HOLDERS=1: a alone), then a --lazy node d joins and `get`s it. Prints the replication time,
 # the uploader's payload ratio, d's `get` wall time and its own "fetched" figure, d's counters
 # and peak memory. The figures of Docs/BENCHMARKS.md's "what each change bought" come from this.
-# Usage: scripts/late-joiner.sh   (env: BIN, SIZE bytes, HOLDERS 1 or 3, LOSS share for d)
+# Usage: scripts/late-joiner.sh   (env: BIN, SIZE bytes, HOLDERS 1 or 3, LOSS share for d,
+#        PERF_OUT file: `perf record -g` of d during the get)
 set -euo pipefail
 BIN=${BIN:-.build/release/groupmesh}
 SIZE=${SIZE:-104857600}
@@ -44,8 +45,14 @@ echo "attached and replicated to ${#HOLDER_DIRS[@]} holder(s) in $(echo "$(date 
 "$BIN" run --listen 127.0.0.1:0 --data-dir "$D/d" --invite "$INVITE" --lazy --log-level info \
     --simulate-loss "$LOSS" > "$D/d.out" 2> "$D/d.err" &
 wait_for "$D/d" "len(s['attachments'])==1 and sum(1 for m in s['members'] if m['state']=='alive')==$(( ${#HOLDER_DIRS[@]} + 1 ))"
+if [ -n "${PERF_OUT:-}" ]; then  # profile the joiner during the get: perf report -i $PERF_OUT
+    perf record -g -o "$PERF_OUT" -p "$(pgrep -f "data-dir $D/d")" 2> /dev/null &
+    PERF_PID=$!
+    sleep 0.5
+fi
 start=$(date +%s.%N)
 "$BIN" get --data-dir "$D/d" "$ID" --output /dev/null > /dev/null
+if [ -n "${PERF_OUT:-}" ]; then kill -INT "$PERF_PID"; wait "$PERF_PID" || true; fi
 echo "late joiner: get took $(echo "$(date +%s.%N) - $start" | bc) s (assembly to /dev/null included)"
 grep -o 'MiBps=[0-9.]*.*seconds=[0-9.]*' "$D/d.err" || true
 "$BIN" status --json --data-dir "$D/d" | python3 -c "import json,sys; c=json.load(sys.stdin)['counters']; print({k: c[k] for k in ['datagramsReceived','chunksFetched','pieceReasks','piecesUnsolicited','requestTimeouts','simulatedDrops']})"
