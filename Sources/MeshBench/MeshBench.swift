@@ -4,7 +4,17 @@ import Logging
 /// `make bench`: every scenario, a table on stdout, and bench/results.json.
 @main
 enum MeshBench {
-    static func main() async throws {
+    static func main() async {
+        do {
+            try await runAll()
+        } catch {
+            // One line, not a crash report: a scenario that cannot finish says which and why.
+            FileHandle.standardError.write(Data("bench failed: \(error)\n".utf8))
+            exit(1)
+        }
+    }
+
+    static func runAll() async throws {
         // Nodes run inside this process for the messenger scenario: only their warnings matter here.
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)

@@ -32,7 +32,13 @@ enum ProcessMeshScenario {
 
     private static func once(count: Int) async throws -> (detection: Double, idleCPU: Double, aloneCPU: Double) {
         var nodes: [NodeProcess] = []
-        defer { for node in nodes { node.signal(SIGKILL); try? FileManager.default.removeItem(atPath: node.dataDirectory) } }
+        var keepData = false
+        defer {
+            for node in nodes {
+                node.signal(SIGKILL)
+                if !keepData { try? FileManager.default.removeItem(atPath: node.dataDirectory) }
+            }
+        }
 
         let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
         nodes.append(first)
@@ -44,11 +50,22 @@ enum ProcessMeshScenario {
             _ = try await node.waitForLine(prefix: "listening:")
         }
         let clients = nodes.map { ControlClient(directory: DataDirectory(path: $0.dataDirectory)) }
-        try await waitUntil("mesh formation", timeout: .seconds(120), every: .milliseconds(200)) {
-            clients.allSatisfy { client in
-                guard let status = try? client.send(ControlRequest(command: .status)).status else { return false }
-                return status.members.filter { $0.state == "alive" }.count == count
+        func aliveCounts() -> [Int] {
+            clients.map { client in
+                (try? client.send(ControlRequest(command: .status)).status)?.members.filter { $0.state == "alive" }.count ?? -1
             }
+        }
+        do {
+            try await waitUntil("mesh formation", timeout: .seconds(120), every: .milliseconds(200)) {
+                aliveCounts().allSatisfy { $0 == count }
+            }
+        } catch {
+            keepData = ProcessInfo.processInfo.environment["BENCH_KEEP"] != nil
+            // Which nodes see how many: enough to tell a node that never joined from a split.
+            let counts = aliveCounts()
+            let lagging = counts.enumerated().filter { $0.element != count }
+                .map { "node \($0.offset) (\(nodes[$0.offset].dataDirectory)): \($0.element) alive" }
+            throw NodeProcessError.timeout("mesh formation of \(count) within 120 s; \(lagging.joined(separator: "; "))")
         }
         let idle = try await cpuPercent(of: nodes, over: .seconds(5))
 
