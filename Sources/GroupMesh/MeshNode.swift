@@ -54,7 +54,10 @@ public actor MeshNode {
     /// Chunks being put together from pieces (MeshNode+Transfer.swift).
     var assembler: ChunkAssembler
     /// Chunk reads under way for other members, until their pieces are written.
-    var serving: Set<ServeKey> = []
+    var serving: Set<ServeBudget.Key> = []
+    /// Bytes of each chunk sent to each member lately: a member flooding wants for a chunk we
+    /// keep in memory is answered busy after two copies a second.
+    var serveBudget = ServeBudget()
     /// Chunks just served, for re-asks of their lost pieces (MeshNode+Transfer.swift).
     var recentChunks = RecentChunks(capacity: recentChunkCapacity)
     /// Where each live member is reached, kept from membership changes: looking it up in the

@@ -59,24 +59,25 @@ struct ChunkAssemblyTests {
         #expect(first.missing == nil && first.pieceSize == Self.pieceSize)
         let pieces = Self.pieces(bytes, digest)
         let lost: Set<Int> = [0, 17, 100, pieces.count - 1]
+        // The holder answers in 20 ms, so the silence before asking again is 40 ms.
         for piece in pieces where !lost.contains(piece.index) {
-            let result = assembler.onPiece(piece, from: Self.holder, now: Self.at(1))
+            let result = assembler.onPiece(piece, from: Self.holder, now: Self.at(20))
             #expect(result == .accepted)
         }
-        let early = assembler.onTick(now: Self.at(20))
+        let early = assembler.onTick(now: Self.at(55))
         #expect(early.isEmpty, "not quiet long enough")
-        let again = assembler.onTick(now: Self.at(41))
+        let again = assembler.onTick(now: Self.at(61))
         #expect(again.count == 1 && again[0].peer == Self.holder)
         let missing = try #require(again[0].want.missing)
         #expect(Set((0..<missing.count).filter(missing.contains)) == lost)
         // Nothing comes: the next ask waits twice as long.
-        let backedOff = assembler.onTick(now: Self.at(100)), later = assembler.onTick(now: Self.at(122))
+        let backedOff = assembler.onTick(now: Self.at(135)), later = assembler.onTick(now: Self.at(142))
         #expect(backedOff.isEmpty && later.count == 1)
         #expect(assembler.reasks == 2)
         // Resending only what was asked completes the chunk.
         var result: ChunkAssembler.PieceResult = .accepted
         for piece in Self.pieces(bytes, digest, only: missing) {
-            result = assembler.onPiece(piece, from: Self.other, now: Self.at(130))
+            result = assembler.onPiece(piece, from: Self.other, now: Self.at(150))
         }
         #expect(result == .complete(bytes: bytes, contributors: [Self.holder, Self.other]))
         #expect(assembler.activeCount == 0 && assembler.nextDeadline == nil)

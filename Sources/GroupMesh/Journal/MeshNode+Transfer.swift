@@ -15,8 +15,6 @@ extension MeshNode {
     /// Chunks kept after serving them, for re-asks of lost pieces (4 MiB at 256 KiB chunks).
     static let recentChunkCapacity = 16
 
-    struct ServeKey: Hashable { var peer: NodeID; var digest: SHA256Digest }
-
     /// The piece size that fills one pairwise datagram.
     var pieceSize: Int { codec.maxPairwisePayload - ChunkPiece.overhead }
 
@@ -64,12 +62,13 @@ extension MeshNode {
             return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy)), to: peer)
         }
         // The same want again while its pieces are on their way: they will do.
-        let key = ServeKey(peer: peer, digest: want.digest)
+        let key = ServeBudget.Key(peer: peer, digest: want.digest)
         guard !serving.contains(key) else { return }
         // Admission: a full send queue or too many reads answers "busy", so that holders under
         // load shed wants instead of queueing bursts that arrive after the asker gave up.
         guard serving.count < Self.maxConcurrentServes, isWritable, let store,
-              serving.lazy.filter({ $0.peer == peer }).count < Self.maxServesPerPeer else {
+              serving.lazy.filter({ $0.peer == peer }).count < Self.maxServesPerPeer,
+              serveBudget.allows(key, now: now) else {
             counters.wantsRefused += 1
             return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy)), to: peer)
         }
@@ -119,6 +118,7 @@ extension MeshNode {
         flushDatagrams()
         if want.missing == nil { counters.chunksServed += 1 }
         counters.chunkPayloadBytesSent += UInt64(payloadBytes)
+        serveBudget.charge(payloadBytes, of: chunk.readableBytes, to: .init(peer: peer, digest: want.digest), now: now)
     }
 
     func sendTransfer(_ frame: Frame, to peer: NodeID) {
