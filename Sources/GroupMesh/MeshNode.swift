@@ -55,8 +55,8 @@ public actor MeshNode {
     var assembler: ChunkAssembler
     /// Chunk reads under way for other members, until their pieces are written.
     var serving: Set<ServeBudget.Key> = []
-    /// Bytes of each chunk sent to each member lately: a member flooding wants for a chunk we
-    /// keep in memory is answered busy after two copies a second.
+    /// Bytes of each chunk sent to each member lately: past two copies a second, a chunk we keep
+    /// in memory is read again for that member instead (MeshNode+Transfer.swift).
     var serveBudget = ServeBudget()
     /// Chunks just served, for re-asks of their lost pieces (MeshNode+Transfer.swift).
     var recentChunks = RecentChunks(capacity: recentChunkCapacity)

@@ -67,12 +67,15 @@ extension MeshNode {
         // Admission: a full send queue or too many reads answers "busy", so that holders under
         // load shed wants instead of queueing bursts that arrive after the asker gave up.
         guard serving.count < Self.maxConcurrentServes, isWritable, let store,
-              serving.lazy.filter({ $0.peer == peer }).count < Self.maxServesPerPeer,
-              serveBudget.allows(key, now: now) else {
+              serving.lazy.filter({ $0.peer == peer }).count < Self.maxServesPerPeer else {
             counters.wantsRefused += 1
             return sendTransfer(.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy)), to: peer)
         }
-        if let chunk = recentChunks[want.digest] { return sendPieces(of: chunk, want: want, to: peer) }
+        // Kept chunks answer re-asks for lost pieces; past two copies a second to one member, its
+        // wants wait for a read like any other (one at a time per chunk), as a flood should.
+        if serveBudget.allows(key, now: now), let chunk = recentChunks[want.digest] {
+            return sendPieces(of: chunk, want: want, to: peer)
+        }
         serving.insert(key)
         Task {
             // Served only after verification: the store hashes every chunk it reads.
