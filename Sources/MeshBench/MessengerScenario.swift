@@ -90,7 +90,11 @@ enum MessengerScenario {
         let deadline = ContinuousClock.now + .seconds(30)
         for session in sessions {
             while await session.activeParticipants.count < count {
-                guard ContinuousClock.now < deadline else { throw NodeProcessError.timeout("bench cluster") }
+                guard ContinuousClock.now < deadline else {
+                    var seen: [Int] = []
+                    for session in sessions { seen.append(await session.activeParticipants.count) }
+                    throw NodeProcessError.timeout("a cluster of \(count) within 30 s: each sees \(seen) active")
+                }
                 try await Task.sleep(for: .milliseconds(20))
             }
         }
