@@ -39,6 +39,8 @@ public struct TransferScheduler: Sendable {
     }
 
     struct Job: Sendable {
+        /// The manifest's id, hashed once (it names every request).
+        let id: SHA256Digest
         var manifest: Manifest
         var have: ChunkBitmap
         /// Index → the members asked, with when.
@@ -110,7 +112,7 @@ public struct TransferScheduler: Sendable {
     public mutating func start(_ manifest: Manifest, have: ChunkBitmap) {
         let id = manifest.id
         guard jobs[id] == nil, !have.isComplete else { return }
-        jobs[id] = Job(manifest: manifest, have: have)
+        jobs[id] = Job(id: id, manifest: manifest, have: have)
     }
 
     public mutating func cancel(_ attachment: SHA256Digest) {
@@ -200,7 +202,7 @@ public struct TransferScheduler: Sendable {
         peers[peer]?.inFlight -= 1
         if job.inFlight[index]?.isEmpty == true { job.inFlight[index] = nil }
         job.busy[index, default: [:]][peer] = now + settings.busyRetry
-        if holders(of: attachment, count: job.have.count)[index].allSatisfy({ job.busy[index]?[$0].map { now < $0 } ?? false }) {
+        if holders(of: index, among: holderBitmaps(of: attachment, count: job.have.count)).allSatisfy({ job.busy[index]?[$0].map { now < $0 } ?? false }) {
             job.notBefore[index] = now + settings.busyRetry
         }
         jobs[attachment] = job
@@ -295,33 +297,43 @@ public struct TransferScheduler: Sendable {
     /// first (random among equals), each from a random holder with room; then the end game.
     public mutating func nextRequests(now: MeshInstant) -> [Request] {
         lastNow = now
+        // Every window full is the common case between chunks (this runs after each one): no
+        // request can go out, and the scan below would cost a pass over every chunk.
+        guard peers.values.contains(where: { $0.inFlight < $0.window }) else { return [] }
         var requests: [Request] = []
         var inFlight = peers.values.reduce(0) { $0 + max(0, $1.inFlight) }
         for id in jobs.keys.sorted() {
             guard var job = jobs[id] else { continue }
-            let holdersByChunk = holders(of: id, count: job.have.count)
-            var missing = (0..<job.have.count).filter { index in
-                !job.have.contains(index) && job.inFlight[index] == nil && (job.notBefore[index].map { now >= $0 } ?? true)
-            }
-            missing.shuffle(using: &random)
-            missing.sort { holdersByChunk[$0].count < holdersByChunk[$1].count }
-            for index in missing {
-                guard inFlight < settings.maximumInFlight else { break }
-                let busy = Set((job.busy[index] ?? [:]).filter { now < $0.value }.keys)
-                let candidates = holdersByChunk[index].filter { !busy.contains($0) }
-                // Everyone who has it said busy: ask one of them anyway (they serve a member
-                // refused for long enough).
-                let pool = candidates.isEmpty ? holdersByChunk[index] : candidates
-                guard let peer = pickHolder(pool, excluding: job.refused[index] ?? []) else { continue }
-                ask(peer, index: index, in: &job, now: now, into: &requests)
-                inFlight += 1
+            let bitmaps = holderBitmaps(of: id, count: job.have.count)
+            if inFlight < settings.maximumInFlight {
+                var missing = (0..<job.have.count).filter { index in
+                    !job.have.contains(index) && job.inFlight[index] == nil && (job.notBefore[index].map { now >= $0 } ?? true)
+                }
+                missing.shuffle(using: &random)
+                if !bitmaps.allSatisfy(\.bitmap.isComplete) {
+                    let counts = (0..<job.have.count).map { index in bitmaps.count { $0.bitmap.contains(index) } }
+                    missing.sort { counts[$0] < counts[$1] }
+                }
+                for index in missing {
+                    guard inFlight < settings.maximumInFlight else { break }
+                    let holders = holders(of: index, among: bitmaps)
+                    let busy = Set((job.busy[index] ?? [:]).filter { now < $0.value }.keys)
+                    let candidates = holders.filter { !busy.contains($0) }
+                    // Everyone who has it said busy: ask one of them anyway (they serve a member
+                    // refused for long enough).
+                    let pool = candidates.isEmpty ? holders : candidates
+                    guard let peer = pickHolder(pool, excluding: job.refused[index] ?? []) else { continue }
+                    ask(peer, index: index, in: &job, now: now, into: &requests)
+                    inFlight += 1
+                }
             }
             // End game: the last few chunks, each also from a second holder.
             let outstanding = job.have.count - job.have.held
             if outstanding <= settings.endGameChunks {
                 for index in job.inFlight.keys.sorted() where (job.inFlight[index]?.count ?? 0) == 1 && !job.solo.contains(index) {
                     let asked = Set(job.inFlight[index]?.keys ?? [:].keys)
-                    guard let peer = pickHolder(holdersByChunk[index], excluding: asked.union(job.refused[index] ?? [])) else { continue }
+                    guard let peer = pickHolder(holders(of: index, among: bitmaps),
+                                                excluding: asked.union(job.refused[index] ?? [])) else { continue }
                     ask(peer, index: index, in: &job, now: now, into: &requests)
                 }
             }
@@ -333,16 +345,19 @@ public struct TransferScheduler: Sendable {
     private mutating func ask(_ peer: NodeID, index: Int, in job: inout Job, now: MeshInstant, into requests: inout [Request]) {
         job.inFlight[index, default: [:]][peer] = now
         peers[peer]?.inFlight += 1
-        requests.append(Request(peer: peer, attachment: job.manifest.id, index: index, digest: job.manifest.chunks[index]))
+        requests.append(Request(peer: peer, attachment: job.id, index: index, digest: job.manifest.chunks[index]))
     }
 
-    private func holders(of attachment: SHA256Digest, count: Int) -> [[NodeID]] {
-        var result = [[NodeID]](repeating: [], count: count)
-        for peer in availability.keys.sorted() {
-            guard let bitmap = availability[peer]?[attachment], bitmap.count == count, !isAvoided(peer) else { continue }
-            for index in 0..<count where bitmap.contains(index) { result[index].append(peer) }
+    /// What each member that may be asked announced of the attachment, in id order.
+    private func holderBitmaps(of attachment: SHA256Digest, count: Int) -> [(peer: NodeID, bitmap: ChunkBitmap)] {
+        availability.keys.sorted().compactMap { peer in
+            guard let bitmap = availability[peer]?[attachment], bitmap.count == count, !isAvoided(peer) else { return nil }
+            return (peer, bitmap)
         }
-        return result
+    }
+
+    private func holders(of index: Int, among bitmaps: [(peer: NodeID, bitmap: ChunkBitmap)]) -> [NodeID] {
+        bitmaps.compactMap { $0.bitmap.contains(index) ? $0.peer : nil }
     }
 
     /// A random holder with room in its window, not among `excluded`.
