@@ -1,0 +1,66 @@
+import MeshCore
+import MeshCrypto
+import Testing
+
+/// The scheduler's choices, one call at a time (the simulations cover whole transfers).
+@Suite("Transfer scheduler")
+struct TransferSchedulerTests {
+    static let start = MeshInstant(nanoseconds: 1_000_000_000)
+    let manifest = Manifest(size: 8 * 1024, chunkSize: 1024, chunks: (0..<8).map { SHA256Digest.hashing([UInt8($0)]) })
+    let first = NodeID(high: 1, low: 1), second = NodeID(high: 2, low: 2)
+
+    func partial(_ indexes: [Int]) -> ChunkBitmap {
+        var bitmap = ChunkBitmap(count: manifest.chunks.count)
+        for index in indexes { bitmap.insert(index) }
+        return bitmap
+    }
+
+    @Test("windows fill, nothing more is asked while they are full, and a chunk that arrives opens its sender's",
+          arguments: 1...5 as ClosedRange<UInt64>)
+    func windowsBoundRequests(seed: UInt64) {
+        var scheduler = TransferScheduler(seed: seed)
+        scheduler.start(manifest, have: ChunkBitmap(count: 8))
+        scheduler.setAvailability(.full(8), of: manifest.id, at: first)
+        scheduler.setAvailability(.full(8), of: manifest.id, at: second)
+        let opening = scheduler.nextRequests(now: Self.start)
+        let window = scheduler.settings.initialWindow
+        #expect(opening.count == 2 * window, "seed \(seed)")
+        #expect(opening.filter { $0.peer == first }.count == window, "seed \(seed)")
+        #expect(Set(opening.map(\.index)).count == opening.count, "seed \(seed): a chunk asked twice")
+        #expect(opening.allSatisfy { $0.attachment == manifest.id && $0.digest == manifest.chunks[$0.index] }, "seed \(seed)")
+        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(1)).isEmpty, "seed \(seed): asked past a full window")
+
+        guard let done = opening.first(where: { $0.peer == first }) else { return }
+        scheduler.onChunk(attachment: manifest.id, index: done.index, from: first, valid: true)
+        // One slot freed and the window grew by one: two more, both of `first`, none held or in flight.
+        let next = scheduler.nextRequests(now: Self.start + .milliseconds(2))
+        #expect(next.count == 2 && next.allSatisfy { $0.peer == first }, "seed \(seed): \(next)")
+        #expect(Set(next.map(\.index)).isDisjoint(with: opening.map(\.index)), "seed \(seed)")
+    }
+
+    @Test("rarest first: chunks one member holds are asked before chunks both hold, each of a member that has it",
+          arguments: 1...5 as ClosedRange<UInt64>)
+    func rarestFirst(seed: UInt64) {
+        var scheduler = TransferScheduler(seed: seed)
+        scheduler.start(manifest, have: ChunkBitmap(count: 8))
+        scheduler.setAvailability(.full(8), of: manifest.id, at: first)
+        scheduler.setAvailability(partial([0, 1]), of: manifest.id, at: second)
+        let requests = scheduler.nextRequests(now: Self.start)
+        // `first` alone holds 2...7: its window goes to those; `second` gets what it holds.
+        #expect(requests.filter { $0.peer == first }.allSatisfy { $0.index >= 2 }, "seed \(seed): \(requests)")
+        #expect(Set(requests.filter { $0.peer == second }.map(\.index)) == [0, 1], "seed \(seed): \(requests)")
+    }
+
+    @Test("a chunk its only holder is busy with waits the retry time, then is asked again")
+    func busyHolderIsAskedAfterTheRetry() {
+        var scheduler = TransferScheduler(seed: 1)
+        scheduler.start(manifest, have: partial([1, 2, 3, 4, 5, 6, 7]))
+        scheduler.setAvailability(.full(8), of: manifest.id, at: first)
+        let asked = scheduler.nextRequests(now: Self.start)
+        #expect(asked.map(\.index) == [0])
+        scheduler.onBusy(attachment: manifest.id, index: 0, from: first, now: Self.start)
+        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(1)).isEmpty, "asked again at once")
+        let retry = Self.start + scheduler.settings.busyRetry
+        #expect(scheduler.nextRequests(now: retry).map(\.index) == [0])
+    }
+}
