@@ -15,13 +15,19 @@ struct TransferSchedulerTests {
         return bitmap
     }
 
+    /// Fetching the whole manifest; `first` holds all of it, `second` what `secondHolds` says.
+    func scheduler(seed: UInt64, secondHolds: ChunkBitmap) -> TransferScheduler {
+        var scheduler = TransferScheduler(seed: seed)
+        scheduler.start(manifest, have: ChunkBitmap(count: manifest.chunks.count))
+        scheduler.setAvailability(.full(manifest.chunks.count), of: manifest.id, at: first)
+        scheduler.setAvailability(secondHolds, of: manifest.id, at: second)
+        return scheduler
+    }
+
     @Test("windows fill, nothing more is asked while they are full, and a chunk that arrives opens its sender's",
           arguments: 1...5 as ClosedRange<UInt64>)
     func windowsBoundRequests(seed: UInt64) {
-        var scheduler = TransferScheduler(seed: seed)
-        scheduler.start(manifest, have: ChunkBitmap(count: 8))
-        scheduler.setAvailability(.full(8), of: manifest.id, at: first)
-        scheduler.setAvailability(.full(8), of: manifest.id, at: second)
+        var scheduler = scheduler(seed: seed, secondHolds: .full(8))
         let opening = scheduler.nextRequests(now: Self.start)
         let window = scheduler.settings.initialWindow
         #expect(opening.count == 2 * window, "seed \(seed)")
@@ -41,10 +47,7 @@ struct TransferSchedulerTests {
     @Test("rarest first: chunks one member holds are asked before chunks both hold, each of a member that has it",
           arguments: 1...5 as ClosedRange<UInt64>)
     func rarestFirst(seed: UInt64) {
-        var scheduler = TransferScheduler(seed: seed)
-        scheduler.start(manifest, have: ChunkBitmap(count: 8))
-        scheduler.setAvailability(.full(8), of: manifest.id, at: first)
-        scheduler.setAvailability(partial([0, 1]), of: manifest.id, at: second)
+        var scheduler = scheduler(seed: seed, secondHolds: partial([0, 1]))
         let requests = scheduler.nextRequests(now: Self.start)
         // `first` alone holds 2...7: its window goes to those; `second` gets what it holds.
         #expect(requests.filter { $0.peer == first }.allSatisfy { $0.index >= 2 }, "seed \(seed): \(requests)")
