@@ -80,16 +80,24 @@ public final class ChunkStore {
     /// a chunk that is already there writes nothing.
     @discardableResult
     public func write(_ bytes: [UInt8], expected: SHA256Digest? = nil) throws(MeshStoreError) -> SHA256Digest {
+        try insert(bytes, expected: expected).digest
+    }
+
+    /// `write`, also saying whether the chunk is new to the store (a caller can take back
+    /// exactly what it added).
+    public func insert(_ bytes: [UInt8], expected: SHA256Digest? = nil) throws(MeshStoreError)
+        -> (inserted: Bool, digest: SHA256Digest)
+    {
         let digest = SHA256Digest.hashing(bytes)
         if let expected, expected != digest { throw .hashMismatch(expected: expected, actual: digest) }
-        if contains(digest) { return digest }
+        if contains(digest) { return (false, digest) }
         temporaryCounter += 1
         let temporary = "\(path)/\(digest.hex).\(getpid()).\(temporaryCounter).tmp"
         try Self.writeFile(temporary, bytes, sync: false)
         pending[digest] = temporary
         pendingOrder.append(digest)
         if pendingOrder.count >= batchLimit { try flush() }
-        return digest
+        return (true, digest)
     }
 
     /// Makes every written chunk durable and visible under its name: one `syncfs` for the batch,

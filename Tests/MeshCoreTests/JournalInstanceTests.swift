@@ -118,6 +118,24 @@ struct JournalInstanceTests {
         #expect(a.remove(JournalFixtures.attachment(2)) == nil)
     }
 
+    @Test("a prepared change is seen by nobody until it is published (the shell stores it in between)")
+    func preparedChangesWaitForPublish() {
+        var a = Self.instance(0)
+        _ = a.memberJoined(Self.ids[1])
+        let x = JournalFixtures.attachment(1)
+        let add = a.prepareAdd(x, size: 3, chunkCount: 1, metadata: [])
+        #expect(!a.state.isPresent(x) && a.state.operationCount == 0, "applied before it was stored")
+        // An anti-entropy exchange meanwhile does not carry it either.
+        #expect(a.onMessage(.have([]), from: Self.ids[1]).isEmpty)
+        #expect(a.publish(add) == [.send(to: Self.ids[1], .operations([add])), .applied([add])])
+        #expect(a.state.isPresent(x))
+        #expect(a.prepareRemove(JournalFixtures.attachment(2)) == nil, "nothing to remove")
+        let removal = a.prepareRemove(x)
+        #expect(a.state.isPresent(x), "removed before it was stored")
+        if let removal { _ = a.publish(removal) }
+        #expect(!a.state.isPresent(x))
+    }
+
     @Test("holdings: tracked per member, reported once per change, forgotten when the member leaves")
     func holdings() {
         var a = Self.instance(0)

@@ -50,6 +50,10 @@ struct ChunkStoreTests {
             try store.write(bytes, expected: other)
         }
         #expect(throws: MeshStoreError.notFound(other)) { try store.read(other) }
+        // `insert` says which writes added the chunk: a failed ingest takes back only those.
+        #expect(try store.insert(bytes).inserted == false)
+        #expect(try store.insert(Self.chunk(4)).inserted == true)
+        #expect(try store.insert(Self.chunk(4)).inserted == false, "pending, not yet flushed, still counts")
     }
 
     @Test("a chunk corrupted on disk is detected, discarded and never served")

@@ -33,35 +33,56 @@ actor AttachmentStore {
         let size: UInt64
         do { size = try handle.seekToEnd(); try handle.seek(toOffset: 0) } catch { throw .attachment("cannot read \(path): \(error)") }
         guard size <= limit else { throw .attachmentTooLarge(size: size, limit: limit) }
-        var digests: [SHA256Digest] = []
-        var total: UInt64 = 0
-        while total < size {
-            let data: Data
-            do { data = try handle.read(upToCount: chunkSize) ?? Data() } catch { throw .attachment("cannot read \(path): \(error)") }
-            guard !data.isEmpty else { break }
-            digests.append(try write(Array(data)))
-            total += UInt64(data.count)
+        return try ingesting { (added) throws(GroupMeshError) in
+            var digests: [SHA256Digest] = []
+            var total: UInt64 = 0
+            while total < size {
+                let data: Data
+                do { data = try handle.read(upToCount: chunkSize) ?? Data() } catch { throw .attachment("cannot read \(path): \(error)") }
+                guard !data.isEmpty else { break }
+                digests.append(try insert(Array(data), into: &added))
+                total += UInt64(data.count)
+            }
+            guard total == size else { throw .attachment("\(path) changed while it was being added") }
+            return Manifest(size: size, chunkSize: chunkSize, chunks: digests)
         }
-        guard total == size else { throw .attachment("\(path) changed while it was being added") }
-        return try store(Manifest(size: size, chunkSize: chunkSize, chunks: digests))
     }
 
     func ingest(_ bytes: [UInt8], limit: UInt64) throws(GroupMeshError) -> Manifest {
         guard UInt64(bytes.count) <= limit else { throw .attachmentTooLarge(size: UInt64(bytes.count), limit: limit) }
-        var digests: [SHA256Digest] = []
-        var offset = 0
-        while offset < bytes.count {
-            let end = min(bytes.count, offset + chunkSize)
-            digests.append(try write(Array(bytes[offset..<end])))
-            offset = end
+        return try ingesting { (added) throws(GroupMeshError) in
+            var digests: [SHA256Digest] = []
+            var offset = 0
+            while offset < bytes.count {
+                let end = min(bytes.count, offset + chunkSize)
+                digests.append(try insert(Array(bytes[offset..<end]), into: &added))
+                offset = end
+            }
+            return Manifest(size: UInt64(bytes.count), chunkSize: chunkSize, chunks: digests)
         }
-        return try store(Manifest(size: UInt64(bytes.count), chunkSize: chunkSize, chunks: digests))
     }
 
-    private func store(_ manifest: Manifest) throws(GroupMeshError) -> Manifest {
-        _ = try write(manifest.encoded)
-        try flush()
-        return manifest
+    /// Stores the chunks `chunking` cuts, then their manifest, durably. A failure (a full disk,
+    /// above all) takes back every chunk this call added, so a failed attach leaves the store as
+    /// it found it; the actor runs nothing else meanwhile, so nobody else can rely on them yet.
+    private func ingesting(_ chunking: (inout [SHA256Digest]) throws(GroupMeshError) -> Manifest) throws(GroupMeshError) -> Manifest {
+        var added: [SHA256Digest] = []
+        do throws(GroupMeshError) {
+            let manifest = try chunking(&added)
+            _ = try insert(manifest.encoded, into: &added)
+            try flush()
+            return manifest
+        } catch {
+            for digest in added { try? chunks.remove(digest) }
+            throw error
+        }
+    }
+
+    private func insert(_ bytes: [UInt8], into added: inout [SHA256Digest]) throws(GroupMeshError) -> SHA256Digest {
+        let result: (inserted: Bool, digest: SHA256Digest)
+        do { result = try chunks.insert(bytes) } catch { throw .store(error.description) }
+        if result.inserted { added.append(result.digest) }
+        return result.digest
     }
 
     // MARK: chunks
@@ -163,18 +184,27 @@ actor AttachmentStore {
             data.append(Data(bytes: &length, count: 4))
             data.append(contentsOf: bytes)
         }
-        if !FileManager.default.fileExists(atPath: logPath) {
-            FileManager.default.createFile(atPath: logPath, contents: nil, attributes: [.posixPermissions: 0o600])
+        let fd = open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            throw errno == ENOSPC ? .store("no space left to write \(logPath); nothing was lost")
+                                  : .store("cannot open \(logPath): \(String(cString: strerror(errno)))")
         }
-        guard let handle = FileHandle(forWritingAtPath: logPath) else { throw .store("cannot open \(logPath)") }
+        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        var end: UInt64?
+        var durable = false
         do {
-            try handle.seekToEnd()
+            end = try handle.seekToEnd()
             try handle.write(contentsOf: data)
             try handle.synchronize()
+            durable = true
             try handle.close()
         } catch {
+            // A record written in part is cut off now: the next append would land behind it,
+            // where a reader stops.
+            if !durable, let end { _ = ftruncate(fd, off_t(end)) }
             try? handle.close()
-            throw .store("cannot append to \(logPath): \(error)")
+            let full = (error as NSError).code == Int(ENOSPC)
+            throw full ? .store("no space left to write \(logPath); nothing was lost") : .store("cannot append to \(logPath): \(error)")
         }
     }
 

@@ -113,33 +113,40 @@ extension MeshNode {
             manifest = try await store.ingest(bytes ?? [], limit: configuration.maxAttachmentSize)
         }
         let id = manifest.id
+        guard let operation = journal?.prepareAdd(id, size: manifest.size, chunkCount: manifest.chunks.count,
+                                                  metadata: metadata) else { throw .attachment("the node is not running") }
+        do {
+            try await store.appendOperations([operation])
+        } catch {
+            // Not added: the chunks no attachment here uses go again (a full disk gets its space back).
+            if !complete.contains(id) { await store.collect(manifest, keeping: attachmentEntries.compactMap { manifests[$0.id] }) }
+            throw error
+        }
+        guard var instance = journal else { throw .attachment("the node is not running") }
         manifests[id] = manifest
         complete.insert(id)
-        guard var instance = journal else { throw .attachment("the node is not running") }
-        var directives = instance.add(id, size: manifest.size, chunkCount: manifest.chunks.count, metadata: metadata)
+        var directives = instance.publish(operation)
         directives += instance.setHoldings(complete)
         journal = instance
-        try await commit(directives)
+        carryOut(directives)
         guard let entry = instance.state.entry(id) else { throw .attachment("the attachment could not be added") }
         return entry
     }
 
     public func removeAttachment(_ id: SHA256Digest) async throws(GroupMeshError) {
-        guard var instance = journal, let directives = instance.remove(id) else {
-            throw .unknownAttachment(id.hex)
-        }
+        guard let store else { throw .attachment("the node is not running") }
+        guard let operation = journal?.prepareRemove(id) else { throw .unknownAttachment(id.hex) }
+        try await store.appendOperations([operation])
+        guard var instance = journal else { throw .attachment("the node is not running") }
+        let directives = instance.publish(operation)
         journal = instance
-        try await commit(directives)
+        carryOut(directives)
     }
 
-    /// Carries out the directives of a local change, but only after its operations are in the
-    /// journal log on disk: what `attach` or `remove` acknowledges survives a crash right after.
-    private func commit(_ directives: [JournalInstance.Directive]) async throws(GroupMeshError) {
-        let operations = directives.flatMap { directive -> [JournalOperation] in
-            if case let .applied(operations) = directive { return operations } else { return [] }
-        }
-        guard let store else { throw .attachment("the node is not running") }
-        try await store.appendOperations(operations)
+    /// Carries out the directives of a local change. Its operation went to the journal log on
+    /// disk first: what `attach` or `remove` acknowledges survives a crash right after, and one
+    /// whose write failed changed nothing, here or at any member.
+    private func carryOut(_ directives: [JournalInstance.Directive]) {
         for directive in directives {
             if case let .applied(operations) = directive {
                 journalChanged(operations)

@@ -70,20 +70,34 @@ public struct JournalInstance: Sendable {
 
     // MARK: local changes
 
+    // A local change is made in two steps, so that the shell can store the operation before
+    // anything (here or at a member) sees it: `prepare…` signs it without applying it, and
+    // `publish` applies and sends it. A change whose storing fails is then never seen at all.
+
+    /// An add by this node, signed, not yet applied.
+    public func prepareAdd(_ attachment: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8]) -> JournalOperation {
+        state.makeAdd(attachment, size: size, chunkCount: chunkCount, metadata: metadata, authority: authority)
+    }
+
+    /// A remove by this node of every add of the attachment seen so far, not yet applied; nil
+    /// when the attachment is not in the journal.
+    public func prepareRemove(_ attachment: SHA256Digest) -> JournalOperation? {
+        state.makeRemove(attachment, authority: authority)
+    }
+
+    /// Applies a prepared local operation and sends it to every member.
+    public mutating func publish(_ operation: JournalOperation) -> [Directive] {
+        state.apply(operation, authority: authority)
+        return members.map { .send(to: $0, .operations([operation])) } + [.applied([operation])]
+    }
+
     public mutating func add(_ attachment: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8]) -> [Directive] {
-        let operation = state.makeAdd(attachment, size: size, chunkCount: chunkCount, metadata: metadata, authority: authority)
-        return publish(operation)
+        publish(prepareAdd(attachment, size: size, chunkCount: chunkCount, metadata: metadata))
     }
 
     /// Nil when the attachment is not in the journal.
     public mutating func remove(_ attachment: SHA256Digest) -> [Directive]? {
-        guard let operation = state.makeRemove(attachment, authority: authority) else { return nil }
-        return publish(operation)
-    }
-
-    private mutating func publish(_ operation: JournalOperation) -> [Directive] {
-        state.apply(operation, authority: authority)
-        return members.map { .send(to: $0, .operations([operation])) } + [.applied([operation])]
+        prepareRemove(attachment).map { publish($0) }
     }
 
     // MARK: input

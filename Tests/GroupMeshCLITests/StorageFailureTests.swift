@@ -1,0 +1,130 @@
+import Foundation
+import MeshTestKit
+import Testing
+
+/// A node whose disk fails under it: the change is refused in one line, nothing stored before is
+/// lost, nothing half-made is left behind, and a restart sees exactly what was acknowledged.
+@Suite("storage failures with real processes", .serialized)
+struct StorageFailureTests {
+    struct Listed: Decodable { var id: String }
+
+    static func listed(_ node: NodeProcess) async throws -> Set<String> {
+        let result = try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", node.dataDirectory])
+        guard result.status == 0 else { throw NodeProcessError.exited(status: result.status, stderr: result.stderr) }
+        return Set(try JSONDecoder().decode([Listed].self, from: Data(result.stdout.utf8)).map(\.id))
+    }
+
+    static func writeFile(_ path: String, size: Int, seed: UInt64) throws -> Data {
+        var state = seed
+        let bytes = Data((0..<size).map { _ in
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return UInt8(truncatingIfNeeded: state >> 33)
+        })
+        try bytes.write(to: URL(fileURLWithPath: path))
+        return bytes
+    }
+
+    static func attach(_ file: String, on node: NodeProcess) async throws -> (status: Int32, id: String, stderr: String) {
+        let result = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, file])
+        return (result.status, result.stdout.trimmingCharacters(in: .whitespacesAndNewlines), result.stderr)
+    }
+
+    static func restart(_ node: NodeProcess) async throws -> NodeProcess {
+        node.signal(SIGTERM)
+        try await node.waitForExit()
+        let restarted = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: node.dataDirectory)
+        _ = try await restarted.waitForLine(prefix: "listening:")
+        return restarted
+    }
+
+    @Test("a journal write that fails changes nothing: attach is refused in one line, the listing and a restart show only what was acknowledged")
+    func failedJournalWriteChangesNothing() async throws {
+        let files = NodeProcess.makeTemporaryDirectory("storage-files")
+        defer { try? FileManager.default.removeItem(atPath: files) }
+        var node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { [node] in await node.cleanUp() } }
+        _ = try await node.waitForLine(prefix: "listening:")
+        for (name, seed) in [("a", 1), ("b", 2), ("c", 3)] as [(String, UInt64)] {
+            _ = try Self.writeFile("\(files)/\(name).bin", size: 600_000, seed: seed)
+        }
+        let first = try await Self.attach("\(files)/a.bin", on: node)
+        #expect(first.status == 0, "\(first.stderr)")
+
+        // The log cannot be opened: a directory stands where it was.
+        let log = node.dataDirectory + "/journal.log"
+        try FileManager.default.moveItem(atPath: log, toPath: log + ".saved")
+        try FileManager.default.createDirectory(atPath: log, withIntermediateDirectories: false)
+        let refused = try await Self.attach("\(files)/b.bin", on: node)
+        #expect(refused.status != 0)
+        #expect(refused.stderr.contains("journal.log"), "\(refused.stderr)")
+        #expect(refused.stderr.split(separator: "\n").count == 1, "\(refused.stderr)")
+        #expect(try await Self.listed(node) == [first.id], "a refused attach is listed")
+        let removeRefused = try await NodeProcess.runCommand(["remove", "--data-dir", node.dataDirectory, first.id])
+        #expect(removeRefused.status != 0, "remove acknowledged without its journal write")
+        #expect(try await Self.listed(node) == [first.id], "a refused remove took effect")
+
+        try FileManager.default.removeItem(atPath: log)
+        try FileManager.default.moveItem(atPath: log + ".saved", toPath: log)
+        let third = try await Self.attach("\(files)/c.bin", on: node)
+        #expect(third.status == 0, "\(third.stderr)")
+        #expect(try await Self.listed(node) == [first.id, third.id])
+
+        node = try await Self.restart(node)
+        #expect(try await Self.listed(node) == [first.id, third.id])
+    }
+
+    @Test("a full disk: attach is refused in one line and gives the space back; what was stored stays whole, through a restart",
+          .enabled(if: getuid() == 0, "needs root to mount a small tmpfs; skipped"))
+    func fullDisk() async throws {
+        let mountPoint = NodeProcess.makeTemporaryDirectory("full-disk")
+        let files = NodeProcess.makeTemporaryDirectory("storage-files")
+        defer {
+            try? FileManager.default.removeItem(atPath: files)
+            try? FileManager.default.removeItem(atPath: mountPoint)
+        }
+        try #require(Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", mountPoint]) == 0, "mount tmpfs failed")
+        var node = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: mountPoint + "/node")
+        defer {
+            // The node first: its data dir goes with the mount.
+            node.signal(SIGKILL)
+            _ = node.process.waitUntilExit()
+            _ = Self.run("/bin/umount", [mountPoint])
+        }
+        _ = try await node.waitForLine(prefix: "listening:")
+        let small = try Self.writeFile("\(files)/small.bin", size: 300_000, seed: 4)
+        _ = try Self.writeFile("\(files)/big.bin", size: 8 << 20, seed: 5)
+        _ = try Self.writeFile("\(files)/medium.bin", size: 1 << 20, seed: 6)
+        let first = try await Self.attach("\(files)/small.bin", on: node)
+        #expect(first.status == 0, "\(first.stderr)")
+
+        let freeBefore = Self.freeBytes(mountPoint)
+        let refused = try await Self.attach("\(files)/big.bin", on: node)
+        #expect(refused.status != 0)
+        #expect(refused.stderr.contains("no space left"), "\(refused.stderr)")
+        #expect(refused.stderr.split(separator: "\n").count == 1, "\(refused.stderr)")
+        #expect(Self.freeBytes(mountPoint) + 64 * 1024 >= freeBefore,
+                "the refused attach kept \(freeBefore - Self.freeBytes(mountPoint)) bytes")
+        #expect(try await Self.listed(node) == [first.id])
+
+        let second = try await Self.attach("\(files)/medium.bin", on: node)
+        #expect(second.status == 0, "fits once the refused attach gave its space back: \(second.stderr)")
+        let output = files + "/out.bin"
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, first.id, "--output", output])
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == small)
+
+        node = try await Self.restart(node)
+        #expect(try await Self.listed(node) == [first.id, second.id])
+    }
+
+    static func run(_ executable: String, _ arguments: [String]) -> Int32 {
+        guard let process = try? ChildProcess(executable: executable, arguments: arguments) else { return -1 }
+        return process.waitUntilExit()
+    }
+
+    static func freeBytes(_ path: String) -> Int {
+        var stats = statvfs()
+        guard statvfs(path, &stats) == 0 else { return 0 }
+        return Int(stats.f_bavail) * Int(stats.f_frsize)
+    }
+}
