@@ -117,6 +117,45 @@ struct StorageFailureTests {
         #expect(try await Self.listed(node) == [first.id, second.id])
     }
 
+    @Test("a fetch into a full disk: get fails in one line saying so (not 'unavailable'), and the node goes on",
+          .enabled(if: getuid() == 0, "needs root to mount a small tmpfs; skipped"))
+    func fetchIntoFullDisk() async throws {
+        let mountPoint = NodeProcess.makeTemporaryDirectory("full-disk")
+        let files = NodeProcess.makeTemporaryDirectory("storage-files")
+        defer {
+            try? FileManager.default.removeItem(atPath: files)
+            try? FileManager.default.removeItem(atPath: mountPoint)
+        }
+        try #require(Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", mountPoint]) == 0, "mount tmpfs failed")
+        let holder = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await holder.cleanUp() } }
+        let invite = try await holder.waitForLine(prefix: "invite:")
+        let joiner = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy"],
+                                     dataDirectory: mountPoint + "/node")
+        defer {
+            joiner.signal(SIGKILL)
+            _ = joiner.process.waitUntilExit()
+            _ = Self.run("/bin/umount", [mountPoint])
+        }
+        try await [holder, joiner].waitForMesh(alive: 2)
+        _ = try Self.writeFile("\(files)/big.bin", size: 3 << 20, seed: 7)
+        let attached = try await Self.attach("\(files)/big.bin", on: holder)
+        #expect(attached.status == 0, "\(attached.stderr)")
+        try await waitUntil("the joiner lists it") { try await Self.listed(joiner) == [attached.id] }
+
+        let started = ContinuousClock.now
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, attached.id,
+                                                    "--output", files + "/out.bin"])
+        #expect(get.status != 0)
+        // Progress lines (`get: 3/12 chunks …`) may come first; the error is the one last line.
+        let lines = get.stderr.split(separator: "\n")
+        #expect(lines.last?.contains("no space left") == true, "\(get.stderr)")
+        #expect(lines.dropLast().allSatisfy { $0.hasPrefix("get: ") && $0.contains(" chunks") }, "\(get.stderr)")
+        #expect(ContinuousClock.now - started < .seconds(8), "waited out the unavailable timeout instead")
+        #expect(!FileManager.default.fileExists(atPath: files + "/out.bin"))
+        #expect(try await Self.listed(joiner) == [attached.id], "the node goes on")
+    }
+
     static func run(_ executable: String, _ arguments: [String]) -> Int32 {
         guard let process = try? ChildProcess(executable: executable, arguments: arguments) else { return -1 }
         return process.waitUntilExit()

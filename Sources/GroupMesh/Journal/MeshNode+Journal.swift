@@ -401,8 +401,12 @@ extension MeshNode {
             pumpTransfers()
             return
         case let .failed(reason):
+            // Our disk, not the holder: asking others would fetch the chunk again to fail again.
             logger.warning("cannot store a chunk", metadata: ["error": "\(reason)"])
             for ref in refs { transfer.onMissing(attachment: ref.attachment, index: ref.index, from: peer) }
+            for id in Set(refs.map(\.attachment)).sorted() where fetching.contains(id) {
+                finishFetch(id, .failure(.store(reason)))
+            }
             return
         }
         counters.chunksFetched += 1
