@@ -50,6 +50,9 @@ public actor MeshNode {
     /// Attachments whose every chunk is on disk.
     var complete: Set<SHA256Digest> = []
     var fetching: Set<SHA256Digest> = []
+    /// After a chunk could not be stored (a full disk), fetches start only when asked (`get`)
+    /// until then: replication would fetch chunks only to fail to store them again.
+    var replicationPausedUntil: MeshInstant?
     var transfer = TransferScheduler(seed: SecureRandom.uint64())
     /// Chunks being put together from pieces (MeshNode+Transfer.swift).
     var assembler: ChunkAssembler

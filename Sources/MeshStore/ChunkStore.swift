@@ -96,7 +96,15 @@ public final class ChunkStore {
         try Self.writeFile(temporary, bytes, sync: false)
         pending[digest] = temporary
         pendingOrder.append(digest)
-        if pendingOrder.count >= batchLimit { try flush() }
+        if pendingOrder.count >= batchLimit {
+            do throws(MeshStoreError) {
+                try flush()
+            } catch {
+                // Not stored after all: the caller is told of a failure, not of a new chunk.
+                try? remove(digest)
+                throw error
+            }
+        }
         return (true, digest)
     }
 
@@ -169,18 +177,11 @@ public final class ChunkStore {
     static func writeFile(_ file: String, _ bytes: [UInt8], sync: Bool) throws(MeshStoreError) {
         let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw errno == ENOSPC ? .diskFull(path: file) : .io(path: file, reason: errnoText()) }
-        var written = 0
-        while written < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) } // safe: non-empty
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 {
-                let full = errno == ENOSPC || errno == EDQUOT
-                let reason = errnoText()
-                close(fd)
-                unlink(file)
-                throw full ? .diskFull(path: file) : .io(path: file, reason: reason)
-            }
-            written += n
+        let failure = bytes.withUnsafeBytes { FileIO.writeAll(fd, $0) }
+        if failure != 0 {
+            close(fd)
+            unlink(file)
+            throw FileIO.isOutOfSpace(failure) ? .diskFull(path: file) : .io(path: file, reason: FileIO.describe(failure))
         }
         if sync && fsync(fd) != 0 {
             let reason = errnoText()

@@ -29,12 +29,29 @@ struct StorageFailureTests {
         return (result.status, result.stdout.trimmingCharacters(in: .whitespacesAndNewlines), result.stderr)
     }
 
-    static func restart(_ node: NodeProcess) async throws -> NodeProcess {
+    /// Stops the node gracefully and starts it again on its data dir (`node` is the new one as
+    /// soon as it exists, so a caller's clean-up reaches it).
+    static func restart(_ node: inout NodeProcess) async throws {
         node.signal(SIGTERM)
         try await node.waitForExit()
-        let restarted = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: node.dataDirectory)
-        _ = try await restarted.waitForLine(prefix: "listening:")
-        return restarted
+        node = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: node.dataDirectory)
+        _ = try await node.waitForLine(prefix: "listening:")
+    }
+
+    /// Runs `body` with a tmpfs of `size` mounted at a fresh directory, unmounted afterwards
+    /// whatever happens (lazily, should a process still hold a file there). Nodes the body starts
+    /// on it must be stopped by the body.
+    static func withSmallDisk(_ size: String, _ body: (String) async throws -> Void) async throws {
+        let mountPoint = NodeProcess.makeTemporaryDirectory("small-disk")
+        defer { try? FileManager.default.removeItem(atPath: mountPoint) }
+        try #require(run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", mountPoint]) == 0, "mount tmpfs failed")
+        defer { _ = run("/bin/umount", ["-l", mountPoint]) }
+        try await body(mountPoint)
+    }
+
+    static func kill(_ node: NodeProcess) {
+        node.signal(SIGKILL)
+        _ = node.process.waitUntilExit()
     }
 
     @Test("a journal write that fails changes nothing: attach is refused in one line, the listing and a restart show only what was acknowledged")
@@ -69,91 +86,95 @@ struct StorageFailureTests {
         #expect(third.status == 0, "\(third.stderr)")
         #expect(try await Self.listed(node) == [first.id, third.id])
 
-        node = try await Self.restart(node)
+        try await Self.restart(&node)
         #expect(try await Self.listed(node) == [first.id, third.id])
     }
 
-    @Test("a full disk: attach is refused in one line and gives the space back; what was stored stays whole, through a restart",
+    @Test("a full disk: attach, get and a journal append are refused in one line; nothing stored is lost or left half-made, through a restart",
           .enabled(if: getuid() == 0, "needs root to mount a small tmpfs; skipped"))
     func fullDisk() async throws {
-        let mountPoint = NodeProcess.makeTemporaryDirectory("full-disk")
         let files = NodeProcess.makeTemporaryDirectory("storage-files")
-        defer {
-            try? FileManager.default.removeItem(atPath: files)
-            try? FileManager.default.removeItem(atPath: mountPoint)
-        }
-        try #require(Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=4m", "tmpfs", mountPoint]) == 0, "mount tmpfs failed")
-        var node = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: mountPoint + "/node")
-        defer {
-            // The node first: its data dir goes with the mount.
-            node.signal(SIGKILL)
-            _ = node.process.waitUntilExit()
-            _ = Self.run("/bin/umount", [mountPoint])
-        }
-        _ = try await node.waitForLine(prefix: "listening:")
+        defer { try? FileManager.default.removeItem(atPath: files) }
         let small = try Self.writeFile("\(files)/small.bin", size: 300_000, seed: 4)
         _ = try Self.writeFile("\(files)/big.bin", size: 8 << 20, seed: 5)
         _ = try Self.writeFile("\(files)/medium.bin", size: 1 << 20, seed: 6)
-        let first = try await Self.attach("\(files)/small.bin", on: node)
-        #expect(first.status == 0, "\(first.stderr)")
+        try await Self.withSmallDisk("4m") { mountPoint in
+            var node = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: mountPoint + "/node")
+            defer { Self.kill(node) }
+            _ = try await node.waitForLine(prefix: "listening:")
+            let first = try await Self.attach("\(files)/small.bin", on: node)
+            #expect(first.status == 0, "\(first.stderr)")
 
-        let freeBefore = Self.freeBytes(mountPoint)
-        let refused = try await Self.attach("\(files)/big.bin", on: node)
-        #expect(refused.status != 0)
-        #expect(refused.stderr.contains("no space left"), "\(refused.stderr)")
-        #expect(refused.stderr.split(separator: "\n").count == 1, "\(refused.stderr)")
-        #expect(Self.freeBytes(mountPoint) + 64 * 1024 >= freeBefore,
-                "the refused attach kept \(freeBefore - Self.freeBytes(mountPoint)) bytes")
-        #expect(try await Self.listed(node) == [first.id])
+            // Chunks that do not fit: refused, and the space they took is given back.
+            let freeBefore = Self.freeBytes(mountPoint)
+            let refused = try await Self.attach("\(files)/big.bin", on: node)
+            #expect(refused.status != 0)
+            #expect(refused.stderr.contains("no space left"), "\(refused.stderr)")
+            #expect(refused.stderr.split(separator: "\n").count == 1, "\(refused.stderr)")
+            #expect(Self.freeBytes(mountPoint) + 64 * 1024 >= freeBefore,
+                    "the refused attach kept \(freeBefore - Self.freeBytes(mountPoint)) bytes")
+            #expect(try await Self.listed(node) == [first.id])
 
-        let second = try await Self.attach("\(files)/medium.bin", on: node)
-        #expect(second.status == 0, "fits once the refused attach gave its space back: \(second.stderr)")
-        let output = files + "/out.bin"
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, first.id, "--output", output])
-        #expect(get.status == 0, "\(get.stderr)")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == small)
+            // The disk filled by someone else: get's output and a journal append fail cleanly.
+            let filler = mountPoint + "/filler"
+            try? Data(count: 8 << 20).write(to: URL(fileURLWithPath: filler))
+            let output = mountPoint + "/out.bin"
+            let get = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, first.id, "--output", output])
+            #expect(get.status != 0)
+            #expect(get.stderr.split(separator: "\n").last?.contains("no space left") == true, "\(get.stderr)")
+            let leftovers = try FileManager.default.contentsOfDirectory(atPath: mountPoint).filter { $0.hasPrefix("out.bin") }
+            #expect(leftovers.isEmpty, "a partial output was left: \(leftovers)")
+            // The same file again, with 60 KB of metadata: its chunks are there, its journal record does not fit.
+            let metadata = #"{"note":""# + String(repeating: "x", count: 60_000) + #""}"#
+            let again = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, "\(files)/small.bin",
+                                                          "--metadata", metadata])
+            #expect(again.status != 0)
+            #expect(again.stderr.contains("no space left") && again.stderr.contains("journal.log"), "\(again.stderr)")
+            try FileManager.default.removeItem(atPath: filler)
 
-        node = try await Self.restart(node)
-        #expect(try await Self.listed(node) == [first.id, second.id])
+            let second = try await Self.attach("\(files)/medium.bin", on: node)
+            #expect(second.status == 0, "fits once the refused attach gave its space back: \(second.stderr)")
+            let copy = files + "/out.bin"
+            let fetched = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, first.id, "--output", copy])
+            #expect(fetched.status == 0, "\(fetched.stderr)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: copy)) == small)
+
+            // A record cut short by the full disk would hide the later one from the restarted node.
+            try await Self.restart(&node)
+            #expect(try await Self.listed(node) == [first.id, second.id])
+        }
     }
 
     @Test("a fetch into a full disk: get fails in one line saying so (not 'unavailable'), and the node goes on",
           .enabled(if: getuid() == 0, "needs root to mount a small tmpfs; skipped"))
     func fetchIntoFullDisk() async throws {
-        let mountPoint = NodeProcess.makeTemporaryDirectory("full-disk")
         let files = NodeProcess.makeTemporaryDirectory("storage-files")
-        defer {
-            try? FileManager.default.removeItem(atPath: files)
-            try? FileManager.default.removeItem(atPath: mountPoint)
-        }
-        try #require(Self.run("/bin/mount", ["-t", "tmpfs", "-o", "size=1m", "tmpfs", mountPoint]) == 0, "mount tmpfs failed")
+        defer { try? FileManager.default.removeItem(atPath: files) }
+        _ = try Self.writeFile("\(files)/big.bin", size: 3 << 20, seed: 7)
         let holder = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
         defer { Task { await holder.cleanUp() } }
         let invite = try await holder.waitForLine(prefix: "invite:")
-        let joiner = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy"],
-                                     dataDirectory: mountPoint + "/node")
-        defer {
-            joiner.signal(SIGKILL)
-            _ = joiner.process.waitUntilExit()
-            _ = Self.run("/bin/umount", [mountPoint])
-        }
-        try await [holder, joiner].waitForMesh(alive: 2)
-        _ = try Self.writeFile("\(files)/big.bin", size: 3 << 20, seed: 7)
-        let attached = try await Self.attach("\(files)/big.bin", on: holder)
-        #expect(attached.status == 0, "\(attached.stderr)")
-        try await waitUntil("the joiner lists it") { try await Self.listed(joiner) == [attached.id] }
+        try await Self.withSmallDisk("1m") { mountPoint in
+            let joiner = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy"],
+                                         dataDirectory: mountPoint + "/node")
+            defer { Self.kill(joiner) }
+            try await [holder, joiner].waitForMesh(alive: 2)
+            let attached = try await Self.attach("\(files)/big.bin", on: holder)
+            #expect(attached.status == 0, "\(attached.stderr)")
+            try await waitUntil("the joiner lists it") { try await Self.listed(joiner) == [attached.id] }
 
-        let started = ContinuousClock.now
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, attached.id,
-                                                    "--output", files + "/out.bin"])
-        #expect(get.status != 0)
-        // Progress lines (`get: 3/12 chunks …`) may come first; the error is the one last line.
-        let lines = get.stderr.split(separator: "\n")
-        #expect(lines.last?.contains("no space left") == true, "\(get.stderr)")
-        #expect(lines.dropLast().allSatisfy { $0.hasPrefix("get: ") && $0.contains(" chunks") }, "\(get.stderr)")
-        #expect(ContinuousClock.now - started < .seconds(8), "waited out the unavailable timeout instead")
-        #expect(!FileManager.default.fileExists(atPath: files + "/out.bin"))
-        #expect(try await Self.listed(joiner) == [attached.id], "the node goes on")
+            let started = ContinuousClock.now
+            let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, attached.id,
+                                                        "--output", files + "/out.bin"])
+            #expect(get.status != 0)
+            // Progress lines (`get: 3/12 chunks …`) may come first; the error is the one last line.
+            let lines = get.stderr.split(separator: "\n")
+            #expect(lines.last?.contains("no space left") == true, "\(get.stderr)")
+            #expect(lines.dropLast().allSatisfy { $0.hasPrefix("get: ") && $0.contains(" chunks") }, "\(get.stderr)")
+            #expect(ContinuousClock.now - started < .seconds(8), "waited out the unavailable timeout instead")
+            #expect(!FileManager.default.fileExists(atPath: files + "/out.bin"))
+            #expect(try await Self.listed(joiner) == [attached.id], "the node goes on")
+        }
     }
 
     static func run(_ executable: String, _ arguments: [String]) -> Int32 {

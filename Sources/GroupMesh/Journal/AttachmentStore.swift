@@ -71,6 +71,7 @@ actor AttachmentStore {
             let manifest = try chunking(&added)
             _ = try insert(manifest.encoded, into: &added)
             try flush()
+            pin(manifest)
             return manifest
         } catch {
             for digest in added { try? chunks.remove(digest) }
@@ -134,25 +135,29 @@ actor AttachmentStore {
     /// verifying every chunk on the way.
     func assemble(_ manifest: Manifest, to path: String) throws(GroupMeshError) {
         let temporary = path + ".groupmesh-partial"
-        guard FileManager.default.createFile(atPath: temporary, contents: nil),
-              let handle = FileHandle(forWritingAtPath: temporary) else {
-            throw .attachment("cannot write \(path)")
-        }
-        do {
-            for digest in manifest.chunks {
-                guard let bytes = read(digest) else { throw GroupMeshError.attachment("chunk \(digest) is missing") }
-                try handle.write(contentsOf: bytes)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw outputError(errno, path) }
+        var failure: Int32 = 0
+        for digest in manifest.chunks where failure == 0 {
+            guard let bytes = read(digest) else {
+                close(fd)
+                unlink(temporary)
+                throw .attachment("chunk \(digest) is missing")
             }
-            try handle.synchronize()
-            try handle.close()
-            guard rename(temporary, path) == 0 else { throw GroupMeshError.attachment("cannot write \(path)") }
-        } catch {
-            try? handle.close()
-            unlink(temporary)
-            if let error = error as? GroupMeshError { throw error }
-            let full = (error as NSError).code == Int(ENOSPC)
-            throw full ? .store("no space left to write \(path); nothing was lost") : .attachment("cannot write \(path): \(error)")
+            failure = bytes.withUnsafeBytes { FileIO.writeAll(fd, $0) }
         }
+        if failure == 0, fsync(fd) != 0 { failure = errno }
+        if close(fd) != 0, failure == 0 { failure = errno }
+        if failure == 0, rename(temporary, path) != 0 { failure = errno }
+        guard failure == 0 else {
+            unlink(temporary)
+            throw outputError(failure, path)
+        }
+    }
+
+    private func outputError(_ code: Int32, _ path: String) -> GroupMeshError {
+        FileIO.isOutOfSpace(code) ? .store("no space left to write \(path); nothing was lost")
+                                  : .attachment("cannot write \(path): \(FileIO.describe(code))")
     }
 
     func bytes(of manifest: Manifest) throws(GroupMeshError) -> [UInt8] {
@@ -165,47 +170,66 @@ actor AttachmentStore {
         return out
     }
 
-    /// Deletes the chunks of `removed` that none of `kept` uses, and its manifest.
+    /// Deletes the chunks of `removed` that none of `kept` uses, and its manifest. Chunks of an
+    /// attach still waiting for its journal append are not the node's to judge yet: kept too.
     func collect(_ removed: Manifest, keeping kept: [Manifest]) {
         let used = Set(kept.flatMap(\.chunks) + kept.map(\.id))
-        for digest in Set(removed.chunks + [removed.id]) where !used.contains(digest) {
+        for digest in Set(removed.chunks + [removed.id]) where !used.contains(digest) && pinned[digest] == nil {
             try? chunks.remove(digest)
         }
+    }
+
+    /// Ingested attachments between their ingest and the end of their journal append, by digest:
+    /// how many hold each chunk (two attaches can share chunks).
+    private var pinned: [SHA256Digest: Int] = [:]
+
+    private func pin(_ manifest: Manifest) {
+        for digest in manifest.chunks + [manifest.id] { pinned[digest, default: 0] += 1 }
+    }
+
+    /// Ends an ingest's hold on its chunks; when its attach failed, collects them too (in the
+    /// same step, so no other attach's hold can lapse in between).
+    func unpin(_ manifest: Manifest, collectKeeping kept: [Manifest]? = nil) {
+        for digest in manifest.chunks + [manifest.id] {
+            if let count = pinned[digest], count > 1 { pinned[digest] = count - 1 } else { pinned[digest] = nil }
+        }
+        if let kept { collect(manifest, keeping: kept) }
     }
 
     // MARK: the journal's operations
 
     func appendOperations(_ operations: [JournalOperation]) throws(GroupMeshError) {
         guard !operations.isEmpty else { return }
-        var data = Data()
+        var record: [UInt8] = []
         for operation in operations {
             let bytes = JournalMessage.operations([operation]).encoded
-            var length = UInt32(bytes.count).bigEndian
-            data.append(Data(bytes: &length, count: 4))
-            data.append(contentsOf: bytes)
+            withUnsafeBytes(of: UInt32(bytes.count).bigEndian) { record += $0 }
+            record += bytes
         }
         let fd = open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
-        guard fd >= 0 else {
-            throw errno == ENOSPC ? .store("no space left to write \(logPath); nothing was lost")
-                                  : .store("cannot open \(logPath): \(String(cString: strerror(errno)))")
+        guard fd >= 0 else { throw logError(errno, "open") }
+        defer { close(fd) }
+        // An earlier append failed part-way and could not be cut back then: cut it now, or write
+        // nothing (a record behind a torn one is never read).
+        if let tornAt {
+            guard ftruncate(fd, tornAt) == 0 else { throw logError(errno, "repair") }
+            self.tornAt = nil
         }
-        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
-        var end: UInt64?
-        var durable = false
-        do {
-            end = try handle.seekToEnd()
-            try handle.write(contentsOf: data)
-            try handle.synchronize()
-            durable = true
-            try handle.close()
-        } catch {
-            // A record written in part is cut off now: the next append would land behind it,
-            // where a reader stops.
-            if !durable, let end { _ = ftruncate(fd, off_t(end)) }
-            try? handle.close()
-            let full = (error as NSError).code == Int(ENOSPC)
-            throw full ? .store("no space left to write \(logPath); nothing was lost") : .store("cannot append to \(logPath): \(error)")
-        }
+        let end = lseek(fd, 0, SEEK_END)
+        guard end >= 0 else { throw logError(errno, "append to") }
+        var failure = record.withUnsafeBytes { FileIO.writeAll(fd, $0) }
+        if failure == 0, fsync(fd) != 0 { failure = errno }
+        guard failure != 0 else { return }  // durable: a failing close changes nothing
+        if ftruncate(fd, end) != 0 { tornAt = end }
+        throw logError(failure, "append to")
+    }
+
+    /// Where the log must be cut back to before the next append, when cutting failed.
+    private var tornAt: off_t?
+
+    private func logError(_ code: Int32, _ action: String) -> GroupMeshError {
+        FileIO.isOutOfSpace(code) ? .store("no space left to write \(logPath); nothing was lost")
+                                  : .store("cannot \(action) \(logPath): \(FileIO.describe(code))")
     }
 
     /// Every operation in the log. A torn last record (a crash mid-append) is cut off the file,

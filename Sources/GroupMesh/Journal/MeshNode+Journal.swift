@@ -112,14 +112,19 @@ extension MeshNode {
         } else {
             manifest = try await store.ingest(bytes ?? [], limit: configuration.maxAttachmentSize)
         }
+        // The store holds the chunks (no remove collects them) until the operation is in the log.
         let id = manifest.id
         guard let operation = journal?.prepareAdd(id, size: manifest.size, chunkCount: manifest.chunks.count,
-                                                  metadata: metadata) else { throw .attachment("the node is not running") }
+                                                  metadata: metadata) else {
+            await store.unpin(manifest)
+            throw .attachment("the node is not running")
+        }
         do {
             try await store.appendOperations([operation])
         } catch {
             // Not added: the chunks no attachment here uses go again (a full disk gets its space back).
-            if !complete.contains(id) { await store.collect(manifest, keeping: attachmentEntries.compactMap { manifests[$0.id] }) }
+            let kept = complete.contains(id) ? nil : attachmentEntries.compactMap { manifests[$0.id] }
+            await store.unpin(manifest, collectKeeping: kept)
             throw error
         }
         guard var instance = journal else { throw .attachment("the node is not running") }
@@ -129,6 +134,7 @@ extension MeshNode {
         directives += instance.setHoldings(complete)
         journal = instance
         carryOut(directives)
+        await store.unpin(manifest)
         guard let entry = instance.state.entry(id) else { throw .attachment("the attachment could not be added") }
         return entry
     }
@@ -268,9 +274,12 @@ extension MeshNode {
         replicate()
     }
 
-    /// Fetches every attachment in the journal that is not whole here, unless `--lazy`.
+    static let replicationPauseAfterStoreFailure: Duration = .seconds(30)
+
+    /// Fetches every attachment in the journal that is not whole here, unless `--lazy` (or
+    /// paused after a chunk could not be stored).
     func replicate() {
-        guard !configuration.lazy else { return }
+        guard !configuration.lazy, replicationPausedUntil.map({ now >= $0 }) ?? true else { return }
         for entry in attachmentEntries where !complete.contains(entry.id) { startFetch(entry.id) }
     }
 
@@ -407,6 +416,7 @@ extension MeshNode {
             for id in Set(refs.map(\.attachment)).sorted() where fetching.contains(id) {
                 finishFetch(id, .failure(.store(reason)))
             }
+            replicationPausedUntil = now + Self.replicationPauseAfterStoreFailure
             return
         }
         counters.chunksFetched += 1
@@ -427,7 +437,7 @@ extension MeshNode {
         logger.debug("availability", metadata: ["peer": "\(peer.hex.prefix(6))", "held": "\(bitmap.held)/\(bitmap.count)"])
         transfer.setAvailability(bitmap, of: attachment, at: peer)
         if !complete.contains(attachment), !fetching.contains(attachment), !configuration.lazy,
-           journal?.state.isPresent(attachment) == true {
+           replicationPausedUntil.map({ now >= $0 }) ?? true, journal?.state.isPresent(attachment) == true {
             startFetch(attachment)
         }
         pumpTransfers()
@@ -436,6 +446,10 @@ extension MeshNode {
     /// Periodic transfer work: time out requests, announce new chunks, give up on what nobody holds.
     func transferTick(now time: MeshInstant) {
         transfer.onTick(now: time)
+        if let until = replicationPausedUntil, time >= until {
+            replicationPausedUntil = nil
+            replicate()
+        }
         for (peer, want) in assembler.onTick(now: time) { sendTransfer(.chunkWant(want), to: peer) }
         if time >= nextBitmapAnnouncement {
             nextBitmapAnnouncement = time + .milliseconds(250)

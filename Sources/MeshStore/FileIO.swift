@@ -1,0 +1,28 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Plain file writes with their errno kept (Foundation's `FileHandle` reports a full disk on Linux
+/// as a generic Cocoa error, with the errno out of reach).
+public enum FileIO {
+    /// Writes all of `bytes` at `fd`, through short writes and interruptions: 0, or the errno of
+    /// the write that failed.
+    public static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int32 {
+        guard let base = bytes.baseAddress else { return 0 }
+        var written = 0
+        while written < bytes.count {
+            let n = write(fd, base + written, bytes.count - written)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return n == 0 ? EIO : errno }
+            written += n
+        }
+        return 0
+    }
+
+    /// Whether the errno says the disk (or the user's quota) is full.
+    public static func isOutOfSpace(_ code: Int32) -> Bool { code == ENOSPC || code == EDQUOT }
+
+    public static func describe(_ code: Int32) -> String { String(cString: strerror(code)) }
+}
