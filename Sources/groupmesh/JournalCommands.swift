@@ -24,9 +24,8 @@ struct AttachCommand: AsyncParsableCommand {
     func run() async throws {
         let file = absolutePath(path)
         var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory), !isDirectory.boolValue else {
-            throw fail("no such file: \(path)")
-        }
+        guard FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory) else { throw fail("no such file: \(path)") }
+        guard !isDirectory.boolValue else { throw fail("\(path) is a directory; only files can be attached") }
         if let metadata {
             guard metadata.utf8.count <= 64 * 1024 else {
                 throw fail("metadata of \(metadata.utf8.count) bytes is over the 64 KiB limit; nothing was stored")

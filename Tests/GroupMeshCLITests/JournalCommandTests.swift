@@ -64,7 +64,7 @@ struct JournalCommandTests {
         }
     }
 
-    @Test("errors a user can cause are one line: unknown id, file over the limit, missing file, bad metadata")
+    @Test("errors a user can cause are one line: unknown id, file over the limit, missing file, bad metadata, a directory, a pipe, a device")
     func attachmentErrors() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
         defer { Task { await node.cleanUp() } }
@@ -85,10 +85,20 @@ struct JournalCommandTests {
         try handle.close()
         let tooLarge = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, big])
         #expect(tooLarge.stderr.contains("over the limit"))
-        for result in [unknown, missing, badJSON, tooLarge] {
+        let directory = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, node.dataDirectory])
+        #expect(directory.stderr.contains("is a directory"), "\(directory.stderr)")
+        // A pipe would block whoever opens it until a writer comes: the node must refuse it, not hang.
+        let pipe = node.dataDirectory + "/pipe"
+        #expect(mkfifo(pipe, 0o600) == 0)
+        let fifo = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, pipe], timeout: .seconds(20))
+        #expect(fifo.stderr.contains("not a regular file"), "\(fifo.stderr)")
+        let device = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, "/dev/zero"])
+        #expect(device.stderr.contains("not a regular file"), "\(device.stderr)")
+        for result in [unknown, missing, badJSON, tooLarge, directory, fifo, device] {
             #expect(result.status != 0)
             #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
         }
+        #expect(try await Self.listed(node).isEmpty, "the node still answers, and nothing was added")
     }
 
     @Test("get of an attachment nobody reachable holds fails with unavailable after a timeout")

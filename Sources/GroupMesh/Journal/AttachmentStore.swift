@@ -26,9 +26,18 @@ actor AttachmentStore {
 
     /// Chunks, hashes and stores a file without loading it whole; returns its manifest (stored too).
     func ingest(fileAt path: String, limit: UInt64) throws(GroupMeshError) -> Manifest {
-        guard let handle = FileHandle(forReadingAtPath: path) else {
-            throw .attachment("cannot read \(path)")
+        // Non-blocking, so that a pipe named by mistake is refused below instead of blocking the
+        // store until someone writes to it.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else {
+            throw errno == ENOENT ? .attachment("no such file: \(path)") : .attachment("cannot read \(path): \(FileIO.describe(errno))")
         }
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+            close(fd)
+            throw .attachment("\(path) is not a regular file; only files can be attached")
+        }
+        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         defer { try? handle.close() }
         let size: UInt64
         do { size = try handle.seekToEnd(); try handle.seek(toOffset: 0) } catch { throw .attachment("cannot read \(path): \(error)") }
