@@ -425,7 +425,15 @@ extension MeshNode {
             dirtyBitmaps.insert(ref.attachment)
             lastProgress[ref.attachment] = now
             if transfer.onChunk(attachment: ref.attachment, index: ref.index, from: peer, valid: true) {
-                try? await store.flush()
+                // Complete only once durable: a full disk can still refuse the last renames.
+                do {
+                    try await store.flush()
+                } catch {
+                    logger.warning("cannot store a chunk", metadata: ["error": "\(error)"])
+                    replicationPausedUntil = now + Self.replicationPauseAfterStoreFailure
+                    finishFetch(ref.attachment, .failure(error))
+                    continue
+                }
                 if let manifest = manifests[ref.attachment] { finishFetch(ref.attachment, .success(manifest)) }
             }
         }
