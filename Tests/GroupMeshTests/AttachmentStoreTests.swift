@@ -1,0 +1,49 @@
+import Foundation
+@testable import GroupMesh
+import MeshCore
+import MeshCrypto
+import Testing
+
+/// The node's disk, directly: what a failed or unfinished attach leaves in the chunk store.
+@Suite struct AttachmentStoreTests {
+    static func store() throws -> (AttachmentStore, String) {
+        let path = NSTemporaryDirectory() + "groupmesh-store-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return (try AttachmentStore(directory: DataDirectory(path: path), chunkSize: 1024), path)
+    }
+
+    static func payload(_ seed: UInt64, count: Int) -> [UInt8] {
+        var random = SplitMix64(seed: seed)
+        return (0..<count).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+    }
+
+    @Test("an attach's chunks are pinned until its journal append ends: a collect meanwhile keeps them")
+    func pinnedChunksOutliveACollect() async throws {
+        let (store, path) = try Self.store()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let manifest = try await store.ingest(Self.payload(1, count: 3000), limit: 1 << 20)
+        // A remove of another attachment that shares these chunks, collecting while the attach waits.
+        await store.collect(manifest, keeping: [])
+        #expect(await store.missing(manifest).isEmpty, "a collect took the chunks of an attach still under way")
+        #expect(await store.manifest(manifest.id) != nil)
+        // The attach failed: its hold ends and, with nothing else using them, its chunks go.
+        await store.unpin(manifest, collectKeeping: [])
+        #expect(await store.missing(manifest).count == manifest.chunks.count)
+        #expect(await store.manifest(manifest.id) == nil)
+    }
+
+    @Test("two attaches sharing chunks: one ending its hold does not expose the other's")
+    func sharedPinsCount() async throws {
+        let (store, path) = try Self.store()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let bytes = Self.payload(2, count: 2048)
+        let first = try await store.ingest(bytes, limit: 1 << 20)
+        let second = try await store.ingest(bytes, limit: 1 << 20)
+        #expect(first == second)
+        await store.unpin(first, collectKeeping: [])
+        #expect(await store.missing(second).isEmpty, "the second attach's chunks went with the first's failure")
+        await store.unpin(second)
+        await store.collect(second, keeping: [])
+        #expect(await store.missing(second).count == second.chunks.count, "unpinned chunks are collected as before")
+    }
+}
