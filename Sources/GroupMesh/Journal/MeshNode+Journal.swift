@@ -127,7 +127,10 @@ extension MeshNode {
             await store.unpin(manifest, collectKeeping: kept)
             throw error
         }
-        guard var instance = journal else { throw .attachment("the node is not running") }
+        guard var instance = journal else {
+            await store.unpin(manifest)
+            throw .attachment("the node is not running")
+        }
         manifests[id] = manifest
         complete.insert(id)
         var directives = instance.publish(operation)
@@ -276,10 +279,13 @@ extension MeshNode {
 
     static let replicationPauseAfterStoreFailure: Duration = .seconds(30)
 
+    /// Whether fetches wait for a `get` to start them, after a chunk could not be stored.
+    var isReplicationPaused: Bool { replicationPausedUntil.map { now < $0 } ?? false }
+
     /// Fetches every attachment in the journal that is not whole here, unless `--lazy` (or
     /// paused after a chunk could not be stored).
     func replicate() {
-        guard !configuration.lazy, replicationPausedUntil.map({ now >= $0 }) ?? true else { return }
+        guard !configuration.lazy, !isReplicationPaused else { return }
         for entry in attachmentEntries where !complete.contains(entry.id) { startFetch(entry.id) }
     }
 
@@ -411,13 +417,8 @@ extension MeshNode {
             return
         case let .failed(reason):
             // Our disk, not the holder: asking others would fetch the chunk again to fail again.
-            logger.warning("cannot store a chunk", metadata: ["error": "\(reason)"])
             for ref in refs { transfer.onMissing(attachment: ref.attachment, index: ref.index, from: peer) }
-            for id in Set(refs.map(\.attachment)).sorted() where fetching.contains(id) {
-                finishFetch(id, .failure(.store(reason)))
-            }
-            replicationPausedUntil = now + Self.replicationPauseAfterStoreFailure
-            return
+            return storeFailed(.store(reason), fetching: refs.map(\.attachment))
         }
         counters.chunksFetched += 1
         for ref in refs {
@@ -429,9 +430,7 @@ extension MeshNode {
                 do {
                     try await store.flush()
                 } catch {
-                    logger.warning("cannot store a chunk", metadata: ["error": "\(error)"])
-                    replicationPausedUntil = now + Self.replicationPauseAfterStoreFailure
-                    finishFetch(ref.attachment, .failure(error))
+                    storeFailed(error, fetching: [ref.attachment])
                     continue
                 }
                 if let manifest = manifests[ref.attachment] { finishFetch(ref.attachment, .success(manifest)) }
@@ -441,11 +440,19 @@ extension MeshNode {
     }
 
 
+    /// Chunks cannot be stored (a full disk, most likely): the fetches that brought them end
+    /// with the store's message, and replication waits before trying again.
+    private func storeFailed(_ error: GroupMeshError, fetching ids: [SHA256Digest]) {
+        logger.warning("cannot store a chunk", metadata: ["error": "\(error)"])
+        for id in Set(ids).sorted() where fetching.contains(id) { finishFetch(id, .failure(error)) }
+        replicationPausedUntil = now + Self.replicationPauseAfterStoreFailure
+    }
+
     func receiveAvailability(_ bitmap: ChunkBitmap, of attachment: SHA256Digest, from peer: NodeID) {
         logger.debug("availability", metadata: ["peer": "\(peer.hex.prefix(6))", "held": "\(bitmap.held)/\(bitmap.count)"])
         transfer.setAvailability(bitmap, of: attachment, at: peer)
         if !complete.contains(attachment), !fetching.contains(attachment), !configuration.lazy,
-           replicationPausedUntil.map({ now >= $0 }) ?? true, journal?.state.isPresent(attachment) == true {
+           !isReplicationPaused, journal?.state.isPresent(attachment) == true {
             startFetch(attachment)
         }
         pumpTransfers()
