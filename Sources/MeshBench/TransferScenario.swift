@@ -51,6 +51,18 @@ enum TransferScenario {
         results.append(BenchResult(scenario: "late joiner, 3 holders, 5% loss", figure: median(lossy.map(\.rate)),
                                    unit: "MiB/s", baselineName: "the same without loss", baseline: cleanRate,
                                    goal: "no stall"))
+        // Each node on a host of its own: veth links to a bridge instead of loopback (root only).
+        if NamespaceLab.isAvailable {
+            let lab = try NamespaceLab(hostCount: 4)
+            defer { lab.tearDown() }
+            var hosted: [LateJoin] = []
+            for _ in 0..<runs { hosted.append(try await lateJoiner(holders: 3, file: file, size: size, loss: 0, lab: lab)) }
+            results.append(BenchResult(scenario: "late joiner, 3 holders, each on its own host (namespaces)",
+                                       figure: median(hosted.map(\.rate)), unit: "MiB/s",
+                                       baselineName: "the same on loopback", baseline: cleanRate, goal: "-"))
+        } else {
+            print("late joiner across network namespaces: \(NamespaceLab.unavailableReason ?? "unavailable")")
+        }
 
         let fanSize = quick ? 16 << 20 : 100 << 20
         let fanFile = (file as NSString).deletingLastPathComponent + "/fan.bin"
@@ -76,13 +88,18 @@ enum TransferScenario {
     /// Holders get the file (one attaches, the others replicate it); then a `--lazy` node joins
     /// and `get`s it. The rate is the joiner's own figure for the fetch (from want to last chunk
     /// verified and written), read from its "fetched" log line.
-    static func lateJoiner(holders: Int, file: String, size: Int, loss: Double) async throws -> LateJoin {
+    static func lateJoiner(holders: Int, file: String, size: Int, loss: Double, lab: NamespaceLab? = nil) async throws -> LateJoin {
         var nodes: [NodeProcess] = []
         defer { stop(nodes) }
-        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        // On loopback, or node N on host N of the lab (the joiner on the last).
+        func start(_ index: Int, _ arguments: [String]) throws -> NodeProcess {
+            guard let lab else { return try NodeProcess(["run", "--listen", "127.0.0.1:0"] + arguments) }
+            return try NodeProcess(["run", "--listen", "\(lab.addresses[index]):0"] + arguments, launcher: lab.launcher(index))
+        }
+        let first = try start(0, [])
         nodes.append(first)
         let invite = try await first.waitForLine(prefix: "invite:")
-        for _ in 1..<holders { nodes.append(try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])) }
+        for index in 1..<holders { nodes.append(try start(index, ["--invite", invite])) }
         try await nodes.waitForMesh(alive: holders)
         let id = try await attach(file, on: first)
         try await waitUntil("replicated to every holder", timeout: .seconds(300)) {
@@ -91,9 +108,9 @@ enum TransferScenario {
         let holderIdle = nodes.map { ProcessStats.memory($0.pid).resident }
         for node in nodes { ProcessStats.resetPeak(node.pid) }
 
-        var arguments = ["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy", "--log-level", "info"]
+        var arguments = ["--invite", invite, "--lazy", "--log-level", "info"]
         if loss > 0 { arguments += ["--simulate-loss", "\(loss)"] }
-        let joiner = try NodeProcess(arguments)
+        let joiner = try start(lab.map { $0.hosts.count - 1 } ?? holders, arguments)
         nodes.append(joiner)
         try await nodes.waitForMesh(alive: holders + 1)
         try await waitUntil("the joiner lists the attachment", timeout: .seconds(30)) {
