@@ -8,18 +8,8 @@ import NIOCore
 import Testing
 @testable import MeshCore
 
-/// SplitMix64 (Steele, Lea, Flood 2014): a tiny seeded generator, so that every random
-/// test can be replayed from the seed it prints.
-struct SplitMix64: RandomNumberGenerator {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9e37_79b9_7f4a_7c15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
-        z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
-        return z ^ (z >> 31)
-    }
+/// MeshCore's seeded generator, so that every random test can be replayed from the seed it prints.
+extension SplitMix64 {
     mutating func bytes(_ count: Int) -> [UInt8] {
         (0..<count).map { _ in UInt8.random(in: 0...255, using: &self) }
     }
