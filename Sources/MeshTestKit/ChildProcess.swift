@@ -96,16 +96,12 @@ public final class ChildProcess: @unchecked Sendable {
 enum LiveChildren {
     private static let lock = NSLock()
     nonisolated(unsafe) private static var pids: Set<pid_t> = []
-    nonisolated(unsafe) private static var installed = false
 
     static func add(_ pid: pid_t) {
+        ExitCleanup.install()
         lock.lock()
         defer { lock.unlock() }
         pids.insert(pid)
-        if !installed {
-            installed = true
-            atexit { LiveChildren.killAll() }
-        }
     }
 
     static func remove(_ pid: pid_t) {
@@ -114,10 +110,15 @@ enum LiveChildren {
         pids.remove(pid)
     }
 
+    /// Kills every child and waits for it, so that none still writes where its files are removed.
     static func killAll() {
         lock.lock()
         defer { lock.unlock() }
         for pid in pids { kill(pid, SIGKILL) }
+        for pid in pids {
+            var status: Int32 = 0
+            while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        }
         pids = []
     }
 }

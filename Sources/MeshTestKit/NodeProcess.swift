@@ -19,9 +19,12 @@ public final class NodeProcess: @unchecked Sendable {
         return directory.appendingPathComponent("groupmesh").path
     }
 
+    /// A fresh directory under `temporaryRoot`, removed when this process exits if nothing
+    /// removed it before (see `ExitCleanup`).
     public static func makeTemporaryDirectory(_ label: String = "node") -> String {
         let path = temporaryRoot + "groupmesh-test-\(label)-\(UUID().uuidString.prefix(8))"
         try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        ExitCleanup.add(directory: path)
         return path
     }
 
