@@ -4,12 +4,14 @@
 # the uploader's payload ratio, d's `get` wall time and its own "fetched" figure, d's counters
 # and peak memory. The figures of Docs/BENCHMARKS.md's "what each change bought" come from this.
 # Usage: scripts/late-joiner.sh   (env: BIN, SIZE bytes, HOLDERS 1 or 3, LOSS share for d,
-#        PERF_OUT file: `perf record -g` of d during the get)
+#        PERF_OUT file: `perf record -g` of d during the get, TMPDIR for the data dirs: /dev/shm)
 set -euo pipefail
 BIN=${BIN:-.build/release/groupmesh}
 SIZE=${SIZE:-104857600}
 HOLDERS=${HOLDERS:-3}
 LOSS=${LOSS:-0}
+# Data dirs on tmpfs by default, as the bench's: a disk's writeback would be part of the figure.
+if [ -z "${TMPDIR:-}" ] && [ -w /dev/shm ]; then TMPDIR=/dev/shm; fi
 D=$(mktemp -d "${TMPDIR:-/tmp}/groupmesh-late-XXXXXX")
 trap 'pkill -f "data-dir $D" || true; sleep 0.3; rm -rf "$D"' EXIT INT TERM
 
