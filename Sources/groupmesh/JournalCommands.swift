@@ -95,8 +95,9 @@ struct GetCommand: AsyncParsableCommand {
         var client = ControlClient(directory: data.directory)
         client.timeout = .seconds(60)
         let display = ProgressDisplay(terminal: isatty(STDERR_FILENO) == 1)
+        let answered: Bool
         do {
-            try client.subscribe(ControlRequest(command: .get, path: absolutePath(output), id: id)) { response in
+            answered = try client.subscribe(ControlRequest(command: .get, path: absolutePath(output), id: id)) { response in
                 if let progress = response.progress {
                     display.show(progress)
                     return true
@@ -107,6 +108,10 @@ struct GetCommand: AsyncParsableCommand {
         } catch {
             display.finish()
             throw fail(error)
+        }
+        guard answered else {
+            display.finish()
+            throw fail("the node on \(data.directory.path) stopped before \(output) was written; run get again once it runs")
         }
     }
 }

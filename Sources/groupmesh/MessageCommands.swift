@@ -71,7 +71,8 @@ struct ListenCommand: AsyncParsableCommand {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         do {
-            try ControlClient(directory: data.directory).subscribe(ControlRequest(command: .listen)) { response in
+            // Every message keeps it going: it ends only when the node closes the connection.
+            _ = try ControlClient(directory: data.directory).subscribe(ControlRequest(command: .listen)) { response in
                 if response.subscribed == true {
                     FileHandle.standardError.write(Data("ready\n".utf8))
                     return true
@@ -85,6 +86,7 @@ struct ListenCommand: AsyncParsableCommand {
                 }
                 return true
             }
+            FileHandle.standardError.write(Data("the node on \(data.directory.path) stopped\n".utf8))
         } catch {
             throw fail(error)
         }

@@ -59,4 +59,49 @@ struct ResumeTests {
         #expect(fetched >= total - had && fetched <= total - had + 4,
                 "had \(had) of \(total) before the crash, fetched \(fetched) after")
     }
+
+    @Test("a get whose node is killed half way fails in one line saying so; run again, it finishes")
+    func getOutlivesItsNode() async throws {
+        var nodes: [NodeProcess] = []
+        defer { for node in nodes { Task { await node.cleanUp() } } }
+        let holder = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        nodes.append(holder)
+        let invite = try await holder.waitForLine(prefix: "invite:")
+        let file = holder.dataDirectory + "/big.bin"
+        var random = SeededGenerator(seed: 5)
+        let bytes = Data((0..<(24 << 20)).map { _ in UInt8.random(in: 0...255, using: &random) })
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let id = try await NodeProcess.runCommand(["attach", "--data-dir", holder.dataDirectory, file])
+            .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let joiner = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy"])
+        nodes.append(joiner)
+        try await nodes.waitForMesh(alive: 2)
+        try await waitUntil("the joiner lists it") { try await JournalCommandTests.listed(joiner).map(\.id) == [id] }
+
+        let output = joiner.dataDirectory + "/out.bin"
+        let get = try NodeProcess(["get", id, "--output", output], dataDirectory: joiner.dataDirectory, ownsDataDirectory: false)
+        defer { get.signal(SIGKILL) }
+        try await waitUntil("the get under way", every: .milliseconds(2)) {
+            let chunks = (try? FileManager.default.subpathsOfDirectory(atPath: joiner.dataDirectory + "/chunks")) ?? []
+            return chunks.contains { $0.count >= 64 } || !get.process.isRunning
+        }
+        joiner.signal(SIGKILL)
+        let status = try await get.waitForExit()
+        if status == 0 {
+            // The whole fetch beat the kill: nothing more to check on this machine.
+            #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
+            return
+        }
+        try await waitUntil("get's error read", timeout: .seconds(5)) { get.stderr.contains("groupmesh: error:") }
+        #expect(get.stderr.split(separator: "\n").last?.contains("stopped before") == true, "\(get.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: output))
+
+        let restarted = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: joiner.dataDirectory)
+        nodes.append(restarted)
+        try await [holder, restarted].waitForMesh(alive: 2)
+        let again = try await NodeProcess.runCommand(["get", "--data-dir", restarted.dataDirectory, id, "--output", output],
+                                                     timeout: .seconds(120))
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
+    }
 }

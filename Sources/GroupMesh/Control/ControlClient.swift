@@ -21,10 +21,12 @@ public struct ControlClient: Sendable {
         return response
     }
 
-    /// Sends `request` and hands every response line to `handle` until it returns false or the
-    /// node closes the connection (`listen`, `get` with progress). The first line is awaited
+    /// Sends `request` and hands every response line to `handle` until it returns false (true is
+    /// returned) or the node closes the connection (false: the node stopped, or was killed, before
+    /// the answer was complete). For `listen` and `get` with progress. The first line is awaited
     /// within the timeout; the ones after it may come at any time.
-    public func subscribe(_ request: ControlRequest, handle: (ControlResponse) -> Bool) throws(GroupMeshError) {
+    @discardableResult
+    public func subscribe(_ request: ControlRequest, handle: (ControlResponse) -> Bool) throws(GroupMeshError) -> Bool {
         let connection = try connect()
         defer { close(connection) }
         guard var line = try? JSONEncoder().encode(request) else { throw .control("cannot encode request") }
@@ -46,14 +48,14 @@ public struct ControlClient: Sendable {
                     var forever = timeval(tv_sec: 0, tv_usec: 0)
                     setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &forever, socklen_t(MemoryLayout<timeval>.size))
                 }
-                if !handle(response) { return }
+                if !handle(response) { return true }
             }
             let n = chunk.withUnsafeMutableBytes { read(connection, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
                 throw .control("the node did not answer within \(timeout)")
             }
-            guard n > 0 else { return }
+            guard n > 0 else { return false }
             buffer.append(contentsOf: chunk[0..<n])
         }
     }
