@@ -27,6 +27,33 @@ public struct DataDirectory: Sendable {
     public var membersPath: String { path + "/members.json" }
     /// The key epochs after the first (secrets inside, 0600).
     public var epochsPath: String { path + "/epochs.key" }
+    public var journalPath: String { path + "/journal.log" }
+
+    /// Whether writing `file` would overwrite one of the node's own files (or anything in its
+    /// chunk store): `get --output` must not destroy the node it asks. Symbolic links and `..`
+    /// are resolved through the file's directory.
+    public func ownsFile(_ file: String) -> Bool {
+        guard let home = Self.resolved(path) else { return false }
+        let (directory, name) = Self.split(file)
+        guard let parent = Self.resolved(directory) else { return false }
+        if parent == home + "/chunks" || parent.hasPrefix(home + "/chunks/") { return true }
+        guard parent == home else { return false }
+        let own = [sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
+                   membersPath, epochsPath, journalPath].map { Self.split($0).name }
+        return own.contains(name)
+    }
+
+    private static func split(_ file: String) -> (directory: String, name: String) {
+        guard let slash = file.lastIndex(of: "/") else { return (".", file) }
+        let directory = String(file[..<slash])
+        return (directory.isEmpty ? "/" : directory, String(file[file.index(after: slash)...]))
+    }
+
+    private static func resolved(_ path: String) -> String? {
+        guard let real = realpath(path, nil) else { return nil }
+        defer { free(real) }
+        return String(cString: real)
+    }
 
     /// Creates the directory (0700) if needed and checks or writes its format version.
     public func prepare() throws(GroupMeshError) {

@@ -64,7 +64,7 @@ struct JournalCommandTests {
         }
     }
 
-    @Test("errors a user can cause are one line: unknown id, file over the limit, missing file, bad metadata, a directory, a pipe, a device")
+    @Test("errors a user can cause are one line: unknown id, file over the limit, missing file, bad metadata, a directory, a pipe, a device, an output over the node's own files")
     func attachmentErrors() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
         defer { Task { await node.cleanUp() } }
@@ -94,11 +94,19 @@ struct JournalCommandTests {
         #expect(fifo.stderr.contains("not a regular file"), "\(fifo.stderr)")
         let device = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, "/dev/zero"])
         #expect(device.stderr.contains("not a regular file"), "\(device.stderr)")
-        for result in [unknown, missing, badJSON, tooLarge, directory, fifo, device] {
+        // The node's own files are not a place to write an attachment to.
+        _ = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, "/etc/hostname"])
+        let ids = try await Self.listed(node).map(\.id)
+        let journal = try Data(contentsOf: URL(fileURLWithPath: node.dataDirectory + "/journal.log"))
+        let overwrite = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, ids.first ?? "none",
+                                                          "--output", node.dataDirectory + "/journal.log"])
+        #expect(overwrite.stderr.contains("one of the node's own files"), "\(overwrite.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: node.dataDirectory + "/journal.log")) == journal, "the journal was overwritten")
+        for result in [unknown, missing, badJSON, tooLarge, directory, fifo, device, overwrite] {
             #expect(result.status != 0)
             #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
         }
-        #expect(try await Self.listed(node).isEmpty, "the node still answers, and nothing was added")
+        #expect(ids.count == 1, "the node still answers, and only /etc/hostname was added")
     }
 
     @Test("get of an attachment nobody reachable holds fails with unavailable after a timeout")

@@ -6,24 +6,29 @@ import Testing
 /// only the rest.
 @Suite("resume after a crash with real processes", .serialized)
 struct ResumeTests {
+    /// A node holding `size` seeded random bytes as an attachment: the node, its invite, the id, the bytes.
+    static func holder(size: Int, seed: UInt64) async throws -> (NodeProcess, String, String, Data) {
+        let holder = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        let invite = try await holder.waitForLine(prefix: "invite:")
+        let file = holder.dataDirectory + "/big.bin"
+        var random = SeededGenerator(seed: seed)
+        var bytes = Data(count: size)
+        bytes.withUnsafeMutableBytes { raw in
+            for offset in stride(from: 0, to: size - size % 8, by: 8) { raw.storeBytes(of: random.next(), toByteOffset: offset, as: UInt64.self) }
+        }
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let id = try await NodeProcess.runCommand(["attach", "--data-dir", holder.dataDirectory, file])
+            .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(id.count == 64)
+        return (holder, invite, id, bytes)
+    }
+
     @Test("a joiner killed half way and restarted does not fetch again the chunks it had")
     func resumeAfterSIGKILL() async throws {
         var nodes: [NodeProcess] = []
         defer { for node in nodes { Task { await node.cleanUp() } } }
-        let holder = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        let (holder, invite, id, bytes) = try await Self.holder(size: 40 << 20, seed: 99)
         nodes.append(holder)
-        let invite = try await holder.waitForLine(prefix: "invite:")
-        let file = holder.dataDirectory + "/big.bin"
-        var state: UInt64 = 99
-        var bytes = [UInt8](repeating: 0, count: 40 << 20)
-        for index in stride(from: 0, to: bytes.count, by: 8) {
-            state = state &* 6364136223846793005 &+ 1442695040888963407
-            withUnsafeBytes(of: state) { bytes.replaceSubrange(index..<index + 8, with: $0) }
-        }
-        try Data(bytes).write(to: URL(fileURLWithPath: file))
-        let id = try await NodeProcess.runCommand(["attach", "--data-dir", holder.dataDirectory, file])
-            .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(id.count == 64)
 
         // The joiner replicates by itself; it is killed once it holds part of the attachment.
         let joiner = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
@@ -53,7 +58,7 @@ struct ResumeTests {
         let get = try await NodeProcess.runCommand(["get", "--data-dir", restarted.dataDirectory, id, "--output", output],
                                                    timeout: .seconds(120))
         #expect(get.status == 0, "\(get.stderr)")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == Data(bytes))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
         let fetched = Int(try await restarted.status().counters["chunksFetched"]?.number ?? -1)
         // Only the rest was fetched (the end game may ask a few chunks twice).
         #expect(fetched >= total - had && fetched <= total - had + 4,
@@ -64,15 +69,8 @@ struct ResumeTests {
     func getOutlivesItsNode() async throws {
         var nodes: [NodeProcess] = []
         defer { for node in nodes { Task { await node.cleanUp() } } }
-        let holder = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        let (holder, invite, id, bytes) = try await Self.holder(size: 24 << 20, seed: 5)
         nodes.append(holder)
-        let invite = try await holder.waitForLine(prefix: "invite:")
-        let file = holder.dataDirectory + "/big.bin"
-        var random = SeededGenerator(seed: 5)
-        let bytes = Data((0..<(24 << 20)).map { _ in UInt8.random(in: 0...255, using: &random) })
-        try bytes.write(to: URL(fileURLWithPath: file))
-        let id = try await NodeProcess.runCommand(["attach", "--data-dir", holder.dataDirectory, file])
-            .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         let joiner = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy"])
         nodes.append(joiner)
         try await nodes.waitForMesh(alive: 2)

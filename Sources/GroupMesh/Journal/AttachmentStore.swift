@@ -18,7 +18,7 @@ actor AttachmentStore {
             throw .store(error.description)
         }
         chunks.batchLimit = 32
-        logPath = directory.path + "/journal.log"
+        logPath = directory.journalPath
         self.chunkSize = chunkSize
     }
 

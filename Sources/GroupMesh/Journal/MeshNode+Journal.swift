@@ -179,6 +179,9 @@ extension MeshNode {
     }
 
     public func loadAttachment(_ id: SHA256Digest, to path: String) async throws(GroupMeshError) {
+        guard !configuration.dataDirectory.ownsFile(path) else {
+            throw .attachment("\(path) is one of the node's own files; write the attachment somewhere else")
+        }
         let manifest = try await completeAttachment(id)
         guard let store else { throw .attachment("the node is not running") }
         try await store.assemble(manifest, to: path)
