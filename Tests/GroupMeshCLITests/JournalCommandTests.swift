@@ -102,7 +102,10 @@ struct JournalCommandTests {
                                                           "--output", node.dataDirectory + "/journal.log"])
         #expect(overwrite.stderr.contains("one of the node's own files"), "\(overwrite.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: node.dataDirectory + "/journal.log")) == journal, "the journal was overwritten")
-        for result in [unknown, missing, badJSON, tooLarge, directory, fifo, device, overwrite] {
+        let short = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, String(ids.first?.prefix(3) ?? "abc"),
+                                                      "--output", node.dataDirectory + "/x"])
+        #expect(short.stderr.contains("at least 4 characters"), "\(short.stderr)")
+        for result in [unknown, missing, badJSON, tooLarge, directory, fifo, device, overwrite, short] {
             #expect(result.status != 0)
             #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
         }

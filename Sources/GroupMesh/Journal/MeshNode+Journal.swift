@@ -63,7 +63,10 @@ extension MeshNode {
         let lowered = text.lowercased()
         let entries = attachmentEntries
         if let exact = entries.first(where: { $0.id.hex == lowered }) { return exact }
-        let matches = lowered.count >= 4 ? entries.filter { $0.id.hex.hasPrefix(lowered) } : []
+        guard lowered.count >= 4 else {
+            throw .attachment("'\(text)' is too short to name an attachment; give at least 4 characters of its id")
+        }
+        let matches = entries.filter { $0.id.hex.hasPrefix(lowered) }
         guard matches.count == 1 else {
             if matches.count > 1 { throw .attachment("'\(text)' matches several attachments; give more of the id") }
             throw .unknownAttachment(text)
