@@ -170,13 +170,13 @@ public final class ChunkStore {
 
     static func makeDirectory(_ directory: String) throws(MeshStoreError) {
         if mkdir(directory, 0o700) != 0 && errno != EEXIST {
-            throw errno == ENOSPC ? .diskFull(path: directory) : .io(path: directory, reason: errnoText())
+            throw FileIO.isOutOfSpace(errno) ? .diskFull(path: directory) : .io(path: directory, reason: errnoText())
         }
     }
 
     static func writeFile(_ file: String, _ bytes: [UInt8], sync: Bool) throws(MeshStoreError) {
         let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw errno == ENOSPC ? .diskFull(path: file) : .io(path: file, reason: errnoText()) }
+        guard fd >= 0 else { throw FileIO.isOutOfSpace(errno) ? .diskFull(path: file) : .io(path: file, reason: errnoText()) }
         let failure = bytes.withUnsafeBytes { FileIO.writeAll(fd, $0) }
         if failure != 0 {
             close(fd)
@@ -191,7 +191,7 @@ public final class ChunkStore {
         }
         // close can report a delayed write error (NFS, quota): treat it like a failed write.
         guard close(fd) == 0 else {
-            let full = errno == ENOSPC || errno == EDQUOT
+            let full = FileIO.isOutOfSpace(errno)
             let reason = errnoText()
             unlink(file)
             throw full ? .diskFull(path: file) : .io(path: file, reason: reason)
@@ -238,7 +238,7 @@ public final class ChunkStore {
         return names
     }
 
-    static func errnoText() -> String { String(cString: strerror(errno)) }
+    static func errnoText() -> String { FileIO.describe(errno) }
 }
 
 /// `dirname` without Foundation.

@@ -29,9 +29,12 @@ public enum ProcessStats {
     }
 }
 
-/// Writes `size` random bytes (rounded down to whole 8-byte words) to `path`.
-public func writeRandomFile(_ path: String, size: Int, using generator: inout some RandomNumberGenerator) throws {
+/// Writes `size` random bytes (rounded down to whole 8-byte words) to `path`; returns them.
+@discardableResult
+public func writeRandomFile(_ path: String, size: Int, using generator: inout some RandomNumberGenerator) throws -> Data {
     var words = [UInt64](repeating: 0, count: size / 8)
     for index in words.indices { words[index] = generator.next() }
-    try words.withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: path)) }
+    let bytes = words.withUnsafeBytes { Data($0) }
+    try bytes.write(to: URL(fileURLWithPath: path))
+    return bytes
 }

@@ -97,20 +97,18 @@ struct GetCommand: AsyncParsableCommand {
         let display = ProgressDisplay(terminal: isatty(STDERR_FILENO) == 1)
         let answered: Bool
         do {
+            // Progress lines until the final answer.
             answered = try client.subscribe(ControlRequest(command: .get, path: absolutePath(output), id: id)) { response in
-                if let progress = response.progress {
-                    display.show(progress)
-                    return true
-                }
-                display.finish()
-                return false
+                guard let progress = response.progress else { return false }
+                display.show(progress)
+                return true
             }
         } catch {
             display.finish()
             throw fail(error)
         }
+        display.finish()  // before any error line, which would land on the bar's line
         guard answered else {
-            display.finish()
             throw fail("the node on \(data.directory.path) stopped before \(output) was written; run get again once it runs")
         }
     }

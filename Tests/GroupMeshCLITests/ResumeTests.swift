@@ -12,11 +12,7 @@ struct ResumeTests {
         let invite = try await holder.waitForLine(prefix: "invite:")
         let file = holder.dataDirectory + "/big.bin"
         var random = SeededGenerator(seed: seed)
-        var bytes = Data(count: size)
-        bytes.withUnsafeMutableBytes { raw in
-            for offset in stride(from: 0, to: size - size % 8, by: 8) { raw.storeBytes(of: random.next(), toByteOffset: offset, as: UInt64.self) }
-        }
-        try bytes.write(to: URL(fileURLWithPath: file))
+        let bytes = try writeRandomFile(file, size: size, using: &random)
         let id = try await NodeProcess.runCommand(["attach", "--data-dir", holder.dataDirectory, file])
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(id.count == 64)

@@ -14,14 +14,10 @@ struct StorageFailureTests {
         return Set(try JSONDecoder().decode([Listed].self, from: Data(result.stdout.utf8)).map(\.id))
     }
 
+    @discardableResult
     static func writeFile(_ path: String, size: Int, seed: UInt64) throws -> Data {
-        var state = seed
-        let bytes = Data((0..<size).map { _ in
-            state = state &* 6364136223846793005 &+ 1442695040888963407
-            return UInt8(truncatingIfNeeded: state >> 33)
-        })
-        try bytes.write(to: URL(fileURLWithPath: path))
-        return bytes
+        var random = SeededGenerator(seed: seed)
+        return try writeRandomFile(path, size: size, using: &random)
     }
 
     static func attach(_ file: String, on node: NodeProcess) async throws -> (status: Int32, id: String, stderr: String) {
@@ -62,7 +58,7 @@ struct StorageFailureTests {
         defer { Task { [node] in await node.cleanUp() } }
         _ = try await node.waitForLine(prefix: "listening:")
         for (name, seed) in [("a", 1), ("b", 2), ("c", 3)] as [(String, UInt64)] {
-            _ = try Self.writeFile("\(files)/\(name).bin", size: 600_000, seed: seed)
+            try Self.writeFile("\(files)/\(name).bin", size: 600_000, seed: seed)
         }
         let first = try await Self.attach("\(files)/a.bin", on: node)
         #expect(first.status == 0, "\(first.stderr)")
@@ -96,8 +92,8 @@ struct StorageFailureTests {
         let files = NodeProcess.makeTemporaryDirectory("storage-files")
         defer { try? FileManager.default.removeItem(atPath: files) }
         let small = try Self.writeFile("\(files)/small.bin", size: 300_000, seed: 4)
-        _ = try Self.writeFile("\(files)/big.bin", size: 8 << 20, seed: 5)
-        _ = try Self.writeFile("\(files)/medium.bin", size: 1 << 20, seed: 6)
+        try Self.writeFile("\(files)/big.bin", size: 8 << 20, seed: 5)
+        try Self.writeFile("\(files)/medium.bin", size: 1 << 20, seed: 6)
         try await Self.withSmallDisk("4m") { mountPoint in
             var node = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: mountPoint + "/node")
             defer { Self.kill(node) }
@@ -150,7 +146,7 @@ struct StorageFailureTests {
     func fetchIntoFullDisk() async throws {
         let files = NodeProcess.makeTemporaryDirectory("storage-files")
         defer { try? FileManager.default.removeItem(atPath: files) }
-        _ = try Self.writeFile("\(files)/big.bin", size: 3 << 20, seed: 7)
+        try Self.writeFile("\(files)/big.bin", size: 3 << 20, seed: 7)
         let holder = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
         defer { Task { await holder.cleanUp() } }
         let invite = try await holder.waitForLine(prefix: "invite:")

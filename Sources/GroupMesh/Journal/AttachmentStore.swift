@@ -39,8 +39,7 @@ actor AttachmentStore {
         }
         let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         defer { try? handle.close() }
-        let size: UInt64
-        do { size = try handle.seekToEnd(); try handle.seek(toOffset: 0) } catch { throw .attachment("cannot read \(path): \(error)") }
+        let size = UInt64(info.st_size)
         guard size <= limit else { throw .attachmentTooLarge(size: size, limit: limit) }
         return try ingesting { (added) throws(GroupMeshError) in
             var digests: [SHA256Digest] = []
@@ -145,7 +144,7 @@ actor AttachmentStore {
     func assemble(_ manifest: Manifest, to path: String) throws(GroupMeshError) {
         let temporary = path + ".groupmesh-partial"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
-        guard fd >= 0 else { throw outputError(errno, path) }
+        guard fd >= 0 else { throw writeError(errno, path, doing: "write") }
         var failure: Int32 = 0
         for digest in manifest.chunks where failure == 0 {
             guard let bytes = read(digest) else {
@@ -160,13 +159,14 @@ actor AttachmentStore {
         if failure == 0, rename(temporary, path) != 0 { failure = errno }
         guard failure == 0 else {
             unlink(temporary)
-            throw outputError(failure, path)
+            throw writeError(failure, path, doing: "write")
         }
     }
 
-    private func outputError(_ code: Int32, _ path: String) -> GroupMeshError {
+    /// A failed write as its one line: a full disk says so, and that nothing was lost.
+    private func writeError(_ code: Int32, _ path: String, doing action: String) -> GroupMeshError {
         FileIO.isOutOfSpace(code) ? .store("no space left to write \(path); nothing was lost")
-                                  : .attachment("cannot write \(path): \(FileIO.describe(code))")
+                                  : .store("cannot \(action) \(path): \(FileIO.describe(code))")
     }
 
     func bytes(of manifest: Manifest) throws(GroupMeshError) -> [UInt8] {
@@ -216,30 +216,25 @@ actor AttachmentStore {
             record += bytes
         }
         let fd = open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw logError(errno, "open") }
+        guard fd >= 0 else { throw writeError(errno, logPath, doing: "open") }
         defer { close(fd) }
         // An earlier append failed part-way and could not be cut back then: cut it now, or write
         // nothing (a record behind a torn one is never read).
         if let tornAt {
-            guard ftruncate(fd, tornAt) == 0 else { throw logError(errno, "repair") }
+            guard ftruncate(fd, tornAt) == 0 else { throw writeError(errno, logPath, doing: "repair") }
             self.tornAt = nil
         }
         let end = lseek(fd, 0, SEEK_END)
-        guard end >= 0 else { throw logError(errno, "append to") }
+        guard end >= 0 else { throw writeError(errno, logPath, doing: "append to") }
         var failure = record.withUnsafeBytes { FileIO.writeAll(fd, $0) }
         if failure == 0, fsync(fd) != 0 { failure = errno }
         guard failure != 0 else { return }  // durable: a failing close changes nothing
         if ftruncate(fd, end) != 0 { tornAt = end }
-        throw logError(failure, "append to")
+        throw writeError(failure, logPath, doing: "append to")
     }
 
     /// Where the log must be cut back to before the next append, when cutting failed.
     private var tornAt: off_t?
-
-    private func logError(_ code: Int32, _ action: String) -> GroupMeshError {
-        FileIO.isOutOfSpace(code) ? .store("no space left to write \(logPath); nothing was lost")
-                                  : .store("cannot \(action) \(logPath): \(FileIO.describe(code))")
-    }
 
     /// Every operation in the log. A torn last record (a crash mid-append) is cut off the file,
     /// so that the next append does not land behind it, where a reader would never find it.
