@@ -53,21 +53,30 @@ public struct JournalState: Sendable {
         return true
     }
 
-    private func liveAdds(of attachment: SHA256Digest) -> [JournalOperation] {
-        (adds[attachment] ?? []).subtracting(removed).compactMap { operations[$0] }
+    private func liveAdds(of attachment: SHA256Digest) -> [OperationID] {
+        (adds[attachment] ?? []).subtracting(removed).sorted()
     }
 
+    /// By ids alone: no operation is looked at, let alone hashed.
     public func isPresent(_ attachment: SHA256Digest) -> Bool {
-        !liveAdds(of: attachment).isEmpty
+        !(adds[attachment] ?? []).isSubset(of: removed)
+    }
+
+    /// The ids of the attachments present, sorted: what replication walks, cheaply.
+    public var presentIDs: [SHA256Digest] {
+        adds.keys.sorted().filter(isPresent)
     }
 
     public func entry(_ attachment: SHA256Digest) -> AttachmentEntry? {
-        let live = liveAdds(of: attachment)
-        guard let latest = live.max(by: { ($0.clock, $0.authorID, $0.id) < ($1.clock, $1.authorID, $1.id) }) else {
-            return nil
+        // The order's keys once per add (the author's id is a hash of its key).
+        let candidates = liveAdds(of: attachment).compactMap { id in
+            operations[id].map { operation in (operation: operation, author: operation.authorID, id: id) }
         }
-        return AttachmentEntry(id: attachment, size: latest.size, chunkCount: Int(latest.chunkCount),
-                               metadata: latest.metadata, addedBy: latest.authorID, clock: latest.clock)
+        guard let latest = candidates.max(by: { ($0.operation.clock, $0.author, $0.id) < ($1.operation.clock, $1.author, $1.id) })
+        else { return nil }
+        let operation = latest.operation
+        return AttachmentEntry(id: attachment, size: operation.size, chunkCount: Int(operation.chunkCount),
+                               metadata: operation.metadata, addedBy: latest.author, clock: operation.clock)
     }
 
     /// The attachments present, by id.
@@ -88,7 +97,7 @@ public struct JournalState: Sendable {
 
     /// A remove by this node covering every add of the attachment it has seen; nil if absent.
     public func makeRemove(_ attachment: SHA256Digest, authority: some RecordAuthority) -> JournalOperation? {
-        let live = liveAdds(of: attachment).map(\.id).sorted()
+        let live = liveAdds(of: attachment)
         guard !live.isEmpty else { return nil }
         return JournalOperation(kind: .remove, attachment: attachment, author: authority.signingKey, clock: nextClock,
                                 observedAdds: Array(live.prefix(JournalOperation.maxObservedAdds))).signed(by: authority)
