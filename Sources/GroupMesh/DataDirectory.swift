@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Foundation
 import MeshCore
 import MeshCrypto
 
@@ -94,10 +95,10 @@ public struct DataDirectory: Sendable {
     /// Loads the session's key epochs (the secret joined with, then every rotation since), or
     /// stores `invited` / a new secret when the dir has none. An invite for another session than
     /// the stored one (none of its epochs) is refused: one data dir, one session.
-    public func loadOrCreateSession(invited: SessionSecret?) throws(GroupMeshError) -> KeyEpochs {
+    package func loadOrCreateSession(invited: SessionSecret?) throws(GroupMeshError) -> KeyEpochs {
         if access(sessionSecretPath, F_OK) == 0 {
             let stored: SessionSecret
-            do { stored = try SessionSecret.load(from: sessionSecretPath) } catch { throw .crypto(error) }
+            do { stored = try SessionSecret.load(from: sessionSecretPath) } catch { throw .keyFile(error.description) }
             let epochs = try loadEpochs(origin: stored)
             if let invited, invited != stored, !epochs.transitions.contains(where: { $0.secret == invited }) {
                 throw .sessionMismatch(path: path)
@@ -105,7 +106,7 @@ public struct DataDirectory: Sendable {
             return epochs
         }
         let secret = invited ?? SessionSecret.generate()
-        do { try secret.write(to: sessionSecretPath) } catch { throw .crypto(error) }
+        do { try secret.write(to: sessionSecretPath) } catch { throw .keyFile(error.description) }
         return KeyEpochs(origin: secret)
     }
 
@@ -115,20 +116,20 @@ public struct DataDirectory: Sendable {
             let bytes = try SecretFile.load(epochsPath, limit: KeyEpochs.maxFileBytes, what: "key epochs")
             return try KeyEpochs.decode(bytes, origin: origin)
         } catch let error as MeshCryptoError {
-            throw .crypto(error)
+            throw .keyFile(error.description)
         } catch {
             throw .dataDirectory(path: path, reason: "\(epochsPath) is damaged (\(error)); restore it or rejoin with a new invite")
         }
     }
 
-    public func loadOrCreateIdentity() throws(GroupMeshError) -> NodeIdentity {
+    package func loadOrCreateIdentity() throws(GroupMeshError) -> NodeIdentity {
         do {
             if access(identityPath, F_OK) == 0 { return try NodeIdentity.load(from: identityPath) }
             let identity = NodeIdentity.generate()
             try identity.write(to: identityPath)
             return identity
         } catch {
-            throw .crypto(error)
+            throw .keyFile(error.description)
         }
     }
 
@@ -166,6 +167,22 @@ public struct DataDirectory: Sendable {
             unlink(temporary)
             throw .dataDirectory(path: path, reason: "\(filePath): \(reason)")
         }
+    }
+
+    /// What the node remembers of the members (`members.json`); nothing when absent or unreadable.
+    package func loadRememberedMembers() -> RememberedMembers {
+        guard let text = try? readSmallFile(membersPath, limit: 4 << 20),
+              let decoded = try? JSONDecoder().decode(RememberedMembers.self, from: Data(text.utf8)) else {
+            return RememberedMembers()
+        }
+        return decoded
+    }
+
+    func saveRememberedMembers(_ members: RememberedMembers) throws(GroupMeshError) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        guard let data = try? encoder.encode(members) else { return }
+        try writeSmallFile(membersPath, String(decoding: data, as: UTF8.self))
     }
 
     static func errnoText() -> String {

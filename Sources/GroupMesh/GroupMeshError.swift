@@ -1,21 +1,42 @@
+import MeshCore
 import MeshCrypto
 
-/// Everything the runtime can report to a user, each as one readable line.
+/// Everything the runtime can report to a user, each as one readable line. A case carries a
+/// `String` only where that text is the whole of what there is to say (a reason from the
+/// system, or the node's own answer over the control socket).
 public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible {
     case dataDirectory(path: String, reason: String)
     case dataDirectoryLocked(path: String, holder: String?)
     case dataDirectoryFormat(path: String, found: String)
     case sessionMismatch(path: String)
     case invalidAddress(String)
+    /// Why an invite token does not parse, as the parser says it ("bad invite: …").
+    case invalidInvite(String)
+    /// A key or secret file that cannot be read or written, or that others could read.
+    case keyFile(String)
     case bindFailed(address: String, reason: String)
-    case crypto(MeshCryptoError)
     case noNodeRunning(path: String)
+    /// The node's answer to a control request, or why it could not be asked.
     case control(String)
+    case notRunning
+    /// The disk refused (full, unwritable…).
     case store(String)
+    /// A file that cannot be attached (no such file, not a regular file, changed while read…).
     case attachment(String)
     case attachmentTooLarge(size: UInt64, limit: UInt64)
+    case metadataTooLarge(size: Int, limit: Int)
     case unknownAttachment(String)
-    case unavailable(String)
+    case ambiguousAttachment(String)
+    case attachmentPrefixTooShort(String)
+    /// `get --output` over one of the node's own files.
+    case outputIsNodeFile(String)
+    case manifestUnavailable(attachment: String)
+    case chunksUnavailable(attachment: String, missing: Int, total: Int)
+    case cannotRemoveSelf
+    case alreadyRemoved(member: String)
+    case sessionTooLarge(limit: Int)
+    case epochNotStored(reason: String)
+    case removalInProgress
 
     public var description: String {
         switch self {
@@ -30,24 +51,76 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
             return "data dir \(path) already belongs to another session; use a fresh --data-dir to join with this invite"
         case let .invalidAddress(text):
             return "invalid address '\(text)': expected HOST:PORT, e.g. 127.0.0.1:7946 or [::1]:7946"
+        case let .invalidInvite(message), let .keyFile(message), let .control(message), let .store(message), let .attachment(message):
+            return message
         case let .bindFailed(address, reason):
             return "cannot listen on \(address): \(reason)"
-        case let .crypto(error):
-            return error.description
         case let .noNodeRunning(path):
             return "no groupmesh node is running on data dir \(path) (start one with: groupmesh run --data-dir \(path))"
-        case let .control(message):
-            return message
-        case let .store(message):
-            return message
-        case let .attachment(message):
-            return message
+        case .notRunning:
+            return "the node is not running"
         case let .attachmentTooLarge(size, limit):
-            return "attachment of \(size) bytes is over the limit of \(limit) bytes (\(limit >> 20) MiB); nothing was stored"
+            return StorageFailure.tooLarge(size: size, limit: limit).description
+        case let .metadataTooLarge(size, limit):
+            return "metadata of \(size) bytes is over the \(limit / 1024) KiB limit; nothing was stored"
         case let .unknownAttachment(text):
             return "unknown attachment '\(text)' (see groupmesh attachments)"
-        case let .unavailable(message):
-            return "unavailable: \(message)"
+        case let .ambiguousAttachment(text):
+            return "'\(text)' matches several attachments; give more of the id"
+        case let .attachmentPrefixTooShort(text):
+            return "'\(text)' is too short to name an attachment; give at least 4 characters of its id"
+        case let .outputIsNodeFile(path):
+            return "\(path) is one of the node's own files; write the attachment somewhere else"
+        case let .manifestUnavailable(attachment):
+            return "unavailable: no reachable member holds the manifest of \(attachment.prefix(16))"
+        case let .chunksUnavailable(attachment, missing, total):
+            return "unavailable: no reachable member holds \(missing) of the \(total) chunks of \(attachment.prefix(16))"
+        case .cannotRemoveSelf:
+            return "cannot remove this node itself; to go, use groupmesh leave"
+        case let .alreadyRemoved(member):
+            return "\(member) was already removed"
+        case let .sessionTooLarge(limit):
+            return "cannot remove: the session has more than \(limit) other members (a key rotation travels in one datagram)"
+        case let .epochNotStored(reason):
+            return "cannot store the new key epoch, nothing changed: \(reason)"
+        case .removalInProgress:
+            return "another member removal is being stored; run remove-member again once it is done"
+        }
+    }
+}
+
+extension StorageFailure {
+    /// The store's error as the core carries it.
+    init(_ error: GroupMeshError) {
+        switch error {
+        case let .attachmentTooLarge(size, limit): self = .tooLarge(size: size, limit: limit)
+        case let .attachment(message): self = .unreadable(message)
+        default: self = .failed(error.description)
+        }
+    }
+}
+
+extension GroupMeshError {
+    /// A core error as a user reads it; `names` gives members' display names.
+    init(_ error: NodeError, names: (NodeID) -> String) {
+        switch error {
+        case .stopped: self = .notRunning
+        case let .messageTooLarge(size, limit):
+            self = .control(MessengerError.tooLarge(size: size, limit: limit).description)
+        case let .notDelivered(failures):
+            self = .control(MessengerError(failures, names: names).description)
+        case let .metadataTooLarge(size, limit): self = .metadataTooLarge(size: size, limit: limit)
+        case let .unknownAttachment(id): self = .unknownAttachment(id.hex)
+        case let .manifestUnavailable(id): self = .manifestUnavailable(attachment: id.hex)
+        case let .chunksUnavailable(id, missing, total): self = .chunksUnavailable(attachment: id.hex, missing: missing, total: total)
+        case let .store(.tooLarge(size, limit)): self = .attachmentTooLarge(size: size, limit: limit)
+        case let .store(.unreadable(message)): self = .attachment(message)
+        case let .store(.failed(message)): self = .store(message)
+        case .cannotRemoveSelf: self = .cannotRemoveSelf
+        case let .alreadyRemoved(id): self = .alreadyRemoved(member: names(id))
+        case let .sessionTooLarge(limit): self = .sessionTooLarge(limit: limit)
+        case let .epochNotStored(failure): self = .epochNotStored(reason: failure.description)
+        case .removalInProgress: self = .removalInProgress
         }
     }
 }

@@ -10,12 +10,13 @@ public struct Participant: Hashable, Sendable, Identifiable, CustomStringConvert
     public let id: String
     public let name: String
 
-    public init(id: NodeID, name: String) {
+    package init(id: NodeID, name: String) {
         self.id = id.hex
         self.name = name
     }
 
-    public var description: String { "\(name) (\(id.prefix(12)))" }
+    /// The name and the start of the id: the name alone is the member's own choice.
+    public var description: String { name.isEmpty ? String(id.prefix(12)) : "\(name) (\(id.prefix(12)))" }
 }
 
 /// A group session over the mesh: join it, see who is in it, leave it. The node behind it runs
@@ -26,7 +27,7 @@ public struct Participant: Hashable, Sendable, Identifiable, CustomStringConvert
 /// for await participants in await session.activeParticipantUpdates() { print(participants) }
 /// ```
 public final class MeshSession: Sendable {
-    public let node: MeshNode
+    package let node: MeshNode
     private let lock: DataDirectoryLock
 
     private init(node: MeshNode, lock: DataDirectoryLock) {
@@ -41,11 +42,10 @@ public final class MeshSession: Sendable {
         let directory = configuration.dataDirectory
         try directory.prepare()
         let lock = try directory.lock()
-        let epochs = try directory.loadOrCreateSession(invited: configuration.invite?.secret)
+        let epochs = try directory.loadOrCreateSession(invited: configuration.invite?.token.secret)
         let identity = try directory.loadOrCreateIdentity()
-        let node = MeshNode(identity: identity, epochs: epochs, configuration: configuration,
-                            eventLoop: MultiThreadedEventLoopGroup.singleton.next(), logger: logger)
-        try await node.start()
+        let node = try await MeshNode.start(identity: identity, epochs: epochs, configuration: configuration,
+                                            eventLoop: MultiThreadedEventLoopGroup.singleton.next(), logger: logger)
         return MeshSession(node: node, lock: lock)
     }
 
@@ -78,7 +78,10 @@ public final class MeshSession: Sendable {
         }
     }
 
-    public func invite() async -> InviteToken { await node.invite() }
+    public func invite() async -> Invite { await node.invite() }
+
+    /// The UDP address the node is bound to.
+    public var localAddress: MeshAddress { MeshAddress(node.localAddress) }
 
     /// Leaves gracefully; the session object is unusable afterwards.
     public func leave() async {

@@ -37,6 +37,16 @@ public final class Messenger: Sendable {
         case only(Set<Participant>)
     }
 
+    /// Why a member did not acknowledge a reliable message.
+    public enum DeliveryFailure: String, Sendable, Equatable {
+        /// No acknowledgement before the send's timeout.
+        case timedOut
+        /// It left or was declared dead first.
+        case departed
+        /// Not a member this node can reach (not known, or no keys yet).
+        case unreachable
+    }
+
     public let session: MeshSession
     public let deliveryMode: DeliveryMode
     /// How long a reliable send waits for acknowledgements.

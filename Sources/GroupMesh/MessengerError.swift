@@ -1,21 +1,11 @@
 import MeshCore
 import MeshCrypto
 
-/// A message as it reached this node: who sent it (authenticated by the pairwise keys), how,
-/// and its type tag and body.
-public struct InboundMessage: Sendable, Equatable {
-    public var from: NodeID
-    public var fromName: String
-    public var mode: DeliveryInstance.Mode
-    public var type: String
-    public var body: [UInt8]
-}
-
 /// Why a send did not reach everyone, or could not start.
 public enum MessengerError: Error, Equatable, Sendable, CustomStringConvertible {
     case tooLarge(size: Int, limit: Int)
-    /// Members that did not acknowledge, by name, with the reason.
-    case notDelivered([String: DeliveryInstance.Failure])
+    /// The members that did not acknowledge, and why.
+    case notDelivered([Participant: Messenger.DeliveryFailure])
     case unknownMember(String)
     case ambiguousMember(String, candidates: [String])
     case notRunning
@@ -25,11 +15,11 @@ public enum MessengerError: Error, Equatable, Sendable, CustomStringConvertible 
         case let .tooLarge(size, limit):
             return "message of \(size) bytes is over the limit of \(limit) bytes (\(limit / 1024) KiB); nothing was sent"
         case let .notDelivered(failures):
-            let list = failures.sorted { $0.key < $1.key }.map { name, reason in
+            let list = failures.sorted { $0.key.description < $1.key.description }.map { member, reason in
                 switch reason {
-                case .timedOut: return "\(name) (no acknowledgement in time)"
-                case .departed: return "\(name) (left or died)"
-                case .unknown: return "\(name) (not reachable)"
+                case .timedOut: return "\(member) (no acknowledgement in time)"
+                case .departed: return "\(member) (left or died)"
+                case .unreachable: return "\(member) (not reachable)"
                 }
             }
             return "not delivered to " + list.joined(separator: ", ")
@@ -39,6 +29,23 @@ public enum MessengerError: Error, Equatable, Sendable, CustomStringConvertible 
             return "'\(text)' matches several members: \(candidates.joined(separator: ", "))"
         case .notRunning:
             return "the node is not running"
+        }
+    }
+
+    /// The core's failures by member id, for people.
+    init(_ failures: [NodeID: DeliveryInstance.Failure], names: (NodeID) -> String) {
+        var named: [Participant: Messenger.DeliveryFailure] = [:]
+        for (id, failure) in failures { named[Participant(id: id, name: names(id))] = Messenger.DeliveryFailure(failure) }
+        self = .notDelivered(named)
+    }
+}
+
+extension Messenger.DeliveryFailure {
+    init(_ failure: DeliveryInstance.Failure) {
+        switch failure {
+        case .timedOut: self = .timedOut
+        case .departed: self = .departed
+        case .unknown: self = .unreachable
         }
     }
 }

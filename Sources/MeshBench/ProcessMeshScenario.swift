@@ -52,7 +52,7 @@ enum ProcessMeshScenario {
         let clients = nodes.map { ControlClient(directory: DataDirectory(path: $0.dataDirectory)) }
         func aliveCounts() -> [Int] {
             clients.map { client in
-                (try? client.send(ControlRequest(command: .status)).status)?.members.filter { $0.state == "alive" }.count ?? -1
+                (try? client.status())?.members.filter { $0.state == "alive" }.count ?? -1
             }
         }
         do {
@@ -70,7 +70,7 @@ enum ProcessMeshScenario {
         let idle = try await cpuPercent(of: nodes, over: .seconds(5))
 
         let victim = nodes[count / 2]
-        let victimID = try clients[count / 2].send(ControlRequest(command: .status)).status?.`self`.id ?? ""
+        let victimID = try clients[count / 2].status().`self`.id
         let survivors = clients.enumerated().filter { $0.offset != count / 2 }.map(\.element)
         let start = ContinuousClock.now
         victim.signal(SIGKILL)
@@ -78,7 +78,7 @@ enum ProcessMeshScenario {
         while !pending.isEmpty {
             guard ContinuousClock.now - start < .seconds(60) else { throw NodeProcessError.timeout("dead detection") }
             pending = pending.filter { client in
-                let state = (try? client.send(ControlRequest(command: .status)).status)?
+                let state = (try? client.status())?
                     .members.first { $0.id == victimID }?.state
                 return state != "dead"
             }

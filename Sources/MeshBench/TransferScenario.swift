@@ -114,7 +114,7 @@ enum TransferScenario {
         nodes.append(joiner)
         try await nodes.waitForMesh(alive: holders + 1)
         try await waitUntil("the joiner lists the attachment", timeout: .seconds(30)) {
-            (try? client(joiner).send(ControlRequest(command: .attachments)).attachments?.map(\.id)) == [id]
+            (try? client(joiner).attachments().map(\.id)) == [id]
         }
         let joinerIdle = ProcessStats.memory(joiner.pid).resident
         ProcessStats.resetPeak(joiner.pid)
@@ -143,7 +143,7 @@ enum TransferScenario {
         let id = try await attach(file, on: first)
         try await waitUntil("every member holds it", timeout: .seconds(600)) { nodes.allSatisfy { holdsWhole(id, $0) } }
         let elapsed = ContinuousClock.now - start
-        let sent = try client(first).send(ControlRequest(command: .status)).status?.counters.chunkPayloadBytesSent ?? 0
+        let sent = try client(first).status().counters.chunkPayloadBytesSent
         return (elapsed.milliseconds / 1000, Double(sent) / Double(size))
     }
 
@@ -158,7 +158,7 @@ enum TransferScenario {
     static func client(_ node: NodeProcess) -> ControlClient { ControlClient(directory: DataDirectory(path: node.dataDirectory)) }
 
     static func holdsWhole(_ id: String, _ node: NodeProcess) -> Bool {
-        guard let status = try? client(node).send(ControlRequest(command: .status)).status,
+        guard let status = try? client(node).status(),
               let entry = status.attachments.first(where: { $0.id == id }) else { return false }
         return entry.chunksHave == entry.chunks
     }

@@ -299,8 +299,8 @@ public final class HostileMember: @unchecked Sendable {
             case let .send(peer, frames):
                 sendFrames(frames, to: peer)
             case let .deliver(received):
-                guard let envelope = MessageEnvelope(decoding: received.payload), envelope.type == JournalMessage.typeTag,
-                      case let .chunkRequest(digest)? = try? JournalMessage(decoding: envelope.body) else { continue }
+                guard received.stream == .journal,
+                      case let .chunkRequest(digest)? = try? JournalMessage(decoding: received.payload) else { continue }
                 counters.manifestRequests += 1
                 switch answer {
                 case .silent: break
@@ -320,9 +320,8 @@ public final class HostileMember: @unchecked Sendable {
     }
 
     private func sendJournal(_ message: JournalMessage, to peer: NodeID) {
-        let envelope = MessageEnvelope(type: JournalMessage.typeTag, body: message.encoded)
-        guard let (_, directives) = try? delivery.send(envelope.encoded, to: [peer], mode: .reliable, now: Self.now,
-                                                       timeout: .seconds(30)) else { return }
+        guard let (_, directives) = try? delivery.send(message.encoded, to: [peer], mode: .reliable, stream: .journal,
+                                                       now: Self.now, timeout: .seconds(30)) else { return }
         perform(directives)
     }
 

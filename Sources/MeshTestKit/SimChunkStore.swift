@@ -44,12 +44,54 @@ public struct SimChunkStore: Sendable {
         return manifest.chunks.filter { chunks[$0] == nil && seen.insert($0).inserted }
     }
 
-    /// Deletes the chunks of `removed` (and its manifest) that none of `kept` uses.
+    /// Deletes the chunks of `removed` (and its manifest) that none of `kept` uses and no
+    /// ingest holds.
     public mutating func collect(_ removed: Manifest, keeping kept: [Manifest]) {
         let used = Set(kept.flatMap(\.chunks) + kept.map(\.id))
-        for digest in Set(removed.chunks + [removed.id]) where !used.contains(digest) {
+        for digest in Set(removed.chunks + [removed.id]) where !used.contains(digest) && pinned[digest] == nil {
             chunks[digest] = nil
         }
+    }
+
+    /// Ingests held until their add is in the journal log (or failed), by chunk.
+    private var pinned: [SHA256Digest: Int] = [:]
+
+    /// Cuts `bytes` into chunks, stores them and the manifest, and holds them until `unpin`.
+    public mutating func ingest(_ bytes: [UInt8], chunkSize: Int) -> Manifest {
+        var digests: [SHA256Digest] = []
+        var offset = 0
+        while offset < bytes.count {
+            let end = min(bytes.count, offset + chunkSize)
+            let chunk = Array(bytes[offset..<end])
+            write(chunk)
+            digests.append(SHA256Digest.hashing(chunk))
+            offset = end
+        }
+        let manifest = Manifest(size: UInt64(bytes.count), chunkSize: chunkSize, chunks: digests)
+        write(manifest.encoded)
+        for digest in manifest.chunks + [manifest.id] { pinned[digest, default: 0] += 1 }
+        return manifest
+    }
+
+    /// A crash ends every hold.
+    public mutating func releasePins() { pinned = [:] }
+
+    /// Ends an ingest's hold; when its add failed, collects it in the same step.
+    public mutating func unpin(_ manifest: Manifest, collectKeeping kept: [Manifest]?) {
+        for digest in manifest.chunks + [manifest.id] {
+            if let count = pinned[digest], count > 1 { pinned[digest] = count - 1 } else { pinned[digest] = nil }
+        }
+        if let kept { collect(manifest, keeping: kept) }
+    }
+
+    /// The attachment's bytes, every chunk verified; nil when one is missing.
+    public func bytes(of manifest: Manifest) -> [UInt8]? {
+        var out: [UInt8] = []
+        for digest in manifest.chunks {
+            guard let chunk = read(digest) else { return nil }
+            out += chunk
+        }
+        return out
     }
 
     /// Chunks whose bytes do not hash to their name (must be none).

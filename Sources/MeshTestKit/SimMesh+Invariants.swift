@@ -11,10 +11,10 @@ extension SimMesh {
     public func deliveryViolations() -> [String] {
         var violations: [String] = []
         for sender in all {
-            for message in sender.sentMessages where sender.completions[message.sendID] == nil {
-                violations.append("\(sender.address): send \(message.sendID) never finished")
+            for message in sender.sentMessages where sender.completions[message.request] == nil {
+                violations.append("\(sender.address): send \(message.request) never finished")
             }
-            for receiver in running where receiver.address != sender.address {
+            for receiver in live where receiver.address != sender.address {
                 let sent = sender.sentMessages.filter { $0.targets.contains(receiver.id) }
                 var position: [[UInt8]: Int] = [:]
                 for (index, message) in sent.enumerated() { position[message.body] = index }
@@ -33,9 +33,9 @@ extension SimMesh {
                     delivered.insert(index)
                 }
                 for (index, message) in sent.enumerated() where !delivered.contains(index) {
-                    guard let failures = sender.completions[message.sendID] else { continue }
+                    guard let failures = sender.completions[message.request] else { continue }
                     if failures[receiver.id] == nil {
-                        violations.append("\(sender.address)→\(receiver.address): message \(index) (send \(message.sendID)) "
+                        violations.append("\(sender.address)→\(receiver.address): message \(index) (send \(message.request)) "
                                           + "reported delivered but never delivered")
                     }
                 }
@@ -44,29 +44,34 @@ extension SimMesh {
         return violations
     }
 
-    /// Every live member holds the same journal: every operation any member made, no other.
+    /// Every live member holds the same journal: the same operations, among them every one a
+    /// live member made.
     public func journalViolations() -> [String] {
-        let made = Set(all.flatMap(\.created).map(\.id))
+        let members = live
+        let made = Set(members.flatMap(\.created))
         var violations: [String] = []
-        for node in running {
+        guard let first = members.first else { return [] }
+        let reference = Set(first.journal.state.operationIDs)
+        for node in members {
             let held = Set(node.journal.state.operationIDs)
-            if held != made {
-                violations.append("\(node.address): \(held.count) operations, \(made.subtracting(held).count) missing, "
-                                  + "\(held.subtracting(made).count) never made (of \(made.count) made)")
+            if !made.isSubset(of: held) {
+                violations.append("\(node.address): \(made.subtracting(held).count) of the \(made.count) operations "
+                                  + "live members made are missing")
+            }
+            if held != reference {
+                violations.append("\(node.address): \(held.count) operations, \(first.address) \(reference.count)")
             }
         }
-        if let first = running.first {
-            let present = first.journal.state.attachments
-            for node in running.dropFirst() where node.journal.state.attachments != present {
-                violations.append("\(node.address): attachments differ from \(first.address)'s")
-            }
+        let present = first.journal.state.attachments
+        for node in members.dropFirst() where node.journal.state.attachments != present {
+            violations.append("\(node.address): attachments differ from \(first.address)'s")
         }
         return violations
     }
 
     /// Every chunk any live member stores matches its SHA-256.
     public func chunkViolations() -> [String] {
-        running.flatMap { node in
+        live.flatMap { node in
             node.store.corruptedChunks.map { "\(node.address): stored chunk \($0.hex.prefix(16)) does not match its hash" }
         }
     }
@@ -74,7 +79,7 @@ extension SimMesh {
     /// Every chunk a live member stores belongs to a present attachment: what was removed was
     /// deleted, and a fetch of it did not bring it back.
     public func leakViolations() -> [String] {
-        running.compactMap { node in
+        live.compactMap { node in
             let present = node.journal.state.attachments.compactMap { node.store.manifest($0.id) }
             let used = Set(present.flatMap(\.chunks) + present.map(\.id))
             let extra = node.store.chunks.keys.filter { !used.contains($0) }.count
@@ -85,7 +90,7 @@ extension SimMesh {
     /// Every live member holds every present attachment whole (the swarm finished).
     public func replicationViolations() -> [String] {
         var violations: [String] = []
-        for node in running {
+        for node in live {
             for entry in node.journal.state.attachments {
                 guard let manifest = node.store.manifest(entry.id) else {
                     violations.append("\(node.address): no manifest of \(entry.id.hex.prefix(16))")
@@ -104,8 +109,9 @@ extension SimMesh {
     /// No live member is dead (or unknown, or gone) in any live member's view.
     public func viewViolations() -> [String] {
         var violations: [String] = []
-        for observer in running {
-            for member in running where member.address != observer.address {
+        let members = live
+        for observer in members {
+            for member in members where member.address != observer.address {
                 let status = observer.membership.member(member.id)?.status
                 if status == nil || status?.isGone == true {
                     violations.append("\(observer.address) sees \(member.address) as \(status.map(\.rawValue) ?? "unknown")")
@@ -115,19 +121,37 @@ extension SimMesh {
         return violations
     }
 
-    /// What nodes noticed themselves (a send completed twice, an undecodable message, a
-    /// datagram over the configured size).
+    /// What nodes noticed themselves (a command completed twice, a timer that spins, a message
+    /// of a type nobody sent), datagrams over the configured size, and malformed messages.
     public func nodeViolations() -> [String] {
-        all.flatMap { node in
+        let limit = configuration.settings.wire.maxDatagramSize
+        return all.flatMap { node in
             node.violations.map { "\(node.address): \($0)" }
-                + (node.largestDatagram > configuration.wire.maxDatagramSize
-                    ? ["\(node.address): sent a \(node.largestDatagram)-byte datagram"] : [])
+                + (node.largestDatagram > limit ? ["\(node.address): sent a \(node.largestDatagram)-byte datagram"] : [])
+                + (node.core.counters.messagesMalformed > 0
+                    ? ["\(node.address): \(node.core.counters.messagesMalformed) malformed messages"] : [])
         }
+    }
+
+    /// Every live member is in the same key epoch, and sees every removed member as gone.
+    public func epochViolations() -> [String] {
+        let members = live
+        guard let first = members.first else { return [] }
+        var violations: [String] = []
+        for node in members where node.sessionID != first.sessionID {
+            violations.append("\(node.address) is in epoch \(node.sessionID), \(first.address) in \(first.sessionID)")
+        }
+        for node in members {
+            for id in removed.sorted() where node.membership.member(id).map({ !$0.status.isGone }) == true {
+                violations.append("\(node.address) still sees removed \(id) as \(node.membership.member(id)?.status.rawValue ?? "?")")
+            }
+        }
+        return violations
     }
 
     /// Every invariant holds.
     public var settled: Bool {
         viewViolations().isEmpty && journalViolations().isEmpty && replicationViolations().isEmpty
-            && deliveryViolations().isEmpty && chunkViolations().isEmpty
+            && deliveryViolations().isEmpty && chunkViolations().isEmpty && epochViolations().isEmpty
     }
 }

@@ -20,12 +20,14 @@ public final class SimMesh {
         session = try! SessionSecret(bytes: secret)  // safe: 32 bytes
     }
 
-    /// Adds a node that starts at `time` and joins through `seeds`.
+    /// Adds a node that starts at `time` and joins through `seeds`, on the mesh's configuration
+    /// or its own.
     @discardableResult
-    public func addNode(joiningThrough seeds: [SimAddress], at time: MeshInstant) -> SimNode {
+    public func addNode(joiningThrough seeds: [SimAddress], at time: MeshInstant,
+                        configuration: SimNode.Configuration? = nil) -> SimNode {
         let address = SimAddress(simulator.addresses.count)
         let node = SimNode(address: address, session: session, seed: seed, seeds: seeds, startTime: time,
-                           configuration: configuration)
+                           configuration: configuration ?? self.configuration)
         nodes.append(simulator.addNode(node, startingAt: time))
         return node
     }
@@ -39,4 +41,19 @@ public final class SimMesh {
 
     /// Nodes that are up.
     public var running: [SimNode] { simulator.runningAddresses.map(node) }
+
+    /// Members removed from the session (a key epoch without them), as any running node knows.
+    public var removed: Set<NodeID> { Set(running.flatMap(\.core.epochs.removed)) }
+
+    /// Nodes that are up and still in the session: what the invariants speak of.
+    public var live: [SimNode] {
+        let removed = removed
+        return running.filter { !removed.contains($0.id) }
+    }
+
+    /// Restarts a crashed node on its own disk, with a new boot.
+    public func restart(_ address: SimAddress, at time: MeshInstant) {
+        let old = node(address)
+        simulator.restart(address, with: SimNode(restarting: old, seed: seed, startTime: time), at: time)
+    }
 }

@@ -2,132 +2,142 @@ import MeshCore
 import MeshCrypto
 import NIOCore
 
-/// A whole GroupMesh node as a simulated process: membership, the messenger (reliable and
-/// unreliable delivery), the journal and chunk transfer (scheduler, assembler, an in-memory
-/// store of verified chunks), composed the way `MeshNode` composes them, exchanging real sealed
-/// datagrams (`DatagramCodec`: hello key for membership, pairwise keys for the rest).
+/// A whole GroupMesh node on the simulator: the very `NodeInstance` that `MeshNode` drives,
+/// driven here by deliveries and timers instead of a socket and an event loop. Its store is a
+/// `SimStorage` that answers in order, at once or after seeded delays, and may fail or lie.
+/// Keys, nonces and boot ids come from the simulation seed, so a seed replays exactly.
 ///
-/// What differs from `MeshNode`, and why: no disk (the store is `SimChunkStore`, the journal
-/// log is not written), no async hops (a manifest fetch is a small state machine instead of an
-/// `await` loop), no send queue (so no "busy" admission by queue size), and every datagram is
-/// its own read batch (acks are flushed after each). Keys, nonces and boot ids come from the
-/// simulation seed, so a seed replays exactly.
+/// The driver's loop is quinn's `drive_incoming`/`drive_outgoing` in small: feed one input to
+/// the core, then carry out its effects (datagrams to the simulator, storage to `SimStorage`,
+/// events and completions into the records the invariants read), then arm one timer at the
+/// core's deadline. It takes no decision of its own.
 ///
-/// The test plans work (attach, remove, send) with `plan(at:_:)` before the node starts; the
-/// node records what it sent and what it received, for the invariants `SimMesh` checks.
+/// The test plans work (attach, remove, send, remove a member…) with `plan(at:_:)` before the
+/// node starts; the node records what it sent and what it received, for `SimMesh`'s invariants.
 public final class SimNode: SimulatedProcess {
     public struct Configuration: Sendable {
-        public var membership: MembershipSettings = .lan
-        public var wire = DatagramCodec.Configuration()
-        /// Small chunks, so a few KiB make a multi-chunk attachment.
-        public var chunkSize = 4096
-        /// How long a fetch waits with no progress and no holder before it fails.
-        public var unavailableTimeout: Duration = .seconds(10)
-        public var manifestRequestTimeout: Duration = .seconds(5)
-        public init() {}
+        public var settings: NodeSettings
+        public var storage = SimStorage.Conditions()
+
+        public init() {
+            settings = NodeSettings(membership: .lan)
+            // Small chunks, so a few KiB make a multi-chunk attachment.
+            settings.chunkSize = 4096
+            settings.logLevel = .error
+        }
     }
 
     /// A reliable application message this node sent.
     public struct SentMessage: Sendable {
-        public var sendID: UInt64
+        public var request: RequestID
         public var body: [UInt8]
         public var targets: [NodeID]
     }
 
     static let tickTimer: UInt64 = 1
     static let scriptTimer: UInt64 = 2
+    static let storageTimer: UInt64 = 3
     static let dataType = "data"
-    public static let journalSendTimeout: Duration = .seconds(30)
+    static let maxSpins = 1000
 
     public let address: SimAddress
     public let identity: NodeIdentity
-    public let bootID: UInt64
     public let configuration: Configuration
     let session: SessionSecret
-    let ephemeral: EphemeralKeyPair
-    let seeds: [SimAddress]
-
-    public internal(set) var codec: DatagramCodec
-    public internal(set) var membership: MembershipInstance
-    public internal(set) var delivery: DeliveryInstance
-    public internal(set) var journal: JournalInstance
-    public internal(set) var transfer: TransferScheduler
-    public internal(set) var assembler: ChunkAssembler
-    public internal(set) var store = SimChunkStore()
-
-    // Journal and transfer state, as MeshNode keeps it (SimNode+Journal, SimNode+Transfer).
-    public internal(set) var manifests: [SHA256Digest: Manifest] = [:]
-    /// Attachments whose every chunk is in the store.
-    public internal(set) var complete: Set<SHA256Digest> = []
-    public internal(set) var fetching: Set<SHA256Digest> = []
-    var requested: [SHA256Digest: [ChunkRef]] = [:]
-    var localBitmaps: [SHA256Digest: ChunkBitmap] = [:]
-    var dirtyBitmaps: Set<SHA256Digest> = []
-    var nextBitmapAnnouncement = MeshInstant.zero
-    var lastProgress: [SHA256Digest: MeshInstant] = [:]
-    var manifestFetches: [SHA256Digest: ManifestFetch] = [:]
-    var peerAddresses: [NodeID: SimAddress] = [:]
-    var random: SplitMix64
+    public let seeds: [SimAddress]
+    public private(set) var core: NodeInstance
+    public private(set) var storage: SimStorage
+    private var random: SplitMix64
+    private var storageQueue: [(request: StorageRequest, ticket: StorageTicket)] = []
+    private var storageBusy = false
+    private var drained: [NodeEffect] = []
+    private var nextRequest: UInt64 = 0
 
     /// The node's clock at the current (or last) callback; its start time before it starts.
-    public internal(set) var now: MeshInstant
-    private var outbox: [(bytes: [UInt8], to: SimAddress)] = []
+    public private(set) var now: MeshInstant
     private var script: [(time: MeshInstant, action: (SimNode) -> Void)] = []
 
     // What happened, for the invariants and for reading a failing seed.
-    public internal(set) var sentMessages: [SentMessage] = []
-    /// Results of every send (application and journal), by send id.
-    public internal(set) var completions: [UInt64: [NodeID: DeliveryInstance.Failure]] = [:]
-    /// Reliable application bodies received, per sender, in delivery order.
-    public internal(set) var reliableReceived: [NodeID: [[UInt8]]] = [:]
-    public internal(set) var unreliableReceived: [NodeID: [[UInt8]]] = [:]
-    /// Operations this node made (its adds and removes).
-    public internal(set) var created: [JournalOperation] = []
+    public private(set) var sentMessages: [SentMessage] = []
+    /// Per reliable application send: the targets that did not acknowledge (empty: all did).
+    public private(set) var completions: [RequestID: [NodeID: DeliveryInstance.Failure]] = [:]
+    public private(set) var reliableReceived: [NodeID: [[UInt8]]] = [:]
+    public private(set) var unreliableReceived: [NodeID: [[UInt8]]] = [:]
     /// Every status change this node saw, in order.
-    public internal(set) var membershipChanges: [MembershipProcess.Change] = []
-    public internal(set) var dropped: [DropReason: Int] = [:]
-    public internal(set) var largestDatagram = 0
-    public internal(set) var fetchesFailed = 0
-    public internal(set) var chunksRejected = 0
-    /// Things that must never happen (a send completed twice…); the tests assert it stays empty.
-    public internal(set) var violations: [String] = []
-    /// Timer callbacks in a row after which the next deadline was still due.
-    var spins = 0
-    static let maxSpins = 1000
-    var timerSpun = false
+    public private(set) var membershipChanges: [MembershipProcess.Change] = []
+    public private(set) var largestDatagram = 0
+    public private(set) var failedCommands: [String] = []
+    /// Things that must never happen (a command completed twice, a timer that spins…).
+    public private(set) var violations: [String] = []
+    private var pending: [RequestID: String] = [:]
+    private var spins = 0
+    private var timerSpun = false
 
     /// A node at `address` of the session, joining through `seeds` when it starts at `startTime`.
     /// Its identity, ephemeral key, boot id and random stream derive from `seed` and its address.
-    public init(address: SimAddress, session: SessionSecret, seed: UInt64, seeds: [SimAddress],
-                startTime: MeshInstant, configuration: Configuration = .init()) {
+    public convenience init(address: SimAddress, session: SessionSecret, seed: UInt64, seeds: [SimAddress],
+                            startTime: MeshInstant, configuration: Configuration = .init()) {
         var derive = SplitMix64(seed: seed ^ (UInt64(address.index + 1) &* 0x9E37_79B9_7F4A_7C15))
-        func bytes32() -> [UInt8] { (0..<4).flatMap { _ in withUnsafeBytes(of: derive.next()) { Array($0) } } }
-        identity = try! NodeIdentity(seed: bytes32())  // safe: 32 bytes
-        ephemeral = try! EphemeralKeyPair(seed: bytes32())  // safe: 32 bytes
-        bootID = derive.next()
+        let identity = try! NodeIdentity(seed: derive.bytes(32))  // safe: 32 bytes
+        self.init(address: address, session: session, identity: identity, derive: &derive, seeds: seeds,
+                  storage: SimStorage(conditions: configuration.storage), startTime: startTime,
+                  configuration: configuration)
+    }
+
+    /// `node` booting again on its disk, with a new boot (keys, boot id) from `seed`. What the
+    /// old boot sent and received stays in the records (its sends cut short by the crash count
+    /// as failed for every target), so the invariants speak of the node across its boots.
+    public convenience init(restarting node: SimNode, seed: UInt64, startTime: MeshInstant) {
+        var derive = SplitMix64(seed: seed ^ node.core.bootID)
+        var storage = node.storage
+        storage.abandonPending()
+        self.init(address: node.address, session: node.session, identity: node.identity, derive: &derive,
+                  seeds: node.seeds, storage: storage, startTime: startTime, configuration: node.configuration)
+        nextRequest = node.nextRequest
+        sentMessages = node.sentMessages
+        completions = node.completions
+        for message in sentMessages where completions[message.request] == nil {
+            completions[message.request] = Dictionary(uniqueKeysWithValues: message.targets.map { ($0, .departed) })
+        }
+        reliableReceived = node.reliableReceived
+        unreliableReceived = node.unreliableReceived
+        membershipChanges = node.membershipChanges
+        largestDatagram = node.largestDatagram
+        failedCommands = node.failedCommands
+        violations = node.violations
+    }
+
+    private init(address: SimAddress, session: SessionSecret, identity: NodeIdentity, derive: inout SplitMix64,
+                 seeds: [SimAddress], storage: SimStorage, startTime: MeshInstant, configuration: Configuration) {
+        let ephemeral = try! EphemeralKeyPair(seed: derive.bytes(32))  // safe: 32 bytes
+        let boot = NodeInstance.Boot(identity: identity, ephemeral: ephemeral, bootID: derive.next(),
+                                     name: address.description, addresses: [address.peerAddress])
         random = SplitMix64(seed: derive.next())
+        core = NodeInstance(boot: boot, restored: storage.restored(origin: session, identity: identity),
+                            settings: configuration.settings, random: SplitMix64(seed: derive.next()), now: startTime)
         self.address = address
+        self.identity = identity
         self.session = session
         self.seeds = seeds
+        self.storage = storage
         self.configuration = configuration
         now = startTime
-        codec = DatagramCodec(session: session, localID: identity.nodeID, localBootID: bootID,
-                              configuration: configuration.wire)
-        let record = MemberRecord(signingKey: identity.publicKey, name: address.description,
-                                  addresses: [address.peerAddress], incarnation: 1, bootID: bootID,
-                                  ephemeralKey: ephemeral.publicKey)
-        let authority = Ed25519Authority(identity: identity)
-        membership = MembershipInstance(record: record, authority: authority, settings: configuration.membership,
-                                        datagramBudget: codec.maxHelloPayload, seed: derive.next(), now: startTime)
-        var deliverySettings = DeliveryInstance.Settings()
-        deliverySettings.datagramBudget = codec.maxPairwisePayload
-        delivery = DeliveryInstance(settings: deliverySettings)
-        journal = JournalInstance(authority: authority, seed: derive.next(), now: startTime)
-        transfer = TransferScheduler(seed: derive.next())
-        assembler = ChunkAssembler(settings: .init(pieceSize: codec.maxPairwisePayload - ChunkPiece.overhead))
     }
 
     public var id: NodeID { identity.nodeID }
+    public var journal: JournalInstance { core.journal }
+    public var membership: MembershipInstance { core.membership }
+    public var complete: Set<SHA256Digest> { core.complete }
+    public var store: SimChunkStore { storage.chunks }
+    public var activeMemberIDs: [NodeID] { core.activeMemberIDs }
+    public var sessionID: SessionID { core.session.sessionID }
+
+    /// The operations this node made (its adds and removes), as its journal holds them. Read by
+    /// id, without hashing any operation again: the invariants ask every simulated second.
+    public var created: [OperationID] {
+        let state = core.journal.state
+        return state.operationIDs.filter { state.operation($0)?.author.nodeID == id }
+    }
 
     /// Runs `action` when this node's clock reads `time` (plan before the node starts).
     public func plan(at time: MeshInstant, _ action: @escaping (SimNode) -> Void) {
@@ -135,173 +145,216 @@ public final class SimNode: SimulatedProcess {
         script.insert((time, action), at: index)
     }
 
-    /// Members this node sees as neither dead nor left, itself excluded.
-    public var activeMemberIDs: [NodeID] {
-        membership.view.dropFirst().filter { !$0.status.isGone }.map(\.id)
+    /// Drops what was planned from `time` on.
+    public func cancelPlans(from time: MeshInstant) {
+        script.removeAll { $0.time >= time }
+    }
+
+    // MARK: commands
+
+    /// Adds `bytes` as an attachment.
+    public func attach(_ bytes: [UInt8], metadata: [UInt8] = []) {
+        command(.add(.bytes(bytes), metadata: metadata), "attach \(bytes.count) bytes")
+    }
+
+    /// Removes the `pick`-th present attachment (modulo how many there are).
+    public func removeAttachment(pick: UInt64) {
+        let present = core.attachments
+        guard !present.isEmpty else { return }
+        command(.remove(present[Int(pick % UInt64(present.count))].id), "remove")
+    }
+
+    /// Sends an application message to `targets` (nil: every active member).
+    public func sendMessage(_ body: [UInt8], to targets: [NodeID]? = nil, mode: DeliveryInstance.Mode) {
+        let recipients = targets ?? core.activeMemberIDs
+        let request = command(.send(MessageEnvelope(type: Self.dataType, body: body), to: recipients, mode: mode, timeout: nil),
+                              "send")
+        if mode == .reliable { sentMessages.append(SentMessage(request: request, body: body, targets: recipients)) }
+    }
+
+    public func removeMember(_ member: NodeID) {
+        command(.removeMember(member), "remove-member \(member)")
+    }
+
+    /// The driver's send queue fills (false) or drains (true): wants are answered busy meanwhile.
+    public func setWritable(_ writable: Bool) {
+        core.setWritable(writable)
+    }
+
+    public func setStorage(_ change: (inout SimStorage.Conditions) -> Void) {
+        change(&storage.conditions)
+    }
+
+    /// Frames sealed with this node's pairwise key for `peer`, sent as they are: what a member
+    /// could send whatever its core would. For scenarios of hostile members.
+    public func inject(_ frames: [Frame], to peer: SimAddress, member: NodeID) {
+        guard let datagram = core.sealPairwise(frames, to: member) else { return }
+        outbox.append((Array(datagram.readableBytesView), peer))
+    }
+
+    @discardableResult
+    private func command(_ command: NodeCommand, _ what: String) -> RequestID {
+        nextRequest += 1
+        let request = RequestID(nextRequest)
+        pending[request] = what
+        core.handle(command, request: request, now: now)
+        return request
     }
 
     // MARK: SimulatedProcess
 
+    private var outbox: [(bytes: [UInt8], to: SimAddress)] = []
+
     public func start(now: MeshInstant, context: inout SimContext) {
-        begin(now)
-        performMembership(membership.join(seeds.map(\.peerAddress), now: now))
+        self.now = now
+        core.start(seeds: seeds.map(\.peerAddress), now: now)
         finish(&context)
     }
 
     public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
-        begin(now)
-        switch codec.open(ByteBuffer(bytes: datagram)) {
-        case let .failure(reason):
-            dropped[reason, default: 0] += 1
-        case let .success(opened):
-            let peer = opened.header.sender
-            performMembership(membership.onFrames(opened.frames, from: peer, address: sender.peerAddress, now: now))
-            // Messenger and transfer frames count only under pairwise keys: then the sender is proven.
-            if opened.header.keyKind == .pairwise {
-                performDelivery(delivery.onFrames(opened.frames, from: peer, now: now, deferAcks: true))
-                receiveTransfer(opened.frames, from: peer)
-            }
-        }
-        // Every datagram is its own read batch: acknowledge what it brought.
-        performDelivery(delivery.flushAcks(now: now))
+        self.now = now
+        core.handle(datagram: ByteBuffer(bytes: datagram), from: sender.peerAddress, now: now)
+        // Every datagram is its own read batch.
+        core.endReadBatch(now: now)
         finish(&context)
     }
 
     public func timerFired(_ timer: UInt64, now: MeshInstant, context: inout SimContext) {
-        begin(now)
-        if timer == Self.scriptTimer {
+        self.now = now
+        switch timer {
+        case Self.scriptTimer:
             while let next = script.first, next.time <= now {
                 script.removeFirst()
                 next.action(self)
+                drive()
             }
-        } else {
-            performMembership(membership.onTick(now: now))
-            performDelivery(delivery.onTick(now: now))
-            performJournal(journal.onTick(now: now))
-            expireManifestRequests()
-            transferTick()
+        case Self.storageTimer:
+            storageBusy = false
+            answerStorage()
+        default:
+            core.tick(now: now)
         }
         finish(&context, timerDue: timer == Self.tickTimer)
     }
 
-    private func begin(_ time: MeshInstant) {
-        now = time
-        outbox.removeAll(keepingCapacity: true)
+    /// Carries out the core's effects until it has none.
+    private func drive() {
+        while core.hasEffects {
+            core.drainEffects(into: &drained)
+            for effect in drained { run(effect) }
+            drained.removeAll(keepingCapacity: true)
+            if storage.conditions.delay == nil {
+                while !storageQueue.isEmpty { answerStorage() }
+            }
+        }
     }
 
-    /// Hands the callback's datagrams to the simulator and keeps one timer at the earliest
-    /// deadline of the state machines (as `MeshNode.rearm`).
+    private func run(_ effect: NodeEffect) {
+        switch effect {
+        case let .send(datagram, address):
+            send(datagram, to: address)
+        case let .sendSegments(batch, segmentSize, _, address):
+            var rest = batch
+            while rest.readableBytes > 0, let datagram = rest.readSlice(length: min(segmentSize, rest.readableBytes)) {
+                send(datagram, to: address)
+            }
+        case let .storage(request, ticket):
+            storageQueue.append((request, ticket))
+        case let .event(event):
+            record(event)
+        case let .complete(request, result):
+            record(result, of: request)
+        }
+    }
+
+    private func send(_ datagram: ByteBuffer, to address: PeerAddress) {
+        guard let destination = SimAddress(peerAddress: address) else { return }
+        largestDatagram = max(largestDatagram, datagram.readableBytes)
+        outbox.append((Array(datagram.readableBytesView), destination))
+    }
+
+    /// Answers the oldest storage request (the storage timer paces them when they take time).
+    private func answerStorage() {
+        guard !storageBusy, !storageQueue.isEmpty else { return }
+        let (request, ticket) = storageQueue.removeFirst()
+        let result = storage.execute(request, random: &random)
+        core.storageCompleted(ticket, result, now: now)
+        drive()
+    }
+
+    private func record(_ event: NodeEvent) {
+        switch event {
+        case let .memberChanged(member):
+            membershipChanges.append(.init(time: now, member: member.id, status: member.status,
+                                           incarnation: member.incarnation))
+        case let .message(message):
+            guard message.type == Self.dataType else {
+                return violations.append("\(now): a message of type '\(message.type)' from \(message.from)")
+            }
+            if message.mode == .reliable {
+                reliableReceived[message.from, default: []].append(message.body)
+            } else {
+                unreliableReceived[message.from, default: []].append(message.body)
+            }
+        case .memberForgotten, .epochChanged, .attachmentsChanged, .log:
+            break
+        }
+    }
+
+    private func record(_ result: Result<NodeResult, NodeError>, of request: RequestID) {
+        guard let what = pending.removeValue(forKey: request) else {
+            return violations.append("\(now): command \(request) completed twice, or was never made")
+        }
+        guard sentMessages.contains(where: { $0.request == request }) else {
+            if case let .failure(error) = result { failedCommands.append("\(now): \(what): \(error)") }
+            return
+        }
+        switch result {
+        case .success: completions[request] = [:]
+        case let .failure(.notDelivered(failures)): completions[request] = failures
+        case let .failure(error):
+            violations.append("\(now): \(what) failed as a whole: \(error)")
+            completions[request] = Dictionary(uniqueKeysWithValues:
+                (sentMessages.first { $0.request == request }?.targets ?? []).map { ($0, .unknown) })
+        }
+    }
+
+    /// Hands the callback's datagrams to the simulator and keeps one timer at the core's
+    /// deadline, one for the script and one for the storage.
     private func finish(_ context: inout SimContext, timerDue: Bool = false) {
+        drive()
         for (bytes, destination) in outbox { context.send(bytes, to: destination) }
         outbox.removeAll(keepingCapacity: true)
-        var deadline = membership.nextDeadline
-        if let next = delivery.nextDeadline { deadline = min(deadline, next) }
-        if let next = journalDeadline { deadline = min(deadline, next) }
-        // A deadline that a tick leaves in the past fires again at once, forever (MeshNode's
-        // timer would spin at 100% CPU): report it, and let time move on so the run ends.
-        if deadline <= now {
-            if timerDue { spins += 1 }
-            if spins == Self.maxSpins, !timerSpun {
-                timerSpun = true
-                violations.append("\(now): the timer fires without pause (a deadline stays in the past)")
+        if let deadline = core.nextDeadline {
+            var at = deadline
+            // A deadline that a tick leaves in the past fires again at once, forever (MeshNode's
+            // timer would spin at 100% CPU): report it, and let time move on so the run ends.
+            if deadline <= now {
+                if timerDue { spins += 1 }
+                if spins == Self.maxSpins, !timerSpun {
+                    timerSpun = true
+                    violations.append("\(now): the timer fires without pause (a deadline stays in the past)")
+                }
+                if spins >= Self.maxSpins { at = now + .milliseconds(100) }
+            } else if timerDue {
+                spins = 0
             }
-            if spins >= Self.maxSpins { deadline = now + .milliseconds(100) }
-        } else if timerDue {
-            spins = 0
-        }
-        context.schedule(timer: Self.tickTimer, at: deadline)
-        if let next = script.first { context.schedule(timer: Self.scriptTimer, at: next.time) }
-    }
-
-    func send(_ datagram: ByteBuffer, to destination: SimAddress) {
-        let bytes = Array(datagram.readableBytesView)
-        largestDatagram = max(largestDatagram, bytes.count)
-        outbox.append((bytes, destination))
-    }
-
-    // MARK: membership
-
-    func performMembership(_ directives: [MembershipDirective]) {
-        for directive in directives {
-            switch directive {
-            case let .send(frames, _, address):
-                guard let destination = SimAddress(peerAddress: address) else { continue }
-                let nonce = PacketNonce(raw: (0..<3).flatMap { _ in withUnsafeBytes(of: random.next()) { Array($0) } })
-                guard let nonce else { continue }
-                send(codec.sealHello(frames, nonce: nonce), to: destination)
-            case let .memberChanged(member):
-                memberChanged(member)
-            case let .memberForgotten(id):
-                peerAddresses[id] = nil
-                codec.removePeer(id)
-                performDelivery(delivery.removePeer(id, now: now))
-            }
-        }
-    }
-
-    /// Installs or keeps keys and channels, and starts or stops journal sync (as `MeshNode.perform`).
-    private func memberChanged(_ member: Member) {
-        let id = member.id
-        membershipChanges.append(.init(time: now, member: id, status: member.status, incarnation: member.incarnation))
-        peerAddresses[id] = member.status.isGone ? nil : member.address.flatMap(SimAddress.init(peerAddress:))
-        if member.status.isGone {
-            // Keys and channels stay until the member is forgotten or a new boot shows up.
-            performDelivery(delivery.failPending(id, now: now))
-            performJournal(journal.memberLeft(id))
-            transfer.removePeer(id)
-            assembler.removeHolder(id)
-        } else if codec.installedBoot(of: id) != member.record.bootID || !delivery.peers.contains(id),
-                  let keys = PairwiseKeys.derive(session: session, local: ephemeral,
-                                                 peerPublicKey: member.record.ephemeralKey) {
-            if codec.installedBoot(of: id) != nil { performDelivery(delivery.removePeer(id, now: now)) }
-            codec.installPeer(id, bootID: member.record.bootID, keys: keys)
-            delivery.addPeer(id)
-            _ = journal.memberLeft(id)
-            performJournal(journal.memberJoined(id))
+            context.schedule(timer: Self.tickTimer, at: at)
         } else {
-            // Back from a (false) death with the same boot: resume journal sync.
-            delivery.addPeer(id)
-            performJournal(journal.memberJoined(id))
+            context.cancel(timer: Self.tickTimer)
+        }
+        if let next = script.first { context.schedule(timer: Self.scriptTimer, at: next.time) }
+        if !storageBusy, !storageQueue.isEmpty, let delay = storage.conditions.delay {
+            storageBusy = true
+            let span = UInt64((delay.upperBound - delay.lowerBound).nanosecondsClamped)
+            let wait = delay.lowerBound + .nanoseconds(Int64(span == 0 ? 0 : random.next() % (span + 1)))
+            context.schedule(timer: Self.storageTimer, at: now + wait)
         }
     }
+}
 
-    // MARK: messenger
-
-    /// Sends an application message to `targets` (nil: every active member), as `MeshNode.sendMessage`.
-    public func sendMessage(_ body: [UInt8], to targets: [NodeID]? = nil, mode: DeliveryInstance.Mode) {
-        let recipients = targets ?? activeMemberIDs
-        let envelope = MessageEnvelope(type: Self.dataType, body: body)
-        do {
-            let (sendID, directives) = try delivery.send(envelope.encoded, to: recipients, mode: mode, now: now)
-            if mode == .reliable { sentMessages.append(SentMessage(sendID: sendID, body: body, targets: recipients)) }
-            performDelivery(directives)
-        } catch {
-            violations.append("\(now): a send of \(body.count) bytes was refused: \(error)")
-        }
-    }
-
-    func performDelivery(_ directives: [DeliveryInstance.Directive]) {
-        for directive in directives {
-            switch directive {
-            case let .send(peer, frames):
-                guard let destination = peerAddresses[peer], let datagram = codec.seal(frames, to: peer) else { continue }
-                send(datagram, to: destination)
-            case let .deliver(received):
-                guard let envelope = MessageEnvelope(decoding: received.payload) else {
-                    violations.append("\(now): undecodable message from \(received.from)")
-                    continue
-                }
-                if envelope.type == JournalMessage.typeTag {
-                    receiveJournal(envelope.body, from: received.from, mode: received.mode)
-                } else if received.mode == .reliable {
-                    reliableReceived[received.from, default: []].append(envelope.body)
-                } else {
-                    unreliableReceived[received.from, default: []].append(envelope.body)
-                }
-            case let .completed(sendID, failures):
-                if completions[sendID] != nil { violations.append("\(now): send \(sendID) completed twice") }
-                completions[sendID] = failures
-            }
-        }
+extension SplitMix64 {
+    mutating func bytes(_ count: Int) -> [UInt8] {
+        (0..<(count + 7) / 8).flatMap { _ in withUnsafeBytes(of: next()) { Array($0) } }.prefix(count).map { $0 }
     }
 }

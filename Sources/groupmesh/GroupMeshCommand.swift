@@ -12,6 +12,37 @@ struct GroupMeshCommand: AsyncParsableCommand {
                       SendCommand.self, ListenCommand.self, AttachCommand.self, AttachmentsCommand.self,
                       GetCommand.self, RemoveCommand.self, RemoveMemberCommand.self]
     )
+
+    /// As ArgumentParser's own, but a command line that does not parse (an unknown option, a bad
+    /// address, a log level that does not exist) ends in one line, as every user error does, with
+    /// where to read the usage; `--help` prints in full.
+    static func main() async {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        let command: any ParsableCommand
+        do {
+            command = try parseAsRoot(arguments)
+        } catch {
+            guard exitCode(for: error) != .success else { exit(withError: error) }
+            // One line: ArgumentParser lists a value's choices one per line.
+            let message = message(for: error).split(whereSeparator: \.isNewline)
+                .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
+            var names: [String] = []
+            for subcommand in configuration.subcommands { names.append(subcommand.configuration.commandName ?? "") }
+            let help = arguments.first.flatMap { names.contains($0) ? "groupmesh \($0) --help" : nil } ?? "groupmesh --help"
+            FileHandle.standardError.write(Data("groupmesh: error: \(message) (see \(help))\n".utf8))
+            Foundation.exit(exitCode(for: error).rawValue)
+        }
+        do {
+            if var asynchronous = command as? any AsyncParsableCommand {
+                try await asynchronous.run()
+            } else {
+                var synchronous = command
+                try synchronous.run()
+            }
+        } catch {
+            exit(withError: error)
+        }
+    }
 }
 
 /// `--data-dir`, shared by every subcommand.

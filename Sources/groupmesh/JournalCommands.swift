@@ -36,12 +36,14 @@ struct AttachCommand: AsyncParsableCommand {
         }
         var client = ControlClient(directory: data.directory)
         client.timeout = .seconds(600)
+        let response: ControlResponse
         do {
-            let response = try client.send(ControlRequest(command: .attach, path: file, metadata: metadata))
-            emit(response.attachment ?? "")
+            response = try client.send(.attach(path: file, metadata: metadata))
         } catch {
             throw fail(error)
         }
+        guard case let .attachment(id) = response else { throw fail("the node sent no attachment id") }
+        emit(id)
     }
 }
 
@@ -57,12 +59,13 @@ struct AttachmentsCommand: AsyncParsableCommand {
     var json = false
 
     func run() async throws {
-        let infos: [StatusReport.AttachmentInfo]
+        let response: ControlResponse
         do {
-            infos = try ControlClient(directory: data.directory).send(ControlRequest(command: .attachments)).attachments ?? []
+            response = try ControlClient(directory: data.directory).send(.attachments)
         } catch {
             throw fail(error)
         }
+        guard case let .attachments(infos) = response else { throw fail("the node sent no attachment list") }
         if json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
@@ -98,8 +101,8 @@ struct GetCommand: AsyncParsableCommand {
         let answered: Bool
         do {
             // Progress lines until the final answer.
-            answered = try client.subscribe(ControlRequest(command: .get, path: absolutePath(output), id: id)) { response in
-                guard let progress = response.progress else { return false }
+            answered = try client.subscribe(.get(attachment: id, path: absolutePath(output))) { response in
+                guard case let .progress(progress) = response else { return false }
                 display.show(progress)
                 return true
             }
@@ -166,7 +169,7 @@ struct RemoveCommand: AsyncParsableCommand {
 
     func run() async throws {
         do {
-            _ = try ControlClient(directory: data.directory).send(ControlRequest(command: .remove, id: id))
+            _ = try ControlClient(directory: data.directory).send(.remove(attachment: id))
         } catch {
             throw fail(error)
         }

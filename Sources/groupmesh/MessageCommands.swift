@@ -45,14 +45,14 @@ struct SendCommand: AsyncParsableCommand {
         }
         var client = ControlClient(directory: data.directory)
         client.timeout = .seconds(60)
+        let response: ControlResponse
         do {
-            let response = try client.send(ControlRequest(command: .send, base64: body.base64EncodedString(),
-                                                          to: to, unreliable: unreliable))
-            let count = response.delivered ?? 0
-            FileHandle.standardError.write(Data("sent to \(count) member\(count == 1 ? "" : "s")\n".utf8))
+            response = try client.send(.send(body: Array(body), to: to, unreliable: unreliable))
         } catch {
             throw fail(error)
         }
+        guard case let .sent(count) = response else { throw fail("the node sent no answer") }
+        FileHandle.standardError.write(Data("sent to \(count) member\(count == 1 ? "" : "s")\n".utf8))
     }
 }
 
@@ -72,12 +72,12 @@ struct ListenCommand: AsyncParsableCommand {
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         do {
             // Every message keeps it going: it ends only when the node closes the connection.
-            _ = try ControlClient(directory: data.directory).subscribe(ControlRequest(command: .listen)) { response in
-                if response.subscribed == true {
+            _ = try ControlClient(directory: data.directory).subscribe(.listen) { response in
+                if case .subscribed = response {
                     FileHandle.standardError.write(Data("ready\n".utf8))
                     return true
                 }
-                guard let message = response.message else { return true }
+                guard case let .message(message) = response else { return true }
                 if json {
                     if let line = try? encoder.encode(message) { emit(String(decoding: line, as: UTF8.self)) }
                 } else {

@@ -21,13 +21,12 @@ struct RemoveMemberCommand: AsyncParsableCommand {
     func run() async throws {
         let response: ControlResponse
         do {
-            response = try ControlClient(directory: data.directory)
-                .send(ControlRequest(command: .removeMember, id: member))
+            response = try ControlClient(directory: data.directory).send(.removeMember(member))
         } catch {
             throw fail(error)
         }
-        let id = response.member.map { String($0.prefix(12)) } ?? member
-        emit("removed \(id): session \(response.session ?? "?") handed to \(response.delivered ?? 0) live member(s); "
+        guard case let .memberRemoved(id, session, delivered) = response else { throw fail("the node sent no answer") }
+        emit("removed \(id.prefix(12)): session \(session) handed to \(delivered) live member(s); "
              + "old invites no longer work")
     }
 }

@@ -1,8 +1,6 @@
 import ArgumentParser
 import GroupMesh
 import Logging
-import MeshCore
-import MeshCrypto
 import ServiceLifecycle
 
 struct RunCommand: AsyncParsableCommand {
@@ -13,17 +11,21 @@ struct RunCommand: AsyncParsableCommand {
 
     @OptionGroup var data: DataDirectoryOptions
 
-    @Option(help: ArgumentHelp("UDP address to listen on; port 0 picks a free port.", valueName: "HOST:PORT"))
-    var listen = "0.0.0.0:7946"
+    @Option(help: ArgumentHelp("UDP address to listen on; port 0 picks a free port.", valueName: "HOST:PORT"),
+            transform: ListenAddress.init(parsing:))
+    var listen = ListenAddress(host: "0.0.0.0", port: 7946)
 
-    @Option(help: ArgumentHelp("Address others should use to reach this node (repeatable).", valueName: "HOST:PORT"))
-    var advertise: [String] = []
+    @Option(help: ArgumentHelp("Address others should use to reach this node (repeatable).", valueName: "HOST:PORT"),
+            transform: { text throws(GroupMeshError) in try MeshAddress(text) })
+    var advertise: [MeshAddress] = []
 
-    @Option(help: ArgumentHelp("Join the session of this invite token.", valueName: "TOKEN"))
-    var invite: String?
+    @Option(help: ArgumentHelp("Join the session of this invite token.", valueName: "TOKEN"),
+            transform: { text throws(GroupMeshError) in try Invite(text) })
+    var invite: Invite?
 
-    @Option(help: ArgumentHelp("Also contact this member address when joining (repeatable).", valueName: "HOST:PORT"))
-    var join: [String] = []
+    @Option(help: ArgumentHelp("Also contact this member address when joining (repeatable).", valueName: "HOST:PORT"),
+            transform: { text throws(GroupMeshError) in try MeshAddress(text) })
+    var join: [MeshAddress] = []
 
     @Option(help: "A human-readable name for this node.")
     var name: String?
@@ -32,10 +34,10 @@ struct RunCommand: AsyncParsableCommand {
     var lazy = false
 
     @Option(help: "Timing defaults: lan (default), local or wan.")
-    var profile: MembershipSettings.Profile = .lan
+    var profile: NodeConfiguration.Profile = .lan
 
-    @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error.", valueName: "LEVEL"))
-    var logLevel = "warning"
+    @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error, critical.", valueName: "LEVEL"))
+    var logLevel: Logger.Level = .warning
 
     @Option(help: ArgumentHelp("Drop this share of received datagrams (0 to 0.5), to test under loss.",
                                visibility: .hidden))
@@ -46,17 +48,18 @@ struct RunCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
-        bootstrapLogging(level: Logger.Level(rawValue: logLevel) ?? .warning)
+        bootstrapLogging(level: logLevel)
         let logger = Logger(label: "groupmesh")
         do {
-            let session = try await MeshSession.join(try makeConfiguration(), logger: logger)
-            let node = session.node
-            emit("listening: \(await node.localAddress.map(\.description) ?? "?")")
-            emit("invite: \(await node.invite().text)")
-
+            let session = try await MeshSession.join(makeConfiguration(), logger: logger)
+            // Announced once SIGINT/SIGTERM are trapped: a script may stop the node the moment it reads them.
+            let service = MeshNodeService(session: session) {
+                emit("listening: \(session.localAddress)")
+                emit("invite: \(await session.invite().text)")
+            }
             // `groupmesh leave` ends the node's service by itself: that is a normal end, not a failure.
             let group = ServiceGroup(configuration: ServiceGroupConfiguration(
-                services: [.init(service: MeshNodeService(node: node), successTerminationBehavior: .gracefullyShutdownGroup)],
+                services: [.init(service: service, successTerminationBehavior: .gracefullyShutdownGroup)],
                 gracefulShutdownSignals: [.sigterm, .sigint],
                 logger: logger
             ))
@@ -67,26 +70,41 @@ struct RunCommand: AsyncParsableCommand {
         }
     }
 
-    private func makeConfiguration() throws(GroupMeshError) -> NodeConfiguration {
+    private func makeConfiguration() -> NodeConfiguration {
         var configuration = NodeConfiguration(dataDirectory: data.directory)
-        guard let (host, port) = PeerAddress.split(listen) else { throw .invalidAddress(listen) }
-        configuration.listenHost = host
-        configuration.listenPort = Int(port)
-        configuration.advertise = try advertise.map(Self.parseAddress)
-        configuration.join = try join.map(Self.parseAddress)
-        if let invite {
-            do { configuration.invite = try InviteToken(parsing: invite) } catch { throw .crypto(error) }
-        }
+        configuration.listenHost = listen.host
+        configuration.listenPort = listen.port
+        configuration.advertise = advertise
+        configuration.join = join
+        configuration.invite = invite
         configuration.name = name
         configuration.lazy = lazy
         configuration.profile = profile
         configuration.simulatedLoss = simulateLoss
         return configuration
     }
-
-    private static func parseAddress(_ text: String) throws(GroupMeshError) -> PeerAddress {
-        do { return try PeerAddress(parsing: text) } catch { throw .invalidAddress(text) }
-    }
 }
 
-extension MembershipSettings.Profile: ExpressibleByArgument {}
+/// `--listen`: a numeric host to bind and a port, 0 for any free one.
+struct ListenAddress: CustomStringConvertible {
+    var host: String
+    var port: Int
+
+    init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    init(parsing text: String) throws(GroupMeshError) {
+        // A port of 0 is allowed here (pick a free one), so the address is checked with port 1.
+        guard let (host, port) = MeshAddress.split(text), (try? MeshAddress(MeshAddress.join(host, 1))) != nil else {
+            throw .invalidAddress(text)
+        }
+        self.init(host: host, port: Int(port))
+    }
+
+    var description: String { MeshAddress.join(host, port) }
+}
+
+extension NodeConfiguration.Profile: ExpressibleByArgument {}
+extension Logger.Level: @retroactive ExpressibleByArgument {}

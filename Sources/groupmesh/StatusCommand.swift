@@ -21,7 +21,7 @@ struct StatusCommand: AsyncParsableCommand {
         repeat {
             let report: StatusReport
             do {
-                guard let status = try client.send(ControlRequest(command: .status)).status else {
+                guard case let .status(status) = try client.send(.status) else {
                     throw fail("the node sent no status")
                 }
                 report = status
@@ -51,7 +51,7 @@ struct InviteCommand: AsyncParsableCommand {
 
     func run() async throws {
         do {
-            guard let invite = try ControlClient(directory: data.directory).send(ControlRequest(command: .invite)).invite else {
+            guard case let .invite(invite) = try ControlClient(directory: data.directory).send(.invite) else {
                 throw fail("the node sent no invite")
             }
             emit(invite)
@@ -71,7 +71,7 @@ struct LeaveCommand: AsyncParsableCommand {
 
     func run() async throws {
         do {
-            _ = try ControlClient(directory: data.directory).send(ControlRequest(command: .leave))
+            _ = try ControlClient(directory: data.directory).send(.leave)
         } catch {
             throw fail(error)
         }

@@ -9,7 +9,7 @@ import Testing
     static func store() throws -> (AttachmentStore, String) {
         let path = NSTemporaryDirectory() + "groupmesh-store-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        return (try AttachmentStore(directory: DataDirectory(path: path), chunkSize: 1024), path)
+        return (try AttachmentStore(directory: DataDirectory(path: path)), path)
     }
 
     static func payload(_ seed: UInt64, count: Int) -> [UInt8] {
@@ -21,7 +21,7 @@ import Testing
     func pinnedChunksOutliveACollect() async throws {
         let (store, path) = try Self.store()
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let manifest = try await store.ingest(Self.payload(1, count: 3000), limit: 1 << 20)
+        let manifest = try await store.ingest(Self.payload(1, count: 3000), limit: 1 << 20, chunkSize: 1024)
         // A remove of another attachment that shares these chunks, collecting while the attach waits.
         await store.collect(manifest, keeping: [])
         #expect(await store.missing(manifest).isEmpty, "a collect took the chunks of an attach still under way")
@@ -37,8 +37,8 @@ import Testing
         let (store, path) = try Self.store()
         defer { try? FileManager.default.removeItem(atPath: path) }
         let bytes = Self.payload(2, count: 2048)
-        let first = try await store.ingest(bytes, limit: 1 << 20)
-        let second = try await store.ingest(bytes, limit: 1 << 20)
+        let first = try await store.ingest(bytes, limit: 1 << 20, chunkSize: 1024)
+        let second = try await store.ingest(bytes, limit: 1 << 20, chunkSize: 1024)
         #expect(first == second)
         await store.unpin(first, collectKeeping: [])
         #expect(await store.missing(second).isEmpty, "the second attach's chunks went with the first's failure")

@@ -7,7 +7,7 @@ import Testing
 /// The public Swift API, in process, on loopback.
 @Suite("MeshSession", .serialized)
 struct MeshSessionTests {
-    static func configuration(_ label: String, invite: InviteToken? = nil) -> NodeConfiguration {
+    static func configuration(_ label: String, invite: Invite? = nil) -> NodeConfiguration {
         var configuration = NodeConfiguration(dataDirectory: DataDirectory(path: NodeProcess.makeTemporaryDirectory(label)))
         configuration.listenHost = "127.0.0.1"
         configuration.listenPort = 0

@@ -91,7 +91,7 @@ struct MessengerTests {
             Issue.record("send to a vanished member succeeded")
         } catch let error as MessengerError {
             guard case let .notDelivered(failures) = error else { Issue.record("\(error)"); return }
-            #expect(failures.keys.contains { $0.hasPrefix("hal") }, "\(failures)")
+            #expect(failures.keys.contains { $0.name.hasPrefix("hal") }, "\(failures)")
             #expect(failures.count == 1)
         }
         #expect(await Self.next(gusInbox, within: .seconds(5))?.0 == Chat(text: "anyone?"))

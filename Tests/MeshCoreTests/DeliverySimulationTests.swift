@@ -333,6 +333,42 @@ struct DeliverySimulationTests {
         #expect(instance.pendingSends == 1)
     }
 
+    @Test("the journal's stream and the application's share one channel; each message keeps its own")
+    func streamsStayApart() throws {
+        var sender = DeliveryInstance()
+        var receiver = DeliveryInstance()
+        let (a, b) = (NodeID(high: 0, low: 1), NodeID(high: 0, low: 2))
+        sender.addPeer(b)
+        receiver.addPeer(a)
+        // The same bytes in both streams, one of them over several fragments.
+        let big = patternBytes(sender.settings.fragmentSize * 3 + 5)
+        var out: [DeliveryInstance.Directive] = []
+        for (payload, stream) in [([UInt8](big), DeliveryStream.journal), (big, .application), ([9], .journal), ([9], .application)] {
+            out += try sender.send(payload, to: [b], mode: .reliable, stream: stream, now: Self.start).directives
+        }
+        // Every other datagram arrives out of order: the stream is the message's, not the datagram's.
+        var datagrams = out.compactMap { directive -> [Frame]? in
+            if case let .send(_, frames) = directive { return frames } else { return nil }
+        }
+        datagrams.swapAt(0, datagrams.count - 1)
+        var delivered: [(DeliveryStream, [UInt8])] = []
+        for frames in datagrams {
+            for case let .deliver(message) in receiver.onFrames(frames, from: a, now: Self.start) {
+                delivered.append((message.stream, message.payload))
+            }
+        }
+        #expect(delivered.map(\.0) == [.journal, .application, .journal, .application])
+        #expect(delivered.map(\.1) == [big, big, [9], [9]])
+        // The stream is the frame type's: a journal chunk is `journalData` on the wire.
+        let journalFrames = datagrams.flatMap { $0 }.filter { frame in
+            if case let .data(chunk) = frame { return chunk.stream == .journal } else { return false }
+        }
+        #expect(!journalFrames.isEmpty && journalFrames.allSatisfy { $0.type == .journalData })
+        // The journal's stream has no unreliable mode.
+        let (_, unreliable) = try sender.send([1], to: [b], mode: .unreliable, stream: .journal, now: Self.start)
+        #expect(unreliable.contains { if case let .completed(_, failures) = $0 { failures[b] == .unknown } else { false } })
+    }
+
     // MARK: unreliable delivery on a faulty network
 
     @Test("unreliable messages are whole or absent, never twice, and incomplete ones are let go",

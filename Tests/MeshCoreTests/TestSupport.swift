@@ -138,6 +138,8 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .syncRequest(SyncRequest(isJoin: true)), .syncRequest(SyncRequest(isJoin: false)),
         .data(DataChunk(tsn: 1, flags: DataChunk.begins | DataChunk.ends, body: [])),
         .data(DataChunk(tsn: rng.next(), flags: DataChunk.begins, body: rng.bytes(1000))),
+        .data(DataChunk(tsn: 2, flags: DataChunk.ends, body: rng.bytes(40), stream: .journal)),
+        .data(DataChunk(tsn: rng.next(), flags: 0, body: [], stream: .journal)),
         .ack(DeliveryAck(cumulative: 0, window: 0)),
         .ack(DeliveryAck(cumulative: 10, window: .max, ranges: [12...14, 20...20])),
         .forwardTSN(ForwardTSN(cumulative: rng.next())),

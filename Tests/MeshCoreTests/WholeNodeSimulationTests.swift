@@ -158,12 +158,14 @@ struct WholeNodeSimulationTests {
     /// Five founders joining through node 0, one or two late joiners, the workload, the test's
     /// faults (scheduled by `faults`), everything healed at `healAt`, then run until every
     /// invariant holds (at most 90 s more).
-    static func run(seed: UInt64, trace: SimTraceOptions = [],
+    static func run(seed: UInt64, configuration: SimNode.Configuration = .init(),
+                    founders: [Int: SimNode.Configuration] = [:], trace: SimTraceOptions = [],
                     faults: (SimMesh, inout SplitMix64) -> Void) -> SimMesh {
-        let mesh = SimMesh(seed: seed, link: calm, trace: trace)
+        let mesh = SimMesh(seed: seed, link: calm, configuration: configuration, trace: trace)
         var random = SplitMix64(seed: seed &* 0x2545_F491_4F6C_DD1D &+ 17)
         for index in 0..<5 {
-            mesh.addNode(joiningThrough: index == 0 ? [] : [SimAddress(0)], at: .zero + .milliseconds(50 * index))
+            mesh.addNode(joiningThrough: index == 0 ? [] : [SimAddress(0)], at: .zero + .milliseconds(50 * index),
+                         configuration: founders[index])
         }
         for _ in 0..<(1 + Int(random.next() % 2)) {
             let through = SimAddress(Int(random.next() % 5))
@@ -236,6 +238,7 @@ struct WholeNodeSimulationTests {
         expectEmpty(mesh.leakViolations(), "removed attachments left behind")
         expectEmpty(mesh.viewViolations(), "members dead after healing")
         expectEmpty(mesh.nodeViolations(), "node")
+        expectEmpty(mesh.epochViolations(), "key epochs")
         // The run did something: messages went out and attachments were made.
         let sent = mesh.all.reduce(0) { $0 + $1.sentMessages.count }
         let made = mesh.all.reduce(0) { $0 + $1.created.count }

@@ -17,7 +17,7 @@ public struct ControlClient: Sendable {
         guard let response = try? JSONDecoder().decode(ControlResponse.self, from: reply) else {
             throw .control("the node sent a malformed response")
         }
-        if !response.ok { throw .control(response.error ?? "the node refused the request") }
+        if case let .failure(message) = response { throw .control(message) }
         return response
     }
 
@@ -42,7 +42,7 @@ public struct ControlClient: Sendable {
                 guard let response = try? JSONDecoder().decode(ControlResponse.self, from: lineData) else {
                     throw .control("the node sent a malformed response")
                 }
-                if !response.ok { throw .control(response.error ?? "the node refused the request") }
+                if case let .failure(message) = response { throw .control(message) }
                 if first {
                     first = false
                     var forever = timeval(tv_sec: 0, tv_usec: 0)
@@ -124,5 +124,19 @@ public struct ControlClient: Sendable {
             }
             data.append(contentsOf: chunk[0..<n])
         }
+    }
+}
+
+extension ControlClient {
+    /// The node's `status --json` report.
+    public func status() throws(GroupMeshError) -> StatusReport {
+        guard case let .status(report) = try send(.status) else { throw .control("the node sent no status") }
+        return report
+    }
+
+    /// The attachment set, with metadata (`attachments --json`).
+    public func attachments() throws(GroupMeshError) -> [StatusReport.AttachmentInfo] {
+        guard case let .attachments(list) = try send(.attachments) else { throw .control("the node sent no attachment list") }
+        return list
     }
 }

@@ -3,80 +3,173 @@ import Foundation
 /// The control socket's protocol (Docs/CLI.md §Control socket): one JSON object per line each
 /// way. A request names a command; the node answers with one response line, except `listen`,
 /// which answers `{"ok": true, "subscribed": true}` and then one line per received message
-/// until the connection closes.
-public struct ControlRequest: Codable, Sendable, Equatable {
-    public enum Command: String, Codable, Sendable {
+/// until the connection closes, and `get`, which sends progress lines before its answer.
+public enum ControlRequest: Sendable, Equatable {
+    case status
+    case invite
+    case leave
+    /// A message to the members named (by id, unique id prefix or name; none: every member).
+    case send(body: [UInt8], to: [String], unreliable: Bool)
+    case listen
+    /// Add the file at `path` (absolute) with `metadata` (UTF-8, usually JSON).
+    case attach(path: String, metadata: String?)
+    case attachments
+    /// Write the attachment (id or unique prefix) to `path` (absolute).
+    case get(attachment: String, path: String)
+    case remove(attachment: String)
+    /// Remove a member (id, unique id prefix or name) with a new key epoch.
+    case removeMember(String)
+}
+
+extension ControlRequest: Codable {
+    private enum Command: String, Codable {
         case status, invite, leave, send, listen
         case attach, attachments, get, remove
         case removeMember = "remove-member"
     }
 
-    public var command: Command
-    /// `send`: the message body, base64.
-    public var base64: String?
-    /// `send`: recipients by id, unique id prefix or name; none means every member.
-    public var to: [String]?
-    /// `send`: best effort instead of acknowledged.
-    public var unreliable: Bool?
-    /// `attach`: the file to add (absolute); `get`: where to write the attachment (absolute).
-    public var path: String?
-    /// `attach`: metadata (UTF-8, usually JSON).
-    public var metadata: String?
-    /// `get`, `remove`: the attachment, by id or unique prefix; `remove-member`: the member, by
-    /// id, unique id prefix or name.
-    public var id: String?
+    private enum CodingKeys: String, CodingKey {
+        case command, base64, to, unreliable, path, metadata, id
+    }
 
-    public init(command: Command, base64: String? = nil, to: [String]? = nil, unreliable: Bool? = nil,
-                path: String? = nil, metadata: String? = nil, id: String? = nil) {
-        self.command = command
-        self.base64 = base64
-        self.to = to
-        self.unreliable = unreliable
-        self.path = path
-        self.metadata = metadata
-        self.id = id
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        switch try container.decode(Command.self, forKey: .command) {
+        case .status: self = .status
+        case .invite: self = .invite
+        case .leave: self = .leave
+        case .listen: self = .listen
+        case .attachments: self = .attachments
+        case .send:
+            guard let body = Data(base64Encoded: try container.decode(String.self, forKey: .base64)) else {
+                throw DecodingError.dataCorruptedError(forKey: .base64, in: container, debugDescription: "not base64")
+            }
+            self = .send(body: Array(body), to: try container.decodeIfPresent([String].self, forKey: .to) ?? [],
+                         unreliable: try container.decodeIfPresent(Bool.self, forKey: .unreliable) ?? false)
+        case .attach:
+            self = .attach(path: try container.decode(String.self, forKey: .path),
+                           metadata: try container.decodeIfPresent(String.self, forKey: .metadata))
+        case .get:
+            self = .get(attachment: try container.decode(String.self, forKey: .id),
+                        path: try container.decode(String.self, forKey: .path))
+        case .remove:
+            self = .remove(attachment: try container.decode(String.self, forKey: .id))
+        case .removeMember:
+            self = .removeMember(try container.decode(String.self, forKey: .id))
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        switch self {
+        case .status: try container.encode(Command.status, forKey: .command)
+        case .invite: try container.encode(Command.invite, forKey: .command)
+        case .leave: try container.encode(Command.leave, forKey: .command)
+        case .listen: try container.encode(Command.listen, forKey: .command)
+        case .attachments: try container.encode(Command.attachments, forKey: .command)
+        case let .send(body, to, unreliable):
+            try container.encode(Command.send, forKey: .command)
+            try container.encode(Data(body).base64EncodedString(), forKey: .base64)
+            try container.encode(to, forKey: .to)
+            try container.encode(unreliable, forKey: .unreliable)
+        case let .attach(path, metadata):
+            try container.encode(Command.attach, forKey: .command)
+            try container.encode(path, forKey: .path)
+            try container.encodeIfPresent(metadata, forKey: .metadata)
+        case let .get(attachment, path):
+            try container.encode(Command.get, forKey: .command)
+            try container.encode(attachment, forKey: .id)
+            try container.encode(path, forKey: .path)
+        case let .remove(attachment):
+            try container.encode(Command.remove, forKey: .command)
+            try container.encode(attachment, forKey: .id)
+        case let .removeMember(member):
+            try container.encode(Command.removeMember, forKey: .command)
+            try container.encode(member, forKey: .id)
+        }
     }
 }
 
-public struct ControlResponse: Codable, Sendable, Equatable {
-    public var ok: Bool
-    public var error: String?
-    public var status: StatusReport?
-    public var invite: String?
+/// One line from the node. On the wire every answer has `ok`; a failure has `error`, and each
+/// other case the one key that names it (Docs/CLI.md).
+public enum ControlResponse: Sendable, Equatable {
+    /// `{"ok": true}` (leave).
+    case done
+    case failure(String)
+    case status(StatusReport)
+    case invite(String)
     /// `send`: how many members acknowledged (reliable) or were sent to (unreliable).
-    public var delivered: Int?
-    public var subscribed: Bool?
-    /// `listen`: one received message.
-    public var message: ReceivedMessageInfo?
-    /// `attach`: the new attachment's id.
-    public var attachment: String?
-    /// `attachments`: the attachment set, with metadata.
-    public var attachments: [StatusReport.AttachmentInfo]?
-    /// `get`: how far the fetch is, sent every 250 ms before the final answer.
-    public var progress: TransferProgress?
-    /// `remove-member`: the member removed (id) and the new key epoch's session id; `delivered`
-    /// says how many members were handed the new key at once.
-    public var member: String?
-    public var session: String?
+    case sent(delivered: Int)
+    /// `listen`: subscribed; messages follow.
+    case subscribed
+    case message(ReceivedMessageInfo)
+    /// `attach`, `get`, `remove`: the attachment's id.
+    case attachment(String)
+    case attachments([StatusReport.AttachmentInfo])
+    /// `get`: how far the fetch is, every 250 ms before the final answer.
+    case progress(TransferProgress)
+    /// `remove-member`: the member removed, the new epoch's session id, and how many live members
+    /// were handed its key at once.
+    case memberRemoved(member: String, session: String, delivered: Int)
+}
 
-    public static func failure(_ message: String) -> ControlResponse {
-        ControlResponse(ok: false, error: message)
+extension ControlResponse: Codable {
+    private enum CodingKeys: String, CodingKey {
+        case ok, error, status, invite, delivered, subscribed, message, attachment, attachments, progress, member, session
     }
 
-    public init(ok: Bool, error: String? = nil, status: StatusReport? = nil, invite: String? = nil,
-                delivered: Int? = nil, subscribed: Bool? = nil, message: ReceivedMessageInfo? = nil,
-                attachment: String? = nil, attachments: [StatusReport.AttachmentInfo]? = nil,
-                progress: TransferProgress? = nil) {
-        self.progress = progress
-        self.attachment = attachment
-        self.attachments = attachments
-        self.ok = ok
-        self.error = error
-        self.status = status
-        self.invite = invite
-        self.delivered = delivered
-        self.subscribed = subscribed
-        self.message = message
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        guard try container.decode(Bool.self, forKey: .ok) else {
+            self = .failure(try container.decodeIfPresent(String.self, forKey: .error) ?? "the node refused the request")
+            return
+        }
+        if let status = try container.decodeIfPresent(StatusReport.self, forKey: .status) {
+            self = .status(status)
+        } else if let invite = try container.decodeIfPresent(String.self, forKey: .invite) {
+            self = .invite(invite)
+        } else if try container.decodeIfPresent(Bool.self, forKey: .subscribed) == true {
+            self = .subscribed
+        } else if let message = try container.decodeIfPresent(ReceivedMessageInfo.self, forKey: .message) {
+            self = .message(message)
+        } else if let progress = try container.decodeIfPresent(TransferProgress.self, forKey: .progress) {
+            self = .progress(progress)
+        } else if let attachments = try container.decodeIfPresent([StatusReport.AttachmentInfo].self, forKey: .attachments) {
+            self = .attachments(attachments)
+        } else if let member = try container.decodeIfPresent(String.self, forKey: .member) {
+            self = .memberRemoved(member: member, session: try container.decodeIfPresent(String.self, forKey: .session) ?? "",
+                                  delivered: try container.decodeIfPresent(Int.self, forKey: .delivered) ?? 0)
+        } else if let attachment = try container.decodeIfPresent(String.self, forKey: .attachment) {
+            self = .attachment(attachment)
+        } else if let delivered = try container.decodeIfPresent(Int.self, forKey: .delivered) {
+            self = .sent(delivered: delivered)
+        } else {
+            self = .done
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        if case let .failure(message) = self {
+            try container.encode(false, forKey: .ok)
+            return try container.encode(message, forKey: .error)
+        }
+        try container.encode(true, forKey: .ok)
+        switch self {
+        case .done, .failure: break
+        case let .status(report): try container.encode(report, forKey: .status)
+        case let .invite(text): try container.encode(text, forKey: .invite)
+        case let .sent(delivered): try container.encode(delivered, forKey: .delivered)
+        case .subscribed: try container.encode(true, forKey: .subscribed)
+        case let .message(message): try container.encode(message, forKey: .message)
+        case let .attachment(id): try container.encode(id, forKey: .attachment)
+        case let .attachments(list): try container.encode(list, forKey: .attachments)
+        case let .progress(progress): try container.encode(progress, forKey: .progress)
+        case let .memberRemoved(member, session, delivered):
+            try container.encode(member, forKey: .member)
+            try container.encode(session, forKey: .session)
+            try container.encode(delivered, forKey: .delivered)
+        }
     }
 }
 

@@ -8,24 +8,90 @@ import MeshStore
 /// file I/O never runs on the node's event loop.
 actor AttachmentStore {
     let chunks: ChunkStore
+    let directory: DataDirectory
     let logPath: String
-    let chunkSize: Int
 
-    init(directory: DataDirectory, chunkSize: Int = Manifest.defaultChunkSize) throws(GroupMeshError) {
+    init(directory: DataDirectory) throws(GroupMeshError) {
         do {
             chunks = try ChunkStore(path: directory.chunksPath)
         } catch {
             throw .store(error.description)
         }
         chunks.batchLimit = 32
+        self.directory = directory
         logPath = directory.journalPath
-        self.chunkSize = chunkSize
+    }
+
+    // MARK: the core's requests
+
+    /// Carries out `jobs` one at a time, in order, until the stream ends.
+    func serve(_ jobs: AsyncStream<StorageWorker.Job>, delivering deliver: StorageWorker.Delivery) async {
+        for await job in jobs { deliver(job.ticket, execute(job.request)) }
+    }
+
+    func execute(_ request: StorageRequest) -> Result<StorageOutcome, StorageFailure> {
+        do throws(GroupMeshError) {
+            switch request {
+            case let .ingest(.file(path), chunkSize, limit):
+                return .success(.ingested(try ingest(fileAt: path, limit: limit, chunkSize: chunkSize)))
+            case let .ingest(.bytes(bytes), chunkSize, limit):
+                return .success(.ingested(try ingest(bytes, limit: limit, chunkSize: chunkSize)))
+            case let .appendJournal(operations):
+                try appendOperations(operations)
+            case let .readChunk(digest):
+                return .success(.read(read(digest)))
+            case let .writeChunk(bytes, expected):
+                switch writeFetched(bytes, expected: expected) {
+                case .stored: return .success(.written(stored: true))
+                case .mismatch: return .success(.written(stored: false))
+                case let .failed(reason): return .failure(.failed(reason))
+                }
+            case .flush:
+                try flush()
+            case let .inspect(manifest):
+                return .success(.inspected(missing: missing(manifest)))
+            case let .export(manifest, .file(path)):
+                try assemble(manifest, to: path)
+                return .success(.exported(nil))
+            case let .export(manifest, .memory):
+                return .success(.exported(try bytes(of: manifest)))
+            case let .collect(manifest, kept):
+                collect(manifest, keeping: kept)
+            case let .unpin(manifest, kept):
+                unpin(manifest, collectKeeping: kept)
+            case let .saveEpochs(bytes):
+                do { try SecretFile.store(bytes, to: directory.epochsPath) } catch { throw .store("\(error)") }
+            case let .saveMembers(members):
+                try directory.saveRememberedMembers(members)
+            }
+            return .success(.done)
+        } catch {
+            return .failure(StorageFailure(error))
+        }
+    }
+
+    /// What the data dir holds for a starting node: the journal log, the manifests of its
+    /// attachments, and which of them are whole.
+    func restore(epochs: KeyEpochs, remembered: RememberedMembers) -> NodeInstance.Restored {
+        let operations = loadOperations()
+        var restored = NodeInstance.Restored(epochs: epochs, remembered: remembered, operations: operations)
+        for id in Set(operations.filter { $0.kind == .add }.map(\.attachment)).sorted() {
+            guard let manifest = manifest(id) else { continue }
+            restored.manifests.append(manifest)
+            let held = heldCount(manifest)
+            if held == manifest.chunks.count && missing(manifest).isEmpty {
+                restored.complete.insert(id)
+            } else {
+                restored.held[id] = held
+            }
+        }
+        return restored
     }
 
     // MARK: adding
 
     /// Chunks, hashes and stores a file without loading it whole; returns its manifest (stored too).
-    func ingest(fileAt path: String, limit: UInt64) throws(GroupMeshError) -> Manifest {
+    func ingest(fileAt path: String, limit: UInt64, chunkSize: Int) throws(GroupMeshError) -> Manifest {
         // Non-blocking, so that a pipe named by mistake is refused below instead of blocking the
         // store until someone writes to it.
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
@@ -56,7 +122,7 @@ actor AttachmentStore {
         }
     }
 
-    func ingest(_ bytes: [UInt8], limit: UInt64) throws(GroupMeshError) -> Manifest {
+    func ingest(_ bytes: [UInt8], limit: UInt64, chunkSize: Int) throws(GroupMeshError) -> Manifest {
         guard UInt64(bytes.count) <= limit else { throw .attachmentTooLarge(size: UInt64(bytes.count), limit: limit) }
         return try ingesting { (added) throws(GroupMeshError) in
             var digests: [SHA256Digest] = []

@@ -35,12 +35,12 @@ public final class Journal: Sendable {
 
     /// Adds bytes; the returned attachment is in every member's set once they hear of it.
     public func add(_ data: Data, metadata: Data = Data()) async throws -> Attachment {
-        Attachment(try await session.node.addAttachment(bytes: Array(data), metadata: Array(metadata)))
+        Attachment(try await session.node.addAttachment(.bytes(Array(data)), metadata: Array(metadata)))
     }
 
     /// Adds a file, streamed: it is chunked and hashed without being loaded whole.
     public func add(contentsOf url: URL, metadata: Data = Data()) async throws -> Attachment {
-        Attachment(try await session.node.addAttachment(file: url.path, metadata: Array(metadata)))
+        Attachment(try await session.node.addAttachment(.file(path: url.path), metadata: Array(metadata)))
     }
 
     public func remove(_ attachment: Attachment) async throws {
@@ -63,12 +63,12 @@ public final class Journal: Sendable {
 
     /// The attachment's bytes, fetched from the members that hold them if needed.
     public func load(_ attachment: Attachment) async throws -> Data {
-        Data(try await session.node.loadAttachment(attachment.digest))
+        Data(try await session.node.loadAttachment(attachment.digest, into: .memory) ?? [])
     }
 
     /// Writes the attachment to `url`, streamed chunk by chunk.
     public func load(_ attachment: Attachment, to url: URL) async throws {
-        try await session.node.loadAttachment(attachment.digest, to: url.path)
+        _ = try await session.node.loadAttachment(attachment.digest, into: .file(path: url.path))
     }
 
     /// The metadata of the latest add of the attachment.

@@ -3,6 +3,16 @@ import NIOCore
 // Frame bodies of the messenger (Docs/PROTOCOL.md §5). Always sealed with pairwise keys, so the
 // receiver knows which member sent them.
 
+/// Which stream a reliable message belongs to. Both share one channel (one TSN space, one
+/// window) per pair of members; the stream is told by the frame type (`data` or `journalData`),
+/// so no application message can pass for a journal message, whatever its bytes.
+public enum DeliveryStream: UInt8, Sendable, Equatable {
+    /// Messages of the application (`Messenger`): a `MessageEnvelope`.
+    case application
+    /// The journal's own messages (`JournalMessage`), never shown to applications.
+    case journal
+}
+
 /// One fragment of a reliable message. `tsn` numbers fragments per sender→receiver channel;
 /// `flags` marks the first (bit 0) and last (bit 1) fragment of a message.
 public struct DataChunk: WireBody {
@@ -13,11 +23,14 @@ public struct DataChunk: WireBody {
     public var tsn: UInt64
     public var flags: UInt8
     public var body: [UInt8]
+    /// Not in the body: the frame type carries it (Frame.swift).
+    public var stream: DeliveryStream
 
-    public init(tsn: UInt64, flags: UInt8, body: [UInt8]) {
+    public init(tsn: UInt64, flags: UInt8, body: [UInt8], stream: DeliveryStream = .application) {
         self.tsn = tsn
         self.flags = flags
         self.body = body
+        self.stream = stream
     }
 
     public var isFirst: Bool { flags & Self.begins != 0 }
@@ -28,6 +41,7 @@ public struct DataChunk: WireBody {
         flags = try buffer.readWire(UInt8.self, "data flags")
         guard flags & ~(Self.begins | Self.ends) == 0 else { throw .invalidField(what: "data flags") }
         body = try buffer.readWireBytes(buffer.readableBytes, "data body")
+        stream = .application
     }
 
     public func encode(into buffer: inout ByteBuffer) {

@@ -45,7 +45,15 @@ public struct DeliveryInstance: Sendable {
     public struct Received: Sendable, Equatable {
         public var from: NodeID
         public var mode: Mode
+        public var stream: DeliveryStream = .application
         public var payload: [UInt8]
+
+        public init(from: NodeID, mode: Mode, stream: DeliveryStream = .application, payload: [UInt8]) {
+            self.from = from
+            self.mode = mode
+            self.stream = stream
+            self.payload = payload
+        }
     }
 
     public enum Directive: Sendable, Equatable {
@@ -122,8 +130,10 @@ public struct DeliveryInstance: Sendable {
 
     /// Starts a send of `payload` to `targets`. Refused whole, before anything is queued, when
     /// the payload is over the limit. Returns the send's id and what to do now; a `.completed`
-    /// for that id follows (at once for unreliable sends and empty target lists).
-    public mutating func send(_ payload: [UInt8], to targets: [NodeID], mode: Mode, now: MeshInstant,
+    /// for that id follows (at once for unreliable sends and empty target lists). The journal's
+    /// stream is reliable only.
+    public mutating func send(_ payload: [UInt8], to targets: [NodeID], mode: Mode,
+                              stream: DeliveryStream = .application, now: MeshInstant,
                               timeout: Duration? = nil) throws(DeliveryError) -> (sendID: UInt64, directives: [Directive]) {
         guard payload.count <= settings.maxMessageSize else {
             throw .tooLarge(size: payload.count, limit: settings.maxMessageSize)
@@ -137,9 +147,11 @@ public struct DeliveryInstance: Sendable {
             guard channels[target] != nil else { failures[target] = .unknown; continue }
             switch mode {
             case .reliable:
-                channels[target]?.sender.enqueue(messageID: sendID, payload: payload, fragmentSize: settings.fragmentSize)
+                channels[target]?.sender.enqueue(messageID: sendID, payload: payload, fragmentSize: settings.fragmentSize,
+                                                 stream: stream)
                 remaining.insert(target)
             case .unreliable:
+                guard stream == .application else { failures[target] = .unknown; continue }
                 out += unreliableDatagrams(payload, id: sendID, to: target)
             }
         }
@@ -178,13 +190,13 @@ public struct DeliveryInstance: Sendable {
             switch frame {
             case let .data(chunk):
                 channels[peer]?.ackDue = true
-                for payload in channels[peer]?.receiver.onData(chunk) ?? [] {
-                    out.append(.deliver(Received(from: peer, mode: .reliable, payload: payload)))
+                for message in channels[peer]?.receiver.onData(chunk) ?? [] {
+                    out.append(.deliver(Received(from: peer, mode: .reliable, stream: message.stream, payload: message.payload)))
                 }
             case let .forwardTSN(forward):
                 channels[peer]?.ackDue = true
-                for payload in channels[peer]?.receiver.onForward(forward) ?? [] {
-                    out.append(.deliver(Received(from: peer, mode: .reliable, payload: payload)))
+                for message in channels[peer]?.receiver.onForward(forward) ?? [] {
+                    out.append(.deliver(Received(from: peer, mode: .reliable, stream: message.stream, payload: message.payload)))
                 }
             case let .ack(ack):
                 for sendID in channels[peer]?.sender.onAck(ack, now: now) ?? [] {

@@ -2,6 +2,12 @@
 /// order, delivers each message once and in order, drops duplicates, honours forwards, and
 /// buffers at most `capacity` bytes out of order (the window it advertises).
 public struct ReliableReceiver: Sendable {
+    /// A whole message, in the stream its first chunk named.
+    public struct Message: Sendable, Equatable {
+        public var stream: DeliveryStream
+        public var payload: [UInt8]
+    }
+
     public let capacity: Int
     public private(set) var cumulative: UInt64 = 0
     private var buffered: [UInt64: DataChunk] = [:]
@@ -9,6 +15,7 @@ public struct ReliableReceiver: Sendable {
     /// Chunks of the message being put together, all at or below `cumulative`.
     private var assembling: [UInt8] = []
     private var assemblingActive = false
+    private var assemblingStream = DeliveryStream.application
     public private(set) var duplicates: UInt64 = 0
 
     public init(capacity: Int = 1 << 20) {
@@ -16,7 +23,7 @@ public struct ReliableReceiver: Sendable {
     }
 
     /// Handles one chunk; returns the messages it completed, in order.
-    public mutating func onData(_ chunk: DataChunk) -> [[UInt8]] {
+    public mutating func onData(_ chunk: DataChunk) -> [Message] {
         guard chunk.tsn > cumulative, buffered[chunk.tsn] == nil else {
             duplicates += 1
             return []
@@ -29,7 +36,7 @@ public struct ReliableReceiver: Sendable {
             bufferedBytes += Self.cost(chunk)
             return []
         }
-        var delivered: [[UInt8]] = []
+        var delivered: [Message] = []
         accept(chunk, into: &delivered)
         drainInOrder(into: &delivered)
         return delivered
@@ -39,9 +46,9 @@ public struct ReliableReceiver: Sendable {
     /// up on, so skip it and discard any message it cuts into. Chunks that did arrive there were
     /// acknowledged (the sender may have reported their messages delivered), so whole messages
     /// among them are still delivered, in order.
-    public mutating func onForward(_ forward: ForwardTSN) -> [[UInt8]] {
+    public mutating func onForward(_ forward: ForwardTSN) -> [Message] {
         guard forward.cumulative > cumulative else { return [] }
-        var delivered: [[UInt8]] = []
+        var delivered: [Message] = []
         for tsn in buffered.keys.filter({ $0 <= forward.cumulative }).sorted() {
             // safe: the key was just read
             let chunk = buffered.removeValue(forKey: tsn)!
@@ -57,7 +64,7 @@ public struct ReliableReceiver: Sendable {
         return delivered
     }
 
-    private mutating func drainInOrder(into delivered: inout [[UInt8]]) {
+    private mutating func drainInOrder(into delivered: inout [Message]) {
         while cumulative < .max, let next = buffered.removeValue(forKey: cumulative + 1) {
             bufferedBytes -= Self.cost(next)
             accept(next, into: &delivered)
@@ -88,11 +95,12 @@ public struct ReliableReceiver: Sendable {
     /// peer could fill memory with them.
     static func cost(_ chunk: DataChunk) -> Int { max(chunk.body.count, 64) }
 
-    private mutating func accept(_ chunk: DataChunk, into delivered: inout [[UInt8]]) {
+    private mutating func accept(_ chunk: DataChunk, into delivered: inout [Message]) {
         cumulative = chunk.tsn
         if chunk.isFirst {
             assembling = chunk.body
             assemblingActive = true
+            assemblingStream = chunk.stream
         } else if assemblingActive {
             assembling += chunk.body
         } else {
@@ -103,7 +111,7 @@ public struct ReliableReceiver: Sendable {
             if assembling.count > capacity { assembling = []; assemblingActive = false }
             return
         }
-        delivered.append(assembling)
+        delivered.append(Message(stream: assemblingStream, payload: assembling))
         assembling = []
         assemblingActive = false
     }

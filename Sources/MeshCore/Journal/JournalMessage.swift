@@ -1,9 +1,10 @@
 import MeshCrypto
 import NIOCore
 
-/// What members say to each other about the journal and its chunks. These travel as messages
-/// of the reliable messenger (type tag `mesh.journal`), so they may be large and arrive once,
-/// in order, from an authenticated member.
+/// What members say to each other about the journal and its chunks. These travel in the journal's
+/// own stream of each member's reliable channel (`DeliveryStream.journal`, frame type
+/// `journalData`), so they may be large and arrive once, in order, from an authenticated member,
+/// and no application message can pass for one.
 public enum JournalMessage: Sendable, Equatable {
     /// Operations the receiver may lack.
     case operations([JournalOperation])
@@ -21,7 +22,6 @@ public enum JournalMessage: Sendable, Equatable {
     /// Which chunks of an attachment the sender holds (sent as they arrive, for the swarm).
     case chunks(SHA256Digest, ChunkBitmap)
 
-    public static let typeTag = "mesh.journal"
     /// Operations per message, so one message stays well under the messenger's size limit.
     public static let operationBudget = 192 * 1024
 

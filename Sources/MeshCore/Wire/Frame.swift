@@ -42,7 +42,7 @@ public enum Frame: Equatable, Sendable {
         case .dead: return .dead
         case .left: return .left
         case .syncRequest: return .syncRequest
-        case .data: return .data
+        case let .data(chunk): return chunk.stream == .journal ? .journalData : .data
         case .ack: return .ack
         case .forwardTSN: return .forwardTSN
         case .fragment: return .fragment
@@ -95,6 +95,10 @@ public enum Frame: Equatable, Sendable {
         case .left: return .left(try Departure(decoding: &body))
         case .syncRequest: return .syncRequest(try SyncRequest(decoding: &body))
         case .data: return .data(try DataChunk(decoding: &body))
+        case .journalData:
+            var chunk = try DataChunk(decoding: &body)
+            chunk.stream = .journal
+            return .data(chunk)
         case .ack: return .ack(try DeliveryAck(decoding: &body))
         case .forwardTSN: return .forwardTSN(try ForwardTSN(decoding: &body))
         case .fragment: return .fragment(try UnreliableFragment(decoding: &body))
@@ -123,6 +127,8 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case ack = 0x21
     case forwardTSN = 0x22
     case fragment = 0x23
+    /// A `data` frame of the journal's stream (`DeliveryStream.journal`).
+    case journalData = 0x24
     case chunkWant = 0x30
     case chunkPiece = 0x31
     case chunkAbsent = 0x32

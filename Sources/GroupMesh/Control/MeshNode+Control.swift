@@ -1,0 +1,108 @@
+import Foundation
+import MeshCore
+import MeshCrypto
+import NIOCore
+
+/// The control socket's requests (Docs/CLI.md §Control socket), answered on the node's event
+/// loop. Requests that wait (a reliable send, an attach, a get) run as a task of their own, so
+/// that a slow one never holds up the next request or the datagrams.
+extension MeshNode {
+    func handleControl(_ request: ControlRequest, responder: ControlResponder) {
+        switch request {
+        case .status:
+            responder.send(.status(status()))
+        case .invite:
+            responder.send(.invite(invite().text))
+        case .leave:
+            // Answer first, then leave: the CLI waits for the node to exit.
+            responder.send(.done)
+            Task { await self.leave() }
+        case let .send(body, to, unreliable):
+            controlSend(body, to: to, mode: unreliable ? .unreliable : .reliable, responder: responder)
+        case .listen:
+            controlListen(responder: responder)
+        case .attachments:
+            responder.send(.attachments(attachmentInfos(withMetadata: true)))
+        case let .attach(path, metadata):
+            answer(responder) { node throws(GroupMeshError) in
+                let entry = try await node.addAttachment(.file(path: path), metadata: Array((metadata ?? "").utf8))
+                return .attachment(entry.id.hex)
+            }
+        case let .get(text, path):
+            controlGet(text, to: path, responder: responder)
+        case let .remove(text):
+            answer(responder) { node throws(GroupMeshError) in
+                let entry = try await node.resolveAttachment(text)
+                try await node.removeAttachment(entry.id)
+                return .attachment(entry.id.hex)
+            }
+        case let .removeMember(text):
+            answer(responder) { node throws(GroupMeshError) in
+                let (id, handedTo) = try await node.removeMember(text)
+                return .memberRemoved(member: id.hex, session: await node.core.session.sessionID.description,
+                                      delivered: handedTo)
+            }
+        }
+    }
+
+    /// Runs `work` as its own task and sends what it returns, or its error as one line.
+    private func answer(_ responder: ControlResponder,
+                        _ work: @escaping @Sendable (MeshNode) async throws(GroupMeshError) -> ControlResponse) {
+        Task {
+            do throws(GroupMeshError) {
+                responder.send(try await work(self))
+            } catch {
+                responder.send(.failure(error.description))
+            }
+        }
+    }
+
+    private func controlSend(_ body: [UInt8], to names: [String], mode: DeliveryInstance.Mode,
+                             responder: ControlResponder) {
+        let targets: [NodeID]?
+        do {
+            targets = names.isEmpty ? nil : try names.map { text throws(MessengerError) in try resolveMember(text) }
+        } catch {
+            return responder.send(.failure(error.description))
+        }
+        let envelope = MessageEnvelope(type: Messenger.dataType, body: body)
+        Task {
+            do throws(MessengerError) {
+                let count = try await self.sendMessage(envelope, to: targets, mode: mode)
+                responder.send(.sent(delivered: count))
+            } catch {
+                responder.send(.failure(error.description))
+            }
+        }
+    }
+
+    private func controlListen(responder: ControlResponder) {
+        let stream = messages()
+        responder.send(.subscribed)
+        let relay = Task {
+            for await message in stream {
+                let text = String(validating: message.body, as: UTF8.self)
+                let info = ReceivedMessageInfo(from: message.from.hex, fromName: message.fromName,
+                                               mode: message.mode == .reliable ? "reliable" : "unreliable",
+                                               type: message.type, text: text,
+                                               base64: text == nil ? Data(message.body).base64EncodedString() : nil)
+                responder.send(.message(info))
+            }
+        }
+        responder.onClose = { relay.cancel() }
+    }
+
+    /// Progress every 250 ms until the file is written (the CLI draws it), then the answer.
+    private func controlGet(_ text: String, to path: String, responder: ControlResponder) {
+        let entry: AttachmentEntry
+        do { entry = try resolveAttachment(text) } catch { return responder.send(.failure(error.description)) }
+        let reporter = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .milliseconds(250)) { [self] _ in
+            assumeIsolated { node in responder.send(.progress(node.progress(of: entry))) }
+        }
+        answer(responder) { node throws(GroupMeshError) in
+            defer { reporter.cancel() }
+            _ = try await node.loadAttachment(entry.id, into: .file(path: path))
+            return .attachment(entry.id.hex)
+        }
+    }
+}

@@ -1,0 +1,161 @@
+import MeshCore
+import MeshCrypto
+
+/// What the public API (`MeshSession`, `Messenger`, `Journal`) and the control socket ask of a
+/// node: commands that wait for the core's completion, subscriptions, and reading state.
+extension MeshNode {
+    // MARK: members
+
+    /// Every member this node knows of, itself first.
+    package var members: [Member] { core.members }
+
+    /// Snapshots of the member list, now and after every change.
+    package func memberUpdates() -> AsyncStream<[Member]> {
+        viewSubscribers.add(buffering: .bufferingNewest(1), initial: members)
+    }
+
+    package func invite() -> Invite {
+        Invite(InviteToken(secret: core.session, addresses: inviteAddresses))
+    }
+
+    /// A member other than this node, named by its full id, its name, or a unique id prefix.
+    package func resolveMember(_ text: String) throws(MessengerError) -> NodeID {
+        switch core.resolveMember(text) {
+        case let .success(id): return id
+        case let .failure(.unknown(text)): throw .unknownMember(text)
+        case let .failure(.ambiguous(text, candidates)): throw .ambiguousMember(text, candidates: candidates)
+        }
+    }
+
+    func participant(_ id: NodeID) -> Participant {
+        Participant(id: id, name: core.membership.member(id)?.record.name ?? "")
+    }
+
+    /// Removes a member (id, unique id prefix or name) with a new key epoch. Returns the member
+    /// and how many members were handed the new key at once.
+    package func removeMember(_ text: String) async throws(GroupMeshError) -> (id: NodeID, handedTo: Int) {
+        guard !core.namesSelf(text) else { throw .cannotRemoveSelf }
+        let id: NodeID
+        do { id = try resolveMember(text) } catch { throw .control(error.description) }
+        switch await perform(.removeMember(id)) {
+        case let .success(.memberRemoved(removed, handedTo)): return (removed, handedTo)
+        case let .failure(error): throw GroupMeshError(error, names: { core.displayName(of: $0) })
+        case .success: throw .notRunning
+        }
+    }
+
+    // MARK: messages
+
+    /// Sends `envelope` to `targets` (nil: every active member but us). Reliable sends return once
+    /// every target acknowledged and throw `notDelivered` naming those that did not; unreliable
+    /// sends return once the datagrams are out. Returns how many members it went to.
+    @discardableResult
+    package func sendMessage(_ envelope: MessageEnvelope, to targets: [NodeID]?, mode: DeliveryInstance.Mode,
+                             timeout: Duration? = nil) async throws(MessengerError) -> Int {
+        switch await perform(.send(envelope, to: targets, mode: mode, timeout: timeout)) {
+        case let .success(.sent(recipients)): return recipients
+        case let .failure(.notDelivered(failures)):
+            throw MessengerError(failures, names: { participant($0).name })
+        case let .failure(.messageTooLarge(size, limit)): throw .tooLarge(size: size, limit: limit)
+        case .failure, .success: throw .notRunning
+        }
+    }
+
+    /// Every application message this node receives from now on (the newest 4,096 wait for a
+    /// slow reader; older ones are dropped).
+    package func messages() -> AsyncStream<NodeMessage> {
+        messageSubscribers.add(buffering: .bufferingNewest(4096))
+    }
+
+    // MARK: attachments
+
+    package var attachmentEntries: [AttachmentEntry] { core.attachments }
+
+    package func attachmentUpdates() -> AsyncStream<[AttachmentEntry]> {
+        attachmentSubscribers.add(buffering: .bufferingNewest(1), initial: attachmentEntries)
+    }
+
+    /// An attachment named by its id or a unique prefix of it.
+    package func resolveAttachment(_ text: String) throws(GroupMeshError) -> AttachmentEntry {
+        switch core.resolveAttachment(text) {
+        case let .success(entry): return entry
+        case let .failure(.unknown(text)): throw .unknownAttachment(text)
+        case let .failure(.ambiguous(text)): throw .ambiguousAttachment(text)
+        case let .failure(.tooShort(text)): throw .attachmentPrefixTooShort(text)
+        }
+    }
+
+    func progress(of entry: AttachmentEntry) -> TransferProgress {
+        TransferProgress(chunksHave: core.chunksHeld(of: entry), chunks: entry.chunkCount, size: entry.size)
+    }
+
+    func attachmentInfos(withMetadata: Bool) -> [StatusReport.AttachmentInfo] {
+        core.attachments.map { entry in
+            StatusReport.AttachmentInfo(id: entry.id.hex, size: entry.size, chunks: entry.chunkCount,
+                                        chunksHave: core.chunksHeld(of: entry), holders: core.holders(of: entry.id).count,
+                                        metadata: withMetadata && !entry.metadata.isEmpty
+                                            ? String(decoding: entry.metadata, as: UTF8.self) : nil)
+        }
+    }
+
+    /// Adds a file (streamed: chunked and hashed without loading it whole) or bytes. Returns
+    /// once the add is in the journal log.
+    package func addAttachment(_ source: AttachmentSource, metadata: [UInt8]) async throws(GroupMeshError) -> AttachmentEntry {
+        switch await perform(.add(source, metadata: metadata)) {
+        case let .success(.added(entry)): return entry
+        case let .failure(error): throw GroupMeshError(error, names: { core.displayName(of: $0) })
+        case .success: throw .notRunning
+        }
+    }
+
+    package func removeAttachment(_ id: SHA256Digest) async throws(GroupMeshError) {
+        if case let .failure(error) = await perform(.remove(id)) {
+            throw GroupMeshError(error, names: { core.displayName(of: $0) })
+        }
+    }
+
+    /// The attachment's bytes (fetched first from the members that hold them if need be), in
+    /// memory or written to `path` (through a temporary file, renamed when whole).
+    package func loadAttachment(_ id: SHA256Digest, into destination: ExportDestination) async throws(GroupMeshError) -> [UInt8]? {
+        if case let .file(path) = destination, configuration.dataDirectory.ownsFile(path) {
+            throw .outputIsNodeFile(path)
+        }
+        switch await perform(.load(id, into: destination)) {
+        case let .success(.loaded(_, bytes)): return bytes
+        case let .failure(error): throw GroupMeshError(error, names: { core.displayName(of: $0) })
+        case .success: throw .notRunning
+        }
+    }
+
+    // MARK: status
+
+    package func status() -> StatusReport {
+        let view = core.members
+        let me = view.first
+        let selfInfo = StatusReport.SelfInfo(
+            id: nodeID.hex, name: me?.record.name ?? "", address: (me?.address ?? localAddress).description,
+            session: core.session.sessionID.description, keyEpoch: core.epochs.transitions.count,
+            profile: configuration.profile.rawValue, localHealth: core.membership.localHealth.score,
+            receiveBuffer: socketBuffers.receive, sendBuffer: socketBuffers.send)
+        let memberInfos = view.map { member in
+            StatusReport.MemberInfo(id: member.id.hex, name: member.record.name,
+                                    address: member.address?.description ?? "", state: member.status.rawValue,
+                                    incarnation: member.incarnation,
+                                    rttMs: member.rtt.map { ($0.milliseconds * 1000).rounded() / 1000 })
+        }
+        let counters = core.counters
+        let counterInfo = StatusReport.Counters(
+            datagramsSent: counters.datagramsSent, datagramsReceived: counters.datagramsReceived,
+            bytesSent: counters.bytesSent, bytesReceived: counters.bytesReceived,
+            dropped: Dictionary(uniqueKeysWithValues: counters.dropped.map { ($0.key.rawValue, $0.value) }),
+            sendErrors: sendErrors, retransmissions: core.delivery.retransmissions,
+            chunksFetched: counters.chunksFetched, chunksServed: counters.chunksServed,
+            chunksRejected: counters.chunksRejected, chunkPayloadBytesSent: counters.chunkPayloadBytesSent,
+            pieceReasks: core.assembler.reasks, piecesUnsolicited: counters.piecesUnsolicited,
+            wantsRefused: counters.wantsRefused, simulatedDrops: simulatedDrops,
+            requestTimeouts: core.transfer.timeouts, handoversSent: counters.handoversSent,
+            handoversRefused: counters.handoversRefused)
+        return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
+                            counters: counterInfo)
+    }
+}

@@ -1,0 +1,29 @@
+/// The streams handed out for one kind of update (the member list, messages, the attachment
+/// set). A stream whose reader went away is dropped at the next yield, when its continuation
+/// says it terminated: no callback into the node is needed to forget it.
+struct Subscribers<Element: Sendable> {
+    private var continuations: [AsyncStream<Element>.Continuation] = []
+
+    var isEmpty: Bool { continuations.isEmpty }
+
+    /// A new stream, starting with `initial` when given.
+    mutating func add(buffering policy: AsyncStream<Element>.Continuation.BufferingPolicy,
+                      initial: Element? = nil) -> AsyncStream<Element> {
+        let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: policy)
+        if let initial { continuation.yield(initial) }
+        continuations.append(continuation)
+        return stream
+    }
+
+    mutating func yield(_ element: Element) {
+        continuations.removeAll { continuation in
+            if case .terminated = continuation.yield(element) { return true }
+            return false
+        }
+    }
+
+    mutating func finishAll() {
+        for continuation in continuations { continuation.finish() }
+        continuations = []
+    }
+}

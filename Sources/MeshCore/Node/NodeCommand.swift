@@ -1,0 +1,72 @@
+import MeshCrypto
+
+/// Names one command until its completion. Chosen by the driver, unique among its pending
+/// commands, so it can register its waiter before the command runs (the completion may come
+/// among the command's own effects).
+public struct RequestID: Hashable, Sendable, CustomStringConvertible {
+    public var value: UInt64
+    public init(_ value: UInt64) { self.value = value }
+    public var description: String { "#\(value)" }
+}
+
+/// What a user or an application asks of the node.
+public enum NodeCommand: Sendable {
+    /// An application message to `targets` (nil: every active member).
+    case send(MessageEnvelope, to: [NodeID]?, mode: DeliveryInstance.Mode, timeout: Duration?)
+    /// A new attachment: ingested by the store, then recorded in the journal log, then published.
+    case add(AttachmentSource, metadata: [UInt8])
+    case remove(SHA256Digest)
+    /// The attachment's bytes, fetched first if they are not all here.
+    case load(SHA256Digest, into: ExportDestination)
+    /// A new key epoch without the member (Docs/SECURITY.md §Key epochs).
+    case removeMember(NodeID)
+    /// A graceful leave: the departure goes out, then the driver calls `stop`.
+    case leave
+}
+
+public enum AttachmentSource: Sendable, Equatable {
+    case bytes([UInt8])
+    /// A file the store reads, streamed (never loaded whole).
+    case file(path: String)
+}
+
+public enum ExportDestination: Sendable, Equatable {
+    case memory
+    /// Written whole to a temporary file, then renamed to the path.
+    case file(path: String)
+}
+
+public enum NodeResult: Sendable, Equatable {
+    /// Delivered to every target (reliable), or sent to every one (unreliable).
+    case sent(recipients: Int)
+    case added(AttachmentEntry)
+    case removed(SHA256Digest)
+    /// The bytes, when loaded into memory.
+    case loaded(Manifest, bytes: [UInt8]?)
+    case memberRemoved(NodeID, handedTo: Int)
+    case left
+}
+
+/// Why a command failed; each case carries what a person needs to read it.
+public enum NodeError: Error, Sendable, Equatable {
+    /// The node stopped (or is stopping) before the command could finish.
+    case stopped
+    case messageTooLarge(size: Int, limit: Int)
+    /// The targets that did not acknowledge, by member id, and why.
+    case notDelivered([NodeID: DeliveryInstance.Failure])
+    case metadataTooLarge(size: Int, limit: Int)
+    case unknownAttachment(SHA256Digest)
+    /// No reachable member held the manifest within the unavailable timeout.
+    case manifestUnavailable(SHA256Digest)
+    /// No reachable member held `missing` of the `total` chunks within the unavailable timeout.
+    case chunksUnavailable(SHA256Digest, missing: Int, total: Int)
+    case store(StorageFailure)
+    case cannotRemoveSelf
+    case alreadyRemoved(NodeID)
+    /// A key rotation travels in one datagram, which bounds the roster.
+    case sessionTooLarge(limit: Int)
+    /// The new epoch could not be stored: nothing changed.
+    case epochNotStored(StorageFailure)
+    /// Another removal is being stored; one at a time.
+    case removalInProgress
+}

@@ -1,0 +1,39 @@
+import MeshCrypto
+
+/// What a node counts about its traffic and its work; `status --json` prints it as `counters`
+/// (with the shell's own: send errors, simulated drops).
+public struct NodeCounters: Sendable, Equatable {
+    public var datagramsSent: UInt64 = 0
+    public var datagramsReceived: UInt64 = 0
+    public var bytesSent: UInt64 = 0
+    public var bytesReceived: UInt64 = 0
+    /// Received datagrams dropped, by reason; every reason is present, at 0 until it happens.
+    public var dropped: [DropReason: UInt64] = Dictionary(uniqueKeysWithValues: DropReason.allCases.map { ($0, 0) })
+    public var chunksFetched: UInt64 = 0
+    public var chunksServed: UInt64 = 0
+    /// Chunks whose bytes did not match their hash (never stored nor served).
+    public var chunksRejected: UInt64 = 0
+    public var chunkPayloadBytesSent: UInt64 = 0
+    /// Pieces of chunks this node did not ask for (dropped).
+    public var piecesUnsolicited: UInt64 = 0
+    /// Wants answered "busy" because the send queue was full or too many chunks were being read.
+    public var wantsRefused: UInt64 = 0
+    /// Wants refused for their piece size: under 256 bytes (a flood of tiny datagrams) or over
+    /// what our datagrams carry. A member's bug or malice.
+    public var wantsMisshapen: UInt64 = 0
+    /// Fetches that ended without the attachment (unavailable, or the store refused).
+    public var fetchesFailed: UInt64 = 0
+    /// Messages in the application stream that are not a message envelope, and journal messages
+    /// that do not decode: a member's bug or malice, dropped.
+    public var messagesMalformed: UInt64 = 0
+    /// Key epochs handed to members (on removal, and to members that had not caught up).
+    public var handoversSent: UInt64 = 0
+    /// Handovers to us that were not taken: not for our boot, did not open, or not believable.
+    public var handoversRefused: UInt64 = 0
+
+    public init() {}
+
+    public mutating func countDrop(_ reason: DropReason) {
+        dropped[reason, default: 0] += 1
+    }
+}

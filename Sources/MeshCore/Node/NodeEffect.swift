@@ -1,0 +1,68 @@
+import MeshCrypto
+import NIOCore
+
+/// What the node core asks of whoever drives it, in the order it asked. The driver drains them
+/// after every input (`NodeInstance.drainEffects(into:)`) and carries each out; none of them
+/// is a question back to the core, and none may be reordered against another of its kind.
+public enum NodeEffect: Sendable {
+    /// One sealed datagram.
+    case send(ByteBuffer, to: PeerAddress)
+    /// `count` sealed datagrams of `segmentSize` bytes back to back (only the last may be shorter):
+    /// one segmented write (UDP GSO) where the kernel can, else one datagram each.
+    case sendSegments(ByteBuffer, segmentSize: Int, count: Int, to: PeerAddress)
+    /// Work for the store, executed in order; its outcome comes back through
+    /// `NodeInstance.storageCompleted(_:_:now:)` with the same ticket.
+    case storage(StorageRequest, StorageTicket)
+    case event(NodeEvent)
+    /// A command (`NodeInstance.handle(_:request:now:)`) finished.
+    case complete(RequestID, Result<NodeResult, NodeError>)
+}
+
+/// What happened, for subscribers and logs; the core's state (`members`, `attachments`) says
+/// what is true now.
+public enum NodeEvent: Sendable {
+    /// A member's status or record changed (the view now holds it).
+    case memberChanged(Member)
+    case memberForgotten(NodeID)
+    /// The session moved to a new key epoch (a member was removed).
+    case epochChanged(SessionID)
+    /// An application message arrived (the journal's never show here).
+    case message(NodeMessage)
+    /// The attachment set changed.
+    case attachmentsChanged
+    case log(NodeLogRecord)
+}
+
+/// An application message as it reached this node: who sent it (the pairwise key proves it),
+/// how, and its type tag and body.
+public struct NodeMessage: Sendable, Equatable {
+    public var from: NodeID
+    /// The sender's name as its signed record gives it: chosen by that member, so untrusted.
+    public var fromName: String
+    public var mode: DeliveryInstance.Mode
+    public var type: String
+    public var body: [UInt8]
+
+    public init(from: NodeID, fromName: String, mode: DeliveryInstance.Mode, type: String, body: [UInt8]) {
+        self.from = from
+        self.fromName = fromName
+        self.mode = mode
+        self.type = type
+        self.body = body
+    }
+}
+
+/// swift-log's levels by their names, without the dependency.
+public enum NodeLogLevel: String, Sendable, Comparable, CaseIterable {
+    case trace, debug, info, notice, warning, error
+
+    private var rank: Int { Self.allCases.firstIndex(of: self) ?? 0 }
+
+    public static func < (lhs: NodeLogLevel, rhs: NodeLogLevel) -> Bool { lhs.rank < rhs.rank }
+}
+
+public struct NodeLogRecord: Sendable {
+    public var level: NodeLogLevel
+    public var message: String
+    public var metadata: [(key: String, value: String)]
+}

@@ -1,0 +1,215 @@
+import MeshCrypto
+import NIOCore
+
+/// Key epochs in the node (Docs/SECURITY.md §Key epochs): removing a member moves the session
+/// to a new secret handed to each remaining member; members still speaking an earlier epoch
+/// are answered with the next one if they are owed it.
+extension NodeInstance {
+    /// Removing a member: the new epoch is stored before anything changes (a removal that is not
+    /// on disk is not made), then entered and handed to every live member.
+    mutating func beginRemoval(of id: NodeID, request: RequestID, now: MeshInstant) {
+        guard id != localID else { return complete(request, .failure(.cannotRemoveSelf)) }
+        guard !epochs.removed.contains(id) else { return complete(request, .failure(.alreadyRemoved(id))) }
+        guard pendingRemoval == nil else { return complete(request, .failure(.removalInProgress)) }
+        let transition: KeyEpochs.Transition
+        do {
+            transition = try epochs.rotation(removing: [id], to: randomSecret(), members: knownMemberIDs,
+                                             authority: authority)
+        } catch {
+            return complete(request, .failure(.sessionTooLarge(limit: KeyRotation.maxRoster)))
+        }
+        pendingRemoval = request
+        store(.saveEpochs(epochs.committing(transition).encoded()), .saveRemoval(request, transition))
+    }
+
+    mutating func removalSaved(_ result: Result<StorageOutcome, StorageFailure>, transition: KeyEpochs.Transition,
+                               request: RequestID, now: MeshInstant) {
+        guard pendingRemoval == request else { return }
+        pendingRemoval = nil
+        defer { takeDeferredHandovers(now: now) }
+        if case let .failure(failure) = result { return complete(request, .failure(.epochNotStored(failure))) }
+        guard phase.isActive else { return complete(request, .failure(.stopped)) }
+        epochs.commit(transition)
+        let handedTo = enterEpoch(transition, handingOver: true, stored: true, now: now)
+        let removed = transition.rotation.removed.first ?? localID
+        complete(request, .success(.memberRemoved(removed, handedTo: handedTo)))
+    }
+
+    /// At most this many handovers wait for a removal being stored; more are dropped (their
+    /// senders hand over again when they hear us in the epoch we are in).
+    static let maxDeferredHandovers = 16
+
+    private mutating func takeDeferredHandovers(now: MeshInstant) {
+        let deferred = deferredHandovers
+        deferredHandovers = []
+        for item in deferred { receiveHandover(item.handover, header: item.header, from: item.address, now: now) }
+    }
+
+    /// Switches to the epoch `transition` opened: the secret is stored (unless it already is),
+    /// the codec and pairwise keys change, the removed members are excluded, and (when handing
+    /// over) every live member is handed the secret. Returns how many were.
+    @discardableResult
+    private mutating func enterEpoch(_ transition: KeyEpochs.Transition, handingOver: Bool, stored: Bool = false,
+                                     now: MeshInstant) -> Int {
+        if !stored { store(.saveEpochs(epochs.encoded()), .saveEpochs) }
+        earlierCodecs[codec.sessionID] = codec
+        codec = DatagramCodec(session: transition.secret, localID: localID, localBootID: bootID,
+                              configuration: settings.wire)
+        for member in membership.view.dropFirst() where !member.status.isGone && !epochs.removed.contains(member.id) {
+            installKeys(for: member)
+        }
+        let excluded = membership.exclude(epochs.removed, now: now)
+        apply(excluded, now: now)
+        log(.notice, "key epoch changed", [
+            "session": "\(transition.secret.sessionID)", "previous": "\(transition.rotation.previousSession)",
+            "removed": transition.rotation.removed.map(\.description).joined(separator: ","),
+            "by": "\(transition.rotation.author)"])
+        // Beacons in the epoch we left: a member that took a competing rotation out of it (and
+        // missed ours) answers with its own, and whichever wins reaches both.
+        epochBeaconsLeft = settings.epochBeacons
+        epochBeaconAt = now + settings.epochBeaconInterval
+        var handed = 0
+        if handingOver {
+            for member in membership.view.dropFirst() where !member.status.isGone {
+                if handOver(to: member.record, heardIn: transition.rotation.previousSession, address: member.address,
+                            now: now) {
+                    handed += 1
+                }
+            }
+        }
+        emit(.epochChanged(transition.secret.sessionID))
+        return handed
+    }
+
+    /// A beacon to every live member, in the epoch our current one left: our record and, as a
+    /// ping's token, the session we are in. A member in that same session stays quiet; one in a
+    /// competing one hands us its rotation, and is handed ours.
+    mutating func sendEpochBeacons(now: MeshInstant) {
+        guard let due = epochBeaconAt, now >= due else { return }
+        epochBeaconsLeft -= 1
+        epochBeaconAt = epochBeaconsLeft > 0 ? now + settings.epochBeaconInterval : nil
+        guard let left = epochs.transitions.last?.rotation.previousSession, var earlier = earlierCodecs[left] else { return }
+        let me = membership.me
+        for member in membership.view.dropFirst() where !member.status.isGone {
+            guard let address = member.address else { continue }
+            let beacon = earlier.sealHello([.alive(me), .ping(Ping(token: session.sessionID.value))], nonce: randomNonce())
+            transmit(beacon, to: address)
+        }
+        earlierCodecs[left] = earlier
+    }
+
+    /// Seals the epoch after `session` for `record`'s boot and sends it in a hello datagram of
+    /// `session`, to `address` if the record (signed) names it or it is where we reach the
+    /// member, else to the record's first address: a replayed record from elsewhere does not
+    /// redirect the handover. False when it is not owed one, or not now (rate limit).
+    @discardableResult
+    private mutating func handOver(to record: MemberRecord, heardIn session: SessionID, address: PeerAddress? = nil,
+                                   now: MeshInstant) -> Bool {
+        let trusted = address.flatMap { record.addresses.contains($0) || peerAddresses[record.id] == $0 ? $0 : nil }
+        guard let destination = trusted ?? record.addresses.first,
+              let transition = epochs.handover(to: record.id, heardIn: session, now: now),
+              var earlier = earlierCodecs[session],
+              let previous = epochs.secret(of: transition.rotation.previousSession),
+              let handover = EpochHandover.seal(transition.secret, rotation: transition.rotation, previous: previous,
+                                                sender: membership.me, local: ephemeral, recipient: record,
+                                                nonce: randomNonce()) else { return false }
+        let datagram = earlier.sealHello([.epochHandover(handover)], nonce: randomNonce())
+        earlierCodecs[session] = earlier
+        counters.handoversSent += 1
+        transmit(datagram, to: destination)
+        return true
+    }
+
+    /// A datagram whose session is not the current one: if it is an earlier epoch of ours and
+    /// its sender is owed the next one, hand it over; nothing else in it is believed.
+    mutating func receiveEarlierEpoch(_ datagram: ByteBuffer, from address: PeerAddress, now: MeshInstant) {
+        var peek = datagram
+        guard case let .success(header) = DatagramHeader.decode(&peek), var earlier = earlierCodecs[header.sessionID] else {
+            return counters.countDrop(.foreign)
+        }
+        let result = earlier.open(datagram)
+        earlierCodecs[header.sessionID] = earlier
+        let opened: OpenedDatagram
+        switch result {
+        case let .success(success): opened = success
+        case let .failure(reason): return counters.countDrop(reason)
+        }
+        // A competing rotation handed to us in the epoch ours left (two removals at once).
+        if case .epochHandover = opened.frames.first {
+            for case let .epochHandover(handover) in opened.frames {
+                receiveHandover(handover, header: opened.header, from: address, now: now)
+            }
+            return
+        }
+        // A beacon from a member already in the epoch that followed this one here: nothing to do.
+        let next = epochs.transition(after: header.sessionID)?.secret.sessionID
+        for case let .ping(ping) in opened.frames where ping.token == next?.value { return }
+        guard epochs.isEntitled(header.sender, heardIn: header.sessionID), let record = senderRecord(opened) else {
+            return counters.countDrop(.staleEpoch)
+        }
+        handOver(to: record, heardIn: header.sessionID, address: address, now: now)
+    }
+
+    /// The sender's record for the boot that sent `datagram`: ours if current, else one it carries.
+    private func senderRecord(_ datagram: OpenedDatagram) -> MemberRecord? {
+        let sender = datagram.header.sender
+        if let known = membership.member(sender)?.record, known.bootID == datagram.header.bootID { return known }
+        for case let .alive(record) in datagram.frames
+        where record.id == sender && record.bootID == datagram.header.bootID && record.hasValidSignature(authority) {
+            return record
+        }
+        return nil
+    }
+
+    /// A handover to us, in a datagram of our current epoch: adopt the next epoch if it is
+    /// genuine, for our boot, and from a member we know.
+    mutating func receiveHandover(_ handover: EpochHandover, header: DatagramHeader, from address: PeerAddress,
+                                  now: MeshInstant) {
+        // Our own rotation is being stored: it commits first, as if storing took no time.
+        guard pendingRemoval == nil else {
+            if deferredHandovers.count < Self.maxDeferredHandovers { deferredHandovers.append((handover, header, address)) }
+            return
+        }
+        // Cheap checks first: signatures and key exchange only for what could be taken.
+        guard handover.recipient == localID, handover.recipientBoot == bootID, handover.sender.id == header.sender,
+              handover.sender.bootID == header.bootID,
+              handover.rotation.nextSession != session.sessionID,
+              let previous = epochs.secret(of: handover.rotation.previousSession),
+              knownMemberIDs.contains(header.sender),
+              handover.sender.hasValidSignature(authority),
+              let secret = handover.open(previous: previous, local: ephemeral) else {
+            counters.handoversRefused += 1
+            return
+        }
+        switch epochs.accept(handover.rotation, secret: secret, from: header.sender, localID: localID,
+                             members: knownMemberIDs, authority: authority) {
+        case let .adopted(transition, replacing):
+            // Handed on to every live member too: under loss, and when two members removed
+            // someone at once, every member must see the rotation that stands.
+            enterEpoch(transition, handingOver: true, now: now)
+            if let replacing, replacing.rotation.author == localID {
+                // Our own removal lost to a competing one: remove again, on top of the winner.
+                let rest = Set(replacing.rotation.removed).subtracting(epochs.removed)
+                if !rest.isEmpty, let again = try? epochs.rotation(removing: rest, to: randomSecret(),
+                                                                   members: knownMemberIDs, authority: authority) {
+                    epochs.commit(again)
+                    enterEpoch(again, handingOver: true, now: now)
+                }
+            }
+            // Our view may be empty (back from a restart): join again, now in the new epoch.
+            let seeds = Set([address] + remembered.addresses + membership.view.dropFirst().compactMap(\.address))
+            let joining = membership.join(seeds.sorted(), now: now)
+            apply(joining, now: now)
+        case .removesUs:
+            log(.warning, "this node was removed from the session", ["by": "\(handover.rotation.author)"])
+            counters.handoversRefused += 1
+        case .notOurEpoch:
+            // A competing rotation that loses to ours: its sender is handed ours.
+            handOver(to: handover.sender, heardIn: handover.rotation.previousSession, address: address, now: now)
+        case .known:
+            break
+        case .invalid:
+            counters.handoversRefused += 1
+        }
+    }
+}

@@ -1,0 +1,363 @@
+import MeshCrypto
+
+/// A fetch of one attachment, as state: its manifest (asked of one holder after another), then
+/// what the store already holds (a restarted node resumes), then the swarm, then durability.
+package struct Fetch: Sendable {
+    enum Stage: Sendable {
+        /// Asking for the manifest: who was asked, who is being asked and until when (nil: no
+        /// holder known yet, waiting for one until `deadline`).
+        case manifest(deadline: MeshInstant, tried: Set<NodeID>, asking: NodeID?, answerBy: MeshInstant?)
+        /// The manifest is being stored (kept here: a remove meanwhile must collect it).
+        case storingManifest(Manifest)
+        /// The store is asked which chunks it already holds.
+        case inspecting
+        /// The swarm: the scheduler picks chunk and holder.
+        case chunks(have: ChunkBitmap)
+        /// Every chunk is stored; waiting for them to be durable.
+        case completing
+    }
+
+    var stage: Stage
+    let startedAt: MeshInstant
+    var lastProgress: MeshInstant
+    /// Chunks this fetch had to bring (for the "fetched" log line).
+    var needed = 0
+
+    var held: Int? {
+        if case let .chunks(have) = stage { return have.held }
+        return nil
+    }
+
+    /// A manifest on its way to the store, not yet among the node's.
+    var manifestBeingStored: Manifest? {
+        if case let .storingManifest(manifest) = stage { return manifest }
+        return nil
+    }
+}
+
+extension NodeInstance {
+    /// Fetches every attachment in the journal that is not whole here, unless `--lazy`, or
+    /// paused after a chunk could not be stored.
+    mutating func replicate(now: MeshInstant) {
+        guard !settings.lazy, !isReplicationPaused(now: now) else { return }
+        for id in journal.state.presentIDs where !complete.contains(id) { startFetch(id, now: now) }
+    }
+
+    func isReplicationPaused(now: MeshInstant) -> Bool {
+        replicationPausedUntil.map { now < $0 } ?? false
+    }
+
+    mutating func startFetch(_ id: SHA256Digest, now: MeshInstant) {
+        guard fetches[id] == nil, phase.isActive, journal.state.isPresent(id) else { return }
+        if let manifest = manifests[id] {
+            fetches[id] = Fetch(stage: .inspecting, startedAt: now, lastProgress: now)
+            store(.inspect(manifest), .inspect(id))
+        } else {
+            fetches[id] = Fetch(stage: .manifest(deadline: now + settings.unavailableTimeout, tried: [], asking: nil,
+                                                 answerBy: nil),
+                                startedAt: now, lastProgress: now)
+            askForManifest(id, now: now)
+        }
+    }
+
+    /// A load: at once when the attachment is whole here, else once its fetch ends (started now,
+    /// even when lazy or paused: someone is waiting).
+    mutating func load(_ id: SHA256Digest, into destination: ExportDestination, request: RequestID, now: MeshInstant) {
+        guard journal.state.isPresent(id) else { return complete(request, .failure(.unknownAttachment(id))) }
+        if complete.contains(id), let manifest = manifests[id] {
+            return store(.export(manifest, to: destination), .export(request, manifest))
+        }
+        loadWaiters[id, default: []].append((request, destination))
+        startFetch(id, now: now)
+    }
+
+    mutating func exported(_ result: Result<StorageOutcome, StorageFailure>, manifest: Manifest, request: RequestID) {
+        switch result {
+        case let .success(.exported(bytes)): complete(request, .success(.loaded(manifest, bytes: bytes)))
+        case let .failure(failure): complete(request, .failure(.store(failure)))
+        case .success: complete(request, .failure(.store(.failed("the store did not export"))))
+        }
+    }
+
+    // MARK: the manifest
+
+    /// Asks a holder that was not asked yet (else any) for the manifest, or waits for one.
+    private mutating func askForManifest(_ id: SHA256Digest, now: MeshInstant) {
+        guard case .manifest(let deadline, var tried, _, _) = fetches[id]?.stage else { return }
+        let candidates = (holders(of: id) + transfer.peersWithChunks(of: id)).filter { $0 != localID }
+        let fresh = candidates.filter { !tried.contains($0) }
+        let pool = fresh.isEmpty ? candidates : fresh
+        guard !pool.isEmpty else {
+            fetches[id]?.stage = .manifest(deadline: deadline, tried: tried, asking: nil, answerBy: nil)
+            return
+        }
+        let holder = pool[Int(random.next() % UInt64(pool.count))]
+        tried.insert(holder)
+        let answerBy = now + settings.manifestRequestTimeout
+        fetches[id]?.stage = .manifest(deadline: deadline, tried: tried, asking: holder, answerBy: answerBy)
+        sendJournal(.chunkRequest(id), to: holder, now: now)
+    }
+
+    mutating func manifestAnswer(_ digest: SHA256Digest, bytes: [UInt8]?, from peer: NodeID, now: MeshInstant) {
+        guard case .manifest(_, _, let asking, _) = fetches[digest]?.stage, asking == peer else { return }
+        guard let bytes, SHA256Digest.hashing(bytes) == digest, let manifest = try? Manifest(decoding: bytes) else {
+            return manifestRetry(digest, now: now)
+        }
+        fetches[digest]?.stage = .storingManifest(manifest)
+        store(.writeChunk(bytes, expected: digest), .storeManifest(manifest))
+    }
+
+    /// The asked holder said no, or nothing: the next one, or give up after the deadline.
+    private mutating func manifestRetry(_ id: SHA256Digest, now: MeshInstant) {
+        guard case let .manifest(deadline, _, _, _) = fetches[id]?.stage else { return }
+        if now >= deadline {
+            finishFetch(id, .failure(.manifestUnavailable(id)), now: now)
+        } else {
+            askForManifest(id, now: now)
+        }
+    }
+
+    mutating func manifestStored(_ result: Result<StorageOutcome, StorageFailure>, _ manifest: Manifest,
+                                 now: MeshInstant) {
+        let id = manifest.id
+        guard case .storingManifest = fetches[id]?.stage else { return }
+        switch result {
+        case .success(.written(stored: true)):
+            manifests[id] = manifest
+            fetches[id]?.stage = .inspecting
+            store(.inspect(manifest), .inspect(id))
+        case let .failure(failure):
+            storeFailed(failure, fetching: [id], now: now)
+        case .success:
+            finishFetch(id, .failure(.manifestUnavailable(id)), now: now)
+        }
+    }
+
+    mutating func inspected(_ result: Result<StorageOutcome, StorageFailure>, id: SHA256Digest, now: MeshInstant) {
+        guard case .inspecting = fetches[id]?.stage, let manifest = manifests[id] else { return }
+        guard case let .success(.inspected(missingList)) = result else {
+            return storeFailed(result.failure ?? .failed("the store did not answer"), fetching: [id], now: now)
+        }
+        let missing = Set(missingList)
+        var have = ChunkBitmap(count: manifest.chunks.count)
+        for (index, digest) in manifest.chunks.enumerated() where !missing.contains(digest) { have.insert(index) }
+        guard !have.isComplete else {
+            fetches[id]?.stage = .completing
+            return store(.flush, .completeFetch(id))
+        }
+        fetches[id]?.stage = .chunks(have: have)
+        fetches[id]?.needed = manifest.chunks.count - have.held
+        transfer.start(manifest, have: have)
+        refreshAvailability()
+        pumpTransfers(now: now)
+    }
+
+    // MARK: the swarm
+
+    /// Sends the scheduler's requests.
+    mutating func pumpTransfers(now: MeshInstant) {
+        for request in transfer.nextRequests(now: now) {
+            requested[request.digest, default: []].append(ChunkRef(attachment: request.attachment, index: request.index))
+            if let length = manifests[request.attachment]?.length(ofChunk: request.index),
+               let want = assembler.begin(request.digest, length: length, from: request.peer, now: now) {
+                sendPairwise([.chunkWant(want)], to: request.peer)
+            } else {
+                transfer.onBusy(attachment: request.attachment, index: request.index, from: request.peer, now: now)
+            }
+        }
+    }
+
+    /// Tells the scheduler who holds what: members that announced whole attachments, as full bitmaps.
+    mutating func refreshAvailability() {
+        let live = Set(activeMemberIDs)
+        for id in Set(transfer.activeAttachments).union(manifests.keys).sorted() {
+            guard let count = manifests[id]?.chunks.count else { continue }
+            for holder in journal.holders(of: id) where live.contains(holder) {
+                transfer.setAvailability(.full(count), of: id, at: holder)
+            }
+        }
+    }
+
+    /// Who holds which attachment whole changed: manifests may now have someone to ask.
+    mutating func holdersChanged(now: MeshInstant) {
+        for id in fetches.keys.sorted() {
+            if case .manifest(_, _, nil, _) = fetches[id]?.stage { askForManifest(id, now: now) }
+        }
+        refreshAvailability()
+        replicate(now: now)
+    }
+
+    mutating func receiveAvailability(_ bitmap: ChunkBitmap, of attachment: SHA256Digest, from peer: NodeID,
+                                      now: MeshInstant) {
+        if logs(.debug) { log(.debug, "availability", ["peer": String(peer.hex.prefix(6)), "held": "\(bitmap.held)/\(bitmap.count)"]) }
+        transfer.setAvailability(bitmap, of: attachment, at: peer)
+        if !complete.contains(attachment), !settings.lazy, !isReplicationPaused(now: now) {
+            startFetch(attachment, now: now)
+        }
+        pumpTransfers(now: now)
+    }
+
+    /// A chunk put together from pieces, the last from `peer`: the store hashes it before keeping it.
+    mutating func receiveChunk(_ digest: SHA256Digest, bytes: [UInt8], from peer: NodeID, contributors: Set<NodeID>) {
+        guard let refs = requested.removeValue(forKey: digest), !refs.isEmpty else { return }
+        store(.writeChunk(bytes, expected: digest), .storeChunk(digest, refs: refs, from: peer, contributors: contributors))
+    }
+
+    mutating func chunkStored(_ result: Result<StorageOutcome, StorageFailure>, digest: SHA256Digest, refs: [ChunkRef],
+                              from peer: NodeID, contributors: Set<NodeID>, now: MeshInstant) {
+        // Refs of fetches that ended meanwhile (removed, or failed) are not counted.
+        let live = refs.filter { fetches[$0.attachment] != nil }
+        switch result {
+        case .success(.written(stored: true)):
+            break
+        case .success:
+            // Never stored, never served. A sole sender is not asked for it again; pieces from
+            // several senders name no culprit, so the chunk is asked of one at a time.
+            counters.chunksRejected += 1
+            for ref in live {
+                requested[digest, default: []].append(ref)
+                if contributors.count > 1 {
+                    transfer.onMixedBadChunk(attachment: ref.attachment, index: ref.index, from: contributors)
+                } else {
+                    for sender in contributors {
+                        transfer.onChunk(attachment: ref.attachment, index: ref.index, from: sender, valid: false)
+                    }
+                }
+            }
+            return pumpTransfers(now: now)
+        case let .failure(failure):
+            // Our disk, not the holder: asking others would fetch the chunk again to fail again.
+            for ref in live { transfer.onMissing(attachment: ref.attachment, index: ref.index, from: peer) }
+            return storeFailed(failure, fetching: live.map(\.attachment), now: now)
+        }
+        counters.chunksFetched += 1
+        for ref in live {
+            guard case var .chunks(have) = fetches[ref.attachment]?.stage else { continue }
+            have.insert(ref.index)
+            fetches[ref.attachment]?.stage = .chunks(have: have)
+            fetches[ref.attachment]?.lastProgress = now
+            dirtyBitmaps.insert(ref.attachment)
+            if transfer.onChunk(attachment: ref.attachment, index: ref.index, from: peer, valid: true) {
+                // Complete only once durable: a full disk can still refuse the last renames.
+                fetches[ref.attachment]?.stage = .completing
+                store(.flush, .completeFetch(ref.attachment))
+            }
+        }
+        pumpTransfers(now: now)
+    }
+
+    mutating func fetchFlushed(_ result: Result<StorageOutcome, StorageFailure>, id: SHA256Digest, now: MeshInstant) {
+        guard case .completing = fetches[id]?.stage, let manifest = manifests[id] else { return }
+        switch result {
+        case .success: finishFetch(id, .success(manifest), now: now)
+        case let .failure(failure): storeFailed(failure, fetching: [id], now: now)
+        }
+    }
+
+    /// Chunks cannot be stored (a full disk, most likely): the fetches that brought them end
+    /// with the store's message, and replication waits before trying again.
+    private mutating func storeFailed(_ failure: StorageFailure, fetching ids: [SHA256Digest], now: MeshInstant) {
+        log(.warning, "cannot store a chunk", ["error": "\(failure)"])
+        for id in Set(ids).sorted() where fetches[id] != nil { finishFetch(id, .failure(.store(failure)), now: now) }
+        replicationPausedUntil = now + settings.replicationPauseAfterStoreFailure
+    }
+
+    /// Ends a fetch, whole or not, and answers the loads waiting for it.
+    mutating func finishFetch(_ id: SHA256Digest, _ result: Result<Manifest, NodeError>, now: MeshInstant) {
+        if let fetch = fetches.removeValue(forKey: id) {
+            switch result {
+            case let .success(manifest):
+                if fetch.needed > 0 {
+                    let seconds = max(1e-9, Double((now - fetch.startedAt).nanosecondsClamped) / 1e9)
+                    let bytes = Double(min(UInt64(fetch.needed) * UInt64(manifest.chunkSize), manifest.size))
+                    log(.info, "fetched", ["attachment": String(id.hex.prefix(16)), "chunks": "\(fetch.needed)",
+                                           "seconds": "\((seconds * 1000).rounded() / 1000)",
+                                           "MiBps": "\((bytes / seconds / 1_048_576).rounded())"])
+                }
+            case .failure:
+                counters.fetchesFailed += 1
+                if let held = fetch.held { knownHeld[id] = held }
+            }
+            dirtyBitmaps.remove(id)
+            for digest in manifests[id]?.chunks ?? [] {
+                requested[digest]?.removeAll { $0.attachment == id }
+                if requested[digest]?.isEmpty == true {
+                    requested[digest] = nil
+                    assembler.cancel(digest)
+                }
+            }
+            transfer.cancel(id)
+        }
+        if case let .success(manifest) = result {
+            manifests[id] = manifest
+            complete.insert(id)
+            knownHeld[id] = nil
+            announceHoldings(now: now)
+        }
+        for waiter in loadWaiters.removeValue(forKey: id) ?? [] {
+            switch result {
+            case let .success(manifest): store(.export(manifest, to: waiter.destination), .export(waiter.request, manifest))
+            case let .failure(error): complete(waiter.request, .failure(error))
+            }
+        }
+    }
+
+    // MARK: time
+
+    /// Manifest requests that went unanswered, quiet chunks, availability announcements, and
+    /// fetches nobody can serve.
+    mutating func fetchTick(now: MeshInstant) {
+        for id in fetches.keys.sorted() {
+            guard case let .manifest(deadline, _, asking, answerBy) = fetches[id]?.stage else { continue }
+            if asking != nil, let answerBy, now >= answerBy {
+                manifestRetry(id, now: now)
+            } else if asking == nil, now >= deadline {
+                finishFetch(id, .failure(.manifestUnavailable(id)), now: now)
+            }
+        }
+        transfer.onTick(now: now)
+        if let until = replicationPausedUntil, now >= until {
+            replicationPausedUntil = nil
+            replicate(now: now)
+        }
+        for (peer, want) in assembler.onTick(now: now) { sendPairwise([.chunkWant(want)], to: peer) }
+        if now >= nextAvailabilityAt, !dirtyBitmaps.isEmpty {
+            nextAvailabilityAt = now + settings.availabilityInterval
+            for id in dirtyBitmaps.sorted() {
+                guard case let .chunks(have) = fetches[id]?.stage else { continue }
+                for peer in activeMemberIDs { sendJournal(.chunks(id, have), to: peer, now: now) }
+            }
+            dirtyBitmaps = []
+        }
+        for id in fetches.keys.sorted() {
+            guard let fetch = fetches[id], case let .chunks(have) = fetch.stage,
+                  now >= fetch.lastProgress + settings.unavailableTimeout, !transfer.hasRequestsInFlight(id) else { continue }
+            finishFetch(id, .failure(.chunksUnavailable(id, missing: have.count - have.held, total: have.count)), now: now)
+        }
+        pumpTransfers(now: now)
+    }
+
+    /// The earliest deadline of the fetches (only ones `fetchTick` acts on).
+    var fetchDeadline: MeshInstant? {
+        var deadline: MeshInstant?
+        func consider(_ instant: MeshInstant?) {
+            guard let instant else { return }
+            deadline = deadline.map { min($0, instant) } ?? instant
+        }
+        for (id, fetch) in fetches {
+            switch fetch.stage {
+            case let .manifest(deadline, _, asking, answerBy):
+                consider(asking == nil ? deadline : answerBy)
+            case .chunks where !transfer.hasRequestsInFlight(id):
+                consider(fetch.lastProgress + settings.unavailableTimeout)
+            default:
+                break
+            }
+        }
+        consider(transfer.nextDeadline)
+        consider(assembler.nextDeadline)
+        if !dirtyBitmaps.isEmpty { consider(nextAvailabilityAt) }
+        consider(replicationPausedUntil)
+        return deadline
+    }
+}

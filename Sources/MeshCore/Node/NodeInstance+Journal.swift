@@ -1,0 +1,234 @@
+import MeshCrypto
+
+/// The journal in the node. Durable before visible: a local add or remove is signed, appended
+/// to the journal log, and only once the append succeeded applied and sent to the members, so
+/// what `attach` or `remove` acknowledges survives a crash right after, and one whose append
+/// failed changed nothing, here or anywhere. Operations of others are applied at once and
+/// appended after; an append of theirs that fails is tried again until it holds.
+extension NodeInstance {
+    // MARK: adding and removing
+
+    mutating func beginAdd(_ source: AttachmentSource, metadata: [UInt8], request: RequestID) {
+        guard metadata.count <= JournalOperation.maxMetadataBytes else {
+            return complete(request, .failure(.metadataTooLarge(size: metadata.count, limit: JournalOperation.maxMetadataBytes)))
+        }
+        if case let .bytes(bytes) = source, UInt64(bytes.count) > settings.maxAttachmentSize {
+            return complete(request, .failure(.store(.tooLarge(size: UInt64(bytes.count), limit: settings.maxAttachmentSize))))
+        }
+        store(.ingest(source, chunkSize: settings.chunkSize, limit: settings.maxAttachmentSize),
+              .ingest(request, metadata: metadata))
+    }
+
+    /// The chunks are stored and held: record the add in the log.
+    mutating func ingested(_ result: Result<StorageOutcome, StorageFailure>, metadata: [UInt8], request: RequestID) {
+        guard case let .success(.ingested(manifest)) = result else {
+            return complete(request, .failure(.store(result.failure ?? .failed("the store did not ingest"))))
+        }
+        guard phase != .stopped else {
+            store(.unpin(manifest, collectKeeping: collectionRoots(excepting: manifest.id)), .housekeeping)
+            return complete(request, .failure(.stopped))
+        }
+        let operation = journal.prepareAdd(manifest.id, size: manifest.size, chunkCount: manifest.chunks.count,
+                                           metadata: metadata)
+        store(.appendJournal([operation]), .appendLocal(request, operation, .add(manifest)))
+    }
+
+    mutating func beginRemove(_ id: SHA256Digest, request: RequestID) {
+        guard let operation = journal.prepareRemove(id) else { return complete(request, .failure(.unknownAttachment(id))) }
+        store(.appendJournal([operation]), .appendLocal(request, operation, .remove))
+    }
+
+    /// A local operation is in the log (or not): publish it, or take back what it stored.
+    mutating func localAppended(_ result: Result<StorageOutcome, StorageFailure>, operation: JournalOperation,
+                                change: LocalChange, request: RequestID, now: MeshInstant) {
+        if case let .failure(failure) = result {
+            if case let .add(manifest) = change {
+                // Not added: the chunks no attachment here uses go again (a full disk gets its space back).
+                store(.unpin(manifest, collectKeeping: collectionRoots(excepting: manifest.id)), .housekeeping)
+            }
+            return complete(request, .failure(.store(failure)))
+        }
+        if case let .add(manifest) = change {
+            manifests[manifest.id] = manifest
+            complete.insert(manifest.id)
+            // Another member's add of the same bytes may be fetching: it is whole now.
+            if fetches[manifest.id] != nil { finishFetch(manifest.id, .success(manifest), now: now) }
+        }
+        let published = journal.publish(operation)
+        apply(published, local: true, now: now)
+        announceHoldings(now: now)
+        switch change {
+        case let .add(manifest):
+            store(.unpin(manifest, collectKeeping: nil), .housekeeping)
+            if let entry = journal.state.entry(manifest.id) {
+                complete(request, .success(.added(entry)))
+            } else {
+                // Removed by another member's remove that this add had not seen: an empty add is
+                // still an add, and it is in the log; report what it was.
+                complete(request, .failure(.unknownAttachment(manifest.id)))
+            }
+        case .remove:
+            complete(request, .success(.removed(operation.attachment)))
+        }
+    }
+
+    /// Manifests a collect must keep: every present attachment's but `id`'s, unless `id` is
+    /// present and whole here (then its chunks are in use).
+    func collectionRoots(excepting id: SHA256Digest) -> [Manifest]? {
+        guard !complete.contains(id) else { return nil }
+        return journal.state.attachments.compactMap { $0.id == id ? nil : manifests[$0.id] }
+    }
+
+    // MARK: journal messages
+
+    mutating func sendJournal(_ message: JournalMessage, to peer: NodeID, now: MeshInstant) {
+        guard let (_, directives) = try? delivery.send(message.encoded, to: [peer], mode: .reliable, stream: .journal,
+                                                       now: now, timeout: settings.journalSendTimeout) else { return }
+        if case let .chunk(_, bytes) = message {
+            counters.chunksServed += 1
+            counters.chunkPayloadBytesSent += UInt64(bytes.count)
+        }
+        apply(directives, now: now)
+    }
+
+    /// A journal message from `peer`: complete, in order, and authenticated by the reliable channel.
+    mutating func receiveJournal(_ bytes: [UInt8], from peer: NodeID, now: MeshInstant) {
+        guard let message = try? JournalMessage(decoding: bytes) else {
+            counters.messagesMalformed += 1
+            return log(.debug, "malformed journal message", ["from": "\(peer)"])
+        }
+        switch message {
+        case let .chunkRequest(digest):
+            // Served only after verification: the store hashes every chunk it reads.
+            store(.readChunk(digest), .serveManifest(digest, to: peer))
+        case let .chunk(digest, bytes):
+            manifestAnswer(digest, bytes: bytes, from: peer, now: now)
+        case let .noChunk(digest):
+            manifestAnswer(digest, bytes: nil, from: peer, now: now)
+        case let .chunks(attachment, bitmap):
+            receiveAvailability(bitmap, of: attachment, from: peer, now: now)
+        default:
+            let answers = journal.onMessage(message, from: peer)
+            apply(answers, now: now)
+        }
+    }
+
+    mutating func manifestReadForServing(_ result: Result<StorageOutcome, StorageFailure>, digest: SHA256Digest,
+                                         to peer: NodeID, now: MeshInstant) {
+        guard phase.isActive else { return }
+        if case let .success(.read(bytes?)) = result {
+            sendJournal(.chunk(digest, bytes), to: peer, now: now)
+        } else {
+            sendJournal(.noChunk(digest), to: peer, now: now)
+        }
+    }
+
+    /// `local`: the operations were appended before they were applied (`localAppended`).
+    mutating func apply(_ directives: [JournalInstance.Directive], local: Bool = false, now: MeshInstant) {
+        for directive in directives {
+            switch directive {
+            case let .send(peer, message):
+                sendJournal(message, to: peer, now: now)
+            case let .applied(operations):
+                if !local { store(.appendJournal(operations), .appendRemote(operations)) }
+                journalChanged(operations, now: now)
+            case .holdersChanged:
+                holdersChanged(now: now)
+            }
+        }
+    }
+
+    mutating func remoteAppended(_ result: Result<StorageOutcome, StorageFailure>, operations: [JournalOperation],
+                                 now: MeshInstant) {
+        guard case let .failure(failure) = result else { return }
+        // Applied but not on disk: a restart would have to learn them again from the members.
+        // Appended again later, so the log catches up once the disk takes it.
+        journalBacklog += operations
+        if journalBacklogRetryAt == nil { journalBacklogRetryAt = now + settings.journalLogRetryInterval }
+        log(.warning, "cannot append to the journal log", ["error": "\(failure)", "operations": "\(operations.count)"])
+    }
+
+    mutating func retryJournalBacklog(now: MeshInstant) {
+        guard let due = journalBacklogRetryAt, now >= due else { return }
+        journalBacklogRetryAt = nil
+        let operations = journalBacklog
+        journalBacklog = []
+        if !operations.isEmpty { store(.appendJournal(operations), .appendRemote(operations)) }
+    }
+
+    /// After new operations: tell subscribers, drop what was removed, fetch what was added.
+    private mutating func journalChanged(_ operations: [JournalOperation], now: MeshInstant) {
+        emit(.attachmentsChanged)
+        for operation in operations where operation.kind == .remove && !journal.state.isPresent(operation.attachment) {
+            let id = operation.attachment
+            // Collected after whatever the store was already asked to write for it (requests run
+            // in order), the manifest of a fetch too.
+            let removed = manifests[id] ?? fetches[id]?.manifestBeingStored
+            // A fetch under way stops: chunks it brought after this would never be collected.
+            if fetches[id] != nil { finishFetch(id, .failure(.unknownAttachment(id)), now: now) }
+            for waiter in loadWaiters.removeValue(forKey: id) ?? [] {
+                complete(waiter.request, .failure(.unknownAttachment(id)))
+            }
+            complete.remove(id)
+            recentChunks.removeAll()
+            manifests[id] = nil
+            if let removed {
+                let kept = journal.state.attachments.compactMap { manifests[$0.id] }
+                store(.collect(removed, keeping: kept), .housekeeping)
+            }
+        }
+        announceHoldings(now: now)
+        replicate(now: now)
+    }
+
+    // MARK: what the journal holds
+
+    /// The attachment set, as every member converges to it.
+    public var attachments: [AttachmentEntry] { journal.state.attachments }
+
+    /// An attachment named by its id or a unique prefix of it (4 characters at least).
+    public func resolveAttachment(_ text: String) -> Result<AttachmentEntry, AttachmentLookupError> {
+        let lowered = text.lowercased()
+        let entries = attachments
+        if let exact = entries.first(where: { $0.id.hex == lowered }) { return .success(exact) }
+        guard lowered.count >= 4 else { return .failure(.tooShort(text)) }
+        let matches = entries.filter { $0.id.hex.hasPrefix(lowered) }
+        if matches.count > 1 { return .failure(.ambiguous(text)) }
+        return matches.first.map { .success($0) } ?? .failure(.unknown(text))
+    }
+
+    /// Live members (this node included) known to hold the attachment whole.
+    public func holders(of id: SHA256Digest) -> [NodeID] {
+        let live = Set(activeMemberIDs + [localID])
+        return journal.holders(of: id).filter(live.contains)
+    }
+
+    /// Chunks of an attachment held here: all when whole, what a fetch has so far, else what the
+    /// last look at the store found.
+    public func chunksHeld(of entry: AttachmentEntry) -> Int {
+        if complete.contains(entry.id) { return entry.chunkCount }
+        return fetches[entry.id]?.held ?? knownHeld[entry.id] ?? 0
+    }
+}
+
+public enum AttachmentLookupError: Error, Sendable, Equatable {
+    case unknown(String)
+    case ambiguous(String)
+    /// Under 4 characters: too short to name an attachment.
+    case tooShort(String)
+}
+
+extension Result {
+    var failure: Failure? {
+        if case let .failure(failure) = self { return failure }
+        return nil
+    }
+}
+
+extension NodeInstance {
+    /// Tells every member which attachments this node now holds whole (when that changed).
+    mutating func announceHoldings(now: MeshInstant) {
+        let holdings = journal.setHoldings(complete)
+        apply(holdings, now: now)
+    }
+}

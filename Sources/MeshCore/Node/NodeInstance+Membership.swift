@@ -1,0 +1,134 @@
+import MeshCrypto
+
+/// Membership in the node: its datagrams go out under the hello key; a member's change installs
+/// or keeps its pairwise keys and channels, and starts or stops journal sync and transfers.
+extension NodeInstance {
+    mutating func apply(_ directives: [MembershipDirective], now: MeshInstant) {
+        guard !directives.isEmpty else { return }
+        var newMember = false
+        for directive in directives {
+            switch directive {
+            case let .send(frames, _, address):
+                sendHello(frames, to: address)
+            case let .memberChanged(member):
+                if member.status != .left, !remembered.contains(member.id) { newMember = true }
+                memberChanged(member, now: now)
+            case let .memberForgotten(id):
+                peerAddresses[id] = nil
+                remembered.forget(id)
+                rememberedDirty = true
+                codec.removePeer(id)
+                let removed = delivery.removePeer(id, now: now)
+                apply(removed, now: now)
+                emit(.memberForgotten(id))
+            }
+        }
+        if membership.me.incarnation != remembered.incarnation {
+            remembered.incarnation = membership.me.incarnation
+            rememberedDirty = true
+        }
+        // A member met for the first time is written down at once (other changes wait for the
+        // tick): a node that crashes right after joining must still find the mesh again.
+        if newMember { saveRemembered() }
+    }
+
+    private mutating func memberChanged(_ member: Member, now: MeshInstant) {
+        let id = member.id
+        peerAddresses[id] = member.status.isGone ? nil : member.address
+        rememberedDirty = true
+        if phase == .joining, !member.status.isGone { phase = .running }
+        if member.status.isGone {
+            // Keys and channels stay until the member is forgotten or a new boot shows up: a
+            // member declared dead that refutes resumes where it was.
+            let failed = delivery.failPending(id, now: now)
+            apply(failed, now: now)
+            let left = journal.memberLeft(id)
+            apply(left, now: now)
+            transfer.removePeer(id)
+            assembler.removeHolder(id)
+        } else if codec.installedBoot(of: id) != member.record.bootID || !delivery.peers.contains(id),
+                  let keys = PairwiseKeys.derive(session: session, local: ephemeral,
+                                                 peerPublicKey: member.record.ephemeralKey) {
+            // A new boot starts its channels afresh: what was pending to the old boot is reported
+            // as not delivered, and its journal sync starts over (it may have lost what it was sent).
+            if codec.installedBoot(of: id) != nil {
+                let removed = delivery.removePeer(id, now: now)
+                apply(removed, now: now)
+            }
+            codec.installPeer(id, bootID: member.record.bootID, keys: keys)
+            delivery.addPeer(id)
+            _ = journal.memberLeft(id)
+            let joined = journal.memberJoined(id)
+            apply(joined, now: now)
+        } else {
+            // Back from a (false) death with the same boot: resume journal sync.
+            delivery.addPeer(id)
+            let joined = journal.memberJoined(id)
+            apply(joined, now: now)
+        }
+        log(.info, "member changed", ["member": "\(id)", "state": member.status.rawValue,
+                                      "incarnation": "\(member.incarnation)"])
+        emit(.memberChanged(member))
+    }
+
+    /// Pairwise keys for a member's current boot under the current epoch.
+    mutating func installKeys(for member: Member) {
+        guard let keys = PairwiseKeys.derive(session: session, local: ephemeral,
+                                             peerPublicKey: member.record.ephemeralKey) else { return }
+        codec.installPeer(member.id, bootID: member.record.bootID, keys: keys)
+    }
+
+    mutating func saveRemembered() {
+        rememberedDirty = false
+        remembered.merge(membership.view.dropFirst())
+        store(.saveMembers(remembered), .saveMembers)
+    }
+
+    // MARK: what the node knows
+
+    /// Every member this node knows of, itself first.
+    public var members: [Member] { membership.view }
+
+    /// Members this node sees as neither dead nor left, itself excluded.
+    public var activeMemberIDs: [NodeID] {
+        membership.view.dropFirst().filter { !$0.status.isGone }.map(\.id)
+    }
+
+    /// Every member id this node knows of, in any state, remembered ones included.
+    var knownMemberIDs: Set<NodeID> {
+        Set(membership.view.dropFirst().map(\.id)).union(remembered.ids)
+    }
+
+    /// A member for people: its name and the start of its id (the name alone is the member's
+    /// own choice, so never enough).
+    public func displayName(of id: NodeID) -> String {
+        let name = membership.member(id)?.record.name ?? ""
+        let prefix = String(id.hex.prefix(12))
+        return name.isEmpty ? prefix : "\(name) (\(prefix))"
+    }
+
+    /// Whether `text` names this node itself: its name, or 4 or more characters of its id.
+    public func namesSelf(_ text: String) -> Bool {
+        let lowered = text.lowercased()
+        return text == membership.me.name || (lowered.count >= 4 && localID.hex.hasPrefix(lowered))
+    }
+
+    /// A member other than this node, named by its full id, its name, or a unique prefix of its id.
+    public func resolveMember(_ text: String) -> Result<NodeID, MemberLookupError> {
+        let known = membership.view.dropFirst()
+        let lowered = text.lowercased()
+        if let exact = known.first(where: { $0.id.hex == lowered }) { return .success(exact.id) }
+        let named = known.filter { $0.record.name == text }
+        if named.count == 1 { return .success(named[0].id) }
+        if named.count > 1 { return .failure(.ambiguous(text, candidates: named.map { displayName(of: $0.id) })) }
+        let prefixed = lowered.isEmpty ? [] : known.filter { $0.id.hex.hasPrefix(lowered) }
+        if prefixed.count == 1 { return .success(prefixed[0].id) }
+        if prefixed.count > 1 { return .failure(.ambiguous(text, candidates: prefixed.map { displayName(of: $0.id) })) }
+        return .failure(.unknown(text))
+    }
+}
+
+public enum MemberLookupError: Error, Sendable, Equatable {
+    case unknown(String)
+    case ambiguous(String, candidates: [String])
+}

@@ -1,0 +1,53 @@
+import MeshCrypto
+
+/// The messenger in the node: application messages and journal messages share each member's
+/// reliable channel, in streams of their own (`DeliveryStream`), sealed pairwise.
+extension NodeInstance {
+    /// An application message. Reliable sends complete once every target acknowledged (else
+    /// `notDelivered`, by member); unreliable ones once their datagrams are out.
+    mutating func send(_ envelope: MessageEnvelope, to targets: [NodeID]?, mode: DeliveryInstance.Mode,
+                       timeout: Duration?, request: RequestID, now: MeshInstant) {
+        guard envelope.body.count <= settings.maxMessageSize else {
+            return complete(request, .failure(.messageTooLarge(size: envelope.body.count, limit: settings.maxMessageSize)))
+        }
+        let recipients = targets ?? activeMemberIDs
+        do {
+            let (sendID, directives) = try delivery.send(envelope.encoded, to: recipients, mode: mode, now: now,
+                                                         timeout: timeout)
+            // The completion may be among the directives (unreliable, no targets): registered first.
+            pendingSends[sendID] = (request, Set(recipients).count)
+            apply(directives, now: now)
+        } catch {
+            // Only an envelope whose tag takes it past the limit gets here.
+            complete(request, .failure(.messageTooLarge(size: envelope.body.count, limit: settings.maxMessageSize)))
+        }
+    }
+
+    mutating func apply(_ directives: [DeliveryInstance.Directive], now: MeshInstant) {
+        for directive in directives {
+            switch directive {
+            case let .send(peer, frames):
+                sendPairwise(frames, to: peer)
+            case let .deliver(received):
+                switch received.stream {
+                case .journal: receiveJournal(received.payload, from: received.from, now: now)
+                case .application: deliver(received)
+                }
+            case let .completed(sendID, failures):
+                // Journal messages complete here too; nobody waits for them.
+                guard let pending = pendingSends.removeValue(forKey: sendID) else { continue }
+                complete(pending.request, failures.isEmpty ? .success(.sent(recipients: pending.recipients))
+                                                          : .failure(.notDelivered(failures)))
+            }
+        }
+    }
+
+    private mutating func deliver(_ received: DeliveryInstance.Received) {
+        guard let envelope = MessageEnvelope(decoding: received.payload) else {
+            counters.messagesMalformed += 1
+            return log(.debug, "malformed message", ["from": "\(received.from)"])
+        }
+        emit(.message(NodeMessage(from: received.from, fromName: membership.member(received.from)?.record.name ?? "",
+                                  mode: received.mode, type: envelope.type, body: envelope.body)))
+    }
+}

@@ -1,0 +1,126 @@
+import MeshCrypto
+import NIOCore
+
+/// Chunks on the wire: a want goes to a holder, the holder answers with the chunk cut into
+/// pieces (one sealed datagram each, in segmented batches), and the asker puts them together,
+/// asks again only for what did not come, and has the store verify the whole before keeping it.
+extension NodeInstance {
+    /// The piece size that fills one pairwise datagram.
+    var pieceSize: Int { codec.maxPairwisePayload - ChunkPiece.overhead }
+
+    /// Transfer frames of a datagram sealed by `peer`'s pairwise key.
+    mutating func receiveTransfer(_ frames: [Frame], from peer: NodeID, now: MeshInstant) {
+        var progressed = false
+        for frame in frames {
+            switch frame {
+            case let .chunkWant(want):
+                serve(want, to: peer, now: now)
+            case let .chunkPiece(piece):
+                switch assembler.onPiece(piece, from: peer, now: now) {
+                case let .complete(bytes, contributors):
+                    receiveChunk(piece.digest, bytes: bytes, from: peer, contributors: contributors)
+                    progressed = true
+                case .unsolicited:
+                    counters.piecesUnsolicited += 1
+                case .accepted, .duplicate:
+                    break
+                }
+            case let .chunkAbsent(absent):
+                assembler.onAbsent(absent.digest, from: peer)
+                for ref in requested[absent.digest] ?? [] {
+                    switch absent.reason {
+                    case .busy: transfer.onBusy(attachment: ref.attachment, index: ref.index, from: peer, now: now)
+                    case .notHeld: transfer.onMissing(attachment: ref.attachment, index: ref.index, from: peer)
+                    }
+                }
+                progressed = true
+            default:
+                continue
+            }
+        }
+        if progressed { pumpTransfers(now: now) }
+    }
+
+    private mutating func serve(_ want: ChunkWant, to peer: NodeID, now: MeshInstant) {
+        // Pieces under the minimum would turn one want into hundreds of thousands of datagrams.
+        guard want.pieceSize <= pieceSize, want.pieceSize >= ChunkWant.minPieceSize else {
+            counters.wantsMisshapen += 1
+            return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld))], to: peer)
+        }
+        // Initial seeding: a chunk only we hold goes to one member at a time.
+        if settings.superSeeding, let ref = chunkLocations[want.digest],
+           !transfer.shouldServe(attachment: ref.attachment, index: ref.index, to: peer,
+                                  holdingAll: complete.contains(ref.attachment), now: now) {
+            return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
+        }
+        // The same want again while its pieces are on their way: they will do.
+        let key = ServeBudget.Key(peer: peer, digest: want.digest)
+        guard !serving.contains(key) else { return }
+        // Admission: a full send queue or too many reads answers "busy", so that holders under
+        // load shed wants instead of queueing bursts that arrive after the asker gave up.
+        guard serving.count < settings.maxConcurrentServes, writable,
+              serving.lazy.filter({ $0.peer == peer }).count < settings.maxServesPerPeer else {
+            counters.wantsRefused += 1
+            return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
+        }
+        // Kept chunks answer re-asks for lost pieces; past two copies a second to one member, its
+        // wants wait for a read like any other (one at a time per chunk), as a flood should.
+        let withinBudget = serveBudget.allows(key, now: now)
+        if withinBudget, let chunk = recentChunks[want.digest] {
+            return sendPieces(of: chunk, want: want, to: peer, now: now)
+        }
+        // Past the budget, the whole chunk again is what only a flood asks for: busy. A re-ask for
+        // lost pieces still waits for a read (busy there stalled joiners whose bursts overflowed
+        // a small receive buffer).
+        guard withinBudget || want.missing != nil else {
+            counters.wantsRefused += 1
+            return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
+        }
+        serving.insert(key)
+        // Served only after verification: the store hashes every chunk it reads.
+        store(.readChunk(want.digest), .serveChunk(want, to: peer))
+    }
+
+    mutating func chunkReadForServing(_ result: Result<StorageOutcome, StorageFailure>, want: ChunkWant,
+                                      to peer: NodeID, now: MeshInstant) {
+        serving.remove(ServeBudget.Key(peer: peer, digest: want.digest))
+        guard phase.isActive else { return }
+        guard case let .success(.read(bytes?)) = result else {
+            return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld))], to: peer)
+        }
+        let chunk = ByteBuffer(bytes: bytes)
+        recentChunks.insert(chunk, for: want.digest)
+        sendPieces(of: chunk, want: want, to: peer, now: now)
+    }
+
+    /// Seals the wanted pieces back to back into batches of equal-sized datagrams, each batch
+    /// one segmented send.
+    private mutating func sendPieces(of chunk: ByteBuffer, want: ChunkWant, to peer: NodeID, now: MeshInstant) {
+        guard let address = peerAddresses[peer] else { return }
+        let pieces = ChunkAssembly.pieces(of: chunk, digest: want.digest, pieceSize: want.pieceSize, only: want.missing)
+        let batchBytes = settings.maxSegmentedBytes
+        var payloadBytes = 0
+        var batch = ByteBuffer()
+        batch.reserveCapacity(batchBytes)
+        var segmentSize = 0, count = 0
+        for piece in pieces {
+            let before = batch.readableBytes
+            guard codec.seal([.chunkPiece(piece)], to: peer, appendingTo: &batch) else { return }
+            let length = batch.readableBytes - before
+            payloadBytes += piece.payload.readableBytes
+            if count == 0 { segmentSize = length }
+            count += 1
+            // A batch ends after a shorter datagram (only the last may be), or when full.
+            if length != segmentSize || count == settings.maxSegments || batch.readableBytes + segmentSize > batchBytes {
+                transmit(segments: batch, segmentSize: segmentSize, count: count, to: address)
+                batch = ByteBuffer()
+                batch.reserveCapacity(batchBytes)
+                count = 0
+            }
+        }
+        if count > 0 { transmit(segments: batch, segmentSize: segmentSize, count: count, to: address) }
+        if want.missing == nil { counters.chunksServed += 1 }
+        counters.chunkPayloadBytesSent += UInt64(payloadBytes)
+        serveBudget.charge(payloadBytes, of: chunk.readableBytes, to: ServeBudget.Key(peer: peer, digest: want.digest), now: now)
+    }
+}

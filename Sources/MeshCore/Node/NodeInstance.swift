@@ -1,0 +1,477 @@
+import MeshCrypto
+import NIOCore
+
+/// One whole GroupMesh node as a pure value: membership, the messenger, the journal, the swarm
+/// and the key epochs, and every decision that routes between them. It reads no clock, opens
+/// no socket or file, calls no global random source and starts no task. The NIO actor
+/// `MeshNode` and the simulation's `SimNode` are two short drivers of this one core.
+///
+/// # The contract
+///
+/// **Inputs.** Every one takes `now`, the driver's monotonic clock; the core never asks for it.
+/// - `start(seeds:now:)` once, after `init` (which takes what the data dir held: `Restored`).
+/// - `handle(datagram:from:now:)` for each received UDP datagram (a GRO batch is split by the
+///   driver first), then `endReadBatch(now:)` once the read batch is over: acknowledgements
+///   for the whole batch go out then, once per peer.
+/// - `tick(now:)` when `nextDeadline` has come (earlier is harmless).
+/// - `handle(_:request:now:)` for a command, under a `RequestID` the driver chose.
+/// - `storageCompleted(_:_:now:)` with the outcome of each `.storage` effect, ticket included.
+/// - `setWritable(_:)` when the driver's send queue fills or drains: while it is full, chunk
+///   wants are answered "busy" instead of queueing bursts that would arrive too late.
+/// - `stop(now:)` after a leave's datagrams went out, or to stop without a word.
+///
+/// **Outputs.** Every input may append effects; the driver drains them all after each input
+/// with `drainEffects(into:)` and carries them out in order (`NodeEffect`): datagrams to send,
+/// storage requests (executed in order, each answered once), events, and completions of
+/// commands. Then it arms one timer at `nextDeadline`. Reading state (`members`,
+/// `attachments`, `status`…) is always allowed and changes nothing.
+///
+/// **Rules the driver keeps.** No decision of its own: what to send, store, or tell whom comes
+/// from here. Storage is answered in request order. A deadline is never in the past after a
+/// `tick` (the simulation checks it: a driver's timer would spin).
+///
+/// **Lifecycle.** `Phase`: `joining` until a member answers (at once when there was nobody to
+/// join through), `running`, `leaving` once a leave's departure was sent, `stopped` after
+/// `stop`. Once stopped, nothing is sent and every waiting command has completed.
+public struct NodeInstance: Sendable {
+    public enum Phase: Sendable, Equatable {
+        case joining, running, leaving, stopped
+
+        /// Takes datagrams, ticks and commands.
+        public var isActive: Bool { self == .joining || self == .running }
+    }
+
+    /// Who this node is for this run.
+    public struct Boot: Sendable {
+        public var identity: NodeIdentity
+        public var ephemeral: EphemeralKeyPair
+        public var bootID: UInt64
+        public var name: String
+        /// Where members reach us (our record's addresses, at most `MemberRecord.maxAddresses`).
+        public var addresses: [PeerAddress]
+        /// The bound socket's own address, never joined through.
+        public var localAddress: PeerAddress?
+
+        public init(identity: NodeIdentity, ephemeral: EphemeralKeyPair, bootID: UInt64, name: String,
+                    addresses: [PeerAddress], localAddress: PeerAddress? = nil) {
+            self.identity = identity
+            self.ephemeral = ephemeral
+            self.bootID = bootID
+            self.name = name
+            self.addresses = addresses
+            self.localAddress = localAddress
+        }
+    }
+
+    /// What the data dir held at start.
+    public struct Restored: Sendable {
+        public var epochs: KeyEpochs
+        public var remembered = RememberedMembers()
+        /// The journal log's operations.
+        public var operations: [JournalOperation] = []
+        /// The stored manifests of the attachments in the journal.
+        public var manifests: [Manifest] = []
+        /// Those whose every chunk is stored.
+        public var complete: Set<SHA256Digest> = []
+        /// How many chunks are stored of the others.
+        public var held: [SHA256Digest: Int] = [:]
+
+        public init(epochs: KeyEpochs, remembered: RememberedMembers = .init(), operations: [JournalOperation] = [],
+                    manifests: [Manifest] = [], complete: Set<SHA256Digest> = []) {
+            self.epochs = epochs
+            self.remembered = remembered
+            self.operations = operations
+            self.manifests = manifests
+            self.complete = complete
+        }
+    }
+
+    public let settings: NodeSettings
+    public let identity: NodeIdentity
+    public let bootID: UInt64
+    let authority: Ed25519Authority
+    let ephemeral: EphemeralKeyPair
+    let localAddress: PeerAddress?
+    /// Nonces of hello datagrams and handovers, new secrets: a secure source in the shell, a
+    /// seeded one in the simulation.
+    var random: any RandomNumberGenerator & Sendable
+    public internal(set) var phase = Phase.joining
+
+    // Sub-machines, mutated in place: copying one out and back per datagram would copy its tables.
+    package internal(set) var membership: MembershipInstance
+    package internal(set) var delivery: DeliveryInstance
+    package internal(set) var journal: JournalInstance
+    package internal(set) var transfer: TransferScheduler
+    package internal(set) var assembler: ChunkAssembler
+
+    // Keys (NodeInstance+Epochs).
+    package internal(set) var epochs: KeyEpochs
+    package internal(set) var codec: DatagramCodec
+    /// Codecs of the earlier epochs, by session id: for members that have not caught up.
+    var earlierCodecs: [SessionID: DatagramCodec] = [:]
+    var epochBeaconAt: MeshInstant?
+    var epochBeaconsLeft = 0
+    var pendingRemoval: RequestID?
+    /// Handovers that came while our own removal was being stored: taken once it is committed,
+    /// so that ours and a competing one meet as two rotations out of one epoch.
+    var deferredHandovers: [(handover: EpochHandover, header: DatagramHeader, address: PeerAddress)] = []
+
+    // Members (NodeInstance+Membership).
+    /// Where each live member is reached: looking it up in the membership per datagram sent
+    /// would cost a copy of the member.
+    var peerAddresses: [NodeID: PeerAddress] = [:]
+    package internal(set) var remembered: RememberedMembers
+    var rememberedDirty = false
+
+    // Messenger (NodeInstance+Messenger): application sends waiting for their acknowledgements.
+    var pendingSends: [UInt64: (request: RequestID, recipients: Int)] = [:]
+
+    // Journal and attachments (NodeInstance+Journal, +Fetch).
+    package internal(set) var manifests: [SHA256Digest: Manifest] = [:] {
+        didSet { chunkLocations = Self.locations(of: manifests) }
+    }
+    /// Where each known chunk sits (one place is enough for the seeding rule).
+    var chunkLocations: [SHA256Digest: ChunkRef] = [:]
+    /// Attachments whose every chunk is stored (and durable).
+    package internal(set) var complete: Set<SHA256Digest>
+    package internal(set) var fetches: [SHA256Digest: Fetch] = [:]
+    /// Chunks held of attachments neither whole nor fetching, as the store last said.
+    var knownHeld: [SHA256Digest: Int] = [:]
+    /// Loads waiting for their attachment's fetch.
+    var loadWaiters: [SHA256Digest: [(request: RequestID, destination: ExportDestination)]] = [:]
+    /// Chunk requests in flight, by digest: which chunks of which attachments they are for.
+    var requested: [SHA256Digest: [ChunkRef]] = [:]
+    var dirtyBitmaps: Set<SHA256Digest> = []
+    var nextAvailabilityAt = MeshInstant.zero
+    var replicationPausedUntil: MeshInstant?
+    /// Operations of others applied but not yet in the journal log (their append failed).
+    var journalBacklog: [JournalOperation] = []
+    var journalBacklogRetryAt: MeshInstant?
+
+    // Serving chunks to others (NodeInstance+Serve).
+    /// Chunk reads under way for other members, until their pieces are written.
+    var serving: Set<ServeBudget.Key> = []
+    /// Bytes of each chunk sent to each member lately: past two copies a second, a chunk kept in
+    /// memory is read again for that member instead.
+    var serveBudget = ServeBudget()
+    /// Chunks just served, for re-asks of their lost pieces.
+    var recentChunks: RecentChunks
+    var writable = true
+
+    public internal(set) var counters = NodeCounters()
+    var effects: [NodeEffect] = []
+
+    public init(boot: Boot, restored: Restored, settings: NodeSettings,
+                random: some RandomNumberGenerator & Sendable, now: MeshInstant) {
+        var random: any RandomNumberGenerator & Sendable = random
+        self.settings = settings
+        identity = boot.identity
+        bootID = boot.bootID
+        authority = Ed25519Authority(identity: boot.identity)
+        ephemeral = boot.ephemeral
+        localAddress = boot.localAddress
+        epochs = restored.epochs
+        remembered = restored.remembered
+        codec = DatagramCodec(session: restored.epochs.current, localID: boot.identity.nodeID,
+                              localBootID: boot.bootID, configuration: settings.wire)
+        for secret in restored.epochs.previousSecrets {
+            earlierCodecs[secret.sessionID] = DatagramCodec(session: secret, localID: boot.identity.nodeID,
+                                                            localBootID: boot.bootID, configuration: settings.wire)
+        }
+        let record = MemberRecord(signingKey: boot.identity.publicKey, name: boot.name,
+                                  addresses: Array(boot.addresses.prefix(MemberRecord.maxAddresses)),
+                                  incarnation: restored.remembered.incarnation + 1, bootID: boot.bootID,
+                                  ephemeralKey: boot.ephemeral.publicKey)
+        membership = MembershipInstance(record: record, authority: authority, settings: settings.membership,
+                                        datagramBudget: codec.maxHelloPayload, seed: random.next(), now: now)
+        var deliverySettings = DeliveryInstance.Settings()
+        deliverySettings.datagramBudget = codec.maxPairwisePayload
+        deliverySettings.maxMessageSize = settings.maxMessageSize + 1 + MessageEnvelope.maxTagBytes
+        delivery = DeliveryInstance(settings: deliverySettings)
+        journal = JournalInstance(authority: authority, syncInterval: settings.journalSyncInterval,
+                                  seed: random.next(), now: now)
+        journal.restore(restored.operations)
+        transfer = TransferScheduler(settings: settings.transfer, seed: random.next())
+        assembler = ChunkAssembler(settings: .init(pieceSize: codec.maxPairwisePayload - ChunkPiece.overhead))
+        recentChunks = RecentChunks(capacity: settings.recentChunkCapacity)
+        self.random = random
+        // Only what the journal holds now: a manifest left over from a removed attachment is not ours.
+        let state = journal.state
+        let present = restored.manifests.filter { state.isPresent($0.id) }
+        complete = restored.complete.intersection(present.map(\.id))
+        knownHeld = restored.held
+        manifests = Dictionary(present.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+    }
+
+    public var localID: NodeID { identity.nodeID }
+    /// The current key epoch's secret.
+    public var session: SessionSecret { epochs.current }
+
+    // MARK: inputs
+
+    /// Joins through `seeds` (an invite's addresses, `--join`) and the members remembered from
+    /// the last run, and resumes replication.
+    public mutating func start(seeds: [PeerAddress], now: MeshInstant) {
+        let own = Set(membership.me.addresses + (localAddress.map { [$0] } ?? []))
+        let all = Set(seeds + remembered.addresses).subtracting(own).sorted()
+        let excluded = membership.exclude(epochs.removed, now: now)
+        apply(excluded, now: now)
+        let joining = membership.join(all, now: now)
+        apply(joining, now: now)
+        phase = all.isEmpty ? .running : .joining
+        remembered.incarnation = membership.me.incarnation
+        saveRemembered()
+        announceHoldings(now: now)
+        replicate(now: now)
+        log(.info, "started", ["node": "\(localID)", "seeds": "\(all.count)"])
+    }
+
+    /// One received datagram.
+    public mutating func handle(datagram: ByteBuffer, from address: PeerAddress, now: MeshInstant) {
+        guard phase.isActive else { return }
+        counters.datagramsReceived += 1
+        counters.bytesReceived += UInt64(datagram.readableBytes)
+        switch codec.open(datagram) {
+        case .failure(.foreign):
+            receiveEarlierEpoch(datagram, from: address, now: now)
+        case let .failure(reason):
+            counters.countDrop(reason)
+            if logs(.trace) { log(.trace, "dropped datagram", ["reason": reason.rawValue, "from": "\(address)"]) }
+        case let .success(opened):
+            route(opened, from: address, now: now)
+        }
+    }
+
+    /// Hello datagrams are membership's (a member is probed before its keys are known) and
+    /// carry handovers; pairwise ones are the messenger's and the swarm's. Membership never
+    /// speaks pairwise: a transfer's pieces are not its business, nor is a member's frame that
+    /// claims otherwise.
+    private mutating func route(_ datagram: OpenedDatagram, from address: PeerAddress, now: MeshInstant) {
+        let sender = datagram.header.sender
+        switch datagram.header.keyKind {
+        case .hello:
+            // A handover comes alone, from a member that may not be in our view yet: it is not
+            // taken as an answer to our join.
+            if case .epochHandover = datagram.frames.first {
+                for case let .epochHandover(handover) in datagram.frames {
+                    receiveHandover(handover, header: datagram.header, from: address, now: now)
+                }
+                return
+            }
+            let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now)
+            apply(directives, now: now)
+        case .pairwise:
+            let directives = delivery.onFrames(datagram.frames, from: sender, now: now, deferAcks: true)
+            apply(directives, now: now)
+            receiveTransfer(datagram.frames, from: sender, now: now)
+        }
+    }
+
+    /// The end of a read batch: acknowledge what it brought, once per peer.
+    public mutating func endReadBatch(now: MeshInstant) {
+        guard phase.isActive else { return }
+        let acks = delivery.flushAcks(now: now)
+        apply(acks, now: now)
+    }
+
+    /// Timers: probes, retransmissions, anti-entropy, fetch and transfer deadlines, beacons.
+    public mutating func tick(now: MeshInstant) {
+        guard phase.isActive else { return }
+        let membershipTick = membership.onTick(now: now)
+        apply(membershipTick, now: now)
+        let deliveryTick = delivery.onTick(now: now)
+        apply(deliveryTick, now: now)
+        let journalTick = journal.onTick(now: now)
+        apply(journalTick, now: now)
+        fetchTick(now: now)
+        sendEpochBeacons(now: now)
+        retryJournalBacklog(now: now)
+        if rememberedDirty { saveRemembered() }
+    }
+
+    /// When `tick` must run next. Only deadlines `tick` acts on: one it leaves in the past would
+    /// make a driver's timer fire without pause.
+    public var nextDeadline: MeshInstant? {
+        guard phase.isActive else { return nil }
+        var deadline = membership.nextDeadline
+        func consider(_ instant: MeshInstant?) {
+            if let instant { deadline = min(deadline, instant) }
+        }
+        consider(delivery.nextDeadline)
+        consider(journal.nextDeadline)
+        consider(fetchDeadline)
+        consider(epochBeaconAt)
+        consider(journalBacklogRetryAt)
+        return deadline
+    }
+
+    /// The driver's send queue filled (false) or drained (true).
+    public mutating func setWritable(_ writable: Bool) {
+        self.writable = writable
+    }
+
+    /// A command from the user or the application.
+    public mutating func handle(_ command: NodeCommand, request: RequestID, now: MeshInstant) {
+        guard phase.isActive else { return complete(request, .failure(.stopped)) }
+        switch command {
+        case let .send(envelope, targets, mode, timeout):
+            send(envelope, to: targets, mode: mode, timeout: timeout, request: request, now: now)
+        case let .add(source, metadata):
+            beginAdd(source, metadata: metadata, request: request)
+        case let .remove(id):
+            beginRemove(id, request: request)
+        case let .load(id, destination):
+            load(id, into: destination, request: request, now: now)
+        case let .removeMember(id):
+            beginRemoval(of: id, request: request, now: now)
+        case .leave:
+            leave(request: request, now: now)
+        }
+    }
+
+    /// The store finished a request.
+    public mutating func storageCompleted(_ ticket: StorageTicket, _ result: Result<StorageOutcome, StorageFailure>,
+                                          now: MeshInstant) {
+        switch ticket.purpose {
+        case let .ingest(request, metadata):
+            ingested(result, metadata: metadata, request: request)
+        case let .appendLocal(request, operation, change):
+            localAppended(result, operation: operation, change: change, request: request, now: now)
+        case let .appendRemote(operations):
+            remoteAppended(result, operations: operations, now: now)
+        case let .serveChunk(want, peer):
+            chunkReadForServing(result, want: want, to: peer, now: now)
+        case let .serveManifest(digest, peer):
+            manifestReadForServing(result, digest: digest, to: peer, now: now)
+        case let .storeChunk(digest, refs, peer, contributors):
+            chunkStored(result, digest: digest, refs: refs, from: peer, contributors: contributors, now: now)
+        case let .storeManifest(manifest):
+            manifestStored(result, manifest, now: now)
+        case let .inspect(id):
+            inspected(result, id: id, now: now)
+        case let .completeFetch(id):
+            fetchFlushed(result, id: id, now: now)
+        case let .export(request, manifest):
+            exported(result, manifest: manifest, request: request)
+        case let .saveRemoval(request, transition):
+            removalSaved(result, transition: transition, request: request, now: now)
+        case .saveEpochs:
+            if case let .failure(failure) = result {
+                // Kept in memory: after a restart this node catches up through any member.
+                log(.error, "cannot store the new key epoch", ["error": "\(failure)"])
+            }
+        case .saveMembers:
+            if case let .failure(failure) = result { log(.warning, "cannot save members", ["error": "\(failure)"]) }
+        case .housekeeping:
+            if case let .failure(failure) = result { log(.warning, "storage", ["error": "\(failure)"]) }
+        }
+    }
+
+    /// The departure goes out; the driver lets it leave the host, then calls `stop`.
+    mutating func leave(request: RequestID, now: MeshInstant) {
+        let departure = membership.leave(now: now)
+        apply(departure, now: now)
+        phase = .leaving
+        complete(request, .success(.left))
+    }
+
+    /// Stops: nothing more is sent or taken, and every waiting command completes (`stopped`).
+    /// Storage outcomes still arriving are taken (an add already in the log completes).
+    public mutating func stop(now: MeshInstant) {
+        guard phase != .stopped else { return }
+        phase = .stopped
+        saveRemembered()
+        for (_, pending) in pendingSends.sorted(by: { $0.key < $1.key }) { complete(pending.request, .failure(.stopped)) }
+        pendingSends = [:]
+        for (_, waiters) in loadWaiters.sorted(by: { $0.key < $1.key }) {
+            for waiter in waiters { complete(waiter.request, .failure(.stopped)) }
+        }
+        loadWaiters = [:]
+        fetches = [:]
+        if let pendingRemoval { complete(pendingRemoval, .failure(.stopped)) }
+        pendingRemoval = nil
+    }
+
+    /// Hands every effect made since the last call to the driver, oldest first. `buffer` should
+    /// be empty; the two arrays swap, so neither is reallocated in steady state.
+    public mutating func drainEffects(into buffer: inout [NodeEffect]) {
+        swap(&effects, &buffer)
+    }
+
+    public var hasEffects: Bool { !effects.isEmpty }
+
+    // MARK: effects
+
+    mutating func complete(_ request: RequestID, _ result: Result<NodeResult, NodeError>) {
+        effects.append(.complete(request, result))
+    }
+
+    mutating func store(_ request: StorageRequest, _ purpose: StoragePurpose) {
+        effects.append(.storage(request, StorageTicket(purpose: purpose)))
+    }
+
+    mutating func emit(_ event: NodeEvent) {
+        effects.append(.event(event))
+    }
+
+    mutating func transmit(_ datagram: ByteBuffer, to address: PeerAddress) {
+        guard phase != .stopped else { return }
+        counters.datagramsSent += 1
+        counters.bytesSent += UInt64(datagram.readableBytes)
+        effects.append(.send(datagram, to: address))
+    }
+
+    mutating func transmit(segments batch: ByteBuffer, segmentSize: Int, count: Int, to address: PeerAddress) {
+        guard phase != .stopped else { return }
+        counters.datagramsSent += UInt64(count)
+        counters.bytesSent += UInt64(batch.readableBytes)
+        effects.append(.sendSegments(batch, segmentSize: segmentSize, count: count, to: address))
+    }
+
+    /// Frames for one member under our pairwise key, to where we reach it.
+    mutating func sendPairwise(_ frames: [Frame], to peer: NodeID) {
+        guard let address = peerAddresses[peer], let datagram = codec.seal(frames, to: peer) else { return }
+        transmit(datagram, to: address)
+    }
+
+    /// A datagram of `frames` under our pairwise key for `peer`, with the next packet number,
+    /// for a test to send as it likes (a hostile member's frames).
+    package mutating func sealPairwise(_ frames: [Frame], to peer: NodeID) -> ByteBuffer? {
+        codec.seal(frames, to: peer)
+    }
+
+    /// Frames for anyone holding the session's hello key.
+    mutating func sendHello(_ frames: [Frame], to address: PeerAddress) {
+        let datagram = codec.sealHello(frames, nonce: randomNonce())
+        transmit(datagram, to: address)
+    }
+
+    mutating func randomNonce() -> PacketNonce {
+        let bytes = [random.next(), random.next(), random.next()].flatMap { word in withUnsafeBytes(of: word) { Array($0) } }
+        return PacketNonce(raw: bytes)!  // safe: three words are exactly the 24 bytes of a nonce
+    }
+
+    mutating func randomSecret() -> SessionSecret {
+        let bytes = (0..<4).map { _ in random.next() }.flatMap { word in withUnsafeBytes(of: word) { Array($0) } }
+        return try! SessionSecret(bytes: bytes)  // safe: four words are exactly the 32 bytes of a secret
+    }
+
+    /// A log record, made only at or above the settings' level. Where a record would be built
+    /// per datagram, the caller asks `logs(_:)` first.
+    mutating func log(_ level: NodeLogLevel, _ message: String, _ metadata: KeyValuePairs<String, String> = [:]) {
+        guard logs(level) else { return }
+        emit(.log(NodeLogRecord(level: level, message: message, metadata: metadata.map { ($0.key, $0.value) })))
+    }
+
+    func logs(_ level: NodeLogLevel) -> Bool { level >= settings.logLevel }
+
+    static func locations(of manifests: [SHA256Digest: Manifest]) -> [SHA256Digest: ChunkRef] {
+        var locations: [SHA256Digest: ChunkRef] = [:]
+        for (id, manifest) in manifests.sorted(by: { $0.key < $1.key }) {
+            for (index, digest) in manifest.chunks.enumerated() where locations[digest] == nil {
+                locations[digest] = ChunkRef(attachment: id, index: index)
+            }
+        }
+        return locations
+    }
+}

@@ -1,0 +1,60 @@
+import MeshCrypto
+
+/// Every policy of a node in one value: the shell builds it from `NodeConfiguration`, the
+/// simulation from its scenario. Sub-machines keep their own settings (`MembershipSettings`,
+/// `TransferScheduler.Settings`); this holds them and what the node decides itself.
+public struct NodeSettings: Sendable {
+    public var membership: MembershipSettings
+    public var wire = DatagramCodec.Configuration()
+    public var transfer = TransferScheduler.Settings()
+    /// Chunk size of the attachments this node adds (others' come with their manifests).
+    public var chunkSize = Manifest.defaultChunkSize
+    /// The largest attachment accepted (DESIGN.md: 100 MiB, configurable).
+    public var maxAttachmentSize: UInt64 = 100 << 20
+    /// The largest message body (GroupSessionMessenger's limit).
+    public var maxMessageSize = 256 * 1024
+    /// `--lazy`: fetch an attachment only when it is asked for (`get`, `Journal.load`).
+    public var lazy = false
+    /// How long a fetch goes on with no progress and nothing asked before it fails `unavailable`.
+    public var unavailableTimeout: Duration = .seconds(10)
+    /// How long one holder may take to send a manifest before another is asked.
+    public var manifestRequestTimeout: Duration = .seconds(5)
+    /// Whole holders answer "busy" for chunks others can pass on (`TransferScheduler.shouldServe`).
+    public var superSeeding = true
+    /// Chunks read for others at once; more wants are answered "busy" (a member cannot make us
+    /// read without bound).
+    public var maxConcurrentServes = 32
+    /// Reads for one member at once: a member that floods wants takes no more than its share
+    /// (the scheduler never has more than 8 chunks in flight to one holder).
+    public var maxServesPerPeer = 8
+    /// Chunks kept after serving them, for re-asks of lost pieces (4 MiB at 256 KiB chunks).
+    public var recentChunkCapacity = 16
+    /// Datagrams per segmented write: the kernel takes up to 64 segments and 64 KiB.
+    public var maxSegments = 64
+    public var maxSegmentedBytes = 65_000
+    /// After a chunk could not be stored (a full disk), fetches start only when asked for until
+    /// this has passed: replication would fetch chunks only to fail to store them again.
+    public var replicationPauseAfterStoreFailure: Duration = .seconds(30)
+    /// New chunks are announced to the members (`chunks` bitmaps) at most this often.
+    public var availabilityInterval: Duration = .milliseconds(250)
+    /// How long a journal message may go unacknowledged before it is given up.
+    public var journalSendTimeout: Duration = .seconds(30)
+    /// Anti-entropy: every this often, one random member gets our operation ids.
+    public var journalSyncInterval: Duration = .seconds(10)
+    /// Operations of others whose append to the journal log failed are appended again this often.
+    public var journalLogRetryInterval: Duration = .seconds(5)
+    /// After an epoch change: beacons in the epoch left, how many and how often (PROTOCOL.md §7).
+    public var epochBeacons = 10
+    public var epochBeaconInterval: Duration = .seconds(1)
+    /// Log records below this level are never made: they would cost on the datagram path.
+    public var logLevel = NodeLogLevel.info
+
+    public init(membership: MembershipSettings = .lan) {
+        self.membership = membership
+    }
+
+    /// The timing defaults of a profile (`run --profile`).
+    public init(profile: MembershipSettings.Profile) {
+        self.init(membership: .profile(profile))
+    }
+}

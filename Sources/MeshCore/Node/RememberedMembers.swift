@@ -1,0 +1,51 @@
+import MeshCrypto
+
+/// What a node remembers across restarts (`DATA_DIR/members.json`): its own last incarnation,
+/// so a restart outbids what the others remember of it, and where the members were, so it can
+/// rejoin without an invite. Codable as the file holds it (ids in hex, addresses as text).
+public struct RememberedMembers: Codable, Sendable, Equatable {
+    public struct Entry: Codable, Sendable, Equatable {
+        public var id: String
+        public var name: String
+        public var addresses: [String]
+
+        public init(id: String, name: String, addresses: [String]) {
+            self.id = id
+            self.name = name
+            self.addresses = addresses
+        }
+    }
+
+    public var incarnation: UInt64 = 0
+    public var members: [Entry] = []
+
+    public init(incarnation: UInt64 = 0, members: [Entry] = []) {
+        self.incarnation = incarnation
+        self.members = members
+    }
+
+    public var addresses: [PeerAddress] {
+        members.flatMap { $0.addresses.compactMap { try? PeerAddress(parsing: $0) } }
+    }
+
+    public var ids: [NodeID] { members.compactMap { NodeID(hex: $0.id) } }
+
+    public func contains(_ id: NodeID) -> Bool { members.contains { $0.id == id.hex } }
+
+    /// The view merged into what was remembered, not written over it: just after a restart the
+    /// view is empty, and a crash then must not forget where the members were. Dead members stay
+    /// too (if both ends of a link die in turn, each restart must still know where the other
+    /// was); a member that left is dropped.
+    public mutating func merge(_ view: some Sequence<Member>) {
+        var entries = Dictionary(members.map { ($0.id, $0) }, uniquingKeysWith: { $1 })
+        for member in view {
+            entries[member.id.hex] = member.status == .left ? nil
+                : Entry(id: member.id.hex, name: member.record.name, addresses: member.record.addresses.map(\.description))
+        }
+        members = entries.values.sorted { $0.id < $1.id }
+    }
+
+    public mutating func forget(_ id: NodeID) {
+        members.removeAll { $0.id == id.hex }
+    }
+}

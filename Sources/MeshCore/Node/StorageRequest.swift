@@ -1,0 +1,100 @@
+import MeshCrypto
+
+/// Work the core hands to the store. The driver executes requests one at a time in the order
+/// they came (a chunk written before a collect is collected by it; an export queued before a
+/// collect reads whole chunks), and answers each with a `StorageOutcome` or a `StorageFailure`.
+public enum StorageRequest: Sendable {
+    /// Cut `source` into chunks of `chunkSize`, store them and their manifest durably, and hold
+    /// them (no collect takes them) until an `unpin` of that manifest. `.ingested(manifest)`.
+    case ingest(AttachmentSource, chunkSize: Int, limit: UInt64)
+    /// Append and fsync operations to the journal log. `.done`.
+    case appendJournal([JournalOperation])
+    /// A chunk (or manifest), verified against its name on the way. `.read(bytes or nil)`.
+    case readChunk(SHA256Digest)
+    /// Store bytes if they hash to `expected` (hashed here, once). `.written(stored:)`.
+    case writeChunk([UInt8], expected: SHA256Digest)
+    /// Make every chunk written so far durable. `.done`.
+    case flush
+    /// Which chunks of a manifest are not stored. `.inspected(missing:)`.
+    case inspect(Manifest)
+    /// The attachment's bytes, every chunk verified. `.exported(bytes when into memory)`.
+    case export(Manifest, to: ExportDestination)
+    /// Delete the chunks of `removed` (and its manifest) that none of `keeping` uses and no
+    /// ingest holds. `.done`.
+    case collect(Manifest, keeping: [Manifest])
+    /// End an ingest's hold; when its add failed, collect it too in the same step. `.done`.
+    case unpin(Manifest, collectKeeping: [Manifest]?)
+    /// Write the key epochs (`KeyEpochs.encoded()`, secrets inside) durably. `.done`.
+    case saveEpochs([UInt8])
+    /// Write what the node remembers of the members. `.done`.
+    case saveMembers(RememberedMembers)
+}
+
+public enum StorageOutcome: Sendable, Equatable {
+    case done
+    case ingested(Manifest)
+    /// Nil: not stored, or no longer matching its name.
+    case read([UInt8]?)
+    /// False: the bytes did not hash to the expected digest, and were not stored.
+    case written(stored: Bool)
+    case inspected(missing: [SHA256Digest])
+    case exported([UInt8]?)
+}
+
+/// Why the store could not do what it was asked; the text is a sentence a person can act on.
+public enum StorageFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What `ingest` was given is over the attachment limit.
+    case tooLarge(size: UInt64, limit: UInt64)
+    /// What `ingest` was given cannot be read as an attachment (no such file, not a regular file…).
+    case unreadable(String)
+    /// The disk refused (full, unwritable…).
+    case failed(String)
+
+    public var description: String {
+        switch self {
+        case let .tooLarge(size, limit):
+            return "attachment of \(size) bytes is over the limit of \(limit) bytes (\(limit >> 20) MiB); nothing was stored"
+        case let .unreadable(message), let .failed(message):
+            return message
+        }
+    }
+}
+
+/// Says what a storage request was for; the driver hands it back with the outcome and never
+/// looks inside.
+public struct StorageTicket: Sendable {
+    let purpose: StoragePurpose
+}
+
+/// What the core does with a storage outcome.
+enum StoragePurpose: Sendable {
+    case ingest(RequestID, metadata: [UInt8])
+    /// A local operation, published only once it is in the log.
+    case appendLocal(RequestID, JournalOperation, LocalChange)
+    /// Operations of others: on failure they are appended again later.
+    case appendRemote([JournalOperation])
+    case serveChunk(ChunkWant, to: NodeID)
+    case serveManifest(SHA256Digest, to: NodeID)
+    case storeChunk(SHA256Digest, refs: [ChunkRef], from: NodeID, contributors: Set<NodeID>)
+    case storeManifest(Manifest)
+    case inspect(SHA256Digest)
+    /// The last chunk of a fetch is stored: it is complete once durable.
+    case completeFetch(SHA256Digest)
+    case export(RequestID, Manifest)
+    case saveRemoval(RequestID, KeyEpochs.Transition)
+    case saveEpochs
+    case saveMembers
+    /// Nothing to do but report a failure.
+    case housekeeping
+}
+
+enum LocalChange: Sendable {
+    case add(Manifest)
+    case remove
+}
+
+/// One chunk of one attachment: what a chunk request was for.
+struct ChunkRef: Hashable, Sendable {
+    var attachment: SHA256Digest
+    var index: Int
+}

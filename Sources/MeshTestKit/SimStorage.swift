@@ -1,0 +1,108 @@
+import MeshCore
+import MeshCrypto
+
+/// A simulated node's disk, answering the core's storage requests as `AttachmentStore` does on
+/// a real one: chunks in a `SimChunkStore` (verified on write and read), the journal log, the
+/// key epochs and the remembered members kept (a restarted node reads them back). Requests are
+/// answered in order, at once or each after a seeded delay, and may fail or lie as the
+/// conditions say, so that the interleavings of a slow or failing disk replay from a seed.
+public struct SimStorage {
+    public struct Conditions: Sendable {
+        /// Each request takes a random time in this range; nil: answered in the same step.
+        public var delay: ClosedRange<Duration>?
+        /// Writes (chunks, log appends, flushes, ingests, epochs) fail with this probability
+        /// while `failingWrites` is set: a disk that is full now and then.
+        public var writeFailureProbability = 0.0
+        public var failingWrites = false
+        /// Chunks read for serving come back with a byte changed and unverified: a member that
+        /// serves bad pieces.
+        public var corruptReads = false
+
+        public init(delay: ClosedRange<Duration>? = nil) {
+            self.delay = delay
+        }
+    }
+
+    public var conditions: Conditions
+    public internal(set) var chunks = SimChunkStore()
+    public internal(set) var log: [JournalOperation] = []
+    public internal(set) var epochs: [UInt8]?
+    public internal(set) var remembered = RememberedMembers()
+    public internal(set) var failedWrites = 0
+
+    public init(conditions: Conditions = .init()) {
+        self.conditions = conditions
+    }
+
+    /// A crash: what was written stays, what was held for ingests in progress is let go.
+    mutating func abandonPending() {
+        chunks.releasePins()
+    }
+
+    /// What a node booting on this disk restores (`identity` checks the log's signatures).
+    func restored(origin: SessionSecret, identity: NodeIdentity) -> NodeInstance.Restored {
+        let epochs = self.epochs.flatMap { try? KeyEpochs.decode($0, origin: origin) } ?? KeyEpochs(origin: origin)
+        var state = JournalState()
+        for operation in log { _ = state.apply(operation, authority: Ed25519Authority(identity: identity)) }
+        let manifests = state.attachments.compactMap { chunks.manifest($0.id) }
+        let complete = Set(manifests.filter { chunks.missing($0).isEmpty }.map(\.id))
+        return NodeInstance.Restored(epochs: epochs, remembered: remembered, operations: log,
+                                     manifests: manifests, complete: complete)
+    }
+
+    /// Carries out one request.
+    public mutating func execute(_ request: StorageRequest, random: inout SplitMix64) -> Result<StorageOutcome, StorageFailure> {
+        if request.isWrite, conditions.failingWrites,
+           Double(random.next() >> 11) / Double(1 << 53) < conditions.writeFailureProbability {
+            failedWrites += 1
+            return .failure(.failed("no space left on the simulated disk; nothing was lost"))
+        }
+        switch request {
+        case let .ingest(source, chunkSize, limit):
+            guard case let .bytes(bytes) = source else { return .failure(.unreadable("a simulated node has no files")) }
+            guard UInt64(bytes.count) <= limit else { return .failure(.tooLarge(size: UInt64(bytes.count), limit: limit)) }
+            return .success(.ingested(chunks.ingest(bytes, chunkSize: chunkSize)))
+        case let .appendJournal(operations):
+            log += operations
+            return .success(.done)
+        case let .readChunk(digest):
+            if conditions.corruptReads, var bytes = chunks.chunks[digest], !bytes.isEmpty {
+                bytes[bytes.count / 2] ^= 0x55
+                return .success(.read(bytes))
+            }
+            return .success(.read(chunks.read(digest)))
+        case let .writeChunk(bytes, expected):
+            return .success(.written(stored: chunks.write(bytes, expected: expected)))
+        case .flush:
+            return .success(.done)
+        case let .inspect(manifest):
+            return .success(.inspected(missing: chunks.missing(manifest)))
+        case let .export(manifest, destination):
+            guard destination == .memory else { return .failure(.failed("a simulated node has no files")) }
+            guard let bytes = chunks.bytes(of: manifest) else { return .failure(.failed("a chunk is missing")) }
+            return .success(.exported(bytes))
+        case let .collect(manifest, kept):
+            chunks.collect(manifest, keeping: kept)
+            return .success(.done)
+        case let .unpin(manifest, kept):
+            chunks.unpin(manifest, collectKeeping: kept)
+            return .success(.done)
+        case let .saveEpochs(bytes):
+            epochs = bytes
+            return .success(.done)
+        case let .saveMembers(members):
+            remembered = members
+            return .success(.done)
+        }
+    }
+}
+
+extension StorageRequest {
+    /// What a full disk refuses.
+    var isWrite: Bool {
+        switch self {
+        case .ingest, .appendJournal, .writeChunk, .flush, .saveEpochs: return true
+        case .readChunk, .inspect, .export, .collect, .unpin, .saveMembers: return false
+        }
+    }
+}

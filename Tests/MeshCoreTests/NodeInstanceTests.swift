@@ -1,0 +1,196 @@
+import MeshCore
+import MeshCrypto
+import MeshTestKit
+import NIOCore
+import Testing
+
+/// The node core's action sequences, one input at a time (postgres-nio's state-machine tests
+/// are the model): what each input asks of the driver, in order, with the store answered by
+/// hand so that every interleaving a slow disk allows can be written down.
+@Suite("Node core")
+struct NodeInstanceTests {
+    /// One core and its effects, storage answered by a `SimStorage` when the test says so.
+    struct Driver {
+        var core: NodeInstance
+        var storage = SimStorage()
+        var random = SplitMix64(seed: 7)
+        var now = MeshInstant.zero + .seconds(1)
+        private var nextRequest: UInt64 = 0
+
+        init(name: String = "solo", seed: UInt64 = 1) {
+            var derive = SplitMix64(seed: seed)
+            let identity = try! NodeIdentity(seed: (0..<32).map { _ in UInt8(truncatingIfNeeded: derive.next()) })
+            let ephemeral = try! EphemeralKeyPair(seed: (0..<32).map { _ in UInt8(truncatingIfNeeded: derive.next()) })
+            let secret = try! SessionSecret(bytes: (0..<32).map { _ in UInt8(truncatingIfNeeded: derive.next()) })
+            let boot = NodeInstance.Boot(identity: identity, ephemeral: ephemeral, bootID: derive.next(), name: name,
+                                         addresses: [PeerAddress(ipv4: [127, 0, 0, 1], port: 7946)])
+            var settings = NodeSettings()
+            settings.chunkSize = 1024
+            core = NodeInstance(boot: boot, restored: .init(epochs: KeyEpochs(origin: secret)), settings: settings,
+                                random: SplitMix64(seed: derive.next()), now: now)
+            core.start(seeds: [], now: now)
+            _ = drain()
+        }
+
+        mutating func drain() -> [NodeEffect] {
+            var effects: [NodeEffect] = []
+            core.drainEffects(into: &effects)
+            return effects
+        }
+
+        mutating func command(_ command: NodeCommand) -> RequestID {
+            nextRequest += 1
+            core.handle(command, request: RequestID(nextRequest), now: now)
+            return RequestID(nextRequest)
+        }
+
+        /// Answers `request` as the simulated disk does, or with `failure`.
+        mutating func answer(_ request: StorageRequest, _ ticket: StorageTicket, failing failure: StorageFailure? = nil) {
+            let result = failure.map { .failure($0) } ?? storage.execute(request, random: &random)
+            core.storageCompleted(ticket, result, now: now)
+        }
+    }
+
+    static func storage(_ effects: [NodeEffect]) -> [(StorageRequest, StorageTicket)] {
+        effects.compactMap { if case let .storage(request, ticket) = $0 { (request, ticket) } else { nil } }
+    }
+
+    static func completions(_ effects: [NodeEffect]) -> [(RequestID, Result<NodeResult, NodeError>)] {
+        effects.compactMap { if case let .complete(request, result) = $0 { (request, result) } else { nil } }
+    }
+
+    @Test("an add is ingested, then appended to the log, and only then seen; a failed append takes its chunks back")
+    func addIsDurableBeforeVisible() throws {
+        var driver = Driver()
+        let bytes = (0..<3000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let request = driver.command(.add(.bytes(bytes), metadata: Array("m".utf8)))
+        var effects = driver.drain()
+        #expect(Self.storage(effects).count == 1)
+        let (ingest, ingestTicket) = try #require(Self.storage(effects).first)
+        guard case let .ingest(.bytes(given), chunkSize, _) = ingest else {
+            Issue.record("expected an ingest, got \(ingest)")
+            return
+        }
+        #expect(given == bytes && chunkSize == 1024)
+        #expect(Self.completions(effects).isEmpty)
+
+        driver.answer(.ingest(.bytes(bytes), chunkSize: 1024, limit: 1 << 20), ingestTicket)
+        effects = driver.drain()
+        #expect(Self.storage(effects).count == 1)
+        let (append, appendTicket) = try #require(Self.storage(effects).first)
+        guard case let .appendJournal(operations) = append else {
+            Issue.record("expected an append, got \(append)")
+            return
+        }
+        #expect(operations.count == 1 && operations[0].kind == .add)
+        #expect(driver.core.attachments.isEmpty, "seen before it is in the log")
+
+        // The disk refuses the append: nothing was added, and the ingest's chunks go again.
+        driver.answer(.appendJournal(operations), appendTicket, failing: .failed("no space left"))
+        effects = driver.drain()
+        #expect(driver.core.attachments.isEmpty)
+        guard Self.storage(effects).count == 1, case let .unpin(manifest, kept)? = Self.storage(effects).first?.0 else {
+            Issue.record("expected an unpin that collects, got \(effects)")
+            return
+        }
+        #expect(kept == [], "nothing else here uses those chunks: all are collected")
+        #expect(manifest.size == 3000 && manifest.chunks.count == 3)
+        let completions = Self.completions(effects)
+        guard completions.count == 1, case let .failure(.store(.failed(message)))? = completions.first?.1 else {
+            Issue.record("expected the add to fail, got \(effects)")
+            return
+        }
+        #expect(completions[0].0 == request && message == "no space left")
+
+        // Again, and the append holds: now it is seen, and the hold on its chunks ends.
+        let again = driver.command(.add(.bytes(bytes), metadata: []))
+        let (ingestAgain, ticket) = try #require(Self.storage(driver.drain()).first)
+        driver.answer(ingestAgain, ticket)
+        let (appendAgain, appendTicketAgain) = try #require(Self.storage(driver.drain()).first)
+        driver.answer(appendAgain, appendTicketAgain)
+        effects = driver.drain()
+        #expect(driver.core.attachments.map(\.size) == [3000])
+        #expect(Self.storage(effects).contains { if case .unpin(_, nil) = $0.0 { true } else { false } })
+        #expect(Self.completions(effects).map(\.0) == [again])
+        #expect(effects.contains { if case .event(.attachmentsChanged) = $0 { true } else { false } })
+    }
+
+    @Test("stopping completes every waiting command; an append already under way still completes its add")
+    func stopCompletesWaitingCommands() throws {
+        var driver = Driver()
+        let add = driver.command(.add(.bytes([1, 2, 3]), metadata: []))
+        let (ingest, ingestTicket) = try #require(Self.storage(driver.drain()).first)
+        driver.answer(ingest, ingestTicket)
+        let (append, appendTicket) = try #require(Self.storage(driver.drain()).first)
+        // The removal of what the journal does not hold fails at once.
+        let unknown = driver.command(.remove(SHA256Digest.hashing([9])))
+        #expect(Self.completions(driver.drain()).map(\.0) == [unknown])
+
+        driver.core.stop(now: driver.now)
+        #expect(driver.core.phase == .stopped)
+        #expect(driver.core.nextDeadline == nil, "a stopped core asks for no timer")
+        _ = driver.drain()
+        let late = driver.command(.send(MessageEnvelope(type: "data", body: [1]), to: nil, mode: .reliable, timeout: nil))
+        let refused = Self.completions(driver.drain())
+        #expect(refused.count == 1 && refused.first?.0 == late)
+        #expect(refused.first.map { if case .failure(.stopped) = $0.1 { true } else { false } } == true,
+                "a command after stop must fail as stopped")
+        // The append was asked before the stop: it is on disk, so the add is reported done.
+        driver.answer(append, appendTicket)
+        let done = Self.completions(driver.drain())
+        guard done.count == 1, case let .success(.added(entry))? = done.first?.1 else {
+            Issue.record("the add whose append completed after the stop was not completed: \(done)")
+            return
+        }
+        #expect(done[0].0 == add && entry.size == 3)
+    }
+
+    @Test("a leave sends the departure, then waits for the driver's stop")
+    func leaveThenStop() {
+        var driver = Driver()
+        let leave = driver.command(.leave)
+        #expect(driver.core.phase == .leaving)
+        #expect(Self.completions(driver.drain()).map(\.0) == [leave])
+        driver.core.tick(now: driver.now + .seconds(1))
+        #expect(driver.drain().isEmpty, "a leaving node does nothing more on its own")
+        driver.core.stop(now: driver.now)
+        #expect(driver.core.phase == .stopped)
+    }
+
+    @Test("past its budget a member asking the same whole chunk again is answered busy; re-asks for lost pieces are served")
+    func wholeChunkFloodIsRefused() throws {
+        let mesh = SimMesh(seed: 11, link: LinkConditions(delay: .milliseconds(1)))
+        let holder = mesh.addNode(joiningThrough: [], at: .zero)
+        let asker = mesh.addNode(joiningThrough: [holder.address], at: .zero + .milliseconds(10))
+        holder.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(4096 * 4)) }
+        mesh.simulator.run(until: .zero + .seconds(5))
+        #expect(asker.complete.count == 1, "the asker never got the attachment")
+        let id = try #require(asker.complete.first)
+        let manifest = try #require(asker.store.manifest(id))
+        let digest = manifest.chunks[0]
+        let served = holder.core.counters.chunkPayloadBytesSent
+        let refusedBefore = holder.core.counters.wantsRefused
+        // Twenty wants of the whole chunk at one instant: two copies go, the rest are busy.
+        asker.plan(at: .zero + .seconds(6)) { node in
+            for _ in 0..<20 { node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1099))], to: holder.address,
+                                          member: holder.id) }
+        }
+        mesh.simulator.run(until: .zero + .seconds(6) + .milliseconds(100))
+        let wholeBytes = holder.core.counters.chunkPayloadBytesSent - served
+        #expect(wholeBytes <= 2 * 4096, "\(wholeBytes) bytes of pieces for 20 wants of one 4 KiB chunk")
+        #expect(holder.core.counters.wantsRefused - refusedBefore >= 17)
+        // Re-asks for one lost piece are partial wants: they still go to a read, one at a time.
+        var one = ChunkBitmap(count: ChunkPiece.pieceCount(chunkLength: 4096, pieceSize: 1099))
+        one.insert(1)
+        let refused = holder.core.counters.wantsRefused
+        for step in 0..<5 {
+            asker.plan(at: .zero + .seconds(6) + .milliseconds(200 + 10 * step)) { node in
+                node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1099, missing: one))], to: holder.address,
+                            member: holder.id)
+            }
+        }
+        mesh.simulator.run(until: .zero + .seconds(7))
+        #expect(holder.core.counters.wantsRefused == refused, "a re-ask for a lost piece was refused")
+        #expect(holder.core.counters.chunkPayloadBytesSent > served + UInt64(wholeBytes), "no re-ask was served")
+    }
+}

@@ -1,0 +1,222 @@
+import MeshCore
+import MeshCrypto
+import MeshTestKit
+import Testing
+
+/// Whole-node scenarios that only the one core can run: the node the simulation drives is the
+/// node that ships, so key epochs, a store that is slow or fails, busy holders and hostile
+/// members are simulated with the same routing as `MeshNode`. Same workload, same invariants
+/// (`expectInvariants`), same replay (`SIM_SEED=N`) as the scenarios beside them.
+extension WholeNodeSimulationTests {
+    /// Seeds per scenario in `make test` (`make soak` runs many more).
+    static let adversitySeeds = SimulationSeeds.from(defaultCount: 3)
+
+    /// Plans `action` on `node` from `start` every `interval` until the workload ends.
+    static func repeatedly(on node: SimNode, from start: MeshInstant, every interval: Duration,
+                           _ action: @escaping (SimNode) -> Void) {
+        var at = start
+        while at < workloadEnd {
+            node.plan(at: at, action)
+            at = at + interval
+        }
+    }
+
+    @Test("a member is removed while another is offline; the offline one catches up, a third restarts on its disk",
+          arguments: adversitySeeds)
+    func memberRemovedWhileOneIsOffline(seed: UInt64) {
+        var victim = SimAddress(0), offline = SimAddress(0), restarted = SimAddress(0)
+        let mesh = Self.run(seed: seed) { mesh, random in
+            // Three distinct founders other than n0, which removes. The removal comes after the
+            // late joiners are in: one that starts later holds an invite of the epoch left, and
+            // is (rightly) never let in.
+            var others = Array(mesh.nodes[1..<5])
+            victim = others.remove(at: Int(random.next() % 4))
+            // Not one a late joiner joins through: that joiner would wait for it past the removal.
+            let seeds = Set(mesh.nodes.dropFirst(5).flatMap { mesh.node($0).seeds })
+            let candidates = others.filter { !seeds.contains($0) }
+            offline = candidates[Int(random.next() % UInt64(candidates.count))]
+            others.removeAll { $0 == offline }
+            restarted = others[Int(random.next() % UInt64(others.count))]
+            let (victim, offline, restarted) = (victim, offline, restarted)
+            mesh.simulator.at(.zero + .seconds(1), "loss") { simulator in
+                simulator.defaultLink = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(2), lossProbability: 0.05)
+            }
+            // The member to be removed adds nothing in its last seconds: an attachment only it held
+            // would go with it (an uploader that leaves hands its attachments over; one removed does not).
+            mesh.node(victim).cancelPlans(from: .zero + .seconds(16))
+            mesh.simulator.at(.zero + .seconds(16), "isolate \(offline)") { $0.isolate(offline) }
+            // As a person would, after `status` shows everyone: a member that joined a moment
+            // before, unknown to the remover, is on no roster and needs a new invite.
+            func removeOnceAllKnown(_ node: SimNode) {
+                if mesh.nodes.allSatisfy({ $0 == node.address || node.membership.member(mesh.node($0).id) != nil }) {
+                    node.removeMember(mesh.node(victim).id)
+                } else {
+                    node.plan(at: node.now + .milliseconds(500), removeOnceAllKnown)
+                }
+            }
+            mesh.node(SimAddress(0)).plan(at: .zero + .seconds(20), removeOnceAllKnown)
+            mesh.simulator.at(.zero + .seconds(22), "crash \(restarted)") { $0.crash(restarted) }
+            mesh.simulator.at(.zero + .seconds(24), "restart \(restarted)") { _ in
+                mesh.restart(restarted, at: .zero + .seconds(24))
+            }
+            mesh.simulator.at(.zero + .seconds(27), "heal") { $0.heal() }
+        }
+        let replay = SimulationSeeds.replay(seed)
+        Self.expectInvariants(mesh, seed)
+        #expect(mesh.removed == [mesh.node(victim).id], "\(replay): removed \(mesh.removed)")
+        #expect(mesh.node(offline).core.epochs.transitions.count == 1, "\(replay): \(offline) did not catch up")
+        #expect(mesh.node(restarted).core.epochs.transitions.count == 1, "\(replay): \(restarted) lost the epoch")
+        #expect(mesh.node(victim).sessionID != mesh.node(SimAddress(0)).sessionID, "\(replay)")
+        let stale = mesh.live.reduce(0) { $0 + ($1.core.counters.dropped[.staleEpoch] ?? 0) }
+        #expect(stale > 0, "\(replay): the removed member was never heard from in the old epoch")
+    }
+
+    @Test("two members remove two others at the same moment, on slow disks: one epoch without either", arguments: adversitySeeds)
+    func concurrentRemovalsOnSlowDisks(seed: UInt64) {
+        var configuration = SimNode.Configuration()
+        configuration.storage.delay = .milliseconds(5)...(.milliseconds(60))
+        var removed: [SimAddress] = []
+        let mesh = Self.run(seed: seed, configuration: configuration) { mesh, random in
+            // n0 and n1 remove two of the others at once; the removed add nothing near the end.
+            var others = Array(mesh.nodes[2..<5])
+            removed = [others.remove(at: Int(random.next() % 3)), others.remove(at: Int(random.next() % 2))]
+            for address in removed { mesh.node(address).cancelPlans(from: .zero + .seconds(16)) }
+            let at = MeshInstant.zero + .seconds(20) + .milliseconds(Int64(random.next() % 20))
+            for (remover, member) in zip([SimAddress(0), SimAddress(1)], removed) {
+                mesh.node(remover).plan(at: at) { $0.removeMember(mesh.node(member).id) }
+            }
+        }
+        Self.expectInvariants(mesh, seed)
+        #expect(mesh.removed == Set(removed.map { mesh.node($0).id }), "\(SimulationSeeds.replay(seed)): \(mesh.removed)")
+    }
+
+    @Test("a slow disk: every storage request takes 1–40 ms, answered in order", arguments: adversitySeeds)
+    func slowStorage(seed: UInt64) {
+        var configuration = SimNode.Configuration()
+        configuration.storage.delay = .milliseconds(1)...(.milliseconds(40))
+        let mesh = Self.run(seed: seed, configuration: configuration) { mesh, _ in
+            mesh.simulator.at(.zero + .seconds(1), "loss") { simulator in
+                simulator.defaultLink = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(3), lossProbability: 0.1,
+                                                       reorderProbability: 0.1)
+            }
+        }
+        Self.expectInvariants(mesh, seed)
+    }
+
+    @Test("a disk that refuses a fifth of its writes for 20 s, then heals", arguments: adversitySeeds)
+    func failingStorage(seed: UInt64) {
+        var configuration = SimNode.Configuration()
+        configuration.storage.delay = .milliseconds(0)...(.milliseconds(5))
+        configuration.storage.writeFailureProbability = 0.2
+        let mesh = Self.run(seed: seed, configuration: configuration) { mesh, _ in
+            for address in mesh.nodes {
+                mesh.simulator.at(.zero + .seconds(5), "disk full") { _ in mesh.node(address).setStorage { $0.failingWrites = true } }
+                mesh.simulator.at(.zero + .seconds(25), "disk freed") { _ in mesh.node(address).setStorage { $0.failingWrites = false } }
+            }
+        }
+        let replay = SimulationSeeds.replay(seed)
+        Self.expectInvariants(mesh, seed)
+        let failed = mesh.all.reduce(0) { $0 + $1.storage.failedWrites }
+        #expect(failed > 0, "\(replay): no write failed")
+        // A refused write refuses what it was for: adds that failed are not in anyone's journal.
+        #expect(mesh.all.contains { !$0.failedCommands.isEmpty }, "\(replay): no command saw the disk refuse")
+    }
+
+    @Test("holders whose send queue fills now and then answer busy; the swarm goes on", arguments: adversitySeeds)
+    func busyHolders(seed: UInt64) {
+        let mesh = Self.run(seed: seed) { mesh, random in
+            for address in mesh.nodes.prefix(5) {
+                var at = MeshInstant.zero + .milliseconds(3000 + Int(random.next() % 2000))
+                while at < Self.workloadEnd {
+                    let until = at + .milliseconds(200 + Int(random.next() % 800))
+                    mesh.node(address).plan(at: at) { $0.setWritable(false) }
+                    mesh.node(address).plan(at: until) { $0.setWritable(true) }
+                    at = until + .milliseconds(500 + Int(random.next() % 2500))
+                }
+            }
+        }
+        Self.expectInvariants(mesh, seed)
+        let refused = mesh.all.reduce(0) { $0 + $1.core.counters.wantsRefused }
+        #expect(refused > 0, "\(SimulationSeeds.replay(seed)): no want was ever refused busy")
+    }
+
+    // MARK: the fixes SimNode had missed
+
+    @Test("a holder serving bad pieces under loss: a bad chunk mixed from several holders blames none of them",
+          arguments: adversitySeeds)
+    func liarAmongHolders(seed: UInt64) {
+        var liar = SimNode.Configuration()
+        liar.storage.corruptReads = true
+        let liarIndex = Int(seed % 4) + 1
+        let mesh = Self.run(seed: seed, founders: [liarIndex: liar]) { mesh, _ in
+            // A holder only: what it added itself nobody else could ever serve.
+            mesh.node(mesh.nodes[liarIndex]).cancelPlans(from: .zero)
+            mesh.simulator.at(.zero + .seconds(1), "loss") { simulator in
+                simulator.defaultLink = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(4), lossProbability: 0.15,
+                                                       reorderProbability: 0.2)
+            }
+        }
+        let replay = SimulationSeeds.replay(seed)
+        Self.expectInvariants(mesh, seed)
+        #expect(mesh.all.reduce(0) { $0 + $1.core.counters.chunksRejected } > 0, "\(replay): the liar was never heard")
+    }
+
+    @Test("a joiner between one liar and one honest holder, under loss, fetches without a failure: a mixed bad chunk blames nobody",
+          arguments: adversitySeeds)
+    func mixedBadChunks(seed: UInt64) {
+        var liar = SimNode.Configuration()
+        liar.storage.corruptReads = true
+        let lossy = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(4), lossProbability: 0.15,
+                                   reorderProbability: 0.2)
+        let mesh = SimMesh(seed: seed, link: lossy)
+        let uploader = mesh.addNode(joiningThrough: [], at: .zero)
+        let holder = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(50), configuration: liar)
+        let joiner = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .seconds(8))
+        uploader.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(4096 * 100, salt: UInt8(seed % 251))) }
+        mesh.simulator.run(until: .zero + .seconds(8))
+        let replay = SimulationSeeds.replay(seed)
+        #expect(holder.complete.count == 1, "\(replay): the liar never held the attachment")
+        mesh.simulator.run(for: .seconds(60), checkEvery: .seconds(1)) { _ in joiner.complete.count == 1 }
+        #expect(joiner.complete.count == 1, "\(replay): the joiner never got the attachment")
+        #expect(joiner.core.counters.fetchesFailed == 0, "\(replay): \(joiner.core.counters.fetchesFailed) fetches failed")
+        #expect(joiner.core.counters.chunksRejected > 0, "\(replay): the liar's pieces never arrived")
+        #expect(mesh.chunkViolations().isEmpty, "\(replay)")
+    }
+
+    @Test("a member wanting pieces of a few bytes gets none: every holder answers not held", arguments: adversitySeeds)
+    func tinyPieceWants(seed: UInt64) {
+        let mesh = Self.run(seed: seed) { mesh, _ in
+            Self.repeatedly(on: mesh.node(SimAddress(4)), from: .zero + .seconds(6), every: .seconds(2)) { node in
+                for holder in mesh.nodes.prefix(4) {
+                    let member = mesh.node(holder).id
+                    for digest in node.store.chunks.keys.sorted().prefix(3) {
+                        node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 64))], to: holder, member: member)
+                    }
+                }
+            }
+        }
+        Self.expectInvariants(mesh, seed)
+        let refused = mesh.nodes.prefix(4).reduce(0) { $0 + mesh.node($1).core.counters.wantsMisshapen }
+        #expect(refused > 0, "\(SimulationSeeds.replay(seed)): no holder refused a want of 64-byte pieces")
+    }
+
+    @Test("membership frames in pairwise datagrams are not membership's: a forged death there changes nothing",
+          arguments: adversitySeeds)
+    func membershipFramesInPairwiseDatagrams(seed: UInt64) {
+        let mesh = Self.run(seed: seed) { mesh, _ in
+            Self.repeatedly(on: mesh.node(SimAddress(4)), from: .zero + .seconds(5), every: .seconds(1)) { node in
+                for accused in mesh.nodes.prefix(4) {
+                    let id = mesh.node(accused).id
+                    guard let incarnation = node.membership.member(id)?.incarnation else { continue }
+                    for target in mesh.nodes.prefix(4) where target != accused {
+                        node.inject([.dead(Accusation(member: id, incarnation: incarnation, accuser: node.id))],
+                                    to: target, member: mesh.node(target).id)
+                    }
+                }
+            }
+        }
+        Self.expectInvariants(mesh, seed)
+        let deaths = mesh.all.flatMap { $0.membershipChanges }.filter { $0.status == MemberStatus.dead }
+        #expect(deaths.isEmpty, "\(SimulationSeeds.replay(seed)): \(deaths.count) deaths on a calm network")
+    }
+}
