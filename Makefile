@@ -54,11 +54,14 @@ fuzz: deps
 	.build-fuzz/debug/MeshFuzz -max_total_time=$(FUZZ_SECONDS) -max_len=2048 \
 		-artifact_prefix=bench/fuzz-artifacts/ .build-fuzz/corpus
 
-# The whole-node simulation over SEEDS seeds per scenario (seeds 1...SEEDS). A failing seed is
-# named as SIM_SEED=N; `SIM_SEED=N swift test --skip-build --filter WholeNodeSimulation` replays it.
+# The whole-node simulation over SEEDS seeds per scenario (seeds 1...SEEDS), optimized (with
+# testing enabled, in a scratch path of its own: `make bench`'s release build is left alone). A
+# failing seed is named as SIM_SEED=N; `SIM_SEED=N swift test --filter WholeNodeSimulation` replays
+# it (the same run in a debug build).
+SOAK_FLAGS = -c release -Xswiftc -enable-testing --scratch-path .build-soak
 soak: deps
-	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
-	SIM_SEEDS=$(SEEDS) $(SWIFT) test --skip-build $(SWIFT_FLAGS) --filter WholeNodeSimulation
+	$(SWIFT) build --build-tests $(SOAK_FLAGS) $(SWIFT_FLAGS)
+	SIM_SEEDS=$(SEEDS) $(SWIFT) test --skip-build $(SOAK_FLAGS) $(SWIFT_FLAGS) --filter WholeNodeSimulation
 
 clean:
 	rm -rf .build .build-fuzz
