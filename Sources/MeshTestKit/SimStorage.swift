@@ -17,6 +17,10 @@ public struct SimStorage {
         /// Chunks read for serving come back with a byte changed and unverified: a member that
         /// serves bad pieces.
         public var corruptReads = false
+        /// Every journal log append fails (an unwritable log), the rest works.
+        public var refuseJournalAppends = false
+        /// Every chunk read finds nothing (a disk that cannot be read for a while).
+        public var refuseReads = false
 
         public init(delay: ClosedRange<Duration>? = nil) {
             self.delay = delay
@@ -57,6 +61,10 @@ public struct SimStorage {
             failedWrites += 1
             return .failure(.failed("no space left on the simulated disk; nothing was lost"))
         }
+        if case .appendJournal = request, conditions.refuseJournalAppends {
+            failedWrites += 1
+            return .failure(.failed("cannot append to the simulated journal log"))
+        }
         switch request {
         case let .ingest(source, chunkSize, limit):
             guard case let .bytes(bytes) = source else { return .failure(.unreadable("a simulated node has no files")) }
@@ -66,6 +74,7 @@ public struct SimStorage {
             log += operations
             return .success(.done)
         case let .readChunk(digest):
+            if conditions.refuseReads { return .success(.read(nil)) }
             if conditions.corruptReads, var bytes = chunks.chunks[digest], !bytes.isEmpty {
                 bytes[bytes.count / 2] ^= 0x55
                 return .success(.read(bytes))

@@ -54,8 +54,9 @@ struct RunCommand: AsyncParsableCommand {
             let session = try await MeshSession.join(makeConfiguration(), logger: logger)
             // Announced once SIGINT/SIGTERM are trapped: a script may stop the node the moment it reads them.
             let service = MeshNodeService(session: session) {
+                let invite = await session.invite()
                 emit("listening: \(session.localAddress)")
-                emit("invite: \(await session.invite().text)")
+                emit("invite: \(invite.text)")
             }
             // `groupmesh leave` ends the node's service by itself: that is a normal end, not a failure.
             let group = ServiceGroup(configuration: ServiceGroupConfiguration(

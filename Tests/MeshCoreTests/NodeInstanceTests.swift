@@ -193,4 +193,47 @@ struct NodeInstanceTests {
         #expect(holder.core.counters.wantsRefused == refused, "a re-ask for a lost piece was refused")
         #expect(holder.core.counters.chunkPayloadBytesSent > served + UInt64(wholeBytes), "no re-ask was served")
     }
+
+    @Test("an add that fails while the same bytes are being fetched leaves the fetch's chunks alone",
+          arguments: SimulationSeeds.from(defaultCount: 3))
+    func failedAddOfContentBeingFetched(seed: UInt64) throws {
+        var slow = SimNode.Configuration()
+        slow.storage.delay = .milliseconds(1)...(.milliseconds(3))
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)), configuration: slow)
+        let uploader = mesh.addNode(joiningThrough: [], at: .zero)
+        let node = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(10))
+        let bytes = patternBytes(4096 * 60, salt: UInt8(seed % 200))
+        uploader.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
+        // The node is part way through its fetch when it adds the same bytes on a log it cannot append to.
+        mesh.simulator.run(for: .seconds(10), checkEvery: .milliseconds(5)) { _ in
+            node.core.fetches.values.contains { ($0.held ?? 0) > 5 }
+        }
+        let replay = SimulationSeeds.replay(seed)
+        try #require(node.core.fetches.values.contains { ($0.held ?? 0) > 5 }, "\(replay): no fetch under way")
+        node.setStorage { $0.refuseJournalAppends = true }
+        node.attach(bytes)
+        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(100)) { _ in node.complete.count == 1 }
+        #expect(node.failedCommands.count == 1, "\(replay): the add should have failed: \(node.failedCommands)")
+        #expect(mesh.replicationViolations().isEmpty, "\(replay): \(mesh.replicationViolations())")
+        #expect(mesh.leakViolations().isEmpty, "\(replay): \(mesh.leakViolations())")
+    }
+
+    @Test("replication tries a failed fetch again by itself: a holder whose disk could not be read for a while",
+          arguments: SimulationSeeds.from(defaultCount: 3))
+    func failedFetchIsRetried(seed: UInt64) {
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)))
+        let uploader = mesh.addNode(joiningThrough: [], at: .zero)
+        let node = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(10))
+        // Nothing the uploader holds can be read until 20 s: the node's fetch fails unavailable, and
+        // nothing about the members or the journal changes afterwards to start it again.
+        uploader.setStorage { $0.refuseReads = true }
+        uploader.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(4096 * 20, salt: UInt8(seed % 200))) }
+        uploader.plan(at: .zero + .seconds(20)) { $0.setStorage { $0.refuseReads = false } }
+        mesh.simulator.run(until: .zero + .seconds(20))
+        let replay = SimulationSeeds.replay(seed)
+        #expect(node.core.counters.fetchesFailed >= 1 && node.complete.isEmpty, "\(replay): the fetch did not fail")
+        mesh.simulator.run(for: .seconds(60), checkEvery: .seconds(1)) { _ in node.complete.count == 1 }
+        #expect(node.complete.count == 1, "\(replay): the attachment was never fetched again")
+        #expect(mesh.replicationViolations().isEmpty && mesh.leakViolations().isEmpty, "\(replay)")
+    }
 }

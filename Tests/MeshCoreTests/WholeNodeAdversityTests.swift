@@ -11,6 +11,21 @@ extension WholeNodeSimulationTests {
     /// Seeds per scenario in `make test` (`make soak` runs many more).
     static let adversitySeeds = SimulationSeeds.from(defaultCount: 3)
 
+    /// `remover` removes `member` from `start` on, once it knows every node, as a person would
+    /// after `status` shows everyone: a member that joined a moment before, still unknown to the
+    /// remover, is on no roster and needs a new invite (SECURITY.md §Key epochs). Two removers
+    /// that both know everyone at the same instant still remove at the same instant.
+    static func remove(_ member: SimAddress, by remover: SimAddress, from start: MeshInstant, in mesh: SimMesh) {
+        func attempt(_ node: SimNode) {
+            if mesh.nodes.allSatisfy({ $0 == node.address || node.membership.member(mesh.node($0).id) != nil }) {
+                node.removeMember(mesh.node(member).id)
+            } else {
+                node.plan(at: node.now + .milliseconds(500), attempt)
+            }
+        }
+        mesh.node(remover).plan(at: start, attempt)
+    }
+
     /// Plans `action` on `node` from `start` every `interval` until the workload ends.
     static func repeatedly(on node: SimNode, from start: MeshInstant, every interval: Duration,
                            _ action: @escaping (SimNode) -> Void) {
@@ -45,16 +60,7 @@ extension WholeNodeSimulationTests {
             // would go with it (an uploader that leaves hands its attachments over; one removed does not).
             mesh.node(victim).cancelPlans(from: .zero + .seconds(16))
             mesh.simulator.at(.zero + .seconds(16), "isolate \(offline)") { $0.isolate(offline) }
-            // As a person would, after `status` shows everyone: a member that joined a moment
-            // before, unknown to the remover, is on no roster and needs a new invite.
-            func removeOnceAllKnown(_ node: SimNode) {
-                if mesh.nodes.allSatisfy({ $0 == node.address || node.membership.member(mesh.node($0).id) != nil }) {
-                    node.removeMember(mesh.node(victim).id)
-                } else {
-                    node.plan(at: node.now + .milliseconds(500), removeOnceAllKnown)
-                }
-            }
-            mesh.node(SimAddress(0)).plan(at: .zero + .seconds(20), removeOnceAllKnown)
+            Self.remove(victim, by: SimAddress(0), from: .zero + .seconds(20), in: mesh)
             mesh.simulator.at(.zero + .seconds(22), "crash \(restarted)") { $0.crash(restarted) }
             mesh.simulator.at(.zero + .seconds(24), "restart \(restarted)") { _ in
                 mesh.restart(restarted, at: .zero + .seconds(24))
@@ -83,7 +89,7 @@ extension WholeNodeSimulationTests {
             for address in removed { mesh.node(address).cancelPlans(from: .zero + .seconds(16)) }
             let at = MeshInstant.zero + .seconds(20) + .milliseconds(Int64(random.next() % 20))
             for (remover, member) in zip([SimAddress(0), SimAddress(1)], removed) {
-                mesh.node(remover).plan(at: at) { $0.removeMember(mesh.node(member).id) }
+                Self.remove(member, by: remover, from: at, in: mesh)
             }
         }
         Self.expectInvariants(mesh, seed)
@@ -171,11 +177,14 @@ extension WholeNodeSimulationTests {
         let mesh = SimMesh(seed: seed, link: lossy)
         let uploader = mesh.addNode(joiningThrough: [], at: .zero)
         let holder = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(50), configuration: liar)
-        let joiner = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .seconds(8))
         uploader.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(4096 * 100, salt: UInt8(seed % 251))) }
-        mesh.simulator.run(until: .zero + .seconds(8))
+        // The joiner comes once the liar holds it whole and both holders said so.
+        mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(500)) { _ in
+            holder.complete.first.map { uploader.core.holders(of: $0).count == 2 } == true
+        }
         let replay = SimulationSeeds.replay(seed)
         #expect(holder.complete.count == 1, "\(replay): the liar never held the attachment")
+        let joiner = mesh.addNode(joiningThrough: [uploader.address], at: mesh.simulator.now + .milliseconds(100))
         mesh.simulator.run(for: .seconds(60), checkEvery: .seconds(1)) { _ in joiner.complete.count == 1 }
         #expect(joiner.complete.count == 1, "\(replay): the joiner never got the attachment")
         #expect(joiner.core.counters.fetchesFailed == 0, "\(replay): \(joiner.core.counters.fetchesFailed) fetches failed")

@@ -3,7 +3,7 @@ import MeshCrypto
 /// A fetch of one attachment, as state: its manifest (asked of one holder after another), then
 /// what the store already holds (a restarted node resumes), then the swarm, then durability.
 package struct Fetch: Sendable {
-    enum Stage: Sendable {
+    package enum Stage: Sendable {
         /// Asking for the manifest: who was asked, who is being asked and until when (nil: no
         /// holder known yet, waiting for one until `deadline`).
         case manifest(deadline: MeshInstant, tried: Set<NodeID>, asking: NodeID?, answerBy: MeshInstant?)
@@ -17,13 +17,13 @@ package struct Fetch: Sendable {
         case completing
     }
 
-    var stage: Stage
+    package var stage: Stage
     let startedAt: MeshInstant
     var lastProgress: MeshInstant
     /// Chunks this fetch had to bring (for the "fetched" log line).
     var needed = 0
 
-    var held: Int? {
+    package var held: Int? {
         if case let .chunks(have) = stage { return have.held }
         return nil
     }
@@ -40,7 +40,9 @@ extension NodeInstance {
     /// paused after a chunk could not be stored.
     mutating func replicate(now: MeshInstant) {
         guard !settings.lazy, !isReplicationPaused(now: now) else { return }
-        for id in journal.state.presentIDs where !complete.contains(id) { startFetch(id, now: now) }
+        for id in journal.state.presentIDs where !complete.contains(id) && fetchRetries[id].map({ now >= $0.at }) != false {
+            startFetch(id, now: now)
+        }
     }
 
     func isReplicationPaused(now: MeshInstant) -> Bool {
@@ -274,9 +276,14 @@ extension NodeInstance {
                                            "seconds": "\((seconds * 1000).rounded() / 1000)",
                                            "MiBps": "\((bytes / seconds / 1_048_576).rounded())"])
                 }
-            case .failure:
+            case let .failure(error):
                 counters.fetchesFailed += 1
                 if let held = fetch.held { knownHeld[id] = held }
+                if error != .unknownAttachment(id) {
+                    let failures = (fetchRetries[id]?.failures ?? 0) + 1
+                    let wait = min(settings.maximumFetchRetry, settings.fetchRetry * (1 << min(failures - 1, 16)))
+                    fetchRetries[id] = (failures, now + wait)
+                }
             }
             dirtyBitmaps.remove(id)
             for digest in manifests[id]?.chunks ?? [] {
@@ -288,10 +295,12 @@ extension NodeInstance {
             }
             transfer.cancel(id)
         }
+        if case .failure(.unknownAttachment) = result { fetchRetries[id] = nil }
         if case let .success(manifest) = result {
             manifests[id] = manifest
             complete.insert(id)
             knownHeld[id] = nil
+            fetchRetries[id] = nil
             announceHoldings(now: now)
         }
         for waiter in loadWaiters.removeValue(forKey: id) ?? [] {
@@ -320,6 +329,7 @@ extension NodeInstance {
             replicationPausedUntil = nil
             replicate(now: now)
         }
+        if fetchRetries.values.contains(where: { now >= $0.at }) { replicate(now: now) }
         for (peer, want) in assembler.onTick(now: now) { sendPairwise([.chunkWant(want)], to: peer) }
         if now >= nextAvailabilityAt, !dirtyBitmaps.isEmpty {
             nextAvailabilityAt = now + settings.availabilityInterval
@@ -358,6 +368,13 @@ extension NodeInstance {
         consider(assembler.nextDeadline)
         if !dirtyBitmaps.isEmpty { consider(nextAvailabilityAt) }
         consider(replicationPausedUntil)
+        // Only while replication would act on them (a lazy or paused node does not).
+        if !settings.lazy, replicationPausedUntil == nil {
+            for (id, retry) in fetchRetries
+            where fetches[id] == nil && !complete.contains(id) && journal.state.isPresent(id) {
+                consider(retry.at)
+            }
+        }
         return deadline
     }
 }

@@ -72,11 +72,12 @@ extension NodeInstance {
         }
     }
 
-    /// Manifests a collect must keep: every present attachment's but `id`'s, unless `id` is
-    /// present and whole here (then its chunks are in use).
+    /// What a failed add may collect of its ingest: nothing when the same content is in the
+    /// journal anyway (another member's add, whole here or being fetched: its chunks are in use),
+    /// else whatever no present attachment uses.
     func collectionRoots(excepting id: SHA256Digest) -> [Manifest]? {
-        guard !complete.contains(id) else { return nil }
-        return journal.state.attachments.compactMap { $0.id == id ? nil : manifests[$0.id] }
+        guard !complete.contains(id), !journal.state.isPresent(id) else { return nil }
+        return journal.state.presentIDs.compactMap { manifests[$0] }
     }
 
     // MARK: journal messages
@@ -170,6 +171,7 @@ extension NodeInstance {
                 complete(waiter.request, .failure(.unknownAttachment(id)))
             }
             complete.remove(id)
+            fetchRetries[id] = nil
             recentChunks.removeAll()
             manifests[id] = nil
             if let removed {

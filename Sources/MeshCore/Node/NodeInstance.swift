@@ -144,6 +144,8 @@ public struct NodeInstance: Sendable {
     var dirtyBitmaps: Set<SHA256Digest> = []
     var nextAvailabilityAt = MeshInstant.zero
     var replicationPausedUntil: MeshInstant?
+    /// Fetches that failed, and when replication tries each again (the wait doubles per failure).
+    var fetchRetries: [SHA256Digest: (failures: Int, at: MeshInstant)] = [:]
     /// Operations of others applied but not yet in the journal log (their append failed).
     var journalBacklog: [JournalOperation] = []
     var journalBacklogRetryAt: MeshInstant?

@@ -35,6 +35,11 @@ public struct NodeSettings: Sendable {
     /// After a chunk could not be stored (a full disk), fetches start only when asked for until
     /// this has passed: replication would fetch chunks only to fail to store them again.
     public var replicationPauseAfterStoreFailure: Duration = .seconds(30)
+    /// Replication tries a failed fetch again after this, doubling per failure up to the maximum:
+    /// what made it fail (a holder restarting, a partition, a clock jump) passes, and the node
+    /// still ends with every attachment.
+    public var fetchRetry: Duration = .seconds(5)
+    public var maximumFetchRetry: Duration = .seconds(60)
     /// New chunks are announced to the members (`chunks` bitmaps) at most this often.
     public var availabilityInterval: Duration = .milliseconds(250)
     /// How long a journal message may go unacknowledged before it is given up.
