@@ -218,6 +218,33 @@ struct NodeInstanceTests {
         #expect(mesh.leakViolations().isEmpty, "\(replay): \(mesh.leakViolations())")
     }
 
+    @Test("an add that fails while another member's add of the same bytes is present keeps them, and the remove collects them",
+          arguments: SimulationSeeds.from(defaultCount: 3))
+    func failedAddOfPresentContent(seed: UInt64) throws {
+        var lazy = SimNode.Configuration()
+        lazy.settings.lazy = true
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)))
+        let uploader = mesh.addNode(joiningThrough: [], at: .zero)
+        let node = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(10), configuration: lazy)
+        let bytes = patternBytes(4096 * 8, salt: UInt8(seed % 200))
+        uploader.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
+        mesh.simulator.run(for: .seconds(10), checkEvery: .milliseconds(10)) { _ in node.core.attachments.count == 1 }
+        let replay = SimulationSeeds.replay(seed)
+        try #require(node.core.attachments.count == 1, "\(replay): the node never saw the add")
+        // The node stores the same bytes, but its log refuses the add: the ingest stays (the content
+        // is in the journal anyway), and must not outlive the remove that comes later.
+        node.setStorage { $0.refuseJournalAppends = true }
+        node.attach(bytes)
+        mesh.simulator.run(for: .seconds(1))
+        #expect(node.failedCommands.count == 1, "\(replay): the add should have failed: \(node.failedCommands)")
+        #expect(!node.storage.chunks.chunks.isEmpty, "\(replay): the ingest was not kept")
+        node.setStorage { $0.refuseJournalAppends = false }
+        uploader.removeAttachment(pick: 0)
+        mesh.simulator.run(for: .seconds(10), checkEvery: .milliseconds(100)) { _ in node.core.attachments.isEmpty }
+        #expect(node.core.attachments.isEmpty, "\(replay): the remove never came")
+        #expect(mesh.leakViolations().isEmpty, "\(replay): \(mesh.leakViolations())")
+    }
+
     @Test("replication tries a failed fetch again by itself: a holder whose disk could not be read for a while",
           arguments: SimulationSeeds.from(defaultCount: 3))
     func failedFetchIsRetried(seed: UInt64) {

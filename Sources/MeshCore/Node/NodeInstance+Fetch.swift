@@ -122,7 +122,13 @@ extension NodeInstance {
     mutating func manifestStored(_ result: Result<StorageOutcome, StorageFailure>, _ manifest: Manifest,
                                  now: MeshInstant) {
         let id = manifest.id
-        guard case .storingManifest = fetches[id]?.stage else { return }
+        guard case .storingManifest = fetches[id]?.stage else {
+            // The fetch ended meanwhile; a stored manifest stays known, so a remove collects it.
+            if case .success(.written(stored: true)) = result, journal.state.isPresent(id), manifests[id] == nil {
+                manifests[id] = manifest
+            }
+            return
+        }
         switch result {
         case .success(.written(stored: true)):
             manifests[id] = manifest

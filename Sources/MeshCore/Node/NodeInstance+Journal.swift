@@ -25,7 +25,7 @@ extension NodeInstance {
             return complete(request, .failure(.store(result.failure ?? .failed("the store did not ingest"))))
         }
         guard phase != .stopped else {
-            store(.unpin(manifest, collectKeeping: collectionRoots(excepting: manifest.id)), .housekeeping)
+            releaseFailedAdd(manifest)
             return complete(request, .failure(.stopped))
         }
         let operation = journal.prepareAdd(manifest.id, size: manifest.size, chunkCount: manifest.chunks.count,
@@ -42,10 +42,7 @@ extension NodeInstance {
     mutating func localAppended(_ result: Result<StorageOutcome, StorageFailure>, operation: JournalOperation,
                                 change: LocalChange, request: RequestID, now: MeshInstant) {
         if case let .failure(failure) = result {
-            if case let .add(manifest) = change {
-                // Not added: the chunks no attachment here uses go again (a full disk gets its space back).
-                store(.unpin(manifest, collectKeeping: collectionRoots(excepting: manifest.id)), .housekeeping)
-            }
+            if case let .add(manifest) = change { releaseFailedAdd(manifest) }
             return complete(request, .failure(.store(failure)))
         }
         if case let .add(manifest) = change {
@@ -72,12 +69,17 @@ extension NodeInstance {
         }
     }
 
-    /// What a failed add may collect of its ingest: nothing when the same content is in the
-    /// journal anyway (another member's add, whole here or being fetched: its chunks are in use),
-    /// else whatever no present attachment uses.
-    func collectionRoots(excepting id: SHA256Digest) -> [Manifest]? {
-        guard !complete.contains(id), !journal.state.isPresent(id) else { return nil }
-        return journal.state.presentIDs.compactMap { manifests[$0] }
+    /// An add that is not in the log gives back its ingest: the chunks no present attachment
+    /// uses go again (a full disk gets its space back). When the same content is in the journal
+    /// anyway (another member's add), they stay, and the node now knows the manifest they are
+    /// stored under, so that the remove that comes one day collects them.
+    private mutating func releaseFailedAdd(_ manifest: Manifest) {
+        let id = manifest.id
+        guard !complete.contains(id), !journal.state.isPresent(id) else {
+            if manifests[id] == nil { manifests[id] = manifest }
+            return store(.unpin(manifest, collectKeeping: nil), .housekeeping)
+        }
+        store(.unpin(manifest, collectKeeping: journal.state.presentIDs.compactMap { manifests[$0] }), .housekeeping)
     }
 
     // MARK: journal messages
