@@ -253,4 +253,39 @@ struct MembershipInstanceTests {
                             address: ManualCluster.address(1), now: cluster.now + interval)
         #expect(!asksToJoin(joiner.onTick(now: cluster.now + interval * 3)))
     }
+
+    @Test("a member we do not know that writes to us is asked for its state, once per join retry interval")
+    func strangerIsAskedForItsState() throws {
+        let cluster = ManualCluster(count: 3)
+        let identity = try NodeIdentity(seed: [UInt8](repeating: 52, count: 32))
+        var joiner = MembershipInstance(record: ManualCluster.record(identity, index: 52),
+                                        authority: Ed25519Authority(identity: identity), settings: .lan,
+                                        datagramBudget: 1118, seed: 52, now: cluster.now)
+        _ = joiner.join([ManualCluster.address(1)], now: cluster.now)
+        func asksForState(_ directives: [MembershipDirective], at address: PeerAddress) -> Bool {
+            directives.contains { directive in
+                guard case let .send(frames, _, to) = directive, to == address else { return false }
+                return frames.contains(.syncRequest(SyncRequest(isJoin: false)))
+            }
+        }
+        // The join's answer was lost, but member 0's record came by gossip: the joiner is in, and
+        // stops asking to join. Member 1, whose record's gossip ended long ago, probes it.
+        _ = joiner.onFrames([.alive(cluster.instance(0).me)], from: cluster[0], address: ManualCluster.address(1), now: cluster.now)
+        let probe: [Frame] = [.probe(Probe(sequence: 1, target: identity.nodeID))]
+        let stranger = ManualCluster.address(2)
+        #expect(asksForState(joiner.onFrames(probe, from: cluster[1], address: stranger, now: cluster.now), at: stranger))
+        // Not again at once (a stranger's traffic cannot make us send without bound) ...
+        #expect(!asksForState(joiner.onFrames(probe, from: cluster[1], address: stranger, now: cluster.now), at: stranger))
+        // ... but again once the interval has passed, if the answer was lost too.
+        let later = cluster.now + MembershipSettings.lan.joinRetryInterval
+        #expect(asksForState(joiner.onFrames(probe, from: cluster[1], address: stranger, now: later), at: stranger))
+        // Its state arrives: it is known, and never asked again.
+        _ = joiner.onFrames([.alive(cluster.instance(1).me)], from: cluster[1], address: stranger, now: later)
+        #expect(joiner.member(cluster[1])?.status == .alive)
+        let muchLater = later + MembershipSettings.lan.joinRetryInterval * 3
+        #expect(!asksForState(joiner.onFrames(probe, from: cluster[1], address: stranger, now: muchLater), at: stranger))
+        // A member known to the joiner is never asked: member 0 probes too.
+        #expect(!asksForState(joiner.onFrames(probe, from: cluster[0], address: ManualCluster.address(1), now: muchLater),
+                              at: ManualCluster.address(1)))
+    }
 }

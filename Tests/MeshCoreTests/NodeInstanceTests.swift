@@ -245,6 +245,23 @@ struct NodeInstanceTests {
         #expect(mesh.leakViolations().isEmpty, "\(replay): \(mesh.leakViolations())")
     }
 
+    @Test("a holder that answers every manifest request at once with bad bytes is asked in rounds, not in a loop",
+          arguments: SimulationSeeds.from(defaultCount: 3))
+    func badManifestIsNotAskedInALoop(seed: UInt64) {
+        var liar = SimNode.Configuration()
+        liar.storage.corruptReads = true
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)))
+        let uploader = mesh.addNode(joiningThrough: [], at: .zero, configuration: liar)
+        let node = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(10))
+        uploader.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(4096 * 4, salt: UInt8(seed % 200))) }
+        mesh.simulator.run(until: .zero + .seconds(12))
+        let replay = SimulationSeeds.replay(seed)
+        let asked = uploader.core.counters.chunksServed
+        #expect(node.complete.isEmpty, "\(replay): a bad manifest was taken")
+        // 11 s of asking, a round every 500 ms at most: about 22 requests. Found by the soak: 553.
+        #expect(asked > 0 && asked <= 30, "\(replay): the manifest was asked for \(asked) times")
+    }
+
     @Test("replication tries a failed fetch again by itself: a holder whose disk could not be read for a while",
           arguments: SimulationSeeds.from(defaultCount: 3))
     func failedFetchIsRetried(seed: UInt64) {

@@ -39,6 +39,8 @@ public struct MembershipInstance: Sendable {
     private var nextJoinAttemptAt: MeshInstant?
     /// Members removed from the session (key epochs): never probed, gossiped or believed again.
     private var excluded: Set<NodeID> = []
+    /// Senders we did not know, and when we last asked each for its state (a few, for a while).
+    private var askedStrangers: [NodeID: MeshInstant] = [:]
 
     public init(record: MemberRecord, authority: some RecordAuthority, settings: MembershipSettings,
                 datagramBudget: Int, seed: UInt64, now: MeshInstant) {
@@ -184,8 +186,27 @@ public struct MembershipInstance: Sendable {
         if staleAccuser, sender != me.id, !hasLeft {
             out.append(.send(frames: [.alive(me)], recipient: sender, address: address))
         }
+        askIfStranger(sender, address: address, now: now, into: &out)
         return out
     }
+
+    /// A member we do not know wrote to us: the answer to our join was lost, or its record's gossip
+    /// ended before we came. It knows us (it probes us), we would learn of it only at the next
+    /// push-pull: ask it for its state, which starts with its own record. Once per member per
+    /// join retry interval, and for a bounded number of strangers at once.
+    private mutating func askIfStranger(_ sender: NodeID, address: PeerAddress, now: MeshInstant,
+                                        into out: inout [MembershipDirective]) {
+        guard sender != me.id, members[sender] == nil, !excluded.contains(sender), !hasLeft else { return }
+        if let asked = askedStrangers[sender], now < asked + settings.joinRetryInterval { return }
+        if askedStrangers.count >= Self.maxStrangersAsked {
+            askedStrangers = askedStrangers.filter { now < $0.value + settings.joinRetryInterval }
+            guard askedStrangers.count < Self.maxStrangersAsked else { return }
+        }
+        askedStrangers[sender] = now
+        out.append(.send(frames: [.syncRequest(SyncRequest(isJoin: false)), .alive(me)], recipient: sender, address: address))
+    }
+
+    static let maxStrangersAsked = 16
 
     public mutating func onTick(now: MeshInstant) -> [MembershipDirective] {
         var out: [MembershipDirective] = []

@@ -5,7 +5,8 @@ import MeshCrypto
 package struct Fetch: Sendable {
     package enum Stage: Sendable {
         /// Asking for the manifest: who was asked, who is being asked and until when (nil: no
-        /// holder known yet, waiting for one until `deadline`).
+        /// holder known yet, waiting for one until `deadline`; or every holder was asked, and the
+        /// next round starts at `answerBy`).
         case manifest(deadline: MeshInstant, tried: Set<NodeID>, asking: NodeID?, answerBy: MeshInstant?)
         /// The manifest is being stored (kept here: a remove meanwhile must collect it).
         case storingManifest(Manifest)
@@ -109,11 +110,18 @@ extension NodeInstance {
         store(.writeChunk(bytes, expected: digest), .storeManifest(manifest))
     }
 
-    /// The asked holder said no, or nothing: the next one, or give up after the deadline.
+    /// The asked holder said no, sent a bad manifest, or nothing: the next one, or give up after
+    /// the deadline. Once every holder was asked, the next round waits a little: a holder that
+    /// answers at once with a bad manifest would otherwise have us ask it in a tight loop.
     private mutating func manifestRetry(_ id: SHA256Digest, now: MeshInstant) {
-        guard case let .manifest(deadline, _, _, _) = fetches[id]?.stage else { return }
+        guard case let .manifest(deadline, tried, _, _) = fetches[id]?.stage else { return }
         if now >= deadline {
-            finishFetch(id, .failure(.manifestUnavailable(id)), now: now)
+            return finishFetch(id, .failure(.manifestUnavailable(id)), now: now)
+        }
+        let candidates = (holders(of: id) + transfer.peersWithChunks(of: id)).filter { $0 != localID }
+        if !candidates.isEmpty, candidates.allSatisfy(tried.contains) {
+            let nextRound = now + settings.manifestRoundPause
+            fetches[id]?.stage = .manifest(deadline: deadline, tried: [], asking: nil, answerBy: nextRound)
         } else {
             askForManifest(id, now: now)
         }
@@ -328,6 +336,8 @@ extension NodeInstance {
                 manifestRetry(id, now: now)
             } else if asking == nil, now >= deadline {
                 finishFetch(id, .failure(.manifestUnavailable(id)), now: now)
+            } else if asking == nil, let nextRound = answerBy, now >= nextRound {
+                askForManifest(id, now: now)
             }
         }
         transfer.onTick(now: now)
@@ -363,7 +373,8 @@ extension NodeInstance {
         for (id, fetch) in fetches {
             switch fetch.stage {
             case let .manifest(deadline, _, asking, answerBy):
-                consider(asking == nil ? deadline : answerBy)
+                consider(answerBy)
+                if asking == nil { consider(deadline) }
             case .chunks where !transfer.hasRequestsInFlight(id):
                 consider(fetch.lastProgress + settings.unavailableTimeout)
             default:

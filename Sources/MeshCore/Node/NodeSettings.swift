@@ -19,6 +19,8 @@ public struct NodeSettings: Sendable {
     public var unavailableTimeout: Duration = .seconds(10)
     /// How long one holder may take to send a manifest before another is asked.
     public var manifestRequestTimeout: Duration = .seconds(5)
+    /// Once every holder was asked for a manifest without a good answer, the next round waits this long.
+    public var manifestRoundPause: Duration = .milliseconds(500)
     /// Whole holders answer "busy" for chunks others can pass on (`TransferScheduler.shouldServe`).
     public var superSeeding = true
     /// Chunks read for others at once; more wants are answered "busy" (a member cannot make us
