@@ -133,8 +133,9 @@ package actor MeshNode {
 
     private static func bindDatagrams(_ configuration: NodeConfiguration, eventLoop: any EventLoop,
                                       slot: NodeSlot) async throws(GroupMeshError) -> any Channel {
+        // No SO_REUSEADDR: the port is this node's alone. With it, a second node (or another
+        // local user) could bind the same port and take part of our traffic.
         var bootstrap = DatagramBootstrap(group: eventLoop)
-            .channelOption(.socketOption(.so_reuseaddr), value: 1)
             // Bursts of chunk datagrams outrun the default buffers (about 200 KiB) before the
             // reader drains them; losses there would cost retransmissions for nothing.
             .channelOption(.socketOption(.so_rcvbuf), value: SocketOptionValue(SocketBuffers.wanted))
@@ -162,6 +163,9 @@ package actor MeshNode {
         }
         do {
             return try await bootstrap.bind(host: configuration.listenHost, port: configuration.listenPort).get()
+        } catch let error as IOError where error.errnoCode == EADDRINUSE {
+            throw .bindFailed(address: configuration.listenDescription,
+                              reason: "the port is in use (another node, or another program, has it); choose another --listen port, or 0 for any free one")
         } catch {
             throw .bindFailed(address: configuration.listenDescription, reason: "\(error)")
         }

@@ -57,9 +57,10 @@ struct DataDirectoryOptions: ParsableArguments {
     }
 }
 
-/// Prints one readable line to stderr and exits non-zero: how every user error ends.
+/// Prints one readable line to stderr and exits non-zero: how every user error ends. Escaped:
+/// an error may name a member, and a member's name is its own choice.
 func fail(_ message: some CustomStringConvertible) -> ExitCode {
-    FileHandle.standardError.write(Data("groupmesh: error: \(message)\n".utf8))
+    FileHandle.standardError.write(Data("groupmesh: error: \(TerminalText.escaped(message.description))\n".utf8))
     return ExitCode(1)
 }
 

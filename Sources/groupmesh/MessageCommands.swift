@@ -82,7 +82,8 @@ struct ListenCommand: AsyncParsableCommand {
                     if let line = try? encoder.encode(message) { emit(String(decoding: line, as: UTF8.self)) }
                 } else {
                     let from = message.fromName.isEmpty ? String(message.from.prefix(12)) : message.fromName
-                    emit("\(from): \(message.text ?? "<\(message.base64?.count ?? 0) base64 chars>")")
+                    // One line per message, whatever the sender put in it (a newline, escape sequences).
+                    emit(TerminalText.escaped("\(from): \(message.text ?? "<\(message.base64?.count ?? 0) base64 chars>")"))
                 }
                 return true
             }

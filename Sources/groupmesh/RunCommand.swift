@@ -45,6 +45,10 @@ struct RunCommand: AsyncParsableCommand {
 
     func validate() throws {
         guard (0...0.5).contains(simulateLoss) else { throw ValidationError("--simulate-loss must be between 0 and 0.5") }
+        // Others print our name; one that would need escaping there is refused here.
+        if let name, name.unicodeScalars.contains(where: TerminalText.needsEscape) {
+            throw ValidationError("--name may not hold control characters (newlines, escapes, direction overrides)")
+        }
     }
 
     func run() async throws {

@@ -83,7 +83,7 @@ enum StatusTable {
     static func render(_ report: StatusReport, width: Int) -> String {
         var lines: [String] = []
         let me = report.`self`
-        lines.append("node \(me.name) \(me.id.prefix(12)) at \(me.address)  session \(me.session)  profile \(me.profile)")
+        lines.append(TerminalText.escaped("node \(me.name) \(me.id.prefix(12)) at \(me.address)  session \(me.session)  profile \(me.profile)"))
         lines.append("")
         let rows = report.members.map { member in
             [String(member.id.prefix(12)), member.name, member.address, member.state, "\(member.incarnation)",
@@ -105,7 +105,9 @@ enum StatusTable {
         return lines.map { String($0.prefix(width)) }.joined(separator: "\n")
     }
 
+    /// Every cell is escaped: names, addresses and metadata come from other members.
     static func table(header: [String], rows: [[String]], width: Int) -> [String] {
+        let rows = rows.map { $0.map(TerminalText.escaped) }
         let widths = header.indices.map { column in
             ([header[column]] + rows.map { $0[column] }).map(\.count).max() ?? 0
         }

@@ -49,6 +49,27 @@ struct RunCommandTests {
         #expect(try await restarted.waitForExit() == 0)
     }
 
+    @Test("a second node on a live node's port is refused with one line; the first keeps its port")
+    func portIsExclusive() async throws {
+        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await first.cleanUp() } }
+        let address = try PeerAddress(parsing: try await first.waitForLine(prefix: "listening:"))
+        // Another data dir, the same port: with SO_REUSEADDR this started and took part of the traffic.
+        let second = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:\(address.port)",
+                                                       "--data-dir", NodeProcess.makeTemporaryDirectory("second")])
+        #expect(second.status != 0)
+        #expect(second.stderr.contains("in use"), "\(second.stderr)")
+        #expect(second.stderr.split(separator: "\n").count == 1, "one readable line: \(second.stderr)")
+        #expect(!second.stdout.contains("listening:"))
+        // The wildcard address on the same port is refused too.
+        let wildcard = try await NodeProcess.runCommand(["run", "--listen", "0.0.0.0:\(address.port)",
+                                                         "--data-dir", NodeProcess.makeTemporaryDirectory("third")])
+        #expect(wildcard.status != 0, "\(wildcard.stdout)")
+        #expect(try await first.status().`self`.address == "\(address)")
+        first.signal(SIGTERM)
+        #expect(try await first.waitForExit() == 0)
+    }
+
     @Test("the UDP buffers reach 4 MiB past net.core.rmem_max when the node may raise them, and status says what they are")
     func socketBuffersAreRaised() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
