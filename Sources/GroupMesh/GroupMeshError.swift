@@ -30,6 +30,8 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
     case attachmentPrefixTooShort(String)
     /// `get --output` over one of the node's own files.
     case outputIsNodeFile(String)
+    /// `get --output` names something that is not a regular file; the text says what it is.
+    case outputNotRegularFile(String, String)
     case manifestUnavailable(attachment: String)
     case chunksUnavailable(attachment: String, missing: Int, total: Int)
     case cannotRemoveSelf
@@ -71,6 +73,8 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
             return "'\(text)' is too short to name an attachment; give at least 4 characters of its id"
         case let .outputIsNodeFile(path):
             return "\(path) is one of the node's own files; write the attachment somewhere else"
+        case let .outputNotRegularFile(path, kind):
+            return "\(path) is \(kind); get writes only regular files, and nothing was written"
         case let .manifestUnavailable(attachment):
             return "unavailable: no reachable member holds the manifest of \(attachment.prefix(16))"
         case let .chunksUnavailable(attachment, missing, total):

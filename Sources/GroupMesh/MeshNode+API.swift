@@ -117,8 +117,10 @@ extension MeshNode {
     /// The attachment's bytes (fetched first from the members that hold them if need be), in
     /// memory or written to `path` (through a temporary file, renamed when whole).
     package func loadAttachment(_ id: SHA256Digest, into destination: ExportDestination) async throws(GroupMeshError) -> [UInt8]? {
-        if case let .file(path) = destination, configuration.dataDirectory.ownsFile(path) {
-            throw .outputIsNodeFile(path)
+        if case let .file(path, _) = destination {
+            guard !configuration.dataDirectory.ownsFile(path) else { throw .outputIsNodeFile(path) }
+            // Before any fetch: a wrong output is said at once, not after 100 MiB.
+            try OutputPath.check(path)
         }
         switch await perform(.load(id, into: destination)) {
         case let .success(.loaded(_, bytes)): return bytes

@@ -101,7 +101,11 @@ struct GetCommand: AsyncParsableCommand {
         let answered: Bool
         do {
             // Progress lines until the final answer.
-            answered = try client.subscribe(.get(attachment: id, path: absolutePath(output))) { response in
+            // The file is ours, not the node's: made with our umask.
+            let mask = umask(0)
+            umask(mask)
+            let request = ControlRequest.get(attachment: id, path: absolutePath(output), mode: 0o666 & ~UInt32(mask))
+            answered = try client.subscribe(request) { response in
                 guard case let .progress(progress) = response else { return false }
                 display.show(progress)
                 return true

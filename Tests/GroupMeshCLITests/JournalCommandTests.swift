@@ -112,6 +112,63 @@ struct JournalCommandTests {
         #expect(ids.count == 1, "the node still answers, and only /etc/hostname was added")
     }
 
+    @Test("get --output replaces only a regular file: a pipe, a link, a device and a directory are refused and left alone; the file gets the user's umask")
+    func getWritesOnlyRegularFiles() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await node.cleanUp() } }
+        _ = try await node.waitForLine(prefix: "listening:")
+        let source = node.dataDirectory + "/source.bin"
+        let bytes = Data((0..<70_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        try bytes.write(to: URL(fileURLWithPath: source))
+        let attached = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, source])
+        let id = attached.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(attached.status == 0 && id.count == 64, "\(attached.stderr)")
+        func get(_ output: String) async throws -> (status: Int32, stdout: String, stderr: String) {
+            try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, id, "--output", output], timeout: .seconds(30))
+        }
+        let outside = NodeProcess.makeTemporaryDirectory("outputs")
+        // A named pipe: was replaced by a regular file (and a reader of the pipe never saw a byte).
+        let pipe = outside + "/pipe"
+        #expect(mkfifo(pipe, 0o600) == 0)
+        let toPipe = try await get(pipe)
+        #expect(toPipe.stderr.contains("is a named pipe"), "\(toPipe.stderr)")
+        // A link (to a file its owner cares about): neither followed nor replaced.
+        let precious = outside + "/precious"
+        try Data("keep me".utf8).write(to: URL(fileURLWithPath: precious))
+        let link = outside + "/link"
+        #expect(symlink(precious, link) == 0)
+        let toLink = try await get(link)
+        #expect(toLink.stderr.contains("is a symbolic link"), "\(toLink.stderr)")
+        #expect(try String(contentsOfFile: precious, encoding: .utf8) == "keep me")
+        let toDirectory = try await get(outside)
+        #expect(toDirectory.stderr.contains("is a directory"), "\(toDirectory.stderr)")
+        var refused = [toPipe, toLink, toDirectory]
+        // A device of our own (as root: the old node replaced /dev/full with a regular file).
+        let device = outside + "/null"
+        // makedev(1, 3): the null device.
+        if geteuid() == 0, mknod(device, S_IFCHR | 0o600, dev_t(1 << 8 | 3)) == 0 {
+            let toDevice = try await get(device)
+            #expect(toDevice.stderr.contains("is a device"), "\(toDevice.stderr)")
+            refused.append(toDevice)
+        }
+        for (result, path) in zip(refused, [pipe, link, outside, device]) {
+            #expect(result.status != 0)
+            #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+            var info = stat()
+            #expect(lstat(path, &info) == 0 && (info.st_mode & S_IFMT) != S_IFREG, "\(path) became a regular file")
+        }
+        #expect(!FileManager.default.fileExists(atPath: pipe + ".groupmesh-partial"))
+        // A regular file is replaced, with the mode our umask gives (0640 under 027, not the node's 0644).
+        let target = outside + "/copy.bin"
+        try Data("old".utf8).write(to: URL(fileURLWithPath: target))
+        let previous = umask(0o027)
+        let replaced = try await get(target)
+        umask(previous)
+        #expect(replaced.status == 0, "\(replaced.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: target)) == bytes)
+        #expect((try FileManager.default.attributesOfItem(atPath: target)[.posixPermissions] as? Int) == 0o640)
+    }
+
     @Test("get of an attachment nobody reachable holds fails with unavailable after a timeout")
     func unavailable() async throws {
         let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])

@@ -14,8 +14,9 @@ public enum ControlRequest: Sendable, Equatable {
     /// Add the file at `path` (absolute) with `metadata` (UTF-8, usually JSON).
     case attach(path: String, metadata: String?)
     case attachments
-    /// Write the attachment (id or unique prefix) to `path` (absolute).
-    case get(attachment: String, path: String)
+    /// Write the attachment (id or unique prefix) to `path` (absolute), as a file of `mode`
+    /// (the client's 0666 less its umask; nil: the node's umask decides).
+    case get(attachment: String, path: String, mode: UInt32? = nil)
     case remove(attachment: String)
     /// Remove a member (id, unique id prefix or name) with a new key epoch.
     case removeMember(String)
@@ -29,7 +30,7 @@ extension ControlRequest: Codable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case command, base64, to, unreliable, path, metadata, id
+        case command, base64, to, unreliable, path, metadata, id, mode
     }
 
     public init(from decoder: any Decoder) throws {
@@ -50,8 +51,12 @@ extension ControlRequest: Codable {
             self = .attach(path: try container.decode(String.self, forKey: .path),
                            metadata: try container.decodeIfPresent(String.self, forKey: .metadata))
         case .get:
+            let mode = try container.decodeIfPresent(UInt32.self, forKey: .mode)
+            guard mode.map({ $0 <= 0o777 }) ?? true else {
+                throw DecodingError.dataCorruptedError(forKey: .mode, in: container, debugDescription: "not a file mode")
+            }
             self = .get(attachment: try container.decode(String.self, forKey: .id),
-                        path: try container.decode(String.self, forKey: .path))
+                        path: try container.decode(String.self, forKey: .path), mode: mode)
         case .remove:
             self = .remove(attachment: try container.decode(String.self, forKey: .id))
         case .removeMember:
@@ -76,10 +81,11 @@ extension ControlRequest: Codable {
             try container.encode(Command.attach, forKey: .command)
             try container.encode(path, forKey: .path)
             try container.encodeIfPresent(metadata, forKey: .metadata)
-        case let .get(attachment, path):
+        case let .get(attachment, path, mode):
             try container.encode(Command.get, forKey: .command)
             try container.encode(attachment, forKey: .id)
             try container.encode(path, forKey: .path)
+            try container.encodeIfPresent(mode, forKey: .mode)
         case let .remove(attachment):
             try container.encode(Command.remove, forKey: .command)
             try container.encode(attachment, forKey: .id)

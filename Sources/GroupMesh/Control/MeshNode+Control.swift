@@ -28,8 +28,8 @@ extension MeshNode {
                 let entry = try await node.addAttachment(.file(path: path), metadata: Array((metadata ?? "").utf8))
                 return .attachment(entry.id.hex)
             }
-        case let .get(text, path):
-            controlGet(text, to: path, responder: responder)
+        case let .get(text, path, mode):
+            controlGet(text, to: path, mode: mode, responder: responder)
         case let .remove(text):
             answer(responder) { node throws(GroupMeshError) in
                 let entry = try await node.resolveAttachment(text)
@@ -93,7 +93,7 @@ extension MeshNode {
     }
 
     /// Progress every 250 ms until the file is written (the CLI draws it), then the answer.
-    private func controlGet(_ text: String, to path: String, responder: ControlResponder) {
+    private func controlGet(_ text: String, to path: String, mode: UInt32?, responder: ControlResponder) {
         let entry: AttachmentEntry
         do { entry = try resolveAttachment(text) } catch { return responder.send(.failure(error.description)) }
         let reporter = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .milliseconds(250)) { [self] _ in
@@ -101,7 +101,7 @@ extension MeshNode {
         }
         answer(responder) { node throws(GroupMeshError) in
             defer { reporter.cancel() }
-            _ = try await node.loadAttachment(entry.id, into: .file(path: path))
+            _ = try await node.loadAttachment(entry.id, into: .file(path: path, mode: mode))
             return .attachment(entry.id.hex)
         }
     }

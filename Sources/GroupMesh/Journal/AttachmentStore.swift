@@ -50,8 +50,8 @@ actor AttachmentStore {
                 try flush()
             case let .inspect(manifest):
                 return .success(.inspected(missing: missing(manifest)))
-            case let .export(manifest, .file(path)):
-                try assemble(manifest, to: path)
+            case let .export(manifest, .file(path, mode)):
+                try assemble(manifest, to: path, mode: mode)
                 return .success(.exported(nil))
             case let .export(manifest, .memory):
                 return .success(.exported(try bytes(of: manifest)))
@@ -206,12 +206,21 @@ actor AttachmentStore {
     }
 
     /// Writes the attachment's bytes to `path` (through a temporary file, renamed when complete),
-    /// verifying every chunk on the way.
-    func assemble(_ manifest: Manifest, to path: String) throws(GroupMeshError) {
+    /// verifying every chunk on the way. Only a regular file is replaced: a link, a device or a
+    /// pipe there (checked again here, the request may have waited for a fetch) is refused. The
+    /// temporary file is made new (never through a link someone left in its place).
+    func assemble(_ manifest: Manifest, to path: String, mode: UInt32?) throws(GroupMeshError) {
+        try OutputPath.check(path)
         let temporary = path + ".groupmesh-partial"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+        var fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
+        if fd < 0, errno == EEXIST {
+            // Left by a crash (or planted): removed, never followed.
+            unlink(temporary)
+            fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
+        }
         guard fd >= 0 else { throw writeError(errno, path, doing: "write") }
         var failure: Int32 = 0
+        if let mode, fchmod(fd, mode_t(mode & 0o777)) != 0 { failure = errno }
         for digest in manifest.chunks where failure == 0 {
             guard let bytes = read(digest) else {
                 close(fd)

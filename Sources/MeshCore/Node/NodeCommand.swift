@@ -32,8 +32,10 @@ public enum AttachmentSource: Sendable, Equatable {
 
 public enum ExportDestination: Sendable, Equatable {
     case memory
-    /// Written whole to a temporary file, then renamed to the path.
-    case file(path: String)
+    /// Written whole to a temporary file, then renamed to the path (a regular file or nothing:
+    /// the shell refuses links, devices, pipes). `mode`: the new file's permissions (nil: 0666
+    /// less the process's umask).
+    case file(path: String, mode: UInt32? = nil)
 }
 
 public enum NodeResult: Sendable, Equatable {
