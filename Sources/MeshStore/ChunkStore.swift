@@ -53,6 +53,12 @@ public final class ChunkStore {
         return bytes
     }
 
+    /// The size of a stored chunk's file, if it is there.
+    public func storedSize(_ digest: SHA256Digest) -> UInt64? {
+        var info = stat()
+        return stat(finalPath(digest), &info) == 0 ? UInt64(info.st_size) : nil
+    }
+
     /// Every stored digest (not the pending ones).
     public func storedDigests() -> [SHA256Digest] {
         var digests: [SHA256Digest] = []

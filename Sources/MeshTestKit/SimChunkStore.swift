@@ -53,6 +53,19 @@ public struct SimChunkStore: Sendable {
         }
     }
 
+    /// Deletes every chunk and manifest none of `kept` uses and no ingest holds; how many, and
+    /// their bytes.
+    public mutating func collectUnreferenced(keeping kept: [Manifest]) -> (chunks: Int, bytes: UInt64) {
+        let used = Set(kept.flatMap(\.chunks) + kept.map(\.id))
+        var count = 0, bytes: UInt64 = 0
+        for (digest, chunk) in chunks where !used.contains(digest) && pinned[digest] == nil {
+            chunks[digest] = nil
+            count += 1
+            bytes += UInt64(chunk.count)
+        }
+        return (count, bytes)
+    }
+
     /// Ingests held until their add is in the journal log (or failed), by chunk.
     private var pinned: [SHA256Digest: Int] = [:]
 

@@ -50,8 +50,10 @@ public struct SimStorage {
         for operation in log { _ = state.apply(operation, authority: Ed25519Authority(identity: identity)) }
         let manifests = state.attachments.compactMap { chunks.manifest($0.id) }
         let complete = Set(manifests.filter { chunks.missing($0).isEmpty }.map(\.id))
-        return NodeInstance.Restored(epochs: epochs, remembered: remembered, operations: log,
-                                     manifests: manifests, complete: complete)
+        var restored = NodeInstance.Restored(epochs: epochs, remembered: remembered, operations: log,
+                                             manifests: manifests, complete: complete)
+        restored.logIsWhole = true
+        return restored
     }
 
     /// Carries out one request.
@@ -96,6 +98,9 @@ public struct SimStorage {
         case let .unpin(manifest, kept):
             chunks.unpin(manifest, collectKeeping: kept)
             return .success(.done)
+        case let .collectUnreferenced(kept):
+            let (count, bytes) = chunks.collectUnreferenced(keeping: kept)
+            return .success(.collected(chunks: count, bytes: bytes))
         case let .saveEpochs(bytes):
             epochs = bytes
             return .success(.done)
@@ -111,7 +116,7 @@ extension StorageRequest {
     var isWrite: Bool {
         switch self {
         case .ingest, .appendJournal, .writeChunk, .flush, .saveEpochs: return true
-        case .readChunk, .inspect, .export, .collect, .unpin, .saveMembers: return false
+        case .readChunk, .inspect, .export, .collect, .unpin, .collectUnreferenced, .saveMembers: return false
         }
     }
 }

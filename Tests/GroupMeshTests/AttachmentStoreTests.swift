@@ -46,4 +46,31 @@ import Testing
         await store.collect(second, keeping: [])
         #expect(await store.missing(second).count == second.chunks.count, "unpinned chunks are collected as before")
     }
+
+    @Test("start-up collection runs only on a journal log read whole: missing is empty, unreadable or undecodable is not")
+    func logIsWholeOnlyWhenRead() async throws {
+        let (store, path) = try Self.store()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let epochs = KeyEpochs(origin: SessionSecret.generate())
+        #expect(await store.restore(epochs: epochs, remembered: .init()).logIsWhole, "no log yet: an empty journal")
+        let identity = NodeIdentity.generate()
+        var state = JournalState()
+        let add = state.makeAdd(SHA256Digest.hashing([1]), size: 1, chunkCount: 1, metadata: [],
+                                authority: Ed25519Authority(identity: identity))
+        try await store.appendOperations([add])
+        #expect(await store.restore(epochs: epochs, remembered: .init()).logIsWhole)
+        // A record that does not decode (not a torn tail: another record follows it).
+        let log = path + "/journal.log"
+        let handle = try #require(FileHandle(forWritingAtPath: log))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data([0, 0, 0, 3, 0xde, 0xad, 0xbe]))
+        try handle.close()
+        try await store.appendOperations([add])
+        let damaged = await store.restore(epochs: epochs, remembered: .init())
+        #expect(damaged.operations.count == 2 && !damaged.logIsWhole, "\(damaged.operations.count) operations")
+        // A log that is there and cannot be read (a directory in its place).
+        try FileManager.default.removeItem(atPath: log)
+        try FileManager.default.createDirectory(atPath: log, withIntermediateDirectories: false)
+        #expect(!(await store.restore(epochs: epochs, remembered: .init()).logIsWhole))
+    }
 }

@@ -262,6 +262,33 @@ struct NodeInstanceTests {
         #expect(asked > 0 && asked <= 30, "\(replay): the manifest was asked for \(asked) times")
     }
 
+    @Test("an add cut short by a crash between its ingest and its log append leaves nothing once the node starts again",
+          arguments: SimulationSeeds.from(defaultCount: 3))
+    func crashBetweenIngestAndAppend(seed: UInt64) throws {
+        var slow = SimNode.Configuration()
+        slow.storage.delay = .milliseconds(5)...(.milliseconds(5))
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)))
+        let other = mesh.addNode(joiningThrough: [], at: .zero)
+        let node = mesh.addNode(joiningThrough: [other.address], at: .zero + .milliseconds(10), configuration: slow)
+        let kept = patternBytes(4096 * 3, salt: UInt8(seed % 100))
+        node.plan(at: .zero + .seconds(1)) { $0.attach(kept) }
+        mesh.simulator.run(until: .zero + .seconds(2))
+        // Each request takes 5 ms: the ingest is answered at +5 ms, the log append at +10 ms.
+        let attachedAt = MeshInstant.zero + .seconds(2)
+        node.plan(at: attachedAt) { $0.attach(patternBytes(4096 * 6, salt: UInt8(seed % 100) + 100)) }
+        mesh.simulator.at(attachedAt + .microseconds(7_500), "crash") { _ in mesh.restart(node.address, at: attachedAt + .seconds(1)) }
+        mesh.simulator.run(until: attachedAt + .microseconds(8_000))
+        let replay = SimulationSeeds.replay(seed)
+        let crashed = mesh.node(node.address)
+        try #require(crashed.storage.chunks.chunks.count > 4, "\(replay): the second ingest was not stored before the crash")
+        mesh.simulator.run(until: attachedAt + .seconds(3))
+        let restarted = mesh.node(node.address)
+        #expect(restarted.core.attachments.count == 1, "\(replay): \(restarted.core.attachments.count) attachments")
+        // The first attachment's 3 chunks and manifest stay; the second's 6 chunks and manifest go.
+        #expect(restarted.storage.chunks.chunks.count == 4, "\(replay): \(restarted.storage.chunks.chunks.count) chunks stored")
+        #expect(mesh.leakViolations().isEmpty, "\(replay): \(mesh.leakViolations())")
+    }
+
     @Test("replication tries a failed fetch again by itself: a holder whose disk could not be read for a while",
           arguments: SimulationSeeds.from(defaultCount: 3))
     func failedFetchIsRetried(seed: UInt64) {

@@ -59,6 +59,9 @@ actor AttachmentStore {
                 collect(manifest, keeping: kept)
             case let .unpin(manifest, kept):
                 unpin(manifest, collectKeeping: kept)
+            case let .collectUnreferenced(kept):
+                let (count, bytes) = collectUnreferenced(keeping: kept)
+                return .success(.collected(chunks: count, bytes: bytes))
             case let .saveEpochs(bytes):
                 do { try SecretFile.store(bytes, to: directory.epochsPath) } catch { throw .store("\(error)") }
             case let .saveMembers(members):
@@ -73,8 +76,9 @@ actor AttachmentStore {
     /// What the data dir holds for a starting node: the journal log, the manifests of its
     /// attachments, and which of them are whole.
     func restore(epochs: KeyEpochs, remembered: RememberedMembers) -> NodeInstance.Restored {
-        let operations = loadOperations()
+        let (operations, whole) = loadOperations()
         var restored = NodeInstance.Restored(epochs: epochs, remembered: remembered, operations: operations)
+        restored.logIsWhole = whole
         for id in Set(operations.filter { $0.kind == .add }.map(\.attachment)).sorted() {
             guard let manifest = manifest(id) else { continue }
             restored.manifests.append(manifest)
@@ -263,6 +267,20 @@ actor AttachmentStore {
         }
     }
 
+    /// Deletes every stored chunk and manifest that none of `kept` uses and no ingest holds
+    /// (start-up: what a crash left behind). How many, and their bytes.
+    func collectUnreferenced(keeping kept: [Manifest]) -> (chunks: Int, bytes: UInt64) {
+        let used = Set(kept.flatMap(\.chunks) + kept.map(\.id))
+        var count = 0, bytes: UInt64 = 0
+        for digest in chunks.storedDigests() where !used.contains(digest) && pinned[digest] == nil {
+            let size = chunks.storedSize(digest) ?? 0
+            guard (try? chunks.remove(digest)) != nil else { continue }
+            count += 1
+            bytes += size
+        }
+        return (count, bytes)
+    }
+
     /// Ingested attachments between their ingest and the end of their journal append, by digest:
     /// how many hold each chunk (two attaches can share chunks).
     private var pinned: [SHA256Digest: Int] = [:]
@@ -311,10 +329,17 @@ actor AttachmentStore {
     /// Where the log must be cut back to before the next append, when cutting failed.
     private var tornAt: off_t?
 
-    /// Every operation in the log. A torn last record (a crash mid-append) is cut off the file,
+    /// Every operation in the log, and whether the log was read whole: it could be read (or is
+    /// not there yet), and every record decoded (a torn last record, cut off, still counts as whole: it
+    /// was never acknowledged). A torn last record (a crash mid-append) is cut off the file,
     /// so that the next append does not land behind it, where a reader would never find it.
-    func loadOperations() -> [JournalOperation] {
-        guard let data = FileManager.default.contents(atPath: logPath) else { return [] }
+    func loadOperations() -> (operations: [JournalOperation], whole: Bool) {
+        guard let data = FileManager.default.contents(atPath: logPath) else {
+            // No log yet is an empty journal (a first attach cut short by a crash leaves one);
+            // one that is there and cannot be read is not.
+            return ([], access(logPath, F_OK) != 0 && errno == ENOENT)
+        }
+        var whole = true
         let bytes = [UInt8](data)
         var operations: [JournalOperation] = []
         var offset = 0
@@ -327,6 +352,8 @@ actor AttachmentStore {
             }
             if case let .operations(decoded)? = try? JournalMessage(decoding: Array(bytes[offset..<offset + length])) {
                 operations += decoded
+            } else {
+                whole = false
             }
             offset += length
         }
@@ -335,6 +362,6 @@ actor AttachmentStore {
             try? handle.synchronize()
             try? handle.close()
         }
-        return operations
+        return (operations, whole)
     }
 }

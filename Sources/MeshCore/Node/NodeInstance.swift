@@ -75,6 +75,10 @@ public struct NodeInstance: Sendable {
         public var complete: Set<SHA256Digest> = []
         /// How many chunks are stored of the others.
         public var held: [SHA256Digest: Int] = [:]
+        /// The journal log was read whole (it exists, and every record decoded): only then does
+        /// start-up delete the chunks no attachment in it uses. A log that could not be read
+        /// would make every chunk look unused.
+        public var logIsWhole = false
 
         public init(epochs: KeyEpochs, remembered: RememberedMembers = .init(), operations: [JournalOperation] = [],
                     manifests: [Manifest] = [], complete: Set<SHA256Digest> = []) {
@@ -149,6 +153,8 @@ public struct NodeInstance: Sendable {
     /// Operations of others applied but not yet in the journal log (their append failed).
     var journalBacklog: [JournalOperation] = []
     var journalBacklogRetryAt: MeshInstant?
+    /// Whether `start` has the store delete what no attachment uses (`Restored.logIsWhole`).
+    var collectsAtStart = false
 
     // Serving chunks to others (NodeInstance+Serve).
     /// Chunk reads under way for other members, until their pieces are written.
@@ -203,6 +209,7 @@ public struct NodeInstance: Sendable {
         complete = restored.complete.intersection(present.map(\.id))
         knownHeld = restored.held
         manifests = Dictionary(present.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        collectsAtStart = restored.logIsWhole
     }
 
     public var localID: NodeID { identity.nodeID }
@@ -214,6 +221,10 @@ public struct NodeInstance: Sendable {
     /// Joins through `seeds` (an invite's addresses, `--join`) and the members remembered from
     /// the last run, and resumes replication.
     public mutating func start(seeds: [PeerAddress], now: MeshInstant) {
+        // First of all requests: nothing is being ingested or fetched yet.
+        if collectsAtStart {
+            store(.collectUnreferenced(keeping: journal.state.presentIDs.compactMap { manifests[$0] }), .startupCollection)
+        }
         let own = Set(membership.me.addresses + (localAddress.map { [$0] } ?? []))
         let all = Set(seeds + remembered.addresses).subtracting(own).sorted()
         let excluded = membership.exclude(epochs.removed, now: now)
@@ -364,6 +375,16 @@ public struct NodeInstance: Sendable {
             }
         case .saveMembers:
             if case let .failure(failure) = result { log(.warning, "cannot save members", ["error": "\(failure)"]) }
+        case .startupCollection:
+            switch result {
+            case let .success(.collected(chunks, bytes)) where chunks > 0:
+                log(.notice, "collected chunks no attachment uses (left by a crash)",
+                    ["chunks": "\(chunks)", "bytes": "\(bytes)"])
+            case let .failure(failure):
+                log(.warning, "cannot collect unused chunks", ["error": "\(failure)"])
+            default:
+                break
+            }
         case .housekeeping:
             if case let .failure(failure) = result { log(.warning, "storage", ["error": "\(failure)"]) }
         }

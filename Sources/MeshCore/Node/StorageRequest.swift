@@ -24,6 +24,10 @@ public enum StorageRequest: Sendable {
     case collect(Manifest, keeping: [Manifest])
     /// End an ingest's hold; when its add failed, collect it too in the same step. `.done`.
     case unpin(Manifest, collectKeeping: [Manifest]?)
+    /// At start, before anything else: delete every stored chunk and manifest that none of
+    /// `keeping` uses (what a crash left: an ingest whose add never reached the log, a remove
+    /// whose collect never ran). `.collected(chunks:bytes:)`.
+    case collectUnreferenced(keeping: [Manifest])
     /// Write the key epochs (`KeyEpochs.encoded()`, secrets inside) durably. `.done`.
     case saveEpochs([UInt8])
     /// Write what the node remembers of the members. `.done`.
@@ -39,6 +43,7 @@ public enum StorageOutcome: Sendable, Equatable {
     case written(stored: Bool)
     case inspected(missing: [SHA256Digest])
     case exported([UInt8]?)
+    case collected(chunks: Int, bytes: UInt64)
 }
 
 /// Why the store could not do what it was asked; the text is a sentence a person can act on.
@@ -84,6 +89,8 @@ enum StoragePurpose: Sendable {
     case saveRemoval(RequestID, KeyEpochs.Transition)
     case saveEpochs
     case saveMembers
+    /// What start-up collected, for the log.
+    case startupCollection
     /// Nothing to do but report a failure.
     case housekeeping
 }
