@@ -112,6 +112,12 @@ struct RunCommandTests {
         (["run", "--invite", "hello"], "bad invite"),
         (["run", "--listen", "nonsense"], "invalid address"),
         (["run", "--listen", "127.0.0.1:0", "--join", "300.1.1.1:1"], "invalid address"),
+        // Numeric hosts only, as CLI.md says (getaddrinfo would take these).
+        (["run", "--listen", "0x7f.1:0"], "invalid address"),
+        (["run", "--listen", "localhost:0"], "invalid address"),
+        (["run", "--listen", "127.1:0"], "invalid address"),
+        (["run", "--listen", "127.0.0.1:65536"], "invalid address"),
+        (["run", "--name", "two\nlines", "--listen", "127.0.0.1:0"], "control characters"),
     ])
     func badInput(arguments: [String], message: String) async throws {
         let directory = NodeProcess.makeTemporaryDirectory("bad")

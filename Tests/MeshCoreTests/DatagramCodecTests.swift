@@ -56,7 +56,10 @@ import Testing
     // MARK: round trips
 
     @Test func pairwiseRoundTripsInBothDirections() throws {
-        let (a, b) = connectedPair()
+        // Random frames make datagrams of any size: the receive limit is not what this tests.
+        var unlimited = DatagramCodec.Configuration()
+        unlimited.maxReceivedDatagramSize = 1 << 16
+        let (a, b) = connectedPair(configuration: unlimited)
         var rng = SplitMix64(seed: testSeed(0xd6))
         for round in 1...50 {
             let frames = (0..<(round % 7 + 1)).map { _ in randomFrame(using: &rng) }
@@ -143,6 +146,26 @@ import Testing
     }
 
     // MARK: rejections, one per reason
+
+    @Test func datagramsOverTheReceiveLimitAreDroppedBeforeDecryption() throws {
+        // A sender allowed 4000-byte datagrams, and a receiver with the same keys that accepts
+        // only what fits an Ethernet frame (the default).
+        var large = DatagramCodec.Configuration()
+        large.maxDatagramSize = 4000
+        large.maxReceivedDatagramSize = 4096
+        let (a, b) = connectedPair(configuration: large)
+        let (_, receiver) = connectedPair()
+        let frameLength = FrameCodec.encodedLength(of: Self.ping[0])
+        let big = try #require(a.seal([Frame](repeating: Self.ping[0], count: 3000 / frameLength), to: b.id))
+        #expect(big.readableBytes > 1472)
+        #expect(b.open(big).success != nil, "authentic, and within the receiver's limit")
+        #expect(receiver.open(big) == .failure(.oversized))
+        // 64 KiB behind a valid header: no decryption is tried (it would fail `auth`).
+        let header = bytes(try #require(a.seal(Self.ping, to: b.id))).prefix(DatagramHeader.fixedLength)
+        #expect(receiver.open(buffer(Array(header) + [UInt8](repeating: 0, count: 65_000))) == .failure(.oversized))
+        let limit = receiver.codec.configuration.maxReceivedDatagramSize
+        #expect(receiver.open(buffer(Array(header) + [UInt8](repeating: 0, count: limit - header.count))) == .failure(.auth))
+    }
 
     @Test func truncatedDatagramsAreMalformedUntilTheyHoldATag() throws {
         let (a, b) = connectedPair()
@@ -438,7 +461,7 @@ import Testing
     }
 
     @Test func dropReasonsHaveStableCounterNames() {
-        #expect(DropReason.allCases.map(\.rawValue) == ["malformed", "version", "foreign", "unknownSender", "auth", "replay", "staleEpoch"])
+        #expect(DropReason.allCases.map(\.rawValue) == ["malformed", "version", "foreign", "unknownSender", "auth", "replay", "staleEpoch", "oversized"])
         for reason in DropReason.allCases { #expect(DropReason(rawValue: reason.rawValue) == reason) }
     }
 }

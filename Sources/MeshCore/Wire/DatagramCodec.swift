@@ -18,6 +18,9 @@ public enum DropReason: String, Error, CaseIterable, Sendable, Codable {
     /// A datagram of an earlier key epoch from a member not owed the current one: removed,
     /// or never known to us (an invite from before a removal).
     case staleEpoch
+    /// Larger than any node sends (`Configuration.maxReceivedDatagramSize`): dropped before
+    /// anything is decrypted, so that 64 KiB datagrams cost no more than small ones.
+    case oversized
 }
 
 public struct OpenedDatagram: Equatable, Sendable {
@@ -32,6 +35,9 @@ public struct DatagramCodec: Sendable {
     public struct Configuration: Sendable {
         /// Largest UDP payload we send. 1200 bytes passes any path that carries IPv6.
         public var maxDatagramSize: Int = 1200
+        /// Largest UDP payload accepted: what fits an Ethernet frame (no node sends more than
+        /// `maxDatagramSize`; path MTU discovery would raise both).
+        public var maxReceivedDatagramSize: Int = 1472
         public var replayWindowSize: Int = 4096
         public init() {}
     }
@@ -172,6 +178,7 @@ public struct DatagramCodec: Sendable {
     /// foreign or replayed traffic costs no cryptography; the replay window moves only for
     /// datagrams that authenticated.
     public mutating func open(_ datagram: ByteBuffer) -> Result<OpenedDatagram, DropReason> {
+        guard datagram.readableBytes <= configuration.maxReceivedDatagramSize else { return .failure(.oversized) }
         var buffer = datagram
         let header: DatagramHeader
         switch DatagramHeader.decode(&buffer) {
