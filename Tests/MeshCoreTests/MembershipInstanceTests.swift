@@ -288,4 +288,55 @@ struct MembershipInstanceTests {
         #expect(!asksForState(joiner.onFrames(probe, from: cluster[0], address: ManualCluster.address(1), now: muchLater),
                               at: ManualCluster.address(1)))
     }
+
+    @Test("a member we probe that keeps sending us other datagrams is not suspected while its acks are late")
+    func trafficFromTheTargetAnswersTheProbe() throws {
+        var cluster = ManualCluster(count: 3)
+        let a = cluster[0]
+        // A's next probe, whoever it targets.
+        var target: NodeID?
+        for _ in 0..<20 where target == nil {
+            cluster.now = cluster.instance(0).nextDeadline
+            cluster.tick(0)
+            target = cluster.inFlight.first { $0.from == a && !$0.frames.probes.isEmpty }?.frames.probes.first?.target
+        }
+        let probed = try #require(target)
+        let index = try #require(cluster.order.firstIndex(of: probed))
+        // The target is flooded: nothing it is sent gets an answer for 10 s, yet its own probes
+        let targetAddress = cluster.addresses[probed]
+        let busy: (ManualCluster.Datagram) -> Bool = { $0.to == targetAddress || ($0.from == probed && !$0.frames.acks.isEmpty) }
+        // (its timer still fires between batches) reach the others, one every 500 ms, in turn.
+        let others = (0..<3).filter { $0 != index }
+        for step in 0..<20 {
+            cluster.advance(by: .milliseconds(500), drop: busy)
+            let to = others[step % 2]
+            cluster.deliver(frames: [.probe(Probe(sequence: UInt64(9_000 + step), target: cluster[to]))], from: index, to: to)
+        }
+        for observer in others {
+            #expect(cluster.status(of: index, seenBy: observer) == .alive, "suspected by \(observer) while it was sending to it")
+        }
+        #expect(!cluster.changes.contains { $0.member.id == probed && $0.member.status != .alive })
+    }
+
+    @Test("a flood of join requests from one member gets one answer per half join retry interval")
+    func joinFloodIsAnsweredSparingly() throws {
+        let cluster = ManualCluster(count: 3)
+        var node = cluster.instance(0)
+        let request: [Frame] = [.syncRequest(SyncRequest(isJoin: true)), .alive(cluster.instance(1).me)]
+        func answers(_ directives: [MembershipDirective]) -> Int {
+            directives.filter { if case let .send(frames, _, _) = $0 { !frames.aliveRecords.isEmpty } else { false } }.count
+        }
+        var answered = 0
+        for step in 0..<500 {
+            let now = cluster.now + .milliseconds(step)  // 500 requests in 0.5 s
+            answered += answers(node.onFrames(request, from: cluster[1], address: ManualCluster.address(2), now: now)) > 0 ? 1 : 0
+        }
+        #expect(answered == 1, "\(answered) state transfers for 500 joins in 0.5 s")
+        let later = cluster.now + MembershipSettings.lan.joinRetryInterval
+        #expect(answers(node.onFrames(request, from: cluster[1], address: ManualCluster.address(2), now: later)) > 0,
+                "a join retried after the interval is answered")
+        // Another member's join is not held back by the first one's flood.
+        #expect(answers(node.onFrames([.syncRequest(SyncRequest(isJoin: true))], from: cluster[2],
+                                      address: ManualCluster.address(3), now: later)) > 0)
+    }
 }

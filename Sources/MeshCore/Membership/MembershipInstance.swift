@@ -41,6 +41,11 @@ public struct MembershipInstance: Sendable {
     private var excluded: Set<NodeID> = []
     /// Senders we did not know, and when we last asked each for its state (a few, for a while).
     private var askedStrangers: [NodeID: MeshInstant] = [:]
+    /// When we last sent each member our whole state on its request: a member asking again and
+    /// again (a flood of joins) gets one answer per half join retry interval.
+    private var answeredSyncs: [NodeID: MeshInstant] = [:]
+    /// When each member last sent us an authenticated datagram of any kind.
+    private var lastHeard: [NodeID: MeshInstant] = [:]
 
     public init(record: MemberRecord, authority: some RecordAuthority, settings: MembershipSettings,
                 datagramBudget: Int, seed: UInt64, now: MeshInstant) {
@@ -178,7 +183,7 @@ public struct MembershipInstance: Sendable {
             case let .probeNack(nack):
                 if probe?.sequence == nack.sequence, probe?.target == nack.target { probe?.nacksReceived += 1 }
             case let .probeRequest(request): onProbeRequest(request, from: sender, address: address, now: now, into: &out)
-            case .syncRequest: out += stateTransfer(to: sender, address: address)
+            case .syncRequest: answerSync(from: sender, address: address, now: now, into: &out)
             default: break
             }
         }
@@ -187,7 +192,31 @@ public struct MembershipInstance: Sendable {
             out.append(.send(frames: [.alive(me)], recipient: sender, address: address))
         }
         askIfStranger(sender, address: address, now: now, into: &out)
+        heard(from: sender, now: now)
         return out
+    }
+
+    /// An authenticated datagram from `sender`, of any kind. A probe whose target we heard from
+    /// during it, or in the probe period before it, does not make the target suspect: the member
+    /// is up, and a backlog on its side (a flood it is working through) only delays its acks.
+    /// (Hello datagrams in its name can be forged by members, as acks can; SECURITY.md.)
+    public mutating func heard(from sender: NodeID, now: MeshInstant) {
+        guard members[sender] != nil else { return }
+        lastHeard[sender] = now
+    }
+
+    /// Whether `id` was heard from after `instant`, or at most `slack` before it.
+    private func heard(_ id: NodeID, after instant: MeshInstant, slack: Duration) -> Bool {
+        lastHeard[id].map { $0 + slack >= instant } ?? false
+    }
+
+    private mutating func answerSync(from sender: NodeID, address: PeerAddress, now: MeshInstant,
+                                     into out: inout [MembershipDirective]) {
+        let spacing = settings.joinRetryInterval * 0.5
+        if let last = answeredSyncs[sender], now < last + spacing { return }
+        if answeredSyncs.count >= 256 { answeredSyncs = answeredSyncs.filter { now < $0.value + spacing } }
+        answeredSyncs[sender] = now
+        out += stateTransfer(to: sender, address: address)
     }
 
     /// A member we do not know wrote to us: the answer to our join was lost, or its record's gossip
@@ -415,12 +444,17 @@ public struct MembershipInstance: Sendable {
             }
             if now >= current.endAt {
                 probe = nil
-                // Lifeguard: missing nacks mean our own links are the problem, so slow down.
-                let missedNacks = current.nacksExpected - current.nacksReceived
-                health.worsen(by: max(1, missedNacks))
-                if let member = members[current.target], !member.status.isGone {
-                    mergeSuspect(Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id),
-                                 now: now, into: &out)
+                // Heard from otherwise (during the probe, or the period before it): up, only slow
+                // to answer, and neither side is to blame.
+                let period = current.endAt - current.sentAt
+                if !heard(current.target, after: current.sentAt, slack: period) {
+                    // Lifeguard: missing nacks mean our own links are the problem, so slow down.
+                    let missedNacks = current.nacksExpected - current.nacksReceived
+                    health.worsen(by: max(1, missedNacks))
+                    if let member = members[current.target], !member.status.isGone {
+                        mergeSuspect(Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id),
+                                     now: now, into: &out)
+                    }
                 }
             }
         }
@@ -627,6 +661,7 @@ public struct MembershipInstance: Sendable {
             .map(\.id).sorted()
         for id in forgotten {
             members[id] = nil
+            lastHeard[id] = nil
             timed.remove(id)
             gossip.remove(about: id)
             out.append(.memberForgotten(id))

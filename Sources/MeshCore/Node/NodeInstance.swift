@@ -274,6 +274,7 @@ public struct NodeInstance: Sendable {
             let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now)
             apply(directives, now: now)
         case .pairwise:
+            membership.heard(from: sender, now: now)
             let directives = delivery.onFrames(datagram.frames, from: sender, now: now, deferAcks: true)
             apply(directives, now: now)
             receiveTransfer(datagram.frames, from: sender, now: now)
