@@ -65,6 +65,12 @@ public struct DataDirectory: Sendable {
         guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else {
             throw .dataDirectory(path: path, reason: "not a directory")
         }
+        // A node run by another user (root, say) would leave files its owner cannot read or
+        // remove, and would take over a session that is not its user's.
+        guard info.st_uid == geteuid() else {
+            throw .dataDirectory(path: path, reason: "it belongs to \(Self.userName(info.st_uid)), not to \(Self.userName(geteuid())) "
+                + "who runs this node; run the node as its owner, or give a --data-dir of your own")
+        }
         // The dir holds secrets: a dir made beforehand (by a script, by mktemp) is closed to others too.
         if info.st_mode & 0o077 != 0, chmod(path, 0o700) != 0 {
             throw .dataDirectory(path: path, reason: "cannot make it private (chmod 700): \(Self.errnoText())")
@@ -183,6 +189,12 @@ public struct DataDirectory: Sendable {
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         guard let data = try? encoder.encode(members) else { return }
         try writeSmallFile(membersPath, String(decoding: data, as: UTF8.self))
+    }
+
+    /// `name (uid N)`, or `uid N` when the user has no name.
+    static func userName(_ uid: uid_t) -> String {
+        guard let entry = getpwuid(uid), let name = entry.pointee.pw_name else { return "uid \(uid)" }
+        return "\(String(cString: name)) (uid \(uid))"
     }
 
     static func errnoText() -> String {

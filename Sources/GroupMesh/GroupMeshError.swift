@@ -39,6 +39,8 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
     case sessionTooLarge(limit: Int)
     case epochNotStored(reason: String)
     case removalInProgress
+    /// Another live node has this identity and started first: this one stopped.
+    case identityConflict(twin: String)
 
     public var description: String {
         switch self {
@@ -89,6 +91,9 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
             return "cannot store the new key epoch, nothing changed: \(reason)"
         case .removalInProgress:
             return "another member removal is being stored; run remove-member again once it is done"
+        case let .identityConflict(twin):
+            return "another node with this node's identity runs at \(twin), started earlier (a copied data dir?); "
+                + "this one stopped. Give each node a data dir of its own: a new one makes a new identity"
         }
     }
 }

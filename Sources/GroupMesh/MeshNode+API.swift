@@ -156,7 +156,11 @@ extension MeshNode {
             pieceReasks: core.assembler.reasks, piecesUnsolicited: counters.piecesUnsolicited,
             wantsRefused: counters.wantsRefused, simulatedDrops: simulatedDrops,
             requestTimeouts: core.transfer.timeouts, handoversSent: counters.handoversSent,
-            handoversRefused: counters.handoversRefused)
+            handoversRefused: counters.handoversRefused,
+            messagesDroppedForSlowReaders: messagesDroppedForSlowReaders,
+            controlConnectionsClosed: controlConnections?.closedIdle ?? 0,
+            controlConnectionsRefused: controlConnections?.refused ?? 0,
+            kernelReceiveDrops: KernelSocketDrops.read(localAddress: localAddress))
         return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
                             counters: counterInfo)
     }

@@ -22,11 +22,18 @@ package actor MeshNode {
     var core: NodeInstance
     private let channel: any Channel
     private var controlChannel: (any Channel)?
+    var controlConnections: ControlConnections?
+    /// `listen` connections, handed each message as it is delivered (no queue between).
+    var listeners: [ControlResponder] = []
     private var storage: StorageWorker
     let socketBuffers: SocketBuffers
     /// What the shell counts itself: the core never sees these.
     var sendErrors: UInt64 = 0
     var simulatedDrops: UInt64 = 0
+    /// Messages a reader (a `listen`, or a `messages()` stream) was too far behind to be given.
+    var messagesDroppedForSlowReaders: UInt64 = 0
+    /// Why the node stopped by itself, when it did (an identity conflict).
+    package private(set) var stopReason: GroupMeshError?
     private var lossRandom = SplitMix64(seed: SecureRandom.uint64())
 
     private var drained: [NodeEffect] = []
@@ -81,10 +88,11 @@ package actor MeshNode {
         }
         if configuration.controlSocket {
             do {
+                let connections = ControlConnections(eventLoop: eventLoop)
                 let control = try await ControlServer.bind(path: configuration.dataDirectory.controlSocketPath,
                                                            directoryPath: configuration.dataDirectory.path,
-                                                           node: node, eventLoop: eventLoop)
-                await node.adoptControl(control)
+                                                           node: node, connections: connections, eventLoop: eventLoop)
+                await node.adoptControl(control, connections: connections)
             } catch {
                 await node.stop()
                 throw .dataDirectory(path: configuration.dataDirectory.path, reason: "control socket: \(error)")
@@ -98,7 +106,7 @@ package actor MeshNode {
                  channel: any Channel, address: PeerAddress, buffers: SocketBuffers, store: AttachmentStore,
                  eventLoop: any EventLoop, logger: Logger) {
         let addresses = Self.inviteAddresses(configuration: configuration, bound: address)
-        let boot = NodeInstance.Boot(identity: identity, ephemeral: .generate(), bootID: SecureRandom.uint64(),
+        let boot = NodeInstance.Boot(identity: identity, ephemeral: .generate(), bootID: Self.newBootID(),
                                      name: configuration.name ?? "node-" + String(identity.nodeID.hex.prefix(6)),
                                      addresses: addresses, localAddress: address)
         var settings = configuration.settings
@@ -116,7 +124,16 @@ package actor MeshNode {
                             now: MeshInstant(nanoseconds: NIODeadline.now().uptimeNanoseconds))
     }
 
-    private func adoptControl(_ control: any Channel) { controlChannel = control }
+    /// The start time in Unix seconds, then 32 random bits: two live boots of one identity (a
+    /// copied data dir) agree on which started later (PROTOCOL.md §4, identity conflicts).
+    static func newBootID() -> UInt64 {
+        UInt64(UInt32(clamping: time(nil))) << 32 | (SecureRandom.uint64() & 0xFFFF_FFFF)
+    }
+
+    private func adoptControl(_ control: any Channel, connections: ControlConnections) {
+        controlChannel = control
+        controlConnections = connections
+    }
 
     private func begin() {
         storage.start { [self] ticket, result in
@@ -272,11 +289,16 @@ package actor MeshNode {
                 case let .complete(request, result):
                     waiters.removeValue(forKey: request)?.resume(returning: result)
                 case let .event(.message(message)):
-                    messageSubscribers.yield(message)
+                    messagesDroppedForSlowReaders += UInt64(messageSubscribers.yield(message))
+                    if !listeners.isEmpty { deliverToListeners(message) }
                 case .event(.attachmentsChanged):
                     attachmentsChanged = true
                 case .event(.memberChanged), .event(.memberForgotten), .event(.epochChanged):
                     viewChanged = true
+                case let .event(.identityConflict(twin, stopping)):
+                    guard stopping else { break }
+                    stopReason = .identityConflict(twin: twin.map(\.description).joined(separator: ", "))
+                    Task { await self.stop() }
                 case let .event(.log(record)):
                     logger.log(level: Logger.Level(rawValue: record.level.rawValue) ?? .error, "\(record.message)",
                                metadata: Logger.Metadata(record.metadata.map { ($0.key, .string($0.value)) }, uniquingKeysWith: { $1 }))
@@ -358,7 +380,10 @@ package actor MeshNode {
         runEffects()
         timer?.cancel()
         timer = nil
+        controlConnections?.stop()
         if let controlChannel { try? await controlChannel.close() }
+        // After the server socket: a `listen` that sees its end asks whether the node still runs.
+        for listener in listeners { listener.close() }
         try? await channel.close()
         controlChannel = nil
         viewSubscribers.finishAll()

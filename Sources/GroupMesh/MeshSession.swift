@@ -40,6 +40,7 @@ public final class MeshSession: Sendable {
     public static func join(_ configuration: NodeConfiguration,
                             logger: Logger = Logger(label: "groupmesh")) async throws(GroupMeshError) -> MeshSession {
         let directory = configuration.dataDirectory
+        if let mismatch = configuration.unreachableSeeds(remembered: directory.loadRememberedMembers()) { throw mismatch }
         try directory.prepare()
         let lock = try directory.lock()
         let epochs = try directory.loadOrCreateSession(invited: configuration.invite?.token.secret)
@@ -84,6 +85,12 @@ public final class MeshSession: Sendable {
     public var localAddress: MeshAddress { MeshAddress(node.localAddress) }
 
     /// Leaves gracefully; the session object is unusable afterwards.
+    /// Why the node stopped by itself (it found a twin: another live node with its identity);
+    /// nil while it runs, and after a leave.
+    public var stopReason: GroupMeshError? {
+        get async { await node.stopReason }
+    }
+
     public func leave() async {
         await node.leave()
         withExtendedLifetime(lock) {}

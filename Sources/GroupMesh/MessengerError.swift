@@ -17,12 +17,14 @@ public enum MessengerError: Error, Equatable, Sendable, CustomStringConvertible 
         case let .notDelivered(failures):
             let list = failures.sorted { $0.key.description < $1.key.description }.map { member, reason in
                 switch reason {
-                case .timedOut: return "\(member) (no acknowledgement in time)"
-                case .departed: return "\(member) (left or died)"
-                case .unreachable: return "\(member) (not reachable)"
+                // Without an acknowledgement the sender cannot know: the message may have
+                // arrived and its acknowledgement been lost (PROTOCOL.md §5).
+                case .timedOut: return "\(member) (no acknowledgement in time; it may still have arrived)"
+                case .departed: return "\(member) (left or died before acknowledging)"
+                case .unreachable: return "\(member) (not reachable: not sent)"
                 }
             }
-            return "not delivered to " + list.joined(separator: ", ")
+            return "not confirmed by " + list.joined(separator: ", ")
         case let .unknownMember(text):
             return "unknown member '\(text)' (name it by id, unique id prefix, or name; see groupmesh status)"
         case let .ambiguousMember(text, candidates):

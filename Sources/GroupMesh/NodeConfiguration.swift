@@ -47,6 +47,23 @@ public struct NodeConfiguration: Sendable {
     }
 
     var listenDescription: String { MeshAddress.join(listenHost, listenPort) }
+
+    /// Our socket reaches only addresses of its own family (IPv4 or IPv6). When every address
+    /// given to join through (the invite's, `--join`'s, and those remembered from the last run)
+    /// is of the other family, the node would stay alone for good without a word: that is said
+    /// at start instead (issue 20, item 9).
+    func unreachableSeeds(remembered: RememberedMembers) -> GroupMeshError? {
+        let listensOnIPv6 = listenHost.contains(":")
+        let given = (invite?.token.addresses ?? []) + join.map(\.peer)
+        guard !given.isEmpty, !given.contains(where: { $0.isIPv6 == listensOnIPv6 }) else { return nil }
+        let rememberedAddresses = remembered.members.flatMap(\.addresses).compactMap { try? PeerAddress(parsing: $0) }
+        guard !rememberedAddresses.contains(where: { $0.isIPv6 == listensOnIPv6 }) else { return nil }
+        let (ours, theirs) = listensOnIPv6 ? ("IPv6", "IPv4") : ("IPv4", "IPv6")
+        let example = listensOnIPv6 ? "0.0.0.0:0" : "[::]:0"
+        let shown = given.prefix(3).map(\.description).joined(separator: ", ")
+        return .bindFailed(address: listenDescription, reason: "this node would listen on \(ours), and the members to join "
+            + "through are reachable only over \(theirs) (\(shown)); listen on \(theirs) instead (e.g. --listen \(example))")
+    }
 }
 
 /// A member's UDP address, `HOST:PORT` (`[v6]:PORT` for IPv6).

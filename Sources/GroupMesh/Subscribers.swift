@@ -15,11 +15,21 @@ struct Subscribers<Element: Sendable> {
         return stream
     }
 
-    mutating func yield(_ element: Element) {
+    /// Hands `element` to every stream; returns how many of them were full and dropped their
+    /// oldest element for it (a reader that does not keep up).
+    @discardableResult
+    mutating func yield(_ element: Element) -> Int {
+        var dropped = 0
         continuations.removeAll { continuation in
-            if case .terminated = continuation.yield(element) { return true }
+            switch continuation.yield(element) {
+            case .terminated: return true
+            case .dropped: dropped += 1
+            case .enqueued: break
+            @unknown default: break
+            }
             return false
         }
+        return dropped
     }
 
     mutating func finishAll() {

@@ -286,6 +286,8 @@ public final class HostileMember: @unchecked Sendable {
                 sending[member.id] = (keys.sending, 1)
                 delivery.addPeer(member.id)
                 announceClaims(to: member.id)
+            case .identityConflict:
+                continue
             case let .memberForgotten(id):
                 codec.removePeer(id)
                 sending[id] = nil

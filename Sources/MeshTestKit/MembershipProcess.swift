@@ -79,7 +79,7 @@ public final class MembershipProcess: SimulatedProcess {
                 context.send(datagram, to: destination)
             case let .memberChanged(member):
                 changes.append(Change(time: now, member: member.id, status: member.status, incarnation: member.incarnation))
-            case .memberForgotten:
+            case .memberForgotten, .identityConflict:
                 break
             }
         }

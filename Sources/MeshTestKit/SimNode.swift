@@ -296,6 +296,9 @@ public final class SimNode: SimulatedProcess {
             } else {
                 unreliableReceived[message.from, default: []].append(message.body)
             }
+        case .identityConflict:
+            // No simulated node shares an identity: a report is a false alarm (a restart's old boot).
+            violations.append("\(now): an identity conflict reported")
         case .memberForgotten, .epochChanged, .attachmentsChanged, .log:
             break
         }

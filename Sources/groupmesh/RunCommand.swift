@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import GroupMesh
 import Logging
 import ServiceLifecycle
@@ -19,9 +20,13 @@ struct RunCommand: AsyncParsableCommand {
             transform: { text throws(GroupMeshError) in try MeshAddress(text) })
     var advertise: [MeshAddress] = []
 
-    @Option(help: ArgumentHelp("Join the session of this invite token.", valueName: "TOKEN"),
+    @Option(help: ArgumentHelp("Join the session of this invite token. It is the session's secret, and every local "
+                               + "user sees a command line (ps): prefer --invite-file or $GROUPMESH_INVITE.", valueName: "TOKEN"),
             transform: { text throws(GroupMeshError) in try Invite(text) })
     var invite: Invite?
+
+    @Option(help: ArgumentHelp("Read the invite token from this file ('-': standard input).", valueName: "PATH"))
+    var inviteFile: String?
 
     @Option(help: ArgumentHelp("Also contact this member address when joining (repeatable).", valueName: "HOST:PORT"),
             transform: { text throws(GroupMeshError) in try MeshAddress(text) })
@@ -44,6 +49,7 @@ struct RunCommand: AsyncParsableCommand {
     var simulateLoss: Double = 0
 
     func validate() throws {
+        if invite != nil, inviteFile != nil { throw ValidationError("give the invite once: --invite or --invite-file, not both") }
         guard (0...0.5).contains(simulateLoss) else { throw ValidationError("--simulate-loss must be between 0 and 0.5") }
         // Others print our name; one that would need escaping there is refused here.
         if let name, name.unicodeScalars.contains(where: TerminalText.needsEscape) {
@@ -55,7 +61,7 @@ struct RunCommand: AsyncParsableCommand {
         bootstrapLogging(level: logLevel)
         let logger = Logger(label: "groupmesh")
         do {
-            let session = try await MeshSession.join(makeConfiguration(), logger: logger)
+            let session = try await MeshSession.join(makeConfiguration(invite: try resolvedInvite()), logger: logger)
             // Announced once SIGINT/SIGTERM are trapped: a script may stop the node the moment it reads them.
             let service = MeshNodeService(session: session) {
                 let invite = await session.invite()
@@ -70,12 +76,25 @@ struct RunCommand: AsyncParsableCommand {
             ))
             try await group.run()
             await session.leave()
+            if let reason = await session.stopReason { throw reason }
         } catch let error as GroupMeshError {
             throw fail(error)
         }
     }
 
-    private func makeConfiguration() -> NodeConfiguration {
+    /// `--invite`, else `--invite-file`, else `$GROUPMESH_INVITE` (then removed from the
+    /// environment, so nothing the node starts inherits the secret).
+    private func resolvedInvite() throws(GroupMeshError) -> Invite? {
+        if let invite { return invite }
+        if let inviteFile { return try InviteSource.read(file: inviteFile) }
+        guard let text = ProcessInfo.processInfo.environment[InviteSource.environmentVariable] else { return nil }
+        unsetenv(InviteSource.environmentVariable)
+        do { return try Invite(text.trimmingCharacters(in: .whitespacesAndNewlines)) } catch {
+            throw .invalidInvite("$\(InviteSource.environmentVariable): \(error)")
+        }
+    }
+
+    private func makeConfiguration(invite: Invite?) -> NodeConfiguration {
         var configuration = NodeConfiguration(dataDirectory: data.directory)
         configuration.listenHost = listen.host
         configuration.listenPort = listen.port
@@ -87,6 +106,33 @@ struct RunCommand: AsyncParsableCommand {
         configuration.profile = profile
         configuration.simulatedLoss = simulateLoss
         return configuration
+    }
+}
+
+/// Where an invite comes from when it is kept off the command line.
+enum InviteSource {
+    static let environmentVariable = "GROUPMESH_INVITE"
+
+    /// The token in `path` ('-': standard input), surrounding whitespace ignored; at most 4 KiB.
+    static func read(file path: String) throws(GroupMeshError) -> Invite {
+        let name = path == "-" ? "standard input" : path
+        let handle: FileHandle
+        if path == "-" {
+            handle = .standardInput
+        } else if let file = FileHandle(forReadingAtPath: path) {
+            handle = file
+        } else {
+            throw .invalidInvite("cannot read the invite from \(path): \(String(cString: strerror(errno)))")
+        }
+        let bytes: Data
+        do { bytes = try handle.read(upToCount: 4097) ?? Data() } catch {
+            throw .invalidInvite("cannot read the invite from \(name): \(error.localizedDescription)")
+        }
+        guard bytes.count <= 4096 else { throw .invalidInvite("\(name) holds more than an invite (over 4 KiB)") }
+        guard let text = String(data: bytes, encoding: .utf8)?.trimmingCharacters(in: .whitespacesAndNewlines), !text.isEmpty else {
+            throw .invalidInvite("\(name) holds no invite")
+        }
+        do { return try Invite(text) } catch { throw .invalidInvite("\(name): \(error)") }
     }
 }
 

@@ -102,6 +102,13 @@ enum StatusTable {
         lines.append("")
         lines.append("datagrams sent \(c.datagramsSent) (\(c.bytesSent) B), received \(c.datagramsReceived) (\(c.bytesReceived) B)")
         lines.append("dropped: \(dropped)")
+        // Loss the counters above cannot see: the kernel's, before the node read anything.
+        if let kernel = c.kernelReceiveDrops, kernel > 0 {
+            lines.append("dropped by the kernel (receive buffer full): \(kernel)")
+        }
+        if c.messagesDroppedForSlowReaders > 0 {
+            lines.append("messages not given to slow readers (listen): \(c.messagesDroppedForSlowReaders)")
+        }
         return lines.map { String($0.prefix(width)) }.joined(separator: "\n")
     }
 

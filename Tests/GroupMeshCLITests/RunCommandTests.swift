@@ -87,6 +87,37 @@ struct RunCommandTests {
         }
     }
 
+    @Test("datagrams the kernel dropped while the node could not read are counted in status")
+    func kernelDropsAreShown() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await node.cleanUp() } }
+        let address = try PeerAddress(parsing: try await node.waitForLine(prefix: "listening:"))
+        // Stopped, the node reads nothing: 24 MB of datagrams overflow any receive buffer it has.
+        node.signal(SIGSTOP)
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        #expect(fd >= 0)
+        var target = sockaddr_in()
+        target.sin_family = sa_family_t(AF_INET)
+        target.sin_port = address.port.bigEndian
+        target.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let payload = [UInt8](repeating: 0x5A, count: 1_200)
+        for _ in 0..<20_000 {
+            _ = withUnsafePointer(to: &target) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    sendto(fd, payload, payload.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+        }
+        close(fd)
+        node.signal(SIGCONT)
+        let status = try await node.waitForStatus(timeout: .seconds(30), "kernel drops in status") {
+            ($0.counters["kernelReceiveDrops"]?.number ?? 0) > 0
+        }
+        #expect((status.counters["kernelReceiveDrops"]?.number ?? 0) >= 1_000)
+        let table = try await NodeProcess.runCommand(["status", "--data-dir", node.dataDirectory])
+        #expect(table.stdout.contains("dropped by the kernel (receive buffer full): "), "\(table.stdout)")
+    }
+
     @Test("a node started from an invite joins that session")
     func joinsInvitedSession() async throws {
         let inviter = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
@@ -107,6 +138,48 @@ struct RunCommandTests {
         #expect(refused.stderr.contains("another session"))
     }
 
+    @Test("an invite from a file, standard input or the environment joins, and stays off the command line")
+    func invitesOffTheCommandLine() async throws {
+        let inviter = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "inviter"])
+        var nodes = [inviter]
+        defer { for node in nodes { Task { await node.cleanUp() } } }
+        let invite = try await inviter.waitForLine(prefix: "invite:")
+        let file = NodeProcess.makeTemporaryDirectory("invite") + "/invite.txt"
+        try ("  " + invite + "\n\n").write(toFile: file, atomically: true, encoding: .utf8)
+
+        let fromFile = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite-file", file])
+        nodes.append(fromFile)
+        let fromStandardInput = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite-file", "-"],
+                                                launcher: ["/bin/sh", "-c", "exec \"$0\" \"$@\" < \(file)"])
+        nodes.append(fromStandardInput)
+        let fromEnvironment = try NodeProcess(["run", "--listen", "127.0.0.1:0"],
+                                              launcher: ["/usr/bin/env", "GROUPMESH_INVITE=\(invite)"])
+        nodes.append(fromEnvironment)
+        try await nodes.waitForMesh(alive: 4, timeout: .seconds(60))
+        for node in nodes.dropFirst() {
+            let commandLine = (try? String(contentsOfFile: "/proc/\(node.pid)/cmdline", encoding: .utf8)) ?? ""
+            #expect(!commandLine.isEmpty && !commandLine.contains(invite), "the invite is in \(commandLine)")
+        }
+
+        for (arguments, message) in [
+            (["--invite-file", file + ".missing"], "cannot read the invite from"),
+            (["--invite-file", NodeProcess.makeTemporaryDirectory("invite-empty")], "cannot read the invite from"),
+            (["--invite", invite, "--invite-file", file], "--invite or --invite-file, not both"),
+        ] {
+            let result = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0"] + arguments
+                                                          + ["--data-dir", NodeProcess.makeTemporaryDirectory("bad")])
+            #expect(result.status != 0)
+            #expect(result.stderr.contains(message), "\(arguments): \(result.stderr)")
+            #expect(result.stderr.split(separator: "\n").count == 1, "\(arguments): \(result.stderr)")
+        }
+        let garbage = NodeProcess.makeTemporaryDirectory("invite-bad") + "/invite.txt"
+        try "gm1AAAA\n".write(toFile: garbage, atomically: true, encoding: .utf8)
+        let bad = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite-file", garbage,
+                                                    "--data-dir", NodeProcess.makeTemporaryDirectory("bad")])
+        #expect(bad.status != 0)
+        #expect(bad.stderr.contains(garbage + ": bad invite"), "\(bad.stderr)")
+    }
+
     @Test("bad input is one readable line and a non-zero exit", arguments: [
         (["run", "--invite", "gm1AAAA"], "bad invite"),
         (["run", "--invite", "hello"], "bad invite"),
@@ -118,6 +191,9 @@ struct RunCommandTests {
         (["run", "--listen", "127.1:0"], "invalid address"),
         (["run", "--listen", "127.0.0.1:65536"], "invalid address"),
         (["run", "--name", "two\nlines", "--listen", "127.0.0.1:0"], "control characters"),
+        // A socket of one family cannot reach the other's addresses: said at start, not silence.
+        (["run", "--listen", "127.0.0.1:0", "--join", "[::1]:9"], "reachable only over IPv6 ([::1]:9)"),
+        (["run", "--listen", "[::1]:0", "--join", "127.0.0.1:9", "--join", "10.0.0.1:9"], "reachable only over IPv4"),
     ])
     func badInput(arguments: [String], message: String) async throws {
         let directory = NodeProcess.makeTemporaryDirectory("bad")

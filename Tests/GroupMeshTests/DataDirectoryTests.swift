@@ -23,4 +23,30 @@ import Testing
             #expect(!directory.ownsFile(other), "\(other)")
         }
     }
+
+    @Test("a data dir that belongs to another user is refused, and left as it was (issue 20, item 8)")
+    func othersDataDirectoryIsRefused() throws {
+        guard geteuid() == 0 else {
+            print("skipped: giving a directory to another user needs root")
+            return
+        }
+        let root = NSTemporaryDirectory() + "groupmesh-dd-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        #expect(chmod(root, 0o755) == 0 && chown(root, 65534, 65534) == 0)
+        do {
+            try DataDirectory(path: root).prepare()
+            Issue.record("root prepared a data dir of uid 65534")
+        } catch {
+            #expect(error.description.contains("belongs to"), "\(error)")
+            #expect(error.description.contains("(uid 65534)"), "\(error)")
+        }
+        var info = stat()
+        #expect(stat(root, &info) == 0)
+        #expect(info.st_mode & 0o777 == 0o755, "its mode was changed")
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: root))?.isEmpty == true, "files were written in it")
+        // Its owner may.
+        #expect(chown(root, 0, 0) == 0)
+        try DataDirectory(path: root).prepare()
+    }
 }

@@ -191,6 +191,23 @@ struct DeliverySimulationTests {
         #expect(mesh.violations.isEmpty, "\(replay): \(mesh.violations.prefix(3))")
     }
 
+    @Test("a message that arrived but whose acknowledgements were all lost is reported timedOut: a failure is not a proof of non-delivery",
+          arguments: SimulationSeeds.from(defaultCount: 2))
+    func lostAcknowledgements(seed: UInt64) {
+        let link = LinkConditions(delay: .milliseconds(1), jitter: .milliseconds(1))
+        let mesh = DeliveryMesh(count: 2, seed: seed, link: link)
+        let (a, b) = (mesh.nodes[0], mesh.nodes[1])
+        let replay = SimulationSeeds.replay(seed)
+        // B hears A; nothing B sends (its acknowledgements) reaches A.
+        mesh.simulator.setLink(from: b, to: a, .down)
+        let message = patternBytes(3_000, salt: 9)
+        mesh[a].planSend("m", at: Self.at(10), payload: message, to: [b], timeout: .seconds(2))
+        mesh.simulator.run(until: Self.at(3_000))
+        #expect(mesh[a].completion("m")?.failures == [DeliveryProcess.nodeID(b): .timedOut], "\(replay)")
+        expectMessages(mesh[b].payloads(from: a), [message], "\(replay): B got it, once:")
+        #expect(mesh.violations.isEmpty, "\(replay): \(mesh.violations.prefix(3))")
+    }
+
     @Test("with deadlines shorter than the losses need, a send reported delivered was delivered, and none is stalled",
           arguments: SimulationSeeds.from())
     func abandonedSendsOnLossyLink(seed: UInt64) {

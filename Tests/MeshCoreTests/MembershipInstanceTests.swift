@@ -339,4 +339,39 @@ struct MembershipInstanceTests {
         #expect(answers(node.onFrames([.syncRequest(SyncRequest(isJoin: true))], from: cluster[2],
                                       address: ManualCluster.address(3), now: later)) > 0)
     }
+
+    @Test("a live twin of our identity (a copied data dir) is reported by both once it outbids us repeatedly; a dead earlier boot never is")
+    func liveTwinIsReported() throws {
+        let identity = try NodeIdentity(seed: [UInt8](repeating: 61, count: 32))
+        let authority = Ed25519Authority(identity: identity)
+        let gossiper = try NodeIdentity(seed: [UInt8](repeating: 62, count: 32)).nodeID
+        let now = MeshInstant(nanoseconds: 1_000_000_000)
+        func boot(_ bootID: UInt64, incarnation: UInt64) -> MembershipInstance {
+            MembershipInstance(record: ManualCluster.record(identity, index: 61, incarnation: incarnation, boot: bootID),
+                               authority: authority, settings: .lan, datagramBudget: 1118, seed: bootID, now: now)
+        }
+        func conflicts(_ directives: [MembershipDirective]) -> [MemberRecord] {
+            directives.compactMap { if case let .identityConflict(record) = $0 { record } else { nil } }
+        }
+        // Two live boots see each other's records, as the others' gossip brings them.
+        var older = boot(100, incarnation: 0), newer = boot(200, incarnation: 0)
+        var reportedByOlder: [MemberRecord] = [], reportedByNewer: [MemberRecord] = []
+        for _ in 0..<10 {
+            reportedByOlder += conflicts(older.onFrames([.alive(newer.me)], from: gossiper, address: ManualCluster.address(62), now: now))
+            reportedByNewer += conflicts(newer.onFrames([.alive(older.me)], from: gossiper, address: ManualCluster.address(62), now: now))
+        }
+        #expect(reportedByOlder.map(\.bootID) == [200], "once, naming the twin")
+        #expect(reportedByNewer.map(\.bootID) == [100])
+
+        // A restart: the records of the dead boot that others still hold, in any order, some
+        // above the incarnation the restart remembered. Outbid, never reported.
+        var restarted = boot(300, incarnation: 5)
+        var stale: [MembershipDirective] = []
+        for incarnation: UInt64 in [2, 6, 4, 6, 3, 5, 1, 6] {
+            let record = ManualCluster.record(identity, index: 61, incarnation: incarnation, boot: 100).signed(by: authority)
+            stale += restarted.onFrames([.alive(record)], from: gossiper, address: ManualCluster.address(62), now: now)
+        }
+        #expect(conflicts(stale).isEmpty)
+        #expect(restarted.me.incarnation == 7)
+    }
 }

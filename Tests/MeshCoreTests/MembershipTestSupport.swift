@@ -64,7 +64,7 @@ struct ManualCluster {
                 log.append(datagram)
             case let .memberChanged(member):
                 changes.append((id, member))
-            case .memberForgotten:
+            case .memberForgotten, .identityConflict:
                 break
             }
         }

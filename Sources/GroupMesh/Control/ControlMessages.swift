@@ -22,6 +22,12 @@ public enum ControlRequest: Sendable, Equatable {
     case removeMember(String)
 }
 
+extension ControlRequest {
+    /// A `listen` client that misses this many messages in a row (it stopped reading) is
+    /// disconnected; fewer are reported in a `{"ok": true, "dropped": N}` line.
+    public static let listenMaxMessagesBehind = 1_000
+}
+
 extension ControlRequest: Codable {
     private enum Command: String, Codable {
         case status, invite, leave, send, listen
@@ -109,6 +115,8 @@ public enum ControlResponse: Sendable, Equatable {
     /// `listen`: subscribed; messages follow.
     case subscribed
     case message(ReceivedMessageInfo)
+    /// `listen`: this many messages were not sent because the client was not reading them.
+    case dropped(messages: Int)
     /// `attach`, `get`, `remove`: the attachment's id.
     case attachment(String)
     case attachments([StatusReport.AttachmentInfo])
@@ -121,7 +129,7 @@ public enum ControlResponse: Sendable, Equatable {
 
 extension ControlResponse: Codable {
     private enum CodingKeys: String, CodingKey {
-        case ok, error, status, invite, delivered, subscribed, message, attachment, attachments, progress, member, session
+        case ok, error, status, invite, delivered, subscribed, message, dropped, attachment, attachments, progress, member, session
     }
 
     public init(from decoder: any Decoder) throws {
@@ -138,6 +146,8 @@ extension ControlResponse: Codable {
             self = .subscribed
         } else if let message = try container.decodeIfPresent(ReceivedMessageInfo.self, forKey: .message) {
             self = .message(message)
+        } else if let dropped = try container.decodeIfPresent(Int.self, forKey: .dropped) {
+            self = .dropped(messages: dropped)
         } else if let progress = try container.decodeIfPresent(TransferProgress.self, forKey: .progress) {
             self = .progress(progress)
         } else if let attachments = try container.decodeIfPresent([StatusReport.AttachmentInfo].self, forKey: .attachments) {
@@ -168,6 +178,7 @@ extension ControlResponse: Codable {
         case let .sent(delivered): try container.encode(delivered, forKey: .delivered)
         case .subscribed: try container.encode(true, forKey: .subscribed)
         case let .message(message): try container.encode(message, forKey: .message)
+        case let .dropped(messages): try container.encode(messages, forKey: .dropped)
         case let .attachment(id): try container.encode(id, forKey: .attachment)
         case let .attachments(list): try container.encode(list, forKey: .attachments)
         case let .progress(progress): try container.encode(progress, forKey: .progress)

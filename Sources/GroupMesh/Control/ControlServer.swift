@@ -5,7 +5,11 @@ import NIOPosix
 /// The Unix-domain control socket (`DATA_DIR/control.sock`, mode 0600). Connections run on the
 /// node's event loop, so requests reach the node without a hop.
 enum ControlServer {
-    static func bind(path: String, directoryPath: String, node: MeshNode, eventLoop: any EventLoop) async throws -> any Channel {
+    /// A client's unread output past this makes the channel unwritable (a `listen` then drops).
+    static let writeBuffer = WriteBufferWaterMark(low: 256 * 1024, high: 1024 * 1024)
+
+    static func bind(path: String, directoryPath: String, node: MeshNode, connections: ControlConnections,
+                     eventLoop: any EventLoop) async throws -> any Channel {
         let bindPath = UnixSocketPath.usable(for: path, directory: directoryPath)
         // The socket file is created owner-only by bind itself (no moment where another user could
         // connect before a chmod); umask is per process, so it is put back at once.
@@ -13,9 +17,17 @@ enum ControlServer {
         defer { umask(previousMask) }
         let channel = try await ServerBootstrap(group: eventLoop)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            // Out of descriptors, accept fails at once and the socket stays readable: without a
+            // pause the event loop spins on it (issue 20). NIO's async bind adds this; ours must.
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(AcceptBackoffHandler(backoffProvider: connections.acceptFailed))
+                }
+            }
+            .childChannelOption(.writeBufferWaterMark, value: writeBuffer)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(ControlConnectionHandler(node: node))
+                    try channel.pipeline.syncOperations.addHandler(ControlConnectionHandler(node: node, connections: connections))
                 }
             }
             .bind(unixDomainSocketPath: bindPath.path, cleanupExistingSocketFile: true)
@@ -26,17 +38,114 @@ enum ControlServer {
     }
 }
 
+/// The node's open control connections, on its event loop (ControlConnectionTable decides).
+final class ControlConnections: @unchecked Sendable {
+    private let eventLoop: any EventLoop
+    private var table: ControlConnectionTable
+    private var responders: [Int: ControlResponder] = [:]
+    private var sweep: RepeatedTask?
+    /// Connections refused (all busy) or closed for idleness or to make room.
+    private(set) var refused: UInt64 = 0
+    private(set) var closedIdle: UInt64 = 0
+
+    init(eventLoop: any EventLoop, settings: ControlConnectionTable.Settings = .init()) {
+        self.eventLoop = eventLoop
+        self.table = ControlConnectionTable(settings: settings)
+        // Checked four times per timeout: an idle connection lives at most 1.25 timeouts.
+        let period = TimeAmount.nanoseconds(Int64(settings.idleTimeout.components.seconds) * 1_000_000_000 / 4)
+        sweep = eventLoop.scheduleRepeatedTask(initialDelay: period, delay: period) { [weak self] _ in
+            self?.closeExpired()
+        }
+    }
+
+    static var now: Duration { .nanoseconds(Int64(NIODeadline.now().uptimeNanoseconds)) }
+
+    /// Registers a new connection, closing the idlest one to make room; nil: refused.
+    func admit(_ responder: ControlResponder) -> Int? {
+        eventLoop.preconditionInEventLoop()
+        let (id, admission) = table.admit(now: Self.now)
+        switch admission {
+        case .refused:
+            refused += 1
+            return nil
+        case let .admittedEvicting(evicted):
+            closedIdle += 1
+            responders.removeValue(forKey: evicted)?.close()
+        case .admitted:
+            break
+        }
+        responders[id] = responder
+        return id
+    }
+
+    func requestStarted(_ id: Int) { table.requestStarted(id, now: Self.now) }
+    func requestAnswered(_ id: Int) { table.requestAnswered(id, now: Self.now) }
+    func subscribed(_ id: Int) { table.subscribed(id) }
+
+    func closed(_ id: Int) {
+        table.closed(id)
+        responders[id] = nil
+    }
+
+    /// `accept` failed: out of descriptors, close the idlest connection so the next accept (a
+    /// CLI command) gets one. Returns how long to wait before accepting again.
+    func acceptFailed(_ error: IOError) -> TimeAmount {
+        if error.errnoCode == EMFILE || error.errnoCode == ENFILE, let id = table.evictIdlest() {
+            closedIdle += 1
+            responders.removeValue(forKey: id)?.close()
+            return .milliseconds(10)
+        }
+        return .milliseconds(250)
+    }
+
+    private func closeExpired() {
+        for id in table.expired(now: Self.now) {
+            closedIdle += 1
+            responders.removeValue(forKey: id)?.close()
+        }
+    }
+
+    func stop() {
+        sweep?.cancel()
+        sweep = nil
+    }
+}
+
 /// Where the node writes its answers to one control connection. Used only on the node's event
-/// loop, like the connection itself.
+/// loop, like the connection itself. Answers are always written; a `listen`'s messages only
+/// while the client keeps up (the channel is writable): past that they are counted, the client
+/// gets one `dropped` line when it drains, and is disconnected once it is `maxMessagesBehind`.
 final class ControlResponder: @unchecked Sendable {
+    /// A stalled `listen` (a paused pager) is disconnected after missing this many messages in
+    /// a row; until then it costs the node at most the channel's write buffer.
+    static let maxMessagesBehind = ControlRequest.listenMaxMessagesBehind
+
     private let context: ChannelHandlerContext
     private let eventLoop: any EventLoop
+    private weak var connections: ControlConnections?
+    private var id: Int?
     private(set) var isClosed = false
+    /// Messages not written since the last one that was.
+    private(set) var messagesDropped = 0
     var onClose: (() -> Void)?
+    /// Called with each count of messages this client missed (the node counts them).
+    var onDrop: ((Int) -> Void)?
 
-    init(context: ChannelHandlerContext) {
+    init(context: ChannelHandlerContext, connections: ControlConnections?) {
         self.context = context
         self.eventLoop = context.eventLoop
+        self.connections = connections
+    }
+
+    /// Registers with the connection table; false: the node has no room (every connection busy).
+    func admit() -> Bool {
+        guard let connections else { return true }
+        id = connections.admit(self)
+        return id != nil
+    }
+
+    func requestStarted() {
+        if let id { connections?.requestStarted(id) }
     }
 
     func send(_ response: ControlResponse) {
@@ -44,14 +153,57 @@ final class ControlResponder: @unchecked Sendable {
             eventLoop.execute { self.send(response) }
             return
         }
-        guard !isClosed, var bytes = try? JSONEncoder().encode(response) else { return }
+        guard !isClosed else { return }
+        switch response {
+        case .progress, .message, .dropped: break
+        case .subscribed: if let id { connections?.subscribed(id) }
+        default: if let id { connections?.requestAnswered(id) }
+        }
+        write(response)
+    }
+
+    /// One message for a `listen`; dropped (and counted) while the client is behind.
+    func sendMessage(_ message: ReceivedMessageInfo) {
+        eventLoop.preconditionInEventLoop()
+        guard !isClosed else { return }
+        guard context.channel.isWritable else {
+            messagesDropped += 1
+            onDrop?(1)
+            if messagesDropped >= Self.maxMessagesBehind { close() }
+            return
+        }
+        reportDrops()
+        write(.message(message))
+    }
+
+    /// The client drained what was written: tell it what it missed.
+    func writabilityChanged() {
+        if context.channel.isWritable { reportDrops() }
+    }
+
+    private func reportDrops() {
+        guard messagesDropped > 0 else { return }
+        write(.dropped(messages: messagesDropped))
+        messagesDropped = 0
+    }
+
+    private func write(_ response: ControlResponse) {
+        guard var bytes = try? JSONEncoder().encode(response) else { return }
         bytes.append(UInt8(ascii: "\n"))
         context.writeAndFlush(NIOAny(context.channel.allocator.buffer(bytes: bytes)), promise: nil)
+    }
+
+    /// Closes the connection from the node's side (idle, evicted, or too far behind).
+    func close() {
+        guard !isClosed else { return }
+        context.close(promise: nil)
+        closed()
     }
 
     func closed() {
         guard !isClosed else { return }
         isClosed = true
+        if let id { connections?.closed(id) }
         onClose?()
         onClose = nil
     }
@@ -63,13 +215,23 @@ final class ControlConnectionHandler: ChannelInboundHandler {
     typealias OutboundOut = ByteBuffer
 
     private let node: MeshNode
+    private let connections: ControlConnections?
     private var reader = ControlRequestReader()
     private var responder: ControlResponder?
 
-    init(node: MeshNode) { self.node = node }
+    init(node: MeshNode, connections: ControlConnections?) {
+        self.node = node
+        self.connections = connections
+    }
 
-    func handlerAdded(context: ChannelHandlerContext) {
-        responder = ControlResponder(context: context)
+    func channelActive(context: ChannelHandlerContext) {
+        let responder = ControlResponder(context: context, connections: connections)
+        self.responder = responder
+        if !responder.admit() {
+            responder.send(.failure("the node has \(ControlConnectionTable.Settings().limit) control connections busy; try again when one ends"))
+            responder.close()
+        }
+        context.fireChannelActive()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
@@ -77,18 +239,25 @@ final class ControlConnectionHandler: ChannelInboundHandler {
         context.fireChannelInactive()
     }
 
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        responder?.writabilityChanged()
+        context.fireChannelWritabilityChanged()
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let incoming = unwrapInboundIn(data)
-        guard let responder else { return }
+        guard let responder, !responder.isClosed else { return }
         for item in reader.feed(incoming.readableBytesView) {
             switch item {
             case let .request(request):
+                responder.requestStarted()
                 node.assumeIsolated { $0.handleControl(request, responder: responder) }
             case .malformed:
+                responder.requestStarted()
                 responder.send(.failure("malformed control request"))
             case .tooLong:
                 responder.send(.failure("control request over \(ControlRequestReader.maxLineBytes) bytes"))
-                context.close(promise: nil)
+                responder.close()
             }
         }
     }

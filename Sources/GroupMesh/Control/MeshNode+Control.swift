@@ -6,6 +6,15 @@ import NIOCore
 /// The control socket's requests (Docs/CLI.md §Control socket), answered on the node's event
 /// loop. Requests that wait (a reliable send, an attach, a get) run as a task of their own, so
 /// that a slow one never holds up the next request or the datagrams.
+extension ReceivedMessageInfo {
+    init(_ message: NodeMessage) {
+        let text = String(validating: message.body, as: UTF8.self)
+        self.init(from: message.from.hex, fromName: message.fromName,
+                  mode: message.mode == .reliable ? "reliable" : "unreliable", type: message.type, text: text,
+                  base64: text == nil ? Data(message.body).base64EncodedString() : nil)
+    }
+}
+
 extension MeshNode {
     func handleControl(_ request: ControlRequest, responder: ControlResponder) {
         switch request {
@@ -77,19 +86,20 @@ extension MeshNode {
     }
 
     private func controlListen(responder: ControlResponder) {
-        let stream = messages()
         responder.send(.subscribed)
-        let relay = Task {
-            for await message in stream {
-                let text = String(validating: message.body, as: UTF8.self)
-                let info = ReceivedMessageInfo(from: message.from.hex, fromName: message.fromName,
-                                               mode: message.mode == .reliable ? "reliable" : "unreliable",
-                                               type: message.type, text: text,
-                                               base64: text == nil ? Data(message.body).base64EncodedString() : nil)
-                responder.send(.message(info))
-            }
+        responder.onDrop = { [unowned self] count in
+            assumeIsolated { $0.messagesDroppedForSlowReaders += UInt64(count) }
         }
-        responder.onClose = { relay.cancel() }
+        responder.onClose = { [unowned self] in
+            assumeIsolated { node in node.listeners.removeAll { $0 === responder } }
+        }
+        listeners.append(responder)
+    }
+
+    func deliverToListeners(_ message: NodeMessage) {
+        let info = ReceivedMessageInfo(message)
+        // A listener too far behind closes itself here, which removes it from `listeners`.
+        for listener in listeners { listener.sendMessage(info) }
     }
 
     /// Progress every 250 ms until the file is written (the CLI draws it), then the answer.

@@ -72,6 +72,14 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// Key epochs handed to members; handovers to us that were refused.
         public var handoversSent: UInt64
         public var handoversRefused: UInt64
+        /// Messages not given to a reader that fell behind (a `listen`, a `messages()` stream).
+        public var messagesDroppedForSlowReaders: UInt64
+        /// Control connections closed after 20 s idle or to make room; refused (all busy).
+        public var controlConnectionsClosed: UInt64
+        public var controlConnectionsRefused: UInt64
+        /// Datagrams the kernel dropped because the UDP receive buffer was full (from
+        /// /proc/net/udp; absent where it cannot be read). Nothing above counts them.
+        public var kernelReceiveDrops: UInt64?
     }
 
     public var `self`: SelfInfo

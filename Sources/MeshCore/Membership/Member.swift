@@ -24,4 +24,8 @@ public enum MembershipDirective: Sendable, Equatable {
     case memberChanged(Member)
     /// A dead or left member was forgotten.
     case memberForgotten(NodeID)
+    /// Another boot of our own identity is alive (a copied data dir): `record` is its latest.
+    /// Reported once per boot, after it outbid us `MembershipSettings.identityConflictRefutations`
+    /// times (an earlier boot of ours, dead, stops outbidding after one or two).
+    case identityConflict(MemberRecord)
 }

@@ -46,6 +46,8 @@ public struct MembershipInstance: Sendable {
     private var answeredSyncs: [NodeID: MeshInstant] = [:]
     /// When each member last sent us an authenticated datagram of any kind.
     private var lastHeard: [NodeID: MeshInstant] = [:]
+    /// How often each other boot of our identity made us refute (a live twin never stops).
+    private var refutationsByBoot: [UInt64: Int] = [:]
 
     public init(record: MemberRecord, authority: some RecordAuthority, settings: MembershipSettings,
                 datagramBudget: Int, seed: UInt64, now: MeshInstant) {
@@ -296,6 +298,7 @@ public struct MembershipInstance: Sendable {
             if record.incarnation > me.incarnation || (record.incarnation == me.incarnation && record != me),
                record.hasValidSignature(authority) {
                 refute(above: record.incarnation)
+                if record.bootID != me.bootID { countRefutation(by: record, into: &out) }
             }
             return
         }
@@ -397,6 +400,16 @@ public struct MembershipInstance: Sendable {
                                 signingKey: member.record.signingKey) else { return }
         markGone(member, status: .left, incarnation: departure.incarnation, now: now, into: &out)
         gossip.enqueue(.left(departure), about: member.id)
+    }
+
+    /// A dead earlier boot is outbid once or twice (by the stale records others still hold),
+    /// and our start already outbids the incarnation we remembered; a live twin answers each
+    /// refutation with one of its own, four times a second (issue 20, item 6).
+    private mutating func countRefutation(by record: MemberRecord, into out: inout [MembershipDirective]) {
+        if refutationsByBoot[record.bootID] == nil, refutationsByBoot.count >= 16 { return }
+        let count = (refutationsByBoot[record.bootID] ?? 0) + 1
+        refutationsByBoot[record.bootID] = count
+        if count == settings.identityConflictRefutations { out.append(.identityConflict(record)) }
     }
 
     private mutating func refute(above incarnation: UInt64) {

@@ -36,6 +36,8 @@ public struct MembershipSettings: Sendable, Equatable {
     public var joinRetryInterval: Duration
     /// How often to offer our state to one dead member, so healed partitions merge.
     public var reconnectInterval: Duration
+    /// Refutations forced by one other boot of our identity before it counts as a live twin.
+    public var identityConflictRefutations = 4
 
     public static func profile(_ profile: Profile) -> MembershipSettings {
         switch profile {

@@ -31,6 +31,9 @@ public enum NodeEvent: Sendable {
     /// The attachment set changed.
     case attachmentsChanged
     case log(NodeLogRecord)
+    /// Another live node has this node's identity (a copied data dir). The one that started
+    /// later stops (`stopping`, the node is then stopped); the other carries on.
+    case identityConflict(twinAddresses: [PeerAddress], stopping: Bool)
 }
 
 /// An application message as it reached this node: who sent it (the pairwise key proves it),

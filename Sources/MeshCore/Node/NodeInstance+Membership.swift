@@ -7,6 +7,7 @@ extension NodeInstance {
         guard !directives.isEmpty else { return }
         var newMember = false
         for directive in directives {
+            guard phase != .stopped else { break }  // an identity conflict stopped this node
             switch directive {
             case let .send(frames, _, address):
                 sendHello(frames, to: address)
@@ -21,8 +22,11 @@ extension NodeInstance {
                 let removed = delivery.removePeer(id, now: now)
                 apply(removed, now: now)
                 emit(.memberForgotten(id))
+            case let .identityConflict(twin):
+                identityConflict(twin, now: now)
             }
         }
+        guard phase != .stopped else { return }
         if membership.me.incarnation != remembered.incarnation {
             remembered.incarnation = membership.me.incarnation
             rememberedDirty = true
@@ -30,6 +34,23 @@ extension NodeInstance {
         // A member met for the first time is written down at once (other changes wait for the
         // tick): a node that crashes right after joining must still find the mesh again.
         if newMember { saveRemembered() }
+    }
+
+    /// Two live nodes with one identity flip every member's view of it between their names and
+    /// addresses. The boot id begins with its start time (Unix seconds), so both twins agree on
+    /// which started later: that one stops, the other logs it and carries on.
+    private mutating func identityConflict(_ twin: MemberRecord, now: MeshInstant) {
+        let addresses = twin.addresses.map(\.description).joined(separator: ",")
+        let stopping = twin.bootID < bootID
+        emit(.identityConflict(twinAddresses: twin.addresses, stopping: stopping))
+        if stopping {
+            log(.error, "another node with this node's identity runs, started earlier; stopping (a copied data dir? give each node its own)",
+                ["twin": addresses])
+            stop(now: now)
+        } else {
+            log(.warning, "another node with this node's identity runs, started later; it stops itself (a copied data dir?)",
+                ["twin": addresses])
+        }
     }
 
     private mutating func memberChanged(_ member: Member, now: MeshInstant) {
