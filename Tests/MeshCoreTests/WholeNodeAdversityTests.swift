@@ -228,4 +228,37 @@ extension WholeNodeSimulationTests {
         let deaths = mesh.all.flatMap { $0.membershipChanges }.filter { $0.status == MemberStatus.dead }
         #expect(deaths.isEmpty, "\(SimulationSeeds.replay(seed)): \(deaths.count) deaths on a calm network")
     }
+
+    @Test("a member flooded with wants, whose every datagram waits 1.5 s behind the flood, is never declared dead while it talks",
+          arguments: adversitySeeds)
+    func floodedMemberIsNotSuspected(seed: UInt64) {
+        let victim = SimAddress(0)
+        let mesh = Self.run(seed: seed) { mesh, _ in
+            // Node 4 asks the victim for every chunk it holds, whole, 40 wants every 100 ms.
+            Self.repeatedly(on: mesh.node(SimAddress(4)), from: .zero + .seconds(5), every: .milliseconds(100)) { node in
+                let target = mesh.node(victim)
+                for digest in target.store.chunks.keys.sorted().prefix(40) {
+                    node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1_000))], to: victim, member: target.id)
+                }
+            }
+            // What a loaded machine does to a flooded member (issue 20): its answers, probe acks
+            // included, leave late, while the others' datagrams reach it at once.
+            mesh.simulator.at(.zero + .seconds(5), "the victim's datagrams wait behind the flood") { simulator in
+                for other in mesh.nodes where other != victim {
+                    simulator.setLink(from: victim, to: other, LinkConditions(delay: .milliseconds(1_500)))
+                }
+            }
+        }
+        Self.expectInvariants(mesh, seed)
+        let victimID = mesh.node(victim).id
+        // The first 1.5 s of the stall are silence, so a suspicion is fair; but the victim talks
+        // again before any timeout ends (held open to the maximum), and its refutation comes.
+        let deaths = mesh.all.filter { $0.address != victim }.flatMap { observer in
+            observer.membershipChanges.filter { $0.member == victimID && $0.status == .dead }
+        }
+        let first = deaths.first.map { "\($0.time)" } ?? "-"
+        #expect(deaths.isEmpty, "\(SimulationSeeds.replay(seed)): the victim was declared dead \(deaths.count) times, first at \(first)")
+        let served = mesh.node(victim).core.counters.chunksServed
+        #expect(served > 0, "\(SimulationSeeds.replay(seed)): the flood was not served at all")
+    }
 }

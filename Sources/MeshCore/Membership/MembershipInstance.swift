@@ -565,7 +565,14 @@ public struct MembershipInstance: Sendable {
         let expired = timed.compactMap { members[$0] }.filter { member in
             member.status == .suspect && member.suspicion.map { now >= $0.deadline } == true
         }.sorted { $0.id < $1.id }
-        for member in expired {
+        for var member in expired {
+            if var suspicion = member.suspicion, !suspicion.heldOpen,
+               heard(member.id, after: now, slack: suspicion.minimum), suspicion.start + suspicion.maximum > now {
+                suspicion.heldOpen = true
+                member.suspicion = suspicion
+                members[member.id] = member
+                continue
+            }
             markGone(member, status: .dead, incarnation: member.incarnation, now: now, into: &out)
             gossip.enqueue(.dead(Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id)),
                            about: member.id)

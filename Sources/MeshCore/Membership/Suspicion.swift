@@ -42,7 +42,13 @@ public struct Suspicion: Sendable, Equatable {
         return max(minimum, shrunk)
     }
 
-    public var deadline: MeshInstant { start + timeout }
+    /// Set when the suspect was heard from as the timeout ran out: a member that talks is up,
+    /// only late (a flooded or stalled member whose refutation is on its way), so it gets the
+    /// whole maximum, whatever the confirmations. A crashed member is not heard (its last
+    /// datagram is older than the suspicion), so detection is as fast as before.
+    public var heldOpen = false
+
+    public var deadline: MeshInstant { start + (heldOpen ? maximum : timeout) }
 
     /// When to ask the suspect directly next: every 30% of the minimum timeout, from then until
     /// the deadline. Gossip misses a refutation now and then (about e^-copies per member); a
