@@ -231,7 +231,7 @@ extension WholeNodeSimulationTests {
 
     @Test("a member flooded with wants, whose every datagram waits 1.5 s behind the flood, is never declared dead while it talks",
           arguments: adversitySeeds)
-    func floodedMemberIsNotSuspected(seed: UInt64) {
+    func floodedMemberIsNotDeclaredDead(seed: UInt64) {
         let victim = SimAddress(0)
         let mesh = Self.run(seed: seed) { mesh, _ in
             // Node 4 asks the victim for every chunk it holds, whole, 40 wants every 100 ms.
