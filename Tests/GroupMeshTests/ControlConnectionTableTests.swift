@@ -23,6 +23,22 @@ struct ControlConnectionTableTests {
         #expect(table.admit(now: .seconds(8)).admission == .admittedEvicting(a))
     }
 
+    @Test("a burst of new connections that have not asked yet is not evicted by the next one: refused instead")
+    func newConnectionsHaveGrace() {
+        var table = ControlConnectionTable(settings: Self.settings)
+        let first = table.admit(now: .milliseconds(0)).id
+        _ = table.admit(now: .milliseconds(10))
+        _ = table.admit(now: .milliseconds(20))
+        // Three CLI commands connected within 20 ms; none has sent its request yet.
+        #expect(table.admit(now: .milliseconds(30)).admission == .refused)
+        // One that asked and was answered is fair game at once …
+        table.requestStarted(first, now: .milliseconds(40))
+        table.requestAnswered(first, now: .milliseconds(50))
+        #expect(table.admit(now: .milliseconds(60)).admission == .admittedEvicting(first))
+        // … and one that never asked, after the grace.
+        #expect(table.admit(now: .seconds(3)).admission != .refused)
+    }
+
     @Test("a connection with nothing in flight for the idle timeout expires; busy and fresh ones stay")
     func idleConnectionsExpire() {
         var table = ControlConnectionTable(settings: Self.settings)

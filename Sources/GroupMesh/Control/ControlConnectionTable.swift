@@ -9,6 +9,9 @@ struct ControlConnectionTable {
     struct Settings {
         var limit = 64
         var idleTimeout: Duration = .seconds(20)
+        /// A connection this new that has not sent its request yet is not taken for idle: a
+        /// burst of CLI commands must not close each other before they are read.
+        var grace: Duration = .seconds(2)
     }
 
     enum Admission: Equatable {
@@ -20,9 +23,11 @@ struct ControlConnectionTable {
     }
 
     private struct Entry {
+        let opened: Duration
         var lastActive: Duration
         var inFlight = 0
         var isSubscribed = false
+        var hasAsked = false
         var isBusy: Bool { inFlight > 0 || isSubscribed }
     }
 
@@ -38,19 +43,20 @@ struct ControlConnectionTable {
     mutating func admit(now: Duration) -> (id: Int, admission: Admission) {
         var admission = Admission.admitted
         if entries.count >= settings.limit {
-            guard let idlest = evictIdlest() else { return (-1, .refused) }
+            guard let idlest = evictIdlest(now: now) else { return (-1, .refused) }
             admission = .admittedEvicting(idlest)
         }
         let id = nextID
         nextID += 1
-        entries[id] = Entry(lastActive: now)
+        entries[id] = Entry(opened: now, lastActive: now)
         return (id, admission)
     }
 
     /// Forgets the connection idle longest (the caller closes it); nil when all are busy. Also
     /// used when `accept` fails for want of a descriptor, so the next one can succeed.
-    mutating func evictIdlest() -> Int? {
-        guard let idlest = entries.filter({ !$0.value.isBusy }).min(by: { $0.value.lastActive < $1.value.lastActive }) else {
+    mutating func evictIdlest(now: Duration) -> Int? {
+        let idle = entries.filter { !$0.value.isBusy && ($0.value.hasAsked || now - $0.value.opened >= settings.grace) }
+        guard let idlest = idle.min(by: { ($0.value.lastActive, $0.key) < ($1.value.lastActive, $1.key) }) else {
             return nil
         }
         entries[idlest.key] = nil
@@ -59,6 +65,7 @@ struct ControlConnectionTable {
 
     mutating func requestStarted(_ id: Int, now: Duration) {
         entries[id]?.inFlight += 1
+        entries[id]?.hasAsked = true
         entries[id]?.lastActive = now
     }
 

@@ -52,7 +52,8 @@ final class ControlConnections: @unchecked Sendable {
         self.eventLoop = eventLoop
         self.table = ControlConnectionTable(settings: settings)
         // Checked four times per timeout: an idle connection lives at most 1.25 timeouts.
-        let period = TimeAmount.nanoseconds(Int64(settings.idleTimeout.components.seconds) * 1_000_000_000 / 4)
+        let (seconds, attoseconds) = settings.idleTimeout.components
+        let period = TimeAmount.nanoseconds(max(1_000_000, (seconds * 1_000_000_000 + attoseconds / 1_000_000_000) / 4))
         sweep = eventLoop.scheduleRepeatedTask(initialDelay: period, delay: period) { [weak self] _ in
             self?.closeExpired()
         }
@@ -90,7 +91,7 @@ final class ControlConnections: @unchecked Sendable {
     /// `accept` failed: out of descriptors, close the idlest connection so the next accept (a
     /// CLI command) gets one. Returns how long to wait before accepting again.
     func acceptFailed(_ error: IOError) -> TimeAmount {
-        if error.errnoCode == EMFILE || error.errnoCode == ENFILE, let id = table.evictIdlest() {
+        if error.errnoCode == EMFILE || error.errnoCode == ENFILE, let id = table.evictIdlest(now: Self.now) {
             closedIdle += 1
             responders.removeValue(forKey: id)?.close()
             return .milliseconds(10)
@@ -120,7 +121,8 @@ final class ControlResponder: @unchecked Sendable {
     /// a row; until then it costs the node at most the channel's write buffer.
     static let maxMessagesBehind = ControlRequest.listenMaxMessagesBehind
 
-    private let context: ChannelHandlerContext
+    /// Cleared once closed: the context holds the handler, which holds this responder.
+    private var context: ChannelHandlerContext?
     private let eventLoop: any EventLoop
     private weak var connections: ControlConnections?
     private var id: Int?
@@ -165,7 +167,7 @@ final class ControlResponder: @unchecked Sendable {
     /// One message for a `listen`; dropped (and counted) while the client is behind.
     func sendMessage(_ message: ReceivedMessageInfo) {
         eventLoop.preconditionInEventLoop()
-        guard !isClosed else { return }
+        guard !isClosed, let context else { return }
         guard context.channel.isWritable else {
             messagesDropped += 1
             onDrop?(1)
@@ -178,7 +180,7 @@ final class ControlResponder: @unchecked Sendable {
 
     /// The client drained what was written: tell it what it missed.
     func writabilityChanged() {
-        if context.channel.isWritable { reportDrops() }
+        if context?.channel.isWritable == true { reportDrops() }
     }
 
     private func reportDrops() {
@@ -188,7 +190,7 @@ final class ControlResponder: @unchecked Sendable {
     }
 
     private func write(_ response: ControlResponse) {
-        guard var bytes = try? JSONEncoder().encode(response) else { return }
+        guard let context, var bytes = try? JSONEncoder().encode(response) else { return }
         bytes.append(UInt8(ascii: "\n"))
         context.writeAndFlush(NIOAny(context.channel.allocator.buffer(bytes: bytes)), promise: nil)
     }
@@ -196,16 +198,18 @@ final class ControlResponder: @unchecked Sendable {
     /// Closes the connection from the node's side (idle, evicted, or too far behind).
     func close() {
         guard !isClosed else { return }
-        context.close(promise: nil)
+        context?.close(promise: nil)
         closed()
     }
 
     func closed() {
         guard !isClosed else { return }
         isClosed = true
+        context = nil
         if let id { connections?.closed(id) }
         onClose?()
         onClose = nil
+        onDrop = nil
     }
 }
 
@@ -236,7 +240,13 @@ final class ControlConnectionHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         responder?.closed()
+        responder = nil
         context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        responder?.closed()
+        responder = nil
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
@@ -248,6 +258,8 @@ final class ControlConnectionHandler: ChannelInboundHandler {
         let incoming = unwrapInboundIn(data)
         guard let responder, !responder.isClosed else { return }
         for item in reader.feed(incoming.readableBytesView) {
+            // An earlier request of this read may have closed the connection (a failed write).
+            guard !responder.isClosed else { return }
             switch item {
             case let .request(request):
                 responder.requestStarted()

@@ -86,6 +86,10 @@ extension MeshNode {
     }
 
     private func controlListen(responder: ControlResponder) {
+        // A second `listen` on one connection would send every message twice.
+        guard !responder.isClosed, !listeners.contains(where: { $0 === responder }) else {
+            return responder.send(.failure("this connection already listens"))
+        }
         responder.send(.subscribed)
         responder.onDrop = { [unowned self] count in
             assumeIsolated { $0.messagesDroppedForSlowReaders += UInt64(count) }
