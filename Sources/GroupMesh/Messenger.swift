@@ -32,9 +32,13 @@ public final class Messenger: Sendable {
         var wire: DeliveryInstance.Mode { self == .reliable ? .reliable : .unreliable }
     }
 
+    /// Who a message goes to (GroupSessionMessenger's `Participants`). The local participant in
+    /// a set is skipped, not an error.
     public enum Recipients: Sendable {
         case all
         case only(Set<Participant>)
+
+        public static func only(_ participant: Participant) -> Recipients { .only([participant]) }
     }
 
     /// Why a member did not acknowledge a reliable message.

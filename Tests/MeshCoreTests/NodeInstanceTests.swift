@@ -115,6 +115,21 @@ struct NodeInstanceTests {
         #expect(effects.contains { if case .event(.attachmentsChanged) = $0 { true } else { false } })
     }
 
+    @Test("a send to a set that names this node skips it: to itself alone, it completes at once with no recipient")
+    func sendToSelfIsSkipped() throws {
+        var driver = Driver()
+        for mode in [DeliveryInstance.Mode.reliable, .unreliable] {
+            let request = driver.command(.send(MessageEnvelope(type: "data", body: [1]), to: [driver.core.localID, driver.core.localID],
+                                               mode: mode, timeout: nil))
+            let effects = driver.drain()
+            let done = Self.completions(effects)
+            #expect(done.count == 1 && done.first?.0 == request, "\(mode)")
+            #expect(done.first.map { if case .success(.sent(recipients: 0)) = $0.1 { true } else { false } } == true,
+                    "\(mode): \(done)")
+            #expect(!effects.contains { if case .send = $0 { true } else { false } }, "\(mode): nothing to send to itself")
+        }
+    }
+
     @Test("stopping completes every waiting command; an append already under way still completes its add")
     func stopCompletesWaitingCommands() throws {
         var driver = Driver()

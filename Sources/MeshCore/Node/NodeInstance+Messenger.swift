@@ -10,7 +10,10 @@ extension NodeInstance {
         guard envelope.body.count <= settings.maxMessageSize else {
             return complete(request, .failure(.messageTooLarge(size: envelope.body.count, limit: settings.maxMessageSize)))
         }
-        let recipients = targets ?? activeMemberIDs
+        // This node in a target set is skipped, not an error (Apple's `Participants`): an app
+        // that sends its state to "everyone who just joined" often names itself too.
+        var seen: Set<NodeID> = [localID]
+        let recipients = (targets ?? activeMemberIDs).filter { seen.insert($0).inserted }
         do {
             let (sendID, directives) = try delivery.send(envelope.encoded, to: recipients, mode: mode, now: now,
                                                          timeout: timeout)
