@@ -3,6 +3,9 @@
 /// says it terminated: no callback into the node is needed to forget it.
 struct Subscribers<Element: Sendable> {
     private var continuations: [AsyncStream<Element>.Continuation] = []
+    /// Once the node stopped: a stream asked for later ends at once (after `initial`), so a
+    /// `for await` begun after `leave()` does not hang (issue 17).
+    private var isFinished = false
 
     var isEmpty: Bool { continuations.isEmpty }
 
@@ -11,7 +14,11 @@ struct Subscribers<Element: Sendable> {
                       initial: Element? = nil) -> AsyncStream<Element> {
         let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: policy)
         if let initial { continuation.yield(initial) }
-        continuations.append(continuation)
+        if isFinished {
+            continuation.finish()
+        } else {
+            continuations.append(continuation)
+        }
         return stream
     }
 
@@ -33,6 +40,7 @@ struct Subscribers<Element: Sendable> {
     }
 
     mutating func finishAll() {
+        isFinished = true
         for continuation in continuations { continuation.finish() }
         continuations = []
     }

@@ -55,4 +55,21 @@ struct MeshSessionTests {
         await #expect(throws: GroupMeshError.self) { _ = try await MeshSession.join(configuration) }
         await first.leave()
     }
+
+    @Test("after leave(), every stream asked for ends instead of hanging: attachments, participants, messages",
+          .timeLimit(.minutes(1)))
+    func streamsEndAfterLeave() async throws {
+        let configuration = Self.configuration("gone")
+        defer { try? FileManager.default.removeItem(atPath: configuration.dataDirectory.path) }
+        let session = try await MeshSession.join(configuration)
+        let journal = Journal(session: session)
+        let messenger = Messenger(session: session)
+        await session.leave()
+        // Each loop ends (a hang fails at the time limit).
+        var sets = 0
+        for await _ in await journal.attachments { sets += 1 }
+        #expect(sets <= 1, "at most the current set, then the end")
+        for await _ in await session.activeParticipantUpdates() {}
+        for await _ in await messenger.messages(of: Data.self) {}
+    }
 }
