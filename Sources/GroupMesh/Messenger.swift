@@ -8,6 +8,12 @@ public struct MessageContext: Sendable {
     public let mode: Messenger.DeliveryMode
 }
 
+/// A message type that names itself on the wire, where its type name alone would be ambiguous
+/// (two types of one name in different modules) or would change (a rename).
+public protocol MessengerTagged {
+    static var messengerTag: String { get }
+}
+
 /// Small messages to all members or a chosen few, the equivalent of GroupSessionMessenger.
 ///
 /// ```swift
@@ -85,8 +91,11 @@ public final class Messenger: Sendable {
         await stream { envelope in envelope.type == Self.dataType ? Data(envelope.body) : nil }
     }
 
+    /// `codable:` and the type's name without its module, so that an app and a tool built as
+    /// different modules exchange the same type; `MessengerTagged` names it explicitly.
     static func typeTag<Message>(_ type: Message.Type) -> String {
-        "codable:" + String(reflecting: type)
+        if let tagged = type as? any MessengerTagged.Type { return "codable:" + tagged.messengerTag }
+        return "codable:" + String(describing: type)
     }
 
     private func send(_ envelope: MessageEnvelope, to recipients: Recipients) async throws {
