@@ -188,7 +188,13 @@ extension WholeNodeSimulationTests {
         mesh.simulator.run(for: .seconds(60), checkEvery: .seconds(1)) { _ in joiner.complete.count == 1 }
         #expect(joiner.complete.count == 1, "\(replay): the joiner never got the attachment")
         #expect(joiner.core.counters.fetchesFailed == 0, "\(replay): \(joiner.core.counters.fetchesFailed) fetches failed")
-        #expect(joiner.core.counters.chunksRejected > 0, "\(replay): the liar's pieces never arrived")
+        // Every chunk the liar serves is bad, so the joiner must have rejected some once the liar
+        // served it anything. Now and then (seeds 116 and 196 of 200) the joiner has fetched
+        // everything from the honest uploader before the liar's claims reach it through the
+        // loss: then nothing was tested, and nothing failed.
+        let liarServed = holder.core.counters.chunksServed
+        #expect(liarServed == 0 || joiner.core.counters.chunksRejected > 0,
+                "\(replay): the liar served \(liarServed) chunks and the joiner rejected none")
         #expect(mesh.chunkViolations().isEmpty, "\(replay)")
     }
 
