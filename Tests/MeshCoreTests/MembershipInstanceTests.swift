@@ -373,5 +373,14 @@ struct MembershipInstanceTests {
         }
         #expect(conflicts(stale).isEmpty)
         #expect(restarted.me.incarnation == 7)
+        // Even stale records that climb one by one past ours (an old boot that refuted often, a
+        // restart that remembered an incarnation well behind): each meets what we just signed.
+        var lagging = boot(400, incarnation: 2)
+        var climbing: [MembershipDirective] = []
+        for incarnation: UInt64 in 2...12 {
+            let record = ManualCluster.record(identity, index: 61, incarnation: incarnation, boot: 300).signed(by: authority)
+            climbing += lagging.onFrames([.alive(record)], from: gossiper, address: ManualCluster.address(62), now: now)
+        }
+        #expect(conflicts(climbing).isEmpty)
     }
 }

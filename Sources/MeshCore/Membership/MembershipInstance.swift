@@ -297,8 +297,11 @@ public struct MembershipInstance: Sendable {
             // (only one we did sign: a forged one must not move our incarnation).
             if record.incarnation > me.incarnation || (record.incarnation == me.incarnation && record != me),
                record.hasValidSignature(authority) {
+                // Only a record above ours counts: a twin answers each of ours with a higher one,
+                // while a dead boot's stale records mostly meet or trail what we already signed.
+                let outbidUs = record.incarnation > me.incarnation
                 refute(above: record.incarnation)
-                if record.bootID != me.bootID { countRefutation(by: record, into: &out) }
+                if outbidUs, record.bootID != me.bootID { countRefutation(by: record, into: &out) }
             }
             return
         }
@@ -404,7 +407,7 @@ public struct MembershipInstance: Sendable {
 
     /// A dead earlier boot is outbid once or twice (by the stale records others still hold),
     /// and our start already outbids the incarnation we remembered; a live twin answers each
-    /// refutation with one of its own, four times a second (issue 20, item 6).
+    /// refutation with a higher one of its own, four times a second (issue 20, item 6).
     private mutating func countRefutation(by record: MemberRecord, into out: inout [MembershipDirective]) {
         if refutationsByBoot[record.bootID] == nil, refutationsByBoot.count >= 16 { return }
         let count = (refutationsByBoot[record.bootID] ?? 0) + 1
