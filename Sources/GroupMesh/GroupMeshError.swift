@@ -39,6 +39,8 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
     case sessionTooLarge(limit: Int)
     case epochNotStored(reason: String)
     case removalInProgress
+    /// An attachment's metadata does not decode as the type asked for.
+    case metadataType(attachment: String, type: String)
     /// Another live node has this identity and started first: this one stopped.
     case identityConflict(twin: String)
 
@@ -91,6 +93,8 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
             return "cannot store the new key epoch, nothing changed: \(reason)"
         case .removalInProgress:
             return "another member removal is being stored; run remove-member again once it is done"
+        case let .metadataType(attachment, type):
+            return "the metadata of attachment \(attachment.prefix(16)) is not a \(type)"
         case let .identityConflict(twin):
             return "another node with this node's identity runs at \(twin), started earlier (a copied data dir?); "
                 + "this one stopped. Give each node a data dir of its own: a new one makes a new identity"

@@ -42,6 +42,26 @@ struct JournalTests {
         await #expect(throws: GroupMeshError.self) { _ = try await journals[0].load(attachment) }
     }
 
+    struct Drawing: Codable, Equatable, Sendable { var title: String; var strokes: Int }
+    struct Photo: Codable, Sendable { var camera: String }
+
+    @Test("typed metadata: added as one Codable type, loaded as it elsewhere; as another type, a typed error")
+    func typedMetadata() async throws {
+        let sessions = try await MessengerTests.cluster(["ida", "ole"])
+        defer { Task { await MessengerTests.tearDown(sessions) } }
+        let journals = sessions.map(Journal.init)
+        let drawing = Drawing(title: "cat", strokes: 12)
+        let attachment = try await journals[0].add(Data("pixels".utf8), metadata: drawing)
+        try await waitUntil("ole lists it") { await Self.current(journals[1]).count == 1 }
+        #expect(try await journals[1].loadMetadata(Drawing.self, of: attachment) == drawing)
+        await #expect(throws: GroupMeshError.metadataType(attachment: attachment.id, type: "Photo")) {
+            _ = try await journals[1].loadMetadata(Photo.self, of: attachment)
+        }
+        // Raw bytes as before: the JSON as stored.
+        #expect(String(decoding: try await journals[1].loadMetadata(of: attachment), as: UTF8.self)
+                == #"{"strokes":12,"title":"cat"}"#)
+    }
+
     @Test("a file is added streamed and loaded to a file; over the limit is refused before storing")
     func files() async throws {
         let sessions = try await MessengerTests.cluster(["lea", "max"])

@@ -72,10 +72,38 @@ public final class Journal: Sendable {
     }
 
     /// The metadata of the latest add of the attachment.
+    /// Adds bytes with metadata of any `Encodable` type (stored as JSON; GroupSessionJournal's
+    /// typed metadata).
+    public func add<Metadata: Encodable>(_ data: Data, metadata: Metadata) async throws -> Attachment {
+        try await add(data, metadata: try Self.encode(metadata))
+    }
+
+    /// Adds a file, streamed, with metadata of any `Encodable` type (stored as JSON).
+    public func add<Metadata: Encodable>(contentsOf url: URL, metadata: Metadata) async throws -> Attachment {
+        try await add(contentsOf: url, metadata: try Self.encode(metadata))
+    }
+
     public func loadMetadata(of attachment: Attachment) async throws -> Data {
         guard let entry = await session.node.attachmentEntries.first(where: { $0.id == attachment.digest }) else {
             throw GroupMeshError.unknownAttachment(attachment.id)
         }
         return Data(entry.metadata)
+    }
+
+    /// The metadata decoded as `type`; metadata that is not one (another member chose it) throws
+    /// `GroupMeshError.metadataType`, never a value made up.
+    public func loadMetadata<Metadata: Decodable>(_ type: Metadata.Type, of attachment: Attachment) async throws -> Metadata {
+        let bytes = try await loadMetadata(of: attachment)
+        do {
+            return try JSONDecoder().decode(type, from: bytes)
+        } catch {
+            throw GroupMeshError.metadataType(attachment: attachment.id, type: String(describing: type))
+        }
+    }
+
+    private static func encode(_ metadata: some Encodable) throws -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return try encoder.encode(metadata)
     }
 }
