@@ -130,8 +130,8 @@ final class ControlResponder: @unchecked Sendable {
     /// Messages not written since the last one that was.
     private(set) var messagesDropped = 0
     var onClose: (() -> Void)?
-    /// Called with each count of messages this client missed (the node counts them).
-    var onDrop: ((Int) -> Void)?
+    /// Called for each message this client missed (the node counts them).
+    var onDrop: (() -> Void)?
 
     init(context: ChannelHandlerContext, connections: ControlConnections?) {
         self.context = context
@@ -170,7 +170,7 @@ final class ControlResponder: @unchecked Sendable {
         guard !isClosed, let context else { return }
         guard context.channel.isWritable else {
             messagesDropped += 1
-            onDrop?(1)
+            onDrop?()
             if messagesDropped >= Self.maxMessagesBehind { close() }
             return
         }

@@ -3,9 +3,7 @@ import MeshCore
 import MeshCrypto
 import NIOCore
 
-/// The control socket's requests (Docs/CLI.md §Control socket), answered on the node's event
-/// loop. Requests that wait (a reliable send, an attach, a get) run as a task of their own, so
-/// that a slow one never holds up the next request or the datagrams.
+/// A received message as a `listen` client is sent it.
 extension ReceivedMessageInfo {
     init(_ message: NodeMessage) {
         let text = String(validating: message.body, as: UTF8.self)
@@ -15,6 +13,9 @@ extension ReceivedMessageInfo {
     }
 }
 
+/// The control socket's requests (Docs/CLI.md §Control socket), answered on the node's event
+/// loop. Requests that wait (a reliable send, an attach, a get) run as a task of their own, so
+/// that a slow one never holds up the next request or the datagrams.
 extension MeshNode {
     func handleControl(_ request: ControlRequest, responder: ControlResponder) {
         switch request {
@@ -91,8 +92,8 @@ extension MeshNode {
             return responder.send(.failure("this connection already listens"))
         }
         responder.send(.subscribed)
-        responder.onDrop = { [unowned self] count in
-            assumeIsolated { $0.messagesDroppedForSlowReaders += UInt64(count) }
+        responder.onDrop = { [unowned self] in
+            assumeIsolated { $0.messagesDroppedForSlowReaders += 1 }
         }
         responder.onClose = { [unowned self] in
             assumeIsolated { node in node.listeners.removeAll { $0 === responder } }
