@@ -91,8 +91,10 @@ extension MeshNode {
 
     func attachmentInfos(withMetadata: Bool) -> [StatusReport.AttachmentInfo] {
         core.attachments.map { entry in
-            StatusReport.AttachmentInfo(id: entry.id.hex, size: entry.size, chunks: entry.chunkCount,
-                                        chunksHave: core.chunksHeld(of: entry), holders: core.holders(of: entry.id).count,
+            let availability = core.availability(of: entry)
+            return StatusReport.AttachmentInfo(id: entry.id.hex, size: entry.size, chunks: entry.chunkCount,
+                                        chunksHave: core.chunksHeld(of: entry), holders: availability.holders.count,
+                                        state: availability.state.rawValue, heldBy: availability.holders.map(\.hex),
                                         metadata: withMetadata && !entry.metadata.isEmpty
                                             ? String(decoding: entry.metadata, as: UTF8.self) : nil)
         }
@@ -162,6 +164,14 @@ extension MeshNode {
             controlConnectionsRefused: controlConnections?.refused ?? 0,
             kernelReceiveDrops: KernelSocketDrops.read(localAddress: localAddress))
         return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
-                            counters: counterInfo)
+                            counters: counterInfo, leaving: leavingInfo())
+    }
+
+    func leavingInfo() -> StatusReport.LeavingInfo? {
+        core.leaveProgress(now: now).map { progress in
+            StatusReport.LeavingInfo(attachments: progress.attachments.map(\.hex), bytes: progress.bytes,
+                                     askedMembers: progress.askedMembers.map(\.hex),
+                                     secondsLeft: (Double(progress.remaining.nanosecondsClamped) / 1e8).rounded() / 10)
+        }
     }
 }

@@ -274,6 +274,8 @@ package actor MeshNode {
     /// Carries out what the core asked, in order: the only place where its effects happen.
     private func runEffects() {
         var wrote = false, viewChanged = false, attachmentsChanged = false
+        // The departure is among these effects: the sockets close only once it is written.
+        if core.phase == .leaving { trackLastWrite = true }
         while core.hasEffects {
             core.drainEffects(into: &drained)
             for effect in drained {
@@ -362,13 +364,23 @@ package actor MeshNode {
 
     // MARK: lifecycle
 
-    /// Leaves gracefully: the departure goes out, and once the kernel has it everything closes.
-    package func leave() async {
-        guard !closed, core.phase.isActive else { return await stop() }
-        trackLastWrite = true
-        _ = await perform(.leave)
-        if let lastWrite { try? await lastWrite.get() }
+    /// Leaves gracefully: once other members hold what only this node holds (unless not
+    /// `waitingForReplication`), the departure goes out, and once the kernel has it everything
+    /// closes. Nil when the node had stopped already.
+    @discardableResult
+    package func leave(waitingForReplication: Bool = true) async -> LeaveReport? {
+        let report = await depart(waitingForReplication: waitingForReplication)
         await stop()
+        return report
+    }
+
+    /// The leave without the stop: the control socket answers in between.
+    func depart(waitingForReplication: Bool) async -> LeaveReport? {
+        guard !closed, core.phase.isActive else { return nil }
+        let result = await perform(.leave(waitingForReplication: waitingForReplication))
+        if let lastWrite { try? await lastWrite.get() }
+        guard case let .success(.left(report)) = result else { return nil }
+        return report
     }
 
     /// Closes the sockets without telling anyone (as a crash would, but cleanly). Storage already

@@ -91,9 +91,15 @@ public final class MeshSession: Sendable {
         get async { await node.stopReason }
     }
 
-    public func leave() async {
-        await node.leave()
+    /// Leaves gracefully. First, unless not `waitingForReplication`, other live members are
+    /// asked to take every attachment only this node holds whole, and the leave waits until
+    /// they hold it (at most 10 s plus 1 s per 2 MiB). Returns what was handed over and what
+    /// became unavailable (nil when the node had stopped already).
+    @discardableResult
+    public func leave(waitingForReplication: Bool = true) async -> LeaveSummary? {
+        let report = await node.leave(waitingForReplication: waitingForReplication)
         withExtendedLifetime(lock) {}
+        return report.map(LeaveSummary.init)
     }
 
     private static func active(in view: [Member]) -> Set<Participant> {

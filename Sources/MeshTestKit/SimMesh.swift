@@ -45,10 +45,10 @@ public final class SimMesh {
     /// Members removed from the session (a key epoch without them), as any running node knows.
     public var removed: Set<NodeID> { Set(running.flatMap(\.core.epochs.removed)) }
 
-    /// Nodes that are up and still in the session: what the invariants speak of.
+    /// Nodes that are up, not left, and still in the session: what the invariants speak of.
     public var live: [SimNode] {
         let removed = removed
-        return running.filter { !removed.contains($0.id) }
+        return running.filter { !removed.contains($0.id) && $0.core.phase != .stopped }
     }
 
     /// Restarts a crashed node on its own disk, with a new boot.

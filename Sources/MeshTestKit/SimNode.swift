@@ -67,6 +67,8 @@ public final class SimNode: SimulatedProcess {
     public private(set) var membershipChanges: [MembershipProcess.Change] = []
     public private(set) var largestDatagram = 0
     public private(set) var failedCommands: [String] = []
+    /// What each graceful leave reported.
+    public private(set) var leaveReports: [LeaveReport] = []
     /// Things that must never happen (a command completed twice, a timer that spins…).
     public private(set) var violations: [String] = []
     private var pending: [RequestID: String] = [:]
@@ -170,6 +172,11 @@ public final class SimNode: SimulatedProcess {
         let request = command(.send(MessageEnvelope(type: Self.dataType, body: body), to: recipients, mode: mode, timeout: nil),
                               "send")
         if mode == .reliable { sentMessages.append(SentMessage(request: request, body: body, targets: recipients)) }
+    }
+
+    /// A graceful leave; once its departure is out the node stops, as `MeshNode` does.
+    public func leave(waitingForReplication: Bool = true) {
+        _ = command(.leave(waitingForReplication: waitingForReplication), "leave")
     }
 
     public func removeMember(_ member: NodeID) {
@@ -310,6 +317,7 @@ public final class SimNode: SimulatedProcess {
         }
         guard sentMessages.contains(where: { $0.request == request }) else {
             if case let .failure(error) = result { failedCommands.append("\(now): \(what): \(error)") }
+            if case let .success(.left(report)) = result { leaveReports.append(report) }
             return
         }
         switch result {
@@ -328,6 +336,10 @@ public final class SimNode: SimulatedProcess {
         drive()
         for (bytes, destination) in outbox { context.send(bytes, to: destination) }
         outbox.removeAll(keepingCapacity: true)
+        if core.phase == .leaving {
+            core.stop(now: now)
+            drive()
+        }
         if let deadline = core.nextDeadline {
             var at = deadline
             // A deadline that a tick leaves in the past fires again at once, forever (MeshNode's

@@ -64,18 +64,58 @@ struct InviteCommand: AsyncParsableCommand {
 struct LeaveCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "leave",
-        abstract: "Leave the session gracefully; the node then exits."
+        abstract: "Leave the session gracefully; the node then exits.",
+        discussion: """
+            Before it goes, the node makes sure another live member holds every attachment that \
+            only it holds whole (members are asked to fetch them; the wait grows with the bytes, \
+            10 s plus 1 s per 2 MiB at most). Progress goes to stderr.
+            """
     )
 
     @OptionGroup var data: DataDirectoryOptions
 
+    @Flag(name: .long, help: "Leave at once, without handing over attachments only this node holds (they become unavailable).")
+    var now = false
+
     func run() async throws {
+        var summary: LeaveSummary?
+        var lastShown = ""
         do {
-            _ = try ControlClient(directory: data.directory).send(.leave)
+            try ControlClient(directory: data.directory).subscribe(.leave(now: now)) { response in
+                switch response {
+                case let .leaving(info):
+                    let line = "leaving: waiting for \(info.askedMembers.count) member(s) to take \(info.attachments.count) attachment(s) only this node holds (\(Self.mebibytes(info.bytes)) MiB); leaving anyway in \(Int(info.secondsLeft.rounded(.up))) s"
+                    if line != lastShown {
+                        FileHandle.standardError.write(Data("\(line)\n".utf8))
+                        lastShown = line
+                    }
+                    return true
+                case let .left(info):
+                    summary = info
+                    return false
+                default:
+                    return false
+                }
+            }
         } catch {
             throw fail(error)
         }
+        guard let summary else { throw fail("the node on \(data.directory.path) stopped before its leave was complete") }
+        emit(Self.describe(summary))
     }
+
+    static func describe(_ summary: LeaveSummary) -> String {
+        let ids = summary.unavailable.map { String($0.prefix(16)) }.joined(separator: ", ")
+        if summary.unavailable.isEmpty {
+            return summary.handedOver.isEmpty ? "left" : "left after other members took \(summary.handedOver.count) attachment(s) only this node held"
+        }
+        if summary.alone {
+            return "left; no other member is alive, so \(summary.unavailable.count) attachment(s) only this node held are unavailable until it returns: \(ids)"
+        }
+        return "left; \(summary.unavailable.count) attachment(s) only this node held are unavailable until it returns: \(ids)"
+    }
+
+    static func mebibytes(_ bytes: UInt64) -> String { String(format: "%.1f", Double(bytes) / 1_048_576) }
 }
 
 /// Human tables for `status`, cut to the terminal's width.

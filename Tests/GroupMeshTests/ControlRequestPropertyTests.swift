@@ -20,7 +20,7 @@ import Testing
         switch rng.next() % 10 {
         case 0: return .status
         case 1: return .invite
-        case 2: return .leave
+        case 2: return .leave(now: rng.next() % 2 == 0)
         case 3: return .send(body: Self.bytes(Int(rng.next() % 40), using: &rng),
                              to: rng.next() % 3 == 0 ? ["bob", "a1b2"] : [], unreliable: rng.next() % 2 == 0)
         case 4: return .listen

@@ -19,10 +19,11 @@ struct JournalMessageTests {
         case .chunk: "chunk"
         case .noChunk: "noChunk"
         case .chunks: "chunks"
+        case .replicate: "replicate"
         }
     }
 
-    static let allCaseNames: Set<String> = ["operations", "have", "want", "holding", "chunkRequest", "chunk", "noChunk", "chunks"]
+    static let allCaseNames: Set<String> = ["operations", "have", "want", "holding", "chunkRequest", "chunk", "noChunk", "chunks", "replicate"]
 
     /// Examples of every case, edge cases included.
     static func samples(using rng: inout SplitMix64) -> [JournalMessage] {
@@ -53,6 +54,7 @@ struct JournalMessageTests {
             .noChunk(digest), .noChunk(JournalFixtures.attachment(5)),
             .chunks(digest, ChunkBitmap(count: 0)), .chunks(digest, ChunkBitmap.full(400)),
             .chunks(digest, { var bitmap = ChunkBitmap(count: 65); bitmap.insert(0); bitmap.insert(64); return bitmap }()),
+            .replicate([]), .replicate([digest, JournalFixtures.attachment(6)]),
         ]
     }
 

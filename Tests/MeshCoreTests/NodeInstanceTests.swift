@@ -163,7 +163,7 @@ struct NodeInstanceTests {
     @Test("a leave sends the departure, then waits for the driver's stop")
     func leaveThenStop() {
         var driver = Driver()
-        let leave = driver.command(.leave)
+        let leave = driver.command(.leave(waitingForReplication: true))
         #expect(driver.core.phase == .leaving)
         #expect(Self.completions(driver.drain()).map(\.0) == [leave])
         driver.core.tick(now: driver.now + .seconds(1))

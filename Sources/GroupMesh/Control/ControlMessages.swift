@@ -1,4 +1,5 @@
 import Foundation
+import MeshCore
 
 /// The control socket's protocol (Docs/CLI.md §Control socket): one JSON object per line each
 /// way. A request names a command; the node answers with one response line, except `listen`,
@@ -7,7 +8,8 @@ import Foundation
 public enum ControlRequest: Sendable, Equatable {
     case status
     case invite
-    case leave
+    /// Leave once other members hold what only this node holds (`now`: at once).
+    case leave(now: Bool = false)
     /// A message to the members named (by id, unique id prefix or name; none: every member).
     case send(body: [UInt8], to: [String], unreliable: Bool)
     case listen
@@ -36,7 +38,7 @@ extension ControlRequest: Codable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case command, base64, to, unreliable, path, metadata, id, mode
+        case command, base64, to, unreliable, path, metadata, id, mode, now
     }
 
     public init(from decoder: any Decoder) throws {
@@ -44,7 +46,7 @@ extension ControlRequest: Codable {
         switch try container.decode(Command.self, forKey: .command) {
         case .status: self = .status
         case .invite: self = .invite
-        case .leave: self = .leave
+        case .leave: self = .leave(now: try container.decodeIfPresent(Bool.self, forKey: .now) ?? false)
         case .listen: self = .listen
         case .attachments: self = .attachments
         case .send:
@@ -75,7 +77,9 @@ extension ControlRequest: Codable {
         switch self {
         case .status: try container.encode(Command.status, forKey: .command)
         case .invite: try container.encode(Command.invite, forKey: .command)
-        case .leave: try container.encode(Command.leave, forKey: .command)
+        case let .leave(now):
+            try container.encode(Command.leave, forKey: .command)
+            try container.encode(now, forKey: .now)
         case .listen: try container.encode(Command.listen, forKey: .command)
         case .attachments: try container.encode(Command.attachments, forKey: .command)
         case let .send(body, to, unreliable):
@@ -122,6 +126,10 @@ public enum ControlResponse: Sendable, Equatable {
     case attachments([StatusReport.AttachmentInfo])
     /// `get`: how far the fetch is, every 250 ms before the final answer.
     case progress(TransferProgress)
+    /// `leave`: the handover under way (at once, then every 500 ms while it lasts).
+    case leaving(StatusReport.LeavingInfo)
+    /// `leave`: the departure is out; what was handed over and what became unavailable.
+    case left(LeaveSummary)
     /// `remove-member`: the member removed, the new epoch's session id, and how many live members
     /// were handed its key at once.
     case memberRemoved(member: String, session: String, delivered: Int)
@@ -130,6 +138,7 @@ public enum ControlResponse: Sendable, Equatable {
 extension ControlResponse: Codable {
     private enum CodingKeys: String, CodingKey {
         case ok, error, status, invite, delivered, subscribed, message, dropped, attachment, attachments, progress, member, session
+        case leaving, left
     }
 
     public init(from decoder: any Decoder) throws {
@@ -152,6 +161,10 @@ extension ControlResponse: Codable {
             self = .progress(progress)
         } else if let attachments = try container.decodeIfPresent([StatusReport.AttachmentInfo].self, forKey: .attachments) {
             self = .attachments(attachments)
+        } else if let leaving = try container.decodeIfPresent(StatusReport.LeavingInfo.self, forKey: .leaving) {
+            self = .leaving(leaving)
+        } else if let left = try container.decodeIfPresent(LeaveSummary.self, forKey: .left) {
+            self = .left(left)
         } else if let member = try container.decodeIfPresent(String.self, forKey: .member) {
             self = .memberRemoved(member: member, session: try container.decodeIfPresent(String.self, forKey: .session) ?? "",
                                   delivered: try container.decodeIfPresent(Int.self, forKey: .delivered) ?? 0)
@@ -182,6 +195,8 @@ extension ControlResponse: Codable {
         case let .attachment(id): try container.encode(id, forKey: .attachment)
         case let .attachments(list): try container.encode(list, forKey: .attachments)
         case let .progress(progress): try container.encode(progress, forKey: .progress)
+        case let .leaving(info): try container.encode(info, forKey: .leaving)
+        case let .left(info): try container.encode(info, forKey: .left)
         case let .memberRemoved(member, session, delivered):
             try container.encode(member, forKey: .member)
             try container.encode(session, forKey: .session)
@@ -199,6 +214,22 @@ public struct ReceivedMessageInfo: Codable, Sendable, Equatable {
     /// The body when it is valid UTF-8, else nil and `base64` is set.
     public var text: String?
     public var base64: String?
+}
+
+/// What a leave did (`LeaveReport`): attachments other members took first, and those no
+/// member that stays holds whole.
+public struct LeaveSummary: Codable, Sendable, Equatable {
+    /// Attachment ids.
+    public var handedOver: [String]
+    public var unavailable: [String]
+    /// No other member was alive.
+    public var alone: Bool
+
+    package init(_ report: LeaveReport) {
+        handedOver = report.handedOver.map(\.hex)
+        unavailable = report.unavailable.map(\.hex)
+        alone = report.alone
+    }
 }
 
 /// Chunks held of an attachment being fetched.

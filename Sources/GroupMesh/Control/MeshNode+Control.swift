@@ -23,10 +23,8 @@ extension MeshNode {
             responder.send(.status(status()))
         case .invite:
             responder.send(.invite(invite().text))
-        case .leave:
-            // Answer first, then leave: the CLI waits for the node to exit.
-            responder.send(.done)
-            Task { await self.leave() }
+        case let .leave(now):
+            controlLeave(waitingForReplication: !now, responder: responder)
         case let .send(body, to, unreliable):
             controlSend(body, to: to, mode: unreliable ? .unreliable : .reliable, responder: responder)
         case .listen:
@@ -105,6 +103,26 @@ extension MeshNode {
         let info = ReceivedMessageInfo(message)
         // A listener too far behind closes itself here, which removes it from `listeners`.
         for listener in listeners { listener.sendMessage(info) }
+    }
+
+    /// The handover's progress at once and every 500 ms, then what the leave did; the node
+    /// stops after the answer is written.
+    private func controlLeave(waitingForReplication: Bool, responder: ControlResponder) {
+        let reporter = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .milliseconds(500)) { [self] _ in
+            assumeIsolated { node in
+                if let info = node.leavingInfo() { responder.send(.leaving(info)) }
+            }
+        }
+        Task {
+            let report = await self.depart(waitingForReplication: waitingForReplication)
+            reporter.cancel()
+            if let report {
+                responder.send(.left(LeaveSummary(report)))
+            } else {
+                responder.send(.failure("the node is stopping already"))
+            }
+            await self.stop()
+        }
     }
 
     /// Progress every 250 ms until the file is written (the CLI draws it), then the answer.

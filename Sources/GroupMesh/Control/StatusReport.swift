@@ -43,8 +43,24 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var chunks: Int
         public var chunksHave: Int
         public var holders: Int
+        /// `available` (a live member holds it whole), `partial` (nobody live holds it whole,
+        /// some chunks are held), `unavailable` (no live member holds any of it).
+        public var state: String
+        /// The live members holding every chunk (ids; this node's included).
+        public var heldBy: [String]
         /// The metadata of the latest add (UTF-8, usually JSON); only in `attachments --json`.
         public var metadata: String?
+    }
+
+    /// A leave waiting for other members to take what only this node holds.
+    public struct LeavingInfo: Codable, Sendable, Equatable {
+        /// Attachments only this node holds whole, still.
+        public var attachments: [String]
+        public var bytes: UInt64
+        /// Members asked to take them (ids).
+        public var askedMembers: [String]
+        /// Until the node leaves anyway.
+        public var secondsLeft: Double
     }
 
     public struct Counters: Codable, Sendable, Equatable {
@@ -86,4 +102,6 @@ public struct StatusReport: Codable, Sendable, Equatable {
     public var members: [MemberInfo]
     public var attachments: [AttachmentInfo]
     public var counters: Counters
+    /// Present while a leave hands over attachments.
+    public var leaving: LeavingInfo?
 }

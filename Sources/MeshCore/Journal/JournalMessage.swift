@@ -21,6 +21,8 @@ public enum JournalMessage: Sendable, Equatable {
     case noChunk(SHA256Digest)
     /// Which chunks of an attachment the sender holds (sent as they arrive, for the swarm).
     case chunks(SHA256Digest, ChunkBitmap)
+    /// "I am leaving and I alone hold these whole: fetch them" (a lazy member too).
+    case replicate([SHA256Digest])
 
     /// Operations per message, so one message stays well under the messenger's size limit.
     public static let operationBudget = 192 * 1024
@@ -28,6 +30,7 @@ public enum JournalMessage: Sendable, Equatable {
     private enum Kind: UInt8 {
         // 9 was `busy`, now `ChunkAbsent` of the transfer frames.
         case operations = 1, have, want, holding, chunkRequest, chunk, noChunk, chunks
+        case replicate = 10
     }
 
     public var encoded: [UInt8] {
@@ -46,8 +49,8 @@ public enum JournalMessage: Sendable, Equatable {
             if case .have = self { buffer.writeInteger(Kind.have.rawValue) } else { buffer.writeInteger(Kind.want.rawValue) }
             buffer.writeInteger(UInt32(ids.count))
             for id in ids { id.encode(into: &buffer) }
-        case let .holding(digests):
-            buffer.writeInteger(Kind.holding.rawValue)
+        case let .holding(digests), let .replicate(digests):
+            if case .holding = self { buffer.writeInteger(Kind.holding.rawValue) } else { buffer.writeInteger(Kind.replicate.rawValue) }
             buffer.writeInteger(UInt32(digests.count))
             for digest in digests { buffer.writeBytes(digest.bytes) }
         case let .chunkRequest(digest):
@@ -95,11 +98,11 @@ public enum JournalMessage: Sendable, Equatable {
             var ids: [OperationID] = []
             for _ in 0..<n { ids.append(try OperationID(decoding: &buffer)) }
             self = kind == .have ? .have(ids) : .want(ids)
-        case .holding:
+        case .holding, .replicate:
             let n = try count(32)
             var digests: [SHA256Digest] = []
             for _ in 0..<n { digests.append(try digest()) }
-            self = .holding(digests)
+            self = kind == .holding ? .holding(digests) : .replicate(digests)
         case .chunkRequest:
             self = .chunkRequest(try digest())
         case .noChunk:

@@ -20,8 +20,9 @@ public enum NodeCommand: Sendable {
     case load(SHA256Digest, into: ExportDestination)
     /// A new key epoch without the member (Docs/SECURITY.md §Key epochs).
     case removeMember(NodeID)
-    /// A graceful leave: the departure goes out, then the driver calls `stop`.
-    case leave
+    /// A graceful leave: once other members hold what only this node holds (unless not
+    /// `waitingForReplication`), the departure goes out, then the driver calls `stop`.
+    case leave(waitingForReplication: Bool)
 }
 
 public enum AttachmentSource: Sendable, Equatable {
@@ -46,7 +47,7 @@ public enum NodeResult: Sendable, Equatable {
     /// The bytes, when loaded into memory.
     case loaded(Manifest, bytes: [UInt8]?)
     case memberRemoved(NodeID, handedTo: Int)
-    case left
+    case left(LeaveReport)
 }
 
 /// Why a command failed; each case carries what a person needs to read it.

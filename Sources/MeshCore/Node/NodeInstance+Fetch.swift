@@ -201,6 +201,8 @@ extension NodeInstance {
         }
         refreshAvailability()
         replicate(now: now)
+        emit(.attachmentsChanged)
+        advanceHandover(now: now)
     }
 
     mutating func receiveAvailability(_ bitmap: ChunkBitmap, of attachment: SHA256Digest, from peer: NodeID,

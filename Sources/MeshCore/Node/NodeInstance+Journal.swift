@@ -110,6 +110,8 @@ extension NodeInstance {
             manifestAnswer(digest, bytes: nil, from: peer, now: now)
         case let .chunks(attachment, bitmap):
             receiveAvailability(bitmap, of: attachment, from: peer, now: now)
+        case let .replicate(ids):
+            replicateRequested(ids, by: peer, now: now)
         default:
             let answers = journal.onMessage(message, from: peer)
             apply(answers, now: now)

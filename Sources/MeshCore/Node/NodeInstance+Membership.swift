@@ -34,6 +34,8 @@ extension NodeInstance {
         // A member met for the first time is written down at once (other changes wait for the
         // tick): a node that crashes right after joining must still find the mesh again.
         if newMember { saveRemembered() }
+        // A member asked to take an attachment before we leave may be the one that just died.
+        if handover != nil { advanceHandover(now: now) }
     }
 
     /// Two live nodes with one identity flip every member's view of it between their names and

@@ -116,6 +116,8 @@ public struct NodeInstance: Sendable {
     var epochBeaconAt: MeshInstant?
     var epochBeaconsLeft = 0
     var pendingRemoval: RequestID?
+    /// A leave waiting until others hold what only this node holds (NodeInstance+Leave).
+    var handover: LeaveHandover?
     /// Handovers that came while our own removal was being stored: taken once it is committed,
     /// so that ours and a competing one meet as two rotations out of one epoch.
     var deferredHandovers: [(handover: EpochHandover, header: DatagramHeader, address: PeerAddress)] = []
@@ -300,6 +302,7 @@ public struct NodeInstance: Sendable {
         fetchTick(now: now)
         sendEpochBeacons(now: now)
         retryJournalBacklog(now: now)
+        advanceHandover(now: now)
         if rememberedDirty { saveRemembered() }
     }
 
@@ -316,6 +319,7 @@ public struct NodeInstance: Sendable {
         consider(fetchDeadline)
         consider(epochBeaconAt)
         consider(journalBacklogRetryAt)
+        consider(handoverDeadline)
         return deadline
     }
 
@@ -338,8 +342,8 @@ public struct NodeInstance: Sendable {
             load(id, into: destination, request: request, now: now)
         case let .removeMember(id):
             beginRemoval(of: id, request: request, now: now)
-        case .leave:
-            leave(request: request, now: now)
+        case let .leave(waitingForReplication):
+            leave(waitingForReplication: waitingForReplication, request: request, now: now)
         }
     }
 
@@ -391,14 +395,6 @@ public struct NodeInstance: Sendable {
         }
     }
 
-    /// The departure goes out; the driver lets it leave the host, then calls `stop`.
-    mutating func leave(request: RequestID, now: MeshInstant) {
-        let departure = membership.leave(now: now)
-        apply(departure, now: now)
-        phase = .leaving
-        complete(request, .success(.left))
-    }
-
     /// Stops: nothing more is sent or taken, and every waiting command completes (`stopped`).
     /// Storage outcomes still arriving are taken (an add already in the log completes).
     public mutating func stop(now: MeshInstant) {
@@ -414,6 +410,8 @@ public struct NodeInstance: Sendable {
         fetches = [:]
         if let pendingRemoval { complete(pendingRemoval, .failure(.stopped)) }
         pendingRemoval = nil
+        for request in handover?.requests ?? [] { complete(request, .failure(.stopped)) }
+        handover = nil
     }
 
     /// Hands every effect made since the last call to the driver, oldest first. `buffer` should

@@ -50,6 +50,12 @@ public struct NodeSettings: Sendable {
     public var journalSyncInterval: Duration = .seconds(10)
     /// Operations of others whose append to the journal log failed are appended again this often.
     public var journalLogRetryInterval: Duration = .seconds(5)
+    /// A leave waits at most this, plus a second per `leaveHandoverBytesPerSecond` at risk, for
+    /// other members to take what only this node holds.
+    public var leaveHandoverBase: Duration = .seconds(10)
+    public var leaveHandoverBytesPerSecond: UInt64 = 2 << 20
+    /// A member asked to take an attachment that does not hold it whole after this: one more is asked.
+    public var leaveHandoverReask: Duration = .seconds(10)
     /// After an epoch change: beacons in the epoch left, how many and how often (PROTOCOL.md §7).
     public var epochBeacons = 10
     public var epochBeaconInterval: Duration = .seconds(1)

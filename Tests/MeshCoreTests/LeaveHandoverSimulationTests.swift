@@ -1,0 +1,129 @@
+import MeshCore
+import MeshCrypto
+import MeshTestKit
+import Testing
+
+/// A graceful leave strands nothing (PROTOCOL.md §6, leaving): a member that adds an attachment
+/// and leaves at once, before anyone else holds it, first has another live member take it, so
+/// a member that joins after it is gone still loads it. The other members are `--lazy` here:
+/// nothing but the handover makes them fetch.
+///
+/// Invariant: an attachment is unavailable only when the leave said so (nobody alive to take
+/// it, or `leave --now`), or when every member that held it whole crashed.
+///
+/// A failing seed is named in every message (`SIM_SEED=N`) and replays exactly:
+///     SIM_SEED=N swift test --filter LeaveHandover
+@Suite("Leave handover in simulation")
+struct LeaveHandoverSimulationTests {
+    static let seeds = SimulationSeeds.from(defaultCount: 4)
+    static let addAt = MeshInstant.zero + .seconds(3)
+
+    static var lazy: SimNode.Configuration {
+        var configuration = SimNode.Configuration()
+        configuration.settings.lazy = true
+        return configuration
+    }
+
+    /// The uploader (node 0) and two lazy members; node 0 adds `size` random bytes at 3 s and
+    /// leaves a millisecond after the add is in its journal.
+    static func mesh(seed: UInt64, size: Int, link: LinkConditions, waiting: Bool = true) -> (SimMesh, [UInt8]) {
+        let mesh = SimMesh(seed: seed, link: link, configuration: lazy)
+        var random = SplitMix64(seed: seed &+ 99)
+        let bytes = (0..<size).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+        let uploader = mesh.addNode(joiningThrough: [], at: .zero, configuration: .init())
+        mesh.addNode(joiningThrough: [SimAddress(0)], at: .zero + .milliseconds(50))
+        mesh.addNode(joiningThrough: [SimAddress(0)], at: .zero + .milliseconds(100))
+        uploader.plan(at: addAt) { $0.attach(bytes) }
+        uploader.plan(at: addAt + .milliseconds(1)) { $0.leave(waitingForReplication: waiting) }
+        return (mesh, bytes)
+    }
+
+    /// A member that joins after the uploader left and loads every attachment.
+    static func lateJoiner(_ mesh: SimMesh, at time: MeshInstant) -> SimNode {
+        mesh.addNode(joiningThrough: [SimAddress(1), SimAddress(2)], at: time, configuration: .init())
+    }
+
+    @Test("add then leave at once, under loss: the late joiner loads it after the uploader left", arguments: seeds)
+    func addThenLeave(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let loss = [0.05, 0.1, 0.15][Int(seed % 3)]
+        let link = LinkConditions(delay: .milliseconds(5), jitter: .milliseconds(3), lossProbability: loss,
+                                  duplicationProbability: 0.02, reorderProbability: 0.1)
+        let (mesh, _) = Self.mesh(seed: seed, size: 40_000 + Int(seed % 7) * 9_000, link: link)
+        let joiner = Self.lateJoiner(mesh, at: .zero + .seconds(40))
+        mesh.simulator.run(until: .zero + .seconds(40))
+        let uploader = mesh.node(SimAddress(0))
+        #expect(uploader.core.phase == .stopped, "\(replay): the uploader never left")
+        #expect(uploader.leaveReports.count == 1, "\(replay): \(uploader.failedCommands)")
+        let report = uploader.leaveReports.first
+        #expect(report?.unavailable == [], "\(replay): the leave stranded \(report?.unavailable ?? [])")
+        #expect(report?.handedOver.count == 1, "\(replay): \(String(describing: report))")
+        mesh.simulator.run(for: .seconds(60), checkEvery: .seconds(1)) { _ in
+            !joiner.journal.state.attachments.isEmpty && joiner.complete.count == joiner.journal.state.attachments.count
+        }
+        #expect(joiner.journal.state.attachments.count == 1, "\(replay): the joiner never heard of the attachment")
+        #expect(joiner.complete.count == 1, "\(replay): the late joiner could not load what the uploader left behind")
+        expectClean(mesh, replay)
+    }
+
+    @Test("the member asked to take it crashes mid-handover: another is asked", arguments: seeds)
+    func receiverDies(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let link = LinkConditions(delay: .milliseconds(5), jitter: .milliseconds(2), lossProbability: 0.05)
+        // 400 chunks of 4 KiB: the first member asked is still fetching when it crashes.
+        let (mesh, _) = Self.mesh(seed: seed, size: 1_600_000, link: link)
+        var crashed: SimAddress?
+        // The first member seen fetching crashes, part-way.
+        func watch(_ simulator: Simulator) {
+            guard crashed == nil else { return }
+            for address in [SimAddress(1), SimAddress(2)] {
+                let node = mesh.node(address)
+                if let held = node.core.fetches.values.first?.held, held > 20 {
+                    crashed = address
+                    simulator.crash(address)
+                    return
+                }
+            }
+            simulator.after(.milliseconds(20), "watch") { watch($0) }
+        }
+        mesh.simulator.at(Self.addAt, "watch") { watch($0) }
+        let joiner = Self.lateJoiner(mesh, at: .zero + .seconds(45))
+        mesh.simulator.run(until: .zero + .seconds(45))
+        let uploader = mesh.node(SimAddress(0))
+        #expect(crashed != nil, "\(replay): nobody fetched, or fetching never passed 20 chunks")
+        #expect(uploader.core.phase == .stopped, "\(replay): the uploader never left")
+        let report = uploader.leaveReports.first
+        #expect(report?.unavailable == [], "\(replay): the leave stranded \(report?.unavailable ?? [])")
+        let survivor = [SimAddress(1), SimAddress(2)].first { $0 != crashed }.map(mesh.node)
+        #expect(survivor?.complete.count == 1, "\(replay): the member that stayed does not hold it")
+        mesh.simulator.run(for: .seconds(60), checkEvery: .seconds(1)) { _ in joiner.complete.count == 1 }
+        #expect(joiner.complete.count == 1, "\(replay): the late joiner could not load it")
+    }
+
+    @Test("leave --now, and a leave with nobody else alive, say what becomes unavailable", arguments: seeds.prefix(2))
+    func leavesThatStrand(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let (mesh, _) = Self.mesh(seed: seed, size: 20_000, link: LinkConditions(delay: .milliseconds(2)), waiting: false)
+        mesh.simulator.run(until: .zero + .seconds(10))
+        let report = mesh.node(SimAddress(0)).leaveReports.first
+        #expect(report?.unavailable.count == 1 && report?.alone == false, "\(replay): \(String(describing: report))")
+        #expect(mesh.node(SimAddress(1)).complete.isEmpty, "\(replay): a lazy member fetched without being asked")
+
+        // Alone: the two others crash first.
+        let alone = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(2)), configuration: Self.lazy)
+        let uploader = alone.addNode(joiningThrough: [], at: .zero, configuration: .init())
+        alone.addNode(joiningThrough: [SimAddress(0)], at: .zero + .milliseconds(50))
+        uploader.plan(at: Self.addAt) { $0.attach([1, 2, 3]) }
+        alone.simulator.at(Self.addAt + .milliseconds(500), "crash") { $0.crash(SimAddress(1)) }
+        uploader.plan(at: Self.addAt + .seconds(8)) { $0.leave() }
+        alone.simulator.run(until: .zero + .seconds(20))
+        let lonely = uploader.leaveReports.first
+        #expect(lonely?.alone == true && lonely?.unavailable.count == 1, "\(replay): \(String(describing: lonely))")
+        #expect(uploader.core.phase == .stopped, "\(replay)")
+    }
+
+    func expectClean(_ mesh: SimMesh, _ replay: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        let problems = mesh.nodeViolations() + mesh.chunkViolations() + mesh.journalViolations()
+        #expect(problems.isEmpty, "\(replay): \(problems.prefix(6))", sourceLocation: sourceLocation)
+    }
+}
