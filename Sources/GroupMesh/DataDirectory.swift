@@ -6,6 +6,7 @@ import Darwin
 import Foundation
 import MeshCore
 import MeshCrypto
+import NIOCore
 
 /// The files a node owns (Docs/ARCHITECTURE.md §Data dir). The directory is created 0700, the
 /// key files 0600, and a `flock` on `node.lock` tells a live node from a leftover file: the
@@ -29,6 +30,8 @@ public struct DataDirectory: Sendable {
     /// The key epochs after the first (secrets inside, 0600).
     public var epochsPath: String { path + "/epochs.key" }
     public var journalPath: String { path + "/journal.log" }
+    /// Present once the session was ended: who ended it (`SessionEnd`, hex, then the name).
+    public var endedPath: String { path + "/ended" }
 
     /// Whether writing `file` would overwrite one of the node's own files (or anything in its
     /// chunk store): `get --output` must not destroy the node it asks. Symbolic links and `..`
@@ -40,7 +43,7 @@ public struct DataDirectory: Sendable {
         if parent == home + "/chunks" || parent.hasPrefix(home + "/chunks/") { return true }
         guard parent == home else { return false }
         let own = [sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
-                   membersPath, epochsPath, journalPath].map { Self.split($0).name }
+                   membersPath, epochsPath, journalPath, endedPath].map { Self.split($0).name }
         return own.contains(name)
     }
 
@@ -126,6 +129,21 @@ public struct DataDirectory: Sendable {
         } catch {
             throw .dataDirectory(path: path, reason: "\(epochsPath) is damaged (\(error)); restore it or rejoin with a new invite")
         }
+    }
+
+    /// Who ended this data dir's session (the start of their id), when it was ended.
+    package func loadEnded() -> String? {
+        guard access(endedPath, F_OK) == 0 else { return nil }
+        let text = (try? readSmallFile(endedPath))?.trimmingCharacters() ?? ""
+        let author = text.split(separator: " ").first.map { String($0.prefix(12)) } ?? ""
+        return author.count == 12 && author.allSatisfy(\.isHexDigit) ? author : "a member"
+    }
+
+    /// The author's id, then the signed statement, in hex.
+    func saveEnded(_ statement: [UInt8]) throws(GroupMeshError) {
+        var buffer = ByteBuffer(bytes: statement)
+        let author = (try? SessionEnd(decoding: &buffer))?.author.hex ?? "unknown"
+        try writeSmallFile(endedPath, author + " " + statement.map { String(format: "%02x", $0) }.joined() + "\n")
     }
 
     package func loadOrCreateIdentity() throws(GroupMeshError) -> NodeIdentity {

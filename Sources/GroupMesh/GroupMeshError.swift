@@ -43,6 +43,12 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
     case metadataType(attachment: String, type: String)
     /// Another live node has this identity and started first: this one stopped.
     case identityConflict(twin: String)
+    /// The session was ended by `by` (a member's name and id start): it is over, for good.
+    case sessionEnded(by: String)
+    /// This data dir's session was ended; it cannot start again.
+    case sessionEndedHere(path: String, by: String)
+    /// A key epoch without this node was made: it is no longer a member.
+    case removedFromSession(by: String)
 
     public var description: String {
         switch self {
@@ -98,6 +104,12 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
         case let .identityConflict(twin):
             return "another node with this node's identity runs at \(twin), started earlier (a copied data dir?); "
                 + "this one stopped. Give each node a data dir of its own: a new one makes a new identity"
+        case let .sessionEnded(by):
+            return "the session was ended by \(by)"
+        case let .sessionEndedHere(path, by):
+            return "the session of \(path) was ended by \(by); its invites no longer work. Start a new session in another data dir"
+        case let .removedFromSession(by):
+            return "this node was removed from the session by \(by); ask a member for a new invite and join with another data dir"
         }
     }
 }
@@ -134,6 +146,7 @@ extension GroupMeshError {
         case let .sessionTooLarge(limit): self = .sessionTooLarge(limit: limit)
         case let .epochNotStored(failure): self = .epochNotStored(reason: failure.description)
         case .removalInProgress: self = .removalInProgress
+        case let .sessionEnded(by): self = .sessionEnded(by: names(by))
         }
     }
 }

@@ -71,8 +71,19 @@ extension MeshNode {
 
     package var attachmentEntries: [AttachmentEntry] { core.attachments }
 
-    package func attachmentUpdates() -> AsyncStream<[AttachmentEntry]> {
-        attachmentSubscribers.add(buffering: .bufferingNewest(1), initial: attachmentEntries)
+    package func attachmentUpdates() -> AsyncStream<[Attachment]> {
+        attachmentSubscribers.add(buffering: .bufferingNewest(1), initial: attachmentList())
+    }
+
+    /// The attachment set as the Swift API shows it, availability included.
+    func attachmentList() -> [Attachment] { core.attachments.map(attachment) }
+
+    func attachment(_ entry: AttachmentEntry) -> Attachment {
+        let availability = core.availability(of: entry)
+        let holders = Set(availability.holders.map { id in
+            Participant(id: id, name: id == nodeID ? core.membership.me.name : core.membership.member(id)?.record.name ?? "")
+        })
+        return Attachment(entry, availability: availability, holders: holders, node: self)
     }
 
     /// An attachment named by its id or a unique prefix of it.

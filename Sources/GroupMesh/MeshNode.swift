@@ -34,6 +34,13 @@ package actor MeshNode {
     var messagesDroppedForSlowReaders: UInt64 = 0
     /// Why the node stopped by itself, when it did (an identity conflict).
     package private(set) var stopReason: GroupMeshError?
+    /// The session's life as the Swift API shows it, and what invalidates it when it stops.
+    package private(set) var sessionState = SessionState.waiting
+    private var invalidation: InvalidationReason?
+    var stateSubscribers = Subscribers<SessionState>()
+    /// A leave or an end of ours is under way: it stops the node itself once it is out.
+    private var departing = false
+    private let slot: NodeSlot
     private var lossRandom = SplitMix64(seed: SecureRandom.uint64())
 
     private var drained: [NodeEffect] = []
@@ -43,7 +50,7 @@ package actor MeshNode {
     private var waiters: [RequestID: CheckedContinuation<Result<NodeResult, NodeError>, Never>] = [:]
     var viewSubscribers = Subscribers<[Member]>()
     var messageSubscribers = Subscribers<NodeMessage>()
-    var attachmentSubscribers = Subscribers<[AttachmentEntry]>()
+    var attachmentSubscribers = Subscribers<[Attachment]>()
     /// While leaving: the last datagram written, so the sockets close only after it went out.
     private var lastWrite: EventLoopFuture<Void>?
     private var trackLastWrite = false
@@ -62,6 +69,16 @@ package actor MeshNode {
     /// through the invite, `--join` and the members remembered from the last run.
     package static func start(identity: NodeIdentity, epochs: KeyEpochs, configuration: NodeConfiguration,
                               eventLoop: any EventLoop, logger: Logger) async throws(GroupMeshError) -> MeshNode {
+        let node = try await prepare(identity: identity, epochs: epochs, configuration: configuration,
+                                     eventLoop: eventLoop, logger: logger)
+        try await node.join()
+        return node
+    }
+
+    /// Binds the UDP socket and restores what the data dir holds, without joining: the node is
+    /// `waiting`, takes no datagram, and its streams can be subscribed to before `join`.
+    package static func prepare(identity: NodeIdentity, epochs: KeyEpochs, configuration: NodeConfiguration,
+                                eventLoop: any EventLoop, logger: Logger) async throws(GroupMeshError) -> MeshNode {
         let slot = NodeSlot()
         let channel = try await bindDatagrams(configuration, eventLoop: eventLoop, slot: slot)
         let buffers = await SocketBuffers.enlarge(channel)
@@ -79,32 +96,52 @@ package actor MeshNode {
             try? await channel.close()
             throw error
         }
-        let node = MeshNode(identity: identity, restored: restored, configuration: configuration, channel: channel,
-                            address: address, buffers: buffers, store: store, eventLoop: eventLoop, logger: logger)
-        do {
-            try await eventLoop.submit { slot.node = node }.get()
-        } catch {
-            throw .bindFailed(address: configuration.listenDescription, reason: "the event loop is shutting down")
+        return MeshNode(identity: identity, restored: restored, configuration: configuration, channel: channel,
+                        address: address, buffers: buffers, store: store, slot: slot, eventLoop: eventLoop, logger: logger)
+    }
+
+    /// Takes datagrams, opens the control socket, and joins through the invite, `--join` and
+    /// the members remembered from the last run. A failure invalidates the session.
+    package func join() async throws(GroupMeshError) {
+        guard sessionState == .waiting else {
+            if case let .invalidated(reason) = sessionState { throw .control("the session is over (\(reason))") }
+            return
         }
+        slot.node = self
         if configuration.controlSocket {
             do {
                 let connections = ControlConnections(eventLoop: eventLoop)
                 let control = try await ControlServer.bind(path: configuration.dataDirectory.controlSocketPath,
                                                            directoryPath: configuration.dataDirectory.path,
-                                                           node: node, connections: connections, eventLoop: eventLoop)
-                await node.adoptControl(control, connections: connections)
+                                                           node: self, connections: connections, eventLoop: eventLoop)
+                adoptControl(control, connections: connections)
             } catch {
-                await node.stop()
-                throw .dataDirectory(path: configuration.dataDirectory.path, reason: "control socket: \(error)")
+                let failure = GroupMeshError.dataDirectory(path: configuration.dataDirectory.path, reason: "control socket: \(error)")
+                invalidation = .failedToStart(failure.description)
+                await stop()
+                throw failure
             }
         }
-        await node.begin()
-        return node
+        begin()
+        setState(.joined)
+    }
+
+    /// The new state to every state stream; an invalidation is the last thing they see.
+    private func setState(_ state: SessionState) {
+        guard !sessionState.isInvalidated else { return }
+        sessionState = state
+        stateSubscribers.yield(state)
+        if state.isInvalidated { stateSubscribers.finishAll() }
+    }
+
+    package func stateUpdates() -> AsyncStream<SessionState> {
+        stateSubscribers.add(buffering: .bufferingNewest(8), initial: sessionState)
     }
 
     private init(identity: NodeIdentity, restored: NodeInstance.Restored, configuration: NodeConfiguration,
                  channel: any Channel, address: PeerAddress, buffers: SocketBuffers, store: AttachmentStore,
-                 eventLoop: any EventLoop, logger: Logger) {
+                 slot: NodeSlot, eventLoop: any EventLoop, logger: Logger) {
+        self.slot = slot
         let addresses = Self.inviteAddresses(configuration: configuration, bound: address)
         let boot = NodeInstance.Boot(identity: identity, ephemeral: .generate(), bootID: Self.newBootID(),
                                      name: configuration.name ?? "node-" + String(identity.nodeID.hex.prefix(6)),
@@ -136,6 +173,7 @@ package actor MeshNode {
     }
 
     private func begin() {
+        guard sessionState == .waiting else { return }
         storage.start { [self] ticket, result in
             eventLoop.execute { self.assumeIsolated { $0.storageCompleted(ticket, result) } }
         }
@@ -299,7 +337,15 @@ package actor MeshNode {
                     viewChanged = true
                 case let .event(.identityConflict(twin, stopping)):
                     guard stopping else { break }
-                    stopReason = .identityConflict(twin: twin.map(\.description).joined(separator: ", "))
+                    let addresses = twin.map(\.description).joined(separator: ", ")
+                    stopReason = .identityConflict(twin: addresses)
+                    invalidation = .identityConflict(twin: addresses)
+                    Task { await self.stop() }
+                case let .event(.sessionEnded(by, name)):
+                    invalidation = .ended(by: by == nodeID ? "this member" : Self.displayName(name, by))
+                    viewChanged = true
+                case let .event(.removedFromSession(by)):
+                    invalidation = .removed(by: core.displayName(of: by))
                     Task { await self.stop() }
                 case let .event(.log(record)):
                     logger.log(level: Logger.Level(rawValue: record.level.rawValue) ?? .error, "\(record.message)",
@@ -309,8 +355,17 @@ package actor MeshNode {
             drained.removeAll(keepingCapacity: true)
         }
         if wrote { channel.flush() }
+        // Left without a command of ours (another member ended the session): stop once the
+        // departure is written.
+        if core.phase == .leaving, !departing {
+            departing = true
+            Task {
+                if let lastWrite = self.lastWrite { try? await lastWrite.get() }
+                await self.stop()
+            }
+        }
         if viewChanged, !viewSubscribers.isEmpty { viewSubscribers.yield(core.members) }
-        if attachmentsChanged, !attachmentSubscribers.isEmpty { attachmentSubscribers.yield(core.attachments) }
+        if attachmentsChanged, !attachmentSubscribers.isEmpty { attachmentSubscribers.yield(attachmentList()) }
     }
 
     /// Keeps exactly one timer armed, at the core's next deadline.
@@ -370,17 +425,44 @@ package actor MeshNode {
     @discardableResult
     package func leave(waitingForReplication: Bool = true) async -> LeaveReport? {
         let report = await depart(waitingForReplication: waitingForReplication)
+        if invalidation == nil { invalidation = .left }
         await stop()
         return report
     }
 
     /// The leave without the stop: the control socket answers in between.
     func depart(waitingForReplication: Bool) async -> LeaveReport? {
-        guard !closed, core.phase.isActive else { return nil }
+        guard !closed, core.phase.isActive, sessionState == .joined else { return nil }
+        departing = true
         let result = await perform(.leave(waitingForReplication: waitingForReplication))
+        if case .success = result, invalidation == nil { invalidation = .left }
         if let lastWrite { try? await lastWrite.get() }
         guard case let .success(.left(report)) = result else { return nil }
         return report
+    }
+
+    /// Ends the session for every member (`groupmesh end`): they are told, then this node
+    /// leaves and stops. Every member's session is invalidated with reason `ended`.
+    package func end() async throws(GroupMeshError) {
+        let result = await beginEnd()
+        await stop()
+        try result.get()
+    }
+
+    /// The end without the stop: the control socket answers in between.
+    func beginEnd() async -> Result<Void, GroupMeshError> {
+        guard !closed, core.phase.isActive, sessionState == .joined else { return .failure(.notRunning) }
+        departing = true
+        let result = await perform(.end)
+        if let lastWrite { try? await lastWrite.get() }
+        if case let .failure(error) = result, error != .stopped {
+            return .failure(GroupMeshError(error, names: { core.displayName(of: $0) }))
+        }
+        return .success(())
+    }
+
+    static func displayName(_ name: String, _ id: NodeID) -> String {
+        name.isEmpty ? String(id.hex.prefix(12)) : "\(name) (\(id.hex.prefix(12)))"
     }
 
     /// Closes the sockets without telling anyone (as a crash would, but cleanly). Storage already
@@ -388,6 +470,7 @@ package actor MeshNode {
     package func stop() async {
         guard !closed else { return }
         closed = true
+        setState(.invalidated(reason: invalidation ?? .stopped))
         core.stop(now: now)
         runEffects()
         timer?.cancel()

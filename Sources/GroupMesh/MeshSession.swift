@@ -19,35 +19,68 @@ public struct Participant: Hashable, Sendable, Identifiable, CustomStringConvert
     public var description: String { name.isEmpty ? String(id.prefix(12)) : "\(name) (\(id.prefix(12)))" }
 }
 
-/// A group session over the mesh: join it, see who is in it, leave it. The node behind it runs
-/// on one event loop of NIO's shared group.
+/// A group session over the mesh, as GroupActivities' `GroupSession`: made `waiting`, then
+/// `join()`ed, then invalidated for a reason (left, ended, removed…). The node behind it runs on
+/// one event loop of NIO's shared group.
 ///
 /// ```swift
-/// let session = try await MeshSession.join(dataDirectory: "/tmp/a", invite: token)
-/// for await participants in await session.activeParticipantUpdates() { print(participants) }
+/// let session = try await MeshSession(configuration)      // waiting: bound, not joined
+/// let messenger = Messenger(session: session)             // subscribe first: nothing is missed
+/// Task { for await (message, context) in messenger.messages(of: Stroke.self) { … } }
+/// try await session.join()
+/// for await state in await session.states() { if case .invalidated = state { … } }
 /// ```
 public final class MeshSession: Sendable {
     package let node: MeshNode
     private let lock: DataDirectoryLock
 
-    private init(node: MeshNode, lock: DataDirectoryLock) {
-        self.node = node
-        self.lock = lock
-    }
-
-    /// Starts a node on `configuration`'s data dir (creating the session, or joining the one of
-    /// `configuration.invite`) and joins the mesh.
-    public static func join(_ configuration: NodeConfiguration,
-                            logger: Logger = Logger(label: "groupmesh")) async throws(GroupMeshError) -> MeshSession {
+    /// Sets up a node on `configuration`'s data dir (creating the session, or the one of
+    /// `configuration.invite`) without joining: the session is `waiting` until `join()`.
+    /// Throws when the data dir or the socket cannot be set up, or the session was ended.
+    public init(_ configuration: NodeConfiguration,
+                logger: Logger = Logger(label: "groupmesh")) async throws(GroupMeshError) {
         let directory = configuration.dataDirectory
+        if let endedBy = directory.loadEnded() { throw .sessionEndedHere(path: directory.path, by: endedBy) }
         if let mismatch = configuration.unreachableSeeds(remembered: directory.loadRememberedMembers()) { throw mismatch }
         try directory.prepare()
         let lock = try directory.lock()
         let epochs = try directory.loadOrCreateSession(invited: configuration.invite?.token.secret)
         let identity = try directory.loadOrCreateIdentity()
-        let node = try await MeshNode.start(identity: identity, epochs: epochs, configuration: configuration,
-                                            eventLoop: MultiThreadedEventLoopGroup.singleton.next(), logger: logger)
-        return MeshSession(node: node, lock: lock)
+        node = try await MeshNode.prepare(identity: identity, epochs: epochs, configuration: configuration,
+                                          eventLoop: MultiThreadedEventLoopGroup.singleton.next(), logger: logger)
+        self.lock = lock
+    }
+
+    /// Joins the mesh: the node takes datagrams and opens its control socket. A failure
+    /// invalidates the session (`failedToStart`).
+    public func join() async throws(GroupMeshError) {
+        try await node.join()
+    }
+
+    /// Sets up a node and joins at once (`init` then `join()`).
+    public static func join(_ configuration: NodeConfiguration,
+                            logger: Logger = Logger(label: "groupmesh")) async throws(GroupMeshError) -> MeshSession {
+        let session = try await MeshSession(configuration, logger: logger)
+        try await session.join()
+        return session
+    }
+
+    /// The session's state now.
+    public var state: SessionState {
+        get async { await node.sessionState }
+    }
+
+    /// The state now and after every change; finishes after `invalidated`.
+    public func states() async -> AsyncStream<SessionState> {
+        await node.stateUpdates()
+    }
+
+    /// Ends the session for every member (GroupSession's `end()`): each is told and invalidated
+    /// with reason `ended`; their data dirs remember it, so the session's invites no longer
+    /// work. This member leaves too.
+    public func end() async throws(GroupMeshError) {
+        try await node.end()
+        withExtendedLifetime(lock) {}
     }
 
     public var localParticipant: Participant {
@@ -84,7 +117,6 @@ public final class MeshSession: Sendable {
     /// The UDP address the node is bound to.
     public var localAddress: MeshAddress { MeshAddress(node.localAddress) }
 
-    /// Leaves gracefully; the session object is unusable afterwards.
     /// Why the node stopped by itself (it found a twin: another live node with its identity);
     /// nil while it runs, and after a leave.
     public var stopReason: GroupMeshError? {

@@ -67,6 +67,9 @@ public final class SimNode: SimulatedProcess {
     public private(set) var membershipChanges: [MembershipProcess.Change] = []
     public private(set) var largestDatagram = 0
     public private(set) var failedCommands: [String] = []
+    /// Who ended the session, as this node was told (maybe itself).
+    public private(set) var sessionEndedBy: NodeID?
+    public private(set) var removedFromSession = false
     /// What each graceful leave reported.
     public private(set) var leaveReports: [LeaveReport] = []
     /// Things that must never happen (a command completed twice, a timer that spins…).
@@ -179,6 +182,11 @@ public final class SimNode: SimulatedProcess {
         _ = command(.leave(waitingForReplication: waitingForReplication), "leave")
     }
 
+    /// Ends the session for every member; the node stops once its departure is out.
+    public func end() {
+        _ = command(.end, "end")
+    }
+
     public func removeMember(_ member: NodeID) {
         command(.removeMember(member), "remove-member \(member)")
     }
@@ -190,6 +198,13 @@ public final class SimNode: SimulatedProcess {
 
     public func setStorage(_ change: (inout SimStorage.Conditions) -> Void) {
         change(&storage.conditions)
+    }
+
+    /// A journal message to `member` over this node's reliable channel, whatever its core would
+    /// say: for scenarios of hostile members (a forged end of the session).
+    public func sendJournal(_ message: JournalMessage, to member: NodeID) {
+        core.sendJournal(message, to: member, now: now)
+        drive()
     }
 
     /// Frames sealed with this node's pairwise key for `peer`, sent as they are: what a member
@@ -306,6 +321,10 @@ public final class SimNode: SimulatedProcess {
         case .identityConflict:
             // No simulated node shares an identity: a report is a false alarm (a restart's old boot).
             violations.append("\(now): an identity conflict reported")
+        case let .sessionEnded(by, _):
+            sessionEndedBy = by
+        case .removedFromSession:
+            removedFromSession = true
         case .memberForgotten, .epochChanged, .attachmentsChanged, .log:
             break
         }

@@ -32,6 +32,8 @@ public struct SimStorage {
     public internal(set) var log: [JournalOperation] = []
     public internal(set) var epochs: [UInt8]?
     public internal(set) var remembered = RememberedMembers()
+    /// The session end this disk recorded (`StorageRequest.saveEnded`).
+    public internal(set) var ended: [UInt8]?
     public internal(set) var failedWrites = 0
 
     public init(conditions: Conditions = .init()) {
@@ -107,6 +109,9 @@ public struct SimStorage {
         case let .saveMembers(members):
             remembered = members
             return .success(.done)
+        case let .saveEnded(statement):
+            ended = statement
+            return .success(.done)
         }
     }
 }
@@ -115,7 +120,7 @@ extension StorageRequest {
     /// What a full disk refuses.
     var isWrite: Bool {
         switch self {
-        case .ingest, .appendJournal, .writeChunk, .flush, .saveEpochs: return true
+        case .ingest, .appendJournal, .writeChunk, .flush, .saveEpochs, .saveEnded: return true
         case .readChunk, .inspect, .export, .collect, .unpin, .collectUnreferenced, .saveMembers: return false
         }
     }

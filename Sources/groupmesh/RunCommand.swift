@@ -77,6 +77,14 @@ struct RunCommand: AsyncParsableCommand {
             try await group.run()
             await session.leave()
             if let reason = await session.stopReason { throw reason }
+            switch await session.state {
+            case let .invalidated(.ended(by)):
+                emit("ended: the session was ended by \(TerminalText.escaped(by))")
+            case let .invalidated(.removed(by)):
+                throw GroupMeshError.removedFromSession(by: by)
+            default:
+                break
+            }
         } catch let error as GroupMeshError {
             throw fail(error)
         }

@@ -118,6 +118,29 @@ struct LeaveCommand: AsyncParsableCommand {
     static func mebibytes(_ bytes: UInt64) -> String { String(format: "%.1f", Double(bytes) / 1_048_576) }
 }
 
+struct EndCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "end",
+        abstract: "End the session for every member; every node leaves and exits.",
+        discussion: """
+            Every live member is told (and tells the members it knows), records the end in its \
+            data dir, and exits. The session's invites stop working: a data dir whose session \
+            ended refuses to start. Attachments are not handed over: the session is over.
+            """
+    )
+
+    @OptionGroup var data: DataDirectoryOptions
+
+    func run() async throws {
+        do {
+            _ = try ControlClient(directory: data.directory).send(.end)
+        } catch {
+            throw fail(error)
+        }
+        emit("ended the session for every member")
+    }
+}
+
 /// Human tables for `status`, cut to the terminal's width.
 enum StatusTable {
     static func render(_ report: StatusReport, width: Int) -> String {

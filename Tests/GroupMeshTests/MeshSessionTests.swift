@@ -72,4 +72,86 @@ struct MeshSessionTests {
         for await _ in await session.activeParticipantUpdates() {}
         for await _ in await messenger.messages(of: Data.self) {}
     }
+
+    /// Reads `stream` until `done` says so or it finishes (bounded by the test's time limit).
+    static func first<Element: Sendable>(_ stream: AsyncStream<Element>, where done: (Element) -> Bool) async -> Element? {
+        for await element in stream where done(element) { return element }
+        return nil
+    }
+
+    @Test("a session exists before it joins: subscribed first, it misses no message sent the moment it joins",
+          .timeLimit(.minutes(1)))
+    func subscribeBeforeJoin() async throws {
+        let alice = try await MeshSession.join(Self.configuration("alice"))
+        let bob = try await MeshSession(Self.configuration("bob", invite: await alice.invite()))
+        defer {
+            try? FileManager.default.removeItem(atPath: alice.node.configuration.dataDirectory.path)
+            try? FileManager.default.removeItem(atPath: bob.node.configuration.dataDirectory.path)
+        }
+        #expect(await bob.state == .waiting)
+        let states = await bob.states()
+        let inbox = await Messenger(session: bob).messages(of: String.self)
+        // Alice greets every participant the moment it appears, as DrawTogether does.
+        let greeter = Task {
+            let messenger = Messenger(session: alice)
+            var greeted: Set<Participant> = []
+            for await participants in await alice.activeParticipantUpdates() {
+                for newcomer in participants.subtracting(greeted) where newcomer != (await alice.localParticipant) {
+                    try? await messenger.send("hello \(newcomer.name)", to: .only(participants))
+                }
+                greeted = participants
+            }
+        }
+        defer { greeter.cancel() }
+        try await bob.join()
+        #expect(await bob.state == .joined)
+        let greeting = await Self.first(inbox) { _ in true }
+        #expect(greeting?.0 == "hello bob")
+        await bob.leave()
+        var seen: [SessionState] = []
+        for await state in states { seen.append(state) }
+        #expect(seen == [.waiting, .joined, .invalidated(reason: .left)], "the state stream ends after invalidated")
+        await alice.leave()
+    }
+
+    @Test("end() invalidates every member with reason ended; the data dirs remember and refuse to start",
+          .timeLimit(.minutes(1)))
+    func endForEveryone() async throws {
+        let alice = try await MeshSession.join(Self.configuration("alice"))
+        let bob = try await MeshSession.join(Self.configuration("bob", invite: await alice.invite()))
+        let carol = try await MeshSession.join(Self.configuration("carol", invite: await alice.invite()))
+        let sessions = [alice, bob, carol]
+        defer { for session in sessions { try? FileManager.default.removeItem(atPath: session.node.configuration.dataDirectory.path) } }
+        _ = await Self.first(await carol.activeParticipantUpdates()) { $0.count == 3 }
+        _ = await Self.first(await bob.activeParticipantUpdates()) { $0.count == 3 }
+        let bobStates = await bob.states()
+        let carolMessages = await Messenger(session: carol).messages(of: Data.self)
+        try await alice.end()
+        let last = await Self.first(bobStates) { $0.isInvalidated }
+        #expect(last == .invalidated(reason: .ended(by: "alice (\(alice.node.nodeID.hex.prefix(12)))")), "\(String(describing: last))")
+        _ = await Self.first(await carol.states()) { $0.isInvalidated }
+        #expect(await carol.state == .invalidated(reason: .ended(by: "alice (\(alice.node.nodeID.hex.prefix(12)))")))
+        #expect(await alice.state == .invalidated(reason: .ended(by: "this member")))
+        for await _ in carolMessages {}  // finished, not hanging
+        // Every data dir remembers: the session cannot start again, whoever starts it.
+        for session in sessions {
+            await #expect(throws: GroupMeshError.self) { _ = try await MeshSession(session.node.configuration) }
+        }
+        await #expect(throws: GroupMeshError.self) { try await alice.end() }
+    }
+
+    @Test("a session whose join fails is invalidated (failed to start)", .timeLimit(.minutes(1)))
+    func failedJoin() async throws {
+        let configuration = Self.configuration("broken")
+        defer { try? FileManager.default.removeItem(atPath: configuration.dataDirectory.path) }
+        let session = try await MeshSession(configuration)
+        // A directory where the control socket must go: binding it fails.
+        try FileManager.default.createDirectory(atPath: configuration.dataDirectory.controlSocketPath,
+                                                withIntermediateDirectories: true)
+        await #expect(throws: GroupMeshError.self) { try await session.join() }
+        guard case .invalidated(.failedToStart) = await session.state else {
+            Issue.record("state \(await session.state)")
+            return
+        }
+    }
 }

@@ -20,10 +20,11 @@ struct JournalMessageTests {
         case .noChunk: "noChunk"
         case .chunks: "chunks"
         case .replicate: "replicate"
+        case .end: "end"
         }
     }
 
-    static let allCaseNames: Set<String> = ["operations", "have", "want", "holding", "chunkRequest", "chunk", "noChunk", "chunks", "replicate"]
+    static let allCaseNames: Set<String> = ["operations", "have", "want", "holding", "chunkRequest", "chunk", "noChunk", "chunks", "replicate", "end"]
 
     /// Examples of every case, edge cases included.
     static func samples(using rng: inout SplitMix64) -> [JournalMessage] {
@@ -55,6 +56,7 @@ struct JournalMessageTests {
             .chunks(digest, ChunkBitmap(count: 0)), .chunks(digest, ChunkBitmap.full(400)),
             .chunks(digest, { var bitmap = ChunkBitmap(count: 65); bitmap.insert(0); bitmap.insert(64); return bitmap }()),
             .replicate([]), .replicate([digest, JournalFixtures.attachment(6)]),
+            .end(SessionEnd(signingKey: alice.signingKey, session: SessionID(value: .max), signature: rng.bytes(64))),
         ]
     }
 

@@ -10,6 +10,8 @@ public enum ControlRequest: Sendable, Equatable {
     case invite
     /// Leave once other members hold what only this node holds (`now`: at once).
     case leave(now: Bool = false)
+    /// End the session for every member; answered `{"ok": true}` once they were told.
+    case end
     /// A message to the members named (by id, unique id prefix or name; none: every member).
     case send(body: [UInt8], to: [String], unreliable: Bool)
     case listen
@@ -32,7 +34,7 @@ extension ControlRequest {
 
 extension ControlRequest: Codable {
     private enum Command: String, Codable {
-        case status, invite, leave, send, listen
+        case status, invite, leave, send, listen, end
         case attach, attachments, get, remove
         case removeMember = "remove-member"
     }
@@ -48,6 +50,7 @@ extension ControlRequest: Codable {
         case .invite: self = .invite
         case .leave: self = .leave(now: try container.decodeIfPresent(Bool.self, forKey: .now) ?? false)
         case .listen: self = .listen
+        case .end: self = .end
         case .attachments: self = .attachments
         case .send:
             guard let body = Data(base64Encoded: try container.decode(String.self, forKey: .base64)) else {
@@ -81,6 +84,7 @@ extension ControlRequest: Codable {
             try container.encode(Command.leave, forKey: .command)
             try container.encode(now, forKey: .now)
         case .listen: try container.encode(Command.listen, forKey: .command)
+        case .end: try container.encode(Command.end, forKey: .command)
         case .attachments: try container.encode(Command.attachments, forKey: .command)
         case let .send(body, to, unreliable):
             try container.encode(Command.send, forKey: .command)

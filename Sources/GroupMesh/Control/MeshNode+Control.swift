@@ -25,6 +25,8 @@ extension MeshNode {
             responder.send(.invite(invite().text))
         case let .leave(now):
             controlLeave(waitingForReplication: !now, responder: responder)
+        case .end:
+            controlEnd(responder: responder)
         case let .send(body, to, unreliable):
             controlSend(body, to: to, mode: unreliable ? .unreliable : .reliable, responder: responder)
         case .listen:
@@ -103,6 +105,17 @@ extension MeshNode {
         let info = ReceivedMessageInfo(message)
         // A listener too far behind closes itself here, which removes it from `listeners`.
         for listener in listeners { listener.sendMessage(info) }
+    }
+
+    /// `{"ok": true}` once every member was told (or the grace passed), then the node stops.
+    private func controlEnd(responder: ControlResponder) {
+        Task {
+            switch await self.beginEnd() {
+            case .success: responder.send(.done)
+            case let .failure(error): responder.send(.failure(error.description))
+            }
+            await self.stop()
+        }
     }
 
     /// The handover's progress at once and every 500 ms, then what the leave did; the node

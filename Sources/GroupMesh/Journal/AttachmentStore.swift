@@ -66,6 +66,8 @@ actor AttachmentStore {
                 do { try SecretFile.store(bytes, to: directory.epochsPath) } catch { throw .store("\(error)") }
             case let .saveMembers(members):
                 try directory.saveRememberedMembers(members)
+            case let .saveEnded(statement):
+                try directory.saveEnded(statement)
             }
             return .success(.done)
         } catch {

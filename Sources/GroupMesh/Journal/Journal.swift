@@ -2,17 +2,70 @@ import Foundation
 import MeshCore
 import MeshCrypto
 
-/// An attachment of the session (GroupSessionJournal's Attachment): same bytes, same id.
+/// An attachment of the session (GroupSessionJournal's `Attachment`), as it was when this value
+/// was made: its bytes are loaded with `load(Data.self)`, and `journal.attachments` hands out a
+/// new value whenever the set or who holds what changes. Equal when the ids are.
 public struct Attachment: Hashable, Sendable, Identifiable {
+    /// How available it is: whether some live member holds it whole.
+    public enum State: String, Sendable {
+        /// A live member (maybe this one) holds every chunk: it can be loaded.
+        case available
+        /// No live member holds it whole, some chunks are held: a holder may come back.
+        case partial
+        /// No live member is known to hold any of it.
+        case unavailable
+    }
+
     /// SHA-256 of the manifest, 64 lowercase hex characters.
     public let id: String
     public let size: UInt64
+    public let state: State
+    /// The live members holding every chunk, this one included when it does.
+    public let holders: Set<Participant>
     let digest: SHA256Digest
+    let node: MeshNode
 
-    init(_ entry: AttachmentEntry) {
+    init(_ entry: AttachmentEntry, availability: AttachmentAvailability, holders: Set<Participant>, node: MeshNode) {
         id = entry.id.hex
         size = entry.size
         digest = entry.id
+        state = State(rawValue: availability.state.rawValue) ?? .unavailable
+        self.holders = holders
+        self.node = node
+    }
+
+    public static func == (lhs: Attachment, rhs: Attachment) -> Bool { lhs.id == rhs.id }
+    public func hash(into hasher: inout Hasher) { hasher.combine(id) }
+
+    /// The bytes (GroupSessionJournal's `load(Data.self)`), fetched from the members that
+    /// hold them when they are not all here.
+    public func load(_ type: Data.Type = Data.self) async throws(GroupMeshError) -> Data {
+        Data(try await node.loadAttachment(digest, into: .memory) ?? [])
+    }
+
+    /// Writes the bytes to `url`, streamed chunk by chunk (never held whole in memory).
+    public func load(to url: URL) async throws(GroupMeshError) {
+        _ = try await node.loadAttachment(digest, into: .file(path: url.path))
+    }
+
+    /// The metadata of the latest add, as bytes (JSON when added with a typed value).
+    public func loadMetadata() async throws(GroupMeshError) -> Data {
+        guard let entry = await node.attachmentEntries.first(where: { $0.id == digest }) else {
+            throw .unknownAttachment(id)
+        }
+        return Data(entry.metadata)
+    }
+
+    /// The metadata decoded as `type` (GroupSessionJournal's `loadMetadata(of:)`); metadata that
+    /// is not one (another member chose it) throws `GroupMeshError.metadataType`, never a value
+    /// made up.
+    public func loadMetadata<Metadata: Decodable>(of type: Metadata.Type) async throws(GroupMeshError) -> Metadata {
+        let bytes = try await loadMetadata()
+        do {
+            return try JSONDecoder().decode(type, from: bytes)
+        } catch {
+            throw .metadataType(attachment: id, type: String(describing: type))
+        }
     }
 }
 
@@ -35,30 +88,39 @@ public final class Journal: Sendable {
 
     /// Adds bytes; the returned attachment is in every member's set once they hear of it.
     public func add(_ data: Data, metadata: Data = Data()) async throws -> Attachment {
-        Attachment(try await session.node.addAttachment(.bytes(Array(data)), metadata: Array(metadata)))
+        let entry = try await session.node.addAttachment(.bytes(Array(data)), metadata: Array(metadata))
+        return await session.node.attachment(entry)
     }
 
     /// Adds a file, streamed: it is chunked and hashed without being loaded whole.
     public func add(contentsOf url: URL, metadata: Data = Data()) async throws -> Attachment {
-        Attachment(try await session.node.addAttachment(.file(path: url.path), metadata: Array(metadata)))
+        let entry = try await session.node.addAttachment(.file(path: url.path), metadata: Array(metadata))
+        return await session.node.attachment(entry)
     }
 
     public func remove(_ attachment: Attachment) async throws {
         try await session.node.removeAttachment(attachment.digest)
     }
 
-    /// The whole attachment set, now and after every change.
+    /// The whole attachment set, now and after every change (of the set, or of who holds
+    /// what); finishes when the session is invalidated.
     public var attachments: AsyncStream<[Attachment]> {
-        get async {
-            let updates = await session.node.attachmentUpdates()
-            return AsyncStream { continuation in
-                let task = Task {
-                    for await entries in updates { continuation.yield(entries.map(Attachment.init)) }
-                    continuation.finish()
-                }
-                continuation.onTermination = { _ in task.cancel() }
+        get async { await session.node.attachmentUpdates() }
+    }
+
+    /// Waits until at least `count` live members other than this one hold the attachment
+    /// whole (so it outlives this member), and returns it as it is then. Throws
+    /// `unknownAttachment` when it is removed first, `notRunning` when the session ends first.
+    @discardableResult
+    public func waitForHolders(of attachment: Attachment, atLeast count: Int) async throws(GroupMeshError) -> Attachment {
+        let me = await session.localParticipant
+        for await list in await attachments {
+            guard let current = list.first(where: { $0.id == attachment.id }) else {
+                throw .unknownAttachment(attachment.id)
             }
+            if current.holders.subtracting([me]).count >= count { return current }
         }
+        throw .notRunning
     }
 
     /// The attachment's bytes, fetched from the members that hold them if needed.

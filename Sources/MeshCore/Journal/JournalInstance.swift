@@ -122,7 +122,7 @@ public struct JournalInstance: Sendable {
             guard holdings[peer] != set else { return [] }
             holdings[peer] = set
             return [.holdersChanged]
-        case .chunkRequest, .chunk, .noChunk, .chunks, .replicate:
+        case .chunkRequest, .chunk, .noChunk, .chunks, .replicate, .end:
             return []  // the shell's transfer handles chunks
         }
     }

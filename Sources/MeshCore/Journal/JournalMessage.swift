@@ -23,6 +23,8 @@ public enum JournalMessage: Sendable, Equatable {
     case chunks(SHA256Digest, ChunkBitmap)
     /// "I am leaving and I alone hold these whole: fetch them" (a lazy member too).
     case replicate([SHA256Digest])
+    /// The session is over (passed on by every member that takes it).
+    case end(SessionEnd)
 
     /// Operations per message, so one message stays well under the messenger's size limit.
     public static let operationBudget = 192 * 1024
@@ -30,7 +32,7 @@ public enum JournalMessage: Sendable, Equatable {
     private enum Kind: UInt8 {
         // 9 was `busy`, now `ChunkAbsent` of the transfer frames.
         case operations = 1, have, want, holding, chunkRequest, chunk, noChunk, chunks
-        case replicate = 10
+        case replicate = 10, end
     }
 
     public var encoded: [UInt8] {
@@ -63,6 +65,9 @@ public enum JournalMessage: Sendable, Equatable {
             buffer.writeInteger(Kind.chunk.rawValue)
             buffer.writeBytes(digest.bytes)
             buffer.writeBytes(bytes)
+        case let .end(statement):
+            buffer.writeInteger(Kind.end.rawValue)
+            statement.encode(into: &buffer)
         case let .chunks(digest, bitmap):
             buffer.writeInteger(Kind.chunks.rawValue)
             buffer.writeBytes(digest.bytes)
@@ -103,6 +108,8 @@ public enum JournalMessage: Sendable, Equatable {
             var digests: [SHA256Digest] = []
             for _ in 0..<n { digests.append(try digest()) }
             self = kind == .holding ? .holding(digests) : .replicate(digests)
+        case .end:
+            self = .end(try SessionEnd(decoding: &buffer))
         case .chunkRequest:
             self = .chunkRequest(try digest())
         case .noChunk:

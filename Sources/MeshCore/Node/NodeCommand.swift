@@ -23,6 +23,9 @@ public enum NodeCommand: Sendable {
     /// A graceful leave: once other members hold what only this node holds (unless not
     /// `waitingForReplication`), the departure goes out, then the driver calls `stop`.
     case leave(waitingForReplication: Bool)
+    /// End the session for every member (`SessionEnd`): it is passed to every live member,
+    /// then this node leaves; the driver calls `stop`.
+    case end
 }
 
 public enum AttachmentSource: Sendable, Equatable {
@@ -48,6 +51,7 @@ public enum NodeResult: Sendable, Equatable {
     case loaded(Manifest, bytes: [UInt8]?)
     case memberRemoved(NodeID, handedTo: Int)
     case left(LeaveReport)
+    case ended
 }
 
 /// Why a command failed; each case carries what a person needs to read it.
@@ -72,4 +76,6 @@ public enum NodeError: Error, Sendable, Equatable {
     case epochNotStored(StorageFailure)
     /// Another removal is being stored; one at a time.
     case removalInProgress
+    /// The session was ended (by this member or `by` another): nothing more is done.
+    case sessionEnded(by: NodeID)
 }

@@ -30,6 +30,8 @@ public struct NodeCounters: Sendable, Equatable {
     public var handoversSent: UInt64 = 0
     /// Handovers to us that were not taken: not for our boot, did not open, or not believable.
     public var handoversRefused: UInt64 = 0
+    /// Ends of the session refused (another epoch, a bad signature, not a member's).
+    public var endsRefused: UInt64 = 0
 
     public init() {}
 

@@ -34,6 +34,11 @@ public enum NodeEvent: Sendable {
     /// Another live node has this node's identity (a copied data dir). The one that started
     /// later stops (`stopping`, the node is then stopped); the other carries on.
     case identityConflict(twinAddresses: [PeerAddress], stopping: Bool)
+    /// The session was ended by `by` (maybe this node): this node passes it on, leaves, and
+    /// the driver stops once the departure is out (the phase is then `leaving`).
+    case sessionEnded(by: NodeID, name: String)
+    /// A key epoch without this node was made: it is no longer in the session.
+    case removedFromSession(by: NodeID)
 }
 
 /// An application message as it reached this node: who sent it (the pairwise key proves it),

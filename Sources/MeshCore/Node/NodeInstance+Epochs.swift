@@ -203,6 +203,10 @@ extension NodeInstance {
         case .removesUs:
             log(.warning, "this node was removed from the session", ["by": "\(handover.rotation.author)"])
             counters.handoversRefused += 1
+            if !removedFromSession {
+                removedFromSession = true
+                emit(.removedFromSession(by: handover.rotation.author))
+            }
         case .notOurEpoch:
             // A competing rotation that loses to ours: its sender is handed ours.
             handOver(to: handover.sender, heardIn: handover.rotation.previousSession, address: address, now: now)

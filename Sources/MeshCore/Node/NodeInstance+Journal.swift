@@ -84,7 +84,7 @@ extension NodeInstance {
 
     // MARK: journal messages
 
-    mutating func sendJournal(_ message: JournalMessage, to peer: NodeID, now: MeshInstant) {
+    package mutating func sendJournal(_ message: JournalMessage, to peer: NodeID, now: MeshInstant) {
         guard let (_, directives) = try? delivery.send(message.encoded, to: [peer], mode: .reliable, stream: .journal,
                                                        now: now, timeout: settings.journalSendTimeout) else { return }
         if case let .chunk(_, bytes) = message {
@@ -112,6 +112,8 @@ extension NodeInstance {
             receiveAvailability(bitmap, of: attachment, from: peer, now: now)
         case let .replicate(ids):
             replicateRequested(ids, by: peer, now: now)
+        case let .end(statement):
+            receiveEnd(statement, from: peer, now: now)
         default:
             let answers = journal.onMessage(message, from: peer)
             apply(answers, now: now)

@@ -118,6 +118,10 @@ public struct NodeInstance: Sendable {
     var pendingRemoval: RequestID?
     /// A leave waiting until others hold what only this node holds (NodeInstance+Leave).
     var handover: LeaveHandover?
+    /// The session is being ended (NodeInstance+End).
+    var ending: SessionEnding?
+    /// A key epoch without this node was seen (told once).
+    var removedFromSession = false
     /// Handovers that came while our own removal was being stored: taken once it is committed,
     /// so that ours and a competing one meet as two rotations out of one epoch.
     var deferredHandovers: [(handover: EpochHandover, header: DatagramHeader, address: PeerAddress)] = []
@@ -303,6 +307,7 @@ public struct NodeInstance: Sendable {
         sendEpochBeacons(now: now)
         retryJournalBacklog(now: now)
         advanceHandover(now: now)
+        endingTick(now: now)
         if rememberedDirty { saveRemembered() }
     }
 
@@ -320,6 +325,7 @@ public struct NodeInstance: Sendable {
         consider(epochBeaconAt)
         consider(journalBacklogRetryAt)
         consider(handoverDeadline)
+        consider(ending?.until)
         return deadline
     }
 
@@ -331,6 +337,10 @@ public struct NodeInstance: Sendable {
     /// A command from the user or the application.
     public mutating func handle(_ command: NodeCommand, request: RequestID, now: MeshInstant) {
         guard phase.isActive else { return complete(request, .failure(.stopped)) }
+        if let ending {
+            if case .end = command { self.ending?.requests.append(request); return }
+            return complete(request, .failure(.sessionEnded(by: ending.statement.author)))
+        }
         switch command {
         case let .send(envelope, targets, mode, timeout):
             send(envelope, to: targets, mode: mode, timeout: timeout, request: request, now: now)
@@ -344,6 +354,8 @@ public struct NodeInstance: Sendable {
             beginRemoval(of: id, request: request, now: now)
         case let .leave(waitingForReplication):
             leave(waitingForReplication: waitingForReplication, request: request, now: now)
+        case .end:
+            end(request: request, now: now)
         }
     }
 
@@ -380,6 +392,8 @@ public struct NodeInstance: Sendable {
             }
         case .saveMembers:
             if case let .failure(failure) = result { log(.warning, "cannot save members", ["error": "\(failure)"]) }
+        case .saveEnded:
+            if case let .failure(failure) = result { log(.error, "cannot record that the session ended", ["error": "\(failure)"]) }
         case .startupCollection:
             switch result {
             case let .success(.collected(chunks, bytes)) where chunks > 0:
@@ -412,6 +426,8 @@ public struct NodeInstance: Sendable {
         pendingRemoval = nil
         for request in handover?.requests ?? [] { complete(request, .failure(.stopped)) }
         handover = nil
+        for request in ending?.requests ?? [] { complete(request, .failure(.stopped)) }
+        ending = nil
     }
 
     /// Hands every effect made since the last call to the driver, oldest first. `buffer` should

@@ -32,6 +32,9 @@ public enum StorageRequest: Sendable {
     case saveEpochs([UInt8])
     /// Write what the node remembers of the members. `.done`.
     case saveMembers(RememberedMembers)
+    /// Remember for good that the session was ended (`SessionEnd.encoded`): the data dir
+    /// refuses to start again. `.done`.
+    case saveEnded([UInt8])
 }
 
 public enum StorageOutcome: Sendable, Equatable {
@@ -89,6 +92,7 @@ enum StoragePurpose: Sendable {
     case saveRemoval(RequestID, KeyEpochs.Transition)
     case saveEpochs
     case saveMembers
+    case saveEnded
     /// What start-up collected, for the log.
     case startupCollection
     /// Nothing to do but report a failure.

@@ -1,0 +1,81 @@
+import MeshCrypto
+
+/// Ending the session for everyone (GroupSession's `end()`, PROTOCOL.md §4, ending a session).
+/// The member that ends it signs a `SessionEnd` for the current key epoch and sends it to every
+/// live member over the reliable channel; each member that takes it passes it on to the members
+/// it knows (a member the first missed still hears it), records it on disk, and leaves once the
+/// members it told acknowledged (or `endGrace` passed). A statement for another epoch, with a
+/// bad signature, or by someone who is not a member in this epoch changes nothing.
+package struct SessionEnding: Sendable {
+    let statement: SessionEnd
+    /// The `end` commands waiting (this node's own).
+    var requests: [RequestID]
+    /// The reliable send that passes the statement on, while unacknowledged.
+    var sendID: UInt64?
+    /// The node leaves by then whatever was acknowledged.
+    let until: MeshInstant
+}
+
+extension NodeInstance {
+    mutating func end(request: RequestID, now: MeshInstant) {
+        let statement = SessionEnd(signingKey: identity.publicKey, session: session.sessionID).signed(by: authority)
+        log(.notice, "ending the session for every member")
+        beginEnding(statement, requests: [request], skipping: [], now: now)
+    }
+
+    mutating func receiveEnd(_ statement: SessionEnd, from peer: NodeID, now: MeshInstant) {
+        guard ending == nil, phase.isActive else { return }
+        let author = statement.author
+        guard statement.session == session.sessionID,
+              author == localID || (knownMemberIDs.contains(author) && !epochs.removed.contains(author)),
+              statement.hasValidSignature(authority) else {
+            counters.endsRefused += 1
+            return log(.warning, "refused an end of the session that is not valid here",
+                       ["from": displayName(of: peer), "author": displayName(of: author)])
+        }
+        log(.notice, "the session was ended", ["by": displayName(of: author)])
+        beginEnding(statement, requests: [], skipping: [peer, author], now: now)
+    }
+
+    private mutating func beginEnding(_ statement: SessionEnd, requests: [RequestID], skipping: Set<NodeID>,
+                                      now: MeshInstant) {
+        let author = statement.author
+        emit(.sessionEnded(by: author, name: author == localID ? membership.me.name : membership.member(author)?.record.name ?? ""))
+        store(.saveEnded(statement.encoded), .saveEnded)
+        ending = SessionEnding(statement: statement, requests: requests, sendID: nil, until: now + settings.endGrace)
+        // A leave waiting for a handover has nothing left to hand over to.
+        for request in handover?.requests ?? [] { complete(request, .failure(.sessionEnded(by: author))) }
+        handover = nil
+        let recipients = activeMemberIDs.filter { !skipping.contains($0) }
+        guard !recipients.isEmpty,
+              let (sendID, directives) = try? delivery.send(JournalMessage.end(statement).encoded, to: recipients,
+                                                            mode: .reliable, stream: .journal, now: now,
+                                                            timeout: settings.endGrace) else {
+            return finishEnding(now: now)
+        }
+        ending?.sendID = sendID
+        apply(directives, now: now)
+    }
+
+    /// Every member told acknowledged it, or gave up: leave.
+    mutating func endAcknowledged(now: MeshInstant) {
+        finishEnding(now: now)
+    }
+
+    mutating func endingTick(now: MeshInstant) {
+        if let ending, now >= ending.until { finishEnding(now: now) }
+    }
+
+    private mutating func finishEnding(now: MeshInstant) {
+        guard let state = ending, phase.isActive else { return }
+        ending?.sendID = nil
+        let departure = membership.leave(now: now)
+        apply(departure, now: now)
+        phase = .leaving
+        for request in state.requests { complete(request, .success(.ended)) }
+        ending?.requests = []
+    }
+
+    /// Who ended the session, once it is ending.
+    public var endedBy: NodeID? { ending?.statement.author }
+}

@@ -1,0 +1,77 @@
+import MeshCore
+import MeshCrypto
+import MeshTestKit
+import Testing
+
+/// `end()` ends the session for every member (PROTOCOL.md §4, ending a session): each member
+/// told passes it on, records it, and leaves. A forged end, one for another key epoch, and one by
+/// a member removed since change nothing.
+///
+///     SIM_SEED=N swift test --filter SessionEnd
+@Suite("Ending a session in simulation")
+struct SessionEndSimulationTests {
+    static let seeds = SimulationSeeds.from(defaultCount: 4)
+
+    static func mesh(seed: UInt64, count: Int, link: LinkConditions) -> SimMesh {
+        let mesh = SimMesh(seed: seed, link: link)
+        for index in 0..<count {
+            mesh.addNode(joiningThrough: index == 0 ? [] : [SimAddress(0)], at: .zero + .milliseconds(50 * index))
+        }
+        return mesh
+    }
+
+    @Test("one member ends it under loss: every member is told, records it and stops", arguments: seeds)
+    func endUnderLoss(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let loss = [0.05, 0.1, 0.2][Int(seed % 3)]
+        let mesh = Self.mesh(seed: seed, count: 6, link: LinkConditions(delay: .milliseconds(3), jitter: .milliseconds(2),
+                                                                         lossProbability: loss))
+        let ender = mesh.node(SimAddress(Int(seed % 6)))
+        ender.plan(at: .zero + .seconds(6)) { $0.end() }
+        mesh.simulator.run(until: .zero + .seconds(6))
+        #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 5 }, "\(replay): the mesh never formed")
+        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(500)) { _ in
+            mesh.all.allSatisfy { $0.core.phase == .stopped }
+        }
+        for node in mesh.all {
+            #expect(node.core.phase == .stopped, "\(replay): \(node.address) still runs")
+            #expect(node.sessionEndedBy == ender.id, "\(replay): \(node.address) was not told who ended it")
+            #expect(node.storage.ended != nil, "\(replay): \(node.address) did not record the end")
+        }
+        #expect(ender.failedCommands.isEmpty, "\(replay): \(ender.failedCommands)")
+        let problems = mesh.nodeViolations()
+        #expect(problems.isEmpty, "\(replay): \(problems.prefix(4))")
+    }
+
+    @Test("a forged end, one for an old epoch, and one by a removed member change nothing", arguments: seeds.prefix(2))
+    func badEnds(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = Self.mesh(seed: seed, count: 4, link: LinkConditions(delay: .milliseconds(2)))
+        let (a, b, c, mallory) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)),
+                                  mesh.node(SimAddress(3)))
+        mesh.simulator.run(until: .zero + .seconds(4))
+        // Signed by the wrong key: b's name on it, mallory's signature.
+        let forged = SessionEnd(signingKey: b.identity.publicKey, session: a.sessionID)
+            .signed(by: Ed25519Authority(identity: mallory.identity))
+        // A genuine end by mallory, of the epoch that is about to be left.
+        let oldEpoch = SessionEnd(signingKey: mallory.identity.publicKey, session: a.sessionID)
+            .signed(by: Ed25519Authority(identity: mallory.identity))
+        mallory.sendJournal(.end(forged), to: a.id)
+        mesh.simulator.run(until: .zero + .seconds(5))
+        #expect(a.core.counters.endsRefused == 1, "\(replay): the forged end was not refused (was it delivered?)")
+        a.removeMember(mallory.id)
+        mesh.simulator.run(until: .zero + .seconds(8))
+        #expect(mesh.removed == [mallory.id], "\(replay): mallory was not removed")
+        // Both through mallory's channel of the old epoch, and handed to b by c as if passed on.
+        mallory.sendJournal(.end(oldEpoch), to: b.id)
+        c.sendJournal(.end(oldEpoch), to: b.id)
+        mallory.end()
+        mesh.simulator.run(until: .zero + .seconds(20))
+        for node in [a, b, c] {
+            #expect(node.core.phase != .stopped, "\(replay): \(node.address) stopped")
+            #expect(node.sessionEndedBy == nil, "\(replay): \(node.address) took an end by \(String(describing: node.sessionEndedBy))")
+            #expect(node.storage.ended == nil, "\(replay): \(node.address) recorded an end")
+        }
+        #expect(b.core.counters.endsRefused >= 1, "\(replay): the old epoch's end was not refused (was it delivered?)")
+    }
+}
