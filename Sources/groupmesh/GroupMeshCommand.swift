@@ -70,9 +70,5 @@ func emit(_ line: String) {
 }
 
 func bootstrapLogging(level: Logger.Level) {
-    LoggingSystem.bootstrap { label in
-        var handler = StreamLogHandler.standardError(label: label)
-        handler.logLevel = level
-        return handler
-    }
+    GroupMeshLogging.bootstrapStandardError(level: level)
 }
