@@ -136,6 +136,7 @@ extension GroupMeshError {
             self = .control(MessengerError(failures, names: names).description)
         case let .metadataTooLarge(size, limit): self = .metadataTooLarge(size: size, limit: limit)
         case let .unknownAttachment(id): self = .unknownAttachment(id.hex)
+        case let .unknownAttachmentID(id): self = .unknownAttachment(id.hex)
         case let .manifestUnavailable(id): self = .manifestUnavailable(attachment: id.hex)
         case let .chunksUnavailable(id, missing, total): self = .chunksUnavailable(attachment: id.hex, missing: missing, total: total)
         case let .store(.tooLarge(size, limit)): self = .attachmentTooLarge(size: size, limit: limit)

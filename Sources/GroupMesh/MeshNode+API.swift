@@ -103,7 +103,7 @@ extension MeshNode {
     func attachmentInfos(withMetadata: Bool) -> [StatusReport.AttachmentInfo] {
         core.attachments.map { entry in
             let availability = core.availability(of: entry)
-            return StatusReport.AttachmentInfo(id: entry.id.hex, size: entry.size, chunks: entry.chunkCount,
+            return StatusReport.AttachmentInfo(id: entry.id.hex, content: entry.content.hex, size: entry.size, chunks: entry.chunkCount,
                                         chunksHave: core.chunksHeld(of: entry), holders: availability.holders.count,
                                         state: availability.state.rawValue, heldBy: availability.holders.map(\.hex),
                                         metadata: withMetadata && !entry.metadata.isEmpty
@@ -121,7 +121,7 @@ extension MeshNode {
         }
     }
 
-    package func removeAttachment(_ id: SHA256Digest) async throws(GroupMeshError) {
+    package func removeAttachment(_ id: AttachmentID) async throws(GroupMeshError) {
         if case let .failure(error) = await perform(.remove(id)) {
             throw GroupMeshError(error, names: { core.displayName(of: $0) })
         }

@@ -80,7 +80,7 @@ extension SimMesh {
     /// deleted, and a fetch of it did not bring it back.
     public func leakViolations() -> [String] {
         live.compactMap { node in
-            let present = node.journal.state.attachments.compactMap { node.store.manifest($0.id) }
+            let present = node.journal.state.presentContents.compactMap { node.store.manifest($0) }
             let used = Set(present.flatMap(\.chunks) + present.map(\.id))
             let extra = node.store.chunks.keys.filter { !used.contains($0) }.count
             return extra == 0 ? nil : "\(node.address): \(extra) stored chunks belong to no present attachment"
@@ -92,12 +92,12 @@ extension SimMesh {
         var violations: [String] = []
         for node in live {
             for entry in node.journal.state.attachments {
-                guard let manifest = node.store.manifest(entry.id) else {
+                guard let manifest = node.store.manifest(entry.content) else {
                     violations.append("\(node.address): no manifest of \(entry.id.hex.prefix(16))")
                     continue
                 }
                 let missing = node.store.missing(manifest).count
-                if missing > 0 || !node.complete.contains(entry.id) {
+                if missing > 0 || !node.complete.contains(entry.content) {
                     violations.append("\(node.address): \(missing) of \(manifest.chunks.count) chunks of "
                                       + "\(entry.id.hex.prefix(16)) missing")
                 }

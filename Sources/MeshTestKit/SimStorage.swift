@@ -50,7 +50,7 @@ public struct SimStorage {
         let epochs = self.epochs.flatMap { try? KeyEpochs.decode($0, origin: origin) } ?? KeyEpochs(origin: origin)
         var state = JournalState()
         for operation in log { _ = state.apply(operation, authority: Ed25519Authority(identity: identity)) }
-        let manifests = state.attachments.compactMap { chunks.manifest($0.id) }
+        let manifests = state.presentContents.compactMap { chunks.manifest($0) }
         let complete = Set(manifests.filter { chunks.missing($0).isEmpty }.map(\.id))
         var restored = NodeInstance.Restored(epochs: epochs, remembered: remembered, operations: log,
                                              manifests: manifests, complete: complete)

@@ -73,9 +73,11 @@ struct AttachmentsCommand: AsyncParsableCommand {
             return
         }
         let rows = infos.map { info in
-            [info.id, ByteCount.text(info.size), "\(info.chunksHave)/\(info.chunks)", "\(info.holders)", info.metadata ?? ""]
+            [info.id, String(info.content.prefix(16)), ByteCount.text(info.size), "\(info.chunksHave)/\(info.chunks)",
+             "\(info.holders)", info.state, info.metadata ?? ""]
         }
-        let lines = StatusTable.table(header: ["ID", "SIZE", "CHUNKS", "HOLDERS", "METADATA"], rows: rows, width: Terminal.width)
+        let lines = StatusTable.table(header: ["ID", "CONTENT", "SIZE", "CHUNKS", "HOLDERS", "STATE", "METADATA"],
+                                      rows: rows, width: Terminal.width)
         emit(lines.map { String($0.prefix(Terminal.width)) }.joined(separator: "\n"))
     }
 }

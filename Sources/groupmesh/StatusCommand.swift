@@ -156,9 +156,9 @@ enum StatusTable {
         if !report.attachments.isEmpty {
             lines.append("")
             let rows = report.attachments.map { a in
-                [String(a.id.prefix(16)), "\(a.size)", "\(a.chunksHave)/\(a.chunks)", "\(a.holders)"]
+                [a.id, String(a.content.prefix(16)), "\(a.size)", "\(a.chunksHave)/\(a.chunks)", "\(a.holders)", a.state]
             }
-            lines += table(header: ["ATTACHMENT", "SIZE", "CHUNKS", "HOLDERS"], rows: rows, width: width)
+            lines += table(header: ["ATTACHMENT", "CONTENT", "SIZE", "CHUNKS", "HOLDERS", "STATE"], rows: rows, width: width)
         }
         let c = report.counters
         let dropped = c.dropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")

@@ -97,7 +97,7 @@ struct CrashCampaignTests {
         // collect never ran) was collected when each node started again: no stored chunk is
         // outside the attachments listed. (Before issue 20: up to 177 MiB stayed for good.)
         for node in [uploader, replica] {
-            let listed = try await JournalCommandTests.listed(node).map(\.id)
+            let listed = try await JournalCommandTests.listed(node).map(\.content)
             let stray = try Self.unreferencedChunks(node, attachments: listed)
             #expect(stray.isEmpty, "seed \(seed): \(stray.count) chunks no attachment uses in \(node.dataDirectory)")
         }
@@ -146,7 +146,7 @@ struct CrashCampaignTests {
         node = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: directory, ownsDataDirectory: false)
         all.append(node)
         _ = try await node.waitForLine(prefix: "listening:")
-        let listed = try await JournalCommandTests.listed(node).map(\.id)
+        let listed = try await JournalCommandTests.listed(node).map(\.content)
         #expect(listed.count == (acknowledged ? 1 : 0))
         // Collected by the store's first request after the start (which runs beside the control socket).
         try? await waitUntil("the store collected", timeout: .seconds(30)) {

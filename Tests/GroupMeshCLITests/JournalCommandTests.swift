@@ -5,7 +5,7 @@ import Testing
 /// attach, attachments, get and remove between real processes on loopback.
 @Suite("journal with real processes", .serialized)
 struct JournalCommandTests {
-    struct Listed: Decodable { var id: String; var size: UInt64; var chunks: Int; var chunksHave: Int; var holders: Int; var metadata: String? }
+    struct Listed: Decodable { var id: String; var content: String; var size: UInt64; var chunks: Int; var chunksHave: Int; var holders: Int; var metadata: String? }
 
     static func listed(_ node: NodeProcess) async throws -> [Listed] {
         let result = try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", node.dataDirectory])
@@ -39,7 +39,7 @@ struct JournalCommandTests {
                                                        "--metadata", #"{"name":"demo"}"#])
         #expect(attach.status == 0, "\(attach.stderr)")
         let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(id.count == 64 && id.allSatisfy(\.isHexDigit))
+        #expect(id.count == 32 && id.allSatisfy(\.isHexDigit))
 
         for node in nodes {
             try await waitUntil("listed everywhere") { try await Self.listed(node).map(\.id) == [id] }
@@ -122,7 +122,7 @@ struct JournalCommandTests {
         try bytes.write(to: URL(fileURLWithPath: source))
         let attached = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, source])
         let id = attached.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(attached.status == 0 && id.count == 64, "\(attached.stderr)")
+        #expect(attached.status == 0 && id.count == 32, "\(attached.stderr)")
         func get(_ output: String) async throws -> (status: Int32, stdout: String, stderr: String) {
             try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, id, "--output", output], timeout: .seconds(30))
         }

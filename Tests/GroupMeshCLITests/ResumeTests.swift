@@ -15,7 +15,7 @@ struct ResumeTests {
         let bytes = try writeRandomFile(file, size: size, using: &random)
         let id = try await NodeProcess.runCommand(["attach", "--data-dir", holder.dataDirectory, file])
             .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(id.count == 64)
+        #expect(id.count == 32)
         return (holder, invite, id, bytes)
     }
 

@@ -47,6 +47,25 @@ import Testing
         #expect(await store.missing(second).count == second.chunks.count, "unpinned chunks are collected as before")
     }
 
+    @Test("a journal log of format 1 (before attachment ids) is read whole: every add, with its derived id")
+    func formatOneLog() async throws {
+        let (store, path) = try Self.store()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let authority = Ed25519Authority(identity: NodeIdentity.generate())
+        let content = SHA256Digest.hashing([1, 2, 3])
+        let legacy = JournalOperation(kind: .add, attachmentID: nil, attachment: content, author: authority.signingKey,
+                                      clock: 1, size: 3, chunkCount: 1, metadata: Array("old".utf8)).signed(by: authority)
+        let current = JournalOperation(kind: .add, attachmentID: AttachmentID(high: 5, low: 5), attachment: content,
+                                       author: authority.signingKey, clock: 2, size: 3, chunkCount: 1).signed(by: authority)
+        try await store.appendOperations([legacy, current])
+        let restored = await store.restore(epochs: KeyEpochs(origin: SessionSecret.generate()), remembered: .init())
+        #expect(restored.logIsWhole && restored.operations == [legacy, current])
+        var state = JournalState()
+        for operation in restored.operations { state.apply(operation, authority: authority) }
+        #expect(state.attachments.map(\.id) == [AttachmentID(legacyContent: content), AttachmentID(high: 5, low: 5)].sorted())
+        #expect(state.attachments.allSatisfy { $0.content == content })
+    }
+
     @Test("start-up collection runs only on a journal log read whole: missing is empty, unreadable or undecodable is not")
     func logIsWholeOnlyWhenRead() async throws {
         let (store, path) = try Self.store()
@@ -55,7 +74,7 @@ import Testing
         #expect(await store.restore(epochs: epochs, remembered: .init()).logIsWhole, "no log yet: an empty journal")
         let identity = NodeIdentity.generate()
         var state = JournalState()
-        let add = state.makeAdd(SHA256Digest.hashing([1]), size: 1, chunkCount: 1, metadata: [],
+        let add = state.makeAdd(AttachmentID(high: 1, low: 2), content: SHA256Digest.hashing([1]), size: 1, chunkCount: 1, metadata: [],
                                 authority: Ed25519Authority(identity: identity))
         try await store.appendOperations([add])
         #expect(await store.restore(epochs: epochs, remembered: .init()).logIsWhole)

@@ -19,7 +19,7 @@ struct JournalTests {
         let journals = sessions.map(Journal.init)
         let bytes = Data((0..<700_000).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ 1) })
         let attachment = try await journals[0].add(bytes, metadata: Data(#"{"title":"seven hundred k"}"#.utf8))
-        #expect(attachment.id.count == 64)
+        #expect(attachment.id.count == 32 && attachment.contentHash.count == 64)
         #expect(attachment.size == 700_000)
         for journal in journals {
             try await waitUntil("everyone lists it") { await Self.current(journal).map(\.id) == [attachment.id] }
@@ -27,19 +27,43 @@ struct JournalTests {
         #expect(try await journals[2].load(attachment) == bytes)
         #expect(try await journals[1].loadMetadata(of: attachment) == Data(#"{"title":"seven hundred k"}"#.utf8))
 
-        // The same bytes are the same attachment, whoever adds them.
+        // The same bytes added again are another attachment, with its own metadata, over the
+        // same content (stored and sent once).
         let again = try await journals[1].add(bytes, metadata: Data(#"{"title":"again"}"#.utf8))
-        #expect(again.id == attachment.id)
-        // The latest add's metadata wins everywhere; once kim has seen it, its remove covers both adds.
-        try await waitUntil("kim saw the second add") {
-            (try? await journals[2].loadMetadata(of: attachment)) == Data(#"{"title":"again"}"#.utf8)
+        #expect(again.id != attachment.id && again.contentHash == attachment.contentHash)
+        for journal in journals {
+            try await waitUntil("everyone lists both") { Set(await Self.current(journal).map(\.id)) == [attachment.id, again.id] }
         }
+        #expect(try await journals[2].loadMetadata(of: attachment) == Data(#"{"title":"seven hundred k"}"#.utf8))
+        #expect(try await journals[2].loadMetadata(of: again) == Data(#"{"title":"again"}"#.utf8))
 
+        // Removing one leaves the other, whole and loadable.
         try await journals[2].remove(attachment)
+        for journal in journals {
+            try await waitUntil("only the second is left") { await Self.current(journal).map(\.id) == [again.id] }
+        }
+        #expect(try await journals[0].load(again) == bytes)
+        #expect(try await again.load(Data.self) == bytes)
+        try await journals[0].remove(again)
         for journal in journals {
             try await waitUntil("gone everywhere") { await Self.current(journal).isEmpty }
         }
         await #expect(throws: GroupMeshError.self) { _ = try await journals[0].load(attachment) }
+    }
+
+    @Test("an attachment shows who holds it; waitForHolders returns once enough others do", .timeLimit(.minutes(1)))
+    func availabilityAndHolders() async throws {
+        let sessions = try await MessengerTests.cluster(["uma", "vic", "wes"])
+        defer { Task { await MessengerTests.tearDown(sessions) } }
+        let journals = sessions.map(Journal.init)
+        let attachment = try await journals[0].add(Data(repeating: 7, count: 600_000))
+        #expect(attachment.state == .available && attachment.holders == [await sessions[0].localParticipant])
+        let held = try await journals[0].waitForHolders(of: attachment, atLeast: 2)
+        var everyone: Set<Participant> = []
+        for session in sessions { everyone.insert(await session.localParticipant) }
+        #expect(held.holders == everyone, "\(held.holders)")
+        try await journals[1].remove(attachment)
+        await #expect(throws: GroupMeshError.self) { try await journals[2].waitForHolders(of: attachment, atLeast: 5) }
     }
 
     struct Drawing: Codable, Equatable, Sendable { var title: String; var strokes: Int }

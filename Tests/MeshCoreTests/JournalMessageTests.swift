@@ -114,10 +114,12 @@ struct JournalMessageTests {
                                              UInt8(newLength >> 8 & 0xff), UInt8(newLength & 0xff)])
         padded.append(0)
         #expect(throws: WireError.trailingBytes(1)) { try JournalMessage(decoding: padded) }
-        // An unknown operation kind.
-        var badKind = operation
-        badKind[9] = 3
-        #expect(throws: WireError.invalidField(what: "operation kind")) { try JournalMessage(decoding: badKind) }
+        // An unknown operation kind (1 and 2 are format 1's add and remove, 3 and 4 format 2's).
+        for kind: UInt8 in [0, 5, 0xff] {
+            var badKind = operation
+            badKind[9] = kind
+            #expect(throws: WireError.invalidField(what: "operation kind")) { try JournalMessage(decoding: badKind) }
+        }
     }
 
     @Test("an operation cut short anywhere (its author included) is refused, never traps")

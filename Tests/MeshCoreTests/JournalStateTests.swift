@@ -1,4 +1,5 @@
 @testable import MeshCore
+import NIOCore
 import MeshCrypto
 import MeshTestKit
 import Testing
@@ -25,7 +26,7 @@ struct JournalStateTests {
         #expect(state.apply(add, authority: alice) == true)
         #expect(state.isPresent(x))
         let entry = try #require(state.entry(x))
-        #expect(entry == AttachmentEntry(id: x, size: 1000, chunkCount: 4, metadata: Self.meta("m"),
+        #expect(entry == AttachmentEntry(id: .of(x), content: x, size: 1000, chunkCount: 4, metadata: Self.meta("m"),
                                          addedBy: alice.signingKey.nodeID, clock: 1))
         #expect(state.attachments == [entry])
         #expect(state.entry(y) == nil)
@@ -153,6 +154,58 @@ struct JournalStateTests {
         #expect(state.operationCount == 2)
     }
 
+    @Test("the same content added twice is two attachments; removing one leaves the other and the content")
+    func perAddIdentity() throws {
+        var state = JournalState()
+        let first = state.makeAdd(AttachmentID(high: 1, low: 1), content: x, size: 10, chunkCount: 1,
+                                  metadata: Self.meta("one"), authority: alice)
+        state.apply(first, authority: alice)
+        let second = state.makeAdd(AttachmentID(high: 2, low: 2), content: x, size: 10, chunkCount: 1,
+                                   metadata: Self.meta("two"), authority: bob)
+        state.apply(second, authority: bob)
+        #expect(state.attachments.map(\.id) == [AttachmentID(high: 1, low: 1), AttachmentID(high: 2, low: 2)])
+        #expect(state.attachments.map(\.metadata) == [Self.meta("one"), Self.meta("two")], "each keeps its own")
+        #expect(state.presentContents == [x], "one content")
+        let remove = try #require(state.makeRemove(AttachmentID(high: 1, low: 1), authority: bob))
+        #expect(remove.observedAdds == [first.id], "names only the first add")
+        state.apply(remove, authority: bob)
+        #expect(state.attachments.map(\.id) == [AttachmentID(high: 2, low: 2)])
+        #expect(state.hasContent(x), "the other attachment keeps the content")
+        // An add that claims an id already naming other bytes is refused.
+        let clash = state.makeAdd(AttachmentID(high: 2, low: 2), content: y, size: 1, chunkCount: 1, metadata: [],
+                                  authority: alice)
+        #expect(state.apply(clash, authority: alice) == false)
+        #expect(!state.hasContent(y))
+    }
+
+    @Test("operations of format 1 (before attachment ids) are read, keep their ids and signatures, and migrate")
+    func formatOneOperations() throws {
+        // What a journal log written before per-add ids holds: adds and removes naming content only.
+        let legacyAdd = JournalOperation(kind: .add, attachmentID: nil, attachment: x, author: alice.signingKey, clock: 1,
+                                         size: 5, chunkCount: 1, metadata: Self.meta("old")).signed(by: alice)
+        let legacyAgain = JournalOperation(kind: .add, attachmentID: nil, attachment: x, author: bob.signingKey, clock: 2,
+                                           size: 5, chunkCount: 1, metadata: Self.meta("again")).signed(by: bob)
+        var buffer = ByteBuffer()
+        legacyAdd.encode(into: &buffer)
+        #expect(buffer.getInteger(at: 0, as: UInt8.self) == 1, "format 1's add kind on the wire")
+        let decoded = try JournalOperation(decoding: &buffer)
+        #expect(decoded == legacyAdd && decoded.isLegacy && decoded.id == legacyAdd.id)
+        var state = JournalState()
+        #expect(state.apply(decoded, authority: alice) && state.apply(legacyAgain, authority: bob))
+        // One attachment, as before: its id derived from the content, the latest add's metadata.
+        let entry = try #require(state.attachments.first)
+        #expect(state.attachments.count == 1 && entry.id == AttachmentID(legacyContent: x) && entry.content == x)
+        #expect(entry.metadata == Self.meta("again"))
+        // A remove made now (format 2) covers both old adds; a new add of the same bytes is its own.
+        let fresh = state.makeAdd(AttachmentID(high: 7, low: 7), content: x, size: 5, chunkCount: 1, metadata: [],
+                                  authority: alice)
+        state.apply(fresh, authority: alice)
+        let remove = try #require(state.makeRemove(entry.id, authority: alice))
+        #expect(Set(remove.observedAdds) == [legacyAdd.id, legacyAgain.id] && !remove.isLegacy)
+        state.apply(remove, authority: alice)
+        #expect(state.attachments.map(\.id) == [AttachmentID(high: 7, low: 7)])
+    }
+
     @Test("the Lamport clock follows the largest clock applied")
     func lamportClock() {
         var state = JournalState()
@@ -249,7 +302,7 @@ struct JournalStateTests {
         var remove = try #require(state.makeRemove(x, authority: alice))
         remove.observedAdds.append(other.id)  // widen it to cover another add
         #expect(state.apply(remove, authority: alice) == false)
-        #expect(state.presentIDs == [x, y].sorted())
+        #expect(Set(state.presentDigests) == [x, y])
     }
 
     @Test("operations over the limits are refused even when properly signed")
@@ -306,7 +359,7 @@ struct JournalStateTests {
         var reference = JournalState()
         reference.applyAll(operations, authority: alice)
         // x: c1 and a2 survive (b1 saw a1 only), a2 is the latest; y: removed.
-        #expect(reference.presentIDs == [x])
+        #expect(reference.presentDigests == [x])
         #expect(reference.entry(x)?.metadata == Self.meta("a2"))
         for order in orders {
             var state = JournalState()

@@ -61,6 +61,49 @@ extension JournalState {
         operations.reduce(0) { $0 + (apply($1, authority: authority) ? 1 : 0) }
     }
 
-    /// The attachment ids present, in order.
-    var presentIDs: [SHA256Digest] { attachments.map(\.id) }
+    /// The contents of the attachments present, in the order of their ids.
+    var presentDigests: [SHA256Digest] { attachments.map(\.content) }
+}
+
+// The journal tests speak of "attachment N" by a digest, as before attachments had ids of their
+// own: these name the attachment whose id derives from that digest (every add of "attachment N"
+// is then the same attachment, as the observed-remove tests need), with the digest as content.
+extension AttachmentID {
+    static func of(_ content: SHA256Digest) -> AttachmentID { AttachmentID(legacyContent: content) }
+}
+
+extension JournalState {
+    func makeAdd(_ attachment: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8],
+                 authority: some RecordAuthority) -> JournalOperation {
+        makeAdd(.of(attachment), content: attachment, size: size, chunkCount: chunkCount, metadata: metadata,
+                authority: authority)
+    }
+
+    func makeRemove(_ attachment: SHA256Digest, authority: some RecordAuthority) -> JournalOperation? {
+        makeRemove(.of(attachment), authority: authority)
+    }
+
+    func isPresent(_ attachment: SHA256Digest) -> Bool { isPresent(.of(attachment)) }
+    func entry(_ attachment: SHA256Digest) -> AttachmentEntry? { entry(.of(attachment)) }
+}
+
+extension JournalInstance {
+    mutating func add(_ attachment: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8]) -> [Directive] {
+        add(.of(attachment), content: attachment, size: size, chunkCount: chunkCount, metadata: metadata)
+    }
+
+    mutating func remove(_ attachment: SHA256Digest) -> [Directive]? { remove(.of(attachment)) }
+    func prepareAdd(_ attachment: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8]) -> JournalOperation {
+        prepareAdd(.of(attachment), content: attachment, size: size, chunkCount: chunkCount, metadata: metadata)
+    }
+    func prepareRemove(_ attachment: SHA256Digest) -> JournalOperation? { prepareRemove(.of(attachment)) }
+}
+
+extension JournalOperation {
+    /// Format 2, the attachment's id derived from `attachment` (as `JournalState.makeAdd` above).
+    init(kind: Kind, attachment: SHA256Digest, author: PublicSigningKey, clock: UInt64, size: UInt64 = 0,
+         chunkCount: UInt32 = 0, metadata: [UInt8] = [], observedAdds: [OperationID] = [], signature: [UInt8] = []) {
+        self.init(kind: kind, attachmentID: .of(attachment), attachment: attachment, author: author, clock: clock,
+                  size: size, chunkCount: chunkCount, metadata: metadata, observedAdds: observedAdds, signature: signature)
+    }
 }

@@ -122,6 +122,25 @@ struct LeaveHandoverSimulationTests {
         #expect(uploader.core.phase == .stopped, "\(replay)")
     }
 
+    @Test("a second leave during the handover waits with the first; --now then cuts it short", arguments: seeds.prefix(2))
+    func leavesDuringHandover(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        // A slow link: 400 chunks take a while, so the handover is still under way.
+        let link = LinkConditions(delay: .milliseconds(40), jitter: .milliseconds(5), lossProbability: 0.02)
+        let (mesh, _) = Self.mesh(seed: seed, size: 1_600_000, link: link)
+        let uploader = mesh.node(SimAddress(0))
+        uploader.plan(at: Self.addAt + .milliseconds(300)) { $0.leave() }
+        mesh.simulator.run(until: Self.addAt + .milliseconds(400))
+        #expect(uploader.core.leaveProgress(now: uploader.now) != nil, "\(replay): no handover under way")
+        #expect(uploader.leaveReports.isEmpty, "\(replay): a leave completed during the handover")
+        uploader.plan(at: Self.addAt + .milliseconds(500)) { $0.leave(waitingForReplication: false) }
+        mesh.simulator.run(until: Self.addAt + .milliseconds(600))
+        #expect(uploader.leaveReports.count == 3, "\(replay): \(uploader.leaveReports.count) leaves completed")
+        #expect(Set(uploader.leaveReports.map(\.unavailable)).count == 1, "\(replay): one report for all three")
+        #expect(uploader.leaveReports.first?.unavailable.count == 1, "\(replay): cut short, it is unavailable")
+        #expect(uploader.core.phase == .stopped, "\(replay)")
+    }
+
     func expectClean(_ mesh: SimMesh, _ replay: String, sourceLocation: SourceLocation = #_sourceLocation) {
         let problems = mesh.nodeViolations() + mesh.chunkViolations() + mesh.journalViolations()
         #expect(problems.isEmpty, "\(replay): \(problems.prefix(6))", sourceLocation: sourceLocation)

@@ -50,7 +50,7 @@ struct ManifestTests {
                               metadata: Array(#"{"name":"b.txt"}"#.utf8), authority: bob)
         #expect(state.apply(a, authority: alice) == true)
         #expect(state.apply(b, authority: bob) == true)
-        #expect(state.presentIDs == [first.id])
+        #expect(state.presentContents == [first.id])
 
         // Any change to the content, or to how it is cut, is another attachment.
         var changed = bytes

@@ -138,7 +138,7 @@ struct NodeInstanceTests {
         driver.answer(ingest, ingestTicket)
         let (append, appendTicket) = try #require(Self.storage(driver.drain()).first)
         // The removal of what the journal does not hold fails at once.
-        let unknown = driver.command(.remove(SHA256Digest.hashing([9])))
+        let unknown = driver.command(.remove(AttachmentID(high: 9, low: 9)))
         #expect(Self.completions(driver.drain()).map(\.0) == [unknown])
 
         driver.core.stop(now: driver.now)

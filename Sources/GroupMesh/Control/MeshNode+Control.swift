@@ -147,7 +147,7 @@ extension MeshNode {
         }
         answer(responder) { node throws(GroupMeshError) in
             defer { reporter.cancel() }
-            _ = try await node.loadAttachment(entry.id, into: .file(path: path, mode: mode))
+            _ = try await node.loadAttachment(entry.content, into: .file(path: path, mode: mode))
             return .attachment(entry.id.hex)
         }
     }

@@ -38,7 +38,10 @@ public struct StatusReport: Codable, Sendable, Equatable {
     }
 
     public struct AttachmentInfo: Codable, Sendable, Equatable {
+        /// The attachment's own id (32 hex characters).
         public var id: String
+        /// Its content's SHA-256 manifest digest (64 hex characters).
+        public var content: String
         public var size: UInt64
         public var chunks: Int
         public var chunksHave: Int

@@ -16,19 +16,25 @@ public struct Attachment: Hashable, Sendable, Identifiable {
         case unavailable
     }
 
-    /// SHA-256 of the manifest, 64 lowercase hex characters.
+    /// This attachment's own id (each add makes one), 32 lowercase hex characters.
     public let id: String
+    /// SHA-256 of its content's manifest, 64 lowercase hex characters: the same bytes added
+    /// twice are two attachments with one content, stored and sent once.
+    public let contentHash: String
     public let size: UInt64
     public let state: State
     /// The live members holding every chunk, this one included when it does.
     public let holders: Set<Participant>
+    let attachmentID: AttachmentID
     let digest: SHA256Digest
     let node: MeshNode
 
     init(_ entry: AttachmentEntry, availability: AttachmentAvailability, holders: Set<Participant>, node: MeshNode) {
         id = entry.id.hex
+        contentHash = entry.content.hex
         size = entry.size
-        digest = entry.id
+        attachmentID = entry.id
+        digest = entry.content
         state = State(rawValue: availability.state.rawValue) ?? .unavailable
         self.holders = holders
         self.node = node
@@ -50,7 +56,7 @@ public struct Attachment: Hashable, Sendable, Identifiable {
 
     /// The metadata of the latest add, as bytes (JSON when added with a typed value).
     public func loadMetadata() async throws(GroupMeshError) -> Data {
-        guard let entry = await node.attachmentEntries.first(where: { $0.id == digest }) else {
+        guard let entry = await node.attachmentEntries.first(where: { $0.id == attachmentID }) else {
             throw .unknownAttachment(id)
         }
         return Data(entry.metadata)
@@ -99,7 +105,7 @@ public final class Journal: Sendable {
     }
 
     public func remove(_ attachment: Attachment) async throws {
-        try await session.node.removeAttachment(attachment.digest)
+        try await session.node.removeAttachment(attachment.attachmentID)
     }
 
     /// The whole attachment set, now and after every change (of the set, or of who holds
@@ -146,7 +152,7 @@ public final class Journal: Sendable {
     }
 
     public func loadMetadata(of attachment: Attachment) async throws -> Data {
-        guard let entry = await session.node.attachmentEntries.first(where: { $0.id == attachment.digest }) else {
+        guard let entry = await session.node.attachmentEntries.first(where: { $0.id == attachment.attachmentID }) else {
             throw GroupMeshError.unknownAttachment(attachment.id)
         }
         return Data(entry.metadata)

@@ -75,13 +75,14 @@ public struct JournalInstance: Sendable {
     // `publish` applies and sends it. A change whose storing fails is then never seen at all.
 
     /// An add by this node, signed, not yet applied.
-    public func prepareAdd(_ attachment: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8]) -> JournalOperation {
-        state.makeAdd(attachment, size: size, chunkCount: chunkCount, metadata: metadata, authority: authority)
+    public func prepareAdd(_ id: AttachmentID, content: SHA256Digest, size: UInt64, chunkCount: Int,
+                           metadata: [UInt8]) -> JournalOperation {
+        state.makeAdd(id, content: content, size: size, chunkCount: chunkCount, metadata: metadata, authority: authority)
     }
 
     /// A remove by this node of every add of the attachment seen so far, not yet applied; nil
     /// when the attachment is not in the journal.
-    public func prepareRemove(_ attachment: SHA256Digest) -> JournalOperation? {
+    public func prepareRemove(_ attachment: AttachmentID) -> JournalOperation? {
         state.makeRemove(attachment, authority: authority)
     }
 
@@ -91,12 +92,13 @@ public struct JournalInstance: Sendable {
         return members.map { .send(to: $0, .operations([operation])) } + [.applied([operation])]
     }
 
-    public mutating func add(_ attachment: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8]) -> [Directive] {
-        publish(prepareAdd(attachment, size: size, chunkCount: chunkCount, metadata: metadata))
+    public mutating func add(_ id: AttachmentID, content: SHA256Digest, size: UInt64, chunkCount: Int,
+                             metadata: [UInt8]) -> [Directive] {
+        publish(prepareAdd(id, content: content, size: size, chunkCount: chunkCount, metadata: metadata))
     }
 
     /// Nil when the attachment is not in the journal.
-    public mutating func remove(_ attachment: SHA256Digest) -> [Directive]? {
+    public mutating func remove(_ attachment: AttachmentID) -> [Directive]? {
         prepareRemove(attachment).map { publish($0) }
     }
 

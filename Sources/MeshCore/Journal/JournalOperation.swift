@@ -19,16 +19,29 @@ public struct OperationID: Hashable, Comparable, Sendable, CustomStringConvertib
     }
 }
 
-/// One signed change to the journal: an add (with the attachment's size, chunk count and the
-/// metadata of this add) or a remove (naming the adds its author had seen). Anyone may forward
-/// an operation; only its author can have made it.
+/// One signed change to the journal: an add (with the attachment's id, its content's size, chunk
+/// count and the metadata of this add) or a remove (naming the adds its author had seen). Anyone
+/// may forward an operation; only its author can have made it.
+///
+/// Two formats (PROTOCOL.md §6): format 2 carries the attachment's own id; format 1, from before
+/// attachments had ids of their own, names only the content, and its id is derived from it
+/// (`AttachmentID(legacyContent:)`). Both are read, so a journal log and members of either time
+/// keep everything; each keeps its own encoding, which its signature and operation id cover.
 public struct JournalOperation: Sendable, Equatable {
     public enum Kind: UInt8, Sendable { case add = 1, remove = 2 }
     public static let maxMetadataBytes = 64 * 1024
     public static let maxObservedAdds = 1024
-    static let domain = Array("groupmesh journal op v1".utf8)
+    static let legacyDomain = Array("groupmesh journal op v1".utf8)
+    static let domain = Array("groupmesh journal op v2".utf8)
+    /// Format 2's kinds on the wire are format 1's plus this.
+    static let formatTwoKindOffset: UInt8 = 2
 
     public var kind: Kind
+    /// Format 1: no attachment id of its own.
+    public var isLegacy: Bool
+    /// The attachment this add makes, or this remove removes.
+    public var attachmentID: AttachmentID
+    /// The content's manifest digest (SHA-256).
     public var attachment: SHA256Digest
     public var author: PublicSigningKey
     /// Lamport clock: orders adds for "the latest add's metadata wins".
@@ -39,9 +52,13 @@ public struct JournalOperation: Sendable, Equatable {
     public var observedAdds: [OperationID]
     public var signature: [UInt8]
 
-    public init(kind: Kind, attachment: SHA256Digest, author: PublicSigningKey, clock: UInt64, size: UInt64 = 0,
-                chunkCount: UInt32 = 0, metadata: [UInt8] = [], observedAdds: [OperationID] = [], signature: [UInt8] = []) {
+    /// `attachmentID` nil: format 1, the id derived from the content.
+    public init(kind: Kind, attachmentID: AttachmentID?, attachment: SHA256Digest, author: PublicSigningKey,
+                clock: UInt64, size: UInt64 = 0, chunkCount: UInt32 = 0, metadata: [UInt8] = [],
+                observedAdds: [OperationID] = [], signature: [UInt8] = []) {
         self.kind = kind
+        isLegacy = attachmentID == nil
+        self.attachmentID = attachmentID ?? AttachmentID(legacyContent: attachment)
         self.attachment = attachment
         self.author = author
         self.clock = clock
@@ -56,7 +73,7 @@ public struct JournalOperation: Sendable, Equatable {
 
     public var signedBytes: [UInt8] {
         var buffer = ByteBuffer()
-        buffer.writeBytes(Self.domain)
+        buffer.writeBytes(isLegacy ? Self.legacyDomain : Self.domain)
         encodeUnsigned(into: &buffer)
         return Array(buffer.readableBytesView)
     }
@@ -80,7 +97,12 @@ public struct JournalOperation: Sendable, Equatable {
     }
 
     private func encodeUnsigned(into buffer: inout ByteBuffer) {
-        buffer.writeInteger(kind.rawValue)
+        if isLegacy {
+            buffer.writeInteger(kind.rawValue)
+        } else {
+            buffer.writeInteger(kind.rawValue + Self.formatTwoKindOffset)
+            attachmentID.encode(into: &buffer)
+        }
         buffer.writeBytes(attachment.bytes)
         buffer.writeBytes(author.bytes)
         buffer.writeInteger(clock)
@@ -101,8 +123,12 @@ extension JournalOperation: WireBody {
 
     public init(decoding buffer: inout ByteBuffer) throws(WireError) {
         let kindByte = try buffer.readWire(UInt8.self, "operation kind")
-        guard let kind = Kind(rawValue: kindByte) else { throw .invalidField(what: "operation kind") }
-        let attachment = try buffer.readDigest("attachment id")
+        let legacy = kindByte <= Self.formatTwoKindOffset
+        guard let kind = Kind(rawValue: legacy ? kindByte : kindByte &- Self.formatTwoKindOffset) else {
+            throw .invalidField(what: "operation kind")
+        }
+        let attachmentID = legacy ? nil : try AttachmentID(decoding: &buffer)
+        let attachment = try buffer.readDigest("attachment content")
         let authorBytes = try buffer.readWireBytes(32, "operation author")
         guard let author = try? PublicSigningKey(bytes: authorBytes) else { throw .invalidField(what: "operation author") }
         let clock = try buffer.readWire(UInt64.self, "operation clock")
@@ -116,7 +142,7 @@ extension JournalOperation: WireBody {
         var observed: [OperationID] = []
         for _ in 0..<observedCount { observed.append(try OperationID(decoding: &buffer)) }
         let signature = try buffer.readWireBytes(NodeIdentity.signatureByteCount, "operation signature")
-        self.init(kind: kind, attachment: attachment, author: author, clock: clock, size: size,
+        self.init(kind: kind, attachmentID: attachmentID, attachment: attachment, author: author, clock: clock, size: size,
                   chunkCount: chunkCount, metadata: metadata, observedAdds: observed, signature: signature)
     }
 }

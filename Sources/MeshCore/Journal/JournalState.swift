@@ -2,7 +2,9 @@ import MeshCrypto
 
 /// One attachment as the journal shows it.
 public struct AttachmentEntry: Sendable, Equatable {
-    public var id: SHA256Digest
+    public var id: AttachmentID
+    /// The content's manifest digest: chunks are stored, fetched and held by it.
+    public var content: SHA256Digest
     public var size: UInt64
     public var chunkCount: Int
     /// The metadata of the latest add still in force.
@@ -14,13 +16,20 @@ public struct AttachmentEntry: Sendable, Equatable {
 /// The set of attachments as an observed-remove set of signed operations: it converges on
 /// every member whatever order the operations arrive in. An attachment is present while some
 /// add of it is not covered by a remove that saw it; so a remove wins over the adds it has
-/// seen, and an add made after seeing a remove makes the attachment present again. Among the
-/// adds in force, the latest (by Lamport clock, then author) gives the metadata.
+/// seen. An add of format 2 has an attachment id of its own, so it is its attachment's only add;
+/// adds of format 1 of the same content share one (derived) id, and among them the latest (by
+/// Lamport clock, then author) gives the metadata, as before. A content is present while some
+/// attachment of it is.
 public struct JournalState: Sendable {
     private var operations: [OperationID: JournalOperation] = [:]
     /// Adds per attachment, and the adds some remove has covered.
-    private var adds: [SHA256Digest: Set<OperationID>] = [:]
+    private var adds: [AttachmentID: Set<OperationID>] = [:]
     private var removed: Set<OperationID> = []
+    /// The attachments of each content (present or not), and each attachment's content: the
+    /// content of an id is fixed by its first add seen (another claiming a different content
+    /// for the same id is refused).
+    private var attachmentsOfContent: [SHA256Digest: Set<AttachmentID>] = [:]
+    private var contentOf: [AttachmentID: SHA256Digest] = [:]
     public private(set) var clock: UInt64 = 0
 
     public init() {}
@@ -42,32 +51,57 @@ public struct JournalState: Sendable {
     public mutating func apply(_ operation: JournalOperation, authority: some RecordAuthority) -> Bool {
         let id = operation.id
         guard operations[id] == nil, operation.isValid(authority) else { return false }
+        if operation.kind == .add, let content = contentOf[operation.attachmentID], content != operation.attachment {
+            return false  // an id already naming other bytes: a forger's, or a collision
+        }
         operations[id] = operation
         clock = max(clock, operation.clock)
         switch operation.kind {
         case .add:
-            adds[operation.attachment, default: []].insert(id)
+            adds[operation.attachmentID, default: []].insert(id)
+            contentOf[operation.attachmentID] = operation.attachment
+            attachmentsOfContent[operation.attachment, default: []].insert(operation.attachmentID)
         case .remove:
             removed.formUnion(operation.observedAdds)
         }
         return true
     }
 
-    private func liveAdds(of attachment: SHA256Digest) -> [OperationID] {
+    private func liveAdds(of attachment: AttachmentID) -> [OperationID] {
         (adds[attachment] ?? []).subtracting(removed).sorted()
     }
 
     /// By ids alone: no operation is looked at, let alone hashed.
-    public func isPresent(_ attachment: SHA256Digest) -> Bool {
+    public func isPresent(_ attachment: AttachmentID) -> Bool {
         !(adds[attachment] ?? []).isSubset(of: removed)
     }
 
-    /// The ids of the attachments present, sorted: what replication walks, cheaply.
-    public var presentIDs: [SHA256Digest] {
+    /// Whether some present attachment has this content (its chunks are wanted).
+    public func hasContent(_ content: SHA256Digest) -> Bool {
+        attachmentsOfContent[content]?.contains(where: isPresent) ?? false
+    }
+
+    /// The ids of the attachments present, sorted.
+    public var presentIDs: [AttachmentID] {
         adds.keys.sorted().filter(isPresent)
     }
 
-    public func entry(_ attachment: SHA256Digest) -> AttachmentEntry? {
+    /// The contents of the present attachments, sorted, each once: what replication walks.
+    public var presentContents: [SHA256Digest] {
+        attachmentsOfContent.keys.sorted().filter(hasContent)
+    }
+
+    /// The present attachments of a content.
+    public func attachments(withContent content: SHA256Digest) -> [AttachmentEntry] {
+        (attachmentsOfContent[content] ?? []).sorted().compactMap(entry)
+    }
+
+    /// A present attachment of the content (they all give the same size and chunk count).
+    public func entry(content: SHA256Digest) -> AttachmentEntry? {
+        (attachmentsOfContent[content] ?? []).sorted().lazy.compactMap(entry).first
+    }
+
+    public func entry(_ attachment: AttachmentID) -> AttachmentEntry? {
         // The order's keys once per add (the author's id is a hash of its key).
         let candidates = liveAdds(of: attachment).compactMap { id in
             operations[id].map { operation in (operation: operation, author: operation.authorID, id: id) }
@@ -75,7 +109,7 @@ public struct JournalState: Sendable {
         guard let latest = candidates.max(by: { ($0.operation.clock, $0.author, $0.id) < ($1.operation.clock, $1.author, $1.id) })
         else { return nil }
         let operation = latest.operation
-        return AttachmentEntry(id: attachment, size: operation.size, chunkCount: Int(operation.chunkCount),
+        return AttachmentEntry(id: attachment, content: operation.attachment, size: operation.size, chunkCount: Int(operation.chunkCount),
                                metadata: operation.metadata, addedBy: latest.author, clock: operation.clock)
     }
 
@@ -88,18 +122,19 @@ public struct JournalState: Sendable {
     /// `UInt64.max`, and `clock + 1` would then trap on every later add or remove.
     private var nextClock: UInt64 { clock == .max ? .max : clock + 1 }
 
-    /// An add by this node, signed, not yet applied.
-    public func makeAdd(_ attachment: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8],
+    /// An add by this node of `content` as the new attachment `id`, signed, not yet applied.
+    public func makeAdd(_ id: AttachmentID, content: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8],
                         authority: some RecordAuthority) -> JournalOperation {
-        JournalOperation(kind: .add, attachment: attachment, author: authority.signingKey, clock: nextClock,
+        JournalOperation(kind: .add, attachmentID: id, attachment: content, author: authority.signingKey, clock: nextClock,
                          size: size, chunkCount: UInt32(chunkCount), metadata: metadata).signed(by: authority)
     }
 
     /// A remove by this node covering every add of the attachment it has seen; nil if absent.
-    public func makeRemove(_ attachment: SHA256Digest, authority: some RecordAuthority) -> JournalOperation? {
+    public func makeRemove(_ attachment: AttachmentID, authority: some RecordAuthority) -> JournalOperation? {
         let live = liveAdds(of: attachment)
-        guard !live.isEmpty else { return nil }
-        return JournalOperation(kind: .remove, attachment: attachment, author: authority.signingKey, clock: nextClock,
+        guard !live.isEmpty, let content = contentOf[attachment] else { return nil }
+        return JournalOperation(kind: .remove, attachmentID: attachment, attachment: content, author: authority.signingKey,
+                                clock: nextClock,
                                 observedAdds: Array(live.prefix(JournalOperation.maxObservedAdds))).signed(by: authority)
     }
 

@@ -15,7 +15,7 @@ public enum NodeCommand: Sendable {
     case send(MessageEnvelope, to: [NodeID]?, mode: DeliveryInstance.Mode, timeout: Duration?)
     /// A new attachment: ingested by the store, then recorded in the journal log, then published.
     case add(AttachmentSource, metadata: [UInt8])
-    case remove(SHA256Digest)
+    case remove(AttachmentID)
     /// The attachment's bytes, fetched first if they are not all here.
     case load(SHA256Digest, into: ExportDestination)
     /// A new key epoch without the member (Docs/SECURITY.md §Key epochs).
@@ -46,7 +46,7 @@ public enum NodeResult: Sendable, Equatable {
     /// Delivered to every target (reliable), or sent to every one (unreliable).
     case sent(recipients: Int)
     case added(AttachmentEntry)
-    case removed(SHA256Digest)
+    case removed(AttachmentID)
     /// The bytes, when loaded into memory.
     case loaded(Manifest, bytes: [UInt8]?)
     case memberRemoved(NodeID, handedTo: Int)
@@ -62,7 +62,9 @@ public enum NodeError: Error, Sendable, Equatable {
     /// The targets that did not acknowledge, by member id, and why.
     case notDelivered([NodeID: DeliveryInstance.Failure])
     case metadataTooLarge(size: Int, limit: Int)
+    /// No present attachment has this content.
     case unknownAttachment(SHA256Digest)
+    case unknownAttachmentID(AttachmentID)
     /// No reachable member held the manifest within the unavailable timeout.
     case manifestUnavailable(SHA256Digest)
     /// No reachable member held `missing` of the `total` chunks within the unavailable timeout.

@@ -41,7 +41,7 @@ extension NodeInstance {
     /// paused after a chunk could not be stored.
     mutating func replicate(now: MeshInstant) {
         guard !settings.lazy, !isReplicationPaused(now: now) else { return }
-        for id in journal.state.presentIDs where !complete.contains(id) && fetchRetries[id].map({ now >= $0.at }) != false {
+        for id in journal.state.presentContents where !complete.contains(id) && fetchRetries[id].map({ now >= $0.at }) != false {
             startFetch(id, now: now)
         }
     }
@@ -51,7 +51,7 @@ extension NodeInstance {
     }
 
     mutating func startFetch(_ id: SHA256Digest, now: MeshInstant) {
-        guard fetches[id] == nil, phase.isActive, journal.state.isPresent(id) else { return }
+        guard fetches[id] == nil, phase.isActive, journal.state.hasContent(id) else { return }
         if let manifest = manifests[id] {
             fetches[id] = Fetch(stage: .inspecting, startedAt: now, lastProgress: now)
             store(.inspect(manifest), .inspect(id))
@@ -66,7 +66,7 @@ extension NodeInstance {
     /// A load: at once when the attachment is whole here, else once its fetch ends (started now,
     /// even when lazy or paused: someone is waiting).
     mutating func load(_ id: SHA256Digest, into destination: ExportDestination, request: RequestID, now: MeshInstant) {
-        guard journal.state.isPresent(id) else { return complete(request, .failure(.unknownAttachment(id))) }
+        guard journal.state.hasContent(id) else { return complete(request, .failure(.unknownAttachment(id))) }
         if complete.contains(id), let manifest = manifests[id] {
             return store(.export(manifest, to: destination), .export(request, manifest))
         }
@@ -132,7 +132,7 @@ extension NodeInstance {
         let id = manifest.id
         guard case .storingManifest = fetches[id]?.stage else {
             // The fetch ended meanwhile; a stored manifest stays known, so a remove collects it.
-            if case .success(.written(stored: true)) = result, journal.state.isPresent(id), manifests[id] == nil {
+            if case .success(.written(stored: true)) = result, journal.state.hasContent(id), manifests[id] == nil {
                 manifests[id] = manifest
             }
             return
@@ -390,7 +390,7 @@ extension NodeInstance {
         // Only while replication would act on them (a lazy or paused node does not).
         if !settings.lazy, replicationPausedUntil == nil {
             for (id, retry) in fetchRetries
-            where fetches[id] == nil && !complete.contains(id) && journal.state.isPresent(id) {
+            where fetches[id] == nil && !complete.contains(id) && journal.state.hasContent(id) {
                 consider(retry.at)
             }
         }

@@ -28,13 +28,13 @@ extension NodeInstance {
             releaseFailedAdd(manifest)
             return complete(request, .failure(.stopped))
         }
-        let operation = journal.prepareAdd(manifest.id, size: manifest.size, chunkCount: manifest.chunks.count,
-                                           metadata: metadata)
+        let operation = journal.prepareAdd(AttachmentID.random(using: &random), content: manifest.id, size: manifest.size,
+                                           chunkCount: manifest.chunks.count, metadata: metadata)
         store(.appendJournal([operation]), .appendLocal(request, operation, .add(manifest)))
     }
 
-    mutating func beginRemove(_ id: SHA256Digest, request: RequestID) {
-        guard let operation = journal.prepareRemove(id) else { return complete(request, .failure(.unknownAttachment(id))) }
+    mutating func beginRemove(_ id: AttachmentID, request: RequestID) {
+        guard let operation = journal.prepareRemove(id) else { return complete(request, .failure(.unknownAttachmentID(id))) }
         store(.appendJournal([operation]), .appendLocal(request, operation, .remove))
     }
 
@@ -57,15 +57,14 @@ extension NodeInstance {
         switch change {
         case let .add(manifest):
             store(.unpin(manifest, collectKeeping: nil), .housekeeping)
-            if let entry = journal.state.entry(manifest.id) {
+            if let entry = journal.state.entry(operation.attachmentID) {
                 complete(request, .success(.added(entry)))
             } else {
-                // Removed by another member's remove that this add had not seen: an empty add is
-                // still an add, and it is in the log; report what it was.
-                complete(request, .failure(.unknownAttachment(manifest.id)))
+                // Cannot be removed before anyone saw its id; kept for safety.
+                complete(request, .failure(.unknownAttachmentID(operation.attachmentID)))
             }
         case .remove:
-            complete(request, .success(.removed(operation.attachment)))
+            complete(request, .success(.removed(operation.attachmentID)))
         }
     }
 
@@ -75,11 +74,11 @@ extension NodeInstance {
     /// stored under, so that the remove that comes one day collects them.
     private mutating func releaseFailedAdd(_ manifest: Manifest) {
         let id = manifest.id
-        guard !complete.contains(id), !journal.state.isPresent(id) else {
+        guard !complete.contains(id), !journal.state.hasContent(id) else {
             if manifests[id] == nil { manifests[id] = manifest }
             return store(.unpin(manifest, collectKeeping: nil), .housekeeping)
         }
-        store(.unpin(manifest, collectKeeping: journal.state.presentIDs.compactMap { manifests[$0] }), .housekeeping)
+        store(.unpin(manifest, collectKeeping: journal.state.presentContents.compactMap { manifests[$0] }), .housekeeping)
     }
 
     // MARK: journal messages
@@ -166,7 +165,9 @@ extension NodeInstance {
     /// After new operations: tell subscribers, drop what was removed, fetch what was added.
     private mutating func journalChanged(_ operations: [JournalOperation], now: MeshInstant) {
         emit(.attachmentsChanged)
-        for operation in operations where operation.kind == .remove && !journal.state.isPresent(operation.attachment) {
+        // A content goes once no present attachment has it (the same bytes added twice stay
+        // while either attachment does).
+        for operation in operations where operation.kind == .remove && !journal.state.hasContent(operation.attachment) {
             let id = operation.attachment
             // Collected after whatever the store was already asked to write for it (requests run
             // in order), the manifest of a fetch too.
@@ -181,7 +182,7 @@ extension NodeInstance {
             recentChunks.removeAll()
             manifests[id] = nil
             if let removed {
-                let kept = journal.state.attachments.compactMap { manifests[$0.id] }
+                let kept = journal.state.presentContents.compactMap { manifests[$0] }
                 store(.collect(removed, keeping: kept), .housekeeping)
             }
         }
@@ -194,13 +195,17 @@ extension NodeInstance {
     /// The attachment set, as every member converges to it.
     public var attachments: [AttachmentEntry] { journal.state.attachments }
 
-    /// An attachment named by its id or a unique prefix of it (4 characters at least).
+    /// An attachment named by its id or its content's hash, or a unique prefix of either (4
+    /// characters at least). A content hash names an attachment only while one attachment has it.
     public func resolveAttachment(_ text: String) -> Result<AttachmentEntry, AttachmentLookupError> {
         let lowered = text.lowercased()
         let entries = attachments
         if let exact = entries.first(where: { $0.id.hex == lowered }) { return .success(exact) }
+        let sameContent = entries.filter { $0.content.hex == lowered }
+        if sameContent.count == 1 { return .success(sameContent[0]) }
+        if sameContent.count > 1 { return .failure(.ambiguous(text)) }
         guard lowered.count >= 4 else { return .failure(.tooShort(text)) }
-        let matches = entries.filter { $0.id.hex.hasPrefix(lowered) }
+        let matches = entries.filter { $0.id.hex.hasPrefix(lowered) || $0.content.hex.hasPrefix(lowered) }
         if matches.count > 1 { return .failure(.ambiguous(text)) }
         return matches.first.map { .success($0) } ?? .failure(.unknown(text))
     }
@@ -214,8 +219,8 @@ extension NodeInstance {
     /// Chunks of an attachment held here: all when whole, what a fetch has so far, else what the
     /// last look at the store found.
     public func chunksHeld(of entry: AttachmentEntry) -> Int {
-        if complete.contains(entry.id) { return entry.chunkCount }
-        return fetches[entry.id]?.held ?? knownHeld[entry.id] ?? 0
+        if complete.contains(entry.content) { return entry.chunkCount }
+        return fetches[entry.content]?.held ?? knownHeld[entry.content] ?? 0
     }
 }
 

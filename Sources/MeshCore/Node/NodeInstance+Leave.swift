@@ -22,7 +22,7 @@ package struct LeaveHandover: Sendable {
 /// How far a leave's handover is, for `status` and `leave`.
 public struct LeaveProgress: Sendable, Equatable {
     /// Attachments only this node holds whole, still.
-    public var attachments: [SHA256Digest]
+    public var attachments: [AttachmentID]
     public var bytes: UInt64
     /// Members asked to take them.
     public var askedMembers: [NodeID]
@@ -32,12 +32,12 @@ public struct LeaveProgress: Sendable, Equatable {
 /// What a leave did: which attachments other members took first, and which no member that
 /// stays holds whole (they are unavailable until a holder comes back).
 public struct LeaveReport: Sendable, Equatable {
-    public var handedOver: [SHA256Digest]
-    public var unavailable: [SHA256Digest]
+    public var handedOver: [AttachmentID]
+    public var unavailable: [AttachmentID]
     /// No other member was alive: nothing could be handed over.
     public var alone: Bool
 
-    public init(handedOver: [SHA256Digest] = [], unavailable: [SHA256Digest] = [], alone: Bool = false) {
+    public init(handedOver: [AttachmentID] = [], unavailable: [AttachmentID] = [], alone: Bool = false) {
         self.handedOver = handedOver
         self.unavailable = unavailable
         self.alone = alone
@@ -59,7 +59,7 @@ extension NodeInstance {
             handover = LeaveHandover(requests: [request], startedAt: now, deadline: now, atStart: Set(atRisk))
             return depart(now: now)
         }
-        let bytes = atRisk.reduce(UInt64(0)) { $0 + (journal.state.entry($1)?.size ?? 0) }
+        let bytes = atRisk.reduce(UInt64(0)) { $0 + (journal.state.entry(content: $1)?.size ?? 0) }
         let seconds = Double(bytes) / Double(max(1, settings.leaveHandoverBytesPerSecond))
         let bound = settings.leaveHandoverBase + .milliseconds(Int64(min(seconds, 86_400) * 1000))
         handover = LeaveHandover(requests: [request], startedAt: now, deadline: now + bound, atStart: Set(atRisk))
@@ -101,12 +101,12 @@ extension NodeInstance {
         handover = nil
         let unavailable = soleHeldAttachments()
         let alone = aliveMemberIDs.isEmpty
-        let report = LeaveReport(handedOver: state.atStart.subtracting(unavailable).filter(journal.state.isPresent).sorted(),
-                                 unavailable: unavailable, alone: alone)
+        let report = LeaveReport(handedOver: attachmentIDs(of: state.atStart.subtracting(unavailable)),
+                                 unavailable: attachmentIDs(of: unavailable), alone: alone)
         if !unavailable.isEmpty {
             log(.warning, alone ? "leaving with no other member alive: attachments only this node held are unavailable"
                                 : "leaving before other members held every attachment: some are unavailable",
-                ["attachments": unavailable.map { String($0.hex.prefix(16)) }.joined(separator: ",")])
+                ["attachments": report.unavailable.map(\.hex).joined(separator: ",")])
         }
         let departure = membership.leave(now: now)
         apply(departure, now: now)
@@ -117,7 +117,7 @@ extension NodeInstance {
     /// A member leaving asks us to hold these whole before it goes: fetched even when lazy,
     /// and at once (an earlier failure's wait does not apply).
     mutating func replicateRequested(_ ids: [SHA256Digest], by peer: NodeID, now: MeshInstant) {
-        for id in Set(ids).sorted() where journal.state.isPresent(id) && !complete.contains(id) {
+        for id in Set(ids).sorted() where journal.state.hasContent(id) && !complete.contains(id) {
             fetchRetries[id] = nil
             startFetch(id, now: now)
         }
@@ -127,9 +127,14 @@ extension NodeInstance {
     /// (a suspect one may be dead: it does not count).
     func soleHeldAttachments() -> [SHA256Digest] {
         let alive = Set(aliveMemberIDs)
-        return journal.state.presentIDs.filter { id in
+        return journal.state.presentContents.filter { id in
             complete.contains(id) && !journal.holders(of: id).contains(where: alive.contains)
         }.sorted()
+    }
+
+    /// The present attachments of these contents.
+    func attachmentIDs(of contents: some Collection<SHA256Digest>) -> [AttachmentID] {
+        contents.flatMap { journal.state.attachments(withContent: $0).map(\.id) }.sorted()
     }
 
     /// Members other than this node whose status is alive.
@@ -141,9 +146,9 @@ extension NodeInstance {
     public func leaveProgress(now: MeshInstant) -> LeaveProgress? {
         guard let state = handover else { return nil }
         let atRisk = soleHeldAttachments()
-        let bytes = atRisk.reduce(UInt64(0)) { $0 + (journal.state.entry($1)?.size ?? 0) }
+        let bytes = atRisk.reduce(UInt64(0)) { $0 + (journal.state.entry(content: $1)?.size ?? 0) }
         let asked = Set(atRisk.compactMap { state.asked[$0]?.member }).sorted()
-        return LeaveProgress(attachments: atRisk, bytes: bytes, askedMembers: asked,
+        return LeaveProgress(attachments: attachmentIDs(of: atRisk), bytes: bytes, askedMembers: asked,
                              remaining: now < state.deadline ? state.deadline - now : .zero)
     }
 
@@ -159,10 +164,10 @@ extension NodeInstance {
     /// How available an attachment is, as this node knows: who holds it whole, and whether the
     /// rest of the session could still load it (PROTOCOL.md §6).
     public func availability(of entry: AttachmentEntry) -> AttachmentAvailability {
-        let wholeHolders = holders(of: entry.id)
+        let wholeHolders = holders(of: entry.content)
         if !wholeHolders.isEmpty { return AttachmentAvailability(holders: wholeHolders, state: .available) }
         let live = Set(activeMemberIDs)
-        let partial = chunksHeld(of: entry) > 0 || transfer.peersWithChunks(of: entry.id).contains(where: live.contains)
+        let partial = chunksHeld(of: entry) > 0 || transfer.peersWithChunks(of: entry.content).contains(where: live.contains)
         return AttachmentAvailability(holders: [], state: partial ? .partial : .unavailable)
     }
 }

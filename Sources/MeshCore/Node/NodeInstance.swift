@@ -211,7 +211,7 @@ public struct NodeInstance: Sendable {
         self.random = random
         // Only what the journal holds now: a manifest left over from a removed attachment is not ours.
         let state = journal.state
-        let present = restored.manifests.filter { state.isPresent($0.id) }
+        let present = restored.manifests.filter { state.hasContent($0.id) }
         complete = restored.complete.intersection(present.map(\.id))
         knownHeld = restored.held
         manifests = Dictionary(present.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
@@ -229,7 +229,7 @@ public struct NodeInstance: Sendable {
     public mutating func start(seeds: [PeerAddress], now: MeshInstant) {
         // First of all requests: nothing is being ingested or fetched yet.
         if collectsAtStart {
-            store(.collectUnreferenced(keeping: journal.state.presentIDs.compactMap { manifests[$0] }), .startupCollection)
+            store(.collectUnreferenced(keeping: journal.state.presentContents.compactMap { manifests[$0] }), .startupCollection)
         }
         let own = Set(membership.me.addresses + (localAddress.map { [$0] } ?? []))
         let all = Set(seeds + remembered.addresses).subtracting(own).sorted()
