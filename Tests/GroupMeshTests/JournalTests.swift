@@ -57,7 +57,8 @@ struct JournalTests {
         defer { Task { await MessengerTests.tearDown(sessions) } }
         let journals = sessions.map(Journal.init)
         let attachment = try await journals[0].add(Data(repeating: 7, count: 600_000))
-        #expect(attachment.state == .available && attachment.holders == [await sessions[0].localParticipant])
+        let uploader = await sessions[0].localParticipant
+        #expect(attachment.state == .available && attachment.holders == [uploader])
         let held = try await journals[0].waitForHolders(of: attachment, atLeast: 2)
         var everyone: Set<Participant> = []
         for session in sessions { everyone.insert(await session.localParticipant) }

@@ -267,4 +267,32 @@ extension WholeNodeSimulationTests {
         let served = mesh.node(victim).core.counters.chunksServed
         #expect(served > 0, "\(SimulationSeeds.replay(seed)): the flood was not served at all")
     }
+
+    @Test("two members add an attachment and leave a moment later, under 10% loss: nothing is stranded",
+          arguments: adversitySeeds)
+    func uploadersLeaveAtOnce(seed: UInt64) {
+        var leavers: [SimNode] = []
+        let mesh = Self.run(seed: seed) { mesh, random in
+            mesh.simulator.at(.zero + .seconds(1), "loss") { simulator in
+                simulator.defaultLink = LinkConditions(delay: .milliseconds(3), jitter: .milliseconds(2), lossProbability: 0.1)
+            }
+            // After the late joiners are in (they join through a founder by 18 s).
+            for (index, at) in [(3, 20_000), (4, 22_000)] {
+                let node = mesh.node(SimAddress(index))
+                let time = MeshInstant.zero + .milliseconds(at + Int(random.next() % 500))
+                let bytes = (0..<(20_000 + Int(random.next() % 30_000))).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+                node.cancelPlans(from: time)
+                node.plan(at: time) { $0.attach(bytes) }
+                node.plan(at: time + .milliseconds(1)) { $0.leave() }
+                leavers.append(node)
+            }
+        }
+        Self.expectInvariants(mesh, seed)
+        let replay = SimulationSeeds.replay(seed)
+        for leaver in leavers {
+            #expect(leaver.core.phase == .stopped, "\(replay): \(leaver.address) never left")
+            #expect(leaver.leaveReports.first?.unavailable == [], "\(replay): \(leaver.address) stranded attachments")
+        }
+    }
 }
+
