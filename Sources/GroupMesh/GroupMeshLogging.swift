@@ -9,20 +9,18 @@ public typealias GroupMeshLogLevel = Logger.Level
 public enum GroupMeshLogging {
     /// A logger writing to standard error at `level` and above.
     public static func standardError(label: String = "groupmesh", level: GroupMeshLogLevel = .info) -> Logger {
-        Logger(label: label) { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        Logger(label: label) { handler(label: $0, level: level) }
     }
 
     /// Makes every `Logger` of the process write to standard error at `level` and above.
     /// swift-log allows this once per process.
     public static func bootstrapStandardError(level: GroupMeshLogLevel = .info) {
-        LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = level
-            return handler
-        }
+        LoggingSystem.bootstrap { handler(label: $0, level: level) }
+    }
+
+    private static func handler(label: String, level: GroupMeshLogLevel) -> any LogHandler {
+        var handler = StreamLogHandler.standardError(label: label)
+        handler.logLevel = level
+        return handler
     }
 }

@@ -160,6 +160,10 @@ enum StatusTable {
             }
             lines += table(header: ["ATTACHMENT", "CONTENT", "SIZE", "CHUNKS", "HOLDERS", "STATE"], rows: rows, width: width)
         }
+        if let leaving = report.leaving {
+            lines.append("")
+            lines.append("leaving: waiting for \(leaving.askedMembers.count) member(s) to take \(leaving.attachments.count) attachment(s) only this node holds; leaving anyway in \(Int(leaving.secondsLeft.rounded(.up))) s")
+        }
         let c = report.counters
         let dropped = c.dropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
         lines.append("")
