@@ -148,6 +148,8 @@ extension GroupMeshError {
         case let .epochNotStored(failure): self = .epochNotStored(reason: failure.description)
         case .removalInProgress: self = .removalInProgress
         case let .sessionEnded(by): self = .sessionEnded(by: names(by))
+        case let .notReachable(id): self = .control("\(names(id)) is not reachable (dead, left, or never met); see groupmesh status")
+        case let .pingTimedOut(id): self = .control("no answer from \(names(id)) within 2 s")
         }
     }
 }

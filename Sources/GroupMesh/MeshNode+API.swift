@@ -142,6 +142,18 @@ extension MeshNode {
         }
     }
 
+    /// One round trip to a member: its time (nil: no answer in time), and the address it went to.
+    package func ping(_ text: String) async throws(GroupMeshError) -> (member: NodeID, rtt: Duration?, address: String) {
+        let member: NodeID
+        do { member = try resolveMember(text) } catch { throw .control(error.description) }
+        switch await perform(.ping(member)) {
+        case let .success(.pong(rtt, address)): return (member, rtt, address.description)
+        case .failure(.pingTimedOut): return (member, nil, core.membership.member(member)?.address?.description ?? "")
+        case let .failure(error): throw GroupMeshError(error, names: { core.displayName(of: $0) })
+        case .success: throw .notRunning
+        }
+    }
+
     // MARK: status
 
     package func status() -> StatusReport {

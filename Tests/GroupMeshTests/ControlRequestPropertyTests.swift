@@ -17,7 +17,7 @@ import Testing
     static func request(using rng: inout SplitMix64) -> ControlRequest {
         let path = "/tmp/x \u{1F600}\"\\"
         let id = String(rng.next(), radix: 16)
-        switch rng.next() % 11 {
+        switch rng.next() % 12 {
         case 0: return .status
         case 1: return .invite
         case 2: return .leave(now: rng.next() % 2 == 0)
@@ -29,6 +29,7 @@ import Testing
         case 7: return .get(attachment: id, path: path, mode: rng.next() % 2 == 0 ? nil : UInt32(rng.next() % 0o1000))
         case 8: return .remove(attachment: id)
         case 9: return .end
+        case 10: return .ping(id)
         default: return .removeMember(id)
         }
     }

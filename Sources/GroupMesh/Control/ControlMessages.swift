@@ -12,6 +12,8 @@ public enum ControlRequest: Sendable, Equatable {
     case leave(now: Bool = false)
     /// End the session for every member; answered `{"ok": true}` once they were told.
     case end
+    /// One round trip to a member (id, unique id prefix or name).
+    case ping(String)
     /// A message to the members named (by id, unique id prefix or name; none: every member).
     case send(body: [UInt8], to: [String], unreliable: Bool)
     case listen
@@ -34,7 +36,7 @@ extension ControlRequest {
 
 extension ControlRequest: Codable {
     private enum Command: String, Codable {
-        case status, invite, leave, send, listen, end
+        case status, invite, leave, send, listen, end, ping
         case attach, attachments, get, remove
         case removeMember = "remove-member"
     }
@@ -72,6 +74,8 @@ extension ControlRequest: Codable {
             self = .remove(attachment: try container.decode(String.self, forKey: .id))
         case .removeMember:
             self = .removeMember(try container.decode(String.self, forKey: .id))
+        case .ping:
+            self = .ping(try container.decode(String.self, forKey: .id))
         }
     }
 
@@ -106,6 +110,9 @@ extension ControlRequest: Codable {
         case let .removeMember(member):
             try container.encode(Command.removeMember, forKey: .command)
             try container.encode(member, forKey: .id)
+        case let .ping(member):
+            try container.encode(Command.ping, forKey: .command)
+            try container.encode(member, forKey: .id)
         }
     }
 }
@@ -130,6 +137,8 @@ public enum ControlResponse: Sendable, Equatable {
     case attachments([StatusReport.AttachmentInfo])
     /// `get`: how far the fetch is, every 250 ms before the final answer.
     case progress(TransferProgress)
+    /// `ping`: the round trip.
+    case pong(PongInfo)
     /// `leave`: the handover under way (at once, then every 500 ms while it lasts).
     case leaving(StatusReport.LeavingInfo)
     /// `leave`: the departure is out; what was handed over and what became unavailable.
@@ -142,7 +151,7 @@ public enum ControlResponse: Sendable, Equatable {
 extension ControlResponse: Codable {
     private enum CodingKeys: String, CodingKey {
         case ok, error, status, invite, delivered, subscribed, message, dropped, attachment, attachments, progress, member, session
-        case leaving, left
+        case leaving, left, pong
     }
 
     public init(from decoder: any Decoder) throws {
@@ -165,6 +174,8 @@ extension ControlResponse: Codable {
             self = .progress(progress)
         } else if let attachments = try container.decodeIfPresent([StatusReport.AttachmentInfo].self, forKey: .attachments) {
             self = .attachments(attachments)
+        } else if let pong = try container.decodeIfPresent(PongInfo.self, forKey: .pong) {
+            self = .pong(pong)
         } else if let leaving = try container.decodeIfPresent(StatusReport.LeavingInfo.self, forKey: .leaving) {
             self = .leaving(leaving)
         } else if let left = try container.decodeIfPresent(LeaveSummary.self, forKey: .left) {
@@ -199,6 +210,7 @@ extension ControlResponse: Codable {
         case let .attachment(id): try container.encode(id, forKey: .attachment)
         case let .attachments(list): try container.encode(list, forKey: .attachments)
         case let .progress(progress): try container.encode(progress, forKey: .progress)
+        case let .pong(info): try container.encode(info, forKey: .pong)
         case let .leaving(info): try container.encode(info, forKey: .leaving)
         case let .left(info): try container.encode(info, forKey: .left)
         case let .memberRemoved(member, session, delivered):
@@ -218,6 +230,15 @@ public struct ReceivedMessageInfo: Codable, Sendable, Equatable {
     /// The body when it is valid UTF-8, else nil and `base64` is set.
     public var text: String?
     public var base64: String?
+}
+
+/// One round trip of `ping`: to whom, over which address, how long.
+public struct PongInfo: Codable, Sendable, Equatable {
+    public var member: String
+    public var name: String
+    public var address: String
+    /// Nil: no answer within 2 s.
+    public var rttMs: Double?
 }
 
 /// What a leave did (`LeaveReport`): attachments other members took first, and those no

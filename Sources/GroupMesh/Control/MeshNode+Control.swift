@@ -27,6 +27,13 @@ extension MeshNode {
             controlLeave(waitingForReplication: !now, responder: responder)
         case .end:
             controlEnd(responder: responder)
+        case let .ping(text):
+            answer(responder) { node throws(GroupMeshError) in
+                let (member, rtt, address) = try await node.ping(text)
+                let name = await node.core.membership.member(member)?.record.name ?? ""
+                return .pong(PongInfo(member: member.hex, name: name, address: address,
+                                      rttMs: rtt.map { (Double($0.nanosecondsClamped) / 1e3).rounded() / 1e3 }))
+            }
         case let .send(body, to, unreliable):
             controlSend(body, to: to, mode: unreliable ? .unreliable : .reliable, responder: responder)
         case .listen:

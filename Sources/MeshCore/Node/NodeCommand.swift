@@ -26,6 +26,8 @@ public enum NodeCommand: Sendable {
     /// End the session for every member (`SessionEnd`): it is passed to every live member,
     /// then this node leaves; the driver calls `stop`.
     case end
+    /// One round trip to a member over its path (`pong`, or `pingTimedOut`).
+    case ping(NodeID)
 }
 
 public enum AttachmentSource: Sendable, Equatable {
@@ -52,6 +54,7 @@ public enum NodeResult: Sendable, Equatable {
     case memberRemoved(NodeID, handedTo: Int)
     case left(LeaveReport)
     case ended
+    case pong(rtt: Duration, address: PeerAddress)
 }
 
 /// Why a command failed; each case carries what a person needs to read it.
@@ -80,4 +83,7 @@ public enum NodeError: Error, Sendable, Equatable {
     case removalInProgress
     /// The session was ended (by this member or `by` another): nothing more is done.
     case sessionEnded(by: NodeID)
+    /// The member has no known address (dead, left, or never met).
+    case notReachable(NodeID)
+    case pingTimedOut(NodeID)
 }

@@ -135,6 +135,8 @@ public struct NodeInstance: Sendable {
 
     // Messenger (NodeInstance+Messenger): application sends waiting for their acknowledgements.
     var pendingSends: [UInt64: (request: RequestID, recipients: Int)] = [:]
+    /// `ping` commands waiting for their `pong`, by token (NodeInstance+Ping).
+    var pendingPings: [UInt64: (request: RequestID, member: NodeID, address: PeerAddress, sentAt: MeshInstant)] = [:]
 
     // Journal and attachments (NodeInstance+Journal, +Fetch).
     package internal(set) var manifests: [SHA256Digest: Manifest] = [:] {
@@ -284,6 +286,7 @@ public struct NodeInstance: Sendable {
             let directives = delivery.onFrames(datagram.frames, from: sender, now: now, deferAcks: true)
             apply(directives, now: now)
             receiveTransfer(datagram.frames, from: sender, now: now)
+            receivePings(datagram.frames, from: sender, now: now)
         }
     }
 
@@ -308,6 +311,7 @@ public struct NodeInstance: Sendable {
         retryJournalBacklog(now: now)
         advanceHandover(now: now)
         endingTick(now: now)
+        pingTick(now: now)
         if rememberedDirty { saveRemembered() }
     }
 
@@ -326,6 +330,7 @@ public struct NodeInstance: Sendable {
         consider(journalBacklogRetryAt)
         consider(handoverDeadline)
         consider(ending?.until)
+        consider(pingDeadline)
         return deadline
     }
 
@@ -356,6 +361,8 @@ public struct NodeInstance: Sendable {
             leave(waitingForReplication: waitingForReplication, request: request, now: now)
         case .end:
             end(request: request, now: now)
+        case let .ping(member):
+            ping(member, request: request, now: now)
         }
     }
 
@@ -427,6 +434,8 @@ public struct NodeInstance: Sendable {
         for request in handover?.requests ?? [] { complete(request, .failure(.stopped)) }
         handover = nil
         for request in ending?.requests ?? [] { complete(request, .failure(.stopped)) }
+        for (_, pending) in pendingPings.sorted(by: { $0.key < $1.key }) { complete(pending.request, .failure(.stopped)) }
+        pendingPings = [:]
         ending = nil
     }
 

@@ -56,6 +56,8 @@ public struct NodeSettings: Sendable {
     public var leaveHandoverBytesPerSecond: UInt64 = 2 << 20
     /// A member asked to take an attachment that does not hold it whole after this: one more is asked.
     public var leaveHandoverReask: Duration = .seconds(10)
+    /// A `ping` unanswered this long fails.
+    public var pingTimeout: Duration = .seconds(2)
     /// How long an end waits for the members it tells to acknowledge it before leaving.
     public var endGrace: Duration = .seconds(3)
     /// After an epoch change: beacons in the epoch left, how many and how often (PROTOCOL.md §7).

@@ -1,0 +1,44 @@
+import MeshCrypto
+
+/// `groupmesh ping` (issue 21): a round trip over the path a member is reached by, sealed
+/// pairwise like everything else between the two (`ping` → `pong` with the same token), timed
+/// by the core's clock. Answering one costs a datagram; the member's datagrams are already
+/// rate-bounded by the codec's replay window and the flood rules.
+extension NodeInstance {
+    mutating func ping(_ member: NodeID, request: RequestID, now: MeshInstant) {
+        guard member != localID, let address = peerAddresses[member] else {
+            return complete(request, .failure(.notReachable(member)))
+        }
+        let token = random.next()
+        pendingPings[token] = (request, member, address, now)
+        sendPairwise([.ping(Ping(token: token))], to: member)
+    }
+
+    /// Pairwise `ping` and `pong` frames of a member.
+    mutating func receivePings(_ frames: [Frame], from peer: NodeID, now: MeshInstant) {
+        for frame in frames {
+            switch frame {
+            case let .ping(ping):
+                sendPairwise([.pong(Pong(token: ping.token))], to: peer)
+            case let .pong(pong):
+                guard let pending = pendingPings[pong.token], pending.member == peer else { continue }
+                pendingPings[pong.token] = nil
+                complete(pending.request, .success(.pong(rtt: now - pending.sentAt, address: pending.address)))
+            default:
+                break
+            }
+        }
+    }
+
+    /// Pings unanswered after `pingTimeout` fail.
+    mutating func pingTick(now: MeshInstant) {
+        for (token, pending) in pendingPings.sorted(by: { $0.key < $1.key }) where now >= pending.sentAt + settings.pingTimeout {
+            pendingPings[token] = nil
+            complete(pending.request, .failure(.pingTimedOut(pending.member)))
+        }
+    }
+
+    var pingDeadline: MeshInstant? {
+        pendingPings.values.map { $0.sentAt + settings.pingTimeout }.min()
+    }
+}

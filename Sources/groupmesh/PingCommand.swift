@@ -1,0 +1,53 @@
+import ArgumentParser
+import Foundation
+import GroupMesh
+
+struct PingCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ping",
+        abstract: "Round trips to a member over the path in use, sealed as all its traffic.",
+        discussion: "Prints one line per answer (like `tailscale ping`), then a summary; exits 1 when none came back."
+    )
+
+    @OptionGroup var data: DataDirectoryOptions
+
+    @Argument(help: "The member: its name, id, or a unique prefix of its id.")
+    var member: String
+
+    @Option(name: .shortAndLong, help: "How many round trips (1–1000).")
+    var count = 4
+
+    @Option(help: "Seconds between them.")
+    var interval = 1.0
+
+    func validate() throws {
+        guard (1...1000).contains(count) else { throw ValidationError("--count must be 1 to 1000") }
+        guard interval >= 0.01, interval <= 60 else { throw ValidationError("--interval must be 0.01 to 60 seconds") }
+    }
+
+    func run() async throws {
+        let client = ControlClient(directory: data.directory)
+        var times: [Double] = []
+        for round in 0..<count {
+            if round > 0 { try await Task.sleep(for: .milliseconds(Int(interval * 1000))) }
+            let response: ControlResponse
+            do { response = try client.send(.ping(member)) } catch { throw fail(error) }
+            guard case let .pong(pong) = response else { throw fail("the node sent no answer") }
+            let who = TerminalText.escaped(pong.name.isEmpty ? String(pong.member.prefix(12)) : "\(pong.name) (\(pong.member.prefix(12)))")
+            if let rtt = pong.rttMs {
+                times.append(rtt)
+                emit("pong from \(who) via \(pong.address) in \(String(format: "%.3f", rtt)) ms")
+            } else {
+                emit("no answer from \(who) via \(pong.address) within 2 s")
+            }
+        }
+        let summary = "\(count) sent, \(times.count) answered"
+        if let minimum = times.min(), let maximum = times.max() {
+            let average = times.reduce(0, +) / Double(times.count)
+            emit(summary + String(format: ", rtt min/avg/max %.3f/%.3f/%.3f ms", minimum, average, maximum))
+        } else {
+            emit(summary)
+            throw ExitCode(1)
+        }
+    }
+}
