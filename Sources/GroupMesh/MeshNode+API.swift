@@ -171,6 +171,7 @@ extension MeshNode {
                                     rttMs: member.rtt.map { ($0.milliseconds * 1000).rounded() / 1000 })
         }
         let counters = core.counters
+        let handlerCounters = eventHandlers?.counters ?? .init()
         let counterInfo = StatusReport.Counters(
             datagramsSent: counters.datagramsSent, datagramsReceived: counters.datagramsReceived,
             bytesSent: counters.bytesSent, bytesReceived: counters.bytesReceived,
@@ -185,7 +186,9 @@ extension MeshNode {
             messagesDroppedForSlowReaders: messagesDroppedForSlowReaders,
             controlConnectionsClosed: controlConnections?.closedIdle ?? 0,
             controlConnectionsRefused: controlConnections?.refused ?? 0,
-            kernelReceiveDrops: KernelSocketDrops.read(localAddress: localAddress))
+            kernelReceiveDrops: KernelSocketDrops.read(localAddress: localAddress),
+            eventHandlersRun: handlerCounters.run, endsRefused: counters.endsRefused, eventHandlersFailed: handlerCounters.failed,
+            eventHandlersTimedOut: handlerCounters.timedOut, eventHandlersDropped: handlerCounters.dropped)
         return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
                             counters: counterInfo, leaving: leavingInfo())
     }

@@ -51,6 +51,11 @@ package actor MeshNode {
     var viewSubscribers = Subscribers<[Member]>()
     var messageSubscribers = Subscribers<NodeMessage>()
     var attachmentSubscribers = Subscribers<[Attachment]>()
+    /// What happened, numbered, the last 1,024 kept (`groupmesh events`).
+    var eventFeed = EventFeed()
+    /// `events` connections, handed each event as it happens.
+    var eventListeners: [ControlResponder] = []
+    let eventHandlers: EventHandlers?
     /// While leaving: the last datagram written, so the sockets close only after it went out.
     private var lastWrite: EventLoopFuture<Void>?
     private var trackLastWrite = false
@@ -142,6 +147,11 @@ package actor MeshNode {
                  channel: any Channel, address: PeerAddress, buffers: SocketBuffers, store: AttachmentStore,
                  slot: NodeSlot, eventLoop: any EventLoop, logger: Logger) {
         self.slot = slot
+        eventHandlers = configuration.eventHandlers.isEmpty ? nil
+            : EventHandlers(specs: configuration.eventHandlers, timeout: configuration.eventHandlerTimeout,
+                            environment: ["GROUPMESH_NODE_ID": identity.nodeID.hex,
+                                          "GROUPMESH_DATA_DIR": configuration.dataDirectory.path],
+                            logger: logger)
         let addresses = Self.inviteAddresses(configuration: configuration, bound: address)
         let boot = NodeInstance.Boot(identity: identity, ephemeral: .generate(), bootID: Self.newBootID(),
                                      name: configuration.name ?? "node-" + String(identity.nodeID.hex.prefix(6)),
@@ -177,6 +187,7 @@ package actor MeshNode {
         storage.start { [self] ticket, result in
             eventLoop.execute { self.assumeIsolated { $0.storageCompleted(ticket, result) } }
         }
+        eventFeed.start(session: core.session.sessionID, removed: Set(core.epochs.removed))
         core.start(seeds: (configuration.invite?.token.addresses ?? []) + configuration.join.map(\.peer), now: now)
         runEffects()
         logger.info("started", metadata: ["address": "\(localAddress)", "node": "\(nodeID)",
@@ -333,7 +344,13 @@ package actor MeshNode {
                     if !listeners.isEmpty { deliverToListeners(message) }
                 case .event(.attachmentsChanged):
                     attachmentsChanged = true
-                case .event(.memberChanged), .event(.memberForgotten), .event(.epochChanged):
+                case let .event(.memberChanged(member)):
+                    viewChanged = true
+                    publish(eventFeed.memberChanged(member, now: Date()))
+                case let .event(.epochChanged(session)):
+                    viewChanged = true
+                    publish(eventFeed.epochChanged(session, removed: Set(core.epochs.removed), members: core.members, time: Date()))
+                case .event(.memberForgotten):
                     viewChanged = true
                 case let .event(.identityConflict(twin, stopping)):
                     guard stopping else { break }
@@ -344,6 +361,8 @@ package actor MeshNode {
                 case let .event(.sessionEnded(by, name)):
                     invalidation = .ended(by: by == nodeID ? "this member" : Self.displayName(name, by))
                     viewChanged = true
+                    let address = core.membership.member(by)?.address?.description ?? ""
+                    publish(eventFeed.sessionEnded(by: .init(id: by.hex, name: name, address: address), now: Date()))
                 case let .event(.removedFromSession(by)):
                     invalidation = .removed(by: core.displayName(of: by))
                     Task { await self.stop() }
@@ -366,6 +385,12 @@ package actor MeshNode {
         }
         if viewChanged, !viewSubscribers.isEmpty { viewSubscribers.yield(core.members) }
         if attachmentsChanged, !attachmentSubscribers.isEmpty { attachmentSubscribers.yield(attachmentList()) }
+        if attachmentsChanged {
+            let list = core.attachments.map { entry in
+                (entry: entry, complete: core.complete.contains(entry.content), state: core.availability(of: entry).state)
+            }
+            publish(eventFeed.attachmentsChanged(list, now: Date()))
+        }
     }
 
     /// Keeps exactly one timer armed, at the core's next deadline.
@@ -478,12 +503,13 @@ package actor MeshNode {
         controlConnections?.stop()
         if let controlChannel { try? await controlChannel.close() }
         // After the server socket: a `listen` that sees its end asks whether the node still runs.
-        for listener in listeners { listener.close() }
+        for listener in listeners + eventListeners { listener.close() }
         try? await channel.close()
         controlChannel = nil
         viewSubscribers.finishAll()
         messageSubscribers.finishAll()
         attachmentSubscribers.finishAll()
+        eventHandlers?.finish()
         await storage.finish()
         let waiting = stopWaiters
         stopWaiters = []

@@ -21,6 +21,10 @@ public struct NodeConfiguration: Sendable {
     public var chunkSize = Manifest.defaultChunkSize
     /// Start the control socket (tests of the node alone may skip it).
     public var controlSocket = true
+    /// `run --event-handler`: commands run for events (Docs/CLI.md §events).
+    public var eventHandlers: [EventHandlerSpec] = []
+    /// A handler still running after this is killed, with everything it started.
+    public var eventHandlerTimeout: Duration = .seconds(30)
     /// Share of received datagrams dropped on purpose, to measure behaviour under loss on a
     /// loopback that loses nothing (`run --simulate-loss`, hidden; benchmarks and tests only).
     public var simulatedLoss: Double = 0

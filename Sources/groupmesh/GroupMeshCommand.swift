@@ -8,7 +8,7 @@ struct GroupMeshCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "groupmesh",
         abstract: "A peer-to-peer group-session mesh: membership, messages and attachments over encrypted UDP.",
-        subcommands: [RunCommand.self, StatusCommand.self, InviteCommand.self, LeaveCommand.self, EndCommand.self, PingCommand.self,
+        subcommands: [RunCommand.self, StatusCommand.self, InviteCommand.self, LeaveCommand.self, EndCommand.self, PingCommand.self, EventsCommand.self,
                       SendCommand.self, ListenCommand.self, AttachCommand.self, AttachmentsCommand.self,
                       GetCommand.self, RemoveCommand.self, RemoveMemberCommand.self]
     )

@@ -44,6 +44,15 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error, critical.", valueName: "LEVEL"))
     var logLevel: Logger.Level = .warning
 
+    @Option(help: ArgumentHelp("Run COMMAND (through /bin/sh) for each event, or only for these types (repeatable); "
+                               + "the event is in GROUPMESH_* variables and as JSON on standard input.",
+                               valueName: "[TYPE[,TYPE]=]COMMAND"),
+            transform: { text throws(GroupMeshError) in try EventHandlerSpec(parsing: text) })
+    var eventHandler: [EventHandlerSpec] = []
+
+    @Option(help: ArgumentHelp("Kill an event handler (and what it started) after this many seconds.", valueName: "SECONDS"))
+    var eventHandlerTimeout: Double = 30
+
     @Option(help: ArgumentHelp("Drop this share of received datagrams (0 to 0.5), to test under loss.",
                                visibility: .hidden))
     var simulateLoss: Double = 0
@@ -52,6 +61,9 @@ struct RunCommand: AsyncParsableCommand {
         if invite != nil, inviteFile != nil { throw ValidationError("give the invite once: --invite or --invite-file, not both") }
         guard (0...0.5).contains(simulateLoss) else { throw ValidationError("--simulate-loss must be between 0 and 0.5") }
         // Others print our name; one that would need escaping there is refused here.
+        guard eventHandlerTimeout >= 0.1, eventHandlerTimeout <= 3600 else {
+            throw ValidationError("--event-handler-timeout must be 0.1 to 3600 seconds")
+        }
         if let name, name.unicodeScalars.contains(where: TerminalText.needsEscape) {
             throw ValidationError("--name may not hold control characters (newlines, escapes, direction overrides)")
         }
@@ -113,6 +125,8 @@ struct RunCommand: AsyncParsableCommand {
         configuration.lazy = lazy
         configuration.profile = profile
         configuration.simulatedLoss = simulateLoss
+        configuration.eventHandlers = eventHandler
+        configuration.eventHandlerTimeout = .milliseconds(Int64(eventHandlerTimeout * 1000))
         return configuration
     }
 }

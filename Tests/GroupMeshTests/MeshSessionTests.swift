@@ -122,8 +122,8 @@ struct MeshSessionTests {
         let carol = try await MeshSession.join(Self.configuration("carol", invite: await alice.invite()))
         let sessions = [alice, bob, carol]
         defer { for session in sessions { try? FileManager.default.removeItem(atPath: session.node.configuration.dataDirectory.path) } }
-        _ = await Self.first(await carol.activeParticipantUpdates()) { $0.count == 3 }
-        _ = await Self.first(await bob.activeParticipantUpdates()) { $0.count == 3 }
+        // Everyone sees everyone first: an end reaches the members its sender (and those it tells) knows.
+        for session in sessions { _ = await Self.first(await session.activeParticipantUpdates()) { $0.count == 3 } }
         let bobStates = await bob.states()
         let carolMessages = await Messenger(session: carol).messages(of: Data.self)
         try await alice.end()

@@ -14,6 +14,10 @@ public enum ControlRequest: Sendable, Equatable {
     case end
     /// One round trip to a member (id, unique id prefix or name).
     case ping(String)
+    /// The event stream: `{"ok": true, "subscribed": true}`, then one `event` line each. With
+    /// `after`, the events after that sequence number the node still holds come first (a
+    /// `missed` line says how many it no longer holds).
+    case events(after: UInt64?)
     /// A message to the members named (by id, unique id prefix or name; none: every member).
     case send(body: [UInt8], to: [String], unreliable: Bool)
     case listen
@@ -36,13 +40,13 @@ extension ControlRequest {
 
 extension ControlRequest: Codable {
     private enum Command: String, Codable {
-        case status, invite, leave, send, listen, end, ping
+        case status, invite, leave, send, listen, end, ping, events
         case attach, attachments, get, remove
         case removeMember = "remove-member"
     }
 
     private enum CodingKeys: String, CodingKey {
-        case command, base64, to, unreliable, path, metadata, id, mode, now
+        case command, base64, to, unreliable, path, metadata, id, mode, now, after
     }
 
     public init(from decoder: any Decoder) throws {
@@ -76,6 +80,8 @@ extension ControlRequest: Codable {
             self = .removeMember(try container.decode(String.self, forKey: .id))
         case .ping:
             self = .ping(try container.decode(String.self, forKey: .id))
+        case .events:
+            self = .events(after: try container.decodeIfPresent(UInt64.self, forKey: .after))
         }
     }
 
@@ -113,6 +119,9 @@ extension ControlRequest: Codable {
         case let .ping(member):
             try container.encode(Command.ping, forKey: .command)
             try container.encode(member, forKey: .id)
+        case let .events(after):
+            try container.encode(Command.events, forKey: .command)
+            try container.encodeIfPresent(after, forKey: .after)
         }
     }
 }
@@ -139,6 +148,10 @@ public enum ControlResponse: Sendable, Equatable {
     case progress(TransferProgress)
     /// `ping`: the round trip.
     case pong(PongInfo)
+    /// `events`: one event.
+    case event(MeshEvent)
+    /// `events --after`: this many events after it are no longer held (the ring holds 1,024).
+    case missed(UInt64)
     /// `leave`: the handover under way (at once, then every 500 ms while it lasts).
     case leaving(StatusReport.LeavingInfo)
     /// `leave`: the departure is out; what was handed over and what became unavailable.
@@ -151,7 +164,7 @@ public enum ControlResponse: Sendable, Equatable {
 extension ControlResponse: Codable {
     private enum CodingKeys: String, CodingKey {
         case ok, error, status, invite, delivered, subscribed, message, dropped, attachment, attachments, progress, member, session
-        case leaving, left, pong
+        case leaving, left, pong, event, missed
     }
 
     public init(from decoder: any Decoder) throws {
@@ -174,6 +187,10 @@ extension ControlResponse: Codable {
             self = .progress(progress)
         } else if let attachments = try container.decodeIfPresent([StatusReport.AttachmentInfo].self, forKey: .attachments) {
             self = .attachments(attachments)
+        } else if let event = try container.decodeIfPresent(MeshEvent.self, forKey: .event) {
+            self = .event(event)
+        } else if let missed = try container.decodeIfPresent(UInt64.self, forKey: .missed) {
+            self = .missed(missed)
         } else if let pong = try container.decodeIfPresent(PongInfo.self, forKey: .pong) {
             self = .pong(pong)
         } else if let leaving = try container.decodeIfPresent(StatusReport.LeavingInfo.self, forKey: .leaving) {
@@ -211,6 +228,8 @@ extension ControlResponse: Codable {
         case let .attachments(list): try container.encode(list, forKey: .attachments)
         case let .progress(progress): try container.encode(progress, forKey: .progress)
         case let .pong(info): try container.encode(info, forKey: .pong)
+        case let .event(event): try container.encode(event, forKey: .event)
+        case let .missed(count): try container.encode(count, forKey: .missed)
         case let .leaving(info): try container.encode(info, forKey: .leaving)
         case let .left(info): try container.encode(info, forKey: .left)
         case let .memberRemoved(member, session, delivered):

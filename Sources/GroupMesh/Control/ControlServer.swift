@@ -157,7 +157,8 @@ final class ControlResponder: @unchecked Sendable {
         }
         guard !isClosed else { return }
         switch response {
-        case .progress, .message, .dropped: break
+        // Lines of a stream or of progress: the request is still under way.
+        case .progress, .message, .dropped, .leaving, .event, .missed: break
         case .subscribed: if let id { connections?.subscribed(id) }
         default: if let id { connections?.requestAnswered(id) }
         }
@@ -166,6 +167,11 @@ final class ControlResponder: @unchecked Sendable {
 
     /// One message for a `listen`; dropped (and counted) while the client is behind.
     func sendMessage(_ message: ReceivedMessageInfo) {
+        sendStreamed(.message(message))
+    }
+
+    /// One line of a stream (`listen`, `events`); dropped (and counted) while the client is behind.
+    func sendStreamed(_ response: ControlResponse) {
         eventLoop.preconditionInEventLoop()
         guard !isClosed, let context else { return }
         guard context.channel.isWritable else {
@@ -175,7 +181,7 @@ final class ControlResponder: @unchecked Sendable {
             return
         }
         reportDrops()
-        write(.message(message))
+        write(response)
     }
 
     /// The client drained what was written: tell it what it missed.

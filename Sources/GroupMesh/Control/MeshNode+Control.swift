@@ -27,6 +27,8 @@ extension MeshNode {
             controlLeave(waitingForReplication: !now, responder: responder)
         case .end:
             controlEnd(responder: responder)
+        case let .events(after):
+            controlEvents(after: after, responder: responder)
         case let .ping(text):
             answer(responder) { node throws(GroupMeshError) in
                 let (member, rtt, address) = try await node.ping(text)
@@ -106,6 +108,31 @@ extension MeshNode {
             assumeIsolated { node in node.listeners.removeAll { $0 === responder } }
         }
         listeners.append(responder)
+    }
+
+    private func controlEvents(after: UInt64?, responder: ControlResponder) {
+        guard !responder.isClosed, !eventListeners.contains(where: { $0 === responder }) else {
+            return responder.send(.failure("this connection already follows the events"))
+        }
+        responder.send(.subscribed)
+        if let after {
+            let (backlog, missed) = eventFeed.events(after: after)
+            if missed > 0 { responder.sendStreamed(.missed(missed)) }
+            for event in backlog { responder.sendStreamed(.event(event)) }
+        }
+        responder.onClose = { [unowned self] in
+            assumeIsolated { node in node.eventListeners.removeAll { $0 === responder } }
+        }
+        eventListeners.append(responder)
+    }
+
+    /// New events to every `events` connection (and the event handlers).
+    func publish(_ events: [MeshEvent]) {
+        guard !events.isEmpty else { return }
+        for listener in eventListeners {
+            for event in events { listener.sendStreamed(.event(event)) }
+        }
+        eventHandlers?.run(events)
     }
 
     func deliverToListeners(_ message: NodeMessage) {

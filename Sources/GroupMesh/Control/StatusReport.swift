@@ -99,6 +99,14 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// Datagrams the kernel dropped because the UDP receive buffer was full (from
         /// /proc/net/udp; absent where it cannot be read). Nothing above counts them.
         public var kernelReceiveDrops: UInt64?
+        /// Event handlers run, and of those: failed (exit status not 0, or could not start),
+        /// killed at their time limit; events dropped for handlers 1,024 behind.
+        public var eventHandlersRun: UInt64
+        /// Ends of the session refused (a bad signature, another epoch, not a member's).
+        public var endsRefused: UInt64
+        public var eventHandlersFailed: UInt64
+        public var eventHandlersTimedOut: UInt64
+        public var eventHandlersDropped: UInt64
     }
 
     public var `self`: SelfInfo

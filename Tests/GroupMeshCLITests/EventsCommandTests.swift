@@ -1,0 +1,127 @@
+import Foundation
+import GroupMesh
+import MeshTestKit
+import Testing
+
+/// `groupmesh events` and `run --event-handler` between real processes.
+@Suite("events and event handlers with real processes", .serialized)
+struct EventsCommandTests {
+    static func decode(_ text: String) -> [MeshEvent] {
+        text.split(separator: "\n").compactMap { try? JSONDecoder().decode(MeshEvent.self, from: Data($0.utf8)) }
+    }
+
+    /// Command lines (NULs as spaces) of the processes whose command line holds `text`.
+    static func processes(containing text: String) -> [String] {
+        let pids = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).filter { $0.allSatisfy(\.isNumber) }
+        return pids.compactMap { pid in
+            guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { return nil }
+            let line = String(decoding: data.map { $0 == 0 ? 32 : $0 }, as: UTF8.self)
+            return line.contains(text) ? "\(pid): \(line)" : nil
+        }
+    }
+
+    /// `expected` appears in `events` in this order (other events may come between).
+    static func inOrder(_ expected: [(MeshEvent.Kind, String)], in events: [MeshEvent]) -> Bool {
+        var rest = events[...]
+        for (kind, name) in expected {
+            guard let index = rest.firstIndex(where: { $0.type == kind && ($0.member?.name ?? "") == name }) else { return false }
+            rest = rest[(index + 1)...]
+        }
+        return true
+    }
+
+    @Test("events --json: join, attach, complete, remove, SIGKILL→dead, leave, in order; handlers get the same; --after resumes")
+    func eventsAndHandlers() async throws {
+        var nodes: [NodeProcess] = []
+        defer { for node in nodes { Task { await node.cleanUp() } } }
+        let scratch = NodeProcess.makeTemporaryDirectory("events")
+        let all = scratch + "/all.jsonl", joined = scratch + "/joined.txt"
+        let alice = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "alice",
+                                     "--event-handler", "cat >> '\(all)'",
+                                     "--event-handler", "member-joined=echo \"$GROUPMESH_EVENT $GROUPMESH_MEMBER_NAME $GROUPMESH_EVENT_SEQ\" >> '\(joined)'"])
+        nodes.append(alice)
+        let invite = try await alice.waitForLine(prefix: "invite:")
+        let follower = try NodeProcess(["events", "--json"], dataDirectory: alice.dataDirectory, ownsDataDirectory: false)
+        nodes.append(follower)
+        _ = try await follower.waitForLine(prefix: "events: following", onStderr: true)
+
+        let bob = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", "bob"])
+        let carol = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", "carol"])
+        nodes += [bob, carol]
+        try await [alice, bob, carol].waitForMesh(alive: 3)
+        let file = scratch + "/file.bin"
+        try Data(repeating: 3, count: 300_000).write(to: URL(fileURLWithPath: file))
+        let attach = try await NodeProcess.runCommand(["attach", "--data-dir", alice.dataDirectory, file])
+        let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let remove = try await NodeProcess.runCommand(["remove", "--data-dir", alice.dataDirectory, id])
+        #expect(attach.status == 0 && remove.status == 0, "\(attach.stderr) \(remove.stderr)")
+        carol.signal(SIGKILL)
+        try await alice.waitForStatus(timeout: .seconds(30), "carol dead") { $0.members.contains { $0.name == "carol" && $0.state == "dead" } }
+        let leave = try await NodeProcess.runCommand(["leave", "--data-dir", bob.dataDirectory])
+        #expect(leave.status == 0, "\(leave.stderr)")
+
+        let expected: [(MeshEvent.Kind, String)] = [(.memberJoined, "bob"), (.memberJoined, "carol"), (.attachmentAdded, ""),
+                                                    (.attachmentComplete, ""), (.attachmentRemoved, ""), (.memberDead, "carol"),
+                                                    (.memberLeft, "bob")]
+        try await waitUntil("the follower saw every event", timeout: .seconds(30)) {
+            Self.inOrder(expected, in: Self.decode(follower.stdout))
+        }
+        let seen = Self.decode(follower.stdout)
+        #expect(zip(seen, seen.dropFirst()).allSatisfy { $0.seq < $1.seq }, "\(seen.map(\.seq))")
+        #expect(seen.filter { $0.attachment != nil }.allSatisfy { $0.attachment?.id == id })
+
+        // The handler for every event wrote each one, as JSON on its standard input.
+        try await waitUntil("the handler caught up", timeout: .seconds(30)) {
+            let written = Self.decode((try? String(contentsOfFile: all, encoding: .utf8)) ?? "")
+            return written.map(\.seq).suffix(seen.count) == seen.map(\.seq)
+        }
+        let handled = Self.decode(try String(contentsOfFile: all, encoding: .utf8))
+        #expect(Array(handled.suffix(seen.count)) == seen)
+        // The typed one, only for joins, with the event in its environment.
+        let joins = try String(contentsOfFile: joined, encoding: .utf8).split(separator: "\n").map { $0.split(separator: " ") }
+        #expect(joins.map { "\($0[0]) \($0[1])" } == ["member-joined bob", "member-joined carol"], "\(joins)")
+
+        // A client that reconnects after a sequence number gets what followed it.
+        let second = seen[1].seq
+        let resumed = try NodeProcess(["events", "--json", "--after", "\(second)"], dataDirectory: alice.dataDirectory,
+                                      ownsDataDirectory: false)
+        nodes.append(resumed)
+        try await waitUntil("the resumed client caught up", timeout: .seconds(20)) {
+            Self.decode(resumed.stdout).map(\.seq) == handled.map(\.seq).filter { $0 > second }
+        }
+    }
+
+    @Test("a handler that hangs is killed at its limit, one that fails is counted; neither holds up events or members")
+    func misbehavingHandlers() async throws {
+        var nodes: [NodeProcess] = []
+        defer { for node in nodes { Task { await node.cleanUp() } } }
+        // A duration no other process has, so that what is left of the handlers can be found.
+        let marker = "1000.\(UInt32.random(in: 100_000...999_999))"
+        let alice = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "alice",
+                                     "--event-handler", "member-joined=sleep \(marker); true",
+                                     "--event-handler", "exit 1", "--event-handler-timeout", "1"])
+        nodes.append(alice)
+        let invite = try await alice.waitForLine(prefix: "invite:")
+        let follower = try NodeProcess(["events"], dataDirectory: alice.dataDirectory, ownsDataDirectory: false)
+        nodes.append(follower)
+        _ = try await follower.waitForLine(prefix: "events: following", onStderr: true)
+        for name in ["bob", "carol", "dave"] {
+            nodes.append(try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", name]))
+        }
+        try await nodes.filter { $0 !== follower }.waitForMesh(alive: 4)
+        // Every join reached the follower at once, whatever the handlers do.
+        for name in ["bob", "carol", "dave"] {
+            _ = try await follower.waitForLine(prefix: "", timeout: .seconds(10), containing: "member-joined \(name)")
+        }
+        let ping = try await NodeProcess.runCommand(["ping", "--data-dir", alice.dataDirectory, "dave", "--count", "2",
+                                                     "--interval", "0.05"])
+        #expect(ping.status == 0, "\(ping.stdout) \(ping.stderr)")
+        // Three joins: three hangs killed after 1 s each, and each event failed the other handler.
+        try await alice.waitForStatus(timeout: .seconds(30), "the handlers were counted") { status in
+            (status.counters["eventHandlersTimedOut"]?.number ?? 0) >= 3 && (status.counters["eventHandlersFailed"]?.number ?? 0) >= 3
+        }
+        // The shell and its sleep were killed together (a process group of their own).
+        let left = Self.processes(containing: marker).filter { !$0.contains("groupmesh") }
+        #expect(left.isEmpty, "a killed handler left processes behind: \(left)")
+    }
+}
