@@ -6,8 +6,10 @@ RUN_ARGS     ?=
 FUZZ_SECONDS ?= 60
 QUICK        ?=
 SEEDS        ?= 200
+PREFIX       ?= /usr/local
+DESTDIR      ?=
 
-.PHONY: deps build run test bench demo fuzz soak clean
+.PHONY: deps build run test bench demo fuzz soak install clean
 
 deps:
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "error: swift is not on PATH (need Swift 6.x)"; exit 1; }
@@ -62,6 +64,22 @@ SOAK_FLAGS = -c release -Xswiftc -enable-testing --scratch-path .build-soak
 soak: deps
 	$(SWIFT) build --build-tests $(SOAK_FLAGS) $(SWIFT_FLAGS)
 	SIM_SEEDS=$(SEEDS) $(SWIFT) test --skip-build $(SOAK_FLAGS) $(SWIFT_FLAGS) --filter WholeNodeSimulation
+
+# The release binary, its man page (generated from the argument parser) and shell completions,
+# under $(DESTDIR)$(PREFIX).
+MAN_PAGE = .build/plugins/GenerateManual/outputs/groupmesh/groupmesh.1
+install: deps
+	$(SWIFT) build -c release $(SWIFT_FLAGS) --product groupmesh
+	$(SWIFT) package plugin generate-manual
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
+	  $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	install -m 755 .build/release/groupmesh $(DESTDIR)$(PREFIX)/bin/groupmesh
+	install -m 644 $(MAN_PAGE) $(DESTDIR)$(PREFIX)/share/man/man1/groupmesh.1
+	.build/release/groupmesh --generate-completion-script bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/groupmesh
+	.build/release/groupmesh --generate-completion-script zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_groupmesh
+	.build/release/groupmesh --generate-completion-script fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/groupmesh.fish
+	@echo "installed groupmesh, its man page and completions under $(DESTDIR)$(PREFIX)"
 
 clean:
 	rm -rf .build .build-fuzz

@@ -7,9 +7,9 @@ struct EventsCommand: AsyncParsableCommand {
         commandName: "events",
         abstract: "Print what happens to the session, one line per event, until interrupted.",
         discussion: """
-            Members joining, suspected, dead, left, rejoined, removed; attachments added, complete \\
-            here, removed, unavailable; key epochs; the session's end. Each event has a sequence \\
-            number: --after N first prints the events after N that the node still holds (the last \\
+            Members joining, suspected, dead, left, rejoined, removed; attachments added, complete \
+            here, removed, unavailable; key epochs; the session's end. Each event has a sequence \
+            number: --after N first prints the events after N that the node still holds (the last \
             1,024), so a client that reconnects misses nothing. Messages are `listen`'s.
             """
     )
