@@ -97,8 +97,9 @@ extension MeshNode {
 
     private func controlListen(responder: ControlResponder) {
         // A second `listen` on one connection would send every message twice.
-        guard !responder.isClosed, !listeners.contains(where: { $0 === responder }) else {
-            return responder.send(.failure("this connection already listens"))
+        guard !responder.isClosed, !listeners.contains(where: { $0 === responder }),
+              !eventListeners.contains(where: { $0 === responder }) else {
+            return responder.send(.failure("this connection already follows a stream"))
         }
         responder.send(.subscribed)
         responder.onDrop = { [unowned self] in
@@ -111,8 +112,10 @@ extension MeshNode {
     }
 
     private func controlEvents(after: UInt64?, responder: ControlResponder) {
-        guard !responder.isClosed, !eventListeners.contains(where: { $0 === responder }) else {
-            return responder.send(.failure("this connection already follows the events"))
+        // One stream per connection: its close handler forgets it.
+        guard !responder.isClosed, !eventListeners.contains(where: { $0 === responder }),
+              !listeners.contains(where: { $0 === responder }) else {
+            return responder.send(.failure("this connection already follows a stream"))
         }
         responder.send(.subscribed)
         if let after {
