@@ -139,6 +139,11 @@ package actor MeshNode {
         if state.isInvalidated { stateSubscribers.finishAll() }
     }
 
+    /// Closes a node that never joined (its session was dropped).
+    package func stopIfWaiting() async {
+        if sessionState == .waiting { await stop() }
+    }
+
     package func stateUpdates() -> AsyncStream<SessionState> {
         stateSubscribers.add(buffering: .bufferingNewest(8), initial: sessionState)
     }

@@ -51,6 +51,13 @@ public final class MeshSession: Sendable {
         self.lock = lock
     }
 
+    /// A session dropped before it joined gives its socket back (one that joined runs until
+    /// `leave()`, `end()` or the process ends).
+    deinit {
+        let node = node
+        Task { await node.stopIfWaiting() }
+    }
+
     /// Joins the mesh: the node takes datagrams and opens its control socket. A failure
     /// invalidates the session (`failedToStart`).
     public func join() async throws(GroupMeshError) {

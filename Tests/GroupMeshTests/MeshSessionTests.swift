@@ -154,4 +154,23 @@ struct MeshSessionTests {
             return
         }
     }
+
+    @Test("a session dropped before it joined gives its UDP port back", .timeLimit(.minutes(1)))
+    func droppedBeforeJoining() async throws {
+        var configuration = Self.configuration("dropped")
+        defer { try? FileManager.default.removeItem(atPath: configuration.dataDirectory.path) }
+        var session: MeshSession? = try await MeshSession(configuration)
+        let port = try #require(session?.localAddress.description.split(separator: ":").last.flatMap { Int($0) })
+        session = nil
+        // The same port, bound again once the dropped session let it go.
+        configuration.listenPort = port
+        var again: MeshSession?
+        for _ in 0..<200 where again == nil {
+            again = try? await MeshSession(configuration)
+            if again == nil { try await Task.sleep(for: .milliseconds(25)) }
+        }
+        #expect(again != nil, "port \(port) was never given back")
+        await again?.leave()
+    }
 }
+
