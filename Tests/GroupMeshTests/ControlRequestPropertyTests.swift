@@ -17,7 +17,7 @@ import Testing
     static func request(using rng: inout SplitMix64) -> ControlRequest {
         let path = "/tmp/x \u{1F600}\"\\"
         let id = String(rng.next(), radix: 16)
-        switch rng.next() % 12 {
+        switch rng.next() % 13 {
         case 0: return .status
         case 1: return .invite
         case 2: return .leave(now: rng.next() % 2 == 0)
@@ -30,6 +30,7 @@ import Testing
         case 8: return .remove(attachment: id)
         case 9: return .end
         case 10: return .ping(id)
+        case 11: return .events(after: rng.next() % 2 == 0 ? nil : rng.next())
         default: return .removeMember(id)
         }
     }
