@@ -84,7 +84,7 @@ struct LeaveCommand: AsyncParsableCommand {
             try ControlClient(directory: data.directory).subscribe(.leave(now: now)) { response in
                 switch response {
                 case let .leaving(info):
-                    let line = "leaving: waiting for \(info.askedMembers.count) member(s) to take \(info.attachments.count) attachment(s) only this node holds (\(Self.mebibytes(info.bytes)) MiB); leaving anyway in \(Int(info.secondsLeft.rounded(.up))) s"
+                    let line = Self.progress(info)
                     if line != lastShown {
                         FileHandle.standardError.write(Data("\(line)\n".utf8))
                         lastShown = line
@@ -115,7 +115,12 @@ struct LeaveCommand: AsyncParsableCommand {
         return "left; \(summary.unavailable.count) attachment(s) only this node held are unavailable until it returns: \(ids)"
     }
 
-    static func mebibytes(_ bytes: UInt64) -> String { String(format: "%.1f", Double(bytes) / 1_048_576) }
+    /// The handover under way, as `leave` and `status` print it.
+    static func progress(_ info: StatusReport.LeavingInfo) -> String {
+        let mebibytes = String(format: "%.1f", Double(info.bytes) / 1_048_576)
+        return "leaving: waiting for \(info.askedMembers.count) member(s) to take \(info.attachments.count) attachment(s) "
+            + "only this node holds (\(mebibytes) MiB); leaving anyway in \(Int(info.secondsLeft.rounded(.up))) s"
+    }
 }
 
 struct EndCommand: AsyncParsableCommand {
@@ -162,7 +167,7 @@ enum StatusTable {
         }
         if let leaving = report.leaving {
             lines.append("")
-            lines.append("leaving: waiting for \(leaving.askedMembers.count) member(s) to take \(leaving.attachments.count) attachment(s) only this node holds; leaving anyway in \(Int(leaving.secondsLeft.rounded(.up))) s")
+            lines.append(LeaveCommand.progress(leaving))
         }
         let c = report.counters
         let dropped = c.dropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")

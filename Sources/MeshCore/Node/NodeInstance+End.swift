@@ -57,16 +57,12 @@ extension NodeInstance {
         apply(directives, now: now)
     }
 
-    /// Every member told acknowledged it, or gave up: leave.
-    mutating func endAcknowledged(now: MeshInstant) {
-        finishEnding(now: now)
-    }
-
     mutating func endingTick(now: MeshInstant) {
         if let ending, now >= ending.until { finishEnding(now: now) }
     }
 
-    private mutating func finishEnding(now: MeshInstant) {
+    /// Every member told acknowledged it (or gave up), or the grace passed: leave.
+    mutating func finishEnding(now: MeshInstant) {
         guard let state = ending, phase.isActive else { return }
         ending?.sendID = nil
         let departure = membership.leave(now: now)

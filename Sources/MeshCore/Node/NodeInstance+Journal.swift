@@ -110,7 +110,7 @@ extension NodeInstance {
         case let .chunks(attachment, bitmap):
             receiveAvailability(bitmap, of: attachment, from: peer, now: now)
         case let .replicate(ids):
-            replicateRequested(ids, by: peer, now: now)
+            replicateRequested(ids, now: now)
         case let .end(statement):
             receiveEnd(statement, from: peer, now: now)
         default:

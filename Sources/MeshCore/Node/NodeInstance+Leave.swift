@@ -9,7 +9,6 @@ import MeshCrypto
 package struct LeaveHandover: Sendable {
     /// The leaves waiting (a second `leave` waits with the first).
     var requests: [RequestID]
-    let startedAt: MeshInstant
     let deadline: MeshInstant
     /// What was at risk when the leave began, for the report.
     let atStart: Set<SHA256Digest>
@@ -56,13 +55,13 @@ extension NodeInstance {
         let atRisk = soleHeldAttachments()
         let others = aliveMemberIDs
         guard waitingForReplication, !atRisk.isEmpty, !others.isEmpty else {
-            handover = LeaveHandover(requests: [request], startedAt: now, deadline: now, atStart: Set(atRisk))
+            handover = LeaveHandover(requests: [request], deadline: now, atStart: Set(atRisk))
             return depart(now: now)
         }
         let bytes = atRisk.reduce(UInt64(0)) { $0 + (journal.state.entry(content: $1)?.size ?? 0) }
         let seconds = Double(bytes) / Double(max(1, settings.leaveHandoverBytesPerSecond))
         let bound = settings.leaveHandoverBase + .milliseconds(Int64(min(seconds, 86_400) * 1000))
-        handover = LeaveHandover(requests: [request], startedAt: now, deadline: now + bound, atStart: Set(atRisk))
+        handover = LeaveHandover(requests: [request], deadline: now + bound, atStart: Set(atRisk))
         log(.notice, "leaving once other members hold what only this node holds",
             ["attachments": "\(atRisk.count)", "bytes": "\(bytes)", "within": "\(bound)"])
         advanceHandover(now: now)
@@ -116,7 +115,7 @@ extension NodeInstance {
 
     /// A member leaving asks us to hold these whole before it goes: fetched even when lazy,
     /// and at once (an earlier failure's wait does not apply).
-    mutating func replicateRequested(_ ids: [SHA256Digest], by peer: NodeID, now: MeshInstant) {
+    mutating func replicateRequested(_ ids: [SHA256Digest], now: MeshInstant) {
         for id in Set(ids).sorted() where journal.state.hasContent(id) && !complete.contains(id) {
             fetchRetries[id] = nil
             startFetch(id, now: now)

@@ -37,7 +37,7 @@ extension NodeInstance {
                 case .application: deliver(received)
                 }
             case let .completed(sendID, failures):
-                if ending?.sendID == sendID { endAcknowledged(now: now) }
+                if ending?.sendID == sendID { finishEnding(now: now) }
                 // Journal messages complete here too; nobody waits for them.
                 guard let pending = pendingSends.removeValue(forKey: sendID) else { continue }
                 complete(pending.request, failures.isEmpty ? .success(.sent(recipients: pending.recipients))
