@@ -14,6 +14,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         .systemLibrary(
@@ -56,6 +58,7 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
             ]
         ),
         .executableTarget(
@@ -64,6 +67,11 @@ let package = Package(
                 "GroupMesh",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
         .target(
@@ -92,7 +100,8 @@ let package = Package(
         .testTarget(name: "MeshCryptoTests", dependencies: ["MeshCrypto"]),
         .testTarget(name: "MeshCoreTests", dependencies: ["MeshCore", "MeshCrypto", "MeshTestKit"]),
         .testTarget(name: "MeshStoreTests", dependencies: ["MeshStore"]),
-        .testTarget(name: "GroupMeshTests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCore"]),
+        .testTarget(name: "GroupMeshTests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCore",
+                                                      .product(name: "MetricsTestKit", package: "swift-metrics")]),
         .testTarget(name: "MeshTestKitTests", dependencies: ["MeshTestKit"]),
         .testTarget(name: "GroupMeshCLITests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCrypto", "MeshCore",
                                                          .product(name: "NIOCore", package: "swift-nio")]),

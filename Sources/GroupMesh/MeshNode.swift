@@ -61,6 +61,9 @@ package actor MeshNode {
     private var trackLastWrite = false
     private var closed = false
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
+    /// The counts as swift-metrics figures, published every second while the node runs.
+    var metrics: NodeMetrics
+    private var metricsPublisher: RepeatedTask?
 
     package nonisolated var unownedExecutor: UnownedSerialExecutor {
         eventLoop.executor.asUnownedSerialExecutor()
@@ -172,6 +175,7 @@ package actor MeshNode {
         self.channel = channel
         socketBuffers = buffers
         storage = StorageWorker(store: store)
+        metrics = NodeMetrics(dimensions: configuration.metricsLabels.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
         core = NodeInstance(boot: boot, restored: restored, settings: settings, random: SodiumRandomNumberGenerator(),
                             now: MeshInstant(nanoseconds: NIODeadline.now().uptimeNanoseconds))
     }
@@ -195,6 +199,9 @@ package actor MeshNode {
         eventFeed.start(session: core.session.sessionID, removed: Set(core.epochs.removed))
         core.start(seeds: (configuration.invite?.token.addresses ?? []) + configuration.join.map(\.peer), now: now)
         runEffects()
+        metricsPublisher = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .seconds(1)) { [self] _ in
+            assumeIsolated { $0.publishMetrics() }
+        }
         logger.info("started", metadata: ["address": "\(localAddress)", "node": "\(nodeID)",
                                           "receiveBuffer": "\(socketBuffers.receive)"])
         if socketBuffers.isSmall {
@@ -505,6 +512,9 @@ package actor MeshNode {
         runEffects()
         timer?.cancel()
         timer = nil
+        metricsPublisher?.cancel()
+        metricsPublisher = nil
+        if sessionState != .waiting { publishMetrics() }
         controlConnections?.stop()
         if let controlChannel { try? await controlChannel.close() }
         // After the server socket: a `listen` that sees its end asks whether the node still runs.

@@ -28,6 +28,9 @@ public struct NodeConfiguration: Sendable {
     /// Share of received datagrams dropped on purpose, to measure behaviour under loss on a
     /// loopback that loses nothing (`run --simulate-loss`, hidden; benchmarks and tests only).
     public var simulatedLoss: Double = 0
+    /// Labels added to every metric this node reports through swift-metrics: to tell apart
+    /// several nodes in one process (a process with one node needs none).
+    public var metricsLabels: [String: String] = [:]
     package var wire = DatagramCodec.Configuration()
 
     public init(dataDirectory: DataDirectory) {

@@ -53,6 +53,12 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Kill an event handler (and what it started) after this many seconds.", valueName: "SECONDS"))
     var eventHandlerTimeout: Double = 30
 
+    @Option(help: ArgumentHelp("Serve Prometheus metrics at http://HOST:PORT/metrics (off by default; "
+                               + "bind it to loopback, e.g. 127.0.0.1:9464; port 0 picks a free one).",
+                               valueName: "HOST:PORT"),
+            transform: ListenAddress.init(parsing:))
+    var metrics: ListenAddress?
+
     @Option(help: ArgumentHelp("Drop this share of received datagrams (0 to 0.5), to test under loss.",
                                visibility: .hidden))
     var simulateLoss: Double = 0
@@ -72,13 +78,18 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         bootstrapLogging(level: logLevel)
         let logger = Logger(label: "groupmesh")
+        var exporter: MetricsExporter?
         do {
-            let session = try await MeshSession.join(makeConfiguration(invite: try resolvedInvite()), logger: logger)
+            let invite = try resolvedInvite()
+            // Before the node: its first figures go to the exporter's registry.
+            if let metrics { exporter = try await MetricsExporter.start(metrics) }
+            let session = try await MeshSession.join(makeConfiguration(invite: invite), logger: logger)
             // Announced once SIGINT/SIGTERM are trapped: a script may stop the node the moment it reads them.
-            let service = MeshNodeService(session: session) {
+            let service = MeshNodeService(session: session) { [exporter] in
                 let invite = await session.invite()
                 emit("listening: \(session.localAddress)")
                 emit("invite: \(invite.text)")
+                if let exporter { emit("metrics: http://\(exporter.boundAddress)/metrics") }
             }
             // `groupmesh leave` ends the node's service by itself: that is a normal end, not a failure.
             let group = ServiceGroup(configuration: ServiceGroupConfiguration(
@@ -88,6 +99,7 @@ struct RunCommand: AsyncParsableCommand {
             ))
             try await group.run()
             await session.leave()
+            await exporter?.stop()
             if let reason = await session.stopReason { throw reason }
             switch await session.state {
             case let .invalidated(.ended(by)):
@@ -98,6 +110,7 @@ struct RunCommand: AsyncParsableCommand {
                 break
             }
         } catch let error as GroupMeshError {
+            await exporter?.stop()
             throw fail(error)
         }
     }

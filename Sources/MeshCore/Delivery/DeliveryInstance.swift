@@ -89,8 +89,12 @@ public struct DeliveryInstance: Sendable {
 
     public func sender(for peer: NodeID) -> ReliableSender? { channels[peer]?.sender }
 
-    /// Total retransmitted chunks, for the counters.
-    public var retransmissions: UInt64 { channels.values.reduce(0) { $0 + $1.sender.retransmissions } }
+    /// Total retransmitted chunks, for the counters: never smaller than before (a metric's
+    /// counter must not go back when a member's channel goes).
+    public var retransmissions: UInt64 {
+        channels.values.reduce(retransmissionsOfRemovedChannels) { $0 + $1.sender.retransmissions }
+    }
+    private var retransmissionsOfRemovedChannels: UInt64 = 0
 
     /// Opens the channels to a member (when its keys are installed).
     public mutating func addPeer(_ id: NodeID) {
@@ -117,6 +121,7 @@ public struct DeliveryInstance: Sendable {
     /// A member restarted (new boot) or was forgotten: its channels go, pending sends fail.
     public mutating func removePeer(_ id: NodeID, now: MeshInstant) -> [Directive] {
         guard var channel = channels.removeValue(forKey: id) else { return [] }
+        retransmissionsOfRemovedChannels += channel.sender.retransmissions
         var out: [Directive] = []
         for sendID in channel.sender.abandonAll(now: now) {
             fail(sendID, peer: id, reason: .departed, into: &out)

@@ -48,6 +48,7 @@ public struct MembershipInstance: Sendable {
     private var lastHeard: [NodeID: MeshInstant] = [:]
     /// How often each other boot of our identity made us refute (a live twin never stops).
     private var refutationsByBoot: [UInt64: Int] = [:]
+    public private(set) var counters = MembershipCounters()
 
     public init(record: MemberRecord, authority: some RecordAuthority, settings: MembershipSettings,
                 datagramBudget: Int, seed: UInt64, now: MeshInstant) {
@@ -362,6 +363,7 @@ public struct MembershipInstance: Sendable {
         let (minimum, maximum) = settings.suspicionTimeouts(memberCount: activeCount)
         let expected = max(0, min(Int(settings.suspicionMultiplier) - 2, activeCount - 2))
         member.status = .suspect
+        counters.suspicionsRaised += 1
         member.incarnation = accusation.incarnation
         member.lastChange = now
         member.suspicion = Suspicion(incarnation: accusation.incarnation, accuser: accusation.accuser, start: now,
@@ -417,6 +419,7 @@ public struct MembershipInstance: Sendable {
 
     private mutating func refute(above incarnation: UInt64) {
         guard incarnation < .max else { return }
+        counters.refutations += 1
         var record = me
         record.incarnation = incarnation + 1
         me = record.signed(by: authority)
@@ -534,6 +537,7 @@ public struct MembershipInstance: Sendable {
             health.improve()
             if sender == ack.target, var member = members[ack.target] {
                 member.rtt = now - current.sentAt
+                counters.roundTrips.record(now - current.sentAt)
                 members[ack.target] = member
             }
             return

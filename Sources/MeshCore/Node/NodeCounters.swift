@@ -7,6 +7,9 @@ public struct NodeCounters: Sendable, Equatable {
     public var datagramsReceived: UInt64 = 0
     public var bytesSent: UInt64 = 0
     public var bytesReceived: UInt64 = 0
+    /// The same by kind: every datagram sent, and every received one that opened.
+    public var sent = TrafficCounts()
+    public var received = TrafficCounts()
     /// Received datagrams dropped, by reason; every reason is present, at 0 until it happens.
     public var dropped: [DropReason: UInt64] = Dictionary(uniqueKeysWithValues: DropReason.allCases.map { ($0, 0) })
     public var chunksFetched: UInt64 = 0
@@ -14,6 +17,12 @@ public struct NodeCounters: Sendable, Equatable {
     /// Chunks whose bytes did not match their hash (never stored nor served).
     public var chunksRejected: UInt64 = 0
     public var chunkPayloadBytesSent: UInt64 = 0
+    /// Bytes of chunks fetched and stored (verified against their hash).
+    public var chunkPayloadBytesFetched: UInt64 = 0
+    /// Reliable application messages, per recipient: acknowledged, or not confirmed in time
+    /// (the recipient left, or no acknowledgement came; it may still have arrived).
+    public var reliableDelivered: UInt64 = 0
+    public var reliableUnconfirmed: UInt64 = 0
     /// Pieces of chunks this node did not ask for (dropped).
     public var piecesUnsolicited: UInt64 = 0
     /// Wants answered "busy" because the send queue was full or too many chunks were being read.

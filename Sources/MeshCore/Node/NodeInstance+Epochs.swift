@@ -93,7 +93,7 @@ extension NodeInstance {
         for member in membership.view.dropFirst() where !member.status.isGone {
             guard let address = member.address else { continue }
             let beacon = earlier.sealHello([.alive(me), .ping(Ping(token: session.sessionID.value))], nonce: randomNonce())
-            transmit(beacon, to: address)
+            transmit(beacon, to: address, kind: .keys)
         }
         earlierCodecs[left] = earlier
     }
@@ -116,7 +116,7 @@ extension NodeInstance {
         let datagram = earlier.sealHello([.epochHandover(handover)], nonce: randomNonce())
         earlierCodecs[session] = earlier
         counters.handoversSent += 1
-        transmit(datagram, to: destination)
+        transmit(datagram, to: destination, kind: .keys)
         return true
     }
 
@@ -134,6 +134,7 @@ extension NodeInstance {
         case let .success(success): opened = success
         case let .failure(reason): return counters.countDrop(reason)
         }
+        counters.received.count(.keys, bytes: datagram.readableBytes)
         // A competing rotation handed to us in the epoch ours left (two removals at once).
         if case .epochHandover = opened.frames.first {
             for case let .epochHandover(handover) in opened.frames {

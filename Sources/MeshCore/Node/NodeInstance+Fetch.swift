@@ -249,6 +249,9 @@ extension NodeInstance {
             return storeFailed(failure, fetching: live.map(\.attachment), now: now)
         }
         counters.chunksFetched += 1
+        if let ref = live.first, let manifest = manifests[ref.attachment] {
+            counters.chunkPayloadBytesFetched += UInt64(manifest.length(ofChunk: ref.index))
+        }
         for ref in live {
             guard case var .chunks(have) = fetches[ref.attachment]?.stage else { continue }
             have.insert(ref.index)

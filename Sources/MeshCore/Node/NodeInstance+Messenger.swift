@@ -18,7 +18,7 @@ extension NodeInstance {
             let (sendID, directives) = try delivery.send(envelope.encoded, to: recipients, mode: mode, now: now,
                                                          timeout: timeout)
             // The completion may be among the directives (unreliable, no targets): registered first.
-            pendingSends[sendID] = (request, Set(recipients).count)
+            pendingSends[sendID] = (request, Set(recipients).count, mode == .reliable)
             apply(directives, now: now)
         } catch {
             // Only an envelope whose tag takes it past the limit gets here.
@@ -40,6 +40,10 @@ extension NodeInstance {
                 if ending?.sendID == sendID { finishEnding(now: now) }
                 // Journal messages complete here too; nobody waits for them.
                 guard let pending = pendingSends.removeValue(forKey: sendID) else { continue }
+                if pending.reliable {
+                    counters.reliableUnconfirmed += UInt64(failures.count)
+                    counters.reliableDelivered += UInt64(max(0, pending.recipients - failures.count))
+                }
                 complete(pending.request, failures.isEmpty ? .success(.sent(recipients: pending.recipients))
                                                           : .failure(.notDelivered(failures)))
             }

@@ -134,7 +134,7 @@ public struct NodeInstance: Sendable {
     var rememberedDirty = false
 
     // Messenger (NodeInstance+Messenger): application sends waiting for their acknowledgements.
-    var pendingSends: [UInt64: (request: RequestID, recipients: Int)] = [:]
+    var pendingSends: [UInt64: (request: RequestID, recipients: Int, reliable: Bool)] = [:]
     /// `ping` commands waiting for their `pong`, by token (NodeInstance+Ping).
     var pendingPings: [UInt64: (request: RequestID, member: NodeID, address: PeerAddress, sentAt: MeshInstant)] = [:]
 
@@ -259,7 +259,7 @@ public struct NodeInstance: Sendable {
             counters.countDrop(reason)
             if logs(.trace) { log(.trace, "dropped datagram", ["reason": reason.rawValue, "from": "\(address)"]) }
         case let .success(opened):
-            route(opened, from: address, now: now)
+            route(opened, size: datagram.readableBytes, from: address, now: now)
         }
     }
 
@@ -267,10 +267,11 @@ public struct NodeInstance: Sendable {
     /// carry handovers; pairwise ones are the messenger's and the swarm's. Membership never
     /// speaks pairwise: a transfer's pieces are not its business, nor is a member's frame that
     /// claims otherwise.
-    private mutating func route(_ datagram: OpenedDatagram, from address: PeerAddress, now: MeshInstant) {
+    private mutating func route(_ datagram: OpenedDatagram, size bytes: Int, from address: PeerAddress, now: MeshInstant) {
         let sender = datagram.header.sender
         switch datagram.header.keyKind {
         case .hello:
+            counters.received.count(TrafficKind(hello: datagram.frames), bytes: bytes)
             // A handover comes alone, from a member that may not be in our view yet: it is not
             // taken as an answer to our join.
             if case .epochHandover = datagram.frames.first {
@@ -282,6 +283,7 @@ public struct NodeInstance: Sendable {
             let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now)
             apply(directives, now: now)
         case .pairwise:
+            counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
             membership.heard(from: sender, now: now)
             let directives = delivery.onFrames(datagram.frames, from: sender, now: now, deferAcks: true)
             apply(directives, now: now)
@@ -461,10 +463,11 @@ public struct NodeInstance: Sendable {
         effects.append(.event(event))
     }
 
-    mutating func transmit(_ datagram: ByteBuffer, to address: PeerAddress) {
+    mutating func transmit(_ datagram: ByteBuffer, to address: PeerAddress, kind: TrafficKind) {
         guard phase != .stopped else { return }
         counters.datagramsSent += 1
         counters.bytesSent += UInt64(datagram.readableBytes)
+        counters.sent.count(kind, bytes: datagram.readableBytes)
         effects.append(.send(datagram, to: address))
     }
 
@@ -472,13 +475,14 @@ public struct NodeInstance: Sendable {
         guard phase != .stopped else { return }
         counters.datagramsSent += UInt64(count)
         counters.bytesSent += UInt64(batch.readableBytes)
+        counters.sent.count(.transfer, datagrams: count, bytes: batch.readableBytes)
         effects.append(.sendSegments(batch, segmentSize: segmentSize, count: count, to: address))
     }
 
     /// Frames for one member under our pairwise key, to where we reach it.
     mutating func sendPairwise(_ frames: [Frame], to peer: NodeID) {
         guard let address = peerAddresses[peer], let datagram = codec.seal(frames, to: peer) else { return }
-        transmit(datagram, to: address)
+        transmit(datagram, to: address, kind: TrafficKind(pairwise: frames))
     }
 
     /// A datagram of `frames` under our pairwise key for `peer`, with the next packet number,
@@ -490,7 +494,7 @@ public struct NodeInstance: Sendable {
     /// Frames for anyone holding the session's hello key.
     mutating func sendHello(_ frames: [Frame], to address: PeerAddress) {
         let datagram = codec.sealHello(frames, nonce: randomNonce())
-        transmit(datagram, to: address)
+        transmit(datagram, to: address, kind: TrafficKind(hello: frames))
     }
 
     mutating func randomNonce() -> PacketNonce {

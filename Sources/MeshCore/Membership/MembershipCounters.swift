@@ -1,0 +1,43 @@
+/// What membership counts for an operator: how often this node came to suspect a member, how
+/// often it had to refute an accusation of itself, and the round trips of its direct probes.
+public struct MembershipCounters: Sendable, Equatable {
+    /// Members this node began to suspect (its own failed probe, or an accusation it took).
+    public internal(set) var suspicionsRaised: UInt64 = 0
+    /// Accusations of this node (suspect, dead, an earlier boot's departure) it outbid.
+    public internal(set) var refutations: UInt64 = 0
+    /// Round trips of direct probes answered in time.
+    public internal(set) var roundTrips = RoundTripSamples()
+
+    public init() {}
+}
+
+/// The latest round trips, numbered: a reader that comes back every second takes those after
+/// the number it last saw, and learns how many it missed if it was away too long. Bounded,
+/// so a reader that never comes costs nothing.
+public struct RoundTripSamples: Sendable, Equatable {
+    public static let capacity = 64
+    private var ring: [Duration] = []
+    /// How many were ever recorded (the number of the latest).
+    public private(set) var count: UInt64 = 0
+
+    public init() {}
+
+    mutating func record(_ rtt: Duration) {
+        if ring.count < Self.capacity {
+            ring.append(rtt)
+        } else {
+            ring[Int(count % UInt64(Self.capacity))] = rtt
+        }
+        count += 1
+    }
+
+    /// The samples recorded after the first `seen`, oldest first, and how many of those are
+    /// no longer held.
+    public func samples(after seen: UInt64) -> (samples: [Duration], missed: UInt64) {
+        guard seen < count else { return ([], 0) }
+        let held = UInt64(ring.count)
+        let first = max(seen, count - held)
+        let samples = (first..<count).map { ring[Int($0 % UInt64(Self.capacity))] }
+        return (samples, first - seen)
+    }
+}

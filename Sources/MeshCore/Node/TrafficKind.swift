@@ -1,0 +1,70 @@
+/// What a datagram is for, so that a node's traffic can be told apart in its counters (and in
+/// the metrics an operator graphs): a mesh that is busy replicating looks nothing like one
+/// whose membership is flapping, though both move the same totals.
+public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
+    /// SWIM: probes, acknowledgements, gossip of member records, full-state syncs.
+    case membership
+    /// The application's messages on the reliable channel and unreliable fragments, and the
+    /// channel's acknowledgements.
+    case messages
+    /// Journal operations and requests, on the same channel in a stream of their own.
+    case journal
+    /// Chunk wants, pieces and absences.
+    case transfer
+    /// Key epochs: handovers and beacons in an earlier epoch.
+    case keys
+    /// `groupmesh ping` and its answers.
+    case ping
+
+    public var description: String {
+        switch self {
+        case .membership: return "membership"
+        case .messages: return "messages"
+        case .journal: return "journal"
+        case .transfer: return "transfer"
+        case .keys: return "keys"
+        case .ping: return "ping"
+        }
+    }
+
+    /// The kind of a pairwise datagram, by the first frame that says (acknowledgements ride
+    /// along with whatever else goes to the same member, so they decide only when alone).
+    public init(pairwise frames: [Frame]) {
+        self = Self.kind(ofPairwise: frames)
+    }
+
+    private static func kind(ofPairwise frames: [Frame]) -> TrafficKind {
+        var kind = TrafficKind.messages
+        for frame in frames {
+            switch frame {
+            case .chunkWant, .chunkPiece, .chunkAbsent: return .transfer
+            case let .data(chunk) where chunk.stream == .journal: return .journal
+            case .data, .fragment, .forwardTSN: return .messages
+            case .ping, .pong: kind = .ping
+            default: continue
+            }
+        }
+        return kind
+    }
+
+    /// The kind of a hello datagram: membership's, unless it carries a key epoch.
+    public init(hello frames: [Frame]) {
+        if case .epochHandover = frames.first { self = .keys } else { self = .membership }
+    }
+}
+
+/// Datagrams and bytes by kind, in one direction. A fixed array: it is counted per datagram.
+public struct TrafficCounts: Sendable, Equatable {
+    public private(set) var datagrams = [UInt64](repeating: 0, count: TrafficKind.allCases.count)
+    public private(set) var bytes = [UInt64](repeating: 0, count: TrafficKind.allCases.count)
+
+    public init() {}
+
+    mutating func count(_ kind: TrafficKind, datagrams: Int = 1, bytes: Int) {
+        self.datagrams[kind.rawValue] &+= UInt64(datagrams)
+        self.bytes[kind.rawValue] &+= UInt64(bytes)
+    }
+
+    public func datagrams(_ kind: TrafficKind) -> UInt64 { datagrams[kind.rawValue] }
+    public func bytes(_ kind: TrafficKind) -> UInt64 { bytes[kind.rawValue] }
+}
