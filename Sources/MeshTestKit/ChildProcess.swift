@@ -61,6 +61,10 @@ public final class ChildProcess: @unchecked Sendable {
 
     private static let spawnLock = NSLock()
 
+    /// What it wrote so far.
+    public var standardOutput: String { output.text }
+    public var standardError: String { errors.text }
+
     public var isRunning: Bool { reap(blocking: false) == nil }
 
     /// The exit status (128 + signal when killed by one); nil while running.

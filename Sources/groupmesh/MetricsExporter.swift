@@ -26,6 +26,8 @@ final class MetricsExporter: Sendable {
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    // A connection that sends nothing for 30 s is closed (Prometheus asks every 15 s or so).
+                    try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: .seconds(30)))
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                     try channel.pipeline.syncOperations.addHandler(MetricsHTTPHandler(registry: registry))
                 }
@@ -132,6 +134,11 @@ private final class MetricsHTTPHandler: ChannelInboundHandler {
             self.head = nil
             respond(to: head, context: context)
         }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is IdleStateHandler.IdleStateEvent { context.close(promise: nil) }
+        context.fireUserInboundEventTriggered(event)
     }
 
     private func respond(to head: HTTPRequestHead, context: ChannelHandlerContext) {

@@ -2,11 +2,11 @@
 /// often it had to refute an accusation of itself, and the round trips of its direct probes.
 public struct MembershipCounters: Sendable, Equatable {
     /// Members this node began to suspect (its own failed probe, or an accusation it took).
-    public internal(set) var suspicionsRaised: UInt64 = 0
+    public var suspicionsRaised: UInt64 = 0
     /// Accusations of this node (suspect, dead, an earlier boot's departure) it outbid.
-    public internal(set) var refutations: UInt64 = 0
+    public var refutations: UInt64 = 0
     /// Round trips of direct probes answered in time.
-    public internal(set) var roundTrips = RoundTripSamples()
+    public var roundTrips = RoundTripSamples()
 
     public init() {}
 }
@@ -22,7 +22,7 @@ public struct RoundTripSamples: Sendable, Equatable {
 
     public init() {}
 
-    mutating func record(_ rtt: Duration) {
+    public mutating func record(_ rtt: Duration) {
         if ring.count < Self.capacity {
             ring.append(rtt)
         } else {

@@ -60,7 +60,7 @@ public struct TrafficCounts: Sendable, Equatable {
 
     public init() {}
 
-    mutating func count(_ kind: TrafficKind, datagrams: Int = 1, bytes: Int) {
+    public mutating func count(_ kind: TrafficKind, datagrams: Int = 1, bytes: Int) {
         self.datagrams[kind.rawValue] &+= UInt64(datagrams)
         self.bytes[kind.rawValue] &+= UInt64(bytes)
     }

@@ -1,0 +1,290 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import MeshTestKit
+import Testing
+
+/// `run --metrics`: the node's figures over HTTP in Prometheus's format, checked by Prometheus's
+/// own tools (Debian's package, fetched by scripts/prometheus-tools.sh) where they can be had.
+@Suite("metrics with real processes", .serialized)
+struct MetricsCommandTests {
+    @Test("run --metrics serves members, traffic by kind, round trips and deliveries; other paths and methods are refused")
+    func exposition() async throws {
+        var nodes: [NodeProcess] = []
+        defer { for node in nodes { Task { await node.cleanUp() } } }
+        let alice = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "alice", "--metrics", "127.0.0.1:0"])
+        nodes.append(alice)
+        let invite = try await alice.waitForLine(prefix: "invite:")
+        let aliceMetrics = try await alice.waitForLine(prefix: "metrics:")
+        let bob = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", "bob",
+                                   "--metrics", "127.0.0.1:0"])
+        nodes.append(bob)
+        let bobMetrics = try await bob.waitForLine(prefix: "metrics:")
+        try await nodes.waitForMesh(alive: 2)
+        #expect(aliceMetrics.hasPrefix("http://127.0.0.1:") && aliceMetrics.hasSuffix("/metrics"), "\(aliceMetrics)")
+
+        try await waitUntil("alice's page shows 2 alive members") {
+            try await Exposition.fetch(aliceMetrics).value(#"groupmesh_members{state="alive"}"#) == 2
+        }
+        let first = try await Exposition.fetch(aliceMetrics)
+        let probes = try #require(first.value(#"groupmesh_datagrams_sent_total{kind="membership"}"#))
+        try await waitUntil("alice's membership datagram count grows") {
+            try await Exposition.fetch(aliceMetrics).value(#"groupmesh_datagrams_sent_total{kind="membership"}"#) ?? 0 > probes
+        }
+        try await waitUntil("alice measured a probe round trip") {
+            try await Exposition.fetch(aliceMetrics).value("groupmesh_probe_rtt_seconds_count") ?? 0 >= 1
+        }
+
+        let send = try await NodeProcess.runCommand(["send", "--data-dir", bob.dataDirectory, "hello"])
+        #expect(send.status == 0, "\(send.stderr)")
+        try await waitUntil("bob counts the acknowledged message and alice the message datagram") {
+            let bobPage = try await Exposition.fetch(bobMetrics)
+            let alicePage = try await Exposition.fetch(aliceMetrics)
+            return bobPage.value(#"groupmesh_reliable_messages_total{outcome="delivered"}"#) == 1
+                && alicePage.value(#"groupmesh_datagrams_received_total{kind="messages"}"#) ?? 0 >= 1
+        }
+        let page = try await Exposition.fetch(aliceMetrics)
+        for family in ["groupmesh_attachments", "groupmesh_store_bytes", "groupmesh_store_free_bytes",
+                       "groupmesh_datagrams_dropped_total", "groupmesh_retransmissions_total",
+                       "groupmesh_suspicions_total", "groupmesh_refutations_total", "groupmesh_chunks_fetched_total"] {
+            #expect(page.text.contains("# HELP \(family) "), "no \(family) with help text in:\n\(page.text)")
+        }
+
+        let root = try await HTTP.request(aliceMetrics.replacingOccurrences(of: "/metrics", with: "/"))
+        #expect(root.status == 404, "\(root)")
+        let post = try await HTTP.request(aliceMetrics, method: "POST")
+        #expect(post.status == 405, "\(post)")
+
+        switch PrometheusTools.folder {
+        case let .failure(reason):
+            print("promtool check skipped: \(reason)")
+        case let .success(folder):
+            let check = try await PrometheusTools.check(page.text, promtool: folder + "/promtool")
+            #expect(check.status == 0, "promtool check metrics: \(check.output)")
+        }
+    }
+
+    @Test("--metrics on a port in use stops the node in one line; a bad address is refused at parse time")
+    func portInUse() async throws {
+        let holder = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
+        defer { Task { await holder.cleanUp() } }
+        let taken = try await holder.waitForLine(prefix: "metrics:")
+            .replacingOccurrences(of: "http://", with: "").replacingOccurrences(of: "/metrics", with: "")
+        let second = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", taken])
+        defer { Task { await second.cleanUp() } }
+        #expect(try await second.waitForExit() == 1)
+        let lines = second.stderr.split(separator: "\n")
+        #expect(lines.count == 1 && lines[0].contains("cannot listen on \(taken) (--metrics): the port is in use"),
+                "\(second.stderr)")
+        #expect(!second.stdout.contains("listening:"), "the node must not start: \(second.stdout)")
+
+        let bad = try await NodeProcess.runCommand(["run", "--data-dir", NodeProcess.makeTemporaryDirectory(),
+                                                    "--metrics", "localhost"])
+        #expect(bad.status != 0 && bad.stderr.contains("invalid address 'localhost'"), "\(bad.stderr)")
+    }
+
+    @Test("a real Prometheus scrapes two nodes: the members gauge and the datagram counters move",
+          .enabled(if: PrometheusTools.isAvailable, Comment(rawValue: PrometheusTools.unavailableReason)))
+    func prometheusScrapesTwoNodes() async throws {
+        let folder = try PrometheusTools.folder.get()
+        var nodes: [NodeProcess] = []
+        defer { for node in nodes { Task { await node.cleanUp() } } }
+        let alice = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "alice", "--metrics", "127.0.0.1:0"])
+        nodes.append(alice)
+        let invite = try await alice.waitForLine(prefix: "invite:")
+        let bob = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", "bob",
+                                   "--metrics", "127.0.0.1:0"])
+        nodes.append(bob)
+        var targets: [String] = []
+        for node in nodes {
+            targets.append(try await node.waitForLine(prefix: "metrics:")
+                .replacingOccurrences(of: "http://", with: "").replacingOccurrences(of: "/metrics", with: ""))
+        }
+        try await nodes.waitForMesh(alive: 2)
+
+        let server = try PrometheusServer(folder: folder, targets: targets)
+        defer { server.stop() }
+        try await waitUntil("Prometheus is ready", timeout: .seconds(60), every: .milliseconds(200)) {
+            try await HTTP.request(server.url + "/-/ready").status == 200
+        }
+        try await waitUntil("Prometheus scraped 2 alive members from both nodes", timeout: .seconds(60),
+                            every: .milliseconds(250)) {
+            let series = try await server.query(#"groupmesh_members{state="alive"}"#)
+            return series.count == 2 && series.allSatisfy { $0.value == 2 }
+        }
+        let up = try await server.query("up")
+        #expect(up.count == 2 && up.allSatisfy { $0.value == 1 }, "\(up)")
+        let before = try await server.query(#"groupmesh_datagrams_sent_total{kind="membership"}"#)
+        #expect(Set(before.map(\.instance)) == Set(targets), "\(before)")
+        try await waitUntil("both nodes' membership datagram counters move in Prometheus", timeout: .seconds(60),
+                            every: .milliseconds(250)) {
+            let now = try await server.query(#"groupmesh_datagrams_sent_total{kind="membership"}"#)
+            return before.allSatisfy { old in now.contains { $0.instance == old.instance && $0.value > old.value } }
+        }
+        let received = try await server.query("sum by (instance) (groupmesh_datagrams_received_total)")
+        #expect(received.count == 2 && received.allSatisfy { $0.value > 0 }, "\(received)")
+    }
+}
+
+/// A page of the text exposition format, read by metric and labels.
+struct Exposition {
+    let text: String
+
+    static func fetch(_ url: String) async throws -> Exposition {
+        let response = try await HTTP.request(url)
+        guard response.status == 200 else { throw NodeProcessError.timeout("GET \(url): \(response.status)") }
+        return Exposition(text: response.body)
+    }
+
+    /// The value of the sample written exactly `series` (name and labels as the page has them).
+    func value(_ series: String) -> Double? {
+        for line in text.split(separator: "\n") where line.hasPrefix(series + " ") {
+            return Double(line.dropFirst(series.count + 1))
+        }
+        return nil
+    }
+}
+
+/// A plain HTTP request to loopback, bounded by a timeout.
+enum HTTP {
+    static func request(_ url: String, method: String = "GET") async throws -> (status: Int, body: String) {
+        guard let address = URL(string: url) else { throw NodeProcessError.timeout("bad URL \(url)") }
+        var request = URLRequest(url: address, timeoutInterval: 10)
+        request.httpMethod = method
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
+    }
+}
+
+/// Debian's `prometheus` and `promtool`, on PATH or fetched into .build/tools by the script.
+enum PrometheusTools {
+    static let folder: Result<String, PrometheusUnavailable> = {
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("scripts/prometheus-tools.sh").path
+        guard let process = try? ChildProcess(executable: "/bin/bash", arguments: [script]) else {
+            return .failure(PrometheusUnavailable(reason: "cannot run \(script)"))
+        }
+        let status = process.waitUntilExit()
+        Thread.sleep(forTimeInterval: 0.1)  // the output pipes drain after the exit
+        let folder = process.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard status == 0, !folder.isEmpty else {
+            return .failure(PrometheusUnavailable(reason: process.standardError.trimmingCharacters(in: .whitespacesAndNewlines)))
+        }
+        return .success(folder)
+    }()
+
+    static var isAvailable: Bool { (try? folder.get()) != nil }
+    static var unavailableReason: String {
+        if case let .failure(error) = folder { return "needs Debian's prometheus package; skipped: \(error.reason)" }
+        return ""
+    }
+
+    /// `promtool check metrics` over `exposition`.
+    static func check(_ exposition: String, promtool: String) async throws -> (status: Int32, output: String) {
+        let file = NodeProcess.makeTemporaryDirectory("promtool") + "/metrics.txt"
+        defer { try? FileManager.default.removeItem(atPath: (file as NSString).deletingLastPathComponent) }
+        try exposition.write(toFile: file, atomically: true, encoding: .utf8)
+        let process = try ChildProcess(executable: "/bin/sh", arguments: ["-c", "\"$0\" check metrics < \"$1\"", promtool, file])
+        let deadline = ContinuousClock.now + .seconds(30)
+        while process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        if process.isRunning { process.signal(SIGKILL) }
+        let status = process.waitUntilExit()
+        try await Task.sleep(for: .milliseconds(50))
+        return (status, process.standardOutput + process.standardError)
+    }
+}
+
+struct PrometheusUnavailable: Error {
+    var reason: String
+}
+
+/// A Prometheus server on loopback scraping `targets` every second, its data in a temporary dir.
+final class PrometheusServer: Sendable {
+    let url: String
+    private let process: ChildProcess
+    private let directory: String
+
+    struct Sample: CustomStringConvertible {
+        var instance: String
+        var value: Double
+        var description: String { "\(instance)=\(value)" }
+    }
+
+    init(folder: String, targets: [String]) throws {
+        directory = NodeProcess.makeTemporaryDirectory("prometheus")
+        let port = try Self.freePort()
+        url = "http://127.0.0.1:\(port)"
+        let config = """
+            global:
+              scrape_interval: 1s
+              evaluation_interval: 1s
+            scrape_configs:
+              - job_name: groupmesh
+                static_configs:
+                  - targets: [\(targets.map { "'\($0)'" }.joined(separator: ", "))]
+
+            """
+        try config.write(toFile: directory + "/prometheus.yml", atomically: true, encoding: .utf8)
+        process = try ChildProcess(executable: folder + "/prometheus", arguments: [
+            "--config.file=\(directory)/prometheus.yml", "--storage.tsdb.path=\(directory)/data",
+            "--web.listen-address=127.0.0.1:\(port)", "--log.level=warn",
+        ])
+    }
+
+    func stop() {
+        process.signal(SIGKILL)
+        _ = process.waitUntilExit()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// An instant query's samples, by the instance they were scraped from.
+    func query(_ promQL: String) async throws -> [Sample] {
+        var components = URLComponents(string: url + "/api/v1/query")
+        components?.queryItems = [URLQueryItem(name: "query", value: promQL)]
+        guard let address = components?.url?.absoluteString else { return [] }
+        let response = try await HTTP.request(address)
+        struct Answer: Decodable {
+            struct Data: Decodable {
+                struct Series: Decodable {
+                    var metric: [String: String]
+                    var value: [Value]
+                }
+                var result: [Series]
+            }
+            enum Value: Decodable {
+                case number(Double), text(String)
+                init(from decoder: any Decoder) throws {
+                    let container = try decoder.singleValueContainer()
+                    if let number = try? container.decode(Double.self) { self = .number(number) } else {
+                        self = .text(try container.decode(String.self))
+                    }
+                }
+            }
+            var status: String
+            var data: Data
+        }
+        let answer = try JSONDecoder().decode(Answer.self, from: Data(response.body.utf8))
+        return answer.data.result.compactMap { series in
+            guard series.value.count == 2, case let .text(text) = series.value[1], let value = Double(text) else { return nil }
+            return Sample(instance: series.metric["instance"] ?? "", value: value)
+        }
+    }
+
+    /// A TCP port nobody listens on now (the kernel's pick for a socket bound and closed).
+    private static func freePort() throws -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw NodeProcessError.timeout("socket: \(errno)") }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        guard bound else { throw NodeProcessError.timeout("bind: \(errno)") }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
