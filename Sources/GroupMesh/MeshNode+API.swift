@@ -188,7 +188,12 @@ extension MeshNode {
             controlConnectionsRefused: controlConnections?.refused ?? 0,
             kernelReceiveDrops: KernelSocketDrops.read(localAddress: localAddress),
             eventHandlersRun: handlerCounters.run, endsRefused: counters.endsRefused, eventHandlersFailed: handlerCounters.failed,
-            eventHandlersTimedOut: handlerCounters.timedOut, eventHandlersDropped: handlerCounters.dropped)
+            eventHandlersTimedOut: handlerCounters.timedOut, eventHandlersDropped: handlerCounters.dropped,
+            traffic: Dictionary(uniqueKeysWithValues: TrafficKind.allCases.map { kind in
+                (kind.description, StatusReport.TrafficInfo(
+                    datagramsSent: counters.sent.datagrams(kind), bytesSent: counters.sent.bytes(kind),
+                    datagramsReceived: counters.received.datagrams(kind), bytesReceived: counters.received.bytes(kind)))
+            }))
         return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
                             counters: counterInfo, leaving: leavingInfo())
     }

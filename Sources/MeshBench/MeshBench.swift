@@ -44,6 +44,10 @@ enum MeshBench {
             print("membership with real processes on loopback…")
             results += try await ProcessMeshScenario.run(quick: quick)
         }
+        if wanted("members") {
+            print("membership with 20 and 40 real processes on loopback (issue 22)…")
+            results += try await MembershipProcessScenario.run(quick: quick)
+        }
         if wanted("transfer") {
             print("attachments between real processes on loopback…")
             results += try await TransferScenario.run(quick: quick)

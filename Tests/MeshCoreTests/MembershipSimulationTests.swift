@@ -113,6 +113,40 @@ struct MembershipSimulationTests {
         #expect(rounds <= bound, "N=\(count): \(rounds) rounds, bound \(bound)")
     }
 
+    @Test("40 nodes joining through one member 20 ms apart: news spreads at once, all see all within 0.3 s of the last join, at a bounded cost",
+          arguments: SimulationSeeds.from(defaultCount: 3))
+    func joinsSpreadAtOnce(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        func converge(news spacing: Duration?) -> (seconds: Double, bytesPerNode: Double) {
+            var settings = MembershipSettings.lan
+            settings.newsGossipSpacing = spacing
+            let count = 40
+            let cluster = MembershipCluster(seed: seed, settings: settings, link: LinkConditions(delay: .microseconds(200)))
+            var nodes: [SimAddress] = []
+            for index in 0..<count {
+                let start = MeshInstant.zero + .milliseconds(Int64(20 * index))
+                let process = MembershipProcess.make(at: SimAddress(index), settings: settings,
+                                                     seed: seed &* 1_000_003 &+ UInt64(index),
+                                                     seeds: index == 0 ? [] : [SimAddress(0)], now: start)
+                nodes.append(cluster.simulator.addNode(process, startingAt: start))
+            }
+            let lastJoin = MeshInstant.zero + .milliseconds(Int64(20 * (count - 1)))
+            cluster.simulator.run(until: lastJoin)
+            cluster.simulator.run(for: .seconds(20), checkEvery: .milliseconds(5)) { _ in cluster.agrees(alive: nodes) }
+            let seconds = Double((cluster.simulator.now - lastJoin).nanosecondsClamped) / 1e9
+            // Costs over the same window for both: the joins and the seconds after.
+            cluster.simulator.run(until: max(cluster.simulator.now, lastJoin + .seconds(3)))
+            return (seconds, Double(cluster.simulator.statistics.bytesSent) / Double(count))
+        }
+        let fast = converge(news: MembershipSettings.lan.newsGossipSpacing)
+        let regular = converge(news: nil)
+        #expect(fast.seconds <= 0.3, "\(replay): all saw all alive \(fast.seconds) s after the last join")
+        #expect(fast.seconds < regular.seconds, "\(replay): \(fast.seconds) s with news first, \(regular.seconds) s without")
+        // The same number of transmissions per update, sooner (in datagrams less full).
+        #expect(fast.bytesPerNode < regular.bytesPerNode * 1.3,
+                "\(replay): \(fast.bytesPerNode) bytes per node, \(regular.bytesPerNode) without news first")
+    }
+
     /// A datagram in `MembershipProcess`'s envelope carrying one suspicion.
     static func suspicionDatagram(of member: NodeID, from accuser: NodeID) -> [UInt8] {
         MembershipProcess.envelope(from: accuser, frames: [.suspect(Accusation(member: member, incarnation: 0, accuser: accuser))])

@@ -66,6 +66,15 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var secondsLeft: Double
     }
 
+    /// One kind of traffic (`TrafficKind`: membership, messages, journal, transfer, keys, ping).
+    public struct TrafficInfo: Codable, Sendable, Equatable {
+        public var datagramsSent: UInt64
+        public var bytesSent: UInt64
+        /// Received datagrams that opened under the session's keys.
+        public var datagramsReceived: UInt64
+        public var bytesReceived: UInt64
+    }
+
     public struct Counters: Codable, Sendable, Equatable {
         public var datagramsSent: UInt64
         public var datagramsReceived: UInt64
@@ -107,6 +116,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var eventHandlersFailed: UInt64
         public var eventHandlersTimedOut: UInt64
         public var eventHandlersDropped: UInt64
+        /// The datagrams and bytes above by kind.
+        public var traffic: [String: TrafficInfo]
     }
 
     public var `self`: SelfInfo

@@ -17,12 +17,19 @@ public struct GossipQueue: Sendable {
     public init() {}
 
     public var count: Int { entries.count }
+    /// How many updates were ever enqueued: a caller that sees it grow knows there is news.
+    public var updatesEnqueued: UInt64 { nextOrder }
     public var isEmpty: Bool { entries.isEmpty }
 
     public mutating func enqueue(_ frame: Frame, about member: NodeID) {
         nextOrder += 1
         entries[member] = Entry(frame: frame, encodedLength: FrameCodec.encodedLength(of: frame),
                                 transmissions: 0, order: nextOrder)
+    }
+
+    /// Whether some update has been sent fewer than `count` times.
+    public func hasUpdates(sentFewerThan count: Int) -> Bool {
+        entries.values.contains { $0.transmissions < count }
     }
 
     public mutating func remove(about member: NodeID) {

@@ -38,6 +38,10 @@ public struct MembershipSettings: Sendable, Equatable {
     public var reconnectInterval: Duration
     /// Refutations forced by one other boot of our identity before it counts as a live twin.
     public var identityConflictRefutations = 4
+    /// News (an update this node had not seen) is gossiped this soon after the last round
+    /// instead of at the next regular one: each hop of an epidemic would otherwise wait half a
+    /// gossip interval on average. `nil`: news waits for the regular round.
+    public var newsGossipSpacing: Duration? = .milliseconds(20)
 
     public static func profile(_ profile: Profile) -> MembershipSettings {
         switch profile {
@@ -53,16 +57,24 @@ public struct MembershipSettings: Sendable, Equatable {
                 suspicionMultiplier: 3, suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 3,
                 gossipInterval: .milliseconds(100), gossipFanout: 3, pushPullInterval: .seconds(15),
                 forgetAfter: .seconds(30), joinRetryInterval: .milliseconds(500), reconnectInterval: .seconds(3))
+                .withNewsSpacing(.milliseconds(10))
         case .wan:
             return MembershipSettings(
                 probeInterval: .seconds(5), probeTimeout: .seconds(3), indirectProbes: 3,
                 suspicionMultiplier: 6, suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 4,
                 gossipInterval: .milliseconds(500), gossipFanout: 4, pushPullInterval: .seconds(60),
                 forgetAfter: .seconds(300), joinRetryInterval: .seconds(3), reconnectInterval: .seconds(30))
+                .withNewsSpacing(.milliseconds(100))
         }
     }
 
     public static let lan = profile(.lan)
+
+    private func withNewsSpacing(_ spacing: Duration?) -> MembershipSettings {
+        var settings = self
+        settings.newsGossipSpacing = spacing
+        return settings
+    }
 
     /// Lifeguard's suspicion bounds for a cluster of `memberCount`.
     public func suspicionTimeouts(memberCount: Int) -> (minimum: Duration, maximum: Duration) {
