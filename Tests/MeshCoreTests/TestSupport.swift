@@ -136,6 +136,10 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .left(Departure(member: some, incarnation: 3, signature: identity.sign([1]))),
         .left(Departure(member: zero, incarnation: .max, signature: [UInt8](repeating: 0, count: 64))),
         .syncRequest(SyncRequest(isJoin: true)), .syncRequest(SyncRequest(isJoin: false)),
+        .stateDigest(StateDigest(isRequest: true, lower: zero, upper: nil, entries: [])),
+        .stateDigest(StateDigest(isRequest: false, lower: zero, upper: ones, entries: [
+            StateDigest.Entry(member: NodeID(high: 0, low: 1), incarnation: 0, status: .alive),
+            StateDigest.Entry(member: some, incarnation: .max, status: .left)].sorted { $0.member < $1.member })),
         .data(DataChunk(tsn: 1, flags: DataChunk.begins | DataChunk.ends, body: [])),
         .data(DataChunk(tsn: rng.next(), flags: DataChunk.begins, body: rng.bytes(1000))),
         .data(DataChunk(tsn: 2, flags: DataChunk.ends, body: rng.bytes(40), stream: .journal)),

@@ -45,6 +45,8 @@ public struct MembershipInstance: Sendable {
     /// When we last sent each member our whole state on its request: a member asking again and
     /// again (a flood of joins) gets one answer per half join retry interval.
     private var answeredSyncs: [NodeID: MeshInstant] = [:]
+    /// When we last answered each member's digest of a range (anti-entropy), likewise.
+    private var answeredDigests: [DigestKey: MeshInstant] = [:]
     /// When each member last sent us an authenticated datagram of any kind.
     private var lastHeard: [NodeID: MeshInstant] = [:]
     /// How often each other boot of our identity made us refute (a live twin never stops).
@@ -191,6 +193,7 @@ public struct MembershipInstance: Sendable {
                 if probe?.sequence == nack.sequence, probe?.target == nack.target { probe?.nacksReceived += 1 }
             case let .probeRequest(request): onProbeRequest(request, from: sender, address: address, now: now, into: &out)
             case .syncRequest: answerSync(from: sender, address: address, now: now, into: &out)
+            case let .stateDigest(digest): answerDigest(digest, from: sender, address: address, now: now, into: &out)
             default: break
             }
         }
@@ -272,7 +275,7 @@ public struct MembershipInstance: Sendable {
                 lastPushPullAt = now
                 nextPushPullAt = now + settings.pushPullInterval * 0.75
                 if let partner = pickRandom(1, excluding: []).first, let address = members[partner]?.address {
-                    out += stateTransfer(to: partner, address: address, request: true)
+                    out += digest(to: partner, address: address)
                 }
             } else {
                 nextPushPullAt = due
@@ -294,7 +297,7 @@ public struct MembershipInstance: Sendable {
         guard !dead.isEmpty else { return }
         let id = dead[Int(random.next() % UInt64(dead.count))]
         guard let address = members[id]?.address else { return }
-        out += stateTransfer(to: id, address: address, request: true)
+        out += digest(to: id, address: address)
     }
 
     // MARK: merging updates
@@ -643,12 +646,32 @@ public struct MembershipInstance: Sendable {
 
     private var retransmitLimit: Int { settings.retransmitLimit(memberCount: activeCount) }
 
-    /// Our whole view as self-contained datagrams: each member's record travels with its status.
-    private func stateTransfer(to recipient: NodeID, address: PeerAddress, request: Bool = false) -> [MembershipDirective] {
+    /// Our whole view as self-contained datagrams (a joiner's answer): each member's record
+    /// travels with its status.
+    private func stateTransfer(to recipient: NodeID, address: PeerAddress) -> [MembershipDirective] {
+        // The recipient's own entry is included: if we think it dead, it learns so and refutes.
+        let groups = [[Frame.alive(me)]] + members.values.sorted(by: { $0.id < $1.id }).map(stateFrames)
+        return packed(groups).map { .send(frames: $0, recipient: recipient, address: address) }
+    }
+
+    /// A member's record with what we believe of it; nothing for one that left (a departure is
+    /// only believed with its signature, which gossip carries).
+    private func stateFrames(of member: Member) -> [Frame] {
+        let accusation = Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id)
+        switch member.status {
+        case .alive: return [.alive(member.record)]
+        case .suspect: return [.alive(member.record), .suspect(accusation)]
+        case .dead: return [.alive(member.record), .dead(accusation)]
+        case .left: return []
+        }
+    }
+
+    /// Groups of frames in as few datagrams as they fit, a group never split.
+    private func packed(_ groups: [[Frame]]) -> [[Frame]] {
         var datagrams: [[Frame]] = []
-        var current: [Frame] = request ? [.syncRequest(SyncRequest(isJoin: false))] : []
-        var used = current.reduce(0) { $0 + FrameCodec.encodedLength(of: $1) }
-        func append(_ group: [Frame]) {
+        var current: [Frame] = []
+        var used = 0
+        for group in groups where !group.isEmpty {
             let size = group.reduce(0) { $0 + FrameCodec.encodedLength(of: $1) }
             if used + size > datagramBudget, !current.isEmpty {
                 datagrams.append(current)
@@ -658,24 +681,93 @@ public struct MembershipInstance: Sendable {
             current += group
             used += size
         }
-        append([.alive(me)])
-        // The recipient's own entry is included: if we think it dead, it learns so and refutes.
-        for member in members.values.sorted(by: { $0.id < $1.id }) {
-            switch member.status {
-            case .alive:
-                append([.alive(member.record)])
-            case .suspect:
-                append([.alive(member.record),
-                        .suspect(Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id))])
-            case .dead:
-                append([.alive(member.record),
-                        .dead(Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id))])
-            case .left:
-                continue  // a departure is only believed with its signature, which gossip carries
+        if !current.isEmpty { datagrams.append(current) }
+        return datagrams
+    }
+
+    // MARK: anti-entropy by digest
+
+    /// What we hold of every member, this node included, by id.
+    private var digestEntries: [StateDigest.Entry] {
+        let mine = StateDigest.Entry(member: me.id, incarnation: me.incarnation, status: hasLeft ? .left : .alive)
+        return ([mine] + members.values.map { StateDigest.Entry(member: $0.id, incarnation: $0.incarnation, status: $0.status) })
+            .sorted { $0.member < $1.member }
+    }
+
+    /// Push-pull (issue 22): our view as digests, 25 bytes a member, asking for the partner's
+    /// digest back; records travel only where one side is behind. Split by id range when the
+    /// view does not fit one datagram.
+    private func digest(to recipient: NodeID, address: PeerAddress) -> [MembershipDirective] {
+        digests(of: digestEntries, request: true, lower: NodeID(high: 0, low: 0), upper: nil)
+            .map { .send(frames: [.stateDigest($0)], recipient: recipient, address: address) }
+    }
+
+    /// `entries` (sorted, all within `lower..<upper`) as digests of consecutive ranges that
+    /// together cover `lower..<upper`.
+    private func digests(of entries: [StateDigest.Entry], request: Bool, lower: NodeID,
+                         upper: NodeID?) -> [StateDigest] {
+        let perDatagram = max(1, (datagramBudget - FrameCodec.headerLength - StateDigest.fixedLength) / StateDigest.entryLength)
+        var result: [StateDigest] = []
+        var start = lower
+        var index = 0
+        repeat {
+            let end = min(index + perDatagram, entries.count)
+            let bound = end < entries.count ? entries[end].member : upper
+            result.append(StateDigest(isRequest: request, lower: start, upper: bound, entries: Array(entries[index..<end])))
+            if let bound { start = bound }
+            index = end
+        } while index < entries.count
+        return result
+    }
+
+    /// A partner's digest: we send the records it shows the partner lacks or holds older (or
+    /// weaker: alive where we hold suspect or dead), refute what it believes of us, and on a
+    /// request send our own digest of the range. A member's digests are answered at most once per
+    /// range per half join retry interval (a flood of them costs a flood of answers otherwise).
+    private mutating func answerDigest(_ digest: StateDigest, from sender: NodeID, address: PeerAddress,
+                                       now: MeshInstant, into out: inout [MembershipDirective]) {
+        guard !hasLeft, sender != me.id else { return }
+        let spacing = settings.joinRetryInterval * 0.5
+        let key = DigestKey(sender: sender, lower: digest.lower, isRequest: digest.isRequest)
+        if let last = answeredDigests[key], now < last + spacing { return }
+        if answeredDigests.count >= 256 { answeredDigests = answeredDigests.filter { now < $0.value + spacing } }
+        answeredDigests[key] = now
+        var theirs: [NodeID: StateDigest.Entry] = [:]
+        for entry in digest.entries { theirs[entry.member] = entry }
+        // What they believe of us: an accusation at our incarnation or above is refuted at once.
+        if let entry = theirs[me.id], entry.incarnation >= me.incarnation, entry.status == .suspect || entry.status == .dead {
+            let accusation = Accusation(member: me.id, incarnation: entry.incarnation, accuser: sender)
+            if entry.status == .suspect { mergeSuspect(accusation, now: now, into: &out) } else { mergeDead(accusation, now: now, into: &out) }
+        }
+        var groups: [[Frame]] = []
+        if digest.contains(me.id), Self.isBehind(theirs[me.id], incarnation: me.incarnation, status: .alive) {
+            groups.append([.alive(me)])
+        }
+        for member in members.values.sorted(by: { $0.id < $1.id }) where digest.contains(member.id) {
+            if Self.isBehind(theirs[member.id], incarnation: member.incarnation, status: member.status) {
+                groups.append(stateFrames(of: member))
             }
         }
-        if !current.isEmpty { datagrams.append(current) }
-        return datagrams.map { .send(frames: $0, recipient: recipient, address: address) }
+        out += packed(groups).map { .send(frames: $0, recipient: sender, address: address) }
+        if digest.isRequest {
+            let mine = digestEntries.filter { digest.contains($0.member) }
+            for answer in digests(of: mine, request: false, lower: digest.lower, upper: digest.upper) {
+                out.append(.send(frames: [.stateDigest(answer)], recipient: sender, address: address))
+            }
+        }
+    }
+
+    /// Whether a partner that holds `entry` lacks what we hold of a member.
+    private static func isBehind(_ entry: StateDigest.Entry?, incarnation: UInt64, status: MemberStatus) -> Bool {
+        guard status != .left else { return false }
+        guard let entry else { return true }
+        return entry.incarnation < incarnation || (entry.incarnation == incarnation && entry.status < status)
+    }
+
+    private struct DigestKey: Hashable {
+        var sender: NodeID
+        var lower: NodeID
+        var isRequest: Bool
     }
 
     /// memberlist's scaling: larger clusters exchange full state less often, so the cost per

@@ -17,6 +17,7 @@ public enum Frame: Equatable, Sendable {
     case dead(Accusation)
     case left(Departure)
     case syncRequest(SyncRequest)
+    case stateDigest(StateDigest)
     // Messenger (reliable and unreliable delivery).
     case data(DataChunk)
     case ack(DeliveryAck)
@@ -42,6 +43,7 @@ public enum Frame: Equatable, Sendable {
         case .dead: return .dead
         case .left: return .left
         case .syncRequest: return .syncRequest
+        case .stateDigest: return .stateDigest
         case let .data(chunk): return chunk.stream == .journal ? .journalData : .data
         case .ack: return .ack
         case .forwardTSN: return .forwardTSN
@@ -66,6 +68,7 @@ public enum Frame: Equatable, Sendable {
         case let .dead(body): return body
         case let .left(body): return body
         case let .syncRequest(body): return body
+        case let .stateDigest(body): return body
         case let .data(body): return body
         case let .ack(body): return body
         case let .forwardTSN(body): return body
@@ -94,6 +97,7 @@ public enum Frame: Equatable, Sendable {
         case .dead: return .dead(try Accusation(decoding: &body))
         case .left: return .left(try Departure(decoding: &body))
         case .syncRequest: return .syncRequest(try SyncRequest(decoding: &body))
+        case .stateDigest: return .stateDigest(try StateDigest(decoding: &body))
         case .data: return .data(try DataChunk(decoding: &body))
         case .journalData:
             var chunk = try DataChunk(decoding: &body)
@@ -123,6 +127,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case dead = 0x16
     case left = 0x17
     case syncRequest = 0x18
+    case stateDigest = 0x19
     case data = 0x20
     case ack = 0x21
     case forwardTSN = 0x22

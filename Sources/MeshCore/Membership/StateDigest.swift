@@ -1,0 +1,90 @@
+import MeshCrypto
+import NIOCore
+
+/// One datagram's share of a member's view for anti-entropy (push-pull, issue 22): for each
+/// member whose id lies in `lower..<upper` (to the end of the id space when `upper` is nil), its
+/// incarnation and status: 25 bytes where its signed record takes about 170. The receiver sends
+/// back only what the digest shows the sender lacks, and on a request its own digest of the same
+/// range, so that the sender can do the same.
+public struct StateDigest: WireBody {
+    public struct Entry: Equatable, Sendable {
+        public var member: NodeID
+        public var incarnation: UInt64
+        public var status: MemberStatus
+
+        public init(member: NodeID, incarnation: UInt64, status: MemberStatus) {
+            self.member = member
+            self.incarnation = incarnation
+            self.status = status
+        }
+    }
+
+    /// On the wire: id, incarnation, status.
+    public static let entryLength = NodeID.byteCount + 8 + 1
+    /// Flags, lower bound, upper bound, entry count.
+    public static let fixedLength = 1 + NodeID.byteCount * 2 + 2
+
+    /// "Send me your digest of this range too."
+    public var isRequest: Bool
+    public var lower: NodeID
+    public var upper: NodeID?
+    /// By id, strictly increasing, every one in range.
+    public var entries: [Entry]
+
+    public init(isRequest: Bool, lower: NodeID, upper: NodeID?, entries: [Entry]) {
+        self.isRequest = isRequest
+        self.lower = lower
+        self.upper = upper
+        self.entries = entries
+    }
+
+    public func contains(_ id: NodeID) -> Bool {
+        id >= lower && upper.map { id < $0 } ?? true
+    }
+
+    private static let requestFlag: UInt8 = 1
+    private static let boundedFlag: UInt8 = 2
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        let flags = try buffer.readWire(UInt8.self, "digest flags")
+        guard flags & ~(Self.requestFlag | Self.boundedFlag) == 0 else { throw .invalidField(what: "digest flags") }
+        isRequest = flags & Self.requestFlag != 0
+        lower = try NodeID(decoding: &buffer)
+        let upper = try NodeID(decoding: &buffer)
+        self.upper = flags & Self.boundedFlag != 0 ? upper : nil
+        if let bound = self.upper, bound <= lower { throw .invalidField(what: "digest range") }
+        let count = Int(try buffer.readWire(UInt16.self, "digest entry count"))
+        guard count * Self.entryLength <= buffer.readableBytes else { throw .truncated(what: "digest entries") }
+        var entries: [Entry] = []
+        entries.reserveCapacity(count)
+        for _ in 0..<count {
+            let member = try NodeID(decoding: &buffer)
+            let incarnation = try buffer.readWire(UInt64.self, "digest incarnation")
+            let rank = try buffer.readWire(UInt8.self, "digest status")
+            guard let status = MemberStatus(rank: rank) else { throw .invalidField(what: "digest status") }
+            guard entries.last.map({ $0.member < member }) ?? true else { throw .invalidField(what: "digest order") }
+            entries.append(Entry(member: member, incarnation: incarnation, status: status))
+        }
+        self.entries = entries
+        guard entries.allSatisfy({ contains($0.member) }) else { throw .invalidField(what: "digest entry out of range") }
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger((isRequest ? Self.requestFlag : 0) | (upper != nil ? Self.boundedFlag : 0))
+        lower.encode(into: &buffer)
+        (upper ?? NodeID(high: 0, low: 0)).encode(into: &buffer)
+        buffer.writeInteger(UInt16(entries.count))
+        for entry in entries {
+            entry.member.encode(into: &buffer)
+            buffer.writeInteger(entry.incarnation)
+            buffer.writeInteger(UInt8(entry.status.rank))
+        }
+    }
+}
+
+extension MemberStatus {
+    init?(rank: UInt8) {
+        guard let status = Self.allCases.first(where: { $0.rank == Int(rank) }) else { return nil }
+        self = status
+    }
+}
