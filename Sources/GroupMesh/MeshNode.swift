@@ -175,7 +175,11 @@ package actor MeshNode {
         self.channel = channel
         socketBuffers = buffers
         storage = StorageWorker(store: store)
-        metrics = NodeMetrics(dimensions: configuration.metricsLabels.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
+        let labels = configuration.metricsLabels.sorted { $0.key < $1.key }
+        for (name, _) in labels where NodeMetrics.reservedLabels.contains(name) {
+            logger.warning("metrics label '\(name)' is one the metrics use themselves; left out")
+        }
+        metrics = NodeMetrics(dimensions: labels.filter { !NodeMetrics.reservedLabels.contains($0.key) }.map { ($0.key, $0.value) })
         core = NodeInstance(boot: boot, restored: restored, settings: settings, random: SodiumRandomNumberGenerator(),
                             now: MeshInstant(nanoseconds: NIODeadline.now().uptimeNanoseconds))
     }
@@ -199,8 +203,10 @@ package actor MeshNode {
         eventFeed.start(session: core.session.sessionID, removed: Set(core.epochs.removed))
         core.start(seeds: (configuration.invite?.token.addresses ?? []) + configuration.join.map(\.peer), now: now)
         runEffects()
-        metricsPublisher = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .seconds(1)) { [self] _ in
-            assumeIsolated { $0.publishMetrics() }
+        if metrics.isReporting {
+            metricsPublisher = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .seconds(1)) { [self] _ in
+                assumeIsolated { $0.publishMetrics() }
+            }
         }
         logger.info("started", metadata: ["address": "\(localAddress)", "node": "\(nodeID)",
                                           "receiveBuffer": "\(socketBuffers.receive)"])
@@ -514,7 +520,7 @@ package actor MeshNode {
         timer = nil
         metricsPublisher?.cancel()
         metricsPublisher = nil
-        if sessionState != .waiting { publishMetrics() }
+        if sessionState != .waiting, metrics.isReporting { publishMetrics() }
         controlConnections?.stop()
         if let controlChannel { try? await controlChannel.close() }
         // After the server socket: a `listen` that sees its end asks whether the node still runs.

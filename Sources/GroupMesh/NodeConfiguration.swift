@@ -29,7 +29,10 @@ public struct NodeConfiguration: Sendable {
     /// loopback that loses nothing (`run --simulate-loss`, hidden; benchmarks and tests only).
     public var simulatedLoss: Double = 0
     /// Labels added to every metric this node reports through swift-metrics: to tell apart
-    /// several nodes in one process (a process with one node needs none).
+    /// several nodes in one process (a process with one node needs none). The node reports to
+    /// the backend bootstrapped before it was made (`MetricsSystem.bootstrap`), and to none
+    /// without one. Names the metrics use themselves (`kind`, `reason`, `state`, `outcome`, `le`,
+    /// `quantile`) are left out.
     public var metricsLabels: [String: String] = [:]
     package var wire = DatagramCodec.Configuration()
 

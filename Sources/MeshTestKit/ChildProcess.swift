@@ -64,6 +64,8 @@ public final class ChildProcess: @unchecked Sendable {
     /// What it wrote so far.
     public var standardOutput: String { output.text }
     public var standardError: String { errors.text }
+    /// Both pipes reached end-of-file: after the exit, all it wrote has been read.
+    public var outputIsComplete: Bool { !output.hasPendingData && !errors.hasPendingData }
 
     public var isRunning: Bool { reap(blocking: false) == nil }
 

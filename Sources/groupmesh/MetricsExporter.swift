@@ -1,6 +1,7 @@
 import CoreMetrics
 import Foundation
 import GroupMesh
+import NIOConcurrencyHelpers
 import NIOCore
 import NIOHTTP1
 import NIOPosix
@@ -19,13 +20,26 @@ final class MetricsExporter: Sendable {
         self.boundAddress = boundAddress
     }
 
+    /// Connections served at once; more are closed as they come.
+    static let maxConnections = 16
+
     /// Binds the HTTP listener and makes swift-metrics report to it (once per process).
     static func start(_ address: ListenAddress) async throws(GroupMeshError) -> MetricsExporter {
         let registry = PrometheusCollectorRegistry()
+        let open = NIOLockedValueBox(0)
         let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
+                // A few scrapers at a time: a client that holds connections open must not use up
+                // the descriptors the node needs for its sockets and its store.
+                let admitted = open.withLockedValue { count in
+                    guard count < Self.maxConnections else { return false }
+                    count += 1
+                    return true
+                }
+                guard admitted else { return channel.close() }
+                channel.closeFuture.whenComplete { _ in open.withLockedValue { $0 -= 1 } }
+                return channel.eventLoop.makeCompletedFuture {
                     // A connection that sends nothing for 30 s is closed (Prometheus asks every 15 s or so).
                     try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: .seconds(30)))
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)

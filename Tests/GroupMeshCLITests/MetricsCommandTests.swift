@@ -65,6 +65,23 @@ struct MetricsCommandTests {
         }
     }
 
+    @Test("the exporter serves 16 connections at once and closes more as they come; a freed place serves again")
+    func connectionsAreCapped() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
+        defer { Task { await node.cleanUp() } }
+        let url = try await node.waitForLine(prefix: "metrics:")
+        let port = try #require(UInt16(url.split(separator: ":").last?.split(separator: "/").first ?? ""))
+        let held = try (0..<16).map { _ in try LoopbackTCP(port: port) }
+        // The 16 are accepted before the 17th comes: each answers a request.
+        for connection in held { #expect(try connection.get("/metrics").hasPrefix("HTTP/1.1 200"), "a held connection") }
+        let extra = try LoopbackTCP(port: port)
+        #expect(try extra.readUntilClosed(timeout: .seconds(10)).isEmpty, "the 17th connection is closed unanswered")
+        held[0].close()
+        try await waitUntil("a place is free again", timeout: .seconds(10)) {
+            try LoopbackTCP(port: port).get("/metrics").hasPrefix("HTTP/1.1 200")
+        }
+    }
+
     @Test("--metrics on a port in use stops the node in one line; a bad address is refused at parse time")
     func portInUse() async throws {
         let holder = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
@@ -166,7 +183,8 @@ enum PrometheusTools {
             return .failure(PrometheusUnavailable(reason: "cannot run \(script)"))
         }
         let status = process.waitUntilExit()
-        Thread.sleep(forTimeInterval: 0.1)  // the output pipes drain after the exit
+        // The pipes drain after the exit (bounded).
+        for _ in 0..<500 where !process.outputIsComplete { Thread.sleep(forTimeInterval: 0.01) }
         let folder = process.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
         guard status == 0, !folder.isEmpty else {
             return .failure(PrometheusUnavailable(reason: process.standardError.trimmingCharacters(in: .whitespacesAndNewlines)))
@@ -190,7 +208,7 @@ enum PrometheusTools {
         while process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         if process.isRunning { process.signal(SIGKILL) }
         let status = process.waitUntilExit()
-        try await Task.sleep(for: .milliseconds(50))
+        for _ in 0..<500 where !process.outputIsComplete { try await Task.sleep(for: .milliseconds(10)) }
         return (status, process.standardOutput + process.standardError)
     }
 }
@@ -286,5 +304,62 @@ final class PrometheusServer: Sendable {
         }
         guard bound else { throw NodeProcessError.timeout("bind: \(errno)") }
         return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+/// A blocking TCP connection to loopback, for what URLSession hides (holding a connection open).
+final class LoopbackTCP {
+    private let fd: Int32
+
+    init(port: UInt16) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw NodeProcessError.timeout("socket: \(errno)") }
+        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = port.bigEndian
+        let connected = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            }
+        }
+        guard connected else {
+            Glibc.close(fd)
+            throw NodeProcessError.timeout("connect to 127.0.0.1:\(port): \(errno)")
+        }
+    }
+
+    deinit { close() }
+
+    private var closed = false
+    func close() {
+        guard !closed else { return }
+        closed = true
+        Glibc.close(fd)
+    }
+
+    /// Sends a GET and returns the first bytes of the answer (enough for the status line).
+    func get(_ path: String) throws -> String {
+        let request = Array("GET \(path) HTTP/1.1\r\nHost: loopback\r\n\r\n".utf8)
+        guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, 0) }) == request.count else {
+            throw NodeProcessError.timeout("send: \(errno)")
+        }
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let count = recv(fd, &buffer, buffer.count, 0)
+        return count > 0 ? String(decoding: buffer[..<count], as: UTF8.self) : ""
+    }
+
+    /// Everything the peer sends until it closes (bounded by the receive timeout).
+    func readUntilClosed(timeout: Duration) throws -> [UInt8] {
+        var received: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = recv(fd, &buffer, buffer.count, 0)
+            if count == 0 { return received }
+            guard count > 0 else { throw NodeProcessError.timeout("no close within \(timeout): \(errno)") }
+            received += buffer[..<count]
+        }
     }
 }

@@ -67,44 +67,57 @@ struct StateDigestTests {
         #expect(out.flatMap(\.aliveRecords).contains { $0.id == cluster[0] && $0.incarnation == before + 1 })
     }
 
-    @Test("a flood of digests from one member is answered once per half join retry interval")
+    @Test("a flood of digests from one member, of made-up ranges or many to a datagram, is answered a view's worth per half join retry interval")
     func digestFloodIsAnsweredSparingly() {
         let cluster = ManualCluster(count: 3)
         var node = cluster.instance(0)
-        let digest = Self.digest(cluster.instance(1), skipping: [cluster[2]])
-        var answered = 0
-        for step in 0..<200 {
-            let out = node.onFrames([.stateDigest(digest)], from: cluster[1], address: ManualCluster.address(2),
-                                    now: cluster.now + .milliseconds(step))
-            if !Self.sent(out).isEmpty { answered += 1 }
+        func answered(_ frames: [Frame], at now: MeshInstant) -> Bool {
+            !Self.sent(node.onFrames(frames, from: cluster[1], address: ManualCluster.address(2), now: now)).isEmpty
         }
-        #expect(answered == 1)
+        // Empty request digests of ever new ranges: each would draw every record in it.
+        var count = 0
+        for step in 0..<200 {
+            let digest = StateDigest(isRequest: true, lower: NodeID(high: 0, low: UInt64(step)), upper: nil, entries: [])
+            if answered([.stateDigest(digest)], at: cluster.now + .milliseconds(step)) { count += 1 }
+        }
+        #expect(count == 2, "\(count) answers: a 3-member view fits one digest, and one more is allowed")
+        // Many digests in one datagram: one is taken.
+        let later = cluster.now + MembershipSettings.lan.joinRetryInterval
+        let many = (0..<29).map { Frame.stateDigest(StateDigest(isRequest: true, lower: NodeID(high: 1, low: UInt64($0)),
+                                                                 upper: nil, entries: [])) }
+        let out = Self.sent(node.onFrames(many, from: cluster[1], address: ManualCluster.address(2), now: later))
+        let answers = out.flatMap { $0.compactMap { if case let .stateDigest(d) = $0 { d } else { nil } } }
+        #expect(answers.count == 1, "\(answers.count) digests answered from one datagram")
+        // Another member is not held back by the first one's flood.
+        #expect(!Self.sent(node.onFrames([.stateDigest(Self.digest(cluster.instance(2)))], from: cluster[2],
+                                         address: ManualCluster.address(3), now: cluster.now + .milliseconds(100))).isEmpty)
     }
 
-    @Test("a view larger than a datagram is split into ranges that cover every id, and each range is answered alone")
-    func largeViewsSplitIntoRanges() {
+    @Test("a view larger than a datagram goes as digests of ranges back to back from the first id to the end, and each range is answered alone")
+    func largeViewsSplitIntoRanges() throws {
         let cluster = MembershipCluster.converged(count: 120, seed: 5)
         cluster.simulator.run(for: .seconds(1))
         var node = cluster.process(cluster.nodes[0]).instance
-        // Our view, as our push-pull would send it: several digests, ranges back to back.
-        let entries = node.view.map { StateDigest.Entry(member: $0.id, incarnation: $0.incarnation, status: $0.status) }
-            .sorted { $0.member < $1.member }
-        let halves = [StateDigest(isRequest: true, lower: NodeID(high: 0, low: 0), upper: entries[60].member,
-                                  entries: Array(entries[..<60])),
-                      StateDigest(isRequest: true, lower: entries[60].member, upper: nil, entries: Array(entries[60...]))]
-        var encoded = ByteBuffer()
-        FrameCodec.encode(.stateDigest(halves[1]), into: &encoded)
-        #expect(encoded.readableBytes > 1118, "60 entries do not fit one datagram: the node splits its own")
-        // A partner that holds only the first half learns nothing is missing in the second's range
-        // from the first digest alone: no record for a member of the other range.
-        let other = cluster.id(of: cluster.nodes[1])
-        let out = Self.sent(node.onFrames([.stateDigest(halves[0])], from: other, address: PeerAddress(ipv4: [127, 0, 0, 1], port: 9),
-                                          now: cluster.simulator.now))
+        // Our own push-pull, due once its interval passed.
+        let due = cluster.simulator.now + .seconds(600)
+        let pushPull = Self.sent(node.onTick(now: due)).compactMap { frames -> StateDigest? in
+            if case let .stateDigest(digest) = frames.first { digest } else { nil }
+        }
+        #expect(pushPull.count == 3, "120 members at 43 a datagram")
+        #expect(pushPull.allSatisfy { $0.isRequest })
+        #expect(pushPull.first?.lower == NodeID(high: 0, low: 0) && pushPull.last?.upper == nil)
+        #expect(zip(pushPull, pushPull.dropFirst()).allSatisfy { $0.upper == $1.lower })
+        #expect(pushPull.flatMap(\.entries).map(\.member) == node.view.map(\.id).sorted())
+        // A partner as current as we are, answering the first range only: our answer covers that
+        // range and sends no record of a member outside it.
+        var partner = cluster.process(cluster.nodes[1]).instance
+        let first = try #require(pushPull.first)
+        let out = Self.sent(partner.onFrames([.stateDigest(first)], from: node.localID,
+                                             address: PeerAddress(ipv4: [127, 0, 0, 1], port: 9), now: due))
         let answers = out.flatMap { $0.compactMap { if case let .stateDigest(d) = $0 { d } else { nil } } }
-        // Our answer covers exactly the range asked about, in ranges back to back.
-        #expect(answers.first?.lower == NodeID(high: 0, low: 0) && answers.last?.upper == entries[60].member)
+        #expect(answers.first?.lower == first.lower && answers.last?.upper == first.upper)
         #expect(zip(answers, answers.dropFirst()).allSatisfy { $0.upper == $1.lower })
-        #expect(answers.flatMap(\.entries).count == 60)
+        #expect(answers.flatMap(\.entries).count == first.entries.count && !answers.contains { $0.isRequest })
         #expect(out.flatMap(\.aliveRecords).isEmpty)
     }
 

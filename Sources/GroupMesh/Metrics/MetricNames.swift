@@ -37,7 +37,7 @@ public enum GroupMeshMetricNames {
         attachments: "Attachments in the journal by availability: available (a live member holds it whole), partial, unavailable.",
         probeRoundTrip: "Round trips of direct membership probes answered in time.",
         suspicions: "Members this node began to suspect (its own failed probe, or an accusation it took).",
-        refutations: "Accusations of this node (suspect, dead) that it refuted.",
+        refutations: "Times this node outbid what others held of it: a suspicion, a death, or a record or departure of an earlier boot.",
         datagramsSent: "UDP datagrams sent, by kind.",
         datagramsReceived: "UDP datagrams received that opened under the session's keys, by kind.",
         bytesSent: "UDP payload bytes sent, by kind.",

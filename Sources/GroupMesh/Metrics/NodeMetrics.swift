@@ -5,7 +5,7 @@ import MeshCore
 /// (`groupmesh run --metrics` serves them to Prometheus). The datagram path counts in plain
 /// integers (`NodeCounters`); once a second the shell reads them and this turns their growth
 /// into counter increments, so a backend costs nothing per datagram and the core stays free of
-/// it. Without a backend, a publication is a few hundred no-op calls.
+/// it. Without a backend (swift-metrics' no-op factory) the node publishes nothing.
 struct NodeMetrics {
     /// What the node counted and holds, read at one moment.
     struct Reading {
@@ -45,7 +45,14 @@ struct NodeMetrics {
     private var lastFetchedBytes: UInt64 = 0
     private var lastPublishedAt: MeshInstant?
 
-    /// `dimensions` are added to every metric (to tell apart several nodes in one process).
+    /// Label names the metrics use themselves (and Prometheus's histograms): not for `dimensions`.
+    static let reservedLabels: Set<String> = ["kind", "reason", "state", "outcome", "le", "quantile"]
+
+    /// Whether a backend was bootstrapped: without one there is nothing to gather for.
+    var isReporting: Bool { !(factory is NOOPMetricsHandler) }
+
+    /// `dimensions` are added to every metric (to tell apart several nodes in one process); the
+    /// caller leaves out `reservedLabels`.
     init(factory: any MetricsFactory = MetricsSystem.factory, dimensions: [(String, String)] = []) {
         self.factory = factory
         self.dimensions = dimensions

@@ -45,8 +45,9 @@ public struct MembershipInstance: Sendable {
     /// When we last sent each member our whole state on its request: a member asking again and
     /// again (a flood of joins) gets one answer per half join retry interval.
     private var answeredSyncs: [NodeID: MeshInstant] = [:]
-    /// When we last answered each member's digest of a range (anti-entropy), likewise.
-    private var answeredDigests: [DigestKey: MeshInstant] = [:]
+    /// Digests answered per member in the current window (anti-entropy): a view's worth of
+    /// ranges, and one more, per half join retry interval.
+    private var digestBudgets: [NodeID: (windowStart: MeshInstant, answered: Int)] = [:]
     /// When each member last sent us an authenticated datagram of any kind.
     private var lastHeard: [NodeID: MeshInstant] = [:]
     /// How often each other boot of our identity made us refute (a live twin never stops).
@@ -184,6 +185,7 @@ public struct MembershipInstance: Sendable {
         if nextJoinAttemptAt != nil, sender != me.id, !members.isEmpty {
             nextJoinAttemptAt = nil
         }
+        var digestTaken = false
         for frame in frames {
             switch frame {
             case let .probe(probe):
@@ -193,7 +195,10 @@ public struct MembershipInstance: Sendable {
                 if probe?.sequence == nack.sequence, probe?.target == nack.target { probe?.nacksReceived += 1 }
             case let .probeRequest(request): onProbeRequest(request, from: sender, address: address, now: now, into: &out)
             case .syncRequest: answerSync(from: sender, address: address, now: now, into: &out)
-            case let .stateDigest(digest): answerDigest(digest, from: sender, address: address, now: now, into: &out)
+            case let .stateDigest(digest) where !digestTaken:
+                // One digest a datagram, as we send them: more would only multiply the answers.
+                digestTaken = true
+                answerDigest(digest, from: sender, address: address, now: now, into: &out)
             default: break
             }
         }
@@ -613,7 +618,7 @@ public struct MembershipInstance: Sendable {
     /// round comes sooner, so an epidemic's hops cost a network delay each, not half a gossip
     /// interval (issue 22: joins seen by all sooner).
     private mutating func hastenGossip(now: MeshInstant) {
-        guard let spacing = settings.newsGossipSpacing, !gossip.isEmpty else { return }
+        guard let spacing = settings.newsGossipSpacing, !gossip.isEmpty, !active.isEmpty else { return }
         nextGossipAt = min(nextGossipAt, max(now, lastGossipAt + spacing))
     }
 
@@ -622,7 +627,8 @@ public struct MembershipInstance: Sendable {
     /// about e^-fanout of the nodes (5% with 3), who would wait a whole interval; told twice as
     /// often, it misses e^-2·fanout (0.25%).
     private var freshGossipSpacing: Duration? {
-        guard let spacing = settings.newsGossipSpacing,
+        // Without anyone to gossip to, nothing is ever sent and the update stays fresh.
+        guard let spacing = settings.newsGossipSpacing, !active.isEmpty,
               gossip.hasUpdates(sentFewerThan: 2 * settings.gossipFanout) else { return nil }
         return spacing
     }
@@ -722,16 +728,14 @@ public struct MembershipInstance: Sendable {
 
     /// A partner's digest: we send the records it shows the partner lacks or holds older (or
     /// weaker: alive where we hold suspect or dead), refute what it believes of us, and on a
-    /// request send our own digest of the range. A member's digests are answered at most once per
-    /// range per half join retry interval (a flood of them costs a flood of answers otherwise).
+    /// request send our own digest of the range. The answers go where we reach a member we know
+    /// (not wherever its datagram claims to come from). Each member gets at most a view's worth
+    /// of ranges answered, and one more, per half join retry interval: the sender chooses the
+    /// ranges, so a flood of digests of made-up ranges would otherwise cost a whole state each.
     private mutating func answerDigest(_ digest: StateDigest, from sender: NodeID, address: PeerAddress,
                                        now: MeshInstant, into out: inout [MembershipDirective]) {
-        guard !hasLeft, sender != me.id else { return }
-        let spacing = settings.joinRetryInterval * 0.5
-        let key = DigestKey(sender: sender, lower: digest.lower, isRequest: digest.isRequest)
-        if let last = answeredDigests[key], now < last + spacing { return }
-        if answeredDigests.count >= 256 { answeredDigests = answeredDigests.filter { now < $0.value + spacing } }
-        answeredDigests[key] = now
+        guard !hasLeft, sender != me.id, takeDigestBudget(of: sender, now: now) else { return }
+        let address = members[sender]?.address ?? address
         var theirs: [NodeID: StateDigest.Entry] = [:]
         for entry in digest.entries { theirs[entry.member] = entry }
         // What they believe of us: an accusation at our incarnation or above is refuted at once.
@@ -764,11 +768,28 @@ public struct MembershipInstance: Sendable {
         return entry.incarnation < incarnation || (entry.incarnation == incarnation && entry.status < status)
     }
 
-    private struct DigestKey: Hashable {
-        var sender: NodeID
-        var lower: NodeID
-        var isRequest: Bool
+    private var digestsPerView: Int {
+        let perDatagram = max(1, (datagramBudget - FrameCodec.headerLength - StateDigest.fixedLength) / StateDigest.entryLength)
+        return (members.count + 1 + perDatagram - 1) / perDatagram
     }
+
+    /// Counts one answered digest of `sender` in its window; false when it has had its share, or
+    /// when 256 members already have windows open.
+    private mutating func takeDigestBudget(of sender: NodeID, now: MeshInstant) -> Bool {
+        let window = settings.joinRetryInterval * 0.5
+        var budget = digestBudgets[sender] ?? (now, 0)
+        if now >= budget.windowStart + window { budget = (now, 0) }
+        guard budget.answered < digestsPerView + 1 else { return false }
+        if digestBudgets[sender] == nil, digestBudgets.count >= Self.maxDigestWindows {
+            digestBudgets = digestBudgets.filter { now < $0.value.windowStart + window }
+            guard digestBudgets.count < Self.maxDigestWindows else { return false }
+        }
+        budget.answered += 1
+        digestBudgets[sender] = budget
+        return true
+    }
+
+    static let maxDigestWindows = 256
 
     /// memberlist's scaling: larger clusters exchange full state less often, so the cost per
     /// node stays flat as N grows.
