@@ -340,6 +340,33 @@ struct MembershipInstanceTests {
                                       address: ManualCluster.address(3), now: later)) > 0)
     }
 
+    @Test("a member's new boot from another address: its record goes to the old address at once (a live twin hears it there); a restart in place sends nothing more")
+    func newBootIsToldToTheOldAddress() throws {
+        let cluster = ManualCluster(count: 3)
+        var node = cluster.instance(0)
+        let identity = try #require(cluster.identities[cluster[1]])
+        let authority = Ed25519Authority(identity: identity)
+        func sendsToOldAddress(_ record: MemberRecord) -> Bool {
+            node.onFrames([.alive(record.signed(by: authority))], from: cluster[2], address: ManualCluster.address(3),
+                          now: cluster.now).contains {
+                if case let .send(frames, _, address) = $0 { address == ManualCluster.address(2) && frames.aliveRecords.contains { $0.id == cluster[1] } } else { false }
+            }
+        }
+        var moved = ManualCluster.record(identity, index: 1, incarnation: 1, boot: 777)
+        moved.addresses = [ManualCluster.address(9)]
+        #expect(sendsToOldAddress(moved), "the boot at the old address is told it was outbid")
+        // Restarted in place (yet another boot at the same address): nobody else is there to tell.
+        var inPlace = ManualCluster.record(identity, index: 1, incarnation: 2, boot: 778)
+        inPlace.addresses = [ManualCluster.address(9)]
+        let directives = node.onFrames([.alive(inPlace.signed(by: authority))], from: cluster[2],
+                                       address: ManualCluster.address(3), now: cluster.now)
+        let toOldAddress = directives.filter {
+            if case let .send(frames, _, address) = $0 { address == ManualCluster.address(9) && !frames.aliveRecords.isEmpty } else { false }
+        }
+        #expect(toOldAddress.isEmpty, "\(toOldAddress)")
+        #expect(node.member(cluster[1])?.record.bootID == 778)
+    }
+
     @Test("a live twin of our identity (a copied data dir) is reported by both once it outbids us repeatedly; a dead earlier boot never is")
     func liveTwinIsReported() throws {
         let identity = try NodeIdentity(seed: [UInt8](repeating: 61, count: 32))

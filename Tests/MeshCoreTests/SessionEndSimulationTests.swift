@@ -43,6 +43,25 @@ struct SessionEndSimulationTests {
         #expect(problems.isEmpty, "\(replay): \(problems.prefix(4))")
     }
 
+    @Test("an end sent the moment a member joined reaches it: the ender waits for its earlier messages too", arguments: seeds)
+    func endRightAfterAJoin(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)))
+        let ender = mesh.addNode(joiningThrough: [], at: .zero)
+        let joiner = mesh.addNode(joiningThrough: [ender.address], at: .zero + .milliseconds(100))
+        // The ender's first journal messages to the joiner go out before its record does, so the
+        // joiner cannot open them yet; the end, acknowledged out of order, waits behind them.
+        mesh.simulator.run(for: .seconds(2), checkEvery: .milliseconds(1)) { _ in
+            ender.activeMemberIDs.contains(joiner.id) && joiner.activeMemberIDs.contains(ender.id)
+        }
+        ender.plan(at: mesh.simulator.now + .milliseconds(1)) { $0.end() }
+        mesh.simulator.run(for: .seconds(20), checkEvery: .milliseconds(100)) { _ in
+            mesh.all.allSatisfy { $0.core.phase == .stopped }
+        }
+        #expect(joiner.sessionEndedBy == ender.id, "\(replay): the joiner never heard the end")
+        #expect(joiner.core.phase == .stopped && ender.core.phase == .stopped, "\(replay)")
+    }
+
     @Test("a forged end, one for an old epoch, and one by a removed member change nothing", arguments: seeds.prefix(2))
     func badEnds(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)

@@ -324,6 +324,13 @@ public struct MembershipInstance: Sendable {
         if let existing = members[record.id] {
             guard record.incarnation > existing.incarnation else { return }
             guard record.hasValidSignature(authority) else { return }
+            // Another boot outbid the one we knew, from elsewhere: the old boot is told at once
+            // rather than by gossip, which now goes to the new address. A restart leaves nobody
+            // there; a live twin (a copied data dir) refutes, and both find the conflict in a
+            // few round trips instead of when gossip happens to pass by the other one.
+            if record.bootID != existing.record.bootID, let old = existing.address, !record.addresses.contains(old) {
+                out.append(.send(frames: [.alive(record)], recipient: record.id, address: old))
+            }
             var member = existing
             member.record = record
             member.incarnation = record.incarnation
@@ -628,8 +635,11 @@ public struct MembershipInstance: Sendable {
     /// often, it misses e^-2·fanout (0.25%).
     private var freshGossipSpacing: Duration? {
         // Without anyone to gossip to, nothing is ever sent and the update stays fresh.
+        // Two rounds' worth for the members there are: with fewer than the fanout, every round
+        // reaches them all, and more hastened rounds would only spend the update's transmissions
+        // on them instead of on the probes and acks that carry it elsewhere.
         guard let spacing = settings.newsGossipSpacing, !active.isEmpty,
-              gossip.hasUpdates(sentFewerThan: 2 * settings.gossipFanout) else { return nil }
+              gossip.hasUpdates(sentFewerThan: 2 * min(settings.gossipFanout, active.count)) else { return nil }
         return spacing
     }
 

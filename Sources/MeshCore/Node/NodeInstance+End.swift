@@ -61,6 +61,16 @@ extension NodeInstance {
         if let ending, now >= ending.until { finishEnding(now: now) }
     }
 
+    /// Leaves once the end was acknowledged and so was everything sent before it. An end
+    /// acknowledged out of order (selectively) is delivered only after the earlier messages of its
+    /// stream, and those arrive only while this node still retransmits them: a node that ended a
+    /// session a moment after a member joined stopped before its first journal messages (sent
+    /// before the member held its keys, so dropped) went again, and the member never heard the end.
+    mutating func finishEndingIfDrained(now: MeshInstant) {
+        guard let ending, ending.sendID == nil, delivery.pendingSends == 0 else { return }
+        finishEnding(now: now)
+    }
+
     /// Every member told acknowledged it (or gave up), or the grace passed: leave.
     mutating func finishEnding(now: MeshInstant) {
         guard let state = ending, phase.isActive else { return }

@@ -37,7 +37,10 @@ extension NodeInstance {
                 case .application: deliver(received)
                 }
             case let .completed(sendID, failures):
-                if ending?.sendID == sendID { finishEnding(now: now) }
+                if ending != nil {
+                    if ending?.sendID == sendID { ending?.sendID = nil }
+                    finishEndingIfDrained(now: now)
+                }
                 // Journal messages complete here too; nobody waits for them.
                 guard let pending = pendingSends.removeValue(forKey: sendID) else { continue }
                 if pending.reliable {
