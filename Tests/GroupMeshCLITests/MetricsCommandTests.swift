@@ -9,19 +9,31 @@ import Testing
 /// own tools (Debian's package, fetched by scripts/prometheus-tools.sh) where they can be had.
 @Suite("metrics with real processes", .serialized)
 struct MetricsCommandTests {
+    /// alice and bob, each serving its metrics, in one mesh; the URLs their `metrics:` lines gave.
+    static func startPair(into nodes: inout [NodeProcess]) async throws
+        -> (alice: NodeProcess, bob: NodeProcess, aliceURL: String, bobURL: String) {
+        let alice = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "alice", "--metrics", "127.0.0.1:0"])
+        nodes.append(alice)
+        let invite = try await alice.waitForLine(prefix: "invite:")
+        let bob = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", "bob",
+                                   "--metrics", "127.0.0.1:0"])
+        nodes.append(bob)
+        let aliceURL = try await alice.waitForLine(prefix: "metrics:")
+        let bobURL = try await bob.waitForLine(prefix: "metrics:")
+        try await nodes.waitForMesh(alive: 2)
+        return (alice, bob, aliceURL, bobURL)
+    }
+
+    /// `HOST:PORT` of a `http://HOST:PORT/metrics` URL.
+    static func hostPort(_ url: String) -> String {
+        url.replacingOccurrences(of: "http://", with: "").replacingOccurrences(of: "/metrics", with: "")
+    }
+
     @Test("run --metrics serves members, traffic by kind, round trips and deliveries; other paths and methods are refused")
     func exposition() async throws {
         var nodes: [NodeProcess] = []
         defer { for node in nodes { Task { await node.cleanUp() } } }
-        let alice = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "alice", "--metrics", "127.0.0.1:0"])
-        nodes.append(alice)
-        let invite = try await alice.waitForLine(prefix: "invite:")
-        let aliceMetrics = try await alice.waitForLine(prefix: "metrics:")
-        let bob = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", "bob",
-                                   "--metrics", "127.0.0.1:0"])
-        nodes.append(bob)
-        let bobMetrics = try await bob.waitForLine(prefix: "metrics:")
-        try await nodes.waitForMesh(alive: 2)
+        let (_, bob, aliceMetrics, bobMetrics) = try await Self.startPair(into: &nodes)
         #expect(aliceMetrics.hasPrefix("http://127.0.0.1:") && aliceMetrics.hasSuffix("/metrics"), "\(aliceMetrics)")
 
         try await waitUntil("alice's page shows 2 alive members") {
@@ -70,7 +82,7 @@ struct MetricsCommandTests {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
         defer { Task { await node.cleanUp() } }
         let url = try await node.waitForLine(prefix: "metrics:")
-        let port = try #require(UInt16(url.split(separator: ":").last?.split(separator: "/").first ?? ""))
+        let port = try #require(UInt16(Self.hostPort(url).split(separator: ":").last ?? ""))
         let held = try (0..<16).map { _ in try LoopbackTCP(port: port) }
         // The 16 are accepted before the 17th comes: each answers a request.
         for connection in held { #expect(try connection.get("/metrics").hasPrefix("HTTP/1.1 200"), "a held connection") }
@@ -86,8 +98,7 @@ struct MetricsCommandTests {
     func portInUse() async throws {
         let holder = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
         defer { Task { await holder.cleanUp() } }
-        let taken = try await holder.waitForLine(prefix: "metrics:")
-            .replacingOccurrences(of: "http://", with: "").replacingOccurrences(of: "/metrics", with: "")
+        let taken = Self.hostPort(try await holder.waitForLine(prefix: "metrics:"))
         let second = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", taken])
         defer { Task { await second.cleanUp() } }
         #expect(try await second.waitForExit() == 1)
@@ -107,18 +118,8 @@ struct MetricsCommandTests {
         let folder = try PrometheusTools.folder.get()
         var nodes: [NodeProcess] = []
         defer { for node in nodes { Task { await node.cleanUp() } } }
-        let alice = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "alice", "--metrics", "127.0.0.1:0"])
-        nodes.append(alice)
-        let invite = try await alice.waitForLine(prefix: "invite:")
-        let bob = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", "bob",
-                                   "--metrics", "127.0.0.1:0"])
-        nodes.append(bob)
-        var targets: [String] = []
-        for node in nodes {
-            targets.append(try await node.waitForLine(prefix: "metrics:")
-                .replacingOccurrences(of: "http://", with: "").replacingOccurrences(of: "/metrics", with: ""))
-        }
-        try await nodes.waitForMesh(alive: 2)
+        let (_, _, aliceURL, bobURL) = try await Self.startPair(into: &nodes)
+        let targets = [aliceURL, bobURL].map(Self.hostPort)
 
         let server = try PrometheusServer(folder: folder, targets: targets)
         defer { server.stop() }

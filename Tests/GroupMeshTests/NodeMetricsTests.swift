@@ -43,7 +43,7 @@ struct NodeMetricsTests {
         var metrics = NodeMetrics(factory: backend, dimensions: [("node", "a")])
         var reading = NodeMetrics.Reading()
         reading.members = [.alive: 3, .suspect: 1]
-        reading.attachments = ["available": 2]
+        reading.attachments = [.available: 2]
         reading.storeBytes = 1_000
         reading.storeFreeBytes = 5_000
         metrics.publish(reading, now: Self.at(10))

@@ -19,7 +19,7 @@ extension MeshNode {
         for member in core.members { reading.members[member.status, default: 0] += 1 }
         var counted: Set<SHA256Digest> = []
         for entry in core.attachments {
-            reading.attachments[core.availability(of: entry).state.rawValue, default: 0] += 1
+            reading.attachments[core.availability(of: entry).state, default: 0] += 1
             // Content stored once for every attachment of it.
             guard counted.insert(entry.content).inserted else { continue }
             let have = core.chunksHeld(of: entry)

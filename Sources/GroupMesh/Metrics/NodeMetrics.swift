@@ -16,8 +16,7 @@ struct NodeMetrics {
         var sendErrors: UInt64 = 0
         var kernelReceiveDrops: UInt64?
         var members: [MemberStatus: Int] = [:]
-        /// By availability (`available`, `partial`, `unavailable`).
-        var attachments: [String: Int] = [:]
+        var attachments: [AttachmentAvailability.State: Int] = [:]
         var storeBytes: UInt64 = 0
         var storeFreeBytes: UInt64?
         var localHealth = 0
@@ -95,8 +94,8 @@ struct NodeMetrics {
         for status in MemberStatus.allCases {
             gauge(Name.members, [("state", status.rawValue)], Double(reading.members[status] ?? 0))
         }
-        for state in ["available", "partial", "unavailable"] {
-            gauge(Name.attachments, [("state", state)], Double(reading.attachments[state] ?? 0))
+        for state in AttachmentAvailability.State.allCases {
+            gauge(Name.attachments, [("state", state.rawValue)], Double(reading.attachments[state] ?? 0))
         }
         gauge(Name.storeBytes, [], Double(reading.storeBytes))
         if let free = reading.storeFreeBytes { gauge(Name.storeFreeBytes, [], Double(free)) }
@@ -107,7 +106,8 @@ struct NodeMetrics {
         let fetched = counters.chunkPayloadBytesFetched
         if let last = lastPublishedAt, now > last {
             let seconds = Double((now - last).nanosecondsClamped) / 1e9
-            gauge(Name.fetchThroughput, [], Double(fetched &- min(fetched, lastFetchedBytes)) / seconds)
+            // The total never goes back; a new run starts a new NodeMetrics.
+            gauge(Name.fetchThroughput, [], Double(fetched - min(fetched, lastFetchedBytes)) / seconds)
         }
         lastFetchedBytes = fetched
         lastPublishedAt = now

@@ -3,7 +3,8 @@
 public struct MembershipCounters: Sendable, Equatable {
     /// Members this node began to suspect (its own failed probe, or an accusation it took).
     public var suspicionsRaised: UInt64 = 0
-    /// Accusations of this node (suspect, dead, an earlier boot's departure) it outbid.
+    /// Times this node outbid what others held of it: a suspicion, a death, a record or a
+    /// departure of an earlier boot (or of a live twin).
     public var refutations: UInt64 = 0
     /// Round trips of direct probes answered in time.
     public var roundTrips = RoundTripSamples()

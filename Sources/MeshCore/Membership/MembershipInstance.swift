@@ -632,12 +632,11 @@ public struct MembershipInstance: Sendable {
     /// While an update has been sent fewer than two rounds' worth of times, rounds follow each
     /// other at the news spacing. A cascade in which each node tells `fanout` others once misses
     /// about e^-fanout of the nodes (5% with 3), who would wait a whole interval; told twice as
-    /// often, it misses e^-2·fanout (0.25%).
+    /// often, it misses e^-2·fanout (0.25%). With fewer members than the fanout every round
+    /// reaches them all, so two rounds' worth is counted in the members there are: more would
+    /// spend the update's transmissions on them instead of on the probes and acks that carry it
+    /// elsewhere. With nobody to gossip to nothing is sent, and the update would stay fresh.
     private var freshGossipSpacing: Duration? {
-        // Without anyone to gossip to, nothing is ever sent and the update stays fresh.
-        // Two rounds' worth for the members there are: with fewer than the fanout, every round
-        // reaches them all, and more hastened rounds would only spend the update's transmissions
-        // on them instead of on the probes and acks that carry it elsewhere.
         guard let spacing = settings.newsGossipSpacing, !active.isEmpty,
               gossip.hasUpdates(sentFewerThan: 2 * min(settings.gossipFanout, active.count)) else { return nil }
         return spacing
@@ -722,7 +721,7 @@ public struct MembershipInstance: Sendable {
     /// together cover `lower..<upper`.
     private func digests(of entries: [StateDigest.Entry], request: Bool, lower: NodeID,
                          upper: NodeID?) -> [StateDigest] {
-        let perDatagram = max(1, (datagramBudget - FrameCodec.headerLength - StateDigest.fixedLength) / StateDigest.entryLength)
+        let perDatagram = digestEntriesPerDatagram
         var result: [StateDigest] = []
         var start = lower
         var index = 0
@@ -778,9 +777,13 @@ public struct MembershipInstance: Sendable {
         return entry.incarnation < incarnation || (entry.incarnation == incarnation && entry.status < status)
     }
 
+    private var digestEntriesPerDatagram: Int {
+        max(1, (datagramBudget - FrameCodec.headerLength - StateDigest.fixedLength) / StateDigest.entryLength)
+    }
+
+    /// How many digests our view (this node included) takes.
     private var digestsPerView: Int {
-        let perDatagram = max(1, (datagramBudget - FrameCodec.headerLength - StateDigest.fixedLength) / StateDigest.entryLength)
-        return (members.count + 1 + perDatagram - 1) / perDatagram
+        (members.count + 1 + digestEntriesPerDatagram - 1) / digestEntriesPerDatagram
     }
 
     /// Counts one answered digest of `sender` in its window; false when it has had its share, or

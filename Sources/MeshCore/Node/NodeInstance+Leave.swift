@@ -173,7 +173,7 @@ extension NodeInstance {
 
 /// Who holds an attachment and whether it can be loaded.
 public struct AttachmentAvailability: Sendable, Equatable {
-    public enum State: String, Sendable, Codable {
+    public enum State: String, Sendable, Codable, CaseIterable {
         /// A live member (maybe this node) holds every chunk.
         case available
         /// Nobody live holds it whole, but some of its chunks are held: a holder may come back.
