@@ -244,7 +244,8 @@ public final class HostileMember: @unchecked Sendable {
         counters.datagramsReceived += 1
         guard case let .success(opened) = codec.open(ByteBuffer(bytes: bytes)) else { return }
         let sender = opened.header.sender
-        perform(membership.onFrames(opened.frames, from: sender, address: from, now: Self.now))
+        perform(membership.onFrames(opened.frames, from: sender, address: from, now: Self.now,
+                                    pairwise: opened.header.keyKind == .pairwise))
         guard opened.header.keyKind == .pairwise else { return }
         perform(delivery.onFrames(opened.frames, from: sender, now: Self.now))
         for case let .chunkWant(want) in opened.frames { answerWant(want, from: sender) }
@@ -278,6 +279,8 @@ public final class HostileMember: @unchecked Sendable {
             switch directive {
             case let .send(frames, _, address):
                 sendHello(frames, to: address)
+            case let .sendPairwise(frames, recipient, _):
+                sendFrames(frames, to: recipient)
             case let .memberChanged(member):
                 guard !member.status.isGone, codec.installedBoot(of: member.id) != member.record.bootID,
                       let keys = PairwiseKeys.derive(session: session, local: ephemeral,

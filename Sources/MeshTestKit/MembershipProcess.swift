@@ -4,7 +4,9 @@ import NIOCore
 
 /// A membership instance as a simulated process. Datagrams carry the sender's id, an 8-byte
 /// checksum standing in for the AEAD tag (so corrupted datagrams are dropped, as sealing would
-/// drop them), then the real frame encoding.
+/// drop them), then the key they stand for and the real frame encoding. A pairwise one names
+/// the two boots whose keys would seal it, and opens only where both still match, as the real
+/// codec's would.
 public final class MembershipProcess: SimulatedProcess {
     public struct Change: Sendable, Equatable {
         public var time: MeshInstant
@@ -49,12 +51,27 @@ public final class MembershipProcess: SimulatedProcess {
     }
 
     public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
-        guard let (from, frames) = SimEnvelope.openFrames(datagram) else {
+        guard let (from, payload) = SimEnvelope.open(datagram), let kind = payload.first else {
+            rejected += 1
+            return
+        }
+        var buffer = ByteBuffer(bytes: payload.dropFirst())
+        let pairwise = kind == 1
+        if pairwise {
+            guard let senderBoot = buffer.readInteger(as: UInt64.self),
+                  let receiverBoot = buffer.readInteger(as: UInt64.self),
+                  receiverBoot == instance.me.bootID, instance.member(from)?.record.bootID == senderBoot else {
+                rejected += 1
+                return
+            }
+        }
+        guard case let .success(frames) = FrameCodec.decodeAll(&buffer) else {
             rejected += 1
             return
         }
         onFrames?(now, from, frames)
-        perform(instance.onFrames(frames, from: from, address: sender.peerAddress, now: now), now: now, context: &context)
+        perform(instance.onFrames(frames, from: from, address: sender.peerAddress, now: now, pairwise: pairwise),
+                now: now, context: &context)
     }
 
     public func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {
@@ -77,6 +94,13 @@ public final class MembershipProcess: SimulatedProcess {
                 let datagram = Self.envelope(from: instance.localID, frames: frames)
                 largestDatagram = max(largestDatagram, datagram.count)
                 context.send(datagram, to: destination)
+            case let .sendPairwise(frames, recipient, address):
+                guard let destination = SimAddress(peerAddress: address),
+                      let boot = instance.member(recipient)?.record.bootID else { continue }
+                let datagram = Self.envelope(from: instance.localID, frames: frames,
+                                             pairwise: (sender: instance.me.bootID, receiver: boot))
+                largestDatagram = max(largestDatagram, datagram.count)
+                context.send(datagram, to: destination)
             case let .memberChanged(member):
                 changes.append(Change(time: now, member: member.id, status: member.status, incarnation: member.incarnation))
             case .memberForgotten, .identityConflict:
@@ -90,8 +114,19 @@ public final class MembershipProcess: SimulatedProcess {
         }
     }
 
-    /// The simulated datagram of `frames` (see `SimEnvelope`).
-    public static func envelope(from sender: NodeID, frames: [Frame]) -> [UInt8] {
-        SimEnvelope.seal(from: sender, frames: frames)
+    /// The simulated datagram of `frames` (see `SimEnvelope`), sealed as hello, or pairwise
+    /// between the two boots.
+    public static func envelope(from sender: NodeID, frames: [Frame],
+                                pairwise boots: (sender: UInt64, receiver: UInt64)? = nil) -> [UInt8] {
+        var buffer = ByteBuffer()
+        if let boots {
+            buffer.writeInteger(UInt8(1))
+            buffer.writeInteger(boots.sender)
+            buffer.writeInteger(boots.receiver)
+        } else {
+            buffer.writeInteger(UInt8(0))
+        }
+        for frame in frames { FrameCodec.encode(frame, into: &buffer) }
+        return SimEnvelope.seal(from: sender, payload: Array(buffer.readableBytesView))
     }
 }

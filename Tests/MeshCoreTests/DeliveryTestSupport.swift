@@ -217,7 +217,7 @@ final class DeliveryProcess: SimulatedProcess {
     }
 
     static func envelope(from sender: NodeID, frames: [Frame]) -> [UInt8] {
-        MembershipProcess.envelope(from: sender, frames: frames)
+        SimEnvelope.seal(from: sender, frames: frames)
     }
 }
 

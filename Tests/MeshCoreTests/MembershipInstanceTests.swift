@@ -24,14 +24,16 @@ struct MembershipInstanceTests {
         var cluster = ManualCluster(count: 4)
         let a = cluster[0]
         // Drop everything between A and whoever it probes first, in both directions.
-        var firstProbe: Probe?
+        var firstProbe: ManualCluster.Datagram?
         for _ in 0..<20 where firstProbe == nil {
             cluster.now = cluster.instance(0).nextDeadline
             cluster.tick(0)
-            firstProbe = cluster.inFlight.first { $0.from == a && !$0.frames.probes.isEmpty }?.frames.probes.first
+            firstProbe = cluster.inFlight.first { $0.from == a && !$0.frames.probes.isEmpty }
         }
-        let probe = try #require(firstProbe)
-        let target = probe.target
+        let probeDatagram = try #require(firstProbe)
+        // The first probe of a round goes pairwise, without naming its target: its address does.
+        #expect(probeDatagram.pairwise && probeDatagram.frames.probes.first?.target == nil)
+        let target = try #require(cluster.addresses.first { $0.value == probeDatagram.to }?.key)
         let targetAddress = cluster.addresses[target], aAddress = cluster.addresses[a]
         let cut: (ManualCluster.Datagram) -> Bool = { datagram in
             (datagram.from == a && datagram.to == targetAddress) || (datagram.from == target && datagram.to == aAddress)
@@ -298,7 +300,8 @@ struct MembershipInstanceTests {
         for _ in 0..<20 where target == nil {
             cluster.now = cluster.instance(0).nextDeadline
             cluster.tick(0)
-            target = cluster.inFlight.first { $0.from == a && !$0.frames.probes.isEmpty }?.frames.probes.first?.target
+            let probe = cluster.inFlight.first { $0.from == a && !$0.frames.probes.isEmpty }
+            target = probe.flatMap { probe in cluster.addresses.first { $0.value == probe.to }?.key }
         }
         let probed = try #require(target)
         let index = try #require(cluster.order.firstIndex(of: probed))

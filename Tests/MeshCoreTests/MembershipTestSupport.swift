@@ -9,6 +9,8 @@ struct ManualCluster {
         var fromAddress: PeerAddress
         var to: PeerAddress
         var frames: [Frame]
+        /// Sealed with the pair's key (only the recipient opens it), not the hello key.
+        var pairwise = false
     }
 
     var nodes: [NodeID: MembershipInstance] = [:]
@@ -62,6 +64,10 @@ struct ManualCluster {
                 let datagram = Datagram(from: id, fromAddress: addresses[id]!, to: address, frames: frames)
                 inFlight.append(datagram)
                 log.append(datagram)
+            case let .sendPairwise(frames, _, address):
+                let datagram = Datagram(from: id, fromAddress: addresses[id]!, to: address, frames: frames, pairwise: true)
+                inFlight.append(datagram)
+                log.append(datagram)
             case let .memberChanged(member):
                 changes.append((id, member))
             case .memberForgotten, .identityConflict:
@@ -79,7 +85,8 @@ struct ManualCluster {
             let datagram = inFlight.removeFirst()
             guard !drop(datagram), let target = addresses.first(where: { $0.value == datagram.to })?.key,
                   !down.contains(target), var node = nodes[target] else { continue }
-            let out = node.onFrames(datagram.frames, from: datagram.from, address: datagram.fromAddress, now: now)
+            let out = node.onFrames(datagram.frames, from: datagram.from, address: datagram.fromAddress, now: now,
+                                    pairwise: datagram.pairwise)
             nodes[target] = node
             collect(out, from: target)
         }

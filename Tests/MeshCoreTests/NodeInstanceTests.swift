@@ -287,10 +287,11 @@ struct NodeInstanceTests {
         let node = mesh.addNode(joiningThrough: [other.address], at: .zero + .milliseconds(10), configuration: slow)
         let kept = patternBytes(4096 * 3, salt: UInt8(seed % 100))
         node.plan(at: .zero + .seconds(1)) { $0.attach(kept) }
-        mesh.simulator.run(until: .zero + .seconds(2))
         // Each request takes 5 ms: the ingest is answered at +5 ms, the log append at +10 ms.
+        // (Planned before the run: a plan made later waits for the node's next event.)
         let attachedAt = MeshInstant.zero + .seconds(2)
         node.plan(at: attachedAt) { $0.attach(patternBytes(4096 * 6, salt: UInt8(seed % 100) + 100)) }
+        mesh.simulator.run(until: .zero + .seconds(2))
         mesh.simulator.at(attachedAt + .microseconds(7_500), "crash") { _ in mesh.restart(node.address, at: attachedAt + .seconds(1)) }
         mesh.simulator.run(until: attachedAt + .microseconds(8_000))
         let replay = SimulationSeeds.replay(seed)

@@ -20,6 +20,10 @@ public enum MembershipDirective: Sendable, Equatable {
     /// Seal `frames` with the session's hello key and send them to `address`. `recipient` is nil
     /// when only the address is known (a join seed).
     case send(frames: [Frame], recipient: NodeID?, address: PeerAddress)
+    /// Seal `frames` with the pairwise key of `recipient`'s current boot (24 bytes smaller than
+    /// hello, and only that boot can open them) and send them to `address`. Without keys for
+    /// it, nothing is sent: the caller falls back to hello when no answer comes.
+    case sendPairwise(frames: [Frame], recipient: NodeID, address: PeerAddress)
     /// A member's status or record changed (a new record means a new boot: new pairwise keys).
     case memberChanged(Member)
     /// A dead or left member was forgotten.

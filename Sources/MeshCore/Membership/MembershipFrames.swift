@@ -3,34 +3,36 @@ import NIOCore
 
 // Frame bodies of the membership protocol (Docs/PROTOCOL.md §3.2).
 
-/// SWIM ping: "are you there?" `target` names the member meant, so a reused address cannot
-/// answer for someone else.
+/// SWIM ping: "are you there?" In a hello datagram `target` names the member meant, so a reused
+/// address cannot answer for someone else. In a pairwise datagram only the member meant can open
+/// it, so the target is left out (nil): 16 bytes less on the most frequent datagram there is.
 public struct Probe: WireBody {
     public var sequence: UInt64
-    public var target: NodeID
-    public init(sequence: UInt64, target: NodeID) { self.sequence = sequence; self.target = target }
+    public var target: NodeID?
+    public init(sequence: UInt64, target: NodeID?) { self.sequence = sequence; self.target = target }
     public init(decoding buffer: inout ByteBuffer) throws(WireError) {
         sequence = try buffer.readWire(UInt64.self, "probe sequence")
-        target = try NodeID(decoding: &buffer)
+        target = buffer.readableBytes == 0 ? nil : try NodeID(decoding: &buffer)
     }
     public func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(sequence)
-        target.encode(into: &buffer)
+        target?.encode(into: &buffer)
     }
 }
 
-/// The answer to a probe, sent to the prober directly or relayed by an indirect prober.
+/// The answer to a probe, sent to the prober directly or relayed by an indirect prober. `target`
+/// is the member that was probed; nil in a pairwise datagram, whose key names its sender.
 public struct ProbeAck: WireBody {
     public var sequence: UInt64
-    public var target: NodeID
-    public init(sequence: UInt64, target: NodeID) { self.sequence = sequence; self.target = target }
+    public var target: NodeID?
+    public init(sequence: UInt64, target: NodeID?) { self.sequence = sequence; self.target = target }
     public init(decoding buffer: inout ByteBuffer) throws(WireError) {
         sequence = try buffer.readWire(UInt64.self, "ack sequence")
-        target = try NodeID(decoding: &buffer)
+        target = buffer.readableBytes == 0 ? nil : try NodeID(decoding: &buffer)
     }
     public func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(sequence)
-        target.encode(into: &buffer)
+        target?.encode(into: &buffer)
     }
 }
 

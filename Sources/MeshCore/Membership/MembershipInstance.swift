@@ -161,8 +161,10 @@ public struct MembershipInstance: Sendable {
 
     // MARK: input
 
+    /// `pairwise`: the datagram was sealed with the sender's pairwise key for our boot, so only
+    /// we could open it and only the sender could have made it (a probe or ack without a target).
     public mutating func onFrames(_ frames: [Frame], from sender: NodeID, address: PeerAddress,
-                                  now: MeshInstant) -> [MembershipDirective] {
+                                  now: MeshInstant, pairwise: Bool = false) -> [MembershipDirective] {
         var out: [MembershipDirective] = []
         guard !excluded.contains(sender) else { return out }
         let news = gossip.updatesEnqueued
@@ -189,8 +191,12 @@ public struct MembershipInstance: Sendable {
         for frame in frames {
             switch frame {
             case let .probe(probe):
-                onProbe(probe, from: sender, address: address, into: &out)
-            case let .probeAck(ack): onAck(ack, from: sender, now: now, into: &out)
+                // A probe without a target is only for whoever can open it.
+                guard probe.target ?? (pairwise ? me.id : nil) == me.id else { continue }
+                onProbe(probe, from: sender, address: address, pairwise: pairwise, into: &out)
+            case let .probeAck(ack):
+                guard let target = ack.target ?? (pairwise ? sender : nil) else { continue }
+                onAck(sequence: ack.sequence, target: target, from: sender, now: now, into: &out)
             case let .probeNack(nack):
                 if probe?.sequence == nack.sequence, probe?.target == nack.target { probe?.nacksReceived += 1 }
             case let .probeRequest(request): onProbeRequest(request, from: sender, address: address, now: now, into: &out)
@@ -487,8 +493,7 @@ public struct MembershipInstance: Sendable {
                 probe = nil
                 // Heard from otherwise (during the probe, or the period before it): up, only slow
                 // to answer, and neither side is to blame.
-                let period = current.endAt - current.sentAt
-                if !heard(current.target, after: current.sentAt, slack: period) {
+                if !heard(current.target, after: current.sentAt, slack: probePeriod) {
                     // Lifeguard: missing nacks mean our own links are the problem, so slow down.
                     let missedNacks = current.nacksExpected - current.nacksReceived
                     health.worsen(by: max(1, missedNacks))
@@ -502,11 +507,20 @@ public struct MembershipInstance: Sendable {
         guard probe == nil, now >= nextProbeAt else { return }
         let period = probePeriod
         nextProbeAt = now + period
-        guard let target = nextProbeTarget(), let address = members[target]?.address else { return }
+        guard let target = nextProbeTarget(), let member = members[target], let address = member.address else { return }
         sequence += 1
         probe = ProbeState(target: target, sequence: sequence, sentAt: now,
-                           indirectAt: now + settings.probeTimeout * health.multiplier, endAt: now + period)
-        out.append(send(probeFrames(sequence: sequence, target: target), to: target, address: address))
+                           indirectAt: now + settings.probeTimeout * health.multiplier,
+                           endAt: now + min(period, settings.probeDeadline * health.multiplier))
+        // The first probe goes pairwise: 24 bytes of nonce and 16 of target less, on the datagram
+        // that makes up most of an idle node's traffic. The second one (with the indirect ones)
+        // goes hello, which any boot of the target opens: a member that restarted and whose new
+        // keys we lack is not suspected for it. A suspect gets hello with its suspicion.
+        if member.status == .alive {
+            out.append(send([.probe(Probe(sequence: sequence, target: nil))], to: target, address: address, pairwise: true))
+        } else {
+            out.append(send(probeFrames(sequence: sequence, target: target), to: target, address: address))
+        }
     }
 
     /// A probe, and for a member we suspect the suspicion too (Lifeguard's buddy system), so a
@@ -533,10 +547,12 @@ public struct MembershipInstance: Sendable {
         }
     }
 
-    private mutating func onProbe(_ probe: Probe, from sender: NodeID, address: PeerAddress,
+    /// A probe of us (its target checked by the caller). A pairwise one is answered pairwise,
+    /// without the target: the prober's key for us names us.
+    private mutating func onProbe(_ probe: Probe, from sender: NodeID, address: PeerAddress, pairwise: Bool,
                                   into out: inout [MembershipDirective]) {
-        guard probe.target == me.id, !hasLeft else { return }
-        var frames: [Frame] = [.probeAck(ProbeAck(sequence: probe.sequence, target: me.id))]
+        guard !hasLeft else { return }
+        var frames: [Frame] = [.probeAck(ProbeAck(sequence: probe.sequence, target: pairwise ? nil : me.id))]
         // A prober that still suspects us gets our current record with the ack, so the two
         // cannot be lost apart.
         if staleAccuser {
@@ -549,22 +565,23 @@ public struct MembershipInstance: Sendable {
             if member.status == .suspect { frames.append(.suspect(accusation)) }
             if member.status == .dead { frames.append(.dead(accusation)) }
         }
-        out.append(send(frames, to: sender, address: address))
+        out.append(send(frames, to: sender, address: address, pairwise: pairwise))
     }
 
-    private mutating func onAck(_ ack: ProbeAck, from sender: NodeID, now: MeshInstant,
+    /// An ack of `target`'s (named in the frame, or by the pairwise key that sealed it).
+    private mutating func onAck(sequence: UInt64, target: NodeID, from sender: NodeID, now: MeshInstant,
                                 into out: inout [MembershipDirective]) {
-        if let current = probe, current.sequence == ack.sequence, current.target == ack.target {
+        if let current = probe, current.sequence == sequence, current.target == target {
             probe = nil
             health.improve()
-            if sender == ack.target, var member = members[ack.target] {
+            if sender == target, var member = members[target] {
                 member.rtt = now - current.sentAt
                 counters.roundTrips.record(now - current.sentAt)
-                members[ack.target] = member
+                members[target] = member
             }
             return
         }
-        if let relay = relays.removeValue(forKey: ack.sequence), relay.target == ack.target {
+        if let relay = relays.removeValue(forKey: sequence), relay.target == target {
             let forwarded = ProbeAck(sequence: relay.requesterSequence, target: relay.target)
             out.append(.send(frames: [.probeAck(forwarded)], recipient: relay.requester, address: relay.requesterAddress))
         }
@@ -653,10 +670,13 @@ public struct MembershipInstance: Sendable {
     }
 
     /// A datagram of `frames` with as much pending gossip piggybacked as fits.
-    private mutating func send(_ frames: [Frame], to recipient: NodeID, address: PeerAddress) -> MembershipDirective {
+    /// `frames` with as much gossip as fits beside them, sealed with the hello key or pairwise.
+    private mutating func send(_ frames: [Frame], to recipient: NodeID, address: PeerAddress,
+                               pairwise: Bool = false) -> MembershipDirective {
         let used = frames.reduce(0) { $0 + FrameCodec.encodedLength(of: $1) }
         let piggyback = gossip.take(budget: datagramBudget - used, limit: retransmitLimit)
-        return .send(frames: frames + piggyback, recipient: recipient, address: address)
+        return pairwise ? .sendPairwise(frames: frames + piggyback, recipient: recipient, address: address)
+            : .send(frames: frames + piggyback, recipient: recipient, address: address)
     }
 
     private var retransmitLimit: Int { settings.retransmitLimit(memberCount: activeCount) }
@@ -874,6 +894,14 @@ extension Frame {
         case let .suspect(accusation), let .dead(accusation): return accusation.member
         case let .left(departure): return departure.member
         default: return nil
+        }
+    }
+
+    /// A probe or its answer: what makes a pairwise datagram membership's.
+    public var isProbeOrAck: Bool {
+        switch self {
+        case .probe, .probeAck: return true
+        default: return false
         }
     }
 }

@@ -16,10 +16,16 @@ public struct MembershipSettings: Sendable, Equatable {
     public var probeInterval: Duration
     /// How long to wait for a direct ack before asking others to probe (before the multiplier).
     public var probeTimeout: Duration
+    /// When a probe without an ack has failed (before the multiplier; at most the probe period).
+    /// Apart from the interval, so that probing less often does not also detect later.
+    public var probeDeadline: Duration
     /// How many members to ask for an indirect probe.
     public var indirectProbes: Int
-    /// Suspicion lasts `suspicionMultiplier × max(1, log10 N) × probeInterval` at least …
+    /// Suspicion lasts `suspicionMultiplier × max(1, log10 N) × suspicionUnit` at least …
     public var suspicionMultiplier: Double
+    /// The time a suspicion is measured in: what a refutation needs to come back (gossip to the
+    /// suspect and back, a verification probe or two), not how often members are probed.
+    public var suspicionUnit: Duration
     /// … and `suspicionMaxMultiplier` times that at most, shrinking with confirmations (Lifeguard).
     public var suspicionMaxMultiplier: Double
     /// The most the local-health multiplier stretches probe intervals and timeouts (Lifeguard).
@@ -47,21 +53,24 @@ public struct MembershipSettings: Sendable, Equatable {
         switch profile {
         case .lan:
             return MembershipSettings(
-                probeInterval: .milliseconds(500), probeTimeout: .milliseconds(200), indirectProbes: 3,
-                suspicionMultiplier: 3, suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 5,
+                probeInterval: .milliseconds(800), probeTimeout: .milliseconds(200),
+                probeDeadline: .milliseconds(500), indirectProbes: 3, suspicionMultiplier: 3,
+                suspicionUnit: .milliseconds(350), suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 5,
                 gossipInterval: .milliseconds(200), gossipFanout: 3, pushPullInterval: .seconds(30),
                 forgetAfter: .seconds(60), joinRetryInterval: .seconds(1), reconnectInterval: .seconds(5))
         case .local:
             return MembershipSettings(
-                probeInterval: .milliseconds(200), probeTimeout: .milliseconds(100), indirectProbes: 2,
-                suspicionMultiplier: 3, suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 3,
+                probeInterval: .milliseconds(200), probeTimeout: .milliseconds(100),
+                probeDeadline: .milliseconds(200), indirectProbes: 2, suspicionMultiplier: 3,
+                suspicionUnit: .milliseconds(200), suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 3,
                 gossipInterval: .milliseconds(100), gossipFanout: 3, pushPullInterval: .seconds(15),
                 forgetAfter: .seconds(30), joinRetryInterval: .milliseconds(500), reconnectInterval: .seconds(3))
                 .withNewsSpacing(.milliseconds(10))
         case .wan:
             return MembershipSettings(
-                probeInterval: .seconds(5), probeTimeout: .seconds(3), indirectProbes: 3,
-                suspicionMultiplier: 6, suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 4,
+                probeInterval: .seconds(5), probeTimeout: .seconds(3),
+                probeDeadline: .seconds(5), indirectProbes: 3, suspicionMultiplier: 6,
+                suspicionUnit: .seconds(5), suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 4,
                 gossipInterval: .milliseconds(500), gossipFanout: 4, pushPullInterval: .seconds(60),
                 forgetAfter: .seconds(300), joinRetryInterval: .seconds(3), reconnectInterval: .seconds(30))
                 .withNewsSpacing(.milliseconds(100))
@@ -79,7 +88,7 @@ public struct MembershipSettings: Sendable, Equatable {
     /// Lifeguard's suspicion bounds for a cluster of `memberCount`.
     public func suspicionTimeouts(memberCount: Int) -> (minimum: Duration, maximum: Duration) {
         let scale = max(1.0, log10(Double(max(1, memberCount))))
-        let minimum = probeInterval * (suspicionMultiplier * scale)
+        let minimum = suspicionUnit * (suspicionMultiplier * scale)
         return (minimum, minimum * suspicionMaxMultiplier)
     }
 
@@ -91,13 +100,13 @@ public struct MembershipSettings: Sendable, Equatable {
     /// Bound on the time from a crash to every live member seeing it dead, derived from these
     /// settings. Each of the N-1 survivors probes the crashed member once per round-robin round,
     /// at a uniformly random place in the round, so the chance that nobody has probed it after t
-    /// probe intervals is about e^-t: 10 intervals leave it below 10^-4. Then one probe with its
-    /// timeout, the longest suspicion, and the verdict's gossip retransmissions.
+    /// probe intervals is about e^-t: 10 intervals leave it below 10^-4. Then one probe until its
+    /// deadline, the longest suspicion, and the verdict's gossip retransmissions.
     public func deadDetectionBound(memberCount: Int) -> Duration {
         let (_, maximum) = suspicionTimeouts(memberCount: memberCount)
         let firstProbe = probeInterval * 10.0
         let dissemination = gossipInterval * Double(retransmitLimit(memberCount: memberCount) + 2)
-        return firstProbe + probeInterval + maximum + dissemination
+        return firstProbe + min(probeDeadline, probeInterval) + maximum + dissemination
     }
 }
 

@@ -11,6 +11,8 @@ extension NodeInstance {
             switch directive {
             case let .send(frames, _, address):
                 sendHello(frames, to: address)
+            case let .sendPairwise(frames, recipient, address):
+                sendPairwise(frames, to: recipient, address: address)
             case let .memberChanged(member):
                 if member.status != .left, !remembered.contains(member.id) { newMember = true }
                 memberChanged(member, now: now)

@@ -264,9 +264,10 @@ public struct NodeInstance: Sendable {
     }
 
     /// Hello datagrams are membership's (a member is probed before its keys are known) and
-    /// carry handovers; pairwise ones are the messenger's and the swarm's. Membership never
-    /// speaks pairwise: a transfer's pieces are not its business, nor is a member's frame that
-    /// claims otherwise.
+    /// carry handovers; a member's messenger or transfer frame in one is ignored. Pairwise ones
+    /// are the messenger's and the swarm's, except those that carry a probe or its ack (the first
+    /// probe of each round, with gossip beside it): those are membership's, and only the member
+    /// meant can open them. Other membership frames in a pairwise datagram are nobody's.
     private mutating func route(_ datagram: OpenedDatagram, size bytes: Int, from address: PeerAddress, now: MeshInstant) {
         let sender = datagram.header.sender
         switch datagram.header.keyKind {
@@ -284,7 +285,13 @@ public struct NodeInstance: Sendable {
             apply(directives, now: now)
         case .pairwise:
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
-            membership.heard(from: sender, now: now)
+            if datagram.frames.contains(where: \.isProbeOrAck) {
+                let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now,
+                                                     pairwise: true)
+                apply(directives, now: now)
+            } else {
+                membership.heard(from: sender, now: now)
+            }
             let directives = delivery.onFrames(datagram.frames, from: sender, now: now, deferAcks: true)
             apply(directives, now: now)
             receiveTransfer(datagram.frames, from: sender, now: now)
@@ -479,9 +486,9 @@ public struct NodeInstance: Sendable {
         effects.append(.sendSegments(batch, segmentSize: segmentSize, count: count, to: address))
     }
 
-    /// Frames for one member under our pairwise key, to where we reach it.
-    mutating func sendPairwise(_ frames: [Frame], to peer: NodeID) {
-        guard let address = peerAddresses[peer], let datagram = codec.seal(frames, to: peer) else { return }
+    /// Frames for one member under our pairwise key, to where we reach it (or to `address`).
+    mutating func sendPairwise(_ frames: [Frame], to peer: NodeID, address: PeerAddress? = nil) {
+        guard let address = address ?? peerAddresses[peer], let datagram = codec.seal(frames, to: peer) else { return }
         transmit(datagram, to: address, kind: TrafficKind(pairwise: frames))
     }
 

@@ -41,6 +41,7 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
             case let .data(chunk) where chunk.stream == .journal: return .journal
             case .data, .fragment, .forwardTSN: return .messages
             case .ping, .pong: kind = .ping
+            case .probe, .probeAck: return .membership  // with gossip beside it
             default: continue
             }
         }
