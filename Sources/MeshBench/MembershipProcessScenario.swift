@@ -1,6 +1,7 @@
 import Foundation
 import GroupMesh
 import MeshCore
+import MeshCrypto
 import MeshTestKit
 
 /// Membership with N real `groupmesh run` processes on loopback (issue 22), the four figures the
@@ -57,10 +58,12 @@ enum MembershipProcessScenario {
             let kindBytes = Double((newKind?.bytesSent ?? 0) - (oldKind?.bytesSent ?? 0))
             membershipIdle.append((kindBytes + kindDatagrams * headerBytes) / seconds)
         }
-        // The floor of probing alone: a probe and an ack per member per probe interval, each an
-        // empty hello datagram with one frame (82 bytes of header, nonce and tag, a 27-byte
-        // probe frame) plus IP and UDP.
-        let probeFloor = 2 * (82 + 27 + headerBytes) / (settings.probeInterval.milliseconds / 1000)
+        // The floor of probing alone: a probe and an ack per member per probe interval, each a
+        // pairwise datagram of one frame (42 bytes of header, the 16-byte tag, an 11-byte probe
+        // frame without its target) plus IP and UDP.
+        let probeDatagram = DatagramHeader.fixedLength + PacketSealer.tagByteCount
+            + FrameCodec.encodedLength(of: .probe(Probe(sequence: 1, target: nil)))
+        let probeFloor = 2 * (Double(probeDatagram) + headerBytes) / (settings.probeInterval.milliseconds / 1000)
 
         // A leave, then a SIGKILL, each until every other node sees it.
         let leaverIndex = count - 1, victimIndex = count / 2

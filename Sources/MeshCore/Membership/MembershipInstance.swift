@@ -286,7 +286,8 @@ public struct MembershipInstance: Sendable {
                 lastPushPullAt = now
                 nextPushPullAt = now + settings.pushPullInterval * 0.75
                 if let partner = pickRandom(1, excluding: []).first, let address = members[partner]?.address {
-                    out += digest(to: partner, address: address)
+                    out.append(.send(frames: [.stateDigest(StateDigest(summarizing: digestEntries,
+                        lower: NodeID(high: 0, low: 0), upper: nil))], recipient: partner, address: address))
                 }
             } else {
                 nextPushPullAt = due
@@ -729,9 +730,10 @@ public struct MembershipInstance: Sendable {
             .sorted { $0.member < $1.member }
     }
 
-    /// Push-pull (issue 22): our view as digests, 25 bytes a member, asking for the partner's
-    /// digest back; records travel only where one side is behind. Split by id range when the
-    /// view does not fit one datagram.
+    /// Push-pull (issue 22) goes as one summary of our view (its count and hash); a partner whose
+    /// view differs answers with this: its view as digests, 25 bytes a member, asking for ours
+    /// back; records travel only where one side is behind. Split by id range when the view does
+    /// not fit one datagram. Reconnect sends this at once: a dead member's view differs anyway.
     private func digest(to recipient: NodeID, address: PeerAddress) -> [MembershipDirective] {
         digests(of: digestEntries, request: true, lower: NodeID(high: 0, low: 0), upper: nil)
             .map { .send(frames: [.stateDigest($0)], recipient: recipient, address: address) }
@@ -765,6 +767,14 @@ public struct MembershipInstance: Sendable {
                                        now: MeshInstant, into out: inout [MembershipDirective]) {
         guard !hasLeft, sender != me.id, takeDigestBudget(of: sender, now: now) else { return }
         let address = members[sender]?.address ?? address
+        if let summary = digest.summary {
+            let mine = digestEntries.filter { digest.contains($0.member) }
+            guard StateDigest.Summary(of: mine) != summary else { return }
+            for request in digests(of: mine, request: true, lower: digest.lower, upper: digest.upper) {
+                out.append(.send(frames: [.stateDigest(request)], recipient: sender, address: address))
+            }
+            return
+        }
         var theirs: [NodeID: StateDigest.Entry] = [:]
         for entry in digest.entries { theirs[entry.member] = entry }
         // What they believe of us: an accusation at our incarnation or above is refuted at once.

@@ -6,7 +6,34 @@ import NIOCore
 /// incarnation and status: 25 bytes where its signed record takes about 170. The receiver sends
 /// back only what the digest shows the sender lacks, and on a request its own digest of the same
 /// range, so that the sender can do the same.
+///
+/// A summary stands for a range's entries by their count and hash: the receiver whose view of
+/// the range hashes the same has nothing to do, and any other sends its own digest of the range
+/// as a request. Views agree almost always when nothing happens, so an idle push-pull costs one
+/// small datagram instead of two of 25 bytes a member.
 public struct StateDigest: WireBody {
+    public struct Summary: Equatable, Sendable {
+        public var count: Int
+        /// The first 16 bytes of SHA-256 over the entries as they go on the wire.
+        public var hash: [UInt8]
+
+        public static let hashLength = 16
+
+        public init(count: Int, hash: [UInt8]) {
+            self.count = count
+            self.hash = hash
+        }
+
+        /// The summary of `entries` (sorted by id, as digests hold them).
+        public init(of entries: [Entry]) {
+            var buffer = ByteBuffer()
+            buffer.reserveCapacity(entries.count * StateDigest.entryLength)
+            for entry in entries { entry.encode(into: &buffer) }
+            self.count = entries.count
+            self.hash = Array(SHA256Digest.hashing(Array(buffer.readableBytesView)).bytes.prefix(Self.hashLength))
+        }
+    }
+
     public struct Entry: Equatable, Sendable {
         public var member: NodeID
         public var incarnation: UInt64
@@ -28,8 +55,10 @@ public struct StateDigest: WireBody {
     public var isRequest: Bool
     public var lower: NodeID
     public var upper: NodeID?
-    /// By id, strictly increasing, every one in range.
+    /// By id, strictly increasing, every one in range (none in a summary).
     public var entries: [Entry]
+    /// Set instead of the entries: "my view of this range hashes so; send yours if yours differs".
+    public var summary: Summary?
 
     public init(isRequest: Bool, lower: NodeID, upper: NodeID?, entries: [Entry]) {
         self.isRequest = isRequest
@@ -38,22 +67,36 @@ public struct StateDigest: WireBody {
         self.entries = entries
     }
 
+    public init(summarizing entries: [Entry], lower: NodeID, upper: NodeID?) {
+        self.init(isRequest: false, lower: lower, upper: upper, entries: [])
+        self.summary = Summary(of: entries)
+    }
+
     public func contains(_ id: NodeID) -> Bool {
         id >= lower && upper.map { id < $0 } ?? true
     }
 
     private static let requestFlag: UInt8 = 1
     private static let boundedFlag: UInt8 = 2
+    private static let summaryFlag: UInt8 = 4
 
     public init(decoding buffer: inout ByteBuffer) throws(WireError) {
         let flags = try buffer.readWire(UInt8.self, "digest flags")
-        guard flags & ~(Self.requestFlag | Self.boundedFlag) == 0 else { throw .invalidField(what: "digest flags") }
+        guard flags & ~(Self.requestFlag | Self.boundedFlag | Self.summaryFlag) == 0,
+              flags & (Self.requestFlag | Self.summaryFlag) != Self.requestFlag | Self.summaryFlag else {
+            throw .invalidField(what: "digest flags")
+        }
         isRequest = flags & Self.requestFlag != 0
         lower = try NodeID(decoding: &buffer)
         let upper = try NodeID(decoding: &buffer)
         self.upper = flags & Self.boundedFlag != 0 ? upper : nil
         if let bound = self.upper, bound <= lower { throw .invalidField(what: "digest range") }
         let count = Int(try buffer.readWire(UInt16.self, "digest entry count"))
+        if flags & Self.summaryFlag != 0 {
+            entries = []
+            summary = Summary(count: count, hash: try buffer.readWireBytes(Summary.hashLength, "digest summary"))
+            return
+        }
         guard count * Self.entryLength <= buffer.readableBytes else { throw .truncated(what: "digest entries") }
         var entries: [Entry] = []
         entries.reserveCapacity(count)
@@ -70,15 +113,26 @@ public struct StateDigest: WireBody {
     }
 
     public func encode(into buffer: inout ByteBuffer) {
-        buffer.writeInteger((isRequest ? Self.requestFlag : 0) | (upper != nil ? Self.boundedFlag : 0))
+        let flags = (summary != nil ? Self.summaryFlag : isRequest ? Self.requestFlag : 0)
+            | (upper != nil ? Self.boundedFlag : 0)
+        buffer.writeInteger(flags)
         lower.encode(into: &buffer)
         (upper ?? NodeID(high: 0, low: 0)).encode(into: &buffer)
-        buffer.writeInteger(UInt16(entries.count))
-        for entry in entries {
-            entry.member.encode(into: &buffer)
-            buffer.writeInteger(entry.incarnation)
-            buffer.writeInteger(UInt8(entry.status.rank))
+        if let summary {
+            buffer.writeInteger(UInt16(clamping: summary.count))
+            buffer.writeBytes(summary.hash)
+            return
         }
+        buffer.writeInteger(UInt16(entries.count))
+        for entry in entries { entry.encode(into: &buffer) }
+    }
+}
+
+extension StateDigest.Entry {
+    func encode(into buffer: inout ByteBuffer) {
+        member.encode(into: &buffer)
+        buffer.writeInteger(incarnation)
+        buffer.writeInteger(UInt8(status.rank))
     }
 }
 
