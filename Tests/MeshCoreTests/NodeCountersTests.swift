@@ -44,6 +44,29 @@ struct NodeCountersTests {
         }
     }
 
+    @Test("an idle mesh probes in small pairwise datagrams, and idle anti-entropy is a summary now and then",
+          arguments: SimulationSeeds.from(defaultCount: 2))
+    func idleMembershipDatagramsAreSmall(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(2)))
+        let first = mesh.addNode(joiningThrough: [], at: .zero)
+        let nodes = [first] + (1...5).map { mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10 * $0)) }
+        mesh.simulator.run(until: .zero + .seconds(20))
+        let before = nodes.map { $0.core.counters.sent }
+        mesh.simulator.run(for: .seconds(80))
+        for (node, old) in zip(nodes, before) {
+            let sent = node.core.counters.sent
+            let datagrams = sent.datagrams(.membership) - old.datagrams(.membership)
+            let bytes = sent.bytes(.membership) - old.bytes(.membership)
+            // A pairwise probe or ack is 69 bytes (a hello one was 109); a summary every 30 s or so
+            // (136) and a probe of a restarted member's new boot may come beside them.
+            #expect(datagrams > 80, "\(replay): \(datagrams) membership datagrams at \(node.address)")
+            #expect(Double(bytes) / Double(max(1, datagrams)) < 75,
+                    "\(replay): \(bytes) bytes in \(datagrams) membership datagrams at \(node.address)")
+            #expect(node.membership.counters.suspicionsRaised == 0, "\(replay)")
+        }
+    }
+
     @Test("a reliable message to a member that crashed counts as unconfirmed, the others' as delivered")
     func reliableOutcomesPerRecipient() {
         let mesh = SimMesh(seed: 7, link: LinkConditions(delay: .milliseconds(5)))
