@@ -193,7 +193,9 @@ extension MeshNode {
                 (kind.description, StatusReport.TrafficInfo(
                     datagramsSent: counters.sent.datagrams(kind), bytesSent: counters.sent.bytes(kind),
                     datagramsReceived: counters.received.datagrams(kind), bytesReceived: counters.received.bytes(kind)))
-            }))
+            }),
+            suspicionsRaised: core.membership.counters.suspicionsRaised,
+            refutations: core.membership.counters.refutations)
         return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
                             counters: counterInfo, leaving: leavingInfo())
     }

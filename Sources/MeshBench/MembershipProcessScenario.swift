@@ -65,6 +65,9 @@ enum MembershipProcessScenario {
             + FrameCodec.encodedLength(of: .probe(Probe(sequence: 1, target: nil)))
         let probeFloor = 2 * (Double(probeDatagram) + headerBytes) / (settings.probeInterval.milliseconds / 1000)
 
+        // Every node alive until now (joins, the idle window): nobody may have been suspected.
+        let suspicions = after.reduce(UInt64(0)) { $0 + $1.suspicionsRaised }
+
         // A leave, then a SIGKILL, each until every other node sees it.
         let leaverIndex = count - 1, victimIndex = count / 2
         let leaverID = try clients[leaverIndex].status().`self`.id
@@ -105,6 +108,8 @@ enum MembershipProcessScenario {
                         goal: count == 20 ? "< 333 B/s (Serf)" : "< 311 B/s (Serf)"),
             BenchResult(scenario: "N=\(count) processes: of which membership", figure: median(membershipIdle),
                         unit: "B/s", baselineName: "probe and ack alone", baseline: probeFloor, goal: "-"),
+            BenchResult(scenario: "N=\(count) processes: suspicions of live nodes, joins and idle", figure: Double(suspicions),
+                        unit: "", baselineName: "none", baseline: 0, goal: "0"),
         ]
     }
 

@@ -118,6 +118,10 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var eventHandlersDropped: UInt64
         /// The datagrams and bytes above by kind.
         public var traffic: [String: TrafficInfo]
+        /// Members this node came to suspect (its own failed probes and others' accusations it
+        /// took), and times it outbid what others held of it (a suspicion, a death, an earlier boot).
+        public var suspicionsRaised: UInt64
+        public var refutations: UInt64
     }
 
     public var `self`: SelfInfo
