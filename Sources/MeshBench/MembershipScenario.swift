@@ -1,26 +1,34 @@
 import Foundation
 import MeshCore
+import MeshCrypto
 import MeshTestKit
 
 /// Membership in the simulator (issue 3): how many gossip rounds an update needs to reach all N
 /// nodes, beside the epidemic ideal log_(fanout+1) N, and datagrams per node per probe period in
-/// steady state, beside the N = 10 figure.
+/// steady state, beside the N = 10 figure. Up to 10,000 nodes (issue 22), which share one member
+/// table (`MemberTable`) and hold only their changes: memory per node beside a table of its own.
 enum MembershipScenario {
     static func run(quick: Bool) -> [BenchResult] {
-        let sizes = quick ? [10, 100] : [10, 100, 1000]
+        // BENCH_MEMBERSHIP_SIZES=2000,5000 runs other sizes.
+        let sizes = ProcessInfo.processInfo.environment["BENCH_MEMBERSHIP_SIZES"].map {
+            $0.split(separator: ",").compactMap { Int($0) }
+        } ?? (quick ? [10, 100] : [10, 100, 1000, 10_000])
         var results: [BenchResult] = []
         var smallRate: Double?
         for count in sizes {
             let settings = MembershipSettings.lan
-            // Each figure is the median over a few seeds.
-            let seeds: [UInt64] = quick ? [1] : [1, 2, 3]
+            // Each figure is the median over a few seeds (one at 10,000: 15 s and 2 GB a run).
+            let large = count >= 5_000
+            let seeds: [UInt64] = quick || large ? [1] : [1, 2, 3]
             var rounds: [Double] = []
             var rates: [Double] = []
+            var bytesPerNode: [Double] = []
             for seed in seeds {
+                let residentBefore = residentBytes()
                 let cluster = MembershipCluster.converged(count: count, seed: seed, settings: settings)
                 cluster.simulator.run(for: .seconds(3))
                 cluster.simulator.resetStatistics()
-                let window = Duration.seconds(quick ? 10 : 60)
+                let window = Duration.seconds(quick || large ? 10 : 60)
                 cluster.simulator.run(for: window)
                 let periods = Double(window.nanosecondsClamped) / Double(settings.probeInterval.nanosecondsClamped)
                 rates.append(Double(cluster.simulator.statistics.sent) / Double(count) / periods)
@@ -39,6 +47,9 @@ enum MembershipScenario {
                 }
                 rounds.append(Double((cluster.simulator.now - start).nanosecondsClamped)
                               / Double(settings.gossipInterval.nanosecondsClamped))
+                // What the run holds, over its nodes: the shared view, each node's probe order and
+                // what it changed, the simulator's queues.
+                bytesPerNode.append(Double(residentBytes() - residentBefore) / Double(count))
             }
             let medianRounds = median(rounds)
             let rate = median(rates)
@@ -51,7 +62,21 @@ enum MembershipScenario {
             results.append(BenchResult(scenario: "sim N=\(count): datagrams/node/period", figure: rate,
                                        unit: "datagrams", baselineName: "N=10", baseline: baseline,
                                        goal: "flat in N"))
+            // A table of its own per node holds N entries of a member and its id at least.
+            let ownTable = Double(count * (MemoryLayout<Member>.stride + MemoryLayout<NodeID>.stride))
+            // The largest: after the first seed, a run reuses what the last one freed.
+            results.append(BenchResult(scenario: "sim N=\(count): memory per node", figure: (bytesPerNode.max() ?? 0) / 1024,
+                                       unit: "KiB", baselineName: "a table of its own", baseline: ownTable / 1024,
+                                       goal: "fits"))
         }
         return results
     }
+}
+
+/// The process's resident memory, from /proc (0 where it cannot be read).
+private func residentBytes() -> Int {
+    guard let statm = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+    let fields = statm.split(separator: " ")
+    guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
+    return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
 }

@@ -20,9 +20,10 @@ public final class MembershipCluster {
         let processes = (0..<count).map { index in
             MembershipProcess.make(at: SimAddress(index), settings: settings, seed: seed &* 1_000_003 &+ UInt64(index))
         }
-        let records = processes.map { $0.instance.me }
+        // One table for all: each node holds only what it changes (10,000 nodes fit).
+        let view = MemberTable(assuming: processes.map { $0.instance.me }, now: cluster.simulator.now)
         for process in processes {
-            process.assume(records, now: cluster.simulator.now)
+            process.assume(view)
             cluster.nodes.append(cluster.simulator.addNode(process))
         }
         return cluster

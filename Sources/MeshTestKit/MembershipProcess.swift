@@ -82,6 +82,11 @@ public final class MembershipProcess: SimulatedProcess {
         instance.assume(records, now: now)
     }
 
+    /// Starts from a view shared with the other nodes (held once, however many nodes).
+    public func assume(_ table: MemberTable) {
+        instance.assume(table)
+    }
+
     public func leave(now: MeshInstant, context: inout SimContext) {
         perform(instance.leave(now: now), now: now, context: &context)
     }

@@ -93,7 +93,7 @@ struct MembershipSimulationTests {
         #expect(large < 8, "datagrams per node per period: \(rates)")
     }
 
-    @Test("an update reaches all N nodes within c·log N gossip rounds", arguments: [10, 100, 500])
+    @Test("an update reaches all N nodes within c·log N gossip rounds", arguments: [10, 100, 500, 2000])
     func disseminationIsLogarithmic(count: Int) {
         let cluster = MembershipCluster.converged(count: count, seed: UInt64(count))
         cluster.simulator.run(for: .seconds(2))

@@ -13,7 +13,7 @@ public struct MembershipInstance: Sendable {
 
     public private(set) var me: MemberRecord
     public private(set) var hasLeft = false
-    private var members: [NodeID: Member] = [:]
+    private var members = MemberTable()
     /// Members that are neither dead nor left, in a random order: the probe round-robin and the
     /// pool random picks come from (an array, so runs replay exactly from a seed).
     private var active: [NodeID] = []
@@ -139,9 +139,24 @@ public struct MembershipInstance: Sendable {
 
     /// Starts from a known view without a join exchange: for restarts and large simulations.
     public mutating func assume(_ records: [MemberRecord], now: MeshInstant) {
-        for record in records where record.id != me.id && members[record.id] == nil {
-            add(Member(record: record, status: .alive, incarnation: record.incarnation, lastChange: now))
+        assume(MemberTable(assuming: records, now: now))
+    }
+
+    /// Starts from a view that other nodes may share (a large simulation's converged mesh): a node
+    /// that knew nobody keeps the table as it is, shared until written, and holds only what it
+    /// changes; one that knew members already adds those it lacks.
+    public mutating func assume(_ table: MemberTable) {
+        guard members.isEmpty else {
+            for member in table.values.sorted(by: { $0.id < $1.id }) where member.id != me.id && members[member.id] == nil {
+                add(member)
+            }
+            return
         }
+        members = table
+        members[me.id] = nil
+        active = members.activeIDs
+        active.shuffle(using: &random)
+        probeIndex = 0
     }
 
     /// Removes members from the session for good: they show as left and nothing said by or
@@ -877,8 +892,18 @@ public struct MembershipInstance: Sendable {
         }
     }
 
-    /// Up to `count` distinct random active members, never this node or `excluded`.
+    /// Up to `count` distinct random active members, never this node or `excluded`. Drawn at
+    /// random from the whole list when it is much longer than what is asked (a gossip round must
+    /// not cost O(N) in a 10,000-node mesh); chosen among the candidates otherwise.
     private mutating func pickRandom(_ count: Int, excluding excluded: Set<NodeID>) -> [NodeID] {
+        if active.count > 8 * (count + excluded.count) {
+            var picked: [NodeID] = []
+            for _ in 0..<(4 * count + 8) where picked.count < count {
+                let id = active[Int(random.next() % UInt64(active.count))]
+                if !excluded.contains(id), !picked.contains(id) { picked.append(id) }
+            }
+            return picked
+        }
         var candidates = active.filter { !excluded.contains($0) }
         var picked: [NodeID] = []
         while picked.count < count, !candidates.isEmpty {
