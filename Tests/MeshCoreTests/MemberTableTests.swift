@@ -32,6 +32,7 @@ struct MemberTableTests {
         #expect(mine.count == 5, "5 − 1 removed + 1 added")
         #expect(mine[ids[1]]?.status == .dead && mine[ids[2]] == nil && mine[newcomer.id] != nil)
         #expect(mine.activeIDs == ([ids[0], ids[3], ids[4], newcomer.id]).sorted(), "the dead and the removed are not active")
+        #expect(mine.unsettledIDs == [ids[1]] && shared.unsettledIDs.isEmpty, "the dead member's clock runs")
         #expect(Set(mine.values.map(\.id)) == Set([ids[0], ids[1], ids[3], ids[4], newcomer.id]))
         // The other holder of the snapshot sees none of it.
         #expect(shared.count == 5 && shared[ids[1]]?.status == .alive && shared[ids[2]] != nil && shared[newcomer.id] == nil)
@@ -61,6 +62,7 @@ struct MemberTableTests {
         }
         for record in records { #expect(table[record.id] == expected[record.id]) }
         #expect(table.activeIDs == expected.values.filter { !$0.status.isGone }.map(\.id).sorted())
+        #expect(table.unsettledIDs == expected.values.filter { $0.status != .alive }.map(\.id).sorted())
         #expect(Set(table.values.map(\.id)) == Set(expected.keys))
     }
 

@@ -49,6 +49,55 @@ struct MembershipInstanceTests {
         #expect(cluster.nodes[a]!.localHealth.score == 0)
     }
 
+    @Test("while only the pairwise probe is out, only the target's pairwise ack answers it: a hello ack in its name does not")
+    func pairwiseProbeTakesOnlyThePairwiseAck() throws {
+        func firstProbe(_ cluster: inout ManualCluster) throws -> (target: Int, sequence: UInt64) {
+            var found: ManualCluster.Datagram?
+            for _ in 0..<20 where found == nil {
+                cluster.now = cluster.instance(0).nextDeadline
+                cluster.tick(0)
+                found = cluster.inFlight.first { $0.from == cluster[0] && !$0.frames.probes.isEmpty }
+            }
+            let datagram = try #require(found)
+            cluster.inFlight.removeAll()
+            let target = try #require(cluster.order.firstIndex { cluster.addresses[$0] == datagram.to })
+            return (target, try #require(datagram.frames.probes.first?.sequence))
+        }
+        func wentIndirect(_ cluster: inout ManualCluster) -> Bool {
+            cluster.log.removeAll()
+            cluster.advance(by: .milliseconds(300), drop: { _ in true })
+            return cluster.log.contains { $0.from == cluster[0] && !$0.frames.requests.isEmpty }
+        }
+        var cluster = ManualCluster(count: 4)
+        var (target, sequence) = try firstProbe(&cluster)
+        let other = (1..<4).first { $0 != target }!
+        // Another member forges the ack, in hello and pairwise (naming the target): no answer.
+        cluster.deliver(frames: [.probeAck(ProbeAck(sequence: sequence, target: cluster[target]))], from: other, to: 0)
+        cluster.deliver(frames: [.probeAck(ProbeAck(sequence: sequence, target: cluster[target]))], from: other, to: 0,
+                        pairwise: true)
+        #expect(wentIndirect(&cluster), "a forged ack cleared the probe")
+
+        cluster = ManualCluster(count: 4)
+        (target, sequence) = try firstProbe(&cluster)
+        cluster.deliver(frames: [.probeAck(ProbeAck(sequence: sequence, target: nil))], from: target, to: 0, pairwise: true)
+        #expect(!wentIndirect(&cluster), "the target's own pairwise ack did not answer the probe")
+    }
+
+    @Test("an indirect prober keeps its relay through an ack of someone else, and forwards the target's")
+    func relaySurvivesAMismatchedAck() throws {
+        var cluster = ManualCluster(count: 4)
+        let request = ProbeRequest(sequence: 77, target: cluster[2], address: cluster.addresses[cluster[2]]!)
+        cluster.deliver(frames: [.probeRequest(request)], from: 0, to: 1)
+        let probe = try #require(cluster.inFlight.first { $0.from == cluster[1] && !$0.frames.probes.isEmpty }?.frames.probes.first)
+        #expect(probe.target == cluster[2], "an indirect probe names its target (hello)")
+        cluster.inFlight.removeAll()
+        cluster.deliver(frames: [.probeAck(ProbeAck(sequence: probe.sequence, target: cluster[3]))], from: 3, to: 1)
+        #expect(cluster.inFlight.isEmpty)
+        cluster.deliver(frames: [.probeAck(ProbeAck(sequence: probe.sequence, target: cluster[2]))], from: 2, to: 1)
+        let forwarded = cluster.inFlight.first { $0.to == cluster.addresses[cluster[0]] }?.frames.acks.first
+        #expect(forwarded == ProbeAck(sequence: 77, target: cluster[2]))
+    }
+
     @Test("an unanswered probe makes the target suspect; the target refutes with a higher incarnation")
     func suspectAndRefute() throws {
         var cluster = ManualCluster(count: 3)

@@ -117,9 +117,10 @@ struct ManualCluster {
         collect(out, from: order[index])
     }
 
-    mutating func deliver(frames: [Frame], from sender: Int, to receiver: Int) {
+    mutating func deliver(frames: [Frame], from sender: Int, to receiver: Int, pairwise: Bool = false) {
         var node = nodes[order[receiver]]!
-        let out = node.onFrames(frames, from: order[sender], address: addresses[order[sender]]!, now: now)
+        let out = node.onFrames(frames, from: order[sender], address: addresses[order[sender]]!, now: now,
+                                pairwise: pairwise)
         nodes[order[receiver]] = node
         collect(out, from: order[receiver])
     }

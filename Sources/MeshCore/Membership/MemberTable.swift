@@ -13,6 +13,8 @@ public struct MemberTable: Sendable {
     /// The snapshot's members that are neither dead nor left, by id: a node starting from a
     /// shared table reads its probe list from here without copying every member.
     private var snapshotActive: [NodeID]
+    /// The snapshot's members that are not simply alive.
+    private var snapshotUnsettled: [NodeID]
     /// Entries that differ from the snapshot: a member (added or changed), or nil (removed).
     private var changes: [NodeID: Member?] = [:]
     public private(set) var count: Int
@@ -20,6 +22,7 @@ public struct MemberTable: Sendable {
     public init() {
         snapshot = [:]
         snapshotActive = []
+        snapshotUnsettled = []
         count = 0
     }
 
@@ -33,6 +36,7 @@ public struct MemberTable: Sendable {
         }
         snapshot = members
         snapshotActive = members.keys.sorted()
+        snapshotUnsettled = []
         count = members.count
     }
 
@@ -64,6 +68,15 @@ public struct MemberTable: Sendable {
         return result
     }
 
+    /// The ids of the members that are not simply alive (suspect, dead, left): those with a clock
+    /// running. None in a table made by `init(assuming:now:)`.
+    public var unsettledIDs: [NodeID] {
+        var result: [NodeID] = []
+        for id in snapshotUnsettled where changes[id] == nil { result.append(id) }
+        for case let (id, member?) in changes where member.status != .alive { result.append(id) }
+        return result.sorted()
+    }
+
     /// The ids of the members that are neither dead nor left, in increasing order.
     public var activeIDs: [NodeID] {
         guard !changes.isEmpty else { return snapshotActive }
@@ -84,6 +97,7 @@ public struct MemberTable: Sendable {
         for (id, change) in changes { merged[id] = change }
         snapshot = merged
         snapshotActive = merged.filter { !$0.value.status.isGone }.keys.sorted()
+        snapshotUnsettled = merged.filter { $0.value.status != .alive }.keys.sorted()
         changes = [:]
     }
 }

@@ -157,6 +157,8 @@ public struct MembershipInstance: Sendable {
         active = members.activeIDs
         active.shuffle(using: &random)
         probeIndex = 0
+        // Suspects, and the dead and left waiting to be forgotten, have their clocks running.
+        timed.formUnion(members.unsettledIDs)
     }
 
     /// Removes members from the session for good: they show as left and nothing said by or
@@ -210,8 +212,10 @@ public struct MembershipInstance: Sendable {
                 guard probe.target ?? (pairwise ? me.id : nil) == me.id else { continue }
                 onProbe(probe, from: sender, address: address, pairwise: pairwise, into: &out)
             case let .probeAck(ack):
-                guard let target = ack.target ?? (pairwise ? sender : nil) else { continue }
-                onAck(sequence: ack.sequence, target: target, from: sender, now: now, into: &out)
+                // Without a target only pairwise, where it is the sender's own; a pairwise ack
+                // naming someone else is no ack (an honest one names nobody there).
+                guard let target = ack.target ?? (pairwise ? sender : nil), !pairwise || target == sender else { continue }
+                onAck(sequence: ack.sequence, target: target, from: sender, pairwise: pairwise, now: now, into: &out)
             case let .probeNack(nack):
                 if probe?.sequence == nack.sequence, probe?.target == nack.target { probe?.nacksReceived += 1 }
             case let .probeRequest(request): onProbeRequest(request, from: sender, address: address, now: now, into: &out)
@@ -533,6 +537,7 @@ public struct MembershipInstance: Sendable {
         // goes hello, which any boot of the target opens: a member that restarted and whose new
         // keys we lack is not suspected for it. A suspect gets hello with its suspicion.
         if member.status == .alive {
+            probe?.pairwiseOnly = true
             out.append(send([.probe(Probe(sequence: sequence, target: nil))], to: target, address: address, pairwise: true))
         } else {
             out.append(send(probeFrames(sequence: sequence, target: target), to: target, address: address))
@@ -584,10 +589,13 @@ public struct MembershipInstance: Sendable {
         out.append(send(frames, to: sender, address: address, pairwise: pairwise))
     }
 
-    /// An ack of `target`'s (named in the frame, or by the pairwise key that sealed it).
-    private mutating func onAck(sequence: UInt64, target: NodeID, from sender: NodeID, now: MeshInstant,
-                                into out: inout [MembershipDirective]) {
-        if let current = probe, current.sequence == sequence, current.target == target {
+    /// An ack of `target`'s (named in the frame, or by the pairwise key that sealed it). While
+    /// only the pairwise probe is out, only the target's pairwise answer counts: a hello ack could
+    /// be any member's, in the target's name.
+    private mutating func onAck(sequence: UInt64, target: NodeID, from sender: NodeID, pairwise: Bool,
+                                now: MeshInstant, into out: inout [MembershipDirective]) {
+        if let current = probe, current.sequence == sequence, current.target == target,
+           pairwise || !current.pairwiseOnly || current.indirectSent {
             probe = nil
             health.improve()
             if sender == target, var member = members[target] {
@@ -597,7 +605,8 @@ public struct MembershipInstance: Sendable {
             }
             return
         }
-        if let relay = relays.removeValue(forKey: sequence), relay.target == target {
+        if let relay = relays[sequence], relay.target == target {
+            relays[sequence] = nil
             let forwarded = ProbeAck(sequence: relay.requesterSequence, target: relay.target)
             out.append(.send(frames: [.probeAck(forwarded)], recipient: relay.requester, address: relay.requesterAddress))
         }
@@ -785,7 +794,10 @@ public struct MembershipInstance: Sendable {
         if let summary = digest.summary {
             let mine = digestEntries.filter { digest.contains($0.member) }
             guard StateDigest.Summary(of: mine) != summary else { return }
-            for request in digests(of: mine, request: true, lower: digest.lower, upper: digest.upper) {
+            let requests = digests(of: mine, request: true, lower: digest.lower, upper: digest.upper)
+            // A summary of a few bytes draws a view's worth of digests: each counts.
+            chargeDigestBudget(of: sender, requests.count - 1)
+            for request in requests {
                 out.append(.send(frames: [.stateDigest(request)], recipient: sender, address: address))
             }
             return
@@ -831,13 +843,14 @@ public struct MembershipInstance: Sendable {
         (members.count + 1 + digestEntriesPerDatagram - 1) / digestEntriesPerDatagram
     }
 
-    /// Counts one answered digest of `sender` in its window; false when it has had its share, or
-    /// when 256 members already have windows open.
+    /// Counts one answered digest of `sender` in its window; false when it has had its share (two
+    /// views' worth of datagrams: an exchange from a summary on answers a view's worth of ours and
+    /// a view's worth of theirs), or when 256 members already have windows open.
     private mutating func takeDigestBudget(of sender: NodeID, now: MeshInstant) -> Bool {
         let window = settings.joinRetryInterval * 0.5
         var budget = digestBudgets[sender] ?? (now, 0)
         if now >= budget.windowStart + window { budget = (now, 0) }
-        guard budget.answered < digestsPerView + 1 else { return false }
+        guard budget.answered < 2 * digestsPerView + 1 else { return false }
         if digestBudgets[sender] == nil, digestBudgets.count >= Self.maxDigestWindows {
             digestBudgets = digestBudgets.filter { now < $0.value.windowStart + window }
             guard digestBudgets.count < Self.maxDigestWindows else { return false }
@@ -845,6 +858,13 @@ public struct MembershipInstance: Sendable {
         budget.answered += 1
         digestBudgets[sender] = budget
         return true
+    }
+
+    /// Counts `extra` more datagrams answered to `sender` in its window (one was counted already).
+    private mutating func chargeDigestBudget(of sender: NodeID, _ extra: Int) {
+        guard extra > 0, var budget = digestBudgets[sender] else { return }
+        budget.answered += extra
+        digestBudgets[sender] = budget
     }
 
     static let maxDigestWindows = 256
@@ -929,6 +949,19 @@ extension Frame {
         case let .suspect(accusation), let .dead(accusation): return accusation.member
         case let .left(departure): return departure.member
         default: return nil
+        }
+    }
+
+    /// The frame as a hello datagram must carry it: a probe of `target`, an ack of `acker`'s,
+    /// named (a pairwise one leaves them to the key).
+    func namingProbeTarget(_ target: NodeID, acker: NodeID) -> Frame {
+        switch self {
+        case let .probe(probe) where probe.target == nil:
+            return .probe(Probe(sequence: probe.sequence, target: target))
+        case let .probeAck(ack) where ack.target == nil:
+            return .probeAck(ProbeAck(sequence: ack.sequence, target: acker))
+        default:
+            return self
         }
     }
 

@@ -10,6 +10,9 @@ struct ProbeState: Sendable {
     /// When the probe has failed if no ack came.
     var endAt: MeshInstant
     var indirectSent = false
+    /// Only the pairwise first probe is out: until the hello ones follow, only the target's
+    /// pairwise ack counts.
+    var pairwiseOnly = false
     var nacksExpected = 0
     var nacksReceived = 0
 }

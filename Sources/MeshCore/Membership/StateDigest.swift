@@ -29,7 +29,7 @@ public struct StateDigest: WireBody {
             var buffer = ByteBuffer()
             buffer.reserveCapacity(entries.count * StateDigest.entryLength)
             for entry in entries { entry.encode(into: &buffer) }
-            self.count = entries.count
+            self.count = min(entries.count, Int(UInt16.max))  // as the wire carries it
             self.hash = Array(SHA256Digest.hashing(Array(buffer.readableBytesView)).bytes.prefix(Self.hashLength))
         }
     }

@@ -1,7 +1,8 @@
 import MeshCrypto
 
-/// Membership in the node: its datagrams go out under the hello key; a member's change installs
-/// or keeps its pairwise keys and channels, and starts or stops journal sync and transfers.
+/// Membership in the node: its datagrams go out under the hello key, the first probe of a round
+/// and its ack pairwise; a member's change installs or keeps its pairwise keys and channels, and
+/// starts or stops journal sync and transfers.
 extension NodeInstance {
     mutating func apply(_ directives: [MembershipDirective], now: MeshInstant) {
         guard !directives.isEmpty else { return }
@@ -12,6 +13,13 @@ extension NodeInstance {
             case let .send(frames, _, address):
                 sendHello(frames, to: address)
             case let .sendPairwise(frames, recipient, address):
+                guard codec.installedBoot(of: recipient) != nil else {
+                    // No keys for it (its ephemeral key would not derive any): the same frames
+                    // under the hello key, with the probe's or ack's member named, so the gossip
+                    // beside them is not lost.
+                    sendHello(frames.map { $0.namingProbeTarget(recipient, acker: membership.localID) }, to: address)
+                    continue
+                }
                 sendPairwise(frames, to: recipient, address: address)
             case let .memberChanged(member):
                 if member.status != .left, !remembered.contains(member.id) { newMember = true }

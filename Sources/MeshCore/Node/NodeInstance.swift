@@ -266,8 +266,9 @@ public struct NodeInstance: Sendable {
     /// Hello datagrams are membership's (a member is probed before its keys are known) and
     /// carry handovers; a member's messenger or transfer frame in one is ignored. Pairwise ones
     /// are the messenger's and the swarm's, except those that carry a probe or its ack (the first
-    /// probe of each round, with gossip beside it): those are membership's, and only the member
-    /// meant can open them. Other membership frames in a pairwise datagram are nobody's.
+    /// probe of each round, with gossip beside it): those are membership's, every membership frame
+    /// in them (only the member meant can open them, and only the sender can have sealed them).
+    /// Membership frames in any other pairwise datagram are nobody's.
     private mutating func route(_ datagram: OpenedDatagram, size bytes: Int, from address: PeerAddress, now: MeshInstant) {
         let sender = datagram.header.sender
         switch datagram.header.keyKind {
