@@ -10,6 +10,8 @@ public enum SimDropReason: String, Sendable, CaseIterable, CustomStringConvertib
     case crashed
     /// No node was ever added at the destination address.
     case unknownDestination
+    /// A bottleneck's queue (the sender's uplink or the receiver's downlink) was full.
+    case queue
 
     public var description: String { rawValue }
 }
@@ -21,10 +23,11 @@ public struct SimDropCounts: Sendable, Equatable {
     public var mtu = 0
     public var crashed = 0
     public var unknownDestination = 0
+    public var queue = 0
 
     public init() {}
 
-    public var total: Int { loss + partition + mtu + crashed + unknownDestination }
+    public var total: Int { loss + partition + mtu + crashed + unknownDestination + queue }
 
     public subscript(reason: SimDropReason) -> Int {
         get {
@@ -34,6 +37,7 @@ public struct SimDropCounts: Sendable, Equatable {
             case .mtu: mtu
             case .crashed: crashed
             case .unknownDestination: unknownDestination
+            case .queue: queue
             }
         }
         set {
@@ -43,6 +47,7 @@ public struct SimDropCounts: Sendable, Equatable {
             case .mtu: mtu = newValue
             case .crashed: crashed = newValue
             case .unknownDestination: unknownDestination = newValue
+            case .queue: queue = newValue
             }
         }
     }

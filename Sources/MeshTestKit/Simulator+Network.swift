@@ -37,6 +37,34 @@ extension Simulator {
         links.removeAll()
     }
 
+    // MARK: Bottlenecks
+
+    /// Puts rate limits with bounded queues on a node's access link (nil: none): `uplink` for
+    /// what it sends, whoever to, and `downlink` for what it receives, whoever from. Datagrams
+    /// already queued keep their place.
+    public func setBottlenecks(of node: SimAddress, uplink: Bottleneck?, downlink: Bottleneck?) {
+        let index = checked(node)
+        nodes[index].uplink = uplink.map { limit in
+            var queue = nodes[index].uplink ?? BottleneckQueue(limit)
+            queue.limit = limit
+            return queue
+        }
+        nodes[index].downlink = downlink.map { limit in
+            var queue = nodes[index].downlink ?? BottleneckQueue(limit)
+            queue.limit = limit
+            return queue
+        }
+        record(.linkChanged(from: node, to: node))
+    }
+
+    /// What the node's bottlenecks forwarded and dropped (nil where it has none).
+    public func bottleneckStatistics(of node: SimAddress)
+        -> (uplink: SimBottleneckStatistics?, downlink: SimBottleneckStatistics?)
+    {
+        let index = checked(node)
+        return (nodes[index].uplink?.statistics, nodes[index].downlink?.statistics)
+    }
+
     // MARK: Partitions
 
     /// Splits the network: nodes in different groups cannot reach each other, in either
@@ -112,6 +140,15 @@ extension Simulator {
         if let mtu = conditions.mtu, bytes.count > mtu {
             return drop(from: source, to: destination, size: bytes.count, reason: .mtu)
         }
+        // The sender's uplink first: the datagram is on the wire once it has left the queue.
+        var departure = now
+        if source.index < nodes.count, nodes[source.index].uplink != nil {
+            guard let leaves = nodes[source.index].uplink?.admit(bytes.count, at: now) else {
+                return drop(from: source, to: destination, size: bytes.count, reason: .queue)
+            }
+            departure = leaves
+        }
+        let throughDownlink = nodes[destination.index].downlink != nil
         if networkRandom.chance(conditions.lossProbability) {
             return drop(from: source, to: destination, size: bytes.count, reason: .loss)
         }
@@ -133,7 +170,9 @@ extension Simulator {
             if networkRandom.chance(conditions.reorderProbability) {
                 delay += networkRandom.duration(upTo: conditions.reorderDelay)
             }
-            queue.push(.deliver(from: source, to: destination, bytes: payload), at: max(now + delay, now))
+            let arrival = max(departure + delay, now)
+            queue.push(throughDownlink ? .reachDownlink(from: source, to: destination, bytes: payload)
+                           : .deliver(from: source, to: destination, bytes: payload), at: arrival)
         }
     }
 

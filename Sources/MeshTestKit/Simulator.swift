@@ -36,6 +36,8 @@ public final class Simulator {
     enum Event {
         case start(node: Int, epoch: UInt32)
         case deliver(from: SimAddress, to: SimAddress, bytes: [UInt8])
+        /// Off the wire, into the receiver's downlink queue.
+        case reachDownlink(from: SimAddress, to: SimAddress, bytes: [UInt8])
         case timer(node: Int, epoch: UInt32, id: UInt64, token: UInt64)
         case action(label: String, (Simulator) -> Void)
     }
@@ -59,6 +61,9 @@ public final class Simulator {
         var timers: [UInt64: ArmedTimer] = [:]
         /// 0 = the group of every node not named in the current partition.
         var partitionGroup = 0
+        /// Rate limits with queues on what the node sends and what it receives.
+        var uplink: BottleneckQueue?
+        var downlink: BottleneckQueue?
     }
 
     var nodes: [NodeSlot] = []
@@ -194,6 +199,13 @@ public final class Simulator {
             nodes[index].status = .running
             record(.started(SimAddress(index)))
             invoke(index) { process, now, context in process.start(now: now, context: &context) }
+
+        case let .reachDownlink(from, to, bytes):
+            guard let departure = nodes[to.index].downlink?.admit(bytes.count, at: now) else {
+                drop(from: from, to: to, size: bytes.count, reason: .queue)
+                break
+            }
+            queue.push(.deliver(from: from, to: to, bytes: bytes), at: departure)
 
         case let .deliver(from, to, bytes):
             let index = to.index
