@@ -1,0 +1,224 @@
+import MeshCore
+
+/// A bulk flow that follows TCP's congestion rules (RFC 5681, counted in segments): slow start,
+/// congestion avoidance, loss recovery on three duplicate acks with selective acknowledgements
+/// (RFC 6675: the holes below the highest segment the receiver holds are sent again while the
+/// segments in the network stay under the halved window), and a retransmission timeout (RFC 6298)
+/// that starts over from one segment. The competitor issue 18 asks for: GroupMesh's transfers must
+/// leave such a flow its share of a bottleneck. Not a TCP: no handshake, no receive window, whole
+/// segments only, and each ack names the one segment that caused it instead of SACK blocks.
+public final class RenoSender: SimulatedProcess {
+    static let timeoutTimer: UInt64 = 1
+
+    public let receiver: SimAddress
+    public let segmentSize: Int
+    /// When to stop sending new segments (what is lost after it is not sent again either).
+    public let stopAt: MeshInstant
+
+    /// Segments the network may hold (a real number: congestion avoidance adds 1/cwnd per ack).
+    public private(set) var congestionWindow: Double = 10
+    private var slowStartThreshold = Double.infinity
+    /// The first segment not acknowledged, and the next new one to send.
+    private var unacknowledged = 0
+    private var nextSegment = 0
+    private var duplicateAcks = 0
+    /// Segments above `unacknowledged` the receiver holds.
+    private var selectivelyAcknowledged: Set<Int> = []
+    private var highestAcknowledged = -1
+    /// In loss recovery until this segment is acknowledged.
+    private var recoveryPoint: Int?
+    /// Holes sent again in this recovery (or since the timeout).
+    private var resent: Set<Int> = []
+    /// Segments ever sent more than once: no RTT sample from their acks (Karn).
+    private var ambiguous: Set<Int> = []
+    private var sentAt: [Int: MeshInstant] = [:]
+    private var smoothedRTT: Duration?
+    private var rttVariation: Duration = .zero
+    /// Timeouts since the last RTT sample: each doubles the timeout (RFC 6298 §5.5).
+    private var backoff = 0
+    /// The timer runs from the last ack of new data, not from the last send (RFC 6298 §5.1, 5.3):
+    /// a lost retransmission must time out even while new segments keep going.
+    private var timerArmed = false
+    /// Bytes acknowledged so far: the flow's goodput.
+    public private(set) var bytesAcknowledged = 0
+    public private(set) var timeouts = 0
+    public private(set) var recoveries = 0
+
+    public init(to receiver: SimAddress, segmentSize: Int = 1200, until stopAt: MeshInstant) {
+        precondition(segmentSize >= 8)
+        self.receiver = receiver
+        self.segmentSize = segmentSize
+        self.stopAt = stopAt
+    }
+
+    private var retransmissionTimeout: Duration {
+        let base = smoothedRTT.map { max(.milliseconds(200), $0 + rttVariation * 4) } ?? .seconds(1)
+        return min(.seconds(60), base * Double(1 << min(backoff, 8)))
+    }
+
+    public func start(now: MeshInstant, context: inout SimContext) {
+        fill(now: now, context: &context)
+    }
+
+    public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
+        guard datagram.count == 8 else { return }
+        let cumulative = datagram.prefix(4).reduce(0) { $0 << 8 | Int($1) }
+        let segment = datagram.suffix(4).reduce(0) { $0 << 8 | Int($1) }
+        if segment >= cumulative, segment < nextSegment {
+            selectivelyAcknowledged.insert(segment)
+            highestAcknowledged = max(highestAcknowledged, segment)
+        }
+        if cumulative > unacknowledged {
+            newAck(cumulative, now: now, context: &context)
+        } else if cumulative == unacknowledged, nextSegment > unacknowledged {
+            duplicateAcks += 1
+            if recoveryPoint == nil, duplicateAcks >= 3 {
+                recoveries += 1
+                slowStartThreshold = max(2, Double(nextSegment - unacknowledged) / 2)
+                congestionWindow = slowStartThreshold
+                recoveryPoint = nextSegment - 1
+                resent = []
+            }
+        }
+        fill(now: now, context: &context)
+    }
+
+    public func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {
+        timerArmed = false
+        guard id == Self.timeoutTimer, nextSegment > unacknowledged else { return }
+        // Everything in flight is presumed lost: one segment, and slow start up to half of it.
+        timeouts += 1
+        backoff += 1
+        slowStartThreshold = max(2, Double(nextSegment - unacknowledged) / 2)
+        congestionWindow = 1
+        recoveryPoint = nil
+        duplicateAcks = 0
+        ambiguous.formUnion(unacknowledged..<nextSegment)
+        selectivelyAcknowledged = []
+        highestAcknowledged = unacknowledged - 1
+        resent = []
+        nextSegment = unacknowledged
+        fill(now: now, context: &context)
+    }
+
+    private func newAck(_ acknowledged: Int, now: MeshInstant, context: inout SimContext) {
+        let newlyAcknowledged = acknowledged - unacknowledged
+        if !ambiguous.contains(acknowledged - 1), let sent = sentAt[acknowledged - 1] {
+            sample(now - sent)
+        }
+        for segment in unacknowledged..<acknowledged {
+            sentAt[segment] = nil
+            ambiguous.remove(segment)
+            resent.remove(segment)
+            selectivelyAcknowledged.remove(segment)
+        }
+        bytesAcknowledged += newlyAcknowledged * segmentSize
+        unacknowledged = acknowledged
+        nextSegment = max(nextSegment, unacknowledged)
+        duplicateAcks = 0
+        if let recover = recoveryPoint {
+            if acknowledged > recover { recoveryPoint = nil }
+        } else if congestionWindow < slowStartThreshold {
+            congestionWindow += Double(newlyAcknowledged)
+        } else {
+            congestionWindow += Double(newlyAcknowledged) / congestionWindow
+        }
+        if nextSegment > unacknowledged {
+            context.schedule(timer: Self.timeoutTimer, after: retransmissionTimeout)
+            timerArmed = true
+        } else {
+            context.cancel(timer: Self.timeoutTimer)
+            timerArmed = false
+        }
+    }
+
+    private func sample(_ rtt: Duration) {
+        backoff = 0
+        guard let smoothed = smoothedRTT else {
+            smoothedRTT = rtt
+            rttVariation = rtt / 2
+            return
+        }
+        let difference = smoothed > rtt ? smoothed - rtt : rtt - smoothed
+        rttVariation = rttVariation * 0.75 + difference * 0.25
+        smoothedRTT = smoothed * 0.875 + rtt * 0.125
+    }
+
+    /// The holes in recovery: below the highest segment the receiver holds, not held, not yet
+    /// sent again.
+    private var holes: [Int] {
+        guard recoveryPoint != nil, highestAcknowledged > unacknowledged else { return [] }
+        return (unacknowledged..<highestAcknowledged).filter { !selectivelyAcknowledged.contains($0) && !resent.contains($0) }
+    }
+
+    /// Segments in the network (RFC 6675's pipe): sent, not acknowledged either way, and not
+    /// presumed lost (a hole below a held segment, not yet sent again).
+    private var pipe: Int {
+        nextSegment - unacknowledged - selectivelyAcknowledged.count - holes.count
+    }
+
+    /// Sends holes first, then new segments, while the window has room.
+    private func fill(now: MeshInstant, context: inout SimContext) {
+        var lost = holes[...]
+        var inNetwork = pipe
+        while Double(inNetwork) < congestionWindow.rounded(.down) {
+            if let hole = lost.popFirst() {
+                resent.insert(hole)
+                ambiguous.insert(hole)
+                send(hole, now: now, context: &context)
+            } else if now < stopAt {
+                send(nextSegment, now: now, context: &context)
+                nextSegment += 1
+            } else {
+                break
+            }
+            inNetwork += 1
+            if !timerArmed {
+                context.schedule(timer: Self.timeoutTimer, after: retransmissionTimeout)
+                timerArmed = true
+            }
+        }
+    }
+
+    private func send(_ segment: Int, now: MeshInstant, context: inout SimContext) {
+        sentAt[segment] = now
+        var bytes = [UInt8](repeating: 0, count: segmentSize)
+        for index in 0..<4 { bytes[index] = UInt8(truncatingIfNeeded: segment >> (8 * (3 - index))) }
+        context.send(bytes, to: receiver)
+    }
+}
+
+/// The receiving end of `RenoSender`s (any number, each its own flow): acknowledges every
+/// segment with the first one it still lacks of that flow (a cumulative ack; a duplicate when a
+/// segment is missing) and the segment that came (standing in for SACK blocks).
+public final class RenoReceiver: SimulatedProcess {
+    private struct Flow {
+        var expected = 0
+        var outOfOrder: Set<Int> = []
+    }
+
+    private var flows: [SimAddress: Flow] = [:]
+    public private(set) var segmentsReceived = 0
+
+    public init() {}
+
+    public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
+        guard datagram.count >= 8 else { return }
+        let segment = datagram.prefix(4).reduce(0) { $0 << 8 | Int($1) }
+        segmentsReceived += 1
+        var flow = flows[sender] ?? Flow()
+        if segment == flow.expected {
+            flow.expected += 1
+            while flow.outOfOrder.remove(flow.expected) != nil { flow.expected += 1 }
+        } else if segment > flow.expected {
+            flow.outOfOrder.insert(segment)
+        }
+        flows[sender] = flow
+        // The first segment still lacked, and the one that came.
+        var ack = [UInt8]()
+        for value in [UInt32(truncatingIfNeeded: flow.expected), UInt32(truncatingIfNeeded: segment)] {
+            ack += [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
+        }
+        context.send(ack, to: sender)
+    }
+}
