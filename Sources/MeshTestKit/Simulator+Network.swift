@@ -37,32 +37,34 @@ extension Simulator {
         links.removeAll()
     }
 
-    // MARK: Bottlenecks
+    // MARK: Access links
 
-    /// Puts rate limits with bounded queues on a node's access link (nil: none): `uplink` for
-    /// what it sends, whoever to, and `downlink` for what it receives, whoever from. Datagrams
-    /// already queued keep their place.
-    public func setBottlenecks(of node: SimAddress, uplink: Bottleneck?, downlink: Bottleneck?) {
-        let index = checked(node)
-        nodes[index].uplink = uplink.map { limit in
-            var queue = nodes[index].uplink ?? BottleneckQueue(limit)
-            queue.limit = limit
-            return queue
+    /// Puts `members` behind one line to everyone else, as the machines of a home share their
+    /// router's: what any of them sends out passes `uplink`, what comes in for any of them passes
+    /// `downlink` (rate limits with bounded queues; nil: no limit that way); between themselves
+    /// they talk directly. A node leaves any line it was behind. Returns the line's number.
+    @discardableResult
+    public func addAccessLink(for members: [SimAddress], uplink: Bottleneck?, downlink: Bottleneck?) -> Int {
+        accessLinks.append(AccessLink(uplink: uplink.map(BottleneckQueue.init), downlink: downlink.map(BottleneckQueue.init)))
+        let number = accessLinks.count - 1
+        for member in members {
+            nodes[checked(member)].accessLink = number
+            record(.linkChanged(from: member, to: member))
         }
-        nodes[index].downlink = downlink.map { limit in
-            var queue = nodes[index].downlink ?? BottleneckQueue(limit)
-            queue.limit = limit
-            return queue
-        }
-        record(.linkChanged(from: node, to: node))
+        return number
     }
 
-    /// What the node's bottlenecks forwarded and dropped (nil where it has none).
+    /// A line of its own for one node: `uplink` for all it sends, `downlink` for all it receives.
+    public func setBottlenecks(of node: SimAddress, uplink: Bottleneck?, downlink: Bottleneck?) {
+        addAccessLink(for: [node], uplink: uplink, downlink: downlink)
+    }
+
+    /// What the line a node is behind forwarded and dropped each way (nil: no limit that way).
     public func bottleneckStatistics(of node: SimAddress)
         -> (uplink: SimBottleneckStatistics?, downlink: SimBottleneckStatistics?)
     {
-        let index = checked(node)
-        return (nodes[index].uplink?.statistics, nodes[index].downlink?.statistics)
+        guard let number = nodes[checked(node)].accessLink else { return (nil, nil) }
+        return (accessLinks[number].uplink?.statistics, accessLinks[number].downlink?.statistics)
     }
 
     // MARK: Partitions
@@ -140,15 +142,18 @@ extension Simulator {
         if let mtu = conditions.mtu, bytes.count > mtu {
             return drop(from: source, to: destination, size: bytes.count, reason: .mtu)
         }
-        // The sender's uplink first: the datagram is on the wire once it has left the queue.
+        // Leaving one line and entering another: the sender's uplink first (the datagram is on
+        // the wire once it has left that queue), the receiver's downlink on arrival.
+        let sourceLine = source.index < nodes.count ? nodes[source.index].accessLink : nil
+        let destinationLine = nodes[destination.index].accessLink
         var departure = now
-        if source.index < nodes.count, nodes[source.index].uplink != nil {
-            guard let leaves = nodes[source.index].uplink?.admit(bytes.count, at: now) else {
+        if sourceLine != destinationLine, let line = sourceLine, accessLinks[line].uplink != nil {
+            guard let leaves = accessLinks[line].uplink?.admit(bytes.count, at: now) else {
                 return drop(from: source, to: destination, size: bytes.count, reason: .queue)
             }
             departure = leaves
         }
-        let throughDownlink = nodes[destination.index].downlink != nil
+        let throughDownlink = sourceLine != destinationLine && destinationLine.map { accessLinks[$0].downlink != nil } ?? false
         if networkRandom.chance(conditions.lossProbability) {
             return drop(from: source, to: destination, size: bytes.count, reason: .loss)
         }

@@ -61,7 +61,13 @@ public final class Simulator {
         var timers: [UInt64: ArmedTimer] = [:]
         /// 0 = the group of every node not named in the current partition.
         var partitionGroup = 0
-        /// Rate limits with queues on what the node sends and what it receives.
+        /// The access link (a home's line) the node sits behind, if any: `accessLinks[index]`.
+        var accessLink: Int?
+    }
+
+    /// A line that nodes share to reach everyone else, with rate limits and queues each way
+    /// (`addAccessLink`); traffic between its own nodes does not cross it.
+    struct AccessLink {
         var uplink: BottleneckQueue?
         var downlink: BottleneckQueue?
     }
@@ -69,6 +75,7 @@ public final class Simulator {
     var nodes: [NodeSlot] = []
     var queue = EventQueue<Event>()
     var links: [DirectedLink: LinkConditions] = [:]
+    var accessLinks: [AccessLink] = []
     var isPartitioned = false
     var networkRandom: SeededGenerator
     var bootRandom: SeededGenerator
@@ -201,7 +208,8 @@ public final class Simulator {
             invoke(index) { process, now, context in process.start(now: now, context: &context) }
 
         case let .reachDownlink(from, to, bytes):
-            guard let departure = nodes[to.index].downlink?.admit(bytes.count, at: now) else {
+            guard let link = nodes[to.index].accessLink,
+                  let departure = accessLinks[link].downlink?.admit(bytes.count, at: now) else {
                 drop(from: from, to: to, size: bytes.count, reason: .queue)
                 break
             }

@@ -59,6 +59,25 @@ import Testing
         #expect(sim.bottleneckStatistics(of: sender).uplink?.forwarded == 6)
     }
 
+    @Test func aHomesMachinesShareItsLineButNotBetweenThemselves() {
+        let sim = Simulator(seed: 4)
+        let first = EchoProcess(echoes: false), second = EchoProcess(echoes: false)
+        let a = sim.addNode(first), b = sim.addNode(second)
+        // Outside: 5 datagrams to each at once; inside: a's neighbour sends it 5 more.
+        let outside = sim.addNode(SenderProcess(target: a, count: 5, interval: .zero, size: 1000))
+        let outsideToB = sim.addNode(SenderProcess(target: b, count: 5, interval: .zero, size: 1000))
+        let neighbour = sim.addNode(SenderProcess(target: a, count: 5, interval: .zero, size: 1000))
+        sim.addAccessLink(for: [a, b, neighbour], uplink: nil, downlink: Self.megabit)
+        sim.run(for: .seconds(1))
+        // The neighbour's arrive after the wire's 1 ms, untouched; the ten from outside share one
+        // 10,000-byte queue and leave it 8 ms apart, the last at 81 ms.
+        #expect(first.received.filter { $0.from == neighbour }.map(\.at) == Array(repeating: .ms(1), count: 5))
+        let fromOutside = (first.received.filter { $0.from == outside } + second.received).map(\.at).sorted()
+        #expect(fromOutside == (1...10).map { .ms(1 + 8 * Int64($0)) })
+        #expect(second.received.allSatisfy { $0.from == outsideToB })
+        #expect(sim.bottleneckStatistics(of: b).downlink?.forwarded == 10 && sim.statistics.dropped.total == 0)
+    }
+
     @Test("two flows into one downlink share its rate, and what exceeds it is dropped at its queue",
           arguments: SimulationSeeds.from(defaultCount: 2))
     func flowsShareADownlink(seed: UInt64) {
