@@ -36,6 +36,10 @@ enum MeshBench {
             print("membership in simulation…")
             results += MembershipScenario.run(quick: quick)
         }
+        if wanted("homelink") {
+            print("home lines in simulation (issue 18's starting point)…")
+            results += HomeLinkScenario.run(quick: quick)
+        }
         if wanted("messenger") {
             print("messenger on loopback…")
             results += try await MessengerScenario.run(quick: quick)
