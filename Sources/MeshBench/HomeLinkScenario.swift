@@ -4,7 +4,7 @@ import MeshTestKit
 
 /// Issue 18's starting point, in the seeded simulator: a late joiner behind a home line (a rate
 /// with a 100 ms tail-drop queue, a round trip, random loss) fetches an attachment from three
-/// holders outside while a flow that follows TCP's rules (`RenoSender`) downloads through the same
+/// holders outside while a flow that follows TCP's rules (`TCPSender`) downloads through the same
 /// line. Reported per line: the joiner's fetch rate; the competitor's share of the line during the
 /// fetch, beside what it gets alone; the share of the line's datagrams dropped at its queue; and
 /// the holders' bytes ÷ the file. Today's swarm has no congestion control: these are the figures
@@ -47,8 +47,8 @@ enum HomeLinkScenario {
     /// The competitor's goodput through the line with nothing else on it (after its start-up).
     private static func competitorAlone(_ line: Line) -> Double {
         let sim = Simulator(seed: 1, defaultLink: LinkConditions(delay: line.roundTrip / 2, lossProbability: line.loss))
-        let receiver = sim.addNode(RenoReceiver())
-        let sender = RenoSender(to: receiver, until: .zero + .seconds(40))
+        let receiver = sim.addNode(TCPReceiver())
+        let sender = TCPSender(to: receiver, until: .zero + .seconds(40))
         sim.addNode(sender)
         sim.setBottlenecks(of: receiver, uplink: nil, downlink: Bottleneck(megabitsPerSecond: line.megabitsPerSecond,
                                                                              queue: .milliseconds(100)))
@@ -76,8 +76,8 @@ enum HomeLinkScenario {
         }
         // The home: the competitor's receiver and, 10 s later, the joiner, behind one line.
         let start = mesh.simulator.now
-        let renoReceiver = mesh.simulator.addNode(RenoReceiver())
-        let reno = RenoSender(to: renoReceiver, until: start + .seconds(300))
+        let renoReceiver = mesh.simulator.addNode(TCPReceiver())
+        let reno = TCPSender(to: renoReceiver, until: start + .seconds(300))
         mesh.simulator.addNode(reno)
         let joiner = mesh.addNode(joiningThrough: [first.address], at: start + .seconds(10))
         mesh.simulator.addAccessLink(for: [renoReceiver, joiner.address], uplink: nil,

@@ -1,14 +1,35 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import MeshCore
 
 /// A bulk flow that follows TCP's congestion rules (RFC 5681, counted in segments): slow start,
-/// congestion avoidance, loss recovery on three duplicate acks with selective acknowledgements
+/// congestion avoidance (Reno's one segment per round trip, or CUBIC's, RFC 9438, as Linux uses
+/// by default), loss recovery on three duplicate acks with selective acknowledgements
 /// (RFC 6675: the holes below the highest segment the receiver holds are sent again while the
 /// segments in the network stay under the halved window), and a retransmission timeout (RFC 6298)
 /// that starts over from one segment. The competitor issue 18 asks for: GroupMesh's transfers must
 /// leave such a flow its share of a bottleneck. Not a TCP: no handshake, no receive window, whole
 /// segments only, and each ack names the one segment that caused it instead of SACK blocks.
-public final class RenoSender: SimulatedProcess {
+public final class TCPSender: SimulatedProcess {
     static let timeoutTimer: UInt64 = 1
+
+    public enum Growth: Sendable {
+        /// Additive increase of one segment per round trip, halving on loss.
+        case reno
+        /// RFC 9438: the window follows a cubic of the time since the last loss, back to the
+        /// window it had then and beyond; 0.7 of it on loss; never slower than Reno would be.
+        case cubic
+    }
+
+    public let growth: Growth
+    /// CUBIC's state: the window at the last loss, when this growth began, and the Reno-paced
+    /// estimate it must not fall below.
+    private var windowAtLoss: Double = 0
+    private var epochStart: MeshInstant?
+    private var renoEstimate: Double = 0
 
     public let receiver: SimAddress
     public let segmentSize: Int
@@ -44,8 +65,9 @@ public final class RenoSender: SimulatedProcess {
     public private(set) var timeouts = 0
     public private(set) var recoveries = 0
 
-    public init(to receiver: SimAddress, segmentSize: Int = 1200, until stopAt: MeshInstant) {
+    public init(to receiver: SimAddress, growth: Growth = .cubic, segmentSize: Int = 1200, until stopAt: MeshInstant) {
         precondition(segmentSize >= 8)
+        self.growth = growth
         self.receiver = receiver
         self.segmentSize = segmentSize
         self.stopAt = stopAt
@@ -74,7 +96,7 @@ public final class RenoSender: SimulatedProcess {
             duplicateAcks += 1
             if recoveryPoint == nil, duplicateAcks >= 3 {
                 recoveries += 1
-                slowStartThreshold = max(2, Double(nextSegment - unacknowledged) / 2)
+                slowStartThreshold = reduced(Double(nextSegment - unacknowledged))
                 congestionWindow = slowStartThreshold
                 recoveryPoint = nextSegment - 1
                 resent = []
@@ -89,7 +111,7 @@ public final class RenoSender: SimulatedProcess {
         // Everything in flight is presumed lost: one segment, and slow start up to half of it.
         timeouts += 1
         backoff += 1
-        slowStartThreshold = max(2, Double(nextSegment - unacknowledged) / 2)
+        slowStartThreshold = reduced(Double(nextSegment - unacknowledged))
         congestionWindow = 1
         recoveryPoint = nil
         duplicateAcks = 0
@@ -121,7 +143,7 @@ public final class RenoSender: SimulatedProcess {
         } else if congestionWindow < slowStartThreshold {
             congestionWindow += Double(newlyAcknowledged)
         } else {
-            congestionWindow += Double(newlyAcknowledged) / congestionWindow
+            grow(by: newlyAcknowledged, now: now)
         }
         if nextSegment > unacknowledged {
             context.schedule(timer: Self.timeoutTimer, after: retransmissionTimeout)
@@ -129,6 +151,42 @@ public final class RenoSender: SimulatedProcess {
         } else {
             context.cancel(timer: Self.timeoutTimer)
             timerArmed = false
+        }
+    }
+
+    /// The window after a loss, from the segments in flight: half (Reno) or 0.7 (CUBIC, which
+    /// also remembers where the loss happened, a little lower when it came sooner than last time).
+    private func reduced(_ flight: Double) -> Double {
+        switch growth {
+        case .reno:
+            return max(2, flight / 2)
+        case .cubic:
+            let window = max(flight, congestionWindow)
+            windowAtLoss = window < windowAtLoss ? window * (1 + 0.7) / 2 : window
+            epochStart = nil
+            return max(2, window * 0.7)
+        }
+    }
+
+    private func grow(by acknowledged: Int, now: MeshInstant) {
+        switch growth {
+        case .reno:
+            congestionWindow += Double(acknowledged) / congestionWindow
+        case .cubic:
+            if epochStart == nil {
+                epochStart = now
+                renoEstimate = congestionWindow
+                if windowAtLoss < congestionWindow { windowAtLoss = congestionWindow }
+            }
+            let c = 0.4, beta = 0.7
+            let k = cbrt(windowAtLoss * (1 - beta) / c)
+            let rtt = (smoothedRTT ?? .milliseconds(100)).milliseconds / 1000
+            let t = (now - (epochStart ?? now)).milliseconds / 1000 + rtt
+            let target = c * pow(t - k, 3) + windowAtLoss
+            renoEstimate += 3 * (1 - beta) / (1 + beta) * Double(acknowledged) / congestionWindow
+            let cubic = congestionWindow + max(0, min(target, 1.5 * congestionWindow) - congestionWindow)
+                / congestionWindow * Double(acknowledged)
+            congestionWindow = max(cubic, renoEstimate)
         }
     }
 
@@ -188,10 +246,10 @@ public final class RenoSender: SimulatedProcess {
     }
 }
 
-/// The receiving end of `RenoSender`s (any number, each its own flow): acknowledges every
+/// The receiving end of `TCPSender`s (any number, each its own flow): acknowledges every
 /// segment with the first one it still lacks of that flow (a cumulative ack; a duplicate when a
 /// segment is missing) and the segment that came (standing in for SACK blocks).
-public final class RenoReceiver: SimulatedProcess {
+public final class TCPReceiver: SimulatedProcess {
     private struct Flow {
         var expected = 0
         var outOfOrder: Set<Int> = []
