@@ -71,9 +71,10 @@ enum HomeLinkScenario {
         var random = SplitMix64(seed: 18)
         let bytes = (0..<(size / 8)).flatMap { _ in withUnsafeBytes(of: random.next()) { Array($0) } }
         first.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
-        mesh.simulator.run(until: .zero + .seconds(120), checkEvery: .milliseconds(100)) { _ in
+        let replicated = mesh.simulator.run(until: .zero + .seconds(120), checkEvery: .milliseconds(100)) { _ in
             holders.allSatisfy { !$0.complete.isEmpty }
         }
+        if replicated != .satisfied { print("warning: \(line.name): the holders did not all hold the file (\(replicated))") }
         // The home: the competitor's receiver and, 10 s later, the joiner, behind one line.
         let start = mesh.simulator.now
         let renoReceiver = mesh.simulator.addNode(TCPReceiver())
@@ -86,7 +87,10 @@ enum HomeLinkScenario {
         let renoBefore = reno.bytesAcknowledged
         let linkBefore = mesh.simulator.bottleneckStatistics(of: joiner.address).downlink ?? .init()
         let servedBefore = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +)
-        mesh.simulator.run(until: start + .seconds(290), checkEvery: .milliseconds(50)) { _ in !joiner.complete.isEmpty }
+        let fetched = mesh.simulator.run(until: start + .seconds(290), checkEvery: .milliseconds(50)) { _ in
+            !joiner.complete.isEmpty
+        }
+        if fetched != .satisfied { print("warning: \(line.name): the joiner did not finish (\(fetched)); its rate is a bound") }
         let seconds = (mesh.simulator.now - start - .seconds(10)).milliseconds / 1000
         let link = mesh.simulator.bottleneckStatistics(of: joiner.address).downlink ?? .init()
         let dropped = link.dropped - linkBefore.dropped

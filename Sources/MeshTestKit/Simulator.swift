@@ -208,10 +208,15 @@ public final class Simulator {
             invoke(index) { process, now, context in process.start(now: now, context: &context) }
 
         case let .reachDownlink(from, to, bytes):
-            guard let link = nodes[to.index].accessLink,
-                  let departure = accessLinks[link].downlink?.admit(bytes.count, at: now) else {
-                drop(from: from, to: to, size: bytes.count, reason: .queue)
-                break
+            // The receiver's line now (it may have moved since the datagram left): its queue, or
+            // none at all.
+            var departure = now
+            if let line = nodes[to.index].accessLink, accessLinks[line].downlink != nil {
+                guard let leaves = accessLinks[line].downlink?.admit(bytes.count, at: now) else {
+                    drop(from: from, to: to, size: bytes.count, reason: .queue)
+                    break
+                }
+                departure = leaves
             }
             queue.push(.deliver(from: from, to: to, bytes: bytes), at: departure)
 

@@ -209,16 +209,12 @@ public final class TCPSender: SimulatedProcess {
         return (unacknowledged..<highestAcknowledged).filter { !selectivelyAcknowledged.contains($0) && !resent.contains($0) }
     }
 
-    /// Segments in the network (RFC 6675's pipe): sent, not acknowledged either way, and not
-    /// presumed lost (a hole below a held segment, not yet sent again).
-    private var pipe: Int {
-        nextSegment - unacknowledged - selectivelyAcknowledged.count - holes.count
-    }
-
-    /// Sends holes first, then new segments, while the window has room.
+    /// Sends holes first, then new segments, while the segments in the network (RFC 6675's pipe:
+    /// sent, not acknowledged either way, and not presumed lost, a hole not yet sent again) stay
+    /// under the window.
     private func fill(now: MeshInstant, context: inout SimContext) {
         var lost = holes[...]
-        var inNetwork = pipe
+        var inNetwork = nextSegment - unacknowledged - selectivelyAcknowledged.count - lost.count
         while Double(inNetwork) < congestionWindow.rounded(.down) {
             if let hole = lost.popFirst() {
                 resent.insert(hole)

@@ -305,8 +305,7 @@ public struct MembershipInstance: Sendable {
                 lastPushPullAt = now
                 nextPushPullAt = now + settings.pushPullInterval * 0.75
                 if let partner = pickRandom(1, excluding: []).first, let address = members[partner]?.address {
-                    out.append(.send(frames: [.stateDigest(StateDigest(summarizing: digestEntries,
-                        lower: NodeID(high: 0, low: 0), upper: nil))], recipient: partner, address: address))
+                    out.append(summary(to: partner, address: address))
                 }
             } else {
                 nextPushPullAt = due
@@ -754,10 +753,16 @@ public struct MembershipInstance: Sendable {
             .sorted { $0.member < $1.member }
     }
 
-    /// Push-pull (issue 22) goes as one summary of our view (its count and hash); a partner whose
-    /// view differs answers with this: its view as digests, 25 bytes a member, asking for ours
-    /// back; records travel only where one side is behind. Split by id range when the view does
-    /// not fit one datagram. Reconnect sends this at once: a dead member's view differs anyway.
+    /// Push-pull (issue 22): one summary of our view, its count and hash.
+    private func summary(to recipient: NodeID, address: PeerAddress) -> MembershipDirective {
+        .send(frames: [.stateDigest(StateDigest(summarizing: digestEntries, lower: NodeID(high: 0, low: 0), upper: nil))],
+              recipient: recipient, address: address)
+    }
+
+    /// A partner whose view differs from our summary answers with this: its view as digests, 25
+    /// bytes a member, asking for ours back; records travel only where one side is behind. Split
+    /// by id range when the view does not fit one datagram. Reconnect sends this at once: a dead
+    /// member's view differs anyway.
     private func digest(to recipient: NodeID, address: PeerAddress) -> [MembershipDirective] {
         digests(of: digestEntries, request: true, lower: NodeID(high: 0, low: 0), upper: nil)
             .map { .send(frames: [.stateDigest($0)], recipient: recipient, address: address) }

@@ -30,7 +30,8 @@ public struct StateDigest: WireBody {
             buffer.reserveCapacity(entries.count * StateDigest.entryLength)
             for entry in entries { entry.encode(into: &buffer) }
             self.count = min(entries.count, Int(UInt16.max))  // as the wire carries it
-            self.hash = Array(SHA256Digest.hashing(Array(buffer.readableBytesView)).bytes.prefix(Self.hashLength))
+            let digest = buffer.withUnsafeReadableBytes { SHA256Digest.hashing($0) }
+            self.hash = Array(digest.bytes.prefix(Self.hashLength))
         }
     }
 
