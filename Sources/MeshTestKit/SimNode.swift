@@ -162,6 +162,11 @@ public final class SimNode: SimulatedProcess {
         command(.add(.bytes(bytes), metadata: metadata), "attach \(bytes.count) bytes")
     }
 
+    /// Loads an attachment into memory, fetching it first if need be: a fetch someone waits for.
+    public func load(_ id: SHA256Digest) {
+        command(.load(id, into: .memory), "load \(id)")
+    }
+
     /// Removes the `pick`-th present attachment (modulo how many there are).
     public func removeAttachment(pick: UInt64) {
         let present = core.attachments

@@ -144,9 +144,9 @@ struct HostileMemberTests {
         let unknown = (0..<64).map { SHA256Digest.hashing([UInt8]($0.description.utf8)) }
         // Real chunks at the normal piece size (bounded by the per-member limit), pieces of one
         // byte (a datagram per byte, if served), chunks it does not hold, and joins.
-        hostile.floodWants(to: victim.id, digests: real, pieceSize: 1099, count: 2000)
+        hostile.floodWants(to: victim.id, digests: real, pieceSize: 1000, count: 2000)
         hostile.floodWants(to: victim.id, digests: real, pieceSize: 1, count: 500)
-        hostile.floodWants(to: victim.id, digests: unknown, pieceSize: 1099, count: 1000)
+        hostile.floodWants(to: victim.id, digests: unknown, pieceSize: 1000, count: 1000)
         hostile.floodJoins(to: victim.address, count: 500)
         // The mesh keeps answering during the flood's aftermath.
         let send = try await NodeProcess.runCommand(["send", "--data-dir", other.node.dataDirectory, "--to", "victim", "ok"])

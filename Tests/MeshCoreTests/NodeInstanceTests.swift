@@ -187,7 +187,7 @@ struct NodeInstanceTests {
         let refusedBefore = holder.core.counters.wantsRefused
         // Twenty wants of the whole chunk at one instant: two copies go, the rest are busy.
         asker.plan(at: .zero + .seconds(6)) { node in
-            for _ in 0..<20 { node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1099))], to: holder.address,
+            for _ in 0..<20 { node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1000))], to: holder.address,
                                           member: holder.id) }
         }
         mesh.simulator.run(until: .zero + .seconds(6) + .milliseconds(100))
@@ -195,12 +195,12 @@ struct NodeInstanceTests {
         #expect(wholeBytes <= 2 * 4096, "\(wholeBytes) bytes of pieces for 20 wants of one 4 KiB chunk")
         #expect(holder.core.counters.wantsRefused - refusedBefore >= 17)
         // Re-asks for one lost piece are partial wants: they still go to a read, one at a time.
-        var one = ChunkBitmap(count: ChunkPiece.pieceCount(chunkLength: 4096, pieceSize: 1099))
+        var one = ChunkBitmap(count: ChunkPiece.pieceCount(chunkLength: 4096, pieceSize: 1000))
         one.insert(1)
         let refused = holder.core.counters.wantsRefused
         for step in 0..<5 {
             asker.plan(at: .zero + .seconds(6) + .milliseconds(200 + 10 * step)) { node in
-                node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1099, missing: one))], to: holder.address,
+                node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1000, missing: one))], to: holder.address,
                             member: holder.id)
             }
         }

@@ -155,8 +155,11 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .fragment(UnreliableFragment(messageID: 7, index: 2, count: 3, body: rng.bytes(500))),
         .chunkWant(ChunkWant(digest: digest, pieceSize: 1099)),
         .chunkWant(ChunkWant(digest: digest, pieceSize: 1, missing: gaps)),
+        .chunkWant(ChunkWant(digest: digest, pieceSize: 1099, rate: 1_250_000)),
+        .chunkPace(ChunkPace(rate: 0)), .chunkPace(ChunkPace(rate: 6 << 20)),
         .chunkPiece(ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 0, payload: buffer(rng.bytes(1099)))),
-        .chunkPiece(ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 2, payload: buffer(rng.bytes(802)))),
+        .chunkPiece(ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 2, sentAt: .max,
+                               payload: buffer(rng.bytes(802)))),
         .chunkPiece(ChunkPiece(digest: digest, chunkLength: 1, pieceSize: 1099, index: 0, payload: buffer([7]))),
         .chunkAbsent(ChunkAbsent(digest: digest, reason: .notHeld)), .chunkAbsent(ChunkAbsent(digest: digest, reason: .busy)),
         .epochHandover(EpochHandover(

@@ -172,15 +172,17 @@ extension NodeInstance {
 
     /// Sends the scheduler's requests.
     mutating func pumpTransfers(now: MeshInstant) {
+        applyDownlinkLimits()
         for request in transfer.nextRequests(now: now) {
             requested[request.digest, default: []].append(ChunkRef(attachment: request.attachment, index: request.index))
             if let length = manifests[request.attachment]?.length(ofChunk: request.index),
                let want = assembler.begin(request.digest, length: length, from: request.peer, now: now) {
-                sendPairwise([.chunkWant(want)], to: request.peer)
+                sendWant(want, to: request.peer)
             } else {
                 transfer.onBusy(attachment: request.attachment, index: request.index, from: request.peer, now: now)
             }
         }
+        retunePacing(now: now)
     }
 
     /// Tells the scheduler who holds what: members that announced whole attachments, as full bitmaps.
@@ -351,7 +353,8 @@ extension NodeInstance {
             replicate(now: now)
         }
         if fetchRetries.values.contains(where: { now >= $0.at }) { replicate(now: now) }
-        for (peer, want) in assembler.onTick(now: now) { sendPairwise([.chunkWant(want)], to: peer) }
+        downlink.onTick(now: now)
+        for (peer, want) in assembler.onTick(now: now) { sendWant(want, to: peer) }
         if now >= nextAvailabilityAt, !dirtyBitmaps.isEmpty {
             nextAvailabilityAt = now + settings.availabilityInterval
             for id in dirtyBitmaps.sorted() {
@@ -388,6 +391,7 @@ extension NodeInstance {
         }
         consider(transfer.nextDeadline)
         consider(assembler.nextDeadline)
+        consider(downlink.nextDeadline)
         if !dirtyBitmaps.isEmpty { consider(nextAvailabilityAt) }
         consider(replicationPausedUntil)
         // Only while replication would act on them (a lazy or paused node does not).

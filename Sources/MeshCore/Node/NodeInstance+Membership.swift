@@ -79,6 +79,9 @@ extension NodeInstance {
             apply(left, now: now)
             transfer.removePeer(id)
             assembler.removeHolder(id)
+            pacer.remove(id)
+            downlink.removeHolder(id)
+            toldRates[id] = nil
         } else if codec.installedBoot(of: id) != member.record.bootID || !delivery.peers.contains(id),
                   let keys = PairwiseKeys.derive(session: session, local: ephemeral,
                                                  peerPublicKey: member.record.ephemeralKey) {
@@ -89,6 +92,8 @@ extension NodeInstance {
                 apply(removed, now: now)
             }
             codec.installPeer(id, bootID: member.record.bootID, keys: keys)
+            // A new boot numbers its datagrams and reads its clock afresh.
+            downlink.removeHolder(id)
             delivery.addPeer(id)
             _ = journal.memberLeft(id)
             let joined = journal.memberJoined(id)

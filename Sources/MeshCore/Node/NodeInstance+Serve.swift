@@ -15,8 +15,13 @@ extension NodeInstance {
             switch frame {
             case let .chunkWant(want):
                 serve(want, to: peer, now: now)
+            case let .chunkPace(pace):
+                pacer.setRate(pace.rate, for: peer)
             case let .chunkPiece(piece):
-                switch assembler.onPiece(piece, from: peer, now: now) {
+                downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now)
+                let result = assembler.onPiece(piece, from: peer, now: now)
+                if let sample = assembler.takeAnswerSample() { downlink.onRoundTrip(sample, now: now) }
+                switch result {
                 case let .complete(bytes, contributors):
                     receiveChunk(piece.digest, bytes: bytes, from: peer, contributors: contributors)
                     progressed = true
@@ -38,7 +43,7 @@ extension NodeInstance {
                 continue
             }
         }
-        if progressed { pumpTransfers(now: now) }
+        if progressed { pumpTransfers(now: now) } else { retunePacing(now: now) }
     }
 
     private mutating func serve(_ want: ChunkWant, to peer: NodeID, now: MeshInstant) {
@@ -47,6 +52,7 @@ extension NodeInstance {
             counters.wantsMisshapen += 1
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld))], to: peer)
         }
+        pacer.setRate(want.rate, for: peer)
         // Initial seeding: a chunk only we hold goes to one member at a time.
         if settings.superSeeding, let ref = chunkLocations[want.digest],
            !transfer.shouldServe(attachment: ref.attachment, index: ref.index, to: peer,
@@ -59,7 +65,9 @@ extension NodeInstance {
         // Admission: a full send queue or too many reads answers "busy", so that holders under
         // load shed wants instead of queueing bursts that arrive after the asker gave up.
         guard serving.count < settings.maxConcurrentServes, writable,
-              serving.lazy.filter({ $0.peer == peer }).count < settings.maxServesPerPeer else {
+              serving.lazy.filter({ $0.peer == peer }).count < settings.maxServesPerPeer,
+              pacer.queuedBytes < settings.maxPacedBytes,
+              pacer.queuedBytes(for: peer) < settings.maxPacedBytesPerPeer else {
             counters.wantsRefused += 1
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
         }
@@ -93,17 +101,33 @@ extension NodeInstance {
         sendPieces(of: chunk, want: want, to: peer, now: now)
     }
 
-    /// Seals the wanted pieces back to back into batches of equal-sized datagrams, each batch
-    /// one segmented send.
+    /// Queues the wanted pieces at the rate the member asked for, and sends what is due.
     private mutating func sendPieces(of chunk: ByteBuffer, want: ChunkWant, to peer: NodeID, now: MeshInstant) {
-        guard let address = peerAddresses[peer] else { return }
         let pieces = ChunkAssembly.pieces(of: chunk, digest: want.digest, pieceSize: want.pieceSize, only: want.missing)
+        pacer.enqueue(pieces, digest: want.digest, to: peer)
+        if want.missing == nil { counters.chunksServed += 1 }
+        let bytes = pieces.reduce(0) { $0 + $1.payload.readableBytes }
+        serveBudget.charge(bytes, of: chunk.readableBytes, to: ServeBudget.Key(peer: peer, digest: want.digest), now: now)
+        releasePieces(now: now)
+    }
+
+    /// Sends the pieces whose time has come (`PiecePacer`).
+    mutating func releasePieces(now: MeshInstant) {
+        for (peer, pieces) in pacer.due(now: now) { transmit(pieces, to: peer, now: now) }
+    }
+
+    /// Seals pieces back to back into batches of equal-sized datagrams, each batch one
+    /// segmented send, stamped with our clock (the requester measures queueing with it).
+    private mutating func transmit(_ pieces: [ChunkPiece], to peer: NodeID, now: MeshInstant) {
+        guard let address = peerAddresses[peer] else { return }
+        let stamp = UInt32(truncatingIfNeeded: now.nanoseconds / 1000)
         let batchBytes = settings.maxSegmentedBytes
         var payloadBytes = 0
         var batch = ByteBuffer()
         batch.reserveCapacity(batchBytes)
         var segmentSize = 0, count = 0
-        for piece in pieces {
+        for var piece in pieces {
+            piece.sentAt = stamp
             let before = batch.readableBytes
             guard codec.seal([.chunkPiece(piece)], to: peer, appendingTo: &batch) else { return }
             let length = batch.readableBytes - before
@@ -113,14 +137,14 @@ extension NodeInstance {
             // A batch ends after a shorter datagram (only the last may be), or when full.
             if length != segmentSize || count == settings.maxSegments || batch.readableBytes + segmentSize > batchBytes {
                 transmit(segments: batch, segmentSize: segmentSize, count: count, to: address)
+                counters.chunkPayloadBytesSent += UInt64(payloadBytes)
+                payloadBytes = 0
                 batch = ByteBuffer()
                 batch.reserveCapacity(batchBytes)
                 count = 0
             }
         }
         if count > 0 { transmit(segments: batch, segmentSize: segmentSize, count: count, to: address) }
-        if want.missing == nil { counters.chunksServed += 1 }
         counters.chunkPayloadBytesSent += UInt64(payloadBytes)
-        serveBudget.charge(payloadBytes, of: chunk.readableBytes, to: ServeBudget.Key(peer: peer, digest: want.digest), now: now)
     }
 }

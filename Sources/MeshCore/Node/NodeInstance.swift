@@ -173,6 +173,14 @@ public struct NodeInstance: Sendable {
     /// Chunks just served, for re-asks of their lost pieces.
     var recentChunks: RecentChunks
     var writable = true
+    /// Pieces owed to members, leaving at the rates they asked for.
+    package internal(set) var pacer = PiecePacer()
+
+    // Receiving chunks (NodeInstance+Pacing).
+    package internal(set) var downlink: DownlinkController
+    /// The rate each holder was last told, and the controller's rate then.
+    var toldRates: [NodeID: Int] = [:]
+    var toldTotal = 0.0
 
     public internal(set) var counters = NodeCounters()
     var effects: [NodeEffect] = []
@@ -210,6 +218,7 @@ public struct NodeInstance: Sendable {
         transfer = TransferScheduler(settings: settings.transfer, seed: random.next())
         assembler = ChunkAssembler(settings: .init(pieceSize: codec.maxPairwisePayload - ChunkPiece.overhead))
         recentChunks = RecentChunks(capacity: settings.recentChunkCapacity)
+        downlink = DownlinkController(settings: settings.downlink)
         self.random = random
         // Only what the journal holds now: a manifest left over from a removed attachment is not ours.
         let state = journal.state
@@ -286,6 +295,7 @@ public struct NodeInstance: Sendable {
             apply(directives, now: now)
         case .pairwise:
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
+            downlink.onDatagram(from: sender, packetNumber: datagram.header.packetNumber)
             if datagram.frames.contains(where: \.isProbeOrAck) {
                 let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now,
                                                      pairwise: true)
@@ -317,6 +327,7 @@ public struct NodeInstance: Sendable {
         let journalTick = journal.onTick(now: now)
         apply(journalTick, now: now)
         fetchTick(now: now)
+        releasePieces(now: now)
         sendEpochBeacons(now: now)
         retryJournalBacklog(now: now)
         advanceHandover(now: now)
@@ -336,6 +347,7 @@ public struct NodeInstance: Sendable {
         consider(delivery.nextDeadline)
         consider(journal.nextDeadline)
         consider(fetchDeadline)
+        consider(pacer.nextDeadline)
         consider(epochBeaconAt)
         consider(journalBacklogRetryAt)
         consider(handoverDeadline)

@@ -29,6 +29,12 @@ public struct NodeSettings: Sendable {
     /// Reads for one member at once: a member that floods wants takes no more than its share
     /// (the scheduler never has more than 8 chunks in flight to one holder).
     public var maxServesPerPeer = 8
+    /// Pieces waiting for their pace, in all and for one member: past these, wants are
+    /// answered "busy" (a member asking slowly for much cannot make us hold it all).
+    public var maxPacedBytes = 64 << 20
+    public var maxPacedBytesPerPeer = 8 << 20
+    /// The requesting side's congestion control (`DownlinkController`).
+    public var downlink = DownlinkController.Settings()
     /// Chunks kept after serving them, for re-asks of lost pieces (4 MiB at 256 KiB chunks).
     public var recentChunkCapacity = 16
     /// Datagrams per segmented write: the kernel takes up to 64 segments and 64 KiB.

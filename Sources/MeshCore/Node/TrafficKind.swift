@@ -37,7 +37,7 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
         var kind = TrafficKind.messages
         for frame in frames {
             switch frame {
-            case .chunkWant, .chunkPiece, .chunkAbsent: return .transfer
+            case .chunkWant, .chunkPiece, .chunkAbsent, .chunkPace: return .transfer
             case let .data(chunk) where chunk.stream == .journal: return .journal
             case .data, .fragment, .forwardTSN: return .messages
             case .ping, .pong: kind = .ping

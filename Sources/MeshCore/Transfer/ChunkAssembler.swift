@@ -99,6 +99,11 @@ public struct ChunkAssembler: Sendable {
     /// Smoothed time from a want to its first piece, per holder.
     private var answerTime: [NodeID: Duration] = [:]
     public private(set) var reasks: UInt64 = 0
+    /// The latest want-to-first-piece time, until taken (the downlink's round trip).
+    private var answerSample: Duration?
+    /// Pieces come paced: silences shorter than this are the pace, not loss (the node sets it
+    /// from the rate it asked for).
+    public var minimumSilence: Duration = .zero
 
     public init(settings: Settings) { self.settings = settings }
 
@@ -116,8 +121,8 @@ public struct ChunkAssembler: Sendable {
             return want(for: digest, download)
         }
         guard downloads.count < settings.maxDownloads else { return nil }
-        let wait = answerTime[holder].map { min(settings.maximumStall, max(settings.minimumWholeWait, $0 * 3)) }
-            ?? settings.firstPieceTimeout
+        let wait = max(minimumSilence, answerTime[holder].map { min(settings.maximumStall, max(settings.minimumWholeWait, $0 * 3)) }
+            ?? settings.firstPieceTimeout)
         let download = Download(length: length, holders: [holder], lastActivity: now, silence: silence(for: holder),
                                 stall: settings.stallTimeout, nextAsk: now + wait, askedAt: now, wholeWait: wait)
         downloads[digest] = download
@@ -133,7 +138,9 @@ public struct ChunkAssembler: Sendable {
 
     /// Twice the holder's answer time, within the settings' bounds.
     private func silence(for holder: NodeID) -> Duration {
-        answerTime[holder].map { min(settings.maximumStall, max(settings.stallTimeout, $0 * 2)) } ?? settings.stallTimeout
+        let silence = answerTime[holder].map { min(settings.maximumStall, max(settings.stallTimeout, $0 * 2)) }
+            ?? settings.stallTimeout
+        return max(silence, minimumSilence)
     }
 
     static func highest(in bitmap: ChunkBitmap) -> Int {
@@ -148,12 +155,19 @@ public struct ChunkAssembler: Sendable {
             return .duplicate
         }
         if let firstAnswer = sample {
+            answerSample = firstAnswer
             answerTime[peer] = answerTime[peer].map { $0 * 0.75 + firstAnswer * 0.25 } ?? firstAnswer
             downloads.values[position].silence = silence(for: peer)
         }
         guard complete else { return .accepted }
         let download = downloads.remove(at: position).value
         return .complete(bytes: download.assembly?.contents ?? [], contributors: download.contributors)
+    }
+
+    /// The want-to-first-piece time the last piece measured, once.
+    public mutating func takeAnswerSample() -> Duration? {
+        defer { answerSample = nil }
+        return answerSample
     }
 
     /// `holder` will not send the chunk: it is not asked again. The pieces stay for the next holder.

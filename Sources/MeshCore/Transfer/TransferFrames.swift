@@ -2,7 +2,8 @@ import MeshCrypto
 import NIOCore
 
 /// "Send me these pieces of this chunk": the whole chunk when `missing` is nil, else only the
-/// pieces whose bits are set. The requester picks the piece size (it reassembles with it).
+/// pieces whose bits are set. The requester picks the piece size (it reassembles with it) and
+/// the rate to send them at (its downlink's congestion controller sets it; 0: no pacing).
 public struct ChunkWant: WireBody {
     /// The smallest piece size a holder serves: a want for 1-byte pieces would make it send a
     /// datagram per byte of the chunk (262,144 for one want). 256 bytes still fits datagrams
@@ -12,11 +13,15 @@ public struct ChunkWant: WireBody {
     public var digest: SHA256Digest
     public var pieceSize: Int
     public var missing: ChunkBitmap?
+    /// Bytes per second to pace this member's pieces at, in KiB/s on the wire; 0: as fast as
+    /// the holder can.
+    public var rate: Int
 
-    public init(digest: SHA256Digest, pieceSize: Int, missing: ChunkBitmap? = nil) {
+    public init(digest: SHA256Digest, pieceSize: Int, missing: ChunkBitmap? = nil, rate: Int = 0) {
         self.digest = digest
         self.pieceSize = pieceSize
         self.missing = missing
+        self.rate = ChunkPace.representable(rate)
     }
 
     public init(decoding buffer: inout ByteBuffer) throws(WireError) {
@@ -31,6 +36,7 @@ public struct ChunkWant: WireBody {
             guard let bitmap = ChunkBitmap(count: count, bytes: bytes) else { throw .invalidField(what: "want bitmap") }
             missing = bitmap
         }
+        rate = Int(try buffer.readWire(UInt32.self, "want rate")) * 1024
     }
 
     public func encode(into buffer: inout ByteBuffer) {
@@ -38,28 +44,58 @@ public struct ChunkWant: WireBody {
         buffer.writeInteger(UInt16(pieceSize))
         buffer.writeInteger(UInt16(missing?.count ?? 0))
         if let missing { buffer.writeBytes(missing.bytes) }
+        buffer.writeInteger(UInt32(rate / 1024))
+    }
+}
+
+/// "From now on, send my pieces at this rate": the requester's controller changed its mind
+/// while chunks are on their way (a want says it only once per chunk).
+public struct ChunkPace: WireBody {
+    /// Bytes per second (KiB/s on the wire); 0: as fast as the holder can.
+    public var rate: Int
+
+    public init(rate: Int) { self.rate = Self.representable(rate) }
+
+    /// `rate` as the wire carries it: whole KiB/s, at least 1 KiB/s unless 0, at most 4 TiB/s.
+    static func representable(_ rate: Int) -> Int {
+        guard rate > 0 else { return 0 }
+        return min(Int(UInt32.max), max(1, rate / 1024)) * 1024
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        rate = Int(try buffer.readWire(UInt32.self, "pace rate")) * 1024
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(UInt32(rate / 1024))
     }
 }
 
 /// One piece of a chunk: `pieceSize` bytes at `index × pieceSize` (the last piece may be
 /// shorter). The digest names the content, so pieces from different holders fill one chunk.
+/// `sentAt` is the holder's clock in microseconds (wrapping): the requester compares it with
+/// its own to see how long pieces wait in queues on the way (one-way delay, as LEDBAT does).
 public struct ChunkPiece: WireBody {
     /// Chunks larger than this are never sent in pieces (the manifest allows up to 4 MiB).
     public static let maxChunkLength = Manifest.maxChunkSize
-    /// The frame bytes around the payload: frame header 3, digest 32, length 4, size 2, index 2.
-    public static let overhead = FrameCodec.headerLength + 32 + 4 + 2 + 2
+    /// The frame bytes around the payload: frame header 3, digest 32, length 4, size 2, index 2,
+    /// timestamp 4.
+    public static let overhead = FrameCodec.headerLength + 32 + 4 + 2 + 2 + 4
 
     public var digest: SHA256Digest
     public var chunkLength: Int
     public var pieceSize: Int
     public var index: Int
+    public var sentAt: UInt32
     public var payload: ByteBuffer
 
-    public init(digest: SHA256Digest, chunkLength: Int, pieceSize: Int, index: Int, payload: ByteBuffer) {
+    public init(digest: SHA256Digest, chunkLength: Int, pieceSize: Int, index: Int, sentAt: UInt32 = 0,
+                payload: ByteBuffer) {
         self.digest = digest
         self.chunkLength = chunkLength
         self.pieceSize = pieceSize
         self.index = index
+        self.sentAt = sentAt
         self.payload = payload
     }
 
@@ -78,6 +114,7 @@ public struct ChunkPiece: WireBody {
         chunkLength = Int(try buffer.readWire(UInt32.self, "piece chunk length"))
         pieceSize = Int(try buffer.readWire(UInt16.self, "piece size"))
         index = Int(try buffer.readWire(UInt16.self, "piece index"))
+        sentAt = try buffer.readWire(UInt32.self, "piece timestamp")
         guard chunkLength > 0, chunkLength <= Self.maxChunkLength, pieceSize > 0,
               Self.pieceCount(chunkLength: chunkLength, pieceSize: pieceSize) <= Int(UInt16.max),
               index < Self.pieceCount(chunkLength: chunkLength, pieceSize: pieceSize)
@@ -94,6 +131,7 @@ public struct ChunkPiece: WireBody {
         buffer.writeInteger(UInt32(chunkLength))
         buffer.writeInteger(UInt16(pieceSize))
         buffer.writeInteger(UInt16(index))
+        buffer.writeInteger(sentAt)
         var payload = payload
         buffer.writeBuffer(&payload)
     }

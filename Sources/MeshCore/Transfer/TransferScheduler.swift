@@ -9,11 +9,10 @@ import MeshCrypto
 public struct TransferScheduler: Sendable {
     public struct Settings: Sendable, Equatable {
         public var initialWindow = 2
-        public var maximumWindow = 8
-        /// Chunks in flight from all members together: their pieces come in bursts, and more
-        /// than the receive buffer holds (4 MiB, about 12 chunks at kernel accounting) would be
-        /// lost there when several holders answer at once.
-        public var maximumInFlight = 12
+        public var maximumWindow = 24
+        /// Chunks in flight from all members together, at most: the downlink's congestion
+        /// control sets the limit below this (`inFlightLimit`), from its rate and round trip.
+        public var maximumInFlight = 64
         public var requestTimeout: Duration = .milliseconds(1500)
         /// End game when no more than this many chunks are missing.
         public var endGameChunks = 4
@@ -74,9 +73,29 @@ public struct TransferScheduler: Sendable {
     /// The latest time seen by `nextRequests` or `onTick`, for latency samples.
     private var lastNow: MeshInstant?
 
-    /// How long to wait for `peer`'s answer: at least the setting, and four smoothed latencies.
+    /// Chunks in flight in all, as the downlink's congestion control allows (at most the setting).
+    public var inFlightLimit: Int?
+    /// How long a chunk takes at the pace asked for: no request times out sooner than this.
+    public var minimumTimeout: Duration = .zero
+
+    /// How long to wait for `peer`'s answer: at least the settings, and four smoothed latencies.
     func timeout(for peer: NodeID) -> Duration {
-        max(settings.requestTimeout, (peers[peer]?.latency ?? .zero) * 4)
+        max(settings.requestTimeout, minimumTimeout, (peers[peer]?.latency ?? .zero) * 4)
+    }
+
+    /// Members that hold chunks still wanted, and may be asked.
+    public var holderCount: Int {
+        availability.count { peer, attachments in
+            !isAvoided(peer) && attachments.contains { id, bitmap in
+                guard let job = jobs[id] else { return false }
+                return bitmap.held > 0 && bitmap.count == job.have.count
+            }
+        }
+    }
+
+    /// Chunks in flight to each member that has some.
+    public var inFlightByPeer: [NodeID: Int] {
+        peers.compactMapValues { $0.inFlight > 0 ? $0.inFlight : nil }
     }
     /// Chunks we served that no one else is known to hold, with to whom and when (initial seeding).
     private var seeded: [SHA256Digest: [Int: (peer: NodeID, at: MeshInstant)]] = [:]
@@ -302,10 +321,11 @@ public struct TransferScheduler: Sendable {
         guard peers.values.contains(where: { $0.inFlight < $0.window }) else { return [] }
         var requests: [Request] = []
         var inFlight = peers.values.reduce(0) { $0 + max(0, $1.inFlight) }
+        let maximumInFlight = min(settings.maximumInFlight, inFlightLimit ?? settings.maximumInFlight)
         for id in jobs.keys.sorted() {
             guard var job = jobs[id] else { continue }
             let bitmaps = holderBitmaps(of: id, count: job.have.count)
-            if inFlight < settings.maximumInFlight {
+            if inFlight < maximumInFlight {
                 var missing = (0..<job.have.count).filter { index in
                     !job.have.contains(index) && job.inFlight[index] == nil && (job.notBefore[index].map { now >= $0 } ?? true)
                 }
@@ -315,7 +335,7 @@ public struct TransferScheduler: Sendable {
                     missing.sort { counts[$0] < counts[$1] }
                 }
                 for index in missing {
-                    guard inFlight < settings.maximumInFlight else { break }
+                    guard inFlight < maximumInFlight else { break }
                     let holders = holders(of: index, among: bitmaps)
                     let busy = Set((job.busy[index] ?? [:]).filter { now < $0.value }.keys)
                     let candidates = holders.filter { !busy.contains($0) }

@@ -27,6 +27,7 @@ public enum Frame: Equatable, Sendable {
     case chunkWant(ChunkWant)
     case chunkPiece(ChunkPiece)
     case chunkAbsent(ChunkAbsent)
+    case chunkPace(ChunkPace)
     // Key epochs (member removal).
     case epochHandover(EpochHandover)
 
@@ -51,6 +52,7 @@ public enum Frame: Equatable, Sendable {
         case .chunkWant: return .chunkWant
         case .chunkPiece: return .chunkPiece
         case .chunkAbsent: return .chunkAbsent
+        case .chunkPace: return .chunkPace
         case .epochHandover: return .epochHandover
         }
     }
@@ -76,6 +78,7 @@ public enum Frame: Equatable, Sendable {
         case let .chunkWant(body): return body
         case let .chunkPiece(body): return body
         case let .chunkAbsent(body): return body
+        case let .chunkPace(body): return body
         case let .epochHandover(body): return body
         }
     }
@@ -109,6 +112,7 @@ public enum Frame: Equatable, Sendable {
         case .chunkWant: return .chunkWant(try ChunkWant(decoding: &body))
         case .chunkPiece: return .chunkPiece(try ChunkPiece(decoding: &body))
         case .chunkAbsent: return .chunkAbsent(try ChunkAbsent(decoding: &body))
+        case .chunkPace: return .chunkPace(try ChunkPace(decoding: &body))
         case .epochHandover: return .epochHandover(try EpochHandover(decoding: &body))
         }
     }
@@ -137,6 +141,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case chunkWant = 0x30
     case chunkPiece = 0x31
     case chunkAbsent = 0x32
+    case chunkPace = 0x33
     case epochHandover = 0x40
 }
 

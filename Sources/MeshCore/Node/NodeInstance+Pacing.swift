@@ -1,0 +1,53 @@
+import MeshCrypto
+
+/// The downlink's congestion control as the node applies it: the controller's rate becomes
+/// the chunks the swarm may have in flight, the pace each holder is asked for (its share of the
+/// rate, by its share of those chunks), and the patience of the waits that follow from both.
+extension NodeInstance {
+    /// Before requests go out: the window, timeouts and silences that follow from the rate.
+    mutating func applyDownlinkLimits() {
+        downlink.setPriority(loadWaiters.isEmpty ? .background : .foreground)
+        let chunk = max(1, settings.chunkSize)
+        // One more than the budget (the chunk being finished beside those in full flow), and two
+        // per holder, so that every holder always has pieces queued and their paces add up to
+        // the rate instead of coming and going with each chunk.
+        let limit = max((downlink.inFlightBudget + chunk - 1) / chunk + 1, 2 * transfer.holderCount)
+        transfer.inFlightLimit = limit
+        let rate = max(1, downlink.rate)
+        // With `limit` chunks sharing the rate, each takes this long, and a holder's pieces of
+        // one chunk come this far apart.
+        let perChunk = Duration.seconds(Double(limit * chunk) / rate)
+        transfer.minimumTimeout = perChunk * 2 + (downlink.roundTrip ?? .milliseconds(100)) * 2
+        assembler.minimumSilence = .seconds(Double(pieceSize * limit) / rate * 4)
+    }
+
+    /// The pace to ask of `peer`: the rate shared equally by the holders with chunks in flight
+    /// (each has a queue of them, so each sends its whole share).
+    func paceShare(for peer: NodeID) -> Int {
+        let inFlight = transfer.inFlightByPeer
+        let holders = inFlight.count + (inFlight[peer] == nil ? 1 : 0)
+        return Int(downlink.rate / Double(holders))
+    }
+
+    /// A want carrying the pace asked of its holder, who is then counted as told.
+    mutating func sendWant(_ want: ChunkWant, to peer: NodeID) {
+        var want = want
+        let share = paceShare(for: peer)
+        want.rate = ChunkPace.representable(share)
+        toldRates[peer] = share
+        sendPairwise([.chunkWant(want)], to: peer)
+    }
+
+    /// Holders with chunks in flight whose share moved by more than an eighth since they were
+    /// told hear the new pace.
+    mutating func retunePacing(now: MeshInstant) {
+        let inFlight = transfer.inFlightByPeer
+        for peer in toldRates.keys where inFlight[peer] == nil { toldRates[peer] = nil }
+        for peer in inFlight.keys.sorted() {
+            let share = paceShare(for: peer)
+            guard let told = toldRates[peer], abs(share - told) > told / 8 else { continue }
+            toldRates[peer] = share
+            sendPairwise([.chunkPace(ChunkPace(rate: share))], to: peer)
+        }
+    }
+}

@@ -1,0 +1,271 @@
+import MeshCrypto
+
+/// The requesting side of congestion control: how fast all holders together may send to this
+/// node. A joiner's pieces usually share one bottleneck (its own line, whoever sends them), so
+/// one controller per node governs them as one aggregate; holders pace what they owe at the
+/// share of this rate that the node hands each (`PiecePacer`).
+///
+/// The signal is queueing delay, as LEDBAT (RFC 6817) measures it: every piece carries the
+/// holder's clock, the lowest difference to ours seen lately is the path's base delay, and
+/// anything above it is time spent in a queue. Below the target the rate grows (doubling per
+/// round trip at first, then in proportion to the room left); above it, it shrinks in
+/// proportion to the excess. Random loss does not move it: only a loss rate no random loss of a
+/// working path reaches (a queue overflowing) cuts the rate. Background replication aims at a
+/// lower target than a fetch someone waits for, so it gives way first (LEDBAT's purpose).
+///
+/// Pure: pieces, datagram numbers and round-trip samples come in with their time; the rate
+/// and the bytes that may be in flight come out.
+public struct DownlinkController: Sendable {
+    public enum Priority: Sendable, Equatable {
+        /// A fetch someone waits for (`get`, `Journal.load`).
+        case foreground
+        /// Replication nobody waits for.
+        case background
+    }
+
+    public struct Settings: Sendable {
+        public var initialRate = 1 << 20
+        /// Never less: a trickle keeps delay samples coming while others fill the line.
+        public var minimumRate = 32 << 10
+        public var maximumRate = 4 << 30
+        /// Queueing delay aimed at, per priority.
+        public var foregroundTarget: Duration = .milliseconds(60)
+        public var backgroundTarget: Duration = .milliseconds(25)
+        /// The shortest control interval (one round trip, at least this).
+        public var minimumInterval: Duration = .milliseconds(20)
+        /// Growth per interval at no queueing delay, in congestion avoidance.
+        public var increaseGain = 0.125
+        /// The rate grows only while what arrives is at least this share of it.
+        public var caughtUp = 0.85
+        /// Shrinking per interval per target's worth of excess delay (at most by half).
+        public var decreaseGain = 0.5
+        /// A loss rate in one interval over this (and at least `lossMinimum` datagrams) is a
+        /// queue overflowing, not random loss: the rate drops by `lossBackoff`.
+        public var lossThreshold = 0.05
+        public var lossMinimum = 4
+        public var lossBackoff = 0.7
+        /// In a foreground fetch, a queue that did not drain for this many intervals (and at least
+        /// `competeAfterAtLeast`) is another flow's: the controller competes.
+        public var competeAfterIntervals = 8
+        public var competeAfterAtLeast: Duration = .seconds(1)
+        /// While competing: bytes more per round trip, and the cut on a loss with a queue.
+        public var competitiveIncrease = 4 * 1400
+        public var competitiveBackoff = 0.7
+        /// The base delay is the lowest seen over about this long (LEDBAT keeps ten minutes; a
+        /// shorter memory follows a path that changed sooner).
+        public var baseHistory: Duration = .seconds(60)
+        /// A round trip's lowest sample is kept this long.
+        public var roundTripHistory: Duration = .seconds(10)
+        public init() {}
+    }
+
+    struct Holder: Sendable {
+        /// The lowest one-way delay sample (our clock minus its, in microseconds, wrapping) in
+        /// this period of the base history and in the one before.
+        var base: UInt32?
+        var previousBase: UInt32?
+        var highestPacket: UInt64?
+    }
+
+    public let settings: Settings
+    public private(set) var rate: Double
+    public private(set) var slowStart = true
+    public private(set) var priority = Priority.background
+    /// The lowest want-to-first-piece time seen lately; nil before the first.
+    public private(set) var roundTrip: Duration?
+    private var roundTripAt = MeshInstant.zero
+    private var holders: [NodeID: Holder] = [:]
+    private var baseRolledAt: MeshInstant?
+    /// No decrease before this: the last one has not shown yet.
+    private var holdUntil = MeshInstant.zero
+    /// When the queue was last seen near empty.
+    private var drainedAt = MeshInstant.zero
+    /// Competing with a flow that fills the queue (foreground only).
+    public private(set) var competing = false
+
+    // The interval being measured.
+    private var intervalStart: MeshInstant?
+    private var intervalBytes = 0
+    private var intervalQueue: Duration?
+    private var intervalReceived = 0
+    private var intervalLost = 0
+
+    /// The latest queueing delay measured (the interval's lowest), for status and tests.
+    public private(set) var queueingDelay: Duration = .zero
+    /// The last interval closed: what came, and what was lost (for tests and tracing).
+    public private(set) var lastInterval = (delivered: 0.0, received: 0, lost: 0, closedAt: MeshInstant.zero)
+    /// Intervals that cut the rate for loss, for tests and counters.
+    public private(set) var lossBackoffs: UInt64 = 0
+
+    public init(settings: Settings = .init()) {
+        self.settings = settings
+        rate = Double(settings.initialRate)
+    }
+
+    public var target: Duration {
+        priority == .foreground ? settings.foregroundTarget : settings.backgroundTarget
+    }
+
+    /// The control interval: a round trip, at least the minimum.
+    public var interval: Duration { max(settings.minimumInterval, roundTrip ?? .milliseconds(100)) }
+
+    /// Bytes that may be asked for and not yet arrived: the rate over two round trips, the
+    /// target's queue and the repair of a lost piece, so that the pacing (not the window) sets
+    /// the rate; chunks come whole, and a chunk that waits for one repaired piece must not
+    /// leave the line idle.
+    public var inFlightBudget: Int {
+        let horizon = (roundTrip ?? .milliseconds(100)) * 2 + target + .milliseconds(200)
+        return Int(rate * horizon.milliseconds / 1000)
+    }
+
+    public mutating func setPriority(_ priority: Priority) {
+        self.priority = priority
+    }
+
+    private var competeAfter: Duration {
+        max(settings.competeAfterAtLeast, interval * settings.competeAfterIntervals)
+    }
+
+    /// Any pairwise datagram from `holder`: its packet numbers show what was lost on the way.
+    public mutating func onDatagram(from holder: NodeID, packetNumber: UInt64) {
+        var state = holders[holder] ?? Holder()
+        if let highest = state.highestPacket {
+            if packetNumber > highest {
+                // A jump of thousands is a restarted peer or a long pause, not loss to react to.
+                let gap = packetNumber - highest - 1
+                if gap < 1000 { intervalLost += Int(gap) }
+                state.highestPacket = packetNumber
+            } else if intervalLost > 0 {
+                // A late one was counted as lost.
+                intervalLost -= 1
+            }
+        } else {
+            state.highestPacket = packetNumber
+        }
+        intervalReceived += 1
+        holders[holder] = state
+    }
+
+    /// A piece of `bytes` stamped `sentAt` by `holder`'s clock arrived.
+    public mutating func onPiece(bytes: Int, sentAt: UInt32, from holder: NodeID, now: MeshInstant) {
+        rollBaseIfDue(now: now)
+        let sample = UInt32(truncatingIfNeeded: now.nanoseconds / 1000) &- sentAt
+        var state = holders[holder] ?? Holder()
+        let current = state.base.map { Int32(bitPattern: sample &- $0) < 0 ? sample : $0 } ?? sample
+        state.base = current
+        var base = current
+        if let previous = state.previousBase, Int32(bitPattern: previous &- current) < 0 { base = previous }
+        holders[holder] = state
+        let queue = Duration.microseconds(max(0, Int32(bitPattern: sample &- base)))
+        intervalQueue = intervalQueue.map { min($0, queue) } ?? queue
+        intervalBytes += bytes
+        if intervalStart == nil { intervalStart = now }
+        if let start = intervalStart, now >= start + interval { closeInterval(now: now) }
+    }
+
+    /// A want's first piece came this long after it was sent.
+    public mutating func onRoundTrip(_ sample: Duration, now: MeshInstant) {
+        guard sample > .zero else { return }
+        if roundTrip.map({ sample <= $0 }) ?? true || now >= roundTripAt + settings.roundTripHistory {
+            roundTrip = sample
+            roundTripAt = now
+        }
+    }
+
+    /// A member is gone.
+    public mutating func removeHolder(_ holder: NodeID) {
+        holders[holder] = nil
+    }
+
+    /// Closes an interval that is over (pieces stopped coming: nothing is learned from it).
+    public mutating func onTick(now: MeshInstant) {
+        guard let start = intervalStart, now >= start + interval else { return }
+        closeInterval(now: now)
+    }
+
+    public var nextDeadline: MeshInstant? {
+        intervalStart.map { $0 + interval }
+    }
+
+    private mutating func closeInterval(now: MeshInstant) {
+        defer {
+            intervalStart = nil
+            intervalBytes = 0
+            intervalQueue = nil
+            intervalReceived = 0
+            intervalLost = 0
+        }
+        guard let start = intervalStart, let queue = intervalQueue else { return }
+        queueingDelay = queue
+        let elapsed = max(1e-6, (now - start).milliseconds / 1000)
+        let delivered = Double(intervalBytes) / elapsed
+        // The rate asked for shows in what arrives a round trip or two later (the holders hear
+        // it, then pieces cross the line). So it grows only once deliveries caught up with it,
+        // and shrinks once per two intervals, from what arrived: reacting again before the last
+        // change could show would overshoot both ways.
+        let caughtUp = delivered >= rate * settings.caughtUp
+        let lossRate = Double(intervalLost) / Double(max(1, intervalLost + intervalReceived))
+        let target = target.milliseconds / 1000
+        let queueSeconds = queue.milliseconds / 1000
+        let mayShrink = now >= holdUntil
+        // A queue that never drains near empty while we keep to our target is another flow's:
+        // a fetch someone waits for then competes (Copa's mode switch); replication never does.
+        if queueSeconds < target / 4 || drainedAt == .zero { drainedAt = now }
+        if priority == .foreground, !competing, now >= drainedAt + competeAfter {
+            competing = true
+            slowStart = false
+        }
+        if priority == .background { competing = false }
+        if intervalLost >= settings.lossMinimum, lossRate > settings.lossThreshold {
+            if mayShrink {
+                rate = min(rate, delivered) * settings.lossBackoff
+                holdUntil = now + interval * 2
+                lossBackoffs += 1
+            }
+            slowStart = false
+        } else if competing {
+            // Another flow keeps the queue full (a loss-based TCP): holding back would leave it
+            // the whole line. Like TCP: a few datagrams more per round trip, and back off on a
+            // loss that comes with a queue (loss without one is the path's, not congestion).
+            if queueSeconds < target / 4 {
+                competing = false
+                drainedAt = now
+            } else if intervalLost > 0, queueSeconds >= target / 2 {
+                if mayShrink {
+                    rate = min(rate, delivered) * settings.competitiveBackoff
+                    holdUntil = now + interval * 2
+                }
+            } else if caughtUp {
+                let roundTrip = max(0.001, (roundTrip ?? .milliseconds(100)).milliseconds / 1000)
+                rate += Double(settings.competitiveIncrease) / roundTrip * (interval.milliseconds / 1000) / roundTrip
+            }
+        } else if slowStart {
+            if queueSeconds < target / 4 {
+                if delivered >= rate / 2 { rate *= 2 }
+            } else {
+                slowStart = false
+                rate = min(rate, max(delivered, Double(settings.minimumRate)))
+                holdUntil = now + interval * 2
+            }
+        } else {
+            let room = (target - queueSeconds) / target
+            if room > 0 {
+                if caughtUp { rate *= 1 + settings.increaseGain * room }
+            } else if mayShrink {
+                rate = min(rate, delivered) * max(0.5, 1 + settings.decreaseGain * room)
+                holdUntil = now + interval * 2
+            }
+        }
+        rate = min(Double(settings.maximumRate), max(Double(settings.minimumRate), rate))
+    }
+
+    private mutating func rollBaseIfDue(now: MeshInstant) {
+        guard let rolled = baseRolledAt else { baseRolledAt = now; return }
+        guard now >= rolled + settings.baseHistory / 2 else { return }
+        baseRolledAt = now
+        for (id, state) in holders {
+            holders[id]?.previousBase = state.base
+            holders[id]?.base = nil
+        }
+    }
+}

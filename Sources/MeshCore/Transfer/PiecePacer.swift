@@ -1,0 +1,137 @@
+import MeshCrypto
+import NIOCore
+
+/// The holder's side of congestion control: the pieces it owes each member leave at the rate
+/// that member asked for (its downlink's controller decides; `ChunkWant.rate`, `ChunkPace`),
+/// instead of a chunk's worth at once into somebody's home router. Pure: `due(now:)` hands out
+/// what may go now, `nextDeadline` says when more may.
+///
+/// Per member, chunks take turns piece by piece, so each of them starts at once and trickles at
+/// an even pace: a requester that hears nothing of a chunk for a while takes it as lost. A want
+/// for a chunk whose pieces are still queued adds only the pieces not queued, so asking again
+/// for what is late costs no second copy.
+public struct PiecePacer: Sendable {
+    public struct Settings: Sendable {
+        /// Pieces whose time comes within this much go together: one timer per slice instead of
+        /// one per datagram, at the price of bursts this long.
+        public var slice: Duration = .milliseconds(1)
+        /// After a pause (nothing queued), at most this much of the rate may go at once.
+        public var burst: Duration = .milliseconds(2)
+        public init() {}
+    }
+
+    struct Queued: Sendable {
+        let digest: SHA256Digest
+        var pieces: [ChunkPiece]
+        var next = 0
+        /// The pieces still to send (a want again for one already sent queues it again).
+        var indexes: Set<Int>
+    }
+
+    struct Lane: Sendable {
+        /// Bytes per second; 0: unpaced.
+        var rate = 0
+        var nextSendAt = MeshInstant.zero
+        var chunks: [Queued] = []
+        var turn = 0
+        var bytes = 0
+    }
+
+    public let settings: Settings
+    private var lanes: [NodeID: Lane] = [:]
+    public private(set) var queuedBytes = 0
+
+    public init(settings: Settings = .init()) { self.settings = settings }
+
+    public func queuedBytes(for peer: NodeID) -> Int { lanes[peer]?.bytes ?? 0 }
+    public func rate(for peer: NodeID) -> Int? { lanes[peer]?.rate }
+    public var isEmpty: Bool { queuedBytes == 0 }
+
+    /// Queues `pieces` of one chunk for `peer`; those already queued are not queued twice.
+    public mutating func enqueue(_ pieces: [ChunkPiece], digest: SHA256Digest, to peer: NodeID) {
+        guard !pieces.isEmpty else { return }
+        var lane = lanes[peer] ?? Lane()
+        var added = 0
+        if let position = lane.chunks.firstIndex(where: { $0.digest == digest }) {
+            for piece in pieces where lane.chunks[position].indexes.insert(piece.index).inserted {
+                lane.chunks[position].pieces.append(piece)
+                added += piece.payload.readableBytes
+            }
+        } else {
+            lane.chunks.append(Queued(digest: digest, pieces: pieces, indexes: Set(pieces.map(\.index))))
+            added = pieces.reduce(0) { $0 + $1.payload.readableBytes }
+        }
+        lane.bytes += added
+        queuedBytes += added
+        lanes[peer] = lane
+    }
+
+    /// The rate `peer` asked for (bytes per second; 0: unpaced).
+    public mutating func setRate(_ rate: Int, for peer: NodeID) {
+        lanes[peer, default: Lane()].rate = max(0, rate)
+    }
+
+    /// A member is gone, or its chunk is no longer wanted: its pieces are dropped.
+    public mutating func remove(_ peer: NodeID) {
+        queuedBytes -= lanes.removeValue(forKey: peer)?.bytes ?? 0
+    }
+
+    /// The pieces whose time has come, per member, in the order to send them.
+    public mutating func due(now: MeshInstant) -> [(peer: NodeID, pieces: [ChunkPiece])] {
+        guard queuedBytes > 0 else { return [] }
+        var out: [(peer: NodeID, pieces: [ChunkPiece])] = []
+        for peer in lanes.keys.sorted() {
+            guard var lane = lanes[peer], lane.bytes > 0 else { continue }
+            var pieces: [ChunkPiece] = []
+            if lane.rate == 0 {
+                while let piece = lane.take() { pieces.append(piece) }
+            } else {
+                // Credit does not pile up over a pause: after one, at most `burst` goes at once.
+                lane.nextSendAt = max(lane.nextSendAt, now + (.zero - settings.burst))
+                let horizon = now + settings.slice
+                while lane.nextSendAt <= horizon, let piece = lane.take() {
+                    pieces.append(piece)
+                    lane.nextSendAt = lane.nextSendAt + Self.time(piece.payload.readableBytes + ChunkPiece.overhead,
+                                                                  at: lane.rate)
+                }
+            }
+            queuedBytes -= pieces.reduce(0) { $0 + $1.payload.readableBytes }
+            lanes[peer] = lane
+            if !pieces.isEmpty { out.append((peer, pieces)) }
+        }
+        return out
+    }
+
+    /// When `due` has pieces to hand out next.
+    public var nextDeadline: MeshInstant? {
+        guard queuedBytes > 0 else { return nil }
+        var deadline: MeshInstant?
+        for lane in lanes.values where lane.bytes > 0 {
+            let at = lane.rate == 0 ? MeshInstant.zero : lane.nextSendAt + (.zero - settings.slice)
+            deadline = deadline.map { min($0, at) } ?? at
+        }
+        return deadline
+    }
+
+    static func time(_ bytes: Int, at rate: Int) -> Duration {
+        .nanoseconds(Int64(bytes) * 1_000_000_000 / Int64(max(1, rate)))
+    }
+}
+
+extension PiecePacer.Lane {
+    /// The next piece, taking the chunks in turn.
+    mutating func take() -> ChunkPiece? {
+        guard !chunks.isEmpty else { return nil }
+        if turn >= chunks.count { turn = 0 }
+        let piece = chunks[turn].pieces[chunks[turn].next]
+        chunks[turn].next += 1
+        chunks[turn].indexes.remove(piece.index)
+        bytes -= piece.payload.readableBytes
+        if chunks[turn].next == chunks[turn].pieces.count {
+            chunks.remove(at: turn)
+        } else {
+            turn += 1
+        }
+        return piece
+    }
+}

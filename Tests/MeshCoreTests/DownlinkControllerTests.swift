@@ -1,0 +1,93 @@
+import MeshCrypto
+import Testing
+@testable import MeshCore
+
+/// The requesting side's congestion control (issue 18), driven by hand: a queue that grows
+/// past the target shrinks the rate, random loss does not, an overflowing queue does, and a
+/// foreground fetch facing a queue that never drains competes.
+@Suite struct DownlinkControllerTests {
+    static let holder = NodeID(high: 1, low: 1)
+
+    /// Feeds `seconds` of pieces at `rate` whose one-way delay is 20 ms plus `queue(t)`, with
+    /// datagram numbers that skip every `lossEvery`-th.
+    static func feed(_ controller: inout DownlinkController, from start: MeshInstant, seconds: Double, rate: Double,
+                     lossEvery: Int? = nil, packet: inout UInt64, queue: (Double) -> Double) -> MeshInstant {
+        let piece = 1400
+        let gap = Double(piece) / rate
+        var t = 0.0
+        var now = start
+        while t < seconds {
+            now = start + .seconds(t)
+            let delay = 0.020 + queue(t)
+            let sentAt = UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64(delay * 1e6))
+            packet += 1
+            if let lossEvery, packet % UInt64(lossEvery) == 0 { packet += 1 }
+            controller.onDatagram(from: holder, packetNumber: packet)
+            controller.onPiece(bytes: piece, sentAt: sentAt, from: holder, now: now)
+            t += gap
+        }
+        return now
+    }
+
+    static func started() -> DownlinkController {
+        var controller = DownlinkController()
+        controller.onRoundTrip(.milliseconds(40), now: .zero)
+        return controller
+    }
+
+    @Test func slowStartDoublesUntilAQueueShows() {
+        var controller = Self.started()
+        var packet: UInt64 = 0
+        let initial = controller.rate
+        // Deliveries keep up and no queue: the rate doubles per interval.
+        _ = Self.feed(&controller, from: .zero, seconds: 0.3, rate: 4e6, packet: &packet) { _ in 0 }
+        #expect(controller.slowStart && controller.rate >= initial * 4)
+        _ = Self.feed(&controller, from: .zero + .seconds(0.3), seconds: 0.2, rate: 4e6, packet: &packet) { _ in 0.030 }
+        #expect(!controller.slowStart)
+    }
+
+    @Test func aQueueOverTheTargetShrinksTheRateAndOneUnderItLetsItGrow() {
+        var controller = Self.started()
+        var packet: UInt64 = 0
+        var now = Self.feed(&controller, from: .zero, seconds: 0.2, rate: 1e6, packet: &packet) { _ in 0.02 }
+        let before = controller.rate
+        now = Self.feed(&controller, from: now, seconds: 1, rate: 1e6, packet: &packet) { _ in 0.100 }
+        #expect(controller.rate < before, "background target is 25 ms; 100 ms of queue must slow it")
+        let low = controller.rate
+        now = Self.feed(&controller, from: now, seconds: 1, rate: low, packet: &packet) { _ in 0.002 }
+        #expect(controller.rate > low)
+    }
+
+    @Test func randomLossDoesNotCutTheRateButAnOverflowDoes() {
+        var controller = Self.started()
+        var packet: UInt64 = 0
+        // 1% loss with an empty queue: not congestion.
+        var now = Self.feed(&controller, from: .zero, seconds: 2, rate: 2e6, lossEvery: 100, packet: &packet) { _ in 0 }
+        #expect(controller.lossBackoffs == 0)
+        // One datagram in five lost: a queue overflowing.
+        now = Self.feed(&controller, from: now, seconds: 0.5, rate: 2e6, lossEvery: 5, packet: &packet) { _ in 0 }
+        #expect(controller.lossBackoffs > 0)
+    }
+
+    @Test func aForegroundFetchCompetesWithAQueueThatNeverDrainsAndBackgroundNever() {
+        for priority in [DownlinkController.Priority.foreground, .background] {
+            var controller = Self.started()
+            controller.setPriority(priority)
+            var packet: UInt64 = 0
+            // The path's base delay shows once; then another flow holds 60–80 ms of queue.
+            _ = Self.feed(&controller, from: .zero, seconds: 3, rate: 1e6, packet: &packet) { t in
+                t < 0.1 ? 0 : 0.070 + 0.010 * (t.truncatingRemainder(dividingBy: 1) < 0.5 ? 1 : -1)
+            }
+            #expect(controller.competing == (priority == .foreground), "\(priority)")
+        }
+    }
+
+    @Test func theBaseDelayFollowsAClockThatWraps() {
+        var controller = Self.started()
+        var packet: UInt64 = 0
+        // Our clock's microseconds sit just below 2^32 of theirs: differences wrap.
+        let start = MeshInstant(nanoseconds: (UInt64(UInt32.max) - 100_000) * 1000)
+        _ = Self.feed(&controller, from: start, seconds: 0.5, rate: 1e6, packet: &packet) { _ in 0.004 }
+        #expect(controller.queueingDelay < .milliseconds(1))
+    }
+}

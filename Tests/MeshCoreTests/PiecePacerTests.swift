@@ -1,0 +1,72 @@
+import MeshCrypto
+import NIOCore
+import Testing
+@testable import MeshCore
+
+/// The holder's pacing (issue 18): pieces leave at the rate the member asked for, chunks take
+/// turns, and asking again for what is still queued costs no second copy.
+@Suite struct PiecePacerTests {
+    static let peer = NodeID(high: 1, low: 1)
+    static let other = NodeID(high: 2, low: 2)
+
+    static func pieces(of digest: SHA256Digest, count: Int, size: Int = 1000) -> [ChunkPiece] {
+        let chunk = ByteBuffer(bytes: [UInt8](repeating: 1, count: count * size))
+        return ChunkAssembly.pieces(of: chunk, digest: digest, pieceSize: size)
+    }
+
+    static func ms(_ value: Int64) -> MeshInstant { MeshInstant(nanoseconds: UInt64(value) * 1_000_000) }
+
+    @Test func unpacedPiecesGoAtOnce() {
+        var pacer = PiecePacer()
+        pacer.enqueue(Self.pieces(of: .hashing([1]), count: 10), digest: .hashing([1]), to: Self.peer)
+        let due = pacer.due(now: Self.ms(5))
+        #expect(due.count == 1 && due.first?.pieces.count == 10)
+        #expect(pacer.isEmpty && pacer.nextDeadline == nil)
+    }
+
+    @Test func pacedPiecesLeaveAtTheRate() {
+        var pacer = PiecePacer()
+        // 1,052 bytes per piece on the wire at 105,200 B/s: one every 10 ms.
+        pacer.setRate(100 * (1000 + ChunkPiece.overhead), for: Self.peer)
+        pacer.enqueue(Self.pieces(of: .hashing([1]), count: 100), digest: .hashing([1]), to: Self.peer)
+        var sent = 0
+        var now = Self.ms(1000)
+        var ticks = 0
+        while !pacer.isEmpty, ticks < 10_000 {
+            sent += pacer.due(now: now).reduce(0) { $0 + $1.pieces.count }
+            if let next = pacer.nextDeadline {
+                #expect(next > now, "a deadline in the past would spin the driver's timer")
+                now = next
+            }
+            ticks += 1
+        }
+        #expect(sent == 100)
+        // The first three at once (2 ms of burst and the 1 ms slice), then one per 10 ms.
+        let elapsed = now - Self.ms(1000)
+        #expect(elapsed >= .milliseconds(950) && elapsed <= .milliseconds(1000), "took \(elapsed)")
+    }
+
+    @Test func chunksTakeTurnsAndRewantsAreNotQueuedTwice() {
+        var pacer = PiecePacer()
+        let a = SHA256Digest.hashing([1]), b = SHA256Digest.hashing([2])
+        pacer.enqueue(Self.pieces(of: a, count: 3), digest: a, to: Self.peer)
+        pacer.enqueue(Self.pieces(of: b, count: 3), digest: b, to: Self.peer)
+        // Asked again while queued: nothing more to send.
+        pacer.enqueue(Self.pieces(of: a, count: 3), digest: a, to: Self.peer)
+        #expect(pacer.queuedBytes == 6000)
+        let order = pacer.due(now: Self.ms(1)).flatMap(\.pieces).map { ($0.digest == a ? "a" : "b") + "\($0.index)" }
+        #expect(order == ["a0", "b0", "a1", "b1", "a2", "b2"])
+        // Once sent, a piece asked again (it was lost) is queued again.
+        pacer.enqueue(Array(Self.pieces(of: a, count: 3)[1...1]), digest: a, to: Self.peer)
+        #expect(pacer.due(now: Self.ms(2)).flatMap(\.pieces).map(\.index) == [1])
+    }
+
+    @Test func aGoneMemberTakesItsQueueAlong() {
+        var pacer = PiecePacer()
+        pacer.setRate(1024, for: Self.peer)
+        pacer.enqueue(Self.pieces(of: .hashing([1]), count: 10), digest: .hashing([1]), to: Self.peer)
+        pacer.enqueue(Self.pieces(of: .hashing([2]), count: 2), digest: .hashing([2]), to: Self.other)
+        pacer.remove(Self.peer)
+        #expect(pacer.queuedBytes == 2000 && pacer.queuedBytes(for: Self.peer) == 0)
+    }
+}
