@@ -196,8 +196,14 @@ extension MeshNode {
             }),
             suspicionsRaised: core.membership.counters.suspicionsRaised,
             refutations: core.membership.counters.refutations)
+        let downlink = core.downlink
+        let downlinkInfo = StatusReport.DownlinkInfo(
+            rate: downlink.rate.rounded(), priority: downlink.priority == .foreground ? "foreground" : "background",
+            queueingDelayMs: downlink.queueingDelay.milliseconds, targetMs: downlink.target.milliseconds,
+            roundTripMs: downlink.roundTrip?.milliseconds, slowStart: downlink.slowStart, competing: downlink.competing,
+            lossBackoffs: downlink.lossBackoffs)
         return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
-                            counters: counterInfo, leaving: leavingInfo())
+                            counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo)
     }
 
     func leavingInfo() -> StatusReport.LeavingInfo? {

@@ -37,7 +37,7 @@ enum MeshBench {
             results += MembershipScenario.run(quick: quick)
         }
         if wanted("homelink") {
-            print("home lines in simulation (issue 18's starting point)…")
+            print("home lines in simulation (issue 18)…")
             results += HomeLinkScenario.run(quick: quick)
         }
         if wanted("messenger") {

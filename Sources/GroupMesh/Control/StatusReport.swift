@@ -66,6 +66,25 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var secondsLeft: Double
     }
 
+    /// The congestion control of what this node fetches (`DownlinkController`): one rate for
+    /// every holder together, from the queueing delay its pieces meet on the way.
+    public struct DownlinkInfo: Codable, Sendable, Equatable {
+        /// Bytes per second all holders together are asked to send at.
+        public var rate: Double
+        /// `foreground` while someone waits for a fetch, else `background` (yields first).
+        public var priority: String
+        /// The queueing delay last measured and the one aimed at, in milliseconds.
+        public var queueingDelayMs: Double
+        public var targetMs: Double
+        /// The lowest round trip of a chunk request lately, in milliseconds (nil before one).
+        public var roundTripMs: Double?
+        public var slowStart: Bool
+        /// Competing with a flow that keeps the queue full (a foreground fetch only).
+        public var competing: Bool
+        /// Times the rate was cut for a loss rate only an overflowing queue gives.
+        public var lossBackoffs: UInt64
+    }
+
     /// One kind of traffic (`TrafficKind`: membership, messages, journal, transfer, keys, ping).
     public struct TrafficInfo: Codable, Sendable, Equatable {
         public var datagramsSent: UInt64
@@ -130,4 +149,5 @@ public struct StatusReport: Codable, Sendable, Equatable {
     public var counters: Counters
     /// Present while a leave hands over attachments.
     public var leaving: LeavingInfo?
+    public var downlink: DownlinkInfo?
 }

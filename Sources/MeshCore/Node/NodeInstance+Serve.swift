@@ -19,6 +19,7 @@ extension NodeInstance {
                 pacer.setRate(pace.rate, for: peer)
             case let .chunkPiece(piece):
                 downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now)
+                if downlink.lastInterval.closedAt == now, logs(.debug) { logDownlink() }
                 let result = assembler.onPiece(piece, from: peer, now: now)
                 if let sample = assembler.takeAnswerSample() { downlink.onRoundTrip(sample, now: now) }
                 switch result {
@@ -44,6 +45,14 @@ extension NodeInstance {
             }
         }
         if progressed { pumpTransfers(now: now) } else { retunePacing(now: now) }
+    }
+
+    mutating func logDownlink() {
+        let interval = downlink.lastInterval
+        log(.debug, "downlink", ["rate": "\(Int(downlink.rate) >> 10) KiB/s", "delivered": "\(Int(interval.delivered) >> 10) KiB/s",
+                                 "queue": "\(downlink.queueingDelay)", "lost": "\(interval.lost)/\(interval.received + interval.lost)",
+                                 "slowStart": "\(downlink.slowStart)", "competing": "\(downlink.competing)",
+                                 "inFlight": "\(transfer.inFlightByPeer.values.reduce(0, +))/\(transfer.inFlightLimit ?? 0)"])
     }
 
     private mutating func serve(_ want: ChunkWant, to peer: NodeID, now: MeshInstant) {

@@ -29,7 +29,7 @@ public struct DownlinkController: Sendable {
         public var minimumRate = 32 << 10
         public var maximumRate = 4 << 30
         /// Queueing delay aimed at, per priority.
-        public var foregroundTarget: Duration = .milliseconds(60)
+        public var foregroundTarget: Duration = .milliseconds(25)
         public var backgroundTarget: Duration = .milliseconds(25)
         /// The shortest control interval (one round trip, at least this).
         public var minimumInterval: Duration = .milliseconds(20)
@@ -78,6 +78,8 @@ public struct DownlinkController: Sendable {
     private var baseRolledAt: MeshInstant?
     /// No decrease before this: the last one has not shown yet.
     private var holdUntil = MeshInstant.zero
+    /// Whether the last interval's queue was over a quarter of the target.
+    private var wasOver = false
     /// When the queue was last seen near empty.
     private var drainedAt = MeshInstant.zero
     /// Competing with a flow that fills the queue (foreground only).
@@ -199,6 +201,7 @@ public struct DownlinkController: Sendable {
         queueingDelay = queue
         let elapsed = max(1e-6, (now - start).milliseconds / 1000)
         let delivered = Double(intervalBytes) / elapsed
+        lastInterval = (delivered, intervalReceived, intervalLost, now)
         // The rate asked for shows in what arrives a round trip or two later (the holders hear
         // it, then pieces cross the line). So it grows only once deliveries caught up with it,
         // and shrinks once per two intervals, from what arrived: reacting again before the last
@@ -208,9 +211,14 @@ public struct DownlinkController: Sendable {
         let target = target.milliseconds / 1000
         let queueSeconds = queue.milliseconds / 1000
         let mayShrink = now >= holdUntil
-        // A queue that never drains near empty while we keep to our target is another flow's:
+        // A queue seen in one interval only may be our own: a receiver that stalled (a disk
+        // flush, a busy core) reads a backlog late. A bottleneck's queue lasts.
+        let over = queueSeconds >= target / 4
+        defer { wasOver = over }
+        func persistent(_ now: Bool) -> Bool { now && wasOver }
+        // A queue that never falls below our target while we keep to it is another flow's:
         // a fetch someone waits for then competes (Copa's mode switch); replication never does.
-        if queueSeconds < target / 4 || drainedAt == .zero { drainedAt = now }
+        if queueSeconds < target || drainedAt == .zero { drainedAt = now }
         if priority == .foreground, !competing, now >= drainedAt + competeAfter {
             competing = true
             slowStart = false
@@ -225,23 +233,27 @@ public struct DownlinkController: Sendable {
             slowStart = false
         } else if competing {
             // Another flow keeps the queue full (a loss-based TCP): holding back would leave it
-            // the whole line. Like TCP: a few datagrams more per round trip, and back off on a
-            // loss that comes with a queue (loss without one is the path's, not congestion).
+            // the whole line. Like TCP: a few datagrams more per round trip, and back off on any
+            // loss, as that flow does (where random loss holds it down, so are we).
             if queueSeconds < target / 4 {
                 competing = false
                 drainedAt = now
-            } else if intervalLost > 0, queueSeconds >= target / 2 {
+            } else if intervalLost > 0 {
                 if mayShrink {
                     rate = min(rate, delivered) * settings.competitiveBackoff
                     holdUntil = now + interval * 2
                 }
-            } else if caughtUp {
+            } else if delivered >= rate / 2 {
                 let roundTrip = max(0.001, (roundTrip ?? .milliseconds(100)).milliseconds / 1000)
                 rate += Double(settings.competitiveIncrease) / roundTrip * (interval.milliseconds / 1000) / roundTrip
             }
         } else if slowStart {
             if queueSeconds < target / 4 {
-                if delivered >= rate / 2 { rate *= 2 }
+                // Doubling again before the last doubling shows in deliveries would run a
+                // round trip or two ahead of the line: up to eight times its rate.
+                if caughtUp { rate *= 2 }
+            } else if !persistent(true) {
+                // A first sign of a queue: stop growing, and see whether it lasts.
             } else {
                 slowStart = false
                 rate = min(rate, max(delivered, Double(settings.minimumRate)))
@@ -251,7 +263,7 @@ public struct DownlinkController: Sendable {
             let room = (target - queueSeconds) / target
             if room > 0 {
                 if caughtUp { rate *= 1 + settings.increaseGain * room }
-            } else if mayShrink {
+            } else if mayShrink, persistent(true) {
                 rate = min(rate, delivered) * max(0.5, 1 + settings.decreaseGain * room)
                 holdUntil = now + interval * 2
             }

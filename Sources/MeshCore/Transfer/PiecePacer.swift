@@ -14,9 +14,9 @@ public struct PiecePacer: Sendable {
     public struct Settings: Sendable {
         /// Pieces whose time comes within this much go together: one timer per slice instead of
         /// one per datagram, at the price of bursts this long.
-        public var slice: Duration = .milliseconds(1)
+        public var slice: Duration = .milliseconds(2)
         /// After a pause (nothing queued), at most this much of the rate may go at once.
-        public var burst: Duration = .milliseconds(2)
+        public var burst: Duration = .milliseconds(10)
         public init() {}
     }
 
@@ -107,7 +107,8 @@ public struct PiecePacer: Sendable {
         guard queuedBytes > 0 else { return nil }
         var deadline: MeshInstant?
         for lane in lanes.values where lane.bytes > 0 {
-            let at = lane.rate == 0 ? MeshInstant.zero : lane.nextSendAt + (.zero - settings.slice)
+            // At `nextSendAt` (not a slice before): each tick then sends a slice's worth.
+            let at = lane.rate == 0 ? MeshInstant.zero : lane.nextSendAt
             deadline = deadline.map { min($0, at) } ?? at
         }
         return deadline

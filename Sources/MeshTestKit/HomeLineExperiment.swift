@@ -1,0 +1,109 @@
+import Foundation
+import MeshCore
+
+/// Issue 18's experiment, for the bench and the seeded tests alike: three holders outside, a
+/// joiner behind a home line (a rate with a 100 ms tail-drop queue, a round trip, random loss)
+/// that fetches an attachment from them while a flow that follows TCP's rules (`TCPSender`,
+/// CUBIC) downloads through the same line.
+public enum HomeLineExperiment {
+    public struct Line: Sendable {
+        public var name: String
+        public var megabitsPerSecond: Double
+        public var roundTrip: Duration
+        public var loss: Double
+
+        public init(name: String, megabitsPerSecond: Double, roundTrip: Duration, loss: Double) {
+            self.name = name
+            self.megabitsPerSecond = megabitsPerSecond
+            self.roundTrip = roundTrip
+            self.loss = loss
+        }
+
+        public var bytesPerSecond: Double { megabitsPerSecond * 1_000_000 / 8 }
+    }
+
+    /// Replication nobody waits for (background), or a `get` (the joiner is lazy and loads it).
+    public enum Mode: String, Sendable { case replication, get }
+
+    public struct Outcome: Sendable {
+        public var finished: Bool
+        /// The file ÷ the time from the joiner's start to the file complete there.
+        public var fetchRate: Double
+        /// The competitor's goodput over the same time (0 without one).
+        public var competitorRate: Double
+        /// Of the datagrams that reached the line's queue meanwhile, the share it dropped.
+        public var dropShare: Double
+        /// The holders' piece payload sent meanwhile ÷ the file.
+        public var holderBytesPerFileByte: Double
+    }
+
+    /// The competitor's goodput through the line with nothing else on it (after its start-up).
+    public static func competitorAlone(_ line: Line, seed: UInt64 = 1) -> Double {
+        let sim = Simulator(seed: seed, defaultLink: LinkConditions(delay: line.roundTrip / 2, lossProbability: line.loss))
+        let receiver = sim.addNode(TCPReceiver())
+        let sender = TCPSender(to: receiver, until: .zero + .seconds(40))
+        sim.addNode(sender)
+        sim.setBottlenecks(of: receiver, uplink: nil, downlink: Bottleneck(megabitsPerSecond: line.megabitsPerSecond,
+                                                                             queue: .milliseconds(100)))
+        sim.run(until: .zero + .seconds(10))
+        let before = sender.bytesAcknowledged
+        sim.run(until: .zero + .seconds(40))
+        return Double(sender.bytesAcknowledged - before) / 30
+    }
+
+    /// One run. `trace` is called every 10 ms of the fetch with the simulator, the joiner and the
+    /// competitor (for HOMELINK_TRACE in the bench).
+    public static func run(size: Int, line: Line, mode: Mode, competitor: Bool, seed: UInt64 = 1,
+                           trace: ((Simulator, SimNode, TCPSender, [SimNode]) -> Void)? = nil) -> Outcome {
+        var configuration = SimNode.Configuration()
+        configuration.settings.chunkSize = Manifest.defaultChunkSize
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: line.roundTrip / 2, lossProbability: line.loss),
+                           configuration: configuration)
+        let first = mesh.addNode(joiningThrough: [], at: .zero)
+        let holders = [first] + (1...2).map { mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10 * $0)) }
+        // Random bytes: every chunk its own (identical chunks are stored and fetched once).
+        var random = SplitMix64(seed: seed ^ 18)
+        let bytes = (0..<(size / 8)).flatMap { _ in withUnsafeBytes(of: random.next()) { Array($0) } }
+        first.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
+        _ = mesh.simulator.run(until: .zero + .seconds(120), checkEvery: .milliseconds(100)) { _ in
+            holders.allSatisfy { !$0.complete.isEmpty }
+        }
+        // The home: the competitor's receiver and, 10 s later, the joiner, behind one line.
+        let start = mesh.simulator.now
+        let tcpReceiver = mesh.simulator.addNode(TCPReceiver())
+        let tcp = TCPSender(to: tcpReceiver, until: competitor ? start + .seconds(300) : start)
+        mesh.simulator.addNode(tcp)
+        var joining = configuration
+        joining.settings.lazy = mode == .get
+        let joiner = mesh.addNode(joiningThrough: [first.address], at: start + .seconds(10), configuration: joining)
+        mesh.simulator.addAccessLink(for: [tcpReceiver, joiner.address], uplink: nil,
+                                     downlink: Bottleneck(megabitsPerSecond: line.megabitsPerSecond, queue: .milliseconds(100)))
+        mesh.simulator.run(until: start + .seconds(10))
+        if mode == .get, let id = first.core.attachments.first?.content {
+            // Asked for as soon as the joiner's journal has it.
+            _ = mesh.simulator.run(until: start + .seconds(40), checkEvery: .milliseconds(5)) { _ in
+                joiner.journal.state.hasContent(id)
+            }
+            joiner.plan(at: mesh.simulator.now + .milliseconds(1)) { $0.load(id) }
+        }
+        let tcpBefore = tcp.bytesAcknowledged
+        let linkBefore = mesh.simulator.bottleneckStatistics(of: joiner.address).downlink ?? .init()
+        let servedBefore = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +)
+        let fetched = mesh.simulator.run(until: start + .seconds(290), checkEvery: .milliseconds(trace == nil ? 50 : 10)) { sim in
+            trace?(sim, joiner, tcp, holders)
+            return !joiner.complete.isEmpty
+        }
+        if fetched != .satisfied, ProcessInfo.processInfo.environment["HOMELINK_TRACE"] != nil {
+            print("unfinished: failed \(joiner.failedCommands) fetches \(joiner.core.fetches.map { "\($0.value.stage)" }) violations \(joiner.violations) members \(joiner.activeMemberIDs.count)")
+        }
+        let seconds = (mesh.simulator.now - start - .seconds(10)).milliseconds / 1000
+        let link = mesh.simulator.bottleneckStatistics(of: joiner.address).downlink ?? .init()
+        let dropped = link.dropped - linkBefore.dropped
+        let offered = dropped + link.forwarded - linkBefore.forwarded
+        let served = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) - servedBefore
+        return Outcome(finished: fetched == .satisfied, fetchRate: Double(size) / seconds,
+                       competitorRate: Double(tcp.bytesAcknowledged - tcpBefore) / seconds,
+                       dropShare: Double(dropped) / Double(max(1, offered)),
+                       holderBytesPerFileByte: Double(served) / Double(size))
+    }
+}

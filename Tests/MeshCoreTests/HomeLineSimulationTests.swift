@@ -1,0 +1,51 @@
+import MeshCore
+import MeshTestKit
+import Testing
+
+/// The whole node's congestion control on a home line (issue 18), over seeds: three holders
+/// outside, a joiner behind a 20 Mbit/s line with a 100 ms queue, and a CUBIC download through
+/// the same line. Replication yields to it; a `get` competes without taking the line; neither
+/// overflows the queue nor makes the holders send much more than the file.
+@Suite("Home line") struct HomeLineSimulationTests {
+    static let line = HomeLineExperiment.Line(name: "20 Mbit/s, 40 ms", megabitsPerSecond: 20,
+                                              roundTrip: .milliseconds(40), loss: 0)
+    static let size = 8 << 20
+
+    @Test("replication beside a TCP download yields: the download keeps ≥ 80% of the line",
+          arguments: SimulationSeeds.from(defaultCount: 2))
+    func replicationYields(seed: UInt64) {
+        let outcome = HomeLineExperiment.run(size: Self.size, line: Self.line, mode: .replication, competitor: true, seed: seed)
+        #expect(outcome.finished, "seed \(seed): the joiner did not finish")
+        #expect(outcome.competitorRate >= 0.8 * Self.line.bytesPerSecond, "seed \(seed): \(outcome)")
+        Self.expectPolite(outcome, seed: seed)
+    }
+
+    @Test("a get beside a TCP download competes: the download keeps ≥ 40%, the fetch gets a share",
+          arguments: SimulationSeeds.from(defaultCount: 2))
+    func getCompetes(seed: UInt64) {
+        let outcome = HomeLineExperiment.run(size: Self.size, line: Self.line, mode: .get, competitor: true, seed: seed)
+        #expect(outcome.finished, "seed \(seed): the joiner did not finish")
+        #expect(outcome.competitorRate >= 0.4 * Self.line.bytesPerSecond, "seed \(seed): \(outcome)")
+        #expect(outcome.fetchRate >= 0.1 * Self.line.bytesPerSecond, "seed \(seed): \(outcome)")
+        Self.expectPolite(outcome, seed: seed)
+    }
+
+    @Test("1% random loss does not collapse a get: ≥ 0.8× its rate without loss",
+          arguments: SimulationSeeds.from(defaultCount: 2))
+    func randomLossIsNotCongestion(seed: UInt64) {
+        let clean = HomeLineExperiment.run(size: Self.size, line: Self.line, mode: .get, competitor: false, seed: seed)
+        var lossy = Self.line
+        lossy.loss = 0.01
+        let outcome = HomeLineExperiment.run(size: Self.size, line: lossy, mode: .get, competitor: false, seed: seed)
+        #expect(clean.finished && outcome.finished, "seed \(seed)")
+        #expect(outcome.fetchRate >= 0.8 * clean.fetchRate, "seed \(seed): \(outcome.fetchRate) vs \(clean.fetchRate)")
+        Self.expectPolite(clean, seed: seed)
+    }
+
+    /// Holders' bytes: ≤ 1.1× in `make bench` (16 MiB); an 8 MiB file pays relatively more for
+    /// the end game (its last 4 chunks asked of a second holder too).
+    static func expectPolite(_ outcome: HomeLineExperiment.Outcome, seed: UInt64) {
+        #expect(outcome.dropShare <= 0.02, "seed \(seed): the line's queue dropped \(outcome.dropShare * 100)%")
+        #expect(outcome.holderBytesPerFileByte <= 1.2, "seed \(seed): holders sent \(outcome.holderBytesPerFileByte)× the file")
+    }
+}
