@@ -25,6 +25,9 @@ public struct DownlinkController: Sendable {
 
     public struct Settings: Sendable {
         public var initialRate = 1 << 20
+        /// Bytes per round trip slow start begins from once the round trip is known (16
+        /// datagrams): on a short path that is far more than `initialRate`.
+        public var initialWindow = 16 * 1400
         /// Never less: a trickle keeps delay samples coming while others fill the line.
         public var minimumRate = 32 << 10
         public var maximumRate = 4 << 30
@@ -169,6 +172,11 @@ public struct DownlinkController: Sendable {
     public mutating func onRoundTrip(_ sample: Duration, now: MeshInstant) {
         guard sample > .zero else { return }
         if roundTrip.map({ sample <= $0 }) ?? true || now >= roundTripAt + settings.roundTripHistory {
+            // The first round trip known: slow start begins from a window's worth per round trip
+            // (as TCP's initial window), which on a LAN is far more than the initial rate.
+            if roundTrip == nil, slowStart {
+                rate = max(rate, Double(settings.initialWindow) / max(1e-6, sample.milliseconds / 1000))
+            }
             roundTrip = sample
             roundTripAt = now
         }
