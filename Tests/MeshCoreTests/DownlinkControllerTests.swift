@@ -22,7 +22,7 @@ import Testing
             let sentAt = UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64(delay * 1e6))
             packet += 1
             if let lossEvery, packet % UInt64(lossEvery) == 0 { packet += 1 }
-            controller.onDatagram(from: holder, packetNumber: packet)
+            controller.onDatagram(from: holder, packetNumber: packet, carriesPiece: true)
             controller.onPiece(bytes: piece, sentAt: sentAt, from: holder, now: now)
             t += gap
         }
@@ -80,6 +80,22 @@ import Testing
             }
             #expect(controller.competing == (priority == .foreground), "\(priority)")
         }
+    }
+
+    @Test func aMemberJumpingItsPacketNumbersDoesNotPassForCongestion() {
+        var controller = Self.started()
+        var packet: UInt64 = 0
+        var now = Self.feed(&controller, from: .zero, seconds: 0.5, rate: 2e6, packet: &packet) { _ in 0 }
+        // Another member's datagrams without pieces, each 999 ahead of the last.
+        let other = NodeID(high: 9, low: 9)
+        var jumping: UInt64 = 1
+        for _ in 0..<200 {
+            jumping += 999
+            controller.onDatagram(from: other, packetNumber: jumping, carriesPiece: false)
+        }
+        now = Self.feed(&controller, from: now, seconds: 0.5, rate: 2e6, packet: &packet) { _ in 0 }
+        #expect(controller.lastInterval.lost == 0)
+        #expect(controller.lossBackoffs == 0)
     }
 
     @Test func theBaseDelayFollowsAClockThatWraps() {

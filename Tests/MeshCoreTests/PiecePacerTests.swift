@@ -61,6 +61,16 @@ import Testing
         #expect(pacer.due(now: Self.ms(2)).flatMap(\.pieces).map(\.index) == [1])
     }
 
+    @Test func aMemberCanQueueOnlyItsCapOfChunks() {
+        var pacer = PiecePacer()
+        pacer.setRate(1024, for: Self.peer)
+        for index in 0..<10 {
+            let digest = SHA256Digest.hashing([UInt8(index)])
+            #expect(pacer.enqueue(Array(Self.pieces(of: digest, count: 4)[0...0]), digest: digest, to: Self.peer) == 1000)
+        }
+        #expect(pacer.queuedChunks(for: Self.peer) == 10 && pacer.queuedBytes(for: Self.peer) == 10_000)
+    }
+
     @Test func aGoneMemberTakesItsQueueAlong() {
         var pacer = PiecePacer()
         pacer.setRate(1024, for: Self.peer)

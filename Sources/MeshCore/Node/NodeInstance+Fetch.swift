@@ -347,13 +347,15 @@ extension NodeInstance {
                 askForManifest(id, now: now)
             }
         }
+        // The limits first: the timeouts `transfer` checks follow from the rate.
+        downlink.onTick(now: now)
+        applyDownlinkLimits()
         transfer.onTick(now: now)
         if let until = replicationPausedUntil, now >= until {
             replicationPausedUntil = nil
             replicate(now: now)
         }
         if fetchRetries.values.contains(where: { now >= $0.at }) { replicate(now: now) }
-        downlink.onTick(now: now)
         for (peer, want) in assembler.onTick(now: now) { sendWant(want, to: peer) }
         if now >= nextAvailabilityAt, !dirtyBitmaps.isEmpty {
             nextAvailabilityAt = now + settings.availabilityInterval

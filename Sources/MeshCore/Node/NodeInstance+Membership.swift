@@ -92,8 +92,11 @@ extension NodeInstance {
                 apply(removed, now: now)
             }
             codec.installPeer(id, bootID: member.record.bootID, keys: keys)
-            // A new boot numbers its datagrams and reads its clock afresh.
+            // A new boot numbers its datagrams and reads its clock afresh, and asked the old one
+            // for pieces it no longer waits for.
             downlink.removeHolder(id)
+            pacer.remove(id)
+            toldRates[id] = nil
             delivery.addPeer(id)
             _ = journal.memberLeft(id)
             let joined = journal.memberJoined(id)

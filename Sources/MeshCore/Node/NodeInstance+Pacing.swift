@@ -11,20 +11,24 @@ extension NodeInstance {
         // One more than the budget (the chunk being finished beside those in full flow), and two
         // per holder, so that every holder always has pieces queued and their paces add up to
         // the rate instead of coming and going with each chunk.
-        let limit = max((downlink.inFlightBudget + chunk - 1) / chunk + 1, 2 * transfer.holderCount)
+        // At a trickle, fewer: each chunk must still come well within the longest wait.
+        let trickle = max(1, Int(downlink.rate * settings.maximumPacedWait.milliseconds / 2000) / chunk)
+        let limit = min(settings.transfer.maximumInFlight, trickle,
+                        max((downlink.inFlightBudget + chunk - 1) / chunk + 1, 2 * transfer.holderCount))
         transfer.inFlightLimit = limit
         let rate = max(1, downlink.rate)
         // With `limit` chunks sharing the rate, each takes this long, and a holder's pieces of
         // one chunk come this far apart.
         let perChunk = Duration.seconds(Double(limit * chunk) / rate)
-        transfer.minimumTimeout = perChunk * 2 + (downlink.roundTrip ?? .milliseconds(100)) * 2
-        assembler.minimumSilence = .seconds(Double(pieceSize * limit) / rate * 4)
+        // Bounded, so that a holder gone quiet still loses its requests in time.
+        transfer.minimumTimeout = min(settings.maximumPacedWait,
+                                      perChunk * 2 + (downlink.roundTrip ?? .milliseconds(100)) * 2)
+        assembler.minimumSilence = min(settings.maximumPacedWait / 4, .seconds(Double(pieceSize * limit) / rate * 4))
     }
 
     /// The pace to ask of `peer`: the rate shared equally by the holders with chunks in flight
     /// (each has a queue of them, so each sends its whole share).
-    func paceShare(for peer: NodeID) -> Int {
-        let inFlight = transfer.inFlightByPeer
+    func paceShare(for peer: NodeID, inFlight: [NodeID: Int]) -> Int {
         let holders = inFlight.count + (inFlight[peer] == nil ? 1 : 0)
         return Int(downlink.rate / Double(holders))
     }
@@ -32,7 +36,7 @@ extension NodeInstance {
     /// A want carrying the pace asked of its holder, who is then counted as told.
     mutating func sendWant(_ want: ChunkWant, to peer: NodeID) {
         var want = want
-        let share = paceShare(for: peer)
+        let share = paceShare(for: peer, inFlight: transfer.inFlightByPeer)
         want.rate = ChunkPace.representable(share)
         toldRates[peer] = share
         sendPairwise([.chunkWant(want)], to: peer)
@@ -44,7 +48,7 @@ extension NodeInstance {
         let inFlight = transfer.inFlightByPeer
         for peer in toldRates.keys where inFlight[peer] == nil { toldRates[peer] = nil }
         for peer in inFlight.keys.sorted() {
-            let share = paceShare(for: peer)
+            let share = paceShare(for: peer, inFlight: inFlight)
             guard let told = toldRates[peer], abs(share - told) > told / 8 else { continue }
             toldRates[peer] = share
             sendPairwise([.chunkPace(ChunkPace(rate: share))], to: peer)

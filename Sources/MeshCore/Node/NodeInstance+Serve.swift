@@ -18,10 +18,16 @@ extension NodeInstance {
             case let .chunkPace(pace):
                 pacer.setRate(pace.rate, for: peer)
             case let .chunkPiece(piece):
-                downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now)
-                if downlink.lastInterval.closedAt == now, logs(.debug) { logDownlink() }
                 let result = assembler.onPiece(piece, from: peer, now: now)
                 if let sample = assembler.takeAnswerSample() { downlink.onRoundTrip(sample, now: now) }
+                // Only pieces asked for tell the controller anything (anyone can send others).
+                switch result {
+                case .accepted, .complete:
+                    downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now)
+                    if downlink.lastInterval.closedAt == now, logs(.debug) { logDownlink() }
+                case .duplicate, .unsolicited:
+                    break
+                }
                 switch result {
                 case let .complete(bytes, contributors):
                     receiveChunk(piece.digest, bytes: bytes, from: peer, contributors: contributors)
@@ -44,7 +50,12 @@ extension NodeInstance {
                 continue
             }
         }
-        if progressed { pumpTransfers(now: now) } else { retunePacing(now: now) }
+        if progressed {
+            pumpTransfers(now: now)
+        } else if downlink.lastInterval.closedAt == now {
+            // The rate changes only when an interval closes.
+            retunePacing(now: now)
+        }
     }
 
     mutating func logDownlink() {
@@ -76,7 +87,8 @@ extension NodeInstance {
         guard serving.count < settings.maxConcurrentServes, writable,
               serving.lazy.filter({ $0.peer == peer }).count < settings.maxServesPerPeer,
               pacer.queuedBytes < settings.maxPacedBytes,
-              pacer.queuedBytes(for: peer) < settings.maxPacedBytesPerPeer else {
+              pacer.queuedBytes(for: peer) < settings.maxPacedBytesPerPeer,
+              pacer.queuedChunks(for: peer) < settings.transfer.maximumInFlight else {
             counters.wantsRefused += 1
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
         }
@@ -112,10 +124,14 @@ extension NodeInstance {
 
     /// Queues the wanted pieces at the rate the member asked for, and sends what is due.
     private mutating func sendPieces(of chunk: ByteBuffer, want: ChunkWant, to peer: NodeID, now: MeshInstant) {
-        let pieces = ChunkAssembly.pieces(of: chunk, digest: want.digest, pieceSize: want.pieceSize, only: want.missing)
-        pacer.enqueue(pieces, digest: want.digest, to: peer)
+        var pieces = ChunkAssembly.pieces(of: chunk, digest: want.digest, pieceSize: want.pieceSize, only: want.missing)
+        // A queued piece is a view of the whole chunk: a few pieces of many chunks would hold
+        // every chunk in memory while they wait for a slow pace. Few pieces get their own bytes.
+        if pieces.count * want.pieceSize * 2 < chunk.readableBytes {
+            for index in pieces.indices { pieces[index].payload = ByteBuffer(bytes: pieces[index].payload.readableBytesView) }
+        }
+        let bytes = pacer.enqueue(pieces, digest: want.digest, to: peer)
         if want.missing == nil { counters.chunksServed += 1 }
-        let bytes = pieces.reduce(0) { $0 + $1.payload.readableBytes }
         serveBudget.charge(bytes, of: chunk.readableBytes, to: ServeBudget.Key(peer: peer, digest: want.digest), now: now)
         releasePieces(now: now)
     }
@@ -134,14 +150,24 @@ extension NodeInstance {
         var payloadBytes = 0
         var batch = ByteBuffer()
         batch.reserveCapacity(batchBytes)
-        var segmentSize = 0, count = 0
+        var segmentSize = 0, count = 0, segmentPayload = 0
         for var piece in pieces {
             piece.sentAt = stamp
+            // Only the last datagram of a segmented send may be shorter: pieces of several
+            // chunks take turns, so a longer one after a short one starts a batch of its own.
+            if count > 0, piece.payload.readableBytes > segmentPayload {
+                transmit(segments: batch, segmentSize: segmentSize, count: count, to: address)
+                counters.chunkPayloadBytesSent += UInt64(payloadBytes)
+                payloadBytes = 0
+                batch = ByteBuffer()
+                batch.reserveCapacity(batchBytes)
+                count = 0
+            }
             let before = batch.readableBytes
             guard codec.seal([.chunkPiece(piece)], to: peer, appendingTo: &batch) else { return }
             let length = batch.readableBytes - before
             payloadBytes += piece.payload.readableBytes
-            if count == 0 { segmentSize = length }
+            if count == 0 { segmentSize = length; segmentPayload = piece.payload.readableBytes }
             count += 1
             // A batch ends after a shorter datagram (only the last may be), or when full.
             if length != segmentSize || count == settings.maxSegments || batch.readableBytes + segmentSize > batchBytes {

@@ -178,9 +178,8 @@ public struct NodeInstance: Sendable {
 
     // Receiving chunks (NodeInstance+Pacing).
     package internal(set) var downlink: DownlinkController
-    /// The rate each holder was last told, and the controller's rate then.
+    /// The pace each holder was last told.
     var toldRates: [NodeID: Int] = [:]
-    var toldTotal = 0.0
 
     public internal(set) var counters = NodeCounters()
     var effects: [NodeEffect] = []
@@ -295,7 +294,8 @@ public struct NodeInstance: Sendable {
             apply(directives, now: now)
         case .pairwise:
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
-            downlink.onDatagram(from: sender, packetNumber: datagram.header.packetNumber)
+            downlink.onDatagram(from: sender, packetNumber: datagram.header.packetNumber,
+                                carriesPiece: datagram.frames.contains { if case .chunkPiece = $0 { true } else { false } })
             if datagram.frames.contains(where: \.isProbeOrAck) {
                 let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now,
                                                      pairwise: true)

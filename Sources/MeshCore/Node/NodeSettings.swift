@@ -27,12 +27,15 @@ public struct NodeSettings: Sendable {
     /// read without bound).
     public var maxConcurrentServes = 32
     /// Reads for one member at once: a member that floods wants takes no more than its share
-    /// (the scheduler never has more than 8 chunks in flight to one holder).
+    /// (more of its wants wait their turn as "busy").
     public var maxServesPerPeer = 8
     /// Pieces waiting for their pace, in all and for one member: past these, wants are
     /// answered "busy" (a member asking slowly for much cannot make us hold it all).
     public var maxPacedBytes = 64 << 20
     public var maxPacedBytesPerPeer = 8 << 20
+    /// The longest a chunk request waits at a slow pace before the scheduler gives it up (a lost
+    /// want is asked again sooner, by the assembler, once the chunk stays silent).
+    public var maximumPacedWait: Duration = .seconds(120)
     /// The requesting side's congestion control (`DownlinkController`).
     public var downlink = DownlinkController.Settings()
     /// Chunks kept after serving them, for re-asks of lost pieces (4 MiB at 256 KiB chunks).

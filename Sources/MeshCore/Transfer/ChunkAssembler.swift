@@ -198,10 +198,10 @@ public struct ChunkAssembler: Sendable {
             if download.assembly == nil {
                 // Not a piece yet: the want may have been lost, or the holder's queue is long
                 // (then asking again costs a second copy), so the wait doubles each time.
-                download.wholeWait = min(settings.maximumWholeWait, download.wholeWait * 2)
+                download.wholeWait = max(minimumSilence, min(settings.maximumWholeWait, download.wholeWait * 2))
                 download.nextAsk = now + download.wholeWait
             } else {
-                download.stall = min(settings.maximumStall, download.stall * 2)
+                download.stall = max(minimumSilence, min(settings.maximumStall, download.stall * 2))
                 download.nextAsk = now + download.stall
             }
             downloads[digest] = download

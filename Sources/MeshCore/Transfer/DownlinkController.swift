@@ -10,8 +10,10 @@ import MeshCrypto
 /// anything above it is time spent in a queue. Below the target the rate grows (doubling per
 /// round trip at first, then in proportion to the room left); above it, it shrinks in
 /// proportion to the excess. Random loss does not move it: only a loss rate no random loss of a
-/// working path reaches (a queue overflowing) cuts the rate. Background replication aims at a
-/// lower target than a fetch someone waits for, so it gives way first (LEDBAT's purpose).
+/// working path reaches (a queue overflowing) cuts the rate. A fetch someone waits for that
+/// finds the queue held full by another flow (a loss-based TCP) competes by TCP's rules, loss
+/// included, until the queue drains (Copa's switch); background replication never does, so it
+/// gives way (LEDBAT's purpose).
 ///
 /// Pure: pieces, datagram numbers and round-trip samples come in with their time; the rate
 /// and the bytes that may be in flight come out.
@@ -68,6 +70,9 @@ public struct DownlinkController: Sendable {
         var base: UInt32?
         var previousBase: UInt32?
         var highestPacket: UInt64?
+        /// This interval's datagrams with pieces, and those missing before them.
+        var received = 0
+        var lost = 0
     }
 
     public let settings: Settings
@@ -81,6 +86,7 @@ public struct DownlinkController: Sendable {
     private var baseRolledAt: MeshInstant?
     /// No decrease before this: the last one has not shown yet.
     private var holdUntil = MeshInstant.zero
+    private var lastClose: MeshInstant?
     /// Whether the last interval's queue was over a quarter of the target.
     private var wasOver = false
     /// When the queue was last seen near empty.
@@ -92,8 +98,6 @@ public struct DownlinkController: Sendable {
     private var intervalStart: MeshInstant?
     private var intervalBytes = 0
     private var intervalQueue: Duration?
-    private var intervalReceived = 0
-    private var intervalLost = 0
 
     /// The latest queueing delay measured (the interval's lowest), for status and tests.
     public private(set) var queueingDelay: Duration = .zero
@@ -132,22 +136,25 @@ public struct DownlinkController: Sendable {
     }
 
     /// Any pairwise datagram from `holder`: its packet numbers show what was lost on the way.
-    public mutating func onDatagram(from holder: NodeID, packetNumber: UInt64) {
+    /// Only a gap before a datagram that carries a piece counts, and a holder is never believed to
+    /// have lost more than it delivered in an interval: a member numbers its own datagrams, and
+    /// one jumping ahead must not pass for congestion on our line.
+    public mutating func onDatagram(from holder: NodeID, packetNumber: UInt64, carriesPiece: Bool) {
         var state = holders[holder] ?? Holder()
         if let highest = state.highestPacket {
             if packetNumber > highest {
                 // A jump of thousands is a restarted peer or a long pause, not loss to react to.
                 let gap = packetNumber - highest - 1
-                if gap < 1000 { intervalLost += Int(gap) }
+                if carriesPiece, intervalStart != nil, gap < 1000 { state.lost += Int(gap) }
                 state.highestPacket = packetNumber
-            } else if intervalLost > 0 {
+            } else if state.lost > 0 {
                 // A late one was counted as lost.
-                intervalLost -= 1
+                state.lost -= 1
             }
         } else {
             state.highestPacket = packetNumber
         }
-        intervalReceived += 1
+        if carriesPiece, intervalStart != nil { state.received += 1 }
         holders[holder] = state
     }
 
@@ -164,7 +171,14 @@ public struct DownlinkController: Sendable {
         let queue = Duration.microseconds(max(0, Int32(bitPattern: sample &- base)))
         intervalQueue = intervalQueue.map { min($0, queue) } ?? queue
         intervalBytes += bytes
-        if intervalStart == nil { intervalStart = now }
+        if intervalStart == nil {
+            intervalStart = now
+            // After a pause, what was seen before says nothing about the line now.
+            if let closed = lastClose, now >= closed + max(.seconds(1), interval * 10) {
+                drainedAt = now
+                wasOver = false
+            }
+        }
         if let start = intervalStart, now >= start + interval { closeInterval(now: now) }
     }
 
@@ -175,7 +189,8 @@ public struct DownlinkController: Sendable {
             // The first round trip known: slow start begins from a window's worth per round trip
             // (as TCP's initial window), which on a LAN is far more than the initial rate.
             if roundTrip == nil, slowStart {
-                rate = max(rate, Double(settings.initialWindow) / max(1e-6, sample.milliseconds / 1000))
+                rate = min(Double(settings.maximumRate),
+                           max(rate, Double(settings.initialWindow) / max(1e-6, sample.milliseconds / 1000)))
             }
             roundTrip = sample
             roundTripAt = now
@@ -202,14 +217,19 @@ public struct DownlinkController: Sendable {
             intervalStart = nil
             intervalBytes = 0
             intervalQueue = nil
-            intervalReceived = 0
-            intervalLost = 0
+            for id in holders.keys {
+                holders[id]?.received = 0
+                holders[id]?.lost = 0
+            }
         }
         guard let start = intervalStart, let queue = intervalQueue else { return }
+        let intervalReceived = holders.values.reduce(0) { $0 + $1.received }
+        let intervalLost = holders.values.reduce(0) { $0 + min($1.lost, $1.received) }
         queueingDelay = queue
         let elapsed = max(1e-6, (now - start).milliseconds / 1000)
         let delivered = Double(intervalBytes) / elapsed
         lastInterval = (delivered, intervalReceived, intervalLost, now)
+        lastClose = now
         // The rate asked for shows in what arrives a round trip or two later (the holders hear
         // it, then pieces cross the line). So it grows only once deliveries caught up with it,
         // and shrinks once per two intervals, from what arrived: reacting again before the last

@@ -47,9 +47,14 @@ public struct PiecePacer: Sendable {
     public func rate(for peer: NodeID) -> Int? { lanes[peer]?.rate }
     public var isEmpty: Bool { queuedBytes == 0 }
 
+    /// Chunks queued for `peer`.
+    public func queuedChunks(for peer: NodeID) -> Int { lanes[peer]?.chunks.count ?? 0 }
+
     /// Queues `pieces` of one chunk for `peer`; those already queued are not queued twice.
-    public mutating func enqueue(_ pieces: [ChunkPiece], digest: SHA256Digest, to peer: NodeID) {
-        guard !pieces.isEmpty else { return }
+    /// Returns the payload bytes queued.
+    @discardableResult
+    public mutating func enqueue(_ pieces: [ChunkPiece], digest: SHA256Digest, to peer: NodeID) -> Int {
+        guard !pieces.isEmpty else { return 0 }
         var lane = lanes[peer] ?? Lane()
         var added = 0
         if let position = lane.chunks.firstIndex(where: { $0.digest == digest }) {
@@ -64,6 +69,7 @@ public struct PiecePacer: Sendable {
         lane.bytes += added
         queuedBytes += added
         lanes[peer] = lane
+        return added
     }
 
     /// The rate `peer` asked for (bytes per second; 0: unpaced).
@@ -71,7 +77,7 @@ public struct PiecePacer: Sendable {
         lanes[peer, default: Lane()].rate = max(0, rate)
     }
 
-    /// A member is gone, or its chunk is no longer wanted: its pieces are dropped.
+    /// A member is gone, or restarted: its pieces are dropped.
     public mutating func remove(_ peer: NodeID) {
         queuedBytes -= lanes.removeValue(forKey: peer)?.bytes ?? 0
     }
