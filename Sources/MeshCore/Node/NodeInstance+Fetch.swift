@@ -251,6 +251,9 @@ extension NodeInstance {
             return storeFailed(failure, fetching: live.map(\.attachment), now: now)
         }
         counters.chunksFetched += 1
+        // Its pieces were right: from now on they also tell the downlink's controller about the
+        // line (a member that never sent a good chunk could feed it any timestamps).
+        provenHolders.formUnion(contributors)
         if let ref = live.first, let manifest = manifests[ref.attachment] {
             counters.chunkPayloadBytesFetched += UInt64(manifest.length(ofChunk: ref.index))
         }

@@ -81,6 +81,7 @@ extension NodeInstance {
             assembler.removeHolder(id)
             pacer.remove(id)
             downlink.removeHolder(id)
+            provenHolders.remove(id)
             toldRates[id] = nil
         } else if codec.installedBoot(of: id) != member.record.bootID || !delivery.peers.contains(id),
                   let keys = PairwiseKeys.derive(session: session, local: ephemeral,

@@ -19,14 +19,18 @@ extension NodeInstance {
                 pacer.setRate(pace.rate, for: peer)
             case let .chunkPiece(piece):
                 let result = assembler.onPiece(piece, from: peer, now: now)
+                // A round trip is measured by us alone: any holder's answer time will do.
                 if let sample = assembler.takeAnswerSample() { downlink.onRoundTrip(sample, now: now) }
-                // Only pieces asked for tell the controller anything (anyone can send others).
-                switch result {
-                case .accepted, .complete:
-                    downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now)
-                    if downlink.lastInterval.closedAt == now, logs(.debug) { logDownlink() }
-                case .duplicate, .unsolicited:
-                    break
+                // Only pieces asked for, of members whose chunks proved right, tell the controller
+                // about the line: anyone can send others, and a liar's timestamps are lies too.
+                if provenHolders.contains(peer) {
+                    switch result {
+                    case .accepted, .complete:
+                        downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now)
+                        if downlink.lastInterval.closedAt == now, logs(.debug) { logDownlink() }
+                    case .duplicate, .unsolicited:
+                        break
+                    }
                 }
                 switch result {
                 case let .complete(bytes, contributors):

@@ -178,6 +178,9 @@ public struct NodeInstance: Sendable {
 
     // Receiving chunks (NodeInstance+Pacing).
     package internal(set) var downlink: DownlinkController
+    /// Members that sent this node a chunk that verified: only their pieces and datagram numbers
+    /// feed the controller.
+    var provenHolders: Set<NodeID> = []
     /// The pace each holder was last told.
     var toldRates: [NodeID: Int] = [:]
 
@@ -294,8 +297,10 @@ public struct NodeInstance: Sendable {
             apply(directives, now: now)
         case .pairwise:
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
-            downlink.onDatagram(from: sender, packetNumber: datagram.header.packetNumber,
-                                carriesPiece: datagram.frames.contains { if case .chunkPiece = $0 { true } else { false } })
+            if provenHolders.contains(sender) {
+                downlink.onDatagram(from: sender, packetNumber: datagram.header.packetNumber,
+                                    carriesPiece: datagram.frames.contains { if case .chunkPiece = $0 { true } else { false } })
+            }
             if datagram.frames.contains(where: \.isProbeOrAck) {
                 let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now,
                                                      pairwise: true)
