@@ -1,4 +1,3 @@
-import Foundation
 import MeshCore
 
 /// Issue 18's experiment, for the bench and the seeded tests alike: three holders outside, a
@@ -92,9 +91,6 @@ public enum HomeLineExperiment {
         let fetched = mesh.simulator.run(until: start + .seconds(290), checkEvery: .milliseconds(trace == nil ? 50 : 10)) { sim in
             trace?(sim, joiner, tcp, holders)
             return !joiner.complete.isEmpty
-        }
-        if fetched != .satisfied, ProcessInfo.processInfo.environment["HOMELINK_TRACE"] != nil {
-            print("unfinished: failed \(joiner.failedCommands) fetches \(joiner.core.fetches.map { "\($0.value.stage)" }) violations \(joiner.violations) members \(joiner.activeMemberIDs.count)")
         }
         let seconds = (mesh.simulator.now - start - .seconds(10)).milliseconds / 1000
         let link = mesh.simulator.bottleneckStatistics(of: joiner.address).downlink ?? .init()

@@ -79,10 +79,8 @@ extension NodeInstance {
             apply(left, now: now)
             transfer.removePeer(id)
             assembler.removeHolder(id)
-            pacer.remove(id)
-            downlink.removeHolder(id)
+            forgetPacing(of: id)
             provenHolders.remove(id)
-            toldRates[id] = nil
         } else if codec.installedBoot(of: id) != member.record.bootID || !delivery.peers.contains(id),
                   let keys = PairwiseKeys.derive(session: session, local: ephemeral,
                                                  peerPublicKey: member.record.ephemeralKey) {
@@ -95,9 +93,7 @@ extension NodeInstance {
             codec.installPeer(id, bootID: member.record.bootID, keys: keys)
             // A new boot numbers its datagrams and reads its clock afresh, and asked the old one
             // for pieces it no longer waits for.
-            downlink.removeHolder(id)
-            pacer.remove(id)
-            toldRates[id] = nil
+            forgetPacing(of: id)
             delivery.addPeer(id)
             _ = journal.memberLeft(id)
             let joined = journal.memberJoined(id)

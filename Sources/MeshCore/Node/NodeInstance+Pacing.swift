@@ -6,6 +6,8 @@ import MeshCrypto
 extension NodeInstance {
     /// Before requests go out: the window, timeouts and silences that follow from the rate.
     mutating func applyDownlinkLimits() {
+        // A holder ticks per pacing slice: with nothing to fetch there is nothing to limit.
+        guard !fetches.isEmpty else { return }
         downlink.setPriority(loadWaiters.isEmpty ? .background : .foreground)
         let chunk = max(1, settings.chunkSize)
         // One more than the budget (the chunk being finished beside those in full flow), and two
@@ -53,5 +55,13 @@ extension NodeInstance {
             toldRates[peer] = share
             sendPairwise([.chunkPace(ChunkPace(rate: share))], to: peer)
         }
+    }
+
+    /// What pacing knew of a member that is gone or restarted: its queue here, its clock and
+    /// datagram numbers, the pace it was told.
+    mutating func forgetPacing(of id: NodeID) {
+        pacer.remove(id)
+        downlink.removeHolder(id)
+        toldRates[id] = nil
     }
 }

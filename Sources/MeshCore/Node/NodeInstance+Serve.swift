@@ -11,6 +11,8 @@ extension NodeInstance {
     /// Transfer frames of a datagram sealed by `peer`'s pairwise key.
     mutating func receiveTransfer(_ frames: [Frame], from peer: NodeID, now: MeshInstant) {
         var progressed = false
+        // The downlink's rate changes only when an interval closes.
+        var rateMayHaveChanged = false
         for frame in frames {
             switch frame {
             case let .chunkWant(want):
@@ -26,8 +28,10 @@ extension NodeInstance {
                 if provenHolders.contains(peer) {
                     switch result {
                     case .accepted, .complete:
-                        downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now)
-                        if downlink.lastInterval.closedAt == now, logs(.debug) { logDownlink() }
+                        if downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now) {
+                            rateMayHaveChanged = true
+                            if logs(.debug) { logDownlink() }
+                        }
                     case .duplicate, .unsolicited:
                         break
                     }
@@ -56,8 +60,7 @@ extension NodeInstance {
         }
         if progressed {
             pumpTransfers(now: now)
-        } else if downlink.lastInterval.closedAt == now {
-            // The rate changes only when an interval closes.
+        } else if rateMayHaveChanged {
             retunePacing(now: now)
         }
     }
@@ -150,40 +153,51 @@ extension NodeInstance {
     private mutating func transmit(_ pieces: [ChunkPiece], to peer: NodeID, now: MeshInstant) {
         guard let address = peerAddresses[peer] else { return }
         let stamp = UInt32(truncatingIfNeeded: now.nanoseconds / 1000)
-        let batchBytes = settings.maxSegmentedBytes
-        var payloadBytes = 0
-        var batch = ByteBuffer()
-        batch.reserveCapacity(batchBytes)
-        var segmentSize = 0, count = 0, segmentPayload = 0
+        var batch = PieceBatch(capacity: settings.maxSegmentedBytes)
         for var piece in pieces {
             piece.sentAt = stamp
-            // Only the last datagram of a segmented send may be shorter: pieces of several
-            // chunks take turns, so a longer one after a short one starts a batch of its own.
-            if count > 0, piece.payload.readableBytes > segmentPayload {
-                transmit(segments: batch, segmentSize: segmentSize, count: count, to: address)
-                counters.chunkPayloadBytesSent += UInt64(payloadBytes)
-                payloadBytes = 0
-                batch = ByteBuffer()
-                batch.reserveCapacity(batchBytes)
-                count = 0
+            // Only the last datagram of a segmented send may be shorter, and pieces of several
+            // chunks take turns: a batch ends after a shorter datagram, before a longer one, or
+            // when full.
+            if batch.count > 0, batch.closed || piece.payload.readableBytes > batch.segmentPayload {
+                send(&batch, to: address)
             }
-            let before = batch.readableBytes
-            guard codec.seal([.chunkPiece(piece)], to: peer, appendingTo: &batch) else { return }
-            let length = batch.readableBytes - before
-            payloadBytes += piece.payload.readableBytes
-            if count == 0 { segmentSize = length; segmentPayload = piece.payload.readableBytes }
-            count += 1
-            // A batch ends after a shorter datagram (only the last may be), or when full.
-            if length != segmentSize || count == settings.maxSegments || batch.readableBytes + segmentSize > batchBytes {
-                transmit(segments: batch, segmentSize: segmentSize, count: count, to: address)
-                counters.chunkPayloadBytesSent += UInt64(payloadBytes)
-                payloadBytes = 0
-                batch = ByteBuffer()
-                batch.reserveCapacity(batchBytes)
-                count = 0
-            }
+            let before = batch.bytes.readableBytes
+            guard codec.seal([.chunkPiece(piece)], to: peer, appendingTo: &batch.bytes) else { return }
+            batch.added(length: batch.bytes.readableBytes - before, payload: piece.payload.readableBytes,
+                        maxSegments: settings.maxSegments)
         }
-        if count > 0 { transmit(segments: batch, segmentSize: segmentSize, count: count, to: address) }
-        counters.chunkPayloadBytesSent += UInt64(payloadBytes)
+        if batch.count > 0 { send(&batch, to: address) }
+    }
+
+    private mutating func send(_ batch: inout PieceBatch, to address: PeerAddress) {
+        transmit(segments: batch.bytes, segmentSize: batch.segmentSize, count: batch.count, to: address)
+        counters.chunkPayloadBytesSent += UInt64(batch.payloadBytes)
+        batch = PieceBatch(capacity: batch.capacity)
+    }
+}
+
+/// Sealed pieces on their way into one segmented send.
+struct PieceBatch {
+    let capacity: Int
+    var bytes: ByteBuffer
+    var count = 0
+    var segmentSize = 0
+    var segmentPayload = 0
+    var payloadBytes = 0
+    /// Takes no more: it ended with a shorter datagram, or another would not fit.
+    var closed = false
+
+    init(capacity: Int) {
+        self.capacity = capacity
+        bytes = ByteBuffer()
+        bytes.reserveCapacity(capacity)
+    }
+
+    mutating func added(length: Int, payload: Int, maxSegments: Int) {
+        if count == 0 { segmentSize = length; segmentPayload = payload }
+        count += 1
+        payloadBytes += payload
+        closed = length != segmentSize || count == maxSegments || bytes.readableBytes + segmentSize > capacity
     }
 }

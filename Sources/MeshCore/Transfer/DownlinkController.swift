@@ -158,8 +158,10 @@ public struct DownlinkController: Sendable {
         holders[holder] = state
     }
 
-    /// A piece of `bytes` stamped `sentAt` by `holder`'s clock arrived.
-    public mutating func onPiece(bytes: Int, sentAt: UInt32, from holder: NodeID, now: MeshInstant) {
+    /// A piece of `bytes` stamped `sentAt` by `holder`'s clock arrived. Returns whether it
+    /// closed an interval (the rate may have changed).
+    @discardableResult
+    public mutating func onPiece(bytes: Int, sentAt: UInt32, from holder: NodeID, now: MeshInstant) -> Bool {
         rollBaseIfDue(now: now)
         let sample = UInt32(truncatingIfNeeded: now.nanoseconds / 1000) &- sentAt
         var state = holders[holder] ?? Holder()
@@ -179,7 +181,9 @@ public struct DownlinkController: Sendable {
                 wasOver = false
             }
         }
-        if let start = intervalStart, now >= start + interval { closeInterval(now: now) }
+        guard let start = intervalStart, now >= start + interval else { return false }
+        closeInterval(now: now)
+        return true
     }
 
     /// A want's first piece came this long after it was sent.
@@ -242,8 +246,8 @@ public struct DownlinkController: Sendable {
         // A queue seen in one interval only may be our own: a receiver that stalled (a disk
         // flush, a busy core) reads a backlog late. A bottleneck's queue lasts.
         let over = queueSeconds >= target / 4
+        let lasting = over && wasOver
         defer { wasOver = over }
-        func persistent(_ now: Bool) -> Bool { now && wasOver }
         // A queue that never falls below our target while we keep to it is another flow's:
         // a fetch someone waits for then competes (Copa's mode switch); replication never does.
         if queueSeconds < target || drainedAt == .zero { drainedAt = now }
@@ -280,7 +284,7 @@ public struct DownlinkController: Sendable {
                 // Doubling again before the last doubling shows in deliveries would run a
                 // round trip or two ahead of the line: up to eight times its rate.
                 if caughtUp { rate *= 2 }
-            } else if !persistent(true) {
+            } else if !lasting {
                 // A first sign of a queue: stop growing, and see whether it lasts.
             } else {
                 slowStart = false
@@ -291,7 +295,7 @@ public struct DownlinkController: Sendable {
             let room = (target - queueSeconds) / target
             if room > 0 {
                 if caughtUp { rate *= 1 + settings.increaseGain * room }
-            } else if mayShrink, persistent(true) {
+            } else if mayShrink, lasting {
                 rate = min(rate, delivered) * max(0.5, 1 + settings.decreaseGain * room)
                 holdUntil = now + interval * 2
             }
