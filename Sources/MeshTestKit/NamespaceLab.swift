@@ -28,14 +28,14 @@ public final class NamespaceLab: @unchecked Sendable {
         hosts = (0..<hostCount).map { "gm\(tag)h\($0)" }
         let subnet = Int.random(in: 1...250)
         addresses = (0..<hostCount).map { "10.213.\(subnet).\($0 + 1)" }
-        let bridgeSpace = "gm\(tag)br"
+        let bridgeSpace = bridgeNamespace
         do {
             try ip(["netns", "add", bridgeSpace]); created.append(bridgeSpace)
             try ip(["-n", bridgeSpace, "link", "add", "br0", "type", "bridge"])
             try ip(["-n", bridgeSpace, "link", "set", "br0", "up"])
             for (index, host) in hosts.enumerated() {
                 try ip(["netns", "add", host]); created.append(host)
-                let inside = "gm\(tag)v\(index)", outside = "gm\(tag)p\(index)"
+                let inside = "gm\(tag)v\(index)", outside = bridgePort(index)
                 try ip(["link", "add", inside, "netns", host, "type", "veth", "peer", "name", outside, "netns", bridgeSpace])
                 try ip(["-n", host, "addr", "add", "\(addresses[index])/24", "dev", inside])
                 try ip(["-n", host, "link", "set", inside, "up"])
@@ -48,6 +48,12 @@ public final class NamespaceLab: @unchecked Sendable {
             throw error
         }
     }
+
+    /// The namespace of the bridge that joins the hosts (WANLink shapes and delays traffic there).
+    public var bridgeNamespace: String { "gm\(tag)br" }
+
+    /// Host `index`'s port on the bridge: the far end of its link.
+    public func bridgePort(_ index: Int) -> String { "gm\(tag)p\(index)" }
 
     /// The prefix that runs a program inside host `index`.
     public func launcher(_ index: Int) -> [String] {
