@@ -9,6 +9,7 @@
 #   bench/wan-link-check.sh            # every profile, ~2 min
 #   SECONDS_PER_RUN=4 bench/wan-link-check.sh
 #   ONLY=home10 bench/wan-link-check.sh          # one profile (fiftyMs fiftyMsLossy home50 home10), no baselines
+#   WANLINK_BIN=/tmp/old-wanlink bench/wan-link-check.sh   # another build of the emulator
 #
 # Every namespace, rule and process it makes is removed on exit, also when interrupted.
 set -euo pipefail
@@ -25,8 +26,12 @@ done
 pkg-config --exists libnetfilter_queue || skip "libnetfilter-queue-dev is missing (make deps installs it as root)"
 
 WORK=$(mktemp -d /tmp/wan-link-check.XXXXXX)
-WANLINK=$WORK/wanlink
-make -s -C "$HERE/tools/wanlink" OUT="$WANLINK" >/dev/null || skip "tools/wanlink did not build"
+if [ -n "${WANLINK_BIN:-}" ]; then
+    WANLINK=$WANLINK_BIN      # a binary given (e.g. an older version, to compare)
+else
+    WANLINK=$WORK/wanlink
+    make -s -C "$HERE/tools/wanlink" OUT="$WANLINK" >/dev/null || skip "tools/wanlink did not build"
+fi
 
 TAG=wl$(printf '%04x' $((RANDOM % 65536)))
 BR=${TAG}br H0=${TAG}h0 H1=${TAG}h1
