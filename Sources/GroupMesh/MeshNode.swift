@@ -94,6 +94,7 @@ package actor MeshNode {
             try? await channel.close()
             throw .bindFailed(address: configuration.listenDescription, reason: "the socket has no local address")
         }
+        await DontFragment.apply(to: channel, ipv6: address.isIPv6)
         let store: AttachmentStore
         let restored: NodeInstance.Restored
         do {
@@ -241,9 +242,12 @@ package actor MeshNode {
                 .channelOption(.datagramReceiveSegmentSize, value: true)
                 .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 65_536))
         } else {
+            // Each of the 32 messages gets an equal share of the buffer: room for the largest
+            // datagram accepted (a jumbo frame's, once a path proved it carries one).
+            let perMessage = configuration.settings.wire.maxReceivedDatagramSize + 64
             bootstrap = bootstrap
                 .channelOption(.datagramVectorReadMessageCount, value: 32)
-                .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 32 * 2048))
+                .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 32 * perMessage))
         }
         do {
             return try await bootstrap.bind(host: configuration.listenHost, port: configuration.listenPort).get()

@@ -122,9 +122,10 @@ extension SimMesh {
     }
 
     /// What nodes noticed themselves (a command completed twice, a timer that spins, a message
-    /// of a type nobody sent), datagrams over the configured size, and malformed messages.
+    /// of a type nobody sent), datagrams over the largest size accepted (pieces and probes grow
+    /// to what a path proved), and malformed messages.
     public func nodeViolations() -> [String] {
-        let limit = configuration.settings.wire.maxDatagramSize
+        let limit = configuration.settings.wire.maxReceivedDatagramSize
         return all.flatMap { node in
             node.violations.map { "\(node.address): \($0)" }
                 + (node.largestDatagram > limit ? ["\(node.address): sent a \(node.largestDatagram)-byte datagram"] : [])

@@ -181,8 +181,9 @@ struct HostileMemberTests {
             Self.dropped($0, "malformed") - before >= Double(rounds * malformed.count)
         }
         #expect(Self.dropped(counted, "malformed") - before == Double(rounds * malformed.count))
-        // An oversized datagram (8 KiB of valid frames): dropped on its size, before decryption.
-        hostile.sendSealedPlaintext([UInt8](repeating: 0, count: 0) + (0..<800).flatMap { _ in [0x01, 0x00, 0x08] + [UInt8](repeating: 7, count: 8) },
+        // An oversized datagram (9.9 KB of valid frames, over a jumbo frame's 8,972): dropped on
+        // its size, before decryption.
+        hostile.sendSealedPlaintext([UInt8](repeating: 0, count: 0) + (0..<900).flatMap { _ in [0x01, 0x00, 0x08] + [UInt8](repeating: 7, count: 8) },
                                     to: victim.id)
         _ = try await victim.node.waitForStatus(timeout: .seconds(10), "oversized counted") { Self.dropped($0, "oversized") >= 1 }
         try await nodes.waitForMesh(alive: 3, timeout: .seconds(10))

@@ -11,10 +11,12 @@ import Testing
     /// byte 1, known frame types, lengths that almost fit.
     static func randomInput(using rng: inout SplitMix64) -> [UInt8] {
         let length: Int
-        switch UInt8.random(in: 0..<4, using: &rng) {
+        switch UInt8.random(in: 0..<5, using: &rng) {
         case 0: length = Int.random(in: 0...8, using: &rng)
         case 1: length = Int.random(in: 30...100, using: &rng)
         case 2: length = Int.random(in: 0...1500, using: &rng)
+        // Around the largest datagram accepted (a jumbo frame's).
+        case 3: length = Int.random(in: 8900...9100, using: &rng)
         default: length = Int.random(in: 0...64, using: &rng)
         }
         var input = rng.bytes(length)
@@ -102,7 +104,7 @@ import Testing
         originals.append(MessageEnvelope(type: "chat", body: rng.bytes(40)).encoded)
         originals.append(Manifest(size: 600_000, chunkSize: 262_144,
                                   chunks: (0..<3).map { SHA256Digest.hashing([UInt8($0)]) }).encoded)
-        for frame in sampleFrames(using: &rng) where [.chunkWant, .chunkPiece, .chunkAbsent, .chunkPace].contains(frame.type) {
+        for frame in sampleFrames(using: &rng) where [.chunkWant, .chunkPiece, .chunkAbsent, .chunkPace, .pathProbeRequest, .pathProbe].contains(frame.type) {
             var encoded = ByteBuffer()
             FrameCodec.encode(frame, into: &encoded)
             originals.append(bytes(encoded))

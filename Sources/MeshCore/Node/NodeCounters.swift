@@ -30,6 +30,8 @@ public struct NodeCounters: Sendable, Equatable {
     /// Wants refused for their piece size: under 256 bytes (a flood of tiny datagrams) or over
     /// what our datagrams carry. A member's bug or malice.
     public var wantsMisshapen: UInt64 = 0
+    /// Requests for path probes not answered: a size out of bounds, or over a member's budget.
+    public var probeRequestsRefused: UInt64 = 0
     /// Fetches that ended without the attachment (unavailable, or the store refused).
     public var fetchesFailed: UInt64 = 0
     /// Messages in the application stream that are not a message envelope, and journal messages

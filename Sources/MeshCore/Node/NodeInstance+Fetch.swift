@@ -175,6 +175,7 @@ extension NodeInstance {
         applyDownlinkLimits()
         for request in transfer.nextRequests(now: now) {
             requested[request.digest, default: []].append(ChunkRef(attachment: request.attachment, index: request.index))
+            measurePath(from: request.peer, now: now)
             if let length = manifests[request.attachment]?.length(ofChunk: request.index),
                let want = assembler.begin(request.digest, length: length, from: request.peer, now: now) {
                 sendWant(want, to: request.peer)
@@ -360,6 +361,8 @@ extension NodeInstance {
         }
         if fetchRetries.values.contains(where: { now >= $0.at }) { replicate(now: now) }
         for (peer, want) in assembler.onTick(now: now) { sendWant(want, to: peer) }
+        reportSilences(now: now)
+        applyPath(pathMTU.onTick(now: now), now: now)
         if now >= nextAvailabilityAt, !dirtyBitmaps.isEmpty {
             nextAvailabilityAt = now + settings.availabilityInterval
             for id in dirtyBitmaps.sorted() {
@@ -397,6 +400,7 @@ extension NodeInstance {
         consider(transfer.nextDeadline)
         consider(assembler.nextDeadline)
         consider(downlink.nextDeadline)
+        consider(pathMTU.nextDeadline)
         if !dirtyBitmaps.isEmpty { consider(nextAvailabilityAt) }
         consider(replicationPausedUntil)
         // Only while replication would act on them (a lazy or paused node does not).

@@ -63,5 +63,8 @@ extension NodeInstance {
         pacer.remove(id)
         downlink.removeHolder(id)
         toldRates[id] = nil
+        pathMTU.remove(id)
+        assembler.setPieceSize(nil, for: id)
+        probeAnswers[id] = nil
     }
 }

@@ -9,7 +9,7 @@ extension NodeInstance {
     var pieceSize: Int { codec.maxPairwisePayload - ChunkPiece.overhead }
 
     /// Transfer frames of a datagram sealed by `peer`'s pairwise key.
-    mutating func receiveTransfer(_ frames: [Frame], from peer: NodeID, now: MeshInstant) {
+    mutating func receiveTransfer(_ frames: [Frame], from peer: NodeID, datagramSize: Int, now: MeshInstant) {
         var progressed = false
         // The downlink's rate changes only when an interval closes.
         var rateMayHaveChanged = false
@@ -38,6 +38,7 @@ extension NodeInstance {
                 }
                 switch result {
                 case let .complete(bytes, contributors):
+                    pathMTU.onPieces(from: peer)
                     receiveChunk(piece.digest, bytes: bytes, from: peer, contributors: contributors)
                     progressed = true
                 case .unsolicited:
@@ -54,6 +55,10 @@ extension NodeInstance {
                     }
                 }
                 progressed = true
+            case let .pathProbeRequest(request):
+                answerProbeRequest(request, from: peer, now: now)
+            case let .pathProbe(probe):
+                applyPath(pathMTU.onProbe(probe, from: peer, datagramSize: datagramSize, now: now), now: now)
             default:
                 continue
             }
@@ -75,7 +80,7 @@ extension NodeInstance {
 
     private mutating func serve(_ want: ChunkWant, to peer: NodeID, now: MeshInstant) {
         // Pieces under the minimum would turn one want into hundreds of thousands of datagrams.
-        guard want.pieceSize <= pieceSize, want.pieceSize >= ChunkWant.minPieceSize else {
+        guard want.pieceSize <= maxPieceSize, want.pieceSize >= ChunkWant.minPieceSize else {
             counters.wantsMisshapen += 1
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld))], to: peer)
         }

@@ -183,6 +183,10 @@ public struct NodeInstance: Sendable {
     var provenHolders: Set<NodeID> = []
     /// The pace each holder was last told.
     var toldRates: [NodeID: Int] = [:]
+    /// How large a datagram each holder's path to us carries (NodeInstance+PathMTU).
+    package internal(set) var pathMTU: PathMTUDiscovery
+    /// Probes answered per member in the current second.
+    var probeAnswers: [NodeID: (count: Int, since: MeshInstant)] = [:]
 
     public internal(set) var counters = NodeCounters()
     var effects: [NodeEffect] = []
@@ -221,6 +225,7 @@ public struct NodeInstance: Sendable {
         assembler = ChunkAssembler(settings: .init(pieceSize: codec.maxPairwisePayload - ChunkPiece.overhead))
         recentChunks = RecentChunks(capacity: settings.recentChunkCapacity)
         downlink = DownlinkController(settings: settings.downlink)
+        pathMTU = PathMTUDiscovery(settings: settings.pathMTU)
         self.random = random
         // Only what the journal holds now: a manifest left over from a removed attachment is not ours.
         let state = journal.state
@@ -310,7 +315,7 @@ public struct NodeInstance: Sendable {
             }
             let directives = delivery.onFrames(datagram.frames, from: sender, now: now, deferAcks: true)
             apply(directives, now: now)
-            receiveTransfer(datagram.frames, from: sender, now: now)
+            receiveTransfer(datagram.frames, from: sender, datagramSize: bytes, now: now)
             receivePings(datagram.frames, from: sender, now: now)
         }
     }

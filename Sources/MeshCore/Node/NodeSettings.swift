@@ -38,6 +38,11 @@ public struct NodeSettings: Sendable {
     public var maximumPacedWait: Duration = .seconds(120)
     /// The requesting side's congestion control (`DownlinkController`).
     public var downlink = DownlinkController.Settings()
+    /// How large a datagram each holder's path to us carries (`PathMTUDiscovery`). Its ladder's
+    /// top must not be over `wire.maxReceivedDatagramSize`.
+    public var pathMTU = PathMTUDiscovery.Settings()
+    /// Probes answered per member per second (each up to 9 KB, asked for in 90 bytes).
+    public var maxProbeAnswers = 10
     /// Chunks kept after serving them, for re-asks of lost pieces (4 MiB at 256 KiB chunks).
     public var recentChunkCapacity = 16
     /// Datagrams per segmented write: the kernel takes up to 64 segments and 64 KiB.

@@ -9,7 +9,7 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
     case messages
     /// Journal operations and requests, on the same channel in a stream of their own.
     case journal
-    /// Chunk wants, pieces and absences.
+    /// Chunk wants, pieces and absences, and the path probes that size the pieces.
     case transfer
     /// Key epochs: handovers and beacons in an earlier epoch.
     case keys
@@ -37,7 +37,7 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
         var kind = TrafficKind.messages
         for frame in frames {
             switch frame {
-            case .chunkWant, .chunkPiece, .chunkAbsent, .chunkPace: return .transfer
+            case .chunkWant, .chunkPiece, .chunkAbsent, .chunkPace, .pathProbeRequest, .pathProbe: return .transfer
             case let .data(chunk) where chunk.stream == .journal: return .journal
             case .data, .fragment, .forwardTSN: return .messages
             case .ping, .pong: kind = .ping

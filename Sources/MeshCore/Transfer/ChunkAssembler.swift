@@ -5,7 +5,8 @@ import MeshCrypto
 /// wants and whole chunks go out. Memory is bounded by `maxDownloads` chunks.
 public struct ChunkAssembler: Sendable {
     public struct Settings: Sendable {
-        /// Piece size asked for (what fits one datagram).
+        /// Piece size asked for where nothing larger is known to fit (what fills a datagram of
+        /// the base size every path carries).
         public var pieceSize: Int
         /// Silence after which the missing pieces are asked for again: twice the holder's
         /// smoothed answer time, at least this; doubles while nothing comes, up to `maximumStall`.
@@ -51,6 +52,9 @@ public struct ChunkAssembler: Sendable {
         let length: Int
         /// Members asked for it; the newest is asked again when pieces stop coming.
         var holders: [NodeID]
+        /// One size for all of a chunk's pieces, whoever sends them: the newest holder's, until
+        /// the first piece came.
+        var pieceSize: Int
         var assembly: ChunkAssembly?
         var contributors: Set<NodeID> = []
         var lastContributor: NodeID?
@@ -71,7 +75,7 @@ public struct ChunkAssembler: Sendable {
         /// holder last asked, and whether the chunk is now whole. Everything is decided here,
         /// in place: reading the download out of the table would copy it per piece.
         mutating func add(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant, settings: Settings) -> Placement {
-            guard piece.chunkLength == length, piece.pieceSize == settings.pieceSize else { return .refused }
+            guard piece.chunkLength == length, piece.pieceSize == pieceSize else { return .refused }
             if assembly == nil {
                 assembly = ChunkAssembly(digest: piece.digest, length: piece.chunkLength, pieceSize: piece.pieceSize)
             }
@@ -104,10 +108,32 @@ public struct ChunkAssembler: Sendable {
     /// Pieces come paced: silences shorter than this are the pace, not loss (the node sets it
     /// from the rate it asked for).
     public var minimumSilence: Duration = .zero
+    /// Piece sizes larger than the base that a holder's path was proven to carry.
+    private var pieceSizes: [NodeID: Int] = [:]
+    /// Whole chunks asked again of a holder at a piece size above the base, with not a piece
+    /// back: a sign that its path stopped carrying that size (a black hole). Until taken.
+    private var silences: [(holder: NodeID, pieceSize: Int)] = []
 
     public init(settings: Settings) { self.settings = settings }
 
     public var activeCount: Int { downloads.count }
+
+    /// The piece size to ask `holder` for.
+    public func pieceSize(for holder: NodeID) -> Int {
+        pieceSizes[holder] ?? settings.pieceSize
+    }
+
+    /// `holder`'s path carries pieces of `size` (nil: only the base). Chunks without a piece
+    /// yet take the new size with their next want.
+    public mutating func setPieceSize(_ size: Int?, for holder: NodeID) {
+        pieceSizes[holder] = size.flatMap { $0 > settings.pieceSize ? $0 : nil }
+    }
+
+    /// The silent wants seen since the last call.
+    public mutating func takeSilences() -> [(holder: NodeID, pieceSize: Int)] {
+        defer { silences.removeAll() }
+        return silences
+    }
     public func isDownloading(_ digest: SHA256Digest) -> Bool { downloads[digest] != nil }
 
     /// Starts (or widens) the pull of a chunk from `holder`: the want to send, asking only for
@@ -123,17 +149,32 @@ public struct ChunkAssembler: Sendable {
         guard downloads.count < settings.maxDownloads else { return nil }
         let wait = max(minimumSilence, answerTime[holder].map { min(settings.maximumStall, max(settings.minimumWholeWait, $0 * 3)) }
             ?? settings.firstPieceTimeout)
-        let download = Download(length: length, holders: [holder], lastActivity: now, silence: silence(for: holder),
+        let download = Download(length: length, holders: [holder], pieceSize: pieceSize(for: holder),
+                                lastActivity: now, silence: silence(for: holder),
                                 stall: settings.stallTimeout, nextAsk: now + wait, askedAt: now, wholeWait: wait)
         downloads[digest] = download
         return want(for: digest, download)
     }
 
-    /// The want for what is missing, remembering the last piece it asks for.
+    /// The want for what is missing, remembering the last piece it asks for. Before the first
+    /// piece, at the newest holder's piece size. Pieces larger than that holder's path carries
+    /// (it shrank, or the chunk came from a holder on a larger path) make the chunk start over
+    /// at the smaller size: asking again at the old one would go unanswered for good.
     private mutating func want(for digest: SHA256Digest, _ download: Download) -> ChunkWant {
+        var download = download
+        if let holder = download.holders.last {
+            let size = pieceSize(for: holder)
+            if let assembly = download.assembly, assembly.pieceSize > size {
+                download.assembly = nil
+                download.contributors = []
+                download.lastContributor = nil
+            }
+            if download.assembly == nil { download.pieceSize = size }
+        }
         let missing = download.assembly?.missing
-        downloads[digest]?.lastAsked = missing.map(Self.highest) ?? Int.max
-        return ChunkWant(digest: digest, pieceSize: settings.pieceSize, missing: missing)
+        download.lastAsked = missing.map(Self.highest) ?? Int.max
+        downloads[digest] = download
+        return ChunkWant(digest: digest, pieceSize: download.pieceSize, missing: missing)
     }
 
     /// Twice the holder's answer time, within the settings' bounds.
@@ -182,6 +223,7 @@ public struct ChunkAssembler: Sendable {
     /// A member is gone: it is asked nothing more.
     public mutating func removeHolder(_ holder: NodeID) {
         answerTime[holder] = nil
+        pieceSizes[holder] = nil
         for digest in downloads.keys { downloads[digest]?.holders.removeAll { $0 == holder } }
     }
 
@@ -206,6 +248,9 @@ public struct ChunkAssembler: Sendable {
             }
             downloads[digest] = download
             if let holder = download.holders.last {
+                if download.assembly == nil, download.pieceSize > settings.pieceSize {
+                    silences.append((holder, download.pieceSize))
+                }
                 out.append((holder, want(for: digest, download)))
                 reasks += 1
             }

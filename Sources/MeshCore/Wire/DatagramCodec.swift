@@ -33,11 +33,12 @@ public struct OpenedDatagram: Equatable, Sendable {
 /// datagrams comes from the caller, and the caller decides what to do with each result.
 public struct DatagramCodec: Sendable {
     public struct Configuration: Sendable {
-        /// Largest UDP payload we send. 1200 bytes passes any path that carries IPv6.
+        /// Largest UDP payload we send unasked. 1200 bytes passes any path that carries IPv6.
         public var maxDatagramSize: Int = 1200
-        /// Largest UDP payload accepted: what fits an Ethernet frame (no node sends more than
-        /// `maxDatagramSize`; path MTU discovery would raise both).
-        public var maxReceivedDatagramSize: Int = 1472
+        /// Largest UDP payload accepted: a jumbo frame's. Only chunk pieces and path probes
+        /// are ever larger than `maxDatagramSize`, and only once a probe proved the path
+        /// carries them (`PathMTUDiscovery`).
+        public var maxReceivedDatagramSize: Int = 8972
         public var replayWindowSize: Int = 4096
         public init() {}
     }
@@ -93,7 +94,17 @@ public struct DatagramCodec: Sendable {
 
     /// Room for frames in one pairwise datagram.
     public var maxPairwisePayload: Int {
-        configuration.maxDatagramSize - DatagramHeader.fixedLength - PacketSealer.tagByteCount
+        Self.pairwisePayload(inDatagramOf: configuration.maxDatagramSize)
+    }
+
+    /// Room for frames in a pairwise datagram of `size` bytes.
+    public static func pairwisePayload(inDatagramOf size: Int) -> Int {
+        size - DatagramHeader.fixedLength - PacketSealer.tagByteCount
+    }
+
+    /// The size of a pairwise datagram that carries `payload` bytes of frames.
+    public static func pairwiseDatagramSize(payload: Int) -> Int {
+        payload + DatagramHeader.fixedLength + PacketSealer.tagByteCount
     }
 
     /// Room for frames in one hello datagram (which also carries a 24-byte nonce).

@@ -30,6 +30,9 @@ public enum Frame: Equatable, Sendable {
     case chunkPace(ChunkPace)
     // Key epochs (member removal).
     case epochHandover(EpochHandover)
+    // Paths (how large a datagram a member's path to us carries).
+    case pathProbeRequest(PathProbeRequest)
+    case pathProbe(PathProbe)
 
     public var type: FrameType {
         switch self {
@@ -54,6 +57,8 @@ public enum Frame: Equatable, Sendable {
         case .chunkAbsent: return .chunkAbsent
         case .chunkPace: return .chunkPace
         case .epochHandover: return .epochHandover
+        case .pathProbeRequest: return .pathProbeRequest
+        case .pathProbe: return .pathProbe
         }
     }
 
@@ -80,6 +85,8 @@ public enum Frame: Equatable, Sendable {
         case let .chunkAbsent(body): return body
         case let .chunkPace(body): return body
         case let .epochHandover(body): return body
+        case let .pathProbeRequest(body): return body
+        case let .pathProbe(body): return body
         }
     }
 
@@ -114,6 +121,8 @@ public enum Frame: Equatable, Sendable {
         case .chunkAbsent: return .chunkAbsent(try ChunkAbsent(decoding: &body))
         case .chunkPace: return .chunkPace(try ChunkPace(decoding: &body))
         case .epochHandover: return .epochHandover(try EpochHandover(decoding: &body))
+        case .pathProbeRequest: return .pathProbeRequest(try PathProbeRequest(decoding: &body))
+        case .pathProbe: return .pathProbe(try PathProbe(decoding: &body))
         }
     }
 }
@@ -143,6 +152,8 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case chunkAbsent = 0x32
     case chunkPace = 0x33
     case epochHandover = 0x40
+    case pathProbeRequest = 0x50
+    case pathProbe = 0x51
 }
 
 /// A body that can be written to and read from the wire.

@@ -1,0 +1,26 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import NIOCore
+
+/// Path MTU probes must arrive whole or not at all. Linux's default for UDP fragments a
+/// datagram larger than the MTU it knows for the route, so a 9 KB probe over Ethernet would
+/// arrive in fragments and "prove" a size that then costs every piece a reassembly (and is lost
+/// whole with any fragment). With the don't-fragment bit set and the kernel's own estimate set
+/// aside (`IP_PMTUDISC_PROBE`), a datagram too large for the path is dropped on the way, or
+/// refused at once (EMSGSIZE, a write error NIO counts and survives), and the probe fails as
+/// it should (PathMTUDiscovery).
+enum DontFragment {
+    static func apply(to channel: any Channel, ipv6: Bool) async {
+        #if os(Linux)
+        let ipLevel = NIOBSDSocket.OptionLevel(rawValue: CInt(IPPROTO_IP))
+        _ = try? await channel.setOption(ChannelOptions.Types.SocketOption(level: ipLevel, name: .init(rawValue: IP_MTU_DISCOVER)),
+                                         value: SocketOptionValue(IP_PMTUDISC_PROBE)).get()
+        if ipv6 {
+            let ipv6Level = NIOBSDSocket.OptionLevel(rawValue: CInt(IPPROTO_IPV6))
+            _ = try? await channel.setOption(ChannelOptions.Types.SocketOption(level: ipv6Level, name: .init(rawValue: IPV6_MTU_DISCOVER)),
+                                             value: SocketOptionValue(IPV6_PMTUDISC_PROBE)).get()
+        }
+        #endif
+    }
+}

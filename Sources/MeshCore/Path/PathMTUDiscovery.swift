@@ -1,0 +1,170 @@
+import MeshCrypto
+
+/// How large a datagram each member's path to this node carries (DPLPMTUD, RFC 8899), so that
+/// chunk pieces fill it: on loopback and jumbo links a 9 KB datagram carries what seven
+/// 1,200-byte ones did, and the joiner's cost is mostly per datagram (open, route, place).
+///
+/// Receiver-driven, like the rest of the transfer: the node that asks for pieces picks their
+/// size, so it measures the path they take, from the holder to itself. It asks the holder for a
+/// sealed probe of a given size (`PathProbeRequest`); the probe's arrival proves the size, its
+/// absence after a few tries ends the search at the last size proven. Sizes climb a short
+/// ladder from the base (1,200 bytes, which every path that carries IPv6 carries) to Ethernet's
+/// 1,472 and on to a jumbo frame's 8,972. A path that later drops what it carried (a black
+/// hole: a route change, a tunnel) shows as whole chunks asked for at the larger size that
+/// never get a single piece back: the path falls back to the base and is searched again.
+///
+/// Probes start with the first chunk asked of a member, not with membership: a mesh of
+/// thousands probes only the paths it pulls chunks over. Pure: time comes in, probe requests
+/// and size changes go out.
+public struct PathMTUDiscovery: Sendable {
+    public struct Settings: Sendable {
+        /// What every path carries: where a search starts and a black hole falls back to.
+        public var base = 1200
+        /// Sizes tried, smallest first, as UDP payload over IPv4 (over IPv6, 20 bytes less
+        /// each: its header is that much longer). Ethernet, a common tunnel-free middle, and a
+        /// jumbo frame.
+        public var ladder = [1472, 4052, 8972]
+        /// A probe unanswered for this long is sent again, `attempts` times in all; then the
+        /// search ends at the last size proven.
+        public var probeTimeout: Duration = .milliseconds(250)
+        public var attempts = 3
+        /// A settled path is searched again after this long: it may carry more now (RFC 8899's
+        /// PMTU_RAISE_TIMER).
+        public var raiseInterval: Duration = .seconds(600)
+        /// Whole chunks asked for at a size above the base that went unanswered in a row,
+        /// before the path is taken for a black hole at that size.
+        public var blackHoleSilences = 2
+        /// After a black hole, the path is searched again this much later.
+        public var researchDelay: Duration = .seconds(5)
+        public init() {}
+    }
+
+    public enum Directive: Sendable, Equatable {
+        /// Ask `peer` for a probe (sealed under our pairwise key, to its known address).
+        case request(PathProbeRequest, to: NodeID)
+        /// The datagrams `peer` may send us are now this large (UDP payload).
+        case sizeChanged(NodeID, datagramSize: Int)
+    }
+
+    struct Path: Sendable {
+        var ipv6: Bool
+        /// The largest size proven (the base until a probe came).
+        var confirmed: Int
+        var probe: (size: Int, token: UInt32, attempt: Int, deadline: MeshInstant)?
+        /// When a settled path is searched again.
+        var nextSearch: MeshInstant?
+        var silences = 0
+    }
+
+    public let settings: Settings
+    private var paths: [NodeID: Path] = [:]
+    private var nextToken: UInt32 = 1
+    /// Paths that fell back to the base after silences, for counters and tests.
+    public private(set) var blackHoles: UInt64 = 0
+
+    public init(settings: Settings = .init()) { self.settings = settings }
+
+    /// The UDP payload `peer` may send us: the largest size its path proved.
+    public func datagramSize(from peer: NodeID) -> Int {
+        paths[peer]?.confirmed ?? settings.base
+    }
+
+    public func isMeasuring(_ peer: NodeID) -> Bool { paths[peer] != nil }
+
+    /// The sizes to try toward a peer at this address family, above the base.
+    private func ladder(ipv6: Bool) -> [Int] {
+        settings.ladder.map { ipv6 ? $0 - 20 : $0 }.filter { $0 > settings.base }
+    }
+
+    /// Starts measuring the path from `peer`, once per member.
+    public mutating func begin(_ peer: NodeID, ipv6: Bool, now: MeshInstant) -> [Directive] {
+        guard paths[peer] == nil else { return [] }
+        paths[peer] = Path(ipv6: ipv6, confirmed: settings.base)
+        return probeNext(peer, now: now)
+    }
+
+    /// A probe came from `peer`, in a datagram of `datagramSize` bytes.
+    public mutating func onProbe(_ probe: PathProbe, from peer: NodeID, datagramSize: Int, now: MeshInstant) -> [Directive] {
+        // Only the probe asked for, and only whole: a shorter datagram with the right token
+        // proves nothing about the size.
+        guard let outstanding = paths[peer]?.probe, outstanding.token == probe.token,
+              datagramSize >= outstanding.size else { return [] }
+        paths[peer]?.confirmed = outstanding.size
+        paths[peer]?.probe = nil
+        paths[peer]?.silences = 0
+        return [.sizeChanged(peer, datagramSize: outstanding.size)] + probeNext(peer, now: now)
+    }
+
+    /// A whole chunk asked of `peer` in datagrams of `datagramSize` got no piece back in time.
+    /// Silences at a size above the base, in a row, make it a black hole.
+    public mutating func onSilence(from peer: NodeID, datagramSize: Int, now: MeshInstant) -> [Directive] {
+        guard var path = paths[peer], datagramSize > settings.base, datagramSize == path.confirmed else { return [] }
+        path.silences += 1
+        guard path.silences >= settings.blackHoleSilences else {
+            paths[peer] = path
+            return []
+        }
+        path.confirmed = settings.base
+        path.silences = 0
+        path.probe = nil
+        path.nextSearch = now + settings.researchDelay
+        paths[peer] = path
+        blackHoles += 1
+        return [.sizeChanged(peer, datagramSize: settings.base)]
+    }
+
+    /// Pieces came from `peer`: its path works at the size in use.
+    public mutating func onPieces(from peer: NodeID) {
+        if paths[peer]?.silences ?? 0 > 0 { paths[peer]?.silences = 0 }
+    }
+
+    /// Probes unanswered in time are asked again or end the search; settled paths whose time
+    /// has come are searched again.
+    public mutating func onTick(now: MeshInstant) -> [Directive] {
+        var out: [Directive] = []
+        for peer in paths.keys.sorted() {
+            guard var path = paths[peer] else { continue }
+            if var probe = path.probe, now >= probe.deadline {
+                probe.attempt += 1
+                if probe.attempt < settings.attempts {
+                    probe.deadline = now + settings.probeTimeout
+                    path.probe = probe
+                    paths[peer] = path
+                    out.append(.request(PathProbeRequest(token: probe.token, size: probe.size), to: peer))
+                } else {
+                    // The search stops at the first size that does not pass (RFC 8899 §5.3.2).
+                    path.probe = nil
+                    path.nextSearch = now + settings.raiseInterval
+                    paths[peer] = path
+                }
+            } else if path.probe == nil, let next = path.nextSearch, now >= next {
+                paths[peer]?.nextSearch = nil
+                out += probeNext(peer, now: now)
+            }
+        }
+        return out
+    }
+
+    public mutating func remove(_ peer: NodeID) {
+        paths[peer] = nil
+    }
+
+    public var nextDeadline: MeshInstant? {
+        paths.values.compactMap { $0.probe?.deadline ?? $0.nextSearch }.min()
+    }
+
+    /// Probes the next size above the one proven, or settles when there is none.
+    private mutating func probeNext(_ peer: NodeID, now: MeshInstant) -> [Directive] {
+        guard var path = paths[peer] else { return [] }
+        guard let size = ladder(ipv6: path.ipv6).first(where: { $0 > path.confirmed }) else {
+            path.nextSearch = nil
+            paths[peer] = path
+            return []
+        }
+        let token = nextToken
+        nextToken = nextToken &+ 1
+        path.probe = (size, token, 0, now + settings.probeTimeout)
+        paths[peer] = path
+        return [.request(PathProbeRequest(token: token, size: size), to: peer)]
+    }
+}

@@ -1,0 +1,55 @@
+import NIOCore
+
+/// "Send me a probe of this size": the requester of chunks measures the path that its pieces
+/// will take (from the holder to itself) by asking the holder for a datagram of exactly `size`
+/// bytes of UDP payload (DPLPMTUD, RFC 8899, driven by the receiver: the side that picks the
+/// piece size is the side that learns what fits).
+public struct PathProbeRequest: WireBody {
+    public var token: UInt32
+    /// The whole sealed datagram's size asked for, in bytes of UDP payload.
+    public var size: Int
+
+    public init(token: UInt32, size: Int) {
+        self.token = token
+        self.size = size
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        token = try buffer.readWire(UInt32.self, "probe request token")
+        size = Int(try buffer.readWire(UInt16.self, "probe request size"))
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(token)
+        buffer.writeInteger(UInt16(size))
+    }
+}
+
+/// The answer to a `PathProbeRequest`: the token, then zeros that pad the sealed datagram to
+/// the size asked for. Its arrival proves the path carries that size; a lost one proves
+/// nothing (a probe is never retransmitted as data is, only asked for again).
+public struct PathProbe: WireBody {
+    /// Frame header, token: what a probe costs before its padding.
+    public static let overhead = FrameCodec.headerLength + 4
+
+    public var token: UInt32
+    public var padding: Int
+
+    public init(token: UInt32, padding: Int) {
+        self.token = token
+        self.padding = padding
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        token = try buffer.readWire(UInt32.self, "probe token")
+        // Zeros only: one encoding per probe, and nothing can ride in the padding.
+        guard buffer.readableBytesView.allSatisfy({ $0 == 0 }) else { throw .invalidField(what: "probe padding") }
+        padding = buffer.readableBytes
+        buffer.moveReaderIndex(forwardBy: padding)
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(token)
+        buffer.writeRepeatingByte(0, count: max(0, padding))
+    }
+}
