@@ -168,7 +168,9 @@ extension MeshNode {
             StatusReport.MemberInfo(id: member.id.hex, name: member.record.name,
                                     address: member.address?.description ?? "", state: member.status.rawValue,
                                     incarnation: member.incarnation,
-                                    rttMs: member.rtt.map { ($0.milliseconds * 1000).rounded() / 1000 })
+                                    rttMs: member.rtt.map { ($0.milliseconds * 1000).rounded() / 1000 },
+                                    datagramSize: core.pathMTU.isMeasuring(member.id)
+                                        ? core.pathMTU.datagramSize(from: member.id) : nil)
         }
         let counters = core.counters
         let handlerCounters = eventHandlers?.counters ?? .init()
@@ -195,7 +197,8 @@ extension MeshNode {
                     datagramsReceived: counters.received.datagrams(kind), bytesReceived: counters.received.bytes(kind)))
             }),
             suspicionsRaised: core.membership.counters.suspicionsRaised,
-            refutations: core.membership.counters.refutations)
+            refutations: core.membership.counters.refutations,
+            pathBlackHoles: core.pathMTU.blackHoles, probeRequestsRefused: counters.probeRequestsRefused)
         let downlink = core.downlink
         let downlinkInfo = StatusReport.DownlinkInfo(
             rate: downlink.rate.rounded(), priority: downlink.priority == .foreground ? "foreground" : "background",

@@ -21,6 +21,7 @@ public struct NodeStatus: Decodable, Sendable {
         public var state: String
         public var incarnation: UInt64
         public var rttMs: Double?
+        public var datagramSize: Int?
     }
 
     public var `self`: SelfInfo

@@ -148,16 +148,16 @@ import Testing
     // MARK: rejections, one per reason
 
     @Test func datagramsOverTheReceiveLimitAreDroppedBeforeDecryption() throws {
-        // A sender allowed 4000-byte datagrams, and a receiver with the same keys that accepts
-        // only what fits an Ethernet frame (the default).
+        // A sender allowed 12,000-byte datagrams, and a receiver with the same keys that accepts
+        // only what fits a jumbo frame (the default).
         var large = DatagramCodec.Configuration()
-        large.maxDatagramSize = 4000
-        large.maxReceivedDatagramSize = 4096
+        large.maxDatagramSize = 12_000
+        large.maxReceivedDatagramSize = 12_000
         let (a, b) = connectedPair(configuration: large)
         let (_, receiver) = connectedPair()
         let frameLength = FrameCodec.encodedLength(of: Self.ping[0])
-        let big = try #require(a.seal([Frame](repeating: Self.ping[0], count: 3000 / frameLength), to: b.id))
-        #expect(big.readableBytes > 1472)
+        let big = try #require(a.seal([Frame](repeating: Self.ping[0], count: 10_000 / frameLength), to: b.id))
+        #expect(big.readableBytes > 8972)
         #expect(b.open(big).success != nil, "authentic, and within the receiver's limit")
         #expect(receiver.open(big) == .failure(.oversized))
         // 64 KiB behind a valid header: no decryption is tried (it would fail `auth`).

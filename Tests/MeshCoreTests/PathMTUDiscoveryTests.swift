@@ -83,8 +83,8 @@ struct PathMTUDiscoveryTests {
         #expect(discovery.datagramSize(from: Self.holder) == 1200)
     }
 
-    @Test("two silences in a row at the proven size are a black hole: back to the base, searched again later")
-    func blackHole() {
+    /// Two silences at the size in use, as `blackHole` and `busyHolder` both start.
+    static func silenced() -> (PathMTUDiscovery, confirmation: PathProbeRequest?) {
         var discovery = PathMTUDiscovery()
         _ = Self.climb(&discovery, limit: .max, now: Self.start)
         let later = Self.start + .seconds(2)
@@ -95,13 +95,43 @@ struct PathMTUDiscoveryTests {
         // Pieces in between: the path works, the count starts over.
         discovery.onPieces(from: Self.holder)
         #expect(discovery.onSilence(from: Self.holder, datagramSize: 8972, now: later).isEmpty)
-        let fell = discovery.onSilence(from: Self.holder, datagramSize: 8972, now: later)
+        let confirmation = Self.request(discovery.onSilence(from: Self.holder, datagramSize: 8972, now: later))
+        return (discovery, confirmation)
+    }
+
+    @Test("two silences in a row and a lost confirmation are a black hole: back to the base, searched again later")
+    func blackHole() {
+        var (discovery, confirmation) = Self.silenced()
+        #expect(confirmation?.size == 8972, "the size in use is probed again first")
+        #expect(discovery.datagramSize(from: Self.holder) == 8972, "nothing changes before the confirmation is lost")
+        var fell: [PathMTUDiscovery.Directive] = []
+        var now = Self.start
+        for _ in 0..<3 {
+            guard let deadline = discovery.nextDeadline else { break }
+            now = deadline
+            fell = discovery.onTick(now: now)
+        }
         #expect(fell == [.sizeChanged(Self.holder, datagramSize: 1200)])
         #expect(discovery.blackHoles == 1)
         #expect(discovery.datagramSize(from: Self.holder) == 1200)
-        let research = later + PathMTUDiscovery.Settings().researchDelay
+        let research = now + PathMTUDiscovery.Settings().researchDelay
         #expect(discovery.nextDeadline == research)
         #expect(Self.request(discovery.onTick(now: research))?.size == 1472)
+    }
+
+    @Test("silences from a busy holder whose confirmation comes back change nothing")
+    func busyHolder() {
+        var (discovery, confirmation) = Self.silenced()
+        guard let confirmation else {
+            Issue.record("no confirmation asked for")
+            return
+        }
+        let answered = discovery.onProbe(PathProbe(token: confirmation.token, padding: 0), from: Self.holder,
+                                         datagramSize: confirmation.size, now: Self.start + .seconds(2))
+        #expect(answered.isEmpty)
+        #expect(discovery.datagramSize(from: Self.holder) == 8972)
+        #expect(discovery.blackHoles == 0)
+        #expect(discovery.nextDeadline == nil)
     }
 
     @Test("a member forgotten is measured anew")

@@ -24,8 +24,12 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var state: String
         public var incarnation: UInt64
         public var rttMs: Double?
+        /// The largest datagram (UDP payload) this member's path to us was proven to carry, the
+        /// size its chunk pieces come in; null until we pulled chunks from it (PROTOCOL.md §1a).
+        public var datagramSize: Int?
 
-        // `rttMs` is always present, null until measured, so scripts can rely on the key.
+        // `rttMs` and `datagramSize` are always present, null until measured, so scripts can rely
+        // on the keys.
         public func encode(to encoder: any Encoder) throws {
             var container = encoder.container(keyedBy: CodingKeys.self)
             try container.encode(id, forKey: .id)
@@ -34,6 +38,7 @@ public struct StatusReport: Codable, Sendable, Equatable {
             try container.encode(state, forKey: .state)
             try container.encode(incarnation, forKey: .incarnation)
             try container.encode(rttMs, forKey: .rttMs)
+            try container.encode(datagramSize, forKey: .datagramSize)
         }
     }
 
@@ -141,6 +146,10 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// took), and times it outbid what others held of it (a suspicion, a death, an earlier boot).
         public var suspicionsRaised: UInt64
         public var refutations: UInt64
+        /// Paths whose datagram size fell back to the base (a black hole confirmed); requests for
+        /// path probes refused (out of bounds, or over a member's budget).
+        public var pathBlackHoles: UInt64
+        public var probeRequestsRefused: UInt64
     }
 
     public var `self`: SelfInfo

@@ -11,7 +11,9 @@ import MeshCrypto
 /// ladder from the base (1,200 bytes, which every path that carries IPv6 carries) to Ethernet's
 /// 1,472 and on to a jumbo frame's 8,972. A path that later drops what it carried (a black
 /// hole: a route change, a tunnel) shows as whole chunks asked for at the larger size that
-/// never get a single piece back: the path falls back to the base and is searched again.
+/// never get a single piece back. A busy holder looks the same, so the size in use is probed
+/// again first (RFC 8899's confirmation): only if that probe is lost too does the path fall
+/// back to the base, to be searched again later.
 ///
 /// Probes start with the first chunk asked of a member, not with membership: a mesh of
 /// thousands probes only the paths it pulls chunks over. Pure: time comes in, probe requests
@@ -32,7 +34,7 @@ public struct PathMTUDiscovery: Sendable {
         /// PMTU_RAISE_TIMER).
         public var raiseInterval: Duration = .seconds(600)
         /// Whole chunks asked for at a size above the base that went unanswered in a row,
-        /// before the path is taken for a black hole at that size.
+        /// before the size in use is probed again to confirm it.
         public var blackHoleSilences = 2
         /// After a black hole, the path is searched again this much later.
         public var researchDelay: Duration = .seconds(5)
@@ -51,6 +53,8 @@ public struct PathMTUDiscovery: Sendable {
         /// The largest size proven (the base until a probe came).
         var confirmed: Int
         var probe: (size: Int, token: UInt32, attempt: Int, deadline: MeshInstant)?
+        /// The probe out confirms the size in use (after silences) instead of trying a larger one.
+        var confirming = false
         /// When a settled path is searched again.
         var nextSearch: MeshInstant?
         var silences = 0
@@ -59,7 +63,8 @@ public struct PathMTUDiscovery: Sendable {
     public let settings: Settings
     private var paths: [NodeID: Path] = [:]
     private var nextToken: UInt32 = 1
-    /// Paths that fell back to the base after silences, for counters and tests.
+    /// Paths that fell back to the base after silences and a lost confirmation, for counters
+    /// and tests.
     public private(set) var blackHoles: UInt64 = 0
 
     public init(settings: Settings = .init()) { self.settings = settings }
@@ -87,30 +92,38 @@ public struct PathMTUDiscovery: Sendable {
     public mutating func onProbe(_ probe: PathProbe, from peer: NodeID, datagramSize: Int, now: MeshInstant) -> [Directive] {
         // Only the probe asked for, and only whole: a shorter datagram with the right token
         // proves nothing about the size.
-        guard let outstanding = paths[peer]?.probe, outstanding.token == probe.token,
+        guard var path = paths[peer], let outstanding = path.probe, outstanding.token == probe.token,
               datagramSize >= outstanding.size else { return [] }
-        paths[peer]?.confirmed = outstanding.size
-        paths[peer]?.probe = nil
-        paths[peer]?.silences = 0
+        path.probe = nil
+        path.silences = 0
+        if path.confirming {
+            // The size in use still passes: the silences were a busy holder, not the path.
+            path.confirming = false
+            paths[peer] = path
+            return []
+        }
+        path.confirmed = outstanding.size
+        paths[peer] = path
         return [.sizeChanged(peer, datagramSize: outstanding.size)] + probeNext(peer, now: now)
     }
 
     /// A whole chunk asked of `peer` in datagrams of `datagramSize` got no piece back in time.
-    /// Silences at a size above the base, in a row, make it a black hole.
+    /// Silences at a size above the base, in a row, have the size in use probed again.
     public mutating func onSilence(from peer: NodeID, datagramSize: Int, now: MeshInstant) -> [Directive] {
-        guard var path = paths[peer], datagramSize > settings.base, datagramSize == path.confirmed else { return [] }
+        guard var path = paths[peer], datagramSize > settings.base, datagramSize == path.confirmed,
+              !path.confirming else { return [] }
         path.silences += 1
         guard path.silences >= settings.blackHoleSilences else {
             paths[peer] = path
             return []
         }
-        path.confirmed = settings.base
-        path.silences = 0
-        path.probe = nil
-        path.nextSearch = now + settings.researchDelay
+        // A search for a larger size gives way: what is in use comes first.
+        let token = nextToken
+        nextToken = nextToken &+ 1
+        path.probe = (path.confirmed, token, 0, now + settings.probeTimeout)
+        path.confirming = true
         paths[peer] = path
-        blackHoles += 1
-        return [.sizeChanged(peer, datagramSize: settings.base)]
+        return [.request(PathProbeRequest(token: token, size: path.confirmed), to: peer)]
     }
 
     /// Pieces came from `peer`: its path works at the size in use.
@@ -131,6 +144,17 @@ public struct PathMTUDiscovery: Sendable {
                     path.probe = probe
                     paths[peer] = path
                     out.append(.request(PathProbeRequest(token: probe.token, size: probe.size), to: peer))
+                } else if path.confirming {
+                    // The size in use no longer passes: a black hole. Back to what every path
+                    // carries, and search again a little later.
+                    path.probe = nil
+                    path.confirming = false
+                    path.silences = 0
+                    path.confirmed = settings.base
+                    path.nextSearch = now + settings.researchDelay
+                    paths[peer] = path
+                    blackHoles += 1
+                    out.append(.sizeChanged(peer, datagramSize: settings.base))
                 } else {
                     // The search stops at the first size that does not pass (RFC 8899 §5.3.2).
                     path.probe = nil
