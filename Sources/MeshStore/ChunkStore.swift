@@ -21,6 +21,13 @@ public final class ChunkStore {
     public var batchLimit = 64
     private var pending: [SHA256Digest: String] = [:]
     private var pendingOrder: [SHA256Digest] = []
+    /// Chunks this process hashed as it wrote them, the latest `recentWriteCapacity`: a `get`
+    /// writing out what it just fetched need not hash each chunk a second time. A chunk that was
+    /// on disk before is always hashed when read.
+    private var recentWrites: Set<SHA256Digest> = []
+    private var recentWriteOrder: [SHA256Digest] = []
+    private var recentWriteNext = 0
+    public var recentWriteCapacity = 4096
     private var temporaryCounter: UInt64 = 0
 
     public init(path: String) throws(MeshStoreError) {
@@ -41,10 +48,12 @@ public final class ChunkStore {
         pending[digest] != nil || access(finalPath(digest), F_OK) == 0
     }
 
-    /// The chunk's bytes, verified. A chunk that fails verification is deleted and reported.
-    public func read(_ digest: SHA256Digest) throws(MeshStoreError) -> [UInt8] {
+    /// The chunk's bytes, verified (unless `trustingRecentWrites` and this process wrote it
+    /// lately, hashing it then). A chunk that fails verification is deleted and reported.
+    public func read(_ digest: SHA256Digest, trustingRecentWrites: Bool = false) throws(MeshStoreError) -> [UInt8] {
         let file = pending[digest] ?? finalPath(digest)
         guard let bytes = try Self.readFile(file) else { throw .notFound(digest) }
+        if trustingRecentWrites, recentWrites.contains(digest) { return bytes }
         guard SHA256Digest.hashing(bytes) == digest else {
             unlink(file)
             pending[digest] = nil
@@ -102,6 +111,7 @@ public final class ChunkStore {
         try Self.writeFile(temporary, bytes, sync: false)
         pending[digest] = temporary
         pendingOrder.append(digest)
+        rememberWrite(digest)
         if pendingOrder.count >= batchLimit {
             do throws(MeshStoreError) {
                 try flush()
@@ -112,6 +122,17 @@ public final class ChunkStore {
             }
         }
         return (true, digest)
+    }
+
+    private func rememberWrite(_ digest: SHA256Digest) {
+        guard recentWriteCapacity > 0, recentWrites.insert(digest).inserted else { return }
+        if recentWriteOrder.count < recentWriteCapacity {
+            recentWriteOrder.append(digest)
+        } else {
+            recentWrites.remove(recentWriteOrder[recentWriteNext])
+            recentWriteOrder[recentWriteNext] = digest
+            recentWriteNext = (recentWriteNext + 1) % recentWriteCapacity
+        }
     }
 
     /// Makes every written chunk durable and visible under its name: one `syncfs` for the batch,
@@ -133,6 +154,8 @@ public final class ChunkStore {
     }
 
     public func remove(_ digest: SHA256Digest) throws(MeshStoreError) {
+        // A chunk written again later is hashed again on its way in; until then it is not ours.
+        recentWrites.remove(digest)
         if let temporary = pending.removeValue(forKey: digest) {
             unlink(temporary)
             pendingOrder.removeAll { $0 == digest }

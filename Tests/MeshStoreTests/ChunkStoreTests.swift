@@ -79,6 +79,28 @@ struct ChunkStoreTests {
         #expect(store.storedDigests() == [good])
     }
 
+    @Test("a chunk this process wrote is read back unhashed only when asked to trust recent writes; one found on disk always is hashed")
+    func recentWritesAreTrustedOnlyWhenAsked() throws {
+        let directory = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try ChunkStore(path: directory)
+        store.recentWriteCapacity = 2
+        let digests = try (7...9).map { try store.write(Self.chunk(UInt8($0))) }
+        try store.flush()
+        // Corrupt all three on disk behind the store's back.
+        for digest in digests {
+            try Data(repeating: 0xAB, count: 4096).write(to: URL(fileURLWithPath: store.finalPath(digest)))
+        }
+        // The oldest write fell out of the two remembered: hashed, found corrupt.
+        #expect(throws: MeshStoreError.corrupt(digests[0])) { try store.read(digests[0], trustingRecentWrites: true) }
+        // The latest two are trusted only when asked.
+        #expect(try store.read(digests[2], trustingRecentWrites: true) == [UInt8](repeating: 0xAB, count: 4096))
+        #expect(throws: MeshStoreError.corrupt(digests[1])) { try store.read(digests[1]) }
+        // A new store (a restart) trusts nothing it did not write itself.
+        let reopened = try ChunkStore(path: directory)
+        #expect(throws: MeshStoreError.corrupt(digests[2])) { try reopened.read(digests[2], trustingRecentWrites: true) }
+    }
+
     @Test("after a crash before the rename: complete leftovers are recovered, partial ones removed")
     func crashBeforeRename() throws {
         let directory = Self.temporaryDirectory()
