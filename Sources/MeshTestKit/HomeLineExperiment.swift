@@ -19,6 +19,12 @@ public enum HomeLineExperiment {
         }
 
         public var bytesPerSecond: Double { megabitsPerSecond * 1_000_000 / 8 }
+
+        /// The path as the simulator sees it: Ethernet-sized (1,500-byte packets, 1,472 bytes of
+        /// UDP payload), so path MTU discovery settles where it would on a real home line.
+        public var conditions: LinkConditions {
+            LinkConditions(delay: roundTrip / 2, lossProbability: loss, mtu: 1472)
+        }
     }
 
     /// Replication nobody waits for (background), or a `get` (the joiner is lazy and loads it).
@@ -38,7 +44,7 @@ public enum HomeLineExperiment {
 
     /// The competitor's goodput through the line with nothing else on it (after its start-up).
     public static func competitorAlone(_ line: Line, seed: UInt64 = 1) -> Double {
-        let sim = Simulator(seed: seed, defaultLink: LinkConditions(delay: line.roundTrip / 2, lossProbability: line.loss))
+        let sim = Simulator(seed: seed, defaultLink: line.conditions)
         let receiver = sim.addNode(TCPReceiver())
         let sender = TCPSender(to: receiver, until: .zero + .seconds(40))
         sim.addNode(sender)
@@ -56,8 +62,7 @@ public enum HomeLineExperiment {
                            trace: ((Simulator, SimNode, TCPSender, [SimNode]) -> Void)? = nil) -> Outcome {
         var configuration = SimNode.Configuration()
         configuration.settings.chunkSize = Manifest.defaultChunkSize
-        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: line.roundTrip / 2, lossProbability: line.loss),
-                           configuration: configuration)
+        let mesh = SimMesh(seed: seed, link: line.conditions, configuration: configuration)
         let first = mesh.addNode(joiningThrough: [], at: .zero)
         let holders = [first] + (1...2).map { mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10 * $0)) }
         // Random bytes: every chunk its own (identical chunks are stored and fetched once).
