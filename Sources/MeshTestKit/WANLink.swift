@@ -99,6 +99,15 @@ public final class WANLink: @unchecked Sendable {
     /// The emulator's summary line (packets, loss, how late its verdicts were), after `tearDown()`.
     public private(set) var emulatorSummary: String?
 
+    /// How late, on average, the emulator let packets go (ms), after `tearDown()`. A busy machine
+    /// makes it late (never early): above a few ms, the link added that much delay of its own,
+    /// which a bench should report beside its figures (bench/wan-link-check.sh measured 0.1-0.2 ms
+    /// at 100-160k packets/s, 2 ms with 1% loss under a 1 Gbit/s TCP flow).
+    public var emulatorMeanLateMilliseconds: Double? {
+        guard let summary = emulatorSummary, let range = summary.range(of: "after due: mean ") else { return nil }
+        return Double(summary[range.upperBound...].prefix { $0.isNumber || $0 == "." })
+    }
+
     private let queueNumber: Int
     private let ifbDevice: String
     private var emulator: ChildProcess?
@@ -243,6 +252,11 @@ public final class WANLink: @unchecked Sendable {
         guard status == 0, FileManager.default.isExecutableFile(atPath: binary) else {
             let why = process.standardOutput.split(separator: "\n").first.map(String.init) ?? "cc failed"
             return (nil, "the emulator (tools/wanlink) did not build: \(why)")
+        }
+        // Builds of older sources go (a running one keeps its file until it exits).
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        where name.hasPrefix("wanlink-") && "\(directory)/\(name)" != binary && !name.contains(".") {
+            try? FileManager.default.removeItem(atPath: "\(directory)/\(name)")
         }
         return (binary, nil)
     }()

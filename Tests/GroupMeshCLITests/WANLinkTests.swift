@@ -21,7 +21,8 @@ struct WANLinkTests {
         }
         #expect(rtts.allSatisfy { $0 >= 0.8 * 60 }, "round trips \(rtts) ms through a 60 ms link")
         link.tearDown()
-        #expect(link.emulatorSummary?.contains("packets") == true, "\(link.emulatorSummary ?? "no summary")")
+        #expect(link.emulatorSummary?.contains("packets") == true && link.emulatorMeanLateMilliseconds != nil,
+                "\(link.emulatorSummary ?? "no summary")")
         // Without the link the same probes come back at once (the best of 8: robust under load).
         var direct: [Double] = []
         for sequence in 100..<108 { if let rtt = probes.roundTrip(sequence) { direct.append(rtt) } }
