@@ -48,6 +48,37 @@ struct PathMTUSimulationTests {
         }
     }
 
+    @Test("a member flooding probe requests draws 10 probes a second, and none of a size out of bounds")
+    func probeBudget() {
+        let mesh = SimMesh(seed: 5, link: LinkConditions(delay: .milliseconds(2)))
+        let holder = mesh.addNode(joiningThrough: [], at: .zero)
+        let flooder = mesh.addNode(joiningThrough: [SimAddress(0)], at: .zero + .milliseconds(50))
+        let floodAt = MeshInstant.zero + .seconds(2)
+        var transferBefore: UInt64 = 0
+        holder.plan(at: floodAt) { holder in transferBefore = holder.core.counters.sent.datagrams(.transfer) }
+        flooder.plan(at: floodAt) { flooder in
+            for token in 0..<100 {
+                flooder.inject([.pathProbeRequest(PathProbeRequest(token: UInt32(token), size: 8972))],
+                               to: holder.address, member: holder.id)
+            }
+            // Smaller than a probe can be, and larger than any node accepts.
+            for size in [10, 60, 8973, 20_000, 65_535] {
+                flooder.inject([.pathProbeRequest(PathProbeRequest(token: 7, size: size))], to: holder.address, member: holder.id)
+            }
+        }
+        mesh.simulator.run(until: floodAt + .milliseconds(500))
+        let probesSent = holder.core.counters.sent.datagrams(.transfer) - transferBefore
+        #expect(probesSent == 10, "\(probesSent) probes answered to one member within a second")
+        #expect(holder.core.counters.probeRequestsRefused == 95)
+        #expect(holder.largestDatagram == 8972, "the probes answered are as large as asked")
+        // The next second brings a new budget.
+        flooder.plan(at: floodAt + .seconds(2)) { flooder in
+            flooder.inject([.pathProbeRequest(PathProbeRequest(token: 1, size: 1472))], to: holder.address, member: holder.id)
+        }
+        mesh.simulator.run(until: floodAt + .seconds(3))
+        #expect(holder.core.counters.sent.datagrams(.transfer) - transferBefore == 11)
+    }
+
     @Test("a path that shrinks to Ethernet's MTU mid-fetch is found out, and the fetch completes", arguments: seeds)
     func blackHole(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)

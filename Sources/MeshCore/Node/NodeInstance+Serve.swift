@@ -118,7 +118,8 @@ extension NodeInstance {
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
         }
         serving.insert(key)
-        // Served only after verification: the store hashes every chunk it reads.
+        // Served only verified: the store hashes every chunk it reads, except those it hashed
+        // itself as it stored them lately (and the asker verifies every chunk it gets).
         store(.readChunk(want.digest), .serveChunk(want, to: peer))
     }
 

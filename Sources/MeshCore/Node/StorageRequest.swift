@@ -9,7 +9,8 @@ public enum StorageRequest: Sendable {
     case ingest(AttachmentSource, chunkSize: Int, limit: UInt64)
     /// Append and fsync operations to the journal log. `.done`.
     case appendJournal([JournalOperation])
-    /// A chunk (or manifest), verified against its name on the way. `.read(bytes or nil)`.
+    /// A chunk (or manifest), verified against its name on the way unless this process verified
+    /// it as it stored it lately. `.read(bytes or nil)`.
     case readChunk(SHA256Digest)
     /// Store bytes if they hash to `expected` (hashed here, once). `.written(stored:)`.
     case writeChunk([UInt8], expected: SHA256Digest)
