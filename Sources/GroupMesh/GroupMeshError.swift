@@ -1,5 +1,6 @@
 import MeshCore
 import MeshCrypto
+import MeshStore
 
 /// Everything the runtime can report to a user, each as one readable line. A case carries a
 /// `String` only where that text is the whole of what there is to say (a reason from the
@@ -151,5 +152,13 @@ extension GroupMeshError {
         case let .notReachable(id): self = .control("\(names(id)) is not reachable (dead, left, or never met); see groupmesh status")
         case let .pingTimedOut(id): self = .control("no answer from \(names(id)) within 2 s")
         }
+    }
+}
+
+extension GroupMeshError {
+    /// A failed file write as its one line: a full disk says so, and that nothing was lost.
+    static func fileWrite(_ code: Int32, _ path: String, doing action: String) -> GroupMeshError {
+        FileIO.isOutOfSpace(code) ? .store("no space left to write \(path); nothing was lost")
+                                  : .store("cannot \(action) \(path): \(FileIO.describe(code))")
     }
 }

@@ -21,6 +21,20 @@ public enum FileIO {
         return 0
     }
 
+    /// Writes all of `bytes` at `offset` of `fd` (the file position is left alone): 0, or the
+    /// errno of the write that failed.
+    public static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Int32 {
+        guard let base = bytes.baseAddress else { return 0 }
+        var written = 0
+        while written < bytes.count {
+            let n = pwrite(fd, base + written, bytes.count - written, off_t(offset) + off_t(written))
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return n == 0 ? EIO : errno }
+            written += n
+        }
+        return 0
+    }
+
     /// Whether the errno says the disk (or the user's quota) is full.
     public static func isOutOfSpace(_ code: Int32) -> Bool { code == ENOSPC || code == EDQUOT }
 

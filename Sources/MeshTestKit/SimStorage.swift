@@ -94,6 +94,9 @@ public struct SimStorage {
             guard destination == .memory else { return .failure(.failed("a simulated node has no files")) }
             guard let bytes = chunks.bytes(of: manifest) else { return .failure(.failed("a chunk is missing")) }
             return .success(.exported(bytes))
+        case .prepareExport, .cancelExport:
+            // No files here: an export into memory is written at the end.
+            return .success(.done)
         case let .collect(manifest, kept):
             chunks.collect(manifest, keeping: kept)
             return .success(.done)
@@ -121,7 +124,8 @@ extension StorageRequest {
     var isWrite: Bool {
         switch self {
         case .ingest, .appendJournal, .writeChunk, .flush, .saveEpochs, .saveEnded: return true
-        case .readChunk, .inspect, .export, .collect, .unpin, .collectUnreferenced, .saveMembers: return false
+        case .readChunk, .inspect, .export, .prepareExport, .cancelExport, .collect, .unpin, .collectUnreferenced,
+             .saveMembers: return false
         }
     }
 }

@@ -196,6 +196,8 @@ struct JournalCommandTests {
                                                     "--output", second.dataDirectory + "/x"], timeout: .seconds(60))
         #expect(get.status != 0)
         #expect(get.stderr.contains("unavailable"), "\(get.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: second.dataDirectory + "/x.groupmesh-partial"),
+                "a failed get leaves no partial file")
     }
 }
 

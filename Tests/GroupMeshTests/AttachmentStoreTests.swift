@@ -93,3 +93,65 @@ import Testing
         #expect(!(await store.restore(epochs: epochs, remembered: .init()).logIsWhole))
     }
 }
+
+/// A `get` whose file is written while its fetch stores chunks (`ExportsInProgress`).
+@Suite struct ProgressiveExportTests {
+    /// Four 1 KiB chunks, the third the same bytes as the first (one chunk at two offsets),
+    /// the last short; the manifest made by another node's store.
+    static func attachment() async throws -> (Manifest, [UInt8], [[UInt8]]) {
+        let (source, path) = try AttachmentStoreTests.store()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let first = AttachmentStoreTests.payload(7, count: 1024)
+        let bytes = first + AttachmentStoreTests.payload(8, count: 1024) + first + AttachmentStoreTests.payload(9, count: 500)
+        let manifest = try await source.ingest(bytes, limit: 1 << 20, chunkSize: 1024)
+        let pieces = stride(from: 0, to: bytes.count, by: 1024).map { Array(bytes[$0..<min(bytes.count, $0 + 1024)]) }
+        return (manifest, bytes, pieces)
+    }
+
+    static func stored(_ chunk: [UInt8], in store: AttachmentStore) async -> Bool {
+        await store.execute(.writeChunk(chunk, expected: SHA256Digest.hashing(chunk))) == .success(.written(stored: true))
+    }
+
+    @Test("what was held is written at prepare, each chunk as it is stored (at every offset it stands at), the rest at the end; the file appears only complete")
+    func writtenAsChunksArrive() async throws {
+        let (manifest, bytes, pieces) = try await Self.attachment()
+        let (store, path) = try AttachmentStoreTests.store()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let output = path + "/out.bin"
+        #expect(await Self.stored(pieces[1], in: store))
+        #expect(await store.execute(.prepareExport(manifest, to: .file(path: output))) == .success(.done))
+        let partial = output + ".groupmesh-partial"
+        #expect(FileManager.default.fileExists(atPath: partial))
+        #expect(!FileManager.default.fileExists(atPath: output), "the file appears only once complete")
+        // The repeated chunk arrives: it lands at both of its offsets.
+        #expect(await Self.stored(pieces[0], in: store))
+        let written = try [UInt8](Data(contentsOf: URL(fileURLWithPath: partial)))
+        #expect(Array(written[0..<1024]) == pieces[0] && Array(written[2048..<3072]) == pieces[0])
+        #expect(Array(written[1024..<2048]) == pieces[1], "what was held at prepare is in")
+        // The last chunk is stored without a prepared export knowing (as if written before it):
+        // the export at the end writes what is missing.
+        #expect(await store.execute(.cancelExport(to: .memory)) == .success(.done))
+        #expect(await Self.stored(pieces[3], in: store))
+        let exported = await store.execute(.export(manifest, to: .file(path: output)))
+        #expect(exported == .success(.exported(nil)))
+        #expect(try [UInt8](Data(contentsOf: URL(fileURLWithPath: output))) == bytes)
+        #expect(!FileManager.default.fileExists(atPath: partial))
+    }
+
+    @Test("a cancelled export leaves nothing behind; one prepared for other content is discarded and the right bytes written")
+    func cancelledAndMismatched() async throws {
+        let (manifest, bytes, pieces) = try await Self.attachment()
+        let (store, path) = try AttachmentStoreTests.store()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let output = path + "/out.bin"
+        _ = await store.execute(.prepareExport(manifest, to: .file(path: output)))
+        #expect(await store.execute(.cancelExport(to: .file(path: output))) == .success(.done))
+        #expect(!FileManager.default.fileExists(atPath: output + ".groupmesh-partial"))
+        // Prepared for one content, exported as another (a remove and a new add in between).
+        let other = Manifest(size: 1024, chunkSize: 1024, chunks: [SHA256Digest.hashing(pieces[1])])
+        _ = await store.execute(.prepareExport(other, to: .file(path: output)))
+        for piece in pieces { #expect(await Self.stored(piece, in: store)) }
+        #expect(await store.execute(.export(manifest, to: .file(path: output))) == .success(.exported(nil)))
+        #expect(try [UInt8](Data(contentsOf: URL(fileURLWithPath: output))) == bytes)
+    }
+}

@@ -10,6 +10,8 @@ actor AttachmentStore {
     let chunks: ChunkStore
     let directory: DataDirectory
     let logPath: String
+    /// `get`s whose file is written as their fetch stores chunks.
+    private var exportsInProgress = ExportsInProgress()
 
     init(directory: DataDirectory) throws(GroupMeshError) {
         do {
@@ -44,7 +46,9 @@ actor AttachmentStore {
                 return .success(.read(try? chunks.read(digest, trustingRecentWrites: true)))
             case let .writeChunk(bytes, expected):
                 switch writeFetched(bytes, expected: expected) {
-                case .stored: return .success(.written(stored: true))
+                case .stored:
+                    if !exportsInProgress.isEmpty { exportsInProgress.stored(bytes, as: expected) }
+                    return .success(.written(stored: true))
                 case .mismatch: return .success(.written(stored: false))
                 case let .failed(reason): return .failure(.failed(reason))
                 }
@@ -57,6 +61,12 @@ actor AttachmentStore {
                 return .success(.exported(nil))
             case let .export(manifest, .memory):
                 return .success(.exported(try bytes(of: manifest)))
+            case let .prepareExport(manifest, .file(path, mode)):
+                exportsInProgress.prepare(manifest, to: path, mode: mode) { try? chunks.read($0, trustingRecentWrites: true) }
+            case .prepareExport(_, .memory), .cancelExport(.memory):
+                break
+            case let .cancelExport(.file(path, _)):
+                exportsInProgress.cancel(path)
             case let .collect(manifest, kept):
                 collect(manifest, keeping: kept)
             case let .unpin(manifest, kept):
@@ -218,39 +228,33 @@ actor AttachmentStore {
     /// moments ago (a `get` of what was just fetched: the second pass was 60 ms per 100 MiB). Only a regular file is replaced: a link, a device or a
     /// pipe there (checked again here, the request may have waited for a fetch) is refused. The
     /// temporary file is made new (never through a link someone left in its place).
+    /// A `get` prepared while its fetch ran (`ExportsInProgress`) has most of the file written
+    /// already: only what is missing is written before the sync and rename.
     func assemble(_ manifest: Manifest, to path: String, mode: UInt32?) throws(GroupMeshError) {
         try OutputPath.check(path)
-        let temporary = path + ".groupmesh-partial"
-        var fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
-        if fd < 0, errno == EEXIST {
-            // Left by a crash (or planted): removed, never followed.
-            unlink(temporary)
-            fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
+        var export: ExportsInProgress.Export
+        if let prepared = exportsInProgress.take(path, of: manifest) {
+            export = prepared
+        } else {
+            let file = try OutputFile.create(for: path, mode: mode)
+            var offsets: [SHA256Digest: [Int64]] = [:]
+            for (index, digest) in manifest.chunks.enumerated() {
+                offsets[digest, default: []].append(Int64(index) * Int64(manifest.chunkSize))
+            }
+            export = .init(manifest: manifest.id, file: file, missing: offsets)
         }
-        guard fd >= 0 else { throw writeError(errno, path, doing: "write") }
-        var failure: Int32 = 0
-        if let mode, fchmod(fd, mode_t(mode & 0o777)) != 0 { failure = errno }
-        for digest in manifest.chunks where failure == 0 {
+        for digest in export.missing.keys.sorted() where export.failure == 0 {
             guard let bytes = try? chunks.read(digest, trustingRecentWrites: true) else {
-                close(fd)
-                unlink(temporary)
+                export.file.discard()
                 throw .attachment("chunk \(digest) is missing")
             }
-            failure = bytes.withUnsafeBytes { FileIO.writeAll(fd, $0) }
+            ExportsInProgress.write(bytes, of: digest, into: &export)
         }
-        if failure == 0, fsync(fd) != 0 { failure = errno }
-        if close(fd) != 0, failure == 0 { failure = errno }
-        if failure == 0, rename(temporary, path) != 0 { failure = errno }
-        guard failure == 0 else {
-            unlink(temporary)
-            throw writeError(failure, path, doing: "write")
+        guard export.failure == 0 else {
+            export.file.discard()
+            throw GroupMeshError.fileWrite(export.failure, path, doing: "write")
         }
-    }
-
-    /// A failed write as its one line: a full disk says so, and that nothing was lost.
-    private func writeError(_ code: Int32, _ path: String, doing action: String) -> GroupMeshError {
-        FileIO.isOutOfSpace(code) ? .store("no space left to write \(path); nothing was lost")
-                                  : .store("cannot \(action) \(path): \(FileIO.describe(code))")
+        try export.file.commit()
     }
 
     func bytes(of manifest: Manifest) throws(GroupMeshError) -> [UInt8] {
@@ -314,21 +318,21 @@ actor AttachmentStore {
             record += bytes
         }
         let fd = open(logPath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw writeError(errno, logPath, doing: "open") }
+        guard fd >= 0 else { throw GroupMeshError.fileWrite(errno, logPath, doing: "open") }
         defer { close(fd) }
         // An earlier append failed part-way and could not be cut back then: cut it now, or write
         // nothing (a record behind a torn one is never read).
         if let tornAt {
-            guard ftruncate(fd, tornAt) == 0 else { throw writeError(errno, logPath, doing: "repair") }
+            guard ftruncate(fd, tornAt) == 0 else { throw GroupMeshError.fileWrite(errno, logPath, doing: "repair") }
             self.tornAt = nil
         }
         let end = lseek(fd, 0, SEEK_END)
-        guard end >= 0 else { throw writeError(errno, logPath, doing: "append to") }
+        guard end >= 0 else { throw GroupMeshError.fileWrite(errno, logPath, doing: "append to") }
         var failure = record.withUnsafeBytes { FileIO.writeAll(fd, $0) }
         if failure == 0, fsync(fd) != 0 { failure = errno }
         guard failure != 0 else { return }  // durable: a failing close changes nothing
         if ftruncate(fd, end) != 0 { tornAt = end }
-        throw writeError(failure, logPath, doing: "append to")
+        throw GroupMeshError.fileWrite(failure, logPath, doing: "append to")
     }
 
     /// Where the log must be cut back to before the next append, when cutting failed.

@@ -71,7 +71,22 @@ extension NodeInstance {
             return store(.export(manifest, to: destination), .export(request, manifest))
         }
         loadWaiters[id, default: []].append((request, destination))
+        if case .chunks = fetches[id]?.stage, let manifest = manifests[id] {
+            prepareExport(manifest, to: destination)
+        }
         startFetch(id, now: now)
+    }
+
+    /// A load into a file has its file written while the fetch stores chunks (`prepareExport`).
+    mutating func prepareExport(_ manifest: Manifest, to destination: ExportDestination) {
+        guard case .file = destination else { return }
+        store(.prepareExport(manifest, to: destination), .housekeeping)
+    }
+
+    /// A load that will not complete: the caller hears why, and a file prepared for it goes.
+    mutating func failLoad(_ waiter: (request: RequestID, destination: ExportDestination), _ error: NodeError) {
+        if case .file = waiter.destination { store(.cancelExport(to: waiter.destination), .housekeeping) }
+        complete(waiter.request, .failure(error))
     }
 
     mutating func exported(_ result: Result<StorageOutcome, StorageFailure>, manifest: Manifest, request: RequestID) {
@@ -163,6 +178,7 @@ extension NodeInstance {
         }
         fetches[id]?.stage = .chunks(have: have)
         fetches[id]?.needed = manifest.chunks.count - have.held
+        for waiter in loadWaiters[id] ?? [] { prepareExport(manifest, to: waiter.destination) }
         transfer.start(manifest, have: have)
         refreshAvailability()
         pumpTransfers(now: now)
@@ -331,7 +347,7 @@ extension NodeInstance {
         for waiter in loadWaiters.removeValue(forKey: id) ?? [] {
             switch result {
             case let .success(manifest): store(.export(manifest, to: waiter.destination), .export(waiter.request, manifest))
-            case let .failure(error): complete(waiter.request, .failure(error))
+            case let .failure(error): failLoad(waiter, error)
             }
         }
     }

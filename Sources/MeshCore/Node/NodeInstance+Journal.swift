@@ -174,9 +174,7 @@ extension NodeInstance {
             let removed = manifests[id] ?? fetches[id]?.manifestBeingStored
             // A fetch under way stops: chunks it brought after this would never be collected.
             if fetches[id] != nil { finishFetch(id, .failure(.unknownAttachment(id)), now: now) }
-            for waiter in loadWaiters.removeValue(forKey: id) ?? [] {
-                complete(waiter.request, .failure(.unknownAttachment(id)))
-            }
+            for waiter in loadWaiters.removeValue(forKey: id) ?? [] { failLoad(waiter, .unknownAttachment(id)) }
             complete.remove(id)
             fetchRetries[id] = nil
             recentChunks.removeAll()

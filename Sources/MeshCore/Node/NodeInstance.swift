@@ -457,7 +457,7 @@ public struct NodeInstance: Sendable {
         for (_, pending) in pendingSends.sorted(by: { $0.key < $1.key }) { complete(pending.request, .failure(.stopped)) }
         pendingSends = [:]
         for (_, waiters) in loadWaiters.sorted(by: { $0.key < $1.key }) {
-            for waiter in waiters { complete(waiter.request, .failure(.stopped)) }
+            for waiter in waiters { failLoad(waiter, .stopped) }
         }
         loadWaiters = [:]
         fetches = [:]

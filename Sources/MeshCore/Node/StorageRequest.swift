@@ -20,6 +20,13 @@ public enum StorageRequest: Sendable {
     case inspect(Manifest)
     /// The attachment's bytes, every chunk verified. `.exported(bytes when into memory)`.
     case export(Manifest, to: ExportDestination)
+    /// A load into a file waits for this attachment's fetch: open the file's temporary now and
+    /// write into it what is stored and every chunk as it is stored, so that the `export` at the
+    /// end only fills what is missing, syncs and renames. `.done`; the export still does
+    /// everything itself when this could not be done.
+    case prepareExport(Manifest, to: ExportDestination)
+    /// The export prepared for this destination will not come: its temporary file goes. `.done`.
+    case cancelExport(to: ExportDestination)
     /// Delete the chunks of `removed` (and its manifest) that none of `keeping` uses and no
     /// ingest holds. `.done`.
     case collect(Manifest, keeping: [Manifest])

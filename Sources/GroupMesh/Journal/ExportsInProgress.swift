@@ -1,0 +1,135 @@
+import Foundation
+import MeshCore
+import MeshCrypto
+import MeshStore
+
+/// `get`s whose file is written while their fetch runs: each verified chunk goes into the
+/// output's temporary file as it is stored, so that when the fetch ends the file only needs its
+/// sync and rename (writing 100 MiB out after the fetch, read back from the store, was a tenth
+/// of a `get`'s wall time). Keyed by output path; owned by `AttachmentStore`, on its actor.
+struct ExportsInProgress {
+    struct Export {
+        let manifest: SHA256Digest
+        let file: OutputFile
+        /// Where each chunk not yet written goes (a chunk may stand at several offsets).
+        var missing: [SHA256Digest: [Int64]]
+        /// The first write that failed (a full disk): the export at the end starts over and
+        /// reports it.
+        var failure: Int32 = 0
+    }
+
+    private var exports: [String: Export] = [:]
+    /// The outputs each missing chunk is awaited by.
+    private var awaiting: [SHA256Digest: [String]] = [:]
+
+    var isEmpty: Bool { exports.isEmpty }
+
+    /// Opens `path`'s temporary file and writes what the store holds of `manifest` (`read`).
+    /// A path already prepared, or one that cannot be written, is left to the export at the end
+    /// (which says what is wrong).
+    mutating func prepare(_ manifest: Manifest, to path: String, mode: UInt32?,
+                          read: (SHA256Digest) -> [UInt8]?) {
+        guard exports[path] == nil, (try? OutputPath.check(path)) != nil,
+              let file = try? OutputFile.create(for: path, mode: mode) else { return }
+        var export = Export(manifest: manifest.id, file: file, missing: [:])
+        for (index, digest) in manifest.chunks.enumerated() {
+            export.missing[digest, default: []].append(Int64(index) * Int64(manifest.chunkSize))
+        }
+        for digest in export.missing.keys.sorted() {
+            guard let bytes = read(digest) else {
+                awaiting[digest, default: []].append(path)
+                continue
+            }
+            Self.write(bytes, of: digest, into: &export)
+        }
+        exports[path] = export
+    }
+
+    /// A verified chunk was stored: into every output waiting for it.
+    mutating func stored(_ bytes: [UInt8], as digest: SHA256Digest) {
+        guard let paths = awaiting.removeValue(forKey: digest) else { return }
+        for path in paths {
+            // Taken out while written to: its table of offsets changes in place, not copied.
+            guard var export = exports.removeValue(forKey: path) else { continue }
+            Self.write(bytes, of: digest, into: &export)
+            exports[path] = export
+        }
+    }
+
+    /// The export for `path` of `manifest`, taken out: the rest of its chunks are for the caller
+    /// to write. Nil when none was prepared, or one for other content (closed and removed), or
+    /// one whose writes failed (likewise: the caller starts over and meets the failure itself).
+    mutating func take(_ path: String, of manifest: Manifest) -> Export? {
+        guard let export = exports.removeValue(forKey: path) else { return nil }
+        forgetAwaiting(path, export)
+        guard export.manifest == manifest.id, export.failure == 0 else {
+            export.file.discard()
+            return nil
+        }
+        return export
+    }
+
+    /// The `get` will not come (its fetch failed, the node stops): the temporary file goes.
+    mutating func cancel(_ path: String) {
+        guard let export = exports.removeValue(forKey: path) else { return }
+        forgetAwaiting(path, export)
+        export.file.discard()
+    }
+
+    private mutating func forgetAwaiting(_ path: String, _ export: Export) {
+        for digest in export.missing.keys {
+            awaiting[digest]?.removeAll { $0 == path }
+            if awaiting[digest]?.isEmpty == true { awaiting[digest] = nil }
+        }
+    }
+
+    static func write(_ bytes: [UInt8], of digest: SHA256Digest, into export: inout Export) {
+        guard export.failure == 0, let offsets = export.missing.removeValue(forKey: digest) else { return }
+        for offset in offsets where export.failure == 0 {
+            export.failure = bytes.withUnsafeBytes { FileIO.writeAll(export.file.descriptor, $0, at: offset) }
+        }
+    }
+}
+
+/// The temporary file an export writes before it is renamed to its path: made new (never through
+/// a link someone left in its place), with the requested mode.
+struct OutputFile {
+    let path: String
+    let temporary: String
+    let descriptor: Int32
+
+    static func create(for path: String, mode: UInt32?) throws(GroupMeshError) -> OutputFile {
+        let temporary = path + ".groupmesh-partial"
+        var fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
+        if fd < 0, errno == EEXIST {
+            // Left by a crash (or planted): removed, never followed.
+            unlink(temporary)
+            fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
+        }
+        guard fd >= 0 else { throw GroupMeshError.fileWrite(errno, path, doing: "write") }
+        if let mode, fchmod(fd, mode_t(mode & 0o777)) != 0 {
+            let code = errno
+            close(fd)
+            unlink(temporary)
+            throw GroupMeshError.fileWrite(code, path, doing: "write")
+        }
+        return OutputFile(path: path, temporary: temporary, descriptor: fd)
+    }
+
+    /// Synced, closed and renamed into place; on any failure removed, and the failure said.
+    func commit() throws(GroupMeshError) {
+        var failure: Int32 = 0
+        if fsync(descriptor) != 0 { failure = errno }
+        if close(descriptor) != 0, failure == 0 { failure = errno }
+        if failure == 0, rename(temporary, path) != 0 { failure = errno }
+        guard failure == 0 else {
+            unlink(temporary)
+            throw GroupMeshError.fileWrite(failure, path, doing: "write")
+        }
+    }
+
+    func discard() {
+        close(descriptor)
+        unlink(temporary)
+    }
+}
