@@ -61,6 +61,10 @@ enum MeshBench {
             print("attachments between real processes on loopback…")
             results += try await TransferScenario.run(quick: quick)
         }
+        if wanted("wan") {
+            print("GroupMesh through emulated WAN links, namespaces (issue 18)…")
+            results += try await WANScenario.run(quick: quick)
+        }
         print()
         BenchReport.printTable(results)
         try BenchReport.write(results, to: output, quick: quick)

@@ -215,8 +215,8 @@ public final class WANLink: @unchecked Sendable {
 
     public static var isAvailable: Bool { unavailableReason == nil }
 
-    static let ipPath = NamespaceLab.ipCommand ?? "/usr/sbin/ip"
-    static let tcPath = tool("tc") ?? "/usr/sbin/tc"
+    public static let ipPath = NamespaceLab.ipCommand ?? "/usr/sbin/ip"
+    public static let tcPath = tool("tc") ?? "/usr/sbin/tc"
     static let iptablesPath = tool("iptables") ?? "/usr/sbin/iptables"
 
     private static func tool(_ name: String) -> String? {

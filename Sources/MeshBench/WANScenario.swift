@@ -1,0 +1,480 @@
+import Foundation
+import GroupMesh
+import MeshTestKit
+
+/// Issue 18's links with real processes (root only): a `NamespaceLab` of four hosts, three holders
+/// on hosts 0–2 holding an attachment (one attaches, two replicate, on plain veth), and a joiner on
+/// host 3 behind a `WANLink`. Every figure beside a baseline measured in the same run:
+///
+/// - `fiftyMs`: the joiner's fetch rate (its "fetched" log line) beside raw UDP through the same
+///   emulated path (iperf3 -u, holder host to joiner host), and the `get` wall time beside it;
+/// - `fiftyMsLossy`: the fetch rate beside the `fiftyMs` one;
+/// - `home50`, `home10`: while an iperf3 CUBIC download (server on host 0, `-R` client on host 3)
+///   runs through the same link, once as replication (a joiner that is not lazy: background) and
+///   once as a `get` (lazy joiner: foreground): the competitor's share of the cap over the fetch
+///   (beside iperf3 alone through the link), the fetch rate, the bottleneck's drops (the downlink
+///   tbf's counters, before and after) and the holders' chunk payload sent ÷ the file.
+///
+/// The joiner's `downlink` (status --json) is sampled every half second during each fetch and
+/// summarised on stdout, to explain the figures.
+enum WANScenario {
+    enum Mode: String { case replication, get }
+
+    struct CappedProfile {
+        var name: String
+        var profile: WANLink.Profile
+        var size: Int
+    }
+
+    static func run(quick: Bool) async throws -> [BenchResult] {
+        if let reason = WANLink.unavailableReason {
+            print("wan: \(reason)")
+            return []
+        }
+        guard let iperf = ["/usr/bin/iperf3", "/usr/local/bin/iperf3", "/bin/iperf3"]
+            .first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            print("wan: needs iperf3 (make deps installs it as root); skipped")
+            return []
+        }
+        let directory = NodeProcess.makeTemporaryDirectory("bench-wan")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let lab = try NamespaceLab(hostCount: 4)
+        defer { lab.tearDown() }
+        let tools = Tools(lab: lab, iperf: iperf)
+        var generator = SystemRandomNumberGenerator()
+        var results: [BenchResult] = []
+
+        // 1 and 2: an uncapped 50 ms path, without and with 1% random loss.
+        let bigSize = quick ? 32 << 20 : 100 << 20
+        let big = directory + "/big.bin"
+        try writeRandomFile(big, size: bigSize, using: &generator)
+        let clean = try await uncapped(.fiftyMs, name: "fiftyMs", file: big, size: bigSize, tools: tools, rawBaseline: true)
+        let lossy = try await uncapped(.fiftyMsLossy, name: "fiftyMsLossy", file: big, size: bigSize, tools: tools, rawBaseline: false)
+        try? FileManager.default.removeItem(atPath: big)
+        let mib = bigSize >> 20
+        results += [
+            BenchResult(scenario: "wan fiftyMs (50 ms RTT): late joiner's fetch of \(mib) MiB from 3 holders",
+                        figure: clean.fetchRate, unit: "MiB/s", baselineName: "raw UDP (iperf3 -u) through the same link",
+                        baseline: clean.rawUDP, goal: "≥ 120 MiB/s, ≥ 0.8× raw"),
+            BenchResult(scenario: "wan fiftyMs: get wall time", figure: clean.getRate, unit: "MiB/s",
+                        baselineName: "the fetch alone", baseline: clean.fetchRate, goal: "-"),
+            BenchResult(scenario: "wan fiftyMs: datagram size in use", figure: clean.datagramSize, unit: "B",
+                        baselineName: "the veth's 1500 B MTU", baseline: 1472, goal: "1472"),
+            BenchResult(scenario: "wan fiftyMsLossy (50 ms, 1% loss each way): fetch rate", figure: lossy.fetchRate,
+                        unit: "MiB/s", baselineName: "fiftyMs, no loss", baseline: clean.fetchRate, goal: "≥ 0.8×"),
+            BenchResult(scenario: "wan fiftyMsLossy: holders' bytes ÷ file", figure: lossy.holderRatio, unit: "×",
+                        baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
+        ]
+
+        // 3: capped home lines, each beside a CUBIC download.
+        let capped = [
+            CappedProfile(name: "home50", profile: .home50, size: quick ? 4 << 20 : 16 << 20),
+            CappedProfile(name: "home10", profile: .home10, size: quick ? 2 << 20 : 8 << 20),
+        ]
+        for line in capped {
+            let file = directory + "/\(line.name).bin"
+            try writeRandomFile(file, size: line.size, using: &generator)
+            defer { try? FileManager.default.removeItem(atPath: file) }
+            results += try await cappedLine(line, file: file, tools: tools, quick: quick)
+        }
+        return results
+    }
+
+    // MARK: - uncapped
+
+    struct Uncapped { var fetchRate = 0.0, getRate = 0.0, rawUDP = 0.0, datagramSize = 0.0, holderRatio = 0.0 }
+
+    static func uncapped(_ profile: WANLink.Profile, name: String, file: String, size: Int, tools: Tools,
+                         rawBaseline: Bool) async throws -> Uncapped {
+        print("wan \(name): \(profile)")
+        var outcome = Uncapped()
+        let mesh = try await Holders(lab: tools.lab, file: file)
+        defer { mesh.stop() }
+        let link = try WANLink(lab: tools.lab, host: 3, profile: profile)
+        defer { link.tearDown() }
+        if rawBaseline {
+            outcome.rawUDP = try await tools.rawUDP(seconds: 4)
+            print("  raw UDP through the link (iperf3 -u -l 1472, host 0 → 3): \(String(format: "%.1f", outcome.rawUDP)) MiB/s")
+        }
+        let fetch = try await fetchThrough(mesh: mesh, mode: .get, size: size, tools: tools, timeout: .seconds(150))
+        outcome.fetchRate = fetch.fetchRate
+        outcome.getRate = fetch.getRate
+        outcome.datagramSize = fetch.datagramSize
+        outcome.holderRatio = fetch.holderRatio
+        link.tearDown()
+        print("  fetch \(format(fetch.fetchRate)) MiB/s, get wall time \(format(fetch.getRate)) MiB/s, datagrams \(Int(fetch.datagramSize)) B, holders sent \(format(fetch.holderRatio))× the file; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary); emulator late \(late(link))")
+        return outcome
+    }
+
+    // MARK: - capped
+
+    static func cappedLine(_ line: CappedProfile, file: String, tools: Tools, quick: Bool) async throws -> [BenchResult] {
+        guard let rateMbit = line.profile.rateMbit else { return [] }
+        let cap = rateMbit * 1e6 / 8   // bytes per second
+        print("wan \(line.name): \(line.profile)")
+        let link = try WANLink(lab: tools.lab, host: 3, profile: line.profile)
+        defer { link.tearDown() }
+
+        // Baseline: CUBIC alone through the link (after its first seconds), and the drops it causes.
+        let warmUp = 4.0
+        let aloneSeconds = quick ? 4.0 : 8.0
+        let before = try tools.bottleneck()
+        let competitor = try await tools.startCompetitor(seconds: Int(warmUp + aloneSeconds) + 2)
+        try await Task.sleep(for: .seconds(warmUp + aloneSeconds))
+        let after = try tools.bottleneck()
+        let aloneIntervals = competitor.stop()
+        let alone = Competitor.bytes(in: aloneIntervals, from: warmUp, to: warmUp + aloneSeconds) / aloneSeconds
+        let aloneDrops = after.dropShare(since: before)
+        print("  CUBIC alone: \(format(alone / 1_048_576)) MiB/s of \(format(cap / 1_048_576)) (\(format(alone / cap * 100))%), drops \(format(aloneDrops * 100))%")
+
+        var results: [BenchResult] = []
+        let mib = line.size >> 20
+        for mode in [Mode.replication, .get] {
+            let mesh = try await Holders(lab: tools.lab, file: file)
+            defer { mesh.stop() }
+            let competitor = try await tools.startCompetitor(seconds: 150)
+            defer { _ = competitor.stop() }
+            try await Task.sleep(for: .seconds(warmUp))
+            let fetch = try await fetchThrough(mesh: mesh, mode: mode, size: line.size, tools: tools,
+                                               timeout: .seconds(mode == .replication ? 60 : 80))
+            let intervals = competitor.stop()
+            let window = fetch.window
+            let seconds = window.end - window.start
+            let share = seconds > 0
+                ? Competitor.bytes(in: intervals, from: window.start - competitor.startedAt, to: window.end - competitor.startedAt) / seconds / cap
+                : 0
+            let prefix = "wan \(line.name), \(mode.rawValue) of \(mib) MiB beside CUBIC: "
+            let shareGoal = mode == .replication ? "≥ 80%" : (alone / cap < 0.5 ? "≥ 0.8× alone" : "≥ 40%")
+            if !fetch.finished { print("  warning: \(mode.rawValue) did not finish within its bound; the rate is over what arrived") }
+            print("  \(mode.rawValue): fetch \(format(fetch.fetchRate)) MiB/s over \(format(seconds)) s, competitor \(format(share * 100))%, drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
+            results += [
+                BenchResult(scenario: prefix + "fetch rate", figure: fetch.fetchRate, unit: "MiB/s",
+                            baselineName: "the cap", baseline: cap / 1_048_576, goal: "-"),
+                BenchResult(scenario: prefix + "CUBIC competitor's share", figure: share * 100, unit: "%",
+                            baselineName: "CUBIC alone", baseline: alone / cap * 100, goal: shareGoal),
+                BenchResult(scenario: prefix + "packets dropped at the bottleneck", figure: fetch.dropShare * 100, unit: "%",
+                            baselineName: "CUBIC alone", baseline: aloneDrops * 100, goal: "≤ 2%"),
+                BenchResult(scenario: prefix + "holders' bytes ÷ file", figure: fetch.holderRatio, unit: "×",
+                            baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
+            ]
+        }
+        link.tearDown()
+        print("  emulator late \(late(link))")
+        return results
+    }
+
+    // MARK: - one fetch through the link
+
+    struct Fetch {
+        var fetchRate = 0.0, getRate = 0.0, datagramSize = 0.0, holderRatio = 0.0
+        var finished = true
+        /// The fetch's span on the wall clock (seconds since the reference date).
+        var window: (start: Double, end: Double) = (0, 0)
+        var drops = Bottleneck(sent: 0, dropped: 0)
+        var dropShare = 0.0
+        var downlinkSummary = ""
+        var cpuSummary = ""
+    }
+
+    /// Starts the joiner on host 3 (lazy for `.get`, which it then runs; eager for `.replication`)
+    /// and measures one fetch of the holders' attachment.
+    static func fetchThrough(mesh: Holders, mode: Mode, size: Int, tools: Tools, timeout: Duration) async throws -> Fetch {
+        var arguments = ["run", "--listen", "\(tools.lab.addresses[3]):0", "--invite", mesh.invite, "--log-level", "info"]
+        if mode == .get { arguments.append("--lazy") }
+        var outcome = Fetch()
+        let sentBefore = mesh.payloadSent()
+        let tcBefore = try tools.bottleneck()
+        let joiner = try NodeProcess(arguments, launcher: tools.lab.launcher(3))
+        defer { TransferScenario.stop([joiner]) }
+        var get: ChildProcess?
+        defer { if let get, get.isRunning { get.signal(SIGKILL); _ = get.waitUntilExit() } }
+        var getStart = 0.0
+        if mode == .get {
+            try await (mesh.nodes + [joiner]).waitForMesh(alive: 4)
+            try await waitUntil("the joiner lists the attachment", timeout: .seconds(30)) {
+                (try? TransferScenario.client(joiner).status().attachments.map(\.id)) == [mesh.id]
+            }
+            getStart = Date().timeIntervalSinceReferenceDate
+            get = try ChildProcess(executable: NodeProcess.executable, arguments: [
+                "get", "--data-dir", joiner.dataDirectory, mesh.id, "--output", joiner.dataDirectory + "/out.bin"])
+        }
+        // Until the fetch is done (the get exited, or the joiner holds it all), bounded; the
+        // joiner's downlink sampled every half second meanwhile.
+        var samples: [StatusReport.DownlinkInfo] = []
+        var have = 0, chunks = 0
+        let deadline = ContinuousClock.now + timeout
+        var end = 0.0
+        let cpuBefore = ([joiner] + mesh.nodes).map { cpuSeconds($0.pid) }, machineBefore = machineCPU()
+        while true {
+            if let status = try? TransferScenario.client(joiner).status() {
+                if let downlink = status.downlink, downlink.priority == (mode == .get ? "foreground" : "background") {
+                    samples.append(downlink)
+                }
+                if let entry = status.attachments.first(where: { $0.id == mesh.id }) { (have, chunks) = (entry.chunksHave, entry.chunks) }
+            }
+            if let get, let status = get.terminationStatus {
+                end = Date().timeIntervalSinceReferenceDate
+                guard status == 0 else { throw NodeProcessError.exited(status: status, stderr: get.standardError) }
+                break
+            }
+            if get == nil, chunks > 0, have == chunks { end = Date().timeIntervalSinceReferenceDate; break }
+            if ContinuousClock.now >= deadline {
+                end = Date().timeIntervalSinceReferenceDate
+                outcome.finished = false
+                break
+            }
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        let machineAfter = machineCPU()
+        let cpu = zip(([joiner] + mesh.nodes).map { cpuSeconds($0.pid) }, cpuBefore).map { $0 - $1 }
+        let span = max(end - (getStart > 0 ? getStart : end - (ContinuousClock.now - joiner.startedAt).wallSeconds), 1e-3)
+        let busy = machineAfter.total > machineBefore.total
+            ? 1 - (machineAfter.idle - machineBefore.idle) / (machineAfter.total - machineBefore.total) : 0
+        outcome.cpuSummary = "CPU over the fetch: joiner \(format(cpu[0] / span * 100))% of a core, holders "
+            + cpu.dropFirst().map { "\(format($0 / span * 100))%" }.joined(separator: "/") + ", machine \(format(busy * 100))% busy"
+        let tcAfter = try tools.bottleneck()
+        outcome.drops = Bottleneck(sent: tcAfter.sent - tcBefore.sent, dropped: tcAfter.dropped - tcBefore.dropped)
+        outcome.dropShare = tcAfter.dropShare(since: tcBefore)
+        let sent = zip(mesh.payloadSent(), sentBefore).map { $0 - $1 }.reduce(0, +)
+        outcome.holderRatio = Double(sent) / Double(size)
+        outcome.datagramSize = Double((try? TransferScenario.client(joiner).status().members.compactMap(\.datagramSize).max()) ?? 0)
+        outcome.downlinkSummary = summary(samples)
+        if outcome.finished, let line = try? await joiner.waitForLine(prefix: "", timeout: .seconds(5), onStderr: true, containing: " fetched"),
+           let seconds = TransferScenario.field("seconds", in: line), seconds > 0 {
+            outcome.fetchRate = Double(size) / 1_048_576 / seconds
+            outcome.window = (end - seconds, end)
+        } else {
+            // Unfinished (or no log line): what arrived over the time since the joiner started.
+            let start = getStart > 0 ? getStart : end - (ContinuousClock.now - joiner.startedAt).wallSeconds
+            let arrived = chunks > 0 ? Double(size) * Double(have) / Double(chunks) : 0
+            outcome.fetchRate = arrived / 1_048_576 / max(end - start, 1e-3)
+            outcome.window = (start, end)
+        }
+        if mode == .get {
+            outcome.getRate = Double(size) / 1_048_576 / max(end - getStart, 1e-3)
+            // The competitor's window for a get: what the user waited through.
+            outcome.window = (getStart, end)
+        }
+        return outcome
+    }
+
+    static func summary(_ samples: [StatusReport.DownlinkInfo]) -> String {
+        guard !samples.isEmpty else { return "no samples" }
+        let rates = samples.map { $0.rate / 1_048_576 }
+        let delays = samples.map(\.queueingDelayMs)
+        let competing = samples.filter(\.competing).count, slow = samples.filter(\.slowStart).count
+        let priorities = Set(samples.map(\.priority)).sorted().joined(separator: "/")
+        return "\(samples.count) samples, \(priorities), rate median \(format(median(rates))) MiB/s (max \(format(rates.max() ?? 0))),"
+            + " queueing delay median \(format(median(delays))) ms (max \(format(delays.max() ?? 0)), target \(format(samples.last?.targetMs ?? 0))),"
+            + " round trip \(format(samples.last?.roundTripMs ?? 0)) ms, slow start \(slow), competing \(competing),"
+            + " loss backoffs \(samples.last?.lossBackoffs ?? 0)"
+    }
+
+    /// A process's user + system time so far, in seconds (/proc/PID/stat; 0 if gone).
+    static func cpuSeconds(_ pid: pid_t) -> Double {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = text.lastIndex(of: ")") else { return 0 }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        // After the name: state is field 3, utime 14 and stime 15 (1-based) → 11 and 12 here.
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    /// The machine's idle and total CPU time (the first line of /proc/stat), in ticks.
+    static func machineCPU() -> (idle: Double, total: Double) {
+        guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
+              let line = text.split(separator: "\n").first else { return (0, 0) }
+        let values = line.split(separator: " ").dropFirst().compactMap { Double($0) }
+        guard values.count >= 5 else { return (0, 0) }
+        return (values[3] + values[4], values.reduce(0, +))
+    }
+
+    static func late(_ link: WANLink) -> String {
+        link.emulatorMeanLateMilliseconds.map { String(format: "%.2f ms mean", $0) } ?? "unknown"
+    }
+
+    static func format(_ value: Double) -> String { BenchReport.format(value) }
+
+    // MARK: - holders
+
+    /// Three holders on hosts 0–2: the first attaches `file`, the others replicate it.
+    final class Holders {
+        let nodes: [NodeProcess]
+        let invite: String
+        let id: String
+
+        init(lab: NamespaceLab, file: String) async throws {
+            var nodes: [NodeProcess] = []
+            do {
+                let first = try NodeProcess(["run", "--listen", "\(lab.addresses[0]):0"], launcher: lab.launcher(0))
+                nodes.append(first)
+                let invite = try await first.waitForLine(prefix: "invite:")
+                for index in 1..<3 {
+                    nodes.append(try NodeProcess(["run", "--listen", "\(lab.addresses[index]):0", "--invite", invite],
+                                                 launcher: lab.launcher(index)))
+                }
+                try await nodes.waitForMesh(alive: 3)
+                let id = try await TransferScenario.attach(file, on: first)
+                let holders = nodes
+                try await waitUntil("replicated to every holder", timeout: .seconds(120), every: .milliseconds(100)) {
+                    holders.allSatisfy { TransferScenario.holdsWhole(id, $0) }
+                }
+                (self.nodes, self.invite, self.id) = (nodes, invite, id)
+            } catch {
+                TransferScenario.stop(nodes)
+                throw error
+            }
+        }
+
+        /// Each holder's chunk payload sent so far.
+        func payloadSent() -> [UInt64] {
+            nodes.map { (try? TransferScenario.client($0).status().counters.chunkPayloadBytesSent) ?? 0 }
+        }
+
+        func stop() { TransferScenario.stop(nodes) }
+    }
+
+    // MARK: - iperf3 and tc
+
+    /// The downlink tbf's counters: packets sent on and packets dropped.
+    struct Bottleneck {
+        var sent: Int
+        var dropped: Int
+
+        func dropShare(since before: Bottleneck) -> Double {
+            let sent = self.sent - before.sent, dropped = self.dropped - before.dropped
+            return sent + dropped > 0 ? Double(dropped) / Double(sent + dropped) : 0
+        }
+    }
+
+    /// A CUBIC download by iperf3 from host 0 to host 3, its per-half-second intervals read from
+    /// its text output (flushed line by line, so a stopped client leaves what it measured).
+    final class Competitor {
+        let server: ChildProcess
+        let client: ChildProcess
+        /// When the test began (its "Reverse mode" line appeared), on the wall clock.
+        let startedAt: Double
+
+        init(server: ChildProcess, client: ChildProcess, startedAt: Double) {
+            (self.server, self.client, self.startedAt) = (server, client, startedAt)
+        }
+
+        /// Stops both processes (bounded) and returns the client's intervals: (start, end, bytes).
+        @discardableResult
+        func stop() -> [(start: Double, end: Double, bytes: Double)] {
+            for process in [client, server] where process.isRunning {
+                process.signal(SIGTERM)
+                var waited = 0
+                while process.isRunning && waited < 200 { usleep(10_000); waited += 1 }
+                if process.isRunning { process.signal(SIGKILL) }
+                _ = process.waitUntilExit()
+            }
+            var waited = 0
+            while !client.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
+            return Self.intervals(client.standardOutput)
+        }
+
+        /// `[  5]   1.00-1.50   sec   2.88 MBytes  48.3 Mbits/sec` (receiver intervals of a -R client).
+        static func intervals(_ text: String) -> [(start: Double, end: Double, bytes: Double)] {
+            text.split(separator: "\n").compactMap { line in
+                guard !line.contains("sender"), !line.contains("receiver") else { return nil }
+                let tokens = line.split(separator: " ").map(String.init)
+                guard let index = tokens.firstIndex(of: "sec"), index >= 1, index + 2 < tokens.count else { return nil }
+                let span = tokens[index - 1].split(separator: "-").compactMap { Double($0) }
+                guard span.count == 2, let amount = Double(tokens[index + 1]) else { return nil }
+                let scale: Double
+                switch tokens[index + 2] {
+                case "Bytes": scale = 1
+                case "KBytes": scale = 1024
+                case "MBytes": scale = 1_048_576
+                case "GBytes": scale = 1_073_741_824
+                default: return nil
+                }
+                return (span[0], span[1], amount * scale)
+            }
+        }
+
+        /// Bytes received between `from` and `to` (seconds since the test began), intervals
+        /// partly inside counted in proportion.
+        static func bytes(in intervals: [(start: Double, end: Double, bytes: Double)], from: Double, to: Double) -> Double {
+            intervals.reduce(0) { total, interval in
+                let overlap = min(interval.end, to) - max(interval.start, from)
+                guard overlap > 0, interval.end > interval.start else { return total }
+                return total + interval.bytes * overlap / (interval.end - interval.start)
+            }
+        }
+    }
+
+    struct Tools {
+        let lab: NamespaceLab
+        let iperf: String
+
+        /// The downlink tbf (the bridge's port toward host 3): `tc -s -j qdisc show`.
+        func bottleneck() throws -> Bottleneck {
+            let process = try ChildProcess(executable: WANLink.ipPath, arguments: [
+                "netns", "exec", lab.bridgeNamespace, WANLink.tcPath, "-s", "-j", "qdisc", "show", "dev", lab.bridgePort(3)])
+            _ = process.waitUntilExit()
+            var waited = 0
+            while !process.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
+            guard let array = try? JSONSerialization.jsonObject(with: Data(process.standardOutput.utf8)) as? [[String: Any]] else {
+                return Bottleneck(sent: 0, dropped: 0)
+            }
+            let tbf = array.first { ($0["kind"] as? String) == "tbf" }
+            return Bottleneck(sent: (tbf?["packets"] as? Int) ?? 0, dropped: (tbf?["drops"] as? Int) ?? 0)
+        }
+
+        /// iperf3 server on host 0 (one test), CUBIC client on host 3 receiving (-R) for at most
+        /// `seconds`; returns once the test began (bounded).
+        func startCompetitor(seconds: Int) async throws -> Competitor {
+            let port = "\(Int.random(in: 20_000...29_999))"
+            let server = try ChildProcess(executable: WANLink.ipPath, arguments: [
+                "netns", "exec", lab.hosts[0], iperf, "-s", "-1", "-p", port, "--forceflush"])
+            try await Task.sleep(for: .milliseconds(300))
+            let client = try ChildProcess(executable: WANLink.ipPath, arguments: [
+                "netns", "exec", lab.hosts[3], iperf, "-c", lab.addresses[0], "-p", port, "-R", "-C", "cubic",
+                "-t", "\(seconds)", "-i", "0.5", "-f", "m", "--forceflush"])
+            let competitor = { (start: Double) in Competitor(server: server, client: client, startedAt: start) }
+            let deadline = ContinuousClock.now + .seconds(10)
+            while ContinuousClock.now < deadline {
+                if client.standardOutput.contains("Reverse mode") { return competitor(Date().timeIntervalSinceReferenceDate) }
+                if !client.isRunning { break }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            competitor(0).stop()
+            throw NodeProcessError.timeout("iperf3 did not start: \(client.standardOutput) \(client.standardError)")
+        }
+
+        /// Raw UDP from host 0 to host 3 through the link: iperf3 -u at 4 Gbit/s of 1,472-byte
+        /// datagrams (what the node sends over veth), the receiver's rate in MiB/s.
+        func rawUDP(seconds: Int) async throws -> Double {
+            let port = "\(Int.random(in: 20_000...29_999))"
+            let server = try ChildProcess(executable: WANLink.ipPath, arguments: [
+                "netns", "exec", lab.hosts[0], iperf, "-s", "-1", "-p", port])
+            defer { if server.isRunning { server.signal(SIGKILL); _ = server.waitUntilExit() } }
+            try await Task.sleep(for: .milliseconds(300))
+            let client = try ChildProcess(executable: WANLink.ipPath, arguments: [
+                "netns", "exec", lab.hosts[3], "timeout", "\(seconds + 20)", iperf, "-c", lab.addresses[0], "-p", port,
+                "-R", "-u", "-b", "4G", "-l", "1472", "-w", "4M", "-t", "\(seconds)", "-f", "m"])
+            let deadline = ContinuousClock.now + .seconds(seconds + 25)
+            while client.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+            if client.isRunning { client.signal(SIGKILL) }
+            _ = client.waitUntilExit()
+            var waited = 0
+            while !client.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
+            // `[  5]   0.00-4.00  sec  X MBytes  Y Mbits/sec  jitter  lost/total (pct)  receiver`
+            guard let line = client.standardOutput.split(separator: "\n").last(where: { $0.contains("receiver") }) else {
+                throw NodeProcessError.exited(status: client.terminationStatus ?? -1,
+                                              stderr: "iperf3 -u: no receiver line: \(client.standardOutput) \(client.standardError)")
+            }
+            let tokens = line.split(separator: " ").map(String.init)
+            guard let index = tokens.firstIndex(of: "Mbits/sec"), index >= 1, let megabits = Double(tokens[index - 1]) else {
+                throw NodeProcessError.exited(status: -1, stderr: "iperf3 -u: cannot read \(line)")
+            }
+            return megabits * 1e6 / 8 / 1_048_576
+        }
+    }
+}
+
+private extension Duration {
+    var wallSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}
