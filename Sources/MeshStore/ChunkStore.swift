@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import CMeshSystem
+import MeshCore
 import MeshCrypto
 
 /// Chunks on disk, one file per chunk named by its SHA-256 (`chunks/ab/abcd…`), so identical
@@ -24,10 +25,12 @@ public final class ChunkStore {
     /// Chunks this process hashed as it wrote them, the latest `recentWriteCapacity`: a `get`
     /// writing out what it just fetched need not hash each chunk a second time. A chunk that was
     /// on disk before is always hashed when read.
-    private var recentWrites: Set<SHA256Digest> = []
-    private var recentWriteOrder: [SHA256Digest] = []
-    private var recentWriteNext = 0
-    public var recentWriteCapacity = 4096
+    private var recentWrites = RecentSet<SHA256Digest>(capacity: 4096)
+    /// How many recent writes are remembered (4,096 chunks: 1 GiB at 256 KiB).
+    public var recentWriteCapacity: Int {
+        get { recentWrites.capacity }
+        set { recentWrites = RecentSet(capacity: newValue) }
+    }
     private var temporaryCounter: UInt64 = 0
 
     public init(path: String) throws(MeshStoreError) {
@@ -111,7 +114,7 @@ public final class ChunkStore {
         try Self.writeFile(temporary, bytes, sync: false)
         pending[digest] = temporary
         pendingOrder.append(digest)
-        rememberWrite(digest)
+        recentWrites.insert(digest)
         if pendingOrder.count >= batchLimit {
             do throws(MeshStoreError) {
                 try flush()
@@ -122,17 +125,6 @@ public final class ChunkStore {
             }
         }
         return (true, digest)
-    }
-
-    private func rememberWrite(_ digest: SHA256Digest) {
-        guard recentWriteCapacity > 0, recentWrites.insert(digest).inserted else { return }
-        if recentWriteOrder.count < recentWriteCapacity {
-            recentWriteOrder.append(digest)
-        } else {
-            recentWrites.remove(recentWriteOrder[recentWriteNext])
-            recentWriteOrder[recentWriteNext] = digest
-            recentWriteNext = (recentWriteNext + 1) % recentWriteCapacity
-        }
     }
 
     /// Makes every written chunk durable and visible under its name: one `syncfs` for the batch,

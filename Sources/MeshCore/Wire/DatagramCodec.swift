@@ -243,12 +243,9 @@ public struct DatagramCodec: Sendable {
 /// bytes name one well enough), oldest forgotten first.
 struct RecentNonces: Sendable {
     private struct Key: Hashable, Sendable { var high: UInt64; var low: UInt64 }
-    private var seen: Set<Key> = []
-    private var order: [Key] = []
-    private var next = 0
-    let capacity: Int
+    private var seen: RecentSet<Key>
 
-    init(capacity: Int) { self.capacity = capacity }
+    init(capacity: Int) { seen = RecentSet(capacity: capacity) }
 
     private static func key(_ nonce: PacketNonce) -> Key {
         let raw = nonce.raw
@@ -260,15 +257,5 @@ struct RecentNonces: Sendable {
 
     func contains(_ nonce: PacketNonce) -> Bool { seen.contains(Self.key(nonce)) }
 
-    mutating func insert(_ nonce: PacketNonce) {
-        let key = Self.key(nonce)
-        guard seen.insert(key).inserted else { return }
-        if order.count < capacity {
-            order.append(key)
-        } else {
-            seen.remove(order[next])
-            order[next] = key
-            next = (next + 1) % capacity
-        }
-    }
+    mutating func insert(_ nonce: PacketNonce) { seen.insert(Self.key(nonce)) }
 }
