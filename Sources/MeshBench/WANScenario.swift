@@ -267,7 +267,8 @@ enum WANScenario {
         return "\(samples.count) samples, \(priorities), rate median \(format(median(rates))) MiB/s (max \(format(rates.max() ?? 0))),"
             + " queueing delay median \(format(median(delays))) ms (max \(format(delays.max() ?? 0)), target \(format(samples.last?.targetMs ?? 0))),"
             + " round trip \(format(samples.last?.roundTripMs ?? 0)) ms, slow start \(slow), competing \(competing),"
-            + " loss backoffs \(samples.last?.lossBackoffs ?? 0)"
+            + " loss backoffs \(samples.last?.lossBackoffs ?? 0); rates (MiB/s, every 0.5 s): "
+            + rates.prefix(16).map { format($0) }.joined(separator: " ") + (rates.count > 16 ? " …" : "")
     }
 
     /// A process's user + system time so far, in seconds (/proc/PID/stat; 0 if gone).
