@@ -11,7 +11,8 @@ import Testing
     /// Feeds `seconds` of pieces at `rate` whose one-way delay is 20 ms plus `queue(t)`, with
     /// datagram numbers that skip every `lossEvery`-th.
     static func feed(_ controller: inout DownlinkController, from start: MeshInstant, seconds: Double, rate: Double,
-                     lossEvery: Int? = nil, packet: inout UInt64, queue: (Double) -> Double) -> MeshInstant {
+                     lossEvery: Int? = nil, trusted: Bool = true, packet: inout UInt64,
+                     queue: (Double) -> Double) -> MeshInstant {
         let piece = 1400
         let gap = Double(piece) / rate
         var t = 0.0
@@ -23,7 +24,7 @@ import Testing
             packet += 1
             if let lossEvery, packet % UInt64(lossEvery) == 0 { packet += 1 }
             controller.onDatagram(from: holder, packetNumber: packet, carriesPiece: true)
-            controller.onPiece(bytes: piece, sentAt: sentAt, from: holder, now: now)
+            controller.onPiece(bytes: piece, sentAt: sentAt, from: holder, now: now, trusted: trusted)
             t += gap
         }
         return now
@@ -44,6 +45,23 @@ import Testing
         #expect(controller.slowStart && controller.rate >= initial * 4)
         _ = Self.feed(&controller, from: .zero + .seconds(0.3), seconds: 0.2, rate: 4e6, packet: &packet) { _ in 0.030 }
         #expect(!controller.slowStart)
+    }
+
+    @Test("before any holder is proven, slow start doubles on what arrives; an untrusted queue holds it and never cuts below what arrives")
+    func untrustedHoldersOnlyHoldSlowStartBack() {
+        var controller = Self.started()
+        var packet: UInt64 = 0
+        let initial = controller.rate
+        var now = Self.feed(&controller, from: .zero, seconds: 0.3, rate: 4e6, trusted: false, packet: &packet) { _ in 0 }
+        #expect(controller.slowStart && controller.rate >= initial * 4, "grows on bytes before anyone is proven")
+        // A queue (or a liar's timestamps that look like one): growth stops, the rate comes down to
+        // what arrives, never below, and slow start is not given up on their word.
+        let held = controller.rate
+        now = Self.feed(&controller, from: now, seconds: 1, rate: 2e6, trusted: false, packet: &packet) { t in 0.05 + t }
+        #expect(controller.rate <= held)
+        #expect(controller.rate >= 2e6 * 0.8, "cut below what arrives: \(controller.rate)")
+        #expect(controller.slowStart)
+        #expect(controller.lossBackoffs == 0)
     }
 
     @Test func aQueueOverTheTargetShrinksTheRateAndOneUnderItLetsItGrow() {

@@ -25,10 +25,14 @@ extension NodeInstance {
                 if let sample = assembler.takeAnswerSample() { downlink.onRoundTrip(sample, now: now) }
                 // Only pieces asked for, of members whose chunks proved right, tell the controller
                 // about the line: anyone can send others, and a liar's timestamps are lies too.
-                if provenHolders.contains(peer) {
+                // Until anyone proved right, pieces asked for count as bytes (slow start grows on
+                // them), never as delays.
+                let proven = provenHolders.contains(peer)
+                if proven || provenHolders.isEmpty {
                     switch result {
                     case .accepted, .complete:
-                        if downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now) {
+                        if downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now,
+                                            trusted: proven) {
                             rateMayHaveChanged = true
                             if logs(.debug) { logDownlink() }
                         }

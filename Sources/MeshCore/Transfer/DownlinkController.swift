@@ -98,6 +98,8 @@ public struct DownlinkController: Sendable {
     private var intervalStart: MeshInstant?
     private var intervalBytes = 0
     private var intervalQueue: Duration?
+    /// The highest queue an untrusted holder's pieces showed this interval.
+    private var intervalUntrustedQueue: Duration?
 
     /// The latest queueing delay measured (the interval's lowest), for status and tests.
     public private(set) var queueingDelay: Duration = .zero
@@ -159,9 +161,12 @@ public struct DownlinkController: Sendable {
     }
 
     /// A piece of `bytes` stamped `sentAt` by `holder`'s clock arrived. Returns whether it
-    /// closed an interval (the rate may have changed).
+    /// closed an interval (the rate may have changed). A piece that is not `trusted` (its holder
+    /// has not proven itself yet) can only stop slow start from growing: its queue counts as
+    /// the highest of the interval, never as the line's lowest.
     @discardableResult
-    public mutating func onPiece(bytes: Int, sentAt: UInt32, from holder: NodeID, now: MeshInstant) -> Bool {
+    public mutating func onPiece(bytes: Int, sentAt: UInt32, from holder: NodeID, now: MeshInstant,
+                                 trusted: Bool = true) -> Bool {
         rollBaseIfDue(now: now)
         let sample = UInt32(truncatingIfNeeded: now.nanoseconds / 1000) &- sentAt
         var state = holders[holder] ?? Holder()
@@ -171,7 +176,11 @@ public struct DownlinkController: Sendable {
         if let previous = state.previousBase, Int32(bitPattern: previous &- current) < 0 { base = previous }
         holders[holder] = state
         let queue = Duration.microseconds(max(0, Int32(bitPattern: sample &- base)))
-        intervalQueue = intervalQueue.map { min($0, queue) } ?? queue
+        if trusted {
+            intervalQueue = intervalQueue.map { min($0, queue) } ?? queue
+        } else {
+            intervalUntrustedQueue = intervalUntrustedQueue.map { max($0, queue) } ?? queue
+        }
         intervalBytes += bytes
         if intervalStart == nil {
             intervalStart = now
@@ -221,12 +230,35 @@ public struct DownlinkController: Sendable {
             intervalStart = nil
             intervalBytes = 0
             intervalQueue = nil
+            intervalUntrustedQueue = nil
             for id in holders.keys {
                 holders[id]?.received = 0
                 holders[id]?.lost = 0
             }
         }
-        guard let start = intervalStart, let queue = intervalQueue else { return }
+        guard let start = intervalStart else { return }
+        guard let queue = intervalQueue else {
+            // Only holders not proven yet: their timestamps may be lies, so they can only hold
+            // slow start back, never cut the rate. It doubles on what arrives while none of them
+            // sees a queue (a fetch would otherwise sit at its first rate until a whole chunk
+            // verified: 1.5 s on a 50 ms path).
+            let elapsed = max(1e-6, (now - start).milliseconds / 1000)
+            let delivered = Double(intervalBytes) / elapsed
+            lastInterval = (delivered, 0, 0, now)
+            lastClose = now
+            let highest = (intervalUntrustedQueue ?? .zero).milliseconds / 1000
+            let over = highest >= target.milliseconds / 1000 / 4
+            defer { wasOver = over }
+            if slowStart, !over, delivered >= rate * settings.caughtUp {
+                rate = min(Double(settings.maximumRate), rate * 2)
+            } else if over, wasOver, now >= holdUntil {
+                // A queue that lasts: ask no more than arrives (never less: a lie can only stop
+                // growth here, not slow what comes).
+                rate = max(Double(settings.minimumRate), min(rate, delivered))
+                holdUntil = now + interval * 2
+            }
+            return
+        }
         let intervalReceived = holders.values.reduce(0) { $0 + $1.received }
         let intervalLost = holders.values.reduce(0) { $0 + min($1.lost, $1.received) }
         queueingDelay = queue
