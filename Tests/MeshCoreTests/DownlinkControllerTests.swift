@@ -62,6 +62,10 @@ import Testing
         #expect(controller.rate >= 2e6 * 0.8, "cut below what arrives: \(controller.rate)")
         #expect(controller.slowStart)
         #expect(controller.lossBackoffs == 0)
+        // Once: deliveries lag the rate, so cutting to them again and again would spiral down.
+        let clamped = controller.rate
+        now = Self.feed(&controller, from: now, seconds: 1, rate: 5e5, trusted: false, packet: &packet) { t in 0.05 + t }
+        #expect(controller.rate == clamped, "cut again on untrusted word: \(controller.rate)")
     }
 
     @Test func aQueueOverTheTargetShrinksTheRateAndOneUnderItLetsItGrow() {

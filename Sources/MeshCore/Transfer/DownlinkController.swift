@@ -100,6 +100,9 @@ public struct DownlinkController: Sendable {
     private var intervalQueue: Duration?
     /// The highest queue an untrusted holder's pieces showed this interval.
     private var intervalUntrustedQueue: Duration?
+    /// Untrusted holders' queue brought the rate down once: no more growth or cuts on their
+    /// word (a second cut, and a third, would spiral down: deliveries lag the rate).
+    private var untrustedHeld = false
 
     /// The latest queueing delay measured (the interval's lowest), for status and tests.
     public private(set) var queueingDelay: Duration = .zero
@@ -188,6 +191,7 @@ public struct DownlinkController: Sendable {
             if let closed = lastClose, now >= closed + max(.seconds(1), interval * 10) {
                 drainedAt = now
                 wasOver = false
+                untrustedHeld = false
             }
         }
         guard let start = intervalStart, now >= start + interval else { return false }
@@ -249,13 +253,14 @@ public struct DownlinkController: Sendable {
             let highest = (intervalUntrustedQueue ?? .zero).milliseconds / 1000
             let over = highest >= target.milliseconds / 1000 / 4
             defer { wasOver = over }
+            guard !untrustedHeld else { return }
             if slowStart, !over, delivered >= rate * settings.caughtUp {
                 rate = min(Double(settings.maximumRate), rate * 2)
             } else if over, wasOver, now >= holdUntil {
-                // A queue that lasts: ask no more than arrives (never less: a lie can only stop
-                // growth here, not slow what comes).
+                // A queue that lasts: ask no more than arrives, once (a lie can stop growth until
+                // a holder proves itself, never slow what comes).
                 rate = max(Double(settings.minimumRate), min(rate, delivered))
-                holdUntil = now + interval * 2
+                untrustedHeld = true
             }
             return
         }
