@@ -94,7 +94,7 @@ package actor MeshNode {
             try? await channel.close()
             throw .bindFailed(address: configuration.listenDescription, reason: "the socket has no local address")
         }
-        await DontFragment.apply(to: channel, ipv6: address.isIPv6)
+        let probesPaths = await DontFragment.apply(to: channel, ipv6: address.isIPv6)
         let store: AttachmentStore
         let restored: NodeInstance.Restored
         do {
@@ -106,7 +106,8 @@ package actor MeshNode {
             throw error
         }
         return MeshNode(identity: identity, restored: restored, configuration: configuration, channel: channel,
-                        address: address, buffers: buffers, store: store, slot: slot, eventLoop: eventLoop, logger: logger)
+                        address: address, buffers: buffers, probesPaths: probesPaths, store: store, slot: slot,
+                        eventLoop: eventLoop, logger: logger)
     }
 
     /// Takes datagrams, opens the control socket, and joins through the invite, `--join` and
@@ -153,8 +154,8 @@ package actor MeshNode {
     }
 
     private init(identity: NodeIdentity, restored: NodeInstance.Restored, configuration: NodeConfiguration,
-                 channel: any Channel, address: PeerAddress, buffers: SocketBuffers, store: AttachmentStore,
-                 slot: NodeSlot, eventLoop: any EventLoop, logger: Logger) {
+                 channel: any Channel, address: PeerAddress, buffers: SocketBuffers, probesPaths: Bool,
+                 store: AttachmentStore, slot: NodeSlot, eventLoop: any EventLoop, logger: Logger) {
         self.slot = slot
         eventHandlers = configuration.eventHandlers.isEmpty ? nil
             : EventHandlers(specs: configuration.eventHandlers, timeout: configuration.eventHandlerTimeout,
@@ -167,6 +168,8 @@ package actor MeshNode {
                                      addresses: addresses, localAddress: address)
         var settings = configuration.settings
         settings.logLevel = NodeLogLevel(logger.logLevel)
+        // Without don't-fragment, pieces stay at the size every path carries.
+        if !probesPaths { settings.pathMTU.ladder = [] }
         self.configuration = configuration
         nodeID = identity.nodeID
         localAddress = address

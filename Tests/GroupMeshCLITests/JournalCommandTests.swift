@@ -56,11 +56,12 @@ struct JournalCommandTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
         let status = try await nodes[2].status()
         #expect((status.counters["chunksFetched"]?.number ?? 0) >= 4)
-        // Loopback carries a jumbo frame: the holder's path was probed up to 8,972 bytes
-        // (PROTOCOL.md §1a); members it pulled nothing from are not measured.
+        // Loopback carries more than Ethernet: the holder's path was probed past 1,472 bytes
+        // (8,972 unless a probe was lost three times on a busy machine; PROTOCOL.md §1a); members
+        // it pulled nothing from are not measured.
         let holderID = try await first.status().`self`.id
         let sized = try await nodes[2].waitForStatus(timeout: .seconds(10), "holder's path measured") { status in
-            status.members.first { $0.id == holderID }?.datagramSize == 8972
+            (status.members.first { $0.id == holderID }?.datagramSize ?? 0) > 1472
         }
         let bystander = try await nodes[1].status().`self`.id
         #expect(sized.members.first { $0.id == bystander }?.datagramSize == nil)

@@ -134,6 +134,26 @@ struct PathMTUDiscoveryTests {
         #expect(discovery.nextDeadline == nil)
     }
 
+    @Test("a confirmation answered in the middle of a search lets the search go on")
+    func confirmationResumesTheSearch() {
+        var discovery = PathMTUDiscovery()
+        guard let first = Self.request(discovery.begin(Self.holder, ipv6: false, now: Self.start)) else {
+            Issue.record("no probe asked for")
+            return
+        }
+        _ = discovery.onProbe(PathProbe(token: first.token, padding: 0), from: Self.holder, datagramSize: 1472, now: Self.start)
+        // Searching 4,052 now; two silences at the 1,472 in use interrupt it with a confirmation.
+        _ = discovery.onSilence(from: Self.holder, datagramSize: 1472, now: Self.start)
+        guard let confirmation = Self.request(discovery.onSilence(from: Self.holder, datagramSize: 1472, now: Self.start)) else {
+            Issue.record("no confirmation asked for")
+            return
+        }
+        #expect(confirmation.size == 1472)
+        let resumed = discovery.onProbe(PathProbe(token: confirmation.token, padding: 0), from: Self.holder,
+                                        datagramSize: 1472, now: Self.start)
+        #expect(Self.request(resumed)?.size == 4052, "the search stopped for good after a confirmation")
+    }
+
     @Test("a member forgotten is measured anew")
     func removal() {
         var discovery = PathMTUDiscovery()

@@ -16,6 +16,26 @@ import Testing
 
     static func ms(_ value: Int64) -> MeshInstant { MeshInstant(nanoseconds: UInt64(value) * 1_000_000) }
 
+    @Test("a chunk asked again at another piece size replaces what waits at the old one")
+    func anotherPieceSizeReplacesTheQueue() {
+        var pacer = PiecePacer()
+        pacer.setRate(1000, for: Self.peer)
+        let digest = SHA256Digest.hashing([3])
+        let chunk = ByteBuffer(bytes: [UInt8](repeating: 1, count: 8000))
+        pacer.enqueue(ChunkAssembly.pieces(of: chunk, digest: digest, pieceSize: 4000), digest: digest, to: Self.peer)
+        #expect(pacer.queuedBytes == 8000)
+        let smaller = ChunkAssembly.pieces(of: chunk, digest: digest, pieceSize: 1000)
+        #expect(pacer.enqueue(smaller, digest: digest, to: Self.peer) == 8000)
+        #expect(pacer.queuedBytes == 8000 && pacer.queuedBytes(for: Self.peer) == 8000)
+        var sizes: Set<Int> = []
+        var now = Self.ms(0)
+        while !pacer.isEmpty, now < Self.ms(60_000) {
+            for (_, pieces) in pacer.due(now: now) { sizes.formUnion(pieces.map(\.pieceSize)) }
+            now = pacer.nextDeadline ?? now
+        }
+        #expect(sizes == [1000], "pieces of the old size went out: \(sizes)")
+    }
+
     @Test func unpacedPiecesGoAtOnce() {
         var pacer = PiecePacer()
         pacer.enqueue(Self.pieces(of: .hashing([1]), count: 10), digest: .hashing([1]), to: Self.peer)

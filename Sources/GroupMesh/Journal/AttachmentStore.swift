@@ -231,9 +231,16 @@ actor AttachmentStore {
     /// A `get` prepared while its fetch ran (`ExportsInProgress`) has most of the file written
     /// already: only what is missing is written before the sync and rename.
     func assemble(_ manifest: Manifest, to path: String, mode: UInt32?) throws(GroupMeshError) {
-        try OutputPath.check(path)
+        let prepared = exportsInProgress.take(path, of: manifest)
+        do {
+            try OutputPath.check(path)
+        } catch {
+            // What is there now (a link, a directory) is refused; what was written for it goes.
+            prepared?.file.discard()
+            throw error
+        }
         var export: ExportsInProgress.Export
-        if let prepared = exportsInProgress.take(path, of: manifest) {
+        if let prepared {
             export = prepared
         } else {
             let file = try OutputFile.create(for: path, mode: mode)

@@ -92,11 +92,15 @@ struct ExportsInProgress {
 }
 
 /// The temporary file an export writes before it is renamed to its path: made new (never through
-/// a link someone left in its place), with the requested mode.
+/// a link someone left in its place), with the requested mode. It is renamed or removed only while
+/// its name is still ours: another `get` of the same path (another node, or another spelling of
+/// the path) replaces a leftover by that name, and then neither may rename or remove the other's.
 struct OutputFile {
     let path: String
     let temporary: String
     let descriptor: Int32
+    private let device: UInt64
+    private let inode: UInt64
 
     static func create(for path: String, mode: UInt32?) throws(GroupMeshError) -> OutputFile {
         let temporary = path + ".groupmesh-partial"
@@ -107,13 +111,22 @@ struct OutputFile {
             fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o666)
         }
         guard fd >= 0 else { throw GroupMeshError.fileWrite(errno, path, doing: "write") }
-        if let mode, fchmod(fd, mode_t(mode & 0o777)) != 0 {
+        var info = stat()
+        let modeFailed = mode.map { fchmod(fd, mode_t($0 & 0o777)) != 0 } ?? false
+        if modeFailed || fstat(fd, &info) != 0 {
             let code = errno
             close(fd)
             unlink(temporary)
             throw GroupMeshError.fileWrite(code, path, doing: "write")
         }
-        return OutputFile(path: path, temporary: temporary, descriptor: fd)
+        return OutputFile(path: path, temporary: temporary, descriptor: fd,
+                          device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+    }
+
+    /// Whether the temporary name still names our file.
+    private var ownsName: Bool {
+        var info = stat()
+        return lstat(temporary, &info) == 0 && UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode
     }
 
     /// Synced, closed and renamed into place; on any failure removed, and the failure said.
@@ -121,15 +134,22 @@ struct OutputFile {
         var failure: Int32 = 0
         if fsync(descriptor) != 0 { failure = errno }
         if close(descriptor) != 0, failure == 0 { failure = errno }
-        if failure == 0, rename(temporary, path) != 0 { failure = errno }
         guard failure == 0 else {
-            unlink(temporary)
+            if ownsName { unlink(temporary) }
             throw GroupMeshError.fileWrite(failure, path, doing: "write")
+        }
+        guard ownsName else {
+            throw GroupMeshError.store("another get wrote \(path) at the same time; nothing was written by this one, run it again")
+        }
+        if rename(temporary, path) != 0 {
+            let code = errno
+            unlink(temporary)
+            throw GroupMeshError.fileWrite(code, path, doing: "write")
         }
     }
 
     func discard() {
+        if ownsName { unlink(temporary) }
         close(descriptor)
-        unlink(temporary)
     }
 }

@@ -25,7 +25,8 @@ extension NodeInstance {
         // Bounded, so that a holder gone quiet still loses its requests in time.
         transfer.minimumTimeout = min(settings.maximumPacedWait,
                                       perChunk * 2 + (downlink.roundTrip ?? .milliseconds(100)) * 2)
-        assembler.minimumSilence = min(settings.maximumPacedWait / 4, .seconds(Double(pieceSize * limit) / rate * 4))
+        assembler.minimumSilence = min(settings.maximumPacedWait / 4,
+                                       .seconds(Double(assembler.largestPieceSize * limit) / rate * 4))
     }
 
     /// The pace to ask of `peer`: the rate shared equally by the holders with chunks in flight

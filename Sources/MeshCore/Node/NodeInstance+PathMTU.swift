@@ -40,7 +40,7 @@ extension NodeInstance {
 
     /// A member asks for a probe: a datagram of the size it names, sealed for it and sent to
     /// where it is known to be (never to where the request came from), at most
-    /// `maxProbeAnswers` a second: a probe is up to 150 times the size of its request.
+    /// `maxProbeAnswers` a second: a probe is up to about 108 times the size of its request.
     mutating func answerProbeRequest(_ request: PathProbeRequest, from peer: NodeID, now: MeshInstant) {
         let smallest = DatagramCodec.pairwiseDatagramSize(payload: PathProbe.overhead)
         guard request.size >= smallest, request.size <= settings.wire.maxReceivedDatagramSize else {

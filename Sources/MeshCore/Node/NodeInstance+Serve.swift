@@ -25,20 +25,17 @@ extension NodeInstance {
                 if let sample = assembler.takeAnswerSample() { downlink.onRoundTrip(sample, now: now) }
                 // Only pieces asked for, of members whose chunks proved right, tell the controller
                 // about the line: anyone can send others, and a liar's timestamps are lies too.
-                // Until anyone proved right, pieces asked for count as bytes (slow start grows on
-                // them), never as delays.
-                let proven = provenHolders.contains(peer)
-                if proven || provenHolders.isEmpty {
-                    switch result {
-                    case .accepted, .complete:
-                        if downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now,
-                                            trusted: proven) {
-                            rateMayHaveChanged = true
-                            if logs(.debug) { logDownlink() }
-                        }
-                    case .duplicate, .unsolicited:
-                        break
+                // Others' pieces asked for count only in intervals no proven holder fed, and there
+                // they can hold slow start back, not cut the rate (`DownlinkController.onPiece`).
+                switch result {
+                case .accepted, .complete:
+                    if downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now,
+                                        trusted: provenHolders.contains(peer)) {
+                        rateMayHaveChanged = true
+                        if logs(.debug) { logDownlink() }
                     }
+                case .duplicate, .unsolicited:
+                    break
                 }
                 switch result {
                 case let .complete(bytes, contributors):

@@ -225,7 +225,10 @@ public struct NodeInstance: Sendable {
         assembler = ChunkAssembler(settings: .init(pieceSize: codec.maxPairwisePayload - ChunkPiece.overhead))
         recentChunks = RecentChunks(capacity: settings.recentChunkCapacity)
         downlink = DownlinkController(settings: settings.downlink)
-        pathMTU = PathMTUDiscovery(settings: settings.pathMTU)
+        // A path falls back to what every datagram we send unasked fits in.
+        var pathSettings = settings.pathMTU
+        pathSettings.base = settings.wire.maxDatagramSize
+        pathMTU = PathMTUDiscovery(settings: pathSettings)
         self.random = random
         // Only what the journal holds now: a manifest left over from a removed attachment is not ours.
         let state = journal.state

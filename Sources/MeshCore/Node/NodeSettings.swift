@@ -41,7 +41,7 @@ public struct NodeSettings: Sendable {
     /// How large a datagram each holder's path to us carries (`PathMTUDiscovery`). Its ladder's
     /// top must not be over `wire.maxReceivedDatagramSize`.
     public var pathMTU = PathMTUDiscovery.Settings()
-    /// Probes answered per member per second (each up to 9 KB, asked for in 90 bytes).
+    /// Probes answered per member per second (each up to 8,972 bytes, asked for in 83).
     public var maxProbeAnswers = 10
     /// Chunks kept after serving them, for re-asks of lost pieces (4 MiB at 256 KiB chunks).
     public var recentChunkCapacity = 16

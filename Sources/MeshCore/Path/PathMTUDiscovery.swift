@@ -97,10 +97,11 @@ public struct PathMTUDiscovery: Sendable {
         path.probe = nil
         path.silences = 0
         if path.confirming {
-            // The size in use still passes: the silences were a busy holder, not the path.
+            // The size in use still passes: the silences were a busy holder, not the path. A
+            // search the confirmation interrupted goes on.
             path.confirming = false
             paths[peer] = path
-            return []
+            return path.nextSearch == nil ? probeNext(peer, now: now) : []
         }
         path.confirmed = outstanding.size
         paths[peer] = path
@@ -126,7 +127,7 @@ public struct PathMTUDiscovery: Sendable {
         return [.request(PathProbeRequest(token: token, size: path.confirmed), to: peer)]
     }
 
-    /// Pieces came from `peer`: its path works at the size in use.
+    /// A chunk came whole from `peer`: its path works at the size in use.
     public mutating func onPieces(from peer: NodeID) {
         if paths[peer]?.silences ?? 0 > 0 { paths[peer]?.silences = 0 }
     }

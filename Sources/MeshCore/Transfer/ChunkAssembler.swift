@@ -123,6 +123,11 @@ public struct ChunkAssembler: Sendable {
         pieceSizes[holder] ?? settings.pieceSize
     }
 
+    /// The largest piece size asked of anyone now (pieces of it come furthest apart at a pace).
+    public var largestPieceSize: Int {
+        pieceSizes.values.max() ?? settings.pieceSize
+    }
+
     /// `holder`'s path carries pieces of `size` (nil: only the base). Chunks without a piece
     /// yet take the new size with their next want.
     public mutating func setPieceSize(_ size: Int?, for holder: NodeID) {
@@ -248,7 +253,10 @@ public struct ChunkAssembler: Sendable {
             }
             downloads[digest] = download
             if let holder = download.holders.last {
-                if download.assembly == nil, download.pieceSize > settings.pieceSize {
+                // Nothing back at a size above the base: a whole chunk unanswered, or a chunk under
+                // way whose pieces stopped for the longest stall (a path that shrank mid-chunk).
+                if download.pieceSize > settings.pieceSize,
+                   download.assembly == nil || now >= download.lastActivity + settings.maximumStall {
                     silences.append((holder, download.pieceSize))
                 }
                 out.append((holder, want(for: digest, download)))

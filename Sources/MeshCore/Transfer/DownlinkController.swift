@@ -97,6 +97,8 @@ public struct DownlinkController: Sendable {
     // The interval being measured.
     private var intervalStart: MeshInstant?
     private var intervalBytes = 0
+    /// Bytes from holders not proven yet: counted only in an interval no proven holder fed.
+    private var intervalUntrustedBytes = 0
     private var intervalQueue: Duration?
     /// The highest queue an untrusted holder's pieces showed this interval.
     private var intervalUntrustedQueue: Duration?
@@ -184,7 +186,7 @@ public struct DownlinkController: Sendable {
         } else {
             intervalUntrustedQueue = intervalUntrustedQueue.map { max($0, queue) } ?? queue
         }
-        intervalBytes += bytes
+        if trusted { intervalBytes += bytes } else { intervalUntrustedBytes += bytes }
         if intervalStart == nil {
             intervalStart = now
             // After a pause, what was seen before says nothing about the line now.
@@ -233,6 +235,7 @@ public struct DownlinkController: Sendable {
         defer {
             intervalStart = nil
             intervalBytes = 0
+            intervalUntrustedBytes = 0
             intervalQueue = nil
             intervalUntrustedQueue = nil
             for id in holders.keys {
@@ -247,7 +250,7 @@ public struct DownlinkController: Sendable {
             // sees a queue (a fetch would otherwise sit at its first rate until a whole chunk
             // verified: 1.5 s on a 50 ms path).
             let elapsed = max(1e-6, (now - start).milliseconds / 1000)
-            let delivered = Double(intervalBytes) / elapsed
+            let delivered = Double(intervalUntrustedBytes) / elapsed
             lastInterval = (delivered, 0, 0, now)
             lastClose = now
             let highest = (intervalUntrustedQueue ?? .zero).milliseconds / 1000

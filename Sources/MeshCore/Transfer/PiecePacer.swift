@@ -57,6 +57,15 @@ public struct PiecePacer: Sendable {
         guard !pieces.isEmpty else { return 0 }
         var lane = lanes[peer] ?? Lane()
         var added = 0
+        // Asked again at another piece size (the asker's path shrank): what waits at the old size
+        // would go unused, so the new pieces take its place.
+        if let position = lane.chunks.firstIndex(where: { $0.digest == digest }),
+           lane.chunks[position].pieces.first?.pieceSize != pieces[0].pieceSize {
+            let queued = lane.chunks.remove(at: position)
+            let stale = queued.pieces[queued.next...].reduce(0) { $0 + $1.payload.readableBytes }
+            lane.bytes -= stale
+            queuedBytes -= stale
+        }
         if let position = lane.chunks.firstIndex(where: { $0.digest == digest }) {
             for piece in pieces where lane.chunks[position].indexes.insert(piece.index).inserted {
                 lane.chunks[position].pieces.append(piece)

@@ -198,6 +198,11 @@ public struct DatagramCodec: Sendable {
         case .failure: return .failure(.malformed)
         }
         guard header.sessionID == sessionID else { return .failure(.foreign) }
+        // Only pairwise pieces and probes grow past the size sent unasked: a larger hello is
+        // dropped before it costs an AEAD over 9 KB.
+        guard header.keyKind == .pairwise || datagram.readableBytes <= configuration.maxDatagramSize else {
+            return .failure(.oversized)
+        }
         guard buffer.readableBytes >= PacketSealer.tagByteCount else { return .failure(.malformed) }
 
         // No copy of the peer's state is held: recording in its replay window below must not
