@@ -243,12 +243,7 @@ actor AttachmentStore {
         if let prepared {
             export = prepared
         } else {
-            let file = try OutputFile.create(for: path, mode: mode)
-            var offsets: [SHA256Digest: [Int64]] = [:]
-            for (index, digest) in manifest.chunks.enumerated() {
-                offsets[digest, default: []].append(Int64(index) * Int64(manifest.chunkSize))
-            }
-            export = .init(manifest: manifest.id, file: file, missing: offsets)
+            export = .init(manifest, into: try OutputFile.create(for: path, mode: mode))
         }
         for digest in export.missing.keys.sorted() where export.failure == 0 {
             guard let bytes = try? chunks.read(digest, trustingRecentWrites: true) else {

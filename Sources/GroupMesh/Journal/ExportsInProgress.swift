@@ -16,6 +16,16 @@ struct ExportsInProgress {
         /// The first write that failed (a full disk): the export at the end starts over and
         /// reports it.
         var failure: Int32 = 0
+
+        /// Nothing written yet: every chunk of `manifest` at every offset it stands at.
+        init(_ manifest: Manifest, into file: OutputFile) {
+            self.manifest = manifest.id
+            self.file = file
+            missing = [:]
+            for (index, digest) in manifest.chunks.enumerated() {
+                missing[digest, default: []].append(Int64(index) * Int64(manifest.chunkSize))
+            }
+        }
     }
 
     private var exports: [String: Export] = [:]
@@ -31,10 +41,7 @@ struct ExportsInProgress {
                           read: (SHA256Digest) -> [UInt8]?) {
         guard exports[path] == nil, (try? OutputPath.check(path)) != nil,
               let file = try? OutputFile.create(for: path, mode: mode) else { return }
-        var export = Export(manifest: manifest.id, file: file, missing: [:])
-        for (index, digest) in manifest.chunks.enumerated() {
-            export.missing[digest, default: []].append(Int64(index) * Int64(manifest.chunkSize))
-        }
+        var export = Export(manifest, into: file)
         for digest in export.missing.keys.sorted() {
             guard let bytes = read(digest) else {
                 awaiting[digest, default: []].append(path)

@@ -5,8 +5,6 @@ import NIOCore
 /// pieces (one sealed datagram each, in segmented batches), and the asker puts them together,
 /// asks again only for what did not come, and has the store verify the whole before keeping it.
 extension NodeInstance {
-    /// The piece size that fills one pairwise datagram.
-    var pieceSize: Int { codec.maxPairwisePayload - ChunkPiece.overhead }
 
     /// Transfer frames of a datagram sealed by `peer`'s pairwise key.
     mutating func receiveTransfer(_ frames: [Frame], from peer: NodeID, datagramSize: Int, now: MeshInstant) {
