@@ -22,6 +22,11 @@ enum HomeLinkScenario {
     static func run(quick: Bool) -> [BenchResult] {
         let size = quick ? 4 << 20 : 16 << 20
         var results: [BenchResult] = []
+        if let custom = customLine() {
+            let outcome = HomeLineExperiment.run(size: custom.size, line: custom.line, mode: .get, competitor: false, trace: tracer())
+            print("custom \(custom.line.name): get alone \(outcome.fetchRate / 1_048_576) MiB/s from the joiner's start, \((outcome.loadRate ?? 0) / 1_048_576) from the load, drops \(outcome.dropShare * 100)%, holders \(outcome.holderBytesPerFileByte)×")
+            return []
+        }
         for line in lines {
             let alone = HomeLineExperiment.competitorAlone(line)
             let lineRate = line.megabitsPerSecond * 1_000_000 / 8
@@ -57,6 +62,15 @@ enum HomeLinkScenario {
                         goal: "≤ 1.1×"),
         ]
         return results
+    }
+
+    /// HOMELINK_LINE=mbit,rtt-ms,loss,MiB: one `get` alone through that line, for tuning.
+    private static func customLine() -> (line: Line, size: Int)? {
+        guard let text = ProcessInfo.processInfo.environment["HOMELINK_LINE"] else { return nil }
+        let fields = text.split(separator: ",").compactMap { Double($0) }
+        guard fields.count == 4 else { return nil }
+        return (Line(name: text, megabitsPerSecond: fields[0], roundTrip: .milliseconds(Int(fields[1])), loss: fields[2]),
+                Int(fields[3]) << 20)
     }
 
     /// HOMELINK_TRACE: the joiner's controller per interval, for tuning.

@@ -34,6 +34,8 @@ public enum HomeLineExperiment {
         public var finished: Bool
         /// The file ÷ the time from the joiner's start to the file complete there.
         public var fetchRate: Double
+        /// A `get`: the file ÷ the time from the load to the file complete (what its user waits).
+        public var loadRate: Double?
         /// The competitor's goodput over the same time (0 without one).
         public var competitorRate: Double
         /// Of the datagrams that reached the line's queue meanwhile, the share it dropped.
@@ -83,11 +85,13 @@ public enum HomeLineExperiment {
         mesh.simulator.addAccessLink(for: [tcpReceiver, joiner.address], uplink: nil,
                                      downlink: Bottleneck(megabitsPerSecond: line.megabitsPerSecond, queue: .milliseconds(100)))
         mesh.simulator.run(until: start + .seconds(10))
+        var loadAt: MeshInstant?
         if mode == .get, let id = first.core.attachments.first?.content {
             // Asked for as soon as the joiner's journal has it.
             _ = mesh.simulator.run(until: start + .seconds(40), checkEvery: .milliseconds(5)) { _ in
                 joiner.journal.state.hasContent(id)
             }
+            loadAt = mesh.simulator.now + .milliseconds(1)
             joiner.plan(at: mesh.simulator.now + .milliseconds(1)) { $0.load(id) }
         }
         let tcpBefore = tcp.bytesAcknowledged
@@ -102,7 +106,9 @@ public enum HomeLineExperiment {
         let dropped = link.dropped - linkBefore.dropped
         let offered = dropped + link.forwarded - linkBefore.forwarded
         let served = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) - servedBefore
+        let loadSeconds = loadAt.map { (mesh.simulator.now - $0).milliseconds / 1000 }
         return Outcome(finished: fetched == .satisfied, fetchRate: Double(size) / seconds,
+                       loadRate: loadSeconds.map { Double(size) / $0 },
                        competitorRate: Double(tcp.bytesAcknowledged - tcpBefore) / seconds,
                        dropShare: Double(dropped) / Double(max(1, offered)),
                        holderBytesPerFileByte: Double(served) / Double(size))

@@ -23,6 +23,9 @@ package struct Fetch: Sendable {
     var lastProgress: MeshInstant
     /// Chunks this fetch had to bring (for the "fetched" log line).
     var needed = 0
+    /// When half of them were here: the second half's rate is what the path carries once the
+    /// controller's slow start is over (on a 50 ms path that start takes half a second).
+    var halfwayAt: MeshInstant?
 
     package var held: Int? {
         if case let .chunks(have) = stage { return have.held }
@@ -279,6 +282,10 @@ extension NodeInstance {
             have.insert(ref.index)
             fetches[ref.attachment]?.stage = .chunks(have: have)
             fetches[ref.attachment]?.lastProgress = now
+            if let fetch = fetches[ref.attachment], fetch.halfwayAt == nil,
+               fetch.needed - (have.count - have.held) >= fetch.needed / 2 {
+                fetches[ref.attachment]?.halfwayAt = now
+            }
             dirtyBitmaps.insert(ref.attachment)
             if transfer.onChunk(attachment: ref.attachment, index: ref.index, from: peer, valid: true) {
                 // Complete only once durable: a full disk can still refuse the last renames.
@@ -313,9 +320,15 @@ extension NodeInstance {
                 if fetch.needed > 0 {
                     let seconds = max(1e-9, Double((now - fetch.startedAt).nanosecondsClamped) / 1e9)
                     let bytes = Double(min(UInt64(fetch.needed) * UInt64(manifest.chunkSize), manifest.size))
-                    log(.info, "fetched", ["attachment": String(id.hex.prefix(16)), "chunks": "\(fetch.needed)",
-                                           "seconds": "\((seconds * 1000).rounded() / 1000)",
-                                           "MiBps": "\((bytes / seconds / 1_048_576).rounded())"])
+                    var fields = [("attachment", String(id.hex.prefix(16))), ("chunks", "\(fetch.needed)"),
+                                  ("seconds", "\((seconds * 1000).rounded() / 1000)"),
+                                  ("MiBps", "\((bytes / seconds / 1_048_576).rounded())")]
+                    if let halfway = fetch.halfwayAt, fetch.needed >= 8, now > halfway {
+                        let second = Double((now - halfway).nanosecondsClamped) / 1e9
+                        let half = Double(fetch.needed - fetch.needed / 2) / Double(fetch.needed) * bytes
+                        fields.append(("secondHalfMiBps", "\((half / second / 1_048_576).rounded())"))
+                    }
+                    if logs(.info) { emit(.log(NodeLogRecord(level: .info, message: "fetched", metadata: fields))) }
                 }
             case let .failure(error):
                 counters.fetchesFailed += 1
