@@ -154,6 +154,40 @@ struct PathMTUDiscoveryTests {
         #expect(Self.request(resumed)?.size == 4052, "the search stopped for good after a confirmation")
     }
 
+    @Test("a search a confirmation interrupted goes on from the attempts it spent: three probes of a size in all")
+    func resumedSearchKeepsItsAttempts() {
+        var discovery = PathMTUDiscovery()
+        var now = Self.start
+        guard let first = Self.request(discovery.begin(Self.holder, ipv6: false, now: now)) else {
+            Issue.record("no probe asked for")
+            return
+        }
+        var probesOf4052 = 0
+        var directives = discovery.onProbe(PathProbe(token: first.token, padding: 0), from: Self.holder,
+                                           datagramSize: 1472, now: now)
+        if Self.request(directives)?.size == 4052 { probesOf4052 += 1 }
+        // The 4,052 probe is lost, and asked again once.
+        now = discovery.nextDeadline ?? now
+        if Self.request(discovery.onTick(now: now))?.size == 4052 { probesOf4052 += 1 }
+        // Two silences interrupt it; the confirmation comes back.
+        _ = discovery.onSilence(from: Self.holder, datagramSize: 1472, now: now)
+        guard let confirmation = Self.request(discovery.onSilence(from: Self.holder, datagramSize: 1472, now: now)) else {
+            Issue.record("no confirmation asked for")
+            return
+        }
+        directives = discovery.onProbe(PathProbe(token: confirmation.token, padding: 0), from: Self.holder,
+                                       datagramSize: 1472, now: now)
+        if Self.request(directives)?.size == 4052 { probesOf4052 += 1 }
+        // Every later probe of 4,052 is lost too.
+        for _ in 0..<10 {
+            guard let deadline = discovery.nextDeadline, deadline < Self.start + .seconds(60) else { break }
+            now = deadline
+            if Self.request(discovery.onTick(now: now))?.size == 4052 { probesOf4052 += 1 }
+        }
+        #expect(probesOf4052 == 3, "\(probesOf4052) probes of 4,052 (each crosses a path that drops it)")
+        #expect(discovery.datagramSize(from: Self.holder) == 1472)
+    }
+
     @Test("a member forgotten is measured anew")
     func removal() {
         var discovery = PathMTUDiscovery()

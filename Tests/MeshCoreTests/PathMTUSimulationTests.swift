@@ -42,7 +42,7 @@ struct PathMTUSimulationTests {
                 #expect(overMTU == 0, "\(replay)")
             } else {
                 #expect(holder.largestDatagram == 4052, "\(replay): largest \(holder.largestDatagram)")
-                #expect((1...3).contains(overMTU), "\(replay): \(overMTU) datagrams over the MTU")
+                #expect((1...3).contains(overMTU), "\(replay): \(overMTU) datagrams over the MTU, black holes \(joiner.core.pathMTU.blackHoles)")
             }
             #expect(mesh.nodeViolations() == [], "\(replay)")
         }

@@ -58,6 +58,9 @@ public struct PathMTUDiscovery: Sendable {
         /// When a settled path is searched again.
         var nextSearch: MeshInstant?
         var silences = 0
+        /// The probes a confirmation interrupted already spent on a larger size: the search goes
+        /// on from there, not from its first attempt (each unanswered one crossed the path).
+        var interrupted: (size: Int, attempts: Int)?
     }
 
     public let settings: Settings
@@ -119,6 +122,9 @@ public struct PathMTUDiscovery: Sendable {
             return []
         }
         // A search for a larger size gives way: what is in use comes first.
+        if let searching = path.probe, !path.confirming {
+            path.interrupted = (searching.size, searching.attempt + 1)
+        }
         let token = nextToken
         nextToken = nextToken &+ 1
         path.probe = (path.confirmed, token, 0, now + settings.probeTimeout)
@@ -152,6 +158,7 @@ public struct PathMTUDiscovery: Sendable {
                     path.confirming = false
                     path.silences = 0
                     path.confirmed = settings.base
+                    path.interrupted = nil
                     path.nextSearch = now + settings.researchDelay
                     paths[peer] = path
                     blackHoles += 1
@@ -186,9 +193,18 @@ public struct PathMTUDiscovery: Sendable {
             paths[peer] = path
             return []
         }
+        var spent = 0
+        if let interrupted = path.interrupted, interrupted.size == size { spent = interrupted.attempts }
+        path.interrupted = nil
+        guard spent < settings.attempts else {
+            // Every attempt at that size went unanswered before the confirmation came.
+            path.nextSearch = now + settings.raiseInterval
+            paths[peer] = path
+            return []
+        }
         let token = nextToken
         nextToken = nextToken &+ 1
-        path.probe = (size, token, 0, now + settings.probeTimeout)
+        path.probe = (size, token, spent, now + settings.probeTimeout)
         paths[peer] = path
         return [.request(PathProbeRequest(token: token, size: size), to: peer)]
     }
