@@ -21,17 +21,21 @@ enum HomeLinkScenario {
 
     static func run(quick: Bool) -> [BenchResult] {
         let size = quick ? 4 << 20 : 16 << 20
+        // HOMELINK_SEED=n: another seed than 1 (to see whether a figure is the seed's).
+        let seed = ProcessInfo.processInfo.environment["HOMELINK_SEED"].flatMap { UInt64($0) } ?? 1
         var results: [BenchResult] = []
         if let custom = customLine() {
-            let outcome = HomeLineExperiment.run(size: custom.size, line: custom.line, mode: .get, competitor: false, trace: tracer())
+            let outcome = HomeLineExperiment.run(size: custom.size, line: custom.line, mode: .get, competitor: false, seed: seed,
+                                                 trace: tracer())
             print("custom \(custom.line.name): get alone \(outcome.fetchRate / 1_048_576) MiB/s from the joiner's start, \((outcome.loadRate ?? 0) / 1_048_576) from the load, drops \(outcome.dropShare * 100)%, holders \(outcome.holderBytesPerFileByte)×")
             return []
         }
         for line in lines {
-            let alone = HomeLineExperiment.competitorAlone(line)
+            let alone = HomeLineExperiment.competitorAlone(line, seed: seed)
             let lineRate = line.megabitsPerSecond * 1_000_000 / 8
             for mode in [Mode.replication, .get] {
-                let outcome = HomeLineExperiment.run(size: size, line: line, mode: mode, competitor: true, trace: tracer())
+                let outcome = HomeLineExperiment.run(size: size, line: line, mode: mode, competitor: true, seed: seed,
+                                                     trace: tracer())
                 if !outcome.finished { print("warning: \(line.name), \(mode): the joiner did not finish; its rate is a bound") }
                 let prefix = "sim home line \(line.name), \(mode.rawValue) beside TCP: "
                 let share = mode == .replication ? "≥ 80%" : (alone / lineRate < 0.5 ? "≥ 0.8× alone" : "≥ 40%")
@@ -48,9 +52,9 @@ enum HomeLinkScenario {
             }
         }
         var clean = lines[0]
-        let lossless = HomeLineExperiment.run(size: size, line: clean, mode: .get, competitor: false)
+        let lossless = HomeLineExperiment.run(size: size, line: clean, mode: .get, competitor: false, seed: seed)
         clean.loss = 0.01
-        let lossy = HomeLineExperiment.run(size: size, line: clean, mode: .get, competitor: false)
+        let lossy = HomeLineExperiment.run(size: size, line: clean, mode: .get, competitor: false, seed: seed)
         results += [
             BenchResult(scenario: "sim home line \(clean.name), get alone: fetch rate at 1% random loss",
                         figure: lossy.fetchRate / 1_048_576, unit: "MiB/s", baselineName: "no loss",
@@ -86,6 +90,8 @@ enum HomeLinkScenario {
             print("t=\(sim.now) rate=\(Int(d.rate) >> 10)K delivered=\(Int(d.lastInterval.delivered) >> 10)K"
                   + " lost=\(d.lastInterval.lost)/\(d.lastInterval.received) queue=\(d.queueingDelay) \(mode)"
                   + " line drops=\(link.dropped) tcp cwnd=\(Int(tcp.congestionWindow))"
+                  + " served=\(holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) >> 10)K"
+                  + " fetched=\(joiner.core.counters.chunkPayloadBytesFetched >> 10)K"
                   + " pace=" + holders.map { "\(($0.core.pacer.rate(for: joiner.id) ?? 0) >> 10)K" }.joined(separator: ","))
         }
     }

@@ -47,6 +47,39 @@ import Testing
         #expect(!controller.slowStart)
     }
 
+    @Test("slow start grows each interval the deliveries kept up with the rate asked two intervals before, to at most 3× what arrives")
+    func slowStartRunsAtMostThreeTimesAheadOfDeliveries() {
+        var controller = Self.started()
+        var packet: UInt64 = 0
+        let initial = controller.rate
+        // A line that delivers 4 MB/s however much is asked: the rate doubles on every interval
+        // the deliveries answer (they show a rate two closes late), then stops at 3× them.
+        _ = Self.feed(&controller, from: .zero, seconds: 1, rate: 4e6, packet: &packet) { _ in 0 }
+        #expect(controller.slowStart)
+        // Growing only once deliveries matched the latest rate, it would stop at 2 × 4 / 0.85 MB/s.
+        #expect(controller.rate >= 2.5 * 4e6 && controller.rate >= initial * 8, "grew too slowly: \(controller.rate)")
+        #expect(controller.rate <= 3 * 4e6 * 1.01, "ran more than 3× ahead of what arrives: \(controller.rate)")
+    }
+
+    @Test("in slow start, a queue that lasts 10 ms ends it at once, at what arrives; a shorter one does not")
+    func aLastingQueueBrakesSlowStartWithinAnInterval() {
+        var controller = DownlinkController()
+        controller.onRoundTrip(.milliseconds(200), now: .zero)
+        var packet: UInt64 = 0
+        var now = Self.feed(&controller, from: .zero, seconds: 1, rate: 4e6, packet: &packet) { _ in 0 }
+        #expect(controller.slowStart)
+        // A 5 ms spike: the receiver's own stall, not a line's queue.
+        now = Self.feed(&controller, from: now, seconds: 0.005, rate: 4e6, packet: &packet) { _ in 0.020 }
+        now = Self.feed(&controller, from: now, seconds: 0.05, rate: 4e6, packet: &packet) { _ in 0 }
+        #expect(controller.slowStart)
+        // 20 ms of queue, a tenth of an interval: slow start ends there, not at the close.
+        let closes = controller.lastInterval.closedAt
+        _ = Self.feed(&controller, from: now, seconds: 0.02, rate: 4e6, packet: &packet) { t in 0.010 + t }
+        #expect(controller.lastInterval.closedAt == closes, "an interval closed: the test does not show the brake")
+        #expect(!controller.slowStart)
+        #expect(controller.rate <= 4e6 * 1.2, "not brought down to what arrives: \(controller.rate)")
+    }
+
     @Test("before any holder is proven, slow start doubles on what arrives; an untrusted queue holds it and never cuts below what arrives")
     func untrustedHoldersOnlyHoldSlowStartBack() {
         var controller = Self.started()

@@ -40,6 +40,13 @@ public struct DownlinkController: Sendable {
         public var minimumInterval: Duration = .milliseconds(20)
         /// Growth per interval at no queueing delay, in congestion avoidance.
         public var increaseGain = 0.125
+        /// In slow start the rate grows to at most this many times what the last interval
+        /// delivered (what was asked two intervals ago: the rate shows a round trip late).
+        public var slowStartGain = 3.0
+        /// In slow start, a queue of a quarter of the target that lasts this long (every piece's)
+        /// ends it at once, without waiting for the interval to close: the rate runs ahead of
+        /// deliveries, and a home line's queue would overflow in the round trip it takes.
+        public var slowStartBrake: Duration = .milliseconds(10)
         /// The rate grows only while what arrives is at least this share of it.
         public var caughtUp = 0.85
         /// Shrinking per interval per target's worth of excess delay (at most by half).
@@ -105,6 +112,12 @@ public struct DownlinkController: Sendable {
     /// Untrusted holders' queue brought the rate down once: no more growth or cuts on their
     /// word (a second cut, and a third, would spiral down: deliveries lag the rate).
     private var untrustedHeld = false
+    /// The rates set at the last two closes, older first. An interval's deliveries answer to the
+    /// older one: a new rate reaches the holders half a round trip after a close, and their
+    /// pieces reach us another half later, as the next interval ends.
+    private var askedRates: (older: Double, newer: Double)
+    /// In slow start, since when every proven piece showed a queue.
+    private var queuedSince: MeshInstant?
 
     /// The latest queueing delay measured (the interval's lowest), for status and tests.
     public private(set) var queueingDelay: Duration = .zero
@@ -116,6 +129,7 @@ public struct DownlinkController: Sendable {
     public init(settings: Settings = .init()) {
         self.settings = settings
         rate = Double(settings.initialRate)
+        askedRates = (rate, rate)
     }
 
     public var target: Duration {
@@ -187,6 +201,7 @@ public struct DownlinkController: Sendable {
             intervalUntrustedQueue = intervalUntrustedQueue.map { max($0, queue) } ?? queue
         }
         if trusted { intervalBytes += bytes } else { intervalUntrustedBytes += bytes }
+        if trusted, slowStart, brakeSlowStart(queue: queue, now: now) { return true }
         if intervalStart == nil {
             intervalStart = now
             // After a pause, what was seen before says nothing about the line now.
@@ -231,7 +246,32 @@ public struct DownlinkController: Sendable {
         intervalStart.map { $0 + interval }
     }
 
+    /// A queue that lasts `slowStartBrake` ends slow start at what arrives. Returns whether it did.
+    private mutating func brakeSlowStart(queue: Duration, now: MeshInstant) -> Bool {
+        guard queue >= target / 4 else {
+            queuedSince = nil
+            return false
+        }
+        guard let since = queuedSince else {
+            queuedSince = now
+            return false
+        }
+        guard now >= since + settings.slowStartBrake else { return false }
+        var delivered = lastInterval.delivered
+        if let start = intervalStart, now >= start + settings.slowStartBrake {
+            delivered = max(delivered, Double(intervalBytes) / ((now - start).milliseconds / 1000))
+        }
+        slowStart = false
+        queuedSince = nil
+        rate = min(rate, max(delivered, Double(settings.minimumRate)))
+        holdUntil = now + interval * 2
+        return true
+    }
+
     private mutating func closeInterval(now: MeshInstant) {
+        // What the deliveries of this interval answered to; the rate set below shows two closes on.
+        let shownRate = askedRates.older
+        defer { askedRates = (askedRates.newer, rate) }
         defer {
             intervalStart = nil
             intervalBytes = 0
@@ -257,8 +297,8 @@ public struct DownlinkController: Sendable {
             let over = highest >= target.milliseconds / 1000 / 4
             defer { wasOver = over }
             guard !untrustedHeld else { return }
-            if slowStart, !over, delivered >= rate * settings.caughtUp {
-                rate = min(Double(settings.maximumRate), rate * 2)
+            if slowStart, !over, delivered >= shownRate * settings.caughtUp {
+                rate = min(Double(settings.maximumRate), max(rate, min(rate * 2, delivered * settings.slowStartGain)))
             } else if over, wasOver, now >= holdUntil {
                 // A queue that lasts: ask no more than arrives, once (a lie can stop growth until
                 // a holder proves itself, never slow what comes).
@@ -321,9 +361,12 @@ public struct DownlinkController: Sendable {
             }
         } else if slowStart {
             if queueSeconds < target / 4 {
-                // Doubling again before the last doubling shows in deliveries would run a
-                // round trip or two ahead of the line: up to eight times its rate.
-                if caughtUp { rate *= 2 }
+                // The deliveries show the rate asked an interval ago: once they caught up with
+                // it, the rate doubles, up to `slowStartGain` times them (the brake above stops
+                // it within a few milliseconds of a queue that lasts).
+                if delivered >= shownRate * settings.caughtUp {
+                    rate = max(rate, min(rate * 2, delivered * settings.slowStartGain))
+                }
             } else if !lasting {
                 // A first sign of a queue: stop growing, and see whether it lasts.
             } else {
