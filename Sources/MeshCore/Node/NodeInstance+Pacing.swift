@@ -15,18 +15,21 @@ extension NodeInstance {
         // the rate instead of coming and going with each chunk.
         // At a trickle, fewer: each chunk must still come well within the longest wait.
         let trickle = max(1, Int(downlink.rate * settings.maximumPacedWait.milliseconds / 2000) / chunk)
-        let limit = min(settings.transfer.maximumInFlight, trickle,
-                        max((downlink.inFlightBudget + chunk - 1) / chunk + 1, 2 * transfer.holderCount))
+        let flowing = min(settings.transfer.maximumFlowing, trickle,
+                          max((downlink.inFlightBudget + chunk - 1) / chunk + 1, 2 * transfer.holderCount))
+        // Chunks that wait only for a lost piece asked again hold no bytes on the line: counted
+        // against the budget, on a lossy long path they took every slot (0.7× the clean rate).
+        let limit = min(settings.transfer.maximumInFlight, flowing + assembler.repairingCount)
         transfer.inFlightLimit = limit
         let rate = max(1, downlink.rate)
-        // With `limit` chunks sharing the rate, each takes this long, and a holder's pieces of
+        // With `flowing` chunks sharing the rate, each takes this long, and a holder's pieces of
         // one chunk come this far apart.
-        let perChunk = Duration.seconds(Double(limit * chunk) / rate)
+        let perChunk = Duration.seconds(Double(flowing * chunk) / rate)
         // Bounded, so that a holder gone quiet still loses its requests in time.
         transfer.minimumTimeout = min(settings.maximumPacedWait,
                                       perChunk * 2 + (downlink.roundTrip ?? .milliseconds(100)) * 2)
         assembler.minimumSilence = min(settings.maximumPacedWait / 4,
-                                       .seconds(Double(assembler.largestPieceSize * limit) / rate * 4))
+                                       .seconds(Double(assembler.largestPieceSize * flowing) / rate * 4))
     }
 
     /// The pace to ask of `peer`: the rate shared equally by the holders with chunks in flight

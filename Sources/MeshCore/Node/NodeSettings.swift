@@ -28,11 +28,11 @@ public struct NodeSettings: Sendable {
     public var maxConcurrentServes = 32
     /// Reads for one member at once: a member that floods wants takes no more than its share
     /// (more of its wants wait their turn as "busy").
-    public var maxServesPerPeer = 8
+    public var maxServesPerPeer = 16
     /// Pieces waiting for their pace, in all and for one member: past these, wants are
     /// answered "busy" (a member asking slowly for much cannot make us hold it all).
     public var maxPacedBytes = 64 << 20
-    public var maxPacedBytesPerPeer = 8 << 20
+    public var maxPacedBytesPerPeer = 16 << 20
     /// The longest a chunk request waits at a slow pace before the scheduler gives it up (a lost
     /// want is asked again sooner, by the assembler, once the chunk stays silent).
     public var maximumPacedWait: Duration = .seconds(120)

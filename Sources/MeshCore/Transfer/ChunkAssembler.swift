@@ -29,7 +29,7 @@ public struct ChunkAssembler: Sendable {
         public var maximumStall: Duration = .seconds(1)
         /// A chunk nobody sent a piece of for this long is dropped with its pieces.
         public var abandonAfter: Duration = .seconds(30)
-        public var maxDownloads = 64
+        public var maxDownloads = 128
 
         public init(pieceSize: Int) { self.pieceSize = pieceSize }
     }
@@ -68,6 +68,8 @@ public struct ChunkAssembler: Sendable {
         var lastAsked = Int.max
         /// The wait before asking for the whole chunk again while no piece has come.
         var wholeWait: Duration
+        /// Its missing pieces were asked for again: it waits for a repair, not a flow of pieces.
+        var repairing = false
 
         enum Placement { case refused, placed(answerTime: Duration?, complete: Bool) }
 
@@ -117,6 +119,10 @@ public struct ChunkAssembler: Sendable {
     public init(settings: Settings) { self.settings = settings }
 
     public var activeCount: Int { downloads.count }
+
+    /// Chunks that only wait for lost pieces asked again (on a lossy path most chunks do, for a
+    /// round trip or two, while they hold no pieces on the line).
+    public var repairingCount: Int { downloads.values.count(where: \.repairing) }
 
     /// The piece size to ask `holder` for.
     public func pieceSize(for holder: NodeID) -> Int {
@@ -250,6 +256,7 @@ public struct ChunkAssembler: Sendable {
             } else {
                 download.stall = max(minimumSilence, min(settings.maximumStall, download.stall * 2))
                 download.nextAsk = now + download.stall
+                download.repairing = true
             }
             downloads[digest] = download
             if let holder = download.holders.last {

@@ -9,10 +9,14 @@ import MeshCrypto
 public struct TransferScheduler: Sendable {
     public struct Settings: Sendable, Equatable {
         public var initialWindow = 2
-        public var maximumWindow = 24
-        /// Chunks in flight from all members together, at most: the downlink's congestion
-        /// control sets the limit below this (`inFlightLimit`), from its rate and round trip.
-        public var maximumInFlight = 64
+        public var maximumWindow = 48
+        /// Chunks in flight from all members together, at most (the chunks being assembled, in
+        /// memory): the downlink's congestion control sets the limit below this
+        /// (`inFlightLimit`), from its rate and round trip, and the chunks waiting for a repair.
+        public var maximumInFlight = 128
+        /// Of those, chunks whose pieces are still on their way, at most (the rest wait for a
+        /// lost piece asked again).
+        public var maximumFlowing = 64
         public var requestTimeout: Duration = .milliseconds(1500)
         /// End game when no more than this many chunks are missing.
         public var endGameChunks = 4
