@@ -152,6 +152,8 @@ enum StatusTable {
         var lines: [String] = []
         let me = report.`self`
         lines.append(TerminalText.escaped("node \(me.name) \(me.id.prefix(12)) at \(me.address)  session \(me.session)  profile \(me.profile)"))
+        lines.append(TerminalText.escaped("nat \(me.nat)" + (me.reflexiveAddress.map { ", public address \($0)" } ?? "")
+            + "  candidates \(me.candidates.joined(separator: ", "))"))
         lines.append("")
         let rows = report.members.map { member in
             [String(member.id.prefix(12)), member.name, member.address, member.state, "\(member.incarnation)",

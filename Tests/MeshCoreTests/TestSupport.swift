@@ -159,6 +159,7 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .chunkPace(ChunkPace(rate: 0)), .chunkPace(ChunkPace(rate: 6 << 20)),
         .pathProbeRequest(PathProbeRequest(token: 0, size: 1472)), .pathProbeRequest(PathProbeRequest(token: .max, size: 65535)),
         .pathProbe(PathProbe(token: 1, padding: 0)), .pathProbe(PathProbe(token: .max, padding: 8900)),
+        .observedAddress(ObservedAddress(address: v4)), .observedAddress(ObservedAddress(address: v6)),
         .chunkPiece(ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 0, payload: buffer(rng.bytes(1099)))),
         .chunkPiece(ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 2, sentAt: .max,
                                payload: buffer(rng.bytes(802)))),

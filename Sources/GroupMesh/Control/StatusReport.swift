@@ -15,6 +15,30 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// The UDP socket's kernel buffers in bytes, as `getsockopt` reports them (SocketBuffers).
         public var receiveBuffer: Int
         public var sendBuffer: Int
+        /// The NAT in front of this node as members' observations tell it: `unknown`, `none`,
+        /// `endpoint-independent` or `symmetric` (PROTOCOL.md §1b).
+        public var nat: String
+        /// The public address a quorum of members sees us at, once adopted (null before).
+        public var reflexiveAddress: String?
+        /// Every address our signed record gives, where members may reach us.
+        public var candidates: [String]
+
+        // `reflexiveAddress` is always present, null until adopted, so scripts can rely on the key.
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(id, forKey: .id)
+            try container.encode(name, forKey: .name)
+            try container.encode(address, forKey: .address)
+            try container.encode(session, forKey: .session)
+            try container.encode(keyEpoch, forKey: .keyEpoch)
+            try container.encode(profile, forKey: .profile)
+            try container.encode(localHealth, forKey: .localHealth)
+            try container.encode(receiveBuffer, forKey: .receiveBuffer)
+            try container.encode(sendBuffer, forKey: .sendBuffer)
+            try container.encode(nat, forKey: .nat)
+            try container.encode(reflexiveAddress, forKey: .reflexiveAddress)
+            try container.encode(candidates, forKey: .candidates)
+        }
     }
 
     public struct MemberInfo: Codable, Sendable, Equatable {

@@ -81,6 +81,7 @@ extension NodeInstance {
             assembler.removeHolder(id)
             forgetPacing(of: id)
             provenHolders.remove(id)
+            forgetAddresses(of: id, now: now)
         } else if codec.installedBoot(of: id) != member.record.bootID || !delivery.peers.contains(id),
                   let keys = PairwiseKeys.derive(session: session, local: ephemeral,
                                                  peerPublicKey: member.record.ephemeralKey) {

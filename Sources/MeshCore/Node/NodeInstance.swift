@@ -187,6 +187,12 @@ public struct NodeInstance: Sendable {
     package internal(set) var pathMTU: PathMTUDiscovery
     /// Probes answered per member in the current second.
     var probeAnswers: [NodeID: (count: Int, since: MeshInstant)] = [:]
+    /// Where members see us, and our candidate addresses (NodeInstance+Addresses).
+    package internal(set) var addressDiscovery: AddressDiscovery
+    /// Where we told each member its datagrams come from.
+    var addressEchoes: AddressEchoes
+    /// The NAT behaviour last reported (logged and told to the driver when it changes).
+    var reportedNAT = NATBehaviour.unknown
 
     public internal(set) var counters = NodeCounters()
     var effects: [NodeEffect] = []
@@ -229,6 +235,9 @@ public struct NodeInstance: Sendable {
         var pathSettings = settings.pathMTU
         pathSettings.base = settings.wire.maxDatagramSize
         pathMTU = PathMTUDiscovery(settings: pathSettings)
+        addressDiscovery = AddressDiscovery(local: boot.addresses + (boot.localAddress.map { [$0] } ?? []),
+                                            settings: settings.addressDiscovery)
+        addressEchoes = AddressEchoes(settings: settings.addressEchoes)
         self.random = random
         // Only what the journal holds now: a manifest left over from a removed attachment is not ours.
         let state = journal.state
@@ -320,6 +329,7 @@ public struct NodeInstance: Sendable {
             apply(directives, now: now)
             receiveTransfer(datagram.frames, from: sender, datagramSize: bytes, now: now)
             receivePings(datagram.frames, from: sender, now: now)
+            receiveAddresses(datagram.frames, from: sender, boot: datagram.header.bootID, source: address, now: now)
         }
     }
 

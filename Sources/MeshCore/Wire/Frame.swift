@@ -33,6 +33,8 @@ public enum Frame: Equatable, Sendable {
     // Paths (how large a datagram a member's path to us carries).
     case pathProbeRequest(PathProbeRequest)
     case pathProbe(PathProbe)
+    // Addresses (where a member saw our datagram come from).
+    case observedAddress(ObservedAddress)
 
     public var type: FrameType {
         switch self {
@@ -59,6 +61,7 @@ public enum Frame: Equatable, Sendable {
         case .epochHandover: return .epochHandover
         case .pathProbeRequest: return .pathProbeRequest
         case .pathProbe: return .pathProbe
+        case .observedAddress: return .observedAddress
         }
     }
 
@@ -87,6 +90,7 @@ public enum Frame: Equatable, Sendable {
         case let .epochHandover(body): return body
         case let .pathProbeRequest(body): return body
         case let .pathProbe(body): return body
+        case let .observedAddress(body): return body
         }
     }
 
@@ -123,6 +127,7 @@ public enum Frame: Equatable, Sendable {
         case .epochHandover: return .epochHandover(try EpochHandover(decoding: &body))
         case .pathProbeRequest: return .pathProbeRequest(try PathProbeRequest(decoding: &body))
         case .pathProbe: return .pathProbe(try PathProbe(decoding: &body))
+        case .observedAddress: return .observedAddress(try ObservedAddress(decoding: &body))
         }
     }
 }
@@ -154,6 +159,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case epochHandover = 0x40
     case pathProbeRequest = 0x50
     case pathProbe = 0x51
+    case observedAddress = 0x52
 }
 
 /// A body that can be written to and read from the wire.
