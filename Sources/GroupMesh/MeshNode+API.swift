@@ -172,7 +172,9 @@ extension MeshNode {
                                     incarnation: member.incarnation,
                                     rttMs: member.rtt.map { ($0.milliseconds * 1000).rounded() / 1000 },
                                     datagramSize: core.pathMTU.isMeasuring(member.id)
-                                        ? core.pathMTU.datagramSize(from: member.id) : nil)
+                                        ? core.pathMTU.datagramSize(from: member.id) : nil,
+                                    path: member.id == nodeID ? "" : core.paths.state(of: member.id).rawValue,
+                                    pathAddress: core.pathAddress(of: member.id)?.description ?? "")
         }
         let counters = core.counters
         let handlerCounters = eventHandlers?.counters ?? .init()

@@ -27,6 +27,9 @@ public struct NodeStatus: Decodable, Sendable {
         public var incarnation: UInt64
         public var rttMs: Double?
         public var datagramSize: Int?
+        /// How the node reaches the member, and where it sends to it (issue 19).
+        public var path: String?
+        public var pathAddress: String?
     }
 
     public var `self`: SelfInfo

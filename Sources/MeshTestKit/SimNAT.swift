@@ -34,12 +34,17 @@ public struct SimNAT: Sendable {
         /// Linux's `nf_conntrack_udp_timeout` is 30 s for a flow that got no answer, 120 s (180 s
         /// on newer kernels) for one that did; home routers often keep less. 30 s by default.
         public var mappingTimeout: Duration
+        /// An endpoint-independent mapping keeps the inside port when no other mapping holds it, as
+        /// MASQUERADE does; false: a random port, so a mapping made again (after a flush or a
+        /// timeout) moves, as on routers that do not preserve ports.
+        public var preservesPort: Bool
 
         public init(mapping: Mapping = .endpointIndependent, filtering: Filtering = .addressAndPortDependent,
-                    mappingTimeout: Duration = .seconds(30)) {
+                    mappingTimeout: Duration = .seconds(30), preservesPort: Bool = true) {
             self.mapping = mapping
             self.filtering = filtering
             self.mappingTimeout = mappingTimeout
+            self.preservesPort = preservesPort
         }
 
         /// `iptables -t nat -A POSTROUTING -j MASQUERADE`.
@@ -147,7 +152,8 @@ public struct SimNAT: Sendable {
     /// MASQUERADE keeps the inside port when no other mapping holds it; `--random-fully` and
     /// a taken port get a random one (the first free one from a random start: always ends).
     private mutating func allocatePort(preferring preferred: UInt16, now: MeshInstant) -> UInt16 {
-        if configuration.mapping == .endpointIndependent, Self.portRange.contains(preferred), isFree(preferred, now: now) {
+        if configuration.mapping == .endpointIndependent, configuration.preservesPort, Self.portRange.contains(preferred),
+           isFree(preferred, now: now) {
             return preferred
         }
         let span = Int(Self.portRange.upperBound - Self.portRange.lowerBound) + 1

@@ -98,7 +98,7 @@ struct RunCommandTests {
         #expect(me.candidates == [address])
     }
 
-    @Test("two nodes on loopback see each other at their own addresses: run prints `nat: none` once told, and status says so")
+    @Test("two nodes on loopback see each other at their own addresses: run prints `nat: none` once told, status says so, and the path is direct")
     func runPrintsTheNATOnceKnown() async throws {
         let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
         defer { Task { await first.cleanUp() } }
@@ -107,7 +107,12 @@ struct RunCommandTests {
         defer { Task { await second.cleanUp() } }
         #expect(try await first.waitForLine(prefix: "nat:", timeout: .seconds(20)) == "none")
         #expect(try await second.waitForLine(prefix: "nat:", timeout: .seconds(20)) == "none")
-        #expect(try await second.status().`self`.nat == "none")
+        let status = try await second.status()
+        #expect(status.`self`.nat == "none")
+        // The path to the first node: direct, where its datagrams come from (its own address here).
+        let first_ = try #require(status.members.first { $0.id != status.`self`.id })
+        #expect(first_.path == "direct")
+        #expect(first_.pathAddress == first_.address)
     }
 
     @Test("datagrams the kernel dropped while the node could not read are counted in status")

@@ -12,14 +12,14 @@ struct AddressDiscoverySimulationTests {
     static let seeds = SimulationSeeds.from(defaultCount: 3)
     static let link = LinkConditions(delay: .milliseconds(5), jitter: .milliseconds(2), lossProbability: 0.02)
 
-    /// `publics` members on the open network (the first founds the session), then `homes` members
-    /// each behind a NAT box of its own made with `nat`, all joining through the first.
-    static func mesh(seed: UInt64, publics: Int, homes: Int, nat: SimNAT.Configuration) -> SimMesh {
+    /// `publics` members on the open network (the first founds the session), then one member
+    /// behind a NAT box of its own per configuration in `homes`, all joining through the first.
+    static func mesh(seed: UInt64, publics: Int, homes: [SimNAT.Configuration]) -> SimMesh {
         let mesh = SimMesh(seed: seed, link: link)
-        for index in 0..<(publics + homes) {
+        for index in 0..<(publics + homes.count) {
             mesh.addNode(joiningThrough: index == 0 ? [] : [SimAddress(0)], at: .zero + .milliseconds(100 * index))
         }
-        for index in publics..<(publics + homes) { mesh.simulator.addNAT(nat, for: [SimAddress(index)]) }
+        for (offset, nat) in homes.enumerated() { mesh.simulator.addNAT(nat, for: [SimAddress(publics + offset)]) }
         return mesh
     }
 
@@ -38,7 +38,7 @@ struct AddressDiscoverySimulationTests {
           arguments: seeds)
     func masqueradedMemberIsReachedAtItsPublicAddress(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
-        let mesh = Self.mesh(seed: seed, publics: 3, homes: 1, nat: .masquerade)
+        let mesh = Self.mesh(seed: seed, publics: 3, homes: [.masquerade])
         let home = mesh.node(SimAddress(3))
         // MASQUERADE keeps the inside port: the public side of NAT 0 at the node's own port.
         let expected = SimAddress(natHost: 0, port: SimAddress.simulatedPort).peerAddress
@@ -71,7 +71,7 @@ struct AddressDiscoverySimulationTests {
           arguments: seeds)
     func symmetricNATIsDetected(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
-        let mesh = Self.mesh(seed: seed, publics: 3, homes: 1, nat: .symmetric)
+        let mesh = Self.mesh(seed: seed, publics: 3, homes: [.symmetric])
         let home = mesh.node(SimAddress(3))
         let outcome = mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
             home.core.natBehaviour == .symmetric
@@ -89,7 +89,7 @@ struct AddressDiscoverySimulationTests {
     func forgedObservationsMoveNothing(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         // Three open members and one behind MASQUERADE; the third open member lies to everyone.
-        let mesh = Self.mesh(seed: seed, publics: 3, homes: 1, nat: .masquerade)
+        let mesh = Self.mesh(seed: seed, publics: 3, homes: [.masquerade])
         let liar = mesh.node(SimAddress(2))
         let forged = PeerAddress(ipv4: [198, 51, 100, 66], port: 4000)
         for step in 0..<40 {

@@ -24,6 +24,16 @@ import Testing
         #expect(neighbour.port != first.port)
     }
 
+    @Test func aMappingMadeAgainMovesWhenThePortIsNotPreserved() {
+        var nat = SimNAT(number: 0, configuration: .init(preservesPort: false), seed: 1)
+        let first = nat.outbound(from: Self.inside, to: Self.peer, now: .zero)
+        #expect(first.port != Self.inside.port)
+        nat.flush()
+        let again = nat.outbound(from: Self.inside, to: Self.peer, now: .ms(10))
+        #expect(again != first)
+        #expect(nat.inbound(from: Self.peer, toPort: first.port, now: .ms(20)) == nil)
+    }
+
     @Test func symmetricMappingTakesANewPortPerDestination() {
         var nat = SimNAT(number: 0, configuration: .symmetric, seed: 1)
         let first = nat.outbound(from: Self.inside, to: Self.peer, now: .zero)

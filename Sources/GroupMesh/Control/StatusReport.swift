@@ -51,6 +51,10 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// The largest datagram (UDP payload) this member's path to us was proven to carry, the
         /// size its chunk pieces come in; null until we pulled chunks from it (PROTOCOL.md §1a).
         public var datagramSize: Int?
+        /// How we reach it (PROTOCOL.md §1c): `direct`, `punching` or `punched`; empty for ourselves.
+        public var path: String
+        /// Where we send to it now: where its own datagrams come from, once one did.
+        public var pathAddress: String
 
         // `rttMs` and `datagramSize` are always present, null until measured, so scripts can rely
         // on the keys.
@@ -63,6 +67,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
             try container.encode(incarnation, forKey: .incarnation)
             try container.encode(rttMs, forKey: .rttMs)
             try container.encode(datagramSize, forKey: .datagramSize)
+            try container.encode(path, forKey: .path)
+            try container.encode(pathAddress, forKey: .pathAddress)
         }
     }
 

@@ -39,6 +39,7 @@ extension NodeInstance {
     mutating func forgetAddresses(of peer: NodeID, now: MeshInstant) {
         addressDiscovery.forget(peer)
         addressEchoes.forget(peer)
+        forgetPath(of: peer)
         reportNAT()
     }
 

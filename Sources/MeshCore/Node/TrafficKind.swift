@@ -43,7 +43,8 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
             case .data, .fragment, .forwardTSN: return .messages
             case .ping, .pong: kind = .ping
             case .probe, .probeAck: return .membership  // with gossip beside it
-            case .observedAddress: return .membership  // where a member sees us: reachability
+            case .observedAddress, .punchRequest, .punchIntroduction, .punch:
+                return .membership  // where a member sees us, and paths to it: reachability
             default: continue
             }
         }

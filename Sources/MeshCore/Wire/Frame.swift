@@ -35,6 +35,10 @@ public enum Frame: Equatable, Sendable {
     case pathProbe(PathProbe)
     // Addresses (where a member saw our datagram come from).
     case observedAddress(ObservedAddress)
+    // Hole punching (a mutual member introduces two members that do not hear each other).
+    case punchRequest(PunchRequest)
+    case punchIntroduction(PunchIntroduction)
+    case punch(Punch)
 
     public var type: FrameType {
         switch self {
@@ -62,6 +66,9 @@ public enum Frame: Equatable, Sendable {
         case .pathProbeRequest: return .pathProbeRequest
         case .pathProbe: return .pathProbe
         case .observedAddress: return .observedAddress
+        case .punchRequest: return .punchRequest
+        case .punchIntroduction: return .punchIntroduction
+        case .punch: return .punch
         }
     }
 
@@ -91,6 +98,9 @@ public enum Frame: Equatable, Sendable {
         case let .pathProbeRequest(body): return body
         case let .pathProbe(body): return body
         case let .observedAddress(body): return body
+        case let .punchRequest(body): return body
+        case let .punchIntroduction(body): return body
+        case let .punch(body): return body
         }
     }
 
@@ -128,6 +138,9 @@ public enum Frame: Equatable, Sendable {
         case .pathProbeRequest: return .pathProbeRequest(try PathProbeRequest(decoding: &body))
         case .pathProbe: return .pathProbe(try PathProbe(decoding: &body))
         case .observedAddress: return .observedAddress(try ObservedAddress(decoding: &body))
+        case .punchRequest: return .punchRequest(try PunchRequest(decoding: &body))
+        case .punchIntroduction: return .punchIntroduction(try PunchIntroduction(decoding: &body))
+        case .punch: return .punch(try Punch(decoding: &body))
         }
     }
 }
@@ -160,6 +173,9 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case pathProbeRequest = 0x50
     case pathProbe = 0x51
     case observedAddress = 0x52
+    case punchRequest = 0x53
+    case punchIntroduction = 0x54
+    case punch = 0x55
 }
 
 /// A body that can be written to and read from the wire.
