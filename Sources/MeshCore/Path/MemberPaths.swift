@@ -70,6 +70,10 @@ public struct MemberPaths: Sendable {
         case request(introductionTo: NodeID, from: NodeID)
     }
 
+    /// How stale `lastHeard` may be before a datagram from the same address updates it: silences
+    /// are seconds long, and a stream of datagrams should not write the table for each one.
+    static let heardGranularity: Duration = .milliseconds(100)
+
     public let settings: Settings
     public private(set) var paths: [NodeID: Path] = [:]
     var punching: [NodeID: Punching] = [:]
@@ -94,6 +98,11 @@ public struct MemberPaths: Sendable {
     /// `source`. True when the address in use for it changed.
     public mutating func heard(_ member: NodeID, boot: UInt64, packet: UInt64, from source: PeerAddress,
                                now: MeshInstant) -> Bool {
+        // Most datagrams (a stream of pieces) change nothing: a read, no write, on that path.
+        if punching.isEmpty, let known = paths[member], known.boot == boot, known.learned == source,
+           let heard = known.lastHeard, now < heard + Self.heardGranularity, known.requestWait == nil {
+            return false
+        }
         var path = paths[member] ?? Path()
         path.lastHeard = now
         path.requestWait = nil
