@@ -163,14 +163,18 @@ extension MeshNode {
             id: nodeID.hex, name: me?.record.name ?? "", address: (me?.address ?? localAddress).description,
             session: core.session.sessionID.description, keyEpoch: core.epochs.transitions.count,
             profile: configuration.profile.rawValue, localHealth: core.membership.localHealth.score,
-            receiveBuffer: socketBuffers.receive, sendBuffer: socketBuffers.send)
+            receiveBuffer: socketBuffers.receive, sendBuffer: socketBuffers.send,
+            nat: core.natBehaviour.rawValue, reflexiveAddress: core.addressDiscovery.reflexive?.description,
+            candidates: core.membership.me.addresses.map(\.description))
         let memberInfos = view.map { member in
             StatusReport.MemberInfo(id: member.id.hex, name: member.record.name,
                                     address: member.address?.description ?? "", state: member.status.rawValue,
                                     incarnation: member.incarnation,
                                     rttMs: member.rtt.map { ($0.milliseconds * 1000).rounded() / 1000 },
                                     datagramSize: core.pathMTU.isMeasuring(member.id)
-                                        ? core.pathMTU.datagramSize(from: member.id) : nil)
+                                        ? core.pathMTU.datagramSize(from: member.id) : nil,
+                                    path: member.id == nodeID ? "" : core.paths.state(of: member.id).rawValue,
+                                    pathAddress: core.pathAddress(of: member.id)?.description ?? "")
         }
         let counters = core.counters
         let handlerCounters = eventHandlers?.counters ?? .init()

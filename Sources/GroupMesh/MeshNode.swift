@@ -391,6 +391,8 @@ package actor MeshNode {
                 case let .event(.removedFromSession(by)):
                     invalidation = .removed(by: core.displayName(of: by))
                     Task { await self.stop() }
+                case let .event(.natDetected(behaviour, reflexive)):
+                    configuration.announce?("nat: \(behaviour.rawValue)" + (reflexive.map { ", public address \($0)" } ?? ""))
                 case let .event(.log(record)):
                     logger.log(level: Logger.Level(rawValue: record.level.rawValue) ?? .error, "\(record.message)",
                                metadata: Logger.Metadata(record.metadata.map { ($0.key, .string($0.value)) }, uniquingKeysWith: { $1 }))

@@ -35,6 +35,9 @@ public struct NodeConfiguration: Sendable {
     /// `quantile`) are left out.
     public var metricsLabels: [String: String] = [:]
     package var wire = DatagramCodec.Configuration()
+    /// Lines for the person running the node (`run` prints them on stdout), such as the NAT
+    /// behaviour once the members' observations tell it.
+    package var announce: (@Sendable (String) -> Void)?
 
     public init(dataDirectory: DataDirectory) {
         self.dataDirectory = dataDirectory

@@ -12,6 +12,11 @@ public struct NodeStatus: Decodable, Sendable {
         /// The UDP socket's kernel buffers, as getsockopt reports them (twice the size set).
         public var receiveBuffer: Int?
         public var sendBuffer: Int?
+        /// The NAT behaviour the members' observations tell, the public address adopted, and the
+        /// addresses the node's record gives (issue 19).
+        public var nat: String?
+        public var reflexiveAddress: String?
+        public var candidates: [String]?
     }
 
     public struct MemberInfo: Decodable, Sendable {
@@ -22,6 +27,9 @@ public struct NodeStatus: Decodable, Sendable {
         public var incarnation: UInt64
         public var rttMs: Double?
         public var datagramSize: Int?
+        /// How the node reaches the member, and where it sends to it (issue 19).
+        public var path: String?
+        public var pathAddress: String?
     }
 
     public var `self`: SelfInfo

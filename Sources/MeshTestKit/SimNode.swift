@@ -70,6 +70,8 @@ public final class SimNode: SimulatedProcess {
     /// Who ended the session, as this node was told (maybe itself).
     public private(set) var sessionEndedBy: NodeID?
     public private(set) var removedFromSession = false
+    /// Every NAT behaviour the core reported, in order.
+    public private(set) var natDetections: [NATBehaviour] = []
     /// What each graceful leave reported.
     public private(set) var leaveReports: [LeaveReport] = []
     /// Things that must never happen (a command completed twice, a timer that spins…).
@@ -330,6 +332,8 @@ public final class SimNode: SimulatedProcess {
             sessionEndedBy = by
         case .removedFromSession:
             removedFromSession = true
+        case let .natDetected(behaviour, _):
+            natDetections.append(behaviour)
         case .memberForgotten, .epochChanged, .attachmentsChanged, .log:
             break
         }

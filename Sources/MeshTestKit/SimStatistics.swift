@@ -12,6 +12,8 @@ public enum SimDropReason: String, Sendable, CaseIterable, CustomStringConvertib
     case unknownDestination
     /// A bottleneck's queue (the sender's uplink or the receiver's downlink) was full.
     case queue
+    /// A NAT box kept it out: no live mapping, filtered, or a private address from outside.
+    case nat
 
     public var description: String { rawValue }
 }
@@ -24,10 +26,11 @@ public struct SimDropCounts: Sendable, Equatable {
     public var crashed = 0
     public var unknownDestination = 0
     public var queue = 0
+    public var nat = 0
 
     public init() {}
 
-    public var total: Int { loss + partition + mtu + crashed + unknownDestination + queue }
+    public var total: Int { loss + partition + mtu + crashed + unknownDestination + queue + nat }
 
     public subscript(reason: SimDropReason) -> Int {
         get {
@@ -38,6 +41,7 @@ public struct SimDropCounts: Sendable, Equatable {
             case .crashed: crashed
             case .unknownDestination: unknownDestination
             case .queue: queue
+            case .nat: nat
             }
         }
         set {
@@ -48,6 +52,7 @@ public struct SimDropCounts: Sendable, Equatable {
             case .crashed: crashed = newValue
             case .unknownDestination: unknownDestination = newValue
             case .queue: queue = newValue
+            case .nat: nat = newValue
             }
         }
     }

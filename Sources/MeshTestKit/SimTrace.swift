@@ -89,7 +89,11 @@ struct TraceDigest {
         }
     }
 
-    private mutating func add(_ node: SimAddress) { add(UInt64(node.index)) }
+    private mutating func add(_ node: SimAddress) {
+        add(UInt64(node.index))
+        // Only ports other than a node's own (NAT mappings): digests of runs without NATs stay.
+        if node.port != SimAddress.simulatedPort { add(UInt64(node.port) << 32) }
+    }
 
     private mutating func add(_ word: UInt64) {
         for shift in stride(from: 0, to: 64, by: 8) { addByte(UInt8(truncatingIfNeeded: word >> UInt64(shift))) }

@@ -121,19 +121,25 @@ extension Simulator {
         transmit(bytes, from: source, to: destination)
     }
 
-    /// Applies the link model to one datagram and schedules its arrival(s). The random draws
-    /// happen in a fixed order, so one seed gives one outcome.
-    func transmit(_ bytes: [UInt8], from source: SimAddress, to destination: SimAddress) {
+    /// Applies the NATs on the way (Simulator+NAT) and the link model to one datagram and schedules
+    /// its arrival(s). The random draws happen in a fixed order, so one seed gives one outcome.
+    func transmit(_ bytes: [UInt8], from source: SimAddress, to addressed: SimAddress) {
         statistics.sent += 1
         statistics.bytesSent += bytes.count
         if source.index < statistics.nodes.count {
             statistics.nodes[source.index].sent += 1
             statistics.nodes[source.index].bytesSent += bytes.count
         }
-        record(.sent(from: source, to: destination, bytes: bytes))
+        record(.sent(from: source, to: addressed, bytes: bytes))
 
-        guard destination.index < nodes.count else {
-            return drop(from: source, to: destination, size: bytes.count, reason: .unknownDestination)
+        let hop: NATHop?
+        let destination: SimAddress
+        switch natRoute(from: source, to: addressed) {
+        case let .dropped(reason):
+            return drop(from: source, to: addressed, size: bytes.count, reason: reason)
+        case let .node(node, natHop):
+            destination = node
+            hop = natHop
         }
         if blocked(source, destination) {
             return drop(from: source, to: destination, size: bytes.count, reason: .partition)
@@ -176,8 +182,8 @@ extension Simulator {
                 delay += networkRandom.duration(upTo: conditions.reorderDelay)
             }
             let arrival = max(departure + delay, now)
-            queue.push(throughDownlink ? .reachDownlink(from: source, to: destination, bytes: payload)
-                           : .deliver(from: source, to: destination, bytes: payload), at: arrival)
+            queue.push(throughDownlink ? .reachDownlink(from: source, to: destination, bytes: payload, hop: hop)
+                           : .deliver(from: source, to: destination, bytes: payload, hop: hop), at: arrival)
         }
     }
 

@@ -35,9 +35,10 @@ public final class Simulator {
 
     enum Event {
         case start(node: Int, epoch: UInt32)
-        case deliver(from: SimAddress, to: SimAddress, bytes: [UInt8])
+        /// `from` and `to` are the nodes at either end; `hop` what NATs on the way made of it.
+        case deliver(from: SimAddress, to: SimAddress, bytes: [UInt8], hop: NATHop?)
         /// Off the wire, into the receiver's downlink queue.
-        case reachDownlink(from: SimAddress, to: SimAddress, bytes: [UInt8])
+        case reachDownlink(from: SimAddress, to: SimAddress, bytes: [UInt8], hop: NATHop?)
         case timer(node: Int, epoch: UInt32, id: UInt64, token: UInt64)
         case action(label: String, (Simulator) -> Void)
     }
@@ -63,6 +64,8 @@ public final class Simulator {
         var partitionGroup = 0
         /// The access link (a home's line) the node sits behind, if any: `accessLinks[index]`.
         var accessLink: Int?
+        /// The NAT box the node sits behind, if any: `nats[index]`.
+        var nat: Int?
     }
 
     /// A line that nodes share to reach everyone else, with rate limits and queues each way
@@ -76,6 +79,7 @@ public final class Simulator {
     var queue = EventQueue<Event>()
     var links: [DirectedLink: LinkConditions] = [:]
     var accessLinks: [AccessLink] = []
+    var nats: [SimNAT] = []
     var isPartitioned = false
     var networkRandom: SeededGenerator
     var bootRandom: SeededGenerator
@@ -138,11 +142,11 @@ public final class Simulator {
         queue.push(.start(node: index, epoch: nodes[index].epoch), at: max(startTime ?? now, now))
     }
 
-    public var addresses: [SimAddress] { nodes.indices.map(SimAddress.init) }
+    public var addresses: [SimAddress] { nodes.indices.map { SimAddress($0) } }
 
     /// Nodes that are up (started and not crashed), in address order.
     public var runningAddresses: [SimAddress] {
-        nodes.indices.filter { nodes[$0].status == .running }.map(SimAddress.init)
+        nodes.indices.filter { nodes[$0].status == .running }.map { SimAddress($0) }
     }
 
     public func isRunning(_ node: SimAddress) -> Bool {
@@ -207,7 +211,7 @@ public final class Simulator {
             record(.started(SimAddress(index)))
             invoke(index) { process, now, context in process.start(now: now, context: &context) }
 
-        case let .reachDownlink(from, to, bytes):
+        case let .reachDownlink(from, to, bytes, hop):
             // The receiver's line now (it may have moved since the datagram left): its queue, or
             // none at all.
             var departure = now
@@ -218,12 +222,14 @@ public final class Simulator {
                 }
                 departure = leaves
             }
-            queue.push(.deliver(from: from, to: to, bytes: bytes), at: departure)
+            queue.push(.deliver(from: from, to: to, bytes: bytes, hop: hop), at: departure)
 
-        case let .deliver(from, to, bytes):
+        case let .deliver(from, to, bytes, hop):
             let index = to.index
             if blocked(from, to) {
                 drop(from: from, to: to, size: bytes.count, reason: .partition)
+            } else if let hop, !admittedByNAT(hop, to: to) {
+                drop(from: from, to: to, size: bytes.count, reason: .nat)
             } else if nodes[index].status != .running {
                 drop(from: from, to: to, size: bytes.count, reason: .crashed)
             } else {
@@ -232,8 +238,9 @@ public final class Simulator {
                 statistics.nodes[index].received += 1
                 statistics.nodes[index].bytesReceived += bytes.count
                 record(.delivered(from: from, to: to, bytes: bytes))
+                let source = hop?.source ?? from
                 invoke(index) { process, now, context in
-                    process.receive(datagram: bytes, from: from, now: now, context: &context)
+                    process.receive(datagram: bytes, from: source, now: now, context: &context)
                 }
             }
 

@@ -138,6 +138,7 @@ struct RunCommand: AsyncParsableCommand {
         configuration.lazy = lazy
         configuration.profile = profile
         configuration.simulatedLoss = simulateLoss
+        configuration.announce = { emit($0) }
         configuration.eventHandlers = eventHandler
         configuration.eventHandlerTimeout = .milliseconds(Int64(eventHandlerTimeout * 1000))
         return configuration

@@ -152,12 +152,15 @@ enum StatusTable {
         var lines: [String] = []
         let me = report.`self`
         lines.append(TerminalText.escaped("node \(me.name) \(me.id.prefix(12)) at \(me.address)  session \(me.session)  profile \(me.profile)"))
+        lines.append(TerminalText.escaped("nat \(me.nat)" + (me.reflexiveAddress.map { ", public address \($0)" } ?? "")
+            + "  candidates \(me.candidates.joined(separator: ", "))"))
         lines.append("")
         let rows = report.members.map { member in
             [String(member.id.prefix(12)), member.name, member.address, member.state, "\(member.incarnation)",
-             member.rttMs.map { String(format: "%.2f", $0) } ?? "-"]
+             member.rttMs.map { String(format: "%.2f", $0) } ?? "-",
+             member.path.isEmpty ? "-" : member.pathAddress == member.address ? member.path : "\(member.path) \(member.pathAddress)"]
         }
-        lines += table(header: ["ID", "NAME", "ADDRESS", "STATE", "INC", "RTT ms"], rows: rows, width: width)
+        lines += table(header: ["ID", "NAME", "ADDRESS", "STATE", "INC", "RTT ms", "PATH"], rows: rows, width: width)
         if !report.attachments.isEmpty {
             lines.append("")
             let rows = report.attachments.map { a in

@@ -87,6 +87,34 @@ struct RunCommandTests {
         }
     }
 
+    @Test("status says what is known of the NAT: a node alone knows nothing yet, and its record gives where it listens")
+    func natIsUnknownAlone() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await node.cleanUp() } }
+        let address = try await node.waitForLine(prefix: "listening:")
+        let me = try await node.status().`self`
+        #expect(me.nat == "unknown")
+        #expect(me.reflexiveAddress == nil)
+        #expect(me.candidates == [address])
+    }
+
+    @Test("two nodes on loopback see each other at their own addresses: run prints `nat: none` once told, status says so, and the path is direct")
+    func runPrintsTheNATOnceKnown() async throws {
+        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await first.cleanUp() } }
+        let invite = try await first.waitForLine(prefix: "invite:")
+        let second = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
+        defer { Task { await second.cleanUp() } }
+        #expect(try await first.waitForLine(prefix: "nat:", timeout: .seconds(20)) == "none")
+        #expect(try await second.waitForLine(prefix: "nat:", timeout: .seconds(20)) == "none")
+        let status = try await second.status()
+        #expect(status.`self`.nat == "none")
+        // The path to the first node: direct, where its datagrams come from (its own address here).
+        let first_ = try #require(status.members.first { $0.id != status.`self`.id })
+        #expect(first_.path == "direct")
+        #expect(first_.pathAddress == first_.address)
+    }
+
     @Test("datagrams the kernel dropped while the node could not read are counted in status")
     func kernelDropsAreShown() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])

@@ -97,14 +97,14 @@ import Testing
         }
     }
 
-    @Test func messengerJournalAndTransferDecodersNeverTrap() {
+    @Test func messengerJournalTransferAndPathDecodersNeverTrap() {
         let seed = testSeed(0xdec0_0007)
         var rng = SplitMix64(seed: seed)
         var originals = JournalMessageTests.samples(using: &rng).map(\.encoded)
         originals.append(MessageEnvelope(type: "chat", body: rng.bytes(40)).encoded)
         originals.append(Manifest(size: 600_000, chunkSize: 262_144,
                                   chunks: (0..<3).map { SHA256Digest.hashing([UInt8($0)]) }).encoded)
-        for frame in sampleFrames(using: &rng) where [.chunkWant, .chunkPiece, .chunkAbsent, .chunkPace, .pathProbeRequest, .pathProbe].contains(frame.type) {
+        for frame in sampleFrames(using: &rng) where [.chunkWant, .chunkPiece, .chunkAbsent, .chunkPace, .pathProbeRequest, .pathProbe, .observedAddress, .punchRequest, .punchIntroduction, .punch].contains(frame.type) {
             var encoded = ByteBuffer()
             FrameCodec.encode(frame, into: &encoded)
             originals.append(bytes(encoded))

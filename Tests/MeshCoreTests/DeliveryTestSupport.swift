@@ -229,7 +229,7 @@ final class DeliveryMesh {
 
     init(count: Int, seed: UInt64, link: LinkConditions = .default, settings: DeliveryInstance.Settings = .init()) {
         let simulator = Simulator(seed: seed, defaultLink: link)
-        let addresses = (0..<count).map(SimAddress.init)
+        let addresses = (0..<count).map { SimAddress($0) }
         let processes = addresses.map { DeliveryProcess(address: $0, settings: settings) }
         for process in processes { process.connect(to: addresses) }
         self.nodes = processes.map { simulator.addNode($0) }

@@ -15,6 +15,30 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// The UDP socket's kernel buffers in bytes, as `getsockopt` reports them (SocketBuffers).
         public var receiveBuffer: Int
         public var sendBuffer: Int
+        /// The NAT in front of this node as members' observations tell it: `unknown`, `none`,
+        /// `endpoint-independent` or `symmetric` (PROTOCOL.md §1b).
+        public var nat: String
+        /// The public address a quorum of members sees us at, once adopted (null before).
+        public var reflexiveAddress: String?
+        /// Every address our signed record gives, where members may reach us.
+        public var candidates: [String]
+
+        // `reflexiveAddress` is always present, null until adopted, so scripts can rely on the key.
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(id, forKey: .id)
+            try container.encode(name, forKey: .name)
+            try container.encode(address, forKey: .address)
+            try container.encode(session, forKey: .session)
+            try container.encode(keyEpoch, forKey: .keyEpoch)
+            try container.encode(profile, forKey: .profile)
+            try container.encode(localHealth, forKey: .localHealth)
+            try container.encode(receiveBuffer, forKey: .receiveBuffer)
+            try container.encode(sendBuffer, forKey: .sendBuffer)
+            try container.encode(nat, forKey: .nat)
+            try container.encode(reflexiveAddress, forKey: .reflexiveAddress)
+            try container.encode(candidates, forKey: .candidates)
+        }
     }
 
     public struct MemberInfo: Codable, Sendable, Equatable {
@@ -27,6 +51,10 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// The largest datagram (UDP payload) this member's path to us was proven to carry, the
         /// size its chunk pieces come in; null until we pulled chunks from it (PROTOCOL.md §1a).
         public var datagramSize: Int?
+        /// How we reach it (PROTOCOL.md §1c): `direct`, `punching` or `punched`; empty for ourselves.
+        public var path: String
+        /// Where we send to it now: where its own datagrams come from, once one did.
+        public var pathAddress: String
 
         // `rttMs` and `datagramSize` are always present, null until measured, so scripts can rely
         // on the keys.
@@ -39,6 +67,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
             try container.encode(incarnation, forKey: .incarnation)
             try container.encode(rttMs, forKey: .rttMs)
             try container.encode(datagramSize, forKey: .datagramSize)
+            try container.encode(path, forKey: .path)
+            try container.encode(pathAddress, forKey: .pathAddress)
         }
     }
 

@@ -464,6 +464,18 @@ public struct MembershipInstance: Sendable {
         if count == settings.identityConflictRefutations { out.append(.identityConflict(record)) }
     }
 
+    /// Our record with new addresses (where members reach us: a reflexive address adopted),
+    /// signed at the next incarnation and gossiped, so it outbids the one members hold.
+    public mutating func advertise(_ addresses: [PeerAddress]) {
+        let addresses = Array(addresses.prefix(MemberRecord.maxAddresses))
+        guard addresses != me.addresses, me.incarnation < .max else { return }
+        var record = me
+        record.addresses = addresses
+        record.incarnation += 1
+        me = record.signed(by: authority)
+        gossip.enqueue(.alive(me), about: me.id)
+    }
+
     private mutating func refute(above incarnation: UInt64) {
         guard incarnation < .max else { return }
         counters.refutations += 1

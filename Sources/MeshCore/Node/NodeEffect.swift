@@ -39,6 +39,9 @@ public enum NodeEvent: Sendable {
     case sessionEnded(by: NodeID, name: String)
     /// A key epoch without this node was made: it is no longer in the session.
     case removedFromSession(by: NodeID)
+    /// What the members' observations say of the NAT in front of us changed (`AddressDiscovery`),
+    /// with the reflexive address adopted, if any.
+    case natDetected(NATBehaviour, reflexive: PeerAddress?)
 }
 
 /// An application message as it reached this node: who sent it (the pairwise key proves it),

@@ -10,8 +10,10 @@ extension NodeInstance {
         for directive in directives {
             guard phase != .stopped else { break }  // an identity conflict stopped this node
             switch directive {
-            case let .send(frames, _, address):
-                sendHello(frames, to: address)
+            case let .send(frames, recipient, address):
+                // A member is sent to where its own datagrams proved it is (NodeInstance+Paths);
+                // membership knows only records, and answers a stranger where it came from.
+                sendHello(frames, to: recipient.flatMap { paths.address(of: $0) } ?? address)
             case let .sendPairwise(frames, recipient, address):
                 guard codec.installedBoot(of: recipient) != nil else {
                     // No keys for it (its ephemeral key would not derive any): the same frames
@@ -20,12 +22,13 @@ extension NodeInstance {
                     sendHello(frames.map { $0.namingProbeTarget(recipient, acker: membership.localID) }, to: address)
                     continue
                 }
-                sendPairwise(frames, to: recipient, address: address)
+                sendPairwise(frames, to: recipient, address: paths.address(of: recipient) ?? address)
             case let .memberChanged(member):
                 if member.status != .left, !remembered.contains(member.id) { newMember = true }
                 memberChanged(member, now: now)
             case let .memberForgotten(id):
                 peerAddresses[id] = nil
+                forgetPath(of: id)
                 remembered.forget(id)
                 rememberedDirty = true
                 codec.removePeer(id)
@@ -67,7 +70,8 @@ extension NodeInstance {
 
     private mutating func memberChanged(_ member: Member, now: MeshInstant) {
         let id = member.id
-        peerAddresses[id] = member.status.isGone ? nil : member.address
+        // Where its own datagrams come from, once one did; else where its record says.
+        peerAddresses[id] = member.status.isGone ? nil : paths.address(of: id) ?? member.address
         rememberedDirty = true
         if phase == .joining, !member.status.isGone { phase = .running }
         if member.status.isGone {
@@ -81,6 +85,7 @@ extension NodeInstance {
             assembler.removeHolder(id)
             forgetPacing(of: id)
             provenHolders.remove(id)
+            forgetAddresses(of: id, now: now)
         } else if codec.installedBoot(of: id) != member.record.bootID || !delivery.peers.contains(id),
                   let keys = PairwiseKeys.derive(session: session, local: ephemeral,
                                                  peerPublicKey: member.record.ephemeralKey) {

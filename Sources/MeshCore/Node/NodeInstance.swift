@@ -187,6 +187,15 @@ public struct NodeInstance: Sendable {
     package internal(set) var pathMTU: PathMTUDiscovery
     /// Probes answered per member in the current second.
     var probeAnswers: [NodeID: (count: Int, since: MeshInstant)] = [:]
+    /// Where members see us, and our candidate addresses (NodeInstance+Addresses).
+    package internal(set) var addressDiscovery: AddressDiscovery
+    /// Where we told each member its datagrams come from.
+    var addressEchoes: AddressEchoes
+    /// The NAT behaviour last reported (logged and told to the driver when it changes).
+    var reportedNAT = NATBehaviour.unknown
+    /// Where each member is reached, as its own datagrams proved, and hole punching (NodeInstance+Paths).
+    package internal(set) var paths: MemberPaths
+    var pathCheckAt = MeshInstant.zero
 
     public internal(set) var counters = NodeCounters()
     var effects: [NodeEffect] = []
@@ -229,6 +238,10 @@ public struct NodeInstance: Sendable {
         var pathSettings = settings.pathMTU
         pathSettings.base = settings.wire.maxDatagramSize
         pathMTU = PathMTUDiscovery(settings: pathSettings)
+        addressDiscovery = AddressDiscovery(local: boot.addresses + (boot.localAddress.map { [$0] } ?? []),
+                                            settings: settings.addressDiscovery)
+        addressEchoes = AddressEchoes(settings: settings.addressEchoes)
+        paths = MemberPaths(settings: settings.paths)
         self.random = random
         // Only what the journal holds now: a manifest left over from a removed attachment is not ours.
         let state = journal.state
@@ -320,6 +333,7 @@ public struct NodeInstance: Sendable {
             apply(directives, now: now)
             receiveTransfer(datagram.frames, from: sender, datagramSize: bytes, now: now)
             receivePings(datagram.frames, from: sender, now: now)
+            receivePaths(datagram.frames, header: datagram.header, source: address, now: now)
         }
     }
 
@@ -346,6 +360,7 @@ public struct NodeInstance: Sendable {
         advanceHandover(now: now)
         endingTick(now: now)
         pingTick(now: now)
+        pathsTick(now: now)
         if rememberedDirty { saveRemembered() }
     }
 
@@ -366,6 +381,7 @@ public struct NodeInstance: Sendable {
         consider(handoverDeadline)
         consider(ending?.until)
         consider(pingDeadline)
+        consider(pathsDeadline)
         return deadline
     }
 

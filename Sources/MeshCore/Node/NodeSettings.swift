@@ -43,6 +43,12 @@ public struct NodeSettings: Sendable {
     public var pathMTU = PathMTUDiscovery.Settings()
     /// Probes answered per member per second (each up to 8,972 bytes, asked for in 83).
     public var maxProbeAnswers = 10
+    /// When a reflexive address is adopted (a quorum of members agrees), and when a member is
+    /// told where its datagrams come from (NodeInstance+Addresses).
+    public var addressDiscovery = AddressDiscovery.Settings()
+    public var addressEchoes = AddressEchoes.Settings()
+    /// Paths to members: silence before an introduction, the punch budget, keepalives.
+    public var paths = MemberPaths.Settings()
     /// Chunks kept after serving them, for re-asks of lost pieces (4 MiB at 256 KiB chunks).
     public var recentChunkCapacity = 16
     /// Datagrams per segmented write: the kernel takes up to 64 segments and 64 KiB.

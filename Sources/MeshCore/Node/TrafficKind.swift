@@ -2,7 +2,8 @@
 /// the metrics an operator graphs): a mesh that is busy replicating looks nothing like one
 /// whose membership is flapping, though both move the same totals.
 public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
-    /// SWIM: probes, acknowledgements, gossip of member records, full-state syncs.
+    /// SWIM: probes, acknowledgements, gossip of member records, full-state syncs; and the
+    /// observed addresses members echo (reachability).
     case membership
     /// The application's messages on the reliable channel and unreliable fragments, and the
     /// channel's acknowledgements.
@@ -42,6 +43,8 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
             case .data, .fragment, .forwardTSN: return .messages
             case .ping, .pong: kind = .ping
             case .probe, .probeAck: return .membership  // with gossip beside it
+            case .observedAddress, .punchRequest, .punchIntroduction, .punch:
+                return .membership  // where a member sees us, and paths to it: reachability
             default: continue
             }
         }

@@ -33,6 +33,12 @@ public enum Frame: Equatable, Sendable {
     // Paths (how large a datagram a member's path to us carries).
     case pathProbeRequest(PathProbeRequest)
     case pathProbe(PathProbe)
+    // Addresses (where a member saw our datagram come from).
+    case observedAddress(ObservedAddress)
+    // Hole punching (a mutual member introduces two members that do not hear each other).
+    case punchRequest(PunchRequest)
+    case punchIntroduction(PunchIntroduction)
+    case punch(Punch)
 
     public var type: FrameType {
         switch self {
@@ -59,6 +65,10 @@ public enum Frame: Equatable, Sendable {
         case .epochHandover: return .epochHandover
         case .pathProbeRequest: return .pathProbeRequest
         case .pathProbe: return .pathProbe
+        case .observedAddress: return .observedAddress
+        case .punchRequest: return .punchRequest
+        case .punchIntroduction: return .punchIntroduction
+        case .punch: return .punch
         }
     }
 
@@ -87,6 +97,10 @@ public enum Frame: Equatable, Sendable {
         case let .epochHandover(body): return body
         case let .pathProbeRequest(body): return body
         case let .pathProbe(body): return body
+        case let .observedAddress(body): return body
+        case let .punchRequest(body): return body
+        case let .punchIntroduction(body): return body
+        case let .punch(body): return body
         }
     }
 
@@ -123,6 +137,10 @@ public enum Frame: Equatable, Sendable {
         case .epochHandover: return .epochHandover(try EpochHandover(decoding: &body))
         case .pathProbeRequest: return .pathProbeRequest(try PathProbeRequest(decoding: &body))
         case .pathProbe: return .pathProbe(try PathProbe(decoding: &body))
+        case .observedAddress: return .observedAddress(try ObservedAddress(decoding: &body))
+        case .punchRequest: return .punchRequest(try PunchRequest(decoding: &body))
+        case .punchIntroduction: return .punchIntroduction(try PunchIntroduction(decoding: &body))
+        case .punch: return .punch(try Punch(decoding: &body))
         }
     }
 }
@@ -154,6 +172,10 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case epochHandover = 0x40
     case pathProbeRequest = 0x50
     case pathProbe = 0x51
+    case observedAddress = 0x52
+    case punchRequest = 0x53
+    case punchIntroduction = 0x54
+    case punch = 0x55
 }
 
 /// A body that can be written to and read from the wire.

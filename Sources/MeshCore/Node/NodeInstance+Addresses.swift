@@ -1,0 +1,59 @@
+import MeshCrypto
+
+/// Address discovery (issue 19): members tell each other where their datagrams come from
+/// (`observedAddress`, pairwise), and each node learns its reflexive address, the NAT in front
+/// of it and the candidates its signed record gives (`AddressDiscovery`, `AddressEchoes`).
+extension NodeInstance {
+    /// A pairwise datagram of `peer`'s boot `boot` arrived from `source`: echo the source when
+    /// it is due, and take the observations it carries.
+    mutating func receiveAddresses(_ frames: [Frame], from peer: NodeID, boot: UInt64, source: PeerAddress,
+                                   now: MeshInstant) {
+        for case let .observedAddress(observation) in frames {
+            observed(observation.address, by: peer, now: now)
+        }
+        guard addressEchoes.isDue(source, from: peer, boot: boot, now: now) else { return }
+        // To the source, not to the member's record: behind a NAT the record may name an
+        // address nobody outside reaches, and this answer is what teaches the member better.
+        // Not an amplifier: it answers an authenticated datagram at least as large, once a second
+        // at most, and only the member's pairwise key opens it.
+        let known = membership.member(peer)?.record.addresses.contains(source) ?? false
+        addressEchoes.echoed(source, to: peer, boot: boot, known: known, now: now)
+        sendPairwise([.observedAddress(ObservedAddress(address: source))], to: peer, address: source)
+    }
+
+    private mutating func observed(_ address: PeerAddress, by peer: NodeID, now: MeshInstant) {
+        if addressDiscovery.observe(address, by: peer) {
+            let candidates = addressDiscovery.candidates()
+            membership.advertise(candidates)
+            if membership.me.incarnation != remembered.incarnation {
+                remembered.incarnation = membership.me.incarnation
+                rememberedDirty = true
+            }
+            log(.info, "reflexive address adopted", ["address": "\(addressDiscovery.reflexive.map { "\($0)" } ?? "")",
+                                                     "candidates": candidates.map(\.description).joined(separator: ",")])
+        }
+        reportNAT()
+    }
+
+    /// A member gone no longer counts among those that see us, nor is echoed to.
+    mutating func forgetAddresses(of peer: NodeID, now: MeshInstant) {
+        addressDiscovery.forget(peer)
+        addressEchoes.forget(peer)
+        forgetPath(of: peer)
+        reportNAT()
+    }
+
+    /// Tells the driver (and the log) when the NAT behaviour changes. `unknown` after a verdict
+    /// (its observers left) is not news: the last verdict stands until another replaces it.
+    private mutating func reportNAT() {
+        let behaviour = addressDiscovery.behaviour
+        guard behaviour != reportedNAT, behaviour != .unknown else { return }
+        reportedNAT = behaviour
+        emit(.natDetected(behaviour, reflexive: addressDiscovery.reflexive))
+        log(.notice, "NAT behaviour detected", ["nat": behaviour.rawValue,
+                                                "reflexive": addressDiscovery.reflexive.map { "\($0)" } ?? "none"])
+    }
+
+    /// What the members' observations say of the NAT in front of this node.
+    public var natBehaviour: NATBehaviour { reportedNAT }
+}

@@ -1,0 +1,112 @@
+import MeshCrypto
+
+/// Paths to members (issue 19): every member is sent to where its own authenticated datagrams
+/// come from once one did (`MemberPaths`), a member silent towards us is introduced by a member
+/// both sides hear, and the introduction starts a simultaneous open (PROTOCOL.md §1c).
+extension NodeInstance {
+    /// Every pairwise datagram: the path it proves, the observations and punch frames it carries,
+    /// and the echo of its source when one is due.
+    mutating func receivePaths(_ frames: [Frame], header: DatagramHeader, source: PeerAddress, now: MeshInstant) {
+        let peer = header.sender
+        if paths.heard(peer, boot: header.bootID, packet: header.packetNumber, from: source, now: now),
+           peerAddresses[peer] != nil {
+            peerAddresses[peer] = source
+            if paths.state(of: peer) == .punched {
+                log(.info, "path punched", ["member": "\(peer)", "address": "\(source)"])
+            }
+        }
+        receiveAddresses(frames, from: peer, boot: header.bootID, source: source, now: now)
+        for frame in frames {
+            switch frame {
+            case let .punch(punch) where !punch.isReply:
+                // To where it came from: that is the hole it made.
+                sendPairwise([.punch(Punch(token: punch.token, isReply: true))], to: peer, address: source)
+            case let .punchRequest(request):
+                introduce(peer, to: request.target, now: now)
+            case let .punchIntroduction(introduction):
+                followIntroduction(introduction, from: peer, now: now)
+            default:
+                break
+            }
+        }
+    }
+
+    /// `requester` hears nothing of `target`'s own: tell both where the other is, at once.
+    private mutating func introduce(_ requester: NodeID, to target: NodeID, now: MeshInstant) {
+        guard target != requester, target != localID, let targetAddress = peerAddresses[target],
+              let requesterAddress = peerAddresses[requester],
+              paths.paths[target]?.lastHeard.map({ now < $0 + pathSilence }) == true,
+              paths.mayIntroduce(requester, now: now) else { return }
+        let toRequester = candidates(of: target, inUse: targetAddress)
+        let toTarget = candidates(of: requester, inUse: requesterAddress)
+        sendPairwise([.punchIntroduction(PunchIntroduction(peer: target, addresses: toRequester))], to: requester)
+        sendPairwise([.punchIntroduction(PunchIntroduction(peer: requester, addresses: toTarget))], to: target)
+    }
+
+    /// Where we reach a member first, then what its record gives.
+    private func candidates(of member: NodeID, inUse: PeerAddress) -> [PeerAddress] {
+        var result = [inUse]
+        for address in membership.member(member)?.record.addresses ?? [] where !result.contains(address) {
+            result.append(address)
+        }
+        return Array(result.prefix(PunchIntroduction.maxAddresses))
+    }
+
+    /// A member told us to meet `introduction.peer`: punch, if it is a live member we hold keys for.
+    private mutating func followIntroduction(_ introduction: PunchIntroduction, from introducer: NodeID, now: MeshInstant) {
+        let peer = introduction.peer
+        guard peer != localID, peer != introducer, peerAddresses[peer] != nil, codec.installedBoot(of: peer) != nil,
+              paths.introduced(to: peer, at: introduction.addresses, now: now) else { return }
+        log(.info, "punching", ["member": "\(peer)", "introducer": "\(introducer)",
+                                "candidates": introduction.addresses.map(\.description).joined(separator: ",")])
+        pathsTick(now: now, force: true)
+    }
+
+    /// Punch rounds, keepalives, and introductions for silent members: the silence checks once a
+    /// second, punches when due.
+    mutating func pathsTick(now: MeshInstant, force: Bool = false) {
+        let checks = now >= pathCheckAt
+        guard force || checks || (paths.nextDeadline.map { now >= $0 } ?? false) else { return }
+        var live: [NodeID] = []
+        var introducers: [(NodeID, MeshInstant)] = []
+        if checks {
+            pathCheckAt = now + .seconds(1)
+            let silence = pathSilence
+            for id in peerAddresses.keys.sorted() where codec.installedBoot(of: id) != nil {
+                live.append(id)
+                if let heard = paths.paths[id]?.lastHeard, now < heard + silence { introducers.append((id, heard)) }
+            }
+            introducers.sort { $0.1 != $1.1 ? $0.1 > $1.1 : $0.0 < $1.0 }
+        }
+        let actions = paths.due(now: now, live: live, silence: pathSilence, introducers: introducers.map(\.0))
+        for action in actions {
+            switch action {
+            case let .punch(peer, address, isReply):
+                sendPairwise([.punch(Punch(token: random.next(), isReply: isReply))], to: peer, address: address)
+            case let .request(peer, introducer):
+                log(.info, "asking for an introduction", ["member": "\(peer)", "introducer": "\(introducer)"])
+                sendPairwise([.punchRequest(PunchRequest(target: peer))], to: introducer)
+            }
+        }
+    }
+
+    var pathsDeadline: MeshInstant {
+        min(pathCheckAt, paths.nextDeadline ?? pathCheckAt)
+    }
+
+    /// How long a member may send us nothing of its own before we ask for an introduction: it
+    /// answers our probes pairwise, and we probe each member once a round, so a few rounds.
+    var pathSilence: Duration {
+        max(paths.settings.silence, settings.membership.probeInterval * (3 * max(1, membership.activeCount)))
+    }
+
+    /// Where we send to `member` now.
+    public func pathAddress(of member: NodeID) -> PeerAddress? {
+        peerAddresses[member]
+    }
+
+    /// A member gone: its path goes with it.
+    mutating func forgetPath(of member: NodeID) {
+        paths.forget(member)
+    }
+}

@@ -1,0 +1,78 @@
+import MeshCrypto
+
+/// Where this node is, as the members see it: the address each member last said our datagrams
+/// came from (`ObservedAddress`), and what follows from them: our reflexive (public) address,
+/// the NAT behaviour, and the candidate addresses our signed record gives.
+///
+/// An observation is one member's claim, and any member could lie or echo an old one. So a
+/// reflexive address goes in our record (first: it is where members outside our network reach
+/// us) only once `quorum` distinct members report it, and it stays until another address reaches
+/// the quorum: one member alone can neither move where everyone sends to us nor take away an
+/// address that works. (STUN clients compare two servers for the same reason, RFC 5780.)
+public struct AddressDiscovery: Sendable {
+    public struct Settings: Sendable, Equatable {
+        /// Distinct members that must agree on a reflexive address before it is adopted.
+        public var quorum = 2
+        /// Members whose observation is kept: memory stays bounded whatever members send.
+        public var maxObservers = 256
+
+        public init() {}
+    }
+
+    public let settings: Settings
+    /// Our own addresses (advertised, interfaces, the bound socket): seen at one of them, a
+    /// member reaches us with no NAT between.
+    public let local: [PeerAddress]
+    /// The latest address each member saw us at.
+    public private(set) var observations: [NodeID: PeerAddress] = [:]
+    /// The reflexive address adopted, if any.
+    public private(set) var reflexive: PeerAddress?
+
+    public init(local: [PeerAddress], settings: Settings = .init()) {
+        self.local = local
+        self.settings = settings
+    }
+
+    /// `member` saw our datagram come from `address`. True when the adopted reflexive address
+    /// changed (our record must say so).
+    public mutating func observe(_ address: PeerAddress, by member: NodeID) -> Bool {
+        guard observations[member] != nil || observations.count < settings.maxObservers else { return false }
+        observations[member] = address
+        guard let (agreed, count) = mostReported(), count >= settings.quorum, agreed != reflexive else { return false }
+        reflexive = agreed
+        return true
+    }
+
+    /// A member gone (dead, left, forgotten) no longer counts. The adopted address stays.
+    public mutating func forget(_ member: NodeID) {
+        observations[member] = nil
+    }
+
+    /// What the observations say about the NAT in front of us. One member seeing a public
+    /// address tells nothing of the mapping; two that agree mean one mapping for all; two that
+    /// disagree (with no quorum for any address) mean a mapping per destination.
+    public var behaviour: NATBehaviour {
+        let outside = observations.values.filter { !local.contains($0) }
+        if outside.isEmpty { return observations.isEmpty ? .unknown : .none }
+        if let (_, count) = mostReported(), count >= settings.quorum { return .endpointIndependent }
+        return Set(outside).count >= 2 ? .symmetric : .unknown
+    }
+
+    /// The addresses our record gives, at most `limit`: the adopted reflexive address first,
+    /// then our own.
+    public func candidates(limit: Int = MemberRecord.maxAddresses) -> [PeerAddress] {
+        var result: [PeerAddress] = []
+        for address in (reflexive.map { [$0] } ?? []) + local where !result.contains(address) {
+            result.append(address)
+        }
+        return Array(result.prefix(limit))
+    }
+
+    /// The address outside our network most members report, and by how many (ties: the
+    /// smallest address, so every run decides alike).
+    private func mostReported() -> (PeerAddress, Int)? {
+        var counts: [PeerAddress: Int] = [:]
+        for address in observations.values where !local.contains(address) { counts[address, default: 0] += 1 }
+        return counts.max { $0.value != $1.value ? $0.value < $1.value : $0.key > $1.key }.map { ($0.key, $0.value) }
+    }
+}

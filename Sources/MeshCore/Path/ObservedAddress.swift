@@ -1,0 +1,23 @@
+import MeshCrypto
+import NIOCore
+
+/// "Your datagram came from this address": what a member saw as the source of an authenticated
+/// datagram of ours, echoed back pairwise (frame 0x52). Behind a NAT it is the NAT's public
+/// side (a reflexive address, STUN's XOR-MAPPED-ADDRESS without the XOR: the seal already
+/// keeps middleboxes from rewriting it). Only a claim of the member that sends it: see
+/// `AddressDiscovery` for what one claim can change.
+public struct ObservedAddress: WireBody {
+    public var address: PeerAddress
+
+    public init(address: PeerAddress) {
+        self.address = address
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        address = try PeerAddress(decoding: &buffer)
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        address.encode(into: &buffer)
+    }
+}

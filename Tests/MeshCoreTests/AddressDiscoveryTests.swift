@@ -1,0 +1,114 @@
+import MeshCrypto
+import Testing
+@testable import MeshCore
+
+/// Where members see a node (`AddressDiscovery`), and when a node tells a member where it sees
+/// it (`AddressEchoes`).
+@Suite struct AddressDiscoveryTests {
+    static let own = PeerAddress(ipv4: [192, 168, 1, 5], port: 7946)
+    static let reflexive = PeerAddress(ipv4: [203, 0, 113, 9], port: 7946)
+    static let otherPort = PeerAddress(ipv4: [203, 0, 113, 9], port: 40_001)
+    static let forged = PeerAddress(ipv4: [198, 51, 100, 66], port: 4000)
+    static let members = (1...5).map { NodeID(high: 0, low: UInt64($0)) }
+
+    @Test func oneMemberAloneAdoptsNothingTwoThatAgreeDo() {
+        var discovery = AddressDiscovery(local: [Self.own])
+        #expect(discovery.behaviour == .unknown)
+        do { let changed = discovery.observe(Self.reflexive, by: Self.members[0]); #expect(!changed) }
+        #expect(discovery.reflexive == nil)
+        #expect(discovery.behaviour == .unknown, "one member's word says nothing of the mapping")
+        #expect(discovery.candidates() == [Self.own])
+        do { let changed = discovery.observe(Self.reflexive, by: Self.members[1]); #expect(changed) }
+        #expect(discovery.reflexive == Self.reflexive)
+        #expect(discovery.behaviour == .endpointIndependent)
+        #expect(discovery.candidates() == [Self.reflexive, Self.own], "the public address first: where outsiders reach us")
+        do { let changed = discovery.observe(Self.reflexive, by: Self.members[2]); #expect(!changed, "already adopted: no change to sign") }
+    }
+
+    @Test func aForgedObservationCannotReplaceTheAdoptedAddress() {
+        var discovery = AddressDiscovery(local: [Self.own])
+        _ = discovery.observe(Self.reflexive, by: Self.members[0])
+        _ = discovery.observe(Self.reflexive, by: Self.members[1])
+        // One of them changes its story, again and again: no quorum for anything else.
+        for _ in 0..<10 { do { let changed = discovery.observe(Self.forged, by: Self.members[1]); #expect(!changed) } }
+        #expect(discovery.reflexive == Self.reflexive)
+        #expect(discovery.candidates().first == Self.reflexive)
+        // The members that agreed go away: the address stays until another has a quorum.
+        discovery.forget(Self.members[0])
+        discovery.forget(Self.members[1])
+        #expect(discovery.reflexive == Self.reflexive)
+        // A real move (a NAT rebinding) is seen by two members and replaces it.
+        _ = discovery.observe(Self.otherPort, by: Self.members[2])
+        do { let changed = discovery.observe(Self.otherPort, by: Self.members[3]); #expect(changed) }
+        #expect(discovery.reflexive == Self.otherPort)
+    }
+
+    @Test func theBehaviourFollowsWhatDistinctMembersSee() {
+        var none = AddressDiscovery(local: [Self.own])
+        _ = none.observe(Self.own, by: Self.members[0])
+        #expect(none.behaviour == .none)
+
+        var symmetric = AddressDiscovery(local: [Self.own])
+        _ = symmetric.observe(Self.reflexive, by: Self.members[0])
+        _ = symmetric.observe(Self.otherPort, by: Self.members[1])
+        #expect(symmetric.behaviour == .symmetric)
+        #expect(symmetric.reflexive == nil, "no two members agree: nothing adopted")
+
+        // Members inside our own network see our own address; only those outside tell the NAT.
+        var mixed = AddressDiscovery(local: [Self.own])
+        _ = mixed.observe(Self.own, by: Self.members[0])
+        _ = mixed.observe(Self.reflexive, by: Self.members[1])
+        #expect(mixed.behaviour == .unknown)
+        _ = mixed.observe(Self.reflexive, by: Self.members[2])
+        #expect(mixed.behaviour == .endpointIndependent)
+
+        // One member repeating itself is still one member.
+        var repeated = AddressDiscovery(local: [Self.own])
+        for _ in 0..<5 { _ = repeated.observe(Self.reflexive, by: Self.members[0]) }
+        #expect(repeated.reflexive == nil)
+    }
+
+    @Test func observersAreBounded() {
+        var settings = AddressDiscovery.Settings()
+        settings.maxObservers = 3
+        var discovery = AddressDiscovery(local: [Self.own], settings: settings)
+        for member in Self.members.prefix(3) { _ = discovery.observe(Self.forged, by: member) }
+        _ = discovery.observe(Self.reflexive, by: Self.members[3])
+        _ = discovery.observe(Self.reflexive, by: Self.members[4])
+        #expect(discovery.observations.count == 3)
+        #expect(discovery.reflexive == Self.forged)
+    }
+
+    @Test func candidatesStayWithinTheRecordsLimit() {
+        let locals = (1...5).map { PeerAddress(ipv4: [10, 0, 0, UInt8($0)], port: 7946) }
+        var discovery = AddressDiscovery(local: locals)
+        _ = discovery.observe(Self.reflexive, by: Self.members[0])
+        _ = discovery.observe(Self.reflexive, by: Self.members[1])
+        #expect(discovery.candidates() == [Self.reflexive] + locals.prefix(3))
+    }
+
+    // MARK: echoes
+
+    @Test func aMemberIsToldOncePerBootWhenItsRecordNamesWhereItIs() {
+        var echoes = AddressEchoes()
+        let member = Self.members[0]
+        let start = MeshInstant.zero
+        #expect(echoes.isDue(Self.own, from: member, boot: 1, now: start))
+        echoes.echoed(Self.own, to: member, boot: 1, known: true, now: start)
+        #expect(!echoes.isDue(Self.own, from: member, boot: 1, now: start + .seconds(600)))
+        #expect(echoes.isDue(Self.own, from: member, boot: 2, now: start + .seconds(600)), "a new boot")
+        #expect(echoes.isDue(Self.reflexive, from: member, boot: 1, now: start + .seconds(2)), "a new source")
+        #expect(!echoes.isDue(Self.reflexive, from: member, boot: 1, now: start + .milliseconds(500)),
+                "at most one echo a second")
+    }
+
+    @Test func aMemberBehindANATIsToldAgainUntilItsRecordSaysSo() {
+        var echoes = AddressEchoes()
+        let member = Self.members[0]
+        echoes.echoed(Self.reflexive, to: member, boot: 1, known: false, now: .zero)
+        #expect(!echoes.isDue(Self.reflexive, from: member, boot: 1, now: .zero + .seconds(29)))
+        #expect(echoes.isDue(Self.reflexive, from: member, boot: 1, now: .zero + .seconds(30)))
+        echoes.forget(member)
+        #expect(echoes.isDue(Self.reflexive, from: member, boot: 1, now: .zero + .seconds(1)))
+    }
+}

@@ -1,0 +1,114 @@
+import MeshCrypto
+import Testing
+@testable import MeshCore
+
+/// The path state per member (`MemberPaths`): what proves an address, the punch budget,
+/// keepalives, and when an introduction is asked for.
+@Suite struct MemberPathsTests {
+    static let peer = NodeID(high: 0, low: 1)
+    static let helper = NodeID(high: 0, low: 2)
+    static let record = PeerAddress(ipv4: [192, 168, 1, 5], port: 7946)
+    static let mapped = PeerAddress(ipv4: [203, 0, 113, 9], port: 40_001)
+    static let other = PeerAddress(ipv4: [203, 0, 113, 9], port: 40_002)
+    static let start = MeshInstant.zero + .seconds(100)
+
+    @Test func onlyANewerDatagramOfTheMemberMovesItsAddress() {
+        var paths = MemberPaths()
+        #expect(paths.address(of: Self.peer) == nil)
+        do { let result = paths.heard(Self.peer, boot: 1, packet: 10, from: Self.mapped, now: Self.start); #expect(result) }
+        #expect(paths.address(of: Self.peer) == Self.mapped)
+        // A late datagram from before a rebinding does not move it back.
+        do { let result = paths.heard(Self.peer, boot: 1, packet: 9, from: Self.other, now: Self.start); #expect(!result) }
+        #expect(paths.address(of: Self.peer) == Self.mapped)
+        do { let result = paths.heard(Self.peer, boot: 1, packet: 11, from: Self.other, now: Self.start); #expect(result) }
+        // A new boot numbers from 1 again.
+        do { let result = paths.heard(Self.peer, boot: 2, packet: 1, from: Self.mapped, now: Self.start); #expect(result) }
+        #expect(paths.address(of: Self.peer) == Self.mapped)
+        #expect(paths.state(of: Self.peer) == .direct)
+    }
+
+    @Test func aPunchRunsItsBudgetToEveryCandidateThenGivesUp() {
+        var paths = MemberPaths()
+        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped, Self.record], now: Self.start); #expect(result) }
+        #expect(paths.state(of: Self.peer) == .punching)
+        var punches: [PeerAddress] = []
+        var now = Self.start
+        for _ in 0..<50 {
+            for case let .punch(peer, address, isReply) in paths.due(now: now, live: [], silence: .seconds(5), introducers: []) {
+                #expect(peer == Self.peer && !isReply)
+                punches.append(address)
+            }
+            now = now + .milliseconds(50)
+        }
+        #expect(punches.count == 2 * paths.settings.punchRounds)
+        #expect(Set(punches) == [Self.mapped, Self.record])
+        #expect(paths.punchesFailed == 1)
+        #expect(paths.state(of: Self.peer) == .direct)
+        #expect(paths.nextDeadline == nil)
+        // Introduced again at once: refused, whoever asks.
+        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped], now: now); #expect(!result) }
+        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped], now: Self.start + paths.settings.requestInterval); #expect(result) }
+    }
+
+    @Test func theFirstAuthenticatedDatagramFixesThePathAndKeepalivesHoldIt() {
+        var paths = MemberPaths()
+        _ = paths.introduced(to: Self.peer, at: [Self.record, Self.mapped], now: Self.start)
+        _ = paths.due(now: Self.start, live: [], silence: .seconds(5), introducers: [])
+        do { let result = paths.heard(Self.peer, boot: 1, packet: 3, from: Self.mapped, now: Self.start + .milliseconds(30)); #expect(result) }
+        #expect(paths.state(of: Self.peer) == .punched)
+        #expect(paths.address(of: Self.peer) == Self.mapped)
+        #expect(paths.punchesSucceeded == 1)
+        #expect(paths.nextDeadline == nil, "no more punches")
+        // Keepalives on the punched path, one per interval, to the address in use.
+        func keepalives(at now: MeshInstant) -> [MemberPaths.Action] {
+            paths.due(now: now, live: [Self.peer], silence: .seconds(60), introducers: [])
+        }
+        #expect(keepalives(at: Self.start + .seconds(1)) == [.punch(Self.peer, to: Self.mapped, isReply: true)])
+        #expect(keepalives(at: Self.start + .seconds(20)).isEmpty)
+        #expect(keepalives(at: Self.start + .seconds(27)) == [.punch(Self.peer, to: Self.mapped, isReply: true)])
+    }
+
+    @Test func anAnswerFromAnAddressNoIntroductionNamedIsNoPunch() {
+        var paths = MemberPaths()
+        _ = paths.heard(Self.peer, boot: 1, packet: 1, from: Self.record, now: Self.start)
+        _ = paths.introduced(to: Self.peer, at: [Self.other], now: Self.start + .seconds(1))
+        _ = paths.heard(Self.peer, boot: 1, packet: 2, from: Self.record, now: Self.start + .seconds(1))
+        #expect(paths.state(of: Self.peer) == .direct)
+        #expect(paths.punchesSucceeded == 0)
+        #expect(paths.nextDeadline == nil, "the attempt ended: the member answers")
+    }
+
+    @Test func aSilentMemberIsIntroducedThroughAnotherWithBackoff() {
+        var paths = MemberPaths()
+        var now = Self.start
+        #expect(paths.due(now: now, live: [Self.peer], silence: .seconds(5), introducers: [Self.helper]).isEmpty,
+                "just met: not silent yet")
+        var requests: [MeshInstant] = []
+        for _ in 0..<600 {
+            now = now + .milliseconds(100)
+            for case let .request(peer, introducer) in paths.due(now: now, live: [Self.peer], silence: .seconds(5),
+                                                                 introducers: [Self.peer, Self.helper]) {
+                #expect(peer == Self.peer && introducer == Self.helper, "never through the silent member itself")
+                requests.append(now)
+            }
+        }
+        // 5 s of silence, then again 5, 10 and 20 s later (doubling, to 60 s at most).
+        #expect(requests.count == 4, "\(requests)")
+        #expect(requests.first == Self.start + .seconds(5))
+        // Hearing from it ends the silence.
+        _ = paths.heard(Self.peer, boot: 1, packet: 1, from: Self.mapped, now: now)
+        #expect(paths.due(now: now + .seconds(1), live: [Self.peer], silence: .seconds(5), introducers: [Self.helper]).isEmpty)
+        // Nobody to ask: nothing asked.
+        #expect(paths.due(now: now + .seconds(30), live: [Self.peer], silence: .seconds(5), introducers: []).isEmpty)
+    }
+
+    @Test func punchesAndIntroductionsAreBounded() {
+        var paths = MemberPaths()
+        let peers = (10..<30).map { NodeID(high: 0, low: UInt64($0)) }
+        let accepted = peers.filter { paths.introduced(to: $0, at: [Self.mapped], now: Self.start) }
+        #expect(accepted.count == paths.settings.maxPunches)
+        do { let result = paths.mayIntroduce(Self.helper, now: Self.start); #expect(result) }
+        do { let result = paths.mayIntroduce(Self.helper, now: Self.start + .milliseconds(500)); #expect(!result) }
+        do { let result = paths.mayIntroduce(Self.helper, now: Self.start + .seconds(1)); #expect(result) }
+    }
+}
