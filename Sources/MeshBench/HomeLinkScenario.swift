@@ -25,9 +25,12 @@ enum HomeLinkScenario {
         let seed = ProcessInfo.processInfo.environment["HOMELINK_SEED"].flatMap { UInt64($0) } ?? 1
         var results: [BenchResult] = []
         if let custom = customLine() {
-            let outcome = HomeLineExperiment.run(size: custom.size, line: custom.line, mode: .get, competitor: false, seed: seed,
+            let environment = ProcessInfo.processInfo.environment
+            let mode = environment["HOMELINK_MODE"].flatMap(Mode.init(rawValue:)) ?? .get
+            let outcome = HomeLineExperiment.run(size: custom.size, line: custom.line, mode: mode,
+                                                 competitor: environment["HOMELINK_COMPETITOR"] != nil, seed: seed,
                                                  trace: tracer())
-            print("custom \(custom.line.name): get alone \(outcome.fetchRate / 1_048_576) MiB/s from the joiner's start, \((outcome.loadRate ?? 0) / 1_048_576) from the load, drops \(outcome.dropShare * 100)%, holders \(outcome.holderBytesPerFileByte)×")
+            print("custom \(custom.line.name), \(mode): finished \(outcome.finished), competitor \(outcome.competitorRate / custom.line.bytesPerSecond * 100)%, fetch \(outcome.fetchRate / 1_048_576) MiB/s from the joiner's start, \((outcome.loadRate ?? 0) / 1_048_576) from the load, drops \(outcome.dropShare * 100)%, holders \(outcome.holderBytesPerFileByte)×")
             return []
         }
         for line in lines {
@@ -68,7 +71,8 @@ enum HomeLinkScenario {
         return results
     }
 
-    /// HOMELINK_LINE=mbit,rtt-ms,loss,MiB: one `get` alone through that line, for tuning.
+    /// HOMELINK_LINE=mbit,rtt-ms,loss,MiB: one `get` alone through that line, for tuning
+    /// (HOMELINK_MODE=replication, HOMELINK_COMPETITOR=1 beside a TCP download).
     private static func customLine() -> (line: Line, size: Int)? {
         guard let text = ProcessInfo.processInfo.environment["HOMELINK_LINE"] else { return nil }
         let fields = text.split(separator: ",").compactMap { Double($0) }

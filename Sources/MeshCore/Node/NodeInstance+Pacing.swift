@@ -19,17 +19,21 @@ extension NodeInstance {
                           max((downlink.inFlightBudget + chunk - 1) / chunk + 1, 2 * transfer.holderCount))
         // Chunks that wait only for a lost piece asked again hold no bytes on the line: counted
         // against the budget, on a lossy long path they took every slot (0.7× the clean rate).
-        let limit = min(settings.transfer.maximumInFlight, flowing + assembler.repairingCount)
+        // At most as many again: at a trickle, chunks open without bound were asked again and
+        // again (holders sent 1.45× the file).
+        let limit = min(settings.transfer.maximumInFlight, flowing + min(assembler.repairingCount, flowing))
         transfer.inFlightLimit = limit
         let rate = max(1, downlink.rate)
-        // With `flowing` chunks sharing the rate, each takes this long, and a holder's pieces of
-        // one chunk come this far apart.
-        let perChunk = Duration.seconds(Double(flowing * chunk) / rate)
+        // With `sharing` chunks sharing the rate, each takes this long, and a holder's pieces of
+        // one chunk come this far apart. After a cut, the chunks open are more than the new
+        // budget: timed by the budget alone, their pieces were asked again while still queued.
+        let sharing = max(flowing, assembler.activeCount)
+        let perChunk = Duration.seconds(Double(sharing * chunk) / rate)
         // Bounded, so that a holder gone quiet still loses its requests in time.
         transfer.minimumTimeout = min(settings.maximumPacedWait,
                                       perChunk * 2 + (downlink.roundTrip ?? .milliseconds(100)) * 2)
         assembler.minimumSilence = min(settings.maximumPacedWait / 4,
-                                       .seconds(Double(assembler.largestPieceSize * flowing) / rate * 4))
+                                       .seconds(Double(assembler.largestPieceSize * sharing) / rate * 4))
     }
 
     /// The pace to ask of `peer`: the rate shared equally by the holders with chunks in flight

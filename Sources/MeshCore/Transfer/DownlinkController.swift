@@ -118,6 +118,10 @@ public struct DownlinkController: Sendable {
     private var askedRates: (older: Double, newer: Double)
     /// In slow start, since when every proven piece showed a queue.
     private var queuedSince: MeshInstant?
+    /// What arrived in the last interval from all holders asked, proven or not. Slow start ends
+    /// at it: as the first holders prove themselves, the proven alone bring a fraction of it,
+    /// and ending there once left a fetch at a twentieth of its line for seconds.
+    private var lastArrived = 0.0
 
     /// The latest queueing delay measured (the interval's lowest), for status and tests.
     public private(set) var queueingDelay: Duration = .zero
@@ -257,9 +261,9 @@ public struct DownlinkController: Sendable {
             return false
         }
         guard now >= since + settings.slowStartBrake else { return false }
-        var delivered = lastInterval.delivered
+        var delivered = lastArrived
         if let start = intervalStart, now >= start + settings.slowStartBrake {
-            delivered = max(delivered, Double(intervalBytes) / ((now - start).milliseconds / 1000))
+            delivered = max(delivered, Double(intervalBytes + intervalUntrustedBytes) / ((now - start).milliseconds / 1000))
         }
         slowStart = false
         queuedSince = nil
@@ -292,6 +296,7 @@ public struct DownlinkController: Sendable {
             let elapsed = max(1e-6, (now - start).milliseconds / 1000)
             let delivered = Double(intervalUntrustedBytes) / elapsed
             lastInterval = (delivered, 0, 0, now)
+            lastArrived = delivered
             lastClose = now
             let highest = (intervalUntrustedQueue ?? .zero).milliseconds / 1000
             let over = highest >= target.milliseconds / 1000 / 4
@@ -313,6 +318,7 @@ public struct DownlinkController: Sendable {
         let elapsed = max(1e-6, (now - start).milliseconds / 1000)
         let delivered = Double(intervalBytes) / elapsed
         lastInterval = (delivered, intervalReceived, intervalLost, now)
+        lastArrived = Double(intervalBytes + intervalUntrustedBytes) / elapsed
         lastClose = now
         // The rate asked for shows in what arrives a round trip or two later (the holders hear
         // it, then pieces cross the line). So it grows only once deliveries caught up with it,
@@ -371,7 +377,7 @@ public struct DownlinkController: Sendable {
                 // A first sign of a queue: stop growing, and see whether it lasts.
             } else {
                 slowStart = false
-                rate = min(rate, max(delivered, Double(settings.minimumRate)))
+                rate = min(rate, max(lastArrived, Double(settings.minimumRate)))
                 holdUntil = now + interval * 2
             }
         } else {
