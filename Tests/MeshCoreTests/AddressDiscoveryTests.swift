@@ -87,6 +87,19 @@ import Testing
         #expect(discovery.candidates() == [Self.reflexive] + locals.prefix(3))
     }
 
+    @Test("the wildcard a socket bound to is never a candidate: a peer sent there would send to itself")
+    func theWildcardIsNoCandidate() {
+        let wildcard = PeerAddress(ipv4: [0, 0, 0, 0], port: 7946)
+        var discovery = AddressDiscovery(local: [Self.own, wildcard])
+        _ = discovery.observe(Self.reflexive, by: Self.members[0])
+        _ = discovery.observe(Self.reflexive, by: Self.members[1])
+        #expect(discovery.candidates() == [Self.reflexive, Self.own])
+        // Still ours: a member that sees us there says we are not behind a NAT.
+        var direct = AddressDiscovery(local: [wildcard])
+        _ = direct.observe(wildcard, by: Self.members[0])
+        #expect(direct.behaviour == .none)
+    }
+
     // MARK: echoes
 
     @Test func aMemberIsToldOncePerBootWhenItsRecordNamesWhereItIs() {

@@ -14,22 +14,23 @@ import Testing
 
     @Test func onlyANewerDatagramOfTheMemberMovesItsAddress() {
         var paths = MemberPaths()
-        #expect(paths.address(of: Self.peer) == nil)
+        #expect(paths.address(of: Self.peer, boot: 1) == nil)
         do { let result = paths.heard(Self.peer, boot: 1, packet: 10, from: Self.mapped, now: Self.start); #expect(result) }
-        #expect(paths.address(of: Self.peer) == Self.mapped)
+        #expect(paths.address(of: Self.peer, boot: 1) == Self.mapped)
         // A late datagram from before a rebinding does not move it back.
         do { let result = paths.heard(Self.peer, boot: 1, packet: 9, from: Self.other, now: Self.start); #expect(!result) }
-        #expect(paths.address(of: Self.peer) == Self.mapped)
+        #expect(paths.address(of: Self.peer, boot: 1) == Self.mapped)
         do { let result = paths.heard(Self.peer, boot: 1, packet: 11, from: Self.other, now: Self.start); #expect(result) }
-        // A new boot numbers from 1 again.
+        // A new boot numbers from 1 again; where the old boot was heard says nothing of it.
         do { let result = paths.heard(Self.peer, boot: 2, packet: 1, from: Self.mapped, now: Self.start); #expect(result) }
-        #expect(paths.address(of: Self.peer) == Self.mapped)
+        #expect(paths.address(of: Self.peer, boot: 2) == Self.mapped)
+        #expect(paths.address(of: Self.peer, boot: 3) == nil, "a restarted member listens elsewhere: its record says where")
         #expect(paths.state(of: Self.peer) == .direct)
     }
 
     @Test func aPunchRunsItsBudgetToEveryCandidateThenGivesUp() {
         var paths = MemberPaths()
-        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped, Self.record], now: Self.start); #expect(result) }
+        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped, Self.record], by: Self.helper, now: Self.start); #expect(result) }
         #expect(paths.state(of: Self.peer) == .punching)
         var punches: [PeerAddress] = []
         var now = Self.start
@@ -46,17 +47,17 @@ import Testing
         #expect(paths.state(of: Self.peer) == .direct)
         #expect(paths.nextDeadline == nil)
         // Introduced again at once: refused, whoever asks.
-        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped], now: now); #expect(!result) }
-        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped], now: Self.start + paths.settings.requestInterval); #expect(result) }
+        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped], by: Self.helper, now: now); #expect(!result) }
+        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped], by: Self.helper, now: Self.start + paths.settings.requestInterval); #expect(result) }
     }
 
     @Test func theFirstAuthenticatedDatagramFixesThePathAndKeepalivesHoldIt() {
         var paths = MemberPaths()
-        _ = paths.introduced(to: Self.peer, at: [Self.record, Self.mapped], now: Self.start)
+        _ = paths.introduced(to: Self.peer, at: [Self.record, Self.mapped], by: Self.helper, now: Self.start)
         _ = paths.due(now: Self.start, live: [], silence: .seconds(5), introducers: [])
         do { let result = paths.heard(Self.peer, boot: 1, packet: 3, from: Self.mapped, now: Self.start + .milliseconds(30)); #expect(result) }
         #expect(paths.state(of: Self.peer) == .punched)
-        #expect(paths.address(of: Self.peer) == Self.mapped)
+        #expect(paths.address(of: Self.peer, boot: 1) == Self.mapped)
         #expect(paths.punchesSucceeded == 1)
         #expect(paths.nextDeadline == nil, "no more punches")
         // Keepalives on the punched path, one per interval, to the address in use.
@@ -71,7 +72,7 @@ import Testing
     @Test func anAnswerFromAnAddressNoIntroductionNamedIsNoPunch() {
         var paths = MemberPaths()
         _ = paths.heard(Self.peer, boot: 1, packet: 1, from: Self.record, now: Self.start)
-        _ = paths.introduced(to: Self.peer, at: [Self.other], now: Self.start + .seconds(1))
+        _ = paths.introduced(to: Self.peer, at: [Self.other], by: Self.helper, now: Self.start + .seconds(1))
         _ = paths.heard(Self.peer, boot: 1, packet: 2, from: Self.record, now: Self.start + .seconds(1))
         #expect(paths.state(of: Self.peer) == .direct)
         #expect(paths.punchesSucceeded == 0)
@@ -102,11 +103,35 @@ import Testing
         #expect(paths.due(now: now + .seconds(30), live: [Self.peer], silence: .seconds(5), introducers: []).isEmpty)
     }
 
+    @Test("a member sending false introductions for a peer does not use up an honest introducer's budget")
+    func falseIntroductionsDoNotBlockAnHonestOne() {
+        var paths = MemberPaths()
+        let liar = NodeID(high: 0, low: 99)
+        do { let result = paths.introduced(to: Self.peer, at: [Self.other], by: liar, now: Self.start); #expect(result) }
+        // Its open runs out unanswered.
+        var now = Self.start
+        for _ in 0..<40 {
+            now = now + .milliseconds(100)
+            _ = paths.due(now: now, live: [], silence: .seconds(5), introducers: [])
+        }
+        // Within the liar's five seconds, the honest introducer's introduction is followed.
+        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped], by: Self.helper, now: now); #expect(result) }
+        // The liar's next one, inside its own budget's interval, is not.
+        do { let result = paths.introduced(to: Self.helper, at: [Self.other], by: liar, now: now); #expect(result, "another peer: its own budget") }
+        do { let result = paths.introduced(to: Self.peer, at: [Self.other], by: liar, now: now + .seconds(1)); #expect(!result) }
+    }
+
     @Test func punchesAndIntroductionsAreBounded() {
         var paths = MemberPaths()
         let peers = (10..<30).map { NodeID(high: 0, low: UInt64($0)) }
-        let accepted = peers.filter { paths.introduced(to: $0, at: [Self.mapped], now: Self.start) }
-        #expect(accepted.count == paths.settings.maxPunches)
+        // One introducer holds at most two opens at once; many together at most eight.
+        let accepted = peers.filter { paths.introduced(to: $0, at: [Self.mapped], by: Self.helper, now: Self.start) }
+        #expect(accepted.count == paths.settings.maxPunchesPerIntroducer)
+        let introducers = (40..<60).map { NodeID(high: 0, low: UInt64($0)) }
+        let more = zip(peers.dropFirst(2), introducers).filter { peer, introducer in
+            paths.introduced(to: peer, at: [Self.mapped], by: introducer, now: Self.start)
+        }
+        #expect(accepted.count + more.count == paths.settings.maxPunches)
         do { let result = paths.mayIntroduce(Self.helper, now: Self.start); #expect(result) }
         do { let result = paths.mayIntroduce(Self.helper, now: Self.start + .milliseconds(500)); #expect(!result) }
         do { let result = paths.mayIntroduce(Self.helper, now: Self.start + .seconds(1)); #expect(result) }

@@ -12,8 +12,9 @@ extension NodeInstance {
             switch directive {
             case let .send(frames, recipient, address):
                 // A member is sent to where its own datagrams proved it is (NodeInstance+Paths);
-                // membership knows only records, and answers a stranger where it came from.
-                sendHello(frames, to: recipient.flatMap { paths.address(of: $0) } ?? address)
+                // membership knows only records, and answers a stranger where it came from. An
+                // address its record does not give is meant (an earlier boot's, told it was outbid).
+                sendHello(frames, to: recipient.flatMap { provenAddress(of: $0, instead: address) } ?? address)
             case let .sendPairwise(frames, recipient, address):
                 guard codec.installedBoot(of: recipient) != nil else {
                     // No keys for it (its ephemeral key would not derive any): the same frames
@@ -22,7 +23,7 @@ extension NodeInstance {
                     sendHello(frames.map { $0.namingProbeTarget(recipient, acker: membership.localID) }, to: address)
                     continue
                 }
-                sendPairwise(frames, to: recipient, address: paths.address(of: recipient) ?? address)
+                sendPairwise(frames, to: recipient, address: provenAddress(of: recipient, instead: address) ?? address)
             case let .memberChanged(member):
                 if member.status != .left, !remembered.contains(member.id) { newMember = true }
                 memberChanged(member, now: now)
@@ -71,7 +72,7 @@ extension NodeInstance {
     private mutating func memberChanged(_ member: Member, now: MeshInstant) {
         let id = member.id
         // Where its own datagrams come from, once one did; else where its record says.
-        peerAddresses[id] = member.status.isGone ? nil : paths.address(of: id) ?? member.address
+        peerAddresses[id] = member.status.isGone ? nil : learnedAddress(of: id) ?? member.address
         rememberedDirty = true
         if phase == .joining, !member.status.isGone { phase = .running }
         if member.status.isGone {

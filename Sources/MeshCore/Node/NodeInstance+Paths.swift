@@ -55,10 +55,16 @@ extension NodeInstance {
     /// A member told us to meet `introduction.peer`: punch, if it is a live member we hold keys for.
     private mutating func followIntroduction(_ introduction: PunchIntroduction, from introducer: NodeID, now: MeshInstant) {
         let peer = introduction.peer
+        // Where the introducer sees the peer (first), and what the peer's own signed record says:
+        // an introducer cannot make us punch an address of its choosing beyond the first.
+        let record = membership.member(peer)?.record.addresses ?? []
+        let addresses = introduction.addresses.enumerated().compactMap { index, address in
+            !address.isUnspecified && (index == 0 || record.contains(address)) ? address : nil
+        }
         guard peer != localID, peer != introducer, peerAddresses[peer] != nil, codec.installedBoot(of: peer) != nil,
-              paths.introduced(to: peer, at: introduction.addresses, now: now) else { return }
+              paths.introduced(to: peer, at: addresses, by: introducer, now: now) else { return }
         log(.info, "punching", ["member": "\(peer)", "introducer": "\(introducer)",
-                                "candidates": introduction.addresses.map(\.description).joined(separator: ",")])
+                                "candidates": addresses.map(\.description).joined(separator: ",")])
         pathsTick(now: now, force: true)
     }
 
@@ -98,6 +104,18 @@ extension NodeInstance {
     /// answers our probes pairwise, and we probe each member once a round, so a few rounds.
     var pathSilence: Duration {
         max(paths.settings.silence, settings.membership.probeInterval * (3 * max(1, membership.activeCount)))
+    }
+
+    /// Where the boot of `member` that membership knows sent its datagrams from, if it did.
+    func learnedAddress(of member: NodeID) -> PeerAddress? {
+        paths.address(of: member, boot: membership.member(member)?.record.bootID)
+    }
+
+    /// Where to send `member` what membership addressed to `address`: where it was heard from,
+    /// when `address` is one its record gives (else membership means that very address).
+    func provenAddress(of member: NodeID, instead address: PeerAddress) -> PeerAddress? {
+        guard membership.member(member)?.record.addresses.contains(address) == true else { return nil }
+        return learnedAddress(of: member)
     }
 
     /// Where we send to `member` now.

@@ -59,10 +59,11 @@ public struct AddressDiscovery: Sendable {
     }
 
     /// The addresses our record gives, at most `limit`: the adopted reflexive address first,
-    /// then our own.
+    /// then our own, without the wildcard a socket bound to (0.0.0.0:7946 by default): a peer
+    /// sent there would send to itself.
     public func candidates(limit: Int = MemberRecord.maxAddresses) -> [PeerAddress] {
         var result: [PeerAddress] = []
-        for address in (reflexive.map { [$0] } ?? []) + local where !result.contains(address) {
+        for address in (reflexive.map { [$0] } ?? []) + local where !address.isUnspecified && !result.contains(address) {
             result.append(address)
         }
         return Array(result.prefix(limit))

@@ -27,6 +27,8 @@ public struct MemberPaths: Sendable {
         public var punchInterval: Duration = .milliseconds(100)
         /// Punches under way at once (each one an introduction a member asked us to follow).
         public var maxPunches = 8
+        /// Of those, opens one member introduced.
+        public var maxPunchesPerIntroducer = 2
         /// Under common UDP mapping lifetimes (30 s unanswered on Linux, as little as 30–60 s on
         /// home routers).
         public var keepalive: Duration = .seconds(25)
@@ -55,10 +57,13 @@ public struct MemberPaths: Sendable {
         var nextRequest: MeshInstant?
         var requestWait: Duration?
         var lastKeepalive: MeshInstant?
-        var lastPunch: MeshInstant?
+        /// The last open toward it each member introduced: budgets per introducer, so that one
+        /// member sending false introductions cannot use up an honest introducer's.
+        var lastPunch: [NodeID: MeshInstant] = [:]
     }
 
     struct Punching: Sendable {
+        var introducer: NodeID
         var candidates: [PeerAddress]
         var roundsLeft: Int
         var nextAt: MeshInstant
@@ -86,8 +91,11 @@ public struct MemberPaths: Sendable {
     }
 
     /// The address in use for `member`, when a datagram of its own proved one.
-    public func address(of member: NodeID) -> PeerAddress? {
-        paths[member]?.learned
+    /// Where `member`'s boot `boot` was heard from (another boot's address says nothing of this
+    /// one: a restarted member listens elsewhere).
+    public func address(of member: NodeID, boot: UInt64?) -> PeerAddress? {
+        guard let path = paths[member], path.boot == boot else { return nil }
+        return path.learned
     }
 
     public func state(of member: NodeID) -> State {
@@ -114,9 +122,10 @@ public struct MemberPaths: Sendable {
             path.packet = packet
         }
         if let attempt = punching.removeValue(forKey: member) {
-            // Punched only where the introduction said: an answer from where we already reached
-            // it (an introduction it did not need) leaves the path as it was.
-            if attempt.candidates.contains(source) {
+            // Punched only where the introduction said, by a datagram newer than any before: an
+            // answer from where we already reached it (an introduction it did not need), or a late
+            // one, leaves the path as it was.
+            if attempt.candidates.contains(source), path.learned == source {
                 path.state = .punched
                 punchesSucceeded += 1
                 changed = true
@@ -136,13 +145,16 @@ public struct MemberPaths: Sendable {
     }
 
     /// `introducer` told us to meet `peer` at `candidates` now. False when over budget.
-    public mutating func introduced(to peer: NodeID, at candidates: [PeerAddress], now: MeshInstant) -> Bool {
-        // One open per peer per `requestInterval`: an honest introducer answers a silence that
-        // long at most, and a member sending introductions without end cannot keep us punching.
+    public mutating func introduced(to peer: NodeID, at candidates: [PeerAddress], by introducer: NodeID,
+                                    now: MeshInstant) -> Bool {
+        // One open per peer per introducer per `requestInterval`: an honest introducer answers a
+        // silence that long at most, and a member sending introductions without end cannot keep
+        // us punching, nor hold more than `maxPunchesPerIntroducer` of the opens at once.
         guard !candidates.isEmpty, punching[peer] == nil, punching.count < settings.maxPunches,
-              paths[peer]?.lastPunch.map({ now >= $0 + settings.requestInterval }) ?? true else { return false }
-        paths[peer, default: Path()].lastPunch = now
-        punching[peer] = Punching(candidates: Array(candidates.prefix(PunchIntroduction.maxAddresses)),
+              punching.values.count(where: { $0.introducer == introducer }) < settings.maxPunchesPerIntroducer,
+              paths[peer]?.lastPunch[introducer].map({ now >= $0 + settings.requestInterval }) ?? true else { return false }
+        paths[peer, default: Path()].lastPunch[introducer] = now
+        punching[peer] = Punching(introducer: introducer, candidates: Array(candidates.prefix(PunchIntroduction.maxAddresses)),
                                   roundsLeft: settings.punchRounds, nextAt: now)
         paths[peer, default: Path()].state = .punching
         return true

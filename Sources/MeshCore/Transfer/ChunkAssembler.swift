@@ -30,6 +30,8 @@ public struct ChunkAssembler: Sendable {
         /// A chunk nobody sent a piece of for this long is dropped with its pieces.
         public var abandonAfter: Duration = .seconds(30)
         public var maxDownloads = 128
+        /// And their lengths together at most (a manifest may make chunks of up to 4 MiB).
+        public var maxOpenBytes = 32 << 20
 
         public init(pieceSize: Int) { self.pieceSize = pieceSize }
     }
@@ -157,7 +159,8 @@ public struct ChunkAssembler: Sendable {
             downloads[digest] = download
             return want(for: digest, download)
         }
-        guard downloads.count < settings.maxDownloads else { return nil }
+        guard downloads.count < settings.maxDownloads,
+              downloads.values.reduce(length, { $0 + $1.length }) <= settings.maxOpenBytes else { return nil }
         let wait = max(minimumSilence, answerTime[holder].map { min(settings.maximumStall, max(settings.minimumWholeWait, $0 * 3)) }
             ?? settings.firstPieceTimeout)
         let download = Download(length: length, holders: [holder], pieceSize: pieceSize(for: holder),
@@ -256,10 +259,10 @@ public struct ChunkAssembler: Sendable {
             } else {
                 download.stall = max(minimumSilence, min(settings.maximumStall, download.stall * 2))
                 download.nextAsk = now + download.stall
-                download.repairing = true
             }
             downloads[digest] = download
             if let holder = download.holders.last {
+                if download.assembly != nil { download.repairing = true }
                 // Nothing back at a size above the base: a whole chunk unanswered, or a chunk under
                 // way whose pieces stopped for the longest stall (a path that shrank mid-chunk).
                 if download.pieceSize > settings.pieceSize,

@@ -205,16 +205,20 @@ public struct DownlinkController: Sendable {
             intervalUntrustedQueue = intervalUntrustedQueue.map { max($0, queue) } ?? queue
         }
         if trusted { intervalBytes += bytes } else { intervalUntrustedBytes += bytes }
-        if trusted, slowStart, brakeSlowStart(queue: queue, now: now) { return true }
         if intervalStart == nil {
             intervalStart = now
-            // After a pause, what was seen before says nothing about the line now.
+            queuedSince = nil
+            // After a pause, what was seen before says nothing about the line now: the next
+            // fetch probes it again from the rate it had (a queue ends that within 10 ms).
             if let closed = lastClose, now >= closed + max(.seconds(1), interval * 10) {
                 drainedAt = now
                 wasOver = false
                 untrustedHeld = false
+                slowStart = !competing
+                lastArrived = 0
             }
         }
+        if trusted, slowStart, brakeSlowStart(queue: queue, now: now) { return true }
         guard let start = intervalStart, now >= start + interval else { return false }
         closeInterval(now: now)
         return true
@@ -261,10 +265,12 @@ public struct DownlinkController: Sendable {
             return false
         }
         guard now >= since + settings.slowStartBrake else { return false }
-        var delivered = lastArrived
+        // What arrives: the last interval if it was just now, and this one once long enough.
+        var delivered = lastClose.map { now < $0 + interval * 2 } == true ? lastArrived : 0
         if let start = intervalStart, now >= start + settings.slowStartBrake {
             delivered = max(delivered, Double(intervalBytes + intervalUntrustedBytes) / ((now - start).milliseconds / 1000))
         }
+        guard delivered > 0 else { return false }
         slowStart = false
         queuedSince = nil
         rate = min(rate, max(delivered, Double(settings.minimumRate)))
