@@ -392,7 +392,10 @@ package actor MeshNode {
                     invalidation = .removed(by: core.displayName(of: by))
                     Task { await self.stop() }
                 case let .event(.natDetected(behaviour, reflexive)):
-                    configuration.announce?("nat: \(behaviour.rawValue)" + (reflexive.map { ", public address \($0)" } ?? ""))
+                    // The adopted address stays when the verdict changes: named only with the
+                    // behaviour that makes it where members reach us.
+                    let address = behaviour == .endpointIndependent ? reflexive.map { ", public address \($0)" } : nil
+                    configuration.announce?("nat: \(behaviour.rawValue)" + (address ?? ""))
                 case let .event(.log(record)):
                     logger.log(level: Logger.Level(rawValue: record.level.rawValue) ?? .error, "\(record.message)",
                                metadata: Logger.Metadata(record.metadata.map { ($0.key, .string($0.value)) }, uniquingKeysWith: { $1 }))

@@ -39,6 +39,11 @@ public final class SimMesh {
 
     public var all: [SimNode] { nodes.map(node) }
 
+    /// Every "dead" any node declared so far (a calm network, or one whose paths all work, has none).
+    public var deaths: [MembershipProcess.Change] {
+        all.flatMap(\.membershipChanges).filter { $0.status == .dead }
+    }
+
     /// Nodes that are up.
     public var running: [SimNode] { simulator.runningAddresses.map(node) }
 

@@ -63,7 +63,7 @@ struct AddressDiscoverySimulationTests {
         mesh.simulator.run(for: .seconds(5))
         #expect(home.reliableReceived[sender.id]?.contains([1, 2, 3]) == true, "\(replay)")
         #expect(sender.reliableReceived[home.id]?.contains([4, 5]) == true, "\(replay)")
-        let deaths = mesh.all.flatMap(\.membershipChanges).filter { $0.status == .dead }
+        let deaths = mesh.deaths
         #expect(deaths.isEmpty, "\(replay): \(deaths.count) deaths")
     }
 
@@ -121,7 +121,7 @@ struct AddressDiscoverySimulationTests {
         for node in mesh.all where node !== sender {
             #expect(node.reliableReceived[sender.id]?.contains([9]) == true, "\(replay): \(node.address) got nothing")
         }
-        let deaths = mesh.all.flatMap(\.membershipChanges).filter { $0.status == .dead }
+        let deaths = mesh.deaths
         #expect(deaths.isEmpty, "\(replay): \(deaths.count) deaths")
     }
 

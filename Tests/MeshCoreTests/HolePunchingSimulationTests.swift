@@ -16,9 +16,7 @@ struct HolePunchingSimulationTests {
         AddressDiscoverySimulationTests.mesh(seed: seed, publics: 1, homes: [first, second])
     }
 
-    static func deaths(_ mesh: SimMesh) -> Int {
-        mesh.all.flatMap(\.membershipChanges).filter { $0.status == .dead }.count
-    }
+    static func deaths(_ mesh: SimMesh) -> Int { mesh.deaths.count }
 
     @Test("two homes behind MASQUERADE, one member between them: introduced, punched, messages cross, the path holds for minutes",
           arguments: seeds)

@@ -231,7 +231,7 @@ extension WholeNodeSimulationTests {
             }
         }
         Self.expectInvariants(mesh, seed)
-        let deaths = mesh.all.flatMap { $0.membershipChanges }.filter { $0.status == MemberStatus.dead }
+        let deaths = mesh.deaths
         #expect(deaths.isEmpty, "\(SimulationSeeds.replay(seed)): \(deaths.count) deaths on a calm network")
     }
 

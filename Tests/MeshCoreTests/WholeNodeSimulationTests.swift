@@ -90,7 +90,7 @@ struct WholeNodeSimulationTests {
         Self.expectInvariants(mesh, seed)
         #expect(mesh.simulator.statistics.dropped.partition > 0, "\(SimulationSeeds.replay(seed)): \(split)")
         // The partition lasted long enough for each side to declare the other dead.
-        let deaths = mesh.all.flatMap(\.membershipChanges).filter { $0.status == .dead }
+        let deaths = mesh.deaths
         #expect(!deaths.isEmpty, "\(SimulationSeeds.replay(seed)): nobody was ever declared dead")
     }
 
