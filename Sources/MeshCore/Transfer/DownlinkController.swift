@@ -373,7 +373,7 @@ public struct DownlinkController: Sendable {
             }
         } else if slowStart {
             if queueSeconds < target / 4 {
-                // The deliveries show the rate asked an interval ago: once they caught up with
+                // The deliveries show the rate asked two closes ago: once they caught up with
                 // it, the rate doubles, up to `slowStartGain` times them (the brake above stops
                 // it within a few milliseconds of a queue that lasts).
                 if delivered >= shownRate * settings.caughtUp {
