@@ -16,7 +16,10 @@ struct HolePunchingSimulationTests {
         AddressDiscoverySimulationTests.mesh(seed: seed, publics: 1, homes: [first, second])
     }
 
-    static func deaths(_ mesh: SimMesh) -> Int { mesh.deaths.count }
+    /// Both sides of the pair hold a punched path to each other.
+    static func punched(_ a: SimNode, _ b: SimNode) -> Bool {
+        a.core.paths.state(of: b.id) == .punched && b.core.paths.state(of: a.id) == .punched
+    }
 
     @Test("two homes behind MASQUERADE, one member between them: introduced, punched, messages cross, the path holds for minutes",
           arguments: seeds)
@@ -26,9 +29,7 @@ struct HolePunchingSimulationTests {
         let (a, b) = (mesh.node(SimAddress(1)), mesh.node(SimAddress(2)))
         let publicA = SimAddress(natHost: 0, port: SimAddress.simulatedPort).peerAddress
         let publicB = SimAddress(natHost: 1, port: SimAddress.simulatedPort).peerAddress
-        let outcome = mesh.simulator.run(for: .seconds(40), checkEvery: .milliseconds(250)) { _ in
-            a.core.paths.state(of: b.id) == .punched && b.core.paths.state(of: a.id) == .punched
-        }
+        let outcome = mesh.simulator.run(for: .seconds(40), checkEvery: .milliseconds(250)) { _ in Self.punched(a, b) }
         #expect(outcome == .satisfied, "\(replay): A→B \(a.core.paths.state(of: b.id)), B→A \(b.core.paths.state(of: a.id))")
         #expect(a.core.pathAddress(of: b.id) == publicB, "\(replay): \(String(describing: a.core.pathAddress(of: b.id)))")
         #expect(b.core.pathAddress(of: a.id) == publicA, "\(replay)")
@@ -41,12 +42,11 @@ struct HolePunchingSimulationTests {
         mesh.simulator.run(for: .seconds(180))
         #expect(b.reliableReceived[a.id] == [[1]], "\(replay)")
         #expect(a.reliableReceived[b.id] == [[2]], "\(replay)")
-        #expect(a.core.paths.state(of: b.id) == .punched && b.core.paths.state(of: a.id) == .punched,
-                "\(replay): the path did not hold")
+        #expect(Self.punched(a, b), "\(replay): the path did not hold")
         a.sendMessage([3], to: [b.id], mode: .reliable)
         mesh.simulator.run(for: .seconds(5))
         #expect(b.reliableReceived[a.id] == [[1], [3]], "\(replay)")
-        #expect(Self.deaths(mesh) == 0, "\(replay): \(Self.deaths(mesh)) deaths")
+        #expect(mesh.deaths.count == 0, "\(replay): \(mesh.deaths.count) deaths")
         // Each home now has two members that see it at its public address: it adopted it.
         #expect(a.core.addressDiscovery.reflexive == publicA, "\(replay)")
         #expect(a.core.natBehaviour == .endpointIndependent, "\(replay)")
@@ -59,8 +59,7 @@ struct HolePunchingSimulationTests {
         let moving = SimNAT.Configuration(preservesPort: false)
         let mesh = Self.mesh(seed: seed, first: moving, second: moving)
         let (a, b) = (mesh.node(SimAddress(1)), mesh.node(SimAddress(2)))
-        let punched = { a.core.paths.state(of: b.id) == .punched && b.core.paths.state(of: a.id) == .punched }
-        #expect(mesh.simulator.run(for: .seconds(40), checkEvery: .milliseconds(250)) { _ in punched() } == .satisfied,
+        #expect(mesh.simulator.run(for: .seconds(40), checkEvery: .milliseconds(250)) { _ in Self.punched(a, b) } == .satisfied,
                 "\(replay)")
         let before = a.core.paths.punchesSucceeded + b.core.paths.punchesSucceeded
         let old = a.core.pathAddress(of: b.id)
@@ -92,7 +91,7 @@ struct HolePunchingSimulationTests {
         let failed = a.core.paths.punchesFailed + b.core.paths.punchesFailed
         // Tries for a member at least 5 s apart, each 10 rounds to at most 4 addresses.
         #expect(failed >= 1 && failed <= 2 * 12, "\(replay): \(failed) punches failed")
-        #expect(Self.deaths(mesh) == 0, "\(replay): \(Self.deaths(mesh)) deaths")
+        #expect(mesh.deaths.count == 0, "\(replay): \(mesh.deaths.count) deaths")
     }
 
     @Test("a member that introduces others to a bogus address, again and again, neither moves a path nor floods it",
@@ -119,6 +118,6 @@ struct HolePunchingSimulationTests {
         victim.sendMessage([5], to: [peer.id], mode: .reliable)
         mesh.simulator.run(for: .seconds(5))
         #expect(peer.reliableReceived[victim.id] == [[5]], "\(replay)")
-        #expect(Self.deaths(mesh) == 0, "\(replay)")
+        #expect(mesh.deaths.count == 0, "\(replay)")
     }
 }

@@ -47,8 +47,7 @@ public struct MemberRecord: Equatable, Sendable, SignedStatement {
         let nameBytes = Array(name.utf8)
         buffer.writeInteger(UInt8(nameBytes.count))
         buffer.writeBytes(nameBytes)
-        buffer.writeInteger(UInt8(addresses.count))
-        for address in addresses { address.encode(into: &buffer) }
+        PeerAddress.encode(addresses, into: &buffer)
         buffer.writeInteger(incarnation)
         buffer.writeInteger(bootID)
         buffer.writeBytes(ephemeralKey)
@@ -68,10 +67,7 @@ extension MemberRecord: WireBody {
         let nameLength = try buffer.readWire(UInt8.self, "record name length")
         guard nameLength <= Self.maxNameBytes else { throw .invalidField(what: "record name length") }
         let name = String(decoding: try buffer.readWireBytes(Int(nameLength), "record name"), as: UTF8.self)
-        let count = try buffer.readWire(UInt8.self, "record address count")
-        guard count <= Self.maxAddresses else { throw .invalidField(what: "record address count") }
-        var addresses: [PeerAddress] = []
-        for _ in 0..<count { addresses.append(try PeerAddress(decoding: &buffer)) }
+        let addresses = try PeerAddress.decodeList(from: &buffer, atMost: Self.maxAddresses, "record address count")
         let incarnation = try buffer.readWire(UInt64.self, "record incarnation")
         let boot = try buffer.readWire(UInt64.self, "record boot id")
         let ephemeral = try buffer.readWireBytes(EphemeralKeyPair.byteCount, "record ephemeral key")
@@ -88,6 +84,20 @@ extension PeerAddress {
         buffer.writeInteger(UInt8(bytes.count == 4 ? 4 : 6))
         buffer.writeBytes(bytes)
         buffer.writeInteger(port)
+    }
+
+    /// `count (1) | address…`, at most `limit` of them (member records, introductions).
+    static func encode(_ addresses: [PeerAddress], into buffer: inout ByteBuffer) {
+        buffer.writeInteger(UInt8(addresses.count))
+        for address in addresses { address.encode(into: &buffer) }
+    }
+
+    static func decodeList(from buffer: inout ByteBuffer, atMost limit: Int, _ what: String) throws(WireError) -> [PeerAddress] {
+        let count = try buffer.readWire(UInt8.self, what)
+        guard count <= limit else { throw .invalidField(what: what) }
+        var addresses: [PeerAddress] = []
+        for _ in 0..<count { addresses.append(try PeerAddress(decoding: &buffer)) }
+        return addresses
     }
 
     public init(decoding buffer: inout ByteBuffer) throws(WireError) {

@@ -35,17 +35,12 @@ public struct PunchIntroduction: WireBody {
 
     public init(decoding buffer: inout ByteBuffer) throws(WireError) {
         peer = try NodeID(decoding: &buffer)
-        let count = try buffer.readWire(UInt8.self, "introduction address count")
-        guard count <= Self.maxAddresses else { throw .invalidField(what: "introduction address count") }
-        var addresses: [PeerAddress] = []
-        for _ in 0..<count { addresses.append(try PeerAddress(decoding: &buffer)) }
-        self.addresses = addresses
+        addresses = try PeerAddress.decodeList(from: &buffer, atMost: Self.maxAddresses, "introduction address count")
     }
 
     public func encode(into buffer: inout ByteBuffer) {
         peer.encode(into: &buffer)
-        buffer.writeInteger(UInt8(addresses.count))
-        for address in addresses { address.encode(into: &buffer) }
+        PeerAddress.encode(addresses, into: &buffer)
     }
 }
 
