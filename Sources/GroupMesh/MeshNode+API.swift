@@ -174,7 +174,8 @@ extension MeshNode {
                                     datagramSize: core.pathMTU.isMeasuring(member.id)
                                         ? core.pathMTU.datagramSize(from: member.id) : nil,
                                     path: member.id == nodeID ? "" : core.paths.state(of: member.id).rawValue,
-                                    pathAddress: core.pathAddress(of: member.id)?.description ?? "")
+                                    pathAddress: core.pathAddress(of: member.id)?.description ?? "",
+                                    relay: core.paths.relay(of: member.id)?.hex, relays: member.record.relays)
         }
         let counters = core.counters
         let handlerCounters = eventHandlers?.counters ?? .init()
@@ -202,7 +203,14 @@ extension MeshNode {
             }),
             suspicionsRaised: core.membership.counters.suspicionsRaised,
             refutations: core.membership.counters.refutations,
-            pathBlackHoles: core.pathMTU.blackHoles, probeRequestsRefused: counters.probeRequestsRefused)
+            pathBlackHoles: core.pathMTU.blackHoles, probeRequestsRefused: counters.probeRequestsRefused,
+            punchesSucceeded: core.paths.punchesSucceeded, punchesFailed: core.paths.punchesFailed,
+            relay: StatusReport.RelayInfo(
+                enabled: core.relayService.settings.enabled, sentThroughRelays: counters.relayedSent,
+                receivedThroughRelays: counters.relayedReceived,
+                forwardedDatagrams: core.relayService.counters.forwardedDatagrams,
+                forwardedBytes: core.relayService.counters.forwardedBytes,
+                droppedOverRate: core.relayService.counters.droppedOverRate, refused: core.relayService.counters.refused))
         let downlink = core.downlink
         let downlinkInfo = StatusReport.DownlinkInfo(
             rate: downlink.rate.rounded(), priority: downlink.priority == .foreground ? "foreground" : "background",

@@ -13,6 +13,8 @@ public struct NodeConfiguration: Sendable {
     public var join: [MeshAddress] = []
     public var name: String?
     public var lazy = false
+    /// Carry sealed datagrams between members that cannot meet (`run --no-relay` turns it off).
+    public var relays = true
     public var profile: Profile = .lan
     /// The largest attachment accepted (DESIGN.md: 100 MiB, configurable).
     public var maxAttachmentSize: UInt64 = 100 << 20
@@ -56,6 +58,7 @@ public struct NodeConfiguration: Sendable {
         settings.maxAttachmentSize = maxAttachmentSize
         settings.unavailableTimeout = unavailableTimeout
         settings.lazy = lazy
+        settings.relay.enabled = relays
         return settings
     }
 

@@ -221,6 +221,12 @@ public final class SimNode: SimulatedProcess {
         outbox.append((Array(datagram.readableBytesView), peer))
     }
 
+    /// A datagram of `frames` sealed for `member` with the next packet number, not sent: for a
+    /// test to wrap it as a hostile member would (a relayed datagram).
+    public func seal(_ frames: [Frame], for member: NodeID) -> ByteBuffer? {
+        core.sealPairwise(frames, to: member)
+    }
+
     @discardableResult
     private func command(_ command: NodeCommand, _ what: String) -> RequestID {
         nextRequest += 1

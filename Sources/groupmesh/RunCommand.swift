@@ -38,6 +38,9 @@ struct RunCommand: AsyncParsableCommand {
     @Flag(help: "Fetch an attachment only when asked for it (default: replicate everything).")
     var lazy = false
 
+    @Flag(help: "Never carry sealed datagrams between two other members (default: relay for members that cannot meet).")
+    var noRelay = false
+
     @Option(help: "Timing defaults: lan (default), local or wan.")
     var profile: NodeConfiguration.Profile = .lan
 
@@ -136,6 +139,7 @@ struct RunCommand: AsyncParsableCommand {
         configuration.invite = invite
         configuration.name = name
         configuration.lazy = lazy
+        configuration.relays = !noRelay
         configuration.profile = profile
         configuration.simulatedLoss = simulateLoss
         configuration.announce = { emit($0) }

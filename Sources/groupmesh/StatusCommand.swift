@@ -158,7 +158,7 @@ enum StatusTable {
         let rows = report.members.map { member in
             [String(member.id.prefix(12)), member.name, member.address, member.state, "\(member.incarnation)",
              member.rttMs.map { String(format: "%.2f", $0) } ?? "-",
-             member.path.isEmpty ? "-" : member.pathAddress == member.address ? member.path : "\(member.path) \(member.pathAddress)"]
+             pathColumn(member, in: report)]
         }
         lines += table(header: ["ID", "NAME", "ADDRESS", "STATE", "INC", "RTT ms", "PATH"], rows: rows, width: width)
         if !report.attachments.isEmpty {
@@ -184,7 +184,25 @@ enum StatusTable {
         if c.messagesDroppedForSlowReaders > 0 {
             lines.append("messages not given to slow readers (listen): \(c.messagesDroppedForSlowReaders)")
         }
+        let relay = c.relay
+        if relay.forwardedDatagrams + relay.droppedOverRate + relay.refused > 0 || !relay.enabled {
+            lines.append("relaying for others: " + (relay.enabled ? "" : "off (--no-relay), ")
+                + "forwarded \(relay.forwardedDatagrams) sealed datagrams (\(relay.forwardedBytes) B), "
+                + "dropped over rate \(relay.droppedOverRate), refused \(relay.refused)")
+        }
         return lines.map { String($0.prefix(width)) }.joined(separator: "\n")
+    }
+
+    /// How we reach a member, in a few words: `direct`, `punched ADDRESS`, `relayed via NAME`,
+    /// `unreachable` (the table escapes it: the relay's name is its own choice).
+    static func pathColumn(_ member: StatusReport.MemberInfo, in report: StatusReport) -> String {
+        if member.path.isEmpty { return "-" }
+        if member.path == "relayed", let relay = member.relay {
+            let named = report.members.first { $0.id == relay }
+            let name = named.map { $0.name.isEmpty ? String($0.id.prefix(12)) : $0.name } ?? String(relay.prefix(12))
+            return "relayed via \(name)"
+        }
+        return member.pathAddress == member.address || member.pathAddress.isEmpty ? member.path : "\(member.path) \(member.pathAddress)"
     }
 
     /// Every cell is escaped: names, addresses and metadata come from other members.

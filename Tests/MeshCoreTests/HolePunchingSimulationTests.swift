@@ -30,7 +30,7 @@ struct HolePunchingSimulationTests {
         let publicA = SimAddress(natHost: 0, port: SimAddress.simulatedPort).peerAddress
         let publicB = SimAddress(natHost: 1, port: SimAddress.simulatedPort).peerAddress
         let outcome = mesh.simulator.run(for: .seconds(40), checkEvery: .milliseconds(250)) { _ in Self.punched(a, b) }
-        #expect(outcome == .satisfied, "\(replay): A→B \(a.core.paths.state(of: b.id)), B→A \(b.core.paths.state(of: a.id))")
+        #expect(outcome == .satisfied, "\(replay): A→B \(a.core.paths.state(of: b.id)), B→A \(b.core.paths.state(of: a.id)) relayed \(a.core.counters.relayedSent)/\(b.core.counters.relayedSent) failed \(a.core.paths.punchesFailed)/\(b.core.paths.punchesFailed)")
         #expect(a.core.pathAddress(of: b.id) == publicB, "\(replay): \(String(describing: a.core.pathAddress(of: b.id)))")
         #expect(b.core.pathAddress(of: a.id) == publicA, "\(replay)")
         #expect(a.core.paths.punchesSucceeded >= 1 && b.core.paths.punchesSucceeded >= 1, "\(replay)")
@@ -52,7 +52,7 @@ struct HolePunchingSimulationTests {
         #expect(a.core.natBehaviour == .endpointIndependent, "\(replay)")
     }
 
-    @Test("a NAT that forgets its mappings (conntrack flushed) and maps again elsewhere: the pair falls silent, is introduced, punches again and talks",
+    @Test("a NAT that forgets its mappings (conntrack flushed) and maps again elsewhere: the pair falls silent, is introduced, punches again and talks, and nobody is declared dead",
           arguments: seeds)
     func aFlushedMappingIsPunchedAgain(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
@@ -65,13 +65,17 @@ struct HolePunchingSimulationTests {
         let old = a.core.pathAddress(of: b.id)
         mesh.simulator.flushNAT(1)
         mesh.simulator.run(for: .seconds(40))
-        // B's NAT mapped it elsewhere; A found it there through a new punch. (B may have declared A
-        // dead meanwhile: membership does not yet route probes around a dead path, PROTOCOL.md §1c.)
+        // B's NAT mapped it elsewhere; A found it there through a new punch (or, until then, through
+        // the member between them, which probes for both and may relay).
         let moved = a.core.pathAddress(of: b.id)
         #expect(moved != old && moved.flatMap(SimAddress.init(peerAddress:))?.isNATPublic == true,
                 "\(replay): \(String(describing: old)) → \(String(describing: moved))")
         #expect(a.core.paths.punchesSucceeded + b.core.paths.punchesSucceeded > before, "\(replay): not punched again")
         #expect(a.membership.member(b.id)?.status == .alive && b.membership.member(a.id)?.status == .alive, "\(replay)")
+        #expect(mesh.deaths.count == 0, "\(replay): \(mesh.deaths.count) deaths")
+        // The lost path shortened the keepalives: the next mapping is held more often.
+        #expect(a.core.paths.punchedPathsLost + b.core.paths.punchedPathsLost >= 1, "\(replay)")
+        #expect(min(a.core.paths.keepaliveInterval, b.core.paths.keepaliveInterval) < a.core.paths.settings.keepalive, "\(replay)")
         a.sendMessage([7], to: [b.id], mode: .reliable)
         b.sendMessage([8], to: [a.id], mode: .reliable)
         mesh.simulator.run(for: .seconds(5))

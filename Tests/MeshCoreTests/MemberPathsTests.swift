@@ -137,3 +137,86 @@ import Testing
         do { let result = paths.mayIntroduce(Self.helper, now: Self.start + .seconds(1)); #expect(result) }
     }
 }
+
+/// Relays in the path state (`MemberPaths`): when one is chosen, when it is left, and how two
+/// members that chose differently meet on one.
+@Suite struct MemberPathsRelayTests {
+    static let peer = NodeID(high: 0, low: 5)
+    static let near = NodeID(high: 0, low: 7)
+    static let far = NodeID(high: 0, low: 6)
+    static let mapped = PeerAddress(ipv4: [203, 0, 113, 9], port: 40_001)
+    static let start = MeshInstant.zero + .seconds(100)
+    static let silence = Duration.seconds(5)
+
+    /// A member heard once at `start`, then silent: checks once a second until `until`.
+    static func silentMember(until: Duration, relays: [NodeID], paths: inout MemberPaths) -> [MemberPaths.Action] {
+        _ = paths.heard(peer, boot: 1, packet: 1, from: mapped, now: start)
+        var actions: [MemberPaths.Action] = []
+        var now = start
+        while now <= start + until {
+            actions += paths.due(now: now, live: [peer], silence: silence, introducers: relays, relays: relays)
+            now = now + .seconds(1)
+        }
+        return actions
+    }
+
+    @Test func aSilentMemberAnIntroductionDidNotBringBackIsRelayedThroughTheFirstRelay() {
+        var paths = MemberPaths()
+        let actions = Self.silentMember(until: .seconds(8), relays: [Self.near, Self.far], paths: &paths)
+        // Silent at 5 s: an introduction is asked; 2 s later, still silent: relayed.
+        #expect(actions == [.request(introductionTo: Self.peer, from: Self.near), .relay(Self.peer, through: Self.near)])
+        #expect(paths.state(of: Self.peer) == .relayed && paths.relay(of: Self.peer) == Self.near)
+        // Its own datagram straight to us ends the relaying.
+        _ = paths.heard(Self.peer, boot: 1, packet: 2, from: Self.mapped, now: Self.start + .seconds(9))
+        #expect(paths.state(of: Self.peer) == .direct && paths.relay(of: Self.peer) == nil)
+    }
+
+    @Test func withNoRelayTheMemberIsUnreachableAndSaidSoOnce() {
+        var paths = MemberPaths()
+        let actions = Self.silentMember(until: .seconds(30), relays: [], paths: &paths)
+        #expect(actions.filter { $0 == .relay(Self.peer, through: nil) }.count == 1)
+        #expect(paths.state(of: Self.peer) == .unreachable)
+    }
+
+    @Test func aRelayThroughWhichTheMemberStaysSilentIsLeftForTheNext() {
+        var paths = MemberPaths()
+        _ = Self.silentMember(until: .seconds(8), relays: [Self.near, Self.far], paths: &paths)
+        #expect(paths.relay(of: Self.peer) == Self.near)
+        var now = Self.start + .seconds(9)
+        var moved: [MemberPaths.Action] = []
+        while now < Self.start + .seconds(16) {
+            moved += paths.due(now: now, live: [Self.peer], silence: Self.silence, introducers: [Self.near, Self.far],
+                               relays: [Self.near, Self.far]).filter { if case .relay = $0 { true } else { false } }
+            now = now + .seconds(1)
+        }
+        #expect(moved == [.relay(Self.peer, through: Self.far)])
+        // One that left moves its members at the next check, without waiting for silence.
+        paths.relayGone(Self.far, now: now)
+        let next = paths.due(now: now, live: [Self.peer], silence: Self.silence, introducers: [Self.near], relays: [Self.near])
+        #expect(next.contains(.relay(Self.peer, through: nil)), "the near one failed within the minute: none is left")
+        #expect(paths.state(of: Self.peer) == .unreachable)
+    }
+
+    @Test func twoMembersThatChoseDifferentRelaysMeetOnTheLowerIdsChoice() {
+        var paths = MemberPaths()
+        _ = Self.silentMember(until: .seconds(8), relays: [Self.near], paths: &paths)
+        #expect(paths.relay(of: Self.peer) == Self.near)
+        let now = Self.start + .seconds(9)
+        // The member reached us through another relay: we follow it only if we are the higher id.
+        do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, follows: false, now: now); #expect(!result) }
+        #expect(paths.relay(of: Self.peer) == Self.near)
+        do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, follows: true, now: now); #expect(result) }
+        #expect(paths.relay(of: Self.peer) == Self.far && paths.state(of: Self.peer) == .relayed)
+    }
+
+    @Test func aMemberThatReachesUsOnlyThroughARelayIsAnsweredThroughIt() {
+        var paths = MemberPaths()
+        do { let result = paths.heardThroughRelay(Self.peer, via: Self.near, follows: false, now: Self.start); #expect(result) }
+        #expect(paths.relay(of: Self.peer) == Self.near)
+        // One heard directly just now is not: its own datagrams show the way.
+        var direct = MemberPaths()
+        _ = direct.heard(Self.peer, boot: 1, packet: 1, from: Self.mapped, now: Self.start)
+        do { let result = direct.heardThroughRelay(Self.peer, via: Self.near, follows: true, now: Self.start + .milliseconds(500)); #expect(!result) }
+        #expect(direct.relay(of: Self.peer) == nil)
+    }
+}

@@ -51,10 +51,16 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// The largest datagram (UDP payload) this member's path to us was proven to carry, the
         /// size its chunk pieces come in; null until we pulled chunks from it (PROTOCOL.md §1a).
         public var datagramSize: Int?
-        /// How we reach it (PROTOCOL.md §1c): `direct`, `punching` or `punched`; empty for ourselves.
+        /// How we reach it (PROTOCOL.md §1c, §1d): `direct`, `punching`, `punched`, `relayed` or
+        /// `unreachable`; empty for ourselves.
         public var path: String
-        /// Where we send to it now: where its own datagrams come from, once one did.
+        /// Where we send to it now: where its own datagrams come from, once one did; its relay's
+        /// address while it is relayed.
         public var pathAddress: String
+        /// The member that relays our datagrams to it (id), while `path` is `relayed`; else null.
+        public var relay: String?
+        /// Whether it carries datagrams for members that cannot meet (its record says).
+        public var relays: Bool
 
         // `rttMs` and `datagramSize` are always present, null until measured, so scripts can rely
         // on the keys.
@@ -69,6 +75,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
             try container.encode(datagramSize, forKey: .datagramSize)
             try container.encode(path, forKey: .path)
             try container.encode(pathAddress, forKey: .pathAddress)
+            try container.encode(relay, forKey: .relay)
+            try container.encode(relays, forKey: .relays)
         }
     }
 
@@ -180,6 +188,28 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// path probes refused (out of bounds, or over a member's budget).
         public var pathBlackHoles: UInt64
         public var probeRequestsRefused: UInt64
+        /// Simultaneous opens that found the member, and that ran out their budget.
+        public var punchesSucceeded: UInt64
+        public var punchesFailed: UInt64
+        public var relay: RelayInfo
+    }
+
+    /// Relays (PROTOCOL.md §1d): what this node sent and got through others, and what it carried
+    /// for others. A relay only ever handles sealed datagrams of two other members.
+    public struct RelayInfo: Codable, Sendable, Equatable {
+        /// Whether this node carries datagrams for others (`run --no-relay` says no).
+        public var enabled: Bool
+        /// Our datagrams to relayed members, sent through their relays; theirs that came to us
+        /// through a relay and opened.
+        public var sentThroughRelays: UInt64
+        public var receivedThroughRelays: UInt64
+        /// Sealed datagrams (and their bytes) carried from one member to another.
+        public var forwardedDatagrams: UInt64
+        public var forwardedBytes: UInt64
+        /// Over a pair's or the relay's rate: dropped. Refused: disabled, or to a member we do
+        /// not reach on a path of our own.
+        public var droppedOverRate: UInt64
+        public var refused: UInt64
     }
 
     public var `self`: SelfInfo

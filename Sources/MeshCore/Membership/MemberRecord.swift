@@ -2,7 +2,8 @@ import MeshCrypto
 import NIOCore
 
 /// What a member says about itself: who it is, where it listens, its incarnation and its
-/// current boot's ephemeral key, signed with its identity key so no one else can forge it.
+/// current boot's ephemeral key, and whether it carries datagrams for others, signed with its
+/// identity key so no one else can forge it.
 public struct MemberRecord: Equatable, Sendable, SignedStatement {
     public static let maxNameBytes = 64
     public static let maxAddresses = 4
@@ -14,6 +15,8 @@ public struct MemberRecord: Equatable, Sendable, SignedStatement {
     public var incarnation: UInt64
     public var bootID: UInt64
     public var ephemeralKey: [UInt8]
+    /// Whether this member carries sealed datagrams between two others (`--no-relay` says no).
+    public var relays: Bool
     public var signature: [UInt8]
 
     public var id: NodeID { signingKey.nodeID }
@@ -32,13 +35,14 @@ public struct MemberRecord: Equatable, Sendable, SignedStatement {
     }
 
     public init(signingKey: PublicSigningKey, name: String, addresses: [PeerAddress], incarnation: UInt64,
-                bootID: UInt64, ephemeralKey: [UInt8], signature: [UInt8] = []) {
+                bootID: UInt64, ephemeralKey: [UInt8], relays: Bool = true, signature: [UInt8] = []) {
         self.signingKey = signingKey
         self.name = Self.truncated(name)
         self.addresses = Array(addresses.prefix(Self.maxAddresses))
         self.incarnation = incarnation
         self.bootID = bootID
         self.ephemeralKey = ephemeralKey
+        self.relays = relays
         self.signature = signature
     }
 
@@ -51,7 +55,11 @@ public struct MemberRecord: Equatable, Sendable, SignedStatement {
         buffer.writeInteger(incarnation)
         buffer.writeInteger(bootID)
         buffer.writeBytes(ephemeralKey)
+        buffer.writeInteger(UInt8(relays ? 0 : Self.refusesRelaying))
     }
+
+    /// Flag bits; the others must be zero.
+    static let refusesRelaying: UInt8 = 1
 }
 
 extension MemberRecord: WireBody {
@@ -71,9 +79,11 @@ extension MemberRecord: WireBody {
         let incarnation = try buffer.readWire(UInt64.self, "record incarnation")
         let boot = try buffer.readWire(UInt64.self, "record boot id")
         let ephemeral = try buffer.readWireBytes(EphemeralKeyPair.byteCount, "record ephemeral key")
+        let flags = try buffer.readWire(UInt8.self, "record flags")
+        guard flags & ~Self.refusesRelaying == 0 else { throw .invalidField(what: "record flags") }
         let signature = try buffer.readWireBytes(NodeIdentity.signatureByteCount, "record signature")
         self.init(signingKey: key, name: name, addresses: addresses, incarnation: incarnation, bootID: boot,
-                  ephemeralKey: ephemeral, signature: signature)
+                  ephemeralKey: ephemeral, relays: flags & Self.refusesRelaying == 0, signature: signature)
     }
 }
 

@@ -14,21 +14,28 @@ extension NodeInstance {
                 // A member is sent to where its own datagrams proved it is (NodeInstance+Paths);
                 // membership knows only records, and answers a stranger where it came from. An
                 // address its record does not give is meant (an earlier boot's, told it was outbid).
-                sendHello(frames, to: recipient.flatMap { provenAddress(of: $0, instead: address) } ?? address)
+                sendHello(frames, to: recipient.flatMap { provenAddress(of: $0, instead: address) } ?? address,
+                          recipient: recipient)
             case let .sendPairwise(frames, recipient, address):
                 guard codec.installedBoot(of: recipient) != nil else {
                     // No keys for it (its ephemeral key would not derive any): the same frames
                     // under the hello key, with the probe's or ack's member named, so the gossip
                     // beside them is not lost.
-                    sendHello(frames.map { $0.namingProbeTarget(recipient, acker: membership.localID) }, to: address)
+                    sendHello(frames.map { $0.namingProbeTarget(recipient, acker: membership.localID) }, to: address,
+                              recipient: recipient)
                     continue
                 }
-                sendPairwise(frames, to: recipient, address: provenAddress(of: recipient, instead: address) ?? address)
+                if relay(for: recipient, meaning: address) != nil {
+                    sendPairwise(frames, to: recipient)
+                } else {
+                    sendPairwise(frames, to: recipient, address: provenAddress(of: recipient, instead: address) ?? address)
+                }
             case let .memberChanged(member):
                 if member.status != .left, !remembered.contains(member.id) { newMember = true }
                 memberChanged(member, now: now)
             case let .memberForgotten(id):
                 peerAddresses[id] = nil
+                forgetRelaying(of: id, now: now)
                 forgetPath(of: id)
                 remembered.forget(id)
                 rememberedDirty = true
@@ -87,6 +94,7 @@ extension NodeInstance {
             forgetPacing(of: id)
             provenHolders.remove(id)
             forgetAddresses(of: id, now: now)
+            forgetRelaying(of: id, now: now)
         } else if codec.installedBoot(of: id) != member.record.bootID || !delivery.peers.contains(id),
                   let keys = PairwiseKeys.derive(session: session, local: ephemeral,
                                                  peerPublicKey: member.record.ephemeralKey) {

@@ -16,10 +16,16 @@ extension NodeInstance {
             }
         }
         receiveAddresses(frames, from: peer, boot: header.bootID, source: source, now: now)
+        receivePathFrames(frames, from: peer, source: source, now: now)
+    }
+
+    /// Punch frames of a member's datagram that came from `source`, or through a relay (nil).
+    mutating func receivePathFrames(_ frames: [Frame], from peer: NodeID, source: PeerAddress?, now: MeshInstant) {
         for frame in frames {
             switch frame {
             case let .punch(punch) where !punch.isReply:
-                // To where it came from: that is the hole it made.
+                // To where it came from: that is the hole it made (a relay made none).
+                guard let source else { continue }
                 sendPairwise([.punch(Punch(token: punch.token, isReply: true))], to: peer, address: source)
             case let .punchRequest(request):
                 introduce(peer, to: request.target, now: now)
@@ -33,9 +39,10 @@ extension NodeInstance {
 
     /// `requester` hears nothing of `target`'s own: tell both where the other is, at once.
     private mutating func introduce(_ requester: NodeID, to target: NodeID, now: MeshInstant) {
+        // Only where both reach us on paths of their own: a relayed member's address is not known.
         guard target != requester, target != localID, let targetAddress = peerAddresses[target],
               let requesterAddress = peerAddresses[requester],
-              paths.paths[target]?.lastHeard.map({ now < $0 + pathSilence }) == true,
+              paths.isDirect(target, within: pathSilence, now: now), paths.isDirect(requester, within: pathSilence, now: now),
               paths.mayIntroduce(requester, now: now) else { return }
         let toRequester = candidates(of: target, inUse: targetAddress)
         let toTarget = candidates(of: requester, inUse: requesterAddress)
@@ -75,16 +82,25 @@ extension NodeInstance {
         guard force || checks || (paths.nextDeadline.map { now >= $0 } ?? false) else { return }
         var live: [NodeID] = []
         var introducers: [(NodeID, MeshInstant)] = []
+        var relays: [(NodeID, Duration)] = []
         if checks {
             pathCheckAt = now + .seconds(1)
             let silence = pathSilence
             for id in peerAddresses.keys.sorted() where codec.installedBoot(of: id) != nil {
                 live.append(id)
-                if let heard = paths.paths[id]?.lastHeard, now < heard + silence { introducers.append((id, heard)) }
+                guard paths.isDirect(id, within: silence, now: now), let heard = paths.paths[id]?.lastHeard else { continue }
+                introducers.append((id, heard))
+                if let member = membership.member(id), member.record.relays {
+                    relays.append((id, member.rtt ?? .seconds(1)))
+                }
             }
             introducers.sort { $0.1 != $1.1 ? $0.1 > $1.1 : $0.0 < $1.0 }
+            // The closest relay first (membership's latest round trip to it).
+            relays.sort { $0.1 != $1.1 ? $0.1 < $1.1 : $0.0 < $1.0 }
         }
-        let actions = paths.due(now: now, live: live, silence: pathSilence, introducers: introducers.map(\.0))
+        let behindNAT = natBehaviour == .endpointIndependent || natBehaviour == .symmetric
+        let actions = paths.due(now: now, live: live, silence: pathSilence, introducers: introducers.map(\.0),
+                                relays: relays.map(\.0), behindNAT: behindNAT)
         for action in actions {
             switch action {
             case let .punch(peer, address, isReply):
@@ -92,6 +108,10 @@ extension NodeInstance {
             case let .request(peer, introducer):
                 log(.info, "asking for an introduction", ["member": "\(peer)", "introducer": "\(introducer)"])
                 sendPairwise([.punchRequest(PunchRequest(target: peer))], to: introducer)
+            case let .relay(peer, relay?):
+                log(.info, "path relayed", ["member": "\(peer)", "relay": "\(relay)", "why": "no punch reached it"])
+            case let .relay(peer, nil):
+                log(.warning, "member unreachable: no path of its own and no member relays to it", ["member": "\(peer)"])
             }
         }
     }
@@ -118,9 +138,10 @@ extension NodeInstance {
         return learnedAddress(of: member)
     }
 
-    /// Where we send to `member` now.
+    /// Where we send to `member` now: its relay's address while it is relayed.
     public func pathAddress(of member: NodeID) -> PeerAddress? {
-        peerAddresses[member]
+        if let relay = paths.relay(of: member) { return peerAddresses[relay] }
+        return peerAddresses[member]
     }
 
     /// A member gone: its path goes with it.

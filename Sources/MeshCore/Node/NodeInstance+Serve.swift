@@ -158,6 +158,16 @@ extension NodeInstance {
     private mutating func transmit(_ pieces: [ChunkPiece], to peer: NodeID, now: MeshInstant) {
         guard let address = peerAddresses[peer] else { return }
         let stamp = UInt32(truncatingIfNeeded: now.nanoseconds / 1000)
+        if let relay = paths.relay(of: peer) {
+            // One wrapped datagram each: a relay forwards datagrams, not segmented batches.
+            for var piece in pieces {
+                piece.sentAt = stamp
+                guard let datagram = codec.seal([.chunkPiece(piece)], to: peer) else { return }
+                sendThroughRelay(datagram, to: peer, via: relay, kind: .transfer)
+                counters.chunkPayloadBytesSent += UInt64(piece.payload.readableBytes)
+            }
+            return
+        }
         var batch = PieceBatch(capacity: settings.maxSegmentedBytes)
         for var piece in pieces {
             piece.sentAt = stamp

@@ -196,6 +196,8 @@ public struct NodeInstance: Sendable {
     /// Where each member is reached, as its own datagrams proved, and hole punching (NodeInstance+Paths).
     package internal(set) var paths: MemberPaths
     var pathCheckAt = MeshInstant.zero
+    /// What this node carries for others (NodeInstance+Relay).
+    package internal(set) var relayService: RelayService
 
     public internal(set) var counters = NodeCounters()
     var effects: [NodeEffect] = []
@@ -220,7 +222,7 @@ public struct NodeInstance: Sendable {
         let record = MemberRecord(signingKey: boot.identity.publicKey, name: boot.name,
                                   addresses: Array(boot.addresses.prefix(MemberRecord.maxAddresses)),
                                   incarnation: restored.remembered.incarnation + 1, bootID: boot.bootID,
-                                  ephemeralKey: boot.ephemeral.publicKey)
+                                  ephemeralKey: boot.ephemeral.publicKey, relays: settings.relay.enabled)
         membership = MembershipInstance(record: record, authority: authority, settings: settings.membership,
                                         datagramBudget: codec.maxHelloPayload, seed: random.next(), now: now)
         var deliverySettings = DeliveryInstance.Settings()
@@ -242,6 +244,7 @@ public struct NodeInstance: Sendable {
                                             settings: settings.addressDiscovery)
         addressEchoes = AddressEchoes(settings: settings.addressEchoes)
         paths = MemberPaths(settings: settings.paths)
+        relayService = RelayService(settings: settings.relay)
         self.random = random
         // Only what the journal holds now: a manifest left over from a removed attachment is not ours.
         let state = journal.state
@@ -301,7 +304,10 @@ public struct NodeInstance: Sendable {
     /// probe of each round, with gossip beside it): those are membership's, every membership frame
     /// in them (only the member meant can open them, and only the sender can have sealed them).
     /// Membership frames in any other pairwise datagram are nobody's.
-    private mutating func route(_ datagram: OpenedDatagram, size bytes: Int, from address: PeerAddress, now: MeshInstant) {
+    /// A datagram that came through a relay (`via`) is routed the same, but proves no address
+    /// and carries no relay frames of its own.
+    mutating func route(_ datagram: OpenedDatagram, size bytes: Int, from address: PeerAddress, via relay: NodeID? = nil,
+                        now: MeshInstant) {
         let sender = datagram.header.sender
         switch datagram.header.keyKind {
         case .hello:
@@ -333,7 +339,12 @@ public struct NodeInstance: Sendable {
             apply(directives, now: now)
             receiveTransfer(datagram.frames, from: sender, datagramSize: bytes, now: now)
             receivePings(datagram.frames, from: sender, now: now)
-            receivePaths(datagram.frames, header: datagram.header, source: address, now: now)
+            if let relay {
+                receivePathsThroughRelay(datagram.frames, from: sender, via: relay, now: now)
+            } else {
+                receivePaths(datagram.frames, header: datagram.header, source: address, now: now)
+                receiveRelay(datagram.frames, from: sender, now: now)
+            }
         }
     }
 
@@ -528,8 +539,13 @@ public struct NodeInstance: Sendable {
         effects.append(.sendSegments(batch, segmentSize: segmentSize, count: count, to: address))
     }
 
-    /// Frames for one member under our pairwise key, to where we reach it (or to `address`).
+    /// Frames for one member under our pairwise key, to where we reach it (through its relay, while
+    /// it is relayed), or to `address` exactly.
     mutating func sendPairwise(_ frames: [Frame], to peer: NodeID, address: PeerAddress? = nil) {
+        if address == nil, let relay = paths.relay(of: peer) {
+            guard let datagram = codec.seal(frames, to: peer) else { return }
+            return sendThroughRelay(datagram, to: peer, via: relay, kind: TrafficKind(pairwise: frames))
+        }
         guard let address = address ?? peerAddresses[peer], let datagram = codec.seal(frames, to: peer) else { return }
         transmit(datagram, to: address, kind: TrafficKind(pairwise: frames))
     }
@@ -540,9 +556,13 @@ public struct NodeInstance: Sendable {
         codec.seal(frames, to: peer)
     }
 
-    /// Frames for anyone holding the session's hello key.
-    mutating func sendHello(_ frames: [Frame], to address: PeerAddress) {
+    /// Frames for anyone holding the session's hello key, meant for `recipient` when it is named
+    /// (through its relay, while it is relayed and `address` is where it is known).
+    mutating func sendHello(_ frames: [Frame], to address: PeerAddress, recipient: NodeID? = nil) {
         let datagram = codec.sealHello(frames, nonce: randomNonce())
+        if let recipient, let relay = relay(for: recipient, meaning: address) {
+            return sendThroughRelay(datagram, to: recipient, via: relay, kind: TrafficKind(hello: frames))
+        }
         transmit(datagram, to: address, kind: TrafficKind(hello: frames))
     }
 

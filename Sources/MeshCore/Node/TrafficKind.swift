@@ -16,6 +16,8 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
     case keys
     /// `groupmesh ping` and its answers.
     case ping
+    /// Datagrams this node carries between two other members as their relay, and its refusals.
+    case relay
 
     public var description: String {
         switch self {
@@ -25,6 +27,7 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
         case .transfer: return "transfer"
         case .keys: return "keys"
         case .ping: return "ping"
+        case .relay: return "relay"
         }
     }
 
@@ -45,6 +48,7 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
             case .probe, .probeAck: return .membership  // with gossip beside it
             case .observedAddress, .punchRequest, .punchIntroduction, .punch:
                 return .membership  // where a member sees us, and paths to it: reachability
+            case .relayForward, .relayDelivery, .relayRefusal: return .relay
             default: continue
             }
         }

@@ -12,8 +12,17 @@ import MeshCrypto
 /// member both sides hear to introduce us (`PunchRequest`); its introduction starts a simultaneous
 /// open (`Punch` to each candidate address, `punchRounds` times every `punchInterval`), which the
 /// first authenticated datagram of the peer ends: the path is then `punched`, and a keepalive
-/// goes every `keepalive` to hold the NAT mappings on the way open. The state is per member and
-/// pure: the node feeds it what arrives and asks it what to send (NodeInstance+Paths).
+/// goes every `keepalive` to hold the NAT mappings on the way open.
+///
+/// When an introduction asked for `relayAfter` ago has not brought the member back (a symmetric
+/// NAT maps a new port per destination, so a punch finds nothing), its datagrams go through a
+/// relay: a member heard lately that relays, the closest first. A relay that goes silent, refuses
+/// or leaves is replaced by the next; with none left the member is `unreachable` until one
+/// appears. A relayed path keeps asking for introductions (backing off to a minute), and the
+/// first datagram of the member's own that arrives directly ends the relaying. A member that
+/// reaches us through a relay while we hear nothing of it directly is answered through the same
+/// relay at once. The state is per member and pure: the node feeds it what arrives and asks it
+/// what to send (NodeInstance+Paths, +Relay).
 public struct MemberPaths: Sendable {
     public struct Settings: Sendable, Equatable {
         /// A member silent this long (at least; the node stretches it with the probe round) is
@@ -30,10 +39,19 @@ public struct MemberPaths: Sendable {
         /// Of those, opens one member introduced.
         public var maxPunchesPerIntroducer = 2
         /// Under common UDP mapping lifetimes (30 s unanswered on Linux, as little as 30–60 s on
-        /// home routers).
+        /// home routers). Each punched path that falls silent (its mapping expired, or the member
+        /// is gone) shortens it by a third, down to `minimumKeepalive`.
         public var keepalive: Duration = .seconds(25)
+        public var minimumKeepalive: Duration = .seconds(5)
         /// Introductions made for one requester.
         public var introductionInterval: Duration = .seconds(1)
+        /// An introduction asked for this long ago that did not bring a silent member back: it is
+        /// reached through a relay (a punch takes `punchRounds × punchInterval`, a second).
+        public var relayAfter: Duration = .seconds(2)
+        /// A relay that went silent or refused is not chosen again for this pair for this long.
+        public var relayRetry: Duration = .seconds(60)
+        /// A member heard through a relay is answered through it when nothing came directly for this long.
+        public var relayAdoption: Duration = .seconds(2)
 
         public init() {}
     }
@@ -45,6 +63,10 @@ public struct MemberPaths: Sendable {
         case punching
         /// Reached where a simultaneous open found it.
         case punched
+        /// Reached through a relay (`Path.relay`).
+        case relayed
+        /// Silent, no introduction brought it back, and no member relays to it.
+        case unreachable
     }
 
     public struct Path: Sendable, Equatable {
@@ -53,7 +75,18 @@ public struct MemberPaths: Sendable {
         public var learned: PeerAddress?
         var boot: UInt64 = 0
         var packet: UInt64 = 0
+        /// The member's latest datagram by any route, and the latest that came directly.
         public var lastHeard: MeshInstant?
+        var lastDirect: MeshInstant?
+        /// The member that carries our datagrams to it, while it is relayed.
+        public var relay: NodeID?
+        var relayedSince: MeshInstant?
+        /// Relays that went silent or refused for this member, and when.
+        var failedRelays: [NodeID: MeshInstant] = [:]
+        /// When an introduction was last asked for.
+        var askedAt: MeshInstant?
+        /// Its relay failed or left: the next one is chosen at the next check, without waiting.
+        var seekRelay = false
         var nextRequest: MeshInstant?
         var requestWait: Duration?
         var lastKeepalive: MeshInstant?
@@ -73,6 +106,8 @@ public struct MemberPaths: Sendable {
     public enum Action: Sendable, Equatable {
         case punch(NodeID, to: PeerAddress, isReply: Bool)
         case request(introductionTo: NodeID, from: NodeID)
+        /// `member` is now reached through `relay`, or (nil) through nobody: it is unreachable.
+        case relay(NodeID, through: NodeID?)
     }
 
     /// How stale `lastHeard` may be before a datagram from the same address updates it: silences
@@ -85,9 +120,14 @@ public struct MemberPaths: Sendable {
     var introduced: [NodeID: MeshInstant] = [:]
     public private(set) var punchesSucceeded: UInt64 = 0
     public private(set) var punchesFailed: UInt64 = 0
+    /// Punched paths that fell silent: each one a mapping that may have expired.
+    public private(set) var punchedPathsLost: UInt64 = 0
+    /// Between two keepalives on a path, now (`Settings.keepalive`, shortened by lost paths).
+    public private(set) var keepaliveInterval: Duration
 
     public init(settings: Settings = .init()) {
         self.settings = settings
+        keepaliveInterval = settings.keepalive
     }
 
     /// The address in use for `member`, when a datagram of its own proved one.
@@ -102,18 +142,43 @@ public struct MemberPaths: Sendable {
         paths[member]?.state ?? .direct
     }
 
+    /// The member our datagrams to `member` go through, while it is relayed.
+    public func relay(of member: NodeID) -> NodeID? {
+        paths[member]?.relay
+    }
+
+    /// Whether `member`'s own datagrams came straight to us within `silence`, and we answer it
+    /// straight: such a member can introduce others to it, and carry datagrams to it.
+    public func isDirect(_ member: NodeID, within silence: Duration, now: MeshInstant) -> Bool {
+        guard let path = paths[member], path.relay == nil, let heard = path.lastDirect else { return false }
+        return now < heard + silence
+    }
+
+    /// Members reached through a relay.
+    public var relayedMembers: Set<NodeID> {
+        Set(paths.compactMap { $0.value.relay == nil ? nil : $0.key })
+    }
+
+    /// Members reached through `relay`.
+    public func relayed(through relay: NodeID) -> [NodeID] {
+        paths.filter { $0.value.relay == relay }.map(\.key).sorted()
+    }
+
     /// An authenticated pairwise datagram of `member`'s boot `boot`, number `packet`, came from
     /// `source`. True when the address in use for it changed.
     public mutating func heard(_ member: NodeID, boot: UInt64, packet: UInt64, from source: PeerAddress,
                                now: MeshInstant) -> Bool {
         // Most datagrams (a stream of pieces) change nothing: a read, no write, on that path.
         if punching.isEmpty, let known = paths[member], known.boot == boot, known.learned == source,
-           let heard = known.lastHeard, now < heard + Self.heardGranularity, known.requestWait == nil {
+           let heard = known.lastDirect, now < heard + Self.heardGranularity, known.requestWait == nil, known.relay == nil {
             return false
         }
         var path = paths[member] ?? Path()
         path.lastHeard = now
+        path.lastDirect = now
         path.requestWait = nil
+        path.askedAt = nil
+        path.seekRelay = false
         var changed = false
         if path.boot != boot || packet > path.packet {
             changed = path.learned != source
@@ -133,8 +198,62 @@ public struct MemberPaths: Sendable {
                 path.state = .direct
             }
         }
+        // Its own datagram came straight here: we answer where it came from, no relay needed.
+        if path.relay != nil || path.state == .relayed || path.state == .unreachable {
+            path.relay = nil
+            path.relayedSince = nil
+            if path.state != .punched { path.state = .direct }
+            changed = true
+        }
         paths[member] = path
         return changed
+    }
+
+    /// An authenticated datagram of `member` came through `relay`. True when we now answer it
+    /// through that relay: we had none and heard nothing of it directly for `relayAdoption`, or
+    /// we had another and `follows` (of two members that chose different relays, the one with
+    /// the higher id takes the other's choice, so they meet on one and do not swap forever).
+    public mutating func heardThroughRelay(_ member: NodeID, via relay: NodeID, follows: Bool, now: MeshInstant) -> Bool {
+        var path = paths[member] ?? Path()
+        defer { paths[member] = path }
+        path.lastHeard = now
+        guard path.relay != relay, punching[member] == nil else { return false }
+        if path.relay == nil {
+            guard path.lastDirect.map({ now >= $0 + settings.relayAdoption }) ?? true else { return false }
+        } else {
+            guard follows else { return false }
+        }
+        // It carried the member's datagram to us: whatever we concluded of it before.
+        path.failedRelays[relay] = nil
+        path.relay = relay
+        path.relayedSince = now
+        path.state = .relayed
+        return true
+    }
+
+    /// `relay` will not carry our datagrams to `member`, or stopped answering for it: the next
+    /// relay is chosen at the next check.
+    public mutating func relayFailed(_ relay: NodeID, for member: NodeID, now: MeshInstant) {
+        guard var path = paths[member] else { return }
+        path.failedRelays[relay] = now
+        if path.relay == relay {
+            path.relay = nil
+            path.relayedSince = nil
+            path.state = .direct
+            path.seekRelay = true
+        }
+        paths[member] = path
+    }
+
+    /// `relay` left or died: every member reached through it looks for another at the next check.
+    /// The member it was is forgotten with its path; the paths it relayed are only moved.
+    public mutating func relayGone(_ relay: NodeID, now: MeshInstant) {
+        for member in relayed(through: relay) {
+            paths[member]?.relay = nil
+            paths[member]?.relayedSince = nil
+            paths[member]?.state = .direct
+            paths[member]?.seekRelay = true
+        }
     }
 
     /// A member gone: its path is forgotten with it.
@@ -168,11 +287,14 @@ public struct MemberPaths: Sendable {
         return true
     }
 
-    /// What is due: punch rounds, keepalives on punched paths, and introductions to ask for
-    /// members in `live` (with their silence threshold) that have been silent, through one of
-    /// `introducers` (members heard lately, best first).
+    /// What is due: punch rounds, keepalives on punched paths, introductions to ask for members
+    /// in `live` (with their silence threshold) that have been silent, through one of
+    /// `introducers` (members heard lately, best first), and relays for those an introduction
+    /// did not bring back, among `relays` (members heard lately that relay, best first). Behind a
+    /// NAT (`behindNAT`), every path a member's datagrams proved gets keepalives, not only punched
+    /// ones: probes alone may visit a member less often than its mapping lives.
     public mutating func due(now: MeshInstant, live: [NodeID], silence: Duration,
-                             introducers: [NodeID]) -> [Action] {
+                             introducers: [NodeID], relays: [NodeID] = [], behindNAT: Bool = false) -> [Action] {
         var actions: [Action] = []
         for (peer, attempt) in punching.sorted(by: { $0.key < $1.key }) where attempt.nextAt <= now {
             for address in attempt.candidates { actions.append(.punch(peer, to: address, isReply: false)) }
@@ -182,7 +304,8 @@ public struct MemberPaths: Sendable {
             if next.roundsLeft <= 0 {
                 punching[peer] = nil
                 punchesFailed += 1
-                paths[peer]?.state = .direct
+                let relayed = paths[peer]?.relay != nil
+                paths[peer]?.state = relayed ? .relayed : .direct
             } else {
                 punching[peer] = next
             }
@@ -190,22 +313,65 @@ public struct MemberPaths: Sendable {
         for peer in live {
             var path = paths[peer] ?? Path(lastHeard: now)
             defer { paths[peer] = path }
-            if path.state == .punched, let address = path.learned,
-               path.lastKeepalive.map({ now >= $0 + settings.keepalive }) ?? true {
+            if path.state == .punched || (behindNAT && path.state == .direct && path.relay == nil), let address = path.learned,
+               path.lastKeepalive.map({ now >= $0 + keepaliveInterval }) ?? true {
                 path.lastKeepalive = now
                 actions.append(.punch(peer, to: address, isReply: true))
             }
+            guard punching[peer] == nil, let heard = path.lastHeard else { continue }
+            if let relay = path.relay {
+                // A relay that is gone from the lately heard, or through which the member fell
+                // silent, is replaced; one that works stays while introductions try for better.
+                if relays.contains(relay), now < max(heard, path.relayedSince ?? heard) + silence {
+                    request(for: peer, &path, introducers: [relay] + introducers, now: now, into: &actions)
+                    continue
+                }
+                path.failedRelays[relay] = now
+                path.relay = nil
+                path.relayedSince = nil
+                path.state = .direct
+                path.seekRelay = true
+            } else if now < heard + silence {
+                continue
+            }
             // Silent: the path (punched or not) is dead or was never there.
-            guard punching[peer] == nil, let heard = path.lastHeard, now >= heard + silence else { continue }
-            if path.state == .punched { path.state = .direct }
-            guard path.nextRequest.map({ now >= $0 }) ?? true,
-                  let introducer = introducers.first(where: { $0 != peer }) else { continue }
-            let wait = min((path.requestWait ?? settings.requestInterval / 2) * 2, settings.maximumRequestInterval)
-            path.requestWait = wait
-            path.nextRequest = now + wait
-            actions.append(.request(introductionTo: peer, from: introducer))
+            if path.state == .punched {
+                path.state = .direct
+                punchedPathsLost += 1
+                keepaliveInterval = max(settings.minimumKeepalive, keepaliveInterval * (2.0 / 3))
+            }
+            if path.seekRelay || path.askedAt.map({ now >= $0 + settings.relayAfter }) == true {
+                path.seekRelay = false
+                path.failedRelays = path.failedRelays.filter { now < $0.value + settings.relayRetry }
+                if let relay = relays.first(where: { $0 != peer && path.failedRelays[$0] == nil }) {
+                    path.relay = relay
+                    path.relayedSince = now
+                    path.state = .relayed
+                    actions.append(.relay(peer, through: relay))
+                    continue
+                }
+                if path.state != .unreachable { actions.append(.relay(peer, through: nil)) }
+                path.state = .unreachable
+            }
+            request(for: peer, &path, introducers: introducers, now: now, into: &actions)
         }
         return actions
+    }
+
+    /// An introduction to `peer` through the first of `introducers`, when the last one's wait is over.
+    private func request(for peer: NodeID, _ path: inout Path, introducers: [NodeID], now: MeshInstant,
+                         into actions: inout [Action]) {
+        guard path.nextRequest.map({ now >= $0 }) ?? true else { return }
+        guard let introducer = introducers.first(where: { $0 != peer }) else {
+            // Nobody to ask: as if one had been asked and failed, so a relay is sought in time.
+            if path.askedAt == nil { path.askedAt = now }
+            return
+        }
+        let wait = min((path.requestWait ?? settings.requestInterval / 2) * 2, settings.maximumRequestInterval)
+        path.requestWait = wait
+        path.nextRequest = now + wait
+        path.askedAt = now
+        actions.append(.request(introductionTo: peer, from: introducer))
     }
 
     /// When `due` has something to do next, other than the silence checks (the node runs those

@@ -39,6 +39,10 @@ public enum Frame: Equatable, Sendable {
     case punchRequest(PunchRequest)
     case punchIntroduction(PunchIntroduction)
     case punch(Punch)
+    // Relays (a member carries sealed datagrams between two members that cannot meet).
+    case relayForward(RelayedDatagram)
+    case relayDelivery(RelayedDatagram)
+    case relayRefusal(RelayRefusal)
 
     public var type: FrameType {
         switch self {
@@ -69,6 +73,9 @@ public enum Frame: Equatable, Sendable {
         case .punchRequest: return .punchRequest
         case .punchIntroduction: return .punchIntroduction
         case .punch: return .punch
+        case .relayForward: return .relayForward
+        case .relayDelivery: return .relayDelivery
+        case .relayRefusal: return .relayRefusal
         }
     }
 
@@ -101,6 +108,9 @@ public enum Frame: Equatable, Sendable {
         case let .punchRequest(body): return body
         case let .punchIntroduction(body): return body
         case let .punch(body): return body
+        case let .relayForward(body): return body
+        case let .relayDelivery(body): return body
+        case let .relayRefusal(body): return body
         }
     }
 
@@ -141,6 +151,9 @@ public enum Frame: Equatable, Sendable {
         case .punchRequest: return .punchRequest(try PunchRequest(decoding: &body))
         case .punchIntroduction: return .punchIntroduction(try PunchIntroduction(decoding: &body))
         case .punch: return .punch(try Punch(decoding: &body))
+        case .relayForward: return .relayForward(try RelayedDatagram(decoding: &body))
+        case .relayDelivery: return .relayDelivery(try RelayedDatagram(decoding: &body))
+        case .relayRefusal: return .relayRefusal(try RelayRefusal(decoding: &body))
         }
     }
 }
@@ -176,6 +189,9 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case punchRequest = 0x53
     case punchIntroduction = 0x54
     case punch = 0x55
+    case relayForward = 0x56
+    case relayDelivery = 0x57
+    case relayRefusal = 0x58
 }
 
 /// A body that can be written to and read from the wire.

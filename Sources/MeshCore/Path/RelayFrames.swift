@@ -1,0 +1,66 @@
+import MeshCrypto
+import NIOCore
+
+/// A whole sealed datagram carried for two members by a third (PROTOCOL.md §1d): to the relay as
+/// `relayForward` (frame 0x56, `peer` is where it goes), from the relay as `relayDelivery` (frame
+/// 0x57, `peer` is whom it came from). The datagram inside is sealed with the pair's own key:
+/// the relay can count it, drop it or delay it, but not read, change or forge it.
+public struct RelayedDatagram: WireBody {
+    /// A pairwise datagram as large as any a node receives: what a proven path carries.
+    public static let maxDatagramSize = DatagramCodec.Configuration().maxReceivedDatagramSize
+
+    public var peer: NodeID
+    public var datagram: ByteBuffer
+
+    public init(peer: NodeID, datagram: ByteBuffer) {
+        self.peer = peer
+        self.datagram = datagram
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        peer = try NodeID(decoding: &buffer)
+        // The rest of the frame: its length says how long.
+        let length = buffer.readableBytes
+        guard length > 0, length <= Self.maxDatagramSize, let datagram = buffer.readSlice(length: length) else {
+            throw .invalidField(what: "relayed datagram length")
+        }
+        self.datagram = datagram
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        peer.encode(into: &buffer)
+        buffer.writeImmutableBuffer(datagram)
+    }
+}
+
+/// "I will not carry datagrams from you to `peer`" (frame 0x58): the relay's answer to a
+/// `relayForward` it will not forward, at most once a second per pair, so that the sender picks
+/// another relay at once instead of waiting for silence.
+public struct RelayRefusal: WireBody {
+    public enum Reason: UInt8, Sendable {
+        /// This member does not relay (`--no-relay`).
+        case disabled = 0
+        /// `peer` is no member this relay reaches on a path of its own.
+        case unreachable = 1
+    }
+
+    public var peer: NodeID
+    public var reason: Reason
+
+    public init(peer: NodeID, reason: Reason) {
+        self.peer = peer
+        self.reason = reason
+    }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        peer = try NodeID(decoding: &buffer)
+        let raw = try buffer.readWire(UInt8.self, "relay refusal reason")
+        guard let reason = Reason(rawValue: raw) else { throw .invalidField(what: "relay refusal reason") }
+        self.reason = reason
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        peer.encode(into: &buffer)
+        buffer.writeInteger(reason.rawValue)
+    }
+}
