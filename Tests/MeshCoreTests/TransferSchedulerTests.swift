@@ -54,6 +54,25 @@ struct TransferSchedulerTests {
         #expect(Set(requests.filter { $0.peer == second }.map(\.index)) == [0, 1], "seed \(seed): \(requests)")
     }
 
+    @Test("a relayed holder is asked only for what no other holder with room has", arguments: 1...5 as ClosedRange<UInt64>)
+    func relayedHoldersComeLast(seed: UInt64) {
+        var scheduler = scheduler(seed: seed, secondHolds: .full(8))
+        scheduler.lastResort = [second]
+        let opening = scheduler.nextRequests(now: Self.start)
+        // `first` takes its window; the rest of the chunks go to the relayed one only once `first` is full.
+        #expect(opening.filter { $0.peer == first }.count == scheduler.settings.initialWindow, "seed \(seed): \(opening)")
+        #expect(opening.filter { $0.peer == second }.count == min(scheduler.settings.initialWindow, 8 - scheduler.settings.initialWindow),
+                "seed \(seed): \(opening)")
+        var direct = self.scheduler(seed: seed, secondHolds: .full(8))
+        direct.lastResort = [second]
+        direct.setAvailability(.full(8), of: manifest.id, at: NodeID(high: 3, low: 3))
+        let requests = direct.nextRequests(now: Self.start)
+        let window = direct.settings.initialWindow
+        // Two holders reached directly with room for 2 × window: the relayed one gets the rest, if any.
+        #expect(requests.filter { $0.peer != second }.count == 2 * window, "seed \(seed): \(requests)")
+        #expect(requests.filter { $0.peer == second }.count == min(window, 8 - 2 * window), "seed \(seed): \(requests)")
+    }
+
     @Test("a chunk its only holder is busy with waits the retry time, then is asked again")
     func busyHolderIsAskedAfterTheRetry() {
         var scheduler = TransferScheduler(seed: 1)

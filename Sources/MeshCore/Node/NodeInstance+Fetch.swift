@@ -192,6 +192,7 @@ extension NodeInstance {
     /// Sends the scheduler's requests.
     mutating func pumpTransfers(now: MeshInstant) {
         applyDownlinkLimits()
+        transfer.lastResort = paths.relayedMembers
         for request in transfer.nextRequests(now: now) {
             requested[request.digest, default: []].append(ChunkRef(attachment: request.attachment, index: request.index))
             measurePath(from: request.peer, now: now)

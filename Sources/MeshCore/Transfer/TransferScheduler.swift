@@ -79,6 +79,9 @@ public struct TransferScheduler: Sendable {
 
     /// Chunks in flight in all, as the downlink's congestion control allows (at most the setting).
     public var inFlightLimit: Int?
+    /// Holders asked only when no other with room holds the chunk: those reached through a relay
+    /// (their pieces cost a third member's link, and are carried at its per-pair rate).
+    public var lastResort: Set<NodeID> = []
     /// How long a chunk takes at the pace asked for: no request times out sooner than this.
     public var minimumTimeout: Duration = .zero
 
@@ -384,11 +387,15 @@ public struct TransferScheduler: Sendable {
         bitmaps.compactMap { $0.bitmap.contains(index) ? $0.peer : nil }
     }
 
-    /// A random holder with room in its window, not among `excluded`.
+    /// A random holder with room in its window, not among `excluded`, one of `lastResort` only
+    /// when no other has room.
     private mutating func pickHolder(_ holders: [NodeID], excluding excluded: Set<NodeID>) -> NodeID? {
-        let open = holders.filter { peer in
+        var open = holders.filter { peer in
             guard !excluded.contains(peer), let state = peers[peer] else { return false }
             return state.inFlight < state.window
+        }
+        if !lastResort.isEmpty, open.contains(where: { !lastResort.contains($0) }) {
+            open.removeAll { lastResort.contains($0) }
         }
         guard !open.isEmpty else { return nil }
         return open[Int(random.next() % UInt64(open.count))]
