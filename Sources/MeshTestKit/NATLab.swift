@@ -290,6 +290,49 @@ public final class NATLab: @unchecked Sendable {
         return command
     }
 
+    // MARK: - Raw sockets
+
+    /// A UDP socket in `host`'s namespace, bound to 0.0.0.0:`port`, made by this process (for
+    /// raw traffic through the NATs with no program inside). The caller closes it.
+    public func udpSocket(on host: NATLab.Host, port: UInt16) throws -> Int32 {
+        try makeUDPSocket(inNamespace: namespace(host), address: "0.0.0.0", port: port)
+    }
+
+    /// Opens a path for raw UDP between two homes' sockets (both bound to `port`, made with
+    /// `udpSocket`), in the one order Linux NAT lets through: `first` sends to the other router
+    /// (its own router maps it; the other router's firewall drops it before conntrack keeps it),
+    /// then `second` answers through the mapping that made. True once each side heard the other.
+    public func punchRaw(_ first: (home: Int, fd: Int32), _ second: (home: Int, fd: Int32), port: UInt16) -> Bool {
+        func send(_ fd: Int32, to home: Int) {
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_port = port.bigEndian
+            inet_pton(AF_INET, homes[home].publicAddress, &address.sin_addr)
+            let byte: [UInt8] = [0x70]
+            _ = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    sendto(fd, byte, 1, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+        }
+        func heard(_ fd: Int32) -> Bool {
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 200) == 1 else { return false }
+            var scratch = [UInt8](repeating: 0, count: 65_536)
+            return recv(fd, &scratch, scratch.count, 0) > 0
+        }
+        for _ in 0..<10 {
+            send(first.fd, to: second.home)
+            usleep(20_000)
+            send(second.fd, to: first.home)
+            if heard(first.fd) {
+                send(first.fd, to: second.home)
+                if heard(second.fd) { return true }
+            }
+        }
+        return false
+    }
+
     // MARK: - Tear down
 
     public func tearDown() {
