@@ -43,8 +43,8 @@ struct NATLabTests {
 
     /// One public member P (lazy: it holds no chunks, so the attachment can come only from h1) and
     /// two homes behind ordinary MASQUERADE: the homes reach each other only through a punched path.
-    @Test("two homes behind MASQUERADE: punched both ways, a message and a 50 MiB attachment cross, a flushed mapping is punched again with nobody dead",
-          .enabled(if: NATLab.conntrackUnavailableReason == nil, Comment(rawValue: NATLab.conntrackUnavailableReason ?? "")))
+    @Test("two homes behind MASQUERADE: punched both ways, a message and a 50 MiB attachment cross; a flushed mapping heals, one that maps elsewhere is punched again; nobody dead",
+          .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func twoHomesPunch() async throws {
         let lab = try NATLab(publicHosts: 1, homes: [.endpointIndependent, .endpointIndependent])
         var processes: [NodeProcess] = []
@@ -124,11 +124,16 @@ struct NATLabTests {
         #expect(get.status == 0, "\(get.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes, "the fetched bytes differ")
         try? FileManager.default.removeItem(atPath: output)
+        try? FileManager.default.removeItem(atPath: (file as NSString).deletingLastPathComponent)
         print("natlab: get of 50 MiB across the punched path took \(Self.seconds(getTime))")
         let afterGet = try await h2.status()
         #expect(Self.punched("h1", in: afterGet), "h1's path at h2 after the get: \(Self.member("h1", in: afterGet).map { "\($0.state) \($0.path ?? "-")" } ?? "-")")
         #expect(Self.counter("chunksFetched", afterGet) >= 50, "h2 fetched \(Self.counter("chunksFetched", afterGet)) chunks")
 
+        if let reason = NATLab.conntrackUnavailableReason {
+            print("natlab: the expiring mappings (steps 4 and 5): \(reason)")
+            return
+        }
         // 4. h1's router forgets its mappings (conntrack -D). Linux gives the next datagram out
         // the same port again (it is free), so the path heals by itself: nothing to punch again,
         // and nobody is suspected or dead.
@@ -145,7 +150,7 @@ struct NATLabTests {
             return (try? await Self.exchange("after the flush", h1: h1, h2: h2, listeners: (h1Listener, listener))) == true
         }
         print("natlab: conntrack -D alone (\(flushed) mappings): \(watch.summary)")
-        #expect(watch.deaths.isEmpty, "\(watch.summary)")
+        #expect(watch.deaths.isEmpty && watch.suspicionsRaised == (0, 0), "\(watch.summary)")
         #expect(watch.punchesAgain == 0, "a flush that gives the same port back needs no new punch: \(watch.summary)")
 
         // 5. The router maps elsewhere once its mappings are gone (a rebooted NAT): the homes
@@ -162,6 +167,8 @@ struct NATLabTests {
         }
         print("natlab: conntrack -D, mapped elsewhere: \(watch.summary)")
         #expect(watch.punchesAgain > 0, "\(watch.summary)")
+        // The path is gone for seconds here: a suspicion taken back is allowed (indirect probes
+        // through P keep both alive; none was seen in this lab so far), a death is not.
         #expect(watch.deaths.isEmpty, "\(watch.summary)")
         #expect(try await Self.exchange("after the new mapping", h1: h1, h2: h2, listeners: (h1Listener, listener)))
         try await h1.waitForStatus(timeout: .seconds(30), "h1 adopts its new public address") { $0.`self`.reflexiveAddress == moved }
