@@ -18,8 +18,9 @@ deps:
 		if [ "$$(id -u)" -eq 0 ]; then SUDO=; else SUDO=sudo; fi; \
 		$$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq libsodium-dev pkg-config; \
 	fi
-	@# The WAN link emulator (tools/wanlink, WANLink, bench/wan-link-check.sh) needs root anyway: installed
-	@# only as root, and never an error (its tests skip with a reason without these).
+	@# The WAN link emulator (tools/wanlink, WANLink, bench/wan-link-check.sh) and the NAT laboratory
+	@# (NATLab: conntrack expires its routers' mappings) need root anyway: installed only as root, and
+	@# never an error (their tests skip with a reason without these).
 	@if [ "$$(id -u)" -eq 0 ]; then \
 		missing=; \
 		pkg-config --exists libnetfilter_queue 2>/dev/null || missing="$$missing libnetfilter-queue-dev"; \
@@ -27,10 +28,11 @@ deps:
 		command -v iptables >/dev/null 2>&1 || missing="$$missing iptables"; \
 		command -v iperf3 >/dev/null 2>&1 || missing="$$missing iperf3"; \
 		command -v ping >/dev/null 2>&1 || missing="$$missing iputils-ping"; \
+		command -v conntrack >/dev/null 2>&1 || missing="$$missing conntrack"; \
 		if [ -n "$$missing" ]; then \
-			echo "WAN link emulator: installing$$missing"; \
+			echo "WAN link emulator and NAT laboratory: installing$$missing"; \
 			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } \
-				|| echo "warning: could not install$$missing; the WAN link tests will be skipped"; \
+				|| echo "warning: could not install$$missing; the WAN link and NAT laboratory tests will be skipped"; \
 		fi; \
 	fi
 

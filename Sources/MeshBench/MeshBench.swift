@@ -65,6 +65,10 @@ enum MeshBench {
             print("GroupMesh through emulated WAN links, namespaces (issue 18)…")
             results += try await WANScenario.run(quick: quick)
         }
+        if wanted("natlab") {
+            print("GroupMesh between homes behind Linux NAT, namespaces (issue 19)…")
+            results += try await NATLabScenario.run(quick: quick)
+        }
         print()
         BenchReport.printTable(results)
         try BenchReport.write(results, to: output, quick: quick)

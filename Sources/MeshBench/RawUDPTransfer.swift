@@ -19,13 +19,6 @@ enum RawUDPTransfer {
         let receiver = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         let sender = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(receiver); close(sender) }
-        var buffer: Int32 = 4 << 20, on: Int32 = 1, segment = Int32(datagramSize)
-        setsockopt(receiver, SOL_SOCKET, SO_RCVBUF, &buffer, 4)
-        setsockopt(sender, SOL_SOCKET, SO_SNDBUF, &buffer, 4)
-        if offload { setsockopt(receiver, solUDP, udpGRO, &on, 4) }
-        let segmented = offload && setsockopt(sender, solUDP, udpSegment, &segment, 4) == 0
-        var timeout = timeval(tv_sec: 0, tv_usec: 300_000)
-        setsockopt(receiver, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -36,6 +29,23 @@ enum RawUDPTransfer {
         _ = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(receiver, $0, &length) }
         }
+        return run(bytes: total, datagramSize: datagramSize, offload: offload, window: window, sender: sender,
+                   receiver: receiver, destination: address)
+    }
+
+    /// The same between two sockets the caller made and closes (`sender` sends to `destination`,
+    /// where `receiver` gets it: through NATs, say); the sockets get the same setup.
+    static func run(bytes total: Int, datagramSize: Int, offload: Bool = true, window: Int = 2 << 20,
+                    sender: Int32, receiver: Int32, destination: sockaddr_in) -> Result {
+        var buffer: Int32 = 4 << 20, on: Int32 = 1, segment = Int32(datagramSize)
+        setsockopt(receiver, SOL_SOCKET, SO_RCVBUF, &buffer, 4)
+        setsockopt(sender, SOL_SOCKET, SO_SNDBUF, &buffer, 4)
+        if offload { setsockopt(receiver, solUDP, udpGRO, &on, 4) }
+        let segmented = offload && setsockopt(sender, solUDP, udpSegment, &segment, 4) == 0
+        var timeout = timeval(tv_sec: 0, tv_usec: 300_000)
+        setsockopt(receiver, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var address = destination
+        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(sender, $0, length) }
         }

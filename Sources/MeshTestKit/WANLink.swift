@@ -288,41 +288,48 @@ extension NamespaceLab {
     /// the calling process itself (a socket keeps the namespace it was made in). For probes
     /// through a `WANLink` with no program inside the host. The caller closes it.
     public func udpSocket(inHost index: Int, port: UInt16 = 0) throws -> Int32 {
-        typealias SetNamespace = @convention(c) (Int32, Int32) -> Int32
-        let newNetworkNamespace: Int32 = 0x4000_0000   // CLONE_NEWNET
-        guard let symbol = dlsym(nil, "setns") else {
-            throw NodeProcessError.exited(status: -1, stderr: "setns is not available")
-        }
-        let setNamespace = unsafeBitCast(symbol, to: SetNamespace.self)
-        // Only this thread switches, and switches back before returning (no await in between).
-        let original = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)
-        let target = open("/var/run/netns/\(hosts[index])", O_RDONLY | O_CLOEXEC)
-        defer { if original >= 0 { close(original) }; if target >= 0 { close(target) } }
-        guard original >= 0, target >= 0, setNamespace(target, newNetworkNamespace) == 0 else {
-            throw NodeProcessError.exited(status: -1, stderr: "cannot enter the namespace of \(hosts[index]): \(String(cString: strerror(errno)))")
-        }
-        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        let socketError = errno
-        guard setNamespace(original, newNetworkNamespace) == 0 else {
-            // This thread would stay in the lab; nothing sensible can continue on it.
-            if fd >= 0 { close(fd) }
-            throw NodeProcessError.exited(status: -1, stderr: "cannot return from the namespace of \(hosts[index])")
-        }
-        guard fd >= 0 else {
-            throw NodeProcessError.exited(status: -1, stderr: "socket: \(String(cString: strerror(socketError)))")
-        }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = port.bigEndian
-        inet_pton(AF_INET, addresses[index], &address.sin_addr)
-        let bound = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0 else {
-            let why = String(cString: strerror(errno))
-            close(fd)
-            throw NodeProcessError.exited(status: -1, stderr: "bind \(addresses[index]):\(port): \(why)")
-        }
-        return fd
+        try makeUDPSocket(inNamespace: hosts[index], address: addresses[index], port: port)
     }
+}
+
+/// A UDP socket that lives in network namespace `space` (a name under /var/run/netns), bound to
+/// `address:port`, made by the calling process itself: a socket keeps the namespace it was made
+/// in. The caller closes it.
+func makeUDPSocket(inNamespace space: String, address: String, port: UInt16) throws -> Int32 {
+    typealias SetNamespace = @convention(c) (Int32, Int32) -> Int32
+    let newNetworkNamespace: Int32 = 0x4000_0000   // CLONE_NEWNET
+    guard let symbol = dlsym(nil, "setns") else {
+        throw NodeProcessError.exited(status: -1, stderr: "setns is not available")
+    }
+    let setNamespace = unsafeBitCast(symbol, to: SetNamespace.self)
+    // Only this thread switches, and switches back before returning (no await in between).
+    let original = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC)
+    let target = open("/var/run/netns/\(space)", O_RDONLY | O_CLOEXEC)
+    defer { if original >= 0 { close(original) }; if target >= 0 { close(target) } }
+    guard original >= 0, target >= 0, setNamespace(target, newNetworkNamespace) == 0 else {
+        throw NodeProcessError.exited(status: -1, stderr: "cannot enter the namespace \(space): \(String(cString: strerror(errno)))")
+    }
+    let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    let socketError = errno
+    guard setNamespace(original, newNetworkNamespace) == 0 else {
+        // This thread would stay in the lab; nothing sensible can continue on it.
+        if fd >= 0 { close(fd) }
+        throw NodeProcessError.exited(status: -1, stderr: "cannot return from the namespace \(space)")
+    }
+    guard fd >= 0 else {
+        throw NodeProcessError.exited(status: -1, stderr: "socket: \(String(cString: strerror(socketError)))")
+    }
+    var socketAddress = sockaddr_in()
+    socketAddress.sin_family = sa_family_t(AF_INET)
+    socketAddress.sin_port = port.bigEndian
+    inet_pton(AF_INET, address, &socketAddress.sin_addr)
+    let bound = withUnsafePointer(to: &socketAddress) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard bound == 0 else {
+        let why = String(cString: strerror(errno))
+        close(fd)
+        throw NodeProcessError.exited(status: -1, stderr: "bind \(address):\(port) in \(space): \(why)")
+    }
+    return fd
 }

@@ -1,0 +1,299 @@
+import Foundation
+import MeshTestKit
+import Testing
+
+/// Issue 19's NAT laboratory with real processes: homes behind Linux NAT routers (`NATLab`), each
+/// home node joined with the invite of a member on the "internet".
+@Suite("NAT laboratory (network namespaces, Linux NAT)", .serialized)
+struct NATLabTests {
+    struct Heard: Decodable { var fromName: String; var mode: String; var text: String? }
+
+    static func heard(_ listener: NodeProcess) -> [Heard] {
+        listener.stdout.split(separator: "\n").compactMap { try? JSONDecoder().decode(Heard.self, from: Data($0.utf8)) }
+    }
+
+    /// `name`'s entry in `status`.
+    static func member(_ name: String, in status: NodeStatus) -> NodeStatus.MemberInfo? {
+        status.members.first { $0.name == name }
+    }
+
+    static func punched(_ name: String, in status: NodeStatus) -> Bool {
+        member(name, in: status).map { $0.state == "alive" && $0.path == "punched" } ?? false
+    }
+
+    static func counter(_ name: String, _ status: NodeStatus) -> Int {
+        Int(status.counters[name]?.number ?? 0)
+    }
+
+    static func lines(_ text: String, containing fragment: String) -> Int {
+        text.split(separator: "\n").count { $0.contains(fragment) }
+    }
+
+    /// Every router's UDP mappings, to explain a punch that failed.
+    static func printMappings(_ lab: NATLab) {
+        for index in lab.homes.indices {
+            let entries = (try? lab.conntrackEntries(home: index)) ?? ["(conntrack -L failed)"]
+            print("natlab: router \(index) (\(lab.homes[index].publicAddress)) UDP mappings:\n  " + entries.joined(separator: "\n  "))
+        }
+    }
+
+    static func seconds(_ duration: Duration) -> String {
+        String(format: "%.2f s", Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)
+    }
+
+    /// One public member P (lazy: it holds no chunks, so the attachment can come only from h1) and
+    /// two homes behind ordinary MASQUERADE: the homes reach each other only through a punched path.
+    @Test("two homes behind MASQUERADE: punched both ways, a message and a 50 MiB attachment cross; a flushed mapping heals, one that maps elsewhere is punched again; nobody dead",
+          .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
+    func twoHomesPunch() async throws {
+        let lab = try NATLab(publicHosts: 1, homes: [.endpointIndependent, .endpointIndependent])
+        var processes: [NodeProcess] = []
+        defer {
+            for process in processes { process.signal(SIGKILL) }
+            for process in processes { Task { await process.cleanUp() } }
+            lab.tearDown()
+        }
+        func start(_ name: String, on host: NATLab.Host, invite: String?, lazy: Bool) throws -> NodeProcess {
+            var arguments = ["run", "--listen", "0.0.0.0:7946", "--name", name, "--log-level", "info"]
+            if let invite { arguments += ["--invite", invite] }
+            if lazy { arguments.append("--lazy") }
+            let node = try NodeProcess(arguments, launcher: lab.launcher(host))
+            processes.append(node)
+            return node
+        }
+        let p = try start("p", on: .publicHost(0), invite: nil, lazy: true)
+        let invite = try await p.waitForLine(prefix: "invite:")
+        let homesStarted = ContinuousClock.now
+        let h1 = try start("h1", on: .home(0), invite: invite, lazy: false)
+        let h2 = try start("h2", on: .home(1), invite: invite, lazy: true)
+        let nodes = [p, h1, h2]
+
+        // 1. A punched path each way, at the other home's router's public address.
+        try await nodes.waitForMesh(alive: 3, timeout: .seconds(30))
+        let h1View: NodeStatus, h2View: NodeStatus
+        do {
+            h1View = try await h1.waitForStatus(timeout: .seconds(30), "h2 punched at h1") { Self.punched("h2", in: $0) }
+            h2View = try await h2.waitForStatus(timeout: .seconds(30), "h1 punched at h2") { Self.punched("h1", in: $0) }
+        } catch {
+            Self.printMappings(lab)
+            throw error
+        }
+        print("natlab: both homes punched \(Self.seconds(ContinuousClock.now - homesStarted)) after the home nodes started")
+        #expect(Self.member("h2", in: h1View)?.pathAddress?.hasPrefix(lab.homes[1].publicAddress + ":") == true,
+                "h1 reaches h2 at \(Self.member("h2", in: h1View)?.pathAddress ?? "-")")
+        #expect(Self.member("h1", in: h2View)?.pathAddress?.hasPrefix(lab.homes[0].publicAddress + ":") == true,
+                "h2 reaches h1 at \(Self.member("h1", in: h2View)?.pathAddress ?? "-")")
+        // Each home hears its public address from two members (P and the other home): adopted.
+        for (index, node) in [h1, h2].enumerated() {
+            let status = try await node.waitForStatus(timeout: .seconds(20), "home \(index) adopts its public address") {
+                $0.`self`.reflexiveAddress != nil
+            }
+            #expect(status.`self`.nat == "endpoint-independent", "home \(index): nat \(status.`self`.nat ?? "-")")
+            #expect(status.`self`.reflexiveAddress?.hasPrefix(lab.homes[index].publicAddress + ":") == true,
+                    "home \(index): public address \(status.`self`.reflexiveAddress ?? "-")")
+        }
+
+        // 2. A reliable message from h1 reaches h2.
+        let listener = try NodeProcess(["listen", "--json"], dataDirectory: h2.dataDirectory, ownsDataDirectory: false)
+        processes.append(listener)
+        _ = try await listener.waitForLine(prefix: "ready", onStderr: true)
+        let sent = try await NodeProcess.runCommand(["send", "--data-dir", h1.dataDirectory, "--to", "h2", "across two NATs"])
+        #expect(sent.status == 0, "\(sent.stderr)")
+        try await waitUntil("h2 heard h1's message", timeout: .seconds(20)) {
+            Self.heard(listener).contains { $0.text == "across two NATs" }
+        }
+        #expect(Self.heard(listener).filter { $0.text == "across two NATs" }.map(\.mode) == ["reliable"])
+
+        // 3. 50 MiB attached at h1 (the only holder: P and h2 are lazy), fetched by h2 with get.
+        let size = 50 << 20
+        let file = NodeProcess.makeTemporaryDirectory("natlab-file") + "/attachment.bin"
+        let bytes = try #require(FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: size))
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let attach = try await NodeProcess.runCommand(["attach", "--data-dir", h1.dataDirectory, file], timeout: .seconds(60))
+        #expect(attach.status == 0, "\(attach.stderr)")
+        let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        try await waitUntil("h2 lists the attachment", timeout: .seconds(20), every: .milliseconds(50)) {
+            let listed = try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", h2.dataDirectory])
+            return listed.stdout.contains(id)
+        }
+        let output = h2.dataDirectory + "/fetched.bin"
+        let getStarted = ContinuousClock.now
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", h2.dataDirectory, id, "--output", output],
+                                                   timeout: .seconds(120))
+        let getTime = ContinuousClock.now - getStarted
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes, "the fetched bytes differ")
+        try? FileManager.default.removeItem(atPath: output)
+        try? FileManager.default.removeItem(atPath: (file as NSString).deletingLastPathComponent)
+        print("natlab: get of 50 MiB across the punched path took \(Self.seconds(getTime))")
+        let afterGet = try await h2.status()
+        #expect(Self.punched("h1", in: afterGet), "h1's path at h2 after the get: \(Self.member("h1", in: afterGet).map { "\($0.state) \($0.path ?? "-")" } ?? "-")")
+        #expect(Self.counter("chunksFetched", afterGet) >= 50, "h2 fetched \(Self.counter("chunksFetched", afterGet)) chunks")
+
+        if let reason = NATLab.conntrackUnavailableReason {
+            print("natlab: the expiring mappings (steps 4 and 5): \(reason)")
+            return
+        }
+        // 4. h1's router forgets its mappings (conntrack -D). Linux gives the next datagram out
+        // the same port again (it is free), so the path heals by itself: nothing to punch again,
+        // and nobody is suspected or dead.
+        let h1Listener = try NodeProcess(["listen", "--json"], dataDirectory: h1.dataDirectory, ownsDataDirectory: false)
+        processes.append(h1Listener)
+        _ = try await h1Listener.waitForLine(prefix: "ready", onStderr: true)
+        let h1Public = try #require(Self.member("h1", in: try await h2.status())?.pathAddress)
+        var watch = PairWatch(lab: lab, h1: h1, h2: h2)
+        try await watch.start()
+        let flushed = try lab.flushConntrack(home: 0)
+        #expect(flushed >= 2, "h1's router had \(flushed) UDP mappings (to P and to h2 at least)")
+        try await watch.until("messages cross both ways after the flush", timeout: .seconds(30)) { one, two in
+            guard Self.punched("h2", in: one), Self.member("h1", in: two)?.pathAddress == h1Public else { return false }
+            return (try? await Self.exchange("after the flush", h1: h1, h2: h2, listeners: (h1Listener, listener))) == true
+        }
+        print("natlab: conntrack -D alone (\(flushed) mappings): \(watch.summary)")
+        #expect(watch.deaths.isEmpty && watch.suspicionsRaised == (0, 0), "\(watch.summary)")
+        #expect(watch.punchesAgain == 0, "a flush that gives the same port back needs no new punch: \(watch.summary)")
+
+        // 5. The router maps elsewhere once its mappings are gone (a rebooted NAT): the homes
+        // notice the silence, P introduces them again, and they punch the new mapping; nobody is
+        // declared dead meanwhile.
+        let newPort: UInt16 = 20_000
+        try lab.mapToPort(home: 0, newPort)
+        watch = PairWatch(lab: lab, h1: h1, h2: h2)
+        try await watch.start()
+        try lab.flushConntrack(home: 0)
+        let moved = "\(lab.homes[0].publicAddress):\(newPort)"
+        try await watch.until("punched again at h1's new mapping", timeout: .seconds(60)) { one, two in
+            Self.punched("h2", in: one) && Self.punched("h1", in: two) && Self.member("h1", in: two)?.pathAddress == moved
+        }
+        print("natlab: conntrack -D, mapped elsewhere: \(watch.summary)")
+        #expect(watch.punchesAgain > 0, "\(watch.summary)")
+        // The path is gone for seconds here: a suspicion taken back is allowed (indirect probes
+        // through P keep both alive; none was seen in this lab so far), a death is not.
+        #expect(watch.deaths.isEmpty, "\(watch.summary)")
+        #expect(try await Self.exchange("after the new mapping", h1: h1, h2: h2, listeners: (h1Listener, listener)))
+        try await h1.waitForStatus(timeout: .seconds(30), "h1 adopts its new public address") { $0.`self`.reflexiveAddress == moved }
+    }
+
+    /// A message each way (h1 → h2, h2 → h1), each heard within 10 s.
+    static func exchange(_ text: String, h1: NodeProcess, h2: NodeProcess,
+                         listeners: (h1: NodeProcess, h2: NodeProcess)) async throws -> Bool {
+        for (from, to, listener) in [(h1, "h2", listeners.h2), (h2, "h1", listeners.h1)] {
+            let sent = try await NodeProcess.runCommand(["send", "--data-dir", from.dataDirectory, "--to", to, "\(text) to \(to)"])
+            guard sent.status == 0 else { return false }
+            try await waitUntil("\(to) heard '\(text)'", timeout: .seconds(10)) {
+                heard(listener).contains { $0.text == "\(text) to \(to)" }
+            }
+        }
+        return true
+    }
+
+    /// What h1 and h2 think of each other while a condition is awaited: every state and path
+    /// seen (sampled every 100 ms), deaths, suspicions raised and punches begun meanwhile.
+    struct PairWatch {
+        let lab: NATLab
+        let h1: NodeProcess
+        let h2: NodeProcess
+        var seen: [String: [String]] = ["h2 at h1": [], "h1 at h2": []]
+        var suspicionsBefore = (0, 0), suspicionsRaised = (0, 0)
+        var punchingBefore = (0, 0)
+        var started = ContinuousClock.now, took: Duration = .zero
+
+        init(lab: NATLab, h1: NodeProcess, h2: NodeProcess) { (self.lab, self.h1, self.h2) = (lab, h1, h2) }
+
+        mutating func start() async throws {
+            let (one, two) = (try await h1.status(), try await h2.status())
+            suspicionsBefore = (NATLabTests.counter("suspicionsRaised", one), NATLabTests.counter("suspicionsRaised", two))
+            punchingBefore = (NATLabTests.lines(h1.stderr, containing: "punching"), NATLabTests.lines(h2.stderr, containing: "punching"))
+            started = ContinuousClock.now
+        }
+
+        /// Punches begun by either since `start`.
+        var punchesAgain: Int {
+            NATLabTests.lines(h1.stderr, containing: "punching") - punchingBefore.0
+                + NATLabTests.lines(h2.stderr, containing: "punching") - punchingBefore.1
+        }
+
+        var deaths: [String] {
+            seen.flatMap { view, states in states.filter { $0.hasPrefix("dead") }.map { "\(view): \($0)" } }
+        }
+
+        var summary: String {
+            "\(NATLabTests.seconds(took)); h1 raised \(suspicionsRaised.0) suspicions, h2 \(suspicionsRaised.1); "
+                + "\(punchesAgain) punches begun; seen: \(seen.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value.joined(separator: " → "))" }.joined(separator: "; "))"
+        }
+
+        /// Polls both statuses until `condition` holds (bounded), recording what they show.
+        mutating func until(_ what: String, timeout: Duration,
+                            _ condition: (NodeStatus, NodeStatus) async -> Bool) async throws {
+            let deadline = ContinuousClock.now + timeout
+            defer { took = ContinuousClock.now - started }
+            while true {
+                if let one = try? await h1.status(), let two = try? await h2.status() {
+                    record("h2 at h1", NATLabTests.member("h2", in: one))
+                    record("h1 at h2", NATLabTests.member("h1", in: two))
+                    suspicionsRaised = (NATLabTests.counter("suspicionsRaised", one) - suspicionsBefore.0,
+                                        NATLabTests.counter("suspicionsRaised", two) - suspicionsBefore.1)
+                    if await condition(one, two) { return }
+                }
+                guard ContinuousClock.now < deadline else {
+                    NATLabTests.printMappings(lab)
+                    throw NodeProcessError.timeout("\(what) within \(timeout): \(summary)")
+                }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+
+        private mutating func record(_ view: String, _ member: NodeStatus.MemberInfo?) {
+            let state = member.map { "\($0.state)/\($0.path ?? "-") \($0.pathAddress ?? "-")" } ?? "missing"
+            if seen[view]?.last != state { seen[view, default: []].append(state) }
+        }
+    }
+
+    /// A home behind `MASQUERADE --random-fully` talking to two public members: each sees it at
+    /// another port, so it knows its NAT is symmetric (no public address adopted: none would work).
+    @Test("a home behind MASQUERADE --random-fully learns that its NAT is symmetric",
+          .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
+    func symmetricHome() async throws {
+        let lab = try NATLab(publicHosts: 2, homes: [.symmetric])
+        var processes: [NodeProcess] = []
+        defer {
+            for process in processes { process.signal(SIGKILL) }
+            for process in processes { Task { await process.cleanUp() } }
+            lab.tearDown()
+        }
+        func start(_ name: String, on host: NATLab.Host, invite: String?) throws -> NodeProcess {
+            var arguments = ["run", "--listen", "0.0.0.0:7946", "--name", name]
+            if let invite { arguments += ["--invite", invite] }
+            let node = try NodeProcess(arguments, launcher: lab.launcher(host))
+            processes.append(node)
+            return node
+        }
+        let q0 = try start("q0", on: .publicHost(0), invite: nil)
+        let invite = try await q0.waitForLine(prefix: "invite:")
+        let q1 = try start("q1", on: .publicHost(1), invite: invite)
+        let s = try start("s", on: .home(0), invite: invite)
+        try await [q0, q1, s].waitForMesh(alive: 3, timeout: .seconds(30))
+        let status = try await s.waitForStatus(timeout: .seconds(30), "s knows its NAT is symmetric") { $0.`self`.nat == "symmetric" }
+        #expect(status.`self`.reflexiveAddress == nil, "adopted \(status.`self`.reflexiveAddress ?? "-")")
+        #expect(try await s.waitForLine(prefix: "nat:", timeout: .seconds(5), containing: "symmetric") == "symmetric")
+        // Each public member reaches s where its own datagrams come from: the router, at two ports.
+        let ports = try await [q0, q1].asyncMap { node in
+            let status = try await node.waitForStatus(timeout: .seconds(10), "s reached at its router") {
+                Self.member("s", in: $0)?.pathAddress?.hasPrefix(lab.homes[0].publicAddress + ":") == true
+            }
+            return Self.member("s", in: status)?.pathAddress ?? "-"
+        }
+        #expect(Set(ports).count == 2, "q0 and q1 reach s at \(ports)")
+        for node in [q0, q1] {
+            #expect(try await node.status().`self`.nat == "none")
+        }
+    }
+}
+
+private extension Array {
+    func asyncMap<T>(_ transform: (Element) async throws -> T) async throws -> [T] {
+        var result: [T] = []
+        for element in self { result.append(try await transform(element)) }
+        return result
+    }
+}
