@@ -30,6 +30,8 @@ public struct NodeStatus: Decodable, Sendable {
         /// How the node reaches the member, and where it sends to it (issue 19).
         public var path: String?
         public var pathAddress: String?
+        /// The member our datagrams to it go through, while `path` is `relayed` (its id).
+        public var relay: String?
     }
 
     public var `self`: SelfInfo
@@ -43,6 +45,12 @@ public struct NodeStatus: Decodable, Sendable {
     /// A `dropped` counter by reason (`status --json` → counters.dropped).
     public func dropped(_ reason: String) -> Int {
         Int(counters["dropped"]?[reason]?.number ?? 0)
+    }
+
+    /// A relay counter (`status --json` → counters.relay: forwardedDatagrams, forwardedBytes,
+    /// sentThroughRelays, receivedThroughRelays, droppedOverRate, refused).
+    public func relay(_ counter: String) -> Int {
+        Int(counters["relay"]?[counter]?.number ?? 0)
     }
 }
 

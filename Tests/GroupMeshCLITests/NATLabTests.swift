@@ -129,6 +129,10 @@ struct NATLabTests {
         let afterGet = try await h2.status()
         #expect(Self.punched("h1", in: afterGet), "h1's path at h2 after the get: \(Self.member("h1", in: afterGet).map { "\($0.state) \($0.path ?? "-")" } ?? "-")")
         #expect(Self.counter("chunksFetched", afterGet) >= 50, "h2 fetched \(Self.counter("chunksFetched", afterGet)) chunks")
+        // Punched, not relayed: the public member carried nothing for the homes.
+        let pView = try await p.status()
+        #expect(pView.relay("forwardedDatagrams") == 0 && afterGet.relay("receivedThroughRelays") == 0,
+                "relayed: \(pView.relay("forwardedDatagrams")) datagrams through p")
 
         if let reason = NATLab.conntrackUnavailableReason {
             print("natlab: the expiring mappings (steps 4 and 5): \(reason)")
@@ -174,10 +178,15 @@ struct NATLabTests {
         try await h1.waitForStatus(timeout: .seconds(30), "h1 adopts its new public address") { $0.`self`.reflexiveAddress == moved }
     }
 
+    /// Datagrams of the messenger's kind (messages and their acknowledgements) a node opened.
+    static func messagesOpened(_ status: NodeStatus) -> Int {
+        Int(status.counters["traffic"]?["messages"]?["datagramsReceived"]?.number ?? 0)
+    }
+
     /// A message each way (h1 → h2, h2 → h1), each heard within 10 s.
-    static func exchange(_ text: String, h1: NodeProcess, h2: NodeProcess,
+    static func exchange(_ text: String, h1: NodeProcess, h2: NodeProcess, names: (String, String) = ("h1", "h2"),
                          listeners: (h1: NodeProcess, h2: NodeProcess)) async throws -> Bool {
-        for (from, to, listener) in [(h1, "h2", listeners.h2), (h2, "h1", listeners.h1)] {
+        for (from, to, listener) in [(h1, names.1, listeners.h2), (h2, names.0, listeners.h1)] {
             let sent = try await NodeProcess.runCommand(["send", "--data-dir", from.dataDirectory, "--to", to, "\(text) to \(to)"])
             guard sent.status == 0 else { return false }
             try await waitUntil("\(to) heard '\(text)'", timeout: .seconds(10)) {
@@ -249,21 +258,25 @@ struct NATLabTests {
         }
     }
 
-    /// A home behind `MASQUERADE --random-fully` talking to two public members: each sees it at
-    /// another port, so it knows its NAT is symmetric (no public address adopted: none would work).
-    @Test("a home behind MASQUERADE --random-fully learns that its NAT is symmetric",
+    /// A home behind `MASQUERADE --random-fully` (s), one behind ordinary MASQUERADE (h) and two
+    /// public members (q0, q1, lazy like h: the attachment can come only from s). s knows its NAT
+    /// is symmetric; s and h cannot punch (each mapping is per destination), so they talk through
+    /// a public member, which carries sealed datagrams it cannot open; when that relay leaves they
+    /// move to the other, and with none left they say unreachable.
+    @Test("a home behind MASQUERADE --random-fully knows its NAT is symmetric and is reached through a relay that cannot read it; the pair moves when the relay leaves",
           .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
-    func symmetricHome() async throws {
-        let lab = try NATLab(publicHosts: 2, homes: [.symmetric])
+    func symmetricHomeIsRelayed() async throws {
+        let lab = try NATLab(publicHosts: 2, homes: [.symmetric, .endpointIndependent])
         var processes: [NodeProcess] = []
         defer {
             for process in processes { process.signal(SIGKILL) }
             for process in processes { Task { await process.cleanUp() } }
             lab.tearDown()
         }
-        func start(_ name: String, on host: NATLab.Host, invite: String?) throws -> NodeProcess {
-            var arguments = ["run", "--listen", "0.0.0.0:7946", "--name", name]
+        func start(_ name: String, on host: NATLab.Host, invite: String?, lazy: Bool = true) throws -> NodeProcess {
+            var arguments = ["run", "--listen", "0.0.0.0:7946", "--name", name, "--log-level", "info"]
             if let invite { arguments += ["--invite", invite] }
+            if lazy { arguments.append("--lazy") }
             let node = try NodeProcess(arguments, launcher: lab.launcher(host))
             processes.append(node)
             return node
@@ -271,8 +284,11 @@ struct NATLabTests {
         let q0 = try start("q0", on: .publicHost(0), invite: nil)
         let invite = try await q0.waitForLine(prefix: "invite:")
         let q1 = try start("q1", on: .publicHost(1), invite: invite)
-        let s = try start("s", on: .home(0), invite: invite)
-        try await [q0, q1, s].waitForMesh(alive: 3, timeout: .seconds(30))
+        let s = try start("s", on: .home(0), invite: invite, lazy: false)
+        let h = try start("h", on: .home(1), invite: invite)
+        try await [q0, q1, s, h].waitForMesh(alive: 4, timeout: .seconds(30))
+
+        // 1. s knows its NAT: symmetric, no public address adopted (none would work).
         let status = try await s.waitForStatus(timeout: .seconds(30), "s knows its NAT is symmetric") { $0.`self`.nat == "symmetric" }
         #expect(status.`self`.reflexiveAddress == nil, "adopted \(status.`self`.reflexiveAddress ?? "-")")
         #expect(try await s.waitForLine(prefix: "nat:", timeout: .seconds(5), containing: "symmetric") == "symmetric")
@@ -284,9 +300,117 @@ struct NATLabTests {
             return Self.member("s", in: status)?.pathAddress ?? "-"
         }
         #expect(Set(ports).count == 2, "q0 and q1 reach s at \(ports)")
-        for node in [q0, q1] {
-            #expect(try await node.status().`self`.nat == "none")
+
+        // 2. s and h cannot punch: both are relayed, through one of the public members.
+        let relayedStarted = ContinuousClock.now
+        let publics = [("q0", q0), ("q1", q1)]
+        let ids = try await publics.asyncMap { try await $0.1.status().`self`.id }
+        func relayed(_ name: String, in status: NodeStatus) -> String? {
+            guard let member = Self.member(name, in: status), member.state == "alive", member.path == "relayed",
+                  let relay = member.relay, let index = ids.firstIndex(of: relay) else { return nil }
+            return publics[index].0
         }
+        let hView = try await h.waitForStatus(timeout: .seconds(60), "s relayed at h") { relayed("s", in: $0) != nil }
+        _ = try await s.waitForStatus(timeout: .seconds(30), "h relayed at s") { relayed("h", in: $0) != nil }
+        print("natlab: s and h relayed \(Self.seconds(ContinuousClock.now - relayedStarted)) after the mesh formed")
+        let first = try #require(relayed("s", in: hView))
+
+        // 3. Messages both ways, and 20 MiB from s (its only holder) fetched by h: all through relays.
+        let hListener = try NodeProcess(["listen", "--json"], dataDirectory: h.dataDirectory, ownsDataDirectory: false)
+        let sListener = try NodeProcess(["listen", "--json"], dataDirectory: s.dataDirectory, ownsDataDirectory: false)
+        processes += [hListener, sListener]
+        _ = try await hListener.waitForLine(prefix: "ready", onStderr: true)
+        _ = try await sListener.waitForLine(prefix: "ready", onStderr: true)
+        // What the relays' messengers opened so far (their own traffic): carrying adds nothing to it.
+        let openedBefore = try await publics.asyncMap { Self.messagesOpened(try await $0.1.status()) }
+        #expect(try await Self.exchange("relayed", h1: s, h2: h, names: ("s", "h"), listeners: (sListener, hListener)))
+        let size = 20 << 20
+        let file = NodeProcess.makeTemporaryDirectory("natlab-relay") + "/attachment.bin"
+        let bytes = try #require(FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: size))
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let attach = try await NodeProcess.runCommand(["attach", "--data-dir", s.dataDirectory, file], timeout: .seconds(60))
+        #expect(attach.status == 0, "\(attach.stderr)")
+        let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        try await waitUntil("h lists the attachment", timeout: .seconds(20), every: .milliseconds(50)) {
+            let listed = try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", h.dataDirectory])
+            return listed.stdout.contains(id)
+        }
+        let output = h.dataDirectory + "/fetched.bin"
+        let getStarted = ContinuousClock.now
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", h.dataDirectory, id, "--output", output],
+                                                   timeout: .seconds(120))
+        let getTime = ContinuousClock.now - getStarted
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes, "the fetched bytes differ")
+        try? FileManager.default.removeItem(atPath: output)
+        try? FileManager.default.removeItem(atPath: (file as NSString).deletingLastPathComponent)
+        print("natlab: get of 20 MiB through a relay took \(Self.seconds(getTime))")
+        // The relays carried it sealed: their own stores, messengers and inner-datagram counters saw nothing.
+        var carried = 0
+        for (index, (name, node)) in publics.enumerated() {
+            let view = try await node.status()
+            carried += view.relay("forwardedBytes")
+            #expect(view.relay("receivedThroughRelays") == 0 && Self.counter("chunksFetched", view) == 0, "\(name)")
+            #expect(Self.messagesOpened(view) == openedBefore[index], "\(name) opened messages it carried")
+        }
+        #expect(carried > size, "the relays carried \(carried) bytes")
+        let hAfter = try await h.status()
+        #expect(hAfter.relay("receivedThroughRelays") > 0 && hAfter.relay("sentThroughRelays") > 0)
+
+        // 4. The relay leaves: the pair moves to the other public member within seconds.
+        let (leavingName, leaving) = first == "q0" ? publics[0] : publics[1]
+        let other = first == "q0" ? "q1" : "q0"
+        let leaveStarted = ContinuousClock.now
+        let left = try await NodeProcess.runCommand(["leave", "--now", "--data-dir", leaving.dataDirectory], timeout: .seconds(30))
+        #expect(left.status == 0, "\(leavingName): \(left.stderr)")
+        try await h.waitForStatus(timeout: .seconds(10), "s relayed via \(other) at h") { relayed("s", in: $0) == other }
+        try await s.waitForStatus(timeout: .seconds(10), "h relayed via \(other) at s") { relayed("h", in: $0) == other }
+        print("natlab: the pair moved to \(other) \(Self.seconds(ContinuousClock.now - leaveStarted)) after \(leavingName) left")
+        #expect(try await Self.exchange("moved", h1: s, h2: h, names: ("s", "h"), listeners: (sListener, hListener)))
+
+        // 5. The last public member leaves: no relay is left, and each says so.
+        let (_, last) = first == "q0" ? publics[1] : publics[0]
+        _ = try await NodeProcess.runCommand(["leave", "--now", "--data-dir", last.dataDirectory], timeout: .seconds(30))
+        try await h.waitForStatus(timeout: .seconds(10), "s unreachable at h") { Self.member("s", in: $0)?.path == "unreachable" }
+        let table = try await NodeProcess.runCommand(["status", "--data-dir", h.dataDirectory])
+        #expect(table.stdout.contains("unreachable"), "\(table.stdout)")
+    }
+}
+
+extension NATLabTests {
+    /// A public member without a default route (an offline LAN, a host with a broken uplink): a
+    /// send to the home member's private address (its record's) fails with ENETUNREACH, which
+    /// would close the node's UDP socket; the node must refuse that destination instead and go on.
+    @Test("a member with no route to another's private address keeps its socket: the mesh forms and messages cross",
+          .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
+    func anUnroutableAddressDoesNotCloseTheSocket() async throws {
+        let lab = try NATLab(publicHosts: 1, homes: [.endpointIndependent], defaultRoutes: false)
+        var processes: [NodeProcess] = []
+        defer {
+            for process in processes { process.signal(SIGKILL) }
+            for process in processes { Task { await process.cleanUp() } }
+            lab.tearDown()
+        }
+        let p = try NodeProcess(["run", "--listen", "0.0.0.0:7946", "--name", "p", "--log-level", "notice"],
+                                launcher: lab.launcher(.publicHost(0)))
+        processes.append(p)
+        let invite = try await p.waitForLine(prefix: "invite:")
+        let h = try NodeProcess(["run", "--listen", "0.0.0.0:7946", "--name", "h", "--invite", invite],
+                                launcher: lab.launcher(.home(0)))
+        processes.append(h)
+        try await [p, h].waitForMesh(alive: 2, timeout: .seconds(30))
+        let listener = try NodeProcess(["listen", "--json"], dataDirectory: h.dataDirectory, ownsDataDirectory: false)
+        processes.append(listener)
+        _ = try await listener.waitForLine(prefix: "ready", onStderr: true)
+        // Long enough for p to have tried h's record address (its first probes and gossip).
+        try await p.waitForStatus(timeout: .seconds(10), "p refused a destination") {
+            Self.counter("sendErrors", $0) > 0
+        }
+        let sent = try await NodeProcess.runCommand(["send", "--data-dir", p.dataDirectory, "--to", "h", "still here"])
+        #expect(sent.status == 0, "\(sent.stderr)")
+        try await waitUntil("h heard p", timeout: .seconds(10)) { Self.heard(listener).contains { $0.text == "still here" } }
+        #expect(p.stderr.contains("not sending to 10.0.1.2:7946: no route to it"), "\(p.stderr.suffix(600))")
+        #expect(try await p.status().members.contains { $0.name == "h" && $0.state == "alive" })
     }
 }
 

@@ -87,7 +87,8 @@ struct RelaySimulationTests {
         #expect(outcome == .satisfied, "\(replay): \(Self.describe(a, b))")
         guard let leaving = first, let other = publics.first(where: { $0 !== leaving }) else { return }
         leaving.leave(waitingForReplication: false)
-        let moved = mesh.simulator.run(for: .seconds(10), checkEvery: .milliseconds(100)) { _ in Self.relayed(a, b, through: other) }
+        // At the next check after the departure is known: within a few seconds.
+        let moved = mesh.simulator.run(for: .seconds(4), checkEvery: .milliseconds(100)) { _ in Self.relayed(a, b, through: other) }
         #expect(moved == .satisfied, "\(replay): \(Self.describe(a, b))")
         a.sendMessage([3], to: [b.id], mode: .reliable)
         mesh.simulator.run(for: .seconds(20))

@@ -331,7 +331,7 @@ public struct MemberPaths: Sendable {
                 path.relayedSince = nil
                 path.state = .direct
                 path.seekRelay = true
-            } else if now < heard + silence {
+            } else if now < heard + silence, !path.seekRelay {
                 continue
             }
             // Silent: the path (punched or not) is dead or was never there.
