@@ -183,7 +183,7 @@ extension MeshNode {
             datagramsSent: counters.datagramsSent, datagramsReceived: counters.datagramsReceived,
             bytesSent: counters.bytesSent, bytesReceived: counters.bytesReceived,
             dropped: Dictionary(uniqueKeysWithValues: counters.dropped.map { ($0.key.rawValue, $0.value) }),
-            sendErrors: sendErrors, retransmissions: core.delivery.retransmissions,
+            sendErrors: sendErrors + destinations.refusedSends, retransmissions: core.delivery.retransmissions,
             chunksFetched: counters.chunksFetched, chunksServed: counters.chunksServed,
             chunksRejected: counters.chunksRejected, chunkPayloadBytesSent: counters.chunkPayloadBytesSent,
             pieceReasks: core.assembler.reasks, piecesUnsolicited: counters.piecesUnsolicited,

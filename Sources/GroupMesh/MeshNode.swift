@@ -29,6 +29,9 @@ package actor MeshNode {
     let socketBuffers: SocketBuffers
     /// What the shell counts itself: the core never sees these.
     var sendErrors: UInt64 = 0
+    /// Destinations the kernel would refuse (no route, broadcast): never handed to the channel,
+    /// which one such send would close.
+    var destinations: DestinationCheck
     var simulatedDrops: UInt64 = 0
     /// Messages a reader (a `listen`, or a `messages()` stream) was too far behind to be given.
     var messagesDroppedForSlowReaders: UInt64 = 0
@@ -173,6 +176,7 @@ package actor MeshNode {
         self.configuration = configuration
         nodeID = identity.nodeID
         localAddress = address
+        destinations = DestinationCheck(local: address)
         inviteAddresses = addresses
         self.eventLoop = eventLoop
         self.logger = logger
@@ -442,7 +446,7 @@ package actor MeshNode {
     /// Written now, flushed once at the end of `runEffects`: a burst goes to the kernel in as few
     /// system calls as NIO can manage.
     private func write(_ datagram: ByteBuffer, to address: PeerAddress) {
-        guard !closed, let remote = try? address.socketAddress() else { return }
+        guard !closed, let remote = try? address.socketAddress(), admits(address, remote) else { return }
         let envelope = AddressedEnvelope(remoteAddress: remote, data: datagram)
         if trackLastWrite {
             let promise = eventLoop.makePromise(of: Void.self)
@@ -453,6 +457,16 @@ package actor MeshNode {
         }
     }
 
+    /// Whether `address` may go to the channel (`DestinationCheck`); a refused one is logged once
+    /// a minute. Its value was parsed from the wire, so printing it prints no member's text.
+    private func admits(_ address: PeerAddress, _ remote: SocketAddress) -> Bool {
+        let verdict = destinations.allows(address, remote: remote, now: .now())
+        if let reason = verdict.newReason {
+            logger.notice("not sending to \(address): \(reason)")
+        }
+        return verdict.allowed
+    }
+
     static let receiveOffload = System.supportsUDPReceiveOffload
     static let segmentationOffload = System.supportsUDPSegmentationOffload
 
@@ -460,7 +474,7 @@ package actor MeshNode {
     /// by one where the kernel cannot.
     private func writeSegments(_ batch: ByteBuffer, segmentSize: Int, count: Int, to address: PeerAddress) {
         guard count > 1, Self.segmentationOffload, !trackLastWrite, !closed,
-              let remote = try? address.socketAddress() else {
+              let remote = try? address.socketAddress(), admits(address, remote) else {
             var rest = batch
             while rest.readableBytes > 0, let datagram = rest.readSlice(length: min(segmentSize, rest.readableBytes)) {
                 write(datagram, to: address)

@@ -1,0 +1,78 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import MeshCrypto
+import NIOCore
+
+/// Destinations the kernel refuses outright: no route to them (a host without a default route,
+/// an address of another family than our socket's), or a broadcast address without
+/// `SO_BROADCAST`. NIO closes a datagram channel on any send error but `EMSGSIZE` and
+/// `EHOSTUNREACH`, so one such send would silently end the node's socket; and a member's record,
+/// an introduction or a remembered member can name any address. So every destination is checked
+/// once a minute with `connect(2)` on a scratch socket, which makes the same route decision as
+/// `sendmsg` without sending anything; a refused one is never handed to the channel. (Packets a
+/// firewall rejects on the way out, `EPERM`, are not caught: `connect` does not pass netfilter.)
+struct DestinationCheck {
+    static let validity: Duration = .seconds(60)
+    static let capacity = 4096
+
+    private let family: Int32
+    private var verdicts: [PeerAddress: (allowed: Bool, until: NIODeadline)] = [:]
+    /// Destinations refused (each send not made counts once).
+    private(set) var refusedSends: UInt64 = 0
+
+    /// For a socket bound to `local` (an IPv6 socket also reaches IPv4 through mapped addresses).
+    init(local: PeerAddress) {
+        family = local.isIPv6 ? AF_INET6 : AF_INET
+    }
+
+    /// Whether a datagram to `address` may go to the channel now; the reason when not (new
+    /// verdicts only: a refused destination is told once a minute).
+    mutating func allows(_ address: PeerAddress, remote: SocketAddress, now: NIODeadline) -> (allowed: Bool, newReason: String?) {
+        if let verdict = verdicts[address], now < verdict.until {
+            if !verdict.allowed { refusedSends += 1 }
+            return (verdict.allowed, nil)
+        }
+        if verdicts.count >= Self.capacity { verdicts = verdicts.filter { now < $0.value.until } }
+        if verdicts.count >= Self.capacity { verdicts.removeAll(keepingCapacity: true) }
+        let reason = Self.refusal(of: remote, family: family)
+        verdicts[address] = (reason == nil, now + .nanoseconds(Int64(Self.validity.nanosecondsClamped)))
+        if reason != nil { refusedSends += 1 }
+        return (reason == nil, reason)
+    }
+
+    /// Why the kernel would refuse to send to `remote` from a socket of `family`, or nil.
+    static func refusal(of remote: SocketAddress, family: Int32) -> String? {
+        let remoteFamily: Int32
+        switch remote {
+        case .v4: remoteFamily = AF_INET
+        case .v6: remoteFamily = AF_INET6
+        default: return "not an IP address"
+        }
+        if family == AF_INET, remoteFamily == AF_INET6 { return "an IPv6 address, and this node listens on IPv4" }
+        #if os(Linux)
+        let fd = socket(family, Int32(SOCK_DGRAM.rawValue), 0)
+        #else
+        let fd = socket(family, SOCK_DGRAM, 0)
+        #endif
+        guard fd >= 0 else { return nil }  // cannot tell: let the send decide
+        defer { close(fd) }
+        var target = remote
+        if family == AF_INET6, remoteFamily == AF_INET, case let .v4(v4) = remote {
+            // An IPv6 socket reaches IPv4 at ::ffff:a.b.c.d.
+            let bytes = withUnsafeBytes(of: v4.address.sin_addr.s_addr) { Array($0) }
+            let mapped = "::ffff:\(bytes.map(String.init).joined(separator: "."))"
+            guard let address = try? SocketAddress(ipAddress: mapped, port: remote.port ?? 0) else { return nil }
+            target = address
+        }
+        let result = target.withSockAddr { pointer, length in connect(fd, pointer, socklen_t(length)) }
+        guard result != 0 else { return nil }
+        switch errno {
+        case ENETUNREACH: return "no route to it (network unreachable)"
+        case EACCES: return "a broadcast address"
+        case EADDRNOTAVAIL: return "an address this host cannot send to"
+        case EAFNOSUPPORT, EINVAL: return "an address this socket cannot send to"
+        default: return nil  // EHOSTUNREACH and others: the send itself is harmless
+        }
+    }
+}
