@@ -11,7 +11,10 @@ import MeshTestKit
 /// - a `get` at home 1 of a 50 MiB attachment home 0 added (the only holder: P and home 1 are
 ///   lazy), across the punched path: the fetch rate (its "fetched" log line, and its second half)
 ///   and the `get` wall time, beside raw UDP through the same two NATs (the same datagram size,
-///   socket setup and flow control as `RawUDPTransfer`, home 0 → home 1).
+///   socket setup and flow control as `RawUDPTransfer`, home 0 → home 1);
+/// - with a home behind `MASQUERADE --random-fully` (symmetric) and one behind MASQUERADE, which
+///   cannot punch: the time to a relayed path through P both ways, a `get` of 20 MiB through it
+///   (P carries 4 MiB/s per pair at most), and P's CPU time per MiB it carried beside the holder's.
 enum NATLabScenario {
     static let port: UInt16 = 7946
     static let rawPort: UInt16 = 7950
@@ -48,6 +51,18 @@ enum NATLabScenario {
         print("  raw UDP home 0 → home 1 through both NATs (1,472 B datagrams, GSO/GRO): "
               + raw.map { format($0) }.joined(separator: ", ") + " MiB/s")
         let rawName = "raw UDP through the same two NATs"
+        let relayLab = try NATLab(publicHosts: 1, homes: [.symmetric, .endpointIndependent])
+        defer { relayLab.tearDown() }
+        let relayFile = directory + "/relayed.bin"
+        try writeRandomFile(relayFile, size: relaySize, using: &generator)
+        var relays: [Relayed] = []
+        for run in 0..<runs {
+            let outcome = try await relayRun(lab: relayLab, file: relayFile)
+            relays.append(outcome)
+            print("  run \(run + 1): relayed both ways \(format(outcome.relayed)) s after the homes started; get of 20 MiB: "
+                  + "fetch \(format(outcome.fetch)) MiB/s, wall time \(format(outcome.get)) MiB/s; the relay's CPU "
+                  + "\(format(outcome.relayCPU)) ms per MiB carried, the holder's \(format(outcome.holderCPU)) ms per MiB sent")
+        }
         return [
             BenchResult(scenario: "natlab: home nodes started → punched path between two MASQUERADE homes (median of \(runs))",
                         figure: median(punchTimes), unit: "s", baselineName: "slowest run", baseline: punchTimes.max() ?? 0,
@@ -58,7 +73,64 @@ enum NATLabScenario {
                         unit: "MiB/s", baselineName: rawName, baseline: rawRate, goal: "-"),
             BenchResult(scenario: "natlab: get wall time", figure: median(fetches.map(\.getRate)), unit: "MiB/s",
                         baselineName: "the fetch alone", baseline: median(fetches.map(\.rate)), goal: "-"),
+            BenchResult(scenario: "natlab: home nodes started → relayed path between a symmetric and a MASQUERADE home",
+                        figure: median(relays.map(\.relayed)), unit: "s", baselineName: "slowest run",
+                        baseline: relays.map(\.relayed).max() ?? 0, goal: "-"),
+            BenchResult(scenario: "natlab: get of 20 MiB through a relay, wall time", figure: median(relays.map(\.get)),
+                        unit: "MiB/s", baselineName: "the relay's per-pair rate", baseline: 4, goal: "-"),
+            BenchResult(scenario: "natlab: the relay's CPU per MiB carried", figure: median(relays.map(\.relayCPU)),
+                        unit: "ms/MiB", baselineName: "the holder's per MiB sent", baseline: median(relays.map(\.holderCPU)),
+                        goal: "-"),
         ]
+    }
+
+    static let relaySize = 20 << 20
+
+    struct Relayed { var relayed = 0.0, fetch = 0.0, get = 0.0, relayCPU = 0.0, holderCPU = 0.0 }
+
+    /// P on the internet, s behind a symmetric NAT holding the file, h behind MASQUERADE fetching
+    /// it (P and h lazy): everything between s and h goes through P.
+    static func relayRun(lab: NATLab, file: String) async throws -> Relayed {
+        if NATLab.conntrackCommand != nil { for home in lab.homes.indices { _ = try? lab.flushConntrack(home: home) } }
+        var nodes: [NodeProcess] = []
+        defer { TransferScenario.stop(nodes) }
+        func start(_ name: String, on host: NATLab.Host, invite: String?, lazy: Bool) throws -> NodeProcess {
+            let node = try startNode(name, on: host, in: lab, invite: invite, lazy: lazy)
+            nodes.append(node)
+            return node
+        }
+        let p = try start("p", on: .publicHost(0), invite: nil, lazy: true)
+        let invite = try await p.waitForLine(prefix: "invite:")
+        let started = ContinuousClock.now
+        let s = try start("s", on: .home(0), invite: invite, lazy: false)
+        let h = try start("h", on: .home(1), invite: invite, lazy: true)
+        func relayed(_ node: NodeProcess, _ other: String) -> Bool {
+            (try? TransferScenario.client(node).status().members.contains { $0.name == other && $0.path == "relayed" }) ?? false
+        }
+        try await waitUntil("both homes relayed", timeout: .seconds(90), every: .milliseconds(20)) {
+            relayed(s, "h") && relayed(h, "s")
+        }
+        var outcome = Relayed(relayed: (ContinuousClock.now - started).seconds)
+        let id = try await TransferScenario.attach(file, on: s)
+        try await waitUntil("h lists the attachment", timeout: .seconds(30), every: .milliseconds(20)) {
+            (try? TransferScenario.client(h).status().attachments.contains { $0.id == id }) ?? false
+        }
+        let output = h.dataDirectory + "/fetched.bin"
+        let (relayBefore, holderBefore) = (ProcessStats.cpuSeconds(p.pid), ProcessStats.cpuSeconds(s.pid))
+        let getStarted = ContinuousClock.now
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", h.dataDirectory, id, "--output", output],
+                                                   timeout: .seconds(300))
+        let getSeconds = (ContinuousClock.now - getStarted).seconds
+        guard get.status == 0 else { throw NodeProcessError.exited(status: get.status, stderr: get.stderr) }
+        let mebibytes = Double(relaySize) / 1_048_576
+        outcome.get = mebibytes / max(getSeconds, 1e-3)
+        outcome.relayCPU = (ProcessStats.cpuSeconds(p.pid) - relayBefore) * 1000 / mebibytes
+        outcome.holderCPU = (ProcessStats.cpuSeconds(s.pid) - holderBefore) * 1000 / mebibytes
+        if let line = try? await h.waitForLine(prefix: "", timeout: .seconds(5), onStderr: true, containing: " fetched"),
+           let seconds = TransferScenario.field("seconds", in: line), seconds > 0 {
+            outcome.fetch = mebibytes / seconds
+        }
+        return outcome
     }
 
     struct Fetch { var rate = 0.0, secondHalf = 0.0, getRate = 0.0, datagramSize = 0 }
@@ -67,10 +139,7 @@ enum NATLabScenario {
         var nodes: [NodeProcess] = []
         defer { TransferScenario.stop(nodes) }
         func start(_ name: String, on host: NATLab.Host, invite: String?, lazy: Bool) throws -> NodeProcess {
-            var arguments = ["run", "--listen", "0.0.0.0:\(port)", "--name", name, "--log-level", "info"]
-            if let invite { arguments += ["--invite", invite] }
-            if lazy { arguments.append("--lazy") }
-            let node = try NodeProcess(arguments, launcher: lab.launcher(host))
+            let node = try startNode(name, on: host, in: lab, invite: invite, lazy: lazy)
             nodes.append(node)
             return node
         }
@@ -125,6 +194,14 @@ enum NATLabScenario {
         let result = RawUDPTransfer.run(bytes: size, datagramSize: 1472, sender: sender, receiver: receiver,
                                         destination: destination)
         return result.mebibytesPerSecond
+    }
+
+    /// A release `groupmesh run` inside `host`, at the lab's port, logging its fetches.
+    static func startNode(_ name: String, on host: NATLab.Host, in lab: NATLab, invite: String?, lazy: Bool) throws -> NodeProcess {
+        var arguments = ["run", "--listen", "0.0.0.0:\(port)", "--name", name, "--log-level", "info"]
+        if let invite { arguments += ["--invite", invite] }
+        if lazy { arguments.append("--lazy") }
+        return try NodeProcess(arguments, launcher: lab.launcher(host))
     }
 
     static func format(_ value: Double) -> String { BenchReport.format(value) }

@@ -43,7 +43,7 @@ struct NATLabTests {
 
     /// One public member P (lazy: it holds no chunks, so the attachment can come only from h1) and
     /// two homes behind ordinary MASQUERADE: the homes reach each other only through a punched path.
-    @Test("two homes behind MASQUERADE: punched both ways, a message and a 50 MiB attachment cross; a flushed mapping heals, one that maps elsewhere is punched again; nobody dead",
+    @Test("two homes behind MASQUERADE: punched both ways, a message and a 50 MiB attachment cross; a flushed mapping heals, one that maps elsewhere is punched again; nobody dead; the path outlives the public member",
           .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func twoHomesPunch() async throws {
         let lab = try NATLab(publicHosts: 1, homes: [.endpointIndependent, .endpointIndependent])
@@ -105,26 +105,7 @@ struct NATLabTests {
         #expect(Self.heard(listener).filter { $0.text == "across two NATs" }.map(\.mode) == ["reliable"])
 
         // 3. 50 MiB attached at h1 (the only holder: P and h2 are lazy), fetched by h2 with get.
-        let size = 50 << 20
-        let file = NodeProcess.makeTemporaryDirectory("natlab-file") + "/attachment.bin"
-        let bytes = try #require(FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: size))
-        try bytes.write(to: URL(fileURLWithPath: file))
-        let attach = try await NodeProcess.runCommand(["attach", "--data-dir", h1.dataDirectory, file], timeout: .seconds(60))
-        #expect(attach.status == 0, "\(attach.stderr)")
-        let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        try await waitUntil("h2 lists the attachment", timeout: .seconds(20), every: .milliseconds(50)) {
-            let listed = try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", h2.dataDirectory])
-            return listed.stdout.contains(id)
-        }
-        let output = h2.dataDirectory + "/fetched.bin"
-        let getStarted = ContinuousClock.now
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", h2.dataDirectory, id, "--output", output],
-                                                   timeout: .seconds(120))
-        let getTime = ContinuousClock.now - getStarted
-        #expect(get.status == 0, "\(get.stderr)")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes, "the fetched bytes differ")
-        try? FileManager.default.removeItem(atPath: output)
-        try? FileManager.default.removeItem(atPath: (file as NSString).deletingLastPathComponent)
+        let getTime = try await Self.transfer(50 << 20, from: h1, to: h2)
         print("natlab: get of 50 MiB across the punched path took \(Self.seconds(getTime))")
         let afterGet = try await h2.status()
         #expect(Self.punched("h1", in: afterGet), "h1's path at h2 after the get: \(Self.member("h1", in: afterGet).map { "\($0.state) \($0.path ?? "-")" } ?? "-")")
@@ -176,6 +157,41 @@ struct NATLabTests {
         #expect(watch.deaths.isEmpty, "\(watch.summary)")
         #expect(try await Self.exchange("after the new mapping", h1: h1, h2: h2, listeners: (h1Listener, listener)))
         try await h1.waitForStatus(timeout: .seconds(30), "h1 adopts its new public address") { $0.`self`.reflexiveAddress == moved }
+
+        // 6. The public member leaves: the punched path between the homes stays, and carries.
+        let left = try await NodeProcess.runCommand(["leave", "--now", "--data-dir", p.dataDirectory], timeout: .seconds(30))
+        #expect(left.status == 0, "\(left.stderr)")
+        for node in [h1, h2] {
+            try await node.waitForStatus(timeout: .seconds(10), "p left") { Self.member("p", in: $0)?.state == "left" }
+        }
+        #expect(try await Self.exchange("without p", h1: h1, h2: h2, listeners: (h1Listener, listener)))
+        let (one, two) = (try await h1.status(), try await h2.status())
+        #expect(Self.punched("h2", in: one) && Self.punched("h1", in: two))
+    }
+
+    /// `size` random bytes attached at `holder`, fetched by `fetcher` with `get` (once it lists
+    /// them) and compared; how long the `get` took.
+    static func transfer(_ size: Int, from holder: NodeProcess, to fetcher: NodeProcess) async throws -> Duration {
+        let file = NodeProcess.makeTemporaryDirectory("natlab-file") + "/attachment.bin"
+        defer { try? FileManager.default.removeItem(atPath: (file as NSString).deletingLastPathComponent) }
+        let bytes = try #require(FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: size))
+        try bytes.write(to: URL(fileURLWithPath: file))
+        let attach = try await NodeProcess.runCommand(["attach", "--data-dir", holder.dataDirectory, file], timeout: .seconds(60))
+        #expect(attach.status == 0, "\(attach.stderr)")
+        let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        try await waitUntil("the fetcher lists the attachment", timeout: .seconds(20), every: .milliseconds(50)) {
+            let listed = try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", fetcher.dataDirectory])
+            return listed.stdout.contains(id)
+        }
+        let output = fetcher.dataDirectory + "/fetched.bin"
+        defer { try? FileManager.default.removeItem(atPath: output) }
+        let started = ContinuousClock.now
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", fetcher.dataDirectory, id, "--output", output],
+                                                   timeout: .seconds(120))
+        let took = ContinuousClock.now - started
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes, "the fetched bytes differ")
+        return took
     }
 
     /// Datagrams of the messenger's kind (messages and their acknowledgements) a node opened.
@@ -325,25 +341,7 @@ struct NATLabTests {
         let openedBefore = try await publics.asyncMap { Self.messagesOpened(try await $0.1.status()) }
         #expect(try await Self.exchange("relayed", h1: s, h2: h, names: ("s", "h"), listeners: (sListener, hListener)))
         let size = 20 << 20
-        let file = NodeProcess.makeTemporaryDirectory("natlab-relay") + "/attachment.bin"
-        let bytes = try #require(FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: size))
-        try bytes.write(to: URL(fileURLWithPath: file))
-        let attach = try await NodeProcess.runCommand(["attach", "--data-dir", s.dataDirectory, file], timeout: .seconds(60))
-        #expect(attach.status == 0, "\(attach.stderr)")
-        let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        try await waitUntil("h lists the attachment", timeout: .seconds(20), every: .milliseconds(50)) {
-            let listed = try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", h.dataDirectory])
-            return listed.stdout.contains(id)
-        }
-        let output = h.dataDirectory + "/fetched.bin"
-        let getStarted = ContinuousClock.now
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", h.dataDirectory, id, "--output", output],
-                                                   timeout: .seconds(120))
-        let getTime = ContinuousClock.now - getStarted
-        #expect(get.status == 0, "\(get.stderr)")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes, "the fetched bytes differ")
-        try? FileManager.default.removeItem(atPath: output)
-        try? FileManager.default.removeItem(atPath: (file as NSString).deletingLastPathComponent)
+        let getTime = try await Self.transfer(size, from: s, to: h)
         print("natlab: get of 20 MiB through a relay took \(Self.seconds(getTime))")
         // The relays carried it sealed: their own stores, messengers and inner-datagram counters saw nothing.
         var carried = 0
