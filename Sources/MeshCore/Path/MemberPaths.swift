@@ -331,7 +331,7 @@ public struct MemberPaths: Sendable {
                 path.relayedSince = nil
                 path.state = .direct
                 path.seekRelay = true
-            } else if now < heard + silence, !path.seekRelay {
+            } else if now < heard + (path.lastDirect == nil ? firstSilence(silence) : silence), !path.seekRelay {
                 continue
             }
             // Silent: the path (punched or not) is dead or was never there.
@@ -356,6 +356,14 @@ public struct MemberPaths: Sendable {
             request(for: peer, &path, introducers: introducers, now: now, into: &actions)
         }
         return actions
+    }
+
+    /// How long a member never heard directly may stay so before it is introduced: half the
+    /// silence of a path that worked (which allows for a member that is only quiet), at least
+    /// `Settings.silence`. A member behind another NAT is silent from the start; one on a
+    /// working path answers our first probe, within one round.
+    func firstSilence(_ silence: Duration) -> Duration {
+        max(settings.silence, silence / 2)
     }
 
     /// An introduction to `peer` through the first of `introducers`, when the last one's wait is over.
