@@ -37,8 +37,6 @@ enum NATLabScenario {
         var punchTimes: [Double] = []
         var fetches: [Fetch] = []
         for run in 0..<runs {
-            // Each run starts from routers that remember nothing.
-            if NATLab.conntrackCommand != nil { for home in lab.homes.indices { _ = try? lab.flushConntrack(home: home) } }
             let outcome = try await oneRun(lab: lab, file: file, size: size)
             punchTimes.append(outcome.punch)
             fetches.append(outcome.fetch)
@@ -87,55 +85,29 @@ enum NATLabScenario {
     static let relaySize = 20 << 20
 
     struct Relayed { var relayed = 0.0, fetch = 0.0, get = 0.0, relayCPU = 0.0, holderCPU = 0.0 }
+    struct Fetch { var rate = 0.0, secondHalf = 0.0, getRate = 0.0, datagramSize = 0 }
 
     /// P on the internet, s behind a symmetric NAT holding the file, h behind MASQUERADE fetching
     /// it (P and h lazy): everything between s and h goes through P.
     static func relayRun(lab: NATLab, file: String) async throws -> Relayed {
-        if NATLab.conntrackCommand != nil { for home in lab.homes.indices { _ = try? lab.flushConntrack(home: home) } }
-        var nodes: [NodeProcess] = []
-        defer { TransferScenario.stop(nodes) }
-        func start(_ name: String, on host: NATLab.Host, invite: String?, lazy: Bool) throws -> NodeProcess {
-            let node = try startNode(name, on: host, in: lab, invite: invite, lazy: lazy)
-            nodes.append(node)
-            return node
-        }
-        let p = try start("p", on: .publicHost(0), invite: nil, lazy: true)
-        let invite = try await p.waitForLine(prefix: "invite:")
-        let started = ContinuousClock.now
-        let s = try start("s", on: .home(0), invite: invite, lazy: false)
-        let h = try start("h", on: .home(1), invite: invite, lazy: true)
-        func relayed(_ node: NodeProcess, _ other: String) -> Bool {
-            (try? TransferScenario.client(node).status().members.contains { $0.name == other && $0.path == "relayed" }) ?? false
-        }
-        try await waitUntil("both homes relayed", timeout: .seconds(90), every: .milliseconds(20)) {
-            relayed(s, "h") && relayed(h, "s")
-        }
-        var outcome = Relayed(relayed: (ContinuousClock.now - started).seconds)
-        let id = try await TransferScenario.attach(file, on: s)
-        try await waitUntil("h lists the attachment", timeout: .seconds(30), every: .milliseconds(20)) {
-            (try? TransferScenario.client(h).status().attachments.contains { $0.id == id }) ?? false
-        }
-        let output = h.dataDirectory + "/fetched.bin"
-        let (relayBefore, holderBefore) = (ProcessStats.cpuSeconds(p.pid), ProcessStats.cpuSeconds(s.pid))
-        let getStarted = ContinuousClock.now
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", h.dataDirectory, id, "--output", output],
-                                                   timeout: .seconds(300))
-        let getSeconds = (ContinuousClock.now - getStarted).seconds
-        guard get.status == 0 else { throw NodeProcessError.exited(status: get.status, stderr: get.stderr) }
+        let run = try await pairRun(lab: lab, file: file, size: relaySize, path: "relayed")
         let mebibytes = Double(relaySize) / 1_048_576
-        outcome.get = mebibytes / max(getSeconds, 1e-3)
-        outcome.relayCPU = (ProcessStats.cpuSeconds(p.pid) - relayBefore) * 1000 / mebibytes
-        outcome.holderCPU = (ProcessStats.cpuSeconds(s.pid) - holderBefore) * 1000 / mebibytes
-        if let line = try? await h.waitForLine(prefix: "", timeout: .seconds(5), onStderr: true, containing: " fetched"),
-           let seconds = TransferScenario.field("seconds", in: line), seconds > 0 {
-            outcome.fetch = mebibytes / seconds
-        }
-        return outcome
+        return Relayed(relayed: run.pathTime, fetch: run.fetch.rate, get: run.fetch.getRate,
+                       relayCPU: run.cpu.public * 1000 / mebibytes, holderCPU: run.cpu.holder * 1000 / mebibytes)
     }
 
-    struct Fetch { var rate = 0.0, secondHalf = 0.0, getRate = 0.0, datagramSize = 0 }
-
     static func oneRun(lab: NATLab, file: String, size: Int) async throws -> (punch: Double, fetch: Fetch) {
+        let run = try await pairRun(lab: lab, file: file, size: size, path: "punched")
+        return (run.pathTime, run.fetch)
+    }
+
+    /// Fresh nodes on routers that remember nothing: P (lazy) on the internet, home 0 holding
+    /// `file`, home 1 (lazy) fetching it with `get` once each home shows the other on `path`
+    /// (`punched`, `relayed`). How long that took from the homes' start, the fetch, and the CPU
+    /// seconds P and home 0 spent during the `get`.
+    static func pairRun(lab: NATLab, file: String, size: Int, path: String) async throws
+        -> (pathTime: Double, fetch: Fetch, cpu: (public: Double, holder: Double)) {
+        if NATLab.conntrackCommand != nil { for home in lab.homes.indices { _ = try? lab.flushConntrack(home: home) } }
         var nodes: [NodeProcess] = []
         defer { TransferScenario.stop(nodes) }
         func start(_ name: String, on host: NATLab.Host, invite: String?, lazy: Bool) throws -> NodeProcess {
@@ -148,25 +120,27 @@ enum NATLabScenario {
         let started = ContinuousClock.now
         let h0 = try start("h0", on: .home(0), invite: invite, lazy: false)
         let h1 = try start("h1", on: .home(1), invite: invite, lazy: true)
-        func punched(_ node: NodeProcess, _ other: String) -> Bool {
-            (try? TransferScenario.client(node).status().members.contains { $0.name == other && $0.path == "punched" }) ?? false
+        func onPath(_ node: NodeProcess, _ other: String) -> Bool {
+            (try? TransferScenario.client(node).status().members.contains { $0.name == other && $0.path == path }) ?? false
         }
-        try await waitUntil("both homes punched", timeout: .seconds(60), every: .milliseconds(20)) {
-            punched(h0, "h1") && punched(h1, "h0")
+        try await waitUntil("both homes \(path)", timeout: .seconds(90), every: .milliseconds(20)) {
+            onPath(h0, "h1") && onPath(h1, "h0")
         }
-        let punch = (ContinuousClock.now - started).seconds
+        let pathTime = (ContinuousClock.now - started).seconds
 
         let id = try await TransferScenario.attach(file, on: h0)
         try await waitUntil("home 1 lists the attachment", timeout: .seconds(30), every: .milliseconds(20)) {
             (try? TransferScenario.client(h1).status().attachments.contains { $0.id == id }) ?? false
         }
         let output = h1.dataDirectory + "/fetched.bin"
+        let cpuBefore = (ProcessStats.cpuSeconds(p.pid), ProcessStats.cpuSeconds(h0.pid))
         let getStarted = ContinuousClock.now
         let get = try await NodeProcess.runCommand(["get", "--data-dir", h1.dataDirectory, id, "--output", output],
                                                    timeout: .seconds(300))
         let getSeconds = (ContinuousClock.now - getStarted).seconds
+        let cpu = (ProcessStats.cpuSeconds(p.pid) - cpuBefore.0, ProcessStats.cpuSeconds(h0.pid) - cpuBefore.1)
         guard get.status == 0 else { throw NodeProcessError.exited(status: get.status, stderr: get.stderr) }
-        guard punched(h1, "h0") else { throw NodeProcessError.timeout("the path was no longer punched after the get") }
+        guard onPath(h1, "h0") else { throw NodeProcessError.timeout("the path was no longer \(path) after the get") }
         var fetch = Fetch(getRate: Double(size) / 1_048_576 / max(getSeconds, 1e-3))
         if let line = try? await h1.waitForLine(prefix: "", timeout: .seconds(5), onStderr: true, containing: " fetched"),
            let seconds = TransferScenario.field("seconds", in: line), seconds > 0 {
@@ -174,7 +148,7 @@ enum NATLabScenario {
             fetch.secondHalf = TransferScenario.field("secondHalfMiBps", in: line) ?? 0
         }
         fetch.datagramSize = (try? TransferScenario.client(h1).status().members.compactMap(\.datagramSize).max()) ?? 0
-        return (punch, fetch)
+        return (pathTime, fetch, cpu)
     }
 
     /// Raw UDP from home 0 to home 1 through both routers, after a raw punch; nil if it failed.
