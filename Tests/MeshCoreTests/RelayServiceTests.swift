@@ -48,6 +48,19 @@ import Testing
         #expect(forwarded == 15)
     }
 
+    @Test func aRelayThatCarriesAllItCanRefusesNewPairsAndKeepsItsOwn() {
+        var settings = RelayService.Settings()
+        settings.totalBurst = 8000
+        settings.totalRate = 1000
+        var relay = RelayService(settings: settings)
+        // One pair takes nearly all the relay's room.
+        for _ in 0..<7 { _ = relay.admit(1000, from: Self.a, to: Self.b, reachable: true, now: Self.start) }
+        #expect(relay.admit(100, from: Self.c, to: Self.b, reachable: true, now: Self.start) == .refuse(.busy, answer: true))
+        // The pair it carries goes on within what is left; once room comes back, a new pair is taken.
+        #expect(relay.admit(500, from: Self.a, to: Self.b, reachable: true, now: Self.start) == .forward)
+        #expect(relay.admit(100, from: Self.c, to: Self.b, reachable: true, now: Self.start + .seconds(8)) == .forward)
+    }
+
     @Test func refusalsAreAnsweredOnceASecondPerPair() {
         var settings = RelayService.Settings()
         settings.enabled = false

@@ -169,6 +169,7 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .relayDelivery(RelayedDatagram(peer: zero, datagram: buffer(rng.bytes(64)))),
         .relayDelivery(RelayedDatagram(peer: some, datagram: buffer(rng.bytes(RelayedDatagram.maxDatagramSize)))),
         .relayRefusal(RelayRefusal(peer: some, reason: .disabled)), .relayRefusal(RelayRefusal(peer: ones, reason: .unreachable)),
+        .relayRefusal(RelayRefusal(peer: zero, reason: .busy)),
         .chunkPiece(ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 0, payload: buffer(rng.bytes(1099)))),
         .chunkPiece(ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 2, sentAt: .max,
                                payload: buffer(rng.bytes(802)))),

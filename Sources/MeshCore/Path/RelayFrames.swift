@@ -42,6 +42,8 @@ public struct RelayRefusal: WireBody {
         case disabled = 0
         /// `peer` is no member this relay reaches on a path of its own.
         case unreachable = 1
+        /// This relay carries all it can for the pairs it has: ask one with room.
+        case busy = 2
     }
 
     public var peer: NodeID

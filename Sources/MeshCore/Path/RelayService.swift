@@ -15,6 +15,7 @@ public struct RelayService: Sendable {
         public var totalRate = 32 << 20
         public var totalBurst = 2 << 20
         /// Refusals sent per pair: a sender learns it at once, a flood of forwards gets few answers.
+        /// (A new pair is refused, `busy`, while less than a quarter of `totalBurst` is left.)
         public var refusalInterval: Duration = .seconds(1)
         /// Pairs whose rate is tracked; the longest idle is forgotten past this (a full bucket).
         public var maxPairs = 1024
@@ -49,10 +50,14 @@ public struct RelayService: Sendable {
         var level: Double
         var at: MeshInstant
 
-        mutating func take(_ bytes: Int, rate: Int, burst: Int, now: MeshInstant) -> Bool {
+        mutating func refill(rate: Int, burst: Int, now: MeshInstant) {
             let elapsed = max(0, (now - at).milliseconds / 1000)
             level = min(Double(burst), level + elapsed * Double(rate))
             at = now
+        }
+
+        mutating func take(_ bytes: Int, rate: Int, burst: Int, now: MeshInstant) -> Bool {
+            refill(rate: rate, burst: burst, now: now)
             guard level >= Double(bytes) else { return false }
             level -= Double(bytes)
             return true
@@ -73,23 +78,20 @@ public struct RelayService: Sendable {
     /// of our own (not through another relay: relays are never chained).
     public mutating func admit(_ bytes: Int, from: NodeID, to: NodeID, reachable: Bool, now: MeshInstant) -> Verdict {
         let pair = Pair(from: from, to: to)
-        guard settings.enabled, reachable else {
-            counters.refused += 1
-            let answer = refusedAt[pair].map { now >= $0 + settings.refusalInterval } ?? true
-            if answer {
-                if refusedAt.count >= settings.maxPairs { refusedAt = refusedAt.filter { now < $0.value + settings.refusalInterval } }
-                if refusedAt.count >= settings.maxPairs, let oldest = refusedAt.min(by: { $0.value < $1.value }) {
-                    refusedAt[oldest.key] = nil
-                }
-                refusedAt[pair] = now
+        guard settings.enabled else { return refuse(pair, .disabled, now: now) }
+        guard reachable else { return refuse(pair, .unreachable, now: now) }
+        var all = total ?? Bucket(level: Double(settings.totalBurst), at: now)
+        if buckets[pair] == nil {
+            // A new pair while the pairs we carry use (nearly) all we carry: it goes to a relay
+            // with room, instead of taking a share of ours by losses.
+            all.refill(rate: settings.totalRate, burst: settings.totalBurst, now: now)
+            total = all
+            if all.level < Double(settings.totalBurst) / 4 { return refuse(pair, .busy, now: now) }
+            if buckets.count >= settings.maxPairs, let idle = buckets.min(by: { $0.value.at < $1.value.at }) {
+                buckets[idle.key] = nil
             }
-            return .refuse(settings.enabled ? .unreachable : .disabled, answer: answer)
-        }
-        if buckets[pair] == nil, buckets.count >= settings.maxPairs, let idle = buckets.min(by: { $0.value.at < $1.value.at }) {
-            buckets[idle.key] = nil
         }
         var bucket = buckets[pair] ?? Bucket(level: Double(settings.pairBurst), at: now)
-        var all = total ?? Bucket(level: Double(settings.totalBurst), at: now)
         defer { buckets[pair] = bucket; total = all }
         // The pair's own bucket first: an over-rate pair does not spend everyone's.
         guard bucket.take(bytes, rate: settings.pairRate, burst: settings.pairBurst, now: now) else {
@@ -104,6 +106,20 @@ public struct RelayService: Sendable {
         counters.forwardedDatagrams += 1
         counters.forwardedBytes += UInt64(bytes)
         return .forward
+    }
+
+    /// Not carried: the sender is told why, at most once per `refusalInterval` per pair.
+    private mutating func refuse(_ pair: Pair, _ reason: RelayRefusal.Reason, now: MeshInstant) -> Verdict {
+        counters.refused += 1
+        let answer = refusedAt[pair].map { now >= $0 + settings.refusalInterval } ?? true
+        if answer {
+            if refusedAt.count >= settings.maxPairs { refusedAt = refusedAt.filter { now < $0.value + settings.refusalInterval } }
+            if refusedAt.count >= settings.maxPairs, let oldest = refusedAt.min(by: { $0.value < $1.value }) {
+                refusedAt[oldest.key] = nil
+            }
+            refusedAt[pair] = now
+        }
+        return .refuse(reason, answer: answer)
     }
 
     /// Pairs whose rate or refusals are tracked now.
