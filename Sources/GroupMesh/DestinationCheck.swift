@@ -10,14 +10,17 @@ import NIOCore
 /// `EHOSTUNREACH`, so one such send would silently end the node's socket; and a member's record,
 /// an introduction or a remembered member can name any address. So every destination is checked
 /// once a minute with `connect(2)` on a scratch socket, which makes the same route decision as
-/// `sendmsg` without sending anything; a refused one is never handed to the channel. (Packets a
-/// firewall rejects on the way out, `EPERM`, are not caught: `connect` does not pass netfilter.)
+/// `sendmsg` without sending anything; a refused one is never handed to the channel. What an
+/// outbound firewall rule refuses (`EPERM`) only a send shows: the first datagrams to a
+/// destination go out with a promise until one was written (`confirmed`), and a failed one is
+/// tried again alone, empty, from a scratch socket (`written`): a destination that fails there
+/// too is refused for a minute. (The failed send itself closed NIO's channel; the node reopens it.)
 struct DestinationCheck {
     static let validity: Duration = .seconds(60)
     static let capacity = 4096
 
     private let family: Int32
-    private var verdicts: [PeerAddress: (allowed: Bool, until: NIODeadline)] = [:]
+    private var verdicts: [PeerAddress: (allowed: Bool, until: NIODeadline, confirmed: Bool)] = [:]
     /// Destinations refused (each send not made counts once).
     private(set) var refusedSends: UInt64 = 0
 
@@ -28,17 +31,53 @@ struct DestinationCheck {
 
     /// Whether a datagram to `address` may go to the channel now; the reason when not (new
     /// verdicts only: a refused destination is told once a minute).
-    mutating func allows(_ address: PeerAddress, remote: SocketAddress, now: NIODeadline) -> (allowed: Bool, newReason: String?) {
+    /// `confirmed`: a datagram to it was written since the verdict (else the caller watches the
+    /// write, and tells `written`).
+    mutating func allows(_ address: PeerAddress, remote: SocketAddress, now: NIODeadline)
+        -> (allowed: Bool, newReason: String?, confirmed: Bool) {
         if let verdict = verdicts[address], now < verdict.until {
             if !verdict.allowed { refusedSends += 1 }
-            return (verdict.allowed, nil)
+            return (verdict.allowed, nil, verdict.confirmed)
         }
         if verdicts.count >= Self.capacity { verdicts = verdicts.filter { now < $0.value.until } }
         if verdicts.count >= Self.capacity { verdicts.removeAll(keepingCapacity: true) }
         let reason = Self.refusal(of: remote, family: family)
-        verdicts[address] = (reason == nil, now + .nanoseconds(Int64(Self.validity.nanosecondsClamped)))
+        verdicts[address] = (reason == nil, now + Self.validityDeadline, false)
         if reason != nil { refusedSends += 1 }
-        return (reason == nil, reason)
+        return (reason == nil, reason, false)
+    }
+
+    private static var validityDeadline: TimeAmount { .nanoseconds(Int64(validity.nanosecondsClamped)) }
+
+    /// A watched write to `address` ended: written (it is confirmed), or failed. A failure may be
+    /// another datagram's (a channel that closes fails every write queued with the same error),
+    /// so the destination is tried alone: the reason when it fails there too (refused from now).
+    mutating func written(_ address: PeerAddress, remote: SocketAddress, failed: Bool, now: NIODeadline) -> String? {
+        guard var verdict = verdicts[address], verdict.allowed else { return nil }
+        guard failed else {
+            verdict.confirmed = true
+            verdicts[address] = verdict
+            return nil
+        }
+        guard let reason = Self.sendRefusal(to: remote, family: family) else { return nil }
+        verdicts[address] = (false, now + Self.validityDeadline, false)
+        return reason
+    }
+
+    /// Why an empty datagram to `remote` from a scratch socket is refused (`EPERM`: a firewall
+    /// rule), or nil when it goes.
+    static func sendRefusal(to remote: SocketAddress, family: Int32) -> String? {
+        #if os(Linux)
+        let fd = socket(family, Int32(SOCK_DGRAM.rawValue), 0)
+        #else
+        let fd = socket(family, SOCK_DGRAM, 0)
+        #endif
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        let result = remote.withSockAddr { pointer, length in sendto(fd, nil, 0, 0, pointer, socklen_t(length)) }
+        guard result < 0 else { return nil }
+        let code = errno
+        return "the kernel refuses to send there (\(String(cString: strerror(code))): a firewall rule?)"
     }
 
     /// Why the kernel would refuse to send to `remote` from a socket of `family`, or nil.

@@ -20,7 +20,11 @@ package actor MeshNode {
     let eventLoop: any EventLoop
     let logger: Logger
     var core: NodeInstance
-    private let channel: any Channel
+    /// The UDP socket; reopened on the same port if NIO closes it under us (`datagramsClosed`).
+    private var channel: any Channel
+    /// When the UDP socket was reopened lately (at most `maxReopensPerMinute`).
+    private var reopenedAt: [MeshInstant] = []
+    static let maxReopensPerMinute = 5
     private var controlChannel: (any Channel)?
     var controlConnections: ControlConnections?
     /// `listen` connections, handed each message as it is delivered (no queue between).
@@ -121,6 +125,7 @@ package actor MeshNode {
             return
         }
         slot.node = self
+        watchDatagrams()
         if configuration.controlSocket {
             do {
                 let connections = ControlConnections(eventLoop: eventLoop)
@@ -196,6 +201,51 @@ package actor MeshNode {
     /// copied data dir) agree on which started later (PROTOCOL.md §4, identity conflicts).
     static func newBootID() -> UInt64 {
         UInt64(UInt32(clamping: time(nil))) << 32 | (SecureRandom.uint64() & 0xFFFF_FFFF)
+    }
+
+    /// NIO closes a datagram channel on a send error it does not expect (`EPERM` from an outbound
+    /// firewall rule; `DestinationCheck` keeps the others away): the node would run on, deaf.
+    private func watchDatagrams() {
+        let watched = channel
+        watched.closeFuture.whenComplete { [self] _ in
+            eventLoop.execute { self.assumeIsolated { $0.datagramsClosed(watched) } }
+        }
+    }
+
+    /// The UDP socket closed, not by `stop`: it is opened again on the same port, at most five
+    /// times a minute; past that, or if the port cannot be had, the node stops and says why.
+    private func datagramsClosed(_ watched: any Channel) {
+        guard !closed, watched === channel else { return }
+        sendErrors += 1
+        reopenedAt = reopenedAt.filter { now < $0 + .seconds(60) }
+        guard reopenedAt.count < Self.maxReopensPerMinute else {
+            logger.critical("the UDP socket on \(localAddress) was closed by a send the kernel refused, \(Self.maxReopensPerMinute) times within a minute; stopping (an outbound firewall rule refusing members' addresses?)")
+            stopReason = .bindFailed(address: localAddress.description, reason: "the UDP socket kept being closed by refused sends")
+            Task { await stop() }
+            return
+        }
+        reopenedAt.append(now)
+        logger.error("the UDP socket on \(localAddress) was closed by a send the kernel refused; reopening it")
+        Task { await reopenDatagrams() }
+    }
+
+    private func reopenDatagrams() async {
+        guard !closed else { return }
+        var rebinding = configuration
+        rebinding.listenPort = Int(localAddress.port)
+        do {
+            let reopened = try await Self.bindDatagrams(rebinding, eventLoop: eventLoop, slot: slot)
+            _ = await SocketBuffers.enlarge(reopened)
+            _ = await DontFragment.apply(to: reopened, ipv6: localAddress.isIPv6)
+            guard !closed else { try? await reopened.close(); return }
+            channel = reopened
+            watchDatagrams()
+            writabilityChanged(reopened.isWritable)
+        } catch {
+            logger.critical("cannot reopen the UDP socket on \(localAddress): \(error); stopping")
+            stopReason = error
+            await stop()
+        }
     }
 
     private func adoptControl(_ control: any Channel, connections: ControlConnections) {
@@ -446,25 +496,39 @@ package actor MeshNode {
     /// Written now, flushed once at the end of `runEffects`: a burst goes to the kernel in as few
     /// system calls as NIO can manage.
     private func write(_ datagram: ByteBuffer, to address: PeerAddress) {
-        guard !closed, let remote = try? address.socketAddress(), admits(address, remote) else { return }
+        guard !closed, let remote = try? address.socketAddress(), let confirmed = admits(address, remote) else { return }
         let envelope = AddressedEnvelope(remoteAddress: remote, data: datagram)
-        if trackLastWrite {
+        if trackLastWrite || !confirmed {
             let promise = eventLoop.makePromise(of: Void.self)
             channel.write(envelope, promise: promise)
-            lastWrite = promise.futureResult
+            if trackLastWrite { lastWrite = promise.futureResult }
+            if !confirmed { watch(promise.futureResult, to: address, remote) }
         } else {
             channel.write(envelope, promise: nil)  // no future per datagram on the hot path
         }
     }
 
+    /// The first writes to a destination are watched until one is written (`DestinationCheck`).
+    private func watch(_ write: EventLoopFuture<Void>, to address: PeerAddress, _ remote: SocketAddress) {
+        write.whenComplete { [self] result in
+            assumeIsolated { node in
+                let failed = if case .failure = result { true } else { false }
+                if let reason = node.destinations.written(address, remote: remote, failed: failed, now: .now()) {
+                    node.logger.notice("not sending to \(address): \(reason)")
+                }
+            }
+        }
+    }
+
     /// Whether `address` may go to the channel (`DestinationCheck`); a refused one is logged once
     /// a minute. Its value was parsed from the wire, so printing it prints no member's text.
-    private func admits(_ address: PeerAddress, _ remote: SocketAddress) -> Bool {
+    /// Nil when refused; else whether a write to it was confirmed already.
+    private func admits(_ address: PeerAddress, _ remote: SocketAddress) -> Bool? {
         let verdict = destinations.allows(address, remote: remote, now: .now())
         if let reason = verdict.newReason {
             logger.notice("not sending to \(address): \(reason)")
         }
-        return verdict.allowed
+        return verdict.allowed ? verdict.confirmed : nil
     }
 
     static let receiveOffload = System.supportsUDPReceiveOffload
@@ -474,7 +538,7 @@ package actor MeshNode {
     /// by one where the kernel cannot.
     private func writeSegments(_ batch: ByteBuffer, segmentSize: Int, count: Int, to address: PeerAddress) {
         guard count > 1, Self.segmentationOffload, !trackLastWrite, !closed,
-              let remote = try? address.socketAddress(), admits(address, remote) else {
+              let remote = try? address.socketAddress(), admits(address, remote) == true else {
             var rest = batch
             while rest.readableBytes > 0, let datagram = rest.readSlice(length: min(segmentSize, rest.readableBytes)) {
                 write(datagram, to: address)

@@ -408,6 +408,41 @@ extension NATLabTests {
         #expect(p.stderr.contains("not sending to 10.0.1.2:7946: no route to it"), "\(p.stderr.suffix(600))")
         #expect(try await p.status().members.contains { $0.name == "h" && $0.state == "alive" })
     }
+
+    /// A public member whose firewall refuses what it sends to the home's private address (an
+    /// outbound DROP rule: `sendmsg` fails with EPERM, which `connect` cannot foresee): NIO
+    /// closes the socket, and the node opens it again on the same port and goes on.
+    @Test("a send an outbound firewall rule refuses closes the socket; the node reopens it on its port and the mesh goes on",
+          .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
+    func aSocketClosedByARefusedSendIsReopened() async throws {
+        let lab = try NATLab(publicHosts: 1, homes: [.endpointIndependent])
+        var processes: [NodeProcess] = []
+        defer {
+            for process in processes { process.signal(SIGKILL) }
+            for process in processes { Task { await process.cleanUp() } }
+            lab.tearDown()
+        }
+        let rule = try lab.run(on: .publicHost(0), NATLab.iptablesCommand ?? "iptables",
+                               ["-A", "OUTPUT", "-d", lab.homes[0].privateAddress, "-p", "udp", "-j", "DROP"])
+        #expect(rule.status == 0, "\(rule.stderr)")
+        let p = try NodeProcess(["run", "--listen", "0.0.0.0:7946", "--name", "p"], launcher: lab.launcher(.publicHost(0)))
+        processes.append(p)
+        let invite = try await p.waitForLine(prefix: "invite:")
+        let h = try NodeProcess(["run", "--listen", "0.0.0.0:7946", "--name", "h", "--invite", invite],
+                                launcher: lab.launcher(.home(0)))
+        processes.append(h)
+        try await [p, h].waitForMesh(alive: 2, timeout: .seconds(30))
+        try await waitUntil("p reopened its socket", timeout: .seconds(15)) { p.stderr.contains("reopening it") }
+        let listener = try NodeProcess(["listen", "--json"], dataDirectory: h.dataDirectory, ownsDataDirectory: false)
+        processes.append(listener)
+        _ = try await listener.waitForLine(prefix: "ready", onStderr: true)
+        let sent = try await NodeProcess.runCommand(["send", "--data-dir", p.dataDirectory, "--to", "h", "after the reopen"])
+        #expect(sent.status == 0, "\(sent.stderr)")
+        try await waitUntil("h heard p", timeout: .seconds(10)) { Self.heard(listener).contains { $0.text == "after the reopen" } }
+        let status = try await p.status()
+        #expect(status.`self`.address.hasSuffix(":7946"), "\(status.`self`.address)")
+        #expect(status.members.contains { $0.name == "h" && $0.state == "alive" })
+    }
 }
 
 private extension Array {
