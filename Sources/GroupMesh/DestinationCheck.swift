@@ -21,6 +21,9 @@ struct DestinationCheck {
 
     private let family: Int32
     private var verdicts: [PeerAddress: (allowed: Bool, until: NIODeadline, confirmed: Bool)] = [:]
+    /// Hosts a send was refused to (any port: a rule names hosts, and a member could name one
+    /// host at many ports, each send closing the socket once).
+    private var refusedHosts: [PeerAddress.Host: NIODeadline] = [:]
     /// Destinations refused (each send not made counts once).
     private(set) var refusedSends: UInt64 = 0
 
@@ -38,6 +41,11 @@ struct DestinationCheck {
         if let verdict = verdicts[address], now < verdict.until {
             if !verdict.allowed { refusedSends += 1 }
             return (verdict.allowed, nil, verdict.confirmed)
+        }
+        if let until = refusedHosts[address.host], now < until {
+            verdicts[address] = (false, until, false)
+            refusedSends += 1
+            return (false, "the kernel refused a send to this host", false)
         }
         if verdicts.count >= Self.capacity { verdicts = verdicts.filter { now < $0.value.until } }
         if verdicts.count >= Self.capacity { verdicts.removeAll(keepingCapacity: true) }
@@ -61,7 +69,21 @@ struct DestinationCheck {
         }
         guard let reason = Self.sendRefusal(to: remote, family: family) else { return nil }
         verdicts[address] = (false, now + Self.validityDeadline, false)
+        if refusedHosts.count >= Self.capacity { refusedHosts = refusedHosts.filter { now < $0.value } }
+        if refusedHosts.count < Self.capacity { refusedHosts[address.host] = now + Self.validityDeadline }
         return reason
+    }
+
+    /// Whether writes to `address` go unwatched now (allowed, and one was written).
+    func isConfirmed(_ address: PeerAddress, now: NIODeadline) -> Bool {
+        guard let verdict = verdicts[address], now < verdict.until else { return false }
+        return verdict.allowed && verdict.confirmed
+    }
+
+    /// The socket closed under us: every destination is watched again until a write to it ends,
+    /// so one that has begun to be refused is found.
+    mutating func unconfirmAll() {
+        for address in Array(verdicts.keys) { verdicts[address]?.confirmed = false }
     }
 
     /// Why an empty datagram to `remote` from a scratch socket is refused (`EPERM`: a firewall

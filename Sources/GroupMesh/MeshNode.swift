@@ -225,6 +225,8 @@ package actor MeshNode {
             return
         }
         reopenedAt.append(now)
+        // Whichever destination refused the send, the next writes to each find it again.
+        destinations.unconfirmAll()
         logger.error("the UDP socket on \(localAddress) was closed by a send the kernel refused; reopening it")
         Task { await reopenDatagrams() }
     }
@@ -242,6 +244,7 @@ package actor MeshNode {
             watchDatagrams()
             writabilityChanged(reopened.isWritable)
         } catch {
+            guard !closed else { return }
             logger.critical("cannot reopen the UDP socket on \(localAddress): \(error); stopping")
             stopReason = error
             await stop()
@@ -538,7 +541,7 @@ package actor MeshNode {
     /// by one where the kernel cannot.
     private func writeSegments(_ batch: ByteBuffer, segmentSize: Int, count: Int, to address: PeerAddress) {
         guard count > 1, Self.segmentationOffload, !trackLastWrite, !closed,
-              let remote = try? address.socketAddress(), admits(address, remote) == true else {
+              let remote = try? address.socketAddress(), destinations.isConfirmed(address, now: .now()) else {
             var rest = batch
             while rest.readableBytes > 0, let datagram = rest.readSlice(length: min(segmentSize, rest.readableBytes)) {
                 write(datagram, to: address)

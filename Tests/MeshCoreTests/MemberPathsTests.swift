@@ -203,20 +203,47 @@ import Testing
         #expect(paths.relay(of: Self.peer) == Self.near)
         let now = Self.start + .seconds(9)
         // The member reached us through another relay: we follow it only if we are the higher id.
-        do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, follows: false, now: now); #expect(!result) }
+        do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, boot: 1, packet: 10, follows: false, now: now); #expect(!result) }
         #expect(paths.relay(of: Self.peer) == Self.near)
-        do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, follows: true, now: now); #expect(result) }
+        do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, boot: 1, packet: 11, follows: true, now: now); #expect(result) }
         #expect(paths.relay(of: Self.peer) == Self.far && paths.state(of: Self.peer) == .relayed)
+    }
+
+    @Test func theLowerIdMovesToTheMembersRelayOnceOursBringsNothingBack() {
+        var paths = MemberPaths()
+        _ = Self.silentMember(until: .seconds(8), relays: [Self.near, Self.far], paths: &paths)
+        #expect(paths.relay(of: Self.peer) == Self.near)
+        // The member reaches us through `far` (ours drops what it sends us): we do not follow at
+        // once (the lower id leads) …
+        var now = Self.start + .seconds(9)
+        for packet in 10..<20 as Range<UInt64> {
+            do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, boot: 1, packet: packet, follows: false, now: now); #expect(!result) }
+            now = now + .seconds(1)
+        }
+        // … but once nothing came back through ours for the silence, we meet it on its relay.
+        let actions = paths.due(now: now, live: [Self.peer], silence: Self.silence, introducers: [Self.near, Self.far],
+                                relays: [Self.near, Self.far])
+        #expect(actions.contains(.relay(Self.peer, through: Self.far)), "\(actions)")
+        #expect(paths.relay(of: Self.peer) == Self.far)
+    }
+
+    @Test func aDatagramHeldBackAndDeliveredLateDoesNotMoveThePair() {
+        var paths = MemberPaths()
+        do { let result = paths.heardThroughRelay(Self.peer, via: Self.near, boot: 1, packet: 20, follows: true, now: Self.start); #expect(result) }
+        do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, boot: 1, packet: 15, follows: true, now: Self.start + .seconds(1)); #expect(!result) }
+        #expect(paths.relay(of: Self.peer) == Self.near)
+        // A new boot numbers from 1 again.
+        do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, boot: 2, packet: 1, follows: true, now: Self.start + .seconds(2)); #expect(result) }
     }
 
     @Test func aMemberThatReachesUsOnlyThroughARelayIsAnsweredThroughIt() {
         var paths = MemberPaths()
-        do { let result = paths.heardThroughRelay(Self.peer, via: Self.near, follows: false, now: Self.start); #expect(result) }
+        do { let result = paths.heardThroughRelay(Self.peer, via: Self.near, boot: 1, packet: 5, follows: false, now: Self.start); #expect(result) }
         #expect(paths.relay(of: Self.peer) == Self.near)
         // One heard directly just now is not: its own datagrams show the way.
         var direct = MemberPaths()
         _ = direct.heard(Self.peer, boot: 1, packet: 1, from: Self.mapped, now: Self.start)
-        do { let result = direct.heardThroughRelay(Self.peer, via: Self.near, follows: true, now: Self.start + .milliseconds(500)); #expect(!result) }
+        do { let result = direct.heardThroughRelay(Self.peer, via: Self.near, boot: 1, packet: 2, follows: true, now: Self.start + .milliseconds(500)); #expect(!result) }
         #expect(direct.relay(of: Self.peer) == nil)
     }
 }

@@ -144,24 +144,27 @@ struct RelaySimulationTests {
         for step in 0..<50 {
             liar.plan(at: .zero + .seconds(5) + .milliseconds(100 * step)) { node in
                 // To someone who is no member: refused, never sent anywhere.
-                node.inject([.relayForward(RelayedDatagram(peer: outsider, datagram: ByteBuffer(bytes: [1, 2, 3])))],
+                node.inject([.relayForward(RelayedDatagram(peer: outsider, datagram: ByteBuffer(repeating: 7, count: 100)))],
                             to: relay.address, member: relay.id)
                 // Its own datagram, said to come from the relay: the origin is checked against the seal.
                 if let own = node.seal([.ping(Ping(token: 1))], for: victim.id) {
                     node.inject([.relayDelivery(RelayedDatagram(peer: relay.id, datagram: own))], to: victim.address, member: victim.id)
                 }
-                // A relayed datagram that asks the victim to relay further: relays do not chain.
-                if let nested = node.seal([.relayForward(RelayedDatagram(peer: relay.id, datagram: ByteBuffer(bytes: [9])))],
+                // A relayed datagram that asks the victim to relay further (relays do not chain),
+                // ten times in one datagram (one forward per datagram: no multiplying).
+                if let nested = node.seal([.relayForward(RelayedDatagram(peer: relay.id, datagram: ByteBuffer(repeating: 9, count: 100)))],
                                           for: victim.id) {
-                    node.inject([.relayForward(RelayedDatagram(peer: victim.id, datagram: nested))], to: relay.address, member: relay.id)
+                    node.inject(Array(repeating: .relayForward(RelayedDatagram(peer: victim.id, datagram: nested)), count: 10),
+                                to: relay.address, member: relay.id)
                 }
             }
         }
         mesh.simulator.resetStatistics()
         mesh.simulator.run(for: .seconds(10))
         let carried = relay.core.relayService.counters
-        // Of 50 each (the link loses 2%): the forwards to the outsider refused, the nested ones
-        // carried to the victim (sealed for a member), which opens them and carries nothing on.
+        // Of 50 each (the link loses 2%): the forwards to the outsider refused (never answered:
+        // no member has that id), one nested one per datagram carried to the victim (sealed for
+        // a member), which opens it and carries nothing on.
         #expect((40...50).contains(carried.refused), "\(replay): \(carried)")
         #expect((40...50).contains(carried.forwardedDatagrams), "\(replay): \(carried)")
         #expect(mesh.simulator.statistics.dropped.unknownDestination == 0, "\(replay): something was sent to nobody")

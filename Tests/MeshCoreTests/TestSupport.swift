@@ -164,7 +164,7 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .punchIntroduction(PunchIntroduction(peer: some, addresses: [])),
         .punchIntroduction(PunchIntroduction(peer: ones, addresses: [v4, v6, v4, v6])),
         .punch(Punch(token: 0, isReply: false)), .punch(Punch(token: .max, isReply: true)),
-        .relayForward(RelayedDatagram(peer: some, datagram: buffer(rng.bytes(1)))),
+        .relayForward(RelayedDatagram(peer: some, datagram: buffer(rng.bytes(RelayedDatagram.minDatagramSize)))),
         .relayForward(RelayedDatagram(peer: ones, datagram: buffer(rng.bytes(1277)))),
         .relayDelivery(RelayedDatagram(peer: zero, datagram: buffer(rng.bytes(64)))),
         .relayDelivery(RelayedDatagram(peer: some, datagram: buffer(rng.bytes(RelayedDatagram.maxDatagramSize)))),

@@ -24,13 +24,17 @@ extension NodeInstance {
     }
 
     /// Relay frames in a pairwise datagram `sender` sent us directly (never in a relayed one:
-    /// relays do not chain).
+    /// relays do not chain). One forward or delivery per datagram: many small ones in one would
+    /// make us send many datagrams for one.
     mutating func receiveRelay(_ frames: [Frame], from sender: NodeID, now: MeshInstant) {
+        var carried = false
         for frame in frames {
             switch frame {
-            case let .relayForward(forward):
+            case let .relayForward(forward) where !carried:
+                carried = true
                 carry(forward, from: sender, now: now)
-            case let .relayDelivery(delivery):
+            case let .relayDelivery(delivery) where !carried:
+                carried = true
                 receiveRelayed(delivery.datagram, origin: delivery.peer, via: sender, now: now)
             case let .relayRefusal(refusal) where paths.relay(of: refusal.peer) == sender:
                 log(.info, "relay refused", ["member": "\(refusal.peer)", "relay": "\(sender)", "reason": "\(refusal.reason)"])
@@ -47,13 +51,18 @@ extension NodeInstance {
         let target = forward.peer
         let reachable = target != sender && target != localID && peerAddresses[target] != nil
             && codec.installedBoot(of: target) != nil && paths.isDirect(target, within: pathSilence, now: now)
-        switch relayService.admit(forward.datagram.readableBytes, from: sender, to: target, reachable: reachable, now: now) {
+        // Charged as what it costs us to send on: the datagram and our wrapping around it.
+        let cost = forward.datagram.readableBytes + RelayedDatagram.overhead
+        switch relayService.admit(cost, from: sender, to: target, reachable: reachable, now: now) {
         case .forward:
             sendPairwise([.relayDelivery(RelayedDatagram(peer: sender, datagram: forward.datagram))], to: target)
         case .drop:
             break
         case let .refuse(reason, answer):
-            if answer { sendPairwise([.relayRefusal(RelayRefusal(peer: target, reason: reason))], to: sender) }
+            // No answer about an id that is no member: a flood of made-up ids gets none.
+            if answer, membership.member(target) != nil {
+                sendPairwise([.relayRefusal(RelayRefusal(peer: target, reason: reason))], to: sender)
+            }
         }
     }
 
@@ -77,8 +86,10 @@ extension NodeInstance {
 
     /// What a member's datagram through `relay` says of the path: the member is heard, and
     /// answered through the same relay when nothing of its own comes straight to us.
-    mutating func receivePathsThroughRelay(_ frames: [Frame], from peer: NodeID, via relay: NodeID, now: MeshInstant) {
-        if paths.heardThroughRelay(peer, via: relay, follows: localID > peer, now: now) {
+    mutating func receivePathsThroughRelay(_ frames: [Frame], header: DatagramHeader, via relay: NodeID, now: MeshInstant) {
+        let peer = header.sender
+        if paths.heardThroughRelay(peer, via: relay, boot: header.bootID, packet: header.packetNumber,
+                                   follows: localID > peer, now: now) {
             log(.info, "path relayed", ["member": "\(peer)", "relay": "\(relay)", "why": "it reached us through it"])
         }
         receivePathFrames(frames, from: peer, source: nil, now: now)

@@ -340,7 +340,7 @@ public struct NodeInstance: Sendable {
             receiveTransfer(datagram.frames, from: sender, datagramSize: bytes, now: now)
             receivePings(datagram.frames, from: sender, now: now)
             if let relay {
-                receivePathsThroughRelay(datagram.frames, from: sender, via: relay, now: now)
+                receivePathsThroughRelay(datagram.frames, header: datagram.header, via: relay, now: now)
             } else {
                 receivePaths(datagram.frames, header: datagram.header, source: address, now: now)
                 receiveRelay(datagram.frames, from: sender, now: now)

@@ -81,6 +81,14 @@ public struct MemberPaths: Sendable {
         /// The member that carries our datagrams to it, while it is relayed.
         public var relay: NodeID?
         var relayedSince: MeshInstant?
+        /// When its latest datagram came through our relay: a relay is judged by what comes
+        /// back through it, not by what comes through another.
+        var lastViaRelay: MeshInstant?
+        /// The relay its latest relayed datagram came through (its own choice), and that
+        /// datagram's boot and number: an older one, held back and delivered late, proves nothing.
+        var peerRelay: NodeID?
+        var relayedBoot: UInt64?
+        var relayedPacket: UInt64 = 0
         /// Relays that went silent or refused for this member, and when.
         var failedRelays: [NodeID: MeshInstant] = [:]
         /// When an introduction was last asked for.
@@ -213,10 +221,16 @@ public struct MemberPaths: Sendable {
     /// through that relay: we had none and heard nothing of it directly for `relayAdoption`, or
     /// we had another and `follows` (of two members that chose different relays, the one with
     /// the higher id takes the other's choice, so they meet on one and do not swap forever).
-    public mutating func heardThroughRelay(_ member: NodeID, via relay: NodeID, follows: Bool, now: MeshInstant) -> Bool {
+    public mutating func heardThroughRelay(_ member: NodeID, via relay: NodeID, boot: UInt64, packet: UInt64, follows: Bool,
+                                           now: MeshInstant) -> Bool {
         var path = paths[member] ?? Path()
+        if path.relayedBoot != boot { path.relayedBoot = boot; path.relayedPacket = 0 }
+        guard packet > path.relayedPacket else { return false }
         defer { paths[member] = path }
+        path.relayedPacket = packet
         path.lastHeard = now
+        path.peerRelay = relay
+        if path.relay == relay { path.lastViaRelay = now }
         guard path.relay != relay, punching[member] == nil else { return false }
         if path.relay == nil {
             guard path.lastDirect.map({ now >= $0 + settings.relayAdoption }) ?? true else { return false }
@@ -227,6 +241,7 @@ public struct MemberPaths: Sendable {
         path.failedRelays[relay] = nil
         path.relay = relay
         path.relayedSince = now
+        path.lastViaRelay = now
         path.state = .relayed
         return true
     }
@@ -322,7 +337,8 @@ public struct MemberPaths: Sendable {
             if let relay = path.relay {
                 // A relay that is gone from the lately heard, or through which the member fell
                 // silent, is replaced; one that works stays while introductions try for better.
-                if relays.contains(relay), now < max(heard, path.relayedSince ?? heard) + silence {
+                let lastGood = max(path.lastViaRelay ?? .zero, path.relayedSince ?? heard)
+                if relays.contains(relay), now < lastGood + silence {
                     request(for: peer, &path, introducers: [relay] + introducers, now: now, into: &actions)
                     continue
                 }
@@ -343,7 +359,9 @@ public struct MemberPaths: Sendable {
             if path.seekRelay || path.askedAt.map({ now >= $0 + settings.relayAfter }) == true {
                 path.seekRelay = false
                 path.failedRelays = path.failedRelays.filter { now < $0.value + settings.relayRetry }
-                if let relay = relays.first(where: { $0 != peer && path.failedRelays[$0] == nil }) {
+                // The relay the member itself uses first (where it is, both meet), then the closest.
+                let preferred = path.peerRelay.map { [$0] + relays.filter { $0 != path.peerRelay } } ?? relays
+                if let relay = preferred.first(where: { $0 != peer && relays.contains($0) && path.failedRelays[$0] == nil }) {
                     path.relay = relay
                     path.relayedSince = now
                     path.state = .relayed
