@@ -46,30 +46,17 @@ struct NATLabTests {
     @Test("two homes behind MASQUERADE: punched both ways, a message and a 50 MiB attachment cross; a flushed mapping heals, one that maps elsewhere is punched again; nobody dead; the path outlives the public member",
           .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func twoHomesPunch() async throws {
-        let lab = try NATLab(publicHosts: 1, homes: [.endpointIndependent, .endpointIndependent])
-        var processes: [NodeProcess] = []
-        defer {
-            for process in processes { process.signal(SIGKILL) }
-            for process in processes { Task { await process.cleanUp() } }
-            lab.tearDown()
-        }
-        func start(_ name: String, on host: NATLab.Host, invite: String?, lazy: Bool) throws -> NodeProcess {
-            var arguments = ["run", "--listen", "0.0.0.0:7946", "--name", name, "--log-level", "info"]
-            if let invite { arguments += ["--invite", invite] }
-            if lazy { arguments.append("--lazy") }
-            let node = try NodeProcess(arguments, launcher: lab.launcher(host))
-            processes.append(node)
-            return node
-        }
-        let p = try start("p", on: .publicHost(0), invite: nil, lazy: true)
+        let nodes = LabNodes(try NATLab(publicHosts: 1, homes: [.endpointIndependent, .endpointIndependent]))
+        defer { nodes.tearDown() }
+        let lab = nodes.lab
+        let p = try nodes.run("p", on: .publicHost(0), lazy: true)
         let invite = try await p.waitForLine(prefix: "invite:")
         let homesStarted = ContinuousClock.now
-        let h1 = try start("h1", on: .home(0), invite: invite, lazy: false)
-        let h2 = try start("h2", on: .home(1), invite: invite, lazy: true)
-        let nodes = [p, h1, h2]
+        let h1 = try nodes.run("h1", on: .home(0), invite: invite)
+        let h2 = try nodes.run("h2", on: .home(1), invite: invite, lazy: true)
 
         // 1. A punched path each way, at the other home's router's public address.
-        try await nodes.waitForMesh(alive: 3, timeout: .seconds(30))
+        try await [p, h1, h2].waitForMesh(alive: 3, timeout: .seconds(30))
         let h1View: NodeStatus, h2View: NodeStatus
         do {
             h1View = try await h1.waitForStatus(timeout: .seconds(30), "h2 punched at h1") { Self.punched("h2", in: $0) }
@@ -94,9 +81,7 @@ struct NATLabTests {
         }
 
         // 2. A reliable message from h1 reaches h2.
-        let listener = try NodeProcess(["listen", "--json"], dataDirectory: h2.dataDirectory, ownsDataDirectory: false)
-        processes.append(listener)
-        _ = try await listener.waitForLine(prefix: "ready", onStderr: true)
+        let listener = try await nodes.listen(to: h2)
         let sent = try await NodeProcess.runCommand(["send", "--data-dir", h1.dataDirectory, "--to", "h2", "across two NATs"])
         #expect(sent.status == 0, "\(sent.stderr)")
         try await waitUntil("h2 heard h1's message", timeout: .seconds(20)) {
@@ -122,9 +107,7 @@ struct NATLabTests {
         // 4. h1's router forgets its mappings (conntrack -D). Linux gives the next datagram out
         // the same port again (it is free), so the path heals by itself: nothing to punch again,
         // and nobody is suspected or dead.
-        let h1Listener = try NodeProcess(["listen", "--json"], dataDirectory: h1.dataDirectory, ownsDataDirectory: false)
-        processes.append(h1Listener)
-        _ = try await h1Listener.waitForLine(prefix: "ready", onStderr: true)
+        let h1Listener = try await nodes.listen(to: h1)
         let h1Public = try #require(Self.member("h1", in: try await h2.status())?.pathAddress)
         var watch = PairWatch(lab: lab, h1: h1, h2: h2)
         try await watch.start()
@@ -277,26 +260,14 @@ struct NATLabTests {
     @Test("a home behind MASQUERADE --random-fully knows its NAT is symmetric and is reached through a relay that cannot read it; the pair moves when the relay leaves",
           .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func symmetricHomeIsRelayed() async throws {
-        let lab = try NATLab(publicHosts: 2, homes: [.symmetric, .endpointIndependent])
-        var processes: [NodeProcess] = []
-        defer {
-            for process in processes { process.signal(SIGKILL) }
-            for process in processes { Task { await process.cleanUp() } }
-            lab.tearDown()
-        }
-        func start(_ name: String, on host: NATLab.Host, invite: String?, lazy: Bool = true) throws -> NodeProcess {
-            var arguments = ["run", "--listen", "0.0.0.0:7946", "--name", name, "--log-level", "info"]
-            if let invite { arguments += ["--invite", invite] }
-            if lazy { arguments.append("--lazy") }
-            let node = try NodeProcess(arguments, launcher: lab.launcher(host))
-            processes.append(node)
-            return node
-        }
-        let q0 = try start("q0", on: .publicHost(0), invite: nil)
+        let nodes = LabNodes(try NATLab(publicHosts: 2, homes: [.symmetric, .endpointIndependent]))
+        defer { nodes.tearDown() }
+        let lab = nodes.lab
+        let q0 = try nodes.run("q0", on: .publicHost(0), lazy: true)
         let invite = try await q0.waitForLine(prefix: "invite:")
-        let q1 = try start("q1", on: .publicHost(1), invite: invite)
-        let s = try start("s", on: .home(0), invite: invite, lazy: false)
-        let h = try start("h", on: .home(1), invite: invite)
+        let q1 = try nodes.run("q1", on: .publicHost(1), invite: invite, lazy: true)
+        let s = try nodes.run("s", on: .home(0), invite: invite)
+        let h = try nodes.run("h", on: .home(1), invite: invite, lazy: true)
         try await [q0, q1, s, h].waitForMesh(alive: 4, timeout: .seconds(30))
 
         // 1. s knows its NAT: symmetric, no public address adopted (none would work).
@@ -327,16 +298,10 @@ struct NATLabTests {
         let first = try #require(relayed("s", in: hView))
 
         // 3. Messages both ways, and 20 MiB from s (its only holder) fetched by h: all through relays.
-        let hListener = try NodeProcess(["listen", "--json"], dataDirectory: h.dataDirectory, ownsDataDirectory: false)
-        let sListener = try NodeProcess(["listen", "--json"], dataDirectory: s.dataDirectory, ownsDataDirectory: false)
-        processes += [hListener, sListener]
-        _ = try await hListener.waitForLine(prefix: "ready", onStderr: true)
-        _ = try await sListener.waitForLine(prefix: "ready", onStderr: true)
+        let hListener = try await nodes.listen(to: h)
+        let sListener = try await nodes.listen(to: s)
         // The relays listen too: what they carry must never reach their own messengers.
-        let relayListeners = try publics.map { try NodeProcess(["listen", "--json"], dataDirectory: $0.1.dataDirectory,
-                                                                ownsDataDirectory: false) }
-        processes += relayListeners
-        for listener in relayListeners { _ = try await listener.waitForLine(prefix: "ready", onStderr: true) }
+        let relayListeners = try await publics.asyncMap { try await nodes.listen(to: $0.1) }
         #expect(try await Self.exchange("relayed", h1: s, h2: h, names: ("s", "h"), listeners: (sListener, hListener)))
         let size = 20 << 20
         let getTime = try await Self.transfer(size, from: s, to: h)
@@ -380,24 +345,13 @@ extension NATLabTests {
     @Test("a member with no route to another's private address keeps its socket: the mesh forms and messages cross",
           .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func anUnroutableAddressDoesNotCloseTheSocket() async throws {
-        let lab = try NATLab(publicHosts: 1, homes: [.endpointIndependent], defaultRoutes: false)
-        var processes: [NodeProcess] = []
-        defer {
-            for process in processes { process.signal(SIGKILL) }
-            for process in processes { Task { await process.cleanUp() } }
-            lab.tearDown()
-        }
-        let p = try NodeProcess(["run", "--listen", "0.0.0.0:7946", "--name", "p", "--log-level", "notice"],
-                                launcher: lab.launcher(.publicHost(0)))
-        processes.append(p)
+        let nodes = LabNodes(try NATLab(publicHosts: 1, homes: [.endpointIndependent], defaultRoutes: false))
+        defer { nodes.tearDown() }
+        let p = try nodes.run("p", on: .publicHost(0))
         let invite = try await p.waitForLine(prefix: "invite:")
-        let h = try NodeProcess(["run", "--listen", "0.0.0.0:7946", "--name", "h", "--invite", invite],
-                                launcher: lab.launcher(.home(0)))
-        processes.append(h)
+        let h = try nodes.run("h", on: .home(0), invite: invite)
         try await [p, h].waitForMesh(alive: 2, timeout: .seconds(30))
-        let listener = try NodeProcess(["listen", "--json"], dataDirectory: h.dataDirectory, ownsDataDirectory: false)
-        processes.append(listener)
-        _ = try await listener.waitForLine(prefix: "ready", onStderr: true)
+        let listener = try await nodes.listen(to: h)
         // Long enough for p to have tried h's record address (its first probes and gossip).
         try await p.waitForStatus(timeout: .seconds(10), "p refused a destination") {
             Self.counter("sendErrors", $0) > 0
@@ -415,33 +369,57 @@ extension NATLabTests {
     @Test("a send an outbound firewall rule refuses closes the socket; the node reopens it on its port and the mesh goes on",
           .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func aSocketClosedByARefusedSendIsReopened() async throws {
-        let lab = try NATLab(publicHosts: 1, homes: [.endpointIndependent])
-        var processes: [NodeProcess] = []
-        defer {
-            for process in processes { process.signal(SIGKILL) }
-            for process in processes { Task { await process.cleanUp() } }
-            lab.tearDown()
-        }
+        let nodes = LabNodes(try NATLab(publicHosts: 1, homes: [.endpointIndependent]))
+        defer { nodes.tearDown() }
+        let lab = nodes.lab
         let rule = try lab.run(on: .publicHost(0), NATLab.iptablesCommand ?? "iptables",
                                ["-A", "OUTPUT", "-d", lab.homes[0].privateAddress, "-p", "udp", "-j", "DROP"])
         #expect(rule.status == 0, "\(rule.stderr)")
-        let p = try NodeProcess(["run", "--listen", "0.0.0.0:7946", "--name", "p"], launcher: lab.launcher(.publicHost(0)))
-        processes.append(p)
+        let p = try nodes.run("p", on: .publicHost(0))
         let invite = try await p.waitForLine(prefix: "invite:")
-        let h = try NodeProcess(["run", "--listen", "0.0.0.0:7946", "--name", "h", "--invite", invite],
-                                launcher: lab.launcher(.home(0)))
-        processes.append(h)
+        let h = try nodes.run("h", on: .home(0), invite: invite)
         try await [p, h].waitForMesh(alive: 2, timeout: .seconds(30))
         try await waitUntil("p reopened its socket", timeout: .seconds(15)) { p.stderr.contains("reopening it") }
-        let listener = try NodeProcess(["listen", "--json"], dataDirectory: h.dataDirectory, ownsDataDirectory: false)
-        processes.append(listener)
-        _ = try await listener.waitForLine(prefix: "ready", onStderr: true)
+        let listener = try await nodes.listen(to: h)
         let sent = try await NodeProcess.runCommand(["send", "--data-dir", p.dataDirectory, "--to", "h", "after the reopen"])
         #expect(sent.status == 0, "\(sent.stderr)")
         try await waitUntil("h heard p", timeout: .seconds(10)) { Self.heard(listener).contains { $0.text == "after the reopen" } }
         let status = try await p.status()
         #expect(status.`self`.address.hasSuffix(":7946"), "\(status.`self`.address)")
         #expect(status.members.contains { $0.name == "h" && $0.state == "alive" })
+    }
+}
+
+/// A lab and every process a test started in it: all killed, and the lab taken down, at the end.
+final class LabNodes {
+    let lab: NATLab
+    private var processes: [NodeProcess] = []
+
+    init(_ lab: NATLab) { self.lab = lab }
+
+    /// `groupmesh run` on `host` at port 7946, logging at info (punches and relays are counted
+    /// from its log).
+    func run(_ name: String, on host: NATLab.Host, invite: String? = nil, lazy: Bool = false) throws -> NodeProcess {
+        var arguments = ["run", "--listen", "0.0.0.0:7946", "--name", name, "--log-level", "info"]
+        if let invite { arguments += ["--invite", invite] }
+        if lazy { arguments.append("--lazy") }
+        let node = try NodeProcess(arguments, launcher: lab.launcher(host))
+        processes.append(node)
+        return node
+    }
+
+    /// `listen --json` on `node`'s data dir, once it is ready.
+    func listen(to node: NodeProcess) async throws -> NodeProcess {
+        let listener = try NodeProcess(["listen", "--json"], dataDirectory: node.dataDirectory, ownsDataDirectory: false)
+        processes.append(listener)
+        _ = try await listener.waitForLine(prefix: "ready", onStderr: true)
+        return listener
+    }
+
+    func tearDown() {
+        for process in processes { process.signal(SIGKILL) }
+        for process in processes { Task { await process.cleanUp() } }
+        lab.tearDown()
     }
 }
 
