@@ -296,11 +296,13 @@ package actor MeshNode {
             }
         if receiveOffload {
             // GRO: a burst of equal-sized pieces from one sender arrives as one buffer of up to
-            // 64 KiB, split back into datagrams in `receive`.
+            // 64 KiB, split back into datagrams in `receive`. Where nothing coalesces them (a veth,
+            // a NIC without GRO) they come one by one: 16 per system call (recvmmsg), not one.
             bootstrap = bootstrap
                 .channelOption(.datagramReceiveOffload, value: true)
                 .channelOption(.datagramReceiveSegmentSize, value: true)
-                .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 65_536))
+                .channelOption(.datagramVectorReadMessageCount, value: 16)
+                .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 16 * 65_536))
         } else {
             // Each of the 32 messages gets an equal share of the buffer: room for the largest
             // datagram accepted (a jumbo frame's, once a path proved it carries one).

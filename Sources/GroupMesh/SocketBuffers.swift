@@ -8,7 +8,7 @@ import NIOCore
 /// `net.core.rmem_max`; so the node asks for `wanted` with `SO_RCVBUFFORCE` when it may (root or
 /// CAP_NET_ADMIN), and reports the size it got.
 struct SocketBuffers: Sendable, Equatable {
-    static let wanted = 4 << 20
+    static let wanted = 16 << 20
 
     /// Bytes the kernel grants, as `getsockopt` reports them (twice the size set: the kernel
     /// counts its bookkeeping in the same budget).
