@@ -114,6 +114,7 @@ enum WANScenario {
         outcome.holderRatio = fetch.holderRatio
         link.tearDown()
         print("  fetch \(format(fetch.fetchRate)) MiB/s (its second half \(format(fetch.secondHalfRate))), get wall time \(format(fetch.getRate)) MiB/s, datagrams \(Int(fetch.datagramSize)) B, holders sent \(format(fetch.holderRatio))× the file; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary); emulator late \(late(link))")
+        if let summary = link.emulatorSummary { print("  \(summary)") }
         return outcome
     }
 
@@ -254,7 +255,10 @@ enum WANScenario {
         let sent = zip(mesh.payloadSent(), sentBefore).map { $0 - $1 }.reduce(0, +)
         outcome.holderRatio = Double(sent) / Double(size)
         outcome.cpuSummary += "; holders refused \(mesh.wantsRefused() - refusedBefore) wants"
-        outcome.datagramSize = Double((try? TransferScenario.client(joiner).status().members.compactMap(\.datagramSize).max()) ?? 0)
+        let joinerStatus = try? TransferScenario.client(joiner).status()
+        outcome.datagramSize = Double(joinerStatus?.members.compactMap(\.datagramSize).max() ?? 0)
+        // Losses the joiner's own socket caused (its receive buffer overflowed), apart from the link's.
+        outcome.cpuSummary += "; joiner's socket dropped \(joinerStatus?.counters.kernelReceiveDrops.map(String.init) ?? "unknown")"
         outcome.downlinkSummary = summary(samples)
         if outcome.finished, let line = try? await joiner.waitForLine(prefix: "", timeout: .seconds(5), onStderr: true, containing: " fetched"),
            let seconds = TransferScenario.field("seconds", in: line), seconds > 0 {
