@@ -8,7 +8,8 @@ import MeshTestKit
 ///
 /// - `fiftyMs`: the joiner's fetch rate (its "fetched" log line) beside raw UDP through the same
 ///   emulated path (iperf3 -u, holder host to joiner host), and the `get` wall time beside it;
-/// - `fiftyMsLossy`: the fetch rate beside the `fiftyMs` one;
+/// - `fiftyMsLossy`: the fetch rate beside its loss-free twin's (`fiftyMsSegmented`: packets cut
+///   as the lossy link cuts them) and the `fiftyMs` one;
 /// - `home50`, `home10`: while an iperf3 CUBIC download (server on host 0, `-R` client on host 3)
 ///   runs through the same link, once as replication (a joiner that is not lazy: background) and
 ///   once as a `get` (lazy joiner: foreground): the competitor's share of the cap over the fetch
@@ -56,6 +57,12 @@ enum WANScenario {
             let lossy = wanted("fiftyMsLossy")
                 ? try await uncapped(.fiftyMsLossy, name: "fiftyMsLossy", file: big, size: bigSize, tools: tools, rawBaseline: false)
                 : Uncapped()
+            // The lossy link hands the joiner every packet on its own (the emulator cuts the holders'
+            // GSO batches to drop single packets), where the clean one passes the batches whole: its
+            // loss-free twin cuts them too, so that loss is all that differs.
+            let twin = wanted("fiftyMsLossy")
+                ? try await uncapped(.fiftyMsSegmented, name: "fiftyMsSegmented", file: big, size: bigSize, tools: tools, rawBaseline: false)
+                : Uncapped()
             try? FileManager.default.removeItem(atPath: big)
             let mib = bigSize >> 20
             results += [
@@ -70,7 +77,10 @@ enum WANScenario {
                 BenchResult(scenario: "wan fiftyMs: datagram size in use", figure: clean.datagramSize, unit: "B",
                             baselineName: "the veth's 1500 B MTU", baseline: 1472, goal: "1472"),
                 BenchResult(scenario: "wan fiftyMsLossy (50 ms, 1% loss each way): fetch rate", figure: lossy.fetchRate,
-                            unit: "MiB/s", baselineName: "fiftyMs, no loss", baseline: clean.fetchRate, goal: "≥ 0.8×"),
+                            unit: "MiB/s", baselineName: "its twin without loss (packets cut the same way)",
+                            baseline: twin.fetchRate, goal: "≥ 0.8×"),
+                BenchResult(scenario: "wan fiftyMsLossy: fetch rate", figure: lossy.fetchRate,
+                            unit: "MiB/s", baselineName: "fiftyMs (no loss, GSO batches passed whole)", baseline: clean.fetchRate, goal: "-"),
                 BenchResult(scenario: "wan fiftyMsLossy: holders' bytes ÷ file", figure: lossy.holderRatio, unit: "×",
                             baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
             ]

@@ -39,6 +39,9 @@ public final class WANLink: @unchecked Sendable {
         public var rateMbit: Double?
         /// The bottleneck's queue, used only with a rate cap.
         public var queue: Queue
+        /// Segment offloaded (GSO) packets into wire-sized ones even without loss (with loss they
+        /// always are), so that the receiver reads what it would read from the lossy twin.
+        public var segmented = false
 
         public init(roundTripMilliseconds: Double, jitterMilliseconds: Double = 0, lossPercent: Double = 0,
                     rateMbit: Double? = nil, queue: Queue = .milliseconds(100)) {
@@ -63,6 +66,12 @@ public final class WANLink: @unchecked Sendable {
         public static let fiftyMs = Profile(roundTripMilliseconds: 50)
         /// The same with 1% random loss (each way).
         public static let fiftyMsLossy = Profile(roundTripMilliseconds: 50, lossPercent: 1)
+        /// `fiftyMsLossy` without its loss: packets reach the receiver one by one, as they do there.
+        public static let fiftyMsSegmented: Profile = {
+            var profile = Profile(roundTripMilliseconds: 50)
+            profile.segmented = true
+            return profile
+        }()
         /// A fast home line: 50 Mbit/s, 40 ms round trip, 100 ms queue.
         public static let home50 = Profile(roundTripMilliseconds: 40, rateMbit: 50, queue: .milliseconds(100))
         /// A slow, lossy home line: 10 Mbit/s, 80 ms round trip, 0.5% loss, 100 ms queue.
@@ -88,6 +97,7 @@ public final class WANLink: @unchecked Sendable {
             var parts = ["RTT \(roundTripMilliseconds) ms"]
             if jitterMilliseconds > 0 { parts.append("jitter \(jitterMilliseconds) ms") }
             if lossPercent > 0 { parts.append("loss \(lossPercent)% each way") }
+            if segmented, lossPercent == 0 { parts.append("segmented") }
             if let rateMbit, let queueBytes { parts.append("\(rateMbit) Mbit/s, queue \(queueBytes) B") }
             return parts.joined(separator: ", ")
         }
@@ -146,6 +156,7 @@ public final class WANLink: @unchecked Sendable {
             "--delay", String(format: "%.3f", profile.oneWayMilliseconds),
             "--jitter", String(format: "%.3f", profile.jitterMilliseconds),
             "--loss", String(format: "%.4f", profile.lossPercent),
+        ] + (profile.segmented ? ["--segment"] : []) + [
             "--max-seconds", "\(maxSeconds)", "--seed", "\(UInt32.random(in: 1...UInt32.max))",
         ])
         emulator = process

@@ -7,7 +7,7 @@
  * random with probability `--loss` percent. The rate cap is not done here: `tc tbf` caps (see
  * Sources/MeshTestKit/WANLink.swift and bench/wan-link-check.sh).
  *
- *   wanlink --queue N --delay MS [--jitter MS] [--loss PCT] [--max-seconds S] [--seed N] [--nice N]
+ *   wanlink --queue N --delay MS [--jitter MS] [--loss PCT] [--segment] [--max-seconds S] [--seed N] [--nice N]
  *
  * Where to hang the rules: where packets have already left their sender, e.g. in the namespace
  * of a bridge that joins the hosts (PREROUTING with `-m physdev --physdev-in PORT` for what a
@@ -30,7 +30,8 @@
  * - copy mode META: the kernel sends only the packet's metadata (id, hook), never its payload;
  * - NFQA_CFG_F_GSO when there is no loss: a TCP super-packet (up to 64 KiB) is queued whole, not
  *   cut into segments. With --loss the kernel cuts it first, so that loss hits wire-sized packets
- *   one at a time, as on a real link (not up to 45 of them at once);
+ *   one at a time, as on a real link (not up to 45 of them at once). `--segment` cuts them without
+ *   loss too: the loss-free twin of a lossy link, whose receiver then reads the same packets;
  * - a queue of 100,000 packets and a 32 MiB socket receive buffer (SO_RCVBUFFORCE, as root);
  *   NFQA_CFG_F_FAIL_OPEN is NOT set: it would let packets through undelayed when the queue is
  *   full, which hides overload instead of showing it as loss;
@@ -213,15 +214,16 @@ static uint64_t release_due(struct link_state *s, uint64_t now) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: wanlink --queue N --delay MS [--jitter MS] [--loss PCT] [--max-seconds S] [--seed N] [--nice N]\n"
+            "usage: wanlink --queue N --delay MS [--jitter MS] [--loss PCT] [--segment] [--max-seconds S] [--seed N] [--nice N]\n"
             "  holds each packet of NFQUEUE queue N for MS (+ uniform 0..jitter) milliseconds, in order,\n"
-            "  and drops PCT percent of them at random\n");
+            "  and drops PCT percent of them at random; --segment (implied by any loss) cuts GSO\n"
+            "  packets into wire-sized ones first\n");
 }
 
 int main(int argc, char **argv) {
     static struct link_state s;        /* large (the ring): not on the stack */
     long queue_number = -1, max_seconds = 0, niceness = 0;
-    int set_niceness = 0;
+    int set_niceness = 0, segment = 0;
     s.rng = 0x9E3779B97F4A7C15ULL;
     static const struct option options[] = {
         { "queue", required_argument, NULL, 'q' },
@@ -231,11 +233,12 @@ int main(int argc, char **argv) {
         { "max-seconds", required_argument, NULL, 'm' },
         { "seed", required_argument, NULL, 's' },
         { "nice", required_argument, NULL, 'n' },
+        { "segment", no_argument, NULL, 'g' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
     int option;
-    while ((option = getopt_long(argc, argv, "q:d:j:l:m:s:n:h", options, NULL)) != -1) {
+    while ((option = getopt_long(argc, argv, "q:d:j:l:m:s:n:gh", options, NULL)) != -1) {
         switch (option) {
         case 'q': queue_number = parse_integer("--queue", optarg, 0, 65535); break;
         case 'd': s.delay_ns = parse_ms("--delay", optarg); break;
@@ -253,6 +256,7 @@ int main(int argc, char **argv) {
         case 'm': max_seconds = parse_integer("--max-seconds", optarg, 0, 7 * 24 * 3600); break;
         case 's': s.rng = (uint64_t)parse_integer("--seed", optarg, 0, LONG_MAX) * 2 + 1; break;
         case 'n': niceness = parse_integer("--nice", optarg, -20, 19); set_niceness = 1; break;
+        case 'g': segment = 1; break;
         case 'h': usage(); return 0;
         default: usage(); return 2;
         }
@@ -289,7 +293,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "wanlink: copy mode META refused; packets are still delayed\n");
     if (nfq_set_queue_maxlen(s.queue, QUEUE_MAXLEN) < 0)
         fprintf(stderr, "wanlink: queue length %d refused; the kernel default (1024) holds\n", QUEUE_MAXLEN);
-    if (s.loss_threshold == 0 && nfq_set_queue_flags(s.queue, NFQA_CFG_F_GSO, NFQA_CFG_F_GSO) < 0)
+    if (s.loss_threshold == 0 && !segment && nfq_set_queue_flags(s.queue, NFQA_CFG_F_GSO, NFQA_CFG_F_GSO) < 0)
         fprintf(stderr, "wanlink: GSO flag refused; large TCP packets are segmented first\n");
     int fd = nfq_fd(handle);
     nfnl_rcvbufsiz(nfq_nfnlh(handle), RECEIVE_BUFFER);
