@@ -137,6 +137,62 @@ import Testing
         }
     }
 
+    /// Pieces for `seconds` at 1 MB/s whose queue (above a 20 ms path) is `queue(t, slowingDown)`.
+    static func feedAnswering(_ controller: inout DownlinkController, from start: MeshInstant, seconds: Double,
+                              packet: inout UInt64, queue: (Double, Bool) -> Double) -> MeshInstant {
+        let gap = 1400 / 1e6
+        var t = 0.0, now = start
+        while t < seconds {
+            now = start + .seconds(t)
+            let delay = 0.020 + queue(t, controller.isSlowingDown)
+            packet += 1
+            controller.onDatagram(from: holder, packetNumber: packet, carriesPiece: true)
+            controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64(delay * 1e6)),
+                               from: holder, now: now)
+            controller.onTick(now: now)
+            t += gap
+        }
+        return now
+    }
+
+    @Test("a latecomer whose base delay holds another flow's queue slows down, sees the queue stay, and competes")
+    func aLatecomerFindsAnotherFlowsQueueBySlowingDown() {
+        var controller = Self.started()
+        controller.setPriority(.foreground)
+        var packet: UInt64 = 0
+        // The other flow's queue was there before our first piece: our base delay holds the 60 ms
+        // of its trough, and we see only the 20–30 ms it swings above that, whatever we do.
+        let now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet) { t, _ in
+            t < 0.1 ? 0.060 : 0.060 + 0.025 + 0.005 * ((t * 2).truncatingRemainder(dividingBy: 1) < 0.5 ? 1 : -1)
+        }
+        #expect(controller.slowdowns >= 1)
+        #expect(controller.slowdownsFoundAnotherFlow >= 1)
+        #expect(controller.competing, "rate \(controller.rate) at \(now)")
+    }
+
+    @Test("a lone fetch whose own queue sits at the target drains it when it slows down, does not compete, and tests less often")
+    func aLoneFetchAtItsTargetStaysInDelayModeAndTestsLessOften() {
+        var controller = Self.started()
+        controller.setPriority(.foreground)
+        var packet: UInt64 = 0
+        // Our own queue: at the target while we send, gone while we slow down.
+        _ = Self.feedAnswering(&controller, from: .zero, seconds: 60, packet: &packet) { t, slowingDown in
+            t < 0.1 || slowingDown ? 0.001 : 0.025
+        }
+        #expect(!controller.competing)
+        #expect(controller.slowdownsFoundAnotherFlow == 0)
+        // Spaced 5, 10, 20, 40 s after the first (2 s of queue before each): 4 or 5 in a minute.
+        #expect((3...5).contains(controller.slowdowns), "\(controller.slowdowns) slowdowns")
+    }
+
+    @Test func backgroundReplicationNeverSlowsDownToTest() {
+        var controller = Self.started()
+        var packet: UInt64 = 0
+        _ = Self.feedAnswering(&controller, from: .zero, seconds: 10, packet: &packet) { t, _ in t < 0.1 ? 0 : 0.030 }
+        #expect(controller.slowdowns == 0)
+        #expect(!controller.competing)
+    }
+
     @Test func aMemberJumpingItsPacketNumbersDoesNotPassForCongestion() {
         var controller = Self.started()
         var packet: UInt64 = 0

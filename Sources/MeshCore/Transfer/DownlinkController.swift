@@ -13,7 +13,10 @@ import MeshCrypto
 /// working path reaches (a queue overflowing) cuts the rate. A fetch someone waits for that
 /// finds the queue held full by another flow (a loss-based TCP) competes by TCP's rules, loss
 /// included, until the queue drains (Copa's switch); background replication never does, so it
-/// gives way (LEDBAT's purpose).
+/// gives way (LEDBAT's purpose). A fetch that came after that flow took its base delay with the
+/// flow's queue in it, and sees only the rest: it tells the two apart by slowing to an eighth for
+/// a few round trips (LEDBAT++'s slowdown, used as a test). Its own queue drains; another flow's
+/// stays, and then it competes.
 ///
 /// Pure: pieces, datagram numbers and round-trip samples come in with their time; the rate
 /// and the bytes that may be in flight come out.
@@ -60,6 +63,18 @@ public struct DownlinkController: Sendable {
         /// `competeAfterAtLeast`) is another flow's: the controller competes.
         public var competeAfterIntervals = 8
         public var competeAfterAtLeast: Duration = .seconds(1)
+        /// A foreground fetch whose queue sat at half its target or more for this long, without
+        /// competing, slows to `slowdownShare` of its rate for `slowdownRoundTrips` control
+        /// intervals (at least `slowdownAtLeast`). If the lowest queue of the second half of that
+        /// stays at half the target, the queue is another flow's: it competes. If it drained, the
+        /// queue was its own, and the next test waits twice as long (up to `slowdownSpacingLimit`),
+        /// so a lone fetch on a full line pays a few percent at first and less and less later.
+        public var slowdownAfter: Duration = .seconds(2)
+        public var slowdownShare = 0.125
+        public var slowdownRoundTrips = 3
+        public var slowdownAtLeast: Duration = .milliseconds(200)
+        public var slowdownSpacing: Duration = .seconds(5)
+        public var slowdownSpacingLimit: Duration = .seconds(40)
         /// While competing: bytes more per round trip, and the cut on a loss with a queue.
         public var competitiveIncrease = 4 * 1400
         public var competitiveBackoff = 0.7
@@ -100,6 +115,24 @@ public struct DownlinkController: Sendable {
     private var drainedAt = MeshInstant.zero
     /// Competing with a flow that fills the queue (foreground only).
     public private(set) var competing = false
+    /// Since when the queue was at half the target or more (foreground, not competing).
+    private var atTargetSince: MeshInstant?
+    /// While competing, since when the queue was under a quarter of the target.
+    private var drainedSince: MeshInstant?
+    /// The slowdown under way: the rate to go back to, when to judge and when it ends, and the
+    /// lowest queue a piece showed since `judgeFrom`.
+    private struct Slowdown {
+        var rate: Double
+        var judgeFrom: MeshInstant
+        var until: MeshInstant
+        var lowest: Duration?
+    }
+    private var slowdown: Slowdown?
+    private var nextSlowdownAt = MeshInstant.zero
+    private var slowdownSpacing: Duration
+    /// Slowdowns, and those that found another flow's queue (for tests and tracing).
+    public private(set) var slowdowns: UInt64 = 0
+    public private(set) var slowdownsFoundAnotherFlow: UInt64 = 0
 
     // The interval being measured.
     private var intervalStart: MeshInstant?
@@ -134,7 +167,11 @@ public struct DownlinkController: Sendable {
         self.settings = settings
         rate = Double(settings.initialRate)
         askedRates = (rate, rate)
+        slowdownSpacing = settings.slowdownSpacing
     }
+
+    /// Whether a slowdown is under way (its rate is the one asked).
+    public var isSlowingDown: Bool { slowdown != nil }
 
     public var target: Duration {
         priority == .foreground ? settings.foregroundTarget : settings.backgroundTarget
@@ -204,6 +241,9 @@ public struct DownlinkController: Sendable {
         } else {
             intervalUntrustedQueue = intervalUntrustedQueue.map { max($0, queue) } ?? queue
         }
+        if trusted, let test = slowdown, now >= test.judgeFrom {
+            slowdown?.lowest = test.lowest.map { min($0, queue) } ?? queue
+        }
         if trusted { intervalBytes += bytes } else { intervalUntrustedBytes += bytes }
         if intervalStart == nil {
             intervalStart = now
@@ -246,12 +286,52 @@ public struct DownlinkController: Sendable {
 
     /// Closes an interval that is over (pieces stopped coming: nothing is learned from it).
     public mutating func onTick(now: MeshInstant) {
+        if let test = slowdown, now >= test.until, intervalStart == nil { endSlowdown(test, now: now) }
         guard let start = intervalStart, now >= start + interval else { return }
         closeInterval(now: now)
     }
 
     public var nextDeadline: MeshInstant? {
-        intervalStart.map { $0 + interval }
+        let close = intervalStart.map { $0 + interval }
+        guard let test = slowdown, intervalStart == nil else { return close }
+        return test.until
+    }
+
+    /// A foreground fetch in delay mode whose queue sat at half the target long enough, and
+    /// whose last test is far enough behind, slows down to see whose queue it is.
+    private mutating func startSlowdownIfDue(queueSeconds: Double, target: Double, now: MeshInstant) -> Bool {
+        guard priority == .foreground, !competing, !slowStart, queueSeconds >= target / 2 else {
+            atTargetSince = nil
+            return false
+        }
+        let since = atTargetSince ?? now
+        atTargetSince = since
+        guard now >= since + settings.slowdownAfter, now >= nextSlowdownAt else { return false }
+        atTargetSince = nil
+        slowdowns += 1
+        // The slower rate reaches the holders half a round trip on, and what the queue held before
+        // takes its own time to drain: only the second half is judged.
+        let length = max(settings.slowdownAtLeast, interval * settings.slowdownRoundTrips)
+        slowdown = Slowdown(rate: rate, judgeFrom: now + length / 2, until: now + length)
+        rate = max(Double(settings.minimumRate), rate * settings.slowdownShare)
+        return true
+    }
+
+    /// The test is over: back to the rate before it, competing if the queue stayed.
+    private mutating func endSlowdown(_ test: Slowdown, now: MeshInstant) {
+        slowdown = nil
+        rate = test.rate
+        holdUntil = now + interval * 2
+        let target = self.target
+        if priority == .foreground, let lowest = test.lowest, lowest >= target / 2 {
+            slowdownsFoundAnotherFlow += 1
+            competing = true
+            drainedSince = nil
+            slowdownSpacing = settings.slowdownSpacing
+        } else {
+            slowdownSpacing = min(settings.slowdownSpacingLimit, slowdownSpacing * 2)
+        }
+        nextSlowdownAt = now + slowdownSpacing
     }
 
     /// A queue that lasts `slowStartBrake` ends slow start at what arrives. Returns whether it did.
@@ -340,6 +420,11 @@ public struct DownlinkController: Sendable {
         let over = queueSeconds >= target / 4
         let lasting = over && wasOver
         defer { wasOver = over }
+        if let test = slowdown {
+            guard now >= test.until || priority == .background else { return }
+            endSlowdown(test, now: now)
+            return
+        }
         // A queue that never falls below our target while we keep to it is another flow's:
         // a fetch someone waits for then competes (Copa's mode switch); replication never does.
         if queueSeconds < target || drainedAt == .zero { drainedAt = now }
@@ -359,9 +444,18 @@ public struct DownlinkController: Sendable {
             // Another flow keeps the queue full (a loss-based TCP): holding back would leave it
             // the whole line. Like TCP: a few datagrams more per round trip, and back off on any
             // loss, as that flow does (where random loss holds it down, so are we).
-            if queueSeconds < target / 4 {
+            // A drain must last to end it: the other flow's own cycle empties the queue for a
+            // moment after each of its losses (below its floor, which our base delay may hold).
+            let drained = queueSeconds < target / 4
+            if drained, drainedSince == nil { drainedSince = now }
+            if !drained { drainedSince = nil }
+            if let since = drainedSince, now >= since + competeAfter {
                 competing = false
+                drainedSince = nil
                 drainedAt = now
+            } else if drained {
+                // Room on the line, for now: grow as delay mode would.
+                if caughtUp { rate *= 1 + settings.increaseGain }
             } else if intervalLost > 0 {
                 if mayShrink {
                     rate = min(rate, delivered) * settings.competitiveBackoff
@@ -386,6 +480,8 @@ public struct DownlinkController: Sendable {
                 rate = min(rate, max(lastArrived, Double(settings.minimumRate)))
                 holdUntil = now + interval * 2
             }
+        } else if startSlowdownIfDue(queueSeconds: queueSeconds, target: target, now: now) {
+            return
         } else {
             let room = (target - queueSeconds) / target
             if room > 0 {
