@@ -15,8 +15,12 @@ struct SocketBuffers: Sendable, Equatable {
     var receive: Int
     var send: Int
 
-    /// Below this the node says so at start-up: bursts will be lost and asked for again.
-    var isSmall: Bool { receive < Self.wanted }
+    /// What `net.core.rmem_max=4194304`, the setting the start-up warning names, grants (the
+    /// kernel reports twice the size set).
+    static let enough = 8 << 20
+
+    /// Below that the node says so at start-up: bursts will be lost and asked for again.
+    var isSmall: Bool { receive < Self.enough }
 
     /// Raises the buffers past the system limit when permitted, then reads back what holds.
     static func enlarge(_ channel: any Channel) async -> SocketBuffers {

@@ -170,6 +170,25 @@ import Testing
         #expect(controller.competing, "rate \(controller.rate) at \(now)")
     }
 
+    @Test("a fetch that competes tests again, and stops competing once the queue it finds is its own")
+    func aCompetingFetchStopsOnceTheOtherFlowIsGone() {
+        var controller = Self.started()
+        controller.setPriority(.foreground)
+        var packet: UInt64 = 0
+        var now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet) { t, _ in
+            t < 0.1 ? 0.060 : 0.060 + 0.025 + 0.005 * ((t * 2).truncatingRemainder(dividingBy: 1) < 0.5 ? 1 : -1)
+        }
+        #expect(controller.competing)
+        let found = controller.slowdownsFoundAnotherFlow
+        // The other flow is gone; competing by TCP's rules, we keep the queue full ourselves, and it
+        // never stays drained for a second. It drains only while we slow down.
+        now = Self.feedAnswering(&controller, from: now, seconds: 15, packet: &packet) { t, slowingDown in
+            slowingDown ? 0.061 : 0.060 + 0.030 + 0.010 * ((t * 3).truncatingRemainder(dividingBy: 1) < 0.8 ? 1 : -1)
+        }
+        #expect(!controller.competing, "still competing at \(now)")
+        #expect(controller.slowdownsFoundAnotherFlow == found)
+    }
+
     @Test("a lone fetch whose own queue sits at the target drains it when it slows down, does not compete, and tests less often")
     func aLoneFetchAtItsTargetStaysInDelayModeAndTestsLessOften() {
         var controller = Self.started()

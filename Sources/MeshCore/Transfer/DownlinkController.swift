@@ -256,6 +256,7 @@ public struct DownlinkController: Sendable {
                 untrustedHeld = false
                 slowStart = !competing
                 lastArrived = 0
+                atTargetSince = nil
             }
         }
         if trusted, slowStart, brakeSlowStart(queue: queue, now: now) { return true }
@@ -297,10 +298,12 @@ public struct DownlinkController: Sendable {
         return test.until
     }
 
-    /// A foreground fetch in delay mode whose queue sat at half the target long enough, and
-    /// whose last test is far enough behind, slows down to see whose queue it is.
+    /// A foreground fetch whose queue sat at half the target long enough, and whose last test is
+    /// far enough behind, slows down to see whose queue it is: in delay mode, to compete if it is
+    /// another flow's; while competing, to stop once that flow is gone (the queue is then ours,
+    /// and TCP's rules alone would keep it full for as long as the fetch runs).
     private mutating func startSlowdownIfDue(queueSeconds: Double, target: Double, now: MeshInstant) -> Bool {
-        guard priority == .foreground, !competing, !slowStart, queueSeconds >= target / 2 else {
+        guard priority == .foreground, !slowStart, queueSeconds >= target / 2 else {
             atTargetSince = nil
             return false
         }
@@ -327,11 +330,19 @@ public struct DownlinkController: Sendable {
             slowdownsFoundAnotherFlow += 1
             competing = true
             drainedSince = nil
+            // While competing, a test every two spacings (about 4% of the fetch's time at an
+            // eighth): the other flow may leave at any moment.
             slowdownSpacing = settings.slowdownSpacing
+            nextSlowdownAt = now + settings.slowdownSpacing * 2
         } else {
+            if competing {
+                competing = false
+                drainedSince = nil
+                drainedAt = now
+            }
             slowdownSpacing = min(settings.slowdownSpacingLimit, slowdownSpacing * 2)
+            nextSlowdownAt = now + slowdownSpacing
         }
-        nextSlowdownAt = now + slowdownSpacing
     }
 
     /// A queue that lasts `slowStartBrake` ends slow start at what arrives. Returns whether it did.
@@ -440,6 +451,9 @@ public struct DownlinkController: Sendable {
                 lossBackoffs += 1
             }
             slowStart = false
+            atTargetSince = nil
+        } else if competing, startSlowdownIfDue(queueSeconds: queueSeconds, target: target, now: now) {
+            return
         } else if competing {
             // Another flow keeps the queue full (a loss-based TCP): holding back would leave it
             // the whole line. Like TCP: a few datagrams more per round trip, and back off on any
@@ -466,6 +480,7 @@ public struct DownlinkController: Sendable {
                 rate += Double(settings.competitiveIncrease) / roundTrip * (interval.milliseconds / 1000) / roundTrip
             }
         } else if slowStart {
+            atTargetSince = nil
             if queueSeconds < target / 4 {
                 // The deliveries show the rate asked two closes ago: once they caught up with
                 // it, the rate doubles, up to `slowStartGain` times them (the brake above stops
