@@ -69,14 +69,14 @@ public struct DownlinkController: Sendable {
         /// stays at half the target, the queue is another flow's: it competes. If it drained, the
         /// queue was its own, and the next test waits twice as long (up to `slowdownSpacingLimit`),
         /// so a lone fetch on a full line pays a few percent at first and less and less later.
-        public var slowdownAfter: Duration = .seconds(2)
+        public var slowdownAfter: Duration = .seconds(1)
         public var slowdownShare = 0.125
         public var slowdownRoundTrips = 3
         public var slowdownAtLeast: Duration = .milliseconds(200)
         public var slowdownSpacing: Duration = .seconds(5)
         public var slowdownSpacingLimit: Duration = .seconds(40)
         /// While competing: bytes more per round trip, and the cut on a loss with a queue.
-        public var competitiveIncrease = 4 * 1400
+        public var competitiveIncrease = 8 * 1400
         public var competitiveBackoff = 0.7
         /// The base delay is the lowest seen over about this long (LEDBAT keeps ten minutes; a
         /// shorter memory follows a path that changed sooner).
