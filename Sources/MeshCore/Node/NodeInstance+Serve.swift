@@ -74,6 +74,7 @@ extension NodeInstance {
         log(.debug, "downlink", ["rate": "\(Int(downlink.rate) >> 10) KiB/s", "delivered": "\(Int(interval.delivered) >> 10) KiB/s",
                                  "queue": "\(downlink.queueingDelay)", "lost": "\(interval.lost)/\(interval.received + interval.lost)",
                                  "slowStart": "\(downlink.slowStart)", "competing": "\(downlink.competing)",
+                                 "slowdowns": "\(downlink.slowdowns)/\(downlink.slowdownsFoundAnotherFlow)",
                                  "inFlight": "\(transfer.inFlightByPeer.values.reduce(0, +))/\(transfer.inFlightLimit ?? 0)"])
     }
 
