@@ -155,16 +155,18 @@ import Testing
         return now
     }
 
+    /// Another flow's queue that was there before our first piece: our base delay holds the 60 ms
+    /// of its trough, and we see only the 20–30 ms it swings above that, whatever we do.
+    static func anotherFlowsQueue(_ t: Double, _ slowingDown: Bool) -> Double {
+        t < 0.1 ? 0.060 : 0.060 + 0.025 + 0.005 * ((t * 2).truncatingRemainder(dividingBy: 1) < 0.5 ? 1 : -1)
+    }
+
     @Test("a latecomer whose base delay holds another flow's queue slows down, sees the queue stay, and competes")
     func aLatecomerFindsAnotherFlowsQueueBySlowingDown() {
         var controller = Self.started()
         controller.setPriority(.foreground)
         var packet: UInt64 = 0
-        // The other flow's queue was there before our first piece: our base delay holds the 60 ms
-        // of its trough, and we see only the 20–30 ms it swings above that, whatever we do.
-        let now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet) { t, _ in
-            t < 0.1 ? 0.060 : 0.060 + 0.025 + 0.005 * ((t * 2).truncatingRemainder(dividingBy: 1) < 0.5 ? 1 : -1)
-        }
+        let now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
         #expect(controller.slowdowns >= 1)
         #expect(controller.slowdownsFoundAnotherFlow >= 1)
         #expect(controller.competing, "rate \(controller.rate) at \(now)")
@@ -175,9 +177,7 @@ import Testing
         var controller = Self.started()
         controller.setPriority(.foreground)
         var packet: UInt64 = 0
-        var now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet) { t, _ in
-            t < 0.1 ? 0.060 : 0.060 + 0.025 + 0.005 * ((t * 2).truncatingRemainder(dividingBy: 1) < 0.5 ? 1 : -1)
-        }
+        var now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
         #expect(controller.competing)
         let found = controller.slowdownsFoundAnotherFlow
         // The other flow is gone; competing by TCP's rules, we keep the queue full ourselves, and it
