@@ -72,11 +72,20 @@ enum HomeLinkScenario {
     }
 
     /// HOMELINK_LINE=mbit,rtt-ms,loss,MiB: one `get` alone through that line, for tuning
-    /// (HOMELINK_MODE=replication, HOMELINK_COMPETITOR=1 beside a TCP download).
+    /// (HOMELINK_MODE=replication, HOMELINK_COMPETITOR=1 beside a TCP download). The loss is a
+    /// fraction of packets: 0.005 is 0.5%.
     private static func customLine() -> (line: Line, size: Int)? {
         guard let text = ProcessInfo.processInfo.environment["HOMELINK_LINE"] else { return nil }
         let fields = text.split(separator: ",").compactMap { Double($0) }
-        guard fields.count == 4 else { return nil }
+        guard fields.count == 4, fields[0] > 0, fields[1] >= 0, fields[3] >= 1 else {
+            print("HOMELINK_LINE=\(text) is not mbit,rtt-ms,loss,MiB (e.g. 50,40,0.01,16); running the standard lines")
+            return nil
+        }
+        // 0.5 would drop half the packets: almost surely a percent meant as one.
+        guard (0..<0.2).contains(fields[2]) else {
+            print("HOMELINK_LINE: loss \(fields[2]) is a fraction of packets (0.005 is 0.5%), under 0.2; running the standard lines")
+            return nil
+        }
         return (Line(name: text, megabitsPerSecond: fields[0], roundTrip: .milliseconds(Int(fields[1])), loss: fields[2]),
                 Int(fields[3]) << 20)
     }
