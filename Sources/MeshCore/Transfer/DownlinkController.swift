@@ -326,7 +326,12 @@ public struct DownlinkController: Sendable {
         rate = test.rate
         holdUntil = now + interval * 2
         let target = self.target
-        if priority == .foreground, let lowest = test.lowest, lowest >= target / 2 {
+        guard let lowest = test.lowest else {
+            // No piece came in the judged half (a trickle at an eighth): no verdict either way.
+            nextSlowdownAt = now + slowdownSpacing
+            return
+        }
+        if priority == .foreground, lowest >= target / 2 {
             slowdownsFoundAnotherFlow += 1
             competing = true
             drainedSince = nil
