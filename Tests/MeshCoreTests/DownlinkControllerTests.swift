@@ -30,8 +30,9 @@ import Testing
         return now
     }
 
-    static func started() -> DownlinkController {
+    static func started(_ priority: DownlinkController.Priority = .background) -> DownlinkController {
         var controller = DownlinkController()
+        controller.setPriority(priority)
         controller.onRoundTrip(.milliseconds(40), now: .zero)
         return controller
     }
@@ -163,8 +164,7 @@ import Testing
 
     @Test("a latecomer whose base delay holds another flow's queue slows down, sees the queue stay, and competes")
     func aLatecomerFindsAnotherFlowsQueueBySlowingDown() {
-        var controller = Self.started()
-        controller.setPriority(.foreground)
+        var controller = Self.started(.foreground)
         var packet: UInt64 = 0
         let now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
         #expect(controller.slowdowns >= 1)
@@ -174,8 +174,7 @@ import Testing
 
     @Test("a fetch that competes tests again, and stops competing once the queue it finds is its own")
     func aCompetingFetchStopsOnceTheOtherFlowIsGone() {
-        var controller = Self.started()
-        controller.setPriority(.foreground)
+        var controller = Self.started(.foreground)
         var packet: UInt64 = 0
         var now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
         #expect(controller.competing)
@@ -191,8 +190,7 @@ import Testing
 
     @Test("a lone fetch whose own queue sits at the target drains it when it slows down, does not compete, and tests less often")
     func aLoneFetchAtItsTargetStaysInDelayModeAndTestsLessOften() {
-        var controller = Self.started()
-        controller.setPriority(.foreground)
+        var controller = Self.started(.foreground)
         var packet: UInt64 = 0
         // Our own queue: at the target while we send, gone while we slow down.
         _ = Self.feedAnswering(&controller, from: .zero, seconds: 60, packet: &packet) { t, slowingDown in
