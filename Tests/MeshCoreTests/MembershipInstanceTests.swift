@@ -280,6 +280,43 @@ struct MembershipInstanceTests {
         }
     }
 
+    /// Found in the NAT lab: a home node joined through a public member while a second public
+    /// member joined too. The first member gossiped the second's record to the home's private
+    /// address (no datagram of the home's had proved its public one yet); the second could not
+    /// reach the home through its NAT. The home learned of it only at the first periodic
+    /// push-pull, 22 s or more later.
+    @Test("a joiner that missed the gossip of a member joining beside it learns of it from one push-pull soon after its join")
+    func joinFollowUpRepairsMissedGossip() throws {
+        var cluster = ManualCluster(count: 1)
+        let seed = cluster[0]
+        func join(_ index: Int) throws -> NodeID {
+            let identity = try NodeIdentity(seed: [UInt8](repeating: UInt8(index), count: 32))
+            var node = MembershipInstance(record: ManualCluster.record(identity, index: index),
+                                          authority: Ed25519Authority(identity: identity), settings: .lan,
+                                          datagramBudget: 1118, seed: UInt64(index), now: cluster.now)
+            let out = node.join([ManualCluster.address(1)], now: cluster.now)
+            cluster.nodes[identity.nodeID] = node
+            cluster.identities[identity.nodeID] = identity
+            cluster.addresses[identity.nodeID] = ManualCluster.address(index)
+            cluster.order.append(identity.nodeID)
+            cluster.collect(out, from: identity.nodeID)
+            return identity.nodeID
+        }
+        let home = try join(60)
+        cluster.pump()
+        #expect(cluster.nodes[home]?.member(seed)?.status == .alive, "the home is in")
+        let other = try join(61)
+        let homeAddress = ManualCluster.address(60)
+        // For 2 s nothing reaches the home: the seed's gossip went to its private address.
+        cluster.advance(by: .seconds(2), drop: { $0.to == homeAddress })
+        #expect(cluster.nodes[home]?.member(other) == nil, "the home heard of the other member while cut off")
+        #expect(cluster.nodes[seed]?.member(other)?.status == .alive)
+        // Then only the seed reaches it (the other member's datagrams meet the home's NAT).
+        cluster.advance(by: .seconds(3), drop: { $0.to == homeAddress && $0.from != seed })
+        #expect(cluster.nodes[home]?.member(other)?.status == .alive,
+                "the home learns of the member that joined beside it within 5 s")
+    }
+
     @Test("a joiner probed by a member keeps asking to join until a member's record reaches it")
     func joinRetriesUntilStateArrives() throws {
         let cluster = ManualCluster(count: 2)

@@ -38,6 +38,11 @@ public struct MembershipInstance: Sendable {
     /// Set while handling a datagram that accused us at an incarnation we already outbid.
     private var staleAccuser = false
     private var nextJoinAttemptAt: MeshInstant?
+    /// One push-pull soon after the join, with the member that let us in: updates it was still
+    /// gossiping when it answered (a member that joined beside us) may have gone where we could
+    /// not hear them, such as our private address before any datagram of ours proved the public
+    /// one, and would otherwise reach us only at the first periodic push-pull, 20 s or more on.
+    private var joinFollowUp: (partner: NodeID, at: MeshInstant)?
     /// Members removed from the session (key epochs): never probed, gossiped or believed again.
     private var excluded: Set<NodeID> = []
     /// Senders we did not know, and when we last asked each for its state (a few, for a while).
@@ -102,6 +107,7 @@ public struct MembershipInstance: Sendable {
         var deadline = min(nextProbeAt, nextGossipAt, nextPushPullAt, nextReconnectAt)
         if let probe { deadline = min(deadline, probe.indirectSent ? probe.endAt : probe.indirectAt) }
         if let join = nextJoinAttemptAt { deadline = min(deadline, join) }
+        if let followUp = joinFollowUp { deadline = min(deadline, followUp.at) }
         for relay in relays.values { deadline = min(deadline, relay.nackAt) }
         for id in timed {
             guard let member = members[id] else { continue }
@@ -203,6 +209,9 @@ public struct MembershipInstance: Sendable {
         // lost, we would stop asking and learn the members only from others' push-pull.
         if nextJoinAttemptAt != nil, sender != me.id, !members.isEmpty {
             nextJoinAttemptAt = nil
+            // Once what it was gossiping then has been sent as often as it will be.
+            let dissemination = settings.gossipInterval * Double(retransmitLimit + 2)
+            joinFollowUp = (sender, now + dissemination * 2)
         }
         var digestTaken = false
         for frame in frames {
@@ -286,6 +295,12 @@ public struct MembershipInstance: Sendable {
             nextJoinAttemptAt = now + settings.joinRetryInterval
             for seed in seeds {
                 out.append(.send(frames: [.syncRequest(SyncRequest(isJoin: true)), .alive(me)], recipient: nil, address: seed))
+            }
+        }
+        if let followUp = joinFollowUp, now >= followUp.at {
+            joinFollowUp = nil
+            if let partner = members[followUp.partner], !partner.status.isGone, let address = partner.address {
+                out.append(summary(to: partner.id, address: address))
             }
         }
         expireRelays(now: now, into: &out)
