@@ -216,7 +216,8 @@ extension MeshNode {
             rate: downlink.rate.rounded(), priority: downlink.priority == .foreground ? "foreground" : "background",
             queueingDelayMs: downlink.queueingDelay.milliseconds, targetMs: downlink.target.milliseconds,
             roundTripMs: downlink.roundTrip?.milliseconds, slowStart: downlink.slowStart, competing: downlink.competing,
-            lossBackoffs: downlink.lossBackoffs)
+            lossBackoffs: downlink.lossBackoffs, slowdowns: downlink.slowdowns,
+            slowdownsFoundAnotherFlow: downlink.slowdownsFoundAnotherFlow)
         return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
                             counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo)
     }

@@ -34,8 +34,19 @@ public struct NodeStatus: Decodable, Sendable {
         public var relay: String?
     }
 
+    /// The congestion control of what the node fetches (`status --json` → downlink).
+    public struct DownlinkInfo: Decodable, Sendable {
+        public var rate: Double
+        public var priority: String
+        public var roundTripMs: Double?
+        public var competing: Bool
+        public var slowdowns: Int
+        public var slowdownsFoundAnotherFlow: Int
+    }
+
     public var `self`: SelfInfo
     public var members: [MemberInfo]
+    public var downlink: DownlinkInfo?
     public var counters: [String: JSONValue]
 
     public func state(of id: String) -> String? {
@@ -119,8 +130,12 @@ extension Array where Element == NodeProcess {
             } catch {
                 var views: [String] = []
                 for other in self {
-                    let view = (try? await other.status()).map { "\($0.aliveCount) alive" } ?? "no status"
-                    let log = other.stderr.split(separator: "\n").suffix(2).joined(separator: " | ")
+                    // Every member as this node sees it, so a failure says who is missing where.
+                    let view = (try? await other.status()).map { status in
+                        "\(status.`self`.name) sees \(status.aliveCount) alive ["
+                            + status.members.map { "\($0.name) \($0.state)/\($0.path ?? "-")" }.joined(separator: ", ") + "]"
+                    } ?? "no status"
+                    let log = other.stderr.split(separator: "\n").suffix(4).joined(separator: " | ")
                     views.append("\(other.dataDirectory) up \(ContinuousClock.now - other.startedAt): \(view); \(log)")
                 }
                 throw NodeProcessError.timeout("\(count) alive on every node within \(timeout): "

@@ -56,6 +56,11 @@ struct JournalCommandTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
         let status = try await nodes[2].status()
         #expect((status.counters["chunksFetched"]?.number ?? 0) >= 4)
+        // The fetch's congestion control reports itself: a rate, a round trip measured, and
+        // slowdown tests of which none can have found more flows than it ran.
+        let downlink = try #require(status.downlink, "no downlink in status --json")
+        #expect(downlink.rate > 0 && downlink.roundTripMs != nil, "\(downlink)")
+        #expect(downlink.slowdownsFoundAnotherFlow <= downlink.slowdowns, "\(downlink)")
         // Loopback carries more than Ethernet: the holder's path was probed past 1,472 bytes
         // (8,972 unless a probe was lost three times on a busy machine; PROTOCOL.md §1a); members
         // it pulled nothing from are not measured.

@@ -126,6 +126,10 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var competing: Bool
         /// Times the rate was cut for a loss rate only an overflowing queue gives.
         public var lossBackoffs: UInt64
+        /// Slowdown tests run (a foreground fetch slowing to ⅛ to see whose queue it is), and of
+        /// those, the ones that found another flow's queue (and so began or kept competing).
+        public var slowdowns: UInt64 = 0
+        public var slowdownsFoundAnotherFlow: UInt64 = 0
     }
 
     /// One kind of traffic (`TrafficKind`: membership, messages, journal, transfer, keys, ping).
