@@ -172,6 +172,20 @@ import Testing
         #expect(controller.competing, "rate \(controller.rate) at \(now)")
     }
 
+    /// As in simulation beside CUBIC: before the test our pieces and the other flow's share the
+    /// queue (24 ms over our base, just under the target, so delay mode yields and never switches);
+    /// slowed down, we see the other flow's part alone, 12 ms: under half the target.
+    @Test("a latecomer that sees half the queue stay while it slows down (the other flow's part) competes")
+    func aLatecomerSeeingTheOtherFlowsPartOfTheQueueCompetes() {
+        var controller = Self.started(.foreground)
+        var packet: UInt64 = 0
+        let now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet) { t, slowingDown in
+            t < 0.1 ? 0.060 : 0.060 + (slowingDown ? 0.012 : 0.024)
+        }
+        #expect(controller.slowdownsFoundAnotherFlow >= 1, "\(controller.slowdowns) slowdowns")
+        #expect(controller.competing, "rate \(controller.rate) at \(now)")
+    }
+
     @Test("a fetch that competes tests again, and stops competing once the queue it finds is its own")
     func aCompetingFetchStopsOnceTheOtherFlowIsGone() {
         var controller = Self.started(.foreground)
