@@ -179,6 +179,19 @@ enum WANScenario {
                 BenchResult(scenario: prefix + "holders' bytes ÷ file", figure: fetch.holderRatio, unit: "×",
                             baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
             ]
+            if mode == .get, seconds > 0, fetch.secondHalfRate > 0 {
+                // A short get spends its first seconds finding out that the queue is another
+                // flow's; its second half (of the chunks, as the node logs it) shows the share it
+                // then holds, beside CUBIC's over the same seconds.
+                let later = min(seconds, Double(line.size) / 2 / (fetch.secondHalfRate * 1_048_576))
+                let competitorLater = Competitor.bytes(in: intervals, from: window.end - later - competitor.startedAt,
+                                                       to: window.end - competitor.startedAt) / later / cap
+                let getLater = fetch.secondHalfRate * 1_048_576 / cap
+                print("  get, second half: \(format(getLater * 100))% of the cap, CUBIC \(format(competitorLater * 100))%")
+                results.append(BenchResult(scenario: prefix + "the get's share of the cap in its second half",
+                                           figure: getLater * 100, unit: "%", baselineName: "CUBIC's, the same half",
+                                           baseline: competitorLater * 100, goal: "fair: about even"))
+            }
         }
         link.tearDown()
         print("  emulator late \(late(link))")

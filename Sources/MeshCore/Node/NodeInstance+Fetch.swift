@@ -327,7 +327,8 @@ extension NodeInstance {
                     if let halfway = fetch.halfwayAt, fetch.needed >= 8, now > halfway {
                         let second = Double((now - halfway).nanosecondsClamped) / 1e9
                         let half = Double(fetch.needed - fetch.needed / 2) / Double(fetch.needed) * bytes
-                        fields.append(("secondHalfMiBps", "\((half / second / 1_048_576).rounded())"))
+                        // A tenth of a MiB/s: on a home line whole MiB/s say little.
+                        fields.append(("secondHalfMiBps", "\((half / second / 1_048_576 * 10).rounded() / 10)"))
                     }
                     if logs(.info) { emit(.log(NodeLogRecord(level: .info, message: "fetched", metadata: fields))) }
                 }
