@@ -179,14 +179,16 @@ enum WANScenario {
                 BenchResult(scenario: prefix + "holders' bytes ÷ file", figure: fetch.holderRatio, unit: "×",
                             baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
             ]
-            if mode == .get, seconds > 0, fetch.secondHalfRate > 0 {
+            if mode == .get, fetch.secondHalfSeconds > 0, fetch.fetchSeconds >= fetch.secondHalfSeconds {
                 // A short get spends its first seconds finding out that the queue is another
                 // flow's; its second half (of the chunks, as the node logs it) shows the share it
-                // then holds, beside CUBIC's over the same seconds.
-                let later = min(seconds, Double(line.size) / 2 / (fetch.secondHalfRate * 1_048_576))
-                let competitorLater = Competitor.bytes(in: intervals, from: window.end - later - competitor.startedAt,
-                                                       to: window.end - competitor.startedAt) / later / cap
-                let getLater = fetch.secondHalfRate * 1_048_576 / cap
+                // then holds, beside CUBIC's over the same seconds: timed from the get's start by
+                // the node's own clock (the polling that saw the get exit is up to 0.5 s late).
+                let later = fetch.secondHalfSeconds
+                let fetchEnd = window.start + fetch.fetchSeconds
+                let competitorLater = Competitor.bytes(in: intervals, from: fetchEnd - later - competitor.startedAt,
+                                                       to: fetchEnd - competitor.startedAt) / later / cap
+                let getLater = Double(line.size - line.size / 2) / later / cap
                 print("  get, second half: \(format(getLater * 100))% of the cap, CUBIC \(format(competitorLater * 100))%")
                 results.append(BenchResult(scenario: prefix + "the get's share of the cap in its second half",
                                            figure: getLater * 100, unit: "%", baselineName: "CUBIC's, the same half",
@@ -202,6 +204,8 @@ enum WANScenario {
 
     struct Fetch {
         var fetchRate = 0.0, secondHalfRate = 0.0, getRate = 0.0, datagramSize = 0.0, holderRatio = 0.0
+        /// The node's own timing of the fetch and of its second half (0 when not logged).
+        var fetchSeconds = 0.0, secondHalfSeconds = 0.0
         var finished = true
         /// The fetch's span on the wall clock (seconds since the reference date).
         var window: (start: Double, end: Double) = (0, 0)
@@ -287,6 +291,8 @@ enum WANScenario {
            let seconds = TransferScenario.field("seconds", in: line), seconds > 0 {
             outcome.fetchRate = Double(size) / 1_048_576 / seconds
             outcome.secondHalfRate = TransferScenario.field("secondHalfMiBps", in: line) ?? 0
+            outcome.fetchSeconds = seconds
+            outcome.secondHalfSeconds = TransferScenario.field("secondHalfSeconds", in: line) ?? 0
             outcome.window = (end - seconds, end)
         } else {
             // Unfinished (or no log line): what arrived over the time since the joiner started.

@@ -40,8 +40,9 @@ public struct NodeStatus: Decodable, Sendable {
         public var priority: String
         public var roundTripMs: Double?
         public var competing: Bool
-        public var slowdowns: Int
-        public var slowdownsFoundAnotherFlow: Int
+        /// Absent from nodes built before them (`GROUPMESH_BIN` may name one).
+        public var slowdowns: Int?
+        public var slowdownsFoundAnotherFlow: Int?
     }
 
     public var `self`: SelfInfo

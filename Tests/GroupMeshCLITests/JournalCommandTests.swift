@@ -60,7 +60,9 @@ struct JournalCommandTests {
         // slowdown tests of which none can have found more flows than it ran.
         let downlink = try #require(status.downlink, "no downlink in status --json")
         #expect(downlink.rate > 0 && downlink.roundTripMs != nil, "\(downlink)")
-        #expect(downlink.slowdownsFoundAnotherFlow <= downlink.slowdowns, "\(downlink)")
+        let slowdowns = try #require(downlink.slowdowns, "no slowdowns in status --json"),
+            found = try #require(downlink.slowdownsFoundAnotherFlow, "no slowdownsFoundAnotherFlow in status --json")
+        #expect(found <= slowdowns, "\(downlink)")
         // Loopback carries more than Ethernet: the holder's path was probed past 1,472 bytes
         // (8,972 unless a probe was lost three times on a busy machine; PROTOCOL.md §1a); members
         // it pulled nothing from are not measured.

@@ -216,6 +216,30 @@ import Testing
         #expect((3...5).contains(controller.slowdowns), "\(controller.slowdowns) slowdowns")
     }
 
+    /// The same lone fetch, closer to a real line: its own 20–30 ms queue drains only at ⅞ of the
+    /// line's rate, half a round trip after it slows, and every sample carries 0–10 ms of jitter.
+    /// The third of the target the verdict needs (8.3 ms) must not be taken for another flow.
+    @Test("a lone fetch whose own queue drains slowly and jitters is not taken for another flow")
+    func aLoneFetchWithAJitteryDrainDoesNotCompete() {
+        var controller = Self.started(.foreground)
+        var packet: UInt64 = 0
+        var slowedAt: Double?
+        var noise: UInt64 = 12345
+        _ = Self.feedAnswering(&controller, from: .zero, seconds: 60, packet: &packet) { t, slowingDown in
+            noise = noise &* 6364136223846793005 &+ 1442695040888963407
+            let jitter = Double((noise >> 33) % 1000) / 1000 * 0.010
+            guard t >= 0.1 else { return 0.001 }
+            // Delay mode holds the queue about the target: 20 ms and the jitter over it.
+            if !slowingDown { slowedAt = nil; return 0.020 + jitter }
+            let since = t - (slowedAt ?? t)
+            if slowedAt == nil { slowedAt = t }
+            return max(0, 0.025 - max(0, since - 0.020) * 0.875) + jitter
+        }
+        #expect(controller.slowdowns >= 3, "\(controller.slowdowns) slowdowns")
+        #expect(controller.slowdownsFoundAnotherFlow == 0)
+        #expect(!controller.competing)
+    }
+
     @Test func backgroundReplicationNeverSlowsDownToTest() {
         var controller = Self.started()
         var packet: UInt64 = 0

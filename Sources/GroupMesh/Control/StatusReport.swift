@@ -128,8 +128,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var lossBackoffs: UInt64
         /// Slowdown tests run (a foreground fetch slowing to ⅛ to see whose queue it is), and of
         /// those, the ones that found another flow's queue (and so began or kept competing).
-        public var slowdowns: UInt64 = 0
-        public var slowdownsFoundAnotherFlow: UInt64 = 0
+        public var slowdowns: UInt64
+        public var slowdownsFoundAnotherFlow: UInt64
     }
 
     /// One kind of traffic (`TrafficKind`: membership, messages, journal, transfer, keys, ping).

@@ -299,8 +299,10 @@ public struct MembershipInstance: Sendable {
         }
         if let followUp = joinFollowUp, now >= followUp.at {
             joinFollowUp = nil
-            if let partner = members[followUp.partner], !partner.status.isGone, let address = partner.address {
-                out.append(summary(to: partner.id, address: address))
+            // The member that let us in, unless it is gone or was a stranger: then any live one.
+            let known = members[followUp.partner].flatMap { $0.status.isGone ? nil : $0.id }
+            if let partner = known ?? pickRandom(1, excluding: []).first, let address = members[partner]?.address {
+                out.append(summary(to: partner, address: address))
             }
         }
         expireRelays(now: now, into: &out)

@@ -329,6 +329,7 @@ extension NodeInstance {
                         let half = Double(fetch.needed - fetch.needed / 2) / Double(fetch.needed) * bytes
                         // A tenth of a MiB/s: on a home line whole MiB/s say little.
                         fields.append(("secondHalfMiBps", "\((half / second / 1_048_576 * 10).rounded() / 10)"))
+                        fields.append(("secondHalfSeconds", "\((second * 1000).rounded() / 1000)"))
                     }
                     if logs(.info) { emit(.log(NodeLogRecord(level: .info, message: "fetched", metadata: fields))) }
                 }
