@@ -119,6 +119,16 @@ extension NodeInstance {
         sendJournal(.chunkRequest(id), to: holder, now: now)
     }
 
+    /// `member` is suspect or gone: a manifest asked of it is asked elsewhere now, not after
+    /// `manifestRequestTimeout` (a leaving member's handover lost 5 of its 10 s that way when
+    /// the member it asked had just asked one that crashed). A late answer from it is ignored.
+    mutating func manifestHolderFailed(_ member: NodeID, now: MeshInstant) {
+        for id in fetches.keys.sorted() {
+            guard case .manifest(_, _, member?, _) = fetches[id]?.stage else { continue }
+            manifestRetry(id, now: now)
+        }
+    }
+
     mutating func manifestAnswer(_ digest: SHA256Digest, bytes: [UInt8]?, from peer: NodeID, now: MeshInstant) {
         guard case .manifest(_, _, let asking, _) = fetches[digest]?.stage, asking == peer else { return }
         guard let bytes, SHA256Digest.hashing(bytes) == digest, let manifest = try? Manifest(decoding: bytes) else {

@@ -82,6 +82,7 @@ extension NodeInstance {
         peerAddresses[id] = member.status.isGone ? nil : learnedAddress(of: id) ?? member.address
         rememberedDirty = true
         if phase == .joining, !member.status.isGone { phase = .running }
+        if member.status != .alive { manifestHolderFailed(id, now: now) }
         if member.status.isGone {
             // Keys and channels stay until the member is forgotten or a new boot shows up: a
             // member declared dead that refutes resumes where it was.
