@@ -186,6 +186,28 @@ import Testing
         #expect(controller.competing, "rate \(controller.rate) at \(now)")
     }
 
+    /// CUBIC's queue drains for a moment after each of its losses: a first test that falls in
+    /// that trough finds the queue gone. Tested again once the queue is back, the latecomer still
+    /// competes within seconds (not at the next test 10 s on, nor by yielding until the queue that
+    /// never drains decides it).
+    @Test("a latecomer whose first test meets the other flow's trough tests again at once and competes")
+    func aFirstTestInTheOtherFlowsTroughIsRetested() {
+        var controller = Self.started(.foreground)
+        var packet: UInt64 = 0
+        var tests = 0, wasSlowing = false
+        let now = Self.feedAnswering(&controller, from: .zero, seconds: 4, packet: &packet) { t, slowingDown in
+            if slowingDown, !wasSlowing { tests += 1 }
+            wasSlowing = slowingDown
+            guard t >= 0.1 else { return 0.060 }
+            // Ours and the other flow's, 24 ms over our base; the other's part alone, 12 ms,
+            // except in the first test, which falls in its trough.
+            return 0.060 + (slowingDown ? (tests == 1 ? 0.001 : 0.012) : 0.024)
+        }
+        #expect(controller.slowdowns >= 2, "\(controller.slowdowns) slowdowns")
+        #expect(controller.slowdownsFoundAnotherFlow == 1)
+        #expect(controller.competing, "rate \(controller.rate) at \(now)")
+    }
+
     @Test("a fetch that competes tests again, and stops competing once the queue it finds is its own")
     func aCompetingFetchStopsOnceTheOtherFlowIsGone() {
         var controller = Self.started(.foreground)

@@ -134,6 +134,10 @@ public struct DownlinkController: Sendable {
     private var slowdown: Slowdown?
     private var nextSlowdownAt = MeshInstant.zero
     private var slowdownSpacing: Duration
+    /// A test found the queue our own, and the next one confirmed it: one such verdict alone may
+    /// have met the other flow's trough (its queue drains for a moment after each of its losses),
+    /// so the first is tested again as soon as the queue is back, before the tests space out.
+    private var ownQueueConfirmed = false
     /// Slowdowns, and those that found another flow's queue (for tests and tracing).
     public private(set) var slowdowns: UInt64 = 0
     public private(set) var slowdownsFoundAnotherFlow: UInt64 = 0
@@ -337,6 +341,7 @@ public struct DownlinkController: Sendable {
         }
         if priority == .foreground, lowest >= target * settings.slowdownVerdict {
             slowdownsFoundAnotherFlow += 1
+            ownQueueConfirmed = false
             competing = true
             drainedSince = nil
             // While competing, a test every two spacings (about 4% of the fetch's time at an
@@ -349,8 +354,13 @@ public struct DownlinkController: Sendable {
                 drainedSince = nil
                 drainedAt = now
             }
-            slowdownSpacing = min(settings.slowdownSpacingLimit, slowdownSpacing * 2)
-            nextSlowdownAt = now + slowdownSpacing
+            if ownQueueConfirmed {
+                slowdownSpacing = min(settings.slowdownSpacingLimit, slowdownSpacing * 2)
+                nextSlowdownAt = now + slowdownSpacing
+            } else {
+                ownQueueConfirmed = true
+                nextSlowdownAt = now
+            }
         }
     }
 
