@@ -260,20 +260,11 @@ struct MembershipInstanceTests {
     }
 
     @Test("a joiner gets the whole member list through the state exchange")
-    func joinGetsFullState() {
+    func joinGetsFullState() throws {
         var cluster = ManualCluster(count: 4)
-        let identity = try! NodeIdentity(seed: [UInt8](repeating: 50, count: 32))
-        var joiner = MembershipInstance(record: ManualCluster.record(identity, index: 50),
-                                        authority: Ed25519Authority(identity: identity), settings: .lan,
-                                        datagramBudget: 1118, seed: 50, now: cluster.now)
-        let out = joiner.join([ManualCluster.address(2)], now: cluster.now)
-        cluster.nodes[identity.nodeID] = joiner
-        cluster.identities[identity.nodeID] = identity
-        cluster.addresses[identity.nodeID] = ManualCluster.address(50)
-        cluster.order.append(identity.nodeID)
-        cluster.collect(out, from: identity.nodeID)
+        let joiner = try cluster.addJoiner(50, through: ManualCluster.address(2))
         cluster.pump()
-        #expect(cluster.nodes[identity.nodeID]!.activeCount == 5)
+        #expect(cluster.nodes[joiner]?.activeCount == 5)
         cluster.advance(by: .seconds(3))
         for observer in 0..<4 {
             #expect(cluster.status(of: 4, seenBy: observer) == .alive, "observer \(observer)")
@@ -289,23 +280,10 @@ struct MembershipInstanceTests {
     func joinFollowUpRepairsMissedGossip() throws {
         var cluster = ManualCluster(count: 1)
         let seed = cluster[0]
-        func join(_ index: Int) throws -> NodeID {
-            let identity = try NodeIdentity(seed: [UInt8](repeating: UInt8(index), count: 32))
-            var node = MembershipInstance(record: ManualCluster.record(identity, index: index),
-                                          authority: Ed25519Authority(identity: identity), settings: .lan,
-                                          datagramBudget: 1118, seed: UInt64(index), now: cluster.now)
-            let out = node.join([ManualCluster.address(1)], now: cluster.now)
-            cluster.nodes[identity.nodeID] = node
-            cluster.identities[identity.nodeID] = identity
-            cluster.addresses[identity.nodeID] = ManualCluster.address(index)
-            cluster.order.append(identity.nodeID)
-            cluster.collect(out, from: identity.nodeID)
-            return identity.nodeID
-        }
-        let home = try join(60)
+        let home = try cluster.addJoiner(60, through: ManualCluster.address(1))
         cluster.pump()
         #expect(cluster.nodes[home]?.member(seed)?.status == .alive, "the home is in")
-        let other = try join(61)
+        let other = try cluster.addJoiner(61, through: ManualCluster.address(1))
         let homeAddress = ManualCluster.address(60)
         // For 2 s nothing reaches the home: the seed's gossip went to its private address.
         cluster.advance(by: .seconds(2), drop: { $0.to == homeAddress })

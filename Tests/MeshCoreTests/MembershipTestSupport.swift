@@ -51,6 +51,21 @@ struct ManualCluster {
 
     subscript(_ index: Int) -> NodeID { order[index] }
 
+    /// A node with identity seed `index` that joins through `seed` now; its join request is in flight.
+    mutating func addJoiner(_ index: Int, through seed: PeerAddress) throws -> NodeID {
+        let identity = try NodeIdentity(seed: [UInt8](repeating: UInt8(index), count: 32))
+        var joiner = MembershipInstance(record: Self.record(identity, index: index),
+                                        authority: Ed25519Authority(identity: identity), settings: .lan,
+                                        datagramBudget: 1118, seed: UInt64(index), now: now)
+        let out = joiner.join([seed], now: now)
+        nodes[identity.nodeID] = joiner
+        identities[identity.nodeID] = identity
+        addresses[identity.nodeID] = Self.address(index)
+        order.append(identity.nodeID)
+        collect(out, from: identity.nodeID)
+        return identity.nodeID
+    }
+
     func instance(_ index: Int) -> MembershipInstance { nodes[order[index]]! }
 
     func status(of member: Int, seenBy observer: Int) -> MemberStatus? {
