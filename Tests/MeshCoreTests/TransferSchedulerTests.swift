@@ -37,11 +37,32 @@ struct TransferSchedulerTests {
         #expect(scheduler.nextRequests(now: Self.start + .milliseconds(1)).isEmpty, "seed \(seed): asked past a full window")
 
         guard let done = opening.first(where: { $0.peer == first }) else { return }
+        scheduler.onPieceBytes(manifest.chunkSize, from: first, chunkSize: manifest.chunkSize)
         scheduler.onChunk(attachment: manifest.id, index: done.index, from: first, valid: true)
         // One slot freed and the window grew by one: two more, both of `first`, none held or in flight.
         let next = scheduler.nextRequests(now: Self.start + .milliseconds(2))
         #expect(next.count == 2 && next.allSatisfy { $0.peer == first }, "seed \(seed): \(next)")
         #expect(Set(next.map(\.index)).isDisjoint(with: opening.map(\.index)), "seed \(seed)")
+    }
+
+    @Test("a window grows by the bytes that came, also while its chunks wait for a lost piece",
+          arguments: 1...5 as ClosedRange<UInt64>)
+    func windowGrowsByBytes(seed: UInt64) {
+        var scheduler = scheduler(seed: seed, secondHolds: ChunkBitmap(count: manifest.chunks.count))
+        let opening = scheduler.nextRequests(now: Self.start)
+        let window = scheduler.settings.initialWindow
+        #expect(opening.count == window && opening.allSatisfy { $0.peer == first }, "seed \(seed): \(opening)")
+        // Most of both chunks came, none whole (each waits for a piece asked again): under a
+        // chunk's worth opens nothing, a chunk's worth opens one slot, none completed.
+        scheduler.onPieceBytes(manifest.chunkSize - 1, from: first, chunkSize: manifest.chunkSize)
+        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(1)).isEmpty, "seed \(seed)")
+        scheduler.onPieceBytes(manifest.chunkSize - 1, from: first, chunkSize: manifest.chunkSize)
+        let more = scheduler.nextRequests(now: Self.start + .milliseconds(2))
+        #expect(more.count == 1 && more.allSatisfy { $0.peer == first }, "seed \(seed): \(more)")
+        #expect(scheduler.window(of: first)?.window == window + 1, "seed \(seed)")
+        // A member not asked anything is not credited.
+        scheduler.onPieceBytes(4 * manifest.chunkSize, from: second, chunkSize: manifest.chunkSize)
+        #expect(scheduler.window(of: second)?.window == window, "seed \(seed)")
     }
 
     @Test("rarest first: chunks one member holds are asked before chunks both hold, each of a member that has it",

@@ -284,9 +284,14 @@ extension NodeInstance {
         counters.chunksFetched += 1
         // Its pieces were right: from now on they also tell the downlink's controller about the
         // line (a member that never sent a good chunk could feed it any timestamps).
+        let firstProof = !provenHolders.contains(peer)
         provenHolders.formUnion(contributors)
         if let ref = live.first, let manifest = manifests[ref.attachment] {
             counters.chunkPayloadBytesFetched += UInt64(manifest.length(ofChunk: ref.index))
+            // The chunk that proved it counts toward its window, as its pieces will from now on.
+            if firstProof {
+                transfer.onPieceBytes(manifest.length(ofChunk: ref.index), from: peer, chunkSize: settings.chunkSize)
+            }
         }
         for ref in live {
             guard case var .chunks(have) = fetches[ref.attachment]?.stage else { continue }

@@ -27,6 +27,12 @@ extension NodeInstance {
                 // they can hold slow start back, not cut the rate (`DownlinkController.onPiece`).
                 switch result {
                 case .accepted, .complete:
+                    // A holder opens its window by bytes only once a chunk of its proved right:
+                    // before that its pieces could be anyone's, and the controller is not yet
+                    // braking on its delays, so its window stays as it began.
+                    if provenHolders.contains(peer) {
+                        transfer.onPieceBytes(piece.payload.readableBytes, from: peer, chunkSize: settings.chunkSize)
+                    }
                     if downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now,
                                         trusted: provenHolders.contains(peer)) {
                         rateMayHaveChanged = true
