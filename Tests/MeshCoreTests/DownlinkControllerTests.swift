@@ -208,6 +208,28 @@ import Testing
         #expect(controller.competing, "rate \(controller.rate) at \(now)")
     }
 
+    /// Deliveries stay at 1 MB/s (the line's share left to us) while the other flow's queue stays:
+    /// the rate grows past them by a few steps of 8 datagrams per round trip, then holds. Grown
+    /// without a bound (up to twice what arrived, before), the excess filled the line's queue
+    /// and overflowed it: 1.8-2.2% of the line's packets dropped beside CUBIC in simulation.
+    @Test("a competing fetch runs no further ahead of its deliveries than a few steps of growth")
+    func competingGrowthIsClockedByDeliveries() {
+        var controller = DownlinkController()
+        controller.setPriority(.foreground)
+        controller.onRoundTrip(.milliseconds(100), now: .zero)
+        var packet: UInt64 = 0
+        var now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
+        #expect(controller.competing)
+        let step = Double(controller.settings.competitiveIncrease) / 0.1   // one interval of one round trip
+        var highest = 0.0
+        for _ in 0..<30 {
+            now = Self.feedAnswering(&controller, from: now, seconds: 0.1, packet: &packet, queue: Self.anotherFlowsQueue)
+            if controller.competing, !controller.isSlowingDown { highest = max(highest, controller.rate) }
+        }
+        #expect(highest > 1e6, "it stopped growing short of what arrives: \(highest)")
+        #expect(highest <= 1e6 + 5 * step, "rate \(highest) with 1 MB/s arriving (a step is \(step))")
+    }
+
     @Test("a fetch that competes tests again, and stops competing once the queue it finds is its own")
     func aCompetingFetchStopsOnceTheOtherFlowIsGone() {
         var controller = Self.started(.foreground)

@@ -81,6 +81,8 @@ public struct DownlinkController: Sendable {
         public var slowdownSpacingLimit: Duration = .seconds(40)
         /// While competing: bytes more per round trip, and the cut on a loss with a queue.
         public var competitiveIncrease = 8 * 1400
+        /// While competing, the rate grows only this many increases ahead of what arrives.
+        public var competitiveLead = 4
         public var competitiveBackoff = 0.7
         /// The base delay is the lowest seen over about this long (LEDBAT keeps ten minutes; a
         /// shorter memory follows a path that changed sooner).
@@ -494,9 +496,15 @@ public struct DownlinkController: Sendable {
                     rate = min(rate, delivered) * settings.competitiveBackoff
                     holdUntil = now + interval * 2
                 }
-            } else if delivered >= rate / 2 {
+            } else {
                 let roundTrip = max(0.001, (roundTrip ?? .milliseconds(100)).milliseconds / 1000)
-                rate += Double(settings.competitiveIncrease) / roundTrip * (interval.milliseconds / 1000) / roundTrip
+                let step = Double(settings.competitiveIncrease) / roundTrip * (interval.milliseconds / 1000) / roundTrip
+                // Clocked by what arrives, as a window is: deliveries show the rate of two
+                // intervals back, so the rate may run ahead of them by a few steps; beyond that
+                // the excess only fills the queue and then overflows it (let run up to twice
+                // what arrived, the line beside CUBIC dropped 0.9-2.1% of its packets in
+                // simulation; at 4 steps 0.2-1.3%, the get's share unchanged; at 3 it lost 7%).
+                if rate + step <= delivered + Double(settings.competitiveLead) * step { rate += step }
             }
         } else if slowStart {
             atTargetSince = nil
