@@ -183,7 +183,8 @@ enum WANScenario {
                 // A short get spends its first seconds finding out that the queue is another
                 // flow's; its second half (of the chunks, as the node logs it) shows the share it
                 // then holds, beside CUBIC's over the same seconds: timed from the get's start by
-                // the node's own clock (the polling that saw the get exit is up to 0.5 s late).
+                // the node's own clock (the get's exit, as the bench sees it, adds its write-out
+                // and up to 20 ms of polling).
                 let later = fetch.secondHalfSeconds
                 let fetchEnd = window.start + fetch.fetchSeconds
                 let competitorLater = Competitor.bytes(in: intervals, from: fetchEnd - later - competitor.startedAt,

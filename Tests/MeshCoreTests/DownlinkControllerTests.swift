@@ -210,8 +210,8 @@ import Testing
 
     /// Deliveries stay at 1 MB/s (the line's share left to us) while the other flow's queue stays:
     /// the rate grows past them by a few steps of 8 datagrams per round trip, then holds. Grown
-    /// without a bound (up to twice what arrived, before), the excess filled the line's queue
-    /// and overflowed it: 1.8-2.2% of the line's packets dropped beside CUBIC in simulation.
+    /// up to twice what arrived (before), the excess filled the line's queue and overflowed it:
+    /// 0.9-2.1% of the line's packets dropped beside CUBIC in simulation.
     @Test("a competing fetch runs no further ahead of its deliveries than a few steps of growth")
     func competingGrowthIsClockedByDeliveries() {
         var controller = DownlinkController()

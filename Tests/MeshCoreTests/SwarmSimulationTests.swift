@@ -68,8 +68,8 @@ final class SwarmProcess: SimulatedProcess {
             let valid = SHA256Digest.hashing(bytes) == manifest.chunks[index]
             if !valid { rejected += 1 }
             if valid, !have.contains(index) { have.insert(index); dirty = true }
-            // The chunk comes whole here: its bytes count toward its sender's window at once.
-            scheduler.onPieceBytes(bytes.count, from: peer, chunkSize: manifest.chunkSize)
+            // The chunk comes whole here: a good one counts toward its sender's window at once.
+            if valid { scheduler.onPieceBytes(bytes.count, of: manifest.id, index: index, from: peer) }
             if scheduler.onChunk(attachment: manifest.id, index: index, from: peer, valid: valid) || have.isComplete {
                 completedAt = completedAt ?? now
             }

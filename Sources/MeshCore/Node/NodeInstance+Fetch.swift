@@ -288,9 +288,11 @@ extension NodeInstance {
         provenHolders.formUnion(contributors)
         if let ref = live.first, let manifest = manifests[ref.attachment] {
             counters.chunkPayloadBytesFetched += UInt64(manifest.length(ofChunk: ref.index))
-            // The chunk that proved it counts toward its window, as its pieces will from now on.
+            // The chunk that proved it counts toward its window, as its pieces will from now on
+            // (all of it: `peer` sent its last piece, maybe not every one; others proven by the
+            // same chunk get nothing for it, which errs on the slow side).
             if firstProof {
-                transfer.onPieceBytes(manifest.length(ofChunk: ref.index), from: peer, chunkSize: settings.chunkSize)
+                transfer.onPieceBytes(manifest.length(ofChunk: ref.index), of: ref.attachment, index: ref.index, from: peer)
             }
         }
         for ref in live {

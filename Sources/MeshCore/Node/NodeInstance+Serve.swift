@@ -31,7 +31,9 @@ extension NodeInstance {
                     // before that its pieces could be anyone's, and the controller is not yet
                     // braking on its delays, so its window stays as it began.
                     if provenHolders.contains(peer) {
-                        transfer.onPieceBytes(piece.payload.readableBytes, from: peer, chunkSize: settings.chunkSize)
+                        for ref in requested[piece.digest] ?? [] {
+                            transfer.onPieceBytes(piece.payload.readableBytes, of: ref.attachment, index: ref.index, from: peer)
+                        }
                     }
                     if downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now,
                                         trusted: provenHolders.contains(peer)) {

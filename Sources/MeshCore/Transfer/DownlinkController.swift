@@ -504,7 +504,8 @@ public struct DownlinkController: Sendable {
                 // the excess only fills the queue and then overflows it (let run up to twice
                 // what arrived, the line beside CUBIC dropped 0.9-2.1% of its packets in
                 // simulation; at 4 steps 0.2-1.3%, the get's share unchanged; at 3 it lost 7%).
-                if rate + step <= delivered + Double(settings.competitiveLead) * step { rate += step }
+                // Never past twice what arrives either: on a short path a step is large.
+                if rate + step <= min(2 * delivered, delivered + Double(settings.competitiveLead) * step) { rate += step }
             }
         } else if slowStart {
             atTargetSince = nil

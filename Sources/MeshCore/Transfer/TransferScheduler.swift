@@ -62,7 +62,7 @@ public struct TransferScheduler: Sendable {
     struct Peer: Sendable {
         var window: Int
         var inFlight = 0
-        /// Piece bytes from this member not yet counted toward its window.
+        /// Piece bytes from this member not yet counted toward its window (less than a chunk).
         var credit = 0
         var badChunks = 0
         /// Smoothed time from request to chunk: a slow or busy member gets a longer timeout
@@ -166,17 +166,19 @@ public struct TransferScheduler: Sendable {
         }
     }
 
-    /// Piece bytes asked of `peer` arrived: its window grows by one per chunk's worth, as
-    /// TCP's grows by bytes acknowledged (RFC 3465). Counted by chunks completed, a window grew
-    /// only as fast as repairs came: at 1% loss most chunks wait a round trip for one piece,
-    /// and slow start on a long path took a third longer than without loss.
-    public mutating func onPieceBytes(_ bytes: Int, from peer: NodeID, chunkSize: Int) {
-        // Only a member with chunks asked of it: pieces it was not asked for open nothing.
-        guard var state = peers[peer], state.inFlight > 0 else { return }
+    /// Piece bytes of chunk `index` of `attachment` arrived from `peer`: its window grows by one
+    /// per chunk's worth (the manifest's chunk size), as TCP's grows by bytes acknowledged (RFC
+    /// 3465). Counted by chunks completed, a window grew only as fast as repairs came: at 1% loss
+    /// most chunks wait a round trip for one piece, and slow start on a long path took a third
+    /// longer than without loss. Only pieces of a chunk asked of `peer` count: pieces of chunks
+    /// asked of others open nothing.
+    public mutating func onPieceBytes(_ bytes: Int, of attachment: SHA256Digest, index: Int, from peer: NodeID) {
+        guard let job = jobs[attachment], job.inFlight[index]?[peer] != nil, var state = peers[peer] else { return }
+        let chunk = max(1, job.manifest.chunkSize)
         state.credit += bytes
-        if state.credit >= chunkSize {
-            state.window = min(settings.maximumWindow, state.window + state.credit / max(1, chunkSize))
-            state.credit %= max(1, chunkSize)
+        if state.credit >= chunk {
+            state.window = min(settings.maximumWindow, state.window + state.credit / chunk)
+            state.credit %= chunk
         }
         peers[peer] = state
     }
@@ -298,6 +300,7 @@ public struct TransferScheduler: Sendable {
                     if var state = peers[peer] {
                         state.inFlight -= 1
                         state.window = max(1, state.window / 2)
+                        state.credit = 0
                         peers[peer] = state
                     }
                 }
