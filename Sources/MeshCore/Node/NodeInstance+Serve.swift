@@ -30,13 +30,15 @@ extension NodeInstance {
                     // A holder opens its window by bytes only once a chunk of its proved right:
                     // before that its pieces could be anyone's, and the controller is not yet
                     // braking on its delays, so its window stays as it began.
-                    if provenHolders.contains(peer) {
+                    // A chunk two attachments share counts once.
+                    let proven = provenHolders.contains(peer)
+                    if proven {
                         for ref in requested[piece.digest] ?? [] {
-                            transfer.onPieceBytes(piece.payload.readableBytes, of: ref.attachment, index: ref.index, from: peer)
+                            if transfer.onPieceBytes(piece.payload.readableBytes, of: ref.attachment, index: ref.index, from: peer) { break }
                         }
                     }
                     if downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now,
-                                        trusted: provenHolders.contains(peer)) {
+                                        trusted: proven) {
                         rateMayHaveChanged = true
                         if logs(.debug) { logDownlink() }
                     }

@@ -172,8 +172,10 @@ public struct TransferScheduler: Sendable {
     /// most chunks wait a round trip for one piece, and slow start on a long path took a third
     /// longer than without loss. Only pieces of a chunk asked of `peer` count: pieces of chunks
     /// asked of others open nothing.
-    public mutating func onPieceBytes(_ bytes: Int, of attachment: SHA256Digest, index: Int, from peer: NodeID) {
-        guard let job = jobs[attachment], job.inFlight[index]?[peer] != nil, var state = peers[peer] else { return }
+    /// Returns whether it counted (the chunk was asked of `peer`).
+    @discardableResult
+    public mutating func onPieceBytes(_ bytes: Int, of attachment: SHA256Digest, index: Int, from peer: NodeID) -> Bool {
+        guard let job = jobs[attachment], job.inFlight[index]?[peer] != nil, var state = peers[peer] else { return false }
         let chunk = max(1, job.manifest.chunkSize)
         state.credit += bytes
         if state.credit >= chunk {
@@ -181,6 +183,7 @@ public struct TransferScheduler: Sendable {
             state.credit %= chunk
         }
         peers[peer] = state
+        return true
     }
 
     /// A chunk arrived from `peer` and was checked against its hash. Returns true when it
