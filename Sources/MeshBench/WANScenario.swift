@@ -149,6 +149,18 @@ enum WANScenario {
         let aloneDrops = after.dropShare(since: before)
         print("  CUBIC alone: \(format(alone / 1_048_576)) MiB/s of \(format(cap / 1_048_576)) (\(format(alone / cap * 100))%), drops \(format(aloneDrops * 100))%")
 
+        // Baseline for the get: what TCP itself gives a latecomer. A CUBIC download of the same
+        // size starts beside a CUBIC download that filled the line first; its rate is the fair
+        // share as TCP plays it, slow start against a full queue included.
+        let latecomer: Double
+        do {
+            let incumbent = try await tools.startCompetitor(seconds: 150)
+            defer { _ = incumbent.stop() }
+            try await Task.sleep(for: .seconds(warmUp))
+            latecomer = try await tools.tcpDownload(bytes: line.size, timeout: .seconds(80))
+            print("  CUBIC latecomer of \(line.size >> 20) MiB beside CUBIC: \(format(latecomer)) MiB/s (\(format(latecomer * 1_048_576 / cap * 100))% of the cap)")
+        }
+
         var results: [BenchResult] = []
         let mib = line.size >> 20
         for mode in [Mode.replication, .get] {
@@ -179,6 +191,11 @@ enum WANScenario {
                 BenchResult(scenario: prefix + "holders' bytes ÷ file", figure: fetch.holderRatio, unit: "×",
                             baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
             ]
+            if mode == .get {
+                results.append(BenchResult(scenario: prefix + "get wall time", figure: fetch.getRate, unit: "MiB/s",
+                                           baselineName: "a CUBIC latecomer of the same size beside the same download",
+                                           baseline: latecomer, goal: "fair: about even"))
+            }
             if mode == .get, fetch.secondHalfSeconds > 0, fetch.fetchSeconds >= fetch.secondHalfSeconds {
                 // A short get spends its first seconds finding out that the queue is another
                 // flow's; its second half (of the chunks, as the node logs it) shows the share it
@@ -512,6 +529,41 @@ enum WANScenario {
             throw NodeProcessError.timeout("iperf3 did not start: \(client.standardOutput) \(client.standardError)")
         }
 
+        /// A CUBIC download of `bytes` from host 0 to host 3 (iperf3 -R -n): its receiver's rate
+        /// in MiB/s, connection set-up excluded (as the get's is: the mesh is joined before it).
+        func tcpDownload(bytes: Int, timeout: Duration) async throws -> Double {
+            let port = "\(Int.random(in: 30_000...39_999))"
+            let server = try ChildProcess(executable: WANLink.ipPath, arguments: [
+                "netns", "exec", lab.hosts[0], iperf, "-s", "-1", "-p", port])
+            defer { if server.isRunning { server.signal(SIGKILL); _ = server.waitUntilExit() } }
+            try await Task.sleep(for: .milliseconds(300))
+            let client = try ChildProcess(executable: WANLink.ipPath, arguments: [
+                "netns", "exec", lab.hosts[3], iperf, "-c", lab.addresses[0], "-p", port, "-R", "-C", "cubic",
+                "-n", "\(bytes)", "-f", "m"])
+            defer { if client.isRunning { client.signal(SIGKILL); _ = client.waitUntilExit() } }
+            let deadline = ContinuousClock.now + timeout
+            while client.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+            guard !client.isRunning else { throw NodeProcessError.timeout("iperf3 -n \(bytes) did not finish") }
+            _ = client.waitUntilExit()
+            var waited = 0
+            while !client.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
+            return try Self.receiverRate(client)
+        }
+
+        /// The receiver's summary line of an iperf3 client run with `-f m`, in MiB/s.
+        static func receiverRate(_ client: ChildProcess) throws -> Double {
+            // `[  5]   0.00-4.00  sec  X MBytes  Y Mbits/sec  ...  receiver`
+            guard let line = client.standardOutput.split(separator: "\n").last(where: { $0.contains("receiver") }) else {
+                throw NodeProcessError.exited(status: client.terminationStatus ?? -1,
+                                              stderr: "iperf3: no receiver line: \(client.standardOutput) \(client.standardError)")
+            }
+            let tokens = line.split(separator: " ").map(String.init)
+            guard let index = tokens.firstIndex(of: "Mbits/sec"), index >= 1, let megabits = Double(tokens[index - 1]) else {
+                throw NodeProcessError.exited(status: -1, stderr: "iperf3: cannot read \(line)")
+            }
+            return megabits * 1e6 / 8 / 1_048_576
+        }
+
         /// Raw UDP from host 0 to host 3 through the link: iperf3 -u at 4 Gbit/s of 1,472-byte
         /// datagrams (what the node sends over veth), the receiver's rate in MiB/s.
         func rawUDP(seconds: Int) async throws -> Double {
@@ -529,16 +581,7 @@ enum WANScenario {
             _ = client.waitUntilExit()
             var waited = 0
             while !client.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
-            // `[  5]   0.00-4.00  sec  X MBytes  Y Mbits/sec  jitter  lost/total (pct)  receiver`
-            guard let line = client.standardOutput.split(separator: "\n").last(where: { $0.contains("receiver") }) else {
-                throw NodeProcessError.exited(status: client.terminationStatus ?? -1,
-                                              stderr: "iperf3 -u: no receiver line: \(client.standardOutput) \(client.standardError)")
-            }
-            let tokens = line.split(separator: " ").map(String.init)
-            guard let index = tokens.firstIndex(of: "Mbits/sec"), index >= 1, let megabits = Double(tokens[index - 1]) else {
-                throw NodeProcessError.exited(status: -1, stderr: "iperf3 -u: cannot read \(line)")
-            }
-            return megabits * 1e6 / 8 / 1_048_576
+            return try Self.receiverRate(client)
         }
     }
 }
