@@ -230,6 +230,77 @@ import Testing
         #expect(highest <= 1e6 + 5 * step, "rate \(highest) with 1 MB/s arriving (a step is \(step))")
     }
 
+    /// Once it found another flow's queue, a latecomer takes its share as a TCP that starts beside
+    /// another does: multiplying its rate per round trip while what arrives follows, until the
+    /// first loss; then by a few datagrams per round trip. (Added a step at a time from the
+    /// delay-mode rate, it took seconds to reach its share beside CUBIC through the emulator.)
+    @Test("a latecomer that found another flow grows by half per round trip until its first loss, then by steps")
+    func competingBeginsWithASlowStartThatTheFirstLossEnds() {
+        var controller = DownlinkController()
+        controller.setPriority(.foreground)
+        controller.onRoundTrip(.milliseconds(100), now: .zero)
+        var packet: UInt64 = 0
+        var now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
+        #expect(controller.competing && controller.competingSlowStart)
+        // The other flow gives way: what arrives follows the rate asked, its queue stays.
+        let queue = { (_: Double) in 0.085 }
+        let begin = controller.rate
+        for _ in 0..<10 {
+            now = Self.feed(&controller, from: now, seconds: 0.1, rate: controller.rate, packet: &packet, queue: queue)
+        }
+        #expect(controller.competingSlowStart)
+        #expect(controller.rate >= begin * 4, "grew \(begin) → \(controller.rate) in ten round trips")
+        // The first loss ends it: a cut, then a step per round trip at most.
+        now = Self.feed(&controller, from: now, seconds: 0.2, rate: controller.rate, lossEvery: 20, packet: &packet, queue: queue)
+        #expect(!controller.competingSlowStart && controller.competing)
+        let cut = controller.rate
+        for _ in 0..<10 {
+            now = Self.feed(&controller, from: now, seconds: 0.1, rate: controller.rate, packet: &packet, queue: queue)
+        }
+        let step = Double(controller.settings.competitiveIncrease) / 0.1
+        #expect(controller.rate <= cut + 11 * step, "\(cut) → \(controller.rate) in ten round trips (a step is \(step))")
+    }
+
+    /// Pieces at 1 MB/s with another flow's queue from the first of them: untrusted (no holder
+    /// proven) for `untrustedFor` seconds, then trusted. Returns when the first test began, and
+    /// when slow start ended.
+    static func latecomerTimeline(untrustedFor: Double, queueFrom: Double) -> (slowStartEnded: Double?, firstTest: Double?, competing: Bool) {
+        var controller = Self.started(.foreground)
+        var packet: UInt64 = 0
+        var slowStartEnded: Double?, firstTest: Double?
+        let gap = 1400 / 1e6
+        var t = 0.0
+        while t < 4 {
+            let now = MeshInstant.zero + .seconds(t)
+            // The other flow's 20–30 ms over our base, whether we slow down or not.
+            let queue = t < queueFrom ? 0 : 0.025 + 0.005 * ((t * 2).truncatingRemainder(dividingBy: 1) < 0.5 ? 1 : -1)
+            packet += 1
+            controller.onDatagram(from: holder, packetNumber: packet, carriesPiece: true)
+            controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64((0.080 + queue) * 1e6)),
+                               from: holder, now: now, trusted: t >= untrustedFor)
+            controller.onTick(now: now)
+            if slowStartEnded == nil, !controller.slowStart { slowStartEnded = t }
+            if firstTest == nil, controller.isSlowingDown { firstTest = t }
+            t += gap
+        }
+        return (slowStartEnded, firstTest, controller.competing)
+    }
+
+    /// A queue that held slow start at its first rate, before any holder proved itself, is one that
+    /// rate could hardly have built: the first test goes at once. A queue that showed only after
+    /// slow start had grown may be our own, and must last a second first.
+    @Test("a queue there before slow start grew is tested at once; one that came after it grew must last first")
+    func aQueueThatHeldTheFirstRateIsTestedAtOnce() throws {
+        let held = Self.latecomerTimeline(untrustedFor: 0.5, queueFrom: 0.003)
+        var ended = try #require(held.slowStartEnded), test = try #require(held.firstTest)
+        #expect(test - ended < 0.3, "slow start ended at \(ended) s, the first test began at \(test) s")
+        #expect(held.competing)
+        // The queue came after slow start had doubled the rate: no shortcut.
+        let grown = Self.latecomerTimeline(untrustedFor: 0.5, queueFrom: 0.2)
+        (ended, test) = (try #require(grown.slowStartEnded), try #require(grown.firstTest))
+        #expect(test - ended >= 0.9, "slow start ended at \(ended) s, the first test began at \(test) s")
+    }
+
     @Test("a fetch that competes tests again, and stops competing once the queue it finds is its own")
     func aCompetingFetchStopsOnceTheOtherFlowIsGone() {
         var controller = Self.started(.foreground)
