@@ -163,7 +163,9 @@ enum WANScenario {
 
         var results: [BenchResult] = []
         let mib = line.size >> 20
-        for mode in [Mode.replication, .get] {
+        // WAN_MODES=get runs one of the two fetches only (while tuning one).
+        let modes = ProcessInfo.processInfo.environment["WAN_MODES"].map { $0.split(separator: ",").compactMap { Mode(rawValue: String($0)) } }
+        for mode in modes ?? [.replication, .get] {
             let mesh = try await Holders(lab: tools.lab, file: file)
             defer { mesh.stop() }
             let competitor = try await tools.startCompetitor(seconds: 150)
@@ -346,8 +348,13 @@ enum WANScenario {
         return "\(samples.count) samples, \(priorities), rate median \(format(median(rates))) MiB/s (max \(format(rates.max() ?? 0))),"
             + " queueing delay median \(format(median(delays))) ms (max \(format(delays.max() ?? 0)), target \(format(samples.last?.targetMs ?? 0))),"
             + " round trip \(format(samples.last?.roundTripMs ?? 0)) ms, slow start \(slow), competing \(competing),"
-            + " loss backoffs \(samples.last?.lossBackoffs ?? 0); rates (MiB/s, every 0.5 s): "
-            + rates.prefix(16).map { format($0) }.joined(separator: " ") + (rates.count > 16 ? " …" : "")
+            + " loss backoffs \(samples.last?.lossBackoffs ?? 0), slowdown tests \(samples.last?.slowdowns ?? 0)"
+            + " (\(samples.last?.slowdownsFoundAnotherFlow ?? 0) found another flow); rates (MiB/s, every 0.5 s;"
+            + " s slow start, c competing, d delay mode), queue (ms): "
+            + samples.prefix(24).map { sample in
+                let mode = sample.slowStart ? "s" : sample.competing ? "c" : "d"
+                return "\(format(sample.rate / 1_048_576))\(mode)/\(Int(sample.queueingDelayMs.rounded()))"
+            }.joined(separator: " ") + (samples.count > 24 ? " …" : "")
     }
 
     /// A process's user + system time so far, in seconds (/proc/PID/stat; 0 if gone).
