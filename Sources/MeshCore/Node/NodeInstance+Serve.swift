@@ -85,6 +85,7 @@ extension NodeInstance {
                                  "queue": "\(downlink.queueingDelay)", "lost": "\(interval.lost)/\(interval.received + interval.lost)",
                                  "slowStart": "\(downlink.slowStart)", "competing": "\(downlink.competing)",
                                  "slowdowns": "\(downlink.slowdowns)/\(downlink.slowdownsFoundAnotherFlow)",
+                                 "testLowest": downlink.lastSlowdownLowest.map { "\($0)" } ?? "-",
                                  "inFlight": "\(transfer.inFlightByPeer.values.reduce(0, +))/\(transfer.inFlightLimit ?? 0)"])
     }
 

@@ -161,6 +161,8 @@ public struct DownlinkController: Sendable {
     /// Slowdowns, and those that found another flow's queue (for tests and tracing).
     public private(set) var slowdowns: UInt64 = 0
     public private(set) var slowdownsFoundAnotherFlow: UInt64 = 0
+    /// The lowest queue the last test judged (nil: none yet, or no piece came), for tracing.
+    public private(set) var lastSlowdownLowest: Duration?
 
     // The interval being measured.
     private var intervalStart: MeshInstant?
@@ -358,6 +360,7 @@ public struct DownlinkController: Sendable {
         rate = test.rate
         holdUntil = now + interval * 2
         let target = self.target
+        lastSlowdownLowest = test.lowest
         guard let lowest = test.lowest else {
             // No piece came in the judged half (a trickle at an eighth): no verdict either way.
             nextSlowdownAt = now + slowdownSpacing
