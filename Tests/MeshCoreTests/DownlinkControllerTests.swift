@@ -220,6 +220,11 @@ import Testing
         var packet: UInt64 = 0
         var now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
         #expect(controller.competing)
+        // Competing's own slow start is over (a second after it began); a loss cuts the rate under
+        // what arrives, and the steps from there are measured.
+        #expect(!controller.competingSlowStart)
+        now = Self.feed(&controller, from: now, seconds: 0.3, rate: 1e6, lossEvery: 50, packet: &packet) { _ in 0.085 }
+        #expect(controller.rate < 1e6, "not cut: \(controller.rate)")
         let step = Double(controller.settings.competitiveIncrease) / 0.1   // one interval of one round trip
         var highest = 0.0
         for _ in 0..<30 {
@@ -230,41 +235,84 @@ import Testing
         #expect(highest <= 1e6 + 5 * step, "rate \(highest) with 1 MB/s arriving (a step is \(step))")
     }
 
-    /// Once it found another flow's queue, a latecomer takes its share as a TCP that starts beside
-    /// another does: multiplying its rate per round trip while what arrives follows, until the
-    /// first loss; then by a few datagrams per round trip. (Added a step at a time from the
-    /// delay-mode rate, it took seconds to reach its share beside CUBIC through the emulator.)
-    @Test("a latecomer that found another flow grows by half per round trip until its first loss, then by steps")
-    func competingBeginsWithASlowStartThatTheFirstLossEnds() {
+    /// A latecomer beside another flow's queue, fed until it competes (bounded).
+    static func competingLatecomer() -> (controller: DownlinkController, now: MeshInstant, packet: UInt64) {
         var controller = DownlinkController()
         controller.setPriority(.foreground)
         controller.onRoundTrip(.milliseconds(100), now: .zero)
         var packet: UInt64 = 0
-        var now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
+        var now = MeshInstant.zero
+        for slice in 0..<120 where !controller.competing {
+            let offset = Double(slice) * 0.05
+            now = Self.feedAnswering(&controller, from: .zero + .seconds(offset), seconds: 0.05, packet: &packet) { t, slowingDown in
+                Self.anotherFlowsQueue(offset + t, slowingDown)
+            }
+        }
+        return (controller, now, packet)
+    }
+
+    /// Once it found another flow's queue, a latecomer takes its share as a TCP that starts beside
+    /// another does: multiplying its rate per round trip while what arrives follows, until the
+    /// first loss (or a second); then by a few datagrams per round trip. (Added a step at a time
+    /// from the delay-mode rate, it took seconds to reach its share beside CUBIC through the emulator.)
+    @Test("a latecomer that found another flow grows by half per round trip, within 1.5× what arrives, for a second at most")
+    func competingBeginsWithASlowStart() {
+        var (controller, now, packet) = Self.competingLatecomer()
         #expect(controller.competing && controller.competingSlowStart)
         // The other flow gives way: what arrives follows the rate asked, its queue stays.
         let queue = { (_: Double) in 0.085 }
         let begin = controller.rate
-        for _ in 0..<10 {
-            now = Self.feed(&controller, from: now, seconds: 0.1, rate: controller.rate, packet: &packet, queue: queue)
+        for _ in 0..<7 {
+            let asked = controller.rate
+            now = Self.feed(&controller, from: now, seconds: 0.1, rate: asked, packet: &packet, queue: queue)
+            #expect(controller.rate <= asked * 1.5 * 1.02, "ran more than 1.5× ahead of what arrived: \(asked) → \(controller.rate)")
         }
         #expect(controller.competingSlowStart)
-        #expect(controller.rate >= begin * 4, "grew \(begin) → \(controller.rate) in ten round trips")
-        // The first loss ends it: a cut, then a step per round trip at most.
-        now = Self.feed(&controller, from: now, seconds: 0.2, rate: controller.rate, lossEvery: 20, packet: &packet, queue: queue)
+        #expect(controller.rate >= begin * 4, "grew \(begin) → \(controller.rate) in seven round trips")
+        // Without a loss it still ends, a second after it began.
+        for _ in 0..<5 {
+            now = Self.feed(&controller, from: now, seconds: 0.1, rate: controller.rate, packet: &packet, queue: queue)
+        }
         #expect(!controller.competingSlowStart && controller.competing)
+    }
+
+    @Test("competing's slow start ends at the first loss: cut beside the queue, not when it drained, and at an overflow")
+    func competingSlowStartEndsAtTheFirstLoss() {
+        let queue = { (_: Double) in 0.085 }
+        // A light loss beside the other flow's queue: cut by TCP's rule, then a step per round trip.
+        var (controller, now, packet) = Self.competingLatecomer()
+        now = Self.feed(&controller, from: now, seconds: 0.3, rate: controller.rate, packet: &packet, queue: queue)
+        let before = controller.rate
+        now = Self.feed(&controller, from: now, seconds: 0.2, rate: controller.rate, lossEvery: 50, packet: &packet, queue: queue)
+        #expect(!controller.competingSlowStart && controller.competing)
+        #expect(controller.rate < before, "no cut: \(before) → \(controller.rate)")
         let cut = controller.rate
         for _ in 0..<10 {
             now = Self.feed(&controller, from: now, seconds: 0.1, rate: controller.rate, packet: &packet, queue: queue)
         }
         let step = Double(controller.settings.competitiveIncrease) / 0.1
         #expect(controller.rate <= cut + 11 * step, "\(cut) → \(controller.rate) in ten round trips (a step is \(step))")
+
+        // A loss over 5%: the overflow's cut, and the start is over too.
+        (controller, now, packet) = Self.competingLatecomer()
+        now = Self.feed(&controller, from: now, seconds: 0.2, rate: controller.rate, lossEvery: 10, packet: &packet, queue: queue)
+        #expect(!controller.competingSlowStart)
+
+        // Random loss with the queue drained (the other flow backed off): over, without a cut.
+        (controller, now, packet) = Self.competingLatecomer()
+        let drained = { (_: Double) in 0.061 }
+        now = Self.feed(&controller, from: now, seconds: 0.1, rate: controller.rate, packet: &packet, queue: drained)
+        let beforeRandom = controller.rate
+        _ = Self.feed(&controller, from: now, seconds: 0.2, rate: controller.rate, lossEvery: 50, packet: &packet, queue: drained)
+        #expect(!controller.competingSlowStart && controller.competing)
+        #expect(controller.rate >= beforeRandom, "cut for random loss: \(beforeRandom) → \(controller.rate)")
     }
 
     /// Pieces at 1 MB/s with another flow's queue from the first of them: untrusted (no holder
     /// proven) for `untrustedFor` seconds, then trusted. Returns when the first test began, and
     /// when slow start ended.
-    static func latecomerTimeline(untrustedFor: Double, queueFrom: Double) -> (slowStartEnded: Double?, firstTest: Double?, competing: Bool) {
+    static func latecomerTimeline(untrustedFor: Double, queueFrom: Double, noQueue: ClosedRange<Double>? = nil)
+        -> (slowStartEnded: Double?, firstTest: Double?, competing: Bool) {
         var controller = Self.started(.foreground)
         var packet: UInt64 = 0
         var slowStartEnded: Double?, firstTest: Double?
@@ -273,7 +321,8 @@ import Testing
         while t < 4 {
             let now = MeshInstant.zero + .seconds(t)
             // The other flow's 20–30 ms over our base, whether we slow down or not.
-            let queue = t < queueFrom ? 0 : 0.025 + 0.005 * ((t * 2).truncatingRemainder(dividingBy: 1) < 0.5 ? 1 : -1)
+            let queue = t < queueFrom || noQueue?.contains(t) == true
+                ? 0 : 0.025 + 0.005 * ((t * 2).truncatingRemainder(dividingBy: 1) < 0.5 ? 1 : -1)
             packet += 1
             controller.onDatagram(from: holder, packetNumber: packet, carriesPiece: true)
             controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64((0.080 + queue) * 1e6)),
@@ -298,6 +347,12 @@ import Testing
         // The queue came after slow start had doubled the rate: no shortcut.
         let grown = Self.latecomerTimeline(untrustedFor: 0.5, queueFrom: 0.2)
         (ended, test) = (try #require(grown.slowStartEnded), try #require(grown.firstTest))
+        #expect(test - ended >= 0.9, "slow start ended at \(ended) s, the first test began at \(test) s")
+        // Held at first, but the queue went away once a holder was proven and slow start grew:
+        // the queue that ends it may be our own.
+        let heldThenGrown = Self.latecomerTimeline(untrustedFor: 0.5, queueFrom: 0.003, noQueue: 0.45...0.8)
+        (ended, test) = (try #require(heldThenGrown.slowStartEnded), try #require(heldThenGrown.firstTest))
+        #expect(ended > 0.8, "slow start ended at \(ended) s, while there was no queue")
         #expect(test - ended >= 0.9, "slow start ended at \(ended) s, the first test began at \(test) s")
     }
 

@@ -83,7 +83,7 @@ extension NodeInstance {
         let interval = downlink.lastInterval
         log(.debug, "downlink", ["rate": "\(Int(downlink.rate) >> 10) KiB/s", "delivered": "\(Int(interval.delivered) >> 10) KiB/s",
                                  "queue": "\(downlink.queueingDelay)", "lost": "\(interval.lost)/\(interval.received + interval.lost)",
-                                 "slowStart": "\(downlink.slowStart)", "competing": "\(downlink.competing)",
+                                 "slowStart": "\(downlink.slowStart)", "competing": downlink.competingSlowStart ? "starting" : "\(downlink.competing)",
                                  "slowdowns": "\(downlink.slowdowns)/\(downlink.slowdownsFoundAnotherFlow)",
                                  "testLowest": downlink.lastSlowdownLowest.map { "\($0)" } ?? "-",
                                  "inFlight": "\(transfer.inFlightByPeer.values.reduce(0, +))/\(transfer.inFlightLimit ?? 0)"])
