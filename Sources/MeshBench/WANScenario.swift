@@ -539,18 +539,24 @@ enum WANScenario {
         /// A CUBIC download of `bytes` from host 0 to host 3 (iperf3 -R -n): its receiver's rate
         /// in MiB/s, connection set-up excluded (as the get's is: the mesh is joined before it).
         func tcpDownload(bytes: Int, timeout: Duration) async throws -> Double {
+            try await iperfTest(["-R", "-C", "cubic", "-n", "\(bytes)"], timeout: timeout)
+        }
+
+        /// One iperf3 test from host 0 to host 3 (a one-test server on host 0 on a port of its
+        /// own, beside the competitor's; the client on host 3 with `options`), bounded by
+        /// `timeout`: the receiver's rate in MiB/s.
+        func iperfTest(_ options: [String], wrappedIn wrapper: [String] = [], timeout: Duration) async throws -> Double {
             let port = "\(Int.random(in: 30_000...39_999))"
             let server = try ChildProcess(executable: WANLink.ipPath, arguments: [
                 "netns", "exec", lab.hosts[0], iperf, "-s", "-1", "-p", port])
             defer { if server.isRunning { server.signal(SIGKILL); _ = server.waitUntilExit() } }
             try await Task.sleep(for: .milliseconds(300))
-            let client = try ChildProcess(executable: WANLink.ipPath, arguments: [
-                "netns", "exec", lab.hosts[3], iperf, "-c", lab.addresses[0], "-p", port, "-R", "-C", "cubic",
-                "-n", "\(bytes)", "-f", "m"])
+            let client = try ChildProcess(executable: WANLink.ipPath, arguments: ["netns", "exec", lab.hosts[3]] + wrapper
+                + [iperf, "-c", lab.addresses[0], "-p", port] + options + ["-f", "m"])
             defer { if client.isRunning { client.signal(SIGKILL); _ = client.waitUntilExit() } }
             let deadline = ContinuousClock.now + timeout
             while client.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
-            guard !client.isRunning else { throw NodeProcessError.timeout("iperf3 -n \(bytes) did not finish") }
+            guard !client.isRunning else { throw NodeProcessError.timeout("iperf3 \(options.joined(separator: " ")) did not finish") }
             _ = client.waitUntilExit()
             var waited = 0
             while !client.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
@@ -574,21 +580,8 @@ enum WANScenario {
         /// Raw UDP from host 0 to host 3 through the link: iperf3 -u at 4 Gbit/s of 1,472-byte
         /// datagrams (what the node sends over veth), the receiver's rate in MiB/s.
         func rawUDP(seconds: Int) async throws -> Double {
-            let port = "\(Int.random(in: 20_000...29_999))"
-            let server = try ChildProcess(executable: WANLink.ipPath, arguments: [
-                "netns", "exec", lab.hosts[0], iperf, "-s", "-1", "-p", port])
-            defer { if server.isRunning { server.signal(SIGKILL); _ = server.waitUntilExit() } }
-            try await Task.sleep(for: .milliseconds(300))
-            let client = try ChildProcess(executable: WANLink.ipPath, arguments: [
-                "netns", "exec", lab.hosts[3], "timeout", "\(seconds + 20)", iperf, "-c", lab.addresses[0], "-p", port,
-                "-R", "-u", "-b", "4G", "-l", "1472", "-w", "4M", "-t", "\(seconds)", "-f", "m"])
-            let deadline = ContinuousClock.now + .seconds(seconds + 25)
-            while client.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
-            if client.isRunning { client.signal(SIGKILL) }
-            _ = client.waitUntilExit()
-            var waited = 0
-            while !client.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
-            return try Self.receiverRate(client)
+            try await iperfTest(["-R", "-u", "-b", "4G", "-l", "1472", "-w", "4M", "-t", "\(seconds)"],
+                            wrappedIn: ["timeout", "\(seconds + 20)"], timeout: .seconds(seconds + 25))
         }
     }
 }
