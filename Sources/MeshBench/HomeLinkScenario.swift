@@ -99,7 +99,7 @@ enum HomeLinkScenario {
             guard d.lastInterval.closedAt > last else { return }
             last = d.lastInterval.closedAt
             let link = sim.bottleneckStatistics(of: joiner.address).downlink ?? .init()
-            let mode = d.isSlowingDown ? "slowdown" : d.slowStart ? "slow start" : d.competing ? "competing" : "delay"
+            let mode = d.isSlowingDown ? "slowdown" : d.isProbing ? "probe" : d.slowStart ? "slow start" : d.competing ? "competing" : "delay"
             print("t=\(sim.now) rate=\(Int(d.rate) >> 10)K delivered=\(Int(d.lastInterval.delivered) >> 10)K"
                   + " lost=\(d.lastInterval.lost)/\(d.lastInterval.received) queue=\(d.queueingDelay) \(mode)"
                   + " line drops=\(link.dropped) tcp cwnd=\(Int(tcp.congestionWindow))"

@@ -19,7 +19,13 @@ import MeshTestKit
 /// The joiner's `downlink` (status --json) is sampled every half second during each fetch and
 /// summarised on stdout, to explain the figures.
 enum WANScenario {
-    enum Mode: String { case replication, get }
+    enum Mode: String {
+        case replication, get
+        /// A get with no competitor: a lone fetch must fill the line without overflowing its queue
+        /// (and its tests for another flow must not find one).
+        case alone
+        var isGet: Bool { self != .replication }
+    }
 
     struct CappedProfile {
         var name: String
@@ -163,11 +169,26 @@ enum WANScenario {
 
         var results: [BenchResult] = []
         let mib = line.size >> 20
-        // WAN_MODES=get runs one of the two fetches only (while tuning one).
+        // WAN_MODES=get runs some of the fetches only (while tuning one).
         let modes = ProcessInfo.processInfo.environment["WAN_MODES"].map { $0.split(separator: ",").compactMap { Mode(rawValue: String($0)) } }
-        for mode in modes ?? [.replication, .get] {
+        for mode in modes ?? [.alone, .replication, .get] {
             let mesh = try await Holders(lab: tools.lab, file: file)
             defer { mesh.stop() }
+            if mode == .alone {
+                let fetch = try await fetchThrough(mesh: mesh, mode: mode, size: line.size, tools: tools, timeout: .seconds(80))
+                let prefix = "wan \(line.name), get of \(mib) MiB alone: "
+                if !fetch.finished { print("  warning: the lone get did not finish within its bound; the rate is over what arrived") }
+                print("  get alone: fetch \(format(fetch.fetchRate)) MiB/s, get wall time \(format(fetch.getRate)), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
+                results += [
+                    BenchResult(scenario: prefix + "fetch rate", figure: fetch.fetchRate, unit: "MiB/s",
+                                baselineName: "the cap", baseline: cap / 1_048_576, goal: "-"),
+                    BenchResult(scenario: prefix + "packets dropped at the bottleneck", figure: fetch.dropShare * 100, unit: "%",
+                                baselineName: "CUBIC alone", baseline: aloneDrops * 100, goal: "≤ 2%"),
+                    BenchResult(scenario: prefix + "holders' bytes ÷ file", figure: fetch.holderRatio, unit: "×",
+                                baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
+                ]
+                continue
+            }
             let competitor = try await tools.startCompetitor(seconds: 150)
             defer { _ = competitor.stop() }
             try await Task.sleep(for: .seconds(warmUp))
@@ -243,7 +264,7 @@ enum WANScenario {
         let logPath = ProcessInfo.processInfo.environment["WAN_JOINER_LOG"]
         var arguments = ["run", "--listen", "\(tools.lab.addresses[3]):0", "--invite", mesh.invite,
                          "--log-level", logPath == nil ? "info" : "debug"]
-        if mode == .get { arguments.append("--lazy") }
+        if mode.isGet { arguments.append("--lazy") }
         var outcome = Fetch()
         let sentBefore = mesh.payloadSent()
         let refusedBefore = mesh.wantsRefused()
@@ -254,7 +275,7 @@ enum WANScenario {
         var get: ChildProcess?
         defer { if let get, get.isRunning { get.signal(SIGKILL); _ = get.waitUntilExit() } }
         var getStart = 0.0
-        if mode == .get {
+        if mode.isGet {
             try await (mesh.nodes + [joiner]).waitForMesh(alive: 4)
             try await waitUntil("the joiner lists the attachment", timeout: .seconds(30)) {
                 (try? TransferScenario.client(joiner).status().attachments.map(\.id)) == [mesh.id]
@@ -273,7 +294,7 @@ enum WANScenario {
         let cpuBefore = ([joiner] + mesh.nodes).map { cpuSeconds($0.pid) }, machineBefore = machineCPU()
         while true {
             if let status = try? TransferScenario.client(joiner).status() {
-                if let downlink = status.downlink, downlink.priority == (mode == .get ? "foreground" : "background") {
+                if let downlink = status.downlink, downlink.priority == (mode.isGet ? "foreground" : "background") {
                     samples.append(downlink)
                 }
                 if let entry = status.attachments.first(where: { $0.id == mesh.id }) { (have, chunks) = (entry.chunksHave, entry.chunks) }
@@ -331,7 +352,7 @@ enum WANScenario {
             outcome.fetchRate = arrived / 1_048_576 / max(end - start, 1e-3)
             outcome.window = (start, end)
         }
-        if mode == .get {
+        if mode.isGet {
             outcome.getRate = Double(size) / 1_048_576 / max(end - getStart, 1e-3)
             // The competitor's window for a get: what the user waited through.
             outcome.window = (getStart, end)

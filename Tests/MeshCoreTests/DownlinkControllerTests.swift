@@ -138,10 +138,11 @@ import Testing
         }
     }
 
-    /// Pieces for `seconds` at 1 MB/s whose queue (above a 20 ms path) is `queue(t, slowingDown)`.
+    /// Pieces for `seconds` whose queue (above a 20 ms path) is `queue(t, slowingDown)`, arriving at
+    /// `delivering(rate asked)`: 1 MB/s whatever is asked, unless told.
     static func feedAnswering(_ controller: inout DownlinkController, from start: MeshInstant, seconds: Double,
-                              packet: inout UInt64, queue: (Double, Bool) -> Double) -> MeshInstant {
-        let gap = 1400 / 1e6
+                              packet: inout UInt64, delivering: (Double) -> Double = { _ in 1e6 },
+                              queue: (Double, Bool) -> Double) -> MeshInstant {
         var t = 0.0, now = start
         while t < seconds {
             now = start + .seconds(t)
@@ -151,9 +152,15 @@ import Testing
             controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64(delay * 1e6)),
                                from: holder, now: now)
             controller.onTick(now: now)
-            t += gap
+            t += 1400 / delivering(controller.rate)
         }
         return now
+    }
+
+    /// A FIFO of 6 MB/s that another flow feeds at 5 MB/s: it hands out the line in proportion to
+    /// what comes in, so asking more brings more.
+    static func sharedLine(_ asked: Double) -> Double {
+        asked + 5e6 > 6e6 ? asked * 6e6 / (asked + 5e6) : asked
     }
 
     /// Another flow's queue that was there before our first piece: our base delay holds the 60 ms
@@ -233,6 +240,27 @@ import Testing
         }
         #expect(highest > 1e6, "it stopped growing short of what arrives: \(highest)")
         #expect(highest <= 1e6 + 5 * step, "rate \(highest) with 1 MB/s arriving (a step is \(step))")
+    }
+
+    /// The latecomer's base delay holds its own queue as well as the other flow's trough: slowed
+    /// down, it sees 3 ms left, under the verdict, and takes the queue for its own. Asking a
+    /// quarter more then brings about a fifth more (the queue shares the line by what comes in),
+    /// which its own queue never would: it competes. (Through the emulator beside CUBIC, such
+    /// latecomers yielded for 8 s of a 10–15 s get.)
+    @Test("a latecomer whose test misreads the other flow's queue as its own finds the flow by asking more, and competes")
+    func aProbeThatBringsMoreFindsAnotherFlow() throws {
+        var controller = Self.started(.foreground)
+        var packet: UInt64 = 0
+        let now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, delivering: Self.sharedLine) { t, slowingDown in
+            t < 0.1 ? 0.060 : 0.060 + (slowingDown ? 0.003 : 0.024)
+        }
+        #expect(controller.competing, "rate \(controller.rate) at \(now)")
+        // One test found it, and not by the queue it saw.
+        #expect(controller.slowdownsFoundAnotherFlow == 1, "\(controller.slowdowns) slowdowns")
+        let lowest = try #require(controller.lastSlowdownLowest)
+        #expect(lowest < controller.target * controller.settings.slowdownVerdict)
+        let gain = controller.lastProbeGain ?? 0
+        #expect(gain >= controller.settings.probeVerdict, "the probe brought \(gain)× what came before")
     }
 
     /// A latecomer beside another flow's queue, fed until it competes (bounded).
@@ -382,6 +410,9 @@ import Testing
         }
         #expect(!controller.competing)
         #expect(controller.slowdownsFoundAnotherFlow == 0)
+        // Each test was checked by asking more, which brought no more.
+        let gain = controller.lastProbeGain ?? .infinity
+        #expect(gain < controller.settings.probeVerdict, "the probe brought \(gain)× what came before")
         // Spaced 5, 10, 20, 40 s after the first (2 s of queue before each): 4 or 5 in a minute.
         #expect((3...5).contains(controller.slowdowns), "\(controller.slowdowns) slowdowns")
     }

@@ -80,6 +80,18 @@ public struct DownlinkController: Sendable {
         public var slowdownVerdict = 1.0 / 3
         public var slowdownSpacing: Duration = .seconds(5)
         public var slowdownSpacingLimit: Duration = .seconds(40)
+        /// A test that found the queue our own is checked from the other side, where the base delay
+        /// plays no part: the rate goes to `probeGain` times what it was for `probeRoundTrips`
+        /// intervals (at least `probeAtLeast`), and if what arrives in the second half reaches
+        /// `probeVerdict` times what arrived before the test, the queue was not ours alone. Alone
+        /// at a standing queue we had the whole line already, and asking more brings no more;
+        /// beside another flow, the queue hands out the line in proportion to what comes in, and
+        /// asking more takes a larger share (a quarter more asked, a fifth more delivered, when
+        /// the other flow has five sixths). BBR probes bandwidth the same way.
+        public var probeGain = 1.25
+        public var probeRoundTrips = 3
+        public var probeAtLeast: Duration = .milliseconds(200)
+        public var probeVerdict = 1.1
         /// While competing: bytes more per round trip, and the cut on a loss with a queue.
         public var competitiveIncrease = 8 * 1400
         /// While competing, the rate grows only this many increases ahead of what arrives.
@@ -140,11 +152,27 @@ public struct DownlinkController: Sendable {
     /// lowest queue a piece showed since `judgeFrom`.
     private struct Slowdown {
         var rate: Double
+        /// What arrived before it (the more of the last two intervals).
+        var delivered: Double
         var judgeFrom: MeshInstant
         var until: MeshInstant
         var lowest: Duration?
     }
     private var slowdown: Slowdown?
+    /// The probe under way after a test that found the queue our own: the rate to go back to,
+    /// what arrived before the test, and the bytes that arrived since `judgeFrom`.
+    private struct Probe {
+        var rate: Double
+        var deliveredBefore: Double
+        var judgeFrom: MeshInstant
+        var until: MeshInstant
+        var bytes = 0
+    }
+    private var probe: Probe?
+    /// What the last probe delivered, as a share of what arrived before its test, for tracing.
+    public private(set) var lastProbeGain: Double?
+    /// The delivery rate of the interval before the last one closed (a test compares with it).
+    private var previousDelivered = 0.0
     /// Slow start ended on a queue that was there before any holder proved itself, at the first
     /// rate: a queue that rate could hardly have built. Until this deadline the first test goes
     /// as soon as the queue reaches half the target, without waiting for it to last (a latecomer
@@ -203,6 +231,9 @@ public struct DownlinkController: Sendable {
 
     /// Whether a slowdown is under way (its rate is the one asked).
     public var isSlowingDown: Bool { slowdown != nil }
+
+    /// Whether a probe is under way (after a test that found the queue our own).
+    public var isProbing: Bool { probe != nil }
 
     public var target: Duration {
         priority == .foreground ? settings.foregroundTarget : settings.backgroundTarget
@@ -276,6 +307,7 @@ public struct DownlinkController: Sendable {
         if trusted, let test = slowdown, now >= test.judgeFrom {
             slowdown?.lowest = test.lowest.map { min($0, queue) } ?? queue
         }
+        if trusted, let probe, now >= probe.judgeFrom { self.probe?.bytes += bytes }
         if trusted { intervalBytes += bytes } else { intervalUntrustedBytes += bytes }
         if intervalStart == nil {
             intervalStart = now
@@ -323,21 +355,22 @@ public struct DownlinkController: Sendable {
     /// Closes an interval that is over (pieces stopped coming: nothing is learned from it).
     public mutating func onTick(now: MeshInstant) {
         if let test = slowdown, now >= test.until, intervalStart == nil { endSlowdown(test, now: now) }
+        if let probe, now >= probe.until, intervalStart == nil { endProbe(probe, now: now) }
         guard let start = intervalStart, now >= start + interval else { return }
         closeInterval(now: now)
     }
 
     public var nextDeadline: MeshInstant? {
         let close = intervalStart.map { $0 + interval }
-        guard let test = slowdown, intervalStart == nil else { return close }
-        return test.until
+        guard intervalStart == nil else { return close }
+        return slowdown?.until ?? probe?.until
     }
 
     /// A foreground fetch whose queue sat at half the target long enough, and whose last test is
     /// far enough behind, slows down to see whose queue it is: in delay mode, to compete if it is
     /// another flow's; while competing, to stop once that flow is gone (the queue is then ours,
     /// and TCP's rules alone would keep it full for as long as the fetch runs).
-    private mutating func startSlowdownIfDue(queueSeconds: Double, target: Double, now: MeshInstant) -> Bool {
+    private mutating func startSlowdownIfDue(queueSeconds: Double, target: Double, delivered: Double, now: MeshInstant) -> Bool {
         guard priority == .foreground, !slowStart, queueSeconds >= target / 2 else {
             atTargetSince = nil
             return false
@@ -352,7 +385,8 @@ public struct DownlinkController: Sendable {
         // The slower rate reaches the holders half a round trip on, and what the queue held before
         // takes its own time to drain: only the second half is judged.
         let length = max(settings.slowdownAtLeast, interval * settings.slowdownRoundTrips)
-        slowdown = Slowdown(rate: rate, judgeFrom: now + length / 2, until: now + length)
+        slowdown = Slowdown(rate: rate, delivered: max(delivered, previousDelivered),
+                            judgeFrom: now + length / 2, until: now + length)
         rate = max(Double(settings.minimumRate), rate * settings.slowdownShare)
         return true
     }
@@ -378,19 +412,54 @@ public struct DownlinkController: Sendable {
             // eighth): the other flow may leave at any moment.
             slowdownSpacing = settings.slowdownSpacing
             nextSlowdownAt = now + settings.slowdownSpacing * 2
+        } else if priority == .foreground, !competing, settings.probeGain > 1 {
+            // Our own queue, or another flow's whose trough our base delay holds: ask for more
+            // and see whether more comes.
+            let length = max(settings.probeAtLeast, interval * settings.probeRoundTrips)
+            probe = Probe(rate: test.rate, deliveredBefore: test.delivered, judgeFrom: now + length / 2, until: now + length)
+            rate = test.rate * settings.probeGain
         } else {
             if competing { endCompeting(now: now) }
-            if ownQueueConfirmed {
-                slowdownSpacing = min(settings.slowdownSpacingLimit, slowdownSpacing * 2)
-                nextSlowdownAt = now + slowdownSpacing
-            } else {
-                // The repeat goes as soon as the queue is back at half the target (within two
-                // seconds): waiting a second of queue for it cost the get beside TCP 7% in
-                // simulation (2.11 → 1.96 MiB/s, mean of 9 seeds).
-                ownQueueConfirmed = true
-                nextSlowdownAt = now
-                testAtOnceUntil = now + settings.slowdownAfter * 2
-            }
+            foundOwnQueue(now: now)
+        }
+    }
+
+    /// The probe is over: back to the rate before the test, competing if asking more brought more.
+    private mutating func endProbe(_ probe: Probe, now: MeshInstant) {
+        self.probe = nil
+        rate = probe.rate
+        holdUntil = now + interval * 2
+        let seconds = (now - probe.judgeFrom).milliseconds / 1000
+        let gain = seconds > 0 && probe.deliveredBefore > 0 ? Double(probe.bytes) / seconds / probe.deliveredBefore : nil
+        lastProbeGain = gain
+        guard priority == .foreground, let gain else {
+            nextSlowdownAt = now + slowdownSpacing
+            return
+        }
+        if gain >= settings.probeVerdict {
+            slowdownsFoundAnotherFlow += 1
+            ownQueueConfirmed = false
+            beginCompeting(now: now)
+            drainedSince = nil
+            slowdownSpacing = settings.slowdownSpacing
+            nextSlowdownAt = now + settings.slowdownSpacing * 2
+        } else {
+            foundOwnQueue(now: now)
+        }
+    }
+
+    /// A test found the queue our own: the next waits longer, except the first repeat.
+    private mutating func foundOwnQueue(now: MeshInstant) {
+        if ownQueueConfirmed {
+            slowdownSpacing = min(settings.slowdownSpacingLimit, slowdownSpacing * 2)
+            nextSlowdownAt = now + slowdownSpacing
+        } else {
+            // The repeat goes as soon as the queue is back at half the target (within two
+            // seconds): waiting a second of queue for it cost the get beside TCP 7% in
+            // simulation (2.11 → 1.96 MiB/s, mean of 9 seeds).
+            ownQueueConfirmed = true
+            nextSlowdownAt = now
+            testAtOnceUntil = now + settings.slowdownAfter * 2
         }
     }
 
@@ -488,6 +557,7 @@ public struct DownlinkController: Sendable {
         queueingDelay = queue
         let elapsed = max(1e-6, (now - start).milliseconds / 1000)
         let delivered = Double(intervalBytes) / elapsed
+        previousDelivered = lastInterval.delivered
         lastInterval = (delivered, intervalReceived, intervalLost, now)
         lastArrived = Double(intervalBytes + intervalUntrustedBytes) / elapsed
         lastClose = now
@@ -510,6 +580,11 @@ public struct DownlinkController: Sendable {
             endSlowdown(test, now: now)
             return
         }
+        if let probe {
+            guard now >= probe.until || priority == .background else { return }
+            endProbe(probe, now: now)
+            return
+        }
         // A queue that never falls below our target while we keep to it is another flow's:
         // a fetch someone waits for then competes (Copa's mode switch); replication never does.
         if queueSeconds < target || drainedAt == .zero { drainedAt = now }
@@ -528,7 +603,7 @@ public struct DownlinkController: Sendable {
             slowStart = false
             competingSlowStart = false
             atTargetSince = nil
-        } else if competing, startSlowdownIfDue(queueSeconds: queueSeconds, target: target, now: now) {
+        } else if competing, startSlowdownIfDue(queueSeconds: queueSeconds, target: target, delivered: delivered, now: now) {
             return
         } else if competing {
             // Another flow keeps the queue full (a loss-based TCP): holding back would leave it
@@ -587,7 +662,7 @@ public struct DownlinkController: Sendable {
                 rate = min(rate, max(lastArrived, Double(settings.minimumRate)))
                 holdUntil = now + interval * 2
             }
-        } else if startSlowdownIfDue(queueSeconds: queueSeconds, target: target, now: now) {
+        } else if startSlowdownIfDue(queueSeconds: queueSeconds, target: target, delivered: delivered, now: now) {
             return
         } else {
             let room = (target - queueSeconds) / target
