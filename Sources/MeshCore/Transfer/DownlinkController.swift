@@ -16,7 +16,9 @@ import MeshCrypto
 /// gives way (LEDBAT's purpose). A fetch that came after that flow took its base delay with the
 /// flow's queue in it, and sees only the rest: it tells the two apart by slowing to an eighth for
 /// a few round trips (LEDBAT++'s slowdown, used as a test). Its own queue drains; another flow's
-/// stays, and then it competes.
+/// stays, and then it competes. When the base delay held its own queue too, the rest can drain
+/// with it: a queue that seemed its own is checked by asking a quarter more (BBR's probe), which
+/// brings more only where the queue shares the line with another flow.
 ///
 /// Pure: pieces, datagram numbers and round-trip samples come in with their time; the rate
 /// and the bytes that may be in flight come out.
@@ -63,16 +65,19 @@ public struct DownlinkController: Sendable {
         /// `competeAfterAtLeast`) is another flow's: the controller competes.
         public var competeAfterIntervals = 8
         public var competeAfterAtLeast: Duration = .seconds(1)
-        /// A foreground fetch whose queue sat at half its target or more for this long (at once
-        /// when that queue held slow start at its first rate), without competing, slows to
+        /// A foreground fetch whose queue sat at a quarter of its target or more for this long (at
+        /// once when that queue held slow start at its first rate), without competing, slows to
         /// `slowdownShare` of its rate for `slowdownRoundTrips` control
         /// intervals (at least `slowdownAtLeast`). If the lowest queue of the second half of that
         /// stays at `slowdownVerdict` of the target, the queue is another flow's: it competes
         /// (a third, not half: a latecomer's base delay holds the other flow's trough, so that
         /// flow's queue shows as 11–14 ms of the 25; at half, the first test missed it with 2 of 3
-        /// seeds in simulation and the get yielded for seconds more). If it drained, the
-        /// queue was its own, and the next test waits twice as long (up to `slowdownSpacingLimit`),
-        /// so a lone fetch on a full line pays a few percent at first and less and less later.
+        /// seeds in simulation and the get yielded for seconds more). If it drained, a probe
+        /// checks (below); if that agrees, the queue was its own, and the next test waits twice as
+        /// long (up to `slowdownSpacingLimit`), so a lone fetch on a full line pays a few percent
+        /// at first and less and less later. A quarter, not half: delay mode, which grows no
+        /// further than what arrives allows, held a latecomer beside TCP just under half for
+        /// seconds (the get lost 11% in simulation).
         public var slowdownAfter: Duration = .seconds(1)
         public var slowdownShare = 0.125
         public var slowdownRoundTrips = 3
@@ -81,17 +86,23 @@ public struct DownlinkController: Sendable {
         public var slowdownSpacing: Duration = .seconds(5)
         public var slowdownSpacingLimit: Duration = .seconds(40)
         /// A test that found the queue our own is checked from the other side, where the base delay
-        /// plays no part: the rate goes to `probeGain` times what it was for `probeRoundTrips`
-        /// intervals (at least `probeAtLeast`), and if what arrives in the second half reaches
-        /// `probeVerdict` times what arrived before the test, the queue was not ours alone. Alone
-        /// at a standing queue we had the whole line already, and asking more brings no more;
-        /// beside another flow, the queue hands out the line in proportion to what comes in, and
-        /// asking more takes a larger share (a quarter more asked, a fifth more delivered, when
-        /// the other flow has five sixths). BBR probes bandwidth the same way.
+        /// plays no part: the rate goes to `probeGain` times what it was, and if what arrives over
+        /// `probeRoundTrips` intervals, once it is back at `probeReturned` of what arrived before
+        /// the test, reaches `probeVerdict` times that, the queue was not ours alone. Alone at a
+        /// standing queue we had the whole line already, and asking more brings no more; beside
+        /// another flow, the queue hands out the line in proportion to what comes in, and asking
+        /// more takes a larger share (a quarter more asked, a fifth more delivered, when the other
+        /// flow has five sixths). BBR probes bandwidth the same way. The wait for the return
+        /// follows the path: behind another flow's queue our pieces come back a round trip and
+        /// that queue after we ask (judged at a fixed time, the probe missed it in simulation).
+        /// A probe whose deliveries never return ends after `probeLimit` intervals (at least
+        /// `probeAtLeast`), without a verdict.
         public var probeGain = 1.25
-        public var probeRoundTrips = 3
-        public var probeAtLeast: Duration = .milliseconds(200)
+        public var probeRoundTrips = 2
+        public var probeReturned = 0.75
         public var probeVerdict = 1.1
+        public var probeLimit = 6
+        public var probeAtLeast: Duration = .milliseconds(300)
         /// While competing: bytes more per round trip, and the cut on a loss with a queue.
         public var competitiveIncrease = 8 * 1400
         /// While competing, the rate grows only this many increases ahead of what arrives.
@@ -144,7 +155,7 @@ public struct DownlinkController: Sendable {
     /// latecomer took seconds to reach its share.
     public private(set) var competingSlowStart = false
     private var competingSlowStartEnds = MeshInstant.zero
-    /// Since when the queue was at half the target or more (foreground, not competing).
+    /// Since when the queue was at a quarter of the target or more (foreground).
     private var atTargetSince: MeshInstant?
     /// While competing, since when the queue was under a quarter of the target.
     private var drainedSince: MeshInstant?
@@ -164,7 +175,8 @@ public struct DownlinkController: Sendable {
     private struct Probe {
         var rate: Double
         var deliveredBefore: Double
-        var judgeFrom: MeshInstant
+        /// When deliveries were back (nil: not yet), and when it ends.
+        var judgeFrom: MeshInstant?
         var until: MeshInstant
         var bytes = 0
     }
@@ -175,17 +187,18 @@ public struct DownlinkController: Sendable {
     private var previousDelivered = 0.0
     /// Slow start ended on a queue that was there before any holder proved itself, at the first
     /// rate: a queue that rate could hardly have built. Until this deadline the first test goes
-    /// as soon as the queue reaches half the target, without waiting for it to last (a latecomer
+    /// as soon as the queue reaches a quarter of the target, without waiting for it to last (a latecomer
     /// beside a TCP download spent its first seconds at a sixth of the line, waiting to test).
-    /// So does the repeat after a first test found the queue its own.
+    /// So does the repeat after a first test found the queue its own while competing.
     private var testAtOnceUntil: MeshInstant?
     /// Slow start raised the rate (a queue seen after that may be our own).
     private var slowStartGrew = false
     private var nextSlowdownAt = MeshInstant.zero
     private var slowdownSpacing: Duration
-    /// A test found the queue our own, and the next one confirmed it: one such verdict alone may
-    /// have met the other flow's trough (its queue drains for a moment after each of its losses),
-    /// so the first is tested again as soon as the queue is back, before the tests space out.
+    /// A test found the queue our own, and the next one (or the probe after it) confirmed it: one
+    /// such verdict alone may have met the other flow's trough (its queue drains for a moment
+    /// after each of its losses), so the first is tested again as soon as the queue is back,
+    /// before the tests space out.
     private var ownQueueConfirmed = false
     /// Slowdowns, and those that found another flow's queue (for tests and tracing).
     public private(set) var slowdowns: UInt64 = 0
@@ -214,6 +227,8 @@ public struct DownlinkController: Sendable {
     /// at it: as the first holders prove themselves, the proven alone bring a fraction of it,
     /// and ending there once left a fetch at a twentieth of its line for seconds.
     private var lastArrived = 0.0
+    /// What arrived in the interval before that.
+    private var previousArrived = 0.0
 
     /// The latest queueing delay measured (the interval's lowest), for status and tests.
     public private(set) var queueingDelay: Duration = .zero
@@ -307,7 +322,7 @@ public struct DownlinkController: Sendable {
         if trusted, let test = slowdown, now >= test.judgeFrom {
             slowdown?.lowest = test.lowest.map { min($0, queue) } ?? queue
         }
-        if trusted, let probe, now >= probe.judgeFrom { self.probe?.bytes += bytes }
+        if trusted, let from = probe?.judgeFrom, now >= from { probe?.bytes += bytes }
         if trusted { intervalBytes += bytes } else { intervalUntrustedBytes += bytes }
         if intervalStart == nil {
             intervalStart = now
@@ -323,6 +338,7 @@ public struct DownlinkController: Sendable {
                 competingSlowStart = false
                 slowStart = !competing
                 lastArrived = 0
+                previousArrived = 0
                 atTargetSince = nil
             }
         }
@@ -366,12 +382,12 @@ public struct DownlinkController: Sendable {
         return slowdown?.until ?? probe?.until
     }
 
-    /// A foreground fetch whose queue sat at half the target long enough, and whose last test is
+    /// A foreground fetch whose queue sat at a quarter of the target long enough, and whose last test is
     /// far enough behind, slows down to see whose queue it is: in delay mode, to compete if it is
     /// another flow's; while competing, to stop once that flow is gone (the queue is then ours,
     /// and TCP's rules alone would keep it full for as long as the fetch runs).
     private mutating func startSlowdownIfDue(queueSeconds: Double, target: Double, delivered: Double, now: MeshInstant) -> Bool {
-        guard priority == .foreground, !slowStart, queueSeconds >= target / 2 else {
+        guard priority == .foreground, !slowStart, queueSeconds >= target / 4 else {
             atTargetSince = nil
             return false
         }
@@ -415,8 +431,8 @@ public struct DownlinkController: Sendable {
         } else if priority == .foreground, !competing, settings.probeGain > 1 {
             // Our own queue, or another flow's whose trough our base delay holds: ask for more
             // and see whether more comes.
-            let length = max(settings.probeAtLeast, interval * settings.probeRoundTrips)
-            probe = Probe(rate: test.rate, deliveredBefore: test.delivered, judgeFrom: now + length / 2, until: now + length)
+            let limit = max(settings.probeAtLeast, interval * settings.probeLimit)
+            probe = Probe(rate: test.rate, deliveredBefore: test.delivered, until: now + limit)
             rate = test.rate * settings.probeGain
         } else {
             if competing { endCompeting(now: now) }
@@ -429,7 +445,7 @@ public struct DownlinkController: Sendable {
         self.probe = nil
         rate = probe.rate
         holdUntil = now + interval * 2
-        let seconds = (now - probe.judgeFrom).milliseconds / 1000
+        let seconds = probe.judgeFrom.map { (now - $0).milliseconds / 1000 } ?? 0
         let gain = seconds > 0 && probe.deliveredBefore > 0 ? Double(probe.bytes) / seconds / probe.deliveredBefore : nil
         lastProbeGain = gain
         guard priority == .foreground, let gain else {
@@ -444,6 +460,9 @@ public struct DownlinkController: Sendable {
             slowdownSpacing = settings.slowdownSpacing
             nextSlowdownAt = now + settings.slowdownSpacing * 2
         } else {
+            // Asking more confirmed what the test saw: no repeat (it would only cost a lone
+            // fetch another eighth of a test).
+            ownQueueConfirmed = true
             foundOwnQueue(now: now)
         }
     }
@@ -454,7 +473,7 @@ public struct DownlinkController: Sendable {
             slowdownSpacing = min(settings.slowdownSpacingLimit, slowdownSpacing * 2)
             nextSlowdownAt = now + slowdownSpacing
         } else {
-            // The repeat goes as soon as the queue is back at half the target (within two
+            // The repeat goes as soon as the queue is back at a quarter of the target (within two
             // seconds): waiting a second of queue for it cost the get beside TCP 7% in
             // simulation (2.11 → 1.96 MiB/s, mean of 9 seeds).
             ownQueueConfirmed = true
@@ -534,6 +553,7 @@ public struct DownlinkController: Sendable {
             let elapsed = max(1e-6, (now - start).milliseconds / 1000)
             let delivered = Double(intervalUntrustedBytes) / elapsed
             lastInterval = (delivered, 0, 0, now)
+            previousArrived = lastArrived
             lastArrived = delivered
             lastClose = now
             let highest = (intervalUntrustedQueue ?? .zero).milliseconds / 1000
@@ -559,6 +579,7 @@ public struct DownlinkController: Sendable {
         let delivered = Double(intervalBytes) / elapsed
         previousDelivered = lastInterval.delivered
         lastInterval = (delivered, intervalReceived, intervalLost, now)
+        previousArrived = lastArrived
         lastArrived = Double(intervalBytes + intervalUntrustedBytes) / elapsed
         lastClose = now
         // The rate asked for shows in what arrives a round trip or two later (the holders hear
@@ -581,6 +602,13 @@ public struct DownlinkController: Sendable {
             return
         }
         if let probe {
+            if probe.judgeFrom == nil, delivered >= probe.deliveredBefore * settings.probeReturned {
+                // Deliveries are back at the probe's rate: judged from here.
+                let from = now + interval, until = from + interval * settings.probeRoundTrips
+                self.probe?.judgeFrom = from
+                self.probe?.until = until
+                return
+            }
             guard now >= probe.until || priority == .background else { return }
             endProbe(probe, now: now)
             return
@@ -668,9 +696,19 @@ public struct DownlinkController: Sendable {
             let room = (target - queueSeconds) / target
             if room > 0 {
                 if caughtUp { rate *= 1 + settings.increaseGain * room }
+                // With a queue the line is full, and what arrives is all it gives (or our share):
+                // more than that, by the room left, only fills the queue. Grown from the rate
+                // asked alone, a lone get ran a fifth past the line before its queue showed, built
+                // 40–60 ms, was cut by half, and left the line idle: 67% of a 50 Mbit/s cap
+                // through the emulator.
+                if over { rate = min(rate, max(lastArrived, previousArrived) * (1 + settings.increaseGain * room)) }
             } else if mayShrink, lasting {
-                rate = min(rate, delivered) * max(0.5, 1 + settings.decreaseGain * room)
-                holdUntil = now + interval * 2
+                let cut = max(0.5, 1 + settings.decreaseGain * room)
+                rate = min(rate, delivered) * cut
+                // The excess drains at the share cut, after the cut shows: judged sooner, the same
+                // queue cut a lone get twice, to a sixth of its line (through the emulator).
+                let excess = queueSeconds - target
+                holdUntil = now + interval * 2 + .seconds(excess / (1 - cut))
             }
         }
         rate = min(Double(settings.maximumRate), max(Double(settings.minimumRate), rate))
