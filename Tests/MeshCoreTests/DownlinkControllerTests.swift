@@ -102,6 +102,29 @@ import Testing
         #expect(controller.rate == clamped, "cut again on untrusted word: \(controller.rate)")
     }
 
+    /// On a long path a slow start that waits for two closes to believe unproven holders' queue
+    /// runs ahead of the line for two round trips: a lone get on an 80 ms line whose first rate
+    /// was the line's whole capacity overflowed its queue (3.5% of its packets dropped). And once
+    /// a holder is proven, doubling again from the rate that queue held overflowed it once more.
+    @Test("a queue from unproven holders after slow start grew holds it within 10 ms, and slow start ends once a holder is proven")
+    func anUnprovenQueueAfterGrowthHoldsSlowStartAndEndsIt() {
+        var controller = DownlinkController()
+        controller.onRoundTrip(.milliseconds(200), now: .zero)
+        var packet: UInt64 = 0
+        let initial = controller.rate
+        var now = Self.feed(&controller, from: .zero, seconds: 0.9, rate: 4e6, trusted: false, packet: &packet) { _ in 0 }
+        #expect(controller.slowStart && controller.rate > initial * 2)
+        let closes = controller.lastInterval.closedAt
+        now = Self.feed(&controller, from: now, seconds: 0.02, rate: 4e6, trusted: false, packet: &packet) { t in 0.010 + t }
+        #expect(controller.lastInterval.closedAt == closes, "an interval closed: the test does not show the brake")
+        #expect(controller.rate <= 4e6 * 1.2, "not held at what arrives: \(controller.rate)")
+        #expect(controller.slowStart, "unproven holders ended slow start")
+        // A holder proves itself; the queue has drained: no doubling from here.
+        now = Self.feed(&controller, from: now, seconds: 1, rate: 4e6, packet: &packet) { _ in 0 }
+        #expect(!controller.slowStart)
+        #expect(controller.rate <= 4e6 * 1.5, "grew as slow start: \(controller.rate)")
+    }
+
     @Test func aQueueOverTheTargetShrinksTheRateAndOneUnderItLetsItGrow() {
         var controller = Self.started()
         var packet: UInt64 = 0
@@ -153,6 +176,36 @@ import Testing
         let target = controller.target.milliseconds / 1000
         #expect(line.highestQueue <= target * 1.3, "the queue reached \(line.highestQueue * 1000) ms")
         #expect(line.arrived >= 4e6 * 0.9, "the line carried \(line.arrived) of 4 MB/s")
+    }
+
+    /// Exactly at the target, the cut is none and there is nothing to drain (the time to drain it
+    /// once divided by nothing: a trap a holder's timestamps could reach).
+    @Test("a queue exactly at the target neither cuts the rate below what arrives nor traps")
+    func aQueueExactlyAtTheTarget() {
+        var controller = Self.started()
+        var packet: UInt64 = 0
+        let now = Self.feed(&controller, from: .zero, seconds: 0.5, rate: 1e6, packet: &packet) { t in t < 0.1 ? 0 : 0.020 }
+        _ = Self.feed(&controller, from: now, seconds: 1, rate: 1e6, packet: &packet) { _ in 0.025 }
+        #expect(controller.queueingDelay == controller.target)
+        // At most brought to what arrives, never under it.
+        #expect(controller.rate >= 1e6 * 0.99, "\(controller.rate) with 1 MB/s arriving")
+    }
+
+    /// Beside another flow whose queue grows, our share of what the line carries lags what we ask.
+    /// The bound on growth must not turn into a cut: replication that was cut to it spiralled down
+    /// to its floor beside CUBIC (0.10 MiB/s of a 50 Mbit/s line through the emulator).
+    @Test("what arrives bounds delay mode's growth on a full line, but never cuts the rate")
+    func theBoundOnGrowthIsNotACut() {
+        var controller = Self.started()
+        var packet: UInt64 = 0
+        // A queue under the target (so no cut for it), and nine tenths of what is asked arrive.
+        var now = Self.feedAnswering(&controller, from: .zero, seconds: 0.5, packet: &packet, delivering: { $0 * 0.9 }) { t, _ in
+            t < 0.1 ? 0 : 0.015
+        }
+        #expect(!controller.slowStart)
+        let settled = controller.rate
+        now = Self.feedAnswering(&controller, from: now, seconds: 5, packet: &packet, delivering: { $0 * 0.9 }) { _, _ in 0.015 }
+        #expect(controller.rate >= settled, "\(settled) → \(controller.rate) in 5 s")
     }
 
     /// After a cut, the excess queue drains at the share cut, and only after the cut has shown: a

@@ -217,12 +217,16 @@ public struct DownlinkController: Sendable {
     /// Untrusted holders' queue brought the rate down once: no more growth or cuts on their
     /// word (a second cut, and a third, would spiral down: deliveries lag the rate).
     private var untrustedHeld = false
+    /// Slow start had grown when that happened (the queue was likely its own overshoot).
+    private var untrustedHeldAfterGrowth = false
     /// The rates set at the last two closes, older first. An interval's deliveries answer to the
     /// older one: a new rate reaches the holders half a round trip after a close, and their
     /// pieces reach us another half later, as the next interval ends.
     private var askedRates: (older: Double, newer: Double)
     /// In slow start, since when every proven piece showed a queue.
     private var queuedSince: MeshInstant?
+    /// The same for pieces of holders not proven yet.
+    private var untrustedQueuedSince: MeshInstant?
     /// What arrived in the last interval from all holders asked, proven or not. Slow start ends
     /// at it: as the first holders prove themselves, the proven alone bring a fraction of it,
     /// and ending there once left a fetch at a twentieth of its line for seconds.
@@ -327,12 +331,14 @@ public struct DownlinkController: Sendable {
         if intervalStart == nil {
             intervalStart = now
             queuedSince = nil
+            untrustedQueuedSince = nil
             // After a pause, what was seen before says nothing about the line now: the next
             // fetch probes it again from the rate it had (a queue ends that within 10 ms).
             if let closed = lastClose, now >= closed + max(.seconds(1), interval * 10) {
                 drainedAt = now
                 wasOver = false
                 untrustedHeld = false
+                untrustedHeldAfterGrowth = false
                 testAtOnceUntil = nil
                 slowStartGrew = false
                 competingSlowStart = false
@@ -342,7 +348,7 @@ public struct DownlinkController: Sendable {
                 atTargetSince = nil
             }
         }
-        if trusted, slowStart, brakeSlowStart(queue: queue, now: now) { return true }
+        if slowStart, trusted || !untrustedHeld, brakeSlowStart(queue: queue, trusted: trusted, now: now) { return true }
         guard let start = intervalStart, now >= start + interval else { return false }
         closeInterval(now: now)
         return true
@@ -506,13 +512,16 @@ public struct DownlinkController: Sendable {
     }
 
     /// A queue that lasts `slowStartBrake` ends slow start at what arrives. Returns whether it did.
-    private mutating func brakeSlowStart(queue: Duration, now: MeshInstant) -> Bool {
+    /// Holders not proven yet only hold it there, once, as at an interval's close: on an 80 ms
+    /// line whose first rate was its whole capacity, waiting for two closes let slow start run
+    /// at 3× the line for two round trips, and its queue overflowed (3.5% of the get's packets).
+    private mutating func brakeSlowStart(queue: Duration, trusted: Bool, now: MeshInstant) -> Bool {
         guard queue >= target / 4 else {
-            queuedSince = nil
+            if trusted { queuedSince = nil } else { untrustedQueuedSince = nil }
             return false
         }
-        guard let since = queuedSince else {
-            queuedSince = now
+        guard let since = trusted ? queuedSince : untrustedQueuedSince else {
+            if trusted { queuedSince = now } else { untrustedQueuedSince = now }
             return false
         }
         guard now >= since + settings.slowStartBrake else { return false }
@@ -522,8 +531,14 @@ public struct DownlinkController: Sendable {
             delivered = max(delivered, Double(intervalBytes + intervalUntrustedBytes) / ((now - start).milliseconds / 1000))
         }
         guard delivered > 0 else { return false }
-        endSlowStartOnAQueue(now: now)
-        queuedSince = nil
+        if trusted {
+            endSlowStartOnAQueue(now: now)
+            queuedSince = nil
+        } else {
+            untrustedHeld = true
+            untrustedHeldAfterGrowth = slowStartGrew
+            untrustedQueuedSince = nil
+        }
         rate = min(rate, max(delivered, Double(settings.minimumRate)))
         holdUntil = now + interval * 2
         return true
@@ -569,6 +584,7 @@ public struct DownlinkController: Sendable {
                 // a holder proves itself, never slow what comes).
                 rate = max(Double(settings.minimumRate), min(rate, delivered))
                 untrustedHeld = true
+                untrustedHeldAfterGrowth = slowStartGrew
             }
             return
         }
@@ -674,7 +690,15 @@ public struct DownlinkController: Sendable {
             }
         } else if slowStart {
             atTargetSince = nil
-            if queueSeconds < target / 4 {
+            if untrustedHeldAfterGrowth {
+                // Slow start grew, and then a queue held it before any holder was proven, at what
+                // arrived then: a line that full gave no more. Doubled again from there once a
+                // holder was proven (that queue had drained meanwhile), a lone get overflowed an
+                // 80 ms line's queue and was cut to a third of it (in simulation). A queue that
+                // held the first rate, before any growth, says less: it may be another flow's
+                // trough, and growing on is how to learn more.
+                endSlowStartOnAQueue(now: now)
+            } else if queueSeconds < target / 4 {
                 // The deliveries show the rate asked two closes ago: once they caught up with
                 // it, the rate doubles, up to `slowStartGain` times them (the brake above stops
                 // it within a few milliseconds of a queue that lasts).
@@ -695,20 +719,26 @@ public struct DownlinkController: Sendable {
         } else {
             let room = (target - queueSeconds) / target
             if room > 0 {
-                if caughtUp { rate *= 1 + settings.increaseGain * room }
-                // With a queue the line is full, and what arrives is all it gives (or our share):
-                // more than that, by the room left, only fills the queue. Grown from the rate
-                // asked alone, a lone get ran a fifth past the line before its queue showed, built
-                // 40–60 ms, was cut by half, and left the line idle: 67% of a 50 Mbit/s cap
-                // through the emulator.
-                if over { rate = min(rate, max(lastArrived, previousArrived) * (1 + settings.increaseGain * room)) }
+                if caughtUp {
+                    // With a queue the line is full, and what arrives is all it gives (or our
+                    // share): growing past that by more than the room left only fills the queue.
+                    // Grown from the rate asked alone, a lone get ran a fifth past the line before
+                    // its queue showed, built 40–60 ms, was cut by half, and left the line idle
+                    // (67% of a 50 Mbit/s cap through the emulator). Only growth is bounded: cut
+                    // to it, replication beside TCP, whose share lags what it asks while that
+                    // flow's queue grows, spiralled down to its floor.
+                    let grown = rate * (1 + settings.increaseGain * room)
+                    let bound = max(lastArrived, previousArrived) * (1 + settings.increaseGain * room)
+                    rate = over ? max(rate, min(grown, bound)) : grown
+                }
             } else if mayShrink, lasting {
                 let cut = max(0.5, 1 + settings.decreaseGain * room)
                 rate = min(rate, delivered) * cut
                 // The excess drains at the share cut, after the cut shows: judged sooner, the same
-                // queue cut a lone get twice, to a sixth of its line (through the emulator).
-                let excess = queueSeconds - target
-                holdUntil = now + interval * 2 + .seconds(excess / (1 - cut))
+                // queue cut a lone get twice, to a sixth of its line (through the emulator). (At
+                // the target exactly nothing is cut and nothing needs to drain.)
+                let drain = min(1, max(0, queueSeconds - target) / max(1 - cut, 0.01))
+                holdUntil = now + interval * 2 + .seconds(drain)
             }
         }
         rate = min(Double(settings.maximumRate), max(Double(settings.minimumRate), rate))
