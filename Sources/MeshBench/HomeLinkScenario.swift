@@ -54,6 +54,17 @@ enum HomeLinkScenario {
                 ]
             }
         }
+        // Alone on the long, lossy line: its first rate (1 MiB/s) is already the line's whole
+        // capacity, so slow start's first doubling meets the queue a round trip late.
+        let long = lines[1]
+        let longAlone = HomeLineExperiment.run(size: size, line: long, mode: .get, competitor: false, seed: seed)
+        results += [
+            BenchResult(scenario: "sim home line \(long.name), get alone: fetch rate", figure: longAlone.fetchRate / 1_048_576,
+                        unit: "MiB/s", baselineName: "the line's rate", baseline: long.megabitsPerSecond * 1_000_000 / 8 / 1_048_576,
+                        goal: "-"),
+            BenchResult(scenario: "sim home line \(long.name), get alone: datagrams dropped at the queue",
+                        figure: longAlone.dropShare * 100, unit: "%", baselineName: "none", baseline: 0, goal: "≤ 2%"),
+        ]
         var clean = lines[0]
         let lossless = HomeLineExperiment.run(size: size, line: clean, mode: .get, competitor: false, seed: seed)
         clean.loss = 0.01
