@@ -208,6 +208,47 @@ import Testing
         #expect(controller.rate >= settled, "\(settled) → \(controller.rate) in 5 s")
     }
 
+    /// A lone get on a long path: its tests find the queue its own, its probes bring no more, and
+    /// the queue a probe leaves (a quarter of the line more for a few round trips) must not pass
+    /// for another flow's that never drains: competing's clock starts after the test and the
+    /// probe, which drained the queue, not before them.
+    @Test("a lone get on a 100 ms path tests, probes, and never competes")
+    func aLoneGetOnALongPathNeverCompetes() {
+        var controller = DownlinkController()
+        controller.setPriority(.foreground)
+        controller.onRoundTrip(.milliseconds(100), now: .zero)
+        var packet: UInt64 = 0
+        var t = 0.0, last = 0.0, queue = 0.0
+        var competedAt: Double?
+        while t < 30 {
+            let now = MeshInstant.zero + .seconds(t)
+            let dt = t - last
+            last = t
+            // Our own queue: drains while we slow down, grows by the probe's quarter while we
+            // probe, and otherwise goes back to 22 ms, where delay mode holds it.
+            if t < 0.1 {
+                queue = 0
+            } else if controller.isSlowingDown {
+                queue = max(0.001, queue - 0.875 * dt)
+            } else if controller.isProbing {
+                queue = min(0.1, queue + 0.25 * dt)
+            } else {
+                queue = queue > 0.022 ? max(0.022, queue - 0.1 * dt) : min(0.022, queue + 0.25 * dt)
+            }
+            packet += 1
+            controller.onDatagram(from: Self.holder, packetNumber: packet, carriesPiece: true)
+            controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64((0.020 + queue) * 1e6)),
+                               from: Self.holder, now: now)
+            controller.onTick(now: now)
+            if controller.competing, competedAt == nil { competedAt = t }
+            t += 1400 / 1e6
+        }
+        #expect(controller.slowdowns >= 2, "\(controller.slowdowns) tests")
+        #expect(controller.lastProbeGain != nil, "no probe judged")
+        #expect(controller.slowdownsFoundAnotherFlow == 0)
+        #expect(competedAt == nil, "competed at \(competedAt ?? 0) s")
+    }
+
     /// After a cut, the excess queue drains at the share cut, and only after the cut has shown: a
     /// second cut waits for both. (Judged two intervals on, one queue cut a lone get twice, to a
     /// sixth of its line, through the emulator.)

@@ -86,7 +86,7 @@ extension NodeInstance {
                                  "slowStart": "\(downlink.slowStart)", "competing": downlink.competingSlowStart ? "starting" : "\(downlink.competing)",
                                  "slowdowns": "\(downlink.slowdowns)/\(downlink.slowdownsFoundAnotherFlow)",
                                  "testLowest": downlink.lastSlowdownLowest.map { "\($0)" } ?? "-",
-                                 "probeGain": downlink.lastProbeGain.map { String(Int(($0 * 100).rounded())) + "%" } ?? "-",
+                                 "probeGain": downlink.lastProbeGain.map { "\($0)×" } ?? "-",
                                  "inFlight": "\(transfer.inFlightByPeer.values.reduce(0, +))/\(transfer.inFlightLimit ?? 0)"])
     }
 

@@ -163,7 +163,7 @@ public struct DownlinkController: Sendable {
     /// lowest queue a piece showed since `judgeFrom`.
     private struct Slowdown {
         var rate: Double
-        /// What arrived before it (the more of the last two intervals).
+        /// What arrived before it, from all holders (the more of the last two intervals).
         var delivered: Double
         var judgeFrom: MeshInstant
         var until: MeshInstant
@@ -171,7 +171,9 @@ public struct DownlinkController: Sendable {
     }
     private var slowdown: Slowdown?
     /// The probe under way after a test that found the queue our own: the rate to go back to,
-    /// what arrived before the test, and the bytes that arrived since `judgeFrom`.
+    /// what arrived before the test, and the bytes that arrived since `judgeFrom`. Bytes from all
+    /// holders, proven or not: they share one line, and a holder proven during the probe must not
+    /// pass for a larger share of it.
     private struct Probe {
         var rate: Double
         var deliveredBefore: Double
@@ -183,8 +185,6 @@ public struct DownlinkController: Sendable {
     private var probe: Probe?
     /// What the last probe delivered, as a share of what arrived before its test, for tracing.
     public private(set) var lastProbeGain: Double?
-    /// The delivery rate of the interval before the last one closed (a test compares with it).
-    private var previousDelivered = 0.0
     /// Slow start ended on a queue that was there before any holder proved itself, at the first
     /// rate: a queue that rate could hardly have built. Until this deadline the first test goes
     /// as soon as the queue reaches a quarter of the target, without waiting for it to last (a latecomer
@@ -304,8 +304,9 @@ public struct DownlinkController: Sendable {
 
     /// A piece of `bytes` stamped `sentAt` by `holder`'s clock arrived. Returns whether it
     /// closed an interval (the rate may have changed). A piece that is not `trusted` (its holder
-    /// has not proven itself yet) can only stop slow start from growing: its queue counts as
-    /// the highest of the interval, never as the line's lowest.
+    /// has not proven itself yet) can only hold slow start (once, at what arrives; see
+    /// `brakeSlowStart`): its queue counts as the highest of the interval, never as the line's
+    /// lowest.
     @discardableResult
     public mutating func onPiece(bytes: Int, sentAt: UInt32, from holder: NodeID, now: MeshInstant,
                                  trusted: Bool = true) -> Bool {
@@ -326,7 +327,7 @@ public struct DownlinkController: Sendable {
         if trusted, let test = slowdown, now >= test.judgeFrom {
             slowdown?.lowest = test.lowest.map { min($0, queue) } ?? queue
         }
-        if trusted, let from = probe?.judgeFrom, now >= from { probe?.bytes += bytes }
+        if let from = probe?.judgeFrom, now >= from { probe?.bytes += bytes }
         if trusted { intervalBytes += bytes } else { intervalUntrustedBytes += bytes }
         if intervalStart == nil {
             intervalStart = now
@@ -348,7 +349,9 @@ public struct DownlinkController: Sendable {
                 atTargetSince = nil
             }
         }
-        if slowStart, trusted || !untrustedHeld, brakeSlowStart(queue: queue, trusted: trusted, now: now) { return true }
+        // Unproven holders' queue brakes only an interval no proven holder fed (as at its close).
+        if slowStart, trusted || (!untrustedHeld && intervalQueue == nil),
+           brakeSlowStart(queue: queue, trusted: trusted, now: now) { return true }
         guard let start = intervalStart, now >= start + interval else { return false }
         closeInterval(now: now)
         return true
@@ -377,7 +380,8 @@ public struct DownlinkController: Sendable {
     /// Closes an interval that is over (pieces stopped coming: nothing is learned from it).
     public mutating func onTick(now: MeshInstant) {
         if let test = slowdown, now >= test.until, intervalStart == nil { endSlowdown(test, now: now) }
-        if let probe, now >= probe.until, intervalStart == nil { endProbe(probe, now: now) }
+        // Pieces stopped: the silence says nothing about a share of the line.
+        if let probe, now >= probe.until, intervalStart == nil { endProbe(probe, judged: false, now: now) }
         guard let start = intervalStart, now >= start + interval else { return }
         closeInterval(now: now)
     }
@@ -407,7 +411,7 @@ public struct DownlinkController: Sendable {
         // The slower rate reaches the holders half a round trip on, and what the queue held before
         // takes its own time to drain: only the second half is judged.
         let length = max(settings.slowdownAtLeast, interval * settings.slowdownRoundTrips)
-        slowdown = Slowdown(rate: rate, delivered: max(delivered, previousDelivered),
+        slowdown = Slowdown(rate: rate, delivered: max(lastArrived, previousArrived),
                             judgeFrom: now + length / 2, until: now + length)
         rate = max(Double(settings.minimumRate), rate * settings.slowdownShare)
         return true
@@ -425,6 +429,7 @@ public struct DownlinkController: Sendable {
             nextSlowdownAt = now + slowdownSpacing
             return
         }
+        if lowest < target { drainedAt = now }
         if priority == .foreground, lowest >= target * settings.slowdownVerdict {
             slowdownsFoundAnotherFlow += 1
             ownQueueConfirmed = false
@@ -439,7 +444,7 @@ public struct DownlinkController: Sendable {
             // and see whether more comes.
             let limit = max(settings.probeAtLeast, interval * settings.probeLimit)
             probe = Probe(rate: test.rate, deliveredBefore: test.delivered, until: now + limit)
-            rate = test.rate * settings.probeGain
+            rate = min(Double(settings.maximumRate), test.rate * settings.probeGain)
         } else {
             if competing { endCompeting(now: now) }
             foundOwnQueue(now: now)
@@ -447,15 +452,22 @@ public struct DownlinkController: Sendable {
     }
 
     /// The probe is over: back to the rate before the test, competing if asking more brought more.
-    private mutating func endProbe(_ probe: Probe, now: MeshInstant) {
+    private mutating func endProbe(_ probe: Probe, judged: Bool = true, now: MeshInstant) {
         self.probe = nil
         rate = probe.rate
         holdUntil = now + interval * 2
+        // The test and the probe both left the queue below the target (the test drained it; a
+        // lone fetch's probe refills a part): competing's clock starts here, not before the test
+        // (a lone fetch on a long path would otherwise compete at once).
+        drainedAt = now
         let seconds = probe.judgeFrom.map { (now - $0).milliseconds / 1000 } ?? 0
-        let gain = seconds > 0 && probe.deliveredBefore > 0 ? Double(probe.bytes) / seconds / probe.deliveredBefore : nil
+        let gain = judged && seconds > 0 && probe.deliveredBefore > 0
+            ? Double(probe.bytes) / seconds / probe.deliveredBefore : nil
         lastProbeGain = gain
-        guard priority == .foreground, let gain else {
-            nextSlowdownAt = now + slowdownSpacing
+        guard priority == .foreground else { return }
+        guard let gain else {
+            // No verdict: the test's own stands, unconfirmed (tested again once the queue is back).
+            foundOwnQueue(now: now)
             return
         }
         if gain >= settings.probeVerdict {
@@ -571,6 +583,9 @@ public struct DownlinkController: Sendable {
             previousArrived = lastArrived
             lastArrived = delivered
             lastClose = now
+            // A test or probe whose proven holders went quiet ends on time, without their word.
+            if let test = slowdown, now >= test.until { return endSlowdown(test, now: now) }
+            if let probe, now >= probe.until { return endProbe(probe, judged: false, now: now) }
             let highest = (intervalUntrustedQueue ?? .zero).milliseconds / 1000
             let over = highest >= target.milliseconds / 1000 / 4
             defer { wasOver = over }
@@ -593,7 +608,6 @@ public struct DownlinkController: Sendable {
         queueingDelay = queue
         let elapsed = max(1e-6, (now - start).milliseconds / 1000)
         let delivered = Double(intervalBytes) / elapsed
-        previousDelivered = lastInterval.delivered
         lastInterval = (delivered, intervalReceived, intervalLost, now)
         previousArrived = lastArrived
         lastArrived = Double(intervalBytes + intervalUntrustedBytes) / elapsed
@@ -618,16 +632,26 @@ public struct DownlinkController: Sendable {
             return
         }
         if let probe {
-            if probe.judgeFrom == nil, delivered >= probe.deliveredBefore * settings.probeReturned {
-                // Deliveries are back at the probe's rate: judged from here.
-                let from = now + interval, until = from + interval * settings.probeRoundTrips
-                self.probe?.judgeFrom = from
-                self.probe?.until = until
+            if priority == .background {
+                endProbe(probe, judged: false, now: now)
                 return
             }
-            guard now >= probe.until || priority == .background else { return }
-            endProbe(probe, now: now)
-            return
+            if intervalLost >= settings.lossMinimum, lossRate > settings.lossThreshold {
+                // The probe overflowed the queue: that says the line was full, not whose it was.
+                // Back to the rate before it, and the overflow's cut below.
+                endProbe(probe, judged: false, now: now)
+            } else {
+                if probe.judgeFrom == nil, lastArrived >= probe.deliveredBefore * settings.probeReturned {
+                    // Deliveries are back at the probe's rate: judged from here.
+                    let from = now + interval, until = from + interval * settings.probeRoundTrips
+                    self.probe?.judgeFrom = from
+                    self.probe?.until = until
+                    return
+                }
+                guard now >= probe.until else { return }
+                endProbe(probe, now: now)
+                return
+            }
         }
         // A queue that never falls below our target while we keep to it is another flow's:
         // a fetch someone waits for then competes (Copa's mode switch); replication never does.
