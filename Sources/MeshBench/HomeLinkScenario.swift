@@ -60,7 +60,7 @@ enum HomeLinkScenario {
         let longAlone = HomeLineExperiment.run(size: size, line: long, mode: .get, competitor: false, seed: seed)
         results += [
             BenchResult(scenario: "sim home line \(long.name), get alone: fetch rate", figure: longAlone.fetchRate / 1_048_576,
-                        unit: "MiB/s", baselineName: "the line's rate", baseline: long.megabitsPerSecond * 1_000_000 / 8 / 1_048_576,
+                        unit: "MiB/s", baselineName: "the line's rate", baseline: long.bytesPerSecond / 1_048_576,
                         goal: "-"),
             BenchResult(scenario: "sim home line \(long.name), get alone: datagrams dropped at the queue",
                         figure: longAlone.dropShare * 100, unit: "%", baselineName: "none", baseline: 0, goal: "≤ 2%"),

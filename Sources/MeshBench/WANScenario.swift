@@ -169,6 +169,17 @@ enum WANScenario {
 
         var results: [BenchResult] = []
         let mib = line.size >> 20
+        // What every fetch through the line reports: its rate, the drops it caused, what holders sent.
+        func rows(prefix: String, fetch: Fetch) -> [BenchResult] {
+            [
+                BenchResult(scenario: prefix + "fetch rate", figure: fetch.fetchRate, unit: "MiB/s",
+                            baselineName: "the cap", baseline: cap / 1_048_576, goal: "-"),
+                BenchResult(scenario: prefix + "packets dropped at the bottleneck", figure: fetch.dropShare * 100, unit: "%",
+                            baselineName: "CUBIC alone", baseline: aloneDrops * 100, goal: "≤ 2%"),
+                BenchResult(scenario: prefix + "holders' bytes ÷ file", figure: fetch.holderRatio, unit: "×",
+                            baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
+            ]
+        }
         // WAN_MODES=get runs some of the fetches only (while tuning one).
         let modes = ProcessInfo.processInfo.environment["WAN_MODES"].map { $0.split(separator: ",").compactMap { Mode(rawValue: String($0)) } }
         for mode in modes ?? [.alone, .replication, .get] {
@@ -179,14 +190,7 @@ enum WANScenario {
                 let prefix = "wan \(line.name), get of \(mib) MiB alone: "
                 if !fetch.finished { print("  warning: the lone get did not finish within its bound; the rate is over what arrived") }
                 print("  get alone: fetch \(format(fetch.fetchRate)) MiB/s, get wall time \(format(fetch.getRate)), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
-                results += [
-                    BenchResult(scenario: prefix + "fetch rate", figure: fetch.fetchRate, unit: "MiB/s",
-                                baselineName: "the cap", baseline: cap / 1_048_576, goal: "-"),
-                    BenchResult(scenario: prefix + "packets dropped at the bottleneck", figure: fetch.dropShare * 100, unit: "%",
-                                baselineName: "CUBIC alone", baseline: aloneDrops * 100, goal: "≤ 2%"),
-                    BenchResult(scenario: prefix + "holders' bytes ÷ file", figure: fetch.holderRatio, unit: "×",
-                                baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
-                ]
+                results += rows(prefix: prefix, fetch: fetch)
                 continue
             }
             let competitor = try await tools.startCompetitor(seconds: 150)
@@ -204,16 +208,9 @@ enum WANScenario {
             let shareGoal = mode == .replication ? "≥ 80%" : (alone / cap < 0.5 ? "≥ 0.8× alone" : "≥ 40%")
             if !fetch.finished { print("  warning: \(mode.rawValue) did not finish within its bound; the rate is over what arrived") }
             print("  \(mode.rawValue): fetch \(format(fetch.fetchRate)) MiB/s over \(format(seconds)) s, competitor \(format(share * 100))%, drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
-            results += [
-                BenchResult(scenario: prefix + "fetch rate", figure: fetch.fetchRate, unit: "MiB/s",
-                            baselineName: "the cap", baseline: cap / 1_048_576, goal: "-"),
-                BenchResult(scenario: prefix + "CUBIC competitor's share", figure: share * 100, unit: "%",
-                            baselineName: "CUBIC alone", baseline: alone / cap * 100, goal: shareGoal),
-                BenchResult(scenario: prefix + "packets dropped at the bottleneck", figure: fetch.dropShare * 100, unit: "%",
-                            baselineName: "CUBIC alone", baseline: aloneDrops * 100, goal: "≤ 2%"),
-                BenchResult(scenario: prefix + "holders' bytes ÷ file", figure: fetch.holderRatio, unit: "×",
-                            baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
-            ]
+            results += rows(prefix: prefix, fetch: fetch)
+            results.append(BenchResult(scenario: prefix + "CUBIC competitor's share", figure: share * 100, unit: "%",
+                                       baselineName: "CUBIC alone", baseline: alone / cap * 100, goal: shareGoal))
             if mode == .get {
                 results.append(BenchResult(scenario: prefix + "get wall time", figure: fetch.getRate, unit: "MiB/s",
                                            baselineName: "a CUBIC latecomer of the same size beside the same download",

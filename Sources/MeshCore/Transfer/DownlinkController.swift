@@ -396,7 +396,7 @@ public struct DownlinkController: Sendable {
     /// far enough behind, slows down to see whose queue it is: in delay mode, to compete if it is
     /// another flow's; while competing, to stop once that flow is gone (the queue is then ours,
     /// and TCP's rules alone would keep it full for as long as the fetch runs).
-    private mutating func startSlowdownIfDue(queueSeconds: Double, target: Double, delivered: Double, now: MeshInstant) -> Bool {
+    private mutating func startSlowdownIfDue(queueSeconds: Double, target: Double, now: MeshInstant) -> Bool {
         guard priority == .foreground, !slowStart, queueSeconds >= target / 4 else {
             atTargetSince = nil
             return false
@@ -671,7 +671,7 @@ public struct DownlinkController: Sendable {
             slowStart = false
             competingSlowStart = false
             atTargetSince = nil
-        } else if competing, startSlowdownIfDue(queueSeconds: queueSeconds, target: target, delivered: delivered, now: now) {
+        } else if competing, startSlowdownIfDue(queueSeconds: queueSeconds, target: target, now: now) {
             return
         } else if competing {
             // Another flow keeps the queue full (a loss-based TCP): holding back would leave it
@@ -738,7 +738,7 @@ public struct DownlinkController: Sendable {
                 rate = min(rate, max(lastArrived, Double(settings.minimumRate)))
                 holdUntil = now + interval * 2
             }
-        } else if startSlowdownIfDue(queueSeconds: queueSeconds, target: target, delivered: delivered, now: now) {
+        } else if startSlowdownIfDue(queueSeconds: queueSeconds, target: target, now: now) {
             return
         } else {
             let room = (target - queueSeconds) / target
