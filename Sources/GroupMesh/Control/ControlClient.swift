@@ -14,9 +14,7 @@ public struct ControlClient: Sendable {
         line.append(UInt8(ascii: "\n"))
         try writeAll(line, to: connection)
         let reply = try readLine(from: connection)
-        guard let response = try? JSONDecoder().decode(ControlResponse.self, from: reply) else {
-            throw .control("the node sent a malformed response")
-        }
+        let response = try Self.decode(reply)
         if case let .failure(message) = response { throw .control(message) }
         return response
     }
@@ -39,9 +37,7 @@ public struct ControlClient: Sendable {
             while let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
                 let lineData = buffer[buffer.startIndex..<newline]
                 buffer.removeSubrange(buffer.startIndex...newline)
-                guard let response = try? JSONDecoder().decode(ControlResponse.self, from: lineData) else {
-                    throw .control("the node sent a malformed response")
-                }
+                let response = try Self.decode(lineData)
                 if case let .failure(message) = response { throw .control(message) }
                 if first {
                     first = false
@@ -58,6 +54,16 @@ public struct ControlClient: Sendable {
             guard n > 0 else { return false }
             buffer.append(contentsOf: chunk[0..<n])
         }
+    }
+
+    /// One answer line. JSON this build cannot read as an answer comes from a node of another
+    /// version (one started before an upgrade lacks fields added since): say so, not "malformed".
+    static func decode(_ line: Data) throws(GroupMeshError) -> ControlResponse {
+        if let response = try? JSONDecoder().decode(ControlResponse.self, from: line) { return response }
+        guard (try? JSONSerialization.jsonObject(with: line)) != nil else {
+            throw .control("the node sent a malformed response")
+        }
+        throw .control("the node's answer is not one this groupmesh can read: is the node running another version? restart it with this one")
     }
 
     private func connect() throws(GroupMeshError) -> Int32 {
