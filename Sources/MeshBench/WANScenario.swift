@@ -271,7 +271,7 @@ enum WANScenario {
             let shown = medianRound(rounds) { $0.share / max($0.alone, 1e-9) }
             let prefix = "wan \(line.name), \(mode.rawValue) of \(mib) MiB beside CUBIC: "
             let of = n > 1 ? " (median of \(n) rounds)" : ""
-            let shareGoal = mode == .replication ? "≥ 80%" : (alone / cap < 0.5 ? "≥ 0.8× alone" : "≥ 40%")
+            let shareGoal = competitorShareGoal(replication: mode == .replication, aloneShare: alone / cap)
             if n > 1 {
                 print("  \(mode.rawValue) rounds: CUBIC ÷ alone just before \(rounds.map { format($0.share / max($0.alone, 1e-9)) }.joined(separator: ", ")); fetch \(rounds.map { format($0.fetch.fetchRate) }.joined(separator: ", ")) MiB/s")
             }
