@@ -298,6 +298,23 @@ import Testing
         #expect(controller.lossBackoffs > 0)
     }
 
+    /// A lossy radio drops a few percent with no queue anywhere: cutting for it, a loopback fetch
+    /// at 5% loss ran at 0.12× the loss-free one. The same loss beside a standing queue is a
+    /// queue overflowing (an AQM drops before the queue reaches our target).
+    @Test("heavy loss with no queue cuts only when it passes a tenth; beside a queue, a twentieth cuts")
+    func lossWithNoQueueIsRandomUnlessHeavy() {
+        var packet: UInt64 = 0
+        var quiet = Self.started()
+        var now = Self.feed(&quiet, from: .zero, seconds: 3, rate: 2e6, lossEvery: 16, packet: &packet) { _ in 0 }
+        #expect(quiet.lossBackoffs == 0, "6% random loss cut the rate \(quiet.lossBackoffs) times")
+        now = Self.feed(&quiet, from: now, seconds: 1, rate: 2e6, lossEvery: 6, packet: &packet) { _ in 0 }
+        #expect(quiet.lossBackoffs > 0, "17% loss with no queue never cut")
+        var queued = Self.started()
+        now = Self.feed(&queued, from: .zero, seconds: 0.5, rate: 2e6, packet: &packet) { _ in 0 }
+        _ = Self.feed(&queued, from: now, seconds: 3, rate: 2e6, lossEvery: 16, packet: &packet) { _ in 0.005 }
+        #expect(queued.lossBackoffs > 0, "6% loss beside a 5 ms queue never cut")
+    }
+
     @Test func aForegroundFetchCompetesWithAQueueThatNeverDrainsAndBackgroundNever() {
         for priority in [DownlinkController.Priority.foreground, .background] {
             var controller = Self.started()

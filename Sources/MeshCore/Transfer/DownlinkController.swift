@@ -61,6 +61,14 @@ public struct DownlinkController: Sendable {
         public var lossThreshold = 0.05
         public var lossMinimum = 4
         public var lossBackoff = 0.7
+        /// With no queue to speak of (under `quietQueue` of the target) a queue is not
+        /// overflowing, so loss there is random (a lossy radio) unless it is heavy and lasting: it
+        /// cuts only over `quietLossThreshold`, counted over the last several intervals (a decaying
+        /// sum). At 5% random loss on loopback the per-interval rule cut the rate to 0.12× the
+        /// loss-free fetch. A policer, which drops without queueing, is then met at up to a tenth
+        /// of loss instead of a twentieth.
+        public var quietQueue = 1.0 / 8
+        public var quietLossThreshold = 0.10
         /// In a foreground fetch, a queue that did not drain for this many intervals (and at least
         /// `competeAfterAtLeast`) is another flow's: the controller competes.
         public var competeAfterIntervals = 8
@@ -233,6 +241,9 @@ public struct DownlinkController: Sendable {
     private var lastArrived = 0.0
     /// What arrived in the interval before that.
     private var previousArrived = 0.0
+    /// Datagrams received and lost in the intervals with no queue lately, decaying by an eighth
+    /// per interval (`quietLossThreshold`).
+    private var quietLoss = (received: 0.0, lost: 0.0)
 
     /// The latest queueing delay measured (the interval's lowest), for status and tests.
     public private(set) var queueingDelay: Duration = .zero
@@ -662,7 +673,7 @@ public struct DownlinkController: Sendable {
         }
         if priority == .background, competing { endCompeting(now: now) }
         if competingSlowStart, now >= competingSlowStartEnds { competingSlowStart = false }
-        if intervalLost >= settings.lossMinimum, lossRate > settings.lossThreshold {
+        if overflowing(queueSeconds: queueSeconds, target: target, received: intervalReceived, lost: intervalLost) {
             if mayShrink {
                 rate = min(rate, delivered) * settings.lossBackoff
                 holdUntil = now + interval * 2
@@ -766,6 +777,20 @@ public struct DownlinkController: Sendable {
             }
         }
         rate = min(Double(settings.maximumRate), max(Double(settings.minimumRate), rate))
+    }
+
+    /// Whether this interval's losses are a queue overflowing (see `lossThreshold`, `quietQueue`).
+    private mutating func overflowing(queueSeconds: Double, target: Double, received: Int, lost: Int) -> Bool {
+        guard queueSeconds < target * settings.quietQueue else {
+            quietLoss = (0, 0)
+            return lost >= settings.lossMinimum
+                && Double(lost) / Double(lost + received) > settings.lossThreshold
+        }
+        quietLoss = (quietLoss.received * 7 / 8 + Double(received), quietLoss.lost * 7 / 8 + Double(lost))
+        guard quietLoss.lost >= Double(settings.lossMinimum),
+              quietLoss.lost / (quietLoss.lost + quietLoss.received) > settings.quietLossThreshold else { return false }
+        quietLoss = (0, 0)
+        return true
     }
 
     private mutating func rollBaseIfDue(now: MeshInstant) {
