@@ -16,6 +16,10 @@ import MeshTestKit
 ///   (beside iperf3 alone through the link), the fetch rate, the bottleneck's drops (the downlink
 ///   tbf's counters, before and after) and the holders' chunk payload sent ÷ the file.
 ///
+/// The 50 ms trio and each `get` beside CUBIC run in rounds (`WAN_ROUNDS`, 3): a row shows the
+/// median round and another the lowest. CUBIC's share during a fetch is judged against the same
+/// flow alone over the 8 s before it.
+///
 /// The joiner's `downlink` (status --json) is sampled every half second during each fetch and
 /// summarised on stdout, to explain the figures.
 enum WANScenario {
