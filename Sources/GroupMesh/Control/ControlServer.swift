@@ -6,7 +6,7 @@ import NIOPosix
 /// node's event loop, so requests reach the node without a hop.
 enum ControlServer {
     /// A client's unread output past this makes the channel unwritable (a `listen` then drops).
-    static let writeBuffer = WriteBufferWaterMark(low: 256 * 1024, high: 1024 * 1024)
+    static let writeBuffer = ChannelOptions.Types.WriteBufferWaterMark(low: 256 * 1024, high: 1024 * 1024)
 
     static func bind(path: String, directoryPath: String, node: MeshNode, connections: ControlConnections,
                      eventLoop: any EventLoop) async throws -> any Channel {
