@@ -299,14 +299,23 @@ import Testing
     }
 
     /// A lossy radio drops a few percent with no queue anywhere: cutting for it, a loopback fetch
-    /// at 5% loss ran at 0.12× the loss-free one. The same loss beside a standing queue is a
-    /// queue overflowing (an AQM drops before the queue reaches our target).
-    @Test("heavy loss with no queue cuts only when it passes a tenth; beside a queue, a twentieth cuts")
+    /// at 5% loss ran at 0.12× the loss-free one. Heavy loss that lasts is an overflow all the
+    /// same (a policer drops without queueing); one heavy interval is not. The same loss beside a
+    /// standing queue is a queue overflowing (an AQM drops before the queue reaches our target).
+    @Test("loss with no queue cuts only when it passes a tenth over the last intervals; beside a queue, a twentieth in one cuts")
     func lossWithNoQueueIsRandomUnlessHeavy() {
         var packet: UInt64 = 0
         var quiet = Self.started()
-        var now = Self.feed(&quiet, from: .zero, seconds: 3, rate: 2e6, lossEvery: 16, packet: &packet) { _ in 0 }
+        // Out of slow start (a queue that lasts ends it), then no queue again.
+        var now = Self.feed(&quiet, from: .zero, seconds: 0.5, rate: 2e6, packet: &packet) { _ in 0 }
+        now = Self.feed(&quiet, from: now, seconds: 0.1, rate: 2e6, packet: &packet) { _ in 0.010 }
+        #expect(!quiet.slowStart)
+        now = Self.feed(&quiet, from: now, seconds: 3, rate: 2e6, lossEvery: 16, packet: &packet) { _ in 0 }
         #expect(quiet.lossBackoffs == 0, "6% random loss cut the rate \(quiet.lossBackoffs) times")
+        // One interval (40 ms) with a quarter lost, amid the 6%: not lasting.
+        now = Self.feed(&quiet, from: now, seconds: 0.04, rate: 2e6, lossEvery: 4, packet: &packet) { _ in 0 }
+        now = Self.feed(&quiet, from: now, seconds: 0.2, rate: 2e6, lossEvery: 16, packet: &packet) { _ in 0 }
+        #expect(quiet.lossBackoffs == 0, "one heavy interval cut the rate")
         now = Self.feed(&quiet, from: now, seconds: 1, rate: 2e6, lossEvery: 6, packet: &packet) { _ in 0 }
         #expect(quiet.lossBackoffs > 0, "17% loss with no queue never cut")
         var queued = Self.started()

@@ -63,7 +63,7 @@ public struct ControlClient: Sendable {
         guard (try? JSONSerialization.jsonObject(with: line)) != nil else {
             throw .control("the node sent a malformed response")
         }
-        throw .control("the node's answer is not one this groupmesh can read: is the node running another version? restart it with this one")
+        throw .control("the node's answer is not one this groupmesh can read: the node runs another version of groupmesh; use that one, or restart the node with this one")
     }
 
     private func connect() throws(GroupMeshError) -> Int32 {

@@ -56,15 +56,16 @@ public struct DownlinkController: Sendable {
         public var caughtUp = 0.85
         /// Shrinking per interval per target's worth of excess delay (at most by half).
         public var decreaseGain = 0.5
-        /// A loss rate in one interval over this (and at least `lossMinimum` datagrams) is a
-        /// queue overflowing, not random loss: the rate drops by `lossBackoff`.
+        /// A loss rate in one interval over this (and at least `lossMinimum` datagrams), beside a
+        /// queue of at least `quietQueue` of the target, is a queue overflowing (or an AQM
+        /// dropping before it reaches our target), not random loss: the rate drops by `lossBackoff`.
         public var lossThreshold = 0.05
         public var lossMinimum = 4
         public var lossBackoff = 0.7
-        /// With no queue to speak of (under `quietQueue` of the target) a queue is not
-        /// overflowing, so loss there is random (a lossy radio) unless it is heavy and lasting: it
-        /// cuts only over `quietLossThreshold`, counted over the last several intervals (a decaying
-        /// sum). At 5% random loss on loopback the per-interval rule cut the rate to 0.12× the
+        /// With no queue to speak of (under `quietQueue` of the target) nothing is overflowing, so
+        /// loss there is random (a lossy radio) unless it is heavy and lasting: it cuts only over
+        /// `quietLossThreshold`, counted over the quiet intervals of about the last eight (a sum
+        /// that decays by an eighth per interval). At 5% random loss on loopback the per-interval rule cut the rate to 0.12× the
         /// loss-free fetch. A policer, which drops without queueing, is then met at up to a tenth
         /// of loss instead of a twentieth.
         public var quietQueue = 1.0 / 8
@@ -242,7 +243,7 @@ public struct DownlinkController: Sendable {
     /// What arrived in the interval before that.
     private var previousArrived = 0.0
     /// Datagrams received and lost in the intervals with no queue lately, decaying by an eighth
-    /// per interval (`quietLossThreshold`).
+    /// per interval (see `quietLossThreshold`).
     private var quietLoss = (received: 0.0, lost: 0.0)
 
     /// The latest queueing delay measured (the interval's lowest), for status and tests.
@@ -354,6 +355,7 @@ public struct DownlinkController: Sendable {
                 testAtOnceUntil = nil
                 slowStartGrew = false
                 competingSlowStart = false
+                quietLoss = (0, 0)
                 slowStart = !competing
                 lastArrived = 0
                 previousArrived = 0
@@ -628,7 +630,6 @@ public struct DownlinkController: Sendable {
         // and shrinks once per two intervals, from what arrived: reacting again before the last
         // change could show would overshoot both ways.
         let caughtUp = delivered >= rate * settings.caughtUp
-        let lossRate = Double(intervalLost) / Double(max(1, intervalLost + intervalReceived))
         let target = target.milliseconds / 1000
         let queueSeconds = queue.milliseconds / 1000
         let mayShrink = now >= holdUntil
@@ -637,6 +638,8 @@ public struct DownlinkController: Sendable {
         let over = queueSeconds >= target / 4
         let lasting = over && wasOver
         defer { wasOver = over }
+        // Once per interval: the loss it judges is summed over the quiet ones.
+        let overflow = overflowing(queueSeconds: queueSeconds, target: target, received: intervalReceived, lost: intervalLost)
         if let test = slowdown {
             guard now >= test.until || priority == .background else { return }
             endSlowdown(test, now: now)
@@ -647,7 +650,7 @@ public struct DownlinkController: Sendable {
                 endProbe(probe, judged: false, now: now)
                 return
             }
-            if intervalLost >= settings.lossMinimum, lossRate > settings.lossThreshold {
+            if overflow {
                 // The probe overflowed the queue: that says the line was full, not whose it was.
                 // Back to the rate before it, and the overflow's cut below.
                 endProbe(probe, judged: false, now: now)
@@ -673,11 +676,12 @@ public struct DownlinkController: Sendable {
         }
         if priority == .background, competing { endCompeting(now: now) }
         if competingSlowStart, now >= competingSlowStartEnds { competingSlowStart = false }
-        if overflowing(queueSeconds: queueSeconds, target: target, received: intervalReceived, lost: intervalLost) {
+        if overflow {
             if mayShrink {
                 rate = min(rate, delivered) * settings.lossBackoff
                 holdUntil = now + interval * 2
                 lossBackoffs += 1
+                quietLoss = (0, 0)
             }
             slowStart = false
             competingSlowStart = false
@@ -780,17 +784,17 @@ public struct DownlinkController: Sendable {
     }
 
     /// Whether this interval's losses are a queue overflowing (see `lossThreshold`, `quietQueue`).
+    /// The quiet intervals' sum decays by an eighth per interval (about the last eight count);
+    /// the cut it leads to empties it.
     private mutating func overflowing(queueSeconds: Double, target: Double, received: Int, lost: Int) -> Bool {
+        quietLoss = (quietLoss.received * 7 / 8, quietLoss.lost * 7 / 8)
         guard queueSeconds < target * settings.quietQueue else {
-            quietLoss = (0, 0)
             return lost >= settings.lossMinimum
                 && Double(lost) / Double(lost + received) > settings.lossThreshold
         }
-        quietLoss = (quietLoss.received * 7 / 8 + Double(received), quietLoss.lost * 7 / 8 + Double(lost))
-        guard quietLoss.lost >= Double(settings.lossMinimum),
-              quietLoss.lost / (quietLoss.lost + quietLoss.received) > settings.quietLossThreshold else { return false }
-        quietLoss = (0, 0)
-        return true
+        quietLoss = (quietLoss.received + Double(received), quietLoss.lost + Double(lost))
+        return quietLoss.lost >= Double(settings.lossMinimum)
+            && quietLoss.lost / (quietLoss.lost + quietLoss.received) > settings.quietLossThreshold
     }
 
     private mutating func rollBaseIfDue(now: MeshInstant) {
