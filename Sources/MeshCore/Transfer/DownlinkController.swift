@@ -65,9 +65,9 @@ public struct DownlinkController: Sendable {
         /// With no queue to speak of (under `quietQueue` of the target) nothing is overflowing, so
         /// loss there is random (a lossy radio) unless it is heavy and lasting: it cuts only over
         /// `quietLossThreshold`, counted over the quiet intervals of about the last eight (a sum
-        /// that decays by an eighth per interval). At 5% random loss on loopback the per-interval rule cut the rate to 0.12× the
-        /// loss-free fetch. A policer, which drops without queueing, is then met at up to a tenth
-        /// of loss instead of a twentieth.
+        /// that decays by an eighth per interval). At 5% random loss on loopback the per-interval
+        /// rule cut the rate to 0.12× the loss-free fetch. A policer, which drops without
+        /// queueing, is then met at up to a tenth of loss instead of a twentieth.
         public var quietQueue = 1.0 / 8
         public var quietLossThreshold = 0.10
         /// In a foreground fetch, a queue that did not drain for this many intervals (and at least
