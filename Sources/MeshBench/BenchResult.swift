@@ -98,9 +98,9 @@ func median(_ values: [Double]) -> Double {
 /// Issue 18's bar for a TCP flow beside a fetch, given its share of the line alone: 80% of the
 /// line beside replication and 40% beside a `get`; where random loss holds TCP under that bar
 /// even alone, 0.8× what it gets alone (a loss-bound TCP's rate falls as any queue lengthens its
-/// round trip, and it cannot reach a share of the line it never had).
-func competitorShareGoal(replication: Bool, aloneShare: Double) -> String {
+/// round trip, and it cannot reach a share of the line it never had). `againstAlone` says which.
+func competitorShareGoal(replication: Bool, aloneShare: Double) -> (text: String, againstAlone: Bool) {
     // Beside a get, 40% is 0.8× a TCP that had half the line alone.
     let (bar, lossBoundUnder) = replication ? ("≥ 80%", 0.8) : ("≥ 40%", 0.5)
-    return aloneShare < lossBoundUnder ? "≥ 0.8× alone" : bar
+    return aloneShare < lossBoundUnder ? ("≥ 0.8× alone", true) : (bar, false)
 }

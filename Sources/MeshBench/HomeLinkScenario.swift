@@ -41,7 +41,7 @@ enum HomeLinkScenario {
                                                      trace: tracer())
                 if !outcome.finished { print("warning: \(line.name), \(mode): the joiner did not finish; its rate is a bound") }
                 let prefix = "sim home line \(line.name), \(mode.rawValue) beside TCP: "
-                let share = competitorShareGoal(replication: mode == .replication, aloneShare: alone / lineRate)
+                let share = competitorShareGoal(replication: mode == .replication, aloneShare: alone / lineRate).text
                 results += [
                     BenchResult(scenario: prefix + "fetch rate", figure: outcome.fetchRate / 1_048_576, unit: "MiB/s",
                                 baselineName: "the line's rate", baseline: lineRate / 1_048_576, goal: "-"),

@@ -279,15 +279,15 @@ enum WANScenario {
             let before = "CUBIC alone, the same flow over the \(Int(aloneSeconds)) s before the joiner starts"
             // Judged as the goal is: against the same flow alone where loss holds it down, else
             // as a share of the line.
-            let shareGoal = competitorShareGoal(replication: mode == .replication, aloneShare: median(rounds.map(\.alone)))
-            let judged: (BesideCUBIC) -> Double = shareGoal.hasSuffix("alone") ? { $0.share / max($0.alone, 1e-9) } : { $0.share }
+            let shareGoal = competitorShareGoal(replication: mode == .replication, aloneShare: medianRound(rounds) { $0.alone }.alone)
+            let judged: (BesideCUBIC) -> Double = shareGoal.againstAlone ? { $0.ofAlone } : { $0.share }
             let shown = medianRound(rounds, by: judged)
             if n > 1 {
-                print("  \(mode.rawValue) rounds: CUBIC's share \(rounds.map { format($0.share * 100) }.joined(separator: ", "))%, ÷ alone just before \(rounds.map { format($0.share / max($0.alone, 1e-9)) }.joined(separator: ", ")); fetch \(rounds.map { format($0.fetch.fetchRate) }.joined(separator: ", ")) MiB/s")
+                print("  \(mode.rawValue) rounds: CUBIC's share \(rounds.map { format($0.share * 100) }.joined(separator: ", "))%, ÷ alone just before \(rounds.map { format($0.ofAlone) }.joined(separator: ", ")); fetch \(rounds.map { format($0.fetch.fetchRate) }.joined(separator: ", ")) MiB/s")
             }
             results += rows(prefix: prefix, fetch: shown.fetch, rounds: rounds.map(\.fetch))
             results.append(BenchResult(scenario: prefix + "CUBIC competitor's share" + of, figure: shown.share * 100, unit: "%",
-                                       baselineName: before, baseline: shown.alone * 100, goal: shareGoal))
+                                       baselineName: before, baseline: shown.alone * 100, goal: shareGoal.text))
             if n > 1, let lowest = rounds.min(by: { judged($0) < judged($1) }) {
                 results.append(BenchResult(scenario: prefix + "CUBIC competitor's share, the lowest of \(n) rounds", figure: lowest.share * 100, unit: "%",
                                            baselineName: before, baseline: lowest.alone * 100, goal: "-"))
@@ -308,13 +308,15 @@ enum WANScenario {
         return results
     }
 
-    /// One fetch beside CUBIC: CUBIC's share of the cap over it and over the 8 s before the joiner starts (the
-    /// same flow), and the shares of the get's second half.
+    /// One fetch beside CUBIC: CUBIC's share of the cap over it and over the 8 s before the joiner
+    /// starts (the same flow), and the shares of the get's second half.
     struct BesideCUBIC {
         var fetch: Fetch
         var share: Double
         var alone: Double
         var later: (get: Double, competitor: Double)?
+        /// CUBIC's share beside the fetch ÷ alone just before.
+        var ofAlone: Double { share / max(alone, 1e-9) }
     }
 
     // MARK: - one fetch through the link
