@@ -32,8 +32,6 @@ public final class ChunkStore {
         set { recentWrites = RecentSet(capacity: newValue) }
     }
     private var temporaryCounter: UInt64 = 0
-    /// Chunk files are written around the page cache (`flush` syncs them anyway).
-    public let writer = UncachedWriter()
 
     public init(path: String) throws(MeshStoreError) {
         self.path = path
@@ -113,7 +111,7 @@ public final class ChunkStore {
         if contains(digest) { return (false, digest) }
         temporaryCounter += 1
         let temporary = "\(path)/\(digest.hex).\(getpid()).\(temporaryCounter).tmp"
-        try Self.writeFile(temporary, bytes, sync: false, writer: writer)
+        try Self.writeFile(temporary, bytes, sync: false)
         pending[digest] = temporary
         pendingOrder.append(digest)
         recentWrites.insert(digest)
@@ -197,12 +195,10 @@ public final class ChunkStore {
         }
     }
 
-    static func writeFile(_ file: String, _ bytes: [UInt8], sync: Bool, writer: UncachedWriter? = nil) throws(MeshStoreError) {
+    static func writeFile(_ file: String, _ bytes: [UInt8], sync: Bool) throws(MeshStoreError) {
         let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw FileIO.isOutOfSpace(errno) ? .diskFull(path: file) : .io(path: file, reason: errnoText()) }
-        let failure = bytes.withUnsafeBytes { bytes in
-            writer.map { $0.write(fd, bytes, at: 0, endsFile: true) } ?? FileIO.writeAll(fd, bytes)
-        }
+        let failure = bytes.withUnsafeBytes { FileIO.writeAll(fd, $0) }
         if failure != 0 {
             close(fd)
             unlink(file)

@@ -250,7 +250,7 @@ actor AttachmentStore {
                 export.file.discard()
                 throw .attachment("chunk \(digest) is missing")
             }
-            ExportsInProgress.write(bytes, of: digest, into: &export, using: exportsInProgress.writer)
+            ExportsInProgress.write(bytes, of: digest, into: &export)
         }
         guard export.failure == 0 else {
             export.file.discard()

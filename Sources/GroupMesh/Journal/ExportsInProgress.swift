@@ -10,8 +10,6 @@ import MeshStore
 struct ExportsInProgress {
     struct Export {
         let manifest: SHA256Digest
-        /// The file's size: a write that ends there may pad its last block (`UncachedWriter`).
-        let size: Int64
         let file: OutputFile
         /// Where each chunk not yet written goes (a chunk may stand at several offsets).
         var missing: [SHA256Digest: [Int64]]
@@ -22,7 +20,6 @@ struct ExportsInProgress {
         /// Nothing written yet: every chunk of `manifest` at every offset it stands at.
         init(_ manifest: Manifest, into file: OutputFile) {
             self.manifest = manifest.id
-            size = Int64(clamping: manifest.size)
             self.file = file
             missing = [:]
             for (index, digest) in manifest.chunks.enumerated() {
@@ -31,8 +28,6 @@ struct ExportsInProgress {
         }
     }
 
-    /// Outputs are written around the page cache: each is synced before its rename anyway.
-    let writer = UncachedWriter()
     private var exports: [String: Export] = [:]
     /// The outputs each missing chunk is awaited by.
     private var awaiting: [SHA256Digest: [String]] = [:]
@@ -52,7 +47,7 @@ struct ExportsInProgress {
                 awaiting[digest, default: []].append(path)
                 continue
             }
-            Self.write(bytes, of: digest, into: &export, using: writer)
+            Self.write(bytes, of: digest, into: &export)
         }
         exports[path] = export
     }
@@ -63,7 +58,7 @@ struct ExportsInProgress {
         for path in paths {
             // Taken out while written to: its table of offsets changes in place, not copied.
             guard var export = exports.removeValue(forKey: path) else { continue }
-            Self.write(bytes, of: digest, into: &export, using: writer)
+            Self.write(bytes, of: digest, into: &export)
             exports[path] = export
         }
     }
@@ -95,11 +90,10 @@ struct ExportsInProgress {
         }
     }
 
-    static func write(_ bytes: [UInt8], of digest: SHA256Digest, into export: inout Export, using writer: UncachedWriter) {
+    static func write(_ bytes: [UInt8], of digest: SHA256Digest, into export: inout Export) {
         guard export.failure == 0, let offsets = export.missing.removeValue(forKey: digest) else { return }
         for offset in offsets where export.failure == 0 {
-            let endsFile = offset + Int64(bytes.count) == export.size
-            export.failure = bytes.withUnsafeBytes { writer.write(export.file.descriptor, $0, at: offset, endsFile: endsFile) }
+            export.failure = bytes.withUnsafeBytes { FileIO.writeAll(export.file.descriptor, $0, at: offset) }
         }
     }
 }
