@@ -125,12 +125,14 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: output), "the file appears only once complete")
         // The repeated chunk arrives: it lands at both of its offsets.
         #expect(await Self.stored(pieces[0], in: store))
+        await store.settleExports()
         let written = try [UInt8](Data(contentsOf: URL(fileURLWithPath: partial)))
         #expect(Array(written[0..<1024]) == pieces[0] && Array(written[2048..<3072]) == pieces[0])
         #expect(Array(written[1024..<2048]) == pieces[1], "what was held at prepare is in")
         // The last chunk reaches the store by another way than a fetched chunk's (no prepared
         // export hears of it): the export at the end writes what is missing.
         try await store.write(pieces[3], expected: SHA256Digest.hashing(pieces[3]))
+        await store.settleExports()
         let before = try [UInt8](Data(contentsOf: URL(fileURLWithPath: partial)))
         #expect(before.count < bytes.count, "the last chunk was written before the export's end")
         let exported = await store.execute(.export(manifest, to: .file(path: output)))

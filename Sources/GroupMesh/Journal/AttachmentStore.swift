@@ -245,19 +245,23 @@ actor AttachmentStore {
         } else {
             export = .init(manifest, into: try OutputFile.create(for: path, mode: mode))
         }
-        for digest in export.missing.keys.sorted() where export.failure == 0 {
+        for digest in export.missing.keys.sorted() where !export.file.hasFailed {
             guard let bytes = try? chunks.read(digest, trustingRecentWrites: true) else {
                 export.file.discard()
                 throw .attachment("chunk \(digest) is missing")
             }
             ExportsInProgress.write(bytes, of: digest, into: &export)
         }
-        guard export.failure == 0 else {
+        let failure = export.file.drain()
+        guard failure == 0 else {
             export.file.discard()
-            throw GroupMeshError.fileWrite(export.failure, path, doing: "write")
+            throw GroupMeshError.fileWrite(failure, path, doing: "write")
         }
         try export.file.commit()
     }
+
+    /// Waits until the outputs of `get`s under way hold every chunk handed to them so far.
+    func settleExports() { exportsInProgress.drainAll() }
 
     func bytes(of manifest: Manifest) throws(GroupMeshError) -> [UInt8] {
         var out: [UInt8] = []

@@ -4,18 +4,16 @@ import MeshCrypto
 import MeshStore
 
 /// `get`s whose file is written while their fetch runs: each verified chunk goes into the
-/// output's temporary file as it is stored, so that when the fetch ends the file only needs its
-/// sync and rename (writing 100 MiB out after the fetch, read back from the store, was a tenth
-/// of a `get`'s wall time). Keyed by output path; owned by `AttachmentStore`, on its actor.
+/// output's temporary file as it is stored (by the `OutputWriter`, beside the store's worker), so
+/// that when the fetch ends the file only needs its sync and rename (writing 100 MiB out after
+/// the fetch, read back from the store, was a tenth of a `get`'s wall time). Keyed by output
+/// path; owned by `AttachmentStore`, on its actor.
 struct ExportsInProgress {
     struct Export {
         let manifest: SHA256Digest
         let file: OutputFile
-        /// Where each chunk not yet written goes (a chunk may stand at several offsets).
+        /// Where each chunk not yet handed to the writer goes (a chunk may stand at several offsets).
         var missing: [SHA256Digest: [Int64]]
-        /// The first write that failed (a full disk): the export at the end starts over and
-        /// reports it.
-        var failure: Int32 = 0
 
         /// Nothing written yet: every chunk of `manifest` at every offset it stands at.
         init(_ manifest: Manifest, into file: OutputFile) {
@@ -69,7 +67,7 @@ struct ExportsInProgress {
     mutating func take(_ path: String, of manifest: Manifest) -> Export? {
         guard let export = exports.removeValue(forKey: path) else { return nil }
         forgetAwaiting(path, export)
-        guard export.manifest == manifest.id, export.failure == 0 else {
+        guard export.manifest == manifest.id, export.file.drain() == 0 else {
             export.file.discard()
             return nil
         }
@@ -83,6 +81,11 @@ struct ExportsInProgress {
         export.file.discard()
     }
 
+    /// Waits for every write handed over so far (what a reader of the temporary files sees).
+    func drainAll() {
+        for export in exports.values { _ = export.file.drain() }
+    }
+
     private mutating func forgetAwaiting(_ path: String, _ export: Export) {
         for digest in export.missing.keys {
             awaiting[digest]?.removeAll { $0 == path }
@@ -90,11 +93,10 @@ struct ExportsInProgress {
         }
     }
 
+    /// Hands `bytes` to the output writer for every offset `digest` stands at in `export`.
     static func write(_ bytes: [UInt8], of digest: SHA256Digest, into export: inout Export) {
-        guard export.failure == 0, let offsets = export.missing.removeValue(forKey: digest) else { return }
-        for offset in offsets where export.failure == 0 {
-            export.failure = bytes.withUnsafeBytes { FileIO.writeAll(export.file.descriptor, $0, at: offset) }
-        }
+        guard let offsets = export.missing.removeValue(forKey: digest) else { return }
+        export.file.write(bytes, at: offsets)
     }
 }
 
@@ -108,6 +110,8 @@ struct OutputFile {
     let descriptor: Int32
     private let device: UInt64
     private let inode: UInt64
+    /// Its writes, made by the `OutputWriter`: drained before the file is synced or closed.
+    private let writes = OutputWriter.Writes()
 
     static func create(for path: String, mode: UInt32?) throws(GroupMeshError) -> OutputFile {
         let temporary = path + ".groupmesh-partial"
@@ -136,10 +140,23 @@ struct OutputFile {
         return lstat(temporary, &info) == 0 && UInt64(info.st_dev) == device && UInt64(info.st_ino) == inode
     }
 
-    /// Synced, closed and renamed into place; on any failure removed, and the failure said.
+    /// Writes `bytes` at each of `offsets`, in order after those handed over before (not yet
+    /// done when this returns: `drain`).
+    func write(_ bytes: [UInt8], at offsets: [Int64]) {
+        OutputWriter.shared.write(bytes, at: offsets, to: descriptor, writes)
+    }
+
+    /// Whether a write has failed already (more may be under way).
+    var hasFailed: Bool { writes.failedSoFar != 0 }
+
+    /// Waits for every write handed over: 0, or the errno of the first that failed.
+    func drain() -> Int32 { writes.drain() }
+
+    /// Its writes done, synced, closed and renamed into place; on any failure removed, and the
+    /// failure said.
     func commit() throws(GroupMeshError) {
-        var failure: Int32 = 0
-        if fsync(descriptor) != 0 { failure = errno }
+        var failure = drain()
+        if failure == 0, fsync(descriptor) != 0 { failure = errno }
         if close(descriptor) != 0, failure == 0 { failure = errno }
         guard failure == 0 else {
             if ownsName { unlink(temporary) }
@@ -156,6 +173,7 @@ struct OutputFile {
     }
 
     func discard() {
+        _ = drain()
         if ownsName { unlink(temporary) }
         close(descriptor)
     }

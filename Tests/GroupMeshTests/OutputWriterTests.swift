@@ -1,0 +1,58 @@
+import Foundation
+@testable import GroupMesh
+import Testing
+
+/// The thread that writes a `get`'s output beside the store's worker: order kept per file, the
+/// first failure kept and said by `drain`, nothing written after it.
+@Suite struct OutputWriterTests {
+    static func temporaryFile() -> String {
+        NSTemporaryDirectory() + "groupmesh-output-writer-\(UUID().uuidString.prefix(8))"
+    }
+
+    @Test("writes land in the order handed over (the later one at an offset wins), at every offset given; drain waits for all of them")
+    func orderAndOffsets() throws {
+        let path = Self.temporaryFile()
+        defer { unlink(path) }
+        let fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0o600)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        // Room for two: the third and later writes wait for the first ones to be done.
+        let writer = OutputWriter(capacity: 2)
+        let writes = OutputWriter.Writes()
+        for round in 0..<50 {
+            writer.write([UInt8](repeating: UInt8(round), count: 4096), at: [0, 8192], to: fd, writes)
+        }
+        writer.write([UInt8](repeating: 0xEE, count: 4096), at: [4096], to: fd, writes)
+        #expect(writes.drain() == 0)
+        let bytes = try [UInt8](Data(contentsOf: URL(fileURLWithPath: path)))
+        #expect(bytes.count == 12288)
+        #expect(bytes[0..<4096].allSatisfy { $0 == 49 } && bytes[8192..<12288].allSatisfy { $0 == 49 })
+        #expect(bytes[4096..<8192].allSatisfy { $0 == 0xEE })
+    }
+
+    @Test("a write that fails is said by drain (its errno), and nothing more is written to that file")
+    func failureKept() throws {
+        let path = Self.temporaryFile()
+        defer { unlink(path) }
+        #expect(FileManager.default.createFile(atPath: path, contents: Data()))
+        // Read-only: every write fails (EBADF), as a full disk's would (ENOSPC).
+        let fd = open(path, O_RDONLY)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        let writer = OutputWriter(capacity: 4)
+        let writes = OutputWriter.Writes()
+        writer.write([1, 2, 3], at: [0], to: fd, writes)
+        #expect(writes.drain() == EBADF)
+        #expect(writes.failedSoFar == EBADF)
+        // Another file's writes are not affected by it.
+        let other = Self.temporaryFile()
+        defer { unlink(other) }
+        let good = open(other, O_RDWR | O_CREAT | O_EXCL, 0o600)
+        try #require(good >= 0)
+        defer { close(good) }
+        let fine = OutputWriter.Writes()
+        writer.write([7, 7], at: [0], to: good, fine)
+        #expect(fine.drain() == 0)
+        #expect(try [UInt8](Data(contentsOf: URL(fileURLWithPath: other))) == [7, 7])
+    }
+}
