@@ -3,19 +3,22 @@ import MeshStore
 import NIOConcurrencyHelpers
 
 /// Writes a `get`'s output on a thread of its own, so that the store's one worker goes on to hash
-/// and store the next chunk meanwhile. Each fetched chunk is written twice into fresh page cache
+/// and store the next chunk meanwhile. Each fetched chunk was written twice into fresh page cache
 /// (its file in the store, then the output): on the worker alone, that thread was busy the whole
 /// second half of a loopback `get` from 3 holders while the other core sat half idle (perf).
+/// The output's writes also go around the page cache where they can (`UncachedWriter`).
 ///
 /// Writes to one file keep their order; at most `capacity` chunks wait (their bytes are held
 /// meanwhile), and a caller beyond that waits for room. `drain` waits for a file's writes and
 /// returns the first failure: done before the file is synced, renamed or closed, so that no
 /// write lands after (or on a descriptor number reused by then).
-final class OutputWriter: Sendable {
+// Unchecked: `uncached` (not thread-safe) is only used on `queue`, which is serial.
+final class OutputWriter: @unchecked Sendable {
     static let shared = OutputWriter(capacity: 16)
 
     private let queue = DispatchQueue(label: "groupmesh.output-writer")
     private let room: DispatchSemaphore
+    private let uncached = UncachedWriter()
 
     init(capacity: Int) {
         room = DispatchSemaphore(value: max(1, capacity))
@@ -47,12 +50,12 @@ final class OutputWriter: Sendable {
         guard !offsets.isEmpty, writes.failedSoFar == 0 else { return }
         room.wait()
         writes.pending.enter()
-        queue.async { [room] in
+        queue.async { [self] in
             for offset in offsets where writes.failedSoFar == 0 {
-                writes.record(bytes.withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) })
+                writes.record(bytes.withUnsafeBytes { self.uncached.write(fd, $0, at: offset, endsFile: false) })
             }
             writes.pending.leave()
-            room.signal()
+            self.room.signal()
         }
     }
 }
