@@ -13,7 +13,7 @@ import CMeshSystem
 /// the device a lone holder served 82 MiB/s instead of 166-189. A file system that refuses direct
 /// I/O (tmpfs on older kernels, some FUSE ones), a write off the 4 KiB grid, or a short block that
 /// does not end the file goes through the page cache. Not thread-safe: one writer per serial
-/// owner (its buffer is reused).
+/// owner (its buffer is reused), and one per file (a refusal is the file's: its file system's).
 public final class UncachedWriter {
     /// The grid direct writes keep to (memory, offset and length): every device's logical block
     /// divides it.
@@ -55,7 +55,12 @@ public final class UncachedWriter {
         var written: Int
         repeat { written = pwrite(fd, target, padded, off_t(offset)) } while written < 0 && errno == EINTR
         let failure = written < 0 ? errno : 0
-        _ = cmesh_set_direct(fd, 0)
+        guard cmesh_set_direct(fd, 0) == 0 else {
+            // Left direct, the file's later unaligned writes would fail: said now instead.
+            let code = errno
+            refused = true
+            return failure != 0 ? failure : code
+        }
         if failure == EINVAL {
             // The device wants a coarser grid than ours: the page cache from now on.
             refused = true

@@ -141,6 +141,25 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: partial))
     }
 
+    @Test("chunks on the 4 KiB grid (written around the page cache where the file system allows) and a short last one: the file holds exactly the attachment")
+    func gridSizedChunks() async throws {
+        let (source, sourcePath) = try AttachmentStoreTests.store()
+        defer { try? FileManager.default.removeItem(atPath: sourcePath) }
+        let bytes = AttachmentStoreTests.payload(11, count: 8192 * 5 + 1234)
+        let manifest = try await source.ingest(bytes, limit: 1 << 20, chunkSize: 8192)
+        let chunks = stride(from: 0, to: bytes.count, by: 8192).map { Array(bytes[$0..<min(bytes.count, $0 + 8192)]) }
+        let (store, path) = try AttachmentStoreTests.store()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let output = path + "/out.bin"
+        #expect(await store.execute(.prepareExport(manifest, to: .file(path: output))) == .success(.done))
+        // Out of order, as holders deliver them; the last one (short) is left to the export.
+        for index in [3, 0, 4, 1, 2] { #expect(await Self.stored(chunks[index], in: store)) }
+        try await store.write(chunks[5], expected: SHA256Digest.hashing(chunks[5]))
+        #expect(await store.execute(.export(manifest, to: .file(path: output))) == .success(.exported(nil)))
+        #expect(try [UInt8](Data(contentsOf: URL(fileURLWithPath: output))) == bytes)
+        #expect(!FileManager.default.fileExists(atPath: output + ".groupmesh-partial"))
+    }
+
     @Test("a cancelled export leaves nothing behind; one prepared for other content is discarded and the right bytes written")
     func cancelledAndMismatched() async throws {
         let (manifest, bytes, pieces) = try await Self.attachment()

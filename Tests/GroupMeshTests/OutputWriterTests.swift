@@ -1,5 +1,6 @@
 import Foundation
 @testable import GroupMesh
+import NIOConcurrencyHelpers
 import Testing
 
 /// The thread that writes a `get`'s output beside the store's worker: order kept per file, the
@@ -30,7 +31,44 @@ import Testing
         #expect(bytes[4096..<8192].allSatisfy { $0 == 0xEE })
     }
 
-    @Test("a write that fails is said by drain (its errno), and nothing more is written to that file")
+    @Test("drain waits for a write held back: it returns only once the write is done, and the file holds it")
+    func drainWaitsForHeldWrites() throws {
+        let path = Self.temporaryFile()
+        defer { unlink(path) }
+        let fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0o600)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        let writer = OutputWriter(capacity: 4)
+        let writes = OutputWriter.Writes()
+        let release = writer.hold()
+        // A suspended queue must never be freed (libdispatch stops the process): resumed on any exit.
+        var released = false
+        defer { if !released { release() } }
+        let bytes = [UInt8](repeating: 0x42, count: 8192)
+        writer.write(bytes, at: [0], to: fd, writes)
+        #expect(!writes.isSettled, "a held write is still pending")
+        // Drained on another thread while the write is held, which reads the file as soon as drain
+        // returns: only a drain that waited finds the write in it.
+        let outcome = NIOLockedValueBox<(code: Int32, content: [UInt8])?>(nil)
+        let draining = DispatchSemaphore(value: 0), returned = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            draining.signal()
+            let code = writes.drain()
+            let content = (try? Data(contentsOf: URL(fileURLWithPath: path))).map { [UInt8]($0) } ?? []
+            outcome.withLockedValue { $0 = (code, content) }
+            returned.signal()
+        }
+        // Bounds against a hang, not measures of time.
+        try #require(draining.wait(timeout: .now() + 60) == .success)
+        release()
+        released = true
+        try #require(returned.wait(timeout: .now() + 60) == .success, "drain never returned")
+        let seen = try #require(outcome.withLockedValue { $0 })
+        #expect(seen.code == 0)
+        #expect(seen.content == bytes, "drain returned before the held write was done")
+    }
+
+    @Test("a write that fails is said by drain (its errno), and kept; another file's writes go on")
     func failureKept() throws {
         let path = Self.temporaryFile()
         defer { unlink(path) }

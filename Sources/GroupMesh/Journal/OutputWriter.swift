@@ -12,22 +12,23 @@ import NIOConcurrencyHelpers
 /// meanwhile), and a caller beyond that waits for room. `drain` waits for a file's writes and
 /// returns the first failure: done before the file is synced, renamed or closed, so that no
 /// write lands after (or on a descriptor number reused by then).
-// Unchecked: `uncached` (not thread-safe) is only used on `queue`, which is serial.
-final class OutputWriter: @unchecked Sendable {
+final class OutputWriter: Sendable {
     static let shared = OutputWriter(capacity: 16)
 
     private let queue = DispatchQueue(label: "groupmesh.output-writer")
     private let room: DispatchSemaphore
-    private let uncached = UncachedWriter()
 
     init(capacity: Int) {
         room = DispatchSemaphore(value: max(1, capacity))
     }
 
     /// One output file's writes: those in flight, and the first that failed.
-    final class Writes: Sendable {
+    // Unchecked: `direct` (not thread-safe) is only used on the writer's queue, which is serial.
+    final class Writes: @unchecked Sendable {
         fileprivate let pending = DispatchGroup()
         private let failure = NIOLockedValueBox<Int32>(0)
+        /// This file's own: where its file system refuses direct I/O, it is off for this file only.
+        fileprivate let direct = UncachedWriter()
 
         /// The errno of the first write that failed so far (0: none yet); `drain` waits for all.
         var failedSoFar: Int32 { failure.withLockedValue { $0 } }
@@ -36,6 +37,9 @@ final class OutputWriter: @unchecked Sendable {
             guard code != 0 else { return }
             failure.withLockedValue { if $0 == 0 { $0 = code } }
         }
+
+        /// Whether every write handed over is done (without waiting).
+        var isSettled: Bool { pending.wait(timeout: .now()) == .success }
 
         /// Waits until every write handed over is done: 0, or the errno of the first that failed.
         func drain() -> Int32 {
@@ -50,12 +54,19 @@ final class OutputWriter: @unchecked Sendable {
         guard !offsets.isEmpty, writes.failedSoFar == 0 else { return }
         room.wait()
         writes.pending.enter()
-        queue.async { [self] in
+        queue.async { [room] in
             for offset in offsets where writes.failedSoFar == 0 {
-                writes.record(bytes.withUnsafeBytes { self.uncached.write(fd, $0, at: offset, endsFile: false) })
+                writes.record(bytes.withUnsafeBytes { writes.direct.write(fd, $0, at: offset, endsFile: false) })
             }
             writes.pending.leave()
-            self.room.signal()
+            room.signal()
         }
+    }
+
+    /// Holds back every write not started yet until the returned closure is called (tests: what
+    /// waits for writes must wait for these).
+    func hold() -> @Sendable () -> Void {
+        queue.suspend()
+        return { [queue] in queue.resume() }
     }
 }
