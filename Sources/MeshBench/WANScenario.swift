@@ -17,9 +17,9 @@ import MeshTestKit
 ///   tbf's counters, before and after) and the holders' chunk payload sent ÷ the file.
 ///
 /// The 50 ms trio, each `get` beside CUBIC and replication beside CUBIC on a lossy line run in
-/// rounds (`WAN_ROUNDS`, 3): a row shows the
-/// median round and another the lowest, except CUBIC's share beside a fetch: its mean over the
-/// rounds, judged against the mean of the same flow alone over the 8 s before each joiner starts.
+/// rounds (`WAN_ROUNDS`, 3): a row shows the median round and another the lowest, except CUBIC's
+/// share beside a fetch: its mean over the rounds, judged against the mean of the same flow alone
+/// over the 8 s before each joiner starts.
 ///
 /// The joiner's `downlink` (status --json) is sampled every half second during each fetch and
 /// summarised on stdout, to explain the figures.

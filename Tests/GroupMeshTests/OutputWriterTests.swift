@@ -6,17 +6,19 @@ import Testing
 /// The thread that writes a `get`'s output beside the store's worker: order kept per file, the
 /// first failure kept and said by `drain`, nothing written after it.
 @Suite struct OutputWriterTests {
-    static func temporaryFile() -> String {
-        NSTemporaryDirectory() + "groupmesh-output-writer-\(UUID().uuidString.prefix(8))"
+    /// A new empty file, opened with `flags` (read and write unless told): its path and descriptor.
+    static func newFile(_ flags: Int32 = O_RDWR) throws -> (path: String, fd: Int32) {
+        let path = NSTemporaryDirectory() + "groupmesh-output-writer-\(UUID().uuidString.prefix(8))"
+        try #require(FileManager.default.createFile(atPath: path, contents: Data()))
+        let fd = open(path, flags)
+        try #require(fd >= 0)
+        return (path, fd)
     }
 
     @Test("writes land in the order handed over (the later one at an offset wins), at every offset given; drain waits for all of them")
     func orderAndOffsets() throws {
-        let path = Self.temporaryFile()
-        defer { unlink(path) }
-        let fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0o600)
-        try #require(fd >= 0)
-        defer { close(fd) }
+        let (path, fd) = try Self.newFile()
+        defer { close(fd); unlink(path) }
         // Room for two: the third and later writes wait for the first ones to be done.
         let writer = OutputWriter(capacity: 2)
         let writes = OutputWriter.Writes()
@@ -33,11 +35,8 @@ import Testing
 
     @Test("drain waits for a write held back: it returns only once the write is done, and the file holds it")
     func drainWaitsForHeldWrites() throws {
-        let path = Self.temporaryFile()
-        defer { unlink(path) }
-        let fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0o600)
-        try #require(fd >= 0)
-        defer { close(fd) }
+        let (path, fd) = try Self.newFile()
+        defer { close(fd); unlink(path) }
         let writer = OutputWriter(capacity: 4)
         let writes = OutputWriter.Writes()
         let release = writer.hold()
@@ -70,24 +69,17 @@ import Testing
 
     @Test("a write that fails is said by drain (its errno), and kept; another file's writes go on")
     func failureKept() throws {
-        let path = Self.temporaryFile()
-        defer { unlink(path) }
-        #expect(FileManager.default.createFile(atPath: path, contents: Data()))
         // Read-only: every write fails (EBADF), as a full disk's would (ENOSPC).
-        let fd = open(path, O_RDONLY)
-        try #require(fd >= 0)
-        defer { close(fd) }
+        let (path, fd) = try Self.newFile(O_RDONLY)
+        defer { close(fd); unlink(path) }
         let writer = OutputWriter(capacity: 4)
         let writes = OutputWriter.Writes()
         writer.write([1, 2, 3], at: [0], to: fd, writes)
         #expect(writes.drain() == EBADF)
         #expect(writes.failedSoFar == EBADF)
         // Another file's writes are not affected by it.
-        let other = Self.temporaryFile()
-        defer { unlink(other) }
-        let good = open(other, O_RDWR | O_CREAT | O_EXCL, 0o600)
-        try #require(good >= 0)
-        defer { close(good) }
+        let (other, good) = try Self.newFile()
+        defer { close(good); unlink(other) }
         let fine = OutputWriter.Writes()
         writer.write([7, 7], at: [0], to: good, fine)
         #expect(fine.drain() == 0)
