@@ -101,6 +101,17 @@ enum HomeLinkScenario {
                 Int(fields[3]) << 20)
     }
 
+    /// The joiner's chunks in flight and its limit (per holder: in flight/window); what each
+    /// holder has queued for it.
+    private static func windows(_ joiner: SimNode, _ holders: [SimNode]) -> String {
+        let inFlight = joiner.core.transfer.inFlightByPeer.values.reduce(0, +)
+        let queued = holders.map { "\($0.core.pacer.queuedBytes(for: joiner.id) >> 10)K" }.joined(separator: ",")
+        let windows = holders.map { holder in
+            joiner.core.transfer.window(of: holder.id).map { "\($0.inFlight)/\($0.window)" } ?? "-"
+        }.joined(separator: ",")
+        return " inFlight=\(inFlight)/\(joiner.core.transfer.inFlightLimit ?? 0) (\(windows)) queued=" + queued
+    }
+
     /// HOMELINK_TRACE: the joiner's controller per interval, for tuning.
     private static func tracer() -> ((Simulator, SimNode, TCPSender, [SimNode]) -> Void)? {
         guard ProcessInfo.processInfo.environment["HOMELINK_TRACE"] != nil else { return nil }
@@ -116,7 +127,8 @@ enum HomeLinkScenario {
                   + " line drops=\(link.dropped) tcp cwnd=\(Int(tcp.congestionWindow))"
                   + " served=\(holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) >> 10)K"
                   + " fetched=\(joiner.core.counters.chunkPayloadBytesFetched >> 10)K"
-                  + " pace=" + holders.map { "\(($0.core.pacer.rate(for: joiner.id) ?? 0) >> 10)K" }.joined(separator: ","))
+                  + " pace=" + holders.map { "\(($0.core.pacer.rate(for: joiner.id) ?? 0) >> 10)K" }.joined(separator: ",")
+                  + windows(joiner, holders))
         }
     }
 }
