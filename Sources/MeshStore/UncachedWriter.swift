@@ -11,8 +11,8 @@ import CMeshSystem
 /// writer thread direct against cached: faster in 5 of 5 interleaved pairs, 12-98%). The store's
 /// chunk files stay cached: a node serves them right after it stored them, and read back from
 /// the device a lone holder served 82 MiB/s instead of 166-189. A file system that refuses direct
-/// I/O (tmpfs on older kernels, some FUSE ones), a write off the 4 KiB grid, or a short block that
-/// does not end the file goes through the page cache. Not thread-safe: one writer per serial
+/// I/O (tmpfs on older kernels, some FUSE ones), or a write off the 4 KiB grid (the short last
+/// chunk of a file), goes through the page cache. Not thread-safe: one writer per serial
 /// owner (its buffer is reused), and one per file (a refusal is the file's: its file system's).
 public final class UncachedWriter {
     /// The grid direct writes keep to (memory, offset and length): every device's logical block
@@ -37,23 +37,19 @@ public final class UncachedWriter {
     deinit { free(buffer) }
 
     /// Writes all of `bytes` at `offset` of `fd`: 0, or the errno of the write that failed.
-    /// `endsFile`: nothing of the file lies beyond this write, so a short last block may be padded
-    /// to the grid, written whole, and the file cut back to its end.
-    public func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64, endsFile: Bool) -> Int32 {
+    public func write(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Int32 {
         let grid = Self.alignment
-        let padded = (bytes.count + grid - 1) / grid * grid
         guard !refused, let source = bytes.baseAddress, offset % Int64(grid) == 0,
-              padded == bytes.count || endsFile, let target = reserve(padded) else {
+              bytes.count % grid == 0, let target = reserve(bytes.count) else {
             return FileIO.writeAll(fd, bytes, at: offset)
         }
         target.copyMemory(from: source, byteCount: bytes.count)
-        (target + bytes.count).initializeMemory(as: UInt8.self, repeating: 0, count: padded - bytes.count)
         guard cmesh_set_direct(fd, 1) == 0 else {
             refused = true
             return FileIO.writeAll(fd, bytes, at: offset)
         }
         var written: Int
-        repeat { written = pwrite(fd, target, padded, off_t(offset)) } while written < 0 && errno == EINTR
+        repeat { written = pwrite(fd, target, bytes.count, off_t(offset)) } while written < 0 && errno == EINTR
         let failure = written < 0 ? errno : 0
         guard cmesh_set_direct(fd, 0) == 0 else {
             // Left direct, the file's later unaligned writes would fail: said now instead.
@@ -75,7 +71,6 @@ public final class UncachedWriter {
         } else {
             uncachedWrites += 1
         }
-        if padded != bytes.count, ftruncate(fd, off_t(offset) + off_t(bytes.count)) != 0 { return errno }
         return 0
     }
 

@@ -56,7 +56,7 @@ final class OutputWriter: Sendable {
         writes.pending.enter()
         queue.async { [room] in
             for offset in offsets where writes.failedSoFar == 0 {
-                writes.record(bytes.withUnsafeBytes { writes.direct.write(fd, $0, at: offset, endsFile: false) })
+                writes.record(bytes.withUnsafeBytes { writes.direct.write(fd, $0, at: offset) })
             }
             writes.pending.leave()
             room.signal()
