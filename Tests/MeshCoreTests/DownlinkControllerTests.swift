@@ -189,6 +189,26 @@ import Testing
         #expect(line.arrived >= 4e6 * 0.9, "the line carried \(line.arrived) of 4 MB/s")
     }
 
+    /// With no queue to show it, a rate far past what arrives is not room: the holders could not
+    /// send it (their chunks ran out) and would, once they can, at once. Grown while what arrived
+    /// was 85% of it, a lone get on a 10 Mbit/s, 80 ms line through the emulator asked 1.36 MiB/s
+    /// of its 1.19, its queue reached 54 ms (a ping's round trip 148 ms at the 90th percentile
+    /// against 80 idle), and the cut that followed halved it.
+    @Test("with no queue, delay mode's rate still grows no further than an eighth past what arrives")
+    func growthWithNoQueueIsBoundedByWhatArrives() {
+        var controller = Self.started()
+        var packet: UInt64 = 0
+        // A queue ends slow start; then none, and 1 MB/s arrives whatever is asked.
+        let now = Self.feed(&controller, from: .zero, seconds: 0.5, rate: 1e6, packet: &packet) { t in t < 0.1 ? 0 : 0.03 }
+        #expect(!controller.slowStart)
+        _ = Self.feed(&controller, from: now, seconds: 3, rate: 1e6, packet: &packet) { _ in 0 }
+        // What arrived as the controller measures it (an interval's first piece counts in it).
+        let arrived = controller.lastInterval.delivered
+        #expect(arrived < 1.05e6)
+        #expect(controller.rate <= arrived * (1 + controller.settings.increaseGain) * 1.01, "\(controller.rate) with \(arrived) arriving")
+        #expect(controller.rate >= 1e6, "no growth at all: \(controller.rate)")
+    }
+
     /// Exactly at the target, the cut is none and there is nothing to drain (the time to drain it
     /// once divided by nothing: a trap a holder's timestamps could reach).
     @Test("a queue exactly at the target neither cuts the rate below what arrives nor traps")
