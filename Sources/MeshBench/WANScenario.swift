@@ -14,7 +14,9 @@ import MeshTestKit
 ///   runs through the same link, once as replication (a joiner that is not lazy: background) and
 ///   once as a `get` (lazy joiner: foreground): the competitor's share of the cap over the fetch
 ///   (beside iperf3 alone through the link), the fetch rate, the bottleneck's drops (the downlink
-///   tbf's counters, before and after) and the holders' chunk payload sent ÷ the file.
+///   tbf's counters, before and after) and the holders' chunk payload sent ÷ the file; and a
+///   ping's round trip across the line during each fetch (`LinePing`), beside the same with
+///   CUBIC alone (or the idle line, for a lone get): the delay the fetch adds for everyone else.
 ///
 /// The 50 ms trio, each `get` beside CUBIC and replication beside CUBIC on a lossy line run in
 /// rounds (`WAN_ROUNDS`, 3): a row shows the median round and another the lowest, except CUBIC's
@@ -139,6 +141,12 @@ enum WANScenario {
         return quick ? 1 : 3
     }
 
+    /// ", ping 92/110 ms (median/p90)", or nothing without samples.
+    static func pingText(_ summary: (median: Double, p90: Double, count: Int)?) -> String {
+        guard let summary else { return "" }
+        return ", ping \(format(summary.median))/\(format(summary.p90)) ms (median/p90 of \(summary.count))"
+    }
+
     /// The element whose `key` is the median (the lower middle one of an even count).
     static func medianRound<T>(_ elements: [T], by key: (T) -> Double) -> T {
         let sorted = elements.sorted { key($0) < key($1) }
@@ -186,13 +194,17 @@ enum WANScenario {
         let warmUp = 4.0
         let aloneSeconds = quick ? 4.0 : 8.0
         let before = try tools.bottleneck()
+        let alonePing = LinePing.start(lab: tools.lab)
         let competitor = try await tools.startCompetitor(seconds: Int(warmUp + aloneSeconds) + 2)
         try await Task.sleep(for: .seconds(warmUp + aloneSeconds))
         let after = try tools.bottleneck()
         let aloneIntervals = competitor.stop()
         let alone = Competitor.bytes(in: aloneIntervals, from: warmUp, to: warmUp + aloneSeconds) / aloneSeconds
         let aloneDrops = after.dropShare(since: before)
-        print("  CUBIC alone: \(format(alone / 1_048_576)) MiB/s of \(format(cap / 1_048_576)) (\(format(alone / cap * 100))%), drops \(format(aloneDrops * 100))%")
+        let aloneRoundTrip = alonePing.flatMap {
+            LinePing.summary($0.stop(), from: competitor.startedAt + warmUp, to: competitor.startedAt + warmUp + aloneSeconds)
+        }
+        print("  CUBIC alone: \(format(alone / 1_048_576)) MiB/s of \(format(cap / 1_048_576)) (\(format(alone / cap * 100))%), drops \(format(aloneDrops * 100))%\(pingText(aloneRoundTrip))")
 
         // Baseline for the get: what TCP itself gives a latecomer. A CUBIC download of the same
         // size starts beside a CUBIC download that filled the line first; its rate is the fair
@@ -227,11 +239,22 @@ enum WANScenario {
             if mode == .alone {
                 let mesh = try await Holders(lab: tools.lab, file: file)
                 defer { mesh.stop() }
+                // The line idle (the joiner starting) before the fetch, and loaded by it alone.
+                let ping = LinePing.start(lab: tools.lab)
+                if ping != nil { try await Task.sleep(for: .seconds(1)) }
                 let fetch = try await fetchThrough(mesh: mesh, mode: mode, size: line.size, tools: tools, timeout: .seconds(80))
+                let samples = ping?.stop() ?? []
+                let idle = LinePing.summary(samples, from: 0, to: fetch.window.start)
+                let loaded = LinePing.summary(samples, from: fetch.window.start, to: fetch.window.end)
                 let prefix = "wan \(line.name), get of \(mib) MiB alone: "
                 if !fetch.finished { print("  warning: the lone get did not finish within its bound; the rate is over what arrived") }
-                print("  get alone: fetch \(format(fetch.fetchRate)) MiB/s, get wall time \(format(fetch.getRate)), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
+                print("  get alone: fetch \(format(fetch.fetchRate)) MiB/s, get wall time \(format(fetch.getRate)), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×\(pingText(loaded)), idle line\(pingText(idle)); \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
                 results += rows(prefix: prefix, fetch: fetch, rounds: [fetch])
+                if let loaded, let idle {
+                    results.append(BenchResult(scenario: prefix + "a ping's round trip through the line during the fetch (median)",
+                                               figure: loaded.median, unit: "ms", baselineName: "the idle line, just before",
+                                               baseline: idle.median, goal: "-"))
+                }
                 continue
             }
             // A get beside CUBIC in rounds (a loss-bound CUBIC's rate over 10 s moves by a third
@@ -242,15 +265,22 @@ enum WANScenario {
             // CUBIC's share is judged as a share of the line).
             let roundsWanted = mode == .get || line.profile.lossPercent > 0 ? roundCount(quick: quick) : 1
             var rounds: [BesideCUBIC] = []
+            // A ping's round trips beside CUBIC alone (just before each fetch) and beside the fetch, pooled.
+            var pings: (alone: [LinePing.Sample], beside: [LinePing.Sample]) = ([], [])
             for _ in 1...roundsWanted {
                 let mesh = try await Holders(lab: tools.lab, file: file)
                 defer { mesh.stop() }
+                let ping = LinePing.start(lab: tools.lab)
                 let competitor = try await tools.startCompetitor(seconds: 150)
                 defer { _ = competitor.stop() }
                 try await Task.sleep(for: .seconds(warmUp + aloneSeconds))
                 let fetch = try await fetchThrough(mesh: mesh, mode: mode, size: line.size, tools: tools,
                                                    timeout: .seconds(mode == .replication ? 60 : 80))
                 let intervals = competitor.stop()
+                let samples = ping?.stop() ?? []
+                let aloneFrom = competitor.startedAt + warmUp
+                pings.alone += samples.filter { $0.at >= aloneFrom && $0.at <= aloneFrom + aloneSeconds }
+                pings.beside += samples.filter { $0.at >= fetch.window.start && $0.at <= fetch.window.end }
                 let before = Competitor.bytes(in: intervals, from: warmUp, to: warmUp + aloneSeconds) / aloneSeconds / cap
                 let window = fetch.window
                 let seconds = window.end - window.start
@@ -258,7 +288,7 @@ enum WANScenario {
                     ? Competitor.bytes(in: intervals, from: window.start - competitor.startedAt, to: window.end - competitor.startedAt) / seconds / cap
                     : 0
                 if !fetch.finished { print("  warning: \(mode.rawValue) did not finish within its bound; the rate is over what arrived") }
-                print("  \(mode.rawValue): fetch \(format(fetch.fetchRate)) MiB/s over \(format(seconds)) s, competitor \(format(share * 100))% (\(format(before * 100))% alone just before), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
+                print("  \(mode.rawValue): fetch \(format(fetch.fetchRate)) MiB/s over \(format(seconds)) s, competitor \(format(share * 100))% (\(format(before * 100))% alone just before)\(pingText(LinePing.summary(samples, from: window.start, to: window.end))) (alone\(pingText(LinePing.summary(samples, from: aloneFrom, to: aloneFrom + aloneSeconds)))), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
                 var round = BesideCUBIC(fetch: fetch, share: share, alone: before)
                 if mode == .get, fetch.secondHalfSeconds > 0, fetch.fetchSeconds >= fetch.secondHalfSeconds {
                     // A short get spends its first seconds finding out that the queue is another
@@ -301,6 +331,13 @@ enum WANScenario {
             if n > 1, let lowest = rounds.min(by: { judged($0) < judged($1) }) {
                 results.append(BenchResult(scenario: prefix + "CUBIC competitor's share, the lowest of \(n) rounds", figure: lowest.share * 100, unit: "%",
                                            baselineName: before, baseline: lowest.alone * 100, goal: "-"))
+            }
+            if let beside = LinePing.summary(pings.beside, from: -.infinity, to: .infinity),
+               let alone = LinePing.summary(pings.alone, from: -.infinity, to: .infinity) {
+                print("  \(mode.rawValue) rounds: a ping's round trip beside the fetches\(pingText(beside)), beside CUBIC alone\(pingText(alone))")
+                results.append(BenchResult(scenario: prefix + "a ping's round trip through the line during the fetch (median of \(n == 1 ? "the round" : "all \(n) rounds"))",
+                                           figure: beside.median, unit: "ms", baselineName: "beside CUBIC alone, just before",
+                                           baseline: alone.median, goal: "-"))
             }
             if mode == .get {
                 results.append(BenchResult(scenario: prefix + "get wall time" + of, figure: shown.fetch.getRate, unit: "MiB/s",

@@ -1,0 +1,71 @@
+import Foundation
+import MeshTestKit
+
+/// A ping from host 3 to host 0 every 50 ms, across the emulated line, as a household's
+/// interactive traffic crosses it while a fetch runs: each reply waits in the downlink's queue
+/// behind the pieces and the TCP download, so its round trip is the delay the line adds for
+/// everyone in the house (what LEDBAT bounds: a background transfer should add at most its
+/// target). The fetch's own controller sees only the lowest queue of each interval.
+final class LinePing {
+    struct Sample {
+        /// When the reply came, on `Date`'s reference clock (as the bench's windows are).
+        var at: Double
+        var milliseconds: Double
+    }
+
+    private let process: ChildProcess
+
+    /// Nil, with the reason printed, where ping is missing.
+    static func start(lab: NamespaceLab) -> LinePing? {
+        guard let ping = ["/usr/bin/ping", "/bin/ping"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+            print("  no ping (apt-get install iputils-ping): the line's round trip under load is not measured")
+            return nil
+        }
+        do {
+            return LinePing(process: try ChildProcess(executable: WANLink.ipPath, arguments: [
+                "netns", "exec", lab.hosts[3], ping, "-n", "-D", "-i", "0.05", "-W", "1", lab.addresses[0]]))
+        } catch {
+            print("  ping did not start (\(error)): the line's round trip under load is not measured")
+            return nil
+        }
+    }
+
+    private init(process: ChildProcess) { self.process = process }
+
+    deinit { _ = stop() }
+
+    /// Stops it (bounded) and returns the replies it saw.
+    func stop() -> [Sample] {
+        if process.isRunning {
+            process.signal(SIGINT)
+            var waited = 0
+            while process.isRunning && waited < 200 { usleep(10_000); waited += 1 }
+            if process.isRunning { process.signal(SIGKILL) }
+            _ = process.waitUntilExit()
+        }
+        var waited = 0
+        while !process.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
+        return Self.samples(process.standardOutput)
+    }
+
+    /// `[1764213456.123456] 64 bytes from 10.213.1.1: icmp_seq=1 ttl=64 time=80.3 ms`
+    static func samples(_ text: String) -> [Sample] {
+        let unixToReference = Date.timeIntervalBetween1970AndReferenceDate
+        return text.split(separator: "\n").compactMap { line in
+            guard line.hasPrefix("["), let close = line.firstIndex(of: "]"),
+                  let unix = Double(line[line.index(after: line.startIndex)..<close]),
+                  let time = line.range(of: "time=") else { return nil }
+            let value = line[time.upperBound...].prefix { $0.isNumber || $0 == "." }
+            guard let milliseconds = Double(value) else { return nil }
+            return Sample(at: unix - unixToReference, milliseconds: milliseconds)
+        }
+    }
+
+    /// The median and 90th percentile of the round trips between `from` and `to` (nil: none).
+    static func summary(_ samples: [Sample], from: Double, to: Double) -> (median: Double, p90: Double, count: Int)? {
+        let values = samples.filter { $0.at >= from && $0.at <= to }.map(\.milliseconds).sorted()
+        guard !values.isEmpty else { return nil }
+        func quantile(_ q: Double) -> Double { values[min(values.count - 1, Int(Double(values.count - 1) * q))] }
+        return (quantile(0.5), quantile(0.9), values.count)
+    }
+}
