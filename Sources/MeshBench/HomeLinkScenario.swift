@@ -30,7 +30,7 @@ enum HomeLinkScenario {
             let outcome = HomeLineExperiment.run(size: custom.size, line: custom.line, mode: mode,
                                                  competitor: environment["HOMELINK_COMPETITOR"] != nil, seed: seed,
                                                  trace: tracer())
-            print("custom \(custom.line.name), \(mode): finished \(outcome.finished), competitor \(outcome.competitorRate / custom.line.bytesPerSecond * 100)%, fetch \(outcome.fetchRate / 1_048_576) MiB/s from the joiner's start, \((outcome.loadRate ?? 0) / 1_048_576) from the load, drops \(outcome.dropShare * 100)%, holders \(outcome.holderBytesPerFileByte)×")
+            print("custom \(custom.line.name), \(mode): finished \(outcome.finished), competitor \(outcome.competitorRate / custom.line.bytesPerSecond * 100)%, fetch \(outcome.fetchRate / 1_048_576) MiB/s from the joiner's start, \((outcome.loadRate ?? 0) / 1_048_576) from the load, drops \(outcome.dropShare * 100)%, holders \(outcome.holderBytesPerFileByte)×, line's queue median \(outcome.queueMedian.milliseconds) ms, p90 \(outcome.queueP90.milliseconds) ms")
             return []
         }
         for line in lines {
@@ -116,15 +116,19 @@ enum HomeLinkScenario {
     private static func tracer() -> ((Simulator, SimNode, TCPSender, [SimNode]) -> Void)? {
         guard ProcessInfo.processInfo.environment["HOMELINK_TRACE"] != nil else { return nil }
         var last = MeshInstant.zero
+        // The line's queue, the highest of the 10 ms samples since the last line printed.
+        var lineQueue = Duration.zero
         return { sim, joiner, tcp, holders in
             let d = joiner.core.downlink
+            lineQueue = max(lineQueue, sim.downlinkQueueDelay(of: joiner.address) ?? .zero)
             guard d.lastInterval.closedAt > last else { return }
             last = d.lastInterval.closedAt
+            defer { lineQueue = .zero }
             let link = sim.bottleneckStatistics(of: joiner.address).downlink ?? .init()
             let mode = d.isSlowingDown ? "slowdown" : d.isProbing ? "probe" : d.slowStart ? "slow start" : d.competing ? "competing" : "delay"
             print("t=\(sim.now) rate=\(Int(d.rate) >> 10)K delivered=\(Int(d.lastInterval.delivered) >> 10)K"
                   + " lost=\(d.lastInterval.lost)/\(d.lastInterval.received) queue=\(d.queueingDelay) \(mode)"
-                  + " line drops=\(link.dropped) tcp cwnd=\(Int(tcp.congestionWindow))"
+                  + " line queue≤\(Int(lineQueue.milliseconds)) ms drops=\(link.dropped) tcp cwnd=\(Int(tcp.congestionWindow))"
                   + " served=\(holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) >> 10)K"
                   + " fetched=\(joiner.core.counters.chunkPayloadBytesFetched >> 10)K"
                   + " pace=" + holders.map { "\(($0.core.pacer.rate(for: joiner.id) ?? 0) >> 10)K" }.joined(separator: ",")

@@ -42,6 +42,10 @@ public enum HomeLineExperiment {
         public var dropShare: Double
         /// The holders' piece payload sent meanwhile ÷ the file.
         public var holderBytesPerFileByte: Double
+        /// The line's queue, sampled every 50 ms of the fetch (10 traced) (what a ping's reply
+        /// would wait): its median and 90th percentile.
+        public var queueMedian: Duration = .zero
+        public var queueP90: Duration = .zero
     }
 
     /// The competitor's goodput through the line with nothing else on it (after its start-up).
@@ -97,10 +101,13 @@ public enum HomeLineExperiment {
         let tcpBefore = tcp.bytesAcknowledged
         let linkBefore = mesh.simulator.bottleneckStatistics(of: joiner.address).downlink ?? .init()
         let servedBefore = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +)
+        var queueSamples: [Duration] = []
         let fetched = mesh.simulator.run(until: start + .seconds(290), checkEvery: .milliseconds(trace == nil ? 50 : 10)) { sim in
             trace?(sim, joiner, tcp, holders)
+            if sim.now >= start + .seconds(10), let delay = sim.downlinkQueueDelay(of: joiner.address) { queueSamples.append(delay) }
             return !joiner.complete.isEmpty
         }
+        queueSamples.sort()
         let seconds = (mesh.simulator.now - start - .seconds(10)).milliseconds / 1000
         let link = mesh.simulator.bottleneckStatistics(of: joiner.address).downlink ?? .init()
         let dropped = link.dropped - linkBefore.dropped
@@ -111,6 +118,8 @@ public enum HomeLineExperiment {
                        loadRate: loadSeconds.map { Double(size) / $0 },
                        competitorRate: Double(tcp.bytesAcknowledged - tcpBefore) / seconds,
                        dropShare: Double(dropped) / Double(max(1, offered)),
-                       holderBytesPerFileByte: Double(served) / Double(size))
+                       holderBytesPerFileByte: Double(served) / Double(size),
+                       queueMedian: queueSamples.isEmpty ? .zero : queueSamples[(queueSamples.count - 1) / 2],
+                       queueP90: queueSamples.isEmpty ? .zero : queueSamples[(queueSamples.count - 1) * 9 / 10])
     }
 }

@@ -67,6 +67,13 @@ extension Simulator {
         return (accessLinks[number].uplink?.statistics, accessLinks[number].downlink?.statistics)
     }
 
+    /// How long a datagram reaching `node`'s downlink queue now would wait there (nil: no
+    /// bottleneck): what a ping's reply would, sampled at any moment.
+    public func downlinkQueueDelay(of node: SimAddress) -> Duration? {
+        guard let number = nodes[checked(node)].accessLink, let queue = accessLinks[number].downlink else { return nil }
+        return queue.busyUntil > now ? queue.busyUntil - now : .zero
+    }
+
     // MARK: Partitions
 
     /// Splits the network: nodes in different groups cannot reach each other, in either

@@ -73,7 +73,7 @@ import Testing
         let epochs = KeyEpochs(origin: SessionSecret.generate())
         #expect(await store.restore(epochs: epochs, remembered: .init()).logIsWhole, "no log yet: an empty journal")
         let identity = NodeIdentity.generate()
-        var state = JournalState()
+        let state = JournalState()
         let add = state.makeAdd(AttachmentID(high: 1, low: 2), content: SHA256Digest.hashing([1]), size: 1, chunkCount: 1, metadata: [],
                                 authority: Ed25519Authority(identity: identity))
         try await store.appendOperations([add])
