@@ -132,7 +132,7 @@ struct JournalMemoryTests {
         let directory = NodeProcess.makeTemporaryDirectory("memory")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let path = directory + "/large.bin"
-        FileManager.default.createFile(atPath: path, contents: nil)
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
         var block = [UInt8](repeating: 0, count: 256 * 1024)
         for index in 0..<192 {  // 48 MiB, every chunk different

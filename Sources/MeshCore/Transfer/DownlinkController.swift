@@ -228,6 +228,10 @@ public struct DownlinkController: Sendable {
     private var untrustedHeld = false
     /// Slow start had grown when that happened (the queue was likely its own overshoot).
     private var untrustedHeldAfterGrowth = false
+    /// The queue that held slow start then stayed was drained once (below), and the rate to go
+    /// back to after it, with when.
+    private var untrustedDrained = false
+    private var drainReturn: (rate: Double, at: MeshInstant)?
     /// The rates set at the last two closes, older first. An interval's deliveries answer to the
     /// older one: a new rate reaches the holders half a round trip after a close, and their
     /// pieces reach us another half later, as the next interval ends.
@@ -351,6 +355,8 @@ public struct DownlinkController: Sendable {
                 drainedAt = now
                 wasOver = false
                 untrustedHeld = false
+                untrustedDrained = false
+                drainReturn = nil
                 untrustedHeldAfterGrowth = false
                 testAtOnceUntil = nil
                 slowStartGrew = false
@@ -570,6 +576,10 @@ public struct DownlinkController: Sendable {
     }
 
     private mutating func closeInterval(now: MeshInstant) {
+        if let back = drainReturn, now >= back.at {
+            rate = max(rate, back.rate)
+            drainReturn = nil
+        }
         // What the deliveries of this interval answered to; the rate set below shows two closes on.
         let shownRate = askedRates.older
         defer { askedRates = (askedRates.newer, rate) }
@@ -602,7 +612,20 @@ public struct DownlinkController: Sendable {
             let highest = (intervalUntrustedQueue ?? .zero).milliseconds / 1000
             let over = highest >= target.milliseconds / 1000 / 4
             defer { wasOver = over }
-            guard !untrustedHeld else { return }
+            guard !untrustedHeld else {
+                // Held after slow start grew: the queue is most likely that growth's overshoot,
+                // which went on arriving for a round trip after the hold, and at what arrives it
+                // stands (on a 10 Mbit/s, 80 ms line: 92–98 ms for a second, until the first proof).
+                // Drained once, at what arrives less the queue per round trip, for a round trip
+                // (one cut a holder's lie could cause, and it ends).
+                if untrustedHeldAfterGrowth, !untrustedDrained, over, wasOver, now >= holdUntil {
+                    untrustedDrained = true
+                    let held = max(Double(settings.minimumRate), min(rate, delivered))
+                    drainReturn = (held, now + interval)
+                    rate = max(Double(settings.minimumRate), held * max(0.5, 1 - highest / (interval.milliseconds / 1000)))
+                }
+                return
+            }
             if slowStart, !over, delivered >= shownRate * settings.caughtUp {
                 let grown = min(Double(settings.maximumRate), max(rate, min(rate * 2, delivered * settings.slowStartGain)))
                 slowStartGrew = slowStartGrew || grown > rate
