@@ -36,15 +36,7 @@ final class LinePing {
 
     /// Stops it (bounded) and returns the replies it saw.
     func stop() -> [Sample] {
-        if process.isRunning {
-            process.signal(SIGINT)
-            var waited = 0
-            while process.isRunning && waited < 200 { usleep(10_000); waited += 1 }
-            if process.isRunning { process.signal(SIGKILL) }
-            _ = process.waitUntilExit()
-        }
-        var waited = 0
-        while !process.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
+        process.stop(with: SIGINT)
         return Self.samples(process.standardOutput)
     }
 

@@ -600,15 +600,8 @@ enum WANScenario {
         /// Stops both processes (bounded) and returns the client's intervals: (start, end, bytes).
         @discardableResult
         func stop() -> [(start: Double, end: Double, bytes: Double)] {
-            for process in [client, server] where process.isRunning {
-                process.signal(SIGTERM)
-                var waited = 0
-                while process.isRunning && waited < 200 { usleep(10_000); waited += 1 }
-                if process.isRunning { process.signal(SIGKILL) }
-                _ = process.waitUntilExit()
-            }
-            var waited = 0
-            while !client.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
+            client.stop()
+            server.stop()
             return Self.intervals(client.standardOutput)
         }
 

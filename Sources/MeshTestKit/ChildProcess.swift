@@ -81,6 +81,20 @@ public final class ChildProcess: @unchecked Sendable {
         if isRunning { kill(pid, signal) }
     }
 
+    /// Sends `signal`, SIGKILL if it is still running 2 s later, and waits for the exit and for
+    /// what it wrote (at most a second more): a tool stopped this way leaves its summary lines.
+    public func stop(with signal: Int32 = SIGTERM) {
+        if isRunning {
+            self.signal(signal)
+            var waited = 0
+            while isRunning && waited < 200 { usleep(10_000); waited += 1 }
+            if isRunning { self.signal(SIGKILL) }
+            _ = waitUntilExit()
+        }
+        var waited = 0
+        while !outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
+    }
+
     private func reap(blocking: Bool) -> Int32? {
         lock.lock()
         defer { lock.unlock() }
