@@ -23,7 +23,7 @@ final class LinePing {
         }
         do {
             return LinePing(process: try ChildProcess(executable: WANLink.ipPath, arguments: [
-                "netns", "exec", lab.hosts[3], ping, "-n", "-D", "-i", "0.05", "-W", "1", lab.addresses[0]]))
+                "netns", "exec", lab.hosts[3], "env", "LC_ALL=C", ping, "-n", "-D", "-i", "0.05", "-W", "1", lab.addresses[0]]))
         } catch {
             print("  ping did not start (\(error)): the line's round trip under load is not measured")
             return nil
@@ -40,11 +40,13 @@ final class LinePing {
         return Self.samples(process.standardOutput)
     }
 
-    /// `[1764213456.123456] 64 bytes from 10.213.1.1: icmp_seq=1 ttl=64 time=80.3 ms`
+    /// `[1764213456.123456] 64 bytes from 10.213.1.1: icmp_seq=1 ttl=64 time=80.3 ms` (ping runs
+    /// in the C locale, so its decimals are points).
     static func samples(_ text: String) -> [Sample] {
         let unixToReference = Date.timeIntervalBetween1970AndReferenceDate
         return text.split(separator: "\n").compactMap { line in
-            guard line.hasPrefix("["), let close = line.firstIndex(of: "]"),
+            // A duplicate reply (`DUP!`) says nothing new about the queue.
+            guard line.hasPrefix("["), !line.contains("DUP!"), let close = line.firstIndex(of: "]"),
                   let unix = Double(line[line.index(after: line.startIndex)..<close]),
                   let time = line.range(of: "time=") else { return nil }
             let value = line[time.upperBound...].prefix { $0.isNumber || $0 == "." }

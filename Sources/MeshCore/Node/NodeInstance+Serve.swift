@@ -24,7 +24,8 @@ extension NodeInstance {
                 // Only pieces asked for, of members whose chunks proved right, tell the controller
                 // about the line: anyone can send others, and a liar's timestamps are lies too.
                 // Others' pieces asked for count only in intervals no proven holder fed, and there
-                // they can hold slow start back, not cut the rate (`DownlinkController.onPiece`).
+                // they can hold slow start back and drain its overshoot once, no lasting cut
+                // (`DownlinkController.onPiece`).
                 switch result {
                 case .accepted, .complete:
                     // A holder opens its window by bytes only once a chunk of its proved right:

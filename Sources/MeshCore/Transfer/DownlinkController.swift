@@ -224,14 +224,16 @@ public struct DownlinkController: Sendable {
     /// The highest queue an untrusted holder's pieces showed this interval.
     private var intervalUntrustedQueue: Duration?
     /// Untrusted holders' queue brought the rate down once: no more growth or cuts on their
-    /// word (a second cut, and a third, would spiral down: deliveries lag the rate).
+    /// word (a second cut, and a third, would spiral down: deliveries lag the rate), except the
+    /// one drain below.
     private var untrustedHeld = false
-    /// Slow start had grown when that happened (the queue was likely its own overshoot).
+    /// Slow start had grown when that happened (the queue was likely its own overshoot), and when.
     private var untrustedHeldAfterGrowth = false
-    /// The queue that held slow start then stayed was drained once (below), and the rate to go
-    /// back to after it, with when.
+    private var untrustedHeldAt = MeshInstant.zero
+    /// That queue stayed and was drained once (`closeInterval`); the rate to go back to at the
+    /// next close, and the drained rate (a rate changed meanwhile by anything else stays).
     private var untrustedDrained = false
-    private var drainReturn: (rate: Double, at: MeshInstant)?
+    private var drainReturn: (rate: Double, drained: Double)?
     /// The rates set at the last two closes, older first. An interval's deliveries answer to the
     /// older one: a new rate reaches the holders half a round trip after a close, and their
     /// pieces reach us another half later, as the next interval ends.
@@ -321,7 +323,8 @@ public struct DownlinkController: Sendable {
     /// A piece of `bytes` stamped `sentAt` by `holder`'s clock arrived. Returns whether it
     /// closed an interval (the rate may have changed). A piece that is not `trusted` (its holder
     /// has not proven itself yet) can only hold slow start (once, at what arrives; see
-    /// `brakeSlowStart`): its queue counts as the highest of the interval, never as the line's
+    /// `brakeSlowStart`), and after slow start grew drain it once for a round trip (see
+    /// `closeInterval`): its queue counts as the highest of the interval, never as the line's
     /// lowest.
     @discardableResult
     public mutating func onPiece(bytes: Int, sentAt: UInt32, from holder: NodeID, now: MeshInstant,
@@ -356,7 +359,7 @@ public struct DownlinkController: Sendable {
                 wasOver = false
                 untrustedHeld = false
                 untrustedDrained = false
-                drainReturn = nil
+                endDrain()
                 untrustedHeldAfterGrowth = false
                 testAtOnceUntil = nil
                 slowStartGrew = false
@@ -568,6 +571,7 @@ public struct DownlinkController: Sendable {
         } else {
             untrustedHeld = true
             untrustedHeldAfterGrowth = slowStartGrew
+            untrustedHeldAt = now
             untrustedQueuedSince = nil
         }
         rate = min(rate, max(delivered, Double(settings.minimumRate)))
@@ -576,10 +580,7 @@ public struct DownlinkController: Sendable {
     }
 
     private mutating func closeInterval(now: MeshInstant) {
-        if let back = drainReturn, now >= back.at {
-            rate = max(rate, back.rate)
-            drainReturn = nil
-        }
+        endDrain()
         // What the deliveries of this interval answered to; the rate set below shows two closes on.
         let shownRate = askedRates.older
         defer { askedRates = (askedRates.newer, rate) }
@@ -597,7 +598,7 @@ public struct DownlinkController: Sendable {
         guard let start = intervalStart else { return }
         guard let queue = intervalQueue else {
             // Only holders not proven yet: their timestamps may be lies, so they can only hold
-            // slow start back, never cut the rate. It doubles on what arrives while none of them
+            // slow start back (and drain once what it overshot), never cut it further. It doubles on what arrives while none of them
             // sees a queue (a fetch would otherwise sit at its first rate until a whole chunk
             // verified: 1.5 s on a 50 ms path).
             let elapsed = max(1e-6, (now - start).milliseconds / 1000)
@@ -618,11 +619,11 @@ public struct DownlinkController: Sendable {
                 // stands (on a 10 Mbit/s, 80 ms line: 92–98 ms for a second, until the first proof).
                 // Drained once, at what arrives less the queue per round trip, for a round trip
                 // (one cut a holder's lie could cause, and it ends).
-                if untrustedHeldAfterGrowth, !untrustedDrained, over, wasOver, now >= holdUntil {
+                if slowStart, untrustedHeldAfterGrowth, !untrustedDrained, over, wasOver, now >= untrustedHeldAt + interval * 2 {
                     untrustedDrained = true
                     let held = max(Double(settings.minimumRate), min(rate, delivered))
-                    drainReturn = (held, now + interval)
                     rate = max(Double(settings.minimumRate), held * max(0.5, 1 - highest / (interval.milliseconds / 1000)))
+                    drainReturn = (held, rate)
                 }
                 return
             }
@@ -632,10 +633,11 @@ public struct DownlinkController: Sendable {
                 rate = grown
             } else if over, wasOver, now >= holdUntil {
                 // A queue that lasts: ask no more than arrives, once (a lie can stop growth until
-                // a holder proves itself, never slow what comes).
+                // a holder proves itself, and buy the one drain below, never a lasting cut).
                 rate = max(Double(settings.minimumRate), min(rate, delivered))
                 untrustedHeld = true
-                untrustedHeldAfterGrowth = slowStartGrew
+                untrustedHeldAfterGrowth = slowStart && slowStartGrew
+                untrustedHeldAt = now
             }
             return
         }
@@ -809,6 +811,13 @@ public struct DownlinkController: Sendable {
             }
         }
         rate = min(Double(settings.maximumRate), max(Double(settings.minimumRate), rate))
+    }
+
+    /// A drain lasts until the next close (or a pause): back to the rate held, unless something
+    /// else set the rate meanwhile (a proven holder's brake, a test), whose word stands.
+    private mutating func endDrain() {
+        if let back = drainReturn, rate == back.drained { rate = back.rate }
+        drainReturn = nil
     }
 
     /// Whether this interval's losses are a queue overflowing (see `lossThreshold`, `quietQueue`).
