@@ -598,9 +598,9 @@ public struct DownlinkController: Sendable {
         guard let start = intervalStart else { return }
         guard let queue = intervalQueue else {
             // Only holders not proven yet: their timestamps may be lies, so they can only hold
-            // slow start back (and drain once what it overshot), never cut it further. It doubles on what arrives while none of them
-            // sees a queue (a fetch would otherwise sit at its first rate until a whole chunk
-            // verified: 1.5 s on a 50 ms path).
+            // slow start back (and drain once what it overshot), never cut it further. It
+            // doubles on what arrives while none of them sees a queue (a fetch would otherwise
+            // sit at its first rate until a whole chunk verified: 1.5 s on a 50 ms path).
             let elapsed = max(1e-6, (now - start).milliseconds / 1000)
             let delivered = Double(intervalUntrustedBytes) / elapsed
             lastInterval = (delivered, 0, 0, now)
