@@ -95,6 +95,13 @@ func median(_ values: [Double]) -> Double {
     values.isEmpty ? 0 : values.sorted()[values.count / 2]
 }
 
+/// The value `p` of the way up the sorted values (0.5: the median, as `median`); 0 for none.
+func percentile(_ values: [Double], _ p: Double) -> Double {
+    guard !values.isEmpty else { return 0 }
+    let sorted = values.sorted()
+    return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+}
+
 /// Issue 18's bar for a TCP flow beside a fetch, given its share of the line alone: 80% of the
 /// line beside replication and 40% beside a `get`; where random loss holds TCP under that bar
 /// even alone, 0.8× what it gets alone (a loss-bound TCP's rate falls as any queue lengthens its

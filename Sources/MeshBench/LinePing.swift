@@ -57,9 +57,8 @@ final class LinePing {
 
     /// The median and 90th percentile of the round trips between `from` and `to` (nil: none).
     static func summary(_ samples: [Sample], from: Double, to: Double) -> (median: Double, p90: Double, count: Int)? {
-        let values = samples.filter { $0.at >= from && $0.at <= to }.map(\.milliseconds).sorted()
+        let values = samples.filter { $0.at >= from && $0.at <= to }.map(\.milliseconds)
         guard !values.isEmpty else { return nil }
-        func quantile(_ q: Double) -> Double { values[min(values.count - 1, Int(Double(values.count - 1) * q))] }
-        return (quantile(0.5), quantile(0.9), values.count)
+        return (percentile(values, 0.5), percentile(values, 0.9), values.count)
     }
 }

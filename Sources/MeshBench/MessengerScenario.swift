@@ -177,9 +177,4 @@ enum MessengerScenario {
             waiting = nil
         }
     }
-
-    static func percentile(_ values: [Double], _ p: Double) -> Double {
-        let sorted = values.sorted()
-        return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
-    }
 }
