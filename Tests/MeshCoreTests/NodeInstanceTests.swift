@@ -1,4 +1,4 @@
-import MeshCore
+@testable import MeshCore
 import MeshCrypto
 import MeshTestKit
 import NIOCore
@@ -170,6 +170,18 @@ struct NodeInstanceTests {
         #expect(driver.drain().isEmpty, "a leaving node does nothing more on its own")
         driver.core.stop(now: driver.now)
         #expect(driver.core.phase == .stopped)
+    }
+
+    @Test("a holder hears a cut of its pace past a thirty-second (an eighth at a trickle), a rise only past an eighth")
+    func pacesAreRetoldFinelyDownAndCoarselyUp() {
+        let told = 640_000
+        #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 95 / 100, fineCuts: true), "a 5% cut must reach the holder")
+        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 99 / 100, fineCuts: true))
+        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 110 / 100, fineCuts: true), "a 10% rise can wait for the next want")
+        #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 115 / 100, fineCuts: true))
+        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told, fineCuts: true))
+        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 95 / 100, fineCuts: false), "at a trickle, only past an eighth")
+        #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 85 / 100, fineCuts: false))
     }
 
     @Test("past its budget a member asking the same whole chunk again is answered busy; re-asks for lost pieces are served")

@@ -643,6 +643,7 @@ public struct DownlinkController: Sendable {
         }
         let intervalReceived = holders.values.reduce(0) { $0 + $1.received }
         let intervalLost = holders.values.reduce(0) { $0 + min($1.lost, $1.received) }
+        let previousQueue = queueingDelay
         queueingDelay = queue
         let elapsed = max(1e-6, (now - start).milliseconds / 1000)
         let delivered = Double(intervalBytes) / elapsed
@@ -783,7 +784,11 @@ public struct DownlinkController: Sendable {
         } else {
             let room = (target - queueSeconds) / target
             if room > 0 {
-                if caughtUp {
+                if over, queue > previousQueue + .milliseconds(1) {
+                    // A queue still rising is a rate past the line's: hold at what arrives, which
+                    // is all the line gives, until it stops rising.
+                    rate = min(rate, max(delivered, lastArrived, Double(settings.minimumRate)))
+                } else if caughtUp {
                     // With a queue the line is full, and what arrives is all it gives (or our
                     // share): growing past that by more than the room left only fills the queue.
                     // Grown from the rate asked alone, a lone get ran a fifth past the line before
