@@ -158,6 +158,24 @@ import Testing
         #expect(rates.allSatisfy { $0 >= 1e6 * 0.9 }, "cut below what arrives: \(rates)")
     }
 
+    /// A queue that held the first rate may be another flow's trough, so slow start goes on once a
+    /// holder is proven, but that line may be near full: doubling twice on the same deliveries (they
+    /// show the rate of two closes ago) ran a replication beside TCP at 3× an 80 ms line for a round
+    /// trip, and its queue overflowed (in simulation; once through the emulator too).
+    @Test("after an unproven queue held slow start at its first rate, each doubling waits until it has shown")
+    func afterAHoldAtTheFirstRateEachDoublingWaitsToShow() {
+        var controller = Self.started()
+        var packet: UInt64 = 0
+        let first = controller.rate
+        var now = Self.feed(&controller, from: .zero, seconds: 0.3, rate: first, trusted: false, packet: &packet) { t in t < 0.03 ? 0 : 0.01 }
+        let held = controller.rate
+        #expect(controller.slowStart && held <= first && held >= first * 0.9, "the unproven queue did not hold the first rate: \(held / first)×")
+        // Proven now, the queue gone, and the line gives what was held.
+        now = Self.feed(&controller, from: now, seconds: 0.3, rate: held, packet: &packet) { _ in 0 }
+        #expect(controller.rate >= 2 * held * 0.99, "slow start did not go on: \(controller.rate / held)× the rate held")
+        #expect(controller.rate <= 2 * held * 1.01, "doubled again before the first doubling showed: \(controller.rate / held)× the rate held")
+    }
+
     /// On a long path a slow start that waits for two closes to believe unproven holders' queue
     /// runs ahead of the line for two round trips: a lone get on an 80 ms line whose first rate
     /// was the line's whole capacity overflowed its queue (3.5% of its packets dropped). And once

@@ -767,7 +767,11 @@ public struct DownlinkController: Sendable {
                 // The deliveries show the rate asked two closes ago: once they caught up with
                 // it, the rate doubles, up to `slowStartGain` times them (the brake above stops
                 // it within a few milliseconds of a queue that lasts).
-                if delivered >= shownRate * settings.caughtUp {
+                // After a queue held the first rate, each doubling waits until it has shown: that
+                // line may be near full, and two doublings on the same deliveries ran at 3× it
+                // for a round trip (a replication beside TCP overflowed an 80 ms line's queue).
+                let shown = !untrustedHeld || shownRate >= rate
+                if shown, delivered >= shownRate * settings.caughtUp {
                     let grown = max(rate, min(rate * 2, delivered * settings.slowStartGain))
                     slowStartGrew = slowStartGrew || grown > rate
                     rate = grown
