@@ -174,6 +174,9 @@ import Testing
         now = Self.feed(&controller, from: now, seconds: 0.3, rate: held, packet: &packet) { _ in 0 }
         #expect(controller.rate >= 2 * held * 0.99, "slow start did not go on: \(controller.rate / held)× the rate held")
         #expect(controller.rate <= 2 * held * 1.01, "doubled again before the first doubling showed: \(controller.rate / held)× the rate held")
+        // Deliveries that follow what is asked: each doubling shows, and slow start goes on.
+        now = Self.feedAnswering(&controller, from: now, seconds: 0.3, packet: &packet, delivering: { $0 }) { _, _ in 0 }
+        #expect(controller.slowStart && controller.rate >= 4 * held, "slow start stalled at \(controller.rate / held)× the rate held")
     }
 
     /// On a long path a slow start that waits for two closes to believe unproven holders' queue
@@ -304,6 +307,31 @@ import Testing
         let held = controller.rate
         now = Self.feed(&controller, from: now, seconds: 1, rate: 1e6, packet: &packet) { _ in target / 3 + 0.012 }
         #expect(controller.rate > held * 1.01, "no growth once the queue stood: \(held) → \(controller.rate)")
+    }
+
+    /// The trend's cut is a cut like the others: once it is made, none follows until it could
+    /// show. Cut again each interval to what arrived while arrivals still showed the rate before
+    /// (or a test's), it would spiral down.
+    @Test("while the queue rises and arrivals fall, the rate is brought to them at most every other interval")
+    func theTrendsCutWaitsToShow() {
+        var packet: UInt64 = 0
+        var (controller, now) = Self.outOfSlowStart(queue: 0.03, packet: &packet)
+        let target = controller.target.milliseconds / 1000
+        now = Self.feed(&controller, from: now, seconds: 1, rate: 1e6, packet: &packet) { _ in target / 3 }
+        var rates: [Double] = [controller.rate]
+        var queue = target / 3
+        var arriving = 1e6
+        for _ in 0..<10 {
+            arriving *= 0.95
+            let from = queue
+            now = Self.feed(&controller, from: now, seconds: 0.04, rate: arriving, packet: &packet) { t in from + t * 0.04 }
+            queue += 0.0016
+            rates.append(controller.rate)
+        }
+        #expect(queue < target, "the queue left the band under the target")
+        let cuts = zip(rates, rates.dropFirst()).map { $1 < $0 * 0.999 }
+        #expect(cuts.contains(true), "no cut while the queue rose: \(rates)")
+        #expect(!zip(cuts, cuts.dropFirst()).contains { $0 && $1 }, "cut in two intervals running: \(rates)")
     }
 
     /// Exactly at the target, the cut is none and there is nothing to drain (the time to drain it

@@ -182,6 +182,7 @@ struct NodeInstanceTests {
         #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told, fineCuts: true))
         #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 95 / 100, fineCuts: false), "at a trickle, only past an eighth")
         #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 85 / 100, fineCuts: false))
+        #expect(!NodeInstance.paceNeedsRetelling(told: 1000, share: 900, fineCuts: true), "the wire carries 1 KiB/s either way")
     }
 
     @Test("past its budget a member asking the same whole chunk again is answered busy; re-asks for lost pieces are served")

@@ -60,7 +60,9 @@ extension NodeInstance {
     /// At a trickle (`fineCuts` false) cuts too wait for an eighth: replication held at the floor
     /// beside a TCP download, told every small cut, had its holders send 1.42× the file.
     static func paceNeedsRetelling(told: Int, share: Int, fineCuts: Bool) -> Bool {
-        share < told - told / (fineCuts ? 32 : 8) || share > told + told / 8
+        // What the wire would carry must change too (whole KiB/s).
+        guard ChunkPace.representable(share) != ChunkPace.representable(told) else { return false }
+        return share < told - told / (fineCuts ? 32 : 8) || share > told + told / 8
     }
 
     /// Holders with chunks in flight whose share moved enough since they were told hear the new

@@ -789,9 +789,17 @@ public struct DownlinkController: Sendable {
             let room = (target - queueSeconds) / target
             if room > 0 {
                 if over, queue > previousQueue + .milliseconds(1) {
-                    // A queue still rising is a rate past the line's: hold at what arrives, which
-                    // is all the line gives, until it stops rising.
-                    rate = min(rate, max(delivered, lastArrived, Double(settings.minimumRate)))
+                    // A queue still rising (since the last interval proven holders fed) is a rate
+                    // past the line's: no growth into the room left, and the rate comes to what
+                    // arrives, the more of this interval and the last, as a cut does: only once
+                    // the last change (or a test's) could show, and then held until this one
+                    // can. (To one interval's arrivals, again each interval while another flow's
+                    // queue climbs, it would spiral down as the bound below would.)
+                    let arrived = max(lastArrived, previousArrived, Double(settings.minimumRate))
+                    if mayShrink, arrived < rate {
+                        rate = arrived
+                        holdUntil = now + interval * 2
+                    }
                 } else if caughtUp {
                     // With a queue the line is full, and what arrives is all it gives (or our
                     // share): growing past that by more than the room left only fills the queue.
