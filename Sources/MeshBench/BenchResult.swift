@@ -87,15 +87,15 @@ func measureThroughput(bytes: Int, seconds: Double, runs: Int, _ body: () -> Voi
         let secs = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         rates.append(Double(bytes) * Double(iterations) / secs / 1e6)
     }
-    return rates.sorted()[rates.count / 2]
+    return median(rates)
 }
 
 /// The middle value (the upper one of an even count); 0 for none.
 func median(_ values: [Double]) -> Double {
-    values.isEmpty ? 0 : values.sorted()[values.count / 2]
+    percentile(values, 0.5)
 }
 
-/// The value `p` of the way up the sorted values (0.5: the median, as `median`); 0 for none.
+/// The value `p` of the way up the sorted values (0.5: the upper middle one); 0 for none.
 func percentile(_ values: [Double], _ p: Double) -> Double {
     guard !values.isEmpty else { return 0 }
     let sorted = values.sorted()
