@@ -186,6 +186,7 @@ extension MeshNode {
             sendErrors: sendErrors + destinations.refusedSends, retransmissions: core.delivery.retransmissions,
             chunksFetched: counters.chunksFetched, chunksServed: counters.chunksServed,
             chunksRejected: counters.chunksRejected, chunkPayloadBytesSent: counters.chunkPayloadBytesSent,
+            chunkPayloadBytesCancelled: counters.chunkPayloadBytesCancelled,
             pieceReasks: core.assembler.reasks, piecesUnsolicited: counters.piecesUnsolicited,
             wantsRefused: counters.wantsRefused, simulatedDrops: simulatedDrops,
             requestTimeouts: core.transfer.timeouts, handoversSent: counters.handoversSent,

@@ -79,7 +79,7 @@ struct ChunkAssemblyTests {
         for piece in Self.pieces(bytes, digest, only: missing) {
             result = assembler.onPiece(piece, from: Self.other, now: Self.at(150))
         }
-        #expect(result == .complete(bytes: bytes, contributors: [Self.holder, Self.other]))
+        #expect(result == .complete(bytes: bytes, contributors: [Self.holder, Self.other], stillSending: [Self.holder]), "asked again, the holder may have pieces queued twice")
         #expect(assembler.activeCount == 0 && assembler.nextDeadline == nil)
     }
 
@@ -123,6 +123,31 @@ struct ChunkAssemblyTests {
         var bounded = ChunkAssembler(settings: small)
         let wants = (0..<3).map { bounded.begin(SHA256Digest.hashing([UInt8($0)]), length: 1000, from: Self.holder, now: .zero) }
         #expect(wants.map { $0 != nil } == [true, true, false])
+    }
+
+    @Test("a whole chunk names whoever may still have pieces of it queued: every holder asked, none for one asked once")
+    func wholeChunksNameTheHoldersToCancel() throws {
+        let (bytes, digest) = Self.chunk(20 * Self.pieceSize, seed: 5)
+        let pieces = Self.pieces(bytes, digest)
+        // End game: a second holder asked for what is missing; both send until told.
+        var assembler = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
+        _ = assembler.begin(digest, length: bytes.count, from: Self.holder, now: Self.at(0))
+        for piece in pieces[0..<4] { _ = assembler.onPiece(piece, from: Self.holder, now: Self.at(20)) }
+        _ = assembler.begin(digest, length: bytes.count, from: Self.other, now: Self.at(21))
+        var result: ChunkAssembler.PieceResult = .accepted
+        for piece in pieces[4...] { result = assembler.onPiece(piece, from: Self.other, now: Self.at(30)) }
+        #expect(result == .complete(bytes: bytes, contributors: [Self.holder, Self.other], stillSending: [Self.holder, Self.other]))
+
+        // One holder asked once sent each piece once, the last one last: nobody to tell.
+        var single = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
+        _ = single.begin(digest, length: bytes.count, from: Self.holder, now: Self.at(0))
+        var last: ChunkAssembler.PieceResult = .accepted
+        for piece in pieces { last = single.onPiece(piece, from: Self.holder, now: Self.at(20)) }
+        #expect(last == .complete(bytes: bytes, contributors: [Self.holder], stillSending: []))
+        // Given up before it is whole: whoever was asked is still sending.
+        _ = single.begin(digest, length: bytes.count, from: Self.holder, now: Self.at(30))
+        #expect(single.cancel(digest) == [Self.holder])
+        #expect(single.cancel(digest) == [], "nothing open")
     }
 
     @Test("a piece claiming another chunk length than the manifest's is refused (no oversized buffers)")

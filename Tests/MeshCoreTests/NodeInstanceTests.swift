@@ -222,6 +222,82 @@ struct NodeInstanceTests {
         #expect(holder.core.counters.chunkPayloadBytesSent > served + UInt64(wholeBytes), "no re-ask was served")
     }
 
+    @Test("a cancelled chunk: the holder sends no more of what it has queued, nor anything once a read under way ends")
+    func cancelledChunksStopAtTheHolder() throws {
+        var configuration = SimNode.Configuration()
+        configuration.storage.delay = .milliseconds(2)...(.milliseconds(2))
+        let mesh = SimMesh(seed: 12, link: LinkConditions(delay: .milliseconds(1)), configuration: configuration)
+        let holder = mesh.addNode(joiningThrough: [], at: .zero)
+        // Lazy: it fetches nothing itself; the test asks for the holder's chunks by hand.
+        var lazy = configuration
+        lazy.settings.lazy = true
+        let asker = mesh.addNode(joiningThrough: [holder.address], at: .zero + .milliseconds(10), configuration: lazy)
+        holder.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(4096 * 4)) }
+        mesh.simulator.run(until: .zero + .seconds(5))
+        let id = try #require(holder.core.attachments.first?.content)
+        let chunks = try #require(holder.store.manifest(id)).chunks
+        let sent = holder.core.counters.chunkPayloadBytesSent
+        // At 1 KiB/s in 256-byte pieces the chunk takes about 5 s; cancelled after one.
+        asker.plan(at: .zero + .seconds(6)) { node in
+            node.inject([.chunkWant(ChunkWant(digest: chunks[0], pieceSize: 256, rate: 1024))], to: holder.address, member: holder.id)
+        }
+        asker.plan(at: .zero + .seconds(7)) { node in
+            node.inject([.chunkCancel(ChunkCancel(digest: chunks[0]))], to: holder.address, member: holder.id)
+        }
+        mesh.simulator.run(until: .zero + .seconds(12))
+        let paced = holder.core.counters.chunkPayloadBytesSent - sent
+        let cancelled = holder.core.counters.chunkPayloadBytesCancelled
+        #expect(paced > 0 && paced < 2048, "\(paced) bytes went of a chunk cancelled after a fifth of its time")
+        #expect(paced + cancelled == 4096, "every piece either went or was dropped: \(paced) + \(cancelled)")
+        // Wanted and cancelled at once: the read is under way when the cancel comes.
+        asker.plan(at: .zero + .seconds(13)) { node in
+            node.inject([.chunkWant(ChunkWant(digest: chunks[1], pieceSize: 256))], to: holder.address, member: holder.id)
+            node.inject([.chunkCancel(ChunkCancel(digest: chunks[1]))], to: holder.address, member: holder.id)
+        }
+        mesh.simulator.run(until: .zero + .seconds(14))
+        #expect(holder.core.counters.chunkPayloadBytesSent - sent == paced, "a read under way was sent after its cancel")
+        // Wanted again after its cancel: served.
+        asker.plan(at: .zero + .seconds(15)) { node in
+            node.inject([.chunkWant(ChunkWant(digest: chunks[1], pieceSize: 256))], to: holder.address, member: holder.id)
+        }
+        mesh.simulator.run(until: .zero + .seconds(16))
+        #expect(holder.core.counters.chunkPayloadBytesSent - sent == paced + 4096)
+    }
+
+    @Test("a fetch whose pieces still come is not unavailable, though none of its chunks is asked right now")
+    func piecesStillComingAreProgress() throws {
+        var configuration = SimNode.Configuration()
+        configuration.settings.chunkSize = 65_536
+        configuration.settings.unavailableTimeout = .seconds(1)
+        let mesh = SimMesh(seed: 21, link: LinkConditions(delay: .milliseconds(5)), configuration: configuration)
+        let holder = mesh.addNode(joiningThrough: [], at: .zero)
+        var lazy = configuration
+        lazy.settings.lazy = true
+        let joiner = mesh.addNode(joiningThrough: [holder.address], at: .zero + .milliseconds(10), configuration: lazy)
+        // About 37 KB/s: each 64 KiB chunk takes longer than the fetch's patience.
+        _ = mesh.simulator.addAccessLink(for: [joiner.address], uplink: nil,
+                                         downlink: Bottleneck(megabitsPerSecond: 0.3, queue: .milliseconds(100)))
+        holder.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(65_536 * 8)) }
+        mesh.simulator.run(until: .zero + .seconds(4))
+        let id = try #require(holder.core.attachments.first?.content)
+        let chunks = try #require(holder.store.manifest(id)).chunks
+        joiner.plan(at: .zero + .seconds(4)) { $0.load(id) }
+        // The holder keeps answering "busy" to every want, while it still sends what it queued:
+        // often no chunk is asked of anyone, and for seconds none is whole.
+        for step in 0..<30 {
+            holder.plan(at: .zero + .seconds(4) + .milliseconds(300 + 100 * step)) { node in
+                for digest in chunks {
+                    node.inject([.chunkAbsent(ChunkAbsent(digest: digest, reason: .busy))], to: joiner.address, member: joiner.id)
+                }
+            }
+        }
+        mesh.simulator.run(until: .zero + .seconds(7) + .milliseconds(300))
+        #expect(joiner.core.counters.received.bytes(.transfer) > 65_536, "pieces came")
+        #expect(joiner.core.counters.fetchesFailed == 0, "failed unavailable while pieces came")
+        mesh.simulator.run(until: .zero + .seconds(60), checkEvery: .milliseconds(100)) { _ in !joiner.complete.isEmpty }
+        #expect(joiner.complete.contains(id), "the fetch did not finish once the holder stopped saying busy")
+    }
+
     @Test("an add that fails while the same bytes are being fetched leaves the fetch's chunks alone",
           arguments: SimulationSeeds.from(defaultCount: 3))
     func failedAddOfContentBeingFetched(seed: UInt64) throws {

@@ -81,6 +81,26 @@ import Testing
         #expect(pacer.due(now: Self.ms(2)).flatMap(\.pieces).map(\.index) == [1])
     }
 
+    @Test("a cancelled chunk's queued pieces are dropped, for that member only; the turn stays where it was")
+    func aCancelDropsWhatWaits() {
+        var pacer = PiecePacer()
+        // One piece per 10 ms: after a pause the first tick sends two (a0, b0).
+        pacer.setRate(100 * (1000 + ChunkPiece.overhead), for: Self.peer)
+        let a = SHA256Digest.hashing([1]), b = SHA256Digest.hashing([2]), c = SHA256Digest.hashing([3])
+        for digest in [a, b, c] { pacer.enqueue(Self.pieces(of: digest, count: 3), digest: digest, to: Self.peer) }
+        let first = pacer.due(now: Self.ms(1000)).first { $0.peer == Self.peer }?.pieces.map { ($0.digest == a ? "a" : "b") + "\($0.index)" }
+        #expect(first == ["a0", "b0"])
+        pacer.enqueue(Self.pieces(of: b, count: 3), digest: b, to: Self.other)
+        #expect(pacer.cancel(b, for: Self.peer) == 2000, "b's unsent pieces only")
+        #expect(pacer.queuedBytes(for: Self.peer) == 5000 && pacer.queuedBytes(for: Self.other) == 3000,
+                "another member's copy stays")
+        #expect(pacer.cancel(b, for: Self.peer) == 0, "twice is nothing")
+        pacer.setRate(0, for: Self.peer)
+        let rest = pacer.due(now: Self.ms(1001)).first { $0.peer == Self.peer }?.pieces.map { ($0.digest == a ? "a" : "c") + "\($0.index)" }
+        #expect(rest == ["c0", "a1", "c1", "a2", "c2"], "c's turn came after b's")
+        #expect(pacer.queuedBytes == 0)
+    }
+
     @Test func aMemberCanQueueOnlyItsCapOfChunks() {
         var pacer = PiecePacer()
         pacer.setRate(1024, for: Self.peer)

@@ -62,7 +62,7 @@ final class PieceAsker: SimulatedProcess {
     func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
         for case let .chunkPiece(piece) in SimEnvelope.openFrames(datagram)?.frames ?? [] {
             switch assembler.onPiece(piece, from: PieceHolder.id, now: now) {
-            case let .complete(bytes, _):
+            case let .complete(bytes, _, _):
                 if SHA256Digest.hashing(bytes) == piece.digest { complete[piece.digest] = bytes } else { bad += 1 }
             case .accepted, .duplicate, .unsolicited:
                 break

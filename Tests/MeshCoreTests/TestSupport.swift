@@ -157,6 +157,7 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .chunkWant(ChunkWant(digest: digest, pieceSize: 1, missing: gaps)),
         .chunkWant(ChunkWant(digest: digest, pieceSize: 1099, rate: 1_250_000)),
         .chunkPace(ChunkPace(rate: 0)), .chunkPace(ChunkPace(rate: 6 << 20)),
+        .chunkCancel(ChunkCancel(digest: digest)),
         .pathProbeRequest(PathProbeRequest(token: 0, size: 1472)), .pathProbeRequest(PathProbeRequest(token: .max, size: 65535)),
         .pathProbe(PathProbe(token: 1, padding: 0)), .pathProbe(PathProbe(token: .max, padding: 8900)),
         .observedAddress(ObservedAddress(address: v4)), .observedAddress(ObservedAddress(address: v6)),

@@ -45,6 +45,23 @@ struct TransferSchedulerTests {
         #expect(Set(next.map(\.index)).isDisjoint(with: opening.map(\.index)), "seed \(seed)")
     }
 
+    @Test("end game: the last chunks are asked of a second holder too", arguments: 1...5 as ClosedRange<UInt64>)
+    func endGameAsksASecondHolder(seed: UInt64) {
+        var scheduler = TransferScheduler(seed: seed)
+        // 2 chunks missing: the end game from the start, with room in both windows (2 each).
+        scheduler.start(manifest, have: partial([0, 1, 2, 3, 4, 5]))
+        scheduler.setAvailability(.full(manifest.chunks.count), of: manifest.id, at: first)
+        scheduler.setAvailability(.full(manifest.chunks.count), of: manifest.id, at: second)
+        let requests = scheduler.nextRequests(now: Self.start)
+        for index in [6, 7] {
+            let asked = requests.filter { $0.index == index }.map(\.peer)
+            #expect(Set(asked) == [first, second] && asked.count == 2, "seed \(seed): \(requests)")
+        }
+        // One copy arrived: the other is no longer in flight, and its holder's slot is free again.
+        scheduler.onChunk(attachment: manifest.id, index: 6, from: first, valid: true)
+        #expect(scheduler.window(of: second)?.inFlight == 1, "seed \(seed)")
+    }
+
     @Test("a window grows by the bytes that came, also while its chunks wait for a lost piece",
           arguments: 1...5 as ClosedRange<UInt64>)
     func windowGrowsByBytes(seed: UInt64) {
@@ -93,6 +110,30 @@ struct TransferSchedulerTests {
         // Two holders reached directly with room for 2 × window: the relayed one gets the rest, if any.
         #expect(requests.filter { $0.peer != second }.count == 2 * window, "seed \(seed): \(requests)")
         #expect(requests.filter { $0.peer == second }.count == min(window, 8 - 2 * window), "seed \(seed): \(requests)")
+    }
+
+    @Test("a chunk whole and being stored is not asked again, though its request timed out; a failed store asks again")
+    func aChunkBeingStoredIsNotAskedAgain() {
+        var scheduler = TransferScheduler(seed: 1)
+        scheduler.start(manifest, have: partial([1, 2, 3, 4, 5, 6, 7]))
+        scheduler.setAvailability(.full(8), of: manifest.id, at: first)
+        let asked = scheduler.nextRequests(now: Self.start)
+        #expect(asked.map(\.index) == [0])
+        // Its request timed out while its pieces still came; then the last one came.
+        let late = Self.start + scheduler.settings.requestTimeout + .milliseconds(1)
+        scheduler.onTick(now: late)
+        #expect(scheduler.timeouts == 1)
+        scheduler.onAssembled(attachment: manifest.id, index: 0)
+        let meanwhile = scheduler.nextRequests(now: late)
+        #expect(meanwhile.isEmpty, "asked again while its copy was being stored")
+        #expect(scheduler.hasRequestsInFlight(manifest.id), "a chunk being stored is still under way")
+        // The store failed: asked again.
+        scheduler.onMissing(attachment: manifest.id, index: 0, from: first)
+        let again = scheduler.nextRequests(now: late + .milliseconds(1))
+        #expect(again.map(\.index) == [0])
+        scheduler.onAssembled(attachment: manifest.id, index: 0)
+        let whole = scheduler.onChunk(attachment: manifest.id, index: 0, from: first, valid: true)
+        #expect(whole, "stored: the attachment is whole")
     }
 
     @Test("a chunk its only holder is busy with waits the retry time, then is asked again")

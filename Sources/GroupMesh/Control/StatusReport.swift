@@ -153,6 +153,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var chunksServed: UInt64
         public var chunksRejected: UInt64
         public var chunkPayloadBytesSent: UInt64
+        /// Piece bytes queued for members that cancelled the chunk before they went (`chunkCancel`).
+        public var chunkPayloadBytesCancelled: UInt64
         /// Wants sent again for the pieces of a chunk that did not come.
         public var pieceReasks: UInt64
         /// Pieces of chunks this node did not ask for (dropped).

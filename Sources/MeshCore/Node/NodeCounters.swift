@@ -17,6 +17,8 @@ public struct NodeCounters: Sendable, Equatable {
     /// Chunks whose bytes did not match their hash (never stored nor served).
     public var chunksRejected: UInt64 = 0
     public var chunkPayloadBytesSent: UInt64 = 0
+    /// Bytes of pieces queued for members that cancelled them before they went (`ChunkCancel`).
+    public var chunkPayloadBytesCancelled: UInt64 = 0
     /// Bytes of chunks fetched and stored (verified against their hash).
     public var chunkPayloadBytesFetched: UInt64 = 0
     /// Reliable application messages, per recipient: acknowledged, or not confirmed in time

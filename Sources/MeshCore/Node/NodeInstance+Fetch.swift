@@ -251,6 +251,7 @@ extension NodeInstance {
     /// A chunk put together from pieces, the last from `peer`: the store hashes it before keeping it.
     mutating func receiveChunk(_ digest: SHA256Digest, bytes: [UInt8], from peer: NodeID, contributors: Set<NodeID>) {
         guard let refs = requested.removeValue(forKey: digest), !refs.isEmpty else { return }
+        for ref in refs { transfer.onAssembled(attachment: ref.attachment, index: ref.index) }
         store(.writeChunk(bytes, expected: digest), .storeChunk(digest, refs: refs, from: peer, contributors: contributors))
     }
 
@@ -364,7 +365,7 @@ extension NodeInstance {
                 requested[digest]?.removeAll { $0.attachment == id }
                 if requested[digest]?.isEmpty == true {
                     requested[digest] = nil
-                    assembler.cancel(digest)
+                    for holder in assembler.cancel(digest) { sendPairwise([.chunkCancel(ChunkCancel(digest: digest))], to: holder) }
                 }
             }
             transfer.cancel(id)
@@ -422,10 +423,22 @@ extension NodeInstance {
         }
         for id in fetches.keys.sorted() {
             guard let fetch = fetches[id], case let .chunks(have) = fetch.stage,
-                  now >= fetch.lastProgress + settings.unavailableTimeout, !transfer.hasRequestsInFlight(id) else { continue }
+                  now >= lastProgress(of: id, fetch) + settings.unavailableTimeout, !transfer.hasRequestsInFlight(id) else { continue }
             finishFetch(id, .failure(.chunksUnavailable(id, missing: have.count - have.held, total: have.count)), now: now)
         }
         pumpTransfers(now: now)
+    }
+
+    /// A chunk stored, or a piece of one still coming: its requests may all have timed out at a
+    /// slow pace while the holders still send. Failed then, the fetch threw away the pieces of
+    /// every chunk under way and, asked again, they came whole a second time (holders sent 1.16×
+    /// the file on a line where replication yields to a download).
+    func lastProgress(of id: SHA256Digest, _ fetch: Fetch) -> MeshInstant {
+        var latest = fetch.lastProgress
+        for digest in manifests[id]?.chunks ?? [] where requested[digest] != nil {
+            if let piece = assembler.lastActivity(of: digest), piece > latest { latest = piece }
+        }
+        return latest
     }
 
     /// The earliest deadline of the fetches (only ones `fetchTick` acts on).
@@ -441,7 +454,7 @@ extension NodeInstance {
                 consider(answerBy)
                 if asking == nil { consider(deadline) }
             case .chunks where !transfer.hasRequestsInFlight(id):
-                consider(fetch.lastProgress + settings.unavailableTimeout)
+                consider(lastProgress(of: id, fetch) + settings.unavailableTimeout)
             default:
                 break
             }

@@ -17,6 +17,11 @@ extension NodeInstance {
                 serve(want, to: peer, now: now)
             case let .chunkPace(pace):
                 pacer.setRate(pace.rate, for: peer)
+            case let .chunkCancel(cancel):
+                let key = ServeBudget.Key(peer: peer, digest: cancel.digest)
+                // A read still under way is sent nothing when it ends.
+                if serving.contains(key) { cancelledServes.insert(key) }
+                counters.chunkPayloadBytesCancelled += UInt64(pacer.cancel(cancel.digest, for: peer))
             case let .chunkPiece(piece):
                 let result = assembler.onPiece(piece, from: peer, now: now)
                 // A round trip is measured by us alone: any holder's answer time will do.
@@ -47,7 +52,8 @@ extension NodeInstance {
                     break
                 }
                 switch result {
-                case let .complete(bytes, contributors):
+                case let .complete(bytes, contributors, stillSending):
+                    for holder in stillSending { sendPairwise([.chunkCancel(ChunkCancel(digest: piece.digest))], to: holder) }
                     pathMTU.onPieces(from: peer)
                     receiveChunk(piece.digest, bytes: bytes, from: peer, contributors: contributors)
                     progressed = true
@@ -106,6 +112,7 @@ extension NodeInstance {
         }
         // The same want again while its pieces are on their way: they will do.
         let key = ServeBudget.Key(peer: peer, digest: want.digest)
+        cancelledServes.remove(key)
         guard !serving.contains(key) else { return }
         // Admission: a full send queue or too many reads answers "busy", so that holders under
         // load shed wants instead of queueing bursts that arrive after the asker gave up.
@@ -138,8 +145,9 @@ extension NodeInstance {
 
     mutating func chunkReadForServing(_ result: Result<StorageOutcome, StorageFailure>, want: ChunkWant,
                                       to peer: NodeID, now: MeshInstant) {
-        serving.remove(ServeBudget.Key(peer: peer, digest: want.digest))
-        guard phase.isActive else { return }
+        let key = ServeBudget.Key(peer: peer, digest: want.digest)
+        serving.remove(key)
+        guard cancelledServes.remove(key) == nil, phase.isActive else { return }
         guard case let .success(.read(bytes?)) = result else {
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld))], to: peer)
         }

@@ -167,6 +167,8 @@ public struct NodeInstance: Sendable {
     // Serving chunks to others (NodeInstance+Serve).
     /// Chunk reads under way for other members, until their pieces are written.
     var serving: Set<ServeBudget.Key> = []
+    /// Of those, the ones whose asker cancelled them meanwhile (`ChunkCancel`): nothing is sent.
+    var cancelledServes: Set<ServeBudget.Key> = []
     /// Bytes of each chunk sent to each member lately: past two copies a second, a chunk kept in
     /// memory is read again for that member instead.
     var serveBudget = ServeBudget()

@@ -43,9 +43,10 @@ public struct ChunkAssembler: Sendable {
         case duplicate
         /// A piece of a chunk nobody asked for: dropped.
         case unsolicited
-        /// The last piece: the chunk, and every member that sent pieces of it (to blame all of
-        /// them should its hash not match).
-        case complete(bytes: [UInt8], contributors: Set<NodeID>)
+        /// The last piece: the chunk, every member that sent pieces of it (to blame all of them
+        /// should its hash not match), and the members that may still have pieces of it queued
+        /// (to be told to drop them).
+        case complete(bytes: [UInt8], contributors: Set<NodeID>, stillSending: [NodeID])
     }
 
     struct Download {
@@ -72,8 +73,17 @@ public struct ChunkAssembler: Sendable {
         var wholeWait: Duration
         /// Its missing pieces were asked for again: it waits for a repair, not a flow of pieces.
         var repairing = false
+        /// Wants sent for it, to anyone.
+        var wants = 0
 
         enum Placement { case refused, placed(answerTime: Duration?, complete: Bool) }
+
+        /// Members asked that may still have pieces queued once the chunk is whole: none when one
+        /// holder was asked once (it sent each piece once, the last one last); else every holder
+        /// asked (another's copy, or a want again for pieces still on the line, queued some twice).
+        var mayStillSend: [NodeID] {
+            holders.count == 1 && wants == 1 ? [] : holders
+        }
 
         /// Places a piece; with the holder's answer time when it was the first piece from the
         /// holder last asked, and whether the chunk is now whole. Everything is decided here,
@@ -149,6 +159,9 @@ public struct ChunkAssembler: Sendable {
     }
     public func isDownloading(_ digest: SHA256Digest) -> Bool { downloads[digest] != nil }
 
+    /// When a piece of the chunk last came (when it was asked for, before any came).
+    public func lastActivity(of digest: SHA256Digest) -> MeshInstant? { downloads[digest]?.lastActivity }
+
     /// Starts (or widens) the pull of a chunk from `holder`: the want to send, asking only for
     /// what is missing when pieces already came from others. Nil when too many chunks are open.
     public mutating func begin(_ digest: SHA256Digest, length: Int, from holder: NodeID, now: MeshInstant) -> ChunkWant? {
@@ -187,6 +200,7 @@ public struct ChunkAssembler: Sendable {
         }
         let missing = download.assembly?.missing
         download.lastAsked = missing.map(Self.highest) ?? Int.max
+        download.wants += 1
         downloads[digest] = download
         return ChunkWant(digest: digest, pieceSize: download.pieceSize, missing: missing)
     }
@@ -216,7 +230,8 @@ public struct ChunkAssembler: Sendable {
         }
         guard complete else { return .accepted }
         let download = downloads.remove(at: position).value
-        return .complete(bytes: download.assembly?.contents ?? [], contributors: download.contributors)
+        return .complete(bytes: download.assembly?.contents ?? [], contributors: download.contributors,
+                         stillSending: download.mayStillSend)
     }
 
     /// The want-to-first-piece time the last piece measured, once.
@@ -230,8 +245,10 @@ public struct ChunkAssembler: Sendable {
         downloads[digest]?.holders.removeAll { $0 == holder }
     }
 
-    public mutating func cancel(_ digest: SHA256Digest) {
-        downloads[digest] = nil
+    /// The chunk is no longer wanted. Returns the members asked for it (they may still be sending).
+    @discardableResult
+    public mutating func cancel(_ digest: SHA256Digest) -> [NodeID] {
+        downloads.removeValue(forKey: digest)?.holders ?? []
     }
 
     /// A member is gone: it is asked nothing more.

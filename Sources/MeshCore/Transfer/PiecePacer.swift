@@ -81,6 +81,20 @@ public struct PiecePacer: Sendable {
         return added
     }
 
+    /// `peer` wants no more of a chunk: its pieces still queued are dropped. Returns their bytes.
+    @discardableResult
+    public mutating func cancel(_ digest: SHA256Digest, for peer: NodeID) -> Int {
+        guard var lane = lanes[peer], let position = lane.chunks.firstIndex(where: { $0.digest == digest }) else { return 0 }
+        let queued = lane.chunks.remove(at: position)
+        let dropped = queued.pieces[queued.next...].reduce(0) { $0 + $1.payload.readableBytes }
+        // The turn stays with the chunk it was at.
+        if lane.turn > position { lane.turn -= 1 }
+        lane.bytes -= dropped
+        queuedBytes -= dropped
+        lanes[peer] = lane
+        return dropped
+    }
+
     /// The rate `peer` asked for (bytes per second; 0: unpaced).
     public mutating func setRate(_ rate: Int, for peer: NodeID) {
         lanes[peer, default: Lane()].rate = max(0, rate)

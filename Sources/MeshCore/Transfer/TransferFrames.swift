@@ -161,3 +161,19 @@ public struct ChunkAbsent: WireBody {
         buffer.writeInteger(reason.rawValue)
     }
 }
+
+/// "Send no more of this chunk": the asker has it whole, or has given it up. The holder drops the
+/// pieces it still has queued for the asker; those already sent are beyond recall.
+public struct ChunkCancel: WireBody {
+    public var digest: SHA256Digest
+
+    public init(digest: SHA256Digest) { self.digest = digest }
+
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        digest = try buffer.readDigest("cancel digest")
+    }
+
+    public func encode(into buffer: inout ByteBuffer) {
+        buffer.writeBytes(digest.bytes)
+    }
+}

@@ -57,6 +57,9 @@ public struct TransferScheduler: Sendable {
         /// Indexes whose copy, made of pieces from several members, failed its hash: asked of one
         /// member at a time from then on, so the one that lies is found.
         var solo: Set<Int> = []
+        /// Indexes whole and being checked and stored: not asked again meanwhile, even when their
+        /// requests timed out while the pieces still came.
+        var storing: Set<Int> = []
     }
 
     struct Peer: Sendable {
@@ -186,11 +189,20 @@ public struct TransferScheduler: Sendable {
         return true
     }
 
+    /// Chunk `index` of `attachment` is whole and goes to be checked and stored (`onChunk`, or
+    /// `onMixedBadChunk`, or `onMissing` for a store that failed, follow). Until then it is
+    /// not asked again: a request that timed out while its pieces still came leaves the chunk
+    /// looking missing, and asked again in that moment it was fetched whole a second time.
+    public mutating func onAssembled(attachment: SHA256Digest, index: Int) {
+        jobs[attachment]?.storing.insert(index)
+    }
+
     /// A chunk arrived from `peer` and was checked against its hash. Returns true when it
     /// completed its attachment.
     @discardableResult
     public mutating func onChunk(attachment: SHA256Digest, index: Int, from peer: NodeID, valid: Bool) -> Bool {
         guard var job = jobs[attachment] else { return false }
+        job.storing.remove(index)
         if let sentAt = job.inFlight[index]?.removeValue(forKey: peer) {
             peers[peer]?.inFlight -= 1
             if valid, let now = lastNow, var state = peers[peer] {
@@ -223,6 +235,7 @@ public struct TransferScheduler: Sendable {
     /// member at a time (no end-game second copy), where a bad copy names its sender.
     public mutating func onMixedBadChunk(attachment: SHA256Digest, index: Int, from contributors: Set<NodeID>) {
         guard var job = jobs[attachment] else { return }
+        job.storing.remove(index)
         for peer in contributors where job.inFlight[index]?.removeValue(forKey: peer) != nil {
             peers[peer]?.inFlight -= 1
         }
@@ -233,6 +246,7 @@ public struct TransferScheduler: Sendable {
 
     /// `peer` answered that it does not have the chunk (after all): ask someone else, no penalty.
     public mutating func onMissing(attachment: SHA256Digest, index: Int, from peer: NodeID) {
+        jobs[attachment]?.storing.remove(index)
         guard var job = jobs[attachment], job.inFlight[index]?.removeValue(forKey: peer) != nil else { return }
         peers[peer]?.inFlight -= 1
         job.refused[index, default: []].insert(peer)
@@ -286,9 +300,10 @@ public struct TransferScheduler: Sendable {
         return true
     }
 
-    /// Whether some chunk of the attachment is asked of someone right now.
+    /// Whether some chunk of the attachment is asked of someone, or being stored, right now.
     public func hasRequestsInFlight(_ attachment: SHA256Digest) -> Bool {
-        !(jobs[attachment]?.inFlight.isEmpty ?? true)
+        guard let job = jobs[attachment] else { return false }
+        return !job.inFlight.isEmpty || !job.storing.isEmpty
     }
 
     /// Requests that went unanswered: their members' windows halve, the chunks are asked again.
@@ -353,7 +368,8 @@ public struct TransferScheduler: Sendable {
             let bitmaps = holderBitmaps(of: id, count: job.have.count)
             if inFlight < maximumInFlight {
                 var missing = (0..<job.have.count).filter { index in
-                    !job.have.contains(index) && job.inFlight[index] == nil && (job.notBefore[index].map { now >= $0 } ?? true)
+                    !job.have.contains(index) && job.inFlight[index] == nil && !job.storing.contains(index)
+                        && (job.notBefore[index].map { now >= $0 } ?? true)
                 }
                 missing.shuffle(using: &random)
                 if !bitmaps.allSatisfy(\.bitmap.isComplete) {

@@ -28,6 +28,7 @@ public enum Frame: Equatable, Sendable {
     case chunkPiece(ChunkPiece)
     case chunkAbsent(ChunkAbsent)
     case chunkPace(ChunkPace)
+    case chunkCancel(ChunkCancel)
     // Key epochs (member removal).
     case epochHandover(EpochHandover)
     // Paths (how large a datagram a member's path to us carries).
@@ -66,6 +67,7 @@ public enum Frame: Equatable, Sendable {
         case .chunkPiece: return .chunkPiece
         case .chunkAbsent: return .chunkAbsent
         case .chunkPace: return .chunkPace
+        case .chunkCancel: return .chunkCancel
         case .epochHandover: return .epochHandover
         case .pathProbeRequest: return .pathProbeRequest
         case .pathProbe: return .pathProbe
@@ -101,6 +103,7 @@ public enum Frame: Equatable, Sendable {
         case let .chunkPiece(body): return body
         case let .chunkAbsent(body): return body
         case let .chunkPace(body): return body
+        case let .chunkCancel(body): return body
         case let .epochHandover(body): return body
         case let .pathProbeRequest(body): return body
         case let .pathProbe(body): return body
@@ -144,6 +147,7 @@ public enum Frame: Equatable, Sendable {
         case .chunkPiece: return .chunkPiece(try ChunkPiece(decoding: &body))
         case .chunkAbsent: return .chunkAbsent(try ChunkAbsent(decoding: &body))
         case .chunkPace: return .chunkPace(try ChunkPace(decoding: &body))
+        case .chunkCancel: return .chunkCancel(try ChunkCancel(decoding: &body))
         case .epochHandover: return .epochHandover(try EpochHandover(decoding: &body))
         case .pathProbeRequest: return .pathProbeRequest(try PathProbeRequest(decoding: &body))
         case .pathProbe: return .pathProbe(try PathProbe(decoding: &body))
@@ -182,6 +186,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case chunkPiece = 0x31
     case chunkAbsent = 0x32
     case chunkPace = 0x33
+    case chunkCancel = 0x34
     case epochHandover = 0x40
     case pathProbeRequest = 0x50
     case pathProbe = 0x51
