@@ -172,17 +172,16 @@ struct NodeInstanceTests {
         #expect(driver.core.phase == .stopped)
     }
 
-    @Test("a holder hears a cut of its pace past a thirty-second (an eighth at a trickle), a rise only past an eighth")
+    @Test("a holder hears a cut of its pace past a thirty-second, a rise only past an eighth")
     func pacesAreRetoldFinelyDownAndCoarselyUp() {
         let told = 640_000
-        #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 95 / 100, fineCuts: true), "a 5% cut must reach the holder")
-        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 99 / 100, fineCuts: true))
-        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 110 / 100, fineCuts: true), "a 10% rise can wait for the next want")
-        #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 115 / 100, fineCuts: true))
-        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told, fineCuts: true))
-        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 95 / 100, fineCuts: false), "at a trickle, only past an eighth")
-        #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 85 / 100, fineCuts: false))
-        #expect(!NodeInstance.paceNeedsRetelling(told: 1000, share: 900, fineCuts: true), "the wire carries 1 KiB/s either way")
+        #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 95 / 100), "a 5% cut must reach the holder")
+        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 99 / 100))
+        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 110 / 100), "a 10% rise can wait for the next want")
+        #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 115 / 100))
+        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told))
+        #expect(NodeInstance.paceNeedsRetelling(told: 32_768, share: 30_720), "at the floor too")
+        #expect(!NodeInstance.paceNeedsRetelling(told: 1000, share: 900), "the wire carries 1 KiB/s either way")
     }
 
     @Test("past its budget a member asking the same whole chunk again is answered busy; re-asks for lost pieces are served")

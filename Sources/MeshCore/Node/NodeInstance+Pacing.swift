@@ -57,23 +57,20 @@ extension NodeInstance {
     /// step and every rise reached the holders, worse in simulation); a cut cannot: delay mode's
     /// cuts at its target are a few percent, and retold only past an eighth they never reached
     /// the holders, whose queue grew on until a larger cut (to 60 ms on a 10 Mbit/s, 80 ms line).
-    /// At a trickle (`fineCuts` false) cuts too wait for an eighth: replication held at the floor
-    /// beside a TCP download, told every small cut, had its holders send 1.42× the file.
-    static func paceNeedsRetelling(told: Int, share: Int, fineCuts: Bool) -> Bool {
+    static func paceNeedsRetelling(told: Int, share: Int) -> Bool {
         // What the wire would carry must change too (whole KiB/s).
         guard ChunkPace.representable(share) != ChunkPace.representable(told) else { return false }
-        return share < told - told / (fineCuts ? 32 : 8) || share > told + told / 8
+        return share < told - told / 32 || share > told + told / 8
     }
 
     /// Holders with chunks in flight whose share moved enough since they were told hear the new
     /// pace (`paceNeedsRetelling`).
     mutating func retunePacing(now: MeshInstant) {
         let inFlight = transfer.inFlightByPeer
-        let fineCuts = downlink.rate >= Double(4 * downlink.settings.minimumRate)
         for peer in toldRates.keys where inFlight[peer] == nil { toldRates[peer] = nil }
         for peer in inFlight.keys.sorted() {
             let share = paceShare(for: peer, inFlight: inFlight)
-            guard let told = toldRates[peer], Self.paceNeedsRetelling(told: told, share: share, fineCuts: fineCuts) else { continue }
+            guard let told = toldRates[peer], Self.paceNeedsRetelling(told: told, share: share) else { continue }
             toldRates[peer] = share
             sendPairwise([.chunkPace(ChunkPace(rate: share))], to: peer)
         }
