@@ -148,6 +148,17 @@ struct ChunkAssemblyTests {
         _ = single.begin(digest, length: bytes.count, from: Self.holder, now: Self.at(30))
         #expect(single.cancel(digest) == [Self.holder])
         #expect(single.cancel(digest) == [], "nothing open")
+
+        // A holder that answered busy to a later want still hears the cancel: its first pieces
+        // may still be queued. Pieces of a member never asked are placed, but are no progress.
+        var busy = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
+        _ = busy.begin(digest, length: bytes.count, from: Self.holder, now: Self.at(0))
+        _ = busy.onPiece(pieces[0], from: Self.other, now: Self.at(5))
+        #expect(busy.lastAskedPiece(of: digest) == nil, "a stranger's piece kept the fetch alive")
+        _ = busy.onPiece(pieces[1], from: Self.holder, now: Self.at(6))
+        #expect(busy.lastAskedPiece(of: digest) == Self.at(6))
+        busy.onAbsent(digest, from: Self.holder)
+        #expect(busy.cancel(digest) == [Self.holder])
     }
 
     @Test("a piece claiming another chunk length than the manifest's is refused (no oversized buffers)")

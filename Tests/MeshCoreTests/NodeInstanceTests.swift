@@ -263,6 +263,38 @@ struct NodeInstanceTests {
         #expect(holder.core.counters.chunkPayloadBytesSent - sent == paced + 4096)
     }
 
+    @Test("end game: once a chunk is whole, the other holder asked for it drops what it still has queued")
+    func endGameCopiesAreCancelled() throws {
+        var configuration = SimNode.Configuration()
+        configuration.settings.chunkSize = 65_536
+        let mesh = SimMesh(seed: 31, link: LinkConditions(delay: .milliseconds(10)), configuration: configuration)
+        let first = mesh.addNode(joiningThrough: [], at: .zero)
+        let second = mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10))
+        // Random bytes: four chunks of their own (a pattern repeats chunks, stored and fetched once).
+        var random = SplitMix64(seed: 31)
+        let bytes = random.bytes(65_536 * 4)
+        first.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
+        mesh.simulator.run(until: .zero + .seconds(20), checkEvery: .milliseconds(100)) { _ in !second.complete.isEmpty }
+        let id = try #require(second.complete.first)
+        var lazy = configuration
+        lazy.settings.lazy = true
+        let joiner = mesh.addNode(joiningThrough: [first.address], at: mesh.simulator.now + .milliseconds(10), configuration: lazy)
+        // 2 Mbit/s: the holders' paced queues still hold pieces when a chunk is whole.
+        _ = mesh.simulator.addAccessLink(for: [joiner.address], uplink: nil,
+                                         downlink: Bottleneck(megabitsPerSecond: 2, queue: .milliseconds(100)))
+        mesh.simulator.run(for: .seconds(4))
+        let holders = [first, second]
+        let sentBefore = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +)
+        joiner.plan(at: mesh.simulator.now + .milliseconds(1)) { $0.load(id) }
+        mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(20)) { _ in joiner.complete.contains(id) }
+        #expect(joiner.complete.contains(id))
+        let cancelled = holders.map(\.core.counters.chunkPayloadBytesCancelled).reduce(0, +)
+        let sent = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) - sentBefore
+        #expect(cancelled > 0, "every chunk is in the end game here: some second copy was still queued")
+        #expect(sent + cancelled >= 65_536 * 4, "what went and what was dropped cover the file at least")
+        #expect(joiner.core.counters.piecesUnsolicited * 1_000 < 65_536 * 4 / 4, "many pieces came after their chunk was whole")
+    }
+
     @Test("a fetch whose pieces still come is not unavailable, though none of its chunks is asked right now")
     func piecesStillComingAreProgress() throws {
         var configuration = SimNode.Configuration()
@@ -290,8 +322,17 @@ struct NodeInstanceTests {
                 }
             }
         }
-        mesh.simulator.run(until: .zero + .seconds(7) + .milliseconds(300))
-        #expect(joiner.core.counters.received.bytes(.transfer) > 65_536, "pieces came")
+        // What the test is about: moments with nothing asked and no chunk stored for over a second.
+        var held = -1, heldSince = MeshInstant.zero, endangered = false, piecesCame = false
+        mesh.simulator.run(until: .zero + .seconds(7) + .milliseconds(300), checkEvery: .milliseconds(10)) { sim in
+            guard let fetch = joiner.core.fetches[id] else { return false }
+            if fetch.held ?? 0 != held { held = fetch.held ?? 0; heldSince = sim.now }
+            if !joiner.core.transfer.hasRequestsInFlight(id), sim.now - heldSince > .seconds(1) { endangered = true }
+            piecesCame = piecesCame || chunks.contains { joiner.core.assembler.lastAskedPiece(of: $0) != nil }
+            return false
+        }
+        #expect(endangered, "never idle long enough to test anything")
+        #expect(piecesCame, "no piece of an asked chunk came")
         #expect(joiner.core.counters.fetchesFailed == 0, "failed unavailable while pieces came")
         mesh.simulator.run(until: .zero + .seconds(60), checkEvery: .milliseconds(100)) { _ in !joiner.complete.isEmpty }
         #expect(joiner.complete.contains(id), "the fetch did not finish once the holder stopped saying busy")

@@ -136,6 +136,29 @@ struct TransferSchedulerTests {
         #expect(whole, "stored: the attachment is whole")
     }
 
+    @Test("the end game asks no second copy of a chunk being stored; a bad copy or a mixed one is asked again")
+    func endGameSkipsAChunkBeingStored() {
+        var scheduler = TransferScheduler(seed: 3)
+        scheduler.start(manifest, have: partial([1, 2, 3, 4, 5, 6, 7]))
+        scheduler.setAvailability(.full(8), of: manifest.id, at: first)
+        let asked = scheduler.nextRequests(now: Self.start)
+        #expect(asked.map(\.index) == [0])
+        // A second holder appears while the only copy is being stored: nothing to ask.
+        scheduler.onAssembled(attachment: manifest.id, index: 0)
+        scheduler.setAvailability(.full(8), of: manifest.id, at: second)
+        let meanwhile = scheduler.nextRequests(now: Self.start + .milliseconds(1))
+        #expect(meanwhile.isEmpty, "a second copy of a chunk already whole: \(meanwhile)")
+        // Its hash did not match: asked again (of the other member).
+        scheduler.onChunk(attachment: manifest.id, index: 0, from: first, valid: false)
+        let retry = scheduler.nextRequests(now: Self.start + .milliseconds(2))
+        #expect(retry.map(\.index) == [0] && retry.map(\.peer) == [second])
+        // A copy of pieces from both that failed: asked again of one at a time.
+        scheduler.onAssembled(attachment: manifest.id, index: 0)
+        scheduler.onMixedBadChunk(attachment: manifest.id, index: 0, from: [first, second])
+        let solo = scheduler.nextRequests(now: Self.start + .milliseconds(3))
+        #expect(solo.map(\.index) == [0])
+    }
+
     @Test("a chunk its only holder is busy with waits the retry time, then is asked again")
     func busyHolderIsAskedAfterTheRetry() {
         var scheduler = TransferScheduler(seed: 1)

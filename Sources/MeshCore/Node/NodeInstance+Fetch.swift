@@ -422,21 +422,23 @@ extension NodeInstance {
             dirtyBitmaps = []
         }
         for id in fetches.keys.sorted() {
-            guard let fetch = fetches[id], case let .chunks(have) = fetch.stage,
-                  now >= lastProgress(of: id, fetch) + settings.unavailableTimeout, !transfer.hasRequestsInFlight(id) else { continue }
+            // The scan of the chunks under way last: most ticks of a fetch have requests in flight.
+            guard let fetch = fetches[id], case let .chunks(have) = fetch.stage, !transfer.hasRequestsInFlight(id),
+                  now >= fetch.lastProgress + settings.unavailableTimeout,
+                  now >= lastProgress(of: id, fetch) + settings.unavailableTimeout else { continue }
             finishFetch(id, .failure(.chunksUnavailable(id, missing: have.count - have.held, total: have.count)), now: now)
         }
         pumpTransfers(now: now)
     }
 
-    /// A chunk stored, or a piece of one still coming: its requests may all have timed out at a
-    /// slow pace while the holders still send. Failed then, the fetch threw away the pieces of
-    /// every chunk under way and, asked again, they came whole a second time (holders sent 1.16×
-    /// the file on a line where replication yields to a download).
+    /// A chunk stored, or a piece of one still coming from a member asked for it: its requests may
+    /// all have timed out at a slow pace while the holders still send. Failed then, the fetch threw
+    /// away the pieces of every chunk under way and, asked again, they came whole a second time
+    /// (holders sent 1.16× the file on a line where replication yields to a download).
     func lastProgress(of id: SHA256Digest, _ fetch: Fetch) -> MeshInstant {
         var latest = fetch.lastProgress
-        for digest in manifests[id]?.chunks ?? [] where requested[digest] != nil {
-            if let piece = assembler.lastActivity(of: digest), piece > latest { latest = piece }
+        for digest in manifests[id]?.chunks ?? [] where requested[digest]?.contains(where: { $0.attachment == id }) == true {
+            if let piece = assembler.lastAskedPiece(of: digest), piece > latest { latest = piece }
         }
         return latest
     }

@@ -73,16 +73,21 @@ public struct ChunkAssembler: Sendable {
         var wholeWait: Duration
         /// Its missing pieces were asked for again: it waits for a repair, not a flow of pieces.
         var repairing = false
-        /// Wants sent for it, to anyone.
+        /// Wants sent for it, to anyone, and everyone they went to (`holders` forgets those that
+        /// answered busy, whose earlier pieces may still be queued).
         var wants = 0
+        var asked: Set<NodeID> = []
+        /// When a piece last came from a member asked for it (anyone's pieces are placed, but only
+        /// these say the fetch goes on: a stranger's trickle must not keep it alive).
+        var lastAskedPiece: MeshInstant?
 
         enum Placement { case refused, placed(answerTime: Duration?, complete: Bool) }
 
         /// Members asked that may still have pieces queued once the chunk is whole: none when one
-        /// holder was asked once (it sent each piece once, the last one last); else every holder
+        /// member was asked once (it sent each piece once, the last one last); else every member
         /// asked (another's copy, or a want again for pieces still on the line, queued some twice).
         var mayStillSend: [NodeID] {
-            holders.count == 1 && wants == 1 ? [] : holders
+            asked.count == 1 && wants == 1 ? [] : asked.sorted()
         }
 
         /// Places a piece; with the holder's answer time when it was the first piece from the
@@ -101,6 +106,7 @@ public struct ChunkAssembler: Sendable {
                 lastContributor = peer
             }
             lastActivity = now
+            if asked.contains(peer) { lastAskedPiece = now }
             stall = silence
             nextAsk = now + stall
             guard assembly?.isComplete != true else { return .placed(answerTime: answer, complete: true) }
@@ -159,8 +165,8 @@ public struct ChunkAssembler: Sendable {
     }
     public func isDownloading(_ digest: SHA256Digest) -> Bool { downloads[digest] != nil }
 
-    /// When a piece of the chunk last came (when it was asked for, before any came).
-    public func lastActivity(of digest: SHA256Digest) -> MeshInstant? { downloads[digest]?.lastActivity }
+    /// When a piece of the chunk last came from a member asked for it; nil before the first.
+    public func lastAskedPiece(of digest: SHA256Digest) -> MeshInstant? { downloads[digest]?.lastAskedPiece }
 
     /// Starts (or widens) the pull of a chunk from `holder`: the want to send, asking only for
     /// what is missing when pieces already came from others. Nil when too many chunks are open.
@@ -201,6 +207,7 @@ public struct ChunkAssembler: Sendable {
         let missing = download.assembly?.missing
         download.lastAsked = missing.map(Self.highest) ?? Int.max
         download.wants += 1
+        if let holder = download.holders.last { download.asked.insert(holder) }
         downloads[digest] = download
         return ChunkWant(digest: digest, pieceSize: download.pieceSize, missing: missing)
     }
@@ -248,7 +255,7 @@ public struct ChunkAssembler: Sendable {
     /// The chunk is no longer wanted. Returns the members asked for it (they may still be sending).
     @discardableResult
     public mutating func cancel(_ digest: SHA256Digest) -> [NodeID] {
-        downloads.removeValue(forKey: digest)?.holders ?? []
+        downloads.removeValue(forKey: digest)?.asked.sorted() ?? []
     }
 
     /// A member is gone: it is asked nothing more.

@@ -392,7 +392,8 @@ public struct TransferScheduler: Sendable {
             // End game: the last few chunks, each also from a second holder.
             let outstanding = job.have.count - job.have.held
             if outstanding <= settings.endGameChunks {
-                for index in job.inFlight.keys.sorted() where (job.inFlight[index]?.count ?? 0) == 1 && !job.solo.contains(index) {
+                for index in job.inFlight.keys.sorted()
+                where (job.inFlight[index]?.count ?? 0) == 1 && !job.solo.contains(index) && !job.storing.contains(index) {
                     let asked = Set(job.inFlight[index]?.keys ?? [:].keys)
                     guard let peer = pickHolder(holders(of: index, among: bitmaps),
                                                 excluding: asked.union(job.refused[index] ?? [])) else { continue }
