@@ -24,6 +24,16 @@ struct TransferSchedulerTests {
         return scheduler
     }
 
+    /// Every chunk but 0 held, `first` holds all and was just asked for chunk 0.
+    func onlyChunkZeroAskedOfFirst(seed: UInt64) -> TransferScheduler {
+        var scheduler = TransferScheduler(seed: seed)
+        scheduler.start(manifest, have: partial([1, 2, 3, 4, 5, 6, 7]))
+        scheduler.setAvailability(.full(8), of: manifest.id, at: first)
+        let asked = scheduler.nextRequests(now: Self.start)
+        #expect(asked.map(\.index) == [0], "seed \(seed)")
+        return scheduler
+    }
+
     @Test("windows fill, nothing more is asked while they are full, and a chunk that arrives opens its sender's",
           arguments: 1...5 as ClosedRange<UInt64>)
     func windowsBoundRequests(seed: UInt64) {
@@ -114,11 +124,7 @@ struct TransferSchedulerTests {
 
     @Test("a chunk whole and being stored is not asked again, though its request timed out; a failed store asks again")
     func aChunkBeingStoredIsNotAskedAgain() {
-        var scheduler = TransferScheduler(seed: 1)
-        scheduler.start(manifest, have: partial([1, 2, 3, 4, 5, 6, 7]))
-        scheduler.setAvailability(.full(8), of: manifest.id, at: first)
-        let asked = scheduler.nextRequests(now: Self.start)
-        #expect(asked.map(\.index) == [0])
+        var scheduler = onlyChunkZeroAskedOfFirst(seed: 1)
         // Its request timed out while its pieces still came; then the last one came.
         let late = Self.start + scheduler.settings.requestTimeout + .milliseconds(1)
         scheduler.onTick(now: late)
@@ -138,11 +144,7 @@ struct TransferSchedulerTests {
 
     @Test("the end game asks no second copy of a chunk being stored; a bad copy or a mixed one is asked again")
     func endGameSkipsAChunkBeingStored() {
-        var scheduler = TransferScheduler(seed: 3)
-        scheduler.start(manifest, have: partial([1, 2, 3, 4, 5, 6, 7]))
-        scheduler.setAvailability(.full(8), of: manifest.id, at: first)
-        let asked = scheduler.nextRequests(now: Self.start)
-        #expect(asked.map(\.index) == [0])
+        var scheduler = onlyChunkZeroAskedOfFirst(seed: 3)
         // A second holder appears while the only copy is being stored: nothing to ask.
         scheduler.onAssembled(attachment: manifest.id, index: 0)
         scheduler.setAvailability(.full(8), of: manifest.id, at: second)
