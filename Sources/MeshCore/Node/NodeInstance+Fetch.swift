@@ -365,7 +365,7 @@ extension NodeInstance {
                 requested[digest]?.removeAll { $0.attachment == id }
                 if requested[digest]?.isEmpty == true {
                     requested[digest] = nil
-                    for holder in assembler.cancel(digest) { sendPairwise([.chunkCancel(ChunkCancel(digest: digest))], to: holder) }
+                    sendCancels(of: digest, to: assembler.cancel(digest))
                 }
             }
             transfer.cancel(id)

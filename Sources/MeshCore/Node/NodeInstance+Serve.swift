@@ -53,7 +53,7 @@ extension NodeInstance {
                 }
                 switch result {
                 case let .complete(bytes, contributors, stillSending):
-                    for holder in stillSending { sendPairwise([.chunkCancel(ChunkCancel(digest: piece.digest))], to: holder) }
+                    sendCancels(of: piece.digest, to: stillSending)
                     pathMTU.onPieces(from: peer)
                     receiveChunk(piece.digest, bytes: bytes, from: peer, contributors: contributors)
                     progressed = true
@@ -84,6 +84,11 @@ extension NodeInstance {
         } else if rateMayHaveChanged {
             retunePacing(now: now)
         }
+    }
+
+    /// Tells members asked for a chunk to send no more of it (`ChunkCancel`).
+    mutating func sendCancels(of digest: SHA256Digest, to members: [NodeID]) {
+        for member in members { sendPairwise([.chunkCancel(ChunkCancel(digest: digest))], to: member) }
     }
 
     mutating func logDownlink() {
