@@ -61,10 +61,7 @@ public struct PiecePacer: Sendable {
         // would go unused, so the new pieces take its place.
         if let position = lane.chunks.firstIndex(where: { $0.digest == digest }),
            lane.chunks[position].pieces.first?.pieceSize != pieces[0].pieceSize {
-            let queued = lane.chunks.remove(at: position)
-            let stale = queued.pieces[queued.next...].reduce(0) { $0 + $1.payload.readableBytes }
-            lane.bytes -= stale
-            queuedBytes -= stale
+            queuedBytes -= lane.removeChunk(at: position)
         }
         if let position = lane.chunks.firstIndex(where: { $0.digest == digest }) {
             for piece in pieces where lane.chunks[position].indexes.insert(piece.index).inserted {
@@ -85,11 +82,7 @@ public struct PiecePacer: Sendable {
     @discardableResult
     public mutating func cancel(_ digest: SHA256Digest, for peer: NodeID) -> Int {
         guard var lane = lanes[peer], let position = lane.chunks.firstIndex(where: { $0.digest == digest }) else { return 0 }
-        let queued = lane.chunks.remove(at: position)
-        let dropped = queued.pieces[queued.next...].reduce(0) { $0 + $1.payload.readableBytes }
-        // The turn stays with the chunk it was at.
-        if lane.turn > position { lane.turn -= 1 }
-        lane.bytes -= dropped
+        let dropped = lane.removeChunk(at: position)
         queuedBytes -= dropped
         lanes[peer] = lane
         return dropped
@@ -149,6 +142,16 @@ public struct PiecePacer: Sendable {
 }
 
 extension PiecePacer.Lane {
+    /// Drops a queued chunk's unsent pieces; returns their bytes. The turn stays with the chunk
+    /// it was at.
+    mutating func removeChunk(at position: Int) -> Int {
+        let queued = chunks.remove(at: position)
+        let dropped = queued.pieces[queued.next...].reduce(0) { $0 + $1.payload.readableBytes }
+        if turn > position { turn -= 1 }
+        bytes -= dropped
+        return dropped
+    }
+
     /// The next piece, taking the chunks in turn.
     mutating func take() -> ChunkPiece? {
         guard !chunks.isEmpty else { return nil }
