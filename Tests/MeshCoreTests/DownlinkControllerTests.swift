@@ -405,6 +405,56 @@ import Testing
         #expect(competedAt == nil, "competed at \(competedAt ?? 0) s")
     }
 
+    /// A probe that finds the line ours alone asked a quarter more than it carries, and left
+    /// that in the queue: the rate goes to what arrived, drained for two intervals, then back to
+    /// what arrived; not to the rate before the test (above what arrives, or the test would not
+    /// have run), which left the probe's queue to delay mode's cuts (a lone get on a 10 Mbit/s,
+    /// 80 ms line overflowed its queue and fell to a third of the line for 5 s, in simulation).
+    @Test("after a probe that finds the line its own, a lone get drains the probe's queue, then asks what arrived")
+    func aProbeThatFindsTheLineOursDrainsItsQueue() throws {
+        var controller = DownlinkController()
+        controller.setPriority(.foreground)
+        controller.onRoundTrip(.milliseconds(100), now: .zero)
+        let line = 1e6
+        var packet: UInt64 = 0
+        var t = 0.0, last = 0.0, queue = 0.0
+        var probing = false
+        var ended: (at: Double, rate: Double)?
+        var settled: Double?
+        while t < 20, settled == nil {
+            let now = MeshInstant.zero + .seconds(t)
+            let dt = t - last
+            last = t
+            // Our own queue, as in the test above, up to a 100 ms buffer; after the probe, it
+            // follows the rate asked.
+            if ended != nil {
+                queue = min(0.1, max(0, queue + (controller.rate - line) / line * dt))
+            } else if t < 0.1 {
+                queue = 0
+            } else if controller.isSlowingDown {
+                queue = max(0.001, queue - 0.875 * dt)
+            } else if controller.isProbing {
+                queue = min(0.1, queue + 0.25 * dt)
+            } else {
+                queue = queue > 0.022 ? max(0.022, queue - 0.1 * dt) : min(0.022, queue + 0.25 * dt)
+            }
+            packet += 1
+            controller.onDatagram(from: Self.holder, packetNumber: packet, carriesPiece: true)
+            controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64((0.020 + queue) * 1e6)),
+                               from: Self.holder, now: now)
+            controller.onTick(now: now)
+            if probing, !controller.isProbing, controller.lastProbeGain != nil, ended == nil { ended = (t, controller.rate) }
+            probing = controller.isProbing
+            if let ended, t >= ended.at + 0.35 { settled = controller.rate }
+            t += 1400 / line
+        }
+        let end = try #require(ended, "no probe judged in 20 s (\(controller.slowdowns) tests)")
+        #expect(controller.slowdownsFoundAnotherFlow == 0)
+        #expect(end.rate <= 0.9 * line && end.rate >= 0.45 * line, "after the probe: \(end.rate) with \(line) arriving")
+        let back = try #require(settled)
+        #expect(back >= 0.95 * line && back <= 1.15 * line, "three intervals on: \(back) with \(line) arriving")
+    }
+
     /// After a cut, the excess queue drains at the share cut, and only after the cut has shown: a
     /// second cut waits for both. (Judged two intervals on, one queue cut a lone get twice, to a
     /// sixth of its line, through the emulator.)

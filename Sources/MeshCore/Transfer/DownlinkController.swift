@@ -233,7 +233,7 @@ public struct DownlinkController: Sendable {
     /// That queue stayed and was drained once (`closeInterval`); the rate to go back to at the
     /// next close, and the drained rate (a rate changed meanwhile by anything else stays).
     private var untrustedDrained = false
-    private var drainReturn: (rate: Double, drained: Double)?
+    private var drainReturn: (rate: Double, drained: Double, until: MeshInstant)?
     /// The rates set at the last two closes, older first. An interval's deliveries answer to the
     /// older one: a new rate reaches the holders half a round trip after a close, and their
     /// pieces reach us another half later, as the next interval ends.
@@ -359,7 +359,7 @@ public struct DownlinkController: Sendable {
                 wasOver = false
                 untrustedHeld = false
                 untrustedDrained = false
-                endDrain()
+                endDrain(now: nil)
                 untrustedHeldAfterGrowth = false
                 testAtOnceUntil = nil
                 slowStartGrew = false
@@ -476,6 +476,7 @@ public struct DownlinkController: Sendable {
     /// The probe is over: back to the rate before the test, competing if asking more brought more.
     private mutating func endProbe(_ probe: Probe, judged: Bool = true, now: MeshInstant) {
         self.probe = nil
+        let asked = rate
         rate = probe.rate
         holdUntil = now + interval * 2
         // The test and the probe both left the queue below the target (the test drained it; a
@@ -504,7 +505,26 @@ public struct DownlinkController: Sendable {
             // fetch another eighth of a test).
             ownQueueConfirmed = true
             foundOwnQueue(now: now)
+            drainProbe(asked: asked, arrived: gain * probe.deliveredBefore, now: now)
         }
+    }
+
+    /// A probe that found the line ours alone asked more than it carries, and that excess stands
+    /// in the queue: the rate goes to what arrived during the probe (the rate before the test was
+    /// already past it, or the test would not have run), drained for two intervals by what the
+    /// queue holds and what is still on its way at the probe's rate, as slow start's overshoot is.
+    /// Back at the rate before the test, a lone get on a 10 Mbit/s, 80 ms line left the probe's
+    /// queue (97 ms, overflowing) to delay mode's cuts: down to a third of the line, and 5 s to
+    /// grow back (in simulation).
+    private mutating func drainProbe(asked: Double, arrived: Double, now: MeshInstant) {
+        let minimum = Double(settings.minimumRate)
+        guard arrived > minimum else { return }
+        let line = min(rate, arrived)
+        let intervalSeconds = interval.milliseconds / 1000
+        let excess = queueingDelay.milliseconds / 1000 + max(0, asked / arrived - 1) * intervalSeconds
+        rate = max(minimum, line * max(0.5, 1 - excess / (2 * intervalSeconds)))
+        drainReturn = (line, rate, now + interval * 2)
+        holdUntil = now + interval * 3
     }
 
     /// A test found the queue our own: the next waits longer, except the first repeat.
@@ -580,7 +600,7 @@ public struct DownlinkController: Sendable {
     }
 
     private mutating func closeInterval(now: MeshInstant) {
-        endDrain()
+        endDrain(now: now)
         // What the deliveries of this interval answered to; the rate set below shows two closes on.
         let shownRate = askedRates.older
         defer { askedRates = (askedRates.newer, rate) }
@@ -623,7 +643,7 @@ public struct DownlinkController: Sendable {
                     untrustedDrained = true
                     let held = max(Double(settings.minimumRate), min(rate, delivered))
                     rate = max(Double(settings.minimumRate), held * max(0.5, 1 - highest / (interval.milliseconds / 1000)))
-                    drainReturn = (held, rate)
+                    drainReturn = (held, rate, now)
                 }
                 return
             }
@@ -830,10 +850,13 @@ public struct DownlinkController: Sendable {
         rate = min(Double(settings.maximumRate), max(Double(settings.minimumRate), rate))
     }
 
-    /// A drain lasts until the next close (or a pause): back to the rate held, unless something
-    /// else set the rate meanwhile (a proven holder's brake, a test), whose word stands.
-    private mutating func endDrain() {
-        if let back = drainReturn, rate == back.drained { rate = back.rate }
+    /// A drain lasts until the first close past its end (or a pause, `now` nil): back to the rate
+    /// held, unless something else set the rate meanwhile (a proven holder's brake, a test),
+    /// whose word stands.
+    private mutating func endDrain(now: MeshInstant?) {
+        guard let back = drainReturn else { return }
+        if let now, now < back.until, rate == back.drained { return }
+        if rate == back.drained { rate = back.rate }
         drainReturn = nil
     }
 
