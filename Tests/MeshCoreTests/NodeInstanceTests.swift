@@ -172,9 +172,13 @@ struct NodeInstanceTests {
         #expect(driver.core.phase == .stopped)
     }
 
-    @Test("a holder hears a cut of its pace past a thirty-second, a rise only past an eighth")
+    @Test("a holder hears a cut of its pace past a thirty-second, a rise past an eighth, or past a thirty-second once its pace settled")
     func pacesAreRetoldFinelyDownAndCoarselyUp() {
         let told = 640_000
+        #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 105 / 100, settled: true),
+                "a 5% rise reaches a holder told long ago (delay mode grows past what arrives by less than an eighth)")
+        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 105 / 100))
+        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 101 / 100, settled: true))
         #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 95 / 100), "a 5% cut must reach the holder")
         #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 99 / 100))
         #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 110 / 100), "a 10% rise can wait for the next want")

@@ -208,7 +208,7 @@ extension NodeInstance {
             measurePath(from: request.peer, now: now)
             if let length = manifests[request.attachment]?.length(ofChunk: request.index),
                let want = assembler.begin(request.digest, length: length, from: request.peer, now: now) {
-                sendWant(want, to: request.peer)
+                sendWant(want, to: request.peer, now: now)
             } else {
                 transfer.onBusy(attachment: request.attachment, index: request.index, from: request.peer, now: now)
             }
@@ -410,7 +410,7 @@ extension NodeInstance {
             replicate(now: now)
         }
         if fetchRetries.values.contains(where: { now >= $0.at }) { replicate(now: now) }
-        for (peer, want) in assembler.onTick(now: now) { sendWant(want, to: peer) }
+        for (peer, want) in assembler.onTick(now: now) { sendWant(want, to: peer, now: now) }
         reportSilences(now: now)
         applyPath(pathMTU.onTick(now: now), now: now)
         if now >= nextAvailabilityAt, !dirtyBitmaps.isEmpty {

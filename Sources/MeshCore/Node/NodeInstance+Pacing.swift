@@ -44,11 +44,11 @@ extension NodeInstance {
     }
 
     /// A want carrying the pace asked of its holder, who is then counted as told.
-    mutating func sendWant(_ want: ChunkWant, to peer: NodeID) {
+    mutating func sendWant(_ want: ChunkWant, to peer: NodeID, now: MeshInstant) {
         var want = want
         let share = paceShare(for: peer, inFlight: transfer.inFlightByPeer)
         want.rate = ChunkPace.representable(share)
-        toldRates[peer] = share
+        toldRates[peer] = (share, now)
         sendPairwise([.chunkWant(want)], to: peer)
     }
 
@@ -57,21 +57,39 @@ extension NodeInstance {
     /// step and every rise reached the holders, worse in simulation); a cut cannot: delay mode's
     /// cuts at its target are a few percent, and retold only past an eighth they never reached
     /// the holders, whose queue grew on until a larger cut (to 60 ms on a 10 Mbit/s, 80 ms line).
-    static func paceNeedsRetelling(told: Int, share: Int) -> Bool {
+    ///
+    /// A rise of more than a thirty-second is retold too once the last pace is `settled` (told
+    /// `paceSettlesAfter` control intervals ago): delay mode grows at most an eighth past what
+    /// arrives, and what arrives is a little under the pace told (a lost piece, the last of a
+    /// chunk), so with wants far apart (a holder with several chunks queued at a low pace) its
+    /// rises never reached the holders. A lone get after a cut sat at half its line for 1.4 s on
+    /// a 10 Mbit/s, 80 ms line (in simulation).
+    static func paceNeedsRetelling(told: Int, share: Int, settled: Bool = false) -> Bool {
         // What the wire would carry must change too (whole KiB/s).
         guard ChunkPace.representable(share) != ChunkPace.representable(told) else { return false }
-        return share < told - told / 32 || share > told + told / 8
+        return share < told - told / 32 || share > told + told / (settled ? 32 : 8)
     }
+
+    /// Control intervals after which a pace is retold for a small rise.
+    static let paceSettlesAfter = 4
 
     /// Holders with chunks in flight whose share moved enough since they were told hear the new
     /// pace (`paceNeedsRetelling`).
     mutating func retunePacing(now: MeshInstant) {
         let inFlight = transfer.inFlightByPeer
         for peer in toldRates.keys where inFlight[peer] == nil { toldRates[peer] = nil }
+        // Replication nobody waits for takes its small rises with the next want: retold, it
+        // grew past a loss-bound TCP beside it (that flow's share fell from 1.0× to 0.91× of what
+        // it had alone, in simulation).
+        let foreground = downlink.priority == .foreground
+        let settles = downlink.interval * Self.paceSettlesAfter
         for peer in inFlight.keys.sorted() {
             let share = paceShare(for: peer, inFlight: inFlight)
-            guard let told = toldRates[peer], Self.paceNeedsRetelling(told: told, share: share) else { continue }
-            toldRates[peer] = share
+            guard let told = toldRates[peer],
+                  Self.paceNeedsRetelling(told: told.rate, share: share,
+                                          settled: foreground && now >= told.at + settles)
+            else { continue }
+            toldRates[peer] = (share, now)
             sendPairwise([.chunkPace(ChunkPace(rate: share))], to: peer)
         }
     }

@@ -183,8 +183,8 @@ public struct NodeInstance: Sendable {
     /// Members that sent this node a chunk that verified: only their pieces and datagram numbers
     /// feed the controller.
     var provenHolders: Set<NodeID> = []
-    /// The pace each holder was last told.
-    var toldRates: [NodeID: Int] = [:]
+    /// The pace each holder was last told, and when.
+    var toldRates: [NodeID: (rate: Int, at: MeshInstant)] = [:]
     /// How large a datagram each holder's path to us carries (NodeInstance+PathMTU).
     package internal(set) var pathMTU: PathMTUDiscovery
     /// Probes answered per member in the current second.
