@@ -473,7 +473,8 @@ public struct DownlinkController: Sendable {
         }
     }
 
-    /// The probe is over: back to the rate before the test, competing if asking more brought more.
+    /// The probe is over: competing if asking more brought more; if not, drained to what arrived
+    /// (`drainProbe`); without a verdict, back to the rate before the test.
     private mutating func endProbe(_ probe: Probe, judged: Bool = true, now: MeshInstant) {
         self.probe = nil
         let asked = rate
@@ -510,9 +511,10 @@ public struct DownlinkController: Sendable {
     }
 
     /// A probe that found the line ours alone asked more than it carries, and that excess stands
-    /// in the queue: the rate goes to what arrived during the probe (the rate before the test was
-    /// already past it, or the test would not have run), drained for two intervals by what the
-    /// queue holds and what is still on its way at the probe's rate, as slow start's overshoot is.
+    /// in the queue: the rate goes to what arrived during the probe (the line's rate; the rate
+    /// before the test, which a lasting queue set off, is often past it), drained for two intervals
+    /// by what the queue holds and what is still on its way at the probe's rate, as slow start's
+    /// overshoot is.
     /// Back at the rate before the test, a lone get on a 10 Mbit/s, 80 ms line left the probe's
     /// queue (97 ms, overflowing) to delay mode's cuts: down to a third of the line, and 5 s to
     /// grow back (in simulation).
@@ -851,12 +853,14 @@ public struct DownlinkController: Sendable {
     }
 
     /// A drain lasts until the first close past its end (or a pause, `now` nil): back to the rate
-    /// held, unless something else set the rate meanwhile (a proven holder's brake, a test),
-    /// whose word stands.
+    /// held, unless something else cut the rate meanwhile (a proven holder's brake, a test),
+    /// whose word stands. Growth during the drain (a probe's queue under the target) does not
+    /// keep the rate drained.
     private mutating func endDrain(now: MeshInstant?) {
         guard let back = drainReturn else { return }
-        if let now, now < back.until, rate == back.drained { return }
-        if rate == back.drained { rate = back.rate }
+        let drained = rate >= back.drained && slowdown == nil && probe == nil
+        if let now, now < back.until, drained { return }
+        if drained { rate = max(rate, back.rate) }
         drainReturn = nil
     }
 
