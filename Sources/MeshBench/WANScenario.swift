@@ -31,7 +31,10 @@ enum WANScenario {
         /// A get with no competitor: a lone fetch must fill the line without overflowing its queue
         /// (and its tests for another flow must not find one).
         case alone
-        var isGet: Bool { self != .replication }
+        /// No fetch at all, in rounds as a fetch beside CUBIC (`WAN_MODES=nothing`): CUBIC's share
+        /// over the 12 s after its 8 s alone, the same windows, to show how the baseline drifts.
+        case nothing
+        var isGet: Bool { self == .get || self == .alone }
     }
 
     struct CappedProfile {
@@ -274,8 +277,15 @@ enum WANScenario {
                 let competitor = try await tools.startCompetitor(seconds: 150)
                 defer { _ = competitor.stop() }
                 try await Task.sleep(for: .seconds(warmUp + aloneSeconds))
-                let fetch = try await fetchThrough(mesh: mesh, mode: mode, size: line.size, tools: tools,
+                var fetch = Fetch()
+                if mode == .nothing {
+                    let start = Date().timeIntervalSinceReferenceDate
+                    try await Task.sleep(for: .seconds(12))
+                    fetch.window = (start, Date().timeIntervalSinceReferenceDate)
+                } else {
+                    fetch = try await fetchThrough(mesh: mesh, mode: mode, size: line.size, tools: tools,
                                                    timeout: .seconds(mode == .replication ? 60 : 80))
+                }
                 let intervals = competitor.stop()
                 let samples = ping?.stop() ?? []
                 let aloneFrom = competitor.startedAt + warmUp
@@ -324,6 +334,8 @@ enum WANScenario {
             if n > 1 {
                 print("  \(mode.rawValue) rounds: CUBIC's share \(rounds.map { format($0.share * 100) }.joined(separator: ", "))%, ÷ alone just before \(rounds.map { format($0.ofAlone) }.joined(separator: ", ")) (means: \(format(mean.share * 100))% ÷ \(format(mean.alone * 100))%); fetch \(rounds.map { format($0.fetch.fetchRate) }.joined(separator: ", ")) MiB/s")
             }
+            // The control's rounds are printed only: there is no fetch to judge.
+            if mode == .nothing { continue }
             results += rows(prefix: prefix, fetch: shown.fetch, rounds: rounds.map(\.fetch), roundShown: of)
             results.append(BenchResult(scenario: prefix + "CUBIC competitor's share" + (n > 1 ? " (mean of \(n) rounds)" : ""),
                                        figure: mean.share * 100, unit: "%",
