@@ -364,6 +364,26 @@ import Testing
         #expect(controller.rate >= settled, "\(settled) → \(controller.rate) in 5 s")
     }
 
+    /// A lone fetch's own queue `dt` seconds after it was `queue`: it drains while the fetch slows
+    /// down, grows by the probe's quarter while it probes (up to `probeCap`), and otherwise goes
+    /// back to 22 ms, where delay mode holds it.
+    static func ownQueue(after queue: Double, at t: Double, dt: Double, _ controller: DownlinkController,
+                         probeCap: Double = 0.1) -> Double {
+        if t < 0.1 { return 0 }
+        if controller.isSlowingDown { return max(0.001, queue - 0.875 * dt) }
+        if controller.isProbing { return min(probeCap, queue + 0.25 * dt) }
+        return queue > 0.022 ? max(0.022, queue - 0.1 * dt) : min(0.022, queue + 0.25 * dt)
+    }
+
+    /// One piece of 1,400 bytes that met `queue` seconds of queue over a 20 ms path, then a tick.
+    static func deliverPiece(_ controller: inout DownlinkController, now: MeshInstant, queue: Double, packet: inout UInt64) {
+        packet += 1
+        controller.onDatagram(from: holder, packetNumber: packet, carriesPiece: true)
+        controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64((0.020 + queue) * 1e6)),
+                           from: holder, now: now)
+        controller.onTick(now: now)
+    }
+
     /// A lone get on a long path: its tests find the queue its own, its probes bring no more, and
     /// the queue a probe leaves (a quarter of the line more for a few round trips) must not pass
     /// for another flow's that never drains: competing's clock starts after the test and the
@@ -380,22 +400,8 @@ import Testing
             let now = MeshInstant.zero + .seconds(t)
             let dt = t - last
             last = t
-            // Our own queue: drains while we slow down, grows by the probe's quarter while we
-            // probe, and otherwise goes back to 22 ms, where delay mode holds it.
-            if t < 0.1 {
-                queue = 0
-            } else if controller.isSlowingDown {
-                queue = max(0.001, queue - 0.875 * dt)
-            } else if controller.isProbing {
-                queue = min(0.1, queue + 0.25 * dt)
-            } else {
-                queue = queue > 0.022 ? max(0.022, queue - 0.1 * dt) : min(0.022, queue + 0.25 * dt)
-            }
-            packet += 1
-            controller.onDatagram(from: Self.holder, packetNumber: packet, carriesPiece: true)
-            controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64((0.020 + queue) * 1e6)),
-                               from: Self.holder, now: now)
-            controller.onTick(now: now)
+            queue = Self.ownQueue(after: queue, at: t, dt: dt, controller)
+            Self.deliverPiece(&controller, now: now, queue: queue, packet: &packet)
             if controller.competing, competedAt == nil { competedAt = t }
             t += 1400 / 1e6
         }
@@ -428,24 +434,11 @@ import Testing
             let now = MeshInstant.zero + .seconds(t)
             let dt = t - last
             last = t
-            // Our own queue, as in the test above, up to a 100 ms buffer; after the probe, it
-            // follows the rate asked.
-            if ended != nil {
-                queue = min(0.1, max(0, queue + (controller.rate - line) / line * dt))
-            } else if t < 0.1 {
-                queue = 0
-            } else if controller.isSlowingDown {
-                queue = max(0.001, queue - 0.875 * dt)
-            } else if controller.isProbing {
-                queue = min(probeQueue, queue + 0.25 * dt)
-            } else {
-                queue = queue > 0.022 ? max(0.022, queue - 0.1 * dt) : min(0.022, queue + 0.25 * dt)
-            }
-            packet += 1
-            controller.onDatagram(from: Self.holder, packetNumber: packet, carriesPiece: true)
-            controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64((0.020 + queue) * 1e6)),
-                               from: Self.holder, now: now)
-            controller.onTick(now: now)
+            // Our own queue, as in the test above; after the probe, it follows the rate asked.
+            queue = ended != nil
+                ? min(0.1, max(0, queue + (controller.rate - line) / line * dt))
+                : Self.ownQueue(after: queue, at: t, dt: dt, controller, probeCap: probeQueue)
+            Self.deliverPiece(&controller, now: now, queue: queue, packet: &packet)
             if probing, !controller.isProbing, controller.lastProbeGain != nil, ended == nil { ended = (t, controller.rate) }
             probing = controller.isProbing
             // Just past the second close after the probe, where the drain ends.
@@ -543,12 +536,7 @@ import Testing
         var t = 0.0, now = start
         while t < seconds {
             now = start + .seconds(t)
-            let delay = 0.020 + queue(t, controller.isSlowingDown)
-            packet += 1
-            controller.onDatagram(from: holder, packetNumber: packet, carriesPiece: true)
-            controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64(delay * 1e6)),
-                               from: holder, now: now)
-            controller.onTick(now: now)
+            deliverPiece(&controller, now: now, queue: queue(t, controller.isSlowingDown), packet: &packet)
             t += 1400 / delivering(controller.rate)
         }
         return now
