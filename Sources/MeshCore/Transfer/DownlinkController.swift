@@ -519,14 +519,19 @@ public struct DownlinkController: Sendable {
     /// queue (97 ms, overflowing) to delay mode's cuts: down to a third of the line, and 5 s to
     /// grow back (in simulation).
     private mutating func drainProbe(asked: Double, arrived: Double, now: MeshInstant) {
-        let minimum = Double(settings.minimumRate)
-        guard arrived > minimum else { return }
+        guard arrived > Double(settings.minimumRate) else { return }
         let line = min(rate, arrived)
         let intervalSeconds = interval.milliseconds / 1000
         let excess = queueingDelay.milliseconds / 1000 + max(0, asked / arrived - 1) * intervalSeconds
-        rate = max(minimum, line * max(0.5, 1 - excess / (2 * intervalSeconds)))
-        drainReturn = (line, rate, now + interval * 2)
+        drain(from: line, excess: excess, overSeconds: 2 * intervalSeconds, until: now + interval * 2)
         holdUntil = now + interval * 3
+    }
+
+    /// Below `held` by enough to drain `excess` seconds of queue over `seconds` (at least half of
+    /// it), back to `held` at the first close past `until` (`endDrain`).
+    private mutating func drain(from held: Double, excess: Double, overSeconds seconds: Double, until: MeshInstant) {
+        rate = max(Double(settings.minimumRate), held * max(0.5, 1 - excess / seconds))
+        drainReturn = (held, rate, until)
     }
 
     /// A test found the queue our own: the next waits longer, except the first repeat.
@@ -644,8 +649,7 @@ public struct DownlinkController: Sendable {
                 if slowStart, untrustedHeldAfterGrowth, !untrustedDrained, over, wasOver, now >= untrustedHeldAt + interval * 2 {
                     untrustedDrained = true
                     let held = max(Double(settings.minimumRate), min(rate, delivered))
-                    rate = max(Double(settings.minimumRate), held * max(0.5, 1 - highest / (interval.milliseconds / 1000)))
-                    drainReturn = (held, rate, now)
+                    drain(from: held, excess: highest, overSeconds: interval.milliseconds / 1000, until: now)
                 }
                 return
             }
