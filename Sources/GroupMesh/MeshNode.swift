@@ -187,7 +187,7 @@ package actor MeshNode {
         self.logger = logger
         self.channel = channel
         socketBuffers = buffers
-        storage = StorageWorker(store: store, chunksPath: store.directory.chunksPath)
+        storage = StorageWorker(store: store)
         let labels = configuration.metricsLabels.sorted { $0.key < $1.key }
         for (name, _) in labels where NodeMetrics.reservedLabels.contains(name) {
             logger.warning("metrics label '\(name)' is one the metrics use themselves; left out")

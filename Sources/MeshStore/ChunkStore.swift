@@ -6,7 +6,6 @@ import Darwin
 import CMeshSystem
 import MeshCore
 import MeshCrypto
-import Synchronization
 
 /// Chunks on disk, one file per chunk named by its SHA-256 (`chunks/ab/abcd…`), so identical
 /// chunks are stored once. A chunk is written to a temporary file and renamed into place only
@@ -32,8 +31,7 @@ public final class ChunkStore {
         get { recentWrites.capacity }
         set { recentWrites = RecentSet(capacity: newValue) }
     }
-    /// Names temporary files uniquely within this process, whichever thread prepares them.
-    private static let temporaryCounter = Atomic<UInt64>(0)
+    private var temporaryCounter: UInt64 = 0
 
     public init(path: String) throws(MeshStoreError) {
         self.path = path
@@ -108,60 +106,12 @@ public final class ChunkStore {
     public func insert(_ bytes: [UInt8], expected: SHA256Digest? = nil) throws(MeshStoreError)
         -> (inserted: Bool, digest: SHA256Digest)
     {
-        let digest = try Self.verified(bytes, expected: expected)
-        if contains(digest) { return (false, digest) }
-        return try commit(PreparedChunk(digest: digest, temporary: Self.writeTemporary(bytes, digest, inStoreAt: path)),
-                          bytes: bytes)
-    }
-
-    /// A chunk hashed and written to a temporary file of a store, not yet part of it (`commit`).
-    public struct PreparedChunk: Sendable {
-        public let digest: SHA256Digest
-        /// Nil: the chunk was stored already when it was prepared, and nothing was written.
-        let temporary: String?
-    }
-
-    /// The costly half of `insert`: hashes `bytes`, checks them against `expected`, and writes
-    /// them to a temporary file in the store at `path`. Safe on any thread, beside the store's
-    /// owner, so that the next chunks are hashed and written while it commits and syncs: on the
-    /// owner alone, a `get` from 3 holders on loopback waited for this one thread with every
-    /// chunk in flight queued for it.
-    public static func prepare(_ bytes: [UInt8], expected: SHA256Digest?, inStoreAt path: String) throws(MeshStoreError)
-        -> PreparedChunk
-    {
-        let digest = try verified(bytes, expected: expected)
-        if access(finalPath(digest, inStoreAt: path), F_OK) == 0 { return PreparedChunk(digest: digest, temporary: nil) }
-        return PreparedChunk(digest: digest, temporary: try writeTemporary(bytes, digest, inStoreAt: path))
-    }
-
-    private static func verified(_ bytes: [UInt8], expected: SHA256Digest?) throws(MeshStoreError) -> SHA256Digest {
         let digest = SHA256Digest.hashing(bytes)
         if let expected, expected != digest { throw .hashMismatch(expected: expected, actual: digest) }
-        return digest
-    }
-
-    private static func writeTemporary(_ bytes: [UInt8], _ digest: SHA256Digest, inStoreAt path: String) throws(MeshStoreError) -> String {
-        let sequence = temporaryCounter.add(1, ordering: .relaxed).newValue
-        let temporary = "\(path)/\(digest.hex).\(getpid()).\(sequence).tmp"
-        try writeFile(temporary, bytes, sync: false)
-        return temporary
-    }
-
-    /// Makes a prepared chunk part of the store, as `insert` does (durable and visible at the
-    /// next flush). `bytes` are written again only if the chunk that was stored when it was
-    /// prepared is gone since (a collect ran in between).
-    public func commit(_ prepared: PreparedChunk, bytes: [UInt8]) throws(MeshStoreError) -> (inserted: Bool, digest: SHA256Digest) {
-        let digest = prepared.digest
-        if contains(digest) {
-            if let temporary = prepared.temporary { unlink(temporary) }
-            return (false, digest)
-        }
-        let temporary: String
-        if let written = prepared.temporary {
-            temporary = written
-        } else {
-            temporary = try Self.writeTemporary(bytes, digest, inStoreAt: path)
-        }
+        if contains(digest) { return (false, digest) }
+        temporaryCounter += 1
+        let temporary = "\(path)/\(digest.hex).\(getpid()).\(temporaryCounter).tmp"
+        try Self.writeFile(temporary, bytes, sync: false)
         pending[digest] = temporary
         pendingOrder.append(digest)
         recentWrites.insert(digest)
@@ -208,9 +158,7 @@ public final class ChunkStore {
 
     // MARK: files
 
-    func finalPath(_ digest: SHA256Digest) -> String { Self.finalPath(digest, inStoreAt: path) }
-
-    static func finalPath(_ digest: SHA256Digest, inStoreAt path: String) -> String {
+    func finalPath(_ digest: SHA256Digest) -> String {
         let hex = digest.hex
         return "\(path)/\(hex.prefix(2))/\(hex)"
     }

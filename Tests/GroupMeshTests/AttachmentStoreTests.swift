@@ -1,6 +1,6 @@
 import Foundation
 @testable import GroupMesh
-@testable import MeshCore
+import MeshCore
 import MeshCrypto
 import Testing
 
@@ -15,36 +15,6 @@ import Testing
     static func payload(_ seed: UInt64, count: Int) -> [UInt8] {
         var random = SplitMix64(seed: seed)
         return (0..<count).map { _ in UInt8(truncatingIfNeeded: random.next()) }
-    }
-
-    @Test("fetched chunks are hashed and written on the pool but take effect in order: a collect after them takes them, a bad one is not stored")
-    func preparedWritesKeepTheirOrder() async throws {
-        let (store, path) = try Self.store()
-        defer { try? FileManager.default.removeItem(atPath: path) }
-        var worker = StorageWorker(store: store, chunksPath: DataDirectory(path: path).chunksPath)
-        let (outcomes, delivered) = AsyncStream.makeStream(of: Result<StorageOutcome, StorageFailure>.self)
-        worker.start { _, result in delivered.yield(result) }
-        let ticket = StorageTicket(purpose: .housekeeping)
-        let chunks = (0..<24).map { Self.payload(UInt64(20 + $0), count: 8192) }
-        let digests = chunks.map(SHA256Digest.hashing)
-        for (chunk, digest) in zip(chunks, digests) { worker.submit(.writeChunk(chunk, expected: digest), ticket) }
-        worker.submit(.writeChunk(chunks[0] + [1], expected: SHA256Digest.hashing(Self.payload(99, count: 8))), ticket)
-        // Removing an attachment made of the last 12, with nothing keeping them: queued after
-        // their writes, it must find them, however long their preparation took.
-        let removed = Manifest(size: 12 * 8192, chunkSize: 8192, chunks: Array(digests[12...]))
-        worker.submit(.collect(removed, keeping: []), ticket)
-        worker.submit(.flush, ticket)
-        worker.submit(.inspect(Manifest(size: 24 * 8192, chunkSize: 8192, chunks: digests)), ticket)
-        await worker.finish()
-        delivered.finish()
-        var results: [Result<StorageOutcome, StorageFailure>] = []
-        for await result in outcomes { results.append(result) }
-        #expect(results.count == 28)
-        #expect(results.prefix(24).allSatisfy { $0 == .success(.written(stored: true)) })
-        #expect(results[24] == .success(.written(stored: false)), "bytes that do not match their name are not stored")
-        #expect(results[27] == .success(.inspected(missing: Array(digests[12...]))), "\(results[27])")
-        // Flushed: every kept chunk is in place, and neither the refused nor the collected left a file.
-        #expect(try FileManager.default.contentsOfDirectory(atPath: path + "/chunks").filter { $0.hasSuffix(".tmp") }.isEmpty)
     }
 
     @Test("an attach's chunks are pinned until its journal append ends: a collect meanwhile keeps them")

@@ -126,44 +126,6 @@ struct ChunkStoreTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory).allSatisfy { !$0.hasSuffix(".tmp") })
     }
 
-    @Test("chunks prepared on other threads are committed by the owner; duplicates and chunks removed meanwhile come out right")
-    func prepareOnOtherThreadsThenCommit() async throws {
-        let directory = Self.temporaryDirectory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let path = directory + "/chunks"
-        let store = try ChunkStore(path: path)
-        let chunks = (40..<56).map { Self.chunk(UInt8($0), size: 65536) }
-        // Hashed and written side by side, as a node's pool does while its store worker commits.
-        let prepared = try await withThrowingTaskGroup(of: (Int, ChunkStore.PreparedChunk).self) { group in
-            for (index, bytes) in chunks.enumerated() {
-                group.addTask { (index, try ChunkStore.prepare(bytes, expected: SHA256Digest.hashing(bytes), inStoreAt: path)) }
-            }
-            return try await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
-        }
-        #expect(store.storedDigests().isEmpty, "nothing is in the store before it is committed")
-        for (index, bytes) in chunks.enumerated() {
-            let result = try store.commit(try #require(prepared[index]), bytes: bytes)
-            #expect(result.inserted && result.digest == SHA256Digest.hashing(bytes))
-        }
-        // Prepared again while pending: committing it adds nothing and leaves no temporary file.
-        let again = try ChunkStore.prepare(chunks[0], expected: nil, inStoreAt: path)
-        #expect(try store.commit(again, bytes: chunks[0]).inserted == false)
-        try store.flush()
-        #expect(Set(store.storedDigests()) == Set(chunks.map(SHA256Digest.hashing)))
-        #expect(try FileManager.default.contentsOfDirectory(atPath: path).filter { $0.hasSuffix(".tmp") }.isEmpty)
-        // Stored when prepared (nothing written), then removed before its commit: written then.
-        let stored = try ChunkStore.prepare(chunks[1], expected: nil, inStoreAt: path)
-        try store.remove(stored.digest)
-        #expect(try store.commit(stored, bytes: chunks[1]).inserted)
-        try store.flush()
-        #expect(try store.read(stored.digest) == chunks[1])
-        // Bytes that do not match what was asked for are refused before anything is written.
-        let other = SHA256Digest.hashing(Self.chunk(99))
-        #expect(throws: MeshStoreError.hashMismatch(expected: other, actual: SHA256Digest.hashing(chunks[2]))) {
-            try ChunkStore.prepare(chunks[2], expected: other, inStoreAt: path)
-        }
-    }
-
     @Test("a batch is flushed by itself at the batch limit")
     func batchLimit() throws {
         let directory = Self.temporaryDirectory()

@@ -28,11 +28,10 @@ actor AttachmentStore {
 
     /// Carries out `jobs` one at a time, in order, until the stream ends.
     func serve(_ jobs: AsyncStream<StorageWorker.Job>, delivering deliver: StorageWorker.Delivery) async {
-        for await job in jobs { deliver(job.ticket, execute(job.request, prepared: await job.preparation?.outcome)) }
+        for await job in jobs { deliver(job.ticket, execute(job.request)) }
     }
 
-    /// Carries out one request; a `writeChunk` whose chunk was `prepared` only commits it.
-    func execute(_ request: StorageRequest, prepared: ChunkPreparation.Outcome? = nil) -> Result<StorageOutcome, StorageFailure> {
+    func execute(_ request: StorageRequest) -> Result<StorageOutcome, StorageFailure> {
         do throws(GroupMeshError) {
             switch request {
             case let .ingest(.file(path), chunkSize, limit):
@@ -46,7 +45,7 @@ actor AttachmentStore {
                 // not hashed again (the asker verifies every chunk it gets in any case).
                 return .success(.read(try? chunks.read(digest, trustingRecentWrites: true)))
             case let .writeChunk(bytes, expected):
-                switch writeFetched(bytes, expected: expected, prepared: prepared) {
+                switch writeFetched(bytes, expected: expected) {
                 case .stored:
                     if !exportsInProgress.isEmpty { exportsInProgress.stored(bytes, as: expected) }
                     return .success(.written(stored: true))
@@ -194,13 +193,9 @@ actor AttachmentStore {
     enum FetchedWrite: Sendable { case stored, mismatch, failed(String) }
 
     /// Stores a chunk that came from another member: its hash is checked here, once.
-    func writeFetched(_ bytes: [UInt8], expected: SHA256Digest, prepared: ChunkPreparation.Outcome? = nil) -> FetchedWrite {
+    func writeFetched(_ bytes: [UInt8], expected: SHA256Digest) -> FetchedWrite {
         do {
-            if let prepared {
-                _ = try chunks.commit(prepared.get(), bytes: bytes)
-            } else {
-                _ = try chunks.write(bytes, expected: expected)
-            }
+            _ = try chunks.write(bytes, expected: expected)
             return .stored
         } catch .hashMismatch {
             return .mismatch
