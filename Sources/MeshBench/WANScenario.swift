@@ -34,6 +34,11 @@ enum WANScenario {
         /// No fetch at all, in rounds as a fetch beside CUBIC (`WAN_MODES=nothing`): CUBIC's share
         /// over the 12 s after its 8 s alone, the same windows, to show how the baseline drifts.
         case nothing
+        /// A constant-rate UDP stream (iperf3 -u, host 0 to host 3) for 12 s in place of a fetch,
+        /// at the mean rate replication reached earlier in the run (`WAN_MODES=replication,steady`;
+        /// alone, half the cap): what a perfectly smooth flow that takes the same share costs
+        /// CUBIC, beside what replication costs it.
+        case steady
         var isGet: Bool { self == .get || self == .alone }
     }
 
@@ -222,6 +227,8 @@ enum WANScenario {
         }
 
         var results: [BenchResult] = []
+        // What replication fetched per round on this line, for the steady control.
+        var replicationRates: [Double] = []
         let mib = line.size >> 20
         // What every fetch through the line reports: its rate (of the round shown, named by `roundShown`),
         // and the most drops and holders' bytes of its rounds.
@@ -268,6 +275,7 @@ enum WANScenario {
             // CUBIC's share is judged as a share of the line).
             let roundsWanted = mode == .get || line.profile.lossPercent > 0 ? roundCount(quick: quick) : 1
             var rounds: [BesideCUBIC] = []
+            let steadyRate = replicationRates.isEmpty ? cap / 2 : replicationRates.reduce(0, +) / Double(replicationRates.count) * 1_048_576
             // A ping's round trips beside CUBIC alone (just before each fetch) and beside the fetch, pooled.
             var pings: (alone: [LinePing.Sample], beside: [LinePing.Sample]) = ([], [])
             for _ in 1...roundsWanted {
@@ -282,6 +290,12 @@ enum WANScenario {
                     let start = Date().timeIntervalSinceReferenceDate
                     try await Task.sleep(for: .seconds(12))
                     fetch.window = (start, Date().timeIntervalSinceReferenceDate)
+                } else if mode == .steady {
+                    let start = Date().timeIntervalSinceReferenceDate
+                    let received = try await tools.iperfTest(["-R", "-u", "-b", "\(Int(steadyRate * 8))", "-l", "1472", "-t", "12"],
+                                                             wrappedIn: ["timeout", "40"], timeout: .seconds(45))
+                    fetch.window = (start, Date().timeIntervalSinceReferenceDate)
+                    print("  steady UDP at \(format(steadyRate / 1_048_576)) MiB/s: \(format(received)) MiB/s received")
                 } else {
                     fetch = try await fetchThrough(mesh: mesh, mode: mode, size: line.size, tools: tools,
                                                    timeout: .seconds(mode == .replication ? 60 : 80))
@@ -334,8 +348,9 @@ enum WANScenario {
             if n > 1 {
                 print("  \(mode.rawValue) rounds: CUBIC's share \(rounds.map { format($0.share * 100) }.joined(separator: ", "))%, ÷ alone just before \(rounds.map { format($0.ofAlone) }.joined(separator: ", ")) (means: \(format(mean.share * 100))% ÷ \(format(mean.alone * 100))%); fetch \(rounds.map { format($0.fetch.fetchRate) }.joined(separator: ", ")) MiB/s")
             }
-            // The control's rounds are printed only: there is no fetch to judge.
-            if mode == .nothing { continue }
+            if mode == .replication { replicationRates += rounds.map(\.fetch.fetchRate) }
+            // The controls' rounds are printed only: there is no fetch to judge.
+            if mode == .nothing || mode == .steady { continue }
             results += rows(prefix: prefix, fetch: shown.fetch, rounds: rounds.map(\.fetch), roundShown: of)
             results.append(BenchResult(scenario: prefix + "CUBIC competitor's share" + (n > 1 ? " (mean of \(n) rounds)" : ""),
                                        figure: mean.share * 100, unit: "%",
