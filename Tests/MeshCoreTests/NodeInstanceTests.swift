@@ -225,6 +225,35 @@ struct NodeInstanceTests {
         #expect(holder.core.counters.chunkPayloadBytesSent > served + UInt64(wholeBytes), "no re-ask was served")
     }
 
+    @Test("a joiner's full window of wants at one instant is read and served, none answered busy (a lone holder's reads queue)")
+    func aFullWindowOfWantsIsServed() throws {
+        var configuration = SimNode.Configuration()
+        // Each read takes 2 ms: the wants wait as reads, as on loopback, where pieces leave at once.
+        configuration.storage.delay = .milliseconds(2)...(.milliseconds(2))
+        let mesh = SimMesh(seed: 13, link: LinkConditions(delay: .milliseconds(1)), configuration: configuration)
+        let holder = mesh.addNode(joiningThrough: [], at: .zero)
+        var lazy = configuration
+        lazy.settings.lazy = true
+        let asker = mesh.addNode(joiningThrough: [holder.address], at: .zero + .milliseconds(10), configuration: lazy)
+        // 64 chunks of 4 KiB, each of its own bytes (a repeating pattern would make them one).
+        holder.plan(at: .zero + .seconds(1)) { $0.attach((0..<64).flatMap { patternBytes(4096, salt: UInt8($0)) }) }
+        mesh.simulator.run(until: .zero + .seconds(5))
+        let id = try #require(holder.core.attachments.first?.content)
+        let chunks = try #require(holder.store.manifest(id)).chunks
+        let window = TransferScheduler.Settings().maximumWindow
+        try #require(Set(chunks).count >= window)
+        let served = holder.core.counters.chunksServed
+        asker.plan(at: .zero + .seconds(6)) { node in
+            for digest in chunks.prefix(window) {
+                node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1000))], to: holder.address, member: holder.id)
+            }
+        }
+        mesh.simulator.run(until: .zero + .seconds(7))
+        // At 16 reads per member, 32 of these were answered busy, each chunk then waiting 200 ms.
+        #expect(holder.core.counters.wantsRefused == 0, "\(holder.core.counters.wantsRefused) of \(window) wants answered busy")
+        #expect(holder.core.counters.chunksServed - served == UInt64(window))
+    }
+
     @Test("a cancelled chunk: the holder sends no more of what it has queued, nor anything once a read under way ends")
     func cancelledChunksStopAtTheHolder() throws {
         var configuration = SimNode.Configuration()
