@@ -225,21 +225,30 @@ struct NodeInstanceTests {
         #expect(holder.core.counters.chunkPayloadBytesSent > served + UInt64(wholeBytes), "no re-ask was served")
     }
 
-    @Test("a joiner's full window of wants at one instant is read and served, none answered busy (a lone holder's reads queue)")
-    func aFullWindowOfWantsIsServed() throws {
+    /// A holder whose disk answers each request in 2 ms, that attached `bytes` (chunks of 4 KiB),
+    /// and a lazy member beside it that fetches nothing itself: the test asks for chunks by hand.
+    static func holderWithLazyAsker(seed: UInt64, attaching bytes: [UInt8]) throws
+        -> (mesh: SimMesh, holder: SimNode, asker: SimNode, chunks: [SHA256Digest])
+    {
         var configuration = SimNode.Configuration()
-        // Each read takes 2 ms: the wants wait as reads, as on loopback, where pieces leave at once.
         configuration.storage.delay = .milliseconds(2)...(.milliseconds(2))
-        let mesh = SimMesh(seed: 13, link: LinkConditions(delay: .milliseconds(1)), configuration: configuration)
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)), configuration: configuration)
         let holder = mesh.addNode(joiningThrough: [], at: .zero)
         var lazy = configuration
         lazy.settings.lazy = true
         let asker = mesh.addNode(joiningThrough: [holder.address], at: .zero + .milliseconds(10), configuration: lazy)
-        // 64 chunks of 4 KiB, each of its own bytes (a repeating pattern would make them one).
-        holder.plan(at: .zero + .seconds(1)) { $0.attach((0..<64).flatMap { patternBytes(4096, salt: UInt8($0)) }) }
+        holder.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
         mesh.simulator.run(until: .zero + .seconds(5))
         let id = try #require(holder.core.attachments.first?.content)
-        let chunks = try #require(holder.store.manifest(id)).chunks
+        return (mesh, holder, asker, try #require(holder.store.manifest(id)).chunks)
+    }
+
+    @Test("a joiner's full window of wants at one instant is read and served, none answered busy (a lone holder's reads queue)")
+    func aFullWindowOfWantsIsServed() throws {
+        // Each read takes 2 ms: the wants wait as reads, as on loopback, where pieces leave at once.
+        // 64 chunks of 4 KiB, each of its own bytes (a repeating pattern would make them one).
+        let (mesh, holder, asker, chunks) = try Self.holderWithLazyAsker(
+            seed: 13, attaching: (0..<64).flatMap { patternBytes(4096, salt: UInt8($0)) })
         let window = TransferScheduler.Settings().maximumWindow
         try #require(Set(chunks).count >= window)
         let served = holder.core.counters.chunksServed
@@ -256,18 +265,7 @@ struct NodeInstanceTests {
 
     @Test("a cancelled chunk: the holder sends no more of what it has queued, nor anything once a read under way ends")
     func cancelledChunksStopAtTheHolder() throws {
-        var configuration = SimNode.Configuration()
-        configuration.storage.delay = .milliseconds(2)...(.milliseconds(2))
-        let mesh = SimMesh(seed: 12, link: LinkConditions(delay: .milliseconds(1)), configuration: configuration)
-        let holder = mesh.addNode(joiningThrough: [], at: .zero)
-        // Lazy: it fetches nothing itself; the test asks for the holder's chunks by hand.
-        var lazy = configuration
-        lazy.settings.lazy = true
-        let asker = mesh.addNode(joiningThrough: [holder.address], at: .zero + .milliseconds(10), configuration: lazy)
-        holder.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(4096 * 4)) }
-        mesh.simulator.run(until: .zero + .seconds(5))
-        let id = try #require(holder.core.attachments.first?.content)
-        let chunks = try #require(holder.store.manifest(id)).chunks
+        let (mesh, holder, asker, chunks) = try Self.holderWithLazyAsker(seed: 12, attaching: patternBytes(4096 * 4))
         let sent = holder.core.counters.chunkPayloadBytesSent
         // At 1 KiB/s in 256-byte pieces the chunk takes about 5 s; cancelled after one.
         asker.plan(at: .zero + .seconds(6)) { node in
