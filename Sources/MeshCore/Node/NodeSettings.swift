@@ -30,7 +30,7 @@ public struct NodeSettings: Sendable {
     /// (more of its wants wait their turn as "busy"). As many as a joiner may have flowing from
     /// one holder (`TransferScheduler.Settings.maximumFlowing`): at 16, a lone holder on
     /// loopback, whose pieces leave as soon as they are read, refused up to 244 wants of one
-    /// `get` (each chunk refused waits 200 ms) and served it at 80–170 MiB/s instead of 150–180.
+    /// `get` (each chunk refused waits 200 ms): its wall time 100–170 MiB/s against 150–180.
     public var maxServesPerPeer = 64
     /// Pieces waiting for their pace, in all and for one member: past these, wants are
     /// answered "busy" (a member asking slowly for much cannot make us hold it all).
