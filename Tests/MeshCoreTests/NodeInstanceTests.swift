@@ -227,13 +227,16 @@ struct NodeInstanceTests {
 
     /// A holder whose disk answers each request in 2 ms, that attached `bytes` (chunks of 4 KiB),
     /// and a lazy member beside it that fetches nothing itself: the test asks for chunks by hand.
-    static func holderWithLazyAsker(seed: UInt64, attaching bytes: [UInt8]) throws
+    static func holderWithLazyAsker(seed: UInt64, attaching bytes: [UInt8],
+                                    holderSettings adjust: (inout NodeSettings) -> Void = { _ in }) throws
         -> (mesh: SimMesh, holder: SimNode, asker: SimNode, chunks: [SHA256Digest])
     {
         var configuration = SimNode.Configuration()
         configuration.storage.delay = .milliseconds(2)...(.milliseconds(2))
         let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)), configuration: configuration)
-        let holder = mesh.addNode(joiningThrough: [], at: .zero)
+        var holderConfiguration = configuration
+        adjust(&holderConfiguration.settings)
+        let holder = mesh.addNode(joiningThrough: [], at: .zero, configuration: holderConfiguration)
         var lazy = configuration
         lazy.settings.lazy = true
         let asker = mesh.addNode(joiningThrough: [holder.address], at: .zero + .milliseconds(10), configuration: lazy)
@@ -261,6 +264,24 @@ struct NodeInstanceTests {
         // At 16 reads per member, 32 of these were answered busy, each chunk then waiting 200 ms.
         #expect(holder.core.counters.wantsRefused == 0, "\(holder.core.counters.wantsRefused) of \(window) wants answered busy")
         #expect(holder.core.counters.chunksServed - served == UInt64(window))
+    }
+
+    @Test("reads under way count toward what a holder may queue for a member: past its bound, wants are answered busy")
+    func readsUnderWayCountAsQueued() throws {
+        // Room for 10 chunks of 4 KiB queued for one member; 48 wants at one instant, none read yet.
+        let (mesh, holder, asker, chunks) = try Self.holderWithLazyAsker(
+            seed: 14, attaching: (0..<64).flatMap { patternBytes(4096, salt: UInt8($0)) },
+            holderSettings: { $0.maxPacedBytesPerPeer = 10 * 4096 })
+        let served = holder.core.counters.chunksServed
+        asker.plan(at: .zero + .seconds(6)) { node in
+            for digest in chunks.prefix(48) {
+                node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1000))], to: holder.address, member: holder.id)
+            }
+        }
+        mesh.simulator.run(until: .zero + .seconds(7))
+        // Counted only once read, all 48 would be admitted: 48 chunks in memory for a bound of 10.
+        #expect(holder.core.counters.chunksServed - served == 10)
+        #expect(holder.core.counters.wantsRefused == 38)
     }
 
     @Test("a cancelled chunk: the holder sends no more of what it has queued, nor anything once a read under way ends")

@@ -120,11 +120,13 @@ extension NodeInstance {
         cancelledServes.remove(key)
         guard !serving.contains(key) else { return }
         // Admission: a full send queue or too many reads answers "busy", so that holders under
-        // load shed wants instead of queueing bursts that arrive after the asker gave up.
+        // load shed wants instead of queueing bursts that arrive after the asker gave up. A read
+        // under way counts as a chunk queued: its pieces are queued the moment it ends.
+        let readingForPeer = serving.lazy.filter({ $0.peer == peer }).count
         guard serving.count < settings.maxConcurrentServes, writable,
-              serving.lazy.filter({ $0.peer == peer }).count < settings.maxServesPerPeer,
-              pacer.queuedBytes < settings.maxPacedBytes,
-              pacer.queuedBytes(for: peer) < settings.maxPacedBytesPerPeer,
+              readingForPeer < settings.maxServesPerPeer,
+              pacer.queuedBytes + serving.count * settings.chunkSize < settings.maxPacedBytes,
+              pacer.queuedBytes(for: peer) + readingForPeer * settings.chunkSize < settings.maxPacedBytesPerPeer,
               pacer.queuedChunks(for: peer) < settings.transfer.maximumInFlight else {
             counters.wantsRefused += 1
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
