@@ -188,6 +188,36 @@ struct NodeInstanceTests {
         #expect(!NodeInstance.paceNeedsRetelling(told: 1000, share: 900), "the wire carries 1 KiB/s either way")
     }
 
+    @Test("on a short path the first round trip raises the holder's pace at once, not an interval later")
+    func firstRoundTripRaisesThePaceAtOnce() throws {
+        var configuration = SimNode.Configuration()
+        configuration.settings.chunkSize = 65_536
+        let mesh = SimMesh(seed: 41, link: LinkConditions(delay: .microseconds(200)), configuration: configuration)
+        let holder = mesh.addNode(joiningThrough: [], at: .zero)
+        var lazy = configuration
+        lazy.settings.lazy = true
+        let joiner = mesh.addNode(joiningThrough: [holder.address], at: .zero + .milliseconds(10), configuration: lazy)
+        var random = SplitMix64(seed: 41)
+        let bytes = random.bytes(65_536 * 32)
+        holder.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
+        mesh.simulator.run(until: .zero + .seconds(4))
+        let id = try #require(holder.core.attachments.first?.content)
+        joiner.plan(at: .zero + .seconds(4)) { $0.load(id) }
+        let initial = DownlinkController.Settings().initialRate
+        var roundTripKnown: MeshInstant?, raised: MeshInstant?
+        mesh.simulator.run(until: .zero + .seconds(5)) { sim in
+            if roundTripKnown == nil, joiner.core.downlink.roundTrip != nil { roundTripKnown = sim.now }
+            if raised == nil, let pace = holder.core.pacer.rate(for: joiner.id), pace > initial { raised = sim.now }
+            return raised != nil
+        }
+        let known = try #require(roundTripKnown, "the joiner never measured a round trip")
+        let heard = try #require(raised, "the holder's pace never rose above the initial rate")
+        // Told only with the next chunk whole or the next interval's close, the holder kept the
+        // initial 1 MiB/s for 9 ms here (20–40 ms on loopback); the pace travels one way (0.2 ms).
+        #expect(heard - known < .milliseconds(2), "the holder heard the first rate \(heard - known) after the round trip was known")
+        #expect(joiner.core.downlink.rate > Double(initial) * 10, "a 0.4 ms round trip starts far above the initial rate")
+    }
+
     @Test("past its budget a member asking the same whole chunk again is answered busy; re-asks for lost pieces are served")
     func wholeChunkFloodIsRefused() throws {
         let mesh = SimMesh(seed: 11, link: LinkConditions(delay: .milliseconds(1)))

@@ -9,7 +9,7 @@ extension NodeInstance {
     /// Transfer frames of a datagram sealed by `peer`'s pairwise key.
     mutating func receiveTransfer(_ frames: [Frame], from peer: NodeID, datagramSize: Int, now: MeshInstant) {
         var progressed = false
-        // The downlink's rate changes only when an interval closes.
+        // The downlink's rate changes only when an interval closes (or, once, at the first round trip).
         var rateMayHaveChanged = false
         for frame in frames {
             switch frame {
@@ -25,7 +25,10 @@ extension NodeInstance {
             case let .chunkPiece(piece):
                 let result = assembler.onPiece(piece, from: peer, now: now)
                 // A round trip is measured by us alone: any holder's answer time will do.
-                if let sample = assembler.takeAnswerSample() { downlink.onRoundTrip(sample, now: now) }
+                // On a short path the first round trip raises the rate many times over: the
+                // window and the holders' paces follow at once, not an interval later (on
+                // loopback the holders kept sending at the initial 1 MiB/s for 20–40 ms).
+                if let sample = assembler.takeAnswerSample(), downlink.onRoundTrip(sample, now: now) { progressed = true }
                 // Only pieces asked for, of members whose chunks proved right, tell the controller
                 // about the line: anyone can send others, and a liar's timestamps are lies too.
                 // Others' pieces asked for count only in intervals no proven holder fed, and there

@@ -379,19 +379,26 @@ public struct DownlinkController: Sendable {
         return true
     }
 
-    /// A want's first piece came this long after it was sent.
-    public mutating func onRoundTrip(_ sample: Duration, now: MeshInstant) {
-        guard sample > .zero else { return }
+    /// A want's first piece came this long after it was sent. Returns whether the rate rose
+    /// (the first round trip known, on a path short enough for the initial window to be more
+    /// than the initial rate): the holders, paced at the initial rate, must hear it at once.
+    @discardableResult
+    public mutating func onRoundTrip(_ sample: Duration, now: MeshInstant) -> Bool {
+        guard sample > .zero else { return false }
+        var rose = false
         if roundTrip.map({ sample <= $0 }) ?? true || now >= roundTripAt + settings.roundTripHistory {
             // The first round trip known: slow start begins from a window's worth per round trip
             // (as TCP's initial window), which on a LAN is far more than the initial rate.
             if roundTrip == nil, slowStart {
-                rate = min(Double(settings.maximumRate),
-                           max(rate, Double(settings.initialWindow) / max(1e-6, sample.milliseconds / 1000)))
+                let start = min(Double(settings.maximumRate),
+                                max(rate, Double(settings.initialWindow) / max(1e-6, sample.milliseconds / 1000)))
+                rose = start > rate
+                rate = start
             }
             roundTrip = sample
             roundTripAt = now
         }
+        return rose
     }
 
     /// A member is gone.
