@@ -29,14 +29,9 @@ enum TransferScenario {
                         baselineName: "with GSO/GRO", baseline: baseline, goal: "-"),
         ]
         var cleanRate = 0.0
-        // The runs' data dirs stay until the clean rows are measured (`DeferredRemoval`).
-        let leftovers = DeferredRemoval()
-        defer { leftovers.removeAll() }
         for holders in [1, 3] {
             var outcomes: [LateJoin] = []
-            for _ in 0..<runs {
-                outcomes.append(try await lateJoiner(holders: holders, file: file, size: size, loss: 0, leftovers: leftovers))
-            }
+            for _ in 0..<runs { outcomes.append(try await lateJoiner(holders: holders, file: file, size: size, loss: 0)) }
             let rate = median(outcomes.map(\.rate))
             if holders == 3 { cleanRate = rate }
             results.append(BenchResult(scenario: "late joiner, \(holders) holder\(holders == 1 ? "" : "s"), \(mib) MiB",
@@ -59,7 +54,6 @@ enum TransferScenario {
                                            baseline: median(outcomes.map(\.holderIdle)), goal: "≤ 64 MiB"))
             }
         }
-        leftovers.removeAll()
         var lossy: [LateJoin] = []
         for _ in 0..<runs { lossy.append(try await lateJoiner(holders: 3, file: file, size: size, loss: 0.05)) }
         results.append(BenchResult(scenario: "late joiner, 3 holders, 5% loss", figure: median(lossy.map(\.rate)),
@@ -106,10 +100,9 @@ enum TransferScenario {
     /// Holders get the file (one attaches, the others replicate it); then a `--lazy` node joins
     /// and `get`s it. The rate is the joiner's own figure for the fetch (from want to last chunk
     /// verified and written), read from its "fetched" log line.
-    static func lateJoiner(holders: Int, file: String, size: Int, loss: Double, lab: NamespaceLab? = nil,
-                           leftovers: DeferredRemoval? = nil) async throws -> LateJoin {
+    static func lateJoiner(holders: Int, file: String, size: Int, loss: Double, lab: NamespaceLab? = nil) async throws -> LateJoin {
         var nodes: [NodeProcess] = []
-        defer { stop(nodes, leavingDataTo: leftovers) }
+        defer { stop(nodes) }
         // On loopback, or node N on host N of the lab (the joiner on the last).
         func start(_ index: Int, _ arguments: [String]) throws -> NodeProcess {
             guard let lab else { return try NodeProcess(["run", "--listen", "127.0.0.1:0"] + arguments) }
@@ -186,16 +179,11 @@ enum TransferScenario {
         return entry.chunksHave == entry.chunks
     }
 
-    /// Kills `nodes` and removes their data dirs, or hands them to `leftovers` to remove later.
-    static func stop(_ nodes: [NodeProcess], leavingDataTo leftovers: DeferredRemoval? = nil) {
+    static func stop(_ nodes: [NodeProcess]) {
         for node in nodes {
             node.signal(SIGKILL)
             _ = node.process.waitUntilExit()
-            if let leftovers {
-                leftovers.add(node.dataDirectory)
-            } else {
-                try? FileManager.default.removeItem(atPath: node.dataDirectory)
-            }
+            try? FileManager.default.removeItem(atPath: node.dataDirectory)
         }
     }
 
