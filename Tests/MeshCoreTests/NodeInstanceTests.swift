@@ -213,7 +213,7 @@ struct NodeInstanceTests {
         let known = try #require(roundTripKnown, "the joiner never measured a round trip")
         let heard = try #require(raised, "the holder's pace never rose above the initial rate")
         // Told only with the next chunk whole or the next interval's close, the holder kept the
-        // initial 1 MiB/s for 9 ms here (20–40 ms on loopback); the pace travels one way (0.2 ms).
+        // initial 1 MiB/s for 9 ms here (45–88 ms into a loopback `get`); the pace travels one way (0.2 ms).
         #expect(heard - known < .milliseconds(2), "the holder heard the first rate \(heard - known) after the round trip was known")
         #expect(joiner.core.downlink.rate > Double(initial) * 10, "a 0.4 ms round trip starts far above the initial rate")
     }

@@ -27,7 +27,7 @@ extension NodeInstance {
                 // A round trip is measured by us alone: any holder's answer time will do.
                 // On a short path the first round trip raises the rate many times over: the
                 // window and the holders' paces follow at once, not an interval later (on
-                // loopback the holders kept sending at the initial 1 MiB/s for 20–40 ms).
+                // loopback the holders kept the initial 1 MiB/s until 45–88 ms into a `get`).
                 if let sample = assembler.takeAnswerSample(), downlink.onRoundTrip(sample, now: now) { progressed = true }
                 // Only pieces asked for, of members whose chunks proved right, tell the controller
                 // about the line: anyone can send others, and a liar's timestamps are lies too.
