@@ -1,6 +1,7 @@
 import Foundation
 import MeshCore
 import MeshCrypto
+import MeshStore
 import MeshTestKit
 import Testing
 
@@ -47,18 +48,13 @@ struct HostileMemberTests {
     static func counter(_ status: NodeStatus, _ name: String) -> Double { status.counters[name]?.number ?? 0 }
     static func dropped(_ status: NodeStatus, _ reason: String) -> Double { status.counters["dropped"]?[reason]?.number ?? 0 }
 
-    /// Every file of the node's chunk store holds the bytes its name promises.
+    /// Every chunk of the node's chunk store holds the bytes its name promises: how many, or -1.
     static func storeIsClean(_ node: NodeProcess) throws -> Int {
-        let root = node.dataDirectory + "/chunks"
-        var checked = 0
-        for directory in try FileManager.default.contentsOfDirectory(atPath: root) where directory.count == 2 {
-            for name in try FileManager.default.contentsOfDirectory(atPath: root + "/" + directory) where name.count == 64 {
-                let bytes = try Data(contentsOf: URL(fileURLWithPath: root + "/" + directory + "/" + name))
-                guard SHA256Digest.hashing(Array(bytes)).hex == name else { return -1 }
-                checked += 1
-            }
+        let stored = ChunkStore.survey(node.dataDirectory + "/chunks")
+        for (digest, chunk) in stored {
+            guard let bytes = chunk.bytes(), SHA256Digest.hashing(bytes) == digest else { return -1 }
         }
-        return checked
+        return stored.count
     }
 
     /// Waits for the mesh and for `holders` members holding the attachment in `node`'s view (so

@@ -1,4 +1,5 @@
 import Foundation
+import MeshStore
 import MeshTestKit
 import Testing
 
@@ -29,20 +30,17 @@ struct ResumeTests {
         // The joiner replicates by itself; it is killed once it holds part of the attachment.
         let joiner = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
         nodes.append(joiner)
-        // Watched through its chunk files (cheap enough to poll every few milliseconds), it is
+        // Watched through its chunk store (cheap enough to look at every few milliseconds), it is
         // killed once a few chunks are on its disk.
         let chunksDirectory = joiner.dataDirectory + "/chunks"
-        func chunkFiles() -> Int {
-            let entries = (try? FileManager.default.subpathsOfDirectory(atPath: chunksDirectory)) ?? []
-            return entries.filter { $0.count >= 64 }.count
-        }
+        func storedChunks() -> Int { ChunkStore.survey(chunksDirectory).count }
         let deadline = ContinuousClock.now + .seconds(60)
-        while chunkFiles() < 6, ContinuousClock.now < deadline {
+        while storedChunks() < 6, ContinuousClock.now < deadline {
             try await Task.sleep(for: .milliseconds(2))
         }
         joiner.signal(SIGKILL)
         try await joiner.waitForExit()
-        // What survived the crash: every chunk file under a valid name verifies (checked on restart).
+        // What survived the crash: every chunk the store lists verifies (checked on restart).
         let restarted = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: joiner.dataDirectory)
         nodes.append(restarted)
         _ = try await restarted.waitForLine(prefix: "listening:")
@@ -76,8 +74,7 @@ struct ResumeTests {
         let get = try NodeProcess(["get", id, "--output", output], dataDirectory: joiner.dataDirectory, ownsDataDirectory: false)
         defer { get.signal(SIGKILL) }
         try await waitUntil("the get under way", every: .milliseconds(2)) {
-            let chunks = (try? FileManager.default.subpathsOfDirectory(atPath: joiner.dataDirectory + "/chunks")) ?? []
-            return chunks.contains { $0.count >= 64 } || !get.process.isRunning
+            ChunkStore.survey(joiner.dataDirectory + "/chunks").count > 1 || !get.process.isRunning
         }
         joiner.signal(SIGKILL)
         let status = try await get.waitForExit()

@@ -1,5 +1,6 @@
 import Foundation
 import GroupMesh
+import MeshStore
 import MeshTestKit
 import Testing
 
@@ -113,8 +114,8 @@ struct JournalTests {
         await #expect(throws: GroupMeshError.attachmentTooLarge(size: 1_300_000, limit: 1000)) {
             _ = try await Journal(session: small).add(contentsOf: source)
         }
-        let stored = try FileManager.default.subpathsOfDirectory(atPath: configuration.dataDirectory.chunksPath)
-        #expect(!stored.contains { $0.count > 60 }, "no chunk was stored: \(stored)")
+        let stored = ChunkStore.survey(configuration.dataDirectory.chunksPath)
+        #expect(stored.isEmpty, "no chunk was stored: \(stored.keys)")
     }
 }
 

@@ -1,3 +1,4 @@
+import CMeshSystem
 import Foundation
 import MeshCrypto
 @testable import MeshStore
@@ -15,7 +16,35 @@ struct ChunkStoreTests {
         (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ Int(seed) &* 7) ^ seed }
     }
 
-    @Test("write, flush, read back verified; the file is named by its SHA-256")
+    /// Overwrites a stored chunk's bytes on disk behind the store's back.
+    static func damage(_ store: ChunkStore, _ digest: SHA256Digest, with bytes: [UInt8]) throws {
+        let location = try #require(store.bytesLocation(digest))
+        let handle = try #require(FileHandle(forWritingAtPath: location.file))
+        defer { try? handle.close() }
+        try handle.seek(toOffset: UInt64(location.offset))
+        try handle.write(contentsOf: bytes)
+    }
+
+    static func canPunchHoles(_ directory: String) -> Bool {
+        let probe = directory + "/probe"
+        defer { unlink(probe) }
+        let fd = open(probe, O_RDWR | O_CREAT, 0o600)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        _ = [UInt8](repeating: 1, count: 8192).withUnsafeBytes { write(fd, $0.baseAddress, 8192) }
+        return cmesh_punch_hole(fd, 0, 4096) == 0
+    }
+
+    static func packFiles(_ directory: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasSuffix(".pack") }.sorted()
+    }
+
+    static func size(_ file: String) -> (bytes: Int64, blocks: Int64) {
+        var info = stat()
+        return stat(file, &info) == 0 ? (Int64(info.st_size), Int64(info.st_blocks)) : (-1, -1)
+    }
+
+    @Test("write, flush, read back verified; chunks go into one pack file, not a file each")
     func roundTrip() throws {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -24,14 +53,23 @@ struct ChunkStoreTests {
         let digest = try store.write(bytes)
         #expect(digest == SHA256Digest.hashing(bytes))
         #expect(store.contains(digest))
-        #expect(try store.read(digest) == bytes, "pending chunks are readable before the flush")
+        #expect(try store.read(digest) == bytes, "unsynced chunks are readable before the flush")
         try store.flush()
-        #expect(FileManager.default.fileExists(atPath: store.finalPath(digest)))
-        #expect(store.finalPath(digest).hasSuffix("/" + String(digest.hex.prefix(2)) + "/" + digest.hex))
+        let other = try store.write(Self.chunk(2, size: 300))
+        try store.flush()
         #expect(try store.read(digest) == bytes)
-        #expect(store.storedDigests() == [digest])
-        // A new store on the same directory sees it.
-        #expect(try ChunkStore(path: directory + "/chunks").read(digest) == bytes)
+        #expect(store.storedDigests() == [digest, other].sorted())
+        #expect(store.storedSize(other) == 300)
+        let files = try FileManager.default.contentsOfDirectory(atPath: directory + "/chunks").sorted()
+        #expect(files == ["0000000000000001.pack", "format-version"])
+        #expect(try String(contentsOfFile: directory + "/chunks/format-version", encoding: .utf8) == "chunks-v2\n")
+        // A new store on the same directory sees both, and a look from outside finds them too.
+        let reopened = try ChunkStore(path: directory + "/chunks")
+        #expect(try reopened.read(digest) == bytes)
+        #expect(try reopened.read(other) == Self.chunk(2, size: 300))
+        let survey = ChunkStore.survey(directory + "/chunks")
+        #expect(Set(survey.keys) == [digest, other])
+        #expect(survey[other]?.bytes() == Self.chunk(2, size: 300))
     }
 
     @Test("identical chunks are stored once; a wrong expected hash is refused before anything is written")
@@ -64,9 +102,7 @@ struct ChunkStoreTests {
         let good = try store.write(Self.chunk(4))
         let bad = try store.write(Self.chunk(5))
         try store.flush()
-        var bytes = try Data(contentsOf: URL(fileURLWithPath: store.finalPath(bad)))
-        bytes[100] ^= 0x01
-        try bytes.write(to: URL(fileURLWithPath: store.finalPath(bad)))
+        try Self.damage(store, bad, with: [Self.chunk(5)[100] ^ 0x01])
         #expect(throws: MeshStoreError.corrupt(bad)) { try store.read(bad) }
         #expect(!store.contains(bad))
         #expect(try store.read(good) == Self.chunk(4))
@@ -74,7 +110,7 @@ struct ChunkStoreTests {
         // verifyAll finds corruption among many.
         let third = try store.write(Self.chunk(6))
         try store.flush()
-        try Data([1, 2, 3]).write(to: URL(fileURLWithPath: store.finalPath(third)))
+        try Self.damage(store, third, with: [1, 2, 3])
         #expect(store.verifyAll() == [third])
         #expect(store.storedDigests() == [good])
     }
@@ -88,9 +124,7 @@ struct ChunkStoreTests {
         let digests = try (7...9).map { try store.write(Self.chunk(UInt8($0))) }
         try store.flush()
         // Corrupt all three on disk behind the store's back.
-        for digest in digests {
-            try Data(repeating: 0xAB, count: 4096).write(to: URL(fileURLWithPath: store.finalPath(digest)))
-        }
+        for digest in digests { try Self.damage(store, digest, with: [UInt8](repeating: 0xAB, count: 4096)) }
         // The oldest write fell out of the two remembered: hashed, found corrupt.
         #expect(throws: MeshStoreError.corrupt(digests[0])) { try store.read(digests[0], trustingRecentWrites: true) }
         // The latest two are trusted only when asked.
@@ -101,29 +135,133 @@ struct ChunkStoreTests {
         #expect(throws: MeshStoreError.corrupt(digests[2])) { try reopened.read(digests[2], trustingRecentWrites: true) }
     }
 
-    @Test("after a crash before the rename: complete leftovers are recovered, partial ones removed")
-    func crashBeforeRename() throws {
+    @Test("after a crash before the flush: chunks whose bytes arrived are kept, a damaged one is dropped, a torn tail is cut")
+    func crashBeforeFlush() throws {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         var written: [SHA256Digest] = []
+        var damaged: SHA256Digest?
         do {
             let store = try ChunkStore(path: directory)
             store.batchLimit = 1000
             for seed in 10..<20 { written.append(try store.write(Self.chunk(UInt8(seed)))) }
-            // The process "dies" here: nothing was flushed or renamed.
+            // The process "dies" here, nothing synced; one write lost bytes (a power loss mid-write).
+            try Self.damage(store, written[3], with: [0, 0, 0, 0])
+            damaged = written[3]
         }
-        let leftovers = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".tmp") }.sorted()
-        #expect(leftovers.count == 10)
-        // One write was torn (a power loss mid-write): its bytes no longer match its name.
-        let torn = directory + "/" + leftovers[0]
-        try Data([1, 2, 3]).write(to: URL(fileURLWithPath: torn))
-        let tornDigest = SHA256Digest(hex: leftovers[0].prefix(64))!
+        let pack = directory + "/" + (try #require(Self.packFiles(directory).first))
+        // And the last record is torn: its header is there, half its bytes are not.
+        let full = Self.size(pack).bytes
+        #expect(truncate(pack, off_t(full - 2048)) == 0)
 
         let reopened = try ChunkStore(path: directory)
-        #expect(reopened.storedDigests() == written.filter { $0 != tornDigest }.sorted())
-        #expect(!reopened.contains(tornDigest))
-        #expect(reopened.verifyAll().isEmpty, "every chunk under a valid name verifies")
-        #expect(try FileManager.default.contentsOfDirectory(atPath: directory).allSatisfy { !$0.hasSuffix(".tmp") })
+        let kept = written.filter { $0 != damaged && $0 != written.last }
+        #expect(reopened.storedDigests() == kept.sorted())
+        #expect(reopened.verifyAll().isEmpty, "every chunk listed verifies")
+        #expect(Self.size(pack).bytes == full - 4096 - 40, "the torn record was cut off")
+        // The pack takes new chunks where the cut was; all is there after another start.
+        let more = try reopened.write(Self.chunk(21))
+        try reopened.flush()
+        let again = try ChunkStore(path: directory)
+        #expect(again.storedDigests() == (kept + [more]).sorted())
+        #expect(again.verifyAll().isEmpty)
+    }
+
+    @Test("a removed chunk's space is freed: its blocks at once where holes can be punched, its pack when nothing in it lives")
+    func removalFreesSpace() throws {
+        let directory = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try ChunkStore(path: directory)
+        store.packLimit = 3 * (64 * 1024 + 40) + 16
+        let digests = try (50..<57).map { try store.write(Self.chunk(UInt8($0), size: 64 * 1024)) }
+        try store.flush()
+        let packs = Self.packFiles(directory)
+        #expect(packs.count == 3, "three chunks a pack: \(packs)")
+        // The blocks of a removed chunk go at once where the file system can.
+        let middle = directory + "/" + packs[1]
+        let before = Self.size(middle)
+        try store.remove(digests[4])
+        if Self.canPunchHoles(directory) {
+            #expect(Self.size(middle).blocks < before.blocks, "\(before) then \(Self.size(middle))")
+        } else {
+            print("ChunkStore: this file system cannot punch holes; a removed chunk's blocks stay until its pack goes")
+        }
+        #expect(Self.size(middle).bytes == before.bytes)
+        #expect(try store.read(digests[5]) == Self.chunk(55, size: 64 * 1024), "its neighbour is whole")
+        // A pack whose chunks are all removed is deleted.
+        for digest in digests[0..<3] { try store.remove(digest) }
+        #expect(Self.packFiles(directory) == Array(packs[1...]))
+        #expect(store.storedDigests() == [digests[3], digests[5], digests[6]].sorted())
+        try store.remove(digests[6])
+        // So is the one being written, once its last chunk goes; the next chunk starts another.
+        #expect(Self.packFiles(directory) == [packs[1]])
+        let later = try store.write(Self.chunk(58))
+        try store.flush()
+        #expect(Self.packFiles(directory) == [packs[1], "0000000000000004.pack"])
+        let reopened = try ChunkStore(path: directory)
+        #expect(reopened.storedDigests() == [digests[3], digests[5], later].sorted())
+        #expect(reopened.verifyAll().isEmpty)
+        #expect(throws: MeshStoreError.notFound(digests[6])) { try reopened.read(digests[6]) }
+    }
+
+    @Test("a store of the earlier format (a file per chunk) is read, removed from and upgraded; new chunks go to a pack")
+    func looseChunksOfTheEarlierFormat() throws {
+        let directory = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let old = [Self.chunk(60), Self.chunk(61)]
+        for bytes in old {
+            let hex = SHA256Digest.hashing(bytes).hex
+            try FileManager.default.createDirectory(atPath: directory + "/" + hex.prefix(2), withIntermediateDirectories: true)
+            try Data(bytes).write(to: URL(fileURLWithPath: directory + "/" + hex.prefix(2) + "/" + hex))
+        }
+        try "chunks-v1\n".write(toFile: directory + "/format-version", atomically: true, encoding: .utf8)
+        let store = try ChunkStore(path: directory)
+        let first = SHA256Digest.hashing(old[0]), second = SHA256Digest.hashing(old[1])
+        #expect(try store.read(first) == old[0])
+        #expect(store.storedSize(second) == 4096)
+        #expect(try String(contentsOfFile: directory + "/format-version", encoding: .utf8) == "chunks-v2\n")
+        try store.remove(second)
+        #expect(!FileManager.default.fileExists(atPath: directory + "/" + second.hex.prefix(2) + "/" + second.hex))
+        let fresh = try store.write(Self.chunk(62))
+        try store.flush()
+        #expect(Self.packFiles(directory).count == 1)
+        #expect(try ChunkStore(path: directory).storedDigests() == [first, fresh].sorted())
+        #expect(Set(ChunkStore.survey(directory).keys) == [first, fresh])
+    }
+
+    @Test("packs damaged at random (any bytes after a sound start) open without harm, and every chunk listed verifies", arguments: 0..<40)
+    func damagedPacksOpen(seed: UInt64) throws {
+        let directory = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var state = seed &* 0x9E37_79B9_7F4A_7C15 | 1
+        func next() -> UInt64 {
+            state ^= state << 13; state ^= state >> 7; state ^= state << 17
+            return state
+        }
+        do {
+            let store = try ChunkStore(path: directory)
+            store.batchLimit = Int(next() % 6) + 1
+            for index in 0..<Int(next() % 8) + 1 { try store.write(Self.chunk(UInt8(index), size: Int(next() % 9000) + 1)) }
+        }
+        let pack = directory + "/" + (try #require(Self.packFiles(directory).first))
+        let handle = try #require(FileHandle(forUpdatingAtPath: pack))
+        let size = Self.size(pack).bytes
+        for _ in 0..<Int(next() % 6) + 1 {
+            // Anything from the durable mark on: bytes overwritten, or appended past the end.
+            let offset = 8 + next() % UInt64(size + 64 - 8)
+            try handle.seek(toOffset: offset)
+            try handle.write(contentsOf: (0..<Int(next() % 80) + 1).map { _ in UInt8(truncatingIfNeeded: next()) })
+        }
+        if next() % 3 == 0 { try handle.truncate(atOffset: 16 + next() % UInt64(size)) }
+        try handle.close()
+        let reopened = try ChunkStore(path: directory)
+        let listed = reopened.storedDigests()
+        let discarded = reopened.verifyAll()
+        #expect(Set(reopened.storedDigests()) == Set(listed).subtracting(discarded), "seed \(seed)")
+        // Still a store that takes and returns chunks.
+        let fresh = try reopened.write(Self.chunk(99, size: 5000))
+        try reopened.flush()
+        #expect(try ChunkStore(path: directory).read(fresh) == Self.chunk(99, size: 5000), "seed \(seed)")
     }
 
     @Test("a batch is flushed by itself at the batch limit")

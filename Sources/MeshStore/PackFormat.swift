@@ -1,0 +1,84 @@
+import MeshCrypto
+
+/// The bytes of a pack file: many chunks appended to one file, so that storing a chunk makes no
+/// new file (making files was what a 100 MiB fetch waited on: see ChunkStore).
+///
+///     pack   = header record*
+///     header = "GMPACK\0\2" durable:u64le           (16 bytes)
+///     record = state:u32le length:u32le digest:32 bytes:length
+///
+/// `durable` is how far the pack was synced when it was last written: records past it are
+/// hashed when the store opens, and the pack is cut at the first that is torn. A removed
+/// record's state says so (its bytes are freed where the file system can punch holes); its
+/// length still leads to the next record.
+enum PackFormat {
+    static let magic: [UInt8] = Array("GMPACK".utf8) + [0, 2]
+    static let headerSize = 16
+    static let durableOffset: Int64 = 8
+    static let recordHeaderSize = 40
+    static let fileSuffix = ".pack"
+    /// The longest record a pack takes (a chunk is at most 4 MiB): a longer length read back is
+    /// damage, not a record to load into memory.
+    static let maximumLength = 64 << 20
+
+    enum State: UInt32 {
+        /// "CHNK": a stored chunk.
+        case live = 0x4B4E_4843
+        /// "DEAD": removed.
+        case dead = 0x4441_4544
+    }
+
+    struct RecordHeader: Equatable {
+        var state: State
+        var length: Int
+        var digest: SHA256Digest
+    }
+
+    static func fileName(_ id: UInt64) -> String {
+        let hex = String(id, radix: 16)
+        return String(repeating: "0", count: max(0, 16 - hex.utf8.count)) + hex + fileSuffix
+    }
+
+    /// The pack number a file name stands for, or nil for any other name.
+    static func id(ofFileName name: String) -> UInt64? {
+        guard name.hasSuffix(fileSuffix) else { return nil }
+        let stem = name.dropLast(fileSuffix.utf8.count)
+        guard stem.utf8.count == 16 else { return nil }
+        return UInt64(stem, radix: 16)
+    }
+
+    static func header(durable: Int64) -> [UInt8] {
+        magic + littleEndian(UInt64(durable))
+    }
+
+    /// The durable length a pack header holds, or nil for bytes that are not one.
+    static func durable(inHeader bytes: [UInt8]) -> Int64? {
+        guard bytes.count == headerSize, Array(bytes[0..<8]) == magic else { return nil }
+        let value = readLittleEndian(bytes, at: 8, count: 8)
+        return value <= UInt64(Int64.max) ? Int64(value) : nil
+    }
+
+    static func recordHeader(_ header: RecordHeader) -> [UInt8] {
+        littleEndian(header.state.rawValue) + littleEndian(UInt32(header.length)) + header.digest.bytes
+    }
+
+    static func stateBytes(_ state: State) -> [UInt8] { littleEndian(state.rawValue) }
+
+    /// A record header, or nil for bytes that are not one (a torn or foreign tail).
+    static func recordHeader(decoding bytes: [UInt8]) -> RecordHeader? {
+        guard bytes.count == recordHeaderSize,
+              let state = State(rawValue: UInt32(readLittleEndian(bytes, at: 0, count: 4))),
+              let digest = SHA256Digest(bytes: bytes[8..<40]) else { return nil }
+        let length = Int(readLittleEndian(bytes, at: 4, count: 4))
+        guard length <= maximumLength else { return nil }
+        return RecordHeader(state: state, length: length, digest: digest)
+    }
+
+    private static func littleEndian<T: FixedWidthInteger>(_ value: T) -> [UInt8] {
+        (0..<(T.bitWidth / 8)).map { UInt8(truncatingIfNeeded: value >> ($0 * 8)) }
+    }
+
+    private static func readLittleEndian(_ bytes: [UInt8], at offset: Int, count: Int) -> UInt64 {
+        (0..<count).reduce(UInt64(0)) { $0 | UInt64(bytes[offset + $1]) << ($1 * 8) }
+    }
+}
