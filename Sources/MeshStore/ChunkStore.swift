@@ -38,8 +38,11 @@ public final class ChunkStore {
 
     private struct Pack {
         var size: Int64
+        /// Synced up to here: what lies past it is hashed when the store opens.
         var durable: Int64
         var live: Int
+        /// False for a pack found damaged where it was durable: read, never written to again.
+        var appendable = true
     }
 
     private var index: [SHA256Digest: Location] = [:]
@@ -50,6 +53,9 @@ public final class ChunkStore {
     private var nextPack: UInt64 = 1
     /// Chunks appended to the active pack since its last sync.
     private var unsynced = 0
+    /// Ranges of removed chunks, by pack, whose blocks are freed once their dead marks are
+    /// synced: punched first, a power loss could leave a live header over zeros.
+    private var unpunched: [UInt64: [(offset: Int64, length: Int)]] = [:]
     /// Chunks this process hashed as it wrote them, the latest `recentWriteCapacity`: a `get`
     /// writing out what it just fetched need not hash each chunk a second time. A chunk that was
     /// on disk before is always hashed when read.
@@ -71,9 +77,25 @@ public final class ChunkStore {
         recoverLeftovers()
         loadLooseChunks()
         try loadPacks()
-        if found != Self.formatVersion {
-            try Self.writeFile(versionPath, Array((Self.formatVersion + "\n").utf8), sync: true)
+        if found == nil {
+            try writeFormatVersion()
+        } else if found == Self.looseFormatVersion {
+            // Not written (a full disk): still read as it is, and upgraded at the next start.
+            try? writeFormatVersion()
         }
+    }
+
+    /// Written whole and renamed, so that a crash leaves the old version or the new, never an
+    /// empty file that would keep the node from starting.
+    private func writeFormatVersion() throws(MeshStoreError) {
+        let versionPath = path + "/format-version", temporary = versionPath + ".new"
+        try Self.writeFile(temporary, Array((Self.formatVersion + "\n").utf8), sync: true)
+        guard rename(temporary, versionPath) == 0 else {
+            let reason = Self.errnoText()
+            unlink(temporary)
+            throw .io(path: versionPath, reason: reason)
+        }
+        _ = Self.syncDirectory(path)
     }
 
     deinit {
@@ -193,17 +215,46 @@ public final class ChunkStore {
 
     /// Makes every written chunk durable: one sync of the pack being written, then its header
     /// says how far it is durable (that write rides on the next sync; lost, the store only hashes
-    /// more when it opens).
+    /// more when it opens). Removals since the last flush are synced too, then their blocks freed.
     public func flush() throws(MeshStoreError) {
-        guard unsynced > 0, let id = active, let size = packs[id]?.size else { return }
-        let fd = try descriptor(id)
-        guard fdatasync(fd) == 0 else {
-            let code = errno
-            throw FileIO.isOutOfSpace(code) ? .diskFull(path: packPath(id)) : .io(path: packPath(id), reason: FileIO.describe(code))
+        if unsynced > 0, let id = active, let size = packs[id]?.size {
+            let fd = try descriptor(id)
+            guard fdatasync(fd) == 0 else {
+                let code = errno
+                abandonUnsynced(id)
+                throw FileIO.isOutOfSpace(code) ? .diskFull(path: packPath(id)) : .io(path: packPath(id), reason: FileIO.describe(code))
+            }
+            unsynced = 0
+            packs[id]?.durable = size
+            Self.writeDurable(fd, size)
         }
+        for (id, ranges) in unpunched {
+            // The space back where the file system can free a range (ext4, XFS, Btrfs, tmpfs);
+            // elsewhere when the whole pack is dead.
+            guard let fd = try? descriptor(id), fdatasync(fd) == 0 else { continue }
+            for range in ranges {
+                _ = cmesh_punch_hole(fd, range.offset + Int64(PackFormat.recordHeaderSize), Int64(range.length))
+            }
+        }
+        unpunched = [:]
+    }
+
+    /// After a failed sync, the chunks written since the last good one are not believed: Linux
+    /// marks the pages that failed to reach the disk clean, so a later sync would say they did.
+    /// They are dropped (fetched again), and new chunks go to a new pack.
+    private func abandonUnsynced(_ id: UInt64) {
+        guard let durable = packs[id]?.durable, let fd = descriptors[id] else { return }
+        for (digest, location) in index {
+            guard case let .packed(pack, offset, _) = location, pack == id, offset >= durable else { continue }
+            _ = PackFormat.stateBytes(.dead).withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
+            index[digest] = nil
+            recentWrites.remove(digest)
+            packs[id]?.live -= 1
+        }
+        packs[id]?.appendable = false
+        active = nil
         unsynced = 0
-        packs[id]?.durable = size
-        Self.writeDurable(fd, size)
+        if packs[id]?.live == 0 { deletePack(id) }
     }
 
     public func remove(_ digest: SHA256Digest) throws(MeshStoreError) {
@@ -218,9 +269,7 @@ public final class ChunkStore {
             let fd = try descriptor(id)
             let failure = PackFormat.stateBytes(.dead).withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
             guard failure == 0 else { throw .io(path: packPath(id), reason: FileIO.describe(failure)) }
-            // The space back now where the file system can free a range (ext4, XFS, Btrfs, tmpfs);
-            // elsewhere when the whole pack is dead.
-            _ = cmesh_punch_hole(fd, offset + Int64(PackFormat.recordHeaderSize), Int64(length))
+            unpunched[id, default: []].append((offset, length))
             packs[id]?.live -= 1
             if packs[id]?.live == 0 { deletePack(id) }
         }
@@ -242,7 +291,8 @@ public final class ChunkStore {
 
     /// The active pack if `record` bytes fit in it (an empty pack takes any chunk), else a new one.
     private func packWithRoom(for record: Int64) throws(MeshStoreError) -> UInt64 {
-        if let id = active, let pack = packs[id], pack.size + record <= packLimit || pack.size == Int64(PackFormat.headerSize) {
+        if let id = active, let pack = packs[id], pack.appendable,
+           pack.size + record <= packLimit || pack.size == Int64(PackFormat.headerSize) {
             return id
         }
         try flush()
@@ -289,7 +339,10 @@ public final class ChunkStore {
     private func deletePack(_ id: UInt64) {
         if let fd = descriptors.removeValue(forKey: id) { close(fd) }
         unlink(packPath(id))
+        // Made durable now: a pack back after a power loss would hold chunks nobody wants.
+        _ = Self.syncDirectory(path)
         packs[id] = nil
+        unpunched[id] = nil
         if active == id {
             active = nil
             unsynced = 0
@@ -302,7 +355,9 @@ public final class ChunkStore {
         let ids = Self.listDirectory(path).compactMap(PackFormat.id(ofFileName:)).sorted()
         nextPack = (ids.last ?? 0) + 1
         for id in ids { try loadPack(id) }
-        if let last = ids.last, let pack = packs[last], pack.size < packLimit { active = last }
+        // Packs emptied by a copy found again in a later one.
+        for (id, pack) in packs where pack.live == 0 { deletePack(id) }
+        if let last = ids.last, let pack = packs[last], pack.appendable, pack.size < packLimit { active = last }
     }
 
     private func loadPack(_ id: UInt64) throws(MeshStoreError) {
@@ -323,26 +378,46 @@ public final class ChunkStore {
             // Anything else is not ours to write to or to delete: left alone, and unread.
             return
         }
-        var scan = Self.scan(fd, size: Int64(info.st_size), durable: durable, verifyingPastDurable: true)
-        var live = 0
-        for (digest, offset, length) in scan.records {
-            if index[digest] == nil {
-                index[digest] = .packed(pack: id, offset: offset, length: length)
-                live += 1
-            } else {
-                // Stored twice (in packs that were both being written when a crash came): one is enough.
-                _ = PackFormat.stateBytes(.dead).withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
-            }
-        }
-        if scan.end < info.st_size { _ = ftruncate(fd, off_t(scan.end)) }
-        if scan.end != durable {
-            // What was kept past the durable mark verified: made durable now, not hashed at every start.
-            if fdatasync(fd) == 0 { Self.writeDurable(fd, scan.end) }
-            scan.durable = scan.end
-        }
-        packs[id] = Pack(size: scan.end, durable: scan.durable, live: live)
+        let size = Int64(info.st_size)
+        let scan = Self.scan(fd, size: size, durable: durable, verifyingPastDurable: true)
+        packs[id] = Pack(size: size, durable: durable, live: 0)
         keepOpen(id, fd)
-        if live == 0 { deletePack(id) }
+        for (digest, offset, length) in scan.records {
+            if case let .packed(other, otherOffset, _) = index[digest] {
+                // Stored twice (removed, then stored again; or two packs written when a crash
+                // came): the copy that verifies is kept, the earlier one if both do.
+                guard !verifies(digest, inPack: other, at: otherOffset, length: length),
+                      verifies(digest, inPack: id, at: offset, length: length) else {
+                    _ = PackFormat.stateBytes(.dead).withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
+                    continue
+                }
+                if let otherFD = try? descriptor(other) {
+                    _ = PackFormat.stateBytes(.dead).withUnsafeBytes { FileIO.writeAll(otherFD, $0, at: otherOffset) }
+                }
+                packs[other]?.live -= 1
+            }
+            index[digest] = .packed(pack: id, offset: offset, length: length)
+            packs[id]?.live += 1
+        }
+        if scan.end >= durable {
+            // A torn tail past the last sync: cut off, and what was kept past the mark (it
+            // verified) made durable now, not hashed at every start.
+            if scan.end < size { _ = ftruncate(fd, off_t(scan.end)) }
+            if scan.end > durable, fdatasync(fd) == 0 { Self.writeDurable(fd, scan.end) }
+            packs[id]?.size = scan.end
+            packs[id]?.durable = scan.end
+        } else {
+            // Damage where the pack was durable (a bad block): what could be read is kept, the
+            // rest is left as it is, and nothing is written to this pack again.
+            packs[id]?.appendable = false
+        }
+        if packs[id]?.live == 0 { deletePack(id) }
+    }
+
+    private func verifies(_ digest: SHA256Digest, inPack id: UInt64, at offset: Int64, length: Int) -> Bool {
+        guard let fd = try? descriptor(id),
+              let bytes = Self.readBytes(fd, count: length, at: offset + Int64(PackFormat.recordHeaderSize)) else { return false }
+        return SHA256Digest.hashing(bytes) == digest
     }
 
     /// The live records of a pack up to its first torn one (a header that does not decode or a
@@ -350,7 +425,7 @@ public final class ChunkStore {
     /// after the last sync whose bytes do not hash to its name is marked dead (the only write a
     /// scan makes).
     static func scan(_ fd: Int32, size: Int64, durable: Int64, verifyingPastDurable: Bool)
-        -> (records: [(SHA256Digest, Int64, Int)], end: Int64, durable: Int64)
+        -> (records: [(SHA256Digest, Int64, Int)], end: Int64)
     {
         var records: [(SHA256Digest, Int64, Int)] = []
         var offset = Int64(PackFormat.headerSize)
@@ -371,7 +446,7 @@ public final class ChunkStore {
             }
             offset = end
         }
-        return (records, offset, min(durable, offset))
+        return (records, offset)
     }
 
     private static func writeDurable(_ fd: Int32, _ size: Int64) {
@@ -406,13 +481,18 @@ public final class ChunkStore {
         public let file: String
         public let offset: Int64
         public let length: Int
+        /// Where its record's state is, in a pack.
+        let stateOffset: Int64?
 
-        /// Its bytes as they are on disk, unverified; nil if they are gone.
+        /// Its bytes as they are on disk, unverified; nil if they are gone (removed since the
+        /// survey: its record reads dead after its bytes were read).
         public func bytes() -> [UInt8]? {
             let fd = open(file, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else { return nil }
             defer { close(fd) }
-            return ChunkStore.readBytes(fd, count: length, at: offset)
+            guard let bytes = ChunkStore.readBytes(fd, count: length, at: offset) else { return nil }
+            if let stateOffset, ChunkStore.readBytes(fd, count: 4, at: stateOffset) != PackFormat.stateBytes(.live) { return nil }
+            return bytes
         }
     }
 
@@ -426,7 +506,7 @@ public final class ChunkStore {
                 let file = path + "/" + prefix + "/" + name
                 var info = stat()
                 guard stat(file, &info) == 0 else { continue }
-                found[digest] = StoredChunk(file: file, offset: 0, length: Int(info.st_size))
+                found[digest] = StoredChunk(file: file, offset: 0, length: Int(info.st_size), stateOffset: nil)
             }
         }
         for name in listDirectory(path) where PackFormat.id(ofFileName: name) != nil {
@@ -439,7 +519,8 @@ public final class ChunkStore {
                   let durable = PackFormat.durable(inHeader: header) else { continue }
             let scan = scan(fd, size: Int64(info.st_size), durable: durable, verifyingPastDurable: false)
             for (digest, offset, length) in scan.records where found[digest] == nil {
-                found[digest] = StoredChunk(file: file, offset: offset + Int64(PackFormat.recordHeaderSize), length: length)
+                found[digest] = StoredChunk(file: file, offset: offset + Int64(PackFormat.recordHeaderSize), length: length,
+                                            stateOffset: offset)
             }
         }
         return found

@@ -43,8 +43,9 @@ enum PackFormat {
     static func id(ofFileName name: String) -> UInt64? {
         guard name.hasSuffix(fileSuffix) else { return nil }
         let stem = name.dropLast(fileSuffix.utf8.count)
-        guard stem.utf8.count == 16 else { return nil }
-        return UInt64(stem, radix: 16)
+        // Exactly as `fileName` writes it (no upper case, no sign), and with room for a next one.
+        guard let id = UInt64(stem, radix: 16), id < UInt64.max >> 1, fileName(id) == name else { return nil }
+        return id
     }
 
     static func header(durable: Int64) -> [UInt8] {

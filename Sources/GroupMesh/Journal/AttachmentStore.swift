@@ -167,6 +167,7 @@ actor AttachmentStore {
             return manifest
         } catch {
             for digest in added { try? chunks.remove(digest) }
+            try? chunks.flush()
             throw error
         }
     }
@@ -280,6 +281,8 @@ actor AttachmentStore {
         for digest in Set(removed.chunks + [removed.id]) where !used.contains(digest) && pinned[digest] == nil {
             try? chunks.remove(digest)
         }
+        // The removals made durable, then their space freed.
+        try? chunks.flush()
     }
 
     /// Deletes every stored chunk and manifest that none of `kept` uses and no ingest holds
@@ -293,6 +296,7 @@ actor AttachmentStore {
             count += 1
             bytes += size
         }
+        try? chunks.flush()
         return (count, bytes)
     }
 
