@@ -40,6 +40,7 @@ struct ResumeTests {
         }
         joiner.signal(SIGKILL)
         try await joiner.waitForExit()
+        let survived = storedChunks()
         // What survived the crash: every chunk the store lists verifies (checked on restart).
         let restarted = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: joiner.dataDirectory)
         nodes.append(restarted)
@@ -53,10 +54,14 @@ struct ResumeTests {
                                                    timeout: .seconds(120))
         #expect(get.status == 0, "\(get.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
-        let fetched = Int(try await restarted.status().counters["chunksFetched"]?.number ?? -1)
+        let counters = try await restarted.status().counters
+        let fetched = Int(counters["chunksFetched"]?.number ?? -1)
         // Only the rest was fetched (the end game may ask a few chunks twice).
         #expect(fetched >= total - had && fetched <= total - had + 4,
-                "had \(had) of \(total) before the crash, fetched \(fetched) after")
+                """
+                had \(had) of \(total) before the crash (\(survived) records in its store), fetched \(fetched) after; \
+                rejected \(counters["chunksRejected"]?.number ?? -1), dropped \(String(describing: counters["dropped"]))
+                """)
     }
 
     @Test("a get whose node is killed half way fails in one line saying so; run again, it finishes")
