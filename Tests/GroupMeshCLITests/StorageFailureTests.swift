@@ -113,7 +113,7 @@ struct StorageFailureTests {
 
             // The disk filled by someone else: get's output and a journal append fail cleanly.
             let filler = mountPoint + "/filler"
-            try? Data(count: 8 << 20).write(to: URL(fileURLWithPath: filler))
+            Self.fill(filler, upTo: 8 << 20)
             let output = mountPoint + "/out.bin"
             let get = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, first.id, "--output", output])
             #expect(get.status != 0)
@@ -129,7 +129,7 @@ struct StorageFailureTests {
             try FileManager.default.removeItem(atPath: filler)
 
             let second = try await Self.attach("\(files)/medium.bin", on: node)
-            #expect(second.status == 0, "fits once the refused attach gave its space back: \(second.stderr)")
+            #expect(second.status == 0, "fits once the refused attach gave its space back: \(second.stderr)\n\(Self.usage(mountPoint))")
             let copy = files + "/out.bin"
             let fetched = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, first.id, "--output", copy])
             #expect(fetched.status == 0, "\(fetched.stderr)")
@@ -176,6 +176,34 @@ struct StorageFailureTests {
     static func run(_ executable: String, _ arguments: [String]) -> Int32 {
         guard let process = try? ChildProcess(executable: executable, arguments: arguments) else { return -1 }
         return process.waitUntilExit()
+    }
+
+    /// Writes zeros to `file` until the disk is full or `limit` bytes are written, through a
+    /// descriptor no child process inherits: a node another test starts meanwhile would otherwise
+    /// hold the file open, and its space taken, after it is removed (seen: a 4 MiB disk still
+    /// full once the filler was gone).
+    static func fill(_ file: String, upTo limit: Int) {
+        let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        let block = [UInt8](repeating: 0, count: 64 * 1024)
+        var written = 0
+        while written < limit {
+            let n = block.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            guard n > 0 else { break }
+            written += n
+        }
+    }
+
+    /// Each file under `path` with its size and the disk it takes, and what is free: said when a test finds the disk fuller than it should be.
+    static func usage(_ path: String) -> String {
+        let files = (try? FileManager.default.subpathsOfDirectory(atPath: path)) ?? []
+        let lines = files.sorted().compactMap { name -> String? in
+            var info = stat()
+            guard lstat(path + "/" + name, &info) == 0 else { return nil }
+            return "\(name): \(info.st_size) bytes, \(Int(info.st_blocks) * 512) on disk"
+        }
+        return (lines + ["free: \(freeBytes(path))"]).joined(separator: "\n")
     }
 
     static func freeBytes(_ path: String) -> Int {
