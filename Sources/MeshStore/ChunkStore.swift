@@ -56,6 +56,8 @@ public final class ChunkStore {
     /// Ranges of removed chunks, by pack, whose blocks are freed once their dead marks are
     /// synced: punched first, a power loss could leave a live header over zeros.
     private var unpunched: [UInt64: [(offset: Int64, length: Int)]] = [:]
+    /// `fdatasync`; a test makes it fail (a device error) to see what the store then believes.
+    var syncData: (Int32) -> Int32 = { fdatasync($0) }
     /// Chunks this process hashed as it wrote them, the latest `recentWriteCapacity`: a `get`
     /// writing out what it just fetched need not hash each chunk a second time. A chunk that was
     /// on disk before is always hashed when read.
@@ -219,7 +221,7 @@ public final class ChunkStore {
     public func flush() throws(MeshStoreError) {
         if unsynced > 0, let id = active, let size = packs[id]?.size {
             let fd = try descriptor(id)
-            guard fdatasync(fd) == 0 else {
+            guard syncData(fd) == 0 else {
                 let code = errno
                 abandonUnsynced(id)
                 throw FileIO.isOutOfSpace(code) ? .diskFull(path: packPath(id)) : .io(path: packPath(id), reason: FileIO.describe(code))
@@ -231,7 +233,7 @@ public final class ChunkStore {
         for (id, ranges) in unpunched {
             // The space back where the file system can free a range (ext4, XFS, Btrfs, tmpfs);
             // elsewhere when the whole pack is dead.
-            guard let fd = try? descriptor(id), fdatasync(fd) == 0 else { continue }
+            guard let fd = try? descriptor(id), syncData(fd) == 0 else { continue }
             for range in ranges {
                 _ = cmesh_punch_hole(fd, range.offset + Int64(PackFormat.recordHeaderSize), Int64(range.length))
             }

@@ -271,6 +271,33 @@ struct ChunkStoreTests {
         #expect(Self.packFiles(directory).count == 5)
     }
 
+    @Test("a sync that fails drops the chunks written since the last good one (a later sync would say they were written), and new chunks go to a new pack")
+    func failedSyncIsNotBelievedLater() throws {
+        let directory = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try ChunkStore(path: directory)
+        store.batchLimit = 1000
+        let durable = try store.write(Self.chunk(90))
+        try store.flush()
+        let unsynced = try (91..<94).map { try store.write(Self.chunk(UInt8($0))) }
+        store.syncData = { _ in
+            errno = EIO
+            return -1
+        }
+        #expect(throws: MeshStoreError.io(path: directory + "/0000000000000001.pack", reason: FileIO.describe(EIO))) {
+            try store.flush()
+        }
+        store.syncData = { fdatasync($0) }
+        #expect(store.storedDigests() == [durable], "only what the good sync covered")
+        for digest in unsynced { #expect(!store.contains(digest)) }
+        let again = try store.write(Self.chunk(91))
+        try store.flush()
+        #expect(Self.packFiles(directory) == ["0000000000000001.pack", "0000000000000002.pack"])
+        let reopened = try ChunkStore(path: directory)
+        #expect(reopened.storedDigests() == [durable, again].sorted())
+        #expect(reopened.verifyAll().isEmpty)
+    }
+
     @Test("a store of the earlier format (a file per chunk) is read, removed from and upgraded; new chunks go to a pack")
     func looseChunksOfTheEarlierFormat() throws {
         let directory = Self.temporaryDirectory()
