@@ -46,6 +46,7 @@ let package = Package(
                 "MeshCore",
                 "MeshCrypto",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
         .target(

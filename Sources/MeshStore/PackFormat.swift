@@ -1,4 +1,6 @@
+import MeshCore
 import MeshCrypto
+import NIOCore
 
 /// The bytes of a pack file: many chunks appended to one file, so that storing a chunk makes no
 /// new file (making files was what a 100 MiB fetch waited on: see ChunkStore).
@@ -49,37 +51,40 @@ enum PackFormat {
     }
 
     static func header(durable: Int64) -> [UInt8] {
-        magic + littleEndian(UInt64(durable))
+        var buffer = ByteBuffer(bytes: magic)
+        buffer.writeInteger(UInt64(durable), endianness: .little)
+        return Array(buffer.readableBytesView)
     }
 
     /// The durable length a pack header holds, or nil for bytes that are not one.
     static func durable(inHeader bytes: [UInt8]) -> Int64? {
-        guard bytes.count == headerSize, Array(bytes[0..<8]) == magic else { return nil }
-        let value = readLittleEndian(bytes, at: 8, count: 8)
-        return value <= UInt64(Int64.max) ? Int64(value) : nil
+        var buffer = ByteBuffer(bytes: bytes)
+        guard bytes.count == headerSize, buffer.readBytes(length: magic.count) == magic,
+              let value = buffer.readInteger(endianness: .little, as: UInt64.self), value <= UInt64(Int64.max) else { return nil }
+        return Int64(value)
     }
 
     static func recordHeader(_ header: RecordHeader) -> [UInt8] {
-        littleEndian(header.state.rawValue) + littleEndian(UInt32(header.length)) + header.digest.bytes
+        var buffer = ByteBuffer()
+        buffer.writeInteger(header.state.rawValue, endianness: .little)
+        buffer.writeInteger(UInt32(header.length), endianness: .little)
+        buffer.writeBytes(header.digest.bytes)
+        return Array(buffer.readableBytesView)
     }
 
-    static func stateBytes(_ state: State) -> [UInt8] { littleEndian(state.rawValue) }
+    static func stateBytes(_ state: State) -> [UInt8] {
+        var buffer = ByteBuffer()
+        buffer.writeInteger(state.rawValue, endianness: .little)
+        return Array(buffer.readableBytesView)
+    }
 
     /// A record header, or nil for bytes that are not one (a torn or foreign tail).
     static func recordHeader(decoding bytes: [UInt8]) -> RecordHeader? {
+        var buffer = ByteBuffer(bytes: bytes)
         guard bytes.count == recordHeaderSize,
-              let state = State(rawValue: UInt32(readLittleEndian(bytes, at: 0, count: 4))),
-              let digest = SHA256Digest(bytes: bytes[8..<40]) else { return nil }
-        let length = Int(readLittleEndian(bytes, at: 4, count: 4))
-        guard length <= maximumLength else { return nil }
-        return RecordHeader(state: state, length: length, digest: digest)
-    }
-
-    private static func littleEndian<T: FixedWidthInteger>(_ value: T) -> [UInt8] {
-        (0..<(T.bitWidth / 8)).map { UInt8(truncatingIfNeeded: value >> ($0 * 8)) }
-    }
-
-    private static func readLittleEndian(_ bytes: [UInt8], at offset: Int, count: Int) -> UInt64 {
-        (0..<count).reduce(UInt64(0)) { $0 | UInt64(bytes[offset + $1]) << ($1 * 8) }
+              let state = buffer.readInteger(endianness: .little, as: UInt32.self).flatMap(State.init(rawValue:)),
+              let length = buffer.readInteger(endianness: .little, as: UInt32.self), Int(length) <= maximumLength,
+              let digest = try? buffer.readDigest("record digest") else { return nil }
+        return RecordHeader(state: state, length: Int(length), digest: digest)
     }
 }
