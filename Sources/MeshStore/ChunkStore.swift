@@ -41,7 +41,8 @@ public final class ChunkStore {
         /// Synced up to here: what lies past it is hashed when the store opens.
         var durable: Int64
         var live: Int
-        /// False for a pack found damaged where it was durable: read, never written to again.
+        /// False for a pack found damaged where it was durable, or whose sync failed when the
+        /// store opened: read, never written to again.
         var appendable = true
     }
 
@@ -51,6 +52,8 @@ public final class ChunkStore {
     /// The pack new chunks go to; made when the first one comes.
     private var active: UInt64?
     private var nextPack: UInt64 = 1
+    /// The pack `loadPack` is reading (its descriptor is kept open meanwhile).
+    private var loading: UInt64?
     /// Chunks appended to the active pack since its last sync.
     private var unsynced = 0
     /// Ranges of removed chunks, by pack, whose blocks are freed once their dead marks are
@@ -124,7 +127,7 @@ public final class ChunkStore {
             bytes = found
         case let .packed(pack, offset, length):
             let fd = try descriptor(pack)
-            guard let found = Self.readBytes(fd, count: length, at: offset + Int64(PackFormat.recordHeaderSize)) else {
+            guard let found = FileIO.readAll(fd, count: length, at: offset + Int64(PackFormat.recordHeaderSize)) else {
                 try? remove(digest)
                 throw .corrupt(digest)
             }
@@ -182,7 +185,7 @@ public final class ChunkStore {
         if let expected, expected != digest { throw .hashMismatch(expected: expected, actual: digest) }
         if contains(digest) { return (false, digest) }
         guard bytes.count <= PackFormat.maximumLength else {
-            throw .io(path: path, reason: "a chunk of \(bytes.count) bytes is over the store's limit of \(PackFormat.maximumLength)")
+            throw .chunkTooLarge(size: bytes.count, limit: PackFormat.maximumLength)
         }
         let record = Int64(PackFormat.recordHeaderSize + bytes.count)
         let id = try packWithRoom(for: record)
@@ -219,6 +222,7 @@ public final class ChunkStore {
     /// says how far it is durable (that write rides on the next sync; lost, the store only hashes
     /// more when it opens). Removals since the last flush are synced too, then their blocks freed.
     public func flush() throws(MeshStoreError) {
+        var synced: UInt64?
         if unsynced > 0, let id = active, let size = packs[id]?.size {
             let fd = try descriptor(id)
             guard syncData(fd) == 0 else {
@@ -227,18 +231,20 @@ public final class ChunkStore {
                 throw FileIO.isOutOfSpace(code) ? .diskFull(path: packPath(id)) : .io(path: packPath(id), reason: FileIO.describe(code))
             }
             unsynced = 0
+            synced = id
             packs[id]?.durable = size
             Self.writeDurable(fd, size)
         }
         for (id, ranges) in unpunched {
             // The space back where the file system can free a range (ext4, XFS, Btrfs, tmpfs);
-            // elsewhere when the whole pack is dead.
-            guard let fd = try? descriptor(id), syncData(fd) == 0 else { continue }
+            // elsewhere when the whole pack is dead. A pack that cannot be synced now keeps its
+            // ranges for the next flush.
+            guard let fd = try? descriptor(id), id == synced || syncData(fd) == 0 else { continue }
             for range in ranges {
                 _ = cmesh_punch_hole(fd, range.offset + Int64(PackFormat.recordHeaderSize), Int64(range.length))
             }
+            unpunched[id] = nil
         }
-        unpunched = [:]
     }
 
     /// After a failed sync, the chunks written since the last good one are not believed: Linux
@@ -248,12 +254,11 @@ public final class ChunkStore {
         guard let durable = packs[id]?.durable, let fd = descriptors[id] else { return }
         for (digest, location) in index {
             guard case let .packed(pack, offset, _) = location, pack == id, offset >= durable else { continue }
-            _ = PackFormat.stateBytes(.dead).withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
+            _ = PackFormat.deadMark.withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
             index[digest] = nil
             recentWrites.remove(digest)
             packs[id]?.live -= 1
         }
-        packs[id]?.appendable = false
         active = nil
         unsynced = 0
         if packs[id]?.live == 0 { deletePack(id) }
@@ -269,7 +274,7 @@ public final class ChunkStore {
             if unlink(final) != 0 && errno != ENOENT { throw .io(path: final, reason: Self.errnoText()) }
         case let .packed(id, offset, length):
             let fd = try descriptor(id)
-            let failure = PackFormat.stateBytes(.dead).withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
+            let failure = PackFormat.deadMark.withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
             guard failure == 0 else { throw .io(path: packPath(id), reason: FileIO.describe(failure)) }
             unpunched[id, default: []].append((offset, length))
             packs[id]?.live -= 1
@@ -293,8 +298,7 @@ public final class ChunkStore {
 
     /// The active pack if `record` bytes fit in it (an empty pack takes any chunk), else a new one.
     private func packWithRoom(for record: Int64) throws(MeshStoreError) -> UInt64 {
-        if let id = active, let pack = packs[id], pack.appendable,
-           pack.size + record <= packLimit || pack.size == Int64(PackFormat.headerSize) {
+        if let id = active, let pack = packs[id], pack.size + record <= packLimit || pack.size == Int64(PackFormat.headerSize) {
             return id
         }
         try flush()
@@ -314,11 +318,9 @@ public final class ChunkStore {
             throw FileIO.isOutOfSpace(failure) ? .diskFull(path: file) : .io(path: file, reason: reason)
         }
         nextPack += 1
-        if let previous = active, packs[previous]?.live == 0 { deletePack(previous) }
         packs[id] = Pack(size: Int64(PackFormat.headerSize), durable: Int64(PackFormat.headerSize), live: 0)
         keepOpen(id, fd)
         active = id
-        unsynced = 0
         return id
     }
 
@@ -332,7 +334,9 @@ public final class ChunkStore {
     }
 
     private func keepOpen(_ id: UInt64, _ fd: Int32) {
-        if descriptors.count >= Self.openPackLimit, let idle = descriptors.keys.first(where: { $0 != active }) {
+        // Never the pack being written or being loaded: their descriptors are held across calls.
+        if descriptors.count >= Self.openPackLimit,
+           let idle = descriptors.keys.first(where: { $0 != active && $0 != loading && $0 != id }) {
             close(descriptors.removeValue(forKey: idle) ?? -1)
         }
         descriptors[id] = fd
@@ -372,7 +376,7 @@ public final class ChunkStore {
             throw .io(path: file, reason: Self.errnoText())
         }
         let headerSize = Int64(PackFormat.headerSize)
-        guard let header = Self.readBytes(fd, count: PackFormat.headerSize, at: 0),
+        guard let header = FileIO.readAll(fd, count: PackFormat.headerSize, at: 0),
               let durable = PackFormat.durable(inHeader: header) else {
             close(fd)
             // Made, then the process died before its header: it never held a chunk.
@@ -383,6 +387,8 @@ public final class ChunkStore {
         let size = Int64(info.st_size)
         let scan = Self.scan(fd, size: size, durable: durable, verifyingPastDurable: true)
         packs[id] = Pack(size: size, durable: durable, live: 0)
+        loading = id
+        defer { loading = nil }
         keepOpen(id, fd)
         for (digest, offset, length) in scan.records {
             if case let .packed(other, otherOffset, _) = index[digest] {
@@ -390,11 +396,13 @@ public final class ChunkStore {
                 // came): the copy that verifies is kept, the earlier one if both do.
                 guard !verifies(digest, inPack: other, at: otherOffset, length: length),
                       verifies(digest, inPack: id, at: offset, length: length) else {
-                    _ = PackFormat.stateBytes(.dead).withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
+                    _ = PackFormat.deadMark.withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
+                    unpunched[id, default: []].append((offset, length))
                     continue
                 }
                 if let otherFD = try? descriptor(other) {
-                    _ = PackFormat.stateBytes(.dead).withUnsafeBytes { FileIO.writeAll(otherFD, $0, at: otherOffset) }
+                    _ = PackFormat.deadMark.withUnsafeBytes { FileIO.writeAll(otherFD, $0, at: otherOffset) }
+                    unpunched[other, default: []].append((otherOffset, length))
                 }
                 packs[other]?.live -= 1
             }
@@ -405,9 +413,17 @@ public final class ChunkStore {
             // A torn tail past the last sync: cut off, and what was kept past the mark (it
             // verified) made durable now, not hashed at every start.
             if scan.end < size { _ = ftruncate(fd, off_t(scan.end)) }
-            if scan.end > durable, fdatasync(fd) == 0 { Self.writeDurable(fd, scan.end) }
             packs[id]?.size = scan.end
-            packs[id]?.durable = scan.end
+            if scan.end > durable {
+                if syncData(fd) == 0 {
+                    Self.writeDurable(fd, scan.end)
+                    packs[id]?.durable = scan.end
+                } else {
+                    // Not believed durable (see `abandonUnsynced`): hashed again at the next
+                    // start, and never written to, so that no later sync vouches for it.
+                    packs[id]?.appendable = false
+                }
+            }
         } else {
             // Damage where the pack was durable (a bad block): what could be read is kept, the
             // rest is left as it is, and nothing is written to this pack again.
@@ -418,7 +434,7 @@ public final class ChunkStore {
 
     private func verifies(_ digest: SHA256Digest, inPack id: UInt64, at offset: Int64, length: Int) -> Bool {
         guard let fd = try? descriptor(id),
-              let bytes = Self.readBytes(fd, count: length, at: offset + Int64(PackFormat.recordHeaderSize)) else { return false }
+              let bytes = FileIO.readAll(fd, count: length, at: offset + Int64(PackFormat.recordHeaderSize)) else { return false }
         return SHA256Digest.hashing(bytes) == digest
     }
 
@@ -433,15 +449,15 @@ public final class ChunkStore {
         var offset = Int64(PackFormat.headerSize)
         let headerSize = Int64(PackFormat.recordHeaderSize)
         while size - offset >= headerSize {
-            guard let bytes = readBytes(fd, count: PackFormat.recordHeaderSize, at: offset),
+            guard let bytes = FileIO.readAll(fd, count: PackFormat.recordHeaderSize, at: offset),
                   let header = PackFormat.recordHeader(decoding: bytes),
                   Int64(header.length) <= size - offset - headerSize else { break }
             let end = offset + headerSize + Int64(header.length)
             if header.state == .live {
                 if verifyingPastDurable && end > durable,
-                   readBytes(fd, count: header.length, at: offset + headerSize).map({ SHA256Digest.hashing($0) }) != header.digest {
+                   FileIO.readAll(fd, count: header.length, at: offset + headerSize).map({ SHA256Digest.hashing($0) }) != header.digest {
                     // Its bytes did not all reach the disk: dead, and the records after it are judged on their own.
-                    _ = PackFormat.stateBytes(.dead).withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
+                    _ = PackFormat.deadMark.withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
                 } else {
                     records.append((header.digest, offset, header.length))
                 }
@@ -452,21 +468,7 @@ public final class ChunkStore {
     }
 
     private static func writeDurable(_ fd: Int32, _ size: Int64) {
-        let value = Array(PackFormat.header(durable: size)[8...])
-        _ = value.withUnsafeBytes { FileIO.writeAll(fd, $0, at: PackFormat.durableOffset) }
-    }
-
-    /// `count` bytes at `offset`, or nil if the file ends first or the read fails.
-    static func readBytes(_ fd: Int32, count: Int, at offset: Int64) -> [UInt8]? {
-        var bytes = [UInt8](repeating: 0, count: count)
-        var total = 0
-        while total < count {
-            let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + total, count - total, off_t(offset) + off_t(total)) } // safe: count > total >= 0
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return nil }
-            total += n
-        }
-        return bytes
+        _ = withUnsafeBytes(of: UInt64(size).littleEndian) { FileIO.writeAll(fd, $0, at: PackFormat.durableOffset) }
     }
 
     private static func syncDirectory(_ directory: String) -> Bool {
@@ -492,8 +494,8 @@ public final class ChunkStore {
             let fd = open(file, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else { return nil }
             defer { close(fd) }
-            guard let bytes = ChunkStore.readBytes(fd, count: length, at: offset) else { return nil }
-            if let stateOffset, ChunkStore.readBytes(fd, count: 4, at: stateOffset) != PackFormat.stateBytes(.live) { return nil }
+            guard let bytes = FileIO.readAll(fd, count: length, at: offset) else { return nil }
+            if let stateOffset, FileIO.readAll(fd, count: 4, at: stateOffset) != PackFormat.liveMark { return nil }
             return bytes
         }
     }
@@ -502,14 +504,11 @@ public final class ChunkStore {
     /// look at the store of a node that has it open. A record still being written is not listed.
     public static func survey(_ path: String) -> [SHA256Digest: StoredChunk] {
         var found: [SHA256Digest: StoredChunk] = [:]
-        for prefix in listDirectory(path) where prefix.utf8.count == 2 {
-            for name in listDirectory(path + "/" + prefix) {
-                guard let digest = SHA256Digest(hex: name), name.hasPrefix(prefix) else { continue }
-                let file = path + "/" + prefix + "/" + name
-                var info = stat()
-                guard stat(file, &info) == 0 else { continue }
-                found[digest] = StoredChunk(file: file, offset: 0, length: Int(info.st_size), stateOffset: nil)
-            }
+        for digest in looseDigests(path) {
+            let file = loosePath(path, digest)
+            var info = stat()
+            guard stat(file, &info) == 0 else { continue }
+            found[digest] = StoredChunk(file: file, offset: 0, length: Int(info.st_size), stateOffset: nil)
         }
         for name in listDirectory(path) where PackFormat.id(ofFileName: name) != nil {
             let file = path + "/" + name
@@ -517,7 +516,7 @@ public final class ChunkStore {
             guard fd >= 0 else { continue }
             defer { close(fd) }
             var info = stat()
-            guard fstat(fd, &info) == 0, let header = readBytes(fd, count: PackFormat.headerSize, at: 0),
+            guard fstat(fd, &info) == 0, let header = FileIO.readAll(fd, count: PackFormat.headerSize, at: 0),
                   let durable = PackFormat.durable(inHeader: header) else { continue }
             let scan = scan(fd, size: Int64(info.st_size), durable: durable, verifyingPastDurable: false)
             for (digest, offset, length) in scan.records where found[digest] == nil {
@@ -532,19 +531,27 @@ public final class ChunkStore {
 
     /// Chunk files of `chunks-v1` (`ab/abcd…`), indexed to be read and removed.
     private func loadLooseChunks() {
-        for prefix in Self.listDirectory(path) where prefix.utf8.count == 2 {
-            for name in Self.listDirectory(path + "/" + prefix) {
-                if let digest = SHA256Digest(hex: name), name.hasPrefix(prefix) { index[digest] = .loose }
+        for digest in Self.looseDigests(path) { index[digest] = .loose }
+    }
+
+    private static func looseDigests(_ path: String) -> [SHA256Digest] {
+        var digests: [SHA256Digest] = []
+        for prefix in listDirectory(path) where prefix.utf8.count == 2 {
+            for name in listDirectory(path + "/" + prefix) {
+                if let digest = SHA256Digest(hex: name), name.hasPrefix(prefix) { digests.append(digest) }
             }
         }
+        return digests
+    }
+
+    private static func loosePath(_ path: String, _ digest: SHA256Digest) -> String {
+        let hex = digest.hex
+        return "\(path)/\(hex.prefix(2))/\(hex)"
     }
 
     // MARK: files
 
-    func finalPath(_ digest: SHA256Digest) -> String {
-        let hex = digest.hex
-        return "\(path)/\(hex.prefix(2))/\(hex)"
-    }
+    func finalPath(_ digest: SHA256Digest) -> String { Self.loosePath(path, digest) }
 
     /// Temporary files of `chunks-v1` writes that a crash interrupted: one whose bytes still hash to the
     /// digest in its name is complete (a killed process's writes survive in the page cache) and

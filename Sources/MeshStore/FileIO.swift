@@ -35,6 +35,23 @@ public enum FileIO {
         return 0
     }
 
+    /// Exactly `count` bytes at `offset` of `fd` (the file position is left alone), or nil if the
+    /// file ends first or a read fails.
+    public static func readAll(_ fd: Int32, count: Int, at offset: Int64) -> [UInt8]? {
+        var complete = true
+        let bytes = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+            initialized = 0
+            while initialized < count {
+                let n = pread(fd, buffer.baseAddress! + initialized, count - initialized, off_t(offset) + off_t(initialized)) // safe: count > 0 here
+                if n < 0 && errno == EINTR { continue }
+                guard n > 0 else { break }
+                initialized += n
+            }
+            complete = initialized == count
+        }
+        return complete ? bytes : nil
+    }
+
     /// Whether the errno says the disk (or the user's quota) is full.
     public static func isOutOfSpace(_ code: Int32) -> Bool { code == ENOSPC || code == EDQUOT }
 

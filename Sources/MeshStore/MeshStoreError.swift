@@ -8,6 +8,7 @@ public enum MeshStoreError: Error, Equatable, Sendable, CustomStringConvertible 
     case corrupt(SHA256Digest)
     case hashMismatch(expected: SHA256Digest, actual: SHA256Digest)
     case formatVersion(path: String, found: String)
+    case chunkTooLarge(size: Int, limit: Int)
 
     public var description: String {
         switch self {
@@ -17,6 +18,7 @@ public enum MeshStoreError: Error, Equatable, Sendable, CustomStringConvertible 
         case let .corrupt(digest): return "chunk \(digest) was corrupt on disk and has been discarded"
         case let .hashMismatch(expected, actual): return "chunk bytes hash to \(actual), not the expected \(expected)"
         case let .formatVersion(path, found): return "chunk store \(path) has format '\(found)', which this groupmesh does not read"
+        case let .chunkTooLarge(size, limit): return "a chunk of \(size) bytes is over the store's limit of \(limit) bytes"
         }
     }
 }

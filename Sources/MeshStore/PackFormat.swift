@@ -72,11 +72,14 @@ enum PackFormat {
         return Array(buffer.readableBytesView)
     }
 
-    static func stateBytes(_ state: State) -> [UInt8] {
+    private static func stateBytes(_ state: State) -> [UInt8] {
         var buffer = ByteBuffer()
         buffer.writeInteger(state.rawValue, endianness: .little)
         return Array(buffer.readableBytesView)
     }
+
+    static let liveMark = stateBytes(.live)
+    static let deadMark = stateBytes(.dead)
 
     /// A record header, or nil for bytes that are not one (a torn or foreign tail).
     static func recordHeader(decoding bytes: [UInt8]) -> RecordHeader? {

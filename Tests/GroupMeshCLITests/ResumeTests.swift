@@ -36,10 +36,7 @@ struct ResumeTests {
         // killed once a few chunks are on its disk.
         let chunksDirectory = joiner.dataDirectory + "/chunks"
         func storedChunks() -> Int { ChunkStore.survey(chunksDirectory).count }
-        let deadline = ContinuousClock.now + .seconds(60)
-        while storedChunks() < 6, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(2))
-        }
+        try? await waitUntil("a few chunks stored", timeout: .seconds(60), every: .milliseconds(2)) { storedChunks() >= 6 }
         joiner.signal(SIGKILL)
         try await joiner.waitForExit()
         // What survived the crash, counted before the restart (which replicates again at once, so
