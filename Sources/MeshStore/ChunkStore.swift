@@ -12,12 +12,13 @@ import MeshCrypto
 /// of its own: making 400 files for a 100 MiB fetch cost the store 0.1-0.4 s on ext4, more
 /// right after many files were removed, as a removed attachment's are. Durability is batched:
 /// `flush()` (or the batch limit) syncs the pack being written once and records how far it is
-/// durable; a chunk written after that is hashed when the store opens again, and a torn tail is
-/// cut off, so after any crash every chunk the store lists holds its bytes. A removed chunk is
-/// marked dead and its blocks are freed (a hole punched) where the file system can; a pack with
-/// no live chunk left is deleted, the one being written too. Every chunk is verified when written and when read; one that
-/// does not verify is discarded and reported. Chunks of the earlier format (`chunks-v1`, one
-/// file each under `chunks/ab/`) are still read and removed, never written.
+/// durable; what was written after that is hashed when the store opens again, so after any
+/// crash every chunk the store lists holds its bytes. A removed chunk is marked dead, and its
+/// blocks are freed (a hole punched, where the file system can) once that mark is synced; a
+/// pack with no live chunk left is deleted, the one being written too. Every chunk is verified
+/// when written and when read; one that does not verify is discarded and reported. Chunks of
+/// the earlier format (`chunks-v1`, one file each under `chunks/ab/`) are still read and
+/// removed, never written.
 public final class ChunkStore {
     public static let formatVersion = "chunks-v2"
     /// One file per chunk: read and upgraded in place (new chunks go to packs).
@@ -31,7 +32,7 @@ public final class ChunkStore {
     /// How many packs are kept open at once (one descriptor each).
     static let openPackLimit = 16
 
-    enum Location: Equatable {
+    enum Location {
         case packed(pack: UInt64, offset: Int64, length: Int)
         case loose
     }
@@ -468,7 +469,7 @@ public final class ChunkStore {
     }
 
     private static func writeDurable(_ fd: Int32, _ size: Int64) {
-        _ = withUnsafeBytes(of: UInt64(size).littleEndian) { FileIO.writeAll(fd, $0, at: PackFormat.durableOffset) }
+        _ = PackFormat.durableBytes(size).withUnsafeBytes { FileIO.writeAll(fd, $0, at: PackFormat.durableOffset) }
     }
 
     private static func syncDirectory(_ directory: String) -> Bool {

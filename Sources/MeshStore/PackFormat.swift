@@ -10,9 +10,9 @@ import NIOCore
 ///     record = state:u32le length:u32le digest:32 bytes:length
 ///
 /// `durable` is how far the pack was synced when it was last written: records past it are
-/// hashed when the store opens, and the pack is cut at the first that is torn. A removed
-/// record's state says so (its bytes are freed where the file system can punch holes); its
-/// length still leads to the next record.
+/// hashed when the store opens (one that does not verify is marked dead), and a tail past it
+/// that is no record is cut off. A removed record's state says so (its bytes are freed where
+/// the file system can punch holes); its length still leads to the next record.
 enum PackFormat {
     static let magic: [UInt8] = Array("GMPACK".utf8) + [0, 2]
     static let headerSize = 16
@@ -30,7 +30,7 @@ enum PackFormat {
         case dead = 0x4441_4544
     }
 
-    struct RecordHeader: Equatable {
+    struct RecordHeader {
         var state: State
         var length: Int
         var digest: SHA256Digest
@@ -51,7 +51,12 @@ enum PackFormat {
     }
 
     static func header(durable: Int64) -> [UInt8] {
-        var buffer = ByteBuffer(bytes: magic)
+        magic + durableBytes(durable)
+    }
+
+    /// The header's durable field, rewritten in place after each sync.
+    static func durableBytes(_ durable: Int64) -> [UInt8] {
+        var buffer = ByteBuffer()
         buffer.writeInteger(UInt64(durable), endianness: .little)
         return Array(buffer.readableBytesView)
     }
