@@ -30,7 +30,8 @@ enum HomeLinkScenario {
             let outcome = HomeLineExperiment.run(size: custom.size, line: custom.line, mode: mode,
                                                  competitor: environment["HOMELINK_COMPETITOR"] != nil, seed: seed,
                                                  trace: tracer())
-            print("custom \(custom.line.name), \(mode): finished \(outcome.finished), competitor \(outcome.competitorRate / custom.line.bytesPerSecond * 100)%, fetch \(outcome.fetchRate / 1_048_576) MiB/s from the joiner's start, \((outcome.loadRate ?? 0) / 1_048_576) from the load, drops \(outcome.dropShare * 100)%, holders \(outcome.holderBytesPerFileByte)×, line's queue median \(outcome.queueMedian.milliseconds) ms, p90 \(outcome.queueP90.milliseconds) ms")
+            let alone = outcome.competitorRate > 0 ? HomeLineExperiment.competitorAlone(custom.line, seed: seed) : 0
+            print("custom \(custom.line.name), \(mode): finished \(outcome.finished), competitor \(outcome.competitorRate / custom.line.bytesPerSecond * 100)% (alone \(alone / custom.line.bytesPerSecond * 100)%), fetch \(outcome.fetchRate / 1_048_576) MiB/s from the joiner's start, \((outcome.loadRate ?? 0) / 1_048_576) from the load, drops \(outcome.dropShare * 100)%, holders \(outcome.holderBytesPerFileByte)×, line's queue median \(outcome.queueMedian.milliseconds) ms, p90 \(outcome.queueP90.milliseconds) ms")
             return []
         }
         for line in lines {
@@ -128,6 +129,7 @@ enum HomeLinkScenario {
             let mode = d.isSlowingDown ? "slowdown" : d.isProbing ? "probe" : d.slowStart ? "slow start" : d.competing ? "competing" : "delay"
             print("t=\(sim.now) rate=\(Int(d.rate) >> 10)K delivered=\(Int(d.lastInterval.delivered) >> 10)K"
                   + " lost=\(d.lastInterval.lost)/\(d.lastInterval.received) queue=\(d.queueingDelay) \(mode)"
+                  + " probeGain=\(d.lastProbeGain.map { String(format: "%.3f", $0) } ?? "-")"
                   + " line queue≤\(Int(lineQueue.milliseconds)) ms drops=\(link.dropped) tcp cwnd=\(Int(tcp.congestionWindow))"
                   + " served=\(holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) >> 10)K"
                   + " fetched=\(joiner.core.counters.chunkPayloadBytesFetched >> 10)K"
