@@ -106,6 +106,8 @@ package actor MeshNode {
         let restored: NodeInstance.Restored
         do {
             store = try AttachmentStore(directory: configuration.dataDirectory)
+            // The chunks lost are missing, and fetched again; the user should still hear of it.
+            for line in await store.damage { logger.warning("chunk store: \(line)") }
             restored = await store.restore(epochs: epochs,
                                            remembered: configuration.dataDirectory.loadRememberedMembers())
         } catch {

@@ -60,6 +60,10 @@ public final class ChunkStore {
     /// Ranges of removed chunks, by pack, whose blocks are freed once their dead marks are
     /// synced: punched first, a power loss could leave a live header over zeros.
     private var unpunched: [UInt64: [(offset: Int64, length: Int)]] = [:]
+    /// What opening the store found damaged and left as it was, one line each (for the node to
+    /// log): a pack whose header this version cannot read, or one cut short where it was durable.
+    /// Chunks lost that way are missing, and fetched again like any other.
+    public private(set) var damage: [String] = []
     /// `fdatasync`; a test makes it fail (a device error) to see what the store then believes.
     var syncData: (Int32) -> Int32 = { fdatasync($0) }
     /// Chunks this process hashed as it wrote them, the latest `recentWriteCapacity`: a `get`
@@ -381,8 +385,12 @@ public final class ChunkStore {
               let durable = PackFormat.durable(inHeader: header) else {
             close(fd)
             // Made, then the process died before its header: it never held a chunk.
-            if info.st_size < headerSize { unlink(file) }
-            // Anything else is not ours to write to or to delete: left alone, and unread.
+            if info.st_size < headerSize {
+                unlink(file)
+            } else {
+                // Anything else is not ours to write to or to delete: left alone, and unread.
+                damage.append("\(file): not a pack this version reads (its header is damaged or newer); left unread")
+            }
             return
         }
         let size = Int64(info.st_size)
@@ -429,6 +437,7 @@ public final class ChunkStore {
             // Damage where the pack was durable (a bad block): what could be read is kept, the
             // rest is left as it is, and nothing is written to this pack again.
             packs[id]?.appendable = false
+            damage.append("\(file): damaged at byte \(scan.end) of \(durable) synced; the chunks after it are left unread")
         }
         if packs[id]?.live == 0 { deletePack(id) }
     }

@@ -263,12 +263,36 @@ struct ChunkStoreTests {
         }
         let reopened = try ChunkStore(path: directory)
         #expect(reopened.storedDigests() == Array(digests[0..<2]).sorted())
+        #expect(reopened.damage == ["\(pack): damaged at byte \(location.offset - 40) of \(size) synced; the chunks after it are left unread"])
         #expect(Self.size(pack).bytes == size, "nothing cut where the pack was durable")
         let fresh = try reopened.write(Self.chunk(86))
         try reopened.flush()
         #expect(Self.size(pack).bytes == size, "nor written to")
         #expect(try ChunkStore(path: directory).storedDigests() == (Array(digests[0..<2]) + [fresh]).sorted())
         #expect(Self.packFiles(directory).count == 5)
+    }
+
+    @Test("a pack whose header cannot be read is reported and left as it is; the other packs are read")
+    func unreadablePackHeader() throws {
+        let directory = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let kept = try {
+            let store = try ChunkStore(path: directory)
+            let digest = try store.write(Self.chunk(95))
+            try store.flush()
+            return digest
+        }()
+        #expect(try ChunkStore(path: directory).damage.isEmpty)
+        let stranger = directory + "/0000000000000007.pack"
+        let bytes = Data((0..<64).map { UInt8($0) })
+        FileManager.default.createFile(atPath: stranger, contents: bytes)
+        let reopened = try ChunkStore(path: directory)
+        #expect(reopened.storedDigests() == [kept])
+        #expect(reopened.damage == ["\(stranger): not a pack this version reads (its header is damaged or newer); left unread"])
+        let fresh = try reopened.write(Self.chunk(96))
+        try reopened.flush()
+        #expect(FileManager.default.contents(atPath: stranger) == bytes, "neither written to nor removed")
+        #expect(try ChunkStore(path: directory).storedDigests() == [kept, fresh].sorted())
     }
 
     @Test("a sync that fails drops the chunks written since the last good one (a later sync would say they were written), and new chunks go to a new pack")

@@ -24,6 +24,9 @@ actor AttachmentStore {
         logPath = directory.journalPath
     }
 
+    /// What opening the chunk store found damaged and left unread, one line each.
+    var damage: [String] { chunks.damage }
+
     // MARK: the core's requests
 
     /// Carries out `jobs` one at a time, in order, until the stream ends.
