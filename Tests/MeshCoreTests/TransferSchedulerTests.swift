@@ -55,6 +55,33 @@ struct TransferSchedulerTests {
         #expect(Set(next.map(\.index)).isDisjoint(with: opening.map(\.index)), "seed \(seed)")
     }
 
+    @Test("a chunk waiting for a repair takes no slot of its holder's window, up to a window's worth",
+          arguments: 1...5 as ClosedRange<UInt64>)
+    func repairsLeaveRoom(seed: UInt64) {
+        let manifest = Manifest(size: 32 * 1024, chunkSize: 1024, chunks: (0..<32).map { SHA256Digest.hashing([UInt8($0), 7]) })
+        var scheduler = TransferScheduler(seed: seed)
+        scheduler.start(manifest, have: ChunkBitmap(count: 32))
+        scheduler.setAvailability(.full(32), of: manifest.id, at: first)
+        let window = scheduler.settings.initialWindow
+        let opening = scheduler.nextRequests(now: Self.start)
+        #expect(opening.count == window, "seed \(seed)")
+        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(1)).isEmpty, "seed \(seed): asked past a full window")
+        // One of them waits for a lost piece asked again: one more may go.
+        scheduler.setRepairing([first: 1])
+        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(2)).count == 1, "seed \(seed)")
+        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(3)).isEmpty, "seed \(seed)")
+        // However many wait, never more than a window's worth beside the window.
+        scheduler.setRepairing([first: 100])
+        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(4)).count == window - 1, "seed \(seed)")
+        #expect(scheduler.window(of: first)?.inFlight == 2 * window, "seed \(seed)")
+        // Repaired: the window is full again, and nothing goes.
+        scheduler.setRepairing([:])
+        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(5)).isEmpty, "seed \(seed)")
+        // Another member's repairs open nothing here.
+        scheduler.setRepairing([second: 5])
+        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(6)).isEmpty, "seed \(seed)")
+    }
+
     @Test("end game: the last chunks are asked of a second holder too", arguments: 1...5 as ClosedRange<UInt64>)
     func endGameAsksASecondHolder(seed: UInt64) {
         var scheduler = TransferScheduler(seed: seed)

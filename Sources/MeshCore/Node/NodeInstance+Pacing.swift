@@ -23,6 +23,7 @@ extension NodeInstance {
         // again (holders sent 1.45× the file).
         let limit = min(settings.transfer.maximumInFlight, flowing + min(assembler.repairingCount, flowing))
         transfer.inFlightLimit = limit
+        transfer.setRepairing(assembler.repairingCount == 0 ? [:] : assembler.repairingByHolder)
         let rate = max(1, downlink.rate)
         // With `sharing` chunks sharing the rate, each takes this long, and a holder's pieces of
         // one chunk come this far apart. After a cut, the chunks open are more than the new

@@ -142,6 +142,15 @@ public struct ChunkAssembler: Sendable {
     /// round trip or two, while they hold no pieces on the line).
     public var repairingCount: Int { downloads.values.count(where: \.repairing) }
 
+    /// Chunks waiting for a repair, by the member last asked for them.
+    public var repairingByHolder: [NodeID: Int] {
+        var counts: [NodeID: Int] = [:]
+        for download in downloads.values where download.repairing {
+            if let holder = download.holders.last { counts[holder, default: 0] += 1 }
+        }
+        return counts
+    }
+
     /// The piece size to ask `holder` for.
     public func pieceSize(for holder: NodeID) -> Int {
         pieceSizes[holder] ?? settings.pieceSize

@@ -65,12 +65,20 @@ public struct TransferScheduler: Sendable {
     struct Peer: Sendable {
         var window: Int
         var inFlight = 0
+        /// Of `inFlight`, chunks that only wait for lost pieces asked again (`repairing`).
+        var repairing = 0
         /// Piece bytes from this member not yet counted toward its window (less than a chunk).
         var credit = 0
         var badChunks = 0
         /// Smoothed time from request to chunk: a slow or busy member gets a longer timeout
         /// instead of being asked again while its answer is still on the way.
         var latency: Duration?
+
+        /// Room for another request: a chunk waiting for a repair holds nothing on the line, and
+        /// takes no slot (up to a window's worth of them). Counted in full, on a lossy path a
+        /// holder's window filled with chunks waiting a round trip for one piece each, and the
+        /// line went idle: at 1% loss the start of a fetch took about 0.3 s longer (simulation).
+        var hasRoom: Bool { inFlight - min(repairing, window) < window }
     }
 
     public let settings: Settings
@@ -123,6 +131,12 @@ public struct TransferScheduler: Sendable {
 
     public func progress(_ attachment: SHA256Digest) -> (have: Int, total: Int)? {
         jobs[attachment].map { ($0.have.held, $0.have.count) }
+    }
+
+    /// Chunks waiting for a repair, by the member asked for it (`ChunkAssembler.repairingByHolder`),
+    /// before requests go out.
+    public mutating func setRepairing(_ repairing: [NodeID: Int]) {
+        for peer in peers.keys { peers[peer]?.repairing = repairing[peer] ?? 0 }
     }
 
     /// The largest number of requests in flight any member has, and its window (for tests).
@@ -359,7 +373,7 @@ public struct TransferScheduler: Sendable {
         lastNow = now
         // Every window full is the common case between chunks (this runs after each one): no
         // request can go out, and the scan below would cost a pass over every chunk.
-        guard peers.values.contains(where: { $0.inFlight < $0.window }) else { return [] }
+        guard peers.values.contains(where: \.hasRoom) else { return [] }
         var requests: [Request] = []
         var inFlight = peers.values.reduce(0) { $0 + max(0, $1.inFlight) }
         let maximumInFlight = min(settings.maximumInFlight, inFlightLimit ?? settings.maximumInFlight)
@@ -428,7 +442,7 @@ public struct TransferScheduler: Sendable {
     private mutating func pickHolder(_ holders: [NodeID], excluding excluded: Set<NodeID>) -> NodeID? {
         var open = holders.filter { peer in
             guard !excluded.contains(peer), let state = peers[peer] else { return false }
-            return state.inFlight < state.window
+            return state.hasRoom
         }
         if !lastResort.isEmpty, open.contains(where: { !lastResort.contains($0) }) {
             open.removeAll { lastResort.contains($0) }
