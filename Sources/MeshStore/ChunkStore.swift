@@ -45,6 +45,9 @@ public final class ChunkStore {
         /// False for a pack found damaged where it was durable, or whose sync failed when the
         /// store opened: read, never written to again.
         var appendable = true
+        /// Found damaged where it was durable: kept at open even with nothing readable left in it
+        /// (what follows the damage may be whole, and is not ours to throw away unread).
+        var damaged = false
     }
 
     private var index: [SHA256Digest: Location] = [:]
@@ -367,7 +370,7 @@ public final class ChunkStore {
         nextPack = (ids.last ?? 0) + 1
         for id in ids { try loadPack(id) }
         // Packs emptied by a copy found again in a later one.
-        for (id, pack) in packs where pack.live == 0 { deletePack(id) }
+        for (id, pack) in packs where pack.live == 0 && !pack.damaged { deletePack(id) }
         if let last = ids.last, let pack = packs[last], pack.appendable, pack.size < packLimit { active = last }
     }
 
@@ -437,9 +440,10 @@ public final class ChunkStore {
             // Damage where the pack was durable (a bad block): what could be read is kept, the
             // rest is left as it is, and nothing is written to this pack again.
             packs[id]?.appendable = false
+            packs[id]?.damaged = true
             damage.append("\(file): damaged at byte \(scan.end) of \(durable) synced; the chunks after it are left unread")
         }
-        if packs[id]?.live == 0 { deletePack(id) }
+        if packs[id]?.live == 0, packs[id]?.damaged == false { deletePack(id) }
     }
 
     private func verifies(_ digest: SHA256Digest, inPack id: UInt64, at offset: Int64, length: Int) -> Bool {

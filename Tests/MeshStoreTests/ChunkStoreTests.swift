@@ -272,6 +272,31 @@ struct ChunkStoreTests {
         #expect(Self.packFiles(directory).count == 5)
     }
 
+    @Test("a pack damaged where it was durable, with nothing readable before the damage, is kept and reported at every open")
+    func damagedPackWithNothingReadableIsKept() throws {
+        let directory = Self.temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let first = try {
+            let store = try ChunkStore(path: directory)
+            let digests = try (97..<99).map { try store.write(Self.chunk(UInt8($0))) }
+            try store.flush()
+            return store.bytesLocation(digests[0])
+        }()
+        let location = try #require(first)
+        let size = Self.size(location.file).bytes
+        let handle = try #require(FileHandle(forWritingAtPath: location.file))
+        try handle.seek(toOffset: UInt64(location.offset - 40))
+        try handle.write(contentsOf: [0xFF, 0xFF, 0xFF, 0xFF])
+        try handle.close()
+        for _ in 0..<2 {
+            let reopened = try ChunkStore(path: directory)
+            #expect(reopened.storedDigests().isEmpty)
+            #expect(reopened.damage.count == 1 && reopened.damage[0].hasPrefix(location.file + ": damaged at byte \(location.offset - 40)"),
+                    "\(reopened.damage)")
+            #expect(Self.size(location.file).bytes == size, "the pack is neither removed nor cut")
+        }
+    }
+
     @Test("a pack whose header cannot be read is reported and left as it is; the other packs are read")
     func unreadablePackHeader() throws {
         let directory = Self.temporaryDirectory()

@@ -184,6 +184,8 @@ public struct ChunkAssembler: Sendable {
             download.holders.removeAll { $0 == holder }
             download.holders.append(holder)
             download.silence = silence(for: holder)
+            // What is missing now comes from this holder as a flow, not as one repair.
+            download.repairing = false
             downloads[digest] = download
             return want(for: digest, download)
         }
@@ -210,6 +212,7 @@ public struct ChunkAssembler: Sendable {
                 download.assembly = nil
                 download.contributors = []
                 download.lastContributor = nil
+                download.repairing = false
             }
             if download.assembly == nil { download.pieceSize = size }
         }
