@@ -45,8 +45,9 @@ public final class ChunkStore {
         /// False for a pack found damaged where it was durable, or whose sync failed when the
         /// store opened: read, never written to again.
         var appendable = true
-        /// Found damaged where it was durable: kept at open even with nothing readable left in it
-        /// (what follows the damage may be whole, and is not ours to throw away unread).
+        /// Found damaged where it was durable: kept even with nothing readable left in it (what
+        /// follows the damage may be whole, and is not ours to throw away unread); reported at
+        /// every open until someone removes it.
         var damaged = false
     }
 
@@ -64,7 +65,7 @@ public final class ChunkStore {
     /// synced: punched first, a power loss could leave a live header over zeros.
     private var unpunched: [UInt64: [(offset: Int64, length: Int)]] = [:]
     /// What opening the store found damaged and left as it was, one line each (for the node to
-    /// log): a pack whose header this version cannot read, or one cut short where it was durable.
+    /// log): a pack whose header this version cannot read, or one damaged where it was durable.
     /// Chunks lost that way are missing, and fetched again like any other.
     public private(set) var damage: [String] = []
     /// `fdatasync`; a test makes it fail (a device error) to see what the store then believes.
@@ -286,7 +287,7 @@ public final class ChunkStore {
             guard failure == 0 else { throw .io(path: packPath(id), reason: FileIO.describe(failure)) }
             unpunched[id, default: []].append((offset, length))
             packs[id]?.live -= 1
-            if packs[id]?.live == 0 { deletePack(id) }
+            if packs[id]?.live == 0, packs[id]?.damaged == false { deletePack(id) }
         }
         index[digest] = nil
     }

@@ -270,6 +270,12 @@ struct ChunkStoreTests {
         #expect(Self.size(pack).bytes == size, "nor written to")
         #expect(try ChunkStore(path: directory).storedDigests() == (Array(digests[0..<2]) + [fresh]).sorted())
         #expect(Self.packFiles(directory).count == 5)
+        // Its readable chunks removed, the damaged pack still stays: what follows the damage was never read.
+        let last = try ChunkStore(path: directory)
+        for digest in digests[0..<2] { try last.remove(digest) }
+        try last.flush()
+        #expect(FileManager.default.fileExists(atPath: pack))
+        #expect(try ChunkStore(path: directory).damage.count == 1)
     }
 
     @Test("a pack damaged where it was durable, with nothing readable before the damage, is kept and reported at every open")
