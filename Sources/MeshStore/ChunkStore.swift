@@ -49,6 +49,8 @@ public final class ChunkStore {
         /// follows the damage may be whole, and is not ours to throw away unread); reported at
         /// every open until someone removes it.
         var damaged = false
+        /// Nothing live in it, and nothing unread that may be: the file goes.
+        var isDisposable: Bool { live == 0 && !damaged }
     }
 
     private var index: [SHA256Digest: Location] = [:]
@@ -287,7 +289,7 @@ public final class ChunkStore {
             guard failure == 0 else { throw .io(path: packPath(id), reason: FileIO.describe(failure)) }
             unpunched[id, default: []].append((offset, length))
             packs[id]?.live -= 1
-            if packs[id]?.live == 0, packs[id]?.damaged == false { deletePack(id) }
+            if packs[id]?.isDisposable == true { deletePack(id) }
         }
         index[digest] = nil
     }
@@ -371,7 +373,7 @@ public final class ChunkStore {
         nextPack = (ids.last ?? 0) + 1
         for id in ids { try loadPack(id) }
         // Packs emptied by a copy found again in a later one.
-        for (id, pack) in packs where pack.live == 0 && !pack.damaged { deletePack(id) }
+        for (id, pack) in packs where pack.isDisposable { deletePack(id) }
         if let last = ids.last, let pack = packs[last], pack.appendable, pack.size < packLimit { active = last }
     }
 
@@ -444,7 +446,7 @@ public final class ChunkStore {
             packs[id]?.damaged = true
             damage.append("\(file): damaged at byte \(scan.end) of \(durable) synced; the chunks after it are left unread")
         }
-        if packs[id]?.live == 0, packs[id]?.damaged == false { deletePack(id) }
+        if packs[id]?.isDisposable == true { deletePack(id) }
     }
 
     private func verifies(_ digest: SHA256Digest, inPack id: UInt64, at offset: Int64, length: Int) -> Bool {

@@ -21,9 +21,10 @@ extension NodeInstance {
         // against the budget, on a lossy long path they took every slot (0.7× the clean rate).
         // At most as many again: at a trickle, chunks open without bound were asked again and
         // again (holders sent 1.45× the file).
-        let limit = min(settings.transfer.maximumInFlight, flowing + min(assembler.repairingCount, flowing))
+        let repairing = assembler.repairingCount
+        let limit = min(settings.transfer.maximumInFlight, flowing + min(repairing, flowing))
         transfer.inFlightLimit = limit
-        transfer.setRepairing(assembler.repairingCount == 0 ? [:] : assembler.repairingByHolder)
+        transfer.setRepairing(repairing == 0 ? [:] : assembler.repairingByHolder)
         let rate = max(1, downlink.rate)
         // With `sharing` chunks sharing the rate, each takes this long, and a holder's pieces of
         // one chunk come this far apart. After a cut, the chunks open are more than the new
