@@ -67,19 +67,52 @@ struct TransferSchedulerTests {
         #expect(opening.count == window, "seed \(seed)")
         #expect(scheduler.nextRequests(now: Self.start + .milliseconds(1)).isEmpty, "seed \(seed): asked past a full window")
         // One of them waits for a lost piece asked again: one more may go.
-        scheduler.setRepairing([first: 1])
-        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(2)).count == 1, "seed \(seed)")
+        scheduler.setRepairing(Array(opening.prefix(1)))
+        let one = scheduler.nextRequests(now: Self.start + .milliseconds(2))
+        #expect(one.count == 1, "seed \(seed)")
         #expect(scheduler.nextRequests(now: Self.start + .milliseconds(3)).isEmpty, "seed \(seed)")
         // However many wait, never more than a window's worth beside the window.
-        scheduler.setRepairing([first: 100])
-        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(4)).count == window - 1, "seed \(seed)")
+        scheduler.setRepairing(opening + one)
+        let more = scheduler.nextRequests(now: Self.start + .milliseconds(4))
+        #expect(more.count == window - 1, "seed \(seed)")
         #expect(scheduler.window(of: first)?.inFlight == 2 * window, "seed \(seed)")
-        // Repaired: the window is full again, and nothing goes.
-        scheduler.setRepairing([:])
+        scheduler.setRepairing(opening + one + more)
         #expect(scheduler.nextRequests(now: Self.start + .milliseconds(5)).isEmpty, "seed \(seed)")
-        // Another member's repairs open nothing here.
-        scheduler.setRepairing([second: 5])
+        // Repaired: the window is full again, and nothing goes.
+        scheduler.setRepairing([])
         #expect(scheduler.nextRequests(now: Self.start + .milliseconds(6)).isEmpty, "seed \(seed)")
+        // Another member's repairs open nothing here, nor chunks never asked of that member.
+        scheduler.setRepairing(opening.map { TransferScheduler.Request(peer: second, attachment: $0.attachment, index: $0.index, digest: $0.digest) })
+        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(7)).isEmpty, "seed \(seed)")
+    }
+
+    @Test("a chunk whose request timed out earns its member no slot, though it still waits for a repair",
+          arguments: 1...5 as ClosedRange<UInt64>)
+    func timedOutRepairsOpenNothing(seed: UInt64) {
+        let manifest = Manifest(size: 32 * 1024, chunkSize: 1024, chunks: (0..<32).map { SHA256Digest.hashing([UInt8($0), 7]) })
+        var scheduler = TransferScheduler(seed: seed)
+        scheduler.start(manifest, have: ChunkBitmap(count: 32))
+        scheduler.setAvailability(.full(32), of: manifest.id, at: first)
+        let window = scheduler.settings.initialWindow
+        let opening = scheduler.nextRequests(now: Self.start)
+        #expect(opening.count == window, "seed \(seed)")
+        // One arrives; its slot goes to another chunk later.
+        guard let stale = opening.first, let done = opening.last, stale != done else {
+            Issue.record("seed \(seed): an opening window of \(opening.count)")
+            return
+        }
+        scheduler.onChunk(attachment: manifest.id, index: done.index, from: first, valid: true)
+        let later = scheduler.nextRequests(now: Self.start + .milliseconds(1000))
+        #expect(later.count == 1, "seed \(seed)")
+        // The first request times out (the later one not yet): the window halves to what is left.
+        scheduler.onTick(now: Self.start + scheduler.settings.requestTimeout)
+        #expect(scheduler.window(of: first).map { [$0.inFlight, $0.window] } == [1, window / 2], "seed \(seed)")
+        // Its chunk still waits for a repair, but no longer from `first`: nothing opens.
+        scheduler.setRepairing([stale])
+        #expect(scheduler.nextRequests(now: Self.start + scheduler.settings.requestTimeout).isEmpty, "seed \(seed)")
+        // One still in flight that waits for a repair opens a slot.
+        scheduler.setRepairing([stale] + later)
+        #expect(scheduler.nextRequests(now: Self.start + scheduler.settings.requestTimeout).count == 1, "seed \(seed)")
     }
 
     @Test("end game: the last chunks are asked of a second holder too", arguments: 1...5 as ClosedRange<UInt64>)

@@ -24,7 +24,11 @@ extension NodeInstance {
         let repairing = assembler.repairingCount
         let limit = min(settings.transfer.maximumInFlight, flowing + min(repairing, flowing))
         transfer.inFlightLimit = limit
-        transfer.setRepairing(repairing == 0 ? [:] : assembler.repairingByHolder)
+        transfer.setRepairing(repairing == 0 ? [] : assembler.repairingChunks.flatMap { chunk in
+            (requested[chunk.digest] ?? []).map {
+                TransferScheduler.Request(peer: chunk.holder, attachment: $0.attachment, index: $0.index, digest: chunk.digest)
+            }
+        })
         let rate = max(1, downlink.rate)
         // With `sharing` chunks sharing the rate, each takes this long, and a holder's pieces of
         // one chunk come this far apart. After a cut, the chunks open are more than the new

@@ -142,13 +142,12 @@ public struct ChunkAssembler: Sendable {
     /// round trip or two, while they hold no pieces on the line).
     public var repairingCount: Int { downloads.values.count(where: \.repairing) }
 
-    /// Chunks waiting for a repair, by the member last asked for them.
-    public var repairingByHolder: [NodeID: Int] {
-        var counts: [NodeID: Int] = [:]
-        for download in downloads.values where download.repairing {
-            if let holder = download.holders.last { counts[holder, default: 0] += 1 }
+    /// Chunks waiting for a repair, each with the member last asked for it.
+    public var repairingChunks: [(digest: SHA256Digest, holder: NodeID)] {
+        downloads.compactMap { digest, download in
+            guard download.repairing, let holder = download.holders.last else { return nil }
+            return (digest, holder)
         }
-        return counts
     }
 
     /// The piece size to ask `holder` for.

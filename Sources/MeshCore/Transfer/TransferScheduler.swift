@@ -133,10 +133,14 @@ public struct TransferScheduler: Sendable {
         jobs[attachment].map { ($0.have.held, $0.have.count) }
     }
 
-    /// Chunks waiting for a repair, by the member asked for it (`ChunkAssembler.repairingByHolder`),
-    /// before requests go out.
-    public mutating func setRepairing(_ repairing: [NodeID: Int]) {
-        for peer in peers.keys { peers[peer]?.repairing = repairing[peer] ?? 0 }
+    /// Chunks waiting for a repair, as the requests that asked them, before requests go out. Only
+    /// those still in flight to their member count: one whose request timed out holds no slot, and
+    /// counted anyway it would open its member's window past what it has on the line.
+    public mutating func setRepairing(_ chunks: [Request]) {
+        for peer in peers.keys { peers[peer]?.repairing = 0 }
+        for chunk in chunks where jobs[chunk.attachment]?.inFlight[chunk.index]?[chunk.peer] != nil {
+            peers[chunk.peer]?.repairing += 1
+        }
     }
 
     /// The largest number of requests in flight any member has, and its window (for tests).
