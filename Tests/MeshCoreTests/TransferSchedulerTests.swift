@@ -82,7 +82,11 @@ struct TransferSchedulerTests {
         scheduler.setRepairing([])
         #expect(scheduler.nextRequests(now: Self.start + .milliseconds(6)).isEmpty, "seed \(seed)")
         // Another member's repairs open nothing here, nor chunks never asked of that member.
-        scheduler.setRepairing(opening.map { TransferScheduler.Request(peer: second, attachment: $0.attachment, index: $0.index, digest: $0.digest) })
+        scheduler.setRepairing(opening.map { request in
+            var elsewhere = request
+            elsewhere.peer = second
+            return elsewhere
+        })
         #expect(scheduler.nextRequests(now: Self.start + .milliseconds(7)).isEmpty, "seed \(seed)")
     }
 
