@@ -128,7 +128,7 @@ enum HomeLinkScenario {
             let link = sim.bottleneckStatistics(of: joiner.address).downlink ?? .init()
             let mode = d.isSlowingDown ? "slowdown" : d.isProbing ? "probe" : d.slowStart ? "slow start" : d.competing ? "competing" : "delay"
             print("t=\(sim.now) rate=\(Int(d.rate) >> 10)K delivered=\(Int(d.lastInterval.delivered) >> 10)K"
-                  + " lost=\(d.lastInterval.lost)/\(d.lastInterval.received) queue=\(d.queueingDelay) \(mode)"
+                  + " lost=\(d.lastInterval.lost)/\(d.lastInterval.received) queue=\(d.queueingDelay) target=\(Int(d.target.milliseconds)) \(mode)"
                   + " probeGain=\(d.lastProbeGain.map { String(format: "%.3f", $0) } ?? "-")"
                   + " line queue≤\(Int(lineQueue.milliseconds)) ms drops=\(link.dropped) tcp cwnd=\(Int(tcp.congestionWindow))"
                   + " served=\(holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) >> 10)K"

@@ -21,7 +21,8 @@ import MeshTestKit
 /// The 50 ms trio, each `get` beside CUBIC and replication beside CUBIC on a lossy line run in
 /// rounds (`WAN_ROUNDS`, 3): a row shows the median round and another the lowest, except CUBIC's
 /// share beside a fetch: its mean over the rounds, judged against the mean of the same flow alone
-/// over the 8 s before each joiner starts.
+/// over the 8 s before each joiner starts (and, where the line loses packets at random, the 8 s
+/// after its fetch).
 ///
 /// The joiner's `downlink` (status --json) is sampled every half second during each fetch and
 /// summarised on stdout, to explain the figures.
@@ -308,20 +309,32 @@ enum WANScenario {
                     fetch = try await fetchThrough(mesh: mesh, mode: mode, size: line.size, tools: tools,
                                                    timeout: .seconds(mode == .replication ? 60 : 80))
                 }
+                // Where loss holds CUBIC down, the same flow alone again after the fetch: its rate
+                // over 8 s moves by half from one window to the next (16.8% to 42.7% of home10 in
+                // one day's rounds), so the baseline is the mean of both sides of the fetch.
+                var afterFrom: Double?
+                if line.profile.lossPercent > 0 {
+                    try await Task.sleep(for: .seconds(0.5))
+                    afterFrom = Date().timeIntervalSinceReferenceDate
+                    try await Task.sleep(for: .seconds(aloneSeconds))
+                }
                 let intervals = competitor.stop()
                 let samples = ping?.stop() ?? []
                 let aloneFrom = competitor.startedAt + warmUp
                 pings.alone += samples.filter { $0.at >= aloneFrom && $0.at <= aloneFrom + aloneSeconds }
                 pings.beside += samples.filter { $0.at >= fetch.window.start && $0.at <= fetch.window.end }
                 let before = Competitor.bytes(in: intervals, from: warmUp, to: warmUp + aloneSeconds) / aloneSeconds / cap
+                let after = afterFrom.map {
+                    Competitor.bytes(in: intervals, from: $0 - competitor.startedAt, to: $0 - competitor.startedAt + aloneSeconds) / aloneSeconds / cap
+                }
                 let window = fetch.window
                 let seconds = window.end - window.start
                 let share = seconds > 0
                     ? Competitor.bytes(in: intervals, from: window.start - competitor.startedAt, to: window.end - competitor.startedAt) / seconds / cap
                     : 0
                 if !fetch.finished { print("  warning: \(mode.rawValue) did not finish within its bound; the rate is over what arrived") }
-                print("  \(mode.rawValue): fetch \(format(fetch.fetchRate)) MiB/s over \(format(seconds)) s, competitor \(format(share * 100))% (\(format(before * 100))% alone just before)\(pingText(LinePing.summary(samples, from: window.start, to: window.end))) (alone\(pingText(LinePing.summary(samples, from: aloneFrom, to: aloneFrom + aloneSeconds)))), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
-                var round = BesideCUBIC(fetch: fetch, share: share, alone: before)
+                print("  \(mode.rawValue): fetch \(format(fetch.fetchRate)) MiB/s over \(format(seconds)) s, competitor \(format(share * 100))% (\(format(before * 100))% alone just before\(after.map { ", \(format($0 * 100))% just after" } ?? ""))\(pingText(LinePing.summary(samples, from: window.start, to: window.end))) (alone\(pingText(LinePing.summary(samples, from: aloneFrom, to: aloneFrom + aloneSeconds)))), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
+                var round = BesideCUBIC(fetch: fetch, share: share, alone: after.map { (before + $0) / 2 } ?? before)
                 if mode == .get, fetch.secondHalfSeconds > 0, fetch.fetchSeconds >= fetch.secondHalfSeconds {
                     // A short get spends its first seconds finding out that the queue is another
                     // flow's; its second half (of the chunks, as the node logs it) shows the share it
@@ -341,6 +354,7 @@ enum WANScenario {
             let n = rounds.count
             let prefix = "wan \(line.name), \(mode.rawValue) of \(mib) MiB beside CUBIC: "
             let before = "CUBIC alone, the same flow over the \(Int(aloneSeconds)) s before the joiner starts"
+                + (line.profile.lossPercent > 0 ? " and after the fetch" : "")
             // CUBIC's share is judged on its mean over the rounds beside the mean of the same flow
             // alone before them (each round's share weighs the same, however long its fetch): a
             // loss-bound CUBIC's 8 s alone moved between 20.7% and 38.0% of the home10 line from
@@ -354,7 +368,7 @@ enum WANScenario {
             let shown = medianRound(rounds, by: judged)
             let of = n > 1 ? " (the median round of \(n) by CUBIC's share)" : ""
             if n > 1 {
-                print("  \(mode.rawValue) rounds: CUBIC's share \(rounds.map { format($0.share * 100) }.joined(separator: ", "))%, ÷ alone just before \(rounds.map { format($0.ofAlone) }.joined(separator: ", ")) (means: \(format(mean.share * 100))% ÷ \(format(mean.alone * 100))%); fetch \(rounds.map { format($0.fetch.fetchRate) }.joined(separator: ", ")) MiB/s")
+                print("  \(mode.rawValue) rounds: CUBIC's share \(rounds.map { format($0.share * 100) }.joined(separator: ", "))%, ÷ alone \(rounds.map { format($0.ofAlone) }.joined(separator: ", ")) (means: \(format(mean.share * 100))% ÷ \(format(mean.alone * 100))%); fetch \(rounds.map { format($0.fetch.fetchRate) }.joined(separator: ", ")) MiB/s")
             }
             if mode == .replication { replicationRates += rounds.map(\.fetch.fetchRate) }
             // The controls' rounds are printed only: there is no fetch to judge.
@@ -397,7 +411,7 @@ enum WANScenario {
         var share: Double
         var alone: Double
         var later: (get: Double, competitor: Double)?
-        /// CUBIC's share beside the fetch ÷ alone just before.
+        /// CUBIC's share beside the fetch ÷ alone (before it, or the mean of before and after).
         var ofAlone: Double { share / max(alone, 1e-9) }
     }
 
