@@ -312,8 +312,10 @@ enum WANScenario {
                 // Where loss holds CUBIC down, the same flow alone again after the fetch: its rate
                 // over 8 s moves by half from one window to the next (16.8% to 42.7% of home10 in
                 // one day's rounds), so the baseline is the mean of both sides of the fetch.
+                // A fetch that did not finish left the holders' queued pieces still crossing the
+                // line: then only the side before counts.
                 var afterFrom: Double?
-                if line.profile.lossPercent > 0 {
+                if line.profile.lossPercent > 0, fetch.finished {
                     try await Task.sleep(for: .seconds(0.5))
                     afterFrom = Date().timeIntervalSinceReferenceDate
                     try await Task.sleep(for: .seconds(aloneSeconds))
@@ -356,7 +358,8 @@ enum WANScenario {
             let before = "CUBIC alone, the same flow over the \(Int(aloneSeconds)) s before the joiner starts"
                 + (line.profile.lossPercent > 0 ? " and after the fetch" : "")
             // CUBIC's share is judged on its mean over the rounds beside the mean of the same flow
-            // alone before them (each round's share weighs the same, however long its fetch): a
+            // alone before them, and after them on a lossy line (each round's share weighs the
+            // same, however long its fetch): a
             // loss-bound CUBIC's 8 s alone moved between 20.7% and 38.0% of the home10 line from
             // one round to the next, so one round's ratio is mostly its denominator's noise.
             // Judged as the goal is: against the same flow alone where loss holds it down, else
@@ -404,8 +407,9 @@ enum WANScenario {
         return results
     }
 
-    /// One fetch beside CUBIC: CUBIC's share of the cap over it and over the 8 s before the joiner
-    /// starts (the same flow), and the shares of the get's second half.
+    /// One fetch beside CUBIC: CUBIC's share of the cap over it and alone (the same flow, over the
+    /// 8 s before the joiner starts, or on a lossy line the mean of those and the 8 s after the
+    /// fetch), and the shares of the get's second half.
     struct BesideCUBIC {
         var fetch: Fetch
         var share: Double

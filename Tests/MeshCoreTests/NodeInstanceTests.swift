@@ -368,8 +368,15 @@ struct NodeInstanceTests {
         let holders = [first, second]
         let sentBefore = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +)
         joiner.plan(at: mesh.simulator.now + .milliseconds(1)) { $0.load(id) }
-        mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(20)) { _ in joiner.complete.contains(id) }
+        // A chunk asked of a second holder is one outcome to report: recorded twice, a bad copy
+        // counted twice against its sender.
+        var recordedTwice = false
+        mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(20)) { _ in
+            if joiner.core.requested.values.contains(where: { Set($0).count < $0.count }) { recordedTwice = true }
+            return joiner.complete.contains(id)
+        }
         #expect(joiner.complete.contains(id))
+        #expect(!recordedTwice, "a chunk asked of two holders was recorded twice")
         let cancelled = holders.map(\.core.counters.chunkPayloadBytesCancelled).reduce(0, +)
         let sent = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) - sentBefore
         #expect(cancelled > 0, "every chunk is in the end game here: some second copy was still queued")

@@ -81,13 +81,17 @@ struct TransferSchedulerTests {
         // Repaired: the window is full again, and nothing goes.
         scheduler.setRepairing([])
         #expect(scheduler.nextRequests(now: Self.start + .milliseconds(6)).isEmpty, "seed \(seed)")
-        // Another member's repairs open nothing here, nor chunks never asked of that member.
-        scheduler.setRepairing(opening.map { request in
+        // Another member with a full window: chunks never asked of it open nothing there.
+        scheduler.setAvailability(.full(32), of: manifest.id, at: second)
+        let seconds = scheduler.nextRequests(now: Self.start + .milliseconds(7))
+        #expect(seconds.count == window && seconds.allSatisfy { $0.peer == second }, "seed \(seed): \(seconds)")
+        let counted = scheduler.setRepairing(opening.map { request in
             var elsewhere = request
             elsewhere.peer = second
             return elsewhere
         })
-        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(7)).isEmpty, "seed \(seed)")
+        #expect(counted == 0, "seed \(seed)")
+        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(8)).isEmpty, "seed \(seed)")
     }
 
     @Test("a chunk whose request timed out earns its member no slot, though it still waits for a repair",

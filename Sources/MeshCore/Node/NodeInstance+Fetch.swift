@@ -204,7 +204,7 @@ extension NodeInstance {
         applyDownlinkLimits()
         transfer.lastResort = paths.relayedMembers
         for request in transfer.nextRequests(now: now) {
-            requested[request.digest, default: []].append(ChunkRef(attachment: request.attachment, index: request.index))
+            noteRequested(ChunkRef(attachment: request.attachment, index: request.index), digest: request.digest)
             measurePath(from: request.peer, now: now)
             if let length = manifests[request.attachment]?.length(ofChunk: request.index),
                let want = assembler.begin(request.digest, length: length, from: request.peer, now: now) {
@@ -214,6 +214,14 @@ extension NodeInstance {
             }
         }
         retunePacing(now: now)
+    }
+
+    /// Records a chunk asked for, once however often it is asked (after a timeout, in the end
+    /// game): each ref is one outcome to report, and reported twice a bad chunk counted twice
+    /// against its sender.
+    mutating func noteRequested(_ ref: ChunkRef, digest: SHA256Digest) {
+        guard requested[digest]?.contains(ref) != true else { return }
+        requested[digest, default: []].append(ref)
     }
 
     /// Tells the scheduler who holds what: members that announced whole attachments, as full bitmaps.
@@ -267,7 +275,7 @@ extension NodeInstance {
             // several senders name no culprit, so the chunk is asked of one at a time.
             counters.chunksRejected += 1
             for ref in live {
-                requested[digest, default: []].append(ref)
+                noteRequested(ref, digest: digest)
                 if contributors.count > 1 {
                     transfer.onMixedBadChunk(attachment: ref.attachment, index: ref.index, from: contributors)
                 } else {

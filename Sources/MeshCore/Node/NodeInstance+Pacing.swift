@@ -21,14 +21,14 @@ extension NodeInstance {
         // against the budget, on a lossy long path they took every slot (0.7× the clean rate).
         // At most as many again: at a trickle, chunks open without bound were asked again and
         // again (holders sent 1.45× the file).
-        let repairing = assembler.repairingCount
-        let limit = min(settings.transfer.maximumInFlight, flowing + min(repairing, flowing))
-        transfer.inFlightLimit = limit
-        transfer.setRepairing(repairing == 0 ? [] : assembler.repairingChunks.flatMap { chunk in
+        // Only those whose request is still in flight: one that timed out holds no slot either.
+        let repairing = transfer.setRepairing(assembler.repairingCount == 0 ? [] : assembler.repairingChunks.flatMap { chunk in
             (requested[chunk.digest] ?? []).map {
                 TransferScheduler.Request(peer: chunk.holder, attachment: $0.attachment, index: $0.index, digest: chunk.digest)
             }
         })
+        let limit = min(settings.transfer.maximumInFlight, flowing + min(repairing, flowing))
+        transfer.inFlightLimit = limit
         let rate = max(1, downlink.rate)
         // With `sharing` chunks sharing the rate, each takes this long, and a holder's pieces of
         // one chunk come this far apart. After a cut, the chunks open are more than the new

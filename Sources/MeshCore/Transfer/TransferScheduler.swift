@@ -136,11 +136,16 @@ public struct TransferScheduler: Sendable {
     /// Chunks waiting for a repair, as the requests that asked them, before requests go out. Only
     /// those still in flight to their member count: one whose request timed out holds no slot, and
     /// counted anyway it would open its member's window past what it has on the line.
-    public mutating func setRepairing(_ chunks: [Request]) {
+    /// Returns how many counted.
+    @discardableResult
+    public mutating func setRepairing(_ chunks: [Request]) -> Int {
         for peer in peers.keys { peers[peer]?.repairing = 0 }
-        for chunk in chunks where jobs[chunk.attachment]?.inFlight[chunk.index]?[chunk.peer] != nil {
+        var counted = 0
+        for chunk in chunks where jobs[chunk.attachment]?.inFlight[chunk.index]?[chunk.peer] != nil && peers[chunk.peer] != nil {
             peers[chunk.peer]?.repairing += 1
+            counted += 1
         }
+        return counted
     }
 
     /// The largest number of requests in flight any member has, and its window (for tests).
