@@ -55,16 +55,22 @@ struct TransferSchedulerTests {
         #expect(Set(next.map(\.index)).isDisjoint(with: opening.map(\.index)), "seed \(seed)")
     }
 
-    @Test("a chunk waiting for a repair takes no slot of its holder's window, up to a window's worth",
-          arguments: 1...5 as ClosedRange<UInt64>)
-    func repairsLeaveRoom(seed: UInt64) {
+    /// A fetch of 32 chunks that only `first` holds, with its first window asked.
+    func openedByOneHolder(seed: UInt64) -> (TransferScheduler, Manifest, [TransferScheduler.Request]) {
         let manifest = Manifest(size: 32 * 1024, chunkSize: 1024, chunks: (0..<32).map { SHA256Digest.hashing([UInt8($0), 7]) })
         var scheduler = TransferScheduler(seed: seed)
         scheduler.start(manifest, have: ChunkBitmap(count: 32))
         scheduler.setAvailability(.full(32), of: manifest.id, at: first)
-        let window = scheduler.settings.initialWindow
         let opening = scheduler.nextRequests(now: Self.start)
-        #expect(opening.count == window, "seed \(seed)")
+        #expect(opening.count == scheduler.settings.initialWindow, "seed \(seed)")
+        return (scheduler, manifest, opening)
+    }
+
+    @Test("a chunk waiting for a repair takes no slot of its holder's window, up to a window's worth",
+          arguments: 1...5 as ClosedRange<UInt64>)
+    func repairsLeaveRoom(seed: UInt64) {
+        var (scheduler, manifest, opening) = openedByOneHolder(seed: seed)
+        let window = scheduler.settings.initialWindow
         #expect(scheduler.nextRequests(now: Self.start + .milliseconds(1)).isEmpty, "seed \(seed): asked past a full window")
         // One of them waits for a lost piece asked again: one more may go.
         scheduler.setRepairing(Array(opening.prefix(1)))
@@ -97,13 +103,8 @@ struct TransferSchedulerTests {
     @Test("a chunk whose request timed out earns its member no slot, though it still waits for a repair",
           arguments: 1...5 as ClosedRange<UInt64>)
     func timedOutRepairsOpenNothing(seed: UInt64) {
-        let manifest = Manifest(size: 32 * 1024, chunkSize: 1024, chunks: (0..<32).map { SHA256Digest.hashing([UInt8($0), 7]) })
-        var scheduler = TransferScheduler(seed: seed)
-        scheduler.start(manifest, have: ChunkBitmap(count: 32))
-        scheduler.setAvailability(.full(32), of: manifest.id, at: first)
+        var (scheduler, manifest, opening) = openedByOneHolder(seed: seed)
         let window = scheduler.settings.initialWindow
-        let opening = scheduler.nextRequests(now: Self.start)
-        #expect(opening.count == window, "seed \(seed)")
         // One arrives; its slot goes to another chunk later.
         guard let stale = opening.first, let done = opening.last, stale != done else {
             Issue.record("seed \(seed): an opening window of \(opening.count)")
