@@ -22,7 +22,7 @@ extension NodeInstance {
         // At most as many again: at a trickle, chunks open without bound were asked again and
         // again (holders sent 1.45× the file).
         // Only those whose request is still in flight: one that timed out holds no slot either.
-        let repairing = transfer.setRepairing(assembler.repairingCount == 0 ? [] : assembler.repairingChunks.flatMap { chunk in
+        let repairing = transfer.setRepairing(assembler.repairingChunks.flatMap { chunk in
             (requested[chunk.digest] ?? []).map {
                 TransferScheduler.Request(peer: chunk.holder, attachment: $0.attachment, index: $0.index, digest: chunk.digest)
             }

@@ -138,11 +138,8 @@ public struct ChunkAssembler: Sendable {
 
     public var activeCount: Int { downloads.count }
 
-    /// Chunks that only wait for lost pieces asked again (on a lossy path most chunks do, for a
-    /// round trip or two, while they hold no pieces on the line).
-    public var repairingCount: Int { downloads.values.count(where: \.repairing) }
-
-    /// Chunks waiting for a repair, each with the member last asked for it.
+    /// Chunks that only wait for lost pieces asked again, each with the member last asked for it
+    /// (on a lossy path most chunks do, for a round trip or two, while they hold no pieces on the line).
     public var repairingChunks: [(digest: SHA256Digest, holder: NodeID)] {
         downloads.compactMap { digest, download in
             guard download.repairing, let holder = download.holders.last else { return nil }
