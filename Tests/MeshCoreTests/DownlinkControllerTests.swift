@@ -515,6 +515,71 @@ import Testing
         #expect(queued.lossBackoffs > 0, "6% loss beside a 5 ms queue never cut")
     }
 
+    /// A TCP on a line that loses at random is held down by that loss, not by the line, and its
+    /// rate goes as one over its round trip: the queue a fetch keeps there is what TCP loses to
+    /// it. Such a line is known by loss where the queue is under the target (where ours is not
+    /// overflowing), and there the target is an eighth of the round trip, at least 10 ms, once
+    /// slow start's overshoot has risen past it and drained.
+    @Test("a line that loses datagrams at random lowers the target to an eighth of the round trip, at least 10 ms, after slow start's overshoot",
+          arguments: [(80, 10), (120, 15), (400, 25)])
+    func aLossyLineLowersTheTarget(roundTrip: Int, expected: Int) {
+        var controller = DownlinkController()
+        controller.onRoundTrip(.milliseconds(roundTrip), now: .zero)
+        var packet: UInt64 = 0
+        var now = Self.feed(&controller, from: .zero, seconds: 1, rate: 1e6, packet: &packet) { _ in 0 }
+        #expect(!controller.isLossyLine && controller.target == .milliseconds(25))
+        now = Self.feed(&controller, from: now, seconds: 3, rate: 1e6, lossEvery: 200, packet: &packet) { _ in 0 }
+        #expect(controller.isLossyLine)
+        #expect(controller.slowStart && controller.target == .milliseconds(25), "lowered in slow start")
+        // Slow start ends on a queue that stands; the interval it ended in closes with no queue
+        // (its first pieces'), and the overshoot shows only after.
+        now = Self.feed(&controller, from: now, seconds: 0.5, rate: 1e6, lossEvery: 200, packet: &packet) { _ in 0.030 }
+        #expect(!controller.slowStart)
+        #expect(controller.target == .milliseconds(25), "lowered before the overshoot drained: \(controller.target)")
+        now = Self.feed(&controller, from: now, seconds: 1, rate: 1e6, lossEvery: 200, packet: &packet) { _ in 0 }
+        #expect(controller.target == .milliseconds(expected), "target \(controller.target)")
+        // The line heals: within some 64 intervals without loss the usual target is back.
+        let intervals = Double(controller.interval.milliseconds) / 1000 * 80
+        _ = Self.feed(&controller, from: now, seconds: intervals, rate: 1e6, packet: &packet) { _ in 0 }
+        #expect(!controller.isLossyLine && controller.target == .milliseconds(25))
+    }
+
+    @Test("loss beside a queue over the target, or a handful of datagrams, does not make a line lossy")
+    func lossOverTheTargetIsNotTheLines() {
+        var packet: UInt64 = 0
+        // 1% lost while a 30 ms queue stands: ours may be overflowing.
+        var (overflowing, now) = Self.outOfSlowStart(queue: 0.03, packet: &packet)
+        now = Self.feed(&overflowing, from: now, seconds: 3, rate: 1e6, lossEvery: 100, packet: &packet) { _ in 0.030 }
+        #expect(!overflowing.isLossyLine && overflowing.target == .milliseconds(25))
+        // Three datagrams lost in 700 with no queue: too few to tell.
+        var (few, then) = Self.outOfSlowStart(queue: 0.03, packet: &packet)
+        then = Self.feed(&few, from: then, seconds: 0.3, rate: 1e6, lossEvery: 70, packet: &packet) { _ in 0 }
+        _ = Self.feed(&few, from: then, seconds: 0.7, rate: 1e6, packet: &packet) { _ in 0 }
+        #expect(few.lastInterval.closedAt > then)
+        #expect(!few.isLossyLine, "3 datagrams lost made the line lossy")
+    }
+
+    @Test("on a line that loses at random, a queue under the usual target but over the lowered one cuts the rate")
+    func aLossyLinesTargetCutsAQueueTheUsualOneKeeps() {
+        for lossy in [false, true] {
+            var packet: UInt64 = 0
+            var (controller, now) = Self.outOfSlowStart(queue: 0.03, packet: &packet)
+            now = Self.feed(&controller, from: now, seconds: 3, rate: 1e6, lossEvery: lossy ? 200 : nil, packet: &packet) { _ in 0 }
+            #expect(controller.isLossyLine == lossy)
+            // A queue past the lowered target that drains: the lowered target applies.
+            now = Self.feed(&controller, from: now, seconds: 0.3, rate: 1e6, lossEvery: lossy ? 200 : nil, packet: &packet) { _ in 0.030 }
+            now = Self.feed(&controller, from: now, seconds: 1, rate: 1e6, lossEvery: lossy ? 200 : nil, packet: &packet) { _ in 0 }
+            #expect(controller.target == .milliseconds(lossy ? 10 : 25))
+            // 18 ms of queue, standing, with 1 MB/s arriving: room under 25 ms, a cut over 10.
+            _ = Self.feed(&controller, from: now, seconds: 1, rate: 1e6, lossEvery: lossy ? 200 : nil, packet: &packet) { _ in 0.018 }
+            if lossy {
+                #expect(controller.rate < 0.8e6, "not cut: \(controller.rate)")
+            } else {
+                #expect(controller.rate >= 0.95e6, "cut: \(controller.rate)")
+            }
+        }
+    }
+
     @Test func aForegroundFetchCompetesWithAQueueThatNeverDrainsAndBackgroundNever() {
         for priority in [DownlinkController.Priority.foreground, .background] {
             var controller = Self.started()
