@@ -35,7 +35,8 @@ import Glibc
 ///
 /// Needs root, iproute2 and iptables (`unavailableReason`), `conntrack` for the conntrack helpers
 /// (`conntrackUnavailableReason`). Everything is named with a random tag and removed by
-/// `tearDown()` (also on deinit, and on a failure half way through `init`).
+/// `tearDown()` (also on deinit, and on a failure half way through `init`), or by the next lab
+/// if the process that made it was killed (`LabRegistry`).
 public final class NATLab: @unchecked Sendable {
     /// How a home's router maps its host's flows.
     public enum Mapping: String, Sendable {
@@ -118,8 +119,10 @@ public final class NATLab: @unchecked Sendable {
         guard publicCount >= 0, publicCount <= 80, mappings.count <= 80 else {
             throw NodeProcessError.exited(status: -1, stderr: "NATLab: at most 80 public hosts and 80 homes")
         }
+        LabRegistry.sweepStale(ip: NamespaceLab.ipCommand ?? "/usr/sbin/ip")
         let tag = String(UInt32.random(in: 0x1000...0xFFFF), radix: 16)
         self.tag = tag
+        LabRegistry.register(tag: tag)
         publicHosts = (0..<publicCount).map { "gm\(tag)pub\($0)" }
         publicAddresses = (0..<publicCount).map { "\(Self.internetPrefix).\(10 + $0)" }
         homes = mappings.enumerated().map { index, mapping in
@@ -338,6 +341,7 @@ public final class NATLab: @unchecked Sendable {
     public func tearDown() {
         for space in created.reversed() { try? ip(["netns", "del", space]) }
         created = []
+        LabRegistry.unregister(tag: tag)
     }
 
     deinit { tearDown() }

@@ -3,7 +3,8 @@ import Foundation
 /// Hosts of our own for multi-host tests: network namespaces joined by veth links to a bridge in
 /// a namespace of their own, so nothing touches the machine's real interfaces. Needs root and
 /// iproute2; `unavailableReason` says why not when they are missing. Everything it makes is
-/// named with a random tag and removed by `tearDown()`.
+/// named with a random tag and removed by `tearDown()`, or by the next lab if the process that
+/// made it was killed (`LabRegistry`).
 public final class NamespaceLab: @unchecked Sendable {
     public let tag: String
     public let hosts: [String]
@@ -23,8 +24,10 @@ public final class NamespaceLab: @unchecked Sendable {
     public static var isAvailable: Bool { unavailableReason == nil }
 
     public init(hostCount: Int) throws {
+        LabRegistry.sweepStale(ip: Self.ipCommand ?? "/usr/sbin/ip")
         let tag = String(UInt32.random(in: 0x1000...0xFFFF), radix: 16)
         self.tag = tag
+        LabRegistry.register(tag: tag)
         hosts = (0..<hostCount).map { "gm\(tag)h\($0)" }
         let subnet = Int.random(in: 1...250)
         addresses = (0..<hostCount).map { "10.213.\(subnet).\($0 + 1)" }
@@ -63,6 +66,7 @@ public final class NamespaceLab: @unchecked Sendable {
     public func tearDown() {
         for space in created.reversed() { try? ip(["netns", "del", space]) }
         created = []
+        LabRegistry.unregister(tag: tag)
     }
 
     deinit { tearDown() }

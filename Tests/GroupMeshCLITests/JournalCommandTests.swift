@@ -95,7 +95,7 @@ struct JournalCommandTests {
         #expect(badJSON.stderr.contains("not valid JSON"))
         // 100 MiB + 1 byte, sparse: the size is refused before anything is read.
         let big = node.dataDirectory + "/big.bin"
-        FileManager.default.createFile(atPath: big, contents: nil)
+        _ = FileManager.default.createFile(atPath: big, contents: nil)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: big))
         try handle.truncate(atOffset: 100 * 1024 * 1024 + 1)
         try handle.close()

@@ -251,7 +251,7 @@ import Testing
     }
 
     @Test func anExcludedMemberIsLeftAndNeverBelievedAgain() {
-        var cluster = ManualCluster(count: 3)
+        let cluster = ManualCluster(count: 3)
         let removed = cluster[2]
         var observer = cluster.instance(0)
         let directives = observer.exclude([removed], now: cluster.now)

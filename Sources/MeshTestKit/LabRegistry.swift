@@ -1,0 +1,50 @@
+import Foundation
+
+/// Which process owns each namespace lab, so that a lab left behind by one that was killed (a
+/// SIGKILL, a CI timeout: no `deinit` runs) is removed when the next lab is built, with whatever
+/// still runs inside it (nodes, the link emulator). Every lab leaves a file named by its tag that
+/// holds its owner's pid; a lab whose owner is gone is stale. The labs of live processes (a bench
+/// beside a test run) are left alone, and so are namespaces no registered lab made.
+enum LabRegistry {
+    /// On tmpfs: cleared at boot, as the namespaces are.
+    static let directory = "/run/groupmesh-labs"
+
+    static func register(tag: String, owner: pid_t = getpid()) {
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: "\(directory)/\(tag)", contents: Data("\(owner)\n".utf8))
+    }
+
+    static func unregister(tag: String) {
+        try? FileManager.default.removeItem(atPath: "\(directory)/\(tag)")
+    }
+
+    /// Removes the namespaces of every lab whose owner is gone, after killing what runs in them.
+    static func sweepStale(ip: String) {
+        guard let tags = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
+        let stale = tags.filter { tag in
+            guard let text = try? String(contentsOfFile: "\(directory)/\(tag)", encoding: .utf8),
+                  let owner = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)) else { return true }
+            return kill(owner, 0) != 0 && errno == ESRCH
+        }
+        guard !stale.isEmpty else { return }
+        let spaces = run(ip, ["netns", "list"]).split(separator: "\n").compactMap { $0.split(separator: " ").first }
+        for tag in stale {
+            // Names are "gm", the four hex digits of the tag, then a suffix.
+            for space in spaces where space.hasPrefix("gm") && space.dropFirst(2).prefix(4) == tag {
+                for pid in run(ip, ["netns", "pids", String(space)]).split(separator: "\n").compactMap({ pid_t($0) }) {
+                    kill(pid, SIGKILL)
+                }
+                _ = run(ip, ["netns", "del", String(space)])
+            }
+            unregister(tag: tag)
+        }
+    }
+
+    /// Standard output of `executable` (empty when it cannot start).
+    static func run(_ executable: String, _ arguments: [String]) -> String {
+        guard let process = try? ChildProcess(executable: executable, arguments: arguments) else { return "" }
+        _ = process.waitUntilExit()
+        while !process.outputIsComplete { usleep(1000) }
+        return process.standardOutput
+    }
+}
