@@ -43,6 +43,7 @@ public struct NodeStatus: Decodable, Sendable {
         /// Absent from nodes built before them (`GROUPMESH_BIN` may name one).
         public var slowdowns: Int?
         public var slowdownsFoundAnotherFlow: Int?
+        public var lossyLine: Bool?
     }
 
     public var `self`: SelfInfo

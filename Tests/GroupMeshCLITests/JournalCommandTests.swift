@@ -63,6 +63,7 @@ struct JournalCommandTests {
         let slowdowns = try #require(downlink.slowdowns, "no slowdowns in status --json"),
             found = try #require(downlink.slowdownsFoundAnotherFlow, "no slowdownsFoundAnotherFlow in status --json")
         #expect(found <= slowdowns, "\(downlink)")
+        #expect(downlink.lossyLine != nil, "no lossyLine in status --json")
         // Loopback carries more than Ethernet: the holder's path was probed past 1,472 bytes
         // (8,972 unless a probe was lost three times on a busy machine; PROTOCOL.md §1a); members
         // it pulled nothing from are not measured.

@@ -130,6 +130,9 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// those, the ones that found another flow's queue (and so began or kept competing).
         public var slowdowns: UInt64
         public var slowdownsFoundAnotherFlow: UInt64
+        /// The line loses datagrams at random (not from a queue overflowing): the target is then
+        /// lower once slow start is over (PROTOCOL.md §6, *Lossy lines*).
+        public var lossyLine: Bool
     }
 
     /// One kind of traffic (`TrafficKind`: membership, messages, journal, transfer, keys, ping).
