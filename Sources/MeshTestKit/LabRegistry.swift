@@ -11,7 +11,8 @@ enum LabRegistry {
 
     static func register(tag: String, owner: pid_t = getpid()) {
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        _ = FileManager.default.createFile(atPath: "\(directory)/\(tag)", contents: Data("\(owner)\n".utf8))
+        // Atomic: another process sweeping must never read a half-written owner.
+        try? Data("\(owner)\n".utf8).write(to: URL(fileURLWithPath: "\(directory)/\(tag)"), options: .atomic)
     }
 
     static func unregister(tag: String) {
@@ -22,8 +23,11 @@ enum LabRegistry {
     static func sweepStale(ip: String) {
         guard let tags = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
         let stale = tags.filter { tag in
+            // A lab's tag is four hex digits; anything else (an atomic write's temporary file) or a
+            // file that names no pid is not known to be stale, and is left alone.
+            guard tag.count == 4, tag.allSatisfy(\.isHexDigit) else { return false }
             guard let text = try? String(contentsOfFile: "\(directory)/\(tag)", encoding: .utf8),
-                  let owner = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)) else { return true }
+                  let owner = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)) else { return false }
             return kill(owner, 0) != 0 && errno == ESRCH
         }
         guard !stale.isEmpty else { return }
