@@ -74,7 +74,7 @@ public struct DownlinkController: Sendable {
         /// in intervals under the target, counted over about the last 64 of those, loses them at
         /// random (a radio, a noisy copper pair): the target drops to `lossyLineTarget` of the
         /// round trip, at least `lossyLineTargetFloor`, once slow start's overshoot drained
-        /// (`lossyTargetArmed`). A TCP on such a line is held down by that loss, not by the line,
+        /// (`LossyTargetPhase`). A TCP on such a line is held down by that loss, not by the line,
         /// and its rate goes as one over its round trip: the queue our target keeps is what it
         /// loses to us. On a 10 Mbit/s, 80 ms line at 0.5% loss (simulation, 12 seeds), CUBIC kept
         /// 0.92× of its lone rate beside a get instead of 0.86×, and the line's queue median fell
@@ -267,14 +267,20 @@ public struct DownlinkController: Sendable {
     /// Datagrams received and lost in the intervals under the target, decaying by a 64th per such
     /// interval (see `lossyLine`). Kept through cuts and pauses: it describes the line.
     private var lineLoss = (received: 0.0, lost: 0.0)
-    /// Slow start is over and its overshoot drained under a lossy line's target: only then does
-    /// that target apply. Slow start ends past the line with a queue of its own; cut at the lower
-    /// target, that queue halved the rate where the usual one takes three tenths off, and a fetch
-    /// on a lossy 50 ms path, bound by its window (repairs hold chunks), grew back too slowly: it
-    /// fell from 0.87× to 0.81× of its loss-free twin (simulation, 4 seeds).
-    private var lossyTargetArmed = false
-    /// Since slow start, an interval's queue reached the lossy line's target (the overshoot showed).
-    private var lossyQueueRose = false
+    /// Where slow start's overshoot stands for a lossy line's target, which applies only once the
+    /// overshoot drained under it. Slow start ends past the line with a queue of its own; cut at
+    /// the lower target, that queue halved the rate where the usual one takes three tenths off,
+    /// and a fetch on a lossy 50 ms path, bound by its window (repairs hold chunks), grew back too
+    /// slowly: it fell from 0.87× to 0.81× of its loss-free twin (simulation, 4 seeds).
+    private enum LossyTargetPhase {
+        /// In slow start, or no interval's queue has reached the lower target since.
+        case waiting
+        /// An interval's queue reached it (the overshoot showed).
+        case overshot
+        /// A later one fell under it: the lower target applies.
+        case armed
+    }
+    private var lossyTargetPhase = LossyTargetPhase.waiting
 
     /// The latest queueing delay measured (the interval's lowest), for status and tests.
     public private(set) var queueingDelay: Duration = .zero
@@ -298,7 +304,7 @@ public struct DownlinkController: Sendable {
 
     public var target: Duration {
         let target = priority == .foreground ? settings.foregroundTarget : settings.backgroundTarget
-        guard lossyTargetArmed, let lossy = lossyLineTarget else { return target }
+        guard lossyTargetPhase == .armed, let lossy = lossyLineTarget else { return target }
         return min(target, lossy)
     }
 
@@ -404,8 +410,7 @@ public struct DownlinkController: Sendable {
                 competingSlowStart = false
                 quietLoss = (0, 0)
                 slowStart = !competing
-                lossyTargetArmed = false
-                lossyQueueRose = false
+                lossyTargetPhase = .waiting
                 lastArrived = 0
                 previousArrived = 0
                 atTargetSince = nil
@@ -739,8 +744,8 @@ public struct DownlinkController: Sendable {
         defer { wasOver = over }
         // Once per interval: the loss it judges is summed over the quiet ones.
         let overflow = overflowing(queueSeconds: queueSeconds, target: target, received: intervalReceived, lost: intervalLost)
-        if !slowStart, let lossy = lossyLineTarget {
-            if queue >= lossy { lossyQueueRose = true } else if lossyQueueRose { lossyTargetArmed = true }
+        if !slowStart, lossyTargetPhase != .armed, let lossy = lossyLineTarget {
+            if queue >= lossy { lossyTargetPhase = .overshot } else if lossyTargetPhase == .overshot { lossyTargetPhase = .armed }
         }
         if let test = slowdown {
             guard now >= test.until || priority == .background else { return }
