@@ -336,6 +336,17 @@ enum WANScenario {
                     : 0
                 if !fetch.finished { print("  warning: \(mode.rawValue) did not finish within its bound; the rate is over what arrived") }
                 print("  \(mode.rawValue): fetch \(format(fetch.fetchRate)) MiB/s over \(format(seconds)) s, competitor \(format(share * 100))% (\(format(before * 100))% alone just before\(after.map { ", \(format($0 * 100))% just after" } ?? ""))\(pingText(LinePing.summary(samples, from: window.start, to: window.end))) (alone\(pingText(LinePing.summary(samples, from: aloneFrom, to: aloneFrom + aloneSeconds)))), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
+                if ProcessInfo.processInfo.environment["WAN_PING_TRACE"] != nil {
+                    // Beside the downlink's trace: the highest ping of each half second of the fetch.
+                    let bins = Int((seconds / 0.5).rounded(.up))
+                    let highest = (0..<bins).map { bin in
+                        samples.filter { $0.at >= window.start + Double(bin) * 0.5 && $0.at < window.start + Double(bin + 1) * 0.5 }
+                            .map(\.milliseconds).max().map { format($0) } ?? "-"
+                    }
+                    print("  ping, highest per 0.5 s of the fetch (ms): \(highest.joined(separator: " "))")
+                    let first = samples.filter { $0.at >= window.start - 0.5 && $0.at < window.start + 3 }
+                    print("  ping, first 3 s (s from the fetch's start: ms): \(first.map { "\(format($0.at - window.start)):\(format($0.milliseconds))" }.joined(separator: " "))")
+                }
                 var round = BesideCUBIC(fetch: fetch, share: share, alone: after.map { (before + $0) / 2 } ?? before)
                 if mode == .get, fetch.secondHalfSeconds > 0, fetch.fetchSeconds >= fetch.secondHalfSeconds {
                     // A short get spends its first seconds finding out that the queue is another
@@ -695,12 +706,9 @@ enum WANScenario {
 
         /// The downlink tbf (the bridge's port toward host 3): `tc -s -j qdisc show`.
         func bottleneck() throws -> Bottleneck {
-            let process = try ChildProcess(executable: WANLink.ipPath, arguments: [
+            let shown = try ChildProcess.run(WANLink.ipPath, [
                 "netns", "exec", lab.bridgeNamespace, WANLink.tcPath, "-s", "-j", "qdisc", "show", "dev", lab.bridgePort(3)])
-            _ = process.waitUntilExit()
-            var waited = 0
-            while !process.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
-            guard let array = try? JSONSerialization.jsonObject(with: Data(process.standardOutput.utf8)) as? [[String: Any]] else {
+            guard let array = try? JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [[String: Any]] else {
                 return Bottleneck(sent: 0, dropped: 0)
             }
             let tbf = array.first { ($0["kind"] as? String) == "tbf" }

@@ -95,6 +95,29 @@ public final class ChildProcess: @unchecked Sendable {
         while !outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
     }
 
+    /// Runs `executable ARGUMENTS` to its end: its status and what it wrote. Killed after
+    /// `timeout` (`NodeProcessError.timeout`), and its pipes read for at most a second after the
+    /// exit: a child it left behind may hold them open.
+    public static func run(_ executable: String, _ arguments: [String], timeout: Duration = .seconds(20)) throws
+        -> (status: Int32, stdout: String, stderr: String)
+    {
+        let process = try ChildProcess(executable: executable, arguments: arguments)
+        let deadline = ContinuousClock.now + timeout
+        var status = process.terminationStatus
+        while status == nil {
+            guard ContinuousClock.now < deadline else {
+                process.signal(SIGKILL)
+                _ = process.waitUntilExit()
+                throw NodeProcessError.timeout("\(([executable] + arguments).joined(separator: " ")) took over \(timeout)")
+            }
+            usleep(1000)
+            status = process.terminationStatus
+        }
+        var waited = 0
+        while !process.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
+        return (status ?? -1, process.standardOutput, process.standardError)
+    }
+
     private func reap(blocking: Bool) -> Int32? {
         lock.lock()
         defer { lock.unlock() }

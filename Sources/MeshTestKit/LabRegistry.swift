@@ -44,16 +44,8 @@ enum LabRegistry {
         }
     }
 
-    /// Standard output of `executable` (empty when it cannot start). Bounded: killed after 10 s,
-    /// and its output read for at most 1 s more.
+    /// Standard output of `executable` (empty when it cannot start or runs over 10 s).
     static func run(_ executable: String, _ arguments: [String]) -> String {
-        guard let process = try? ChildProcess(executable: executable, arguments: arguments) else { return "" }
-        var waited = 0
-        while process.isRunning && waited < 10_000 { usleep(1000); waited += 1 }
-        if process.isRunning { process.signal(SIGKILL) }
-        _ = process.waitUntilExit()
-        waited = 0
-        while !process.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
-        return process.standardOutput
+        (try? ChildProcess.run(executable, arguments, timeout: .seconds(10)))?.stdout ?? ""
     }
 }

@@ -217,22 +217,8 @@ public final class NATLab: @unchecked Sendable {
     public func run(in space: String, _ executable: String, _ arguments: [String], timeout: Duration = .seconds(20)) throws
         -> (status: Int32, stdout: String, stderr: String)
     {
-        let process = try ChildProcess(executable: NamespaceLab.ipCommand ?? "/usr/sbin/ip",
-                                       arguments: ["netns", "exec", space, executable] + arguments)
-        let deadline = ContinuousClock.now + timeout
-        var status = process.terminationStatus
-        while status == nil {
-            guard ContinuousClock.now < deadline else {
-                process.signal(SIGKILL)
-                _ = process.waitUntilExit()
-                throw NodeProcessError.timeout("\(executable) \(arguments.joined(separator: " ")) in \(space) took over \(timeout)")
-            }
-            usleep(2000)
-            status = process.terminationStatus
-        }
-        var waited = 0
-        while !process.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }   // 1 s at most
-        return (status ?? -1, process.standardOutput, process.standardError)
+        try ChildProcess.run(NamespaceLab.ipCommand ?? "/usr/sbin/ip", ["netns", "exec", space, executable] + arguments,
+                             timeout: timeout)
     }
 
     /// Runs a program inside `host`.
@@ -349,12 +335,9 @@ public final class NATLab: @unchecked Sendable {
     // MARK: - Commands
 
     private func ip(_ arguments: [String]) throws {
-        let process = try ChildProcess(executable: NamespaceLab.ipCommand ?? "/usr/sbin/ip", arguments: arguments)
-        let status = process.waitUntilExit()
-        var waited = 0
-        while !process.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
-        guard status == 0 else {
-            throw NodeProcessError.exited(status: status, stderr: "ip \(arguments.joined(separator: " ")): \(process.standardError)")
+        let result = try ChildProcess.run(NamespaceLab.ipCommand ?? "/usr/sbin/ip", arguments)
+        guard result.status == 0 else {
+            throw NodeProcessError.exited(status: result.status, stderr: "ip \(arguments.joined(separator: " ")): \(result.stderr)")
         }
     }
 

@@ -72,11 +72,9 @@ public final class NamespaceLab: @unchecked Sendable {
     deinit { tearDown() }
 
     private func ip(_ arguments: [String]) throws {
-        let process = try ChildProcess(executable: Self.ipCommand ?? "/usr/sbin/ip", arguments: arguments)
-        let status = process.waitUntilExit()
-        while process.errors.hasPendingData { usleep(1000) }
-        guard status == 0 else {
-            throw NodeProcessError.exited(status: status, stderr: "ip \(arguments.joined(separator: " ")): \(process.errors.text)")
+        let result = try ChildProcess.run(Self.ipCommand ?? "/usr/sbin/ip", arguments)
+        guard result.status == 0 else {
+            throw NodeProcessError.exited(status: result.status, stderr: "ip \(arguments.joined(separator: " ")): \(result.stderr)")
         }
     }
 

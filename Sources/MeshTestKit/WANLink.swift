@@ -202,12 +202,7 @@ public final class WANLink: @unchecked Sendable {
         undo = []
         guard let process = emulator else { return }
         emulator = nil
-        process.signal(SIGTERM)
-        var waited = 0
-        while process.isRunning && waited < 300 { usleep(10_000); waited += 1 }   // 3 s, then SIGKILL
-        if process.isRunning { process.signal(SIGKILL) }
-        _ = process.waitUntilExit()
-        waitForOutput(process)
+        process.stop(with: SIGTERM)
         emulatorSummary = process.standardError.split(separator: "\n").last { $0.hasPrefix("wanlink:") }.map(String.init)
     }
 
@@ -255,13 +250,14 @@ public final class WANLink: @unchecked Sendable {
         let partial = "\(binary).\(getpid())"
         let script = "pkg-config --exists libnetfilter_queue || { echo 'libnetfilter-queue-dev is missing (make deps installs it as root)'; exit 1; }; "
             + "cc -O2 -o \"$2\" \"$1\" $(pkg-config --cflags --libs libnetfilter_queue) 2>&1 && mv \"$2\" \"$3\""
-        guard let process = try? ChildProcess(executable: "/bin/sh", arguments: ["-c", script, "sh", source, partial, binary]) else {
-            return (nil, "cannot run /bin/sh to build the emulator")
+        let built: (status: Int32, stdout: String, stderr: String)
+        do {
+            built = try ChildProcess.run("/bin/sh", ["-c", script, "sh", source, partial, binary], timeout: .seconds(300))
+        } catch {
+            return (nil, "the emulator (tools/wanlink) did not build: \(error)")
         }
-        let status = process.waitUntilExit()
-        waitForOutput(process)
-        guard status == 0, FileManager.default.isExecutableFile(atPath: binary) else {
-            let why = process.standardOutput.split(separator: "\n").first.map(String.init) ?? "cc failed"
+        guard built.status == 0, FileManager.default.isExecutableFile(atPath: binary) else {
+            let why = built.stdout.split(separator: "\n").first.map(String.init) ?? "cc failed"
             return (nil, "the emulator (tools/wanlink) did not build: \(why)")
         }
         // Builds of older sources go (a running one keeps its file until it exits).
@@ -279,19 +275,11 @@ public final class WANLink: @unchecked Sendable {
     }
 
     private func run(_ executable: String, _ arguments: [String]) throws {
-        let process = try ChildProcess(executable: executable, arguments: arguments)
-        let status = process.waitUntilExit()
-        waitForOutput(process)
-        guard status == 0 else {
-            throw NodeProcessError.exited(status: status, stderr: "\(arguments.joined(separator: " ")): \(process.standardError)")
+        let result = try ChildProcess.run(executable, arguments)
+        guard result.status == 0 else {
+            throw NodeProcessError.exited(status: result.status, stderr: "\(arguments.joined(separator: " ")): \(result.stderr)")
         }
     }
-}
-
-/// After an exit: until the pipes are read to their end (1 s at most).
-private func waitForOutput(_ process: ChildProcess) {
-    var waited = 0
-    while !process.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
 }
 
 extension NamespaceLab {

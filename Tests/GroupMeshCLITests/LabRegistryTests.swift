@@ -20,8 +20,6 @@ struct LabRegistryTests {
         let liveTag = String(UInt32.random(in: 0x8000...0xFFFF), radix: 16)
         let stale = "gm\(staleTag)h0", live = "gm\(liveTag)h0"
         for space in [stale, live] { _ = LabRegistry.run(ip, ["netns", "add", space]) }
-        LabRegistry.register(tag: staleTag, owner: gone.pid)
-        LabRegistry.register(tag: liveTag)
         defer {
             _ = LabRegistry.run(ip, ["netns", "del", live])
             _ = LabRegistry.run(ip, ["netns", "del", stale])
@@ -29,12 +27,15 @@ struct LabRegistryTests {
             LabRegistry.unregister(tag: staleTag)
         }
         #expect(namespaces().contains(Substring(stale)) && namespaces().contains(Substring(live)))
-        // Left running in the stale lab, as a node or the link emulator would be.
+        // Left running in the stale lab, as a node or the link emulator would be; in it before
+        // the lab is registered, since a lab another test makes meanwhile sweeps it as ours does.
         let leftover = try ChildProcess(executable: ip, arguments: ["netns", "exec", stale, "sleep", "60"])
         defer { leftover.stop(with: SIGKILL) }
         let inside = { LabRegistry.run(ip, ["netns", "pids", stale]).split(separator: "\n").contains(Substring("\(leftover.pid)")) }
         for _ in 0..<500 where !inside() { try await Task.sleep(for: .milliseconds(10)) }
         #expect(inside(), "the leftover never entered the namespace")
+        LabRegistry.register(tag: staleTag, owner: gone.pid)
+        LabRegistry.register(tag: liveTag)
 
         let lab = try NamespaceLab(hostCount: 1)
         defer { lab.tearDown() }
