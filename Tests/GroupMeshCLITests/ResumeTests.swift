@@ -33,11 +33,18 @@ struct ResumeTests {
         let joiner = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
         nodes.append(joiner)
         // Watched through its chunk store (cheap enough to look at every few milliseconds), it is
-        // killed once a few chunks are on its disk.
+        // killed once a few chunks are on its disk. From a thread of its own: the whole fetch
+        // takes a few tenths of a second, and a wait on the task pool, which every test shares,
+        // came that late on a busy machine (the joiner had it all).
         let chunksDirectory = joiner.dataDirectory + "/chunks"
-        func storedChunks() -> Int { ChunkStore.survey(chunksDirectory).count }
-        try? await waitUntil("a few chunks stored", timeout: .seconds(60), every: .milliseconds(2)) { storedChunks() >= 6 }
-        joiner.signal(SIGKILL)
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            Thread.detachNewThread {
+                let deadline = ContinuousClock.now + .seconds(60)
+                while ChunkStore.survey(chunksDirectory).count < 6 && ContinuousClock.now < deadline { usleep(1000) }
+                joiner.signal(SIGKILL)
+                done.resume()
+            }
+        }
         try await joiner.waitForExit()
         // What survived the crash, counted before the restart (which replicates again at once, so
         // its own count may already include chunks fetched since).
