@@ -55,6 +55,17 @@ final class LinePing {
         }
     }
 
+    /// The highest round trip of each `every` seconds from `from` to `to` (nil: no reply then),
+    /// for tracing a fetch beside its downlink's samples.
+    static func highest(_ samples: [Sample], from: Double, to: Double, every: Double) -> [Double?] {
+        var bins = [Double?](repeating: nil, count: max(0, Int(((to - from) / every).rounded(.up))))
+        for sample in samples where sample.at >= from && sample.at < to {
+            let bin = min(bins.count - 1, Int((sample.at - from) / every))
+            bins[bin] = max(bins[bin] ?? 0, sample.milliseconds)
+        }
+        return bins
+    }
+
     /// The median and 90th percentile of the round trips between `from` and `to` (nil: none).
     static func summary(_ samples: [Sample], from: Double, to: Double) -> (median: Double, p90: Double, count: Int)? {
         let values = samples.filter { $0.at >= from && $0.at <= to }.map(\.milliseconds)

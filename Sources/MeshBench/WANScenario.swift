@@ -338,12 +338,8 @@ enum WANScenario {
                 print("  \(mode.rawValue): fetch \(format(fetch.fetchRate)) MiB/s over \(format(seconds)) s, competitor \(format(share * 100))% (\(format(before * 100))% alone just before\(after.map { ", \(format($0 * 100))% just after" } ?? ""))\(pingText(LinePing.summary(samples, from: window.start, to: window.end))) (alone\(pingText(LinePing.summary(samples, from: aloneFrom, to: aloneFrom + aloneSeconds)))), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
                 if ProcessInfo.processInfo.environment["WAN_PING_TRACE"] != nil {
                     // Beside the downlink's trace: the highest ping of each half second of the fetch.
-                    let bins = Int((seconds / 0.5).rounded(.up))
-                    let highest = (0..<bins).map { bin in
-                        samples.filter { $0.at >= window.start + Double(bin) * 0.5 && $0.at < window.start + Double(bin + 1) * 0.5 }
-                            .map(\.milliseconds).max().map { format($0) } ?? "-"
-                    }
-                    print("  ping, highest per 0.5 s of the fetch (ms): \(highest.joined(separator: " "))")
+                    let highest = LinePing.highest(samples, from: window.start, to: window.end, every: 0.5)
+                    print("  ping, highest per 0.5 s of the fetch (ms): \(highest.map { $0.map(format) ?? "-" }.joined(separator: " "))")
                     let first = samples.filter { $0.at >= window.start - 0.5 && $0.at < window.start + 3 }
                     print("  ping, first 3 s (s from the fetch's start: ms): \(first.map { "\(format($0.at - window.start)):\(format($0.milliseconds))" }.joined(separator: " "))")
                 }
