@@ -44,6 +44,27 @@ import Testing
         Self.expectPolite(clean, seed: seed)
     }
 
+    static let lossyLine = HomeLineExperiment.Line(name: "10 Mbit/s, 80 ms, 0.5% loss", megabitsPerSecond: 10,
+                                                   roundTrip: .milliseconds(80), loss: 0.005)
+
+    /// A TCP held down by random loss grows into the line's spare room between its losses and
+    /// shows no queue to yield to until it is short already: on a line that loses at random,
+    /// replication leaves about half of the line free even alone; a get, which someone waits
+    /// for, takes most of it.
+    @Test("on a line that loses at random, replication alone takes about half of it, a get most of it",
+          arguments: SimulationSeeds.from(defaultCount: 1))
+    func replicationLeavesRoomOnALossyLine(seed: UInt64) {
+        let line = Self.lossyLine.bytesPerSecond
+        let replication = HomeLineExperiment.run(size: Self.size, line: Self.lossyLine, mode: .replication, competitor: false, seed: seed)
+        let get = HomeLineExperiment.run(size: Self.size, line: Self.lossyLine, mode: .get, competitor: false, seed: seed)
+        #expect(replication.finished && get.finished, "seed \(seed)")
+        #expect(replication.fetchRate >= 0.3 * line && replication.fetchRate <= 0.6 * line,
+                "seed \(seed): replication took \(replication.fetchRate / line) of the line")
+        #expect(get.fetchRate >= 0.65 * line, "seed \(seed): a get took \(get.fetchRate / line) of the line")
+        Self.expectPolite(replication, seed: seed)
+        Self.expectPolite(get, seed: seed)
+    }
+
     /// Holders' bytes: ≤ 1.1× in `make bench` (16 MiB); an 8 MiB file pays relatively more for
     /// the end game (its last 4 chunks asked of a second holder too).
     static func expectPolite(_ outcome: HomeLineExperiment.Outcome, seed: UInt64) {

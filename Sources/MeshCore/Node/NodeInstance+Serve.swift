@@ -102,6 +102,7 @@ extension NodeInstance {
                                  "slowdowns": "\(downlink.slowdowns)/\(downlink.slowdownsFoundAnotherFlow)",
                                  "testLowest": downlink.lastSlowdownLowest.map { "\($0)" } ?? "-",
                                  "probeGain": downlink.lastProbeGain.map { "\($0)×" } ?? "-",
+                                 "cap": downlink.backgroundCap.map { "\(Int($0) >> 10) KiB/s" } ?? "-",
                                  "inFlight": "\(transfer.inFlightByPeer.values.reduce(0, +))/\(transfer.inFlightLimit ?? 0)"])
     }
 

@@ -13,9 +13,10 @@ import MeshCrypto
 /// working path reaches (a queue overflowing) cuts the rate. A fetch someone waits for that
 /// finds the queue held full by another flow (a loss-based TCP) competes by TCP's rules, loss
 /// included, until the queue drains (Copa's switch); background replication never does, so it
-/// gives way (LEDBAT's purpose). A fetch that came after that flow took its base delay with the
-/// flow's queue in it, and sees only the rest: it tells the two apart by slowing to an eighth for
-/// a few round trips (LEDBAT++'s slowdown, used as a test). Its own queue drains; another flow's
+/// gives way (LEDBAT's purpose); on a line that loses at random, where a TCP held down by that
+/// loss shows no queue to yield to, it leaves half the line (`lossyLineBackgroundShare`). A fetch
+/// that came after that flow took its base delay with the flow's queue in it, and sees only the
+/// rest: it tells the two apart by slowing to an eighth for a few round trips (LEDBAT++'s slowdown, used as a test). Its own queue drains; another flow's
 /// stays, and then it competes. When the base delay held its own queue too, the rest can drain
 /// with it: a queue that seemed its own is checked by asking a quarter more (BBR's probe), which
 /// brings more only where the queue shares the line with another flow.
@@ -88,6 +89,15 @@ public struct DownlinkController: Sendable {
         public var lineLossMinimum = 4
         public var lossyLineTarget = 1.0 / 8
         public var lossyLineTargetFloor: Duration = .milliseconds(10)
+        /// Background replication on such a line asks at most this share of the line's rate: what
+        /// arrived in an interval whose queue showed the line full (`LineRate`), measured again
+        /// every `lineRateRefresh`. A TCP held down by random loss averages a quarter of a
+        /// 10 Mbit/s, 80 ms line at 0.5% loss, yet reaches four fifths of it between its losses,
+        /// and builds no queue for the delay signal to yield to until it is short already: a
+        /// steady UDP flow at replication's rate, with no queue at all, left CUBIC 0.84× of its
+        /// lone rate through the emulator. The room left is what it grows into.
+        public var lossyLineBackgroundShare = 0.5
+        public var lineRateRefresh: Duration = .seconds(30)
         /// In a foreground fetch, a queue that did not drain for this many intervals (and at least
         /// `competeAfterAtLeast`) is another flow's: the controller competes.
         public var competeAfterIntervals = 8
@@ -286,6 +296,18 @@ public struct DownlinkController: Sendable {
         case armed
     }
     private var lossyTargetPhase = LossyTargetPhase.waiting
+    /// The line's rate as the last measurement found it (see `lossyLineBackgroundShare`): the most
+    /// that arrived in an interval with a queue of a quarter of the target, over the first two
+    /// such intervals after the cap was lifted (slow start's end, or a refresh). Measured only
+    /// while no cap holds the rate down: under the cap, beside another flow, what arrives is our
+    /// share, and taken as the line it would shrink the cap at every refresh.
+    private struct LineRate {
+        var rate: Double
+        var measuredAt: MeshInstant
+        /// Intervals with a queue that the measurement has seen (it ends at two).
+        var samples: Int
+    }
+    private var lineRate: LineRate?
 
     /// The latest queueing delay measured (the interval's lowest), for status and tests.
     public private(set) var queueingDelay: Duration = .zero
@@ -323,6 +345,27 @@ public struct DownlinkController: Sendable {
     public var isLossyLine: Bool {
         lineLoss.lost >= Double(settings.lineLossMinimum)
             && lineLoss.lost / (lineLoss.lost + lineLoss.received) >= settings.lossyLine
+    }
+
+    /// The most background replication asks on a line that loses at random (nil: no cap).
+    public var backgroundCap: Double? { cap(now: nil) }
+
+    private func cap(now: MeshInstant?) -> Double? {
+        guard priority == .background, isLossyLine, let line = lineRate, line.samples >= 2 else { return nil }
+        if let now, now >= line.measuredAt + settings.lineRateRefresh { return nil }
+        return max(Double(settings.minimumRate), line.rate * settings.lossyLineBackgroundShare)
+    }
+
+    /// An interval closed with the line full (`over`): a sample of its rate while no cap holds.
+    private mutating func measureLine(arrived: Double, now: MeshInstant) {
+        if var line = lineRate, line.samples < 2 {
+            line.rate = max(line.rate, arrived)
+            line.samples += 1
+            line.measuredAt = now
+            lineRate = line
+        } else if lineRate.map({ now >= $0.measuredAt + settings.lineRateRefresh }) ?? true {
+            lineRate = LineRate(rate: arrived, measuredAt: now, samples: 1)
+        }
     }
 
     /// The control interval: a round trip, at least the minimum.
@@ -748,6 +791,7 @@ public struct DownlinkController: Sendable {
         let over = queueSeconds >= target / 4
         let lasting = over && wasOver
         defer { wasOver = over }
+        if over { measureLine(arrived: lastArrived, now: now) }
         // Once per interval: the loss it judges is summed over the quiet ones.
         let overflow = overflowing(queueSeconds: queueSeconds, target: target, received: intervalReceived, lost: intervalLost)
         if !slowStart, lossyTargetPhase != .armed, let lossy = lossyLineTarget {
@@ -915,6 +959,7 @@ public struct DownlinkController: Sendable {
             }
         }
         rate = min(Double(settings.maximumRate), max(Double(settings.minimumRate), rate))
+        if let cap = cap(now: now) { rate = min(rate, cap) }
     }
 
     /// A drain lasts until the first close past its end (or a pause, `now` nil): back to the rate
