@@ -218,7 +218,8 @@ extension MeshNode {
             queueingDelayMs: downlink.queueingDelay.milliseconds, targetMs: downlink.target.milliseconds,
             roundTripMs: downlink.roundTrip?.milliseconds, slowStart: downlink.slowStart, competing: downlink.competing,
             lossBackoffs: downlink.lossBackoffs, slowdowns: downlink.slowdowns,
-            slowdownsFoundAnotherFlow: downlink.slowdownsFoundAnotherFlow, lossyLine: downlink.isLossyLine)
+            slowdownsFoundAnotherFlow: downlink.slowdownsFoundAnotherFlow, lossyLine: downlink.isLossyLine,
+            backgroundCap: downlink.backgroundCap?.rounded())
         return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
                             counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo)
     }

@@ -133,6 +133,9 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// The line loses datagrams at random (not from a queue overflowing): the target is then
         /// lower once slow start is over (PROTOCOL.md §6, *Lossy lines*).
         public var lossyLine: Bool
+        /// On such a line, the most replication asks, in bytes per second: half of what the line gave
+        /// when last measured (PROTOCOL.md §6, *Replication on a lossy line leaves room*). Absent: no cap.
+        public var backgroundCap: Double?
     }
 
     /// One kind of traffic (`TrafficKind`: membership, messages, journal, transfer, keys, ping).
