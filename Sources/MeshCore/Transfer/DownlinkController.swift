@@ -16,10 +16,11 @@ import MeshCrypto
 /// gives way (LEDBAT's purpose); on a line that loses at random, where a TCP held down by that
 /// loss shows no queue to yield to, it leaves half the line (`lossyLineBackgroundShare`). A fetch
 /// that came after that flow took its base delay with the flow's queue in it, and sees only the
-/// rest: it tells the two apart by slowing to an eighth for a few round trips (LEDBAT++'s slowdown, used as a test). Its own queue drains; another flow's
-/// stays, and then it competes. When the base delay held its own queue too, the rest can drain
-/// with it: a queue that seemed its own is checked by asking a quarter more (BBR's probe), which
-/// brings more only where the queue shares the line with another flow.
+/// rest: it tells the two apart by slowing to an eighth for a few round trips (LEDBAT++'s
+/// slowdown, used as a test). Its own queue drains; another flow's stays, and then it competes.
+/// When the base delay held its own queue too, the rest can drain with it: a queue that seemed its
+/// own is checked by asking a quarter more (BBR's probe), which brings more only where the queue
+/// shares the line with another flow.
 ///
 /// Pure: pieces, datagram numbers and round-trip samples come in with their time; the rate
 /// and the bytes that may be in flight come out.
@@ -711,6 +712,9 @@ public struct DownlinkController: Sendable {
         // What the deliveries of this interval answered to; the rate set below shows two closes on.
         let shownRate = askedRates.older
         defer { askedRates = (askedRates.newer, rate) }
+        // Replication on a lossy line stays under its cap whichever way the interval went (run
+        // before the line above: the rate recorded is the capped one).
+        defer { if let cap = cap(now: now) { rate = min(rate, cap) } }
         defer {
             intervalStart = nil
             intervalBytes = 0
@@ -959,7 +963,6 @@ public struct DownlinkController: Sendable {
             }
         }
         rate = min(Double(settings.maximumRate), max(Double(settings.minimumRate), rate))
-        if let cap = cap(now: now) { rate = min(rate, cap) }
     }
 
     /// A drain lasts until the first close past its end (or a pause, `now` nil): back to the rate
