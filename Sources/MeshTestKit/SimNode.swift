@@ -66,6 +66,8 @@ public final class SimNode: SimulatedProcess {
     /// Every status change this node saw, in order.
     public private(set) var membershipChanges: [MembershipProcess.Change] = []
     public private(set) var largestDatagram = 0
+    /// Log records the core emitted, by message (only at the levels its settings log).
+    public private(set) var logged: [String: Int] = [:]
     public private(set) var failedCommands: [String] = []
     /// Who ended the session, as this node was told (maybe itself).
     public private(set) var sessionEndedBy: NodeID?
@@ -340,7 +342,9 @@ public final class SimNode: SimulatedProcess {
             removedFromSession = true
         case let .natDetected(behaviour, _):
             natDetections.append(behaviour)
-        case .memberForgotten, .epochChanged, .attachmentsChanged, .log:
+        case let .log(record):
+            logged[record.message, default: 0] += 1
+        case .memberForgotten, .epochChanged, .attachmentsChanged:
             break
         }
     }

@@ -65,6 +65,32 @@ import Testing
         Self.expectPolite(get, seed: seed)
     }
 
+    /// What the controller did is in the joiner's debug log, one `downlink` line per interval:
+    /// most intervals close at their deadline (a tick), not at a piece, and were left out
+    /// (two lines for an 11 s fetch through the emulator).
+    @Test("at debug level, a fetching node logs every control interval")
+    func everyIntervalIsLogged() {
+        var configuration = SimNode.Configuration()
+        configuration.settings.chunkSize = Manifest.defaultChunkSize
+        let mesh = SimMesh(seed: 1, link: LinkConditions(delay: .milliseconds(20)), configuration: configuration)
+        let holder = mesh.addNode(joiningThrough: [], at: .zero)
+        var random = SplitMix64(seed: 18)
+        let bytes = (0..<(Self.size / 8)).flatMap { _ in withUnsafeBytes(of: random.next()) { Array($0) } }
+        holder.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
+        var debug = configuration
+        debug.settings.logLevel = .debug
+        let joiner = mesh.addNode(joiningThrough: [holder.address], at: .zero + .seconds(2), configuration: debug)
+        mesh.simulator.addAccessLink(for: [joiner.address], uplink: nil,
+                                     downlink: Bottleneck(megabitsPerSecond: 20, queue: .milliseconds(100)))
+        let done = mesh.simulator.run(until: .zero + .seconds(60), checkEvery: .milliseconds(50)) { _ in
+            !joiner.complete.isEmpty
+        }
+        #expect(done == .satisfied, "the joiner did not finish")
+        // 8 MiB at 20 Mbit/s: over 3 s of 40 ms intervals, some 80.
+        let lines = joiner.logged["downlink"] ?? 0
+        #expect(lines >= 40, "\(lines) downlink lines")
+    }
+
     /// Holders' bytes: ≤ 1.1× in `make bench` (16 MiB); an 8 MiB file pays relatively more for
     /// the end game (its last 4 chunks asked of a second holder too).
     static func expectPolite(_ outcome: HomeLineExperiment.Outcome, seed: UInt64) {

@@ -410,7 +410,10 @@ extension NodeInstance {
             }
         }
         // The limits first: the timeouts `transfer` checks follow from the rate.
+        let closedBefore = downlink.lastInterval.closedAt
         downlink.onTick(now: now)
+        // Most intervals close here, at their deadline, before the next piece comes.
+        if logs(.debug), downlink.lastInterval.closedAt != closedBefore { logDownlink() }
         applyDownlinkLimits()
         transfer.onTick(now: now)
         if let until = replicationPausedUntil, now >= until {
