@@ -62,6 +62,13 @@ public enum HomeLineExperiment {
         return Double(sender.bytesAcknowledged - before) / 30
     }
 
+    /// `size` random bytes from `seed`: every chunk its own (identical chunks are stored and
+    /// fetched once).
+    public static func file(size: Int, seed: UInt64) -> [UInt8] {
+        var random = SplitMix64(seed: seed ^ 18)
+        return (0..<(size / 8)).flatMap { _ in withUnsafeBytes(of: random.next()) { Array($0) } }
+    }
+
     /// One run. `trace` is called every 10 ms of the fetch with the simulator, the joiner and the
     /// competitor (for HOMELINK_TRACE in the bench).
     public static func run(size: Int, line: Line, mode: Mode, competitor: Bool, seed: UInt64 = 1,
@@ -71,9 +78,7 @@ public enum HomeLineExperiment {
         let mesh = SimMesh(seed: seed, link: line.conditions, configuration: configuration)
         let first = mesh.addNode(joiningThrough: [], at: .zero)
         let holders = [first] + (1...2).map { mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10 * $0)) }
-        // Random bytes: every chunk its own (identical chunks are stored and fetched once).
-        var random = SplitMix64(seed: seed ^ 18)
-        let bytes = (0..<(size / 8)).flatMap { _ in withUnsafeBytes(of: random.next()) { Array($0) } }
+        let bytes = file(size: size, seed: seed)
         first.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
         _ = mesh.simulator.run(until: .zero + .seconds(120), checkEvery: .milliseconds(100)) { _ in
             holders.allSatisfy { !$0.complete.isEmpty }

@@ -74,8 +74,7 @@ import Testing
         configuration.settings.chunkSize = Manifest.defaultChunkSize
         let mesh = SimMesh(seed: 1, link: LinkConditions(delay: .milliseconds(20)), configuration: configuration)
         let holder = mesh.addNode(joiningThrough: [], at: .zero)
-        var random = SplitMix64(seed: 18)
-        let bytes = (0..<(Self.size / 8)).flatMap { _ in withUnsafeBytes(of: random.next()) { Array($0) } }
+        let bytes = HomeLineExperiment.file(size: Self.size, seed: 1)
         holder.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
         var debug = configuration
         debug.settings.logLevel = .debug
