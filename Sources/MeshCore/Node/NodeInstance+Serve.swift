@@ -97,7 +97,8 @@ extension NodeInstance {
     mutating func logDownlink() {
         let interval = downlink.lastInterval
         log(.debug, "downlink", ["rate": "\(Int(downlink.rate) >> 10) KiB/s", "delivered": "\(Int(interval.delivered) >> 10) KiB/s",
-                                 "queue": "\(downlink.queueingDelay)", "lost": "\(interval.lost)/\(interval.received + interval.lost)",
+                                 "queue": "\(downlink.queueingDelay)", "unprovenQueue": downlink.lastUnprovenQueue.map { "\($0)" } ?? "-",
+                                 "lost": "\(interval.lost)/\(interval.received + interval.lost)",
                                  "slowStart": "\(downlink.slowStart)", "competing": downlink.competingSlowStart ? "starting" : "\(downlink.competing)",
                                  "slowdowns": "\(downlink.slowdowns)/\(downlink.slowdownsFoundAnotherFlow)",
                                  "testLowest": downlink.lastSlowdownLowest.map { "\($0)" } ?? "-",

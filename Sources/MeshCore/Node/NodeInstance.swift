@@ -326,10 +326,9 @@ public struct NodeInstance: Sendable {
             apply(directives, now: now)
         case .pairwise:
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
-            if provenHolders.contains(sender) {
-                downlink.onDatagram(from: sender, packetNumber: datagram.header.packetNumber,
-                                    carriesPiece: datagram.frames.contains { if case .chunkPiece = $0 { true } else { false } })
-            }
+            downlink.onDatagram(from: sender, packetNumber: datagram.header.packetNumber,
+                                carriesPiece: datagram.frames.contains { if case .chunkPiece = $0 { true } else { false } },
+                                trusted: provenHolders.contains(sender))
             if datagram.frames.contains(where: \.isProbeOrAck) {
                 let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now,
                                                      pairwise: true)
