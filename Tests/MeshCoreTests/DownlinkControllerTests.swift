@@ -30,10 +30,11 @@ import Testing
         return now
     }
 
-    static func started(_ priority: DownlinkController.Priority = .background) -> DownlinkController {
+    static func started(_ priority: DownlinkController.Priority = .background,
+                        roundTrip: Duration = .milliseconds(40)) -> DownlinkController {
         var controller = DownlinkController()
         controller.setPriority(priority)
-        controller.onRoundTrip(.milliseconds(40), now: .zero)
+        controller.onRoundTrip(roundTrip, now: .zero)
         return controller
     }
 
@@ -429,9 +430,7 @@ import Testing
     /// probe, which drained the queue, not before them.
     @Test("a lone get on a 100 ms path tests, probes, and never competes")
     func aLoneGetOnALongPathNeverCompetes() {
-        var controller = DownlinkController()
-        controller.setPriority(.foreground)
-        controller.onRoundTrip(.milliseconds(100), now: .zero)
+        var controller = Self.started(.foreground, roundTrip: .milliseconds(100))
         var packet: UInt64 = 0
         var t = 0.0, last = 0.0, queue = 0.0
         var competedAt: Double?
@@ -592,9 +591,7 @@ import Testing
     /// holder's made-up losses may make the line look lossy (a lower target), never cut the rate.
     @Test("losses of holders not proven yet show a lossy line before the first proof, and never cut")
     func unprovenHoldersShowALossyLine() {
-        var controller = DownlinkController()
-        controller.setPriority(.foreground)
-        controller.onRoundTrip(.milliseconds(80), now: .zero)
+        var controller = Self.started(.foreground, roundTrip: .milliseconds(80))
         var packet: UInt64 = 0
         // Slow start grows before the proof on a line losing 0.5%, overshoots (a queue stands), is
         // held there and drained.
