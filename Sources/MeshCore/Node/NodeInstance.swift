@@ -326,9 +326,10 @@ public struct NodeInstance: Sendable {
             apply(directives, now: now)
         case .pairwise:
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
-            downlink.onDatagram(from: sender, packetNumber: datagram.header.packetNumber,
-                                carriesPiece: datagram.frames.contains { if case .chunkPiece = $0 { true } else { false } },
-                                trusted: provenHolders.contains(sender))
+            if provenHolders.contains(sender) {
+                downlink.onDatagram(from: sender, packetNumber: datagram.header.packetNumber,
+                                    carriesPiece: datagram.frames.contains { if case .chunkPiece = $0 { true } else { false } })
+            }
             if datagram.frames.contains(where: \.isProbeOrAck) {
                 let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now,
                                                      pairwise: true)

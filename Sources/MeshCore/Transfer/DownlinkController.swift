@@ -175,9 +175,6 @@ public struct DownlinkController: Sendable {
         /// This interval's datagrams with pieces, and those missing before them.
         var received = 0
         var lost = 0
-        /// Whether it has proven itself (its last datagram said): only then do its losses count
-        /// as an interval's, which may cut the rate.
-        var trusted = true
     }
 
     public let settings: Settings
@@ -407,12 +404,9 @@ public struct DownlinkController: Sendable {
     /// Any pairwise datagram from `holder`: its packet numbers show what was lost on the way.
     /// Only a gap before a datagram that carries a piece counts, and a holder is never believed to
     /// have lost more than it delivered in an interval: a member numbers its own datagrams, and
-    /// one jumping ahead must not pass for congestion on our line. A holder not `trusted` yet
-    /// (see `onPiece`) may only show the line lossy, in intervals no proven holder fed.
-    public mutating func onDatagram(from holder: NodeID, packetNumber: UInt64, carriesPiece: Bool,
-                                    trusted: Bool = true) {
+    /// one jumping ahead must not pass for congestion on our line.
+    public mutating func onDatagram(from holder: NodeID, packetNumber: UInt64, carriesPiece: Bool) {
         var state = holders[holder] ?? Holder()
-        state.trusted = trusted
         if let highest = state.highestPacket {
             if packetNumber > highest {
                 // A jump of thousands is a restarted peer or a long pause, not loss to react to.
@@ -762,14 +756,6 @@ public struct DownlinkController: Sendable {
             let over = highest >= target.milliseconds / 1000 / 4
             defer { wasOver = over }
             lastUnprovenQueue = intervalUntrustedQueue ?? .zero
-            // Their losses describe the line as well as a proven holder's would: counted, a lossy
-            // line is known by the time the first holder proves itself (and a lie can only make
-            // the target lower).
-            if highest < target.milliseconds / 1000 {
-                let received = holders.values.reduce(0) { $0 + $1.received }
-                let lost = holders.values.reduce(0) { $0 + min($1.lost, $1.received) }
-                countLineLoss(received: received, lost: lost)
-            }
             guard !untrustedHeld else {
                 // Held after slow start grew: the queue is most likely that growth's overshoot,
                 // which went on arriving for a round trip after the hold, and at what arrives it
@@ -801,8 +787,8 @@ public struct DownlinkController: Sendable {
             return
         }
         lastUnprovenQueue = nil
-        let intervalReceived = holders.values.reduce(0) { $0 + ($1.trusted ? $1.received : 0) }
-        let intervalLost = holders.values.reduce(0) { $0 + ($1.trusted ? min($1.lost, $1.received) : 0) }
+        let intervalReceived = holders.values.reduce(0) { $0 + $1.received }
+        let intervalLost = holders.values.reduce(0) { $0 + min($1.lost, $1.received) }
         let previousQueue = queueingDelay
         queueingDelay = queue
         let elapsed = max(1e-6, (now - start).milliseconds / 1000)
@@ -1015,7 +1001,7 @@ public struct DownlinkController: Sendable {
     private mutating func overflowing(queueSeconds: Double, target: Double, received: Int, lost: Int) -> Bool {
         quietLoss = (quietLoss.received * 7 / 8, quietLoss.lost * 7 / 8)
         if queueSeconds < target {
-            countLineLoss(received: received, lost: lost)
+            lineLoss = (lineLoss.received * 63 / 64 + Double(received), lineLoss.lost * 63 / 64 + Double(lost))
         }
         guard queueSeconds < target * settings.quietQueue else {
             return lost >= settings.lossMinimum
@@ -1024,10 +1010,6 @@ public struct DownlinkController: Sendable {
         quietLoss = (quietLoss.received + Double(received), quietLoss.lost + Double(lost))
         return quietLoss.lost >= Double(settings.lossMinimum)
             && quietLoss.lost / (quietLoss.lost + quietLoss.received) > settings.quietLossThreshold
-    }
-
-    private mutating func countLineLoss(received: Int, lost: Int) {
-        lineLoss = (lineLoss.received * 63 / 64 + Double(received), lineLoss.lost * 63 / 64 + Double(lost))
     }
 
     private mutating func rollBaseIfDue(now: MeshInstant) {
