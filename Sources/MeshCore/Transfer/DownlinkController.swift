@@ -749,13 +749,14 @@ public struct DownlinkController: Sendable {
             previousArrived = lastArrived
             lastArrived = delivered
             lastClose = now
+            lastUnprovenQueue = intervalUntrustedQueue ?? .zero
             // A test or probe whose proven holders went quiet ends on time, without their word.
             if let test = slowdown, now >= test.until { return endSlowdown(test, now: now) }
             if let probe, now >= probe.until { return endProbe(probe, judged: false, now: now) }
             let highest = (intervalUntrustedQueue ?? .zero).milliseconds / 1000
-            let over = highest >= target.milliseconds / 1000 / 4
+            let targetSeconds = target.milliseconds / 1000
+            let over = highest >= targetSeconds / 4
             defer { wasOver = over }
-            lastUnprovenQueue = intervalUntrustedQueue ?? .zero
             guard !untrustedHeld else {
                 // Held after slow start grew: the queue is most likely that growth's overshoot,
                 // which went on arriving for a round trip after the hold, and at what arrives it
@@ -772,7 +773,7 @@ public struct DownlinkController: Sendable {
             }
             if slowStart, !over, delivered >= shownRate * settings.caughtUp {
                 // Nothing proven follows an overshoot down: near a queue, grow less far ahead.
-                let gain = highest >= target.milliseconds / 1000 / 8 ? settings.unprovenSlowStartGain : settings.slowStartGain
+                let gain = highest >= targetSeconds / 8 ? settings.unprovenSlowStartGain : settings.slowStartGain
                 let grown = min(Double(settings.maximumRate), max(rate, min(rate * 2, delivered * gain)))
                 slowStartGrew = slowStartGrew || grown > rate
                 rate = grown
