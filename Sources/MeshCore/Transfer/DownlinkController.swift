@@ -273,6 +273,10 @@ public struct DownlinkController: Sendable {
     /// That queue stayed and was drained once (`closeInterval`); the rate to go back to at the
     /// next close, and the drained rate (a rate changed meanwhile by anything else stays).
     private var untrustedDrained = false
+    /// After that drain: the rate the unproven queue's rise may cut to at the lowest, and the
+    /// highest queue of the two unproven intervals before this one.
+    private var untrustedFloor = 0.0
+    private var untrustedRise: (older: Duration?, newer: Duration?) = (nil, nil)
     private var drainReturn: (rate: Double, drained: Double, until: MeshInstant)?
     /// The rates set at the last two closes, older first. An interval's deliveries answer to the
     /// older one: a new rate reaches the holders half a round trip after a close, and their
@@ -427,7 +431,8 @@ public struct DownlinkController: Sendable {
     /// A piece of `bytes` stamped `sentAt` by `holder`'s clock arrived. Returns whether it
     /// closed an interval (the rate may have changed). A piece that is not `trusted` (its holder
     /// has not proven itself yet) can only hold slow start (once, at what arrives; see
-    /// `brakeSlowStart`), and after slow start grew drain it once for a round trip (see
+    /// `brakeSlowStart`), and after slow start grew drain it once for a round trip and cut it
+    /// while its queue rises, never below half of what arrived at the drain (see
     /// `closeInterval`): its queue counts as the highest of the interval, never as the line's
     /// lowest.
     @discardableResult
@@ -463,6 +468,7 @@ public struct DownlinkController: Sendable {
                 wasOver = false
                 untrustedHeld = false
                 untrustedDrained = false
+                untrustedRise = (nil, nil)
                 endDrain(now: nil)
                 untrustedHeldAfterGrowth = false
                 testAtOnceUntil = nil
@@ -740,7 +746,8 @@ public struct DownlinkController: Sendable {
         guard let start = intervalStart else { return }
         guard let queue = intervalQueue else {
             // Only holders not proven yet: their timestamps may be lies, so they can only hold
-            // slow start back (and drain once what it overshot), never cut it further. It
+            // slow start back (drain once what it overshot, and cut while that queue goes on
+            // rising), never below half of what arrived at that drain. It
             // doubles on what arrives while none of them sees a queue (a fetch would otherwise
             // sit at its first rate until a whole chunk verified: 1.5 s on a 50 ms path).
             let elapsed = max(1e-6, (now - start).milliseconds / 1000)
@@ -750,6 +757,8 @@ public struct DownlinkController: Sendable {
             lastArrived = delivered
             lastClose = now
             lastUnprovenQueue = intervalUntrustedQueue ?? .zero
+            let rise = untrustedRise
+            untrustedRise = (rise.newer, intervalUntrustedQueue ?? .zero)
             // A test or probe whose proven holders went quiet ends on time, without their word.
             if let test = slowdown, now >= test.until { return endSlowdown(test, now: now) }
             if let probe, now >= probe.until { return endProbe(probe, judged: false, now: now) }
@@ -762,12 +771,26 @@ public struct DownlinkController: Sendable {
                 // which went on arriving for a round trip after the hold, and at what arrives it
                 // stands (on a 10 Mbit/s, 80 ms line: 92–98 ms for a second, until the first proof).
                 // Drained once, for two round trips at what arrives less the queue over them (at
-                // least half): one cut a holder's lie could cause, and it ends. Over one round trip,
-                // at most half of the rate takes only half a round trip of queue.
+                // least half). Over one round trip, at most half of the rate takes only half a round
+                // trip of queue.
                 if slowStart, untrustedHeldAfterGrowth, !untrustedDrained, over, wasOver, now >= untrustedHeldAt + interval * 2 {
                     untrustedDrained = true
                     let held = max(Double(settings.minimumRate), min(rate, delivered))
+                    untrustedFloor = held / 2
                     drain(from: held, excess: highest, overSeconds: 2 * interval.milliseconds / 1000, until: now + interval * 2)
+                } else if slowStart, untrustedDrained, drainReturn == nil, now >= holdUntil,
+                          let older = rise.older, let newer = rise.newer, let current = untrustedRise.newer,
+                          newer > older, current > newer, current - older >= target / 8 {
+                    // Back at the rate held, the queue rises interval after interval: that rate is
+                    // past what the line gives us (what arrived during the overshoot was more).
+                    // Through the emulator a get beside CUBIC on a 10 Mbit/s, 80 ms line stood
+                    // 15–74 ms of queue from the drain to its first proof. Cut by twice the rise's
+                    // slope (that stops the rise, and the excess of our share of the line), at most
+                    // every other interval, never below half the rate first held: a holder's lie
+                    // can cost no more until one is proven.
+                    let slope = (current - older).milliseconds / 1000 / (2 * interval.milliseconds / 1000)
+                    rate = max(untrustedFloor, Double(settings.minimumRate), min(rate, delivered) * max(0.5, 1 - 2 * slope))
+                    holdUntil = now + interval * 2
                 }
                 return
             }
@@ -779,7 +802,7 @@ public struct DownlinkController: Sendable {
                 rate = grown
             } else if over, wasOver, now >= holdUntil {
                 // A queue that lasts: ask no more than arrives, once (a lie can stop growth until
-                // a holder proves itself, and buy the one drain below, never a lasting cut).
+                // a holder proves itself, and buy the cuts above, down to half of this at most).
                 rate = max(Double(settings.minimumRate), min(rate, delivered))
                 untrustedHeld = true
                 untrustedHeldAfterGrowth = slowStart && slowStartGrew
