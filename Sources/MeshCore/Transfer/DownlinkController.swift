@@ -277,6 +277,9 @@ public struct DownlinkController: Sendable {
     /// highest queue of the two unproven intervals before this one.
     private var untrustedFloor = 0.0
     private var untrustedRise: (older: Duration?, newer: Duration?) = (nil, nil)
+    /// Intervals that start from here show the rate the drain went back to (its own queue, still
+    /// rising a round trip into it, is not a rise at that rate).
+    private var untrustedRiseFrom = MeshInstant.zero
     private var drainReturn: (rate: Double, drained: Double, until: MeshInstant)?
     /// The rates set at the last two closes, older first. An interval's deliveries answer to the
     /// older one: a new rate reaches the holders half a round trip after a close, and their
@@ -758,7 +761,7 @@ public struct DownlinkController: Sendable {
             lastClose = now
             lastUnprovenQueue = intervalUntrustedQueue ?? .zero
             let rise = untrustedRise
-            untrustedRise = (rise.newer, intervalUntrustedQueue ?? .zero)
+            untrustedRise = untrustedDrained && start >= untrustedRiseFrom ? (rise.newer, intervalUntrustedQueue ?? .zero) : (nil, nil)
             // A test or probe whose proven holders went quiet ends on time, without their word.
             if let test = slowdown, now >= test.until { return endSlowdown(test, now: now) }
             if let probe, now >= probe.until { return endProbe(probe, judged: false, now: now) }
@@ -777,8 +780,9 @@ public struct DownlinkController: Sendable {
                     untrustedDrained = true
                     let held = max(Double(settings.minimumRate), min(rate, delivered))
                     untrustedFloor = held / 2
+                    untrustedRiseFrom = now + interval * 3
                     drain(from: held, excess: highest, overSeconds: 2 * interval.milliseconds / 1000, until: now + interval * 2)
-                } else if slowStart, untrustedDrained, drainReturn == nil, now >= holdUntil,
+                } else if slowStart, drainReturn == nil, now >= holdUntil,
                           let older = rise.older, let newer = rise.newer, let current = untrustedRise.newer,
                           newer > older, current > newer, current - older >= target / 8 {
                     // Back at the rate held, the queue rises interval after interval: that rate is
