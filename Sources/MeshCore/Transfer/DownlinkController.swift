@@ -274,7 +274,7 @@ public struct DownlinkController: Sendable {
     /// next close, and the drained rate (a rate changed meanwhile by anything else stays).
     private var untrustedDrained = false
     /// After that drain: the rate the unproven queue's rise may cut to at the lowest, and the
-    /// highest queue of the two unproven intervals before this one.
+    /// highest queues of the last two unproven intervals that show the rate it went back to.
     private var untrustedFloor = 0.0
     private var untrustedRise: (older: Duration?, newer: Duration?) = (nil, nil)
     /// Intervals that start from here show the rate the drain went back to (its own queue, still
@@ -793,7 +793,8 @@ public struct DownlinkController: Sendable {
                     // every other interval, never below half the rate first held: a holder's lie
                     // can cost no more until one is proven.
                     let slope = (current - older).milliseconds / 1000 / (2 * interval.milliseconds / 1000)
-                    rate = max(untrustedFloor, Double(settings.minimumRate), min(rate, delivered) * max(0.5, 1 - 2 * slope))
+                    let cut = min(rate, delivered) * max(0.5, 1 - 2 * slope)
+                    rate = min(rate, max(untrustedFloor, Double(settings.minimumRate), cut))
                     holdUntil = now + interval * 2
                 }
                 return
