@@ -66,7 +66,7 @@ public enum HomeLineExperiment {
     /// fetched once).
     public static func file(size: Int, seed: UInt64) -> [UInt8] {
         var random = SplitMix64(seed: seed ^ 18)
-        return (0..<(size / 8)).flatMap { _ in withUnsafeBytes(of: random.next()) { Array($0) } }
+        return random.bytes(size / 8 * 8)
     }
 
     /// One run. `trace` is called every 10 ms of the fetch with the simulator, the joiner and the

@@ -16,7 +16,7 @@ public final class SimMesh {
         self.seed = seed
         self.configuration = configuration
         var random = SplitMix64(seed: seed)
-        let secret = (0..<4).flatMap { _ in withUnsafeBytes(of: random.next()) { Array($0) } }
+        let secret = random.bytes(32)
         session = try! SessionSecret(bytes: secret)  // safe: 32 bytes
     }
 

@@ -76,7 +76,7 @@ public final class Simulator {
     }
 
     var nodes: [NodeSlot] = []
-    var queue = EventQueue<Event>()
+    var queue = EventQueue()
     var links: [DirectedLink: LinkConditions] = [:]
     var accessLinks: [AccessLink] = []
     var nats: [SimNAT] = []

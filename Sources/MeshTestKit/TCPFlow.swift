@@ -84,8 +84,8 @@ public final class TCPSender: SimulatedProcess {
 
     public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
         guard datagram.count == 8 else { return }
-        let cumulative = datagram.prefix(4).reduce(0) { $0 << 8 | Int($1) }
-        let segment = datagram.suffix(4).reduce(0) { $0 << 8 | Int($1) }
+        let cumulative = Self.segmentNumber(datagram, at: 0)
+        let segment = Self.segmentNumber(datagram, at: 4)
         if segment >= cumulative, segment < nextSegment {
             selectivelyAcknowledged.insert(segment)
             highestAcknowledged = max(highestAcknowledged, segment)
@@ -240,6 +240,12 @@ public final class TCPSender: SimulatedProcess {
         for index in 0..<4 { bytes[index] = UInt8(truncatingIfNeeded: segment >> (8 * (3 - index))) }
         context.send(bytes, to: receiver)
     }
+
+    /// The big-endian 32-bit number at `offset`. Plain indexing: a test suite runs this for every
+    /// segment and ack in a debug build, where `prefix(4).reduce` costs a generic call per byte.
+    static func segmentNumber(_ bytes: [UInt8], at offset: Int) -> Int {
+        Int(bytes[offset]) << 24 | Int(bytes[offset + 1]) << 16 | Int(bytes[offset + 2]) << 8 | Int(bytes[offset + 3])
+    }
 }
 
 /// The receiving end of `TCPSender`s (any number, each its own flow): acknowledges every
@@ -256,22 +262,28 @@ public final class TCPReceiver: SimulatedProcess {
 
     public init() {}
 
-    public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
-        guard datagram.count >= 8 else { return }
-        let segment = datagram.prefix(4).reduce(0) { $0 << 8 | Int($1) }
-        segmentsReceived += 1
-        var flow = flows[sender] ?? Flow()
+    /// Takes `segment` into the flow; the first segment it still lacks.
+    private static func advance(_ flow: inout Flow, by segment: Int) -> Int {
         if segment == flow.expected {
             flow.expected += 1
             while flow.outOfOrder.remove(flow.expected) != nil { flow.expected += 1 }
         } else if segment > flow.expected {
             flow.outOfOrder.insert(segment)
         }
-        flows[sender] = flow
+        return flow.expected
+    }
+
+    public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
+        guard datagram.count >= 8 else { return }
+        let segment = TCPSender.segmentNumber(datagram, at: 0)
+        segmentsReceived += 1
+        // Changed in place: a copy of the flow would copy its out-of-order set on every insert.
+        let expected = Self.advance(&flows[sender, default: Flow()], by: segment)
         // The first segment still lacked, and the one that came.
-        var ack = [UInt8]()
-        for value in [UInt32(truncatingIfNeeded: flow.expected), UInt32(truncatingIfNeeded: segment)] {
-            ack += [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
+        var ack = [UInt8](repeating: 0, count: 8)
+        for index in 0..<4 {
+            ack[index] = UInt8(truncatingIfNeeded: expected >> (8 * (3 - index)))
+            ack[4 + index] = UInt8(truncatingIfNeeded: segment >> (8 * (3 - index)))
         }
         context.send(ack, to: sender)
     }
