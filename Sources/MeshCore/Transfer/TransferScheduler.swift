@@ -401,6 +401,10 @@ public struct TransferScheduler: Sendable {
                 }
                 for index in missing {
                     guard inFlight < maximumInFlight else { break }
+                    // Once every window is full no later chunk can be asked (`pickHolder` takes
+                    // only members with room, and draws nothing when none has): after a stored
+                    // chunk freed one slot, the rest of this pass was a scan of every chunk.
+                    guard peers.values.contains(where: \.hasRoom) else { break }
                     let holders = holders(of: index, among: bitmaps)
                     let busy = Set((job.busy[index] ?? [:]).filter { now < $0.value }.keys)
                     let candidates = holders.filter { !busy.contains($0) }
