@@ -29,7 +29,7 @@ struct LeaveHandoverSimulationTests {
     static func mesh(seed: UInt64, size: Int, link: LinkConditions, waiting: Bool = true) -> (SimMesh, [UInt8]) {
         let mesh = SimMesh(seed: seed, link: link, configuration: lazy)
         var random = SplitMix64(seed: seed &+ 99)
-        let bytes = (0..<size).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+        let bytes = random.bytes(size)
         let uploader = mesh.addNode(joiningThrough: [], at: .zero, configuration: .init())
         mesh.addNode(joiningThrough: [SimAddress(0)], at: .zero + .milliseconds(50))
         mesh.addNode(joiningThrough: [SimAddress(0)], at: .zero + .milliseconds(100))

@@ -18,7 +18,7 @@ struct PathMTUSimulationTests {
     static func mesh(seed: UInt64, link: LinkConditions, size: Int) -> (SimMesh, holder: SimNode, joiner: SimNode) {
         let mesh = SimMesh(seed: seed, link: link)
         var random = SplitMix64(seed: seed &+ 17)
-        let bytes = (0..<size).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+        let bytes = random.bytes(size)
         let holder = mesh.addNode(joiningThrough: [], at: .zero)
         let joiner = mesh.addNode(joiningThrough: [SimAddress(0)], at: .zero + .milliseconds(50))
         holder.plan(at: attachAt) { $0.attach(bytes) }

@@ -85,7 +85,7 @@ struct PieceTransferSimulationTests {
     func lossyLink(seed: UInt64) {
         var random = SplitMix64(seed: seed)
         let chunks = (0..<8).map { index in
-            (0..<(20_000 + index * 777)).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+            random.bytes(20_000 + index * 777)
         }
         let pieceSize = 1000
         let (outcome, holder, asker) = Self.pull(chunks, pieceSize: pieceSize, over: Self.link, seed: seed)
@@ -121,7 +121,7 @@ struct PieceTransferSimulationTests {
           arguments: SimulationSeeds.from(defaultCount: 3))
     func wideAreaLink(seed: UInt64) {
         var random = SplitMix64(seed: seed)
-        let chunks = (0..<8).map { _ in (0..<40_000).map { _ in UInt8(truncatingIfNeeded: random.next()) } }
+        let chunks = (0..<8).map { _ in random.bytes(40_000) }
         let pieceSize = 1000
         let (outcome, holder, asker) = Self.pull(chunks, pieceSize: pieceSize, over: Self.wideArea, seed: seed)
         #expect(outcome == .satisfied, "\(SimulationSeeds.replay(seed)): \(asker.complete.count) of \(chunks.count) chunks")

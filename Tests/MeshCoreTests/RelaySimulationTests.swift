@@ -56,7 +56,7 @@ struct RelaySimulationTests {
         a.sendMessage([1], to: [b.id], mode: .reliable)
         b.sendMessage([2], to: [a.id], mode: .reliable)
         var random = SplitMix64(seed: seed)
-        let bytes = (0..<40_000).map { _ in UInt8(truncatingIfNeeded: random.next()) }  // ten distinct chunks
+        let bytes = random.bytes(40_000)  // ten distinct chunks
         a.attach(bytes)
         mesh.simulator.run(for: .seconds(60))
         #expect(b.reliableReceived[a.id] == [[1]], "\(replay)")

@@ -159,7 +159,7 @@ struct SwarmSimulationTests {
 
     static func attachment(seed: UInt64) -> (Manifest, [[UInt8]]) {
         var random = SplitMix64(seed: seed)
-        let chunks = (0..<chunkCount).map { _ in (0..<chunkSize).map { _ in UInt8(truncatingIfNeeded: random.next()) } }
+        let chunks = (0..<chunkCount).map { _ in random.bytes(chunkSize) }
         let manifest = Manifest(size: UInt64(chunkCount * chunkSize), chunkSize: chunkSize,
                                 chunks: chunks.map { SHA256Digest.hashing($0) })
         return (manifest, chunks)

@@ -10,8 +10,12 @@ import Testing
 
 /// MeshCore's seeded generator, so that every random test can be replayed from the seed it prints.
 extension SplitMix64 {
+    /// One `next()` per byte, its low byte: what `UInt8.random(in: 0...255, using:)` gives, without
+    /// its generic calls (the decoder tests draw megabytes in a debug build).
     mutating func bytes(_ count: Int) -> [UInt8] {
-        (0..<count).map { _ in UInt8.random(in: 0...255, using: &self) }
+        var bytes = [UInt8](repeating: 0, count: count)
+        for index in bytes.indices { bytes[index] = UInt8(truncatingIfNeeded: next()) }
+        return bytes
     }
 }
 

@@ -280,7 +280,8 @@ extension WholeNodeSimulationTests {
             for (index, at) in [(3, 20_000), (4, 22_000)] {
                 let node = mesh.node(SimAddress(index))
                 let time = MeshInstant.zero + .milliseconds(at + Int(random.next() % 500))
-                let bytes = (0..<(20_000 + Int(random.next() % 30_000))).map { _ in UInt8(truncatingIfNeeded: random.next()) }
+                let size = 20_000 + Int(random.next() % 30_000)
+                let bytes = random.bytes(size)
                 node.cancelPlans(from: time)
                 node.plan(at: time) { $0.attach(bytes) }
                 node.plan(at: time + .milliseconds(1)) { $0.leave() }
