@@ -132,6 +132,49 @@ import Testing
         #expect(new.started == [.ms(20)])
     }
 
+    // MARK: Event order
+
+    /// Events run by time, and those due at the same instant in the order they were scheduled,
+    /// also when events schedule more while the queue is being drained (its slots reused): the
+    /// order every seed's replay rests on. Checked against a linear scan of the pending events.
+    @Test func eventsRunByTimeThenBySchedulingOrder() {
+        let sim = Simulator(seed: 7)
+        var random = SplitMix64(seed: 7)
+        var ran: [Int] = []
+        var scheduled = 0
+        func schedule(at time: MeshInstant) {
+            let id = scheduled
+            scheduled += 1
+            sim.at(time) { sim in
+                ran.append(id)
+                // Steps of 1 ms, so that many events share an instant.
+                if scheduled < 3_000, random.next() % 3 != 0 {
+                    schedule(at: sim.now + .milliseconds(Int64(random.next() % 4)))
+                }
+            }
+        }
+        let initial = (0..<500).map { _ in MeshInstant.zero + .milliseconds(Int64(random.next() % 20)) }
+        initial.forEach(schedule(at:))
+        sim.run(for: .seconds(10))
+
+        // The same draws against a linear scan for the earliest (time, id) pending.
+        random = SplitMix64(seed: 7)
+        for _ in initial { _ = random.next() }
+        var pending = initial.enumerated().map { (time: $0.element, id: $0.offset) }
+        var expected: [Int] = []
+        var created = initial.count
+        while let first = pending.indices.min(by: { (pending[$0].time, pending[$0].id) < (pending[$1].time, pending[$1].id) }) {
+            let event = pending.remove(at: first)
+            expected.append(event.id)
+            if created < 3_000, random.next() % 3 != 0 {
+                pending.append((event.time + .milliseconds(Int64(random.next() % 4)), created))
+                created += 1
+            }
+        }
+        #expect(ran.count > 1_000)
+        #expect(ran == expected)
+    }
+
     // MARK: Timers
 
     @Test func timersFireInDeadlineThenSchedulingOrder() {
