@@ -12,7 +12,6 @@ struct EventQueue {
 
     struct Entry {
         let time: MeshInstant
-        let sequence: UInt64
         let payload: Payload
     }
 
@@ -60,7 +59,7 @@ struct EventQueue {
         // A key in the heap always has its payload in its slot.
         let payload = payloads[first.slot].take()!
         freeSlots.append(first.slot)
-        return Entry(time: MeshInstant(nanoseconds: first.time), sequence: first.sequence, payload: payload)
+        return Entry(time: MeshInstant(nanoseconds: first.time), payload: payload)
     }
 
     private mutating func siftUp(_ start: Int) {

@@ -237,7 +237,7 @@ public final class TCPSender: SimulatedProcess {
     private func send(_ segment: Int, now: MeshInstant, context: inout SimContext) {
         sentAt[segment] = now
         var bytes = [UInt8](repeating: 0, count: segmentSize)
-        for index in 0..<4 { bytes[index] = UInt8(truncatingIfNeeded: segment >> (8 * (3 - index))) }
+        Self.setSegmentNumber(segment, in: &bytes, at: 0)
         context.send(bytes, to: receiver)
     }
 
@@ -245,6 +245,11 @@ public final class TCPSender: SimulatedProcess {
     /// segment and ack in a debug build, where `prefix(4).reduce` costs a generic call per byte.
     static func segmentNumber(_ bytes: [UInt8], at offset: Int) -> Int {
         Int(bytes[offset]) << 24 | Int(bytes[offset + 1]) << 16 | Int(bytes[offset + 2]) << 8 | Int(bytes[offset + 3])
+    }
+
+    /// Writes `number` as `segmentNumber` reads it.
+    static func setSegmentNumber(_ number: Int, in bytes: inout [UInt8], at offset: Int) {
+        for index in 0..<4 { bytes[offset + index] = UInt8(truncatingIfNeeded: number >> (8 * (3 - index))) }
     }
 }
 
@@ -281,10 +286,8 @@ public final class TCPReceiver: SimulatedProcess {
         let expected = Self.advance(&flows[sender, default: Flow()], by: segment)
         // The first segment still lacked, and the one that came.
         var ack = [UInt8](repeating: 0, count: 8)
-        for index in 0..<4 {
-            ack[index] = UInt8(truncatingIfNeeded: expected >> (8 * (3 - index)))
-            ack[4 + index] = UInt8(truncatingIfNeeded: segment >> (8 * (3 - index)))
-        }
+        TCPSender.setSegmentNumber(expected, in: &ack, at: 0)
+        TCPSender.setSegmentNumber(segment, in: &ack, at: 4)
         context.send(ack, to: sender)
     }
 }
