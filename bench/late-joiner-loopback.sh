@@ -5,7 +5,7 @@
 set -u
 B=${GM:-$(dirname "$0")/../.build/release/groupmesh}
 D=$(mktemp -d /tmp/late-joiner.XXXXXX)
-trap 'pkill -f "groupmesh run --data-dir $D"; sleep 1; rm -rf "$D"' EXIT
+trap 'pkill -f -- "run --data-dir $D/"; sleep 1; rm -rf "$D"' EXIT
 head -c $((100 << 20)) /dev/urandom > "$D/file.bin"
 "$B" run --data-dir "$D/a" --listen 127.0.0.1:0 --name a > "$D/a.log" 2>&1 &
 for _ in $(seq 1 100); do "$B" status --data-dir "$D/a" > /dev/null 2>&1 && break; sleep 0.1; done
