@@ -104,7 +104,8 @@ extension NodeInstance {
                                  "testLowest": downlink.lastSlowdownLowest.map { "\($0)" } ?? "-",
                                  "probeGain": downlink.lastProbeGain.map { "\($0)×" } ?? "-",
                                  "cap": downlink.backgroundCap.map { "\(Int($0) >> 10) KiB/s" } ?? "-",
-                                 "inFlight": "\(transfer.inFlightByPeer.values.reduce(0, +))/\(transfer.inFlightLimit ?? 0)"])
+                                 "inFlight": "\(transfer.inFlightByPeer.values.reduce(0, +))/\(transfer.inFlightLimit ?? 0)",
+                                 "storing": "\(transfer.storingCount)"])
     }
 
     private mutating func serve(_ want: ChunkWant, to peer: NodeID, now: MeshInstant) {

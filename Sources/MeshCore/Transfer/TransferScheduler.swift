@@ -114,6 +114,8 @@ public struct TransferScheduler: Sendable {
     }
 
     /// Chunks in flight to each member that has some.
+    /// Chunks assembled whose store has not answered yet (still counted in flight).
+    public var storingCount: Int { jobs.values.reduce(0) { $0 + $1.storing.count } }
     public var inFlightByPeer: [NodeID: Int] {
         peers.compactMapValues { $0.inFlight > 0 ? $0.inFlight : nil }
     }
