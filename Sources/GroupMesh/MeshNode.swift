@@ -486,7 +486,7 @@ package actor MeshNode {
 
     /// Keeps exactly one timer armed, at the core's next deadline.
     private func rearm() {
-        guard let deadline = core.nextDeadline else {
+        guard let deadline = core.nextDeadlineInPlace() else {
             timer?.cancel()
             timer = nil
             timerDeadline = nil

@@ -378,7 +378,7 @@ public final class SimNode: SimulatedProcess {
             core.stop(now: now)
             drive()
         }
-        if let deadline = core.nextDeadline {
+        if let deadline = core.nextDeadlineInPlace() {
             var at = deadline
             // A deadline that a tick leaves in the past fires again at once, forever (MeshNode's
             // timer would spin at 100% CPU): report it, and let time move on so the run ends.
