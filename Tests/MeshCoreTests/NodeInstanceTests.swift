@@ -141,9 +141,13 @@ struct NodeInstanceTests {
         let unknown = driver.command(.remove(AttachmentID(high: 9, low: 9)))
         #expect(Self.completions(driver.drain()).map(\.0) == [unknown])
 
+        let deadline = driver.core.nextDeadline
+        #expect(deadline != nil, "a running core keeps a timer")
+        #expect(driver.core.nextDeadlineInPlace() == deadline, "the drivers' read in place is the same deadline")
         driver.core.stop(now: driver.now)
         #expect(driver.core.phase == .stopped)
         #expect(driver.core.nextDeadline == nil, "a stopped core asks for no timer")
+        #expect(driver.core.nextDeadlineInPlace() == nil)
         _ = driver.drain()
         let late = driver.command(.send(MessageEnvelope(type: "data", body: [1]), to: nil, mode: .reliable, timeout: nil))
         let refused = Self.completions(driver.drain())

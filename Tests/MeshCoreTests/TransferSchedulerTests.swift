@@ -198,17 +198,21 @@ struct TransferSchedulerTests {
         let late = Self.start + scheduler.settings.requestTimeout + .milliseconds(1)
         scheduler.onTick(now: late)
         #expect(scheduler.timeouts == 1)
+        #expect(scheduler.storingCount == 0)
         scheduler.onAssembled(attachment: manifest.id, index: 0)
+        #expect(scheduler.storingCount == 1, "the debug log's count of chunks waiting for the store")
         let meanwhile = scheduler.nextRequests(now: late)
         #expect(meanwhile.isEmpty, "asked again while its copy was being stored")
         #expect(scheduler.hasRequestsInFlight(manifest.id), "a chunk being stored is still under way")
         // The store failed: asked again.
         scheduler.onMissing(attachment: manifest.id, index: 0, from: first)
+        #expect(scheduler.storingCount == 0)
         let again = scheduler.nextRequests(now: late + .milliseconds(1))
         #expect(again.map(\.index) == [0])
         scheduler.onAssembled(attachment: manifest.id, index: 0)
         let whole = scheduler.onChunk(attachment: manifest.id, index: 0, from: first, valid: true)
         #expect(whole, "stored: the attachment is whole")
+        #expect(scheduler.storingCount == 0)
     }
 
     @Test("the end game asks no second copy of a chunk being stored; a bad copy or a mixed one is asked again")
