@@ -114,11 +114,11 @@ public struct TransferScheduler: Sendable {
     }
 
     /// Chunks in flight to each member that has some.
-    /// Chunks assembled whose store has not answered yet (still counted in flight).
-    public var storingCount: Int { jobs.values.reduce(0) { $0 + $1.storing.count } }
     public var inFlightByPeer: [NodeID: Int] {
         peers.compactMapValues { $0.inFlight > 0 ? $0.inFlight : nil }
     }
+    /// Chunks assembled whose store has not answered yet (still counted in flight).
+    public var storingCount: Int { jobs.values.reduce(0) { $0 + $1.storing.count } }
     /// Chunks we served that no one else is known to hold, with to whom and when (initial seeding).
     private var seeded: [SHA256Digest: [Int: (peer: NodeID, at: MeshInstant)]] = [:]
     /// When each member was first told "busy" for a chunk.
