@@ -55,36 +55,19 @@ public struct PiecePacer: Sendable {
     @discardableResult
     public mutating func enqueue(_ pieces: [ChunkPiece], digest: SHA256Digest, to peer: NodeID) -> Int {
         guard !pieces.isEmpty else { return 0 }
-        var lane = lanes[peer] ?? Lane()
-        var added = 0
-        // Asked again at another piece size (the asker's path shrank): what waits at the old size
-        // would go unused, so the new pieces take its place.
-        if let position = lane.chunks.firstIndex(where: { $0.digest == digest }),
-           lane.chunks[position].pieces.first?.pieceSize != pieces[0].pieceSize {
-            queuedBytes -= lane.removeChunk(at: position)
-        }
-        if let position = lane.chunks.firstIndex(where: { $0.digest == digest }) {
-            for piece in pieces where lane.chunks[position].indexes.insert(piece.index).inserted {
-                lane.chunks[position].pieces.append(piece)
-                added += piece.payload.readableBytes
-            }
-        } else {
-            lane.chunks.append(Queued(digest: digest, pieces: pieces, indexes: Set(pieces.map(\.index))))
-            added = pieces.reduce(0) { $0 + $1.payload.readableBytes }
-        }
-        lane.bytes += added
-        queuedBytes += added
-        lanes[peer] = lane
+        // Each lane is changed where it lies in `lanes`: a lane copied out (and written back)
+        // shares its queue with the table's, and the first change then copies the queue and the
+        // set of every chunk it touches (a tenth of a pacing holder's tick, perf).
+        let (added, dropped) = lanes[peer, default: Lane()].enqueue(pieces, digest: digest)
+        queuedBytes += added - dropped
         return added
     }
 
     /// `peer` wants no more of a chunk: its pieces still queued are dropped. Returns their bytes.
     @discardableResult
     public mutating func cancel(_ digest: SHA256Digest, for peer: NodeID) -> Int {
-        guard var lane = lanes[peer], let position = lane.chunks.firstIndex(where: { $0.digest == digest }) else { return 0 }
-        let dropped = lane.removeChunk(at: position)
+        let dropped = lanes[peer]?.cancel(digest) ?? 0
         queuedBytes -= dropped
-        lanes[peer] = lane
         return dropped
     }
 
@@ -103,23 +86,10 @@ public struct PiecePacer: Sendable {
         guard queuedBytes > 0 else { return [] }
         var out: [(peer: NodeID, pieces: [ChunkPiece])] = []
         for peer in lanes.keys.sorted() {
-            guard var lane = lanes[peer], lane.bytes > 0 else { continue }
-            var pieces: [ChunkPiece] = []
-            if lane.rate == 0 {
-                while let piece = lane.take() { pieces.append(piece) }
-            } else {
-                // Credit does not pile up over a pause: after one, at most `burst` goes at once.
-                lane.nextSendAt = max(lane.nextSendAt, now + (.zero - settings.burst))
-                let horizon = now + settings.slice
-                while lane.nextSendAt <= horizon, let piece = lane.take() {
-                    pieces.append(piece)
-                    lane.nextSendAt = lane.nextSendAt + Self.time(piece.payload.readableBytes + ChunkPiece.overhead,
-                                                                  at: lane.rate)
-                }
-            }
+            let pieces = lanes[peer]?.takeDue(now: now, settings: settings) ?? []
+            guard !pieces.isEmpty else { continue }
             queuedBytes -= pieces.reduce(0) { $0 + $1.payload.readableBytes }
-            lanes[peer] = lane
-            if !pieces.isEmpty { out.append((peer, pieces)) }
+            out.append((peer, pieces))
         }
         return out
     }
@@ -142,6 +112,53 @@ public struct PiecePacer: Sendable {
 }
 
 extension PiecePacer.Lane {
+    /// Queues a chunk's pieces, or those of them not queued yet. Returns the payload bytes
+    /// queued, and those dropped (a chunk queued at another piece size gives way).
+    mutating func enqueue(_ pieces: [ChunkPiece], digest: SHA256Digest) -> (added: Int, dropped: Int) {
+        var added = 0, dropped = 0
+        // Asked again at another piece size (the asker's path shrank): what waits at the old size
+        // would go unused, so the new pieces take its place.
+        if let position = chunks.firstIndex(where: { $0.digest == digest }),
+           chunks[position].pieces.first?.pieceSize != pieces[0].pieceSize {
+            dropped = removeChunk(at: position)
+        }
+        if let position = chunks.firstIndex(where: { $0.digest == digest }) {
+            for piece in pieces where chunks[position].indexes.insert(piece.index).inserted {
+                chunks[position].pieces.append(piece)
+                added += piece.payload.readableBytes
+            }
+        } else {
+            chunks.append(PiecePacer.Queued(digest: digest, pieces: pieces, indexes: Set(pieces.map(\.index))))
+            added = pieces.reduce(0) { $0 + $1.payload.readableBytes }
+        }
+        bytes += added
+        return (added, dropped)
+    }
+
+    /// Drops a queued chunk's unsent pieces; returns their bytes (0 when it is not queued).
+    mutating func cancel(_ digest: SHA256Digest) -> Int {
+        guard let position = chunks.firstIndex(where: { $0.digest == digest }) else { return 0 }
+        return removeChunk(at: position)
+    }
+
+    /// The pieces whose time has come, in the order to send them.
+    mutating func takeDue(now: MeshInstant, settings: PiecePacer.Settings) -> [ChunkPiece] {
+        guard bytes > 0 else { return [] }
+        var pieces: [ChunkPiece] = []
+        if rate == 0 {
+            while let piece = take() { pieces.append(piece) }
+            return pieces
+        }
+        // Credit does not pile up over a pause: after one, at most `burst` goes at once.
+        nextSendAt = max(nextSendAt, now + (.zero - settings.burst))
+        let horizon = now + settings.slice
+        while nextSendAt <= horizon, let piece = take() {
+            pieces.append(piece)
+            nextSendAt = nextSendAt + PiecePacer.time(piece.payload.readableBytes + ChunkPiece.overhead, at: rate)
+        }
+        return pieces
+    }
+
     /// Drops a queued chunk's unsent pieces; returns their bytes. The turn stays with the chunk
     /// it was at.
     mutating func removeChunk(at position: Int) -> Int {
