@@ -20,7 +20,7 @@ import Testing
         let (path, fd) = try Self.newFile()
         defer { close(fd); unlink(path) }
         // Room for two: the third and later writes wait for the first ones to be done.
-        let writer = OutputWriter(capacity: 2)
+        let writer = OutputWriter(capacity: 2 << 16)
         let writes = OutputWriter.Writes()
         for round in 0..<50 {
             writer.write([UInt8](repeating: UInt8(round), count: 4096), at: [0, 8192], to: fd, writes)
@@ -37,7 +37,7 @@ import Testing
     func drainWaitsForHeldWrites() throws {
         let (path, fd) = try Self.newFile()
         defer { close(fd); unlink(path) }
-        let writer = OutputWriter(capacity: 4)
+        let writer = OutputWriter(capacity: 4 << 16)
         let writes = OutputWriter.Writes()
         let release = writer.hold()
         // A suspended queue must never be freed (libdispatch stops the process): resumed on any exit.
@@ -72,7 +72,7 @@ import Testing
         // Read-only: every write fails (EBADF), as a full disk's would (ENOSPC).
         let (path, fd) = try Self.newFile(O_RDONLY)
         defer { close(fd); unlink(path) }
-        let writer = OutputWriter(capacity: 4)
+        let writer = OutputWriter(capacity: 4 << 16)
         let writes = OutputWriter.Writes()
         writer.write([1, 2, 3], at: [0], to: fd, writes)
         #expect(writes.drain() == EBADF)
@@ -84,5 +84,24 @@ import Testing
         writer.write([7, 7], at: [0], to: good, fine)
         #expect(fine.drain() == 0)
         #expect(try [UInt8](Data(contentsOf: URL(fileURLWithPath: other))) == [7, 7])
+    }
+
+    @Test("a file is synced once the interval's bytes were written to it, and a sync that fails is said by drain")
+    func syncEveryInterval() throws {
+        // /dev/null takes every write and refuses every sync (EINVAL): what drain says shows
+        // whether a sync was made.
+        let fd = open("/dev/null", O_WRONLY)
+        try #require(fd >= 0)
+        defer { close(fd) }
+        let writer = OutputWriter(capacity: 4 << 16, syncInterval: 8192)
+        let early = OutputWriter.Writes()
+        writer.write([UInt8](repeating: 1, count: 4096), at: [0], to: fd, early)
+        #expect(early.drain() == 0, "synced before the interval's bytes were written")
+        let due = OutputWriter.Writes()
+        writer.write([UInt8](repeating: 1, count: 4096), at: [0, 4096], to: fd, due)
+        #expect(due.drain() == EINVAL, "not synced after the interval's bytes")
+        // Nothing written once the failure is known.
+        writer.write([UInt8](repeating: 2, count: 4096), at: [0], to: fd, due)
+        #expect(due.drain() == EINVAL)
     }
 }
