@@ -86,10 +86,12 @@ import Testing
         #expect(try [UInt8](Data(contentsOf: URL(fileURLWithPath: other))) == [7, 7])
     }
 
+    #if os(Linux)
+    // Linux refuses to sync /dev/null (EINVAL); other systems may not.
     @Test("a file is synced once the interval's bytes were written to it, and a sync that fails is said by drain")
     func syncEveryInterval() throws {
-        // /dev/null takes every write and refuses every sync (EINVAL): what drain says shows
-        // whether a sync was made.
+        // /dev/null takes every write and refuses every sync: what drain says shows whether a
+        // sync was made.
         let fd = open("/dev/null", O_WRONLY)
         try #require(fd >= 0)
         defer { close(fd) }
@@ -97,11 +99,10 @@ import Testing
         let early = OutputWriter.Writes()
         writer.write([UInt8](repeating: 1, count: 4096), at: [0], to: fd, early)
         #expect(early.drain() == 0, "synced before the interval's bytes were written")
+        // One chunk at two offsets: its second copy reaches the interval.
         let due = OutputWriter.Writes()
         writer.write([UInt8](repeating: 1, count: 4096), at: [0, 4096], to: fd, due)
         #expect(due.drain() == EINVAL, "not synced after the interval's bytes")
-        // Nothing written once the failure is known.
-        writer.write([UInt8](repeating: 2, count: 4096), at: [0], to: fd, due)
-        #expect(due.drain() == EINVAL)
     }
+    #endif
 }

@@ -79,10 +79,11 @@ final class OutputWriter: Sendable {
             for offset in offsets where writes.failedSoFar == 0 {
                 writes.record(bytes.withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) })
                 writes.unsynced += bytes.count
-            }
-            if writes.unsynced >= syncInterval, writes.failedSoFar == 0 {
-                writes.unsynced = 0
-                if fdatasync(fd) != 0 { writes.record(errno) }
+                // Per offset: a chunk that stands at many (a file of zeros) is synced as it goes too.
+                if writes.unsynced >= syncInterval, writes.failedSoFar == 0 {
+                    writes.unsynced = 0
+                    if fdatasync(fd) != 0 { writes.record(errno) }
+                }
             }
             writes.pending.leave()
             for _ in 0..<taken { room.signal() }
