@@ -280,8 +280,7 @@ public struct DeliveryInstance: Sendable {
 
     // MARK: output
 
-    /// Datagrams for `peer`: a due ack first, then whatever its sender may send. Without
-    /// `ackAlone`, a due ack goes only with data (else it stays due).
+    /// `Channel.datagrams` for `peer` (at most `datagramBudget`), as send directives.
     private mutating func flush(_ peer: NodeID, now: MeshInstant, ackAlone: Bool = true) -> [Directive] {
         // Changed where it lies in `channels`: copied out and written back, every member's
         // channel cost a retain and a release of each of its parts at every tick, and a copy of
