@@ -192,21 +192,30 @@ struct NodeInstanceTests {
         #expect(!NodeInstance.paceNeedsRetelling(told: 1000, share: 900), "the wire carries 1 KiB/s either way")
     }
 
-    @Test("on a short path the first round trip raises the holder's pace at once, not an interval later")
-    func firstRoundTripRaisesThePaceAtOnce() throws {
-        var configuration = SimNode.Configuration()
-        configuration.settings.chunkSize = 65_536
-        let mesh = SimMesh(seed: 41, link: LinkConditions(delay: .microseconds(200)), configuration: configuration)
+    /// A holder that attaches `size` random bytes at 1 s, and a lazy joiner that loads them at 4 s
+    /// (planned, not yet run).
+    static func lazyJoinerLoading(size: Int, seed: UInt64, delay: Duration,
+                                  configuration: SimNode.Configuration) throws -> (mesh: SimMesh, holder: SimNode, joiner: SimNode) {
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: delay), configuration: configuration)
         let holder = mesh.addNode(joiningThrough: [], at: .zero)
         var lazy = configuration
         lazy.settings.lazy = true
         let joiner = mesh.addNode(joiningThrough: [holder.address], at: .zero + .milliseconds(10), configuration: lazy)
-        var random = SplitMix64(seed: 41)
-        let bytes = random.bytes(65_536 * 32)
+        var random = SplitMix64(seed: seed)
+        let bytes = random.bytes(size)
         holder.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
         mesh.simulator.run(until: .zero + .seconds(4))
         let id = try #require(holder.core.attachments.first?.content)
         joiner.plan(at: .zero + .seconds(4)) { $0.load(id) }
+        return (mesh, holder, joiner)
+    }
+
+    @Test("on a short path the first round trip raises the holder's pace at once, not an interval later")
+    func firstRoundTripRaisesThePaceAtOnce() throws {
+        var configuration = SimNode.Configuration()
+        configuration.settings.chunkSize = 65_536
+        let (mesh, holder, joiner) = try Self.lazyJoinerLoading(size: 65_536 * 32, seed: 41, delay: .microseconds(200),
+                                                                configuration: configuration)
         let initial = DownlinkController.Settings().initialRate
         var roundTripKnown: MeshInstant?, raised: MeshInstant?
         mesh.simulator.run(until: .zero + .seconds(5)) { sim in
@@ -220,6 +229,36 @@ struct NodeInstanceTests {
         // initial 1 MiB/s for 9 ms here (45–88 ms into a loopback `get`); the pace travels one way (0.2 ms).
         #expect(heard - known < .milliseconds(2), "the holder heard the first rate \(heard - known) after the round trip was known")
         #expect(joiner.core.downlink.rate > Double(initial) * 10, "a 0.4 ms round trip starts far above the initial rate")
+    }
+
+    /// A pace goes in one datagram that nothing acknowledges: a holder that did not hear it sends
+    /// on at the pace it had. Here the line has room and the joiner's rate sits at its maximum,
+    /// so its share never moves and nothing else would tell the holder again until its next want
+    /// (4 MiB chunks at 1 MB/s: seconds away).
+    @Test("a holder sending well past the pace it was told is told again, before its next want")
+    func aPaceNotHeardIsToldAgain() throws {
+        var configuration = SimNode.Configuration()
+        configuration.settings.chunkSize = 4 << 20
+        configuration.settings.downlink.maximumRate = 1_000_000
+        let (mesh, holder, joiner) = try Self.lazyJoinerLoading(size: 32 << 20, seed: 43, delay: .milliseconds(10),
+                                                                configuration: configuration)
+        mesh.simulator.run(until: .zero + .seconds(8))
+        let told = try #require(joiner.core.toldRates[holder.id]?.rate, "the joiner told the holder no pace")
+        #expect(holder.core.pacer.rate(for: joiner.id) == ChunkPace.representable(told))
+        // As if a pace three times this one had been the last the holder heard.
+        let wants = holder.core.counters.chunksServed
+        joiner.inject([.chunkPace(ChunkPace(rate: told * 3))], to: holder.address, member: holder.id)
+        var injected: MeshInstant?, restored: MeshInstant?
+        mesh.simulator.run(until: mesh.simulator.now + .seconds(1)) { sim in
+            guard let rate = holder.core.pacer.rate(for: joiner.id) else { return false }
+            if injected == nil, rate > told * 2 { injected = sim.now }
+            if injected != nil, rate < told * 2 { restored = sim.now }
+            return restored != nil
+        }
+        let heard = try #require(injected, "the holder never had the pace injected")
+        let back = try #require(restored, "the holder kept three times its pace for a second")
+        #expect(holder.core.counters.chunksServed == wants, "a want told it, not the retelling")
+        #expect(back - heard <= .milliseconds(300), "told again only \(back - heard) later")
     }
 
     @Test("past its budget a member asking the same whole chunk again is answered busy; re-asks for lost pieces are served")

@@ -54,8 +54,13 @@ extension NodeInstance {
         var want = want
         let share = paceShare(for: peer, inFlight: transfer.inFlightByPeer)
         want.rate = ChunkPace.representable(share)
-        toldRates[peer] = (share, now)
+        toldRates[peer] = ToldPace(rate: share, at: now, showsAfter: paceShowsAfter)
         sendPairwise([.chunkWant(want)], to: peer)
+    }
+
+    /// How long after a pace is told the pieces sent at it arrive: a round trip and the queue.
+    var paceShowsAfter: Duration {
+        (downlink.roundTrip ?? .milliseconds(100)) + downlink.queueingDelay
     }
 
     /// Whether a holder told `told` must hear `share`: a cut of more than a thirty-second, a rise
@@ -80,7 +85,8 @@ extension NodeInstance {
     static let paceSettlesAfter = 4
 
     /// Holders with chunks in flight whose share moved enough since they were told hear the new
-    /// pace (`paceNeedsRetelling`).
+    /// pace (`paceNeedsRetelling`), and so do those that send well past the pace told, which
+    /// they cannot have heard (`ToldPace`).
     mutating func retunePacing(now: MeshInstant) {
         let inFlight = transfer.inFlightByPeer
         for peer in toldRates.keys where inFlight[peer] == nil { toldRates[peer] = nil }
@@ -91,11 +97,11 @@ extension NodeInstance {
         let settles = downlink.interval * Self.paceSettlesAfter
         for peer in inFlight.keys.sorted() {
             let share = paceShare(for: peer, inFlight: inFlight)
-            guard let told = toldRates[peer],
-                  Self.paceNeedsRetelling(told: told.rate, share: share,
-                                          settled: foreground && now >= told.at + settles)
+            guard let told = toldRates[peer] else { continue }
+            guard Self.paceNeedsRetelling(told: told.rate, share: share, settled: foreground && now >= told.at + settles)
+                    || toldRates[peer]?.unheard(now: now, window: downlink.interval) == true
             else { continue }
-            toldRates[peer] = (share, now)
+            toldRates[peer] = ToldPace(rate: share, at: now, showsAfter: paceShowsAfter)
             sendPairwise([.chunkPace(ChunkPace(rate: share))], to: peer)
         }
     }

@@ -46,6 +46,8 @@ extension NodeInstance {
                             if transfer.onPieceBytes(piece.payload.readableBytes, of: ref.attachment, index: ref.index, from: peer) { break }
                         }
                     }
+                    // Whether the holder keeps to the pace it was told shows in what it sends.
+                    toldRates[peer]?.onPiece(bytes: piece.payload.readableBytes, now: now)
                     if downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now,
                                         trusted: proven) {
                         rateMayHaveChanged = true

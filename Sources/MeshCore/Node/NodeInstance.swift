@@ -183,8 +183,8 @@ public struct NodeInstance: Sendable {
     /// Members that sent this node a chunk that verified: only their pieces and datagram numbers
     /// feed the controller.
     var provenHolders: Set<NodeID> = []
-    /// The pace each holder was last told, and when.
-    var toldRates: [NodeID: (rate: Int, at: MeshInstant)] = [:]
+    /// The pace each holder was last told, when, and whether it shows.
+    var toldRates: [NodeID: ToldPace] = [:]
     /// How large a datagram each holder's path to us carries (NodeInstance+PathMTU).
     package internal(set) var pathMTU: PathMTUDiscovery
     /// Probes answered per member in the current second.
