@@ -25,7 +25,7 @@ import Testing
         var pace = ToldPace(rate: 1_000_000, at: Self.told, showsAfter: .milliseconds(40))
         #expect(Self.feed(&pace, rate: 1_000_000, from: Self.told, seconds: 3) == nil)
         #expect(Self.feed(&pace, rate: 1_300_000, from: Self.told + .seconds(3), seconds: 3) == nil,
-                "within a slice's burst of the pace")
+                "under the factor")
         #expect(Self.feed(&pace, rate: 100_000, from: Self.told + .seconds(6), seconds: 3) == nil)
     }
 
