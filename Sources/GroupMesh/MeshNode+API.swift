@@ -188,7 +188,7 @@ extension MeshNode {
             chunksRejected: counters.chunksRejected, chunkPayloadBytesSent: counters.chunkPayloadBytesSent,
             chunkPayloadBytesCancelled: counters.chunkPayloadBytesCancelled,
             pieceReasks: core.assembler.reasks, piecesUnsolicited: counters.piecesUnsolicited,
-            wantsRefused: counters.wantsRefused, simulatedDrops: simulatedDrops,
+            wantsRefused: counters.wantsRefused, pacesRetold: counters.pacesRetold, simulatedDrops: simulatedDrops,
             requestTimeouts: core.transfer.timeouts, handoversSent: counters.handoversSent,
             handoversRefused: counters.handoversRefused,
             messagesDroppedForSlowReaders: messagesDroppedForSlowReaders,

@@ -258,6 +258,7 @@ struct NodeInstanceTests {
         let heard = try #require(injected, "the holder never had the pace injected")
         let back = try #require(restored, "the holder kept three times its pace for a second")
         #expect(holder.core.counters.chunksServed == wants, "a want told it, not the retelling")
+        #expect(joiner.core.counters.pacesRetold >= 1)
         #expect(back - heard <= .milliseconds(300), "told again only \(back - heard) later")
     }
 

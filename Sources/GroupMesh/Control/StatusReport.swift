@@ -167,6 +167,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var piecesUnsolicited: UInt64
         /// Wants answered "busy" (send queue full, or too many chunk reads under way).
         public var wantsRefused: UInt64
+        /// Paces told a holder again: its pieces showed it had not heard the last one.
+        public var pacesRetold: UInt64
         /// Datagrams dropped on purpose by `run --simulate-loss`.
         public var simulatedDrops: UInt64
         /// Chunk requests that went unanswered in time and were asked elsewhere.

@@ -29,6 +29,8 @@ public struct NodeCounters: Sendable, Equatable {
     public var piecesUnsolicited: UInt64 = 0
     /// Wants answered "busy" because the send queue was full or too many chunks were being read.
     public var wantsRefused: UInt64 = 0
+    /// Paces told a holder again because its pieces showed it had not heard the last (`ToldPace`).
+    public var pacesRetold: UInt64 = 0
     /// Wants refused for their piece size: under 256 bytes (a flood of tiny datagrams) or over
     /// what our datagrams carry. A member's bug or malice.
     public var wantsMisshapen: UInt64 = 0

@@ -98,9 +98,10 @@ extension NodeInstance {
         for peer in inFlight.keys.sorted() {
             let share = paceShare(for: peer, inFlight: inFlight)
             guard let told = toldRates[peer] else { continue }
-            guard Self.paceNeedsRetelling(told: told.rate, share: share, settled: foreground && now >= told.at + settles)
-                    || toldRates[peer]?.unheard(now: now, window: downlink.interval) == true
-            else { continue }
+            if !Self.paceNeedsRetelling(told: told.rate, share: share, settled: foreground && now >= told.at + settles) {
+                guard toldRates[peer]?.unheard(now: now, window: downlink.interval) == true else { continue }
+                counters.pacesRetold += 1
+            }
             toldRates[peer] = ToldPace(rate: share, at: now, showsAfter: paceShowsAfter)
             sendPairwise([.chunkPace(ChunkPace(rate: share))], to: peer)
         }
