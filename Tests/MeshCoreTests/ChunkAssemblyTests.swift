@@ -98,6 +98,36 @@ struct ChunkAssemblyTests {
         #expect(before.isEmpty && after.count == 1)
     }
 
+    @Test("a round trip is measured only from a holder with nothing of ours queued, and never from a want sent twice")
+    func roundTripSamples() throws {
+        var assembler = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
+        let chunks = (0..<4).map { Self.chunk(5000, seed: 40 + UInt64($0)) }
+        func firstPiece(_ index: Int, from holder: NodeID, at milliseconds: Int) -> Duration? {
+            _ = assembler.onPiece(Self.pieces(chunks[index].bytes, chunks[index].digest)[0], from: holder, now: Self.at(milliseconds))
+            return assembler.takeRoundTripSample()
+        }
+        // The holder is idle for the first want; the second goes behind the first chunk's pieces.
+        _ = assembler.begin(chunks[0].digest, length: 5000, from: Self.holder, now: Self.at(0))
+        _ = assembler.begin(chunks[1].digest, length: 5000, from: Self.holder, now: Self.at(1))
+        #expect(firstPiece(0, from: Self.holder, at: 10) == .milliseconds(10))
+        #expect(firstPiece(1, from: Self.holder, at: 900) == nil, "queued behind our own pieces at its pace")
+        #expect(assembler.takeRoundTripSample() == nil, "taken once")
+        // Another holder, idle: its first piece is a round trip. The one after it, widened to the
+        // busy holder, is not.
+        _ = assembler.begin(chunks[2].digest, length: 5000, from: Self.other, now: Self.at(1000))
+        _ = assembler.begin(chunks[3].digest, length: 5000, from: Self.other, now: Self.at(1000))
+        #expect(firstPiece(2, from: Self.other, at: 1030) == .milliseconds(30))
+        _ = assembler.begin(chunks[3].digest, length: 5000, from: Self.holder, now: Self.at(1040))
+        #expect(firstPiece(3, from: Self.holder, at: 1050) == nil)
+        // A want asked again: which one the piece answers is unknown.
+        let lone = Self.chunk(5000, seed: 50)
+        var fresh = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
+        _ = fresh.begin(lone.digest, length: 5000, from: Self.holder, now: Self.at(0))
+        #expect(fresh.onTick(now: Self.at(251)).count == 1)
+        _ = fresh.onPiece(Self.pieces(lone.bytes, lone.digest)[0], from: Self.holder, now: Self.at(260))
+        #expect(fresh.takeRoundTripSample() == nil)
+    }
+
     @Test("unasked pieces are dropped; a second holder is asked only for what is missing; memory is bounded")
     func boundsAndSecondHolder() throws {
         let (bytes, digest) = Self.chunk(10_000, seed: 3)

@@ -24,11 +24,12 @@ extension NodeInstance {
                 counters.chunkPayloadBytesCancelled += UInt64(pacer.cancel(cancel.digest, for: peer))
             case let .chunkPiece(piece):
                 let result = assembler.onPiece(piece, from: peer, now: now)
-                // A round trip is measured by us alone: any holder's answer time will do.
+                // A round trip is measured by us alone: any holder's first answer will do, when
+                // nothing of ours was queued there ahead of the want (`ChunkAssembler`).
                 // On a short path the first round trip raises the rate many times over: the
                 // window and the holders' paces follow at once, not an interval later (on
                 // loopback the holders kept the initial 1 MiB/s until 45–88 ms into a `get`).
-                if let sample = assembler.takeAnswerSample(), downlink.onRoundTrip(sample, now: now) { progressed = true }
+                if let sample = assembler.takeRoundTripSample(), downlink.onRoundTrip(sample, now: now) { progressed = true }
                 // Only pieces asked for, of members whose chunks proved right, tell the controller
                 // about the line: anyone can send others, and a liar's timestamps are lies too.
                 // Others' pieces asked for count only in intervals no proven holder fed, and there
@@ -105,6 +106,7 @@ extension NodeInstance {
                                  "slowdowns": "\(downlink.slowdowns)/\(downlink.slowdownsFoundAnotherFlow)",
                                  "testLowest": downlink.lastSlowdownLowest.map { "\($0)" } ?? "-",
                                  "probeGain": downlink.lastProbeGain.map { "\($0)×" } ?? "-",
+                                 "roundTrip": downlink.roundTrip.map { "\($0)" } ?? "-",
                                  "cap": downlink.backgroundCap.map { "\(Int($0) >> 10) KiB/s" } ?? "-",
                                  "inFlight": "\(transfer.inFlightByPeer.values.reduce(0, +))/\(transfer.inFlightLimit ?? 0)",
                                  "storing": "\(transfer.storingCount)"])

@@ -67,6 +67,13 @@ public struct ChunkAssembler: Sendable {
         var stall: Duration
         var nextAsk: MeshInstant
         var askedAt: MeshInstant
+        /// When the want to the newest holder went out, if that holder had nothing of ours queued
+        /// ahead of it: its first piece then comes a round trip later. Behind our own pieces it
+        /// comes when the holder's pace reaches it, which at a low rate is seconds (a replicator
+        /// near its floor took a 16 s answer for its round trip, and its control interval with it).
+        /// Nil once the chunk was asked again (which want a piece answers is unknown, as Karn's
+        /// rule has it for TCP's retransmissions).
+        var roundTripFrom: MeshInstant?
         /// The highest piece index asked of the newest holder.
         var lastAsked = Int.max
         /// The wait before asking for the whole chunk again while no piece has come.
@@ -81,7 +88,7 @@ public struct ChunkAssembler: Sendable {
         /// these say the fetch goes on: a stranger's trickle must not keep it alive).
         var lastAskedPiece: MeshInstant?
 
-        enum Placement { case refused, placed(answerTime: Duration?, complete: Bool) }
+        enum Placement { case refused, placed(answerTime: Duration?, roundTrip: Duration?, complete: Bool) }
 
         /// Members asked that may still have pieces queued once the chunk is whole: none when one
         /// member was asked once (it sent each piece once, the last one last); else every member
@@ -99,7 +106,9 @@ public struct ChunkAssembler: Sendable {
                 assembly = ChunkAssembly(digest: piece.digest, length: piece.chunkLength, pieceSize: piece.pieceSize)
             }
             guard assembly?.add(piece) == true else { return .refused }
-            let answer: Duration? = contributors.isEmpty && peer == holders.last ? now - askedAt : nil
+            let first = contributors.isEmpty && peer == holders.last
+            let answer: Duration? = first ? now - askedAt : nil
+            let roundTrip: Duration? = first ? roundTripFrom.map { now - $0 } : nil
             // Hashing a node id per piece shows in profiles: most pieces come from the last sender.
             if peer != lastContributor {
                 contributors.insert(peer)
@@ -109,12 +118,12 @@ public struct ChunkAssembler: Sendable {
             if asked.contains(peer) { lastAskedPiece = now }
             stall = silence
             nextAsk = now + stall
-            guard assembly?.isComplete != true else { return .placed(answerTime: answer, complete: true) }
+            guard assembly?.isComplete != true else { return .placed(answerTime: answer, roundTrip: roundTrip, complete: true) }
             // The last piece asked for came with gaps before it: a holder sends in order, so
             // they were lost (or overtaken): ask for them after a short grace, not a silence.
             let lastAsked = lastAsked == Int.max ? (assembly?.received.count ?? 0) - 1 : lastAsked
             if piece.index >= lastAsked, peer == holders.last { nextAsk = now + settings.reorderGrace }
-            return .placed(answerTime: answer, complete: false)
+            return .placed(answerTime: answer, roundTrip: roundTrip, complete: false)
         }
     }
 
@@ -123,8 +132,9 @@ public struct ChunkAssembler: Sendable {
     /// Smoothed time from a want to its first piece, per holder.
     private var answerTime: [NodeID: Duration] = [:]
     public private(set) var reasks: UInt64 = 0
-    /// The latest want-to-first-piece time, until taken (the downlink's round trip).
-    private var answerSample: Duration?
+    /// The latest want-to-first-piece time of a holder that had nothing of ours queued, until
+    /// taken (the downlink's round trip).
+    private var roundTripSample: Duration?
     /// Pieces come paced: silences shorter than this are the pace, not loss (the node sets it
     /// from the rate it asked for).
     public var minimumSilence: Duration = .zero
@@ -176,9 +186,12 @@ public struct ChunkAssembler: Sendable {
     /// Starts (or widens) the pull of a chunk from `holder`: the want to send, asking only for
     /// what is missing when pieces already came from others. Nil when too many chunks are open.
     public mutating func begin(_ digest: SHA256Digest, length: Int, from holder: NodeID, now: MeshInstant) -> ChunkWant? {
+        let idle = !downloads.values.contains { $0.asked.contains(holder) }
         if var download = downloads[digest] {
             download.holders.removeAll { $0 == holder }
             download.holders.append(holder)
+            download.askedAt = now
+            download.roundTripFrom = idle ? now : nil
             download.silence = silence(for: holder)
             // What is missing now comes from this holder as a flow, not as one repair.
             download.repairing = false
@@ -191,7 +204,8 @@ public struct ChunkAssembler: Sendable {
             ?? settings.firstPieceTimeout)
         let download = Download(length: length, holders: [holder], pieceSize: pieceSize(for: holder),
                                 lastActivity: now, silence: silence(for: holder),
-                                stall: settings.stallTimeout, nextAsk: now + wait, askedAt: now, wholeWait: wait)
+                                stall: settings.stallTimeout, nextAsk: now + wait, askedAt: now,
+                                roundTripFrom: idle ? now : nil, wholeWait: wait)
         downloads[digest] = download
         return want(for: digest, download)
     }
@@ -234,12 +248,12 @@ public struct ChunkAssembler: Sendable {
     public mutating func onPiece(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant) -> PieceResult {
         guard let position = downloads.index(forKey: piece.digest) else { return .unsolicited }
         // One hash lookup, and the download changes in place (its chunk buffer is not copied).
-        guard case let .placed(sample, complete) = downloads.values[position].add(piece, from: peer, now: now,
-                                                                                     settings: settings) else {
+        guard case let .placed(sample, roundTrip, complete) = downloads.values[position].add(piece, from: peer, now: now,
+                                                                                                settings: settings) else {
             return .duplicate
         }
+        if let roundTrip { roundTripSample = roundTrip }
         if let firstAnswer = sample {
-            answerSample = firstAnswer
             answerTime[peer] = answerTime[peer].map { $0 * 0.75 + firstAnswer * 0.25 } ?? firstAnswer
             downloads.values[position].silence = silence(for: peer)
         }
@@ -249,10 +263,11 @@ public struct ChunkAssembler: Sendable {
                          stillSending: download.mayStillSend)
     }
 
-    /// The want-to-first-piece time the last piece measured, once.
-    public mutating func takeAnswerSample() -> Duration? {
-        defer { answerSample = nil }
-        return answerSample
+    /// The round trip the last piece measured (a first piece from a holder that had nothing of
+    /// ours queued ahead of it), once.
+    public mutating func takeRoundTripSample() -> Duration? {
+        defer { roundTripSample = nil }
+        return roundTripSample
     }
 
     /// `holder` will not send the chunk: it is not asked again. The pieces stay for the next holder.
@@ -292,6 +307,7 @@ public struct ChunkAssembler: Sendable {
                 download.stall = max(minimumSilence, min(settings.maximumStall, download.stall * 2))
                 download.nextAsk = now + download.stall
             }
+            download.roundTripFrom = nil
             downloads[digest] = download
             if let holder = download.holders.last {
                 if download.assembly != nil { download.repairing = true }
