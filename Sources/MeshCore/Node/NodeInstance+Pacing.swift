@@ -37,7 +37,7 @@ extension NodeInstance {
         let perChunk = Duration.seconds(Double(sharing * chunk) / rate)
         // Bounded, so that a holder gone quiet still loses its requests in time.
         transfer.minimumTimeout = min(settings.maximumPacedWait,
-                                      perChunk * 2 + (downlink.roundTrip ?? .milliseconds(100)) * 2)
+                                      perChunk * 2 + downlink.assumedRoundTrip * 2)
         assembler.minimumSilence = min(settings.maximumPacedWait / 4,
                                        .seconds(Double(assembler.largestPieceSize * sharing) / rate * 4))
     }
@@ -54,13 +54,18 @@ extension NodeInstance {
         var want = want
         let share = paceShare(for: peer, inFlight: transfer.inFlightByPeer)
         want.rate = ChunkPace.representable(share)
-        toldRates[peer] = ToldPace(rate: share, at: now, showsAfter: paceShowsAfter)
+        notePaceTold(share, to: peer, now: now)
         sendPairwise([.chunkWant(want)], to: peer)
+    }
+
+    /// `peer` is told `share` now: what it sends from a round trip on is checked against it.
+    private mutating func notePaceTold(_ share: Int, to peer: NodeID, now: MeshInstant) {
+        toldRates[peer] = ToldPace(rate: share, at: now, showsAfter: paceShowsAfter)
     }
 
     /// How long after a pace is told the pieces sent at it arrive: a round trip and the queue.
     var paceShowsAfter: Duration {
-        (downlink.roundTrip ?? .milliseconds(100)) + downlink.queueingDelay
+        downlink.assumedRoundTrip + downlink.queueingDelay
     }
 
     /// Whether a holder told `told` must hear `share`: a cut of more than a thirty-second, a rise
@@ -102,7 +107,7 @@ extension NodeInstance {
                 guard toldRates[peer]?.unheard(now: now, window: downlink.interval) == true else { continue }
                 counters.pacesRetold += 1
             }
-            toldRates[peer] = ToldPace(rate: share, at: now, showsAfter: paceShowsAfter)
+            notePaceTold(share, to: peer, now: now)
             sendPairwise([.chunkPace(ChunkPace(rate: share))], to: peer)
         }
     }

@@ -387,15 +387,18 @@ public struct DownlinkController: Sendable {
         }
     }
 
+    /// The round trip, or a guess of 100 ms until the first is measured.
+    public var assumedRoundTrip: Duration { roundTrip ?? .milliseconds(100) }
+
     /// The control interval: a round trip, at least the minimum.
-    public var interval: Duration { max(settings.minimumInterval, roundTrip ?? .milliseconds(100)) }
+    public var interval: Duration { max(settings.minimumInterval, assumedRoundTrip) }
 
     /// Bytes that may be asked for and not yet arrived: the rate over two round trips, the
     /// target's queue and the repair of a lost piece, so that the pacing (not the window) sets
     /// the rate; chunks come whole, and a chunk that waits for one repaired piece must not
     /// leave the line idle.
     public var inFlightBudget: Int {
-        let horizon = (roundTrip ?? .milliseconds(100)) * 2 + target + .milliseconds(200)
+        let horizon = assumedRoundTrip * 2 + target + .milliseconds(200)
         return Int(rate * horizon.milliseconds / 1000)
     }
 
@@ -922,7 +925,7 @@ public struct DownlinkController: Sendable {
                     rate = max(rate, min(rate * gain, delivered * gain))
                 }
             } else {
-                let roundTrip = max(0.001, (roundTrip ?? .milliseconds(100)).milliseconds / 1000)
+                let roundTrip = max(0.001, assumedRoundTrip.milliseconds / 1000)
                 let step = Double(settings.competitiveIncrease) / roundTrip * (interval.milliseconds / 1000) / roundTrip
                 // Clocked by what arrives, as a window is: deliveries show the rate of two
                 // intervals back, so the rate may run ahead of them by a few steps; beyond that
