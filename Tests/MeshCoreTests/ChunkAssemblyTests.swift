@@ -119,6 +119,19 @@ struct ChunkAssemblyTests {
         #expect(firstPiece(2, from: Self.other, at: 1030) == .milliseconds(30))
         _ = assembler.begin(chunks[3].digest, length: 5000, from: Self.holder, now: Self.at(1040))
         #expect(firstPiece(3, from: Self.holder, at: 1050) == nil)
+        // A chunk widened to an idle holder is timed from that holder's own want; should that
+        // holder answer busy, the first holder's piece (it was not idle) is still no sample.
+        let third = NodeID(high: 3, low: 3)
+        let widened = Self.chunk(5000, seed: 51), dropped = Self.chunk(5000, seed: 52)
+        _ = assembler.begin(widened.digest, length: 5000, from: Self.holder, now: Self.at(2000))
+        _ = assembler.begin(widened.digest, length: 5000, from: third, now: Self.at(2500))
+        _ = assembler.onPiece(Self.pieces(widened.bytes, widened.digest)[0], from: third, now: Self.at(2520))
+        #expect(assembler.takeRoundTripSample() == .milliseconds(20))
+        _ = assembler.begin(dropped.digest, length: 5000, from: Self.holder, now: Self.at(3000))
+        _ = assembler.begin(dropped.digest, length: 5000, from: NodeID(high: 4, low: 4), now: Self.at(3500))
+        assembler.onAbsent(dropped.digest, from: NodeID(high: 4, low: 4))
+        _ = assembler.onPiece(Self.pieces(dropped.bytes, dropped.digest)[0], from: Self.holder, now: Self.at(3600))
+        #expect(assembler.takeRoundTripSample() == nil, "timed from the other holder's want")
         // A want asked again: which one the piece answers is unknown.
         let lone = Self.chunk(5000, seed: 50)
         var fresh = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))

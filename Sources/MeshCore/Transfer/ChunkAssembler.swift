@@ -66,24 +66,24 @@ public struct ChunkAssembler: Sendable {
         var silence: Duration
         var stall: Duration
         var nextAsk: MeshInstant
-        var askedAt: MeshInstant
-        /// When the want to the newest holder went out, if that holder had nothing of ours queued
-        /// ahead of it: its first piece then comes a round trip later. Behind our own pieces it
-        /// comes when the holder's pace reaches it, which at a low rate is seconds (a replicator
-        /// near its floor took a 16 s answer for its round trip, and its control interval with it).
-        /// Nil once the chunk was asked again (which want a piece answers is unknown, as Karn's
-        /// rule has it for TCP's retransmissions).
-        var roundTripFrom: MeshInstant?
+        /// A want to a holder with nothing of ours queued (no other open chunk had asked it), and
+        /// when it went: its first piece comes a round trip later, give or take the piece its pace
+        /// was still spacing. Behind our own pieces it comes when the holder's pace reaches it,
+        /// which at a low rate is seconds (a replicator near its floor took a 16 s answer for its
+        /// round trip, and its control interval with it). Nil once the chunk was asked again
+        /// (which want a piece answers is unknown, as Karn's rule has it for TCP's retransmissions)
+        /// or the sample was taken.
+        var roundTripFrom: (holder: NodeID, at: MeshInstant)?
         /// The highest piece index asked of the newest holder.
         var lastAsked = Int.max
         /// The wait before asking for the whole chunk again while no piece has come.
         var wholeWait: Duration
         /// Its missing pieces were asked for again: it waits for a repair, not a flow of pieces.
         var repairing = false
-        /// Wants sent for it, to anyone, and everyone they went to (`holders` forgets those that
-        /// answered busy, whose earlier pieces may still be queued).
+        /// Wants sent for it, to anyone, and everyone they went to with when each was first asked
+        /// (`holders` forgets those that answered busy, whose earlier pieces may still be queued).
         var wants = 0
-        var asked: Set<NodeID> = []
+        var asked: [NodeID: MeshInstant] = [:]
         /// When a piece last came from a member asked for it (anyone's pieces are placed, but only
         /// these say the fetch goes on: a stranger's trickle must not keep it alive).
         var lastAskedPiece: MeshInstant?
@@ -94,7 +94,7 @@ public struct ChunkAssembler: Sendable {
         /// member was asked once (it sent each piece once, the last one last); else every member
         /// asked (another's copy, or a want again for pieces still on the line, queued some twice).
         var mayStillSend: [NodeID] {
-            asked.count == 1 && wants == 1 ? [] : asked.sorted()
+            asked.count == 1 && wants == 1 ? [] : asked.keys.sorted()
         }
 
         /// Places a piece; with the holder's answer time when it was the first piece from the
@@ -106,16 +106,19 @@ public struct ChunkAssembler: Sendable {
                 assembly = ChunkAssembly(digest: piece.digest, length: piece.chunkLength, pieceSize: piece.pieceSize)
             }
             guard assembly?.add(piece) == true else { return .refused }
-            let first = contributors.isEmpty && peer == holders.last
-            let answer: Duration? = first ? now - askedAt : nil
-            let roundTrip: Duration? = first ? roundTripFrom.map { now - $0 } : nil
+            let answer: Duration? = contributors.isEmpty && peer == holders.last ? asked[peer].map { now - $0 } : nil
+            var roundTrip: Duration?
+            if let from = roundTripFrom, from.holder == peer {
+                roundTrip = now - from.at
+                roundTripFrom = nil
+            }
             // Hashing a node id per piece shows in profiles: most pieces come from the last sender.
             if peer != lastContributor {
                 contributors.insert(peer)
                 lastContributor = peer
             }
             lastActivity = now
-            if asked.contains(peer) { lastAskedPiece = now }
+            if asked[peer] != nil { lastAskedPiece = now }
             stall = silence
             nextAsk = now + stall
             guard assembly?.isComplete != true else { return .placed(answerTime: answer, roundTrip: roundTrip, complete: true) }
@@ -186,17 +189,16 @@ public struct ChunkAssembler: Sendable {
     /// Starts (or widens) the pull of a chunk from `holder`: the want to send, asking only for
     /// what is missing when pieces already came from others. Nil when too many chunks are open.
     public mutating func begin(_ digest: SHA256Digest, length: Int, from holder: NodeID, now: MeshInstant) -> ChunkWant? {
-        let idle = !downloads.values.contains { $0.asked.contains(holder) }
+        let idle = !downloads.values.contains { $0.asked[holder] != nil }
         if var download = downloads[digest] {
             download.holders.removeAll { $0 == holder }
             download.holders.append(holder)
-            download.askedAt = now
-            download.roundTripFrom = idle ? now : nil
+            download.roundTripFrom = idle ? (holder, now) : nil
             download.silence = silence(for: holder)
             // What is missing now comes from this holder as a flow, not as one repair.
             download.repairing = false
             downloads[digest] = download
-            return want(for: digest, download)
+            return want(for: digest, download, now: now)
         }
         guard downloads.count < settings.maxDownloads,
               downloads.values.reduce(length, { $0 + $1.length }) <= settings.maxOpenBytes else { return nil }
@@ -204,17 +206,17 @@ public struct ChunkAssembler: Sendable {
             ?? settings.firstPieceTimeout)
         let download = Download(length: length, holders: [holder], pieceSize: pieceSize(for: holder),
                                 lastActivity: now, silence: silence(for: holder),
-                                stall: settings.stallTimeout, nextAsk: now + wait, askedAt: now,
-                                roundTripFrom: idle ? now : nil, wholeWait: wait)
+                                stall: settings.stallTimeout, nextAsk: now + wait,
+                                roundTripFrom: idle ? (holder, now) : nil, wholeWait: wait)
         downloads[digest] = download
-        return want(for: digest, download)
+        return want(for: digest, download, now: now)
     }
 
     /// The want for what is missing, remembering the last piece it asks for. Before the first
     /// piece, at the newest holder's piece size. Pieces larger than that holder's path carries
     /// (it shrank, or the chunk came from a holder on a larger path) make the chunk start over
     /// at the smaller size: asking again at the old one would go unanswered for good.
-    private mutating func want(for digest: SHA256Digest, _ download: Download) -> ChunkWant {
+    private mutating func want(for digest: SHA256Digest, _ download: Download, now: MeshInstant) -> ChunkWant {
         var download = download
         if let holder = download.holders.last {
             let size = pieceSize(for: holder)
@@ -229,7 +231,7 @@ public struct ChunkAssembler: Sendable {
         let missing = download.assembly?.missing
         download.lastAsked = missing.map(Self.highest) ?? Int.max
         download.wants += 1
-        if let holder = download.holders.last { download.asked.insert(holder) }
+        if let holder = download.holders.last, download.asked[holder] == nil { download.asked[holder] = now }
         downloads[digest] = download
         return ChunkWant(digest: digest, pieceSize: download.pieceSize, missing: missing)
     }
@@ -278,7 +280,7 @@ public struct ChunkAssembler: Sendable {
     /// The chunk is no longer wanted. Returns the members asked for it (they may still be sending).
     @discardableResult
     public mutating func cancel(_ digest: SHA256Digest) -> [NodeID] {
-        downloads.removeValue(forKey: digest)?.asked.sorted() ?? []
+        downloads.removeValue(forKey: digest)?.asked.keys.sorted() ?? []
     }
 
     /// A member is gone: it is asked nothing more.
@@ -317,7 +319,7 @@ public struct ChunkAssembler: Sendable {
                    download.assembly == nil || now >= download.lastActivity + settings.maximumStall {
                     silences.append((holder, download.pieceSize))
                 }
-                out.append((holder, want(for: digest, download)))
+                out.append((holder, want(for: digest, download, now: now)))
                 reasks += 1
             }
         }
