@@ -19,7 +19,13 @@ struct NodeMetricsTests {
         reading.counters.sent.count(.transfer, datagrams: 3, bytes: 3_000)
         reading.counters.dropped[.auth] = 2
         reading.retransmissions = 4
+        reading.counters.seedingRefusals = 9
+        reading.counters.seedingSecondCopies = 1
+        reading.counters.pacesRetold = 2
         metrics.publish(reading, now: Self.at(1))
+        #expect(backend.counterTotal(label: Name.seedingRefusals) == 9)
+        #expect(backend.counterTotal(label: Name.seedingSecondCopies) == 1)
+        #expect(backend.counterTotal(label: Name.pacesRetold) == 2)
         #expect(backend.counterTotal(label: Name.datagramsSent, dimensions: [("kind", "membership")]) == 5)
         #expect(backend.counterTotal(label: Name.bytesSent, dimensions: [("kind", "transfer")]) == 3_000)
         #expect(backend.counterTotal(label: Name.drops, dimensions: [("reason", "auth")]) == 2)

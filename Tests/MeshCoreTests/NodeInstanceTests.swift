@@ -393,6 +393,9 @@ struct NodeInstanceTests {
     func endGameCopiesAreCancelled() throws {
         var configuration = SimNode.Configuration()
         configuration.settings.chunkSize = 65_536
+        // Both holders serve: seeding, the uploader would leave every chunk to the member that
+        // fetched the file whole, and no chunk would have a second copy queued.
+        configuration.settings.superSeeding = false
         let mesh = SimMesh(seed: 31, link: LinkConditions(delay: .milliseconds(10)), configuration: configuration)
         let first = mesh.addNode(joiningThrough: [], at: .zero)
         let second = mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10))

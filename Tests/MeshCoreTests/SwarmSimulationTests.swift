@@ -16,6 +16,8 @@ final class SwarmProcess: SimulatedProcess {
     }
 
     let manifest: Manifest
+    /// The uploader (node 0): the one member that seeds.
+    let seeds: Bool
     let content: [[UInt8]]
     var scheduler: TransferScheduler
     var have: ChunkBitmap
@@ -34,6 +36,7 @@ final class SwarmProcess: SimulatedProcess {
     init(manifest: Manifest, content: [[UInt8]], holdsAll: Bool, seed: UInt64) {
         self.manifest = manifest
         self.content = content
+        seeds = holdsAll
         var settings = TransferScheduler.Settings()
         settings.requestTimeout = .milliseconds(300)
         scheduler = TransferScheduler(settings: settings, seed: seed)
@@ -54,8 +57,9 @@ final class SwarmProcess: SimulatedProcess {
         switch message {
         case let .request(index):
             guard have.contains(index) else { return }
-            guard corrupt || scheduler.shouldServe(attachment: manifest.id, index: index, to: peer,
-                                                   holdingAll: have.isComplete, now: now) else {
+            guard corrupt || scheduler.seedingVerdict(attachment: manifest.id, index: index, to: peer, seeding: seeds,
+                                                      seeders: [Self.id(SimAddress(0))], now: now,
+                                                      stillSending: { _ in false }) != .leave else {
                 context.send(Self.encode(.busy(index: index)), to: sender)
                 return
             }
@@ -261,13 +265,84 @@ struct SwarmSimulationTests {
         let first = NodeID(high: 1, low: 1), second = NodeID(high: 2, low: 2)
         var uploader = TransferScheduler(seed: 1)
         let start = MeshInstant(nanoseconds: 1_000_000_000)
-        func serves(_ peer: NodeID, after: Duration) -> Bool {
-            uploader.shouldServe(attachment: manifest.id, index: 0, to: peer, holdingAll: true, now: start + after)
+        func verdict(_ peer: NodeID, after: Duration) -> TransferScheduler.SeedingVerdict {
+            uploader.seedingVerdict(attachment: manifest.id, index: 0, to: peer, seeding: true, seeders: [], now: start + after,
+                                    stillSending: { _ in false })
         }
-        #expect(serves(first, after: .zero))
+        #expect(verdict(first, after: .zero) == .serve)
         // The re-ask for the pieces lost on the way, well inside the seeding interval.
-        #expect(serves(first, after: .milliseconds(10)), "a re-ask for lost pieces would wait out the interval")
-        #expect(!serves(second, after: .milliseconds(20)), "a second member is sent to the first")
-        #expect(serves(second, after: uploader.settings.seedingInterval + .milliseconds(20)))
+        #expect(verdict(first, after: .milliseconds(10)) == .serve, "a re-ask for lost pieces would wait out the interval")
+        #expect(verdict(second, after: .milliseconds(20)) == .leave, "a second member is sent to the first")
+        #expect(verdict(second, after: uploader.settings.seedingInterval + .milliseconds(20)) == .serveAgain(.firstCopyLost))
+    }
+
+    /// Timed from the want, the interval ran out while a slow member's copy was still queued, and
+    /// a second member got a second copy (an upload to 10 on loopback sent 1.1–1.3× the file).
+    @Test("super-seeding: a chunk still leaving for one member goes to no other, however long it takes")
+    func seedingWaitsForTheCopyToLeave() {
+        let manifest = Manifest(size: 1024, chunkSize: 1024, chunks: [SHA256Digest.hashing([0])])
+        let first = NodeID(high: 1, low: 1), second = NodeID(high: 2, low: 2)
+        var uploader = TransferScheduler(seed: 1)
+        let start = MeshInstant(nanoseconds: 1_000_000_000)
+        let interval = uploader.settings.seedingInterval
+        var sending = true
+        func verdict(_ peer: NodeID, after: Duration) -> TransferScheduler.SeedingVerdict {
+            uploader.seedingVerdict(attachment: manifest.id, index: 0, to: peer, seeding: true, seeders: [], now: start + after,
+                                    stillSending: { $0 == first && sending })
+        }
+        #expect(verdict(first, after: .zero) == .serve)
+        #expect(verdict(second, after: interval * 3) == .leave, "a second copy while the first is still queued")
+        sending = false
+        #expect(verdict(second, after: interval * 3 + .milliseconds(100)) == .leave,
+                "the interval counts from when the copy was last seen queued")
+        #expect(verdict(second, after: interval * 4 + .milliseconds(100)) == .serveAgain(.firstCopyLost),
+                "a copy gone for the interval was lost: sent again")
+    }
+
+    @Test("super-seeding: a copy still leaving after the patience goes to another member too")
+    func seedingPatienceEnds() {
+        let manifest = Manifest(size: 1024, chunkSize: 1024, chunks: [SHA256Digest.hashing([0])])
+        let slow = NodeID(high: 1, low: 1), other = NodeID(high: 2, low: 2)
+        var uploader = TransferScheduler(seed: 1)
+        let start = MeshInstant(nanoseconds: 1_000_000_000)
+        let patience = uploader.settings.seedingPatience
+        func verdict(_ peer: NodeID, after: Duration) -> TransferScheduler.SeedingVerdict {
+            uploader.seedingVerdict(attachment: manifest.id, index: 0, to: peer, seeding: true, seeders: [], now: start + after,
+                                    stillSending: { $0 == slow })
+        }
+        #expect(verdict(slow, after: .zero) == .serve)
+        // The slow member's re-ask does not restart the patience.
+        #expect(verdict(slow, after: patience / 2) == .serve)
+        #expect(verdict(other, after: patience - .milliseconds(1)) == .leave)
+        #expect(verdict(other, after: patience) == .serveAgain(.firstCopyTooSlow),
+                "the others would wait as long as the slow member's pace takes")
+    }
+
+    @Test("super-seeding: only a member that added the content seeds; a chunk a member holds whole is left to it, unless it seeds too")
+    func onlyTheContentsAddersSeed() {
+        let manifest = Manifest(size: 1024, chunkSize: 1024, chunks: [SHA256Digest.hashing([0])])
+        let uploader = NodeID(high: 9, low: 9), fetched = NodeID(high: 1, low: 1), asker = NodeID(high: 2, low: 2)
+        let start = MeshInstant(nanoseconds: 1_000_000_000)
+        func verdict(_ scheduler: inout TransferScheduler, seeding: Bool, seeders: Set<NodeID>,
+                     after: Duration = .zero) -> TransferScheduler.SeedingVerdict {
+            scheduler.seedingVerdict(attachment: manifest.id, index: 0, to: asker, seeding: seeding, seeders: seeders,
+                                     now: start + after, stillSending: { _ in false })
+        }
+        // A member that fetched the attachment whole serves it, whoever else holds it.
+        var holder = TransferScheduler(seed: 1)
+        holder.setAvailability(.full(1), of: manifest.id, at: uploader)
+        #expect(verdict(&holder, seeding: false, seeders: [uploader]) == .serve)
+        // The uploader leaves the chunk to a member that holds it whole (before, every whole copy
+        // anywhere turned seeding off, and the uploader served all it was asked).
+        var seed = TransferScheduler(seed: 2)
+        seed.setAvailability(.full(1), of: manifest.id, at: fetched)
+        #expect(verdict(&seed, seeding: true, seeders: [uploader]) == .leave, "the chunk is left to the member that fetched it")
+        #expect(verdict(&seed, seeding: true, seeders: [uploader], after: seed.settings.busyGrace) == .serveAgain(.turnedAwayTooLong),
+                "a member that does not pass it on must not starve the asker")
+        // Another member that added the same content seeds like us: asked of both, each would
+        // send the asker to the other.
+        var twin = TransferScheduler(seed: 3)
+        twin.setAvailability(.full(1), of: manifest.id, at: fetched)
+        #expect(verdict(&twin, seeding: true, seeders: [uploader, fetched]) == .serve)
     }
 }

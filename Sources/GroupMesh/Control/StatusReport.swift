@@ -169,6 +169,10 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var wantsRefused: UInt64
         /// Paces told a holder again: its pieces showed it had not heard the last one.
         public var pacesRetold: UInt64
+        /// Super-seeding: wants answered busy to leave the chunk to the member that has it or is
+        /// getting it; second copies sent (a member turned away for 5 s, a first copy lost or too slow).
+        public var seedingRefusals: UInt64
+        public var seedingSecondCopies: UInt64
         /// Datagrams dropped on purpose by `run --simulate-loss`.
         public var simulatedDrops: UInt64
         /// Chunk requests that went unanswered in time and were asked elsewhere.

@@ -25,6 +25,9 @@ public enum GroupMeshMetricNames {
     public static let fetchThroughput = "groupmesh_fetch_throughput_bytes_per_second"
     public static let fetchesFailed = "groupmesh_fetches_failed_total"
     public static let requestTimeouts = "groupmesh_chunk_request_timeouts_total"
+    public static let pacesRetold = "groupmesh_paces_retold_total"
+    public static let seedingRefusals = "groupmesh_seeding_refusals_total"
+    public static let seedingSecondCopies = "groupmesh_seeding_second_copies_total"
     public static let storeBytes = "groupmesh_store_bytes"
     public static let storeFreeBytes = "groupmesh_store_free_bytes"
     public static let localHealth = "groupmesh_local_health"
@@ -55,6 +58,9 @@ public enum GroupMeshMetricNames {
         fetchThroughput: "Bytes of chunks fetched per second over the last second.",
         fetchesFailed: "Attachment fetches that ended without the attachment.",
         requestTimeouts: "Chunk requests unanswered in time and asked elsewhere.",
+        pacesRetold: "Paces told a holder again because its pieces came faster than the pace it was told.",
+        seedingRefusals: "Wants this uploader answered busy to leave the chunk to the member that has it or is getting it.",
+        seedingSecondCopies: "Chunks this uploader sent to a second member: one turned away for 5 s, or a first copy lost or too slow.",
         storeBytes: "Bytes of attachment content held in the data directory (whole and partial).",
         storeFreeBytes: "Free bytes on the data directory's file system.",
         localHealth: "Lifeguard local health: 0 is healthy; higher means this node is slow to answer.",

@@ -85,6 +85,9 @@ struct NodeMetrics {
         feed(Name.servedBytes, [], counters.chunkPayloadBytesSent)
         feed(Name.fetchesFailed, [], counters.fetchesFailed)
         feed(Name.requestTimeouts, [], reading.requestTimeouts)
+        feed(Name.pacesRetold, [], counters.pacesRetold)
+        feed(Name.seedingRefusals, [], counters.seedingRefusals)
+        feed(Name.seedingSecondCopies, [], counters.seedingSecondCopies)
         let handlers = reading.eventHandlers
         feed(Name.eventHandlerRuns, [("outcome", "ok")], handlers.run - min(handlers.run, handlers.failed + handlers.timedOut))
         feed(Name.eventHandlerRuns, [("outcome", "failed")], handlers.failed)

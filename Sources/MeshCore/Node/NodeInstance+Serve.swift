@@ -119,11 +119,22 @@ extension NodeInstance {
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld))], to: peer)
         }
         pacer.setRate(want.rate, for: peer)
-        // Initial seeding: a chunk only we hold goes to one member at a time.
-        if settings.superSeeding, let ref = chunkLocations[want.digest],
-           !transfer.shouldServe(attachment: ref.attachment, index: ref.index, to: peer,
-                                  holdingAll: complete.contains(ref.attachment), now: now) {
-            return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
+        // Initial seeding: a member that added the content sends each chunk about once.
+        if settings.superSeeding, let ref = chunkLocations[want.digest], complete.contains(ref.attachment) {
+            let seeders = Set(journal.state.attachments(withContent: ref.attachment).map(\.addedBy))
+            let verdict = transfer.seedingVerdict(attachment: ref.attachment, index: ref.index, to: peer,
+                                                  seeding: seeders.contains(localID), seeders: seeders, now: now) { member in
+                pacer.isQueued(want.digest, for: member) || serving.contains(ServeBudget.Key(peer: member, digest: want.digest))
+            }
+            switch verdict {
+            case .serve: break
+            case let .serveAgain(reason):
+                counters.seedingSecondCopies += 1
+                log(.debug, "seeding", ["secondCopy": reason.rawValue, "chunk": "\(ref.index)", "to": "\(peer)"])
+            case .leave:
+                counters.seedingRefusals += 1
+                return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
+            }
         }
         // The same want again while its pieces are on their way: they will do.
         let key = ServeBudget.Key(peer: peer, digest: want.digest)

@@ -21,7 +21,8 @@ public struct NodeSettings: Sendable {
     public var manifestRequestTimeout: Duration = .seconds(5)
     /// Once every holder was asked for a manifest without a good answer, the next round waits this long.
     public var manifestRoundPause: Duration = .milliseconds(500)
-    /// Whole holders answer "busy" for chunks others can pass on (`TransferScheduler.shouldServe`).
+    /// A member that added the content answers "busy" for chunks others can pass on
+    /// (`TransferScheduler.seedingVerdict`).
     public var superSeeding = true
     /// Chunks read for others at once; more wants are answered "busy" (a member cannot make us
     /// read without bound).

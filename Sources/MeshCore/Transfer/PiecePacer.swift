@@ -50,6 +50,11 @@ public struct PiecePacer: Sendable {
     /// Chunks queued for `peer`.
     public func queuedChunks(for peer: NodeID) -> Int { lanes[peer]?.chunks.count ?? 0 }
 
+    /// Whether pieces of a chunk are still queued for `peer`.
+    public func isQueued(_ digest: SHA256Digest, for peer: NodeID) -> Bool {
+        lanes[peer]?.chunks.contains { $0.digest == digest } ?? false
+    }
+
     /// Queues `pieces` of one chunk for `peer`; those already queued are not queued twice.
     /// Returns the payload bytes queued.
     @discardableResult

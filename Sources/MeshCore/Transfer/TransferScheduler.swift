@@ -26,6 +26,10 @@ public struct TransferScheduler: Sendable {
         /// it from the member that has it, so an uploader sends each chunk about once. Longer
         /// than a request timeout, so a copy lost on the way is sent again soon.
         public var seedingInterval: Duration = .seconds(2)
+        /// A copy of a chunk only we hold still leaving for its member after this long goes to
+        /// another member too: that member's pace has fallen so low that the others would wait
+        /// minutes for it (one whose rate fell to 32 KiB/s had 29 chunks queued, 230 s of them).
+        public var seedingPatience: Duration = .seconds(10)
         /// A member told "busy" because others hold the chunk is served anyway after this long,
         /// so stale availability cannot starve it.
         public var busyGrace: Duration = .seconds(5)
@@ -81,6 +85,35 @@ public struct TransferScheduler: Sendable {
         var hasRoom: Bool { inFlight - min(repairing, window) < window }
     }
 
+    /// What a seed does with a want (`seedingVerdict`).
+    public enum SeedingVerdict: Sendable, Equatable {
+        /// Serve it: we do not seed, the chunk is new to everyone, or the same member asks again.
+        case serve
+        /// Serve a second copy of a chunk, for this reason.
+        case serveAgain(SecondCopy)
+        /// Answer busy: the chunk is left to the member that has it or is getting it.
+        case leave
+    }
+
+    /// Why a seed sends a second copy of a chunk.
+    public enum SecondCopy: String, Sendable, Equatable {
+        /// The member was turned away for `busyGrace`: the members that hold it did not serve it.
+        case turnedAwayTooLong
+        /// The first copy of a chunk only we held left `seedingInterval` ago and its member has
+        /// not announced it: lost, or its member is gone.
+        case firstCopyLost
+        /// The first copy has been leaving for `seedingPatience`: its member's pace is too slow.
+        case firstCopyTooSlow
+    }
+
+    /// A chunk only we held, served to one member (initial seeding).
+    struct SeededCopy: Sendable {
+        var peer: NodeID
+        var servedAt: MeshInstant
+        /// The latest time its pieces were seen still queued: the copy left after it.
+        var seenLeaving: MeshInstant
+    }
+
     public let settings: Settings
     private var jobs: [SHA256Digest: Job] = [:]
     private var availability: [NodeID: [SHA256Digest: ChunkBitmap]] = [:]
@@ -120,7 +153,7 @@ public struct TransferScheduler: Sendable {
     /// Chunks assembled whose store has not answered yet (still counted in flight).
     public var storingCount: Int { jobs.values.reduce(0) { $0 + $1.storing.count } }
     /// Chunks we served that no one else is known to hold, with to whom and when (initial seeding).
-    private var seeded: [SHA256Digest: [Int: (peer: NodeID, at: MeshInstant)]] = [:]
+    private var seeded: [SHA256Digest: [Int: SeededCopy]] = [:]
     /// When each member was first told "busy" for a chunk.
     private var refusals: [SHA256Digest: [Int: [NodeID: MeshInstant]]] = [:]
 
@@ -291,38 +324,65 @@ public struct TransferScheduler: Sendable {
         jobs[attachment] = job
     }
 
-    /// Whether to send chunk `index` of an attachment we hold to `peer` now (BitTorrent's
-    /// super-seeding). A member still fetching the attachment serves whatever it has. One that
-    /// holds it whole (the uploader, above all) sends each chunk about once: a chunk only it
-    /// holds goes to one member per `seedingInterval`, and a chunk others hold is left to them;
-    /// the requester hears "busy" and asks elsewhere. So that stale availability cannot starve
+    /// What to do with `peer`'s want for chunk `index` of an attachment we hold (BitTorrent's
+    /// super-seeding). Only a member that added the content itself seeds this way (`seeding`):
+    /// every other holder serves whatever it has. A seed sends each chunk about once:
+    /// - a chunk another member announced is left to it (unless that member seeds too, or two
+    ///   seeds would send each other's requesters away);
+    /// - a chunk only we hold goes to one member at a time, and to another only
+    ///   `seedingInterval` after the copy to the first has left us (`stillSending` says whether
+    ///   it is still queued or being read: its member lost it, or is gone), or once it has been
+    ///   leaving for `seedingPatience`.
+    /// The requester hears "busy" and asks elsewhere. So that stale availability cannot starve
     /// anyone, a member refused a chunk that others hold is served anyway after `busyGrace`.
-    public mutating func shouldServe(attachment: SHA256Digest, index: Int, to peer: NodeID, holdingAll: Bool,
-                                     now: MeshInstant) -> Bool {
-        guard holdingAll else { return true }
-        // Left to members still fetching the attachment: they are the ones meant to pass it on
-        // (other whole holders serve like us, or two seeds would send each other's requesters away).
+    public mutating func seedingVerdict(attachment: SHA256Digest, index: Int, to peer: NodeID, seeding: Bool,
+                                        seeders: Set<NodeID>, now: MeshInstant,
+                                        stillSending: (NodeID) -> Bool) -> SeedingVerdict {
+        guard seeding else { return .serve }
         let elsewhere = availability.contains { holder, attachments in
-            guard holder != peer, !isAvoided(holder), let bitmap = attachments[attachment] else { return false }
-            return bitmap.contains(index) && !bitmap.isComplete
+            guard holder != peer, !seeders.contains(holder), !isAvoided(holder),
+                  let bitmap = attachments[attachment] else { return false }
+            return bitmap.contains(index)
         }
         if elsewhere {
             guard let first = refusals[attachment]?[index]?[peer] else {
                 refusals[attachment, default: [:]][index, default: [:]][peer] = now
-                return false
+                return .leave
             }
-            guard now >= first + settings.busyGrace else { return false }
+            guard now >= first + settings.busyGrace else { return .leave }
             refusals[attachment]?[index]?[peer] = nil
-            return true
+            return .serveAgain(.turnedAwayTooLong)
         }
         let otherSeeds = availability.contains { holder, attachments in
-            holder != peer && attachments[attachment]?.isComplete == true && !isAvoided(holder)
+            holder != peer && seeders.contains(holder) && attachments[attachment]?.isComplete == true && !isAvoided(holder)
         }
-        // The member it went to asks again only for pieces that were lost on the way: it gets them.
-        if !otherSeeds, let last = seeded[attachment]?[index], last.peer != peer,
-           now < last.at + settings.seedingInterval { return false }
-        seeded[attachment, default: [:]][index] = (peer, now)
-        return true
+        if otherSeeds { return .serve }
+        guard let copy = seeded[attachment]?[index] else {
+            seeded[attachment, default: [:]][index] = SeededCopy(peer: peer, servedAt: now, seenLeaving: now)
+            return .serve
+        }
+        // The member it went to asks again only for pieces that were lost on the way: it gets
+        // them, and the patience still counts from its first want.
+        guard copy.peer != peer else {
+            seeded[attachment]?[index]?.seenLeaving = now
+            return .serve
+        }
+        // Paced for a slow member, a chunk takes seconds to leave: timed from the want, the
+        // interval ran out while its pieces were still queued, and another member got a second
+        // copy (an upload to 10 on loopback sent 1.1–1.3× the file).
+        let reason: SecondCopy
+        if stillSending(copy.peer) {
+            guard now >= copy.servedAt + settings.seedingPatience else {
+                seeded[attachment]?[index]?.seenLeaving = now
+                return .leave
+            }
+            reason = .firstCopyTooSlow
+        } else {
+            guard now >= copy.seenLeaving + settings.seedingInterval else { return .leave }
+            reason = .firstCopyLost
+        }
+        seeded[attachment]?[index] = SeededCopy(peer: peer, servedAt: now, seenLeaving: now)
+        return .serveAgain(reason)
     }
 
     /// Whether some chunk of the attachment is asked of someone, or being stored, right now.
