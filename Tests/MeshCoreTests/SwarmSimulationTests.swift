@@ -258,63 +258,59 @@ struct SwarmSimulationTests {
         #expect(!scheduler.nextRequests(now: later).isEmpty, "the chunks are asked again")
     }
 
+    /// An uploader seeding one chunk; `stillSending` says for whom its copy is still queued.
+    struct Seed {
+        let manifest = Manifest(size: 1024, chunkSize: 1024, chunks: [SHA256Digest.hashing([0])])
+        let start = MeshInstant(nanoseconds: 1_000_000_000)
+        var scheduler = TransferScheduler(seed: 1)
+        var stillSending: (NodeID) -> Bool = { _ in false }
+
+        mutating func verdict(_ peer: NodeID, after: Duration) -> TransferScheduler.SeedingVerdict {
+            scheduler.seedingVerdict(attachment: manifest.id, index: 0, to: peer, seeding: true, seeders: [],
+                                     now: start + after, stillSending: stillSending)
+        }
+    }
+
     @Test("super-seeding: the member a chunk went to gets its lost pieces again; another member hears busy")
     func seedingServesGapsToTheSameMember() {
-        let chunks = (0..<4).map { SHA256Digest.hashing([UInt8($0)]) }
-        let manifest = Manifest(size: 4 * 1024, chunkSize: 1024, chunks: chunks)
         let first = NodeID(high: 1, low: 1), second = NodeID(high: 2, low: 2)
-        var uploader = TransferScheduler(seed: 1)
-        let start = MeshInstant(nanoseconds: 1_000_000_000)
-        func verdict(_ peer: NodeID, after: Duration) -> TransferScheduler.SeedingVerdict {
-            uploader.seedingVerdict(attachment: manifest.id, index: 0, to: peer, seeding: true, seeders: [], now: start + after,
-                                    stillSending: { _ in false })
-        }
-        #expect(verdict(first, after: .zero) == .serve)
+        var uploader = Seed()
+        #expect(uploader.verdict(first, after: .zero) == .serve)
         // The re-ask for the pieces lost on the way, well inside the seeding interval.
-        #expect(verdict(first, after: .milliseconds(10)) == .serve, "a re-ask for lost pieces would wait out the interval")
-        #expect(verdict(second, after: .milliseconds(20)) == .leave, "a second member is sent to the first")
-        #expect(verdict(second, after: uploader.settings.seedingInterval + .milliseconds(20)) == .serveAgain(.firstCopyLost))
+        #expect(uploader.verdict(first, after: .milliseconds(10)) == .serve, "a re-ask for lost pieces would wait out the interval")
+        #expect(uploader.verdict(second, after: .milliseconds(20)) == .leave, "a second member is sent to the first")
+        #expect(uploader.verdict(second, after: uploader.scheduler.settings.seedingInterval + .milliseconds(20))
+                == .serveAgain(.firstCopyLost))
     }
 
     /// Timed from the want, the interval ran out while a slow member's copy was still queued, and
     /// a second member got a second copy (an upload to 10 on loopback sent 1.1–1.3× the file).
-    @Test("super-seeding: a chunk still leaving for one member goes to no other, however long it takes")
+    @Test("super-seeding: a chunk still leaving for one member goes to no other until it has left")
     func seedingWaitsForTheCopyToLeave() {
-        let manifest = Manifest(size: 1024, chunkSize: 1024, chunks: [SHA256Digest.hashing([0])])
         let first = NodeID(high: 1, low: 1), second = NodeID(high: 2, low: 2)
-        var uploader = TransferScheduler(seed: 1)
-        let start = MeshInstant(nanoseconds: 1_000_000_000)
-        let interval = uploader.settings.seedingInterval
-        var sending = true
-        func verdict(_ peer: NodeID, after: Duration) -> TransferScheduler.SeedingVerdict {
-            uploader.seedingVerdict(attachment: manifest.id, index: 0, to: peer, seeding: true, seeders: [], now: start + after,
-                                    stillSending: { $0 == first && sending })
-        }
-        #expect(verdict(first, after: .zero) == .serve)
-        #expect(verdict(second, after: interval * 3) == .leave, "a second copy while the first is still queued")
-        sending = false
-        #expect(verdict(second, after: interval * 3 + .milliseconds(100)) == .leave,
+        var uploader = Seed()
+        uploader.stillSending = { $0 == first }
+        let interval = uploader.scheduler.settings.seedingInterval
+        #expect(uploader.verdict(first, after: .zero) == .serve)
+        #expect(uploader.verdict(second, after: interval * 3) == .leave, "a second copy while the first is still queued")
+        uploader.stillSending = { _ in false }
+        #expect(uploader.verdict(second, after: interval * 3 + .milliseconds(100)) == .leave,
                 "the interval counts from when the copy was last seen queued")
-        #expect(verdict(second, after: interval * 4 + .milliseconds(100)) == .serveAgain(.firstCopyLost),
+        #expect(uploader.verdict(second, after: interval * 4 + .milliseconds(100)) == .serveAgain(.firstCopyLost),
                 "a copy gone for the interval was lost: sent again")
     }
 
     @Test("super-seeding: a copy still leaving after the patience goes to another member too")
     func seedingPatienceEnds() {
-        let manifest = Manifest(size: 1024, chunkSize: 1024, chunks: [SHA256Digest.hashing([0])])
         let slow = NodeID(high: 1, low: 1), other = NodeID(high: 2, low: 2)
-        var uploader = TransferScheduler(seed: 1)
-        let start = MeshInstant(nanoseconds: 1_000_000_000)
-        let patience = uploader.settings.seedingPatience
-        func verdict(_ peer: NodeID, after: Duration) -> TransferScheduler.SeedingVerdict {
-            uploader.seedingVerdict(attachment: manifest.id, index: 0, to: peer, seeding: true, seeders: [], now: start + after,
-                                    stillSending: { $0 == slow })
-        }
-        #expect(verdict(slow, after: .zero) == .serve)
+        var uploader = Seed()
+        uploader.stillSending = { $0 == slow }
+        let patience = uploader.scheduler.settings.seedingPatience
+        #expect(uploader.verdict(slow, after: .zero) == .serve)
         // The slow member's re-ask does not restart the patience.
-        #expect(verdict(slow, after: patience / 2) == .serve)
-        #expect(verdict(other, after: patience - .milliseconds(1)) == .leave)
-        #expect(verdict(other, after: patience) == .serveAgain(.firstCopyTooSlow),
+        #expect(uploader.verdict(slow, after: patience / 2) == .serve)
+        #expect(uploader.verdict(other, after: patience - .milliseconds(1)) == .leave)
+        #expect(uploader.verdict(other, after: patience) == .serveAgain(.firstCopyTooSlow),
                 "the others would wait as long as the slow member's pace takes")
     }
 
