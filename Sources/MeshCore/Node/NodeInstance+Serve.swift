@@ -120,6 +120,7 @@ extension NodeInstance {
         }
         pacer.setRate(want.rate, for: peer)
         // Initial seeding: a member that added the content sends each chunk about once.
+        var secondCopy: (reason: TransferScheduler.SecondCopy, index: Int)?
         if settings.superSeeding, let ref = chunkLocations[want.digest], complete.contains(ref.attachment) {
             let seeders = Set(journal.state.attachments(withContent: ref.attachment).map(\.addedBy))
             let verdict = transfer.seedingVerdict(attachment: ref.attachment, index: ref.index, to: peer,
@@ -128,9 +129,7 @@ extension NodeInstance {
             }
             switch verdict {
             case .serve: break
-            case let .serveAgain(reason):
-                counters.seedingSecondCopies += 1
-                log(.debug, "seeding", ["secondCopy": reason.rawValue, "chunk": "\(ref.index)", "to": "\(peer)"])
+            case let .serveAgain(reason): secondCopy = (reason, ref.index)
             case .leave:
                 counters.seedingRefusals += 1
                 return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
@@ -151,6 +150,11 @@ extension NodeInstance {
               pacer.queuedChunks(for: peer) < settings.transfer.maximumInFlight else {
             counters.wantsRefused += 1
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
+        }
+        // Counted once admitted (a second member's first want is within its budget).
+        if let secondCopy {
+            counters.seedingSecondCopies += 1
+            log(.debug, "seeding", ["secondCopy": secondCopy.reason.rawValue, "chunk": "\(secondCopy.index)", "to": "\(peer)"])
         }
         // Kept chunks answer re-asks for lost pieces; past two copies a second to one member, its
         // wants wait for a read like any other (one at a time per chunk), as a flood should.
