@@ -119,4 +119,28 @@ import Testing
         pacer.remove(Self.peer)
         #expect(pacer.queuedBytes == 2000 && pacer.queuedBytes(for: Self.peer) == 0)
     }
+
+    /// A seed times its seeding interval from a copy's departure (`TransferScheduler.seedingVerdict`).
+    @Test("when a chunk's last piece left: now while it is queued, the time it left after, the latest 64 chunks kept")
+    func whenAChunkLeft() {
+        var pacer = PiecePacer()
+        // 1,052 bytes per piece on the wire at 105,200 B/s: one every 10 ms.
+        pacer.setRate(100 * (1000 + ChunkPiece.overhead), for: Self.peer)
+        let digest = SHA256Digest.hashing([7])
+        pacer.enqueue(Self.pieces(of: digest, count: 5), digest: digest, to: Self.peer)
+        #expect(pacer.leftAt(digest, for: Self.peer, now: Self.ms(1)) == Self.ms(1), "still queued")
+        #expect(pacer.leftAt(digest, for: Self.other, now: Self.ms(1)) == nil)
+        var now = Self.ms(0), last = Self.ms(0)
+        while !pacer.isEmpty, now < Self.ms(10_000) {
+            if !pacer.due(now: now).isEmpty { last = now }
+            now = pacer.nextDeadline ?? now
+        }
+        #expect(pacer.leftAt(digest, for: Self.peer, now: Self.ms(10_000)) == last)
+        for index in 0..<PiecePacer.recentlyLeftLimit {
+            let later = SHA256Digest.hashing([8, UInt8(index)])
+            pacer.enqueue(Self.pieces(of: later, count: 1), digest: later, to: Self.peer)
+            _ = pacer.due(now: Self.ms(20_000 + Int64(index) * 100))
+        }
+        #expect(pacer.leftAt(digest, for: Self.peer, now: Self.ms(30_000)) == nil, "the earliest is forgotten past the limit")
+    }
 }

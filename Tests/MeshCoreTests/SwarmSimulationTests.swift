@@ -59,10 +59,11 @@ final class SwarmProcess: SimulatedProcess {
             guard have.contains(index) else { return }
             guard corrupt || scheduler.seedingVerdict(attachment: manifest.id, index: index, to: peer, seeding: seeds,
                                                       seeders: [Self.id(SimAddress(0))], now: now,
-                                                      stillSending: { _ in false }) != .leave else {
+                                                      leftAt: { _ in nil }) != .leave else {
                 context.send(Self.encode(.busy(index: index)), to: sender)
                 return
             }
+            if seeds { scheduler.noteSeeded(attachment: manifest.id, index: index, to: peer, now: now) }
             var bytes = content[index]
             if corrupt { bytes = bytes.map { $0 ^ 0xFF } }
             payloadSent += bytes.count
@@ -258,16 +259,20 @@ struct SwarmSimulationTests {
         #expect(!scheduler.nextRequests(now: later).isEmpty, "the chunks are asked again")
     }
 
-    /// An uploader seeding one chunk; `stillSending` says for whom its copy is still queued.
+    /// An uploader seeding one chunk, which records a copy whenever it does not answer busy (as
+    /// the node does once it admits the want); `leftAt` says when a member's copy left.
     struct Seed {
         let manifest = Manifest(size: 1024, chunkSize: 1024, chunks: [SHA256Digest.hashing([0])])
         let start = MeshInstant(nanoseconds: 1_000_000_000)
         var scheduler = TransferScheduler(seed: 1)
-        var stillSending: (NodeID) -> Bool = { _ in false }
+        var leftAt: (NodeID, MeshInstant) -> MeshInstant? = { _, _ in nil }
 
-        mutating func verdict(_ peer: NodeID, after: Duration) -> TransferScheduler.SeedingVerdict {
-            scheduler.seedingVerdict(attachment: manifest.id, index: 0, to: peer, seeding: true, seeders: [],
-                                     now: start + after, stillSending: stillSending)
+        mutating func verdict(_ peer: NodeID, after: Duration, admitted: Bool = true) -> TransferScheduler.SeedingVerdict {
+            let now = start + after
+            let verdict = scheduler.seedingVerdict(attachment: manifest.id, index: 0, to: peer, seeding: true, seeders: [],
+                                                   now: now, leftAt: { [leftAt] in leftAt($0, now) })
+            if verdict != .leave, admitted { scheduler.noteSeeded(attachment: manifest.id, index: 0, to: peer, now: now) }
+            return verdict
         }
     }
 
@@ -285,26 +290,26 @@ struct SwarmSimulationTests {
 
     /// Timed from the want, the interval ran out while a slow member's copy was still queued, and
     /// a second member got a second copy (an upload to 10 on loopback sent 1.1–1.3× the file).
-    @Test("super-seeding: a chunk still leaving for one member goes to no other until it has left")
+    @Test("super-seeding: a chunk still leaving for one member goes to no other until the interval after its last piece")
     func seedingWaitsForTheCopyToLeave() {
         let first = NodeID(high: 1, low: 1), second = NodeID(high: 2, low: 2)
         var uploader = Seed()
-        uploader.stillSending = { $0 == first }
-        let interval = uploader.scheduler.settings.seedingInterval
+        let start = uploader.start
+        // Queued until 5 s; nobody else asks meanwhile (nothing saw it leaving).
+        uploader.leftAt = { member, now in member == first ? min(now, start + .seconds(5)) : nil }
         #expect(uploader.verdict(first, after: .zero) == .serve)
-        #expect(uploader.verdict(second, after: interval * 3) == .leave, "a second copy while the first is still queued")
-        uploader.stillSending = { _ in false }
-        #expect(uploader.verdict(second, after: interval * 3 + .milliseconds(100)) == .leave,
-                "the interval counts from when the copy was last seen queued")
-        #expect(uploader.verdict(second, after: interval * 4 + .milliseconds(100)) == .serveAgain(.firstCopyLost),
+        #expect(uploader.verdict(second, after: .seconds(3)) == .leave, "a second copy while the first is still queued")
+        #expect(uploader.verdict(second, after: .milliseconds(5_100)) == .leave,
+                "the interval counts from when the copy's last piece left, not from the want")
+        #expect(uploader.verdict(second, after: .milliseconds(7_100)) == .serveAgain(.firstCopyLost),
                 "a copy gone for the interval was lost: sent again")
     }
 
-    @Test("super-seeding: a copy still leaving after the patience goes to another member too")
+    @Test("super-seeding: once the patience has passed since the first member asked, the chunk goes to another too")
     func seedingPatienceEnds() {
         let slow = NodeID(high: 1, low: 1), other = NodeID(high: 2, low: 2)
         var uploader = Seed()
-        uploader.stillSending = { $0 == slow }
+        uploader.leftAt = { member, now in member == slow ? now : nil }
         let patience = uploader.scheduler.settings.seedingPatience
         #expect(uploader.verdict(slow, after: .zero) == .serve)
         // The slow member's re-ask does not restart the patience.
@@ -312,33 +317,66 @@ struct SwarmSimulationTests {
         #expect(uploader.verdict(other, after: patience - .milliseconds(1)) == .leave)
         #expect(uploader.verdict(other, after: patience) == .serveAgain(.firstCopyTooSlow),
                 "the others would wait as long as the slow member's pace takes")
+        // A member whose re-asks keep its copy fresh, with nothing queued (its wants answered busy
+        // by a full queue, say), holds the chunk no longer than the patience either.
+        var hoarded = Seed()
+        let hoarder = NodeID(high: 3, low: 3)
+        #expect(hoarded.verdict(hoarder, after: .zero) == .serve)
+        for step in 1..<20 { _ = hoarded.verdict(hoarder, after: .milliseconds(500 * step)) }
+        #expect(hoarded.verdict(other, after: patience) == .serveAgain(.firstCopyTooSlow))
     }
 
-    @Test("super-seeding: only a member that added the content seeds; a chunk a member holds whole is left to it, unless it seeds too")
+    @Test("super-seeding: a want answered busy by a full queue after the verdict holds the chunk for nobody")
+    func anUnadmittedWantHoldsNothing() {
+        let refused = NodeID(high: 1, low: 1), other = NodeID(high: 2, low: 2)
+        var uploader = Seed()
+        #expect(uploader.verdict(refused, after: .zero, admitted: false) == .serve)
+        #expect(uploader.verdict(other, after: .milliseconds(100)) == .serve, "nothing is on its way to the refused member")
+    }
+
+    @Test("super-seeding: only a member that added the content seeds; it leaves a chunk to a member seen fetching, not to a claim of the whole file")
     func onlyTheContentsAddersSeed() {
-        let manifest = Manifest(size: 1024, chunkSize: 1024, chunks: [SHA256Digest.hashing([0])])
-        let uploader = NodeID(high: 9, low: 9), fetched = NodeID(high: 1, low: 1), asker = NodeID(high: 2, low: 2)
+        let chunks = [SHA256Digest.hashing([0]), SHA256Digest.hashing([1])]
+        let manifest = Manifest(size: 2048, chunkSize: 1024, chunks: chunks)
+        let uploader = NodeID(high: 9, low: 9), other = NodeID(high: 1, low: 1), asker = NodeID(high: 2, low: 2)
         let start = MeshInstant(nanoseconds: 1_000_000_000)
+        var first = ChunkBitmap(count: 2)
+        first.insert(0)
         func verdict(_ scheduler: inout TransferScheduler, seeding: Bool, seeders: Set<NodeID>,
                      after: Duration = .zero) -> TransferScheduler.SeedingVerdict {
             scheduler.seedingVerdict(attachment: manifest.id, index: 0, to: asker, seeding: seeding, seeders: seeders,
-                                     now: start + after, stillSending: { _ in false })
+                                     now: start + after, leftAt: { _ in nil })
         }
         // A member that fetched the attachment whole serves it, whoever else holds it.
         var holder = TransferScheduler(seed: 1)
-        holder.setAvailability(.full(1), of: manifest.id, at: uploader)
+        holder.setAvailability(first, of: manifest.id, at: uploader)
         #expect(verdict(&holder, seeding: false, seeders: [uploader]) == .serve)
-        // The uploader leaves the chunk to a member that holds it whole (before, every whole copy
-        // anywhere turned seeding off, and the uploader served all it was asked).
+        // The uploader leaves a chunk to a member still fetching that announced it.
         var seed = TransferScheduler(seed: 2)
-        seed.setAvailability(.full(1), of: manifest.id, at: fetched)
-        #expect(verdict(&seed, seeding: true, seeders: [uploader]) == .leave, "the chunk is left to the member that fetched it")
+        seed.setAvailability(first, of: manifest.id, at: other)
+        #expect(verdict(&seed, seeding: true, seeders: [uploader]) == .leave, "the chunk is left to the member fetching it")
         #expect(verdict(&seed, seeding: true, seeders: [uploader], after: seed.settings.busyGrace) == .serveAgain(.turnedAwayTooLong),
                 "a member that does not pass it on must not starve the asker")
+        #expect(verdict(&seed, seeding: true, seeders: [uploader], after: seed.settings.busyGrace + .seconds(1))
+                == .serveAgain(.turnedAwayTooLong), "its asks for pieces it lost are served too, not turned away 5 s again")
+        // Once that member holds it whole, the chunk is still left to it (before, any whole copy
+        // turned seeding off, and the uploader served all it was asked)...
+        seed.setAvailability(.full(2), of: manifest.id, at: other)
+        var fetched = seed
+        #expect(verdict(&fetched, seeding: true, seeders: [uploader], after: .seconds(1)) == .leave)
+        // ...but a claim of the whole file at once turns nobody away (it may be a liar's), and
+        // does not turn seeding off either: a chunk just sent to one member still waits for it.
+        var claimed = TransferScheduler(seed: 3)
+        claimed.setAvailability(.full(2), of: manifest.id, at: other)
+        #expect(verdict(&claimed, seeding: true, seeders: [uploader]) == .serve)
+        claimed.noteSeeded(attachment: manifest.id, index: 0, to: NodeID(high: 3, low: 3), now: start)
+        #expect(verdict(&claimed, seeding: true, seeders: [uploader], after: .milliseconds(100)) == .leave)
         // Another member that added the same content seeds like us: asked of both, each would
         // send the asker to the other.
-        var twin = TransferScheduler(seed: 3)
-        twin.setAvailability(.full(1), of: manifest.id, at: fetched)
-        #expect(verdict(&twin, seeding: true, seeders: [uploader, fetched]) == .serve)
+        var twin = TransferScheduler(seed: 4)
+        twin.setAvailability(.full(2), of: manifest.id, at: other)
+        twin.noteSeeded(attachment: manifest.id, index: 0, to: NodeID(high: 3, low: 3), now: start)
+        #expect(verdict(&twin, seeding: true, seeders: [uploader, other], after: .milliseconds(100)) == .serve,
+                "with another seed, a chunk just sent to one member still goes to the next")
     }
 }

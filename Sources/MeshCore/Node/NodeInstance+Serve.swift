@@ -120,19 +120,20 @@ extension NodeInstance {
         }
         pacer.setRate(want.rate, for: peer)
         // Initial seeding: a member that added the content sends each chunk about once.
-        var secondCopy: (reason: TransferScheduler.SecondCopy, index: Int)?
+        var seeding: (ref: ChunkRef, verdict: TransferScheduler.SeedingVerdict)?
         if settings.superSeeding, let ref = chunkLocations[want.digest], complete.contains(ref.attachment) {
             let seeders = Set(journal.state.attachments(withContent: ref.attachment).map(\.addedBy))
-            let verdict = transfer.seedingVerdict(attachment: ref.attachment, index: ref.index, to: peer,
-                                                  seeding: seeders.contains(localID), seeders: seeders, now: now) { member in
-                pacer.isQueued(want.digest, for: member) || serving.contains(ServeBudget.Key(peer: member, digest: want.digest))
-            }
-            switch verdict {
-            case .serve: break
-            case let .serveAgain(reason): secondCopy = (reason, ref.index)
-            case .leave:
-                counters.seedingRefusals += 1
-                return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
+            if seeders.contains(localID) {
+                let verdict = transfer.seedingVerdict(attachment: ref.attachment, index: ref.index, to: peer, seeding: true,
+                                                      seeders: seeders, now: now) { member in
+                    serving.contains(ServeBudget.Key(peer: member, digest: want.digest))
+                        ? now : pacer.leftAt(want.digest, for: member, now: now)
+                }
+                guard verdict != .leave else {
+                    counters.seedingRefusals += 1
+                    return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
+                }
+                seeding = (ref, verdict)
             }
         }
         // The same want again while its pieces are on their way: they will do.
@@ -151,10 +152,14 @@ extension NodeInstance {
             counters.wantsRefused += 1
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
         }
-        // Counted once admitted (a second member's first want is within its budget).
-        if let secondCopy {
-            counters.seedingSecondCopies += 1
-            log(.debug, "seeding", ["secondCopy": secondCopy.reason.rawValue, "chunk": "\(secondCopy.index)", "to": "\(peer)"])
+        // Recorded once admitted: a want refused here leaves nothing on its way to the member
+        // (a second member's first want is within its budget below).
+        if let (ref, verdict) = seeding {
+            transfer.noteSeeded(attachment: ref.attachment, index: ref.index, to: peer, now: now)
+            if case let .serveAgain(reason) = verdict {
+                counters.seedingSecondCopies += 1
+                log(.debug, "seeding", ["secondCopy": reason.rawValue, "chunk": "\(ref.index)", "to": "\(peer)"])
+            }
         }
         // Kept chunks answer re-asks for lost pieces; past two copies a second to one member, its
         // wants wait for a read like any other (one at a time per chunk), as a flood should.

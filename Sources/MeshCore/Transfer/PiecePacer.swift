@@ -35,7 +35,12 @@ public struct PiecePacer: Sendable {
         var chunks: [Queued] = []
         var turn = 0
         var bytes = 0
+        /// When the last piece of each chunk lately sent whole left (at most `recentlyLeftLimit`).
+        var recentlyLeft: [SHA256Digest: MeshInstant] = [:]
     }
+
+    /// Chunks per member whose departure time is kept (`leftAt`).
+    static let recentlyLeftLimit = 64
 
     public let settings: Settings
     private var lanes: [NodeID: Lane] = [:]
@@ -50,9 +55,12 @@ public struct PiecePacer: Sendable {
     /// Chunks queued for `peer`.
     public func queuedChunks(for peer: NodeID) -> Int { lanes[peer]?.chunks.count ?? 0 }
 
-    /// Whether pieces of a chunk are still queued for `peer`.
-    public func isQueued(_ digest: SHA256Digest, for peer: NodeID) -> Bool {
-        lanes[peer]?.chunks.contains { $0.digest == digest } ?? false
+    /// When a chunk's last piece left for `peer`: `now` while pieces of it are still queued; nil
+    /// when it was not sent lately.
+    public func leftAt(_ digest: SHA256Digest, for peer: NodeID, now: MeshInstant) -> MeshInstant? {
+        guard let lane = lanes[peer] else { return nil }
+        if lane.chunks.contains(where: { $0.digest == digest }) { return now }
+        return lane.recentlyLeft[digest]
     }
 
     /// Queues `pieces` of one chunk for `peer`; those already queued are not queued twice.
@@ -151,13 +159,13 @@ extension PiecePacer.Lane {
         guard bytes > 0 else { return [] }
         var pieces: [ChunkPiece] = []
         if rate == 0 {
-            while let piece = take() { pieces.append(piece) }
+            while let piece = take(now: now) { pieces.append(piece) }
             return pieces
         }
         // Credit does not pile up over a pause: after one, at most `burst` goes at once.
         nextSendAt = max(nextSendAt, now + (.zero - settings.burst))
         let horizon = now + settings.slice
-        while nextSendAt <= horizon, let piece = take() {
+        while nextSendAt <= horizon, let piece = take(now: now) {
             pieces.append(piece)
             nextSendAt = nextSendAt + PiecePacer.time(piece.payload.readableBytes + ChunkPiece.overhead, at: rate)
         }
@@ -175,7 +183,7 @@ extension PiecePacer.Lane {
     }
 
     /// The next piece, taking the chunks in turn.
-    mutating func take() -> ChunkPiece? {
+    mutating func take(now: MeshInstant) -> ChunkPiece? {
         guard !chunks.isEmpty else { return nil }
         if turn >= chunks.count { turn = 0 }
         let piece = chunks[turn].pieces[chunks[turn].next]
@@ -183,10 +191,19 @@ extension PiecePacer.Lane {
         chunks[turn].indexes.remove(piece.index)
         bytes -= piece.payload.readableBytes
         if chunks[turn].next == chunks[turn].pieces.count {
-            chunks.remove(at: turn)
+            noteLeft(chunks.remove(at: turn).digest, at: now)
         } else {
             turn += 1
         }
         return piece
+    }
+
+    /// Keeps when a chunk left, forgetting the earliest past the limit.
+    mutating func noteLeft(_ digest: SHA256Digest, at now: MeshInstant) {
+        recentlyLeft[digest] = now
+        if recentlyLeft.count > PiecePacer.recentlyLeftLimit,
+           let earliest = recentlyLeft.min(by: { $0.value < $1.value })?.key {
+            recentlyLeft[earliest] = nil
+        }
     }
 }

@@ -102,15 +102,17 @@ public struct TransferScheduler: Sendable {
         /// The first copy of a chunk only we held left `seedingInterval` ago and its member has
         /// not announced it: lost, or its member is gone.
         case firstCopyLost
-        /// The first copy has been leaving for `seedingPatience`: its member's pace is too slow.
+        /// `seedingPatience` passed since the first member asked, and it has not announced the
+        /// chunk: its pace is too slow (or it keeps the chunk to itself).
         case firstCopyTooSlow
     }
 
     /// A chunk only we held, served to one member (initial seeding).
     struct SeededCopy: Sendable {
         var peer: NodeID
+        /// When that member was first served it.
         var servedAt: MeshInstant
-        /// The latest time its pieces were seen still queued: the copy left after it.
+        /// The latest time its pieces were known to be leaving us.
         var seenLeaving: MeshInstant
     }
 
@@ -156,6 +158,9 @@ public struct TransferScheduler: Sendable {
     private var seeded: [SHA256Digest: [Int: SeededCopy]] = [:]
     /// When each member was first told "busy" for a chunk.
     private var refusals: [SHA256Digest: [Int: [NodeID: MeshInstant]]] = [:]
+    /// Members that announced part of an attachment (not all of it at once): a seed leaves
+    /// chunks to them once they hold it whole too.
+    private var seenFetching: [SHA256Digest: Set<NodeID>] = [:]
 
     public init(settings: Settings = .init(), seed: UInt64) {
         self.settings = settings
@@ -212,6 +217,7 @@ public struct TransferScheduler: Sendable {
     /// What a member announced it holds of an attachment.
     public mutating func setAvailability(_ bitmap: ChunkBitmap, of attachment: SHA256Digest, at peer: NodeID) {
         availability[peer, default: [:]][attachment] = bitmap
+        if bitmap.held > 0, !bitmap.isComplete { seenFetching[attachment, default: []].insert(peer) }
         if peers[peer] == nil { peers[peer] = Peer(window: settings.initialWindow) }
     }
 
@@ -219,6 +225,14 @@ public struct TransferScheduler: Sendable {
     public mutating func removePeer(_ peer: NodeID) {
         availability[peer] = nil
         peers[peer] = nil
+        // What it was refused, and what we seeded to it (lost with it), are forgotten.
+        for id in refusals.keys {
+            for index in refusals[id]?.keys ?? [:].keys { refusals[id]?[index]?[peer] = nil }
+        }
+        for id in seeded.keys {
+            seeded[id] = seeded[id]?.filter { $0.value.peer != peer }
+        }
+        for id in seenFetching.keys { seenFetching[id]?.remove(peer) }
         for id in jobs.keys {
             for (index, asked) in jobs[id]?.inFlight ?? [:] where asked[peer] != nil {
                 jobs[id]?.inFlight[index]?[peer] = nil
@@ -327,62 +341,61 @@ public struct TransferScheduler: Sendable {
     /// What to do with `peer`'s want for chunk `index` of an attachment we hold (BitTorrent's
     /// super-seeding). Only a member that added the content itself seeds this way (`seeding`):
     /// every other holder serves whatever it has. A seed sends each chunk about once:
-    /// - a chunk another member announced is left to it (unless that member seeds too, or two
-    ///   seeds would send each other's requesters away);
-    /// - a chunk only we hold goes to one member at a time, and to another only
-    ///   `seedingInterval` after the copy to the first has left us (`stillSending` says whether
-    ///   it is still queued or being read: its member lost it, or is gone), or once it has been
-    ///   leaving for `seedingPatience`.
+    /// - a chunk that a member seen fetching the attachment announced is left to it, also once
+    ///   it holds the whole (not to one that claimed the whole file at once);
+    /// - another member that added the content seeds like us: while one holds it whole, we serve
+    ///   all we are asked (two seeds would send each other's requesters away);
+    /// - a chunk only we hold goes to one member at a time (`noteSeeded` records to whom, once
+    ///   the want is admitted), and to another only `seedingInterval` after the copy to the first
+    ///   has left us (`leftAt`: when its last piece left, now while it is still queued or read,
+    ///   nil when unknown): its member lost it, or is gone; or once `seedingPatience` has passed
+    ///   since the first member asked, however it fares.
     /// The requester hears "busy" and asks elsewhere. So that stale availability cannot starve
-    /// anyone, a member refused a chunk that others hold is served anyway after `busyGrace`.
+    /// anyone, a member refused a chunk that others hold is served anyway after `busyGrace` (and
+    /// from then on: its asks for pieces it lost too).
     public mutating func seedingVerdict(attachment: SHA256Digest, index: Int, to peer: NodeID, seeding: Bool,
                                         seeders: Set<NodeID>, now: MeshInstant,
-                                        stillSending: (NodeID) -> Bool) -> SeedingVerdict {
+                                        leftAt: (NodeID) -> MeshInstant?) -> SeedingVerdict {
         guard seeding else { return .serve }
+        // Left to members seen fetching it (they showed what they held as it arrived), also once
+        // they hold it whole: the uploader sent about a fifth less in simulation. Not to a member
+        // that claimed the whole file at once: it may be a liar, and its claim would make every
+        // fetch wait out `busyGrace` for each chunk.
         let elsewhere = availability.contains { holder, attachments in
             guard holder != peer, !seeders.contains(holder), !isAvoided(holder),
                   let bitmap = attachments[attachment] else { return false }
-            return bitmap.contains(index)
+            return bitmap.contains(index) && (!bitmap.isComplete || seenFetching[attachment]?.contains(holder) == true)
         }
         if elsewhere {
             guard let first = refusals[attachment]?[index]?[peer] else {
                 refusals[attachment, default: [:]][index, default: [:]][peer] = now
                 return .leave
             }
-            guard now >= first + settings.busyGrace else { return .leave }
-            refusals[attachment]?[index]?[peer] = nil
-            return .serveAgain(.turnedAwayTooLong)
+            return now >= first + settings.busyGrace ? .serveAgain(.turnedAwayTooLong) : .leave
         }
         let otherSeeds = availability.contains { holder, attachments in
             holder != peer && seeders.contains(holder) && attachments[attachment]?.isComplete == true && !isAvoided(holder)
         }
-        if otherSeeds { return .serve }
-        guard let copy = seeded[attachment]?[index] else {
-            seeded[attachment, default: [:]][index] = SeededCopy(peer: peer, servedAt: now, seenLeaving: now)
-            return .serve
-        }
-        // The member it went to asks again only for pieces that were lost on the way: it gets
-        // them, and the patience still counts from its first want.
-        guard copy.peer != peer else {
-            seeded[attachment]?[index]?.seenLeaving = now
-            return .serve
-        }
+        // The member it went to asks again only for pieces that were lost on the way: it gets them.
+        guard !otherSeeds, let copy = seeded[attachment]?[index], copy.peer != peer else { return .serve }
         // Paced for a slow member, a chunk takes seconds to leave: timed from the want, the
         // interval ran out while its pieces were still queued, and another member got a second
         // copy (an upload to 10 on loopback sent 1.1–1.3× the file).
-        let reason: SecondCopy
-        if stillSending(copy.peer) {
-            guard now >= copy.servedAt + settings.seedingPatience else {
-                seeded[attachment]?[index]?.seenLeaving = now
-                return .leave
-            }
-            reason = .firstCopyTooSlow
+        let left = max(copy.seenLeaving, leftAt(copy.peer) ?? copy.seenLeaving)
+        seeded[attachment]?[index]?.seenLeaving = left
+        if now >= copy.servedAt + settings.seedingPatience { return .serveAgain(.firstCopyTooSlow) }
+        return now >= left + settings.seedingInterval ? .serveAgain(.firstCopyLost) : .leave
+    }
+
+    /// A seed admitted `peer`'s want for chunk `index` (after `seedingVerdict`): the chunk is now
+    /// on its way to that member. A want again from the same member keeps the patience counting
+    /// from its first.
+    public mutating func noteSeeded(attachment: SHA256Digest, index: Int, to peer: NodeID, now: MeshInstant) {
+        if seeded[attachment]?[index]?.peer == peer {
+            seeded[attachment]?[index]?.seenLeaving = now
         } else {
-            guard now >= copy.seenLeaving + settings.seedingInterval else { return .leave }
-            reason = .firstCopyLost
+            seeded[attachment, default: [:]][index] = SeededCopy(peer: peer, servedAt: now, seenLeaving: now)
         }
-        seeded[attachment]?[index] = SeededCopy(peer: peer, servedAt: now, seenLeaving: now)
-        return .serveAgain(reason)
     }
 
     /// Whether some chunk of the attachment is asked of someone, or being stored, right now.
