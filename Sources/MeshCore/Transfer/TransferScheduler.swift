@@ -26,9 +26,10 @@ public struct TransferScheduler: Sendable {
         /// it from the member that has it, so an uploader sends each chunk about once. Longer
         /// than a request timeout, so a copy lost on the way is sent again soon.
         public var seedingInterval: Duration = .seconds(2)
-        /// A copy of a chunk only we hold still leaving for its member after this long goes to
-        /// another member too: that member's pace has fallen so low that the others would wait
-        /// minutes for it (one whose rate fell to 32 KiB/s had 29 chunks queued, 230 s of them).
+        /// A chunk only we hold, sent to one member, goes to another member too this long after
+        /// the first asked, whatever its copy does: a member whose pace has fallen so low (one
+        /// whose rate fell to 32 KiB/s had 29 chunks queued, 230 s of them), or that keeps
+        /// re-asking, must not keep the others waiting.
         public var seedingPatience: Duration = .seconds(10)
         /// A member told "busy" because others hold the chunk is served anyway after this long,
         /// so stale availability cannot starve it.
