@@ -180,6 +180,7 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
                                payload: buffer(rng.bytes(802)))),
         .chunkPiece(ChunkPiece(digest: digest, chunkLength: 1, pieceSize: 1099, index: 0, payload: buffer([7]))),
         .chunkAbsent(ChunkAbsent(digest: digest, reason: .notHeld)), .chunkAbsent(ChunkAbsent(digest: digest, reason: .busy)),
+        .chunkAbsent(ChunkAbsent(digest: digest, reason: .leftToOthers)),
         .epochHandover(EpochHandover(
             rotation: KeyRotation(previousSession: SessionID(value: rng.next()), nextSession: SessionID(value: rng.next()),
                                   removed: [some], signingKey: identity.publicKey, signature: identity.sign([2])),

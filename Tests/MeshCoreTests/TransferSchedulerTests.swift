@@ -246,4 +246,51 @@ struct TransferSchedulerTests {
         let retry = Self.start + scheduler.settings.busyRetry
         #expect(scheduler.nextRequests(now: retry).map(\.index) == [0])
     }
+
+    @Test("a seed that left a chunk to others is asked for it again only when no one else holds it, or after its wait once another failed it")
+    func seedThatLeftAChunkIsAskedLast() {
+        var scheduler = onlyChunkZeroAskedOfFirst(seed: 1)
+        let settings = scheduler.settings
+        scheduler.onLeftToOthers(attachment: manifest.id, index: 0, from: first, now: Self.start)
+        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(1)).isEmpty, "asked again at once")
+        // No one else is known to hold it (their announcement is on its way): the seed again.
+        let left = Self.start + settings.busyRetry
+        #expect(scheduler.nextRequests(now: left).map(\.peer) == [first])
+        scheduler.onLeftToOthers(attachment: manifest.id, index: 0, from: first, now: left)
+        scheduler.setAvailability(partial([0]), of: manifest.id, at: second)
+        #expect(scheduler.nextRequests(now: left + settings.busyRetry).map(\.peer) == [second])
+        // The other holder is busy: asked again itself, while the seed's wait lasts.
+        var now = left + settings.busyRetry + .milliseconds(100)
+        scheduler.onBusy(attachment: manifest.id, index: 0, from: second, now: now)
+        now = now + settings.busyRetry
+        #expect(scheduler.nextRequests(now: now).map(\.peer) == [second])
+        // Past the wait, after that failure, the seed may be asked (the other is busy again).
+        let waited: MeshInstant = left + settings.leftToOthersWait
+        scheduler.onBusy(attachment: manifest.id, index: 0, from: second, now: left + (settings.leftToOthersWait - .milliseconds(1)))
+        // (The end game then asks the other too, busy or not.)
+        #expect(scheduler.nextRequests(now: waited).map(\.peer) == [first, second])
+    }
+
+    @Test("a chunk a seed left to others waits for room at them, past the seed's wait, while none of them failed it")
+    func leftChunkWaitsForRoom() {
+        var settings = TransferScheduler.Settings()
+        settings.initialWindow = 1
+        var scheduler = TransferScheduler(settings: settings, seed: 3)
+        // `other`: an attachment only `second` holds, to fill its window.
+        let other = Manifest(size: 4 * 1024, chunkSize: 1024, chunks: (0..<4).map { SHA256Digest.hashing([UInt8($0), 9]) })
+        scheduler.start(manifest, have: partial([1, 2, 3, 4, 5, 6, 7]))
+        scheduler.setAvailability(.full(8), of: manifest.id, at: first)
+        #expect(scheduler.nextRequests(now: Self.start).map(\.peer) == [first])
+        scheduler.onLeftToOthers(attachment: manifest.id, index: 0, from: first, now: Self.start)
+        scheduler.setAvailability(partial([0]), of: manifest.id, at: second)
+        scheduler.start(other, have: ChunkBitmap(count: 4))
+        scheduler.setAvailability(.full(4), of: other.id, at: second)
+        var asked: [TransferScheduler.Request] = []
+        let afterTheWait: MeshInstant = Self.start + settings.leftToOthersWait + .seconds(1)
+        for now in [Self.start + settings.busyRetry, afterTheWait] {
+            asked += scheduler.nextRequests(now: now)
+        }
+        #expect(asked.count == 1 && asked.allSatisfy { $0.peer == second }, "\(asked)")
+        #expect(!asked.contains { $0.attachment == manifest.id && $0.peer == first }, "the seed asked though no other holder failed")
+    }
 }

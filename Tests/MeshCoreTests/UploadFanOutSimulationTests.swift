@@ -43,10 +43,12 @@ struct UploadFanOutSimulationTests {
     /// Before, a copy paced for a slow member was still queued when the seeding interval ran
     /// out, and went to a second member too; and once any member held the file whole, the
     /// uploader served everything it was asked. The same three seeds then sent 1.41–1.47× (mean
-    /// 1.44; 1.6–2.1× with 9 members, 16 MiB in 256 KiB chunks); now 1.08–1.26 (mean 1.16). The
-    /// rest is pieces lost at the slow lines' small queues and sent again, and second copies of
-    /// chunks a slow member hoarded past the patience or no holder served for 5 s.
-    @Test("an uploader to 6 members, 2 of them slow, sends the file about once: ≤ 1.3× on average over the seeds")
+    /// 1.44; 1.6–2.1× with 9 members, 16 MiB in 256 KiB chunks); with the seed's rules 1.08–1.26
+    /// (mean 1.16), where a slow member that waited for room at the holders came back to the seed
+    /// after its 5 s grace; now that it hears "left to others" and waits for them, 1.05–1.14 (mean
+    /// 1.08). The rest is pieces lost at the slow lines' small queues and sent again, and second
+    /// copies of chunks a slow member hoarded past the patience.
+    @Test("an uploader to 6 members, 2 of them slow, sends the file about once: ≤ 1.2× on average over the seeds")
     func uploaderSendsAboutOneCopy() {
         let seeds = SimulationSeeds.from(defaultCount: 3)
         var copies: [Double] = []
@@ -58,6 +60,6 @@ struct UploadFanOutSimulationTests {
                   + "\(outcome.secondCopies) second copies, \(outcome.refusals) wants left to others")
         }
         let mean = copies.reduce(0, +) / Double(max(1, copies.count))
-        #expect(mean <= 1.3, "seeds \(seeds): the uploader sent \(copies)× the file")
+        #expect(mean <= 1.2, "seeds \(seeds): the uploader sent \(copies)× the file")
     }
 }

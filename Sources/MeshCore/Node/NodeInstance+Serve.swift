@@ -74,6 +74,7 @@ extension NodeInstance {
                     switch absent.reason {
                     case .busy: transfer.onBusy(attachment: ref.attachment, index: ref.index, from: peer, now: now)
                     case .notHeld: transfer.onMissing(attachment: ref.attachment, index: ref.index, from: peer)
+                    case .leftToOthers: transfer.onLeftToOthers(attachment: ref.attachment, index: ref.index, from: peer, now: now)
                     }
                 }
                 progressed = true
@@ -131,7 +132,7 @@ extension NodeInstance {
                 }
                 guard verdict != .leave else {
                     counters.seedingRefusals += 1
-                    return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
+                    return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .leftToOthers))], to: peer)
                 }
                 seeding = (ref, verdict)
             }
@@ -156,7 +157,8 @@ extension NodeInstance {
         // (a second member's first want is within its budget below).
         if let (ref, verdict) = seeding {
             transfer.noteSeeded(attachment: ref.attachment, index: ref.index, to: peer, now: now)
-            if case let .serveAgain(reason) = verdict {
+            // Counted once per copy: the member's asks for pieces it lost are the same copy.
+            if case let .serveAgain(reason) = verdict, want.missing == nil {
                 counters.seedingSecondCopies += 1
                 log(.debug, "seeding", ["secondCopy": reason.rawValue, "chunk": "\(ref.index)", "to": "\(peer)"])
             }

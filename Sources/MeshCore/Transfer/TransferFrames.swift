@@ -137,9 +137,10 @@ public struct ChunkPiece: WireBody {
     }
 }
 
-/// "I will not send this chunk": not held (any more), or busy now (ask again later or elsewhere).
+/// "I will not send this chunk": not held (any more), busy now (ask again later or elsewhere), or
+/// left to the members that hold it (a seed's answer: ask them).
 public struct ChunkAbsent: WireBody {
-    public enum Reason: UInt8, Sendable { case notHeld = 0, busy = 1 }
+    public enum Reason: UInt8, Sendable { case notHeld = 0, busy = 1, leftToOthers = 2 }
     public var digest: SHA256Digest
     public var reason: Reason
 

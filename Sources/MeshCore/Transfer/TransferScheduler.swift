@@ -36,6 +36,14 @@ public struct TransferScheduler: Sendable {
         public var busyGrace: Duration = .seconds(5)
         /// How long to wait before asking again for a chunk its only holder was too busy to send.
         public var busyRetry: Duration = .milliseconds(200)
+        /// A seed that left a chunk to others is not asked for it again while another member
+        /// holds it, and then only once this long has passed since its first such answer and one
+        /// of those members failed it (busy, or no answer): the chunk waits for room at the
+        /// holders. Asked every `busyRetry`, a slow member whose windows at the holders stayed
+        /// full was refused 12 times in 3 s and then served a second copy at the seed's
+        /// `busyGrace`; asked again after a plain 10 s, it was served a second copy of 13 chunks
+        /// of 64 (simulation). As long as the seed's grace, so a seed asked again serves at once.
+        public var leftToOthersWait: Duration = .seconds(5)
         public init() {}
     }
 
@@ -59,6 +67,10 @@ public struct TransferScheduler: Sendable {
         var notBefore: [Int: MeshInstant] = [:]
         /// Index → members that said busy for it, until when they are not asked for it.
         var busy: [Int: [NodeID: MeshInstant]] = [:]
+        /// Index → seeds that left it to others, with the end of their `leftToOthersWait`.
+        var leftToOthers: [Int: [NodeID: MeshInstant]] = [:]
+        /// Indexes a seed left to others that another holder then failed (busy, or no answer).
+        var othersFailed: Set<Int> = []
         /// Indexes whose copy, made of pieces from several members, failed its hash: asked of one
         /// member at a time from then on, so the one that lies is found.
         var solo: Set<Int> = []
@@ -333,10 +345,23 @@ public struct TransferScheduler: Sendable {
         peers[peer]?.inFlight -= 1
         if job.inFlight[index]?.isEmpty == true { job.inFlight[index] = nil }
         job.busy[index, default: [:]][peer] = now + settings.busyRetry
+        if let seeds = job.leftToOthers[index], seeds[peer] == nil { job.othersFailed.insert(index) }
         if holders(of: index, among: holderBitmaps(of: attachment, count: job.have.count)).allSatisfy({ job.busy[index]?[$0].map { now < $0 } ?? false }) {
             job.notBefore[index] = now + settings.busyRetry
         }
         jobs[attachment] = job
+    }
+
+    /// A seed answered that it leaves this chunk to the members that hold it (`seedingVerdict`):
+    /// ask them, and the seed only when no one else holds it, or after `leftToOthersWait`.
+    public mutating func onLeftToOthers(attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant) {
+        guard jobs[attachment]?.inFlight[index]?[peer] != nil else { return }
+        onBusy(attachment: attachment, index: index, from: peer, now: now)
+        // Timed from the first such answer, as the seed's grace is: asked again after it, the
+        // seed serves.
+        guard jobs[attachment]?.leftToOthers[index]?[peer] == nil else { return }
+        jobs[attachment]?.leftToOthers[index, default: [:]][peer] = now + settings.leftToOthersWait
+        jobs[attachment]?.othersFailed.remove(index)
     }
 
     /// What to do with `peer`'s want for chunk `index` of an attachment we hold (BitTorrent's
@@ -351,7 +376,7 @@ public struct TransferScheduler: Sendable {
     ///   has left us (`leftAt`: when its last piece left, now while it is still queued or read,
     ///   nil when unknown): its member lost it, or is gone; or once `seedingPatience` has passed
     ///   since the first member asked, however it fares.
-    /// The requester hears "busy" and asks elsewhere. So that stale availability cannot starve
+    /// The requester hears "left to others" and asks them. So that stale availability cannot starve
     /// anyone, a member refused a chunk that others hold is served anyway after `busyGrace` (and
     /// from then on: its asks for pieces it lost too).
     public mutating func seedingVerdict(attachment: SHA256Digest, index: Int, to peer: NodeID, seeding: Bool,
@@ -414,6 +439,7 @@ public struct TransferScheduler: Sendable {
                 for (peer, sentAt) in job.inFlight[index] ?? [:] where now >= sentAt + timeout(for: peer) {
                     job.inFlight[index]?[peer] = nil
                     timeouts += 1
+                    if let seeds = job.leftToOthers[index], seeds[peer] == nil { job.othersFailed.insert(index) }
                     if var state = peers[peer] {
                         state.inFlight -= 1
                         state.window = max(1, state.window / 2)
@@ -481,7 +507,7 @@ public struct TransferScheduler: Sendable {
                     // only members with room, and draws nothing when none has): after a stored
                     // chunk freed one slot, the rest of this pass was a scan of every chunk.
                     guard peers.values.contains(where: \.hasRoom) else { break }
-                    let holders = holders(of: index, among: bitmaps)
+                    let holders = holders(of: index, among: bitmaps, leaving: job, now: now)
                     let busy = Set((job.busy[index] ?? [:]).filter { now < $0.value }.keys)
                     let candidates = holders.filter { !busy.contains($0) }
                     // Everyone who has it said busy: ask one of them anyway (they serve a member
@@ -498,7 +524,7 @@ public struct TransferScheduler: Sendable {
                 for index in job.inFlight.keys.sorted()
                 where (job.inFlight[index]?.count ?? 0) == 1 && !job.solo.contains(index) && !job.storing.contains(index) {
                     let asked = Set(job.inFlight[index]?.keys ?? [:].keys)
-                    guard let peer = pickHolder(holders(of: index, among: bitmaps),
+                    guard let peer = pickHolder(holders(of: index, among: bitmaps, leaving: job, now: now),
                                                 excluding: asked.union(job.refused[index] ?? [])) else { continue }
                     ask(peer, index: index, in: &job, now: now, into: &requests)
                 }
@@ -524,6 +550,18 @@ public struct TransferScheduler: Sendable {
 
     private func holders(of index: Int, among bitmaps: [(peer: NodeID, bitmap: ChunkBitmap)]) -> [NodeID] {
         bitmaps.compactMap { $0.bitmap.contains(index) ? $0.peer : nil }
+    }
+
+    /// The holders to ask for chunk `index`: seeds that left it to others only when no other
+    /// member that has not refused it holds it, or after their wait once another failed it.
+    private func holders(of index: Int, among bitmaps: [(peer: NodeID, bitmap: ChunkBitmap)], leaving job: Job,
+                         now: MeshInstant) -> [NodeID] {
+        let all = holders(of: index, among: bitmaps)
+        let failed = job.othersFailed.contains(index)
+        guard let seeds = job.leftToOthers[index]?.filter({ now < $0.value || !failed }), !seeds.isEmpty else { return all }
+        let refused = job.refused[index] ?? []
+        let others = all.filter { seeds[$0] == nil }
+        return others.contains(where: { !refused.contains($0) }) ? others : all
     }
 
     /// A random holder with room in its window, not among `excluded`, one of `lastResort` only
