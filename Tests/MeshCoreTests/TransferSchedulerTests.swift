@@ -262,6 +262,7 @@ struct TransferSchedulerTests {
         // The other holder is busy: asked again itself, while the seed's wait lasts.
         var now = left + settings.busyRetry + .milliseconds(100)
         scheduler.onBusy(attachment: manifest.id, index: 0, from: second, now: now)
+        #expect(scheduler.nextRequests(now: now + .milliseconds(1)).isEmpty, "the busy holder asked again at once")
         now = now + settings.busyRetry
         #expect(scheduler.nextRequests(now: now).map(\.peer) == [second])
         // Past the wait, after that failure, the seed may be asked (the other is busy again).
@@ -271,12 +272,10 @@ struct TransferSchedulerTests {
         #expect(scheduler.nextRequests(now: waited).map(\.peer) == [first, second])
     }
 
-    @Test("a chunk a seed left to others waits for room at them, past the seed's wait, while none of them failed it")
-    func leftChunkWaitsForRoom() {
-        var settings = TransferScheduler.Settings()
-        settings.initialWindow = 1
+    /// `first` seeds and left chunk 0 to `second`, whose window (1) is full with a chunk of
+    /// another attachment only it holds.
+    func chunkLeftToABusyHolder(settings: TransferScheduler.Settings) -> TransferScheduler {
         var scheduler = TransferScheduler(settings: settings, seed: 3)
-        // `other`: an attachment only `second` holds, to fill its window.
         let other = Manifest(size: 4 * 1024, chunkSize: 1024, chunks: (0..<4).map { SHA256Digest.hashing([UInt8($0), 9]) })
         scheduler.start(manifest, have: partial([1, 2, 3, 4, 5, 6, 7]))
         scheduler.setAvailability(.full(8), of: manifest.id, at: first)
@@ -285,12 +284,35 @@ struct TransferSchedulerTests {
         scheduler.setAvailability(partial([0]), of: manifest.id, at: second)
         scheduler.start(other, have: ChunkBitmap(count: 4))
         scheduler.setAvailability(.full(4), of: other.id, at: second)
-        var asked: [TransferScheduler.Request] = []
+        let asked = scheduler.nextRequests(now: Self.start + settings.busyRetry)
+        #expect(asked.count == 1 && asked.allSatisfy { $0.peer == second && $0.attachment == other.id }, "\(asked)")
+        return scheduler
+    }
+
+    @Test("a chunk a seed left to others waits for room at them, past the seed's wait while none of them fails, up to four waits")
+    func leftChunkWaitsForRoom() {
+        var settings = TransferScheduler.Settings()
+        settings.initialWindow = 1
+        var scheduler = chunkLeftToABusyHolder(settings: settings)
         let afterTheWait: MeshInstant = Self.start + settings.leftToOthersWait + .seconds(1)
-        for now in [Self.start + settings.busyRetry, afterTheWait] {
-            asked += scheduler.nextRequests(now: now)
-        }
-        #expect(asked.count == 1 && asked.allSatisfy { $0.peer == second }, "\(asked)")
-        #expect(!asked.contains { $0.attachment == manifest.id && $0.peer == first }, "the seed asked though no other holder failed")
+        let asked = scheduler.nextRequests(now: afterTheWait)
+        #expect(asked.isEmpty, "the seed asked though no other holder failed: \(asked)")
+        let afterFour: MeshInstant = Self.start + settings.leftToOthersWait * 4
+        #expect(scheduler.nextRequests(now: afterFour).map(\.peer) == [first], "a holder that never makes room holds the chunk for ever")
+    }
+
+    @Test("a holder that lets any request time out after a seed left it a chunk gives the seed back after the wait")
+    func failedHolderGivesTheSeedBack() {
+        var settings = TransferScheduler.Settings()
+        settings.initialWindow = 1
+        var scheduler = chunkLeftToABusyHolder(settings: settings)
+        // Its request for the other attachment's chunk times out (a silent holder).
+        let timedOut: MeshInstant = Self.start + settings.busyRetry + settings.requestTimeout
+        scheduler.onTick(now: timedOut)
+        #expect(scheduler.timeouts == 1)
+        #expect(!scheduler.nextRequests(now: timedOut).contains { $0.attachment == manifest.id && $0.peer == first },
+                "the seed asked before its wait ended")
+        let waited: MeshInstant = Self.start + settings.leftToOthersWait
+        #expect(scheduler.nextRequests(now: waited).contains { $0.attachment == manifest.id && $0.peer == first })
     }
 }

@@ -59,7 +59,7 @@ public enum GroupMeshMetricNames {
         fetchesFailed: "Attachment fetches that ended without the attachment.",
         requestTimeouts: "Chunk requests unanswered in time and asked elsewhere.",
         pacesRetold: "Paces told a holder again because its pieces came faster than the pace it was told.",
-        seedingRefusals: "Wants this uploader answered busy to leave the chunk to the member that has it or is getting it.",
+        seedingRefusals: "Wants this uploader answered \"left to others\": the chunk is left to the member that has it or is getting it.",
         seedingSecondCopies: "Chunks this uploader sent to a second member: one turned away for 5 s, or a first copy lost or too slow.",
         storeBytes: "Bytes of attachment content held in the data directory (whole and partial).",
         storeFreeBytes: "Free bytes on the data directory's file system.",

@@ -29,7 +29,7 @@ public struct NodeCounters: Sendable, Equatable {
     public var piecesUnsolicited: UInt64 = 0
     /// Wants answered "busy" because the send queue was full or too many chunks were being read.
     public var wantsRefused: UInt64 = 0
-    /// Wants a seed answered "busy" to leave the chunk to the member that has it or is getting
+    /// Wants a seed answered "left to others": the chunk is left to the member that has it or is getting
     /// it (super-seeding), and second copies it sent of a chunk: to a member turned away for 5 s,
     /// or of one only it held whose first copy was lost or too slow (`SeedingVerdict`).
     public var seedingRefusals: UInt64 = 0

@@ -210,7 +210,7 @@ extension NodeInstance {
                let want = assembler.begin(request.digest, length: length, from: request.peer, now: now) {
                 sendWant(want, to: request.peer, now: now)
             } else {
-                transfer.onBusy(attachment: request.attachment, index: request.index, from: request.peer, now: now)
+                transfer.onBusy(attachment: request.attachment, index: request.index, from: request.peer, now: now, asked: false)
             }
         }
         retunePacing(now: now)

@@ -157,8 +157,7 @@ extension NodeInstance {
         // (a second member's first want is within its budget below).
         if let (ref, verdict) = seeding {
             transfer.noteSeeded(attachment: ref.attachment, index: ref.index, to: peer, now: now)
-            // Counted once per copy: the member's asks for pieces it lost are the same copy.
-            if case let .serveAgain(reason) = verdict, want.missing == nil {
+            if case let .serveAgain(reason) = verdict {
                 counters.seedingSecondCopies += 1
                 log(.debug, "seeding", ["secondCopy": reason.rawValue, "chunk": "\(ref.index)", "to": "\(peer)"])
             }

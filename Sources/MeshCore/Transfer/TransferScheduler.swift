@@ -37,12 +37,13 @@ public struct TransferScheduler: Sendable {
         /// How long to wait before asking again for a chunk its only holder was too busy to send.
         public var busyRetry: Duration = .milliseconds(200)
         /// A seed that left a chunk to others is not asked for it again while another member
-        /// holds it, and then only once this long has passed since its first such answer and one
-        /// of those members failed it (busy, or no answer): the chunk waits for room at the
-        /// holders. Asked every `busyRetry`, a slow member whose windows at the holders stayed
-        /// full was refused 12 times in 3 s and then served a second copy at the seed's
-        /// `busyGrace`; asked again after a plain 10 s, it was served a second copy of 13 chunks
-        /// of 64 (simulation). As long as the seed's grace, so a seed asked again serves at once.
+        /// holds it, and then only once this long has passed since its first such answer and
+        /// those members failed (busy, or no answer: that chunk, or any chunk since); or after
+        /// four times this, whatever they do. Meanwhile the chunk waits for room at the holders.
+        /// Asked every `busyRetry`, a slow member whose windows at the holders stayed full was
+        /// refused 12 times in 3 s and then served a second copy at the seed's `busyGrace`; asked
+        /// again after a plain 10 s, it got second copies of 13 chunks of 64 (simulation). As
+        /// long as the seed's grace, so a seed asked again serves at once.
         public var leftToOthersWait: Duration = .seconds(5)
         public init() {}
     }
@@ -67,7 +68,7 @@ public struct TransferScheduler: Sendable {
         var notBefore: [Int: MeshInstant] = [:]
         /// Index → members that said busy for it, until when they are not asked for it.
         var busy: [Int: [NodeID: MeshInstant]] = [:]
-        /// Index → seeds that left it to others, with the end of their `leftToOthersWait`.
+        /// Index → seeds that left it to others, with when they first did.
         var leftToOthers: [Int: [NodeID: MeshInstant]] = [:]
         /// Indexes a seed left to others that another holder then failed (busy, or no answer).
         var othersFailed: Set<Int> = []
@@ -81,6 +82,9 @@ public struct TransferScheduler: Sendable {
 
     struct Peer: Sendable {
         var window: Int
+        /// When it last answered busy or let a request time out, and when it last sent a chunk.
+        var failedAt: MeshInstant?
+        var servedAt: MeshInstant?
         var inFlight = 0
         /// Of `inFlight`, chunks that only wait for lost pieces asked again (`repairing`).
         var repairing = 0
@@ -104,7 +108,7 @@ public struct TransferScheduler: Sendable {
         case serve
         /// Serve a second copy of a chunk, for this reason.
         case serveAgain(SecondCopy)
-        /// Answer busy: the chunk is left to the member that has it or is getting it.
+        /// Answer "left to others": the chunk is left to the member that has it or is getting it.
         case leave
     }
 
@@ -118,6 +122,13 @@ public struct TransferScheduler: Sendable {
         /// `seedingPatience` passed since the first member asked, and it has not announced the
         /// chunk: its pace is too slow (or it keeps the chunk to itself).
         case firstCopyTooSlow
+    }
+
+    /// A member turned away from a chunk (initial seeding).
+    struct Refusal: Sendable {
+        var first: MeshInstant
+        /// Served after `busyGrace`: it stays served, and the copy counts once.
+        var served = false
     }
 
     /// A chunk only we held, served to one member (initial seeding).
@@ -169,8 +180,9 @@ public struct TransferScheduler: Sendable {
     public var storingCount: Int { jobs.values.reduce(0) { $0 + $1.storing.count } }
     /// Chunks we served that no one else is known to hold, with to whom and when (initial seeding).
     private var seeded: [SHA256Digest: [Int: SeededCopy]] = [:]
-    /// When each member was first told "busy" for a chunk.
-    private var refusals: [SHA256Digest: [Int: [NodeID: MeshInstant]]] = [:]
+    /// When each member was first told "left to others" for a chunk, and whether it was served
+    /// all the same.
+    private var refusals: [SHA256Digest: [Int: [NodeID: Refusal]]] = [:]
     /// Members that announced part of an attachment (not all of it at once): a seed leaves
     /// chunks to them once they hold it whole too.
     private var seenFetching: [SHA256Digest: Set<NodeID>] = [:]
@@ -293,6 +305,7 @@ public struct TransferScheduler: Sendable {
             if valid, let now = lastNow, var state = peers[peer] {
                 let sample = now - sentAt
                 state.latency = state.latency.map { $0 * 0.875 + sample * 0.125 } ?? sample
+                state.servedAt = now
                 peers[peer] = state
             }
         }
@@ -340,28 +353,47 @@ public struct TransferScheduler: Sendable {
     }
 
     /// `peer` answered that it is busy with this chunk: ask again a little later, from anyone.
-    public mutating func onBusy(attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant) {
+    /// `asked` is false when the request never left (no room here to put the chunk together):
+    /// that is no failure of the holder's.
+    public mutating func onBusy(attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant,
+                                asked: Bool = true) {
+        if asked, jobs[attachment]?.inFlight[index]?[peer] != nil { noteFailure(of: peer, index: index, in: attachment, now: now) }
+        settle(attachment: attachment, index: index, answeredBy: peer, now: now)
+    }
+
+    /// A request answered without the chunk: the holder is not asked for it for `busyRetry`, nor
+    /// is the chunk, when every holder that may be asked said so.
+    private mutating func settle(attachment: SHA256Digest, index: Int, answeredBy peer: NodeID, now: MeshInstant) {
         guard var job = jobs[attachment], job.inFlight[index]?.removeValue(forKey: peer) != nil else { return }
         peers[peer]?.inFlight -= 1
         if job.inFlight[index]?.isEmpty == true { job.inFlight[index] = nil }
         job.busy[index, default: [:]][peer] = now + settings.busyRetry
-        if let seeds = job.leftToOthers[index], seeds[peer] == nil { job.othersFailed.insert(index) }
-        if holders(of: index, among: holderBitmaps(of: attachment, count: job.have.count)).allSatisfy({ job.busy[index]?[$0].map { now < $0 } ?? false }) {
+        let askable = holders(of: index, among: holderBitmaps(of: attachment, count: job.have.count), leaving: job, now: now)
+        if askable.allSatisfy({ job.busy[index]?[$0].map { now < $0 } ?? false }) {
             job.notBefore[index] = now + settings.busyRetry
         }
         jobs[attachment] = job
     }
 
+    /// `peer` answered busy for chunk `index`, or let it time out: a seed that left the chunk (or
+    /// any other) to it may be asked again after its wait.
+    private mutating func noteFailure(of peer: NodeID, index: Int, in attachment: SHA256Digest, now: MeshInstant) {
+        if let seeds = jobs[attachment]?.leftToOthers[index], seeds[peer] == nil { jobs[attachment]?.othersFailed.insert(index) }
+        peers[peer]?.failedAt = now
+    }
+
     /// A seed answered that it leaves this chunk to the members that hold it (`seedingVerdict`):
     /// ask them, and the seed only when no one else holds it, or after `leftToOthersWait`.
     public mutating func onLeftToOthers(attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant) {
-        guard jobs[attachment]?.inFlight[index]?[peer] != nil else { return }
-        onBusy(attachment: attachment, index: index, from: peer, now: now)
+        guard var job = jobs[attachment], job.inFlight[index]?[peer] != nil else { return }
         // Timed from the first such answer, as the seed's grace is: asked again after it, the
         // seed serves.
-        guard jobs[attachment]?.leftToOthers[index]?[peer] == nil else { return }
-        jobs[attachment]?.leftToOthers[index, default: [:]][peer] = now + settings.leftToOthersWait
-        jobs[attachment]?.othersFailed.remove(index)
+        if job.leftToOthers[index]?[peer] == nil {
+            job.leftToOthers[index, default: [:]][peer] = now
+            if job.leftToOthers[index]?.count == 1 { job.othersFailed.remove(index) }
+        }
+        jobs[attachment] = job
+        settle(attachment: attachment, index: index, answeredBy: peer, now: now)
     }
 
     /// What to do with `peer`'s want for chunk `index` of an attachment we hold (BitTorrent's
@@ -393,11 +425,12 @@ public struct TransferScheduler: Sendable {
             return bitmap.contains(index) && (!bitmap.isComplete || seenFetching[attachment]?.contains(holder) == true)
         }
         if elsewhere {
-            guard let first = refusals[attachment]?[index]?[peer] else {
-                refusals[attachment, default: [:]][index, default: [:]][peer] = now
+            guard let refusal = refusals[attachment]?[index]?[peer] else {
+                refusals[attachment, default: [:]][index, default: [:]][peer] = Refusal(first: now)
                 return .leave
             }
-            return now >= first + settings.busyGrace ? .serveAgain(.turnedAwayTooLong) : .leave
+            if refusal.served { return .serve }
+            return now >= refusal.first + settings.busyGrace ? .serveAgain(.turnedAwayTooLong) : .leave
         }
         let otherSeeds = availability.contains { holder, attachments in
             holder != peer && seeders.contains(holder) && attachments[attachment]?.isComplete == true && !isAvoided(holder)
@@ -415,8 +448,9 @@ public struct TransferScheduler: Sendable {
 
     /// A seed admitted `peer`'s want for chunk `index` (after `seedingVerdict`): the chunk is now
     /// on its way to that member. A want again from the same member keeps the patience counting
-    /// from its first.
+    /// from its first; a member served after its grace stays served (`Refusal.served`).
     public mutating func noteSeeded(attachment: SHA256Digest, index: Int, to peer: NodeID, now: MeshInstant) {
+        refusals[attachment]?[index]?[peer]?.served = true
         if seeded[attachment]?[index]?.peer == peer {
             seeded[attachment]?[index]?.seenLeaving = now
         } else {
@@ -440,6 +474,7 @@ public struct TransferScheduler: Sendable {
                     job.inFlight[index]?[peer] = nil
                     timeouts += 1
                     if let seeds = job.leftToOthers[index], seeds[peer] == nil { job.othersFailed.insert(index) }
+                    peers[peer]?.failedAt = now
                     if var state = peers[peer] {
                         state.inFlight -= 1
                         state.window = max(1, state.window / 2)
@@ -553,15 +588,23 @@ public struct TransferScheduler: Sendable {
     }
 
     /// The holders to ask for chunk `index`: seeds that left it to others only when no other
-    /// member that has not refused it holds it, or after their wait once another failed it.
+    /// member that has not refused it holds it, or after their wait (`leftToOthersWait`).
     private func holders(of index: Int, among bitmaps: [(peer: NodeID, bitmap: ChunkBitmap)], leaving job: Job,
                          now: MeshInstant) -> [NodeID] {
         let all = holders(of: index, among: bitmaps)
-        let failed = job.othersFailed.contains(index)
-        guard let seeds = job.leftToOthers[index]?.filter({ now < $0.value || !failed }), !seeds.isEmpty else { return all }
+        guard let left = job.leftToOthers[index], !left.isEmpty else { return all }
         let refused = job.refused[index] ?? []
-        let others = all.filter { seeds[$0] == nil }
-        return others.contains(where: { !refused.contains($0) }) ? others : all
+        let others = all.filter { left[$0] == nil && !refused.contains($0) }
+        guard !others.isEmpty else { return all }
+        let since = left.values.min() ?? now
+        // A holder failing now and then on a slow line still serves: only one whose latest
+        // answer was a failure (a silent one) gives the seed back for every chunk.
+        let failed = job.othersFailed.contains(index) || others.allSatisfy { peer in
+            guard let state = peers[peer], let failedAt = state.failedAt else { return false }
+            return failedAt >= since && failedAt > (state.servedAt ?? since)
+        }
+        let waited = now >= since + settings.leftToOthersWait * (failed ? 1 : 4)
+        return waited ? all : all.filter { left[$0] == nil }
     }
 
     /// A random holder with room in its window, not among `excluded`, one of `lastResort` only
