@@ -266,15 +266,16 @@ struct TransferSchedulerTests {
         now = now + settings.busyRetry
         #expect(scheduler.nextRequests(now: now).map(\.peer) == [second])
         // Past the wait, after that failure, the seed may be asked (the other is busy again).
-        let waited: MeshInstant = left + settings.leftToOthersWait
-        scheduler.onBusy(attachment: manifest.id, index: 0, from: second, now: left + (settings.leftToOthersWait - .milliseconds(1)))
+        // The wait counts from the seed's first answer (as its grace does), not its second.
+        let waited: MeshInstant = Self.start + settings.leftToOthersWait
+        scheduler.onBusy(attachment: manifest.id, index: 0, from: second, now: waited)
         // (The end game then asks the other too, busy or not.)
         #expect(scheduler.nextRequests(now: waited).map(\.peer) == [first, second])
     }
 
     /// `first` seeds and left chunk 0 to `second`, whose window (1) is full with a chunk of
     /// another attachment only it holds.
-    func chunkLeftToABusyHolder(settings: TransferScheduler.Settings) -> TransferScheduler {
+    func chunkLeftToABusyHolder(settings: TransferScheduler.Settings) -> (TransferScheduler, TransferScheduler.Request?) {
         var scheduler = TransferScheduler(settings: settings, seed: 3)
         let other = Manifest(size: 4 * 1024, chunkSize: 1024, chunks: (0..<4).map { SHA256Digest.hashing([UInt8($0), 9]) })
         scheduler.start(manifest, have: partial([1, 2, 3, 4, 5, 6, 7]))
@@ -286,17 +287,18 @@ struct TransferSchedulerTests {
         scheduler.setAvailability(.full(4), of: other.id, at: second)
         let asked = scheduler.nextRequests(now: Self.start + settings.busyRetry)
         #expect(asked.count == 1 && asked.allSatisfy { $0.peer == second && $0.attachment == other.id }, "\(asked)")
-        return scheduler
+        return (scheduler, asked.first)
     }
 
     @Test("a chunk a seed left to others waits for room at them, past the seed's wait while none of them fails, up to four waits")
     func leftChunkWaitsForRoom() {
         var settings = TransferScheduler.Settings()
         settings.initialWindow = 1
-        var scheduler = chunkLeftToABusyHolder(settings: settings)
+        var (scheduler, _) = chunkLeftToABusyHolder(settings: settings)
         let afterTheWait: MeshInstant = Self.start + settings.leftToOthersWait + .seconds(1)
         let asked = scheduler.nextRequests(now: afterTheWait)
         #expect(asked.isEmpty, "the seed asked though no other holder failed: \(asked)")
+        #expect(scheduler.hasRequestsInFlight(manifest.id), "a chunk waiting for room counts: the fetch must not give up on it")
         let afterFour: MeshInstant = Self.start + settings.leftToOthersWait * 4
         #expect(scheduler.nextRequests(now: afterFour).map(\.peer) == [first], "a holder that never makes room holds the chunk for ever")
     }
@@ -305,7 +307,7 @@ struct TransferSchedulerTests {
     func failedHolderGivesTheSeedBack() {
         var settings = TransferScheduler.Settings()
         settings.initialWindow = 1
-        var scheduler = chunkLeftToABusyHolder(settings: settings)
+        var (scheduler, _) = chunkLeftToABusyHolder(settings: settings)
         // Its request for the other attachment's chunk times out (a silent holder).
         let timedOut: MeshInstant = Self.start + settings.busyRetry + settings.requestTimeout
         scheduler.onTick(now: timedOut)
@@ -314,5 +316,19 @@ struct TransferSchedulerTests {
                 "the seed asked before its wait ended")
         let waited: MeshInstant = Self.start + settings.leftToOthersWait
         #expect(scheduler.nextRequests(now: waited).contains { $0.attachment == manifest.id && $0.peer == first })
+    }
+
+    @Test("a holder whose request timed out and that then sends the chunk all the same keeps the chunks a seed left to it")
+    func slowHolderKeepsLeftChunks() {
+        var settings = TransferScheduler.Settings()
+        settings.initialWindow = 1
+        var (scheduler, busy) = chunkLeftToABusyHolder(settings: settings)
+        let timedOut: MeshInstant = Self.start + settings.busyRetry + settings.requestTimeout
+        scheduler.onTick(now: timedOut)
+        guard let busy else { return }
+        scheduler.onChunk(attachment: busy.attachment, index: busy.index, from: second, valid: true)
+        let waited: MeshInstant = Self.start + settings.leftToOthersWait
+        let asked = scheduler.nextRequests(now: waited)
+        #expect(!asked.contains { $0.attachment == manifest.id && $0.peer == first }, "a slow holder taken for a silent one: \(asked)")
     }
 }

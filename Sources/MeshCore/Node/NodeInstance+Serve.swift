@@ -157,7 +157,9 @@ extension NodeInstance {
         // (a second member's first want is within its budget below).
         if let (ref, verdict) = seeding {
             transfer.noteSeeded(attachment: ref.attachment, index: ref.index, to: peer, now: now)
-            if case let .serveAgain(reason) = verdict {
+            // Counted once: a member served after its grace stays served, but a member whose first
+            // copy was passed over may still ask for its lost pieces.
+            if case let .serveAgain(reason) = verdict, want.missing == nil || reason == .turnedAwayTooLong {
                 counters.seedingSecondCopies += 1
                 log(.debug, "seeding", ["secondCopy": reason.rawValue, "chunk": "\(ref.index)", "to": "\(peer)"])
             }

@@ -82,7 +82,7 @@ public struct TransferScheduler: Sendable {
 
     struct Peer: Sendable {
         var window: Int
-        /// When it last answered busy or let a request time out, and when it last sent a chunk.
+        /// When it last let a request time out, and when it last sent a chunk.
         var failedAt: MeshInstant?
         var servedAt: MeshInstant?
         var inFlight = 0
@@ -305,10 +305,11 @@ public struct TransferScheduler: Sendable {
             if valid, let now = lastNow, var state = peers[peer] {
                 let sample = now - sentAt
                 state.latency = state.latency.map { $0 * 0.875 + sample * 0.125 } ?? sample
-                state.servedAt = now
                 peers[peer] = state
             }
         }
+        // Also a chunk whose request had timed out: a slow holder, not a silent one.
+        if valid, let now = lastNow { peers[peer]?.servedAt = now }
         if valid {
             job.have.insert(index)
             // Other copies asked in the end game are no longer needed.
@@ -357,7 +358,7 @@ public struct TransferScheduler: Sendable {
     /// that is no failure of the holder's.
     public mutating func onBusy(attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant,
                                 asked: Bool = true) {
-        if asked, jobs[attachment]?.inFlight[index]?[peer] != nil { noteFailure(of: peer, index: index, in: attachment, now: now) }
+        if asked, jobs[attachment]?.inFlight[index]?[peer] != nil { noteFailure(of: peer, index: index, in: attachment) }
         settle(attachment: attachment, index: index, answeredBy: peer, now: now)
     }
 
@@ -368,18 +369,19 @@ public struct TransferScheduler: Sendable {
         peers[peer]?.inFlight -= 1
         if job.inFlight[index]?.isEmpty == true { job.inFlight[index] = nil }
         job.busy[index, default: [:]][peer] = now + settings.busyRetry
+        let refused = job.refused[index] ?? []
         let askable = holders(of: index, among: holderBitmaps(of: attachment, count: job.have.count), leaving: job, now: now)
+            .filter { !refused.contains($0) }
         if askable.allSatisfy({ job.busy[index]?[$0].map { now < $0 } ?? false }) {
             job.notBefore[index] = now + settings.busyRetry
         }
         jobs[attachment] = job
     }
 
-    /// `peer` answered busy for chunk `index`, or let it time out: a seed that left the chunk (or
-    /// any other) to it may be asked again after its wait.
-    private mutating func noteFailure(of peer: NodeID, index: Int, in attachment: SHA256Digest, now: MeshInstant) {
+    /// `peer` answered busy for chunk `index`: a seed that left the chunk to it may be asked
+    /// again after its wait.
+    private mutating func noteFailure(of peer: NodeID, index: Int, in attachment: SHA256Digest) {
         if let seeds = jobs[attachment]?.leftToOthers[index], seeds[peer] == nil { jobs[attachment]?.othersFailed.insert(index) }
-        peers[peer]?.failedAt = now
     }
 
     /// A seed answered that it leaves this chunk to the members that hold it (`seedingVerdict`):
@@ -387,8 +389,9 @@ public struct TransferScheduler: Sendable {
     public mutating func onLeftToOthers(attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant) {
         guard var job = jobs[attachment], job.inFlight[index]?[peer] != nil else { return }
         // Timed from the first such answer, as the seed's grace is: asked again after it, the
-        // seed serves.
-        if job.leftToOthers[index]?[peer] == nil {
+        // seed serves. Left again after the wait (the seed forgot us, or restarted), its grace
+        // starts again.
+        if job.leftToOthers[index]?[peer].map({ now >= $0 + settings.leftToOthersWait }) ?? true {
             job.leftToOthers[index, default: [:]][peer] = now
             if job.leftToOthers[index]?.count == 1 { job.othersFailed.remove(index) }
         }
@@ -458,10 +461,16 @@ public struct TransferScheduler: Sendable {
         }
     }
 
-    /// Whether some chunk of the attachment is asked of someone, or being stored, right now.
+    /// Whether some chunk of the attachment is asked of someone, or being stored, right now, or
+    /// waits for room at the members a seed left it to (up to four waits, when the seed may be
+    /// asked: the fetch must not give up on it meanwhile).
     public func hasRequestsInFlight(_ attachment: SHA256Digest) -> Bool {
         guard let job = jobs[attachment] else { return false }
-        return !job.inFlight.isEmpty || !job.storing.isEmpty
+        if !job.inFlight.isEmpty || !job.storing.isEmpty { return true }
+        guard let now = lastNow else { return false }
+        return job.leftToOthers.contains { index, seeds in
+            !job.have.contains(index) && seeds.values.contains { now < $0 + settings.leftToOthersWait * 4 }
+        }
     }
 
     /// Requests that went unanswered: their members' windows halve, the chunks are asked again.
@@ -598,7 +607,8 @@ public struct TransferScheduler: Sendable {
         guard !others.isEmpty else { return all }
         let since = left.values.min() ?? now
         // A holder failing now and then on a slow line still serves: only one whose latest
-        // answer was a failure (a silent one) gives the seed back for every chunk.
+        // request timed out, with no chunk from it since (a silent one), gives the seed back for
+        // every chunk.
         let failed = job.othersFailed.contains(index) || others.allSatisfy { peer in
             guard let state = peers[peer], let failedAt = state.failedAt else { return false }
             return failedAt >= since && failedAt > (state.servedAt ?? since)
