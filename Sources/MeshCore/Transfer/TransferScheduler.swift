@@ -38,8 +38,9 @@ public struct TransferScheduler: Sendable {
         public var busyRetry: Duration = .milliseconds(200)
         /// A seed that left a chunk to others is not asked for it again while another member
         /// holds it, and then only once this long has passed since its first such answer and
-        /// those members failed (busy, or no answer: that chunk, or any chunk since); or after
-        /// four times this, whatever they do. Meanwhile the chunk waits for room at the holders.
+        /// those members failed it (busy, or no answer), or let any request time out with no
+        /// chunk from them since (silent); or after four times this, whatever they do. Meanwhile
+        /// the chunk waits for room at the holders.
         /// Asked every `busyRetry`, a slow member whose windows at the holders stayed full was
         /// refused 12 times in 3 s and then served a second copy at the seed's `busyGrace`; asked
         /// again after a plain 10 s, it got second copies of 13 chunks of 64 (simulation). As
