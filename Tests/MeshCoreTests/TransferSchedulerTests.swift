@@ -274,8 +274,10 @@ struct TransferSchedulerTests {
     }
 
     /// `first` seeds and left chunk 0 to `second`, whose window (1) is full with a chunk of
-    /// another attachment only it holds.
-    func chunkLeftToABusyHolder(settings: TransferScheduler.Settings) -> (TransferScheduler, TransferScheduler.Request?) {
+    /// another attachment only it holds: that request.
+    func chunkLeftToABusyHolder() throws -> (TransferScheduler, TransferScheduler.Request) {
+        var settings = TransferScheduler.Settings()
+        settings.initialWindow = 1
         var scheduler = TransferScheduler(settings: settings, seed: 3)
         let other = Manifest(size: 4 * 1024, chunkSize: 1024, chunks: (0..<4).map { SHA256Digest.hashing([UInt8($0), 9]) })
         scheduler.start(manifest, have: partial([1, 2, 3, 4, 5, 6, 7]))
@@ -286,49 +288,54 @@ struct TransferSchedulerTests {
         scheduler.start(other, have: ChunkBitmap(count: 4))
         scheduler.setAvailability(.full(4), of: other.id, at: second)
         let asked = scheduler.nextRequests(now: Self.start + settings.busyRetry)
-        #expect(asked.count == 1 && asked.allSatisfy { $0.peer == second && $0.attachment == other.id }, "\(asked)")
-        return (scheduler, asked.first)
+        #expect(asked.count == 1, "\(asked)")
+        let filling = try #require(asked.first)
+        #expect(filling.peer == second && filling.attachment == other.id, "\(asked)")
+        return (scheduler, filling)
+    }
+
+    /// `second`'s request for the other attachment's chunk times out; returns when.
+    func timeOutTheFillingRequest(_ scheduler: inout TransferScheduler) -> MeshInstant {
+        let timedOut: MeshInstant = Self.start + scheduler.settings.busyRetry + scheduler.settings.requestTimeout
+        scheduler.onTick(now: timedOut)
+        #expect(scheduler.timeouts == 1)
+        return timedOut
+    }
+
+    /// Whether `requests` ask the seed for the chunk it left.
+    func askTheSeed(_ requests: [TransferScheduler.Request]) -> Bool {
+        requests.contains { $0.attachment == manifest.id && $0.peer == first }
     }
 
     @Test("a chunk a seed left to others waits for room at them, past the seed's wait while none of them fails, up to four waits")
-    func leftChunkWaitsForRoom() {
-        var settings = TransferScheduler.Settings()
-        settings.initialWindow = 1
-        var (scheduler, _) = chunkLeftToABusyHolder(settings: settings)
-        let afterTheWait: MeshInstant = Self.start + settings.leftToOthersWait + .seconds(1)
+    func leftChunkWaitsForRoom() throws {
+        var (scheduler, _) = try chunkLeftToABusyHolder()
+        let wait = scheduler.settings.leftToOthersWait
+        let afterTheWait: MeshInstant = Self.start + wait + .seconds(1)
         let asked = scheduler.nextRequests(now: afterTheWait)
         #expect(asked.isEmpty, "the seed asked though no other holder failed: \(asked)")
         #expect(scheduler.hasRequestsInFlight(manifest.id), "a chunk waiting for room counts: the fetch must not give up on it")
-        let afterFour: MeshInstant = Self.start + settings.leftToOthersWait * 4
+        let afterFour: MeshInstant = Self.start + wait * 4
         #expect(scheduler.nextRequests(now: afterFour).map(\.peer) == [first], "a holder that never makes room holds the chunk for ever")
     }
 
     @Test("a holder that lets any request time out after a seed left it a chunk gives the seed back after the wait")
-    func failedHolderGivesTheSeedBack() {
-        var settings = TransferScheduler.Settings()
-        settings.initialWindow = 1
-        var (scheduler, _) = chunkLeftToABusyHolder(settings: settings)
-        // Its request for the other attachment's chunk times out (a silent holder).
-        let timedOut: MeshInstant = Self.start + settings.busyRetry + settings.requestTimeout
-        scheduler.onTick(now: timedOut)
-        #expect(scheduler.timeouts == 1)
-        #expect(!scheduler.nextRequests(now: timedOut).contains { $0.attachment == manifest.id && $0.peer == first },
-                "the seed asked before its wait ended")
-        let waited: MeshInstant = Self.start + settings.leftToOthersWait
-        #expect(scheduler.nextRequests(now: waited).contains { $0.attachment == manifest.id && $0.peer == first })
+    func failedHolderGivesTheSeedBack() throws {
+        var (scheduler, _) = try chunkLeftToABusyHolder()
+        // A silent holder.
+        let timedOut = timeOutTheFillingRequest(&scheduler)
+        #expect(!askTheSeed(scheduler.nextRequests(now: timedOut)), "the seed asked before its wait ended")
+        let waited: MeshInstant = Self.start + scheduler.settings.leftToOthersWait
+        #expect(askTheSeed(scheduler.nextRequests(now: waited)))
     }
 
     @Test("a holder whose request timed out and that then sends the chunk all the same keeps the chunks a seed left to it")
-    func slowHolderKeepsLeftChunks() {
-        var settings = TransferScheduler.Settings()
-        settings.initialWindow = 1
-        var (scheduler, busy) = chunkLeftToABusyHolder(settings: settings)
-        let timedOut: MeshInstant = Self.start + settings.busyRetry + settings.requestTimeout
-        scheduler.onTick(now: timedOut)
-        guard let busy else { return }
-        scheduler.onChunk(attachment: busy.attachment, index: busy.index, from: second, valid: true)
-        let waited: MeshInstant = Self.start + settings.leftToOthersWait
+    func slowHolderKeepsLeftChunks() throws {
+        var (scheduler, filling) = try chunkLeftToABusyHolder()
+        _ = timeOutTheFillingRequest(&scheduler)
+        scheduler.onChunk(attachment: filling.attachment, index: filling.index, from: second, valid: true)
+        let waited: MeshInstant = Self.start + scheduler.settings.leftToOthersWait
         let asked = scheduler.nextRequests(now: waited)
-        #expect(!asked.contains { $0.attachment == manifest.id && $0.peer == first }, "a slow holder taken for a silent one: \(asked)")
+        #expect(!askTheSeed(asked), "a slow holder taken for a silent one: \(asked)")
     }
 }
