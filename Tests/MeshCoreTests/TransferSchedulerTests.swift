@@ -273,6 +273,42 @@ struct TransferSchedulerTests {
         #expect(scheduler.nextRequests(now: waited).map(\.peer) == [first, second])
     }
 
+    @Test("a seed that left one chunk to others is asked first only for the chunks it alone holds, until four waits have passed")
+    func seedThatLeftOneChunkIsAskedLastForAll() throws {
+        var settings = TransferScheduler.Settings()
+        settings.initialWindow = 1
+        // A seed of the scheduler whose opening asks `first` (the only holder known yet) for a
+        // chunk that `second` turns out to hold too; `first` alone holds 6 and 7.
+        var found: (scheduler: TransferScheduler, left: TransferScheduler.Request)?
+        for seed in UInt64(1)...16 where found == nil {
+            var scheduler = TransferScheduler(settings: settings, seed: seed)
+            scheduler.start(manifest, have: ChunkBitmap(count: 8))
+            scheduler.setAvailability(.full(8), of: manifest.id, at: first)
+            let opening = scheduler.nextRequests(now: Self.start)
+            #expect(opening.count == 1, "seed \(seed): \(opening)")
+            if let left = opening.first, left.index < 6 { found = (scheduler, left) }
+        }
+        var (scheduler, left) = try #require(found)
+        scheduler.setAvailability(partial(Array(0..<6)), of: manifest.id, at: second)
+        scheduler.onLeftToOthers(attachment: manifest.id, index: left.index, from: first, now: Self.start)
+        // `second`'s window fills and stays full: `first` has room, but is asked only for 6 and 7.
+        var now = Self.start
+        var askedOfFirst: [Int] = []
+        for _ in 0..<4 {
+            now = now + .milliseconds(1)
+            let asked = scheduler.nextRequests(now: now)
+            for request in asked where request.peer == first {
+                askedOfFirst.append(request.index)
+                _ = scheduler.onChunk(attachment: manifest.id, index: request.index, from: first, valid: true)
+            }
+        }
+        #expect(askedOfFirst.sorted() == [6, 7], "the seed was asked for chunks another holds: \(askedOfFirst)")
+        // Four waits after its answer, with nothing from it since, it is asked again like anyone.
+        let expired = Self.start + settings.leftToOthersWait * 4
+        let again = scheduler.nextRequests(now: expired)
+        #expect(again.contains { $0.peer == first }, "\(again)")
+    }
+
     /// `first` seeds and left chunk 0 to `second`, whose window (1) is full with a chunk of
     /// another attachment only it holds: that request.
     func chunkLeftToABusyHolder() throws -> (TransferScheduler, TransferScheduler.Request) {

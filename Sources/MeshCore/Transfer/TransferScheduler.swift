@@ -71,6 +71,12 @@ public struct TransferScheduler: Sendable {
         var busy: [Int: [NodeID: MeshInstant]] = [:]
         /// Index → seeds that left it to others, with when they first did.
         var leftToOthers: [Int: [NodeID: MeshInstant]] = [:]
+        /// Seeds that left some chunk of it to others, with when they last did. A seed leaves
+        /// every chunk that members it saw fetching hold, so no chunk others hold is asked of it
+        /// first: asked chunk by chunk, a third of a late joiner's first asks went to a seed
+        /// that refused them all, and the third of the rate told it went unused (its slow start
+        /// waited for deliveries that could not catch up: 0.68× raw UDP on the 50 ms path).
+        var seedsLeaving: [NodeID: MeshInstant] = [:]
         /// Indexes a seed left to others that another holder then failed (busy, or no answer).
         var othersFailed: Set<Int> = []
         /// Indexes whose copy, made of pieces from several members, failed its hash: asked of one
@@ -260,6 +266,8 @@ public struct TransferScheduler: Sendable {
         }
         for id in seenFetching.keys { seenFetching[id]?.remove(peer) }
         for id in jobs.keys {
+            // Back (restarted), it is asked afresh: its seeding state went with it.
+            jobs[id]?.seedsLeaving[peer] = nil
             for (index, asked) in jobs[id]?.inFlight ?? [:] where asked[peer] != nil {
                 jobs[id]?.inFlight[index]?[peer] = nil
                 if jobs[id]?.inFlight[index]?.isEmpty == true { jobs[id]?.inFlight[index] = nil }
@@ -382,7 +390,20 @@ public struct TransferScheduler: Sendable {
     /// `peer` answered busy for chunk `index`: a seed that left the chunk to it may be asked
     /// again after its wait.
     private mutating func noteFailure(of peer: NodeID, index: Int, in attachment: SHA256Digest) {
-        if let seeds = jobs[attachment]?.leftToOthers[index], seeds[peer] == nil { jobs[attachment]?.othersFailed.insert(index) }
+        guard let job = jobs[attachment] else { return }
+        let seeds = seedsThatLeft(index, in: job, now: lastNow)
+        if !seeds.isEmpty, seeds[peer] == nil { jobs[attachment]?.othersFailed.insert(index) }
+    }
+
+    /// The seeds that left chunk `index` to others, with when: those that said so of it, and
+    /// those that said so of another chunk within four waits (`Job.seedsLeaving`).
+    private func seedsThatLeft(_ index: Int, in job: Job, now: MeshInstant?) -> [NodeID: MeshInstant] {
+        var left = job.leftToOthers[index] ?? [:]
+        for (seed, at) in job.seedsLeaving where left[seed] == nil {
+            if let now, now >= at + settings.leftToOthersWait * 4 { continue }
+            left[seed] = at
+        }
+        return left
     }
 
     /// A seed answered that it leaves this chunk to the members that hold it (`seedingVerdict`):
@@ -396,6 +417,7 @@ public struct TransferScheduler: Sendable {
             job.leftToOthers[index, default: [:]][peer] = now
             if job.leftToOthers[index]?.count == 1 { job.othersFailed.remove(index) }
         }
+        job.seedsLeaving[peer] = now
         jobs[attachment] = job
         settle(attachment: attachment, index: index, answeredBy: peer, now: now)
     }
@@ -483,7 +505,8 @@ public struct TransferScheduler: Sendable {
                 for (peer, sentAt) in job.inFlight[index] ?? [:] where now >= sentAt + timeout(for: peer) {
                     job.inFlight[index]?[peer] = nil
                     timeouts += 1
-                    if let seeds = job.leftToOthers[index], seeds[peer] == nil { job.othersFailed.insert(index) }
+                    let seeds = seedsThatLeft(index, in: job, now: now)
+                    if !seeds.isEmpty, seeds[peer] == nil { job.othersFailed.insert(index) }
                     peers[peer]?.failedAt = now
                     if var state = peers[peer] {
                         state.inFlight -= 1
@@ -597,12 +620,14 @@ public struct TransferScheduler: Sendable {
         bitmaps.compactMap { $0.bitmap.contains(index) ? $0.peer : nil }
     }
 
-    /// The holders to ask for chunk `index`: seeds that left it to others only when no other
-    /// member that has not refused it holds it, or after their wait (`leftToOthersWait`).
+    /// The holders to ask for chunk `index`: seeds that left it (or, lately, another chunk) to
+    /// others only when no other member that has not refused it holds it, or after their wait
+    /// (`leftToOthersWait`).
     private func holders(of index: Int, among bitmaps: [(peer: NodeID, bitmap: ChunkBitmap)], leaving job: Job,
                          now: MeshInstant) -> [NodeID] {
         let all = holders(of: index, among: bitmaps)
-        guard let left = job.leftToOthers[index], !left.isEmpty else { return all }
+        let left = seedsThatLeft(index, in: job, now: now)
+        guard !left.isEmpty else { return all }
         let refused = job.refused[index] ?? []
         let others = all.filter { left[$0] == nil && !refused.contains($0) }
         guard !others.isEmpty else { return all }
