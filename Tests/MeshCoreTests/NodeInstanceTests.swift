@@ -407,6 +407,9 @@ struct NodeInstanceTests {
         let id = try #require(second.complete.first)
         var lazy = configuration
         lazy.settings.lazy = true
+        // Every chunk asked of both at once (on a paced line a chunk is late only when its holder
+        // stalls), so that some copy is still queued when its chunk comes whole.
+        lazy.settings.transfer.endGameLateness = 0
         let joiner = mesh.addNode(joiningThrough: [first.address], at: mesh.simulator.now + .milliseconds(10), configuration: lazy)
         // 2 Mbit/s: the holders' paced queues still hold pieces when a chunk is whole.
         _ = mesh.simulator.addAccessLink(for: [joiner.address], uplink: nil,

@@ -124,14 +124,21 @@ struct TransferSchedulerTests {
         #expect(scheduler.nextRequests(now: Self.start + scheduler.settings.requestTimeout).count == 1, "seed \(seed)")
     }
 
-    @Test("end game: the last chunks are asked of a second holder too", arguments: 1...5 as ClosedRange<UInt64>)
+    @Test("end game: the last chunks are asked of a second holder too, once their requests are late", arguments: 1...5 as ClosedRange<UInt64>)
     func endGameAsksASecondHolder(seed: UInt64) {
         var scheduler = TransferScheduler(seed: seed)
         // 2 chunks missing: the end game from the start, with room in both windows (2 each).
         scheduler.start(manifest, have: partial([0, 1, 2, 3, 4, 5]))
         scheduler.setAvailability(.full(manifest.chunks.count), of: manifest.id, at: first)
         scheduler.setAvailability(.full(manifest.chunks.count), of: manifest.id, at: second)
-        let requests = scheduler.nextRequests(now: Self.start)
+        let opening = scheduler.nextRequests(now: Self.start)
+        #expect(opening.map(\.index).sorted() == [6, 7], "seed \(seed): each asked once while on time: \(opening)")
+        // Late (half a timeout, no latency known yet): the timer is set for it, and each is
+        // asked of the other holder too.
+        let late = Self.start + scheduler.settings.requestTimeout / 2
+        #expect(scheduler.nextDeadline == late, "seed \(seed)")
+        #expect(scheduler.nextRequests(now: late + (.zero - .milliseconds(1))).isEmpty, "seed \(seed)")
+        let requests = opening + scheduler.nextRequests(now: late)
         for index in [6, 7] {
             let asked = requests.filter { $0.index == index }.map(\.peer)
             #expect(Set(asked) == [first, second] && asked.count == 2, "seed \(seed): \(requests)")
@@ -269,8 +276,9 @@ struct TransferSchedulerTests {
         // The wait counts from the seed's first answer (as its grace does), not its second.
         let waited: MeshInstant = Self.start + settings.leftToOthersWait
         scheduler.onBusy(attachment: manifest.id, index: 0, from: second, now: waited)
-        // (The end game then asks the other too, busy or not.)
-        #expect(scheduler.nextRequests(now: waited).map(\.peer) == [first, second])
+        // (The end game asks the other too, busy or not, once the seed's request is late.)
+        #expect(scheduler.nextRequests(now: waited).map(\.peer) == [first])
+        #expect(scheduler.nextRequests(now: waited + scheduler.endGameAfter(first)).map(\.peer) == [second])
     }
 
     @Test("a seed that left one chunk to others is asked first only for the chunks it alone holds, until four waits have passed")
