@@ -148,6 +148,22 @@ struct TransferSchedulerTests {
         #expect(scheduler.window(of: second)?.inFlight == 1, "seed \(seed)")
     }
 
+    @Test("an end game request due while no other holder has room sets no timer in the past")
+    func endGameDueWithoutRoomSetsNoPastTimer() {
+        var settings = TransferScheduler.Settings()
+        settings.initialWindow = 1
+        var scheduler = TransferScheduler(settings: settings, seed: 1)
+        scheduler.start(manifest, have: partial([0, 1, 2, 3, 4, 5]))
+        scheduler.setAvailability(.full(8), of: manifest.id, at: first)
+        scheduler.setAvailability(.full(8), of: manifest.id, at: second)
+        let opening = scheduler.nextRequests(now: Self.start)
+        #expect(Set(opening.map(\.peer)) == [first, second] && opening.count == 2, "\(opening)")
+        // Both late, both windows full: nobody to ask, and the next timer is the timeouts'.
+        let late = Self.start + scheduler.endGameAfter(first)
+        #expect(scheduler.nextRequests(now: late).isEmpty)
+        #expect(scheduler.nextDeadline == Self.start + scheduler.settings.requestTimeout)
+    }
+
     @Test("a window grows by the bytes that came, also while its chunks wait for a lost piece",
           arguments: 1...5 as ClosedRange<UInt64>)
     func windowGrowsByBytes(seed: UInt64) {
@@ -281,12 +297,14 @@ struct TransferSchedulerTests {
         #expect(scheduler.nextRequests(now: waited + scheduler.endGameAfter(first)).map(\.peer) == [second])
     }
 
-    @Test("a seed that left one chunk to others is asked first only for the chunks it alone holds, until four waits have passed")
-    func seedThatLeftOneChunkIsAskedLastForAll() throws {
+    /// `first` (a seed) left a chunk that `second` holds too to others; `first` alone holds 6 and
+    /// 7, and has since sent both; `second`'s window (1) is full. The chunk it left, and the
+    /// chunks `first` was asked.
+    func seedLeftOneChunk() throws -> (scheduler: TransferScheduler, left: TransferScheduler.Request, askedOfFirst: [Int]) {
         var settings = TransferScheduler.Settings()
         settings.initialWindow = 1
         // A seed of the scheduler whose opening asks `first` (the only holder known yet) for a
-        // chunk that `second` turns out to hold too; `first` alone holds 6 and 7.
+        // chunk that `second` turns out to hold too.
         var found: (scheduler: TransferScheduler, left: TransferScheduler.Request)?
         for seed in UInt64(1)...16 where found == nil {
             var scheduler = TransferScheduler(settings: settings, seed: seed)
@@ -299,22 +317,38 @@ struct TransferSchedulerTests {
         var (scheduler, left) = try #require(found)
         scheduler.setAvailability(partial(Array(0..<6)), of: manifest.id, at: second)
         scheduler.onLeftToOthers(attachment: manifest.id, index: left.index, from: first, now: Self.start)
-        // `second`'s window fills and stays full: `first` has room, but is asked only for 6 and 7.
-        var now = Self.start
         var askedOfFirst: [Int] = []
-        for _ in 0..<4 {
-            now = now + .milliseconds(1)
-            let asked = scheduler.nextRequests(now: now)
-            for request in asked where request.peer == first {
+        for step in 1...4 {
+            for request in scheduler.nextRequests(now: Self.start + .milliseconds(step)) where request.peer == first {
                 askedOfFirst.append(request.index)
                 _ = scheduler.onChunk(attachment: manifest.id, index: request.index, from: first, valid: true)
             }
         }
+        return (scheduler, left, askedOfFirst)
+    }
+
+    @Test("a seed that left one chunk to others is asked first only for the chunks it alone holds, until four waits have passed")
+    func seedThatLeftOneChunkIsAskedLastForAll() throws {
+        var (scheduler, _, askedOfFirst) = try seedLeftOneChunk()
         #expect(askedOfFirst.sorted() == [6, 7], "the seed was asked for chunks another holds: \(askedOfFirst)")
-        // Four waits after its answer, with nothing from it since, it is asked again like anyone.
-        let expired = Self.start + settings.leftToOthersWait * 4
+        // Held back until four waits after its answer (`second` never failed: no tick timed it
+        // out), and asked again like anyone then.
+        let expired = Self.start + scheduler.settings.leftToOthersWait * 4
+        #expect(scheduler.nextRequests(now: expired + (.zero - .milliseconds(1))).isEmpty)
         let again = scheduler.nextRequests(now: expired)
         #expect(again.contains { $0.peer == first }, "\(again)")
+    }
+
+    @Test("once the others fail, a seed that left us other chunks is asked at once for a chunk it was never asked")
+    func failedHolderGivesBackASeedNeverAsked() throws {
+        var (scheduler, left, _) = try seedLeftOneChunk()
+        // `second` lets its request time out, and sent no chunk: the seed may be asked at once
+        // for the chunks it never left us, not for the one it did (its grace runs 5 s).
+        let timedOut = Self.start + scheduler.settings.requestTimeout + .milliseconds(1)
+        scheduler.onTick(now: timedOut)
+        let asked = scheduler.nextRequests(now: timedOut)
+        #expect(asked.contains { $0.peer == first }, "\(asked)")
+        #expect(!asked.contains { $0.peer == first && $0.index == left.index }, "the chunk it left, before its wait: \(asked)")
     }
 
     /// `first` seeds and left chunk 0 to `second`, whose window (1) is full with a chunk of

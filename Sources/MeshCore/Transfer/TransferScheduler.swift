@@ -21,8 +21,8 @@ public struct TransferScheduler: Sendable {
         /// End game when no more than this many chunks are missing: each is asked of a second
         /// holder too, once its request is late (`endGameAfter`).
         public var endGameChunks = 4
-        /// Late: this share of the request's timeout has passed (or twice its holder's latency,
-        /// when sooner; 0: at once).
+        /// Late: this share of the request's timeout has passed, or twice its holder's latency
+        /// when sooner, but not this share of the pace's time for a chunk (0: at once).
         public var endGameLateness = 0.5
         /// Bad chunks after which a member is avoided altogether.
         public var maxBadChunks = 3
@@ -173,17 +173,18 @@ public struct TransferScheduler: Sendable {
         max(settings.requestTimeout, minimumTimeout, (peers[peer]?.latency ?? .zero) * 4)
     }
 
-    /// How long a chunk's only request runs before the end game asks a second holder too: half
-    /// its timeout (`endGameLateness`), or twice its holder's smoothed latency when that is sooner. Asked of both at
-    /// once, the last chunks came twice on a paced line (each holder sends at its share of the
-    /// rate, and both send the pieces still missing): through a simulated 10 Mbit/s, 80 ms line a
-    /// lone get of 8 MiB made its holders send 1.01–1.07× the file, 1.004–1.008× without the end
-    /// game, as fast. A late request still gets its second holder: one that stalls at the end
-    /// costs this, not a timeout.
+    /// How long a chunk's only request runs before the end game asks a second holder too: twice
+    /// its holder's smoothed latency (before the first, half its timeout: `endGameLateness`), and
+    /// never less than half the time a chunk takes at the pace asked for (a latency measured at a
+    /// faster pace is no measure of lateness). Asked of both at once, the last chunks came twice
+    /// on a paced line (each holder sends at its share of the rate, and both send the pieces
+    /// still missing): through a simulated 10 Mbit/s, 80 ms line a lone get of 8 MiB made its
+    /// holders send 1.01–1.07× the file, 1.004–1.008× without the end game, as fast. A late
+    /// request still gets its second holder: one that stalls at the end costs this, not a timeout.
     public func endGameAfter(_ peer: NodeID) -> Duration {
         let late = timeout(for: peer) * settings.endGameLateness
         guard let latency = peers[peer]?.latency else { return late }
-        return min(late, latency * 2)
+        return max(min(late, latency * 2), minimumTimeout * settings.endGameLateness)
     }
 
     /// Members that hold chunks still wanted, and may be asked.
@@ -384,7 +385,7 @@ public struct TransferScheduler: Sendable {
     /// that is no failure of the holder's.
     public mutating func onBusy(attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant,
                                 asked: Bool = true) {
-        if asked, jobs[attachment]?.inFlight[index]?[peer] != nil { noteFailure(of: peer, index: index, in: attachment) }
+        if asked, jobs[attachment]?.inFlight[index]?[peer] != nil { noteFailure(of: peer, index: index, in: attachment, now: now) }
         settle(attachment: attachment, index: index, answeredBy: peer, now: now)
     }
 
@@ -406,18 +407,17 @@ public struct TransferScheduler: Sendable {
 
     /// `peer` answered busy for chunk `index`: a seed that left the chunk to it may be asked
     /// again after its wait.
-    private mutating func noteFailure(of peer: NodeID, index: Int, in attachment: SHA256Digest) {
+    private mutating func noteFailure(of peer: NodeID, index: Int, in attachment: SHA256Digest, now: MeshInstant) {
         guard let job = jobs[attachment] else { return }
-        let seeds = seedsThatLeft(index, in: job, now: lastNow)
+        let seeds = seedsThatLeft(index, in: job, now: now)
         if !seeds.isEmpty, seeds[peer] == nil { jobs[attachment]?.othersFailed.insert(index) }
     }
 
     /// The seeds that left chunk `index` to others, with when: those that said so of it, and
     /// those that said so of another chunk within four waits (`Job.seedsLeaving`).
-    private func seedsThatLeft(_ index: Int, in job: Job, now: MeshInstant?) -> [NodeID: MeshInstant] {
+    private func seedsThatLeft(_ index: Int, in job: Job, now: MeshInstant) -> [NodeID: MeshInstant] {
         var left = job.leftToOthers[index] ?? [:]
-        for (seed, at) in job.seedsLeaving where left[seed] == nil {
-            if let now, now >= at + settings.leftToOthersWait * 4 { continue }
+        for (seed, at) in job.seedsLeaving where left[seed] == nil && now < at + settings.leftToOthersWait * 4 {
             left[seed] = at
         }
         return left
@@ -433,6 +433,11 @@ public struct TransferScheduler: Sendable {
         if job.leftToOthers[index]?[peer].map({ now >= $0 + settings.leftToOthersWait }) ?? true {
             job.leftToOthers[index, default: [:]][peer] = now
             if job.leftToOthers[index]?.count == 1 { job.othersFailed.remove(index) }
+        }
+        // A new episode (none from it within four waits): failures seen in an earlier one no
+        // longer count for the chunks it was never asked.
+        if job.seedsLeaving[peer].map({ now >= $0 + settings.leftToOthersWait * 4 }) ?? true {
+            job.othersFailed = job.othersFailed.filter { job.leftToOthers[$0] != nil }
         }
         job.seedsLeaving[peer] = now
         jobs[attachment] = job
@@ -503,13 +508,19 @@ public struct TransferScheduler: Sendable {
 
     /// Whether some chunk of the attachment is asked of someone, or being stored, right now, or
     /// waits for room at the members a seed left it to (up to four waits, when the seed may be
-    /// asked: the fetch must not give up on it meanwhile).
+    /// asked: the fetch must not give up on it meanwhile), or is held by a seed that left us
+    /// others (the same).
     public func hasRequestsInFlight(_ attachment: SHA256Digest) -> Bool {
         guard let job = jobs[attachment] else { return false }
         if !job.inFlight.isEmpty || !job.storing.isEmpty { return true }
         guard let now = lastNow else { return false }
-        return job.leftToOthers.contains { index, seeds in
-            !job.have.contains(index) && seeds.values.contains { now < $0 + settings.leftToOthersWait * 4 }
+        let wait = settings.leftToOthersWait * 4
+        if job.leftToOthers.contains(where: { index, seeds in
+            !job.have.contains(index) && seeds.values.contains { now < $0 + wait }
+        }) { return true }
+        return job.seedsLeaving.contains { seed, at in
+            guard now < at + wait, let bitmap = availability[seed]?[attachment], bitmap.count == job.have.count else { return false }
+            return (0..<bitmap.count).contains { bitmap.contains($0) && !job.have.contains($0) }
         }
     }
 
@@ -557,9 +568,15 @@ public struct TransferScheduler: Sendable {
                     deadline = deadline.map { min($0, due) } ?? due
                 }
             }
-            // When the end game's next late request is due. Only ahead: one passed whose chunk
-            // found no second holder with room waits for the next event, not a timer that fires
-            // without pause.
+            // When a seed that left us chunks may be asked again (after one wait, when the others
+            // failed; after four), and when the end game's next late request is due. Only ahead:
+            // one passed that changed nothing (no holder with room) waits for the next event, not
+            // a timer that fires without pause.
+            for at in job.seedsLeaving.values {
+                for due in [at + settings.leftToOthersWait, at + settings.leftToOthersWait * 4] where lastNow.map({ due > $0 }) ?? true {
+                    deadline = deadline.map { min($0, due) } ?? due
+                }
+            }
             guard job.have.count - job.have.held <= settings.endGameChunks else { continue }
             for (index, asked) in job.inFlight where asked.count == 1 && !job.solo.contains(index) && !job.storing.contains(index) {
                 guard let (only, askedAt) = asked.first else { continue }
@@ -667,7 +684,11 @@ public struct TransferScheduler: Sendable {
             guard let state = peers[peer], let failedAt = state.failedAt else { return false }
             return failedAt >= since && failedAt > (state.servedAt ?? since)
         }
-        let waited = now >= since + settings.leftToOthersWait * (failed ? 1 : 4)
+        // A chunk the seeds were never asked (held back by their answers for other chunks): once
+        // the others failed it, asked at once. Its grace starts only when it is asked: held back
+        // the same wait first, it waited two before the seed served it.
+        let neverAsked = job.leftToOthers[index]?.isEmpty ?? true
+        let waited = (failed && neverAsked) || now >= since + settings.leftToOthersWait * (failed ? 1 : 4)
         return waited ? all : all.filter { left[$0] == nil }
     }
 
