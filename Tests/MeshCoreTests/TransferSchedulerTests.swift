@@ -299,8 +299,10 @@ struct TransferSchedulerTests {
 
     /// `first` (a seed) left a chunk that `second` holds too to others; `first` alone holds 6 and
     /// 7, and has since sent both; `second`'s window (1) is full. The chunk it left, and the
-    /// chunks `first` was asked.
-    func seedLeftOneChunk() throws -> (scheduler: TransferScheduler, left: TransferScheduler.Request, askedOfFirst: [Int]) {
+    /// chunks `first` and `second` were asked.
+    func seedLeftOneChunk() throws
+        -> (scheduler: TransferScheduler, left: TransferScheduler.Request, askedOfFirst: [Int], askedOfSecond: [Int])
+    {
         var settings = TransferScheduler.Settings()
         settings.initialWindow = 1
         // A seed of the scheduler whose opening asks `first` (the only holder known yet) for a
@@ -317,19 +319,23 @@ struct TransferSchedulerTests {
         var (scheduler, left) = try #require(found)
         scheduler.setAvailability(partial(Array(0..<6)), of: manifest.id, at: second)
         scheduler.onLeftToOthers(attachment: manifest.id, index: left.index, from: first, now: Self.start)
-        var askedOfFirst: [Int] = []
+        var askedOfFirst: [Int] = [], askedOfSecond: [Int] = []
         for step in 1...4 {
-            for request in scheduler.nextRequests(now: Self.start + .milliseconds(step)) where request.peer == first {
+            for request in scheduler.nextRequests(now: Self.start + .milliseconds(step)) {
+                guard request.peer == first else {
+                    askedOfSecond.append(request.index)
+                    continue
+                }
                 askedOfFirst.append(request.index)
                 _ = scheduler.onChunk(attachment: manifest.id, index: request.index, from: first, valid: true)
             }
         }
-        return (scheduler, left, askedOfFirst)
+        return (scheduler, left, askedOfFirst, askedOfSecond)
     }
 
     @Test("a seed that left one chunk to others is asked first only for the chunks it alone holds, until four waits have passed")
     func seedThatLeftOneChunkIsAskedLastForAll() throws {
-        var (scheduler, _, askedOfFirst) = try seedLeftOneChunk()
+        var (scheduler, _, askedOfFirst, _) = try seedLeftOneChunk()
         #expect(askedOfFirst.sorted() == [6, 7], "the seed was asked for chunks another holds: \(askedOfFirst)")
         // Held back until four waits after its answer (`second` never failed: no tick timed it
         // out), and asked again like anyone then.
@@ -339,9 +345,24 @@ struct TransferSchedulerTests {
         #expect(again.contains { $0.peer == first }, "\(again)")
     }
 
+    @Test("chunks a seed that left us another holds count as under way, for four waits: the fetch does not give up on them")
+    func chunksHeldBackFromASeedAreUnderWay() throws {
+        var (scheduler, left, _, askedOfSecond) = try seedLeftOneChunk()
+        // Everything asked arrived, the chunk the seed left too: nothing in flight, nothing waits
+        // for the chunk it left, and chunks only `second` and the seed hold are still missing.
+        for index in Set(askedOfSecond + [left.index]) {
+            _ = scheduler.onChunk(attachment: manifest.id, index: index, from: second, valid: true)
+        }
+        #expect(scheduler.progress(manifest.id).map { $0.have < $0.total } == true)
+        #expect(scheduler.inFlightByPeer.isEmpty)
+        #expect(scheduler.hasRequestsInFlight(manifest.id), "held back from the seed: the fetch would give up on them")
+        scheduler.onTick(now: Self.start + scheduler.settings.leftToOthersWait * 4)
+        #expect(!scheduler.hasRequestsInFlight(manifest.id), "the seed may be asked again: they wait for nothing")
+    }
+
     @Test("once the others fail, a seed that left us other chunks is asked at once for a chunk it was never asked")
     func failedHolderGivesBackASeedNeverAsked() throws {
-        var (scheduler, left, _) = try seedLeftOneChunk()
+        var (scheduler, left, _, _) = try seedLeftOneChunk()
         // `second` lets its request time out, and sent no chunk: the seed may be asked at once
         // for the chunks it never left us, not for the one it did (its grace runs 5 s).
         let timedOut = Self.start + scheduler.settings.requestTimeout + .milliseconds(1)

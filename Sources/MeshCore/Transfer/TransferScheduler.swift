@@ -187,6 +187,17 @@ public struct TransferScheduler: Sendable {
         return max(min(late, latency * 2), minimumTimeout * settings.endGameLateness)
     }
 
+    /// The one member chunk `index` is asked of, and when the end game asks a second: nil for a
+    /// chunk asked of more, of none, of one at a time (`solo`), or being stored.
+    private func endGameDue(_ index: Int, _ asked: [NodeID: MeshInstant], in job: Job) -> (holder: NodeID, at: MeshInstant)? {
+        guard asked.count == 1, !job.solo.contains(index), !job.storing.contains(index), let (only, askedAt) = asked.first else { return nil }
+        return (only, askedAt + endGameAfter(only))
+    }
+
+    /// How long after a seed's latest "left to others" its answer stands for the chunks it was
+    /// never asked (`Job.seedsLeaving`), and how long a chunk it left waits at most.
+    private var seedAnswerLasts: Duration { settings.leftToOthersWait * 4 }
+
     /// Members that hold chunks still wanted, and may be asked.
     public var holderCount: Int {
         availability.count { peer, attachments in
@@ -417,7 +428,7 @@ public struct TransferScheduler: Sendable {
     /// those that said so of another chunk within four waits (`Job.seedsLeaving`).
     private func seedsThatLeft(_ index: Int, in job: Job, now: MeshInstant) -> [NodeID: MeshInstant] {
         var left = job.leftToOthers[index] ?? [:]
-        for (seed, at) in job.seedsLeaving where left[seed] == nil && now < at + settings.leftToOthersWait * 4 {
+        for (seed, at) in job.seedsLeaving where left[seed] == nil && now < at + seedAnswerLasts {
             left[seed] = at
         }
         return left
@@ -436,7 +447,7 @@ public struct TransferScheduler: Sendable {
         }
         // A new episode (none from it within four waits): failures seen in an earlier one no
         // longer count for the chunks it was never asked.
-        if job.seedsLeaving[peer].map({ now >= $0 + settings.leftToOthersWait * 4 }) ?? true {
+        if job.seedsLeaving[peer].map({ now >= $0 + seedAnswerLasts }) ?? true {
             job.othersFailed = job.othersFailed.filter { job.leftToOthers[$0] != nil }
         }
         job.seedsLeaving[peer] = now
@@ -514,7 +525,7 @@ public struct TransferScheduler: Sendable {
         guard let job = jobs[attachment] else { return false }
         if !job.inFlight.isEmpty || !job.storing.isEmpty { return true }
         guard let now = lastNow else { return false }
-        let wait = settings.leftToOthersWait * 4
+        let wait = seedAnswerLasts
         if job.leftToOthers.contains(where: { index, seeds in
             !job.have.contains(index) && seeds.values.contains { now < $0 + wait }
         }) { return true }
@@ -573,15 +584,13 @@ public struct TransferScheduler: Sendable {
             // one passed that changed nothing (no holder with room) waits for the next event, not
             // a timer that fires without pause.
             for at in job.seedsLeaving.values {
-                for due in [at + settings.leftToOthersWait, at + settings.leftToOthersWait * 4] where lastNow.map({ due > $0 }) ?? true {
+                for due in [at + settings.leftToOthersWait, at + seedAnswerLasts] where lastNow.map({ due > $0 }) ?? true {
                     deadline = deadline.map { min($0, due) } ?? due
                 }
             }
             guard job.have.count - job.have.held <= settings.endGameChunks else { continue }
-            for (index, asked) in job.inFlight where asked.count == 1 && !job.solo.contains(index) && !job.storing.contains(index) {
-                guard let (only, askedAt) = asked.first else { continue }
-                let due = askedAt + endGameAfter(only)
-                if let lastNow, due <= lastNow { continue }
+            for (index, asked) in job.inFlight {
+                guard let due = endGameDue(index, asked, in: job)?.at, lastNow.map({ due > $0 }) ?? true else { continue }
                 deadline = deadline.map { min($0, due) } ?? due
             }
         }
@@ -633,12 +642,10 @@ public struct TransferScheduler: Sendable {
             // End game: the last few chunks, each also from a second holder.
             let outstanding = job.have.count - job.have.held
             if outstanding <= settings.endGameChunks {
-                for index in job.inFlight.keys.sorted()
-                where (job.inFlight[index]?.count ?? 0) == 1 && !job.solo.contains(index) && !job.storing.contains(index) {
-                    guard let (only, askedAt) = job.inFlight[index]?.first, now >= askedAt + endGameAfter(only) else { continue }
-                    let asked: Set<NodeID> = [only]
+                for index in job.inFlight.keys.sorted() {
+                    guard let due = endGameDue(index, job.inFlight[index] ?? [:], in: job), now >= due.at else { continue }
                     guard let peer = pickHolder(holders(of: index, among: bitmaps, leaving: job, now: now),
-                                                excluding: asked.union(job.refused[index] ?? [])) else { continue }
+                                                excluding: (job.refused[index] ?? []).union([due.holder])) else { continue }
                     ask(peer, index: index, in: &job, now: now, into: &requests)
                 }
             }
