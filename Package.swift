@@ -102,7 +102,7 @@ let package = Package(
         .testTarget(name: "MeshCryptoTests", dependencies: ["MeshCrypto"]),
         .testTarget(name: "MeshCoreTests", dependencies: ["MeshCore", "MeshCrypto", "MeshTestKit"]),
         .testTarget(name: "MeshStoreTests", dependencies: ["MeshStore"]),
-        .testTarget(name: "GroupMeshTests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCore", "MeshStore",
+        .testTarget(name: "GroupMeshTests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCore", "MeshCrypto", "MeshStore",
                                                       .product(name: "MetricsTestKit", package: "swift-metrics")]),
         .testTarget(name: "MeshTestKitTests", dependencies: ["MeshTestKit"]),
         .testTarget(name: "GroupMeshCLITests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCrypto", "MeshCore", "MeshStore",

@@ -119,6 +119,16 @@ public struct DataDirectory: Sendable {
         return KeyEpochs(origin: secret)
     }
 
+    /// Whether this dir's session is the one `secret` belongs to (its first key, or a later epoch's).
+    package func holdsSession(_ secret: SessionSecret) -> Bool {
+        guard let stored = try? SessionSecret.load(from: sessionSecretPath) else { return false }
+        if stored == secret { return true }
+        return (try? loadEpochs(origin: stored))?.transitions.contains { $0.secret == secret } ?? false
+    }
+
+    /// Whether the dir holds a session (its secret), ended or not.
+    package var hasSession: Bool { access(sessionSecretPath, F_OK) == 0 }
+
     private func loadEpochs(origin: SessionSecret) throws(GroupMeshError) -> KeyEpochs {
         guard access(epochsPath, F_OK) == 0 else { return KeyEpochs(origin: origin) }
         do {

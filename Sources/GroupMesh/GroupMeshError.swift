@@ -50,6 +50,8 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
     case sessionEndedHere(path: String, by: String)
     /// A key epoch without this node was made: it is no longer a member.
     case removedFromSession(by: String)
+    /// `SessionOffers` made the session but nobody takes it from `sessions()` (not read, or full).
+    case offerNotTaken(waiting: Int)
 
     public var description: String {
         switch self {
@@ -111,6 +113,8 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
             return "the session of \(path) was ended by \(by); its invites no longer work. Start a new session in another data dir"
         case let .removedFromSession(by):
             return "this node was removed from the session by \(by); ask a member for a new invite and join with another data dir"
+        case let .offerNotTaken(waiting):
+            return "the offered session was not taken: \(waiting) offered sessions already wait, or sessions() is no longer read"
         }
     }
 }

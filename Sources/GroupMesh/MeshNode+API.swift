@@ -52,12 +52,25 @@ extension MeshNode {
     @discardableResult
     package func sendMessage(_ envelope: MessageEnvelope, to targets: [NodeID]?, mode: DeliveryInstance.Mode,
                              timeout: Duration? = nil) async throws(MessengerError) -> Int {
-        switch await perform(.send(envelope, to: targets, mode: mode, timeout: timeout)) {
-        case let .success(.sent(recipients)): return recipients
+        try sendOutcome(await perform(.send(envelope, to: targets, mode: mode, timeout: timeout))).get()
+    }
+
+    /// `sendMessage` with its outcome handed to `completion` (on this actor) instead of awaited:
+    /// the send reaches the core before this returns, so successive calls keep their order.
+    package func submitMessage(_ envelope: MessageEnvelope, to targets: [NodeID]?, mode: DeliveryInstance.Mode,
+                               timeout: Duration?, completion: @escaping @Sendable (Result<Int, MessengerError>) -> Void) {
+        submit(.send(envelope, to: targets, mode: mode, timeout: timeout)) { result in
+            self.assumeIsolated { node in completion(node.sendOutcome(result)) }
+        }
+    }
+
+    private func sendOutcome(_ result: Result<NodeResult, NodeError>) -> Result<Int, MessengerError> {
+        switch result {
+        case let .success(.sent(recipients)): return .success(recipients)
         case let .failure(.notDelivered(failures)):
-            throw MessengerError(failures, names: { participant($0).name })
-        case let .failure(.messageTooLarge(size, limit)): throw .tooLarge(size: size, limit: limit)
-        case .failure, .success: throw .notRunning
+            return .failure(MessengerError(failures, names: { participant($0).name }))
+        case let .failure(.messageTooLarge(size, limit)): return .failure(.tooLarge(size: size, limit: limit))
+        case .failure, .success: return .failure(.notRunning)
         }
     }
 

@@ -54,7 +54,7 @@ package actor MeshNode {
     private var timer: Scheduled<Void>?
     private var timerDeadline: MeshInstant?
     private var nextRequest: UInt64 = 0
-    private var waiters: [RequestID: CheckedContinuation<Result<NodeResult, NodeError>, Never>] = [:]
+    private var waiters: [RequestID: RequestWaiter] = [:]
     var viewSubscribers = Subscribers<[Member]>()
     var messageSubscribers = Subscribers<NodeMessage>()
     var attachmentSubscribers = Subscribers<[Attachment]>()
@@ -343,15 +343,25 @@ package actor MeshNode {
 
     /// Runs `command` in the core and waits for its completion.
     func perform(_ command: NodeCommand) async -> Result<NodeResult, NodeError> {
+        await withCheckedContinuation { continuation in
+            submit(command, to: .continuation(continuation))
+        }
+    }
+
+    /// Hands `command` to the core at once; `completion` gets its result later, on this actor.
+    /// Commands submitted one after another reach the core in that order, whenever they complete.
+    func submit(_ command: NodeCommand, completion: @escaping @Sendable (Result<NodeResult, NodeError>) -> Void) {
+        submit(command, to: .callback(completion))
+    }
+
+    private func submit(_ command: NodeCommand, to waiter: RequestWaiter) {
         nextRequest += 1
         let request = RequestID(nextRequest)
-        return await withCheckedContinuation { continuation in
-            // Registered first: the completion may be among the command's own effects.
-            waiters[request] = continuation
-            core.handle(command, request: request, now: now)
-            runEffects()
-            rearm()
-        }
+        // Registered first: the completion may be among the command's own effects.
+        waiters[request] = waiter
+        core.handle(command, request: request, now: now)
+        runEffects()
+        rearm()
     }
 
     /// A UDP read, split into its datagrams when GRO coalesced several.
@@ -424,7 +434,7 @@ package actor MeshNode {
                 case let .storage(request, ticket):
                     storage.submit(request, ticket)
                 case let .complete(request, result):
-                    waiters.removeValue(forKey: request)?.resume(returning: result)
+                    waiters.removeValue(forKey: request)?.complete(with: result)
                 case let .event(.message(message)):
                     messagesDroppedForSlowReaders += UInt64(messageSubscribers.yield(message))
                     if !listeners.isEmpty { deliverToListeners(message) }
@@ -640,6 +650,20 @@ package actor MeshNode {
     }
 
     var isClosed: Bool { closed }
+}
+
+/// Who waits for a command's result: an `await`ing caller, or a callback (the completion-handler
+/// API, which must not wait for one send before submitting the next).
+private enum RequestWaiter {
+    case continuation(CheckedContinuation<Result<NodeResult, NodeError>, Never>)
+    case callback(@Sendable (Result<NodeResult, NodeError>) -> Void)
+
+    func complete(with result: Result<NodeResult, NodeError>) {
+        switch self {
+        case let .continuation(continuation): continuation.resume(returning: result)
+        case let .callback(callback): callback(result)
+        }
+    }
 }
 
 /// Where the channel handlers find the node: the channel exists before the node does (the

@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import MeshCore
 import MeshCrypto
@@ -5,18 +6,49 @@ import NIOCore
 import NIOPosix
 
 /// A member of the session as the public API shows it (GroupActivities' `Participant`).
+/// Equal when the member and its name are.
 public struct Participant: Hashable, Sendable, Identifiable, CustomStringConvertible {
-    /// The member's node id, 32 lowercase hex characters.
-    public let id: String
+    package let node: NodeID
     public let name: String
 
     package init(id: NodeID, name: String) {
-        self.id = id.hex
+        node = id
         self.name = name
     }
 
+    /// The member as a `UUID`, as GroupActivities' `Participant.ID`: the same 16 bytes as its node
+    /// id, so the two convert both ways without loss (`id.nodeIDString`, `UUID(nodeID:)`).
+    public var id: UUID { UUID(uuid: node.uuidBytes) }
+
+    /// The member's node id as `groupmesh status` shows it, 32 lowercase hex characters.
+    public var nodeID: String { node.hex }
+
     /// The name and the start of the id: the name alone is the member's own choice.
-    public var description: String { name.isEmpty ? String(id.prefix(12)) : "\(name) (\(id.prefix(12)))" }
+    public var description: String { name.isEmpty ? String(nodeID.prefix(12)) : "\(name) (\(nodeID.prefix(12)))" }
+}
+
+extension UUID {
+    /// The UUID of the member whose node id (32 hex characters, as `groupmesh status` shows it) is
+    /// `nodeID`; nil for any other text.
+    public init?(nodeID: String) {
+        guard let id = NodeID(hex: nodeID) else { return nil }
+        self.init(uuid: id.uuidBytes)
+    }
+
+    /// The node id this UUID is (a `Participant.id`), as `groupmesh status` shows it: 32 lowercase
+    /// hex characters.
+    public var nodeIDString: String { NodeID(uuidBytes: uuid).hex }
+}
+
+extension NodeID {
+    var uuidBytes: uuid_t {
+        let b = bytes
+        return (b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15])
+    }
+
+    init(uuidBytes u: uuid_t) {
+        self.init(bytes: [u.0, u.1, u.2, u.3, u.4, u.5, u.6, u.7, u.8, u.9, u.10, u.11, u.12, u.13, u.14, u.15])
+    }
 }
 
 /// A group session over the mesh, as GroupActivities' `GroupSession`: made `waiting`, then

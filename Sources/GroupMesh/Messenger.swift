@@ -62,19 +62,77 @@ public final class Messenger: Sendable {
     /// How long a reliable send waits for acknowledgements.
     public let timeout: Duration
 
+    /// The sends of the completion-handler form, in the order they were made: one task hands them
+    /// to the node one after another, so they keep that order as awaited sends do.
+    private let submissions: AsyncStream<Submission>.Continuation
+
     public init(session: MeshSession, deliveryMode: DeliveryMode = .reliable, timeout: Duration = .seconds(10)) {
         self.session = session
         self.deliveryMode = deliveryMode
         self.timeout = timeout
+        let (queue, submissions) = AsyncStream.makeStream(of: Submission.self)
+        self.submissions = submissions
+        let node = session.node
+        Task {
+            for await submission in queue {
+                await node.submitMessage(submission.envelope, to: submission.targets, mode: submission.mode,
+                                         timeout: submission.timeout) { result in
+                    // Off the node's executor: the app's code never holds up the node.
+                    let error: (any Error)? = if case let .failure(error) = result { error } else { nil }
+                    Task { submission.completion(error) }
+                }
+            }
+        }
     }
+
+    /// Sends already asked for still go; the task that hands them over ends after the last.
+    deinit { submissions.finish() }
 
     public func send(_ data: Data, to recipients: Recipients = .all) async throws {
         try await send(MessageEnvelope(type: Self.dataType, body: Array(data)), to: recipients)
     }
 
     public func send<Message: Codable & Sendable>(_ value: Message, to recipients: Recipients = .all) async throws {
-        let body = try JSONEncoder().encode(value)
-        try await send(MessageEnvelope(type: Self.typeTag(Message.self), body: Array(body)), to: recipients)
+        try await send(try Self.envelope(value), to: recipients)
+    }
+
+    /// Sends `data` and calls `completion` once, with nil or the error the async form would have
+    /// thrown (GroupSessionMessenger's `send(_:to:completion:)`). Returns at once; successive sends
+    /// go out in the order they were made. `completion` runs on a task of its own, not on the
+    /// caller's thread or queue: hop to your main actor or queue to touch UI state.
+    public func send(_ data: Data, to recipients: Recipients = .all,
+                     completion: @escaping @Sendable ((any Error)?) -> Void) {
+        enqueue(MessageEnvelope(type: Self.dataType, body: Array(data)), to: recipients, completion: completion)
+    }
+
+    /// Sends an `Encodable` value, as `send(_:to:completion:)` for `Data` (a value that does not
+    /// encode is handed to `completion` as the error, and nothing is sent).
+    public func send<Message: Encodable>(_ value: Message, to recipients: Recipients = .all,
+                                         completion: @escaping @Sendable ((any Error)?) -> Void) {
+        do {
+            enqueue(try Self.envelope(value), to: recipients, completion: completion)
+        } catch {
+            Task { completion(error) }
+        }
+    }
+
+    private static func envelope<Message: Encodable>(_ value: Message) throws -> MessageEnvelope {
+        MessageEnvelope(type: typeTag(Message.self), body: Array(try JSONEncoder().encode(value)))
+    }
+
+    private func enqueue(_ envelope: MessageEnvelope, to recipients: Recipients,
+                         completion: @escaping @Sendable ((any Error)?) -> Void) {
+        let submission = Submission(envelope: envelope, targets: Self.targets(recipients), mode: deliveryMode.wire,
+                                    timeout: deliveryMode == .reliable ? timeout : nil, completion: completion)
+        if case .terminated = submissions.yield(submission) { Task { completion(MessengerError.notRunning) } }
+    }
+
+    private struct Submission: Sendable {
+        let envelope: MessageEnvelope
+        let targets: [NodeID]?
+        let mode: DeliveryInstance.Mode
+        let timeout: Duration?
+        let completion: @Sendable ((any Error)?) -> Void
     }
 
     /// Received values of one type, with their context; other types are not seen here.
@@ -99,18 +157,15 @@ public final class Messenger: Sendable {
     }
 
     private func send(_ envelope: MessageEnvelope, to recipients: Recipients) async throws {
-        let targets: [NodeID]?
-        switch recipients {
-        case .all:
-            targets = nil
-        case let .only(participants):
-            targets = try participants.map { participant in
-                guard let id = NodeID(hex: participant.id) else { throw MessengerError.unknownMember(participant.id) }
-                return id
-            }
-        }
-        try await session.node.sendMessage(envelope, to: targets, mode: deliveryMode.wire,
+        try await session.node.sendMessage(envelope, to: Self.targets(recipients), mode: deliveryMode.wire,
                                            timeout: deliveryMode == .reliable ? timeout : nil)
+    }
+
+    private static func targets(_ recipients: Recipients) -> [NodeID]? {
+        switch recipients {
+        case .all: nil
+        case let .only(participants): participants.map(\.node)
+        }
     }
 
     private func stream<Value: Sendable>(

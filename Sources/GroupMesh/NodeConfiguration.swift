@@ -1,3 +1,4 @@
+import Foundation
 import MeshCore
 import MeshCrypto
 
@@ -117,3 +118,29 @@ public struct Invite: Sendable, Equatable, CustomStringConvertible {
     public var text: String { token.text }
     public var description: String { text }
 }
+
+extension Invite {
+    /// The token in the file at `path` ('-': standard input), surrounding whitespace ignored; at
+    /// most 4 KiB.
+    public init(file path: String) throws(GroupMeshError) {
+        let name = path == "-" ? "standard input" : path
+        let handle: FileHandle
+        if path == "-" {
+            handle = .standardInput
+        } else if let file = FileHandle(forReadingAtPath: path) {
+            handle = file
+        } else {
+            throw .invalidInvite("cannot read the invite from \(path): \(String(cString: strerror(errno)))")
+        }
+        let bytes: Data
+        do { bytes = try handle.read(upToCount: 4097) ?? Data() } catch {
+            throw .invalidInvite("cannot read the invite from \(name): \(error.localizedDescription)")
+        }
+        guard bytes.count <= 4096 else { throw .invalidInvite("\(name) holds more than an invite (over 4 KiB)") }
+        guard let text = String(data: bytes, encoding: .utf8)?.trimmingCharacters(in: .whitespacesAndNewlines), !text.isEmpty else {
+            throw .invalidInvite("\(name) holds no invite")
+        }
+        do { try self.init(text) } catch { throw .invalidInvite("\(name): \(error)") }
+    }
+}
+

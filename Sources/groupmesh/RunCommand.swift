@@ -122,7 +122,7 @@ struct RunCommand: AsyncParsableCommand {
     /// environment, so nothing the node starts inherits the secret).
     private func resolvedInvite() throws(GroupMeshError) -> Invite? {
         if let invite { return invite }
-        if let inviteFile { return try InviteSource.read(file: inviteFile) }
+        if let inviteFile { return try Invite(file: inviteFile) }
         guard let text = ProcessInfo.processInfo.environment[InviteSource.environmentVariable] else { return nil }
         unsetenv(InviteSource.environmentVariable)
         do { return try Invite(text.trimmingCharacters(in: .whitespacesAndNewlines)) } catch {
@@ -152,28 +152,6 @@ struct RunCommand: AsyncParsableCommand {
 /// Where an invite comes from when it is kept off the command line.
 enum InviteSource {
     static let environmentVariable = "GROUPMESH_INVITE"
-
-    /// The token in `path` ('-': standard input), surrounding whitespace ignored; at most 4 KiB.
-    static func read(file path: String) throws(GroupMeshError) -> Invite {
-        let name = path == "-" ? "standard input" : path
-        let handle: FileHandle
-        if path == "-" {
-            handle = .standardInput
-        } else if let file = FileHandle(forReadingAtPath: path) {
-            handle = file
-        } else {
-            throw .invalidInvite("cannot read the invite from \(path): \(String(cString: strerror(errno)))")
-        }
-        let bytes: Data
-        do { bytes = try handle.read(upToCount: 4097) ?? Data() } catch {
-            throw .invalidInvite("cannot read the invite from \(name): \(error.localizedDescription)")
-        }
-        guard bytes.count <= 4096 else { throw .invalidInvite("\(name) holds more than an invite (over 4 KiB)") }
-        guard let text = String(data: bytes, encoding: .utf8)?.trimmingCharacters(in: .whitespacesAndNewlines), !text.isEmpty else {
-            throw .invalidInvite("\(name) holds no invite")
-        }
-        do { return try Invite(text) } catch { throw .invalidInvite("\(name): \(error)") }
-    }
 }
 
 /// `--listen`: a numeric host to bind and a port, 0 for any free one.

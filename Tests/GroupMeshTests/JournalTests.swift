@@ -88,6 +88,38 @@ struct JournalTests {
                 == #"{"strokes":12,"title":"cat"}"#)
     }
 
+    /// An app's generic helper: `Data` reaches the journal as a type parameter, not as `Data`.
+    static func addGeneric<Metadata: Encodable>(_ journal: Journal, metadata: Metadata) async throws -> GroupMesh.Attachment {
+        try await journal.add(Data("generic".utf8), metadata: metadata)
+    }
+
+    static func loadGeneric<Metadata: Decodable>(_ attachment: GroupMesh.Attachment, as type: Metadata.Type) async throws -> Metadata {
+        try await attachment.loadMetadata(of: type)
+    }
+
+    @Test("metadata added as Data comes back through loadMetadata(of: Data.self) as those bytes, in generic code too")
+    func dataMetadata() async throws {
+        let sessions = try await MessengerTests.cluster(["pia", "rex"])
+        defer { Task { await MessengerTests.tearDown(sessions) } }
+        let journals = sessions.map(Journal.init)
+        let bytes = Data([0x00, 0xff, 0x7b, 0x22])  // not JSON, not UTF-8
+        let plain = try await journals[0].add(Data("pixels".utf8), metadata: bytes)
+        let generic = try await Self.addGeneric(journals[0], metadata: bytes)
+        try await waitUntil("rex lists both") { await Self.current(journals[1]).count == 2 }
+        let seen = await Self.current(journals[1])
+        for attachment in [plain, generic] {
+            let there = try #require(seen.first { $0.id == attachment.id })
+            #expect(try await there.loadMetadata(of: Data.self) == bytes)
+            #expect(try await Self.loadGeneric(there, as: Data.self) == bytes)
+            #expect(try await journals[1].loadMetadata(Data.self, of: there) == bytes)
+            #expect(try await there.loadMetadata() == bytes)
+        }
+        // Typed metadata still decodes as its type, and Data of it is its JSON.
+        let typed = try await journals[0].add(Data("x".utf8), metadata: Drawing(title: "dog", strokes: 3))
+        #expect(try await typed.loadMetadata(of: Drawing.self) == Drawing(title: "dog", strokes: 3))
+        #expect(try await typed.loadMetadata(of: Data.self) == Data(#"{"strokes":3,"title":"dog"}"#.utf8))
+    }
+
     @Test("a file is added streamed and loaded to a file; over the limit is refused before storing")
     func files() async throws {
         let sessions = try await MessengerTests.cluster(["lea", "max"])

@@ -1,5 +1,6 @@
 import Foundation
 import GroupMesh
+import MeshCrypto
 import MeshTestKit
 import Testing
 
@@ -62,6 +63,88 @@ struct MessengerTests {
         try await ann.send(Chat(text: "for ben only"), to: .only([ben]))
         #expect(await Self.next(benChats, within: .seconds(5))?.0 == Chat(text: "for ben only"))
         #expect(await Self.next(catChats, within: .milliseconds(300)) == nil, "cat must not get ben's message")
+    }
+
+    /// Collects completion-handler outcomes, each under its index: called twice is counted.
+    final class Outcomes: @unchecked Sendable {
+        private let lock = NSLock()
+        private var calls: [Int: [String?]] = [:]
+
+        func record(_ index: Int, _ error: (any Error)?) {
+            lock.withLock { calls[index, default: []].append(error.map { "\($0)" }) }
+        }
+
+        var snapshot: [Int: [String?]] { lock.withLock { calls } }
+    }
+
+    @Test("send(_:to:completion:) delivers in the order of the calls and calls each completion once, with nil or the error")
+    func completionHandlerSends() async throws {
+        let sessions = try await Self.cluster(["fay", "gus"])
+        defer { Task { await Self.tearDown(sessions) } }
+        let fay = Messenger(session: sessions[0])
+        let strokes = await Messenger(session: sessions[1]).messages(of: PenStroke.self)
+        let raw = await Messenger(session: sessions[1]).messages(of: Data.self)
+        let outcomes = Outcomes()
+
+        // Called from synchronous code, as UIKit/AppKit code does, one right after another.
+        for index in 0..<200 {
+            fay.send(PenStroke(x: Double(index), y: 0)) { outcomes.record(index, $0) }
+        }
+        fay.send(Data("raw".utf8), to: .all) { outcomes.record(200, $0) }
+        fay.send(Data(count: 256 * 1024 + 1)) { outcomes.record(201, $0) }
+        let stranger = Participant(id: NodeID(high: 1, low: 2), name: "nobody")
+        fay.send(Chat(text: "to a stranger"), to: .only(stranger)) { outcomes.record(202, $0) }
+
+        let received = await Self.collect(strokes, count: 200, within: .seconds(30)).map(\.0.x)
+        #expect(received == (0..<200).map(Double.init), "in the order of the calls")
+        #expect(await Self.next(raw, within: .seconds(5))?.0 == Data("raw".utf8))
+        try await waitUntil("every completion called", timeout: .seconds(30)) { outcomes.snapshot.count == 203 }
+        let calls = outcomes.snapshot
+        #expect(calls.values.allSatisfy { $0.count == 1 }, "each completion exactly once")
+        #expect((0...200).allSatisfy { calls[$0] == [nil] }, "delivered sends complete with nil")
+        #expect(calls[201] == ["\(MessengerError.tooLarge(size: 256 * 1024 + 1, limit: 256 * 1024))"])
+        #expect(calls[202]?.first??.contains("(not reachable: not sent)") == true, "\(String(describing: calls[202]))")
+    }
+
+    /// The first `count` elements of `stream`, or those that came within `timeout`.
+    static func collect<Element: Sendable>(_ stream: AsyncStream<Element>, count: Int, within timeout: Duration) async -> [Element] {
+        await withTaskGroup(of: [Element]?.self) { group in
+            group.addTask {
+                var elements: [Element] = []
+                for await element in stream {
+                    elements.append(element)
+                    if elements.count == count { break }
+                }
+                return elements
+            }
+            group.addTask { try? await Task.sleep(for: timeout); return nil }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            if let first { return first }
+            // Timed out: what the collector had when it was cancelled.
+            let partial = await group.next() ?? nil
+            return partial ?? []
+        }
+    }
+
+    @Test("a participant's id is a UUID of the node id's 16 bytes: both convert without loss")
+    func participantUUID() async throws {
+        let sessions = try await Self.cluster(["hal", "ivy"])
+        defer { Task { await Self.tearDown(sessions) } }
+        let hal = await sessions[0].localParticipant
+        #expect(hal.nodeID.count == 32)
+        #expect(hal.id.nodeIDString == hal.nodeID)
+        #expect(UUID(nodeID: hal.nodeID) == hal.id)
+        #expect(hal.id.uuidString.lowercased().replacingOccurrences(of: "-", with: "") == hal.nodeID)
+        #expect(UUID(nodeID: "not an id") == nil)
+        // The id apps store finds the participant again, and addresses a message to it.
+        let seenByIvy = await sessions[1].activeParticipants.first { $0.id == hal.id }
+        #expect(seenByIvy == hal)
+        let chats = await Messenger(session: sessions[0]).messages(of: Chat.self)
+        try await Messenger(session: sessions[1]).send(Chat(text: "by uuid"), to: .only(try #require(seenByIvy)))
+        let chat = await Self.next(chats, within: .seconds(5))
+        let ivy = await sessions[1].localParticipant
+        #expect(chat?.0 == Chat(text: "by uuid") && chat?.1.source.id == ivy.id)
     }
 
     @Test("a message over 256 KiB is refused before anything is sent; 256 KiB exactly arrives")

@@ -62,16 +62,11 @@ public struct Attachment: Hashable, Sendable, Identifiable {
         return Data(entry.metadata)
     }
 
-    /// The metadata decoded as `type` (GroupSessionJournal's `loadMetadata(of:)`); metadata that
-    /// is not one (another member chose it) throws `GroupMeshError.metadataType`, never a value
-    /// made up.
+    /// The metadata decoded as `type` (GroupSessionJournal's `loadMetadata(of:)`): `Data` is the
+    /// bytes as they were added, any other type is decoded from JSON. Metadata that is not one
+    /// (another member chose it) throws `GroupMeshError.metadataType`, never a value made up.
     public func loadMetadata<Metadata: Decodable>(of type: Metadata.Type) async throws(GroupMeshError) -> Metadata {
-        let bytes = try await loadMetadata()
-        do {
-            return try JSONDecoder().decode(type, from: bytes)
-        } catch {
-            throw .metadataType(attachment: id, type: String(describing: type))
-        }
+        try Journal.decode(type, from: try await loadMetadata(), attachment: id)
     }
 }
 
@@ -139,7 +134,6 @@ public final class Journal: Sendable {
         _ = try await session.node.loadAttachment(attachment.digest, into: .file(path: url.path))
     }
 
-    /// The metadata of the latest add of the attachment.
     /// Adds bytes with metadata of any `Encodable` type (stored as JSON; GroupSessionJournal's
     /// typed metadata).
     public func add<Metadata: Encodable>(_ data: Data, metadata: Metadata) async throws -> Attachment {
@@ -151,6 +145,7 @@ public final class Journal: Sendable {
         try await add(contentsOf: url, metadata: try Self.encode(metadata))
     }
 
+    /// The metadata of the latest add of the attachment, as bytes.
     public func loadMetadata(of attachment: Attachment) async throws -> Data {
         guard let entry = await session.node.attachmentEntries.first(where: { $0.id == attachment.attachmentID }) else {
             throw GroupMeshError.unknownAttachment(attachment.id)
@@ -161,15 +156,23 @@ public final class Journal: Sendable {
     /// The metadata decoded as `type`; metadata that is not one (another member chose it) throws
     /// `GroupMeshError.metadataType`, never a value made up.
     public func loadMetadata<Metadata: Decodable>(_ type: Metadata.Type, of attachment: Attachment) async throws -> Metadata {
-        let bytes = try await loadMetadata(of: attachment)
+        try Self.decode(type, from: try await loadMetadata(of: attachment), attachment: attachment.id)
+    }
+
+    /// Metadata given as `Data` is kept as those bytes and read back as them, in generic code too
+    /// (where `Data` would otherwise go through JSON as a base64 string).
+    static func decode<Metadata: Decodable>(_ type: Metadata.Type, from bytes: Data,
+                                            attachment: String) throws(GroupMeshError) -> Metadata {
+        if let bytes = bytes as? Metadata { return bytes }
         do {
             return try JSONDecoder().decode(type, from: bytes)
         } catch {
-            throw GroupMeshError.metadataType(attachment: attachment.id, type: String(describing: type))
+            throw .metadataType(attachment: attachment, type: String(describing: type))
         }
     }
 
     private static func encode(_ metadata: some Encodable) throws -> Data {
+        if let bytes = metadata as? Data { return bytes }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         return try encoder.encode(metadata)
