@@ -9,7 +9,7 @@ SEEDS        ?= 200
 PREFIX       ?= /usr/local
 DESTDIR      ?=
 
-.PHONY: deps build run test bench demo fuzz soak install clean
+.PHONY: deps build run test docs docs-check bench demo fuzz soak install clean
 
 deps:
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "error: swift is not on PATH (need Swift 6.x)"; exit 1; }
@@ -49,6 +49,7 @@ REALTIME_TESTS = ^(GroupMeshTests|GroupMeshCLITests)\.
 
 test: deps
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
+	$(MAKE) --no-print-directory docs-check
 	sync  # the build's writes go to disk now, not under the end-to-end tests' fsyncs
 	# Swift Testing captures a backtrace for every error thrown, caught or not: the decoder tests throw
 	# hundreds of thousands (every malformed input), and those backtraces were a third of their time.
@@ -56,6 +57,19 @@ test: deps
 	$(SWIFT) test --skip-build --no-parallel $(SWIFT_FLAGS) --filter '$(REALTIME_TESTS)'
 	# A test target in neither list still runs (today this runs nothing).
 	$(SWIFT) test --skip-build --no-parallel $(SWIFT_FLAGS) --skip '$(SEEDED_TESTS)' --skip '$(REALTIME_TESTS)'
+
+# The DocC catalog of the library (the API's articles, the porting guide) against the built
+# module's public symbols: a broken link or an unknown symbol fails. HTML in .build/docs.
+DOCC ?= docc
+docs: build docs-check
+docs-check:
+	$(SWIFT) package dump-symbol-graph --minimum-access-level public $(SWIFT_FLAGS) >/dev/null
+	rm -rf .build/docs-symbols && mkdir -p .build/docs-symbols
+	cp "$$($(SWIFT) build --show-bin-path $(SWIFT_FLAGS))/../symbolgraph/"GroupMesh*.symbols.json .build/docs-symbols/
+	$(DOCC) convert Sources/GroupMesh/GroupMesh.docc --additional-symbol-graph-dir .build/docs-symbols \
+		--output-path .build/docs --fallback-display-name GroupMesh \
+		--fallback-bundle-identifier org.groupmesh.GroupMesh --warnings-as-errors
+	@echo "documentation built: .build/docs"
 
 bench: deps
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
