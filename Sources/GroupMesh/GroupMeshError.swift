@@ -19,6 +19,8 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
     case noNodeRunning(path: String)
     /// The node's answer to a control request, or why it could not be asked.
     case control(String)
+    /// The node refused a control request: its one line, and what kind of failure it was.
+    case refused(String, kind: FailureKind)
     case notRunning
     /// The disk refused (full, unwritable…).
     case store(String)
@@ -52,6 +54,10 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
     case removedFromSession(by: String)
     /// `SessionOffers` made the session but nobody takes it from `sessions()` (not read, or full).
     case offerNotTaken(waiting: Int)
+    /// `get` without `--force`: a file is at the output path already, and it was kept.
+    case outputExists(String)
+    /// The caller gave the request up (its task was cancelled, `get` was interrupted).
+    case cancelled
 
     public var description: String {
         switch self {
@@ -66,7 +72,8 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
             return "data dir \(path) already belongs to another session; use a fresh --data-dir to join with this invite"
         case let .invalidAddress(text):
             return "invalid address '\(text)': expected HOST:PORT, e.g. 127.0.0.1:7946 or [::1]:7946"
-        case let .invalidInvite(message), let .keyFile(message), let .control(message), let .store(message), let .attachment(message):
+        case let .invalidInvite(message), let .keyFile(message), let .control(message), let .store(message), let .attachment(message),
+             let .refused(message, _):
             return message
         case let .bindFailed(address, reason):
             return "cannot listen on \(address): \(reason)"
@@ -113,6 +120,10 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
             return "the session of \(path) was ended by \(by); its invites no longer work. Start a new session in another data dir"
         case let .removedFromSession(by):
             return "this node was removed from the session by \(by); ask a member for a new invite and join with another data dir"
+        case let .outputExists(path):
+            return "\(path) exists and was kept; give --force to replace it, or another -o PATH"
+        case .cancelled:
+            return "cancelled"
         case let .offerNotTaken(waiting):
             return "the offered session was not taken: \(waiting) offered sessions already wait, or sessions() is no longer read"
         }
@@ -135,10 +146,11 @@ extension GroupMeshError {
     init(_ error: NodeError, names: (NodeID) -> String) {
         switch error {
         case .stopped: self = .notRunning
+        case .cancelled: self = .cancelled
         case let .messageTooLarge(size, limit):
-            self = .control(MessengerError.tooLarge(size: size, limit: limit).description)
+            self = .refused(MessengerError.tooLarge(size: size, limit: limit).description, kind: .input)
         case let .notDelivered(failures):
-            self = .control(MessengerError(failures, names: names).description)
+            self = .refused(MessengerError(failures, names: names).description, kind: .unavailable)
         case let .metadataTooLarge(size, limit): self = .metadataTooLarge(size: size, limit: limit)
         case let .unknownAttachment(id): self = .unknownAttachment(id.hex)
         case let .unknownAttachmentID(id): self = .unknownAttachment(id.hex)
@@ -153,8 +165,9 @@ extension GroupMeshError {
         case let .epochNotStored(failure): self = .epochNotStored(reason: failure.description)
         case .removalInProgress: self = .removalInProgress
         case let .sessionEnded(by): self = .sessionEnded(by: names(by))
-        case let .notReachable(id): self = .control("\(names(id)) is not reachable (dead, left, or never met); see groupmesh status")
-        case let .pingTimedOut(id): self = .control("no answer from \(names(id)) within 2 s")
+        case let .notReachable(id):
+            self = .refused("\(names(id)) is not reachable (dead, left, or never met); see groupmesh status", kind: .unavailable)
+        case let .pingTimedOut(id): self = .refused("no answer from \(names(id)) within 2 s", kind: .unavailable)
         }
     }
 }
@@ -164,5 +177,54 @@ extension GroupMeshError {
     static func fileWrite(_ code: Int32, _ path: String, doing action: String) -> GroupMeshError {
         FileIO.isOutOfSpace(code) ? .store("no space left to write \(path); nothing was lost")
                                   : .store("cannot \(action) \(path): \(FileIO.describe(code))")
+    }
+}
+
+/// How a failure ends a command, in the terms of sysexits(3), so that a script can tell apart
+/// what it got wrong, what is not there now, and the rest (Docs/CLI.md §Exit status).
+public enum FailureKind: String, Codable, Sendable {
+    /// The request is wrong: a bad invite or address, an unknown attachment or member, a file or
+    /// message over the limit. Exit 65 (EX_DATAERR).
+    case input
+    /// What was asked for cannot be had now: no node running, no member holding the data, the
+    /// node stopped. Exit 69 (EX_UNAVAILABLE).
+    case unavailable
+    /// Anything else (the disk, the system). Exit 1.
+    case other
+
+    public var exitStatus: Int32 {
+        switch self {
+        case .input: 65
+        case .unavailable: 69
+        case .other: 1
+        }
+    }
+}
+
+extension GroupMeshError {
+    public var kind: FailureKind {
+        switch self {
+        case .invalidAddress, .invalidInvite, .sessionMismatch, .attachment, .attachmentTooLarge, .metadataTooLarge,
+             .unknownAttachment, .ambiguousAttachment, .attachmentPrefixTooShort, .outputIsNodeFile, .outputNotRegularFile,
+             .cannotRemoveSelf, .alreadyRemoved, .metadataType, .outputExists:
+            .input
+        case .noNodeRunning, .notRunning, .manifestUnavailable, .chunksUnavailable, .sessionEnded, .sessionEndedHere,
+             .removedFromSession, .identityConflict:
+            .unavailable
+        case let .refused(_, kind):
+            kind
+        case .dataDirectory, .dataDirectoryLocked, .dataDirectoryFormat, .keyFile, .bindFailed, .control, .store,
+             .sessionTooLarge, .epochNotStored, .removalInProgress, .offerNotTaken, .cancelled:
+            .other
+        }
+    }
+}
+
+extension MessengerError {
+    public var kind: FailureKind {
+        switch self {
+        case .tooLarge, .unknownMember, .ambiguousMember: .input
+        case .notDelivered, .notRunning: .unavailable
+        }
     }
 }

@@ -36,7 +36,7 @@ extension MeshNode {
     package func removeMember(_ text: String) async throws(GroupMeshError) -> (id: NodeID, handedTo: Int) {
         guard !core.namesSelf(text) else { throw .cannotRemoveSelf }
         let id: NodeID
-        do { id = try resolveMember(text) } catch { throw .control(error.description) }
+        do { id = try resolveMember(text) } catch { throw .refused(error.description, kind: error.kind) }
         switch await perform(.removeMember(id)) {
         case let .success(.memberRemoved(removed, handedTo)): return (removed, handedTo)
         case let .failure(error): throw GroupMeshError(error, names: { core.displayName(of: $0) })
@@ -110,7 +110,9 @@ extension MeshNode {
     }
 
     func progress(of entry: AttachmentEntry) -> TransferProgress {
-        TransferProgress(chunksHave: core.chunksHeld(of: entry), chunks: entry.chunkCount, size: entry.size)
+        TransferProgress(chunksHave: core.chunksHeld(of: entry), chunks: entry.chunkCount, size: entry.size,
+                                bytesHave: core.bytesHeld(of: entry),
+                                holdersSending: core.transfer.holdersSending(entry.content))
     }
 
     func attachmentInfos(withMetadata: Bool) -> [StatusReport.AttachmentInfo] {
@@ -120,7 +122,8 @@ extension MeshNode {
                                         chunksHave: core.chunksHeld(of: entry), holders: availability.holders.count,
                                         state: availability.state.rawValue, heldBy: availability.holders.map(\.hex),
                                         metadata: withMetadata && !entry.metadata.isEmpty
-                                            ? String(decoding: entry.metadata, as: UTF8.self) : nil)
+                                            ? String(decoding: entry.metadata, as: UTF8.self) : nil,
+                                        fetching: core.fetches[entry.content] != nil)
         }
     }
 
@@ -143,12 +146,12 @@ extension MeshNode {
     /// The attachment's bytes (fetched first from the members that hold them if need be), in
     /// memory or written to `path` (through a temporary file, renamed when whole).
     package func loadAttachment(_ id: SHA256Digest, into destination: ExportDestination) async throws(GroupMeshError) -> [UInt8]? {
-        if case let .file(path, _) = destination {
+        if case let .file(path, _, replace) = destination {
             guard !configuration.dataDirectory.ownsFile(path) else { throw .outputIsNodeFile(path) }
             // Before any fetch: a wrong output is said at once, not after 100 MiB.
-            try OutputPath.check(path)
+            try OutputPath.check(path, replacing: replace)
         }
-        switch await perform(.load(id, into: destination)) {
+        switch await performCancellable(.load(id, into: destination)) {
         case let .success(.loaded(_, bytes)): return bytes
         case let .failure(error): throw GroupMeshError(error, names: { core.displayName(of: $0) })
         case .success: throw .notRunning
@@ -158,7 +161,7 @@ extension MeshNode {
     /// One round trip to a member: its time (nil: no answer in time), and the address it went to.
     package func ping(_ text: String) async throws(GroupMeshError) -> (member: NodeID, rtt: Duration?, address: String) {
         let member: NodeID
-        do { member = try resolveMember(text) } catch { throw .control(error.description) }
+        do { member = try resolveMember(text) } catch { throw .refused(error.description, kind: error.kind) }
         switch await perform(.ping(member)) {
         case let .success(.pong(rtt, address)): return (member, rtt, address.description)
         case .failure(.pingTimedOut): return (member, nil, core.membership.member(member)?.address?.description ?? "")

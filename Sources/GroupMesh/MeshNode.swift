@@ -344,19 +344,43 @@ package actor MeshNode {
     /// Runs `command` in the core and waits for its completion.
     func perform(_ command: NodeCommand) async -> Result<NodeResult, NodeError> {
         await withCheckedContinuation { continuation in
-            submit(command, to: .continuation(continuation))
+            submit(command, request: nextRequestID(), to: .continuation(continuation))
         }
+    }
+
+    /// `perform`, given up when the calling task is cancelled: the core is told (`cancel`), and the
+    /// command completes as `cancelled`.
+    func performCancellable(_ command: NodeCommand) async -> Result<NodeResult, NodeError> {
+        let request = nextRequestID()
+        return await withTaskCancellationHandler {
+            // Checked in the same job that submits: a cancel after it is handled after the submit.
+            guard !Task.isCancelled else { return .failure(.cancelled) }
+            return await withCheckedContinuation { continuation in
+                submit(command, request: request, to: .continuation(continuation))
+            }
+        } onCancel: {
+            eventLoop.execute { self.assumeIsolated { $0.cancel(request) } }
+        }
+    }
+
+    private func cancel(_ request: RequestID) {
+        core.cancel(request, now: now)
+        runEffects()
+        rearm()
+    }
+
+    private func nextRequestID() -> RequestID {
+        nextRequest += 1
+        return RequestID(nextRequest)
     }
 
     /// Hands `command` to the core at once; `completion` gets its result later, on this actor.
     /// Commands submitted one after another reach the core in that order, whenever they complete.
     func submit(_ command: NodeCommand, completion: @escaping @Sendable (Result<NodeResult, NodeError>) -> Void) {
-        submit(command, to: .callback(completion))
+        submit(command, request: nextRequestID(), to: .callback(completion))
     }
 
-    private func submit(_ command: NodeCommand, to waiter: RequestWaiter) {
-        nextRequest += 1
-        let request = RequestID(nextRequest)
+    private func submit(_ command: NodeCommand, request: RequestID, to waiter: RequestWaiter) {
         // Registered first: the completion may be among the command's own effects.
         waiters[request] = waiter
         core.handle(command, request: request, now: now)

@@ -167,8 +167,15 @@ public final class SimNode: SimulatedProcess {
     }
 
     /// Loads an attachment into memory, fetching it first if need be: a fetch someone waits for.
-    public func load(_ id: SHA256Digest) {
+    @discardableResult
+    public func load(_ id: SHA256Digest) -> RequestID {
         command(.load(id, into: .memory), "load \(id)")
+    }
+
+    /// Gives a command up, as an interrupted `get` or a cancelled task does.
+    public func cancel(_ request: RequestID) {
+        core.cancel(request, now: now)
+        drive()
     }
 
     /// Removes the `pick`-th present attachment (modulo how many there are).

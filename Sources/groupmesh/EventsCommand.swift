@@ -49,7 +49,7 @@ struct EventsCommand: AsyncParsableCommand {
         } catch {
             throw fail(error)
         }
-        if !ended { throw fail("the node on \(data.directory.path) stopped") }
+        if !ended { throw fail("the node on \(data.directory.path) stopped", kind: .unavailable) }
     }
 
     /// `2026-11-24T12:00:01.250Z #7 member-joined bob (a1b2c3d4e5f6) 10.0.0.2:7946`.

@@ -8,6 +8,12 @@ struct GroupMeshCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "groupmesh",
         abstract: "A peer-to-peer group-session mesh: membership, messages and attachments over encrypted UDP.",
+        discussion: """
+            Exit status: 0 success, 1 other failures, 64 usage (a command line that does not parse), \
+            65 bad input (invite, address, attachment, member, a file over the limit), 69 unavailable \
+            (no node running, no member holding the data, the node stopped), 130 interrupted.
+            """,
+        version: "groupmesh " + GroupMeshVersion.line,
         subcommands: [RunCommand.self, StatusCommand.self, InviteCommand.self, LeaveCommand.self, EndCommand.self, PingCommand.self, EventsCommand.self,
                       SendCommand.self, ListenCommand.self, AttachCommand.self, AttachmentsCommand.self,
                       GetCommand.self, RemoveCommand.self, RemoveMemberCommand.self]
@@ -57,12 +63,43 @@ struct DataDirectoryOptions: ParsableArguments {
     }
 }
 
-/// Prints one readable line to stderr and exits non-zero: how every user error ends. Escaped:
-/// an error may name a member, and a member's name is its own choice.
-func fail(_ message: some CustomStringConvertible) -> ExitCode {
-    FileHandle.standardError.write(Data("groupmesh: error: \(TerminalText.escaped(message.description))\n".utf8))
-    return ExitCode(1)
+/// `--json`, on every command that prints a result: one JSON object on stdout instead of text.
+struct JSONOutputOptions: ParsableArguments {
+    @Flag(help: "Print the result as one JSON object (sorted keys, one line).")
+    var json = false
+
+    /// The result as text, or as JSON when `--json` was given.
+    func emit(_ text: @autoclosure () -> String, json object: some Encodable) {
+        guard json else { return groupmesh.emit(text()) }
+        emitJSON(object)
+    }
 }
+
+/// One JSON object on a line of its own.
+func emitJSON(_ object: some Encodable) {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+    guard let data = try? encoder.encode(object) else { return }
+    emit(String(decoding: data, as: UTF8.self))
+}
+
+/// Prints one readable line to stderr and exits with the status its kind has (Docs/CLI.md §Exit
+/// status): how every user error ends. Escaped: an error may name a member, and a member's name
+/// is its own choice.
+func fail(_ message: some CustomStringConvertible, kind: FailureKind = .other) -> ExitCode {
+    FileHandle.standardError.write(Data("groupmesh: error: \(TerminalText.escaped(message.description))\n".utf8))
+    return ExitCode(kind.exitStatus)
+}
+
+func fail(_ error: GroupMeshError) -> ExitCode { fail(error.description, kind: error.kind) }
+
+/// A node that answered something this command did not ask for: another version of groupmesh.
+func unexpectedAnswer(_ what: String) -> ExitCode {
+    fail("the node sent \(what); is it another version of groupmesh? (groupmesh --version)")
+}
+
+/// The status of a command ended by SIGINT or SIGTERM, as a shell reports one killed by SIGINT.
+let interruptedStatus: Int32 = 130
 
 /// Writes a line to stdout at once: scripts and tests read `listening:` while the node runs.
 func emit(_ line: String) {

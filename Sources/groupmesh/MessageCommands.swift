@@ -23,6 +23,8 @@ struct SendCommand: AsyncParsableCommand {
     @Argument(help: "The message text.")
     var text: String?
 
+    @OptionGroup var output: JSONOutputOptions
+
     func validate() throws {
         if (text == nil) == (file == nil) { throw ValidationError("give either TEXT or --file PATH") }
     }
@@ -31,17 +33,17 @@ struct SendCommand: AsyncParsableCommand {
         let body: Data
         if let file {
             let attributes = try? FileManager.default.attributesOfItem(atPath: file)
-            guard let size = attributes?[.size] as? Int else { throw fail("cannot read \(file)") }
+            guard let size = attributes?[.size] as? Int else { throw fail("cannot read \(file)", kind: .input) }
             guard size <= Messenger.maxMessageSize else {
-                throw fail("\(file) is \(size) bytes, over the \(Messenger.maxMessageSize / 1024) KiB message limit; nothing was sent")
+                throw fail("\(file) is \(size) bytes, over the \(Messenger.maxMessageSize / 1024) KiB message limit; nothing was sent", kind: .input)
             }
-            guard let contents = FileManager.default.contents(atPath: file) else { throw fail("cannot read \(file)") }
+            guard let contents = FileManager.default.contents(atPath: file) else { throw fail("cannot read \(file)", kind: .input) }
             body = contents
         } else {
             body = Data((text ?? "").utf8)
         }
         guard body.count <= Messenger.maxMessageSize else {
-            throw fail("message is \(body.count) bytes, over the \(Messenger.maxMessageSize / 1024) KiB limit; nothing was sent")
+            throw fail("message is \(body.count) bytes, over the \(Messenger.maxMessageSize / 1024) KiB limit; nothing was sent", kind: .input)
         }
         var client = ControlClient(directory: data.directory)
         client.timeout = .seconds(60)
@@ -51,8 +53,12 @@ struct SendCommand: AsyncParsableCommand {
         } catch {
             throw fail(error)
         }
-        guard case let .sent(count) = response else { throw fail("the node sent no answer") }
-        FileHandle.standardError.write(Data("sent to \(count) member\(count == 1 ? "" : "s")\n".utf8))
+        guard case let .sent(count) = response else { throw unexpectedAnswer("no count of recipients") }
+        if output.json {
+            emitJSON(["sentTo": count])
+        } else {
+            FileHandle.standardError.write(Data("sent to \(count) member\(count == 1 ? "" : "s")\n".utf8))
+        }
     }
 }
 

@@ -18,6 +18,10 @@ struct RemoveMemberCommand: AsyncParsableCommand {
     @Argument(help: "The member: its id, a unique prefix of it, or its name (see groupmesh status).")
     var member: String
 
+    @OptionGroup var output: JSONOutputOptions
+
+    struct Removal: Encodable { var member: String; var session: String; var handedTo: Int }
+
     func run() async throws {
         let response: ControlResponse
         do {
@@ -25,8 +29,8 @@ struct RemoveMemberCommand: AsyncParsableCommand {
         } catch {
             throw fail(error)
         }
-        guard case let .memberRemoved(id, session, delivered) = response else { throw fail("the node sent no answer") }
-        emit("removed \(id.prefix(12)): session \(session) handed to \(delivered) live member(s); "
-             + "old invites no longer work")
+        guard case let .memberRemoved(id, session, delivered) = response else { throw unexpectedAnswer("no removal") }
+        output.emit("removed \(id.prefix(12)): session \(session) handed to \(delivered) live member(s); "
+                    + "old invites no longer work", json: Removal(member: id, session: session, handedTo: delivered))
     }
 }

@@ -22,7 +22,7 @@ struct StatusCommand: AsyncParsableCommand {
             let report: StatusReport
             do {
                 guard case let .status(status) = try client.send(.status) else {
-                    throw fail("the node sent no status")
+                    throw unexpectedAnswer("no status")
                 }
                 report = status
             } catch let error as GroupMeshError {
@@ -48,13 +48,14 @@ struct InviteCommand: AsyncParsableCommand {
     )
 
     @OptionGroup var data: DataDirectoryOptions
+    @OptionGroup var output: JSONOutputOptions
 
     func run() async throws {
         do {
             guard case let .invite(invite) = try ControlClient(directory: data.directory).send(.invite) else {
-                throw fail("the node sent no invite")
+                throw unexpectedAnswer("no invite")
             }
-            emit(invite)
+            output.emit(invite, json: ["invite": invite])
         } catch let error as GroupMeshError {
             throw fail(error)
         }
@@ -76,6 +77,8 @@ struct LeaveCommand: AsyncParsableCommand {
 
     @Flag(name: .long, help: "Leave at once, without handing over attachments only this node holds (they become unavailable).")
     var now = false
+
+    @OptionGroup var output: JSONOutputOptions
 
     func run() async throws {
         var summary: LeaveSummary?
@@ -100,8 +103,8 @@ struct LeaveCommand: AsyncParsableCommand {
         } catch {
             throw fail(error)
         }
-        guard let summary else { throw fail("the node on \(data.directory.path) stopped before its leave was complete") }
-        emit(Self.describe(summary))
+        guard let summary else { throw fail("the node on \(data.directory.path) stopped before its leave was complete; see groupmesh status", kind: .unavailable) }
+        output.emit(Self.describe(summary), json: summary)
     }
 
     static func describe(_ summary: LeaveSummary) -> String {
@@ -135,6 +138,7 @@ struct EndCommand: AsyncParsableCommand {
     )
 
     @OptionGroup var data: DataDirectoryOptions
+    @OptionGroup var output: JSONOutputOptions
 
     func run() async throws {
         do {
@@ -142,7 +146,7 @@ struct EndCommand: AsyncParsableCommand {
         } catch {
             throw fail(error)
         }
-        emit("ended the session for every member")
+        output.emit("ended the session for every member", json: ["ended": true])
     }
 }
 

@@ -25,12 +25,12 @@ struct PingCommandTests {
         #expect(ping.stdout.contains("3 sent, 3 answered, rtt min/avg/max"), "\(ping.stdout)")
 
         let unknown = try await NodeProcess.runCommand(["ping", "--data-dir", alice.dataDirectory, "nobody"])
-        #expect(unknown.status == 1 && unknown.stderr.contains("unknown member 'nobody'"), "\(unknown.stderr)")
+        #expect(unknown.status == 65 && unknown.stderr.contains("unknown member 'nobody'"), "\(unknown.stderr)")
 
         bob.signal(SIGSTOP)
         defer { bob.signal(SIGCONT) }
         let silent = try await NodeProcess.runCommand(["ping", "--data-dir", alice.dataDirectory, "bob", "--count", "1"])
-        #expect(silent.status == 1, "\(silent.stdout)")
+        #expect(silent.status == 69, "\(silent.stdout)")
         #expect(silent.stdout.contains("no answer from bob") && silent.stdout.contains("1 sent, 0 answered"), "\(silent.stdout)")
     }
 }

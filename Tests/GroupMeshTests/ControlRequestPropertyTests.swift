@@ -26,7 +26,8 @@ import Testing
         case 4: return .listen
         case 5: return .attach(path: path, metadata: rng.next() % 2 == 0 ? "{\"a\": 1}" : nil)
         case 6: return .attachments
-        case 7: return .get(attachment: id, path: path, mode: rng.next() % 2 == 0 ? nil : UInt32(rng.next() % 0o1000))
+        case 7: return .get(attachment: id, path: path, mode: rng.next() % 2 == 0 ? nil : UInt32(rng.next() % 0o1000),
+                            replace: rng.next() % 2 == 0)
         case 8: return .remove(attachment: id)
         case 9: return .end
         case 10: return .ping(id)

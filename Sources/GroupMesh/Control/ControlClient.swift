@@ -15,7 +15,7 @@ public struct ControlClient: Sendable {
         try writeAll(line, to: connection)
         let reply = try readLine(from: connection)
         let response = try Self.decode(reply)
-        if case let .failure(message) = response { throw .control(message) }
+        if case let .failure(message, kind) = response { throw .refused(message, kind: kind) }
         return response
     }
 
@@ -38,7 +38,7 @@ public struct ControlClient: Sendable {
                 let lineData = buffer[buffer.startIndex..<newline]
                 buffer.removeSubrange(buffer.startIndex...newline)
                 let response = try Self.decode(lineData)
-                if case let .failure(message) = response { throw .control(message) }
+                if case let .failure(message, kind) = response { throw .refused(message, kind: kind) }
                 if first {
                     first = false
                     var forever = timeval(tv_sec: 0, tv_usec: 0)

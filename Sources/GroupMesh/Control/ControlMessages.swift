@@ -25,8 +25,10 @@ public enum ControlRequest: Sendable, Equatable {
     case attach(path: String, metadata: String?)
     case attachments
     /// Write the attachment (id or unique prefix) to `path` (absolute), as a file of `mode`
-    /// (the client's 0666 less its umask; nil: the node's umask decides).
-    case get(attachment: String, path: String, mode: UInt32? = nil)
+    /// (the client's 0666 less its umask; nil: the node's umask decides). Not `replace`: a file
+    /// already at `path` is kept and the request fails. The client closing the connection before
+    /// the answer gives the fetch up (`MeshNode.performCancellable`).
+    case get(attachment: String, path: String, mode: UInt32? = nil, replace: Bool = true)
     case remove(attachment: String)
     /// Remove a member (id, unique id prefix or name) with a new key epoch.
     case removeMember(String)
@@ -46,7 +48,7 @@ extension ControlRequest: Codable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case command, base64, to, unreliable, path, metadata, id, mode, now, after
+        case command, base64, to, unreliable, path, metadata, id, mode, now, after, replace
     }
 
     public init(from decoder: any Decoder) throws {
@@ -73,7 +75,8 @@ extension ControlRequest: Codable {
                 throw DecodingError.dataCorruptedError(forKey: .mode, in: container, debugDescription: "not a file mode")
             }
             self = .get(attachment: try container.decode(String.self, forKey: .id),
-                        path: try container.decode(String.self, forKey: .path), mode: mode)
+                        path: try container.decode(String.self, forKey: .path), mode: mode,
+                        replace: try container.decodeIfPresent(Bool.self, forKey: .replace) ?? true)
         case .remove:
             self = .remove(attachment: try container.decode(String.self, forKey: .id))
         case .removeMember:
@@ -105,11 +108,12 @@ extension ControlRequest: Codable {
             try container.encode(Command.attach, forKey: .command)
             try container.encode(path, forKey: .path)
             try container.encodeIfPresent(metadata, forKey: .metadata)
-        case let .get(attachment, path, mode):
+        case let .get(attachment, path, mode, replace):
             try container.encode(Command.get, forKey: .command)
             try container.encode(attachment, forKey: .id)
             try container.encode(path, forKey: .path)
             try container.encodeIfPresent(mode, forKey: .mode)
+            if !replace { try container.encode(false, forKey: .replace) }
         case let .remove(attachment):
             try container.encode(Command.remove, forKey: .command)
             try container.encode(attachment, forKey: .id)
@@ -129,9 +133,14 @@ extension ControlRequest: Codable {
 /// One line from the node. On the wire every answer has `ok`; a failure has `error`, and each
 /// other case the one key that names it (Docs/CLI.md).
 public enum ControlResponse: Sendable, Equatable {
+    /// A failure as the client shows it, with its kind.
+    static func refusal(_ error: GroupMeshError) -> ControlResponse { .failure(error.description, kind: error.kind) }
+    static func refusal(_ error: MessengerError) -> ControlResponse { .failure(error.description, kind: error.kind) }
+
     /// `{"ok": true}` (leave).
     case done
-    case failure(String)
+    /// The one line to show, and the kind of failure (`kind` on the wire, absent for `other`).
+    case failure(String, kind: FailureKind = .other)
     case status(StatusReport)
     case invite(String)
     /// `send`: how many members acknowledged (reliable) or were sent to (unreliable).
@@ -163,14 +172,15 @@ public enum ControlResponse: Sendable, Equatable {
 
 extension ControlResponse: Codable {
     private enum CodingKeys: String, CodingKey {
-        case ok, error, status, invite, delivered, subscribed, message, dropped, attachment, attachments, progress, member, session
+        case ok, error, kind, status, invite, delivered, subscribed, message, dropped, attachment, attachments, progress, member, session
         case leaving, left, pong, event, missed
     }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         guard try container.decode(Bool.self, forKey: .ok) else {
-            self = .failure(try container.decodeIfPresent(String.self, forKey: .error) ?? "the node refused the request")
+            self = .failure(try container.decodeIfPresent(String.self, forKey: .error) ?? "the node refused the request",
+                            kind: (try? container.decodeIfPresent(FailureKind.self, forKey: .kind)) ?? .other)
             return
         }
         if let status = try container.decodeIfPresent(StatusReport.self, forKey: .status) {
@@ -211,8 +221,9 @@ extension ControlResponse: Codable {
 
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
-        if case let .failure(message) = self {
+        if case let .failure(message, kind) = self {
             try container.encode(false, forKey: .ok)
+            if kind != .other { try container.encode(kind, forKey: .kind) }
             return try container.encode(message, forKey: .error)
         }
         try container.encode(true, forKey: .ok)
@@ -276,11 +287,29 @@ public struct LeaveSummary: Codable, Sendable, Equatable {
     }
 }
 
-/// Chunks held of an attachment being fetched.
+/// How far a `get` is: chunks and bytes held here, and how many members are sending.
 public struct TransferProgress: Codable, Sendable, Equatable {
     public var chunksHave: Int
     public var chunks: Int
     public var size: UInt64
+    /// Bytes of the chunks held (nil from a node of an earlier version: estimate from chunks).
+    public var bytesHave: UInt64?
+    /// Members with a request for one of its chunks under way now.
+    public var holdersSending: Int?
+
+    public init(chunksHave: Int, chunks: Int, size: UInt64, bytesHave: UInt64? = nil, holdersSending: Int? = nil) {
+        self.chunksHave = chunksHave
+        self.chunks = chunks
+        self.size = size
+        self.bytesHave = bytesHave
+        self.holdersSending = holdersSending
+    }
+
+    /// `bytesHave`, or what `chunksHave` of `chunks` come to.
+    public var bytes: UInt64 {
+        if let bytesHave { return bytesHave }
+        return chunks == 0 ? size : size * UInt64(chunksHave) / UInt64(chunks)
+    }
 }
 
 /// The request side of a control connection, without the socket: bytes in, whole lines out,

@@ -47,8 +47,8 @@ extension MeshNode {
                 let entry = try await node.addAttachment(.file(path: path), metadata: Array((metadata ?? "").utf8))
                 return .attachment(entry.id.hex)
             }
-        case let .get(text, path, mode):
-            controlGet(text, to: path, mode: mode, responder: responder)
+        case let .get(text, path, mode, replace):
+            controlGet(text, to: .file(path: path, mode: mode, replace: replace), responder: responder)
         case let .remove(text):
             answer(responder) { node throws(GroupMeshError) in
                 let entry = try await node.resolveAttachment(text)
@@ -65,13 +65,14 @@ extension MeshNode {
     }
 
     /// Runs `work` as its own task and sends what it returns, or its error as one line.
+    @discardableResult
     private func answer(_ responder: ControlResponder,
-                        _ work: @escaping @Sendable (MeshNode) async throws(GroupMeshError) -> ControlResponse) {
+                        _ work: @escaping @Sendable (MeshNode) async throws(GroupMeshError) -> ControlResponse) -> Task<Void, Never> {
         Task {
             do throws(GroupMeshError) {
                 responder.send(try await work(self))
             } catch {
-                responder.send(.failure(error.description))
+                responder.send(.refusal(error))
             }
         }
     }
@@ -82,7 +83,7 @@ extension MeshNode {
         do {
             targets = names.isEmpty ? nil : try names.map { text throws(MessengerError) in try resolveMember(text) }
         } catch {
-            return responder.send(.failure(error.description))
+            return responder.send(.refusal(error))
         }
         let envelope = MessageEnvelope(type: Messenger.dataType, body: body)
         Task {
@@ -90,7 +91,7 @@ extension MeshNode {
                 let count = try await self.sendMessage(envelope, to: targets, mode: mode)
                 responder.send(.sent(delivered: count))
             } catch {
-                responder.send(.failure(error.description))
+                responder.send(.refusal(error))
             }
         }
     }
@@ -149,7 +150,7 @@ extension MeshNode {
         Task {
             switch await self.beginEnd() {
             case .success: responder.send(.done)
-            case let .failure(error): responder.send(.failure(error.description))
+            case let .failure(error): responder.send(.refusal(error))
             }
             await self.stop()
         }
@@ -175,17 +176,19 @@ extension MeshNode {
         }
     }
 
-    /// Progress every 250 ms until the file is written (the CLI draws it), then the answer.
-    private func controlGet(_ text: String, to path: String, mode: UInt32?, responder: ControlResponder) {
+    /// Progress every 250 ms until the file is written (the CLI draws it), then the answer. A
+    /// client that goes away first (`get` interrupted) gives the load up.
+    private func controlGet(_ text: String, to destination: ExportDestination, responder: ControlResponder) {
         let entry: AttachmentEntry
-        do { entry = try resolveAttachment(text) } catch { return responder.send(.failure(error.description)) }
+        do { entry = try resolveAttachment(text) } catch { return responder.send(.refusal(error)) }
         let reporter = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .milliseconds(250)) { [self] _ in
             assumeIsolated { node in responder.send(.progress(node.progress(of: entry))) }
         }
-        answer(responder) { node throws(GroupMeshError) in
+        let load = answer(responder) { node throws(GroupMeshError) in
             defer { reporter.cancel() }
-            _ = try await node.loadAttachment(entry.content, into: .file(path: path, mode: mode))
+            _ = try await node.loadAttachment(entry.content, into: destination)
             return .attachment(entry.id.hex)
         }
+        responder.onClose = { load.cancel() }
     }
 }

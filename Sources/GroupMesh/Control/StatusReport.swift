@@ -96,6 +96,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var heldBy: [String]
         /// The metadata of the latest add (UTF-8, usually JSON); only in `attachments --json`.
         public var metadata: String?
+        /// This node is fetching it now (to replicate it, or for a `get`).
+        public var fetching: Bool?
     }
 
     /// A leave waiting for other members to take what only this node holds.

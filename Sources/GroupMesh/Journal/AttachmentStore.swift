@@ -59,16 +59,16 @@ actor AttachmentStore {
                 try flush()
             case let .inspect(manifest):
                 return .success(.inspected(missing: missing(manifest)))
-            case let .export(manifest, .file(path, mode)):
-                try assemble(manifest, to: path, mode: mode)
+            case let .export(manifest, .file(path, mode, replace)):
+                try assemble(manifest, to: path, mode: mode, replace: replace)
                 return .success(.exported(nil))
             case let .export(manifest, .memory):
                 return .success(.exported(try bytes(of: manifest)))
-            case let .prepareExport(manifest, .file(path, mode)):
+            case let .prepareExport(manifest, .file(path, mode, _)):
                 exportsInProgress.prepare(manifest, to: path, mode: mode) { try? chunks.read($0, trustingRecentWrites: true) }
             case .prepareExport(_, .memory), .cancelExport(.memory):
                 break
-            case let .cancelExport(.file(path, _)):
+            case let .cancelExport(.file(path, _, _)):
                 exportsInProgress.cancel(path)
             case let .collect(manifest, kept):
                 collect(manifest, keeping: kept)
@@ -234,7 +234,7 @@ actor AttachmentStore {
     /// temporary file is made new (never through a link someone left in its place).
     /// A `get` prepared while its fetch ran (`ExportsInProgress`) has most of the file written
     /// already: only what is missing is written before the sync and rename.
-    func assemble(_ manifest: Manifest, to path: String, mode: UInt32?) throws(GroupMeshError) {
+    func assemble(_ manifest: Manifest, to path: String, mode: UInt32?, replace: Bool = true) throws(GroupMeshError) {
         let prepared = exportsInProgress.take(path, of: manifest)
         do {
             try OutputPath.check(path)
@@ -261,7 +261,7 @@ actor AttachmentStore {
             export.file.discard()
             throw GroupMeshError.fileWrite(failure, path, doing: "write")
         }
-        try export.file.commit()
+        try export.file.commit(replace: replace)
     }
 
     /// Waits until the outputs of `get`s under way hold every chunk handed to them so far.

@@ -153,8 +153,9 @@ struct OutputFile {
     func drain() -> Int32 { writes.drain() }
 
     /// Its writes done, synced, closed and renamed into place; on any failure removed, and the
-    /// failure said.
-    func commit() throws(GroupMeshError) {
+    /// failure said. Not `replace`: linked into place, so a file that is there (made meanwhile
+    /// too) is kept and the failure says so.
+    func commit(replace: Bool = true) throws(GroupMeshError) {
         var failure = drain()
         if failure == 0, fsync(descriptor) != 0 { failure = errno }
         if close(descriptor) != 0, failure == 0 { failure = errno }
@@ -165,7 +166,15 @@ struct OutputFile {
         guard ownsName else {
             throw GroupMeshError.store("another get wrote \(path) at the same time; nothing was written by this one, run it again")
         }
-        if rename(temporary, path) != 0 {
+        if !replace {
+            let linked = link(temporary, path) == 0
+            let code = errno
+            unlink(temporary)
+            guard linked else {
+                if code == EEXIST { throw GroupMeshError.outputExists(path) }
+                throw GroupMeshError.fileWrite(code, path, doing: "write")
+            }
+        } else if rename(temporary, path) != 0 {
             let code = errno
             unlink(temporary)
             throw GroupMeshError.fileWrite(code, path, doing: "write")

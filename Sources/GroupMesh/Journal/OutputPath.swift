@@ -5,12 +5,14 @@ import Foundation
 /// renaming over it replaced `/dev/full` with a regular file when run as root, and a link in a
 /// shared directory would have the node write where its owner chose.
 enum OutputPath {
-    static func check(_ path: String) throws(GroupMeshError) {
+    /// Not `replacing`: anything at `path` is kept, and refused here.
+    static func check(_ path: String, replacing: Bool = true) throws(GroupMeshError) {
         var info = stat()
         guard lstat(path, &info) == 0 else {
             // Nothing there (created), or a parent that is not there (said when the write fails).
             return
         }
+        guard replacing else { throw .outputExists(path) }
         let kind: String
         switch info.st_mode & S_IFMT {
         case S_IFREG: return

@@ -40,8 +40,9 @@ public enum ExportDestination: Sendable, Equatable {
     case memory
     /// Written whole to a temporary file, then renamed to the path (a regular file or nothing:
     /// the shell refuses links, devices, pipes). `mode`: the new file's permissions (nil: 0666
-    /// less the process's umask).
-    case file(path: String, mode: UInt32? = nil)
+    /// less the process's umask). Not `replace`: a file already at the path is kept, and the
+    /// export fails saying so.
+    case file(path: String, mode: UInt32? = nil, replace: Bool = true)
 }
 
 public enum NodeResult: Sendable, Equatable {
@@ -86,4 +87,6 @@ public enum NodeError: Error, Sendable, Equatable {
     /// The member has no known address (dead, left, or never met).
     case notReachable(NodeID)
     case pingTimedOut(NodeID)
+    /// The caller gave the command up (`cancel(_:now:)`).
+    case cancelled
 }

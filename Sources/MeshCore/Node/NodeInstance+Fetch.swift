@@ -26,6 +26,9 @@ package struct Fetch: Sendable {
     /// When half of them were here: the second half's rate is what the path carries once the
     /// controller's slow start is over (on a 50 ms path that start takes half a second).
     var halfwayAt: MeshInstant?
+    /// Started to hold the attachment here (replication, or a leaving member's request), not
+    /// only for the loads waiting on it: a lazy node keeps it when those loads are given up.
+    var forReplication = false
 
     package var held: Int? {
         if case let .chunks(have) = stage { return have.held }
@@ -45,7 +48,7 @@ extension NodeInstance {
     mutating func replicate(now: MeshInstant) {
         guard !settings.lazy, !isReplicationPaused(now: now) else { return }
         for id in journal.state.presentContents where !complete.contains(id) && fetchRetries[id].map({ now >= $0.at }) != false {
-            startFetch(id, now: now)
+            startFetch(id, forReplication: true, now: now)
         }
     }
 
@@ -53,8 +56,10 @@ extension NodeInstance {
         replicationPausedUntil.map { now < $0 } ?? false
     }
 
-    mutating func startFetch(_ id: SHA256Digest, now: MeshInstant) {
+    mutating func startFetch(_ id: SHA256Digest, forReplication: Bool = false, now: MeshInstant) {
+        if forReplication, fetches[id] != nil { fetches[id]?.forReplication = true }
         guard fetches[id] == nil, phase.isActive, journal.state.hasContent(id) else { return }
+        defer { fetches[id]?.forReplication = forReplication }
         if let manifest = manifests[id] {
             fetches[id] = Fetch(stage: .inspecting, startedAt: now, lastProgress: now)
             store(.inspect(manifest), .inspect(id))
@@ -78,6 +83,21 @@ extension NodeInstance {
             prepareExport(manifest, to: destination)
         }
         startFetch(id, now: now)
+    }
+
+    /// The caller gave up a load (`get` interrupted, an app's task cancelled): it fails as
+    /// `cancelled` and its output's temporary file goes. The fetch goes on while another load
+    /// waits for it or the node replicates (not lazy, or a leaving member asked); otherwise it
+    /// stops, and the members asked for its chunks are told.
+    public mutating func cancel(_ request: RequestID, now: MeshInstant) {
+        guard let (id, index) = loadWaiters.lazy.compactMap({ id, waiters in
+            waiters.firstIndex { $0.request == request }.map { (id, $0) }
+        }).first, let waiter = loadWaiters[id]?.remove(at: index) else { return }
+        if loadWaiters[id]?.isEmpty == true { loadWaiters[id] = nil }
+        failLoad(waiter, .cancelled)
+        guard loadWaiters[id] == nil, settings.lazy, let fetch = fetches[id], !fetch.forReplication else { return }
+        log(.info, "fetch given up: no one waits for it", ["attachment": String(id.hex.prefix(16))])
+        dropFetch(id)
     }
 
     /// A load into a file has its file written while the fetch stores chunks (`prepareExport`).
@@ -368,15 +388,7 @@ extension NodeInstance {
                     fetchRetries[id] = (failures, now + wait)
                 }
             }
-            dirtyBitmaps.remove(id)
-            for digest in manifests[id]?.chunks ?? [] {
-                requested[digest]?.removeAll { $0.attachment == id }
-                if requested[digest]?.isEmpty == true {
-                    requested[digest] = nil
-                    sendCancels(of: digest, to: assembler.cancel(digest))
-                }
-            }
-            transfer.cancel(id)
+            dropFetch(id)
         }
         if case .failure(.unknownAttachment) = result { fetchRetries[id] = nil }
         if case let .success(manifest) = result {
@@ -392,6 +404,20 @@ extension NodeInstance {
             case let .failure(error): failLoad(waiter, error)
             }
         }
+    }
+
+    /// Forgets a fetch's requests: the members still asked for its chunks are told to stop.
+    private mutating func dropFetch(_ id: SHA256Digest) {
+        fetches[id] = nil
+        dirtyBitmaps.remove(id)
+        for digest in manifests[id]?.chunks ?? [] {
+            requested[digest]?.removeAll { $0.attachment == id }
+            if requested[digest]?.isEmpty == true {
+                requested[digest] = nil
+                sendCancels(of: digest, to: assembler.cancel(digest))
+            }
+        }
+        transfer.cancel(id)
     }
 
     // MARK: time

@@ -118,7 +118,7 @@ extension NodeInstance {
     mutating func replicateRequested(_ ids: [SHA256Digest], now: MeshInstant) {
         for id in Set(ids).sorted() where journal.state.hasContent(id) && !complete.contains(id) {
             fetchRetries[id] = nil
-            startFetch(id, now: now)
+            startFetch(id, forReplication: true, now: now)
         }
     }
 

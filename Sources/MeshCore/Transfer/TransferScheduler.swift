@@ -230,6 +230,12 @@ public struct TransferScheduler: Sendable {
 
     public var activeAttachments: [SHA256Digest] { jobs.keys.sorted() }
 
+    /// The members asked for one of the attachment's chunks, and not answered yet.
+    public func holdersSending(_ attachment: SHA256Digest) -> Int {
+        guard let job = jobs[attachment] else { return 0 }
+        return Set(job.inFlight.values.flatMap(\.keys)).count
+    }
+
     public func progress(_ attachment: SHA256Digest) -> (have: Int, total: Int)? {
         jobs[attachment].map { ($0.have.held, $0.have.count) }
     }

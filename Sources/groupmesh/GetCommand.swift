@@ -1,0 +1,244 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import GroupMesh
+
+struct GetCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "get",
+        abstract: "Write an attachment to a file, fetching what is missing from the members that hold it.",
+        discussion: """
+            Without -o the file gets the name it was attached with, in this directory. A file that \
+            is there already is kept unless --force is given. Ctrl-C gives the fetch up: nothing is \
+            written, and a --lazy node stops fetching it (a node that replicates everything goes on).
+            """
+    )
+
+    @OptionGroup var data: DataDirectoryOptions
+
+    @Argument(help: "The attachment id (or a unique prefix of it).")
+    var id: String
+
+    @Option(name: [.short, .long],
+            help: ArgumentHelp("Where to write it; - for standard output (default: the name it was attached with).",
+                               valueName: "PATH"))
+    var output: String?
+
+    @Flag(help: "Replace a file already at the output path.")
+    var force = false
+
+    @OptionGroup var result: JSONOutputOptions
+
+    struct Summary: Encodable {
+        var id: String
+        var path: String
+        var size: UInt64
+        /// Bytes that had to be fetched (those already here are not counted).
+        var fetched: UInt64
+        var seconds: Double
+        var bytesPerSecond: Double
+    }
+
+    func validate() throws {
+        if output == "-", result.json { throw ValidationError("--json and -o - both want standard output; give -o PATH") }
+        if output?.isEmpty == true { throw ValidationError("-o needs a path (or - for standard output)") }
+    }
+
+    func run() async throws {
+        let destination = try self.destination()
+        let interruption = Interruption.install {
+            // The node sees the connection close, gives the load up and removes what it wrote.
+            destination.discard()
+        }
+        let display = ProgressDisplay(terminal: isatty(STDERR_FILENO) == 1)
+        interruption.onInterrupt = { display.interrupted(destination.shownPath) }
+        var client = ControlClient(directory: data.directory)
+        client.timeout = .seconds(60)
+        var finalID: String?
+        do {
+            // The file is ours, not the node's: made with our umask.
+            let mask = umask(0)
+            umask(mask)
+            let request = ControlRequest.get(attachment: id, path: destination.path, mode: 0o666 & ~UInt32(mask),
+                                             replace: force || destination.isStandardOutput)
+            _ = try client.subscribe(request) { response in
+                switch response {
+                case let .progress(progress):
+                    display.show(progress)
+                    return true
+                case let .attachment(id):
+                    finalID = id
+                    return false
+                default:
+                    return false
+                }
+            }
+        } catch {
+            display.abandon()
+            destination.discard()
+            throw fail(error)
+        }
+        guard let finalID else {
+            display.abandon()
+            destination.discard()
+            throw fail("the node on \(data.directory.path) stopped before \(destination.shownPath) was written; "
+                       + "run get again once it runs", kind: .unavailable)
+        }
+        interruption.disarm()
+        let summary = display.finish()
+        if destination.isStandardOutput {
+            do { try destination.copyToStandardOutput() } catch { throw fail(error) }
+        }
+        let report = Summary(id: finalID, path: destination.shownPath, size: summary.size, fetched: summary.fetched,
+                             seconds: (summary.seconds * 1000).rounded() / 1000,
+                             bytesPerSecond: summary.seconds > 0 ? (Double(summary.fetched) / summary.seconds).rounded() : 0)
+        if result.json {
+            emitJSON(report)
+        } else {
+            FileHandle.standardError.write(Data((summary.line(to: destination.shownPath) + "\n").utf8))
+        }
+    }
+
+    /// Where the bytes go: `-o`, standard output (through a private temporary file), or the
+    /// name the attachment was added with.
+    private func destination() throws -> GetDestination {
+        if output == "-" {
+            do { return try .standardOutput() } catch { throw fail(error) }
+        }
+        let path: String
+        if let output {
+            path = absolutePath(output)
+        } else {
+            let name = try attachedName()
+            path = absolutePath(name)
+        }
+        if !force, FileManager.default.fileExists(atPath: path) || (try? FileManager.default.destinationOfSymbolicLink(atPath: path)) != nil {
+            throw fail(GroupMeshError.outputExists(output ?? String(path.split(separator: "/").last ?? "")))
+        }
+        return GetDestination(path: path, shownPath: output ?? String(path.split(separator: "/").last ?? ""))
+    }
+
+    /// The file name `attach` kept in the attachment's metadata, made safe to write here.
+    private func attachedName() throws -> String {
+        let infos: [StatusReport.AttachmentInfo]
+        do { infos = try ControlClient(directory: data.directory).attachments() } catch { throw fail(error) }
+        let matches = infos.filter { $0.id.hasPrefix(id.lowercased()) }
+        guard matches.count == 1, let info = matches.first else {
+            throw fail(matches.isEmpty ? GroupMeshError.unknownAttachment(id) : GroupMeshError.ambiguousAttachment(id))
+        }
+        guard let name = AttachmentName.fileName(fromMetadata: info.metadata) else {
+            throw fail("attachment \(info.id.prefix(16)) has no file name to write it under; give -o PATH (or -o - for standard output)",
+                       kind: .input)
+        }
+        return name
+    }
+}
+
+/// The file a `get` writes: the path the node is asked to write, and what the user is shown.
+struct GetDestination {
+    let path: String
+    let shownPath: String
+    /// For `-o -`: a private directory holding the file until it is copied to standard output.
+    var temporaryDirectory: String?
+
+    var isStandardOutput: Bool { temporaryDirectory != nil }
+
+    static func standardOutput() throws(GroupMeshError) -> GetDestination {
+        let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
+        var template = Array((base + "/groupmesh-get-XXXXXX").utf8CString)
+        guard let made = mkdtemp(&template) else {
+            throw .store("cannot make a temporary directory in \(base) for -o -: \(String(cString: strerror(errno))); set TMPDIR")
+        }
+        let directory = String(cString: made)
+        return GetDestination(path: directory + "/attachment", shownPath: "standard output", temporaryDirectory: directory)
+    }
+
+    /// Streams the written file to standard output, then removes it.
+    func copyToStandardOutput() throws(GroupMeshError) {
+        defer { discard() }
+        guard let input = FileHandle(forReadingAtPath: path) else { throw .store("cannot read back \(path)") }
+        do {
+            while let block = try input.read(upToCount: 1 << 20), !block.isEmpty {
+                try FileHandle.standardOutput.write(contentsOf: block)
+            }
+        } catch {
+            throw .store("cannot write to standard output: \(error.localizedDescription)")
+        }
+    }
+
+    /// What this `get` made of its own goes (the node removes its temporary file itself).
+    func discard() {
+        guard let temporaryDirectory else { return }
+        unlink(path)
+        rmdir(temporaryDirectory)
+    }
+}
+
+/// The name `attach` keeps in an attachment's metadata (`{"name": …}`), as a file name that is
+/// safe to write in the current directory: another member chose it, so no directories, no
+/// `..`, no hidden files, no control characters.
+enum AttachmentName {
+    static let key = "name"
+
+    static func fileName(fromMetadata metadata: String?) -> String? {
+        guard let metadata, let object = try? JSONSerialization.jsonObject(with: Data(metadata.utf8)) as? [String: Any],
+              let raw = object[key] as? String else { return nil }
+        return safe(raw)
+    }
+
+    static func safe(_ raw: String) -> String? {
+        guard let base = raw.split(separator: "/", omittingEmptySubsequences: true).last.map(String.init),
+              !base.hasPrefix("."), base.utf8.count <= 255,
+              !base.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f || (0x80..<0xa0).contains($0.value) })
+        else { return nil }
+        return base
+    }
+
+    /// `metadata` (JSON text, or nil) with the file's name added: a JSON object without a name
+    /// gets one, written in front so the rest stays as the user wrote it; other JSON is kept as is.
+    static func adding(_ fileName: String, to metadata: String?) -> String? {
+        guard let encoded = try? JSONEncoder().encode(fileName), let name = String(data: encoded, encoding: .utf8) else {
+            return metadata
+        }
+        guard let metadata else { return "{\"\(key)\":\(name)}" }
+        guard let object = try? JSONSerialization.jsonObject(with: Data(metadata.utf8)) as? [String: Any],
+              object[key] == nil, let brace = metadata.firstIndex(of: "{") else { return metadata }
+        let rest = metadata[metadata.index(after: brace)...]
+        let separator = object.isEmpty ? "" : ","
+        return String(metadata[..<brace]) + "{\"\(key)\":\(name)" + separator + rest
+    }
+}
+
+/// SIGINT and SIGTERM during a `get`: the line is finished, what the command made goes, and the
+/// command exits 130 (the node, seeing its connection close, gives the fetch up).
+final class Interruption: @unchecked Sendable {
+    private var sources: [any DispatchSourceSignal] = []
+    private let cleanUp: () -> Void
+    var onInterrupt: (() -> Void)?
+
+    private init(cleanUp: @escaping () -> Void) { self.cleanUp = cleanUp }
+
+    static func install(cleanUp: @escaping () -> Void) -> Interruption {
+        let interruption = Interruption(cleanUp: cleanUp)
+        for signalNumber in [SIGINT, SIGTERM] {
+            signal(signalNumber, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+            source.setEventHandler {
+                interruption.onInterrupt?()
+                interruption.cleanUp()
+                exit(interruptedStatus)
+            }
+            source.resume()
+            interruption.sources.append(source)
+        }
+        return interruption
+    }
+
+    /// The answer came: a signal now ends the command the ordinary way.
+    func disarm() {
+        for source in sources { source.cancel() }
+        sources = []
+        signal(SIGINT, SIG_DFL)
+        signal(SIGTERM, SIG_DFL)
+    }
+}
