@@ -42,7 +42,7 @@ struct EventFeedTests {
         #expect(feed.epochChanged(SessionID(value: 2), removed: [Self.member(2, .alive).id], members: [], time: Self.now).isEmpty)
     }
 
-    @Test("attachments: added, complete here, unavailable, removed; each once")
+    @Test("attachments: added, complete here, removed; each once")
     func attachments() {
         var feed = EventFeed()
         var kinds: [MeshEvent.Kind] = []
@@ -53,8 +53,25 @@ struct EventFeedTests {
                                          now: Self.now).map(\.type)
         let removed = feed.attachmentsChanged([(Self.entry(2), false, .unavailable)], now: Self.now)
         kinds += removed.map(\.type)
-        #expect(kinds == [.attachmentAdded, .attachmentComplete, .attachmentAdded, .attachmentUnavailable, .attachmentRemoved])
+        #expect(kinds == [.attachmentAdded, .attachmentComplete, .attachmentAdded, .attachmentRemoved])
         #expect(removed.first?.attachment?.id == AttachmentID(high: 1, low: 1).hex && removed.first?.attachment?.size == 10)
+    }
+
+    @Test("an add is not unavailable before its holders are heard of; a loss is said once, and availability after it")
+    func availability() {
+        var feed = EventFeed()
+        func kinds(_ state: AttachmentAvailability.State) -> [MeshEvent.Kind] {
+            feed.attachmentsChanged([(Self.entry(3), false, state)], now: Self.now).map(\.type)
+        }
+        #expect(kinds(.unavailable) == [.attachmentAdded], "an ordinary upload: heard of before its uploader's holding")
+        #expect(kinds(.available) == [])
+        #expect(kinds(.partial) == [], "its last whole holder died; parts are still held")
+        #expect(kinds(.unavailable) == [.attachmentUnavailable])
+        #expect(kinds(.unavailable) == [])
+        #expect(kinds(.partial) == [])
+        #expect(kinds(.available) == [.attachmentAvailable], "a holder came back")
+        #expect(kinds(.available) == [])
+        #expect(kinds(.unavailable) == [.attachmentUnavailable], "lost again, said again")
     }
 
     @Test("sequence numbers increase by one; after N gives what follows, and says what fell out of the ring")

@@ -10,6 +10,7 @@ public struct MeshEvent: Codable, Sendable, Equatable {
         case memberLeft = "member-left", memberRejoined = "member-rejoined", memberRemoved = "member-removed"
         case attachmentAdded = "attachment-added", attachmentComplete = "attachment-complete"
         case attachmentRemoved = "attachment-removed", attachmentUnavailable = "attachment-unavailable"
+        case attachmentAvailable = "attachment-available"
         case keyEpochChanged = "key-epoch-changed", sessionEnded = "session-ended"
     }
 
@@ -47,7 +48,21 @@ struct EventFeed {
     private var memberStatus: [NodeID: MemberStatus] = [:]
     private var removed: Set<NodeID> = []
     /// Per attachment: complete here, and its availability, when last seen.
-    private var attachments: [AttachmentID: (complete: Bool, state: AttachmentAvailability.State, info: MeshEvent.AttachmentInfo)] = [:]
+    private var attachments: [AttachmentID: AttachmentSeen] = [:]
+
+    /// What the feed last said of an attachment. Unavailability is a loss: it is said only of an
+    /// attachment some live member held (whole or in part) before, never of one just added whose
+    /// holders have not been heard of yet (every add would raise it); availability is said
+    /// again only after such a loss.
+    private struct AttachmentSeen {
+        var complete: Bool
+        var state: AttachmentAvailability.State
+        var info: MeshEvent.AttachmentInfo
+        /// Some live member held some of it at some point.
+        var wasHeld: Bool
+        /// `attachment-unavailable` was said, and no `attachment-available` since.
+        var lost: Bool
+    }
     private var session: SessionID?
 
     /// The events after `seq`, and how many of those fell out of the ring already.
@@ -103,12 +118,18 @@ struct EventFeed {
             seen.insert(entry.id)
             let info = MeshEvent.AttachmentInfo(id: entry.id.hex, content: entry.content.hex, size: entry.size)
             let before = attachments[entry.id]
-            attachments[entry.id] = (complete, state, info)
+            var seen = AttachmentSeen(complete: complete, state: state, info: info,
+                                      wasHeld: (before?.wasHeld ?? false) || state != .unavailable, lost: before?.lost ?? false)
             if before == nil { out.append(record(.attachmentAdded, now: now, attachment: info)) }
             if complete, before?.complete != true { out.append(record(.attachmentComplete, now: now, attachment: info)) }
-            if state == .unavailable, before.map({ $0.state != .unavailable }) ?? true {
+            if state == .unavailable, before?.wasHeld == true, !seen.lost {
+                seen.lost = true
                 out.append(record(.attachmentUnavailable, now: now, attachment: info))
+            } else if state == .available, seen.lost {
+                seen.lost = false
+                out.append(record(.attachmentAvailable, now: now, attachment: info))
             }
+            attachments[entry.id] = seen
         }
         for id in attachments.keys.filter({ !seen.contains($0) }).sorted() {
             let info = attachments.removeValue(forKey: id)?.info

@@ -1,0 +1,155 @@
+import Foundation
+import MeshTestKit
+import Testing
+
+/// What a new user and their scripts meet first: the version, exit statuses, `--json` results,
+/// `get`'s output name and its refusal to overwrite, and events that say what is true.
+@Suite("the first hour with real processes", .serialized)
+struct FirstHourTests {
+    struct Listed: Decodable {
+        var id: String
+        var chunks: Int
+        var chunksHave: Int
+        var metadata: String?
+        var fetching: Bool?
+    }
+
+    static func listed(_ node: NodeProcess) async throws -> [Listed] {
+        let result = try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", node.dataDirectory])
+        guard result.status == 0 else { throw NodeProcessError.exited(status: result.status, stderr: result.stderr) }
+        return try JSONDecoder().decode([Listed].self, from: Data(result.stdout.utf8))
+    }
+
+    static func randomFile(_ directory: String, name: String, size: Int, seed: UInt64) throws -> (path: String, bytes: Data) {
+        var state = seed
+        let bytes = Data((0..<size).map { _ in
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return UInt8(truncatingIfNeeded: state >> 33)
+        })
+        let path = directory + "/" + name
+        try bytes.write(to: URL(fileURLWithPath: path))
+        return (path, bytes)
+    }
+
+    /// `groupmesh ARGUMENTS` run in `directory` (where `get` without -o writes).
+    static func run(in directory: String, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
+        let quoted = ([NodeProcess.executable] + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+        return try await Self.shell("cd '\(directory)' && exec " + quoted.joined(separator: " "))
+    }
+
+    static func shell(_ script: String) async throws -> (status: Int32, stdout: String, stderr: String) {
+        try ChildProcess.run("/bin/sh", ["-c", script], timeout: .seconds(60))
+    }
+
+    @Test("--version names the release, the protocol and the build; the exit statuses tell usage, bad input and no node apart")
+    func versionAndExitStatuses() async throws {
+        let version = try await NodeProcess.runCommand(["--version"])
+        #expect(version.status == 0)
+        #expect(version.stdout.hasPrefix("groupmesh ") && version.stdout.contains("protocol 1") && version.stdout.contains("build"),
+                "\(version.stdout)")
+
+        let usage = try await NodeProcess.runCommand(["ping", "--count", "-1", "someone"])
+        #expect(usage.status == 64, "\(usage.stderr)")
+        #expect(usage.stderr.contains("--count must be 1 to 1000"), "a negative count is a value to refuse: \(usage.stderr)")
+
+        let directory = NodeProcess.makeTemporaryDirectory("no-node")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let noNode = try await NodeProcess.runCommand(["status", "--data-dir", directory])
+        #expect(noNode.status == 69, "\(noNode.stderr)")
+        #expect(noNode.stderr.split(separator: "\n").count == 1 && noNode.stderr.contains("groupmesh run --data-dir"))
+
+        let badInvite = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite", "gm1nonsense",
+                                                          "--data-dir", directory])
+        #expect(badInvite.status == 65, "\(badInvite.stderr)")
+        #expect(badInvite.stderr.split(separator: "\n").count == 1)
+    }
+
+    @Test("--json on every command that prints a result; get writes the attached name, keeps what is there without --force, and -o - writes to standard output")
+    func jsonResultsAndGetOutputs() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "solo"])
+        defer { Task { await node.cleanUp() } }
+        let invite = try await node.waitForLine(prefix: "invite:")
+        let work = NodeProcess.makeTemporaryDirectory("first-hour")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let (file, bytes) = try Self.randomFile(work, name: "holiday photos.bin", size: 700_000, seed: 7)
+        let data = ["--data-dir", node.dataDirectory]
+
+        let inviteJSON = try await NodeProcess.runCommand(["invite", "--json"] + data)
+        #expect(try JSONDecoder().decode([String: String].self, from: Data(inviteJSON.stdout.utf8))["invite"] == invite)
+
+        let attach = try await NodeProcess.runCommand(["attach", "--json", file] + data)
+        let id = try #require(try JSONDecoder().decode([String: String].self, from: Data(attach.stdout.utf8))["id"], "\(attach.stderr)")
+        let listed = try #require(try await Self.listed(node).first)
+        #expect(listed.metadata == #"{"name":"holiday photos.bin"}"#, "attach keeps the file's name")
+
+        // Into an empty directory under the attached name, then refused there without --force.
+        let out = work + "/out"
+        try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
+        let first = try await Self.run(in: out, ["get", String(id.prefix(8))] + data)
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(FileManager.default.contents(atPath: out + "/holiday photos.bin") == bytes)
+        #expect(first.stderr.contains("holiday photos.bin"), "the summary names what was written: \(first.stderr)")
+        try Data("mine".utf8).write(to: URL(fileURLWithPath: out + "/holiday photos.bin"))
+        let again = try await Self.run(in: out, ["get", String(id.prefix(8))] + data)
+        #expect(again.status == 65 && again.stderr.contains("exists and was kept; give --force"), "\(again.stderr)")
+        #expect(FileManager.default.contents(atPath: out + "/holiday photos.bin") == Data("mine".utf8), "nothing overwritten")
+        let forced = try await Self.run(in: out, ["get", "--force", "--json", String(id.prefix(8))] + data)
+        #expect(forced.status == 0, "\(forced.stderr)")
+        struct Summary: Decodable { var id: String; var path: String; var size: UInt64 }
+        let summary = try JSONDecoder().decode(Summary.self, from: Data(forced.stdout.utf8))
+        #expect(summary.id == id && summary.size == 700_000 && summary.path == "holiday photos.bin")
+        #expect(FileManager.default.contents(atPath: out + "/holiday photos.bin") == bytes)
+
+        let viaShell = try await Self.shell("'\(NodeProcess.executable)' get \(id) -o - --data-dir '\(node.dataDirectory)' | cmp - '\(file)'")
+        #expect(viaShell.status == 0, "get -o - wrote other bytes: \(viaShell.stdout) \(viaShell.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: work + "/-"), "no file named '-'")
+
+        let unknown = try await NodeProcess.runCommand(["get", "ffff0000", "-o", work + "/x"] + data)
+        #expect(unknown.status == 65 && unknown.stderr.contains("unknown attachment"), "\(unknown.stderr)")
+
+        let send = try await NodeProcess.runCommand(["send", "--json", "hello"] + data)
+        #expect(send.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == #"{"sentTo":0}"#, "\(send.stdout) \(send.stderr)")
+        let remove = try await NodeProcess.runCommand(["remove", "--json", id] + data)
+        #expect(remove.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == #"{"removed":"\#(id)"}"#, "\(remove.stdout)")
+        let leave = try await NodeProcess.runCommand(["leave", "--json"] + data)
+        struct Left: Decodable { var alone: Bool; var handedOver: [String]; var unavailable: [String] }
+        #expect(try JSONDecoder().decode(Left.self, from: Data(leave.stdout.utf8)).alone, "\(leave.stdout)")
+    }
+
+    @Test("events say what is true: an ordinary upload raises no attachment-unavailable; a lost attachment is unavailable, then available when its holder is back")
+    func truthfulAttachmentEvents() async throws {
+        var nodes: [NodeProcess] = []
+        defer { for node in nodes { Task { await node.cleanUp() } } }
+        let uploader = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "uploader"])
+        nodes.append(uploader)
+        let invite = try await uploader.waitForLine(prefix: "invite:")
+        let watcher = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "watcher", "--lazy", "--invite", invite])
+        nodes.append(watcher)
+        try await nodes.waitForMesh(alive: 2)
+        let events = try NodeProcess(["events", "--json"], dataDirectory: watcher.dataDirectory, ownsDataDirectory: false)
+        nodes.append(events)
+        struct Event: Decodable { var type: String }
+        func types() -> [String] {
+            events.stdout.split(separator: "\n").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.utf8)).type }
+        }
+        _ = try await events.waitForLine(prefix: "events: following", onStderr: true)  // subscribed before the upload
+
+        let work = NodeProcess.makeTemporaryDirectory("events")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let (file, _) = try Self.randomFile(work, name: "notes.bin", size: 300_000, seed: 3)
+        let attach = try await NodeProcess.runCommand(["attach", file, "--data-dir", uploader.dataDirectory])
+        #expect(attach.status == 0, "\(attach.stderr)")
+        try await waitUntil("the watcher sees it added", timeout: .seconds(30)) { types().contains("attachment-added") }
+        try await waitUntil("the watcher knows its holder", timeout: .seconds(30)) {
+            try await NodeProcess.runCommand(["status", "--json", "--data-dir", watcher.dataDirectory]).stdout.contains(#""holders":1"#)
+        }
+        #expect(!types().contains("attachment-unavailable"), "an ordinary upload: \(types())")
+
+        // The only holder stops answering: once it is dead, the attachment is lost; back, it is not.
+        uploader.signal(SIGSTOP)
+        try await waitUntil("unavailable once its holder is dead", timeout: .seconds(60)) { types().contains("attachment-unavailable") }
+        uploader.signal(SIGCONT)
+        try await waitUntil("available again", timeout: .seconds(60)) { types().contains("attachment-available") }
+        #expect(types().filter { $0 == "attachment-unavailable" }.count == 1, "\(types())")
+    }
+}
