@@ -38,12 +38,19 @@ struct RunConfigurationFile {
                                         + (errno == ENOENT ? "; create it (`{}` keeps every default) or drop --config" : ""))
         }
         let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        var info = stat()
+        if fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR {
+            throw RunConfigurationError("the config file \(path) is a directory; give the JSON file in it")
+        }
         let data: Data
         do { data = try handle.read(upToCount: maxBytes + 1) ?? Data() } catch {
             throw RunConfigurationError("cannot read the config file \(path): \(error.localizedDescription)")
         }
         guard data.count <= maxBytes else {
             throw RunConfigurationError("the config file \(path) is over \(maxBytes / 1024) KiB; is it the right file?")
+        }
+        guard data.contains(where: { !Character(Unicode.Scalar($0)).isWhitespace }) else {
+            throw RunConfigurationError("the config file \(path) is empty; write {} in it to keep every default")
         }
         return try RunConfigurationFile(json: data, path: path)
     }

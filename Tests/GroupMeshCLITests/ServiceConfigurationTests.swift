@@ -64,6 +64,7 @@ struct ServiceConfigurationTests {
             (#"{"name": "x""#, "is not valid JSON"),
             (#"["listen", "127.0.0.1:0"]"#, "must hold one JSON object"),
             ("null", "must hold one JSON object"),
+            ("\n", "is empty; write {} in it"),
             (#"{"lazy": "yes"}"#, #""lazy" in the config file"#),
             (#"{"profile": "moon"}"#, #""profile" in the config file"#),
             (#"{"listen": "localhost:7946"}"#, "invalid address"),
@@ -88,6 +89,11 @@ struct ServiceConfigurationTests {
         #expect(result.status == 1)
         #expect(result.stderr.contains(missing) && result.stderr.contains("No such file"), "\(result.stderr)")
         #expect(result.stderr.split(separator: "\n").count == 1, "one line: \(result.stderr)")
+        let directory = NodeProcess.makeTemporaryDirectory("config-directory")
+        let notAFile = try await NodeProcess.runCommand(["run", "--config", directory, "--listen", "127.0.0.1:0",
+                                                         "--data-dir", NodeProcess.makeTemporaryDirectory("bad-config")])
+        #expect(notAFile.status == 1)
+        #expect(notAFile.stderr.contains("\(directory) is a directory"), "\(notAFile.stderr)")
     }
 
     @Test("the invite in $CREDENTIALS_DIRECTORY/groupmesh-invite joins, before $GROUPMESH_INVITE; a bad one names the file")
