@@ -20,7 +20,7 @@ say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 # start NAME [ARGS...]: runs a node in the background and waits (bounded) for its invite line.
 start() {
     local name=$1; shift
-    "$BIN" run --data-dir "$WORK/$name" --listen 127.0.0.1:0 --name "$name" "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
+    "$BIN" run --data-dir "$WORK/$name" --listen 127.0.0.1:0 --name "$name" --print-invite "$@" >"$WORK/$name.out" 2>"$WORK/$name.err" &
     PIDS+=($!)
     for _ in $(seq 1 100); do grep -q '^invite:' "$WORK/$name.out" 2>/dev/null && return 0; sleep 0.1; done
     echo "node $name did not start: $(cat "$WORK/$name.err")" >&2

@@ -24,7 +24,7 @@ wait_for() {  # data dir, python condition on the status JSON `s`; bounded to 60
     echo "timed out waiting for $2 on $1" >&2; exit 1
 }
 
-"$BIN" run --listen 127.0.0.1:0 --data-dir "$D/a" > "$D/a.out" 2> "$D/a.err" &
+"$BIN" run --listen 127.0.0.1:0 --data-dir "$D/a" --print-invite > "$D/a.out" 2> "$D/a.err" &
 for _ in $(seq 100); do grep -q invite: "$D/a.out" 2>/dev/null && break; sleep 0.1; done
 INVITE=$(awk '/^invite:/ {print $2}' "$D/a.out")
 HOLDER_DIRS=("$D/a")

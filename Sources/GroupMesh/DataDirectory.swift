@@ -32,6 +32,8 @@ public struct DataDirectory: Sendable {
     public var journalPath: String { path + "/journal.log" }
     /// Present once the session was ended: who ended it (`SessionEnd`, hex, then the name).
     public var endedPath: String { path + "/ended" }
+    /// `run`'s settings, when kept here (`groupmesh run` reads it; the node never writes it).
+    public var configurationPath: String { path + "/config.json" }
 
     /// Whether writing `file` would overwrite one of the node's own files (or anything in its
     /// chunk store): `get --output` must not destroy the node it asks. Symbolic links and `..`
@@ -43,7 +45,7 @@ public struct DataDirectory: Sendable {
         if parent == home + "/chunks" || parent.hasPrefix(home + "/chunks/") { return true }
         guard parent == home else { return false }
         let own = [sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
-                   membersPath, epochsPath, journalPath, endedPath].map { Self.split($0).name }
+                   membersPath, epochsPath, journalPath, endedPath, configurationPath].map { Self.split($0).name }
         return own.contains(name)
     }
 

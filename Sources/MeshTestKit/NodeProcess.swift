@@ -45,10 +45,16 @@ public final class NodeProcess: @unchecked Sendable {
 
     /// Starts `groupmesh ARGUMENTS` (e.g. `["run", "--listen", "127.0.0.1:0"]`); `--data-dir` is added.
     /// `launcher` runs it through another program that execs it, such as `ip netns exec NAME`.
+    /// A `run` gets `--print-invite` (its stdout is a pipe here, and tests read its `invite:` line)
+    /// unless `printInvite` is false, for tests of what `run` prints to a pipe by default.
     public init(_ arguments: [String], dataDirectory: String? = nil, launcher: [String] = [],
-                ownsDataDirectory: Bool = true) throws {
+                ownsDataDirectory: Bool = true, printInvite: Bool = true) throws {
         self.dataDirectory = dataDirectory ?? Self.makeTemporaryDirectory()
         self.ownsDataDirectory = ownsDataDirectory
+        var arguments = arguments
+        if printInvite, arguments.first == "run", !arguments.contains("--print-invite") {
+            arguments.append("--print-invite")
+        }
         let command = launcher + [Self.executable] + arguments + ["--data-dir", self.dataDirectory]
         process = try ChildProcess(executable: command[0], arguments: Array(command.dropFirst()))
     }

@@ -12,9 +12,13 @@ struct RunCommand: AsyncParsableCommand {
 
     @OptionGroup var data: DataDirectoryOptions
 
-    @Option(help: ArgumentHelp("UDP address to listen on; port 0 picks a free port.", valueName: "HOST:PORT"),
+    @Option(help: ArgumentHelp("Read run's settings from this JSON file (default: DATA_DIR/config.json when it exists); "
+                               + "an option given here wins over the file.", valueName: "PATH"))
+    var config: String?
+
+    @Option(help: ArgumentHelp("UDP address to listen on (default 0.0.0.0:7946); port 0 picks a free port.", valueName: "HOST:PORT"),
             transform: ListenAddress.init(parsing:))
-    var listen = ListenAddress(host: "0.0.0.0", port: 7946)
+    var listen: ListenAddress?
 
     @Option(help: ArgumentHelp("Address others should use to reach this node (repeatable).", valueName: "HOST:PORT"),
             transform: { text throws(GroupMeshError) in try MeshAddress(text) })
@@ -28,6 +32,10 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Read the invite token from this file ('-': standard input).", valueName: "PATH"))
     var inviteFile: String?
 
+    @Flag(help: ArgumentHelp("Print the invite even when standard output is not a terminal (by default it is printed "
+                             + "only to a terminal: it holds the session's secret, and a service's output goes to the system log)."))
+    var printInvite = false
+
     @Option(help: ArgumentHelp("Also contact this member address when joining (repeatable).", valueName: "HOST:PORT"),
             transform: { text throws(GroupMeshError) in try MeshAddress(text) })
     var join: [MeshAddress] = []
@@ -35,17 +43,20 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "A human-readable name for this node.")
     var name: String?
 
-    @Flag(help: "Fetch an attachment only when asked for it (default: replicate everything).")
-    var lazy = false
+    // Optional, and with a --no- form: the config file may set it, and the command line must be able to undo that.
+    @Flag(inversion: .prefixedNo,
+          help: "Fetch an attachment only when asked for it (default: --no-lazy, replicate everything).")
+    var lazy: Bool?
 
-    @Flag(help: "Never carry sealed datagrams between two other members (default: relay for members that cannot meet).")
-    var noRelay = false
+    @Flag(inversion: .prefixedNo,
+          help: "Carry sealed datagrams between two members that cannot meet (default: --relay).")
+    var relay: Bool?
 
     @Option(help: "Timing defaults: lan (default), local or wan.")
-    var profile: NodeConfiguration.Profile = .lan
+    var profile: NodeConfiguration.Profile?
 
-    @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning, error, critical.", valueName: "LEVEL"))
-    var logLevel: Logger.Level = .warning
+    @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning (default), error, critical.", valueName: "LEVEL"))
+    var logLevel: Logger.Level?
 
     @Option(help: ArgumentHelp("Run COMMAND (through /bin/sh) for each event, or only for these types (repeatable); "
                                + "the event is in GROUPMESH_* variables and as JSON on standard input.",
@@ -53,8 +64,9 @@ struct RunCommand: AsyncParsableCommand {
             transform: { text throws(GroupMeshError) in try EventHandlerSpec(parsing: text) })
     var eventHandler: [EventHandlerSpec] = []
 
-    @Option(help: ArgumentHelp("Kill an event handler (and what it started) after this many seconds.", valueName: "SECONDS"))
-    var eventHandlerTimeout: Double = 30
+    @Option(help: ArgumentHelp("Kill an event handler (and what it started) after this many seconds (default 30).",
+                               valueName: "SECONDS"))
+    var eventHandlerTimeout: Double?
 
     @Option(help: ArgumentHelp("Serve Prometheus metrics at http://HOST:PORT/metrics (off by default; "
                                + "bind it to loopback, e.g. 127.0.0.1:9464; port 0 picks a free one).",
@@ -69,29 +81,34 @@ struct RunCommand: AsyncParsableCommand {
     func validate() throws {
         if invite != nil, inviteFile != nil { throw ValidationError("give the invite once: --invite or --invite-file, not both") }
         guard (0...0.5).contains(simulateLoss) else { throw ValidationError("--simulate-loss must be between 0 and 0.5") }
+        if let eventHandlerTimeout, let problem = Settings.eventHandlerTimeoutProblem(eventHandlerTimeout) {
+            throw ValidationError("--event-handler-timeout \(problem)")
+        }
         // Others print our name; one that would need escaping there is refused here.
-        guard eventHandlerTimeout >= 0.1, eventHandlerTimeout <= 3600 else {
-            throw ValidationError("--event-handler-timeout must be 0.1 to 3600 seconds")
-        }
-        if let name, name.unicodeScalars.contains(where: TerminalText.needsEscape) {
-            throw ValidationError("--name may not hold control characters (newlines, escapes, direction overrides)")
-        }
+        if let name, let problem = Settings.nameProblem(name) { throw ValidationError("--name \(problem)") }
     }
 
     func run() async throws {
-        bootstrapLogging(level: logLevel)
+        let settings: Settings
+        do { settings = try resolvedSettings() } catch { throw fail(error) }
+        bootstrapLogging(level: settings.logLevel)
         let logger = Logger(label: "groupmesh")
         var exporter: MetricsExporter?
         do {
             let invite = try resolvedInvite()
             // Before the node: its first figures go to the exporter's registry.
-            if let metrics { exporter = try await MetricsExporter.start(metrics) }
-            let session = try await MeshSession.join(makeConfiguration(invite: invite), logger: logger)
+            if let metrics = settings.metrics { exporter = try await MetricsExporter.start(metrics) }
+            let session = try await MeshSession.join(makeConfiguration(settings, invite: invite), logger: logger)
+            let inviteLine = invitePrinting
             // Announced once SIGINT/SIGTERM are trapped: a script may stop the node the moment it reads them.
             let service = MeshNodeService(session: session) { [exporter] in
-                let invite = await session.invite()
                 emit("listening: \(session.localAddress)")
-                emit("invite: \(invite.text)")
+                switch inviteLine {
+                case .token:
+                    let invite = await session.invite()
+                    emit("invite: \(invite.text)")
+                case let .hint(line): emit(line)
+                }
                 if let exporter { emit("metrics: http://\(exporter.boundAddress)/metrics") }
             }
             // `groupmesh leave` ends the node's service by itself: that is a normal end, not a failure.
@@ -118,11 +135,82 @@ struct RunCommand: AsyncParsableCommand {
         }
     }
 
-    /// `--invite`, else `--invite-file`, else `$GROUPMESH_INVITE` (then removed from the
-    /// environment, so nothing the node starts inherits the secret).
+    /// What `run` prints in place of the invite.
+    enum InviteLine: Sendable {
+        case token
+        case hint(String)
+    }
+
+    /// The invite holds the session's secret: printed to a terminal (or when asked), never to a
+    /// pipe or file by default, since a service manager keeps a service's output in the system log.
+    var invitePrinting: InviteLine {
+        if printInvite || isatty(STDOUT_FILENO) == 1 { return .token }
+        // Not `invite: gm1…`: nothing that reads the line may take it for a token.
+        return .hint("invite: not printed, as standard output is not a terminal; "
+                     + "print it with: groupmesh invite --data-dir \(Self.shellQuoted(absolutePath(data.directory.path)))")
+    }
+
+    /// The values in force: the command line's, else the config file's, else the defaults.
+    struct Settings {
+        var listen = ListenAddress(host: "0.0.0.0", port: 7946)
+        var advertise: [MeshAddress] = []
+        var join: [MeshAddress] = []
+        var name: String?
+        var lazy = false
+        var relay = true
+        var profile: NodeConfiguration.Profile = .lan
+        var logLevel: Logger.Level = .warning
+        var metrics: ListenAddress?
+        var eventHandler: [EventHandlerSpec] = []
+        var eventHandlerTimeout: Double = 30
+
+        static func nameProblem(_ name: String) -> String? {
+            name.unicodeScalars.contains(where: TerminalText.needsEscape)
+                ? "may not hold control characters (newlines, escapes, direction overrides)" : nil
+        }
+
+        static func eventHandlerTimeoutProblem(_ seconds: Double) -> String? {
+            seconds >= 0.1 && seconds <= 3600 ? nil : "must be 0.1 to 3600 seconds"
+        }
+    }
+
+    /// The config file's path: `--config`, else `config.json` in the data dir.
+    var configPath: String { config ?? data.directory.configurationPath }
+
+    private func resolvedSettings() throws(RunConfigurationError) -> Settings {
+        // Only a file named on the command line must exist: a data dir without one keeps the defaults.
+        let file = try RunConfigurationFile.load(path: configPath, required: config != nil)
+        var settings = Settings()
+        // A list on the command line replaces the file's, as any other option does.
+        settings.listen = listen ?? file.listen ?? settings.listen
+        settings.advertise = !advertise.isEmpty ? advertise : file.advertise ?? []
+        settings.join = !join.isEmpty ? join : file.join ?? []
+        settings.name = name ?? file.name
+        settings.lazy = lazy ?? file.lazy ?? settings.lazy
+        settings.relay = relay ?? file.relay ?? settings.relay
+        settings.profile = profile ?? file.profile ?? settings.profile
+        settings.logLevel = logLevel ?? file.logLevel ?? settings.logLevel
+        settings.metrics = metrics ?? file.metrics
+        settings.eventHandler = !eventHandler.isEmpty ? eventHandler : file.eventHandler ?? []
+        settings.eventHandlerTimeout = eventHandlerTimeout ?? file.eventHandlerTimeout ?? settings.eventHandlerTimeout
+        // The command line's values were checked in validate(); the file's are checked here.
+        if name == nil, let fileName = file.name, let problem = Settings.nameProblem(fileName) {
+            throw RunConfigurationError("\"name\" in the config file \(configPath) \(problem)")
+        }
+        if eventHandlerTimeout == nil, let seconds = file.eventHandlerTimeout,
+           let problem = Settings.eventHandlerTimeoutProblem(seconds) {
+            throw RunConfigurationError("\"event-handler-timeout\" in the config file \(configPath) \(problem)")
+        }
+        return settings
+    }
+
+    /// `--invite`, else `--invite-file`, else the `groupmesh-invite` credential systemd hands a
+    /// service (`LoadCredential=`), else `$GROUPMESH_INVITE` (then removed from the environment,
+    /// so nothing the node starts inherits the secret).
     private func resolvedInvite() throws(GroupMeshError) -> Invite? {
         if let invite { return invite }
         if let inviteFile { return try Invite(file: inviteFile) }
+        if let credential = InviteSource.credentialPath() { return try Invite(file: credential) }
         guard let text = ProcessInfo.processInfo.environment[InviteSource.environmentVariable] else { return nil }
         unsetenv(InviteSource.environmentVariable)
         do { return try Invite(text.trimmingCharacters(in: .whitespacesAndNewlines)) } catch {
@@ -130,28 +218,46 @@ struct RunCommand: AsyncParsableCommand {
         }
     }
 
-    private func makeConfiguration(invite: Invite?) -> NodeConfiguration {
+    private func makeConfiguration(_ settings: Settings, invite: Invite?) -> NodeConfiguration {
         var configuration = NodeConfiguration(dataDirectory: data.directory)
-        configuration.listenHost = listen.host
-        configuration.listenPort = listen.port
-        configuration.advertise = advertise
-        configuration.join = join
+        configuration.listenHost = settings.listen.host
+        configuration.listenPort = settings.listen.port
+        configuration.advertise = settings.advertise
+        configuration.join = settings.join
         configuration.invite = invite
-        configuration.name = name
-        configuration.lazy = lazy
-        configuration.relays = !noRelay
-        configuration.profile = profile
+        configuration.name = settings.name
+        configuration.lazy = settings.lazy
+        configuration.relays = settings.relay
+        configuration.profile = settings.profile
         configuration.simulatedLoss = simulateLoss
         configuration.announce = { emit($0) }
-        configuration.eventHandlers = eventHandler
-        configuration.eventHandlerTimeout = .milliseconds(Int64(eventHandlerTimeout * 1000))
+        configuration.eventHandlers = settings.eventHandler
+        configuration.eventHandlerTimeout = .milliseconds(Int64(settings.eventHandlerTimeout * 1000))
         return configuration
+    }
+
+    /// As a shell reads it back: bare when it holds nothing the shell treats specially.
+    private static func shellQuoted(_ text: String) -> String {
+        let plain = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+,:@%")
+        if !text.isEmpty, text.unicodeScalars.allSatisfy(plain.contains) { return text }
+        return "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
     }
 }
 
 /// Where an invite comes from when it is kept off the command line.
 enum InviteSource {
     static let environmentVariable = "GROUPMESH_INVITE"
+    /// The credential's name in a systemd unit: `LoadCredential=groupmesh-invite:/etc/groupmesh/invite`.
+    static let credentialName = "groupmesh-invite"
+
+    /// `$CREDENTIALS_DIRECTORY/groupmesh-invite` when systemd handed that credential over.
+    static func credentialPath() -> String? {
+        guard let directory = ProcessInfo.processInfo.environment["CREDENTIALS_DIRECTORY"], !directory.isEmpty else {
+            return nil
+        }
+        let path = directory + "/" + credentialName
+        return access(path, F_OK) == 0 ? path : nil
+    }
 }
 
 /// `--listen`: a numeric host to bind and a port, 0 for any free one.
