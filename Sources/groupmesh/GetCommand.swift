@@ -112,9 +112,6 @@ struct GetCommand: AsyncParsableCommand {
             let name = try attachedName()
             path = absolutePath(name)
         }
-        if !force, FileManager.default.fileExists(atPath: path) || (try? FileManager.default.destinationOfSymbolicLink(atPath: path)) != nil {
-            throw fail(GroupMeshError.outputExists(output ?? String(path.split(separator: "/").last ?? "")))
-        }
         return GetDestination(path: path, shownPath: output ?? String(path.split(separator: "/").last ?? ""))
     }
 

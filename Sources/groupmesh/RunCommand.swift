@@ -25,9 +25,10 @@ struct RunCommand: AsyncParsableCommand {
     var advertise: [MeshAddress] = []
 
     @Option(help: ArgumentHelp("Join the session of this invite token. It is the session's secret, and every local "
-                               + "user sees a command line (ps): prefer --invite-file or $GROUPMESH_INVITE.", valueName: "TOKEN"),
-            transform: { text throws(GroupMeshError) in try Invite(text) })
-    var invite: Invite?
+                               + "user sees a command line (ps): prefer --invite-file or $GROUPMESH_INVITE.", valueName: "TOKEN"))
+    // Parsed in `run`, not by the argument parser: its error would quote the token, a secret, and
+    // a bad invite is bad input (65), not a command line that does not parse (64).
+    var invite: String?
 
     @Option(help: ArgumentHelp("Read the invite token from this file ('-': standard input).", valueName: "PATH"))
     var inviteFile: String?
@@ -208,7 +209,9 @@ struct RunCommand: AsyncParsableCommand {
     /// service (`LoadCredential=`), else `$GROUPMESH_INVITE` (then removed from the environment,
     /// so nothing the node starts inherits the secret).
     private func resolvedInvite() throws(GroupMeshError) -> Invite? {
-        if let invite { return invite }
+        if let invite {
+            do { return try Invite(invite) } catch { throw .invalidInvite("--invite: \(error)") }
+        }
         if let inviteFile { return try Invite(file: inviteFile) }
         if let credential = InviteSource.credentialPath() { return try Invite(file: credential) }
         guard let text = ProcessInfo.processInfo.environment[InviteSource.environmentVariable] else { return nil }

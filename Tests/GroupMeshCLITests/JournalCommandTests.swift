@@ -140,8 +140,9 @@ struct JournalCommandTests {
         let attached = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, source])
         let id = attached.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(attached.status == 0 && id.count == 32, "\(attached.stderr)")
-        func get(_ output: String) async throws -> (status: Int32, stdout: String, stderr: String) {
-            try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, id, "--output", output], timeout: .seconds(30))
+        func get(_ output: String, force: Bool = false) async throws -> (status: Int32, stdout: String, stderr: String) {
+            try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, id, "--output", output] + (force ? ["--force"] : []),
+                                             timeout: .seconds(30))
         }
         let outside = NodeProcess.makeTemporaryDirectory("outputs")
         // A named pipe: was replaced by a regular file (and a reader of the pipe never saw a byte).
@@ -175,11 +176,15 @@ struct JournalCommandTests {
             #expect(lstat(path, &info) == 0 && (info.st_mode & S_IFMT) != S_IFREG, "\(path) became a regular file")
         }
         #expect(!FileManager.default.fileExists(atPath: pipe + ".groupmesh-partial"))
-        // A regular file is replaced, with the mode our umask gives (0640 under 027, not the node's 0644).
+        // A regular file is kept without --force, and replaced with it, with the mode our umask gives
+        // (0640 under 027, not the node's 0644).
         let target = outside + "/copy.bin"
         try Data("old".utf8).write(to: URL(fileURLWithPath: target))
+        let kept = try await get(target)
+        #expect(kept.status == 65 && kept.stderr.contains("exists and was kept"), "\(kept.stderr)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: target)) == Data("old".utf8))
         let previous = umask(0o027)
-        let replaced = try await get(target)
+        let replaced = try await get(target, force: true)
         umask(previous)
         #expect(replaced.status == 0, "\(replaced.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: target)) == bytes)

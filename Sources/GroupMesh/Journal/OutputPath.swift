@@ -5,17 +5,18 @@ import Foundation
 /// renaming over it replaced `/dev/full` with a regular file when run as root, and a link in a
 /// shared directory would have the node write where its owner chose.
 enum OutputPath {
-    /// Not `replacing`: anything at `path` is kept, and refused here.
+    /// Not `replacing`: a regular file at `path` is kept, and refused here.
     static func check(_ path: String, replacing: Bool = true) throws(GroupMeshError) {
         var info = stat()
         guard lstat(path, &info) == 0 else {
             // Nothing there (created), or a parent that is not there (said when the write fails).
             return
         }
-        guard replacing else { throw .outputExists(path) }
         let kind: String
         switch info.st_mode & S_IFMT {
-        case S_IFREG: return
+        case S_IFREG:
+            guard replacing else { throw .outputExists(path) }
+            return
         case S_IFLNK: kind = "a symbolic link (get neither writes through links nor replaces them; give the file it points to)"
         case S_IFDIR: kind = "a directory (give the path of a file to write)"
         case S_IFCHR, S_IFBLK: kind = "a device, not a regular file"
