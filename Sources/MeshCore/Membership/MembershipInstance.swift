@@ -44,6 +44,9 @@ public struct MembershipInstance: Sendable {
     private var seedCursor = 0
     /// Tries of the seeds since `join`, the first included.
     public private(set) var joinAttempts = 0
+    /// The join's jitter, a stream of its own derived from the seed: drawing it from `random`
+    /// would change the probe order and picks of every node that joins, not only the ones that wait.
+    private var joinJitter: SplitMix64
     /// One push-pull soon after the join, with the member that let us in: updates it was still
     /// gossiping when it answered (a member that joined beside us) may have gone where we could
     /// not hear them, such as our private address before any datagram of ours proved the public
@@ -72,6 +75,7 @@ public struct MembershipInstance: Sendable {
         self.authority = authority
         self.me = record.signed(by: authority)
         self.random = SplitMix64(seed: seed)
+        self.joinJitter = SplitMix64(seed: seed ^ 0x6A09_E667_F3BC_C908)
         self.health = LocalHealth(maximum: settings.maxLocalHealth)
         self.nextProbeAt = now + settings.probeInterval
         self.nextGossipAt = now + settings.gossipInterval
@@ -152,7 +156,7 @@ public struct MembershipInstance: Sendable {
         joinAttempts += 1
         let wait = joinRetryWait
         joinRetryWait = min(joinRetryWait * 2, max(settings.joinRetryMaximum, settings.joinRetryInterval))
-        let cut = settings.joinRetryJitter.clampedShare * Double(random.next() >> 11) * 0x1p-53
+        let cut = settings.joinRetryJitter.clampedShare * Double(joinJitter.next() >> 11) * 0x1p-53
         nextJoinAttemptAt = now + wait * (1 - cut)
         let count = min(seeds.count, max(1, settings.joinSeedsPerAttempt))
         let chosen = (0..<count).map { seeds[(seedCursor + $0) % seeds.count] }

@@ -41,8 +41,11 @@ extension NodeInstance {
     /// Tells once that nobody answers yet, when the notice's time has come.
     mutating func joinTick(now: MeshInstant) {
         if joinWait != nil, phase == .running { return endJoinWait(sender: nil, address: nil, now: now) }
-        guard let wait = joinWait, !wait.told, now >= wait.noticeAt, let progress = joinProgress else { return }
+        guard let wait = joinWait, !wait.told, now >= wait.noticeAt else { return }
+        // Marked even with nothing to say (only gone members heard of): a deadline left in the
+        // past would make the driver's timer spin.
         joinWait?.told = true
+        guard let progress = joinProgress else { return }
         log(.notice, "waiting for a first member", ["addresses": "\(progress.addresses.count)",
                                                     "attempts": "\(progress.attempts)"])
         emit(.waitingForFirstMember(progress))
