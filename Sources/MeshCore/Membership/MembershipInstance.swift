@@ -40,7 +40,7 @@ public struct MembershipInstance: Sendable {
     private var nextJoinAttemptAt: MeshInstant?
     /// The wait before the next try of the seeds (it doubles per try, up to the maximum).
     private var joinRetryWait: Duration = .zero
-    /// Where the next try starts in `seeds`, when there are more than one try contacts.
+    /// Where the next try starts in `seeds`, when there are more seeds than one try contacts.
     private var seedCursor = 0
     /// Tries of the seeds since `join`, the first included.
     public private(set) var joinAttempts = 0
