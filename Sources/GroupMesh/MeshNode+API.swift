@@ -239,7 +239,16 @@ extension MeshNode {
             slowdownsFoundAnotherFlow: downlink.slowdownsFoundAnotherFlow, lossyLine: downlink.isLossyLine,
             backgroundCap: downlink.backgroundCap?.rounded())
         return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
-                            counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo)
+                            counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo,
+                            joining: joiningInfo())
+    }
+
+    func joiningInfo() -> StatusReport.JoiningInfo? {
+        core.joinProgress.map { progress in
+            StatusReport.JoiningInfo(state: "waiting", addresses: progress.addresses.map(\.description),
+                                     attempts: progress.attempts,
+                                     since: ((now - progress.since).milliseconds / 100).rounded() / 10)
+        }
     }
 
     func leavingInfo() -> StatusReport.LeavingInfo? {

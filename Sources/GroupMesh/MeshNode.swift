@@ -491,6 +491,11 @@ package actor MeshNode {
                     // behaviour that makes it where members reach us.
                     let address = behaviour == .endpointIndependent ? reflexive.map { ", public address \($0)" } : nil
                     configuration.announce?("nat: \(behaviour.rawValue)" + (address ?? ""))
+                case let .event(.waitingForFirstMember(progress)):
+                    configuration.announce?(JoinNotice.waiting(progress))
+                case let .event(.joinedAfterWaiting(member, name, address, waited)):
+                    viewChanged = true
+                    configuration.announce?(JoinNotice.joined(member: member, name: name, address: address, waited: waited))
                 case let .event(.log(record)):
                     logger.log(level: Logger.Level(rawValue: record.level.rawValue) ?? .error, "\(record.message)",
                                metadata: Logger.Metadata(record.metadata.map { ($0.key, .string($0.value)) }, uniquingKeysWith: { $1 }))

@@ -46,9 +46,18 @@ public struct NodeStatus: Decodable, Sendable {
         public var lossyLine: Bool?
     }
 
+    /// A join no member has answered yet (`status --json` → joining; absent once joined).
+    public struct JoiningInfo: Decodable, Sendable {
+        public var state: String
+        public var addresses: [String]
+        public var attempts: Int
+        public var since: Double
+    }
+
     public var `self`: SelfInfo
     public var members: [MemberInfo]
     public var downlink: DownlinkInfo?
+    public var joining: JoiningInfo?
     public var counters: [String: JSONValue]
 
     public func state(of id: String) -> String? {

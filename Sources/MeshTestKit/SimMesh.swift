@@ -56,9 +56,10 @@ public final class SimMesh {
         return running.filter { !removed.contains($0.id) && $0.core.phase != .stopped }
     }
 
-    /// Restarts a crashed node on its own disk, with a new boot.
-    public func restart(_ address: SimAddress, at time: MeshInstant) {
+    /// Restarts a crashed node on its own disk, with a new boot, given the seeds it was given
+    /// before (or `seeds`).
+    public func restart(_ address: SimAddress, at time: MeshInstant, seeds: [SimAddress]? = nil) {
         let old = node(address)
-        simulator.restart(address, with: SimNode(restarting: old, seed: seed, startTime: time), at: time)
+        simulator.restart(address, with: SimNode(restarting: old, seed: seed, startTime: time, seeds: seeds), at: time)
     }
 }

@@ -74,6 +74,10 @@ public final class SimNode: SimulatedProcess {
     public private(set) var removedFromSession = false
     /// Every NAT behaviour the core reported, in order.
     public private(set) var natDetections: [NATBehaviour] = []
+    /// Each time the core said that nobody answered its join yet, and each time it then said
+    /// who let it in (with the node's clock).
+    public private(set) var waitingNotices: [(time: MeshInstant, progress: JoinProgress)] = []
+    public private(set) var joinedNotices: [(time: MeshInstant, member: NodeID, address: PeerAddress)] = []
     /// What each graceful leave reported.
     public private(set) var leaveReports: [LeaveReport] = []
     /// Things that must never happen (a command completed twice, a timer that spins…).
@@ -96,12 +100,14 @@ public final class SimNode: SimulatedProcess {
     /// `node` booting again on its disk, with a new boot (keys, boot id) from `seed`. What the
     /// old boot sent and received stays in the records (its sends cut short by the crash count
     /// as failed for every target), so the invariants speak of the node across its boots.
-    public convenience init(restarting node: SimNode, seed: UInt64, startTime: MeshInstant) {
+    /// `seeds`: what the new boot is given to join through (by default what the old one was;
+    /// `[]` is a restart without the invite).
+    public convenience init(restarting node: SimNode, seed: UInt64, startTime: MeshInstant, seeds: [SimAddress]? = nil) {
         var derive = SplitMix64(seed: seed ^ node.core.bootID)
         var storage = node.storage
         storage.abandonPending()
         self.init(address: node.address, session: node.session, identity: node.identity, derive: &derive,
-                  seeds: node.seeds, storage: storage, startTime: startTime, configuration: node.configuration)
+                  seeds: seeds ?? node.seeds, storage: storage, startTime: startTime, configuration: node.configuration)
         nextRequest = node.nextRequest
         sentMessages = node.sentMessages
         completions = node.completions
@@ -349,6 +355,10 @@ public final class SimNode: SimulatedProcess {
             removedFromSession = true
         case let .natDetected(behaviour, _):
             natDetections.append(behaviour)
+        case let .waitingForFirstMember(progress):
+            waitingNotices.append((now, progress))
+        case let .joinedAfterWaiting(member, _, address, _):
+            joinedNotices.append((now, member, address))
         case let .log(record):
             logged[record.message, default: 0] += 1
         case .memberForgotten, .epochChanged, .attachmentsChanged:

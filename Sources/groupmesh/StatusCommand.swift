@@ -158,6 +158,10 @@ enum StatusTable {
         lines.append(TerminalText.escaped("node \(me.name) \(me.id.prefix(12)) at \(me.address)  session \(me.session)  profile \(me.profile)"))
         lines.append(TerminalText.escaped("nat \(me.nat)" + (me.reflexiveAddress.map { ", public address \($0)" } ?? "")
             + "  candidates \(me.candidates.joined(separator: ", "))"))
+        if let joining = report.joining {
+            lines.append(JoinNotice.statusLine(addresses: joining.addresses.count, seconds: joining.since)
+                + ": " + JoinNotice.addressList(joining.addresses))
+        }
         lines.append("")
         let rows = report.members.map { member in
             [String(member.id.prefix(12)), member.name, member.address, member.state, "\(member.incarnation)",

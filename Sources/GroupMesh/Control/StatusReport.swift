@@ -111,6 +111,20 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var secondsLeft: Double
     }
 
+    /// A join that no member has answered yet (absent once one did, and for a node that
+    /// joined through nobody: it made the session, or remembered no one).
+    public struct JoiningInfo: Codable, Sendable, Equatable {
+        /// `waiting`: no member has answered; the node keeps trying.
+        public var state: String
+        /// Where the join goes: the invite's addresses, `--join`, seeds kept from an earlier
+        /// start, remembered members.
+        public var addresses: [String]
+        /// Tries of those addresses so far.
+        public var attempts: Int
+        /// Seconds since the join started.
+        public var since: Double
+    }
+
     /// The congestion control of what this node fetches (`DownlinkController`): one rate for
     /// every holder together, from the queueing delay its pieces meet on the way.
     public struct DownlinkInfo: Codable, Sendable, Equatable {
@@ -239,4 +253,6 @@ public struct StatusReport: Codable, Sendable, Equatable {
     /// Present while a leave hands over attachments.
     public var leaving: LeavingInfo?
     public var downlink: DownlinkInfo?
+    /// Present while no member has answered this node's join.
+    public var joining: JoiningInfo?
 }

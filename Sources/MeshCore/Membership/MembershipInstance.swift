@@ -38,6 +38,15 @@ public struct MembershipInstance: Sendable {
     /// Set while handling a datagram that accused us at an incarnation we already outbid.
     private var staleAccuser = false
     private var nextJoinAttemptAt: MeshInstant?
+    /// The wait before the next try of the seeds (it doubles per try, up to the maximum).
+    private var joinRetryWait: Duration = .zero
+    /// Where the next try starts in `seeds`, when there are more seeds than one try contacts.
+    private var seedCursor = 0
+    /// Tries of the seeds since `join`, the first included.
+    public private(set) var joinAttempts = 0
+    /// The join's jitter, a stream of its own derived from the seed: drawing it from `random`
+    /// would change the probe order and picks of every node that joins, not only the ones that wait.
+    private var joinJitter: SplitMix64
     /// One push-pull soon after the join, with the member that let us in: updates it was still
     /// gossiping when it answered (a member that joined beside us) may have gone where we could
     /// not hear them, such as our private address before any datagram of ours proved the public
@@ -66,6 +75,7 @@ public struct MembershipInstance: Sendable {
         self.authority = authority
         self.me = record.signed(by: authority)
         self.random = SplitMix64(seed: seed)
+        self.joinJitter = SplitMix64(seed: seed ^ 0x6A09_E667_F3BC_C908)
         self.health = LocalHealth(maximum: settings.maxLocalHealth)
         self.nextProbeAt = now + settings.probeInterval
         self.nextGossipAt = now + settings.gossipInterval
@@ -122,12 +132,36 @@ public struct MembershipInstance: Sendable {
     // MARK: joining and leaving
 
     /// Contacts `addresses` with our record and a request for their member list, and keeps
-    /// retrying until some member answers.
+    /// retrying until some member answers: first after `joinRetryInterval`, then each wait
+    /// twice the last, up to `joinRetryMaximum`, each cut by a random share (`joinRetryJitter`).
     public mutating func join(_ addresses: [PeerAddress], now: MeshInstant) -> [MembershipDirective] {
-        seeds = addresses.filter { !me.addresses.contains($0) }
+        var unique = Set<PeerAddress>()
+        seeds = addresses.filter { !me.addresses.contains($0) && unique.insert($0).inserted }
         guard !seeds.isEmpty else { return [] }
-        nextJoinAttemptAt = now + settings.joinRetryInterval
-        return seeds.map { .send(frames: [.syncRequest(SyncRequest(isJoin: true)), .alive(me)], recipient: nil, address: $0) }
+        seedCursor = 0
+        joinAttempts = 0
+        joinRetryWait = settings.joinRetryInterval
+        return tryJoining(now: now)
+    }
+
+    /// Whether this node still waits for a first member to answer its join.
+    public var isJoining: Bool { nextJoinAttemptAt != nil }
+
+    /// The addresses a join goes to (empty when there was nobody to join through).
+    public var joinSeeds: [PeerAddress] { seeds }
+
+    /// One try of the seeds (at most `joinSeedsPerAttempt` of them, the next ones in turn),
+    /// and the time of the next.
+    private mutating func tryJoining(now: MeshInstant) -> [MembershipDirective] {
+        joinAttempts += 1
+        let wait = joinRetryWait
+        joinRetryWait = min(joinRetryWait * 2, max(settings.joinRetryMaximum, settings.joinRetryInterval))
+        let cut = settings.joinRetryJitter.clampedShare * Double(joinJitter.next() >> 11) * 0x1p-53
+        nextJoinAttemptAt = now + wait * (1 - cut)
+        let count = min(seeds.count, max(1, settings.joinSeedsPerAttempt))
+        let chosen = (0..<count).map { seeds[(seedCursor + $0) % seeds.count] }
+        seedCursor = (seedCursor + count) % seeds.count
+        return chosen.map { .send(frames: [.syncRequest(SyncRequest(isJoin: true)), .alive(me)], recipient: nil, address: $0) }
     }
 
     /// Announces a signed departure to several members at once (and through gossip).
@@ -292,10 +326,7 @@ public struct MembershipInstance: Sendable {
         let news = gossip.updatesEnqueued
         defer { if gossip.updatesEnqueued != news { hastenGossip(now: now) } }
         if let at = nextJoinAttemptAt, now >= at {
-            nextJoinAttemptAt = now + settings.joinRetryInterval
-            for seed in seeds {
-                out.append(.send(frames: [.syncRequest(SyncRequest(isJoin: true)), .alive(me)], recipient: nil, address: seed))
-            }
+            out += tryJoining(now: now)
         }
         if let followUp = joinFollowUp, now >= followUp.at {
             joinFollowUp = nil

@@ -38,8 +38,20 @@ public struct MembershipSettings: Sendable, Equatable {
     public var pushPullInterval: Duration
     /// Dead and left members are forgotten after this long.
     public var forgetAfter: Duration
-    /// How often a joiner that has heard from no one retries its seeds.
+    /// How soon a joiner that has heard from no one first retries its seeds; each wait after
+    /// that doubles, up to `joinRetryMaximum`, for as long as nobody answers. Also the spacing
+    /// of answers to one member's joins (half of it) and of questions to one stranger.
     public var joinRetryInterval: Duration
+    /// The longest wait between two tries of the seeds: a joiner whose invite nobody answers
+    /// keeps trying for good (the inviter may come up later) at a few datagrams a minute.
+    public var joinRetryMaximum: Duration = .seconds(30)
+    /// Each wait is cut by up to this share, at random (from the seeded generator), so that
+    /// joiners started together (a restarted lab, one invite given to many) do not retry in
+    /// step. Below ½: an honest joiner's retries stay further apart than the answer spacing.
+    public var joinRetryJitter = 0.2
+    /// The most seeds one try contacts; with more (a restart that remembered a large mesh),
+    /// the next tries take the next ones in turn.
+    public var joinSeedsPerAttempt = 32
     /// How often to offer our state to one dead member, so healed partitions merge.
     public var reconnectInterval: Duration
     /// Refutations forced by one other boot of our identity before it counts as a live twin.
@@ -65,7 +77,7 @@ public struct MembershipSettings: Sendable, Equatable {
                 suspicionUnit: .milliseconds(200), suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 3,
                 gossipInterval: .milliseconds(100), gossipFanout: 3, pushPullInterval: .seconds(15),
                 forgetAfter: .seconds(30), joinRetryInterval: .milliseconds(500), reconnectInterval: .seconds(3))
-                .withNewsSpacing(.milliseconds(10))
+                .withNewsSpacing(.milliseconds(10)).withJoinRetryMaximum(.seconds(10))
         case .wan:
             return MembershipSettings(
                 probeInterval: .seconds(5), probeTimeout: .seconds(3),
@@ -73,7 +85,7 @@ public struct MembershipSettings: Sendable, Equatable {
                 suspicionUnit: .seconds(5), suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 4,
                 gossipInterval: .milliseconds(500), gossipFanout: 4, pushPullInterval: .seconds(60),
                 forgetAfter: .seconds(300), joinRetryInterval: .seconds(3), reconnectInterval: .seconds(30))
-                .withNewsSpacing(.milliseconds(100))
+                .withNewsSpacing(.milliseconds(100)).withJoinRetryMaximum(.seconds(60))
         }
     }
 
@@ -82,6 +94,12 @@ public struct MembershipSettings: Sendable, Equatable {
     private func withNewsSpacing(_ spacing: Duration?) -> MembershipSettings {
         var settings = self
         settings.newsGossipSpacing = spacing
+        return settings
+    }
+
+    private func withJoinRetryMaximum(_ maximum: Duration) -> MembershipSettings {
+        var settings = self
+        settings.joinRetryMaximum = maximum
         return settings
     }
 
@@ -112,5 +130,10 @@ public struct MembershipSettings: Sendable, Equatable {
 
 extension Int {
     func clamped(to range: PartialRangeFrom<Int>) -> Int { Swift.max(self, range.lowerBound) }
+}
+
+extension Double {
+    /// A share between 0 and ½ (a jitter that could cut a wait to nothing would not space retries).
+    var clampedShare: Double { isFinite ? Swift.min(Swift.max(self, 0), 0.5) : 0 }
 }
 

@@ -42,6 +42,12 @@ public enum NodeEvent: Sendable {
     /// What the members' observations say of the NAT in front of us changed (`AddressDiscovery`),
     /// with the reflexive address adopted, if any.
     case natDetected(NATBehaviour, reflexive: PeerAddress?)
+    /// A node joining through seeds heard from no member `NodeSettings.joinWaitingNotice` after
+    /// its start (told once; it keeps trying).
+    case waitingForFirstMember(JoinProgress)
+    /// After that: a first member answered, `member` (named by its own record: untrusted) from
+    /// `address`, `waited` after the start.
+    case joinedAfterWaiting(member: NodeID, name: String, address: PeerAddress, waited: Duration)
 }
 
 /// An application message as it reached this node: who sent it (the pairwise key proves it),

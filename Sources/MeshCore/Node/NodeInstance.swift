@@ -132,6 +132,8 @@ public struct NodeInstance: Sendable {
     var peerAddresses: [NodeID: PeerAddress] = [:]
     package internal(set) var remembered: RememberedMembers
     var rememberedDirty = false
+    /// While joining through seeds, until a member answers (NodeInstance+Joining).
+    var joinWait: JoinWait?
 
     // Messenger (NodeInstance+Messenger): application sends waiting for their acknowledgements.
     var pendingSends: [UInt64: (request: RequestID, recipients: Int, reliable: Bool)] = [:]
@@ -263,20 +265,23 @@ public struct NodeInstance: Sendable {
 
     // MARK: inputs
 
-    /// Joins through `seeds` (an invite's addresses, `--join`) and the members remembered from
-    /// the last run, and resumes replication.
-    public mutating func start(seeds: [PeerAddress], now: MeshInstant) {
+    /// Joins through `seeds` (an invite's addresses, `--join`; without any, those kept from an
+    /// earlier start that met nobody) and the members remembered from the last run, and
+    /// resumes replication.
+    public mutating func start(seeds given: [PeerAddress], now: MeshInstant) {
         // First of all requests: nothing is being ingested or fetched yet.
         if collectsAtStart {
             store(.collectUnreferenced(keeping: journal.state.presentContents.compactMap { manifests[$0] }), .startupCollection)
         }
         let own = Set(membership.me.addresses + (localAddress.map { [$0] } ?? []))
+        let seeds = rememberSeeds(given)
         let all = Set(seeds + remembered.addresses).subtracting(own).sorted()
         let excluded = membership.exclude(epochs.removed, now: now)
         apply(excluded, now: now)
         let joining = membership.join(all, now: now)
         apply(joining, now: now)
         phase = all.isEmpty ? .running : .joining
+        if phase == .joining { joinWait = JoinWait(since: now, noticeAt: now + settings.joinWaitingNotice) }
         remembered.incarnation = membership.me.incarnation
         saveRemembered()
         announceHoldings(now: now)
@@ -297,6 +302,7 @@ public struct NodeInstance: Sendable {
             if logs(.trace) { log(.trace, "dropped datagram", ["reason": reason.rawValue, "from": "\(address)"]) }
         case let .success(opened):
             route(opened, size: datagram.readableBytes, from: address, now: now)
+            if joinWait != nil, phase == .running { endJoinWait(sender: opened.header.sender, address: address, now: now) }
         }
     }
 
@@ -374,6 +380,7 @@ public struct NodeInstance: Sendable {
         endingTick(now: now)
         pingTick(now: now)
         pathsTick(now: now)
+        joinTick(now: now)
         if rememberedDirty { saveRemembered() }
     }
 
@@ -395,6 +402,7 @@ public struct NodeInstance: Sendable {
         consider(ending?.until)
         consider(pingDeadline)
         consider(pathsDeadline)
+        consider(joinNoticeDeadline)
         return deadline
     }
 

@@ -91,6 +91,12 @@ public struct NodeSettings: Sendable {
     /// After an epoch change: beacons in the epoch left, how many and how often (PROTOCOL.md §7).
     public var epochBeacons = 10
     public var epochBeaconInterval: Duration = .seconds(1)
+    /// A node joining through seeds that has heard from no member this long after its start
+    /// says so, once (`NodeEvent.waitingForFirstMember`): a wrong invite, a stopped inviter or
+    /// a firewall otherwise look like a session that works.
+    public var joinWaitingNotice: Duration = .seconds(5)
+    /// Seed addresses kept in the data dir for a restart that met nobody (an invite has a few).
+    public var maxRememberedSeeds = 16
     /// Log records below this level are never made: they would cost on the datagram path.
     public var logLevel = NodeLogLevel.info
 

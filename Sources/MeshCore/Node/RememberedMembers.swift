@@ -18,10 +18,36 @@ public struct RememberedMembers: Codable, Sendable, Equatable {
 
     public var incarnation: UInt64 = 0
     public var members: [Entry] = []
+    /// The addresses given at the last start (an invite's, `--join`), kept until a member
+    /// answers: a node restarted before it met anyone still joins without the invite. Once
+    /// joined, `members` says where the session is, and these are dropped.
+    public var seeds: [String] = []
 
-    public init(incarnation: UInt64 = 0, members: [Entry] = []) {
+    public init(incarnation: UInt64 = 0, members: [Entry] = [], seeds: [String] = []) {
         self.incarnation = incarnation
         self.members = members
+        self.seeds = seeds
+    }
+
+    private enum CodingKeys: String, CodingKey { case incarnation, members, seeds }
+
+    // Files written before `seeds` existed have no such key.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        incarnation = try container.decodeIfPresent(UInt64.self, forKey: .incarnation) ?? 0
+        members = try container.decodeIfPresent([Entry].self, forKey: .members) ?? []
+        seeds = try container.decodeIfPresent([String].self, forKey: .seeds) ?? []
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(incarnation, forKey: .incarnation)
+        try container.encode(members, forKey: .members)
+        if !seeds.isEmpty { try container.encode(seeds, forKey: .seeds) }
+    }
+
+    public var seedAddresses: [PeerAddress] {
+        seeds.compactMap { try? PeerAddress(parsing: $0) }
     }
 
     public var addresses: [PeerAddress] {

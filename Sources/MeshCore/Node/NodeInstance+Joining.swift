@@ -1,0 +1,80 @@
+import MeshCrypto
+
+/// Where a join through seeds stands, while no member has answered.
+public struct JoinProgress: Sendable, Equatable {
+    /// Where the join goes: the invite's addresses, `--join`, the seeds kept from an earlier
+    /// start, and the members remembered from the last run.
+    public var addresses: [PeerAddress]
+    /// Tries of those addresses so far, the first included.
+    public var attempts: Int
+    /// When the join started (the node's start).
+    public var since: MeshInstant
+
+    public init(addresses: [PeerAddress], attempts: Int, since: MeshInstant) {
+        self.addresses = addresses
+        self.attempts = attempts
+        self.since = since
+    }
+}
+
+/// A join that has not met anyone yet: whether the user was told.
+struct JoinWait: Sendable {
+    var since: MeshInstant
+    var noticeAt: MeshInstant
+    var told = false
+}
+
+/// The first hour of a joiner: the decision to say that nobody answers (and, after that, who
+/// did) is the core's, at a time its settings give; the driver only prints it.
+extension NodeInstance {
+    /// While joining through seeds and nobody has answered: where, how often, since when.
+    public var joinProgress: JoinProgress? {
+        guard phase == .joining, let joinWait, membership.isJoining else { return nil }
+        return JoinProgress(addresses: membership.joinSeeds, attempts: membership.joinAttempts, since: joinWait.since)
+    }
+
+    var joinNoticeDeadline: MeshInstant? {
+        guard phase == .joining, let joinWait, !joinWait.told else { return nil }
+        return joinWait.noticeAt
+    }
+
+    /// Tells once that nobody answers yet, when the notice's time has come.
+    mutating func joinTick(now: MeshInstant) {
+        if joinWait != nil, phase == .running { return endJoinWait(sender: nil, address: nil, now: now) }
+        guard let wait = joinWait, !wait.told, now >= wait.noticeAt else { return }
+        // Marked even with nothing to say (only gone members heard of): a deadline left in the
+        // past would make the driver's timer spin.
+        joinWait?.told = true
+        guard let progress = joinProgress else { return }
+        log(.notice, "waiting for a first member", ["addresses": "\(progress.addresses.count)",
+                                                    "attempts": "\(progress.attempts)"])
+        emit(.waitingForFirstMember(progress))
+    }
+
+    /// A datagram from `sender` let us in (or, with no sender, something else did): the wait is
+    /// over. Said only if the wait was told; the seeds given at start are dropped from the data
+    /// dir, since the members remembered now say where the session is.
+    mutating func endJoinWait(sender: NodeID?, address: PeerAddress?, now: MeshInstant) {
+        guard let wait = joinWait, phase == .running else { return }
+        joinWait = nil
+        if !remembered.seeds.isEmpty {
+            remembered.seeds = []
+            rememberedDirty = true
+        }
+        guard wait.told else { return }
+        let live = membership.view.dropFirst().filter { !$0.status.isGone }
+        guard let met = live.first(where: { $0.id == sender }) ?? live.first,
+              let at = (met.id == sender ? address : nil) ?? peerAddresses[met.id] ?? met.address else { return }
+        emit(.joinedAfterWaiting(member: met.id, name: met.record.name, address: at, waited: now - wait.since))
+    }
+
+    /// The seeds given at start are kept (a restart that met nobody tries them again without
+    /// the invite); with none given, those kept from an earlier start are used.
+    mutating func rememberSeeds(_ given: [PeerAddress]) -> [PeerAddress] {
+        guard !given.isEmpty else { return remembered.seedAddresses }
+        var unique = Set<PeerAddress>()
+        let kept = given.filter { unique.insert($0).inserted }.prefix(settings.maxRememberedSeeds)
+        remembered.seeds = kept.map(\.description)
+        return Array(kept)
+    }
+}
