@@ -37,11 +37,13 @@ deps:
 		fi; \
 	fi
 
+# What a user runs and installs: the optimized groupmesh (the tests build their own, in debug).
+BIN = .build/release/groupmesh
 build: deps
-	$(SWIFT) build $(SWIFT_FLAGS)
+	$(SWIFT) build -c release --product groupmesh $(SWIFT_FLAGS)
 
 run: build
-	$(SWIFT) run $(SWIFT_FLAGS) --skip-build groupmesh run --data-dir $(DATA_DIR) $(RUN_ARGS)
+	$(BIN) run --data-dir $(DATA_DIR) $(RUN_ARGS)
 
 # Seeded simulations and pure logic run on every core at once (they live in simulated time);
 # tests with real sockets, processes and clocks run one at a time, so they never starve each other.
@@ -62,7 +64,7 @@ test: deps
 # The DocC catalog of the library (the API's articles, the porting guide) against the built
 # module's public symbols: a broken link or an unknown symbol fails. HTML in .build/docs.
 DOCC ?= docc
-docs: build docs-check
+docs: deps docs-check
 docs-check:
 	$(SWIFT) package dump-symbol-graph --minimum-access-level public $(SWIFT_FLAGS) >/dev/null
 	rm -rf .build/docs-symbols && mkdir -p .build/docs-symbols
@@ -78,7 +80,7 @@ bench: deps
 
 # The story in under a minute after the build: three nodes, a message, an attachment, a late joiner.
 demo: build
-	GROUPMESH_BIN=.build/debug/groupmesh bash scripts/demo.sh
+	GROUPMESH_BIN=$(BIN) bash scripts/demo.sh
 
 # libFuzzer over every decoder of outside bytes (datagrams, frames, invites, journal, transfer,
 # control-socket requests), for a bounded
@@ -102,17 +104,18 @@ soak: deps
 # The release binary, its man page (generated from the argument parser) and shell completions,
 # under $(DESTDIR)$(PREFIX).
 MAN_PAGE = .build/plugins/GenerateManual/outputs/groupmesh/groupmesh.1
-install: deps
-	$(SWIFT) build -c release $(SWIFT_FLAGS) --product groupmesh
+# After `make build` this takes well under two minutes: the man page's plugin builds the package's
+# other programs in release mode too (the benchmark and fuzz drivers), not groupmesh again.
+install: build
 	$(SWIFT) package plugin generate-manual
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
 	  $(DESTDIR)$(PREFIX)/share/bash-completion/completions $(DESTDIR)$(PREFIX)/share/zsh/site-functions \
 	  $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
-	install -m 755 .build/release/groupmesh $(DESTDIR)$(PREFIX)/bin/groupmesh
+	install -m 755 $(BIN) $(DESTDIR)$(PREFIX)/bin/groupmesh
 	install -m 644 $(MAN_PAGE) $(DESTDIR)$(PREFIX)/share/man/man1/groupmesh.1
-	.build/release/groupmesh --generate-completion-script bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/groupmesh
-	.build/release/groupmesh --generate-completion-script zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_groupmesh
-	.build/release/groupmesh --generate-completion-script fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/groupmesh.fish
+	$(BIN) --generate-completion-script bash > $(DESTDIR)$(PREFIX)/share/bash-completion/completions/groupmesh
+	$(BIN) --generate-completion-script zsh > $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_groupmesh
+	$(BIN) --generate-completion-script fish > $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/groupmesh.fish
 	@echo "installed groupmesh, its man page and completions under $(DESTDIR)$(PREFIX)"
 
 clean:
