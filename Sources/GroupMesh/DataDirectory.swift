@@ -32,6 +32,9 @@ public struct DataDirectory: Sendable {
     public var journalPath: String { path + "/journal.log" }
     /// Present once the session was ended: who ended it (`SessionEnd`, hex, then the name).
     public var endedPath: String { path + "/ended" }
+    /// Present once the app left the session (`MeshSession.leave`): `SessionOffers` does not
+    /// bring it back at the app's next start. A node started on the dir still rejoins.
+    public var leftPath: String { path + "/left" }
     /// `run`'s settings, when kept here (`groupmesh run` reads it; the node never writes it).
     public var configurationPath: String { path + "/config.json" }
 
@@ -45,7 +48,7 @@ public struct DataDirectory: Sendable {
         if parent == home + "/chunks" || parent.hasPrefix(home + "/chunks/") { return true }
         guard parent == home else { return false }
         let own = [sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
-                   membersPath, epochsPath, journalPath, endedPath, configurationPath].map { Self.split($0).name }
+                   membersPath, epochsPath, journalPath, endedPath, leftPath, configurationPath].map { Self.split($0).name }
         return own.contains(name)
     }
 
@@ -143,6 +146,12 @@ public struct DataDirectory: Sendable {
         }
     }
 
+    package var wasLeft: Bool { access(leftPath, F_OK) == 0 }
+
+    package func markLeft() { try? writeSmallFile(leftPath, "") }
+
+    package func forgetLeft() { unlink(leftPath) }
+
     /// Who ended this data dir's session (the start of their id), when it was ended.
     package func loadEnded() -> String? {
         guard access(endedPath, F_OK) == 0 else { return nil }
@@ -233,10 +242,21 @@ public struct DataDirectory: Sendable {
 }
 
 /// Holds the data dir's `flock` until released or the process ends.
-public final class DataDirectoryLock: Sendable {
-    private let fd: Int32
+public final class DataDirectoryLock: @unchecked Sendable {
+    private let mutex = NSLock()
+    private var fd: Int32?
+
     init(fd: Int32) { self.fd = fd }
-    deinit { close(fd) }
+
+    /// The node of this data dir has stopped: another may take it (once, however often called).
+    func release() {
+        mutex.withLock {
+            if let fd { close(fd) }
+            fd = nil
+        }
+    }
+
+    deinit { release() }
 }
 
 extension String {

@@ -80,7 +80,7 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
         case let .noNodeRunning(path):
             return "no groupmesh node is running on data dir \(path) (start one with: groupmesh run --data-dir \(path))"
         case .notRunning:
-            return "the node is not running"
+            return "the node is not running (it stopped or left); start it again with groupmesh run"
         case let .attachmentTooLarge(size, limit):
             return StorageFailure.tooLarge(size: size, limit: limit).description
         case let .metadataTooLarge(size, limit):
@@ -96,9 +96,11 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
         case let .outputNotRegularFile(path, kind):
             return "\(path) is \(kind); get writes only regular files, and nothing was written"
         case let .manifestUnavailable(attachment):
-            return "unavailable: no reachable member holds the manifest of \(attachment.prefix(16))"
+            return "unavailable: no reachable member holds the manifest of \(attachment.prefix(16)); "
+                + "try again once a member that holds it is online (groupmesh attachments shows who does)"
         case let .chunksUnavailable(attachment, missing, total):
-            return "unavailable: no reachable member holds \(missing) of the \(total) chunks of \(attachment.prefix(16))"
+            return "unavailable: no reachable member holds \(missing) of the \(total) chunks of \(attachment.prefix(16)); "
+                + "the chunks held are kept: get it again once a holder is online"
         case .cannotRemoveSelf:
             return "cannot remove this node itself; to go, use groupmesh leave"
         case let .alreadyRemoved(member):
@@ -115,7 +117,7 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
             return "another node with this node's identity runs at \(twin), started earlier (a copied data dir?); "
                 + "this one stopped. Give each node a data dir of its own: a new one makes a new identity"
         case let .sessionEnded(by):
-            return "the session was ended by \(by)"
+            return "the session was ended by \(by); start a new one in another data dir, or ask for an invite to another"
         case let .sessionEndedHere(path, by):
             return "the session of \(path) was ended by \(by); its invites no longer work. Start a new session in another data dir"
         case let .removedFromSession(by):
@@ -123,7 +125,7 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
         case let .outputExists(path):
             return "\(path) exists and was kept; give --force to replace it, or another -o PATH"
         case .cancelled:
-            return "cancelled"
+            return "cancelled before it completed; nothing was written"
         case let .offerNotTaken(waiting):
             return "the offered session was not taken: \(waiting) offered sessions already wait, or sessions() is no longer read"
         }
@@ -136,6 +138,8 @@ extension StorageFailure {
         switch error {
         case let .attachmentTooLarge(size, limit): self = .tooLarge(size: size, limit: limit)
         case let .attachment(message): self = .unreadable(message)
+        // The output named by the user, found wrong only when it was written: bad input still.
+        case .outputExists, .outputNotRegularFile, .outputIsNodeFile: self = .unreadable(error.description)
         default: self = .failed(error.description)
         }
     }

@@ -151,7 +151,14 @@ extension MeshNode {
             // Before any fetch: a wrong output is said at once, not after 100 MiB.
             try OutputPath.check(path, replacing: replace)
         }
-        switch await performCancellable(.load(id, into: destination)) {
+        let exports = exportCancellations
+        if case let .file(path, _, _) = destination { exports.clear(path) }
+        let result = await performCancellable(.load(id, into: destination)) {
+            if case let .file(path, _, _) = destination { exports.insert(path) }
+        }
+        // Given up by the caller: whatever the store answered meanwhile, it was given up.
+        if Task.isCancelled, case .failure = result { throw .cancelled }
+        switch result {
         case let .success(.loaded(_, bytes)): return bytes
         case let .failure(error): throw GroupMeshError(error, names: { core.displayName(of: $0) })
         case .success: throw .notRunning

@@ -30,6 +30,8 @@ package actor MeshNode {
     /// `listen` connections, handed each message as it is delivered (no queue between).
     var listeners: [ControlResponder] = []
     private var storage: StorageWorker
+    /// Where a given-up load's output path is marked, for the store to leave it unwritten.
+    nonisolated let exportCancellations: ExportCancellations
     let socketBuffers: SocketBuffers
     /// What the shell counts itself: the core never sees these.
     var sendErrors: UInt64 = 0
@@ -190,6 +192,7 @@ package actor MeshNode {
         self.channel = channel
         socketBuffers = buffers
         storage = StorageWorker(store: store)
+        exportCancellations = store.cancelledExports
         let labels = configuration.metricsLabels.sorted { $0.key < $1.key }
         for (name, _) in labels where NodeMetrics.reservedLabels.contains(name) {
             logger.warning("metrics label '\(name)' is one the metrics use themselves; left out")
@@ -349,8 +352,9 @@ package actor MeshNode {
     }
 
     /// `perform`, given up when the calling task is cancelled: the core is told (`cancel`), and the
-    /// command completes as `cancelled`.
-    func performCancellable(_ command: NodeCommand) async -> Result<NodeResult, NodeError> {
+    /// command completes as `cancelled`. `onCancel` runs at once, on the cancelling thread.
+    func performCancellable(_ command: NodeCommand, onCancel cancelled: @escaping @Sendable () -> Void = {})
+        async -> Result<NodeResult, NodeError> {
         let request = nextRequestID()
         return await withTaskCancellationHandler {
             // Checked in the same job that submits: a cancel after it is handled after the submit.
@@ -359,6 +363,7 @@ package actor MeshNode {
                 submit(command, request: request, to: .continuation(continuation))
             }
         } onCancel: {
+            cancelled()
             eventLoop.execute { self.assumeIsolated { $0.cancel(request) } }
         }
     }

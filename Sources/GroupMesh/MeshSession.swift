@@ -118,8 +118,9 @@ public final class MeshSession: Sendable {
     /// with reason `ended`; their data dirs remember it, so the session's invites no longer
     /// work. This member leaves too.
     public func end() async throws(GroupMeshError) {
+        // The node stops whether or not every member could be told.
+        defer { lock.release() }
         try await node.end()
-        withExtendedLifetime(lock) {}
     }
 
     public var localParticipant: Participant {
@@ -169,7 +170,9 @@ public final class MeshSession: Sendable {
     @discardableResult
     public func leave(waitingForReplication: Bool = true) async -> LeaveSummary? {
         let report = await node.leave(waitingForReplication: waitingForReplication)
-        withExtendedLifetime(lock) {}
+        if report != nil { node.configuration.dataDirectory.markLeft() }
+        // The node has stopped: its data dir is free for the next session of it.
+        lock.release()
         return report.map(LeaveSummary.init)
     }
 

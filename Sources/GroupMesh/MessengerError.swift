@@ -30,7 +30,7 @@ public enum MessengerError: Error, Equatable, Sendable, CustomStringConvertible 
         case let .ambiguousMember(text, candidates):
             return "'\(text)' matches several members: \(candidates.joined(separator: ", "))"
         case .notRunning:
-            return "the node is not running"
+            return "the node is not running (it stopped or left); start it again with groupmesh run"
         }
     }
 

@@ -45,6 +45,7 @@ public actor SessionOffers {
     private var stream: AsyncStream<MeshSession>
     private var continuation: AsyncStream<MeshSession>.Continuation
     private var reading = false
+    private var reopened = false
     private var inboxWatch: Task<Void, Never>?
     /// The sessions handed out, by data dir: one still open is not opened twice.
     private var handedOut: [String: WeakSession] = [:]
@@ -78,7 +79,10 @@ public actor SessionOffers {
             (stream, continuation) = AsyncStream.makeStream(of: MeshSession.self, bufferingPolicy: .bufferingOldest(Self.maxWaiting))
         }
         reading = true
-        reopenKnownSessions()
+        if !reopened {
+            reopened = true
+            reopenKnownSessions()
+        }
         if inboxWatch == nil {
             inboxWatch = Task { [weak self] in
                 while !Task.isCancelled {
@@ -96,8 +100,11 @@ public actor SessionOffers {
     @discardableResult
     public func offer(_ invite: Invite) async throws(GroupMeshError) -> Bool {
         let secret = invite.token.secret
-        let path = existingDirectory(holding: secret) ?? directory(for: secret.sessionID)
-        return try await open(path, invite: invite)
+        let existing = existingDirectory(holding: secret)
+        let path = existing ?? directory(for: secret.sessionID)
+        // Offered again: a session this app left is its to rejoin.
+        DataDirectory(path: path).forgetLeft()
+        return try await open(path, invite: invite, madeHere: existing == nil)
     }
 
     /// Offers the invite in the file at `path` (text, as `groupmesh invite` prints it).
@@ -112,31 +119,54 @@ public actor SessionOffers {
         let secret = SessionSecret.generate()
         let path = directory(for: secret.sessionID)
         let directory = DataDirectory(path: path)
-        try directory.prepare()
-        _ = try directory.loadOrCreateSession(invited: secret)
-        _ = try await open(path, invite: nil)
+        do {
+            try directory.prepare()
+            _ = try directory.loadOrCreateSession(invited: secret)
+        } catch {
+            Self.removeDirectory(path)
+            throw error
+        }
+        _ = try await open(path, invite: nil, madeHere: true)
     }
 
     // MARK: opening
 
-    private func open(_ path: String, invite: Invite?) async throws(GroupMeshError) -> Bool {
+    /// `madeHere`: the data dir is this call's own, and goes if the session cannot be handed out
+    /// (so that it does not come back as a session of the last run).
+    private func open(_ path: String, invite: Invite?, madeHere: Bool) async throws(GroupMeshError) -> Bool {
         if let earlier = handedOut[path]?.session, await !earlier.state.isInvalidated { return false }
         guard opening.insert(path).inserted else { return false }
         defer { opening.remove(path) }
         var configuration = template
         configuration.dataDirectory = DataDirectory(path: path)
         configuration.invite = invite
-        let session = try await MeshSession(configuration, logger: logger)
+        let session: MeshSession
+        do {
+            session = try await MeshSession(configuration, logger: logger)
+        } catch {
+            if madeHere { Self.removeDirectory(path) }
+            throw error
+        }
         // A session nobody takes is dropped here, and its node gives its socket back.
-        guard case .enqueued = continuation.yield(session) else { throw .offerNotTaken(waiting: Self.maxWaiting) }
+        guard case .enqueued = continuation.yield(session) else {
+            if madeHere {
+                await session.node.stopIfWaiting()
+                Self.removeDirectory(path)
+            }
+            throw .offerNotTaken(waiting: Self.maxWaiting)
+        }
         handedOut[path] = WeakSession(session)
         return true
+    }
+
+    private static func removeDirectory(_ path: String) {
+        try? FileManager.default.removeItem(atPath: path)
     }
 
     private func directory(for session: SessionID) -> String { root + "/" + session.description }
 
     /// The data dirs under `root` that hold a session, this one's inbox aside.
-    private func sessionDirectories() -> [String] {
+    private static func sessionDirectories(in root: String) -> [String] {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
         return names.sorted().filter { $0.count == 16 && $0.allSatisfy(\.isHexDigit) }.map { root + "/" + $0 }
             .filter { DataDirectory(path: $0).hasSession }
@@ -145,14 +175,22 @@ public actor SessionOffers {
     private func existingDirectory(holding secret: SessionSecret) -> String? {
         let named = directory(for: secret.sessionID)
         if DataDirectory(path: named).hasSession { return named }
-        return sessionDirectories().first { DataDirectory(path: $0).holdsSession(secret) }
+        return Self.sessionDirectories(in: root).first { DataDirectory(path: $0).holdsSession(secret) }
+    }
+
+    /// The data dirs under `root` whose session the app was in when it last ran: not ended (its
+    /// data dir refuses it), not left by the app.
+    package static func sessionsToReopen(in root: String) -> [String] {
+        sessionDirectories(in: root).filter { path in
+            let directory = DataDirectory(path: path)
+            return directory.loadEnded() == nil && !directory.wasLeft
+        }
     }
 
     private func reopenKnownSessions() {
-        for path in sessionDirectories() where handedOut[path]?.session == nil {
-            guard DataDirectory(path: path).loadEnded() == nil else { continue }
+        for path in Self.sessionsToReopen(in: root) where handedOut[path]?.session == nil {
             Task {
-                do { _ = try await open(path, invite: nil) } catch {
+                do { _ = try await open(path, invite: nil, madeHere: false) } catch {
                     logger.warning("cannot reopen the session in \(path): \(error)")
                 }
             }
@@ -172,9 +210,8 @@ public actor SessionOffers {
                 continue
             }
             do {
-                let invite = try Invite(file: path)
+                try await offer(try Invite(file: path))
                 unlink(path)
-                try await offer(invite)
             } catch {
                 refuse(path, error.description)
             }

@@ -45,6 +45,9 @@ struct GetCommand: AsyncParsableCommand {
     }
 
     func run() async throws {
+        // A reader that goes away (`| head`) is a write error to report, not a signal that
+        // kills us before the temporary copy for -o - is removed.
+        signal(SIGPIPE, SIG_IGN)
         let destination = try self.destination()
         let interruption = Interruption.install {
             // The node sees the connection close, gives the load up and removes what it wrote.
@@ -112,6 +115,12 @@ struct GetCommand: AsyncParsableCommand {
             let name = try attachedName()
             path = absolutePath(name)
         }
+        // Said at once, before anything is fetched (the node checks again when it writes: a node
+        // of an earlier release would replace the file).
+        var info = stat()
+        if !force, !data.directory.ownsFile(path), lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG {
+            throw fail(GroupMeshError.outputExists(output ?? String(path.split(separator: "/").last ?? "")))
+        }
         return GetDestination(path: path, shownPath: output ?? String(path.split(separator: "/").last ?? ""))
     }
 
@@ -150,23 +159,27 @@ struct GetDestination {
         return GetDestination(path: directory + "/attachment", shownPath: "standard output", temporaryDirectory: directory)
     }
 
-    /// Streams the written file to standard output, then removes it.
+    /// Streams the written file to standard output. The file is removed first (the open
+    /// descriptor still reads it), so nothing is left behind however the copy ends.
     func copyToStandardOutput() throws(GroupMeshError) {
-        defer { discard() }
-        guard let input = FileHandle(forReadingAtPath: path) else { throw .store("cannot read back \(path)") }
+        let input = FileHandle(forReadingAtPath: path)
+        discard()
+        guard let input else { throw .store("cannot read back the attachment from \(path)") }
         do {
             while let block = try input.read(upToCount: 1 << 20), !block.isEmpty {
                 try FileHandle.standardOutput.write(contentsOf: block)
             }
         } catch {
-            throw .store("cannot write to standard output: \(error.localizedDescription)")
+            throw .store("standard output was closed before the whole attachment was written to it")
         }
     }
 
-    /// What this `get` made of its own goes (the node removes its temporary file itself).
+    /// What this `get` made of its own goes, with the node's partial file in it (the node
+    /// removes that too, once it sees the connection close: whoever comes first).
     func discard() {
         guard let temporaryDirectory else { return }
         unlink(path)
+        unlink(path + ".groupmesh-partial")
         rmdir(temporaryDirectory)
     }
 }
@@ -184,9 +197,12 @@ enum AttachmentName {
     }
 
     static func safe(_ raw: String) -> String? {
-        guard let base = raw.split(separator: "/", omittingEmptySubsequences: true).last.map(String.init),
-              !base.hasPrefix("."), base.utf8.count <= 255,
-              !base.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f || (0x80..<0xa0).contains($0.value) })
+        // Scalars, not Characters: a "/" followed by a combining mark is one Character, not "/".
+        guard let last = raw.unicodeScalars.split(separator: "/", omittingEmptySubsequences: true).last else { return nil }
+        let base = String(String.UnicodeScalarView(last))
+        guard last.first != ".", base.utf8.count <= 255,
+              // Nothing a terminal would show escaped: controls, bidirectional overrides, line separators.
+              TerminalText.escaped(base) == base
         else { return nil }
         return base
     }

@@ -100,9 +100,35 @@ struct FirstHourTests {
         #expect(summary.id == id && summary.size == 700_000 && summary.path == "holiday photos.bin")
         #expect(FileManager.default.contents(atPath: out + "/holiday photos.bin") == bytes)
 
-        let viaShell = try await Self.shell("'\(NodeProcess.executable)' get \(id) -o - --data-dir '\(node.dataDirectory)' | cmp - '\(file)'")
+        // -o -: the bytes on standard output, nothing left in TMPDIR, also when the reader goes early.
+        let temporary = work + "/tmp"
+        try FileManager.default.createDirectory(atPath: temporary, withIntermediateDirectories: true)
+        let get = "TMPDIR='\(temporary)' '\(NodeProcess.executable)' get \(id) -o - --data-dir '\(node.dataDirectory)'"
+        let viaShell = try await Self.shell("\(get) | cmp - '\(file)'")
         #expect(viaShell.status == 0, "get -o - wrote other bytes: \(viaShell.stdout) \(viaShell.stderr)")
+        let early = try await Self.shell("\(get) | head -c 1 >/dev/null")
+        #expect(early.status == 0, "\(early.stderr)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: temporary).isEmpty, "-o - left its copy behind")
         #expect(!FileManager.default.fileExists(atPath: work + "/-"), "no file named '-'")
+        let nowhere = try await NodeProcess.runCommand(["get", id, "-o", work + "/no/such/dir/x"] + data)
+        #expect(nowhere.status == 65 && nowhere.stderr.contains("does not exist; create it first"), "\(nowhere.stderr)")
+
+        // Another member chose the name: only a plain file name in this directory is written.
+        // A "/" before a combining mark is one Character but two scalars: split as scalars, the
+        // name stays in this directory.
+        for (name, written) in [("../escaped.bin", "escaped.bin"), ("../../.bashrc", nil), ("bin/\u{301}x", "\u{301}x"),
+                                ("a\u{202E}nib.exe", nil)] as [(String, String?)] {
+            let metadata = String(decoding: try JSONEncoder().encode(["name": name]), as: UTF8.self)
+            let added = try await NodeProcess.runCommand(["attach", "--json", file, "--metadata", metadata] + data)
+            let named = try #require(try JSONDecoder().decode([String: String].self, from: Data(added.stdout.utf8))["id"])
+            let result = try await Self.run(in: out, ["get", named] + data)
+            if let written {
+                #expect(result.status == 0 && FileManager.default.fileExists(atPath: out + "/" + written), "\(name): \(result.stderr)")
+            } else {
+                #expect(result.status == 65 && result.stderr.contains("has no file name"), "\(name): \(result.stderr)")
+            }
+        }
+        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: out)) == ["escaped.bin", "holiday photos.bin", "\u{301}x"])
 
         let unknown = try await NodeProcess.runCommand(["get", "ffff0000", "-o", work + "/x"] + data)
         #expect(unknown.status == 65 && unknown.stderr.contains("unknown attachment"), "\(unknown.stderr)")

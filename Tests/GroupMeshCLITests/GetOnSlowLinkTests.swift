@@ -12,13 +12,7 @@ struct GetOnSlowLinkTests {
         NamespaceLab.unavailableReason ?? (tc == nil ? "needs iproute2's tc to cap the link; skipped" : nil)
     }
 
-    struct Listed: Decodable { var id: String; var chunks: Int; var chunksHave: Int; var fetching: Bool? }
-
-    static func listed(_ node: NodeProcess) async throws -> [Listed] {
-        let result = try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", node.dataDirectory])
-        guard result.status == 0 else { throw NodeProcessError.exited(status: result.status, stderr: result.stderr) }
-        return try JSONDecoder().decode([Listed].self, from: Data(result.stdout.utf8))
-    }
+    static func listed(_ node: NodeProcess) async throws -> [FirstHourTests.Listed] { try await FirstHourTests.listed(node) }
 
     @Test("progress in bytes on a terminal and in a pipe, with a summary; Ctrl-C exits 130, writes nothing, and a lazy node stops fetching",
           .enabled(if: unavailableReason == nil, Comment(rawValue: unavailableReason ?? "")))

@@ -40,7 +40,7 @@ struct ReadmeQuickStartTests {
           .enabled(if: NamespaceLab.isAvailable, Comment(rawValue: NamespaceLab.unavailableReason ?? "")))
     func quickStartRunsAsWritten() async throws {
         let blocks = try Self.quickStart()
-        #expect(blocks.map(\.machine) == ["alice", "bob", "alice", "bob"], "the quick start's shape changed: update this test")
+        try #require(blocks.map(\.machine) == ["alice", "bob", "alice", "bob"], "the quick start's shape changed: update this test")
         let lab = try NamespaceLab(hostCount: 2)
         defer { lab.tearDown() }
         let root = NodeProcess.makeTemporaryDirectory("readme")
@@ -106,6 +106,8 @@ struct ReadmeQuickStartTests {
             heard.standardOutput.contains("alice: hello, bob")
         }
         #expect(FileManager.default.contents(atPath: directory("bob") + "/holiday.mov") == movie.bytes)
+        // The nodes leave as a person's Ctrl-C makes them (the defer kills whatever is left).
         for process in background { process.signal(SIGTERM) }
+        try await waitUntil("the nodes and the listen end", timeout: .seconds(30)) { background.allSatisfy { !$0.isRunning } }
     }
 }

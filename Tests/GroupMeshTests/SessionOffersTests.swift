@@ -104,6 +104,15 @@ struct SessionOffersTests {
             return mine == 2 && theirs == 2
         }
         await reopened.leave(waitingForReplication: false)
+
+        // Left: it does not come back at the next start; offered again, it does, in the same dir.
+        #expect(SessionOffers.sessionsToReopen(in: root).isEmpty, "a session the app left would come back")
+        let third = try Self.offers("owner", root: root)
+        let afterLeave = await third.sessions()
+        #expect(try await third.offer(invite))
+        let rejoined = try #require(await MessengerTests.next(afterLeave, within: .seconds(10)))
+        #expect(await rejoined.localParticipant.id == ownerID)
+        await rejoined.node.stop()
     }
 
     @Test("an ended session's invite is refused with the reason; a bad invite file offered directly says why")
@@ -119,7 +128,12 @@ struct SessionOffersTests {
         try await waitUntil("they meet") { await host.activeParticipants.count == 2 }
         try await host.end()
         try await waitUntil("the end reaches the guest") { await session.state.isInvalidated }
-        await #expect(throws: GroupMeshError.self) { try await offers.offer(invite) }
+        await #expect {
+            try await offers.offer(invite)
+        } throws: { error in
+            if case .sessionEndedHere = error as? GroupMeshError { return true }
+            return false
+        }
 
         let file = offers.root + "/not-an-invite"
         try Data("gm1AAAA".utf8).write(to: URL(fileURLWithPath: file))

@@ -49,7 +49,7 @@ public struct ControlClient: Sendable {
             let n = chunk.withUnsafeMutableBytes { read(connection, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                throw .control("the node did not answer within \(timeout)")
+                throw .control("the node did not answer within \(timeout); it may be busy or stuck: see its log, or restart it")
             }
             guard n > 0 else { return false }
             buffer.append(contentsOf: chunk[0..<n])
@@ -118,10 +118,10 @@ public struct ControlClient: Sendable {
             let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                throw .control("the node did not answer within \(timeout)")
+                throw .control("the node did not answer within \(timeout); it may be busy or stuck: see its log, or restart it")
             }
             guard n > 0 else {
-                if data.isEmpty { throw .control("the node closed the connection without answering") }
+                if data.isEmpty { throw .control("the node closed the connection without answering; run groupmesh status to see whether it still runs") }
                 return data
             }
             if let newline = chunk[0..<n].firstIndex(of: UInt8(ascii: "\n")) {

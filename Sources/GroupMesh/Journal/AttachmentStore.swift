@@ -12,6 +12,9 @@ actor AttachmentStore {
     let logPath: String
     /// `get`s whose file is written as their fetch stores chunks.
     private var exportsInProgress = ExportsInProgress()
+    /// Output paths whose load was given up while the store may be writing them: the shell marks
+    /// them from the node's executor, the store checks before the rename.
+    nonisolated let cancelledExports = ExportCancellations()
 
     init(directory: DataDirectory) throws(GroupMeshError) {
         do {
@@ -243,6 +246,10 @@ actor AttachmentStore {
             prepared?.file.discard()
             throw error
         }
+        if cancelledExports.take(path) {
+            prepared?.file.discard()
+            throw .cancelled
+        }
         var export: ExportsInProgress.Export
         if let prepared {
             export = prepared
@@ -252,7 +259,7 @@ actor AttachmentStore {
         for digest in export.missing.keys.sorted() where !export.file.hasFailed {
             guard let bytes = try? chunks.read(digest, trustingRecentWrites: true) else {
                 export.file.discard()
-                throw .attachment("chunk \(digest) is missing")
+                throw .store("chunk \(digest) is missing from the store (damaged?); nothing was written")
             }
             ExportsInProgress.write(bytes, of: digest, into: &export)
         }
@@ -260,6 +267,11 @@ actor AttachmentStore {
         guard failure == 0 else {
             export.file.discard()
             throw GroupMeshError.fileWrite(failure, path, doing: "write")
+        }
+        // The last moment a given-up load can still leave nothing behind.
+        if cancelledExports.take(path) {
+            export.file.discard()
+            throw .cancelled
         }
         try export.file.commit(replace: replace)
     }
@@ -386,4 +398,19 @@ actor AttachmentStore {
         }
         return (operations, whole)
     }
+}
+
+/// Output paths of loads given up (`MeshNode.performCancellable`): set on the node's executor,
+/// taken by the store before it renames a finished export into place.
+final class ExportCancellations: @unchecked Sendable {
+    private let lock = NSLock()
+    private var paths: Set<String> = []
+
+    func insert(_ path: String) { _ = lock.withLock { paths.insert(path) } }
+
+    /// A new load of `path` starts: an older cancel does not apply to it.
+    func clear(_ path: String) { _ = lock.withLock { paths.remove(path) } }
+
+    /// Whether `path`'s load was given up (and forgets it).
+    func take(_ path: String) -> Bool { lock.withLock { paths.remove(path) != nil } }
 }

@@ -9,7 +9,14 @@ enum OutputPath {
     static func check(_ path: String, replacing: Bool = true) throws(GroupMeshError) {
         var info = stat()
         guard lstat(path, &info) == 0 else {
-            // Nothing there (created), or a parent that is not there (said when the write fails).
+            // Nothing there (created), unless the directory it would go in is missing: said now,
+            // not after the fetch.
+            let parent = (path as NSString).deletingLastPathComponent
+            var directory = stat()
+            if errno == ENOENT || errno == ENOTDIR, stat(parent.isEmpty ? "." : parent, &directory) != 0
+                || directory.st_mode & S_IFMT != S_IFDIR {
+                throw .attachment("cannot write \(path): the directory \(parent) does not exist; create it first, or give another path")
+            }
             return
         }
         let kind: String

@@ -96,7 +96,10 @@ extension NodeInstance {
         if loadWaiters[id]?.isEmpty == true { loadWaiters[id] = nil }
         failLoad(waiter, .cancelled)
         guard loadWaiters[id] == nil, settings.lazy, let fetch = fetches[id], !fetch.forReplication else { return }
+        // Every chunk stored: only their sync is left, and then the attachment is whole here.
+        if case .completing = fetch.stage { return }
         log(.info, "fetch given up: no one waits for it", ["attachment": String(id.hex.prefix(16))])
+        if let held = fetch.held { knownHeld[id] = held }
         dropFetch(id)
     }
 
