@@ -141,6 +141,28 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: partial))
     }
 
+    @Test("an export given up is not renamed into place, prepared or not; a later export of the path is not given up; without replace a file there is kept")
+    func givenUpAndKept() async throws {
+        let (manifest, bytes, pieces) = try await Self.attachment()
+        let (store, path) = try AttachmentStoreTests.store()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        for piece in Set(pieces.map { $0 }) { try await store.write(piece, expected: SHA256Digest.hashing(piece)) }
+        let output = path + "/out.bin"
+        for prepared in [false, true] {
+            if prepared { #expect(await store.execute(.prepareExport(manifest, to: .file(path: output))) == .success(.done)) }
+            store.cancelledExports.insert(output)
+            let exported = await store.execute(.export(manifest, to: .file(path: output)))
+            #expect(exported != .success(.exported(nil)), "prepared: \(prepared)")
+            #expect(!FileManager.default.fileExists(atPath: output) && !FileManager.default.fileExists(atPath: output + ".groupmesh-partial"))
+        }
+        #expect(await store.execute(.export(manifest, to: .file(path: output))) == .success(.exported(nil)), "the cancel was taken once")
+        #expect(try [UInt8](Data(contentsOf: URL(fileURLWithPath: output))) == bytes)
+        try Data("mine".utf8).write(to: URL(fileURLWithPath: output))
+        let kept = await store.execute(.export(manifest, to: .file(path: output, replace: false)))
+        #expect(kept != .success(.exported(nil)))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == Data("mine".utf8))
+    }
+
     @Test("chunks on the 4 KiB grid (written around the page cache where the file system allows) and a short last one: the file holds exactly the attachment")
     func gridSizedChunks() async throws {
         let (source, sourcePath) = try AttachmentStoreTests.store()
