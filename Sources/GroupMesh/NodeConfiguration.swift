@@ -120,17 +120,20 @@ public struct Invite: Sendable, Equatable, CustomStringConvertible {
 }
 
 extension Invite {
+    /// How long a named pipe is waited on for its invite before the read gives up.
+    public static let pipeWait = Duration.seconds(5)
+
     /// The token in the file at `path` ('-': standard input), surrounding whitespace ignored; at
-    /// most 4 KiB.
-    public init(file path: String) throws(GroupMeshError) {
+    /// most 4 KiB. `requirePrivate`: a regular file that others may read is refused, as key files
+    /// are (the invite is the session's secret). A named pipe nobody writes to is given up after
+    /// `pipeWait`, with a line saying so, instead of hanging.
+    public init(file path: String, requirePrivate: Bool = false) throws(GroupMeshError) {
         let name = path == "-" ? "standard input" : path
         let handle: FileHandle
         if path == "-" {
             handle = .standardInput
-        } else if let file = FileHandle(forReadingAtPath: path) {
-            handle = file
         } else {
-            throw .invalidInvite("cannot read the invite from \(path): \(String(cString: strerror(errno)))")
+            handle = try Self.openForReading(path, requirePrivate: requirePrivate)
         }
         let bytes: Data
         do { bytes = try handle.read(upToCount: 4097) ?? Data() } catch {
@@ -142,5 +145,40 @@ extension Invite {
         }
         do { try self.init(text) } catch { throw .invalidInvite("\(name): \(error)") }
     }
-}
 
+    private static func openForReading(_ path: String, requirePrivate: Bool) throws(GroupMeshError) -> FileHandle {
+        // Non-blocking: opening a named pipe with no writer would otherwise wait for one forever.
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { throw .invalidInvite("cannot read the invite from \(path): \(String(cString: strerror(errno)))") }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            throw .invalidInvite("cannot read the invite from \(path): \(reason)")
+        }
+        switch info.st_mode & S_IFMT {
+        case S_IFREG:
+            if requirePrivate, info.st_mode & 0o077 != 0 {
+                close(fd)
+                throw .invalidInvite("invite file \(path) is readable by others (mode \(String(info.st_mode & 0o777, radix: 8))): "
+                                     + "it holds the session's secret; run: chmod 600 \(path)")
+            }
+        case S_IFIFO:
+            var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let milliseconds = Int32(pipeWait.components.seconds * 1000)
+            guard poll(&ready, 1, milliseconds) > 0, ready.revents & Int16(POLLIN) != 0 else {
+                close(fd)
+                throw .invalidInvite("nothing was written to the named pipe \(path) within \(pipeWait); "
+                                     + "write the invite to it first, or give a file")
+            }
+        case S_IFDIR:
+            close(fd)
+            throw .invalidInvite("cannot read the invite from \(path): it is a directory; give the invite's file")
+        default:
+            break
+        }
+        // Reads wait for what a writer still sends from here on.
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        return FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+    }
+}

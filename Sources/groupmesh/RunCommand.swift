@@ -212,8 +212,8 @@ struct RunCommand: AsyncParsableCommand {
         if let invite {
             do { return try Invite(invite) } catch { throw .invalidInvite("--invite: \(error)") }
         }
-        if let inviteFile { return try Invite(file: inviteFile) }
-        if let credential = InviteSource.credentialPath() { return try Invite(file: credential) }
+        if let inviteFile { return try Invite(file: inviteFile, requirePrivate: true) }
+        if let credential = InviteSource.credentialPath() { return try Invite(file: credential, requirePrivate: true) }
         guard let text = ProcessInfo.processInfo.environment[InviteSource.environmentVariable] else { return nil }
         unsetenv(InviteSource.environmentVariable)
         do { return try Invite(text.trimmingCharacters(in: .whitespacesAndNewlines)) } catch {

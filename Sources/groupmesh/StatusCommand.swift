@@ -50,14 +50,35 @@ struct InviteCommand: AsyncParsableCommand {
     @OptionGroup var data: DataDirectoryOptions
     @OptionGroup var output: JSONOutputOptions
 
+    @Option(name: [.customShort("o"), .customLong("output")],
+            help: ArgumentHelp("Write it to this file, readable by you alone (as --invite-file wants it).", valueName: "PATH"))
+    var file: String?
+
     func run() async throws {
         do {
             guard case let .invite(invite) = try ControlClient(directory: data.directory).send(.invite) else {
                 throw unexpectedAnswer("no invite")
             }
+            if let file {
+                try Self.writePrivately(invite + "\n", to: file)
+                return output.emit("wrote the invite to \(file) (mode 600: it holds the session's secret)", json: ["file": file])
+            }
             output.emit(invite, json: ["invite": invite])
         } catch let error as GroupMeshError {
             throw fail(error)
+        }
+    }
+}
+
+extension InviteCommand {
+    /// Made 0600 (an existing file is made so before it is written).
+    static func writePrivately(_ text: String, to path: String) throws(GroupMeshError) {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .keyFile("cannot write \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        let bytes = Array(text.utf8)
+        guard fchmod(fd, 0o600) == 0, bytes.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == bytes.count else {
+            throw .keyFile("cannot write \(path): \(String(cString: strerror(errno)))")
         }
     }
 }

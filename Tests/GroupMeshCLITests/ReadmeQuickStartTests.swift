@@ -66,7 +66,11 @@ struct ReadmeQuickStartTests {
         for (index, block) in blocks.enumerated() {
             // What a person does between the blocks: hand the invite over, look before fetching.
             if index == 1 {
+                let mode = try FileManager.default.attributesOfItem(atPath: directory("alice") + "/invite.txt")[.posixPermissions] as? Int
+                #expect(mode == 0o600, "invite -o writes the secret for its owner alone")
                 try FileManager.default.copyItem(atPath: directory("alice") + "/invite.txt", toPath: directory("bob") + "/invite.txt")
+                // As it arrives by mail or chat: readable by others, until the quick start's chmod.
+                chmod(directory("bob") + "/invite.txt", 0o644)
             }
             if index == 3 {
                 try await waitUntil("bob lists the attachment", timeout: .seconds(30)) {

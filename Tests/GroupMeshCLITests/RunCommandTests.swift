@@ -174,6 +174,13 @@ struct RunCommandTests {
         let invite = try await inviter.waitForLine(prefix: "invite:")
         let file = NodeProcess.makeTemporaryDirectory("invite") + "/invite.txt"
         try ("  " + invite + "\n\n").write(toFile: file, atomically: true, encoding: .utf8)
+        // Readable by others, it is refused as a key file would be (it holds the session's secret).
+        let exposed = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite-file", file,
+                                                        "--data-dir", NodeProcess.makeTemporaryDirectory("exposed")])
+        #expect(exposed.status == 65 && exposed.stderr.contains("is readable by others") && exposed.stderr.contains("chmod 600 \(file)"),
+                "\(exposed.stderr)")
+        #expect(!exposed.stderr.contains(invite), "the secret is never quoted")
+        chmod(file, 0o600)
 
         let fromFile = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite-file", file])
         nodes.append(fromFile)
@@ -202,10 +209,19 @@ struct RunCommandTests {
         }
         let garbage = NodeProcess.makeTemporaryDirectory("invite-bad") + "/invite.txt"
         try "gm1AAAA\n".write(toFile: garbage, atomically: true, encoding: .utf8)
+        chmod(garbage, 0o600)
         let bad = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite-file", garbage,
                                                     "--data-dir", NodeProcess.makeTemporaryDirectory("bad")])
         #expect(bad.status != 0)
         #expect(bad.stderr.contains(garbage + ": bad invite"), "\(bad.stderr)")
+
+        // A named pipe nobody writes to: given up in one line, not a hang.
+        let pipe = NodeProcess.makeTemporaryDirectory("invite-pipe") + "/invite.fifo"
+        try #require(mkfifo(pipe, 0o600) == 0)
+        let silent = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite-file", pipe,
+                                                       "--data-dir", NodeProcess.makeTemporaryDirectory("bad")], timeout: .seconds(30))
+        #expect(silent.status == 65 && silent.stderr.contains("nothing was written to the named pipe"), "\(silent.stderr)")
+        #expect(silent.stderr.split(separator: "\n").count == 1)
     }
 
     @Test("bad input is one readable line and a non-zero exit", arguments: [

@@ -18,8 +18,10 @@ struct ServiceConfigurationTests {
         ((status["counters"] as? [String: Any])?["relay"] as? [String: Any])?["enabled"] as? Bool
     }
 
+    /// Private, as systemd hands credentials over (0400) and as an invite file must be.
     private static func write(_ text: String, to path: String) throws {
         try text.write(toFile: path, atomically: true, encoding: .utf8)
+        chmod(path, 0o600)
     }
 
     @Test("the data dir's config.json sets listen, name, profile and relay")
