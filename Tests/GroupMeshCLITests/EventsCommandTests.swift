@@ -134,4 +134,37 @@ struct EventsCommandTests {
         let left = Self.processes(containing: marker).filter { !$0.contains("groupmesh") }
         #expect(left.isEmpty, "a killed handler left processes behind: \(left)")
     }
+
+    @Test("a handler that starts a daemon and exits holds up no later handler")
+    func daemonStartingHandler() async throws {
+        var nodes: [NodeProcess] = []
+        defer { for node in nodes { Task { await node.cleanUp() } } }
+        let marker = "1000.\(UInt32.random(in: 100_000...999_999))"
+        let work = NodeProcess.makeTemporaryDirectory("daemon-handler")
+        defer { try? FileManager.default.removeItem(atPath: work) }
+        let handled = work + "/handled"
+        // The daemon keeps every descriptor the shell had; the handler itself ends at once.
+        let alice = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "alice",
+                                     "--event-handler", "member-joined=sleep \(marker) & echo \"$GROUPMESH_MEMBER_NAME\" >> '\(handled)'",
+                                     "--event-handler-timeout", "60"])
+        nodes.append(alice)
+        defer {
+            for line in Self.processes(containing: marker) where !line.contains("groupmesh") {
+                if let pid = Int32(line.split(separator: ":").first ?? "") { kill(pid, SIGKILL) }
+            }
+        }
+        let invite = try await alice.waitForLine(prefix: "invite:")
+        for name in ["bob", "carol"] {
+            nodes.append(try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", name]))
+        }
+        try await nodes.waitForMesh(alive: 3)
+        // Both joins were handled while the first daemon still runs (60 s apart, before).
+        try await waitUntil("both joins handled", timeout: .seconds(20)) {
+            let names = (try? String(contentsOfFile: handled, encoding: .utf8))?.split(separator: "\n").map(String.init) ?? []
+            return Set(names) == ["bob", "carol"]
+        }
+        #expect(!Self.processes(containing: marker).filter { !$0.contains("groupmesh") }.isEmpty, "the daemons still run")
+        let status = try await alice.status()
+        #expect((status.counters["eventHandlersTimedOut"]?.number ?? 0) == 0, "no handler was taken for hung")
+    }
 }

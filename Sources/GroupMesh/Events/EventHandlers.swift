@@ -135,35 +135,20 @@ final class EventHandlers: Sendable {
 
     private static func invoke(_ spec: EventHandlerSpec, event: MeshEvent, timeout: Duration,
                                environment: [String: String]) async -> Outcome {
-        let process = Process()
-        // Foundation starts it as the leader of a process group of its own: the time limit
-        // kills that group, everything the handler started with it.
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", spec.command]
-        process.environment = ProcessInfo.processInfo.environment
+        let variables = ProcessInfo.processInfo.environment
             .filter { $0.key != "GROUPMESH_INVITE" }
             .merging(environment) { $1 }
             .merging(variables(for: event)) { $1 }
-        let input = Pipe()
-        process.standardInput = input
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        let exited = AsyncStream<Int32>.makeStream(bufferingPolicy: .bufferingNewest(1))
-        process.terminationHandler = { exited.continuation.yield($0.terminationStatus); exited.continuation.finish() }
-        do {
-            try process.run()
-        } catch {
-            return .failed("cannot start: \(error)")
-        }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
-        if var json = try? encoder.encode(event) {
-            json.append(UInt8(ascii: "\n"))
-            // A handler that does not read its input must not block us: a closed pipe is fine.
-            try? input.fileHandleForWriting.write(contentsOf: json)
+        let input = ((try? encoder.encode(event)) ?? Data()) + Data("\n".utf8)
+        let process: HandlerProcess
+        do {
+            process = try HandlerProcess.start(command: spec.command, environment: variables, input: Array(input))
+        } catch {
+            return .failed(error.description)
         }
-        try? input.fileHandleForWriting.close()
-        let pid = process.processIdentifier
+        let pid = process.pid
         // The limit is kept by a dispatch timer, not a task: it must fire however busy the
         // cooperative pool is.
         let killed = NIOLockedValueBox(false)
@@ -172,10 +157,9 @@ final class EventHandlers: Sendable {
             kill(-pid, SIGKILL)
         }
         DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(timeout.nanosecondsClamped)), execute: limit)
-        var status: Int32 = -1
-        for await code in exited.stream { status = code }
+        let status = await process.exitStatus()
         limit.cancel()
         if killed.withLockedValue({ $0 }) { return .timedOut }
-        return status == 0 ? .succeeded : .failed(process.terminationReason == .uncaughtSignal ? "killed by signal \(status)" : "exit status \(status)")
+        return status == 0 ? .succeeded : .failed(status > 128 ? "killed by signal \(status - 128)" : "exit status \(status)")
     }
 }
