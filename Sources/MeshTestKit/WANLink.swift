@@ -260,10 +260,13 @@ public final class WANLink: @unchecked Sendable {
             let why = built.stdout.split(separator: "\n").first.map(String.init) ?? "cc failed"
             return (nil, "the emulator (tools/wanlink) did not build: \(why)")
         }
-        // Builds of older sources go (a running one keeps its file until it exits).
+        // Builds of other sources go once a day old: another checkout's tests (a clean clone's,
+        // a worktree's) may be using theirs right now, and removing it failed their runs.
         for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         where name.hasPrefix("wanlink-") && "\(directory)/\(name)" != binary && !name.contains(".") {
-            try? FileManager.default.removeItem(atPath: "\(directory)/\(name)")
+            let path = "\(directory)/\(name)"
+            let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
+            if let modified, Date().timeIntervalSince(modified) > 86_400 { try? FileManager.default.removeItem(atPath: path) }
         }
         return (binary, nil)
     }()

@@ -20,30 +20,27 @@ final class MetricsExporter: Sendable {
         self.boundAddress = boundAddress
     }
 
-    /// Connections served at once; more are closed as they come.
+    /// Connections served at once; a newcomer past that takes the place of the one that has
+    /// waited longest for a request (idle, or sending one byte by byte).
     static let maxConnections = 16
+    /// A connection's next request must be whole within this of its connect or its previous
+    /// answer: a client that dribbles bytes (slowloris) or idles is closed, whatever it sends.
+    static let requestDeadline = TimeAmount.seconds(10)
 
     /// Binds the HTTP listener and makes swift-metrics report to it (once per process).
     static func start(_ address: ListenAddress) async throws(GroupMeshError) -> MetricsExporter {
         let registry = PrometheusCollectorRegistry()
-        let open = NIOLockedValueBox(0)
+        let connections = MetricsConnections(limit: Self.maxConnections)
         let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 // A few scrapers at a time: a client that holds connections open must not use up
                 // the descriptors the node needs for its sockets and its store.
-                let admitted = open.withLockedValue { count in
-                    guard count < Self.maxConnections else { return false }
-                    count += 1
-                    return true
-                }
-                guard admitted else { return channel.close() }
-                channel.closeFuture.whenComplete { _ in open.withLockedValue { $0 -= 1 } }
+                guard connections.admit(channel) else { return channel.close() }
+                channel.closeFuture.whenComplete { _ in connections.remove(channel) }
                 return channel.eventLoop.makeCompletedFuture {
-                    // A connection that sends nothing for 30 s is closed (Prometheus asks every 15 s or so).
-                    try channel.pipeline.syncOperations.addHandler(IdleStateHandler(readTimeout: .seconds(30)))
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                    try channel.pipeline.syncOperations.addHandler(MetricsHTTPHandler(registry: registry))
+                    try channel.pipeline.syncOperations.addHandler(MetricsHTTPHandler(registry: registry, connections: connections))
                 }
             }
         let channel: any Channel
@@ -126,15 +123,63 @@ struct HelpfulPrometheusFactory: MetricsFactory {
 }
 
 /// GET (or HEAD) /metrics: the exposition; anything else: 404 or 405, in one line.
+/// The exporter's open connections, each with when the wait for its next request began: the
+/// newcomer past the limit closes the one that has waited longest (never one being answered).
+final class MetricsConnections: @unchecked Sendable {
+    private let limit: Int
+    private let lock = NSLock()
+    private var waiting: [ObjectIdentifier: (channel: any Channel, since: NIODeadline)] = [:]
+
+    init(limit: Int) { self.limit = limit }
+
+    func admit(_ channel: any Channel) -> Bool {
+        let evicted: (any Channel)? = lock.withLock {
+            var evicted: (any Channel)?
+            if waiting.count >= limit {
+                guard let oldest = waiting.min(by: { $0.value.since < $1.value.since }) else { return nil }
+                evicted = oldest.value.channel
+                waiting[oldest.key] = nil
+            }
+            waiting[ObjectIdentifier(channel)] = (channel, .now())
+            return evicted
+        }
+        evicted?.close(promise: nil)
+        return lock.withLock { waiting[ObjectIdentifier(channel)] != nil }
+    }
+
+    /// Its answer went out: the wait for the next request starts now.
+    func answered(_ channel: any Channel) {
+        lock.withLock { if waiting[ObjectIdentifier(channel)] != nil { waiting[ObjectIdentifier(channel)]?.since = .now() } }
+    }
+
+    func remove(_ channel: any Channel) {
+        _ = lock.withLock { waiting.removeValue(forKey: ObjectIdentifier(channel)) }
+    }
+}
+
 private final class MetricsHTTPHandler: ChannelInboundHandler {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
 
     private let registry: PrometheusCollectorRegistry
+    private let connections: MetricsConnections
     private var head: HTTPRequestHead?
+    private var deadline: Scheduled<Void>?
 
-    init(registry: PrometheusCollectorRegistry) {
+    init(registry: PrometheusCollectorRegistry, connections: MetricsConnections) {
         self.registry = registry
+        self.connections = connections
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) { armDeadline(context: context) }
+
+    func handlerRemoved(context: ChannelHandlerContext) { deadline?.cancel() }
+
+    /// The next request must be whole by `requestDeadline` from now.
+    private func armDeadline(context: ChannelHandlerContext) {
+        deadline?.cancel()
+        let channel = context.channel
+        deadline = context.eventLoop.scheduleTask(in: MetricsExporter.requestDeadline) { channel.close(promise: nil) }
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
@@ -146,13 +191,13 @@ private final class MetricsHTTPHandler: ChannelInboundHandler {
         case .end:
             guard let head else { return }
             self.head = nil
+            // A client that does not read its answers gets no more of them: they would pile up
+            // in the node's memory (one pipelining requests and never reading grew it by GBs).
+            guard context.channel.isWritable else { return context.close(promise: nil) }
             respond(to: head, context: context)
+            connections.answered(context.channel)
+            armDeadline(context: context)
         }
-    }
-
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if event is IdleStateHandler.IdleStateEvent { context.close(promise: nil) }
-        context.fireUserInboundEventTriggered(event)
     }
 
     private func respond(to head: HTTPRequestHead, context: ChannelHandlerContext) {

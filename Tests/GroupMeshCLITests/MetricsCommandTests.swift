@@ -77,7 +77,7 @@ struct MetricsCommandTests {
         }
     }
 
-    @Test("the exporter serves 16 connections at once and closes more as they come; a freed place serves again")
+    @Test("the exporter serves 16 connections at once; a 17th takes the place of the one waiting longest for a request")
     func connectionsAreCapped() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
         defer { Task { await node.cleanUp() } }
@@ -87,11 +87,35 @@ struct MetricsCommandTests {
         // The 16 are accepted before the 17th comes: each answers a request.
         for connection in held { #expect(try connection.get("/metrics").hasPrefix("HTTP/1.1 200"), "a held connection") }
         let extra = try LoopbackTCP(port: port)
-        #expect(try extra.readUntilClosed(timeout: .seconds(10)).isEmpty, "the 17th connection is closed unanswered")
-        held[0].close()
-        try await waitUntil("a place is free again", timeout: .seconds(10)) {
-            try LoopbackTCP(port: port).get("/metrics").hasPrefix("HTTP/1.1 200")
-        }
+        #expect(try extra.get("/metrics").hasPrefix("HTTP/1.1 200"), "the 17th is served")
+        _ = try held[0].readUntilClosed(timeout: .seconds(10))  // the one answered first went
+    }
+
+    @Test("a client that pipelines requests and never reads is cut off, its answers bounded; one that dribbles bytes or idles is closed at the request deadline, and never keeps a scrape out")
+    func hostileMetricsClients() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
+        defer { Task { await node.cleanUp() } }
+        let url = try await node.waitForLine(prefix: "metrics:")
+        let port = try #require(UInt16(Self.hostPort(url).split(separator: ":").last ?? ""))
+
+        // 50,000 requests in one go, nothing read: once its answers wait (the kernel's buffers
+        // full), the node cuts the client off instead of keeping them in memory (it grew by
+        // hundreds of MiB before).
+        let before = ProcessStats.memory(node.pid).resident
+        let greedy = try LoopbackTCP(port: port, receiveTimeout: 20, receiveBuffer: 4096)
+        greedy.sendWithoutWaiting(String(repeating: "GET /metrics HTTP/1.1\r\nHost: loopback\r\n\r\n", count: 50_000))
+        try await waitUntil("the node cuts the client off", timeout: .seconds(30)) { greedy.isReset }
+        let grown = ProcessStats.memory(node.pid).resident - before
+        #expect(grown < 64, "the node kept \(Int(grown)) MiB of answers for a client that read none")
+
+        // Sixteen slow clients, each with half a request line: a scrape still gets in, and each
+        // of them is closed by the deadline however patient it is.
+        let slow = try (0..<16).map { _ in try LoopbackTCP(port: port, receiveTimeout: 30) }
+        for connection in slow { try connection.send("GET /metr") }
+        #expect(try await HTTP.request(url).status == 200, "a scrape beside sixteen slow clients")
+        let started = ContinuousClock.now
+        for connection in slow { #expect(try connection.readUntilClosed(timeout: .seconds(30)).isEmpty) }
+        #expect(ContinuousClock.now - started < .seconds(25), "closed at the request deadline, not kept")
     }
 
     @Test("--metrics on a port in use stops the node in one line; a bad address is refused at parse time")
@@ -312,11 +336,14 @@ final class PrometheusServer: Sendable {
 final class LoopbackTCP {
     private let fd: Int32
 
-    init(port: UInt16) throws {
+    /// `receiveBuffer`: a small one (set before connecting) makes a client that does not read
+    /// fill up at once, as one across the internet would, not after loopback's megabytes.
+    init(port: UInt16, receiveTimeout seconds: Int = 10, receiveBuffer: Int32? = nil) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw NodeProcessError.timeout("socket: \(errno)") }
-        var timeout = timeval(tv_sec: 10, tv_usec: 0)
+        var timeout = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -341,15 +368,43 @@ final class LoopbackTCP {
         Glibc.close(fd)
     }
 
+    func send(_ text: String) throws {
+        let bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let sent = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, bytes.count - offset, 0) }
+            guard sent > 0 else { throw NodeProcessError.timeout("send: \(errno)") }
+            offset += sent
+        }
+    }
+
     /// Sends a GET and returns the first bytes of the answer (enough for the status line).
     func get(_ path: String) throws -> String {
         let request = Array("GET \(path) HTTP/1.1\r\nHost: loopback\r\n\r\n".utf8)
-        guard request.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, 0) }) == request.count else {
+        guard request.withUnsafeBytes({ Glibc.send(fd, $0.baseAddress, $0.count, 0) }) == request.count else {
             throw NodeProcessError.timeout("send: \(errno)")
         }
         var buffer = [UInt8](repeating: 0, count: 256)
         let count = recv(fd, &buffer, buffer.count, 0)
         return count > 0 ? String(decoding: buffer[..<count], as: UTF8.self) : ""
+    }
+
+    /// As much of `text` as the kernel takes now.
+    func sendWithoutWaiting(_ text: String) {
+        let bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let sent = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+            guard sent > 0 else { return }
+            offset += sent
+        }
+    }
+
+    /// The peer closed with our bytes unread, which resets the connection (probed without reading).
+    var isReset: Bool {
+        let probe: [UInt8] = [0x20]
+        let sent = probe.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, 1, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+        return sent < 0 && (errno == ECONNRESET || errno == EPIPE)
     }
 
     /// Everything the peer sends until it closes (bounded by the receive timeout).
