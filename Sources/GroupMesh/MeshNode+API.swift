@@ -229,7 +229,7 @@ extension MeshNode {
             }),
             suspicionsRaised: core.membership.counters.suspicionsRaised,
             refutations: core.membership.counters.refutations,
-            pathBlackHoles: core.pathMTU.blackHoles, probeRequestsRefused: counters.probeRequestsRefused,
+            pathBlackHoles: core.pathMTU.blackHoles, probeRequestsRefused: counters.probeRequestsRefused + core.membership.counters.probeRequestsRefused,
             punchesSucceeded: core.paths.punchesSucceeded, punchesFailed: core.paths.punchesFailed,
             relay: StatusReport.RelayInfo(
                 enabled: core.relayService.settings.enabled, sentThroughRelays: counters.relayedSent,

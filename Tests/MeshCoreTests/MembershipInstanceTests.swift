@@ -98,6 +98,25 @@ struct MembershipInstanceTests {
         #expect(forwarded == ProbeAck(sequence: 77, target: cluster[2]))
     }
 
+    @Test("an indirect probe request is carried out only for a member it knows, at an address of that member's record")
+    func probeRequestsAimOnlyAtMembers() throws {
+        var cluster = ManualCluster(count: 4)
+        let outsider = NodeID(high: 0xdead, low: 0xbeef)
+        let elsewhere = try PeerAddress(parsing: "192.0.2.77:9")
+        for request in [ProbeRequest(sequence: 1, target: outsider, address: elsewhere),
+                        ProbeRequest(sequence: 2, target: cluster[2], address: elsewhere),
+                        ProbeRequest(sequence: 3, target: outsider, address: cluster.addresses[cluster[2]]!)] {
+            cluster.inFlight.removeAll()
+            cluster.deliver(frames: [.probeRequest(request)], from: 0, to: 1)
+            #expect(!cluster.inFlight.contains { !$0.frames.probes.isEmpty }, "request \(request.sequence) was carried out")
+        }
+        #expect(cluster.nodes[cluster[1]]?.counters.probeRequestsRefused == 3)
+        cluster.inFlight.removeAll()
+        cluster.deliver(frames: [.probeRequest(ProbeRequest(sequence: 4, target: cluster[2], address: cluster.addresses[cluster[2]]!))],
+                        from: 0, to: 1)
+        #expect(cluster.inFlight.contains { $0.to == cluster.addresses[cluster[2]] && !$0.frames.probes.isEmpty })
+    }
+
     @Test("an unanswered probe makes the target suspect; the target refutes with a higher incarnation")
     func suspectAndRefute() throws {
         var cluster = ManualCluster(count: 3)

@@ -219,7 +219,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var suspicionsRaised: UInt64
         public var refutations: UInt64
         /// Paths whose datagram size fell back to the base (a black hole confirmed); requests for
-        /// path probes refused (out of bounds, or over a member's budget).
+        /// path probes refused (out of bounds, or over a member's budget) and for indirect probes
+        /// refused (of no member alive, or to an address not in its record).
         public var pathBlackHoles: UInt64
         public var probeRequestsRefused: UInt64
         /// Simultaneous opens that found the member, and that ran out their budget.

@@ -8,6 +8,9 @@ public struct MembershipCounters: Sendable, Equatable {
     public var refutations: UInt64 = 0
     /// Round trips of direct probes answered in time.
     public var roundTrips = RoundTripSamples()
+    /// Indirect probe requests not carried out: for no member this node knows alive, or to an
+    /// address that is not one of that member's (a probe is never aimed at a third party).
+    public var probeRequestsRefused: UInt64 = 0
 
     public init() {}
 }

@@ -674,6 +674,13 @@ public struct MembershipInstance: Sendable {
     private mutating func onProbeRequest(_ request: ProbeRequest, from sender: NodeID, address: PeerAddress,
                                          now: MeshInstant, into out: inout [MembershipDirective]) {
         guard !hasLeft, request.target != me.id, relays.count < 64 else { return }
+        // Only a member we know, at an address its own signed record names: otherwise any holder
+        // of the secret could make every member probe a socket of its choosing.
+        guard let target = members[request.target], !target.status.isGone,
+              target.record.addresses.contains(request.address) else {
+            counters.probeRequestsRefused += 1
+            return
+        }
         sequence += 1
         relays[sequence] = RelayedProbe(requester: sender, requesterAddress: address,
                                         requesterSequence: request.sequence, target: request.target,
