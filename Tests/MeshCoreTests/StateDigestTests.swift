@@ -55,6 +55,23 @@ struct StateDigestTests {
         #expect(out.flatMap(\.suspicions).map(\.member) == [cluster[4]])
     }
 
+    @Test("a digest or summary under an id that is no member's draws no digest and no one's records, wherever it comes from")
+    func strangersGetNoAnswer() {
+        let cluster = ManualCluster(count: 4)
+        var node = cluster.instance(0)
+        let stranger = NodeID(high: 0xbad, low: 0xbad)
+        let full = Self.digest(cluster.instance(1), skipping: [cluster[2], cluster[3]])
+        let summary = StateDigest(summarizing: [], lower: NodeID(high: 0, low: 0), upper: nil)
+        for digest in [full, summary] {
+            let out = Self.sent(node.onFrames([.stateDigest(digest)], from: stranger, address: ManualCluster.address(9),
+                                              now: cluster.now)).flatMap { $0 }
+            // At most the bounded question any stranger gets (who are you?), with our own record.
+            #expect(!out.contains { if case .stateDigest = $0 { true } else { false } }, "\(out)")
+            #expect(out.aliveRecords.allSatisfy { $0.id == cluster[0] }, "\(out)")
+        }
+        #expect(node.counters.digestsRefused == 2)
+    }
+
     @Test("a digest that holds us suspect or dead makes us refute and send our new record")
     func accusationInDigestIsRefuted() {
         let cluster = ManualCluster(count: 3)

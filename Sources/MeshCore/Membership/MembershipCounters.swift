@@ -11,6 +11,8 @@ public struct MembershipCounters: Sendable, Equatable {
     /// Indirect probe requests not carried out: for no member this node knows alive, or to an
     /// address that is not one of that member's (a probe is never aimed at a third party).
     public var probeRequestsRefused: UInt64 = 0
+    /// State digests (and summaries) from ids that are no member this node knows: not answered.
+    public var digestsRefused: UInt64 = 0
 
     public init() {}
 }

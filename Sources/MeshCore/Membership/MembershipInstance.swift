@@ -861,8 +861,14 @@ public struct MembershipInstance: Sendable {
     /// ranges, so a flood of digests of made-up ranges would otherwise cost a whole state each.
     private mutating func answerDigest(_ digest: StateDigest, from sender: NodeID, address: PeerAddress,
                                        now: MeshInstant, into out: inout [MembershipDirective]) {
-        guard !hasLeft, sender != me.id, takeDigestBudget(of: sender, now: now) else { return }
-        let address = members[sender]?.address ?? address
+        guard !hasLeft, sender != me.id else { return }
+        // Answers go only to a member we know, where we reach it: a digest under a made-up id
+        // would draw a view's worth of records to whatever source address it came from.
+        guard let address = members[sender]?.address else {
+            counters.digestsRefused += 1
+            return
+        }
+        guard takeDigestBudget(of: sender, now: now) else { return }
         if let summary = digest.summary {
             let mine = digestEntries.filter { digest.contains($0.member) }
             guard StateDigest.Summary(of: mine) != summary else { return }
