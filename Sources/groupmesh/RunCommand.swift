@@ -215,7 +215,7 @@ struct RunCommand: AsyncParsableCommand {
         if let inviteFile { return try Invite(file: inviteFile, requirePrivate: true) }
         if let credential = InviteSource.credentialPath() { return try Invite(file: credential, requirePrivate: true) }
         guard let text = ProcessInfo.processInfo.environment[InviteSource.environmentVariable] else { return nil }
-        unsetenv(InviteSource.environmentVariable)
+        InviteSource.scrubEnvironment()
         do { return try Invite(text.trimmingCharacters(in: .whitespacesAndNewlines)) } catch {
             throw .invalidInvite("$\(InviteSource.environmentVariable): \(error)")
         }
@@ -250,6 +250,22 @@ struct RunCommand: AsyncParsableCommand {
 /// Where an invite comes from when it is kept off the command line.
 enum InviteSource {
     static let environmentVariable = "GROUPMESH_INVITE"
+    /// Removes the invite from the environment, and overwrites it where the kernel shows the
+    /// process's initial environment (`/proc/PID/environ`, readable by the same user and root):
+    /// `unsetenv` alone left the secret there for the node's whole life.
+    static func scrubEnvironment() {
+        let prefix = environmentVariable + "="
+        var entry = environ
+        while let pointer = entry.pointee {
+            if strncmp(pointer, prefix, prefix.utf8.count) == 0 {
+                let value = pointer + prefix.utf8.count
+                memset(value, 0x78, strlen(value))  // 'x': the length shows, the token does not
+            }
+            entry += 1
+        }
+        unsetenv(environmentVariable)
+    }
+
     /// The credential's name in a systemd unit: `LoadCredential=groupmesh-invite:/etc/groupmesh/invite`.
     static let credentialName = "groupmesh-invite"
 

@@ -194,6 +194,8 @@ struct RunCommandTests {
         for node in nodes.dropFirst() {
             let commandLine = (try? String(contentsOfFile: "/proc/\(node.pid)/cmdline", encoding: .utf8)) ?? ""
             #expect(!commandLine.isEmpty && !commandLine.contains(invite), "the invite is in \(commandLine)")
+            let environment = FileManager.default.contents(atPath: "/proc/\(node.pid)/environ").map { String(decoding: $0, as: UTF8.self) } ?? ""
+            #expect(!environment.isEmpty && !environment.contains(invite), "the invite stays readable in /proc/\(node.pid)/environ")
         }
 
         for (arguments, message) in [
