@@ -98,7 +98,15 @@ struct RunCommand: AsyncParsableCommand {
         do {
             let invite = try resolvedInvite()
             // Before the node: its first figures go to the exporter's registry.
-            if let metrics = settings.metrics { exporter = try await MetricsExporter.start(metrics) }
+            if let metrics = settings.metrics {
+                exporter = try await MetricsExporter.start(metrics)
+                // The page names the members and their addresses, to anyone who can connect.
+                if !["127.0.0.1", "::1", "localhost"].contains(metrics.host), !metrics.host.hasPrefix("127.") {
+                    FileHandle.standardError.write(Data(("groupmesh: warning: --metrics \(metrics) serves the members' names and "
+                        + "addresses to every host that can reach it, without authentication; bind 127.0.0.1 unless a "
+                        + "firewall keeps others out\n").utf8))
+                }
+            }
             let session = try await MeshSession.join(makeConfiguration(settings, invite: invite), logger: logger)
             let inviteLine = invitePrinting
             // Announced once SIGINT/SIGTERM are trapped: a script may stop the node the moment it reads them.

@@ -91,6 +91,18 @@ struct MetricsCommandTests {
         _ = try held[0].readUntilClosed(timeout: .seconds(10))  // the one answered first went
     }
 
+    @Test("--metrics on a wildcard address warns in one line that everyone who reaches it reads the members; loopback does not")
+    func wildcardMetricsWarn() async throws {
+        let open = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", "0.0.0.0:0"])
+        defer { Task { await open.cleanUp() } }
+        let warning = try await open.waitForLine(prefix: "groupmesh: warning: --metrics 0.0.0.0:0", onStderr: true)
+        #expect(warning.contains("without authentication; bind 127.0.0.1"), "\(warning)")
+        let local = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
+        defer { Task { await local.cleanUp() } }
+        _ = try await local.waitForLine(prefix: "metrics:")
+        #expect(!local.stderr.contains("warning: --metrics"), "\(local.stderr)")
+    }
+
     @Test("a client that pipelines requests and never reads is cut off, its answers bounded; one that dribbles bytes or idles is closed at the request deadline, and never keeps a scrape out")
     func hostileMetricsClients() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
