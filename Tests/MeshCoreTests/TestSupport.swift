@@ -191,6 +191,11 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
                                   removed: [], signingKey: identity.publicKey, signature: [UInt8](repeating: 0, count: 64)),
             sender: record(name: "", addresses: []), recipient: zero, recipientBoot: 0,
             nonce: PacketNonce.packetNumber(0), sealedSecret: [UInt8](repeating: 0, count: EpochHandover.sealedSecretByteCount))),
+        .removalNotice(KeyRotation(previousSession: SessionID(value: rng.next()), nextSession: SessionID(value: rng.next()),
+                                   removed: [some, ones], roster: [rng.next(), 7], signingKey: identity.publicKey,
+                                   signature: identity.sign([3]))),
+        .removalNotice(KeyRotation(previousSession: SessionID(value: 0), nextSession: SessionID(value: .max), removed: [],
+                                   signingKey: identity.publicKey, signature: [UInt8](repeating: 0, count: 64))),
     ]
 }
 

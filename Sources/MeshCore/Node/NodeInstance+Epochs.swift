@@ -58,6 +58,10 @@ extension NodeInstance {
         for member in membership.view.dropFirst() where !member.status.isGone && !epochs.removed.contains(member.id) {
             installKeys(for: member)
         }
+        // Before they leave our view: where each member this rotation removes is reached.
+        removedToTell = transition.rotation.removed.compactMap { id in
+            (peerAddresses[id] ?? membership.member(id)?.address).map { (id, $0) }
+        }
         let excluded = membership.exclude(epochs.removed, now: now)
         apply(excluded, now: now)
         log(.notice, "key epoch changed", [
@@ -94,6 +98,13 @@ extension NodeInstance {
             guard let address = member.address else { continue }
             let beacon = earlier.sealHello([.alive(me), .ping(Ping(token: session.sessionID.value))], nonce: randomNonce())
             transmit(beacon, to: address, kind: .keys)
+        }
+        // The removed, in the epoch they are still in: told, with the rotation's signature as
+        // proof, so that they stop instead of staying up alone (no secret goes with it).
+        if let rotation = epochs.transitions.last?.rotation {
+            for (_, address) in removedToTell {
+                transmit(earlier.sealHello([.removalNotice(rotation)], nonce: randomNonce()), to: address, kind: .keys)
+            }
         }
         earlierCodecs[left] = earlier
     }
@@ -160,6 +171,21 @@ extension NodeInstance {
             return record
         }
         return nil
+    }
+
+    /// A member removed us: the rotation it signed out of our epoch names us. Believed from a
+    /// member we know (any member may remove any other), never from anyone else.
+    mutating func receiveRemovalNotice(_ rotation: KeyRotation, from sender: NodeID) {
+        guard rotation.previousSession == session.sessionID, rotation.removed.contains(localID),
+              knownMemberIDs.contains(rotation.author), knownMemberIDs.contains(sender),
+              rotation.hasValidSignature(authority) else {
+            counters.handoversRefused += 1
+            return
+        }
+        guard !removedFromSession else { return }
+        log(.warning, "this node was removed from the session", ["by": "\(rotation.author)"])
+        removedFromSession = true
+        emit(.removedFromSession(by: rotation.author))
     }
 
     /// A handover to us, in a datagram of our current epoch: adopt the next epoch if it is

@@ -115,6 +115,8 @@ public struct NodeInstance: Sendable {
     var earlierCodecs: [SessionID: DatagramCodec] = [:]
     var epochBeaconAt: MeshInstant?
     var epochBeaconsLeft = 0
+    /// The members the latest rotation removed, where they were reached: told with the beacons.
+    var removedToTell: [(member: NodeID, address: PeerAddress)] = []
     var pendingRemoval: RequestID?
     /// A leave waiting until others hold what only this node holds (NodeInstance+Leave).
     var handover: LeaveHandover?
@@ -327,6 +329,9 @@ public struct NodeInstance: Sendable {
                     receiveHandover(handover, header: datagram.header, from: address, now: now)
                 }
                 return
+            }
+            if case let .removalNotice(rotation) = datagram.frames.first {
+                return receiveRemovalNotice(rotation, from: sender)
             }
             let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now)
             apply(directives, now: now)

@@ -57,7 +57,10 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
 
     /// The kind of a hello datagram: membership's, unless it carries a key epoch.
     public init(hello frames: [Frame]) {
-        if case .epochHandover = frames.first { self = .keys } else { self = .membership }
+        switch frames.first {
+        case .epochHandover, .removalNotice: self = .keys
+        default: self = .membership
+        }
     }
 }
 

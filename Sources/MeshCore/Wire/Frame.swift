@@ -31,6 +31,9 @@ public enum Frame: Equatable, Sendable {
     case chunkCancel(ChunkCancel)
     // Key epochs (member removal).
     case epochHandover(EpochHandover)
+    /// To a removed member, in the epoch it is still in: the signed rotation that removed it (no
+    /// secret), so that it stops instead of staying up alone.
+    case removalNotice(KeyRotation)
     // Paths (how large a datagram a member's path to us carries).
     case pathProbeRequest(PathProbeRequest)
     case pathProbe(PathProbe)
@@ -69,6 +72,7 @@ public enum Frame: Equatable, Sendable {
         case .chunkPace: return .chunkPace
         case .chunkCancel: return .chunkCancel
         case .epochHandover: return .epochHandover
+        case .removalNotice: return .removalNotice
         case .pathProbeRequest: return .pathProbeRequest
         case .pathProbe: return .pathProbe
         case .observedAddress: return .observedAddress
@@ -105,6 +109,7 @@ public enum Frame: Equatable, Sendable {
         case let .chunkPace(body): return body
         case let .chunkCancel(body): return body
         case let .epochHandover(body): return body
+        case let .removalNotice(body): return body
         case let .pathProbeRequest(body): return body
         case let .pathProbe(body): return body
         case let .observedAddress(body): return body
@@ -149,6 +154,7 @@ public enum Frame: Equatable, Sendable {
         case .chunkPace: return .chunkPace(try ChunkPace(decoding: &body))
         case .chunkCancel: return .chunkCancel(try ChunkCancel(decoding: &body))
         case .epochHandover: return .epochHandover(try EpochHandover(decoding: &body))
+        case .removalNotice: return .removalNotice(try KeyRotation(decoding: &body))
         case .pathProbeRequest: return .pathProbeRequest(try PathProbeRequest(decoding: &body))
         case .pathProbe: return .pathProbe(try PathProbe(decoding: &body))
         case .observedAddress: return .observedAddress(try ObservedAddress(decoding: &body))
@@ -188,6 +194,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case chunkPace = 0x33
     case chunkCancel = 0x34
     case epochHandover = 0x40
+    case removalNotice = 0x41
     case pathProbeRequest = 0x50
     case pathProbe = 0x51
     case observedAddress = 0x52

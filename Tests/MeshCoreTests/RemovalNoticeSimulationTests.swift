@@ -1,0 +1,53 @@
+import MeshCore
+import MeshCrypto
+import MeshTestKit
+import Testing
+
+/// A removed member is told, with the signed rotation as proof, and stops; nobody else is, and a
+/// notice that is not one changes nothing.
+@Suite("Removal notice (simulation)")
+struct RemovalNoticeSimulationTests {
+    static let seeds = SimulationSeeds.from(defaultCount: 3)
+
+    @Test("the removed member learns it was removed, under loss too; the others stay", arguments: seeds)
+    func removedMemberIsTold(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        var link = LinkConditions(delay: .milliseconds(5))
+        link.lossProbability = 0.2
+        let mesh = SessionEndSimulationTests.mesh(seed: seed, count: 3, link: link)
+        let (a, b, c) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)))
+        mesh.simulator.run(until: .zero + .seconds(6))
+        a.removeMember(c.id)
+        mesh.simulator.run(until: .zero + .seconds(30)) { _ in c.removedFromSession }
+        #expect(mesh.removed == [c.id], "\(replay): c was not removed")
+        #expect(c.removedFromSession, "\(replay): c was never told")
+        #expect(!a.removedFromSession && !b.removedFromSession, "\(replay)")
+    }
+
+    @Test("a notice that names another member, or comes from a member out of its epoch, changes nothing")
+    func foreignNoticesAreRefused() throws {
+        let mesh = SessionEndSimulationTests.mesh(seed: 7, count: 3, link: LinkConditions(delay: .milliseconds(2)))
+        let (a, b, c) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)))
+        mesh.simulator.run(until: .zero + .seconds(4))
+        // Signed by b, removing a (not c), out of the epoch they are all in: c is not the one named.
+        let aboutA = KeyRotation(previousSession: c.sessionID, nextSession: SessionID(value: 42), removed: [a.id],
+                                 signingKey: b.identity.publicKey).signed(by: Ed25519Authority(identity: b.identity))
+        // Removing c, but out of an epoch c is not in.
+        let elsewhere = KeyRotation(previousSession: SessionID(value: 1), nextSession: SessionID(value: 43), removed: [c.id],
+                                    signingKey: b.identity.publicKey).signed(by: Ed25519Authority(identity: b.identity))
+        // Removing c, with a signature that is not its author's.
+        let forged = KeyRotation(previousSession: c.sessionID, nextSession: SessionID(value: 44), removed: [c.id],
+                                 signingKey: a.identity.publicKey).signed(by: Ed25519Authority(identity: b.identity))
+        let refusedBefore = c.core.counters.handoversRefused
+        // Hello datagrams of the session, as a removal notice travels, sealed with b's keys.
+        var sealer = b.core.codec
+        for (index, rotation) in [aboutA, elsewhere, forged].enumerated() {
+            let nonce = try #require(PacketNonce(raw: (0..<24).map { UInt8(truncatingIfNeeded: $0 &+ index * 31) }))
+            let datagram = sealer.sealHello([.removalNotice(rotation)], nonce: nonce)
+            mesh.simulator.inject(Array(datagram.readableBytesView), from: b.address, to: c.address)
+        }
+        mesh.simulator.run(until: .zero + .seconds(5))
+        #expect(!c.removedFromSession)
+        #expect(c.core.counters.handoversRefused == refusedBefore + 3)
+    }
+}
