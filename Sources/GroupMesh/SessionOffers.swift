@@ -71,7 +71,7 @@ public actor SessionOffers {
     }
 
     /// The offered sessions, each once, as they come: first those this app was in when it last ran
-    /// (not ended), then every offer. One reader at a time: a second call ends the first
+    /// (neither ended nor left), then every offer. One reader at a time: a second call ends the first
     /// sequence. Ends when this value is released.
     public func sessions() -> AsyncStream<MeshSession> {
         if reading {
