@@ -49,12 +49,12 @@ struct GetCommand: AsyncParsableCommand {
         // kills us before the temporary copy for -o - is removed.
         signal(SIGPIPE, SIG_IGN)
         let destination = try self.destination()
+        let display = ProgressDisplay(terminal: isatty(STDERR_FILENO) == 1)
         let interruption = Interruption.install {
+            display.interrupted(destination.shownPath)
             // The node sees the connection close, gives the load up and removes what it wrote.
             destination.discard()
         }
-        let display = ProgressDisplay(terminal: isatty(STDERR_FILENO) == 1)
-        interruption.onInterrupt = { display.interrupted(destination.shownPath) }
         var client = ControlClient(directory: data.directory)
         client.timeout = .seconds(60)
         var finalID: String?
@@ -226,19 +226,15 @@ enum AttachmentName {
 /// command exits 130 (the node, seeing its connection close, gives the fetch up).
 final class Interruption: @unchecked Sendable {
     private var sources: [any DispatchSourceSignal] = []
-    private let cleanUp: () -> Void
-    var onInterrupt: (() -> Void)?
 
-    private init(cleanUp: @escaping () -> Void) { self.cleanUp = cleanUp }
-
-    static func install(cleanUp: @escaping () -> Void) -> Interruption {
-        let interruption = Interruption(cleanUp: cleanUp)
+    /// `handler` is fixed before the first signal can arrive, then run once on a signal.
+    static func install(_ handler: @escaping @Sendable () -> Void) -> Interruption {
+        let interruption = Interruption()
         for signalNumber in [SIGINT, SIGTERM] {
             signal(signalNumber, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
             source.setEventHandler {
-                interruption.onInterrupt?()
-                interruption.cleanUp()
+                handler()
                 exit(interruptedStatus)
             }
             source.resume()

@@ -36,7 +36,7 @@ final class MetricsExporter: Sendable {
             .childChannelInitializer { channel in
                 // A few scrapers at a time: a client that holds connections open must not use up
                 // the descriptors the node needs for its sockets and its store.
-                guard connections.admit(channel) else { return channel.close() }
+                connections.admit(channel)
                 channel.closeFuture.whenComplete { _ in connections.remove(channel) }
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
@@ -132,11 +132,10 @@ final class MetricsConnections: @unchecked Sendable {
 
     init(limit: Int) { self.limit = limit }
 
-    func admit(_ channel: any Channel) -> Bool {
+    func admit(_ channel: any Channel) {
         let evicted: (any Channel)? = lock.withLock {
             var evicted: (any Channel)?
-            if waiting.count >= limit {
-                guard let oldest = waiting.min(by: { $0.value.since < $1.value.since }) else { return nil }
+            if waiting.count >= limit, let oldest = waiting.min(by: { $0.value.since < $1.value.since }) {
                 evicted = oldest.value.channel
                 waiting[oldest.key] = nil
             }
@@ -144,7 +143,6 @@ final class MetricsConnections: @unchecked Sendable {
             return evicted
         }
         evicted?.close(promise: nil)
-        return lock.withLock { waiting[ObjectIdentifier(channel)] != nil }
     }
 
     /// Its answer went out: the wait for the next request starts now.

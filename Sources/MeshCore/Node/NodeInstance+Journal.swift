@@ -214,8 +214,6 @@ extension NodeInstance {
         return journal.holders(of: id).filter(live.contains)
     }
 
-    /// Chunks of an attachment held here: all when whole, what a fetch has so far, else what the
-    /// last look at the store found.
     /// The bytes of the chunks held here (the whole size when complete; nil before the manifest
     /// is known, when the chunk size is not).
     public func bytesHeld(of entry: AttachmentEntry) -> UInt64? {
@@ -223,6 +221,9 @@ extension NodeInstance {
         guard let manifest = manifests[entry.content] ?? fetches[entry.content]?.manifestBeingStored else { return nil }
         return min(entry.size, UInt64(chunksHeld(of: entry)) * UInt64(manifest.chunkSize))
     }
+
+    /// Chunks of an attachment held here: all when whole, what a fetch has so far, else what the
+    /// last look at the store found.
 
     public func chunksHeld(of entry: AttachmentEntry) -> Int {
         if complete.contains(entry.content) { return entry.chunkCount }
