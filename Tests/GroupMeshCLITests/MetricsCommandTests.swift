@@ -126,7 +126,8 @@ struct MetricsCommandTests {
         for connection in slow { try connection.send("GET /metr") }
         #expect(try await HTTP.request(url).status == 200, "a scrape beside sixteen slow clients")
         let started = ContinuousClock.now
-        for connection in slow { #expect(try connection.readUntilClosed(timeout: .seconds(30)).isEmpty) }
+        // Closed with its half request unread, the node's side may reset rather than close.
+        for connection in slow { #expect(connection.waitUntilClosedOrReset(), "a slow client was kept") }
         #expect(ContinuousClock.now - started < .seconds(25), "closed at the request deadline, not kept")
     }
 
@@ -399,6 +400,18 @@ final class LoopbackTCP {
         var buffer = [UInt8](repeating: 0, count: 256)
         let count = recv(fd, &buffer, buffer.count, 0)
         return count > 0 ? String(decoding: buffer[..<count], as: UTF8.self) : ""
+    }
+
+    /// Whether the peer closed or reset the connection before the receive timeout (what it sent
+    /// meanwhile is read and dropped).
+    func waitUntilClosedOrReset() -> Bool {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let count = recv(fd, &buffer, buffer.count, 0)
+            if count > 0 { continue }
+            if count < 0, errno == EINTR { continue }
+            return count == 0 || errno == ECONNRESET
+        }
     }
 
     /// As much of `text` as the kernel takes now.

@@ -38,6 +38,8 @@ extension NodeInstance {
     /// At most this many handovers wait for a removal being stored; more are dropped (their
     /// senders hand over again when they hear us in the epoch we are in).
     static let maxDeferredHandovers = 16
+    /// Removed members told with the beacons (the latest removed).
+    static let maxRemovedToTell = 16
 
     private mutating func takeDeferredHandovers(now: MeshInstant) {
         let deferred = deferredHandovers
@@ -58,10 +60,12 @@ extension NodeInstance {
         for member in membership.view.dropFirst() where !member.status.isGone && !epochs.removed.contains(member.id) {
             installKeys(for: member)
         }
-        // Before they leave our view: where each member this rotation removes is reached.
-        removedToTell = transition.rotation.removed.compactMap { id in
-            (peerAddresses[id] ?? membership.member(id)?.address).map { (id, $0) }
+        // Before they leave our view: where each member this rotation removes is reached. Kept
+        // with those removed before (a member of a competing epoch may hold only an older key).
+        for id in transition.rotation.removed where !removedToTell.contains(where: { $0.member == id }) {
+            if let address = peerAddresses[id] ?? membership.member(id)?.address { removedToTell.append((id, address)) }
         }
+        removedToTell = Array(removedToTell.suffix(Self.maxRemovedToTell))
         let excluded = membership.exclude(epochs.removed, now: now)
         apply(excluded, now: now)
         log(.notice, "key epoch changed", [
@@ -99,14 +103,18 @@ extension NodeInstance {
             let beacon = earlier.sealHello([.alive(me), .ping(Ping(token: session.sessionID.value))], nonce: randomNonce())
             transmit(beacon, to: address, kind: .keys)
         }
-        // The removed, in the epoch they are still in: told, with the rotation's signature as
-        // proof, so that they stop instead of staying up alone (no secret goes with it).
-        if let rotation = epochs.transitions.last?.rotation {
-            for (_, address) in removedToTell {
-                transmit(earlier.sealHello([.removalNotice(rotation)], nonce: randomNonce()), to: address, kind: .keys)
+        earlierCodecs[left] = earlier
+        // The removed, told with the rotation's signature as proof, so that they stop instead of
+        // staying up alone (no secret goes with it). Sealed in each earlier epoch we still hold:
+        // a member removed on top of a competing rotation is still in the epoch before both.
+        for (member, address) in removedToTell {
+            guard let rotation = epochs.transitions.last(where: { $0.rotation.removed.contains(member) })?.rotation else { continue }
+            for session in earlierCodecs.keys.sorted(by: { $0.value < $1.value }) {
+                guard var codec = earlierCodecs[session] else { continue }
+                transmit(codec.sealHello([.removalNotice(rotation)], nonce: randomNonce()), to: address, kind: .keys)
+                earlierCodecs[session] = codec
             }
         }
-        earlierCodecs[left] = earlier
     }
 
     /// Seals the epoch after `session` for `record`'s boot and sends it in a hello datagram of
@@ -173,10 +181,11 @@ extension NodeInstance {
         return nil
     }
 
-    /// A member removed us: the rotation it signed out of our epoch names us. Believed from a
-    /// member we know (any member may remove any other), never from anyone else.
+    /// A member removed us: a rotation it signed names us (out of our epoch, or out of one that
+    /// followed it, when we were removed on top of a competing rotation). Believed from a member
+    /// we know (any member may remove any other), never from anyone else.
     mutating func receiveRemovalNotice(_ rotation: KeyRotation, from sender: NodeID) {
-        guard rotation.previousSession == session.sessionID, rotation.removed.contains(localID),
+        guard rotation.removed.contains(localID),
               knownMemberIDs.contains(rotation.author), knownMemberIDs.contains(sender),
               rotation.hasValidSignature(authority) else {
             counters.handoversRefused += 1

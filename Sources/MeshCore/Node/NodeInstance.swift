@@ -115,7 +115,7 @@ public struct NodeInstance: Sendable {
     var earlierCodecs: [SessionID: DatagramCodec] = [:]
     var epochBeaconAt: MeshInstant?
     var epochBeaconsLeft = 0
-    /// The members the latest rotation removed, where they were reached: told with the beacons.
+    /// The members the rotations removed, where they were reached: told with the beacons.
     var removedToTell: [(member: NodeID, address: PeerAddress)] = []
     var pendingRemoval: RequestID?
     /// A leave waiting until others hold what only this node holds (NodeInstance+Leave).
