@@ -15,7 +15,7 @@ extension MeshNode {
     }
 
     package func invite() -> Invite {
-        Invite(InviteToken(secret: core.session, addresses: inviteAddresses))
+        Invite(InviteToken(secret: core.session, addresses: core.inviteCandidates))
     }
 
     /// A member other than this node, named by its full id, its name, or a unique id prefix.

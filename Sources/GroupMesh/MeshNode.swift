@@ -15,8 +15,6 @@ package actor MeshNode {
     package nonisolated let nodeID: NodeID
     /// The bound UDP address.
     package nonisolated let localAddress: PeerAddress
-    /// What invites carry (`--advertise`, else the listen address, else the host's addresses).
-    nonisolated let inviteAddresses: [PeerAddress]
     let eventLoop: any EventLoop
     let logger: Logger
     var core: NodeInstance
@@ -186,7 +184,6 @@ package actor MeshNode {
         nodeID = identity.nodeID
         localAddress = address
         destinations = DestinationCheck(local: address)
-        inviteAddresses = addresses
         self.eventLoop = eventLoop
         self.logger = logger
         self.channel = channel
@@ -326,7 +323,7 @@ package actor MeshNode {
         }
     }
 
-    /// Addresses for invites and our record: `--advertise` if given, else the listen address,
+    /// Our own addresses, for invites and our record (after those learnt outside): `--advertise` if given, else the listen address,
     /// else (bound to a wildcard) every non-loopback interface address, else loopback.
     private static func inviteAddresses(configuration: NodeConfiguration, bound: PeerAddress) -> [PeerAddress] {
         if !configuration.advertise.isEmpty { return configuration.advertise.map(\.peer) }

@@ -79,6 +79,27 @@ import Testing
         #expect(discovery.reflexive == Self.forged)
     }
 
+    @Test("candidates come best first: the gateway's mapping, the members' quorum, STUN, our first own address, TURN, the rest of our own; an invite takes them all")
+    func externalAddressesTakeTheirPlaceAmongTheCandidates() {
+        let second = PeerAddress(ipv4: [10, 0, 0, 5], port: 7946)
+        let mapped = PeerAddress(ipv4: [203, 0, 113, 9], port: 40_500)
+        let stun = PeerAddress(ipv4: [203, 0, 113, 9], port: 7946)
+        let turn = PeerAddress(ipv4: [198, 51, 100, 3], port: 49_152)
+        var discovery = AddressDiscovery(local: [Self.own, second])
+        do { let changed = discovery.setExternal(turn, from: .turn); #expect(changed) }
+        do { let changed = discovery.setExternal(stun, from: .stun); #expect(changed) }
+        do { let changed = discovery.setExternal(stun, from: .stun); #expect(!changed, "the same address again changes nothing") }
+        do { let changed = discovery.setExternal(mapped, from: .portMapping); #expect(changed) }
+        #expect(discovery.candidates(limit: 16) == [mapped, stun, Self.own, turn, second])
+        #expect(discovery.candidates() == [mapped, stun, Self.own, turn], "the record's four")
+        // The members agree on the address STUN saw: it is not listed twice.
+        _ = discovery.observe(stun, by: Self.members[0])
+        _ = discovery.observe(stun, by: Self.members[1])
+        #expect(discovery.candidates(limit: 16) == [mapped, stun, Self.own, turn, second])
+        do { let changed = discovery.setExternal(nil, from: .portMapping); #expect(changed, "a mapping deleted or expired") }
+        #expect(discovery.candidates(limit: 16) == [stun, Self.own, turn, second])
+    }
+
     @Test func candidatesStayWithinTheRecordsLimit() {
         let locals = (1...5).map { PeerAddress(ipv4: [10, 0, 0, UInt8($0)], port: 7946) }
         var discovery = AddressDiscovery(local: locals)

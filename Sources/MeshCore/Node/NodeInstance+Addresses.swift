@@ -23,16 +23,39 @@ extension NodeInstance {
 
     private mutating func observed(_ address: PeerAddress, by peer: NodeID, now: MeshInstant) {
         if addressDiscovery.observe(address, by: peer) {
-            let candidates = addressDiscovery.candidates()
-            membership.advertise(candidates)
-            if membership.me.incarnation != remembered.incarnation {
-                remembered.incarnation = membership.me.incarnation
-                rememberedDirty = true
-            }
+            let candidates = advertiseCandidates()
             log(.info, "reflexive address adopted", ["address": "\(addressDiscovery.reflexive.map { "\($0)" } ?? "")",
                                                      "candidates": candidates.map(\.description).joined(separator: ",")])
         }
         reportNAT()
+    }
+
+    /// The driver learnt an address of ours outside the session (a gateway's port mapping, a
+    /// STUN or TURN server), or lost it (nil): our record says so at the next incarnation.
+    public mutating func setExternalAddress(_ address: PeerAddress?, from source: AddressDiscovery.ExternalSource,
+                                            now: MeshInstant) {
+        guard addressDiscovery.setExternal(address, from: source) else { return }
+        let candidates = advertiseCandidates()
+        log(.info, address == nil ? "external address lost" : "external address learnt",
+            ["source": source.rawValue, "address": address.map(\.description) ?? "none",
+             "candidates": candidates.map(\.description).joined(separator: ",")])
+    }
+
+    /// Every address we may be reached at, best first, as many as an invite carries.
+    public var inviteCandidates: [PeerAddress] {
+        addressDiscovery.candidates(limit: InviteToken.maxAddresses)
+    }
+
+    /// Signs our record with the current candidates (the next incarnation, kept across restarts
+    /// so a restart outbids it).
+    private mutating func advertiseCandidates() -> [PeerAddress] {
+        let candidates = addressDiscovery.candidates()
+        membership.advertise(candidates)
+        if membership.me.incarnation != remembered.incarnation {
+            remembered.incarnation = membership.me.incarnation
+            rememberedDirty = true
+        }
+        return candidates
     }
 
     /// A member gone no longer counts among those that see us, nor is echoed to.

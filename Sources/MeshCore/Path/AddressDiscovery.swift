@@ -10,6 +10,18 @@ import MeshCrypto
 /// the quorum: one member alone can neither move where everyone sends to us nor take away an
 /// address that works. (STUN clients compare two servers for the same reason, RFC 5780.)
 public struct AddressDiscovery: Sendable {
+    /// Where an address of ours learnt outside the members' observations came from. Each source
+    /// holds at most one address; the driver sets and clears it.
+    public enum ExternalSource: String, Sendable, CaseIterable, Codable {
+        /// A mapping our gateway granted (PCP, NAT-PMP or UPnP IGD): reachable unsolicited.
+        case portMapping = "port-mapping"
+        /// What a STUN server saw our datagrams come from (one observer: not a quorum, but
+        /// the only one when no member sees us yet).
+        case stun
+        /// A TURN server's relayed transport address: the last resort, it costs the server.
+        case turn
+    }
+
     public struct Settings: Sendable, Equatable {
         /// Distinct members that must agree on a reflexive address before it is adopted.
         public var quorum = 2
@@ -27,6 +39,8 @@ public struct AddressDiscovery: Sendable {
     public private(set) var observations: [NodeID: PeerAddress] = [:]
     /// The reflexive address adopted, if any.
     public private(set) var reflexive: PeerAddress?
+    /// Addresses a gateway, a STUN server or a TURN server gave us (`setExternal`).
+    public private(set) var external: [ExternalSource: PeerAddress] = [:]
 
     public init(local: [PeerAddress], settings: Settings = .init()) {
         self.local = local
@@ -58,12 +72,25 @@ public struct AddressDiscovery: Sendable {
         return Set(outside).count >= 2 ? .symmetric : .unknown
     }
 
-    /// The addresses our record gives, at most `limit`: the adopted reflexive address first,
-    /// then our own, without the wildcard a socket bound to (0.0.0.0:7946 by default): a peer
-    /// sent there would send to itself.
+    /// Sets (or, with nil, clears) the address `source` gave us. True when it changed.
+    public mutating func setExternal(_ address: PeerAddress?, from source: ExternalSource) -> Bool {
+        guard external[source] != address else { return false }
+        external[source] = address
+        return true
+    }
+
+    /// The addresses our record gives (at most `limit`; an invite takes more), best first:
+    /// a gateway's mapping (reachable unsolicited), the reflexive address members agreed on,
+    /// what a STUN server saw, our first own address (members on our network), a TURN relay
+    /// (it works through anything, at the server's cost), then our other own addresses. Never
+    /// the wildcard a socket bound to (0.0.0.0:7946 by default): a peer sent there would send
+    /// to itself.
     public func candidates(limit: Int = MemberRecord.maxAddresses) -> [PeerAddress] {
+        var ordered: [PeerAddress?] = [external[.portMapping], reflexive, external[.stun], local.first(where: { !$0.isUnspecified })]
+        ordered.append(external[.turn])
+        ordered += local.map { Optional($0) }
         var result: [PeerAddress] = []
-        for address in (reflexive.map { [$0] } ?? []) + local where !address.isUnspecified && !result.contains(address) {
+        for case let address? in ordered where !address.isUnspecified && !result.contains(address) {
             result.append(address)
         }
         return Array(result.prefix(limit))
