@@ -247,7 +247,15 @@ extension MeshNode {
             backgroundCap: downlink.backgroundCap?.rounded())
         return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
                             counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo,
-                            joining: joiningInfo())
+                            joining: joiningInfo(), lanDiscovery: lanDiscoveryInfo())
+    }
+
+    func lanDiscoveryInfo() -> StatusReport.LANDiscoveryInfo? {
+        guard let lanBeacon = lanBeaconForStatus, core.lanDiscoveryEnabled else { return nil }
+        let lan = core.counters.lan
+        return StatusReport.LANDiscoveryInfo(interfaces: lanBeacon.interfaces, announcementsSent: lan.announcementsSent,
+                                             announcementsHeard: lan.announcementsHeard,
+                                             announcementsIgnored: lan.announcementsIgnored, membersMet: lan.membersMet)
     }
 
     func joiningInfo() -> StatusReport.JoiningInfo? {

@@ -24,6 +24,9 @@ package actor MeshNode {
     private var reopenedAt: [MeshInstant] = []
     static let maxReopensPerMinute = 5
     private var controlChannel: (any Channel)?
+    /// LAN discovery's sockets (none when the node is not on a LAN, or with `--no-lan-discovery`).
+    private var lanBeacon: LANBeacon?
+    var lanBeaconForStatus: LANBeacon? { lanBeacon }
     var controlConnections: ControlConnections?
     /// `listen` connections, handed each message as it is delivered (no queue between).
     var listeners: [ControlResponder] = []
@@ -142,6 +145,7 @@ package actor MeshNode {
                 throw failure
             }
         }
+        await openLANBeacon()
         begin()
         setState(.joined)
     }
@@ -251,6 +255,25 @@ package actor MeshNode {
             stopReason = error
             await stop()
         }
+    }
+
+    /// LAN discovery's sockets, when the node listens on a LAN and may announce itself there.
+    private func openLANBeacon() async {
+        guard configuration.lanDiscovery else { return }
+        let interfaces = LANBeacon.lanInterfaces(bound: localAddress)
+        let slot = slot
+        let beacon = await LANBeacon.open(interfaces: interfaces, eventLoop: eventLoop, logger: logger) { bytes, source in
+            slot.node?.assumeIsolated { $0.lanAnnouncement(bytes, from: source) }
+        }
+        guard !closed else { await beacon?.close(); return }
+        lanBeacon = beacon
+        if beacon == nil { core.disableLANDiscovery() }
+    }
+
+    private func lanAnnouncement(_ bytes: [UInt8], from source: PeerAddress) {
+        core.receiveLANAnnouncement(bytes, from: source, now: now)
+        runEffects()
+        rearm()
     }
 
     private func adoptControl(_ control: any Channel, connections: ControlConnections) {
@@ -459,6 +482,8 @@ package actor MeshNode {
                     wrote = true
                 case let .storage(request, ticket):
                     storage.submit(request, ticket)
+                case let .announceOnLAN(bytes):
+                    lanBeacon?.announce(bytes)
                 case let .complete(request, result):
                     waiters.removeValue(forKey: request)?.complete(with: result)
                 case let .event(.message(message)):
@@ -664,6 +689,8 @@ package actor MeshNode {
         // After the server socket: a `listen` that sees its end asks whether the node still runs.
         for listener in listeners + eventListeners { listener.close() }
         try? await channel.close()
+        await lanBeacon?.close()
+        lanBeacon = nil
         controlChannel = nil
         viewSubscribers.finishAll()
         messageSubscribers.finishAll()

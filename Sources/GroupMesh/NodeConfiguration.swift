@@ -16,6 +16,8 @@ public struct NodeConfiguration: Sendable {
     public var lazy = false
     /// Carry sealed datagrams between members that cannot meet (`run --no-relay` turns it off).
     public var relays = true
+    /// Announce the node on its LAN and meet members heard there (`run --no-lan-discovery`).
+    public var lanDiscovery = true
     public var profile: Profile = .lan
     /// The largest attachment accepted (DESIGN.md: 100 MiB, configurable).
     public var maxAttachmentSize: UInt64 = 100 << 20
@@ -60,6 +62,7 @@ public struct NodeConfiguration: Sendable {
         settings.unavailableTimeout = unavailableTimeout
         settings.lazy = lazy
         settings.relay.enabled = relays
+        settings.lanDiscovery.enabled = lanDiscovery
         return settings
     }
 

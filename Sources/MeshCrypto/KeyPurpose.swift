@@ -11,6 +11,8 @@ public enum KeyPurpose: UInt64, Sendable, CaseIterable {
     case pairwiseBinding = 3
     /// BLAKE2b key that binds the keys sealing a new epoch's secret to one member (key epochs).
     case epochHandover = 4
+    /// BLAKE2b key of LAN announcements: a session tag that names no secret, and their MAC.
+    case lanDiscovery = 5
 
     /// libsodium's KDF context: exactly 8 bytes.
     static let context: [CChar] = Array("GMesh-v1".utf8CString.prefix(8))

@@ -31,9 +31,11 @@ public enum FuzzTargets {
         return codec
     }()
 
+    static let lanKeys = LANAnnouncement.Keys(secret: try! SessionSecret(bytes: [UInt8](repeating: 7, count: 32)))  // safe: 32 bytes
+
     public static func run(selector: UInt8, input: [UInt8]) {
         var buffer = ByteBuffer(bytes: input)
-        switch selector % 9 {
+        switch selector % 10 {
         case 0:
             _ = DatagramHeader.decode(&buffer)
         case 1:
@@ -58,6 +60,9 @@ public enum FuzzTargets {
             }
         case 7:
             _ = try? JournalOperation(decoding: &buffer)
+        case 8:
+            // Anything on the LAN discovery port.
+            _ = LANAnnouncement(decoding: input, with: lanKeys)
         default:
             // The control socket's requests: bytes cut into lines, each decoded (fed in two parts,
             // so a line split across reads is covered too).

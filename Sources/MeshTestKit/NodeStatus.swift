@@ -54,8 +54,18 @@ public struct NodeStatus: Decodable, Sendable {
         public var since: Double
     }
 
+    /// LAN discovery (`status --json` → lanDiscovery; absent when off).
+    public struct LANDiscoveryInfo: Decodable, Sendable {
+        public var interfaces: [String]
+        public var announcementsSent: UInt64
+        public var announcementsHeard: UInt64
+        public var announcementsIgnored: UInt64
+        public var membersMet: UInt64
+    }
+
     public var `self`: SelfInfo
     public var members: [MemberInfo]
+    public var lanDiscovery: LANDiscoveryInfo?
     public var downlink: DownlinkInfo?
     public var joining: JoiningInfo?
     public var counters: [String: JSONValue]

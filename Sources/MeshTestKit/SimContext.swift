@@ -14,6 +14,7 @@ public struct SimContext {
 
     enum Effect {
         case send([UInt8], to: SimAddress)
+        case multicast([UInt8])
         case schedule(timer: UInt64, at: MeshInstant)
         case cancel(timer: UInt64)
     }
@@ -29,6 +30,12 @@ public struct SimContext {
     /// Sends one datagram over the simulated network (subject to the link's conditions).
     public mutating func send(_ bytes: [UInt8], to destination: SimAddress) {
         effects.append(.send(bytes, to: destination))
+    }
+
+    /// Sends one datagram to every other node on this node's LAN (behind the same NAT box), as
+    /// a multicast with a TTL of 1 would; they get it through `receiveMulticast`.
+    public mutating func multicastOnLAN(_ bytes: [UInt8]) {
+        effects.append(.multicast(bytes))
     }
 
     /// Arms timer `id` to fire when this node's clock reads `deadline` (immediately after the

@@ -24,6 +24,9 @@ public final class SimNode: SimulatedProcess {
             // Small chunks, so a few KiB make a multi-chunk attachment.
             settings.chunkSize = 4096
             settings.logLevel = .error
+            // Announcements reach nodes behind one NAT box; off unless a test asks (their timers
+            // would change every seeded run).
+            settings.lanDiscovery.enabled = false
         }
     }
 
@@ -254,6 +257,7 @@ public final class SimNode: SimulatedProcess {
     // MARK: SimulatedProcess
 
     private var outbox: [(bytes: [UInt8], to: SimAddress)] = []
+    private var lanOutbox: [[UInt8]] = []
 
     public func start(now: MeshInstant, context: inout SimContext) {
         self.now = now
@@ -266,6 +270,12 @@ public final class SimNode: SimulatedProcess {
         core.handle(datagram: ByteBuffer(bytes: datagram), from: sender.peerAddress, now: now)
         // Every datagram is its own read batch.
         core.endReadBatch(now: now)
+        finish(&context)
+    }
+
+    public func receiveMulticast(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
+        self.now = now
+        core.receiveLANAnnouncement(datagram, from: sender.peerAddress, now: now)
         finish(&context)
     }
 
@@ -310,6 +320,8 @@ public final class SimNode: SimulatedProcess {
             }
         case let .storage(request, ticket):
             storageQueue.append((request, ticket))
+        case let .announceOnLAN(bytes):
+            lanOutbox.append(bytes)
         case let .event(event):
             record(event)
         case let .complete(request, result):
@@ -391,6 +403,8 @@ public final class SimNode: SimulatedProcess {
         drive()
         for (bytes, destination) in outbox { context.send(bytes, to: destination) }
         outbox.removeAll(keepingCapacity: true)
+        for bytes in lanOutbox { context.multicastOnLAN(bytes) }
+        lanOutbox.removeAll()
         if core.phase == .leaving {
             core.stop(now: now)
             drive()

@@ -14,9 +14,12 @@ public protocol SimulatedProcess: AnyObject {
     func start(now: MeshInstant, context: inout SimContext)
     func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext)
     func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext)
+    /// A datagram another node multicast on this node's LAN (`SimContext.multicastOnLAN`).
+    func receiveMulticast(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext)
 }
 
 extension SimulatedProcess {
     public func start(now: MeshInstant, context: inout SimContext) {}
     public func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {}
+    public func receiveMulticast(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {}
 }

@@ -194,6 +194,27 @@ extension Simulator {
         }
     }
 
+    /// Multicasts on `source`'s LAN as if it had (a test's forged or stray announcements).
+    public func injectMulticast(_ bytes: [UInt8], from source: SimAddress) {
+        multicast(bytes, from: source)
+    }
+
+    /// A multicast: one copy to every other node behind the sender's NAT box (its LAN), after
+    /// the link's delay, each lost as the link loses. Nodes on no NAT box's LAN reach nobody.
+    func multicast(_ bytes: [UInt8], from source: SimAddress) {
+        guard source.index < nodes.count, let home = nodes[source.index].nat else { return }
+        for index in nodes.indices where index != source.index && nodes[index].nat == home {
+            let destination = SimAddress(index)
+            let conditions = link(from: source, to: destination)
+            if networkRandom.chance(conditions.lossProbability) {
+                drop(from: source, to: destination, size: bytes.count, reason: .loss)
+                continue
+            }
+            statistics.sent += 1
+            queue.push(.deliverMulticast(from: source, to: destination, bytes: bytes), at: now + conditions.delay)
+        }
+    }
+
     func drop(from source: SimAddress, to destination: SimAddress, size: Int, reason: SimDropReason) {
         statistics.dropped[reason] += 1
         record(.dropped(from: source, to: destination, size: size, reason: reason))

@@ -39,6 +39,8 @@ public final class Simulator {
         case deliver(from: SimAddress, to: SimAddress, bytes: [UInt8], hop: NATHop?)
         /// Off the wire, into the receiver's downlink queue.
         case reachDownlink(from: SimAddress, to: SimAddress, bytes: [UInt8], hop: NATHop?)
+        /// A multicast on a LAN, to one of the sender's neighbours (no NAT on the way).
+        case deliverMulticast(from: SimAddress, to: SimAddress, bytes: [UInt8])
         case timer(node: Int, epoch: UInt32, id: UInt64, token: UInt64)
         case action(label: String, (Simulator) -> Void)
     }
@@ -244,6 +246,16 @@ public final class Simulator {
                 }
             }
 
+        case let .deliverMulticast(from, to, bytes):
+            guard !blocked(from, to), nodes[to.index].status == .running else {
+                drop(from: from, to: to, size: bytes.count, reason: blocked(from, to) ? .partition : .crashed)
+                break
+            }
+            record(.delivered(from: from, to: to, bytes: bytes))
+            invoke(to.index) { process, now, context in
+                process.receiveMulticast(datagram: bytes, from: from, now: now, context: &context)
+            }
+
         case let .timer(index, epoch, id, token):
             guard nodes[index].epoch == epoch, nodes[index].status == .running,
                   nodes[index].timers[id]?.token == token else { return false }
@@ -272,6 +284,8 @@ public final class Simulator {
             switch effect {
             case let .send(bytes, destination):
                 transmit(bytes, from: address, to: destination)
+            case let .multicast(bytes):
+                multicast(bytes, from: address)
             case let .schedule(id, deadline):
                 arm(timer: id, of: index, at: deadline)
             case let .cancel(id):

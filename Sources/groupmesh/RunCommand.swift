@@ -53,6 +53,10 @@ struct RunCommand: AsyncParsableCommand {
           help: "Carry sealed datagrams between two members that cannot meet (default: --relay).")
     var relay: Bool?
 
+    @Flag(inversion: .prefixedNo,
+          help: "Announce this node on its LAN and meet members found there directly (default: --lan-discovery).")
+    var lanDiscovery: Bool?
+
     @Option(help: "Timing defaults: lan (default), local or wan.")
     var profile: NodeConfiguration.Profile?
 
@@ -167,6 +171,7 @@ struct RunCommand: AsyncParsableCommand {
         var name: String?
         var lazy = false
         var relay = true
+        var lanDiscovery = true
         var profile: NodeConfiguration.Profile = .lan
         var logLevel: Logger.Level = .warning
         var metrics: ListenAddress?
@@ -197,6 +202,7 @@ struct RunCommand: AsyncParsableCommand {
         settings.name = name ?? file.name
         settings.lazy = lazy ?? file.lazy ?? settings.lazy
         settings.relay = relay ?? file.relay ?? settings.relay
+        settings.lanDiscovery = lanDiscovery ?? file.lanDiscovery ?? settings.lanDiscovery
         settings.profile = profile ?? file.profile ?? settings.profile
         settings.logLevel = logLevel ?? file.logLevel ?? settings.logLevel
         settings.metrics = metrics ?? file.metrics
@@ -239,6 +245,7 @@ struct RunCommand: AsyncParsableCommand {
         configuration.name = settings.name
         configuration.lazy = settings.lazy
         configuration.relays = settings.relay
+        configuration.lanDiscovery = settings.lanDiscovery
         configuration.profile = settings.profile
         configuration.simulatedLoss = simulateLoss
         configuration.announce = { emit($0) }

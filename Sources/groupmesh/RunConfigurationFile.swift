@@ -14,13 +14,14 @@ struct RunConfigurationFile {
     var name: String?
     var lazy: Bool?
     var relay: Bool?
+    var lanDiscovery: Bool?
     var profile: NodeConfiguration.Profile?
     var logLevel: Logger.Level?
     var metrics: ListenAddress?
     var eventHandler: [EventHandlerSpec]?
     var eventHandlerTimeout: Double?
 
-    static let keys = ["listen", "advertise", "join", "name", "lazy", "relay", "profile", "log-level", "metrics",
+    static let keys = ["listen", "advertise", "join", "name", "lazy", "relay", "lan-discovery", "profile", "log-level", "metrics",
                        "event-handler", "event-handler-timeout"]
 
     /// Far more than any real configuration: a larger file is a wrong path, not settings.
@@ -112,6 +113,7 @@ struct RunConfigurationFile {
         name = try string("name")
         lazy = try bool("lazy")
         relay = try bool("relay")
+        lanDiscovery = try bool("lan-discovery")
         if let text = try string("profile") {
             guard let value = NodeConfiguration.Profile(rawValue: text) else {
                 throw wrong("profile", NodeConfiguration.Profile.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")

@@ -118,7 +118,8 @@ import Testing
         #expect(KeyPurpose.hello.rawValue == 2)
         #expect(KeyPurpose.pairwiseBinding.rawValue == 3)
         #expect(KeyPurpose.epochHandover.rawValue == 4)
-        #expect(KeyPurpose.allCases.count == 4)
+        #expect(KeyPurpose.lanDiscovery.rawValue == 5)
+        #expect(KeyPurpose.allCases.count == 5)
         #expect(KeyPurpose.context.count == 8)
         #expect(KeyPurpose.context.map { UInt8(bitPattern: $0) } == Array("GMesh-v1".utf8))
     }

@@ -256,4 +256,18 @@ public struct StatusReport: Codable, Sendable, Equatable {
     public var downlink: DownlinkInfo?
     /// Present while no member has answered this node's join.
     public var joining: JoiningInfo?
+    /// LAN discovery (PROTOCOL.md §1e); absent when it is off (`--no-lan-discovery`, or no LAN).
+    public var lanDiscovery: LANDiscoveryInfo? = nil
+
+    public struct LANDiscoveryInfo: Codable, Sendable, Equatable {
+        /// The interfaces announced on ("eth0 192.168.1.20").
+        public var interfaces: [String]
+        public var announcementsSent: UInt64
+        /// Announcements of this session taken, and datagrams on the port that were not one
+        /// (another session's, damaged, forged).
+        public var announcementsHeard: UInt64
+        public var announcementsIgnored: UInt64
+        /// Members punched at the LAN address they announced.
+        public var membersMet: UInt64
+    }
 }

@@ -144,6 +144,17 @@ public struct MembershipInstance: Sendable {
         return tryJoining(now: now)
     }
 
+    /// Another door while joining (a member heard on the LAN): asked at once, then tried with
+    /// the others. At most `maxJoinSeeds` in all.
+    public mutating func addJoinSeed(_ address: PeerAddress, now: MeshInstant) -> [MembershipDirective] {
+        guard isJoining, !me.addresses.contains(address), !seeds.contains(address),
+              seeds.count < Self.maxJoinSeeds else { return [] }
+        seeds.append(address)
+        return [.send(frames: [.syncRequest(SyncRequest(isJoin: true)), .alive(me)], recipient: nil, address: address)]
+    }
+
+    static let maxJoinSeeds = 64
+
     /// Whether this node still waits for a first member to answer its join.
     public var isJoining: Bool { nextJoinAttemptAt != nil }
 

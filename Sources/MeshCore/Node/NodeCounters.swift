@@ -56,10 +56,22 @@ public struct NodeCounters: Sendable, Equatable {
     /// through a relay and opened (what this node carries for others: `RelayService.Counters`).
     public var relayedSent: UInt64 = 0
     public var relayedReceived: UInt64 = 0
+    /// LAN discovery: announcements sent, taken (this session's, MAC valid), ignored (anything
+    /// else on the port), and members punched at the address they were heard from.
+    public var lan = LANCounters()
 
     public init() {}
 
     public mutating func countDrop(_ reason: DropReason) {
         dropped[reason, default: 0] += 1
     }
+}
+
+public struct LANCounters: Sendable, Equatable, Codable {
+    public var announcementsSent: UInt64 = 0
+    public var announcementsHeard: UInt64 = 0
+    public var announcementsIgnored: UInt64 = 0
+    public var membersMet: UInt64 = 0
+
+    public init() {}
 }

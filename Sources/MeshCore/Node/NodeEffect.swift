@@ -13,6 +13,8 @@ public enum NodeEffect: Sendable {
     /// Work for the store, executed in order; its outcome comes back through
     /// `NodeInstance.storageCompleted(_:_:now:)` with the same ticket.
     case storage(StorageRequest, StorageTicket)
+    /// A LAN announcement (`LANAnnouncement`) to multicast on each LAN interface, TTL 1.
+    case announceOnLAN([UInt8])
     case event(NodeEvent)
     /// A command (`NodeInstance.handle(_:request:now:)`) finished.
     case complete(RequestID, Result<NodeResult, NodeError>)

@@ -204,6 +204,8 @@ public struct NodeInstance: Sendable {
     var pathCheckAt = MeshInstant.zero
     /// What this node carries for others (NodeInstance+Relay).
     package internal(set) var relayService: RelayService
+    /// When we announce ourselves on the LAN, and whom we met there (NodeInstance+LAN).
+    var lanDiscovery: LANDiscovery
 
     public internal(set) var counters = NodeCounters()
     var effects: [NodeEffect] = []
@@ -251,6 +253,7 @@ public struct NodeInstance: Sendable {
         addressEchoes = AddressEchoes(settings: settings.addressEchoes)
         paths = MemberPaths(settings: settings.paths)
         relayService = RelayService(settings: settings.relay)
+        lanDiscovery = LANDiscovery(settings: settings.lanDiscovery, now: now)
         self.random = random
         // Only what the journal holds now: a manifest left over from a removed attachment is not ours.
         let state = journal.state
@@ -385,6 +388,7 @@ public struct NodeInstance: Sendable {
         endingTick(now: now)
         pingTick(now: now)
         pathsTick(now: now)
+        lanTick(now: now)
         joinTick(now: now)
         if rememberedDirty { saveRemembered() }
     }
@@ -407,6 +411,7 @@ public struct NodeInstance: Sendable {
         consider(ending?.until)
         consider(pingDeadline)
         consider(pathsDeadline)
+        consider(lanDeadline)
         consider(joinNoticeDeadline)
         return deadline
     }

@@ -55,6 +55,8 @@ public struct NodeSettings: Sendable {
     public var paths = MemberPaths.Settings()
     /// Carrying datagrams between members that cannot meet (`--no-relay`), and at what rates.
     public var relay = RelayService.Settings()
+    /// Announcing ourselves on the LAN and meeting members heard there (`--no-lan-discovery`).
+    public var lanDiscovery = LANDiscovery.Settings()
     /// Chunks kept after serving them, for re-asks of lost pieces (4 MiB at 256 KiB chunks).
     public var recentChunkCapacity = 16
     /// Datagrams per segmented write: the kernel takes up to 64 segments and 64 KiB.
