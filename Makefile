@@ -29,6 +29,7 @@ deps:
 		command -v iperf3 >/dev/null 2>&1 || missing="$$missing iperf3"; \
 		command -v ping >/dev/null 2>&1 || missing="$$missing iputils-ping"; \
 		command -v conntrack >/dev/null 2>&1 || missing="$$missing conntrack"; \
+		command -v nft >/dev/null 2>&1 || missing="$$missing nftables"; \
 		command -v tmux >/dev/null 2>&1 || missing="$$missing tmux"; \
 		if [ -n "$$missing" ]; then \
 			echo "WAN link emulator and NAT laboratory: installing$$missing"; \

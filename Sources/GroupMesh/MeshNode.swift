@@ -477,6 +477,8 @@ package actor MeshNode {
                 case let .send(datagram, address):
                     write(datagram, to: address)
                     wrote = true
+                case let .sendShortLived(datagram, address, hops):
+                    writeShortLived(datagram, to: address, hops: hops)
                 case let .sendSegments(batch, segmentSize, count, address):
                     writeSegments(batch, segmentSize: segmentSize, count: count, to: address)
                     wrote = true
@@ -579,6 +581,25 @@ package actor MeshNode {
         } else {
             channel.write(envelope, promise: nil)  // no future per datagram on the hot path
         }
+    }
+
+    /// A datagram with an IP TTL (hop limit) of `hops` (a punch's first rounds): what is queued
+    /// leaves first with the usual one, then the socket's TTL is set for this datagram alone and
+    /// put back. Not sent at all when it could not leave at once (a full send buffer would hold it
+    /// until after the TTL is back, and it would then reach the far router).
+    private func writeShortLived(_ datagram: ByteBuffer, to address: PeerAddress, hops: UInt8) {
+        guard !closed, channel.isWritable, let options = channel.syncOptions else { return }
+        #if os(Linux)
+        let option = address.isIPv6 || localAddress.isIPv6
+            ? ChannelOptions.Types.SocketOption(level: .init(rawValue: CInt(IPPROTO_IPV6)), name: .init(rawValue: IPV6_UNICAST_HOPS))
+            : ChannelOptions.Types.SocketOption(level: .init(rawValue: CInt(IPPROTO_IP)), name: .init(rawValue: IP_TTL))
+        channel.flush()
+        guard (try? options.setOption(option, value: SocketOptionValue(hops))) != nil else { return }
+        write(datagram, to: address)
+        channel.flush()
+        // -1: the route's default again.
+        _ = try? options.setOption(option, value: -1)
+        #endif
     }
 
     /// The first writes to a destination are watched until one is written (`DestinationCheck`).

@@ -89,6 +89,7 @@ public final class NATLab: @unchecked Sendable {
 
     public static let iptablesCommand: String? = tool("iptables")
     public static let conntrackCommand: String? = tool("conntrack")
+    public static let nftCommand: String? = tool("nft")
     public static let sysctlCommand: String = tool("sysctl") ?? "/sbin/sysctl"
 
     /// Why the lab cannot be built here (a test's skip reason), or nil.
@@ -148,6 +149,12 @@ public final class NATLab: @unchecked Sendable {
         try ip(["-n", internet, "link", "add", "br0", "type", "bridge"])
         try ip(["-n", internet, "addr", "add", "\(Self.internetGateway)/24", "dev", "br0"])
         try ip(["-n", internet, "link", "set", "br0", "up"])
+        // The first router beyond a home, as an ISP's is: a datagram that left its home with a TTL
+        // of 1 dies there (the bridge forwards frames without counting hops). Short-lived
+        // punches rely on it, as they rely on the ISP's router on the internet.
+        if let nft = Self.nftCommand {
+            try check(run(in: internet, nft, ["add table bridge isp; add chain bridge isp forward { type filter hook forward priority 0; }; add rule bridge isp forward ip ttl 1 drop"]))
+        }
         // A public host or router's leg on the bridge.
         func attach(_ space: String, interface: String, port: String, address: String) throws {
             try ip(["link", "add", interface, "netns", space, "type", "veth", "peer", "name", port, "netns", internet])

@@ -14,6 +14,7 @@ public struct SimContext {
 
     enum Effect {
         case send([UInt8], to: SimAddress)
+        case sendShortLived([UInt8], to: SimAddress)
         case multicast([UInt8])
         case schedule(timer: UInt64, at: MeshInstant)
         case cancel(timer: UInt64)
@@ -30,6 +31,12 @@ public struct SimContext {
     /// Sends one datagram over the simulated network (subject to the link's conditions).
     public mutating func send(_ bytes: [UInt8], to destination: SimAddress) {
         effects.append(.send(bytes, to: destination))
+    }
+
+    /// Sends one datagram with a small TTL: it passes the sender's own NAT box (making its
+    /// mapping) and reaches a node of the sender's own LAN, nothing beyond.
+    public mutating func sendShortLived(_ bytes: [UInt8], to destination: SimAddress) {
+        effects.append(.sendShortLived(bytes, to: destination))
     }
 
     /// Sends one datagram to every other node on this node's LAN (behind the same NAT box), as

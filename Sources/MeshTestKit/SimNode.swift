@@ -258,6 +258,7 @@ public final class SimNode: SimulatedProcess {
 
     private var outbox: [(bytes: [UInt8], to: SimAddress)] = []
     private var lanOutbox: [[UInt8]] = []
+    private var shortLivedOutbox: [(bytes: [UInt8], to: SimAddress)] = []
 
     public func start(now: MeshInstant, context: inout SimContext) {
         self.now = now
@@ -313,6 +314,9 @@ public final class SimNode: SimulatedProcess {
         switch effect {
         case let .send(datagram, address):
             send(datagram, to: address)
+        case let .sendShortLived(datagram, address, _):
+            guard let destination = SimAddress(peerAddress: address) else { return }
+            shortLivedOutbox.append((Array(datagram.readableBytesView), destination))
         case let .sendSegments(batch, segmentSize, _, address):
             var rest = batch
             while rest.readableBytes > 0, let datagram = rest.readSlice(length: min(segmentSize, rest.readableBytes)) {
@@ -403,6 +407,8 @@ public final class SimNode: SimulatedProcess {
         drive()
         for (bytes, destination) in outbox { context.send(bytes, to: destination) }
         outbox.removeAll(keepingCapacity: true)
+        for (bytes, destination) in shortLivedOutbox { context.sendShortLived(bytes, to: destination) }
+        shortLivedOutbox.removeAll()
         for bytes in lanOutbox { context.multicastOnLAN(bytes) }
         lanOutbox.removeAll()
         if core.phase == .leaving {

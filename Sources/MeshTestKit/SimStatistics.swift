@@ -14,6 +14,9 @@ public enum SimDropReason: String, Sendable, CaseIterable, CustomStringConvertib
     case queue
     /// A NAT box kept it out: no live mapping, filtered, or a private address from outside.
     case nat
+    /// Sent short-lived (a small TTL) and expired on the way: it left the sender's home, never
+    /// reached another's.
+    case expired
 
     public var description: String { rawValue }
 }
@@ -27,10 +30,11 @@ public struct SimDropCounts: Sendable, Equatable {
     public var unknownDestination = 0
     public var queue = 0
     public var nat = 0
+    public var expired = 0
 
     public init() {}
 
-    public var total: Int { loss + partition + mtu + crashed + unknownDestination + queue + nat }
+    public var total: Int { loss + partition + mtu + crashed + unknownDestination + queue + nat + expired }
 
     public subscript(reason: SimDropReason) -> Int {
         get {
@@ -42,6 +46,7 @@ public struct SimDropCounts: Sendable, Equatable {
             case .unknownDestination: unknownDestination
             case .queue: queue
             case .nat: nat
+            case .expired: expired
             }
         }
         set {
@@ -53,6 +58,7 @@ public struct SimDropCounts: Sendable, Equatable {
             case .unknownDestination: unknownDestination = newValue
             case .queue: queue = newValue
             case .nat: nat = newValue
+            case .expired: expired = newValue
             }
         }
     }

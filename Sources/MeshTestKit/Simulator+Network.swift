@@ -130,7 +130,7 @@ extension Simulator {
 
     /// Applies the NATs on the way (Simulator+NAT) and the link model to one datagram and schedules
     /// its arrival(s). The random draws happen in a fixed order, so one seed gives one outcome.
-    func transmit(_ bytes: [UInt8], from source: SimAddress, to addressed: SimAddress) {
+    func transmit(_ bytes: [UInt8], from source: SimAddress, to addressed: SimAddress, shortLived: Bool = false) {
         statistics.sent += 1
         statistics.bytesSent += bytes.count
         if source.index < statistics.nodes.count {
@@ -147,6 +147,12 @@ extension Simulator {
         case let .node(node, natHop):
             destination = node
             hop = natHop
+        }
+        // A short-lived datagram expires past the first hop beyond its home: only a neighbour
+        // on the same LAN (no NAT crossed, both behind the same box) gets it.
+        if shortLived, hop != nil || source.isNATPublic || nodes[source.index].nat == nil
+            || nodes[source.index].nat != nodes[destination.index].nat {
+            return drop(from: source, to: destination, size: bytes.count, reason: .expired)
         }
         if blocked(source, destination) {
             return drop(from: source, to: destination, size: bytes.count, reason: .partition)

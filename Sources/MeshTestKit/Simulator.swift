@@ -284,6 +284,8 @@ public final class Simulator {
             switch effect {
             case let .send(bytes, destination):
                 transmit(bytes, from: address, to: destination)
+            case let .sendShortLived(bytes, destination):
+                transmit(bytes, from: address, to: destination, shortLived: true)
             case let .multicast(bytes):
                 multicast(bytes, from: address)
             case let .schedule(id, deadline):

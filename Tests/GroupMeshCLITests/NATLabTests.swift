@@ -257,6 +257,36 @@ struct NATLabTests {
     /// is symmetric; s and h cannot punch (each mapping is per destination), so they talk through
     /// a public member, which carries sealed datagrams it cannot open; when that relay leaves they
     /// move to the other, and with none left they say unreachable.
+    @Test("two homes behind routers with no firewall of their own (MASQUERADE only): short-lived first punches open both mappings, the pair is punched, a message crosses, nothing relayed",
+          .enabled(if: NATLab.isAvailable && NATLab.nftCommand != nil,
+                   Comment(rawValue: NATLab.unavailableReason ?? "the lab's ISP hop needs nft (apt-get install nftables)")))
+    func routersWithoutAFirewallArePunched() async throws {
+        let nodes = LabNodes(try NATLab(publicHosts: 1, homes: [.endpointIndependent, .endpointIndependent],
+                                        routerInputFirewall: false))
+        defer { nodes.tearDown() }
+        let lab = nodes.lab
+        let p = try nodes.run("p", on: .publicHost(0), lazy: true)
+        let invite = try await p.waitForLine(prefix: "invite:")
+        let h1 = try nodes.run("h1", on: .home(0), invite: invite)
+        let h2 = try nodes.run("h2", on: .home(1), invite: invite)
+        try await [p, h1, h2].waitForMesh(alive: 3, timeout: .seconds(30))
+        do {
+            _ = try await h1.waitForStatus(timeout: .seconds(40), "h2 punched at h1") { Self.punched("h2", in: $0) }
+            _ = try await h2.waitForStatus(timeout: .seconds(40), "h1 punched at h2") { Self.punched("h1", in: $0) }
+        } catch {
+            Self.printMappings(lab)
+            throw error
+        }
+        let listener = try await nodes.listen(to: h2)
+        let sent = try await NodeProcess.runCommand(["send", "--data-dir", h1.dataDirectory, "--to", "h2", "no firewall"])
+        #expect(sent.status == 0, "\(sent.stderr)")
+        try await waitUntil("h2 heard h1's message", timeout: .seconds(20)) {
+            Self.heard(listener).contains { $0.text == "no firewall" }
+        }
+        let pView = try await p.status()
+        #expect(pView.relay("forwardedDatagrams") == 0, "the public member relayed for the homes")
+    }
+
     @Test("a home behind MASQUERADE --random-fully knows its NAT is symmetric and is reached through a relay that cannot read it; the pair moves when the relay leaves",
           .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func symmetricHomeIsRelayed() async throws {

@@ -33,16 +33,27 @@ import Testing
         do { let result = paths.introduced(to: Self.peer, at: [Self.mapped, Self.record], by: Self.helper, now: Self.start); #expect(result) }
         #expect(paths.state(of: Self.peer) == .punching)
         var punches: [PeerAddress] = []
+        var shortPunches: [PeerAddress] = []
         var now = Self.start
         for _ in 0..<50 {
-            for case let .punch(peer, address, isReply) in paths.due(now: now, live: [], silence: .seconds(5), introducers: []) {
-                #expect(peer == Self.peer && !isReply)
-                punches.append(address)
+            for action in paths.due(now: now, live: [], silence: .seconds(5), introducers: []) {
+                switch action {
+                case let .punch(peer, address, isReply):
+                    #expect(peer == Self.peer && !isReply)
+                    #expect(shortPunches.count == 2 * paths.settings.shortPunchRounds, "the short-lived rounds come first")
+                    punches.append(address)
+                case let .shortPunch(peer, address, hops):
+                    #expect(peer == Self.peer && hops == paths.settings.shortPunchHops)
+                    shortPunches.append(address)
+                default:
+                    Issue.record("unexpected \(action)")
+                }
             }
             now = now + .milliseconds(50)
         }
-        #expect(punches.count == 2 * paths.settings.punchRounds)
-        #expect(Set(punches) == [Self.mapped, Self.record])
+        #expect(shortPunches.count == 2 * paths.settings.shortPunchRounds)
+        #expect(punches.count == 2 * (paths.settings.punchRounds - paths.settings.shortPunchRounds))
+        #expect(Set(punches) == [Self.mapped, Self.record] && Set(shortPunches) == Set(punches))
         #expect(paths.punchesFailed == 1)
         #expect(paths.state(of: Self.peer) == .direct)
         #expect(paths.nextDeadline == nil)

@@ -7,6 +7,10 @@ import NIOCore
 public enum NodeEffect: Sendable {
     /// One sealed datagram.
     case send(ByteBuffer, to: PeerAddress)
+    /// One sealed datagram with an IP TTL (hop limit) of `hops`, so that it opens our NAT's
+    /// mapping and expires before the far router. A driver that cannot set it sends nothing (a
+    /// datagram that reached the far router unasked could cost the punch it is part of).
+    case sendShortLived(ByteBuffer, to: PeerAddress, hops: UInt8)
     /// `count` sealed datagrams of `segmentSize` bytes back to back (only the last may be shorter):
     /// one segmented write (UDP GSO) where the kernel can, else one datagram each.
     case sendSegments(ByteBuffer, segmentSize: Int, count: Int, to: PeerAddress)

@@ -105,6 +105,9 @@ extension NodeInstance {
             switch action {
             case let .punch(peer, address, isReply):
                 sendPairwise([.punch(Punch(token: random.next(), isReply: isReply))], to: peer, address: address)
+            case let .shortPunch(peer, address, hops):
+                guard let datagram = codec.seal([.punch(Punch(token: random.next(), isReply: false))], to: peer) else { continue }
+                transmit(datagram, to: address, kind: .membership, hops: hops)
             case let .request(peer, introducer):
                 log(.info, "asking for an introduction", ["member": "\(peer)", "introducer": "\(introducer)"])
                 sendPairwise([.punchRequest(PunchRequest(target: peer))], to: introducer)

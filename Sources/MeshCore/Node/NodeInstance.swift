@@ -549,12 +549,16 @@ public struct NodeInstance: Sendable {
         effects.append(.event(event))
     }
 
-    mutating func transmit(_ datagram: ByteBuffer, to address: PeerAddress, kind: TrafficKind) {
+    mutating func transmit(_ datagram: ByteBuffer, to address: PeerAddress, kind: TrafficKind, hops: UInt8? = nil) {
         guard phase != .stopped else { return }
         counters.datagramsSent += 1
         counters.bytesSent += UInt64(datagram.readableBytes)
         counters.sent.count(kind, bytes: datagram.readableBytes)
-        effects.append(.send(datagram, to: address))
+        if let hops {
+            effects.append(.sendShortLived(datagram, to: address, hops: hops))
+        } else {
+            effects.append(.send(datagram, to: address))
+        }
     }
 
     mutating func transmit(segments batch: ByteBuffer, segmentSize: Int, count: Int, to address: PeerAddress) {

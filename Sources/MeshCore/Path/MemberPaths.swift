@@ -34,6 +34,12 @@ public struct MemberPaths: Sendable {
         /// A simultaneous open's budget: rounds of punches to every candidate, this far apart.
         public var punchRounds = 10
         public var punchInterval: Duration = .milliseconds(100)
+        /// The first rounds of a punch are short-lived: their datagrams leave our router (making
+        /// our mapping towards the peer) and expire `shortPunchHops` hops out, before they reach
+        /// the peer's router. A router with no firewall of its own would otherwise take the first
+        /// punch to reach it as a flow to itself, and map its own host's punch back elsewhere.
+        public var shortPunchRounds = 2
+        public var shortPunchHops: UInt8 = 2
         /// Punches under way at once (each one an introduction a member asked us to follow).
         public var maxPunches = 8
         /// Of those, opens one member introduced.
@@ -113,6 +119,9 @@ public struct MemberPaths: Sendable {
     /// What to send for the paths: the node seals and sends it.
     public enum Action: Sendable, Equatable {
         case punch(NodeID, to: PeerAddress, isReply: Bool)
+        /// A punch sent with an IP TTL (hop limit) of `hops`: it opens our own NAT's mapping and
+        /// dies before the peer's router (a peer on our own network still gets it).
+        case shortPunch(NodeID, to: PeerAddress, hops: UInt8)
         case request(introductionTo: NodeID, from: NodeID)
         /// `member` is now reached through `relay`, or (nil) through nobody: it is unreachable.
         case relay(NodeID, through: NodeID?)
@@ -312,7 +321,11 @@ public struct MemberPaths: Sendable {
                              introducers: [NodeID], relays: [NodeID] = [], behindNAT: Bool = false) -> [Action] {
         var actions: [Action] = []
         for (peer, attempt) in punching.sorted(by: { $0.key < $1.key }) where attempt.nextAt <= now {
-            for address in attempt.candidates { actions.append(.punch(peer, to: address, isReply: false)) }
+            let short = settings.punchRounds - attempt.roundsLeft < settings.shortPunchRounds
+            for address in attempt.candidates {
+                actions.append(short ? .shortPunch(peer, to: address, hops: settings.shortPunchHops)
+                                     : .punch(peer, to: address, isReply: false))
+            }
             var next = attempt
             next.roundsLeft -= 1
             next.nextAt = now + settings.punchInterval
