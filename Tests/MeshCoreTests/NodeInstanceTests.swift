@@ -573,6 +573,24 @@ struct NodeInstanceTests {
         #expect(mesh.leakViolations().isEmpty, "\(replay): \(mesh.leakViolations())")
     }
 
+    @Test("after a restart the node knows where each chunk it holds belongs (the seeding rule serves its old attachments as before)",
+          arguments: SimulationSeeds.from(defaultCount: 3))
+    func chunkLocationsSurviveARestart(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)))
+        let other = mesh.addNode(joiningThrough: [], at: .zero)
+        let node = mesh.addNode(joiningThrough: [other.address], at: .zero + .milliseconds(10))
+        node.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(4096 * 3, salt: UInt8(seed % 100))) }
+        mesh.simulator.run(until: .zero + .seconds(3))
+        let before = node.core.chunkLocations
+        #expect(before.count == 3, "\(replay): \(before.count) chunk locations before the restart")
+        mesh.restart(node.address, at: .zero + .seconds(4))
+        mesh.simulator.run(until: .zero + .seconds(6))
+        let restarted = mesh.node(node.address)
+        #expect(restarted.core.chunkLocations.count == 3, "\(replay): \(restarted.core.chunkLocations.count) after it")
+        #expect(Set(restarted.core.chunkLocations.keys) == Set(before.keys), "\(replay)")
+    }
+
     @Test("replication tries a failed fetch again by itself: a holder whose disk could not be read for a while",
           arguments: SimulationSeeds.from(defaultCount: 3))
     func failedFetchIsRetried(seed: UInt64) {

@@ -261,6 +261,8 @@ public struct NodeInstance: Sendable {
         complete = restored.complete.intersection(present.map(\.id))
         knownHeld = restored.held
         manifests = Dictionary(present.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        // `didSet` does not run in an initializer: the seeding rule needs them for what we held.
+        chunkLocations = Self.locations(of: manifests)
         collectsAtStart = restored.logIsWhole
     }
 
