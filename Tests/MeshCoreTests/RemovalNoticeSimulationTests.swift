@@ -22,6 +22,12 @@ struct RemovalNoticeSimulationTests {
         #expect(mesh.removed == [c.id], "\(replay): c was not removed")
         #expect(c.removedFromSession, "\(replay): c was never told")
         #expect(!a.removedFromSession && !b.removedFromSession, "\(replay)")
+        // The core stops it, whatever drives it: it sends nothing more.
+        #expect(c.core.phase == .stopped, "\(replay): c is \(c.core.phase)")
+        let sent = c.core.counters.datagramsSent
+        mesh.simulator.run(for: .seconds(10))
+        #expect(c.core.counters.datagramsSent == sent, "\(replay): the removed member kept sending")
+        #expect(a.core.phase == .running && b.core.phase == .running, "\(replay)")
     }
 
     @Test("a notice that names another member, is signed by no member, or carries another's signature changes nothing")

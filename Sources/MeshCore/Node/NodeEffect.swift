@@ -43,7 +43,8 @@ public enum NodeEvent: Sendable {
     /// The session was ended by `by` (maybe this node): this node passes it on, leaves, and
     /// the driver stops once the departure is out (the phase is then `leaving`).
     case sessionEnded(by: NodeID, name: String)
-    /// A key epoch without this node was made: it is no longer in the session.
+    /// A key epoch without this node was made: it is no longer in the session, and has stopped
+    /// (`phase` is `stopped`; the driver closes its sockets).
     case removedFromSession(by: NodeID)
     /// What the members' observations say of the NAT in front of us changed (`AddressDiscovery`),
     /// with the reflexive address adopted, if any.

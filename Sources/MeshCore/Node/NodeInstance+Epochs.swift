@@ -184,17 +184,24 @@ extension NodeInstance {
     /// A member removed us: a rotation it signed names us (out of our epoch, or out of one that
     /// followed it, when we were removed on top of a competing rotation). Believed from a member
     /// we know (any member may remove any other), never from anyone else.
-    mutating func receiveRemovalNotice(_ rotation: KeyRotation, from sender: NodeID) {
+    mutating func receiveRemovalNotice(_ rotation: KeyRotation, from sender: NodeID, now: MeshInstant) {
         guard rotation.removed.contains(localID),
               knownMemberIDs.contains(rotation.author), knownMemberIDs.contains(sender),
               rotation.hasValidSignature(authority) else {
             counters.handoversRefused += 1
             return
         }
+        stopRemoved(by: rotation.author, now: now)
+    }
+
+    /// We are no longer in the session: said once, and the node stops (whatever drives it), as
+    /// nothing the members send opens with the keys it still holds.
+    mutating func stopRemoved(by author: NodeID, now: MeshInstant) {
         guard !removedFromSession else { return }
-        log(.warning, "this node was removed from the session", ["by": "\(rotation.author)"])
+        log(.warning, "this node was removed from the session", ["by": "\(author)"])
         removedFromSession = true
-        emit(.removedFromSession(by: rotation.author))
+        emit(.removedFromSession(by: author))
+        stop(now: now)
     }
 
     /// A handover to us, in a datagram of our current epoch: adopt the next epoch if it is
@@ -237,12 +244,8 @@ extension NodeInstance {
             let joining = membership.join(seeds.sorted(), now: now)
             apply(joining, now: now)
         case .removesUs:
-            log(.warning, "this node was removed from the session", ["by": "\(handover.rotation.author)"])
             counters.handoversRefused += 1
-            if !removedFromSession {
-                removedFromSession = true
-                emit(.removedFromSession(by: handover.rotation.author))
-            }
+            stopRemoved(by: handover.rotation.author, now: now)
         case .notOurEpoch:
             // A competing rotation that loses to ours: its sender is handed ours.
             handOver(to: handover.sender, heardIn: handover.rotation.previousSession, address: address, now: now)

@@ -336,7 +336,7 @@ public struct NodeInstance: Sendable {
                 return
             }
             if case let .removalNotice(rotation) = datagram.frames.first {
-                return receiveRemovalNotice(rotation, from: sender)
+                return receiveRemovalNotice(rotation, from: sender, now: now)
             }
             let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now)
             apply(directives, now: now)
