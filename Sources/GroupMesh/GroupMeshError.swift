@@ -228,7 +228,7 @@ extension MessengerError {
     public var kind: FailureKind {
         switch self {
         case .tooLarge, .unknownMember, .ambiguousMember: .input
-        case .notDelivered, .notRunning: .unavailable
+        case .notDelivered, .notRunning, .sessionEnded, .removed: .unavailable
         }
     }
 }

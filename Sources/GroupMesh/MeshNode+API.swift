@@ -70,7 +70,18 @@ extension MeshNode {
         case let .failure(.notDelivered(failures)):
             return .failure(MessengerError(failures, names: { participant($0).name }))
         case let .failure(.messageTooLarge(size, limit)): return .failure(.tooLarge(size: size, limit: limit))
-        case .failure, .success: return .failure(.notRunning)
+        case let .failure(.sessionEnded(by)):
+            return .failure(.sessionEnded(by: by == nodeID ? "this member" : core.displayName(of: by)))
+        case .failure, .success: return .failure(notRunningReason)
+        }
+    }
+
+    /// Why nothing more is sent: the session's end or our removal, when that is what stopped us.
+    var notRunningReason: MessengerError {
+        switch invalidation {
+        case let .ended(by): .sessionEnded(by: by)
+        case let .removed(by): .removed(by: by)
+        default: .notRunning
         }
     }
 

@@ -46,7 +46,7 @@ package actor MeshNode {
     package private(set) var stopReason: GroupMeshError?
     /// The session's life as the Swift API shows it, and what invalidates it when it stops.
     package private(set) var sessionState = SessionState.waiting
-    private var invalidation: InvalidationReason?
+    private(set) var invalidation: InvalidationReason?
     var stateSubscribers = Subscribers<SessionState>()
     /// A leave or an end of ours is under way: it stops the node itself once it is out.
     private var departing = false

@@ -9,6 +9,10 @@ public enum MessengerError: Error, Equatable, Sendable, CustomStringConvertible 
     case unknownMember(String)
     case ambiguousMember(String, candidates: [String])
     case notRunning
+    /// The session was ended (by the member named, maybe this one): nothing more is sent.
+    case sessionEnded(by: String)
+    /// Another member removed this one from the session.
+    case removed(by: String)
 
     public var description: String {
         switch self {
@@ -31,6 +35,10 @@ public enum MessengerError: Error, Equatable, Sendable, CustomStringConvertible 
             return "'\(text)' matches several members: \(candidates.joined(separator: ", "))"
         case .notRunning:
             return "the node is not running (it stopped or left); start it again with groupmesh run"
+        case let .sessionEnded(by):
+            return "the session was ended by \(by); nothing was sent"
+        case let .removed(by):
+            return "this node was removed from the session by \(by); nothing was sent"
         }
     }
 

@@ -133,6 +133,14 @@ struct MeshSessionTests {
         #expect(await carol.state == .invalidated(reason: .ended(by: "alice (\(alice.node.nodeID.hex.prefix(12)))")))
         #expect(await alice.state == .invalidated(reason: .ended(by: "this member")))
         for await _ in carolMessages {}  // finished, not hanging
+        // A send after the end says so, not that the node "is not running".
+        do {
+            try await Messenger(session: bob).send(Data("late".utf8))
+            Issue.record("a send after the end went through")
+        } catch let error as MessengerError {
+            #expect(error == .sessionEnded(by: "alice (\(alice.node.nodeID.hex.prefix(12)))"), "\(error)")
+            #expect(error.description.hasPrefix("the session was ended by alice"), "\(error)")
+        }
         // Every data dir remembers: the session cannot start again, whoever starts it.
         for session in sessions {
             await #expect(throws: GroupMeshError.self) { _ = try await MeshSession(session.node.configuration) }
