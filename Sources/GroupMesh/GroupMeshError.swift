@@ -163,6 +163,7 @@ extension GroupMeshError {
         case let .store(.tooLarge(size, limit)): self = .attachmentTooLarge(size: size, limit: limit)
         case let .store(.unreadable(message)): self = .attachment(message)
         case let .store(.failed(message)): self = .store(message)
+        case let .store(.damaged(message)): self = .store("the attachment is damaged on disk (\(message)) and could not be fetched again whole; nothing was written")
         case .cannotRemoveSelf: self = .cannotRemoveSelf
         case let .alreadyRemoved(id): self = .alreadyRemoved(member: names(id))
         case let .sessionTooLarge(limit): self = .sessionTooLarge(limit: limit)

@@ -14,6 +14,9 @@ public struct SimChunkStore: Sendable {
 
     public func contains(_ digest: SHA256Digest) -> Bool { chunks[digest] != nil }
 
+    /// Forgets a chunk, as the real store does with one it finds damaged when it reads it.
+    public mutating func discard(_ digest: SHA256Digest) { chunks[digest] = nil }
+
     /// Stores `bytes` under its SHA-256; with `expected`, only if that is its hash. True when stored.
     @discardableResult
     public mutating func write(_ bytes: [UInt8], expected: SHA256Digest? = nil) -> Bool {

@@ -221,6 +221,11 @@ public final class SimNode: SimulatedProcess {
         core.setWritable(writable)
     }
 
+    /// A stored chunk damaged on disk (found, and discarded, when next read).
+    public func damage(chunk digest: SHA256Digest) {
+        storage.chunks.discard(digest)
+    }
+
     public func setStorage(_ change: (inout SimStorage.Conditions) -> Void) {
         change(&storage.conditions)
     }

@@ -92,7 +92,10 @@ public struct SimStorage {
             return .success(.inspected(missing: chunks.missing(manifest)))
         case let .export(manifest, destination):
             guard destination == .memory else { return .failure(.failed("a simulated node has no files")) }
-            guard let bytes = chunks.bytes(of: manifest) else { return .failure(.failed("a chunk is missing")) }
+            guard let bytes = chunks.bytes(of: manifest) else {
+                // As the real store says of chunks it found damaged (and discarded) as it read them.
+                return .failure(.damaged("\(chunks.missing(manifest).count) of its \(manifest.chunks.count) chunks were damaged on disk and discarded"))
+            }
             return .success(.exported(bytes))
         case .prepareExport, .cancelExport:
             // No files here: an export into memory is written at the end.

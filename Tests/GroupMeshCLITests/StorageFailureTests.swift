@@ -212,3 +212,75 @@ struct StorageFailureTests {
         return Int(stats.f_bavail) * Int(stats.f_frsize)
     }
 }
+
+/// A byte of a stored chunk flipped on disk: found when it is read, discarded, and fetched again
+/// from a member that has it, so nothing is lost when that member leaves.
+@Suite("damaged chunks with real processes", .serialized)
+struct DamagedChunkTests {
+    struct Held: Decodable { var id: String; var chunks: Int; var chunksHave: Int; var heldBy: [String] }
+
+    static func held(_ node: NodeProcess) async throws -> [Held] {
+        let result = try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", node.dataDirectory])
+        guard result.status == 0 else { throw NodeProcessError.exited(status: result.status, stderr: result.stderr) }
+        return try JSONDecoder().decode([Held].self, from: Data(result.stdout.utf8))
+    }
+
+    /// Flips one byte in the middle of every pack file under `directory` (past the header, inside
+    /// a chunk's bytes: one record header is a few dozen bytes of a pack of megabytes).
+    static func flipPackBytes(under directory: String) throws -> Int {
+        var flipped = 0
+        for path in (FileManager.default.subpaths(atPath: directory) ?? []) where path.hasSuffix(".pack") {
+            let file = directory + "/" + path
+            let handle = try FileHandle(forUpdating: URL(fileURLWithPath: file))
+            defer { try? handle.close() }
+            let size = try handle.seekToEnd()
+            guard size > 64 * 1024 else { continue }
+            let offset = size / 2 + 1_000
+            try handle.seek(toOffset: offset)
+            guard let byte = try handle.read(upToCount: 1)?.first else { continue }
+            try handle.seek(toOffset: offset)
+            try handle.write(contentsOf: Data([byte ^ 0x5A]))
+            flipped += 1
+        }
+        return flipped
+    }
+
+    @Test("one flipped byte in a pack: get fetches the damaged chunk again from the member that has it, and the attachment outlives that member")
+    func aDamagedChunkIsFetchedAgain() async throws {
+        let files = NodeProcess.makeTemporaryDirectory("damaged-files")
+        defer { try? FileManager.default.removeItem(atPath: files) }
+        let original = try StorageFailureTests.writeFile("\(files)/photo.bin", size: 2 << 20, seed: 11)
+        let alice = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "alice"])
+        defer { Task { await alice.cleanUp() } }
+        let invite = try await alice.waitForLine(prefix: "invite:")
+        var bob = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "bob", "--invite", invite])
+        defer { Task { [bob] in await bob.cleanUp() } }
+        try await [alice, bob].waitForMesh(alive: 2)
+        let attached = try await StorageFailureTests.attach("\(files)/photo.bin", on: alice)
+        #expect(attached.status == 0, "\(attached.stderr)")
+        try await waitUntil("bob holds it whole", timeout: .seconds(30)) {
+            try await Self.held(bob).first.map { $0.chunksHave == $0.chunks } ?? false
+        }
+        // Damaged while bob is down (a restart also forgets which chunks it hashed lately).
+        bob.signal(SIGTERM)
+        try await bob.waitForExit()
+        #expect(try Self.flipPackBytes(under: bob.dataDirectory) >= 1, "no pack file to damage")
+        bob = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "bob"], dataDirectory: bob.dataDirectory)
+        try await [alice, bob].waitForMesh(alive: 2)
+
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", bob.dataDirectory, attached.id,
+                                                    "--output", files + "/first.bin"])
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(FileManager.default.contents(atPath: files + "/first.bin") == original, "the file got is not the one attached")
+        try await waitUntil("bob holds it whole again", timeout: .seconds(30)) {
+            try await Self.held(bob).first.map { $0.chunksHave == $0.chunks } ?? false
+        }
+        // Alice leaves: bob, the only holder now, still has every chunk, verified.
+        alice.signal(SIGTERM)
+        try await alice.waitForExit()
+        let again = try await NodeProcess.runCommand(["get", "--data-dir", bob.dataDirectory, attached.id,
+                                                      "--output", files + "/second.bin"])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(FileManager.default.contents(atPath: files + "/second.bin") == original)
+    }
+}

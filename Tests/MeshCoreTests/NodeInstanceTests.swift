@@ -591,6 +591,41 @@ struct NodeInstanceTests {
         #expect(Set(restarted.core.chunkLocations.keys) == Set(before.keys), "\(replay)")
     }
 
+    @Test("a chunk found damaged on disk (by a load, or when a member asks for it) is fetched again: the load completes, the attachment is whole here again",
+          arguments: SimulationSeeds.from(defaultCount: 3))
+    func damagedChunksAreFetchedAgain(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)))
+        let uploader = mesh.addNode(joiningThrough: [], at: .zero)
+        let holder = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(10))
+        var lazy = SimNode.Configuration()
+        lazy.settings.lazy = true
+        let asker = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(20), configuration: lazy)
+        uploader.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(4096 * 6, salt: UInt8(seed % 100))) }
+        mesh.simulator.run(until: .zero + .seconds(5))
+        let id = try #require(holder.core.complete.first, "\(replay): the holder did not replicate")
+        let manifest = try #require(holder.core.manifests[id])
+        // A load finds one chunk damaged.
+        holder.damage(chunk: manifest.chunks[2])
+        holder.load(id)
+        mesh.simulator.run(until: .zero + .seconds(10))
+        #expect(!holder.failedCommands.contains { $0.contains("load") }, "\(replay): \(holder.failedCommands)")
+        #expect(holder.core.complete.contains(id) && holder.storage.chunks.contains(manifest.chunks[2]), "\(replay)")
+        // The only other holder is down when a member asks the holder for a chunk it finds
+        // damaged: the holder stops saying it holds the attachment whole, and the asker hears
+        // it is unavailable; once the uploader is back, the holder fetches what it lost.
+        holder.damage(chunk: manifest.chunks[4])
+        mesh.simulator.crash(uploader.address)
+        asker.load(id)
+        mesh.simulator.run(until: .zero + .seconds(25))
+        #expect(!holder.core.complete.contains(id), "\(replay): the holder still says it holds it whole")
+        #expect(asker.failedCommands.contains { $0.contains("load") }, "\(replay): \(asker.failedCommands)")
+        mesh.restart(uploader.address, at: .zero + .seconds(26))
+        mesh.simulator.run(until: .zero + .seconds(120))
+        #expect(holder.core.complete.contains(id) && holder.storage.chunks.missing(manifest).isEmpty,
+                "\(replay): the holder did not fetch what it lost once the uploader was back")
+    }
+
     @Test("replication tries a failed fetch again by itself: a holder whose disk could not be read for a while",
           arguments: SimulationSeeds.from(defaultCount: 3))
     func failedFetchIsRetried(seed: UInt64) {

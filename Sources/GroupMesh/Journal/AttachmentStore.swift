@@ -62,11 +62,21 @@ actor AttachmentStore {
                 try flush()
             case let .inspect(manifest):
                 return .success(.inspected(missing: missing(manifest)))
-            case let .export(manifest, .file(path, mode, replace)):
-                try assemble(manifest, to: path, mode: mode, replace: replace)
-                return .success(.exported(nil))
-            case let .export(manifest, .memory):
-                return .success(.exported(try bytes(of: manifest)))
+            case let .export(manifest, destination):
+                do {
+                    if case let .file(path, mode, replace) = destination {
+                        try assemble(manifest, to: path, mode: mode, replace: replace)
+                        return .success(.exported(nil))
+                    }
+                    return .success(.exported(try bytes(of: manifest)))
+                } catch {
+                    // A chunk that did not verify was discarded as it was read: no longer whole.
+                    let lost = missing(manifest)
+                    guard lost.isEmpty else {
+                        return .failure(.damaged("\(lost.count) of its \(manifest.chunks.count) chunks were damaged on disk and discarded"))
+                    }
+                    throw error
+                }
             case let .prepareExport(manifest, .file(path, mode, _)):
                 exportsInProgress.prepare(manifest, to: path, mode: mode) { try? chunks.read($0, trustingRecentWrites: true) }
             case .prepareExport(_, .memory), .cancelExport(.memory):

@@ -76,7 +76,7 @@ extension NodeInstance {
     mutating func load(_ id: SHA256Digest, into destination: ExportDestination, request: RequestID, now: MeshInstant) {
         guard journal.state.hasContent(id) else { return complete(request, .failure(.unknownAttachment(id))) }
         if complete.contains(id), let manifest = manifests[id] {
-            return store(.export(manifest, to: destination), .export(request, manifest))
+            return store(.export(manifest, to: destination), .export(request, manifest, destination))
         }
         loadWaiters[id, default: []].append((request, destination))
         if case .chunks = fetches[id]?.stage, let manifest = manifests[id] {
@@ -115,12 +115,37 @@ extension NodeInstance {
         complete(waiter.request, .failure(error))
     }
 
-    mutating func exported(_ result: Result<StorageOutcome, StorageFailure>, manifest: Manifest, request: RequestID) {
+    mutating func exported(_ result: Result<StorageOutcome, StorageFailure>, manifest: Manifest, request: RequestID,
+                           destination: ExportDestination, now: MeshInstant) {
+        let retries = exportRetries.removeValue(forKey: request) ?? 0
         switch result {
         case let .success(.exported(bytes)): complete(request, .success(.loaded(manifest, bytes: bytes)))
+        case let .failure(.damaged(detail)):
+            // What was damaged was discarded: fetched again from the members that hold it, and the
+            // load waits for that fetch (twice at most: a disk that damages everything it keeps
+            // would have us fetch for ever).
+            attachmentDamaged(manifest.id, detail: detail, now: now)
+            guard retries < Self.maxExportRetries else {
+                return complete(request, .failure(.store(.damaged(detail))))
+            }
+            exportRetries[request] = retries + 1
+            loadWaiters[manifest.id, default: []].append((request, destination))
         case let .failure(failure): complete(request, .failure(.store(failure)))
         case .success: complete(request, .failure(.store(.failed("the store did not export"))))
         }
+    }
+
+    static let maxExportRetries = 2
+
+    /// Chunks of a whole attachment were found damaged on disk and discarded: it is no longer
+    /// whole here (members hear so), and what is missing is fetched again, lazy or not (we held
+    /// it; a member leaving may count on us).
+    mutating func attachmentDamaged(_ id: SHA256Digest, detail: String, now: MeshInstant) {
+        guard complete.remove(id) != nil else { return }
+        log(.warning, "attachment damaged on disk: fetching what was lost again",
+            ["attachment": String(id.hex.prefix(16)), "detail": detail])
+        announceHoldings(now: now)
+        startFetch(id, forReplication: true, now: now)
     }
 
     // MARK: the manifest
@@ -403,7 +428,8 @@ extension NodeInstance {
         }
         for waiter in loadWaiters.removeValue(forKey: id) ?? [] {
             switch result {
-            case let .success(manifest): store(.export(manifest, to: waiter.destination), .export(waiter.request, manifest))
+            case let .success(manifest):
+                store(.export(manifest, to: waiter.destination), .export(waiter.request, manifest, waiter.destination))
             case let .failure(error): failLoad(waiter, error)
             }
         }

@@ -189,6 +189,11 @@ extension NodeInstance {
         serving.remove(key)
         guard cancelledServes.remove(key) == nil, phase.isActive else { return }
         guard case let .success(.read(bytes?)) = result else {
+            // A chunk of an attachment we hold whole that cannot be read was damaged on disk (the
+            // store discarded it): the attachment is fetched again.
+            for id in complete.sorted() where manifests[id]?.chunks.contains(want.digest) == true {
+                attachmentDamaged(id, detail: "chunk \(want.digest.hex.prefix(16)) did not verify", now: now)
+            }
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld))], to: peer)
         }
         let chunk = ByteBuffer(bytes: bytes)

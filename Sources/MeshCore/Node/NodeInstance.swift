@@ -153,6 +153,8 @@ public struct NodeInstance: Sendable {
     package internal(set) var fetches: [SHA256Digest: Fetch] = [:]
     /// Chunks held of attachments neither whole nor fetching, as the store last said.
     var knownHeld: [SHA256Digest: Int] = [:]
+    /// Loads sent back to a fetch because the attachment was found damaged, and how often.
+    var exportRetries: [RequestID: Int] = [:]
     /// Loads waiting for their attachment's fetch.
     var loadWaiters: [SHA256Digest: [(request: RequestID, destination: ExportDestination)]] = [:]
     /// Chunk requests in flight, by digest: which chunks of which attachments they are for.
@@ -478,8 +480,8 @@ public struct NodeInstance: Sendable {
             inspected(result, id: id, now: now)
         case let .completeFetch(id):
             fetchFlushed(result, id: id, now: now)
-        case let .export(request, manifest):
-            exported(result, manifest: manifest, request: request)
+        case let .export(request, manifest, destination):
+            exported(result, manifest: manifest, request: request, destination: destination, now: now)
         case let .saveRemoval(request, transition):
             removalSaved(result, transition: transition, request: request, now: now)
         case .saveEpochs:

@@ -65,12 +65,15 @@ public enum StorageFailure: Error, Sendable, Equatable, CustomStringConvertible 
     case unreadable(String)
     /// The disk refused (full, unwritable…).
     case failed(String)
+    /// Chunks of the attachment did not verify when read (damaged on disk) and were discarded:
+    /// it is no longer whole here.
+    case damaged(String)
 
     public var description: String {
         switch self {
         case let .tooLarge(size, limit):
             return "attachment of \(size) bytes is over the limit of \(limit) bytes (\(limit >> 20) MiB); nothing was stored"
-        case let .unreadable(message), let .failed(message):
+        case let .unreadable(message), let .failed(message), let .damaged(message):
             return message
         }
     }
@@ -96,7 +99,7 @@ enum StoragePurpose: Sendable {
     case inspect(SHA256Digest)
     /// The last chunk of a fetch is stored: it is complete once durable.
     case completeFetch(SHA256Digest)
-    case export(RequestID, Manifest)
+    case export(RequestID, Manifest, ExportDestination)
     case saveRemoval(RequestID, KeyEpochs.Transition)
     case saveEpochs
     case saveMembers
