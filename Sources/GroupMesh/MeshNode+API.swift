@@ -247,7 +247,7 @@ extension MeshNode {
             backgroundCap: downlink.backgroundCap?.rounded())
         return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
                             counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo,
-                            joining: joiningInfo())
+                            joining: joiningInfo(), portMapping: portMapper?.info())
     }
 
     func joiningInfo() -> StatusReport.JoiningInfo? {

@@ -16,6 +16,8 @@ public struct NodeConfiguration: Sendable {
     public var lazy = false
     /// Carry sealed datagrams between members that cannot meet (`run --no-relay` turns it off).
     public var relays = true
+    /// Ask the gateway to map our UDP port (PCP, NAT-PMP, UPnP IGD; `run --no-port-mapping` turns it off).
+    public var portMapping = true
     public var profile: Profile = .lan
     /// The largest attachment accepted (DESIGN.md: 100 MiB, configurable).
     public var maxAttachmentSize: UInt64 = 100 << 20

@@ -53,6 +53,10 @@ struct RunCommand: AsyncParsableCommand {
           help: "Carry sealed datagrams between two members that cannot meet (default: --relay).")
     var relay: Bool?
 
+    @Flag(inversion: .prefixedNo,
+          help: "Ask the home router to map our UDP port with PCP, NAT-PMP or UPnP IGD (default: --port-mapping).")
+    var portMapping: Bool?
+
     @Option(help: "Timing defaults: lan (default), local or wan.")
     var profile: NodeConfiguration.Profile?
 
@@ -114,6 +118,8 @@ struct RunCommand: AsyncParsableCommand {
                 emit("listening: \(session.localAddress)")
                 switch inviteLine {
                 case .token:
+                    // The invite should hold the gateway's mapping: its first attempt ends first (bounded).
+                    await session.waitForPortMapping()
                     let invite = await session.invite()
                     emit("invite: \(invite.text)")
                 case let .hint(line): emit(line)
@@ -167,6 +173,7 @@ struct RunCommand: AsyncParsableCommand {
         var name: String?
         var lazy = false
         var relay = true
+        var portMapping = true
         var profile: NodeConfiguration.Profile = .lan
         var logLevel: Logger.Level = .warning
         var metrics: ListenAddress?
@@ -197,6 +204,7 @@ struct RunCommand: AsyncParsableCommand {
         settings.name = name ?? file.name
         settings.lazy = lazy ?? file.lazy ?? settings.lazy
         settings.relay = relay ?? file.relay ?? settings.relay
+        settings.portMapping = portMapping ?? file.portMapping ?? settings.portMapping
         settings.profile = profile ?? file.profile ?? settings.profile
         settings.logLevel = logLevel ?? file.logLevel ?? settings.logLevel
         settings.metrics = metrics ?? file.metrics
@@ -239,6 +247,7 @@ struct RunCommand: AsyncParsableCommand {
         configuration.name = settings.name
         configuration.lazy = settings.lazy
         configuration.relays = settings.relay
+        configuration.portMapping = settings.portMapping
         configuration.profile = settings.profile
         configuration.simulatedLoss = simulateLoss
         configuration.announce = { emit($0) }

@@ -14,6 +14,7 @@ struct RunConfigurationFile {
     var name: String?
     var lazy: Bool?
     var relay: Bool?
+    var portMapping: Bool?
     var profile: NodeConfiguration.Profile?
     var logLevel: Logger.Level?
     var metrics: ListenAddress?
@@ -21,7 +22,7 @@ struct RunConfigurationFile {
     var eventHandlerTimeout: Double?
 
     static let keys = ["listen", "advertise", "join", "name", "lazy", "relay", "profile", "log-level", "metrics",
-                       "event-handler", "event-handler-timeout"]
+                       "event-handler", "event-handler-timeout", "port-mapping"]
 
     /// Far more than any real configuration: a larger file is a wrong path, not settings.
     static let maxBytes = 64 * 1024
@@ -112,6 +113,7 @@ struct RunConfigurationFile {
         name = try string("name")
         lazy = try bool("lazy")
         relay = try bool("relay")
+        portMapping = try bool("port-mapping")
         if let text = try string("profile") {
             guard let value = NodeConfiguration.Profile(rawValue: text) else {
                 throw wrong("profile", NodeConfiguration.Profile.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")

@@ -256,4 +256,6 @@ public struct StatusReport: Codable, Sendable, Equatable {
     public var downlink: DownlinkInfo?
     /// Present while no member has answered this node's join.
     public var joining: JoiningInfo?
+    /// The gateway's port mapping (absent from nodes that predate it).
+    public var portMapping: PortMappingInfo?
 }

@@ -117,12 +117,14 @@ public struct PortMappingInstance: Sendable {
     }
 
     /// `nonce`: 12 random bytes (PCP's mapping nonce, kept for renewals and the delete).
-    public init(settings: Settings = .init(), internalPort: UInt16, nonce: [UInt8], enabled: Bool = true) {
+    /// `disabledBecause`: why the node asks for no mapping (nil: it does).
+    public init(settings: Settings = .init(), internalPort: UInt16, nonce: [UInt8], disabledBecause disabled: String? = nil) {
         self.settings = settings
         self.internalPort = internalPort
         self.nonce = Array(nonce.prefix(12)) + [UInt8](repeating: 0, count: max(0, 12 - nonce.count))
-        phase = enabled ? .noGateway : .disabled
-        settled = !enabled
+        phase = disabled == nil ? .noGateway : .disabled
+        note = disabled
+        settled = disabled != nil
     }
 
     // MARK: inputs
@@ -171,6 +173,9 @@ public struct PortMappingInstance: Sendable {
                 break
             }
             startExchange(.description(location, request: 0, deadline: now), now: now)
+        case .description, .externalAddress, .addMapping:
+            // The other answers to the search (one per target, multicast and unicast): taken already.
+            break
         default:
             ignore("an answer nothing was asked for", detail: "port \(source.port)")
         }
@@ -331,7 +336,7 @@ public struct PortMappingInstance: Sendable {
     /// Why no mapping is advertised, in a line (nil while one is, or while the first round runs).
     public var reason: String? {
         switch phase {
-        case .disabled: return "turned off (--no-port-mapping)"
+        case .disabled: return note ?? "turned off"
         case .noGateway: return note ?? "no IPv4 default route"
         case .failed:
             return MappingProtocol.allCases.map { "\($0.rawValue): \(failures[$0] ?? "not tried")" }.joined(separator: "; ")
