@@ -95,6 +95,7 @@ public struct PortMappingInstance: Sendable {
     private var round: [MappingProtocol] = []
     private var step = Step.idle
     private var pcpHeardFrom = false
+    private var networkKnown = false
     private var nextRound: MeshInstant?
     private var failedRounds = 0
     private var nextRequest: UInt64 = 0
@@ -132,7 +133,8 @@ public struct PortMappingInstance: Sendable {
     /// The default gateway and our address towards it (nil: no IPv4 default route). A change
     /// drops the mapping held (it belongs to the old network) and starts a round at once.
     public mutating func setNetwork(gateway: UInt32?, local: UInt32?, now: MeshInstant) -> [PortMappingDirective] {
-        guard phase != .disabled, phase != .stopped, gateway != self.gateway || local != self.local else { return [] }
+        guard phase != .disabled, phase != .stopped, !networkKnown || gateway != self.gateway || local != self.local else { return [] }
+        networkKnown = true
         (self.gateway, self.local) = (gateway, local)
         step = .idle
         failedRounds = 0
@@ -328,7 +330,7 @@ public struct PortMappingInstance: Sendable {
         case let .description(_, _, deadline), let .externalAddress(_, _, deadline), let .addMapping(_, _, _, _, deadline):
             deadlines.append(deadline)
         }
-        if let nextRound { deadlines.append(nextRound) }
+        if step.isIdle, let nextRound { deadlines.append(nextRound) }
         if let expires = mapping?.expires { deadlines.append(expires) }
         return deadlines.min()
     }
@@ -359,6 +361,7 @@ public struct PortMappingInstance: Sendable {
 
     private mutating func startRound(_ order: [MappingProtocol], now: MeshInstant) {
         round = order
+        nextRound = nil
         failures = [:]
         loggedIgnored = []
         pcpHeardFrom = false
@@ -411,14 +414,14 @@ public struct PortMappingInstance: Sendable {
     }
 
     private mutating func mapped(_ winner: MappingProtocol, external: UInt32, port: UInt16, lifetime: UInt32, now: MeshInstant) {
-        step = .idle
-        round = []
-        failedRounds = 0
         let address = PeerAddress(host: .ipv4(external), port: port)
         if Self.isUnusable(external) {
             refuse("a mapping to an address nobody can send to", detail: address.description)
             return fail(winner, "the gateway mapped to \(address.hostString), an address nobody can send to", now: now)
         }
+        step = .idle
+        round = []
+        failedRounds = 0
         let advertised = !Self.isPrivate(external)
         let granted = Duration.seconds(Int64(lifetime))
         let renewIn = lifetime == 0 ? Duration.seconds(Int64(settings.lifetime) / 2)
@@ -426,6 +429,7 @@ public struct PortMappingInstance: Sendable {
         let fresh = Mapping(mappingProtocol: winner, external: address, lifetime: lifetime,
                             expires: lifetime == 0 ? nil : now + granted, renewal: now + renewIn, advertised: advertised)
         let changed = mapping?.external != address || mapping?.advertised != advertised || mapping?.mappingProtocol != winner
+        let wasAdvertised = mapping?.advertised ?? false
         if mapping == nil { counters.mappingsMade += 1 }
         mapping = fresh
         phase = .mapped
@@ -438,7 +442,7 @@ public struct PortMappingInstance: Sendable {
         log(advertised ? .notice : .warning, "port mapping: mapped", ["protocol": winner.rawValue, "external": address.description,
                                                                        "lifetime": lifetime == 0 ? "permanent" : "\(lifetime) s",
                                                                        "advertised": advertised ? "yes" : "no (private: double NAT)"])
-        directives.append(.mappingChanged(advertised ? address : nil))
+        if advertised || wasAdvertised { directives.append(.mappingChanged(advertised ? address : nil)) }
     }
 
     private mutating func loseMapping() {
