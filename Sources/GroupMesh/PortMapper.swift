@@ -25,6 +25,10 @@ final class PortMapper: @unchecked Sendable {
     private var core: PortMappingInstance
     private let onChange: @Sendable (PeerAddress?) -> Void
     private var channel: (any Channel)?
+    /// Connected to the gateway's port 5351, so the kernel reports its ICMP port unreachable
+    /// (ECONNREFUSED): a gateway with no PCP or NAT-PMP server is known at once.
+    private var gatewayChannel: (any Channel)?
+    private var connectedGateway: UInt32?
     private var timer: Scheduled<Void>?
     private var timerDeadline: MeshInstant?
     private var networkTask: RepeatedTask?
@@ -92,6 +96,8 @@ final class PortMapper: @unchecked Sendable {
             exchanges = [:]
             channel?.close(promise: nil)
             channel = nil
+            gatewayChannel?.close(promise: nil)
+            gatewayChannel = nil
         }
     }
 
@@ -109,7 +115,32 @@ final class PortMapper: @unchecked Sendable {
         guard !stopped else { return }
         let gateway = DefaultRoute.gateway()
         let local = gateway.flatMap(DefaultRoute.localAddress(toward:))
-        run(core.setNetwork(gateway: gateway, local: local, now: now))
+        guard let gateway, gateway != connectedGateway else {
+            run(core.setNetwork(gateway: gateway, local: local, now: now))
+            return
+        }
+        connectedGateway = gateway
+        gatewayChannel?.close(promise: nil)
+        gatewayChannel = nil
+        DatagramBootstrap(group: eventLoop)
+            .channelInitializer { [self] channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(PortMappingReceiver(mapper: self))
+                }
+            }
+            .connect(host: PeerAddress(host: .ipv4(gateway), port: 0).hostString, port: Int(PCPMessage.serverPort))
+            .whenComplete { [self] result in
+                if case let .success(connected) = result {
+                    if stopped || connectedGateway != gateway { connected.close(promise: nil) } else { gatewayChannel = connected }
+                }
+                guard !stopped, connectedGateway == gateway else { return }
+                run(core.setNetwork(gateway: gateway, local: local, now: now))
+            }
+    }
+
+    fileprivate func refused() {
+        guard !stopped else { return }
+        run(core.portUnreachable(now: now))
     }
 
     fileprivate func received(_ bytes: [UInt8], from source: PeerAddress) {
@@ -142,7 +173,9 @@ final class PortMapper: @unchecked Sendable {
         for directive in directives {
             switch directive {
             case let .send(bytes, address):
-                guard let channel, let remote = try? SocketAddress(ipAddress: address.hostString, port: Int(address.port)) else { continue }
+                let connected = gatewayChannel.flatMap { $0.remoteAddress.flatMap(PeerAddress.init) == address ? $0 : nil }
+                guard let channel = connected ?? channel,
+                      let remote = try? SocketAddress(ipAddress: address.hostString, port: Int(address.port)) else { continue }
                 let write = channel.writeAndFlush(AddressedEnvelope(remoteAddress: remote, data: ByteBuffer(bytes: bytes)))
                 pending.append(write)
             case let .http(request):
@@ -303,7 +336,8 @@ private final class PortMappingReceiver: ChannelInboundHandler, @unchecked Senda
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        // An ICMP error for an earlier datagram (no server on the port): the timers go on.
+        // The connected socket's ICMP port unreachable; other errors leave it to the timers.
+        if let error = error as? IOError, error.errnoCode == ECONNREFUSED { mapper.refused() }
     }
 }
 

@@ -203,6 +203,28 @@ struct PortMappingLabTests {
         try await [p, h1].waitForMesh(alive: 2, timeout: .seconds(30))
     }
 
+    /// Switched off by the flag or the config file's key, and off by itself on loopback.
+    @Test("--no-port-mapping, the config file's \"port-mapping\" key, and a node on loopback ask for no mapping")
+    func switchedOff() async throws {
+        let configured = NodeProcess.makeTemporaryDirectory("port-mapping-off")
+        try Data(#"{"port-mapping": false, "listen": "127.0.0.1:0"}"#.utf8).write(to: URL(fileURLWithPath: configured + "/config.json"))
+        let off = try NodeProcess(["run"], dataDirectory: configured)
+        let loopback = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--port-mapping"])
+        defer { for node in [off, loopback] { Task { await node.cleanUp() } } }
+        let offMapping = try await Self.waitForMapping(off, "off") { $0.state == "disabled" }
+        #expect(offMapping.reason == "turned off (--no-port-mapping)" && offMapping.requests == 0)
+        let loopbackMapping = try await Self.waitForMapping(loopback, "on loopback") { $0.state == "disabled" }
+        #expect(loopbackMapping.reason?.contains("loopback") == true)
+        let status = try await NodeProcess.runCommand(["status", "--data-dir", off.dataDirectory])
+        #expect(status.stdout.contains("port mapping: none (disabled): turned off (--no-port-mapping)"), "\(status.stdout)")
+
+        let bad = NodeProcess.makeTemporaryDirectory("port-mapping-bad")
+        defer { try? FileManager.default.removeItem(atPath: bad) }
+        try Data(#"{"port-mapping": "no"}"#.utf8).write(to: URL(fileURLWithPath: bad + "/config.json"))
+        let refused = try await NodeProcess.runCommand(["run", "--data-dir", bad])
+        #expect(refused.status == 1 && refused.stderr.contains(#""port-mapping" in the config file"#), "\(refused.stderr)")
+    }
+
     /// Sends one datagram from `socket` to `host:port`; true once `receiver` got it (a few tries).
     static func send(from socket: Int32, to host: String, port: UInt16, expectingAt receiver: Int32) -> Bool {
         var address = sockaddr_in()

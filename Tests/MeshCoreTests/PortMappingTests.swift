@@ -196,6 +196,15 @@ import Testing
         #expect(perRound <= 16, "bounded: \(perRound) requests a round")
     }
 
+    @Test func aClosedPortGoesStraightToUPnP() {
+        var mapper = Self.mapper()
+        _ = mapper.setNetwork(gateway: Self.gateway, local: Self.local, now: Self.start)
+        let out = mapper.portUnreachable(now: Self.start + .milliseconds(2))
+        #expect(out.sends(to: SSDPMessage.multicastGroup).count == 2, "no retransmissions, no NAT-PMP: the search")
+        #expect(mapper.failures[.pcp] == "no answer (port 5351 closed)" && mapper.failures[.natpmp] != nil)
+        #expect(mapper.portUnreachable(now: Self.start).isEmpty, "a late ICMP error during UPnP changes nothing")
+    }
+
     @Test func upnpMapsWithAddAnyAndDeletesAtStop() throws {
         var mapper = Self.searching()
         var out = mapper.receive(Self.ssdpAnswer(location: "http://10.0.1.1:5000/rootDesc.xml"),

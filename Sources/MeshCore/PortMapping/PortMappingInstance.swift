@@ -184,6 +184,17 @@ public struct PortMappingInstance: Sendable {
         return drain()
     }
 
+    /// The gateway refused a datagram to its port 5351 (ICMP port unreachable): nothing serves
+    /// PCP or NAT-PMP there, no need to wait out the retransmissions.
+    public mutating func portUnreachable(now: MeshInstant) -> [PortMappingDirective] {
+        switch step {
+        case .pcp: fail(.pcp, "no answer (port 5351 closed)", now: now)
+        case .natpmpAddress, .natpmpMap: fail(.natpmp, "no answer (port 5351 closed)", now: now)
+        default: break
+        }
+        return drain()
+    }
+
     /// The answer to the HTTP request `id` (the body as far as read, at most what was allowed).
     public mutating func httpAnswered(_ id: UInt64, status: Int, body: [UInt8], now: MeshInstant) -> [PortMappingDirective] {
         switch step {
@@ -379,7 +390,7 @@ public struct PortMappingInstance: Sendable {
         case .natpmp:
             // A NAT-PMP server answers a PCP request (with version 0, RFC 6887 §9): a gateway
             // silent to PCP has no server on the port.
-            if failures[.pcp] == "no answer" {
+            if !pcpHeardFrom, failures[.pcp] != nil {
                 failures[.natpmp] = "no answer on port 5351 (to PCP)"
                 next(now: now)
             } else {
