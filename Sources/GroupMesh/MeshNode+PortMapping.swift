@@ -11,8 +11,8 @@ extension MeshNode {
             : localAddress.isLoopback ? "listening on loopback: nobody outside could use a mapping"
             : nil
         let eventLoop = eventLoop
-        let mapper = PortMapper(port: localAddress.port, disabledBecause: why, eventLoop: eventLoop, logger: logger) { [self] address in
-            eventLoop.execute { self.assumeIsolated { $0.setExternalAddress(address, from: .portMapping) } }
+        let mapper = PortMapper(port: localAddress.port, disabledBecause: why, eventLoop: eventLoop, logger: logger) { [weak self] address in
+            eventLoop.execute { self?.assumeIsolated { $0.setExternalAddress(address, from: .portMapping) } }
         }
         portMapper = mapper
         mapper.start()
