@@ -136,7 +136,7 @@ struct PortMappingLabTests {
     /// A router with UPnP only: the mapping comes through UPnP IGD; deleted on the router (miniupnpd
     /// restarted), it is made again at the next renewal, and a member on the internet reaches the
     /// home through it.
-    @Test("UPnP only: mapped, deleted on the router, made again at the next renewal; reachable from outside",
+    @Test("UPnP only: mapped, deleted on the router, made again at the next renewal; reachable from outside; deleted at stop",
           .enabled(if: unavailable == nil, Comment(rawValue: unavailable ?? "")))
     func aDeletedMappingIsMadeAgain() async throws {
         let lab = try NATLab(publicHosts: 1, homes: [.endpointIndependent])
@@ -174,6 +174,11 @@ struct PortMappingLabTests {
         try await [h1, p].waitForMesh(alive: 2, timeout: .seconds(30))
         let pMapping = try #require(try await Self.report(p).portMapping)
         #expect(pMapping.state == "disabled" && pMapping.reason?.contains("--no-port-mapping") == true, "\(pMapping)")
+
+        // Stopped, h1 deletes its mapping on the way out.
+        h1.signal(SIGTERM)
+        #expect(try await h1.waitForExit(timeout: .seconds(20)) == 0)
+        #expect(try !lab.redirections(home: 0).contains { $0.contains("dport 7946") }, "the mapping is deleted at stop")
     }
 
     /// A router without miniupnpd: the node says why it has no mapping, and runs on.
