@@ -12,7 +12,8 @@ extension MeshNode {
             : nil
         let eventLoop = eventLoop
         let mapper = PortMapper(port: localAddress.port, disabledBecause: why, eventLoop: eventLoop, logger: logger) { [weak self] address in
-            eventLoop.execute { self?.assumeIsolated { $0.setExternalAddress(address, from: .portMapping) } }
+            guard let node = self else { return }
+            eventLoop.execute { node.assumeIsolated { $0.setExternalAddress(address, from: .portMapping) } }
         }
         portMapper = mapper
         mapper.start()
