@@ -84,7 +84,7 @@ demo: build
 	GROUPMESH_BIN=$(BIN) bash scripts/demo.sh
 
 # libFuzzer over every decoder of outside bytes (datagrams, frames, invites, journal, transfer,
-# control-socket requests), for a bounded
+# control-socket requests, a gateway's port-mapping answers), for a bounded
 # time. Crash inputs land in bench/fuzz-artifacts/; add each as a regression test.
 fuzz: deps
 	$(SWIFT) build -c debug --product MeshFuzz --scratch-path .build-fuzz \

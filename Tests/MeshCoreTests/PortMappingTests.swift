@@ -137,6 +137,7 @@ import Testing
         // The gateway goes silent: renewals, their retries, then the expiry.
         while now < Self.start + .seconds(7300) {
             let out = mapper.tick(now: now)
+            if !out.changes.isEmpty { #expect(mapper.phase == .discovering, "no longer mapped once it ran out") }
             changes += out.changes
             sent += out.sends(to: Self.pcpServer).count
             now = mapper.nextDeadline ?? now + .seconds(1)

@@ -265,7 +265,8 @@ public struct PortMappingInstance: Sendable {
         if let mapping, let expires = mapping.expires, now >= expires {
             log(.warning, "port mapping: the mapping ran out before it was renewed", ["external": mapping.external.description])
             loseMapping()
-            if step.isIdle { phase = .discovering; startRound(MappingProtocol.allCases, now: now) }
+            phase = .discovering
+            if step.isIdle { startRound(MappingProtocol.allCases, now: now) }
         }
         switch step {
         case let .pcp(tries, due) where now >= due:
