@@ -324,6 +324,16 @@ import Testing
         #expect(alone.phase == .noGateway && alone.settled && alone.nextDeadline == nil)
     }
 
+    @Test func aPublicAddressNeedsNoMapping() {
+        var mapper = Self.mapper()
+        let out = mapper.setNetwork(gateway: 0xC633_6401, local: 0xC633_640A, now: Self.start)   // 198.51.100.10
+        #expect(out.sends(to: PeerAddress(host: .ipv4(0xC633_6401), port: 5351)).isEmpty)
+        #expect(mapper.phase == .notNeeded && mapper.settled && mapper.nextDeadline == nil)
+        #expect(mapper.reason?.contains("198.51.100.10, is public") == true)
+        // Moved behind a NAT: asked at once.
+        #expect(mapper.setNetwork(gateway: Self.gateway, local: Self.local, now: Self.start).sends(to: Self.pcpServer).count == 1)
+    }
+
     @Test func aNewNetworkDropsTheMappingAndAsksAgain() throws {
         var mapper = Self.mapped()
         let out = mapper.setNetwork(gateway: 0xC0A8_0101, local: 0xC0A8_0164, now: Self.start + .seconds(5))

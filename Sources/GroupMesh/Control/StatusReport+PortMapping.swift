@@ -5,7 +5,7 @@ extension StatusReport {
     /// The gateway's port mapping (PROTOCOL.md §1e): which protocol mapped what and for how
     /// long, or why nothing is mapped.
     public struct PortMappingInfo: Codable, Sendable, Equatable {
-        /// `disabled`, `no-gateway`, `discovering`, `mapped`, `failed` or `stopped`.
+        /// `disabled`, `no-gateway`, `not-needed`, `discovering`, `mapped`, `failed` or `stopped`.
         public var state: String
         /// The default gateway asked (IPv4), once there is one.
         public var gateway: String?

@@ -43,6 +43,8 @@ public struct PortMappingInstance: Sendable {
         case disabled
         /// No default route (IPv4): nobody to ask.
         case noGateway = "no-gateway"
+        /// Our address towards the gateway is public: no NAT in front of us to ask.
+        case notNeeded = "not-needed"
         /// The first round, or one after a mapping was lost.
         case discovering
         /// A mapping is held (and renewed before it runs out).
@@ -139,7 +141,12 @@ public struct PortMappingInstance: Sendable {
         step = .idle
         failedRounds = 0
         loseMapping()
-        if let gateway, local != nil {
+        if let local, !Self.isPrivate(local) {
+            phase = .notNeeded
+            note = "our address towards the gateway, \(PeerAddress(host: .ipv4(local), port: 0).hostString), is public: no NAT to ask"
+            nextRound = nil
+            settled = true
+        } else if let gateway, local != nil {
             log(.info, "port mapping: asking the gateway", ["gateway": "\(PeerAddress(host: .ipv4(gateway), port: 0).hostString)"])
             startRound(MappingProtocol.allCases, now: now)
         } else {
@@ -352,6 +359,7 @@ public struct PortMappingInstance: Sendable {
         switch phase {
         case .disabled: return note ?? "turned off"
         case .noGateway: return note ?? "no IPv4 default route"
+        case .notNeeded: return note
         case .failed:
             return MappingProtocol.allCases.map { "\($0.rawValue): \(failures[$0] ?? "not tried")" }.joined(separator: "; ")
         case .mapped: return note
