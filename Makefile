@@ -31,6 +31,7 @@ deps:
 		command -v conntrack >/dev/null 2>&1 || missing="$$missing conntrack"; \
 		command -v nft >/dev/null 2>&1 || missing="$$missing nftables"; \
 		command -v tmux >/dev/null 2>&1 || missing="$$missing tmux"; \
+		{ command -v miniupnpd && command -v upnpc && command -v natpmpc && command -v nft; } >/dev/null 2>&1 || missing="$$missing miniupnpd miniupnpc natpmpc nftables"; \
 		if [ -n "$$missing" ]; then \
 			echo "WAN link emulator and NAT laboratory: installing$$missing"; \
 			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } \
@@ -84,7 +85,7 @@ demo: build
 	GROUPMESH_BIN=$(BIN) bash scripts/demo.sh
 
 # libFuzzer over every decoder of outside bytes (datagrams, frames, invites, journal, transfer,
-# control-socket requests), for a bounded
+# control-socket requests, a gateway's port-mapping answers), for a bounded
 # time. Crash inputs land in bench/fuzz-artifacts/; add each as a regression test.
 fuzz: deps
 	$(SWIFT) build -c debug --product MeshFuzz --scratch-path .build-fuzz \

@@ -258,7 +258,7 @@ extension MeshNode {
             backgroundCap: downlink.backgroundCap?.rounded())
         return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
                             counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo,
-                            joining: joiningInfo(), lanDiscovery: lanDiscoveryInfo())
+                            joining: joiningInfo(), lanDiscovery: lanDiscoveryInfo(), portMapping: portMapper?.info())
     }
 
     func lanDiscoveryInfo() -> StatusReport.LANDiscoveryInfo? {

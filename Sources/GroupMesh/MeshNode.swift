@@ -74,6 +74,8 @@ package actor MeshNode {
     /// The counts as swift-metrics figures, published every second while the node runs.
     var metrics: NodeMetrics
     private var metricsPublisher: RepeatedTask?
+    /// Asks the gateway to map our UDP port (PortMapper); nil before `begin`.
+    var portMapper: PortMapper?
 
     package nonisolated var unownedExecutor: UnownedSerialExecutor {
         eventLoop.executor.asUnownedSerialExecutor()
@@ -289,6 +291,7 @@ package actor MeshNode {
         eventFeed.start(session: core.session.sessionID, removed: Set(core.epochs.removed))
         core.start(seeds: (configuration.invite?.token.addresses ?? []) + configuration.join.map(\.peer), now: now)
         runEffects()
+        startPortMapping()
         if metrics.isReporting {
             metricsPublisher = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .seconds(1)) { [self] _ in
                 assumeIsolated { $0.publishMetrics() }
@@ -700,6 +703,7 @@ package actor MeshNode {
         setState(.invalidated(reason: invalidation ?? .stopped))
         core.stop(now: now)
         runEffects()
+        if let portMapper { try? await portMapper.stop().get() }
         timer?.cancel()
         timer = nil
         metricsPublisher?.cancel()
@@ -729,6 +733,14 @@ package actor MeshNode {
     }
 
     var isClosed: Bool { closed }
+
+    /// An address of ours learnt outside the session (a port mapping), or lost: our record and
+    /// invites say so.
+    func setExternalAddress(_ address: PeerAddress?, from source: AddressDiscovery.ExternalSource) {
+        guard !closed else { return }
+        core.setExternalAddress(address, from: source, now: now)
+        runEffects()
+    }
 }
 
 /// Who waits for a command's result: an `await`ing caller, or a callback (the completion-handler

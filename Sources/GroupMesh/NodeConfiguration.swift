@@ -18,6 +18,8 @@ public struct NodeConfiguration: Sendable {
     public var relays = true
     /// Announce the node on its LAN and meet members heard there (`run --no-lan-discovery`).
     public var lanDiscovery = true
+    /// Ask the gateway to map our UDP port (PCP, NAT-PMP, UPnP IGD; `run --no-port-mapping` turns it off).
+    public var portMapping = true
     public var profile: Profile = .lan
     /// The largest attachment accepted (DESIGN.md: 100 MiB, configurable).
     public var maxAttachmentSize: UInt64 = 100 << 20

@@ -35,7 +35,7 @@ public enum FuzzTargets {
 
     public static func run(selector: UInt8, input: [UInt8]) {
         var buffer = ByteBuffer(bytes: input)
-        switch selector % 10 {
+        switch selector % 11 {
         case 0:
             _ = DatagramHeader.decode(&buffer)
         case 1:
@@ -63,6 +63,8 @@ public enum FuzzTargets {
         case 8:
             // Anything on the LAN discovery port.
             _ = LANAnnouncement(decoding: input, with: lanKeys)
+        case 9:
+            gatewayAnswer(input)
         default:
             // The control socket's requests: bytes cut into lines, each decoded (fed in two parts,
             // so a line split across reads is covered too).
@@ -70,6 +72,44 @@ public enum FuzzTargets {
             let cut = input.isEmpty ? 0 : Int(input[0]) % (input.count + 1)
             _ = reader.feed(input[..<cut])
             _ = reader.feed(input[cut...])
+        }
+    }
+
+    /// What a gateway may answer the port mapping (PCP, NAT-PMP, SSDP, the description's XML,
+    /// SOAP), through each reader and through the state machine at each step that takes it.
+    static func gatewayAnswer(_ input: [UInt8]) {
+        let gateway: UInt32 = 0x0A00_0001, now = MeshInstant(nanoseconds: 1)
+        let location = HTTPLocation(host: gateway, port: 5000, path: "/rootDesc.xml")
+        _ = PCPMessage.decode(input)
+        _ = NATPMPMessage.decode(input)
+        _ = SSDPMessage.location(inAnswer: input)
+        _ = UPnPService.find(inDescription: input, location: location)
+        _ = UPnPSOAP.answer(status: input.first.map { $0 & 1 == 0 ? 200 : 500 } ?? 200, body: input)
+        _ = HTTPLocation(String(decoding: input, as: UTF8.self))
+        // The state machine: the input as the answer at each step, the steps before answered well.
+        let pcp = PeerAddress(host: .ipv4(gateway), port: 5351), ssdp = PeerAddress(host: .ipv4(gateway), port: 1900)
+        let good: [[UInt8]] = [
+            [0, 0x81, 0, 1, 0, 0, 0, 0],                                   // PCP: NAT-PMP only
+            [0, 128, 0, 2, 0, 0, 0, 0],                                    // NAT-PMP: refused
+            Array("HTTP/1.1 200 OK\r\nST: urn:schemas-upnp-org:device:InternetGatewayDevice:1\r\nLOCATION: http://10.0.0.1:5000/d.xml\r\n\r\n".utf8),
+            Array(("<root><device><serviceList><service><serviceType>urn:schemas-upnp-org:service:WANIPConnection:1</serviceType>"
+                   + "<controlURL>/ctl</controlURL></service></serviceList></device></root>").utf8),
+            Array("<Envelope><Body><r><NewExternalIPAddress>198.51.100.9</NewExternalIPAddress></r></Body></Envelope>".utf8),
+        ]
+        for step in 0...good.count {
+            var mapper = PortMappingInstance(internalPort: 7946, nonce: [UInt8](repeating: 7, count: 12))
+            var out = mapper.setNetwork(gateway: gateway, local: gateway + 1, now: now)
+            for index in 0...min(step, good.count - 1) {
+                let answer = index == step ? input : good[index]
+                if case let .http(request)? = out.last(where: { if case .http = $0 { true } else { false } }) {
+                    out = mapper.httpAnswered(request.id, status: 200, body: answer, now: now)
+                } else {
+                    out = mapper.receive(answer, from: index == 2 ? ssdp : pcp, now: now)
+                }
+                guard index < step else { break }
+            }
+            _ = mapper.tick(now: now + .seconds(10))
+            _ = mapper.stop(now: now + .seconds(10))
         }
     }
 }

@@ -57,6 +57,10 @@ struct RunCommand: AsyncParsableCommand {
           help: "Announce this node on its LAN and meet members found there directly (default: --lan-discovery).")
     var lanDiscovery: Bool?
 
+    @Flag(inversion: .prefixedNo,
+          help: "Ask the home router to map our UDP port with PCP, NAT-PMP or UPnP IGD (default: --port-mapping).")
+    var portMapping: Bool?
+
     @Option(help: "Timing defaults: lan (default), local or wan.")
     var profile: NodeConfiguration.Profile?
 
@@ -118,6 +122,8 @@ struct RunCommand: AsyncParsableCommand {
                 emit("listening: \(session.localAddress)")
                 switch inviteLine {
                 case .token:
+                    // The invite should hold the gateway's mapping: its first attempt ends first (bounded).
+                    await session.waitForPortMapping()
                     let invite = await session.invite()
                     emit("invite: \(invite.text)")
                 case let .hint(line): emit(line)
@@ -172,6 +178,7 @@ struct RunCommand: AsyncParsableCommand {
         var lazy = false
         var relay = true
         var lanDiscovery = true
+        var portMapping = true
         var profile: NodeConfiguration.Profile = .lan
         var logLevel: Logger.Level = .warning
         var metrics: ListenAddress?
@@ -203,6 +210,7 @@ struct RunCommand: AsyncParsableCommand {
         settings.lazy = lazy ?? file.lazy ?? settings.lazy
         settings.relay = relay ?? file.relay ?? settings.relay
         settings.lanDiscovery = lanDiscovery ?? file.lanDiscovery ?? settings.lanDiscovery
+        settings.portMapping = portMapping ?? file.portMapping ?? settings.portMapping
         settings.profile = profile ?? file.profile ?? settings.profile
         settings.logLevel = logLevel ?? file.logLevel ?? settings.logLevel
         settings.metrics = metrics ?? file.metrics
@@ -246,6 +254,7 @@ struct RunCommand: AsyncParsableCommand {
         configuration.lazy = settings.lazy
         configuration.relays = settings.relay
         configuration.lanDiscovery = settings.lanDiscovery
+        configuration.portMapping = settings.portMapping
         configuration.profile = settings.profile
         configuration.simulatedLoss = simulateLoss
         configuration.announce = { emit($0) }

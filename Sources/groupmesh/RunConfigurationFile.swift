@@ -15,6 +15,7 @@ struct RunConfigurationFile {
     var lazy: Bool?
     var relay: Bool?
     var lanDiscovery: Bool?
+    var portMapping: Bool?
     var profile: NodeConfiguration.Profile?
     var logLevel: Logger.Level?
     var metrics: ListenAddress?
@@ -22,7 +23,7 @@ struct RunConfigurationFile {
     var eventHandlerTimeout: Double?
 
     static let keys = ["listen", "advertise", "join", "name", "lazy", "relay", "lan-discovery", "profile", "log-level", "metrics",
-                       "event-handler", "event-handler-timeout"]
+                       "event-handler", "event-handler-timeout", "port-mapping"]
 
     /// Far more than any real configuration: a larger file is a wrong path, not settings.
     static let maxBytes = 64 * 1024
@@ -114,6 +115,7 @@ struct RunConfigurationFile {
         lazy = try bool("lazy")
         relay = try bool("relay")
         lanDiscovery = try bool("lan-discovery")
+        portMapping = try bool("port-mapping")
         if let text = try string("profile") {
             guard let value = NodeConfiguration.Profile(rawValue: text) else {
                 throw wrong("profile", NodeConfiguration.Profile.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")

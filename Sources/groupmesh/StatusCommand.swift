@@ -183,6 +183,7 @@ enum StatusTable {
             lines.append(TerminalText.escaped("lan discovery on \(lan.interfaces.joined(separator: ", ")): "
                 + "\(lan.announcementsHeard) announcements heard, \(lan.membersMet) members met"))
         }
+        if let mapping = report.portMapping { lines.append(TerminalText.escaped(mapping.line)) }
         if let joining = report.joining {
             lines.append(JoinNotice.statusLine(addresses: joining.addresses.count, seconds: joining.since)
                 + ": " + JoinNotice.addressList(joining.addresses))
