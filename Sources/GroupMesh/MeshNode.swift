@@ -71,6 +71,8 @@ package actor MeshNode {
     /// The counts as swift-metrics figures, published every second while the node runs.
     var metrics: NodeMetrics
     private var metricsPublisher: RepeatedTask?
+    /// `--stun` and `--turn`: the servers' clients (MeshNode+Traversal).
+    var traversal: ServerTraversal?
 
     package nonisolated var unownedExecutor: UnownedSerialExecutor {
         eventLoop.executor.asUnownedSerialExecutor()
@@ -266,6 +268,7 @@ package actor MeshNode {
         eventFeed.start(session: core.session.sessionID, removed: Set(core.epochs.removed))
         core.start(seeds: (configuration.invite?.token.addresses ?? []) + configuration.join.map(\.peer), now: now)
         runEffects()
+        startTraversal()
         if metrics.isReporting {
             metricsPublisher = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .seconds(1)) { [self] _ in
                 assumeIsolated { $0.publishMetrics() }
@@ -409,6 +412,11 @@ package actor MeshNode {
             simulatedDrops += 1
             return
         }
+        var (datagram, address) = (datagram, address)
+        if traversal != nil {
+            guard let taken = traversalReceive(datagram, from: address) else { return }
+            (datagram, address) = taken
+        }
         core.handle(datagram: datagram, from: address, now: now)
         if core.hasEffects { runEffects() }
     }
@@ -440,10 +448,12 @@ package actor MeshNode {
 
     fileprivate func countSendError() { sendErrors += 1 }
 
+    func channelFlush() { channel.flush() }
+
     // MARK: effects
 
     /// Carries out what the core asked, in order: the only place where its effects happen.
-    private func runEffects() {
+    func runEffects() {
         var wrote = false, viewChanged = false, attachmentsChanged = false
         // The departure is among these effects: the sockets close only once it is written.
         if core.phase == .leaving { trackLastWrite = true }
@@ -526,7 +536,7 @@ package actor MeshNode {
     }
 
     /// Keeps exactly one timer armed, at the core's next deadline.
-    private func rearm() {
+    func rearm() {
         guard let deadline = core.nextDeadlineInPlace() else {
             timer?.cancel()
             timer = nil
@@ -543,7 +553,8 @@ package actor MeshNode {
 
     /// Written now, flushed once at the end of `runEffects`: a burst goes to the kernel in as few
     /// system calls as NIO can manage.
-    private func write(_ datagram: ByteBuffer, to address: PeerAddress) {
+    func write(_ datagram: ByteBuffer, to address: PeerAddress) {
+        if traversal?.routes != nil, sendThroughAllocation(datagram, to: address) { return }
         guard !closed, let remote = try? address.socketAddress(), let confirmed = admits(address, remote) else { return }
         let envelope = AddressedEnvelope(remoteAddress: remote, data: datagram)
         if trackLastWrite || !confirmed {
@@ -585,7 +596,7 @@ package actor MeshNode {
     /// `count` datagrams of `segmentSize` bytes back to back, as one segmented send (GSO), or one
     /// by one where the kernel cannot.
     private func writeSegments(_ batch: ByteBuffer, segmentSize: Int, count: Int, to address: PeerAddress) {
-        guard count > 1, Self.segmentationOffload, !trackLastWrite, !closed,
+        guard count > 1, Self.segmentationOffload, !trackLastWrite, !closed, !routesThroughAllocation(address),
               let remote = try? address.socketAddress(), destinations.isConfirmed(address, now: .now()) else {
             var rest = batch
             while rest.readableBytes > 0, let datagram = rest.readSlice(length: min(segmentSize, rest.readableBytes)) {
@@ -649,6 +660,8 @@ package actor MeshNode {
     /// Closes the sockets without telling anyone (as a crash would, but cleanly). Storage already
     /// asked for is done first (an add in the log still completes).
     package func stop() async {
+        guard !closed else { return }
+        await stopTraversal()
         guard !closed else { return }
         closed = true
         setState(.invalidated(reason: invalidation ?? .stopped))

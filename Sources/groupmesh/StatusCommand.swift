@@ -179,6 +179,7 @@ enum StatusTable {
         lines.append(TerminalText.escaped("node \(me.name) \(me.id.prefix(12)) at \(me.address)  session \(me.session)  profile \(me.profile)"))
         lines.append(TerminalText.escaped("nat \(me.nat)" + (me.reflexiveAddress.map { ", public address \($0)" } ?? "")
             + "  candidates \(me.candidates.joined(separator: ", "))"))
+        lines += traversalLines(report.traversal)
         if let joining = report.joining {
             lines.append(JoinNotice.statusLine(addresses: joining.addresses.count, seconds: joining.since)
                 + ": " + JoinNotice.addressList(joining.addresses))

@@ -256,4 +256,6 @@ public struct StatusReport: Codable, Sendable, Equatable {
     public var downlink: DownlinkInfo?
     /// Present while no member has answered this node's join.
     public var joining: JoiningInfo?
+    /// Present with `run --stun` or `--turn` (StatusReport+Traversal).
+    public var traversal: TraversalInfo? = nil
 }
