@@ -144,8 +144,9 @@ public struct StunMessage: Sendable, Equatable {
     // MARK: encoding
 
     /// The message's bytes; with `integrityKey`, MESSAGE-INTEGRITY after the attributes; with
-    /// `fingerprint`, FINGERPRINT last (§14.5, §14.7).
-    public func encoded(integrityKey: [UInt8]? = nil, fingerprint: Bool = false) -> [UInt8] {
+    /// `fingerprint`, FINGERPRINT last (§14.5, §14.7). Attributes are padded to 4 bytes with
+    /// `padding` (zeros; RFC 5769's samples pad with spaces).
+    public func encoded(integrityKey: [UInt8]? = nil, fingerprint: Bool = false, padding: UInt8 = 0) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(128)
         bytes.append16(Self.messageType(method, messageClass))
@@ -153,7 +154,7 @@ public struct StunMessage: Sendable, Equatable {
         bytes.append32(Self.magicCookie)
         bytes += transactionID.bytes
         for attribute in attributes {
-            attribute.encode(into: &bytes, transactionID: transactionID)
+            attribute.encode(into: &bytes, transactionID: transactionID, padding: padding)
         }
         if let integrityKey {
             Self.setLength(&bytes, bytes.count - Self.headerSize + 24)
@@ -301,7 +302,7 @@ public enum StunAttribute: Sendable, Equatable {
         }
     }
 
-    func encode(into bytes: inout [UInt8], transactionID: StunMessage.TransactionID) {
+    func encode(into bytes: inout [UInt8], transactionID: StunMessage.TransactionID, padding: UInt8 = 0) {
         var value: [UInt8] = []
         switch self {
         case let .mappedAddress(address):
@@ -329,7 +330,7 @@ public enum StunAttribute: Sendable, Equatable {
         bytes.append16(type)
         bytes.append16(UInt16(truncatingIfNeeded: value.count))
         bytes += value
-        bytes += [UInt8](repeating: 0, count: (4 - value.count % 4) % 4)
+        bytes += [UInt8](repeating: padding, count: (4 - value.count % 4) % 4)
     }
 
     /// Family, port and address, XORed with the cookie (and the transaction id for IPv6) when
