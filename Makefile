@@ -30,6 +30,7 @@ deps:
 		command -v ping >/dev/null 2>&1 || missing="$$missing iputils-ping"; \
 		command -v conntrack >/dev/null 2>&1 || missing="$$missing conntrack"; \
 		command -v tmux >/dev/null 2>&1 || missing="$$missing tmux"; \
+		command -v turnserver >/dev/null 2>&1 || missing="$$missing coturn"; \
 		if [ -n "$$missing" ]; then \
 			echo "WAN link emulator and NAT laboratory: installing$$missing"; \
 			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } \

@@ -18,10 +18,15 @@ struct ServerTraversal {
     var strayStunMessages: UInt64 = 0
     /// Whether the allocation's relayed address is among our candidates now.
     var advertisingRelayed = false
+    /// The host's interface addresses when last looked at: a change (another network, a new
+    /// DHCP lease) has the STUN server asked again at once.
+    var interfaces: Set<PeerAddress.Host>?
 
     static let tickInterval = TimeAmount.milliseconds(100)
     /// Ticks between two updates of the TURN permissions' targets (a second).
     static let permissionTargetTicks = 10
+    /// Ticks between two looks at the interface addresses (5 s).
+    static let interfaceTicks = 50
     /// How long a stopping node waits for the server to confirm the release.
     static let releaseWait: Duration = .seconds(1)
 }
@@ -51,6 +56,11 @@ extension MeshNode {
         traversal?.ticks += 1
         if let ticks = traversal?.ticks, ticks % ServerTraversal.permissionTargetTicks == 1, traversal?.turn != nil {
             traversal?.turn?.setPermissionTargets(core.memberAddresses())
+        }
+        if let ticks = traversal?.ticks, ticks % ServerTraversal.interfaceTicks == 1, traversal?.stun != nil {
+            let current = Set(((try? System.enumerateDevices()) ?? []).compactMap { $0.address.flatMap(PeerAddress.init)?.host })
+            if let known = traversal?.interfaces, known != current { traversal?.stun?.localAddressChanged(now: now) }
+            traversal?.interfaces = current
         }
         let stunDirectives = traversal?.stun?.tick(now: now) ?? []
         carryOut(stunDirectives)

@@ -61,6 +61,28 @@ struct StunTurnTests {
         return (text, token.addresses.map(\.description))
     }
 
+    @Test("a malformed --stun or --turn is one line and exit 65, the password never quoted; a name that does not resolve is exit 69")
+    func badServersAreRefusedAtStart() async throws {
+        for (arguments, message) in [(["--stun", "stun.example.org:port"], "--stun"),
+                                     (["--turn", "turn:mesh@198.51.100.10:3478"], "no password"),
+                                     (["--turn", "turns:mesh:hunter2@198.51.100.10:3478"], "expected turn:USER:PASS@HOST:PORT"),
+                                     (["--turn", "turn:mesh:hunter2@198.51.100.10:3478?transport=tcp"], "only UDP")] {
+            let directory = NodeProcess.makeTemporaryDirectory("bad-server")
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let result = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--data-dir", directory] + arguments,
+                                                          timeout: .seconds(30))
+            #expect(result.status == 65, "\(arguments): \(result.status) \(result.stderr)")
+            #expect(result.stderr.contains(message) && !result.stderr.contains("hunter2"), "\(result.stderr)")
+            #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+        }
+        let directory = NodeProcess.makeTemporaryDirectory("bad-server")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let unresolved = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--data-dir", directory,
+                                                           "--stun", "no-such-host.invalid:3478"], timeout: .seconds(30))
+        #expect(unresolved.status == 69, "\(unresolved.status) \(unresolved.stderr)")
+        #expect(unresolved.stderr.contains("cannot resolve no-such-host.invalid"), "\(unresolved.stderr)")
+    }
+
     @Test("a home node with --stun and no member learns its public address: status, candidates and invite hold it",
           .enabled(if: LabCoturn.isAvailable, Comment(rawValue: LabCoturn.unavailableReason ?? "")))
     func stunWithoutMembers() async throws {

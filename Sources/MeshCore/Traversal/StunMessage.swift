@@ -129,8 +129,10 @@ public struct StunMessage: Sendable, Equatable {
         return (Method(rawValue: method), Class(rawValue: rawClass) ?? .request)
     }
 
-    /// Whether `bytes` look like a STUN message at all: two zero bits, the magic cookie, a
-    /// length that is a multiple of 4. What the shell demultiplexes a server's datagrams by.
+    /// Whether `bytes` look like a STUN message at all: two zero bits, the magic cookie, and a
+    /// length that fills the datagram. What the shell demultiplexes datagrams by. (A GroupMesh
+    /// datagram has its session id where STUN has length and cookie: a session whose id holds
+    /// the cookie would still have only the datagrams of one exact length taken for STUN.)
     public static func looksLikeStun(_ bytes: some Collection<UInt8>) -> Bool {
         guard bytes.count >= headerSize else { return false }
         var iterator = bytes.makeIterator()
@@ -138,7 +140,8 @@ public struct StunMessage: Sendable, Equatable {
         header.reserveCapacity(8)
         for _ in 0..<8 { if let byte = iterator.next() { header.append(byte) } }
         let cookie = UInt32(header[4]) << 24 | UInt32(header[5]) << 16 | UInt32(header[6]) << 8 | UInt32(header[7])
-        return header[0] & 0xC0 == 0 && cookie == magicCookie && header[3] & 0x03 == 0
+        let length = Int(header[2]) << 8 | Int(header[3])
+        return header[0] & 0xC0 == 0 && cookie == magicCookie && headerSize + length == bytes.count
     }
 
     // MARK: encoding
