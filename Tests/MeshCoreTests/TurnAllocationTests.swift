@@ -104,6 +104,24 @@ import Testing
         #expect(allocation.phase == .released)
     }
 
+    @Test func anAllocationMismatchDeletesTheStaleAllocationThenAllocates() throws {
+        var allocation = TurnAllocation(server: Self.server, credentials: .init(username: "mesh", password: "secret"), seed: 5, now: .zero)
+        let first = try #require(Self.sent(allocation.tick(now: .zero)).first)
+        let challenge = Self.answer(first.message, .error, [.errorCode(code: 401, reason: "Unauthorized"), .realm("lab"), .nonce("n1")])
+        let second = try #require(Self.sent(Self.handled(allocation.unwrap(challenge, now: .zero))).first)
+        // The node crashed and restarted on its port: the server still holds an allocation for it.
+        let mismatch = Self.answer(second.message, .error, [.errorCode(code: 437, reason: "Allocation Mismatch")])
+        let delete = try #require(Self.sent(Self.handled(allocation.unwrap(mismatch, now: Self.t(10)))).first)
+        #expect(delete.message.method == .refresh && delete.message.lifetime == 0 && delete.hasValidIntegrity(key: Self.key))
+        _ = allocation.unwrap(Self.answer(delete.message, .success, [.lifetime(0)], key: Self.key), now: Self.t(20))
+        #expect(Self.sent(allocation.tick(now: Self.t(1000))).isEmpty, "coturn needs a moment to let the old session go")
+        let again = try #require(Self.sent(allocation.tick(now: Self.t(2020))).first)
+        #expect(again.message.method == .allocate && again.hasValidIntegrity(key: Self.key))
+        // A second mismatch in a row is a failure, tried again later.
+        let twice = Self.answer(again.message, .error, [.errorCode(code: 437, reason: "Allocation Mismatch")])
+        #expect(Self.handled(allocation.unwrap(twice, now: Self.t(2100))) == [.failed("437 Allocation Mismatch")])
+    }
+
     @Test func retransmitsAreBoundedAndAnUnansweredAllocateFails() throws {
         var allocation = TurnAllocation(server: Self.server, credentials: .init(username: "mesh", password: "secret"), seed: 3, now: .zero)
         var sends = Self.sent(allocation.tick(now: .zero)).count

@@ -364,7 +364,9 @@ public enum StunAttribute: Sendable, Equatable {
         case 0x0009:
             guard bytes.count >= 4 else { throw .truncated(what: "ERROR-CODE") }
             let code = Int(bytes[2] & 0x07) * 100 + Int(bytes[3])
-            return .errorCode(code: code, reason: try text(Array(bytes[4...]), what: "ERROR-CODE reason"))
+            // Some servers (coturn) count the C string's terminating NUL in the reason.
+            let reason = Array(bytes[4...].reversed().drop(while: { $0 == 0 }).reversed())
+            return .errorCode(code: code, reason: try text(reason, what: "ERROR-CODE reason"))
         case 0x0014: return .realm(try text(bytes, what: "REALM"))
         case 0x0015: return .nonce(try text(bytes, what: "NONCE"))
         case 0x0006: return .username(try text(bytes, what: "USERNAME"))

@@ -36,6 +36,9 @@ public struct TurnAllocation: Sendable {
         public var firstRetry: Duration = .seconds(5)
         public var maxRetry: Duration = .seconds(300)
         public var maxStaleNonces = 3
+        /// After deleting a stale allocation of our 5-tuple, before allocating again (coturn
+        /// lets go of the deleted one's session within a second or two).
+        public var afterStaleDeletion: Duration = .seconds(2)
         public var permissionRefresh: Duration = .seconds(240)
         public var channelRefresh: Duration = .seconds(540)
         /// A channel unused for this long is left to expire.
@@ -91,6 +94,9 @@ public struct TurnAllocation: Sendable {
 
     enum Request: Sendable, Equatable {
         case allocate
+        /// A Refresh with lifetime 0 for an allocation of our 5-tuple we no longer hold (a
+        /// restart on the same port after a crash): the server answered 437 to our Allocate.
+        case deleteStale
         case refresh(lifetime: UInt32)
         case createPermission([PeerAddress])
         case channelBind(channel: UInt16, peer: PeerAddress)
@@ -129,6 +135,8 @@ public struct TurnAllocation: Sendable {
     private var key: [UInt8]?
     private var transactions: [StunMessage.TransactionID: Transaction] = [:]
     private var failures = 0
+    /// A 437 was answered by deleting the stale allocation once since the last one stood.
+    private var deletedStale = false
     /// IPs the driver wants permitted (by host), and when each was last installed.
     private var wanted: [PeerAddress.Host: PeerAddress] = [:]
     private var permitted: [PeerAddress.Host: MeshInstant] = [:]
@@ -222,6 +230,8 @@ public struct TurnAllocation: Sendable {
         switch request {
         case .allocate:
             fail("no answer from the TURN server", now: now, into: &directives)
+        case .deleteStale:
+            fail("437 allocation mismatch, and no answer to deleting it", now: now, into: &directives)
         case .refresh(lifetime: 0):
             phase = .released
             directives.append(.released)
@@ -282,6 +292,9 @@ public struct TurnAllocation: Sendable {
         case .allocate:
             method = .allocate
             attributes = [.requestedTransport(17)]
+        case .deleteStale:
+            method = .refresh
+            attributes = [.lifetime(0)]
         case let .refresh(lifetime):
             method = .refresh
             attributes = [.lifetime(lifetime)]
@@ -410,6 +423,10 @@ public struct TurnAllocation: Sendable {
             send(transaction.request, now: now, staleNonces: transaction.staleNonces + 1, into: &directives)
         case 401:
             failedRequest(transaction.request, "401 wrong credentials", now: now, into: &directives)
+        case 437 where transaction.request == .allocate && !deletedStale:
+            // Our 5-tuple still holds an allocation we lost track of: delete it, then allocate.
+            deletedStale = true
+            send(.deleteStale, now: now, into: &directives)
         default:
             let reason = error.reason.isEmpty ? "" : " \(error.reason)"
             failedRequest(transaction.request, "\(error.code)\(reason)", now: now, into: &directives)
@@ -431,9 +448,12 @@ public struct TurnAllocation: Sendable {
             phase = .allocated
             failure = nil
             failures = 0
+            deletedStale = false
             scheduleRefresh(lifetime: lifetime, now: now)
             directives.append(.allocated(relayed: relayed, mapped: mapped))
             maintainPermissions(now: now, into: &directives)
+        case .deleteStale:
+            if phase == .allocating { phase = .waiting(until: now + settings.afterStaleDeletion) }
         case .refresh(lifetime: 0):
             phase = .released
             directives.append(.released)
@@ -455,7 +475,7 @@ public struct TurnAllocation: Sendable {
     private mutating func failedRequest(_ request: Request, _ reason: String, now: MeshInstant,
                                         into directives: inout [Directive]) {
         switch request {
-        case .allocate:
+        case .allocate, .deleteStale:
             fail(reason, now: now, into: &directives)
         case .refresh(lifetime: 0):
             phase = .released
