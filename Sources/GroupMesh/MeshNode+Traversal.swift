@@ -200,7 +200,8 @@ extension MeshNode {
             case .notAskedYet: "asking"
             case .answered: "answered"
             case .noAnswer: "no answer"
-            case let .error(code, reason): TerminalText.escaped("error \(code) \(reason)")
+            // The server's words as it sent them: whoever prints them escapes them (StatusTable does).
+            case let .error(code, reason): "error \(code) \(reason)"
             }
             return StatusReport.StunInfo(servers: configuration.stunServers.map(\.description), address: client.mapped?.description,
                                          answeredBy: client.answeredBy?.description, state: state,
@@ -216,7 +217,7 @@ extension MeshNode {
             }
             let left = allocation.phase == .allocated ? allocation.expiresAt.map { (($0 - now).milliseconds / 100).rounded() / 10 } : nil
             return StatusReport.TurnInfo(server: configuration.turnServer?.server.description ?? allocation.server.description,
-                                         state: state, reason: allocation.failure.map(TerminalText.escaped),
+                                         state: state, reason: allocation.failure,
                                          relayedAddress: allocation.phase == .allocated ? allocation.relayed?.description : nil,
                                          mappedAddress: allocation.mapped?.description, lifetimeLeft: left,
                                          permissions: allocation.permissionCount, channels: allocation.channelCount,
