@@ -83,7 +83,7 @@ struct StunTurnTests {
         #expect(unresolved.stderr.contains("cannot resolve no-such-host.invalid"), "\(unresolved.stderr)")
     }
 
-    @Test("a home node with --stun and no member learns its public address: status, candidates and invite hold it",
+    @Test("a home node with --stun and no member learns its public address: status, candidates and invite hold it; a wrong TURN password fails and says why",
           .enabled(if: LabCoturn.isAvailable, Comment(rawValue: LabCoturn.unavailableReason ?? "")))
     func stunWithoutMembers() async throws {
         let lab = try NATLab(publicHosts: 1, homes: [.endpointIndependent])
@@ -108,6 +108,18 @@ struct StunTurnTests {
         let text = try await NodeProcess.runCommand(["status", "--data-dir", node.dataDirectory])
         #expect(text.stdout.contains("stun \(coturn.endpoint): public address \(expected)"), "\(text.stdout)")
         await node.cleanUp()
+
+        // The same server as a TURN server, with a wrong password: failed, and said why.
+        let wrong = try NodeProcess(["run", "--listen", "0.0.0.0:7947", "--name", "w", "--log-level", "info",
+                                     "--turn", "turn:\(coturn.username):not-the-password@\(coturn.endpoint)"],
+                                    launcher: lab.launcher(.home(0)))
+        defer { wrong.signal(SIGKILL) }
+        let failed = try await Self.waitForReport(wrong, "the failed allocation") { $0.traversal?.turn?.state == "failed" }
+        #expect(failed.traversal?.turn?.reason == "401 wrong credentials")
+        #expect(failed.traversal?.turn?.relayedAddress == nil)
+        _ = try await wrong.waitForLine(prefix: "", timeout: .seconds(5), onStderr: true,
+                                        containing: "TURN: allocation on \(coturn.endpoint) failed: 401 wrong credentials")
+        await wrong.cleanUp()
     }
 
     @Test("only TURN: two homes behind symmetric NATs, no public member, form a session through coturn; messages cross both ways, and an attachment",
@@ -133,6 +145,9 @@ struct StunTurnTests {
         let invite = try await Self.inviteAddresses(h1)
         #expect(invite.addresses.contains(relayed), "h1's invite: \(invite.addresses)")
         #expect(!(try await NodeProcess.runCommand(["status", "--data-dir", h1.dataDirectory])).stdout.contains(coturn.password))
+        // Given on the command line, the password is gone from what ps shows once the node read it.
+        let commandLine = (try? String(contentsOfFile: "/proc/\(h1.pid)/cmdline", encoding: .utf8)) ?? ""
+        #expect(commandLine.contains("turn:\(coturn.username):") && !commandLine.contains(coturn.password), "\(commandLine)")
 
         let h2Directory = NodeProcess.makeTemporaryDirectory("turn-h2")
         let config = try JSONSerialization.data(withJSONObject: ["turn": coturn.turnURL])
