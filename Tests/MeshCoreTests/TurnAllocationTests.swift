@@ -139,6 +139,21 @@ import Testing
         #expect(allocation.failure == "no answer from the TURN server")
     }
 
+    @Test func anIdleAllocationSendsKeepalivesThatKeepTheNATMappingToTheServer() throws {
+        var (allocation, permissions) = try Self.allocated()
+        _ = allocation.unwrap(Self.answer(try #require(permissions.first).message, .success, [], key: Self.key), now: .zero)
+        #expect(Self.sent(allocation.tick(now: Self.t(14_900))).isEmpty)
+        let keepalive = try #require(Self.sent(allocation.tick(now: Self.t(15_000))).first)
+        #expect(keepalive.message.method == .binding && keepalive.message.messageClass == .indication && keepalive.fingerprintIsValid)
+        // Traffic through the allocation is keepalive enough.
+        let sent = allocation.wrap([1], to: Self.peer, now: Self.t(20_000))
+        let wrapped = try #require(sent)
+        let bind = try #require(Self.sent(wrapped.directives).first)
+        _ = allocation.unwrap(Self.answer(bind.message, .success, [], key: Self.key), now: Self.t(20_000))
+        #expect(Self.sent(allocation.tick(now: Self.t(30_000))).allSatisfy { $0.message.method != .binding })
+        #expect(Self.sent(allocation.tick(now: Self.t(35_000))).contains { $0.message.method == .binding })
+    }
+
     @Test func garbageWrongTransactionAndWrongIntegrityAreIgnoredAndCounted() throws {
         var (allocation, permissions) = try Self.allocated()
         let permission = try #require(permissions.first)

@@ -41,6 +41,10 @@ public struct TurnAllocation: Sendable {
         public var afterStaleDeletion: Duration = .seconds(2)
         public var permissionRefresh: Duration = .seconds(240)
         public var channelRefresh: Duration = .seconds(540)
+        /// With nothing else sent to the server for this long, a Binding indication goes: the
+        /// NAT in front of us keeps the mapping to the server, which is the allocation's 5-tuple
+        /// (Linux forgets an idle one after 30 to 120 s; RFC 8489's Binding indication is the keepalive).
+        public var keepalive: Duration = .seconds(15)
         /// A channel unused for this long is left to expire.
         public var channelIdle: Duration = .seconds(300)
         /// After a refused ChannelBind or CreatePermission, that peer is not asked again for this long.
@@ -130,6 +134,8 @@ public struct TurnAllocation: Sendable {
     public private(set) var expiresAt: MeshInstant?
     public private(set) var counters = Counters()
     private var refreshAt: MeshInstant?
+    /// When we last sent the server anything (keepalives fill the silences).
+    private var lastSent: MeshInstant = .zero
     private var realm: String?
     private var nonce: String?
     private var key: [UInt8]?
@@ -189,6 +195,12 @@ public struct TurnAllocation: Sendable {
             }
             maintainPermissions(now: now, into: &directives)
             maintainChannels(now: now, into: &directives)
+            if now >= lastSent + settings.keepalive {
+                lastSent = now
+                let indication = StunMessage(method: .binding, messageClass: .indication,
+                                             transactionID: .init(random: &random)).encoded(fingerprint: true)
+                directives.append(.send(indication))
+            }
         default:
             break
         }
@@ -222,6 +234,7 @@ public struct TurnAllocation: Sendable {
             transaction.nextTry = now + transaction.rto
             transactions[id] = transaction
             counters.requestsSent += 1
+            lastSent = now
             directives.append(.send(transaction.bytes))
         }
     }
@@ -314,6 +327,7 @@ public struct TurnAllocation: Sendable {
         transactions[id] = Transaction(request: request, bytes: bytes, authenticated: authenticated, tries: 1,
                                        nextTry: now + settings.initialRTO, rto: settings.initialRTO, staleNonces: staleNonces)
         counters.requestsSent += 1
+        lastSent = now
         directives.append(.send(bytes))
     }
 
@@ -323,6 +337,7 @@ public struct TurnAllocation: Sendable {
     /// indication (and a ChannelBind asked for, so the next ones are smaller). Nil unless allocated.
     public mutating func wrap(_ payload: [UInt8], to peer: PeerAddress, now: MeshInstant) -> (bytes: [UInt8], directives: [Directive])? {
         guard phase == .allocated else { return nil }
+        lastSent = now
         counters.datagramsSent += 1
         counters.bytesSent += UInt64(payload.count)
         var directives: [Directive] = []
