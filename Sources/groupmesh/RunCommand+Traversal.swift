@@ -14,9 +14,10 @@ extension RunCommand {
             stunServers.append(try TraversalServer.resolve(text, ipv6: ipv6, what: "--stun"))
         }
         var turnText = settings.turn
-        if turnText == nil, let text = ProcessInfo.processInfo.environment[Self.turnEnvironmentVariable] {
+        // Removed even when the option or the file wins: event handlers must not inherit it.
+        if let text = ProcessInfo.processInfo.environment[Self.turnEnvironmentVariable] {
             InviteSource.scrubEnvironment(variable: Self.turnEnvironmentVariable)
-            turnText = text.trimmingCharacters(in: .whitespacesAndNewlines)
+            if turnText == nil { turnText = text.trimmingCharacters(in: .whitespacesAndNewlines) }
         }
         Self.scrubTurnPasswordFromArguments()
         guard let turnText else { return (stunServers, nil) }

@@ -109,16 +109,19 @@ struct StunTurnTests {
         #expect(text.stdout.contains("stun \(coturn.endpoint): public address \(expected)"), "\(text.stdout)")
         await node.cleanUp()
 
-        // The same server as a TURN server, with a wrong password: failed, and said why.
-        let wrong = try NodeProcess(["run", "--listen", "0.0.0.0:7947", "--name", "w", "--log-level", "info",
-                                     "--turn", "turn:\(coturn.username):not-the-password@\(coturn.endpoint)"],
-                                    launcher: lab.launcher(.home(0)))
+        // The same server as a TURN server, with a wrong password (from $GROUPMESH_TURN): failed,
+        // and said why; the variable is gone from the node's environment.
+        let wrong = try NodeProcess(["run", "--listen", "0.0.0.0:7947", "--name", "w", "--log-level", "info"],
+                                    launcher: lab.launcher(.home(0))
+                                        + ["/usr/bin/env", "GROUPMESH_TURN=turn:\(coturn.username):not-the-password@\(coturn.endpoint)"])
         defer { wrong.signal(SIGKILL) }
         let failed = try await Self.waitForReport(wrong, "the failed allocation") { $0.traversal?.turn?.state == "failed" }
         #expect(failed.traversal?.turn?.reason == "401 wrong credentials")
         #expect(failed.traversal?.turn?.relayedAddress == nil)
         _ = try await wrong.waitForLine(prefix: "", timeout: .seconds(5), onStderr: true,
                                         containing: "TURN: allocation on \(coturn.endpoint) failed: 401 wrong credentials")
+        let environment = FileManager.default.contents(atPath: "/proc/\(wrong.pid)/environ").map { String(decoding: $0, as: UTF8.self) } ?? ""
+        #expect(!environment.isEmpty && !environment.contains("not-the-password"), "the password stays in /proc/\(wrong.pid)/environ")
         await wrong.cleanUp()
     }
 
