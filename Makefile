@@ -32,6 +32,7 @@ deps:
 		command -v nft >/dev/null 2>&1 || missing="$$missing nftables"; \
 		command -v tmux >/dev/null 2>&1 || missing="$$missing tmux"; \
 		{ command -v miniupnpd && command -v upnpc && command -v natpmpc && command -v nft; } >/dev/null 2>&1 || missing="$$missing miniupnpd miniupnpc natpmpc nftables"; \
+		command -v turnserver >/dev/null 2>&1 || missing="$$missing coturn"; \
 		if [ -n "$$missing" ]; then \
 			echo "WAN link emulator and NAT laboratory: installing$$missing"; \
 			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } \

@@ -4,7 +4,7 @@ import MeshCrypto
 import NIOCore
 import NIOPosix
 
-/// The sockets of LAN discovery (PROTOCOL.md §1f): announcements go to an organisation-local
+/// The sockets of LAN discovery (PROTOCOL.md §1g): announcements go to an organisation-local
 /// multicast group with a TTL of 1 (they never leave the link), out of each LAN interface, and
 /// those of other members come in on the group's port. The core decides what to send and what
 /// an announcement means; this only carries bytes.

@@ -256,9 +256,11 @@ extension MeshNode {
             lossBackoffs: downlink.lossBackoffs, slowdowns: downlink.slowdowns,
             slowdownsFoundAnotherFlow: downlink.slowdownsFoundAnotherFlow, lossyLine: downlink.isLossyLine,
             backgroundCap: downlink.backgroundCap?.rounded())
-        return StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
-                            counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo,
-                            joining: joiningInfo(), lanDiscovery: lanDiscoveryInfo(), portMapping: portMapper?.info())
+        var report = StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
+                                  counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo,
+                                  joining: joiningInfo(), lanDiscovery: lanDiscoveryInfo(), portMapping: portMapper?.info())
+        report.traversal = traversalInfo()
+        return report
     }
 
     func lanDiscoveryInfo() -> StatusReport.LANDiscoveryInfo? {

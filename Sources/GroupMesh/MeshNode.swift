@@ -76,6 +76,8 @@ package actor MeshNode {
     private var metricsPublisher: RepeatedTask?
     /// Asks the gateway to map our UDP port (PortMapper); nil before `begin`.
     var portMapper: PortMapper?
+    /// `--stun` and `--turn`: the servers' clients (MeshNode+Traversal).
+    var traversal: ServerTraversal?
 
     package nonisolated var unownedExecutor: UnownedSerialExecutor {
         eventLoop.executor.asUnownedSerialExecutor()
@@ -292,6 +294,7 @@ package actor MeshNode {
         core.start(seeds: (configuration.invite?.token.addresses ?? []) + configuration.join.map(\.peer), now: now)
         runEffects()
         startPortMapping()
+        startTraversal()
         if metrics.isReporting {
             metricsPublisher = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .seconds(1)) { [self] _ in
                 assumeIsolated { $0.publishMetrics() }
@@ -435,6 +438,11 @@ package actor MeshNode {
             simulatedDrops += 1
             return
         }
+        var (datagram, address) = (datagram, address)
+        if traversal != nil {
+            guard let taken = traversalReceive(datagram, from: address) else { return }
+            (datagram, address) = taken
+        }
         core.handle(datagram: datagram, from: address, now: now)
         if core.hasEffects { runEffects() }
     }
@@ -466,10 +474,12 @@ package actor MeshNode {
 
     fileprivate func countSendError() { sendErrors += 1 }
 
+    func channelFlush() { channel.flush() }
+
     // MARK: effects
 
     /// Carries out what the core asked, in order: the only place where its effects happen.
-    private func runEffects() {
+    func runEffects() {
         var wrote = false, viewChanged = false, attachmentsChanged = false
         // The departure is among these effects: the sockets close only once it is written.
         if core.phase == .leaving { trackLastWrite = true }
@@ -556,7 +566,7 @@ package actor MeshNode {
     }
 
     /// Keeps exactly one timer armed, at the core's next deadline.
-    private func rearm() {
+    func rearm() {
         guard let deadline = core.nextDeadlineInPlace() else {
             timer?.cancel()
             timer = nil
@@ -573,7 +583,8 @@ package actor MeshNode {
 
     /// Written now, flushed once at the end of `runEffects`: a burst goes to the kernel in as few
     /// system calls as NIO can manage.
-    private func write(_ datagram: ByteBuffer, to address: PeerAddress) {
+    func write(_ datagram: ByteBuffer, to address: PeerAddress) {
+        if traversal?.routes != nil, sendThroughAllocation(datagram, to: address) { return }
         guard !closed, let remote = try? address.socketAddress(), let confirmed = admits(address, remote) else { return }
         let envelope = AddressedEnvelope(remoteAddress: remote, data: datagram)
         if trackLastWrite || !confirmed {
@@ -634,7 +645,7 @@ package actor MeshNode {
     /// `count` datagrams of `segmentSize` bytes back to back, as one segmented send (GSO), or one
     /// by one where the kernel cannot.
     private func writeSegments(_ batch: ByteBuffer, segmentSize: Int, count: Int, to address: PeerAddress) {
-        guard count > 1, Self.segmentationOffload, !trackLastWrite, !closed,
+        guard count > 1, Self.segmentationOffload, !trackLastWrite, !closed, !routesThroughAllocation(address),
               let remote = try? address.socketAddress(), destinations.isConfirmed(address, now: .now()) else {
             var rest = batch
             while rest.readableBytes > 0, let datagram = rest.readSlice(length: min(segmentSize, rest.readableBytes)) {
@@ -698,6 +709,8 @@ package actor MeshNode {
     /// Closes the sockets without telling anyone (as a crash would, but cleanly). Storage already
     /// asked for is done first (an add in the log still completes).
     package func stop() async {
+        guard !closed else { return }
+        await stopTraversal()
         guard !closed else { return }
         closed = true
         setState(.invalidated(reason: invalidation ?? .stopped))

@@ -41,6 +41,10 @@ public struct NodeConfiguration: Sendable {
     /// without one. Names the metrics use themselves (`kind`, `reason`, `state`, `outcome`, `le`,
     /// `quantile`) are left out.
     public var metricsLabels: [String: String] = [:]
+    /// `run --stun`: servers asked where our datagrams come from (PROTOCOL.md §1e).
+    public var stunServers: [TraversalServer] = []
+    /// `run --turn`: the server we hold an allocation on, to be reached through (§1e).
+    public var turnServer: TurnServerConfiguration?
     package var wire = DatagramCodec.Configuration()
     /// Lines for the person running the node (`run` prints them on stdout), such as the NAT
     /// behaviour once the members' observations tell it.

@@ -6,7 +6,7 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 
-/// The port mapping's I/O (PROTOCOL.md §1e): a UDP socket for PCP, NAT-PMP and SSDP, HTTP/1.1
+/// The port mapping's I/O (PROTOCOL.md §1f): a UDP socket for PCP, NAT-PMP and SSDP, HTTP/1.1
 /// connections for UPnP, a timer, and a look at the default route every `networkCheck`, around
 /// the pure `PortMappingInstance` that decides what to ask and what to believe. IPv4 only: the
 /// gateway is the default route's of `/proc/net/route`.

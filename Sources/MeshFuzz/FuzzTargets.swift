@@ -18,6 +18,9 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
 }
 
 public enum FuzzTargets {
+    /// An allocation and a STUN client, both waiting for the server's first answer.
+    nonisolated(unsafe) static var fuzzTurn = TraversalFuzzState()
+
     /// A codec with one known peer, so fuzzed datagrams reach every stage of `open`.
     nonisolated(unsafe) static var codec: DatagramCodec = {
         let session = try! SessionSecret(bytes: [UInt8](repeating: 7, count: 32))  // safe: 32 bytes
@@ -35,7 +38,7 @@ public enum FuzzTargets {
 
     public static func run(selector: UInt8, input: [UInt8]) {
         var buffer = ByteBuffer(bytes: input)
-        switch selector % 11 {
+        switch selector % 12 {
         case 0:
             _ = DatagramHeader.decode(&buffer)
         case 1:
@@ -65,6 +68,15 @@ public enum FuzzTargets {
             _ = LANAnnouncement(decoding: input, with: lanKeys)
         case 9:
             gatewayAnswer(input)
+        case 10:
+            // What a STUN or TURN server sends: STUN messages (their checks too), ChannelData,
+            // and both through an allocation and a STUN client waiting for answers.
+            if let received = try? StunMessage.decode(input) {
+                _ = received.hasValidIntegrity(key: [1, 2, 3])
+                _ = received.fingerprintIsValid
+            }
+            _ = try? ChannelData.decode(input)
+            fuzzTurn.unwrap(input)
         default:
             // The control socket's requests: bytes cut into lines, each decoded (fed in two parts,
             // so a line split across reads is covered too).
@@ -152,3 +164,20 @@ enum ReplayCorpus {
     }
 }
 #endif
+
+/// A TURN allocation and a STUN client in the state where a server's answers count.
+struct TraversalFuzzState {
+    static let server = PeerAddress(host: .ipv4(0xC633_640A), port: 3478)
+    var allocation = TurnAllocation(server: server, credentials: .init(username: "u", password: "p"), seed: 1, now: .zero)
+    var stun = StunClient(servers: [server], seed: 2, now: .zero)
+
+    init() {
+        _ = allocation.tick(now: .zero)
+        _ = stun.tick(now: .zero)
+    }
+
+    mutating func unwrap(_ input: [UInt8]) {
+        _ = allocation.unwrap(input, now: .zero)
+        _ = stun.handle(input, from: Self.server, now: .zero)
+    }
+}

@@ -41,6 +41,16 @@ struct RunCommand: AsyncParsableCommand {
             transform: { text throws(GroupMeshError) in try MeshAddress(text) })
     var join: [MeshAddress] = []
 
+    @Option(help: ArgumentHelp("Ask this STUN server where our datagrams come from, when members cannot tell (repeatable; "
+                               + "port 3478 if none is given).", valueName: "HOST:PORT"))
+    var stun: [String] = []
+
+    @Option(help: ArgumentHelp("Hold an allocation on this TURN server, to be reached through it when nothing else works. "
+                               + "Every local user sees a command line (ps): prefer the config file's \"turn\" or $GROUPMESH_TURN.",
+                               valueName: "turn:USER:PASS@HOST:PORT"))
+    // Parsed in `run`: its errors must not quote the password.
+    var turn: String?
+
     @Option(help: "A human-readable name for this node.")
     var name: String?
 
@@ -115,7 +125,9 @@ struct RunCommand: AsyncParsableCommand {
                         + "firewall keeps others out\n").utf8))
                 }
             }
-            let session = try await MeshSession.join(makeConfiguration(settings, invite: invite), logger: logger)
+            var configuration = makeConfiguration(settings, invite: invite)
+            (configuration.stunServers, configuration.turnServer) = try traversalServers(settings)
+            let session = try await MeshSession.join(configuration, logger: logger)
             let inviteLine = invitePrinting
             // Announced once SIGINT/SIGTERM are trapped: a script may stop the node the moment it reads them.
             let service = MeshNodeService(session: session) { [exporter] in
@@ -184,6 +196,8 @@ struct RunCommand: AsyncParsableCommand {
         var metrics: ListenAddress?
         var eventHandler: [EventHandlerSpec] = []
         var eventHandlerTimeout: Double = 30
+        var stun: [String] = []
+        var turn: String?
 
         static func nameProblem(_ name: String) -> String? {
             name.unicodeScalars.contains(where: TerminalText.needsEscape)
@@ -216,6 +230,8 @@ struct RunCommand: AsyncParsableCommand {
         settings.metrics = metrics ?? file.metrics
         settings.eventHandler = !eventHandler.isEmpty ? eventHandler : file.eventHandler ?? []
         settings.eventHandlerTimeout = eventHandlerTimeout ?? file.eventHandlerTimeout ?? settings.eventHandlerTimeout
+        settings.stun = !stun.isEmpty ? stun : file.stun ?? []
+        settings.turn = turn ?? file.turn
         // The command line's values were checked in validate(); the file's are checked here.
         if name == nil, let fileName = file.name, let problem = Settings.nameProblem(fileName) {
             throw RunConfigurationError("\"name\" in the config file \(configPath) \(problem)")
@@ -277,7 +293,10 @@ enum InviteSource {
     /// Removes the invite from the environment, and overwrites it where the kernel shows the
     /// process's initial environment (`/proc/PID/environ`, readable by the same user and root):
     /// `unsetenv` alone left the secret there for the node's whole life.
-    static func scrubEnvironment() {
+    static func scrubEnvironment() { scrubEnvironment(variable: environmentVariable) }
+
+    /// The same for any variable that holds a secret (`GROUPMESH_TURN`).
+    static func scrubEnvironment(variable environmentVariable: String) {
         let prefix = environmentVariable + "="
         var entry = environ
         while let pointer = entry.pointee {

@@ -21,9 +21,12 @@ struct RunConfigurationFile {
     var metrics: ListenAddress?
     var eventHandler: [EventHandlerSpec]?
     var eventHandlerTimeout: Double?
+    var stun: [String]?
+    /// `turn:USER:PASS@HOST:PORT`: kept here, the password stays off the command line.
+    var turn: String?
 
     static let keys = ["listen", "advertise", "join", "name", "lazy", "relay", "lan-discovery", "profile", "log-level", "metrics",
-                       "event-handler", "event-handler-timeout", "port-mapping"]
+                       "event-handler", "event-handler-timeout", "port-mapping", "stun", "turn"]
 
     /// Far more than any real configuration: a larger file is a wrong path, not settings.
     static let maxBytes = 64 * 1024
@@ -135,6 +138,8 @@ struct RunConfigurationFile {
                 try parsed("event-handler", text, EventHandlerSpec.init(parsing:))
             }
         }
+        stun = try strings("stun")
+        turn = try string("turn")
         if let value = object["event-handler-timeout"] {
             guard case let .number(seconds) = value else { throw wrong("event-handler-timeout", "a number of seconds") }
             eventHandlerTimeout = seconds

@@ -184,6 +184,7 @@ enum StatusTable {
                 + "\(lan.announcementsHeard) announcements heard, \(lan.membersMet) members met"))
         }
         if let mapping = report.portMapping { lines.append(TerminalText.escaped(mapping.line)) }
+        lines += traversalLines(report.traversal)
         if let joining = report.joining {
             lines.append(JoinNotice.statusLine(addresses: joining.addresses.count, seconds: joining.since)
                 + ": " + JoinNotice.addressList(joining.addresses))

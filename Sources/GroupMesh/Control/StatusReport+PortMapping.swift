@@ -2,7 +2,7 @@ import MeshCore
 import MeshCrypto
 
 extension StatusReport {
-    /// The gateway's port mapping (PROTOCOL.md §1e): which protocol mapped what and for how
+    /// The gateway's port mapping (PROTOCOL.md §1f): which protocol mapped what and for how
     /// long, or why nothing is mapped.
     public struct PortMappingInfo: Codable, Sendable, Equatable {
         /// `disabled`, `no-gateway`, `not-needed`, `discovering`, `mapped`, `failed` or `stopped`.

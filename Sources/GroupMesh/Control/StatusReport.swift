@@ -256,7 +256,7 @@ public struct StatusReport: Codable, Sendable, Equatable {
     public var downlink: DownlinkInfo?
     /// Present while no member has answered this node's join.
     public var joining: JoiningInfo?
-    /// LAN discovery (PROTOCOL.md §1f); absent when it is off (`--no-lan-discovery`, or no LAN).
+    /// LAN discovery (PROTOCOL.md §1g); absent when it is off (`--no-lan-discovery`, or no LAN).
     public var lanDiscovery: LANDiscoveryInfo? = nil
 
     public struct LANDiscoveryInfo: Codable, Sendable, Equatable {
@@ -272,4 +272,6 @@ public struct StatusReport: Codable, Sendable, Equatable {
     }
     /// The gateway's port mapping (absent from nodes that predate it).
     public var portMapping: PortMappingInfo?
+    /// Present with `run --stun` or `--turn` (StatusReport+Traversal).
+    public var traversal: TraversalInfo? = nil
 }

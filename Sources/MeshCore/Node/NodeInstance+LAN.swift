@@ -1,6 +1,6 @@
 import MeshCrypto
 
-/// LAN discovery (PROTOCOL.md §1f): members announce themselves on their local network, and a
+/// LAN discovery (PROTOCOL.md §1g): members announce themselves on their local network, and a
 /// member heard there is met there, never through the internet or a relay.
 extension NodeInstance {
     /// The announcement to multicast now, when one is due (the driver sends it on each LAN

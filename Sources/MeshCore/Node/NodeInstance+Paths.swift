@@ -115,6 +115,13 @@ extension NodeInstance {
                 log(.info, "path relayed", ["member": "\(peer)", "relay": "\(relay)", "why": "no punch reached it"])
             case let .relay(peer, nil):
                 log(.warning, "member unreachable: no path of its own and no member relays to it", ["member": "\(peer)"])
+            case let .punchRecord(peer):
+                let addresses = (membership.member(peer)?.record.addresses ?? []).filter { !$0.isUnspecified }
+                if codec.installedBoot(of: peer) != nil, paths.introduced(to: peer, at: addresses, by: localID, now: now) {
+                    log(.info, "punching its record's addresses: nobody to introduce us",
+                        ["member": "\(peer)", "candidates": addresses.map(\.description).joined(separator: ",")])
+                    pathsTick(now: now, force: true)
+                }
             }
         }
     }

@@ -1,6 +1,6 @@
 import MeshCrypto
 
-/// A member's announcement on its local network (PROTOCOL.md §1f): "a member of the session
+/// A member's announcement on its local network (PROTOCOL.md §1g): "a member of the session
 /// tagged `tag` listens on port `port` of the address this came from". Sent by multicast with
 /// a TTL of 1, so it never leaves the LAN.
 ///

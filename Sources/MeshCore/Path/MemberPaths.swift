@@ -125,6 +125,9 @@ public struct MemberPaths: Sendable {
         case request(introductionTo: NodeID, from: NodeID)
         /// `member` is now reached through `relay`, or (nil) through nobody: it is unreachable.
         case relay(NodeID, through: NodeID?)
+        /// A silent member and no member to introduce us: punch what its own record gives,
+        /// ourselves (one of its addresses may be a TURN relay's, which needs nobody's help).
+        case punchRecord(NodeID)
     }
 
     /// How stale `lastHeard` may be before a datagram from the same address updates it: silences
@@ -224,6 +227,19 @@ public struct MemberPaths: Sendable {
         }
         paths[member] = path
         return changed
+    }
+
+    /// A hello of `member`'s boot `boot` came from `source`, an address its own signed record
+    /// gives: where to send it until a pairwise datagram of its own proves where it is (any one
+    /// moves it: the hello's packet number is not taken). True when that changed the address.
+    public mutating func helloFrom(_ member: NodeID, boot: UInt64, at source: PeerAddress) -> Bool {
+        var path = paths[member] ?? Path()
+        guard path.boot != boot || path.learned == nil, path.relay == nil, punching[member] == nil else { return false }
+        path.boot = boot
+        path.packet = 0
+        path.learned = source
+        paths[member] = path
+        return true
     }
 
     /// An authenticated datagram of `member` came through `relay`. True when we now answer it
@@ -401,12 +417,16 @@ public struct MemberPaths: Sendable {
     private func request(for peer: NodeID, _ path: inout Path, introducers: [NodeID], now: MeshInstant,
                          into actions: inout [Action]) {
         guard path.nextRequest.map({ now >= $0 }) ?? true else { return }
+        let wait = min((path.requestWait ?? settings.requestInterval / 2) * 2, settings.maximumRequestInterval)
         guard let introducer = introducers.first(where: { $0 != peer }) else {
-            // Nobody to ask: as if one had been asked and failed, so a relay is sought in time.
+            // Nobody to ask: as if one had been asked and failed, so a relay is sought in time;
+            // meanwhile its record's addresses are punched, as often as introductions are asked.
             if path.askedAt == nil { path.askedAt = now }
+            path.requestWait = wait
+            path.nextRequest = now + wait
+            actions.append(.punchRecord(peer))
             return
         }
-        let wait = min((path.requestWait ?? settings.requestInterval / 2) * 2, settings.maximumRequestInterval)
         path.requestWait = wait
         path.nextRequest = now + wait
         path.askedAt = now

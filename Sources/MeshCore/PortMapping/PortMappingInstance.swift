@@ -2,7 +2,7 @@ import MeshCrypto
 
 /// Asks the default gateway to map our UDP port (PCP, then NAT-PMP, then UPnP IGD), keeps the
 /// mapping alive, and says when it changes. Pure: the driver hands it the gateway's answers,
-/// timer ticks and the time, and carries out the directives it returns (PROTOCOL.md §1e).
+/// timer ticks and the time, and carries out the directives it returns (PROTOCOL.md §1f).
 ///
 /// Everything the gateway says is untrusted: an answer from another address, with another nonce
 /// or opcode, or that does not parse is ignored (counted, logged once a round); a "success" that
