@@ -69,6 +69,10 @@ enum MeshBench {
             print("GroupMesh between homes behind Linux NAT, namespaces (issue 19)…")
             results += try await NATLabScenario.run(quick: quick)
         }
+        if wanted("natmatrix") {
+            print("Every pair of home router kinds, no public member (STUN/TURN server, port mapping), namespaces…")
+            results += try await NATMatrixScenario.run(quick: quick)
+        }
         print()
         BenchReport.printTable(results)
         try BenchReport.write(results, to: output, quick: quick)

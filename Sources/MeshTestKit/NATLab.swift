@@ -80,7 +80,8 @@ public final class NATLab: @unchecked Sendable {
     public let publicAddresses: [String]
     public let homes: [Home]
     private let defaultRoutes: Bool
-    private let routerInputFirewall: Bool
+    /// Per home: whether its router drops unsolicited datagrams to itself (see `init`).
+    private let routerInputFirewalls: [Bool]
     private var created: [String] = []
 
     public static let internetPrefix = "198.51.100"
@@ -115,10 +116,12 @@ public final class NATLab: @unchecked Sendable {
 
     /// Builds the lab: `publicHosts` hosts on the internet, one home per entry of `homes`.
     public init(publicHosts publicCount: Int, homes mappings: [Mapping], identicalPrivateSubnets: Bool = false,
-                defaultRoutes: Bool = true, routerInputFirewall: Bool = true) throws {
+                defaultRoutes: Bool = true, routerInputFirewall: Bool = true,
+                routerInputFirewalls: [Bool]? = nil) throws {
         if let reason = Self.unavailableReason { throw NodeProcessError.exited(status: -1, stderr: reason) }
-        guard publicCount >= 0, publicCount <= 80, mappings.count <= 80 else {
-            throw NodeProcessError.exited(status: -1, stderr: "NATLab: at most 80 public hosts and 80 homes")
+        guard publicCount >= 0, publicCount <= 80, mappings.count <= 80,
+              (routerInputFirewalls?.count ?? mappings.count) == mappings.count else {
+            throw NodeProcessError.exited(status: -1, stderr: "NATLab: at most 80 public hosts and 80 homes, one firewall setting per home")
         }
         LabRegistry.sweepStale(ip: NamespaceLab.ipCommand ?? "/usr/sbin/ip")
         let tag = String(UInt32.random(in: 0x1000...0xFFFF), radix: 16)
@@ -133,7 +136,8 @@ public final class NATLab: @unchecked Sendable {
                         privateAddress: "\(subnet).2", gateway: "\(subnet).1")
         }
         self.defaultRoutes = defaultRoutes
-        self.routerInputFirewall = routerInputFirewall
+        // One setting for every home, or one per home (a matrix of router kinds).
+        self.routerInputFirewalls = routerInputFirewalls ?? Array(repeating: routerInputFirewall, count: mappings.count)
         do { try build() } catch {
             tearDown()
             throw error
@@ -188,7 +192,7 @@ public final class NATLab: @unchecked Sendable {
             try check(run(in: home.router, iptables, masquerade))
             // A home router's firewall: only what answers a flow from inside comes in, to the
             // home or to the router itself (OpenWrt's wan zone: input and forward rejected).
-            let chains = routerInputFirewall ? ["FORWARD", "INPUT"] : ["FORWARD"]
+            let chains = routerInputFirewalls[index] ? ["FORWARD", "INPUT"] : ["FORWARD"]
             for chain in chains {
                 try check(run(in: home.router, iptables, ["-A", chain, "-i", home.wanInterface, "-m", "conntrack",
                                                           "!", "--ctstate", "ESTABLISHED,RELATED", "-j", "DROP"]))

@@ -1,0 +1,130 @@
+import Foundation
+import GroupMesh
+import MeshTestKit
+
+/// Friends at home, every pair of home routers (root only): for each pair of router kinds, two
+/// homes with no public member, a real coturn on the internet that both use for STUN and TURN,
+/// and a real miniupnpd on the routers that map ports. Home 0 makes the session and prints its
+/// invite; home 1 joins with it. Measured for each pair: how the homes reach each other once a
+/// message crossed (direct, punched, relayed by a member, through TURN, or not at all), and the
+/// time from the later start to the first acknowledged message.
+enum NATMatrixScenario {
+    /// A kind of home router.
+    struct RouterKind: CustomStringConvertible {
+        var name: String
+        var mapping: NATLab.Mapping
+        var inputFirewall = true
+        var portMapping = false
+
+        var description: String { name }
+    }
+
+    static let kinds = [
+        RouterKind(name: "port-restricted", mapping: .endpointIndependent),
+        RouterKind(name: "no firewall", mapping: .endpointIndependent, inputFirewall: false),
+        RouterKind(name: "symmetric", mapping: .symmetric),
+        RouterKind(name: "port-restricted + UPnP/PCP", mapping: .endpointIndependent, portMapping: true),
+        RouterKind(name: "symmetric + UPnP/PCP", mapping: .symmetric, portMapping: true),
+    ]
+
+    struct Outcome {
+        var first: RouterKind, second: RouterKind
+        /// `direct`, `punched`, `relayed`, `TURN` or `unreachable` (the worse of the two views).
+        var path: String
+        var seconds: Double?
+    }
+
+    static func run(quick: Bool) async throws -> [BenchResult] {
+        if let reason = NATLab.unavailableReason ?? LabCoturn.unavailableReason ?? NATLab.miniupnpdUnavailableReason {
+            print("natmatrix: \(reason)")
+            return []
+        }
+        var outcomes: [Outcome] = []
+        let pairs = kinds.indices.flatMap { i in kinds.indices.filter { $0 >= i }.map { (kinds[i], kinds[$0]) } }
+        for (first, second) in quick ? Array(pairs.prefix(3)) : pairs {
+            let outcome: Outcome
+            do {
+                outcome = try await pair(first, second)
+            } catch {
+                print("  \(first) × \(second): \(error)")
+                outcome = Outcome(first: first, second: second, path: "unreachable", seconds: nil)
+            }
+            outcomes.append(outcome)
+            print("  \(first) × \(second): \(outcome.path)"
+                  + (outcome.seconds.map { ", first acknowledged message \(BenchReport.format($0)) s after the later start" } ?? ""))
+        }
+        // The pairs the goal speaks of: either side maps a port, or neither is symmetric.
+        let eligible = outcomes.filter { $0.first.portMapping || $0.second.portMapping
+            || ($0.first.mapping != .symmetric && $0.second.mapping != .symmetric) }
+        let direct = eligible.filter { $0.path == "direct" || $0.path == "punched" }
+        let times = outcomes.compactMap(\.seconds).sorted()
+        return [
+            BenchResult(scenario: "natmatrix: pairs of home routers where one maps or neither is symmetric, reached directly",
+                        figure: Double(direct.count), unit: "pairs", baselineName: "such pairs", baseline: Double(eligible.count),
+                        goal: "≥ 95%"),
+            BenchResult(scenario: "natmatrix: every pair, a message acknowledged (any path)",
+                        figure: Double(outcomes.filter { $0.seconds != nil }.count), unit: "pairs", baselineName: "pairs",
+                        baseline: Double(outcomes.count), goal: "all"),
+            BenchResult(scenario: "natmatrix: later start → first acknowledged message (median over the pairs)",
+                        figure: times.isEmpty ? 0 : times[times.count / 2], unit: "s", baselineName: "slowest pair",
+                        baseline: times.last ?? 0, goal: "≤ 2 s"),
+        ]
+    }
+
+    /// One pair of homes, fresh routers and nodes.
+    static func pair(_ first: RouterKind, _ second: RouterKind) async throws -> Outcome {
+        let lab = try NATLab(publicHosts: 1, homes: [first.mapping, second.mapping],
+                             routerInputFirewalls: [first.inputFirewall, second.inputFirewall])
+        defer { lab.tearDown() }
+        let coturn = try await LabCoturn(lab: lab, publicHost: 0)
+        defer { coturn.stop() }
+        var routers: [Miniupnpd] = []
+        defer { for router in routers { router.stop() } }
+        for (index, kind) in [first, second].enumerated() where kind.portMapping {
+            routers.append(try lab.startMiniupnpd(home: index))
+        }
+        var nodes: [NodeProcess] = []
+        defer { TransferScenario.stop(nodes) }
+        func start(_ name: String, home: Int, invite: String?) throws -> NodeProcess {
+            var arguments = ["run", "--listen", "0.0.0.0:7946", "--name", name, "--print-invite",
+                             "--stun", coturn.endpoint, "--turn", coturn.turnURL]
+            if let invite { arguments += ["--invite", invite] }
+            let node = try NodeProcess(arguments, launcher: lab.launcher(.home(home)))
+            nodes.append(node)
+            return node
+        }
+        let h0 = try start("h0", home: 0, invite: nil)
+        let invite = try await h0.waitForLine(prefix: "invite:")
+        let started = ContinuousClock.now
+        let h1 = try start("h1", home: 1, invite: invite)
+        var acknowledged: Double?
+        let deadline = ContinuousClock.now + .seconds(45)
+        while acknowledged == nil, ContinuousClock.now < deadline {
+            let sent = try await NodeProcess.runCommand(["send", "--data-dir", h1.dataDirectory, "--to", "h0", "hello"],
+                                                        timeout: .seconds(15))
+            if sent.status == 0, sent.stderr.contains("sent to 1 member") {
+                let elapsed = ContinuousClock.now - started
+                acknowledged = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            } else {
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        guard acknowledged != nil else { return Outcome(first: first, second: second, path: "unreachable", seconds: nil) }
+        // Paths settle (a punch may follow a first message through TURN): each view is read
+        // after a few seconds, and the worse of the two is the pair's.
+        try await Task.sleep(for: .seconds(5))
+        let views = [try await path(of: "h1", at: h0, coturn: coturn), try await path(of: "h0", at: h1, coturn: coturn)]
+        let order = ["direct", "punched", "relayed", "TURN", "unreachable"]
+        let worst = views.max { (order.firstIndex(of: $0) ?? 4) < (order.firstIndex(of: $1) ?? 4) } ?? "unreachable"
+        return Outcome(first: first, second: second, path: worst, seconds: acknowledged)
+    }
+
+    /// How `node` reaches `member`: its path, or `TURN` when it sends to a relayed address on the
+    /// TURN server.
+    static func path(of member: String, at node: NodeProcess, coturn: LabCoturn) async throws -> String {
+        let status = try await node.status()
+        guard let info = status.members.first(where: { $0.name == member }) else { return "unreachable" }
+        if info.pathAddress?.hasPrefix(coturn.address + ":") == true { return "TURN" }
+        return info.path ?? "direct"
+    }
+}
