@@ -43,6 +43,13 @@ final class LANBeacon: @unchecked Sendable {
     static func open(interfaces: [NIONetworkDevice], eventLoop: any EventLoop, logger: Logger,
                      onAnnouncement: @escaping @Sendable ([UInt8], PeerAddress) -> Void) async -> LANBeacon? {
         guard !interfaces.isEmpty else { return nil }
+        // The receiving socket takes unicast too, from anywhere: only a source on one of our
+        // LANs is an announcement (anything else, a replay with a forged far address included,
+        // is dropped before the core sees it).
+        let subnets = interfaces.compactMap(LANSubnet.init)
+        let deliver: @Sendable ([UInt8], PeerAddress) -> Void = { bytes, source in
+            if subnets.contains(where: { $0.contains(source) }) { onAnnouncement(bytes, source) }
+        }
         var opened: [any Channel] = []
         do {
             let groupAddress = try SocketAddress(ipAddress: group, port: port)
@@ -51,7 +58,7 @@ final class LANBeacon: @unchecked Sendable {
                 .channelOption(.socketOption(.so_reuseaddr), value: 1)
                 .channelInitializer { channel in
                     channel.eventLoop.makeCompletedFuture {
-                        try channel.pipeline.syncOperations.addHandler(AnnouncementReader(onAnnouncement))
+                        try channel.pipeline.syncOperations.addHandler(AnnouncementReader(deliver))
                     }
                 }
                 .bind(host: "0.0.0.0", port: port).get()
@@ -123,6 +130,23 @@ private final class AnnouncementReader: ChannelInboundHandler {
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {}
+}
+
+/// An IPv4 subnet of one of our interfaces.
+struct LANSubnet: Sendable {
+    let network: UInt32
+    let mask: UInt32
+
+    init?(_ device: NIONetworkDevice) {
+        guard case let .v4(address)? = device.address, case let .v4(netmask)? = device.netmask else { return nil }
+        mask = UInt32(bigEndian: netmask.address.sin_addr.s_addr)
+        network = UInt32(bigEndian: address.address.sin_addr.s_addr) & mask
+    }
+
+    func contains(_ address: PeerAddress) -> Bool {
+        guard case let .ipv4(value) = address.host else { return false }
+        return value & mask == network
+    }
 }
 
 extension PeerAddress {

@@ -166,6 +166,8 @@ extension MeshNode {
                     traversal?.advertisingRelayed = false
                     traversal?.routes?.reset()
                     core.setExternalAddress(nil, from: .turn, now: now)
+                    // The server's view of us, taken as our STUN address without --stun, goes too.
+                    if traversal?.stun == nil { core.setExternalAddress(nil, from: .stun, now: now) }
                     runEffects()
                     rearm()
                 } else {

@@ -602,6 +602,9 @@ package actor MeshNode {
     /// put back. Not sent at all when it could not leave at once (a full send buffer would hold it
     /// until after the TTL is back, and it would then reach the far router).
     private func writeShortLived(_ datagram: ByteBuffer, to address: PeerAddress, hops: UInt8) {
+        // Through a TURN allocation it goes to the server, not towards the peer's router: sent
+        // as it is (a small TTL would only make it die before the server).
+        if routesThroughAllocation(address) { return write(datagram, to: address) }
         guard !closed, channel.isWritable, let options = channel.syncOptions else { return }
         #if os(Linux)
         let option = address.isIPv6 || localAddress.isIPv6

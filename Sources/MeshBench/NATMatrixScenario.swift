@@ -15,6 +15,8 @@ enum NATMatrixScenario {
         var mapping: NATLab.Mapping
         var inputFirewall = true
         var portMapping = false
+        /// Behind a carrier's NAT too (double NAT).
+        var carrier = false
 
         var description: String { name }
     }
@@ -25,6 +27,7 @@ enum NATMatrixScenario {
         RouterKind(name: "symmetric", mapping: .symmetric),
         RouterKind(name: "port-restricted + UPnP/PCP", mapping: .endpointIndependent, portMapping: true),
         RouterKind(name: "symmetric + UPnP/PCP", mapping: .symmetric, portMapping: true),
+        RouterKind(name: "double NAT (carrier + home)", mapping: .endpointIndependent, carrier: true),
     ]
 
     struct Outcome {
@@ -74,7 +77,8 @@ enum NATMatrixScenario {
     /// One pair of homes, fresh routers and nodes.
     static func pair(_ first: RouterKind, _ second: RouterKind) async throws -> Outcome {
         let lab = try NATLab(publicHosts: 1, homes: [first.mapping, second.mapping],
-                             routerInputFirewalls: [first.inputFirewall, second.inputFirewall])
+                             routerInputFirewalls: [first.inputFirewall, second.inputFirewall],
+                             carrierNAT: [first.carrier, second.carrier])
         defer { lab.tearDown() }
         let coturn = try await LabCoturn(lab: lab, publicHost: 0)
         defer { coturn.stop() }

@@ -63,9 +63,17 @@ public final class NATLab: @unchecked Sendable {
 
     public struct Home: Sendable {
         public let mapping: Mapping
-        /// The router's namespace and its WAN leg's public address.
+        /// The router's namespace, and the home's address on the internet: its WAN leg's, or its
+        /// carrier's when it sits behind one.
         public let router: String
         public let publicAddress: String
+        /// Behind a carrier-grade NAT (double NAT): the carrier router's namespace. The home
+        /// router's WAN leg is then at `carrierSideAddress` (100.64.K.2, a CGNAT range) on a link
+        /// to the carrier, which masquerades (endpoint-independent, with a firewall) onto the
+        /// internet at `publicAddress`.
+        public let carrier: String?
+        public var carrierSideAddress: String? { carrier == nil ? nil : "100.64.\(index + 1).2" }
+        let index: Int
         /// The router's interface on the internet (MASQUERADE's `-o`).
         public let wanInterface: String
         /// The home host's namespace, its private address, and the router's address inside.
@@ -117,10 +125,11 @@ public final class NATLab: @unchecked Sendable {
     /// Builds the lab: `publicHosts` hosts on the internet, one home per entry of `homes`.
     public init(publicHosts publicCount: Int, homes mappings: [Mapping], identicalPrivateSubnets: Bool = false,
                 defaultRoutes: Bool = true, routerInputFirewall: Bool = true,
-                routerInputFirewalls: [Bool]? = nil) throws {
+                routerInputFirewalls: [Bool]? = nil, carrierNAT: [Bool]? = nil) throws {
         if let reason = Self.unavailableReason { throw NodeProcessError.exited(status: -1, stderr: reason) }
         guard publicCount >= 0, publicCount <= 80, mappings.count <= 80,
-              (routerInputFirewalls?.count ?? mappings.count) == mappings.count else {
+              (routerInputFirewalls?.count ?? mappings.count) == mappings.count,
+              (carrierNAT?.count ?? mappings.count) == mappings.count else {
             throw NodeProcessError.exited(status: -1, stderr: "NATLab: at most 80 public hosts and 80 homes, one firewall setting per home")
         }
         LabRegistry.sweepStale(ip: NamespaceLab.ipCommand ?? "/usr/sbin/ip")
@@ -132,6 +141,7 @@ public final class NATLab: @unchecked Sendable {
         homes = mappings.enumerated().map { index, mapping in
             let subnet = identicalPrivateSubnets ? "192.168.1" : "10.0.\(index + 1)"
             return Home(mapping: mapping, router: "gm\(tag)rtr\(index)", publicAddress: "\(Self.internetPrefix).\(101 + index)",
+                        carrier: carrierNAT?[index] == true ? "gm\(tag)cgn\(index)" : nil, index: index,
                         wanInterface: "gm\(tag)w\(index)", host: "gm\(tag)home\(index)",
                         privateAddress: "\(subnet).2", gateway: "\(subnet).1")
         }
@@ -175,7 +185,11 @@ public final class NATLab: @unchecked Sendable {
         }
         for (index, home) in homes.enumerated() {
             try ip(["netns", "add", home.router]); created.append(home.router)
-            try attach(home.router, interface: home.wanInterface, port: "gm\(tag)q\(index)", address: home.publicAddress)
+            if let carrier = home.carrier, let carrierSide = home.carrierSideAddress {
+                try buildCarrier(carrier, for: home, carrierSide: carrierSide, attach: attach)
+            } else {
+                try attach(home.router, interface: home.wanInterface, port: "gm\(tag)q\(index)", address: home.publicAddress)
+            }
             try ip(["netns", "add", home.host]); created.append(home.host)
             let lan = "gm\(tag)l\(index)", inside = "gm\(tag)e\(index)"
             try ip(["link", "add", lan, "netns", home.router, "type", "veth", "peer", "name", inside, "netns", home.host])
@@ -197,6 +211,32 @@ public final class NATLab: @unchecked Sendable {
                 try check(run(in: home.router, iptables, ["-A", chain, "-i", home.wanInterface, "-m", "conntrack",
                                                           "!", "--ctstate", "ESTABLISHED,RELATED", "-j", "DROP"]))
             }
+        }
+    }
+
+    /// A carrier router between a home router and the internet: its own leg on the bridge at the
+    /// home's public address, a link to the home router (100.64.K.0/24), MASQUERADE onto the
+    /// internet and a firewall, as a carrier-grade NAT.
+    private func buildCarrier(_ carrier: String, for home: Home, carrierSide: String,
+                              attach: (String, String, String, String) throws -> Void) throws {
+        try ip(["netns", "add", carrier]); created.append(carrier)
+        let wan = "gm\(tag)c\(home.index)"
+        try attach(carrier, wan, "gm\(tag)k\(home.index)", home.publicAddress)
+        let inside = "gm\(tag)d\(home.index)"
+        let carrierAddress = "100.64.\(home.index + 1).1"
+        try ip(["link", "add", inside, "netns", carrier, "type", "veth", "peer", "name", home.wanInterface, "netns", home.router])
+        try ip(["-n", carrier, "addr", "add", "\(carrierAddress)/24", "dev", inside])
+        try ip(["-n", carrier, "link", "set", inside, "up"])
+        try ip(["-n", home.router, "addr", "add", "\(carrierSide)/24", "dev", home.wanInterface])
+        try ip(["-n", home.router, "link", "set", home.wanInterface, "up"])
+        try ip(["-n", home.router, "link", "set", "lo", "up"])
+        try ip(["-n", home.router, "route", "add", "default", "via", carrierAddress])
+        try check(run(in: carrier, Self.sysctlCommand, ["-qw", "net.ipv4.ip_forward=1"]))
+        let iptables = Self.iptablesCommand ?? "/usr/sbin/iptables"
+        try check(run(in: carrier, iptables, ["-t", "nat", "-A", "POSTROUTING", "-o", wan, "-j", "MASQUERADE"]))
+        for chain in ["FORWARD", "INPUT"] {
+            try check(run(in: carrier, iptables, ["-A", chain, "-i", wan, "-m", "conntrack",
+                                                  "!", "--ctstate", "ESTABLISHED,RELATED", "-j", "DROP"]))
         }
     }
 

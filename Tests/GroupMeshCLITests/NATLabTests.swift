@@ -287,6 +287,31 @@ struct NATLabTests {
         #expect(pView.relay("forwardedDatagrams") == 0, "the public member relayed for the homes")
     }
 
+    @Test("a home behind two NATs (a carrier's and its own) and a home behind one, no public member, a STUN/TURN server: the home behind two learns the carrier's address, the pair meets and a message crosses both ways",
+          .enabled(if: NATLab.isAvailable && LabCoturn.isAvailable,
+                   Comment(rawValue: NATLab.unavailableReason ?? LabCoturn.unavailableReason ?? "")))
+    func doubleNAT() async throws {
+        let nodes = LabNodes(try NATLab(publicHosts: 1, homes: [.endpointIndependent, .endpointIndependent],
+                                        carrierNAT: [true, false]))
+        defer { nodes.tearDown() }
+        let lab = nodes.lab
+        let coturn = try await LabCoturn(lab: lab, publicHost: 0)
+        defer { coturn.stop() }
+        let servers = ["--stun", coturn.endpoint, "--turn", coturn.turnURL]
+        let h1 = try nodes.run("h1", on: .home(0), extra: servers)
+        let invite = try await h1.waitForLine(prefix: "invite:")
+        let h2 = try nodes.run("h2", on: .home(1), invite: invite, extra: servers)
+        try await [h1, h2].waitForMesh(alive: 2, timeout: .seconds(30))
+        // The carrier's address, from the STUN server (the home router's own WAN address is private).
+        _ = try await h1.waitForStatus(timeout: .seconds(20), "h1 learns the carrier's address") {
+            $0.`self`.candidates?.contains { $0.hasPrefix(lab.homes[0].publicAddress + ":") } == true
+        }
+        let listeners = (h1: try await nodes.listen(to: h1), h2: try await nodes.listen(to: h2))
+        #expect(try await Self.exchange("behind two NATs", h1: h1, h2: h2, listeners: listeners))
+        let h2View = try await h2.status()
+        print("natlab: double NAT: h1 at h2 \(Self.member("h1", in: h2View).map { "\($0.path ?? "-") \($0.pathAddress ?? "-")" } ?? "-")")
+    }
+
     @Test("a home behind MASQUERADE --random-fully knows its NAT is symmetric and is reached through a relay that cannot read it; the pair moves when the relay leaves",
           .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func symmetricHomeIsRelayed() async throws {
@@ -429,8 +454,9 @@ final class LabNodes {
 
     /// `groupmesh run` on `host` at port 7946, logging at info (punches and relays are counted
     /// from its log).
-    func run(_ name: String, on host: NATLab.Host, invite: String? = nil, lazy: Bool = false) throws -> NodeProcess {
-        var arguments = ["run", "--listen", "0.0.0.0:7946", "--name", name, "--log-level", "info"]
+    func run(_ name: String, on host: NATLab.Host, invite: String? = nil, lazy: Bool = false,
+             extra: [String] = []) throws -> NodeProcess {
+        var arguments = ["run", "--listen", "0.0.0.0:7946", "--name", name, "--log-level", "info"] + extra
         if let invite { arguments += ["--invite", invite] }
         if lazy { arguments.append("--lazy") }
         let node = try NodeProcess(arguments, launcher: lab.launcher(host))

@@ -12,16 +12,17 @@ import Testing
 
     @Test func aHelloSetsTheAddressOnlyUntilAPairwiseDatagramProvesOne() {
         var paths = MemberPaths()
-        do { let result = paths.helloFrom(Self.peer, boot: 1, at: Self.relayed); #expect(result) }
+        do { let result = paths.helloFrom(Self.peer, boot: 1, at: Self.relayed, now: Self.start); #expect(result) }
         #expect(paths.address(of: Self.peer, boot: 1) == Self.relayed)
+        #expect(paths.paths[Self.peer]?.lastHeard == Self.start, "heard now: the silence checks count from here")
         // Another hello of the same boot moves nothing: the first stands until proven or moved.
-        do { let result = paths.helloFrom(Self.peer, boot: 1, at: Self.mapped); #expect(!result) }
+        do { let result = paths.helloFrom(Self.peer, boot: 1, at: Self.mapped, now: Self.start); #expect(!result) }
         // The member's first pairwise datagram moves it, whatever its number.
         do { let result = paths.heard(Self.peer, boot: 1, packet: 1, from: Self.mapped, now: Self.start); #expect(result) }
         #expect(paths.address(of: Self.peer, boot: 1) == Self.mapped)
-        do { let result = paths.helloFrom(Self.peer, boot: 1, at: Self.relayed); #expect(!result, "a proven address is not moved by a hello") }
+        do { let result = paths.helloFrom(Self.peer, boot: 1, at: Self.relayed, now: Self.start); #expect(!result, "a proven address is not moved by a hello") }
         // A new boot is another member's path as far as addresses go.
-        do { let result = paths.helloFrom(Self.peer, boot: 2, at: Self.relayed); #expect(result) }
+        do { let result = paths.helloFrom(Self.peer, boot: 2, at: Self.relayed, now: Self.start); #expect(result) }
         #expect(paths.address(of: Self.peer, boot: 2) == Self.relayed)
     }
 }

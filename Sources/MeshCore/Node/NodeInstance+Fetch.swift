@@ -111,6 +111,7 @@ extension NodeInstance {
 
     /// A load that will not complete: the caller hears why, and a file prepared for it goes.
     mutating func failLoad(_ waiter: (request: RequestID, destination: ExportDestination), _ error: NodeError) {
+        exportRetries[waiter.request] = nil
         if case .file = waiter.destination { store(.cancelExport(to: waiter.destination), .housekeeping) }
         complete(waiter.request, .failure(error))
     }
@@ -125,7 +126,8 @@ extension NodeInstance {
             // load waits for that fetch (twice at most: a disk that damages everything it keeps
             // would have us fetch for ever).
             attachmentDamaged(manifest.id, detail: detail, now: now)
-            guard retries < Self.maxExportRetries else {
+            // No fetch to wait for (the attachment was removed meanwhile, or the node stops).
+            guard retries < Self.maxExportRetries, fetches[manifest.id] != nil else {
                 return complete(request, .failure(.store(.damaged(detail))))
             }
             exportRetries[request] = retries + 1

@@ -32,11 +32,11 @@ extension NodeInstance {
     /// its own signed record gives (a TURN relay's), that one is used instead. Anyone holding
     /// the session's hello key can seal a hello in a member's name, so nothing else is taken
     /// from it: only an address the member itself signed, and only until it is proven or moved.
-    mutating func helloFrom(_ sender: NodeID, boot: UInt64, source: PeerAddress) {
+    mutating func helloFrom(_ sender: NodeID, boot: UInt64, source: PeerAddress, now: MeshInstant) {
         guard sender != localID, peerAddresses[sender] != nil, let member = membership.member(sender),
               member.record.bootID == boot, member.record.addresses.first != source,
               member.record.addresses.contains(source), learnedAddress(of: sender) == nil,
-              paths.helloFrom(sender, boot: boot, at: source) else { return }
+              paths.helloFrom(sender, boot: boot, at: source, now: now) else { return }
         peerAddresses[sender] = source
         log(.info, "member reached where its hello came from, an address its record gives",
             ["member": "\(sender)", "address": "\(source)"])

@@ -342,7 +342,7 @@ public struct NodeInstance: Sendable {
             }
             let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now)
             apply(directives, now: now)
-            if relay == nil { helloFrom(sender, boot: datagram.header.bootID, source: address) }
+            if relay == nil { helloFrom(sender, boot: datagram.header.bootID, source: address, now: now) }
         case .pairwise:
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
             if provenHolders.contains(sender) {

@@ -7,8 +7,9 @@ import MeshCrypto
 /// `magic(4) | tag(8) | node id(16) | port(2) | mac(16)`, 46 bytes. The tag and the MAC are keyed
 /// BLAKE2b with a key derived from the session secret (`KeyPurpose.lanDiscovery`): the tag names
 /// the session without telling its secret, and only a holder of the secret can make an
-/// announcement that is taken. A copy replayed by someone else only makes us punch (sealed, a
-/// few datagrams) towards the replayer's own address.
+/// announcement that is taken. The driver takes one only from a source on the subnet of one of
+/// our LAN interfaces: a copy replayed on our LAN, even from a forged source there, costs one
+/// punch (sealed, at most 40 datagrams) to an address on our own LAN.
 public struct LANAnnouncement: Sendable, Equatable {
     public static let magic: [UInt8] = Array("GML1".utf8)
     public static let byteCount = 4 + 8 + NodeID.byteCount + 2 + 16

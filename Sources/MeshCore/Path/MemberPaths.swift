@@ -232,8 +232,10 @@ public struct MemberPaths: Sendable {
     /// A hello of `member`'s boot `boot` came from `source`, an address its own signed record
     /// gives: where to send it until a pairwise datagram of its own proves where it is (any one
     /// moves it: the hello's packet number is not taken). True when that changed the address.
-    public mutating func helloFrom(_ member: NodeID, boot: UInt64, at source: PeerAddress) -> Bool {
-        var path = paths[member] ?? Path()
+    public mutating func helloFrom(_ member: NodeID, boot: UInt64, at source: PeerAddress, now: MeshInstant) -> Bool {
+        // Heard now: the silence checks (introductions, punching its record, relays) count from here.
+        var path = paths[member] ?? Path(lastHeard: now)
+        if path.lastHeard == nil { path.lastHeard = now }
         guard path.boot != boot || path.learned == nil, path.relay == nil, punching[member] == nil else { return false }
         path.boot = boot
         path.packet = 0

@@ -224,6 +224,9 @@ public struct TurnAllocation: Sendable {
 
     private mutating func retransmit(now: MeshInstant, into directives: inout [Directive]) {
         for (id, var transaction) in transactions where now >= transaction.nextTry {
+            // A give-up earlier in this loop may have lost the allocation (and every transaction
+            // with it): what the copy still holds belongs to it, not to the next one.
+            guard transactions[id] != nil else { continue }
             guard transaction.tries < settings.maxTries else {
                 transactions[id] = nil
                 gaveUp(on: transaction.request, now: now, into: &directives)
@@ -252,8 +255,9 @@ public struct TurnAllocation: Sendable {
             lose("no answer to Refresh", now: now, into: &directives)
         case let .createPermission(peers):
             for peer in peers { permitted[peer.host] = nil }
-        case let .channelBind(_, peer):
-            channels[peer] = nil
+        case let .channelBind(number, peer):
+            // Only the channel this request bound: a newer one for the peer stays.
+            if channels[peer]?.number == number { channels[peer] = nil }
         }
     }
 
@@ -503,8 +507,8 @@ public struct TurnAllocation: Sendable {
                 permitted[peer.host] = nil
                 refusedUntil[peer.host] = now + settings.refusalHold
             }
-        case let .channelBind(_, peer):
-            channels[peer] = nil
+        case let .channelBind(number, peer):
+            if channels[peer]?.number == number { channels[peer] = nil }
             refusedUntil[peer.host] = now + settings.refusalHold
         }
         if refusedUntil.count > 4 * settings.maxPermissions { refusedUntil = refusedUntil.filter { now < $0.value } }
