@@ -61,7 +61,15 @@ enum NATMatrixScenario {
             || ($0.first.mapping != .symmetric && $0.second.mapping != .symmetric) }
         let direct = eligible.filter { $0.path == "direct" || $0.path == "punched" }
         let times = outcomes.compactMap(\.seconds).sorted()
+        let three = try await threeHomes()
+        print("  three homes behind mapping routers, no public member: first message between the joiners "
+              + "\(BenchReport.format(three.firstMessage)) s after the last start; get of 20 MiB \(BenchReport.format(three.get)) s "
+              + "(\(BenchReport.format(20 / max(three.get, 1e-3))) MiB/s)")
         return [
+            BenchResult(scenario: "natmatrix: three homes behind mapping routers, no public member: last start → first message between the two joiners",
+                        figure: three.firstMessage, unit: "s", baselineName: "goal", baseline: 2, goal: "≤ 2 s"),
+            BenchResult(scenario: "natmatrix: three homes: get of 20 MiB from the first home at the third, wall time",
+                        figure: 20 / max(three.get, 1e-3), unit: "MiB/s", baselineName: "-", baseline: 0, goal: "-"),
             BenchResult(scenario: "natmatrix: pairs of home routers where one maps or neither is symmetric, reached directly",
                         figure: Double(direct.count), unit: "pairs", baselineName: "such pairs", baseline: Double(eligible.count),
                         goal: "≥ 95%"),
@@ -121,6 +129,60 @@ enum NATMatrixScenario {
         let order = ["direct", "punched", "relayed", "TURN", "unreachable"]
         let worst = views.max { (order.firstIndex(of: $0) ?? 4) < (order.firstIndex(of: $1) ?? 4) } ?? "unreachable"
         return Outcome(first: first, second: second, path: worst, seconds: acknowledged)
+    }
+
+    /// Three homes behind routers that map ports (miniupnpd), no public member and no server:
+    /// the first home's invite brings the other two in. The time from the third start to the
+    /// first message acknowledged between the two joiners, and a `get` of 20 MiB at the third of
+    /// what the first attached.
+    static func threeHomes() async throws -> (firstMessage: Double, get: Double) {
+        let lab = try NATLab(publicHosts: 0, homes: [.endpointIndependent, .endpointIndependent, .endpointIndependent])
+        defer { lab.tearDown() }
+        var routers: [Miniupnpd] = []
+        defer { for router in routers { router.stop() } }
+        for index in lab.homes.indices { routers.append(try lab.startMiniupnpd(home: index)) }
+        var nodes: [NodeProcess] = []
+        defer { TransferScenario.stop(nodes) }
+        func start(_ name: String, home: Int, invite: String?) throws -> NodeProcess {
+            var arguments = ["run", "--listen", "0.0.0.0:7946", "--name", name, "--print-invite", "--lazy"]
+            if let invite { arguments += ["--invite", invite] }
+            let node = try NodeProcess(arguments, launcher: lab.launcher(.home(home)))
+            nodes.append(node)
+            return node
+        }
+        let h0 = try start("h0", home: 0, invite: nil)
+        let invite = try await h0.waitForLine(prefix: "invite:")
+        _ = try start("h1", home: 1, invite: invite)
+        let started = ContinuousClock.now
+        let h2 = try start("h2", home: 2, invite: invite)
+        var firstMessage = 0.0
+        let deadline = ContinuousClock.now + .seconds(45)
+        while ContinuousClock.now < deadline {
+            let sent = try await NodeProcess.runCommand(["send", "--data-dir", h2.dataDirectory, "--to", "h1", "hello"],
+                                                        timeout: .seconds(15))
+            if sent.status == 0, sent.stderr.contains("sent to 1 member") {
+                firstMessage = seconds(ContinuousClock.now - started)
+                break
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let file = NodeProcess.makeTemporaryDirectory("bench-three-homes") + "/twenty.bin"
+        defer { try? FileManager.default.removeItem(atPath: (file as NSString).deletingLastPathComponent) }
+        var generator = SystemRandomNumberGenerator()
+        try writeRandomFile(file, size: 20 << 20, using: &generator)
+        let id = try await TransferScenario.attach(file, on: h0)
+        try await waitUntil("h2 lists the attachment", timeout: .seconds(30), every: .milliseconds(50)) {
+            (try? TransferScenario.client(h2).status().attachments.contains { $0.id == id }) ?? false
+        }
+        let getStarted = ContinuousClock.now
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", h2.dataDirectory, id, "--output",
+                                                    h2.dataDirectory + "/got.bin"], timeout: .seconds(300))
+        guard get.status == 0 else { throw NodeProcessError.exited(status: get.status, stderr: get.stderr) }
+        return (firstMessage, seconds(ContinuousClock.now - getStarted))
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 
     /// How `node` reaches `member`: its path, or `TURN` when it sends to a relayed address on the
