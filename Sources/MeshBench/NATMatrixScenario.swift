@@ -32,9 +32,13 @@ enum NATMatrixScenario {
 
     struct Outcome {
         var first: RouterKind, second: RouterKind
-        /// `direct`, `punched`, `relayed`, `TURN` or `unreachable` (the worse of the two views).
+        /// `direct`, `punched`, `relayed`, `TURN` or `unreachable` (the worse of the two views),
+        /// 5 s after the first message, and once the pair went direct (or 60 s passed): a pair
+        /// that started through TURN keeps punching.
         var path: String
         var seconds: Double?
+        var settled: String = ""
+        var directAfter: Double?
     }
 
     static func run(quick: Bool) async throws -> [BenchResult] {
@@ -50,16 +54,19 @@ enum NATMatrixScenario {
                 outcome = try await pair(first, second)
             } catch {
                 print("  \(first) × \(second): \(error)")
-                outcome = Outcome(first: first, second: second, path: "unreachable", seconds: nil)
+                outcome = Outcome(first: first, second: second, path: "unreachable", seconds: nil, settled: "unreachable")
             }
             outcomes.append(outcome)
             print("  \(first) × \(second): \(outcome.path)"
-                  + (outcome.seconds.map { ", first acknowledged message \(BenchReport.format($0)) s after the later start" } ?? ""))
+                  + (outcome.seconds.map { ", first acknowledged message \(BenchReport.format($0)) s after the later start" } ?? "")
+                  + (outcome.path != outcome.settled && !outcome.settled.isEmpty
+                     ? "; then \(outcome.settled)" + (outcome.directAfter.map { " \(BenchReport.format($0)) s after the later start" } ?? " after 60 s")
+                     : ""))
         }
         // The pairs the goal speaks of: either side maps a port, or neither is symmetric.
         let eligible = outcomes.filter { $0.first.portMapping || $0.second.portMapping
             || ($0.first.mapping != .symmetric && $0.second.mapping != .symmetric) }
-        let direct = eligible.filter { $0.path == "direct" || $0.path == "punched" }
+        let direct = eligible.filter { $0.settled == "direct" || $0.settled == "punched" }
         let times = outcomes.compactMap(\.seconds).sorted()
         let three = try await threeHomes()
         print("  three homes behind mapping routers, no public member: first message between the joiners "
@@ -70,7 +77,7 @@ enum NATMatrixScenario {
                         figure: three.firstMessage, unit: "s", baselineName: "goal", baseline: 2, goal: "≤ 2 s"),
             BenchResult(scenario: "natmatrix: three homes: get of 20 MiB from the first home at the third, wall time",
                         figure: 20 / max(three.get, 1e-3), unit: "MiB/s", baselineName: "-", baseline: 0, goal: "-"),
-            BenchResult(scenario: "natmatrix: pairs of home routers where one maps or neither is symmetric, reached directly",
+            BenchResult(scenario: "natmatrix: pairs of home routers where one maps or neither is symmetric, direct within 60 s",
                         figure: Double(direct.count), unit: "pairs", baselineName: "such pairs", baseline: Double(eligible.count),
                         goal: "≥ 95%"),
             BenchResult(scenario: "natmatrix: every pair, a message acknowledged (any path)",
@@ -121,14 +128,26 @@ enum NATMatrixScenario {
                 try await Task.sleep(for: .milliseconds(200))
             }
         }
-        guard acknowledged != nil else { return Outcome(first: first, second: second, path: "unreachable", seconds: nil) }
+        guard acknowledged != nil else {
+            return Outcome(first: first, second: second, path: "unreachable", seconds: nil, settled: "unreachable")
+        }
         // Paths settle (a punch may follow a first message through TURN): each view is read
         // after a few seconds, and the worse of the two is the pair's.
         try await Task.sleep(for: .seconds(5))
-        let views = [try await path(of: "h1", at: h0, coturn: coturn), try await path(of: "h0", at: h1, coturn: coturn)]
         let order = ["direct", "punched", "relayed", "TURN", "unreachable"]
-        let worst = views.max { (order.firstIndex(of: $0) ?? 4) < (order.firstIndex(of: $1) ?? 4) } ?? "unreachable"
-        return Outcome(first: first, second: second, path: worst, seconds: acknowledged)
+        func worst() async throws -> String {
+            let views = [try await path(of: "h1", at: h0, coturn: coturn), try await path(of: "h0", at: h1, coturn: coturn)]
+            return views.max { (order.firstIndex(of: $0) ?? 4) < (order.firstIndex(of: $1) ?? 4) } ?? "unreachable"
+        }
+        var outcome = Outcome(first: first, second: second, path: try await worst(), seconds: acknowledged)
+        outcome.settled = outcome.path
+        let settleBy = started + .seconds(60)
+        while outcome.settled != "direct", outcome.settled != "punched", ContinuousClock.now < settleBy {
+            try await Task.sleep(for: .seconds(1))
+            outcome.settled = try await worst()
+        }
+        if outcome.settled == "direct" || outcome.settled == "punched" { outcome.directAfter = seconds(ContinuousClock.now - started) }
+        return outcome
     }
 
     /// Three homes behind routers that map ports (miniupnpd), no public member and no server:

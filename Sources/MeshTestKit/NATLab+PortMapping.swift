@@ -61,6 +61,15 @@ extension NATLab {
             try checked(run(in: home.router, iptables, ["-I", accept[0], "1"] + accept.dropFirst()), "iptables -I FORWARD")
         }
 
+        // The router's own datagrams leave from its own address unmasqueraded, as a home router's
+        // do: `--random-fully` would otherwise give miniupnpd's STUN check a new port per
+        // destination, and it refuses to forward behind what looks like another symmetric NAT.
+        let wanAddress = home.carrierSideAddress ?? home.publicAddress
+        let own = ["POSTROUTING", "-o", home.wanInterface, "-s", wanAddress, "-j", "RETURN"]
+        if (try? run(in: home.router, iptables, ["-t", "nat", "-C"] + own))?.status != 0 {
+            try checked(run(in: home.router, iptables, ["-t", "nat", "-I", own[0], "1"] + own.dropFirst()), "iptables -t nat -I POSTROUTING")
+        }
+
         let stun = try STUNResponder(namespace: internetNamespace, address: Self.internetGateway)
         defer { stun.stop() }
         let subnet = home.gateway.split(separator: ".").prefix(3).joined(separator: ".") + ".0/24"
