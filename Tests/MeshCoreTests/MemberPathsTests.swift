@@ -12,6 +12,42 @@ import Testing
     static let other = PeerAddress(ipv4: [203, 0, 113, 9], port: 40_002)
     static let start = MeshInstant.zero + .seconds(100)
 
+    @Test("a member reached through our TURN server is punched for a direct path, again and again (doubling); its traffic through TURN meanwhile neither ends nor wins the punch")
+    func aPathThroughTURNKeepsTryingToGoDirect() {
+        let relayed = PeerAddress(ipv4: [198, 51, 100, 10], port: 49_152)
+        var paths = MemberPaths()
+        var now = Self.start
+        var packet: UInt64 = 1
+        func hear(_ source: PeerAddress) -> Bool {
+            packet += 1
+            return paths.heard(Self.peer, boot: 1, packet: packet, from: source, now: now)
+        }
+        func upgrades() -> [PeerAddress] {
+            paths.due(now: now, live: [Self.peer], silence: .seconds(5), introducers: [], turnHost: relayed.host)
+                .compactMap { if case let .upgrade(peer, from) = $0, peer == Self.peer { return from } else { return nil } }
+        }
+        _ = hear(relayed)
+        #expect(upgrades() == [relayed], "reached through TURN: punch for better")
+        #expect(upgrades().isEmpty, "not again at once")
+        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped], by: Self.helper, keepingOn: relayed, now: now); #expect(result) }
+        // Probes and acks keep coming through TURN: the punch goes on.
+        now = now + .milliseconds(150)
+        _ = hear(relayed)
+        #expect(paths.state(of: Self.peer) == .punching)
+        // The punch's answer, from the member's own address: direct, and no more upgrades.
+        now = now + .milliseconds(150)
+        do { let result = hear(Self.mapped); #expect(result) }
+        #expect(paths.state(of: Self.peer) == .punched && paths.address(of: Self.peer, boot: 1) == Self.mapped)
+        now = now + .seconds(30)
+        _ = hear(Self.mapped)
+        #expect(upgrades().isEmpty)
+        // Without a TURN server of ours, a path is just a path.
+        var plain = MemberPaths()
+        _ = plain.heard(Self.peer, boot: 1, packet: 1, from: relayed, now: Self.start)
+        #expect(!plain.due(now: Self.start, live: [Self.peer], silence: .seconds(5), introducers: [])
+            .contains { if case .upgrade = $0 { true } else { false } })
+    }
+
     @Test func onlyANewerDatagramOfTheMemberMovesItsAddress() {
         var paths = MemberPaths()
         #expect(paths.address(of: Self.peer, boot: 1) == nil)

@@ -100,7 +100,8 @@ extension NodeInstance {
         }
         let behindNAT = natBehaviour == .endpointIndependent || natBehaviour == .symmetric
         let actions = paths.due(now: now, live: live, silence: pathSilence, introducers: introducers.map(\.0),
-                                relays: relays.map(\.0), behindNAT: behindNAT)
+                                relays: relays.map(\.0), behindNAT: behindNAT,
+                                turnHost: addressDiscovery.external[.turn]?.host)
         for action in actions {
             switch action {
             case let .punch(peer, address, isReply):
@@ -115,6 +116,16 @@ extension NodeInstance {
                 log(.info, "path relayed", ["member": "\(peer)", "relay": "\(relay)", "why": "no punch reached it"])
             case let .relay(peer, nil):
                 log(.warning, "member unreachable: no path of its own and no member relays to it", ["member": "\(peer)"])
+            case let .upgrade(peer, inUse):
+                // Its record's addresses but those on the TURN server (ours is the path in use).
+                let addresses = (membership.member(peer)?.record.addresses ?? [])
+                    .filter { !$0.isUnspecified && $0.host != inUse.host }
+                if codec.installedBoot(of: peer) != nil,
+                   paths.introduced(to: peer, at: addresses, by: localID, keepingOn: inUse, now: now) {
+                    log(.info, "punching for a direct path: reached through TURN",
+                        ["member": "\(peer)", "candidates": addresses.map(\.description).joined(separator: ",")])
+                    pathsTick(now: now, force: true)
+                }
             case let .punchRecord(peer):
                 let addresses = (membership.member(peer)?.record.addresses ?? []).filter { !$0.isUnspecified }
                 if codec.installedBoot(of: peer) != nil, paths.introduced(to: peer, at: addresses, by: localID, now: now) {

@@ -103,6 +103,10 @@ public struct MemberPaths: Sendable {
         var seekRelay = false
         var nextRequest: MeshInstant?
         var requestWait: Duration?
+        /// Reached through a TURN relay: when we next punch its record for a direct path, and the
+        /// wait after that (doubling, as introductions for a relayed member do).
+        var nextUpgrade: MeshInstant?
+        var upgradeWait: Duration?
         var lastKeepalive: MeshInstant?
         /// The last open toward it each member introduced: budgets per introducer, so that one
         /// member sending false introductions cannot use up an honest introducer's.
@@ -114,6 +118,9 @@ public struct MemberPaths: Sendable {
         var candidates: [PeerAddress]
         var roundsLeft: Int
         var nextAt: MeshInstant
+        /// The address the member is reached at meanwhile (a TURN relay's): its datagrams from
+        /// there neither end the punch nor make it succeed.
+        var keepsOn: PeerAddress?
     }
 
     /// What to send for the paths: the node seals and sends it.
@@ -128,6 +135,9 @@ public struct MemberPaths: Sendable {
         /// A silent member and no member to introduce us: punch what its own record gives,
         /// ourselves (one of its addresses may be a TURN relay's, which needs nobody's help).
         case punchRecord(NodeID)
+        /// `member` is reached through a TURN relay at `from`: punch its record's other
+        /// addresses, to go direct.
+        case upgrade(NodeID, from: PeerAddress)
     }
 
     /// How stale `lastHeard` may be before a datagram from the same address updates it: silences
@@ -206,7 +216,9 @@ public struct MemberPaths: Sendable {
             path.boot = boot
             path.packet = packet
         }
-        if let attempt = punching.removeValue(forKey: member) {
+        if let attempt = punching[member], attempt.keepsOn == source {
+            // Traffic on the path in use (through TURN) while we punch for a direct one.
+        } else if let attempt = punching.removeValue(forKey: member) {
             // Punched only where the introduction said, by a datagram newer than any before: an
             // answer from where we already reached it (an introduction it did not need), or a late
             // one, leaves the path as it was.
@@ -307,7 +319,7 @@ public struct MemberPaths: Sendable {
 
     /// `introducer` told us to meet `peer` at `candidates` now. False when over budget.
     public mutating func introduced(to peer: NodeID, at candidates: [PeerAddress], by introducer: NodeID,
-                                    now: MeshInstant) -> Bool {
+                                    keepingOn inUse: PeerAddress? = nil, now: MeshInstant) -> Bool {
         // One open per peer per introducer per `requestInterval`: an honest introducer answers a
         // silence that long at most, and a member sending introductions without end cannot keep
         // us punching, nor hold more than `maxPunchesPerIntroducer` of the opens at once.
@@ -316,7 +328,7 @@ public struct MemberPaths: Sendable {
               paths[peer]?.lastPunch[introducer].map({ now >= $0 + settings.requestInterval }) ?? true else { return false }
         paths[peer, default: Path()].lastPunch[introducer] = now
         punching[peer] = Punching(introducer: introducer, candidates: Array(candidates.prefix(PunchIntroduction.maxAddresses)),
-                                  roundsLeft: settings.punchRounds, nextAt: now)
+                                  roundsLeft: settings.punchRounds, nextAt: now, keepsOn: inUse)
         paths[peer, default: Path()].state = .punching
         return true
     }
@@ -336,7 +348,8 @@ public struct MemberPaths: Sendable {
     /// NAT (`behindNAT`), every path a member's datagrams proved gets keepalives, not only punched
     /// ones: probes alone may visit a member less often than its mapping lives.
     public mutating func due(now: MeshInstant, live: [NodeID], silence: Duration,
-                             introducers: [NodeID], relays: [NodeID] = [], behindNAT: Bool = false) -> [Action] {
+                             introducers: [NodeID], relays: [NodeID] = [], behindNAT: Bool = false,
+                             turnHost: PeerAddress.Host? = nil) -> [Action] {
         var actions: [Action] = []
         for (peer, attempt) in punching.sorted(by: { $0.key < $1.key }) where attempt.nextAt <= now {
             let short = settings.punchRounds - attempt.roundsLeft < settings.shortPunchRounds
@@ -365,6 +378,18 @@ public struct MemberPaths: Sendable {
                 actions.append(.punch(peer, to: address, isReply: true))
             }
             guard punching[peer] == nil, let heard = path.lastHeard else { continue }
+            // Reached through our TURN server (its relayed address): it works, and the pair keeps
+            // trying to go direct, as a pair a member relays does.
+            if path.relay == nil, let turnHost, let address = path.learned, address.host == turnHost,
+               now < heard + silence {
+                if path.nextUpgrade.map({ now >= $0 }) ?? true {
+                    let wait = min((path.upgradeWait ?? settings.requestInterval / 2) * 2, settings.maximumRequestInterval)
+                    path.upgradeWait = wait
+                    path.nextUpgrade = now + wait
+                    actions.append(.upgrade(peer, from: address))
+                }
+                continue
+            }
             if let relay = path.relay {
                 // A relay that is gone from the lately heard, or through which the member fell
                 // silent, is replaced; one that works stays while introductions try for better.
