@@ -264,7 +264,7 @@ extension MeshNode {
     }
 
     func lanDiscoveryInfo() -> StatusReport.LANDiscoveryInfo? {
-        guard let lanBeacon = lanBeaconForStatus, core.lanDiscoveryEnabled else { return nil }
+        guard let lanBeacon, core.lanDiscoveryEnabled else { return nil }
         let lan = core.counters.lan
         return StatusReport.LANDiscoveryInfo(interfaces: lanBeacon.interfaces, announcementsSent: lan.announcementsSent,
                                              announcementsHeard: lan.announcementsHeard,

@@ -19,14 +19,13 @@ package actor MeshNode {
     let logger: Logger
     var core: NodeInstance
     /// The UDP socket; reopened on the same port if NIO closes it under us (`datagramsClosed`).
-    private var channel: any Channel
+    private(set) var channel: any Channel
     /// When the UDP socket was reopened lately (at most `maxReopensPerMinute`).
     private var reopenedAt: [MeshInstant] = []
     static let maxReopensPerMinute = 5
     private var controlChannel: (any Channel)?
     /// LAN discovery's sockets (none when the node is not on a LAN, or with `--no-lan-discovery`).
-    private var lanBeacon: LANBeacon?
-    var lanBeaconForStatus: LANBeacon? { lanBeacon }
+    var lanBeacon: LANBeacon?
     var controlConnections: ControlConnections?
     /// `listen` connections, handed each message as it is delivered (no queue between).
     var listeners: [ControlResponder] = []
@@ -50,7 +49,7 @@ package actor MeshNode {
     var stateSubscribers = Subscribers<SessionState>()
     /// A leave or an end of ours is under way: it stops the node itself once it is out.
     private var departing = false
-    private let slot: NodeSlot
+    let slot: NodeSlot
     private var lossRandom = SplitMix64(seed: SecureRandom.uint64())
 
     private var drained: [NodeEffect] = []
@@ -259,25 +258,6 @@ package actor MeshNode {
             stopReason = error
             await stop()
         }
-    }
-
-    /// LAN discovery's sockets, when the node listens on a LAN and may announce itself there.
-    private func openLANBeacon() async {
-        guard configuration.lanDiscovery else { return }
-        let interfaces = LANBeacon.lanInterfaces(bound: localAddress)
-        let slot = slot
-        let beacon = await LANBeacon.open(interfaces: interfaces, eventLoop: eventLoop, logger: logger) { bytes, source in
-            slot.node?.assumeIsolated { $0.lanAnnouncement(bytes, from: source) }
-        }
-        guard !closed else { await beacon?.close(); return }
-        lanBeacon = beacon
-        if beacon == nil { core.disableLANDiscovery() }
-    }
-
-    private func lanAnnouncement(_ bytes: [UInt8], from source: PeerAddress) {
-        core.receiveLANAnnouncement(bytes, from: source, now: now)
-        runEffects()
-        rearm()
     }
 
     private func adoptControl(_ control: any Channel, connections: ControlConnections) {
@@ -595,28 +575,6 @@ package actor MeshNode {
         } else {
             channel.write(envelope, promise: nil)  // no future per datagram on the hot path
         }
-    }
-
-    /// A datagram with an IP TTL (hop limit) of `hops` (a punch's first rounds): what is queued
-    /// leaves first with the usual one, then the socket's TTL is set for this datagram alone and
-    /// put back. Not sent at all when it could not leave at once (a full send buffer would hold it
-    /// until after the TTL is back, and it would then reach the far router).
-    private func writeShortLived(_ datagram: ByteBuffer, to address: PeerAddress, hops: UInt8) {
-        // Through a TURN allocation it goes to the server, not towards the peer's router: sent
-        // as it is (a small TTL would only make it die before the server).
-        if routesThroughAllocation(address) { return write(datagram, to: address) }
-        guard !closed, channel.isWritable, let options = channel.syncOptions else { return }
-        #if os(Linux)
-        let option = address.isIPv6 || localAddress.isIPv6
-            ? ChannelOptions.Types.SocketOption(level: .init(rawValue: CInt(IPPROTO_IPV6)), name: .init(rawValue: IPV6_UNICAST_HOPS))
-            : ChannelOptions.Types.SocketOption(level: .init(rawValue: CInt(IPPROTO_IP)), name: .init(rawValue: IP_TTL))
-        channel.flush()
-        guard (try? options.setOption(option, value: SocketOptionValue(hops))) != nil else { return }
-        write(datagram, to: address)
-        channel.flush()
-        // -1: the route's default again.
-        _ = try? options.setOption(option, value: -1)
-        #endif
     }
 
     /// The first writes to a destination are watched until one is written (`DestinationCheck`).
