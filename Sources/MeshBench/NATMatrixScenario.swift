@@ -47,7 +47,11 @@ enum NATMatrixScenario {
             return []
         }
         var outcomes: [Outcome] = []
-        let pairs = kinds.indices.flatMap { i in kinds.indices.filter { $0 >= i }.map { (kinds[i], kinds[$0]) } }
+        // `NATMATRIX_KINDS=1,5` runs the pairs of those kinds only (numbered from 0, as listed).
+        let chosen = ProcessInfo.processInfo.environment["NATMATRIX_KINDS"].map { text in
+            text.split(separator: ",").compactMap { Int($0) }.filter { kinds.indices.contains($0) }.map { kinds[$0] }
+        } ?? kinds
+        let pairs = chosen.indices.flatMap { i in chosen.indices.filter { $0 >= i }.map { (chosen[i], chosen[$0]) } }
         for (first, second) in quick ? Array(pairs.prefix(3)) : pairs {
             let outcome: Outcome
             do {
