@@ -63,13 +63,18 @@ extension NodeInstance {
     private mutating func followIntroduction(_ introduction: PunchIntroduction, from introducer: NodeID, now: MeshInstant) {
         let peer = introduction.peer
         // Where the introducer sees the peer (first), and what the peer's own signed record says:
-        // an introducer cannot make us punch an address of its choosing beyond the first.
+        // an introducer cannot make us punch an address of its choosing beyond the first. A member
+        // introducing itself (we meet through TURN; it punches us now and asks us to punch back
+        // at the same moment) names only addresses its record gives.
+        let itself = peer == introducer
         let record = membership.member(peer)?.record.addresses ?? []
         let addresses = introduction.addresses.enumerated().compactMap { index, address in
-            !address.isUnspecified && (index == 0 || record.contains(address)) ? address : nil
+            !address.isUnspecified && ((index == 0 && !itself) || record.contains(address)) ? address : nil
         }
-        guard peer != localID, peer != introducer, peerAddresses[peer] != nil, codec.installedBoot(of: peer) != nil,
-              paths.introduced(to: peer, at: addresses, by: introducer, now: now) else { return }
+        let inUse = itself ? peerAddresses[peer] : nil
+        guard peer != localID, peerAddresses[peer] != nil, codec.installedBoot(of: peer) != nil,
+              paths.introduced(to: peer, at: addresses.filter { $0 != inUse }, by: introducer, keepingOn: inUse,
+                               now: now) else { return }
         log(.info, "punching", ["member": "\(peer)", "introducer": "\(introducer)",
                                 "candidates": addresses.map(\.description).joined(separator: ",")])
         pathsTick(now: now, force: true)
@@ -117,6 +122,10 @@ extension NodeInstance {
             case let .relay(peer, nil):
                 log(.warning, "member unreachable: no path of its own and no member relays to it", ["member": "\(peer)"])
             case let .upgrade(peer, inUse):
+                // One side leads (the lower id), the other punches when told: a router that takes
+                // the first datagram to reach it unasked as a flow to itself lets only a
+                // simultaneous open through, and unsynchronized tries would keep that flow alive.
+                guard localID < peer else { continue }
                 // Its record's addresses but those on the TURN server (ours is the path in use).
                 let addresses = (membership.member(peer)?.record.addresses ?? [])
                     .filter { !$0.isUnspecified && $0.host != inUse.host }
@@ -124,6 +133,10 @@ extension NodeInstance {
                    paths.introduced(to: peer, at: addresses, by: localID, keepingOn: inUse, now: now) {
                     log(.info, "punching for a direct path: reached through TURN",
                         ["member": "\(peer)", "candidates": addresses.map(\.description).joined(separator: ",")])
+                    let ours = membership.me.addresses.filter { !$0.isUnspecified && $0.host != inUse.host }
+                    if !ours.isEmpty {
+                        sendPairwise([.punchIntroduction(PunchIntroduction(peer: localID, addresses: ours))], to: peer)
+                    }
                     pathsTick(now: now, force: true)
                 }
             case let .punchRecord(peer):

@@ -40,6 +40,10 @@ public struct MemberPaths: Sendable {
         /// punch to reach it as a flow to itself, and map its own host's punch back elsewhere.
         public var shortPunchRounds = 2
         public var shortPunchHops: UInt8 = 2
+        /// A member reached through our TURN server is punched for a direct path this long after
+        /// we first reached it so (past Linux's 30 s for a flow nobody answered), then at least
+        /// this far apart.
+        public var turnUpgradeWait: Duration = .seconds(35)
         /// Punches under way at once (each one an introduction a member asked us to follow).
         public var maxPunches = 8
         /// Of those, opens one member introduced.
@@ -382,8 +386,15 @@ public struct MemberPaths: Sendable {
             // trying to go direct, as a pair a member relays does.
             if path.relay == nil, let turnHost, let address = path.learned, address.host == turnHost,
                now < heard + silence {
-                if path.nextUpgrade.map({ now >= $0 }) ?? true {
-                    let wait = min((path.upgradeWait ?? settings.requestInterval / 2) * 2, settings.maximumRequestInterval)
+                // The first try waits out what a router keeps of a flow nobody answered (the join's
+                // first datagrams to our addresses may have left one on the far side), as does
+                // each next one.
+                guard let next = path.nextUpgrade else {
+                    path.nextUpgrade = now + settings.turnUpgradeWait
+                    continue
+                }
+                if now >= next {
+                    let wait = min(max((path.upgradeWait ?? .zero) * 2, settings.turnUpgradeWait), settings.maximumRequestInterval)
                     path.upgradeWait = wait
                     path.nextUpgrade = now + wait
                     actions.append(.upgrade(peer, from: address))
