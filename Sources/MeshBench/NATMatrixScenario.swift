@@ -120,18 +120,7 @@ enum NATMatrixScenario {
         let invite = try await h0.waitForLine(prefix: "invite:")
         let started = ContinuousClock.now
         let h1 = try start("h1", home: 1, invite: invite)
-        var acknowledged: Double?
-        let deadline = ContinuousClock.now + .seconds(45)
-        while acknowledged == nil, ContinuousClock.now < deadline {
-            let sent = try await NodeProcess.runCommand(["send", "--data-dir", h1.dataDirectory, "--to", "h0", "hello"],
-                                                        timeout: .seconds(15))
-            if sent.status == 0, sent.stderr.contains("sent to 1 member") {
-                let elapsed = ContinuousClock.now - started
-                acknowledged = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            } else {
-                try await Task.sleep(for: .milliseconds(200))
-            }
-        }
+        let acknowledged = try await firstAcknowledged(from: h1, to: "h0", since: started)
         guard acknowledged != nil else {
             return Outcome(first: first, second: second, path: "unreachable", seconds: nil, settled: "unreachable")
         }
@@ -178,17 +167,7 @@ enum NATMatrixScenario {
         _ = try start("h1", home: 1, invite: invite)
         let started = ContinuousClock.now
         let h2 = try start("h2", home: 2, invite: invite)
-        var firstMessage = 0.0
-        let deadline = ContinuousClock.now + .seconds(45)
-        while ContinuousClock.now < deadline {
-            let sent = try await NodeProcess.runCommand(["send", "--data-dir", h2.dataDirectory, "--to", "h1", "hello"],
-                                                        timeout: .seconds(15))
-            if sent.status == 0, sent.stderr.contains("sent to 1 member") {
-                firstMessage = seconds(ContinuousClock.now - started)
-                break
-            }
-            try await Task.sleep(for: .milliseconds(100))
-        }
+        let firstMessage = try await firstAcknowledged(from: h2, to: "h1", since: started) ?? 0
         let file = NodeProcess.makeTemporaryDirectory("bench-three-homes") + "/twenty.bin"
         defer { try? FileManager.default.removeItem(atPath: (file as NSString).deletingLastPathComponent) }
         var generator = SystemRandomNumberGenerator()
@@ -202,6 +181,20 @@ enum NATMatrixScenario {
                                                     h2.dataDirectory + "/got.bin"], timeout: .seconds(300))
         guard get.status == 0 else { throw NodeProcessError.exited(status: get.status, stderr: get.stderr) }
         return (firstMessage, seconds(ContinuousClock.now - getStarted))
+    }
+
+    /// Sends from `sender` to the member named `receiver` until one send is acknowledged (at most
+    /// 45 s): how long after `since` that was, or nil.
+    static func firstAcknowledged(from sender: NodeProcess, to receiver: String, since started: ContinuousClock.Instant)
+        async throws -> Double? {
+        let deadline = ContinuousClock.now + .seconds(45)
+        while ContinuousClock.now < deadline {
+            let sent = try await NodeProcess.runCommand(["send", "--data-dir", sender.dataDirectory, "--to", receiver, "hello"],
+                                                        timeout: .seconds(15))
+            if sent.status == 0, sent.stderr.contains("sent to 1 member") { return seconds(ContinuousClock.now - started) }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        return nil
     }
 
     static func seconds(_ duration: Duration) -> Double {
