@@ -3,6 +3,12 @@ import MeshCore
 import MeshCrypto
 import NIOCore
 
+/// How a datagram for the core came: through our TURN allocation from `peer`, or directly.
+enum TraversalRoute {
+    case allocation(PeerAddress)
+    case direct(PeerAddress)
+}
+
 /// The node's STUN and TURN clients (`run --stun`, `run --turn`; PROTOCOL.md §1e): the pure
 /// `StunClient`, `TurnAllocation` and `TurnRoutes` driven from the node's own UDP socket.
 /// Datagrams from the servers' addresses are taken out before the core sees them; a member's
@@ -70,8 +76,9 @@ extension MeshNode {
     }
 
     /// A datagram from the network, before the core: nil when it was the servers' (taken here),
-    /// else the datagram for the core and where it came from (a relayed one's peer).
-    func traversalReceive(_ datagram: ByteBuffer, from address: PeerAddress) -> (ByteBuffer, PeerAddress)? {
+    /// else the datagram for the core, where it came from (a relayed one's peer), and how it came:
+    /// `traversalHeard` takes that once the core authenticated the datagram.
+    func traversalReceive(_ datagram: ByteBuffer, from address: PeerAddress) -> (ByteBuffer, PeerAddress, TraversalRoute?)? {
         if let turn = traversal?.turn, address == turn.server {
             let bytes = Array(datagram.readableBytesView)
             if isBindingResponse(bytes), traversal?.stun?.isServer(address) == true {
@@ -80,8 +87,7 @@ extension MeshNode {
             }
             switch traversal?.turn?.unwrap(bytes, now: now) {
             case let .datagram(payload, peer)?:
-                traversal?.routes?.heardThroughAllocation(peer, now: now)
-                return (ByteBuffer(bytes: payload), peer)
+                return (ByteBuffer(bytes: payload), peer, .allocation(peer))
             case let .handled(directives)?:
                 carryOut(directives)
                 channelFlush()
@@ -99,8 +105,15 @@ extension MeshNode {
             }
             return nil
         }
-        traversal?.routes?.heardDirectly(address)
-        return (datagram, address)
+        return (datagram, address, traversal?.routes == nil ? nil : .direct(address))
+    }
+
+    /// An authenticated datagram came this way: the route table follows it.
+    func traversalHeard(_ route: TraversalRoute) {
+        switch route {
+        case let .allocation(peer): traversal?.routes?.heardThroughAllocation(peer, now: now)
+        case let .direct(address): traversal?.routes?.heardDirectly(address)
+        }
     }
 
     /// A Binding success or error: the STUN client's, even when the TURN server is also our

@@ -419,11 +419,14 @@ package actor MeshNode {
             return
         }
         var (datagram, address) = (datagram, address)
+        var route: TraversalRoute?
         if traversal != nil {
             guard let taken = traversalReceive(datagram, from: address) else { return }
-            (datagram, address) = taken
+            (datagram, address, route) = taken
         }
-        core.handle(datagram: datagram, from: address, now: now)
+        let authenticated = core.handle(datagram: datagram, from: address, now: now)
+        // Only a datagram the core opened moves a route: a forged source moves nothing.
+        if authenticated, let route { traversalHeard(route) }
         if core.hasEffects { runEffects() }
     }
 

@@ -15,7 +15,9 @@ import Glibc
 /// - **homes**: each a router namespace, its WAN leg on the bridge at 198.51.100.101, .102…, and a
 ///   host namespace behind it on a veth of their own: the host at a private address (10.0.K.2,
 ///   or 192.168.1.2 in every home with `identicalPrivateSubnets`), its default route via the router
-///   (10.0.K.1). The router forwards (`net.ipv4.ip_forward=1`), masquerades what leaves its WAN leg
+///   (10.0.K.1); with `neighbours`, a second host at .3 on the same LAN (a bridge), which the
+///   router does not hairpin to: a datagram from inside to the home's public address is the
+///   router's own, and reaches neither host. The router forwards (`net.ipv4.ip_forward=1`), masquerades what leaves its WAN leg
 ///   (`iptables -t nat -A POSTROUTING -o WAN -j MASQUERADE`, with `--random-fully` for a
 ///   `symmetric` home: a new port per destination), and drops what comes in on the WAN leg that
 ///   answers no flow from inside, whether it is for the home (FORWARD) or for the router itself
@@ -52,11 +54,14 @@ public final class NATLab: @unchecked Sendable {
     public enum Host: Sendable, Hashable, CustomStringConvertible {
         case publicHost(Int)
         case home(Int)
+        /// A second host on home K's LAN (built with `neighbours`), beside `.home(K)`.
+        case neighbour(Int)
 
         public var description: String {
             switch self {
             case let .publicHost(index): "public host \(index)"
             case let .home(index): "home \(index)"
+            case let .neighbour(index): "home \(index)'s second host"
             }
         }
     }
@@ -80,6 +85,10 @@ public final class NATLab: @unchecked Sendable {
         public let host: String
         public let privateAddress: String
         public let gateway: String
+        /// A second host on the same LAN (a bridge on the router), at `neighbourAddress`: the
+        /// router does not hairpin, so the two meet only at their private addresses.
+        public let neighbour: String?
+        public var neighbourAddress: String? { neighbour == nil ? nil : String(privateAddress.dropLast(2)) + ".3" }
     }
 
     public let tag: String
@@ -125,7 +134,7 @@ public final class NATLab: @unchecked Sendable {
     /// Builds the lab: `publicHosts` hosts on the internet, one home per entry of `homes`.
     public init(publicHosts publicCount: Int, homes mappings: [Mapping], identicalPrivateSubnets: Bool = false,
                 defaultRoutes: Bool = true, routerInputFirewall: Bool = true,
-                routerInputFirewalls: [Bool]? = nil, carrierNAT: [Bool]? = nil) throws {
+                routerInputFirewalls: [Bool]? = nil, carrierNAT: [Bool]? = nil, neighbours: Set<Int> = []) throws {
         if let reason = Self.unavailableReason { throw NodeProcessError.exited(status: -1, stderr: reason) }
         guard publicCount >= 0, publicCount <= 80, mappings.count <= 80,
               (routerInputFirewalls?.count ?? mappings.count) == mappings.count,
@@ -143,7 +152,8 @@ public final class NATLab: @unchecked Sendable {
             return Home(mapping: mapping, router: "gm\(tag)rtr\(index)", publicAddress: "\(Self.internetPrefix).\(101 + index)",
                         carrier: carrierNAT?[index] == true ? "gm\(tag)cgn\(index)" : nil, index: index,
                         wanInterface: "gm\(tag)w\(index)", host: "gm\(tag)home\(index)",
-                        privateAddress: "\(subnet).2", gateway: "\(subnet).1")
+                        privateAddress: "\(subnet).2", gateway: "\(subnet).1",
+                        neighbour: neighbours.contains(index) ? "gm\(tag)nbr\(index)" : nil)
         }
         self.defaultRoutes = defaultRoutes
         // One setting for every home, or one per home (a matrix of router kinds).
@@ -190,15 +200,7 @@ public final class NATLab: @unchecked Sendable {
             } else {
                 try attach(home.router, interface: home.wanInterface, port: "gm\(tag)q\(index)", address: home.publicAddress)
             }
-            try ip(["netns", "add", home.host]); created.append(home.host)
-            let lan = "gm\(tag)l\(index)", inside = "gm\(tag)e\(index)"
-            try ip(["link", "add", lan, "netns", home.router, "type", "veth", "peer", "name", inside, "netns", home.host])
-            try ip(["-n", home.router, "addr", "add", "\(home.gateway)/24", "dev", lan])
-            try ip(["-n", home.router, "link", "set", lan, "up"])
-            try ip(["-n", home.host, "addr", "add", "\(home.privateAddress)/24", "dev", inside])
-            try ip(["-n", home.host, "link", "set", inside, "up"])
-            try ip(["-n", home.host, "link", "set", "lo", "up"])
-            try ip(["-n", home.host, "route", "add", "default", "via", home.gateway])
+            try buildLAN(of: home)
             try check(run(in: home.router, Self.sysctlCommand, ["-qw", "net.ipv4.ip_forward=1"]))
             let iptables = Self.iptablesCommand ?? "/usr/sbin/iptables"
             var masquerade = ["-t", "nat", "-A", "POSTROUTING", "-o", home.wanInterface, "-j", "MASQUERADE"]
@@ -212,6 +214,30 @@ public final class NATLab: @unchecked Sendable {
                                                           "!", "--ctstate", "ESTABLISHED,RELATED", "-j", "DROP"]))
             }
         }
+    }
+
+    /// The home's LAN: its host on a veth to the router (the router's leg named `gm<tag>l<K>`,
+    /// where miniupnpd listens), or, with a neighbour, both hosts on a bridge of that name.
+    private func buildLAN(of home: Home) throws {
+        let lan = "gm\(tag)l\(home.index)"
+        var hosts = [(space: home.host, address: home.privateAddress, inside: "gm\(tag)e\(home.index)")]
+        if let neighbour = home.neighbour, let address = home.neighbourAddress {
+            hosts.append((neighbour, address, "gm\(tag)f\(home.index)"))
+            try ip(["-n", home.router, "link", "add", lan, "type", "bridge"])
+        }
+        for (number, host) in hosts.enumerated() {
+            try ip(["netns", "add", host.space]); created.append(host.space)
+            let routerLeg = hosts.count == 1 ? lan : "gm\(tag)\(number == 0 ? "a" : "b")\(home.index)"
+            try ip(["link", "add", routerLeg, "netns", home.router, "type", "veth", "peer", "name", host.inside, "netns", host.space])
+            if hosts.count > 1 { try ip(["-n", home.router, "link", "set", routerLeg, "master", lan]) }
+            try ip(["-n", home.router, "link", "set", routerLeg, "up"])
+            try ip(["-n", host.space, "addr", "add", "\(host.address)/24", "dev", host.inside])
+            try ip(["-n", host.space, "link", "set", host.inside, "up"])
+            try ip(["-n", host.space, "link", "set", "lo", "up"])
+            try ip(["-n", host.space, "route", "add", "default", "via", home.gateway])
+        }
+        try ip(["-n", home.router, "addr", "add", "\(home.gateway)/24", "dev", lan])
+        try ip(["-n", home.router, "link", "set", lan, "up"])
     }
 
     /// A carrier router between a home router and the internet: its own leg on the bridge at the
@@ -247,6 +273,7 @@ public final class NATLab: @unchecked Sendable {
         switch host {
         case let .publicHost(index): publicHosts[index]
         case let .home(index): homes[index].host
+        case let .neighbour(index): homes[index].neighbour ?? homes[index].host
         }
     }
 
@@ -255,6 +282,7 @@ public final class NATLab: @unchecked Sendable {
         switch host {
         case let .publicHost(index): publicAddresses[index]
         case let .home(index): homes[index].privateAddress
+        case let .neighbour(index): homes[index].neighbourAddress ?? homes[index].privateAddress
         }
     }
 

@@ -17,6 +17,8 @@ struct PortMappingLabTests {
         var expiresIn: Double?
         var reason: String?
         var requests: UInt64
+        var answersIgnored: UInt64
+        var answersRefused: UInt64
     }
 
     struct Report: Decodable {
@@ -210,6 +212,70 @@ struct PortMappingLabTests {
         let status = try await NodeProcess.runCommand(["status", "--data-dir", h1.dataDirectory])
         #expect(status.stdout.contains("port mapping: none (failed): pcp: no answer"), "\(status.stdout)")
         try await [p, h1].waitForMesh(alive: 2, timeout: .seconds(30))
+    }
+
+    /// Gateways that lie: one answers garbage, another nonce and impossible "successes" (lifetime
+    /// 0, an external address of 127.0.0.1), one grants a mapping at a private address. Each lie
+    /// is counted and logged once; nothing lied is advertised; the requests stay few; the nodes
+    /// run on and meet.
+    @Test("gateways that lie (garbage, another nonce, lifetime 0, a loopback or private external address): counted, logged once, never advertised, requests bounded, the nodes run on",
+          .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
+    func lyingGateways() async throws {
+        let lab = try NATLab(publicHosts: 1, homes: [.endpointIndependent, .endpointIndependent])
+        let impossible = try LyingGateway(lab: lab, home: 0, lie: .impossible)
+        let privateExternal = try LyingGateway(lab: lab, home: 1, lie: .privateExternal)
+        var nodes: [NodeProcess] = []
+        defer {
+            for node in nodes { node.signal(SIGKILL) }
+            for node in nodes { Task { await node.cleanUp() } }
+            impossible.stop()
+            privateExternal.stop()
+            lab.tearDown()
+        }
+        let p = try NodeProcess(["run", "--listen", "0.0.0.0:7946", "--name", "p"], launcher: lab.launcher(.publicHost(0)))
+        nodes.append(p)
+        let invite = try await p.waitForLine(prefix: "invite:").trimmingCharacters(in: .whitespaces)
+        let h1 = try NodeProcess(["run", "--listen", "0.0.0.0:7946", "--name", "h1", "--invite", invite, "--log-level", "info"],
+                                 launcher: lab.launcher(.home(0)))
+        nodes.append(h1)
+        let h2 = try NodeProcess(["run", "--listen", "0.0.0.0:7946", "--name", "h2", "--invite", invite, "--log-level", "info"],
+                                 launcher: lab.launcher(.home(1)))
+        nodes.append(h2)
+
+        // h1: every protocol fails, each for the lie it was told.
+        let failed = try await Self.waitForMapping(h1, "h1 refuses every lie") { $0.state == "failed" }
+        let reason = failed.reason ?? ""
+        #expect(reason.contains("pcp: the gateway's success was none (lifetime 0"), "\(reason)")
+        #expect(reason.contains("nat-pmp: the gateway mapped to 127.0.0.1, an address nobody can send to"), "\(reason)")
+        #expect(failed.externalAddress == nil && !failed.advertised, "\(failed)")
+        #expect(failed.answersRefused == 2 && failed.answersIgnored == 2, "\(failed)")
+        // One round: a PCP request until the lie, two NAT-PMP requests, the SSDP searches.
+        #expect(failed.requests <= 16 && impossible.requests <= 6, "\(failed.requests) requests, the gateway got \(impossible.requests)")
+        #expect(Self.lines(h1.stderr, "port mapping: refused") == 2, "\(h1.stderr)")
+        #expect(Self.lines(h1.stderr, "port mapping: ignored") == 2, "\(h1.stderr)")
+
+        // h2: mapped, but at a private address: kept, not advertised, said why.
+        let held = try await Self.waitForMapping(h2, "h2 holds the private mapping") { $0.state == "mapped" }
+        #expect(held.externalAddress?.hasPrefix("10.200.0.7:") == true && !held.advertised, "\(held)")
+        #expect(held.reason?.contains("is private") == true, "\(held)")
+
+        try await [p, h1, h2].waitForMesh(alive: 3, timeout: .seconds(30))
+        for node in [h1, h2] {
+            let candidates = try await Self.report(node).`self`.candidates
+            #expect(!candidates.contains { $0.hasPrefix("127.") || $0.hasPrefix("10.200.") || $0.hasPrefix("198.51.100.250") },
+                    "a lie was advertised: \(candidates)")
+        }
+        for node in [h1, h2] {
+            let invited = try await NodeProcess.runCommand(["invite", "--data-dir", node.dataDirectory])
+            let line = invited.stdout.split(separator: "\n").first { $0.hasPrefix("gm") } ?? ""
+            let addresses = try InviteToken(parsing: String(line)).addresses.map(\.description)
+            #expect(!addresses.isEmpty && !addresses.contains { $0.hasPrefix("127.") || $0.hasPrefix("10.200.") },
+                    "an invite names a lie: \(addresses)")
+        }
+    }
+
+    static func lines(_ text: String, _ fragment: String) -> Int {
+        text.split(separator: "\n").count { $0.contains(fragment) }
     }
 
     /// Switched off by the flag or the config file's key, and off by itself on loopback.

@@ -299,19 +299,25 @@ public struct NodeInstance: Sendable {
     }
 
     /// One received datagram.
-    public mutating func handle(datagram: ByteBuffer, from address: PeerAddress, now: MeshInstant) {
-        guard phase.isActive else { return }
+    /// True when the datagram opened under a key of the current epoch: it is a member's, sent
+    /// from `address` (or through the route the driver took it from).
+    @discardableResult
+    public mutating func handle(datagram: ByteBuffer, from address: PeerAddress, now: MeshInstant) -> Bool {
+        guard phase.isActive else { return false }
         counters.datagramsReceived += 1
         counters.bytesReceived += UInt64(datagram.readableBytes)
         switch codec.open(datagram) {
         case .failure(.foreign):
             receiveEarlierEpoch(datagram, from: address, now: now)
+            return false
         case let .failure(reason):
             counters.countDrop(reason)
             if logs(.trace) { log(.trace, "dropped datagram", ["reason": reason.rawValue, "from": "\(address)"]) }
+            return false
         case let .success(opened):
             route(opened, size: datagram.readableBytes, from: address, now: now)
             if joinWait != nil, phase == .running { endJoinWait(sender: opened.header.sender, address: address, now: now) }
+            return true
         }
     }
 

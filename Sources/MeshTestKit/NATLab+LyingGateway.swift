@@ -1,0 +1,100 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A home router that answers port-mapping requests (PCP and NAT-PMP, port 5351 on its LAN
+/// address) with lies, for tests of what a node believes. It runs in this process, on a socket
+/// in the router's namespace, and counts the requests it got.
+public final class LyingGateway: @unchecked Sendable {
+    public enum Lie: Sendable {
+        /// Every PCP request gets garbage, then a MAP answer with another nonce, then a "success"
+        /// of lifetime 0; NAT-PMP names 127.0.0.1 as the external address and grants a mapping
+        /// there (of another port than asked).
+        case impossible
+        /// PCP grants the mapping, at a private external address (as a router behind a carrier's
+        /// NAT would, or one that lies about it).
+        case privateExternal
+    }
+
+    public let lie: Lie
+    private let fd: Int32
+    private let lock = NSLock()
+    private var running = true
+    private var counted = 0
+    private let finished = DispatchSemaphore(value: 0)
+
+    /// Starts answering at home `index`'s gateway address, port 5351.
+    public init(lab: NATLab, home index: Int, lie: Lie) throws {
+        self.lie = lie
+        fd = try makeUDPSocket(inNamespace: lab.homes[index].router, address: lab.homes[index].gateway, port: 5351)
+        Thread { [self] in serve(); finished.signal() }.start()
+    }
+
+    /// Requests received so far (PCP and NAT-PMP datagrams).
+    public var requests: Int { lock.withLock { counted } }
+
+    private var isRunning: Bool { lock.withLock { running } }
+
+    private func serve() {
+        var buffer = [UInt8](repeating: 0, count: 1500)
+        while isRunning {
+            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&poller, 1, 100) == 1 else { continue }
+            var source = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let count = withUnsafeMutablePointer(to: &source) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(fd, &buffer, buffer.count, 0, $0, &length) }
+            }
+            guard count >= 2 else { continue }
+            lock.withLock { counted += 1 }
+            for answer in answers(to: Array(buffer[0..<count])) {
+                _ = withUnsafePointer(to: &source) {
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, answer, answer.count, 0, $0, length) }
+                }
+            }
+        }
+    }
+
+    private func answers(to request: [UInt8]) -> [[UInt8]] {
+        if request[0] == 2, request.count >= 60, request[1] == 1 {
+            // PCP MAP: echo the request's MAP fields (nonce, protocol, internal port) as a server does.
+            let nonce = Array(request[24..<36]), internalPort = Array(request[40..<42])
+            func map(nonce: [UInt8], lifetime: UInt32, port: [UInt8], external: [UInt8]) -> [UInt8] {
+                [2, 0x81, 0, 0] + bigEndian(lifetime) + bigEndian(1) + [UInt8](repeating: 0, count: 12)
+                    + nonce + [17, 0, 0, 0] + internalPort + port
+                    + [UInt8](repeating: 0, count: 10) + [0xFF, 0xFF] + external
+            }
+            switch lie {
+            case .impossible:
+                return [[0xFF, 0xEE] + [UInt8](repeating: 0x5A, count: 40),
+                        map(nonce: nonce.map { $0 ^ 0xFF }, lifetime: 7200, port: internalPort, external: [198, 51, 100, 250]),
+                        map(nonce: nonce, lifetime: 0, port: internalPort, external: [198, 51, 100, 250])]
+            case .privateExternal:
+                return [map(nonce: nonce, lifetime: 7200, port: internalPort, external: [10, 200, 0, 7])]
+            }
+        }
+        guard case .impossible = lie, request[0] == 0 else { return [] }
+        switch request[1] {
+        case 0:
+            return [[0, 128, 0, 0] + bigEndian(1) + [127, 0, 0, 1]]
+        case 1 where request.count >= 12:
+            let port = UInt16(request[4]) << 8 | UInt16(request[5])
+            let other = port &+ 1
+            return [[0, 129, 0, 0] + bigEndian(1) + Array(request[4..<6]) + [UInt8(other >> 8), UInt8(other & 0xFF)]
+                    + bigEndian(7200)]
+        default:
+            return []
+        }
+    }
+
+    private func bigEndian(_ value: UInt32) -> [UInt8] {
+        [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
+    }
+
+    public func stop() {
+        lock.withLock { running = false }
+        finished.wait()
+        close(fd)
+    }
+}
