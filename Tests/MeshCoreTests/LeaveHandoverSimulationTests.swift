@@ -141,6 +141,40 @@ struct LeaveHandoverSimulationTests {
         #expect(uploader.core.phase == .stopped, "\(replay)")
     }
 
+    @Test("reliable messages sent a moment before a leave, under loss: the leave waits for their acknowledgements, every member gets them, each send completes as sent",
+          arguments: seeds)
+    func leaveWaitsForItsMessages(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let loss = [0.1, 0.2, 0.3][Int(seed % 3)]
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(20), jitter: .milliseconds(5)))
+        let sender = mesh.addNode(joiningThrough: [], at: .zero)
+        for index in 1...3 { mesh.addNode(joiningThrough: [SimAddress(0)], at: .zero + .milliseconds(50 * index)) }
+        let sendAt = MeshInstant.zero + .seconds(5)
+        mesh.simulator.at(.zero + .milliseconds(4_999), "loss") { simulator in
+            simulator.defaultLink = LinkConditions(delay: .milliseconds(20), jitter: .milliseconds(5), lossProbability: loss)
+        }
+        let bodies = (0..<5).map { index in Array("before leaving \(index)".utf8) }
+        for (index, body) in bodies.enumerated() {
+            sender.plan(at: sendAt + .milliseconds(index)) { $0.sendMessage(body, mode: .reliable) }
+        }
+        // Before any acknowledgement can come back (a round trip is 40 ms).
+        sender.plan(at: sendAt + .milliseconds(10)) { $0.leave() }
+        mesh.simulator.run(until: sendAt + .seconds(20))
+        let gone = mesh.node(SimAddress(0))
+        #expect(gone.core.phase == .stopped, "\(replay): the sender never left")
+        #expect(gone.leaveReports.count == 1, "\(replay): \(gone.failedCommands)")
+        #expect(gone.sentMessages.count == bodies.count, "\(replay)")
+        for message in gone.sentMessages {
+            #expect(gone.completions[message.request] == [:],
+                    "\(replay): a send before the leave ended \(String(describing: gone.completions[message.request]))")
+        }
+        for member in (1...3).map({ mesh.node(SimAddress($0)) }) {
+            let heard = member.reliableReceived[gone.id] ?? []
+            #expect(heard == bodies, "\(replay): \(member.address) heard \(heard.count) of \(bodies.count)")
+        }
+        expectClean(mesh, replay)
+    }
+
     func expectClean(_ mesh: SimMesh, _ replay: String, sourceLocation: SourceLocation = #_sourceLocation) {
         let problems = mesh.nodeViolations() + mesh.chunkViolations() + mesh.journalViolations()
         #expect(problems.isEmpty, "\(replay): \(problems.prefix(6))", sourceLocation: sourceLocation)

@@ -1,7 +1,8 @@
 import MeshCrypto
 
 /// A graceful leave that strands nothing (PROTOCOL.md §6, leaving): before the departure goes
-/// out, every attachment this node alone holds whole must be held whole by another member that
+/// out, the reliable messages this node sent must be acknowledged (at most `leaveDrain`), and
+/// every attachment this node alone holds whole must be held whole by another member that
 /// is alive. Members are asked to fetch it (`JournalMessage.replicate`, which a `--lazy` member
 /// obeys too), one at a time per attachment, another when the one asked dies or takes too long;
 /// the node serves them meanwhile as always. It goes once nothing is at risk, or at a deadline
@@ -54,13 +55,18 @@ extension NodeInstance {
         }
         let atRisk = soleHeldAttachments()
         let others = aliveMemberIDs
-        guard waitingForReplication, !atRisk.isEmpty, !others.isEmpty else {
+        let undelivered = delivery.pendingSends
+        guard waitingForReplication, !atRisk.isEmpty || undelivered > 0, !others.isEmpty else {
             handover = LeaveHandover(requests: [request], deadline: now, atStart: Set(atRisk))
             return depart(now: now)
         }
+        if atRisk.isEmpty {
+            handover = LeaveHandover(requests: [request], deadline: now + settings.leaveDrain, atStart: [])
+            return log(.info, "leaving once the messages sent are acknowledged", ["sends": "\(undelivered)"])
+        }
         let bytes = atRisk.reduce(UInt64(0)) { $0 + (journal.state.entry(content: $1)?.size ?? 0) }
         let seconds = Double(bytes) / Double(max(1, settings.leaveHandoverBytesPerSecond))
-        let bound = settings.leaveHandoverBase + .milliseconds(Int64(min(seconds, 86_400) * 1000))
+        let bound = max(settings.leaveHandoverBase + .milliseconds(Int64(min(seconds, 86_400) * 1000)), settings.leaveDrain)
         handover = LeaveHandover(requests: [request], deadline: now + bound, atStart: Set(atRisk))
         log(.notice, "leaving once other members hold what only this node holds",
             ["attachments": "\(atRisk.count)", "bytes": "\(bytes)", "within": "\(bound)"])
@@ -72,7 +78,9 @@ extension NodeInstance {
         guard var state = handover, phase.isActive else { return }
         let atRisk = soleHeldAttachments()
         let alive = aliveMemberIDs
-        if atRisk.isEmpty || alive.isEmpty || now >= state.deadline { return depart(now: now) }
+        if (atRisk.isEmpty && delivery.pendingSends == 0) || alive.isEmpty || now >= state.deadline {
+            return depart(now: now)
+        }
         var asks: [NodeID: [SHA256Digest]] = [:]
         for id in atRisk {
             if let asked = state.asked[id], alive.contains(asked.member), now < asked.at + settings.leaveHandoverReask {

@@ -42,13 +42,16 @@ extension NodeInstance {
                     finishEndingIfDrained(now: now)
                 }
                 // Journal messages complete here too; nobody waits for them.
-                guard let pending = pendingSends.removeValue(forKey: sendID) else { continue }
-                if pending.reliable {
-                    counters.reliableUnconfirmed += UInt64(failures.count)
-                    counters.reliableDelivered += UInt64(max(0, pending.recipients - failures.count))
+                if let pending = pendingSends.removeValue(forKey: sendID) {
+                    if pending.reliable {
+                        counters.reliableUnconfirmed += UInt64(failures.count)
+                        counters.reliableDelivered += UInt64(max(0, pending.recipients - failures.count))
+                    }
+                    complete(pending.request, failures.isEmpty ? .success(.sent(recipients: pending.recipients))
+                                                              : .failure(.notDelivered(failures)))
                 }
-                complete(pending.request, failures.isEmpty ? .success(.sent(recipients: pending.recipients))
-                                                          : .failure(.notDelivered(failures)))
+                // A leave waiting for its last sends goes once they are acknowledged.
+                if handover != nil, delivery.pendingSends == 0, soleHeldAttachments().isEmpty { advanceHandover(now: now) }
             }
         }
     }

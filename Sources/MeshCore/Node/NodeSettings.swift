@@ -84,6 +84,9 @@ public struct NodeSettings: Sendable {
     /// other members to take what only this node holds.
     public var leaveHandoverBase: Duration = .seconds(10)
     public var leaveHandoverBytesPerSecond: UInt64 = 2 << 20
+    /// A leave waits at most this for the reliable messages this node sent that are not yet
+    /// acknowledged (a member gone by then is reported as not reached by the send).
+    public var leaveDrain: Duration = .seconds(5)
     /// A member asked to take an attachment that does not hold it whole after this: one more is asked.
     public var leaveHandoverReask: Duration = .seconds(10)
     /// A `ping` unanswered this long fails.
