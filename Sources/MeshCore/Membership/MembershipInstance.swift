@@ -47,11 +47,13 @@ public struct MembershipInstance: Sendable {
     /// The join's jitter, a stream of its own derived from the seed: drawing it from `random`
     /// would change the probe order and picks of every node that joins, not only the ones that wait.
     private var joinJitter: SplitMix64
-    /// One push-pull soon after the join, with the member that let us in: updates it was still
-    /// gossiping when it answered (a member that joined beside us) may have gone where we could
-    /// not hear them, such as our private address before any datagram of ours proved the public
-    /// one, and would otherwise reach us only at the first periodic push-pull, 20 s or more on.
-    private var joinFollowUp: (partner: NodeID, at: MeshInstant)?
+    /// Push-pulls soon after the join, the first with the member that let us in: its answer held
+    /// only what fits a few times our request's size (its source address was only our claim),
+    /// and updates it was still gossiping when it answered (a member that joined beside us) may
+    /// have gone where we could not hear them, such as our private address before any datagram
+    /// of ours proved the public one. Otherwise both would reach us only at the first periodic
+    /// push-pull, 20 s or more on. `left` more follow, two disseminations apart.
+    private var joinFollowUp: (partner: NodeID, at: MeshInstant, left: Int)?
     /// Members removed from the session (key epochs): never probed, gossiped or believed again.
     private var excluded: Set<NodeID> = []
     /// Senders we did not know, and when we last asked each for its state (a few, for a while).
@@ -231,8 +233,10 @@ public struct MembershipInstance: Sendable {
 
     /// `pairwise`: the datagram was sealed with the sender's pairwise key for our boot, so only
     /// we could open it and only the sender could have made it (a probe or ack without a target).
+    /// `answerLimit`: at most this many bytes of frames answer a state request (the node gives a
+    /// few times the request's own size: the source address is the request's claim, not a proof).
     public mutating func onFrames(_ frames: [Frame], from sender: NodeID, address: PeerAddress,
-                                  now: MeshInstant, pairwise: Bool = false) -> [MembershipDirective] {
+                                  now: MeshInstant, pairwise: Bool = false, answerLimit: Int? = nil) -> [MembershipDirective] {
         var out: [MembershipDirective] = []
         guard !excluded.contains(sender) else { return out }
         let news = gossip.updatesEnqueued
@@ -254,9 +258,9 @@ public struct MembershipInstance: Sendable {
         // lost, we would stop asking and learn the members only from others' push-pull.
         if nextJoinAttemptAt != nil, sender != me.id, !members.isEmpty {
             nextJoinAttemptAt = nil
-            // Once what it was gossiping then has been sent as often as it will be.
-            let dissemination = settings.gossipInterval * Double(retransmitLimit + 2)
-            joinFollowUp = (sender, now + dissemination * 2)
+            // The first at once (the answer's rest), the last once what the member was gossiping
+            // then has been sent as often as it will be.
+            joinFollowUp = (sender, now + settings.gossipInterval * 2, 1)
         }
         var digestTaken = false
         for frame in frames {
@@ -273,7 +277,7 @@ public struct MembershipInstance: Sendable {
             case let .probeNack(nack):
                 if probe?.sequence == nack.sequence, probe?.target == nack.target { probe?.nacksReceived += 1 }
             case let .probeRequest(request): onProbeRequest(request, from: sender, address: address, now: now, into: &out)
-            case .syncRequest: answerSync(from: sender, address: address, now: now, into: &out)
+            case .syncRequest: answerSync(from: sender, address: address, limit: answerLimit, now: now, into: &out)
             case let .stateDigest(digest) where !digestTaken:
                 // One digest a datagram, as we send them: more would only multiply the answers.
                 digestTaken = true
@@ -304,13 +308,13 @@ public struct MembershipInstance: Sendable {
         lastHeard[id].map { $0 + slack >= instant } ?? false
     }
 
-    private mutating func answerSync(from sender: NodeID, address: PeerAddress, now: MeshInstant,
+    private mutating func answerSync(from sender: NodeID, address: PeerAddress, limit: Int?, now: MeshInstant,
                                      into out: inout [MembershipDirective]) {
         let spacing = settings.joinRetryInterval * 0.5
         if let last = answeredSyncs[sender], now < last + spacing { return }
         if answeredSyncs.count >= 256 { answeredSyncs = answeredSyncs.filter { now < $0.value + spacing } }
         answeredSyncs[sender] = now
-        out += stateTransfer(to: sender, address: address)
+        out += stateTransfer(to: sender, address: address, limit: limit)
     }
 
     /// A member we do not know wrote to us: the answer to our join was lost, or its record's gossip
@@ -340,10 +344,12 @@ public struct MembershipInstance: Sendable {
             out += tryJoining(now: now)
         }
         if let followUp = joinFollowUp, now >= followUp.at {
-            joinFollowUp = nil
+            let dissemination = settings.gossipInterval * Double(retransmitLimit + 2)
+            joinFollowUp = followUp.left > 0 ? (followUp.partner, now + dissemination * 2, followUp.left - 1) : nil
             // The member that let us in, unless it is gone or was a stranger: then any live one.
             let known = members[followUp.partner].flatMap { $0.status.isGone ? nil : $0.id }
-            if let partner = known ?? pickRandom(1, excluding: []).first, let address = members[partner]?.address {
+            let first = known
+            if let partner = first ?? pickRandom(1, excluding: []).first, let address = members[partner]?.address {
                 out.append(summary(to: partner, address: address))
             }
         }
@@ -785,9 +791,24 @@ public struct MembershipInstance: Sendable {
 
     /// Our whole view as self-contained datagrams (a joiner's answer): each member's record
     /// travels with its status.
-    private func stateTransfer(to recipient: NodeID, address: PeerAddress) -> [MembershipDirective] {
+    private func stateTransfer(to recipient: NodeID, address: PeerAddress, limit: Int? = nil) -> [MembershipDirective] {
         // The recipient's own entry is included: if we think it dead, it learns so and refutes.
-        let groups = [[Frame.alive(me)]] + members.values.sorted(by: { $0.id < $1.id }).map(stateFrames)
+        var groups = [[Frame.alive(me)]]
+        if let own = members[recipient] { groups.append(stateFrames(of: own)) }
+        // Within a limit, the live members first: a joiner needs one to be in; push-pull brings
+        // it the rest once it is (PROTOCOL.md §4).
+        let others = members.values.filter { $0.id != recipient }
+            .sorted { ($0.status == .alive ? 0 : 1, $0.id) < ($1.status == .alive ? 0 : 1, $1.id) }
+        groups += others.map(stateFrames)
+        if let limit {
+            // One datagram at most, then.
+            let limit = min(limit, datagramBudget)
+            var used = 0
+            groups = Array(groups.prefix { group in
+                used += group.reduce(0) { $0 + FrameCodec.encodedLength(of: $1) }
+                return used <= limit
+            })
+        }
         return packed(groups).map { .send(frames: $0, recipient: recipient, address: address) }
     }
 

@@ -346,7 +346,13 @@ public struct NodeInstance: Sendable {
             if case let .removalNotice(rotation) = datagram.frames.first {
                 return receiveRemovalNotice(rotation, from: sender, now: now)
             }
-            let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now)
+            // A hello's source is only its claim: what answers it stays within three times its
+            // size, so a forged source earns its owner no flood (QUIC's rule). The state transfer
+            // takes two of them; a new member's first echoes and punches fit in the third.
+            let answerLimit = Self.stateAnswerFactor * bytes - DatagramCodec.pairwiseDatagramSize(payload: 0)
+                - PacketSealer.nonceByteCount
+            let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now,
+                                                 answerLimit: answerLimit)
             apply(directives, now: now)
             if relay == nil { helloFrom(sender, boot: datagram.header.bootID, source: address, now: now) }
         case .pairwise:
@@ -374,6 +380,9 @@ public struct NodeInstance: Sendable {
             }
         }
     }
+
+    /// How many times a hello's own size a state transfer may take to answer it.
+    static let stateAnswerFactor = 2
 
     /// The end of a read batch: acknowledge what it brought, once per peer.
     public mutating func endReadBatch(now: MeshInstant) {

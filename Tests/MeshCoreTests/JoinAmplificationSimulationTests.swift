@@ -1,0 +1,78 @@
+import MeshCore
+import MeshCrypto
+import MeshTestKit
+import NIOCore
+import Testing
+
+/// A join request's source address is only its claim: anyone holding the session secret can send
+/// one under a made-up id with another host's address as its source. What answers it there must
+/// stay within a few times its own size (QUIC's anti-amplification rule), however many members
+/// the session has; a real joiner still learns every member (the rest comes by push-pull).
+///
+/// A failing seed is named in every message (`SIM_SEED=N`) and replays exactly:
+///     SIM_SEED=N swift test --filter JoinAmplificationSimulation
+@Suite("Join requests from a forged source (simulation)")
+struct JoinAmplificationSimulationTests {
+    static let seeds = SimulationSeeds.from(defaultCount: 2)
+    static let members = 16
+
+    /// A join request of a made-up identity whose record names `address`, sealed with the
+    /// session's hello key as any holder of the secret can.
+    static func forgedJoin(session: SessionSecret, naming address: PeerAddress, seed: UInt64) throws -> [UInt8] {
+        var derive = SplitMix64(seed: seed ^ 0xF0F0)
+        func bytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8(truncatingIfNeeded: derive.next()) } }
+        let identity = try NodeIdentity(seed: bytes(32))
+        let ephemeral = try EphemeralKeyPair(seed: bytes(32))
+        let record = MemberRecord(signingKey: identity.publicKey, name: "made-up", addresses: [address], incarnation: 0,
+                                  bootID: 1, ephemeralKey: ephemeral.publicKey)
+            .signed(by: Ed25519Authority(identity: identity))
+        var codec = DatagramCodec(session: session, localID: identity.nodeID, localBootID: 1)
+        let nonce = try #require(PacketNonce(raw: bytes(24)))
+        let datagram = codec.sealHello([.syncRequest(SyncRequest(isJoin: true)), .alive(record)], nonce: nonce)
+        return Array(datagram.readableBytesView)
+    }
+
+    @Test("a join under a made-up id from a forged source draws at most 3× its size back there from a 16-member session; a joiner after it still learns all 16",
+          arguments: seeds)
+    func answersStayWithinThreeTimesTheRequest(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(1)))
+        let first = mesh.addNode(joiningThrough: [], at: .zero)
+        for index in 1..<Self.members {
+            mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(200 * index))
+        }
+        mesh.simulator.run(until: .zero + .seconds(30))
+        #expect(mesh.live.allSatisfy { $0.membership.view.filter { $0.status == .alive }.count == Self.members },
+                "\(replay): the session did not form")
+
+        // The victim: a host that is no node, whose address the request names as its source.
+        let victim = SimAddress(Self.members + 100)
+        let request = try Self.forgedJoin(session: mesh.session, naming: victim.peerAddress, seed: seed)
+        var deliveredAt: MeshInstant?
+        var answered = 0
+        var sizes: [Int] = []
+        mesh.simulator.onTrace = { event in
+            switch event.kind {
+            case let .delivered(from, to, _) where from == victim && to == first.address:
+                deliveredAt = event.time
+            case let .sent(from, to, bytes) where from == first.address && to == victim && event.time == deliveredAt:
+                answered += bytes.count; sizes.append(bytes.count)
+            default:
+                break
+            }
+        }
+        mesh.simulator.inject(request, from: victim, to: first.address)
+        mesh.simulator.run(until: .zero + .seconds(31))
+        #expect(deliveredAt != nil, "\(replay): the request was not delivered")
+        #expect(answered > 0, "\(replay): nothing answered the request (a joiner would learn nothing)")
+        #expect(answered <= 3 * request.count,
+                "\(replay): \(answered) bytes (\(sizes)) answered a request of \(request.count) from a forged source")
+
+        // A real joiner, after it, learns every member.
+        mesh.simulator.onTrace = nil
+        let joiner = mesh.addNode(joiningThrough: [first.address], at: .zero + .seconds(32))
+        mesh.simulator.run(until: .zero + .seconds(60))
+        let known = mesh.node(joiner.address).membership.view.filter { $0.status == .alive && $0.record.name != "made-up" }.count
+        #expect(known == Self.members + 1, "\(replay): the joiner knows \(known) live members of \(Self.members + 1)")
+    }
+}
