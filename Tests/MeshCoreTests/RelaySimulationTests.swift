@@ -101,7 +101,7 @@ struct RelaySimulationTests {
         let replay = SimulationSeeds.replay(seed)
         // Both on the open network say they relay; the first carries nothing (no rate at all).
         let (mesh, a, b) = Self.mesh(seed: seed, publics: 2) { index, configuration in
-            if index == 0 { configuration.settings.relay.pairRate = 0; configuration.settings.relay.pairBurst = 0 }
+            if index == 0 { configuration.settings.relay.budget = 0 }
         }
         let (dropper, carrier) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)))
         let outcome = mesh.simulator.run(for: .seconds(90), checkEvery: .milliseconds(250)) { _ in
