@@ -91,6 +91,25 @@ import Testing
         #expect(relay.currentBudget.perPair == 100_000)
     }
 
+    @Test func aPairThatAsksLittleLeavesTheRestToTheOthers() {
+        // Water filling: 12 among asks of 1, 2 and two without bound (each a quarter would be 3).
+        #expect(RelayService.fairShare(of: 12, demands: [1, 2], unknown: 2) == 4.5)
+        #expect(RelayService.fairShare(of: 12, demands: [1, 5, 9], unknown: 0) == 6)
+        #expect(RelayService.fairShare(of: 12, demands: [1, 2], unknown: 0) == 11, "the larger may take all the other leaves")
+        #expect(RelayService.fairShare(of: 12, demands: [], unknown: 0) == 12)
+        // A fetch through the relay: its pieces one way, its wants (a trickle) the other.
+        var relay = RelayService(settings: Self.owned(10 * Self.mebibyte, burst: 64 << 10))
+        relay.observe(Self.own(sent: 0), now: Self.start)
+        for millisecond in 0...500 {
+            let now = Self.start + .milliseconds(millisecond)
+            for _ in 0..<4 { _ = relay.admit(1277, from: Self.a, to: Self.b, reachable: true, now: now) }
+            if millisecond % 10 == 0 { _ = relay.admit(100, from: Self.b, to: Self.a, reachable: true, now: now) }
+            relay.observe(Self.own(sent: 0), now: now)
+        }
+        #expect(relay.currentBudget.activePairs == 2)
+        #expect(relay.currentBudget.perPair > 9 * Self.mebibyte, "the wants leave the pieces nearly all: \(relay.currentBudget)")
+    }
+
     @Test func withoutASettingTheBudgetIsTwiceTheMeasuredCapacityWithinItsBounds() {
         var relay = RelayService()
         let floor = RelayService.Settings().minimumBudget
@@ -138,7 +157,7 @@ import Testing
         #expect(relay.admit(100, from: Self.a, to: Self.b, reachable: true, now: busy) == .forward)
         #expect(relay.admit(100, from: Self.b, to: Self.a, reachable: true, now: busy) == .forward)
         relay.observe(Self.own(sent: 28_160 * 1024), now: Self.start + .seconds(2))
-        #expect(relay.currentBudget.total == 2 * floor && relay.currentBudget.perPair == floor)
+        #expect(relay.currentBudget.total == 2 * floor && relay.currentBudget.perPair >= floor)
         // Our own transfers end: the pairs have the whole budget again.
         relay.observe(Self.own(sent: 28_160 * 1024), now: Self.start + .milliseconds(2500))
         #expect(!relay.currentBudget.yielding && Self.near(relay.currentBudget.total, 40 * Self.mebibyte))
@@ -156,7 +175,7 @@ import Testing
     @Test func burstsScaleWithTheRate() {
         let relay = RelayService()
         let settings = relay.settings
-        #expect(relay.burst(100 * Self.mebibyte) == 100 * Self.mebibyte / 8, "an eighth of a second")
+        #expect(relay.burst(100 * Self.mebibyte) == 100 * Self.mebibyte / 4, "a quarter of a second")
         #expect(relay.burst(Self.mebibyte) == settings.minimumBurst)
         #expect(relay.burst(0) == 0, "no rate, no burst: a budget of nothing carries nothing")
         var nothing = RelayService(settings: Self.owned(0, burst: 1000))

@@ -29,9 +29,11 @@ public struct RelayService: Sendable {
         /// capacity leaves beside them, at least `minimumPairRate` each.
         public var ownTrafficActive = 64 << 10
         public var minimumPairRate = 256 << 10
-        /// Each bucket's burst is its rate over this, at least `minimumBurst` (a token bucket
-        /// whose burst is small for its rate drops what paced senders send in clumps).
-        public var burstTime: Duration = .milliseconds(125)
+        /// Each bucket's burst is its rate over this, at least `minimumBurst`. A pair's controller
+        /// meets the budget as a policer (loss, no queue), and the shorter the burst, the more
+        /// often its clumps are cut: a relayed fetch's steady rate in simulation (2 MiB/s budget,
+        /// 2% random loss) was 0.59× of the budget at 30 ms, 0.68× at 125 ms, 0.75× at 250 ms.
+        public var burstTime: Duration = .milliseconds(250)
         public var minimumBurst = 256 << 10
         /// A pair shares the budget while it forwarded within this.
         public var pairActive: Duration = .seconds(1)
@@ -97,6 +99,8 @@ public struct RelayService: Sendable {
     struct Bucket {
         var level: Double
         var at: MeshInstant
+        /// Bytes carried in the interval being measured (pair buckets only).
+        var carried = 0
 
         mutating func refill(rate: Int, burst: Int, now: MeshInstant) {
             let elapsed = max(0, (now - at).milliseconds / 1000)
@@ -130,9 +134,13 @@ public struct RelayService: Sendable {
     /// The own traffic of the last closed interval, and when it closed.
     private var ownRate = 0.0
     private var ownRateAt = MeshInstant.zero
-    /// Pairs that forwarded within `pairActive`, counted when an interval closes (and new pairs
-    /// at once): the budget's share per pair, without a walk of every pair per datagram.
-    private var activePairs = 0
+    /// What each pair that forwarded within `pairActive` carried in the last interval, times the
+    /// headroom (room to grow), ascending; and pairs started since, whose demand is not known
+    /// yet. Counted when an interval closes (new pairs at once): the share per pair, without a
+    /// walk of every pair per datagram.
+    private var demands: [Double] = []
+    private var newPairs = 0
+    private var activePairs: Int { demands.count + newPairs }
     /// The rates in force, recomputed when an interval closes or a pair starts.
     private var rates: Budget
 
@@ -164,7 +172,14 @@ public struct RelayService: Sendable {
         capacity = max(capacity, up, down, carried)
         ownRate = max(up, down)
         ownRateAt = now
-        activePairs = buckets.values.filter { now - $0.at <= settings.pairActive }.count
+        demands = buckets.values.filter { now - $0.at <= settings.pairActive }
+            .map { Double($0.carried) / elapsed * settings.headroom }.sorted()
+        newPairs = 0
+        buckets = buckets.mapValues { bucket in
+            var bucket = bucket
+            bucket.carried = 0
+            return bucket
+        }
         interval = Interval(start: now, own: own, carried: counters.forwardedBytes)
         rates = budget(now: now)
     }
@@ -191,9 +206,27 @@ public struct RelayService: Sendable {
             let floor = min(total, settings.minimumPairRate * pairs)
             total = max(floor, min(total, line - own))
         }
-        let perPair = total == 0 ? 0 : max(total / pairs, min(total, settings.minimumPairRate))
+        let share = Self.fairShare(of: Double(total), demands: demands, unknown: newPairs)
+        let perPair = total == 0 ? 0 : max(Int(share), total / pairs, min(total, settings.minimumPairRate))
         return Budget(total: total, perPair: perPair, activePairs: activePairs, capacity: measured, ownRate: own,
                       yielding: yielding, fromSetting: settings.budget != nil)
+    }
+
+    /// Max-min fairness (water filling): the rate each pair may have so that pairs that ask less
+    /// (`demands`, ascending) have what they ask and the rest share what they leave equally;
+    /// `unknown` pairs ask without bound. With every pair under its share, the one that asks most
+    /// may have all the others leave (the reverse direction of a fetch, its wants, asks little).
+    static func fairShare(of total: Double, demands: [Double], unknown: Int) -> Double {
+        let count = demands.count + unknown
+        guard count > 0 else { return total }
+        var remaining = total
+        for (index, demand) in demands.enumerated() {
+            let share = remaining / Double(count - index)
+            if demand >= share { return share }
+            remaining -= demand
+        }
+        if unknown > 0 { return remaining / Double(unknown) }
+        return remaining + (demands.last ?? 0)
     }
 
     /// A bucket's burst at `rate`: `burstTime` of it, at least `minimumBurst` (none at no rate).
@@ -220,7 +253,7 @@ public struct RelayService: Sendable {
                 buckets[idle.key] = nil
             }
             // Its share at once: the pairs already carried give way from now on.
-            activePairs += 1
+            newPairs += 1
             rates = budget(now: now)
         }
         let pairBurst = burst(rates.perPair)
@@ -236,6 +269,7 @@ public struct RelayService: Sendable {
             counters.droppedOverRate += 1
             return .drop
         }
+        bucket.carried += bytes
         counters.forwardedDatagrams += 1
         counters.forwardedBytes += UInt64(bytes)
         return .forward
