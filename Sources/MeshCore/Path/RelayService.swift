@@ -31,8 +31,7 @@ public struct RelayService: Sendable {
         public var minimumPairRate = 256 << 10
         /// Each bucket's burst is its rate over this, at least `minimumBurst`. A pair's controller
         /// meets the budget as a policer (loss, no queue), and the shorter the burst, the more
-        /// often its clumps are cut: a relayed fetch's steady rate in simulation (2 MiB/s budget,
-        /// 2% random loss) was 0.59× of the budget at 30 ms, 0.68× at 125 ms, 0.75× at 250 ms.
+        /// often its clumps are cut and the further under the budget it settles (PROTOCOL.md §1d).
         public var burstTime: Duration = .milliseconds(250)
         public var minimumBurst = 256 << 10
         /// A pair shares the budget while it forwarded within this.
