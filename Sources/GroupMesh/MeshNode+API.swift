@@ -242,12 +242,7 @@ extension MeshNode {
             refutations: core.membership.counters.refutations,
             pathBlackHoles: core.pathMTU.blackHoles, probeRequestsRefused: counters.probeRequestsRefused + core.membership.counters.probeRequestsRefused,
             punchesSucceeded: core.paths.punchesSucceeded, punchesFailed: core.paths.punchesFailed,
-            relay: StatusReport.RelayInfo(
-                enabled: core.relayService.settings.enabled, sentThroughRelays: counters.relayedSent,
-                receivedThroughRelays: counters.relayedReceived,
-                forwardedDatagrams: core.relayService.counters.forwardedDatagrams,
-                forwardedBytes: core.relayService.counters.forwardedBytes,
-                droppedOverRate: core.relayService.counters.droppedOverRate, refused: core.relayService.counters.refused))
+            relay: relayInfo(sentThroughRelays: counters.relayedSent, receivedThroughRelays: counters.relayedReceived))
         let downlink = core.downlink
         let downlinkInfo = StatusReport.DownlinkInfo(
             rate: downlink.rate.rounded(), priority: downlink.priority == .foreground ? "foreground" : "background",
@@ -285,5 +280,22 @@ extension MeshNode {
                                      askedMembers: progress.askedMembers.map(\.hex),
                                      secondsLeft: (Double(progress.remaining.nanosecondsClamped) / 1e8).rounded() / 10)
         }
+    }
+
+    /// What this node carries for others, its budget and what relaying cost it (status).
+    private func relayInfo(sentThroughRelays: UInt64, receivedThroughRelays: UInt64) -> StatusReport.RelayInfo {
+        let service = core.relayService
+        let budget = service.budget(now: now)
+        return StatusReport.RelayInfo(
+            enabled: service.settings.enabled, sentThroughRelays: sentThroughRelays,
+            receivedThroughRelays: receivedThroughRelays,
+            forwardedDatagrams: service.counters.forwardedDatagrams, forwardedBytes: service.counters.forwardedBytes,
+            droppedOverRate: service.counters.droppedOverRate, refused: service.counters.refused,
+            budget: service.settings.enabled ? budget.total : 0,
+            budgetPerPair: service.settings.enabled ? budget.perPair : 0,
+            budgetSetting: service.settings.budget, measuredCapacity: budget.capacity, ownTransferRate: budget.ownRate,
+            yielding: budget.yielding, activePairs: budget.activePairs,
+            cpuSeconds: Double(relayCPU.nanoseconds) / 1e9,
+            cpuMillisecondsPerMiB: relayCPU.millisecondsPerMiB(carried: service.counters.forwardedBytes))
     }
 }

@@ -39,6 +39,8 @@ package actor MeshNode {
     /// which one such send would close.
     var destinations: DestinationCheck
     var simulatedDrops: UInt64 = 0
+    /// The CPU time relaying for others took (`RelayCPU`).
+    var relayCPU = RelayCPU()
     /// Messages a reader (a `listen`, or a `messages()` stream) was too far behind to be given.
     var messagesDroppedForSlowReaders: UInt64 = 0
     /// Why the node stopped by itself, when it did (an identity conflict).
@@ -424,10 +426,20 @@ package actor MeshNode {
             guard let taken = traversalReceive(datagram, from: address) else { return }
             (datagram, address, route) = taken
         }
-        let authenticated = core.handle(datagram: datagram, from: address, now: now)
+        let instant = now
+        let cpuBefore = relayCPU.start(now: instant)
+        let relayAsksBefore = relayAsks
+        let authenticated = core.handle(datagram: datagram, from: address, now: instant)
         // Only a datagram the core opened moves a route: a forged source moves nothing.
         if authenticated, let route { traversalHeard(route) }
         if core.hasEffects { runEffects() }
+        if relayAsks != relayAsksBefore { relayCPU.relayed(since: cpuBefore, now: instant) }
+    }
+
+    /// Forwards others asked of us: carried, dropped over the budget or refused.
+    private var relayAsks: UInt64 {
+        let counters = core.relayService.counters
+        return counters.forwardedDatagrams &+ counters.droppedOverRate &+ counters.refused
     }
 
     /// The end of a read batch: what it brought is acknowledged, and the timer re-armed, once.

@@ -16,6 +16,9 @@ public struct NodeConfiguration: Sendable {
     public var lazy = false
     /// Carry sealed datagrams between members that cannot meet (`run --no-relay` turns it off).
     public var relays = true
+    /// `run --relay-budget`: bytes per second carried for others, all pairs together; nil sizes
+    /// it from what this node's links were measured to carry (PROTOCOL.md §1d).
+    public var relayBudget: Int?
     /// Announce the node on its LAN and meet members heard there (`run --no-lan-discovery`).
     public var lanDiscovery = true
     /// Ask the gateway to map our UDP port (PCP, NAT-PMP, UPnP IGD; `run --no-port-mapping` turns it off).
@@ -68,6 +71,7 @@ public struct NodeConfiguration: Sendable {
         settings.unavailableTimeout = unavailableTimeout
         settings.lazy = lazy
         settings.relay.enabled = relays
+        settings.relay.budget = relayBudget
         settings.lanDiscovery.enabled = lanDiscovery
         return settings
     }

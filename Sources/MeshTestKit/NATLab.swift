@@ -109,6 +109,7 @@ public final class NATLab: @unchecked Sendable {
     public static let conntrackCommand: String? = tool("conntrack")
     public static let nftCommand: String? = tool("nft")
     public static let sysctlCommand: String = tool("sysctl") ?? "/sbin/sysctl"
+    public static let tcCommand: String? = tool("tc")
 
     /// Why the lab cannot be built here (a test's skip reason), or nil.
     public static var unavailableReason: String? {
@@ -399,6 +400,31 @@ public final class NATLab: @unchecked Sendable {
             }
         }
         return false
+    }
+
+    // MARK: - Line rates
+
+    /// Caps home `index`'s line at `bytesPerSecond` each way, as a home line's rate would: a
+    /// token bucket filter (`tc tbf`, 50 ms of queue) on the router's leg on the internet (what
+    /// the home sends) and on the bridge's port to it (what it receives). Nil removes both.
+    public func capLine(home index: Int, bytesPerSecond: Int?) throws {
+        guard let tc = Self.tcCommand else {
+            throw NodeProcessError.exited(status: -1, stderr: "capping a line needs iproute2's tc")
+        }
+        let home = homes[index]
+        guard home.carrier == nil else {
+            throw NodeProcessError.exited(status: -1, stderr: "NATLab: a home behind a carrier NAT has no line to cap here")
+        }
+        for (space, device) in [(home.router, home.wanInterface), (internetNamespace, "gm\(tag)q\(index)")] {
+            guard let rate = bytesPerSecond else {
+                _ = try run(in: space, tc, ["qdisc", "del", "dev", device, "root"])
+                continue
+            }
+            // A burst of a few jumbo GSO segments, and never less than a millisecond's worth.
+            let burst = max(64 << 10, rate / 1000)
+            try check(run(in: space, tc, ["qdisc", "replace", "dev", device, "root", "tbf", "rate", "\(rate * 8)bit",
+                                          "burst", "\(burst)", "latency", "50ms"]))
+        }
     }
 
     // MARK: - Tear down

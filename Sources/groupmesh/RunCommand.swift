@@ -63,6 +63,12 @@ struct RunCommand: AsyncParsableCommand {
           help: "Carry sealed datagrams between two members that cannot meet (default: --relay).")
     var relay: Bool?
 
+    @Option(help: ArgumentHelp("Carry at most this for others, all pairs together: 20MiB/s, 100Mbit, "
+                               + "or off (as --no-relay) (default: twice what this node's links were measured to carry, 8 MiB/s at least).",
+                               valueName: "RATE"),
+            transform: { text throws(RelayBudgetError) in try RelayBudget(parsing: text) })
+    var relayBudget: RelayBudget?
+
     @Flag(inversion: .prefixedNo,
           help: "Announce this node on its LAN and meet members found there directly (default: --lan-discovery).")
     var lanDiscovery: Bool?
@@ -189,6 +195,7 @@ struct RunCommand: AsyncParsableCommand {
         var name: String?
         var lazy = false
         var relay = true
+        var relayBudget: RelayBudget?
         var lanDiscovery = true
         var portMapping = true
         var profile: NodeConfiguration.Profile = .lan
@@ -223,6 +230,7 @@ struct RunCommand: AsyncParsableCommand {
         settings.name = name ?? file.name
         settings.lazy = lazy ?? file.lazy ?? settings.lazy
         settings.relay = relay ?? file.relay ?? settings.relay
+        settings.relayBudget = relayBudget ?? file.relayBudget
         settings.lanDiscovery = lanDiscovery ?? file.lanDiscovery ?? settings.lanDiscovery
         settings.portMapping = portMapping ?? file.portMapping ?? settings.portMapping
         settings.profile = profile ?? file.profile ?? settings.profile
@@ -268,7 +276,9 @@ struct RunCommand: AsyncParsableCommand {
         configuration.invite = invite
         configuration.name = settings.name
         configuration.lazy = settings.lazy
-        configuration.relays = settings.relay
+        // A budget of nothing is no relay: our record says so, and members pick another.
+        configuration.relays = settings.relay && settings.relayBudget != .off
+        if case let .bytesPerSecond(rate) = settings.relayBudget { configuration.relayBudget = rate }
         configuration.lanDiscovery = settings.lanDiscovery
         configuration.portMapping = settings.portMapping
         configuration.profile = settings.profile

@@ -14,6 +14,7 @@ struct RunConfigurationFile {
     var name: String?
     var lazy: Bool?
     var relay: Bool?
+    var relayBudget: RelayBudget?
     var lanDiscovery: Bool?
     var portMapping: Bool?
     var profile: NodeConfiguration.Profile?
@@ -25,8 +26,9 @@ struct RunConfigurationFile {
     /// `turn:USER:PASS@HOST:PORT`: kept here, the password stays off the command line.
     var turn: String?
 
-    static let keys = ["listen", "advertise", "join", "name", "lazy", "relay", "lan-discovery", "profile", "log-level", "metrics",
-                       "event-handler", "event-handler-timeout", "port-mapping", "stun", "turn"]
+    static let keys = ["listen", "advertise", "join", "name", "lazy", "relay", "relay-budget", "lan-discovery",
+                       "profile", "log-level", "metrics", "event-handler", "event-handler-timeout", "port-mapping",
+                       "stun", "turn"]
 
     /// Far more than any real configuration: a larger file is a wrong path, not settings.
     static let maxBytes = 64 * 1024
@@ -117,6 +119,9 @@ struct RunConfigurationFile {
         name = try string("name")
         lazy = try bool("lazy")
         relay = try bool("relay")
+        if let text = try string("relay-budget") {
+            relayBudget = try parsed("relay-budget", text, RelayBudget.init(parsing:))
+        }
         lanDiscovery = try bool("lan-discovery")
         portMapping = try bool("port-mapping")
         if let text = try string("profile") {

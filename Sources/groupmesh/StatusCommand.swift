@@ -225,7 +225,28 @@ enum StatusTable {
                 + "forwarded \(relay.forwardedDatagrams) sealed datagrams (\(relay.forwardedBytes) B), "
                 + "dropped over rate \(relay.droppedOverRate), refused \(relay.refused)")
         }
+        if relay.enabled, let line = Self.relayBudgetLine(relay) { lines.append(line) }
         return lines.map { String($0.prefix(width)) }.joined(separator: "\n")
+    }
+
+    /// `relay budget: 16.0 MiB/s (from the 8.0 MiB/s measured on our links), 16.0 MiB/s per pair
+    /// (1 active); CPU 38.0 ms per MiB carried`.
+    static func relayBudgetLine(_ relay: StatusReport.RelayInfo) -> String? {
+        guard let budget = relay.budget, let perPair = relay.budgetPerPair else { return nil }
+        let rate = RelayBudget.format(bytesPerSecond:)
+        var line = "relay budget: \(rate(budget))"
+        if let setting = relay.budgetSetting {
+            line += " (--relay-budget \(rate(setting)))"
+        } else if let capacity = relay.measuredCapacity {
+            line += capacity > 0 ? " (from the \(rate(capacity)) measured on our links)"
+                : " (nothing measured yet: the floor)"
+        }
+        if relay.yielding == true, let own = relay.ownTransferRate {
+            line += ", yielding to our own transfers at \(rate(own))"
+        }
+        line += ", \(rate(perPair)) per pair (\(relay.activePairs ?? 0) active)"
+        if let cpu = relay.cpuMillisecondsPerMiB { line += String(format: "; CPU %.1f ms per MiB carried", cpu) }
+        return line
     }
 
     /// How we reach a member, in a few words: `direct`, `punched ADDRESS`, `relayed via NAME`,

@@ -237,6 +237,8 @@ struct RunCommandTests {
         (["run", "--listen", "127.1:0"], "invalid address"),
         (["run", "--listen", "127.0.0.1:65536"], "invalid address"),
         (["run", "--name", "two\nlines", "--listen", "127.0.0.1:0"], "control characters"),
+        (["run", "--relay-budget", "20", "--listen", "127.0.0.1:0"], "is not a rate: give a number and a unit"),
+        (["run", "--relay-budget", "1KiB/s", "--listen", "127.0.0.1:0"], "must be between 64KiB/s and 100GiB/s"),
         // A socket of one family cannot reach the other's addresses: said at start, not silence.
         (["run", "--listen", "127.0.0.1:0", "--join", "[::1]:9"], "reachable only over IPv6 ([::1]:9)"),
         (["run", "--listen", "[::1]:0", "--join", "127.0.0.1:9", "--join", "10.0.0.1:9"], "reachable only over IPv4"),

@@ -58,6 +58,25 @@ struct ServiceConfigurationTests {
         #expect(Self.relayEnabled(raw) == true, "--relay undoes the file's \"relay\": false")
     }
 
+    @Test("--relay-budget shows in status --json and its text; the file's \"relay-budget\": \"off\" relays nothing")
+    func relayBudgetIsShown() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--relay-budget", "100Mbit"])
+        defer { Task { await node.cleanUp() } }
+        _ = try await node.waitForLine(prefix: "listening:")
+        let relay = try #require((try await Self.rawStatus(node)["counters"] as? [String: Any])?["relay"] as? [String: Any])
+        #expect(relay["budgetSetting"] as? Int == 12_500_000 && relay["budget"] as? Int == 12_500_000, "\(relay)")
+        #expect(relay["enabled"] as? Bool == true && relay["measuredCapacity"] as? Int == 0, "\(relay)")
+        let text = try await NodeProcess.runCommand(["status", "--data-dir", node.dataDirectory])
+        #expect(text.stdout.contains("relay budget: 11.9 MiB/s (--relay-budget 11.9 MiB/s)"), "\(text.stdout)")
+
+        let directory = NodeProcess.makeTemporaryDirectory("config-budget")
+        try Self.write(#"{"listen": "127.0.0.1:0", "relay-budget": "off"}"#, to: directory + "/config.json")
+        let off = try NodeProcess(["run"], dataDirectory: directory)
+        defer { Task { await off.cleanUp() } }
+        _ = try await off.waitForLine(prefix: "listening:")
+        #expect(Self.relayEnabled(try await Self.rawStatus(off)) == false)
+    }
+
     @Test("an unknown key, malformed JSON, a wrong type, a bad value or a missing --config file: one line, exit 1, nothing started")
     func badConfigFilesAreRefused() async throws {
         let cases: [(file: String, message: String)] = [
@@ -72,6 +91,7 @@ struct ServiceConfigurationTests {
             (#"{"listen": "localhost:7946"}"#, "invalid address"),
             (#"{"name": "two\nlines", "listen": "127.0.0.1:0"}"#, "control characters"),
             (#"{"event-handler-timeout": 0}"#, "0.1 to 3600"),
+            (#"{"relay-budget": "fast"}"#, #""relay-budget" in the config file"#),
         ]
         for (text, message) in cases {
             let directory = NodeProcess.makeTemporaryDirectory("bad-config")

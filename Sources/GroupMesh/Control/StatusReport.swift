@@ -245,6 +245,23 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// not reach on a path of our own.
         public var droppedOverRate: UInt64
         public var refused: UInt64
+        /// Bytes per second carried for all pairs together now, and for each active pair; the
+        /// owner's `--relay-budget` (nil: sized from `measuredCapacity`).
+        public var budget: Int? = nil
+        public var budgetPerPair: Int? = nil
+        public var budgetSetting: Int? = nil
+        /// The best rate this node's links were measured to carry (its own transfers up or down,
+        /// or what it carried), forgotten by half every 10 minutes.
+        public var measuredCapacity: Int? = nil
+        /// The node's own transfers now (the larger direction, bytes per second), and whether
+        /// the pairs yield to them (they share what the capacity leaves beside them).
+        public var ownTransferRate: Int? = nil
+        public var yielding: Bool? = nil
+        public var activePairs: Int? = nil
+        /// CPU time spent relaying (the event loop thread's, around each forward: Docs/CLI.md),
+        /// and per MiB carried (nil before a MiB was).
+        public var cpuSeconds: Double? = nil
+        public var cpuMillisecondsPerMiB: Double? = nil
     }
 
     public var `self`: SelfInfo

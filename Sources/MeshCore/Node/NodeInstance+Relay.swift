@@ -51,6 +51,7 @@ extension NodeInstance {
         let target = forward.peer
         let reachable = target != sender && target != localID && peerAddresses[target] != nil
             && codec.installedBoot(of: target) != nil && paths.isDirect(target, within: pathSilence, now: now)
+        relayService.observe(ownTransfers, now: now)
         // Charged as what it costs us to send on: the datagram and our wrapping around it.
         let cost = forward.datagram.readableBytes + RelayedDatagram.overhead
         switch relayService.admit(cost, from: sender, to: target, reachable: reachable, now: now) {
@@ -93,6 +94,12 @@ extension NodeInstance {
             log(.info, "path relayed", ["member": "\(peer)", "relay": "\(relay)", "why": "it reached us through it"])
         }
         receivePathFrames(frames, from: peer, source: nil, now: now)
+    }
+
+    /// What this node's own transfers sent and received (pieces, wants, path probes; not what it
+    /// carried for others): what the relay's budget measures its links by and yields to.
+    var ownTransfers: RelayService.OwnTraffic {
+        RelayService.OwnTraffic(sent: counters.sent.bytes(.transfer), received: counters.received.bytes(.transfer))
     }
 
     /// A member left or died: the members it relayed to move to another relay.

@@ -410,6 +410,8 @@ public struct NodeInstance: Sendable {
         pathsTick(now: now)
         lanTick(now: now)
         joinTick(now: now)
+        // The relay's budget measures our links by our own transfers, relaying or not.
+        relayService.observe(ownTransfers, now: now)
         if rememberedDirty { saveRemembered() }
     }
 
