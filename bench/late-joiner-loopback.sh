@@ -1,7 +1,7 @@
 #!/bin/bash
 # A late joiner fetching 100 MiB from 3 holders, real processes on loopback, data dirs on disk
 # (/tmp). Prints the joiner's own "fetched" log line (its MiB/s). Used for the loopback rows of
-# Docs/BENCHMARKS.md (issue 18). GM=path/to/groupmesh picks another build.
+# Docs/BENCHMARKS.md. GM=path/to/groupmesh picks another build.
 set -u
 B=${GM:-$(dirname "$0")/../.build/release/groupmesh}
 D=$(mktemp -d /tmp/late-joiner.XXXXXX)

@@ -3,7 +3,7 @@
 # it up) against real tools: ping for the delay, iperf3 for the rate cap, and the emulator's own
 # count for the loss. Two hosts of our own (network namespaces on a bridge); host 1 is behind the
 # emulated link, host 0 is not. TCP is CUBIC unless a row says BBR (this kernel's default is BBR,
-# which ignores random loss; CUBIC is the loss-based competitor issue 18 measures against). Needs root, iproute2, iptables, iperf3, ping, a C compiler and
+# which ignores random loss; CUBIC is the loss-based competitor the bench measures against). Needs root, iproute2, iptables, iperf3, ping, a C compiler and
 # libnetfilter-queue-dev (`make deps` installs them as root); prints why and exits 0 otherwise.
 #
 #   bench/wan-link-check.sh            # every profile, ~2 min

@@ -81,7 +81,7 @@ public struct NodeConfiguration: Sendable {
     /// Our socket reaches only addresses of its own family (IPv4 or IPv6). When every address
     /// given to join through (the invite's, `--join`'s, and those remembered from the last run)
     /// is of the other family, the node would stay alone for good without a word: that is said
-    /// at start instead (issue 20, item 9).
+    /// at start instead.
     func unreachableSeeds(remembered: RememberedMembers) -> GroupMeshError? {
         let listensOnIPv6 = listenHost.contains(":")
         let given = (invite?.token.addresses ?? []) + join.map(\.peer)

@@ -4,7 +4,7 @@
 struct Subscribers<Element: Sendable> {
     private var continuations: [AsyncStream<Element>.Continuation] = []
     /// Once the node stopped: a stream asked for later ends at once (after `initial`), so a
-    /// `for await` begun after `leave()` does not hang (issue 17).
+    /// `for await` begun after `leave()` does not hang.
     private var isFinished = false
 
     var isEmpty: Bool { continuations.isEmpty }

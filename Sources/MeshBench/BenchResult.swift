@@ -102,7 +102,7 @@ func percentile(_ values: [Double], _ p: Double) -> Double {
     return sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
 }
 
-/// Issue 18's bar for a TCP flow beside a fetch, given its share of the line alone: 80% of the
+/// The bar for a TCP flow beside a fetch, given its share of the line alone: 80% of the
 /// line beside replication and 40% beside a `get`; where random loss holds TCP under that bar
 /// even alone, 0.8× what it gets alone (a loss-bound TCP's rate falls as any queue lengthens its
 /// round trip, and it cannot reach a share of the line it never had). `againstAlone` says which.

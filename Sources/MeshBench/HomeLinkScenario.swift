@@ -2,7 +2,7 @@ import Foundation
 import MeshCore
 import MeshTestKit
 
-/// Issue 18's home lines, in the seeded simulator: a joiner behind a home line (a rate with a
+/// The home lines, in the seeded simulator: a joiner behind a home line (a rate with a
 /// 100 ms tail-drop queue, a round trip, random loss) fetches an attachment from three holders
 /// outside, while a flow that follows TCP's rules (`TCPSender`, CUBIC) downloads through the
 /// same line. Each line is run twice: as background replication (nobody waits: it must yield,

@@ -4,7 +4,7 @@ import MeshCore
 import MeshCrypto
 import MeshTestKit
 
-/// Membership with N real `groupmesh run` processes on loopback (issue 22), the four figures the
+/// Membership with N real `groupmesh run` processes on loopback, the four figures the
 /// issue compares with Serf: all see all alive after the joins, a SIGKILLed node seen dead by
 /// all, a leave seen by all, and idle traffic per node with IP and UDP headers over a full
 /// push-pull period. Each beside the bound the lan settings imply.

@@ -3,9 +3,9 @@ import MeshCore
 import MeshCrypto
 import MeshTestKit
 
-/// Membership in the simulator (issue 3): how many gossip rounds an update needs to reach all N
+/// Membership in the simulator: how many gossip rounds an update needs to reach all N
 /// nodes, beside the epidemic ideal log_(fanout+1) N, and datagrams per node per probe period in
-/// steady state, beside the N = 10 figure. Up to 10,000 nodes (issue 22), which share one member
+/// steady state, beside the N = 10 figure. Up to 10,000 nodes, which share one member
 /// table (`MemberTable`) and hold only their changes: memory per node beside a table of its own.
 enum MembershipScenario {
     static func run(quick: Bool) -> [BenchResult] {

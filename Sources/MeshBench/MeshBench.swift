@@ -42,7 +42,7 @@ enum MeshBench {
             results += MembershipScenario.run(quick: quick)
         }
         if wanted("homelink") {
-            print("home lines in simulation (issue 18)…")
+            print("home lines in simulation…")
             results += HomeLinkScenario.run(quick: quick)
         }
         if wanted("messenger") {
@@ -54,7 +54,7 @@ enum MeshBench {
             results += try await ProcessMeshScenario.run(quick: quick)
         }
         if wanted("members") {
-            print("membership with 20 and 40 real processes on loopback (issue 22)…")
+            print("membership with 20 and 40 real processes on loopback…")
             results += try await MembershipProcessScenario.run(quick: quick)
         }
         if wanted("transfer") {
@@ -62,11 +62,11 @@ enum MeshBench {
             results += try await TransferScenario.run(quick: quick)
         }
         if wanted("wan") {
-            print("GroupMesh through emulated WAN links, namespaces (issue 18)…")
+            print("GroupMesh through emulated WAN links, namespaces…")
             results += try await WANScenario.run(quick: quick)
         }
         if wanted("natlab") {
-            print("GroupMesh between homes behind Linux NAT, namespaces (issue 19)…")
+            print("GroupMesh between homes behind Linux NAT, namespaces…")
             results += try await NATLabScenario.run(quick: quick)
         }
         if wanted("natmatrix") {

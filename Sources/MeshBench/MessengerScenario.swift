@@ -5,7 +5,7 @@ import MeshTestKit
 import NIOCore
 import NIOPosix
 
-/// The messenger (issue 5), with nodes in this process on loopback: round trip of a reliable
+/// The messenger, with nodes in this process on loopback: round trip of a reliable
 /// 1 KiB message beside a raw UDP ping-pong over the same kind of NIO datagram channel, and
 /// acknowledged and unreliable message rates.
 enum MessengerScenario {

@@ -2,7 +2,7 @@ import Foundation
 import GroupMesh
 import MeshTestKit
 
-/// Issue 19's NAT laboratory with real release-built processes (root only): a public member P
+/// The NAT laboratory with real release-built processes (root only): a public member P
 /// (lazy) and two homes behind MASQUERADE routers (`NATLab`), each home node joined with P's
 /// invite. Measured:
 ///

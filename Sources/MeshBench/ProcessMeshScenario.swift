@@ -3,7 +3,7 @@ import GroupMesh
 import MeshCore
 import MeshTestKit
 
-/// Real `groupmesh run` processes on loopback (issue 4): the time until every survivor of a
+/// Real `groupmesh run` processes on loopback: the time until every survivor of a
 /// 50-node mesh sees a SIGKILLed node dead, beside the lan profile's minimum suspicion time,
 /// and CPU per idle node, beside a node that is alone.
 enum ProcessMeshScenario {

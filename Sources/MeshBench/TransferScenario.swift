@@ -2,7 +2,7 @@ import Foundation
 import GroupMesh
 import MeshTestKit
 
-/// Attachments between real release-built `groupmesh` processes on loopback (issues 7 and 8):
+/// Attachments between real release-built `groupmesh` processes on loopback:
 /// a late joiner pulling from 1 and 3 holders, the same under 5% loss, the peak memory of joiner
 /// and holders, and an upload to a mesh of 10.
 enum TransferScenario {

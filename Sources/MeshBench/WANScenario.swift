@@ -2,7 +2,7 @@ import Foundation
 import GroupMesh
 import MeshTestKit
 
-/// Issue 18's links with real processes (root only): a `NamespaceLab` of four hosts, three holders
+/// The WAN links with real processes (root only): a `NamespaceLab` of four hosts, three holders
 /// on hosts 0–2 holding an attachment (one attaches, two replicate, on plain veth), and a joiner on
 /// host 3 behind a `WANLink`. Every figure beside a baseline measured in the same run:
 ///

@@ -3,7 +3,7 @@ import MeshCore
 /// A rate limit with a bounded FIFO queue in front of it: a home router's uplink or downlink, as
 /// `tc tbf` or `htb` makes one on the namespace links. A datagram waits behind the bytes queued
 /// before it and leaves at the link's rate; one that finds the queue full is dropped (tail drop).
-/// Every flow through the node shares it, so flows compete as at a real bottleneck (issue 18:
+/// Every flow through the node shares it, so flows compete as at a real bottleneck (
 /// several holders feeding one joiner meet in the joiner's downlink).
 public struct Bottleneck: Sendable, Equatable, CustomStringConvertible {
     public var bytesPerSecond: Double

@@ -1,6 +1,6 @@
 import MeshCore
 
-/// Issue 18's experiment, for the bench and the seeded tests alike: three holders outside, a
+/// The home-line experiment, for the bench and the seeded tests alike: three holders outside, a
 /// joiner behind a home line (a rate with a 100 ms tail-drop queue, a round trip, random loss)
 /// that fetches an attachment from them while a flow that follows TCP's rules (`TCPSender`,
 /// CUBIC) downloads through the same line.

@@ -3,7 +3,7 @@ import Foundation
 import Glibc
 #endif
 
-/// Homes behind NAT routers, for NAT traversal with real processes (issue 19), built from network
+/// Homes behind NAT routers, for NAT traversal with real processes, built from network
 /// namespaces as `NamespaceLab` builds hosts, so nothing touches the machine's own interfaces:
 ///
 /// - the **internet**: a bridge in a namespace of its own, 198.51.100.0/24 (a documentation range:

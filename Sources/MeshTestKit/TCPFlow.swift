@@ -10,7 +10,7 @@ import MeshCore
 /// by default), loss recovery on three duplicate acks with selective acknowledgements
 /// (RFC 6675: the holes below the highest segment the receiver holds are sent again while the
 /// segments in the network stay under the halved window), and a retransmission timeout (RFC 6298)
-/// that starts over from one segment. The competitor issue 18 asks for: GroupMesh's transfers must
+/// that starts over from one segment. The competitor the bench measures against: GroupMesh's transfers must
 /// leave such a flow its share of a bottleneck. Not a TCP: no handshake, no receive window, whole
 /// segments only, and each ack names the one segment that caused it instead of SACK blocks.
 public final class TCPSender: SimulatedProcess {

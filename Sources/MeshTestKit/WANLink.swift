@@ -61,7 +61,7 @@ public final class WANLink: @unchecked Sendable {
 
         public var oneWayMilliseconds: Double { roundTripMilliseconds / 2 }
 
-        // The links of issue 18.
+        // The links the bench and the WAN tests use.
         /// A long uncapped path: 50 ms round trip.
         public static let fiftyMs = Profile(roundTripMilliseconds: 50)
         /// The same with 1% random loss (each way).

@@ -3,7 +3,7 @@ import GroupMesh
 import MeshTestKit
 import Testing
 
-/// The control socket under clients that misbehave (issue 20, items 2 and 7): a `listen` that
+/// The control socket under clients that misbehave: a `listen` that
 /// stops reading, and connections opened and left idle until the node runs out of descriptors.
 @Suite("control connections that stall or idle cannot exhaust the node", .serialized)
 struct ControlConnectionTests {

@@ -97,7 +97,7 @@ struct CrashCampaignTests {
         }
         // What the kills left behind (an ingest whose add never reached the log, a remove whose
         // collect never ran) was collected when each node started again: no stored chunk is
-        // outside the attachments listed. (Before issue 20: up to 177 MiB stayed for good.)
+        // outside the attachments listed.
         for node in [uploader, replica] {
             let listed = try await JournalCommandTests.listed(node).map(\.content)
             let stray = try Self.unreferencedChunks(node, attachments: listed)

@@ -2,7 +2,7 @@ import Foundation
 import MeshTestKit
 import Testing
 
-/// Two live nodes with one identity (issue 20, item 6): before, both stayed "alive", outbid each
+/// Two live nodes with one identity: before, both stayed "alive", outbid each
 /// other's incarnation four times a second, and every member's view flipped between them.
 @Suite("a copied data dir makes no second node with the same identity", .serialized)
 struct IdentityConflictTests {

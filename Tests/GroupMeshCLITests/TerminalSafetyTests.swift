@@ -5,7 +5,7 @@ import MeshTestKit
 import Testing
 
 /// Strings that came from another member, printed by the CLI: a member must not be able to write
-/// escape sequences or fake lines to your terminal (issue 20, item 5).
+/// escape sequences or fake lines to your terminal.
 @Suite("what members send is escaped on a terminal", .serialized)
 struct TerminalSafetyTests {
     static func hasControlCharacters(_ text: String) -> Bool {

@@ -24,7 +24,7 @@ import Testing
         }
     }
 
-    @Test("a data dir that belongs to another user is refused, and left as it was (issue 20, item 8)")
+    @Test("a data dir that belongs to another user is refused, and left as it was")
     func othersDataDirectoryIsRefused() throws {
         guard geteuid() == 0 else {
             print("skipped: giving a directory to another user needs root")

@@ -2,7 +2,7 @@ import MeshCrypto
 import Testing
 @testable import MeshCore
 
-/// The requesting side's congestion control (issue 18), driven by hand: a queue that grows
+/// The requesting side's congestion control, driven by hand: a queue that grows
 /// past the target shrinks the rate, random loss does not, an overflowing queue does, and a
 /// foreground fetch facing a queue that never drains competes.
 @Suite struct DownlinkControllerTests {

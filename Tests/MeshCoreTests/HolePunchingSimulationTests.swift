@@ -3,7 +3,7 @@ import MeshCrypto
 import MeshTestKit
 import Testing
 
-/// Hole punching (issue 19) with whole nodes behind the simulator's NAT boxes: two homes that
+/// Hole punching with whole nodes behind the simulator's NAT boxes: two homes that
 /// share only one member on the open network, which introduces them; they punch, the first
 /// authenticated datagram fixes the path, keepalives hold it. Replay with `SIM_SEED=N`.
 @Suite("Hole punching in simulation")

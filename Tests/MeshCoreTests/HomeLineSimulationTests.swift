@@ -2,7 +2,7 @@ import MeshCore
 import MeshTestKit
 import Testing
 
-/// The whole node's congestion control on a home line (issue 18), over seeds: three holders
+/// The whole node's congestion control on a home line, over seeds: three holders
 /// outside, a joiner behind a 20 Mbit/s line with a 100 ms queue, and a CUBIC download through
 /// the same line. Replication yields to it; a `get` competes without taking the line; neither
 /// overflows the queue nor makes the holders send much more than the file.

@@ -3,7 +3,7 @@ import MeshCrypto
 import MeshTestKit
 import Testing
 
-/// The member table: a snapshot shared between nodes, each node's changes on top (issue 22).
+/// The member table: a snapshot shared between nodes, each node's changes on top.
 @Suite("member table")
 struct MemberTableTests {
     static func records(_ count: Int) -> [MemberRecord] {

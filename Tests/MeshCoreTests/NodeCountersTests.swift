@@ -3,7 +3,7 @@ import MeshCrypto
 import MeshTestKit
 import Testing
 
-/// What the core counts for the metrics (issue 21): traffic by kind, membership's suspicions,
+/// What the core counts for the metrics: traffic by kind, membership's suspicions,
 /// refutations and round trips, reliable outcomes per recipient, fetched bytes. The counts are
 /// pure state, so the seeded whole-node simulation checks them.
 @Suite("node counters")

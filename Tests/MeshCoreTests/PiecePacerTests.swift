@@ -3,7 +3,7 @@ import NIOCore
 import Testing
 @testable import MeshCore
 
-/// The holder's pacing (issue 18): pieces leave at the rate the member asked for, chunks take
+/// The holder's pacing: pieces leave at the rate the member asked for, chunks take
 /// turns, and asking again for what is still queued costs no second copy.
 @Suite struct PiecePacerTests {
     static let peer = NodeID(high: 1, low: 1)

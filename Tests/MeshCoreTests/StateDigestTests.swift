@@ -4,7 +4,7 @@ import MeshTestKit
 import NIOCore
 import Testing
 
-/// Push-pull by digest (issue 22): what a member sends back for a partner's digest, and what a
+/// Push-pull by digest: what a member sends back for a partner's digest, and what a
 /// digest on the wire may hold.
 @Suite("anti-entropy by digest")
 struct StateDigestTests {

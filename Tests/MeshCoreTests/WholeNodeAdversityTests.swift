@@ -247,7 +247,7 @@ extension WholeNodeSimulationTests {
                     node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1_000))], to: victim, member: target.id)
                 }
             }
-            // What a loaded machine does to a flooded member (issue 20): its answers, probe acks
+            // What a loaded machine does to a flooded member: its answers, probe acks
             // included, leave late, while the others' datagrams reach it at once.
             mesh.simulator.at(.zero + .seconds(5), "the victim's datagrams wait behind the flood") { simulator in
                 for other in mesh.nodes where other != victim {

@@ -2,7 +2,7 @@ import MeshCore
 import MeshTestKit
 import Testing
 
-/// The bottleneck of the link model (issue 18): a rate with a bounded queue, shared by every flow
+/// The bottleneck of the link model: a rate with a bounded queue, shared by every flow
 /// through a node's uplink or downlink, as `tc tbf` makes one.
 @Suite struct BottleneckTests {
     /// 1 Mbit/s: a 1,000-byte datagram takes 8 ms to leave.

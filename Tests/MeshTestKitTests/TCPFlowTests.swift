@@ -2,7 +2,7 @@ import MeshCore
 import MeshTestKit
 import Testing
 
-/// The competitor of issue 18: a flow that follows TCP's congestion rules fills a bottleneck
+/// The competitor: a flow that follows TCP's congestion rules fills a bottleneck
 /// alone (with Reno's growth or CUBIC's), shares it with another like it, and collapses under
 /// random loss, as loss-based TCPs do.
 @Suite struct TCPFlowTests {

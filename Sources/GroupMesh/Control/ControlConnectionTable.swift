@@ -1,6 +1,6 @@
 /// Which control connections a node keeps. Every CLI command opens one, so a script (or a
 /// hostile local process of the same user) that opens connections and says nothing would
-/// otherwise hold a descriptor each until the node has none left (issue 20: past 1,024 of
+/// otherwise hold a descriptor each until the node has none left (past 1,024 of
 /// them every command failed). At most `limit` are open; one that has nothing in flight (no
 /// request waiting for its answer, no `listen`) for `idleTimeout` is closed; a new connection
 /// when all `limit` are open takes the place of the one idle longest, and is refused only

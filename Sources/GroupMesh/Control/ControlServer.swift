@@ -18,7 +18,7 @@ enum ControlServer {
         let channel = try await ServerBootstrap(group: eventLoop)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             // Out of descriptors, accept fails at once and the socket stays readable: without a
-            // pause the event loop spins on it (issue 20). NIO's async bind adds this; ours must.
+            // pause the event loop spins on it. NIO's async bind adds this; ours must.
             .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(AcceptBackoffHandler(backoffProvider: connections.acceptFailed))

@@ -521,7 +521,7 @@ public struct MembershipInstance: Sendable {
 
     /// A dead earlier boot is outbid once or twice (by the stale records others still hold),
     /// and our start already outbids the incarnation we remembered; a live twin answers each
-    /// refutation with a higher one of its own, four times a second (issue 20, item 6).
+    /// refutation with a higher one of its own, four times a second.
     private mutating func countRefutation(by record: MemberRecord, into out: inout [MembershipDirective]) {
         if refutationsByBoot[record.bootID] == nil, refutationsByBoot.count >= 16 { return }
         let count = (refutationsByBoot[record.bootID] ?? 0) + 1
@@ -748,7 +748,7 @@ public struct MembershipInstance: Sendable {
     /// News goes out soon (`newsGossipSpacing` after the last round) rather than at the next
     /// regular round. The number of times each update is sent stays the same; only the first
     /// round comes sooner, so an epidemic's hops cost a network delay each, not half a gossip
-    /// interval (issue 22: joins seen by all sooner).
+    /// interval (joins seen by all sooner).
     private mutating func hastenGossip(now: MeshInstant) {
         guard let spacing = settings.newsGossipSpacing, !gossip.isEmpty, !active.isEmpty else { return }
         nextGossipAt = min(nextGossipAt, max(now, lastGossipAt + spacing))
@@ -852,7 +852,7 @@ public struct MembershipInstance: Sendable {
             .sorted { $0.member < $1.member }
     }
 
-    /// Push-pull (issue 22): one summary of our view, its count and hash.
+    /// Push-pull: one summary of our view, its count and hash.
     private func summary(to recipient: NodeID, address: PeerAddress) -> MembershipDirective {
         .send(frames: [.stateDigest(StateDigest(summarizing: digestEntries, lower: NodeID(high: 0, low: 0), upper: nil))],
               recipient: recipient, address: address)

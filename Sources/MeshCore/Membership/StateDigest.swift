@@ -1,7 +1,7 @@
 import MeshCrypto
 import NIOCore
 
-/// One datagram's share of a member's view for anti-entropy (push-pull, issue 22): for each
+/// One datagram's share of a member's view for anti-entropy (push-pull): for each
 /// member whose id lies in `lower..<upper` (to the end of the id space when `upper` is nil), its
 /// incarnation and status: 25 bytes where its signed record takes about 170. The receiver sends
 /// back only what the digest shows the sender lacks, and on a request its own digest of the same

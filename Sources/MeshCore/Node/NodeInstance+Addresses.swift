@@ -1,6 +1,6 @@
 import MeshCrypto
 
-/// Address discovery (issue 19): members tell each other where their datagrams come from
+/// Address discovery: members tell each other where their datagrams come from
 /// (`observedAddress`, pairwise), and each node learns its reflexive address, the NAT in front
 /// of it and the candidates its signed record gives (`AddressDiscovery`, `AddressEchoes`).
 extension NodeInstance {

@@ -1,6 +1,6 @@
 import MeshCrypto
 
-/// `groupmesh ping` (issue 21): a round trip over the path a member is reached by, sealed
+/// `groupmesh ping`: a round trip over the path a member is reached by, sealed
 /// pairwise like everything else between the two (`ping` → `pong` with the same token), timed
 /// by the core's clock. Answering one costs a datagram; the member's datagrams are already
 /// rate-bounded by the codec's replay window and the flood rules.

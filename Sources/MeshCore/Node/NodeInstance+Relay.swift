@@ -1,7 +1,7 @@
 import MeshCrypto
 import NIOCore
 
-/// Relays (issue 19, PROTOCOL.md §1d): a member we cannot reach on a path of its own gets our
+/// Relays (PROTOCOL.md §1d): a member we cannot reach on a path of its own gets our
 /// datagrams through a member that reaches both, sealed for it with our pair's key before they
 /// are wrapped for the relay; and this node carries such datagrams for others (`RelayService`)
 /// unless `--no-relay`. Path choice is `MemberPaths`'s; this is the wrapping and unwrapping.
