@@ -225,8 +225,8 @@ public struct BirthdayPunching: Sendable {
                 next.phase = .running
                 next.endsAt = now + roundLength
                 actions = start(&next, roles: roles, peerAddresses: frame.addresses, peer: peer)
-                // Our own sockets (if any) are asked for: the other may probe now.
-                actions.append(.ready(peer, token: next.token))
+                // Our sockets are asked for: the other may probe now. With none, it has nothing to wait for.
+                if next.target != nil { actions.append(.ready(peer, token: next.token)) }
             }
             // The other's sockets are open: probe its host, if we play easy against its hard.
             if next.localRoles.contains(.easy), next.peerRoles.contains(.hard),
