@@ -124,9 +124,13 @@ extension MeshNode {
             birthday.strayDatagrams += 1
             return
         }
-        // The route first: the core's answer to this datagram must leave through this socket.
+        // The route first, at a full TTL (its short-lived punch is out): the core's answer to this
+        // datagram must leave through this socket and reach the member.
         let previous = birthday.routes[address]
         birthday.routes[address] = .init(peer: pending.peer, channel: channel, lastHeard: now)
+        if let options = channel.syncOptions {
+            _ = try? options.setOption(Self.hopLimitOption(ipv6: localAddress.isIPv6), value: -1)
+        }
         receive(envelope)
         guard core.pathAddress(of: pending.peer) == address else {
             // Not the member's (or not new): the socket stays a candidate.
@@ -135,10 +139,6 @@ extension MeshNode {
         }
         previous.map { $0.channel.close(promise: nil) }
         birthday.hits += 1
-        // From now on a full TTL: this socket is the path.
-        if let options = channel.syncOptions {
-            _ = try? options.setOption(Self.hopLimitOption(ipv6: localAddress.isIPv6), value: -1)
-        }
         birthday.pending?.channels.removeAll { $0 === channel }
         closePendingBirthdaySockets()
         if birthday.routes.count > BirthdaySocketTable.maxRoutes,

@@ -1,0 +1,51 @@
+import Foundation
+import MeshTestKit
+import Testing
+
+extension NATLabTests {
+    /// A home behind `MASQUERADE --random-fully` (s) and one behind ordinary MASQUERADE with a
+    /// firewall (h), no port mapping, two public members (lazy) that tell each home what its NAT
+    /// is. Ordinary punches cannot work (s's router maps each destination elsewhere), so the pair
+    /// starts relayed; a birthday round (s opens many sockets towards h, h probes s's router at
+    /// random ports) finds one of s's mappings, and the pair is punched, with no relay between.
+    @Test("a symmetric home and a port-restricted home, no port mapping: relayed at first, a birthday round punches the pair, a message crosses both ways",
+          .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
+    func symmetricAgainstPortRestrictedIsPunchedByBirthday() async throws {
+        let nodes = LabNodes(try NATLab(publicHosts: 2, homes: [.symmetric, .endpointIndependent]))
+        defer { nodes.tearDown() }
+        let lab = nodes.lab
+        let q0 = try nodes.run("q0", on: .publicHost(0), lazy: true)
+        let invite = try await q0.waitForLine(prefix: "invite:")
+        let q1 = try nodes.run("q1", on: .publicHost(1), invite: invite, lazy: true)
+        let s = try nodes.run("s", on: .home(0), invite: invite)
+        let h = try nodes.run("h", on: .home(1), invite: invite)
+        try await [q0, q1, s, h].waitForMesh(alive: 4, timeout: .seconds(30))
+        let formed = ContinuousClock.now
+        do {
+            _ = try await h.waitForStatus(timeout: .seconds(40), "s punched at h") { Self.punched("s", in: $0) }
+            _ = try await s.waitForStatus(timeout: .seconds(10), "h punched at s") { Self.punched("h", in: $0) }
+        } catch {
+            Self.printMappings(lab)
+            for (name, node) in [("s", s), ("h", h)] {
+                let lines = node.stderr.split(separator: "\n").filter { $0.contains("birthday") || $0.contains("relayed") }
+                print("natlab: \(name): " + lines.suffix(12).joined(separator: "\n  "))
+            }
+            throw error
+        }
+        print("natlab: birthday: s and h punched \(Self.seconds(ContinuousClock.now - formed)) after the mesh formed")
+        let (sView, hView) = (try await s.status(), try await h.status())
+        #expect(sView.birthday("roundsSucceeded") + hView.birthday("roundsSucceeded") >= 1)
+        // s is the hard side (its NAT is symmetric): one of its sockets was hit; h probed.
+        #expect(sView.birthday("socketsHit") >= 1, "s: \(sView.counters["birthday"].map { "\($0)" } ?? "-")")
+        #expect(hView.birthday("probesSent") > 0 && hView.birthday("probesSent") <= 1024 * max(1, hView.birthday("roundsTried")))
+        #expect(Self.member("s", in: hView)?.pathAddress?.hasPrefix(lab.homes[0].publicAddress + ":") == true,
+                "\(Self.member("s", in: hView)?.pathAddress ?? "-")")
+        #expect(Self.member("h", in: sView)?.pathAddress?.hasPrefix(lab.homes[1].publicAddress + ":") == true)
+        let listeners = (h1: try await nodes.listen(to: s), h2: try await nodes.listen(to: h))
+        let relayedBefore = hView.relay("receivedThroughRelays")
+        #expect(try await Self.exchange("birthday", h1: s, h2: h, names: ("s", "h"), listeners: listeners))
+        let after = try await h.status()
+        #expect(Self.punched("s", in: after), "\(Self.member("s", in: after).map { "\($0.path ?? "-")" } ?? "-")")
+        #expect(after.relay("receivedThroughRelays") - relayedBefore <= 2, "the messages came through a relay")
+    }
+}
