@@ -27,8 +27,8 @@ extension NATLabTests {
         } catch {
             Self.printMappings(lab)
             for (name, node) in [("s", s), ("h", h)] {
-                let lines = node.stderr.split(separator: "\n").filter { $0.contains("birthday") || $0.contains("relayed") }
-                print("natlab: \(name): " + lines.suffix(12).joined(separator: "\n  "))
+                let lines = node.stderr.split(separator: "\n").filter { !$0.contains("port mapping") }
+                print("natlab: \(name): " + lines.suffix(40).joined(separator: "\n  "))
             }
             throw error
         }

@@ -181,7 +181,7 @@ import Testing
     func unusableAddressesAreNotUsed() {
         var state = BirthdayPunching()
         let offer = BirthdayRound(token: 5, step: .offer, nat: .endpointIndependent,
-                                  addresses: [PeerAddress(ipv4: [127, 0, 0, 1], port: 7946), PeerAddress(ipv4: [0, 0, 0, 0], port: 7946)])
+                                  addresses: [PeerAddress(ipv4: [203, 0, 113, 7], port: 0), PeerAddress(ipv4: [0, 0, 0, 0], port: 7946)])
         #expect(state.receive(offer, from: Self.leader, peerLeads: true, localNAT: .symmetric, now: Self.start)
                 == [.ready(Self.leader, token: 5)])
     }

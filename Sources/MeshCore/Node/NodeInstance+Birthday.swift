@@ -54,7 +54,7 @@ extension NodeInstance {
         let seen = addressDiscovery.observations.values.filter { !addressDiscovery.local.contains($0) }.sorted()
         let ordered = [addressDiscovery.external[.portMapping], addressDiscovery.reflexive, addressDiscovery.external[.stun]]
         for case let address? in ordered + seen.map(Optional.some)
-        where !address.isUnspecified && !address.isLoopback && !result.contains(address) {
+        where !address.isUnspecified && !result.contains(address) {
             result.append(address)
         }
         return Array(result.prefix(BirthdayRound.maxAddresses))

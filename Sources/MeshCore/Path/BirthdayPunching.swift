@@ -246,7 +246,7 @@ public struct BirthdayPunching: Sendable {
                                 peer: NodeID) -> [Action] {
         state.localRoles = roles.local
         state.peerRoles = roles.peer
-        let usable = peerAddresses.filter { !$0.isUnspecified && !$0.isLoopback && $0.port != 0 }
+        let usable = peerAddresses.filter { !$0.isUnspecified && $0.port != 0 }
         var actions: [Action] = []
         if roles.local.contains(.hard), roles.peer.contains(.easy), let target = usable.first {
             state.target = target
