@@ -34,6 +34,11 @@ extension NATLabTests {
         }
         print("natlab: birthday: s and h punched \(Self.seconds(ContinuousClock.now - formed)) after the mesh formed")
         let (sView, hView) = (try await s.status(), try await h.status())
+        for (name, view, node) in [("s", sView, s), ("h", hView, h)] {
+            let lines = node.stderr.split(separator: "\n").filter { $0.contains("birthday") }.map { $0.suffix(160) }
+            print("natlab: birthday: \(name): \(view.counters["birthday"].map { "\($0)" } ?? "-")\n  "
+                  + lines.joined(separator: "\n  "))
+        }
         #expect(sView.birthday("roundsSucceeded") + hView.birthday("roundsSucceeded") >= 1)
         // s is the hard side (its NAT is symmetric): one of its sockets was hit; h probed.
         #expect(sView.birthday("socketsHit") >= 1, "s: \(sView.counters["birthday"].map { "\($0)" } ?? "-")")

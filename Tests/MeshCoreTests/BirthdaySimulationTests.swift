@@ -17,7 +17,7 @@ struct BirthdaySimulationTests {
           arguments: seeds)
     func aRelayedPairRunsBirthdayRounds(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
-        let (mesh, symmetric, home) = RelaySimulationTests.mesh(seed: seed, publics: 2) { _, configuration in
+        let (mesh, symmetric, home) = RelaySimulationTests.mesh(seed: seed, publics: 2, birthday: true) { _, configuration in
             configuration.settings.lazy = true
         }
         let outcome = mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in

@@ -48,13 +48,15 @@ extension NodeInstance {
 
     /// Where we say we are, for a round: what a gateway mapped, the reflexive address members
     /// agreed on, what a STUN server saw, then where members see us (one host, behind a
-    /// symmetric NAT, at many ports). Never the TURN relay's: the round is for a direct path.
+    /// symmetric NAT, at many ports). Never one on our TURN server (our relayed address, which a
+    /// member that reaches us through it sees): the round is for a direct path.
     var birthdayAddresses: [PeerAddress] {
+        let turnHost = addressDiscovery.external[.turn]?.host
         var result: [PeerAddress] = []
         let seen = addressDiscovery.observations.values.filter { !addressDiscovery.local.contains($0) }.sorted()
         let ordered = [addressDiscovery.external[.portMapping], addressDiscovery.reflexive, addressDiscovery.external[.stun]]
         for case let address? in ordered + seen.map(Optional.some)
-        where !address.isUnspecified && !result.contains(address) {
+        where !address.isUnspecified && address.host != turnHost && !result.contains(address) {
             result.append(address)
         }
         return Array(result.prefix(BirthdayRound.maxAddresses))

@@ -19,6 +19,9 @@ import MeshCrypto
 /// out (NodeInstance+Birthday carries them out).
 public struct BirthdayPunching: Sendable {
     public struct Settings: Sendable, Equatable {
+        /// Off: no round is offered or taken (a simulation about relays, whose pair a lucky probe
+        /// could punch).
+        public var enabled = true
         /// Sockets the hard side opens for one round (each one a mapping on its NAT).
         public var sockets = 256
         /// Probes the easy side sends in one round, and how fast.
@@ -154,7 +157,7 @@ public struct BirthdayPunching: Sendable {
                 if !ports.isEmpty { actions.append(.probe(peer, host: host, ports: ports)) }
             }
         }
-        guard round == nil, let eligible else { return actions }
+        guard settings.enabled, round == nil, let eligible else { return actions }
         for peer in eligible.sorted() where nextOffer[peer].map({ now >= $0.at }) ?? true {
             let token = (random.next() as UInt64) | 1
             round = (peer, Round(token: token, phase: .offered, leads: true, endsAt: now + settings.answerWait))
@@ -198,7 +201,7 @@ public struct BirthdayPunching: Sendable {
         case .offer:
             // Only the leader offers; one round at a time; an offer repeated within
             // `acceptInterval` is ignored (a member cannot keep us opening sockets).
-            guard peerLeads, round == nil,
+            guard settings.enabled, peerLeads, round == nil,
                   lastAccepted[peer].map({ now >= $0 + settings.acceptInterval }) ?? true,
                   let roles = Self.roles(local: localNAT, peer: frame.nat) else { return [] }
             lastAccepted[peer] = now
