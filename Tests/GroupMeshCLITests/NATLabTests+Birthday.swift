@@ -36,12 +36,15 @@ extension NATLabTests {
         let (sView, hView) = (try await s.status(), try await h.status())
         for (name, view, node) in [("s", sView, s), ("h", hView, h)] {
             let lines = node.stderr.split(separator: "\n").filter { $0.contains("birthday") }.map { $0.suffix(160) }
-            print("natlab: birthday: \(name): \(view.counters["birthday"].map { "\($0)" } ?? "-")\n  "
-                  + lines.joined(separator: "\n  "))
+            let keys = ["roundsTried", "roundsSucceeded", "probesSent", "socketsOpened", "socketsFailed", "socketsHit", "routes"]
+            print("natlab: birthday: \(name): " + keys.map { "\($0) \(view.birthday($0))" }.joined(separator: ", ")
+                  + "\n  " + lines.joined(separator: "\n  "))
         }
-        #expect(sView.birthday("roundsSucceeded") + hView.birthday("roundsSucceeded") >= 1)
-        // s is the hard side (its NAT is symmetric): one of its sockets was hit; h probed.
-        #expect(sView.birthday("socketsHit") >= 1, "s: \(sView.counters["birthday"].map { "\($0)" } ?? "-")")
+        #expect(sView.birthday("roundsSucceeded") >= 1 && hView.birthday("roundsSucceeded") >= 1)
+        // s is the hard side (its NAT is symmetric): it opened sockets, h probed. (Usually one of
+        // s's sockets is hit; about once in 257 rounds a probe lands first on the mapping s's own
+        // socket made towards h, which is as good.)
+        #expect(sView.birthday("socketsOpened") >= 1 && sView.birthday("probesSent") == 0)
         #expect(hView.birthday("probesSent") > 0 && hView.birthday("probesSent") <= 1024 * max(1, hView.birthday("roundsTried")))
         #expect(Self.member("s", in: hView)?.pathAddress?.hasPrefix(lab.homes[0].publicAddress + ":") == true,
                 "\(Self.member("s", in: hView)?.pathAddress ?? "-")")

@@ -36,6 +36,9 @@ extension NodeInstance {
     mutating func receiveBirthday(_ frame: BirthdayRound, from peer: NodeID, now: MeshInstant) {
         guard peer != localID, peerAddresses[peer] != nil, codec.installedBoot(of: peer) != nil else { return }
         let actions = birthday.receive(frame, from: peer, peerLeads: peer < localID, localNAT: natBehaviour, now: now)
+        if frame.step == .offer, !actions.isEmpty {
+            log(.info, "birthday round accepted", ["member": "\(peer)", "nat": natBehaviour.rawValue, "theirs": frame.nat.rawValue])
+        }
         carryOut(actions, now: now)
     }
 
