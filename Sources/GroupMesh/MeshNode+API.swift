@@ -247,7 +247,8 @@ extension MeshNode {
                 receivedThroughRelays: counters.relayedReceived,
                 forwardedDatagrams: core.relayService.counters.forwardedDatagrams,
                 forwardedBytes: core.relayService.counters.forwardedBytes,
-                droppedOverRate: core.relayService.counters.droppedOverRate, refused: core.relayService.counters.refused),
+                droppedOverRate: core.relayService.counters.droppedOverRate,
+                refused: core.relayService.counters.refused),
             birthday: birthdayInfo())
         let downlink = core.downlink
         let downlinkInfo = StatusReport.DownlinkInfo(

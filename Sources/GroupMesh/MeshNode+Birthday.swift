@@ -34,6 +34,8 @@ struct BirthdaySocketTable {
     var routes: [PeerAddress: Route] = [:]
     var nextRound: UInt64 = 0
     var checker: RepeatedTask?
+    /// Written to since the last flush: flushed once per batch, as the main socket is.
+    var routesWritten = false
     /// What `status --json` shows (counters.birthday).
     var socketsOpened: UInt64 = 0
     var socketsFailed: UInt64 = 0
@@ -152,6 +154,11 @@ extension MeshNode {
     /// Whether `address` is sent to through a socket a birthday round found.
     func birthdayRoute(to address: PeerAddress) -> (any Channel)? {
         birthday.routes.isEmpty ? nil : birthday.routes[address]?.channel
+    }
+
+    func flushBirthdayRoutes() {
+        birthday.routesWritten = false
+        for route in birthday.routes.values { route.channel.flush() }
     }
 
     private func closePendingBirthdaySockets() {

@@ -456,7 +456,10 @@ package actor MeshNode {
 
     fileprivate func countSendError() { sendErrors += 1 }
 
-    func channelFlush() { channel.flush() }
+    func channelFlush() {
+        channel.flush()
+        if birthday.routesWritten { flushBirthdayRoutes() }
+    }
 
     // MARK: effects
 
@@ -530,6 +533,7 @@ package actor MeshNode {
             drained.removeAll(keepingCapacity: true)
         }
         if wrote { channel.flush() }
+        if birthday.routesWritten { flushBirthdayRoutes() }
         // Left without a command of ours (another member ended the session): stop once the
         // departure is written.
         if core.phase == .leaving, !departing {
@@ -570,7 +574,9 @@ package actor MeshNode {
     func write(_ datagram: ByteBuffer, to address: PeerAddress) {
         if let route = birthdayRoute(to: address) {
             guard !closed, let remote = try? address.socketAddress() else { return }
-            return route.writeAndFlush(AddressedEnvelope(remoteAddress: remote, data: datagram), promise: nil)
+            route.write(AddressedEnvelope(remoteAddress: remote, data: datagram), promise: nil)
+            birthday.routesWritten = true
+            return
         }
         if traversal?.routes != nil, sendThroughAllocation(datagram, to: address) { return }
         guard !closed, let remote = try? address.socketAddress(), let confirmed = admits(address, remote) else { return }

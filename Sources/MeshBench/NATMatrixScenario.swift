@@ -82,7 +82,8 @@ enum NATMatrixScenario {
                         figure: three.firstMessage, unit: "s", baselineName: "goal", baseline: 2, goal: "≤ 2 s"),
             BenchResult(scenario: "natmatrix: three homes: get of 20 MiB from the first home at the third, wall time",
                         figure: 20 / max(three.get, 1e-3), unit: "MiB/s", baselineName: "-", baseline: 0, goal: "-"),
-            BenchResult(scenario: "natmatrix: pairs of home routers where one maps or one is not symmetric, direct within 60 s",
+            BenchResult(scenario: "natmatrix: pairs of home routers where one maps or one is not symmetric, "
+                            + "direct within 60 s",
                         figure: Double(direct.count), unit: "pairs", baselineName: "such pairs", baseline: Double(eligible.count),
                         goal: "≥ 95%"),
             BenchResult(scenario: "natmatrix: every pair, a message acknowledged (any path)",

@@ -25,7 +25,9 @@ extension NodeInstance {
     func birthdayCandidates() -> [NodeID] {
         let turnHost = addressDiscovery.external[.turn]?.host
         return peerAddresses.keys.sorted().filter { peer in
-            guard localID < peer, codec.installedBoot(of: peer) != nil, let path = paths.paths[peer] else { return false }
+            guard localID < peer, codec.installedBoot(of: peer) != nil, let path = paths.paths[peer] else {
+                return false
+            }
             if path.relay != nil { return true }
             guard let turnHost, let learned = path.learned else { return false }
             return learned.host == turnHost && path.punchesFailed > 0
@@ -37,7 +39,8 @@ extension NodeInstance {
         guard peer != localID, peerAddresses[peer] != nil, codec.installedBoot(of: peer) != nil else { return }
         let actions = birthday.receive(frame, from: peer, peerLeads: peer < localID, localNAT: natBehaviour, now: now)
         if frame.step == .offer, !actions.isEmpty {
-            log(.info, "birthday round accepted", ["member": "\(peer)", "nat": natBehaviour.rawValue, "theirs": frame.nat.rawValue])
+            log(.info, "birthday round accepted",
+                ["member": "\(peer)", "nat": natBehaviour.rawValue, "theirs": frame.nat.rawValue])
         }
         carryOut(actions, now: now)
     }
@@ -57,7 +60,8 @@ extension NodeInstance {
         let turnHost = addressDiscovery.external[.turn]?.host
         var result: [PeerAddress] = []
         let seen = addressDiscovery.observations.values.filter { !addressDiscovery.local.contains($0) }.sorted()
-        let ordered = [addressDiscovery.external[.portMapping], addressDiscovery.reflexive, addressDiscovery.external[.stun]]
+        let external = addressDiscovery.external
+        let ordered = [external[.portMapping], addressDiscovery.reflexive, external[.stun]]
         for case let address? in ordered + seen.map(Optional.some)
         where !address.isUnspecified && address.host != turnHost && !result.contains(address) {
             result.append(address)

@@ -177,7 +177,8 @@ public struct BirthdayPunching: Sendable {
     }
 
     /// Ports for the probes due now, at `probesPerSecond` since the first, distinct, at random.
-    private func probeBatch(_ state: inout Round, now: MeshInstant, random: inout some RandomNumberGenerator) -> [UInt16] {
+    private func probeBatch(_ state: inout Round, now: MeshInstant,
+                            random: inout some RandomNumberGenerator) -> [UInt16] {
         guard let start = state.probeStart else { return [] }
         let elapsed = Double((now - start).milliseconds) / 1000
         let allowed = min(settings.probes, Int(elapsed * Double(settings.probesPerSecond)) + 1)
@@ -254,7 +255,8 @@ public struct BirthdayPunching: Sendable {
         if roles.local.contains(.hard), roles.peer.contains(.easy), let target = usable.first {
             state.target = target
             socketsAsked += UInt64(settings.sockets)
-            actions.append(.openSockets(peer, target: target, count: settings.sockets, lifetime: settings.socketLifetime))
+            actions.append(.openSockets(peer, target: target, count: settings.sockets,
+                                        lifetime: settings.socketLifetime))
         }
         if roles.local.contains(.easy), roles.peer.contains(.hard) {
             // Where the other itself says it is: the only host we ever probe for it.
