@@ -57,3 +57,40 @@ extension NATLabTests {
         #expect(after.relay("receivedThroughRelays") - relayedBefore <= 2, "the messages came through a relay")
     }
 }
+
+extension NATLabTests {
+    /// The same pair with no public member: they meet through a real coturn (STUN and TURN), the
+    /// leader's punch for a direct path fails 35 s later, and a birthday round through TURN
+    /// punches the pair. About 45 s: run only with `NATLAB_SLOW=1`.
+    @Test("a symmetric home and a port-restricted home, no public member, coturn: from TURN to punched by a birthday round",
+          .enabled(if: NATLab.isAvailable && LabCoturn.isAvailable
+                   && ProcessInfo.processInfo.environment["NATLAB_SLOW"] == "1",
+                   Comment(rawValue: NATLab.unavailableReason ?? LabCoturn.unavailableReason ?? "NATLAB_SLOW=1 runs it")))
+    func symmetricAgainstPortRestrictedThroughTurnIsPunchedByBirthday() async throws {
+        let nodes = LabNodes(try NATLab(publicHosts: 1, homes: [.symmetric, .endpointIndependent]))
+        defer { nodes.tearDown() }
+        let lab = nodes.lab
+        let coturn = try await LabCoturn(lab: lab, publicHost: 0)
+        defer { coturn.stop() }
+        let servers = ["--stun", coturn.endpoint, "--turn", coturn.turnURL]
+        let h = try nodes.run("h", on: .home(1), extra: servers + ["--print-invite"])
+        let invite = try await h.waitForLine(prefix: "invite:")
+        let s = try nodes.run("s", on: .home(0), invite: invite, extra: servers + ["--print-invite"])
+        try await [s, h].waitForMesh(alive: 2, timeout: .seconds(30))
+        let formed = ContinuousClock.now
+        do {
+            _ = try await h.waitForStatus(timeout: .seconds(70), "s punched at h") { Self.punched("s", in: $0) }
+            _ = try await s.waitForStatus(timeout: .seconds(10), "h punched at s") { Self.punched("h", in: $0) }
+        } catch {
+            Self.printMappings(lab)
+            for (name, node) in [("s", s), ("h", h)] {
+                let lines = node.stderr.split(separator: "\n").filter { !$0.contains("port mapping") }
+                print("natlab: \(name): " + lines.suffix(40).joined(separator: "\n  "))
+            }
+            throw error
+        }
+        print("natlab: birthday through TURN: punched \(Self.seconds(ContinuousClock.now - formed)) after the mesh formed")
+        let (sView, hView) = (try await s.status(), try await h.status())
+        #expect(sView.birthday("roundsSucceeded") >= 1 && hView.birthday("roundsSucceeded") >= 1)
+    }
+}
