@@ -79,11 +79,20 @@ extension NATLabTests {
         try await [s, h].waitForMesh(alive: 2, timeout: .seconds(30))
         let formed = ContinuousClock.now
         do {
-            _ = try await h.waitForStatus(timeout: .seconds(70), "s punched at h") { Self.punched("s", in: $0) }
-            _ = try await s.waitForStatus(timeout: .seconds(10), "h punched at s") { Self.punched("h", in: $0) }
+            // Punched at the other's router: a path still on the TURN server is not what this is about.
+            _ = try await h.waitForStatus(timeout: .seconds(70), "s punched at h") {
+                Self.punched("s", in: $0) && Self.member("s", in: $0)?.pathAddress?.hasPrefix(coturn.address + ":") == false
+            }
+            _ = try await s.waitForStatus(timeout: .seconds(10), "h punched at s") {
+                Self.punched("h", in: $0) && Self.member("h", in: $0)?.pathAddress?.hasPrefix(coturn.address + ":") == false
+            }
         } catch {
             Self.printMappings(lab)
             for (name, node) in [("s", s), ("h", h)] {
+                if let view = try? await node.status() {
+                    let keys = ["roundsTried", "probesSent", "socketsOpened", "socketsFailed", "socketsHit", "strayDatagrams"]
+                    print("natlab: \(name): nat \(view.`self`.nat ?? "-") " + keys.map { "\($0) \(view.birthday($0))" }.joined(separator: ", "))
+                }
                 let lines = node.stderr.split(separator: "\n").filter { !$0.contains("port mapping") }
                 print("natlab: \(name): " + lines.suffix(40).joined(separator: "\n  "))
             }
@@ -92,5 +101,10 @@ extension NATLabTests {
         print("natlab: birthday through TURN: punched \(Self.seconds(ContinuousClock.now - formed)) after the mesh formed")
         let (sView, hView) = (try await s.status(), try await h.status())
         #expect(sView.birthday("roundsSucceeded") >= 1 && hView.birthday("roundsSucceeded") >= 1)
+        // Where each sends to the other now: the other's router, not the TURN server.
+        #expect(Self.member("s", in: hView)?.pathAddress?.hasPrefix(lab.homes[0].publicAddress + ":") == true,
+                "\(Self.member("s", in: hView)?.pathAddress ?? "-")")
+        #expect(Self.member("h", in: sView)?.pathAddress?.hasPrefix(lab.homes[1].publicAddress + ":") == true,
+                "\(Self.member("h", in: sView)?.pathAddress ?? "-")")
     }
 }

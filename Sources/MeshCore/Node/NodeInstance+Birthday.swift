@@ -46,8 +46,11 @@ extension NodeInstance {
     }
 
     /// A datagram of `peer`'s own came straight to us: the round with it, if one runs, worked.
+    /// Not one through our TURN server: the driver hands those over as from the member's relayed
+    /// address, the path the round is trying to leave.
     mutating func birthdayHeard(_ peer: NodeID, from source: PeerAddress) {
-        guard birthday.round?.peer == peer, birthday.heardDirectly(peer) else { return }
+        guard birthday.round?.peer == peer, source.host != addressDiscovery.external[.turn]?.host,
+              birthday.heardDirectly(peer) else { return }
         paths.birthdayPunched(peer)
         log(.info, "path punched by a birthday round", ["member": "\(peer)", "address": "\(source)"])
     }
