@@ -242,7 +242,8 @@ extension MeshNode {
             refutations: core.membership.counters.refutations,
             pathBlackHoles: core.pathMTU.blackHoles, probeRequestsRefused: counters.probeRequestsRefused + core.membership.counters.probeRequestsRefused,
             punchesSucceeded: core.paths.punchesSucceeded, punchesFailed: core.paths.punchesFailed,
-            relay: relayInfo(sentThroughRelays: counters.relayedSent, receivedThroughRelays: counters.relayedReceived))
+            relay: relayInfo(sentThroughRelays: counters.relayedSent, receivedThroughRelays: counters.relayedReceived),
+            birthday: birthdayInfo())
         let downlink = core.downlink
         let downlinkInfo = StatusReport.DownlinkInfo(
             rate: downlink.rate.rounded(), priority: downlink.priority == .foreground ? "foreground" : "background",

@@ -35,6 +35,8 @@ extension MeshNode {
         // Through a TURN allocation it goes to the server, not towards the peer's router: sent
         // as it is (a small TTL would only make it die before the server).
         if routesThroughAllocation(address) { return write(datagram, to: address) }
+        // Through a birthday round's socket: its mapping is the path, sent as it is.
+        if birthdayRoute(to: address) != nil { return write(datagram, to: address) }
         guard !isClosed, channel.isWritable, let options = channel.syncOptions else { return }
         #if os(Linux)
         let option = address.isIPv6 || localAddress.isIPv6

@@ -79,6 +79,8 @@ package actor MeshNode {
     var portMapper: PortMapper?
     /// `--stun` and `--turn`: the servers' clients (MeshNode+Traversal).
     var traversal: ServerTraversal?
+    /// Birthday rounds' sockets, and the routes through the ones that were hit (MeshNode+Birthday).
+    var birthday = BirthdaySocketTable()
 
     package nonisolated var unownedExecutor: UnownedSerialExecutor {
         eventLoop.executor.asUnownedSerialExecutor()
@@ -402,7 +404,7 @@ package actor MeshNode {
     }
 
     /// A UDP read, split into its datagrams when GRO coalesced several.
-    fileprivate func receive(_ envelope: AddressedEnvelope<ByteBuffer>) {
+    func receive(_ envelope: AddressedEnvelope<ByteBuffer>) {
         guard let address = PeerAddress(envelope.remoteAddress) else { return }
         guard let segment = envelope.metadata?.segmentSize, segment > 0, envelope.data.readableBytes > segment else {
             return receive(envelope.data, from: address)
@@ -443,7 +445,7 @@ package actor MeshNode {
     }
 
     /// The end of a read batch: what it brought is acknowledged, and the timer re-armed, once.
-    fileprivate func readBatchComplete() {
+    func readBatchComplete() {
         core.endReadBatch(now: now)
         runEffects()
         rearm()
@@ -469,7 +471,10 @@ package actor MeshNode {
 
     fileprivate func countSendError() { sendErrors += 1 }
 
-    func channelFlush() { channel.flush() }
+    func channelFlush() {
+        channel.flush()
+        if birthday.routesWritten { flushBirthdayRoutes() }
+    }
 
     // MARK: effects
 
@@ -490,6 +495,8 @@ package actor MeshNode {
                 case let .sendSegments(batch, segmentSize, count, address):
                     writeSegments(batch, segmentSize: segmentSize, count: count, to: address)
                     wrote = true
+                case let .openBirthdaySockets(request):
+                    openBirthdaySockets(request)
                 case let .storage(request, ticket):
                     storage.submit(request, ticket)
                 case let .announceOnLAN(bytes):
@@ -541,6 +548,7 @@ package actor MeshNode {
             drained.removeAll(keepingCapacity: true)
         }
         if wrote { channel.flush() }
+        if birthday.routesWritten { flushBirthdayRoutes() }
         // Left without a command of ours (another member ended the session): stop once the
         // departure is written.
         if core.phase == .leaving, !departing {
@@ -579,6 +587,12 @@ package actor MeshNode {
     /// Written now, flushed once at the end of `runEffects`: a burst goes to the kernel in as few
     /// system calls as NIO can manage.
     func write(_ datagram: ByteBuffer, to address: PeerAddress) {
+        if let route = birthdayRoute(to: address) {
+            guard !closed, let remote = try? address.socketAddress() else { return }
+            route.write(AddressedEnvelope(remoteAddress: remote, data: datagram), promise: nil)
+            birthday.routesWritten = true
+            return
+        }
         if traversal?.routes != nil, sendThroughAllocation(datagram, to: address) { return }
         guard !closed, let remote = try? address.socketAddress(), let confirmed = admits(address, remote) else { return }
         let envelope = AddressedEnvelope(remoteAddress: remote, data: datagram)
@@ -622,6 +636,7 @@ package actor MeshNode {
     /// by one where the kernel cannot.
     private func writeSegments(_ batch: ByteBuffer, segmentSize: Int, count: Int, to address: PeerAddress) {
         guard count > 1, Self.segmentationOffload, !trackLastWrite, !closed, !routesThroughAllocation(address),
+              birthdayRoute(to: address) == nil,
               let remote = try? address.socketAddress(), destinations.isConfirmed(address, now: .now()) else {
             var rest = batch
             while rest.readableBytes > 0, let datagram = rest.readSlice(length: min(segmentSize, rest.readableBytes)) {
@@ -700,6 +715,7 @@ package actor MeshNode {
         if sessionState != .waiting, metrics.isReporting { publishMetrics() }
         controlConnections?.stop()
         if let controlChannel { try? await controlChannel.close() }
+        closeBirthdaySockets()
         // After the server socket: a `listen` that sees its end asks whether the node still runs.
         for listener in listeners + eventListeners { listener.close() }
         try? await channel.close()

@@ -67,9 +67,10 @@ enum NATMatrixScenario {
                      ? "; then \(outcome.settled)" + (outcome.directAfter.map { " \(BenchReport.format($0)) s after the later start" } ?? " after 60 s")
                      : ""))
         }
-        // The pairs the goal speaks of: either side maps a port, or neither is symmetric.
+        // The pairs the goal speaks of: either side maps a port, or at least one is not symmetric
+        // (a symmetric NAT against an endpoint-independent one is met by a birthday round).
         let eligible = outcomes.filter { $0.first.portMapping || $0.second.portMapping
-            || ($0.first.mapping != .symmetric && $0.second.mapping != .symmetric) }
+            || $0.first.mapping != .symmetric || $0.second.mapping != .symmetric }
         let direct = eligible.filter { $0.settled == "direct" || $0.settled == "punched" }
         let times = outcomes.compactMap(\.seconds).sorted()
         let three = try await threeHomes()
@@ -81,7 +82,8 @@ enum NATMatrixScenario {
                         figure: three.firstMessage, unit: "s", baselineName: "goal", baseline: 2, goal: "≤ 2 s"),
             BenchResult(scenario: "natmatrix: three homes: get of 20 MiB from the first home at the third, wall time",
                         figure: 20 / max(three.get, 1e-3), unit: "MiB/s", baselineName: "-", baseline: 0, goal: "-"),
-            BenchResult(scenario: "natmatrix: pairs of home routers where one maps or neither is symmetric, direct within 60 s",
+            BenchResult(scenario: "natmatrix: pairs of home routers where one maps or one is not symmetric, "
+                            + "direct within 60 s",
                         figure: Double(direct.count), unit: "pairs", baselineName: "such pairs", baseline: Double(eligible.count),
                         goal: "≥ 95%"),
             BenchResult(scenario: "natmatrix: every pair, a message acknowledged (any path)",

@@ -84,6 +84,12 @@ public struct NodeStatus: Decodable, Sendable {
     public func relay(_ counter: String) -> Int {
         Int(counters["relay"]?[counter]?.number ?? 0)
     }
+
+    /// A birthday round counter (`status --json` → counters.birthday: roundsTried, roundsSucceeded,
+    /// probesSent, socketsOpened, socketsHit, …).
+    public func birthday(_ counter: String) -> Int {
+        Int(counters["birthday"]?[counter]?.number ?? 0)
+    }
 }
 
 /// Just enough JSON to read counters without a schema.

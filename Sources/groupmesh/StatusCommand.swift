@@ -226,6 +226,12 @@ enum StatusTable {
                 + "dropped over rate \(relay.droppedOverRate), refused \(relay.refused)")
         }
         if relay.enabled, let line = Self.relayBudgetLine(relay) { lines.append(line) }
+        if let birthday = c.birthday, birthday.roundsTried > 0 {
+            lines.append("birthday rounds (symmetric NAT): tried \(birthday.roundsTried), "
+                + "succeeded \(birthday.roundsSucceeded), probes sent \(birthday.probesSent), "
+                + "sockets opened \(birthday.socketsOpened) "
+                + "(failed \(birthday.socketsFailed)), hit \(birthday.socketsHit)")
+        }
         return lines.map { String($0.prefix(width)) }.joined(separator: "\n")
     }
 

@@ -104,7 +104,7 @@ import Testing
         originals.append(MessageEnvelope(type: "chat", body: rng.bytes(40)).encoded)
         originals.append(Manifest(size: 600_000, chunkSize: 262_144,
                                   chunks: (0..<3).map { SHA256Digest.hashing([UInt8($0)]) }).encoded)
-        for frame in sampleFrames(using: &rng) where [.chunkWant, .chunkPiece, .chunkAbsent, .chunkPace, .chunkCancel, .pathProbeRequest, .pathProbe, .observedAddress, .punchRequest, .punchIntroduction, .punch, .relayForward, .relayDelivery, .relayRefusal].contains(frame.type) {
+        for frame in sampleFrames(using: &rng) where [.chunkWant, .chunkPiece, .chunkAbsent, .chunkPace, .chunkCancel, .pathProbeRequest, .pathProbe, .observedAddress, .punchRequest, .punchIntroduction, .punch, .relayForward, .relayDelivery, .relayRefusal, .birthdayRound].contains(frame.type) {
             var encoded = ByteBuffer()
             FrameCodec.encode(frame, into: &encoded)
             originals.append(bytes(encoded))

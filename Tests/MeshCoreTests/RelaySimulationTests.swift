@@ -16,11 +16,15 @@ struct RelaySimulationTests {
     /// `publics` members on the open network (the first founds the session, each with its own
     /// configuration from `public(index)`), then a home behind a symmetric NAT (the first after
     /// the publics) and one behind MASQUERADE.
-    static func mesh(seed: UInt64, publics: Int, public configure: (Int, inout SimNode.Configuration) -> Void = { _, _ in })
+    /// Birthday rounds are off unless `birthday`: a probe could land by luck on the one mapping
+    /// the symmetric side made towards the home, and punch the pair these tests keep relayed.
+    static func mesh(seed: UInt64, publics: Int, birthday: Bool = false,
+                     public configure: (Int, inout SimNode.Configuration) -> Void = { _, _ in })
         -> (mesh: SimMesh, symmetric: SimNode, home: SimNode) {
         let mesh = SimMesh(seed: seed, link: AddressDiscoverySimulationTests.link)
         for index in 0..<(publics + 2) {
             var configuration = mesh.configuration
+            configuration.settings.birthday.enabled = birthday
             if index < publics { configure(index, &configuration) }
             mesh.addNode(joiningThrough: index == 0 ? [] : [SimAddress(0)], at: .zero + .milliseconds(100 * index),
                          configuration: configuration)

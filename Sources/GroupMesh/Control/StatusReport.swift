@@ -227,6 +227,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var punchesSucceeded: UInt64
         public var punchesFailed: UInt64
         public var relay: RelayInfo
+        /// Birthday rounds (PROTOCOL.md §1c); absent from an older node's report.
+        public var birthday: BirthdayInfo? = nil
     }
 
     /// Relays (PROTOCOL.md §1d): what this node sent and got through others, and what it carried

@@ -11,6 +11,11 @@ public enum NodeEffect: Sendable {
     /// mapping and expires before the far router. A driver that cannot set it sends nothing (a
     /// datagram that reached the far router unasked could cost the punch it is part of).
     case sendShortLived(ByteBuffer, to: PeerAddress, hops: UInt8)
+    /// A birthday round's hard side (`BirthdayPunching`): open sockets of our own and send the
+    /// datagram from each, short-lived; a datagram that reaches one of them from the target is
+    /// handed to the core as from the target, and from then on everything to the target leaves
+    /// through that socket. A driver that cannot open them opens none (no round, counted).
+    case openBirthdaySockets(BirthdaySockets)
     /// `count` sealed datagrams of `segmentSize` bytes back to back (only the last may be shorter):
     /// one segmented write (UDP GSO) where the kernel can, else one datagram each.
     case sendSegments(ByteBuffer, segmentSize: Int, count: Int, to: PeerAddress)
@@ -22,6 +27,19 @@ public enum NodeEffect: Sendable {
     case event(NodeEvent)
     /// A command (`NodeInstance.handle(_:request:now:)`) finished.
     case complete(RequestID, Result<NodeResult, NodeError>)
+}
+
+/// The sockets a birthday round's hard side asks for (`NodeEffect.openBirthdaySockets`).
+public struct BirthdaySockets: Sendable {
+    /// The member the round is with; where its public address is, the one we aim at.
+    public var peer: NodeID
+    public var target: PeerAddress
+    /// A sealed punch for the member, sent once from each socket with an IP TTL of `hops`.
+    public var datagram: ByteBuffer
+    public var hops: UInt8
+    public var count: Int
+    /// The sockets no datagram reached are closed this long after they were opened.
+    public var lifetime: Duration
 }
 
 /// What happened, for subscribers and logs; the core's state (`members`, `attachments`) says

@@ -15,6 +15,7 @@ extension NodeInstance {
                 log(.info, "path punched", ["member": "\(peer)", "address": "\(source)"])
             }
         }
+        if birthday.round != nil { birthdayHeard(peer, from: source) }
         receiveAddresses(frames, from: peer, boot: header.bootID, source: source, now: now)
         receivePathFrames(frames, from: peer, source: source, now: now)
     }
@@ -31,6 +32,8 @@ extension NodeInstance {
                 introduce(peer, to: request.target, now: now)
             case let .punchIntroduction(introduction):
                 followIntroduction(introduction, from: peer, now: now)
+            case let .birthdayRound(round):
+                receiveBirthday(round, from: peer, now: now)
             default:
                 break
             }
@@ -181,5 +184,6 @@ extension NodeInstance {
     /// A member gone: its path goes with it.
     mutating func forgetPath(of member: NodeID) {
         paths.forget(member)
+        birthday.forget(member)
     }
 }

@@ -204,6 +204,9 @@ public struct NodeInstance: Sendable {
     /// Where each member is reached, as its own datagrams proved, and hole punching (NodeInstance+Paths).
     package internal(set) var paths: MemberPaths
     var pathCheckAt = MeshInstant.zero
+    /// Birthday rounds with members behind a symmetric NAT (NodeInstance+Birthday).
+    package internal(set) var birthday: BirthdayPunching
+    var birthdayCheckAt = MeshInstant.zero
     /// What this node carries for others (NodeInstance+Relay).
     package internal(set) var relayService: RelayService
     /// When we announce ourselves on the LAN, and whom we met there (NodeInstance+LAN).
@@ -254,6 +257,7 @@ public struct NodeInstance: Sendable {
                                             settings: settings.addressDiscovery)
         addressEchoes = AddressEchoes(settings: settings.addressEchoes)
         paths = MemberPaths(settings: settings.paths)
+        birthday = BirthdayPunching(settings: settings.birthday)
         relayService = RelayService(settings: settings.relay)
         lanDiscovery = LANDiscovery(settings: settings.lanDiscovery, now: now)
         self.random = random
@@ -408,6 +412,7 @@ public struct NodeInstance: Sendable {
         endingTick(now: now)
         pingTick(now: now)
         pathsTick(now: now)
+        birthdayTick(now: now)
         lanTick(now: now)
         joinTick(now: now)
         // The relay's budget measures our links by our own transfers, relaying or not.
@@ -433,6 +438,7 @@ public struct NodeInstance: Sendable {
         consider(ending?.until)
         consider(pingDeadline)
         consider(pathsDeadline)
+        consider(birthday.nextDeadline)
         consider(lanDeadline)
         consider(joinNoticeDeadline)
         return deadline

@@ -53,6 +53,9 @@ public struct NodeSettings: Sendable {
     public var addressEchoes = AddressEchoes.Settings()
     /// Paths to members: silence before an introduction, the punch budget, keepalives.
     public var paths = MemberPaths.Settings()
+    /// Birthday rounds (a symmetric NAT against an endpoint-independent one): sockets, probes,
+    /// their rate, retries.
+    public var birthday = BirthdayPunching.Settings()
     /// Carrying datagrams between members that cannot meet (`--no-relay`), and at what rates.
     public var relay = RelayService.Settings()
     /// Announcing ourselves on the LAN and meeting members heard there (`--no-lan-discovery`).

@@ -46,7 +46,7 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
             case .data, .fragment, .forwardTSN: return .messages
             case .ping, .pong: kind = .ping
             case .probe, .probeAck: return .membership  // with gossip beside it
-            case .observedAddress, .punchRequest, .punchIntroduction, .punch:
+            case .observedAddress, .punchRequest, .punchIntroduction, .punch, .birthdayRound:
                 return .membership  // where a member sees us, and paths to it: reachability
             case .relayForward, .relayDelivery, .relayRefusal: return .relay
             default: continue

@@ -112,6 +112,9 @@ public struct MemberPaths: Sendable {
         var nextUpgrade: MeshInstant?
         var upgradeWait: Duration?
         var lastKeepalive: MeshInstant?
+        /// Simultaneous opens towards it that ran out their rounds: a pair reached through TURN
+        /// after one did is offered a birthday round.
+        public internal(set) var punchesFailed = 0
         /// The last open toward it each member introduced: budgets per introducer, so that one
         /// member sending false introductions cannot use up an honest introducer's.
         var lastPunch: [NodeID: MeshInstant] = [:]
@@ -314,6 +317,14 @@ public struct MemberPaths: Sendable {
         }
     }
 
+    /// A birthday round found `member` (its own datagram just came directly): the path is
+    /// `punched` where it came from, and kept alive as punched paths are.
+    public mutating func birthdayPunched(_ member: NodeID) {
+        guard paths[member]?.learned != nil else { return }
+        paths[member]?.state = .punched
+        punching[member] = nil
+    }
+
     /// A member gone: its path is forgotten with it.
     public mutating func forget(_ member: NodeID) {
         paths[member] = nil
@@ -367,6 +378,7 @@ public struct MemberPaths: Sendable {
             if next.roundsLeft <= 0 {
                 punching[peer] = nil
                 punchesFailed += 1
+                paths[peer]?.punchesFailed += 1
                 let relayed = paths[peer]?.relay != nil
                 paths[peer]?.state = relayed ? .relayed : .direct
             } else {

@@ -47,6 +47,8 @@ public enum Frame: Equatable, Sendable {
     case relayForward(RelayedDatagram)
     case relayDelivery(RelayedDatagram)
     case relayRefusal(RelayRefusal)
+    // Birthday punching (a symmetric NAT against an endpoint-independent one).
+    case birthdayRound(BirthdayRound)
 
     public var type: FrameType {
         switch self {
@@ -82,6 +84,7 @@ public enum Frame: Equatable, Sendable {
         case .relayForward: return .relayForward
         case .relayDelivery: return .relayDelivery
         case .relayRefusal: return .relayRefusal
+        case .birthdayRound: return .birthdayRound
         }
     }
 
@@ -119,6 +122,7 @@ public enum Frame: Equatable, Sendable {
         case let .relayForward(body): return body
         case let .relayDelivery(body): return body
         case let .relayRefusal(body): return body
+        case let .birthdayRound(body): return body
         }
     }
 
@@ -164,6 +168,7 @@ public enum Frame: Equatable, Sendable {
         case .relayForward: return .relayForward(try RelayedDatagram(decoding: &body))
         case .relayDelivery: return .relayDelivery(try RelayedDatagram(decoding: &body))
         case .relayRefusal: return .relayRefusal(try RelayRefusal(decoding: &body))
+        case .birthdayRound: return .birthdayRound(try BirthdayRound(decoding: &body))
         }
     }
 }
@@ -204,6 +209,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case relayForward = 0x56
     case relayDelivery = 0x57
     case relayRefusal = 0x58
+    case birthdayRound = 0x59
 }
 
 /// A body that can be written to and read from the wire.
