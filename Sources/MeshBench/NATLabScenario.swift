@@ -12,13 +12,15 @@ import MeshTestKit
 ///   lazy), across the punched path: the fetch rate (its "fetched" log line, and its second half)
 ///   and the `get` wall time, beside raw UDP through the same two NATs (the same datagram size,
 ///   socket setup and flow control as `RawUDPTransfer`, home 0 → home 1);
-/// - with a home behind `MASQUERADE --random-fully` (symmetric) and one behind MASQUERADE, which
-///   cannot punch: the time to a relayed path through P both ways, a `get` of 20 MiB through it
-///   (P's budget sized by what it measured), and P's CPU time per MiB it carried beside the holder's;
+/// - with two homes behind `MASQUERADE --random-fully` (symmetric), which cannot punch (a birthday
+///   round needs one side that is not symmetric): the time to a relayed path through P both ways,
+///   a `get` of 20 MiB through it (P's budget sized by what it measured), and P's CPU time per MiB
+///   it carried beside the holder's;
 /// - with both homes' lines capped at `NATLAB_LINE_MIBPS` (10 MiB/s unless set) each way (`tc tbf`
 ///   on the routers' legs on the internet), a `get` of 20 MiB across the punched path and one
 ///   through the relay: what the lines carry is the bottleneck, and the relayed `get` should reach
-///   0.8× of the direct one.
+///   0.8× of the direct one; and the same through a TURN server (a real coturn on P's host, P
+///   relaying nothing): the relay when no member can be one.
 enum NATLabScenario {
     static let port: UInt16 = 7946
     static let rawPort: UInt16 = 7950
@@ -68,7 +70,7 @@ enum NATLabScenario {
                   + "wall time \(format(outcome.fetch.getRate)) MiB/s")
         }
         for home in lab.homes.indices { try lab.capLine(home: home, bytesPerSecond: nil) }
-        let relayLab = try NATLab(publicHosts: 1, homes: [.symmetric, .endpointIndependent])
+        let relayLab = try NATLab(publicHosts: 1, homes: [.symmetric, .symmetric])
         defer { relayLab.tearDown() }
         var relays: [Relayed] = []
         for run in 0..<runs {
@@ -87,7 +89,22 @@ enum NATLabScenario {
             print("  run \(run + 1), \(lineName): relayed get of 20 MiB: fetch \(format(outcome.fetch)) MiB/s, wall time "
                   + "\(format(outcome.get)) MiB/s; \(outcome.relayStatus)")
         }
+        var turnOnLines: [Fetch] = []
+        if let reason = LabCoturn.unavailableReason {
+            print("  TURN: \(reason)")
+        } else {
+            let coturn = try await LabCoturn(lab: relayLab, publicHost: 0)
+            defer { coturn.stop() }
+            for run in 0..<runs {
+                let outcome = try await pairRun(lab: relayLab, file: relayFile, size: relaySize, path: "TURN", turn: coturn)
+                turnOnLines.append(outcome.fetch)
+                print("  run \(run + 1), \(lineName): get of 20 MiB through TURN: fetch \(format(outcome.fetch.rate)) MiB/s, "
+                      + "wall time \(format(outcome.fetch.getRate)) MiB/s")
+            }
+        }
         let directGet = median(directOnLines.map(\.getRate)), relayedGet = median(relayedOnLines.map(\.get))
+        let turnGet = turnOnLines.isEmpty ? 0 : median(turnOnLines.map(\.getRate))
+        print("  \(lineName): through TURN ÷ direct get \(format(turnGet / max(directGet, 1e-9)))×")
         print("  \(lineName): relayed ÷ direct get \(format(relayedGet / max(directGet, 1e-9)))× (fetch "
               + "\(format(median(relayedOnLines.map(\.fetch)) / max(median(directOnLines.map(\.rate)), 1e-9)))×)")
         return [
@@ -115,7 +132,11 @@ enum NATLabScenario {
             BenchResult(scenario: "natlab: get of 20 MiB through a relay, \(lineName), wall time", figure: relayedGet,
                         unit: "MiB/s", baselineName: "the punched path's through the same lines", baseline: directGet,
                         goal: "≥ 0.8×"),
-        ]
+        ] + (turnOnLines.isEmpty ? [] : [
+            BenchResult(scenario: "natlab: get of 20 MiB through TURN (coturn), \(lineName), wall time", figure: turnGet,
+                        unit: "MiB/s", baselineName: "the punched path's through the same lines", baseline: directGet,
+                        goal: "≥ 0.8×"),
+        ])
     }
 
     static let relaySize = 20 << 20
@@ -161,13 +182,18 @@ enum NATLabScenario {
     /// `file`, home 1 (lazy) fetching it with `get` once each home shows the other on `path`
     /// (`punched`, `relayed`). How long that took from the homes' start, the fetch, and the CPU
     /// seconds P and home 0 spent during the `get`.
-    static func pairRun(lab: NATLab, file: String, size: Int, path: String) async throws
+    ///
+    /// With `turn`, P relays nothing and the homes use that TURN server: `path` is then `TURN`,
+    /// a member reached at an address on the server.
+    static func pairRun(lab: NATLab, file: String, size: Int, path: String, turn: LabCoturn? = nil) async throws
         -> (pathTime: Double, fetch: Fetch, cpu: (public: Double, holder: Double), relay: StatusReport.RelayInfo?) {
         if NATLab.conntrackCommand != nil { for home in lab.homes.indices { _ = try? lab.flushConntrack(home: home) } }
         var nodes: [NodeProcess] = []
         defer { TransferScenario.stop(nodes) }
         func start(_ name: String, on host: NATLab.Host, invite: String?, lazy: Bool) throws -> NodeProcess {
-            let node = try startNode(name, on: host, in: lab, invite: invite, lazy: lazy)
+            var extra: [String] = []
+            if let turn { extra = host == .publicHost(0) ? ["--no-relay"] : ["--turn", turn.turnURL, "--stun", turn.endpoint] }
+            let node = try startNode(name, on: host, in: lab, invite: invite, lazy: lazy, extra: extra)
             nodes.append(node)
             return node
         }
@@ -176,8 +202,12 @@ enum NATLabScenario {
         let started = ContinuousClock.now
         let h0 = try start("h0", on: .home(0), invite: invite, lazy: false)
         let h1 = try start("h1", on: .home(1), invite: invite, lazy: true)
+        func isOnPath(_ member: StatusReport.MemberInfo) -> Bool {
+            if let turn { return member.pathAddress.hasPrefix(turn.address + ":") }
+            return member.path == path
+        }
         func onPath(_ node: NodeProcess, _ other: String) -> Bool {
-            (try? TransferScenario.client(node).status().members.contains { $0.name == other && $0.path == path }) ?? false
+            (try? TransferScenario.client(node).status().members.contains { $0.name == other && isOnPath($0) }) ?? false
         }
         try await waitUntil("both homes \(path)", timeout: .seconds(90), every: .milliseconds(20)) {
             onPath(h0, "h1") && onPath(h1, "h0")
@@ -202,7 +232,7 @@ enum NATLabScenario {
             guard let member = try? TransferScenario.client(node).status().members.first(where: { $0.name == other }) else {
                 return false
             }
-            return member.path == path || (path == "relayed" && member.relay != nil)
+            return isOnPath(member) || (path == "relayed" && member.relay != nil)
         }
         guard stillOnPath(h1, "h0") else {
             let paths = [h0, h1].map { node in
@@ -243,8 +273,9 @@ enum NATLabScenario {
     }
 
     /// A release `groupmesh run` inside `host`, at the lab's port, logging its fetches.
-    static func startNode(_ name: String, on host: NATLab.Host, in lab: NATLab, invite: String?, lazy: Bool) throws -> NodeProcess {
-        var arguments = ["run", "--listen", "0.0.0.0:\(port)", "--name", name, "--log-level", "info"]
+    static func startNode(_ name: String, on host: NATLab.Host, in lab: NATLab, invite: String?, lazy: Bool,
+                          extra: [String] = []) throws -> NodeProcess {
+        var arguments = ["run", "--listen", "0.0.0.0:\(port)", "--name", name, "--log-level", "info"] + extra
         if let invite { arguments += ["--invite", invite] }
         if lazy { arguments.append("--lazy") }
         return try NodeProcess(arguments, launcher: lab.launcher(host))

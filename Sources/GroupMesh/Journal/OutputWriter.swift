@@ -15,8 +15,7 @@ import NIOConcurrencyHelpers
 /// The output goes through the page cache and is synced every `syncInterval` bytes, so the device
 /// writes it while the fetch runs instead of all of it at the rename. Written around the page
 /// cache (O_DIRECT) instead, a `get` on a virtual disk whose host buffers the guest's writes (a
-/// sync there flushes them all) took 1.7× as long to put 200 MiB on the device (BENCHMARKS,
-/// twenty-sixth section), and a loopback `get` from 3 holders lost to this in 4 of 4 pairs.
+/// sync there flushes them all) took much longer to put the file on the device (BENCHMARKS.md).
 ///
 /// Writes to one file keep their order; at most `capacity` bytes wait (held meanwhile), and a
 /// caller beyond that waits for room. `drain` waits for a file's writes and returns the first
