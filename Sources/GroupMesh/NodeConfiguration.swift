@@ -24,7 +24,7 @@ public struct NodeConfiguration: Sendable {
     /// Ask the gateway to map our UDP port (PCP, NAT-PMP, UPnP IGD; `run --no-port-mapping` turns it off).
     public var portMapping = true
     public var profile: Profile = .lan
-    /// The largest attachment accepted (DESIGN.md: 100 MiB, configurable).
+    /// The largest attachment accepted (100 MiB unless configured).
     public var maxAttachmentSize: UInt64 = 100 << 20
     /// How long `get` waits for a holder of what is missing before reporting it unavailable.
     public var unavailableTimeout: Duration = .seconds(10)

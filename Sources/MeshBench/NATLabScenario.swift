@@ -117,7 +117,7 @@ enum NATLabScenario {
                         unit: "MiB/s", baselineName: rawName, baseline: rawRate, goal: "-"),
             BenchResult(scenario: "natlab: get wall time", figure: median(fetches.map(\.getRate)), unit: "MiB/s",
                         baselineName: "the fetch alone", baseline: median(fetches.map(\.rate)), goal: "-"),
-            BenchResult(scenario: "natlab: home nodes started → relayed path between a symmetric and a MASQUERADE home",
+            BenchResult(scenario: "natlab: home nodes started → relayed path between two symmetric homes",
                         figure: median(relays.map(\.relayed)), unit: "s", baselineName: "slowest run",
                         baseline: relays.map(\.relayed).max() ?? 0, goal: "-"),
             BenchResult(scenario: "natlab: get of 20 MiB through a relay, wall time", figure: median(relays.map(\.get)),

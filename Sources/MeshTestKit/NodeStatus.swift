@@ -13,7 +13,7 @@ public struct NodeStatus: Decodable, Sendable {
         public var receiveBuffer: Int?
         public var sendBuffer: Int?
         /// The NAT behaviour the members' observations tell, the public address adopted, and the
-        /// addresses the node's record gives (issue 19).
+        /// addresses the node's record gives.
         public var nat: String?
         public var reflexiveAddress: String?
         public var candidates: [String]?
@@ -27,7 +27,7 @@ public struct NodeStatus: Decodable, Sendable {
         public var incarnation: UInt64
         public var rttMs: Double?
         public var datagramSize: Int?
-        /// How the node reaches the member, and where it sends to it (issue 19).
+        /// How the node reaches the member, and where it sends to it.
         public var path: String?
         public var pathAddress: String?
         /// The member our datagrams to it go through, while `path` is `relayed` (its id).

@@ -2,7 +2,7 @@ import Foundation
 import MeshTestKit
 import Testing
 
-/// Issue 19's NAT laboratory with real processes: homes behind Linux NAT routers (`NATLab`), each
+/// The NAT laboratory with real processes: homes behind Linux NAT routers (`NATLab`), each
 /// home node joined with the invite of a member on the "internet".
 @Suite("NAT laboratory (network namespaces, Linux NAT)", .serialized)
 struct NATLabTests {

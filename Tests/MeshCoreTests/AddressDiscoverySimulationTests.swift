@@ -3,7 +3,7 @@ import MeshCrypto
 import MeshTestKit
 import Testing
 
-/// Address discovery (issue 19) with whole nodes behind the simulator's NAT boxes: members echo
+/// Address discovery with whole nodes behind the simulator's NAT boxes: members echo
 /// where a member's datagrams come from, the member adopts a public address two of them agree
 /// on, signs it into its record, and is reached there; one member's forged observations move
 /// nothing. Replay a failing seed with `SIM_SEED=N`.

@@ -4,7 +4,7 @@ import MeshCrypto
 import MeshTestKit
 import Testing
 
-/// Relays (issue 19) with whole nodes behind the simulator's NAT boxes: a member behind a
+/// Relays with whole nodes behind the simulator's NAT boxes: a member behind a
 /// symmetric NAT cannot be punched to from a home behind MASQUERADE, so the two talk through a
 /// member on the open network that reaches both; the datagrams stay sealed for the pair, the
 /// pair moves when its relay leaves or drops everything, and with no relay it says so. Replay a

@@ -1,6 +1,6 @@
 import MeshCore
 
-/// What `status --json` prints (DESIGN.md §2); also the answer to the control socket's `status`.
+/// What `status --json` prints (CLI.md, status); also the answer to the control socket's `status`.
 public struct StatusReport: Codable, Sendable, Equatable {
     public struct SelfInfo: Codable, Sendable, Equatable {
         public var id: String

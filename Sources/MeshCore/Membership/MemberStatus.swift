@@ -1,4 +1,4 @@
-/// What a node believes about a member (DESIGN.md §1). At the same incarnation a later status
+/// What a node believes about a member (PROTOCOL.md §4). At the same incarnation a later status
 /// overrides an earlier one in this order: alive < suspect < dead < left.
 public enum MemberStatus: String, Sendable, Codable, CaseIterable, Comparable {
     case alive, suspect, dead, left

@@ -1,6 +1,6 @@
 import MeshCrypto
 
-/// Paths to members (issue 19): every member is sent to where its own authenticated datagrams
+/// Paths to members: every member is sent to where its own authenticated datagrams
 /// come from once one did (`MemberPaths`), a member silent towards us is introduced by a member
 /// both sides hear, and the introduction starts a simultaneous open (PROTOCOL.md §1c).
 extension NodeInstance {

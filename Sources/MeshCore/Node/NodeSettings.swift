@@ -9,7 +9,7 @@ public struct NodeSettings: Sendable {
     public var transfer = TransferScheduler.Settings()
     /// Chunk size of the attachments this node adds (others' come with their manifests).
     public var chunkSize = Manifest.defaultChunkSize
-    /// The largest attachment accepted (DESIGN.md: 100 MiB, configurable).
+    /// The largest attachment accepted (100 MiB unless configured).
     public var maxAttachmentSize: UInt64 = 100 << 20
     /// The largest message body (GroupSessionMessenger's limit).
     public var maxMessageSize = 256 * 1024
