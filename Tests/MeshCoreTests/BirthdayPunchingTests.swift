@@ -137,12 +137,18 @@ import Testing
         var random = SplitMix64(seed: 3)
         var now = Self.start
         var offeredAt: [MeshInstant] = []
+        var tokens: Set<UInt64> = []
+        var resent = 0
         while now < Self.start + .seconds(2000) {
             for action in state.due(now: now, eligible: [Self.follower], random: &random) {
-                if case .offer = action { offeredAt.append(now) }
+                // A round's offer goes up to three times (one may be lost); a new round has a new token.
+                if case let .offer(_, token) = action {
+                    if tokens.insert(token).inserted { offeredAt.append(now) } else { resent += 1 }
+                }
             }
             now = now + .seconds(1)
         }
+        #expect(resent == 2 * offeredAt.count, "each unanswered offer went twice more: \(resent) for \(offeredAt.count)")
         // Each offer goes unanswered for `answerWait` (3 s), then waits.
         let gaps = zip(offeredAt, offeredAt.dropFirst()).map { Int(($1 - $0).milliseconds / 1000) }
         #expect(gaps.prefix(6) == [33, 63, 123, 243, 483, 603], "\(gaps)")
@@ -175,6 +181,54 @@ import Testing
         // A ready with the wrong token, or from another member, does nothing.
         let stray = BirthdayRound(token: 99, step: .ready, nat: .endpointIndependent, addresses: [Self.easyAddress])
         #expect(state.receive(stray, from: Self.leader, peerLeads: true, localNAT: .symmetric, now: now).isEmpty)
+    }
+
+    @Test("a member that names our machine, a private, link-local or multicast host as its own gets no probe and no socket")
+    func localHostsAreNeverTargets() {
+        var random = SplitMix64(seed: 11)
+        let local = [PeerAddress(ipv4: [127, 0, 0, 1], port: 7946), PeerAddress(ipv4: [192, 168, 1, 1], port: 53),
+                     PeerAddress(ipv4: [169, 254, 1, 1], port: 80), PeerAddress(ipv4: [224, 0, 0, 251], port: 5353)]
+        // We play easy against a "symmetric" leader that names local hosts: nothing is probed.
+        var easy = BirthdayPunching()
+        let offer = BirthdayRound(token: 5, step: .offer, nat: .symmetric, addresses: local)
+        #expect(easy.receive(offer, from: Self.leader, peerLeads: true, localNAT: .endpointIndependent, now: Self.start)
+                == [.ready(Self.leader, token: 5)])
+        let ready = BirthdayRound(token: 5, step: .ready, nat: .symmetric, addresses: local)
+        _ = easy.receive(ready, from: Self.leader, peerLeads: true, localNAT: .endpointIndependent, now: Self.start)
+        var now = Self.start
+        while now < Self.start + .seconds(12) {
+            let actions = easy.due(now: now, eligible: nil, random: &random)
+            #expect(!actions.contains { if case .probe = $0 { true } else { false } }, "probed: \(actions)")
+            now = now + .milliseconds(50)
+        }
+        // We play hard against an "endpoint-independent" leader that names local hosts: no sockets.
+        var hard = BirthdayPunching()
+        let easyOffer = BirthdayRound(token: 6, step: .offer, nat: .endpointIndependent, addresses: local)
+        #expect(hard.receive(easyOffer, from: Self.leader, peerLeads: true, localNAT: .symmetric, now: Self.start)
+                == [.ready(Self.leader, token: 6)])
+    }
+
+    @Test("rounds one after another share one budget: at most 1,024 probes a minute, whoever asks")
+    func probesShareOneBudget() {
+        var random = SplitMix64(seed: 12)
+        var easy = BirthdayPunching()
+        var now = Self.start
+        var probed = 0
+        // Members (each leading) offer rounds back to back; we probe each of them.
+        for index in 0..<4 {
+            let leader = NodeID(high: 0, low: UInt64(index))
+            let offer = BirthdayRound(token: UInt64(index + 1), step: .offer, nat: .symmetric, addresses: [Self.hardAddress])
+            _ = easy.receive(offer, from: leader, peerLeads: true, localNAT: .endpointIndependent, now: now)
+            let ready = BirthdayRound(token: UInt64(index + 1), step: .ready, nat: .symmetric, addresses: [Self.hardAddress])
+            _ = easy.receive(ready, from: leader, peerLeads: true, localNAT: .endpointIndependent, now: now)
+            while easy.round != nil {
+                for case let .probe(_, _, ports) in easy.due(now: now, eligible: nil, random: &random) { probed += ports.count }
+                now = now + .milliseconds(50)
+            }
+        }
+        let minutes = Double((now - Self.start).milliseconds) / 60_000
+        #expect(Double(probed) <= 1024 * (1 + minutes) + 1, "\(probed) probes in \(minutes * 60) s")
+        #expect(probed >= 1024, "the first round had its whole budget: \(probed)")
     }
 
     @Test("no unusable address is aimed at or probed: a hard side told nothing usable opens no sockets")

@@ -26,7 +26,7 @@ struct BirthdaySimulationTests {
         }
         let state = "tried \(symmetric.core.birthday.roundsTried)/\(home.core.birthday.roundsTried), "
             + "probes \(home.core.birthday.probesSent), \(RelaySimulationTests.describe(symmetric, home)), "
-            + "NATs \(symmetric.core.natBehaviour)/\(home.core.natBehaviour)"
+            + "NATs \(symmetric.core.natBehaviour)/\(home.core.natBehaviour); lost \(mesh.simulator.statistics.dropped.loss)"
         #expect(outcome == .satisfied, "\(replay): \(state)")
         let sockets = UInt64(symmetric.core.settings.birthday.sockets)
         #expect(symmetric.core.birthday.socketsAsked >= sockets && symmetric.core.birthday.socketsAsked % sockets == 0,

@@ -34,15 +34,27 @@ extension NodeInstance {
         }
     }
 
-    /// A `BirthdayRound` frame of `peer`'s, directly or through a relay.
-    mutating func receiveBirthday(_ frame: BirthdayRound, from peer: NodeID, now: MeshInstant) {
-        guard peer != localID, peerAddresses[peer] != nil, codec.installedBoot(of: peer) != nil else { return }
+    /// Whether `peer` is reached through a member's relay or at an address on our TURN server.
+    func birthdayRelayed(_ peer: NodeID) -> Bool {
+        guard let path = paths.paths[peer] else { return false }
+        if path.relay != nil { return true }
+        guard let turnHost = addressDiscovery.external[.turn]?.host, let learned = path.learned else { return false }
+        return learned.host == turnHost
+    }
+
+    /// A `BirthdayRound` frame of `peer`'s, directly or through a relay (`via`): the answer goes
+    /// back the same way, also before our paths adopted that relay for the member.
+    mutating func receiveBirthday(_ frame: BirthdayRound, from peer: NodeID, via relay: NodeID?, now: MeshInstant) {
+        guard peer != localID, peerAddresses[peer] != nil || relay != nil, codec.installedBoot(of: peer) != nil else { return }
+        // An offer only from a member we too reach through a relay or TURN (or that reached us
+        // through one): one we reach directly has nothing to gain, and would only make us probe.
+        if frame.step == .offer, relay == nil, !birthdayRelayed(peer) { return }
         let actions = birthday.receive(frame, from: peer, peerLeads: peer < localID, localNAT: natBehaviour, now: now)
         if frame.step == .offer, !actions.isEmpty {
             log(.info, "birthday round accepted",
                 ["member": "\(peer)", "nat": natBehaviour.rawValue, "theirs": frame.nat.rawValue])
         }
-        carryOut(actions, now: now)
+        carryOut(actions, via: relay, now: now)
     }
 
     /// A datagram of `peer`'s own came straight to us: the round with it, if one runs, worked.
@@ -72,14 +84,14 @@ extension NodeInstance {
         return Array(result.prefix(BirthdayRound.maxAddresses))
     }
 
-    private mutating func carryOut(_ actions: [BirthdayPunching.Action], now: MeshInstant) {
+    private mutating func carryOut(_ actions: [BirthdayPunching.Action], via relay: NodeID? = nil, now: MeshInstant) {
         for action in actions {
             switch action {
             case let .offer(peer, token):
                 log(.info, "birthday round offered", ["member": "\(peer)", "nat": natBehaviour.rawValue])
                 sendRound(.offer, token: token, to: peer)
             case let .ready(peer, token):
-                sendRound(.ready, token: token, to: peer)
+                sendRound(.ready, token: token, to: peer, via: relay)
             case let .openSockets(peer, target, count, lifetime):
                 guard let datagram = codec.seal([.punch(Punch(token: random.next(), isReply: false))], to: peer) else {
                     continue
@@ -110,9 +122,12 @@ extension NodeInstance {
         }
     }
 
-    private mutating func sendRound(_ step: BirthdayRound.Step, token: UInt64, to peer: NodeID) {
+    private mutating func sendRound(_ step: BirthdayRound.Step, token: UInt64, to peer: NodeID, via relay: NodeID? = nil) {
         let frame = BirthdayRound(token: token, step: step, nat: natBehaviour, addresses: birthdayAddresses)
         // Alone in its datagram: an older member drops a datagram with a frame it does not know.
+        if let relay, paths.relay(of: peer) == nil, let datagram = codec.seal([.birthdayRound(frame)], to: peer) {
+            return sendThroughRelay(datagram, to: peer, via: relay, kind: .membership)
+        }
         sendPairwise([.birthdayRound(frame)], to: peer)
     }
 }

@@ -10,7 +10,7 @@ import MeshCrypto
 package struct LeaveHandover: Sendable {
     /// The leaves waiting (a second `leave` waits with the first).
     var requests: [RequestID]
-    let deadline: MeshInstant
+    var deadline: MeshInstant
     /// What was at risk when the leave began, for the report.
     let atStart: Set<SHA256Digest>
     /// Who was asked to take each attachment, and when.
@@ -80,6 +80,12 @@ extension NodeInstance {
         let alive = aliveMemberIDs
         if (atRisk.isEmpty && delivery.pendingSends == 0) || alive.isEmpty || now >= state.deadline {
             return depart(now: now)
+        }
+        // Nothing at risk any more: the sends still waiting get `leaveDrain` from now, no longer.
+        if atRisk.isEmpty, state.deadline > now + settings.leaveDrain {
+            state.deadline = now + settings.leaveDrain
+            handover = state
+            return
         }
         var asks: [NodeID: [SHA256Digest]] = [:]
         for id in atRisk {

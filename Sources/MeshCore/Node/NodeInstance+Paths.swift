@@ -20,8 +20,10 @@ extension NodeInstance {
         receivePathFrames(frames, from: peer, source: source, now: now)
     }
 
-    /// Punch frames of a member's datagram that came from `source`, or through a relay (nil).
-    mutating func receivePathFrames(_ frames: [Frame], from peer: NodeID, source: PeerAddress?, now: MeshInstant) {
+    /// Punch frames of a member's datagram that came from `source`, or through a relay (nil;
+    /// `via` names it).
+    mutating func receivePathFrames(_ frames: [Frame], from peer: NodeID, source: PeerAddress?, via relay: NodeID? = nil,
+                                    now: MeshInstant) {
         for frame in frames {
             switch frame {
             case let .punch(punch) where !punch.isReply:
@@ -33,7 +35,7 @@ extension NodeInstance {
             case let .punchIntroduction(introduction):
                 followIntroduction(introduction, from: peer, now: now)
             case let .birthdayRound(round):
-                receiveBirthday(round, from: peer, now: now)
+                receiveBirthday(round, from: peer, via: relay, now: now)
             default:
                 break
             }

@@ -93,7 +93,7 @@ extension NodeInstance {
                                    follows: localID > peer, now: now) {
             log(.info, "path relayed", ["member": "\(peer)", "relay": "\(relay)", "why": "it reached us through it"])
         }
-        receivePathFrames(frames, from: peer, source: nil, now: now)
+        receivePathFrames(frames, from: peer, source: nil, via: relay, now: now)
     }
 
     /// What this node's own transfers sent and received (pieces, wants, path probes; not what it

@@ -46,8 +46,19 @@ public struct BirthdayPunching: Sendable {
         public var maximumRetryInterval: Duration = .seconds(600)
         /// Rounds another member may start with us, at most one per this long.
         public var acceptInterval: Duration = .seconds(10)
+        /// An offer not answered goes again this often, at most this many times (same token: the
+        /// follower answers it again), so one lost datagram does not cost a round.
+        public var offerResendInterval: Duration = .seconds(1)
+        public var offerResends = 2
         /// Ports probed are drawn from here to 65,535.
         public var lowestPort: UInt16 = 1024
+        /// Probes for every round together, at most this many per `probeBudgetInterval`: a member
+        /// that names another host as its own, or chains rounds, gets no more from us than this.
+        public var probeBudget = 1024
+        public var probeBudgetInterval: Duration = .seconds(60)
+        /// Whether a loopback, private or link-local host may be a round's target (the
+        /// simulator's hosts are on 127/8); on a real network a round is for public hosts only.
+        public var localHostsAllowed = false
 
         public init() {}
     }
@@ -108,6 +119,9 @@ public struct BirthdayPunching: Sendable {
         var probeStart: MeshInstant?
         var nextProbeAt: MeshInstant?
         public var endsAt: MeshInstant
+        /// The offer goes again (a datagram may be lost) at most `offerResends` times, this far apart.
+        var resendAt: MeshInstant?
+        var resends = 0
     }
 
     /// What to do: the node sends the frames and carries out the rest.
@@ -132,6 +146,9 @@ public struct BirthdayPunching: Sendable {
     public private(set) var roundsSucceeded: UInt64 = 0
     public private(set) var probesSent: UInt64 = 0
     public private(set) var socketsAsked: UInt64 = 0
+    /// Probes left in the node-wide budget, and when it was last filled.
+    private var probeTokens: Double?
+    private var probeTokensAt = MeshInstant.zero
 
     public init(settings: Settings = .init()) {
         self.settings = settings
@@ -146,6 +163,13 @@ public struct BirthdayPunching: Sendable {
         // A member no longer relayed starts afresh next time.
         if let eligible { nextOffer = nextOffer.filter { eligible.contains($0.key) } }
         if case let (peer, state)? = round {
+            if state.phase == .offered, let at = state.resendAt, now >= at, now < state.endsAt {
+                var next = state
+                next.resends += 1
+                next.resendAt = next.resends < settings.offerResends ? now + settings.offerResendInterval : nil
+                round = (peer, next)
+                actions.append(.offer(peer, token: state.token))
+            }
             if now >= state.endsAt {
                 round = nil
                 schedule(after: peer, now: now)
@@ -160,7 +184,8 @@ public struct BirthdayPunching: Sendable {
         guard settings.enabled, round == nil, let eligible else { return actions }
         for peer in eligible.sorted() where nextOffer[peer].map({ now >= $0.at }) ?? true {
             let token = (random.next() as UInt64) | 1
-            round = (peer, Round(token: token, phase: .offered, leads: true, endsAt: now + settings.answerWait))
+            round = (peer, Round(token: token, phase: .offered, leads: true, endsAt: now + settings.answerWait,
+                                 resendAt: settings.offerResends > 0 ? now + settings.offerResendInterval : nil))
             if nextOffer[peer] == nil { nextOffer[peer] = (now, .zero) }
             roundsTried += 1
             actions.append(.offer(peer, token: token))
@@ -177,11 +202,17 @@ public struct BirthdayPunching: Sendable {
     }
 
     /// Ports for the probes due now, at `probesPerSecond` since the first, distinct, at random.
-    private func probeBatch(_ state: inout Round, now: MeshInstant,
-                            random: inout some RandomNumberGenerator) -> [UInt16] {
+    private mutating func probeBatch(_ state: inout Round, now: MeshInstant,
+                                     random: inout some RandomNumberGenerator) -> [UInt16] {
         guard let start = state.probeStart else { return [] }
         let elapsed = Double((now - start).milliseconds) / 1000
-        let allowed = min(settings.probes, Int(elapsed * Double(settings.probesPerSecond)) + 1)
+        // The node-wide budget, filled at `probeBudget` per `probeBudgetInterval`.
+        let capacity = Double(settings.probeBudget)
+        let fill = Double((now - probeTokensAt).milliseconds) / Double(max(1, settings.probeBudgetInterval.milliseconds))
+        let tokens = min(capacity, (probeTokens ?? capacity) + max(0, fill) * capacity)
+        probeTokensAt = now
+        let allowed = min(settings.probes, Int(elapsed * Double(settings.probesPerSecond)) + 1,
+                          state.probesSent + Int(tokens))
         let span = UInt32(UInt16.max - settings.lowestPort) + 1
         var ports: [UInt16] = []
         while state.probesSent < allowed, state.probedPorts.count < Int(span) {
@@ -190,6 +221,7 @@ public struct BirthdayPunching: Sendable {
             ports.append(port)
             state.probesSent += 1
         }
+        probeTokens = tokens - Double(ports.count)
         state.nextProbeAt = state.probesSent < settings.probes ? now + settings.probeInterval : nil
         return ports
     }
@@ -200,6 +232,10 @@ public struct BirthdayPunching: Sendable {
                                  now: MeshInstant) -> [Action] {
         switch frame.step {
         case .offer:
+            // The same offer again (our `ready` was lost): answered again, nothing else.
+            if case let (current, state)? = round, current == peer, state.token == frame.token, !state.leads {
+                return [.ready(peer, token: frame.token)]
+            }
             // Only the leader offers; one round at a time; an offer repeated within
             // `acceptInterval` is ignored (a member cannot keep us opening sockets).
             guard settings.enabled, peerLeads, round == nil,
@@ -234,7 +270,7 @@ public struct BirthdayPunching: Sendable {
             }
             // The other's sockets are open: probe its host, if we play easy against its hard.
             if next.localRoles.contains(.easy), next.peerRoles.contains(.hard),
-               let host = next.probedHost ?? frame.addresses.first?.host {
+               let host = next.probedHost ?? frame.addresses.first(where: isTarget)?.host {
                 next.probedHost = host
                 next.probeStart = now + settings.probeDelay
                 next.nextProbeAt = now + settings.probeDelay
@@ -250,7 +286,7 @@ public struct BirthdayPunching: Sendable {
                                 peer: NodeID) -> [Action] {
         state.localRoles = roles.local
         state.peerRoles = roles.peer
-        let usable = peerAddresses.filter { !$0.isUnspecified && $0.port != 0 }
+        let usable = peerAddresses.filter(isTarget)
         var actions: [Action] = []
         if roles.local.contains(.hard), roles.peer.contains(.easy), let target = usable.first {
             state.target = target
@@ -263,6 +299,25 @@ public struct BirthdayPunching: Sendable {
             state.probedHost = usable.first?.host
         }
         return actions
+    }
+
+    /// An address a round may aim at: a port, and a host that can be a home's public one (not
+    /// this network, loopback, private, link-local, multicast or reserved, unless
+    /// `localHostsAllowed`), so a member cannot turn a round on our own machine or LAN.
+    func isTarget(_ address: PeerAddress) -> Bool {
+        guard address.port != 0, !address.isUnspecified else { return false }
+        switch address.host {
+        case let .ipv4(value):
+            let first = value >> 24
+            if first == 0 || first >= 224 { return false }
+            let local = first == 127 || first == 10 || value >> 20 == 0xAC1 || value >> 16 == 0xC0A8
+                || value >> 16 == 0xA9FE || value >> 22 == (100 << 2 | 1)
+            return settings.localHostsAllowed || !local
+        case let .ipv6(high, _):
+            if high >> 56 == 0xFF { return false }  // multicast
+            let local = address.isLoopback || high >> 54 == 0x3FA || high >> 57 == 0x7E  // fe80::/10, fc00::/7
+            return settings.localHostsAllowed || !local
+        }
     }
 
     /// How long a round runs once going: the other's answer, the probes, and the sockets' life.
@@ -295,6 +350,7 @@ public struct BirthdayPunching: Sendable {
     /// When `due` has something to do next.
     public var nextDeadline: MeshInstant? {
         guard let state = round?.state else { return nil }
-        return state.nextProbeAt.map { min($0, state.endsAt) } ?? state.endsAt
+        let next = [state.nextProbeAt, state.resendAt].compactMap { $0 }.min()
+        return next.map { min($0, state.endsAt) } ?? state.endsAt
     }
 }
