@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import Foundation
 import MeshCore
 import MeshCrypto
 import NIOCore
@@ -64,7 +65,9 @@ extension MeshNode {
         }
         birthday.nextRound += 1
         let round = birthday.nextRound
-        let count = max(0, min(request.count, BirthdaySocketTable.maxSockets))
+        // Never more than a quarter of the descriptors this process may still open: the store,
+        // the control socket and the main socket need theirs.
+        let count = max(0, min(request.count, BirthdaySocketTable.maxSockets, Self.spareDescriptors() / 4))
         birthday.pending = .init(round: round, peer: request.peer, target: request.target, binding: count,
                                  closesAt: now + request.lifetime)
         let slot = self.slot
@@ -76,7 +79,9 @@ extension MeshNode {
                     try channel.pipeline.syncOperations.addHandler(BirthdayReceiver(slot: slot))
                 }
             }
-        let host = localAddress.isIPv6 ? "::" : "0.0.0.0"
+        // On the main socket's address when it has one: the mappings must be made on the host
+        // the other side probes (a multi-homed or VPN host could leave by another).
+        let host = localAddress.isUnspecified ? (localAddress.isIPv6 ? "::" : "0.0.0.0") : localAddress.hostString
         for _ in 0..<count {
             bootstrap.bind(host: host, port: 0).whenComplete { [self] result in
                 assumeIsolated { node in
@@ -97,6 +102,10 @@ extension MeshNode {
             }
             birthday.socketsOpened += 1
             birthday.pending?.channels.append(channel)
+            // A socket NIO closes (a send error) is no route any more: the core falls back at once.
+            channel.closeFuture.whenComplete { [self] _ in
+                assumeIsolated { node in node.birthdayChannelClosed(channel) }
+            }
             channel.writeAndFlush(AddressedEnvelope(remoteAddress: remote, data: datagram), promise: nil)
         case let .failure(error):
             birthday.socketsFailed += 1
@@ -133,8 +142,8 @@ extension MeshNode {
         if let options = channel.syncOptions {
             _ = try? options.setOption(Self.hopLimitOption(ipv6: localAddress.isIPv6), value: -1)
         }
-        receive(envelope)
-        guard core.pathAddress(of: pending.peer) == address else {
+        let authenticated = receive(envelope)
+        guard authenticated, core.pathAddress(of: pending.peer) == address else {
             // Not the member's (or not new): the socket stays a candidate.
             birthday.routes[address] = previous
             return
@@ -149,6 +158,25 @@ extension MeshNode {
             birthday.routes[oldest.key] = nil
         }
         logger.info("birthday round: a socket was hit; \(pending.peer) is reached through it at \(address)")
+    }
+
+    fileprivate func birthdayChannelClosed(_ channel: any Channel) {
+        birthday.pending?.channels.removeAll { $0 === channel }
+        for (address, route) in birthday.routes where route.channel === channel { birthday.routes[address] = nil }
+    }
+
+    /// Descriptors this process may still open (its soft limit less those open), or 1,024 when
+    /// that cannot be read.
+    static func spareDescriptors() -> Int {
+        var limit = rlimit()
+        #if canImport(Glibc)
+        let resource = Int32(RLIMIT_NOFILE.rawValue)
+        #else
+        let resource = RLIMIT_NOFILE
+        #endif
+        guard getrlimit(resource, &limit) == 0 else { return 1024 }
+        let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0
+        return max(0, Int(min(limit.rlim_cur, 1 << 20)) - open)
     }
 
     /// Whether `address` is sent to through a socket a birthday round found.

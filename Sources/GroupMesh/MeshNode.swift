@@ -403,29 +403,34 @@ package actor MeshNode {
         rearm()
     }
 
-    /// A UDP read, split into its datagrams when GRO coalesced several.
-    func receive(_ envelope: AddressedEnvelope<ByteBuffer>) {
-        guard let address = PeerAddress(envelope.remoteAddress) else { return }
+    /// A UDP read, split into its datagrams when GRO coalesced several. True when one of them
+    /// opened under a member's key.
+    @discardableResult
+    func receive(_ envelope: AddressedEnvelope<ByteBuffer>) -> Bool {
+        guard let address = PeerAddress(envelope.remoteAddress) else { return false }
         guard let segment = envelope.metadata?.segmentSize, segment > 0, envelope.data.readableBytes > segment else {
             return receive(envelope.data, from: address)
         }
         // Coalesced by GRO: equal-sized datagrams back to back, the last one possibly shorter.
         var data = envelope.data
+        var authenticated = false
         while data.readableBytes > 0, let datagram = data.readSlice(length: min(segment, data.readableBytes)) {
-            receive(datagram, from: address)
+            if receive(datagram, from: address) { authenticated = true }
         }
+        return authenticated
     }
 
-    private func receive(_ datagram: ByteBuffer, from address: PeerAddress) {
+    @discardableResult
+    private func receive(_ datagram: ByteBuffer, from address: PeerAddress) -> Bool {
         if configuration.simulatedLoss > 0,
            Double(lossRandom.next() >> 11) / Double(1 << 53) < configuration.simulatedLoss {
             simulatedDrops += 1
-            return
+            return false
         }
         var (datagram, address) = (datagram, address)
         var route: TraversalRoute?
         if traversal != nil {
-            guard let taken = traversalReceive(datagram, from: address) else { return }
+            guard let taken = traversalReceive(datagram, from: address) else { return false }
             (datagram, address, route) = taken
         }
         let instant = now
@@ -436,6 +441,7 @@ package actor MeshNode {
         if authenticated, let route { traversalHeard(route) }
         if core.hasEffects { runEffects() }
         if relayAsks != relayAsksBefore { relayCPU.relayed(since: cpuBefore, now: instant) }
+        return authenticated
     }
 
     /// Forwards others asked of us: carried, dropped over the budget or refused.

@@ -70,8 +70,10 @@ public struct NodeConfiguration: Sendable {
         settings.maxAttachmentSize = maxAttachmentSize
         settings.unavailableTimeout = unavailableTimeout
         settings.lazy = lazy
-        settings.relay.enabled = relays
-        settings.relay.budget = relayBudget
+        // 0 carries nothing (as `--relay-budget off`); otherwise 64 KiB/s to 100 GiB/s, as the
+        // CLI takes it: a library caller's value near Int.max would overflow the shares.
+        settings.relay.enabled = relays && relayBudget != 0
+        settings.relay.budget = relayBudget.map { min(max($0, 64 << 10), 100 << 30) }
         settings.lanDiscovery.enabled = lanDiscovery
         return settings
     }

@@ -92,9 +92,16 @@ public final class LyingGateway: @unchecked Sendable {
         [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
     }
 
+    /// Stops answering and closes the socket; a second call does nothing.
     public func stop() {
-        lock.withLock { running = false }
+        let wasRunning = lock.withLock { () -> Bool in
+            defer { running = false }
+            return running
+        }
+        guard wasRunning else { return }
         finished.wait()
         close(fd)
     }
+
+    deinit { stop() }
 }
