@@ -231,6 +231,32 @@ import Testing
         #expect(probed >= 1024, "the first round had its whole budget: \(probed)")
     }
 
+    @Test("an offer unanswered goes twice more, a second apart, with its token; once answered, no deadline of the round lies in the past")
+    func offersAreSentAgainAndDeadlinesStayAhead() {
+        var random = SplitMix64(seed: 13)
+        var leader = BirthdayPunching()
+        guard case let .offer(_, token)? = leader.due(now: Self.start, eligible: [Self.follower], random: &random).first else {
+            Issue.record("no offer"); return
+        }
+        var again: [MeshInstant] = []
+        var now = Self.start
+        while now < Self.start + .milliseconds(2_500) {
+            now = now + .milliseconds(100)
+            for case let .offer(_, resent) in leader.due(now: now, eligible: nil, random: &random) where resent == token {
+                again.append(now)
+            }
+        }
+        #expect(again == [Self.start + .seconds(1), Self.start + .seconds(2)], "\(again)")
+        // The follower's ready comes at last: the round runs, and its next deadline is ahead.
+        let ready = BirthdayRound(token: token, step: .ready, nat: .symmetric, addresses: [Self.hardAddress])
+        _ = leader.receive(ready, from: Self.follower, peerLeads: false, localNAT: .endpointIndependent, now: now)
+        while let deadline = leader.nextDeadline, leader.round != nil, now < Self.start + .seconds(20) {
+            #expect(deadline >= now, "a deadline in the past: \(deadline) at \(now)")
+            now = max(deadline, now + .milliseconds(1))
+            _ = leader.due(now: now, eligible: nil, random: &random)
+        }
+    }
+
     @Test("no unusable address is aimed at or probed: a hard side told nothing usable opens no sockets")
     func unusableAddressesAreNotUsed() {
         var state = BirthdayPunching()

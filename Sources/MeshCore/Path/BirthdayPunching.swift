@@ -255,6 +255,7 @@ public struct BirthdayPunching: Sendable {
             }
             var next = state
             next.heardReady = true
+            next.resendAt = nil
             var actions: [Action] = []
             if next.phase == .offered {
                 guard let roles = Self.roles(local: localNAT, peer: frame.nat) else {
@@ -350,7 +351,8 @@ public struct BirthdayPunching: Sendable {
     /// When `due` has something to do next.
     public var nextDeadline: MeshInstant? {
         guard let state = round?.state else { return nil }
-        let next = [state.nextProbeAt, state.resendAt].compactMap { $0 }.min()
+        // The resend only while offered: a past instant left here would make the driver spin.
+        let next = [state.nextProbeAt, state.phase == .offered ? state.resendAt : nil].compactMap { $0 }.min()
         return next.map { min($0, state.endsAt) } ?? state.endsAt
     }
 }
