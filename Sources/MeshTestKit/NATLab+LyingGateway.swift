@@ -18,45 +18,20 @@ public final class LyingGateway: @unchecked Sendable {
     }
 
     public let lie: Lie
-    private let fd: Int32
-    private let lock = NSLock()
-    private var running = true
-    private var counted = 0
-    private let finished = DispatchSemaphore(value: 0)
+    private let responder: UDPResponder
 
     /// Starts answering at home `index`'s gateway address, port 5351.
     public init(lab: NATLab, home index: Int, lie: Lie) throws {
         self.lie = lie
-        fd = try makeUDPSocket(inNamespace: lab.homes[index].router, address: lab.homes[index].gateway, port: 5351)
-        Thread { [self] in serve(); finished.signal() }.start()
+        responder = try UDPResponder(namespace: lab.homes[index].router, address: lab.homes[index].gateway,
+                                     port: 5351) { request, _ in Self.answers(to: request, lie: lie) }
     }
 
     /// Requests received so far (PCP and NAT-PMP datagrams).
-    public var requests: Int { lock.withLock { counted } }
+    public var requests: Int { responder.requests }
 
-    private var isRunning: Bool { lock.withLock { running } }
-
-    private func serve() {
-        var buffer = [UInt8](repeating: 0, count: 1500)
-        while isRunning {
-            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&poller, 1, 100) == 1 else { continue }
-            var source = sockaddr_in()
-            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            let count = withUnsafeMutablePointer(to: &source) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(fd, &buffer, buffer.count, 0, $0, &length) }
-            }
-            guard count >= 2 else { continue }
-            lock.withLock { counted += 1 }
-            for answer in answers(to: Array(buffer[0..<count])) {
-                _ = withUnsafePointer(to: &source) {
-                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, answer, answer.count, 0, $0, length) }
-                }
-            }
-        }
-    }
-
-    private func answers(to request: [UInt8]) -> [[UInt8]] {
+    private static func answers(to request: [UInt8], lie: Lie) -> [[UInt8]] {
+        guard request.count >= 2 else { return [] }
         if request[0] == 2, request.count >= 60, request[1] == 1 {
             // PCP MAP: echo the request's MAP fields (nonce, protocol, internal port) as a server does.
             let nonce = Array(request[24..<36]), internalPort = Array(request[40..<42])
@@ -88,20 +63,10 @@ public final class LyingGateway: @unchecked Sendable {
         }
     }
 
-    private func bigEndian(_ value: UInt32) -> [UInt8] {
+    private static func bigEndian(_ value: UInt32) -> [UInt8] {
         [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)]
     }
 
     /// Stops answering and closes the socket; a second call does nothing.
-    public func stop() {
-        let wasRunning = lock.withLock { () -> Bool in
-            defer { running = false }
-            return running
-        }
-        guard wasRunning else { return }
-        finished.wait()
-        close(fd)
-    }
-
-    deinit { stop() }
+    public func stop() { responder.stop() }
 }

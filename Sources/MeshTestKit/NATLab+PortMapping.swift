@@ -70,7 +70,7 @@ extension NATLab {
             try checked(run(in: home.router, iptables, ["-t", "nat", "-I", own[0], "1"] + own.dropFirst()), "iptables -t nat -I POSTROUTING")
         }
 
-        let stun = try STUNResponder(namespace: internetNamespace, address: Self.internetGateway)
+        let stun = try STUNResponder.start(namespace: internetNamespace, address: Self.internetGateway)
         defer { stun.stop() }
         let subnet = home.gateway.split(separator: ".").prefix(3).joined(separator: ".") + ".0/24"
         let configuration = """
@@ -157,53 +157,19 @@ public final class Miniupnpd: @unchecked Sendable {
 
 /// Answers STUN binding requests (RFC 5389) with the source address, ignoring every attribute
 /// (CHANGE-REQUEST included): enough for miniupnpd's check of its external address.
-final class STUNResponder: @unchecked Sendable {
-    let port: UInt16
-    private let fd: Int32
-    private let lock = NSLock()
-    private var running = true
-    private let finished = DispatchSemaphore(value: 0)
-
-    init(namespace: String, address: String) throws {
-        let socket = try makeUDPSocket(inNamespace: namespace, address: address, port: 0)
-        fd = socket
-        var bound = sockaddr_in()
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &bound) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
-        }
-        port = UInt16(bigEndian: bound.sin_port)
-        Thread { [self] in serve(); finished.signal() }.start()
-    }
-
-    private var isRunning: Bool { lock.withLock { running } }
-
-    private func serve() {
-        var buffer = [UInt8](repeating: 0, count: 1500)
-        while isRunning {
-            var poller = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            guard poll(&poller, 1, 100) == 1 else { continue }
-            var source = sockaddr_in()
-            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-            let count = withUnsafeMutablePointer(to: &source) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(fd, &buffer, buffer.count, 0, $0, &length) }
-            }
+enum STUNResponder {
+    static func start(namespace: String, address: String) throws -> UDPResponder {
+        try UDPResponder(namespace: namespace, address: address, port: 0) { request, source in
             // A binding request: type 0x0001, the magic cookie, a 12-byte transaction id.
-            guard count >= 20, buffer[0] == 0, buffer[1] == 1, buffer[4...7] == [0x21, 0x12, 0xA4, 0x42] else { continue }
+            guard request.count >= 20, request[0] == 0, request[1] == 1, request[4...7] == [0x21, 0x12, 0xA4, 0x42] else {
+                return []
+            }
             let port = UInt16(bigEndian: source.sin_port) ^ 0x2112
             let host = UInt32(bigEndian: source.sin_addr.s_addr) ^ 0x2112_A442
-            var answer: [UInt8] = [0x01, 0x01, 0, 12] + buffer[4..<20]
+            var answer: [UInt8] = [0x01, 0x01, 0, 12] + request[4..<20]
             answer += [0x00, 0x20, 0, 8, 0, 1, UInt8(port >> 8), UInt8(port & 0xFF),
                        UInt8(host >> 24), UInt8(host >> 16 & 0xFF), UInt8(host >> 8 & 0xFF), UInt8(host & 0xFF)]
-            _ = withUnsafePointer(to: &source) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, answer, answer.count, 0, $0, length) }
-            }
+            return [answer]
         }
-    }
-
-    func stop() {
-        lock.withLock { running = false }
-        finished.wait()
-        close(fd)
     }
 }
