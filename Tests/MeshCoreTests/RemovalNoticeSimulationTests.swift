@@ -16,9 +16,13 @@ struct RemovalNoticeSimulationTests {
         link.lossProbability = 0.2
         let mesh = SessionEndSimulationTests.mesh(seed: seed, count: 3, link: link)
         let (a, b, c) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)))
-        mesh.simulator.run(until: .zero + .seconds(6))
+        // Under a fifth lost, forming can take a while: the removal is of a member all know.
+        mesh.simulator.run(until: .zero + .seconds(30), checkEvery: .milliseconds(250)) { _ in
+            mesh.all.allSatisfy { $0.activeMemberIDs.count == 2 }
+        }
+        #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 2 }, "\(replay): the mesh never formed")
         a.removeMember(c.id)
-        mesh.simulator.run(until: .zero + .seconds(30)) { _ in c.removedFromSession }
+        mesh.simulator.run(for: .seconds(24)) { _ in c.removedFromSession }
         #expect(mesh.removed == [c.id], "\(replay): c was not removed")
         #expect(c.removedFromSession, "\(replay): c was never told")
         #expect(!a.removedFromSession && !b.removedFromSession, "\(replay)")

@@ -229,6 +229,24 @@ public struct MembershipInstance: Sendable {
 
     public func isExcluded(_ id: NodeID) -> Bool { excluded.contains(id) }
 
+    /// Takes back members a rotation excluded when a competing rotation replaced it (two
+    /// removals at once): members again, alive as they were, and probing finds out whether they
+    /// still are. Members the winner removes too stay excluded (the caller passes only the rest).
+    public mutating func readmit(_ ids: Set<NodeID>, now: MeshInstant) -> [MembershipDirective] {
+        var out: [MembershipDirective] = []
+        for id in ids.sorted() where excluded.remove(id) != nil {
+            guard var member = members[id], member.status == .left else { continue }
+            member.status = .alive
+            member.suspicion = nil
+            member.lastChange = now
+            members[id] = member
+            timed.remove(id)
+            activate(id)
+            out.append(.memberChanged(member))
+        }
+        return out
+    }
+
     // MARK: input
 
     /// `pairwise`: the datagram was sealed with the sender's pairwise key for our boot, so only

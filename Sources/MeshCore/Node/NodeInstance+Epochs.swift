@@ -161,6 +161,10 @@ extension NodeInstance {
             }
             return
         }
+        // A member that took a competing rotation out of this epoch, which removes us.
+        if case let .removalNotice(rotation) = opened.frames.first {
+            return receiveRemovalNotice(rotation, from: header.sender, address: address, now: now)
+        }
         // A beacon from a member already in the epoch that followed this one here: nothing to do.
         let next = epochs.transition(after: header.sessionID)?.secret.sessionID
         for case let .ping(ping) in opened.frames where ping.token == next?.value { return }
@@ -181,14 +185,38 @@ extension NodeInstance {
         return nil
     }
 
+    /// Members a rotation that lost excluded, which the winner keeps: members again, and no
+    /// longer told that they were removed.
+    private mutating func readmit(_ ids: Set<NodeID>, now: MeshInstant) {
+        guard !ids.isEmpty else { return }
+        removedToTell.removeAll { ids.contains($0.member) }
+        let readmitted = membership.readmit(ids, now: now)
+        apply(readmitted, now: now)
+        log(.notice, "members removed by a rotation that lost are members again",
+            ["members": ids.sorted().map(\.description).joined(separator: ",")])
+    }
+
     /// A member removed us: a rotation it signed names us (out of our epoch, or out of one that
-    /// followed it, when we were removed on top of a competing rotation). Believed from a member
-    /// we know (any member may remove any other), never from anyone else.
-    mutating func receiveRemovalNotice(_ rotation: KeyRotation, from sender: NodeID, now: MeshInstant) {
+    /// followed it, when we were removed on top of a competing rotation; or, sealed in an epoch we
+    /// left, one that beats the rotation we took out of that epoch: two members removing each
+    /// other). Believed from a member we know (any member may remove any other), never from anyone
+    /// else, and never when a rotation of ours out of the same epoch beats it.
+    mutating func receiveRemovalNotice(_ rotation: KeyRotation, from sender: NodeID, address: PeerAddress,
+                                       now: MeshInstant) {
         guard rotation.removed.contains(localID),
               knownMemberIDs.contains(rotation.author), knownMemberIDs.contains(sender),
               rotation.hasValidSignature(authority) else {
             counters.handoversRefused += 1
+            return
+        }
+        if let ours = epochs.transitions.first(where: { $0.rotation.previousSession == rotation.previousSession }),
+           ours.rotation.nextSession != rotation.nextSession, !KeyEpochs.wins(rotation, over: ours.rotation) {
+            // We removed each other and ours stands: the sender took the rotation that lost
+            // (it will not hand us anything, as that rotation removes us). Hand it ours.
+            counters.handoversRefused += 1
+            if let record = membership.member(sender)?.record {
+                handOver(to: record, heardIn: rotation.previousSession, address: address, now: now)
+            }
             return
         }
         stopRemoved(by: rotation.author, now: now)
@@ -230,13 +258,17 @@ extension NodeInstance {
             // Handed on to every live member too: under loss, and when two members removed
             // someone at once, every member must see the rotation that stands.
             enterEpoch(transition, handingOver: true, now: now)
-            if let replacing, replacing.rotation.author == localID {
-                // Our own removal lost to a competing one: remove again, on top of the winner.
+            if let replacing {
+                // Members the losing rotation removed and the winner does not: our own removal is
+                // made again, on top of the winner; anyone else's is undone here.
                 let rest = Set(replacing.rotation.removed).subtracting(epochs.removed)
-                if !rest.isEmpty, let again = try? epochs.rotation(removing: rest, to: randomSecret(),
-                                                                   members: knownMemberIDs, authority: authority) {
+                if replacing.rotation.author == localID, !rest.isEmpty,
+                   let again = try? epochs.rotation(removing: rest, to: randomSecret(), members: knownMemberIDs,
+                                                    authority: authority) {
                     epochs.commit(again)
                     enterEpoch(again, handingOver: true, now: now)
+                } else {
+                    readmit(rest, now: now)
                 }
             }
             // Our view may be empty (back from a restart): join again, now in the new epoch.

@@ -348,7 +348,7 @@ public struct NodeInstance: Sendable {
                 return
             }
             if case let .removalNotice(rotation) = datagram.frames.first {
-                return receiveRemovalNotice(rotation, from: sender, now: now)
+                return receiveRemovalNotice(rotation, from: sender, address: address, now: now)
             }
             // A hello's source is only its claim: what answers it stays within three times its
             // size, so a forged source earns its owner no flood (QUIC's rule). The state transfer
