@@ -154,3 +154,36 @@ extension NodeID {
         self.init(high: high, low: low)
     }
 }
+
+extension Frame {
+    /// The member a membership update is about.
+    var membershipSubject: NodeID? {
+        switch self {
+        case let .alive(record): return record.id
+        case let .suspect(accusation), let .dead(accusation): return accusation.member
+        case let .left(departure): return departure.member
+        default: return nil
+        }
+    }
+
+    /// The frame as a hello datagram must carry it: a probe of `target`, an ack of `acker`'s,
+    /// named (a pairwise one leaves them to the key).
+    func namingProbeTarget(_ target: NodeID, acker: NodeID) -> Frame {
+        switch self {
+        case let .probe(probe) where probe.target == nil:
+            return .probe(Probe(sequence: probe.sequence, target: target))
+        case let .probeAck(ack) where ack.target == nil:
+            return .probeAck(ProbeAck(sequence: ack.sequence, target: acker))
+        default:
+            return self
+        }
+    }
+
+    /// A probe or its answer: what makes a pairwise datagram membership's.
+    public var isProbeOrAck: Bool {
+        switch self {
+        case .probe, .probeAck: return true
+        default: return false
+        }
+    }
+}
