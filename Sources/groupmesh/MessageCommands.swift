@@ -98,7 +98,9 @@ struct ListenCommand: AsyncParsableCommand {
         }
         // The node also ends a listen that stopped reading; then it still answers.
         if (try? ControlClient(directory: data.directory).status()) != nil {
-            throw fail("the node ended this listen: it read nothing for \(ControlRequest.listenStallLimit) while messages waited (a paused terminal or pager?); run listen again")
+            let stall = ControlRequest.listenStallLimit
+            throw fail("the node ended this listen: it read nothing for \(stall) while messages waited "
+                       + "(a paused terminal or pager?); run listen again")
         }
         FileHandle.standardError.write(Data("the node on \(data.directory.path) stopped\n".utf8))
     }

@@ -81,7 +81,8 @@ struct ControlConnectionTests {
     /// Reliable sends over 4 connections at once, on threads of their own: ControlClient blocks,
     /// and the test runner's cooperative pool has one thread per core. Returns how many the
     /// node said were sent, and the failures.
-    static func send(_ count: Int, _ body: [UInt8], from client: ControlClient) async -> (sent: Int, failures: [String]) {
+    static func send(_ count: Int, _ body: [UInt8],
+                     from client: ControlClient) async -> (sent: Int, failures: [String]) {
         let lanes = 4
         let log = FailureLog()
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
@@ -119,7 +120,11 @@ final class SlowReader: @unchecked Sendable {
         Thread.detachNewThread { [self] in
             defer { done.signal() }
             while result.messages < messages, let line = try? connection.readLines(count: 1).first {
-                if line.contains(#""message""#) { result.messages += 1 } else { result.other.append(String(line.prefix(120))) }
+                if line.contains(#""message""#) {
+                    result.messages += 1
+                } else {
+                    result.other.append(String(line.prefix(120)))
+                }
             }
         }
     }

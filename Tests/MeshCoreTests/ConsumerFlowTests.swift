@@ -112,8 +112,9 @@ struct ConsumerFlowTests {
         let limit = Self.settings().consumerStallLimit
         mesh[receiver].addConsumer(bound: 64 * 1024, bytesPerSecond: 0, from: Self.start)
         for index in 0..<40 {
-            mesh[sender].planSend("m\(index)", at: Self.at(Int64(index)), payload: numberedPayload(from: 0, sequence: index, size: 16 * 1024),
-                                  to: [receiver], timeout: .seconds(60))
+            let payload = numberedPayload(from: 0, sequence: index, size: 16 * 1024)
+            mesh[sender].planSend("m\(index)", at: Self.at(Int64(index)), payload: payload, to: [receiver],
+                                  timeout: .seconds(60))
         }
         // Sent while held, with a timeout shorter than the stall: it fails, honestly, and is skipped.
         mesh[sender].planSend("short", at: Self.at(500), payload: [1, 2, 3], to: [receiver], timeout: .seconds(1))
@@ -135,7 +136,8 @@ struct ConsumerFlowTests {
             .filter { $0 > behindSince + .milliseconds(50) && $0 < stalledAt }
         #expect(heldCompletions.isEmpty, "\(replay): \(heldCompletions.count) sends completed while held")
         #expect((0..<40).allSatisfy { mesh[sender].completion("m\($0)")?.failures == [:] }, "\(replay)")
-        #expect(mesh[sender].completion("short")?.failures == [DeliveryProcess.nodeID(receiver): .timedOut], "\(replay)")
+        let shortFailures = mesh[sender].completion("short")?.failures
+        #expect(shortFailures == [DeliveryProcess.nodeID(receiver): .timedOut], "\(replay)")
         #expect(!mesh[receiver].payloads(from: sender).contains([1, 2, 3]), "\(replay): the abandoned one is skipped")
         #expect(mesh.violations.isEmpty, "\(replay): \(mesh.violations.prefix(3))")
     }

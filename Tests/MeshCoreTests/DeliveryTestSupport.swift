@@ -348,7 +348,8 @@ struct SimConsumer {
     }
 
     mutating func drain(for step: Duration) -> ConsumerFlow.Report? {
-        credit += Double(bytesPerSecond) * (Double(step.components.attoseconds) / 1e18 + Double(step.components.seconds))
+        let seconds = Double(step.components.seconds) + Double(step.components.attoseconds) / 1e18
+        credit += Double(bytesPerSecond) * seconds
         let taken = min(queued, Int(credit))
         credit -= Double(taken)
         if queued == 0 { credit = 0 }

@@ -190,7 +190,8 @@ final class ControlResponder: @unchecked Sendable {
         guard !backlog.isBehind, let unsent = unsentBytes, unsent > Self.behindBytes else { return }
         backlog.fellBehind(unsent: unsent)
         onBacklog?(.behind)
-        backlogPoll = eventLoop.scheduleRepeatedTask(initialDelay: Self.backlogPoll, delay: Self.backlogPoll) { [weak self] _ in
+        let period = Self.backlogPoll
+        backlogPoll = eventLoop.scheduleRepeatedTask(initialDelay: period, delay: period) { [weak self] _ in
             self?.checkBacklog()
         }
     }
