@@ -227,7 +227,7 @@ extension MeshNode {
             simulatedDrops: simulatedDrops,
             requestTimeouts: core.transfer.timeouts, handoversSent: counters.handoversSent,
             handoversRefused: counters.handoversRefused,
-            messagesDroppedForSlowReaders: messagesDroppedForSlowReaders,
+            messagesDroppedForSlowReaders: messagesDroppedForSlowReaders, consumersStalled: counters.consumersStalled,
             controlConnectionsClosed: controlConnections?.closedIdle ?? 0,
             controlConnectionsRefused: controlConnections?.refused ?? 0,
             kernelReceiveDrops: KernelSocketDrops.read(localAddress: localAddress),

@@ -58,6 +58,8 @@ package actor MeshNode {
     private var timer: Scheduled<Void>?
     private var timerDeadline: MeshInstant?
     private var nextRequest: UInt64 = 0
+    private var nextConsumer: UInt64 = 0
+    private var runningEffects = false
     private var waiters: [RequestID: RequestWaiter] = [:]
     var viewSubscribers = Subscribers<[Member]>()
     var messageSubscribers = Subscribers<NodeMessage>()
@@ -395,6 +397,20 @@ package actor MeshNode {
         submit(command, request: nextRequestID(), to: .callback(completion))
     }
 
+    /// How far one application consumer is behind (`ConsumerFlow`), as the shell measured it.
+    func reportConsumer(_ consumer: UInt64, _ report: ConsumerFlow.Report) {
+        core.applicationConsumer(consumer, report, now: now)
+        // Reported as a message was written, the effects loop under way carries these out.
+        guard !runningEffects else { return }
+        runEffects()
+        rearm()
+    }
+
+    func nextConsumerID() -> UInt64 {
+        nextConsumer += 1
+        return nextConsumer
+    }
+
     private func submit(_ command: NodeCommand, request: RequestID, to waiter: RequestWaiter) {
         // Registered first: the completion may be among the command's own effects.
         waiters[request] = waiter
@@ -486,6 +502,8 @@ package actor MeshNode {
 
     /// Carries out what the core asked, in order: the only place where its effects happen.
     func runEffects() {
+        runningEffects = true
+        defer { runningEffects = false }
         var wrote = false, viewChanged = false, attachmentsChanged = false
         // The departure is among these effects: the sockets close only once it is written.
         if core.phase == .leaving { trackLastWrite = true }
@@ -512,6 +530,8 @@ package actor MeshNode {
                 case let .event(.message(message)):
                     messagesDroppedForSlowReaders += UInt64(messageSubscribers.yield(message))
                     if !listeners.isEmpty { deliverToListeners(message) }
+                case let .event(.applicationConsumerStalled(consumer)):
+                    cutStalledConsumer(consumer)
                 case .event(.attachmentsChanged):
                     attachmentsChanged = true
                 case let .event(.memberChanged(member)):

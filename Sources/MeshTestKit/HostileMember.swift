@@ -313,7 +313,7 @@ public final class HostileMember: @unchecked Sendable {
                 case .garbage: sendJournal(.chunk(digest, (0..<512).map { _ in UInt8.random(in: 0...255, using: &random) }),
                                            to: received.from)
                 }
-            case .completed:
+            case .completed, .consumerStalled:
                 break
             }
         }

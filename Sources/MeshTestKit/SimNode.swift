@@ -388,7 +388,7 @@ public final class SimNode: SimulatedProcess {
             joinedNotices.append((now, member, address))
         case let .log(record):
             logged[record.message, default: 0] += 1
-        case .memberForgotten, .epochChanged, .attachmentsChanged:
+        case .memberForgotten, .epochChanged, .attachmentsChanged, .applicationConsumerStalled:
             break
         }
     }

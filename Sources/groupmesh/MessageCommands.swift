@@ -83,15 +83,6 @@ struct ListenCommand: AsyncParsableCommand {
                     FileHandle.standardError.write(Data("ready\n".utf8))
                     return true
                 }
-                if case let .dropped(count) = response {
-                    // Said in order with the messages, so a reader knows where the gap is.
-                    if json {
-                        emit("{\"dropped\":\(count)}")
-                    } else {
-                        FileHandle.standardError.write(Data("dropped \(count) message\(count == 1 ? "" : "s"): this listen was not reading fast enough\n".utf8))
-                    }
-                    return true
-                }
                 guard case let .message(message) = response else { return true }
                 if json {
                     if let line = try? encoder.encode(message) { emit(String(decoding: line, as: UTF8.self)) }
@@ -105,9 +96,11 @@ struct ListenCommand: AsyncParsableCommand {
         } catch {
             throw fail(error)
         }
-        // The node also ends a listen that fell too far behind; then it still answers.
+        // The node also ends a listen that stopped reading; then it still answers.
         if (try? ControlClient(directory: data.directory).status()) != nil {
-            throw fail("the node ended this listen: it fell \(ControlRequest.listenMaxMessagesBehind) messages behind (a paused terminal or pager?); run listen again")
+            let stall = ControlRequest.listenStallLimit
+            throw fail("the node ended this listen: it read nothing for \(stall) while messages waited "
+                       + "(a paused terminal or pager?); run listen again")
         }
         FileHandle.standardError.write(Data("the node on \(data.directory.path) stopped\n".utf8))
     }

@@ -55,6 +55,9 @@ final class DeliveryProcess: SimulatedProcess {
     /// Data chunks sent, first transmissions and retransmissions alike, per peer.
     private(set) var dataChunksSent: [NodeID: Int] = [:]
     private(set) var fragmentsSent = 0
+    /// When the consumer was declared stalled and cut off.
+    private(set) var stalledConsumerAt: MeshInstant?
+    private(set) var consumerBehindSinceWhenCut: MeshInstant?
     /// Invariant violations seen after some callback (must stay empty).
     private(set) var violations: [String] = []
     /// Highest `bytesInFlight / window` seen right after the sender put data on the wire.
@@ -62,6 +65,8 @@ final class DeliveryProcess: SimulatedProcess {
     /// Callbacks after which the invariants were checked.
     private(set) var checks = 0
     private var largestWindow: [NodeID: Int] = [:]
+    /// The application consumer, when the test gives this node one (`SimConsumer`).
+    private(set) var consumer: SimConsumer?
 
     init(address: SimAddress, settings: DeliveryInstance.Settings = .init()) {
         self.address = address
@@ -149,9 +154,27 @@ final class DeliveryProcess: SimulatedProcess {
         perform(directives, now: now, context: &context)
     }
 
+    /// Gives this node an application consumer that drains `bytesPerSecond` (0: stalled) from
+    /// `start`, in steps of `step`, and reports itself behind over `bound` queued bytes.
+    func addConsumer(bound: Int, bytesPerSecond: Int, step: Duration = .milliseconds(10), from start: MeshInstant) {
+        consumer = SimConsumer(bound: bound, bytesPerSecond: bytesPerSecond)
+        plan(at: start) { process, now in process.drainConsumer(step: step, now: now) }
+    }
+
+    /// Sets how fast the consumer drains from now on (0: it stops).
+    func setConsumerRate(_ bytesPerSecond: Int) { consumer?.bytesPerSecond = bytesPerSecond }
+
+    private func drainConsumer(step: Duration, now: MeshInstant) -> [Directive] {
+        guard consumer != nil else { return [] }
+        plan(at: now + step) { process, now in process.drainConsumer(step: step, now: now) }
+        guard let report = consumer?.drain(for: step) else { return [] }
+        return instance.applicationConsumer(SimConsumer.id, report, now: now)
+    }
+
     private func perform(_ directives: [Directive], now: MeshInstant, context: inout SimContext) {
         var sentData: Set<NodeID> = []
-        for directive in directives {
+        var queue = directives[...]
+        while let directive = queue.popFirst() {
             switch directive {
             case let .send(peer, frames):
                 guard let destination = addresses[peer] else {
@@ -174,6 +197,17 @@ final class DeliveryProcess: SimulatedProcess {
                 context.send(datagram, to: destination)
             case let .deliver(received):
                 deliveries.append(Delivery(time: now, from: received.from, mode: received.mode, payload: received.payload))
+                if let report = consumer?.enqueue(received.payload.count, now: now) {
+                    queue += instance.applicationConsumer(SimConsumer.id, report, now: now)
+                }
+            case let .consumerStalled(id):
+                // The shell disconnects it: what it had queued is lost with it, and it holds nothing.
+                if id == SimConsumer.id, let cut = consumer {
+                    consumer = nil
+                    stalledConsumerAt = now
+                    consumerBehindSinceWhenCut = cut.behindSince
+                    queue += instance.applicationConsumer(id, .caughtUp, now: now)
+                }
             case let .completed(sendID, failures):
                 if completions[sendID] != nil { violations.append("\(now): send \(sendID) completed twice") }
                 completions[sendID] = Completion(time: now, failures: failures)
@@ -282,4 +316,50 @@ func describeMessages(_ messages: [[UInt8]]) -> String {
         return "\(message.count)B(\(sender).\(sequence))"
     }
     return "\(messages.count) messages: " + shown.joined(separator: " ") + (messages.count > 12 ? " …" : "")
+}
+
+/// An application consumer as the shell measures one (a `listen`): delivered messages queue
+/// for it, it takes `bytesPerSecond`; over `bound` queued bytes it is behind (said again at each
+/// step that drained something), and under half of it caught up.
+struct SimConsumer {
+    static let id: UInt64 = 1
+
+    let bound: Int
+    var bytesPerSecond: Int
+    private(set) var queued = 0
+    private(set) var largestQueued = 0
+    private(set) var consumedBytes = 0
+    private(set) var behindSince: MeshInstant?
+    private var behind = false
+    private var credit = 0.0
+
+    init(bound: Int, bytesPerSecond: Int) {
+        self.bound = bound
+        self.bytesPerSecond = bytesPerSecond
+    }
+
+    mutating func enqueue(_ bytes: Int, now: MeshInstant) -> ConsumerFlow.Report? {
+        queued += bytes
+        largestQueued = max(largestQueued, queued)
+        guard !behind, queued > bound else { return nil }
+        behind = true
+        behindSince = now
+        return .behind
+    }
+
+    mutating func drain(for step: Duration) -> ConsumerFlow.Report? {
+        let seconds = Double(step.components.seconds) + Double(step.components.attoseconds) / 1e18
+        credit += Double(bytesPerSecond) * seconds
+        let taken = min(queued, Int(credit))
+        credit -= Double(taken)
+        if queued == 0 { credit = 0 }
+        queued -= taken
+        consumedBytes += taken
+        guard behind, taken > 0 else { return nil }
+        if queued <= bound / 2 {
+            behind = false
+            return .caughtUp
+        }
+        return .behind
+    }
 }

@@ -35,9 +35,9 @@ public enum ControlRequest: Sendable, Equatable {
 }
 
 extension ControlRequest {
-    /// A `listen` client that misses this many messages in a row (it stopped reading) is
-    /// disconnected; fewer are reported in a `{"ok": true, "dropped": N}` line.
-    public static let listenMaxMessagesBehind = 1_000
+    /// A `listen` client that reads nothing this long while messages wait for it (a paused
+    /// pager) is disconnected; until then the node takes no new messages (Docs/CLI.md §listen).
+    public static let listenStallLimit = DeliveryInstance.Settings().consumerStallLimit
 }
 
 extension ControlRequest: Codable {
@@ -148,7 +148,7 @@ public enum ControlResponse: Sendable, Equatable {
     /// `listen`: subscribed; messages follow.
     case subscribed
     case message(ReceivedMessageInfo)
-    /// `listen`: this many messages were not sent because the client was not reading them.
+    /// `events`: this many lines were not sent because the client was not reading them.
     case dropped(messages: Int)
     /// `attach`, `get`, `remove`: the attachment's id.
     case attachment(String)

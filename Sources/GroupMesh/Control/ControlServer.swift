@@ -1,11 +1,13 @@
 import Foundation
+import MeshCore
 import NIOCore
 import NIOPosix
 
 /// The Unix-domain control socket (`DATA_DIR/control.sock`, mode 0600). Connections run on the
 /// node's event loop, so requests reach the node without a hop.
 enum ControlServer {
-    /// A client's unread output past this makes the channel unwritable (a `listen` then drops).
+    /// A client's unread output past this makes the channel unwritable (an `events` stream then
+    /// drops; a `listen` is behind, and the node holds new messages instead: `MessageBacklog`).
     static let writeBuffer = ChannelOptions.Types.WriteBufferWaterMark(low: 256 * 1024, high: 1024 * 1024)
 
     static func bind(path: String, directoryPath: String, node: MeshNode, connections: ControlConnections,
@@ -113,13 +115,21 @@ final class ControlConnections: @unchecked Sendable {
 }
 
 /// Where the node writes its answers to one control connection. Used only on the node's event
-/// loop, like the connection itself. Answers are always written; a `listen`'s messages only
-/// while the client keeps up (the channel is writable): past that they are counted, the client
-/// gets one `dropped` line when it drains, and is disconnected once it is `maxMessagesBehind`.
+/// loop, like the connection itself. Answers and a `listen`'s messages are always written (the
+/// node stops taking messages while a `listen` is behind, so what it writes is bounded); an
+/// `events` stream's lines only while the client keeps up (the channel is writable): past that
+/// they are counted, the client gets one `dropped` line when it drains, and is disconnected
+/// once it is `maxEventsBehind`.
 final class ControlResponder: @unchecked Sendable {
-    /// A stalled `listen` (a paused pager) is disconnected after missing this many messages in
-    /// a row; until then it costs the node at most the channel's write buffer.
-    static let maxMessagesBehind = ControlRequest.listenMaxMessagesBehind
+    /// A stalled `events` client (a paused pager) is disconnected after missing this many lines
+    /// in a row; until then it costs the node at most the channel's write buffer.
+    static let maxEventsBehind = 1_000
+    /// Over this many bytes not yet taken by the client's socket, a `listen` is behind; under
+    /// `caughtUpBytes` it has caught up (the channel's own watermarks).
+    static let behindBytes = ControlServer.writeBuffer.high
+    static let caughtUpBytes = ControlServer.writeBuffer.low
+    /// How often a behind `listen` is looked at for progress.
+    static let backlogPoll = TimeAmount.milliseconds(100)
 
     /// Cleared once closed: the context holds the handler, which holds this responder.
     private var context: ChannelHandlerContext?
@@ -130,8 +140,13 @@ final class ControlResponder: @unchecked Sendable {
     /// Messages not written since the last one that was.
     private(set) var messagesDropped = 0
     var onClose: (() -> Void)?
-    /// Called for each message this client missed (the node counts them).
+    /// Called for each line this client missed (the node counts them).
     var onDrop: (() -> Void)?
+    /// A `listen`'s id as an application consumer, and where its backlog is reported.
+    var consumerID: UInt64?
+    var onBacklog: ((ConsumerFlow.Report) -> Void)?
+    private var backlog = MessageBacklog()
+    private var backlogPoll: RepeatedTask?
 
     init(context: ChannelHandlerContext, connections: ControlConnections?) {
         self.context = context
@@ -165,19 +180,49 @@ final class ControlResponder: @unchecked Sendable {
         write(response)
     }
 
-    /// One message for a `listen`; dropped (and counted) while the client is behind.
+    /// One message for a `listen`: always written. Over `behindBytes` unsent the node is told
+    /// the client is behind (and holds new messages), then told again each time the client
+    /// drained some, until it is under `caughtUpBytes`.
     func sendMessage(_ message: ReceivedMessageInfo) {
-        sendStreamed(.message(message))
+        eventLoop.preconditionInEventLoop()
+        guard !isClosed, context != nil else { return }
+        backlog.written += write(.message(message))
+        guard !backlog.isBehind, let unsent = unsentBytes, unsent > Self.behindBytes else { return }
+        backlog.fellBehind(unsent: unsent)
+        onBacklog?(.behind)
+        let period = Self.backlogPoll
+        backlogPoll = eventLoop.scheduleRepeatedTask(initialDelay: period, delay: period) { [weak self] _ in
+            self?.checkBacklog()
+        }
     }
 
-    /// One line of a stream (`listen`, `events`); dropped (and counted) while the client is behind.
+    /// Bytes written to the connection and not yet taken by its socket.
+    private var unsentBytes: Int? {
+        try? context?.channel.syncOptions?.getOption(.bufferedWritableBytes)
+    }
+
+    private func checkBacklog() {
+        guard !isClosed, let unsent = unsentBytes else { return }
+        switch backlog.check(unsent: unsent, caughtUpBelow: Self.caughtUpBytes) {
+        case .caughtUp:
+            backlogPoll?.cancel()
+            backlogPoll = nil
+            onBacklog?(.caughtUp)
+        case .drainedSome:
+            onBacklog?(.behind)
+        case .noProgress:
+            break
+        }
+    }
+
+    /// One line of an `events` stream; dropped (and counted) while the client is behind.
     func sendStreamed(_ response: ControlResponse) {
         eventLoop.preconditionInEventLoop()
         guard !isClosed, let context else { return }
         guard context.channel.isWritable else {
             messagesDropped += 1
             onDrop?()
-            if messagesDropped >= Self.maxMessagesBehind { close() }
+            if messagesDropped >= Self.maxEventsBehind { close() }
             return
         }
         reportDrops()
@@ -195,10 +240,13 @@ final class ControlResponder: @unchecked Sendable {
         messagesDropped = 0
     }
 
-    private func write(_ response: ControlResponse) {
-        guard let context, var bytes = try? JSONEncoder().encode(response) else { return }
+    /// Returns the bytes written.
+    @discardableResult
+    private func write(_ response: ControlResponse) -> Int {
+        guard let context, var bytes = try? JSONEncoder().encode(response) else { return 0 }
         bytes.append(UInt8(ascii: "\n"))
         context.writeAndFlush(NIOAny(context.channel.allocator.buffer(bytes: bytes)), promise: nil)
+        return bytes.count
     }
 
     /// Closes the connection from the node's side (idle, evicted, or too far behind).
@@ -212,10 +260,42 @@ final class ControlResponder: @unchecked Sendable {
         guard !isClosed else { return }
         isClosed = true
         context = nil
+        backlogPoll?.cancel()
+        backlogPoll = nil
+        // Gone: it holds nothing any more.
+        if backlog.isBehind { onBacklog?(.caughtUp) }
+        onBacklog = nil
         if let id { connections?.closed(id) }
         onClose?()
         onClose = nil
         onDrop = nil
+    }
+}
+
+/// How far a `listen` is behind: what was written to it, what its socket took, and whether it
+/// took more since it was last said to be behind (progress, which keeps it from being cut off).
+struct MessageBacklog {
+    enum Check: Equatable { case caughtUp, drainedSome, noProgress }
+
+    var written = 0
+    private(set) var isBehind = false
+    private var drainedWhenReported = 0
+
+    mutating func fellBehind(unsent: Int) {
+        isBehind = true
+        drainedWhenReported = written - unsent
+    }
+
+    mutating func check(unsent: Int, caughtUpBelow: Int) -> Check {
+        guard isBehind else { return .noProgress }
+        if unsent <= caughtUpBelow {
+            isBehind = false
+            return .caughtUp
+        }
+        let drained = written - unsent
+        guard drained > drainedWhenReported else { return .noProgress }
+        drainedWhenReported = drained
+        return .drainedSome
     }
 }
 

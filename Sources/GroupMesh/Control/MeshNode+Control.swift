@@ -103,13 +103,21 @@ extension MeshNode {
             return responder.send(.failure("this connection already follows a stream"))
         }
         responder.send(.subscribed)
-        responder.onDrop = { [unowned self] in
-            assumeIsolated { $0.messagesDroppedForSlowReaders += 1 }
+        let consumer = nextConsumerID()
+        responder.consumerID = consumer
+        responder.onBacklog = { [unowned self] report in
+            assumeIsolated { $0.reportConsumer(consumer, report) }
         }
         responder.onClose = { [unowned self] in
             assumeIsolated { node in node.listeners.removeAll { $0 === responder } }
         }
         listeners.append(responder)
+    }
+
+    /// The core found this consumer stalled (it drained nothing for the stall limit): a
+    /// `listen` is disconnected, which the CLI reports in one line.
+    func cutStalledConsumer(_ consumer: UInt64) {
+        listeners.first { $0.consumerID == consumer }?.close()
     }
 
     private func controlEvents(after: UInt64?, responder: ControlResponder) {

@@ -196,8 +196,11 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// Key epochs handed to members; handovers to us that were refused.
         public var handoversSent: UInt64
         public var handoversRefused: UInt64
-        /// Messages not given to a reader that fell behind (a `listen`, a `messages()` stream).
+        /// Messages not given to a `messages()` stream that fell 4,096 behind (a `listen` is
+        /// never dropped from: the node holds new messages while it is behind).
         public var messagesDroppedForSlowReaders: UInt64
+        /// `listen` clients cut off for reading nothing for the stall limit while messages waited.
+        public var consumersStalled: UInt64
         /// Control connections closed after 20 s idle or to make room; refused (all busy).
         public var controlConnectionsClosed: UInt64
         public var controlConnectionsRefused: UInt64

@@ -17,6 +17,10 @@ public struct DeliveryInstance: Sendable {
         public var reassemblyCapacity = 1 << 20
         public var reassemblyTimeout: Duration = .seconds(5)
         public var sender = ReliableSender.Settings()
+        /// How long a consumer that drains nothing may hold new application messages
+        /// (`ConsumerFlow`): well under the default send timeout, so a message held behind a
+        /// paused reader still has most of its timeout left once that reader is cut off.
+        public var consumerStallLimit: Duration = .seconds(3)
         public init() {}
 
         /// Chunk size: a full datagram less the frame headers and room for a piggybacked ack.
@@ -61,6 +65,9 @@ public struct DeliveryInstance: Sendable {
         case deliver(Received)
         /// A send finished: delivered to every target except those in `failures`.
         case completed(sendID: UInt64, failures: [NodeID: Failure])
+        /// This application consumer drained nothing for the stall limit: it no longer holds
+        /// acceptance, and the shell is to disconnect it.
+        case consumerStalled(UInt64)
     }
 
     struct Channel: Sendable {
@@ -101,9 +108,13 @@ public struct DeliveryInstance: Sendable {
     private var channels: [NodeID: Channel] = [:]
     private var sends: [UInt64: Outgoing] = [:]
     private var nextSendID: UInt64 = 1
+    private var consumers: ConsumerFlow
+    /// Whether every receiver holds new application chunks (`consumers.isHolding`, applied).
+    public private(set) var holdsApplication = false
 
     public init(settings: Settings = .init()) {
         self.settings = settings
+        self.consumers = ConsumerFlow(stallLimit: settings.consumerStallLimit)
     }
 
     public var pendingSends: Int { sends.count }
@@ -124,6 +135,35 @@ public struct DeliveryInstance: Sendable {
                                receiver: ReliableReceiver(capacity: settings.receiveCapacity),
                                reassembly: FragmentReassembly(capacity: settings.reassemblyCapacity,
                                                               timeout: settings.reassemblyTimeout))
+        channels[id]?.receiver.holdsApplication = holdsApplication
+    }
+
+    // MARK: flow control
+
+    /// What the shell measured of one application consumer; acceptance of new application
+    /// messages pauses while any is behind, and resumes (with a window update to every peer that
+    /// was refused something) once none is.
+    public mutating func applicationConsumer(_ consumer: UInt64, _ report: ConsumerFlow.Report,
+                                             now: MeshInstant) -> [Directive] {
+        consumers.report(consumer, report, now: now)
+        return applyHold(now: now)
+    }
+
+    private mutating func applyHold(now: MeshInstant) -> [Directive] {
+        let hold = consumers.isHolding
+        guard hold != holdsApplication else { return [] }
+        holdsApplication = hold
+        var out: [Directive] = []
+        for peer in peers {
+            let refused = channels[peer]?.receiver.refusedWhileHeld ?? false
+            channels[peer]?.receiver.holdsApplication = hold
+            // The peer saw a zero window: tell it the window is open, or it waits for a timeout.
+            if !hold, refused {
+                channels[peer]?.ackDue = true
+                out += flush(peer, now: now)
+            }
+        }
+        return out
     }
 
     /// A member left or was declared dead: everything pending to it fails as `departed`, but
@@ -255,6 +295,8 @@ public struct DeliveryInstance: Sendable {
                 fail(sendID, peer: peer, reason: .timedOut, into: &out)
             }
         }
+        for consumer in consumers.expire(now: now) { out.append(.consumerStalled(consumer)) }
+        out += applyHold(now: now)
         for peer in peers {
             channels[peer]?.sender.onTimeout(now: now)
             channels[peer]?.reassembly.expire(now: now)
@@ -271,6 +313,7 @@ public struct DeliveryInstance: Sendable {
             deadline = deadline.map { min($0, instant) } ?? instant
         }
         for outgoing in sends.values { consider(outgoing.deadline) }
+        consider(consumers.nextDeadline)
         for channel in channels.values {
             consider(channel.sender.timerDeadline)
             consider(channel.reassembly.earliestExpiry)

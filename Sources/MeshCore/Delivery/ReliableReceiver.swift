@@ -1,6 +1,7 @@
 /// The receiving half of one reliable channel (one peer → this node): puts chunks back in TSN
 /// order, delivers each message once and in order, drops duplicates, honours forwards, and
-/// buffers at most `capacity` bytes out of order (the window it advertises).
+/// buffers at most `capacity` bytes out of order (the window it advertises). While it
+/// `holdsApplication` (the node's consumers are behind), it takes no new application chunk.
 public struct ReliableReceiver: Sendable {
     /// A whole message, in the stream its first chunk named.
     public struct Message: Sendable, Equatable {
@@ -17,6 +18,16 @@ public struct ReliableReceiver: Sendable {
     private var assemblingActive = false
     private var assemblingStream = DeliveryStream.application
     public private(set) var duplicates: UInt64 = 0
+    /// While set, a new application chunk is neither buffered nor acknowledged (the sender keeps
+    /// it and sends it again) and the advertised window is zero. Journal chunks are taken as
+    /// usual, but in-order delivery keeps those behind a refused chunk waiting. Everything
+    /// already acknowledged is still delivered: an acknowledgement is a promise.
+    public var holdsApplication = false {
+        didSet { if holdsApplication != oldValue { refusedWhileHeld = false } }
+    }
+    /// A chunk was refused during the current hold: its sender needs a window update at the end.
+    public private(set) var refusedWhileHeld = false
+    public private(set) var refused: UInt64 = 0
 
     public init(capacity: Int = 1 << 20) {
         self.capacity = capacity
@@ -26,6 +37,11 @@ public struct ReliableReceiver: Sendable {
     public mutating func onData(_ chunk: DataChunk) -> [Message] {
         guard chunk.tsn > cumulative, buffered[chunk.tsn] == nil else {
             duplicates += 1
+            return []
+        }
+        if holdsApplication, chunk.stream == .application {
+            refused += 1
+            refusedWhileHeld = true
             return []
         }
         // Out-of-order chunks wait within the advertised capacity; beyond it they are dropped
@@ -87,7 +103,7 @@ public struct ReliableReceiver: Sendable {
                 ranges.append(tsn...tsn)
             }
         }
-        let free = max(0, capacity - bufferedBytes - assembling.count)
+        let free = holdsApplication ? 0 : max(0, capacity - bufferedBytes - assembling.count)
         return DeliveryAck(cumulative: cumulative, window: UInt32(clamping: free), ranges: ranges)
     }
 

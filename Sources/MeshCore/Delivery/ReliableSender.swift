@@ -3,6 +3,9 @@
 /// (a chunk is lost once `packetThreshold` TSNs above it are acknowledged, RFC 9002's packet
 /// threshold, applied to first transmissions) or by the retransmission timer (RFC 6298); an
 /// abandoned message is skipped with a forward TSN so it never holds up the ones behind it.
+/// A zero window from the peer still lets `minimumWindow` bytes go: they are its probe, sent
+/// again at each (backed-off) timeout, so the sender learns when the window opens even if the
+/// peer's window update is lost.
 ///
 /// Every operation costs in proportion to the chunks it touches, not to the window.
 public struct ReliableSender: Sendable {
@@ -145,6 +148,9 @@ public struct ReliableSender: Sendable {
         var completed: [UInt64] = []
         var newlyAcked = 0
         var sample: Duration?
+        // A window that opens after being zero: what went out meanwhile (the minimum window's
+        // worth, a probe) was refused, so it goes again now rather than at the next timeout.
+        let reopened = peerWindow == 0 && ack.window > 0
         peerWindow = Int(ack.window)
         // A peer cannot acknowledge what was never sent: queued chunks not sent yet do not count
         // (everything below `lowest` is settled, so acknowledging it is harmless).
@@ -185,6 +191,7 @@ public struct ReliableSender: Sendable {
             if bytesInFlight > 0 { armTimer(now: now) } else { timerDeadline = nil }
         }
         detectLosses()
+        if reopened { resendRefused() }
         // Chunks below `lowest` are settled; if the peer has not heard of all of them, some
         // were abandoned and it must be told to skip them.
         if lowest - 1 > peerCumulative { forwardDue = true }
@@ -239,6 +246,15 @@ public struct ReliableSender: Sendable {
         let ids = messages.keys.sorted()
         for id in ids { abandon(messageID: id, now: now) }
         return ids
+    }
+
+    /// Everything still in flight is sent again (not a congestion signal: the window stays).
+    private mutating func resendRefused() {
+        var tsn = lowest
+        while tsn < nextToSend {
+            markLost(tsn)
+            tsn += 1
+        }
     }
 
     private mutating func armTimer(now: MeshInstant) {

@@ -46,6 +46,9 @@ public struct NodeCounters: Sendable, Equatable {
     /// Messages in the application stream that are not a message envelope, and journal messages
     /// that do not decode: a member's bug or malice, dropped.
     public var messagesMalformed: UInt64 = 0
+    /// Application consumers (a `listen`, a `messages()` stream) that drained nothing for the
+    /// stall limit while new messages waited for them, and were cut off (`ConsumerFlow`).
+    public var consumersStalled: UInt64 = 0
     /// Key epochs handed to members (on removal, and to members that had not caught up).
     public var handoversSent: UInt64 = 0
     /// Handovers to us that were not taken: not for our boot, did not open, or not believable.

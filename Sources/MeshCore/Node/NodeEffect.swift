@@ -52,6 +52,9 @@ public enum NodeEvent: Sendable {
     case epochChanged(SessionID)
     /// An application message arrived (the journal's never show here).
     case message(NodeMessage)
+    /// This application consumer (the shell's id) drained nothing for the stall limit: the
+    /// node takes application messages again, and the shell disconnects it.
+    case applicationConsumerStalled(UInt64)
     /// The attachment set changed.
     case attachmentsChanged
     case log(NodeLogRecord)

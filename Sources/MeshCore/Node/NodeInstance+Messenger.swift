@@ -36,6 +36,11 @@ extension NodeInstance {
                 case .journal: receiveJournal(received.payload, from: received.from, now: now)
                 case .application: deliver(received)
                 }
+            case let .consumerStalled(consumer):
+                counters.consumersStalled += 1
+                log(.notice, "an application consumer drained nothing for the stall limit: cut off",
+                    ["consumer": "\(consumer)"])
+                emit(.applicationConsumerStalled(consumer))
             case let .completed(sendID, failures):
                 if ending != nil {
                     if ending?.sendID == sendID { ending?.sendID = nil }
@@ -54,6 +59,13 @@ extension NodeInstance {
                 if handover != nil, delivery.pendingSends == 0, soleHeldAttachments().isEmpty { advanceHandover(now: now) }
             }
         }
+    }
+
+    /// The shell's measure of one application consumer (a `listen`, a `messages()` stream):
+    /// while any is behind, no new application message is taken from peers (`ConsumerFlow`).
+    public mutating func applicationConsumer(_ consumer: UInt64, _ report: ConsumerFlow.Report, now: MeshInstant) {
+        let directives = delivery.applicationConsumer(consumer, report, now: now)
+        apply(directives, now: now)
     }
 
     private mutating func deliver(_ received: DeliveryInstance.Received) {
