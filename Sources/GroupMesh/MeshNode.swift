@@ -738,7 +738,7 @@ private final class DatagramReceiver: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let envelope = unwrapInboundIn(data)
-        slot.node?.assumeIsolated { $0.receive(envelope) }
+        slot.node?.assumeIsolated { _ = $0.receive(envelope) }
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
