@@ -16,19 +16,21 @@ import Testing
         for offset: UInt32 in [0, 12_345, .max - 5, 1 << 31] {
             var delays = DownlinkController.BaseDelays(history: .seconds(60))
             var now = MeshInstant(nanoseconds: 5_000_000_000)
-            let queue1 = delays.queue(sentAt: Self.sentAt(now, delay: 30000, offset: offset), from: Self.holder, now: now)
+            func piece(delay: UInt32) -> Duration {
+                delays.queue(sentAt: Self.sentAt(now, delay: delay, offset: offset), from: Self.holder, now: now)
+            }
+            let queue1 = piece(delay: 30000)
             #expect(queue1 == .zero)
             now = now + .milliseconds(10)
-            let queue = delays.queue(sentAt: Self.sentAt(now, delay: 42000, offset: offset), from: Self.holder, now: now)
+            let queue = piece(delay: 42000)
             #expect(queue == .milliseconds(12), "offset \(offset): \(queue)")
             // A lower delay is the new base at once: no negative queue.
             now = now + .milliseconds(10)
-            let queue2 = delays.queue(sentAt: Self.sentAt(now, delay: 20000, offset: offset), from: Self.holder, now: now)
+            let queue2 = piece(delay: 20000)
             #expect(queue2 == .zero)
             now = now + .milliseconds(10)
-            let queue3 = delays.queue(sentAt: Self.sentAt(now, delay: 30000, offset: offset), from: Self.holder, now: now)
-            #expect(queue3
-                    == .milliseconds(10))
+            let queue3 = piece(delay: 30000)
+            #expect(queue3 == .milliseconds(10))
         }
     }
 

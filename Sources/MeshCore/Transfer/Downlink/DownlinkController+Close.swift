@@ -42,7 +42,8 @@ extension DownlinkController {
     }
 
     /// An interval proven holders fed: the phase under way judges it.
-    private mutating func closeProvenInterval(_ open: OpenInterval, queue: Duration, datagrams: (received: Int, lost: Int),
+    private mutating func closeProvenInterval(_ open: OpenInterval, queue: Duration,
+                                              datagrams: (received: Int, lost: Int),
                                               shownRate: Double, now: MeshInstant) {
         lastUnprovenQueue = nil
         let previousQueue = queueingDelay
@@ -68,7 +69,11 @@ extension DownlinkController {
         let overflow = lossHistory.overflowing(queue: queueSeconds, target: target,
                                                received: datagrams.received, lost: datagrams.lost)
         if !slowStart, lossyTargetPhase != .armed, let lossy = lossyLineTarget {
-            if queue >= lossy { lossyTargetPhase = .overshot } else if lossyTargetPhase == .overshot { lossyTargetPhase = .armed }
+            if queue >= lossy {
+                lossyTargetPhase = .overshot
+            } else if lossyTargetPhase == .overshot {
+                lossyTargetPhase = .armed
+            }
         }
         let close = ProvenClose(queue: queue, previousQueue: previousQueue, queueSeconds: queueSeconds, target: target,
                                 delivered: delivered, shownRate: shownRate,

@@ -24,6 +24,13 @@ import MeshCrypto
 ///
 /// Pure: pieces, datagram numbers and round-trip samples come in with their time; the rate
 /// and the bytes that may be in flight come out.
+///
+/// Its phase is one `Mode` (slow start, congestion avoidance, competing, a slowdown, a probe), each
+/// case with the state only it needs; what holds across phases is beside it: the estimators
+/// (`BaseDelays`, `DatagramLosses`, `LossHistory`, `LineRate`, `RoundTripEstimate`,
+/// `DeliveryRates`), when the next test goes (`SlowdownSchedule`), and what unproven holders did
+/// to the rate (`UnprovenHold`). An interval's close is in `+Close` and `+Unproven`, tests and
+/// probes in `+Slowdown`.
 public struct DownlinkController: Sendable {
     public enum Priority: Sendable, Equatable {
         /// A fetch someone waits for (`get`, `Journal.load`).
@@ -149,7 +156,7 @@ public struct DownlinkController: Sendable {
     }
 
     /// The round trip, or a guess of 100 ms until the first is measured.
-    public var assumedRoundTrip: Duration { roundTrip ?? .milliseconds(100) }
+    var assumedRoundTrip: Duration { roundTrip ?? .milliseconds(100) }
 
     /// The control interval: a round trip, at least the minimum.
     var interval: Duration { max(settings.minimumInterval, assumedRoundTrip) }
@@ -313,7 +320,8 @@ public struct DownlinkController: Sendable {
         // What arrives: the last interval if it was just now, and this one once long enough.
         var delivered = lastClose.map { now < $0 + interval * 2 } == true ? deliveries.last : 0
         if let open = measuring, now >= open.start + settings.slowStartBrake {
-            delivered = max(delivered, Double(open.bytes + open.unprovenBytes) / ((now - open.start).milliseconds / 1000))
+            let seconds = (now - open.start).milliseconds / 1000
+            delivered = max(delivered, Double(open.bytes + open.unprovenBytes) / seconds)
         }
         guard delivered > 0 else { return false }
         if trusted {
