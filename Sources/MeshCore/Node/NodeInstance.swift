@@ -115,8 +115,9 @@ public struct NodeInstance: Sendable {
     var earlierCodecs: [SessionID: DatagramCodec] = [:]
     var epochBeaconAt: MeshInstant?
     var epochBeaconsLeft = 0
-    /// The members the rotations removed, where they were reached: told with the beacons.
-    var removedToTell: [(member: NodeID, address: PeerAddress)] = []
+    /// The members the rotations removed, where they were reached (and through whom, when
+    /// relayed): told with the beacons.
+    var removedToTell: [(member: NodeID, address: PeerAddress, relay: NodeID?)] = []
     var pendingRemoval: RequestID?
     /// A leave waiting until others hold what only this node holds (NodeInstance+Leave).
     var handover: LeaveHandover?
