@@ -320,6 +320,7 @@ public struct NodeInstance: Sendable {
             if logs(.trace) { log(.trace, "dropped datagram", ["reason": reason.rawValue, "from": "\(address)"]) }
             return false
         case let .success(opened):
+            if ending != nil { answerWithEnd(opened, size: datagram.readableBytes, from: address, now: now) }
             route(opened, size: datagram.readableBytes, from: address, now: now)
             if joinWait != nil, phase == .running { endJoinWait(sender: opened.header.sender, address: address, now: now) }
             return true
@@ -350,6 +351,9 @@ public struct NodeInstance: Sendable {
             }
             if case let .removalNotice(rotation) = datagram.frames.first {
                 return receiveRemovalNotice(rotation, from: sender, now: now)
+            }
+            if case let .sessionEnd(statement) = datagram.frames.first {
+                return receiveEnd(statement, from: sender, now: now)
             }
             // A hello's source is only its claim: what answers it stays within three times its
             // size, so a forged source earns its owner no flood (QUIC's rule). The state transfer
