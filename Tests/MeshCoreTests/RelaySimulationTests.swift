@@ -242,8 +242,8 @@ struct RelaySimulationTests {
         let moved = mesh.simulator.run(for: .seconds(3), checkEvery: .milliseconds(10)) { _ in
             b.sessionID != before && a.sessionID == b.sessionID && relay.sessionID == b.sessionID
         }
-        #expect(moved == .satisfied,
-                "\(replay): a \(a.sessionID), relay \(relay.sessionID), b \(b.sessionID) (was \(before)); \(Self.describe(a, b))")
+        let epochs = "a \(a.sessionID), relay \(relay.sessionID), b \(b.sessionID) (was \(before))"
+        #expect(moved == .satisfied, "\(replay): \(epochs); \(Self.describe(a, b))")
         #expect(a.core.epochs.removed == [removed.id], "\(replay)")
     }
 }
