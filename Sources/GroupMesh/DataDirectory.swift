@@ -160,6 +160,16 @@ public struct DataDirectory: Sendable {
         return author.count == 12 && author.allSatisfy(\.isHexDigit) ? author : "a member"
     }
 
+    /// The signed end this dir's session was ended with, when its file holds one whole.
+    package func loadEndedStatement() -> SessionEnd? {
+        guard let text = (try? readSmallFile(endedPath))?.trimmingCharacters(),
+              let hex = text.split(separator: " ").dropFirst().first,
+              let bytes = Hex.decode(hex) else { return nil }
+        var buffer = ByteBuffer(bytes: bytes)
+        guard let statement = try? SessionEnd(decoding: &buffer), buffer.readableBytes == 0 else { return nil }
+        return statement
+    }
+
     /// The author's id, then the signed statement, in hex.
     func saveEnded(_ statement: [UInt8]) throws(GroupMeshError) {
         var buffer = ByteBuffer(bytes: statement)

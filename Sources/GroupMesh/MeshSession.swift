@@ -72,7 +72,11 @@ public final class MeshSession: Sendable {
     public init(_ configuration: NodeConfiguration,
                 logger: Logger = Logger(label: "groupmesh")) async throws(GroupMeshError) {
         let directory = configuration.dataDirectory
-        if let endedBy = directory.loadEnded() { throw .sessionEndedHere(path: directory.path, by: endedBy) }
+        if let endedBy = directory.loadEnded() {
+            // Whoever of the session was offline during the end, and is back now, is told.
+            await EndedSessionNotifier.tell(configuration, eventLoop: MultiThreadedEventLoopGroup.singleton.next())
+            throw .sessionEndedHere(path: directory.path, by: endedBy)
+        }
         if let mismatch = configuration.unreachableSeeds(remembered: directory.loadRememberedMembers()) { throw mismatch }
         try directory.prepare()
         let lock = try directory.lock()

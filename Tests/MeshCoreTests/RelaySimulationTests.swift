@@ -216,4 +216,34 @@ struct RelaySimulationTests {
         #expect((40...carried.forwardedDatagrams).contains(victim.core.counters.relayedReceived), "\(replay)")
         #expect(mesh.deaths.count == 0, "\(replay)")
     }
+
+    @Test("a member reached only through a relay is handed the new key epoch through it when a third member is removed, with nothing of its own getting through",
+          arguments: seeds)
+    func aRelayedMemberIsHandedTheNewEpochThroughItsRelay(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let (mesh, a, b) = Self.mesh(seed: seed, publics: 2)
+        let publics = [mesh.node(SimAddress(0)), mesh.node(SimAddress(1))]
+        var found: SimNode?
+        let outcome = mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in
+            found = publics.first { Self.relayed(a, b, through: $0) }
+            return found != nil
+        }
+        #expect(outcome == .satisfied, "\(replay): \(Self.describe(a, b))")
+        guard let relay = found, let removed = publics.first(where: { $0 !== relay }) else { return }
+        // Nothing the symmetric member sends gets anywhere now (its uplink is down, its NAT's
+        // mappings stay): it cannot catch up by being answered, only by being handed the epoch
+        // the way the others' datagrams reach it (the relay straight, the home through the relay).
+        for other in [relay, removed, b] {
+            mesh.simulator.setLink(from: a.address, to: other.address, LinkConditions(delay: .milliseconds(5),
+                                                                                       lossProbability: 1))
+        }
+        let before = a.sessionID
+        b.removeMember(removed.id)
+        let moved = mesh.simulator.run(for: .seconds(3), checkEvery: .milliseconds(10)) { _ in
+            b.sessionID != before && a.sessionID == b.sessionID && relay.sessionID == b.sessionID
+        }
+        let epochs = "a \(a.sessionID), relay \(relay.sessionID), b \(b.sessionID) (was \(before))"
+        #expect(moved == .satisfied, "\(replay): \(epochs); \(Self.describe(a, b))")
+        #expect(a.core.epochs.removed == [removed.id], "\(replay)")
+    }
 }

@@ -93,4 +93,93 @@ struct SessionEndSimulationTests {
         }
         #expect(b.core.counters.endsRefused >= 1, "\(replay): the old epoch's end was not refused (was it delivered?)")
     }
+
+    @Test("a member offline during the end learns it from the first member that knows and starts again; bad ends still change nothing",
+          arguments: seeds.prefix(3))
+    func anOfflineMemberLearnsTheEndLater(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let link = LinkConditions(delay: .milliseconds(3), jitter: .milliseconds(1))
+        let mesh = Self.mesh(seed: seed, count: 4, link: link)
+        let (a, b, c, away) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)),
+                               mesh.node(SimAddress(3)))
+        mesh.simulator.run(until: .zero + .seconds(6))
+        #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
+        // Asleep: the others see it dead and end the session without it.
+        mesh.simulator.isolate(away.address)
+        let gone = mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(100)) { _ in
+            [a, b, c].allSatisfy { !$0.activeMemberIDs.contains(away.id) }
+        }
+        #expect(gone == .satisfied, "\(replay): the others never saw the sleeper gone")
+        a.end()
+        mesh.simulator.run(for: .seconds(10), checkEvery: .milliseconds(100)) { _ in
+            [a, b, c].allSatisfy { $0.core.phase == .stopped }
+        }
+        #expect([a, b, c].allSatisfy { $0.core.phase == .stopped && $0.storage.ended != nil }, "\(replay)")
+        #expect(away.core.phase != .stopped && away.sessionEndedBy == nil, "\(replay): the sleeper heard the end")
+        mesh.simulator.heal()
+        mesh.simulator.run(for: .seconds(5))
+        #expect(away.core.phase != .stopped, "\(replay): the sleeper stopped with nobody left to tell it")
+
+        // Ends that are not one, as an ended member would send them: a forged signature, another
+        // epoch, an author who is no member. Refused, counted, and the sleeper stays.
+        let stranger = NodeIdentity.generate()
+        let forged = SessionEnd(signingKey: a.identity.publicKey, session: away.sessionID)
+            .signed(by: Ed25519Authority(identity: c.identity))
+        let otherEpoch = SessionEnd(signingKey: a.identity.publicKey, session: SessionID(value: 42))
+            .signed(by: Ed25519Authority(identity: a.identity))
+        let notAMember = SessionEnd(signingKey: stranger.publicKey, session: away.sessionID)
+            .signed(by: Ed25519Authority(identity: stranger))
+        let refusedBefore = away.core.counters.endsRefused
+        var sealer = b.core.codec
+        for (index, statement) in [forged, otherEpoch, notAMember].enumerated() {
+            let nonce = try #require(PacketNonce(raw: (0..<24).map { UInt8(truncatingIfNeeded: $0 &+ index * 31) }))
+            let datagram = sealer.sealHello([.sessionEnd(statement)], nonce: nonce)
+            mesh.simulator.inject(Array(datagram.readableBytesView), from: b.address, to: away.address)
+        }
+        mesh.simulator.run(for: .seconds(1))
+        #expect(away.core.counters.endsRefused == refusedBefore + 3, "\(replay)")
+        #expect(away.core.phase != .stopped && away.storage.ended == nil, "\(replay): a bad end was taken")
+
+        // b's data dir is started again (`groupmesh run` refuses it): it tells the members it
+        // remembers, and the sleeper takes the end as if it had been there.
+        let restarted = SimEndedNode(restarting: b, seed: seed)
+        mesh.simulator.restart(b.address, with: restarted)
+        let told = mesh.simulator.run(for: .seconds(5), checkEvery: .milliseconds(50)) { _ in
+            away.core.phase == .stopped
+        }
+        #expect(told == .satisfied, "\(replay): the sleeper was never told")
+        #expect(away.sessionEndedBy == a.id, "\(replay): \(String(describing: away.sessionEndedBy))")
+        #expect(away.storage.ended == a.storage.ended, "\(replay): the sleeper did not record the end")
+        #expect((restarted.notice?.noticesSent ?? 0) > 0, "\(replay)")
+        mesh.simulator.run(for: .seconds(3))
+        #expect(restarted.isDone, "\(replay): the notice did not stop after its two seconds")
+    }
+
+    @Test("a member back while the ender still waits for acknowledgements is answered with the end and leaves",
+          arguments: seeds.prefix(2))
+    func aMemberBackDuringTheEndIsAnswered(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = Self.mesh(seed: seed, count: 3, link: LinkConditions(delay: .milliseconds(3)))
+        let (ender, slow, away) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)))
+        mesh.simulator.run(until: .zero + .seconds(5))
+        mesh.simulator.isolate(away.address)
+        let gone = mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(100)) { _ in
+            !ender.activeMemberIDs.contains(away.id)
+        }
+        #expect(gone == .satisfied, "\(replay): the ender never saw it gone")
+        // The other member is cut off now, so the ender waits out its grace for an acknowledgement;
+        // the one that was away is back, and says something to the ender.
+        mesh.simulator.isolate(slow.address)
+        ender.end()
+        mesh.simulator.run(for: .milliseconds(200))
+        #expect(ender.core.phase != .stopped, "\(replay): the ender did not wait")
+        away.plan(at: mesh.simulator.now + .milliseconds(1)) { node in
+            node.inject([.ping(Ping(token: 7))], to: ender.address, member: ender.id)
+        }
+        let told = mesh.simulator.run(for: .seconds(2), checkEvery: .milliseconds(10)) { _ in away.core.phase == .stopped }
+        #expect(told == .satisfied, "\(replay): the member back was not told")
+        #expect(away.sessionEndedBy == ender.id, "\(replay)")
+        // Its own datagrams came too (it is back): answered at most once a second.
+        #expect((1...3).contains(ender.core.counters.endsAnswered), "\(replay): \(ender.core.counters.endsAnswered) answers")
+    }
 }

@@ -199,6 +199,10 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
                                    signature: identity.sign([3]))),
         .removalNotice(KeyRotation(previousSession: SessionID(value: 0), nextSession: SessionID(value: .max), removed: [],
                                    signingKey: identity.publicKey, signature: [UInt8](repeating: 0, count: 64))),
+        .sessionEnd(SessionEnd(signingKey: identity.publicKey, session: SessionID(value: rng.next()),
+                               signature: identity.sign([4]))),
+        .sessionEnd(SessionEnd(signingKey: identity.publicKey, session: SessionID(value: 0),
+                               signature: [UInt8](repeating: 0, count: 64))),
     ]
 }
 

@@ -4,7 +4,7 @@ import NIOCore
 /// "This session is over", signed by the member that ended it (GroupSession's `end()`). It
 /// names the key epoch it ends, so it is good only while that epoch stands: a member removed
 /// since, who lacks the epoch's key, can neither send it sealed nor make one that counts.
-public struct SessionEnd: SignedStatement, Sendable, Equatable {
+public struct SessionEnd: SignedStatement, WireBody, Sendable, Equatable {
     public static let signingDomain = Array("groupmesh session end v1".utf8)
     public static let byteCount = PublicSigningKey.byteCount + 8 + NodeIdentity.signatureByteCount
 

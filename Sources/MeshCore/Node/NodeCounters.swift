@@ -55,6 +55,8 @@ public struct NodeCounters: Sendable, Equatable {
     public var handoversRefused: UInt64 = 0
     /// Ends of the session refused (another epoch, a bad signature, not a member's).
     public var endsRefused: UInt64 = 0
+    /// Datagrams of members not told of the end, answered with it while we ended the session.
+    public var endsAnswered: UInt64 = 0
     /// Our datagrams to relayed members, sent through their relays; and those that came to us
     /// through a relay and opened (what this node carries for others: `RelayService.Counters`).
     public var relayedSent: UInt64 = 0

@@ -14,6 +14,10 @@ package struct SessionEnding: Sendable {
     var sendID: UInt64?
     /// The node leaves by then whatever was acknowledged.
     let until: MeshInstant
+    /// Members that told us or wrote it: never answered with it.
+    var informed: Set<NodeID> = []
+    /// When each member was last answered with it (`answerWithEnd`).
+    var answeredAt: [NodeID: MeshInstant] = [:]
 }
 
 extension NodeInstance {
@@ -40,9 +44,13 @@ extension NodeInstance {
     private mutating func beginEnding(_ statement: SessionEnd, requests: [RequestID], skipping: Set<NodeID>,
                                       now: MeshInstant) {
         let author = statement.author
-        emit(.sessionEnded(by: author, name: author == localID ? membership.me.name : membership.member(author)?.record.name ?? ""))
+        // A member back alone after a restart knows the author only from `members.json`.
+        let name = author == localID ? membership.me.name
+            : membership.member(author)?.record.name ?? remembered.members.first { $0.id == author.hex }?.name ?? ""
+        emit(.sessionEnded(by: author, name: name))
         store(.saveEnded(statement.encoded), .saveEnded)
-        ending = SessionEnding(statement: statement, requests: requests, sendID: nil, until: now + settings.endGrace)
+        ending = SessionEnding(statement: statement, requests: requests, sendID: nil, until: now + settings.endGrace,
+                               informed: skipping)
         // A leave waiting for a handover has nothing left to hand over to.
         for request in handover?.requests ?? [] { complete(request, .failure(.sessionEnded(by: author))) }
         handover = nil
@@ -80,6 +88,24 @@ extension NodeInstance {
         phase = .leaving
         for request in state.requests { complete(request, .success(.ended)) }
         ending?.requests = []
+    }
+
+    /// A datagram of the ending epoch from a member while we end: a member that was not told
+    /// (back from offline, or not live when we sent it) is answered with the signed end, alone in a
+    /// hello datagram, at most once a second per member, and never more than three times the size
+    /// of what it answers unless it came from where we reach that member.
+    mutating func answerWithEnd(_ datagram: OpenedDatagram, size: Int, from source: PeerAddress, now: MeshInstant) {
+        guard let state = ending else { return }
+        let sender = datagram.header.sender
+        guard sender != localID, !state.informed.contains(sender), membership.member(sender) != nil,
+              !datagram.frames.contains(where: { if case .sessionEnd = $0 { true } else { false } }) else { return }
+        if let last = state.answeredAt[sender], now < last + EndedSessionNotice.answerInterval { return }
+        let answer = codec.sealHello([.sessionEnd(state.statement)], nonce: randomNonce())
+        let proven = peerAddresses[sender] == source || learnedAddress(of: sender) == source
+        guard proven || answer.readableBytes <= EndedSessionNotice.answerFactor * size else { return }
+        ending?.answeredAt[sender] = now
+        counters.endsAnswered += 1
+        transmit(answer, to: source, kind: .keys)
     }
 
     /// Who ended the session, once it is ending.

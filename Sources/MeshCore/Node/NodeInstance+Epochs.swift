@@ -63,7 +63,9 @@ extension NodeInstance {
         // Before they leave our view: where each member this rotation removes is reached. Kept
         // with those removed before (a member of a competing epoch may hold only an older key).
         for id in transition.rotation.removed where !removedToTell.contains(where: { $0.member == id }) {
-            if let address = peerAddresses[id] ?? membership.member(id)?.address { removedToTell.append((id, address)) }
+            if let address = peerAddresses[id] ?? membership.member(id)?.address {
+                removedToTell.append((id, address, paths.relay(of: id)))
+            }
         }
         removedToTell = Array(removedToTell.suffix(Self.maxRemovedToTell))
         let excluded = membership.exclude(epochs.removed, now: now)
@@ -79,8 +81,7 @@ extension NodeInstance {
         var handed = 0
         if handingOver {
             for member in membership.view.dropFirst() where !member.status.isGone {
-                if handOver(to: member.record, heardIn: transition.rotation.previousSession, address: member.address,
-                            now: now) {
+                if handOver(to: member.record, heardIn: transition.rotation.previousSession, now: now) {
                     handed += 1
                 }
             }
@@ -96,46 +97,86 @@ extension NodeInstance {
         guard let due = epochBeaconAt, now >= due else { return }
         epochBeaconsLeft -= 1
         epochBeaconAt = epochBeaconsLeft > 0 ? now + settings.epochBeaconInterval : nil
-        guard let left = epochs.transitions.last?.rotation.previousSession, var earlier = earlierCodecs[left] else { return }
+        guard let left = epochs.transitions.last?.rotation.previousSession, earlierCodecs[left] != nil else { return }
         let me = membership.me
         for member in membership.view.dropFirst() where !member.status.isGone {
-            guard let address = member.address else { continue }
-            let beacon = earlier.sealHello([.alive(me), .ping(Ping(token: session.sessionID.value))], nonce: randomNonce())
-            transmit(beacon, to: address, kind: .keys)
+            guard let route = keysRoute(to: member.id, fallback: member.address) else { continue }
+            sendKeys([.alive(me), .ping(Ping(token: session.sessionID.value))], in: left, to: member.id, route: route)
         }
-        earlierCodecs[left] = earlier
         // The removed, told with the rotation's signature as proof, so that they stop instead of
         // staying up alone (no secret goes with it). Sealed in each earlier epoch we still hold:
         // a member removed on top of a competing rotation is still in the epoch before both.
-        for (member, address) in removedToTell {
+        for (member, address, relay) in removedToTell {
             guard let rotation = epochs.transitions.last(where: { $0.rotation.removed.contains(member) })?.rotation else { continue }
             for session in earlierCodecs.keys.sorted(by: { $0.value < $1.value }) {
-                guard var codec = earlierCodecs[session] else { continue }
-                transmit(codec.sealHello([.removalNotice(rotation)], nonce: randomNonce()), to: address, kind: .keys)
-                earlierCodecs[session] = codec
+                let route: KeysRoute = relay.map { .relayed(via: $0, else: address) } ?? .direct(address)
+                sendKeys([.removalNotice(rotation)], in: session, to: member, route: route)
             }
         }
     }
 
+    /// How a key-epoch datagram reaches a member: the way our other datagrams to it go.
+    enum KeysRoute: Equatable {
+        /// Straight to this address (where its own datagrams come from, its TURN allocation's, or
+        /// what its record gives).
+        case direct(PeerAddress)
+        /// Through the member relaying for it; to the address when that relay cannot be used.
+        case relayed(via: NodeID, else: PeerAddress)
+    }
+
+    /// Our route to `member` now: through its relay while it is relayed, else where we reach it,
+    /// else `fallback`.
+    func keysRoute(to member: NodeID, fallback: PeerAddress?) -> KeysRoute? {
+        guard let address = peerAddresses[member] ?? fallback else { return nil }
+        if let relay = paths.relay(of: member), relay != member { return .relayed(via: relay, else: address) }
+        return .direct(address)
+    }
+
+    /// `frames` in a hello datagram of the earlier epoch `session`, to `member` along `route`.
+    /// Through a relay, the wrapping is sealed for the relay in that same epoch: a relay still in
+    /// it carries it (with its keys of that epoch, which the member opens); one already past it
+    /// drops it, and has handed the member the epoch itself, straight.
+    mutating func sendKeys(_ frames: [Frame], in session: SessionID, to member: NodeID, route: KeysRoute) {
+        guard var earlier = earlierCodecs[session] else { return }
+        let datagram = earlier.sealHello(frames, nonce: randomNonce())
+        switch route {
+        case let .direct(address):
+            transmit(datagram, to: address, kind: .keys)
+        case let .relayed(relay, address):
+            if let relayAddress = peerAddresses[relay],
+               let outer = earlier.seal([.relayForward(RelayedDatagram(peer: member, datagram: datagram))], to: relay) {
+                counters.relayedSent += 1
+                transmit(outer, to: relayAddress, kind: .keys)
+            } else {
+                transmit(datagram, to: address, kind: .keys)
+            }
+        }
+        earlierCodecs[session] = earlier
+    }
+
     /// Seals the epoch after `session` for `record`'s boot and sends it in a hello datagram of
-    /// `session`, to `address` if the record (signed) names it or it is where we reach the
-    /// member, else to the record's first address: a replayed record from elsewhere does not
-    /// redirect the handover. False when it is not owed one, or not now (rate limit).
+    /// `session`: to `address` (where the datagram we answer came from) if the record (signed)
+    /// names it or it is where we reach the member; else the way our other datagrams to the
+    /// member go, when the record is of the boot we know (straight, or through its relay); else
+    /// to the record's first address. A replayed record from elsewhere does not redirect the
+    /// handover: every destination is one the member signed or one its own datagrams proved.
+    /// False when it is not owed one, or not now (rate limit).
     @discardableResult
     private mutating func handOver(to record: MemberRecord, heardIn session: SessionID, address: PeerAddress? = nil,
                                    now: MeshInstant) -> Bool {
         let trusted = address.flatMap { record.addresses.contains($0) || peerAddresses[record.id] == $0 ? $0 : nil }
-        guard let destination = trusted ?? record.addresses.first,
+        let known = membership.member(record.id)?.record.bootID == record.bootID
+        guard let route = trusted.map({ KeysRoute.direct($0) })
+                ?? (known ? keysRoute(to: record.id, fallback: record.addresses.first) : nil)
+                ?? record.addresses.first.map({ KeysRoute.direct($0) }),
+              earlierCodecs[session] != nil,
               let transition = epochs.handover(to: record.id, heardIn: session, now: now),
-              var earlier = earlierCodecs[session],
               let previous = epochs.secret(of: transition.rotation.previousSession),
               let handover = EpochHandover.seal(transition.secret, rotation: transition.rotation, previous: previous,
                                                 sender: membership.me, local: ephemeral, recipient: record,
                                                 nonce: randomNonce()) else { return false }
-        let datagram = earlier.sealHello([.epochHandover(handover)], nonce: randomNonce())
-        earlierCodecs[session] = earlier
         counters.handoversSent += 1
-        transmit(datagram, to: destination, kind: .keys)
+        sendKeys([.epochHandover(handover)], in: session, to: record.id, route: route)
         return true
     }
 
@@ -165,6 +206,14 @@ extension NodeInstance {
         if case let .removalNotice(rotation) = opened.frames.first {
             return receiveRemovalNotice(rotation, from: header.sender, address: address, now: now)
         }
+        // A member's datagram that a relay still in this epoch carried to us: answered the way
+        // we reach that member (through the relay), as a relayed datagram proves no address.
+        if opened.header.keyKind == .pairwise {
+            for case let .relayDelivery(delivery) in opened.frames {
+                answerRelayed(delivery.datagram, origin: delivery.peer, via: header.sender, in: header.sessionID,
+                              now: now)
+            }
+        }
         // A beacon from a member already in the epoch that followed this one here: nothing to do.
         let next = epochs.transition(after: header.sessionID)?.secret.sessionID
         for case let .ping(ping) in opened.frames where ping.token == next?.value { return }
@@ -172,6 +221,21 @@ extension NodeInstance {
             return counters.countDrop(.staleEpoch)
         }
         handOver(to: record, heardIn: header.sessionID, address: address, now: now)
+    }
+
+    /// A datagram of the earlier epoch `session` that `origin` sent through `relay`: if it opens
+    /// as the origin's and the origin is owed the next epoch, hand it over.
+    private mutating func answerRelayed(_ datagram: ByteBuffer, origin: NodeID, via relay: NodeID, in session: SessionID,
+                                        now: MeshInstant) {
+        guard origin != relay, origin != localID, var earlier = earlierCodecs[session] else { return }
+        let result = earlier.open(datagram)
+        earlierCodecs[session] = earlier
+        guard case let .success(opened) = result, opened.header.sender == origin,
+              opened.header.sessionID == session else { return counters.countDrop(.malformed) }
+        guard epochs.isEntitled(origin, heardIn: session), let record = senderRecord(opened) else {
+            return counters.countDrop(.staleEpoch)
+        }
+        handOver(to: record, heardIn: session, now: now)
     }
 
     /// The sender's record for the boot that sent `datagram`: ours if current, else one it carries.

@@ -115,8 +115,9 @@ public struct NodeInstance: Sendable {
     var earlierCodecs: [SessionID: DatagramCodec] = [:]
     var epochBeaconAt: MeshInstant?
     var epochBeaconsLeft = 0
-    /// The members the rotations removed, where they were reached: told with the beacons.
-    var removedToTell: [(member: NodeID, address: PeerAddress)] = []
+    /// The members the rotations removed, where they were reached (and through whom, when
+    /// relayed): told with the beacons.
+    var removedToTell: [(member: NodeID, address: PeerAddress, relay: NodeID?)] = []
     var pendingRemoval: RequestID?
     /// A leave waiting until others hold what only this node holds (NodeInstance+Leave).
     var handover: LeaveHandover?
@@ -319,6 +320,7 @@ public struct NodeInstance: Sendable {
             if logs(.trace) { log(.trace, "dropped datagram", ["reason": reason.rawValue, "from": "\(address)"]) }
             return false
         case let .success(opened):
+            if ending != nil { answerWithEnd(opened, size: datagram.readableBytes, from: address, now: now) }
             route(opened, size: datagram.readableBytes, from: address, now: now)
             if joinWait != nil, phase == .running { endJoinWait(sender: opened.header.sender, address: address, now: now) }
             return true
@@ -349,6 +351,9 @@ public struct NodeInstance: Sendable {
             }
             if case let .removalNotice(rotation) = datagram.frames.first {
                 return receiveRemovalNotice(rotation, from: sender, address: address, now: now)
+            }
+            if case let .sessionEnd(statement) = datagram.frames.first {
+                return receiveEnd(statement, from: sender, now: now)
             }
             // A hello's source is only its claim: what answers it stays within three times its
             // size, so a forged source earns its owner no flood (QUIC's rule). The state transfer

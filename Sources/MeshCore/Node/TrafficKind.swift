@@ -58,7 +58,7 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
     /// The kind of a hello datagram: membership's, unless it carries a key epoch.
     public init(hello frames: [Frame]) {
         switch frames.first {
-        case .epochHandover, .removalNotice: self = .keys
+        case .epochHandover, .removalNotice, .sessionEnd: self = .keys
         default: self = .membership
         }
     }

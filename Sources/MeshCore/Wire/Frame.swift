@@ -34,6 +34,9 @@ public enum Frame: Equatable, Sendable {
     /// To a removed member, in the epoch it is still in: the signed rotation that removed it (no
     /// secret), so that it stops instead of staying up alone.
     case removalNotice(KeyRotation)
+    /// A session's signed end, to a member still in it that did not hear it: alone in a hello
+    /// datagram of the epoch it ends.
+    case sessionEnd(SessionEnd)
     // Paths (how large a datagram a member's path to us carries).
     case pathProbeRequest(PathProbeRequest)
     case pathProbe(PathProbe)
@@ -75,6 +78,7 @@ public enum Frame: Equatable, Sendable {
         case .chunkCancel: return .chunkCancel
         case .epochHandover: return .epochHandover
         case .removalNotice: return .removalNotice
+        case .sessionEnd: return .sessionEnd
         case .pathProbeRequest: return .pathProbeRequest
         case .pathProbe: return .pathProbe
         case .observedAddress: return .observedAddress
@@ -113,6 +117,7 @@ public enum Frame: Equatable, Sendable {
         case let .chunkCancel(body): return body
         case let .epochHandover(body): return body
         case let .removalNotice(body): return body
+        case let .sessionEnd(body): return body
         case let .pathProbeRequest(body): return body
         case let .pathProbe(body): return body
         case let .observedAddress(body): return body
@@ -159,6 +164,7 @@ public enum Frame: Equatable, Sendable {
         case .chunkCancel: return .chunkCancel(try ChunkCancel(decoding: &body))
         case .epochHandover: return .epochHandover(try EpochHandover(decoding: &body))
         case .removalNotice: return .removalNotice(try KeyRotation(decoding: &body))
+        case .sessionEnd: return .sessionEnd(try SessionEnd(decoding: &body))
         case .pathProbeRequest: return .pathProbeRequest(try PathProbeRequest(decoding: &body))
         case .pathProbe: return .pathProbe(try PathProbe(decoding: &body))
         case .observedAddress: return .observedAddress(try ObservedAddress(decoding: &body))
@@ -200,6 +206,7 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case chunkCancel = 0x34
     case epochHandover = 0x40
     case removalNotice = 0x41
+    case sessionEnd = 0x42
     case pathProbeRequest = 0x50
     case pathProbe = 0x51
     case observedAddress = 0x52
