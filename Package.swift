@@ -45,7 +45,6 @@ let package = Package(
                 "CMeshSystem",
                 "MeshCore",
                 "MeshCrypto",
-                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ]
         ),
@@ -58,6 +57,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -79,7 +79,7 @@ let package = Package(
         ),
         .target(
             name: "MeshTestKit",
-            dependencies: ["MeshCore", "MeshCrypto"]
+            dependencies: ["MeshCore", "MeshCrypto", .product(name: "NIOCore", package: "swift-nio")]
         ),
         .executableTarget(
             name: "MeshBench",
@@ -101,11 +101,15 @@ let package = Package(
             swiftSettings: [.unsafeFlags(["-parse-as-library"])]
         ),
         .testTarget(name: "MeshCryptoTests", dependencies: ["MeshCrypto"]),
-        .testTarget(name: "MeshCoreTests", dependencies: ["MeshCore", "MeshCrypto", "MeshTestKit"]),
-        .testTarget(name: "MeshStoreTests", dependencies: ["MeshStore"]),
+        .testTarget(name: "MeshCoreTests", dependencies: ["MeshCore", "MeshCrypto", "MeshTestKit",
+                                                      .product(name: "NIOCore", package: "swift-nio")]),
+        .testTarget(name: "MeshStoreTests", dependencies: ["MeshStore", "MeshCrypto", "CMeshSystem"]),
         .testTarget(name: "GroupMeshTests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCore", "MeshCrypto", "MeshStore",
-                                                      .product(name: "MetricsTestKit", package: "swift-metrics")]),
-        .testTarget(name: "MeshTestKitTests", dependencies: ["MeshTestKit"]),
+                                                      .product(name: "Metrics", package: "swift-metrics"),
+                                                      .product(name: "MetricsTestKit", package: "swift-metrics"),
+                                                      .product(name: "NIOCore", package: "swift-nio"),
+                                                      .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
+        .testTarget(name: "MeshTestKitTests", dependencies: ["MeshTestKit", "MeshCore"]),
         .testTarget(name: "GroupMeshCLITests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCrypto", "MeshCore", "MeshStore",
                                                          .product(name: "NIOCore", package: "swift-nio")]),
     ]
