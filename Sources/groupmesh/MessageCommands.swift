@@ -83,6 +83,10 @@ struct ListenCommand: AsyncParsableCommand {
                     FileHandle.standardError.write(Data("ready\n".utf8))
                     return true
                 }
+                if case let .dropped(count) = response {
+                    FileHandle.standardError.write(Data("\(count) unreliable messages dropped while this listen was behind\n".utf8))
+                    return true
+                }
                 guard case let .message(message) = response else { return true }
                 if json {
                     if let line = try? encoder.encode(message) { emit(String(decoding: line, as: UTF8.self)) }
@@ -99,8 +103,8 @@ struct ListenCommand: AsyncParsableCommand {
         // The node also ends a listen that stopped reading; then it still answers.
         if (try? ControlClient(directory: data.directory).status()) != nil {
             let stall = ControlRequest.listenStallLimit
-            throw fail("the node ended this listen: it read nothing for \(stall) while messages waited "
-                       + "(a paused terminal or pager?); run listen again")
+            throw fail("the node ended this listen: it read nothing for \(stall) (or too slowly for a long while) "
+                       + "while messages waited (a paused terminal or pager?); run listen again")
         }
         FileHandle.standardError.write(Data("the node on \(data.directory.path) stopped\n".utf8))
     }

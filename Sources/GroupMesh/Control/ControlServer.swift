@@ -130,6 +130,12 @@ final class ControlResponder: @unchecked Sendable {
     static let caughtUpBytes = ControlServer.writeBuffer.low
     /// How often a behind `listen` is looked at for progress.
     static let backlogPoll = TimeAmount.milliseconds(100)
+    /// A `listen` behind for this long, however much it drains, is cut: while it is behind the
+    /// node takes no new application messages and the journal waits behind them.
+    static let maxBehind = TimeAmount.seconds(30)
+    /// Never more unsent than this, whatever comes (a backstop: holding bounds what reliable
+    /// messages can add, and unreliable ones are dropped while behind).
+    static let maxUnsentBytes = 64 << 20
 
     /// Cleared once closed: the context holds the handler, which holds this responder.
     private var context: ChannelHandlerContext?
@@ -186,9 +192,17 @@ final class ControlResponder: @unchecked Sendable {
     func sendMessage(_ message: ReceivedMessageInfo) {
         eventLoop.preconditionInEventLoop()
         guard !isClosed, context != nil else { return }
+        // An unreliable message carries no promise: while the client is behind it is dropped,
+        // counted, and reported with one `dropped` line once the client caught up.
+        if backlog.isBehind, message.mode != "reliable" {
+            messagesDropped += 1
+            onDrop?()
+            return
+        }
         backlog.written += write(.message(message))
+        if let unsent = unsentBytes, unsent > Self.maxUnsentBytes { return close() }
         guard !backlog.isBehind, let unsent = unsentBytes, unsent > Self.behindBytes else { return }
-        backlog.fellBehind(unsent: unsent)
+        backlog.fellBehind(unsent: unsent, at: .now())
         onBacklog?(.behind)
         let period = Self.backlogPoll
         backlogPoll = eventLoop.scheduleRepeatedTask(initialDelay: period, delay: period) { [weak self] _ in
@@ -203,10 +217,12 @@ final class ControlResponder: @unchecked Sendable {
 
     private func checkBacklog() {
         guard !isClosed, let unsent = unsentBytes else { return }
+        if let since = backlog.behindSince, NIODeadline.now() - since > Self.maxBehind { return close() }
         switch backlog.check(unsent: unsent, caughtUpBelow: Self.caughtUpBytes) {
         case .caughtUp:
             backlogPoll?.cancel()
             backlogPoll = nil
+            reportDrops()
             onBacklog?(.caughtUp)
         case .drainedSome:
             onBacklog?(.behind)
@@ -279,10 +295,13 @@ struct MessageBacklog {
 
     var written = 0
     private(set) var isBehind = false
+    /// When it last fell behind (nil while caught up).
+    private(set) var behindSince: NIODeadline?
     private var drainedWhenReported = 0
 
-    mutating func fellBehind(unsent: Int) {
+    mutating func fellBehind(unsent: Int, at now: NIODeadline) {
         isBehind = true
+        behindSince = now
         drainedWhenReported = written - unsent
     }
 
@@ -290,6 +309,7 @@ struct MessageBacklog {
         guard isBehind else { return .noProgress }
         if unsent <= caughtUpBelow {
             isBehind = false
+            behindSince = nil
             return .caughtUp
         }
         let drained = written - unsent

@@ -1,4 +1,4 @@
-/// How the node's application-message consumers (a `listen`, a `messages()` stream) keep up,
+/// How the node's application-message consumers (each `listen`) keep up,
 /// as the shell reports it: the receive-side flow control of the messenger (Docs/PROTOCOL.md
 /// §5, Flow control). While a consumer is behind, the node takes no new application message
 /// from any peer (so it acknowledges none); a consumer that makes no progress for `stallLimit`

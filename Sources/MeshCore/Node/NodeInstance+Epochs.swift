@@ -111,6 +111,9 @@ extension NodeInstance {
             for session in earlierCodecs.keys.sorted(by: { $0.value < $1.value }) {
                 let route: KeysRoute = relay.map { .relayed(via: $0, else: address) } ?? .direct(address)
                 sendKeys([.removalNotice(rotation)], in: session, to: member, route: route)
+                // Pairwise as well: a member that left this epoch believes only a notice that
+                // only we could have sealed (a removed member holds the epoch's key too).
+                sendKeys([.removalNotice(rotation)], in: session, to: member, route: route, pairwise: true)
             }
         }
     }
@@ -136,9 +139,11 @@ extension NodeInstance {
     /// Through a relay, the wrapping is sealed for the relay in that same epoch: a relay still in
     /// it carries it (with its keys of that epoch, which the member opens); one already past it
     /// drops it, and has handed the member the epoch itself, straight.
-    mutating func sendKeys(_ frames: [Frame], in session: SessionID, to member: NodeID, route: KeysRoute) {
+    mutating func sendKeys(_ frames: [Frame], in session: SessionID, to member: NodeID, route: KeysRoute,
+                           pairwise: Bool = false) {
         guard var earlier = earlierCodecs[session] else { return }
-        let datagram = earlier.sealHello(frames, nonce: randomNonce())
+        let sealed = pairwise ? earlier.seal(frames, to: member) : earlier.sealHello(frames, nonce: randomNonce())
+        guard let datagram = sealed else { return }
         switch route {
         case let .direct(address):
             transmit(datagram, to: address, kind: .keys)
@@ -204,7 +209,8 @@ extension NodeInstance {
         }
         // A member that took a competing rotation out of this epoch, which removes us.
         if case let .removalNotice(rotation) = opened.frames.first {
-            return receiveRemovalNotice(rotation, from: header.sender, address: address, now: now)
+            return receiveRemovalNotice(rotation, from: header.sender, address: address,
+                                        leftEpoch: (header.sessionID, opened.header.keyKind == .pairwise), now: now)
         }
         // A member's datagram that a relay still in this epoch carried to us: answered the way
         // we reach that member (through the relay), as a relayed datagram proves no address.
@@ -265,16 +271,25 @@ extension NodeInstance {
     /// left, one that beats the rotation we took out of that epoch: two members removing each
     /// other). Believed from a member we know (any member may remove any other), never from anyone
     /// else, and never when a rotation of ours out of the same epoch beats it.
+    ///
+    /// `leftEpoch`: the notice came sealed in an epoch we left (and whether pairwise). Anyone who
+    /// held that epoch's key can seal a hello in it, a member removed since too; so such a notice
+    /// counts only if it is pairwise from a member not removed, its rotation leaves that epoch,
+    /// and it beats the rotation we took out of it.
     mutating func receiveRemovalNotice(_ rotation: KeyRotation, from sender: NodeID, address: PeerAddress,
-                                       now: MeshInstant) {
-        guard rotation.removed.contains(localID),
+                                       leftEpoch: (session: SessionID, pairwise: Bool)? = nil, now: MeshInstant) {
+        let ours = epochs.transitions.first { $0.rotation.previousSession == rotation.previousSession }
+        let believable = leftEpoch.map { left in
+            left.pairwise && !epochs.removed.contains(sender) && rotation.previousSession == left.session
+                && ours.map { KeyEpochs.wins(rotation, over: $0.rotation) } == true
+        } ?? true
+        guard believable, rotation.removed.contains(localID),
               knownMemberIDs.contains(rotation.author), knownMemberIDs.contains(sender),
               rotation.hasValidSignature(authority) else {
             counters.handoversRefused += 1
             return
         }
-        if let ours = epochs.transitions.first(where: { $0.rotation.previousSession == rotation.previousSession }),
-           ours.rotation.nextSession != rotation.nextSession, !KeyEpochs.wins(rotation, over: ours.rotation) {
+        if let ours, ours.rotation.nextSession != rotation.nextSession, !KeyEpochs.wins(rotation, over: ours.rotation) {
             // We removed each other and ours stands: the sender took the rotation that lost
             // (it will not hand us anything, as that rotation removes us). Hand it ours.
             counters.handoversRefused += 1
