@@ -220,6 +220,11 @@ extension NodeInstance {
                               now: now)
             }
         }
+        // Key datagrams for another member that we would have relayed, had we still been in this
+        // epoch: their sender already holds the next one (it is handing it on), nothing to answer.
+        if !opened.frames.isEmpty, opened.frames.allSatisfy({ if case .relayForward = $0 { true } else { false } }) {
+            return
+        }
         // A beacon from a member already in the epoch that followed this one here: nothing to do.
         let next = epochs.transition(after: header.sessionID)?.secret.sessionID
         for case let .ping(ping) in opened.frames where ping.token == next?.value { return }
