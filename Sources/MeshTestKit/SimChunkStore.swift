@@ -35,6 +35,24 @@ public struct SimChunkStore: Sendable {
         return bytes
     }
 
+    /// The chunk's bytes, verified again; one that no longer matches its name is discarded, as
+    /// `ChunkStore` discards a chunk it finds damaged: it is no longer claimed, and is fetched again.
+    public mutating func readDiscardingDamage(_ digest: SHA256Digest) -> [UInt8]? {
+        guard let bytes = read(digest) else {
+            chunks[digest] = nil
+            return nil
+        }
+        return bytes
+    }
+
+    /// A byte of a stored chunk changes on the simulated disk (found when the chunk is next read).
+    /// For tests of the store itself: `corruptedChunks` lists the chunk until then.
+    public mutating func damage(_ digest: SHA256Digest) {
+        guard var bytes = chunks[digest], !bytes.isEmpty else { return }
+        bytes[bytes.count / 2] ^= 0x55
+        chunks[digest] = bytes
+    }
+
     /// The manifest of an attachment, if stored.
     public func manifest(_ id: SHA256Digest) -> Manifest? {
         guard let bytes = read(id), let manifest = try? Manifest(decoding: bytes), manifest.id == id else { return nil }

@@ -120,7 +120,7 @@ import Testing
         #expect(pacer.queuedBytes == 2000 && pacer.queuedBytes(for: Self.peer) == 0)
     }
 
-    /// A seed times its seeding interval from a copy's departure (`TransferScheduler.seedingVerdict`).
+    /// A seed times its seeding interval from a copy's departure (`SeedingPolicy.verdict`).
     @Test("when a chunk's last piece left: now while it is queued, the time it left after, the latest 64 chunks kept")
     func whenAChunkLeft() {
         var pacer = PiecePacer()

@@ -4,9 +4,9 @@ import MeshTestKit
 import NIOCore
 import Testing
 
-/// The swarm's scheduling on the seeded network: real `TransferScheduler`s, small chunks,
-/// datagrams that are lost, duplicated and reordered (a lost request or chunk is asked again
-/// after the request timeout). Node 0 uploads; the others join late and fetch.
+/// The swarm's scheduling on the seeded network: real `TransferScheduler`s (and the uploader's
+/// `SeedingPolicy`), small chunks, datagrams that are lost, duplicated and reordered (a lost
+/// request or chunk is asked again after the request timeout). Node 0 uploads; the others join late and fetch.
 final class SwarmProcess: SimulatedProcess {
     enum Message {
         case request(index: Int)
@@ -20,6 +20,8 @@ final class SwarmProcess: SimulatedProcess {
     let seeds: Bool
     let content: [[UInt8]]
     var scheduler: TransferScheduler
+    /// The serving side of the uploader (`seeds`): which wants it leaves to others.
+    var seeding = SeedingPolicy()
     var have: ChunkBitmap
     var peers: [SimAddress] = []
     /// A hostile holder: serves garbage for every chunk.
@@ -57,13 +59,14 @@ final class SwarmProcess: SimulatedProcess {
         switch message {
         case let .request(index):
             guard have.contains(index) else { return }
-            guard corrupt || scheduler.seedingVerdict(attachment: manifest.id, index: index, to: peer, seeding: seeds,
-                                                      seeders: [Self.id(SimAddress(0))], now: now,
-                                                      leftAt: { _ in nil }) != .leave else {
+            guard corrupt || !seeds || seeding.verdict(attachment: manifest.id, index: index, to: peer,
+                                                       seeders: [Self.id(SimAddress(0))],
+                                                       holders: scheduler.announced(manifest.id), now: now,
+                                                       leftAt: { _ in nil }) != .leave else {
                 context.send(Self.encode(.busy(index: index)), to: sender)
                 return
             }
-            if seeds { scheduler.noteSeeded(attachment: manifest.id, index: index, to: peer, now: now) }
+            if seeds { seeding.admitted(attachment: manifest.id, index: index, to: peer, now: now) }
             var bytes = content[index]
             if corrupt { bytes = bytes.map { $0 ^ 0xFF } }
             payloadSent += bytes.count
@@ -87,6 +90,7 @@ final class SwarmProcess: SimulatedProcess {
                 context.send(Self.encode(.availability(have)), to: sender)
             }
             scheduler.setAvailability(bitmap, of: manifest.id, at: peer)
+            seeding.onAnnounced(bitmap, of: manifest.id, at: peer)
             pump(context: &context)
         case let .busy(index):
             scheduler.onBusy(attachment: manifest.id, index: index, from: peer, now: now)
@@ -257,130 +261,5 @@ struct SwarmSimulationTests {
         scheduler.onTick(now: later)
         #expect(scheduler.nextDeadline.map { $0 > later } ?? true)
         #expect(!scheduler.nextRequests(now: later).isEmpty, "the chunks are asked again")
-    }
-
-    /// An uploader seeding one chunk, which records a copy whenever it does not answer busy (as
-    /// the node does once it admits the want); `leftAt` says when a member's copy left.
-    struct Seed {
-        let manifest = Manifest(size: 1024, chunkSize: 1024, chunks: [SHA256Digest.hashing([0])])
-        let start = MeshInstant(nanoseconds: 1_000_000_000)
-        var scheduler = TransferScheduler(seed: 1)
-        var leftAt: (NodeID, MeshInstant) -> MeshInstant? = { _, _ in nil }
-
-        mutating func verdict(_ peer: NodeID, after: Duration, admitted: Bool = true) -> TransferScheduler.SeedingVerdict {
-            let now = start + after
-            let verdict = scheduler.seedingVerdict(attachment: manifest.id, index: 0, to: peer, seeding: true, seeders: [],
-                                                   now: now, leftAt: { [leftAt] in leftAt($0, now) })
-            if verdict != .leave, admitted { scheduler.noteSeeded(attachment: manifest.id, index: 0, to: peer, now: now) }
-            return verdict
-        }
-    }
-
-    @Test("super-seeding: the member a chunk went to gets its lost pieces again; another member hears busy")
-    func seedingServesGapsToTheSameMember() {
-        let first = NodeID(high: 1, low: 1), second = NodeID(high: 2, low: 2)
-        var uploader = Seed()
-        #expect(uploader.verdict(first, after: .zero) == .serve)
-        // The re-ask for the pieces lost on the way, well inside the seeding interval.
-        #expect(uploader.verdict(first, after: .milliseconds(10)) == .serve, "a re-ask for lost pieces would wait out the interval")
-        #expect(uploader.verdict(second, after: .milliseconds(20)) == .leave, "a second member is sent to the first")
-        #expect(uploader.verdict(second, after: uploader.scheduler.settings.seedingInterval + .milliseconds(20))
-                == .serveAgain(.firstCopyLost))
-    }
-
-    /// Timed from the want, the interval ran out while a slow member's copy was still queued, and
-    /// a second member got a second copy (an upload to 10 on loopback sent 1.1–1.3× the file).
-    @Test("super-seeding: a chunk still leaving for one member goes to no other until the interval after its last piece")
-    func seedingWaitsForTheCopyToLeave() {
-        let first = NodeID(high: 1, low: 1), second = NodeID(high: 2, low: 2)
-        var uploader = Seed()
-        let start = uploader.start
-        // Queued until 5 s; nobody else asks meanwhile (nothing saw it leaving).
-        uploader.leftAt = { member, now in member == first ? min(now, start + .seconds(5)) : nil }
-        #expect(uploader.verdict(first, after: .zero) == .serve)
-        #expect(uploader.verdict(second, after: .seconds(3)) == .leave, "a second copy while the first is still queued")
-        #expect(uploader.verdict(second, after: .milliseconds(5_100)) == .leave,
-                "the interval counts from when the copy's last piece left, not from the want")
-        #expect(uploader.verdict(second, after: .milliseconds(7_100)) == .serveAgain(.firstCopyLost),
-                "a copy gone for the interval was lost: sent again")
-    }
-
-    @Test("super-seeding: once the patience has passed since the first member asked, the chunk goes to another too")
-    func seedingPatienceEnds() {
-        let slow = NodeID(high: 1, low: 1), other = NodeID(high: 2, low: 2)
-        var uploader = Seed()
-        uploader.leftAt = { member, now in member == slow ? now : nil }
-        let patience = uploader.scheduler.settings.seedingPatience
-        #expect(uploader.verdict(slow, after: .zero) == .serve)
-        // The slow member's re-ask does not restart the patience.
-        #expect(uploader.verdict(slow, after: patience / 2) == .serve)
-        #expect(uploader.verdict(other, after: patience - .milliseconds(1)) == .leave)
-        #expect(uploader.verdict(other, after: patience) == .serveAgain(.firstCopyTooSlow),
-                "the others would wait as long as the slow member's pace takes")
-        // A member whose re-asks keep its copy fresh, with nothing queued (its wants answered busy
-        // by a full queue, say), holds the chunk no longer than the patience either.
-        var hoarded = Seed()
-        let hoarder = NodeID(high: 3, low: 3)
-        #expect(hoarded.verdict(hoarder, after: .zero) == .serve)
-        for step in 1..<20 { _ = hoarded.verdict(hoarder, after: .milliseconds(500 * step)) }
-        #expect(hoarded.verdict(other, after: patience) == .serveAgain(.firstCopyTooSlow))
-    }
-
-    @Test("super-seeding: a want answered busy by a full queue after the verdict holds the chunk for nobody")
-    func anUnadmittedWantHoldsNothing() {
-        let refused = NodeID(high: 1, low: 1), other = NodeID(high: 2, low: 2)
-        var uploader = Seed()
-        #expect(uploader.verdict(refused, after: .zero, admitted: false) == .serve)
-        #expect(uploader.verdict(other, after: .milliseconds(100)) == .serve, "nothing is on its way to the refused member")
-    }
-
-    @Test("super-seeding: only a member that added the content seeds; it leaves a chunk to a member seen fetching, not to a claim of the whole file")
-    func onlyTheContentsAddersSeed() {
-        let chunks = [SHA256Digest.hashing([0]), SHA256Digest.hashing([1])]
-        let manifest = Manifest(size: 2048, chunkSize: 1024, chunks: chunks)
-        let uploader = NodeID(high: 9, low: 9), other = NodeID(high: 1, low: 1), asker = NodeID(high: 2, low: 2)
-        let start = MeshInstant(nanoseconds: 1_000_000_000)
-        var first = ChunkBitmap(count: 2)
-        first.insert(0)
-        func verdict(_ scheduler: inout TransferScheduler, seeding: Bool, seeders: Set<NodeID>,
-                     after: Duration = .zero) -> TransferScheduler.SeedingVerdict {
-            scheduler.seedingVerdict(attachment: manifest.id, index: 0, to: asker, seeding: seeding, seeders: seeders,
-                                     now: start + after, leftAt: { _ in nil })
-        }
-        // A member that fetched the attachment whole serves it, whoever else holds it.
-        var holder = TransferScheduler(seed: 1)
-        holder.setAvailability(first, of: manifest.id, at: uploader)
-        #expect(verdict(&holder, seeding: false, seeders: [uploader]) == .serve)
-        // The uploader leaves a chunk to a member still fetching that announced it.
-        var seed = TransferScheduler(seed: 2)
-        seed.setAvailability(first, of: manifest.id, at: other)
-        #expect(verdict(&seed, seeding: true, seeders: [uploader]) == .leave, "the chunk is left to the member fetching it")
-        #expect(verdict(&seed, seeding: true, seeders: [uploader], after: seed.settings.busyGrace) == .serveAgain(.turnedAwayTooLong),
-                "a member that does not pass it on must not starve the asker")
-        #expect(verdict(&seed, seeding: true, seeders: [uploader], after: seed.settings.busyGrace + .milliseconds(1))
-                == .serveAgain(.turnedAwayTooLong), "a want the queue refused is no copy: the grace still stands")
-        seed.noteSeeded(attachment: manifest.id, index: 0, to: asker, now: start + seed.settings.busyGrace)
-        #expect(verdict(&seed, seeding: true, seeders: [uploader], after: seed.settings.busyGrace + .seconds(1)) == .serve,
-                "its asks for pieces it lost are served too (one copy, counted once), not turned away 5 s again")
-        // Once that member holds it whole, the chunk is still left to it (before, any whole copy
-        // turned seeding off, and the uploader served all it was asked)...
-        var fetched = TransferScheduler(seed: 2)
-        fetched.setAvailability(first, of: manifest.id, at: other)
-        fetched.setAvailability(.full(2), of: manifest.id, at: other)
-        #expect(verdict(&fetched, seeding: true, seeders: [uploader], after: .seconds(1)) == .leave)
-        // ...but a claim of the whole file at once turns nobody away (it may be a liar's), and
-        // does not turn seeding off either: a chunk just sent to one member still waits for it.
-        var claimed = TransferScheduler(seed: 3)
-        claimed.setAvailability(.full(2), of: manifest.id, at: other)
-        #expect(verdict(&claimed, seeding: true, seeders: [uploader]) == .serve)
-        claimed.noteSeeded(attachment: manifest.id, index: 0, to: NodeID(high: 3, low: 3), now: start)
-        #expect(verdict(&claimed, seeding: true, seeders: [uploader], after: .milliseconds(100)) == .leave)
-        // Another member that added the same content seeds like us: asked of both, each would
-        // send the asker to the other.
-        var twin = TransferScheduler(seed: 4)
-        twin.setAvailability(.full(2), of: manifest.id, at: other)
-        twin.noteSeeded(attachment: manifest.id, index: 0, to: NodeID(high: 3, low: 3), now: start)
-        #expect(verdict(&twin, seeding: true, seeders: [uploader, other], after: .milliseconds(100)) == .serve,
-                "with another seed, a chunk just sent to one member still goes to the next")
     }
 }

@@ -31,7 +31,7 @@ public struct NodeCounters: Sendable, Equatable {
     public var wantsRefused: UInt64 = 0
     /// Wants a seed answered "left to others": the chunk is left to the member that has it or is getting
     /// it (super-seeding), and second copies it sent of a chunk: to a member turned away for 5 s,
-    /// or of one only it held whose first copy was lost or too slow (`SeedingVerdict`).
+    /// or of one only it held whose first copy was lost or too slow (`SeedingPolicy.Verdict`).
     public var seedingRefusals: UInt64 = 0
     public var seedingSecondCopies: UInt64 = 0
     /// Paces told a holder again because its pieces showed it had not heard the last (`ToldPace`).

@@ -108,6 +108,7 @@ extension NodeInstance {
         case let .noChunk(digest):
             manifestAnswer(digest, bytes: nil, from: peer, now: now)
         case let .chunks(attachment, bitmap):
+            seeding.onAnnounced(bitmap, of: attachment, at: peer)
             receiveAvailability(bitmap, of: attachment, from: peer, now: now)
         case let .replicate(ids):
             replicateRequested(ids, now: now)

@@ -91,6 +91,7 @@ extension NodeInstance {
             let left = journal.memberLeft(id)
             apply(left, now: now)
             transfer.removePeer(id)
+            seeding.removePeer(id)
             assembler.removeHolder(id)
             forgetPacing(of: id)
             provenHolders.remove(id)

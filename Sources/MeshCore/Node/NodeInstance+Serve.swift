@@ -121,12 +121,12 @@ extension NodeInstance {
         }
         pacer.setRate(want.rate, for: peer)
         // Initial seeding: a member that added the content sends each chunk about once.
-        var seeding: (ref: ChunkRef, verdict: TransferScheduler.SeedingVerdict)?
+        var seeded: (ref: ChunkRef, verdict: SeedingPolicy.Verdict)?
         if settings.superSeeding, let ref = chunkLocations[want.digest], complete.contains(ref.attachment) {
             let seeders = Set(journal.state.attachments(withContent: ref.attachment).map(\.addedBy))
             if seeders.contains(localID) {
-                let verdict = transfer.seedingVerdict(attachment: ref.attachment, index: ref.index, to: peer, seeding: true,
-                                                      seeders: seeders, now: now) { member in
+                let verdict = seeding.verdict(attachment: ref.attachment, index: ref.index, to: peer, seeders: seeders,
+                                              holders: transfer.announced(ref.attachment), now: now) { member in
                     serving.contains(ServeBudget.Key(peer: member, digest: want.digest))
                         ? now : pacer.leftAt(want.digest, for: member, now: now)
                 }
@@ -134,7 +134,7 @@ extension NodeInstance {
                     counters.seedingRefusals += 1
                     return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .leftToOthers))], to: peer)
                 }
-                seeding = (ref, verdict)
+                seeded = (ref, verdict)
             }
         }
         // The same want again while its pieces are on their way: they will do.
@@ -155,8 +155,8 @@ extension NodeInstance {
         }
         // Recorded once admitted: a want refused here leaves nothing on its way to the member
         // (a second member's first want is within its budget below).
-        if let (ref, verdict) = seeding {
-            transfer.noteSeeded(attachment: ref.attachment, index: ref.index, to: peer, now: now)
+        if let (ref, verdict) = seeded {
+            seeding.admitted(attachment: ref.attachment, index: ref.index, to: peer, now: now)
             // Counted once: a member served after its grace stays served, but a member whose first
             // copy was passed over may still ask for its lost pieces.
             if case let .serveAgain(reason) = verdict, want.missing == nil || reason == .turnedAwayTooLong {

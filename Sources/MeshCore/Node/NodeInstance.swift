@@ -106,6 +106,8 @@ public struct NodeInstance: Sendable {
     package internal(set) var delivery: DeliveryInstance
     package internal(set) var journal: JournalInstance
     package internal(set) var transfer: TransferScheduler
+    /// The serving side's initial seeding: which wants for chunks we added are left to others.
+    package internal(set) var seeding: SeedingPolicy
     package internal(set) var assembler: ChunkAssembler
 
     // Keys (NodeInstance+Epochs).
@@ -247,6 +249,7 @@ public struct NodeInstance: Sendable {
                                   seed: random.next(), now: now)
         journal.restore(restored.operations)
         transfer = TransferScheduler(settings: settings.transfer, seed: random.next())
+        seeding = SeedingPolicy(settings: settings.seeding)
         assembler = ChunkAssembler(settings: .init(pieceSize: codec.maxPairwisePayload - ChunkPiece.overhead))
         recentChunks = RecentChunks(capacity: settings.recentChunkCapacity)
         downlink = DownlinkController(settings: settings.downlink)

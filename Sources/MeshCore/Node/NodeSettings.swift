@@ -2,11 +2,13 @@ import MeshCrypto
 
 /// Every policy of a node in one value: the shell builds it from `NodeConfiguration`, the
 /// simulation from its scenario. Sub-machines keep their own settings (`MembershipSettings`,
-/// `TransferScheduler.Settings`); this holds them and what the node decides itself.
+/// `TransferScheduler.Settings`, `SeedingPolicy.Settings`); this holds them and what the node decides itself.
 public struct NodeSettings: Sendable {
     public var membership: MembershipSettings
     public var wire = DatagramCodec.Configuration()
     public var transfer = TransferScheduler.Settings()
+    /// The serving side's initial seeding (`SeedingPolicy`).
+    public var seeding = SeedingPolicy.Settings()
     /// Chunk size of the attachments this node adds (others' come with their manifests).
     public var chunkSize = Manifest.defaultChunkSize
     /// The largest attachment accepted (100 MiB unless configured).
@@ -22,7 +24,7 @@ public struct NodeSettings: Sendable {
     /// Once every holder was asked for a manifest without a good answer, the next round waits this long.
     public var manifestRoundPause: Duration = .milliseconds(500)
     /// A member that added the content answers "busy" for chunks others can pass on
-    /// (`TransferScheduler.seedingVerdict`).
+    /// (`SeedingPolicy.verdict`).
     public var superSeeding = true
     /// Chunks read for others at once; more wants are answered "busy" (a member cannot make us
     /// read without bound).

@@ -26,18 +26,6 @@ public struct TransferScheduler: Sendable {
         public var endGameLateness = 0.5
         /// Bad chunks after which a member is avoided altogether.
         public var maxBadChunks = 3
-        /// A chunk only we hold is served once per this long (initial seeding): the others get
-        /// it from the member that has it, so an uploader sends each chunk about once. Longer
-        /// than a request timeout, so a copy lost on the way is sent again soon.
-        public var seedingInterval: Duration = .seconds(2)
-        /// A chunk only we hold, sent to one member, goes to another member too this long after
-        /// the first asked, whatever its copy does: a member whose pace has fallen so low (one
-        /// whose rate fell to 32 KiB/s had 29 chunks queued, 230 s of them), or that keeps
-        /// re-asking, must not keep the others waiting.
-        public var seedingPatience: Duration = .seconds(10)
-        /// A member told "busy" because others hold the chunk is served anyway after this long,
-        /// so stale availability cannot starve it.
-        public var busyGrace: Duration = .seconds(5)
         /// How long to wait before asking again for a chunk its only holder was too busy to send.
         public var busyRetry: Duration = .milliseconds(200)
         /// A seed that left a chunk to others is not asked for it again while another member
@@ -48,7 +36,8 @@ public struct TransferScheduler: Sendable {
         /// Asked every `busyRetry`, a slow member whose windows at the holders stayed full was
         /// refused 12 times in 3 s and then served a second copy at the seed's `busyGrace`; asked
         /// again after a plain 10 s, it got second copies of 13 chunks of 64 (simulation). As
-        /// long as the seed's grace, so a seed asked again serves at once.
+        /// long as the seed's grace (`SeedingPolicy.Settings.busyGrace`), so a seed asked again
+        /// serves at once.
         public var leftToOthersWait: Duration = .seconds(5)
         public init() {}
     }
@@ -111,44 +100,6 @@ public struct TransferScheduler: Sendable {
         /// holder's window filled with chunks waiting a round trip for one piece each, and the
         /// line went idle: at 1% loss the start of a fetch took about 0.3 s longer (simulation).
         var hasRoom: Bool { inFlight - min(repairing, window) < window }
-    }
-
-    /// What a seed does with a want (`seedingVerdict`).
-    public enum SeedingVerdict: Sendable, Equatable {
-        /// Serve it: we do not seed, the chunk is new to everyone, or the same member asks again.
-        case serve
-        /// Serve a second copy of a chunk, for this reason.
-        case serveAgain(SecondCopy)
-        /// Answer "left to others": the chunk is left to the member that has it or is getting it.
-        case leave
-    }
-
-    /// Why a seed sends a second copy of a chunk.
-    public enum SecondCopy: String, Sendable, Equatable {
-        /// The member was turned away for `busyGrace`: the members that hold it did not serve it.
-        case turnedAwayTooLong
-        /// The first copy of a chunk only we held left `seedingInterval` ago and its member has
-        /// not announced it: lost, or its member is gone.
-        case firstCopyLost
-        /// `seedingPatience` passed since the first member asked, and it has not announced the
-        /// chunk: its pace is too slow (or it keeps the chunk to itself).
-        case firstCopyTooSlow
-    }
-
-    /// A member turned away from a chunk (initial seeding).
-    struct Refusal: Sendable {
-        var first: MeshInstant
-        /// Served after `busyGrace`: it stays served, and the copy counts once.
-        var served = false
-    }
-
-    /// A chunk only we held, served to one member (initial seeding).
-    struct SeededCopy: Sendable {
-        var peer: NodeID
-        /// When that member was first served it.
-        var servedAt: MeshInstant
-        /// The latest time its pieces were known to be leaving us.
-        var seenLeaving: MeshInstant
     }
 
     public let settings: Settings
@@ -214,15 +165,6 @@ public struct TransferScheduler: Sendable {
     }
     /// Chunks assembled whose store has not answered yet (still counted in flight).
     public var storingCount: Int { jobs.values.reduce(0) { $0 + $1.storing.count } }
-    /// Chunks we served that no one else is known to hold, with to whom and when (initial seeding).
-    private var seeded: [SHA256Digest: [Int: SeededCopy]] = [:]
-    /// When each member was first told "left to others" for a chunk, and whether it was served
-    /// all the same.
-    private var refusals: [SHA256Digest: [Int: [NodeID: Refusal]]] = [:]
-    /// Members that announced part of an attachment (not all of it at once): a seed leaves
-    /// chunks to them once they hold it whole too.
-    private var seenFetching: [SHA256Digest: Set<NodeID>] = [:]
-
     public init(settings: Settings = .init(), seed: UInt64) {
         self.settings = settings
         self.random = SplitMix64(seed: seed)
@@ -265,6 +207,16 @@ public struct TransferScheduler: Sendable {
         availability.filter { ($0.value[attachment]?.held ?? 0) > 0 }.map(\.key).sorted()
     }
 
+    /// What each member that may be asked (not avoided) announced of the attachment: the holders
+    /// a seed weighs (`SeedingPolicy.verdict`).
+    public func announced(_ attachment: SHA256Digest) -> [NodeID: ChunkBitmap] {
+        var holders: [NodeID: ChunkBitmap] = [:]
+        for (peer, attachments) in availability where !isAvoided(peer) {
+            if let bitmap = attachments[attachment] { holders[peer] = bitmap }
+        }
+        return holders
+    }
+
     public func isAvoided(_ peer: NodeID) -> Bool { (peers[peer]?.badChunks ?? 0) >= settings.maxBadChunks }
 
     // MARK: input
@@ -284,7 +236,6 @@ public struct TransferScheduler: Sendable {
     /// What a member announced it holds of an attachment.
     public mutating func setAvailability(_ bitmap: ChunkBitmap, of attachment: SHA256Digest, at peer: NodeID) {
         availability[peer, default: [:]][attachment] = bitmap
-        if bitmap.held > 0, !bitmap.isComplete { seenFetching[attachment, default: []].insert(peer) }
         if peers[peer] == nil { peers[peer] = Peer(window: settings.initialWindow) }
     }
 
@@ -292,14 +243,6 @@ public struct TransferScheduler: Sendable {
     public mutating func removePeer(_ peer: NodeID) {
         availability[peer] = nil
         peers[peer] = nil
-        // What it was refused, and what we seeded to it (lost with it), are forgotten.
-        for id in refusals.keys {
-            for index in refusals[id]?.keys ?? [:].keys { refusals[id]?[index]?[peer] = nil }
-        }
-        for id in seeded.keys {
-            seeded[id] = seeded[id]?.filter { $0.value.peer != peer }
-        }
-        for id in seenFetching.keys { seenFetching[id]?.remove(peer) }
         for id in jobs.keys {
             // Back (restarted), it is asked afresh: its seeding state went with it.
             jobs[id]?.seedsLeaving[peer] = nil
@@ -440,7 +383,7 @@ public struct TransferScheduler: Sendable {
         return left
     }
 
-    /// A seed answered that it leaves this chunk to the members that hold it (`seedingVerdict`):
+    /// A seed answered that it leaves this chunk to the members that hold it (`SeedingPolicy`):
     /// ask them, and the seed only when no one else holds it, or after `leftToOthersWait`.
     public mutating func onLeftToOthers(attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant) {
         guard var job = jobs[attachment], job.inFlight[index]?[peer] != nil else { return }
@@ -459,68 +402,6 @@ public struct TransferScheduler: Sendable {
         job.seedsLeaving[peer] = now
         jobs[attachment] = job
         settle(attachment: attachment, index: index, answeredBy: peer, now: now)
-    }
-
-    /// What to do with `peer`'s want for chunk `index` of an attachment we hold (BitTorrent's
-    /// super-seeding). Only a member that added the content itself seeds this way (`seeding`):
-    /// every other holder serves whatever it has. A seed sends each chunk about once:
-    /// - a chunk that a member seen fetching the attachment announced is left to it, also once
-    ///   it holds the whole (not to one that claimed the whole file at once);
-    /// - another member that added the content seeds like us: while one holds it whole, we serve
-    ///   all we are asked (two seeds would send each other's requesters away);
-    /// - a chunk only we hold goes to one member at a time (`noteSeeded` records to whom, once
-    ///   the want is admitted), and to another only `seedingInterval` after the copy to the first
-    ///   has left us (`leftAt`: when its last piece left, now while it is still queued or read,
-    ///   nil when unknown): its member lost it, or is gone; or once `seedingPatience` has passed
-    ///   since the first member asked, however it fares.
-    /// The requester hears "left to others" and asks them. So that stale availability cannot starve
-    /// anyone, a member refused a chunk that others hold is served anyway after `busyGrace` (and
-    /// from then on: its asks for pieces it lost too).
-    public mutating func seedingVerdict(attachment: SHA256Digest, index: Int, to peer: NodeID, seeding: Bool,
-                                        seeders: Set<NodeID>, now: MeshInstant,
-                                        leftAt: (NodeID) -> MeshInstant?) -> SeedingVerdict {
-        guard seeding else { return .serve }
-        // Left to members seen fetching it (they showed what they held as it arrived), also once
-        // they hold it whole: the uploader sent about a fifth less in simulation. Not to a member
-        // that claimed the whole file at once: it may be a liar, and its claim would make every
-        // fetch wait out `busyGrace` for each chunk.
-        let elsewhere = availability.contains { holder, attachments in
-            guard holder != peer, !seeders.contains(holder), !isAvoided(holder),
-                  let bitmap = attachments[attachment] else { return false }
-            return bitmap.contains(index) && (!bitmap.isComplete || seenFetching[attachment]?.contains(holder) == true)
-        }
-        if elsewhere {
-            guard let refusal = refusals[attachment]?[index]?[peer] else {
-                refusals[attachment, default: [:]][index, default: [:]][peer] = Refusal(first: now)
-                return .leave
-            }
-            if refusal.served { return .serve }
-            return now >= refusal.first + settings.busyGrace ? .serveAgain(.turnedAwayTooLong) : .leave
-        }
-        let otherSeeds = availability.contains { holder, attachments in
-            holder != peer && seeders.contains(holder) && attachments[attachment]?.isComplete == true && !isAvoided(holder)
-        }
-        // The member it went to asks again only for pieces that were lost on the way: it gets them.
-        guard !otherSeeds, let copy = seeded[attachment]?[index], copy.peer != peer else { return .serve }
-        // Paced for a slow member, a chunk takes seconds to leave: timed from the want, the
-        // interval ran out while its pieces were still queued, and another member got a second
-        // copy (an upload to 10 on loopback sent 1.1–1.3× the file).
-        let left = max(copy.seenLeaving, leftAt(copy.peer) ?? copy.seenLeaving)
-        seeded[attachment]?[index]?.seenLeaving = left
-        if now >= copy.servedAt + settings.seedingPatience { return .serveAgain(.firstCopyTooSlow) }
-        return now >= left + settings.seedingInterval ? .serveAgain(.firstCopyLost) : .leave
-    }
-
-    /// A seed admitted `peer`'s want for chunk `index` (after `seedingVerdict`): the chunk is now
-    /// on its way to that member. A want again from the same member keeps the patience counting
-    /// from its first; a member served after its grace stays served (`Refusal.served`).
-    public mutating func noteSeeded(attachment: SHA256Digest, index: Int, to peer: NodeID, now: MeshInstant) {
-        refusals[attachment]?[index]?[peer]?.served = true
-        if seeded[attachment]?[index]?.peer == peer {
-            seeded[attachment]?[index]?.seenLeaving = now
-        } else {
-            seeded[attachment, default: [:]][index] = SeededCopy(peer: peer, servedAt: now, seenLeaving: now)
-        }
     }
 
     /// Whether some chunk of the attachment is asked of someone, or being stored, right now, or
