@@ -84,7 +84,7 @@ struct CrashCampaignTests {
             for (id, bytes) in present {
                 let output = work + "/out-\(id.prefix(8)).bin"
                 let get = try await NodeProcess.runCommand(["get", "--data-dir", uploader.dataDirectory, id,
-                                                           "--output", output])
+                                                            "--output", output])
                 #expect(get.status == 0, "seed \(seed): \(get.stderr)")
                 #expect((try? Data(contentsOf: URL(fileURLWithPath: output))) == bytes,
                         "seed \(seed): \(id.prefix(12)) differs")

@@ -246,7 +246,7 @@ struct JournalLifecycleTests {
             try await waitUntil("late joiner lists it") { try await JournalCommandTests.listed(late).map(\.id) == [id] }
             let output = late.dataDirectory + "/out.bin"
             let get = try await NodeProcess.runCommand(["get", "--data-dir", late.dataDirectory, id,
-                                                       "--output", output])
+                                                        "--output", output])
             #expect(get.status == 0, "\(get.stderr)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
         }

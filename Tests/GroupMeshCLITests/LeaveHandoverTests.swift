@@ -71,7 +71,7 @@ struct LeaveHandoverTests {
             for (id, data) in files.sorted(by: { $0.key < $1.key }) {
                 let output = scratch + "/\(id.prefix(12)).out"
                 let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, id,
-                                                           "--output", output])
+                                                            "--output", output])
                 #expect(get.status == 0, "\(id.prefix(12)): \(get.stderr)")
                 #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == data, "\(id.prefix(12)) differs")
             }
