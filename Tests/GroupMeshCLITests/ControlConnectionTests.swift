@@ -9,45 +9,45 @@ import Testing
 struct ControlConnectionTests {
     @Test("a slow listen gets every message it was sent; one that stops reading is cut off, memory bounded")
     func slowAndStalledListens() async throws {
-        let (first, second, _) = try await HostileMemberTests.startPair("first", "second")
-        let nodes = [first.node, second.node]
-        defer { for node in nodes { Task { await node.cleanUp() } } }
-        try await nodes.waitForMesh(alive: 2, timeout: .seconds(30))
+        try await withProcessMesh(names: ["first", "second"], timeout: .seconds(30)) { mesh in
+            let (first, second) = (try mesh["first"], try mesh["second"])
 
-        let listener = try RawControlConnection(dataDirectory: first.node.dataDirectory)
-        try listener.write(#"{"command":"listen"}"# + "\n")
-        #expect(try listener.readLines(count: 1).first?.contains("subscribed") == true)
-        let residentBefore = ProcessStats.memory(first.node.pid).resident
+            let listener = try RawControlConnection(dataDirectory: first.dataDirectory)
+            try listener.write(#"{"command":"listen"}"# + "\n")
+            #expect(try listener.readLines(count: 1).first?.contains("subscribed") == true)
+            let residentBefore = ProcessStats.memory(first.pid).resident
 
-        // 120 messages of 64 KiB to a client reading 8 KiB at a time with a pause between:
-        // slower than the sends, so the node falls behind it and holds new messages.
-        let sender = ControlClient(directory: DataDirectory(path: second.node.dataDirectory))
-        let body = Array(repeating: UInt8(ascii: "m"), count: 64 * 1024)
-        listener.readSize = 8 * 1024
-        listener.pauseBetweenReads = 2_000
-        let reader = SlowReader(listener, messages: 120)
-        let (sent, failures) = await Self.send(120, body, from: sender)
-        let read = await reader.finish()
-        #expect(failures.isEmpty, "\(failures.prefix(3))")
-        #expect(sent > 0 && read.messages == sent, "\(sent) sent, \(read.messages) printed, other lines: \(read.other)")
-        #expect(read.other.isEmpty, "no dropped line, no failure")
+            // 120 messages of 64 KiB to a client reading 8 KiB at a time with a pause between:
+            // slower than the sends, so the node falls behind it and holds new messages.
+            let sender = ControlClient(directory: DataDirectory(path: second.dataDirectory))
+            let body = Array(repeating: UInt8(ascii: "m"), count: 64 * 1024)
+            listener.readSize = 8 * 1024
+            listener.pauseBetweenReads = 2_000
+            let reader = SlowReader(listener, messages: 120)
+            let (sent, failures) = await Self.send(120, body, from: sender)
+            let read = await reader.finish()
+            #expect(failures.isEmpty, "\(failures.prefix(3))")
+            #expect(sent > 0 && read.messages == sent,
+                    "\(sent) sent, \(read.messages) printed, other lines: \(read.other)")
+            #expect(read.other.isEmpty, "no dropped line, no failure")
 
-        // Stopped reading: the node holds new messages for the stall limit, then closes the
-        // connection and takes them again (every send still succeeds, to nobody listening).
-        listener.readSize = 256 * 1024
-        listener.pauseBetweenReads = 0
-        // More than the bound below: what waits must be held back, not buffered.
-        let (stalledSent, stalledFailures) = await Self.send(250, body, from: sender)
-        #expect(stalledSent == 250 && stalledFailures.isEmpty, "\(stalledFailures.prefix(3))")
-        try await first.node.waitForStatus(timeout: .seconds(30), "the stalled listen cut off") {
-            HostileMemberTests.counter($0, "consumersStalled") >= 1
+            // Stopped reading: the node holds new messages for the stall limit, then closes the
+            // connection and takes them again (every send still succeeds, to nobody listening).
+            listener.readSize = 256 * 1024
+            listener.pauseBetweenReads = 0
+            // More than the bound below: what waits must be held back, not buffered.
+            let (stalledSent, stalledFailures) = await Self.send(250, body, from: sender)
+            #expect(stalledSent == 250 && stalledFailures.isEmpty, "\(stalledFailures.prefix(3))")
+            try await first.waitForStatus(timeout: .seconds(30), "the stalled listen cut off") {
+                HostileMemberTests.counter($0, "consumersStalled") >= 1
+            }
+            #expect(try listener.readUntilClosed(limit: 64 << 20), "the node closed the connection")
+            let growth = ProcessStats.memory(first.pid).resident - residentBefore
+            // What waits for a stalled listen is bounded by the hold, not by what peers send.
+            #expect(growth < 12, "node resident memory grew \(growth) MiB")
+            let status = try await first.status()
+            #expect(status.aliveCount == 2)
         }
-        #expect(try listener.readUntilClosed(limit: 64 << 20), "the node closed the connection")
-        let growth = ProcessStats.memory(first.node.pid).resident - residentBefore
-        // What waits for a stalled listen is bounded by the hold, not by what peers send.
-        #expect(growth < 12, "node resident memory grew \(growth) MiB")
-        let status = try await first.node.status()
-        #expect(status.aliveCount == 2)
     }
 
     @Test("connections left open past the node's descriptors: the idlest are closed, status still answers")

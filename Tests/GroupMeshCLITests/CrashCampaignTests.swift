@@ -17,91 +17,94 @@ struct CrashCampaignTests {
         var random = SplitMix64(seed: seed)
         let work = NodeProcess.makeTemporaryDirectory("crash-files")
         defer { try? FileManager.default.removeItem(atPath: work) }
-        var uploader = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
-        let invite = try await uploader.waitForLine(prefix: "invite:")
-        var replica = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
-        var all = [uploader, replica]
-        defer { for node in all { Task { await node.cleanUp() } } }
-        try await [uploader, replica].waitForMesh(alive: 2)
-        // Restarts reuse the address: both may die in one round, and each finds the other only
-        // where it last was (members.json).
-        let uploaderAddress = try await uploader.waitForLine(prefix: "listening:")
-        let replicaAddress = try await replica.waitForLine(prefix: "listening:")
+        try await withProcessMesh(names: ["uploader", "replica"]) { mesh in
+            var uploader = try mesh["uploader"], replica = try mesh["replica"]
+            // Restarts reuse the address: both may die in one round, and each finds the other only
+            // where it last was (members.json).
+            let uploaderAddress = try await uploader.waitForLine(prefix: "listening:")
+            let replicaAddress = try await replica.waitForLine(prefix: "listening:")
 
-        var present: [String: Data] = [:]   // acknowledged adds not (acknowledged) removed
-        var removed: Set<String> = []
-        for round in 0..<8 {
-            let context = "seed \(seed), round \(round)"
-            // One change on the uploader: mostly adds, sometimes a remove.
-            let change: Task<(status: Int32, stdout: String, stderr: String), any Error>
-            var file: String?
-            var removing: String?
-            let directory = uploader.dataDirectory
-            if round % 3 == 2, let victim = present.keys.sorted().first {
-                removing = victim
-                change = Task { try await NodeProcess.runCommand(["remove", "--data-dir", directory, victim]) }
-            } else {
-                let path = work + "/file\(round).bin"
-                try writeRandomFile(path, size: (1 + Int(random.next() % 6)) << 19, using: &random)
-                file = path
-                change = Task { try await NodeProcess.runCommand(["attach", "--data-dir", directory, path]) }
-            }
-            // Kill the uploader or the replica (or both) a random moment later.
-            try await Task.sleep(for: .milliseconds(Int(random.next() % 60)))
-            let killUploader = random.next() % 3 != 0, killReplica = random.next() % 2 == 0
-            if killUploader { uploader.signal(SIGKILL) }
-            if killReplica { replica.signal(SIGKILL) }
-            let result = try await change.value
-            if result.status == 0 {
-                if let removing {
-                    present[removing] = nil
-                    removed.insert(removing)
-                } else if let file {
-                    present[result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)] = try Data(contentsOf: URL(fileURLWithPath: file))
+            var present: [String: Data] = [:]   // acknowledged adds not (acknowledged) removed
+            var removed: Set<String> = []
+            for round in 0..<8 {
+                let context = "seed \(seed), round \(round)"
+                // One change on the uploader: mostly adds, sometimes a remove.
+                let change: Task<(status: Int32, stdout: String, stderr: String), any Error>
+                var file: String?
+                var removing: String?
+                let directory = uploader.dataDirectory
+                if round % 3 == 2, let victim = present.keys.sorted().first {
+                    removing = victim
+                    change = Task { try await NodeProcess.runCommand(["remove", "--data-dir", directory, victim]) }
+                } else {
+                    let path = work + "/file\(round).bin"
+                    try writeRandomFile(path, size: (1 + Int(random.next() % 6)) << 19, using: &random)
+                    file = path
+                    change = Task { try await NodeProcess.runCommand(["attach", "--data-dir", directory, path]) }
+                }
+                // Kill the uploader or the replica (or both) a random moment later.
+                try await Task.sleep(for: .milliseconds(Int(random.next() % 60)))
+                let killUploader = random.next() % 3 != 0, killReplica = random.next() % 2 == 0
+                if killUploader { uploader.signal(SIGKILL) }
+                if killReplica { replica.signal(SIGKILL) }
+                let result = try await change.value
+                if result.status == 0 {
+                    if let removing {
+                        present[removing] = nil
+                        removed.insert(removing)
+                    } else if let file {
+                        let added = result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+                        present[added] = try Data(contentsOf: URL(fileURLWithPath: file))
+                    }
+                }
+                // Restart whatever died, from its data dir alone.
+                if killUploader {
+                    _ = try await uploader.waitForExit()
+                    uploader = try mesh.restart("uploader", listen: uploaderAddress)
+                    _ = try await uploader.waitForLine(prefix: "listening:")
+                }
+                if killReplica {
+                    _ = try await replica.waitForExit()
+                    replica = try mesh.restart("replica", listen: replicaAddress)
+                    _ = try await replica.waitForLine(prefix: "listening:")
+                }
+                let listed = try await JournalCommandTests.listed(uploader)
+                for id in present.keys {
+                    let entry = listed.first { $0.id == id }
+                    #expect(entry.map { $0.chunksHave == $0.chunks } == true,
+                            "\(context): acknowledged \(id.prefix(12)) lost")
+                }
+                for id in removed {
+                    #expect(!listed.contains { $0.id == id }, "\(context): removed \(id.prefix(12)) is back")
                 }
             }
-            // Restart whatever died, from its data dir alone.
-            if killUploader {
-                _ = try await uploader.waitForExit()
-                uploader = try NodeProcess(["run", "--listen", uploaderAddress], dataDirectory: uploader.dataDirectory)
-                all.append(uploader)
-                _ = try await uploader.waitForLine(prefix: "listening:")
-            }
-            if killReplica {
-                _ = try await replica.waitForExit()
-                replica = try NodeProcess(["run", "--listen", replicaAddress], dataDirectory: replica.dataDirectory)
-                all.append(replica)
-                _ = try await replica.waitForLine(prefix: "listening:")
-            }
-            let listed = try await JournalCommandTests.listed(uploader)
-            for id in present.keys {
-                let entry = listed.first { $0.id == id }
-                #expect(entry.map { $0.chunksHave == $0.chunks } == true, "\(context): acknowledged \(id.prefix(12)) lost")
-            }
-            for id in removed { #expect(!listed.contains { $0.id == id }, "\(context): removed \(id.prefix(12)) is back") }
-        }
 
-        // Every acknowledged attachment loads byte-identical from the uploader, and the replica
-        // converges to the same set, whole.
-        for (id, bytes) in present {
-            let output = work + "/out-\(id.prefix(8)).bin"
-            let get = try await NodeProcess.runCommand(["get", "--data-dir", uploader.dataDirectory, id, "--output", output])
-            #expect(get.status == 0, "seed \(seed): \(get.stderr)")
-            #expect((try? Data(contentsOf: URL(fileURLWithPath: output))) == bytes, "seed \(seed): \(id.prefix(12)) differs")
-        }
-        try await [uploader, replica].waitForMesh(alive: 2)
-        try await waitUntil("the replica holds the same, whole") {
-            let listed = try await JournalCommandTests.listed(replica)
-            return Set(listed.map(\.id)).isSuperset(of: present.keys) && !listed.contains { removed.contains($0.id) }
-                && listed.filter { present[$0.id] != nil }.allSatisfy { $0.chunksHave == $0.chunks }
-        }
-        // What the kills left behind (an ingest whose add never reached the log, a remove whose
-        // collect never ran) was collected when each node started again: no stored chunk is
-        // outside the attachments listed.
-        for node in [uploader, replica] {
-            let listed = try await JournalCommandTests.listed(node).map(\.content)
-            let stray = try Self.unreferencedChunks(node, attachments: listed)
-            #expect(stray.isEmpty, "seed \(seed): \(stray.count) chunks no attachment uses in \(node.dataDirectory)")
+            // Every acknowledged attachment loads byte-identical from the uploader, and the replica
+            // converges to the same set, whole.
+            for (id, bytes) in present {
+                let output = work + "/out-\(id.prefix(8)).bin"
+                let get = try await NodeProcess.runCommand(["get", "--data-dir", uploader.dataDirectory, id,
+                                                            "--output", output])
+                #expect(get.status == 0, "seed \(seed): \(get.stderr)")
+                #expect((try? Data(contentsOf: URL(fileURLWithPath: output))) == bytes,
+                        "seed \(seed): \(id.prefix(12)) differs")
+            }
+            try await mesh.waitUntilAllSee()
+            try await waitUntil("the replica holds the same, whole") {
+                let listed = try await JournalCommandTests.listed(replica)
+                return Set(listed.map(\.id)).isSuperset(of: present.keys)
+                    && !listed.contains { removed.contains($0.id) }
+                    && listed.filter { present[$0.id] != nil }.allSatisfy { $0.chunksHave == $0.chunks }
+            }
+            // What the kills left behind (an ingest whose add never reached the log, a remove whose
+            // collect never ran) was collected when each node started again: no stored chunk is
+            // outside the attachments listed.
+            for node in [uploader, replica] {
+                let listed = try await JournalCommandTests.listed(node).map(\.content)
+                let stray = try Self.unreferencedChunks(node, attachments: listed)
+                #expect(stray.isEmpty,
+                        "seed \(seed): \(stray.count) chunks no attachment uses in \(node.dataDirectory)")
+            }
         }
     }
 

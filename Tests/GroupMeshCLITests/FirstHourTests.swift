@@ -144,38 +144,40 @@ struct FirstHourTests {
 
     @Test("events say what is true: an ordinary upload raises no attachment-unavailable; a lost attachment is unavailable, then available when its holder is back")
     func truthfulAttachmentEvents() async throws {
-        var nodes: [NodeProcess] = []
-        defer { for node in nodes { Task { await node.cleanUp() } } }
-        let uploader = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "uploader"])
-        nodes.append(uploader)
-        let invite = try await uploader.waitForLine(prefix: "invite:")
-        let watcher = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "watcher", "--lazy", "--invite", invite])
-        nodes.append(watcher)
-        try await nodes.waitForMesh(alive: 2)
-        let events = try NodeProcess(["events", "--json"], dataDirectory: watcher.dataDirectory, ownsDataDirectory: false)
-        nodes.append(events)
-        struct Event: Decodable { var type: String }
-        func types() -> [String] {
-            events.stdout.split(separator: "\n").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.utf8)).type }
-        }
-        _ = try await events.waitForLine(prefix: "events: following", onStderr: true)  // subscribed before the upload
+        try await withProcessMesh(names: ["uploader", "watcher"], lazy: ["watcher"]) { mesh in
+            let (uploader, watcher) = (try mesh["uploader"], try mesh["watcher"])
+            let events = try mesh.client(["events", "--json"], of: "watcher")
+            struct Event: Decodable { var type: String }
+            func types() -> [String] {
+                events.stdout.split(separator: "\n").compactMap {
+                    try? JSONDecoder().decode(Event.self, from: Data($0.utf8)).type
+                }
+            }
+            // Subscribed before the upload.
+            _ = try await events.waitForLine(prefix: "events: following", onStderr: true)
 
-        let work = NodeProcess.makeTemporaryDirectory("events")
-        defer { try? FileManager.default.removeItem(atPath: work) }
-        let (file, _) = try Self.randomFile(work, name: "notes.bin", size: 300_000, seed: 3)
-        let attach = try await NodeProcess.runCommand(["attach", file, "--data-dir", uploader.dataDirectory])
-        #expect(attach.status == 0, "\(attach.stderr)")
-        try await waitUntil("the watcher sees it added", timeout: .seconds(30)) { types().contains("attachment-added") }
-        try await waitUntil("the watcher knows its holder", timeout: .seconds(30)) {
-            try await NodeProcess.runCommand(["status", "--json", "--data-dir", watcher.dataDirectory]).stdout.contains(#""holders":1"#)
-        }
-        #expect(!types().contains("attachment-unavailable"), "an ordinary upload: \(types())")
+            let work = NodeProcess.makeTemporaryDirectory("events")
+            defer { try? FileManager.default.removeItem(atPath: work) }
+            let (file, _) = try Self.randomFile(work, name: "notes.bin", size: 300_000, seed: 3)
+            let attach = try await NodeProcess.runCommand(["attach", file, "--data-dir", uploader.dataDirectory])
+            #expect(attach.status == 0, "\(attach.stderr)")
+            try await waitUntil("the watcher sees it added", timeout: .seconds(30)) {
+                types().contains("attachment-added")
+            }
+            try await waitUntil("the watcher knows its holder", timeout: .seconds(30)) {
+                try await NodeProcess.runCommand(["status", "--json", "--data-dir", watcher.dataDirectory]).stdout
+                    .contains(#""holders":1"#)
+            }
+            #expect(!types().contains("attachment-unavailable"), "an ordinary upload: \(types())")
 
-        // The only holder stops answering: once it is dead, the attachment is lost; back, it is not.
-        uploader.signal(SIGSTOP)
-        try await waitUntil("unavailable once its holder is dead", timeout: .seconds(60)) { types().contains("attachment-unavailable") }
-        uploader.signal(SIGCONT)
-        try await waitUntil("available again", timeout: .seconds(60)) { types().contains("attachment-available") }
-        #expect(types().filter { $0 == "attachment-unavailable" }.count == 1, "\(types())")
+            // The only holder stops answering: once it is dead, the attachment is lost; back, it is not.
+            uploader.signal(SIGSTOP)
+            try await waitUntil("unavailable once its holder is dead", timeout: .seconds(60)) {
+                types().contains("attachment-unavailable")
+            }
+            uploader.signal(SIGCONT)
+            try await waitUntil("available again", timeout: .seconds(60)) { types().contains("attachment-available") }
+            #expect(types().filter { $0 == "attachment-unavailable" }.count == 1, "\(types())")
+        }
     }
 }

@@ -16,68 +16,62 @@ struct JournalCommandTests {
 
     @Test("attach on one node; all list the same id; get is byte-identical; remove disappears everywhere")
     func attachGetRemove() async throws {
-        var nodes: [NodeProcess] = []
-        defer { for node in nodes { Task { await node.cleanUp() } } }
-        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
-        nodes.append(first)
-        let invite = try await first.waitForLine(prefix: "invite:")
-        for _ in 0..<2 {
-            let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy"])
-            nodes.append(node)
-        }
-        try await nodes.waitForMesh(alive: 3)
-        let file = first.dataDirectory + "/../groupmesh-attach-\(UUID().uuidString.prefix(6)).bin"
-        var state: UInt64 = 42
-        let bytes = Data((0..<900_000).map { _ in
-            state = state &* 6364136223846793005 &+ 1442695040888963407
-            return UInt8(truncatingIfNeeded: state >> 33)
-        })
-        try bytes.write(to: URL(fileURLWithPath: file))
-        defer { try? FileManager.default.removeItem(atPath: file) }
+        try await withProcessMesh(names: ["first", "second", "third"], lazy: ["second", "third"]) { mesh in
+            let nodes = mesh.nodes, first = try mesh["first"]
+            let file = first.dataDirectory + "/../groupmesh-attach-\(UUID().uuidString.prefix(6)).bin"
+            var state: UInt64 = 42
+            let bytes = Data((0..<900_000).map { _ in
+                state = state &* 6364136223846793005 &+ 1442695040888963407
+                return UInt8(truncatingIfNeeded: state >> 33)
+            })
+            try bytes.write(to: URL(fileURLWithPath: file))
+            defer { try? FileManager.default.removeItem(atPath: file) }
 
-        let attach = try await NodeProcess.runCommand(["attach", "--data-dir", first.dataDirectory, file,
-                                                       "--metadata", #"{"name":"demo"}"#])
-        #expect(attach.status == 0, "\(attach.stderr)")
-        let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(id.count == 32 && id.allSatisfy(\.isHexDigit))
+            let attach = try await NodeProcess.runCommand(["attach", "--data-dir", first.dataDirectory, file,
+                                                           "--metadata", #"{"name":"demo"}"#])
+            #expect(attach.status == 0, "\(attach.stderr)")
+            let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(id.count == 32 && id.allSatisfy(\.isHexDigit))
 
-        for node in nodes {
-            try await waitUntil("listed everywhere") { try await Self.listed(node).map(\.id) == [id] }
-        }
-        let remote = try await Self.listed(nodes[2])[0]
-        #expect(remote.size == 900_000)
-        #expect(remote.chunksHave == 0, "lazy: nothing fetched before get")
-        #expect(remote.metadata == #"{"name":"demo"}"#)
+            for node in nodes {
+                try await waitUntil("listed everywhere") { try await Self.listed(node).map(\.id) == [id] }
+            }
+            let remote = try await Self.listed(nodes[2])[0]
+            #expect(remote.size == 900_000)
+            #expect(remote.chunksHave == 0, "lazy: nothing fetched before get")
+            #expect(remote.metadata == #"{"name":"demo"}"#)
 
-        let output = nodes[2].dataDirectory + "/out.bin"
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", nodes[2].dataDirectory, String(id.prefix(10)),
-                                                    "--output", output])
-        #expect(get.status == 0, "\(get.stderr)")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
-        let status = try await nodes[2].status()
-        #expect((status.counters["chunksFetched"]?.number ?? 0) >= 4)
-        // The fetch's congestion control reports itself: a rate, a round trip measured, and
-        // slowdown tests of which none can have found more flows than it ran.
-        let downlink = try #require(status.downlink, "no downlink in status --json")
-        #expect(downlink.rate > 0 && downlink.roundTripMs != nil, "\(downlink)")
-        let slowdowns = try #require(downlink.slowdowns, "no slowdowns in status --json"),
-            found = try #require(downlink.slowdownsFoundAnotherFlow, "no slowdownsFoundAnotherFlow in status --json")
-        #expect(found <= slowdowns, "\(downlink)")
-        #expect(downlink.lossyLine != nil, "no lossyLine in status --json")
-        // Loopback carries more than Ethernet: the holder's path was probed past 1,472 bytes
-        // (8,972 unless a probe was lost three times on a busy machine; PROTOCOL.md §1a); members
-        // it pulled nothing from are not measured.
-        let holderID = try await first.status().`self`.id
-        let sized = try await nodes[2].waitForStatus(timeout: .seconds(10), "holder's path measured") { status in
-            (status.members.first { $0.id == holderID }?.datagramSize ?? 0) > 1472
-        }
-        let bystander = try await nodes[1].status().`self`.id
-        #expect(sized.members.first { $0.id == bystander }?.datagramSize == nil)
+            let output = nodes[2].dataDirectory + "/out.bin"
+            let get = try await NodeProcess.runCommand(["get", "--data-dir", nodes[2].dataDirectory,
+                                                        String(id.prefix(10)), "--output", output])
+            #expect(get.status == 0, "\(get.stderr)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
+            let status = try await nodes[2].status()
+            #expect((status.counters["chunksFetched"]?.number ?? 0) >= 4)
+            // The fetch's congestion control reports itself: a rate, a round trip measured, and
+            // slowdown tests of which none can have found more flows than it ran.
+            let downlink = try #require(status.downlink, "no downlink in status --json")
+            #expect(downlink.rate > 0 && downlink.roundTripMs != nil, "\(downlink)")
+            let slowdowns = try #require(downlink.slowdowns, "no slowdowns in status --json")
+            let found = try #require(downlink.slowdownsFoundAnotherFlow,
+                                     "no slowdownsFoundAnotherFlow in status --json")
+            #expect(found <= slowdowns, "\(downlink)")
+            #expect(downlink.lossyLine != nil, "no lossyLine in status --json")
+            // Loopback carries more than Ethernet: the holder's path was probed past 1,472 bytes
+            // (8,972 unless a probe was lost three times on a busy machine; PROTOCOL.md §1a); members
+            // it pulled nothing from are not measured.
+            let holderID = try await first.status().`self`.id
+            let sized = try await nodes[2].waitForStatus(timeout: .seconds(10), "holder's path measured") { status in
+                (status.members.first { $0.id == holderID }?.datagramSize ?? 0) > 1472
+            }
+            let bystander = try await nodes[1].status().`self`.id
+            #expect(sized.members.first { $0.id == bystander }?.datagramSize == nil)
 
-        let remove = try await NodeProcess.runCommand(["remove", "--data-dir", nodes[1].dataDirectory, id])
-        #expect(remove.status == 0, "\(remove.stderr)")
-        for node in nodes {
-            try await waitUntil("removed everywhere") { try await Self.listed(node).isEmpty }
+            let remove = try await NodeProcess.runCommand(["remove", "--data-dir", nodes[1].dataDirectory, id])
+            #expect(remove.status == 0, "\(remove.stderr)")
+            for node in nodes {
+                try await waitUntil("removed everywhere") { try await Self.listed(node).isEmpty }
+            }
         }
     }
 
@@ -193,25 +187,22 @@ struct JournalCommandTests {
 
     @Test("get of an attachment nobody reachable holds fails with unavailable after a timeout")
     func unavailable() async throws {
-        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
-        defer { Task { await first.cleanUp() } }
-        let invite = try await first.waitForLine(prefix: "invite:")
-        let second = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy"])
-        defer { Task { await second.cleanUp() } }
-        try await [first, second].waitForMesh(alive: 2)
-        let file = first.dataDirectory + "/only-here.bin"
-        try Data(repeating: 9, count: 300_000).write(to: URL(fileURLWithPath: file))
-        let attach = try await NodeProcess.runCommand(["attach", "--data-dir", first.dataDirectory, file])
-        let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        try await waitUntil("listed") { try await Self.listed(second).map(\.id) == [id] }
-        first.signal(SIGKILL)
-        try await first.waitForExit()
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", second.dataDirectory, id,
-                                                    "--output", second.dataDirectory + "/x"], timeout: .seconds(60))
-        #expect(get.status != 0)
-        #expect(get.stderr.contains("unavailable"), "\(get.stderr)")
-        #expect(!FileManager.default.fileExists(atPath: second.dataDirectory + "/x.groupmesh-partial"),
-                "a failed get leaves no partial file")
+        try await withProcessMesh(names: ["first", "second"], lazy: ["second"]) { mesh in
+            let (first, second) = (try mesh["first"], try mesh["second"])
+            let file = first.dataDirectory + "/only-here.bin"
+            try Data(repeating: 9, count: 300_000).write(to: URL(fileURLWithPath: file))
+            let attach = try await NodeProcess.runCommand(["attach", "--data-dir", first.dataDirectory, file])
+            let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            try await waitUntil("listed") { try await Self.listed(second).map(\.id) == [id] }
+            first.signal(SIGKILL)
+            try await first.waitForExit()
+            let get = try await NodeProcess.runCommand(["get", "--data-dir", second.dataDirectory, id,
+                                                        "--output", second.dataDirectory + "/x"], timeout: .seconds(60))
+            #expect(get.status != 0)
+            #expect(get.stderr.contains("unavailable"), "\(get.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: second.dataDirectory + "/x.groupmesh-partial"),
+                    "a failed get leaves no partial file")
+        }
     }
 }
 
@@ -219,53 +210,45 @@ struct JournalCommandTests {
 struct JournalLifecycleTests {
     @Test("the journal survives a restart; killed, the uploader leaves the attachment to two replicas; a late joiner gets it whole")
     func restartAndOutliveUploader() async throws {
-        var nodes: [NodeProcess] = []
-        defer { for node in nodes { Task { await node.cleanUp() } } }
-        let uploader = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
-        nodes.append(uploader)
-        let invite = try await uploader.waitForLine(prefix: "invite:")
-        let replica = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
-        let second = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
-        nodes += [replica, second]
-        try await [uploader, replica, second].waitForMesh(alive: 3)
-
-        let file = uploader.dataDirectory + "/payload.bin"
-        var state: UInt64 = 7
-        let bytes = Data((0..<2_000_000).map { _ in
-            state = state &* 6364136223846793005 &+ 1442695040888963407
-            return UInt8(truncatingIfNeeded: state >> 33)
-        })
-        try bytes.write(to: URL(fileURLWithPath: file))
-        let id = try await NodeProcess.runCommand(["attach", "--data-dir", uploader.dataDirectory, file])
-            .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        // The replicas fetch it by themselves (replication is the default).
-        for node in [replica, second] {
-            try await waitUntil("replicated") {
-                try await JournalCommandTests.listed(node).first.map { $0.chunksHave == $0.chunks } ?? false
+        try await withProcessMesh(names: ["uploader", "replica", "second"]) { mesh in
+            let (uploader, replica, second) = try (mesh["uploader"], mesh["replica"], mesh["second"])
+            let file = uploader.dataDirectory + "/payload.bin"
+            var state: UInt64 = 7
+            let bytes = Data((0..<2_000_000).map { _ in
+                state = state &* 6364136223846793005 &+ 1442695040888963407
+                return UInt8(truncatingIfNeeded: state >> 33)
+            })
+            try bytes.write(to: URL(fileURLWithPath: file))
+            let id = try await NodeProcess.runCommand(["attach", "--data-dir", uploader.dataDirectory, file])
+                .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            // The replicas fetch it by themselves (replication is the default).
+            for node in [replica, second] {
+                try await waitUntil("replicated") {
+                    try await JournalCommandTests.listed(node).first.map { $0.chunksHave == $0.chunks } ?? false
+                }
             }
+
+            // The replica is killed and restarted: its journal and chunks are still there.
+            replica.signal(SIGKILL)
+            try await replica.waitForExit()
+            let restarted = try mesh.restart("replica")
+            _ = try await restarted.waitForLine(prefix: "listening:")
+            let listed = try await JournalCommandTests.listed(restarted)
+            #expect(listed.map(\.id) == [id])
+            #expect(listed.first.map { $0.chunksHave == $0.chunks } == true)
+
+            // The uploader is killed; a late joiner still gets the attachment, from the replicas.
+            uploader.signal(SIGKILL)
+            try await uploader.waitForExit()
+            let inviteFromReplica = try await NodeProcess.runCommand(["invite", "--data-dir", restarted.dataDirectory])
+                .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let late = try mesh.join("late", arguments: ["--lazy"], invite: inviteFromReplica)
+            try await waitUntil("late joiner lists it") { try await JournalCommandTests.listed(late).map(\.id) == [id] }
+            let output = late.dataDirectory + "/out.bin"
+            let get = try await NodeProcess.runCommand(["get", "--data-dir", late.dataDirectory, id,
+                                                        "--output", output])
+            #expect(get.status == 0, "\(get.stderr)")
+            #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
         }
-
-        // The replica is killed and restarted: its journal and chunks are still there.
-        replica.signal(SIGKILL)
-        try await replica.waitForExit()
-        let restarted = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: replica.dataDirectory)
-        nodes.append(restarted)
-        _ = try await restarted.waitForLine(prefix: "listening:")
-        let listed = try await JournalCommandTests.listed(restarted)
-        #expect(listed.map(\.id) == [id])
-        #expect(listed.first.map { $0.chunksHave == $0.chunks } == true)
-
-        // The uploader is killed; a late joiner still gets the attachment, from the replicas.
-        uploader.signal(SIGKILL)
-        try await uploader.waitForExit()
-        let inviteFromReplica = try await NodeProcess.runCommand(["invite", "--data-dir", restarted.dataDirectory])
-            .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        let late = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", inviteFromReplica, "--lazy"])
-        nodes.append(late)
-        try await waitUntil("late joiner lists it") { try await JournalCommandTests.listed(late).map(\.id) == [id] }
-        let output = late.dataDirectory + "/out.bin"
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", late.dataDirectory, id, "--output", output])
-        #expect(get.status == 0, "\(get.stderr)")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
     }
 }

@@ -32,85 +32,82 @@ struct LeaveHandoverTests {
 
     @Test("add then leave at once, 20 times: a late joiner loads every file after its uploader is gone")
     func addThenLeave() async throws {
-        var nodes: [NodeProcess] = []
-        defer { for node in nodes { Task { await node.cleanUp() } } }
-        let keeper = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--lazy", "--name", "keeper"])
-        nodes.append(keeper)
-        let invite = try await keeper.waitForLine(prefix: "invite:")
-        let scratch = NodeProcess.makeTemporaryDirectory("files")
-        var files: [String: Data] = [:]
+        try await withProcessMesh(names: ["keeper"], lazy: ["keeper", "joiner"]) { mesh in
+            let keeper = try mesh["keeper"]
+            let scratch = NodeProcess.makeTemporaryDirectory("files")
+            var files: [String: Data] = [:]
 
-        for run in 0..<20 {
-            let uploader = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
-            nodes.append(uploader)
-            try await [keeper, uploader].waitForMesh(alive: 2)
-            let data = Self.bytes(seed: UInt64(run) + 1, count: 200_000 + run * 7_919)
-            let path = scratch + "/file-\(run).bin"
-            try data.write(to: URL(fileURLWithPath: path))
-            let attach = try await NodeProcess.runCommand(["attach", "--data-dir", uploader.dataDirectory, path])
-            #expect(attach.status == 0, "run \(run): \(attach.stderr)")
-            let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            files[id] = data
-            let leave = try await NodeProcess.runCommand(["leave", "--data-dir", uploader.dataDirectory])
-            #expect(leave.status == 0, "run \(run): \(leave.stderr)")
-            #expect(leave.stdout.contains("left after other members took 1 attachment"),
-                    "run \(run): \(leave.stdout) \(leave.stderr)")
-            #expect(try await uploader.waitForExit() == 0, "run \(run)")
+            for run in 0..<20 {
+                let uploader = try mesh.join("uploader-\(run)")
+                try await mesh.waitUntilAllSee(["keeper", "uploader-\(run)"])
+                let data = Self.bytes(seed: UInt64(run) + 1, count: 200_000 + run * 7_919)
+                let path = scratch + "/file-\(run).bin"
+                try data.write(to: URL(fileURLWithPath: path))
+                let attach = try await NodeProcess.runCommand(["attach", "--data-dir", uploader.dataDirectory, path])
+                #expect(attach.status == 0, "run \(run): \(attach.stderr)")
+                let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+                files[id] = data
+                let leave = try await NodeProcess.runCommand(["leave", "--data-dir", uploader.dataDirectory])
+                #expect(leave.status == 0, "run \(run): \(leave.stderr)")
+                #expect(leave.stdout.contains("left after other members took 1 attachment"),
+                        "run \(run): \(leave.stdout) \(leave.stderr)")
+                #expect(try await uploader.waitForExit() == 0, "run \(run)")
+            }
+
+            // The keeper alone holds each, whole, and says so.
+            let held = try await Self.listed(keeper)
+            let keeperID = try await keeper.status().`self`.id
+            #expect(Set(held.map(\.id)) == Set(files.keys))
+            for entry in held {
+                #expect(entry.state == "available" && entry.heldBy == [keeperID] && entry.chunksHave == entry.chunks,
+                        "\(entry.id.prefix(12)): \(entry.state), held by \(entry.heldBy)")
+            }
+
+            let joiner = try mesh.join("joiner")
+            try await mesh.waitUntilAllSee(["keeper", "joiner"])
+            try await waitUntil("the joiner lists every attachment") {
+                try await Self.listed(joiner).count == files.count
+            }
+            for (id, data) in files.sorted(by: { $0.key < $1.key }) {
+                let output = scratch + "/\(id.prefix(12)).out"
+                let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, id,
+                                                            "--output", output])
+                #expect(get.status == 0, "\(id.prefix(12)): \(get.stderr)")
+                #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == data, "\(id.prefix(12)) differs")
+            }
+
+            // The joiner holds everything too: its leave strands nothing and waits for nobody.
+            let joinerLeaves = try await NodeProcess.runCommand(["leave", "--data-dir", joiner.dataDirectory])
+            #expect(joinerLeaves.status == 0
+                    && joinerLeaves.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "left",
+                    "\(joinerLeaves.stdout) \(joinerLeaves.stderr)")
+            try await keeper.waitForStatus(timeout: .seconds(30), "the joiner left") { $0.aliveCount == 1 }
+            // The last member says what nobody will hold once it is gone.
+            let last = try await NodeProcess.runCommand(["leave", "--data-dir", keeper.dataDirectory])
+            #expect(last.status == 0, "\(last.stderr)")
+            #expect(last.stdout.contains(
+                    "no other member is alive, so 20 attachment(s) only this node held are unavailable"),
+                    "\(last.stdout)")
         }
-
-        // The keeper alone holds each, whole, and says so.
-        let held = try await Self.listed(keeper)
-        let keeperID = try await keeper.status().`self`.id
-        #expect(Set(held.map(\.id)) == Set(files.keys))
-        for entry in held {
-            #expect(entry.state == "available" && entry.heldBy == [keeperID] && entry.chunksHave == entry.chunks,
-                    "\(entry.id.prefix(12)): \(entry.state), held by \(entry.heldBy)")
-        }
-
-        let joiner = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy"])
-        nodes.append(joiner)
-        try await [keeper, joiner].waitForMesh(alive: 2)
-        try await waitUntil("the joiner lists every attachment") { try await Self.listed(joiner).count == files.count }
-        for (id, data) in files.sorted(by: { $0.key < $1.key }) {
-            let output = scratch + "/\(id.prefix(12)).out"
-            let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, id, "--output", output])
-            #expect(get.status == 0, "\(id.prefix(12)): \(get.stderr)")
-            #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == data, "\(id.prefix(12)) differs")
-        }
-
-        // The joiner holds everything too: its leave strands nothing and waits for nobody.
-        let joinerLeaves = try await NodeProcess.runCommand(["leave", "--data-dir", joiner.dataDirectory])
-        #expect(joinerLeaves.status == 0 && joinerLeaves.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "left",
-                "\(joinerLeaves.stdout) \(joinerLeaves.stderr)")
-        try await keeper.waitForStatus(timeout: .seconds(30), "the joiner left") { $0.aliveCount == 1 }
-        // The last member says what nobody will hold once it is gone.
-        let last = try await NodeProcess.runCommand(["leave", "--data-dir", keeper.dataDirectory])
-        #expect(last.status == 0, "\(last.stderr)")
-        #expect(last.stdout.contains("no other member is alive, so 20 attachment(s) only this node held are unavailable"),
-                "\(last.stdout)")
     }
 
     @Test("leave --now names what becomes unavailable and does not wait")
     func leaveNow() async throws {
-        var nodes: [NodeProcess] = []
-        defer { for node in nodes { Task { await node.cleanUp() } } }
-        let keeper = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--lazy"])
-        nodes.append(keeper)
-        let invite = try await keeper.waitForLine(prefix: "invite:")
-        let uploader = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
-        nodes.append(uploader)
-        try await [keeper, uploader].waitForMesh(alive: 2)
-        let path = uploader.dataDirectory + "/../leave-now-\(UUID().uuidString.prefix(6)).bin"
-        try Self.bytes(seed: 7, count: 100_000).write(to: URL(fileURLWithPath: path))
-        defer { try? FileManager.default.removeItem(atPath: path) }
-        let attach = try await NodeProcess.runCommand(["attach", "--data-dir", uploader.dataDirectory, path])
-        let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        let leave = try await NodeProcess.runCommand(["leave", "--now", "--data-dir", uploader.dataDirectory])
-        #expect(leave.status == 0, "\(leave.stderr)")
-        #expect(leave.stdout.contains("1 attachment(s) only this node held are unavailable until it returns: \(id.prefix(16))"),
-                "\(leave.stdout)")
-        try await waitUntil("the keeper sees it unavailable") {
-            try await Self.listed(keeper).first?.state == "unavailable"
+        try await withProcessMesh(names: ["keeper", "uploader"], lazy: ["keeper"]) { mesh in
+            let uploader = try mesh["uploader"]
+            let path = uploader.dataDirectory + "/../leave-now-\(UUID().uuidString.prefix(6)).bin"
+            try Self.bytes(seed: 7, count: 100_000).write(to: URL(fileURLWithPath: path))
+            defer { try? FileManager.default.removeItem(atPath: path) }
+            let attach = try await NodeProcess.runCommand(["attach", "--data-dir", uploader.dataDirectory, path])
+            let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            let leave = try await NodeProcess.runCommand(["leave", "--now", "--data-dir", uploader.dataDirectory])
+            #expect(leave.status == 0, "\(leave.stderr)")
+            #expect(leave.stdout.contains(
+                    "1 attachment(s) only this node held are unavailable until it returns: \(id.prefix(16))"),
+                    "\(leave.stdout)")
+            try await waitUntil("the keeper sees it unavailable") {
+                try await Self.listed(mesh["keeper"]).first?.state == "unavailable"
+            }
         }
     }
 }

@@ -8,113 +8,96 @@ import Testing
 struct MemberRemovalTests {
     @Test("the removed member is cut off, old invites stop working, an offline member catches up")
     func removeMember() async throws {
-        var processes: [NodeProcess] = []
-        defer { for process in processes { Task { await process.cleanUp() } } }
-        let a = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "a"])
-        processes.append(a)
-        let oldInvite = try await a.waitForLine(prefix: "invite:")
-        var nodes = [a]
-        for name in ["b", "c", "mallory", "d"] {
-            let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", name, "--invite", oldInvite])
-            processes.append(node)
-            nodes.append(node)
-        }
-        let (b, c, mallory, d) = (nodes[1], nodes[2], nodes[3], nodes[4])
-        try await nodes.waitForMesh(alive: 5)
-        let firstSession = try await a.status().`self`.session
-        let malloryID = try await mallory.status().`self`.id
+        try await withProcessMesh(names: ["a", "b", "c", "mallory", "d"]) { mesh in
+            let (a, b, c, mallory, d) = try (mesh["a"], mesh["b"], mesh["c"], mesh["mallory"], mesh["d"])
+            let oldInvite = mesh.invite
+            let firstSession = try await a.status().`self`.session
+            let malloryID = try await mallory.status().`self`.id
 
-        // d goes offline (as a crash would) before the removal.
-        d.signal(SIGKILL)
-        _ = try await d.waitForExit()
+            // d goes offline (as a crash would) before the removal.
+            d.signal(SIGKILL)
+            _ = try await d.waitForExit()
 
-        let removal = try await NodeProcess.runCommand(["remove-member", "--data-dir", b.dataDirectory, "mallory"])
-        #expect(removal.status == 0, "\(removal.stderr)")
-        #expect(removal.stdout.contains("removed \(malloryID.prefix(12))"), "\(removal.stdout)")
-        let newSession = try await b.status().`self`.session
-        #expect(newSession != firstSession)
+            let removal = try await NodeProcess.runCommand(["remove-member", "--data-dir", b.dataDirectory, "mallory"])
+            #expect(removal.status == 0, "\(removal.stderr)")
+            #expect(removal.stdout.contains("removed \(malloryID.prefix(12))"), "\(removal.stdout)")
+            let newSession = try await b.status().`self`.session
+            #expect(newSession != firstSession)
 
-        // Every remaining live member moves to the new epoch and sees mallory gone.
-        for node in [a, b, c] {
-            try await node.waitForStatus(timeout: .seconds(30), "the new epoch, mallory left, a b c alive") { status in
-                status.`self`.session == newSession && status.`self`.keyEpoch == 1
-                    && status.state(of: malloryID) != "alive" && status.aliveCount == 3
+            // Every remaining live member moves to the new epoch and sees mallory gone.
+            for node in [a, b, c] {
+                try await node.waitForStatus(timeout: .seconds(30),
+                                             "the new epoch, mallory left, a b c alive") { status in
+                    status.`self`.session == newSession && status.`self`.keyEpoch == 1
+                        && status.state(of: malloryID) != "alive" && status.aliveCount == 3
+                }
             }
-        }
-        // mallory is told, with the signed rotation as proof, and stops in one line: it does not
-        // stay up alone in the old epoch.
-        #expect(try await mallory.waitForExit(timeout: .seconds(30)) == 69, "\(mallory.stderr)")
-        #expect(mallory.stderr.contains("this node was removed from the session by b"), "\(mallory.stderr)")
-        let send = try await NodeProcess.runCommand(["send", "--data-dir", mallory.dataDirectory, "--to", "a", "let me in"])
-        #expect(send.status == 69, "a send from the removed member went somewhere: \(send.stderr)")
-        // The others still talk.
-        let message = try await NodeProcess.runCommand(["send", "--data-dir", b.dataDirectory, "--to", "c", "still here"])
-        #expect(message.status == 0, "\(message.stderr)")
+            // mallory is told, with the signed rotation as proof, and stops in one line: it does not
+            // stay up alone in the old epoch.
+            #expect(try await mallory.waitForExit(timeout: .seconds(30)) == 69, "\(mallory.stderr)")
+            #expect(mallory.stderr.contains("this node was removed from the session by b"), "\(mallory.stderr)")
+            let send = try await NodeProcess.runCommand(["send", "--data-dir", mallory.dataDirectory, "--to", "a",
+                                                         "let me in"])
+            #expect(send.status == 69, "a send from the removed member went somewhere: \(send.stderr)")
+            // The others still talk.
+            let message = try await NodeProcess.runCommand(["send", "--data-dir", b.dataDirectory, "--to", "c",
+                                                            "still here"])
+            #expect(message.status == 0, "\(message.stderr)")
 
-        // An invite from before the removal lets no one in.
-        mallory.signal(SIGKILL)
-        _ = try await mallory.waitForExit()
-        let staleBefore = try await a.status().dropped("staleEpoch")
-        let newcomer = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "newcomer", "--invite", oldInvite])
-        processes.append(newcomer)
-        try await a.waitForStatus(timeout: .seconds(30), "the newcomer's join refused") {
-            $0.dropped("staleEpoch") > staleBefore
-        }
-        #expect(try await a.status().members.allSatisfy { $0.name != "newcomer" })
-        #expect(try await newcomer.status().aliveCount == 1, "the newcomer met someone")
+            // An invite from before the removal lets no one in.
+            mallory.signal(SIGKILL)
+            _ = try await mallory.waitForExit()
+            let staleBefore = try await a.status().dropped("staleEpoch")
+            let newcomer = try mesh.join("newcomer", invite: oldInvite)
+            try await a.waitForStatus(timeout: .seconds(30), "the newcomer's join refused") {
+                $0.dropped("staleEpoch") > staleBefore
+            }
+            #expect(try await a.status().members.allSatisfy { $0.name != "newcomer" })
+            #expect(try await newcomer.status().aliveCount == 1, "the newcomer met someone")
 
-        // d comes back on the old epoch and catches up through whoever it reaches first.
-        let back = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: d.dataDirectory,
-                                   ownsDataDirectory: false)
-        processes.append(back)
-        try await back.waitForStatus(timeout: .seconds(30), "d on the new epoch with a b c") {
-            $0.`self`.session == newSession && $0.aliveCount == 4
-        }
-        var info = stat()
-        #expect(stat(d.dataDirectory + "/epochs.key", &info) == 0)
-        #expect(info.st_mode & 0o077 == 0, "epochs.key is readable by others")
+            // d comes back on the old epoch and catches up through whoever it reaches first.
+            let back = try mesh.restart("d")
+            try await back.waitForStatus(timeout: .seconds(30), "d on the new epoch with a b c") {
+                $0.`self`.session == newSession && $0.aliveCount == 4
+            }
+            var info = stat()
+            #expect(stat(d.dataDirectory + "/epochs.key", &info) == 0)
+            #expect(info.st_mode & 0o077 == 0, "epochs.key is readable by others")
 
-        // A restarted member keeps its epoch.
-        c.signal(SIGKILL)
-        _ = try await c.waitForExit()
-        let restarted = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: c.dataDirectory,
-                                        ownsDataDirectory: false)
-        processes.append(restarted)
-        try await [a, b, back, restarted].waitForMesh(alive: 4)
-        #expect(try await restarted.status().`self`.session == newSession)
+            // A restarted member keeps its epoch.
+            c.signal(SIGKILL)
+            _ = try await c.waitForExit()
+            let restarted = try mesh.restart("c")
+            try await mesh.waitUntilAllSee(["a", "b", "d", "c"])
+            #expect(try await restarted.status().`self`.session == newSession)
+        }
     }
 
     @Test("two members removing two others at the same moment end in one epoch without either")
     func concurrentRemovals() async throws {
-        var nodes: [NodeProcess] = []
-        defer { for node in nodes { Task { await node.cleanUp() } } }
-        let a = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "a"])
-        nodes.append(a)
-        let invite = try await a.waitForLine(prefix: "invite:")
-        for name in ["b", "x", "y"] {
-            nodes.append(try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", name, "--invite", invite]))
+        try await withProcessMesh(names: ["a", "b", "x", "y"]) { mesh in
+            let (a, b, x, y) = try (mesh["a"], mesh["b"], mesh["x"], mesh["y"])
+            let xID = try await x.status().`self`.id, yID = try await y.status().`self`.id
+            async let first = NodeProcess.runCommand(["remove-member", "--data-dir", a.dataDirectory, "x"])
+            async let second = NodeProcess.runCommand(["remove-member", "--data-dir", b.dataDirectory, "y"])
+            let (removedX, removedY) = try await (first, second)
+            #expect(removedX.status == 0 && removedY.status == 0, "\(removedX.stderr) \(removedY.stderr)")
+            var session = ""
+            try await waitUntil("a and b in one epoch without x and y", timeout: .seconds(30)) {
+                guard let onA = try? await a.status(), let onB = try? await b.status() else { return false }
+                session = onA.`self`.session
+                return onA.`self`.session == onB.`self`.session && onA.aliveCount == 2 && onB.aliveCount == 2
+                    && [xID, yID].allSatisfy { onA.state(of: $0) != "alive" && onB.state(of: $0) != "alive" }
+            }
+            // Neither removed member stays: each is told and stops.
+            for removed in [x, y] {
+                #expect(try await removed.waitForExit(timeout: .seconds(30)) == 69, "\(removed.stderr)")
+            }
+            #expect(!session.isEmpty)
+            let message = try await NodeProcess.runCommand(["send", "--data-dir", a.dataDirectory, "--to", "b",
+                                                            "just us"])
+            #expect(message.status == 0, "\(message.stderr)")
         }
-        try await nodes.waitForMesh(alive: 4)
-        let (b, x, y) = (nodes[1], nodes[2], nodes[3])
-        let xID = try await x.status().`self`.id, yID = try await y.status().`self`.id
-        async let first = NodeProcess.runCommand(["remove-member", "--data-dir", a.dataDirectory, "x"])
-        async let second = NodeProcess.runCommand(["remove-member", "--data-dir", b.dataDirectory, "y"])
-        let (removedX, removedY) = try await (first, second)
-        #expect(removedX.status == 0 && removedY.status == 0, "\(removedX.stderr) \(removedY.stderr)")
-        var session = ""
-        try await waitUntil("a and b in one epoch without x and y", timeout: .seconds(30)) {
-            guard let onA = try? await a.status(), let onB = try? await b.status() else { return false }
-            session = onA.`self`.session
-            return onA.`self`.session == onB.`self`.session && onA.aliveCount == 2 && onB.aliveCount == 2
-                && [xID, yID].allSatisfy { onA.state(of: $0) != "alive" && onB.state(of: $0) != "alive" }
-        }
-        // Neither removed member stays: each is told and stops.
-        for removed in [x, y] {
-            #expect(try await removed.waitForExit(timeout: .seconds(30)) == 69, "\(removed.stderr)")
-        }
-        #expect(!session.isEmpty)
-        let message = try await NodeProcess.runCommand(["send", "--data-dir", a.dataDirectory, "--to", "b", "just us"])
-        #expect(message.status == 0, "\(message.stderr)")
     }
 
     @Test("remove-member errors in one line: unknown member, this node itself")

@@ -9,41 +9,34 @@ import Testing
 struct MeshFormationTests {
     @Test("5 nodes join through one invite; SIGKILL is seen dead, SIGTERM left, a restart alive again")
     func fiveNodes() async throws {
-        var nodes: [NodeProcess] = []
-        defer { for node in nodes { Task { await node.cleanUp() } } }
-        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "n0"])
-        nodes.append(first)
-        let invite = try await first.waitForLine(prefix: "invite:")
-        for index in 1..<5 {
-            let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", "n\(index)"])
-            nodes.append(node)
-            _ = try await node.waitForLine(prefix: "listening:")
-        }
-        try await nodes.waitForMesh(alive: 5)
-        var ids: [String] = []
-        for node in nodes { ids.append(try await node.status().`self`.id) }
+        try await withProcessMesh(names: (0..<5).map { "n\($0)" }) { mesh in
+            let nodes = mesh.nodes
+            var ids: [String] = []
+            for node in nodes { ids.append(try await node.status().`self`.id) }
 
-        // SIGKILL: the others see it dead within the lan profile's bound.
-        let bound = MembershipSettings.lan.deadDetectionBound(memberCount: 5)
-        nodes[4].signal(SIGKILL)
-        try await nodes[4].waitForExit()
-        for node in nodes[0..<4] {
-            try await node.waitForStatus(timeout: bound, "n4 dead") { $0.state(of: ids[4]) == "dead" }
-        }
+            // SIGKILL: the others see it dead within the lan profile's bound.
+            let bound = MembershipSettings.lan.deadDetectionBound(memberCount: 5)
+            nodes[4].signal(SIGKILL)
+            try await nodes[4].waitForExit()
+            for node in nodes[0..<4] {
+                try await node.waitForStatus(timeout: bound, "n4 dead") { $0.state(of: ids[4]) == "dead" }
+            }
 
-        // SIGTERM: a graceful leave, seen as left.
-        nodes[3].signal(SIGTERM)
-        #expect(try await nodes[3].waitForExit() == 0)
-        for node in nodes[0..<3] {
-            try await node.waitForStatus(timeout: .seconds(20), "n3 left") { $0.state(of: ids[3]) == "left" }
-        }
+            // SIGTERM: a graceful leave, seen as left.
+            nodes[3].signal(SIGTERM)
+            #expect(try await nodes[3].waitForExit() == 0)
+            for node in nodes[0..<3] {
+                try await node.waitForStatus(timeout: .seconds(20), "n3 left") { $0.state(of: ids[3]) == "left" }
+            }
 
-        // The killed node restarts from its data dir alone (no invite) and is alive everywhere.
-        let restarted = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: nodes[4].dataDirectory)
-        nodes.append(restarted)
-        _ = try await restarted.waitForLine(prefix: "listening:")
-        for node in nodes[0..<3] + [restarted] {
-            try await node.waitForStatus(timeout: .seconds(60), "n4 alive again") { $0.state(of: ids[4]) == "alive" }
+            // The killed node restarts from its data dir alone (no invite) and is alive everywhere.
+            let restarted = try mesh.restart("n4")
+            _ = try await restarted.waitForLine(prefix: "listening:")
+            for node in nodes[0..<3] + [restarted] {
+                try await node.waitForStatus(timeout: .seconds(60), "n4 alive again") {
+                    $0.state(of: ids[4]) == "alive"
+                }
+            }
         }
     }
 
@@ -100,12 +93,9 @@ struct MeshFormationTests {
 
     @Test("IPv6 loopback: two nodes form a mesh over [::1]")
     func ipv6() async throws {
-        let first = try NodeProcess(["run", "--listen", "[::1]:0"])
-        defer { Task { await first.cleanUp() } }
-        let invite = try await first.waitForLine(prefix: "invite:")
-        #expect(try await first.waitForLine(prefix: "listening:").hasPrefix("[::1]:"))
-        let second = try NodeProcess(["run", "--listen", "[::1]:0", "--invite", invite])
-        defer { Task { await second.cleanUp() } }
-        try await [first, second].waitForMesh(alive: 2)
+        try await withProcessMesh(names: ["first", "second"], listen: "[::1]:0") { mesh in
+            let listening = try await mesh["first"].waitForLine(prefix: "listening:")
+            #expect(listening.hasPrefix("[::1]:"))
+        }
     }
 }

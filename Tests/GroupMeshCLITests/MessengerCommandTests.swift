@@ -14,39 +14,33 @@ struct MessengerCommandTests {
 
     @Test("a send reaches listen --json on three others exactly once; --to reaches only that member")
     func sendAndListen() async throws {
-        var processes: [NodeProcess] = []
-        defer { for process in processes { Task { await process.cleanUp() } } }
-        let sender = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "sender"])
-        processes.append(sender)
-        let invite = try await sender.waitForLine(prefix: "invite:")
-        var receivers: [NodeProcess] = []
-        for name in ["r1", "r2", "r3"] {
-            let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", name, "--invite", invite])
-            processes.append(node)
-            receivers.append(node)
-        }
-        try await ([sender] + receivers).waitForMesh(alive: 4)
-        var listeners: [NodeProcess] = []
-        for node in receivers {
-            let listener = try NodeProcess(["listen", "--json"], dataDirectory: node.dataDirectory, ownsDataDirectory: false)
-            processes.append(listener)
-            listeners.append(listener)
-            _ = try await listener.waitForLine(prefix: "ready", onStderr: true)
-        }
+        try await withProcessMesh(names: ["sender", "r1", "r2", "r3"]) { mesh in
+            let sender = try mesh["sender"]
+            var listeners: [NodeProcess] = []
+            for name in ["r1", "r2", "r3"] {
+                let listener = try mesh.client(["listen", "--json"], of: name)
+                listeners.append(listener)
+                _ = try await listener.waitForLine(prefix: "ready", onStderr: true)
+            }
 
-        let all = try await NodeProcess.runCommand(["send", "--data-dir", sender.dataDirectory, "hello, mesh"])
-        #expect(all.status == 0, "\(all.stderr)")
-        #expect(all.stderr.contains("sent to 3 members"))
-        let one = try await NodeProcess.runCommand(["send", "--data-dir", sender.dataDirectory, "--to", "r2", "only r2"])
-        #expect(one.status == 0, "\(one.stderr)")
+            let all = try await NodeProcess.runCommand(["send", "--data-dir", sender.dataDirectory, "hello, mesh"])
+            #expect(all.status == 0, "\(all.stderr)")
+            #expect(all.stderr.contains("sent to 3 members"))
+            let one = try await NodeProcess.runCommand(["send", "--data-dir", sender.dataDirectory, "--to", "r2",
+                                                        "only r2"])
+            #expect(one.status == 0, "\(one.stderr)")
 
-        try await waitUntil("everyone heard hello") { listeners.allSatisfy { Self.heard($0).contains { $0.text == "hello, mesh" } } }
-        try await waitUntil("r2 heard its message") { Self.heard(listeners[1]).contains { $0.text == "only r2" } }
-        for (index, listener) in listeners.enumerated() {
-            let messages = Self.heard(listener)
-            #expect(messages.filter { $0.text == "hello, mesh" }.count == 1, "listener \(index): \(messages)")
-            #expect(messages.allSatisfy { $0.fromName == "sender" && $0.mode == "reliable" && $0.type == "data" })
-            #expect(messages.filter { $0.text == "only r2" }.count == (index == 1 ? 1 : 0), "listener \(index): \(messages)")
+            try await waitUntil("everyone heard hello") {
+                listeners.allSatisfy { Self.heard($0).contains { $0.text == "hello, mesh" } }
+            }
+            try await waitUntil("r2 heard its message") { Self.heard(listeners[1]).contains { $0.text == "only r2" } }
+            for (index, listener) in listeners.enumerated() {
+                let messages = Self.heard(listener)
+                #expect(messages.filter { $0.text == "hello, mesh" }.count == 1, "listener \(index): \(messages)")
+                #expect(messages.allSatisfy { $0.fromName == "sender" && $0.mode == "reliable" && $0.type == "data" })
+                #expect(messages.filter { $0.text == "only r2" }.count == (index == 1 ? 1 : 0),
+                        "listener \(index): \(messages)")
+            }
         }
     }
 

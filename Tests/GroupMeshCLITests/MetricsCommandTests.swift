@@ -9,19 +9,15 @@ import Testing
 /// own tools (Debian's package, fetched by scripts/prometheus-tools.sh) where they can be had.
 @Suite("metrics with real processes", .serialized)
 struct MetricsCommandTests {
-    /// alice and bob, each serving its metrics, in one mesh; the URLs their `metrics:` lines gave.
-    static func startPair(into nodes: inout [NodeProcess]) async throws
-        -> (alice: NodeProcess, bob: NodeProcess, aliceURL: String, bobURL: String) {
-        let alice = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "alice", "--metrics", "127.0.0.1:0"])
-        nodes.append(alice)
-        let invite = try await alice.waitForLine(prefix: "invite:")
-        let bob = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", "bob",
-                                   "--metrics", "127.0.0.1:0"])
-        nodes.append(bob)
-        let aliceURL = try await alice.waitForLine(prefix: "metrics:")
-        let bobURL = try await bob.waitForLine(prefix: "metrics:")
-        try await nodes.waitForMesh(alive: 2)
-        return (alice, bob, aliceURL, bobURL)
+    /// Runs `body` with alice and bob, each serving its metrics, in one mesh, and the URLs their
+    /// `metrics:` lines gave.
+    static func withMetricsPair(_ body: (ProcessMesh, _ aliceURL: String, _ bobURL: String) async throws -> Void)
+        async throws {
+        try await withProcessMesh(names: ["alice", "bob"], arguments: ["--metrics", "127.0.0.1:0"]) { mesh in
+            let aliceURL = try await mesh["alice"].waitForLine(prefix: "metrics:")
+            let bobURL = try await mesh["bob"].waitForLine(prefix: "metrics:")
+            try await body(mesh, aliceURL, bobURL)
+        }
     }
 
     /// `HOST:PORT` of a `http://HOST:PORT/metrics` URL.
@@ -31,49 +27,52 @@ struct MetricsCommandTests {
 
     @Test("run --metrics serves members, traffic by kind, round trips and deliveries; other paths and methods are refused")
     func exposition() async throws {
-        var nodes: [NodeProcess] = []
-        defer { for node in nodes { Task { await node.cleanUp() } } }
-        let (_, bob, aliceMetrics, bobMetrics) = try await Self.startPair(into: &nodes)
-        #expect(aliceMetrics.hasPrefix("http://127.0.0.1:") && aliceMetrics.hasSuffix("/metrics"), "\(aliceMetrics)")
+        try await Self.withMetricsPair { mesh, aliceMetrics, bobMetrics in
+            let bob = try mesh["bob"]
+            #expect(aliceMetrics.hasPrefix("http://127.0.0.1:") && aliceMetrics.hasSuffix("/metrics"),
+                    "\(aliceMetrics)")
 
-        try await waitUntil("alice's page shows 2 alive members") {
-            try await Exposition.fetch(aliceMetrics).value(#"groupmesh_members{state="alive"}"#) == 2
-        }
-        let first = try await Exposition.fetch(aliceMetrics)
-        let probes = try #require(first.value(#"groupmesh_datagrams_sent_total{kind="membership"}"#))
-        try await waitUntil("alice's membership datagram count grows") {
-            try await Exposition.fetch(aliceMetrics).value(#"groupmesh_datagrams_sent_total{kind="membership"}"#) ?? 0 > probes
-        }
-        try await waitUntil("alice measured a probe round trip") {
-            try await Exposition.fetch(aliceMetrics).value("groupmesh_probe_rtt_seconds_count") ?? 0 >= 1
-        }
+            try await waitUntil("alice's page shows 2 alive members") {
+                try await Exposition.fetch(aliceMetrics).value(#"groupmesh_members{state="alive"}"#) == 2
+            }
+            let first = try await Exposition.fetch(aliceMetrics)
+            let probes = try #require(first.value(#"groupmesh_datagrams_sent_total{kind="membership"}"#))
+            try await waitUntil("alice's membership datagram count grows") {
+                try await Exposition.fetch(aliceMetrics)
+                    .value(#"groupmesh_datagrams_sent_total{kind="membership"}"#) ?? 0 > probes
+            }
+            try await waitUntil("alice measured a probe round trip") {
+                try await Exposition.fetch(aliceMetrics).value("groupmesh_probe_rtt_seconds_count") ?? 0 >= 1
+            }
 
-        let send = try await NodeProcess.runCommand(["send", "--data-dir", bob.dataDirectory, "hello"])
-        #expect(send.status == 0, "\(send.stderr)")
-        try await waitUntil("bob counts the acknowledged message and alice the message datagram") {
-            let bobPage = try await Exposition.fetch(bobMetrics)
-            let alicePage = try await Exposition.fetch(aliceMetrics)
-            return bobPage.value(#"groupmesh_reliable_messages_total{outcome="delivered"}"#) == 1
-                && alicePage.value(#"groupmesh_datagrams_received_total{kind="messages"}"#) ?? 0 >= 1
-        }
-        let page = try await Exposition.fetch(aliceMetrics)
-        for family in ["groupmesh_attachments", "groupmesh_store_bytes", "groupmesh_store_free_bytes",
-                       "groupmesh_datagrams_dropped_total", "groupmesh_retransmissions_total",
-                       "groupmesh_suspicions_total", "groupmesh_refutations_total", "groupmesh_chunks_fetched_total"] {
-            #expect(page.text.contains("# HELP \(family) "), "no \(family) with help text in:\n\(page.text)")
-        }
+            let send = try await NodeProcess.runCommand(["send", "--data-dir", bob.dataDirectory, "hello"])
+            #expect(send.status == 0, "\(send.stderr)")
+            try await waitUntil("bob counts the acknowledged message and alice the message datagram") {
+                let bobPage = try await Exposition.fetch(bobMetrics)
+                let alicePage = try await Exposition.fetch(aliceMetrics)
+                return bobPage.value(#"groupmesh_reliable_messages_total{outcome="delivered"}"#) == 1
+                    && alicePage.value(#"groupmesh_datagrams_received_total{kind="messages"}"#) ?? 0 >= 1
+            }
+            let page = try await Exposition.fetch(aliceMetrics)
+            for family in ["groupmesh_attachments", "groupmesh_store_bytes", "groupmesh_store_free_bytes",
+                           "groupmesh_datagrams_dropped_total", "groupmesh_retransmissions_total",
+                           "groupmesh_suspicions_total", "groupmesh_refutations_total",
+                           "groupmesh_chunks_fetched_total"] {
+                #expect(page.text.contains("# HELP \(family) "), "no \(family) with help text in:\n\(page.text)")
+            }
 
-        let root = try await HTTP.request(aliceMetrics.replacingOccurrences(of: "/metrics", with: "/"))
-        #expect(root.status == 404, "\(root)")
-        let post = try await HTTP.request(aliceMetrics, method: "POST")
-        #expect(post.status == 405, "\(post)")
+            let root = try await HTTP.request(aliceMetrics.replacingOccurrences(of: "/metrics", with: "/"))
+            #expect(root.status == 404, "\(root)")
+            let post = try await HTTP.request(aliceMetrics, method: "POST")
+            #expect(post.status == 405, "\(post)")
 
-        switch PrometheusTools.folder {
-        case let .failure(reason):
-            print("promtool check skipped: \(reason)")
-        case let .success(folder):
-            let check = try await PrometheusTools.check(page.text, promtool: folder + "/promtool")
-            #expect(check.status == 0, "promtool check metrics: \(check.output)")
+            switch PrometheusTools.folder {
+            case let .failure(reason):
+                print("promtool check skipped: \(reason)")
+            case let .success(folder):
+                let check = try await PrometheusTools.check(page.text, promtool: folder + "/promtool")
+                #expect(check.status == 0, "promtool check metrics: \(check.output)")
+            }
         }
     }
 
@@ -153,32 +152,31 @@ struct MetricsCommandTests {
           .enabled(if: PrometheusTools.isAvailable, Comment(rawValue: PrometheusTools.unavailableReason)))
     func prometheusScrapesTwoNodes() async throws {
         let folder = try PrometheusTools.folder.get()
-        var nodes: [NodeProcess] = []
-        defer { for node in nodes { Task { await node.cleanUp() } } }
-        let (_, _, aliceURL, bobURL) = try await Self.startPair(into: &nodes)
-        let targets = [aliceURL, bobURL].map(Self.hostPort)
+        try await Self.withMetricsPair { _, aliceURL, bobURL in
+            let targets = [aliceURL, bobURL].map(Self.hostPort)
 
-        let server = try PrometheusServer(folder: folder, targets: targets)
-        defer { server.stop() }
-        try await waitUntil("Prometheus is ready", timeout: .seconds(60), every: .milliseconds(200)) {
-            try await HTTP.request(server.url + "/-/ready").status == 200
+            let server = try PrometheusServer(folder: folder, targets: targets)
+            defer { server.stop() }
+            try await waitUntil("Prometheus is ready", timeout: .seconds(60), every: .milliseconds(200)) {
+                try await HTTP.request(server.url + "/-/ready").status == 200
+            }
+            try await waitUntil("Prometheus scraped 2 alive members from both nodes", timeout: .seconds(60),
+                                every: .milliseconds(250)) {
+                let series = try await server.query(#"groupmesh_members{state="alive"}"#)
+                return series.count == 2 && series.allSatisfy { $0.value == 2 }
+            }
+            let up = try await server.query("up")
+            #expect(up.count == 2 && up.allSatisfy { $0.value == 1 }, "\(up)")
+            let before = try await server.query(#"groupmesh_datagrams_sent_total{kind="membership"}"#)
+            #expect(Set(before.map(\.instance)) == Set(targets), "\(before)")
+            try await waitUntil("both nodes' membership datagram counters move in Prometheus", timeout: .seconds(60),
+                                every: .milliseconds(250)) {
+                let now = try await server.query(#"groupmesh_datagrams_sent_total{kind="membership"}"#)
+                return before.allSatisfy { old in now.contains { $0.instance == old.instance && $0.value > old.value } }
+            }
+            let received = try await server.query("sum by (instance) (groupmesh_datagrams_received_total)")
+            #expect(received.count == 2 && received.allSatisfy { $0.value > 0 }, "\(received)")
         }
-        try await waitUntil("Prometheus scraped 2 alive members from both nodes", timeout: .seconds(60),
-                            every: .milliseconds(250)) {
-            let series = try await server.query(#"groupmesh_members{state="alive"}"#)
-            return series.count == 2 && series.allSatisfy { $0.value == 2 }
-        }
-        let up = try await server.query("up")
-        #expect(up.count == 2 && up.allSatisfy { $0.value == 1 }, "\(up)")
-        let before = try await server.query(#"groupmesh_datagrams_sent_total{kind="membership"}"#)
-        #expect(Set(before.map(\.instance)) == Set(targets), "\(before)")
-        try await waitUntil("both nodes' membership datagram counters move in Prometheus", timeout: .seconds(60),
-                            every: .milliseconds(250)) {
-            let now = try await server.query(#"groupmesh_datagrams_sent_total{kind="membership"}"#)
-            return before.allSatisfy { old in now.contains { $0.instance == old.instance && $0.value > old.value } }
-        }
-        let received = try await server.query("sum by (instance) (groupmesh_datagrams_received_total)")
-        #expect(received.count == 2 && received.allSatisfy { $0.value > 0 }, "\(received)")
     }
 }
 

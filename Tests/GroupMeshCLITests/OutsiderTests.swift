@@ -39,47 +39,46 @@ struct OutsiderTests {
 
     @Test("random bytes, foreign sessions and forged seals are dropped, counted and cheap; the mesh carries on")
     func junkIsDropped() async throws {
-        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "a"])
-        defer { Task { await first.cleanUp() } }
-        let inviteText = try await first.waitForLine(prefix: "invite:")
-        let second = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "b", "--invite", inviteText])
-        defer { Task { await second.cleanUp() } }
-        try await [first, second].waitForMesh(alive: 2)
-        let target = try await second.waitForLine(prefix: "listening:")
-        let invite = try InviteToken(parsing: inviteText)
+        try await withProcessMesh(names: ["a", "b"]) { mesh in
+            let (first, second) = (try mesh["a"], try mesh["b"])
+            let target = try await second.waitForLine(prefix: "listening:")
+            let invite = try InviteToken(parsing: mesh.invite)
 
-        var random = SplitMix64(seed: 0x0d0d)
-        func bytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8(truncatingIfNeeded: random.next()) } }
-        var junk: [[UInt8]] = (0..<3000).map { _ in bytes(Int(random.next() % 1400)) }
-        // Well-formed datagrams of another session.
-        var stranger = DatagramCodec(session: .generate(), localID: NodeID(high: 9, low: 9), localBootID: 1)
-        for _ in 0..<2000 {
-            junk.append(Array(stranger.sealHello([.ping(Ping(token: random.next()))], nonce: .random()).readableBytesView))
-        }
-        // This session's header, but a seal made without its key.
-        for number in 0..<2000 {
-            let header = DatagramHeader(keyKind: .hello, sessionID: invite.secret.sessionID,
-                                        sender: NodeID(high: random.next(), low: random.next()), bootID: 1,
-                                        packetNumber: UInt64(number + 1), helloNonce: .random())
-            var buffer = ByteBuffer()
-            header.encode(into: &buffer)
-            junk.append(Array(buffer.readableBytesView) + bytes(64))
-        }
+            var random = SplitMix64(seed: 0x0d0d)
+            func bytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8(truncatingIfNeeded: random.next()) } }
+            var junk: [[UInt8]] = (0..<3000).map { _ in bytes(Int(random.next() % 1400)) }
+            // Well-formed datagrams of another session.
+            var stranger = DatagramCodec(session: .generate(), localID: NodeID(high: 9, low: 9), localBootID: 1)
+            for _ in 0..<2000 {
+                let hello = stranger.sealHello([.ping(Ping(token: random.next()))], nonce: .random())
+                junk.append(Array(hello.readableBytesView))
+            }
+            // This session's header, but a seal made without its key.
+            for number in 0..<2000 {
+                let header = DatagramHeader(keyKind: .hello, sessionID: invite.secret.sessionID,
+                                            sender: NodeID(high: random.next(), low: random.next()), bootID: 1,
+                                            packetNumber: UInt64(number + 1), helloNonce: .random())
+                var buffer = ByteBuffer()
+                header.encode(into: &buffer)
+                junk.append(Array(buffer.readableBytesView) + bytes(64))
+            }
 
-        let before = try await second.status()
-        let cpuBefore = ProcessStats.cpuSeconds(second.pid)
-        try Self.udpSend(junk, to: target)
-        // Every one is counted as dropped, for a reason (none is taken for a message).
-        let after = try await second.waitForStatus(timeout: .seconds(30), "\(junk.count) more drops") {
-            Self.dropped($0) - Self.dropped(before) >= Double(junk.count)
-        }
-        #expect(Self.dropped(after) - Self.dropped(before) == Double(junk.count))
-        let cpu = ProcessStats.cpuSeconds(second.pid) - cpuBefore
-        #expect(cpu < 1.0, "dropping \(junk.count) datagrams took \(cpu) s of CPU")
+            let before = try await second.status()
+            let cpuBefore = ProcessStats.cpuSeconds(second.pid)
+            try Self.udpSend(junk, to: target)
+            // Every one is counted as dropped, for a reason (none is taken for a message).
+            let after = try await second.waitForStatus(timeout: .seconds(30), "\(junk.count) more drops") {
+                Self.dropped($0) - Self.dropped(before) >= Double(junk.count)
+            }
+            #expect(Self.dropped(after) - Self.dropped(before) == Double(junk.count))
+            let cpu = ProcessStats.cpuSeconds(second.pid) - cpuBefore
+            #expect(cpu < 1.0, "dropping \(junk.count) datagrams took \(cpu) s of CPU")
 
-        // The members did not notice: both alive, and a reliable message still goes through.
-        try await [first, second].waitForMesh(alive: 2, timeout: .seconds(10))
-        let send = try await NodeProcess.runCommand(["send", "--data-dir", first.dataDirectory, "--to", "b", "still here"])
-        #expect(send.status == 0, "\(send.stderr)")
+            // The members did not notice: both alive, and a reliable message still goes through.
+            try await mesh.waitUntilAllSee(timeout: .seconds(10))
+            let send = try await NodeProcess.runCommand(["send", "--data-dir", first.dataDirectory, "--to", "b",
+                                                        "still here"])
+            #expect(send.status == 0, "\(send.stderr)")
+        }
     }
 }

@@ -7,30 +7,27 @@ import Testing
 struct PingCommandTests {
     @Test("ping answers over the member's address; an unknown member and a stopped one fail in one line")
     func pingMember() async throws {
-        var nodes: [NodeProcess] = []
-        defer { for node in nodes { Task { await node.cleanUp() } } }
-        let alice = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "alice"])
-        nodes.append(alice)
-        let invite = try await alice.waitForLine(prefix: "invite:")
-        let bob = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", "bob"])
-        nodes.append(bob)
-        try await nodes.waitForMesh(alive: 2)
-        let bobAddress = try await bob.status().`self`.address
+        try await withProcessMesh(names: ["alice", "bob"]) { mesh in
+            let (alice, bob) = (try mesh["alice"], try mesh["bob"])
+            let bobAddress = try await bob.status().`self`.address
 
-        let ping = try await NodeProcess.runCommand(["ping", "--data-dir", alice.dataDirectory, "bob", "--count", "3",
-                                                     "--interval", "0.05"])
-        #expect(ping.status == 0, "\(ping.stderr)")
-        let pongs = ping.stdout.split(separator: "\n").filter { $0.hasPrefix("pong from bob (") }
-        #expect(pongs.count == 3 && pongs.allSatisfy { $0.contains("via \(bobAddress) in ") }, "\(ping.stdout)")
-        #expect(ping.stdout.contains("3 sent, 3 answered, rtt min/avg/max"), "\(ping.stdout)")
+            let ping = try await NodeProcess.runCommand(["ping", "--data-dir", alice.dataDirectory, "bob",
+                                                         "--count", "3", "--interval", "0.05"])
+            #expect(ping.status == 0, "\(ping.stderr)")
+            let pongs = ping.stdout.split(separator: "\n").filter { $0.hasPrefix("pong from bob (") }
+            #expect(pongs.count == 3 && pongs.allSatisfy { $0.contains("via \(bobAddress) in ") }, "\(ping.stdout)")
+            #expect(ping.stdout.contains("3 sent, 3 answered, rtt min/avg/max"), "\(ping.stdout)")
 
-        let unknown = try await NodeProcess.runCommand(["ping", "--data-dir", alice.dataDirectory, "nobody"])
-        #expect(unknown.status == 65 && unknown.stderr.contains("unknown member 'nobody'"), "\(unknown.stderr)")
+            let unknown = try await NodeProcess.runCommand(["ping", "--data-dir", alice.dataDirectory, "nobody"])
+            #expect(unknown.status == 65 && unknown.stderr.contains("unknown member 'nobody'"), "\(unknown.stderr)")
 
-        bob.signal(SIGSTOP)
-        defer { bob.signal(SIGCONT) }
-        let silent = try await NodeProcess.runCommand(["ping", "--data-dir", alice.dataDirectory, "bob", "--count", "1"])
-        #expect(silent.status == 69, "\(silent.stdout)")
-        #expect(silent.stdout.contains("no answer from bob") && silent.stdout.contains("1 sent, 0 answered"), "\(silent.stdout)")
+            bob.signal(SIGSTOP)
+            defer { bob.signal(SIGCONT) }
+            let silent = try await NodeProcess.runCommand(["ping", "--data-dir", alice.dataDirectory, "bob",
+                                                           "--count", "1"])
+            #expect(silent.status == 69, "\(silent.stdout)")
+            #expect(silent.stdout.contains("no answer from bob") && silent.stdout.contains("1 sent, 0 answered"),
+                    "\(silent.stdout)")
+        }
     }
 }

@@ -100,19 +100,17 @@ struct RunCommandTests {
 
     @Test("two nodes on loopback see each other at their own addresses: run prints `nat: none` once told, status says so, and the path is direct")
     func runPrintsTheNATOnceKnown() async throws {
-        let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
-        defer { Task { await first.cleanUp() } }
-        let invite = try await first.waitForLine(prefix: "invite:")
-        let second = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
-        defer { Task { await second.cleanUp() } }
-        #expect(try await first.waitForLine(prefix: "nat:", timeout: .seconds(20)) == "none")
-        #expect(try await second.waitForLine(prefix: "nat:", timeout: .seconds(20)) == "none")
-        let status = try await second.status()
-        #expect(status.`self`.nat == "none")
-        // The path to the first node: direct, where its datagrams come from (its own address here).
-        let first_ = try #require(status.members.first { $0.id != status.`self`.id })
-        #expect(first_.path == "direct")
-        #expect(first_.pathAddress == first_.address)
+        try await withProcessMesh(names: ["first", "second"], waitForMembership: false) { mesh in
+            let (first, second) = (try mesh["first"], try mesh["second"])
+            #expect(try await first.waitForLine(prefix: "nat:", timeout: .seconds(20)) == "none")
+            #expect(try await second.waitForLine(prefix: "nat:", timeout: .seconds(20)) == "none")
+            let status = try await second.status()
+            #expect(status.`self`.nat == "none")
+            // The path to the first node: direct, where its datagrams come from (its own address here).
+            let first_ = try #require(status.members.first { $0.id != status.`self`.id })
+            #expect(first_.path == "direct")
+            #expect(first_.pathAddress == first_.address)
+        }
     }
 
     @Test("datagrams the kernel dropped while the node could not read are counted in status")
@@ -148,22 +146,20 @@ struct RunCommandTests {
 
     @Test("a node started from an invite joins that session")
     func joinsInvitedSession() async throws {
-        let inviter = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
-        defer { Task { await inviter.cleanUp() } }
-        let invite = try await inviter.waitForLine(prefix: "invite:")
-        let joiner = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite])
-        defer { Task { await joiner.cleanUp() } }
-        let joinerInvite = try await joiner.waitForLine(prefix: "invite:")
-        #expect(try InviteToken(parsing: joinerInvite).secret == InviteToken(parsing: invite).secret)
+        try await withProcessMesh(names: ["inviter", "joiner"], waitForMembership: false) { mesh in
+            let (invite, joiner) = (mesh.invite, try mesh["joiner"])
+            let joinerInvite = try await joiner.waitForLine(prefix: "invite:")
+            #expect(try InviteToken(parsing: joinerInvite).secret == InviteToken(parsing: invite).secret)
 
-        // The same data dir cannot switch to another session.
-        joiner.signal(SIGTERM)
-        try await joiner.waitForExit()
-        let other = InviteToken(secret: .generate(), addresses: [try PeerAddress(parsing: "127.0.0.1:9")]).text
-        let refused = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite", other,
-                                                        "--data-dir", joiner.dataDirectory])
-        #expect(refused.status != 0)
-        #expect(refused.stderr.contains("another session"))
+            // The same data dir cannot switch to another session.
+            joiner.signal(SIGTERM)
+            try await joiner.waitForExit()
+            let other = InviteToken(secret: .generate(), addresses: [try PeerAddress(parsing: "127.0.0.1:9")]).text
+            let refused = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite", other,
+                                                            "--data-dir", joiner.dataDirectory])
+            #expect(refused.status != 0)
+            #expect(refused.stderr.contains("another session"))
+        }
     }
 
     @Test("an invite from a file, standard input or the environment joins, and stays off the command line")

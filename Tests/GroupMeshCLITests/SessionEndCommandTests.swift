@@ -9,45 +9,40 @@ import Testing
 struct SessionEndCommandTests {
     @Test("end on one member: all three exit 0 saying so; every data dir then refuses to start, and tells a member that was down")
     func endForEveryone() async throws {
-        var nodes: [NodeProcess] = []
-        defer { for node in nodes { Task { await node.cleanUp() } } }
-        let alice = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "alice"])
-        nodes.append(alice)
-        let invite = try await alice.waitForLine(prefix: "invite:")
-        for name in ["bob", "carol", "dave"] {
-            nodes.append(try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--name", name]))
-        }
-        try await nodes.waitForMesh(alive: 4)
-        let aliceID = try await alice.status().`self`.id
-        // Dave is down during the end (killed: a stopped process would read the end from its
-        // socket's buffer when it wakes).
-        let dave = nodes.removeLast()
-        let daveAddress = try await dave.status().`self`.address
-        dave.signal(SIGKILL)
-        _ = try? await dave.waitForExit()
+        try await withProcessMesh(names: ["alice", "bob", "carol", "dave"]) { mesh in
+            let alice = try mesh["alice"], dave = try mesh["dave"]
+            let nodes = try ["alice", "bob", "carol"].map { try mesh[$0] }
+            let aliceID = try await alice.status().`self`.id
+            // Dave is down during the end (killed: a stopped process would read the end from its
+            // socket's buffer when it wakes).
+            let daveAddress = try await dave.status().`self`.address
+            dave.signal(SIGKILL)
+            _ = try? await dave.waitForExit()
 
-        let end = try await NodeProcess.runCommand(["end", "--data-dir", alice.dataDirectory])
-        #expect(end.status == 0, "\(end.stderr)")
-        #expect(end.stdout.contains("ended the session for every member"), "\(end.stdout)")
-        for node in nodes {
-            #expect(try await node.waitForExit() == 0, "\(node.stderr)")
+            let end = try await NodeProcess.runCommand(["end", "--data-dir", alice.dataDirectory])
+            #expect(end.status == 0, "\(end.stderr)")
+            #expect(end.stdout.contains("ended the session for every member"), "\(end.stdout)")
+            for node in nodes {
+                #expect(try await node.waitForExit() == 0, "\(node.stderr)")
+            }
+            for node in nodes.dropFirst() {
+                #expect(node.stdout.contains("ended: the session was ended by alice (\(aliceID.prefix(12)))"),
+                        "\(node.stdout)")
+            }
+            // Back on its old address after everyone left: it runs alone, as before.
+            let daveAgain = try mesh.restart("dave", listen: daveAddress)
+            _ = try await daveAgain.waitForStatus(timeout: .seconds(30), "dave runs again") { _ in true }
+            for node in nodes {
+                let again = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite", mesh.invite,
+                                                              "--data-dir", node.dataDirectory], timeout: .seconds(20))
+                #expect(again.status == 69, "\(again.stdout)")
+                #expect(again.stderr.contains("was ended by \(aliceID.prefix(12)); its invites no longer work"),
+                        "\(again.stderr)")
+            }
+            // Each refusing start told the members it remembers, dave among them: it leaves, saying so.
+            #expect(try await daveAgain.waitForExit(timeout: .seconds(10)) == 0, "\(daveAgain.stderr)")
+            #expect(daveAgain.stdout.contains("ended: the session was ended by alice (\(aliceID.prefix(12)))"),
+                    "\(daveAgain.stdout)")
         }
-        for node in nodes.dropFirst() {
-            #expect(node.stdout.contains("ended: the session was ended by alice (\(aliceID.prefix(12)))"), "\(node.stdout)")
-        }
-        // Back on its old address after everyone left: it runs alone, as before.
-        let daveAgain = try NodeProcess(["run", "--listen", daveAddress], dataDirectory: dave.dataDirectory)
-        defer { Task { await daveAgain.cleanUp() } }
-        _ = try await daveAgain.waitForStatus(timeout: .seconds(30), "dave runs again") { _ in true }
-        for node in nodes {
-            let again = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite", invite,
-                                                          "--data-dir", node.dataDirectory], timeout: .seconds(20))
-            #expect(again.status == 69, "\(again.stdout)")
-            #expect(again.stderr.contains("was ended by \(aliceID.prefix(12)); its invites no longer work"), "\(again.stderr)")
-        }
-        // Each refusing start told the members it remembers, dave among them: it leaves, saying so.
-        #expect(try await daveAgain.waitForExit(timeout: .seconds(10)) == 0, "\(daveAgain.stderr)")
-        #expect(daveAgain.stdout.contains("ended: the session was ended by alice (\(aliceID.prefix(12)))"),
-                "\(daveAgain.stdout)")
     }
 }

@@ -147,29 +147,29 @@ struct StorageFailureTests {
         let files = NodeProcess.makeTemporaryDirectory("storage-files")
         defer { try? FileManager.default.removeItem(atPath: files) }
         try Self.writeFile("\(files)/big.bin", size: 3 << 20, seed: 7)
-        let holder = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
-        defer { Task { await holder.cleanUp() } }
-        let invite = try await holder.waitForLine(prefix: "invite:")
-        try await Self.withSmallDisk("1m") { mountPoint in
-            let joiner = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite", invite, "--lazy"],
-                                         dataDirectory: mountPoint + "/node")
-            defer { Self.kill(joiner) }
-            try await [holder, joiner].waitForMesh(alive: 2)
-            let attached = try await Self.attach("\(files)/big.bin", on: holder)
-            #expect(attached.status == 0, "\(attached.stderr)")
-            try await waitUntil("the joiner lists it") { try await Self.listed(joiner) == [attached.id] }
+        try await withProcessMesh(names: ["holder"], lazy: ["joiner"]) { mesh in
+            let holder = try mesh["holder"]
+            try await Self.withSmallDisk("1m") { mountPoint in
+                let joiner = try mesh.join("joiner", dataDirectory: mountPoint + "/node")
+                defer { Self.kill(joiner) }
+                try await mesh.waitUntilAllSee()
+                let attached = try await Self.attach("\(files)/big.bin", on: holder)
+                #expect(attached.status == 0, "\(attached.stderr)")
+                try await waitUntil("the joiner lists it") { try await Self.listed(joiner) == [attached.id] }
 
-            let started = ContinuousClock.now
-            let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, attached.id,
-                                                        "--output", files + "/out.bin"])
-            #expect(get.status != 0)
-            // Progress lines (`get: 3/12 chunks …`) may come first; the error is the one last line.
-            let lines = get.stderr.split(separator: "\n")
-            #expect(lines.last?.contains("no space left") == true, "\(get.stderr)")
-            #expect(lines.dropLast().allSatisfy { $0.hasPrefix("get: ") && $0.contains(" chunks") }, "\(get.stderr)")
-            #expect(ContinuousClock.now - started < .seconds(8), "waited out the unavailable timeout instead")
-            #expect(!FileManager.default.fileExists(atPath: files + "/out.bin"))
-            #expect(try await Self.listed(joiner) == [attached.id], "the node goes on")
+                let started = ContinuousClock.now
+                let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, attached.id,
+                                                            "--output", files + "/out.bin"])
+                #expect(get.status != 0)
+                // Progress lines (`get: 3/12 chunks …`) may come first; the error is the one last line.
+                let lines = get.stderr.split(separator: "\n")
+                #expect(lines.last?.contains("no space left") == true, "\(get.stderr)")
+                #expect(lines.dropLast().allSatisfy { $0.hasPrefix("get: ") && $0.contains(" chunks") },
+                        "\(get.stderr)")
+                #expect(ContinuousClock.now - started < .seconds(8), "waited out the unavailable timeout instead")
+                #expect(!FileManager.default.fileExists(atPath: files + "/out.bin"))
+                #expect(try await Self.listed(joiner) == [attached.id], "the node goes on")
+            }
         }
     }
 
@@ -250,37 +250,36 @@ struct DamagedChunkTests {
         let files = NodeProcess.makeTemporaryDirectory("damaged-files")
         defer { try? FileManager.default.removeItem(atPath: files) }
         let original = try StorageFailureTests.writeFile("\(files)/photo.bin", size: 2 << 20, seed: 11)
-        let alice = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "alice"])
-        defer { Task { await alice.cleanUp() } }
-        let invite = try await alice.waitForLine(prefix: "invite:")
-        var bob = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "bob", "--invite", invite])
-        defer { Task { [bob] in await bob.cleanUp() } }
-        try await [alice, bob].waitForMesh(alive: 2)
-        let attached = try await StorageFailureTests.attach("\(files)/photo.bin", on: alice)
-        #expect(attached.status == 0, "\(attached.stderr)")
-        try await waitUntil("bob holds it whole", timeout: .seconds(30)) {
-            try await Self.held(bob).first.map { $0.chunksHave == $0.chunks } ?? false
-        }
-        // Damaged while bob is down (a restart also forgets which chunks it hashed lately).
-        bob.signal(SIGTERM)
-        try await bob.waitForExit()
-        #expect(try Self.flipPackBytes(under: bob.dataDirectory) >= 1, "no pack file to damage")
-        bob = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "bob"], dataDirectory: bob.dataDirectory)
-        try await [alice, bob].waitForMesh(alive: 2)
+        try await withProcessMesh(names: ["alice", "bob"]) { mesh in
+            let alice = try mesh["alice"]
+            var bob = try mesh["bob"]
+            let attached = try await StorageFailureTests.attach("\(files)/photo.bin", on: alice)
+            #expect(attached.status == 0, "\(attached.stderr)")
+            try await waitUntil("bob holds it whole", timeout: .seconds(30)) {
+                try await Self.held(bob).first.map { $0.chunksHave == $0.chunks } ?? false
+            }
+            // Damaged while bob is down (a restart also forgets which chunks it hashed lately).
+            bob.signal(SIGTERM)
+            try await bob.waitForExit()
+            #expect(try Self.flipPackBytes(under: bob.dataDirectory) >= 1, "no pack file to damage")
+            bob = try mesh.restart("bob", arguments: ["--name", "bob"])
+            try await mesh.waitUntilAllSee()
 
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", bob.dataDirectory, attached.id,
-                                                    "--output", files + "/first.bin"])
-        #expect(get.status == 0, "\(get.stderr)")
-        #expect(FileManager.default.contents(atPath: files + "/first.bin") == original, "the file got is not the one attached")
-        try await waitUntil("bob holds it whole again", timeout: .seconds(30)) {
-            try await Self.held(bob).first.map { $0.chunksHave == $0.chunks } ?? false
+            let get = try await NodeProcess.runCommand(["get", "--data-dir", bob.dataDirectory, attached.id,
+                                                        "--output", files + "/first.bin"])
+            #expect(get.status == 0, "\(get.stderr)")
+            #expect(FileManager.default.contents(atPath: files + "/first.bin") == original,
+                    "the file got is not the one attached")
+            try await waitUntil("bob holds it whole again", timeout: .seconds(30)) {
+                try await Self.held(bob).first.map { $0.chunksHave == $0.chunks } ?? false
+            }
+            // Alice leaves: bob, the only holder now, still has every chunk, verified.
+            alice.signal(SIGTERM)
+            try await alice.waitForExit()
+            let again = try await NodeProcess.runCommand(["get", "--data-dir", bob.dataDirectory, attached.id,
+                                                          "--output", files + "/second.bin"])
+            #expect(again.status == 0, "\(again.stderr)")
+            #expect(FileManager.default.contents(atPath: files + "/second.bin") == original)
         }
-        // Alice leaves: bob, the only holder now, still has every chunk, verified.
-        alice.signal(SIGTERM)
-        try await alice.waitForExit()
-        let again = try await NodeProcess.runCommand(["get", "--data-dir", bob.dataDirectory, attached.id,
-                                                      "--output", files + "/second.bin"])
-        #expect(again.status == 0, "\(again.stderr)")
-        #expect(FileManager.default.contents(atPath: files + "/second.bin") == original)
     }
 }
