@@ -65,7 +65,8 @@ import Testing
         }
     }
 
-    static func saved(rate: Double, roundTrip: Duration = .milliseconds(50), at: MeshInstant = .zero) -> SavedPathCapacity {
+    static func saved(rate: Double, roundTrip: Duration = .milliseconds(50),
+                      at: MeshInstant = .zero) -> SavedPathCapacity {
         SavedPathCapacity(rate: rate, roundTrip: roundTrip, savedAt: at)
     }
 
@@ -233,8 +234,8 @@ import Testing
                        for: .init([path]))
         }
         #expect(store.count == SavedPathCapacities.capacity)
-        let newest = SavedPathCapacities.HolderPath(member: NodeID(high: 9, low: UInt64(SavedPathCapacities.capacity + 4)),
-                                                    address: nil, relay: nil, boot: 0)
+        let last = NodeID(high: 9, low: UInt64(SavedPathCapacities.capacity + 4))
+        let newest = SavedPathCapacities.HolderPath(member: last, address: nil, relay: nil, boot: 0)
         #expect(store.capacity(for: .init([newest]), lifetime: .seconds(600), now: .zero) != nil)
     }
 }

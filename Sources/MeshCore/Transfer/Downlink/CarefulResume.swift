@@ -97,8 +97,10 @@ extension DownlinkController {
         let start = startRate(probedRoundTrip: offer?.probedRoundTrip)
         // The node's very first interval keeps a rate the first round trip already raised.
         rate = firstEver ? max(rate, start) : start
-        deliveries = DeliveryRates(rate: rate)
-        if let saved = offer?.saved, now < saved.savedAt + settings.resumeLifetime, saved.rate * settings.resumeJumpShare > rate {
+        // As at the node's first fetch: the first interval's deliveries answer to the initial rate.
+        if !firstEver { deliveries = DeliveryRates(rate: min(rate, Double(settings.initialRate))) }
+        if let saved = offer?.saved, now < saved.savedAt + settings.resumeLifetime,
+           saved.rate * settings.resumeJumpShare > rate {
             mode = .resuming(Resume(saved: saved, phase: .reconnaissance))
         }
     }
