@@ -131,7 +131,9 @@ enum WANScenario {
         }
 
         // Careful resume: a joiner's second fetch from the same holders, beside CUBIC (WANResumeScenario).
-        if wanted("resume") { results += try await resumeRounds(directory: directory, tools: tools, quick: quick, using: &generator) }
+        if wanted("resume") {
+            results += try await resumeRounds(directory: directory, tools: tools, quick: quick, using: &generator)
+        }
 
         // 3: capped home lines, each beside a CUBIC download.
         let capped = [
