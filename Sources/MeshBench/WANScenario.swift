@@ -8,6 +8,8 @@ import MeshTestKit
 ///
 /// - `fiftyMs`: the joiner's fetch rate (its "fetched" log line) beside raw UDP through the same
 ///   emulated path (iperf3 -u, holder host to joiner host), and the `get` wall time beside it;
+/// - `resume`: `get` wall times beside CUBIC moving the same bytes, fresh nodes and a joiner's
+///   second fetch from the same holders (`WANResumeScenario`);
 /// - `fiftyMsLossy`: the fetch rate beside its loss-free twin's (`fiftyMsSegmented`: packets cut
 ///   as the lossy link cuts them) and the `fiftyMs` one;
 /// - `home50`, `home10`: while an iperf3 CUBIC download (server on host 0, `-R` client on host 3)
@@ -126,6 +128,11 @@ enum WANScenario {
                 BenchResult(scenario: "wan fiftyMsLossy: holders' bytes ÷ file, the most of \(n) rounds", figure: rounds.map(\.lossy.holderRatio).max() ?? 0, unit: "×",
                             baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
             ]
+        }
+
+        // Careful resume: a joiner's second fetch from the same holders, beside CUBIC (WANResumeScenario).
+        if wanted("resume") {
+            results += try await resumeRounds(directory: directory, tools: tools, quick: quick, using: &generator)
         }
 
         // 3: capped home lines, each beside a CUBIC download.
@@ -594,9 +601,13 @@ enum WANScenario {
     final class Holders {
         let nodes: [NodeProcess]
         let invite: String
+        /// The first attachment, and all of them in the order of `files`.
         let id: String
+        let ids: [String]
 
-        init(lab: NamespaceLab, file: String) async throws {
+        convenience init(lab: NamespaceLab, file: String) async throws { try await self.init(lab: lab, files: [file]) }
+
+        init(lab: NamespaceLab, files: [String]) async throws {
             var nodes: [NodeProcess] = []
             do {
                 let first = try NodeProcess(["run", "--listen", "\(lab.addresses[0]):0"], launcher: lab.launcher(0))
@@ -607,12 +618,13 @@ enum WANScenario {
                                                  launcher: lab.launcher(index)))
                 }
                 try await nodes.waitForMesh(alive: 3)
-                let id = try await TransferScenario.attach(file, on: first)
-                let holders = nodes
+                var ids: [String] = []
+                for file in files { ids.append(try await TransferScenario.attach(file, on: first)) }
+                let holders = nodes, all = ids
                 try await waitUntil("replicated to every holder", timeout: .seconds(120), every: .milliseconds(100)) {
-                    holders.allSatisfy { TransferScenario.holdsWhole(id, $0) }
+                    holders.allSatisfy { node in all.allSatisfy { TransferScenario.holdsWhole($0, node) } }
                 }
-                (self.nodes, self.invite, self.id) = (nodes, invite, id)
+                (self.nodes, self.invite, self.id, self.ids) = (nodes, invite, ids[0], ids)
             } catch {
                 TransferScenario.stop(nodes)
                 throw error

@@ -242,6 +242,7 @@ extension NodeInstance {
         fetches[id]?.stage = .chunks(have: have)
         fetches[id]?.needed = manifest.chunks.count - have.held
         for waiter in loadWaiters[id] ?? [] { prepareExport(manifest, to: waiter.destination) }
+        offerResume(for: id, now: now)
         transfer.start(manifest, have: have)
         refreshAvailability()
         pumpTransfers(now: now)
@@ -395,6 +396,7 @@ extension NodeInstance {
             switch result {
             case let .success(manifest):
                 if fetch.needed > 0 {
+                    saveCapacity(of: id, now: now)
                     let seconds = max(1e-9, Double((now - fetch.startedAt).nanosecondsClamped) / 1e9)
                     let bytes = Double(min(UInt64(fetch.needed) * UInt64(manifest.chunkSize), manifest.size))
                     // Rates to a tenth of a MiB/s: on a home line whole MiB/s say little (1.37 logged as 1.0).

@@ -189,6 +189,8 @@ public struct NodeInstance: Sendable {
 
     // Receiving chunks (NodeInstance+Pacing).
     package internal(set) var downlink: DownlinkController
+    /// What fetches reached over their holders' paths, for careful resume (NodeInstance+Resume).
+    package internal(set) var savedPaths = SavedPathCapacities()
     /// Members that sent this node a chunk that verified: only their pieces and datagram numbers
     /// feed the controller.
     var provenHolders: Set<NodeID> = []

@@ -52,6 +52,7 @@ extension DownlinkController {
         let delivered = Double(open.bytes) / elapsed
         lastInterval = (delivered, datagrams.received, datagrams.lost, now)
         deliveries.record(Double(open.bytes + open.unprovenBytes) / elapsed)
+        reached = max(reached, deliveries.last)
         lastClose = now
         // The rate asked for shows in what arrives a round trip or two later (the holders hear
         // it, then pieces cross the line). So it grows only once deliveries caught up with it,
@@ -85,6 +86,8 @@ extension DownlinkController {
             return endSlowdown(test, now: now)
         case .probe(let probe):
             guard judgeProbe(probe, overflow: overflow, now: now) else { return }
+        case .resuming(let resume):
+            if closeResumeInterval(resume, close, now: now) { return }
         case .slowStart, .congestionAvoidance, .competing:
             break
         }
@@ -140,7 +143,7 @@ extension DownlinkController {
             case .competing(var state):
                 state.startEnds = nil
                 mode = .competing(state)
-            case .congestionAvoidance, .slowdown, .probe: break
+            case .congestionAvoidance, .slowdown, .probe, .resuming: break
             }
             schedule.forgetQueue()
         } else {
@@ -154,7 +157,7 @@ extension DownlinkController {
             case .congestionAvoidance:
                 if startSlowdownIfDue(close, interrupting: nil, now: now) { return }
                 avoidCongestion(close, now: now)
-            case .slowdown, .probe:
+            case .slowdown, .probe, .resuming:
                 break
             }
         }

@@ -16,6 +16,9 @@ extension DownlinkController {
         /// After a test that found the queue our own: a quarter more asked, to see whether more
         /// comes (BBR's probe), which it does only where the queue is shared.
         case probe(Probe)
+        /// A start from idle over paths a fetch measured before (careful resume): a round trip to
+        /// confirm them, a jump to at most half the rate reached then, and its validation.
+        case resuming(Resume)
 
         var isSlowStart: Bool {
             if case .slowStart = self { return true }
@@ -27,7 +30,7 @@ extension DownlinkController {
             switch self {
             case .competing(let state): state
             case .slowdown(let test): test.interrupted
-            case .slowStart, .congestionAvoidance, .probe: nil
+            case .slowStart, .congestionAvoidance, .probe, .resuming: nil
             }
         }
     }

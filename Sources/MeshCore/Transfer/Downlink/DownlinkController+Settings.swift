@@ -125,6 +125,20 @@ extension DownlinkController {
         /// what arrives (TCP doubles; here, where a loss shows an interval later than to a
         /// sender, doubling overflowed the queue: 3.7% of the line's packets dropped in simulation).
         public var competitiveStartGain = 1.5
+        /// Careful resume (draft-ietf-tsvwg-careful-resume): what a fetch reached is kept this long.
+        /// Ten minutes, as LEDBAT keeps a base delay: the span over which a path's properties are
+        /// taken to hold; after that the cross traffic of a home line has come and gone.
+        public var resumeLifetime: Duration = .seconds(600)
+        /// The jump: at most this share of the rate saved, as the draft's half of the saved window.
+        public var resumeJumpShare = 0.5
+        /// The round trip measured in the reconnaissance, as a multiple of the saved one, must fall
+        /// in here to jump (stricter than the draft's upper bound: twice as long is another route,
+        /// a relay, whose line the saved rate says nothing of).
+        public var resumeRoundTripRange: ClosedRange<Double> = 0.5...2
+        /// Closes the validation waits for deliveries that answer the jump, at most.
+        public var resumeValidatingLimit = 4
+        /// On loss or a queue after the jump, the rate drops to this share of what arrived.
+        public var resumeRetreat = 0.5
         /// The base delay is the lowest seen over about this long (LEDBAT keeps ten minutes; a
         /// shorter memory follows a path that changed sooner).
         public var baseHistory: Duration = .seconds(60)

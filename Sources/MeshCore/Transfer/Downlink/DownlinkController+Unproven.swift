@@ -10,6 +10,13 @@ extension DownlinkController {
         lastInterval = (delivered, 0, 0, now)
         deliveries.record(delivered)
         lastClose = now
+        // No jump on holders not proven yet, and none kept: their word cannot validate it.
+        if case .resuming(let resume) = mode {
+            if case .reconnaissance = resume.phase { mode = .slowStart(SlowStart()) } else {
+                retreat(delivered: delivered, now: now)
+                return
+            }
+        }
         let highestQueue = open.unprovenQueue ?? .zero
         lastUnprovenQueue = highestQueue
         var previousRise: (older: Duration?, newer: Duration?) = (nil, nil)

@@ -77,6 +77,13 @@ public struct DownlinkController: Sendable {
     /// The highest queue unproven holders' pieces showed in the last interval closed on their
     /// pieces alone (nil: a proven holder fed it), for tracing.
     var lastUnprovenQueue: Duration?
+    /// What the node offered for the next start from idle, and the most delivered in an interval
+    /// since the last one (`CarefulResume`).
+    var offer: ResumeOffer?
+    var reached = 0.0
+    /// Careful resumes that jumped, and those that retreated (for tests and tracing).
+    public internal(set) var resumeJumps: UInt64 = 0
+    public internal(set) var resumeRetreats: UInt64 = 0
     /// The latest queueing delay measured (the interval's lowest), for status and tests.
     public internal(set) var queueingDelay: Duration = .zero
     /// The last interval closed: what came, and what was lost (for tests and tracing).
@@ -216,6 +223,7 @@ public struct DownlinkController: Sendable {
         default: break
         }
         if opens { openInterval(now: now) }
+        if trusted, case .resuming(let resume) = mode, brakeResume(resume, queue: queue, now: now) { return true }
         // Unproven holders' queue brakes only an interval no proven holder fed (as at its close).
         if mode.isSlowStart, trusted || (!unproven.isHeld && open.queue == nil),
            brakeSlowStart(queue: queue, trusted: trusted, now: now) { return true }
@@ -231,9 +239,11 @@ public struct DownlinkController: Sendable {
             state.unprovenQueuedSince = nil
             mode = .slowStart(state)
         }
-        // After a pause, what was seen before says nothing about the line now: the next
-        // fetch probes it again from the rate it had (a queue ends that within 10 ms).
-        guard let closed = lastClose, now >= closed + max(.seconds(1), interval * 10) else { return }
+        // After a pause, what was seen before says nothing about the line now: the next fetch
+        // starts again from the initial window, or resumes carefully from what a fetch over the
+        // same paths reached (`startFromIdle`).
+        guard let closed = lastClose else { return startFromIdle(firstEver: true, now: now) }
+        guard now >= closed + max(.seconds(1), interval * 10) else { return }
         drainedAt = now
         wasOver = false
         unproven = .none
@@ -253,9 +263,10 @@ public struct DownlinkController: Sendable {
             mode = .slowdown(test)
         case .probe:
             break
-        case .slowStart, .congestionAvoidance:
+        case .slowStart, .congestionAvoidance, .resuming:
             mode = .slowStart(SlowStart())
         }
+        if case .slowStart = mode { startFromIdle(firstEver: false, now: now) }
     }
 
     /// A want's first piece came this long after it was sent. Returns whether the rate rose
@@ -264,7 +275,8 @@ public struct DownlinkController: Sendable {
     @discardableResult
     mutating func onRoundTrip(_ sample: Duration, now: MeshInstant) -> Bool {
         let first = roundTrips.value == nil
-        guard roundTrips.add(sample, now: now), first, mode.isSlowStart else { return false }
+        let reconnoitring = resumePhase == .reconnaissance
+        guard roundTrips.add(sample, now: now), first, mode.isSlowStart || reconnoitring else { return false }
         // The first round trip known: slow start begins from a window's worth per round trip
         // (as TCP's initial window), which on a LAN is far more than the initial rate.
         let start = min(Double(settings.maximumRate),
@@ -296,7 +308,7 @@ public struct DownlinkController: Sendable {
         switch mode {
         case .slowdown(let test): return test.until
         case .probe(let probe): return probe.until
-        case .slowStart, .congestionAvoidance, .competing: return nil
+        case .slowStart, .congestionAvoidance, .competing, .resuming: return nil
         }
     }
 
