@@ -9,7 +9,7 @@ SEEDS        ?= 200
 PREFIX       ?= /usr/local
 DESTDIR      ?=
 
-.PHONY: deps build run test docs docs-check bench demo fuzz soak install clean
+.PHONY: deps build run test format format-check docs docs-check bench demo fuzz soak install clean
 
 deps:
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "error: swift is not on PATH (need Swift 6.x)"; exit 1; }
@@ -53,7 +53,7 @@ run: build
 SEEDED_TESTS   = ^(MeshCoreTests|MeshCryptoTests|MeshStoreTests|MeshTestKitTests)\.
 REALTIME_TESTS = ^(GroupMeshTests|GroupMeshCLITests)\.
 
-test: deps
+test: deps format-check
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
 	$(MAKE) --no-print-directory docs-check
 	sync  # the build's writes go to disk now, not under the end-to-end tests' fsyncs
@@ -63,6 +63,14 @@ test: deps
 	$(SWIFT) test --skip-build --no-parallel $(SWIFT_FLAGS) --filter '$(REALTIME_TESTS)'
 	# A test target in neither list still runs (today this runs nothing).
 	$(SWIFT) test --skip-build --no-parallel $(SWIFT_FLAGS) --skip '$(SEEDED_TESTS)' --skip '$(REALTIME_TESTS)'
+
+# The code's layout (.swift-format: the toolchain's swift-format, lines of 120 columns). `make format`
+# rewrites it; `make test` fails on any difference first, in seconds.
+FORMAT_PATHS = Package.swift Sources Tests
+format:
+	$(SWIFT) format format --in-place --recursive --parallel $(FORMAT_PATHS)
+format-check:
+	$(SWIFT) format lint --strict --recursive --parallel $(FORMAT_PATHS)
 
 # The DocC catalog of the library (the API's articles, the porting guide) against the built
 # module's public symbols: a broken link or an unknown symbol fails. HTML in .build/docs.
