@@ -101,16 +101,28 @@ let package = Package(
             swiftSettings: [.unsafeFlags(["-parse-as-library"])]
         ),
         .testTarget(name: "MeshCryptoTests", dependencies: ["MeshCrypto"]),
-        .testTarget(name: "MeshCoreTests", dependencies: ["MeshCore", "MeshCrypto", "MeshTestKit",
-                                                      .product(name: "NIOCore", package: "swift-nio")]),
+        .testTarget(
+            name: "MeshCoreTests",
+            dependencies: [
+                "MeshCore", "MeshCrypto", "MeshTestKit",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]),
         .testTarget(name: "MeshStoreTests", dependencies: ["MeshStore", "MeshCrypto", "CMeshSystem"]),
-        .testTarget(name: "GroupMeshTests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCore", "MeshCrypto", "MeshStore",
-                                                      .product(name: "Metrics", package: "swift-metrics"),
-                                                      .product(name: "MetricsTestKit", package: "swift-metrics"),
-                                                      .product(name: "NIOCore", package: "swift-nio"),
-                                                      .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]),
+        .testTarget(
+            name: "GroupMeshTests",
+            dependencies: [
+                "GroupMesh", "MeshTestKit", "MeshCore", "MeshCrypto", "MeshStore",
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "MetricsTestKit", package: "swift-metrics"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ]),
         .testTarget(name: "MeshTestKitTests", dependencies: ["MeshTestKit", "MeshCore"]),
-        .testTarget(name: "GroupMeshCLITests", dependencies: ["GroupMesh", "MeshTestKit", "MeshCrypto", "MeshCore", "MeshStore",
-                                                         .product(name: "NIOCore", package: "swift-nio")]),
+        .testTarget(
+            name: "GroupMeshCLITests",
+            dependencies: [
+                "GroupMesh", "MeshTestKit", "MeshCrypto", "MeshCore", "MeshStore",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ]),
     ]
 )

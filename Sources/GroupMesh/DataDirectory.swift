@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 import Foundation
 import MeshCore
@@ -47,8 +47,10 @@ public struct DataDirectory: Sendable {
         guard let parent = Self.resolved(directory) else { return false }
         if parent == home + "/chunks" || parent.hasPrefix(home + "/chunks/") { return true }
         guard parent == home else { return false }
-        let own = [sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
-                   membersPath, epochsPath, journalPath, endedPath, leftPath, configurationPath].map { Self.split($0).name }
+        let own = [
+            sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
+            membersPath, epochsPath, journalPath, endedPath, leftPath, configurationPath,
+        ].map { Self.split($0).name }
         return own.contains(name)
     }
 
@@ -76,8 +78,10 @@ public struct DataDirectory: Sendable {
         // A node run by another user (root, say) would leave files its owner cannot read or
         // remove, and would take over a session that is not its user's.
         guard info.st_uid == geteuid() else {
-            throw .dataDirectory(path: path, reason: "it belongs to \(Self.userName(info.st_uid)), not to \(Self.userName(geteuid())) "
-                + "who runs this node; run the node as its owner, or give a --data-dir of your own")
+            throw .dataDirectory(
+                path: path,
+                reason: "it belongs to \(Self.userName(info.st_uid)), not to \(Self.userName(geteuid())) "
+                    + "who runs this node; run the node as its owner, or give a --data-dir of your own")
         }
         // The dir holds secrets: a dir made beforehand (by a script, by mktemp) is closed to others too.
         if info.st_mode & 0o077 != 0, chmod(path, 0o700) != 0 {
@@ -142,7 +146,8 @@ public struct DataDirectory: Sendable {
         } catch let error as MeshCryptoError {
             throw .keyFile(error.description)
         } catch {
-            throw .dataDirectory(path: path, reason: "\(epochsPath) is damaged (\(error)); restore it or rejoin with a new invite")
+            throw .dataDirectory(
+                path: path, reason: "\(epochsPath) is damaged (\(error)); restore it or rejoin with a new invite")
         }
     }
 
@@ -163,8 +168,9 @@ public struct DataDirectory: Sendable {
     /// The signed end this dir's session was ended with, when its file holds one whole.
     package func loadEndedStatement() -> SessionEnd? {
         guard let text = (try? readSmallFile(endedPath))?.trimmingCharacters(),
-              let hex = text.split(separator: " ").dropFirst().first,
-              let bytes = Hex.decode(hex) else { return nil }
+            let hex = text.split(separator: " ").dropFirst().first,
+            let bytes = Hex.decode(hex)
+        else { return nil }
         var buffer = ByteBuffer(bytes: bytes)
         guard let statement = try? SessionEnd(decoding: &buffer), buffer.readableBytes == 0 else { return nil }
         return statement
@@ -200,7 +206,8 @@ public struct DataDirectory: Sendable {
         var buffer = [UInt8](repeating: 0, count: limit)
         var total = 0
         while total < limit {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + total, limit - total) } // safe: limit > 0
+            // safe: limit > 0
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + total, limit - total) }
             if n < 0 && errno == EINTR { continue }
             guard n >= 0 else { throw .dataDirectory(path: path, reason: "\(filePath): \(Self.errnoText())") }
             if n == 0 { break }
@@ -227,7 +234,8 @@ public struct DataDirectory: Sendable {
     /// What the node remembers of the members (`members.json`); nothing when absent or unreadable.
     package func loadRememberedMembers() -> RememberedMembers {
         guard let text = try? readSmallFile(membersPath, limit: 4 << 20),
-              let decoded = try? JSONDecoder().decode(RememberedMembers.self, from: Data(text.utf8)) else {
+            let decoded = try? JSONDecoder().decode(RememberedMembers.self, from: Data(text.utf8))
+        else {
             return RememberedMembers()
         }
         return decoded

@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 import MeshCrypto
 import NIOCore
@@ -36,8 +36,11 @@ struct DestinationCheck {
     /// verdicts only: a refused destination is told once a minute).
     /// `confirmed`: a datagram to it was written since the verdict (else the caller watches the
     /// write, and tells `written`).
-    mutating func allows(_ address: PeerAddress, remote: SocketAddress, now: NIODeadline)
-        -> (allowed: Bool, newReason: String?, confirmed: Bool) {
+    mutating func allows(
+        _ address: PeerAddress, remote: SocketAddress, now: NIODeadline
+    )
+        -> (allowed: Bool, newReason: String?, confirmed: Bool)
+    {
         if let verdict = verdicts[address], now < verdict.until {
             if !verdict.allowed { refusedSends += 1 }
             return (verdict.allowed, nil, verdict.confirmed)
@@ -90,9 +93,9 @@ struct DestinationCheck {
     /// rule), or nil when it goes.
     static func sendRefusal(to remote: SocketAddress, family: Int32) -> String? {
         #if os(Linux)
-        let fd = socket(family, Int32(SOCK_DGRAM.rawValue), 0)
+            let fd = socket(family, Int32(SOCK_DGRAM.rawValue), 0)
         #else
-        let fd = socket(family, SOCK_DGRAM, 0)
+            let fd = socket(family, SOCK_DGRAM, 0)
         #endif
         guard fd >= 0 else { return nil }
         defer { close(fd) }
@@ -112,9 +115,9 @@ struct DestinationCheck {
         }
         if family == AF_INET, remoteFamily == AF_INET6 { return "an IPv6 address, and this node listens on IPv4" }
         #if os(Linux)
-        let fd = socket(family, Int32(SOCK_DGRAM.rawValue), 0)
+            let fd = socket(family, Int32(SOCK_DGRAM.rawValue), 0)
         #else
-        let fd = socket(family, SOCK_DGRAM, 0)
+            let fd = socket(family, SOCK_DGRAM, 0)
         #endif
         guard fd >= 0 else { return nil }  // cannot tell: let the send decide
         defer { close(fd) }

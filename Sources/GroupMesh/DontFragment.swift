@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 import NIOCore
 
@@ -16,25 +16,31 @@ import NIOCore
 enum DontFragment {
     static func apply(to channel: any Channel, ipv6: Bool) async -> Bool {
         #if os(Linux)
-        let ipLevel = NIOBSDSocket.OptionLevel(rawValue: CInt(IPPROTO_IP))
-        let ipv6Level = NIOBSDSocket.OptionLevel(rawValue: CInt(IPPROTO_IPV6))
-        do {
-            if ipv6 {
-                try await channel.setOption(ChannelOptions.Types.SocketOption(level: ipv6Level, name: .init(rawValue: IPV6_MTU_DISCOVER)),
-                                            value: SocketOptionValue(IPV6_PMTUDISC_PROBE)).get()
-                // IPv4 through a dual-stack socket, where the kernel allows it.
-                _ = try? await channel.setOption(ChannelOptions.Types.SocketOption(level: ipLevel, name: .init(rawValue: IP_MTU_DISCOVER)),
-                                                 value: SocketOptionValue(IP_PMTUDISC_PROBE)).get()
-            } else {
-                try await channel.setOption(ChannelOptions.Types.SocketOption(level: ipLevel, name: .init(rawValue: IP_MTU_DISCOVER)),
-                                            value: SocketOptionValue(IP_PMTUDISC_PROBE)).get()
+            let ipLevel = NIOBSDSocket.OptionLevel(rawValue: CInt(IPPROTO_IP))
+            let ipv6Level = NIOBSDSocket.OptionLevel(rawValue: CInt(IPPROTO_IPV6))
+            do {
+                if ipv6 {
+                    try await channel.setOption(
+                        ChannelOptions.Types.SocketOption(level: ipv6Level, name: .init(rawValue: IPV6_MTU_DISCOVER)),
+                        value: SocketOptionValue(IPV6_PMTUDISC_PROBE)
+                    ).get()
+                    // IPv4 through a dual-stack socket, where the kernel allows it.
+                    _ = try? await channel.setOption(
+                        ChannelOptions.Types.SocketOption(level: ipLevel, name: .init(rawValue: IP_MTU_DISCOVER)),
+                        value: SocketOptionValue(IP_PMTUDISC_PROBE)
+                    ).get()
+                } else {
+                    try await channel.setOption(
+                        ChannelOptions.Types.SocketOption(level: ipLevel, name: .init(rawValue: IP_MTU_DISCOVER)),
+                        value: SocketOptionValue(IP_PMTUDISC_PROBE)
+                    ).get()
+                }
+                return true
+            } catch {
+                return false
             }
-            return true
-        } catch {
-            return false
-        }
         #else
-        return false
+            return false
         #endif
     }
 }

@@ -12,13 +12,17 @@ enum EndedSessionNotifier {
     static func tell(_ configuration: NodeConfiguration, eventLoop: any EventLoop) async {
         let directory = configuration.dataDirectory
         guard directory.hasSession, let statement = directory.loadEndedStatement(),
-              let epochs = try? directory.loadOrCreateSession(invited: nil),
-              let identity = try? NodeIdentity.load(from: directory.identityPath) else { return }
+            let epochs = try? directory.loadOrCreateSession(invited: nil),
+            let identity = try? NodeIdentity.load(from: directory.identityPath)
+        else { return }
         var random = SystemRandomNumberGenerator()
-        guard let notice = EndedSessionNotice(statement: statement, epochs: epochs, localID: identity.nodeID,
-                                              bootID: random.next(), remembered: directory.loadRememberedMembers(),
-                                              wire: configuration.wire, seed: random.next(), now: now),
-              !notice.addresses.isEmpty else { return }
+        guard
+            let notice = EndedSessionNotice(
+                statement: statement, epochs: epochs, localID: identity.nodeID,
+                bootID: random.next(), remembered: directory.loadRememberedMembers(),
+                wire: configuration.wire, seed: random.next(), now: now),
+            !notice.addresses.isEmpty
+        else { return }
         let done = eventLoop.makePromise(of: Void.self)
         let bootstrap = DatagramBootstrap(group: eventLoop).channelInitializer { channel in
             channel.eventLoop.makeCompletedFuture {
@@ -64,9 +68,11 @@ private final class EndedSessionHandler: ChannelInboundHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let envelope = unwrapInboundIn(data)
         guard let source = PeerAddress(envelope.remoteAddress),
-              let answer = notice.answer(envelope.data, from: source, now: EndedSessionNotifier.now) else { return }
-        context.writeAndFlush(wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: answer)),
-                              promise: nil)
+            let answer = notice.answer(envelope.data, from: source, now: EndedSessionNotifier.now)
+        else { return }
+        context.writeAndFlush(
+            wrapOutboundOut(AddressedEnvelope(remoteAddress: envelope.remoteAddress, data: answer)),
+            promise: nil)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {

@@ -67,13 +67,16 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
             let who = holder.map { " (pid \($0))" } ?? ""
             return "another groupmesh node\(who) is running on data dir \(path); stop it or pick another --data-dir"
         case let .dataDirectoryFormat(path, found):
-            return "data dir \(path) has format '\(found)', which this groupmesh does not read (it reads \(DataDirectory.formatVersion))"
+            return
+                "data dir \(path) has format '\(found)', which this groupmesh does not read (it reads \(DataDirectory.formatVersion))"
         case let .sessionMismatch(path):
-            return "data dir \(path) already belongs to another session; use a fresh --data-dir to join with this invite"
+            return
+                "data dir \(path) already belongs to another session; use a fresh --data-dir to join with this invite"
         case let .invalidAddress(text):
             return "invalid address '\(text)': expected HOST:PORT, e.g. 127.0.0.1:7946 or [::1]:7946"
-        case let .invalidInvite(message), let .keyFile(message), let .control(message), let .store(message), let .attachment(message),
-             let .refused(message, _):
+        case let .invalidInvite(message), let .keyFile(message), let .control(message), let .store(message),
+            let .attachment(message),
+            let .refused(message, _):
             return message
         case let .bindFailed(address, reason):
             return "cannot listen on \(address): \(reason)"
@@ -99,14 +102,16 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
             return "unavailable: no reachable member holds the manifest of \(attachment.prefix(16)); "
                 + "try again once a member that holds it is online (groupmesh attachments shows who does)"
         case let .chunksUnavailable(attachment, missing, total):
-            return "unavailable: no reachable member holds \(missing) of the \(total) chunks of \(attachment.prefix(16)); "
+            return
+                "unavailable: no reachable member holds \(missing) of the \(total) chunks of \(attachment.prefix(16)); "
                 + "the chunks held are kept: get it again once a holder is online"
         case .cannotRemoveSelf:
             return "cannot remove this node itself; to go, use groupmesh leave"
         case let .alreadyRemoved(member):
             return "\(member) was already removed"
         case let .sessionTooLarge(limit):
-            return "cannot remove: the session has more than \(limit) other members (a key rotation travels in one datagram)"
+            return
+                "cannot remove: the session has more than \(limit) other members (a key rotation travels in one datagram)"
         case let .epochNotStored(reason):
             return "cannot store the new key epoch, nothing changed: \(reason)"
         case .removalInProgress:
@@ -117,17 +122,21 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
             return "another node with this node's identity runs at \(twin), started earlier (a copied data dir?); "
                 + "this one stopped. Give each node a data dir of its own: a new one makes a new identity"
         case let .sessionEnded(by):
-            return "the session was ended by \(by); start a new one in another data dir, or ask for an invite to another"
+            return
+                "the session was ended by \(by); start a new one in another data dir, or ask for an invite to another"
         case let .sessionEndedHere(path, by):
-            return "the session of \(path) was ended by \(by); its invites no longer work. Start a new session in another data dir"
+            return
+                "the session of \(path) was ended by \(by); its invites no longer work. Start a new session in another data dir"
         case let .removedFromSession(by):
-            return "this node was removed from the session by \(by); ask a member for a new invite and join with another data dir"
+            return
+                "this node was removed from the session by \(by); ask a member for a new invite and join with another data dir"
         case let .outputExists(path):
             return "\(path) exists and was kept; give --force to replace it, or another -o PATH"
         case .cancelled:
             return "cancelled before it completed; nothing was written"
         case let .offerNotTaken(waiting):
-            return "the offered session was not taken: \(waiting) offered sessions already wait, or sessions() is no longer read"
+            return
+                "the offered session was not taken: \(waiting) offered sessions already wait, or sessions() is no longer read"
         }
     }
 }
@@ -159,11 +168,15 @@ extension GroupMeshError {
         case let .unknownAttachment(id): self = .unknownAttachment(id.hex)
         case let .unknownAttachmentID(id): self = .unknownAttachment(id.hex)
         case let .manifestUnavailable(id): self = .manifestUnavailable(attachment: id.hex)
-        case let .chunksUnavailable(id, missing, total): self = .chunksUnavailable(attachment: id.hex, missing: missing, total: total)
+        case let .chunksUnavailable(id, missing, total):
+            self = .chunksUnavailable(attachment: id.hex, missing: missing, total: total)
         case let .store(.tooLarge(size, limit)): self = .attachmentTooLarge(size: size, limit: limit)
         case let .store(.unreadable(message)): self = .attachment(message)
         case let .store(.failed(message)): self = .store(message)
-        case let .store(.damaged(message)): self = .store("the attachment is damaged on disk (\(message)) and could not be fetched again whole; nothing was written")
+        case let .store(.damaged(message)):
+            self = .store(
+                "the attachment is damaged on disk (\(message)) and could not be fetched again whole; nothing was written"
+            )
         case .cannotRemoveSelf: self = .cannotRemoveSelf
         case let .alreadyRemoved(id): self = .alreadyRemoved(member: names(id))
         case let .sessionTooLarge(limit): self = .sessionTooLarge(limit: limit)
@@ -171,7 +184,8 @@ extension GroupMeshError {
         case .removalInProgress: self = .removalInProgress
         case let .sessionEnded(by): self = .sessionEnded(by: names(by))
         case let .notReachable(id):
-            self = .refused("\(names(id)) is not reachable (dead, left, or never met); see groupmesh status", kind: .unavailable)
+            self = .refused(
+                "\(names(id)) is not reachable (dead, left, or never met); see groupmesh status", kind: .unavailable)
         case let .pingTimedOut(id): self = .refused("no answer from \(names(id)) within 2 s", kind: .unavailable)
         }
     }
@@ -180,8 +194,9 @@ extension GroupMeshError {
 extension GroupMeshError {
     /// A failed file write as its one line: a full disk says so, and that nothing was lost.
     static func fileWrite(_ code: Int32, _ path: String, doing action: String) -> GroupMeshError {
-        FileIO.isOutOfSpace(code) ? .store("no space left to write \(path); nothing was lost")
-                                  : .store("cannot \(action) \(path): \(FileIO.describe(code))")
+        FileIO.isOutOfSpace(code)
+            ? .store("no space left to write \(path); nothing was lost")
+            : .store("cannot \(action) \(path): \(FileIO.describe(code))")
     }
 }
 
@@ -210,16 +225,17 @@ extension GroupMeshError {
     public var kind: FailureKind {
         switch self {
         case .invalidAddress, .invalidInvite, .sessionMismatch, .attachment, .attachmentTooLarge, .metadataTooLarge,
-             .unknownAttachment, .ambiguousAttachment, .attachmentPrefixTooShort, .outputIsNodeFile, .outputNotRegularFile,
-             .cannotRemoveSelf, .alreadyRemoved, .metadataType, .outputExists:
+            .unknownAttachment, .ambiguousAttachment, .attachmentPrefixTooShort, .outputIsNodeFile,
+            .outputNotRegularFile,
+            .cannotRemoveSelf, .alreadyRemoved, .metadataType, .outputExists:
             .input
         case .noNodeRunning, .notRunning, .manifestUnavailable, .chunksUnavailable, .sessionEnded, .sessionEndedHere,
-             .removedFromSession, .identityConflict:
+            .removedFromSession, .identityConflict:
             .unavailable
         case let .refused(_, kind):
             kind
         case .dataDirectory, .dataDirectoryLocked, .dataDirectoryFormat, .keyFile, .bindFailed, .control, .store,
-             .sessionTooLarge, .epochNotStored, .removalInProgress, .offerNotTaken, .cancelled:
+            .sessionTooLarge, .epochNotStored, .removalInProgress, .offerNotTaken, .cancelled:
             .other
         }
     }

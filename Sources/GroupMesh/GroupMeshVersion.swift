@@ -11,23 +11,23 @@ public enum GroupMeshVersion {
 
     public static var build: String {
         #if DEBUG
-        let configuration = "debug"
+            let configuration = "debug"
         #else
-        let configuration = "release"
+            let configuration = "release"
         #endif
         #if arch(x86_64)
-        let architecture = "x86_64"
+            let architecture = "x86_64"
         #elseif arch(arm64)
-        let architecture = "arm64"
+            let architecture = "arm64"
         #else
-        let architecture = "other"
+            let architecture = "other"
         #endif
         #if os(Linux)
-        let system = "linux"
+            let system = "linux"
         #elseif os(macOS)
-        let system = "macos"
+            let system = "macos"
         #else
-        let system = "other"
+            let system = "other"
         #endif
         return "\(configuration) build, \(system)-\(architecture)"
     }

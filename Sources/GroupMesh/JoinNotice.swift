@@ -23,7 +23,8 @@ package enum JoinNotice {
 
     static func joined(member: NodeID, name: String, address: PeerAddress, waited: Duration) -> String {
         let seconds = Int((waited.milliseconds / 1000).rounded())
-        return "joined: met \(TerminalText.escaped(MeshNode.displayName(name, member))) at \(address) after \(seconds) s"
+        return
+            "joined: met \(TerminalText.escaped(MeshNode.displayName(name, member))) at \(address) after \(seconds) s"
     }
 
     /// `status`'s line while alone with seeds.

@@ -33,15 +33,18 @@ final class LANBeacon: @unchecked Sendable {
         let devices = (try? System.enumerateDevices()) ?? []
         return devices.filter { device in
             guard device.multicastSupported, let address = device.address.flatMap(PeerAddress.init),
-                  !address.isIPv6, address.isPrivateIPv4 else { return false }
+                !address.isIPv6, address.isPrivateIPv4
+            else { return false }
             return bound.isUnspecified || address.host == bound.host
         }
     }
 
     /// Opens the group's port and one sending socket per interface; nil (with one log line)
     /// when none can be had, and the node runs on without LAN discovery.
-    static func open(interfaces: [NIONetworkDevice], eventLoop: any EventLoop, logger: Logger,
-                     onAnnouncement: @escaping @Sendable ([UInt8], PeerAddress) -> Void) async -> LANBeacon? {
+    static func open(
+        interfaces: [NIONetworkDevice], eventLoop: any EventLoop, logger: Logger,
+        onAnnouncement: @escaping @Sendable ([UInt8], PeerAddress) -> Void
+    ) async -> LANBeacon? {
         guard !interfaces.isEmpty else { return nil }
         // The receiving socket takes unicast too, from anywhere: only a source on one of our
         // LANs is an announcement (anything else, a replay with a forged far address included,
@@ -125,7 +128,8 @@ private final class AnnouncementReader: ChannelInboundHandler {
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         let envelope = unwrapInboundIn(data)
         guard envelope.data.readableBytes <= LANBeacon.maxDatagram,
-              let source = PeerAddress(envelope.remoteAddress) else { return }
+            let source = PeerAddress(envelope.remoteAddress)
+        else { return }
         deliver(Array(envelope.data.readableBytesView), source)
     }
 

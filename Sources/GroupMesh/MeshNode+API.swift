@@ -50,15 +50,19 @@ extension MeshNode {
     /// every target acknowledged and throw `notDelivered` naming those that did not; unreliable
     /// sends return once the datagrams are out. Returns how many members it went to.
     @discardableResult
-    package func sendMessage(_ envelope: MessageEnvelope, to targets: [NodeID]?, mode: DeliveryInstance.Mode,
-                             timeout: Duration? = nil) async throws(MessengerError) -> Int {
+    package func sendMessage(
+        _ envelope: MessageEnvelope, to targets: [NodeID]?, mode: DeliveryInstance.Mode,
+        timeout: Duration? = nil
+    ) async throws(MessengerError) -> Int {
         try sendOutcome(await perform(.send(envelope, to: targets, mode: mode, timeout: timeout))).get()
     }
 
     /// `sendMessage` with its outcome handed to `completion` (on this actor) instead of awaited:
     /// the send reaches the core before this returns, so successive calls keep their order.
-    package func submitMessage(_ envelope: MessageEnvelope, to targets: [NodeID]?, mode: DeliveryInstance.Mode,
-                               timeout: Duration?, completion: @escaping @Sendable (Result<Int, MessengerError>) -> Void) {
+    package func submitMessage(
+        _ envelope: MessageEnvelope, to targets: [NodeID]?, mode: DeliveryInstance.Mode,
+        timeout: Duration?, completion: @escaping @Sendable (Result<Int, MessengerError>) -> Void
+    ) {
         submit(.send(envelope, to: targets, mode: mode, timeout: timeout)) { result in
             self.assumeIsolated { node in completion(node.sendOutcome(result)) }
         }
@@ -104,9 +108,12 @@ extension MeshNode {
 
     func attachment(_ entry: AttachmentEntry) -> Attachment {
         let availability = core.availability(of: entry)
-        let holders = Set(availability.holders.map { id in
-            Participant(id: id, name: id == nodeID ? core.membership.me.name : core.membership.member(id)?.record.name ?? "")
-        })
+        let holders = Set(
+            availability.holders.map { id in
+                Participant(
+                    id: id, name: id == nodeID ? core.membership.me.name : core.membership.member(id)?.record.name ?? ""
+                )
+            })
         return Attachment(entry, availability: availability, holders: holders, node: self)
     }
 
@@ -121,26 +128,30 @@ extension MeshNode {
     }
 
     func progress(of entry: AttachmentEntry) -> TransferProgress {
-        TransferProgress(chunksHave: core.chunksHeld(of: entry), chunks: entry.chunkCount, size: entry.size,
-                                bytesHave: core.bytesHeld(of: entry),
-                                holdersSending: core.transfer.holdersSending(entry.content))
+        TransferProgress(
+            chunksHave: core.chunksHeld(of: entry), chunks: entry.chunkCount, size: entry.size,
+            bytesHave: core.bytesHeld(of: entry),
+            holdersSending: core.transfer.holdersSending(entry.content))
     }
 
     func attachmentInfos(withMetadata: Bool) -> [StatusReport.AttachmentInfo] {
         core.attachments.map { entry in
             let availability = core.availability(of: entry)
-            return StatusReport.AttachmentInfo(id: entry.id.hex, content: entry.content.hex, size: entry.size, chunks: entry.chunkCount,
-                                        chunksHave: core.chunksHeld(of: entry), holders: availability.holders.count,
-                                        state: availability.state.rawValue, heldBy: availability.holders.map(\.hex),
-                                        metadata: withMetadata && !entry.metadata.isEmpty
-                                            ? String(decoding: entry.metadata, as: UTF8.self) : nil,
-                                        fetching: core.fetches[entry.content] != nil)
+            return StatusReport.AttachmentInfo(
+                id: entry.id.hex, content: entry.content.hex, size: entry.size, chunks: entry.chunkCount,
+                chunksHave: core.chunksHeld(of: entry), holders: availability.holders.count,
+                state: availability.state.rawValue, heldBy: availability.holders.map(\.hex),
+                metadata: withMetadata && !entry.metadata.isEmpty
+                    ? String(decoding: entry.metadata, as: UTF8.self) : nil,
+                fetching: core.fetches[entry.content] != nil)
         }
     }
 
     /// Adds a file (streamed: chunked and hashed without loading it whole) or bytes. Returns
     /// once the add is in the journal log.
-    package func addAttachment(_ source: AttachmentSource, metadata: [UInt8]) async throws(GroupMeshError) -> AttachmentEntry {
+    package func addAttachment(
+        _ source: AttachmentSource, metadata: [UInt8]
+    ) async throws(GroupMeshError) -> AttachmentEntry {
         switch await perform(.add(source, metadata: metadata)) {
         case let .success(.added(entry)): return entry
         case let .failure(error): throw GroupMeshError(error, names: { core.displayName(of: $0) })
@@ -156,7 +167,9 @@ extension MeshNode {
 
     /// The attachment's bytes (fetched first from the members that hold them if need be), in
     /// memory or written to `path` (through a temporary file, renamed when whole).
-    package func loadAttachment(_ id: SHA256Digest, into destination: ExportDestination) async throws(GroupMeshError) -> [UInt8]? {
+    package func loadAttachment(
+        _ id: SHA256Digest, into destination: ExportDestination
+    ) async throws(GroupMeshError) -> [UInt8]? {
         if case let .file(path, _, replace) = destination {
             guard !configuration.dataDirectory.ownsFile(path) else { throw .outputIsNodeFile(path) }
             // Before any fetch: a wrong output is said at once, not after 100 MiB.
@@ -177,7 +190,8 @@ extension MeshNode {
     }
 
     /// One round trip to a member: its time (nil: no answer in time), and the address it went to.
-    package func ping(_ text: String) async throws(GroupMeshError) -> (member: NodeID, rtt: Duration?, address: String) {
+    package func ping(_ text: String) async throws(GroupMeshError) -> (member: NodeID, rtt: Duration?, address: String)
+    {
         let member: NodeID
         do { member = try resolveMember(text) } catch { throw .refused(error.description, kind: error.kind) }
         switch await perform(.ping(member)) {
@@ -201,15 +215,16 @@ extension MeshNode {
             nat: core.natBehaviour.rawValue, reflexiveAddress: core.addressDiscovery.reflexive?.description,
             candidates: core.membership.me.addresses.map(\.description))
         let memberInfos = view.map { member in
-            StatusReport.MemberInfo(id: member.id.hex, name: member.record.name,
-                                    address: member.address?.description ?? "", state: member.status.rawValue,
-                                    incarnation: member.incarnation,
-                                    rttMs: member.rtt.map { ($0.milliseconds * 1000).rounded() / 1000 },
-                                    datagramSize: core.pathMTU.isMeasuring(member.id)
-                                        ? core.pathMTU.datagramSize(from: member.id) : nil,
-                                    path: member.id == nodeID ? "" : core.paths.state(of: member.id).rawValue,
-                                    pathAddress: core.pathAddress(of: member.id)?.description ?? "",
-                                    relay: core.paths.relay(of: member.id)?.hex, relays: member.record.relays)
+            StatusReport.MemberInfo(
+                id: member.id.hex, name: member.record.name,
+                address: member.address?.description ?? "", state: member.status.rawValue,
+                incarnation: member.incarnation,
+                rttMs: member.rtt.map { ($0.milliseconds * 1000).rounded() / 1000 },
+                datagramSize: core.pathMTU.isMeasuring(member.id)
+                    ? core.pathMTU.datagramSize(from: member.id) : nil,
+                path: member.id == nodeID ? "" : core.paths.state(of: member.id).rawValue,
+                pathAddress: core.pathAddress(of: member.id)?.description ?? "",
+                relay: core.paths.relay(of: member.id)?.hex, relays: member.record.relays)
         }
         let counters = core.counters
         let handlerCounters = eventHandlers?.counters ?? .init()
@@ -231,16 +246,23 @@ extension MeshNode {
             controlConnectionsClosed: controlConnections?.closedIdle ?? 0,
             controlConnectionsRefused: controlConnections?.refused ?? 0,
             kernelReceiveDrops: KernelSocketDrops.read(localAddress: localAddress),
-            eventHandlersRun: handlerCounters.run, endsRefused: counters.endsRefused, eventHandlersFailed: handlerCounters.failed,
+            eventHandlersRun: handlerCounters.run, endsRefused: counters.endsRefused,
+            eventHandlersFailed: handlerCounters.failed,
             eventHandlersTimedOut: handlerCounters.timedOut, eventHandlersDropped: handlerCounters.dropped,
-            traffic: Dictionary(uniqueKeysWithValues: TrafficKind.allCases.map { kind in
-                (kind.description, StatusReport.TrafficInfo(
-                    datagramsSent: counters.sent.datagrams(kind), bytesSent: counters.sent.bytes(kind),
-                    datagramsReceived: counters.received.datagrams(kind), bytesReceived: counters.received.bytes(kind)))
-            }),
+            traffic: Dictionary(
+                uniqueKeysWithValues: TrafficKind.allCases.map { kind in
+                    (
+                        kind.description,
+                        StatusReport.TrafficInfo(
+                            datagramsSent: counters.sent.datagrams(kind), bytesSent: counters.sent.bytes(kind),
+                            datagramsReceived: counters.received.datagrams(kind),
+                            bytesReceived: counters.received.bytes(kind))
+                    )
+                }),
             suspicionsRaised: core.membership.counters.suspicionsRaised,
             refutations: core.membership.counters.refutations,
-            pathBlackHoles: core.pathMTU.blackHoles, probeRequestsRefused: counters.probeRequestsRefused + core.membership.counters.probeRequestsRefused,
+            pathBlackHoles: core.pathMTU.blackHoles,
+            probeRequestsRefused: counters.probeRequestsRefused + core.membership.counters.probeRequestsRefused,
             punchesSucceeded: core.paths.punchesSucceeded, punchesFailed: core.paths.punchesFailed,
             relay: relayInfo(sentThroughRelays: counters.relayedSent, receivedThroughRelays: counters.relayedReceived),
             birthday: birthdayInfo())
@@ -252,9 +274,10 @@ extension MeshNode {
             lossBackoffs: downlink.lossBackoffs, slowdowns: downlink.slowdowns,
             slowdownsFoundAnotherFlow: downlink.slowdownsFoundAnotherFlow, lossyLine: downlink.isLossyLine,
             backgroundCap: downlink.backgroundCap?.rounded())
-        var report = StatusReport(self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
-                                  counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo,
-                                  joining: joiningInfo(), lanDiscovery: lanDiscoveryInfo(), portMapping: portMapper?.info())
+        var report = StatusReport(
+            self: selfInfo, members: memberInfos, attachments: attachmentInfos(withMetadata: false),
+            counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo,
+            joining: joiningInfo(), lanDiscovery: lanDiscoveryInfo(), portMapping: portMapper?.info())
         report.traversal = traversalInfo()
         return report
     }
@@ -262,24 +285,27 @@ extension MeshNode {
     func lanDiscoveryInfo() -> StatusReport.LANDiscoveryInfo? {
         guard let lanBeacon, core.lanDiscoveryEnabled else { return nil }
         let lan = core.counters.lan
-        return StatusReport.LANDiscoveryInfo(interfaces: lanBeacon.interfaces, announcementsSent: lan.announcementsSent,
-                                             announcementsHeard: lan.announcementsHeard,
-                                             announcementsIgnored: lan.announcementsIgnored, membersMet: lan.membersMet)
+        return StatusReport.LANDiscoveryInfo(
+            interfaces: lanBeacon.interfaces, announcementsSent: lan.announcementsSent,
+            announcementsHeard: lan.announcementsHeard,
+            announcementsIgnored: lan.announcementsIgnored, membersMet: lan.membersMet)
     }
 
     func joiningInfo() -> StatusReport.JoiningInfo? {
         core.joinProgress.map { progress in
-            StatusReport.JoiningInfo(state: "waiting", addresses: progress.addresses.map(\.description),
-                                     attempts: progress.attempts,
-                                     since: ((now - progress.since).milliseconds / 100).rounded() / 10)
+            StatusReport.JoiningInfo(
+                state: "waiting", addresses: progress.addresses.map(\.description),
+                attempts: progress.attempts,
+                since: ((now - progress.since).milliseconds / 100).rounded() / 10)
         }
     }
 
     func leavingInfo() -> StatusReport.LeavingInfo? {
         core.leaveProgress(now: now).map { progress in
-            StatusReport.LeavingInfo(attachments: progress.attachments.map(\.hex), bytes: progress.bytes,
-                                     askedMembers: progress.askedMembers.map(\.hex),
-                                     secondsLeft: (Double(progress.remaining.nanosecondsClamped) / 1e8).rounded() / 10)
+            StatusReport.LeavingInfo(
+                attachments: progress.attachments.map(\.hex), bytes: progress.bytes,
+                askedMembers: progress.askedMembers.map(\.hex),
+                secondsLeft: (Double(progress.remaining.nanosecondsClamped) / 1e8).rounded() / 10)
         }
     }
 

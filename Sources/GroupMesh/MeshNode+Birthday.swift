@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 import Foundation
 import MeshCore
@@ -68,8 +68,9 @@ extension MeshNode {
         // Never more than a quarter of the descriptors this process may still open: the store,
         // the control socket and the main socket need theirs.
         let count = max(0, min(request.count, BirthdaySocketTable.maxSockets, Self.spareDescriptors() / 4))
-        birthday.pending = .init(round: round, peer: request.peer, target: request.target, binding: count,
-                                 closesAt: now + request.lifetime)
+        birthday.pending = .init(
+            round: round, peer: request.peer, target: request.target, binding: count,
+            closesAt: now + request.lifetime)
         let slot = self.slot
         let ttl = Self.hopLimitOption(ipv6: localAddress.isIPv6)
         let bootstrap = DatagramBootstrap(group: eventLoop)
@@ -92,8 +93,10 @@ extension MeshNode {
         startBirthdayChecks()
     }
 
-    private func birthdaySocketBound(_ result: Result<any Channel, any Error>, round: UInt64, datagram: ByteBuffer,
-                                     to remote: SocketAddress) {
+    private func birthdaySocketBound(
+        _ result: Result<any Channel, any Error>, round: UInt64, datagram: ByteBuffer,
+        to remote: SocketAddress
+    ) {
         switch result {
         case let .success(channel):
             guard !isClosed, birthday.pending?.round == round else {
@@ -131,7 +134,8 @@ extension MeshNode {
             return
         }
         guard let pending = birthday.pending, pending.target == address,
-              pending.channels.contains(where: { $0 === channel }) else {
+            pending.channels.contains(where: { $0 === channel })
+        else {
             birthday.strayDatagrams += 1
             return
         }
@@ -153,7 +157,8 @@ extension MeshNode {
         birthday.pending?.channels.removeAll { $0 === channel }
         closePendingBirthdaySockets()
         if birthday.routes.count > BirthdaySocketTable.maxRoutes,
-           let oldest = birthday.routes.min(by: { $0.value.lastHeard < $1.value.lastHeard }) {
+            let oldest = birthday.routes.min(by: { $0.value.lastHeard < $1.value.lastHeard })
+        {
             oldest.value.channel.close(promise: nil)
             birthday.routes[oldest.key] = nil
         }
@@ -170,9 +175,9 @@ extension MeshNode {
     static func spareDescriptors() -> Int {
         var limit = rlimit()
         #if canImport(Glibc)
-        let resource = Int32(RLIMIT_NOFILE.rawValue)
+            let resource = Int32(RLIMIT_NOFILE.rawValue)
         #else
-        let resource = RLIMIT_NOFILE
+            let resource = RLIMIT_NOFILE
         #endif
         guard getrlimit(resource, &limit) == 0 else { return 1024 }
         let open = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0
@@ -197,8 +202,10 @@ extension MeshNode {
 
     private func startBirthdayChecks() {
         guard birthday.checker == nil else { return }
-        birthday.checker = eventLoop.scheduleRepeatedTask(initialDelay: BirthdaySocketTable.checkInterval,
-                                                          delay: BirthdaySocketTable.checkInterval) { [self] _ in
+        birthday.checker = eventLoop.scheduleRepeatedTask(
+            initialDelay: BirthdaySocketTable.checkInterval,
+            delay: BirthdaySocketTable.checkInterval
+        ) { [self] _ in
             assumeIsolated { $0.checkBirthdaySockets() }
         }
     }
@@ -238,8 +245,9 @@ extension MeshNode {
     }
 
     static func hopLimitOption(ipv6: Bool) -> ChannelOptions.Types.SocketOption {
-        ipv6 ? .init(level: .init(rawValue: CInt(IPPROTO_IPV6)), name: .init(rawValue: IPV6_UNICAST_HOPS))
-             : .init(level: .init(rawValue: CInt(IPPROTO_IP)), name: .init(rawValue: IP_TTL))
+        ipv6
+            ? .init(level: .init(rawValue: CInt(IPPROTO_IPV6)), name: .init(rawValue: IPV6_UNICAST_HOPS))
+            : .init(level: .init(rawValue: CInt(IPPROTO_IP)), name: .init(rawValue: IP_TTL))
     }
 }
 

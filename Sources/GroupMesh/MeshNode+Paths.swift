@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 import MeshCore
 import MeshCrypto
@@ -13,7 +13,8 @@ extension MeshNode {
         guard configuration.lanDiscovery else { return }
         let interfaces = LANBeacon.lanInterfaces(bound: localAddress)
         let slot = self.slot
-        let beacon = await LANBeacon.open(interfaces: interfaces, eventLoop: eventLoop, logger: logger) { bytes, source in
+        let beacon = await LANBeacon.open(interfaces: interfaces, eventLoop: eventLoop, logger: logger) {
+            bytes, source in
             slot.node?.assumeIsolated { $0.lanAnnouncement(bytes, from: source) }
         }
         guard !isClosed else { await beacon?.close(); return }
@@ -39,15 +40,18 @@ extension MeshNode {
         if birthdayRoute(to: address) != nil { return write(datagram, to: address) }
         guard !isClosed, channel.isWritable, let options = channel.syncOptions else { return }
         #if os(Linux)
-        let option = address.isIPv6 || localAddress.isIPv6
-            ? ChannelOptions.Types.SocketOption(level: .init(rawValue: CInt(IPPROTO_IPV6)), name: .init(rawValue: IPV6_UNICAST_HOPS))
-            : ChannelOptions.Types.SocketOption(level: .init(rawValue: CInt(IPPROTO_IP)), name: .init(rawValue: IP_TTL))
-        channel.flush()
-        guard (try? options.setOption(option, value: SocketOptionValue(hops))) != nil else { return }
-        write(datagram, to: address)
-        channel.flush()
-        // -1: the route's default again.
-        _ = try? options.setOption(option, value: -1)
+            let option =
+                address.isIPv6 || localAddress.isIPv6
+                ? ChannelOptions.Types.SocketOption(
+                    level: .init(rawValue: CInt(IPPROTO_IPV6)), name: .init(rawValue: IPV6_UNICAST_HOPS))
+                : ChannelOptions.Types.SocketOption(
+                    level: .init(rawValue: CInt(IPPROTO_IP)), name: .init(rawValue: IP_TTL))
+            channel.flush()
+            guard (try? options.setOption(option, value: SocketOptionValue(hops))) != nil else { return }
+            write(datagram, to: address)
+            channel.flush()
+            // -1: the route's default again.
+            _ = try? options.setOption(option, value: -1)
         #endif
     }
 }

@@ -6,12 +6,17 @@ import NIOCore
 /// the core as it comes and goes, its mapping deleted at stop.
 extension MeshNode {
     func startPortMapping() {
-        let why: String? = !configuration.portMapping ? "turned off (--no-port-mapping)"
-            : localAddress.isIPv6 ? "listening on IPv6: port mapping asks for IPv4 only"
-            : localAddress.isLoopback ? "listening on loopback: nobody outside could use a mapping"
-            : nil
+        let why: String? =
+            !configuration.portMapping
+            ? "turned off (--no-port-mapping)"
+            : localAddress.isIPv6
+                ? "listening on IPv6: port mapping asks for IPv4 only"
+                : localAddress.isLoopback
+                    ? "listening on loopback: nobody outside could use a mapping"
+                    : nil
         let eventLoop = eventLoop
-        let mapper = PortMapper(port: localAddress.port, disabledBecause: why, eventLoop: eventLoop, logger: logger) { [weak self] address in
+        let mapper = PortMapper(port: localAddress.port, disabledBecause: why, eventLoop: eventLoop, logger: logger) {
+            [weak self] address in
             guard let node = self else { return }
             eventLoop.execute { node.assumeIsolated { $0.setExternalAddress(address, from: .portMapping) } }
         }

@@ -46,11 +46,13 @@ extension MeshNode {
             state.stun = StunClient(servers: stunServers, seed: SecureRandom.uint64(), now: now)
         }
         if let turn = configuration.turnServer {
-            state.turn = TurnAllocation(server: turn.server.address, credentials: turn.credentials,
-                                        seed: SecureRandom.uint64(), now: now)
+            state.turn = TurnAllocation(
+                server: turn.server.address, credentials: turn.credentials,
+                seed: SecureRandom.uint64(), now: now)
             state.routes = TurnRoutes(server: turn.server.address, alsoDirect: stunServers)
         }
-        state.ticker = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: ServerTraversal.tickInterval) { [self] _ in
+        state.ticker = eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: ServerTraversal.tickInterval) {
+            [self] _ in
             assumeIsolated { $0.traversalTick() }
         }
         traversal = state
@@ -64,7 +66,8 @@ extension MeshNode {
             traversal?.turn?.setPermissionTargets(core.memberAddresses())
         }
         if let ticks = traversal?.ticks, ticks % ServerTraversal.interfaceTicks == 1, traversal?.stun != nil {
-            let current = Set(((try? System.enumerateDevices()) ?? []).compactMap { $0.address.flatMap(PeerAddress.init)?.host })
+            let current = Set(
+                ((try? System.enumerateDevices()) ?? []).compactMap { $0.address.flatMap(PeerAddress.init)?.host })
             if let known = traversal?.interfaces, known != current { traversal?.stun?.localAddressChanged(now: now) }
             traversal?.interfaces = current
         }
@@ -78,7 +81,9 @@ extension MeshNode {
     /// A datagram from the network, before the core: nil when it was the servers' (taken here),
     /// else the datagram for the core, where it came from (a relayed one's peer), and how it came:
     /// `traversalHeard` takes that once the core authenticated the datagram.
-    func traversalReceive(_ datagram: ByteBuffer, from address: PeerAddress) -> (ByteBuffer, PeerAddress, TraversalRoute?)? {
+    func traversalReceive(
+        _ datagram: ByteBuffer, from address: PeerAddress
+    ) -> (ByteBuffer, PeerAddress, TraversalRoute?)? {
         if let turn = traversal?.turn, address == turn.server {
             let bytes = Array(datagram.readableBytesView)
             if isBindingResponse(bytes), traversal?.stun?.isServer(address) == true {
@@ -134,7 +139,8 @@ extension MeshNode {
     /// when it goes directly.
     func sendThroughAllocation(_ datagram: ByteBuffer, to address: PeerAddress) -> Bool {
         guard routesThroughAllocation(address), let server = traversal?.turn?.server,
-              let (bytes, directives) = traversal?.turn?.wrap(Array(datagram.readableBytesView), to: address, now: now) else {
+            let (bytes, directives) = traversal?.turn?.wrap(Array(datagram.readableBytesView), to: address, now: now)
+        else {
             return false
         }
         write(ByteBuffer(bytes: bytes), to: server)
@@ -211,37 +217,43 @@ extension MeshNode {
     func traversalInfo() -> StatusReport.TraversalInfo? {
         guard let traversal else { return nil }
         let stun = traversal.stun.map { client in
-            let state = switch client.outcome {
-            case .notAskedYet: "asking"
-            case .answered: "answered"
-            case .noAnswer: "no answer"
-            // The server's words as it sent them: whoever prints them escapes them (StatusTable does).
-            case let .error(code, reason): "error \(code) \(reason)"
-            }
-            return StatusReport.StunInfo(servers: configuration.stunServers.map(\.description), address: client.mapped?.description,
-                                         answeredBy: client.answeredBy?.description, state: state,
-                                         requestsSent: client.counters.requestsSent, answers: client.counters.answers,
-                                         dropped: client.counters.dropped)
+            let state =
+                switch client.outcome {
+                case .notAskedYet: "asking"
+                case .answered: "answered"
+                case .noAnswer: "no answer"
+                // The server's words as it sent them: whoever prints them escapes them (StatusTable does).
+                case let .error(code, reason): "error \(code) \(reason)"
+                }
+            return StatusReport.StunInfo(
+                servers: configuration.stunServers.map(\.description), address: client.mapped?.description,
+                answeredBy: client.answeredBy?.description, state: state,
+                requestsSent: client.counters.requestsSent, answers: client.counters.answers,
+                dropped: client.counters.dropped)
         }
         let turn = traversal.turn.map { allocation in
-            let state = switch allocation.phase {
-            case .waiting: allocation.failure == nil ? "allocating" : "failed"
-            case .allocating: "allocating"
-            case .allocated: "allocated"
-            case .releasing, .released: "released"
-            }
-            let left = allocation.phase == .allocated ? allocation.expiresAt.map { (($0 - now).milliseconds / 100).rounded() / 10 } : nil
-            return StatusReport.TurnInfo(server: configuration.turnServer?.server.description ?? allocation.server.description,
-                                         state: state, reason: allocation.failure,
-                                         relayedAddress: allocation.phase == .allocated ? allocation.relayed?.description : nil,
-                                         mappedAddress: allocation.mapped?.description, lifetimeLeft: left,
-                                         permissions: allocation.permissionCount, channels: allocation.channelCount,
-                                         peersThroughAllocation: traversal.routes?.peersThroughAllocation ?? 0,
-                                         datagramsSent: allocation.counters.datagramsSent, bytesSent: allocation.counters.bytesSent,
-                                         datagramsReceived: allocation.counters.datagramsReceived,
-                                         bytesReceived: allocation.counters.bytesReceived, dropped: allocation.counters.dropped,
-                                         integrityFailures: allocation.counters.integrityFailures,
-                                         permissionsRefused: allocation.counters.permissionsRefused)
+            let state =
+                switch allocation.phase {
+                case .waiting: allocation.failure == nil ? "allocating" : "failed"
+                case .allocating: "allocating"
+                case .allocated: "allocated"
+                case .releasing, .released: "released"
+                }
+            let left =
+                allocation.phase == .allocated
+                ? allocation.expiresAt.map { (($0 - now).milliseconds / 100).rounded() / 10 } : nil
+            return StatusReport.TurnInfo(
+                server: configuration.turnServer?.server.description ?? allocation.server.description,
+                state: state, reason: allocation.failure,
+                relayedAddress: allocation.phase == .allocated ? allocation.relayed?.description : nil,
+                mappedAddress: allocation.mapped?.description, lifetimeLeft: left,
+                permissions: allocation.permissionCount, channels: allocation.channelCount,
+                peersThroughAllocation: traversal.routes?.peersThroughAllocation ?? 0,
+                datagramsSent: allocation.counters.datagramsSent, bytesSent: allocation.counters.bytesSent,
+                datagramsReceived: allocation.counters.datagramsReceived,
+                bytesReceived: allocation.counters.bytesReceived, dropped: allocation.counters.dropped,
+                integrityFailures: allocation.counters.integrityFailures,
+                permissionsRefused: allocation.counters.permissionsRefused)
         }
         return StatusReport.TraversalInfo(stun: stun, turn: turn, strayStunMessages: traversal.strayStunMessages)
     }

@@ -17,7 +17,9 @@ extension MeshNode {
             return
         }
         if traversal?.routes != nil, sendThroughAllocation(datagram, to: address) { return }
-        guard !closed, let remote = try? address.socketAddress(), let confirmed = admits(address, remote) else { return }
+        guard !closed, let remote = try? address.socketAddress(), let confirmed = admits(address, remote) else {
+            return
+        }
         let envelope = AddressedEnvelope(remoteAddress: remote, data: datagram)
         if trackLastWrite || !confirmed {
             let promise = eventLoop.makePromise(of: Void.self)
@@ -59,16 +61,18 @@ extension MeshNode {
     /// by one where the kernel cannot.
     func writeSegments(_ batch: ByteBuffer, segmentSize: Int, count: Int, to address: PeerAddress) {
         guard count > 1, Self.segmentationOffload, !trackLastWrite, !closed, !routesThroughAllocation(address),
-              birthdayRoute(to: address) == nil,
-              let remote = try? address.socketAddress(), destinations.isConfirmed(address, now: .now()) else {
+            birthdayRoute(to: address) == nil,
+            let remote = try? address.socketAddress(), destinations.isConfirmed(address, now: .now())
+        else {
             var rest = batch
             while rest.readableBytes > 0, let datagram = rest.readSlice(length: min(segmentSize, rest.readableBytes)) {
                 write(datagram, to: address)
             }
             return
         }
-        let metadata = AddressedEnvelope<ByteBuffer>.Metadata(ecnState: .transportNotCapable, packetInfo: nil,
-                                                              segmentSize: segmentSize)
+        let metadata = AddressedEnvelope<ByteBuffer>.Metadata(
+            ecnState: .transportNotCapable, packetInfo: nil,
+            segmentSize: segmentSize)
         channel.write(AddressedEnvelope(remoteAddress: remote, data: batch, metadata: metadata), promise: nil)
     }
 }

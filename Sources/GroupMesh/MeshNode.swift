@@ -94,18 +94,23 @@ package actor MeshNode {
 
     /// Binds the UDP socket and the control socket, restores what the data dir holds, and joins
     /// through the invite, `--join` and the members remembered from the last run.
-    package static func start(identity: NodeIdentity, epochs: KeyEpochs, configuration: NodeConfiguration,
-                              eventLoop: any EventLoop, logger: Logger) async throws(GroupMeshError) -> MeshNode {
-        let node = try await prepare(identity: identity, epochs: epochs, configuration: configuration,
-                                     eventLoop: eventLoop, logger: logger)
+    package static func start(
+        identity: NodeIdentity, epochs: KeyEpochs, configuration: NodeConfiguration,
+        eventLoop: any EventLoop, logger: Logger
+    ) async throws(GroupMeshError) -> MeshNode {
+        let node = try await prepare(
+            identity: identity, epochs: epochs, configuration: configuration,
+            eventLoop: eventLoop, logger: logger)
         try await node.join()
         return node
     }
 
     /// Binds the UDP socket and restores what the data dir holds, without joining: the node is
     /// `waiting`, takes no datagram, and its streams can be subscribed to before `join`.
-    package static func prepare(identity: NodeIdentity, epochs: KeyEpochs, configuration: NodeConfiguration,
-                                eventLoop: any EventLoop, logger: Logger) async throws(GroupMeshError) -> MeshNode {
+    package static func prepare(
+        identity: NodeIdentity, epochs: KeyEpochs, configuration: NodeConfiguration,
+        eventLoop: any EventLoop, logger: Logger
+    ) async throws(GroupMeshError) -> MeshNode {
         let slot = NodeSlot()
         let channel = try await bindDatagrams(configuration, eventLoop: eventLoop, slot: slot)
         let buffers = await SocketBuffers.enlarge(channel)
@@ -120,15 +125,17 @@ package actor MeshNode {
             store = try AttachmentStore(directory: configuration.dataDirectory)
             // The chunks lost are missing, and fetched again; the user should still hear of it.
             for line in await store.damage { logger.warning("chunk store: \(line)") }
-            restored = await store.restore(epochs: epochs,
-                                           remembered: configuration.dataDirectory.loadRememberedMembers())
+            restored = await store.restore(
+                epochs: epochs,
+                remembered: configuration.dataDirectory.loadRememberedMembers())
         } catch {
             try? await channel.close()
             throw error
         }
-        return MeshNode(identity: identity, restored: restored, configuration: configuration, channel: channel,
-                        address: address, buffers: buffers, probesPaths: probesPaths, store: store, slot: slot,
-                        eventLoop: eventLoop, logger: logger)
+        return MeshNode(
+            identity: identity, restored: restored, configuration: configuration, channel: channel,
+            address: address, buffers: buffers, probesPaths: probesPaths, store: store, slot: slot,
+            eventLoop: eventLoop, logger: logger)
     }
 
     /// Takes datagrams, opens the control socket, and joins through the invite, `--join` and
@@ -143,12 +150,14 @@ package actor MeshNode {
         if configuration.controlSocket {
             do {
                 let connections = ControlConnections(eventLoop: eventLoop)
-                let control = try await ControlServer.bind(path: configuration.dataDirectory.controlSocketPath,
-                                                           directoryPath: configuration.dataDirectory.path,
-                                                           node: self, connections: connections, eventLoop: eventLoop)
+                let control = try await ControlServer.bind(
+                    path: configuration.dataDirectory.controlSocketPath,
+                    directoryPath: configuration.dataDirectory.path,
+                    node: self, connections: connections, eventLoop: eventLoop)
                 adoptControl(control, connections: connections)
             } catch {
-                let failure = GroupMeshError.dataDirectory(path: configuration.dataDirectory.path, reason: "control socket: \(error)")
+                let failure = GroupMeshError.dataDirectory(
+                    path: configuration.dataDirectory.path, reason: "control socket: \(error)")
                 invalidation = .failedToStart(failure.description)
                 await stop()
                 throw failure
@@ -176,19 +185,27 @@ package actor MeshNode {
         stateSubscribers.add(buffering: .bufferingNewest(8), initial: sessionState)
     }
 
-    private init(identity: NodeIdentity, restored: NodeInstance.Restored, configuration: NodeConfiguration,
-                 channel: any Channel, address: PeerAddress, buffers: SocketBuffers, probesPaths: Bool,
-                 store: AttachmentStore, slot: NodeSlot, eventLoop: any EventLoop, logger: Logger) {
+    private init(
+        identity: NodeIdentity, restored: NodeInstance.Restored, configuration: NodeConfiguration,
+        channel: any Channel, address: PeerAddress, buffers: SocketBuffers, probesPaths: Bool,
+        store: AttachmentStore, slot: NodeSlot, eventLoop: any EventLoop, logger: Logger
+    ) {
         self.slot = slot
-        eventHandlers = configuration.eventHandlers.isEmpty ? nil
-            : EventHandlers(specs: configuration.eventHandlers, timeout: configuration.eventHandlerTimeout,
-                            environment: ["GROUPMESH_NODE_ID": identity.nodeID.hex,
-                                          "GROUPMESH_DATA_DIR": configuration.dataDirectory.path],
-                            logger: logger)
+        eventHandlers =
+            configuration.eventHandlers.isEmpty
+            ? nil
+            : EventHandlers(
+                specs: configuration.eventHandlers, timeout: configuration.eventHandlerTimeout,
+                environment: [
+                    "GROUPMESH_NODE_ID": identity.nodeID.hex,
+                    "GROUPMESH_DATA_DIR": configuration.dataDirectory.path,
+                ],
+                logger: logger)
         let addresses = Self.inviteAddresses(configuration: configuration, bound: address)
-        let boot = NodeInstance.Boot(identity: identity, ephemeral: .generate(), bootID: Self.newBootID(),
-                                     name: configuration.name ?? "node-" + String(identity.nodeID.hex.prefix(6)),
-                                     addresses: addresses, localAddress: address)
+        let boot = NodeInstance.Boot(
+            identity: identity, ephemeral: .generate(), bootID: Self.newBootID(),
+            name: configuration.name ?? "node-" + String(identity.nodeID.hex.prefix(6)),
+            addresses: addresses, localAddress: address)
         var settings = configuration.settings
         settings.logLevel = NodeLogLevel(logger.logLevel)
         // Without don't-fragment, pieces stay at the size every path carries.
@@ -207,9 +224,11 @@ package actor MeshNode {
         for (name, _) in labels where NodeMetrics.reservedLabels.contains(name) {
             logger.warning("metrics label '\(name)' is one the metrics use themselves; left out")
         }
-        metrics = NodeMetrics(dimensions: labels.filter { !NodeMetrics.reservedLabels.contains($0.key) }.map { ($0.key, $0.value) })
-        core = NodeInstance(boot: boot, restored: restored, settings: settings, random: SodiumRandomNumberGenerator(),
-                            now: MeshInstant(nanoseconds: NIODeadline.now().uptimeNanoseconds))
+        metrics = NodeMetrics(
+            dimensions: labels.filter { !NodeMetrics.reservedLabels.contains($0.key) }.map { ($0.key, $0.value) })
+        core = NodeInstance(
+            boot: boot, restored: restored, settings: settings, random: SodiumRandomNumberGenerator(),
+            now: MeshInstant(nanoseconds: NIODeadline.now().uptimeNanoseconds))
     }
 
     /// The start time in Unix seconds, then 32 random bits: two live boots of one identity (a
@@ -234,8 +253,11 @@ package actor MeshNode {
         sendErrors += 1
         reopenedAt = reopenedAt.filter { now < $0 + .seconds(60) }
         guard reopenedAt.count < Self.maxReopensPerMinute else {
-            logger.critical("the UDP socket on \(localAddress) was closed by a send the kernel refused, \(Self.maxReopensPerMinute) times within a minute; stopping (an outbound firewall rule refusing members' addresses?)")
-            stopReason = .bindFailed(address: localAddress.description, reason: "the UDP socket kept being closed by refused sends")
+            logger.critical(
+                "the UDP socket on \(localAddress) was closed by a send the kernel refused, \(Self.maxReopensPerMinute) times within a minute; stopping (an outbound firewall rule refusing members' addresses?)"
+            )
+            stopReason = .bindFailed(
+                address: localAddress.description, reason: "the UDP socket kept being closed by refused sends")
             Task { await stop() }
             return
         }
@@ -286,15 +308,23 @@ package actor MeshNode {
                 assumeIsolated { $0.publishMetrics() }
             }
         }
-        logger.info("started", metadata: ["address": "\(localAddress)", "node": "\(nodeID)",
-                                          "receiveBuffer": "\(socketBuffers.receive)"])
+        logger.info(
+            "started",
+            metadata: [
+                "address": "\(localAddress)", "node": "\(nodeID)",
+                "receiveBuffer": "\(socketBuffers.receive)",
+            ])
         if socketBuffers.isSmall {
-            logger.warning("the UDP receive buffer is \(socketBuffers.receive / 1024) KiB: bursts of chunk pieces will be lost and asked for again; raise it with `sysctl -w net.core.rmem_max=4194304`")
+            logger.warning(
+                "the UDP receive buffer is \(socketBuffers.receive / 1024) KiB: bursts of chunk pieces will be lost and asked for again; raise it with `sysctl -w net.core.rmem_max=4194304`"
+            )
         }
     }
 
-    private static func bindDatagrams(_ configuration: NodeConfiguration, eventLoop: any EventLoop,
-                                      slot: NodeSlot) async throws(GroupMeshError) -> any Channel {
+    private static func bindDatagrams(
+        _ configuration: NodeConfiguration, eventLoop: any EventLoop,
+        slot: NodeSlot
+    ) async throws(GroupMeshError) -> any Channel {
         // No SO_REUSEADDR: the port is this node's alone. With it, a second node (or another
         // local user) could bind the same port and take part of our traffic.
         var bootstrap = DatagramBootstrap(group: eventLoop)
@@ -315,7 +345,8 @@ package actor MeshNode {
             // GRO: a burst of equal-sized pieces from one sender arrives as one buffer of up to
             // 64 KiB, split back into datagrams in `receive`. Where nothing coalesces them (a veth,
             // a NIC without GRO) they come one by one: 16 per system call (recvmmsg), not one.
-            bootstrap = bootstrap
+            bootstrap =
+                bootstrap
                 .channelOption(.datagramReceiveOffload, value: true)
                 .channelOption(.datagramReceiveSegmentSize, value: true)
                 .channelOption(.datagramVectorReadMessageCount, value: 16)
@@ -324,15 +355,19 @@ package actor MeshNode {
             // Each of the 32 messages gets an equal share of the buffer: room for the largest
             // datagram accepted (a jumbo frame's, once a path proved it carries one).
             let perMessage = configuration.settings.wire.maxReceivedDatagramSize + 64
-            bootstrap = bootstrap
+            bootstrap =
+                bootstrap
                 .channelOption(.datagramVectorReadMessageCount, value: 32)
                 .channelOption(.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 32 * perMessage))
         }
         do {
             return try await bootstrap.bind(host: configuration.listenHost, port: configuration.listenPort).get()
         } catch let error as IOError where error.errnoCode == EADDRINUSE {
-            throw .bindFailed(address: configuration.listenDescription,
-                              reason: "the port is in use (another node, or another program, has it); choose another --listen port, or 0 for any free one")
+            throw .bindFailed(
+                address: configuration.listenDescription,
+                reason:
+                    "the port is in use (another node, or another program, has it); choose another --listen port, or 0 for any free one"
+            )
         } catch {
             throw .bindFailed(address: configuration.listenDescription, reason: "\(error)")
         }
@@ -365,8 +400,11 @@ package actor MeshNode {
 
     /// `perform`, given up when the calling task is cancelled: the core is told (`cancel`), and the
     /// command completes as `cancelled`. `onCancel` runs at once, on the cancelling thread.
-    func performCancellable(_ command: NodeCommand, onCancel cancelled: @escaping @Sendable () -> Void = {})
-        async -> Result<NodeResult, NodeError> {
+    func performCancellable(
+        _ command: NodeCommand, onCancel cancelled: @escaping @Sendable () -> Void = {}
+    )
+        async -> Result<NodeResult, NodeError>
+    {
         let request = nextRequestID()
         return await withTaskCancellationHandler {
             // Checked in the same job that submits: a cancel after it is handled after the submit.
@@ -439,7 +477,8 @@ package actor MeshNode {
     @discardableResult
     private func receive(_ datagram: ByteBuffer, from address: PeerAddress) -> Bool {
         if configuration.simulatedLoss > 0,
-           Double(lossRandom.next() >> 11) / Double(1 << 53) < configuration.simulatedLoss {
+            Double(lossRandom.next() >> 11) / Double(1 << 53) < configuration.simulatedLoss
+        {
             simulatedDrops += 1
             return false
         }
@@ -539,7 +578,9 @@ package actor MeshNode {
                     publish(eventFeed.memberChanged(member, now: Date()))
                 case let .event(.epochChanged(session)):
                     viewChanged = true
-                    publish(eventFeed.epochChanged(session, removed: Set(core.epochs.removed), members: core.members, time: Date()))
+                    publish(
+                        eventFeed.epochChanged(
+                            session, removed: Set(core.epochs.removed), members: core.members, time: Date()))
                 case .event(.memberForgotten):
                     viewChanged = true
                 case let .event(.identityConflict(twin, stopping)):
@@ -565,10 +606,13 @@ package actor MeshNode {
                     configuration.announce?(JoinNotice.waiting(progress))
                 case let .event(.joinedAfterWaiting(member, name, address, waited)):
                     viewChanged = true
-                    configuration.announce?(JoinNotice.joined(member: member, name: name, address: address, waited: waited))
+                    configuration.announce?(
+                        JoinNotice.joined(member: member, name: name, address: address, waited: waited))
                 case let .event(.log(record)):
-                    logger.log(level: Logger.Level(rawValue: record.level.rawValue) ?? .error, "\(record.message)",
-                               metadata: Logger.Metadata(record.metadata.map { ($0.key, .string($0.value)) }, uniquingKeysWith: { $1 }))
+                    logger.log(
+                        level: Logger.Level(rawValue: record.level.rawValue) ?? .error, "\(record.message)",
+                        metadata: Logger.Metadata(
+                            record.metadata.map { ($0.key, .string($0.value)) }, uniquingKeysWith: { $1 }))
                 }
             }
             drained.removeAll(keepingCapacity: true)
@@ -588,7 +632,10 @@ package actor MeshNode {
         if attachmentsChanged, !attachmentSubscribers.isEmpty { attachmentSubscribers.yield(attachmentList()) }
         if attachmentsChanged {
             let list = core.attachments.map { entry in
-                (entry: entry, complete: core.complete.contains(entry.content), state: core.availability(of: entry).state)
+                (
+                    entry: entry, complete: core.complete.contains(entry.content),
+                    state: core.availability(of: entry).state
+                )
             }
             publish(eventFeed.attachmentsChanged(list, now: Date()))
         }

@@ -69,21 +69,26 @@ public final class MeshSession: Sendable {
     /// Sets up a node on `configuration`'s data dir (creating the session, or the one of
     /// `configuration.invite`) without joining: the session is `waiting` until `join()`.
     /// Throws when the data dir or the socket cannot be set up, or the session was ended.
-    public init(_ configuration: NodeConfiguration,
-                logger: Logger = Logger(label: "groupmesh")) async throws(GroupMeshError) {
+    public init(
+        _ configuration: NodeConfiguration,
+        logger: Logger = Logger(label: "groupmesh")
+    ) async throws(GroupMeshError) {
         let directory = configuration.dataDirectory
         if let endedBy = directory.loadEnded() {
             // Whoever of the session was offline during the end, and is back now, is told.
             await EndedSessionNotifier.tell(configuration, eventLoop: MultiThreadedEventLoopGroup.singleton.next())
             throw .sessionEndedHere(path: directory.path, by: endedBy)
         }
-        if let mismatch = configuration.unreachableSeeds(remembered: directory.loadRememberedMembers()) { throw mismatch }
+        if let mismatch = configuration.unreachableSeeds(remembered: directory.loadRememberedMembers()) {
+            throw mismatch
+        }
         try directory.prepare()
         let lock = try directory.lock()
         let epochs = try directory.loadOrCreateSession(invited: configuration.invite?.token.secret)
         let identity = try directory.loadOrCreateIdentity()
-        node = try await MeshNode.prepare(identity: identity, epochs: epochs, configuration: configuration,
-                                          eventLoop: MultiThreadedEventLoopGroup.singleton.next(), logger: logger)
+        node = try await MeshNode.prepare(
+            identity: identity, epochs: epochs, configuration: configuration,
+            eventLoop: MultiThreadedEventLoopGroup.singleton.next(), logger: logger)
         self.lock = lock
     }
 
@@ -101,8 +106,10 @@ public final class MeshSession: Sendable {
     }
 
     /// Sets up a node and joins at once (`init` then `join()`).
-    public static func join(_ configuration: NodeConfiguration,
-                            logger: Logger = Logger(label: "groupmesh")) async throws(GroupMeshError) -> MeshSession {
+    public static func join(
+        _ configuration: NodeConfiguration,
+        logger: Logger = Logger(label: "groupmesh")
+    ) async throws(GroupMeshError) -> MeshSession {
         let session = try await MeshSession(configuration, logger: logger)
         try await session.join()
         return session

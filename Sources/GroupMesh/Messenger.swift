@@ -75,8 +75,10 @@ public final class Messenger: Sendable {
         let node = session.node
         Task {
             for await submission in queue {
-                await node.submitMessage(submission.envelope, to: submission.targets, mode: submission.mode,
-                                         timeout: submission.timeout) { result in
+                await node.submitMessage(
+                    submission.envelope, to: submission.targets, mode: submission.mode,
+                    timeout: submission.timeout
+                ) { result in
                     // Off the node's executor: the app's code never holds up the node.
                     let error: (any Error)? = if case let .failure(error) = result { error } else { nil }
                     Task { submission.completion(error) }
@@ -100,15 +102,19 @@ public final class Messenger: Sendable {
     /// thrown (GroupSessionMessenger's `send(_:to:completion:)`). Returns at once; successive sends
     /// go out in the order they were made. `completion` runs on a task of its own, not on the
     /// caller's thread or queue: hop to your main actor or queue to touch UI state.
-    public func send(_ data: Data, to recipients: Recipients = .all,
-                     completion: @escaping @Sendable ((any Error)?) -> Void) {
+    public func send(
+        _ data: Data, to recipients: Recipients = .all,
+        completion: @escaping @Sendable ((any Error)?) -> Void
+    ) {
         enqueue(MessageEnvelope(type: Self.dataType, body: Array(data)), to: recipients, completion: completion)
     }
 
     /// Sends an `Encodable` value, as `send(_:to:completion:)` for `Data` (a value that does not
     /// encode is handed to `completion` as the error, and nothing is sent).
-    public func send<Message: Encodable>(_ value: Message, to recipients: Recipients = .all,
-                                         completion: @escaping @Sendable ((any Error)?) -> Void) {
+    public func send<Message: Encodable>(
+        _ value: Message, to recipients: Recipients = .all,
+        completion: @escaping @Sendable ((any Error)?) -> Void
+    ) {
         do {
             enqueue(try Self.envelope(value), to: recipients, completion: completion)
         } catch {
@@ -120,10 +126,13 @@ public final class Messenger: Sendable {
         MessageEnvelope(type: typeTag(Message.self), body: Array(try JSONEncoder().encode(value)))
     }
 
-    private func enqueue(_ envelope: MessageEnvelope, to recipients: Recipients,
-                         completion: @escaping @Sendable ((any Error)?) -> Void) {
-        let submission = Submission(envelope: envelope, targets: Self.targets(recipients), mode: deliveryMode.wire,
-                                    timeout: deliveryMode == .reliable ? timeout : nil, completion: completion)
+    private func enqueue(
+        _ envelope: MessageEnvelope, to recipients: Recipients,
+        completion: @escaping @Sendable ((any Error)?) -> Void
+    ) {
+        let submission = Submission(
+            envelope: envelope, targets: Self.targets(recipients), mode: deliveryMode.wire,
+            timeout: deliveryMode == .reliable ? timeout : nil, completion: completion)
         if case .terminated = submissions.yield(submission) { Task { completion(MessengerError.notRunning) } }
     }
 
@@ -136,7 +145,9 @@ public final class Messenger: Sendable {
     }
 
     /// Received values of one type, with their context; other types are not seen here.
-    public func messages<Message: Codable & Sendable>(of type: Message.Type) async -> AsyncStream<(Message, MessageContext)> {
+    public func messages<Message: Codable & Sendable>(
+        of type: Message.Type
+    ) async -> AsyncStream<(Message, MessageContext)> {
         let tag = Self.typeTag(type)
         return await stream { envelope in
             guard envelope.type == tag else { return nil }
@@ -157,8 +168,9 @@ public final class Messenger: Sendable {
     }
 
     private func send(_ envelope: MessageEnvelope, to recipients: Recipients) async throws {
-        try await session.node.sendMessage(envelope, to: Self.targets(recipients), mode: deliveryMode.wire,
-                                           timeout: deliveryMode == .reliable ? timeout : nil)
+        try await session.node.sendMessage(
+            envelope, to: Self.targets(recipients), mode: deliveryMode.wire,
+            timeout: deliveryMode == .reliable ? timeout : nil)
     }
 
     private static func targets(_ recipients: Recipients) -> [NodeID]? {
@@ -176,8 +188,9 @@ public final class Messenger: Sendable {
             let task = Task {
                 for await message in inbound {
                     guard let value = decode(MessageEnvelope(type: message.type, body: message.body)) else { continue }
-                    let context = MessageContext(source: Participant(id: message.from, name: message.fromName),
-                                                 mode: message.mode == .reliable ? .reliable : .unreliable)
+                    let context = MessageContext(
+                        source: Participant(id: message.from, name: message.fromName),
+                        mode: message.mode == .reliable ? .reliable : .unreliable)
                     continuation.yield((value, context))
                 }
                 continuation.finish()

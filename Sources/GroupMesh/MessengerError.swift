@@ -17,7 +17,8 @@ public enum MessengerError: Error, Equatable, Sendable, CustomStringConvertible 
     public var description: String {
         switch self {
         case let .tooLarge(size, limit):
-            return "message of \(size) bytes is over the limit of \(limit) bytes (\(limit / 1024) KiB); nothing was sent"
+            return
+                "message of \(size) bytes is over the limit of \(limit) bytes (\(limit / 1024) KiB); nothing was sent"
         case let .notDelivered(failures):
             let list = failures.sorted { $0.key.description < $1.key.description }.map { member, reason in
                 switch reason {
@@ -45,7 +46,9 @@ public enum MessengerError: Error, Equatable, Sendable, CustomStringConvertible 
     /// The core's failures by member id, for people.
     init(_ failures: [NodeID: DeliveryInstance.Failure], names: (NodeID) -> String) {
         var named: [Participant: Messenger.DeliveryFailure] = [:]
-        for (id, failure) in failures { named[Participant(id: id, name: names(id))] = Messenger.DeliveryFailure(failure) }
+        for (id, failure) in failures {
+            named[Participant(id: id, name: names(id))] = Messenger.DeliveryFailure(failure)
+        }
         self = .notDelivered(named)
     }
 }

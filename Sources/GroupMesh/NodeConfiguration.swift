@@ -93,8 +93,11 @@ public struct NodeConfiguration: Sendable {
         let (ours, theirs) = listensOnIPv6 ? ("IPv6", "IPv4") : ("IPv4", "IPv6")
         let example = listensOnIPv6 ? "0.0.0.0:0" : "[::]:0"
         let shown = given.prefix(3).map(\.description).joined(separator: ", ")
-        return .bindFailed(address: listenDescription, reason: "this node would listen on \(ours), and the members to join "
-            + "through are reachable only over \(theirs) (\(shown)); listen on \(theirs) instead (e.g. --listen \(example))")
+        return .bindFailed(
+            address: listenDescription,
+            reason: "this node would listen on \(ours), and the members to join "
+                + "through are reachable only over \(theirs) (\(shown)); listen on \(theirs) instead (e.g. --listen \(example))"
+        )
     }
 }
 
@@ -155,7 +158,9 @@ extension Invite {
             throw .invalidInvite("cannot read the invite from \(name): \(error.localizedDescription)")
         }
         guard bytes.count <= 4096 else { throw .invalidInvite("\(name) holds more than an invite (over 4 KiB)") }
-        guard let text = String(data: bytes, encoding: .utf8)?.trimmingCharacters(in: .whitespacesAndNewlines), !text.isEmpty else {
+        guard let text = String(data: bytes, encoding: .utf8)?.trimmingCharacters(in: .whitespacesAndNewlines),
+            !text.isEmpty
+        else {
             throw .invalidInvite("\(name) holds no invite")
         }
         do { try self.init(text) } catch { throw .invalidInvite("\(name): \(error)") }
@@ -164,7 +169,9 @@ extension Invite {
     private static func openForReading(_ path: String, requirePrivate: Bool) throws(GroupMeshError) -> FileHandle {
         // Non-blocking: opening a named pipe with no writer would otherwise wait for one forever.
         let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
-        guard fd >= 0 else { throw .invalidInvite("cannot read the invite from \(path): \(String(cString: strerror(errno)))") }
+        guard fd >= 0 else {
+            throw .invalidInvite("cannot read the invite from \(path): \(String(cString: strerror(errno)))")
+        }
         var info = stat()
         guard fstat(fd, &info) == 0 else {
             let reason = String(cString: strerror(errno))
@@ -175,16 +182,18 @@ extension Invite {
         case S_IFREG:
             if requirePrivate, info.st_mode & 0o077 != 0 {
                 close(fd)
-                throw .invalidInvite("invite file \(path) is readable by others (mode \(String(info.st_mode & 0o777, radix: 8))): "
-                                     + "it holds the session's secret; run: chmod 600 \(path)")
+                throw .invalidInvite(
+                    "invite file \(path) is readable by others (mode \(String(info.st_mode & 0o777, radix: 8))): "
+                        + "it holds the session's secret; run: chmod 600 \(path)")
             }
         case S_IFIFO:
             var ready = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             let milliseconds = Int32(pipeWait.components.seconds * 1000)
             guard poll(&ready, 1, milliseconds) > 0, ready.revents & Int16(POLLIN) != 0 else {
                 close(fd)
-                throw .invalidInvite("nothing was written to the named pipe \(path) within \(pipeWait); "
-                                     + "write the invite to it first, or give a file")
+                throw .invalidInvite(
+                    "nothing was written to the named pipe \(path) within \(pipeWait); "
+                        + "write the invite to it first, or give a file")
             }
         case S_IFDIR:
             close(fd)

@@ -38,14 +38,19 @@ final class PortMapper: @unchecked Sendable {
     private var now: MeshInstant { MeshInstant(nanoseconds: NIODeadline.now().uptimeNanoseconds) }
 
     /// `onChange` is told each address to advertise (nil: none any more), on the event loop.
-    init(port: UInt16, disabledBecause disabled: String?, eventLoop: any EventLoop, logger: Logger,
-         onChange: @escaping @Sendable (PeerAddress?) -> Void) {
+    init(
+        port: UInt16, disabledBecause disabled: String?, eventLoop: any EventLoop, logger: Logger,
+        onChange: @escaping @Sendable (PeerAddress?) -> Void
+    ) {
         var settings = PortMappingInstance.Settings()
-        if let text = ProcessInfo.processInfo.environment[Self.lifetimeVariable], let seconds = UInt32(text), seconds >= 2 {
+        if let text = ProcessInfo.processInfo.environment[Self.lifetimeVariable], let seconds = UInt32(text),
+            seconds >= 2
+        {
             settings.lifetime = seconds
         }
-        core = PortMappingInstance(settings: settings, internalPort: port, nonce: SecureRandom.bytes(12),
-                                    disabledBecause: disabled)
+        core = PortMappingInstance(
+            settings: settings, internalPort: port, nonce: SecureRandom.bytes(12),
+            disabledBecause: disabled)
         self.eventLoop = eventLoop
         self.logger = logger
         self.onChange = onChange
@@ -67,7 +72,8 @@ final class PortMapper: @unchecked Sendable {
                 guard !stopped else { bound.close(promise: nil); return }
                 channel = bound
                 checkNetwork()
-                networkTask = eventLoop.scheduleRepeatedTask(initialDelay: Self.networkCheck, delay: Self.networkCheck) { [self] _ in
+                networkTask = eventLoop.scheduleRepeatedTask(initialDelay: Self.networkCheck, delay: Self.networkCheck)
+                { [self] _ in
                     checkNetwork()
                 }
             case let .failure(error):
@@ -90,7 +96,9 @@ final class PortMapper: @unchecked Sendable {
         let finished = EventLoopFuture.andAllComplete(pending, on: eventLoop)
         let bounded = eventLoop.makePromise(of: Void.self)
         let limit = eventLoop.scheduleTask(in: Self.stopWait) { bounded.succeed() }
-        finished.whenComplete { _ in limit.cancel(); bounded.succeed() }
+        finished.whenComplete { _ in
+            limit.cancel(); bounded.succeed()
+        }
         return bounded.futureResult.map { [self] in
             for exchange in exchanges.values { exchange.channel?.close(promise: nil) }
             exchanges = [:]
@@ -131,7 +139,11 @@ final class PortMapper: @unchecked Sendable {
             .connect(host: PeerAddress(host: .ipv4(gateway), port: 0).hostString, port: Int(PCPMessage.serverPort))
             .whenComplete { [self] result in
                 if case let .success(connected) = result {
-                    if stopped || connectedGateway != gateway { connected.close(promise: nil) } else { gatewayChannel = connected }
+                    if stopped || connectedGateway != gateway {
+                        connected.close(promise: nil)
+                    } else {
+                        gatewayChannel = connected
+                    }
                 }
                 guard !stopped, connectedGateway == gateway else { return }
                 run(core.setNetwork(gateway: gateway, local: local, now: now))
@@ -173,19 +185,25 @@ final class PortMapper: @unchecked Sendable {
         for directive in directives {
             switch directive {
             case let .send(bytes, address):
-                let connected = gatewayChannel.flatMap { $0.remoteAddress.flatMap(PeerAddress.init) == address ? $0 : nil }
+                let connected = gatewayChannel.flatMap {
+                    $0.remoteAddress.flatMap(PeerAddress.init) == address ? $0 : nil
+                }
                 guard let channel = connected ?? channel,
-                      let remote = try? SocketAddress(ipAddress: address.hostString, port: Int(address.port)) else { continue }
-                let write = channel.writeAndFlush(AddressedEnvelope(remoteAddress: remote, data: ByteBuffer(bytes: bytes)))
+                    let remote = try? SocketAddress(ipAddress: address.hostString, port: Int(address.port))
+                else { continue }
+                let write = channel.writeAndFlush(
+                    AddressedEnvelope(remoteAddress: remote, data: ByteBuffer(bytes: bytes)))
                 pending.append(write)
             case let .http(request):
                 pending.append(startExchange(request))
             case let .mappingChanged(address):
                 onChange(address)
             case let .log(level, message, metadata):
-                logger.log(level: Logger.Level(rawValue: level.rawValue) ?? .info, "\(TerminalText.escaped(message))",
-                           metadata: Logger.Metadata(metadata.map { ($0.key, .string(TerminalText.escaped($0.value))) },
-                                                     uniquingKeysWith: { $1 }))
+                logger.log(
+                    level: Logger.Level(rawValue: level.rawValue) ?? .info, "\(TerminalText.escaped(message))",
+                    metadata: Logger.Metadata(
+                        metadata.map { ($0.key, .string(TerminalText.escaped($0.value))) },
+                        uniquingKeysWith: { $1 }))
             }
         }
         if !stopped { rearm() }
@@ -233,7 +251,8 @@ final class PortMapper: @unchecked Sendable {
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHTTPClientHandlers()
-                    try channel.pipeline.syncOperations.addHandler(HTTPAnswerReader(limit: request.maxBody, answer: answer))
+                    try channel.pipeline.syncOperations.addHandler(
+                        HTTPAnswerReader(limit: request.maxBody, answer: answer))
                 }
             }
             .connect(host: host, port: Int(request.to.port))
@@ -242,7 +261,8 @@ final class PortMapper: @unchecked Sendable {
                 case let .success(channel):
                     guard exchanges[id] != nil else { channel.close(promise: nil); return }
                     exchanges[id]?.channel = channel
-                    var head = HTTPRequestHead(version: .http1_1, method: request.method == "POST" ? .POST : .GET, uri: request.path)
+                    var head = HTTPRequestHead(
+                        version: .http1_1, method: request.method == "POST" ? .POST : .GET, uri: request.path)
                     head.headers.add(name: "Host", value: "\(host):\(request.to.port)")
                     head.headers.add(name: "Connection", value: "close")
                     head.headers.add(name: "User-Agent", value: "groupmesh/\(GroupMeshVersion.release) UPnP/1.1")
@@ -253,7 +273,8 @@ final class PortMapper: @unchecked Sendable {
                     head.headers.add(name: "Content-Length", value: "\(request.body.count)")
                     channel.write(HTTPClientRequestPart.head(head), promise: nil)
                     if !request.body.isEmpty {
-                        channel.write(HTTPClientRequestPart.body(.byteBuffer(ByteBuffer(bytes: request.body))), promise: nil)
+                        channel.write(
+                            HTTPClientRequestPart.body(.byteBuffer(ByteBuffer(bytes: request.body))), promise: nil)
                     }
                     channel.writeAndFlush(HTTPClientRequestPart.end(nil), promise: nil)
                 case let .failure(error):
@@ -350,8 +371,9 @@ enum DefaultRoute {
         for line in routes.split(separator: "\n").dropFirst().prefix(4096) {
             let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
             guard fields.count >= 8, fields[1] == "00000000", fields[7] == "00000000",
-                  let raw = UInt32(fields[2], radix: 16), let flags = UInt32(fields[3], radix: 16),
-                  flags & 0x3 == 0x3, let metric = Int(fields[6]) else { continue }
+                let raw = UInt32(fields[2], radix: 16), let flags = UInt32(fields[3], radix: 16),
+                flags & 0x3 == 0x3, let metric = Int(fields[6])
+            else { continue }
             // The kernel prints the address as the host-order integer of its network-order bytes.
             let gateway = UInt32(bigEndian: raw)
             if best.map({ metric < $0.metric }) ?? true { best = (gateway, metric) }
@@ -369,7 +391,9 @@ enum DefaultRoute {
         remote.sin_port = PCPMessage.serverPort.bigEndian
         remote.sin_addr.s_addr = gateway.bigEndian
         let connected = withUnsafePointer(to: &remote) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         }
         guard connected == 0 else { return nil }
         var local = sockaddr_in()

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 import Foundation
 import Logging
@@ -54,12 +54,15 @@ public actor SessionOffers {
 
     /// `configuration` is the template of every session's node (its `dataDirectory` and `invite`
     /// are replaced per session). Creates `root` and its inbox (0700) when missing.
-    public init(root: String, configuration: NodeConfiguration,
-                logger: Logger = Logger(label: "groupmesh.offers")) throws(GroupMeshError) {
+    public init(
+        root: String, configuration: NodeConfiguration,
+        logger: Logger = Logger(label: "groupmesh.offers")
+    ) throws(GroupMeshError) {
         self.root = root.count > 1 && root.hasSuffix("/") ? String(root.dropLast()) : root
         template = configuration
         self.logger = logger
-        (stream, continuation) = AsyncStream.makeStream(of: MeshSession.self, bufferingPolicy: .bufferingOldest(Self.maxWaiting))
+        (stream, continuation) = AsyncStream.makeStream(
+            of: MeshSession.self, bufferingPolicy: .bufferingOldest(Self.maxWaiting))
         for path in [self.root, self.root + "/inbox"] where mkdir(path, 0o700) != 0 && errno != EEXIST {
             throw .dataDirectory(path: path, reason: String(cString: strerror(errno)))
         }
@@ -76,7 +79,8 @@ public actor SessionOffers {
     public func sessions() -> AsyncStream<MeshSession> {
         if reading {
             continuation.finish()
-            (stream, continuation) = AsyncStream.makeStream(of: MeshSession.self, bufferingPolicy: .bufferingOldest(Self.maxWaiting))
+            (stream, continuation) = AsyncStream.makeStream(
+                of: MeshSession.self, bufferingPolicy: .bufferingOldest(Self.maxWaiting))
         }
         reading = true
         if !reopened {

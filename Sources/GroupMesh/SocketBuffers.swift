@@ -1,5 +1,5 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 import NIOCore
 
@@ -25,8 +25,12 @@ struct SocketBuffers: Sendable, Equatable {
     /// Raises the buffers past the system limit when permitted, then reads back what holds.
     static func enlarge(_ channel: any Channel) async -> SocketBuffers {
         #if os(Linux)
-        _ = try? await channel.setOption(.socketOption(.init(rawValue: SO_RCVBUFFORCE)), value: SocketOptionValue(wanted)).get()
-        _ = try? await channel.setOption(.socketOption(.init(rawValue: SO_SNDBUFFORCE)), value: SocketOptionValue(wanted)).get()
+            _ = try? await channel.setOption(
+                .socketOption(.init(rawValue: SO_RCVBUFFORCE)), value: SocketOptionValue(wanted)
+            ).get()
+            _ = try? await channel.setOption(
+                .socketOption(.init(rawValue: SO_SNDBUFFORCE)), value: SocketOptionValue(wanted)
+            ).get()
         #endif
         let receive = (try? await channel.getOption(.socketOption(.so_rcvbuf)).get()) ?? 0
         let send = (try? await channel.getOption(.socketOption(.so_sndbuf)).get()) ?? 0

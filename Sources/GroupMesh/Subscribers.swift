@@ -10,8 +10,10 @@ struct Subscribers<Element: Sendable> {
     var isEmpty: Bool { continuations.isEmpty }
 
     /// A new stream, starting with `initial` when given.
-    mutating func add(buffering policy: AsyncStream<Element>.Continuation.BufferingPolicy,
-                      initial: Element? = nil) -> AsyncStream<Element> {
+    mutating func add(
+        buffering policy: AsyncStream<Element>.Continuation.BufferingPolicy,
+        initial: Element? = nil
+    ) -> AsyncStream<Element> {
         let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: policy)
         if let initial { continuation.yield(initial) }
         if isFinished {

@@ -32,16 +32,22 @@ public struct TraversalServer: Sendable, Equatable, CustomStringConvertible {
         } else if !text.isEmpty, !text.contains(":"), !text.contains("/") {
             (host, port) = (text, defaultPort)
         } else {
-            throw .refused("\(what) \(TerminalText.escaped(text)): expected HOST:PORT, e.g. stun.example.org:3478", kind: .input)
+            throw .refused(
+                "\(what) \(TerminalText.escaped(text)): expected HOST:PORT, e.g. stun.example.org:3478", kind: .input)
         }
         guard port != 0, !host.isEmpty, host.utf8.count <= 253,
-              host.unicodeScalars.allSatisfy({ $0.isASCII && !TerminalText.needsEscape($0) && $0 != " " }) else {
-            throw .refused("\(what) \(TerminalText.escaped(text)): expected HOST:PORT with a host name or address and a port from 1", kind: .input)
+            host.unicodeScalars.allSatisfy({ $0.isASCII && !TerminalText.needsEscape($0) && $0 != " " })
+        else {
+            throw .refused(
+                "\(what) \(TerminalText.escaped(text)): expected HOST:PORT with a host name or address and a port from 1",
+                kind: .input)
         }
         if let numeric = PeerAddress.parseHost(host) {
             let address = PeerAddress(host: numeric, port: port)
             guard address.isIPv6 == ipv6 else {
-                throw .refused("\(what) \(text): the node listens on \(ipv6 ? "IPv6" : "IPv4"), and this server's address is not", kind: .input)
+                throw .refused(
+                    "\(what) \(text): the node listens on \(ipv6 ? "IPv6" : "IPv4"), and this server's address is not",
+                    kind: .input)
             }
             return TraversalServer(name: text, address: address)
         }
@@ -77,7 +83,9 @@ public struct TraversalServer: Sendable, Equatable, CustomStringConvertible {
                 result.value = .failure(LookUpFailure(description: String(cString: gai_strerror(status))))
             } else if let entry = list?.pointee, let raw = entry.ai_addr {
                 if entry.ai_family == AF_INET {
-                    let value = raw.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt32(bigEndian: $0.pointee.sin_addr.s_addr) }
+                    let value = raw.withMemoryRebound(to: sockaddr_in.self, capacity: 1) {
+                        UInt32(bigEndian: $0.pointee.sin_addr.s_addr)
+                    }
                     result.value = .success(.ipv4(value))
                 } else {
                     let bytes = raw.withMemoryRebound(to: sockaddr_in6.self, capacity: 1) { pointer in
@@ -118,12 +126,15 @@ public struct TurnServerURL: Sendable, Equatable {
             throw .refused("--turn: \(shape) (no password after the user)", kind: .input)
         }
         let username = String(credentials[..<colon]), password = String(credentials[credentials.index(after: colon)...])
-        guard !username.isEmpty, !password.isEmpty, !server.isEmpty else { throw .refused("--turn: \(shape)", kind: .input) }
+        guard !username.isEmpty, !password.isEmpty, !server.isEmpty else {
+            throw .refused("--turn: \(shape)", kind: .input)
+        }
         guard !server.contains("?") else {
             throw .refused("--turn: only UDP is spoken (drop ?transport=…): \(shape)", kind: .input)
         }
         // They go into STUN attributes and the key: text a server can compare, nothing that prints.
-        for part in [username, password] where part.utf8.count > 255 || part.unicodeScalars.contains(where: TerminalText.needsEscape) {
+        for part in [username, password]
+        where part.utf8.count > 255 || part.unicodeScalars.contains(where: TerminalText.needsEscape) {
             throw .refused("--turn: the user and password must be up to 255 bytes of printable text", kind: .input)
         }
         self.username = username

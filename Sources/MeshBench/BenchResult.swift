@@ -30,11 +30,13 @@ enum BenchReport {
     static func printTable(_ results: [BenchResult]) {
         let header = ["scenario", "figure", "baseline", "ratio", "goal"]
         let rows = results.map { result in
-            [result.scenario,
-             "\(format(result.figure)) \(result.unit)",
-             "\(format(result.baseline)) \(result.unit) (\(result.baselineName))",
-             String(format: "%.2f", result.ratio),
-             result.goal]
+            [
+                result.scenario,
+                "\(format(result.figure)) \(result.unit)",
+                "\(format(result.baseline)) \(result.unit) (\(result.baselineName))",
+                String(format: "%.2f", result.ratio),
+                result.goal,
+            ]
         }
         let widths = header.indices.map { column in
             ([header[column]] + rows.map { $0[column] }).map(\.count).max() ?? 0
@@ -55,9 +57,10 @@ enum BenchReport {
             var machine: String
             var results: [BenchResult]
         }
-        let document = Document(date: ISO8601DateFormatter().string(from: Date()), quick: quick,
-                                machine: "\(ProcessInfo.processInfo.activeProcessorCount) cores",
-                                results: results)
+        let document = Document(
+            date: ISO8601DateFormatter().string(from: Date()), quick: quick,
+            machine: "\(ProcessInfo.processInfo.activeProcessorCount) cores",
+            results: results)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         let url = URL(fileURLWithPath: path)

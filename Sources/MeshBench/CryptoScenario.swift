@@ -49,13 +49,19 @@ enum CryptoScenario {
             let sodiumShaRate = measureThroughput(bytes: size, seconds: seconds, runs: runs) {
                 _ = crypto_hash_sha256(&sodiumDigest, plaintext, UInt64(size))
             }
-            results.append(BenchResult(scenario: "seal \(label)", figure: sealRate, unit: "MB/s",
-                                       baselineName: "memcpy", baseline: memcpyRate, goal: "-"))
-            results.append(BenchResult(scenario: "open \(label)", figure: openRate, unit: "MB/s",
-                                       baselineName: "memcpy", baseline: memcpyRate, goal: "-"))
-            results.append(BenchResult(scenario: "sha256 \(label)", figure: shaRate, unit: "MB/s",
-                                       baselineName: "libsodium sha256", baseline: sodiumShaRate,
-                                       goal: size >= 65536 ? "ratio > 1" : "-"))
+            results.append(
+                BenchResult(
+                    scenario: "seal \(label)", figure: sealRate, unit: "MB/s",
+                    baselineName: "memcpy", baseline: memcpyRate, goal: "-"))
+            results.append(
+                BenchResult(
+                    scenario: "open \(label)", figure: openRate, unit: "MB/s",
+                    baselineName: "memcpy", baseline: memcpyRate, goal: "-"))
+            results.append(
+                BenchResult(
+                    scenario: "sha256 \(label)", figure: shaRate, unit: "MB/s",
+                    baselineName: "libsodium sha256", baseline: sodiumShaRate,
+                    goal: size >= 65536 ? "ratio > 1" : "-"))
         }
         return results
     }

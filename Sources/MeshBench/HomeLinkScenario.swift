@@ -27,31 +27,41 @@ enum HomeLinkScenario {
         if let custom = customLine() {
             let environment = ProcessInfo.processInfo.environment
             let mode = environment["HOMELINK_MODE"].flatMap(Mode.init(rawValue:)) ?? .get
-            let outcome = HomeLineExperiment.run(size: custom.size, line: custom.line, mode: mode,
-                                                 competitor: environment["HOMELINK_COMPETITOR"] != nil, seed: seed,
-                                                 trace: tracer())
+            let outcome = HomeLineExperiment.run(
+                size: custom.size, line: custom.line, mode: mode,
+                competitor: environment["HOMELINK_COMPETITOR"] != nil, seed: seed,
+                trace: tracer())
             let alone = outcome.competitorRate > 0 ? HomeLineExperiment.competitorAlone(custom.line, seed: seed) : 0
-            print("custom \(custom.line.name), \(mode): finished \(outcome.finished), competitor \(outcome.competitorRate / custom.line.bytesPerSecond * 100)% (alone \(alone / custom.line.bytesPerSecond * 100)%), fetch \(outcome.fetchRate / 1_048_576) MiB/s from the joiner's start, \((outcome.loadRate ?? 0) / 1_048_576) from the load, drops \(outcome.dropShare * 100)%, holders \(outcome.holderBytesPerFileByte)×, line's queue median \(outcome.queueMedian.milliseconds) ms, p90 \(outcome.queueP90.milliseconds) ms")
+            print(
+                "custom \(custom.line.name), \(mode): finished \(outcome.finished), competitor \(outcome.competitorRate / custom.line.bytesPerSecond * 100)% (alone \(alone / custom.line.bytesPerSecond * 100)%), fetch \(outcome.fetchRate / 1_048_576) MiB/s from the joiner's start, \((outcome.loadRate ?? 0) / 1_048_576) from the load, drops \(outcome.dropShare * 100)%, holders \(outcome.holderBytesPerFileByte)×, line's queue median \(outcome.queueMedian.milliseconds) ms, p90 \(outcome.queueP90.milliseconds) ms"
+            )
             return []
         }
         for line in lines {
             let alone = HomeLineExperiment.competitorAlone(line, seed: seed)
             let lineRate = line.megabitsPerSecond * 1_000_000 / 8
             for mode in [Mode.replication, .get] {
-                let outcome = HomeLineExperiment.run(size: size, line: line, mode: mode, competitor: true, seed: seed,
-                                                     trace: tracer())
-                if !outcome.finished { print("warning: \(line.name), \(mode): the joiner did not finish; its rate is a bound") }
+                let outcome = HomeLineExperiment.run(
+                    size: size, line: line, mode: mode, competitor: true, seed: seed,
+                    trace: tracer())
+                if !outcome.finished {
+                    print("warning: \(line.name), \(mode): the joiner did not finish; its rate is a bound")
+                }
                 let prefix = "sim home line \(line.name), \(mode.rawValue) beside TCP: "
                 let share = competitorShareGoal(replication: mode == .replication, aloneShare: alone / lineRate).text
                 results += [
-                    BenchResult(scenario: prefix + "fetch rate", figure: outcome.fetchRate / 1_048_576, unit: "MiB/s",
-                                baselineName: "the line's rate", baseline: lineRate / 1_048_576, goal: "-"),
-                    BenchResult(scenario: prefix + "TCP competitor's share", figure: outcome.competitorRate / lineRate * 100,
-                                unit: "%", baselineName: "alone", baseline: alone / lineRate * 100, goal: share),
-                    BenchResult(scenario: prefix + "datagrams dropped at the queue", figure: outcome.dropShare * 100,
-                                unit: "%", baselineName: "none", baseline: 0, goal: "≤ 2%"),
-                    BenchResult(scenario: prefix + "holders' bytes ÷ file", figure: outcome.holderBytesPerFileByte,
-                                unit: "×", baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
+                    BenchResult(
+                        scenario: prefix + "fetch rate", figure: outcome.fetchRate / 1_048_576, unit: "MiB/s",
+                        baselineName: "the line's rate", baseline: lineRate / 1_048_576, goal: "-"),
+                    BenchResult(
+                        scenario: prefix + "TCP competitor's share", figure: outcome.competitorRate / lineRate * 100,
+                        unit: "%", baselineName: "alone", baseline: alone / lineRate * 100, goal: share),
+                    BenchResult(
+                        scenario: prefix + "datagrams dropped at the queue", figure: outcome.dropShare * 100,
+                        unit: "%", baselineName: "none", baseline: 0, goal: "≤ 2%"),
+                    BenchResult(
+                        scenario: prefix + "holders' bytes ÷ file", figure: outcome.holderBytesPerFileByte,
+                        unit: "×", baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
                 ]
             }
         }
@@ -60,25 +70,30 @@ enum HomeLinkScenario {
         let long = lines[1]
         let longAlone = HomeLineExperiment.run(size: size, line: long, mode: .get, competitor: false, seed: seed)
         results += [
-            BenchResult(scenario: "sim home line \(long.name), get alone: fetch rate", figure: longAlone.fetchRate / 1_048_576,
-                        unit: "MiB/s", baselineName: "the line's rate", baseline: long.bytesPerSecond / 1_048_576,
-                        goal: "-"),
-            BenchResult(scenario: "sim home line \(long.name), get alone: datagrams dropped at the queue",
-                        figure: longAlone.dropShare * 100, unit: "%", baselineName: "none", baseline: 0, goal: "≤ 2%"),
+            BenchResult(
+                scenario: "sim home line \(long.name), get alone: fetch rate", figure: longAlone.fetchRate / 1_048_576,
+                unit: "MiB/s", baselineName: "the line's rate", baseline: long.bytesPerSecond / 1_048_576,
+                goal: "-"),
+            BenchResult(
+                scenario: "sim home line \(long.name), get alone: datagrams dropped at the queue",
+                figure: longAlone.dropShare * 100, unit: "%", baselineName: "none", baseline: 0, goal: "≤ 2%"),
         ]
         var clean = lines[0]
         let lossless = HomeLineExperiment.run(size: size, line: clean, mode: .get, competitor: false, seed: seed)
         clean.loss = 0.01
         let lossy = HomeLineExperiment.run(size: size, line: clean, mode: .get, competitor: false, seed: seed)
         results += [
-            BenchResult(scenario: "sim home line \(clean.name), get alone: fetch rate at 1% random loss",
-                        figure: lossy.fetchRate / 1_048_576, unit: "MiB/s", baselineName: "no loss",
-                        baseline: lossless.fetchRate / 1_048_576, goal: "≥ 0.8×"),
-            BenchResult(scenario: "sim home line \(clean.name), get alone: datagrams dropped at the queue",
-                        figure: lossless.dropShare * 100, unit: "%", baselineName: "none", baseline: 0, goal: "≤ 2%"),
-            BenchResult(scenario: "sim home line \(clean.name), get alone: holders' bytes ÷ file at 1% random loss",
-                        figure: lossy.holderBytesPerFileByte, unit: "×", baselineName: "every byte once", baseline: 1,
-                        goal: "≤ 1.1×"),
+            BenchResult(
+                scenario: "sim home line \(clean.name), get alone: fetch rate at 1% random loss",
+                figure: lossy.fetchRate / 1_048_576, unit: "MiB/s", baselineName: "no loss",
+                baseline: lossless.fetchRate / 1_048_576, goal: "≥ 0.8×"),
+            BenchResult(
+                scenario: "sim home line \(clean.name), get alone: datagrams dropped at the queue",
+                figure: lossless.dropShare * 100, unit: "%", baselineName: "none", baseline: 0, goal: "≤ 2%"),
+            BenchResult(
+                scenario: "sim home line \(clean.name), get alone: holders' bytes ÷ file at 1% random loss",
+                figure: lossy.holderBytesPerFileByte, unit: "×", baselineName: "every byte once", baseline: 1,
+                goal: "≤ 1.1×"),
         ]
         return results
     }
@@ -95,11 +110,15 @@ enum HomeLinkScenario {
         }
         // 0.5 would drop half the packets: almost surely a percent meant as one.
         guard (0..<0.2).contains(fields[2]) else {
-            print("HOMELINK_LINE: loss \(fields[2]) is a fraction of packets (0.005 is 0.5%), under 0.2; running the standard lines")
+            print(
+                "HOMELINK_LINE: loss \(fields[2]) is a fraction of packets (0.005 is 0.5%), under 0.2; running the standard lines"
+            )
             return nil
         }
-        return (Line(name: text, megabitsPerSecond: fields[0], roundTrip: .milliseconds(Int(fields[1])), loss: fields[2]),
-                Int(fields[3]) << 20)
+        return (
+            Line(name: text, megabitsPerSecond: fields[0], roundTrip: .milliseconds(Int(fields[1])), loss: fields[2]),
+            Int(fields[3]) << 20
+        )
     }
 
     /// The joiner's chunks in flight and its limit (per holder: in flight/window); what each
@@ -126,15 +145,19 @@ enum HomeLinkScenario {
             last = d.lastInterval.closedAt
             defer { lineQueue = .zero }
             let link = sim.bottleneckStatistics(of: joiner.address).downlink ?? .init()
-            let mode = d.isSlowingDown ? "slowdown" : d.isProbing ? "probe" : d.slowStart ? "slow start" : d.competing ? "competing" : "delay"
-            print("t=\(sim.now) rate=\(Int(d.rate) >> 10)K delivered=\(Int(d.lastInterval.delivered) >> 10)K"
-                  + " lost=\(d.lastInterval.lost)/\(d.lastInterval.received) queue=\(d.queueingDelay) target=\(Int(d.target.milliseconds)) \(mode)"
-                  + " probeGain=\(d.lastProbeGain.map { String(format: "%.3f", $0) } ?? "-")"
-                  + " line queue≤\(Int(lineQueue.milliseconds)) ms drops=\(link.dropped) tcp cwnd=\(Int(tcp.congestionWindow))"
-                  + " served=\(holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) >> 10)K"
-                  + " fetched=\(joiner.core.counters.chunkPayloadBytesFetched >> 10)K"
-                  + " pace=" + holders.map { "\(($0.core.pacer.rate(for: joiner.id) ?? 0) >> 10)K" }.joined(separator: ",")
-                  + windows(joiner, holders))
+            let mode =
+                d.isSlowingDown
+                ? "slowdown" : d.isProbing ? "probe" : d.slowStart ? "slow start" : d.competing ? "competing" : "delay"
+            print(
+                "t=\(sim.now) rate=\(Int(d.rate) >> 10)K delivered=\(Int(d.lastInterval.delivered) >> 10)K"
+                    + " lost=\(d.lastInterval.lost)/\(d.lastInterval.received) queue=\(d.queueingDelay) target=\(Int(d.target.milliseconds)) \(mode)"
+                    + " probeGain=\(d.lastProbeGain.map { String(format: "%.3f", $0) } ?? "-")"
+                    + " line queue≤\(Int(lineQueue.milliseconds)) ms drops=\(link.dropped) tcp cwnd=\(Int(tcp.congestionWindow))"
+                    + " served=\(holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) >> 10)K"
+                    + " fetched=\(joiner.core.counters.chunkPayloadBytesFetched >> 10)K"
+                    + " pace="
+                    + holders.map { "\(($0.core.pacer.rate(for: joiner.id) ?? 0) >> 10)K" }.joined(separator: ",")
+                    + windows(joiner, holders))
         }
     }
 }

@@ -17,13 +17,20 @@ final class LinePing {
 
     /// Nil, with the reason printed, where ping is missing.
     static func start(lab: NamespaceLab) -> LinePing? {
-        guard let ping = ["/usr/bin/ping", "/bin/ping"].first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+        guard
+            let ping = ["/usr/bin/ping", "/bin/ping"].first(where: { FileManager.default.isExecutableFile(atPath: $0) })
+        else {
             print("  no ping (apt-get install iputils-ping): the line's round trip under load is not measured")
             return nil
         }
         do {
-            return LinePing(process: try ChildProcess(executable: WANLink.ipPath, arguments: [
-                "netns", "exec", lab.hosts[3], "env", "LC_ALL=C", ping, "-n", "-D", "-i", "0.05", "-W", "1", lab.addresses[0]]))
+            return LinePing(
+                process: try ChildProcess(
+                    executable: WANLink.ipPath,
+                    arguments: [
+                        "netns", "exec", lab.hosts[3], "env", "LC_ALL=C", ping, "-n", "-D", "-i", "0.05", "-W", "1",
+                        lab.addresses[0],
+                    ]))
         } catch {
             print("  ping did not start (\(error)): the line's round trip under load is not measured")
             return nil
@@ -47,8 +54,9 @@ final class LinePing {
         return text.split(separator: "\n").compactMap { line in
             // A duplicate reply (`DUP!`) says nothing new about the queue.
             guard line.hasPrefix("["), !line.contains("DUP!"), let close = line.firstIndex(of: "]"),
-                  let unix = Double(line[line.index(after: line.startIndex)..<close]),
-                  let time = line.range(of: "time=") else { return nil }
+                let unix = Double(line[line.index(after: line.startIndex)..<close]),
+                let time = line.range(of: "time=")
+            else { return nil }
             let value = line[time.upperBound...].prefix { $0.isNumber || $0 == "." }
             guard let milliseconds = Double(value) else { return nil }
             return Sample(at: unix - unixToReference, milliseconds: milliseconds)

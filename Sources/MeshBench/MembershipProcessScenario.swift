@@ -32,7 +32,8 @@ enum MembershipProcessScenario {
         let first = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
         nodes.append(first)
         let invite = try await first.waitForLine(prefix: "invite:")
-        let clients = [ControlClient(directory: DataDirectory(path: first.dataDirectory))]
+        let clients =
+            [ControlClient(directory: DataDirectory(path: first.dataDirectory))]
             + (try await startJoiners(count - 1, invite: invite, into: &nodes))
         // From the last join sent (its `listening:` line) until every node sees every node alive.
         let joined = ContinuousClock.now
@@ -61,7 +62,8 @@ enum MembershipProcessScenario {
         // The floor of probing alone: a probe and an ack per member per probe interval, each a
         // pairwise datagram of one frame (42 bytes of header, the 16-byte tag, an 11-byte probe
         // frame without its target) plus IP and UDP.
-        let probeDatagram = DatagramHeader.fixedLength + PacketSealer.tagByteCount
+        let probeDatagram =
+            DatagramHeader.fixedLength + PacketSealer.tagByteCount
             + FrameCodec.encodedLength(of: .probe(Probe(sequence: 1, target: nil)))
         let probeFloor = 2 * (Double(probeDatagram) + headerBytes) / (settings.probeInterval.milliseconds / 1000)
 
@@ -93,29 +95,37 @@ enum MembershipProcessScenario {
         let spacing = (settings.newsGossipSpacing ?? settings.gossipInterval).milliseconds / 1000
         let deathBound = settings.deadDetectionBound(memberCount: count).milliseconds / 1000
         return [
-            BenchResult(scenario: "N=\(count) processes: all see all alive after the joins",
-                        figure: convergence.milliseconds / 1000, unit: "s",
-                        baselineName: "\(Int(hops)) hops × news spacing", baseline: hops * spacing,
-                        goal: count == 20 ? "≤ 0.55 s (Serf)" : "≤ 0.91 s (Serf)"),
-            BenchResult(scenario: "N=\(count) processes: a SIGKILLed node seen dead by all",
-                        figure: death.milliseconds / 1000, unit: "s", baselineName: "lan dead bound",
-                        baseline: deathBound, goal: "< 4 s"),
-            BenchResult(scenario: "N=\(count) processes: a leave seen by all", figure: leave.milliseconds / 1000,
-                        unit: "s", baselineName: "\(Int(hops)) hops × news spacing", baseline: hops * spacing,
-                        goal: count == 20 ? "≤ 0.75 s (Serf)" : "≤ 1.15 s (Serf)"),
-            BenchResult(scenario: "N=\(count) processes: idle traffic per node (IP+UDP)", figure: median(idle),
-                        unit: "B/s", baselineName: "probe and ack alone", baseline: probeFloor,
-                        goal: count == 20 ? "< 333 B/s (Serf)" : "< 311 B/s (Serf)"),
-            BenchResult(scenario: "N=\(count) processes: of which membership", figure: median(membershipIdle),
-                        unit: "B/s", baselineName: "probe and ack alone", baseline: probeFloor, goal: "-"),
-            BenchResult(scenario: "N=\(count) processes: suspicions of live nodes, joins and idle", figure: Double(suspicions),
-                        unit: "", baselineName: "none", baseline: 0, goal: "0"),
+            BenchResult(
+                scenario: "N=\(count) processes: all see all alive after the joins",
+                figure: convergence.milliseconds / 1000, unit: "s",
+                baselineName: "\(Int(hops)) hops × news spacing", baseline: hops * spacing,
+                goal: count == 20 ? "≤ 0.55 s (Serf)" : "≤ 0.91 s (Serf)"),
+            BenchResult(
+                scenario: "N=\(count) processes: a SIGKILLed node seen dead by all",
+                figure: death.milliseconds / 1000, unit: "s", baselineName: "lan dead bound",
+                baseline: deathBound, goal: "< 4 s"),
+            BenchResult(
+                scenario: "N=\(count) processes: a leave seen by all", figure: leave.milliseconds / 1000,
+                unit: "s", baselineName: "\(Int(hops)) hops × news spacing", baseline: hops * spacing,
+                goal: count == 20 ? "≤ 0.75 s (Serf)" : "≤ 1.15 s (Serf)"),
+            BenchResult(
+                scenario: "N=\(count) processes: idle traffic per node (IP+UDP)", figure: median(idle),
+                unit: "B/s", baselineName: "probe and ack alone", baseline: probeFloor,
+                goal: count == 20 ? "< 333 B/s (Serf)" : "< 311 B/s (Serf)"),
+            BenchResult(
+                scenario: "N=\(count) processes: of which membership", figure: median(membershipIdle),
+                unit: "B/s", baselineName: "probe and ack alone", baseline: probeFloor, goal: "-"),
+            BenchResult(
+                scenario: "N=\(count) processes: suspicions of live nodes, joins and idle", figure: Double(suspicions),
+                unit: "", baselineName: "none", baseline: 0, goal: "0"),
         ]
     }
 
     /// Starts `count` nodes joining with `invite`, one after the other (each once it is
     /// listening), and returns their control clients.
-    private static func startJoiners(_ count: Int, invite: String, into nodes: inout [NodeProcess]) async throws
+    private static func startJoiners(
+        _ count: Int, invite: String, into nodes: inout [NodeProcess]
+    ) async throws
         -> [ControlClient]
     {
         var clients: [ControlClient] = []
@@ -129,8 +139,10 @@ enum MembershipProcessScenario {
     }
 
     /// Polls every client's status every 10 ms until `condition` holds for all (bounded).
-    private static func waitForAll(_ clients: [ControlClient], timeout: Duration, _ what: String,
-                                   _ condition: @escaping (StatusReport) -> Bool) async throws {
+    private static func waitForAll(
+        _ clients: [ControlClient], timeout: Duration, _ what: String,
+        _ condition: @escaping (StatusReport) -> Bool
+    ) async throws {
         var pending = clients
         try await waitUntil(what, timeout: timeout, every: .milliseconds(10)) {
             pending = pending.filter { client in !((try? client.status()).map(condition) ?? false) }

@@ -10,9 +10,10 @@ import MeshTestKit
 enum MembershipScenario {
     static func run(quick: Bool) -> [BenchResult] {
         // BENCH_MEMBERSHIP_SIZES=2000,5000 runs other sizes.
-        let sizes = ProcessInfo.processInfo.environment["BENCH_MEMBERSHIP_SIZES"].map {
-            $0.split(separator: ",").compactMap { Int($0) }
-        } ?? (quick ? [10, 100] : [10, 100, 1000, 10_000])
+        let sizes =
+            ProcessInfo.processInfo.environment["BENCH_MEMBERSHIP_SIZES"].map {
+                $0.split(separator: ",").compactMap { Int($0) }
+            } ?? (quick ? [10, 100] : [10, 100, 1000, 10_000])
         var results: [BenchResult] = []
         var smallRate: Double?
         for count in sizes {
@@ -37,16 +38,23 @@ enum MembershipScenario {
                 let sourceID = cluster.id(of: source)
                 let datagram = MembershipProcess.envelope(
                     from: cluster.id(of: accuser),
-                    frames: [.suspect(Accusation(member: sourceID, incarnation: cluster.process(source).instance.me.incarnation,
-                                                 accuser: cluster.id(of: accuser)))])
+                    frames: [
+                        .suspect(
+                            Accusation(
+                                member: sourceID, incarnation: cluster.process(source).instance.me.incarnation,
+                                accuser: cluster.id(of: accuser)))
+                    ])
                 cluster.simulator.inject(datagram, from: accuser, to: source)
                 let start = cluster.simulator.now
                 let target = cluster.process(source).instance.me.incarnation + 1
                 cluster.simulator.run(for: .seconds(30), checkEvery: .milliseconds(20)) { _ in
-                    cluster.nodes.allSatisfy { (cluster.process($0).instance.member(sourceID)?.incarnation ?? 0) >= target }
+                    cluster.nodes.allSatisfy {
+                        (cluster.process($0).instance.member(sourceID)?.incarnation ?? 0) >= target
+                    }
                 }
-                rounds.append(Double((cluster.simulator.now - start).nanosecondsClamped)
-                              / Double(settings.gossipInterval.nanosecondsClamped))
+                rounds.append(
+                    Double((cluster.simulator.now - start).nanosecondsClamped)
+                        / Double(settings.gossipInterval.nanosecondsClamped))
                 // What the run holds, over its nodes: the shared view, each node's probe order and
                 // what it changed, the simulator's queues.
                 bytesPerNode.append(Double(residentBytes() - residentBefore) / Double(count))
@@ -54,20 +62,26 @@ enum MembershipScenario {
             let medianRounds = median(rounds)
             let rate = median(rates)
             let ideal = log(Double(count)) / log(Double(settings.gossipFanout + 1))
-            results.append(BenchResult(scenario: "sim N=\(count): rounds to reach all", figure: medianRounds,
-                                       unit: "rounds", baselineName: "log_\(settings.gossipFanout + 1) N",
-                                       baseline: ideal, goal: "O(log N)"))
+            results.append(
+                BenchResult(
+                    scenario: "sim N=\(count): rounds to reach all", figure: medianRounds,
+                    unit: "rounds", baselineName: "log_\(settings.gossipFanout + 1) N",
+                    baseline: ideal, goal: "O(log N)"))
             let baseline = smallRate ?? rate
             if smallRate == nil { smallRate = rate }
-            results.append(BenchResult(scenario: "sim N=\(count): datagrams/node/period", figure: rate,
-                                       unit: "datagrams", baselineName: "N=10", baseline: baseline,
-                                       goal: "flat in N"))
+            results.append(
+                BenchResult(
+                    scenario: "sim N=\(count): datagrams/node/period", figure: rate,
+                    unit: "datagrams", baselineName: "N=10", baseline: baseline,
+                    goal: "flat in N"))
             // A table of its own per node holds N entries of a member and its id at least.
             let ownTable = Double(count * (MemoryLayout<Member>.stride + MemoryLayout<NodeID>.stride))
             // The largest: after the first seed, a run reuses what the last one freed.
-            results.append(BenchResult(scenario: "sim N=\(count): memory per node", figure: (bytesPerNode.max() ?? 0) / 1024,
-                                       unit: "KiB", baselineName: "a table of its own", baseline: ownTable / 1024,
-                                       goal: "fits"))
+            results.append(
+                BenchResult(
+                    scenario: "sim N=\(count): memory per node", figure: (bytesPerNode.max() ?? 0) / 1024,
+                    unit: "KiB", baselineName: "a table of its own", baseline: ownTable / 1024,
+                    goal: "fits"))
         }
         return results
     }

@@ -61,14 +61,18 @@ enum MessengerScenario {
         let deliveries = median(deliveryRates)
 
         return [
-            BenchResult(scenario: "reliable 1 KiB round trip p50", figure: median(p50s), unit: "ms",
-                        baselineName: "raw UDP ping-pong p50", baseline: median(rawP50s), goal: "≤ 2.5× baseline"),
-            BenchResult(scenario: "reliable 1 KiB round trip p99", figure: median(p99s), unit: "ms",
-                        baselineName: "raw UDP ping-pong p99", baseline: median(rawP99s), goal: "≤ 3× baseline"),
-            BenchResult(scenario: "acknowledged 1 KiB to 4 peers", figure: deliveries, unit: "deliveries/s",
-                        baselineName: "goal", baseline: 50_000, goal: "≥ 50,000/s"),
-            BenchResult(scenario: "unreliable 1 KiB to 1 peer", figure: median(unreliableRates), unit: "messages/s",
-                        baselineName: "acknowledged rate", baseline: deliveries, goal: "-"),
+            BenchResult(
+                scenario: "reliable 1 KiB round trip p50", figure: median(p50s), unit: "ms",
+                baselineName: "raw UDP ping-pong p50", baseline: median(rawP50s), goal: "≤ 2.5× baseline"),
+            BenchResult(
+                scenario: "reliable 1 KiB round trip p99", figure: median(p99s), unit: "ms",
+                baselineName: "raw UDP ping-pong p99", baseline: median(rawP99s), goal: "≤ 3× baseline"),
+            BenchResult(
+                scenario: "acknowledged 1 KiB to 4 peers", figure: deliveries, unit: "deliveries/s",
+                baselineName: "goal", baseline: 50_000, goal: "≥ 50,000/s"),
+            BenchResult(
+                scenario: "unreliable 1 KiB to 1 peer", figure: median(unreliableRates), unit: "messages/s",
+                baselineName: "acknowledged rate", baseline: deliveries, goal: "-"),
         ]
     }
 
@@ -80,7 +84,8 @@ enum MessengerScenario {
     static func makeCluster(count: Int) async throws -> [MeshSession] {
         var sessions: [MeshSession] = []
         for index in 0..<count {
-            var configuration = NodeConfiguration(dataDirectory: DataDirectory(path: NodeProcess.makeTemporaryDirectory("bench\(index)")))
+            var configuration = NodeConfiguration(
+                dataDirectory: DataDirectory(path: NodeProcess.makeTemporaryDirectory("bench\(index)")))
             configuration.listenHost = "127.0.0.1"
             configuration.listenPort = 0
             configuration.controlSocket = false
@@ -101,7 +106,8 @@ enum MessengerScenario {
         return sessions
     }
 
-    static func acknowledgedRate(messenger: Messenger, body: Data, peers: Int, window: Duration) async throws -> Double {
+    static func acknowledgedRate(messenger: Messenger, body: Data, peers: Int, window: Duration) async throws -> Double
+    {
         let counter = Counter()
         let start = ContinuousClock.now
         try await withThrowingTaskGroup(of: Void.self) { group in

@@ -48,14 +48,16 @@ enum NATLabScenario {
             let outcome = try await oneRun(lab: lab, file: file, size: size)
             punchTimes.append(outcome.punch)
             fetches.append(outcome.fetch)
-            print("  run \(run + 1): punched both ways \(format(outcome.punch)) s after the homes started; get: fetch "
-                  + "\(format(outcome.fetch.rate)) MiB/s (second half \(format(outcome.fetch.secondHalf))), wall time "
-                  + "\(format(outcome.fetch.getRate)) MiB/s, datagrams \(outcome.fetch.datagramSize) B")
+            print(
+                "  run \(run + 1): punched both ways \(format(outcome.punch)) s after the homes started; get: fetch "
+                    + "\(format(outcome.fetch.rate)) MiB/s (second half \(format(outcome.fetch.secondHalf))), wall time "
+                    + "\(format(outcome.fetch.getRate)) MiB/s, datagrams \(outcome.fetch.datagramSize) B")
         }
         let raw = (0..<(relayOnly ? 0 : runs)).compactMap { _ in rawThroughNATs(lab: lab, size: size) }
         let rawRate = median(raw)
-        print("  raw UDP home 0 → home 1 through both NATs (1,472 B datagrams, GSO/GRO): "
-              + raw.map { format($0) }.joined(separator: ", ") + " MiB/s")
+        print(
+            "  raw UDP home 0 → home 1 through both NATs (1,472 B datagrams, GSO/GRO): "
+                + raw.map { format($0) }.joined(separator: ", ") + " MiB/s")
         let rawName = "raw UDP through the same two NATs"
         let relayFile = directory + "/relayed.bin"
         try writeRandomFile(relayFile, size: relaySize, using: &generator)
@@ -66,8 +68,9 @@ enum NATLabScenario {
         for run in 0..<runs {
             let outcome = try await pairRun(lab: lab, file: relayFile, size: relaySize, path: "punched")
             directOnLines.append(outcome.fetch)
-            print("  run \(run + 1), \(lineName): punched get of 20 MiB: fetch \(format(outcome.fetch.rate)) MiB/s, "
-                  + "wall time \(format(outcome.fetch.getRate)) MiB/s")
+            print(
+                "  run \(run + 1), \(lineName): punched get of 20 MiB: fetch \(format(outcome.fetch.rate)) MiB/s, "
+                    + "wall time \(format(outcome.fetch.getRate)) MiB/s")
         }
         for home in lab.homes.indices { try lab.capLine(home: home, bytesPerSecond: nil) }
         let relayLab = try NATLab(publicHosts: 1, homes: [.symmetric, .symmetric])
@@ -76,18 +79,20 @@ enum NATLabScenario {
         for run in 0..<runs {
             let outcome = try await relayRun(lab: relayLab, file: relayFile)
             relays.append(outcome)
-            print("  run \(run + 1): relayed both ways \(format(outcome.relayed)) s after the homes started; get of 20 MiB: "
-                  + "fetch \(format(outcome.fetch)) MiB/s, wall time \(format(outcome.get)) MiB/s; the relay's CPU "
-                  + "\(format(outcome.relayCPU)) ms per MiB carried, the holder's \(format(outcome.holderCPU)) ms per MiB sent"
-                  + "; \(outcome.relayStatus)")
+            print(
+                "  run \(run + 1): relayed both ways \(format(outcome.relayed)) s after the homes started; get of 20 MiB: "
+                    + "fetch \(format(outcome.fetch)) MiB/s, wall time \(format(outcome.get)) MiB/s; the relay's CPU "
+                    + "\(format(outcome.relayCPU)) ms per MiB carried, the holder's \(format(outcome.holderCPU)) ms per MiB sent"
+                    + "; \(outcome.relayStatus)")
         }
         var relayedOnLines: [Relayed] = []
         for home in relayLab.homes.indices { try relayLab.capLine(home: home, bytesPerSecond: lineRate) }
         for run in 0..<runs {
             let outcome = try await relayRun(lab: relayLab, file: relayFile)
             relayedOnLines.append(outcome)
-            print("  run \(run + 1), \(lineName): relayed get of 20 MiB: fetch \(format(outcome.fetch)) MiB/s, wall time "
-                  + "\(format(outcome.get)) MiB/s; \(outcome.relayStatus)")
+            print(
+                "  run \(run + 1), \(lineName): relayed get of 20 MiB: fetch \(format(outcome.fetch)) MiB/s, wall time "
+                    + "\(format(outcome.get)) MiB/s; \(outcome.relayStatus)")
         }
         var turnOnLines: [Fetch] = []
         if let reason = LabCoturn.unavailableReason {
@@ -96,47 +101,65 @@ enum NATLabScenario {
             let coturn = try await LabCoturn(lab: relayLab, publicHost: 0)
             defer { coturn.stop() }
             for run in 0..<runs {
-                let outcome = try await pairRun(lab: relayLab, file: relayFile, size: relaySize, path: "TURN", turn: coturn)
+                let outcome = try await pairRun(
+                    lab: relayLab, file: relayFile, size: relaySize, path: "TURN", turn: coturn)
                 turnOnLines.append(outcome.fetch)
-                print("  run \(run + 1), \(lineName): get of 20 MiB through TURN: fetch \(format(outcome.fetch.rate)) MiB/s, "
-                      + "wall time \(format(outcome.fetch.getRate)) MiB/s")
+                print(
+                    "  run \(run + 1), \(lineName): get of 20 MiB through TURN: fetch \(format(outcome.fetch.rate)) MiB/s, "
+                        + "wall time \(format(outcome.fetch.getRate)) MiB/s")
             }
         }
         let directGet = median(directOnLines.map(\.getRate)), relayedGet = median(relayedOnLines.map(\.get))
         let turnGet = turnOnLines.isEmpty ? 0 : median(turnOnLines.map(\.getRate))
         print("  \(lineName): through TURN ÷ direct get \(format(turnGet / max(directGet, 1e-9)))×")
-        print("  \(lineName): relayed ÷ direct get \(format(relayedGet / max(directGet, 1e-9)))× (fetch "
-              + "\(format(median(relayedOnLines.map(\.fetch)) / max(median(directOnLines.map(\.rate)), 1e-9)))×)")
+        print(
+            "  \(lineName): relayed ÷ direct get \(format(relayedGet / max(directGet, 1e-9)))× (fetch "
+                + "\(format(median(relayedOnLines.map(\.fetch)) / max(median(directOnLines.map(\.rate)), 1e-9)))×)")
         return [
-            BenchResult(scenario: "natlab: home nodes started → punched path between two MASQUERADE homes (median of \(runs))",
-                        figure: median(punchTimes), unit: "s", baselineName: "slowest run", baseline: punchTimes.max() ?? 0,
-                        goal: "-"),
-            BenchResult(scenario: "natlab: get of 50 MiB across the punched path, fetch rate", figure: median(fetches.map(\.rate)),
-                        unit: "MiB/s", baselineName: rawName, baseline: rawRate, goal: "-"),
-            BenchResult(scenario: "natlab: the fetch's second half", figure: median(fetches.map(\.secondHalf)),
-                        unit: "MiB/s", baselineName: rawName, baseline: rawRate, goal: "-"),
-            BenchResult(scenario: "natlab: get wall time", figure: median(fetches.map(\.getRate)), unit: "MiB/s",
-                        baselineName: "the fetch alone", baseline: median(fetches.map(\.rate)), goal: "-"),
-            BenchResult(scenario: "natlab: home nodes started → relayed path between two symmetric homes",
-                        figure: median(relays.map(\.relayed)), unit: "s", baselineName: "slowest run",
-                        baseline: relays.map(\.relayed).max() ?? 0, goal: "-"),
-            BenchResult(scenario: "natlab: get of 20 MiB through a relay, wall time", figure: median(relays.map(\.get)),
-                        unit: "MiB/s", baselineName: "the punched get's (first lab, 50 MiB)",
-                        baseline: median(fetches.map(\.getRate)), goal: "-"),
-            BenchResult(scenario: "natlab: the relay's CPU per MiB carried", figure: median(relays.map(\.relayCPU)),
-                        unit: "ms/MiB", baselineName: "the holder's per MiB sent", baseline: median(relays.map(\.holderCPU)),
-                        goal: "-"),
-            BenchResult(scenario: "natlab: get of 20 MiB across the punched path, \(lineName), wall time",
-                        figure: directGet, unit: "MiB/s", baselineName: "the lines' rate",
-                        baseline: Double(lineRate) / 1_048_576, goal: "-"),
-            BenchResult(scenario: "natlab: get of 20 MiB through a relay, \(lineName), wall time", figure: relayedGet,
+            BenchResult(
+                scenario: "natlab: home nodes started → punched path between two MASQUERADE homes (median of \(runs))",
+                figure: median(punchTimes), unit: "s", baselineName: "slowest run", baseline: punchTimes.max() ?? 0,
+                goal: "-"),
+            BenchResult(
+                scenario: "natlab: get of 50 MiB across the punched path, fetch rate",
+                figure: median(fetches.map(\.rate)),
+                unit: "MiB/s", baselineName: rawName, baseline: rawRate, goal: "-"),
+            BenchResult(
+                scenario: "natlab: the fetch's second half", figure: median(fetches.map(\.secondHalf)),
+                unit: "MiB/s", baselineName: rawName, baseline: rawRate, goal: "-"),
+            BenchResult(
+                scenario: "natlab: get wall time", figure: median(fetches.map(\.getRate)), unit: "MiB/s",
+                baselineName: "the fetch alone", baseline: median(fetches.map(\.rate)), goal: "-"),
+            BenchResult(
+                scenario: "natlab: home nodes started → relayed path between two symmetric homes",
+                figure: median(relays.map(\.relayed)), unit: "s", baselineName: "slowest run",
+                baseline: relays.map(\.relayed).max() ?? 0, goal: "-"),
+            BenchResult(
+                scenario: "natlab: get of 20 MiB through a relay, wall time", figure: median(relays.map(\.get)),
+                unit: "MiB/s", baselineName: "the punched get's (first lab, 50 MiB)",
+                baseline: median(fetches.map(\.getRate)), goal: "-"),
+            BenchResult(
+                scenario: "natlab: the relay's CPU per MiB carried", figure: median(relays.map(\.relayCPU)),
+                unit: "ms/MiB", baselineName: "the holder's per MiB sent", baseline: median(relays.map(\.holderCPU)),
+                goal: "-"),
+            BenchResult(
+                scenario: "natlab: get of 20 MiB across the punched path, \(lineName), wall time",
+                figure: directGet, unit: "MiB/s", baselineName: "the lines' rate",
+                baseline: Double(lineRate) / 1_048_576, goal: "-"),
+            BenchResult(
+                scenario: "natlab: get of 20 MiB through a relay, \(lineName), wall time", figure: relayedGet,
+                unit: "MiB/s", baselineName: "the punched path's through the same lines", baseline: directGet,
+                goal: "≥ 0.8×"),
+        ]
+            + (turnOnLines.isEmpty
+                ? []
+                : [
+                    BenchResult(
+                        scenario: "natlab: get of 20 MiB through TURN (coturn), \(lineName), wall time",
+                        figure: turnGet,
                         unit: "MiB/s", baselineName: "the punched path's through the same lines", baseline: directGet,
-                        goal: "≥ 0.8×"),
-        ] + (turnOnLines.isEmpty ? [] : [
-            BenchResult(scenario: "natlab: get of 20 MiB through TURN (coturn), \(lineName), wall time", figure: turnGet,
-                        unit: "MiB/s", baselineName: "the punched path's through the same lines", baseline: directGet,
-                        goal: "≥ 0.8×"),
-        ])
+                        goal: "≥ 0.8×")
+                ])
     }
 
     static let relaySize = 20 << 20
@@ -164,13 +187,15 @@ enum NATLabScenario {
         var status = "relay status: -"
         if let relay = run.relay {
             let mib = { (bytes: Int?) in bytes.map { format(Double($0) / 1_048_576) } ?? "-" }
-            status = "relay budget \(mib(relay.budget)) MiB/s (measured \(mib(relay.measuredCapacity)) MiB/s), "
+            status =
+                "relay budget \(mib(relay.budget)) MiB/s (measured \(mib(relay.measuredCapacity)) MiB/s), "
                 + "dropped over it \(relay.droppedOverRate) of \(relay.forwardedDatagrams + relay.droppedOverRate), "
                 + "its own CPU measure \(relay.cpuMillisecondsPerMiB.map { format($0) } ?? "-") ms/MiB"
         }
-        return Relayed(relayed: run.pathTime, fetch: run.fetch.rate, get: run.fetch.getRate,
-                       relayCPU: run.cpu.public * 1000 / mebibytes, holderCPU: run.cpu.holder * 1000 / mebibytes,
-                       relayStatus: status)
+        return Relayed(
+            relayed: run.pathTime, fetch: run.fetch.rate, get: run.fetch.getRate,
+            relayCPU: run.cpu.public * 1000 / mebibytes, holderCPU: run.cpu.holder * 1000 / mebibytes,
+            relayStatus: status)
     }
 
     static func oneRun(lab: NATLab, file: String, size: Int) async throws -> (punch: Double, fetch: Fetch) {
@@ -185,14 +210,19 @@ enum NATLabScenario {
     ///
     /// With `turn`, P relays nothing and the homes use that TURN server: `path` is then `TURN`,
     /// a member reached at an address on the server.
-    static func pairRun(lab: NATLab, file: String, size: Int, path: String, turn: LabCoturn? = nil) async throws
-        -> (pathTime: Double, fetch: Fetch, cpu: (public: Double, holder: Double), relay: StatusReport.RelayInfo?) {
+    static func pairRun(
+        lab: NATLab, file: String, size: Int, path: String, turn: LabCoturn? = nil
+    ) async throws
+        -> (pathTime: Double, fetch: Fetch, cpu: (public: Double, holder: Double), relay: StatusReport.RelayInfo?)
+    {
         if NATLab.conntrackCommand != nil { for home in lab.homes.indices { _ = try? lab.flushConntrack(home: home) } }
         var nodes: [NodeProcess] = []
         defer { TransferScenario.stop(nodes) }
         func start(_ name: String, on host: NATLab.Host, invite: String?, lazy: Bool) throws -> NodeProcess {
             var extra: [String] = []
-            if let turn { extra = host == .publicHost(0) ? ["--no-relay"] : ["--turn", turn.turnURL, "--stun", turn.endpoint] }
+            if let turn {
+                extra = host == .publicHost(0) ? ["--no-relay"] : ["--turn", turn.turnURL, "--stun", turn.endpoint]
+            }
             let node = try startNode(name, on: host, in: lab, invite: invite, lazy: lazy, extra: extra)
             nodes.append(node)
             return node
@@ -221,15 +251,17 @@ enum NATLabScenario {
         let output = h1.dataDirectory + "/fetched.bin"
         let cpuBefore = (ProcessStats.cpuSeconds(p.pid), ProcessStats.cpuSeconds(h0.pid))
         let getStarted = ContinuousClock.now
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", h1.dataDirectory, id, "--output", output],
-                                                   timeout: .seconds(300))
+        let get = try await NodeProcess.runCommand(
+            ["get", "--data-dir", h1.dataDirectory, id, "--output", output],
+            timeout: .seconds(300))
         let getSeconds = (ContinuousClock.now - getStarted).seconds
         let cpu = (ProcessStats.cpuSeconds(p.pid) - cpuBefore.0, ProcessStats.cpuSeconds(h0.pid) - cpuBefore.1)
         guard get.status == 0 else { throw NodeProcessError.exited(status: get.status, stderr: get.stderr) }
         // A relayed pair is introduced again now and then (5, 10, 20… s apart): while its punch
         // rounds run its path says `punching`, but everything still goes through the relay.
         func stillOnPath(_ node: NodeProcess, _ other: String) -> Bool {
-            guard let member = try? TransferScenario.client(node).status().members.first(where: { $0.name == other }) else {
+            guard let member = try? TransferScenario.client(node).status().members.first(where: { $0.name == other })
+            else {
                 return false
             }
             return isOnPath(member) || (path == "relayed" && member.relay != nil)
@@ -239,12 +271,15 @@ enum NATLabScenario {
                 ((try? TransferScenario.client(node).status().members.map { "\($0.name): \($0.path)" }) ?? [])
                     .joined(separator: ", ")
             }
-            throw NodeProcessError.timeout("the path was no longer \(path) after the get (h0 sees \(paths[0]); "
-                                           + "h1 sees \(paths[1]))")
+            throw NodeProcessError.timeout(
+                "the path was no longer \(path) after the get (h0 sees \(paths[0]); "
+                    + "h1 sees \(paths[1]))")
         }
         var fetch = Fetch(getRate: Double(size) / 1_048_576 / max(getSeconds, 1e-3))
-        if let line = try? await h1.waitForLine(prefix: "", timeout: .seconds(5), onStderr: true, containing: " fetched"),
-           let seconds = TransferScenario.field("seconds", in: line), seconds > 0 {
+        if let line = try? await h1.waitForLine(
+            prefix: "", timeout: .seconds(5), onStderr: true, containing: " fetched"),
+            let seconds = TransferScenario.field("seconds", in: line), seconds > 0
+        {
             fetch.rate = Double(size) / 1_048_576 / seconds
             fetch.secondHalf = TransferScenario.field("secondHalfMiBps", in: line) ?? 0
         }
@@ -267,14 +302,17 @@ enum NATLabScenario {
         destination.sin_family = sa_family_t(AF_INET)
         destination.sin_port = rawPort.bigEndian
         inet_pton(AF_INET, lab.homes[1].publicAddress, &destination.sin_addr)
-        let result = RawUDPTransfer.run(bytes: size, datagramSize: 1472, sender: sender, receiver: receiver,
-                                        destination: destination)
+        let result = RawUDPTransfer.run(
+            bytes: size, datagramSize: 1472, sender: sender, receiver: receiver,
+            destination: destination)
         return result.mebibytesPerSecond
     }
 
     /// A release `groupmesh run` inside `host`, at the lab's port, logging its fetches.
-    static func startNode(_ name: String, on host: NATLab.Host, in lab: NATLab, invite: String?, lazy: Bool,
-                          extra: [String] = []) throws -> NodeProcess {
+    static func startNode(
+        _ name: String, on host: NATLab.Host, in lab: NATLab, invite: String?, lazy: Bool,
+        extra: [String] = []
+    ) throws -> NodeProcess {
         var arguments = ["run", "--listen", "0.0.0.0:\(port)", "--name", name, "--log-level", "info"] + extra
         if let invite { arguments += ["--invite", invite] }
         if lazy { arguments.append("--lazy") }

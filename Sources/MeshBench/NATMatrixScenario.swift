@@ -48,9 +48,12 @@ enum NATMatrixScenario {
         }
         var outcomes: [Outcome] = []
         // `NATMATRIX_KINDS=1,5` runs the pairs of those kinds only (numbered from 0, as listed).
-        let chosen = ProcessInfo.processInfo.environment["NATMATRIX_KINDS"].map { text in
-            text.split(separator: ",").compactMap { Int($0) }.filter { kinds.indices.contains($0) }.map { kinds[$0] }
-        } ?? kinds
+        let chosen =
+            ProcessInfo.processInfo.environment["NATMATRIX_KINDS"].map { text in
+                text.split(separator: ",").compactMap { Int($0) }.filter { kinds.indices.contains($0) }.map {
+                    kinds[$0]
+                }
+            } ?? kinds
         let pairs = chosen.indices.flatMap { i in chosen.indices.filter { $0 >= i }.map { (chosen[i], chosen[$0]) } }
         for (first, second) in quick ? Array(pairs.prefix(3)) : pairs {
             let outcome: Outcome
@@ -58,48 +61,65 @@ enum NATMatrixScenario {
                 outcome = try await pair(first, second)
             } catch {
                 print("  \(first) × \(second): \(error)")
-                outcome = Outcome(first: first, second: second, path: "unreachable", seconds: nil, settled: "unreachable")
+                outcome = Outcome(
+                    first: first, second: second, path: "unreachable", seconds: nil, settled: "unreachable")
             }
             outcomes.append(outcome)
-            print("  \(first) × \(second): \(outcome.path)"
-                  + (outcome.seconds.map { ", first acknowledged message \(BenchReport.format($0)) s after the later start" } ?? "")
-                  + (outcome.path != outcome.settled && !outcome.settled.isEmpty
-                     ? "; then \(outcome.settled)" + (outcome.directAfter.map { " \(BenchReport.format($0)) s after the later start" } ?? " after 60 s")
-                     : ""))
+            print(
+                "  \(first) × \(second): \(outcome.path)"
+                    + (outcome.seconds.map {
+                        ", first acknowledged message \(BenchReport.format($0)) s after the later start"
+                    } ?? "")
+                    + (outcome.path != outcome.settled && !outcome.settled.isEmpty
+                        ? "; then \(outcome.settled)"
+                            + (outcome.directAfter.map { " \(BenchReport.format($0)) s after the later start" }
+                                ?? " after 60 s")
+                        : ""))
         }
         // The pairs the goal speaks of: either side maps a port, or at least one is not symmetric
         // (a symmetric NAT against an endpoint-independent one is met by a birthday round).
-        let eligible = outcomes.filter { $0.first.portMapping || $0.second.portMapping
-            || $0.first.mapping != .symmetric || $0.second.mapping != .symmetric }
+        let eligible = outcomes.filter {
+            $0.first.portMapping || $0.second.portMapping
+                || $0.first.mapping != .symmetric || $0.second.mapping != .symmetric
+        }
         let direct = eligible.filter { $0.settled == "direct" || $0.settled == "punched" }
         let times = outcomes.compactMap(\.seconds).sorted()
         let three = try await threeHomes()
-        print("  three homes behind mapping routers, no public member: first message between the joiners "
-              + "\(BenchReport.format(three.firstMessage)) s after the last start; get of 20 MiB \(BenchReport.format(three.get)) s "
-              + "(\(BenchReport.format(20 / max(three.get, 1e-3))) MiB/s)")
+        print(
+            "  three homes behind mapping routers, no public member: first message between the joiners "
+                + "\(BenchReport.format(three.firstMessage)) s after the last start; get of 20 MiB \(BenchReport.format(three.get)) s "
+                + "(\(BenchReport.format(20 / max(three.get, 1e-3))) MiB/s)")
         return [
-            BenchResult(scenario: "natmatrix: three homes behind mapping routers, no public member: last start → first message between the two joiners",
-                        figure: three.firstMessage, unit: "s", baselineName: "goal", baseline: 2, goal: "≤ 2 s"),
-            BenchResult(scenario: "natmatrix: three homes: get of 20 MiB from the first home at the third, wall time",
-                        figure: 20 / max(three.get, 1e-3), unit: "MiB/s", baselineName: "-", baseline: 0, goal: "-"),
-            BenchResult(scenario: "natmatrix: pairs of home routers where one maps or one is not symmetric, "
-                            + "direct within 60 s",
-                        figure: Double(direct.count), unit: "pairs", baselineName: "such pairs", baseline: Double(eligible.count),
-                        goal: "≥ 95%"),
-            BenchResult(scenario: "natmatrix: every pair, a message acknowledged (any path)",
-                        figure: Double(outcomes.filter { $0.seconds != nil }.count), unit: "pairs", baselineName: "pairs",
-                        baseline: Double(outcomes.count), goal: "all"),
-            BenchResult(scenario: "natmatrix: later start → first acknowledged message (median over the pairs)",
-                        figure: times.isEmpty ? 0 : times[times.count / 2], unit: "s", baselineName: "slowest pair",
-                        baseline: times.last ?? 0, goal: "≤ 2 s"),
+            BenchResult(
+                scenario:
+                    "natmatrix: three homes behind mapping routers, no public member: last start → first message between the two joiners",
+                figure: three.firstMessage, unit: "s", baselineName: "goal", baseline: 2, goal: "≤ 2 s"),
+            BenchResult(
+                scenario: "natmatrix: three homes: get of 20 MiB from the first home at the third, wall time",
+                figure: 20 / max(three.get, 1e-3), unit: "MiB/s", baselineName: "-", baseline: 0, goal: "-"),
+            BenchResult(
+                scenario: "natmatrix: pairs of home routers where one maps or one is not symmetric, "
+                    + "direct within 60 s",
+                figure: Double(direct.count), unit: "pairs", baselineName: "such pairs",
+                baseline: Double(eligible.count),
+                goal: "≥ 95%"),
+            BenchResult(
+                scenario: "natmatrix: every pair, a message acknowledged (any path)",
+                figure: Double(outcomes.filter { $0.seconds != nil }.count), unit: "pairs", baselineName: "pairs",
+                baseline: Double(outcomes.count), goal: "all"),
+            BenchResult(
+                scenario: "natmatrix: later start → first acknowledged message (median over the pairs)",
+                figure: times.isEmpty ? 0 : times[times.count / 2], unit: "s", baselineName: "slowest pair",
+                baseline: times.last ?? 0, goal: "≤ 2 s"),
         ]
     }
 
     /// One pair of homes, fresh routers and nodes.
     static func pair(_ first: RouterKind, _ second: RouterKind) async throws -> Outcome {
-        let lab = try NATLab(publicHosts: 1, homes: [first.mapping, second.mapping],
-                             routerInputFirewalls: [first.inputFirewall, second.inputFirewall],
-                             carrierNAT: [first.carrier, second.carrier])
+        let lab = try NATLab(
+            publicHosts: 1, homes: [first.mapping, second.mapping],
+            routerInputFirewalls: [first.inputFirewall, second.inputFirewall],
+            carrierNAT: [first.carrier, second.carrier])
         defer { lab.tearDown() }
         let coturn = try await LabCoturn(lab: lab, publicHost: 0)
         defer { coturn.stop() }
@@ -111,8 +131,10 @@ enum NATMatrixScenario {
         var nodes: [NodeProcess] = []
         defer { TransferScenario.stop(nodes) }
         func start(_ name: String, home: Int, invite: String?) throws -> NodeProcess {
-            var arguments = ["run", "--listen", "0.0.0.0:7946", "--name", name, "--print-invite",
-                             "--stun", coturn.endpoint, "--turn", coturn.turnURL]
+            var arguments = [
+                "run", "--listen", "0.0.0.0:7946", "--name", name, "--print-invite",
+                "--stun", coturn.endpoint, "--turn", coturn.turnURL,
+            ]
             if let invite { arguments += ["--invite", invite] }
             let node = try NodeProcess(arguments, launcher: lab.launcher(.home(home)))
             nodes.append(node)
@@ -131,7 +153,9 @@ enum NATMatrixScenario {
         try await Task.sleep(for: .seconds(5))
         let order = ["direct", "punched", "relayed", "TURN", "unreachable"]
         func worst() async throws -> String {
-            let views = [try await path(of: "h1", at: h0, coturn: coturn), try await path(of: "h0", at: h1, coturn: coturn)]
+            let views = [
+                try await path(of: "h1", at: h0, coturn: coturn), try await path(of: "h0", at: h1, coturn: coturn),
+            ]
             return views.max { (order.firstIndex(of: $0) ?? 4) < (order.firstIndex(of: $1) ?? 4) } ?? "unreachable"
         }
         var outcome = Outcome(first: first, second: second, path: try await worst(), seconds: acknowledged)
@@ -141,7 +165,9 @@ enum NATMatrixScenario {
             try await Task.sleep(for: .seconds(1))
             outcome.settled = try await worst()
         }
-        if outcome.settled == "direct" || outcome.settled == "punched" { outcome.directAfter = seconds(ContinuousClock.now - started) }
+        if outcome.settled == "direct" || outcome.settled == "punched" {
+            outcome.directAfter = seconds(ContinuousClock.now - started)
+        }
         return outcome
     }
 
@@ -179,21 +205,30 @@ enum NATMatrixScenario {
             (try? TransferScenario.client(h2).status().attachments.contains { $0.id == id }) ?? false
         }
         let getStarted = ContinuousClock.now
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", h2.dataDirectory, id, "--output",
-                                                    h2.dataDirectory + "/got.bin"], timeout: .seconds(300))
+        let get = try await NodeProcess.runCommand(
+            [
+                "get", "--data-dir", h2.dataDirectory, id, "--output",
+                h2.dataDirectory + "/got.bin",
+            ], timeout: .seconds(300))
         guard get.status == 0 else { throw NodeProcessError.exited(status: get.status, stderr: get.stderr) }
         return (firstMessage, seconds(ContinuousClock.now - getStarted))
     }
 
     /// Sends from `sender` to the member named `receiver` until one send is acknowledged (at most
     /// 45 s): how long after `since` that was, or nil.
-    static func firstAcknowledged(from sender: NodeProcess, to receiver: String, since started: ContinuousClock.Instant)
-        async throws -> Double? {
+    static func firstAcknowledged(
+        from sender: NodeProcess, to receiver: String, since started: ContinuousClock.Instant
+    )
+        async throws -> Double?
+    {
         let deadline = ContinuousClock.now + .seconds(45)
         while ContinuousClock.now < deadline {
-            let sent = try await NodeProcess.runCommand(["send", "--data-dir", sender.dataDirectory, "--to", receiver, "hello"],
-                                                        timeout: .seconds(15))
-            if sent.status == 0, sent.stderr.contains("sent to 1 member") { return seconds(ContinuousClock.now - started) }
+            let sent = try await NodeProcess.runCommand(
+                ["send", "--data-dir", sender.dataDirectory, "--to", receiver, "hello"],
+                timeout: .seconds(15))
+            if sent.status == 0, sent.stderr.contains("sent to 1 member") {
+                return seconds(ContinuousClock.now - started)
+            }
             try await Task.sleep(for: .milliseconds(100))
         }
         return nil

@@ -22,11 +22,13 @@ enum ProcessMeshScenario {
         let settings = MembershipSettings.lan
         let floor = settings.suspicionTimeouts(memberCount: count).minimum
         return [
-            BenchResult(scenario: "\(count) processes: SIGKILL seen dead by all", figure: median(detections),
-                        unit: "s", baselineName: "lan suspicion minimum", baseline: floor.milliseconds / 1000,
-                        goal: "≤ 5 s"),
-            BenchResult(scenario: "\(count) processes: CPU per idle node", figure: median(idleCPU),
-                        unit: "% of a core", baselineName: "a node alone", baseline: median(aloneCPU), goal: "-"),
+            BenchResult(
+                scenario: "\(count) processes: SIGKILL seen dead by all", figure: median(detections),
+                unit: "s", baselineName: "lan suspicion minimum", baseline: floor.milliseconds / 1000,
+                goal: "≤ 5 s"),
+            BenchResult(
+                scenario: "\(count) processes: CPU per idle node", figure: median(idleCPU),
+                unit: "% of a core", baselineName: "a node alone", baseline: median(aloneCPU), goal: "-"),
         ]
     }
 
@@ -65,7 +67,8 @@ enum ProcessMeshScenario {
             let counts = aliveCounts()
             let lagging = counts.enumerated().filter { $0.element != count }
                 .map { "node \($0.offset) (\(nodes[$0.offset].dataDirectory)): \($0.element) alive" }
-            throw NodeProcessError.timeout("mesh formation of \(count) within 120 s; \(lagging.joined(separator: "; "))")
+            throw NodeProcessError.timeout(
+                "mesh formation of \(count) within 120 s; \(lagging.joined(separator: "; "))")
         }
         let idle = try await cpuPercent(of: nodes, over: .seconds(5))
 

@@ -1,7 +1,7 @@
 import Foundation
 import Synchronization
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The baseline for transfers: `bytes` sent from one socket to another on loopback in datagrams
@@ -29,14 +29,17 @@ enum RawUDPTransfer {
         _ = withUnsafeMutablePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(receiver, $0, &length) }
         }
-        return run(bytes: total, datagramSize: datagramSize, offload: offload, window: window, sender: sender,
-                   receiver: receiver, destination: address)
+        return run(
+            bytes: total, datagramSize: datagramSize, offload: offload, window: window, sender: sender,
+            receiver: receiver, destination: address)
     }
 
     /// The same between two sockets the caller made and closes (`sender` sends to `destination`,
     /// where `receiver` gets it: through NATs, say); the sockets get the same setup.
-    static func run(bytes total: Int, datagramSize: Int, offload: Bool = true, window: Int = 2 << 20,
-                    sender: Int32, receiver: Int32, destination: sockaddr_in) -> Result {
+    static func run(
+        bytes total: Int, datagramSize: Int, offload: Bool = true, window: Int = 2 << 20,
+        sender: Int32, receiver: Int32, destination: sockaddr_in
+    ) -> Result {
         var buffer: Int32 = 4 << 20, on: Int32 = 1, segment = Int32(datagramSize)
         setsockopt(receiver, SOL_SOCKET, SO_RCVBUF, &buffer, 4)
         setsockopt(sender, SOL_SOCKET, SO_SNDBUF, &buffer, 4)
@@ -91,10 +94,13 @@ enum RawUDPTransfer {
         }
         done.wait()
         let received = outcome.received
-        guard let first = outcome.first, let last = outcome.last, last > first else { return Result(mebibytesPerSecond: 0, lossPercent: 100) }
+        guard let first = outcome.first, let last = outcome.last, last > first else {
+            return Result(mebibytesPerSecond: 0, lossPercent: 100)
+        }
         let elapsed = last - first
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        return Result(mebibytesPerSecond: Double(received) / 1_048_576 / seconds,
-                      lossPercent: 100 * Double(total - received) / Double(total))
+        return Result(
+            mebibytesPerSecond: Double(received) / 1_048_576 / seconds,
+            lossPercent: 100 * Double(total - received) / Double(total))
     }
 }

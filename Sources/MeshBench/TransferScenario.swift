@@ -21,12 +21,14 @@ enum TransferScenario {
         let baseline = median(raw.map(\.mebibytesPerSecond))
         let rawName = "raw UDP, same datagrams and socket setup"
         // For scale: the same without GSO/GRO, one datagram per system call each way.
-        let plain = median((0..<runs).map { _ in
-            RawUDPTransfer.run(bytes: size, datagramSize: datagramSize, offload: false).mebibytesPerSecond
-        })
+        let plain = median(
+            (0..<runs).map { _ in
+                RawUDPTransfer.run(bytes: size, datagramSize: datagramSize, offload: false).mebibytesPerSecond
+            })
         var results: [BenchResult] = [
-            BenchResult(scenario: "raw UDP, \(datagramSize) B datagrams, no GSO/GRO", figure: plain, unit: "MiB/s",
-                        baselineName: "with GSO/GRO", baseline: baseline, goal: "-"),
+            BenchResult(
+                scenario: "raw UDP, \(datagramSize) B datagrams, no GSO/GRO", figure: plain, unit: "MiB/s",
+                baselineName: "with GSO/GRO", baseline: baseline, goal: "-")
         ]
         var cleanRate = 0.0
         var diskRates: [Double] = []
@@ -39,43 +41,62 @@ enum TransferScenario {
             }
             let rate = median(outcomes.map(\.rate))
             if holders == 3 { cleanRate = rate }
-            results.append(BenchResult(scenario: "late joiner, \(holders) holder\(holders == 1 ? "" : "s"), \(mib) MiB",
-                                       figure: rate, unit: "MiB/s", baselineName: rawName, baseline: baseline,
-                                       goal: holders == 1 ? "≥ 150 MiB/s" : "≥ 200 MiB/s"))
+            results.append(
+                BenchResult(
+                    scenario: "late joiner, \(holders) holder\(holders == 1 ? "" : "s"), \(mib) MiB",
+                    figure: rate, unit: "MiB/s", baselineName: rawName, baseline: baseline,
+                    goal: holders == 1 ? "≥ 150 MiB/s" : "≥ 200 MiB/s"))
             if holders == 3 {
                 // What a user sees: the `get` command from start to the file in place (written and
                 // synced, data dirs on disk), beside the fetch alone.
-                results.append(BenchResult(scenario: "late joiner, 3 holders: get wall time", figure: median(outcomes.map(\.getRate)),
-                                           unit: "MiB/s", baselineName: "the fetch alone", baseline: rate,
-                                           goal: "≥ 200 MiB/s"))
-                results.append(BenchResult(scenario: "disk under the data dirs: what a get writes (the file twice), synced",
-                                           figure: median(diskRates), unit: "MiB/s", baselineName: "get wall time",
-                                           baseline: median(outcomes.map(\.getRate)), goal: "-"))
-                results.append(BenchResult(scenario: "late joiner: datagram size in use", figure: median(outcomes.map(\.datagramSize)),
-                                           unit: "B", baselineName: "what every path carries", baseline: 1200,
-                                           goal: "8972 on loopback"))
-                results.append(BenchResult(scenario: "late joiner: peak memory above idle", figure: median(outcomes.map(\.joinerPeak)),
-                                           unit: "MiB", baselineName: "idle resident size",
-                                           baseline: median(outcomes.map(\.joinerIdle)), goal: "≤ 64 MiB"))
-                results.append(BenchResult(scenario: "holders: peak memory above idle (largest)", figure: median(outcomes.map(\.holderPeak)),
-                                           unit: "MiB", baselineName: "idle resident size",
-                                           baseline: median(outcomes.map(\.holderIdle)), goal: "≤ 64 MiB"))
+                results.append(
+                    BenchResult(
+                        scenario: "late joiner, 3 holders: get wall time", figure: median(outcomes.map(\.getRate)),
+                        unit: "MiB/s", baselineName: "the fetch alone", baseline: rate,
+                        goal: "≥ 200 MiB/s"))
+                results.append(
+                    BenchResult(
+                        scenario: "disk under the data dirs: what a get writes (the file twice), synced",
+                        figure: median(diskRates), unit: "MiB/s", baselineName: "get wall time",
+                        baseline: median(outcomes.map(\.getRate)), goal: "-"))
+                results.append(
+                    BenchResult(
+                        scenario: "late joiner: datagram size in use", figure: median(outcomes.map(\.datagramSize)),
+                        unit: "B", baselineName: "what every path carries", baseline: 1200,
+                        goal: "8972 on loopback"))
+                results.append(
+                    BenchResult(
+                        scenario: "late joiner: peak memory above idle", figure: median(outcomes.map(\.joinerPeak)),
+                        unit: "MiB", baselineName: "idle resident size",
+                        baseline: median(outcomes.map(\.joinerIdle)), goal: "≤ 64 MiB"))
+                results.append(
+                    BenchResult(
+                        scenario: "holders: peak memory above idle (largest)",
+                        figure: median(outcomes.map(\.holderPeak)),
+                        unit: "MiB", baselineName: "idle resident size",
+                        baseline: median(outcomes.map(\.holderIdle)), goal: "≤ 64 MiB"))
             }
         }
         var lossy: [LateJoin] = []
         for _ in 0..<runs { lossy.append(try await lateJoiner(holders: 3, file: file, size: size, loss: 0.05)) }
-        results.append(BenchResult(scenario: "late joiner, 3 holders, 5% loss", figure: median(lossy.map(\.rate)),
-                                   unit: "MiB/s", baselineName: "the same without loss", baseline: cleanRate,
-                                   goal: "no stall"))
+        results.append(
+            BenchResult(
+                scenario: "late joiner, 3 holders, 5% loss", figure: median(lossy.map(\.rate)),
+                unit: "MiB/s", baselineName: "the same without loss", baseline: cleanRate,
+                goal: "no stall"))
         // Each node on a host of its own: veth links to a bridge instead of loopback (root only).
         if NamespaceLab.isAvailable {
             let lab = try NamespaceLab(hostCount: 4)
             defer { lab.tearDown() }
             var hosted: [LateJoin] = []
-            for _ in 0..<runs { hosted.append(try await lateJoiner(holders: 3, file: file, size: size, loss: 0, lab: lab)) }
-            results.append(BenchResult(scenario: "late joiner, 3 holders, each on its own host (namespaces)",
-                                       figure: median(hosted.map(\.rate)), unit: "MiB/s",
-                                       baselineName: "the same on loopback", baseline: cleanRate, goal: "-"))
+            for _ in 0..<runs {
+                hosted.append(try await lateJoiner(holders: 3, file: file, size: size, loss: 0, lab: lab))
+            }
+            results.append(
+                BenchResult(
+                    scenario: "late joiner, 3 holders, each on its own host (namespaces)",
+                    figure: median(hosted.map(\.rate)), unit: "MiB/s",
+                    baselineName: "the same on loopback", baseline: cleanRate, goal: "-"))
         } else {
             print("late joiner across network namespaces: \(NamespaceLab.unavailableReason ?? "unavailable")")
         }
@@ -85,13 +106,17 @@ enum TransferScenario {
         try writeRandomFile(fanFile, size: fanSize, using: &generator)
         var fans: [(seconds: Double, ratio: Double)] = []
         for _ in 0..<(quick ? 1 : 2) { fans.append(try await fanOut(members: 10, file: fanFile, size: fanSize)) }
-        results.append(BenchResult(scenario: "upload of \(fanSize >> 20) MiB to a mesh of 10: uploader sent ÷ size",
-                                   figure: median(fans.map(\.ratio)), unit: "×", baselineName: "every byte once",
-                                   baseline: 1, goal: "≤ 1.05"))
-        results.append(BenchResult(scenario: "upload of \(fanSize >> 20) MiB to a mesh of 10: until all hold it",
-                                   figure: median(fans.map(\.seconds)), unit: "s",
-                                   baselineName: "9 copies at the raw UDP rate",
-                                   baseline: Double(9 * fanSize) / 1_048_576 / baseline, goal: "-"))
+        results.append(
+            BenchResult(
+                scenario: "upload of \(fanSize >> 20) MiB to a mesh of 10: uploader sent ÷ size",
+                figure: median(fans.map(\.ratio)), unit: "×", baselineName: "every byte once",
+                baseline: 1, goal: "≤ 1.05"))
+        results.append(
+            BenchResult(
+                scenario: "upload of \(fanSize >> 20) MiB to a mesh of 10: until all hold it",
+                figure: median(fans.map(\.seconds)), unit: "s",
+                baselineName: "9 copies at the raw UDP rate",
+                baseline: Double(9 * fanSize) / 1_048_576 / baseline, goal: "-"))
         return results
     }
 
@@ -105,7 +130,8 @@ enum TransferScenario {
         for name in ["store", "output"] {
             let path = directory + "/" + name
             guard FileManager.default.createFile(atPath: path, contents: nil),
-                  let handle = FileHandle(forWritingAtPath: path) else {
+                let handle = FileHandle(forWritingAtPath: path)
+            else {
                 throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
             }
             defer { try? handle.close() }
@@ -130,13 +156,16 @@ enum TransferScenario {
     /// Holders get the file (one attaches, the others replicate it); then a `--lazy` node joins
     /// and `get`s it. The rate is the joiner's own figure for the fetch (from want to last chunk
     /// verified and written), read from its "fetched" log line.
-    static func lateJoiner(holders: Int, file: String, size: Int, loss: Double, lab: NamespaceLab? = nil) async throws -> LateJoin {
+    static func lateJoiner(
+        holders: Int, file: String, size: Int, loss: Double, lab: NamespaceLab? = nil
+    ) async throws -> LateJoin {
         var nodes: [NodeProcess] = []
         defer { stop(nodes) }
         // On loopback, or node N on host N of the lab (the joiner on the last).
         func start(_ index: Int, _ arguments: [String]) throws -> NodeProcess {
             guard let lab else { return try NodeProcess(["run", "--listen", "127.0.0.1:0"] + arguments) }
-            return try NodeProcess(["run", "--listen", "\(lab.addresses[index]):0"] + arguments, launcher: lab.launcher(index))
+            return try NodeProcess(
+                ["run", "--listen", "\(lab.addresses[index]):0"] + arguments, launcher: lab.launcher(index))
         }
         let first = try start(0, [])
         nodes.append(first)
@@ -161,18 +190,25 @@ enum TransferScenario {
         let joinerIdle = ProcessStats.memory(joiner.pid).resident
         ProcessStats.resetPeak(joiner.pid)
         let getStart = ContinuousClock.now
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, id,
-                                                    "--output", joiner.dataDirectory + "/out.bin"], timeout: .seconds(300))
+        let get = try await NodeProcess.runCommand(
+            [
+                "get", "--data-dir", joiner.dataDirectory, id,
+                "--output", joiner.dataDirectory + "/out.bin",
+            ], timeout: .seconds(300))
         let getSeconds = (ContinuousClock.now - getStart).milliseconds / 1000
         guard get.status == 0 else { throw NodeProcessError.exited(status: get.status, stderr: get.stderr) }
         let datagramSize = (try? client(joiner).status().members.compactMap(\.datagramSize).max()) ?? 0
-        let line = try await joiner.waitForLine(prefix: "", timeout: .seconds(5), onStderr: true, containing: " fetched")
-        guard let seconds = field("seconds", in: line) else { throw NodeProcessError.timeout("no fetch time in: \(line)") }
+        let line = try await joiner.waitForLine(
+            prefix: "", timeout: .seconds(5), onStderr: true, containing: " fetched")
+        guard let seconds = field("seconds", in: line) else {
+            throw NodeProcessError.timeout("no fetch time in: \(line)")
+        }
         let holderPeaks = zip(nodes.prefix(holders), holderIdle).map { ProcessStats.memory($0.pid).peak - $1 }
-        return LateJoin(rate: Double(size) / 1_048_576 / seconds, getRate: Double(size) / 1_048_576 / getSeconds,
-                        datagramSize: Double(datagramSize),
-                        joinerPeak: ProcessStats.memory(joiner.pid).peak - joinerIdle, joinerIdle: joinerIdle,
-                        holderPeak: holderPeaks.max() ?? 0, holderIdle: holderIdle.max() ?? 0)
+        return LateJoin(
+            rate: Double(size) / 1_048_576 / seconds, getRate: Double(size) / 1_048_576 / getSeconds,
+            datagramSize: Double(datagramSize),
+            joinerPeak: ProcessStats.memory(joiner.pid).peak - joinerIdle, joinerIdle: joinerIdle,
+            holderPeak: holderPeaks.max() ?? 0, holderIdle: holderIdle.max() ?? 0)
     }
 
     /// One member attaches; the other nine replicate it. How much chunk payload the uploader
@@ -196,16 +232,20 @@ enum TransferScenario {
     // MARK: helpers
 
     static func attach(_ file: String, on node: NodeProcess) async throws -> String {
-        let result = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, file], timeout: .seconds(120))
+        let result = try await NodeProcess.runCommand(
+            ["attach", "--data-dir", node.dataDirectory, file], timeout: .seconds(120))
         guard result.status == 0 else { throw NodeProcessError.exited(status: result.status, stderr: result.stderr) }
         return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    static func client(_ node: NodeProcess) -> ControlClient { ControlClient(directory: DataDirectory(path: node.dataDirectory)) }
+    static func client(_ node: NodeProcess) -> ControlClient {
+        ControlClient(directory: DataDirectory(path: node.dataDirectory))
+    }
 
     static func holdsWhole(_ id: String, _ node: NodeProcess) -> Bool {
         guard let status = try? client(node).status(),
-              let entry = status.attachments.first(where: { $0.id == id }) else { return false }
+            let entry = status.attachments.first(where: { $0.id == id })
+        else { return false }
         return entry.chunksHave == entry.chunks
     }
 
@@ -216,7 +256,6 @@ enum TransferScenario {
             try? FileManager.default.removeItem(atPath: node.dataDirectory)
         }
     }
-
 
     static func field(_ name: String, in line: String) -> Double? {
         line.split(separator: " ").first { $0.hasPrefix(name + "=") }.flatMap { Double($0.dropFirst(name.count + 1)) }

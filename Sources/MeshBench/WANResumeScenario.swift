@@ -15,8 +15,10 @@ import MeshTestKit
 extension WANScenario {
     struct ResumeRound { var fresh50 = 0.0, fresh100 = 0.0, same50 = 0.0, same100 = 0.0, cubic50 = 0.0, cubic100 = 0.0 }
 
-    static func resumeRounds(directory: String, tools: Tools, quick: Bool,
-                             using generator: inout SystemRandomNumberGenerator) async throws -> [BenchResult] {
+    static func resumeRounds(
+        directory: String, tools: Tools, quick: Bool,
+        using generator: inout SystemRandomNumberGenerator
+    ) async throws -> [BenchResult] {
         let sizes = [8 << 20, quick ? 16 << 20 : 50 << 20, quick ? 32 << 20 : 100 << 20]
         let files = sizes.indices.map { directory + "/resume\($0).bin" }
         for (file, size) in zip(files, sizes) { try writeRandomFile(file, size: size, using: &generator) }
@@ -35,26 +37,31 @@ extension WANScenario {
             (outcome.same50, outcome.same100) = (same[1], same[2])
             outcome.cubic50 = try await tools.tcpDownload(bytes: sizes[1], timeout: .seconds(60))
             outcome.cubic100 = try await tools.tcpDownload(bytes: sizes[2], timeout: .seconds(60))
-            print("  get wall time, MiB/s: fresh \(format(outcome.fresh50)) (50), \(format(outcome.fresh100)) (100); "
-                  + "same joiner after 8 MiB \(format(same[0])): \(format(outcome.same50)) (50), "
-                  + "\(format(outcome.same100)) (100); "
-                  + "CUBIC \(format(outcome.cubic50)) (50), \(format(outcome.cubic100)) (100)")
+            print(
+                "  get wall time, MiB/s: fresh \(format(outcome.fresh50)) (50), \(format(outcome.fresh100)) (100); "
+                    + "same joiner after 8 MiB \(format(same[0])): \(format(outcome.same50)) (50), "
+                    + "\(format(outcome.same100)) (100); "
+                    + "CUBIC \(format(outcome.cubic50)) (50), \(format(outcome.cubic100)) (100)")
             rounds.append(outcome)
         }
         let n = rounds.count
-        func row(_ name: String, _ get: KeyPath<ResumeRound, Double>, _ cubic: KeyPath<ResumeRound, Double>,
-                 goal: String) -> BenchResult {
+        func row(
+            _ name: String, _ get: KeyPath<ResumeRound, Double>, _ cubic: KeyPath<ResumeRound, Double>,
+            goal: String
+        ) -> BenchResult {
             let median = medianRound(rounds) { $0[keyPath: get] / max($0[keyPath: cubic], 1e-9) }
-            return BenchResult(scenario: "wan resume (50 ms RTT): " + name + ", get wall time (median of \(n) rounds)",
-                               figure: median[keyPath: get], unit: "MiB/s",
-                               baselineName: "one CUBIC TCP flow moving the same bytes, same round",
-                               baseline: median[keyPath: cubic], goal: goal)
+            return BenchResult(
+                scenario: "wan resume (50 ms RTT): " + name + ", get wall time (median of \(n) rounds)",
+                figure: median[keyPath: get], unit: "MiB/s",
+                baselineName: "one CUBIC TCP flow moving the same bytes, same round",
+                baseline: median[keyPath: cubic], goal: goal)
         }
         return [
             row("\(sizes[1] >> 20) MiB, fresh joiner", \.fresh50, \.cubic50, goal: "-"),
             row("\(sizes[2] >> 20) MiB, fresh joiner", \.fresh100, \.cubic100, goal: "-"),
             row("\(sizes[1] >> 20) MiB, same joiner after 8 MiB", \.same50, \.cubic50, goal: "≥ 1.5×"),
-            row("\(sizes[2] >> 20) MiB, same joiner after 8 MiB and \(sizes[1] >> 20)", \.same100, \.cubic100,
+            row(
+                "\(sizes[2] >> 20) MiB, same joiner after 8 MiB and \(sizes[1] >> 20)", \.same100, \.cubic100,
                 goal: "≥ 1.3×"),
         ]
     }
@@ -62,8 +69,11 @@ extension WANScenario {
     /// Starts a lazy joiner on host 3 and `get`s `ids` one after another: each get's wall time as
     /// MiB/s.
     static func timedGets(mesh: Holders, ids: [String], sizes: [Int], tools: Tools) async throws -> [Double] {
-        let joiner = try NodeProcess(["run", "--listen", "\(tools.lab.addresses[3]):0", "--invite", mesh.invite,
-                                      "--lazy", "--log-level", "info"], launcher: tools.lab.launcher(3))
+        let joiner = try NodeProcess(
+            [
+                "run", "--listen", "\(tools.lab.addresses[3]):0", "--invite", mesh.invite,
+                "--lazy", "--log-level", "info",
+            ], launcher: tools.lab.launcher(3))
         defer { TransferScenario.stop([joiner]) }
         try await (mesh.nodes + [joiner]).waitForMesh(alive: 4)
         try await waitUntil("the joiner lists the attachments", timeout: .seconds(30)) {
@@ -72,8 +82,12 @@ extension WANScenario {
         var rates: [Double] = []
         for (index, (id, size)) in zip(ids, sizes).enumerated() {
             let start = Date().timeIntervalSinceReferenceDate
-            let get = try ChildProcess(executable: NodeProcess.executable, arguments: [
-                "get", "--data-dir", joiner.dataDirectory, id, "--output", joiner.dataDirectory + "/out\(index).bin"])
+            let get = try ChildProcess(
+                executable: NodeProcess.executable,
+                arguments: [
+                    "get", "--data-dir", joiner.dataDirectory, id, "--output",
+                    joiner.dataDirectory + "/out\(index).bin",
+                ])
             defer { if get.isRunning { get.signal(SIGKILL); _ = get.waitUntilExit() } }
             let deadline = ContinuousClock.now + .seconds(120)
             while get.terminationStatus == nil, ContinuousClock.now < deadline {

@@ -56,8 +56,10 @@ enum WANScenario {
             print("wan: \(reason)")
             return []
         }
-        guard let iperf = ["/usr/bin/iperf3", "/usr/local/bin/iperf3", "/bin/iperf3"]
-            .first(where: { FileManager.default.isExecutableFile(atPath: $0) }) else {
+        guard
+            let iperf = ["/usr/bin/iperf3", "/usr/local/bin/iperf3", "/bin/iperf3"]
+                .first(where: { FileManager.default.isExecutableFile(atPath: $0) })
+        else {
             print("wan: needs iperf3 (make deps installs it as root); skipped")
             return []
         }
@@ -69,7 +71,9 @@ enum WANScenario {
         var generator = SystemRandomNumberGenerator()
         var results: [BenchResult] = []
         // WAN_ONLY=fiftyMs,home50 runs some profiles only (while tuning one).
-        let only = ProcessInfo.processInfo.environment["WAN_ONLY"].map { Set($0.split(separator: ",").map(String.init)) }
+        let only = ProcessInfo.processInfo.environment["WAN_ONLY"].map {
+            Set($0.split(separator: ",").map(String.init))
+        }
         func wanted(_ name: String) -> Bool { only?.contains(name) ?? true }
 
         // 1 and 2: an uncapped 50 ms path, without and with 1% random loss, in rounds: one fetch
@@ -83,50 +87,80 @@ enum WANScenario {
             var rounds: [(clean: Uncapped, lossy: Uncapped, twin: Uncapped)] = []
             for round in 1...roundCount(quick: quick) {
                 print("wan fiftyMs and fiftyMsLossy: round \(round)")
-                let clean = try await uncapped(.fiftyMs, name: "fiftyMs", file: big, size: bigSize, tools: tools, rawBaseline: true)
-                let lossy = wanted("fiftyMsLossy")
-                    ? try await uncapped(.fiftyMsLossy, name: "fiftyMsLossy", file: big, size: bigSize, tools: tools, rawBaseline: false)
+                let clean = try await uncapped(
+                    .fiftyMs, name: "fiftyMs", file: big, size: bigSize, tools: tools, rawBaseline: true)
+                let lossy =
+                    wanted("fiftyMsLossy")
+                    ? try await uncapped(
+                        .fiftyMsLossy, name: "fiftyMsLossy", file: big, size: bigSize, tools: tools, rawBaseline: false)
                     : Uncapped()
                 // The lossy link hands the joiner every packet on its own (the emulator cuts the holders'
                 // GSO batches to drop single packets), where the clean one passes the batches whole: its
                 // loss-free twin cuts them too, so that loss is all that differs.
-                let twin = wanted("fiftyMsLossy")
-                    ? try await uncapped(.fiftyMsSegmented, name: "fiftyMsSegmented", file: big, size: bigSize, tools: tools, rawBaseline: false)
+                let twin =
+                    wanted("fiftyMsLossy")
+                    ? try await uncapped(
+                        .fiftyMsSegmented, name: "fiftyMsSegmented", file: big, size: bigSize, tools: tools,
+                        rawBaseline: false)
                     : Uncapped()
                 rounds.append((clean, lossy, twin))
             }
             try? FileManager.default.removeItem(atPath: big)
             let mib = bigSize >> 20
-            let reached = medianRound(rounds) { $0.clean.secondHalfRate }, lowest = rounds.min { $0.clean.secondHalfRate < $1.clean.secondHalfRate } ?? reached
+            let reached = medianRound(rounds) { $0.clean.secondHalfRate },
+                lowest = rounds.min { $0.clean.secondHalfRate < $1.clean.secondHalfRate } ?? reached
             let whole = medianRound(rounds) { $0.clean.fetchRate }
             let wall = medianRound(rounds) { $0.clean.getRate / max($0.clean.fetchRate, 1e-9) }
-            func lossRatio(_ round: (clean: Uncapped, lossy: Uncapped, twin: Uncapped)) -> Double { round.lossy.fetchRate / max(round.twin.fetchRate, 1e-9) }
-            let lossy = medianRound(rounds, by: lossRatio), lossyLowest = rounds.min { lossRatio($0) < lossRatio($1) } ?? lossy
+            func lossRatio(_ round: (clean: Uncapped, lossy: Uncapped, twin: Uncapped)) -> Double {
+                round.lossy.fetchRate / max(round.twin.fetchRate, 1e-9)
+            }
+            let lossy = medianRound(rounds, by: lossRatio),
+                lossyLowest = rounds.min { lossRatio($0) < lossRatio($1) } ?? lossy
             let n = rounds.count
-            print("wan fiftyMs rounds: rate reached \(rounds.map { format($0.clean.secondHalfRate) }.joined(separator: ", ")) MiB/s; raw UDP \(rounds.map { format($0.clean.rawUDP) }.joined(separator: ", "))\(wanted("fiftyMsLossy") ? "; lossy ÷ twin " + rounds.map { format(lossRatio($0)) }.joined(separator: ", ") : "")")
+            print(
+                "wan fiftyMs rounds: rate reached \(rounds.map { format($0.clean.secondHalfRate) }.joined(separator: ", ")) MiB/s; raw UDP \(rounds.map { format($0.clean.rawUDP) }.joined(separator: ", "))\(wanted("fiftyMsLossy") ? "; lossy ÷ twin " + rounds.map { format(lossRatio($0)) }.joined(separator: ", ") : "")"
+            )
             results += [
-                BenchResult(scenario: "wan fiftyMs (50 ms RTT): late joiner's fetch of \(mib) MiB from 3 holders, the rate reached (its second half), median of \(n) rounds",
-                            figure: reached.clean.secondHalfRate, unit: "MiB/s", baselineName: "raw UDP (iperf3 -u) through the same link, same round",
-                            baseline: reached.clean.rawUDP, goal: "≥ 120 MiB/s, ≥ 0.8× raw"),
-                BenchResult(scenario: "wan fiftyMs: the rate reached, the lowest of \(n) rounds",
-                            figure: lowest.clean.secondHalfRate, unit: "MiB/s", baselineName: "raw UDP, same round",
-                            baseline: lowest.clean.rawUDP, goal: "-"),
-                BenchResult(scenario: "wan fiftyMs: the whole fetch, slow start included (median round)",
-                            figure: whole.clean.fetchRate, unit: "MiB/s", baselineName: "raw UDP (iperf3 -u) through the same link",
-                            baseline: whole.clean.rawUDP, goal: "-"),
-                BenchResult(scenario: "wan fiftyMs: get wall time (median round)", figure: wall.clean.getRate, unit: "MiB/s",
-                            baselineName: "the fetch alone", baseline: wall.clean.fetchRate, goal: "-"),
-                BenchResult(scenario: "wan fiftyMs: datagram size in use", figure: rounds.map(\.clean.datagramSize).min() ?? 0, unit: "B",
-                            baselineName: "the veth's 1500 B MTU", baseline: 1472, goal: "1472"),
-                BenchResult(scenario: "wan fiftyMsLossy (50 ms, 1% loss each way): fetch rate, median of \(n) rounds", figure: lossy.lossy.fetchRate,
-                            unit: "MiB/s", baselineName: "its twin without loss (packets cut the same way), same round",
-                            baseline: lossy.twin.fetchRate, goal: "≥ 0.8×"),
-                BenchResult(scenario: "wan fiftyMsLossy: fetch rate, the lowest of \(n) rounds (÷ its twin)", figure: lossyLowest.lossy.fetchRate,
-                            unit: "MiB/s", baselineName: "its twin, same round", baseline: lossyLowest.twin.fetchRate, goal: "-"),
-                BenchResult(scenario: "wan fiftyMsLossy: fetch rate (median round)", figure: lossy.lossy.fetchRate,
-                            unit: "MiB/s", baselineName: "fiftyMs (no loss, GSO batches passed whole), same round", baseline: lossy.clean.fetchRate, goal: "-"),
-                BenchResult(scenario: "wan fiftyMsLossy: holders' bytes ÷ file, the most of \(n) rounds", figure: rounds.map(\.lossy.holderRatio).max() ?? 0, unit: "×",
-                            baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
+                BenchResult(
+                    scenario:
+                        "wan fiftyMs (50 ms RTT): late joiner's fetch of \(mib) MiB from 3 holders, the rate reached (its second half), median of \(n) rounds",
+                    figure: reached.clean.secondHalfRate, unit: "MiB/s",
+                    baselineName: "raw UDP (iperf3 -u) through the same link, same round",
+                    baseline: reached.clean.rawUDP, goal: "≥ 120 MiB/s, ≥ 0.8× raw"),
+                BenchResult(
+                    scenario: "wan fiftyMs: the rate reached, the lowest of \(n) rounds",
+                    figure: lowest.clean.secondHalfRate, unit: "MiB/s", baselineName: "raw UDP, same round",
+                    baseline: lowest.clean.rawUDP, goal: "-"),
+                BenchResult(
+                    scenario: "wan fiftyMs: the whole fetch, slow start included (median round)",
+                    figure: whole.clean.fetchRate, unit: "MiB/s",
+                    baselineName: "raw UDP (iperf3 -u) through the same link",
+                    baseline: whole.clean.rawUDP, goal: "-"),
+                BenchResult(
+                    scenario: "wan fiftyMs: get wall time (median round)", figure: wall.clean.getRate, unit: "MiB/s",
+                    baselineName: "the fetch alone", baseline: wall.clean.fetchRate, goal: "-"),
+                BenchResult(
+                    scenario: "wan fiftyMs: datagram size in use", figure: rounds.map(\.clean.datagramSize).min() ?? 0,
+                    unit: "B",
+                    baselineName: "the veth's 1500 B MTU", baseline: 1472, goal: "1472"),
+                BenchResult(
+                    scenario: "wan fiftyMsLossy (50 ms, 1% loss each way): fetch rate, median of \(n) rounds",
+                    figure: lossy.lossy.fetchRate,
+                    unit: "MiB/s", baselineName: "its twin without loss (packets cut the same way), same round",
+                    baseline: lossy.twin.fetchRate, goal: "≥ 0.8×"),
+                BenchResult(
+                    scenario: "wan fiftyMsLossy: fetch rate, the lowest of \(n) rounds (÷ its twin)",
+                    figure: lossyLowest.lossy.fetchRate,
+                    unit: "MiB/s", baselineName: "its twin, same round", baseline: lossyLowest.twin.fetchRate, goal: "-"
+                ),
+                BenchResult(
+                    scenario: "wan fiftyMsLossy: fetch rate (median round)", figure: lossy.lossy.fetchRate,
+                    unit: "MiB/s", baselineName: "fiftyMs (no loss, GSO batches passed whole), same round",
+                    baseline: lossy.clean.fetchRate, goal: "-"),
+                BenchResult(
+                    scenario: "wan fiftyMsLossy: holders' bytes ÷ file, the most of \(n) rounds",
+                    figure: rounds.map(\.lossy.holderRatio).max() ?? 0, unit: "×",
+                    baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
             ]
         }
 
@@ -153,7 +187,9 @@ enum WANScenario {
 
     /// Rounds of the uncapped fetches and of each `get` beside CUBIC: WAN_ROUNDS, else 3 (1 quick).
     static func roundCount(quick: Bool) -> Int {
-        if let text = ProcessInfo.processInfo.environment["WAN_ROUNDS"], let rounds = Int(text), rounds >= 1 { return min(rounds, 20) }
+        if let text = ProcessInfo.processInfo.environment["WAN_ROUNDS"], let rounds = Int(text), rounds >= 1 {
+            return min(rounds, 20)
+        }
         return quick ? 1 : 3
     }
 
@@ -171,10 +207,14 @@ enum WANScenario {
 
     // MARK: - uncapped
 
-    struct Uncapped { var fetchRate = 0.0, secondHalfRate = 0.0, getRate = 0.0, rawUDP = 0.0, datagramSize = 0.0, holderRatio = 0.0 }
+    struct Uncapped {
+        var fetchRate = 0.0, secondHalfRate = 0.0, getRate = 0.0, rawUDP = 0.0, datagramSize = 0.0, holderRatio = 0.0
+    }
 
-    static func uncapped(_ profile: WANLink.Profile, name: String, file: String, size: Int, tools: Tools,
-                         rawBaseline: Bool) async throws -> Uncapped {
+    static func uncapped(
+        _ profile: WANLink.Profile, name: String, file: String, size: Int, tools: Tools,
+        rawBaseline: Bool
+    ) async throws -> Uncapped {
         print("wan \(name): \(profile)")
         var outcome = Uncapped()
         let mesh = try await Holders(lab: tools.lab, file: file)
@@ -183,7 +223,9 @@ enum WANScenario {
         defer { link.tearDown() }
         if rawBaseline {
             outcome.rawUDP = try await tools.rawUDP(seconds: 4)
-            print("  raw UDP through the link (iperf3 -u -l 1472, host 0 → 3): \(String(format: "%.1f", outcome.rawUDP)) MiB/s")
+            print(
+                "  raw UDP through the link (iperf3 -u -l 1472, host 0 → 3): \(String(format: "%.1f", outcome.rawUDP)) MiB/s"
+            )
         }
         let fetch = try await fetchThrough(mesh: mesh, mode: .get, size: size, tools: tools, timeout: .seconds(150))
         outcome.fetchRate = fetch.fetchRate
@@ -192,16 +234,19 @@ enum WANScenario {
         outcome.datagramSize = fetch.datagramSize
         outcome.holderRatio = fetch.holderRatio
         link.tearDown()
-        print("  fetch \(format(fetch.fetchRate)) MiB/s (its second half \(format(fetch.secondHalfRate))), get wall time \(format(fetch.getRate)) MiB/s, datagrams \(Int(fetch.datagramSize)) B, holders sent \(format(fetch.holderRatio))× the file; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary); emulator late \(late(link))")
+        print(
+            "  fetch \(format(fetch.fetchRate)) MiB/s (its second half \(format(fetch.secondHalfRate))), get wall time \(format(fetch.getRate)) MiB/s, datagrams \(Int(fetch.datagramSize)) B, holders sent \(format(fetch.holderRatio))× the file; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary); emulator late \(late(link))"
+        )
         if let summary = link.emulatorSummary { print("  \(summary)") }
         return outcome
     }
 
     // MARK: - capped
 
-    static func cappedLine(_ line: CappedProfile, file: String, tools: Tools, quick: Bool) async throws -> [BenchResult] {
+    static func cappedLine(_ line: CappedProfile, file: String, tools: Tools, quick: Bool) async throws -> [BenchResult]
+    {
         guard let rateMbit = line.profile.rateMbit else { return [] }
-        let cap = rateMbit * 1e6 / 8   // bytes per second
+        let cap = rateMbit * 1e6 / 8  // bytes per second
         print("wan \(line.name): \(line.profile)")
         let link = try WANLink(lab: tools.lab, host: 3, profile: line.profile)
         defer { link.tearDown() }
@@ -218,9 +263,12 @@ enum WANScenario {
         let alone = Competitor.bytes(in: aloneIntervals, from: warmUp, to: warmUp + aloneSeconds) / aloneSeconds
         let aloneDrops = after.dropShare(since: before)
         let aloneRoundTrip = alonePing.flatMap {
-            LinePing.summary($0.stop(), from: competitor.startedAt + warmUp, to: competitor.startedAt + warmUp + aloneSeconds)
+            LinePing.summary(
+                $0.stop(), from: competitor.startedAt + warmUp, to: competitor.startedAt + warmUp + aloneSeconds)
         }
-        print("  CUBIC alone: \(format(alone / 1_048_576)) MiB/s of \(format(cap / 1_048_576)) (\(format(alone / cap * 100))%), drops \(format(aloneDrops * 100))%\(pingText(aloneRoundTrip))")
+        print(
+            "  CUBIC alone: \(format(alone / 1_048_576)) MiB/s of \(format(cap / 1_048_576)) (\(format(alone / cap * 100))%), drops \(format(aloneDrops * 100))%\(pingText(aloneRoundTrip))"
+        )
 
         // Baseline for the get: what TCP itself gives a latecomer. A CUBIC download of the same
         // size starts beside a CUBIC download that filled the line first; its rate is the fair
@@ -231,7 +279,9 @@ enum WANScenario {
             defer { _ = incumbent.stop() }
             try await Task.sleep(for: .seconds(warmUp))
             latecomer = try await tools.tcpDownload(bytes: line.size, timeout: .seconds(80))
-            print("  CUBIC latecomer of \(line.size >> 20) MiB beside CUBIC: \(format(latecomer)) MiB/s (\(format(latecomer * 1_048_576 / cap * 100))% of the cap)")
+            print(
+                "  CUBIC latecomer of \(line.size >> 20) MiB beside CUBIC: \(format(latecomer)) MiB/s (\(format(latecomer * 1_048_576 / cap * 100))% of the cap)"
+            )
         }
 
         var results: [BenchResult] = []
@@ -243,16 +293,23 @@ enum WANScenario {
         func rows(prefix: String, fetch: Fetch, rounds: [Fetch], roundShown: String = "") -> [BenchResult] {
             let most = rounds.count > 1 ? ", the most of \(rounds.count) rounds" : ""
             return [
-                BenchResult(scenario: prefix + "fetch rate" + roundShown, figure: fetch.fetchRate, unit: "MiB/s",
-                            baselineName: "the cap", baseline: cap / 1_048_576, goal: "-"),
-                BenchResult(scenario: prefix + "packets dropped at the bottleneck" + most, figure: (rounds.map(\.dropShare).max() ?? 0) * 100,
-                            unit: "%", baselineName: "CUBIC alone", baseline: aloneDrops * 100, goal: "≤ 2%"),
-                BenchResult(scenario: prefix + "holders' bytes ÷ file" + most, figure: rounds.map(\.holderRatio).max() ?? 0, unit: "×",
-                            baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
+                BenchResult(
+                    scenario: prefix + "fetch rate" + roundShown, figure: fetch.fetchRate, unit: "MiB/s",
+                    baselineName: "the cap", baseline: cap / 1_048_576, goal: "-"),
+                BenchResult(
+                    scenario: prefix + "packets dropped at the bottleneck" + most,
+                    figure: (rounds.map(\.dropShare).max() ?? 0) * 100,
+                    unit: "%", baselineName: "CUBIC alone", baseline: aloneDrops * 100, goal: "≤ 2%"),
+                BenchResult(
+                    scenario: prefix + "holders' bytes ÷ file" + most, figure: rounds.map(\.holderRatio).max() ?? 0,
+                    unit: "×",
+                    baselineName: "every byte once", baseline: 1, goal: "≤ 1.1×"),
             ]
         }
         // WAN_MODES=get runs some of the fetches only (while tuning one).
-        let modes = ProcessInfo.processInfo.environment["WAN_MODES"].map { $0.split(separator: ",").compactMap { Mode(rawValue: String($0)) } }
+        let modes = ProcessInfo.processInfo.environment["WAN_MODES"].map {
+            $0.split(separator: ",").compactMap { Mode(rawValue: String($0)) }
+        }
         for mode in modes ?? [.alone, .replication, .get] {
             if mode == .alone {
                 let mesh = try await Holders(lab: tools.lab, file: file)
@@ -260,18 +317,25 @@ enum WANScenario {
                 // The line idle (the joiner starting) before the fetch, and loaded by it alone.
                 let ping = LinePing.start(lab: tools.lab)
                 if ping != nil { try await Task.sleep(for: .seconds(1)) }
-                let fetch = try await fetchThrough(mesh: mesh, mode: mode, size: line.size, tools: tools, timeout: .seconds(80))
+                let fetch = try await fetchThrough(
+                    mesh: mesh, mode: mode, size: line.size, tools: tools, timeout: .seconds(80))
                 let samples = ping?.stop() ?? []
                 let idle = LinePing.summary(samples, from: 0, to: fetch.window.start)
                 let loaded = LinePing.summary(samples, from: fetch.window.start, to: fetch.window.end)
                 let prefix = "wan \(line.name), get of \(mib) MiB alone: "
-                if !fetch.finished { print("  warning: the lone get did not finish within its bound; the rate is over what arrived") }
-                print("  get alone: fetch \(format(fetch.fetchRate)) MiB/s, get wall time \(format(fetch.getRate)), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×\(pingText(loaded)), idle line\(pingText(idle)); \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
+                if !fetch.finished {
+                    print("  warning: the lone get did not finish within its bound; the rate is over what arrived")
+                }
+                print(
+                    "  get alone: fetch \(format(fetch.fetchRate)) MiB/s, get wall time \(format(fetch.getRate)), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×\(pingText(loaded)), idle line\(pingText(idle)); \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)"
+                )
                 results += rows(prefix: prefix, fetch: fetch, rounds: [fetch])
                 if let loaded, let idle {
-                    results.append(BenchResult(scenario: prefix + "a ping's round trip through the line during the fetch (median)",
-                                               figure: loaded.median, unit: "ms", baselineName: "the idle line, just before",
-                                               baseline: idle.median, goal: "-"))
+                    results.append(
+                        BenchResult(
+                            scenario: prefix + "a ping's round trip through the line during the fetch (median)",
+                            figure: loaded.median, unit: "ms", baselineName: "the idle line, just before",
+                            baseline: idle.median, goal: "-"))
                 }
                 continue
             }
@@ -283,7 +347,9 @@ enum WANScenario {
             // CUBIC's share is judged as a share of the line).
             let roundsWanted = mode == .get || line.profile.lossPercent > 0 ? roundCount(quick: quick) : 1
             var rounds: [BesideCUBIC] = []
-            let steadyRate = replicationRates.isEmpty ? cap / 2 : replicationRates.reduce(0, +) / Double(replicationRates.count) * 1_048_576
+            let steadyRate =
+                replicationRates.isEmpty
+                ? cap / 2 : replicationRates.reduce(0, +) / Double(replicationRates.count) * 1_048_576
             // A ping's round trips beside CUBIC alone (just before each fetch) and beside the fetch, pooled.
             var pings: (alone: [LinePing.Sample], beside: [LinePing.Sample]) = ([], [])
             for _ in 1...roundsWanted {
@@ -303,9 +369,12 @@ enum WANScenario {
                     // iperf3's control connection can fail on this lossy line (a read that timed
                     // out): the round is left out, not the run.
                     do {
-                        let received = try await tools.iperfTest(["-R", "-u", "-b", "\(Int(steadyRate * 8))", "-l", "1472", "-t", "12"],
-                                                                 wrappedIn: ["timeout", "40"], timeout: .seconds(45))
-                        print("  steady UDP at \(format(steadyRate / 1_048_576)) MiB/s: \(format(received)) MiB/s received")
+                        let received = try await tools.iperfTest(
+                            ["-R", "-u", "-b", "\(Int(steadyRate * 8))", "-l", "1472", "-t", "12"],
+                            wrappedIn: ["timeout", "40"], timeout: .seconds(45))
+                        print(
+                            "  steady UDP at \(format(steadyRate / 1_048_576)) MiB/s: \(format(received)) MiB/s received"
+                        )
                     } catch {
                         print("  steady: round left out, iperf3 failed: \(error)")
                         _ = ping?.stop()
@@ -313,8 +382,9 @@ enum WANScenario {
                     }
                     fetch.window = (start, Date().timeIntervalSinceReferenceDate)
                 } else {
-                    fetch = try await fetchThrough(mesh: mesh, mode: mode, size: line.size, tools: tools,
-                                                   timeout: .seconds(mode == .replication ? 60 : 80))
+                    fetch = try await fetchThrough(
+                        mesh: mesh, mode: mode, size: line.size, tools: tools,
+                        timeout: .seconds(mode == .replication ? 60 : 80))
                 }
                 // Where loss holds CUBIC down, the same flow alone again after the fetch: its rate
                 // over 8 s moves by half from one window to the next (16.8% to 42.7% of home10 in
@@ -332,23 +402,37 @@ enum WANScenario {
                 let aloneFrom = competitor.startedAt + warmUp
                 pings.alone += samples.filter { $0.at >= aloneFrom && $0.at <= aloneFrom + aloneSeconds }
                 pings.beside += samples.filter { $0.at >= fetch.window.start && $0.at <= fetch.window.end }
-                let before = Competitor.bytes(in: intervals, from: warmUp, to: warmUp + aloneSeconds) / aloneSeconds / cap
+                let before =
+                    Competitor.bytes(in: intervals, from: warmUp, to: warmUp + aloneSeconds) / aloneSeconds / cap
                 let after = afterFrom.map {
-                    Competitor.bytes(in: intervals, from: $0 - competitor.startedAt, to: $0 - competitor.startedAt + aloneSeconds) / aloneSeconds / cap
+                    Competitor.bytes(
+                        in: intervals, from: $0 - competitor.startedAt, to: $0 - competitor.startedAt + aloneSeconds)
+                        / aloneSeconds / cap
                 }
                 let window = fetch.window
                 let seconds = window.end - window.start
-                let share = seconds > 0
-                    ? Competitor.bytes(in: intervals, from: window.start - competitor.startedAt, to: window.end - competitor.startedAt) / seconds / cap
+                let share =
+                    seconds > 0
+                    ? Competitor.bytes(
+                        in: intervals, from: window.start - competitor.startedAt, to: window.end - competitor.startedAt)
+                        / seconds / cap
                     : 0
-                if !fetch.finished { print("  warning: \(mode.rawValue) did not finish within its bound; the rate is over what arrived") }
-                print("  \(mode.rawValue): fetch \(format(fetch.fetchRate)) MiB/s over \(format(seconds)) s, competitor \(format(share * 100))% (\(format(before * 100))% alone just before\(after.map { ", \(format($0 * 100))% just after" } ?? ""))\(pingText(LinePing.summary(samples, from: window.start, to: window.end))) (alone\(pingText(LinePing.summary(samples, from: aloneFrom, to: aloneFrom + aloneSeconds)))), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)")
+                if !fetch.finished {
+                    print("  warning: \(mode.rawValue) did not finish within its bound; the rate is over what arrived")
+                }
+                print(
+                    "  \(mode.rawValue): fetch \(format(fetch.fetchRate)) MiB/s over \(format(seconds)) s, competitor \(format(share * 100))% (\(format(before * 100))% alone just before\(after.map { ", \(format($0 * 100))% just after" } ?? ""))\(pingText(LinePing.summary(samples, from: window.start, to: window.end))) (alone\(pingText(LinePing.summary(samples, from: aloneFrom, to: aloneFrom + aloneSeconds)))), drops \(format(fetch.dropShare * 100))% (\(fetch.drops.dropped) of \(fetch.drops.dropped + fetch.drops.sent) packets), holders sent \(format(fetch.holderRatio))×; \(fetch.cpuSummary); downlink: \(fetch.downlinkSummary)"
+                )
                 if ProcessInfo.processInfo.environment["WAN_PING_TRACE"] != nil {
                     // Beside the downlink's trace: the highest ping of each half second of the fetch.
                     let highest = LinePing.highest(samples, from: window.start, to: window.end, every: 0.5)
-                    print("  ping, highest per 0.5 s of the fetch (ms): \(highest.map { $0.map(format) ?? "-" }.joined(separator: " "))")
+                    print(
+                        "  ping, highest per 0.5 s of the fetch (ms): \(highest.map { $0.map(format) ?? "-" }.joined(separator: " "))"
+                    )
                     let first = samples.filter { $0.at >= window.start - 0.5 && $0.at < window.start + 3 }
-                    print("  ping, first 3 s (s from the fetch's start: ms): \(first.map { "\(format($0.at - window.start)):\(format($0.milliseconds))" }.joined(separator: " "))")
+                    print(
+                        "  ping, first 3 s (s from the fetch's start: ms): \(first.map { "\(format($0.at - window.start)):\(format($0.milliseconds))" }.joined(separator: " "))"
+                    )
                 }
                 var round = BesideCUBIC(fetch: fetch, share: share, alone: after.map { (before + $0) / 2 } ?? before)
                 if mode == .get, fetch.secondHalfSeconds > 0, fetch.fetchSeconds >= fetch.secondHalfSeconds {
@@ -359,17 +443,22 @@ enum WANScenario {
                     // and up to 20 ms of polling).
                     let later = fetch.secondHalfSeconds
                     let fetchEnd = window.start + fetch.fetchSeconds
-                    let competitorLater = Competitor.bytes(in: intervals, from: fetchEnd - later - competitor.startedAt,
-                                                           to: fetchEnd - competitor.startedAt) / later / cap
+                    let competitorLater =
+                        Competitor.bytes(
+                            in: intervals, from: fetchEnd - later - competitor.startedAt,
+                            to: fetchEnd - competitor.startedAt) / later / cap
                     let getLater = Double(line.size - line.size / 2) / later / cap
-                    print("  get, second half: \(format(getLater * 100))% of the cap, CUBIC \(format(competitorLater * 100))%")
+                    print(
+                        "  get, second half: \(format(getLater * 100))% of the cap, CUBIC \(format(competitorLater * 100))%"
+                    )
                     round.later = (getLater, competitorLater)
                 }
                 rounds.append(round)
             }
             let n = rounds.count
             let prefix = "wan \(line.name), \(mode.rawValue) of \(mib) MiB beside CUBIC: "
-            let before = "CUBIC alone, the same flow over the \(Int(aloneSeconds)) s before the joiner starts"
+            let before =
+                "CUBIC alone, the same flow over the \(Int(aloneSeconds)) s before the joiner starts"
                 + (line.profile.lossPercent > 0 ? " and after the fetch" : "")
             // CUBIC's share is judged on its mean over the rounds beside the mean of the same flow
             // alone before them, and after them on a lossy line (each round's share weighs the
@@ -378,41 +467,60 @@ enum WANScenario {
             // one round to the next, so one round's ratio is mostly its denominator's noise.
             // Judged as the goal is: against the same flow alone where loss holds it down, else
             // as a share of the line.
-            let mean = (share: rounds.map(\.share).reduce(0, +) / Double(n), alone: rounds.map(\.alone).reduce(0, +) / Double(n))
+            let mean = (
+                share: rounds.map(\.share).reduce(0, +) / Double(n), alone: rounds.map(\.alone).reduce(0, +) / Double(n)
+            )
             let shareGoal = competitorShareGoal(replication: mode == .replication, aloneShare: mean.alone)
             let judged: (BesideCUBIC) -> Double = shareGoal.againstAlone ? { $0.ofAlone } : { $0.share }
             // The fetch's own rows show one round: the median by what the goal judges.
             let shown = medianRound(rounds, by: judged)
             let of = n > 1 ? " (the median round of \(n) by CUBIC's share)" : ""
             if n > 1 {
-                print("  \(mode.rawValue) rounds: CUBIC's share \(rounds.map { format($0.share * 100) }.joined(separator: ", "))%, ÷ alone \(rounds.map { format($0.ofAlone) }.joined(separator: ", ")) (means: \(format(mean.share * 100))% ÷ \(format(mean.alone * 100))%); fetch \(rounds.map { format($0.fetch.fetchRate) }.joined(separator: ", ")) MiB/s")
+                print(
+                    "  \(mode.rawValue) rounds: CUBIC's share \(rounds.map { format($0.share * 100) }.joined(separator: ", "))%, ÷ alone \(rounds.map { format($0.ofAlone) }.joined(separator: ", ")) (means: \(format(mean.share * 100))% ÷ \(format(mean.alone * 100))%); fetch \(rounds.map { format($0.fetch.fetchRate) }.joined(separator: ", ")) MiB/s"
+                )
             }
             if mode == .replication { replicationRates += rounds.map(\.fetch.fetchRate) }
             // The controls' rounds are printed only: there is no fetch to judge.
             if mode == .nothing || mode == .steady { continue }
             results += rows(prefix: prefix, fetch: shown.fetch, rounds: rounds.map(\.fetch), roundShown: of)
-            results.append(BenchResult(scenario: prefix + "CUBIC competitor's share" + (n > 1 ? " (mean of \(n) rounds)" : ""),
-                                       figure: mean.share * 100, unit: "%",
-                                       baselineName: before + (n > 1 ? " (mean)" : ""), baseline: mean.alone * 100, goal: shareGoal.text))
+            results.append(
+                BenchResult(
+                    scenario: prefix + "CUBIC competitor's share" + (n > 1 ? " (mean of \(n) rounds)" : ""),
+                    figure: mean.share * 100, unit: "%",
+                    baselineName: before + (n > 1 ? " (mean)" : ""), baseline: mean.alone * 100, goal: shareGoal.text))
             if n > 1, let lowest = rounds.min(by: { judged($0) < judged($1) }) {
-                results.append(BenchResult(scenario: prefix + "CUBIC competitor's share, the lowest of \(n) rounds", figure: lowest.share * 100, unit: "%",
-                                           baselineName: before, baseline: lowest.alone * 100, goal: "-"))
+                results.append(
+                    BenchResult(
+                        scenario: prefix + "CUBIC competitor's share, the lowest of \(n) rounds",
+                        figure: lowest.share * 100, unit: "%",
+                        baselineName: before, baseline: lowest.alone * 100, goal: "-"))
             }
             if let beside = LinePing.summary(pings.beside, from: -.infinity, to: .infinity),
-               let alone = LinePing.summary(pings.alone, from: -.infinity, to: .infinity) {
-                print("  \(mode.rawValue) rounds: a ping's round trip beside the fetches\(pingText(beside)), beside CUBIC alone\(pingText(alone))")
-                results.append(BenchResult(scenario: prefix + "a ping's round trip through the line during the fetch (median of \(n == 1 ? "the round" : "all \(n) rounds"))",
-                                           figure: beside.median, unit: "ms", baselineName: "beside CUBIC alone, just before",
-                                           baseline: alone.median, goal: "-"))
+                let alone = LinePing.summary(pings.alone, from: -.infinity, to: .infinity)
+            {
+                print(
+                    "  \(mode.rawValue) rounds: a ping's round trip beside the fetches\(pingText(beside)), beside CUBIC alone\(pingText(alone))"
+                )
+                results.append(
+                    BenchResult(
+                        scenario: prefix
+                            + "a ping's round trip through the line during the fetch (median of \(n == 1 ? "the round" : "all \(n) rounds"))",
+                        figure: beside.median, unit: "ms", baselineName: "beside CUBIC alone, just before",
+                        baseline: alone.median, goal: "-"))
             }
             if mode == .get {
-                results.append(BenchResult(scenario: prefix + "get wall time" + of, figure: shown.fetch.getRate, unit: "MiB/s",
-                                           baselineName: "a CUBIC latecomer of the same size beside the same download",
-                                           baseline: latecomer, goal: "fair: about even"))
+                results.append(
+                    BenchResult(
+                        scenario: prefix + "get wall time" + of, figure: shown.fetch.getRate, unit: "MiB/s",
+                        baselineName: "a CUBIC latecomer of the same size beside the same download",
+                        baseline: latecomer, goal: "fair: about even"))
                 if let later = shown.later {
-                    results.append(BenchResult(scenario: prefix + "the get's share of the cap in its second half" + of,
-                                               figure: later.get * 100, unit: "%", baselineName: "CUBIC's, the same half",
-                                               baseline: later.competitor * 100, goal: "fair: about even"))
+                    results.append(
+                        BenchResult(
+                            scenario: prefix + "the get's share of the cap in its second half" + of,
+                            figure: later.get * 100, unit: "%", baselineName: "CUBIC's, the same half",
+                            baseline: later.competitor * 100, goal: "fair: about even"))
                 }
             }
         }
@@ -450,12 +558,16 @@ enum WANScenario {
 
     /// Starts the joiner on host 3 (lazy for `.get`, which it then runs; eager for `.replication`)
     /// and measures one fetch of the holders' attachment.
-    static func fetchThrough(mesh: Holders, mode: Mode, size: Int, tools: Tools, timeout: Duration) async throws -> Fetch {
+    static func fetchThrough(
+        mesh: Holders, mode: Mode, size: Int, tools: Tools, timeout: Duration
+    ) async throws -> Fetch {
         // WAN_JOINER_LOG=path: the joiner logs at debug level, written to path-<mode>-<unix time>
         // after each fetch (tuning; one file per fetch, so the twin does not overwrite the lossy one).
         let logPath = ProcessInfo.processInfo.environment["WAN_JOINER_LOG"]
-        var arguments = ["run", "--listen", "\(tools.lab.addresses[3]):0", "--invite", mesh.invite,
-                         "--log-level", logPath == nil ? "info" : "debug"]
+        var arguments = [
+            "run", "--listen", "\(tools.lab.addresses[3]):0", "--invite", mesh.invite,
+            "--log-level", logPath == nil ? "info" : "debug",
+        ]
         if mode.isGet { arguments.append("--lazy") }
         var outcome = Fetch()
         let sentBefore = mesh.payloadSent()
@@ -463,7 +575,13 @@ enum WANScenario {
         let tcBefore = try tools.bottleneck()
         let joiner = try NodeProcess(arguments, launcher: tools.lab.launcher(3))
         defer { TransferScenario.stop([joiner]) }
-        defer { if let logPath { try? joiner.stderr.write(toFile: "\(logPath)-\(mode)-\(Int(Date().timeIntervalSince1970))", atomically: false, encoding: .utf8) } }
+        defer {
+            if let logPath {
+                try? joiner.stderr.write(
+                    toFile: "\(logPath)-\(mode)-\(Int(Date().timeIntervalSince1970))", atomically: false,
+                    encoding: .utf8)
+            }
+        }
         var get: ChildProcess?
         defer { if let get, get.isRunning { get.signal(SIGKILL); _ = get.waitUntilExit() } }
         var getStart = 0.0
@@ -473,8 +591,11 @@ enum WANScenario {
                 (try? TransferScenario.client(joiner).status().attachments.map(\.id)) == [mesh.id]
             }
             getStart = Date().timeIntervalSinceReferenceDate
-            get = try ChildProcess(executable: NodeProcess.executable, arguments: [
-                "get", "--data-dir", joiner.dataDirectory, mesh.id, "--output", joiner.dataDirectory + "/out.bin"])
+            get = try ChildProcess(
+                executable: NodeProcess.executable,
+                arguments: [
+                    "get", "--data-dir", joiner.dataDirectory, mesh.id, "--output", joiner.dataDirectory + "/out.bin",
+                ])
         }
         // Until the fetch is done (the get exited, or the joiner holds it all), bounded; the
         // joiner's downlink sampled every half second meanwhile.
@@ -489,7 +610,9 @@ enum WANScenario {
                 if let downlink = status.downlink, downlink.priority == (mode.isGet ? "foreground" : "background") {
                     samples.append(downlink)
                 }
-                if let entry = status.attachments.first(where: { $0.id == mesh.id }) { (have, chunks) = (entry.chunksHave, entry.chunks) }
+                if let entry = status.attachments.first(where: { $0.id == mesh.id }) {
+                    (have, chunks) = (entry.chunksHave, entry.chunks)
+                }
             }
             if let get, let status = get.terminationStatus {
                 end = getExitedAt ?? Date().timeIntervalSinceReferenceDate
@@ -514,11 +637,15 @@ enum WANScenario {
         }
         let machineAfter = machineCPU()
         let cpu = zip(([joiner] + mesh.nodes).map { cpuSeconds($0.pid) }, cpuBefore).map { $0 - $1 }
-        let span = max(end - (getStart > 0 ? getStart : end - (ContinuousClock.now - joiner.startedAt).wallSeconds), 1e-3)
-        let busy = machineAfter.total > machineBefore.total
+        let span = max(
+            end - (getStart > 0 ? getStart : end - (ContinuousClock.now - joiner.startedAt).wallSeconds), 1e-3)
+        let busy =
+            machineAfter.total > machineBefore.total
             ? 1 - (machineAfter.idle - machineBefore.idle) / (machineAfter.total - machineBefore.total) : 0
-        outcome.cpuSummary = "CPU over the fetch: joiner \(format(cpu[0] / span * 100))% of a core, holders "
-            + cpu.dropFirst().map { "\(format($0 / span * 100))%" }.joined(separator: "/") + ", machine \(format(busy * 100))% busy"
+        outcome.cpuSummary =
+            "CPU over the fetch: joiner \(format(cpu[0] / span * 100))% of a core, holders "
+            + cpu.dropFirst().map { "\(format($0 / span * 100))%" }.joined(separator: "/")
+            + ", machine \(format(busy * 100))% busy"
         let tcAfter = try tools.bottleneck()
         outcome.drops = Bottleneck(sent: tcAfter.sent - tcBefore.sent, dropped: tcAfter.dropped - tcBefore.dropped)
         outcome.dropShare = tcAfter.dropShare(since: tcBefore)
@@ -528,10 +655,14 @@ enum WANScenario {
         let joinerStatus = try? TransferScenario.client(joiner).status()
         outcome.datagramSize = Double(joinerStatus?.members.compactMap(\.datagramSize).max() ?? 0)
         // Losses the joiner's own socket caused (its receive buffer overflowed), apart from the link's.
-        outcome.cpuSummary += "; joiner's socket dropped \(joinerStatus?.counters.kernelReceiveDrops.map(String.init) ?? "unknown")"
+        outcome.cpuSummary +=
+            "; joiner's socket dropped \(joinerStatus?.counters.kernelReceiveDrops.map(String.init) ?? "unknown")"
         outcome.downlinkSummary = summary(samples)
-        if outcome.finished, let line = try? await joiner.waitForLine(prefix: "", timeout: .seconds(5), onStderr: true, containing: " fetched"),
-           let seconds = TransferScenario.field("seconds", in: line), seconds > 0 {
+        if outcome.finished,
+            let line = try? await joiner.waitForLine(
+                prefix: "", timeout: .seconds(5), onStderr: true, containing: " fetched"),
+            let seconds = TransferScenario.field("seconds", in: line), seconds > 0
+        {
             outcome.fetchRate = Double(size) / 1_048_576 / seconds
             outcome.secondHalfRate = TransferScenario.field("secondHalfMiBps", in: line) ?? 0
             outcome.fetchSeconds = seconds
@@ -558,7 +689,8 @@ enum WANScenario {
         let delays = samples.map(\.queueingDelayMs)
         let competing = samples.filter(\.competing).count, slow = samples.filter(\.slowStart).count
         let priorities = Set(samples.map(\.priority)).sorted().joined(separator: "/")
-        return "\(samples.count) samples, \(priorities), rate median \(format(median(rates))) MiB/s (max \(format(rates.max() ?? 0))),"
+        return
+            "\(samples.count) samples, \(priorities), rate median \(format(median(rates))) MiB/s (max \(format(rates.max() ?? 0))),"
             + " queueing delay median \(format(median(delays))) ms (max \(format(delays.max() ?? 0)), target \(format(samples.last?.targetMs ?? 0))),"
             + " round trip \(format(samples.last?.roundTripMs ?? 0)) ms, slow start \(slow), competing \(competing),"
             + " loss backoffs \(samples.last?.lossBackoffs ?? 0), slowdown tests \(samples.last?.slowdowns ?? 0)"
@@ -573,7 +705,8 @@ enum WANScenario {
     /// A process's user + system time so far, in seconds (/proc/PID/stat; 0 if gone).
     static func cpuSeconds(_ pid: pid_t) -> Double {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = text.lastIndex(of: ")") else { return 0 }
+            let close = text.lastIndex(of: ")")
+        else { return 0 }
         let fields = text[text.index(after: close)...].split(separator: " ")
         // After the name: state is field 3, utime 14 and stime 15 (1-based) → 11 and 12 here.
         guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
@@ -583,7 +716,8 @@ enum WANScenario {
     /// The machine's idle and total CPU time (the first line of /proc/stat), in ticks.
     static func machineCPU() -> (idle: Double, total: Double) {
         guard let text = try? String(contentsOfFile: "/proc/stat", encoding: .utf8),
-              let line = text.split(separator: "\n").first else { return (0, 0) }
+            let line = text.split(separator: "\n").first
+        else { return (0, 0) }
         let values = line.split(separator: " ").dropFirst().compactMap { Double($0) }
         guard values.count >= 5 else { return (0, 0) }
         return (values[3] + values[4], values.reduce(0, +))
@@ -614,8 +748,10 @@ enum WANScenario {
                 nodes.append(first)
                 let invite = try await first.waitForLine(prefix: "invite:")
                 for index in 1..<3 {
-                    nodes.append(try NodeProcess(["run", "--listen", "\(lab.addresses[index]):0", "--invite", invite],
-                                                 launcher: lab.launcher(index)))
+                    nodes.append(
+                        try NodeProcess(
+                            ["run", "--listen", "\(lab.addresses[index]):0", "--invite", invite],
+                            launcher: lab.launcher(index)))
                 }
                 try await nodes.waitForMesh(alive: 3)
                 var ids: [String] = []
@@ -699,7 +835,9 @@ enum WANScenario {
 
         /// Bytes received between `from` and `to` (seconds since the test began), intervals
         /// partly inside counted in proportion.
-        static func bytes(in intervals: [(start: Double, end: Double, bytes: Double)], from: Double, to: Double) -> Double {
+        static func bytes(
+            in intervals: [(start: Double, end: Double, bytes: Double)], from: Double, to: Double
+        ) -> Double {
             intervals.reduce(0) { total, interval in
                 let overlap = min(interval.end, to) - max(interval.start, from)
                 guard overlap > 0, interval.end > interval.start else { return total }
@@ -714,9 +852,14 @@ enum WANScenario {
 
         /// The downlink tbf (the bridge's port toward host 3): `tc -s -j qdisc show`.
         func bottleneck() throws -> Bottleneck {
-            let shown = try ChildProcess.run(WANLink.ipPath, [
-                "netns", "exec", lab.bridgeNamespace, WANLink.tcPath, "-s", "-j", "qdisc", "show", "dev", lab.bridgePort(3)])
-            guard let array = try? JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [[String: Any]] else {
+            let shown = try ChildProcess.run(
+                WANLink.ipPath,
+                [
+                    "netns", "exec", lab.bridgeNamespace, WANLink.tcPath, "-s", "-j", "qdisc", "show", "dev",
+                    lab.bridgePort(3),
+                ])
+            guard let array = try? JSONSerialization.jsonObject(with: Data(shown.stdout.utf8)) as? [[String: Any]]
+            else {
                 return Bottleneck(sent: 0, dropped: 0)
             }
             let tbf = array.first { ($0["kind"] as? String) == "tbf" }
@@ -727,16 +870,24 @@ enum WANScenario {
         /// `seconds`; returns once the test began (bounded).
         func startCompetitor(seconds: Int) async throws -> Competitor {
             let port = "\(Int.random(in: 20_000...29_999))"
-            let server = try ChildProcess(executable: WANLink.ipPath, arguments: [
-                "netns", "exec", lab.hosts[0], iperf, "-s", "-1", "-p", port, "--forceflush"])
+            let server = try ChildProcess(
+                executable: WANLink.ipPath,
+                arguments: [
+                    "netns", "exec", lab.hosts[0], iperf, "-s", "-1", "-p", port, "--forceflush",
+                ])
             try await Task.sleep(for: .milliseconds(300))
-            let client = try ChildProcess(executable: WANLink.ipPath, arguments: [
-                "netns", "exec", lab.hosts[3], iperf, "-c", lab.addresses[0], "-p", port, "-R", "-C", "cubic",
-                "-t", "\(seconds)", "-i", "0.5", "-f", "m", "--forceflush"])
+            let client = try ChildProcess(
+                executable: WANLink.ipPath,
+                arguments: [
+                    "netns", "exec", lab.hosts[3], iperf, "-c", lab.addresses[0], "-p", port, "-R", "-C", "cubic",
+                    "-t", "\(seconds)", "-i", "0.5", "-f", "m", "--forceflush",
+                ])
             let competitor = { (start: Double) in Competitor(server: server, client: client, startedAt: start) }
             let deadline = ContinuousClock.now + .seconds(10)
             while ContinuousClock.now < deadline {
-                if client.standardOutput.contains("Reverse mode") { return competitor(Date().timeIntervalSinceReferenceDate) }
+                if client.standardOutput.contains("Reverse mode") {
+                    return competitor(Date().timeIntervalSinceReferenceDate)
+                }
                 if !client.isRunning { break }
                 try await Task.sleep(for: .milliseconds(10))
             }
@@ -753,18 +904,26 @@ enum WANScenario {
         /// One iperf3 test from host 0 to host 3 (a one-test server on host 0 on a port of its
         /// own, beside the competitor's; the client on host 3 with `options`), bounded by
         /// `timeout`: the receiver's rate in MiB/s.
-        func iperfTest(_ options: [String], wrappedIn wrapper: [String] = [], timeout: Duration) async throws -> Double {
+        func iperfTest(_ options: [String], wrappedIn wrapper: [String] = [], timeout: Duration) async throws -> Double
+        {
             let port = "\(Int.random(in: 30_000...39_999))"
-            let server = try ChildProcess(executable: WANLink.ipPath, arguments: [
-                "netns", "exec", lab.hosts[0], iperf, "-s", "-1", "-p", port])
+            let server = try ChildProcess(
+                executable: WANLink.ipPath,
+                arguments: [
+                    "netns", "exec", lab.hosts[0], iperf, "-s", "-1", "-p", port,
+                ])
             defer { if server.isRunning { server.signal(SIGKILL); _ = server.waitUntilExit() } }
             try await Task.sleep(for: .milliseconds(300))
-            let client = try ChildProcess(executable: WANLink.ipPath, arguments: ["netns", "exec", lab.hosts[3]] + wrapper
-                + [iperf, "-c", lab.addresses[0], "-p", port] + options + ["-f", "m"])
+            let client = try ChildProcess(
+                executable: WANLink.ipPath,
+                arguments: ["netns", "exec", lab.hosts[3]] + wrapper
+                    + [iperf, "-c", lab.addresses[0], "-p", port] + options + ["-f", "m"])
             defer { if client.isRunning { client.signal(SIGKILL); _ = client.waitUntilExit() } }
             let deadline = ContinuousClock.now + timeout
             while client.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
-            guard !client.isRunning else { throw NodeProcessError.timeout("iperf3 \(options.joined(separator: " ")) did not finish") }
+            guard !client.isRunning else {
+                throw NodeProcessError.timeout("iperf3 \(options.joined(separator: " ")) did not finish")
+            }
             _ = client.waitUntilExit()
             var waited = 0
             while !client.outputIsComplete && waited < 1000 { usleep(1000); waited += 1 }
@@ -774,12 +933,15 @@ enum WANScenario {
         /// The receiver's summary line of an iperf3 client run with `-f m`, in MiB/s.
         static func receiverRate(_ client: ChildProcess) throws -> Double {
             // `[  5]   0.00-4.00  sec  X MBytes  Y Mbits/sec  ...  receiver`
-            guard let line = client.standardOutput.split(separator: "\n").last(where: { $0.contains("receiver") }) else {
-                throw NodeProcessError.exited(status: client.terminationStatus ?? -1,
-                                              stderr: "iperf3: no receiver line: \(client.standardOutput) \(client.standardError)")
+            guard let line = client.standardOutput.split(separator: "\n").last(where: { $0.contains("receiver") })
+            else {
+                throw NodeProcessError.exited(
+                    status: client.terminationStatus ?? -1,
+                    stderr: "iperf3: no receiver line: \(client.standardOutput) \(client.standardError)")
             }
             let tokens = line.split(separator: " ").map(String.init)
-            guard let index = tokens.firstIndex(of: "Mbits/sec"), index >= 1, let megabits = Double(tokens[index - 1]) else {
+            guard let index = tokens.firstIndex(of: "Mbits/sec"), index >= 1, let megabits = Double(tokens[index - 1])
+            else {
                 throw NodeProcessError.exited(status: -1, stderr: "iperf3: cannot read \(line)")
             }
             return megabits * 1e6 / 8 / 1_048_576
@@ -788,8 +950,9 @@ enum WANScenario {
         /// Raw UDP from host 0 to host 3 through the link: iperf3 -u at 4 Gbit/s of 1,472-byte
         /// datagrams (what the node sends over veth), the receiver's rate in MiB/s.
         func rawUDP(seconds: Int) async throws -> Double {
-            try await iperfTest(["-R", "-u", "-b", "4G", "-l", "1472", "-w", "4M", "-t", "\(seconds)"],
-                            wrappedIn: ["timeout", "\(seconds + 20)"], timeout: .seconds(seconds + 25))
+            try await iperfTest(
+                ["-R", "-u", "-b", "4G", "-l", "1472", "-w", "4M", "-t", "\(seconds)"],
+                wrappedIn: ["timeout", "\(seconds + 20)"], timeout: .seconds(seconds + 25))
         }
     }
 }

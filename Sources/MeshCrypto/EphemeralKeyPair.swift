@@ -43,20 +43,24 @@ public struct PairwiseKeys: Sendable {
     /// key plays crypto_kx's client. Each kx key is then bound to the session with keyed BLAKE2b,
     /// so a peer's ephemeral key from another session yields nothing usable here.
     /// Returns nil when the peer's public key is malformed or a low-order point.
-    public static func derive(session: SessionSecret, local: EphemeralKeyPair, peerPublicKey: [UInt8],
-                              purpose: KeyPurpose = .pairwiseBinding) -> PairwiseKeys? {
+    public static func derive(
+        session: SessionSecret, local: EphemeralKeyPair, peerPublicKey: [UInt8],
+        purpose: KeyPurpose = .pairwiseBinding
+    ) -> PairwiseKeys? {
         Sodium.ensureInitialized()
         guard peerPublicKey.count == EphemeralKeyPair.byteCount, peerPublicKey != local.publicKey else { return nil }
         var rx = [UInt8](repeating: 0, count: Int(crypto_kx_SESSIONKEYBYTES))
         var tx = [UInt8](repeating: 0, count: Int(crypto_kx_SESSIONKEYBYTES))
         let isClient = local.publicKey.lexicographicallyPrecedes(peerPublicKey)
-        let status = isClient
+        let status =
+            isClient
             ? crypto_kx_client_session_keys(&rx, &tx, local.publicKey, local.secretKey, peerPublicKey)
             : crypto_kx_server_session_keys(&rx, &tx, local.publicKey, local.secretKey, peerPublicKey)
         guard status == 0 else { return nil }
         let binding = session.key(for: purpose)
-        return PairwiseKeys(sending: PacketSealer(unchecked: bind(tx, with: binding)),
-                            receiving: PacketSealer(unchecked: bind(rx, with: binding)))
+        return PairwiseKeys(
+            sending: PacketSealer(unchecked: bind(tx, with: binding)),
+            receiving: PacketSealer(unchecked: bind(rx, with: binding)))
     }
 
     private static func bind(_ key: [UInt8], with binding: [UInt8]) -> [UInt8] {

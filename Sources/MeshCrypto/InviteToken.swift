@@ -66,7 +66,8 @@ public struct InviteToken: Sendable, Equatable {
             addresses.append(length == 4 ? PeerAddress(ipv4: host, port: port) : PeerAddress(ipv6: host, port: port))
         }
         guard reader.isAtEnd else { throw .invite(.trailingBytes) }
-        self.init(secret: try! SessionSecret(bytes: secretBytes), addresses: addresses)  // safe: exactly 32 bytes were read
+        // safe: exactly 32 bytes were read
+        self.init(secret: try! SessionSecret(bytes: secretBytes), addresses: addresses)
     }
 }
 
@@ -170,7 +171,8 @@ extension String {
     func trimmingWhitespace() -> String {
         let scalars = unicodeScalars
         guard let first = scalars.firstIndex(where: { !$0.properties.isWhitespace }),
-              let last = scalars.lastIndex(where: { !$0.properties.isWhitespace }) else { return "" }
+            let last = scalars.lastIndex(where: { !$0.properties.isWhitespace })
+        else { return "" }
         return String(scalars[first...last])
     }
 }

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Secret key files: written whole to a temporary file created 0600, fsynced, renamed into
@@ -39,7 +39,8 @@ enum KeyFile {
         var buffer = [UInt8](repeating: 0, count: expectedCount + 1)
         var total = 0
         while total < buffer.count {
-            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) } // safe: non-empty
+            // safe: non-empty
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) }
             if n < 0 && errno == EINTR { continue }
             guard n >= 0 else { throw .keyFile(path: path, reason: errnoText()) }
             if n == 0 { break }
@@ -55,7 +56,8 @@ enum KeyFile {
         guard fd >= 0 else { throw .keyFile(path: path, reason: errnoText()) }
         var written = 0
         while written < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) } // safe: non-empty
+            // safe: non-empty
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + written, $0.count - written) }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else {
                 let reason = errnoText()

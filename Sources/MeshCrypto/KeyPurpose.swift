@@ -28,7 +28,7 @@ public enum KeyDerivation {
         let ctx = Array(context.utf8CString.prefix(8)) + [CChar](repeating: 0, count: max(0, 8 - context.utf8.count))
         var out = [UInt8](repeating: 0, count: length)
         _ = ctx.withUnsafeBufferPointer { ctxPtr in
-            crypto_kdf_derive_from_key(&out, length, subkeyID, ctxPtr.baseAddress!, masterKey) // safe: non-empty array
+            crypto_kdf_derive_from_key(&out, length, subkeyID, ctxPtr.baseAddress!, masterKey)  // safe: non-empty array
         }
         return out
     }

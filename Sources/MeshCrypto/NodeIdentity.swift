@@ -24,7 +24,8 @@ public struct NodeIdentity: Sendable {
     }
 
     public static func generate() -> NodeIdentity {
-        try! NodeIdentity(seed: SecureRandom.bytes(seedByteCount))  // safe: SecureRandom returns exactly the requested count
+        // safe: SecureRandom returns exactly the requested count
+        try! NodeIdentity(seed: SecureRandom.bytes(seedByteCount))
     }
 
     public var nodeID: NodeID { publicKey.nodeID }
@@ -32,8 +33,9 @@ public struct NodeIdentity: Sendable {
     public func sign(_ message: [UInt8]) -> [UInt8] {
         var signature = [UInt8](repeating: 0, count: Self.signatureByteCount)
         message.withUnsafeBytes { bytes in
-            _ = crypto_sign_detached(&signature, nil, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self),
-                                     UInt64(bytes.count), secretKey)
+            _ = crypto_sign_detached(
+                &signature, nil, bytes.baseAddress?.assumingMemoryBound(to: UInt8.self),
+                UInt64(bytes.count), secretKey)
         }
         return signature
     }
@@ -69,9 +71,10 @@ public struct PublicSigningKey: Hashable, Sendable {
         return signature.withUnsafeBytes { sig in
             guard sig.count == NodeIdentity.signatureByteCount else { return false }
             return message.withUnsafeBytes { msg in
-                crypto_sign_verify_detached(sig.baseAddress!.assumingMemoryBound(to: UInt8.self), // safe: count checked
-                                            msg.baseAddress?.assumingMemoryBound(to: UInt8.self),
-                                            UInt64(msg.count), bytes) == 0
+                crypto_sign_verify_detached(
+                    sig.baseAddress!.assumingMemoryBound(to: UInt8.self),  // safe: count checked
+                    msg.baseAddress?.assumingMemoryBound(to: UInt8.self),
+                    UInt64(msg.count), bytes) == 0
             }
         }
     }

@@ -25,32 +25,36 @@ public struct PacketSealer: Sendable {
     /// Seals `plaintext` into `output` (which may alias it: libsodium encrypts in place) and
     /// returns the sealed length, `plaintext.count + tagByteCount`.
     @discardableResult
-    public func seal(_ plaintext: UnsafeRawBufferPointer, associatedData: UnsafeRawBufferPointer,
-                     nonce: PacketNonce, into output: UnsafeMutableRawBufferPointer) -> Int {
+    public func seal(
+        _ plaintext: UnsafeRawBufferPointer, associatedData: UnsafeRawBufferPointer,
+        nonce: PacketNonce, into output: UnsafeMutableRawBufferPointer
+    ) -> Int {
         precondition(output.count >= plaintext.count + Self.tagByteCount, "seal output too small")
         var sealedLength: UInt64 = 0
         withUnsafeBytes(of: nonce.bytes) { noncePtr in
             _ = crypto_aead_xchacha20poly1305_ietf_encrypt(
-                output.baseAddress!.assumingMemoryBound(to: UInt8.self), &sealedLength, // safe: count checked
+                output.baseAddress!.assumingMemoryBound(to: UInt8.self), &sealedLength,  // safe: count checked
                 plaintext.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(plaintext.count),
                 associatedData.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(associatedData.count),
-                nil, noncePtr.baseAddress!.assumingMemoryBound(to: UInt8.self), key) // safe: 24-byte tuple
+                nil, noncePtr.baseAddress!.assumingMemoryBound(to: UInt8.self), key)  // safe: 24-byte tuple
         }
         return Int(sealedLength)
     }
 
     /// Opens `sealed` into `output` (may alias); returns the plaintext length, or nil when the
     /// datagram was not sealed by this key with this nonce and associated data.
-    public func open(_ sealed: UnsafeRawBufferPointer, associatedData: UnsafeRawBufferPointer,
-                     nonce: PacketNonce, into output: UnsafeMutableRawBufferPointer) -> Int? {
+    public func open(
+        _ sealed: UnsafeRawBufferPointer, associatedData: UnsafeRawBufferPointer,
+        nonce: PacketNonce, into output: UnsafeMutableRawBufferPointer
+    ) -> Int? {
         guard sealed.count >= Self.tagByteCount, output.count >= sealed.count - Self.tagByteCount else { return nil }
         var openedLength: UInt64 = 0
         let status = withUnsafeBytes(of: nonce.bytes) { noncePtr in
             crypto_aead_xchacha20poly1305_ietf_decrypt(
                 output.baseAddress?.assumingMemoryBound(to: UInt8.self), &openedLength, nil,
-                sealed.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(sealed.count), // safe: count checked
+                sealed.baseAddress!.assumingMemoryBound(to: UInt8.self), UInt64(sealed.count),  // safe: count checked
                 associatedData.baseAddress?.assumingMemoryBound(to: UInt8.self), UInt64(associatedData.count),
-                noncePtr.baseAddress!.assumingMemoryBound(to: UInt8.self), key) // safe: 24-byte tuple
+                noncePtr.baseAddress!.assumingMemoryBound(to: UInt8.self), key)  // safe: 24-byte tuple
         }
         return status == 0 ? Int(openedLength) : nil
     }

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// A numeric UDP endpoint, IPv4 or IPv6, as carried in invites and membership records.
@@ -46,7 +46,8 @@ public struct PeerAddress: Hashable, Sendable, CustomStringConvertible, Comparab
         let portPart: Substring
         if text.hasPrefix("[") {
             guard let close = text.firstIndex(of: "]"),
-                  text.index(after: close) < text.endIndex, text[text.index(after: close)] == ":" else { return nil }
+                text.index(after: close) < text.endIndex, text[text.index(after: close)] == ":"
+            else { return nil }
             hostPart = text[text.index(after: text.startIndex)..<close]
             portPart = text[text.index(close, offsetBy: 2)...]
         } else {
@@ -55,8 +56,9 @@ public struct PeerAddress: Hashable, Sendable, CustomStringConvertible, Comparab
             portPart = text[text.index(after: colon)...]
         }
         guard !hostPart.isEmpty, !portPart.isEmpty,
-              portPart.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
-              let port = UInt16(portPart) else { return nil }
+            portPart.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) }),
+            let port = UInt16(portPart)
+        else { return nil }
         return (String(hostPart), port)
     }
 

@@ -44,7 +44,9 @@ public struct SHA256Digest: Hashable, Sendable, Comparable, CustomStringConverti
         var out = [UInt8]()
         out.reserveCapacity(32)
         for word in [w0, w1, w2, w3] {
-            for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: word >> UInt64(shift))) }
+            for shift in stride(from: 56, through: 0, by: -8) {
+                out.append(UInt8(truncatingIfNeeded: word >> UInt64(shift)))
+            }
         }
         return out
     }

@@ -11,7 +11,8 @@ public struct SessionSecret: Sendable, Equatable {
     }
 
     public static func generate() -> SessionSecret {
-        try! SessionSecret(bytes: SecureRandom.bytes(byteCount))  // safe: SecureRandom returns exactly the requested count
+        // safe: SecureRandom returns exactly the requested count
+        try! SessionSecret(bytes: SecureRandom.bytes(byteCount))
     }
 
     public func key(for purpose: KeyPurpose, length: Int = 32) -> [UInt8] {

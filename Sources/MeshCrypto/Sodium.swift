@@ -20,14 +20,14 @@ public enum SecureRandom {
         Sodium.ensureInitialized()
         guard count > 0 else { return [] }
         var out = [UInt8](repeating: 0, count: count)
-        out.withUnsafeMutableBytes { randombytes_buf($0.baseAddress!, $0.count) } // safe: count > 0
+        out.withUnsafeMutableBytes { randombytes_buf($0.baseAddress!, $0.count) }  // safe: count > 0
         return out
     }
 
     public static func uint64() -> UInt64 {
         Sodium.ensureInitialized()
         var value: UInt64 = 0
-        withUnsafeMutableBytes(of: &value) { randombytes_buf($0.baseAddress!, $0.count) } // safe: 8 bytes
+        withUnsafeMutableBytes(of: &value) { randombytes_buf($0.baseAddress!, $0.count) }  // safe: 8 bytes
         return value
     }
 }

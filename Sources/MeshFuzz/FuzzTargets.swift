@@ -3,7 +3,7 @@ import MeshCore
 import MeshCrypto
 import NIOCore
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// libFuzzer entry point (`make fuzz`). The first byte picks what is fuzzed, so one corpus
@@ -25,16 +25,21 @@ public enum FuzzTargets {
     nonisolated(unsafe) static var codec: DatagramCodec = {
         let session = try! SessionSecret(bytes: [UInt8](repeating: 7, count: 32))  // safe: 32 bytes
         let local = try! NodeIdentity(seed: [UInt8](repeating: 1, count: 32))  // safe: fixed 32-byte inputs
-        let peer = try! NodeIdentity(seed: [UInt8](repeating: 2, count: 32))  // safe: fixed-size input of the right length
-        let localKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 3, count: 32))  // safe: fixed-size input of the right length
-        let peerKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 4, count: 32))  // safe: fixed-size input of the right length
+        // safe: fixed-size input of the right length
+        let peer = try! NodeIdentity(seed: [UInt8](repeating: 2, count: 32))
+        // safe: fixed-size input of the right length
+        let localKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 3, count: 32))
+        // safe: fixed-size input of the right length
+        let peerKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 4, count: 32))
         var codec = DatagramCodec(session: session, localID: local.nodeID, localBootID: 1)
-        codec.installPeer(peer.nodeID, bootID: 9,
-                          keys: PairwiseKeys.derive(session: session, local: localKx, peerPublicKey: peerKx.publicKey)!)
+        codec.installPeer(
+            peer.nodeID, bootID: 9,
+            keys: PairwiseKeys.derive(session: session, local: localKx, peerPublicKey: peerKx.publicKey)!)
         return codec
     }()
 
-    static let lanKeys = LANAnnouncement.Keys(secret: try! SessionSecret(bytes: [UInt8](repeating: 7, count: 32)))  // safe: 32 bytes
+    // safe: 32 bytes
+    static let lanKeys = LANAnnouncement.Keys(secret: try! SessionSecret(bytes: [UInt8](repeating: 7, count: 32)))
 
     public static func run(selector: UInt8, input: [UInt8]) {
         var buffer = ByteBuffer(bytes: input)
@@ -101,12 +106,17 @@ public enum FuzzTargets {
         // The state machine: the input as the answer at each step, the steps before answered well.
         let pcp = PeerAddress(host: .ipv4(gateway), port: 5351), ssdp = PeerAddress(host: .ipv4(gateway), port: 1900)
         let good: [[UInt8]] = [
-            [0, 0x81, 0, 1, 0, 0, 0, 0],                                   // PCP: NAT-PMP only
-            [0, 128, 0, 2, 0, 0, 0, 0],                                    // NAT-PMP: refused
-            Array("HTTP/1.1 200 OK\r\nST: urn:schemas-upnp-org:device:InternetGatewayDevice:1\r\nLOCATION: http://10.0.0.1:5000/d.xml\r\n\r\n".utf8),
-            Array(("<root><device><serviceList><service><serviceType>urn:schemas-upnp-org:service:WANIPConnection:1</serviceType>"
-                   + "<controlURL>/ctl</controlURL></service></serviceList></device></root>").utf8),
-            Array("<Envelope><Body><r><NewExternalIPAddress>198.51.100.9</NewExternalIPAddress></r></Body></Envelope>".utf8),
+            [0, 0x81, 0, 1, 0, 0, 0, 0],  // PCP: NAT-PMP only
+            [0, 128, 0, 2, 0, 0, 0, 0],  // NAT-PMP: refused
+            Array(
+                "HTTP/1.1 200 OK\r\nST: urn:schemas-upnp-org:device:InternetGatewayDevice:1\r\nLOCATION: http://10.0.0.1:5000/d.xml\r\n\r\n"
+                    .utf8),
+            Array(
+                ("<root><device><serviceList><service><serviceType>urn:schemas-upnp-org:service:WANIPConnection:1</serviceType>"
+                    + "<controlURL>/ctl</controlURL></service></serviceList></device></root>").utf8),
+            Array(
+                "<Envelope><Body><r><NewExternalIPAddress>198.51.100.9</NewExternalIPAddress></r></Body></Envelope>"
+                    .utf8),
         ]
         for step in 0...good.count {
             var mapper = PortMappingInstance(internalPort: 7946, nonce: [UInt8](repeating: 7, count: 12))
@@ -127,48 +137,49 @@ public enum FuzzTargets {
 }
 
 #if FUZZING
-// SwiftPM links an executable target through a `MeshFuzz_main` symbol; hand control to
-// libFuzzer's driver from there (libFuzzer's own `main` is not used).
-@_silgen_name("LLVMFuzzerRunDriver")
-func LLVMFuzzerRunDriver(
-    _ argc: UnsafeMutablePointer<CInt>,
-    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
-    _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
-) -> CInt
+    // SwiftPM links an executable target through a `MeshFuzz_main` symbol; hand control to
+    // libFuzzer's driver from there (libFuzzer's own `main` is not used).
+    @_silgen_name("LLVMFuzzerRunDriver")
+    func LLVMFuzzerRunDriver(
+        _ argc: UnsafeMutablePointer<CInt>,
+        _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+        _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+    ) -> CInt
 
-@_cdecl("MeshFuzz_main")
-func meshFuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
-    var argc = argc
-    var argv = argv
-    return LLVMFuzzerRunDriver(&argc, &argv) { data, size in fuzzOneInput(data, size) }
-}
+    @_cdecl("MeshFuzz_main")
+    func meshFuzzMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+        var argc = argc
+        var argv = argv
+        return LLVMFuzzerRunDriver(&argc, &argv) { data, size in fuzzOneInput(data, size) }
+    }
 #else
-/// Without libFuzzer (a plain `swift build`), the harness replays the files it is given, so a
-/// saved crash input can be re-run under a debugger.
-@main
-enum ReplayCorpus {
-    static func main() {
-        for path in CommandLine.arguments.dropFirst() {
-            guard let file = fopen(path, "rb") else { print("cannot open \(path)"); continue }
-            var bytes: [UInt8] = []
-            var chunk = [UInt8](repeating: 0, count: 4096)
-            while true {
-                let n = fread(&chunk, 1, chunk.count, file)
-                if n <= 0 { break }
-                bytes += chunk.prefix(n)
+    /// Without libFuzzer (a plain `swift build`), the harness replays the files it is given, so a
+    /// saved crash input can be re-run under a debugger.
+    @main
+    enum ReplayCorpus {
+        static func main() {
+            for path in CommandLine.arguments.dropFirst() {
+                guard let file = fopen(path, "rb") else { print("cannot open \(path)"); continue }
+                var bytes: [UInt8] = []
+                var chunk = [UInt8](repeating: 0, count: 4096)
+                while true {
+                    let n = fread(&chunk, 1, chunk.count, file)
+                    if n <= 0 { break }
+                    bytes += chunk.prefix(n)
+                }
+                fclose(file)
+                _ = bytes.withUnsafeBufferPointer { fuzzOneInput($0.baseAddress, $0.count) }
+                print("replayed \(path) (\(bytes.count) bytes)")
             }
-            fclose(file)
-            _ = bytes.withUnsafeBufferPointer { fuzzOneInput($0.baseAddress, $0.count) }
-            print("replayed \(path) (\(bytes.count) bytes)")
         }
     }
-}
 #endif
 
 /// A TURN allocation and a STUN client in the state where a server's answers count.
 struct TraversalFuzzState {
     static let server = PeerAddress(host: .ipv4(0xC633_640A), port: 3478)
-    var allocation = TurnAllocation(server: server, credentials: .init(username: "u", password: "p"), seed: 1, now: .zero)
+    var allocation = TurnAllocation(
+        server: server, credentials: .init(username: "u", password: "p"), seed: 1, now: .zero)
     var stun = StunClient(servers: [server], seed: 2, now: .zero)
 
     init() {

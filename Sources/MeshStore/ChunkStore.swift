@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 import CMeshSystem
 import MeshCore
@@ -189,7 +189,9 @@ public final class ChunkStore {
 
     /// `write`, also saying whether the chunk is new to the store (a caller can take back
     /// exactly what it added).
-    public func insert(_ bytes: [UInt8], expected: SHA256Digest? = nil) throws(MeshStoreError)
+    public func insert(
+        _ bytes: [UInt8], expected: SHA256Digest? = nil
+    ) throws(MeshStoreError)
         -> (inserted: Bool, digest: SHA256Digest)
     {
         let digest = SHA256Digest.hashing(bytes)
@@ -210,7 +212,8 @@ public final class ChunkStore {
         if failure != 0 {
             _ = ftruncate(fd, off_t(offset))
             let file = packPath(id)
-            throw FileIO.isOutOfSpace(failure) ? .diskFull(path: file) : .io(path: file, reason: FileIO.describe(failure))
+            throw FileIO.isOutOfSpace(failure)
+                ? .diskFull(path: file) : .io(path: file, reason: FileIO.describe(failure))
         }
         packs[id]?.size = offset + record
         packs[id]?.live += 1
@@ -239,7 +242,8 @@ public final class ChunkStore {
             guard syncData(fd) == 0 else {
                 let code = errno
                 abandonUnsynced(id)
-                throw FileIO.isOutOfSpace(code) ? .diskFull(path: packPath(id)) : .io(path: packPath(id), reason: FileIO.describe(code))
+                throw FileIO.isOutOfSpace(code)
+                    ? .diskFull(path: packPath(id)) : .io(path: packPath(id), reason: FileIO.describe(code))
             }
             unsynced = 0
             synced = id
@@ -309,7 +313,9 @@ public final class ChunkStore {
 
     /// The active pack if `record` bytes fit in it (an empty pack takes any chunk), else a new one.
     private func packWithRoom(for record: Int64) throws(MeshStoreError) -> UInt64 {
-        if let id = active, let pack = packs[id], pack.size + record <= packLimit || pack.size == Int64(PackFormat.headerSize) {
+        if let id = active, let pack = packs[id],
+            pack.size + record <= packLimit || pack.size == Int64(PackFormat.headerSize)
+        {
             return id
         }
         try flush()
@@ -320,8 +326,12 @@ public final class ChunkStore {
         let id = nextPack
         let file = packPath(id)
         let fd = open(file, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw FileIO.isOutOfSpace(errno) ? .diskFull(path: file) : .io(path: file, reason: Self.errnoText()) }
-        let failure = PackFormat.header(durable: Int64(PackFormat.headerSize)).withUnsafeBytes { FileIO.writeAll(fd, $0, at: 0) }
+        guard fd >= 0 else {
+            throw FileIO.isOutOfSpace(errno) ? .diskFull(path: file) : .io(path: file, reason: Self.errnoText())
+        }
+        let failure = PackFormat.header(durable: Int64(PackFormat.headerSize)).withUnsafeBytes {
+            FileIO.writeAll(fd, $0, at: 0)
+        }
         guard failure == 0, Self.syncDirectory(path) else {
             let reason = failure != 0 ? FileIO.describe(failure) : Self.errnoText()
             close(fd)
@@ -347,7 +357,8 @@ public final class ChunkStore {
     private func keepOpen(_ id: UInt64, _ fd: Int32) {
         // Never the pack being written or being loaded: their descriptors are held across calls.
         if descriptors.count >= Self.openPackLimit,
-           let idle = descriptors.keys.first(where: { $0 != active && $0 != loading && $0 != id }) {
+            let idle = descriptors.keys.first(where: { $0 != active && $0 != loading && $0 != id })
+        {
             close(descriptors.removeValue(forKey: idle) ?? -1)
         }
         descriptors[id] = fd
@@ -388,7 +399,8 @@ public final class ChunkStore {
         }
         let headerSize = Int64(PackFormat.headerSize)
         guard let header = FileIO.readAll(fd, count: PackFormat.headerSize, at: 0),
-              let durable = PackFormat.durable(inHeader: header) else {
+            let durable = PackFormat.durable(inHeader: header)
+        else {
             close(fd)
             // Made, then the process died before its header: it never held a chunk.
             if info.st_size < headerSize {
@@ -410,7 +422,8 @@ public final class ChunkStore {
                 // Stored twice (removed, then stored again; or two packs written when a crash
                 // came): the copy that verifies is kept, the earlier one if both do.
                 guard !verifies(digest, inPack: other, at: otherOffset, length: length),
-                      verifies(digest, inPack: id, at: offset, length: length) else {
+                    verifies(digest, inPack: id, at: offset, length: length)
+                else {
                     _ = PackFormat.deadMark.withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
                     unpunched[id, default: []].append((offset, length))
                     continue
@@ -444,14 +457,16 @@ public final class ChunkStore {
             // rest is left as it is, and nothing is written to this pack again.
             packs[id]?.appendable = false
             packs[id]?.damaged = true
-            damage.append("\(file): damaged at byte \(scan.end) of \(durable) synced; the chunks after it are left unread")
+            damage.append(
+                "\(file): damaged at byte \(scan.end) of \(durable) synced; the chunks after it are left unread")
         }
         if packs[id]?.isDisposable == true { deletePack(id) }
     }
 
     private func verifies(_ digest: SHA256Digest, inPack id: UInt64, at offset: Int64, length: Int) -> Bool {
         guard let fd = try? descriptor(id),
-              let bytes = FileIO.readAll(fd, count: length, at: offset + Int64(PackFormat.recordHeaderSize)) else { return false }
+            let bytes = FileIO.readAll(fd, count: length, at: offset + Int64(PackFormat.recordHeaderSize))
+        else { return false }
         return SHA256Digest.hashing(bytes) == digest
     }
 
@@ -459,7 +474,9 @@ public final class ChunkStore {
     /// length past the end), and where that is. With `verifyingPastDurable`, a record written
     /// after the last sync whose bytes do not hash to its name is marked dead (the only write a
     /// scan makes).
-    static func scan(_ fd: Int32, size: Int64, durable: Int64, verifyingPastDurable: Bool)
+    static func scan(
+        _ fd: Int32, size: Int64, durable: Int64, verifyingPastDurable: Bool
+    )
         -> (records: [(SHA256Digest, Int64, Int)], end: Int64)
     {
         var records: [(SHA256Digest, Int64, Int)] = []
@@ -467,12 +484,15 @@ public final class ChunkStore {
         let headerSize = Int64(PackFormat.recordHeaderSize)
         while size - offset >= headerSize {
             guard let bytes = FileIO.readAll(fd, count: PackFormat.recordHeaderSize, at: offset),
-                  let header = PackFormat.recordHeader(decoding: bytes),
-                  Int64(header.length) <= size - offset - headerSize else { break }
+                let header = PackFormat.recordHeader(decoding: bytes),
+                Int64(header.length) <= size - offset - headerSize
+            else { break }
             let end = offset + headerSize + Int64(header.length)
             if header.state == .live {
                 if verifyingPastDurable && end > durable,
-                   FileIO.readAll(fd, count: header.length, at: offset + headerSize).map({ SHA256Digest.hashing($0) }) != header.digest {
+                    FileIO.readAll(fd, count: header.length, at: offset + headerSize).map({ SHA256Digest.hashing($0) })
+                        != header.digest
+                {
                     // Its bytes did not all reach the disk: dead, and the records after it are judged on their own.
                     _ = PackFormat.deadMark.withUnsafeBytes { FileIO.writeAll(fd, $0, at: offset) }
                 } else {
@@ -534,11 +554,13 @@ public final class ChunkStore {
             defer { close(fd) }
             var info = stat()
             guard fstat(fd, &info) == 0, let header = FileIO.readAll(fd, count: PackFormat.headerSize, at: 0),
-                  let durable = PackFormat.durable(inHeader: header) else { continue }
+                let durable = PackFormat.durable(inHeader: header)
+            else { continue }
             let scan = scan(fd, size: Int64(info.st_size), durable: durable, verifyingPastDurable: false)
             for (digest, offset, length) in scan.records where found[digest] == nil {
-                found[digest] = StoredChunk(file: file, offset: offset + Int64(PackFormat.recordHeaderSize), length: length,
-                                            stateOffset: offset)
+                found[digest] = StoredChunk(
+                    file: file, offset: offset + Int64(PackFormat.recordHeaderSize), length: length,
+                    stateOffset: offset)
             }
         }
         return found
@@ -578,9 +600,10 @@ public final class ChunkStore {
         for name in Self.listDirectory(path) where name.hasSuffix(".tmp") {
             let file = path + "/" + name
             if let digest = SHA256Digest(hex: name.prefix(64)),
-               let bytes = try? Self.readFile(file), SHA256Digest.hashing(bytes) == digest,
-               (try? Self.makeDirectory(NSStringPath(value: finalPath(digest)).directory)) != nil,
-               rename(file, finalPath(digest)) == 0 {
+                let bytes = try? Self.readFile(file), SHA256Digest.hashing(bytes) == digest,
+                (try? Self.makeDirectory(NSStringPath(value: finalPath(digest)).directory)) != nil,
+                rename(file, finalPath(digest)) == 0
+            {
                 recovered = true
             } else {
                 unlink(file)
@@ -604,12 +627,15 @@ public final class ChunkStore {
 
     static func writeFile(_ file: String, _ bytes: [UInt8], sync: Bool) throws(MeshStoreError) {
         let fd = open(file, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw FileIO.isOutOfSpace(errno) ? .diskFull(path: file) : .io(path: file, reason: errnoText()) }
+        guard fd >= 0 else {
+            throw FileIO.isOutOfSpace(errno) ? .diskFull(path: file) : .io(path: file, reason: errnoText())
+        }
         let failure = bytes.withUnsafeBytes { FileIO.writeAll(fd, $0) }
         if failure != 0 {
             close(fd)
             unlink(file)
-            throw FileIO.isOutOfSpace(failure) ? .diskFull(path: file) : .io(path: file, reason: FileIO.describe(failure))
+            throw FileIO.isOutOfSpace(failure)
+                ? .diskFull(path: file) : .io(path: file, reason: FileIO.describe(failure))
         }
         if sync && fsync(fd) != 0 {
             let reason = errnoText()
@@ -638,7 +664,8 @@ public final class ChunkStore {
         var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
         var total = 0
         while total < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) } // safe: non-empty
+            // safe: non-empty
+            let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { break }
             total += n
@@ -677,4 +704,3 @@ private struct NSStringPath {
         return String(value[..<slash])
     }
 }
-

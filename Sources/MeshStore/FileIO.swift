@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Plain file writes with their errno kept (Foundation's `FileHandle` reports a full disk on Linux
@@ -42,7 +42,9 @@ public enum FileIO {
         let bytes = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
             initialized = 0
             while initialized < count {
-                let n = pread(fd, buffer.baseAddress! + initialized, count - initialized, off_t(offset) + off_t(initialized)) // safe: count > 0 here
+                let n = pread(
+                    // safe: count > 0 here
+                    fd, buffer.baseAddress! + initialized, count - initialized, off_t(offset) + off_t(initialized))
                 if n < 0 && errno == EINTR { continue }
                 guard n > 0 else { break }
                 initialized += n

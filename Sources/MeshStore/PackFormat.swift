@@ -65,7 +65,8 @@ enum PackFormat {
     static func durable(inHeader bytes: [UInt8]) -> Int64? {
         var buffer = ByteBuffer(bytes: bytes)
         guard bytes.count == headerSize, buffer.readBytes(length: magic.count) == magic,
-              let value = buffer.readInteger(endianness: .little, as: UInt64.self), value <= UInt64(Int64.max) else { return nil }
+            let value = buffer.readInteger(endianness: .little, as: UInt64.self), value <= UInt64(Int64.max)
+        else { return nil }
         return Int64(value)
     }
 
@@ -90,9 +91,10 @@ enum PackFormat {
     static func recordHeader(decoding bytes: [UInt8]) -> RecordHeader? {
         var buffer = ByteBuffer(bytes: bytes)
         guard bytes.count == recordHeaderSize,
-              let state = buffer.readInteger(endianness: .little, as: UInt32.self).flatMap(State.init(rawValue:)),
-              let length = buffer.readInteger(endianness: .little, as: UInt32.self), Int(length) <= maximumLength,
-              let digest = try? buffer.readDigest("record digest") else { return nil }
+            let state = buffer.readInteger(endianness: .little, as: UInt32.self).flatMap(State.init(rawValue:)),
+            let length = buffer.readInteger(endianness: .little, as: UInt32.self), Int(length) <= maximumLength,
+            let digest = try? buffer.readDigest("record digest")
+        else { return nil }
         return RecordHeader(state: state, length: Int(length), digest: digest)
     }
 }

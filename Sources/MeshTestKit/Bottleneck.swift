@@ -44,7 +44,8 @@ struct BottleneckQueue {
     /// When a datagram of `size` bytes that reaches the queue at `now` has left it, or nil when
     /// the queue has no room for it.
     mutating func admit(_ size: Int, at now: MeshInstant) -> MeshInstant? {
-        let waiting = busyUntil > now ? Int(((busyUntil - now).milliseconds / 1000 * limit.bytesPerSecond).rounded()) : 0
+        let waiting =
+            busyUntil > now ? Int(((busyUntil - now).milliseconds / 1000 * limit.bytesPerSecond).rounded()) : 0
         guard waiting + size <= limit.queueBytes else {
             statistics.dropped += 1
             return nil

@@ -1,6 +1,6 @@
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A child process started with `posix_spawn`, its stdout and stderr captured, its exit seen
@@ -33,7 +33,8 @@ public final class ChildProcess: @unchecked Sendable {
         guard result == 0 else {
             close(stdoutPipe.read)
             close(stderrPipe.read)
-            throw NodeProcessError.exited(status: -1, stderr: "cannot start \(executable): \(String(cString: strerror(result)))")
+            throw NodeProcessError.exited(
+                status: -1, stderr: "cannot start \(executable): \(String(cString: strerror(result)))")
         }
         pid = child
         LiveChildren.add(child)
@@ -98,7 +99,9 @@ public final class ChildProcess: @unchecked Sendable {
     /// Runs `executable ARGUMENTS` to its end: its status and what it wrote. Killed after
     /// `timeout` (`NodeProcessError.timeout`), and its pipes read for at most a second after the
     /// exit: a child it left behind may hold them open.
-    public static func run(_ executable: String, _ arguments: [String], timeout: Duration = .seconds(20)) throws
+    public static func run(
+        _ executable: String, _ arguments: [String], timeout: Duration = .seconds(20)
+    ) throws
         -> (status: Int32, stdout: String, stderr: String)
     {
         let process = try ChildProcess(executable: executable, arguments: arguments)
@@ -108,7 +111,8 @@ public final class ChildProcess: @unchecked Sendable {
             guard ContinuousClock.now < deadline else {
                 process.signal(SIGKILL)
                 _ = process.waitUntilExit()
-                throw NodeProcessError.timeout("\(([executable] + arguments).joined(separator: " ")) took over \(timeout)")
+                throw NodeProcessError.timeout(
+                    "\(([executable] + arguments).joined(separator: " ")) took over \(timeout)")
             }
             usleep(1000)
             status = process.terminationStatus

@@ -54,8 +54,11 @@ public enum HomeLineExperiment {
         let receiver = sim.addNode(TCPReceiver())
         let sender = TCPSender(to: receiver, until: .zero + .seconds(40))
         sim.addNode(sender)
-        sim.setBottlenecks(of: receiver, uplink: nil, downlink: Bottleneck(megabitsPerSecond: line.megabitsPerSecond,
-                                                                             queue: .milliseconds(100)))
+        sim.setBottlenecks(
+            of: receiver, uplink: nil,
+            downlink: Bottleneck(
+                megabitsPerSecond: line.megabitsPerSecond,
+                queue: .milliseconds(100)))
         sim.run(until: .zero + .seconds(10))
         let before = sender.bytesAcknowledged
         sim.run(until: .zero + .seconds(40))
@@ -71,13 +74,16 @@ public enum HomeLineExperiment {
 
     /// One run. `trace` is called every 10 ms of the fetch with the simulator, the joiner and the
     /// competitor (for HOMELINK_TRACE in the bench).
-    public static func run(size: Int, line: Line, mode: Mode, competitor: Bool, seed: UInt64 = 1,
-                           trace: ((Simulator, SimNode, TCPSender, [SimNode]) -> Void)? = nil) -> Outcome {
+    public static func run(
+        size: Int, line: Line, mode: Mode, competitor: Bool, seed: UInt64 = 1,
+        trace: ((Simulator, SimNode, TCPSender, [SimNode]) -> Void)? = nil
+    ) -> Outcome {
         var configuration = SimNode.Configuration()
         configuration.settings.chunkSize = Manifest.defaultChunkSize
         let mesh = SimMesh(seed: seed, link: line.conditions, configuration: configuration)
         let first = mesh.addNode(joiningThrough: [], at: .zero)
-        let holders = [first] + (1...2).map { mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10 * $0)) }
+        let holders =
+            [first] + (1...2).map { mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10 * $0)) }
         let bytes = file(size: size, seed: seed)
         first.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
         _ = mesh.simulator.run(until: .zero + .seconds(120), checkEvery: .milliseconds(100)) { _ in
@@ -91,8 +97,9 @@ public enum HomeLineExperiment {
         var joining = configuration
         joining.settings.lazy = mode == .get
         let joiner = mesh.addNode(joiningThrough: [first.address], at: start + .seconds(10), configuration: joining)
-        mesh.simulator.addAccessLink(for: [tcpReceiver, joiner.address], uplink: nil,
-                                     downlink: Bottleneck(megabitsPerSecond: line.megabitsPerSecond, queue: .milliseconds(100)))
+        mesh.simulator.addAccessLink(
+            for: [tcpReceiver, joiner.address], uplink: nil,
+            downlink: Bottleneck(megabitsPerSecond: line.megabitsPerSecond, queue: .milliseconds(100)))
         mesh.simulator.run(until: start + .seconds(10))
         var loadAt: MeshInstant?
         if mode == .get, let id = first.core.attachments.first?.content {
@@ -107,9 +114,13 @@ public enum HomeLineExperiment {
         let linkBefore = mesh.simulator.bottleneckStatistics(of: joiner.address).downlink ?? .init()
         let servedBefore = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +)
         var queueSamples: [Duration] = []
-        let fetched = mesh.simulator.run(until: start + .seconds(290), checkEvery: .milliseconds(trace == nil ? 50 : 10)) { sim in
+        let fetched = mesh.simulator.run(
+            until: start + .seconds(290), checkEvery: .milliseconds(trace == nil ? 50 : 10)
+        ) { sim in
             trace?(sim, joiner, tcp, holders)
-            if sim.now >= start + .seconds(10), let delay = sim.downlinkQueueDelay(of: joiner.address) { queueSamples.append(delay) }
+            if sim.now >= start + .seconds(10), let delay = sim.downlinkQueueDelay(of: joiner.address) {
+                queueSamples.append(delay)
+            }
             return !joiner.complete.isEmpty
         }
         queueSamples.sort()
@@ -119,12 +130,13 @@ public enum HomeLineExperiment {
         let offered = dropped + link.forwarded - linkBefore.forwarded
         let served = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) - servedBefore
         let loadSeconds = loadAt.map { (mesh.simulator.now - $0).milliseconds / 1000 }
-        return Outcome(finished: fetched == .satisfied, fetchRate: Double(size) / seconds,
-                       loadRate: loadSeconds.map { Double(size) / $0 },
-                       competitorRate: Double(tcp.bytesAcknowledged - tcpBefore) / seconds,
-                       dropShare: Double(dropped) / Double(max(1, offered)),
-                       holderBytesPerFileByte: Double(served) / Double(size),
-                       queueMedian: queueSamples.isEmpty ? .zero : queueSamples[(queueSamples.count - 1) / 2],
-                       queueP90: queueSamples.isEmpty ? .zero : queueSamples[(queueSamples.count - 1) * 9 / 10])
+        return Outcome(
+            finished: fetched == .satisfied, fetchRate: Double(size) / seconds,
+            loadRate: loadSeconds.map { Double(size) / $0 },
+            competitorRate: Double(tcp.bytesAcknowledged - tcpBefore) / seconds,
+            dropShare: Double(dropped) / Double(max(1, offered)),
+            holderBytesPerFileByte: Double(served) / Double(size),
+            queueMedian: queueSamples.isEmpty ? .zero : queueSamples[(queueSamples.count - 1) / 2],
+            queueP90: queueSamples.isEmpty ? .zero : queueSamples[(queueSamples.count - 1) * 9 / 10])
     }
 }

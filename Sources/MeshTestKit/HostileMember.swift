@@ -79,18 +79,21 @@ public final class HostileMember: @unchecked Sendable {
         var buffer: Int32 = 4 << 20
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer, socklen_t(MemoryLayout<Int32>.size))
         _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-        address = PeerAddress(host: .ipv4(UInt32(bigEndian: local.sin_addr.s_addr)), port: UInt16(bigEndian: local.sin_port))
+        address = PeerAddress(
+            host: .ipv4(UInt32(bigEndian: local.sin_addr.s_addr)), port: UInt16(bigEndian: local.sin_port))
 
         codec = DatagramCodec(session: invite.secret, localID: identity.nodeID, localBootID: bootID)
         var settings = DeliveryInstance.Settings()
         settings.datagramBudget = codec.maxPairwisePayload
         delivery = DeliveryInstance(settings: settings)
-        let record = MemberRecord(signingKey: identity.publicKey, name: name, addresses: [address], incarnation: 1,
-                                  bootID: bootID, ephemeralKey: ephemeral.publicKey)
+        let record = MemberRecord(
+            signingKey: identity.publicKey, name: name, addresses: [address], incarnation: 1,
+            bootID: bootID, ephemeralKey: ephemeral.publicKey)
         let now = Self.now
-        membership = MembershipInstance(record: record, authority: Ed25519Authority(identity: identity),
-                                        settings: .profile(.lan), datagramBudget: codec.maxHelloPayload,
-                                        seed: UInt64.random(in: 0...UInt64.max), now: now)
+        membership = MembershipInstance(
+            record: record, authority: Ed25519Authority(identity: identity),
+            settings: .profile(.lan), datagramBudget: codec.maxHelloPayload,
+            seed: UInt64.random(in: 0...UInt64.max), now: now)
         let directives = membership.join(invite.addresses, now: now)
         perform(directives)
         let thread = Thread { [self] in loop() }
@@ -130,7 +133,9 @@ public final class HostileMember: @unchecked Sendable {
         lock.withLock {
             claimed = manifests.keys.sorted()
             for manifest in manifests.values {
-                for (index, digest) in manifest.chunks.enumerated() { chunkLengths[digest] = manifest.length(ofChunk: index) }
+                for (index, digest) in manifest.chunks.enumerated() {
+                    chunkLengths[digest] = manifest.length(ofChunk: index)
+                }
             }
             for peer in sending.keys.sorted() { announceClaims(to: peer) }
         }
@@ -184,10 +189,13 @@ public final class HostileMember: @unchecked Sendable {
 
     /// Hello datagrams whose header names `sender` (another member, with its boot), sealed with
     /// the session's hello key that every member holds.
-    public func sendHello(_ frames: [Frame], claimingSender sender: NodeID, bootID: UInt64, packetNumber: UInt64,
-                          to address: PeerAddress) {
-        let header = DatagramHeader(keyKind: .hello, sessionID: session.sessionID, sender: sender, bootID: bootID,
-                                    packetNumber: packetNumber, helloNonce: .random())
+    public func sendHello(
+        _ frames: [Frame], claimingSender sender: NodeID, bootID: UInt64, packetNumber: UInt64,
+        to address: PeerAddress
+    ) {
+        let header = DatagramHeader(
+            keyKind: .hello, sessionID: session.sessionID, sender: sender, bootID: bootID,
+            packetNumber: packetNumber, helloNonce: .random())
         lock.withLock { transmit(Self.seal(frames, header: header, sealer: helloSealer), to: address) }
     }
 
@@ -196,8 +204,9 @@ public final class HostileMember: @unchecked Sendable {
     public func sendPairwise(_ frames: [Frame], claimingSender sender: NodeID, bootID: UInt64, to peer: NodeID) {
         lock.withLock {
             guard let keys = sending[peer], let address = membership.member(peer)?.address else { return }
-            let header = DatagramHeader(keyKind: .pairwise, sessionID: session.sessionID, sender: sender, bootID: bootID,
-                                        packetNumber: 1 << 40 + UInt64(counters.datagramsSent))
+            let header = DatagramHeader(
+                keyKind: .pairwise, sessionID: session.sessionID, sender: sender, bootID: bootID,
+                packetNumber: 1 << 40 + UInt64(counters.datagramsSent))
             transmit(Self.seal(frames, header: header, sealer: keys.sealer), to: address)
         }
     }
@@ -223,8 +232,9 @@ public final class HostileMember: @unchecked Sendable {
                     }
                 }
                 guard count > 0 else { break }
-                let from = PeerAddress(host: .ipv4(UInt32(bigEndian: source.sin_addr.s_addr)),
-                                       port: UInt16(bigEndian: source.sin_port))
+                let from = PeerAddress(
+                    host: .ipv4(UInt32(bigEndian: source.sin_addr.s_addr)),
+                    port: UInt16(bigEndian: source.sin_port))
                 received.append((Array(storage.prefix(count)), from))
             }
             lock.withLock {
@@ -244,8 +254,10 @@ public final class HostileMember: @unchecked Sendable {
         counters.datagramsReceived += 1
         guard case let .success(opened) = codec.open(ByteBuffer(bytes: bytes)) else { return }
         let sender = opened.header.sender
-        perform(membership.onFrames(opened.frames, from: sender, address: from, now: Self.now,
-                                    pairwise: opened.header.keyKind == .pairwise))
+        perform(
+            membership.onFrames(
+                opened.frames, from: sender, address: from, now: Self.now,
+                pairwise: opened.header.keyKind == .pairwise))
         guard opened.header.keyKind == .pairwise else { return }
         perform(delivery.onFrames(opened.frames, from: sender, now: Self.now))
         for case let .chunkWant(want) in opened.frames { answerWant(want, from: sender) }
@@ -266,8 +278,9 @@ public final class HostileMember: @unchecked Sendable {
             for index in 0..<count where want.missing?.contains(index) ?? true {
                 let size = ChunkPiece.range(of: index, chunkLength: length, pieceSize: want.pieceSize).count
                 let payload = (0..<size).map { _ in UInt8.random(in: 0...255, using: &random) }
-                let piece = ChunkPiece(digest: want.digest, chunkLength: length, pieceSize: want.pieceSize, index: index,
-                                       payload: ByteBuffer(bytes: payload))
+                let piece = ChunkPiece(
+                    digest: want.digest, chunkLength: length, pieceSize: want.pieceSize, index: index,
+                    payload: ByteBuffer(bytes: payload))
                 sendFrames([.chunkPiece(piece)], to: peer)
                 counters.garbagePiecesSent += 1
             }
@@ -283,8 +296,10 @@ public final class HostileMember: @unchecked Sendable {
                 sendFrames(frames, to: recipient)
             case let .memberChanged(member):
                 guard !member.status.isGone, codec.installedBoot(of: member.id) != member.record.bootID,
-                      let keys = PairwiseKeys.derive(session: session, local: ephemeral,
-                                                     peerPublicKey: member.record.ephemeralKey) else { continue }
+                    let keys = PairwiseKeys.derive(
+                        session: session, local: ephemeral,
+                        peerPublicKey: member.record.ephemeralKey)
+                else { continue }
                 codec.installPeer(member.id, bootID: member.record.bootID, keys: keys)
                 sending[member.id] = (keys.sending, 1)
                 delivery.addPeer(member.id)
@@ -305,13 +320,16 @@ public final class HostileMember: @unchecked Sendable {
                 sendFrames(frames, to: peer)
             case let .deliver(received):
                 guard received.stream == .journal,
-                      case let .chunkRequest(digest)? = try? JournalMessage(decoding: received.payload) else { continue }
+                    case let .chunkRequest(digest)? = try? JournalMessage(decoding: received.payload)
+                else { continue }
                 counters.manifestRequests += 1
                 switch answer {
                 case .silent: break
                 case .absent: sendJournal(.noChunk(digest), to: received.from)
-                case .garbage: sendJournal(.chunk(digest, (0..<512).map { _ in UInt8.random(in: 0...255, using: &random) }),
-                                           to: received.from)
+                case .garbage:
+                    sendJournal(
+                        .chunk(digest, (0..<512).map { _ in UInt8.random(in: 0...255, using: &random) }),
+                        to: received.from)
                 }
             case .completed, .consumerStalled:
                 break
@@ -325,8 +343,11 @@ public final class HostileMember: @unchecked Sendable {
     }
 
     private func sendJournal(_ message: JournalMessage, to peer: NodeID) {
-        guard let (_, directives) = try? delivery.send(message.encoded, to: [peer], mode: .reliable, stream: .journal,
-                                                       now: Self.now, timeout: .seconds(30)) else { return }
+        guard
+            let (_, directives) = try? delivery.send(
+                message.encoded, to: [peer], mode: .reliable, stream: .journal,
+                now: Self.now, timeout: .seconds(30))
+        else { return }
         perform(directives)
     }
 
@@ -341,14 +362,16 @@ public final class HostileMember: @unchecked Sendable {
     private func sealPairwise(_ plaintext: [UInt8], to peer: NodeID) {
         guard let keys = sending[peer], let address = membership.member(peer)?.address else { return }
         sending[peer]?.next = keys.next + 1
-        let header = DatagramHeader(keyKind: .pairwise, sessionID: session.sessionID, sender: nodeID, bootID: bootID,
-                                    packetNumber: keys.next)
+        let header = DatagramHeader(
+            keyKind: .pairwise, sessionID: session.sessionID, sender: nodeID, bootID: bootID,
+            packetNumber: keys.next)
         transmit(Self.seal(raw: plaintext, header: header, sealer: keys.sealer), to: address)
     }
 
     private func sendHello(_ frames: [Frame], to address: PeerAddress) {
-        let header = DatagramHeader(keyKind: .hello, sessionID: session.sessionID, sender: nodeID, bootID: bootID,
-                                    packetNumber: UInt64(counters.datagramsSent + 1), helloNonce: .random())
+        let header = DatagramHeader(
+            keyKind: .hello, sessionID: session.sessionID, sender: nodeID, bootID: bootID,
+            packetNumber: UInt64(counters.datagramsSent + 1), helloNonce: .random())
         transmit(Self.seal(frames, header: header, sealer: helloSealer), to: address)
     }
 

@@ -27,7 +27,8 @@ enum LabRegistry {
             // file that names no pid is not known to be stale, and is left alone.
             guard tag.count == 4, tag.allSatisfy(\.isHexDigit) else { return false }
             guard let text = try? String(contentsOfFile: "\(directory)/\(tag)", encoding: .utf8),
-                  let owner = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines)) else { return false }
+                let owner = pid_t(text.trimmingCharacters(in: .whitespacesAndNewlines))
+            else { return false }
             return kill(owner, 0) != 0 && errno == ESRCH
         }
         guard !stale.isEmpty else { return }

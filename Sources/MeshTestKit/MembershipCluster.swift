@@ -14,8 +14,10 @@ public final class MembershipCluster {
     }
 
     /// `count` nodes that start out knowing each other (no join exchange), as after convergence.
-    public static func converged(count: Int, seed: UInt64, settings: MembershipSettings = .lan,
-                                 link: LinkConditions = .default) -> MembershipCluster {
+    public static func converged(
+        count: Int, seed: UInt64, settings: MembershipSettings = .lan,
+        link: LinkConditions = .default
+    ) -> MembershipCluster {
         let cluster = MembershipCluster(seed: seed, settings: settings, link: link)
         let processes = (0..<count).map { index in
             MembershipProcess.make(at: SimAddress(index), settings: settings, seed: seed &* 1_000_003 &+ UInt64(index))
@@ -30,15 +32,18 @@ public final class MembershipCluster {
     }
 
     /// `count` nodes that join one by one, `spacing` apart, each through a random earlier node.
-    public static func joining(count: Int, seed: UInt64, spacing: Duration = .milliseconds(20),
-                               settings: MembershipSettings = .lan, link: LinkConditions = .default) -> MembershipCluster {
+    public static func joining(
+        count: Int, seed: UInt64, spacing: Duration = .milliseconds(20),
+        settings: MembershipSettings = .lan, link: LinkConditions = .default
+    ) -> MembershipCluster {
         let cluster = MembershipCluster(seed: seed, settings: settings, link: link)
         var random = SplitMix64(seed: seed)
         for index in 0..<count {
             let seeds = index == 0 ? [] : [SimAddress(Int(random.next() % UInt64(index)))]
             let start = MeshInstant.zero + spacing * Double(index)
-            let process = MembershipProcess.make(at: SimAddress(index), settings: settings,
-                                                 seed: seed &* 1_000_003 &+ UInt64(index), seeds: seeds, now: start)
+            let process = MembershipProcess.make(
+                at: SimAddress(index), settings: settings,
+                seed: seed &* 1_000_003 &+ UInt64(index), seeds: seeds, now: start)
             cluster.nodes.append(cluster.simulator.addNode(process, startingAt: start))
         }
         return cluster
@@ -73,7 +78,9 @@ public final class MembershipCluster {
     }
 
     /// Every moment any running node declared a member of `nodes` dead.
-    public func deathsDeclared(of nodes: [SimAddress]) -> [(observer: SimAddress, member: SimAddress, time: MeshInstant)] {
+    public func deathsDeclared(
+        of nodes: [SimAddress]
+    ) -> [(observer: SimAddress, member: SimAddress, time: MeshInstant)] {
         let watched = Dictionary(uniqueKeysWithValues: nodes.map { (id(of: $0), $0) })
         var deaths: [(SimAddress, SimAddress, MeshInstant)] = []
         for observer in self.nodes {

@@ -33,14 +33,18 @@ public final class MembershipProcess: SimulatedProcess {
     }
 
     /// A node at `address` with a cheap authority, ready for large simulations.
-    public static func make(at address: SimAddress, settings: MembershipSettings, seed: UInt64,
-                            seeds: [SimAddress] = [], now: MeshInstant = .zero) -> MembershipProcess {
+    public static func make(
+        at address: SimAddress, settings: MembershipSettings, seed: UInt64,
+        seeds: [SimAddress] = [], now: MeshInstant = .zero
+    ) -> MembershipProcess {
         let authority = SimulationAuthority(index: address.index)
-        let record = MemberRecord(signingKey: authority.signingKey, name: address.description,
-                                  addresses: [address.peerAddress], incarnation: 0, bootID: seed,
-                                  ephemeralKey: [UInt8](repeating: 0, count: 32))
-        let instance = MembershipInstance(record: record, authority: authority, settings: settings,
-                                          datagramBudget: 1118, seed: seed, now: now)
+        let record = MemberRecord(
+            signingKey: authority.signingKey, name: address.description,
+            addresses: [address.peerAddress], incarnation: 0, bootID: seed,
+            ephemeralKey: [UInt8](repeating: 0, count: 32))
+        let instance = MembershipInstance(
+            record: record, authority: authority, settings: settings,
+            datagramBudget: 1118, seed: seed, now: now)
         return MembershipProcess(instance: instance, seeds: seeds.map(\.peerAddress))
     }
 
@@ -59,8 +63,9 @@ public final class MembershipProcess: SimulatedProcess {
         let pairwise = kind == 1
         if pairwise {
             guard let senderBoot = buffer.readInteger(as: UInt64.self),
-                  let receiverBoot = buffer.readInteger(as: UInt64.self),
-                  receiverBoot == instance.me.bootID, instance.member(from)?.record.bootID == senderBoot else {
+                let receiverBoot = buffer.readInteger(as: UInt64.self),
+                receiverBoot == instance.me.bootID, instance.member(from)?.record.bootID == senderBoot
+            else {
                 rejected += 1
                 return
             }
@@ -70,8 +75,9 @@ public final class MembershipProcess: SimulatedProcess {
             return
         }
         onFrames?(now, from, frames)
-        perform(instance.onFrames(frames, from: from, address: sender.peerAddress, now: now, pairwise: pairwise),
-                now: now, context: &context)
+        perform(
+            instance.onFrames(frames, from: from, address: sender.peerAddress, now: now, pairwise: pairwise),
+            now: now, context: &context)
     }
 
     public func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {
@@ -101,13 +107,16 @@ public final class MembershipProcess: SimulatedProcess {
                 context.send(datagram, to: destination)
             case let .sendPairwise(frames, recipient, address):
                 guard let destination = SimAddress(peerAddress: address),
-                      let boot = instance.member(recipient)?.record.bootID else { continue }
-                let datagram = Self.envelope(from: instance.localID, frames: frames,
-                                             pairwise: (sender: instance.me.bootID, receiver: boot))
+                    let boot = instance.member(recipient)?.record.bootID
+                else { continue }
+                let datagram = Self.envelope(
+                    from: instance.localID, frames: frames,
+                    pairwise: (sender: instance.me.bootID, receiver: boot))
                 largestDatagram = max(largestDatagram, datagram.count)
                 context.send(datagram, to: destination)
             case let .memberChanged(member):
-                changes.append(Change(time: now, member: member.id, status: member.status, incarnation: member.incarnation))
+                changes.append(
+                    Change(time: now, member: member.id, status: member.status, incarnation: member.incarnation))
             case .memberForgotten, .identityConflict:
                 break
             }
@@ -121,8 +130,10 @@ public final class MembershipProcess: SimulatedProcess {
 
     /// The simulated datagram of `frames` (see `SimEnvelope`), sealed as hello, or pairwise
     /// between the two boots.
-    public static func envelope(from sender: NodeID, frames: [Frame],
-                                pairwise boots: (sender: UInt64, receiver: UInt64)? = nil) -> [UInt8] {
+    public static func envelope(
+        from sender: NodeID, frames: [Frame],
+        pairwise boots: (sender: UInt64, receiver: UInt64)? = nil
+    ) -> [UInt8] {
         var buffer = ByteBuffer()
         if let boots {
             buffer.writeInteger(UInt8(1))

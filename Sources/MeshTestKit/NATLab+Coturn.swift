@@ -1,6 +1,6 @@
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A real coturn (`turnserver`), the STUN and TURN server people run, on a public host of a
@@ -41,8 +41,10 @@ public final class LabCoturn: @unchecked Sendable {
 
     /// Starts coturn on `lab`'s public host `index` and waits (bounded) until it answers a STUN
     /// Binding request.
-    public init(lab: NATLab, publicHost index: Int, port: UInt16 = 3478, username: String = "mesh",
-                password: String = "lab-secret", realm: String = "lab.example") async throws {
+    public init(
+        lab: NATLab, publicHost index: Int, port: UInt16 = 3478, username: String = "mesh",
+        password: String = "lab-secret", realm: String = "lab.example"
+    ) async throws {
         guard let command = Self.command, let probe = Self.probeCommand else {
             throw NodeProcessError.exited(status: -1, stderr: Self.unavailableReason ?? "no coturn")
         }
@@ -61,14 +63,18 @@ public final class LabCoturn: @unchecked Sendable {
             "--log-file", "stdout", "--simple-log", "--pidfile", directory + "/turnserver.pid",
             "--db", directory + "/turndb",
         ]
-        process = try ChildProcess(executable: NamespaceLab.ipCommand ?? "/usr/sbin/ip",
-                                   arguments: ["netns", "exec", lab.namespace(.publicHost(index)), command] + arguments)
+        process = try ChildProcess(
+            executable: NamespaceLab.ipCommand ?? "/usr/sbin/ip",
+            arguments: ["netns", "exec", lab.namespace(.publicHost(index)), command] + arguments)
         do {
-            try await waitUntil("coturn answers STUN on \(address):\(port)", timeout: .seconds(15), every: .milliseconds(100)) {
+            try await waitUntil(
+                "coturn answers STUN on \(address):\(port)", timeout: .seconds(15), every: .milliseconds(100)
+            ) {
                 guard self.process.isRunning else {
                     throw NodeProcessError.exited(status: self.process.terminationStatus ?? -1, stderr: self.log)
                 }
-                let answer = try lab.run(on: .publicHost(index), probe, ["-p", "\(port)", self.address], timeout: .seconds(5))
+                let answer = try lab.run(
+                    on: .publicHost(index), probe, ["-p", "\(port)", self.address], timeout: .seconds(5))
                 return answer.status == 0 && answer.stdout.contains("UDP reflexive addr")
             }
         } catch {

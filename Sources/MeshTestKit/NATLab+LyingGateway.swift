@@ -1,6 +1,6 @@
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A home router that answers port-mapping requests (PCP and NAT-PMP, port 5351 on its LAN
@@ -23,8 +23,10 @@ public final class LyingGateway: @unchecked Sendable {
     /// Starts answering at home `index`'s gateway address, port 5351.
     public init(lab: NATLab, home index: Int, lie: Lie) throws {
         self.lie = lie
-        responder = try UDPResponder(namespace: lab.homes[index].router, address: lab.homes[index].gateway,
-                                     port: 5351) { request, _ in Self.answers(to: request, lie: lie) }
+        responder = try UDPResponder(
+            namespace: lab.homes[index].router, address: lab.homes[index].gateway,
+            port: 5351
+        ) { request, _ in Self.answers(to: request, lie: lie) }
     }
 
     /// Requests received so far (PCP and NAT-PMP datagrams).
@@ -42,9 +44,13 @@ public final class LyingGateway: @unchecked Sendable {
             }
             switch lie {
             case .impossible:
-                return [[0xFF, 0xEE] + [UInt8](repeating: 0x5A, count: 40),
-                        map(nonce: nonce.map { $0 ^ 0xFF }, lifetime: 7200, port: internalPort, external: [198, 51, 100, 250]),
-                        map(nonce: nonce, lifetime: 0, port: internalPort, external: [198, 51, 100, 250])]
+                return [
+                    [0xFF, 0xEE] + [UInt8](repeating: 0x5A, count: 40),
+                    map(
+                        nonce: nonce.map { $0 ^ 0xFF }, lifetime: 7200, port: internalPort,
+                        external: [198, 51, 100, 250]),
+                    map(nonce: nonce, lifetime: 0, port: internalPort, external: [198, 51, 100, 250]),
+                ]
             case .privateExternal:
                 return [map(nonce: nonce, lifetime: 7200, port: internalPort, external: [10, 200, 0, 7])]
             }
@@ -56,8 +62,10 @@ public final class LyingGateway: @unchecked Sendable {
         case 1 where request.count >= 12:
             let port = UInt16(request[4]) << 8 | UInt16(request[5])
             let other = port &+ 1
-            return [[0, 129, 0, 0] + bigEndian(1) + Array(request[4..<6]) + [UInt8(other >> 8), UInt8(other & 0xFF)]
-                    + bigEndian(7200)]
+            return [
+                [0, 129, 0, 0] + bigEndian(1) + Array(request[4..<6]) + [UInt8(other >> 8), UInt8(other & 0xFF)]
+                    + bigEndian(7200)
+            ]
         default:
             return []
         }

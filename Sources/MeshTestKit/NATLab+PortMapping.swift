@@ -1,6 +1,6 @@
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A home router that grants port mappings: a real `miniupnpd` (UPnP IGD, NAT-PMP and PCP) in a
@@ -25,7 +25,8 @@ extension NATLab {
     public static var miniupnpdUnavailableReason: String? {
         if let reason = unavailableReason { return reason }
         guard miniupnpdCommand != nil, nftCommand != nil else {
-            return "port-mapping laboratory tests need miniupnpd and nft (apt-get install miniupnpd nftables, or make deps as root); skipped"
+            return
+                "port-mapping laboratory tests need miniupnpd and nft (apt-get install miniupnpd nftables, or make deps as root); skipped"
         }
         return nil
     }
@@ -43,22 +44,23 @@ extension NATLab {
         _ = try? run(in: home.router, nft, ["delete", "table", "inet", "filter"])
         let directory = NodeProcess.makeTemporaryDirectory("miniupnpd")
         let rules = """
-        table inet filter {
-          chain forward { type filter hook forward priority 0; policy accept; jump miniupnpd; }
-          chain miniupnpd { }
-          chain prerouting { type nat hook prerouting priority -100; policy accept; jump prerouting_miniupnpd; }
-          chain postrouting { type nat hook postrouting priority 100; policy accept; jump postrouting_miniupnpd; }
-          chain prerouting_miniupnpd { }
-          chain postrouting_miniupnpd { }
-        }
+            table inet filter {
+              chain forward { type filter hook forward priority 0; policy accept; jump miniupnpd; }
+              chain miniupnpd { }
+              chain prerouting { type nat hook prerouting priority -100; policy accept; jump prerouting_miniupnpd; }
+              chain postrouting { type nat hook postrouting priority 100; policy accept; jump postrouting_miniupnpd; }
+              chain prerouting_miniupnpd { }
+              chain postrouting_miniupnpd { }
+            }
 
-        """
+            """
         try rules.write(toFile: directory + "/rules.nft", atomically: true, encoding: .utf8)
         try checked(run(in: home.router, nft, ["-f", directory + "/rules.nft"]), "nft -f")
         let iptables = Self.iptablesCommand ?? "/usr/sbin/iptables"
         let accept = ["FORWARD", "-i", home.wanInterface, "-m", "conntrack", "--ctstate", "DNAT", "-j", "ACCEPT"]
         if (try? run(in: home.router, iptables, ["-C"] + accept))?.status != 0 {
-            try checked(run(in: home.router, iptables, ["-I", accept[0], "1"] + accept.dropFirst()), "iptables -I FORWARD")
+            try checked(
+                run(in: home.router, iptables, ["-I", accept[0], "1"] + accept.dropFirst()), "iptables -I FORWARD")
         }
 
         // The router's own datagrams leave from its own address unmasqueraded, as a home router's
@@ -67,32 +69,37 @@ extension NATLab {
         let wanAddress = home.carrierSideAddress ?? home.publicAddress
         let own = ["POSTROUTING", "-o", home.wanInterface, "-s", wanAddress, "-j", "RETURN"]
         if (try? run(in: home.router, iptables, ["-t", "nat", "-C"] + own))?.status != 0 {
-            try checked(run(in: home.router, iptables, ["-t", "nat", "-I", own[0], "1"] + own.dropFirst()), "iptables -t nat -I POSTROUTING")
+            try checked(
+                run(in: home.router, iptables, ["-t", "nat", "-I", own[0], "1"] + own.dropFirst()),
+                "iptables -t nat -I POSTROUTING")
         }
 
         let stun = try STUNResponder.start(namespace: internetNamespace, address: Self.internetGateway)
         defer { stun.stop() }
         let subnet = home.gateway.split(separator: ".").prefix(3).joined(separator: ".") + ".0/24"
         let configuration = """
-        ext_ifname=\(home.wanInterface)
-        listening_ip=\(lan)
-        enable_natpmp=\(natpmp ? "yes" : "no")
-        enable_upnp=\(upnp ? "yes" : "no")
-        ext_perform_stun=yes
-        ext_stun_host=\(Self.internetGateway)
-        ext_stun_port=\(stun.port)
-        secure_mode=yes
-        system_uptime=no
-        min_lifetime=2
-        uuid=\(UUID().uuidString.lowercased())
-        allow 1024-65535 \(subnet) 1024-65535
-        deny 0-65535 0.0.0.0/0 0-65535
+            ext_ifname=\(home.wanInterface)
+            listening_ip=\(lan)
+            enable_natpmp=\(natpmp ? "yes" : "no")
+            enable_upnp=\(upnp ? "yes" : "no")
+            ext_perform_stun=yes
+            ext_stun_host=\(Self.internetGateway)
+            ext_stun_port=\(stun.port)
+            secure_mode=yes
+            system_uptime=no
+            min_lifetime=2
+            uuid=\(UUID().uuidString.lowercased())
+            allow 1024-65535 \(subnet) 1024-65535
+            deny 0-65535 0.0.0.0/0 0-65535
 
-        """
+            """
         try configuration.write(toFile: directory + "/miniupnpd.conf", atomically: true, encoding: .utf8)
-        let process = try ChildProcess(executable: NamespaceLab.ipCommand ?? "/usr/sbin/ip",
-                                       arguments: ["netns", "exec", home.router, miniupnpd, "-d", "-f", directory + "/miniupnpd.conf",
-                                                   "-P", directory + "/miniupnpd.pid"])
+        let process = try ChildProcess(
+            executable: NamespaceLab.ipCommand ?? "/usr/sbin/ip",
+            arguments: [
+                "netns", "exec", home.router, miniupnpd, "-d", "-f", directory + "/miniupnpd.conf",
+                "-P", directory + "/miniupnpd.pid",
+            ])
         let daemon = Miniupnpd(process: process, directory: directory, router: home.router, gateway: home.gateway)
         // Up once it listens on what it serves (after the STUN check, which takes a moment).
         let ready = natpmp ? "Listening for NAT-PMP/PCP traffic" : "HTTP listening on port"
@@ -100,14 +107,16 @@ extension NATLab {
         while !process.standardError.contains(ready) {
             guard process.isRunning, ContinuousClock.now < deadline else {
                 daemon.stop()
-                throw NodeProcessError.exited(status: process.terminationStatus ?? -1,
-                                              stderr: "miniupnpd did not start: \(process.standardError.suffix(2000))")
+                throw NodeProcessError.exited(
+                    status: process.terminationStatus ?? -1,
+                    stderr: "miniupnpd did not start: \(process.standardError.suffix(2000))")
             }
             usleep(20_000)
         }
         guard process.standardError.contains("Port forwarding is now enabled") else {
             daemon.stop()
-            throw NodeProcessError.exited(status: -1, stderr: "miniupnpd refuses to forward: \(process.standardError.suffix(2000))")
+            throw NodeProcessError.exited(
+                status: -1, stderr: "miniupnpd refuses to forward: \(process.standardError.suffix(2000))")
         }
         return daemon
     }
@@ -116,11 +125,15 @@ extension NATLab {
     public func redirections(home index: Int) throws -> [String] {
         guard let nft = Self.nftCommand else { return [] }
         let result = try run(in: homes[index].router, nft, ["list", "chain", "inet", "filter", "prerouting_miniupnpd"])
-        return result.stdout.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter { $0.contains("dnat") }
+        return result.stdout.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter {
+            $0.contains("dnat")
+        }
     }
 
     private func checked(_ result: (status: Int32, stdout: String, stderr: String), _ what: String) throws {
-        guard result.status == 0 else { throw NodeProcessError.exited(status: result.status, stderr: "\(what): \(result.stderr)") }
+        guard result.status == 0 else {
+            throw NodeProcessError.exited(status: result.status, stderr: "\(what): \(result.stderr)")
+        }
     }
 }
 
@@ -161,14 +174,17 @@ enum STUNResponder {
     static func start(namespace: String, address: String) throws -> UDPResponder {
         try UDPResponder(namespace: namespace, address: address, port: 0) { request, source in
             // A binding request: type 0x0001, the magic cookie, a 12-byte transaction id.
-            guard request.count >= 20, request[0] == 0, request[1] == 1, request[4...7] == [0x21, 0x12, 0xA4, 0x42] else {
+            guard request.count >= 20, request[0] == 0, request[1] == 1, request[4...7] == [0x21, 0x12, 0xA4, 0x42]
+            else {
                 return []
             }
             let port = UInt16(bigEndian: source.sin_port) ^ 0x2112
             let host = UInt32(bigEndian: source.sin_addr.s_addr) ^ 0x2112_A442
             var answer: [UInt8] = [0x01, 0x01, 0, 12] + request[4..<20]
-            answer += [0x00, 0x20, 0, 8, 0, 1, UInt8(port >> 8), UInt8(port & 0xFF),
-                       UInt8(host >> 24), UInt8(host >> 16 & 0xFF), UInt8(host >> 8 & 0xFF), UInt8(host & 0xFF)]
+            answer += [
+                0x00, 0x20, 0, 8, 0, 1, UInt8(port >> 8), UInt8(port & 0xFF),
+                UInt8(host >> 24), UInt8(host >> 16 & 0xFF), UInt8(host >> 8 & 0xFF), UInt8(host & 0xFF),
+            ]
             return [answer]
         }
     }

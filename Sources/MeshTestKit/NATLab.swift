@@ -1,6 +1,6 @@
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Homes behind NAT routers, for NAT traversal with real processes, built from network
@@ -127,20 +127,25 @@ public final class NATLab: @unchecked Sendable {
     public static var conntrackUnavailableReason: String? {
         if let reason = unavailableReason { return reason }
         guard conntrackCommand != nil else {
-            return "NAT laboratory tests that expire a mapping need the conntrack tool (apt-get install conntrack, or make deps as root); skipped"
+            return
+                "NAT laboratory tests that expire a mapping need the conntrack tool (apt-get install conntrack, or make deps as root); skipped"
         }
         return nil
     }
 
     /// Builds the lab: `publicHosts` hosts on the internet, one home per entry of `homes`.
-    public init(publicHosts publicCount: Int, homes mappings: [Mapping], identicalPrivateSubnets: Bool = false,
-                defaultRoutes: Bool = true, routerInputFirewall: Bool = true,
-                routerInputFirewalls: [Bool]? = nil, carrierNAT: [Bool]? = nil, neighbours: Set<Int> = []) throws {
+    public init(
+        publicHosts publicCount: Int, homes mappings: [Mapping], identicalPrivateSubnets: Bool = false,
+        defaultRoutes: Bool = true, routerInputFirewall: Bool = true,
+        routerInputFirewalls: [Bool]? = nil, carrierNAT: [Bool]? = nil, neighbours: Set<Int> = []
+    ) throws {
         if let reason = Self.unavailableReason { throw NodeProcessError.exited(status: -1, stderr: reason) }
         guard publicCount >= 0, publicCount <= 80, mappings.count <= 80,
-              (routerInputFirewalls?.count ?? mappings.count) == mappings.count,
-              (carrierNAT?.count ?? mappings.count) == mappings.count else {
-            throw NodeProcessError.exited(status: -1, stderr: "NATLab: at most 80 public hosts and 80 homes, one firewall setting per home")
+            (routerInputFirewalls?.count ?? mappings.count) == mappings.count,
+            (carrierNAT?.count ?? mappings.count) == mappings.count
+        else {
+            throw NodeProcessError.exited(
+                status: -1, stderr: "NATLab: at most 80 public hosts and 80 homes, one firewall setting per home")
         }
         LabRegistry.sweepStale(ip: NamespaceLab.ipCommand ?? "/usr/sbin/ip")
         let tag = String(UInt32.random(in: 0x1000...0xFFFF), radix: 16)
@@ -150,11 +155,12 @@ public final class NATLab: @unchecked Sendable {
         publicAddresses = (0..<publicCount).map { "\(Self.internetPrefix).\(10 + $0)" }
         homes = mappings.enumerated().map { index, mapping in
             let subnet = identicalPrivateSubnets ? "192.168.1" : "10.0.\(index + 1)"
-            return Home(mapping: mapping, router: "gm\(tag)rtr\(index)", publicAddress: "\(Self.internetPrefix).\(101 + index)",
-                        carrier: carrierNAT?[index] == true ? "gm\(tag)cgn\(index)" : nil, index: index,
-                        wanInterface: "gm\(tag)w\(index)", host: "gm\(tag)home\(index)",
-                        privateAddress: "\(subnet).2", gateway: "\(subnet).1",
-                        neighbour: neighbours.contains(index) ? "gm\(tag)nbr\(index)" : nil)
+            return Home(
+                mapping: mapping, router: "gm\(tag)rtr\(index)", publicAddress: "\(Self.internetPrefix).\(101 + index)",
+                carrier: carrierNAT?[index] == true ? "gm\(tag)cgn\(index)" : nil, index: index,
+                wanInterface: "gm\(tag)w\(index)", host: "gm\(tag)home\(index)",
+                privateAddress: "\(subnet).2", gateway: "\(subnet).1",
+                neighbour: neighbours.contains(index) ? "gm\(tag)nbr\(index)" : nil)
         }
         self.defaultRoutes = defaultRoutes
         // One setting for every home, or one per home (a matrix of router kinds).
@@ -178,7 +184,12 @@ public final class NATLab: @unchecked Sendable {
         // of 1 dies there (the bridge forwards frames without counting hops). Short-lived
         // punches rely on it, as they rely on the ISP's router on the internet.
         if let nft = Self.nftCommand {
-            try check(run(in: internet, nft, ["add table bridge isp; add chain bridge isp forward { type filter hook forward priority 0; }; add rule bridge isp forward ip ttl 1 drop"]))
+            try check(
+                run(
+                    in: internet, nft,
+                    [
+                        "add table bridge isp; add chain bridge isp forward { type filter hook forward priority 0; }; add rule bridge isp forward ip ttl 1 drop"
+                    ]))
         }
         // A public host or router's leg on the bridge.
         func attach(_ space: String, interface: String, port: String, address: String) throws {
@@ -192,14 +203,16 @@ public final class NATLab: @unchecked Sendable {
         }
         for (index, space) in publicHosts.enumerated() {
             try ip(["netns", "add", space]); created.append(space)
-            try attach(space, interface: "gm\(tag)v\(index)", port: "gm\(tag)p\(index)", address: publicAddresses[index])
+            try attach(
+                space, interface: "gm\(tag)v\(index)", port: "gm\(tag)p\(index)", address: publicAddresses[index])
         }
         for (index, home) in homes.enumerated() {
             try ip(["netns", "add", home.router]); created.append(home.router)
             if let carrier = home.carrier, let carrierSide = home.carrierSideAddress {
                 try buildCarrier(carrier, for: home, carrierSide: carrierSide, attach: attach)
             } else {
-                try attach(home.router, interface: home.wanInterface, port: "gm\(tag)q\(index)", address: home.publicAddress)
+                try attach(
+                    home.router, interface: home.wanInterface, port: "gm\(tag)q\(index)", address: home.publicAddress)
             }
             try buildLAN(of: home)
             try check(run(in: home.router, Self.sysctlCommand, ["-qw", "net.ipv4.ip_forward=1"]))
@@ -211,8 +224,13 @@ public final class NATLab: @unchecked Sendable {
             // home or to the router itself (OpenWrt's wan zone: input and forward rejected).
             let chains = routerInputFirewalls[index] ? ["FORWARD", "INPUT"] : ["FORWARD"]
             for chain in chains {
-                try check(run(in: home.router, iptables, ["-A", chain, "-i", home.wanInterface, "-m", "conntrack",
-                                                          "!", "--ctstate", "ESTABLISHED,RELATED", "-j", "DROP"]))
+                try check(
+                    run(
+                        in: home.router, iptables,
+                        [
+                            "-A", chain, "-i", home.wanInterface, "-m", "conntrack",
+                            "!", "--ctstate", "ESTABLISHED,RELATED", "-j", "DROP",
+                        ]))
             }
         }
     }
@@ -229,7 +247,10 @@ public final class NATLab: @unchecked Sendable {
         for (number, host) in hosts.enumerated() {
             try ip(["netns", "add", host.space]); created.append(host.space)
             let routerLeg = hosts.count == 1 ? lan : "gm\(tag)\(number == 0 ? "a" : "b")\(home.index)"
-            try ip(["link", "add", routerLeg, "netns", home.router, "type", "veth", "peer", "name", host.inside, "netns", host.space])
+            try ip([
+                "link", "add", routerLeg, "netns", home.router, "type", "veth", "peer", "name", host.inside, "netns",
+                host.space,
+            ])
             if hosts.count > 1 { try ip(["-n", home.router, "link", "set", routerLeg, "master", lan]) }
             try ip(["-n", home.router, "link", "set", routerLeg, "up"])
             try ip(["-n", host.space, "addr", "add", "\(host.address)/24", "dev", host.inside])
@@ -244,14 +265,19 @@ public final class NATLab: @unchecked Sendable {
     /// A carrier router between a home router and the internet: its own leg on the bridge at the
     /// home's public address, a link to the home router (100.64.K.0/24), MASQUERADE onto the
     /// internet and a firewall, as a carrier-grade NAT.
-    private func buildCarrier(_ carrier: String, for home: Home, carrierSide: String,
-                              attach: (String, String, String, String) throws -> Void) throws {
+    private func buildCarrier(
+        _ carrier: String, for home: Home, carrierSide: String,
+        attach: (String, String, String, String) throws -> Void
+    ) throws {
         try ip(["netns", "add", carrier]); created.append(carrier)
         let wan = "gm\(tag)c\(home.index)"
         try attach(carrier, wan, "gm\(tag)k\(home.index)", home.publicAddress)
         let inside = "gm\(tag)d\(home.index)"
         let carrierAddress = "100.64.\(home.index + 1).1"
-        try ip(["link", "add", inside, "netns", carrier, "type", "veth", "peer", "name", home.wanInterface, "netns", home.router])
+        try ip([
+            "link", "add", inside, "netns", carrier, "type", "veth", "peer", "name", home.wanInterface, "netns",
+            home.router,
+        ])
         try ip(["-n", carrier, "addr", "add", "\(carrierAddress)/24", "dev", inside])
         try ip(["-n", carrier, "link", "set", inside, "up"])
         try ip(["-n", home.router, "addr", "add", "\(carrierSide)/24", "dev", home.wanInterface])
@@ -262,8 +288,13 @@ public final class NATLab: @unchecked Sendable {
         let iptables = Self.iptablesCommand ?? "/usr/sbin/iptables"
         try check(run(in: carrier, iptables, ["-t", "nat", "-A", "POSTROUTING", "-o", wan, "-j", "MASQUERADE"]))
         for chain in ["FORWARD", "INPUT"] {
-            try check(run(in: carrier, iptables, ["-A", chain, "-i", wan, "-m", "conntrack",
-                                                  "!", "--ctstate", "ESTABLISHED,RELATED", "-j", "DROP"]))
+            try check(
+                run(
+                    in: carrier, iptables,
+                    [
+                        "-A", chain, "-i", wan, "-m", "conntrack",
+                        "!", "--ctstate", "ESTABLISHED,RELATED", "-j", "DROP",
+                    ]))
         }
     }
 
@@ -294,16 +325,21 @@ public final class NATLab: @unchecked Sendable {
 
     /// Runs `executable ARGUMENTS` inside namespace `space` to completion, killed after `timeout`.
     @discardableResult
-    public func run(in space: String, _ executable: String, _ arguments: [String], timeout: Duration = .seconds(20)) throws
+    public func run(
+        in space: String, _ executable: String, _ arguments: [String], timeout: Duration = .seconds(20)
+    ) throws
         -> (status: Int32, stdout: String, stderr: String)
     {
-        try ChildProcess.run(NamespaceLab.ipCommand ?? "/usr/sbin/ip", ["netns", "exec", space, executable] + arguments,
-                             timeout: timeout)
+        try ChildProcess.run(
+            NamespaceLab.ipCommand ?? "/usr/sbin/ip", ["netns", "exec", space, executable] + arguments,
+            timeout: timeout)
     }
 
     /// Runs a program inside `host`.
     @discardableResult
-    public func run(on host: Host, _ executable: String, _ arguments: [String], timeout: Duration = .seconds(20)) throws
+    public func run(
+        on host: Host, _ executable: String, _ arguments: [String], timeout: Duration = .seconds(20)
+    ) throws
         -> (status: Int32, stdout: String, stderr: String)
     {
         try run(in: namespace(host), executable, arguments, timeout: timeout)
@@ -332,8 +368,13 @@ public final class NATLab: @unchecked Sendable {
     /// gives the same port back (Linux keeps a free inside port), so nothing outside notices.
     public func mapToPort(home index: Int, _ port: UInt16) throws {
         let iptables = Self.iptablesCommand ?? "/usr/sbin/iptables"
-        try check(run(in: homes[index].router, iptables, ["-t", "nat", "-I", "POSTROUTING", "1", "-o", homes[index].wanInterface,
-                                                          "-p", "udp", "-j", "MASQUERADE", "--to-ports", "\(port)"]))
+        try check(
+            run(
+                in: homes[index].router, iptables,
+                [
+                    "-t", "nat", "-I", "POSTROUTING", "1", "-o", homes[index].wanInterface,
+                    "-p", "udp", "-j", "MASQUERADE", "--to-ports", "\(port)",
+                ]))
     }
 
     /// The UDP mappings of home `index`'s router (`conntrack -L -p udp`, one line each).
@@ -347,9 +388,13 @@ public final class NATLab: @unchecked Sendable {
     /// for a flow answered in one direction only (Linux: 30 s), `replied` for one answered both
     /// ways (Linux: 120 s). Per namespace: only this router changes.
     public func setUDPTimeouts(home index: Int, unreplied: Int, replied: Int) throws {
-        try check(run(in: homes[index].router, Self.sysctlCommand,
-                      ["-qw", "net.netfilter.nf_conntrack_udp_timeout=\(unreplied)",
-                       "net.netfilter.nf_conntrack_udp_timeout_stream=\(replied)"]))
+        try check(
+            run(
+                in: homes[index].router, Self.sysctlCommand,
+                [
+                    "-qw", "net.netfilter.nf_conntrack_udp_timeout=\(unreplied)",
+                    "net.netfilter.nf_conntrack_udp_timeout_stream=\(replied)",
+                ]))
     }
 
     private func conntrack() throws -> String {
@@ -413,7 +458,8 @@ public final class NATLab: @unchecked Sendable {
         }
         let home = homes[index]
         guard home.carrier == nil else {
-            throw NodeProcessError.exited(status: -1, stderr: "NATLab: a home behind a carrier NAT has no line to cap here")
+            throw NodeProcessError.exited(
+                status: -1, stderr: "NATLab: a home behind a carrier NAT has no line to cap here")
         }
         for (space, device) in [(home.router, home.wanInterface), (internetNamespace, "gm\(tag)q\(index)")] {
             guard let rate = bytesPerSecond else {
@@ -422,8 +468,13 @@ public final class NATLab: @unchecked Sendable {
             }
             // A burst of a few jumbo GSO segments, and never less than a millisecond's worth.
             let burst = max(64 << 10, rate / 1000)
-            try check(run(in: space, tc, ["qdisc", "replace", "dev", device, "root", "tbf", "rate", "\(rate * 8)bit",
-                                          "burst", "\(burst)", "latency", "50ms"]))
+            try check(
+                run(
+                    in: space, tc,
+                    [
+                        "qdisc", "replace", "dev", device, "root", "tbf", "rate", "\(rate * 8)bit",
+                        "burst", "\(burst)", "latency", "50ms",
+                    ]))
         }
     }
 
@@ -442,7 +493,8 @@ public final class NATLab: @unchecked Sendable {
     private func ip(_ arguments: [String]) throws {
         let result = try ChildProcess.run(NamespaceLab.ipCommand ?? "/usr/sbin/ip", arguments)
         guard result.status == 0 else {
-            throw NodeProcessError.exited(status: result.status, stderr: "ip \(arguments.joined(separator: " ")): \(result.stderr)")
+            throw NodeProcessError.exited(
+                status: result.status, stderr: "ip \(arguments.joined(separator: " ")): \(result.stderr)")
         }
     }
 
@@ -451,6 +503,8 @@ public final class NATLab: @unchecked Sendable {
     }
 
     private static func tool(_ name: String) -> String? {
-        ["/usr/sbin/", "/sbin/", "/usr/bin/", "/bin/"].map { $0 + name }.first { FileManager.default.isExecutableFile(atPath: $0) }
+        ["/usr/sbin/", "/sbin/", "/usr/bin/", "/bin/"].map { $0 + name }.first {
+            FileManager.default.isExecutableFile(atPath: $0)
+        }
     }
 }

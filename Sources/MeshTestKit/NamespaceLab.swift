@@ -39,7 +39,9 @@ public final class NamespaceLab: @unchecked Sendable {
             for (index, host) in hosts.enumerated() {
                 try ip(["netns", "add", host]); created.append(host)
                 let inside = "gm\(tag)v\(index)", outside = bridgePort(index)
-                try ip(["link", "add", inside, "netns", host, "type", "veth", "peer", "name", outside, "netns", bridgeSpace])
+                try ip([
+                    "link", "add", inside, "netns", host, "type", "veth", "peer", "name", outside, "netns", bridgeSpace,
+                ])
                 try ip(["-n", host, "addr", "add", "\(addresses[index])/24", "dev", inside])
                 try ip(["-n", host, "link", "set", inside, "up"])
                 try ip(["-n", host, "link", "set", "lo", "up"])
@@ -74,7 +76,8 @@ public final class NamespaceLab: @unchecked Sendable {
     private func ip(_ arguments: [String]) throws {
         let result = try ChildProcess.run(Self.ipCommand ?? "/usr/sbin/ip", arguments)
         guard result.status == 0 else {
-            throw NodeProcessError.exited(status: result.status, stderr: "ip \(arguments.joined(separator: " ")): \(result.stderr)")
+            throw NodeProcessError.exited(
+                status: result.status, stderr: "ip \(arguments.joined(separator: " ")): \(result.stderr)")
         }
     }
 

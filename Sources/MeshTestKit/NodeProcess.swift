@@ -37,7 +37,8 @@ public final class NodeProcess: @unchecked Sendable {
         }
         var stats = statvfs()
         if access("/dev/shm", W_OK) == 0, statvfs("/dev/shm", &stats) == 0,
-           UInt64(stats.f_bavail) * UInt64(stats.f_frsize) >= 2 << 30 {
+            UInt64(stats.f_bavail) * UInt64(stats.f_frsize) >= 2 << 30
+        {
             return "/dev/shm/"
         }
         return NSTemporaryDirectory()
@@ -47,8 +48,10 @@ public final class NodeProcess: @unchecked Sendable {
     /// `launcher` runs it through another program that execs it, such as `ip netns exec NAME`.
     /// A `run` gets `--print-invite` (its stdout is a pipe here, and tests read its `invite:` line)
     /// unless `printInvite` is false, for tests of what `run` prints to a pipe by default.
-    public init(_ arguments: [String], dataDirectory: String? = nil, launcher: [String] = [],
-                ownsDataDirectory: Bool = true, printInvite: Bool = true) throws {
+    public init(
+        _ arguments: [String], dataDirectory: String? = nil, launcher: [String] = [],
+        ownsDataDirectory: Bool = true, printInvite: Bool = true
+    ) throws {
         self.dataDirectory = dataDirectory ?? Self.makeTemporaryDirectory()
         self.ownsDataDirectory = ownsDataDirectory
         var arguments = arguments
@@ -64,8 +67,10 @@ public final class NodeProcess: @unchecked Sendable {
     public var stderr: String { process.errors.text }
 
     /// Waits (bounded) until stdout (or stderr) holds a line starting with `prefix`; returns its remainder.
-    public func waitForLine(prefix: String, timeout: Duration = .seconds(60), onStderr: Bool = false,
-                            containing: String = "") async throws -> String {
+    public func waitForLine(
+        prefix: String, timeout: Duration = .seconds(60), onStderr: Bool = false,
+        containing: String = ""
+    ) async throws -> String {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             let text = onStderr ? stderr : stdout
@@ -107,7 +112,9 @@ public final class NodeProcess: @unchecked Sendable {
     }
 
     /// Runs a short-lived `groupmesh` command to completion (bounded) and returns its output.
-    public static func runCommand(_ arguments: [String], timeout: Duration = .seconds(60)) async throws
+    public static func runCommand(
+        _ arguments: [String], timeout: Duration = .seconds(60)
+    ) async throws
         -> (status: Int32, stdout: String, stderr: String)
     {
         let process = try ChildProcess(executable: executable, arguments: arguments)
@@ -122,7 +129,9 @@ public final class NodeProcess: @unchecked Sendable {
             status = process.terminationStatus
         }
         // The process is gone; its pipes reach end-of-file once the readers drained them.
-        while process.output.hasPendingData || process.errors.hasPendingData, ContinuousClock.now < deadline + .seconds(2) {
+        while process.output.hasPendingData || process.errors.hasPendingData,
+            ContinuousClock.now < deadline + .seconds(2)
+        {
             try await Task.sleep(for: .milliseconds(5))
         }
         return (status ?? -1, process.output.text, process.errors.text)

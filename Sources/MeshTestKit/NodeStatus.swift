@@ -98,12 +98,19 @@ public enum JSONValue: Decodable, Sendable {
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
-        if container.decodeNil() { self = .null }
-        else if let value = try? container.decode(Double.self) { self = .number(value) }
-        else if let value = try? container.decode(Bool.self) { self = .bool(value) }
-        else if let value = try? container.decode(String.self) { self = .string(value) }
-        else if let value = try? container.decode([String: JSONValue].self) { self = .object(value) }
-        else { self = .array(try container.decode([JSONValue].self)) }
+        if container.decodeNil() {
+            self = .null
+        } else if let value = try? container.decode(Double.self) {
+            self = .number(value)
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? container.decode([String: JSONValue].self) {
+            self = .object(value)
+        } else {
+            self = .array(try container.decode([JSONValue].self))
+        }
     }
 
     public var number: Double? { if case let .number(value) = self { value } else { nil } }
@@ -123,8 +130,10 @@ extension NodeProcess {
 
     /// Polls `status` until `condition` holds; bounded by `timeout`. Returns the last status.
     @discardableResult
-    public func waitForStatus(timeout: Duration, _ what: String,
-                              _ condition: (NodeStatus) -> Bool) async throws -> NodeStatus {
+    public func waitForStatus(
+        timeout: Duration, _ what: String,
+        _ condition: (NodeStatus) -> Bool
+    ) async throws -> NodeStatus {
         let deadline = ContinuousClock.now + timeout
         var last: NodeStatus?
         while ContinuousClock.now < deadline {
@@ -135,8 +144,9 @@ extension NodeProcess {
             try await Task.sleep(for: .milliseconds(100))
         }
         let summary = last.map { $0.members.map { "\($0.name)=\($0.state)" }.joined(separator: " ") } ?? "no status"
-        throw NodeProcessError.timeout("\(what) within \(timeout) on \(dataDirectory) (up \(ContinuousClock.now - startedAt)): "
-            + "\(summary); last log: \(stderr.split(separator: "\n").suffix(3).joined(separator: " | "))")
+        throw NodeProcessError.timeout(
+            "\(what) within \(timeout) on \(dataDirectory) (up \(ContinuousClock.now - startedAt)): "
+                + "\(summary); last log: \(stderr.split(separator: "\n").suffix(3).joined(separator: " | "))")
     }
 }
 
@@ -158,15 +168,18 @@ extension Array where Element == NodeProcess {
                 var views: [String] = []
                 for other in self {
                     // Every member as this node sees it, so a failure says who is missing where.
-                    let view = (try? await other.status()).map { status in
-                        "\(status.`self`.name) sees \(status.aliveCount) alive ["
-                            + status.members.map { "\($0.name) \($0.state)/\($0.path ?? "-")" }.joined(separator: ", ") + "]"
-                    } ?? "no status"
+                    let view =
+                        (try? await other.status()).map { status in
+                            "\(status.`self`.name) sees \(status.aliveCount) alive ["
+                                + status.members.map { "\($0.name) \($0.state)/\($0.path ?? "-")" }.joined(
+                                    separator: ", ") + "]"
+                        } ?? "no status"
                     let log = other.stderr.split(separator: "\n").suffix(4).joined(separator: " | ")
                     views.append("\(other.dataDirectory) up \(ContinuousClock.now - other.startedAt): \(view); \(log)")
                 }
-                throw NodeProcessError.timeout("\(count) alive on every node within \(timeout): "
-                    + views.joined(separator: " ;; "))
+                throw NodeProcessError.timeout(
+                    "\(count) alive on every node within \(timeout): "
+                        + views.joined(separator: " ;; "))
             }
         }
     }

@@ -21,8 +21,10 @@ public final class ProcessMesh: @unchecked Sendable {
     /// The data dirs the mesh made (not those a test handed it), removed at the end.
     private var madeDirectories: [String] = []
 
-    init(listen: String, arguments: [String], argumentsByName: [String: [String]], lazy: Set<String>,
-         timeout: Duration) {
+    init(
+        listen: String, arguments: [String], argumentsByName: [String: [String]], lazy: Set<String>,
+        timeout: Duration
+    ) {
         self.listen = listen
         self.arguments = arguments
         self.argumentsByName = argumentsByName
@@ -65,8 +67,10 @@ public final class ProcessMesh: @unchecked Sendable {
     /// join (`waitUntilAllSee` does). `arguments` come after those the mesh gives every node and
     /// `name`. A `dataDirectory` given here is the caller's and is not removed.
     @discardableResult
-    public func join(_ name: String, arguments extra: [String] = [], invite: String? = nil,
-                     dataDirectory: String? = nil) throws -> NodeProcess {
+    public func join(
+        _ name: String, arguments extra: [String] = [], invite: String? = nil,
+        dataDirectory: String? = nil
+    ) throws -> NodeProcess {
         try start(name, runArguments(name) + ["--invite", invite ?? self.invite] + extra, dataDirectory: dataDirectory)
     }
 
@@ -77,8 +81,9 @@ public final class ProcessMesh: @unchecked Sendable {
     public func restart(_ name: String, listen: String? = nil, arguments extra: [String] = []) throws -> NodeProcess {
         let previous = try self[name]
         guard !previous.process.isRunning else { throw ProcessMeshError.stillRunning(name) }
-        let node = try NodeProcess(["run", "--listen", listen ?? self.listen] + extra,
-                                   dataDirectory: previous.dataDirectory, ownsDataDirectory: false)
+        let node = try NodeProcess(
+            ["run", "--listen", listen ?? self.listen] + extra,
+            dataDirectory: previous.dataDirectory, ownsDataDirectory: false)
         lock.withLock {
             current[name] = node
             started.append(node)
@@ -102,8 +107,10 @@ public final class ProcessMesh: @unchecked Sendable {
 
     /// Waits (bounded) until each of `names` (every node by default) sees `alive` members alive
     /// (as many as `names` by default) in `status --json`. A node that exited fails the wait.
-    public func waitUntilAllSee(_ names: [String]? = nil, alive count: Int? = nil,
-                                timeout: Duration? = nil) async throws {
+    public func waitUntilAllSee(
+        _ names: [String]? = nil, alive count: Int? = nil,
+        timeout: Duration? = nil
+    ) async throws {
         let nodes = try (names ?? self.names).map { try self[$0] }
         try await nodes.waitForMesh(alive: count ?? nodes.count, timeout: timeout ?? self.timeout)
     }
@@ -166,8 +173,9 @@ public func withProcessMesh<Value>(
     _ body: (ProcessMesh) async throws -> Value
 ) async throws -> Value {
     guard let first = names.first else { throw ProcessMeshError.noNodes }
-    let mesh = ProcessMesh(listen: listen, arguments: arguments, argumentsByName: argumentsByName, lazy: lazy,
-                           timeout: timeout)
+    let mesh = ProcessMesh(
+        listen: listen, arguments: arguments, argumentsByName: argumentsByName, lazy: lazy,
+        timeout: timeout)
     do {
         try await mesh.startFirst(first)
         for name in names.dropFirst() { try mesh.join(name) }

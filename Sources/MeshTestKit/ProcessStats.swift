@@ -5,7 +5,8 @@ public enum ProcessStats {
     /// User plus system CPU time, in seconds.
     public static func cpuSeconds(_ pid: pid_t) -> Double {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return 0 }
+            let close = stat.lastIndex(of: ")")
+        else { return 0 }
         let fields = stat[stat.index(after: close)...].split(separator: " ")
         // Fields after the command: state is [0], utime [11], stime [12], in clock ticks.
         guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
@@ -17,7 +18,8 @@ public enum ProcessStats {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return (0, 0) }
         func value(_ key: String) -> Double {
             guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix(key + ":") }),
-                  let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "") else { return 0 }
+                let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
+            else { return 0 }
             return kilobytes / 1024
         }
         return (value("VmRSS"), value("VmHWM"))
@@ -31,7 +33,8 @@ public enum ProcessStats {
 
 /// Writes `size` random bytes (rounded down to whole 8-byte words) to `path`; returns them.
 @discardableResult
-public func writeRandomFile(_ path: String, size: Int, using generator: inout some RandomNumberGenerator) throws -> Data {
+public func writeRandomFile(_ path: String, size: Int, using generator: inout some RandomNumberGenerator) throws -> Data
+{
     var words = [UInt64](repeating: 0, count: size / 8)
     for index in words.indices { words[index] = generator.next() }
     let bytes = words.withUnsafeBytes { Data($0) }

@@ -28,14 +28,16 @@ public final class SimEndedNode: SimulatedProcess {
             return
         }
         let restored = previous.storage.restored(origin: previous.session, identity: previous.identity)
-        notice = EndedSessionNotice(statement: statement, epochs: restored.epochs, localID: previous.id,
-                                    bootID: seed, remembered: restored.remembered, seed: seed, now: now)
+        notice = EndedSessionNotice(
+            statement: statement, epochs: restored.epochs, localID: previous.id,
+            bootID: seed, remembered: restored.remembered, seed: seed, now: now)
         step(now: now, context: &context)
     }
 
     public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
         guard !isDone,
-              let answer = notice?.answer(ByteBuffer(bytes: datagram), from: sender.peerAddress, now: now) else { return }
+            let answer = notice?.answer(ByteBuffer(bytes: datagram), from: sender.peerAddress, now: now)
+        else { return }
         context.send(Array(answer.readableBytesView), to: sender)
     }
 

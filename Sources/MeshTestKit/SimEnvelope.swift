@@ -16,7 +16,8 @@ public enum SimEnvelope {
     /// The sender and payload, or nil for a datagram that is too short or was corrupted.
     public static func open(_ datagram: [UInt8]) -> (sender: NodeID, payload: ArraySlice<UInt8>)? {
         guard datagram.count > overhead,
-              Array(datagram[16..<24]) == checksum(datagram[0..<16] + datagram[24...]) else { return nil }
+            Array(datagram[16..<24]) == checksum(datagram[0..<16] + datagram[24...])
+        else { return nil }
         return (NodeID(bytes: datagram[0..<16]), datagram[24...])
     }
 

@@ -26,8 +26,9 @@ extension SimMesh {
                         continue
                     }
                     if index <= last {
-                        violations.append("\(sender.address)→\(receiver.address): message \(index) delivered "
-                                          + (delivered.contains(index) ? "twice" : "after message \(last)"))
+                        violations.append(
+                            "\(sender.address)→\(receiver.address): message \(index) delivered "
+                                + (delivered.contains(index) ? "twice" : "after message \(last)"))
                     }
                     last = max(last, index)
                     delivered.insert(index)
@@ -35,8 +36,9 @@ extension SimMesh {
                 for (index, message) in sent.enumerated() where !delivered.contains(index) {
                     guard let failures = sender.completions[message.request] else { continue }
                     if failures[receiver.id] == nil {
-                        violations.append("\(sender.address)→\(receiver.address): message \(index) (send \(message.request)) "
-                                          + "reported delivered but never delivered")
+                        violations.append(
+                            "\(sender.address)→\(receiver.address): message \(index) (send \(message.request)) "
+                                + "reported delivered but never delivered")
                     }
                 }
             }
@@ -55,8 +57,9 @@ extension SimMesh {
         for node in members {
             let held = Set(node.journal.state.operationIDs)
             if !made.isSubset(of: held) {
-                violations.append("\(node.address): \(made.subtracting(held).count) of the \(made.count) operations "
-                                  + "live members made are missing")
+                violations.append(
+                    "\(node.address): \(made.subtracting(held).count) of the \(made.count) operations "
+                        + "live members made are missing")
             }
             if held != reference {
                 violations.append("\(node.address): \(held.count) operations, \(first.address) \(reference.count)")
@@ -72,7 +75,9 @@ extension SimMesh {
     /// Every chunk any live member stores matches its SHA-256.
     public func chunkViolations() -> [String] {
         live.flatMap { node in
-            node.store.corruptedChunks.map { "\(node.address): stored chunk \($0.hex.prefix(16)) does not match its hash" }
+            node.store.corruptedChunks.map {
+                "\(node.address): stored chunk \($0.hex.prefix(16)) does not match its hash"
+            }
         }
     }
 
@@ -98,8 +103,9 @@ extension SimMesh {
                 }
                 let missing = node.store.missing(manifest).count
                 if missing > 0 || !node.complete.contains(entry.content) {
-                    violations.append("\(node.address): \(missing) of \(manifest.chunks.count) chunks of "
-                                      + "\(entry.id.hex.prefix(16)) missing")
+                    violations.append(
+                        "\(node.address): \(missing) of \(manifest.chunks.count) chunks of "
+                            + "\(entry.id.hex.prefix(16)) missing")
                 }
             }
         }
@@ -114,7 +120,8 @@ extension SimMesh {
             for member in members where member.address != observer.address {
                 let status = observer.membership.member(member.id)?.status
                 if status == nil || status?.isGone == true {
-                    violations.append("\(observer.address) sees \(member.address) as \(status.map(\.rawValue) ?? "unknown")")
+                    violations.append(
+                        "\(observer.address) sees \(member.address) as \(status.map(\.rawValue) ?? "unknown")")
                 }
             }
         }
@@ -128,7 +135,8 @@ extension SimMesh {
         let limit = configuration.settings.wire.maxReceivedDatagramSize
         return all.flatMap { node in
             node.violations.map { "\(node.address): \($0)" }
-                + (node.largestDatagram > limit ? ["\(node.address): sent a \(node.largestDatagram)-byte datagram"] : [])
+                + (node.largestDatagram > limit
+                    ? ["\(node.address): sent a \(node.largestDatagram)-byte datagram"] : [])
                 + (node.core.counters.messagesMalformed > 0
                     ? ["\(node.address): \(node.core.counters.messagesMalformed) malformed messages"] : [])
         }
@@ -144,7 +152,8 @@ extension SimMesh {
         }
         for node in members {
             for id in removed.sorted() where node.membership.member(id).map({ !$0.status.isGone }) == true {
-                violations.append("\(node.address) still sees removed \(id) as \(node.membership.member(id)?.status.rawValue ?? "?")")
+                violations.append(
+                    "\(node.address) still sees removed \(id) as \(node.membership.member(id)?.status.rawValue ?? "?")")
             }
         }
         return violations

@@ -10,8 +10,10 @@ public final class SimMesh {
     public let configuration: SimNode.Configuration
     public private(set) var nodes: [SimAddress] = []
 
-    public init(seed: UInt64, link: LinkConditions = .default, configuration: SimNode.Configuration = .init(),
-                trace: SimTraceOptions = []) {
+    public init(
+        seed: UInt64, link: LinkConditions = .default, configuration: SimNode.Configuration = .init(),
+        trace: SimTraceOptions = []
+    ) {
         simulator = Simulator(seed: seed, defaultLink: link, trace: trace)
         self.seed = seed
         self.configuration = configuration
@@ -23,11 +25,14 @@ public final class SimMesh {
     /// Adds a node that starts at `time` and joins through `seeds`, on the mesh's configuration
     /// or its own.
     @discardableResult
-    public func addNode(joiningThrough seeds: [SimAddress], at time: MeshInstant,
-                        configuration: SimNode.Configuration? = nil) -> SimNode {
+    public func addNode(
+        joiningThrough seeds: [SimAddress], at time: MeshInstant,
+        configuration: SimNode.Configuration? = nil
+    ) -> SimNode {
         let address = SimAddress(simulator.addresses.count)
-        let node = SimNode(address: address, session: session, seed: seed, seeds: seeds, startTime: time,
-                           configuration: configuration ?? self.configuration)
+        let node = SimNode(
+            address: address, session: session, seed: seed, seeds: seeds, startTime: time,
+            configuration: configuration ?? self.configuration)
         nodes.append(simulator.addNode(node, startingAt: time))
         return node
     }

@@ -39,8 +39,10 @@ public struct SimNAT: Sendable {
         /// timeout) moves, as on routers that do not preserve ports.
         public var preservesPort: Bool
 
-        public init(mapping: Mapping = .endpointIndependent, filtering: Filtering = .addressAndPortDependent,
-                    mappingTimeout: Duration = .seconds(30), preservesPort: Bool = true) {
+        public init(
+            mapping: Mapping = .endpointIndependent, filtering: Filtering = .addressAndPortDependent,
+            mappingTimeout: Duration = .seconds(30), preservesPort: Bool = true
+        ) {
             self.mapping = mapping
             self.filtering = filtering
             self.mappingTimeout = mappingTimeout
@@ -89,8 +91,9 @@ public struct SimNAT: Sendable {
     /// A datagram from `inside` to `destination` leaves through the NAT: the source it leaves
     /// with. Creates or refreshes the mapping and lets `destination` answer through it.
     public mutating func outbound(from inside: SimAddress, to destination: SimAddress, now: MeshInstant) -> SimAddress {
-        let key = BindingKey(inside: inside,
-                             destination: configuration.mapping == .endpointIndependent ? nil : destination)
+        let key = BindingKey(
+            inside: inside,
+            destination: configuration.mapping == .endpointIndependent ? nil : destination)
         if let port = ports[key], var binding = live(port, now: now) {
             binding.lastOutbound = now
             binding.permitted[destination] = now
@@ -98,8 +101,9 @@ public struct SimNAT: Sendable {
             return publicAddress(port: port)
         }
         let port = allocatePort(preferring: inside.port, now: now)
-        bindings[port] = Binding(inside: inside, destination: key.destination, lastOutbound: now,
-                                 permitted: [destination: now])
+        bindings[port] = Binding(
+            inside: inside, destination: key.destination, lastOutbound: now,
+            permitted: [destination: now])
         ports[key] = port
         return publicAddress(port: port)
     }
@@ -112,7 +116,9 @@ public struct SimNAT: Sendable {
         case .endpointIndependent:
             return binding.inside
         case .addressAndPortDependent:
-            guard let sentAt = binding.permitted[source], now < sentAt + configuration.mappingTimeout else { return nil }
+            guard let sentAt = binding.permitted[source], now < sentAt + configuration.mappingTimeout else {
+                return nil
+            }
             return binding.inside
         }
     }
@@ -152,8 +158,10 @@ public struct SimNAT: Sendable {
     /// MASQUERADE keeps the inside port when no other mapping holds it; `--random-fully` and
     /// a taken port get a random one (the first free one from a random start: always ends).
     private mutating func allocatePort(preferring preferred: UInt16, now: MeshInstant) -> UInt16 {
-        if configuration.mapping == .endpointIndependent, configuration.preservesPort, Self.portRange.contains(preferred),
-           isFree(preferred, now: now) {
+        if configuration.mapping == .endpointIndependent, configuration.preservesPort,
+            Self.portRange.contains(preferred),
+            isFree(preferred, now: now)
+        {
             return preferred
         }
         let span = Int(Self.portRange.upperBound - Self.portRange.lowerBound) + 1

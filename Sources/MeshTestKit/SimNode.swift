@@ -93,13 +93,16 @@ public final class SimNode: SimulatedProcess {
 
     /// A node at `address` of the session, joining through `seeds` when it starts at `startTime`.
     /// Its identity, ephemeral key, boot id and random stream derive from `seed` and its address.
-    public convenience init(address: SimAddress, session: SessionSecret, seed: UInt64, seeds: [SimAddress],
-                            startTime: MeshInstant, configuration: Configuration = .init()) {
+    public convenience init(
+        address: SimAddress, session: SessionSecret, seed: UInt64, seeds: [SimAddress],
+        startTime: MeshInstant, configuration: Configuration = .init()
+    ) {
         var derive = SplitMix64(seed: seed ^ (UInt64(address.index + 1) &* 0x9E37_79B9_7F4A_7C15))
         let identity = try! NodeIdentity(seed: derive.bytes(32))  // safe: 32 bytes
-        self.init(address: address, session: session, identity: identity, derive: &derive, seeds: seeds,
-                  storage: SimStorage(conditions: configuration.storage), startTime: startTime,
-                  configuration: configuration)
+        self.init(
+            address: address, session: session, identity: identity, derive: &derive, seeds: seeds,
+            storage: SimStorage(conditions: configuration.storage), startTime: startTime,
+            configuration: configuration)
     }
 
     /// `node` booting again on its disk, with a new boot (keys, boot id) from `seed`. What the
@@ -107,12 +110,14 @@ public final class SimNode: SimulatedProcess {
     /// as failed for every target), so the invariants speak of the node across its boots.
     /// `seeds`: what the new boot is given to join through (by default what the old one was;
     /// `[]` is a restart without the invite).
-    public convenience init(restarting node: SimNode, seed: UInt64, startTime: MeshInstant, seeds: [SimAddress]? = nil) {
+    public convenience init(restarting node: SimNode, seed: UInt64, startTime: MeshInstant, seeds: [SimAddress]? = nil)
+    {
         var derive = SplitMix64(seed: seed ^ node.core.bootID)
         var storage = node.storage
         storage.abandonPending()
-        self.init(address: node.address, session: node.session, identity: node.identity, derive: &derive,
-                  seeds: seeds ?? node.seeds, storage: storage, startTime: startTime, configuration: node.configuration)
+        self.init(
+            address: node.address, session: node.session, identity: node.identity, derive: &derive,
+            seeds: seeds ?? node.seeds, storage: storage, startTime: startTime, configuration: node.configuration)
         nextRequest = node.nextRequest
         sentMessages = node.sentMessages
         completions = node.completions
@@ -127,14 +132,18 @@ public final class SimNode: SimulatedProcess {
         violations = node.violations
     }
 
-    private init(address: SimAddress, session: SessionSecret, identity: NodeIdentity, derive: inout SplitMix64,
-                 seeds: [SimAddress], storage: SimStorage, startTime: MeshInstant, configuration: Configuration) {
+    private init(
+        address: SimAddress, session: SessionSecret, identity: NodeIdentity, derive: inout SplitMix64,
+        seeds: [SimAddress], storage: SimStorage, startTime: MeshInstant, configuration: Configuration
+    ) {
         let ephemeral = try! EphemeralKeyPair(seed: derive.bytes(32))  // safe: 32 bytes
-        let boot = NodeInstance.Boot(identity: identity, ephemeral: ephemeral, bootID: derive.next(),
-                                     name: address.description, addresses: [address.peerAddress])
+        let boot = NodeInstance.Boot(
+            identity: identity, ephemeral: ephemeral, bootID: derive.next(),
+            name: address.description, addresses: [address.peerAddress])
         random = SplitMix64(seed: derive.next())
-        core = NodeInstance(boot: boot, restored: storage.restored(origin: session, identity: identity),
-                            settings: configuration.settings, random: SplitMix64(seed: derive.next()), now: startTime)
+        core = NodeInstance(
+            boot: boot, restored: storage.restored(origin: session, identity: identity),
+            settings: configuration.settings, random: SplitMix64(seed: derive.next()), now: startTime)
         self.address = address
         self.identity = identity
         self.session = session
@@ -199,8 +208,9 @@ public final class SimNode: SimulatedProcess {
     /// Sends an application message to `targets` (nil: every active member).
     public func sendMessage(_ body: [UInt8], to targets: [NodeID]? = nil, mode: DeliveryInstance.Mode) {
         let recipients = targets ?? core.activeMemberIDs
-        let request = command(.send(MessageEnvelope(type: Self.dataType, body: body), to: recipients, mode: mode, timeout: nil),
-                              "send")
+        let request = command(
+            .send(MessageEnvelope(type: Self.dataType, body: body), to: recipients, mode: mode, timeout: nil),
+            "send")
         if mode == .reliable { sentMessages.append(SentMessage(request: request, body: body, targets: recipients)) }
     }
 
@@ -281,7 +291,9 @@ public final class SimNode: SimulatedProcess {
         finish(&context)
     }
 
-    public func receiveMulticast(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
+    public func receiveMulticast(
+        datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext
+    ) {
         self.now = now
         core.receiveLANAnnouncement(datagram, from: sender.peerAddress, now: now)
         finish(&context)
@@ -362,8 +374,10 @@ public final class SimNode: SimulatedProcess {
     private func record(_ event: NodeEvent) {
         switch event {
         case let .memberChanged(member):
-            membershipChanges.append(.init(time: now, member: member.id, status: member.status,
-                                           incarnation: member.incarnation))
+            membershipChanges.append(
+                .init(
+                    time: now, member: member.id, status: member.status,
+                    incarnation: member.incarnation))
         case let .message(message):
             guard message.type == Self.dataType else {
                 return violations.append("\(now): a message of type '\(message.type)' from \(message.from)")
@@ -407,8 +421,10 @@ public final class SimNode: SimulatedProcess {
         case let .failure(.notDelivered(failures)): completions[request] = failures
         case let .failure(error):
             violations.append("\(now): \(what) failed as a whole: \(error)")
-            completions[request] = Dictionary(uniqueKeysWithValues:
-                (sentMessages.first { $0.request == request }?.targets ?? []).map { ($0, .unknown) })
+            completions[request] = Dictionary(
+                uniqueKeysWithValues: (sentMessages.first { $0.request == request }?.targets ?? []).map {
+                    ($0, .unknown)
+                })
         }
     }
 

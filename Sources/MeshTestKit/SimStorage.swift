@@ -52,16 +52,20 @@ public struct SimStorage {
         for operation in log { _ = state.apply(operation, authority: Ed25519Authority(identity: identity)) }
         let manifests = state.presentContents.compactMap { chunks.manifest($0) }
         let complete = Set(manifests.filter { chunks.missing($0).isEmpty }.map(\.id))
-        var restored = NodeInstance.Restored(epochs: epochs, remembered: remembered, operations: log,
-                                             manifests: manifests, complete: complete)
+        var restored = NodeInstance.Restored(
+            epochs: epochs, remembered: remembered, operations: log,
+            manifests: manifests, complete: complete)
         restored.logIsWhole = true
         return restored
     }
 
     /// Carries out one request.
-    public mutating func execute(_ request: StorageRequest, random: inout SplitMix64) -> Result<StorageOutcome, StorageFailure> {
+    public mutating func execute(
+        _ request: StorageRequest, random: inout SplitMix64
+    ) -> Result<StorageOutcome, StorageFailure> {
         if request.isWrite, conditions.failingWrites,
-           Double(random.next() >> 11) / Double(1 << 53) < conditions.writeFailureProbability {
+            Double(random.next() >> 11) / Double(1 << 53) < conditions.writeFailureProbability
+        {
             failedWrites += 1
             return .failure(.failed("no space left on the simulated disk; nothing was lost"))
         }
@@ -72,7 +76,9 @@ public struct SimStorage {
         switch request {
         case let .ingest(source, chunkSize, limit):
             guard case let .bytes(bytes) = source else { return .failure(.unreadable("a simulated node has no files")) }
-            guard UInt64(bytes.count) <= limit else { return .failure(.tooLarge(size: UInt64(bytes.count), limit: limit)) }
+            guard UInt64(bytes.count) <= limit else {
+                return .failure(.tooLarge(size: UInt64(bytes.count), limit: limit))
+            }
             return .success(.ingested(chunks.ingest(bytes, chunkSize: chunkSize)))
         case let .appendJournal(operations):
             log += operations
@@ -98,7 +104,8 @@ public struct SimStorage {
                 // the export stops there, and says how many chunks are no longer held.
                 guard let chunk = chunks.readDiscardingDamage(digest) else {
                     let lost = chunks.missing(manifest).count
-                    return .failure(.damaged("\(lost) of its \(manifest.chunks.count) chunks were damaged on disk and discarded"))
+                    return .failure(
+                        .damaged("\(lost) of its \(manifest.chunks.count) chunks were damaged on disk and discarded"))
                 }
                 bytes += chunk
             }
@@ -134,7 +141,8 @@ extension StorageRequest {
         switch self {
         case .ingest, .appendJournal, .writeChunk, .flush, .saveEpochs, .saveEnded: return true
         case .readChunk, .inspect, .export, .prepareExport, .cancelExport, .collect, .unpin, .collectUnreferenced,
-             .saveMembers: return false
+            .saveMembers:
+            return false
         }
     }
 }

@@ -21,5 +21,7 @@ public protocol SimulatedProcess: AnyObject {
 extension SimulatedProcess {
     public func start(now: MeshInstant, context: inout SimContext) {}
     public func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {}
-    public func receiveMulticast(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {}
+    public func receiveMulticast(
+        datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext
+    ) {}
 }

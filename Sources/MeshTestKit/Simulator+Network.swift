@@ -45,7 +45,8 @@ extension Simulator {
     /// they talk directly. A node leaves any line it was behind. Returns the line's number.
     @discardableResult
     public func addAccessLink(for members: [SimAddress], uplink: Bottleneck?, downlink: Bottleneck?) -> Int {
-        accessLinks.append(AccessLink(uplink: uplink.map(BottleneckQueue.init), downlink: downlink.map(BottleneckQueue.init)))
+        accessLinks.append(
+            AccessLink(uplink: uplink.map(BottleneckQueue.init), downlink: downlink.map(BottleneckQueue.init)))
         let number = accessLinks.count - 1
         for member in members {
             nodes[checked(member)].accessLink = number
@@ -60,7 +61,9 @@ extension Simulator {
     }
 
     /// What the line a node is behind forwarded and dropped each way (nil: no limit that way).
-    public func bottleneckStatistics(of node: SimAddress)
+    public func bottleneckStatistics(
+        of node: SimAddress
+    )
         -> (uplink: SimBottleneckStatistics?, downlink: SimBottleneckStatistics?)
     {
         guard let number = nodes[checked(node)].accessLink else { return (nil, nil) }
@@ -150,8 +153,10 @@ extension Simulator {
         }
         // A short-lived datagram expires past the first hop beyond its home: only a neighbour
         // on the same LAN (no NAT crossed, both behind the same box) gets it.
-        if shortLived, hop != nil || source.isNATPublic || nodes[source.index].nat == nil
-            || nodes[source.index].nat != nodes[destination.index].nat {
+        if shortLived,
+            hop != nil || source.isNATPublic || nodes[source.index].nat == nil
+                || nodes[source.index].nat != nodes[destination.index].nat
+        {
             return drop(from: source, to: destination, size: bytes.count, reason: .expired)
         }
         if blocked(source, destination) {
@@ -172,7 +177,8 @@ extension Simulator {
             }
             departure = leaves
         }
-        let throughDownlink = sourceLine != destinationLine && destinationLine.map { accessLinks[$0].downlink != nil } ?? false
+        let throughDownlink =
+            sourceLine != destinationLine && destinationLine.map { accessLinks[$0].downlink != nil } ?? false
         if networkRandom.chance(conditions.lossProbability) {
             return drop(from: source, to: destination, size: bytes.count, reason: .loss)
         }
@@ -195,8 +201,10 @@ extension Simulator {
                 delay += networkRandom.duration(upTo: conditions.reorderDelay)
             }
             let arrival = max(departure + delay, now)
-            queue.push(throughDownlink ? .reachDownlink(from: source, to: destination, bytes: payload, hop: hop)
-                           : .deliver(from: source, to: destination, bytes: payload, hop: hop), at: arrival)
+            queue.push(
+                throughDownlink
+                    ? .reachDownlink(from: source, to: destination, bytes: payload, hop: hop)
+                    : .deliver(from: source, to: destination, bytes: payload, hop: hop), at: arrival)
         }
     }
 

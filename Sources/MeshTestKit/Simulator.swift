@@ -258,7 +258,8 @@ public final class Simulator {
 
         case let .timer(index, epoch, id, token):
             guard nodes[index].epoch == epoch, nodes[index].status == .running,
-                  nodes[index].timers[id]?.token == token else { return false }
+                nodes[index].timers[id]?.token == token
+            else { return false }
             nodes[index].timers[id] = nil
             statistics.timersFired += 1
             statistics.nodes[index].timersFired += 1

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 import MeshCore
 
@@ -184,7 +184,8 @@ public final class TCPSender: SimulatedProcess {
             let t = (now - (epochStart ?? now)).milliseconds / 1000 + rtt
             let target = c * pow(t - k, 3) + windowAtLoss
             renoEstimate += 3 * (1 - beta) / (1 + beta) * Double(acknowledged) / congestionWindow
-            let cubic = congestionWindow + max(0, min(target, 1.5 * congestionWindow) - congestionWindow)
+            let cubic =
+                congestionWindow + max(0, min(target, 1.5 * congestionWindow) - congestionWindow)
                 / congestionWindow * Double(acknowledged)
             congestionWindow = max(cubic, renoEstimate)
         }
@@ -206,7 +207,9 @@ public final class TCPSender: SimulatedProcess {
     /// sent again.
     private var holes: [Int] {
         guard recoveryPoint != nil, highestAcknowledged > unacknowledged else { return [] }
-        return (unacknowledged..<highestAcknowledged).filter { !selectivelyAcknowledged.contains($0) && !resent.contains($0) }
+        return (unacknowledged..<highestAcknowledged).filter {
+            !selectivelyAcknowledged.contains($0) && !resent.contains($0)
+        }
     }
 
     /// Sends holes first, then new segments, while the segments in the network (RFC 6675's pipe:

@@ -1,6 +1,6 @@
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// A UDP socket in a lab namespace, answered on a thread of this process until `stop()`: each
@@ -28,7 +28,9 @@ final class UDPResponder: @unchecked Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
         }
         self.port = UInt16(bigEndian: bound.sin_port)
-        Thread { [self] in serve(); finished.signal() }.start()
+        Thread { [self] in
+            serve(); finished.signal()
+        }.start()
     }
 
     /// Datagrams received so far.
@@ -44,13 +46,17 @@ final class UDPResponder: @unchecked Sendable {
             var source = sockaddr_in()
             var length = socklen_t(MemoryLayout<sockaddr_in>.size)
             let count = withUnsafeMutablePointer(to: &source) {
-                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(fd, &buffer, buffer.count, 0, $0, &length) }
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    recvfrom(fd, &buffer, buffer.count, 0, $0, &length)
+                }
             }
             guard count > 0 else { continue }
             lock.withLock { received += 1 }
             for answer in answers(Array(buffer[0..<count]), source) {
                 _ = withUnsafePointer(to: &source) {
-                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, answer, answer.count, 0, $0, length) }
+                    $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                        sendto(fd, answer, answer.count, 0, $0, length)
+                    }
                 }
             }
         }

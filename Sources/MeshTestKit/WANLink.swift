@@ -1,6 +1,6 @@
 import Foundation
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Puts one host of a `NamespaceLab` behind an emulated WAN link: a delay (with jitter), random
@@ -43,8 +43,10 @@ public final class WANLink: @unchecked Sendable {
         /// always are), so that the receiver reads what it would read from the lossy twin.
         public var segmented = false
 
-        public init(roundTripMilliseconds: Double, jitterMilliseconds: Double = 0, lossPercent: Double = 0,
-                    rateMbit: Double? = nil, queue: Queue = .milliseconds(100)) {
+        public init(
+            roundTripMilliseconds: Double, jitterMilliseconds: Double = 0, lossPercent: Double = 0,
+            rateMbit: Double? = nil, queue: Queue = .milliseconds(100)
+        ) {
             self.roundTripMilliseconds = roundTripMilliseconds
             self.jitterMilliseconds = jitterMilliseconds
             self.lossPercent = lossPercent
@@ -53,10 +55,13 @@ public final class WANLink: @unchecked Sendable {
         }
 
         /// The same link given by its one-way delay.
-        public static func oneWay(milliseconds: Double, jitterMilliseconds: Double = 0, lossPercent: Double = 0,
-                                  rateMbit: Double? = nil, queue: Queue = .milliseconds(100)) -> Profile {
-            Profile(roundTripMilliseconds: 2 * milliseconds, jitterMilliseconds: jitterMilliseconds,
-                    lossPercent: lossPercent, rateMbit: rateMbit, queue: queue)
+        public static func oneWay(
+            milliseconds: Double, jitterMilliseconds: Double = 0, lossPercent: Double = 0,
+            rateMbit: Double? = nil, queue: Queue = .milliseconds(100)
+        ) -> Profile {
+            Profile(
+                roundTripMilliseconds: 2 * milliseconds, jitterMilliseconds: jitterMilliseconds,
+                lossPercent: lossPercent, rateMbit: rateMbit, queue: queue)
         }
 
         public var oneWayMilliseconds: Double { roundTripMilliseconds / 2 }
@@ -75,8 +80,9 @@ public final class WANLink: @unchecked Sendable {
         /// A fast home line: 50 Mbit/s, 40 ms round trip, 100 ms queue.
         public static let home50 = Profile(roundTripMilliseconds: 40, rateMbit: 50, queue: .milliseconds(100))
         /// A slow, lossy home line: 10 Mbit/s, 80 ms round trip, 0.5% loss, 100 ms queue.
-        public static let home10 = Profile(roundTripMilliseconds: 80, lossPercent: 0.5, rateMbit: 10,
-                                           queue: .milliseconds(100))
+        public static let home10 = Profile(
+            roundTripMilliseconds: 80, lossPercent: 0.5, rateMbit: 10,
+            queue: .milliseconds(100))
 
         /// The tbf queue limit in bytes, for a capped link.
         var queueBytes: Int? {
@@ -121,7 +127,7 @@ public final class WANLink: @unchecked Sendable {
     private let queueNumber: Int
     private let ifbDevice: String
     private var emulator: ChildProcess?
-    private var undo: [[String]] = []   // commands that remove what was set up, run in reverse
+    private var undo: [[String]] = []  // commands that remove what was set up, run in reverse
 
     /// Starts the emulator for `host` and applies `profile`. The emulator also stops by itself
     /// after `maxSeconds`, so a crashed test leaves nothing running for long.
@@ -151,32 +157,39 @@ public final class WANLink: @unchecked Sendable {
         try run(Self.ipPath, ["netns", "exec", space, "sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1"])
 
         // The delay line first, then the rules that feed it: a rule without it lets packets pass.
-        let process = try ChildProcess(executable: Self.ipPath, arguments: [
-            "netns", "exec", space, binary, "--queue", "\(queueNumber)",
-            "--delay", String(format: "%.3f", profile.oneWayMilliseconds),
-            "--jitter", String(format: "%.3f", profile.jitterMilliseconds),
-            "--loss", String(format: "%.4f", profile.lossPercent),
-        ] + (profile.segmented ? ["--segment"] : []) + [
-            "--max-seconds", "\(maxSeconds)", "--seed", "\(UInt32.random(in: 1...UInt32.max))",
-        ])
+        let process = try ChildProcess(
+            executable: Self.ipPath,
+            arguments: [
+                "netns", "exec", space, binary, "--queue", "\(queueNumber)",
+                "--delay", String(format: "%.3f", profile.oneWayMilliseconds),
+                "--jitter", String(format: "%.3f", profile.jitterMilliseconds),
+                "--loss", String(format: "%.4f", profile.lossPercent),
+            ] + (profile.segmented ? ["--segment"] : []) + [
+                "--max-seconds", "\(maxSeconds)", "--seed", "\(UInt32.random(in: 1...UInt32.max))",
+            ])
         emulator = process
         var waited = 0
-        while !process.standardOutput.contains("ready") && process.isRunning && waited < 500 {   // 5 s at most
+        while !process.standardOutput.contains("ready") && process.isRunning && waited < 500 {  // 5 s at most
             usleep(10_000)
             waited += 1
         }
         guard process.standardOutput.contains("ready") else {
-            throw NodeProcessError.exited(status: process.terminationStatus ?? -1,
-                                          stderr: "wanlink did not start: \(process.standardError)")
+            throw NodeProcessError.exited(
+                status: process.terminationStatus ?? -1,
+                stderr: "wanlink did not start: \(process.standardError)")
         }
         for (chain, match) in [("PREROUTING", "--physdev-in"), ("POSTROUTING", "--physdev-out")] {
-            let rule = [chain, "-m", "physdev", match, port, "-j", "NFQUEUE", "--queue-num", "\(queueNumber)",
-                        "--queue-bypass"]
+            let rule = [
+                chain, "-m", "physdev", match, port, "-j", "NFQUEUE", "--queue-num", "\(queueNumber)",
+                "--queue-bypass",
+            ]
             try inBridge(Self.iptablesPath, ["-t", "mangle", "-A"] + rule)
             undo.append([Self.iptablesPath, "-t", "mangle", "-D"] + rule)
         }
 
-        guard let rate = profile.rateMbit, let limit = profile.queueBytes, let burst = profile.burstBytes else { return }
+        guard let rate = profile.rateMbit, let limit = profile.queueBytes, let burst = profile.burstBytes else {
+            return
+        }
         let tbf = ["root", "tbf", "rate", "\(Int(rate * 1000))kbit", "burst", "\(burst)", "limit", "\(limit)"]
         // Downlink: the port's egress toward the host.
         try inBridge(Self.tcPath, ["qdisc", "add", "dev", port] + tbf)
@@ -188,8 +201,12 @@ public final class WANLink: @unchecked Sendable {
         try inBridge(Self.tcPath, ["qdisc", "add", "dev", ifbDevice] + tbf)
         try inBridge(Self.tcPath, ["qdisc", "add", "dev", port, "handle", "ffff:", "ingress"])
         undo.append([Self.tcPath, "qdisc", "del", "dev", port, "ingress"])
-        try inBridge(Self.tcPath, ["filter", "add", "dev", port, "parent", "ffff:", "protocol", "all", "u32",
-                                   "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", ifbDevice])
+        try inBridge(
+            Self.tcPath,
+            [
+                "filter", "add", "dev", port, "parent", "ffff:", "protocol", "all", "u32",
+                "match", "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", ifbDevice,
+            ])
     }
 
     /// Removes the rules, qdiscs and device, then stops the emulator (it lets go of every packet
@@ -203,16 +220,21 @@ public final class WANLink: @unchecked Sendable {
         guard let process = emulator else { return }
         emulator = nil
         process.stop(with: SIGTERM)
-        emulatorSummary = process.standardError.split(separator: "\n").last { $0.hasPrefix("wanlink:") }.map(String.init)
+        emulatorSummary = process.standardError.split(separator: "\n").last { $0.hasPrefix("wanlink:") }.map(
+            String.init)
     }
 
     // MARK: - Availability and the emulator binary
 
     /// Why a WAN link cannot be set up here (printed as the skip reason of a test), or nil.
     public static var unavailableReason: String? {
-        if let reason = NamespaceLab.unavailableReason { return reason.replacingOccurrences(of: "multi-host tests", with: "WAN link tests") }
+        if let reason = NamespaceLab.unavailableReason {
+            return reason.replacingOccurrences(of: "multi-host tests", with: "WAN link tests")
+        }
         if tool("tc") == nil { return "WAN link tests need iproute2's tc; skipped" }
-        if tool("iptables") == nil { return "WAN link tests need iptables (apt-get install iptables, or make deps as root); skipped" }
+        if tool("iptables") == nil {
+            return "WAN link tests need iptables (apt-get install iptables, or make deps as root); skipped"
+        }
         if !FileManager.default.fileExists(atPath: "/proc/sys/net/bridge") {
             return "WAN link tests need bridge netfilter (br_netfilter) in the kernel; skipped"
         }
@@ -226,7 +248,9 @@ public final class WANLink: @unchecked Sendable {
     static let iptablesPath = tool("iptables") ?? "/usr/sbin/iptables"
 
     private static func tool(_ name: String) -> String? {
-        ["/usr/sbin/", "/sbin/", "/usr/bin/", "/bin/"].map { $0 + name }.first { FileManager.default.isExecutableFile(atPath: $0) }
+        ["/usr/sbin/", "/sbin/", "/usr/bin/", "/bin/"].map { $0 + name }.first {
+            FileManager.default.isExecutableFile(atPath: $0)
+        }
     }
 
     /// tools/wanlink, built once per source version into a directory of this user's
@@ -234,12 +258,14 @@ public final class WANLink: @unchecked Sendable {
     static let emulatorBuild: (path: String?, problem: String?) = {
         let environment = ProcessInfo.processInfo.environment
         if let given = environment["WANLINK_BIN"] {
-            return FileManager.default.isExecutableFile(atPath: given) ? (given, nil) : (nil, "WANLINK_BIN=\(given) is not executable")
+            return FileManager.default.isExecutableFile(atPath: given)
+                ? (given, nil) : (nil, "WANLINK_BIN=\(given) is not executable")
         }
         let source = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("tools/wanlink/wanlink.c").path
         guard let attributes = try? FileManager.default.attributesOfItem(atPath: source),
-              let modified = (attributes[.modificationDate] as? Date)?.timeIntervalSince1970 else {
+            let modified = (attributes[.modificationDate] as? Date)?.timeIntervalSince1970
+        else {
             return (nil, "the emulator's source \(source) is missing")
         }
         let directory = NSTemporaryDirectory() + "groupmesh-wanlink-\(getuid())"
@@ -248,11 +274,13 @@ public final class WANLink: @unchecked Sendable {
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         // Built under a name of its own and renamed, so two test processes never see half a file.
         let partial = "\(binary).\(getpid())"
-        let script = "pkg-config --exists libnetfilter_queue || { echo 'libnetfilter-queue-dev is missing (make deps installs it as root)'; exit 1; }; "
+        let script =
+            "pkg-config --exists libnetfilter_queue || { echo 'libnetfilter-queue-dev is missing (make deps installs it as root)'; exit 1; }; "
             + "cc -O2 -o \"$2\" \"$1\" $(pkg-config --cflags --libs libnetfilter_queue) 2>&1 && mv \"$2\" \"$3\""
         let built: (status: Int32, stdout: String, stderr: String)
         do {
-            built = try ChildProcess.run("/bin/sh", ["-c", script, "sh", source, partial, binary], timeout: .seconds(300))
+            built = try ChildProcess.run(
+                "/bin/sh", ["-c", script, "sh", source, partial, binary], timeout: .seconds(300))
         } catch {
             return (nil, "the emulator (tools/wanlink) did not build: \(error)")
         }
@@ -266,7 +294,9 @@ public final class WANLink: @unchecked Sendable {
         where name.hasPrefix("wanlink-") && "\(directory)/\(name)" != binary && !name.contains(".") {
             let path = "\(directory)/\(name)"
             let modified = (try? FileManager.default.attributesOfItem(atPath: path))?[.modificationDate] as? Date
-            if let modified, Date().timeIntervalSince(modified) > 86_400 { try? FileManager.default.removeItem(atPath: path) }
+            if let modified, Date().timeIntervalSince(modified) > 86_400 {
+                try? FileManager.default.removeItem(atPath: path)
+            }
         }
         return (binary, nil)
     }()
@@ -280,7 +310,8 @@ public final class WANLink: @unchecked Sendable {
     private func run(_ executable: String, _ arguments: [String]) throws {
         let result = try ChildProcess.run(executable, arguments)
         guard result.status == 0 else {
-            throw NodeProcessError.exited(status: result.status, stderr: "\(arguments.joined(separator: " ")): \(result.stderr)")
+            throw NodeProcessError.exited(
+                status: result.status, stderr: "\(arguments.joined(separator: " ")): \(result.stderr)")
         }
     }
 }
@@ -299,7 +330,7 @@ extension NamespaceLab {
 /// in. The caller closes it.
 func makeUDPSocket(inNamespace space: String, address: String, port: UInt16) throws -> Int32 {
     typealias SetNamespace = @convention(c) (Int32, Int32) -> Int32
-    let newNetworkNamespace: Int32 = 0x4000_0000   // CLONE_NEWNET
+    let newNetworkNamespace: Int32 = 0x4000_0000  // CLONE_NEWNET
     guard let symbol = dlsym(nil, "setns") else {
         throw NodeProcessError.exited(status: -1, stderr: "setns is not available")
     }
@@ -309,7 +340,8 @@ func makeUDPSocket(inNamespace space: String, address: String, port: UInt16) thr
     let target = open("/var/run/netns/\(space)", O_RDONLY | O_CLOEXEC)
     defer { if original >= 0 { close(original) }; if target >= 0 { close(target) } }
     guard original >= 0, target >= 0, setNamespace(target, newNetworkNamespace) == 0 else {
-        throw NodeProcessError.exited(status: -1, stderr: "cannot enter the namespace \(space): \(String(cString: strerror(errno)))")
+        throw NodeProcessError.exited(
+            status: -1, stderr: "cannot enter the namespace \(space): \(String(cString: strerror(errno)))")
     }
     let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     let socketError = errno

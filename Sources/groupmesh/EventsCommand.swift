@@ -19,7 +19,8 @@ struct EventsCommand: AsyncParsableCommand {
     @Flag(help: "One JSON object per line.")
     var json = false
 
-    @Option(help: ArgumentHelp("Print the held events after this sequence number first (0: all held).", valueName: "SEQ"))
+    @Option(
+        help: ArgumentHelp("Print the held events after this sequence number first (0: all held).", valueName: "SEQ"))
     var after: UInt64?
 
     func run() async throws {
@@ -32,7 +33,8 @@ struct EventsCommand: AsyncParsableCommand {
                 case .subscribed:
                     FileHandle.standardError.write(Data("events: following \(data.directory.path)\n".utf8))
                 case let .missed(count):
-                    FileHandle.standardError.write(Data("events: \(count) event(s) before these are no longer held\n".utf8))
+                    FileHandle.standardError.write(
+                        Data("events: \(count) event(s) before these are no longer held\n".utf8))
                 case let .event(event):
                     if json {
                         emit(String(decoding: (try? encoder.encode(event)) ?? Data(), as: UTF8.self))
@@ -40,7 +42,8 @@ struct EventsCommand: AsyncParsableCommand {
                         emit(Self.line(event))
                     }
                 case let .dropped(count):
-                    FileHandle.standardError.write(Data("events: \(count) event(s) dropped while this client was not reading\n".utf8))
+                    FileHandle.standardError.write(
+                        Data("events: \(count) event(s) dropped while this client was not reading\n".utf8))
                 default:
                     break
                 }
@@ -62,7 +65,9 @@ struct EventsCommand: AsyncParsableCommand {
         }
         if let attachment = event.attachment {
             parts.append(attachment.id)
-            if !attachment.content.isEmpty { parts.append("content \(attachment.content.prefix(16)), \(ByteCount.text(attachment.size))") }
+            if !attachment.content.isEmpty {
+                parts.append("content \(attachment.content.prefix(16)), \(ByteCount.text(attachment.size))")
+            }
         }
         if let session = event.session { parts.append("session \(session)") }
         return TerminalText.escaped(parts.joined(separator: " "))

@@ -19,9 +19,11 @@ struct GetCommand: AsyncParsableCommand {
     @Argument(help: "The attachment id (or a unique prefix of it).")
     var id: String
 
-    @Option(name: [.short, .long],
-            help: ArgumentHelp("Where to write it; - for standard output (default: the name it was attached with).",
-                               valueName: "PATH"))
+    @Option(
+        name: [.short, .long],
+        help: ArgumentHelp(
+            "Where to write it; - for standard output (default: the name it was attached with).",
+            valueName: "PATH"))
     var output: String?
 
     @Flag(help: "Replace a file already at the output path.")
@@ -40,7 +42,9 @@ struct GetCommand: AsyncParsableCommand {
     }
 
     func validate() throws {
-        if output == "-", result.json { throw ValidationError("--json and -o - both want standard output; give -o PATH") }
+        if output == "-", result.json {
+            throw ValidationError("--json and -o - both want standard output; give -o PATH")
+        }
         if output?.isEmpty == true { throw ValidationError("-o needs a path (or - for standard output)") }
     }
 
@@ -62,8 +66,9 @@ struct GetCommand: AsyncParsableCommand {
             // The file is ours, not the node's: made with our umask.
             let mask = umask(0)
             umask(mask)
-            let request = ControlRequest.get(attachment: id, path: destination.path, mode: 0o666 & ~UInt32(mask),
-                                             replace: force || destination.isStandardOutput)
+            let request = ControlRequest.get(
+                attachment: id, path: destination.path, mode: 0o666 & ~UInt32(mask),
+                replace: force || destination.isStandardOutput)
             _ = try client.subscribe(request) { response in
                 switch response {
                 case let .progress(progress):
@@ -84,17 +89,19 @@ struct GetCommand: AsyncParsableCommand {
         guard let finalID else {
             display.abandon()
             destination.discard()
-            throw fail("the node on \(data.directory.path) stopped before \(destination.shownPath) was written; "
-                       + "run get again once it runs", kind: .unavailable)
+            throw fail(
+                "the node on \(data.directory.path) stopped before \(destination.shownPath) was written; "
+                    + "run get again once it runs", kind: .unavailable)
         }
         interruption.disarm()
         let summary = display.finish()
         if destination.isStandardOutput {
             do { try destination.copyToStandardOutput() } catch { throw fail(error) }
         }
-        let report = Summary(id: finalID, path: destination.shownPath, size: summary.size, fetched: summary.fetched,
-                             seconds: (summary.seconds * 1000).rounded() / 1000,
-                             bytesPerSecond: summary.seconds > 0 ? (Double(summary.fetched) / summary.seconds).rounded() : 0)
+        let report = Summary(
+            id: finalID, path: destination.shownPath, size: summary.size, fetched: summary.fetched,
+            seconds: (summary.seconds * 1000).rounded() / 1000,
+            bytesPerSecond: summary.seconds > 0 ? (Double(summary.fetched) / summary.seconds).rounded() : 0)
         if result.json {
             emitJSON(report)
         } else {
@@ -133,8 +140,9 @@ struct GetCommand: AsyncParsableCommand {
             throw fail(matches.isEmpty ? GroupMeshError.unknownAttachment(id) : GroupMeshError.ambiguousAttachment(id))
         }
         guard let name = AttachmentName.fileName(fromMetadata: info.metadata) else {
-            throw fail("attachment \(info.id.prefix(16)) has no file name to write it under; give -o PATH (or -o - for standard output)",
-                       kind: .input)
+            throw fail(
+                "attachment \(info.id.prefix(16)) has no file name to write it under; give -o PATH (or -o - for standard output)",
+                kind: .input)
         }
         return name
     }
@@ -153,10 +161,13 @@ struct GetDestination {
         let base = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         var template = Array((base + "/groupmesh-get-XXXXXX").utf8CString)
         guard let made = mkdtemp(&template) else {
-            throw .store("cannot make a temporary directory in \(base) for -o -: \(String(cString: strerror(errno))); set TMPDIR")
+            throw .store(
+                "cannot make a temporary directory in \(base) for -o -: \(String(cString: strerror(errno))); set TMPDIR"
+            )
         }
         let directory = String(cString: made)
-        return GetDestination(path: directory + "/attachment", shownPath: "standard output", temporaryDirectory: directory)
+        return GetDestination(
+            path: directory + "/attachment", shownPath: "standard output", temporaryDirectory: directory)
     }
 
     /// Streams the written file to standard output. The file is removed first (the open
@@ -192,17 +203,20 @@ enum AttachmentName {
 
     static func fileName(fromMetadata metadata: String?) -> String? {
         guard let metadata, let object = try? JSONSerialization.jsonObject(with: Data(metadata.utf8)) as? [String: Any],
-              let raw = object[key] as? String else { return nil }
+            let raw = object[key] as? String
+        else { return nil }
         return safe(raw)
     }
 
     static func safe(_ raw: String) -> String? {
         // Scalars, not Characters: a "/" followed by a combining mark is one Character, not "/".
-        guard let last = raw.unicodeScalars.split(separator: "/", omittingEmptySubsequences: true).last else { return nil }
+        guard let last = raw.unicodeScalars.split(separator: "/", omittingEmptySubsequences: true).last else {
+            return nil
+        }
         let base = String(String.UnicodeScalarView(last))
         guard last.first != ".", base.utf8.count <= 255,
-              // Nothing a terminal would show escaped: controls, bidirectional overrides, line separators.
-              TerminalText.escaped(base) == base
+            // Nothing a terminal would show escaped: controls, bidirectional overrides, line separators.
+            TerminalText.escaped(base) == base
         else { return nil }
         return base
     }
@@ -210,12 +224,14 @@ enum AttachmentName {
     /// `metadata` (JSON text, or nil) with the file's name added: a JSON object without a name
     /// gets one, written in front so the rest stays as the user wrote it; other JSON is kept as is.
     static func adding(_ fileName: String, to metadata: String?) -> String? {
-        guard let encoded = try? JSONEncoder().encode(fileName), let name = String(data: encoded, encoding: .utf8) else {
+        guard let encoded = try? JSONEncoder().encode(fileName), let name = String(data: encoded, encoding: .utf8)
+        else {
             return metadata
         }
         guard let metadata else { return "{\"\(key)\":\(name)}" }
         guard let object = try? JSONSerialization.jsonObject(with: Data(metadata.utf8)) as? [String: Any],
-              object[key] == nil, let brace = metadata.firstIndex(of: "{") else { return metadata }
+            object[key] == nil, let brace = metadata.firstIndex(of: "{")
+        else { return metadata }
         let rest = metadata[metadata.index(after: brace)...]
         let separator = object.isEmpty ? "" : ","
         return String(metadata[..<brace]) + "{\"\(key)\":\(name)" + separator + rest

@@ -14,9 +14,12 @@ struct GroupMeshCommand: AsyncParsableCommand {
             (no node running, no member holding the data, the node stopped), 130 interrupted.
             """,
         version: "groupmesh " + GroupMeshVersion.line,
-        subcommands: [RunCommand.self, StatusCommand.self, InviteCommand.self, LeaveCommand.self, EndCommand.self, PingCommand.self, EventsCommand.self,
-                      SendCommand.self, ListenCommand.self, AttachCommand.self, AttachmentsCommand.self,
-                      GetCommand.self, RemoveCommand.self, RemoveMemberCommand.self]
+        subcommands: [
+            RunCommand.self, StatusCommand.self, InviteCommand.self, LeaveCommand.self, EndCommand.self,
+            PingCommand.self, EventsCommand.self,
+            SendCommand.self, ListenCommand.self, AttachCommand.self, AttachmentsCommand.self,
+            GetCommand.self, RemoveCommand.self, RemoveMemberCommand.self,
+        ]
     )
 
     /// As ArgumentParser's own, but a command line that does not parse (an unknown option, a bad
@@ -34,7 +37,8 @@ struct GroupMeshCommand: AsyncParsableCommand {
                 .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
             var names: [String] = []
             for subcommand in configuration.subcommands { names.append(subcommand.configuration.commandName ?? "") }
-            let help = arguments.first.flatMap { names.contains($0) ? "groupmesh \($0) --help" : nil } ?? "groupmesh --help"
+            let help =
+                arguments.first.flatMap { names.contains($0) ? "groupmesh \($0) --help" : nil } ?? "groupmesh --help"
             FileHandle.standardError.write(Data("groupmesh: error: \(message) (see \(help))\n".utf8))
             Foundation.exit(exitCode(for: error).rawValue)
         }
@@ -53,12 +57,16 @@ struct GroupMeshCommand: AsyncParsableCommand {
 
 /// `--data-dir`, shared by every subcommand.
 struct DataDirectoryOptions: ParsableArguments {
-    @Option(name: .long, help: ArgumentHelp("The node's data directory (default: $GROUPMESH_DIR, else ./.groupmesh).", valueName: "DIR"))
+    @Option(
+        name: .long,
+        help: ArgumentHelp("The node's data directory (default: $GROUPMESH_DIR, else ./.groupmesh).", valueName: "DIR"))
     var dataDir: String?
 
     var directory: DataDirectory {
         if let dataDir, !dataDir.isEmpty { return DataDirectory(path: dataDir) }
-        if let env = ProcessInfo.processInfo.environment["GROUPMESH_DIR"], !env.isEmpty { return DataDirectory(path: env) }
+        if let env = ProcessInfo.processInfo.environment["GROUPMESH_DIR"], !env.isEmpty {
+            return DataDirectory(path: env)
+        }
         return DataDirectory(path: "./.groupmesh")
     }
 }

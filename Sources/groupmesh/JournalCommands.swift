@@ -26,14 +26,23 @@ struct AttachCommand: AsyncParsableCommand {
     func run() async throws {
         let file = absolutePath(path)
         var isDirectory: ObjCBool = false
-        guard FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory) else { throw fail("no such file: \(path)", kind: .input) }
-        guard !isDirectory.boolValue else { throw fail("\(path) is a directory; only files can be attached (tar or zip it first)", kind: .input) }
+        guard FileManager.default.fileExists(atPath: file, isDirectory: &isDirectory) else {
+            throw fail("no such file: \(path)", kind: .input)
+        }
+        guard !isDirectory.boolValue else {
+            throw fail("\(path) is a directory; only files can be attached (tar or zip it first)", kind: .input)
+        }
         if let metadata {
             guard metadata.utf8.count <= 64 * 1024 else {
-                throw fail("metadata of \(metadata.utf8.count) bytes is over the 64 KiB limit; nothing was stored", kind: .input)
+                throw fail(
+                    "metadata of \(metadata.utf8.count) bytes is over the 64 KiB limit; nothing was stored",
+                    kind: .input)
             }
-            guard (try? JSONSerialization.jsonObject(with: Data(metadata.utf8), options: [.fragmentsAllowed])) != nil else {
-                throw fail("--metadata is not valid JSON; give a JSON value, e.g. --metadata '{\"title\": \"x\"}'", kind: .input)
+            guard (try? JSONSerialization.jsonObject(with: Data(metadata.utf8), options: [.fragmentsAllowed])) != nil
+            else {
+                throw fail(
+                    "--metadata is not valid JSON; give a JSON value, e.g. --metadata '{\"title\": \"x\"}'",
+                    kind: .input)
             }
         }
         var client = ControlClient(directory: data.directory)
@@ -81,11 +90,15 @@ struct AttachmentsCommand: AsyncParsableCommand {
             return
         }
         let rows = infos.map { info in
-            [info.id, String(info.content.prefix(16)), ByteCount.text(info.size), "\(info.chunksHave)/\(info.chunks)",
-             "\(info.holders)", info.state, info.metadata ?? ""]
+            [
+                info.id, String(info.content.prefix(16)), ByteCount.text(info.size),
+                "\(info.chunksHave)/\(info.chunks)",
+                "\(info.holders)", info.state, info.metadata ?? "",
+            ]
         }
-        let lines = StatusTable.table(header: ["ID", "CONTENT", "SIZE", "CHUNKS", "HOLDERS", "STATE", "METADATA"],
-                                      rows: rows, width: Terminal.width)
+        let lines = StatusTable.table(
+            header: ["ID", "CONTENT", "SIZE", "CHUNKS", "HOLDERS", "STATE", "METADATA"],
+            rows: rows, width: Terminal.width)
         emit(lines.map { String($0.prefix(Terminal.width)) }.joined(separator: "\n"))
     }
 }

@@ -14,7 +14,9 @@ struct SendCommand: AsyncParsableCommand {
     @Flag(help: "Best effort: no acknowledgement, no retransmission.")
     var unreliable = false
 
-    @Option(help: ArgumentHelp("A recipient by id, unique id prefix or name (repeatable; default: everyone).", valueName: "MEMBER"))
+    @Option(
+        help: ArgumentHelp(
+            "A recipient by id, unique id prefix or name (repeatable; default: everyone).", valueName: "MEMBER"))
     var to: [String] = []
 
     @Option(help: ArgumentHelp("Send the contents of this file instead of TEXT.", valueName: "PATH"))
@@ -35,15 +37,21 @@ struct SendCommand: AsyncParsableCommand {
             let attributes = try? FileManager.default.attributesOfItem(atPath: file)
             guard let size = attributes?[.size] as? Int else { throw fail("cannot read \(file)", kind: .input) }
             guard size <= Messenger.maxMessageSize else {
-                throw fail("\(file) is \(size) bytes, over the \(Messenger.maxMessageSize / 1024) KiB message limit; nothing was sent", kind: .input)
+                throw fail(
+                    "\(file) is \(size) bytes, over the \(Messenger.maxMessageSize / 1024) KiB message limit; nothing was sent",
+                    kind: .input)
             }
-            guard let contents = FileManager.default.contents(atPath: file) else { throw fail("cannot read \(file)", kind: .input) }
+            guard let contents = FileManager.default.contents(atPath: file) else {
+                throw fail("cannot read \(file)", kind: .input)
+            }
             body = contents
         } else {
             body = Data((text ?? "").utf8)
         }
         guard body.count <= Messenger.maxMessageSize else {
-            throw fail("message is \(body.count) bytes, over the \(Messenger.maxMessageSize / 1024) KiB limit; nothing was sent", kind: .input)
+            throw fail(
+                "message is \(body.count) bytes, over the \(Messenger.maxMessageSize / 1024) KiB limit; nothing was sent",
+                kind: .input)
         }
         var client = ControlClient(directory: data.directory)
         client.timeout = .seconds(60)
@@ -84,7 +92,8 @@ struct ListenCommand: AsyncParsableCommand {
                     return true
                 }
                 if case let .dropped(count) = response {
-                    FileHandle.standardError.write(Data("\(count) unreliable messages dropped while this listen was behind\n".utf8))
+                    FileHandle.standardError.write(
+                        Data("\(count) unreliable messages dropped while this listen was behind\n".utf8))
                     return true
                 }
                 guard case let .message(message) = response else { return true }
@@ -93,7 +102,9 @@ struct ListenCommand: AsyncParsableCommand {
                 } else {
                     let from = message.fromName.isEmpty ? String(message.from.prefix(12)) : message.fromName
                     // One line per message, whatever the sender put in it (a newline, escape sequences).
-                    emit(TerminalText.escaped("\(from): \(message.text ?? "<\(message.base64?.count ?? 0) base64 chars>")"))
+                    emit(
+                        TerminalText.escaped(
+                            "\(from): \(message.text ?? "<\(message.base64?.count ?? 0) base64 chars>")"))
                 }
                 return true
             }
@@ -103,8 +114,9 @@ struct ListenCommand: AsyncParsableCommand {
         // The node also ends a listen that stopped reading; then it still answers.
         if (try? ControlClient(directory: data.directory).status()) != nil {
             let stall = ControlRequest.listenStallLimit
-            throw fail("the node ended this listen: it read nothing for \(stall) (or too slowly for a long while) "
-                       + "while messages waited (a paused terminal or pager?); run listen again")
+            throw fail(
+                "the node ended this listen: it read nothing for \(stall) (or too slowly for a long while) "
+                    + "while messages waited (a paused terminal or pager?); run listen again")
         }
         FileHandle.standardError.write(Data("the node on \(data.directory.path) stopped\n".utf8))
     }

@@ -40,18 +40,22 @@ final class MetricsExporter: Sendable {
                 channel.closeFuture.whenComplete { _ in connections.remove(channel) }
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
-                    try channel.pipeline.syncOperations.addHandler(MetricsHTTPHandler(registry: registry, connections: connections))
+                    try channel.pipeline.syncOperations.addHandler(
+                        MetricsHTTPHandler(registry: registry, connections: connections))
                 }
             }
         let channel: any Channel
         do {
             channel = try await bootstrap.bind(host: address.host, port: address.port).get()
         } catch let error as IOError where error.errnoCode == EADDRINUSE {
-            throw .bindFailed(address: "\(address) (--metrics)", reason: "the port is in use; choose another, or port 0 for any free one")
+            throw .bindFailed(
+                address: "\(address) (--metrics)",
+                reason: "the port is in use; choose another, or port 0 for any free one")
         } catch {
             throw .bindFailed(address: "\(address) (--metrics)", reason: "\(error)")
         }
-        let bound = channel.localAddress.flatMap { $0.port }.map { MeshAddress.join(address.host, $0) }
+        let bound =
+            channel.localAddress.flatMap { $0.port }.map { MeshAddress.join(address.host, $0) }
             ?? address.description
         MetricsSystem.bootstrap(HelpfulPrometheusFactory(registry: registry))
         return MetricsExporter(channel: channel, boundAddress: bound)
@@ -89,7 +93,8 @@ struct HelpfulPrometheusFactory: MetricsFactory {
 
     func makeRecorder(label: String, dimensions: [(String, String)], aggregate: Bool) -> any RecorderHandler {
         guard aggregate else { return registry.makeGauge(descriptor: descriptor(label), labels: dimensions) }
-        return registry.makeValueHistogram(descriptor: descriptor(label), labels: dimensions, buckets: Self.valueBuckets)
+        return registry.makeValueHistogram(
+            descriptor: descriptor(label), labels: dimensions, buckets: Self.valueBuckets)
     }
 
     func makeMeter(label: String, dimensions: [(String, String)]) -> any MeterHandler {
@@ -97,7 +102,8 @@ struct HelpfulPrometheusFactory: MetricsFactory {
     }
 
     func makeTimer(label: String, dimensions: [(String, String)]) -> any TimerHandler {
-        registry.makeDurationHistogram(descriptor: descriptor(label), labels: dimensions, buckets: Self.roundTripBuckets)
+        registry.makeDurationHistogram(
+            descriptor: descriptor(label), labels: dimensions, buckets: Self.roundTripBuckets)
     }
 
     func destroyCounter(_ handler: any CounterHandler) {
@@ -147,7 +153,9 @@ final class MetricsConnections: @unchecked Sendable {
 
     /// Its answer went out: the wait for the next request starts now.
     func answered(_ channel: any Channel) {
-        lock.withLock { if waiting[ObjectIdentifier(channel)] != nil { waiting[ObjectIdentifier(channel)]?.since = .now() } }
+        lock.withLock {
+            if waiting[ObjectIdentifier(channel)] != nil { waiting[ObjectIdentifier(channel)]?.since = .now() }
+        }
     }
 
     func remove(_ channel: any Channel) {
@@ -214,15 +222,20 @@ private final class MetricsHTTPHandler: ChannelInboundHandler {
             status = .ok
             body = registry.emitToBuffer()
         }
-        headers.add(name: "Content-Type", value: status == .ok ? "text/plain; version=0.0.4; charset=utf-8"
-                                                                 : "text/plain; charset=utf-8")
+        headers.add(
+            name: "Content-Type",
+            value: status == .ok
+                ? "text/plain; version=0.0.4; charset=utf-8"
+                : "text/plain; charset=utf-8")
         headers.add(name: "Content-Length", value: "\(body.count)")
         let keepAlive = head.isKeepAlive
         headers.add(name: "Connection", value: keepAlive ? "keep-alive" : "close")
-        context.write(wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
-                      promise: nil)
+        context.write(
+            wrapOutboundOut(.head(HTTPResponseHead(version: head.version, status: status, headers: headers))),
+            promise: nil)
         if head.method != .HEAD {
-            context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))), promise: nil)
+            context.write(
+                wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(bytes: body)))), promise: nil)
         }
         let written = context.writeAndFlush(wrapOutboundOut(.end(nil)))
         if !keepAlive {

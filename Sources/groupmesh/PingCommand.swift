@@ -23,7 +23,9 @@ struct PingCommand: AsyncParsableCommand {
 
     @OptionGroup var output: JSONOutputOptions
 
-    struct Summary: Encodable { var sent: Int; var answered: Int; var minMs: Double?; var avgMs: Double?; var maxMs: Double? }
+    struct Summary: Encodable {
+        var sent: Int; var answered: Int; var minMs: Double?; var avgMs: Double?; var maxMs: Double?
+    }
 
     func validate() throws {
         guard (1...1000).contains(count) else { throw ValidationError("--count must be 1 to 1000") }
@@ -38,17 +40,21 @@ struct PingCommand: AsyncParsableCommand {
             let response: ControlResponse
             do { response = try client.send(.ping(member)) } catch { throw fail(error) }
             guard case let .pong(pong) = response else { throw unexpectedAnswer("no round trip") }
-            let who = TerminalText.escaped(pong.name.isEmpty ? String(pong.member.prefix(12)) : "\(pong.name) (\(pong.member.prefix(12)))")
+            let who = TerminalText.escaped(
+                pong.name.isEmpty ? String(pong.member.prefix(12)) : "\(pong.name) (\(pong.member.prefix(12)))")
             if let rtt = pong.rttMs { times.append(rtt) }
-            output.emit(pong.rttMs.map { "pong from \(who) via \(pong.address) in \(String(format: "%.3f", $0)) ms" }
-                        ?? "no answer from \(who) via \(pong.address) within 2 s", json: pong)
+            output.emit(
+                pong.rttMs.map { "pong from \(who) via \(pong.address) in \(String(format: "%.3f", $0)) ms" }
+                    ?? "no answer from \(who) via \(pong.address) within 2 s", json: pong)
         }
         let average = times.isEmpty ? nil : times.reduce(0, +) / Double(times.count)
         var text = "\(count) sent, \(times.count) answered"
         if let minimum = times.min(), let maximum = times.max(), let average {
             text += String(format: ", rtt min/avg/max %.3f/%.3f/%.3f ms", minimum, average, maximum)
         }
-        output.emit(text, json: Summary(sent: count, answered: times.count, minMs: times.min(), avgMs: average, maxMs: times.max()))
+        output.emit(
+            text,
+            json: Summary(sent: count, answered: times.count, minMs: times.min(), avgMs: average, maxMs: times.max()))
         if times.isEmpty { throw ExitCode(FailureKind.unavailable.exitStatus) }
     }
 }

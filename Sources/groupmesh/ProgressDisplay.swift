@@ -29,7 +29,9 @@ final class ProgressDisplay: @unchecked Sendable {
 
         func line(to path: String) -> String {
             let time = String(format: "%.1f s", seconds)
-            guard fetched > 0 else { return "wrote \(ByteCount.text(size)) to \(path) in \(time) (all of it was here already)" }
+            guard fetched > 0 else {
+                return "wrote \(ByteCount.text(size)) to \(path) in \(time) (all of it was here already)"
+            }
             let rate = ByteCount.text(UInt64(Double(fetched) / max(seconds, 0.001)))
             return "got \(ByteCount.text(size)) in \(time) (\(rate)/s on average): \(path)"
         }

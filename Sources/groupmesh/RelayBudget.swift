@@ -27,14 +27,18 @@ enum RelayBudget: Equatable, CustomStringConvertible {
         let numberEnd = body.firstIndex { !($0.isASCII && ($0.isNumber || $0 == ".")) } ?? body.endIndex
         let unitText = body[numberEnd...].trimmingCharacters(in: .whitespaces)
         guard let number = Double(body[..<numberEnd]), number.isFinite, number > 0,
-              let unit = Self.units.first(where: { $0.name == unitText }) else {
-            throw RelayBudgetError(text: text, problem: "is not a rate: give a number and a unit, "
-                                   + "e.g. 20MiB/s or 100Mbit (B, KiB, MiB, GiB, kB, MB, GB per second, or kbit, Mbit, Gbit), or off")
+            let unit = Self.units.first(where: { $0.name == unitText })
+        else {
+            throw RelayBudgetError(
+                text: text,
+                problem: "is not a rate: give a number and a unit, "
+                    + "e.g. 20MiB/s or 100Mbit (B, KiB, MiB, GiB, kB, MB, GB per second, or kbit, Mbit, Gbit), or off")
         }
         let bytes = number * unit.bytes
         guard bytes >= Double(Self.minimum), bytes <= Double(Self.maximum) else {
-            throw RelayBudgetError(text: text,
-                                   problem: "must be between 64KiB/s and 100GiB/s (or off, which relays nothing)")
+            throw RelayBudgetError(
+                text: text,
+                problem: "must be between 64KiB/s and 100GiB/s (or off, which relays nothing)")
         }
         self = .bytesPerSecond(Int(bytes))
     }

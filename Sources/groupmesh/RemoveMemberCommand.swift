@@ -30,7 +30,8 @@ struct RemoveMemberCommand: AsyncParsableCommand {
             throw fail(error)
         }
         guard case let .memberRemoved(id, session, delivered) = response else { throw unexpectedAnswer("no removal") }
-        output.emit("removed \(id.prefix(12)): session \(session) handed to \(delivered) live member(s); "
-                    + "old invites no longer work", json: Removal(member: id, session: session, handedTo: delivered))
+        output.emit(
+            "removed \(id.prefix(12)): session \(session) handed to \(delivered) live member(s); "
+                + "old invites no longer work", json: Removal(member: id, session: session, handedTo: delivered))
     }
 }

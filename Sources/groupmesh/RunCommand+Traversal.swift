@@ -7,7 +7,8 @@ extension RunCommand {
 
     /// The STUN servers and the TURN server, parsed and resolved once, at start (a name that
     /// does not resolve is one error line and the node does not start).
-    func traversalServers(_ settings: Settings) throws(GroupMeshError) -> ([TraversalServer], TurnServerConfiguration?) {
+    func traversalServers(_ settings: Settings) throws(GroupMeshError) -> ([TraversalServer], TurnServerConfiguration?)
+    {
         let ipv6 = settings.listen.host.contains(":")
         var stunServers: [TraversalServer] = []
         for text in settings.stun.prefix(8) {
@@ -34,15 +35,19 @@ extension RunCommand {
         for index in 1..<Int(CommandLine.argc) {
             guard let argument = arguments[index] else { continue }
             let length = strlen(argument)
-            let bytes = UnsafeMutableBufferPointer(start: UnsafeMutableRawPointer(argument).assumingMemoryBound(to: UInt8.self),
-                                                   count: length)
+            let bytes = UnsafeMutableBufferPointer(
+                start: UnsafeMutableRawPointer(argument).assumingMemoryBound(to: UInt8.self),
+                count: length)
             let text = Array(bytes)
             let prefix = Array("turn:".utf8)
-            guard let start = (0...max(0, text.count - prefix.count)).first(where: { text[$0...].starts(with: prefix) }),
-                  text.count >= prefix.count else { continue }
+            guard
+                let start = (0...max(0, text.count - prefix.count)).first(where: { text[$0...].starts(with: prefix) }),
+                text.count >= prefix.count
+            else { continue }
             let afterScheme = start + prefix.count
             guard let colon = text[afterScheme...].firstIndex(of: UInt8(ascii: ":")),
-                  let at = text.lastIndex(of: UInt8(ascii: "@")), at > colon + 1 else { continue }
+                let at = text.lastIndex(of: UInt8(ascii: "@")), at > colon + 1
+            else { continue }
             for position in (colon + 1)..<at { bytes[position] = UInt8(ascii: "x") }
         }
     }

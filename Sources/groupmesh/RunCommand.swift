@@ -12,20 +12,27 @@ struct RunCommand: AsyncParsableCommand {
 
     @OptionGroup var data: DataDirectoryOptions
 
-    @Option(help: ArgumentHelp("Read run's settings from this JSON file (default: DATA_DIR/config.json when it exists); "
-                               + "an option given here wins over the file.", valueName: "PATH"))
+    @Option(
+        help: ArgumentHelp(
+            "Read run's settings from this JSON file (default: DATA_DIR/config.json when it exists); "
+                + "an option given here wins over the file.", valueName: "PATH"))
     var config: String?
 
-    @Option(help: ArgumentHelp("UDP address to listen on (default 0.0.0.0:7946); port 0 picks a free port.", valueName: "HOST:PORT"),
-            transform: ListenAddress.init(parsing:))
+    @Option(
+        help: ArgumentHelp(
+            "UDP address to listen on (default 0.0.0.0:7946); port 0 picks a free port.", valueName: "HOST:PORT"),
+        transform: ListenAddress.init(parsing:))
     var listen: ListenAddress?
 
-    @Option(help: ArgumentHelp("Address others should use to reach this node (repeatable).", valueName: "HOST:PORT"),
-            transform: { text throws(GroupMeshError) in try MeshAddress(text) })
+    @Option(
+        help: ArgumentHelp("Address others should use to reach this node (repeatable).", valueName: "HOST:PORT"),
+        transform: { text throws(GroupMeshError) in try MeshAddress(text) })
     var advertise: [MeshAddress] = []
 
-    @Option(help: ArgumentHelp("Join the session of this invite token. It is the session's secret, and every local "
-                               + "user sees a command line (ps): prefer --invite-file or $GROUPMESH_INVITE.", valueName: "TOKEN"))
+    @Option(
+        help: ArgumentHelp(
+            "Join the session of this invite token. It is the session's secret, and every local "
+                + "user sees a command line (ps): prefer --invite-file or $GROUPMESH_INVITE.", valueName: "TOKEN"))
     // Parsed in `run`, not by the argument parser: its error would quote the token, a secret, and
     // a bad invite is bad input (65), not a command line that does not parse (64).
     var invite: String?
@@ -33,21 +40,28 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Read the invite token from this file ('-': standard input).", valueName: "PATH"))
     var inviteFile: String?
 
-    @Flag(help: ArgumentHelp("Print the invite even when standard output is not a terminal (by default it is printed "
-                             + "only to a terminal: it holds the session's secret, and a service's output goes to the system log)."))
+    @Flag(
+        help: ArgumentHelp(
+            "Print the invite even when standard output is not a terminal (by default it is printed "
+                + "only to a terminal: it holds the session's secret, and a service's output goes to the system log)."))
     var printInvite = false
 
-    @Option(help: ArgumentHelp("Also contact this member address when joining (repeatable).", valueName: "HOST:PORT"),
-            transform: { text throws(GroupMeshError) in try MeshAddress(text) })
+    @Option(
+        help: ArgumentHelp("Also contact this member address when joining (repeatable).", valueName: "HOST:PORT"),
+        transform: { text throws(GroupMeshError) in try MeshAddress(text) })
     var join: [MeshAddress] = []
 
-    @Option(help: ArgumentHelp("Ask this STUN server where our datagrams come from, when members cannot tell (repeatable; "
-                               + "port 3478 if none is given).", valueName: "HOST:PORT"))
+    @Option(
+        help: ArgumentHelp(
+            "Ask this STUN server where our datagrams come from, when members cannot tell (repeatable; "
+                + "port 3478 if none is given).", valueName: "HOST:PORT"))
     var stun: [String] = []
 
-    @Option(help: ArgumentHelp("Hold an allocation on this TURN server, to be reached through it when nothing else works. "
-                               + "Every local user sees a command line (ps): prefer the config file's \"turn\" or $GROUPMESH_TURN.",
-                               valueName: "turn:USER:PASS@HOST:PORT"))
+    @Option(
+        help: ArgumentHelp(
+            "Hold an allocation on this TURN server, to be reached through it when nothing else works. "
+                + "Every local user sees a command line (ps): prefer the config file's \"turn\" or $GROUPMESH_TURN.",
+            valueName: "turn:USER:PASS@HOST:PORT"))
     // Parsed in `run`: its errors must not quote the password.
     var turn: String?
 
@@ -55,57 +69,77 @@ struct RunCommand: AsyncParsableCommand {
     var name: String?
 
     // Optional, and with a --no- form: the config file may set it, and the command line must be able to undo that.
-    @Flag(inversion: .prefixedNo,
-          help: "Fetch an attachment only when asked for it (default: --no-lazy, replicate everything).")
+    @Flag(
+        inversion: .prefixedNo,
+        help: "Fetch an attachment only when asked for it (default: --no-lazy, replicate everything).")
     var lazy: Bool?
 
-    @Flag(inversion: .prefixedNo,
-          help: "Carry sealed datagrams between two members that cannot meet (default: --relay).")
+    @Flag(
+        inversion: .prefixedNo,
+        help: "Carry sealed datagrams between two members that cannot meet (default: --relay).")
     var relay: Bool?
 
-    @Option(help: ArgumentHelp("Carry at most this for others, all pairs together: 20MiB/s, 100Mbit, "
-                               + "or off (as --no-relay) (default: twice what this node's links were measured to carry, 8 MiB/s at least).",
-                               valueName: "RATE"),
-            transform: { text throws(RelayBudgetError) in try RelayBudget(parsing: text) })
+    @Option(
+        help: ArgumentHelp(
+            "Carry at most this for others, all pairs together: 20MiB/s, 100Mbit, "
+                + "or off (as --no-relay) (default: twice what this node's links were measured to carry, 8 MiB/s at least).",
+            valueName: "RATE"),
+        transform: { text throws(RelayBudgetError) in try RelayBudget(parsing: text) })
     var relayBudget: RelayBudget?
 
-    @Flag(inversion: .prefixedNo,
-          help: "Announce this node on its LAN and meet members found there directly (default: --lan-discovery).")
+    @Flag(
+        inversion: .prefixedNo,
+        help: "Announce this node on its LAN and meet members found there directly (default: --lan-discovery).")
     var lanDiscovery: Bool?
 
-    @Flag(inversion: .prefixedNo,
-          help: "Ask the home router to map our UDP port with PCP, NAT-PMP or UPnP IGD (default: --port-mapping).")
+    @Flag(
+        inversion: .prefixedNo,
+        help: "Ask the home router to map our UDP port with PCP, NAT-PMP or UPnP IGD (default: --port-mapping).")
     var portMapping: Bool?
 
     @Option(help: "Timing defaults: lan (default), local or wan.")
     var profile: NodeConfiguration.Profile?
 
-    @Option(help: ArgumentHelp("Log level: trace, debug, info, notice, warning (default), error, critical.", valueName: "LEVEL"))
+    @Option(
+        help: ArgumentHelp(
+            "Log level: trace, debug, info, notice, warning (default), error, critical.", valueName: "LEVEL"))
     var logLevel: Logger.Level?
 
-    @Option(help: ArgumentHelp("Run COMMAND (through /bin/sh) for each event, or only for these types (repeatable); "
-                               + "the event is in GROUPMESH_* variables and as JSON on standard input.",
-                               valueName: "[TYPE[,TYPE]=]COMMAND"),
-            transform: { text throws(GroupMeshError) in try EventHandlerSpec(parsing: text) })
+    @Option(
+        help: ArgumentHelp(
+            "Run COMMAND (through /bin/sh) for each event, or only for these types (repeatable); "
+                + "the event is in GROUPMESH_* variables and as JSON on standard input.",
+            valueName: "[TYPE[,TYPE]=]COMMAND"),
+        transform: { text throws(GroupMeshError) in try EventHandlerSpec(parsing: text) })
     var eventHandler: [EventHandlerSpec] = []
 
-    @Option(help: ArgumentHelp("Kill an event handler (and what it started) after this many seconds (default 30).",
-                               valueName: "SECONDS"))
+    @Option(
+        help: ArgumentHelp(
+            "Kill an event handler (and what it started) after this many seconds (default 30).",
+            valueName: "SECONDS"))
     var eventHandlerTimeout: Double?
 
-    @Option(help: ArgumentHelp("Serve Prometheus metrics at http://HOST:PORT/metrics (off by default; "
-                               + "bind it to loopback, e.g. 127.0.0.1:9464; port 0 picks a free one).",
-                               valueName: "HOST:PORT"),
-            transform: ListenAddress.init(parsing:))
+    @Option(
+        help: ArgumentHelp(
+            "Serve Prometheus metrics at http://HOST:PORT/metrics (off by default; "
+                + "bind it to loopback, e.g. 127.0.0.1:9464; port 0 picks a free one).",
+            valueName: "HOST:PORT"),
+        transform: ListenAddress.init(parsing:))
     var metrics: ListenAddress?
 
-    @Option(help: ArgumentHelp("Drop this share of received datagrams (0 to 0.5), to test under loss.",
-                               visibility: .hidden))
+    @Option(
+        help: ArgumentHelp(
+            "Drop this share of received datagrams (0 to 0.5), to test under loss.",
+            visibility: .hidden))
     var simulateLoss: Double = 0
 
     func validate() throws {
-        if invite != nil, inviteFile != nil { throw ValidationError("give the invite once: --invite or --invite-file, not both") }
-        guard (0...0.5).contains(simulateLoss) else { throw ValidationError("--simulate-loss must be between 0 and 0.5") }
+        if invite != nil, inviteFile != nil {
+            throw ValidationError("give the invite once: --invite or --invite-file, not both")
+        }
+        guard (0...0.5).contains(simulateLoss) else {
+            throw ValidationError("--simulate-loss must be between 0 and 0.5")
+        }
         if let eventHandlerTimeout, let problem = Settings.eventHandlerTimeoutProblem(eventHandlerTimeout) {
             throw ValidationError("--event-handler-timeout \(problem)")
         }
@@ -126,9 +160,11 @@ struct RunCommand: AsyncParsableCommand {
                 exporter = try await MetricsExporter.start(metrics)
                 // The page names the members and their addresses, to anyone who can connect.
                 if !["127.0.0.1", "::1", "localhost"].contains(metrics.host), !metrics.host.hasPrefix("127.") {
-                    FileHandle.standardError.write(Data(("groupmesh: warning: --metrics \(metrics) serves the members' names and "
-                        + "addresses to every host that can reach it, without authentication; bind 127.0.0.1 unless a "
-                        + "firewall keeps others out\n").utf8))
+                    FileHandle.standardError.write(
+                        Data(
+                            ("groupmesh: warning: --metrics \(metrics) serves the members' names and "
+                                + "addresses to every host that can reach it, without authentication; bind 127.0.0.1 unless a "
+                                + "firewall keeps others out\n").utf8))
                 }
             }
             var configuration = makeConfiguration(settings, invite: invite)
@@ -149,11 +185,12 @@ struct RunCommand: AsyncParsableCommand {
                 if let exporter { emit("metrics: http://\(exporter.boundAddress)/metrics") }
             }
             // `groupmesh leave` ends the node's service by itself: that is a normal end, not a failure.
-            let group = ServiceGroup(configuration: ServiceGroupConfiguration(
-                services: [.init(service: service, successTerminationBehavior: .gracefullyShutdownGroup)],
-                gracefulShutdownSignals: [.sigterm, .sigint],
-                logger: logger
-            ))
+            let group = ServiceGroup(
+                configuration: ServiceGroupConfiguration(
+                    services: [.init(service: service, successTerminationBehavior: .gracefullyShutdownGroup)],
+                    gracefulShutdownSignals: [.sigterm, .sigint],
+                    logger: logger
+                ))
             try await group.run()
             await session.leave()
             await exporter?.stop()
@@ -183,8 +220,9 @@ struct RunCommand: AsyncParsableCommand {
     var invitePrinting: InviteLine {
         if printInvite || isatty(STDOUT_FILENO) == 1 { return .token }
         // Not `invite: gm1…`: nothing that reads the line may take it for a token.
-        return .hint("invite: not printed, as standard output is not a terminal; "
-                     + "print it with: groupmesh invite --data-dir \(Self.shellQuoted(absolutePath(data.directory.path)))")
+        return .hint(
+            "invite: not printed, as standard output is not a terminal; "
+                + "print it with: groupmesh invite --data-dir \(Self.shellQuoted(absolutePath(data.directory.path)))")
     }
 
     /// The values in force: the command line's, else the config file's, else the defaults.
@@ -245,7 +283,8 @@ struct RunCommand: AsyncParsableCommand {
             throw RunConfigurationError("\"name\" in the config file \(configPath) \(problem)")
         }
         if eventHandlerTimeout == nil, let seconds = file.eventHandlerTimeout,
-           let problem = Settings.eventHandlerTimeoutProblem(seconds) {
+            let problem = Settings.eventHandlerTimeoutProblem(seconds)
+        {
             throw RunConfigurationError("\"event-handler-timeout\" in the config file \(configPath) \(problem)")
         }
         return settings
@@ -291,7 +330,8 @@ struct RunCommand: AsyncParsableCommand {
 
     /// As a shell reads it back: bare when it holds nothing the shell treats specially.
     private static func shellQuoted(_ text: String) -> String {
-        let plain = CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+,:@%")
+        let plain = CharacterSet(
+            charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+,:@%")
         if !text.isEmpty, text.unicodeScalars.allSatisfy(plain.contains) { return text }
         return "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
     }

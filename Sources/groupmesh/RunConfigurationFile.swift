@@ -26,9 +26,11 @@ struct RunConfigurationFile {
     /// `turn:USER:PASS@HOST:PORT`: kept here, the password stays off the command line.
     var turn: String?
 
-    static let keys = ["listen", "advertise", "join", "name", "lazy", "relay", "relay-budget", "lan-discovery",
-                       "profile", "log-level", "metrics", "event-handler", "event-handler-timeout", "port-mapping",
-                       "stun", "turn"]
+    static let keys = [
+        "listen", "advertise", "join", "name", "lazy", "relay", "relay-budget", "lan-discovery",
+        "profile", "log-level", "metrics", "event-handler", "event-handler-timeout", "port-mapping",
+        "stun", "turn",
+    ]
 
     /// Far more than any real configuration: a larger file is a wrong path, not settings.
     static let maxBytes = 64 * 1024
@@ -41,8 +43,9 @@ struct RunConfigurationFile {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         if fd < 0 {
             if errno == ENOENT, !required { return RunConfigurationFile() }
-            throw RunConfigurationError("cannot read the config file \(path): \(String(cString: strerror(errno)))"
-                                        + (errno == ENOENT ? "; create it (`{}` keeps every default) or drop --config" : ""))
+            throw RunConfigurationError(
+                "cannot read the config file \(path): \(String(cString: strerror(errno)))"
+                    + (errno == ENOENT ? "; create it (`{}` keeps every default) or drop --config" : ""))
         }
         let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         var info = stat()
@@ -72,13 +75,15 @@ struct RunConfigurationFile {
         } catch let DecodingError.valueNotFound(_, context) where context.codingPath.isEmpty {
             throw RunConfigurationError("the config file \(path) must hold one JSON object ({\"key\": value, …})")
         } catch {
-            throw RunConfigurationError("the config file \(path) is not valid JSON: \(Self.syntaxError(in: data)); fix it or remove it")
+            throw RunConfigurationError(
+                "the config file \(path) is not valid JSON: \(Self.syntaxError(in: data)); fix it or remove it")
         }
         let known = Set(Self.keys)
         // Sorted: the same file always names the same key first.
         if let unknown = object.keys.sorted().first(where: { !known.contains($0) }) {
-            throw RunConfigurationError("unknown key \"\(unknown)\" in the config file \(path); the keys are "
-                                        + Self.keys.joined(separator: ", ") + " (see groupmesh run --help)")
+            throw RunConfigurationError(
+                "unknown key \"\(unknown)\" in the config file \(path); the keys are "
+                    + Self.keys.joined(separator: ", ") + " (see groupmesh run --help)")
         }
         func wrong(_ key: String, _ expected: String) -> RunConfigurationError {
             RunConfigurationError("\"\(key)\" in the config file \(path) must be \(expected)")
@@ -103,7 +108,8 @@ struct RunConfigurationFile {
             guard case let .bool(flag) = value else { throw wrong(key, "true or false") }
             return flag
         }
-        func parsed<T>(_ key: String, _ text: String, _ parse: (String) throws -> T) throws(RunConfigurationError) -> T {
+        func parsed<T>(_ key: String, _ text: String, _ parse: (String) throws -> T) throws(RunConfigurationError) -> T
+        {
             do { return try parse(text) } catch {
                 throw RunConfigurationError("\"\(key)\" in the config file \(path): \(error)")
             }
@@ -111,7 +117,9 @@ struct RunConfigurationFile {
 
         if let text = try string("listen") { listen = try parsed("listen", text, ListenAddress.init(parsing:)) }
         if let texts = try strings("advertise") {
-            advertise = try texts.map { text throws(RunConfigurationError) in try parsed("advertise", text, MeshAddress.init) }
+            advertise = try texts.map { text throws(RunConfigurationError) in
+                try parsed("advertise", text, MeshAddress.init)
+            }
         }
         if let texts = try strings("join") {
             join = try texts.map { text throws(RunConfigurationError) in try parsed("join", text, MeshAddress.init) }
@@ -126,8 +134,10 @@ struct RunConfigurationFile {
         portMapping = try bool("port-mapping")
         if let text = try string("profile") {
             guard let value = NodeConfiguration.Profile(rawValue: text) else {
-                throw wrong("profile", NodeConfiguration.Profile.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
-                            .replacingLastSeparator(with: " or "))
+                throw wrong(
+                    "profile",
+                    NodeConfiguration.Profile.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
+                        .replacingLastSeparator(with: " or "))
             }
             profile = value
         }
@@ -156,14 +166,18 @@ struct RunConfigurationFile {
     private static func syntaxError(in data: Data) -> String {
         let fallback = "not one JSON object"
         do { _ = try JSONSerialization.jsonObject(with: data) } catch {
-            guard var detail = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String else { return fallback }
+            guard var detail = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String else {
+                return fallback
+            }
             if detail.hasSuffix(".") { detail.removeLast() }
             guard let range = detail.range(of: "around character "),
-                  let offset = Int(detail[range.upperBound...]), offset <= data.count else { return detail }
+                let offset = Int(detail[range.upperBound...]), offset <= data.count
+            else { return detail }
             let before = Array(data.prefix(offset))
             let line = before.filter { $0 == UInt8(ascii: "\n") }.count + 1
             let column = offset - (before.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0) + 1
-            return String(detail[..<range.lowerBound]).trimmingCharacters(in: .whitespaces) + " at line \(line), column \(column)"
+            return String(detail[..<range.lowerBound]).trimmingCharacters(in: .whitespaces)
+                + " at line \(line), column \(column)"
         }
         return fallback
     }
@@ -181,12 +195,19 @@ private enum JSONValue: Decodable {
 
     init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
-        if container.decodeNil() { self = .null }
-        else if let value = try? container.decode(Bool.self) { self = .bool(value) }
-        else if let value = try? container.decode(Double.self) { self = .number(value) }
-        else if let value = try? container.decode(String.self) { self = .string(value) }
-        else if let value = try? container.decode([JSONValue].self) { self = .array(value) }
-        else { self = .object(try container.decode([String: JSONValue].self)) }
+        if container.decodeNil() {
+            self = .null
+        } else if let value = try? container.decode(Bool.self) {
+            self = .bool(value)
+        } else if let value = try? container.decode(Double.self) {
+            self = .number(value)
+        } else if let value = try? container.decode(String.self) {
+            self = .string(value)
+        } else if let value = try? container.decode([JSONValue].self) {
+            self = .array(value)
+        } else {
+            self = .object(try container.decode([String: JSONValue].self))
+        }
     }
 }
 

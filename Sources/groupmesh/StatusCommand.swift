@@ -50,8 +50,10 @@ struct InviteCommand: AsyncParsableCommand {
     @OptionGroup var data: DataDirectoryOptions
     @OptionGroup var output: JSONOutputOptions
 
-    @Option(name: [.customShort("o"), .customLong("output")],
-            help: ArgumentHelp("Write it to this file, readable by you alone (as --invite-file wants it).", valueName: "PATH"))
+    @Option(
+        name: [.customShort("o"), .customLong("output")],
+        help: ArgumentHelp(
+            "Write it to this file, readable by you alone (as --invite-file wants it).", valueName: "PATH"))
     var file: String?
 
     func run() async throws {
@@ -61,7 +63,8 @@ struct InviteCommand: AsyncParsableCommand {
             }
             if let file {
                 try Self.writePrivately(invite + "\n", to: file)
-                return output.emit("wrote the invite to \(file) (mode 600: it holds the session's secret)", json: ["file": file])
+                return output.emit(
+                    "wrote the invite to \(file) (mode 600: it holds the session's secret)", json: ["file": file])
             }
             output.emit(invite, json: ["invite": invite])
         } catch let error as GroupMeshError {
@@ -77,7 +80,8 @@ extension InviteCommand {
         guard fd >= 0 else { throw .keyFile("cannot write \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         let bytes = Array(text.utf8)
-        guard fchmod(fd, 0o600) == 0, bytes.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == bytes.count else {
+        guard fchmod(fd, 0o600) == 0, bytes.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == bytes.count
+        else {
             throw .keyFile("cannot write \(path): \(String(cString: strerror(errno)))")
         }
     }
@@ -96,7 +100,9 @@ struct LeaveCommand: AsyncParsableCommand {
 
     @OptionGroup var data: DataDirectoryOptions
 
-    @Flag(name: .long, help: "Leave at once, without handing over attachments only this node holds (they become unavailable).")
+    @Flag(
+        name: .long,
+        help: "Leave at once, without handing over attachments only this node holds (they become unavailable).")
     var now = false
 
     @OptionGroup var output: JSONOutputOptions
@@ -124,25 +130,33 @@ struct LeaveCommand: AsyncParsableCommand {
         } catch {
             throw fail(error)
         }
-        guard let summary else { throw fail("the node on \(data.directory.path) stopped before its leave was complete; see groupmesh status", kind: .unavailable) }
+        guard let summary else {
+            throw fail(
+                "the node on \(data.directory.path) stopped before its leave was complete; see groupmesh status",
+                kind: .unavailable)
+        }
         output.emit(Self.describe(summary), json: summary)
     }
 
     static func describe(_ summary: LeaveSummary) -> String {
         let ids = summary.unavailable.map { String($0.prefix(16)) }.joined(separator: ", ")
         if summary.unavailable.isEmpty {
-            return summary.handedOver.isEmpty ? "left" : "left after other members took \(summary.handedOver.count) attachment(s) only this node held"
+            return summary.handedOver.isEmpty
+                ? "left" : "left after other members took \(summary.handedOver.count) attachment(s) only this node held"
         }
         if summary.alone {
-            return "left; no other member is alive, so \(summary.unavailable.count) attachment(s) only this node held are unavailable until it returns: \(ids)"
+            return
+                "left; no other member is alive, so \(summary.unavailable.count) attachment(s) only this node held are unavailable until it returns: \(ids)"
         }
-        return "left; \(summary.unavailable.count) attachment(s) only this node held are unavailable until it returns: \(ids)"
+        return
+            "left; \(summary.unavailable.count) attachment(s) only this node held are unavailable until it returns: \(ids)"
     }
 
     /// The handover under way, as `leave` and `status` print it.
     static func progress(_ info: StatusReport.LeavingInfo) -> String {
         let mebibytes = String(format: "%.1f", Double(info.bytes) / 1_048_576)
-        return "leaving: waiting for \(info.askedMembers.count) member(s) to take \(info.attachments.count) attachment(s) "
+        return
+            "leaving: waiting for \(info.askedMembers.count) member(s) to take \(info.attachments.count) attachment(s) "
             + "only this node holds (\(mebibytes) MiB); leaving anyway in \(Int(info.secondsLeft.rounded(.up))) s"
     }
 }
@@ -176,32 +190,45 @@ enum StatusTable {
     static func render(_ report: StatusReport, width: Int) -> String {
         var lines: [String] = []
         let me = report.`self`
-        lines.append(TerminalText.escaped("node \(me.name) \(me.id.prefix(12)) at \(me.address)  session \(me.session)  profile \(me.profile)"))
-        lines.append(TerminalText.escaped("nat \(me.nat)" + (me.reflexiveAddress.map { ", public address \($0)" } ?? "")
-            + "  candidates \(me.candidates.joined(separator: ", "))"))
+        lines.append(
+            TerminalText.escaped(
+                "node \(me.name) \(me.id.prefix(12)) at \(me.address)  session \(me.session)  profile \(me.profile)"))
+        lines.append(
+            TerminalText.escaped(
+                "nat \(me.nat)" + (me.reflexiveAddress.map { ", public address \($0)" } ?? "")
+                    + "  candidates \(me.candidates.joined(separator: ", "))"))
         if let lan = report.lanDiscovery {
-            lines.append(TerminalText.escaped("lan discovery on \(lan.interfaces.joined(separator: ", ")): "
-                + "\(lan.announcementsHeard) announcements heard, \(lan.membersMet) members met"))
+            lines.append(
+                TerminalText.escaped(
+                    "lan discovery on \(lan.interfaces.joined(separator: ", ")): "
+                        + "\(lan.announcementsHeard) announcements heard, \(lan.membersMet) members met"))
         }
         if let mapping = report.portMapping { lines.append(TerminalText.escaped(mapping.line)) }
         lines += traversalLines(report.traversal)
         if let joining = report.joining {
-            lines.append(JoinNotice.statusLine(addresses: joining.addresses.count, seconds: joining.since)
-                + ": " + JoinNotice.addressList(joining.addresses))
+            lines.append(
+                JoinNotice.statusLine(addresses: joining.addresses.count, seconds: joining.since)
+                    + ": " + JoinNotice.addressList(joining.addresses))
         }
         lines.append("")
         let rows = report.members.map { member in
-            [String(member.id.prefix(12)), member.name, member.address, member.state, "\(member.incarnation)",
-             member.rttMs.map { String(format: "%.2f", $0) } ?? "-",
-             pathColumn(member, in: report)]
+            [
+                String(member.id.prefix(12)), member.name, member.address, member.state, "\(member.incarnation)",
+                member.rttMs.map { String(format: "%.2f", $0) } ?? "-",
+                pathColumn(member, in: report),
+            ]
         }
         lines += table(header: ["ID", "NAME", "ADDRESS", "STATE", "INC", "RTT ms", "PATH"], rows: rows, width: width)
         if !report.attachments.isEmpty {
             lines.append("")
             let rows = report.attachments.map { a in
-                [a.id, String(a.content.prefix(16)), "\(a.size)", "\(a.chunksHave)/\(a.chunks)", "\(a.holders)", a.state]
+                [
+                    a.id, String(a.content.prefix(16)), "\(a.size)", "\(a.chunksHave)/\(a.chunks)", "\(a.holders)",
+                    a.state,
+                ]
             }
-            lines += table(header: ["ATTACHMENT", "CONTENT", "SIZE", "CHUNKS", "HOLDERS", "STATE"], rows: rows, width: width)
+            lines += table(
+                header: ["ATTACHMENT", "CONTENT", "SIZE", "CHUNKS", "HOLDERS", "STATE"], rows: rows, width: width)
         }
         if let leaving = report.leaving {
             lines.append("")
@@ -210,7 +237,9 @@ enum StatusTable {
         let c = report.counters
         let dropped = c.dropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
         lines.append("")
-        lines.append("datagrams sent \(c.datagramsSent) (\(c.bytesSent) B), received \(c.datagramsReceived) (\(c.bytesReceived) B)")
+        lines.append(
+            "datagrams sent \(c.datagramsSent) (\(c.bytesSent) B), received \(c.datagramsReceived) (\(c.bytesReceived) B)"
+        )
         lines.append("dropped: \(dropped)")
         // Loss the counters above cannot see: the kernel's, before the node read anything.
         if let kernel = c.kernelReceiveDrops, kernel > 0 {
@@ -221,16 +250,18 @@ enum StatusTable {
         }
         let relay = c.relay
         if relay.forwardedDatagrams + relay.droppedOverRate + relay.refused > 0 || !relay.enabled {
-            lines.append("relaying for others: " + (relay.enabled ? "" : "off (--no-relay), ")
-                + "forwarded \(relay.forwardedDatagrams) sealed datagrams (\(relay.forwardedBytes) B), "
-                + "dropped over rate \(relay.droppedOverRate), refused \(relay.refused)")
+            lines.append(
+                "relaying for others: " + (relay.enabled ? "" : "off (--no-relay), ")
+                    + "forwarded \(relay.forwardedDatagrams) sealed datagrams (\(relay.forwardedBytes) B), "
+                    + "dropped over rate \(relay.droppedOverRate), refused \(relay.refused)")
         }
         if relay.enabled, let line = Self.relayBudgetLine(relay) { lines.append(line) }
         if let birthday = c.birthday, birthday.roundsTried > 0 {
-            lines.append("birthday rounds (symmetric NAT): tried \(birthday.roundsTried), "
-                + "succeeded \(birthday.roundsSucceeded), probes sent \(birthday.probesSent), "
-                + "sockets opened \(birthday.socketsOpened) "
-                + "(failed \(birthday.socketsFailed)), hit \(birthday.socketsHit)")
+            lines.append(
+                "birthday rounds (symmetric NAT): tried \(birthday.roundsTried), "
+                    + "succeeded \(birthday.roundsSucceeded), probes sent \(birthday.probesSent), "
+                    + "sockets opened \(birthday.socketsOpened) "
+                    + "(failed \(birthday.socketsFailed)), hit \(birthday.socketsHit)")
         }
         return lines.map { String($0.prefix(width)) }.joined(separator: "\n")
     }
@@ -244,7 +275,9 @@ enum StatusTable {
         if let setting = relay.budgetSetting {
             line += " (--relay-budget \(rate(setting)))"
         } else if let capacity = relay.measuredCapacity {
-            line += capacity > 0 ? " (from the \(rate(capacity)) measured on our links)"
+            line +=
+                capacity > 0
+                ? " (from the \(rate(capacity)) measured on our links)"
                 : " (nothing measured yet: the floor)"
         }
         if relay.yielding == true, let own = relay.ownTransferRate {
@@ -264,7 +297,8 @@ enum StatusTable {
             let name = named.map { $0.name.isEmpty ? String($0.id.prefix(12)) : $0.name } ?? String(relay.prefix(12))
             return "relayed via \(name)"
         }
-        return member.pathAddress == member.address || member.pathAddress.isEmpty ? member.path : "\(member.path) \(member.pathAddress)"
+        return member.pathAddress == member.address || member.pathAddress.isEmpty
+            ? member.path : "\(member.path) \(member.pathAddress)"
     }
 
     /// Every cell is escaped: names, addresses and metadata come from other members.
@@ -286,7 +320,9 @@ enum Terminal {
     static var width: Int {
         var size = winsize()
         if ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 { return Int(size.ws_col) }
-        if let columns = ProcessInfo.processInfo.environment["COLUMNS"].flatMap(Int.init), columns > 0 { return columns }
+        if let columns = ProcessInfo.processInfo.environment["COLUMNS"].flatMap(Int.init), columns > 0 {
+            return columns
+        }
         return 120
     }
 }

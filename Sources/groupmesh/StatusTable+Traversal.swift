@@ -8,14 +8,17 @@ extension StatusTable {
         var lines: [String] = []
         if let stun = traversal.stun {
             let address = stun.address.map { "public address \($0)" + (stun.answeredBy.map { " (from \($0))" } ?? "") }
-            lines.append("stun \(stun.servers.joined(separator: ", ")): " + (address.map { "\($0), \(stun.state)" } ?? stun.state))
+            lines.append(
+                "stun \(stun.servers.joined(separator: ", ")): "
+                    + (address.map { "\($0), \(stun.state)" } ?? stun.state))
         }
         if let turn = traversal.turn {
             var line = "turn \(turn.server): \(turn.state)"
             if let reason = turn.reason, turn.state == "failed" { line += " (\(reason))" }
             if let relayed = turn.relayedAddress { line += ", relayed address \(relayed)" }
             if let left = turn.lifetimeLeft { line += ", \(Int(left)) s left" }
-            line += "; \(turn.permissions) permissions, \(turn.channels) channels; "
+            line +=
+                "; \(turn.permissions) permissions, \(turn.channels) channels; "
                 + "through it \(turn.datagramsSent) sent (\(turn.bytesSent) B), \(turn.datagramsReceived) received (\(turn.bytesReceived) B)"
             lines.append(line)
         }

@@ -27,8 +27,9 @@ struct ControlConnectionTests {
             let (sent, failures) = await Self.send(120, body, from: sender)
             let read = await reader.finish()
             #expect(failures.isEmpty, "\(failures.prefix(3))")
-            #expect(sent > 0 && read.messages == sent,
-                    "\(sent) sent, \(read.messages) printed, other lines: \(read.other)")
+            #expect(
+                sent > 0 && read.messages == sent,
+                "\(sent) sent, \(read.messages) printed, other lines: \(read.other)")
             #expect(read.other.isEmpty, "no dropped line, no failure")
 
             // Stopped reading: the node holds new messages for the stall limit, then closes the
@@ -53,8 +54,9 @@ struct ControlConnectionTests {
     @Test("connections left open past the node's descriptors: the idlest are closed, status still answers")
     func idleConnectionsCannotExhaustTheNode() async throws {
         // The node gets 64 descriptors, so the connections below exhaust them for certain.
-        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"],
-                                   launcher: ["/bin/sh", "-c", "ulimit -n 64 && exec \"$0\" \"$@\""])
+        let node = try NodeProcess(
+            ["run", "--listen", "127.0.0.1:0"],
+            launcher: ["/bin/sh", "-c", "ulimit -n 64 && exec \"$0\" \"$@\""])
         defer { Task { await node.cleanUp() } }
         _ = try await node.waitForLine(prefix: "listening:")
         RawControlConnection.raiseDescriptorLimit()
@@ -65,7 +67,8 @@ struct ControlConnectionTests {
                 idle.append(connection)
             }
         }
-        let status = try await node.waitForStatus(timeout: .seconds(60), "status answered beside 150 idle connections") {
+        let status = try await node.waitForStatus(timeout: .seconds(60), "status answered beside 150 idle connections")
+        {
             HostileMemberTests.counter($0, "controlConnectionsClosed") > 0
         }
         #expect(status.aliveCount == 1)
@@ -82,8 +85,10 @@ struct ControlConnectionTests {
     /// Reliable sends over 4 connections at once, on threads of their own: ControlClient blocks,
     /// and the test runner's cooperative pool has one thread per core. Returns how many the
     /// node said were sent, and the failures.
-    static func send(_ count: Int, _ body: [UInt8],
-                     from client: ControlClient) async -> (sent: Int, failures: [String]) {
+    static func send(
+        _ count: Int, _ body: [UInt8],
+        from client: ControlClient
+    ) async -> (sent: Int, failures: [String]) {
         let lanes = 4
         let log = FailureLog()
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
@@ -170,7 +175,9 @@ final class RawControlConnection: @unchecked Sendable {
         var timeout = timeval(tv_sec: 30, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         }
         guard result == 0 || errno == EINPROGRESS else {
             let reason = String(cString: strerror(errno))

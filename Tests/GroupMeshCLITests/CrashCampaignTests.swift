@@ -24,7 +24,7 @@ struct CrashCampaignTests {
             let uploaderAddress = try await uploader.waitForLine(prefix: "listening:")
             let replicaAddress = try await replica.waitForLine(prefix: "listening:")
 
-            var present: [String: Data] = [:]   // acknowledged adds not (acknowledged) removed
+            var present: [String: Data] = [:]  // acknowledged adds not (acknowledged) removed
             var removed: Set<String> = []
             for round in 0..<8 {
                 let context = "seed \(seed), round \(round)"
@@ -71,8 +71,9 @@ struct CrashCampaignTests {
                 let listed = try await JournalCommandTests.listed(uploader)
                 for id in present.keys {
                     let entry = listed.first { $0.id == id }
-                    #expect(entry.map { $0.chunksHave == $0.chunks } == true,
-                            "\(context): acknowledged \(id.prefix(12)) lost")
+                    #expect(
+                        entry.map { $0.chunksHave == $0.chunks } == true,
+                        "\(context): acknowledged \(id.prefix(12)) lost")
                 }
                 for id in removed {
                     #expect(!listed.contains { $0.id == id }, "\(context): removed \(id.prefix(12)) is back")
@@ -83,11 +84,14 @@ struct CrashCampaignTests {
             // converges to the same set, whole.
             for (id, bytes) in present {
                 let output = work + "/out-\(id.prefix(8)).bin"
-                let get = try await NodeProcess.runCommand(["get", "--data-dir", uploader.dataDirectory, id,
-                                                            "--output", output])
+                let get = try await NodeProcess.runCommand([
+                    "get", "--data-dir", uploader.dataDirectory, id,
+                    "--output", output,
+                ])
                 #expect(get.status == 0, "seed \(seed): \(get.stderr)")
-                #expect((try? Data(contentsOf: URL(fileURLWithPath: output))) == bytes,
-                        "seed \(seed): \(id.prefix(12)) differs")
+                #expect(
+                    (try? Data(contentsOf: URL(fileURLWithPath: output))) == bytes,
+                    "seed \(seed): \(id.prefix(12)) differs")
             }
             try await mesh.waitUntilAllSee()
             try await waitUntil("the replica holds the same, whole") {
@@ -102,8 +106,9 @@ struct CrashCampaignTests {
             for node in [uploader, replica] {
                 let listed = try await JournalCommandTests.listed(node).map(\.content)
                 let stray = try Self.unreferencedChunks(node, attachments: listed)
-                #expect(stray.isEmpty,
-                        "seed \(seed): \(stray.count) chunks no attachment uses in \(node.dataDirectory)")
+                #expect(
+                    stray.isEmpty,
+                    "seed \(seed): \(stray.count) chunks no attachment uses in \(node.dataDirectory)")
             }
         }
     }
@@ -124,7 +129,9 @@ struct CrashCampaignTests {
         let files = (try? FileManager.default.subpathsOfDirectory(atPath: store)) ?? []
         return files.reduce(0) { total, name in
             var info = stat()
-            return total + (stat(store + "/" + name, &info) == 0 && info.st_mode & S_IFMT == S_IFREG ? Int64(info.st_blocks) * 512 : 0)
+            return total
+                + (stat(store + "/" + name, &info) == 0 && info.st_mode & S_IFMT == S_IFREG
+                    ? Int64(info.st_blocks) * 512 : 0)
         }
     }
 
@@ -159,7 +166,9 @@ struct CrashCampaignTests {
             try Self.unreferencedChunks(node, attachments: listed).isEmpty
         }
         let stray = try Self.unreferencedChunks(node, attachments: listed)
-        #expect(stray.isEmpty, "\(stray.count) chunks left by the attach that never happened (acknowledged: \(acknowledged))")
+        #expect(
+            stray.isEmpty,
+            "\(stray.count) chunks left by the attach that never happened (acknowledged: \(acknowledged))")
         // And their disk space is free again (up to the edges of the freed ranges).
         let used = Self.diskUsage(store), kept: Int64 = acknowledged ? 48 << 20 : 0
         #expect(used <= kept + (4 << 20), "the store takes \(used) bytes of disk for \(kept) bytes of chunks")
@@ -180,7 +189,8 @@ struct CrashCampaignTests {
             return result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         }
         func restart() async throws -> NodeProcess {
-            let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: directory, ownsDataDirectory: false)
+            let node = try NodeProcess(
+                ["run", "--listen", "127.0.0.1:0"], dataDirectory: directory, ownsDataDirectory: false)
             _ = try await node.waitForLine(prefix: "listening:")
             return node
         }

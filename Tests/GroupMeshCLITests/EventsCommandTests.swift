@@ -12,7 +12,9 @@ struct EventsCommandTests {
 
     /// Command lines (NULs as spaces) of the processes whose command line holds `text`.
     static func processes(containing text: String) -> [String] {
-        let pids = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).filter { $0.allSatisfy(\.isNumber) }
+        let pids = ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).filter {
+            $0.allSatisfy(\.isNumber)
+        }
         return pids.compactMap { pid in
             guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") else { return nil }
             let line = String(decoding: data.map { $0 == 0 ? 32 : $0 }, as: UTF8.self)
@@ -24,13 +26,17 @@ struct EventsCommandTests {
     static func inOrder(_ expected: [(MeshEvent.Kind, String)], in events: [MeshEvent]) -> Bool {
         var rest = events[...]
         for (kind, name) in expected {
-            guard let index = rest.firstIndex(where: { $0.type == kind && ($0.member?.name ?? "") == name }) else { return false }
+            guard let index = rest.firstIndex(where: { $0.type == kind && ($0.member?.name ?? "") == name }) else {
+                return false
+            }
             rest = rest[(index + 1)...]
         }
         return true
     }
 
-    @Test("events --json: join, attach, complete, remove, SIGKILL→dead, leave, in order; handlers get the same; --after resumes")
+    @Test(
+        "events --json: join, attach, complete, remove, SIGKILL→dead, leave, in order; handlers get the same; --after resumes"
+    )
     func eventsAndHandlers() async throws {
         let scratch = NodeProcess.makeTemporaryDirectory("events")
         let all = scratch + "/all.jsonl", joined = scratch + "/joined.txt"
@@ -60,9 +66,11 @@ struct EventsCommandTests {
             // bob and carol start together: their joins come in either order, before the rest.
             func expected(_ events: [MeshEvent]) -> [(MeshEvent.Kind, String)] {
                 let first = events.first?.member?.name == "carol" ? ["carol", "bob"] : ["bob", "carol"]
-                return [(.memberJoined, first[0]), (.memberJoined, first[1]), (.attachmentAdded, ""),
-                        (.attachmentComplete, ""), (.attachmentRemoved, ""), (.memberDead, "carol"),
-                        (.memberLeft, "bob")]
+                return [
+                    (.memberJoined, first[0]), (.memberJoined, first[1]), (.attachmentAdded, ""),
+                    (.attachmentComplete, ""), (.attachmentRemoved, ""), (.memberDead, "carol"),
+                    (.memberLeft, "bob"),
+                ]
             }
             do {
                 try await waitUntil("the follower saw every event", timeout: .seconds(30)) {
@@ -88,8 +96,9 @@ struct EventsCommandTests {
             // The typed one, only for joins, with the event in its environment.
             let joins = try String(contentsOfFile: joined, encoding: .utf8).split(separator: "\n")
                 .map { $0.split(separator: " ") }
-            #expect(Set(joins.map { "\($0[0]) \($0[1])" }) == ["member-joined bob", "member-joined carol"]
-                        && joins.count == 2, "\(joins)")
+            #expect(
+                Set(joins.map { "\($0[0]) \($0[1])" }) == ["member-joined bob", "member-joined carol"]
+                    && joins.count == 2, "\(joins)")
 
             // A client that reconnects after a sequence number gets what followed it.
             let second = seen[1].seq
@@ -104,8 +113,10 @@ struct EventsCommandTests {
     func misbehavingHandlers() async throws {
         // A duration no other process has, so that what is left of the handlers can be found.
         let marker = "1000.\(UInt32.random(in: 100_000...999_999))"
-        let handlers = ["--event-handler", "member-joined=sleep \(marker); true",
-                        "--event-handler", "exit 1", "--event-handler-timeout", "1"]
+        let handlers = [
+            "--event-handler", "member-joined=sleep \(marker); true",
+            "--event-handler", "exit 1", "--event-handler-timeout", "1",
+        ]
         try await withProcessMesh(names: ["alice"], argumentsByName: ["alice": handlers]) { mesh in
             let alice = try mesh["alice"]
             let follower = try mesh.client(["events"], of: "alice")
@@ -114,11 +125,14 @@ struct EventsCommandTests {
             try await mesh.waitUntilAllSee()
             // Every join reached the follower at once, whatever the handlers do.
             for name in ["bob", "carol", "dave"] {
-                _ = try await follower.waitForLine(prefix: "", timeout: .seconds(10),
-                                                   containing: "member-joined \(name)")
+                _ = try await follower.waitForLine(
+                    prefix: "", timeout: .seconds(10),
+                    containing: "member-joined \(name)")
             }
-            let ping = try await NodeProcess.runCommand(["ping", "--data-dir", alice.dataDirectory, "dave",
-                                                         "--count", "2", "--interval", "0.05"])
+            let ping = try await NodeProcess.runCommand([
+                "ping", "--data-dir", alice.dataDirectory, "dave",
+                "--count", "2", "--interval", "0.05",
+            ])
             #expect(ping.status == 0, "\(ping.stdout) \(ping.stderr)")
             // Three joins: three hangs killed after 1 s each, and each event failed the other handler.
             try await alice.waitForStatus(timeout: .seconds(30), "the handlers were counted") { status in
@@ -143,19 +157,23 @@ struct EventsCommandTests {
             }
         }
         // The daemon keeps every descriptor the shell had; the handler itself ends at once.
-        let handler = ["--event-handler",
-                       "member-joined=sleep \(marker) & echo \"$GROUPMESH_MEMBER_NAME\" >> '\(handled)'",
-                       "--event-handler-timeout", "60"]
+        let handler = [
+            "--event-handler",
+            "member-joined=sleep \(marker) & echo \"$GROUPMESH_MEMBER_NAME\" >> '\(handled)'",
+            "--event-handler-timeout", "60",
+        ]
         try await withProcessMesh(names: ["alice", "bob", "carol"], argumentsByName: ["alice": handler]) { mesh in
             let alice = try mesh["alice"]
             // Both joins were handled while the first daemon still runs (60 s apart, before).
             try await waitUntil("both joins handled", timeout: .seconds(20)) {
-                let names = (try? String(contentsOfFile: handled, encoding: .utf8))?.split(separator: "\n")
+                let names =
+                    (try? String(contentsOfFile: handled, encoding: .utf8))?.split(separator: "\n")
                     .map(String.init) ?? []
                 return Set(names) == ["bob", "carol"]
             }
-            #expect(!Self.processes(containing: marker).filter { !$0.contains("groupmesh") }.isEmpty,
-                    "the daemons still run")
+            #expect(
+                !Self.processes(containing: marker).filter { !$0.contains("groupmesh") }.isEmpty,
+                "the daemons still run")
             let status = try await alice.status()
             #expect((status.counters["eventHandlersTimedOut"]?.number ?? 0) == 0, "no handler was taken for hung")
         }

@@ -20,20 +20,27 @@ struct FirstHourTests {
         return try JSONDecoder().decode([Listed].self, from: Data(result.stdout.utf8))
     }
 
-    static func randomFile(_ directory: String, name: String, size: Int, seed: UInt64) throws -> (path: String, bytes: Data) {
+    static func randomFile(
+        _ directory: String, name: String, size: Int, seed: UInt64
+    ) throws -> (path: String, bytes: Data) {
         var state = seed
-        let bytes = Data((0..<size).map { _ in
-            state = state &* 6364136223846793005 &+ 1442695040888963407
-            return UInt8(truncatingIfNeeded: state >> 33)
-        })
+        let bytes = Data(
+            (0..<size).map { _ in
+                state = state &* 6364136223846793005 &+ 1442695040888963407
+                return UInt8(truncatingIfNeeded: state >> 33)
+            })
         let path = directory + "/" + name
         try bytes.write(to: URL(fileURLWithPath: path))
         return (path, bytes)
     }
 
     /// `groupmesh ARGUMENTS` run in `directory` (where `get` without -o writes).
-    static func run(in directory: String, _ arguments: [String]) async throws -> (status: Int32, stdout: String, stderr: String) {
-        let quoted = ([NodeProcess.executable] + arguments).map { "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+    static func run(
+        in directory: String, _ arguments: [String]
+    ) async throws -> (status: Int32, stdout: String, stderr: String) {
+        let quoted = ([NodeProcess.executable] + arguments).map {
+            "'" + $0.replacingOccurrences(of: "'", with: "'\\''") + "'"
+        }
         return try await Self.shell("cd '\(directory)' && exec " + quoted.joined(separator: " "))
     }
 
@@ -41,16 +48,22 @@ struct FirstHourTests {
         try ChildProcess.run("/bin/sh", ["-c", script], timeout: .seconds(60))
     }
 
-    @Test("--version names the release, the protocol and the build; the exit statuses tell usage, bad input and no node apart")
+    @Test(
+        "--version names the release, the protocol and the build; the exit statuses tell usage, bad input and no node apart"
+    )
     func versionAndExitStatuses() async throws {
         let version = try await NodeProcess.runCommand(["--version"])
         #expect(version.status == 0)
-        #expect(version.stdout.hasPrefix("groupmesh ") && version.stdout.contains("protocol 1") && version.stdout.contains("build"),
-                "\(version.stdout)")
+        #expect(
+            version.stdout.hasPrefix("groupmesh ") && version.stdout.contains("protocol 1")
+                && version.stdout.contains("build"),
+            "\(version.stdout)")
 
         let usage = try await NodeProcess.runCommand(["ping", "--count", "-1", "someone"])
         #expect(usage.status == 64, "\(usage.stderr)")
-        #expect(usage.stderr.contains("--count must be 1 to 1000"), "a negative count is a value to refuse: \(usage.stderr)")
+        #expect(
+            usage.stderr.contains("--count must be 1 to 1000"), "a negative count is a value to refuse: \(usage.stderr)"
+        )
 
         let directory = NodeProcess.makeTemporaryDirectory("no-node")
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -58,13 +71,17 @@ struct FirstHourTests {
         #expect(noNode.status == 69, "\(noNode.stderr)")
         #expect(noNode.stderr.split(separator: "\n").count == 1 && noNode.stderr.contains("groupmesh run --data-dir"))
 
-        let badInvite = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite", "gm1nonsense",
-                                                          "--data-dir", directory])
+        let badInvite = try await NodeProcess.runCommand([
+            "run", "--listen", "127.0.0.1:0", "--invite", "gm1nonsense",
+            "--data-dir", directory,
+        ])
         #expect(badInvite.status == 65, "\(badInvite.stderr)")
         #expect(badInvite.stderr.split(separator: "\n").count == 1)
     }
 
-    @Test("--json on every command that prints a result; get writes the attached name, keeps what is there without --force, and -o - writes to standard output")
+    @Test(
+        "--json on every command that prints a result; get writes the attached name, keeps what is there without --force, and -o - writes to standard output"
+    )
     func jsonResultsAndGetOutputs() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "solo"])
         defer { Task { await node.cleanUp() } }
@@ -78,7 +95,8 @@ struct FirstHourTests {
         #expect(try JSONDecoder().decode([String: String].self, from: Data(inviteJSON.stdout.utf8))["invite"] == invite)
 
         let attach = try await NodeProcess.runCommand(["attach", "--json", file] + data)
-        let id = try #require(try JSONDecoder().decode([String: String].self, from: Data(attach.stdout.utf8))["id"], "\(attach.stderr)")
+        let id = try #require(
+            try JSONDecoder().decode([String: String].self, from: Data(attach.stdout.utf8))["id"], "\(attach.stderr)")
         let listed = try #require(try await Self.listed(node).first)
         #expect(listed.metadata == #"{"name":"holiday photos.bin"}"#, "attach keeps the file's name")
 
@@ -92,7 +110,9 @@ struct FirstHourTests {
         try Data("mine".utf8).write(to: URL(fileURLWithPath: out + "/holiday photos.bin"))
         let again = try await Self.run(in: out, ["get", String(id.prefix(8))] + data)
         #expect(again.status == 65 && again.stderr.contains("exists and was kept; give --force"), "\(again.stderr)")
-        #expect(FileManager.default.contents(atPath: out + "/holiday photos.bin") == Data("mine".utf8), "nothing overwritten")
+        #expect(
+            FileManager.default.contents(atPath: out + "/holiday photos.bin") == Data("mine".utf8),
+            "nothing overwritten")
         let forced = try await Self.run(in: out, ["get", "--force", "--json", String(id.prefix(8))] + data)
         #expect(forced.status == 0, "\(forced.stderr)")
         struct Summary: Decodable { var id: String; var path: String; var size: UInt64 }
@@ -116,33 +136,47 @@ struct FirstHourTests {
         // Another member chose the name: only a plain file name in this directory is written.
         // A "/" before a combining mark is one Character but two scalars: split as scalars, the
         // name stays in this directory.
-        for (name, written) in [("../escaped.bin", "escaped.bin"), ("../../.bashrc", nil), ("bin/\u{301}x", "\u{301}x"),
-                                ("a\u{202E}nib.exe", nil)] as [(String, String?)] {
+        for (name, written) in [
+            ("../escaped.bin", "escaped.bin"), ("../../.bashrc", nil), ("bin/\u{301}x", "\u{301}x"),
+            ("a\u{202E}nib.exe", nil),
+        ] as [(String, String?)] {
             let metadata = String(decoding: try JSONEncoder().encode(["name": name]), as: UTF8.self)
             let added = try await NodeProcess.runCommand(["attach", "--json", file, "--metadata", metadata] + data)
-            let named = try #require(try JSONDecoder().decode([String: String].self, from: Data(added.stdout.utf8))["id"])
+            let named = try #require(
+                try JSONDecoder().decode([String: String].self, from: Data(added.stdout.utf8))["id"])
             let result = try await Self.run(in: out, ["get", named] + data)
             if let written {
-                #expect(result.status == 0 && FileManager.default.fileExists(atPath: out + "/" + written), "\(name): \(result.stderr)")
+                #expect(
+                    result.status == 0 && FileManager.default.fileExists(atPath: out + "/" + written),
+                    "\(name): \(result.stderr)")
             } else {
                 #expect(result.status == 65 && result.stderr.contains("has no file name"), "\(name): \(result.stderr)")
             }
         }
-        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: out)) == ["escaped.bin", "holiday photos.bin", "\u{301}x"])
+        #expect(
+            Set(try FileManager.default.contentsOfDirectory(atPath: out)) == [
+                "escaped.bin", "holiday photos.bin", "\u{301}x",
+            ])
 
         let unknown = try await NodeProcess.runCommand(["get", "ffff0000", "-o", work + "/x"] + data)
         #expect(unknown.status == 65 && unknown.stderr.contains("unknown attachment"), "\(unknown.stderr)")
 
         let send = try await NodeProcess.runCommand(["send", "--json", "hello"] + data)
-        #expect(send.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == #"{"sentTo":0}"#, "\(send.stdout) \(send.stderr)")
+        #expect(
+            send.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == #"{"sentTo":0}"#,
+            "\(send.stdout) \(send.stderr)")
         let remove = try await NodeProcess.runCommand(["remove", "--json", id] + data)
-        #expect(remove.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == #"{"removed":"\#(id)"}"#, "\(remove.stdout)")
+        #expect(
+            remove.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == #"{"removed":"\#(id)"}"#,
+            "\(remove.stdout)")
         let leave = try await NodeProcess.runCommand(["leave", "--json"] + data)
         struct Left: Decodable { var alone: Bool; var handedOver: [String]; var unavailable: [String] }
         #expect(try JSONDecoder().decode(Left.self, from: Data(leave.stdout.utf8)).alone, "\(leave.stdout)")
     }
 
-    @Test("events say what is true: an ordinary upload raises no attachment-unavailable; a lost attachment is unavailable, then available when its holder is back")
+    @Test(
+        "events say what is true: an ordinary upload raises no attachment-unavailable; a lost attachment is unavailable, then available when its holder is back"
+    )
     func truthfulAttachmentEvents() async throws {
         try await withProcessMesh(names: ["uploader", "watcher"], lazy: ["watcher"]) { mesh in
             let (uploader, watcher) = (try mesh["uploader"], try mesh["watcher"])

@@ -8,8 +8,9 @@ import Testing
 /// meet at their private addresses, which their signed records carry.
 @Suite("One home, two members, a router without hairpin (network namespaces)", .serialized)
 struct HomeLANTests {
-    @Test("two hosts in one home behind a router that does not hairpin meet at their private addresses (LAN discovery off), nothing relayed; a message crosses both ways",
-          .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
+    @Test(
+        "two hosts in one home behind a router that does not hairpin meet at their private addresses (LAN discovery off), nothing relayed; a message crosses both ways",
+        .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func twoMembersInOneHome() async throws {
         let nodes = LabNodes(try NATLab(publicHosts: 1, homes: [.endpointIndependent], neighbours: [0]))
         defer { nodes.tearDown() }
@@ -29,8 +30,9 @@ struct HomeLANTests {
         let mapped = try lab.udpSocket(on: .home(0), port: 7947)
         defer { close(inside); close(mapped) }
         Self.send([0x01], from: mapped, to: lab.publicAddresses[0], port: 9)
-        #expect(!PortMappingLabTests.send(from: inside, to: home.publicAddress, port: 7947, expectingAt: mapped),
-                "the lab's router hairpins")
+        #expect(
+            !PortMappingLabTests.send(from: inside, to: home.publicAddress, port: 7947, expectingAt: mapped),
+            "the lab's router hairpins")
 
         func atPrivateAddress(_ status: NodeStatus, _ name: String, _ address: String) -> Bool {
             guard let member = NATLabTests.member(name, in: status) else { return false }
@@ -39,19 +41,27 @@ struct HomeLANTests {
         }
         var last = ("", "")
         do {
-            try await waitUntil("a and b reach each other at their private addresses", timeout: .seconds(30),
-                                every: .milliseconds(200)) {
+            try await waitUntil(
+                "a and b reach each other at their private addresses", timeout: .seconds(30),
+                every: .milliseconds(200)
+            ) {
                 let (aView, bView) = (try await a.status(), try await b.status())
-                last = (NATLabTests.member("b", in: aView).map { "\($0.state)/\($0.path ?? "-") \($0.pathAddress ?? "-")" } ?? "missing",
-                        NATLabTests.member("a", in: bView).map { "\($0.state)/\($0.path ?? "-") \($0.pathAddress ?? "-")" } ?? "missing")
-                return atPrivateAddress(aView, "b", neighbourAddress) && atPrivateAddress(bView, "a", home.privateAddress)
+                last = (
+                    NATLabTests.member("b", in: aView).map { "\($0.state)/\($0.path ?? "-") \($0.pathAddress ?? "-")" }
+                        ?? "missing",
+                    NATLabTests.member("a", in: bView).map { "\($0.state)/\($0.path ?? "-") \($0.pathAddress ?? "-")" }
+                        ?? "missing"
+                )
+                return atPrivateAddress(aView, "b", neighbourAddress)
+                    && atPrivateAddress(bView, "a", home.privateAddress)
             }
         } catch {
             Issue.record("b at a: \(last.0); a at b: \(last.1)")
             throw error
         }
         let listeners = (h1: try await nodes.listen(to: a), h2: try await nodes.listen(to: b))
-        #expect(try await NATLabTests.exchange("inside one home", h1: a, h2: b, names: ("a", "b"), listeners: listeners))
+        #expect(
+            try await NATLabTests.exchange("inside one home", h1: a, h2: b, names: ("a", "b"), listeners: listeners))
         let pView = try await p.status()
         #expect(pView.relay("forwardedDatagrams") == 0, "the public member relayed between two hosts of one home")
     }

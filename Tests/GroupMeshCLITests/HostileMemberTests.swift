@@ -10,8 +10,11 @@ import Testing
 @Suite("a hostile member against real processes", .serialized)
 struct HostileMemberTests {
     /// Node `name` of `mesh`, with its id and its UDP address (what the hostile member aims at).
-    static func member(_ name: String, of mesh: ProcessMesh) async throws
-        -> (node: NodeProcess, id: NodeID, address: PeerAddress) {
+    static func member(
+        _ name: String, of mesh: ProcessMesh
+    ) async throws
+        -> (node: NodeProcess, id: NodeID, address: PeerAddress)
+    {
         let node = try mesh[name]
         let address = try PeerAddress(parsing: try await node.waitForLine(prefix: "listening:"))
         let text = try await node.status().`self`.id
@@ -33,7 +36,9 @@ struct HostileMemberTests {
     }
 
     static func counter(_ status: NodeStatus, _ name: String) -> Double { status.counters[name]?.number ?? 0 }
-    static func dropped(_ status: NodeStatus, _ reason: String) -> Double { status.counters["dropped"]?[reason]?.number ?? 0 }
+    static func dropped(_ status: NodeStatus, _ reason: String) -> Double {
+        status.counters["dropped"]?[reason]?.number ?? 0
+    }
 
     /// Every chunk of the node's chunk store holds the bytes its name promises: how many, or -1.
     static func storeIsClean(_ node: NodeProcess) throws -> Int {
@@ -49,30 +54,38 @@ struct HostileMemberTests {
 
     /// Waits for the mesh and for `holders` members holding the attachment in `node`'s view (so
     /// the scheduler asks every one of them), then `get`s it; checks the bytes; returns the seconds.
-    static func lateFetch(_ node: NodeProcess, mesh: [NodeProcess], holders: Int, id: String, expected: Data)
-        async throws -> Double {
+    static func lateFetch(
+        _ node: NodeProcess, mesh: [NodeProcess], holders: Int, id: String, expected: Data
+    )
+        async throws -> Double
+    {
         try await mesh.waitForMesh(alive: mesh.count + 1, timeout: .seconds(20))
         try await waitUntil("\(holders) holders", timeout: .seconds(15)) {
             try await JournalCommandTests.listed(node).first?.holders == holders
         }
         let started = ContinuousClock.now
         let output = node.dataDirectory + "/out.bin"
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, id, "--output", output],
-                                                   timeout: .seconds(30))
+        let get = try await NodeProcess.runCommand(
+            ["get", "--data-dir", node.dataDirectory, id, "--output", output],
+            timeout: .seconds(30))
         let seconds = (ContinuousClock.now - started) / .seconds(1)
         #expect(get.status == 0, "\(get.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == expected)
         return seconds
     }
 
-    @Test("garbage chunks are rejected and never stored; a liar that claims chunks is avoided; late joiners get every byte")
+    @Test(
+        "garbage chunks are rejected and never stored; a liar that claims chunks is avoided; late joiners get every byte"
+    )
     func garbageAndLies() async throws {
         try await withProcessMesh(names: ["up"], lazy: ["late", "second"]) { mesh in
             let uploader = try await Self.member("up", of: mesh)
             let file = try Self.attachment(4 << 20, seed: 0xbad)
             defer { try? FileManager.default.removeItem(atPath: (file.path as NSString).deletingLastPathComponent) }
-            let attach = try await NodeProcess.runCommand(["attach", "--data-dir", uploader.node.dataDirectory,
-                                                           file.path])
+            let attach = try await NodeProcess.runCommand([
+                "attach", "--data-dir", uploader.node.dataDirectory,
+                file.path,
+            ])
             #expect(attach.status == 0, "\(attach.stderr)")
             let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(try await JournalCommandTests.listed(uploader.node).map(\.content) == [file.manifest.id.hex])
@@ -82,8 +95,9 @@ struct HostileMemberTests {
             defer { hostile.stop() }
             hostile.claimHolding([file.manifest.id: file.manifest])
             let late = try mesh.join("late")
-            let garbageSeconds = try await Self.lateFetch(late, mesh: mesh.nodes, holders: 2, id: id,
-                                                          expected: file.bytes)
+            let garbageSeconds = try await Self.lateFetch(
+                late, mesh: mesh.nodes, holders: 2, id: id,
+                expected: file.bytes)
             #expect(hostile.stats.garbagePiecesSent > 0, "the hostile member was never asked")
             let lateStatus = try await late.status()
             #expect(Self.counter(lateStatus, "chunksRejected") >= 1)
@@ -94,27 +108,33 @@ struct HostileMemberTests {
             hostile.chunkAnswer = .silent
             let wantsBefore = hostile.stats.wantsReceived
             let second = try mesh.join("second")
-            let silentSeconds = try await Self.lateFetch(second, mesh: mesh.nodes, holders: 3, id: id,
-                                                         expected: file.bytes)
+            let silentSeconds = try await Self.lateFetch(
+                second, mesh: mesh.nodes, holders: 3, id: id,
+                expected: file.bytes)
             #expect(silentSeconds < 15, "a silent liar held the fetch up for \(silentSeconds) s")
             #expect(try Self.storeIsClean(second) == file.manifest.chunks.count + 1)
             // Nothing bad was forwarded: the honest holders served only verified chunks.
             for node in [uploader.node, second] {
                 #expect(Self.counter(try await node.status(), "chunksRejected") == 0)
             }
-            print("hostile garbage fetch \(garbageSeconds) s, silent-liar fetch \(silentSeconds) s, "
-                  + "wants to the liar while silent: \(hostile.stats.wantsReceived - wantsBefore)")
+            print(
+                "hostile garbage fetch \(garbageSeconds) s, silent-liar fetch \(silentSeconds) s, "
+                    + "wants to the liar while silent: \(hostile.stats.wantsReceived - wantsBefore)")
         }
     }
 
-    @Test("floods of wants and joins cost bounded CPU and memory; malformed frames in valid seals are dropped and counted")
+    @Test(
+        "floods of wants and joins cost bounded CPU and memory; malformed frames in valid seals are dropped and counted"
+    )
     func floodsAndMalformedFrames() async throws {
         try await withProcessMesh(names: ["victim", "other"], waitForMembership: false) { mesh in
             let victim = try await Self.member("victim", of: mesh), other = try mesh["other"]
             let file = try Self.attachment(1 << 20, seed: 0xf100d)
             defer { try? FileManager.default.removeItem(atPath: (file.path as NSString).deletingLastPathComponent) }
-            let attach = try await NodeProcess.runCommand(["attach", "--data-dir", victim.node.dataDirectory,
-                                                           file.path])
+            let attach = try await NodeProcess.runCommand([
+                "attach", "--data-dir", victim.node.dataDirectory,
+                file.path,
+            ])
             #expect(attach.status == 0, "\(attach.stderr)")
 
             let hostile = try HostileMember(invite: try InviteToken(parsing: mesh.invite))
@@ -134,8 +154,10 @@ struct HostileMemberTests {
             hostile.floodWants(to: victim.id, digests: unknown, pieceSize: 1000, count: 1000)
             hostile.floodJoins(to: victim.address, count: 500)
             // The mesh keeps answering during the flood's aftermath.
-            let send = try await NodeProcess.runCommand(["send", "--data-dir", other.dataDirectory, "--to", "victim",
-                                                         "ok"])
+            let send = try await NodeProcess.runCommand([
+                "send", "--data-dir", other.dataDirectory, "--to", "victim",
+                "ok",
+            ])
             #expect(send.status == 0, "\(send.stderr)")
             try await mesh.waitUntilAllSee(alive: 3, timeout: .seconds(10))
             let cpu = ProcessStats.cpuSeconds(victim.node.pid) - cpuBefore
@@ -145,21 +167,23 @@ struct HostileMemberTests {
             let afterFlood = try await victim.node.status()
             // Kept chunks go to one member at most twice a second; past that each want waits for a
             // read, one at a time per chunk, at most 8 for the member: far fewer than 2,000 chunks.
-            #expect(Self.counter(afterFlood, "chunkPayloadBytesSent") < Double(2000 * 256 * 1024) / 8,
-                    "the victim sent \(Self.counter(afterFlood, "chunkPayloadBytesSent")) bytes of pieces")
-            print("flood: victim CPU \(cpu) s, peak +\(memory.peak - memoryBefore) MiB, "
-                  + "\(Self.counter(afterFlood, "chunkPayloadBytesSent")) piece bytes, "
-                  + "\(Self.counter(afterFlood, "wantsRefused")) refused")
+            #expect(
+                Self.counter(afterFlood, "chunkPayloadBytesSent") < Double(2000 * 256 * 1024) / 8,
+                "the victim sent \(Self.counter(afterFlood, "chunkPayloadBytesSent")) bytes of pieces")
+            print(
+                "flood: victim CPU \(cpu) s, peak +\(memory.peak - memoryBefore) MiB, "
+                    + "\(Self.counter(afterFlood, "chunkPayloadBytesSent")) piece bytes, "
+                    + "\(Self.counter(afterFlood, "wantsRefused")) refused")
 
             // Malformed frames inside datagrams that authenticate: each is dropped and counted.
             let malformed: [[UInt8]] = [
-                [],                                         // no frame at all
-                [0x7f, 0x00, 0x01, 0x00],                   // unknown frame type
-                [0x01, 0x00, 0x40, 1, 2, 3],                // length past the end
-                [0x01, 0x00, 0x09] + [UInt8](repeating: 0, count: 9),   // ping body too long
-                [0x31, 0x00, 0x2a] + [UInt8](repeating: 0xff, count: 42), // piece of a 4 GiB chunk
-                [0x21, 0x00, 0x0e] + [UInt8](repeating: 0, count: 12) + [200, 0], // ack with 200 ranges
-                [0x14, 0xff, 0xff] + [UInt8](repeating: 0x41, count: 1000), // oversized record, cut short
+                [],  // no frame at all
+                [0x7f, 0x00, 0x01, 0x00],  // unknown frame type
+                [0x01, 0x00, 0x40, 1, 2, 3],  // length past the end
+                [0x01, 0x00, 0x09] + [UInt8](repeating: 0, count: 9),  // ping body too long
+                [0x31, 0x00, 0x2a] + [UInt8](repeating: 0xff, count: 42),  // piece of a 4 GiB chunk
+                [0x21, 0x00, 0x0e] + [UInt8](repeating: 0, count: 12) + [200, 0],  // ack with 200 ranges
+                [0x14, 0xff, 0xff] + [UInt8](repeating: 0x41, count: 1000),  // oversized record, cut short
             ]
             let before = Self.dropped(afterFlood, "malformed")
             let rounds = 50
@@ -171,14 +195,17 @@ struct HostileMemberTests {
             // An oversized datagram (9.9 KB of valid frames, over a jumbo frame's 8,972): dropped on
             // its size, before decryption.
             let pings = (0..<900).flatMap { _ in [0x01, 0x00, 0x08] + [UInt8](repeating: 7, count: 8) }
-            hostile.sendSealedPlaintext([UInt8](repeating: 0, count: 0) + pings,
-                                        to: victim.id)
+            hostile.sendSealedPlaintext(
+                [UInt8](repeating: 0, count: 0) + pings,
+                to: victim.id)
             _ = try await victim.node.waitForStatus(timeout: .seconds(10), "oversized counted") {
                 Self.dropped($0, "oversized") >= 1
             }
             try await mesh.waitUntilAllSee(alive: 3, timeout: .seconds(10))
-            let again = try await NodeProcess.runCommand(["send", "--data-dir", other.dataDirectory, "--to", "victim",
-                                                          "ok"])
+            let again = try await NodeProcess.runCommand([
+                "send", "--data-dir", other.dataDirectory, "--to", "victim",
+                "ok",
+            ])
             #expect(again.status == 0, "\(again.stderr)")
         }
     }
@@ -207,15 +234,18 @@ struct HostileMemberTests {
                 hostile.accuse(second.id, incarnation: .max, dead: false, to: addresses)
                 // Our record with another member's key and our address; datagrams in its name.
                 hostile.forgeRecord(of: victim, to: [second.address])
-                hostile.sendPairwise([.ping(Ping(token: 1))], claimingSender: first.id, bootID: victim.bootID,
-                                     to: second.id)
+                hostile.sendPairwise(
+                    [.ping(Ping(token: 1))], claimingSender: first.id, bootID: victim.bootID,
+                    to: second.id)
                 // Its hello packet numbers, far ahead: must not silence its real hellos.
-                hostile.sendHello([.ping(Ping(token: 2))], claimingSender: first.id, bootID: victim.bootID,
-                                  packetNumber: 1 << 50, to: second.address)
+                hostile.sendHello(
+                    [.ping(Ping(token: 2))], claimingSender: first.id, bootID: victim.bootID,
+                    packetNumber: 1 << 50, to: second.address)
                 for node in [first.node, second.node] {
                     let view = try await node.status()
-                    #expect(view.state(of: first.id.hex) != "dead" && view.state(of: second.id.hex) != "dead",
-                            "\(view.members.map { "\($0.name)=\($0.state)" })")
+                    #expect(
+                        view.state(of: first.id.hex) != "dead" && view.state(of: second.id.hex) != "dead",
+                        "\(view.members.map { "\($0.name)=\($0.state)" })")
                 }
             }
             for node in [first.node, second.node] { #expect(node.process.isRunning) }
@@ -225,20 +255,24 @@ struct HostileMemberTests {
             while ContinuousClock.now < settle {
                 for node in [first.node, second.node] {
                     let view = try await node.status()
-                    #expect(view.members.filter { $0.state == "alive" }.count == 3,
-                            "\(view.members.map { "\($0.name)=\($0.state)" })")
+                    #expect(
+                        view.members.filter { $0.state == "alive" }.count == 3,
+                        "\(view.members.map { "\($0.name)=\($0.state)" })")
                 }
                 try await Task.sleep(for: .milliseconds(250))
             }
             let view = try await second.node.status()
             let seen = view.members.first { $0.id == first.id.hex }
-            #expect(seen?.address == first.address.description,
-                    "the forged record moved the member to \(seen?.address ?? "?")")
+            #expect(
+                seen?.address == first.address.description,
+                "the forged record moved the member to \(seen?.address ?? "?")")
             #expect((seen?.incarnation ?? 0) > victim.incarnation, "the suspicion was not refuted")
             #expect((seen?.incarnation ?? .max) < victim.incarnation + 100)
             #expect(Self.dropped(view, "auth") - authBefore >= 20, "pairwise datagrams in another's name opened")
-            let send = try await NodeProcess.runCommand(["send", "--data-dir", first.node.dataDirectory,
-                                                         "--to", "second", "ok"])
+            let send = try await NodeProcess.runCommand([
+                "send", "--data-dir", first.node.dataDirectory,
+                "--to", "second", "ok",
+            ])
             #expect(send.status == 0, "\(send.stderr)")
         }
     }

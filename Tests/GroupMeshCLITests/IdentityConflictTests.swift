@@ -24,22 +24,29 @@ struct IdentityConflictTests {
             for entry in entries where entry != "control.sock" {
                 try FileManager.default.copyItem(atPath: second.dataDirectory + "/" + entry, toPath: copy + "/" + entry)
             }
-            let twin = mesh.track(try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "twin"],
-                                                  dataDirectory: copy))
+            let twin = mesh.track(
+                try NodeProcess(
+                    ["run", "--listen", "127.0.0.1:0", "--name", "twin"],
+                    dataDirectory: copy))
             let status = try await twin.waitForExit(timeout: .seconds(60))
             #expect(status != 0)
             let line = twin.stderr.split(separator: "\n").last.map(String.init) ?? ""
-            #expect(line.contains("another node with this node's identity runs at 127.0.0.1:\(secondAddress.port)"),
-                    "\(twin.stderr)")
+            #expect(
+                line.contains("another node with this node's identity runs at 127.0.0.1:\(secondAddress.port)"),
+                "\(twin.stderr)")
             #expect(line.contains("a copied data dir?"), "\(line)")
             try await waitUntil("the first twin logged the conflict", timeout: .seconds(10)) {
                 second.stderr.contains("another node with this node's identity runs, started later")
             }
             // The mesh settles on the node that was there first.
-            try await first.waitForStatus(timeout: .seconds(30),
-                                          "second alive at its own address, named second") { view in
-                view.members.contains { $0.id == secondID && $0.state == "alive" && $0.name == "second"
-                                        && $0.address == secondAddress.description }
+            try await first.waitForStatus(
+                timeout: .seconds(30),
+                "second alive at its own address, named second"
+            ) { view in
+                view.members.contains {
+                    $0.id == secondID && $0.state == "alive" && $0.name == "second"
+                        && $0.address == secondAddress.description
+                }
             }
             #expect(second.process.isRunning)
         }

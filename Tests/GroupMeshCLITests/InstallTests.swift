@@ -6,8 +6,10 @@ import Testing
 /// three shells and the description the man page is made from. Both must name every command.
 @Suite("completions and manual")
 struct InstallTests {
-    static let commands = ["run", "status", "invite", "leave", "end", "ping", "events", "send", "listen", "attach",
-                           "attachments", "get", "remove", "remove-member"]
+    static let commands = [
+        "run", "status", "invite", "leave", "end", "ping", "events", "send", "listen", "attach",
+        "attachments", "get", "remove", "remove-member",
+    ]
 
     @Test("bash, zsh and fish completions name every subcommand", arguments: ["bash", "zsh", "fish"])
     func completions(shell: String) async throws {

@@ -6,7 +6,9 @@ import Testing
 /// A new user's first hour: an invite that nobody answers. Real processes on loopback.
 @Suite("groupmesh run: an invite nobody answers", .serialized)
 struct JoinWaitingTests {
-    @Test("says within 10 s that nobody answers, naming the address; status shows it; a restart without the invite still tries it, and says when it joined")
+    @Test(
+        "says within 10 s that nobody answers, naming the address; status shows it; a restart without the invite still tries it, and says when it joined"
+    )
     func waitsKeepsTheSeedAndJoins() async throws {
         // The inviter: its invite taken, then stopped. Its data dir is kept, to bring it back on
         // the same address later.
@@ -30,33 +32,40 @@ struct JoinWaitingTests {
             $0.joining?.state == "waiting"
         }
         #expect(status.joining?.addresses == ["\(address)"])
-        #expect((status.joining?.attempts ?? 0) >= 2 && (status.joining?.since ?? 0) >= 5, "\(String(describing: status.joining))")
+        #expect(
+            (status.joining?.attempts ?? 0) >= 2 && (status.joining?.since ?? 0) >= 5,
+            "\(String(describing: status.joining))")
         let human = try await NodeProcess.runCommand(["status", "--data-dir", joiner.dataDirectory])
         #expect(human.stdout.contains("waiting for a first member (no answer from 1 address for "), "\(human.stdout)")
-        #expect(Self.count("waiting for a first member", in: joiner.stdout) == 1, "told more than once: \(joiner.stdout)")
+        #expect(
+            Self.count("waiting for a first member", in: joiner.stdout) == 1, "told more than once: \(joiner.stdout)")
         joiner.signal(SIGTERM)
         #expect(try await joiner.waitForExit() == 0)
 
         // (b) Restarted on its data dir without the invite: it still tries the address.
-        let restarted = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: joiner.dataDirectory,
-                                        ownsDataDirectory: false)
+        let restarted = try NodeProcess(
+            ["run", "--listen", "127.0.0.1:0"], dataDirectory: joiner.dataDirectory,
+            ownsDataDirectory: false)
         defer { Task { await restarted.cleanUp(removeData: false) } }
         try await restarted.waitForStatus(timeout: .seconds(30), "the kept address tried after a restart") {
             $0.joining?.addresses == ["\(address)"]
         }
         // Told again in this run (a new waiting episode), before the inviter comes back.
-        _ = try await restarted.waitForLine(prefix: "waiting for a first member:", timeout: .seconds(15),
-                                            containing: "\(address)")
+        _ = try await restarted.waitForLine(
+            prefix: "waiting for a first member:", timeout: .seconds(15),
+            containing: "\(address)")
 
         // (c) The inviter back on its address: the next try reaches it (the waits are at most
         // 30 s), and the joiner says it joined.
-        let back = try NodeProcess(["run", "--listen", "127.0.0.1:\(address.port)", "--name", "inviter"],
-                                   dataDirectory: inviter.dataDirectory, ownsDataDirectory: false)
+        let back = try NodeProcess(
+            ["run", "--listen", "127.0.0.1:\(address.port)", "--name", "inviter"],
+            dataDirectory: inviter.dataDirectory, ownsDataDirectory: false)
         defer { Task { await back.cleanUp(removeData: false) } }
         _ = try await back.waitForLine(prefix: "listening:", timeout: .seconds(30))
         let joined = try await restarted.waitForLine(prefix: "joined:", timeout: .seconds(60))
         #expect(joined.hasPrefix("met inviter (") && joined.contains(" at \(address)"), "\(joined)")
-        let after = try await restarted.waitForStatus(timeout: .seconds(10), "the inviter alive and the wait over") { status in
+        let after = try await restarted.waitForStatus(timeout: .seconds(10), "the inviter alive and the wait over") {
+            status in
             status.joining == nil && status.members.contains { $0.name == "inviter" && $0.state == "alive" }
         }
         #expect(after.joining == nil)

@@ -5,7 +5,10 @@ import Testing
 /// attach, attachments, get and remove between real processes on loopback.
 @Suite("journal with real processes", .serialized)
 struct JournalCommandTests {
-    struct Listed: Decodable { var id: String; var content: String; var size: UInt64; var chunks: Int; var chunksHave: Int; var holders: Int; var metadata: String? }
+    struct Listed: Decodable {
+        var id: String; var content: String; var size: UInt64; var chunks: Int; var chunksHave: Int; var holders: Int;
+        var metadata: String?
+    }
 
     static func listed(_ node: NodeProcess) async throws -> [Listed] {
         let result = try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", node.dataDirectory])
@@ -13,22 +16,24 @@ struct JournalCommandTests {
         return try JSONDecoder().decode([Listed].self, from: Data(result.stdout.utf8))
     }
 
-
     @Test("attach on one node; all list the same id; get is byte-identical; remove disappears everywhere")
     func attachGetRemove() async throws {
         try await withProcessMesh(names: ["first", "second", "third"], lazy: ["second", "third"]) { mesh in
             let nodes = mesh.nodes, first = try mesh["first"]
             let file = first.dataDirectory + "/../groupmesh-attach-\(UUID().uuidString.prefix(6)).bin"
             var state: UInt64 = 42
-            let bytes = Data((0..<900_000).map { _ in
-                state = state &* 6364136223846793005 &+ 1442695040888963407
-                return UInt8(truncatingIfNeeded: state >> 33)
-            })
+            let bytes = Data(
+                (0..<900_000).map { _ in
+                    state = state &* 6364136223846793005 &+ 1442695040888963407
+                    return UInt8(truncatingIfNeeded: state >> 33)
+                })
             try bytes.write(to: URL(fileURLWithPath: file))
             defer { try? FileManager.default.removeItem(atPath: file) }
 
-            let attach = try await NodeProcess.runCommand(["attach", "--data-dir", first.dataDirectory, file,
-                                                           "--metadata", #"{"name":"demo"}"#])
+            let attach = try await NodeProcess.runCommand([
+                "attach", "--data-dir", first.dataDirectory, file,
+                "--metadata", #"{"name":"demo"}"#,
+            ])
             #expect(attach.status == 0, "\(attach.stderr)")
             let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(id.count == 32 && id.allSatisfy(\.isHexDigit))
@@ -42,8 +47,10 @@ struct JournalCommandTests {
             #expect(remote.metadata == #"{"name":"demo"}"#)
 
             let output = nodes[2].dataDirectory + "/out.bin"
-            let get = try await NodeProcess.runCommand(["get", "--data-dir", nodes[2].dataDirectory,
-                                                        String(id.prefix(10)), "--output", output])
+            let get = try await NodeProcess.runCommand([
+                "get", "--data-dir", nodes[2].dataDirectory,
+                String(id.prefix(10)), "--output", output,
+            ])
             #expect(get.status == 0, "\(get.stderr)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
             let status = try await nodes[2].status()
@@ -53,8 +60,9 @@ struct JournalCommandTests {
             let downlink = try #require(status.downlink, "no downlink in status --json")
             #expect(downlink.rate > 0 && downlink.roundTripMs != nil, "\(downlink)")
             let slowdowns = try #require(downlink.slowdowns, "no slowdowns in status --json")
-            let found = try #require(downlink.slowdownsFoundAnotherFlow,
-                                     "no slowdownsFoundAnotherFlow in status --json")
+            let found = try #require(
+                downlink.slowdownsFoundAnotherFlow,
+                "no slowdownsFoundAnotherFlow in status --json")
             #expect(found <= slowdowns, "\(downlink)")
             #expect(downlink.lossyLine != nil, "no lossyLine in status --json")
             // Loopback carries more than Ethernet: the holder's path was probed past 1,472 bytes
@@ -75,18 +83,24 @@ struct JournalCommandTests {
         }
     }
 
-    @Test("errors a user can cause are one line: unknown id, file over the limit, missing file, bad metadata, a directory, a pipe, a device, an output over the node's own files")
+    @Test(
+        "errors a user can cause are one line: unknown id, file over the limit, missing file, bad metadata, a directory, a pipe, a device, an output over the node's own files"
+    )
     func attachmentErrors() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
         defer { Task { await node.cleanUp() } }
         _ = try await node.waitForLine(prefix: "listening:")
-        let unknown = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, "0123456789abcdef",
-                                                        "--output", node.dataDirectory + "/x"])
+        let unknown = try await NodeProcess.runCommand([
+            "get", "--data-dir", node.dataDirectory, "0123456789abcdef",
+            "--output", node.dataDirectory + "/x",
+        ])
         #expect(unknown.stderr.contains("unknown attachment"))
         let missing = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, "/no/such/file"])
         #expect(missing.stderr.contains("no such file"))
-        let badJSON = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, "/etc/hostname",
-                                                        "--metadata", "{nope"])
+        let badJSON = try await NodeProcess.runCommand([
+            "attach", "--data-dir", node.dataDirectory, "/etc/hostname",
+            "--metadata", "{nope",
+        ])
         #expect(badJSON.stderr.contains("not valid JSON"))
         // 100 MiB + 1 byte, sparse: the size is refused before anything is read.
         let big = node.dataDirectory + "/big.bin"
@@ -96,12 +110,15 @@ struct JournalCommandTests {
         try handle.close()
         let tooLarge = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, big])
         #expect(tooLarge.stderr.contains("over the limit"))
-        let directory = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, node.dataDirectory])
+        let directory = try await NodeProcess.runCommand([
+            "attach", "--data-dir", node.dataDirectory, node.dataDirectory,
+        ])
         #expect(directory.stderr.contains("is a directory"), "\(directory.stderr)")
         // A pipe would block whoever opens it until a writer comes: the node must refuse it, not hang.
         let pipe = node.dataDirectory + "/pipe"
         #expect(mkfifo(pipe, 0o600) == 0)
-        let fifo = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, pipe], timeout: .seconds(20))
+        let fifo = try await NodeProcess.runCommand(
+            ["attach", "--data-dir", node.dataDirectory, pipe], timeout: .seconds(20))
         #expect(fifo.stderr.contains("not a regular file"), "\(fifo.stderr)")
         let device = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, "/dev/zero"])
         #expect(device.stderr.contains("not a regular file"), "\(device.stderr)")
@@ -109,12 +126,18 @@ struct JournalCommandTests {
         _ = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, "/etc/hostname"])
         let ids = try await Self.listed(node).map(\.id)
         let journal = try Data(contentsOf: URL(fileURLWithPath: node.dataDirectory + "/journal.log"))
-        let overwrite = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, ids.first ?? "none",
-                                                          "--output", node.dataDirectory + "/journal.log"])
+        let overwrite = try await NodeProcess.runCommand([
+            "get", "--data-dir", node.dataDirectory, ids.first ?? "none",
+            "--output", node.dataDirectory + "/journal.log",
+        ])
         #expect(overwrite.stderr.contains("one of the node's own files"), "\(overwrite.stderr)")
-        #expect(try Data(contentsOf: URL(fileURLWithPath: node.dataDirectory + "/journal.log")) == journal, "the journal was overwritten")
-        let short = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, String(ids.first?.prefix(3) ?? "abc"),
-                                                      "--output", node.dataDirectory + "/x"])
+        #expect(
+            try Data(contentsOf: URL(fileURLWithPath: node.dataDirectory + "/journal.log")) == journal,
+            "the journal was overwritten")
+        let short = try await NodeProcess.runCommand([
+            "get", "--data-dir", node.dataDirectory, String(ids.first?.prefix(3) ?? "abc"),
+            "--output", node.dataDirectory + "/x",
+        ])
         #expect(short.stderr.contains("at least 4 characters"), "\(short.stderr)")
         for result in [unknown, missing, badJSON, tooLarge, directory, fifo, device, overwrite, short] {
             #expect(result.status != 0)
@@ -123,7 +146,9 @@ struct JournalCommandTests {
         #expect(ids.count == 1, "the node still answers, and only /etc/hostname was added")
     }
 
-    @Test("get --output replaces only a regular file: a pipe, a link, a device and a directory are refused and left alone; the file gets the user's umask")
+    @Test(
+        "get --output replaces only a regular file: a pipe, a link, a device and a directory are refused and left alone; the file gets the user's umask"
+    )
     func getWritesOnlyRegularFiles() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
         defer { Task { await node.cleanUp() } }
@@ -134,9 +159,11 @@ struct JournalCommandTests {
         let attached = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, source])
         let id = attached.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         #expect(attached.status == 0 && id.count == 32, "\(attached.stderr)")
-        func get(_ output: String, force: Bool = false) async throws -> (status: Int32, stdout: String, stderr: String) {
-            try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, id, "--output", output] + (force ? ["--force"] : []),
-                                             timeout: .seconds(30))
+        func get(_ output: String, force: Bool = false) async throws -> (status: Int32, stdout: String, stderr: String)
+        {
+            try await NodeProcess.runCommand(
+                ["get", "--data-dir", node.dataDirectory, id, "--output", output] + (force ? ["--force"] : []),
+                timeout: .seconds(30))
         }
         let outside = NodeProcess.makeTemporaryDirectory("outputs")
         // A named pipe: was replaced by a regular file (and a reader of the pipe never saw a byte).
@@ -196,28 +223,35 @@ struct JournalCommandTests {
             try await waitUntil("listed") { try await Self.listed(second).map(\.id) == [id] }
             first.signal(SIGKILL)
             try await first.waitForExit()
-            let get = try await NodeProcess.runCommand(["get", "--data-dir", second.dataDirectory, id,
-                                                        "--output", second.dataDirectory + "/x"], timeout: .seconds(60))
+            let get = try await NodeProcess.runCommand(
+                [
+                    "get", "--data-dir", second.dataDirectory, id,
+                    "--output", second.dataDirectory + "/x",
+                ], timeout: .seconds(60))
             #expect(get.status != 0)
             #expect(get.stderr.contains("unavailable"), "\(get.stderr)")
-            #expect(!FileManager.default.fileExists(atPath: second.dataDirectory + "/x.groupmesh-partial"),
-                    "a failed get leaves no partial file")
+            #expect(
+                !FileManager.default.fileExists(atPath: second.dataDirectory + "/x.groupmesh-partial"),
+                "a failed get leaves no partial file")
         }
     }
 }
 
 @Suite("journal durability and lifecycle with real processes", .serialized)
 struct JournalLifecycleTests {
-    @Test("the journal survives a restart; killed, the uploader leaves the attachment to two replicas; a late joiner gets it whole")
+    @Test(
+        "the journal survives a restart; killed, the uploader leaves the attachment to two replicas; a late joiner gets it whole"
+    )
     func restartAndOutliveUploader() async throws {
         try await withProcessMesh(names: ["uploader", "replica", "second"]) { mesh in
             let (uploader, replica, second) = try (mesh["uploader"], mesh["replica"], mesh["second"])
             let file = uploader.dataDirectory + "/payload.bin"
             var state: UInt64 = 7
-            let bytes = Data((0..<2_000_000).map { _ in
-                state = state &* 6364136223846793005 &+ 1442695040888963407
-                return UInt8(truncatingIfNeeded: state >> 33)
-            })
+            let bytes = Data(
+                (0..<2_000_000).map { _ in
+                    state = state &* 6364136223846793005 &+ 1442695040888963407
+                    return UInt8(truncatingIfNeeded: state >> 33)
+                })
             try bytes.write(to: URL(fileURLWithPath: file))
             let id = try await NodeProcess.runCommand(["attach", "--data-dir", uploader.dataDirectory, file])
                 .stdout.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -245,8 +279,10 @@ struct JournalLifecycleTests {
             let late = try mesh.join("late", arguments: ["--lazy"], invite: inviteFromReplica)
             try await waitUntil("late joiner lists it") { try await JournalCommandTests.listed(late).map(\.id) == [id] }
             let output = late.dataDirectory + "/out.bin"
-            let get = try await NodeProcess.runCommand(["get", "--data-dir", late.dataDirectory, id,
-                                                        "--output", output])
+            let get = try await NodeProcess.runCommand([
+                "get", "--data-dir", late.dataDirectory, id,
+                "--output", output,
+            ])
             #expect(get.status == 0, "\(get.stderr)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
         }

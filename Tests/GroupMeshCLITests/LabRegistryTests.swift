@@ -6,8 +6,9 @@ import Testing
 /// the next lab removes it, and whatever still runs in it.
 @Suite("stale namespace labs", .serialized)
 struct LabRegistryTests {
-    @Test("a lab whose process is gone is removed by the next one, with what runs in it; a live process's lab stays",
-          .enabled(if: NamespaceLab.isAvailable, Comment(rawValue: NamespaceLab.unavailableReason ?? "")))
+    @Test(
+        "a lab whose process is gone is removed by the next one, with what runs in it; a live process's lab stays",
+        .enabled(if: NamespaceLab.isAvailable, Comment(rawValue: NamespaceLab.unavailableReason ?? "")))
     func staleLabsAreSwept() async throws {
         let ip = NamespaceLab.ipCommand ?? "/usr/sbin/ip"
         func namespaces() -> [Substring] {
@@ -31,7 +32,9 @@ struct LabRegistryTests {
         // the lab is registered, since a lab another test makes meanwhile sweeps it as ours does.
         let leftover = try ChildProcess(executable: ip, arguments: ["netns", "exec", stale, "sleep", "60"])
         defer { leftover.stop(with: SIGKILL) }
-        let inside = { LabRegistry.run(ip, ["netns", "pids", stale]).split(separator: "\n").contains(Substring("\(leftover.pid)")) }
+        let inside = {
+            LabRegistry.run(ip, ["netns", "pids", stale]).split(separator: "\n").contains(Substring("\(leftover.pid)"))
+        }
         for _ in 0..<500 where !inside() { try await Task.sleep(for: .milliseconds(10)) }
         #expect(inside(), "the leftover never entered the namespace")
         LabRegistry.register(tag: staleTag, owner: gone.pid)
@@ -45,6 +48,8 @@ struct LabRegistryTests {
         for _ in 0..<500 where leftover.isRunning { try await Task.sleep(for: .milliseconds(10)) }
         #expect(!leftover.isRunning, "what ran in the stale lab still runs")
         lab.tearDown()
-        #expect(!FileManager.default.fileExists(atPath: "\(LabRegistry.directory)/\(lab.tag)"), "a lab torn down stays registered")
+        #expect(
+            !FileManager.default.fileExists(atPath: "\(LabRegistry.directory)/\(lab.tag)"),
+            "a lab torn down stays registered")
     }
 }

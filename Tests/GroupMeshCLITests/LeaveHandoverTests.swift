@@ -24,10 +24,11 @@ struct LeaveHandoverTests {
 
     static func bytes(seed: UInt64, count: Int) -> Data {
         var state = seed
-        return Data((0..<count).map { _ in
-            state = state &* 6364136223846793005 &+ 1442695040888963407
-            return UInt8(truncatingIfNeeded: state >> 33)
-        })
+        return Data(
+            (0..<count).map { _ in
+                state = state &* 6364136223846793005 &+ 1442695040888963407
+                return UInt8(truncatingIfNeeded: state >> 33)
+            })
     }
 
     @Test("add then leave at once, 20 times: a late joiner loads every file after its uploader is gone")
@@ -49,8 +50,9 @@ struct LeaveHandoverTests {
                 files[id] = data
                 let leave = try await NodeProcess.runCommand(["leave", "--data-dir", uploader.dataDirectory])
                 #expect(leave.status == 0, "run \(run): \(leave.stderr)")
-                #expect(leave.stdout.contains("left after other members took 1 attachment"),
-                        "run \(run): \(leave.stdout) \(leave.stderr)")
+                #expect(
+                    leave.stdout.contains("left after other members took 1 attachment"),
+                    "run \(run): \(leave.stdout) \(leave.stderr)")
                 #expect(try await uploader.waitForExit() == 0, "run \(run)")
             }
 
@@ -59,8 +61,9 @@ struct LeaveHandoverTests {
             let keeperID = try await keeper.status().`self`.id
             #expect(Set(held.map(\.id)) == Set(files.keys))
             for entry in held {
-                #expect(entry.state == "available" && entry.heldBy == [keeperID] && entry.chunksHave == entry.chunks,
-                        "\(entry.id.prefix(12)): \(entry.state), held by \(entry.heldBy)")
+                #expect(
+                    entry.state == "available" && entry.heldBy == [keeperID] && entry.chunksHave == entry.chunks,
+                    "\(entry.id.prefix(12)): \(entry.state), held by \(entry.heldBy)")
             }
 
             let joiner = try mesh.join("joiner")
@@ -70,24 +73,28 @@ struct LeaveHandoverTests {
             }
             for (id, data) in files.sorted(by: { $0.key < $1.key }) {
                 let output = scratch + "/\(id.prefix(12)).out"
-                let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, id,
-                                                            "--output", output])
+                let get = try await NodeProcess.runCommand([
+                    "get", "--data-dir", joiner.dataDirectory, id,
+                    "--output", output,
+                ])
                 #expect(get.status == 0, "\(id.prefix(12)): \(get.stderr)")
                 #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == data, "\(id.prefix(12)) differs")
             }
 
             // The joiner holds everything too: its leave strands nothing and waits for nobody.
             let joinerLeaves = try await NodeProcess.runCommand(["leave", "--data-dir", joiner.dataDirectory])
-            #expect(joinerLeaves.status == 0
+            #expect(
+                joinerLeaves.status == 0
                     && joinerLeaves.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "left",
-                    "\(joinerLeaves.stdout) \(joinerLeaves.stderr)")
+                "\(joinerLeaves.stdout) \(joinerLeaves.stderr)")
             try await keeper.waitForStatus(timeout: .seconds(30), "the joiner left") { $0.aliveCount == 1 }
             // The last member says what nobody will hold once it is gone.
             let last = try await NodeProcess.runCommand(["leave", "--data-dir", keeper.dataDirectory])
             #expect(last.status == 0, "\(last.stderr)")
-            #expect(last.stdout.contains(
+            #expect(
+                last.stdout.contains(
                     "no other member is alive, so 20 attachment(s) only this node held are unavailable"),
-                    "\(last.stdout)")
+                "\(last.stdout)")
         }
     }
 
@@ -102,9 +109,10 @@ struct LeaveHandoverTests {
             let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             let leave = try await NodeProcess.runCommand(["leave", "--now", "--data-dir", uploader.dataDirectory])
             #expect(leave.status == 0, "\(leave.stderr)")
-            #expect(leave.stdout.contains(
+            #expect(
+                leave.stdout.contains(
                     "1 attachment(s) only this node held are unavailable until it returns: \(id.prefix(16))"),
-                    "\(leave.stdout)")
+                "\(leave.stdout)")
             try await waitUntil("the keeper sees it unavailable") {
                 try await Self.listed(mesh["keeper"]).first?.state == "unavailable"
             }

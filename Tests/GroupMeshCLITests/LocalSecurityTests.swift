@@ -20,12 +20,16 @@ struct LocalSecurityTests {
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let pathBytes = Array(path.utf8)
-        guard pathBytes.count < MemoryLayout.size(ofValue: address.sun_path) else { throw NodeProcessError.timeout("path too long") }
+        guard pathBytes.count < MemoryLayout.size(ofValue: address.sun_path) else {
+            throw NodeProcessError.timeout("path too long")
+        }
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
             for (index, byte) in pathBytes.enumerated() { raw[index] = byte }
         }
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
         }
         guard connected == 0 else { throw NodeProcessError.timeout("connect \(path): errno \(errno)") }
         var timeout = timeval(tv_sec: 10, tv_usec: 0)
@@ -68,7 +72,8 @@ struct LocalSecurityTests {
         try await node.waitForExit()
 
         chmod(directory + "/identity.key", 0o644)
-        let refused = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: directory, ownsDataDirectory: false)
+        let refused = try NodeProcess(
+            ["run", "--listen", "127.0.0.1:0"], dataDirectory: directory, ownsDataDirectory: false)
         defer { Task { await refused.cleanUp() } }
         #expect(try await refused.waitForExit() != 0)
         let message = refused.stderr.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -84,8 +89,10 @@ struct LocalSecurityTests {
         let path = node.dataDirectory + "/control.sock"
         try await waitUntil("control socket", timeout: .seconds(10)) { Self.mode(path) != nil }
 
-        let garbage = ["not json", "{\"command\": \"fly\"}", "{\"command\": \"status\"", "[1,2,3]", "\u{0}\u{1}\u{2}",
-                       "{\"command\": \"get\", \"id\": 5}", String(repeating: "{", count: 5000)]
+        let garbage = [
+            "not json", "{\"command\": \"fly\"}", "{\"command\": \"status\"", "[1,2,3]", "\u{0}\u{1}\u{2}",
+            "{\"command\": \"get\", \"id\": 5}", String(repeating: "{", count: 5000),
+        ]
         let answers = try Self.exchange(path, Array(garbage.joined(separator: "\n").utf8) + [10], lines: garbage.count)
         let lines = answers.text.split(separator: "\n")
         #expect(lines.count == garbage.count, "\(answers.text)")

@@ -26,8 +26,10 @@ struct MemberRemovalTests {
 
             // Every remaining live member moves to the new epoch and sees mallory gone.
             for node in [a, b, c] {
-                try await node.waitForStatus(timeout: .seconds(30),
-                                             "the new epoch, mallory left, a b c alive") { status in
+                try await node.waitForStatus(
+                    timeout: .seconds(30),
+                    "the new epoch, mallory left, a b c alive"
+                ) { status in
                     status.`self`.session == newSession && status.`self`.keyEpoch == 1
                         && status.state(of: malloryID) != "alive" && status.aliveCount == 3
                 }
@@ -36,12 +38,16 @@ struct MemberRemovalTests {
             // stay up alone in the old epoch.
             #expect(try await mallory.waitForExit(timeout: .seconds(30)) == 69, "\(mallory.stderr)")
             #expect(mallory.stderr.contains("this node was removed from the session by b"), "\(mallory.stderr)")
-            let send = try await NodeProcess.runCommand(["send", "--data-dir", mallory.dataDirectory, "--to", "a",
-                                                         "let me in"])
+            let send = try await NodeProcess.runCommand([
+                "send", "--data-dir", mallory.dataDirectory, "--to", "a",
+                "let me in",
+            ])
             #expect(send.status == 69, "a send from the removed member went somewhere: \(send.stderr)")
             // The others still talk.
-            let message = try await NodeProcess.runCommand(["send", "--data-dir", b.dataDirectory, "--to", "c",
-                                                            "still here"])
+            let message = try await NodeProcess.runCommand([
+                "send", "--data-dir", b.dataDirectory, "--to", "c",
+                "still here",
+            ])
             #expect(message.status == 0, "\(message.stderr)")
 
             // An invite from before the removal lets no one in.
@@ -94,8 +100,10 @@ struct MemberRemovalTests {
                 #expect(try await removed.waitForExit(timeout: .seconds(30)) == 69, "\(removed.stderr)")
             }
             #expect(!session.isEmpty)
-            let message = try await NodeProcess.runCommand(["send", "--data-dir", a.dataDirectory, "--to", "b",
-                                                            "just us"])
+            let message = try await NodeProcess.runCommand([
+                "send", "--data-dir", a.dataDirectory, "--to", "b",
+                "just us",
+            ])
             #expect(message.status == 0, "\(message.stderr)")
         }
     }

@@ -5,12 +5,13 @@ import Testing
 /// `groupmesh send` and `listen` between real processes on loopback.
 @Suite("send and listen with real processes", .serialized)
 struct MessengerCommandTests {
-    struct Heard: Decodable { var from: String; var fromName: String; var mode: String; var text: String?; var type: String }
+    struct Heard: Decodable {
+        var from: String; var fromName: String; var mode: String; var text: String?; var type: String
+    }
 
     static func heard(_ listener: NodeProcess) -> [Heard] {
         listener.stdout.split(separator: "\n").compactMap { try? JSONDecoder().decode(Heard.self, from: Data($0.utf8)) }
     }
-
 
     @Test("a send reaches listen --json on three others exactly once; --to reaches only that member")
     func sendAndListen() async throws {
@@ -26,8 +27,10 @@ struct MessengerCommandTests {
             let all = try await NodeProcess.runCommand(["send", "--data-dir", sender.dataDirectory, "hello, mesh"])
             #expect(all.status == 0, "\(all.stderr)")
             #expect(all.stderr.contains("sent to 3 members"))
-            let one = try await NodeProcess.runCommand(["send", "--data-dir", sender.dataDirectory, "--to", "r2",
-                                                        "only r2"])
+            let one = try await NodeProcess.runCommand([
+                "send", "--data-dir", sender.dataDirectory, "--to", "r2",
+                "only r2",
+            ])
             #expect(one.status == 0, "\(one.stderr)")
 
             try await waitUntil("everyone heard hello") {
@@ -38,8 +41,9 @@ struct MessengerCommandTests {
                 let messages = Self.heard(listener)
                 #expect(messages.filter { $0.text == "hello, mesh" }.count == 1, "listener \(index): \(messages)")
                 #expect(messages.allSatisfy { $0.fromName == "sender" && $0.mode == "reliable" && $0.type == "data" })
-                #expect(messages.filter { $0.text == "only r2" }.count == (index == 1 ? 1 : 0),
-                        "listener \(index): \(messages)")
+                #expect(
+                    messages.filter { $0.text == "only r2" }.count == (index == 1 ? 1 : 0),
+                    "listener \(index): \(messages)")
             }
         }
     }
@@ -49,7 +53,9 @@ struct MessengerCommandTests {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
         defer { Task { await node.cleanUp() } }
         _ = try await node.waitForLine(prefix: "listening:")
-        let unknown = try await NodeProcess.runCommand(["send", "--data-dir", node.dataDirectory, "--to", "nobody", "hi"])
+        let unknown = try await NodeProcess.runCommand([
+            "send", "--data-dir", node.dataDirectory, "--to", "nobody", "hi",
+        ])
         #expect(unknown.status != 0)
         #expect(unknown.stderr.contains("unknown member 'nobody'"))
         let big = node.dataDirectory + "/big.bin"

@@ -1,6 +1,6 @@
 import Foundation
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 import MeshTestKit
 import Testing
@@ -11,8 +11,11 @@ import Testing
 struct MetricsCommandTests {
     /// Runs `body` with alice and bob, each serving its metrics, in one mesh, and the URLs their
     /// `metrics:` lines gave.
-    static func withMetricsPair(_ body: (ProcessMesh, _ aliceURL: String, _ bobURL: String) async throws -> Void)
-        async throws {
+    static func withMetricsPair(
+        _ body: (ProcessMesh, _ aliceURL: String, _ bobURL: String) async throws -> Void
+    )
+        async throws
+    {
         try await withProcessMesh(names: ["alice", "bob"], arguments: ["--metrics", "127.0.0.1:0"]) { mesh in
             let aliceURL = try await mesh["alice"].waitForLine(prefix: "metrics:")
             let bobURL = try await mesh["bob"].waitForLine(prefix: "metrics:")
@@ -25,12 +28,15 @@ struct MetricsCommandTests {
         url.replacingOccurrences(of: "http://", with: "").replacingOccurrences(of: "/metrics", with: "")
     }
 
-    @Test("run --metrics serves members, traffic by kind, round trips and deliveries; other paths and methods are refused")
+    @Test(
+        "run --metrics serves members, traffic by kind, round trips and deliveries; other paths and methods are refused"
+    )
     func exposition() async throws {
         try await Self.withMetricsPair { mesh, aliceMetrics, bobMetrics in
             let bob = try mesh["bob"]
-            #expect(aliceMetrics.hasPrefix("http://127.0.0.1:") && aliceMetrics.hasSuffix("/metrics"),
-                    "\(aliceMetrics)")
+            #expect(
+                aliceMetrics.hasPrefix("http://127.0.0.1:") && aliceMetrics.hasSuffix("/metrics"),
+                "\(aliceMetrics)")
 
             try await waitUntil("alice's page shows 2 alive members") {
                 try await Exposition.fetch(aliceMetrics).value(#"groupmesh_members{state="alive"}"#) == 2
@@ -54,10 +60,12 @@ struct MetricsCommandTests {
                     && alicePage.value(#"groupmesh_datagrams_received_total{kind="messages"}"#) ?? 0 >= 1
             }
             let page = try await Exposition.fetch(aliceMetrics)
-            for family in ["groupmesh_attachments", "groupmesh_store_bytes", "groupmesh_store_free_bytes",
-                           "groupmesh_datagrams_dropped_total", "groupmesh_retransmissions_total",
-                           "groupmesh_suspicions_total", "groupmesh_refutations_total",
-                           "groupmesh_chunks_fetched_total"] {
+            for family in [
+                "groupmesh_attachments", "groupmesh_store_bytes", "groupmesh_store_free_bytes",
+                "groupmesh_datagrams_dropped_total", "groupmesh_retransmissions_total",
+                "groupmesh_suspicions_total", "groupmesh_refutations_total",
+                "groupmesh_chunks_fetched_total",
+            ] {
                 #expect(page.text.contains("# HELP \(family) "), "no \(family) with help text in:\n\(page.text)")
             }
 
@@ -84,13 +92,17 @@ struct MetricsCommandTests {
         let port = try #require(UInt16(Self.hostPort(url).split(separator: ":").last ?? ""))
         let held = try (0..<16).map { _ in try LoopbackTCP(port: port) }
         // The 16 are accepted before the 17th comes: each answers a request.
-        for connection in held { #expect(try connection.get("/metrics").hasPrefix("HTTP/1.1 200"), "a held connection") }
+        for connection in held {
+            #expect(try connection.get("/metrics").hasPrefix("HTTP/1.1 200"), "a held connection")
+        }
         let extra = try LoopbackTCP(port: port)
         #expect(try extra.get("/metrics").hasPrefix("HTTP/1.1 200"), "the 17th is served")
         _ = try held[0].readUntilClosed(timeout: .seconds(10))  // the one answered first went
     }
 
-    @Test("--metrics on a wildcard address warns in one line that everyone who reaches it reads the members; loopback does not")
+    @Test(
+        "--metrics on a wildcard address warns in one line that everyone who reaches it reads the members; loopback does not"
+    )
     func wildcardMetricsWarn() async throws {
         let open = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", "0.0.0.0:0"])
         defer { Task { await open.cleanUp() } }
@@ -102,7 +114,9 @@ struct MetricsCommandTests {
         #expect(!local.stderr.contains("warning: --metrics"), "\(local.stderr)")
     }
 
-    @Test("a client that pipelines requests and never reads is cut off, its answers bounded; one that dribbles bytes or idles is closed at the request deadline, and never keeps a scrape out")
+    @Test(
+        "a client that pipelines requests and never reads is cut off, its answers bounded; one that dribbles bytes or idles is closed at the request deadline, and never keeps a scrape out"
+    )
     func hostileMetricsClients() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
         defer { Task { await node.cleanUp() } }
@@ -139,17 +153,21 @@ struct MetricsCommandTests {
         defer { Task { await second.cleanUp() } }
         #expect(try await second.waitForExit() == 1)
         let lines = second.stderr.split(separator: "\n")
-        #expect(lines.count == 1 && lines[0].contains("cannot listen on \(taken) (--metrics): the port is in use"),
-                "\(second.stderr)")
+        #expect(
+            lines.count == 1 && lines[0].contains("cannot listen on \(taken) (--metrics): the port is in use"),
+            "\(second.stderr)")
         #expect(!second.stdout.contains("listening:"), "the node must not start: \(second.stdout)")
 
-        let bad = try await NodeProcess.runCommand(["run", "--data-dir", NodeProcess.makeTemporaryDirectory(),
-                                                    "--metrics", "localhost"])
+        let bad = try await NodeProcess.runCommand([
+            "run", "--data-dir", NodeProcess.makeTemporaryDirectory(),
+            "--metrics", "localhost",
+        ])
         #expect(bad.status != 0 && bad.stderr.contains("invalid address 'localhost'"), "\(bad.stderr)")
     }
 
-    @Test("a real Prometheus scrapes two nodes: the members gauge and the datagram counters move",
-          .enabled(if: PrometheusTools.isAvailable, Comment(rawValue: PrometheusTools.unavailableReason)))
+    @Test(
+        "a real Prometheus scrapes two nodes: the members gauge and the datagram counters move",
+        .enabled(if: PrometheusTools.isAvailable, Comment(rawValue: PrometheusTools.unavailableReason)))
     func prometheusScrapesTwoNodes() async throws {
         let folder = try PrometheusTools.folder.get()
         try await Self.withMetricsPair { _, aliceURL, bobURL in
@@ -160,8 +178,10 @@ struct MetricsCommandTests {
             try await waitUntil("Prometheus is ready", timeout: .seconds(60), every: .milliseconds(200)) {
                 try await HTTP.request(server.url + "/-/ready").status == 200
             }
-            try await waitUntil("Prometheus scraped 2 alive members from both nodes", timeout: .seconds(60),
-                                every: .milliseconds(250)) {
+            try await waitUntil(
+                "Prometheus scraped 2 alive members from both nodes", timeout: .seconds(60),
+                every: .milliseconds(250)
+            ) {
                 let series = try await server.query(#"groupmesh_members{state="alive"}"#)
                 return series.count == 2 && series.allSatisfy { $0.value == 2 }
             }
@@ -169,8 +189,10 @@ struct MetricsCommandTests {
             #expect(up.count == 2 && up.allSatisfy { $0.value == 1 }, "\(up)")
             let before = try await server.query(#"groupmesh_datagrams_sent_total{kind="membership"}"#)
             #expect(Set(before.map(\.instance)) == Set(targets), "\(before)")
-            try await waitUntil("both nodes' membership datagram counters move in Prometheus", timeout: .seconds(60),
-                                every: .milliseconds(250)) {
+            try await waitUntil(
+                "both nodes' membership datagram counters move in Prometheus", timeout: .seconds(60),
+                every: .milliseconds(250)
+            ) {
                 let now = try await server.query(#"groupmesh_datagrams_sent_total{kind="membership"}"#)
                 return before.allSatisfy { old in now.contains { $0.instance == old.instance && $0.value > old.value } }
             }
@@ -223,7 +245,8 @@ enum PrometheusTools {
         for _ in 0..<500 where !process.outputIsComplete { Thread.sleep(forTimeInterval: 0.01) }
         let folder = process.standardOutput.trimmingCharacters(in: .whitespacesAndNewlines)
         guard status == 0, !folder.isEmpty else {
-            return .failure(PrometheusUnavailable(reason: process.standardError.trimmingCharacters(in: .whitespacesAndNewlines)))
+            return .failure(
+                PrometheusUnavailable(reason: process.standardError.trimmingCharacters(in: .whitespacesAndNewlines)))
         }
         return .success(folder)
     }()
@@ -239,7 +262,8 @@ enum PrometheusTools {
         let file = NodeProcess.makeTemporaryDirectory("promtool") + "/metrics.txt"
         defer { try? FileManager.default.removeItem(atPath: (file as NSString).deletingLastPathComponent) }
         try exposition.write(toFile: file, atomically: true, encoding: .utf8)
-        let process = try ChildProcess(executable: "/bin/sh", arguments: ["-c", "\"$0\" check metrics < \"$1\"", promtool, file])
+        let process = try ChildProcess(
+            executable: "/bin/sh", arguments: ["-c", "\"$0\" check metrics < \"$1\"", promtool, file])
         let deadline = ContinuousClock.now + .seconds(30)
         while process.isRunning, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
         if process.isRunning { process.signal(SIGKILL) }
@@ -280,10 +304,12 @@ final class PrometheusServer: Sendable {
 
             """
         try config.write(toFile: directory + "/prometheus.yml", atomically: true, encoding: .utf8)
-        process = try ChildProcess(executable: folder + "/prometheus", arguments: [
-            "--config.file=\(directory)/prometheus.yml", "--storage.tsdb.path=\(directory)/data",
-            "--web.listen-address=127.0.0.1:\(port)", "--log.level=warn",
-        ])
+        process = try ChildProcess(
+            executable: folder + "/prometheus",
+            arguments: [
+                "--config.file=\(directory)/prometheus.yml", "--storage.tsdb.path=\(directory)/data",
+                "--web.listen-address=127.0.0.1:\(port)", "--log.level=warn",
+            ])
     }
 
     func stop() {
@@ -310,7 +336,9 @@ final class PrometheusServer: Sendable {
                 case number(Double), text(String)
                 init(from decoder: any Decoder) throws {
                     let container = try decoder.singleValueContainer()
-                    if let number = try? container.decode(Double.self) { self = .number(number) } else {
+                    if let number = try? container.decode(Double.self) {
+                        self = .number(number)
+                    } else {
                         self = .text(try container.decode(String.self))
                     }
                 }
@@ -320,7 +348,9 @@ final class PrometheusServer: Sendable {
         }
         let answer = try JSONDecoder().decode(Answer.self, from: Data(response.body.utf8))
         return answer.data.result.compactMap { series in
-            guard series.value.count == 2, case let .text(text) = series.value[1], let value = Double(text) else { return nil }
+            guard series.value.count == 2, case let .text(text) = series.value[1], let value = Double(text) else {
+                return nil
+            }
             return Sample(instance: series.metric["instance"] ?? "", value: value)
         }
     }
@@ -336,7 +366,9 @@ final class PrometheusServer: Sendable {
         address.sin_port = 0
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0
+            }
         }
         guard bound else { throw NodeProcessError.timeout("bind: \(errno)") }
         return Int(UInt16(bigEndian: address.sin_port))
@@ -354,7 +386,9 @@ final class LoopbackTCP {
         guard fd >= 0 else { throw NodeProcessError.timeout("socket: \(errno)") }
         var timeout = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size)) }
+        if var size = receiveBuffer {
+            setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, socklen_t(MemoryLayout<Int32>.size))
+        }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -417,7 +451,9 @@ final class LoopbackTCP {
         let bytes = Array(text.utf8)
         var offset = 0
         while offset < bytes.count {
-            let sent = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_DONTWAIT | MSG_NOSIGNAL)) }
+            let sent = bytes.withUnsafeBytes {
+                Glibc.send(fd, $0.baseAddress! + offset, bytes.count - offset, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+            }
             guard sent > 0 else { return }
             offset += sent
         }

@@ -33,7 +33,9 @@ struct NATLabTests {
     static func printMappings(_ lab: NATLab) {
         for index in lab.homes.indices {
             let entries = (try? lab.conntrackEntries(home: index)) ?? ["(conntrack -L failed)"]
-            print("natlab: router \(index) (\(lab.homes[index].publicAddress)) UDP mappings:\n  " + entries.joined(separator: "\n  "))
+            print(
+                "natlab: router \(index) (\(lab.homes[index].publicAddress)) UDP mappings:\n  "
+                    + entries.joined(separator: "\n  "))
         }
     }
 
@@ -43,8 +45,9 @@ struct NATLabTests {
 
     /// One public member P (lazy: it holds no chunks, so the attachment can come only from h1) and
     /// two homes behind ordinary MASQUERADE: the homes reach each other only through a punched path.
-    @Test("two homes behind MASQUERADE: punched both ways, a message and a 50 MiB attachment cross; a flushed mapping heals, one that maps elsewhere is punched again; nobody dead; the path outlives the public member",
-          .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
+    @Test(
+        "two homes behind MASQUERADE: punched both ways, a message and a 50 MiB attachment cross; a flushed mapping heals, one that maps elsewhere is punched again; nobody dead; the path outlives the public member",
+        .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func twoHomesPunch() async throws {
         let nodes = LabNodes(try NATLab(publicHosts: 1, homes: [.endpointIndependent, .endpointIndependent]))
         defer { nodes.tearDown() }
@@ -59,30 +62,42 @@ struct NATLabTests {
         try await [p, h1, h2].waitForMesh(alive: 3, timeout: .seconds(30))
         let h1View: NodeStatus, h2View: NodeStatus
         do {
-            h1View = try await h1.waitForStatus(timeout: .seconds(30), "h2 punched at h1") { Self.punched("h2", in: $0) }
-            h2View = try await h2.waitForStatus(timeout: .seconds(30), "h1 punched at h2") { Self.punched("h1", in: $0) }
+            h1View = try await h1.waitForStatus(timeout: .seconds(30), "h2 punched at h1") {
+                Self.punched("h2", in: $0)
+            }
+            h2View = try await h2.waitForStatus(timeout: .seconds(30), "h1 punched at h2") {
+                Self.punched("h1", in: $0)
+            }
         } catch {
             Self.printMappings(lab)
             throw error
         }
-        print("natlab: both homes punched \(Self.seconds(ContinuousClock.now - homesStarted)) after the home nodes started")
-        #expect(Self.member("h2", in: h1View)?.pathAddress?.hasPrefix(lab.homes[1].publicAddress + ":") == true,
-                "h1 reaches h2 at \(Self.member("h2", in: h1View)?.pathAddress ?? "-")")
-        #expect(Self.member("h1", in: h2View)?.pathAddress?.hasPrefix(lab.homes[0].publicAddress + ":") == true,
-                "h2 reaches h1 at \(Self.member("h1", in: h2View)?.pathAddress ?? "-")")
+        print(
+            "natlab: both homes punched \(Self.seconds(ContinuousClock.now - homesStarted)) after the home nodes started"
+        )
+        #expect(
+            Self.member("h2", in: h1View)?.pathAddress?.hasPrefix(lab.homes[1].publicAddress + ":") == true,
+            "h1 reaches h2 at \(Self.member("h2", in: h1View)?.pathAddress ?? "-")")
+        #expect(
+            Self.member("h1", in: h2View)?.pathAddress?.hasPrefix(lab.homes[0].publicAddress + ":") == true,
+            "h2 reaches h1 at \(Self.member("h1", in: h2View)?.pathAddress ?? "-")")
         // Each home hears its public address from two members (P and the other home): adopted.
         for (index, node) in [h1, h2].enumerated() {
-            let status = try await node.waitForStatus(timeout: .seconds(20), "home \(index) adopts its public address") {
+            let status = try await node.waitForStatus(timeout: .seconds(20), "home \(index) adopts its public address")
+            {
                 $0.`self`.reflexiveAddress != nil
             }
             #expect(status.`self`.nat == "endpoint-independent", "home \(index): nat \(status.`self`.nat ?? "-")")
-            #expect(status.`self`.reflexiveAddress?.hasPrefix(lab.homes[index].publicAddress + ":") == true,
-                    "home \(index): public address \(status.`self`.reflexiveAddress ?? "-")")
+            #expect(
+                status.`self`.reflexiveAddress?.hasPrefix(lab.homes[index].publicAddress + ":") == true,
+                "home \(index): public address \(status.`self`.reflexiveAddress ?? "-")")
         }
 
         // 2. A reliable message from h1 reaches h2.
         let listener = try await nodes.listen(to: h2)
-        let sent = try await NodeProcess.runCommand(["send", "--data-dir", h1.dataDirectory, "--to", "h2", "across two NATs"])
+        let sent = try await NodeProcess.runCommand([
+            "send", "--data-dir", h1.dataDirectory, "--to", "h2", "across two NATs",
+        ])
         #expect(sent.status == 0, "\(sent.stderr)")
         try await waitUntil("h2 heard h1's message", timeout: .seconds(20)) {
             Self.heard(listener).contains { $0.text == "across two NATs" }
@@ -93,12 +108,18 @@ struct NATLabTests {
         let getTime = try await Self.transfer(50 << 20, from: h1, to: h2)
         print("natlab: get of 50 MiB across the punched path took \(Self.seconds(getTime))")
         let afterGet = try await h2.status()
-        #expect(Self.punched("h1", in: afterGet), "h1's path at h2 after the get: \(Self.member("h1", in: afterGet).map { "\($0.state) \($0.path ?? "-")" } ?? "-")")
-        #expect(Self.counter("chunksFetched", afterGet) >= 50, "h2 fetched \(Self.counter("chunksFetched", afterGet)) chunks")
+        #expect(
+            Self.punched("h1", in: afterGet),
+            "h1's path at h2 after the get: \(Self.member("h1", in: afterGet).map { "\($0.state) \($0.path ?? "-")" } ?? "-")"
+        )
+        #expect(
+            Self.counter("chunksFetched", afterGet) >= 50,
+            "h2 fetched \(Self.counter("chunksFetched", afterGet)) chunks")
         // Punched, not relayed: the public member carried nothing for the homes.
         let pView = try await p.status()
-        #expect(pView.relay("forwardedDatagrams") == 0 && afterGet.relay("receivedThroughRelays") == 0,
-                "relayed: \(pView.relay("forwardedDatagrams")) datagrams through p")
+        #expect(
+            pView.relay("forwardedDatagrams") == 0 && afterGet.relay("receivedThroughRelays") == 0,
+            "relayed: \(pView.relay("forwardedDatagrams")) datagrams through p")
 
         if let reason = NATLab.conntrackUnavailableReason {
             print("natlab: the expiring mappings (steps 4 and 5): \(reason)")
@@ -115,7 +136,8 @@ struct NATLabTests {
         #expect(flushed >= 2, "h1's router had \(flushed) UDP mappings (to P and to h2 at least)")
         try await watch.until("messages cross both ways after the flush", timeout: .seconds(30)) { one, two in
             guard Self.punched("h2", in: one), Self.member("h1", in: two)?.pathAddress == h1Public else { return false }
-            return (try? await Self.exchange("after the flush", h1: h1, h2: h2, listeners: (h1Listener, listener))) == true
+            return (try? await Self.exchange("after the flush", h1: h1, h2: h2, listeners: (h1Listener, listener)))
+                == true
         }
         print("natlab: conntrack -D alone (\(flushed) mappings): \(watch.summary)")
         #expect(watch.deaths.isEmpty && watch.suspicionsRaised == (0, 0), "\(watch.summary)")
@@ -131,7 +153,8 @@ struct NATLabTests {
         try lab.flushConntrack(home: 0)
         let moved = "\(lab.homes[0].publicAddress):\(newPort)"
         try await watch.until("punched again at h1's new mapping", timeout: .seconds(60)) { one, two in
-            Self.punched("h2", in: one) && Self.punched("h1", in: two) && Self.member("h1", in: two)?.pathAddress == moved
+            Self.punched("h2", in: one) && Self.punched("h1", in: two)
+                && Self.member("h1", in: two)?.pathAddress == moved
         }
         print("natlab: conntrack -D, mapped elsewhere: \(watch.summary)")
         #expect(watch.punchesAgain > 0, "\(watch.summary)")
@@ -139,10 +162,13 @@ struct NATLabTests {
         // through P keep both alive; none was seen in this lab so far), a death is not.
         #expect(watch.deaths.isEmpty, "\(watch.summary)")
         #expect(try await Self.exchange("after the new mapping", h1: h1, h2: h2, listeners: (h1Listener, listener)))
-        try await h1.waitForStatus(timeout: .seconds(30), "h1 adopts its new public address") { $0.`self`.reflexiveAddress == moved }
+        try await h1.waitForStatus(timeout: .seconds(30), "h1 adopts its new public address") {
+            $0.`self`.reflexiveAddress == moved
+        }
 
         // 6. The public member leaves: the punched path between the homes stays, and carries.
-        let left = try await NodeProcess.runCommand(["leave", "--now", "--data-dir", p.dataDirectory], timeout: .seconds(30))
+        let left = try await NodeProcess.runCommand(
+            ["leave", "--now", "--data-dir", p.dataDirectory], timeout: .seconds(30))
         #expect(left.status == 0, "\(left.stderr)")
         for node in [h1, h2] {
             try await node.waitForStatus(timeout: .seconds(10), "p left") { Self.member("p", in: $0)?.state == "left" }
@@ -159,18 +185,22 @@ struct NATLabTests {
         defer { try? FileManager.default.removeItem(atPath: (file as NSString).deletingLastPathComponent) }
         let bytes = try #require(FileHandle(forReadingAtPath: "/dev/urandom")?.readData(ofLength: size))
         try bytes.write(to: URL(fileURLWithPath: file))
-        let attach = try await NodeProcess.runCommand(["attach", "--data-dir", holder.dataDirectory, file], timeout: .seconds(60))
+        let attach = try await NodeProcess.runCommand(
+            ["attach", "--data-dir", holder.dataDirectory, file], timeout: .seconds(60))
         #expect(attach.status == 0, "\(attach.stderr)")
         let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         try await waitUntil("the fetcher lists the attachment", timeout: .seconds(20), every: .milliseconds(50)) {
-            let listed = try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", fetcher.dataDirectory])
+            let listed = try await NodeProcess.runCommand([
+                "attachments", "--json", "--data-dir", fetcher.dataDirectory,
+            ])
             return listed.stdout.contains(id)
         }
         let output = fetcher.dataDirectory + "/fetched.bin"
         defer { try? FileManager.default.removeItem(atPath: output) }
         let started = ContinuousClock.now
-        let get = try await NodeProcess.runCommand(["get", "--data-dir", fetcher.dataDirectory, id, "--output", output],
-                                                   timeout: .seconds(120))
+        let get = try await NodeProcess.runCommand(
+            ["get", "--data-dir", fetcher.dataDirectory, id, "--output", output],
+            timeout: .seconds(120))
         let took = ContinuousClock.now - started
         #expect(get.status == 0, "\(get.stderr)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes, "the fetched bytes differ")
@@ -178,10 +208,14 @@ struct NATLabTests {
     }
 
     /// A message each way (h1 → h2, h2 → h1), each heard within 10 s.
-    static func exchange(_ text: String, h1: NodeProcess, h2: NodeProcess, names: (String, String) = ("h1", "h2"),
-                         listeners: (h1: NodeProcess, h2: NodeProcess)) async throws -> Bool {
+    static func exchange(
+        _ text: String, h1: NodeProcess, h2: NodeProcess, names: (String, String) = ("h1", "h2"),
+        listeners: (h1: NodeProcess, h2: NodeProcess)
+    ) async throws -> Bool {
         for (from, to, listener) in [(h1, names.1, listeners.h2), (h2, names.0, listeners.h1)] {
-            let sent = try await NodeProcess.runCommand(["send", "--data-dir", from.dataDirectory, "--to", to, "\(text) to \(to)"])
+            let sent = try await NodeProcess.runCommand([
+                "send", "--data-dir", from.dataDirectory, "--to", to, "\(text) to \(to)",
+            ])
             guard sent.status == 0 else { return false }
             try await waitUntil("\(to) heard '\(text)'", timeout: .seconds(10)) {
                 heard(listener).contains { $0.text == "\(text) to \(to)" }
@@ -205,8 +239,13 @@ struct NATLabTests {
 
         mutating func start() async throws {
             let (one, two) = (try await h1.status(), try await h2.status())
-            suspicionsBefore = (NATLabTests.counter("suspicionsRaised", one), NATLabTests.counter("suspicionsRaised", two))
-            punchingBefore = (NATLabTests.lines(h1.stderr, containing: "punching"), NATLabTests.lines(h2.stderr, containing: "punching"))
+            suspicionsBefore = (
+                NATLabTests.counter("suspicionsRaised", one), NATLabTests.counter("suspicionsRaised", two)
+            )
+            punchingBefore = (
+                NATLabTests.lines(h1.stderr, containing: "punching"),
+                NATLabTests.lines(h2.stderr, containing: "punching")
+            )
             started = ContinuousClock.now
         }
 
@@ -226,16 +265,20 @@ struct NATLabTests {
         }
 
         /// Polls both statuses until `condition` holds (bounded), recording what they show.
-        mutating func until(_ what: String, timeout: Duration,
-                            _ condition: (NodeStatus, NodeStatus) async -> Bool) async throws {
+        mutating func until(
+            _ what: String, timeout: Duration,
+            _ condition: (NodeStatus, NodeStatus) async -> Bool
+        ) async throws {
             let deadline = ContinuousClock.now + timeout
             defer { took = ContinuousClock.now - started }
             while true {
                 if let one = try? await h1.status(), let two = try? await h2.status() {
                     record("h2 at h1", NATLabTests.member("h2", in: one))
                     record("h1 at h2", NATLabTests.member("h1", in: two))
-                    suspicionsRaised = (NATLabTests.counter("suspicionsRaised", one) - suspicionsBefore.0,
-                                        NATLabTests.counter("suspicionsRaised", two) - suspicionsBefore.1)
+                    suspicionsRaised = (
+                        NATLabTests.counter("suspicionsRaised", one) - suspicionsBefore.0,
+                        NATLabTests.counter("suspicionsRaised", two) - suspicionsBefore.1
+                    )
                     if await condition(one, two) { return }
                 }
                 guard ContinuousClock.now < deadline else {
@@ -258,12 +301,16 @@ struct NATLabTests {
     /// symmetric home against an endpoint-independent one is `NATLabTests+Birthday`), so they talk
     /// through a public member, which carries sealed datagrams it cannot open; when that relay
     /// leaves they move to the other, and with none left they say unreachable.
-    @Test("two homes behind routers with no firewall of their own (MASQUERADE only): short-lived first punches open both mappings, the pair is punched, a message crosses, nothing relayed",
-          .enabled(if: NATLab.isAvailable && NATLab.nftCommand != nil,
-                   Comment(rawValue: NATLab.unavailableReason ?? "the lab's ISP hop needs nft (apt-get install nftables)")))
+    @Test(
+        "two homes behind routers with no firewall of their own (MASQUERADE only): short-lived first punches open both mappings, the pair is punched, a message crosses, nothing relayed",
+        .enabled(
+            if: NATLab.isAvailable && NATLab.nftCommand != nil,
+            Comment(rawValue: NATLab.unavailableReason ?? "the lab's ISP hop needs nft (apt-get install nftables)")))
     func routersWithoutAFirewallArePunched() async throws {
-        let nodes = LabNodes(try NATLab(publicHosts: 1, homes: [.endpointIndependent, .endpointIndependent],
-                                        routerInputFirewall: false))
+        let nodes = LabNodes(
+            try NATLab(
+                publicHosts: 1, homes: [.endpointIndependent, .endpointIndependent],
+                routerInputFirewall: false))
         defer { nodes.tearDown() }
         let lab = nodes.lab
         let p = try nodes.run("p", on: .publicHost(0), lazy: true)
@@ -279,7 +326,9 @@ struct NATLabTests {
             throw error
         }
         let listener = try await nodes.listen(to: h2)
-        let sent = try await NodeProcess.runCommand(["send", "--data-dir", h1.dataDirectory, "--to", "h2", "no firewall"])
+        let sent = try await NodeProcess.runCommand([
+            "send", "--data-dir", h1.dataDirectory, "--to", "h2", "no firewall",
+        ])
         #expect(sent.status == 0, "\(sent.stderr)")
         try await waitUntil("h2 heard h1's message", timeout: .seconds(20)) {
             Self.heard(listener).contains { $0.text == "no firewall" }
@@ -288,12 +337,16 @@ struct NATLabTests {
         #expect(pView.relay("forwardedDatagrams") == 0, "the public member relayed for the homes")
     }
 
-    @Test("a home behind two NATs (a carrier's and its own) and a home behind one, no public member, a STUN/TURN server: the home behind two learns the carrier's address, the pair meets and a message crosses both ways",
-          .enabled(if: NATLab.isAvailable && LabCoturn.isAvailable,
-                   Comment(rawValue: NATLab.unavailableReason ?? LabCoturn.unavailableReason ?? "")))
+    @Test(
+        "a home behind two NATs (a carrier's and its own) and a home behind one, no public member, a STUN/TURN server: the home behind two learns the carrier's address, the pair meets and a message crosses both ways",
+        .enabled(
+            if: NATLab.isAvailable && LabCoturn.isAvailable,
+            Comment(rawValue: NATLab.unavailableReason ?? LabCoturn.unavailableReason ?? "")))
     func doubleNAT() async throws {
-        let nodes = LabNodes(try NATLab(publicHosts: 1, homes: [.endpointIndependent, .endpointIndependent],
-                                        carrierNAT: [true, false]))
+        let nodes = LabNodes(
+            try NATLab(
+                publicHosts: 1, homes: [.endpointIndependent, .endpointIndependent],
+                carrierNAT: [true, false]))
         defer { nodes.tearDown() }
         let lab = nodes.lab
         let coturn = try await LabCoturn(lab: lab, publicHost: 0)
@@ -310,11 +363,14 @@ struct NATLabTests {
         let listeners = (h1: try await nodes.listen(to: h1), h2: try await nodes.listen(to: h2))
         #expect(try await Self.exchange("behind two NATs", h1: h1, h2: h2, listeners: listeners))
         let h2View = try await h2.status()
-        print("natlab: double NAT: h1 at h2 \(Self.member("h1", in: h2View).map { "\($0.path ?? "-") \($0.pathAddress ?? "-")" } ?? "-")")
+        print(
+            "natlab: double NAT: h1 at h2 \(Self.member("h1", in: h2View).map { "\($0.path ?? "-") \($0.pathAddress ?? "-")" } ?? "-")"
+        )
     }
 
-    @Test("two homes behind MASQUERADE --random-fully know their NAT is symmetric and are reached through a relay that cannot read it; the pair moves when the relay leaves",
-          .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
+    @Test(
+        "two homes behind MASQUERADE --random-fully know their NAT is symmetric and are reached through a relay that cannot read it; the pair moves when the relay leaves",
+        .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func symmetricHomeIsRelayed() async throws {
         let nodes = LabNodes(try NATLab(publicHosts: 2, homes: [.symmetric, .symmetric]))
         defer { nodes.tearDown() }
@@ -327,7 +383,9 @@ struct NATLabTests {
         try await [q0, q1, s, h].waitForMesh(alive: 4, timeout: .seconds(30))
 
         // 1. s knows its NAT: symmetric, no public address adopted (none would work).
-        let status = try await s.waitForStatus(timeout: .seconds(30), "s knows its NAT is symmetric") { $0.`self`.nat == "symmetric" }
+        let status = try await s.waitForStatus(timeout: .seconds(30), "s knows its NAT is symmetric") {
+            $0.`self`.nat == "symmetric"
+        }
         #expect(status.`self`.reflexiveAddress == nil, "adopted \(status.`self`.reflexiveAddress ?? "-")")
         #expect(try await s.waitForLine(prefix: "nat:", timeout: .seconds(5), containing: "symmetric") == "symmetric")
         // Each public member reaches s where its own datagrams come from: the router, at two ports.
@@ -345,7 +403,8 @@ struct NATLabTests {
         let ids = try await publics.asyncMap { try await $0.1.status().`self`.id }
         func relayed(_ name: String, in status: NodeStatus) -> String? {
             guard let member = Self.member(name, in: status), member.state == "alive", member.path == "relayed",
-                  let relay = member.relay, let index = ids.firstIndex(of: relay) else { return nil }
+                let relay = member.relay, let index = ids.firstIndex(of: relay)
+            else { return nil }
             return publics[index].0
         }
         let hView = try await h.waitForStatus(timeout: .seconds(60), "s relayed at h") { relayed("s", in: $0) != nil }
@@ -378,17 +437,25 @@ struct NATLabTests {
         let (leavingName, leaving) = first == "q0" ? publics[0] : publics[1]
         let other = first == "q0" ? "q1" : "q0"
         let leaveStarted = ContinuousClock.now
-        let left = try await NodeProcess.runCommand(["leave", "--now", "--data-dir", leaving.dataDirectory], timeout: .seconds(30))
+        let left = try await NodeProcess.runCommand(
+            ["leave", "--now", "--data-dir", leaving.dataDirectory], timeout: .seconds(30))
         #expect(left.status == 0, "\(leavingName): \(left.stderr)")
-        try await h.waitForStatus(timeout: .seconds(10), "s relayed via \(other) at h") { relayed("s", in: $0) == other }
-        try await s.waitForStatus(timeout: .seconds(10), "h relayed via \(other) at s") { relayed("h", in: $0) == other }
-        print("natlab: the pair moved to \(other) \(Self.seconds(ContinuousClock.now - leaveStarted)) after \(leavingName) left")
+        try await h.waitForStatus(timeout: .seconds(10), "s relayed via \(other) at h") {
+            relayed("s", in: $0) == other
+        }
+        try await s.waitForStatus(timeout: .seconds(10), "h relayed via \(other) at s") {
+            relayed("h", in: $0) == other
+        }
+        print(
+            "natlab: the pair moved to \(other) \(Self.seconds(ContinuousClock.now - leaveStarted)) after \(leavingName) left"
+        )
         #expect(try await Self.exchange("moved", h1: s, h2: h, names: ("s", "h"), listeners: (sListener, hListener)))
 
         // 5. The last public member leaves: no relay is left, and h says so: s is unreachable, and
         // soon dead (nobody can probe it for h any more); either may be what a poll sees first.
         let (_, last) = first == "q0" ? publics[1] : publics[0]
-        _ = try await NodeProcess.runCommand(["leave", "--now", "--data-dir", last.dataDirectory], timeout: .seconds(30))
+        _ = try await NodeProcess.runCommand(
+            ["leave", "--now", "--data-dir", last.dataDirectory], timeout: .seconds(30))
         let gone = try await h.waitForStatus(timeout: .seconds(10), "s unreachable or dead at h") {
             Self.member("s", in: $0).map { $0.path == "unreachable" || $0.state == "dead" } ?? false
         }
@@ -402,8 +469,9 @@ extension NATLabTests {
     /// A public member without a default route (an offline LAN, a host with a broken uplink): a
     /// send to the home member's private address (its record's) fails with ENETUNREACH, which
     /// would close the node's UDP socket; the node must refuse that destination instead and go on.
-    @Test("a member with no route to another's private address keeps its socket: the mesh forms and messages cross",
-          .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
+    @Test(
+        "a member with no route to another's private address keeps its socket: the mesh forms and messages cross",
+        .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func anUnroutableAddressDoesNotCloseTheSocket() async throws {
         let nodes = LabNodes(try NATLab(publicHosts: 1, homes: [.endpointIndependent], defaultRoutes: false))
         defer { nodes.tearDown() }
@@ -418,7 +486,9 @@ extension NATLabTests {
         }
         let sent = try await NodeProcess.runCommand(["send", "--data-dir", p.dataDirectory, "--to", "h", "still here"])
         #expect(sent.status == 0, "\(sent.stderr)")
-        try await waitUntil("h heard p", timeout: .seconds(10)) { Self.heard(listener).contains { $0.text == "still here" } }
+        try await waitUntil("h heard p", timeout: .seconds(10)) {
+            Self.heard(listener).contains { $0.text == "still here" }
+        }
         #expect(p.stderr.contains("not sending to 10.0.1.2:7946: no route to it"), "\(p.stderr.suffix(600))")
         #expect(try await p.status().members.contains { $0.name == "h" && $0.state == "alive" })
     }
@@ -426,14 +496,16 @@ extension NATLabTests {
     /// A public member whose firewall refuses what it sends to the home's private address (an
     /// outbound DROP rule: `sendmsg` fails with EPERM, which `connect` cannot foresee): NIO
     /// closes the socket, and the node opens it again on the same port and goes on.
-    @Test("a send an outbound firewall rule refuses closes the socket; the node reopens it on its port and the mesh goes on",
-          .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
+    @Test(
+        "a send an outbound firewall rule refuses closes the socket; the node reopens it on its port and the mesh goes on",
+        .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func aSocketClosedByARefusedSendIsReopened() async throws {
         let nodes = LabNodes(try NATLab(publicHosts: 1, homes: [.endpointIndependent]))
         defer { nodes.tearDown() }
         let lab = nodes.lab
-        let rule = try lab.run(on: .publicHost(0), NATLab.iptablesCommand ?? "iptables",
-                               ["-A", "OUTPUT", "-d", lab.homes[0].privateAddress, "-p", "udp", "-j", "DROP"])
+        let rule = try lab.run(
+            on: .publicHost(0), NATLab.iptablesCommand ?? "iptables",
+            ["-A", "OUTPUT", "-d", lab.homes[0].privateAddress, "-p", "udp", "-j", "DROP"])
         #expect(rule.status == 0, "\(rule.stderr)")
         let p = try nodes.run("p", on: .publicHost(0))
         let invite = try await p.waitForLine(prefix: "invite:")
@@ -441,9 +513,13 @@ extension NATLabTests {
         try await [p, h].waitForMesh(alive: 2, timeout: .seconds(30))
         try await waitUntil("p reopened its socket", timeout: .seconds(15)) { p.stderr.contains("reopening it") }
         let listener = try await nodes.listen(to: h)
-        let sent = try await NodeProcess.runCommand(["send", "--data-dir", p.dataDirectory, "--to", "h", "after the reopen"])
+        let sent = try await NodeProcess.runCommand([
+            "send", "--data-dir", p.dataDirectory, "--to", "h", "after the reopen",
+        ])
         #expect(sent.status == 0, "\(sent.stderr)")
-        try await waitUntil("h heard p", timeout: .seconds(10)) { Self.heard(listener).contains { $0.text == "after the reopen" } }
+        try await waitUntil("h heard p", timeout: .seconds(10)) {
+            Self.heard(listener).contains { $0.text == "after the reopen" }
+        }
         let status = try await p.status()
         #expect(status.`self`.address.hasSuffix(":7946"), "\(status.`self`.address)")
         #expect(status.members.contains { $0.name == "h" && $0.state == "alive" })
@@ -459,8 +535,10 @@ final class LabNodes {
 
     /// `groupmesh run` on `host` at port 7946, logging at info (punches and relays are counted
     /// from its log).
-    func run(_ name: String, on host: NATLab.Host, invite: String? = nil, lazy: Bool = false,
-             extra: [String] = []) throws -> NodeProcess {
+    func run(
+        _ name: String, on host: NATLab.Host, invite: String? = nil, lazy: Bool = false,
+        extra: [String] = []
+    ) throws -> NodeProcess {
         var arguments = ["run", "--listen", "0.0.0.0:7946", "--name", name, "--log-level", "info"] + extra
         if let invite { arguments += ["--invite", invite] }
         if lazy { arguments.append("--lazy") }
@@ -471,7 +549,8 @@ final class LabNodes {
 
     /// `listen --json` on `node`'s data dir, once it is ready.
     func listen(to node: NodeProcess) async throws -> NodeProcess {
-        let listener = try NodeProcess(["listen", "--json"], dataDirectory: node.dataDirectory, ownsDataDirectory: false)
+        let listener = try NodeProcess(
+            ["listen", "--json"], dataDirectory: node.dataDirectory, ownsDataDirectory: false)
         processes.append(listener)
         _ = try await listener.waitForLine(prefix: "ready", onStderr: true)
         return listener

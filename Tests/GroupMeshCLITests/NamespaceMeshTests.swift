@@ -6,16 +6,19 @@ import Testing
 /// wildcard address and advertising its host's address, as on a real LAN.
 @Suite("mesh across hosts (network namespaces)", .serialized)
 struct NamespaceMeshTests {
-    @Test("three hosts form a mesh; a killed host is seen dead, a stopped one left",
-          .enabled(if: NamespaceLab.isAvailable, Comment(rawValue: NamespaceLab.unavailableReason ?? "")))
+    @Test(
+        "three hosts form a mesh; a killed host is seen dead, a stopped one left",
+        .enabled(if: NamespaceLab.isAvailable, Comment(rawValue: NamespaceLab.unavailableReason ?? "")))
     func threeHosts() async throws {
         let lab = try NamespaceLab(hostCount: 3)
         defer { lab.tearDown() }
         var nodes: [NodeProcess] = []
         defer { for node in nodes { Task { await node.cleanUp() } } }
         func start(_ index: Int, invite: String?) throws -> NodeProcess {
-            var arguments = ["run", "--listen", "0.0.0.0:7946", "--advertise", "\(lab.addresses[index]):7946",
-                             "--name", "host\(index)"]
+            var arguments = [
+                "run", "--listen", "0.0.0.0:7946", "--advertise", "\(lab.addresses[index]):7946",
+                "--name", "host\(index)",
+            ]
             if let invite { arguments += ["--invite", invite] }
             return try NodeProcess(arguments, launcher: lab.launcher(index))
         }
@@ -27,7 +30,8 @@ struct NamespaceMeshTests {
         var ids: [String] = []
         for node in nodes {
             let status = try await node.status()
-            #expect(status.members.allSatisfy { member in lab.addresses.contains { member.address.hasPrefix($0 + ":") } })
+            #expect(
+                status.members.allSatisfy { member in lab.addresses.contains { member.address.hasPrefix($0 + ":") } })
             ids.append(status.`self`.id)
         }
         nodes[2].signal(SIGKILL)

@@ -11,7 +11,9 @@ import Testing
 @Suite("outsiders against real processes", .serialized)
 struct OutsiderTests {
     static func udpSend(_ datagrams: [[UInt8]], to address: String) throws {
-        guard let target = try? PeerAddress(parsing: address) else { throw NodeProcessError.timeout("address \(address)") }
+        guard let target = try? PeerAddress(parsing: address) else {
+            throw NodeProcessError.timeout("address \(address)")
+        }
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(fd) }
         var destination = sockaddr_in()
@@ -55,9 +57,10 @@ struct OutsiderTests {
             }
             // This session's header, but a seal made without its key.
             for number in 0..<2000 {
-                let header = DatagramHeader(keyKind: .hello, sessionID: invite.secret.sessionID,
-                                            sender: NodeID(high: random.next(), low: random.next()), bootID: 1,
-                                            packetNumber: UInt64(number + 1), helloNonce: .random())
+                let header = DatagramHeader(
+                    keyKind: .hello, sessionID: invite.secret.sessionID,
+                    sender: NodeID(high: random.next(), low: random.next()), bootID: 1,
+                    packetNumber: UInt64(number + 1), helloNonce: .random())
                 var buffer = ByteBuffer()
                 header.encode(into: &buffer)
                 junk.append(Array(buffer.readableBytesView) + bytes(64))
@@ -76,8 +79,10 @@ struct OutsiderTests {
 
             // The members did not notice: both alive, and a reliable message still goes through.
             try await mesh.waitUntilAllSee(timeout: .seconds(10))
-            let send = try await NodeProcess.runCommand(["send", "--data-dir", first.dataDirectory, "--to", "b",
-                                                        "still here"])
+            let send = try await NodeProcess.runCommand([
+                "send", "--data-dir", first.dataDirectory, "--to", "b",
+                "still here",
+            ])
             #expect(send.status == 0, "\(send.stderr)")
         }
     }

@@ -11,8 +11,10 @@ struct PingCommandTests {
             let (alice, bob) = (try mesh["alice"], try mesh["bob"])
             let bobAddress = try await bob.status().`self`.address
 
-            let ping = try await NodeProcess.runCommand(["ping", "--data-dir", alice.dataDirectory, "bob",
-                                                         "--count", "3", "--interval", "0.05"])
+            let ping = try await NodeProcess.runCommand([
+                "ping", "--data-dir", alice.dataDirectory, "bob",
+                "--count", "3", "--interval", "0.05",
+            ])
             #expect(ping.status == 0, "\(ping.stderr)")
             let pongs = ping.stdout.split(separator: "\n").filter { $0.hasPrefix("pong from bob (") }
             #expect(pongs.count == 3 && pongs.allSatisfy { $0.contains("via \(bobAddress) in ") }, "\(ping.stdout)")
@@ -23,11 +25,14 @@ struct PingCommandTests {
 
             bob.signal(SIGSTOP)
             defer { bob.signal(SIGCONT) }
-            let silent = try await NodeProcess.runCommand(["ping", "--data-dir", alice.dataDirectory, "bob",
-                                                           "--count", "1"])
+            let silent = try await NodeProcess.runCommand([
+                "ping", "--data-dir", alice.dataDirectory, "bob",
+                "--count", "1",
+            ])
             #expect(silent.status == 69, "\(silent.stdout)")
-            #expect(silent.stdout.contains("no answer from bob") && silent.stdout.contains("1 sent, 0 answered"),
-                    "\(silent.stdout)")
+            #expect(
+                silent.stdout.contains("no answer from bob") && silent.stdout.contains("1 sent, 0 answered"),
+                "\(silent.stdout)")
         }
     }
 }

@@ -11,8 +11,11 @@ import Testing
 struct ResumeTests {
     /// Runs `body` with a mesh of one node, `holder`, holding `size` seeded random bytes as an
     /// attachment: the mesh, the attachment's id, the bytes.
-    static func withHolder(size: Int, seed: UInt64, _ body: (ProcessMesh, String, Data) async throws -> Void)
-        async throws {
+    static func withHolder(
+        size: Int, seed: UInt64, _ body: (ProcessMesh, String, Data) async throws -> Void
+    )
+        async throws
+    {
         try await withProcessMesh(names: ["holder"]) { mesh in
             let holder = try mesh["holder"]
             let file = holder.dataDirectory + "/big.bin"
@@ -49,9 +52,10 @@ struct ResumeTests {
             // What survived the crash, counted before the restart (which replicates again at once, so
             // its own count may already include chunks fetched since).
             let chunkSize = Manifest.defaultChunkSize
-            let chunks = Set(stride(from: 0, to: bytes.count, by: chunkSize).map {
-                SHA256Digest.hashing(Array(bytes[$0..<min(bytes.count, $0 + chunkSize)]))
-            })
+            let chunks = Set(
+                stride(from: 0, to: bytes.count, by: chunkSize).map {
+                    SHA256Digest.hashing(Array(bytes[$0..<min(bytes.count, $0 + chunkSize)]))
+                })
             let had = ChunkStore.survey(chunksDirectory).keys.filter(chunks.contains).count, total = chunks.count
             try #require(had > 0 && had < total, "the joiner was not caught half way (had \(had) of \(total))")
             let restarted = try mesh.restart("joiner")
@@ -61,19 +65,23 @@ struct ResumeTests {
             #expect(listed?.chunksHave ?? 0 >= had && listed?.chunks == total)
 
             let output = restarted.dataDirectory + "/out.bin"
-            let get = try await NodeProcess.runCommand(["get", "--data-dir", restarted.dataDirectory, id,
-                                                        "--output", output], timeout: .seconds(120))
+            let get = try await NodeProcess.runCommand(
+                [
+                    "get", "--data-dir", restarted.dataDirectory, id,
+                    "--output", output,
+                ], timeout: .seconds(120))
             #expect(get.status == 0, "\(get.stderr)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
             let counters = try await restarted.status().counters
             let fetched = Int(counters["chunksFetched"]?.number ?? -1)
             // Only the rest was fetched (the end game may ask a few chunks twice).
-            #expect(fetched >= total - had && fetched <= total - had + 4,
-                    """
-                    had \(had) of \(total) before the crash, fetched \(fetched) after; \
-                    rejected \(counters["chunksRejected"]?.number ?? -1), \
-                    dropped \(String(describing: counters["dropped"]))
-                    """)
+            #expect(
+                fetched >= total - had && fetched <= total - had + 4,
+                """
+                had \(had) of \(total) before the crash, fetched \(fetched) after; \
+                rejected \(counters["chunksRejected"]?.number ?? -1), \
+                dropped \(String(describing: counters["dropped"]))
+                """)
         }
     }
 
@@ -105,8 +113,11 @@ struct ResumeTests {
             try await joiner.waitForExit()
             let restarted = try mesh.restart("joiner")
             try await mesh.waitUntilAllSee()
-            let again = try await NodeProcess.runCommand(["get", "--data-dir", restarted.dataDirectory, id,
-                                                          "--output", output], timeout: .seconds(120))
+            let again = try await NodeProcess.runCommand(
+                [
+                    "get", "--data-dir", restarted.dataDirectory, id,
+                    "--output", output,
+                ], timeout: .seconds(120))
             #expect(again.status == 0, "\(again.stderr)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == bytes)
         }

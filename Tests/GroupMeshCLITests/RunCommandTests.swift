@@ -33,7 +33,9 @@ struct RunCommandTests {
         defer { Task { await first.cleanUp() } }
         let firstInvite = try await first.waitForLine(prefix: "invite:")
 
-        let second = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--data-dir", first.dataDirectory])
+        let second = try await NodeProcess.runCommand([
+            "run", "--listen", "127.0.0.1:0", "--data-dir", first.dataDirectory,
+        ])
         #expect(second.status != 0)
         #expect(second.stderr.contains("another groupmesh node"))
         #expect(second.stderr.split(separator: "\n").count == 1, "one readable line: \(second.stderr)")
@@ -55,22 +57,28 @@ struct RunCommandTests {
         defer { Task { await first.cleanUp() } }
         let address = try PeerAddress(parsing: try await first.waitForLine(prefix: "listening:"))
         // Another data dir, the same port: with SO_REUSEADDR this started and took part of the traffic.
-        let second = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:\(address.port)",
-                                                       "--data-dir", NodeProcess.makeTemporaryDirectory("second")])
+        let second = try await NodeProcess.runCommand([
+            "run", "--listen", "127.0.0.1:\(address.port)",
+            "--data-dir", NodeProcess.makeTemporaryDirectory("second"),
+        ])
         #expect(second.status != 0)
         #expect(second.stderr.contains("in use"), "\(second.stderr)")
         #expect(second.stderr.split(separator: "\n").count == 1, "one readable line: \(second.stderr)")
         #expect(!second.stdout.contains("listening:"))
         // The wildcard address on the same port is refused too.
-        let wildcard = try await NodeProcess.runCommand(["run", "--listen", "0.0.0.0:\(address.port)",
-                                                         "--data-dir", NodeProcess.makeTemporaryDirectory("third")])
+        let wildcard = try await NodeProcess.runCommand([
+            "run", "--listen", "0.0.0.0:\(address.port)",
+            "--data-dir", NodeProcess.makeTemporaryDirectory("third"),
+        ])
         #expect(wildcard.status != 0, "\(wildcard.stdout)")
         #expect(try await first.status().`self`.address == "\(address)")
         first.signal(SIGTERM)
         #expect(try await first.waitForExit() == 0)
     }
 
-    @Test("the UDP buffers reach 4 MiB past net.core.rmem_max when the node may raise them, and status says what they are")
+    @Test(
+        "the UDP buffers reach 4 MiB past net.core.rmem_max when the node may raise them, and status says what they are"
+    )
     func socketBuffersAreRaised() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
         defer { Task { await node.cleanUp() } }
@@ -98,7 +106,9 @@ struct RunCommandTests {
         #expect(me.candidates == [address])
     }
 
-    @Test("two nodes on loopback see each other at their own addresses: run prints `nat: none` once told, status says so, and the path is direct")
+    @Test(
+        "two nodes on loopback see each other at their own addresses: run prints `nat: none` once told, status says so, and the path is direct"
+    )
     func runPrintsTheNATOnceKnown() async throws {
         try await withProcessMesh(names: ["first", "second"], waitForMembership: false) { mesh in
             let (first, second) = (try mesh["first"], try mesh["second"])
@@ -155,8 +165,10 @@ struct RunCommandTests {
             joiner.signal(SIGTERM)
             try await joiner.waitForExit()
             let other = InviteToken(secret: .generate(), addresses: [try PeerAddress(parsing: "127.0.0.1:9")]).text
-            let refused = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite", other,
-                                                            "--data-dir", joiner.dataDirectory])
+            let refused = try await NodeProcess.runCommand([
+                "run", "--listen", "127.0.0.1:0", "--invite", other,
+                "--data-dir", joiner.dataDirectory,
+            ])
             #expect(refused.status != 0)
             #expect(refused.stderr.contains("another session"))
         }
@@ -171,27 +183,38 @@ struct RunCommandTests {
         let file = NodeProcess.makeTemporaryDirectory("invite") + "/invite.txt"
         try ("  " + invite + "\n\n").write(toFile: file, atomically: true, encoding: .utf8)
         // Readable by others, it is refused as a key file would be (it holds the session's secret).
-        let exposed = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite-file", file,
-                                                        "--data-dir", NodeProcess.makeTemporaryDirectory("exposed")])
-        #expect(exposed.status == 65 && exposed.stderr.contains("is readable by others") && exposed.stderr.contains("chmod 600 \(file)"),
-                "\(exposed.stderr)")
+        let exposed = try await NodeProcess.runCommand([
+            "run", "--listen", "127.0.0.1:0", "--invite-file", file,
+            "--data-dir", NodeProcess.makeTemporaryDirectory("exposed"),
+        ])
+        #expect(
+            exposed.status == 65 && exposed.stderr.contains("is readable by others")
+                && exposed.stderr.contains("chmod 600 \(file)"),
+            "\(exposed.stderr)")
         #expect(!exposed.stderr.contains(invite), "the secret is never quoted")
         chmod(file, 0o600)
 
         let fromFile = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite-file", file])
         nodes.append(fromFile)
-        let fromStandardInput = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite-file", "-"],
-                                                launcher: ["/bin/sh", "-c", "exec \"$0\" \"$@\" < \(file)"])
+        let fromStandardInput = try NodeProcess(
+            ["run", "--listen", "127.0.0.1:0", "--invite-file", "-"],
+            launcher: ["/bin/sh", "-c", "exec \"$0\" \"$@\" < \(file)"])
         nodes.append(fromStandardInput)
-        let fromEnvironment = try NodeProcess(["run", "--listen", "127.0.0.1:0"],
-                                              launcher: ["/usr/bin/env", "GROUPMESH_INVITE=\(invite)"])
+        let fromEnvironment = try NodeProcess(
+            ["run", "--listen", "127.0.0.1:0"],
+            launcher: ["/usr/bin/env", "GROUPMESH_INVITE=\(invite)"])
         nodes.append(fromEnvironment)
         try await nodes.waitForMesh(alive: 4, timeout: .seconds(60))
         for node in nodes.dropFirst() {
             let commandLine = (try? String(contentsOfFile: "/proc/\(node.pid)/cmdline", encoding: .utf8)) ?? ""
             #expect(!commandLine.isEmpty && !commandLine.contains(invite), "the invite is in \(commandLine)")
-            let environment = FileManager.default.contents(atPath: "/proc/\(node.pid)/environ").map { String(decoding: $0, as: UTF8.self) } ?? ""
-            #expect(!environment.isEmpty && !environment.contains(invite), "the invite stays readable in /proc/\(node.pid)/environ")
+            let environment =
+                FileManager.default.contents(atPath: "/proc/\(node.pid)/environ").map {
+                    String(decoding: $0, as: UTF8.self)
+                } ?? ""
+            #expect(
+                !environment.isEmpty && !environment.contains(invite),
+                "the invite stays readable in /proc/\(node.pid)/environ")
         }
 
         for (arguments, message) in [
@@ -199,8 +222,9 @@ struct RunCommandTests {
             (["--invite-file", NodeProcess.makeTemporaryDirectory("invite-empty")], "cannot read the invite from"),
             (["--invite", invite, "--invite-file", file], "--invite or --invite-file, not both"),
         ] {
-            let result = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0"] + arguments
-                                                          + ["--data-dir", NodeProcess.makeTemporaryDirectory("bad")])
+            let result = try await NodeProcess.runCommand(
+                ["run", "--listen", "127.0.0.1:0"] + arguments
+                    + ["--data-dir", NodeProcess.makeTemporaryDirectory("bad")])
             #expect(result.status != 0)
             #expect(result.stderr.contains(message), "\(arguments): \(result.stderr)")
             #expect(result.stderr.split(separator: "\n").count == 1, "\(arguments): \(result.stderr)")
@@ -208,37 +232,48 @@ struct RunCommandTests {
         let garbage = NodeProcess.makeTemporaryDirectory("invite-bad") + "/invite.txt"
         try "gm1AAAA\n".write(toFile: garbage, atomically: true, encoding: .utf8)
         chmod(garbage, 0o600)
-        let bad = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite-file", garbage,
-                                                    "--data-dir", NodeProcess.makeTemporaryDirectory("bad")])
+        let bad = try await NodeProcess.runCommand([
+            "run", "--listen", "127.0.0.1:0", "--invite-file", garbage,
+            "--data-dir", NodeProcess.makeTemporaryDirectory("bad"),
+        ])
         #expect(bad.status != 0)
         #expect(bad.stderr.contains(garbage + ": bad invite"), "\(bad.stderr)")
 
         // A named pipe nobody writes to: given up in one line, not a hang.
         let pipe = NodeProcess.makeTemporaryDirectory("invite-pipe") + "/invite.fifo"
         try #require(mkfifo(pipe, 0o600) == 0)
-        let silent = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite-file", pipe,
-                                                       "--data-dir", NodeProcess.makeTemporaryDirectory("bad")], timeout: .seconds(30))
-        #expect(silent.status == 65 && silent.stderr.contains("nothing was written to the named pipe"), "\(silent.stderr)")
+        let silent = try await NodeProcess.runCommand(
+            [
+                "run", "--listen", "127.0.0.1:0", "--invite-file", pipe,
+                "--data-dir", NodeProcess.makeTemporaryDirectory("bad"),
+            ], timeout: .seconds(30))
+        #expect(
+            silent.status == 65 && silent.stderr.contains("nothing was written to the named pipe"), "\(silent.stderr)")
         #expect(silent.stderr.split(separator: "\n").count == 1)
     }
 
-    @Test("bad input is one readable line and a non-zero exit", arguments: [
-        (["run", "--invite", "gm1AAAA"], "bad invite"),
-        (["run", "--invite", "hello"], "bad invite"),
-        (["run", "--listen", "nonsense"], "invalid address"),
-        (["run", "--listen", "127.0.0.1:0", "--join", "300.1.1.1:1"], "invalid address"),
-        // Numeric hosts only, as CLI.md says (getaddrinfo would take these).
-        (["run", "--listen", "0x7f.1:0"], "invalid address"),
-        (["run", "--listen", "localhost:0"], "invalid address"),
-        (["run", "--listen", "127.1:0"], "invalid address"),
-        (["run", "--listen", "127.0.0.1:65536"], "invalid address"),
-        (["run", "--name", "two\nlines", "--listen", "127.0.0.1:0"], "control characters"),
-        (["run", "--relay-budget", "20", "--listen", "127.0.0.1:0"], "is not a rate: give a number and a unit"),
-        (["run", "--relay-budget", "1KiB/s", "--listen", "127.0.0.1:0"], "must be between 64KiB/s and 100GiB/s"),
-        // A socket of one family cannot reach the other's addresses: said at start, not silence.
-        (["run", "--listen", "127.0.0.1:0", "--join", "[::1]:9"], "reachable only over IPv6 ([::1]:9)"),
-        (["run", "--listen", "[::1]:0", "--join", "127.0.0.1:9", "--join", "10.0.0.1:9"], "reachable only over IPv4"),
-    ])
+    @Test(
+        "bad input is one readable line and a non-zero exit",
+        arguments: [
+            (["run", "--invite", "gm1AAAA"], "bad invite"),
+            (["run", "--invite", "hello"], "bad invite"),
+            (["run", "--listen", "nonsense"], "invalid address"),
+            (["run", "--listen", "127.0.0.1:0", "--join", "300.1.1.1:1"], "invalid address"),
+            // Numeric hosts only, as CLI.md says (getaddrinfo would take these).
+            (["run", "--listen", "0x7f.1:0"], "invalid address"),
+            (["run", "--listen", "localhost:0"], "invalid address"),
+            (["run", "--listen", "127.1:0"], "invalid address"),
+            (["run", "--listen", "127.0.0.1:65536"], "invalid address"),
+            (["run", "--name", "two\nlines", "--listen", "127.0.0.1:0"], "control characters"),
+            (["run", "--relay-budget", "20", "--listen", "127.0.0.1:0"], "is not a rate: give a number and a unit"),
+            (["run", "--relay-budget", "1KiB/s", "--listen", "127.0.0.1:0"], "must be between 64KiB/s and 100GiB/s"),
+            // A socket of one family cannot reach the other's addresses: said at start, not silence.
+            (["run", "--listen", "127.0.0.1:0", "--join", "[::1]:9"], "reachable only over IPv6 ([::1]:9)"),
+            (
+                ["run", "--listen", "[::1]:0", "--join", "127.0.0.1:9", "--join", "10.0.0.1:9"],
+                "reachable only over IPv4"
+            ),
+        ])
     func badInput(arguments: [String], message: String) async throws {
         let directory = NodeProcess.makeTemporaryDirectory("bad")
         defer { try? FileManager.default.removeItem(atPath: directory) }

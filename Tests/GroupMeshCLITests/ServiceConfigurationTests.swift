@@ -27,8 +27,9 @@ struct ServiceConfigurationTests {
     @Test("the data dir's config.json sets listen, name, profile and relay")
     func configFileTakesEffect() async throws {
         let directory = NodeProcess.makeTemporaryDirectory("config")
-        try Self.write(#"{"listen": "127.0.0.1:0", "name": "from-file", "profile": "local", "relay": false}"#,
-                       to: directory + "/config.json")
+        try Self.write(
+            #"{"listen": "127.0.0.1:0", "name": "from-file", "profile": "local", "relay": false}"#,
+            to: directory + "/config.json")
         // No --listen, no --name: what the node does comes from the file alone.
         let node = try NodeProcess(["run"], dataDirectory: directory)
         defer { Task { await node.cleanUp() } }
@@ -63,7 +64,8 @@ struct ServiceConfigurationTests {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--relay-budget", "100Mbit"])
         defer { Task { await node.cleanUp() } }
         _ = try await node.waitForLine(prefix: "listening:")
-        let relay = try #require((try await Self.rawStatus(node)["counters"] as? [String: Any])?["relay"] as? [String: Any])
+        let relay = try #require(
+            (try await Self.rawStatus(node)["counters"] as? [String: Any])?["relay"] as? [String: Any])
         #expect(relay["budgetSetting"] as? Int == 12_500_000 && relay["budget"] as? Int == 12_500_000, "\(relay)")
         #expect(relay["enabled"] as? Bool == true && relay["measuredCapacity"] as? Int == 0, "\(relay)")
         let text = try await NodeProcess.runCommand(["status", "--data-dir", node.dataDirectory])
@@ -77,11 +79,16 @@ struct ServiceConfigurationTests {
         #expect(Self.relayEnabled(try await Self.rawStatus(off)) == false)
     }
 
-    @Test("an unknown key, malformed JSON, a wrong type, a bad value or a missing --config file: one line, exit 1, nothing started")
+    @Test(
+        "an unknown key, malformed JSON, a wrong type, a bad value or a missing --config file: one line, exit 1, nothing started"
+    )
     func badConfigFilesAreRefused() async throws {
         let cases: [(file: String, message: String)] = [
             (#"{"listen": "127.0.0.1:0", "lisen": "127.0.0.1:0"}"#, #"unknown key "lisen""#),
-            ("{\n  \"name\": \"x\"\n  \"listen\": \"127.0.0.1:0\"\n}", "is not valid JSON: Invalid value at line 3, column 3"),
+            (
+                "{\n  \"name\": \"x\"\n  \"listen\": \"127.0.0.1:0\"\n}",
+                "is not valid JSON: Invalid value at line 3, column 3"
+            ),
             (#"{"name": "x""#, "is not valid JSON"),
             (#"["listen", "127.0.0.1:0"]"#, "must hold one JSON object"),
             ("null", "must hold one JSON object"),
@@ -106,19 +113,25 @@ struct ServiceConfigurationTests {
             #expect(!result.stdout.contains("listening:"))
         }
         let missing = NodeProcess.makeTemporaryDirectory("no-config") + "/absent.json"
-        let result = try await NodeProcess.runCommand(["run", "--config", missing, "--listen", "127.0.0.1:0",
-                                                       "--data-dir", NodeProcess.makeTemporaryDirectory("bad-config")])
+        let result = try await NodeProcess.runCommand([
+            "run", "--config", missing, "--listen", "127.0.0.1:0",
+            "--data-dir", NodeProcess.makeTemporaryDirectory("bad-config"),
+        ])
         #expect(result.status == 1)
         #expect(result.stderr.contains(missing) && result.stderr.contains("No such file"), "\(result.stderr)")
         #expect(result.stderr.split(separator: "\n").count == 1, "one line: \(result.stderr)")
         let directory = NodeProcess.makeTemporaryDirectory("config-directory")
-        let notAFile = try await NodeProcess.runCommand(["run", "--config", directory, "--listen", "127.0.0.1:0",
-                                                         "--data-dir", NodeProcess.makeTemporaryDirectory("bad-config")])
+        let notAFile = try await NodeProcess.runCommand([
+            "run", "--config", directory, "--listen", "127.0.0.1:0",
+            "--data-dir", NodeProcess.makeTemporaryDirectory("bad-config"),
+        ])
         #expect(notAFile.status == 1)
         #expect(notAFile.stderr.contains("\(directory) is a directory"), "\(notAFile.stderr)")
     }
 
-    @Test("the invite in $CREDENTIALS_DIRECTORY/groupmesh-invite joins, before $GROUPMESH_INVITE; a bad one names the file")
+    @Test(
+        "the invite in $CREDENTIALS_DIRECTORY/groupmesh-invite joins, before $GROUPMESH_INVITE; a bad one names the file"
+    )
     func credentialInviteJoins() async throws {
         let inviter = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "inviter"])
         var nodes = [inviter]
@@ -129,9 +142,12 @@ struct ServiceConfigurationTests {
         try Self.write(invite + "\n", to: credentials + "/groupmesh-invite")
 
         // Were the environment read first, this invite (not one) would stop the node.
-        let joiner = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "joiner"],
-                                     launcher: ["/usr/bin/env", "CREDENTIALS_DIRECTORY=\(credentials)",
-                                                "GROUPMESH_INVITE=not-an-invite"])
+        let joiner = try NodeProcess(
+            ["run", "--listen", "127.0.0.1:0", "--name", "joiner"],
+            launcher: [
+                "/usr/bin/env", "CREDENTIALS_DIRECTORY=\(credentials)",
+                "GROUPMESH_INVITE=not-an-invite",
+            ])
         nodes.append(joiner)
         try await nodes.waitForMesh(alive: 2, timeout: .seconds(60))
         #expect(try await joiner.status().`self`.session == inviter.status().`self`.session)
@@ -139,10 +155,12 @@ struct ServiceConfigurationTests {
         let bad = NodeProcess.makeTemporaryDirectory("credentials-bad")
         defer { try? FileManager.default.removeItem(atPath: bad) }
         try Self.write("gm1-not-a-token\n", to: bad + "/groupmesh-invite")
-        let refused = try ChildProcess.run("/usr/bin/env", [
-            "CREDENTIALS_DIRECTORY=\(bad)", NodeProcess.executable, "run", "--listen", "127.0.0.1:0",
-            "--data-dir", NodeProcess.makeTemporaryDirectory("credentials-refused"),
-        ])
+        let refused = try ChildProcess.run(
+            "/usr/bin/env",
+            [
+                "CREDENTIALS_DIRECTORY=\(bad)", NodeProcess.executable, "run", "--listen", "127.0.0.1:0",
+                "--data-dir", NodeProcess.makeTemporaryDirectory("credentials-refused"),
+            ])
         #expect(refused.status == 65, "a bad invite is bad input")
         #expect(refused.stderr.contains(bad + "/groupmesh-invite"), "\(refused.stderr)")
         #expect(refused.stderr.split(separator: "\n").count == 1, "one line: \(refused.stderr)")

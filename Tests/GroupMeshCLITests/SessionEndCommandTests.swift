@@ -7,7 +7,9 @@ import Testing
 /// that was down during the end learns it when a data dir that knows is started again.
 @Suite("end with real processes", .serialized)
 struct SessionEndCommandTests {
-    @Test("end on one member: all three exit 0 saying so; every data dir then refuses to start, and tells a member that was down")
+    @Test(
+        "end on one member: all three exit 0 saying so; every data dir then refuses to start, and tells a member that was down"
+    )
     func endForEveryone() async throws {
         try await withProcessMesh(names: ["alice", "bob", "carol", "dave"]) { mesh in
             let alice = try mesh["alice"], dave = try mesh["dave"]
@@ -26,23 +28,29 @@ struct SessionEndCommandTests {
                 #expect(try await node.waitForExit() == 0, "\(node.stderr)")
             }
             for node in nodes.dropFirst() {
-                #expect(node.stdout.contains("ended: the session was ended by alice (\(aliceID.prefix(12)))"),
-                        "\(node.stdout)")
+                #expect(
+                    node.stdout.contains("ended: the session was ended by alice (\(aliceID.prefix(12)))"),
+                    "\(node.stdout)")
             }
             // Back on its old address after everyone left: it runs alone, as before.
             let daveAgain = try mesh.restart("dave", listen: daveAddress)
             _ = try await daveAgain.waitForStatus(timeout: .seconds(30), "dave runs again") { _ in true }
             for node in nodes {
-                let again = try await NodeProcess.runCommand(["run", "--listen", "127.0.0.1:0", "--invite", mesh.invite,
-                                                              "--data-dir", node.dataDirectory], timeout: .seconds(20))
+                let again = try await NodeProcess.runCommand(
+                    [
+                        "run", "--listen", "127.0.0.1:0", "--invite", mesh.invite,
+                        "--data-dir", node.dataDirectory,
+                    ], timeout: .seconds(20))
                 #expect(again.status == 69, "\(again.stdout)")
-                #expect(again.stderr.contains("was ended by \(aliceID.prefix(12)); its invites no longer work"),
-                        "\(again.stderr)")
+                #expect(
+                    again.stderr.contains("was ended by \(aliceID.prefix(12)); its invites no longer work"),
+                    "\(again.stderr)")
             }
             // Each refusing start told the members it remembers, dave among them: it leaves, saying so.
             #expect(try await daveAgain.waitForExit(timeout: .seconds(10)) == 0, "\(daveAgain.stderr)")
-            #expect(daveAgain.stdout.contains("ended: the session was ended by alice (\(aliceID.prefix(12)))"),
-                    "\(daveAgain.stdout)")
+            #expect(
+                daveAgain.stdout.contains("ended: the session was ended by alice (\(aliceID.prefix(12)))"),
+                "\(daveAgain.stdout)")
         }
     }
 }

@@ -14,7 +14,8 @@ struct SessionOffersProcessTests {
         let host = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "host"])
         defer { Task { await host.cleanUp() } }
         let invite = try await host.waitForLine(prefix: "invite:")
-        let listener = try NodeProcess(["listen", "--json"], dataDirectory: host.dataDirectory, ownsDataDirectory: false)
+        let listener = try NodeProcess(
+            ["listen", "--json"], dataDirectory: host.dataDirectory, ownsDataDirectory: false)
         defer { Task { await listener.cleanUp(removeData: false) } }
         _ = try await listener.waitForLine(prefix: "ready", onStderr: true)
 
@@ -57,11 +58,15 @@ struct SessionOffersProcessTests {
                 return heard?.fromName == "app" && heard?.text == "hello from the app"
             }
         }
-        let reply = try await NodeProcess.runCommand(["send", "--data-dir", host.dataDirectory, "--to", "app", "hello, app"])
+        let reply = try await NodeProcess.runCommand([
+            "send", "--data-dir", host.dataDirectory, "--to", "app", "hello, app",
+        ])
         #expect(reply.status == 0, "\(reply.stderr)")
         let heardByApp = try await withThrowingTaskGroup(of: String?.self) { group in
             group.addTask { try await app.value }
-            group.addTask { try await Task.sleep(for: .seconds(30)); return nil }
+            group.addTask {
+                try await Task.sleep(for: .seconds(30)); return nil
+            }
             let first = try await group.next() ?? nil
             group.cancelAll()
             return first

@@ -20,7 +20,8 @@ struct StorageFailureTests {
         return try writeRandomFile(path, size: size, using: &random)
     }
 
-    static func attach(_ file: String, on node: NodeProcess) async throws -> (status: Int32, id: String, stderr: String) {
+    static func attach(_ file: String, on node: NodeProcess) async throws -> (status: Int32, id: String, stderr: String)
+    {
         let result = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, file])
         return (result.status, result.stdout.trimmingCharacters(in: .whitespacesAndNewlines), result.stderr)
     }
@@ -40,7 +41,8 @@ struct StorageFailureTests {
     static func withSmallDisk(_ size: String, _ body: (String) async throws -> Void) async throws {
         let mountPoint = NodeProcess.makeTemporaryDirectory("small-disk")
         defer { try? FileManager.default.removeItem(atPath: mountPoint) }
-        try #require(run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", mountPoint]) == 0, "mount tmpfs failed")
+        try #require(
+            run("/bin/mount", ["-t", "tmpfs", "-o", "size=\(size)", "tmpfs", mountPoint]) == 0, "mount tmpfs failed")
         defer { _ = run("/bin/umount", ["-l", mountPoint]) }
         try await body(mountPoint)
     }
@@ -50,7 +52,9 @@ struct StorageFailureTests {
         _ = node.process.waitUntilExit()
     }
 
-    @Test("a journal write that fails changes nothing: attach is refused in one line, the listing and a restart show only what was acknowledged")
+    @Test(
+        "a journal write that fails changes nothing: attach is refused in one line, the listing and a restart show only what was acknowledged"
+    )
     func failedJournalWriteChangesNothing() async throws {
         let files = NodeProcess.makeTemporaryDirectory("storage-files")
         defer { try? FileManager.default.removeItem(atPath: files) }
@@ -86,8 +90,9 @@ struct StorageFailureTests {
         #expect(try await Self.listed(node) == [first.id, third.id])
     }
 
-    @Test("a full disk: attach, get and a journal append are refused in one line; nothing stored is lost or left half-made, through a restart",
-          .enabled(if: getuid() == 0, "needs root to mount a small tmpfs; skipped"))
+    @Test(
+        "a full disk: attach, get and a journal append are refused in one line; nothing stored is lost or left half-made, through a restart",
+        .enabled(if: getuid() == 0, "needs root to mount a small tmpfs; skipped"))
     func fullDisk() async throws {
         let files = NodeProcess.makeTemporaryDirectory("storage-files")
         defer { try? FileManager.default.removeItem(atPath: files) }
@@ -107,31 +112,42 @@ struct StorageFailureTests {
             #expect(refused.status != 0)
             #expect(refused.stderr.contains("no space left"), "\(refused.stderr)")
             #expect(refused.stderr.split(separator: "\n").count == 1, "\(refused.stderr)")
-            #expect(Self.freeBytes(mountPoint) + 64 * 1024 >= freeBefore,
-                    "the refused attach kept \(freeBefore - Self.freeBytes(mountPoint)) bytes")
+            #expect(
+                Self.freeBytes(mountPoint) + 64 * 1024 >= freeBefore,
+                "the refused attach kept \(freeBefore - Self.freeBytes(mountPoint)) bytes")
             #expect(try await Self.listed(node) == [first.id])
 
             // The disk filled by someone else: get's output and a journal append fail cleanly.
             let filler = mountPoint + "/filler"
             Self.fill(filler, upTo: 8 << 20)
             let output = mountPoint + "/out.bin"
-            let get = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, first.id, "--output", output])
+            let get = try await NodeProcess.runCommand([
+                "get", "--data-dir", node.dataDirectory, first.id, "--output", output,
+            ])
             #expect(get.status != 0)
             #expect(get.stderr.split(separator: "\n").last?.contains("no space left") == true, "\(get.stderr)")
-            let leftovers = try FileManager.default.contentsOfDirectory(atPath: mountPoint).filter { $0.hasPrefix("out.bin") }
+            let leftovers = try FileManager.default.contentsOfDirectory(atPath: mountPoint).filter {
+                $0.hasPrefix("out.bin")
+            }
             #expect(leftovers.isEmpty, "a partial output was left: \(leftovers)")
             // The same file again, with 60 KB of metadata: its chunks are there, its journal record does not fit.
             let metadata = #"{"note":""# + String(repeating: "x", count: 60_000) + #""}"#
-            let again = try await NodeProcess.runCommand(["attach", "--data-dir", node.dataDirectory, "\(files)/small.bin",
-                                                          "--metadata", metadata])
+            let again = try await NodeProcess.runCommand([
+                "attach", "--data-dir", node.dataDirectory, "\(files)/small.bin",
+                "--metadata", metadata,
+            ])
             #expect(again.status != 0)
             #expect(again.stderr.contains("no space left") && again.stderr.contains("journal.log"), "\(again.stderr)")
             try FileManager.default.removeItem(atPath: filler)
 
             let second = try await Self.attach("\(files)/medium.bin", on: node)
-            #expect(second.status == 0, "fits once the refused attach gave its space back: \(second.stderr)\n\(Self.usage(mountPoint))")
+            #expect(
+                second.status == 0,
+                "fits once the refused attach gave its space back: \(second.stderr)\n\(Self.usage(mountPoint))")
             let copy = files + "/out.bin"
-            let fetched = try await NodeProcess.runCommand(["get", "--data-dir", node.dataDirectory, first.id, "--output", copy])
+            let fetched = try await NodeProcess.runCommand([
+                "get", "--data-dir", node.dataDirectory, first.id, "--output", copy,
+            ])
             #expect(fetched.status == 0, "\(fetched.stderr)")
             #expect(try Data(contentsOf: URL(fileURLWithPath: copy)) == small)
 
@@ -141,8 +157,9 @@ struct StorageFailureTests {
         }
     }
 
-    @Test("a fetch into a full disk: get fails in one line saying so (not 'unavailable'), and the node goes on",
-          .enabled(if: getuid() == 0, "needs root to mount a small tmpfs; skipped"))
+    @Test(
+        "a fetch into a full disk: get fails in one line saying so (not 'unavailable'), and the node goes on",
+        .enabled(if: getuid() == 0, "needs root to mount a small tmpfs; skipped"))
     func fetchIntoFullDisk() async throws {
         let files = NodeProcess.makeTemporaryDirectory("storage-files")
         defer { try? FileManager.default.removeItem(atPath: files) }
@@ -158,14 +175,17 @@ struct StorageFailureTests {
                 try await waitUntil("the joiner lists it") { try await Self.listed(joiner) == [attached.id] }
 
                 let started = ContinuousClock.now
-                let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, attached.id,
-                                                            "--output", files + "/out.bin"])
+                let get = try await NodeProcess.runCommand([
+                    "get", "--data-dir", joiner.dataDirectory, attached.id,
+                    "--output", files + "/out.bin",
+                ])
                 #expect(get.status != 0)
                 // Progress lines (`get: 3/12 chunks …`) may come first; the error is the one last line.
                 let lines = get.stderr.split(separator: "\n")
                 #expect(lines.last?.contains("no space left") == true, "\(get.stderr)")
-                #expect(lines.dropLast().allSatisfy { $0.hasPrefix("get: ") && $0.contains(" chunks") },
-                        "\(get.stderr)")
+                #expect(
+                    lines.dropLast().allSatisfy { $0.hasPrefix("get: ") && $0.contains(" chunks") },
+                    "\(get.stderr)")
                 #expect(ContinuousClock.now - started < .seconds(8), "waited out the unavailable timeout instead")
                 #expect(!FileManager.default.fileExists(atPath: files + "/out.bin"))
                 #expect(try await Self.listed(joiner) == [attached.id], "the node goes on")
@@ -245,7 +265,9 @@ struct DamagedChunkTests {
         return flipped
     }
 
-    @Test("one flipped byte in a pack: get fetches the damaged chunk again from the member that has it, and the attachment outlives that member")
+    @Test(
+        "one flipped byte in a pack: get fetches the damaged chunk again from the member that has it, and the attachment outlives that member"
+    )
     func aDamagedChunkIsFetchedAgain() async throws {
         let files = NodeProcess.makeTemporaryDirectory("damaged-files")
         defer { try? FileManager.default.removeItem(atPath: files) }
@@ -265,19 +287,24 @@ struct DamagedChunkTests {
             bob = try mesh.restart("bob", arguments: ["--name", "bob"])
             try await mesh.waitUntilAllSee()
 
-            let get = try await NodeProcess.runCommand(["get", "--data-dir", bob.dataDirectory, attached.id,
-                                                        "--output", files + "/first.bin"])
+            let get = try await NodeProcess.runCommand([
+                "get", "--data-dir", bob.dataDirectory, attached.id,
+                "--output", files + "/first.bin",
+            ])
             #expect(get.status == 0, "\(get.stderr)")
-            #expect(FileManager.default.contents(atPath: files + "/first.bin") == original,
-                    "the file got is not the one attached")
+            #expect(
+                FileManager.default.contents(atPath: files + "/first.bin") == original,
+                "the file got is not the one attached")
             try await waitUntil("bob holds it whole again", timeout: .seconds(30)) {
                 try await Self.held(bob).first.map { $0.chunksHave == $0.chunks } ?? false
             }
             // Alice leaves: bob, the only holder now, still has every chunk, verified.
             alice.signal(SIGTERM)
             try await alice.waitForExit()
-            let again = try await NodeProcess.runCommand(["get", "--data-dir", bob.dataDirectory, attached.id,
-                                                          "--output", files + "/second.bin"])
+            let again = try await NodeProcess.runCommand([
+                "get", "--data-dir", bob.dataDirectory, attached.id,
+                "--output", files + "/second.bin",
+            ])
             #expect(again.status == 0, "\(again.stderr)")
             #expect(FileManager.default.contents(atPath: files + "/second.bin") == original)
         }

@@ -7,8 +7,9 @@ import Testing
 /// later, never earlier.
 @Suite("WAN link emulator (network namespaces)", .serialized)
 struct WANLinkTests {
-    @Test("a 60 ms link delays every round trip by at least 48 ms, and tearDown removes it",
-          .enabled(if: WANLink.isAvailable, Comment(rawValue: WANLink.unavailableReason ?? "")))
+    @Test(
+        "a 60 ms link delays every round trip by at least 48 ms, and tearDown removes it",
+        .enabled(if: WANLink.isAvailable, Comment(rawValue: WANLink.unavailableReason ?? "")))
     func delay() throws {
         let lab = try NamespaceLab(hostCount: 2)
         defer { lab.tearDown() }
@@ -21,16 +22,18 @@ struct WANLinkTests {
         }
         #expect(rtts.allSatisfy { $0 >= 0.8 * 60 }, "round trips \(rtts) ms through a 60 ms link")
         link.tearDown()
-        #expect(link.emulatorSummary?.contains("packets") == true && link.emulatorMeanLateMilliseconds != nil,
-                "\(link.emulatorSummary ?? "no summary")")
+        #expect(
+            link.emulatorSummary?.contains("packets") == true && link.emulatorMeanLateMilliseconds != nil,
+            "\(link.emulatorSummary ?? "no summary")")
         // Without the link the same probes come back at once (the best of 8: robust under load).
         var direct: [Double] = []
         for sequence in 100..<108 { if let rtt = probes.roundTrip(sequence) { direct.append(rtt) } }
         #expect((direct.min() ?? .infinity) < 40, "round trips \(direct) ms after tearDown")
     }
 
-    @Test("50% random loss each way drops about half of 200 datagrams",
-          .enabled(if: WANLink.isAvailable, Comment(rawValue: WANLink.unavailableReason ?? "")))
+    @Test(
+        "50% random loss each way drops about half of 200 datagrams",
+        .enabled(if: WANLink.isAvailable, Comment(rawValue: WANLink.unavailableReason ?? "")))
     func loss() throws {
         let lab = try NamespaceLab(hostCount: 2)
         defer { lab.tearDown() }
@@ -47,15 +50,19 @@ struct WANLinkTests {
         #expect((60...140).contains(arrived.count), "\(arrived.count) of 200 datagrams crossed the link")
     }
 
-    @Test("a 4 Mbit/s cap with a 300 ms queue spreads a 100 KiB burst over at least 0.15 s",
-          .enabled(if: WANLink.isAvailable, Comment(rawValue: WANLink.unavailableReason ?? "")))
+    @Test(
+        "a 4 Mbit/s cap with a 300 ms queue spreads a 100 KiB burst over at least 0.15 s",
+        .enabled(if: WANLink.isAvailable, Comment(rawValue: WANLink.unavailableReason ?? "")))
     func rateCap() throws {
         let lab = try NamespaceLab(hostCount: 2)
         defer { lab.tearDown() }
         let probes = try Probes(lab: lab)
         defer { probes.close() }
-        let link = try WANLink(lab: lab, host: 1, profile: .init(roundTripMilliseconds: 0, rateMbit: 4,
-                                                                 queue: .milliseconds(300)))
+        let link = try WANLink(
+            lab: lab, host: 1,
+            profile: .init(
+                roundTripMilliseconds: 0, rateMbit: 4,
+                queue: .milliseconds(300)))
         defer { link.tearDown() }
         // 85 datagrams of 1,200 B: 0.21 s at 4 Mbit/s (the bucket lets 8 KiB through at once), all
         // of it within the queue, so none is lost.

@@ -53,20 +53,27 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: path) }
         let authority = Ed25519Authority(identity: NodeIdentity.generate())
         let content = SHA256Digest.hashing([1, 2, 3])
-        let legacy = JournalOperation(kind: .add, attachmentID: nil, attachment: content, author: authority.signingKey,
-                                      clock: 1, size: 3, chunkCount: 1, metadata: Array("old".utf8)).signed(by: authority)
-        let current = JournalOperation(kind: .add, attachmentID: AttachmentID(high: 5, low: 5), attachment: content,
-                                       author: authority.signingKey, clock: 2, size: 3, chunkCount: 1).signed(by: authority)
+        let legacy = JournalOperation(
+            kind: .add, attachmentID: nil, attachment: content, author: authority.signingKey,
+            clock: 1, size: 3, chunkCount: 1, metadata: Array("old".utf8)
+        ).signed(by: authority)
+        let current = JournalOperation(
+            kind: .add, attachmentID: AttachmentID(high: 5, low: 5), attachment: content,
+            author: authority.signingKey, clock: 2, size: 3, chunkCount: 1
+        ).signed(by: authority)
         try await store.appendOperations([legacy, current])
         let restored = await store.restore(epochs: KeyEpochs(origin: SessionSecret.generate()), remembered: .init())
         #expect(restored.logIsWhole && restored.operations == [legacy, current])
         var state = JournalState()
         for operation in restored.operations { state.apply(operation, authority: authority) }
-        #expect(state.attachments.map(\.id) == [AttachmentID(legacyContent: content), AttachmentID(high: 5, low: 5)].sorted())
+        #expect(
+            state.attachments.map(\.id)
+                == [AttachmentID(legacyContent: content), AttachmentID(high: 5, low: 5)].sorted())
         #expect(state.attachments.allSatisfy { $0.content == content })
     }
 
-    @Test("start-up collection runs only on a journal log read whole: missing is empty, unreadable or undecodable is not")
+    @Test(
+        "start-up collection runs only on a journal log read whole: missing is empty, unreadable or undecodable is not")
     func logIsWholeOnlyWhenRead() async throws {
         let (store, path) = try Self.store()
         defer { try? FileManager.default.removeItem(atPath: path) }
@@ -74,8 +81,9 @@ import Testing
         #expect(await store.restore(epochs: epochs, remembered: .init()).logIsWhole, "no log yet: an empty journal")
         let identity = NodeIdentity.generate()
         let state = JournalState()
-        let add = state.makeAdd(AttachmentID(high: 1, low: 2), content: SHA256Digest.hashing([1]), size: 1, chunkCount: 1, metadata: [],
-                                authority: Ed25519Authority(identity: identity))
+        let add = state.makeAdd(
+            AttachmentID(high: 1, low: 2), content: SHA256Digest.hashing([1]), size: 1, chunkCount: 1, metadata: [],
+            authority: Ed25519Authority(identity: identity))
         try await store.appendOperations([add])
         #expect(await store.restore(epochs: epochs, remembered: .init()).logIsWhole)
         // A record that does not decode (not a torn tail: another record follows it).
@@ -102,17 +110,21 @@ import Testing
         let (source, path) = try AttachmentStoreTests.store()
         defer { try? FileManager.default.removeItem(atPath: path) }
         let first = AttachmentStoreTests.payload(7, count: 1024)
-        let bytes = first + AttachmentStoreTests.payload(8, count: 1024) + first + AttachmentStoreTests.payload(9, count: 500)
+        let bytes =
+            first + AttachmentStoreTests.payload(8, count: 1024) + first + AttachmentStoreTests.payload(9, count: 500)
         let manifest = try await source.ingest(bytes, limit: 1 << 20, chunkSize: 1024)
         let pieces = stride(from: 0, to: bytes.count, by: 1024).map { Array(bytes[$0..<min(bytes.count, $0 + 1024)]) }
         return (manifest, bytes, pieces)
     }
 
     static func stored(_ chunk: [UInt8], in store: AttachmentStore) async -> Bool {
-        await store.execute(.writeChunk(chunk, expected: SHA256Digest.hashing(chunk))) == .success(.written(stored: true))
+        await store.execute(.writeChunk(chunk, expected: SHA256Digest.hashing(chunk)))
+            == .success(.written(stored: true))
     }
 
-    @Test("what was held is written at prepare, each chunk as it is stored (at every offset it stands at), the rest at the end; the file appears only complete")
+    @Test(
+        "what was held is written at prepare, each chunk as it is stored (at every offset it stands at), the rest at the end; the file appears only complete"
+    )
     func writtenAsChunksArrive() async throws {
         let (manifest, bytes, pieces) = try await Self.attachment()
         let (store, path) = try AttachmentStoreTests.store()
@@ -141,7 +153,9 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: partial))
     }
 
-    @Test("an export given up is not renamed into place, prepared or not; a later export of the path is not given up; without replace a file there is kept")
+    @Test(
+        "an export given up is not renamed into place, prepared or not; a later export of the path is not given up; without replace a file there is kept"
+    )
     func givenUpAndKept() async throws {
         let (manifest, bytes, pieces) = try await Self.attachment()
         let (store, path) = try AttachmentStoreTests.store()
@@ -149,13 +163,19 @@ import Testing
         for piece in Set(pieces.map { $0 }) { try await store.write(piece, expected: SHA256Digest.hashing(piece)) }
         let output = path + "/out.bin"
         for prepared in [false, true] {
-            if prepared { #expect(await store.execute(.prepareExport(manifest, to: .file(path: output))) == .success(.done)) }
+            if prepared {
+                #expect(await store.execute(.prepareExport(manifest, to: .file(path: output))) == .success(.done))
+            }
             store.cancelledExports.insert(output)
             let exported = await store.execute(.export(manifest, to: .file(path: output)))
             #expect(exported != .success(.exported(nil)), "prepared: \(prepared)")
-            #expect(!FileManager.default.fileExists(atPath: output) && !FileManager.default.fileExists(atPath: output + ".groupmesh-partial"))
+            #expect(
+                !FileManager.default.fileExists(atPath: output)
+                    && !FileManager.default.fileExists(atPath: output + ".groupmesh-partial"))
         }
-        #expect(await store.execute(.export(manifest, to: .file(path: output))) == .success(.exported(nil)), "the cancel was taken once")
+        #expect(
+            await store.execute(.export(manifest, to: .file(path: output))) == .success(.exported(nil)),
+            "the cancel was taken once")
         #expect(try [UInt8](Data(contentsOf: URL(fileURLWithPath: output))) == bytes)
         try Data("mine".utf8).write(to: URL(fileURLWithPath: output))
         let kept = await store.execute(.export(manifest, to: .file(path: output, replace: false)))
@@ -163,7 +183,9 @@ import Testing
         #expect(try Data(contentsOf: URL(fileURLWithPath: output)) == Data("mine".utf8))
     }
 
-    @Test("chunks on the 4 KiB grid (written around the page cache where the file system allows) and a short last one: the file holds exactly the attachment")
+    @Test(
+        "chunks on the 4 KiB grid (written around the page cache where the file system allows) and a short last one: the file holds exactly the attachment"
+    )
     func gridSizedChunks() async throws {
         let (source, sourcePath) = try AttachmentStoreTests.store()
         defer { try? FileManager.default.removeItem(atPath: sourcePath) }
@@ -182,7 +204,9 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: output + ".groupmesh-partial"))
     }
 
-    @Test("a cancelled export leaves nothing behind; one prepared for other content is discarded and the right bytes written")
+    @Test(
+        "a cancelled export leaves nothing behind; one prepared for other content is discarded and the right bytes written"
+    )
     func cancelledAndMismatched() async throws {
         let (manifest, bytes, pieces) = try await Self.attachment()
         let (store, path) = try AttachmentStoreTests.store()

@@ -28,7 +28,9 @@ import Testing
     }
 
     @Test func realAnswersStillDecode() throws {
-        #expect(try ControlClient.decode(Data(#"{"ok":false,"error":"no such attachment"}"#.utf8)) == .failure("no such attachment"))
+        #expect(
+            try ControlClient.decode(Data(#"{"ok":false,"error":"no such attachment"}"#.utf8))
+                == .failure("no such attachment"))
         #expect(try ControlClient.decode(Data(#"{"ok":true,"invite":"gm1x"}"#.utf8)) == .invite("gm1x"))
     }
 }

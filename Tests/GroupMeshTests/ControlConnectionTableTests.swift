@@ -11,8 +11,8 @@ struct ControlConnectionTableTests {
         let a = table.admit(now: .seconds(0)).id
         let b = table.admit(now: .seconds(1)).id
         let c = table.admit(now: .seconds(2)).id
-        table.requestStarted(a, now: .seconds(3))   // a waits for an answer (a get): busy
-        table.subscribed(b)                         // b listens: busy
+        table.requestStarted(a, now: .seconds(3))  // a waits for an answer (a get): busy
+        table.subscribed(b)  // b listens: busy
         let d = table.admit(now: .seconds(4))
         #expect(d.admission == .admittedEvicting(c))
         #expect(table.count == 3)

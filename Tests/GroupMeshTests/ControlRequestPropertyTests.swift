@@ -21,13 +21,17 @@ import Testing
         case 0: return .status
         case 1: return .invite
         case 2: return .leave(now: rng.next() % 2 == 0)
-        case 3: return .send(body: Self.bytes(Int(rng.next() % 40), using: &rng),
-                             to: rng.next() % 3 == 0 ? ["bob", "a1b2"] : [], unreliable: rng.next() % 2 == 0)
+        case 3:
+            return .send(
+                body: Self.bytes(Int(rng.next() % 40), using: &rng),
+                to: rng.next() % 3 == 0 ? ["bob", "a1b2"] : [], unreliable: rng.next() % 2 == 0)
         case 4: return .listen
         case 5: return .attach(path: path, metadata: rng.next() % 2 == 0 ? "{\"a\": 1}" : nil)
         case 6: return .attachments
-        case 7: return .get(attachment: id, path: path, mode: rng.next() % 2 == 0 ? nil : UInt32(rng.next() % 0o1000),
-                            replace: rng.next() % 2 == 0)
+        case 7:
+            return .get(
+                attachment: id, path: path, mode: rng.next() % 2 == 0 ? nil : UInt32(rng.next() % 0o1000),
+                replace: rng.next() % 2 == 0)
         case 8: return .remove(attachment: id)
         case 9: return .end
         case 10: return .ping(id)
@@ -89,7 +93,10 @@ import Testing
     @Test("lines that are not requests are malformed; a line over 1 MiB closes the connection")
     func malformedAndOversized() {
         var reader = ControlRequestReader()
-        let lines = ["", "{", "[]", "null", "{\"command\": \"fly\"}", "{\"command\": 7}", "\u{0}\u{0}", "{\"command\": \"status\"} x"]
+        let lines = [
+            "", "{", "[]", "null", "{\"command\": \"fly\"}", "{\"command\": 7}", "\u{0}\u{0}",
+            "{\"command\": \"status\"} x",
+        ]
         let items = reader.feed(Array(lines.joined(separator: "\n").utf8) + [UInt8(ascii: "\n")])
         #expect(items == Array(repeating: .malformed, count: lines.count))
         #expect(reader.feed(Array("{\"command\":\"status\"}\n".utf8)) == [.request(.status)])

@@ -3,7 +3,9 @@ import GroupMesh
 import Testing
 
 @Suite struct DataDirectoryTests {
-    @Test("the node's own files, and anything in its chunk store, are recognised through links and '..'; other files are not")
+    @Test(
+        "the node's own files, and anything in its chunk store, are recognised through links and '..'; other files are not"
+    )
     func ownsFile() throws {
         let root = NSTemporaryDirectory() + "groupmesh-dd-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: root) }
@@ -13,13 +15,17 @@ import Testing
         try FileManager.default.createDirectory(atPath: directory.chunksPath + "/ab", withIntermediateDirectories: true)
         try FileManager.default.createSymbolicLink(atPath: root + "/link", withDestinationPath: directory.path)
 
-        for own in [directory.journalPath, directory.identityPath, directory.sessionSecretPath, directory.epochsPath,
-                    directory.membersPath, directory.controlSocketPath, directory.chunksPath,
-                    directory.chunksPath + "/ab/abcdef", root + "/link/journal.log", directory.chunksPath + "/../session.key"] {
+        for own in [
+            directory.journalPath, directory.identityPath, directory.sessionSecretPath, directory.epochsPath,
+            directory.membersPath, directory.controlSocketPath, directory.chunksPath,
+            directory.chunksPath + "/ab/abcdef", root + "/link/journal.log", directory.chunksPath + "/../session.key",
+        ] {
             #expect(directory.ownsFile(own), "\(own)")
         }
-        for other in [directory.path + "/out.bin", root + "/journal.log", root + "/link/out.bin", "/tmp/x", "relative.bin",
-                      root + "/missing-dir/journal.log"] {
+        for other in [
+            directory.path + "/out.bin", root + "/journal.log", root + "/link/out.bin", "/tmp/x", "relative.bin",
+            root + "/missing-dir/journal.log",
+        ] {
             #expect(!directory.ownsFile(other), "\(other)")
         }
     }
@@ -44,7 +50,8 @@ import Testing
         var info = stat()
         #expect(stat(root, &info) == 0)
         #expect(info.st_mode & 0o777 == 0o755, "its mode was changed")
-        #expect((try? FileManager.default.contentsOfDirectory(atPath: root))?.isEmpty == true, "files were written in it")
+        #expect(
+            (try? FileManager.default.contentsOfDirectory(atPath: root))?.isEmpty == true, "files were written in it")
         // Its owner may.
         #expect(chown(root, 0, 0) == 0)
         try DataDirectory(path: root).prepare()

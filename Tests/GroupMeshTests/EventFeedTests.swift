@@ -12,15 +12,18 @@ struct EventFeedTests {
 
     static func member(_ index: UInt8, _ status: MemberStatus, incarnation: UInt64 = 1) -> Member {
         let identity = try! NodeIdentity(seed: [UInt8](repeating: index, count: 32))  // safe: 32 bytes
-        let record = MemberRecord(signingKey: identity.publicKey, name: "m\(index)",
-                                  addresses: [PeerAddress(ipv4: [127, 0, 0, 1], port: 4000 + UInt16(index))],
-                                  incarnation: incarnation, bootID: 1, ephemeralKey: [UInt8](repeating: 0, count: 32))
-        return Member(record: record, status: status, incarnation: incarnation, lastChange: .zero, rtt: nil, suspicion: nil)
+        let record = MemberRecord(
+            signingKey: identity.publicKey, name: "m\(index)",
+            addresses: [PeerAddress(ipv4: [127, 0, 0, 1], port: 4000 + UInt16(index))],
+            incarnation: incarnation, bootID: 1, ephemeralKey: [UInt8](repeating: 0, count: 32))
+        return Member(
+            record: record, status: status, incarnation: incarnation, lastChange: .zero, rtt: nil, suspicion: nil)
     }
 
     static func entry(_ id: UInt64, content: UInt8 = 1) -> AttachmentEntry {
-        AttachmentEntry(id: AttachmentID(high: id, low: id), content: SHA256Digest.hashing([content]), size: 10,
-                        chunkCount: 1, metadata: [], addedBy: NodeID(high: 1, low: 1), clock: 1)
+        AttachmentEntry(
+            id: AttachmentID(high: id, low: id), content: SHA256Digest.hashing([content]), size: 10,
+            chunkCount: 1, metadata: [], addedBy: NodeID(high: 1, low: 1), clock: 1)
     }
 
     @Test("member changes: joined, suspect, a refuted suspicion says nothing, dead, rejoined, left; removed once")
@@ -28,18 +31,23 @@ struct EventFeedTests {
         var feed = EventFeed()
         feed.start(session: SessionID(value: 1), removed: [])
         var kinds: [MeshEvent.Kind] = []
-        for (status, incarnation) in [(MemberStatus.alive, 1), (.suspect, 1), (.alive, 2), (.suspect, 2), (.dead, 2),
-                                      (.alive, 3), (.left, 3)] as [(MemberStatus, UInt64)] {
+        for (status, incarnation) in [
+            (MemberStatus.alive, 1), (.suspect, 1), (.alive, 2), (.suspect, 2), (.dead, 2),
+            (.alive, 3), (.left, 3),
+        ] as [(MemberStatus, UInt64)] {
             kinds += feed.memberChanged(Self.member(1, status, incarnation: incarnation), now: Self.now).map(\.type)
         }
         #expect(kinds == [.memberJoined, .memberSuspect, .memberSuspect, .memberDead, .memberRejoined, .memberLeft])
-        let removal = feed.epochChanged(SessionID(value: 2), removed: [Self.member(2, .alive).id],
-                                        members: [Self.member(2, .alive)], time: Self.now)
+        let removal = feed.epochChanged(
+            SessionID(value: 2), removed: [Self.member(2, .alive).id],
+            members: [Self.member(2, .alive)], time: Self.now)
         #expect(removal.map(\.type) == [.keyEpochChanged, .memberRemoved])
         #expect(removal.last?.member?.name == "m2")
         // Its death that follows is the removal's, not another event.
         #expect(feed.memberChanged(Self.member(2, .dead), now: Self.now).isEmpty)
-        #expect(feed.epochChanged(SessionID(value: 2), removed: [Self.member(2, .alive).id], members: [], time: Self.now).isEmpty)
+        #expect(
+            feed.epochChanged(SessionID(value: 2), removed: [Self.member(2, .alive).id], members: [], time: Self.now)
+                .isEmpty)
     }
 
     @Test("attachments: added, complete here, removed; each once")
@@ -49,12 +57,15 @@ struct EventFeedTests {
         kinds += feed.attachmentsChanged([(Self.entry(1), false, .available)], now: Self.now).map(\.type)
         kinds += feed.attachmentsChanged([(Self.entry(1), false, .available)], now: Self.now).map(\.type)
         kinds += feed.attachmentsChanged([(Self.entry(1), true, .available)], now: Self.now).map(\.type)
-        kinds += feed.attachmentsChanged([(Self.entry(1), true, .available), (Self.entry(2), false, .unavailable)],
-                                         now: Self.now).map(\.type)
+        kinds += feed.attachmentsChanged(
+            [(Self.entry(1), true, .available), (Self.entry(2), false, .unavailable)],
+            now: Self.now
+        ).map(\.type)
         let removed = feed.attachmentsChanged([(Self.entry(2), false, .unavailable)], now: Self.now)
         kinds += removed.map(\.type)
         #expect(kinds == [.attachmentAdded, .attachmentComplete, .attachmentAdded, .attachmentRemoved])
-        #expect(removed.first?.attachment?.id == AttachmentID(high: 1, low: 1).hex && removed.first?.attachment?.size == 10)
+        #expect(
+            removed.first?.attachment?.id == AttachmentID(high: 1, low: 1).hex && removed.first?.attachment?.size == 10)
     }
 
     @Test("an add is not unavailable before its holders are heard of; a loss is said once, and availability after it")

@@ -33,7 +33,9 @@ struct JournalTests {
         let again = try await journals[1].add(bytes, metadata: Data(#"{"title":"again"}"#.utf8))
         #expect(again.id != attachment.id && again.contentHash == attachment.contentHash)
         for journal in journals {
-            try await waitUntil("everyone lists both") { Set(await Self.current(journal).map(\.id)) == [attachment.id, again.id] }
+            try await waitUntil("everyone lists both") {
+                Set(await Self.current(journal).map(\.id)) == [attachment.id, again.id]
+            }
         }
         #expect(try await journals[2].loadMetadata(of: attachment) == Data(#"{"title":"seven hundred k"}"#.utf8))
         #expect(try await journals[2].loadMetadata(of: again) == Data(#"{"title":"again"}"#.utf8))
@@ -84,16 +86,21 @@ struct JournalTests {
             _ = try await journals[1].loadMetadata(Photo.self, of: attachment)
         }
         // Raw bytes as before: the JSON as stored.
-        #expect(String(decoding: try await journals[1].loadMetadata(of: attachment), as: UTF8.self)
+        #expect(
+            String(decoding: try await journals[1].loadMetadata(of: attachment), as: UTF8.self)
                 == #"{"strokes":12,"title":"cat"}"#)
     }
 
     /// An app's generic helper: `Data` reaches the journal as a type parameter, not as `Data`.
-    static func addGeneric<Metadata: Encodable>(_ journal: Journal, metadata: Metadata) async throws -> GroupMesh.Attachment {
+    static func addGeneric<Metadata: Encodable>(
+        _ journal: Journal, metadata: Metadata
+    ) async throws -> GroupMesh.Attachment {
         try await journal.add(Data("generic".utf8), metadata: metadata)
     }
 
-    static func loadGeneric<Metadata: Decodable>(_ attachment: GroupMesh.Attachment, as type: Metadata.Type) async throws -> Metadata {
+    static func loadGeneric<Metadata: Decodable>(
+        _ attachment: GroupMesh.Attachment, as type: Metadata.Type
+    ) async throws -> Metadata {
         try await attachment.loadMetadata(of: type)
     }
 
@@ -142,7 +149,11 @@ struct JournalTests {
         let configuration = smallConfiguration
         let small = try await MeshSession.join(configuration)
         let smallPath = configuration.dataDirectory.path
-        defer { Task { await small.leave(); try? FileManager.default.removeItem(atPath: smallPath) } }
+        defer {
+            Task {
+                await small.leave(); try? FileManager.default.removeItem(atPath: smallPath)
+            }
+        }
         await #expect(throws: GroupMeshError.attachmentTooLarge(size: 1_300_000, limit: 1000)) {
             _ = try await Journal(session: small).add(contentsOf: source)
         }
@@ -155,8 +166,9 @@ struct JournalTests {
 struct JournalMemoryTests {
     static func residentBytes() -> Int {
         guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-              let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "") else { return 0 }
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+            let kilobytes = Int(line.split(separator: " ").dropFirst().first ?? "")
+        else { return 0 }
         return kilobytes * 1024
     }
 
@@ -169,12 +181,19 @@ struct JournalMemoryTests {
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
         var block = [UInt8](repeating: 0, count: 256 * 1024)
         for index in 0..<192 {  // 48 MiB, every chunk different
-            for offset in stride(from: 0, to: block.count, by: 8) { block[offset] = UInt8(truncatingIfNeeded: index &+ offset / 8) }
+            for offset in stride(from: 0, to: block.count, by: 8) {
+                block[offset] = UInt8(truncatingIfNeeded: index &+ offset / 8)
+            }
             try handle.write(contentsOf: Data(block))
         }
         try handle.close()
         let session = try await MeshSession.join(MeshSessionTests.configuration("memory"))
-        defer { Task { await session.leave(); try? FileManager.default.removeItem(atPath: session.node.configuration.dataDirectory.path) } }
+        defer {
+            Task {
+                await session.leave();
+                try? FileManager.default.removeItem(atPath: session.node.configuration.dataDirectory.path)
+            }
+        }
         let before = Self.residentBytes()
         let attachment = try await Journal(session: session).add(contentsOf: URL(fileURLWithPath: path))
         let growth = Self.residentBytes() - before

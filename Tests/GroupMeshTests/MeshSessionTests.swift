@@ -8,7 +8,8 @@ import Testing
 @Suite("MeshSession", .serialized)
 struct MeshSessionTests {
     static func configuration(_ label: String, invite: Invite? = nil) -> NodeConfiguration {
-        var configuration = NodeConfiguration(dataDirectory: DataDirectory(path: NodeProcess.makeTemporaryDirectory(label)))
+        var configuration = NodeConfiguration(
+            dataDirectory: DataDirectory(path: NodeProcess.makeTemporaryDirectory(label)))
         configuration.listenHost = "127.0.0.1"
         configuration.listenPort = 0
         configuration.invite = invite
@@ -56,8 +57,9 @@ struct MeshSessionTests {
         await first.leave()
     }
 
-    @Test("after leave(), every stream asked for ends instead of hanging: attachments, participants, messages",
-          .timeLimit(.minutes(1)))
+    @Test(
+        "after leave(), every stream asked for ends instead of hanging: attachments, participants, messages",
+        .timeLimit(.minutes(1)))
     func streamsEndAfterLeave() async throws {
         let configuration = Self.configuration("gone")
         defer { try? FileManager.default.removeItem(atPath: configuration.dataDirectory.path) }
@@ -74,13 +76,16 @@ struct MeshSessionTests {
     }
 
     /// Reads `stream` until `done` says so or it finishes (bounded by the test's time limit).
-    static func first<Element: Sendable>(_ stream: AsyncStream<Element>, where done: (Element) -> Bool) async -> Element? {
+    static func first<Element: Sendable>(
+        _ stream: AsyncStream<Element>, where done: (Element) -> Bool
+    ) async -> Element? {
         for await element in stream where done(element) { return element }
         return nil
     }
 
-    @Test("a session exists before it joins: subscribed first, it misses no message sent the moment it joins",
-          .timeLimit(.minutes(1)))
+    @Test(
+        "a session exists before it joins: subscribed first, it misses no message sent the moment it joins",
+        .timeLimit(.minutes(1)))
     func subscribeBeforeJoin() async throws {
         let alice = try await MeshSession.join(Self.configuration("alice"))
         let bob = try await MeshSession(Self.configuration("bob", invite: await alice.invite()))
@@ -114,21 +119,28 @@ struct MeshSessionTests {
         await alice.leave()
     }
 
-    @Test("end() invalidates every member with reason ended; the data dirs remember and refuse to start",
-          .timeLimit(.minutes(1)))
+    @Test(
+        "end() invalidates every member with reason ended; the data dirs remember and refuse to start",
+        .timeLimit(.minutes(1)))
     func endForEveryone() async throws {
         let alice = try await MeshSession.join(Self.configuration("alice"))
         let bob = try await MeshSession.join(Self.configuration("bob", invite: await alice.invite()))
         let carol = try await MeshSession.join(Self.configuration("carol", invite: await alice.invite()))
         let sessions = [alice, bob, carol]
-        defer { for session in sessions { try? FileManager.default.removeItem(atPath: session.node.configuration.dataDirectory.path) } }
+        defer {
+            for session in sessions {
+                try? FileManager.default.removeItem(atPath: session.node.configuration.dataDirectory.path)
+            }
+        }
         // Everyone sees everyone first: an end reaches the members its sender (and those it tells) knows.
         for session in sessions { _ = await Self.first(await session.activeParticipantUpdates()) { $0.count == 3 } }
         let bobStates = await bob.states()
         let carolMessages = await Messenger(session: carol).messages(of: Data.self)
         try await alice.end()
         let last = await Self.first(bobStates) { $0.isInvalidated }
-        #expect(last == .invalidated(reason: .ended(by: "alice (\(alice.node.nodeID.hex.prefix(12)))")), "\(String(describing: last))")
+        #expect(
+            last == .invalidated(reason: .ended(by: "alice (\(alice.node.nodeID.hex.prefix(12)))")),
+            "\(String(describing: last))")
         _ = await Self.first(await carol.states()) { $0.isInvalidated }
         #expect(await carol.state == .invalidated(reason: .ended(by: "alice (\(alice.node.nodeID.hex.prefix(12)))")))
         #expect(await alice.state == .invalidated(reason: .ended(by: "this member")))
@@ -154,8 +166,9 @@ struct MeshSessionTests {
         defer { try? FileManager.default.removeItem(atPath: configuration.dataDirectory.path) }
         let session = try await MeshSession(configuration)
         // A directory where the control socket must go: binding it fails.
-        try FileManager.default.createDirectory(atPath: configuration.dataDirectory.controlSocketPath,
-                                                withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(
+            atPath: configuration.dataDirectory.controlSocketPath,
+            withIntermediateDirectories: true)
         await #expect(throws: GroupMeshError.self) { try await session.join() }
         guard case .invalidated(.failedToStart) = await session.state else {
             Issue.record("state \(await session.state)")
@@ -181,4 +194,3 @@ struct MeshSessionTests {
         await again?.leave()
     }
 }
-

@@ -36,8 +36,12 @@ struct MessengerTests {
     /// The next value of an async iterator, or nil after `timeout`.
     static func next<Element: Sendable>(_ stream: AsyncStream<Element>, within timeout: Duration) async -> Element? {
         await withTaskGroup(of: Element?.self) { group in
-            group.addTask { var iterator = stream.makeAsyncIterator(); return await iterator.next() }
-            group.addTask { try? await Task.sleep(for: timeout); return nil }
+            group.addTask {
+                var iterator = stream.makeAsyncIterator(); return await iterator.next()
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout); return nil
+            }
             let first = await group.next() ?? nil
             group.cancelAll()
             return first
@@ -77,7 +81,9 @@ struct MessengerTests {
         var snapshot: [Int: [String?]] { lock.withLock { calls } }
     }
 
-    @Test("send(_:to:completion:) delivers in the order of the calls and calls each completion once, with nil or the error")
+    @Test(
+        "send(_:to:completion:) delivers in the order of the calls and calls each completion once, with nil or the error"
+    )
     func completionHandlerSends() async throws {
         let sessions = try await Self.cluster(["fay", "gus"])
         defer { Task { await Self.tearDown(sessions) } }
@@ -107,7 +113,9 @@ struct MessengerTests {
     }
 
     /// The first `count` elements of `stream`, or those that came within `timeout`.
-    static func collect<Element: Sendable>(_ stream: AsyncStream<Element>, count: Int, within timeout: Duration) async -> [Element] {
+    static func collect<Element: Sendable>(
+        _ stream: AsyncStream<Element>, count: Int, within timeout: Duration
+    ) async -> [Element] {
         await withTaskGroup(of: [Element]?.self) { group in
             group.addTask {
                 var elements: [Element] = []
@@ -117,7 +125,9 @@ struct MessengerTests {
                 }
                 return elements
             }
-            group.addTask { try? await Task.sleep(for: timeout); return nil }
+            group.addTask {
+                try? await Task.sleep(for: timeout); return nil
+            }
             let first = await group.next() ?? nil
             group.cancelAll()
             if let first { return first }

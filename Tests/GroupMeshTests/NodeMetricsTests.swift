@@ -93,8 +93,9 @@ struct NodeMetricsTests {
         #expect(labels.count == Name.help.count, "published \(labels.sorted()), described \(Name.help.keys.sorted())")
         for label in labels {
             #expect(Name.help[label] != nil, "\(label) has no help text")
-            #expect(label.hasPrefix("groupmesh_") && label.allSatisfy { $0.isLowercase || $0.isNumber || $0 == "_" },
-                    "\(label)")
+            #expect(
+                label.hasPrefix("groupmesh_") && label.allSatisfy { $0.isLowercase || $0.isNumber || $0 == "_" },
+                "\(label)")
         }
         for label in backend.counters.map(\.label) { #expect(label.hasSuffix("_total"), "\(label)") }
     }

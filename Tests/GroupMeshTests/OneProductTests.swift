@@ -8,8 +8,9 @@ import Testing
 
 @Suite("One product")
 struct OneProductTests {
-    @Test("an app that imports GroupMesh alone parses invites, sets logging, joins, sends and adds",
-          .timeLimit(.minutes(1)))
+    @Test(
+        "an app that imports GroupMesh alone parses invites, sets logging, joins, sends and adds",
+        .timeLimit(.minutes(1)))
     func importGroupMeshAlone() async throws {
         let logger = GroupMeshLogging.standardError(label: "app", level: GroupMeshLogLevel.warning)
         #expect(logger.logLevel == .warning)
@@ -39,7 +40,9 @@ struct OneProductTests {
         #expect(try await attachment.loadMetadata(of: [String: String].self) == ["title": "x"])
         let summary: LeaveSummary? = await session.leave()
         #expect(summary?.alone == true && summary?.unavailable == [attachment.id])
-        let reason: InvalidationReason? = { if case let .invalidated(reason) = $0 { return reason }; return nil }(await session.state)
+        let reason: InvalidationReason? = {
+            if case let .invalidated(reason) = $0 { return reason }; return nil
+        }(await session.state)
         #expect(reason == .left)
     }
 }

@@ -15,7 +15,9 @@ import Testing
         return (path, fd)
     }
 
-    @Test("writes land in the order handed over (the later one at an offset wins), at every offset given; drain waits for all of them")
+    @Test(
+        "writes land in the order handed over (the later one at an offset wins), at every offset given; drain waits for all of them"
+    )
     func orderAndOffsets() throws {
         let (path, fd) = try Self.newFile()
         defer { close(fd); unlink(path) }
@@ -87,22 +89,22 @@ import Testing
     }
 
     #if os(Linux)
-    // Linux refuses to sync /dev/null (EINVAL); other systems may not.
-    @Test("a file is synced once the interval's bytes were written to it, and a sync that fails is said by drain")
-    func syncEveryInterval() throws {
-        // /dev/null takes every write and refuses every sync: what drain says shows whether a
-        // sync was made.
-        let fd = open("/dev/null", O_WRONLY)
-        try #require(fd >= 0)
-        defer { close(fd) }
-        let writer = OutputWriter(capacity: 4 << 16, syncInterval: 8192)
-        let early = OutputWriter.Writes()
-        writer.write([UInt8](repeating: 1, count: 4096), at: [0], to: fd, early)
-        #expect(early.drain() == 0, "synced before the interval's bytes were written")
-        // One chunk at two offsets: its second copy reaches the interval.
-        let due = OutputWriter.Writes()
-        writer.write([UInt8](repeating: 1, count: 4096), at: [0, 4096], to: fd, due)
-        #expect(due.drain() == EINVAL, "not synced after the interval's bytes")
-    }
+        // Linux refuses to sync /dev/null (EINVAL); other systems may not.
+        @Test("a file is synced once the interval's bytes were written to it, and a sync that fails is said by drain")
+        func syncEveryInterval() throws {
+            // /dev/null takes every write and refuses every sync: what drain says shows whether a
+            // sync was made.
+            let fd = open("/dev/null", O_WRONLY)
+            try #require(fd >= 0)
+            defer { close(fd) }
+            let writer = OutputWriter(capacity: 4 << 16, syncInterval: 8192)
+            let early = OutputWriter.Writes()
+            writer.write([UInt8](repeating: 1, count: 4096), at: [0], to: fd, early)
+            #expect(early.drain() == 0, "synced before the interval's bytes were written")
+            // One chunk at two offsets: its second copy reaches the interval.
+            let due = OutputWriter.Writes()
+            writer.write([UInt8](repeating: 1, count: 4096), at: [0, 4096], to: fd, due)
+            #expect(due.drain() == EINVAL, "not synced after the interval's bytes")
+        }
     #endif
 }

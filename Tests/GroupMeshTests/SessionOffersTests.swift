@@ -14,7 +14,8 @@ struct SessionOffersTests {
     }
 
     static func offers(_ name: String, root: String? = nil) throws -> SessionOffers {
-        try SessionOffers(root: root ?? NodeProcess.makeTemporaryDirectory("offers-\(name)"), configuration: template(name))
+        try SessionOffers(
+            root: root ?? NodeProcess.makeTemporaryDirectory("offers-\(name)"), configuration: template(name))
     }
 
     static func tearDown(_ host: MeshSession, _ offers: SessionOffers) async {
@@ -23,7 +24,9 @@ struct SessionOffersTests {
         try? FileManager.default.removeItem(atPath: offers.root)
     }
 
-    @Test("an invite offered as text comes out of sessions() waiting; joined, it meets the inviter; offered again, nothing new")
+    @Test(
+        "an invite offered as text comes out of sessions() waiting; joined, it meets the inviter; offered again, nothing new"
+    )
     func offeredAsText() async throws {
         let host = try await MeshSession.join(MeshSessionTests.configuration("host"))
         let offers = try Self.offers("guest")
@@ -71,7 +74,9 @@ struct SessionOffersTests {
         await session.leave(waitingForReplication: false)
     }
 
-    @Test("a session started here comes out too; after a restart its session comes out again and rejoins without an invite")
+    @Test(
+        "a session started here comes out too; after a restart its session comes out again and rejoins without an invite"
+    )
     func startedAndRestarted() async throws {
         let root = NodeProcess.makeTemporaryDirectory("offers-restart")
         defer { try? FileManager.default.removeItem(atPath: root) }

@@ -38,8 +38,9 @@ final class DiskStoreUnderContract: ContractedStore {
     }
 
     func damage(_ digest: SHA256Digest) async throws {
-        let stored = try #require(ChunkStore.survey(directory.chunksPath)[digest],
-                                  "chunk \(digest.hex) is not on disk")
+        let stored = try #require(
+            ChunkStore.survey(directory.chunksPath)[digest],
+            "chunk \(digest.hex) is not on disk")
         let handle = try FileHandle(forUpdating: URL(fileURLWithPath: stored.file))
         defer { try? handle.close() }
         let at = UInt64(stored.offset) + UInt64(stored.length / 2)
@@ -112,37 +113,45 @@ struct StorageContractTests {
         return manifest
     }
 
-    @Test("a chunk is kept only under its own hash, read back as written, and claimed once stored",
-          arguments: Kind.allCases)
+    @Test(
+        "a chunk is kept only under its own hash, read back as written, and claimed once stored",
+        arguments: Kind.allCases)
     func writeReadInspect(kind: Kind) async throws {
         let store = try kind.make()
         let bytes = Self.payload(1, count: 700), digest = SHA256Digest.hashing(bytes)
         let other = SHA256Digest.hashing(Self.payload(2, count: 700))
         let manifest = Manifest(size: 2100, chunkSize: 700, chunks: [digest, other, digest])
         #expect(await store.execute(.readChunk(digest)) == .success(.read(nil)), "nothing stored yet")
-        #expect(await store.execute(.inspect(manifest)) == .success(.inspected(missing: [digest, other])),
-                "each missing chunk once, in the manifest's order")
+        #expect(
+            await store.execute(.inspect(manifest)) == .success(.inspected(missing: [digest, other])),
+            "each missing chunk once, in the manifest's order")
         #expect(await store.execute(.writeChunk(bytes, expected: other)) == .success(.written(stored: false)))
         #expect(await store.execute(.readChunk(other)) == .success(.read(nil)), "bytes under another's name")
         #expect(await store.execute(.readChunk(digest)) == .success(.read(nil)))
         #expect(await store.execute(.writeChunk(bytes, expected: digest)) == .success(.written(stored: true)))
         #expect(await store.execute(.readChunk(digest)) == .success(.read(bytes)), "readable before a flush")
-        #expect(await store.execute(.writeChunk(bytes, expected: digest)) == .success(.written(stored: true)),
-                "stored again: nothing changes")
+        #expect(
+            await store.execute(.writeChunk(bytes, expected: digest)) == .success(.written(stored: true)),
+            "stored again: nothing changes")
         #expect(await store.execute(.flush) == .success(.done))
         #expect(await store.execute(.inspect(manifest)) == .success(.inspected(missing: [other])))
     }
 
-    @Test("an ingest stores its chunks and its manifest under the attachment id; an export gives them back",
-          arguments: Kind.allCases)
+    @Test(
+        "an ingest stores its chunks and its manifest under the attachment id; an export gives them back",
+        arguments: Kind.allCases)
     func ingestAndExport(kind: Kind) async throws {
         let store = try kind.make()
         let bytes = Self.payload(3, count: 3000)
         let manifest = try await Self.added(bytes, to: store)
-        #expect(manifest == Manifest(size: 3000, chunkSize: 1024, chunks: [
-            SHA256Digest.hashing(Array(bytes[0..<1024])), SHA256Digest.hashing(Array(bytes[1024..<2048])),
-            SHA256Digest.hashing(Array(bytes[2048...])),
-        ]))
+        #expect(
+            manifest
+                == Manifest(
+                    size: 3000, chunkSize: 1024,
+                    chunks: [
+                        SHA256Digest.hashing(Array(bytes[0..<1024])), SHA256Digest.hashing(Array(bytes[1024..<2048])),
+                        SHA256Digest.hashing(Array(bytes[2048...])),
+                    ]))
         #expect(await store.execute(.readChunk(manifest.id)) == .success(.read(manifest.encoded)))
         #expect(await store.execute(.inspect(manifest)) == .success(.inspected(missing: [])))
         #expect(await store.execute(.export(manifest, to: .memory)) == .success(.exported(bytes)))
@@ -158,7 +167,8 @@ struct StorageContractTests {
     func ingestRefusals(kind: Kind) async throws {
         let store = try kind.make()
         let bytes = Self.payload(4, count: 2049)
-        #expect(await store.execute(.ingest(.bytes(bytes), chunkSize: 1024, limit: 2048))
+        #expect(
+            await store.execute(.ingest(.bytes(bytes), chunkSize: 1024, limit: 2048))
                 == .failure(.tooLarge(size: 2049, limit: 2048)))
         let missingFile = NSTemporaryDirectory() + "groupmesh-contract-absent-\(UUID().uuidString.prefix(8))"
         let unreadable = await store.execute(.ingest(.file(path: missingFile), chunkSize: 1024, limit: Self.limit))
@@ -166,12 +176,14 @@ struct StorageContractTests {
             Issue.record("a file that is not there is unreadable")
             return
         }
-        #expect(await store.execute(.collectUnreferenced(keeping: [])) == .success(.collected(chunks: 0, bytes: 0)),
-                "a refused ingest left chunks behind")
+        #expect(
+            await store.execute(.collectUnreferenced(keeping: [])) == .success(.collected(chunks: 0, bytes: 0)),
+            "a refused ingest left chunks behind")
     }
 
-    @Test("a chunk that fails its hash when read is reported, discarded, and no longer claimed",
-          arguments: Kind.allCases)
+    @Test(
+        "a chunk that fails its hash when read is reported, discarded, and no longer claimed",
+        arguments: Kind.allCases)
     func damagedChunks(kind: Kind) async throws {
         let store = try kind.make()
         let bytes = Self.payload(5, count: 4096)
@@ -182,8 +194,9 @@ struct StorageContractTests {
         // Damaged on disk while no process had it open: nothing read then is trusted.
         try await store.restart()
         #expect(await store.execute(.readChunk(first)) == .success(.read(nil)), "damaged bytes were served")
-        #expect(await store.execute(.inspect(manifest)) == .success(.inspected(missing: [first])),
-                "a chunk found damaged is fetched again")
+        #expect(
+            await store.execute(.inspect(manifest)) == .success(.inspected(missing: [first])),
+            "a chunk found damaged is fetched again")
         // An export stops at the first chunk it cannot read and says how many are no longer held.
         guard case let .failure(.damaged(reason)) = await store.execute(.export(manifest, to: .memory)) else {
             Issue.record("an export of a damaged attachment did not say so")
@@ -193,13 +206,15 @@ struct StorageContractTests {
         // The read had not reached the third before: a later one finds it.
         #expect(await store.execute(.readChunk(third)) == .success(.read(nil)))
         #expect(await store.execute(.inspect(manifest)) == .success(.inspected(missing: [first, third])))
-        #expect(await store.execute(.writeChunk(Array(bytes[0..<1024]), expected: first))
+        #expect(
+            await store.execute(.writeChunk(Array(bytes[0..<1024]), expected: first))
                 == .success(.written(stored: true)), "a damaged chunk fetched again is stored again")
         #expect(await store.execute(.readChunk(first)) == .success(.read(Array(bytes[0..<1024]))))
     }
 
-    @Test("a collect takes the removed attachment's own chunks and its manifest, not those another keeps",
-          arguments: Kind.allCases)
+    @Test(
+        "a collect takes the removed attachment's own chunks and its manifest, not those another keeps",
+        arguments: Kind.allCases)
     func collect(kind: Kind) async throws {
         let store = try kind.make()
         let shared = Self.payload(6, count: 1024)
@@ -212,26 +227,31 @@ struct StorageContractTests {
         #expect(await store.execute(.readChunk(kept.id)) == .success(.read(kept.encoded)))
     }
 
-    @Test("an ingest holds its chunks until unpinned; two ingests of the same bytes hold them twice",
-          arguments: Kind.allCases)
+    @Test(
+        "an ingest holds its chunks until unpinned; two ingests of the same bytes hold them twice",
+        arguments: Kind.allCases)
     func pins(kind: Kind) async throws {
         let store = try kind.make()
         let bytes = Self.payload(9, count: 3000)
         let request = StorageRequest.ingest(.bytes(bytes), chunkSize: 1024, limit: Self.limit)
         guard case let .success(.ingested(manifest)) = await store.execute(request),
-              await store.execute(request) == .success(.ingested(manifest)) else {
+            await store.execute(request) == .success(.ingested(manifest))
+        else {
             Issue.record("the ingests failed")
             return
         }
         #expect(await store.execute(.collect(manifest, keeping: [])) == .success(.done))
-        #expect(await store.execute(.collectUnreferenced(keeping: [])) == .success(.collected(chunks: 0, bytes: 0)),
-                "a collect took the chunks of an ingest still held")
+        #expect(
+            await store.execute(.collectUnreferenced(keeping: [])) == .success(.collected(chunks: 0, bytes: 0)),
+            "a collect took the chunks of an ingest still held")
         #expect(await store.execute(.unpin(manifest, collectKeeping: [])) == .success(.done))
-        #expect(await store.execute(.inspect(manifest)) == .success(.inspected(missing: [])),
-                "one hold ended, the other still holds them")
+        #expect(
+            await store.execute(.inspect(manifest)) == .success(.inspected(missing: [])),
+            "one hold ended, the other still holds them")
         #expect(await store.execute(.unpin(manifest, collectKeeping: [])) == .success(.done))
-        #expect(await store.execute(.inspect(manifest)) == .success(.inspected(missing: manifest.chunks)),
-                "a failed add's unpin collects it in the same step")
+        #expect(
+            await store.execute(.inspect(manifest)) == .success(.inspected(missing: manifest.chunks)),
+            "a failed add's unpin collects it in the same step")
         #expect(await store.execute(.readChunk(manifest.id)) == .success(.read(nil)))
     }
 
@@ -250,9 +270,11 @@ struct StorageContractTests {
         }
         let author = SimulationAuthority(index: 1)
         let operations = (1...3).map { clock in
-            JournalOperation(kind: .add, attachmentID: AttachmentID(high: UInt64(clock), low: 1),
-                             attachment: SHA256Digest.hashing([UInt8(clock)]), author: author.signingKey,
-                             clock: UInt64(clock), size: 1, chunkCount: 1).signed(by: author)
+            JournalOperation(
+                kind: .add, attachmentID: AttachmentID(high: UInt64(clock), low: 1),
+                attachment: SHA256Digest.hashing([UInt8(clock)]), author: author.signingKey,
+                clock: UInt64(clock), size: 1, chunkCount: 1
+            ).signed(by: author)
         }
         #expect(await store.execute(.appendJournal(Array(operations[0..<2]))) == .success(.done))
         #expect(await store.execute(.appendJournal([operations[2]])) == .success(.done))
@@ -262,8 +284,9 @@ struct StorageContractTests {
         #expect(await store.execute(.readChunk(digest)) == .success(.read(fetched)))
         #expect(await store.execute(.export(manifest, to: .memory)) == .success(.exported(bytes)))
         // The ingest's hold went with the process: start-up collects what nothing keeps.
-        let expected = StorageOutcome.collected(chunks: 1 + manifest.chunks.count + 1,
-                                                bytes: UInt64(fetched.count + bytes.count + manifest.encoded.count))
+        let expected = StorageOutcome.collected(
+            chunks: 1 + manifest.chunks.count + 1,
+            bytes: UInt64(fetched.count + bytes.count + manifest.encoded.count))
         #expect(await store.execute(.collectUnreferenced(keeping: [])) == .success(expected))
         #expect(await store.execute(.readChunk(digest)) == .success(.read(nil)))
     }
@@ -273,11 +296,14 @@ struct StorageContractTests {
         let store = try kind.make()
         let kept = try await Self.added(Self.payload(12, count: 2048), to: store)
         let stray = Self.payload(13, count: 500)
-        #expect(await store.execute(.writeChunk(stray, expected: SHA256Digest.hashing(stray)))
+        #expect(
+            await store.execute(.writeChunk(stray, expected: SHA256Digest.hashing(stray)))
                 == .success(.written(stored: true)))
-        #expect(await store.execute(.collectUnreferenced(keeping: [kept]))
+        #expect(
+            await store.execute(.collectUnreferenced(keeping: [kept]))
                 == .success(.collected(chunks: 1, bytes: 500)))
-        #expect(await store.execute(.export(kept, to: .memory))
+        #expect(
+            await store.execute(.export(kept, to: .memory))
                 == .success(.exported(Self.payload(12, count: 2048))))
     }
 }

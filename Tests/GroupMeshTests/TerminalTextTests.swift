@@ -5,19 +5,20 @@ import Testing
 
 @Suite("Text from members, printed to a terminal")
 struct TerminalTextTests {
-    @Test("control characters become visible escapes; ordinary text, accents and emoji stay as they are",
-          arguments: [
-              ("alice", "alice"),
-              ("zoë 🎉 C:\\path", "zoë 🎉 C:\\path"),
-              ("evil\u{1B}[31mred", "evil\\e[31mred"),
-              ("name\nfake-row  alive", "name\\nfake-row  alive"),
-              ("\u{1B}]52;c;aGk=\u{07}", "\\e]52;c;aGk=\\x07"),
-              ("tab\tcr\r", "tab\\tcr\\r"),
-              ("\u{0}\u{7F}", "\\x00\\x7F"),
-              ("\u{9B}2J", "\\u{009B}2J"),
-              ("abc\u{202E}fdp.exe", "abc\\u{202E}fdp.exe"),
-              ("line\u{2028}sep", "line\\u{2028}sep"),
-          ])
+    @Test(
+        "control characters become visible escapes; ordinary text, accents and emoji stay as they are",
+        arguments: [
+            ("alice", "alice"),
+            ("zoë 🎉 C:\\path", "zoë 🎉 C:\\path"),
+            ("evil\u{1B}[31mred", "evil\\e[31mred"),
+            ("name\nfake-row  alive", "name\\nfake-row  alive"),
+            ("\u{1B}]52;c;aGk=\u{07}", "\\e]52;c;aGk=\\x07"),
+            ("tab\tcr\r", "tab\\tcr\\r"),
+            ("\u{0}\u{7F}", "\\x00\\x7F"),
+            ("\u{9B}2J", "\\u{009B}2J"),
+            ("abc\u{202E}fdp.exe", "abc\\u{202E}fdp.exe"),
+            ("line\u{2028}sep", "line\\u{2028}sep"),
+        ])
     func escapes(input: String, expected: String) {
         #expect(TerminalText.escaped(input) == expected)
     }
@@ -32,8 +33,11 @@ struct TerminalTextTests {
             var text = ""
             text.unicodeScalars.append(contentsOf: scalars)
             let escaped = TerminalText.escaped(text)
-            #expect(!escaped.unicodeScalars.contains { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) || $0 == "\u{202E}" },
-                    "\(SimulationSeeds.replay(seed)): \(Array(text.unicodeScalars.map(\.value)))")
+            #expect(
+                !escaped.unicodeScalars.contains {
+                    $0.value < 0x20 || (0x7F...0x9F).contains($0.value) || $0 == "\u{202E}"
+                },
+                "\(SimulationSeeds.replay(seed)): \(Array(text.unicodeScalars.map(\.value)))")
         }
     }
 }

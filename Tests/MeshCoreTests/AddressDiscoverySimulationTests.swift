@@ -21,8 +21,9 @@ struct AddressDiscoverySimulationTests {
         var configuration = mesh.configuration
         configuration.settings.birthday.enabled = birthday
         for index in 0..<(publics + homes.count) {
-            mesh.addNode(joiningThrough: index == 0 ? [] : [SimAddress(0)], at: .zero + .milliseconds(100 * index),
-                         configuration: configuration)
+            mesh.addNode(
+                joiningThrough: index == 0 ? [] : [SimAddress(0)], at: .zero + .milliseconds(100 * index),
+                configuration: configuration)
         }
         for (offset, nat) in homes.enumerated() { mesh.simulator.addNAT(nat, for: [SimAddress(publics + offset)]) }
         return mesh
@@ -32,15 +33,17 @@ struct AddressDiscoverySimulationTests {
     static func converged(_ mesh: SimMesh, address: (SimNode) -> PeerAddress) -> Bool {
         mesh.all.allSatisfy { viewer in
             mesh.all.allSatisfy { node in
-                node === viewer || viewer.membership.member(node.id).map {
-                    $0.status == .alive && $0.address == address(node)
-                } == true
+                node === viewer
+                    || viewer.membership.member(node.id).map {
+                        $0.status == .alive && $0.address == address(node)
+                    } == true
             }
         }
     }
 
-    @Test("behind a MASQUERADE NAT: two members agree on the public address, it is signed in first, and messages reach it",
-          arguments: seeds)
+    @Test(
+        "behind a MASQUERADE NAT: two members agree on the public address, it is signed in first, and messages reach it",
+        arguments: seeds)
     func masqueradedMemberIsReachedAtItsPublicAddress(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = Self.mesh(seed: seed, publics: 3, homes: [.masquerade])
@@ -50,14 +53,18 @@ struct AddressDiscoverySimulationTests {
         let outcome = mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
             Self.converged(mesh) { $0 === home ? expected : $0.address.peerAddress }
         }
-        #expect(outcome == .satisfied, "\(replay): the views never agreed on where the home member is: \(home.membership.me.addresses)")
+        #expect(
+            outcome == .satisfied,
+            "\(replay): the views never agreed on where the home member is: \(home.membership.me.addresses)")
         #expect(home.core.addressDiscovery.reflexive == expected, "\(replay)")
         #expect(home.membership.me.addresses == [expected, home.address.peerAddress], "\(replay)")
         #expect(home.core.natBehaviour == .endpointIndependent, "\(replay)")
         #expect(home.natDetections == [.endpointIndependent], "\(replay): \(home.natDetections)")
         for index in 0..<3 {
             let node = mesh.node(SimAddress(index))
-            #expect(node.core.natBehaviour == NATBehaviour.none, "\(replay): \(node.address) says \(node.core.natBehaviour)")
+            #expect(
+                node.core.natBehaviour == NATBehaviour.none, "\(replay): \(node.address) says \(node.core.natBehaviour)"
+            )
             #expect(node.membership.me.addresses == [node.address.peerAddress], "\(replay)")
         }
 
@@ -72,8 +79,9 @@ struct AddressDiscoverySimulationTests {
         #expect(deaths.isEmpty, "\(replay): \(deaths.count) deaths")
     }
 
-    @Test("behind a symmetric NAT: members see different ports; the node says symmetric and adopts none of them",
-          arguments: seeds)
+    @Test(
+        "behind a symmetric NAT: members see different ports; the node says symmetric and adopts none of them",
+        arguments: seeds)
     func symmetricNATIsDetected(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = Self.mesh(seed: seed, publics: 3, homes: [.symmetric])
@@ -83,14 +91,16 @@ struct AddressDiscoverySimulationTests {
         }
         #expect(outcome == .satisfied, "\(replay): \(home.core.addressDiscovery.observations)")
         let seen = Set(home.core.addressDiscovery.observations.values)
-        #expect(seen.count >= 2 && seen.allSatisfy { SimAddress(peerAddress: $0)?.isNATPublic == true },
-                "\(replay): \(seen)")
+        #expect(
+            seen.count >= 2 && seen.allSatisfy { SimAddress(peerAddress: $0)?.isNATPublic == true },
+            "\(replay): \(seen)")
         #expect(home.core.addressDiscovery.reflexive == nil, "\(replay)")
         #expect(home.membership.me.addresses == [home.address.peerAddress], "\(replay)")
     }
 
-    @Test("one member's forged observations, again and again, move no address and break nothing",
-          arguments: seeds)
+    @Test(
+        "one member's forged observations, again and again, move no address and break nothing",
+        arguments: seeds)
     func forgedObservationsMoveNothing(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         // Three open members and one behind MASQUERADE; the third open member lies to everyone.
@@ -102,7 +112,8 @@ struct AddressDiscoverySimulationTests {
                 for target in mesh.nodes where target != node.address {
                     let victim = mesh.node(target)
                     // To the victim's public address when it has one: the liar reaches it there.
-                    let address = node.membership.member(victim.id)?.address.flatMap(SimAddress.init(peerAddress:)) ?? target
+                    let address =
+                        node.membership.member(victim.id)?.address.flatMap(SimAddress.init(peerAddress:)) ?? target
                     node.inject([.observedAddress(ObservedAddress(address: forged))], to: address, member: victim.id)
                 }
             }
@@ -130,8 +141,9 @@ struct AddressDiscoverySimulationTests {
         #expect(deaths.isEmpty, "\(replay): \(deaths.count) deaths")
     }
 
-    @Test("a late joiner behind MASQUERADE among five members, with the whole workload: every invariant holds",
-          arguments: seeds)
+    @Test(
+        "a late joiner behind MASQUERADE among five members, with the whole workload: every invariant holds",
+        arguments: seeds)
     func lateJoinerBehindANAT(seed: UInt64) {
         let mesh = WholeNodeSimulationTests.run(seed: seed) { mesh, _ in
             mesh.simulator.addNAT(.masquerade, for: [SimAddress(5)])
@@ -139,8 +151,9 @@ struct AddressDiscoverySimulationTests {
         WholeNodeSimulationTests.expectInvariants(mesh, seed)
         let home = mesh.node(SimAddress(5))
         #expect(home.core.natBehaviour == .endpointIndependent, "\(SimulationSeeds.replay(seed))")
-        #expect(home.membership.me.addresses.first?.port == SimAddress.simulatedPort
+        #expect(
+            home.membership.me.addresses.first?.port == SimAddress.simulatedPort
                 && SimAddress(peerAddress: home.membership.me.addresses[0])?.isNATPublic == true,
-                "\(SimulationSeeds.replay(seed)): \(home.membership.me.addresses)")
+            "\(SimulationSeeds.replay(seed)): \(home.membership.me.addresses)")
     }
 }

@@ -21,8 +21,12 @@ import Testing
         do { let changed = discovery.observe(Self.reflexive, by: Self.members[1]); #expect(changed) }
         #expect(discovery.reflexive == Self.reflexive)
         #expect(discovery.behaviour == .endpointIndependent)
-        #expect(discovery.candidates() == [Self.reflexive, Self.own], "the public address first: where outsiders reach us")
-        do { let changed = discovery.observe(Self.reflexive, by: Self.members[2]); #expect(!changed, "already adopted: no change to sign") }
+        #expect(
+            discovery.candidates() == [Self.reflexive, Self.own], "the public address first: where outsiders reach us")
+        do {
+            let changed = discovery.observe(Self.reflexive, by: Self.members[2]);
+            #expect(!changed, "already adopted: no change to sign")
+        }
     }
 
     @Test func aForgedObservationCannotReplaceTheAdoptedAddress() {
@@ -79,7 +83,9 @@ import Testing
         #expect(discovery.reflexive == Self.forged)
     }
 
-    @Test("candidates come best first: the gateway's mapping, the members' quorum, STUN, our first own address, TURN, the rest of our own; an invite takes them all")
+    @Test(
+        "candidates come best first: the gateway's mapping, the members' quorum, STUN, our first own address, TURN, the rest of our own; an invite takes them all"
+    )
     func externalAddressesTakeTheirPlaceAmongTheCandidates() {
         let second = PeerAddress(ipv4: [10, 0, 0, 5], port: 7946)
         let mapped = PeerAddress(ipv4: [203, 0, 113, 9], port: 40_500)
@@ -88,7 +94,10 @@ import Testing
         var discovery = AddressDiscovery(local: [Self.own, second])
         do { let changed = discovery.setExternal(turn, from: .turn); #expect(changed) }
         do { let changed = discovery.setExternal(stun, from: .stun); #expect(changed) }
-        do { let changed = discovery.setExternal(stun, from: .stun); #expect(!changed, "the same address again changes nothing") }
+        do {
+            let changed = discovery.setExternal(stun, from: .stun);
+            #expect(!changed, "the same address again changes nothing")
+        }
         do { let changed = discovery.setExternal(mapped, from: .portMapping); #expect(changed) }
         #expect(discovery.candidates(limit: 16) == [mapped, stun, Self.own, turn, second])
         #expect(discovery.candidates() == [mapped, stun, Self.own, turn], "the record's four")
@@ -96,7 +105,10 @@ import Testing
         _ = discovery.observe(stun, by: Self.members[0])
         _ = discovery.observe(stun, by: Self.members[1])
         #expect(discovery.candidates(limit: 16) == [mapped, stun, Self.own, turn, second])
-        do { let changed = discovery.setExternal(nil, from: .portMapping); #expect(changed, "a mapping deleted or expired") }
+        do {
+            let changed = discovery.setExternal(nil, from: .portMapping);
+            #expect(changed, "a mapping deleted or expired")
+        }
         #expect(discovery.candidates(limit: 16) == [stun, Self.own, turn, second])
     }
 
@@ -132,8 +144,9 @@ import Testing
         #expect(!echoes.isDue(Self.own, from: member, boot: 1, now: start + .seconds(600)))
         #expect(echoes.isDue(Self.own, from: member, boot: 2, now: start + .seconds(600)), "a new boot")
         #expect(echoes.isDue(Self.reflexive, from: member, boot: 1, now: start + .seconds(2)), "a new source")
-        #expect(!echoes.isDue(Self.reflexive, from: member, boot: 1, now: start + .milliseconds(500)),
-                "at most one echo a second")
+        #expect(
+            !echoes.isDue(Self.reflexive, from: member, boot: 1, now: start + .milliseconds(500)),
+            "at most one echo a second")
     }
 
     @Test func aMemberBehindANATIsToldAgainUntilItsRecordSaysSo() {

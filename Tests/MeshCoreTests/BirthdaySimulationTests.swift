@@ -13,24 +13,28 @@ import Testing
 struct BirthdaySimulationTests {
     static let seeds = SimulationSeeds.from(defaultCount: 3)
 
-    @Test("a relayed pair (symmetric NAT, MASQUERADE home) runs birthday rounds through its relay: the symmetric side asks for sockets, the other probes its router's ports, rounds back off",
-          arguments: seeds)
+    @Test(
+        "a relayed pair (symmetric NAT, MASQUERADE home) runs birthday rounds through its relay: the symmetric side asks for sockets, the other probes its router's ports, rounds back off",
+        arguments: seeds)
     func aRelayedPairRunsBirthdayRounds(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
-        let (mesh, symmetric, home) = RelaySimulationTests.mesh(seed: seed, publics: 2, birthday: true) { _, configuration in
+        let (mesh, symmetric, home) = RelaySimulationTests.mesh(seed: seed, publics: 2, birthday: true) {
+            _, configuration in
             configuration.settings.lazy = true
         }
         let outcome = mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in
             symmetric.core.birthday.roundsTried > 0 && home.core.birthday.roundsTried > 0
                 && home.core.birthday.probesSent >= UInt64(home.core.settings.birthday.probes)
         }
-        let state = "tried \(symmetric.core.birthday.roundsTried)/\(home.core.birthday.roundsTried), "
+        let state =
+            "tried \(symmetric.core.birthday.roundsTried)/\(home.core.birthday.roundsTried), "
             + "probes \(home.core.birthday.probesSent), \(RelaySimulationTests.describe(symmetric, home)), "
             + "NATs \(symmetric.core.natBehaviour)/\(home.core.natBehaviour); lost \(mesh.simulator.statistics.dropped.loss)"
         #expect(outcome == .satisfied, "\(replay): \(state)")
         let sockets = UInt64(symmetric.core.settings.birthday.sockets)
-        #expect(symmetric.core.birthday.socketsAsked >= sockets && symmetric.core.birthday.socketsAsked % sockets == 0,
-                "\(replay): \(symmetric.core.birthday.socketsAsked) sockets asked")
+        #expect(
+            symmetric.core.birthday.socketsAsked >= sockets && symmetric.core.birthday.socketsAsked % sockets == 0,
+            "\(replay): \(symmetric.core.birthday.socketsAsked) sockets asked")
         #expect(symmetric.core.birthday.probesSent == 0, "\(replay): the hard side never probes")
         #expect(home.core.birthday.socketsAsked == 0, "\(replay): the easy side opens nothing")
         // Rounds go on, backing off: over ten minutes, a handful, not one every few seconds. A probe
@@ -41,8 +45,12 @@ struct BirthdaySimulationTests {
         let rounds = home.core.birthday.roundsTried - triedBefore
         let punched = symmetric.core.paths.state(of: home.id) == .punched
         #expect(rounds <= 6, "\(replay): \(rounds) rounds in 10 minutes")
-        #expect(punched || rounds >= 2, "\(replay): \(rounds) rounds in 10 minutes, \(RelaySimulationTests.describe(symmetric, home))")
+        #expect(
+            punched || rounds >= 2,
+            "\(replay): \(rounds) rounds in 10 minutes, \(RelaySimulationTests.describe(symmetric, home))")
         #expect(punched || symmetric.core.paths.state(of: home.id) == .relayed, "\(replay)")
-        #expect(home.core.birthday.probesSent <= home.core.birthday.roundsTried * UInt64(home.core.settings.birthday.probes))
+        #expect(
+            home.core.birthday.probesSent <= home.core.birthday.roundsTried * UInt64(home.core.settings.birthday.probes)
+        )
     }
 }

@@ -35,11 +35,15 @@ import Testing
         let conditions = LinkConditions(delay: .milliseconds(40), lossProbability: 0, mtu: 1472)
         let mesh = SimMesh(seed: seed, link: conditions, configuration: configuration)
         let first = mesh.addNode(joiningThrough: [], at: .zero)
-        let holders = [first] + (1...2).map {
-            mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10 * $0))
-        }
-        let files = [HomeLineExperiment.file(size: size, seed: seed),
-                     HomeLineExperiment.file(size: size, seed: seed + 1000)]
+        let holders =
+            [first]
+            + (1...2).map {
+                mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10 * $0))
+            }
+        let files = [
+            HomeLineExperiment.file(size: size, seed: seed),
+            HomeLineExperiment.file(size: size, seed: seed + 1000),
+        ]
         first.plan(at: .zero + .seconds(1)) { node in files.forEach { node.attach($0) } }
         _ = mesh.simulator.run(until: .zero + .seconds(120), checkEvery: .milliseconds(100)) { _ in
             holders.allSatisfy { $0.complete.count == 2 }
@@ -48,8 +52,9 @@ import Testing
         joining.settings.lazy = true
         let start = mesh.simulator.now
         let joiner = mesh.addNode(joiningThrough: [first.address], at: start, configuration: joining)
-        mesh.simulator.setBottlenecks(of: joiner.address, uplink: nil,
-                                      downlink: Bottleneck(megabitsPerSecond: megabits, queue: .milliseconds(100)))
+        mesh.simulator.setBottlenecks(
+            of: joiner.address, uplink: nil,
+            downlink: Bottleneck(megabitsPerSecond: megabits, queue: .milliseconds(100)))
         let ids = first.core.attachments.map(\.content).sorted()
         // Joined, and the membership probes have measured the holders' round trips.
         mesh.simulator.run(until: start + .seconds(10))
@@ -65,8 +70,9 @@ import Testing
         }
         let saved = joiner.core.savedPaths.count
         let secondLoad = load(ids[1], on: joiner, in: mesh)
-        return Outcome(first: firstLoad, second: secondLoad, jumps: joiner.core.downlink.resumeJumps,
-                       retreats: joiner.core.downlink.resumeRetreats, saved: saved)
+        return Outcome(
+            first: firstLoad, second: secondLoad, jumps: joiner.core.downlink.resumeJumps,
+            retreats: joiner.core.downlink.resumeRetreats, saved: saved)
     }
 
     static func load(_ id: SHA256Digest, on joiner: SimNode, in mesh: SimMesh) -> Load {
@@ -78,12 +84,14 @@ import Testing
         }
         let after = mesh.simulator.bottleneckStatistics(of: joiner.address).downlink ?? .init()
         let dropped = after.dropped - before.dropped
-        return Load(seconds: (mesh.simulator.now - start).milliseconds / 1000, dropped: Int(dropped),
-                    offered: Int(dropped + after.forwarded - before.forwarded), finished: done == .satisfied)
+        return Load(
+            seconds: (mesh.simulator.now - start).milliseconds / 1000, dropped: Int(dropped),
+            offered: Int(dropped + after.forwarded - before.forwarded), finished: done == .satisfied)
     }
 
-    @Test("a second get over a measured path resumes: it finishes sooner than the first, without more loss at the line",
-          arguments: SimulationSeeds.from(defaultCount: 2))
+    @Test(
+        "a second get over a measured path resumes: it finishes sooner than the first, without more loss at the line",
+        arguments: SimulationSeeds.from(defaultCount: 2))
     func aSecondFetchResumes(seed: UInt64) {
         let outcome = Self.run(seed: seed)
         let replay = SimulationSeeds.replay(seed)
@@ -94,8 +102,9 @@ import Testing
         #expect(outcome.second.dropped <= outcome.first.dropped, "\(replay): \(outcome)")
     }
 
-    @Test("on a line whose capacity dropped since, the jump retreats and the line's drops stay bounded",
-          arguments: SimulationSeeds.from(defaultCount: 2))
+    @Test(
+        "on a line whose capacity dropped since, the jump retreats and the line's drops stay bounded",
+        arguments: SimulationSeeds.from(defaultCount: 2))
     func aJumpIntoALineThatShrankRetreats(seed: UInt64) {
         // 50 Mbit/s measured, 10 left: the jump (half the rate reached) is over twice the line.
         let outcome = Self.run(seed: seed, secondMegabits: 10)

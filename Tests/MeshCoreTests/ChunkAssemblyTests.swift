@@ -21,7 +21,9 @@ struct ChunkAssemblyTests {
 
     static func at(_ milliseconds: Int) -> MeshInstant { MeshInstant(nanoseconds: UInt64(milliseconds) * 1_000_000) }
 
-    @Test("pieces in any order, with duplicates, rebuild the chunk exactly", arguments: [1, 1098, 1099, 1100, 262_144, 300_001])
+    @Test(
+        "pieces in any order, with duplicates, rebuild the chunk exactly",
+        arguments: [1, 1098, 1099, 1100, 262_144, 300_001])
     func anyOrderRebuilds(length: Int) {
         let seed = testSeed(0xc0ffee) ^ UInt64(length)
         var rng = SplitMix64(seed: seed)
@@ -44,8 +46,10 @@ struct ChunkAssemblyTests {
         #expect(added && !again, "a duplicate is refused")
         let foreign = assembly.add(Self.pieces(bytes, SHA256Digest.hashing([1]))[2])
         #expect(!foreign, "another chunk's piece")
-        let longer = assembly.add(ChunkPiece(digest: digest, chunkLength: 5001, pieceSize: Self.pieceSize, index: 2,
-                                             payload: ByteBuffer(bytes: [UInt8](repeating: 0, count: Self.pieceSize))))
+        let longer = assembly.add(
+            ChunkPiece(
+                digest: digest, chunkLength: 5001, pieceSize: Self.pieceSize, index: 2,
+                payload: ByteBuffer(bytes: [UInt8](repeating: 0, count: Self.pieceSize))))
         #expect(!longer, "another chunk length")
         #expect(assembly.missing.held == 4)
     }
@@ -79,7 +83,9 @@ struct ChunkAssemblyTests {
         for piece in Self.pieces(bytes, digest, only: missing) {
             result = assembler.onPiece(piece, from: Self.other, now: Self.at(150))
         }
-        #expect(result == .complete(bytes: bytes, contributors: [Self.holder, Self.other], stillSending: [Self.holder]), "asked again, the holder may have pieces queued twice")
+        #expect(
+            result == .complete(bytes: bytes, contributors: [Self.holder, Self.other], stillSending: [Self.holder]),
+            "asked again, the holder may have pieces queued twice")
         #expect(assembler.activeCount == 0 && assembler.nextDeadline == nil)
     }
 
@@ -103,7 +109,8 @@ struct ChunkAssemblyTests {
         var assembler = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
         let chunks = (0..<6).map { Self.chunk(5000, seed: 40 + UInt64($0)) }
         func firstPiece(_ index: Int, from holder: NodeID, at milliseconds: Int) -> Duration? {
-            _ = assembler.onPiece(Self.pieces(chunks[index].bytes, chunks[index].digest)[0], from: holder, now: Self.at(milliseconds))
+            _ = assembler.onPiece(
+                Self.pieces(chunks[index].bytes, chunks[index].digest)[0], from: holder, now: Self.at(milliseconds))
             return assembler.takeRoundTripSample()
         }
         // The holder is idle for the first want; the second goes behind the first chunk's pieces.
@@ -161,7 +168,9 @@ struct ChunkAssemblyTests {
         var small = ChunkAssembler.Settings(pieceSize: Self.pieceSize)
         small.maxDownloads = 2
         var bounded = ChunkAssembler(settings: small)
-        let wants = (0..<3).map { bounded.begin(SHA256Digest.hashing([UInt8($0)]), length: 1000, from: Self.holder, now: .zero) }
+        let wants = (0..<3).map {
+            bounded.begin(SHA256Digest.hashing([UInt8($0)]), length: 1000, from: Self.holder, now: .zero)
+        }
         #expect(wants.map { $0 != nil } == [true, true, false])
     }
 
@@ -176,7 +185,10 @@ struct ChunkAssemblyTests {
         _ = assembler.begin(digest, length: bytes.count, from: Self.other, now: Self.at(21))
         var result: ChunkAssembler.PieceResult = .accepted
         for piece in pieces[4...] { result = assembler.onPiece(piece, from: Self.other, now: Self.at(30)) }
-        #expect(result == .complete(bytes: bytes, contributors: [Self.holder, Self.other], stillSending: [Self.holder, Self.other]))
+        #expect(
+            result
+                == .complete(
+                    bytes: bytes, contributors: [Self.holder, Self.other], stillSending: [Self.holder, Self.other]))
 
         // One holder asked once sent each piece once, the last one last: nobody to tell.
         var single = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
@@ -206,8 +218,9 @@ struct ChunkAssemblyTests {
         let (bytes, digest) = Self.chunk(5000, seed: 5)
         var assembler = ChunkAssembler(settings: .init(pieceSize: Self.pieceSize))
         _ = assembler.begin(digest, length: 5000, from: Self.holder, now: .zero)
-        let huge = ChunkPiece(digest: digest, chunkLength: ChunkPiece.maxChunkLength, pieceSize: Self.pieceSize, index: 0,
-                              payload: ByteBuffer(bytes: [UInt8](repeating: 0, count: Self.pieceSize)))
+        let huge = ChunkPiece(
+            digest: digest, chunkLength: ChunkPiece.maxChunkLength, pieceSize: Self.pieceSize, index: 0,
+            payload: ByteBuffer(bytes: [UInt8](repeating: 0, count: Self.pieceSize)))
         let refused = assembler.onPiece(huge, from: Self.holder, now: .zero)
         let accepted = assembler.onPiece(Self.pieces(bytes, digest)[0], from: Self.holder, now: .zero)
         #expect(refused == .duplicate && accepted == .accepted)
@@ -227,7 +240,9 @@ struct ChunkAssemblyTests {
             framed.writeBuffer(&buffer)
             return FrameCodec.decodeOne(&framed)
         }
-        let good = ChunkPiece(digest: digest, chunkLength: 2000, pieceSize: 1000, index: 1, payload: ByteBuffer(bytes: [UInt8](repeating: 7, count: 1000)))
+        let good = ChunkPiece(
+            digest: digest, chunkLength: 2000, pieceSize: 1000, index: 1,
+            payload: ByteBuffer(bytes: [UInt8](repeating: 7, count: 1000)))
         #expect(decode(good) == .success(.chunkPiece(good)))
         #expect(decode(good, trim: 1) == .failure(.invalidField(what: "piece length")))
         #expect(decode(good, pad: 1) == .failure(.invalidField(what: "piece length")))

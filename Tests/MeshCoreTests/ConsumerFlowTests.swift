@@ -65,8 +65,9 @@ struct ConsumerFlowTests {
 
     // MARK: in simulation
 
-    static let link = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(1), lossProbability: 0.02,
-                                     reorderProbability: 0.02, reorderDelay: .milliseconds(5))
+    static let link = LinkConditions(
+        delay: .milliseconds(2), jitter: .milliseconds(1), lossProbability: 0.02,
+        reorderProbability: 0.02, reorderDelay: .milliseconds(5))
 
     static func settings() -> DeliveryInstance.Settings {
         var settings = DeliveryInstance.Settings()
@@ -74,8 +75,9 @@ struct ConsumerFlowTests {
         return settings
     }
 
-    @Test("a slow consumer gets every acknowledged message; what waits for it stays bounded",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "a slow consumer gets every acknowledged message; what waits for it stays bounded",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func slowConsumerGetsEverything(seed: UInt64) {
         let mesh = DeliveryMesh(count: 2, seed: seed, link: Self.link, settings: Self.settings())
         let (sender, receiver) = (mesh.nodes[0], mesh.nodes[1])
@@ -84,8 +86,9 @@ struct ConsumerFlowTests {
         mesh[receiver].addConsumer(bound: bound, bytesPerSecond: 300 * 1024, from: Self.start)
         let expected = (0..<60).map { numberedPayload(from: 0, sequence: $0, size: 16 * 1024) }
         for (index, payload) in expected.enumerated() {
-            mesh[sender].planSend("m\(index)", at: Self.at(Int64(index)), payload: payload, to: [receiver],
-                                  timeout: .seconds(60))
+            mesh[sender].planSend(
+                "m\(index)", at: Self.at(Int64(index)), payload: payload, to: [receiver],
+                timeout: .seconds(60))
         }
         let outcome = mesh.simulator.run(until: Self.at(30_000), checkEvery: .milliseconds(50)) { _ in
             (0..<60).allSatisfy { mesh[sender].completion("m\($0)") != nil }
@@ -104,8 +107,9 @@ struct ConsumerFlowTests {
         #expect(mesh.violations.isEmpty, "\(replay): \(mesh.violations.prefix(3))")
     }
 
-    @Test("a stalled consumer holds acceptance only for the stall limit; nothing is acknowledged meanwhile",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "a stalled consumer holds acceptance only for the stall limit; nothing is acknowledged meanwhile",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func stalledConsumerIsCutOff(seed: UInt64) {
         let mesh = DeliveryMesh(count: 2, seed: seed, link: Self.link, settings: Self.settings())
         let (sender, receiver) = (mesh.nodes[0], mesh.nodes[1])
@@ -113,8 +117,9 @@ struct ConsumerFlowTests {
         mesh[receiver].addConsumer(bound: 64 * 1024, bytesPerSecond: 0, from: Self.start)
         for index in 0..<40 {
             let payload = numberedPayload(from: 0, sequence: index, size: 16 * 1024)
-            mesh[sender].planSend("m\(index)", at: Self.at(Int64(index)), payload: payload, to: [receiver],
-                                  timeout: .seconds(60))
+            mesh[sender].planSend(
+                "m\(index)", at: Self.at(Int64(index)), payload: payload, to: [receiver],
+                timeout: .seconds(60))
         }
         // Sent while held, with a timeout shorter than the stall: it fails, honestly, and is skipped.
         mesh[sender].planSend("short", at: Self.at(500), payload: [1, 2, 3], to: [receiver], timeout: .seconds(1))
@@ -128,8 +133,9 @@ struct ConsumerFlowTests {
             return
         }
         let behindSince = mesh[receiver].consumerBehindSinceWhenCut ?? Self.start
-        #expect(stalledAt - behindSince >= limit && stalledAt - behindSince < limit + .milliseconds(100),
-                "\(replay): behind at \(behindSince), cut off at \(stalledAt)")
+        #expect(
+            stalledAt - behindSince >= limit && stalledAt - behindSince < limit + .milliseconds(100),
+            "\(replay): behind at \(behindSince), cut off at \(stalledAt)")
         // Between falling behind (plus a round trip for acks already under way) and the cut,
         // nothing was acknowledged: no send was told "delivered" for a message not taken.
         let heldCompletions = (0..<40).compactMap { mesh[sender].completion("m\($0)")?.time }

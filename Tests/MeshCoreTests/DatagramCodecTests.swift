@@ -12,11 +12,13 @@ import Testing
     /// KDF and key binding, `cryptography` X25519 + ChaCha20-Poly1305 with a hand-written
     /// HChaCha20 for XChaCha20-Poly1305). Session secret 00..1f; sender id 1/2, boot 3,
     /// ephemeral seed b0 × 32; receiver ephemeral seed a0 × 32; one ping frame, token 0102…08.
-    static let goldenHello = hex("""
+    static let goldenHello = hex(
+        """
         01016bfbaec76d5314e200000000000000010000000000000002000000000000000300000000000000014041424344
         45464748494a4b4c4d4e4f5051525354555657f4d478d7b24e39312c0ca3d472cae524f63d9b5452e022f7dc2651
         """)
-    static let goldenPairwise = hex("""
+    static let goldenPairwise = hex(
+        """
         01006bfbaec76d5314e200000000000000010000000000000002000000000000000300000000000000015733
         2d4d66f2d77e62d715466bf606059f3db990a8c0b1f713e57a
         """)
@@ -28,8 +30,10 @@ import Testing
         let senderID = NodeID(high: 1, low: 2)
         let receiverID = NodeID(high: 0xaaaa, low: 0)
         var sender = DatagramCodec(session: secret, localID: senderID, localBootID: 3)
-        let senderKeys = try #require(PairwiseKeys.derive(session: secret, local: senderEphemeral,
-                                                          peerPublicKey: receiverEphemeral.publicKey))
+        let senderKeys = try #require(
+            PairwiseKeys.derive(
+                session: secret, local: senderEphemeral,
+                peerPublicKey: receiverEphemeral.publicKey))
         sender.installPeer(receiverID, bootID: 9, keys: senderKeys)
         let nonce = try #require(PacketNonce(raw: Array(UInt8(0x40)..<UInt8(0x58))))
         let hello = sender.sealHello(Self.ping, nonce: nonce)
@@ -43,14 +47,19 @@ import Testing
         #expect(openedHello.frames == Self.ping)
         #expect(openedHello.header.sender == senderID)
         #expect(openedHello.header.keyKind == .hello)
-        let receiverKeys = try #require(PairwiseKeys.derive(session: secret, local: receiverEphemeral,
-                                                            peerPublicKey: senderEphemeral.publicKey))
+        let receiverKeys = try #require(
+            PairwiseKeys.derive(
+                session: secret, local: receiverEphemeral,
+                peerPublicKey: senderEphemeral.publicKey))
         receiver.installPeer(senderID, bootID: 3, keys: receiverKeys)
         let pairwiseResult = receiver.open(buffer(Self.goldenPairwise))
         let openedPairwise = try #require(pairwiseResult.success)
         #expect(openedPairwise.frames == Self.ping)
-        #expect(openedPairwise.header == DatagramHeader(keyKind: .pairwise, sessionID: secret.sessionID,
-                                                        sender: senderID, bootID: 3, packetNumber: 1))
+        #expect(
+            openedPairwise.header
+                == DatagramHeader(
+                    keyKind: .pairwise, sessionID: secret.sessionID,
+                    sender: senderID, bootID: 3, packetNumber: 1))
     }
 
     // MARK: round trips
@@ -164,19 +173,23 @@ import Testing
         let header = bytes(try #require(a.seal(Self.ping, to: b.id))).prefix(DatagramHeader.fixedLength)
         #expect(receiver.open(buffer(Array(header) + [UInt8](repeating: 0, count: 65_000))) == .failure(.oversized))
         let limit = receiver.codec.configuration.maxReceivedDatagramSize
-        #expect(receiver.open(buffer(Array(header) + [UInt8](repeating: 0, count: limit - header.count))) == .failure(.auth))
+        #expect(
+            receiver.open(buffer(Array(header) + [UInt8](repeating: 0, count: limit - header.count))) == .failure(.auth)
+        )
     }
 
     @Test func truncatedDatagramsAreMalformedUntilTheyHoldATag() throws {
         let (a, b) = connectedPair()
         let pairwise = bytes(try #require(a.seal(Self.ping, to: b.id)))
         for length in 0..<pairwise.count {
-            let expected: DropReason = length < DatagramHeader.fixedLength + PacketSealer.tagByteCount ? .malformed : .auth
+            let expected: DropReason =
+                length < DatagramHeader.fixedLength + PacketSealer.tagByteCount ? .malformed : .auth
             #expect(b.open(buffer(Array(pairwise.prefix(length)))) == .failure(expected), "pairwise length \(length)")
         }
         let hello = bytes(a.sealHello(Self.ping, nonce: .random()))
         for length in 0..<hello.count {
-            let expected: DropReason = length < DatagramHeader.fixedLength + 24 + PacketSealer.tagByteCount ? .malformed : .auth
+            let expected: DropReason =
+                length < DatagramHeader.fixedLength + 24 + PacketSealer.tagByteCount ? .malformed : .auth
             #expect(b.open(buffer(Array(hello.prefix(length)))) == .failure(expected), "hello length \(length)")
         }
         // The cut datagrams moved nothing: the whole ones still open.
@@ -200,9 +213,9 @@ import Testing
             // 0 → 1 makes it a hello whose nonce eats the sealed bytes; other bits name no key kind.
             case 1: allowed = bit % 8 == 0 ? [.malformed, .auth] : [.malformed]
             case 2..<10: allowed = [.foreign]
-            case 10..<26: allowed = [.unknownSender]        // sender
-            case 26..<34: allowed = [.unknownSender]        // boot id
-            default: allowed = [.auth]                      // packet number (the nonce), body, tag
+            case 10..<26: allowed = [.unknownSender]  // sender
+            case 26..<34: allowed = [.unknownSender]  // boot id
+            default: allowed = [.auth]  // packet number (the nonce), body, tag
             }
             guard case let .failure(reason) = result else {
                 Issue.record("bit \(bit) (byte \(bit / 8)) opened a tampered datagram")
@@ -243,7 +256,7 @@ import Testing
         let second = try #require(a.seal(Self.ping, to: b.id))
         let third = try #require(a.seal(Self.ping, to: b.id))
         #expect(b.open(third).success != nil)
-        #expect(b.open(first).success != nil)   // out of order within the window is fine
+        #expect(b.open(first).success != nil)  // out of order within the window is fine
         #expect(b.open(first) == .failure(.replay))
         #expect(b.open(third) == .failure(.replay))
         #expect(b.open(second).success != nil)
@@ -254,11 +267,11 @@ import Testing
         var configuration = DatagramCodec.Configuration()
         configuration.replayWindowSize = 64
         let (a, b) = connectedPair(configuration: configuration)
-        let old = try #require(a.seal(Self.ping, to: b.id))           // number 1
+        let old = try #require(a.seal(Self.ping, to: b.id))  // number 1
         var latest: ByteBuffer?
-        for _ in 0..<64 { latest = a.seal(Self.ping, to: b.id) }     // numbers 2...65
-        #expect(b.open(try #require(latest)).success != nil)          // highest = 65
-        #expect(b.open(old) == .failure(.replay))                     // 65 - 1 = 64 = size
+        for _ in 0..<64 { latest = a.seal(Self.ping, to: b.id) }  // numbers 2...65
+        #expect(b.open(try #require(latest)).success != nil)  // highest = 65
+        #expect(b.open(old) == .failure(.replay))  // 65 - 1 = 64 = size
     }
 
     @Test func helloReplaysFromAKnownPeerAreRejected() throws {
@@ -272,15 +285,17 @@ import Testing
         let (a, b) = connectedPair()
         // Any member holds the hello key: it seals a hello naming a's id and boot, far ahead
         // in packet numbers.
-        let header = DatagramHeader(keyKind: .hello, sessionID: a.secret.sessionID, sender: a.id, bootID: a.bootID,
-                                    packetNumber: 1 << 50, helloNonce: .random())
+        let header = DatagramHeader(
+            keyKind: .hello, sessionID: a.secret.sessionID, sender: a.id, bootID: a.bootID,
+            packetNumber: 1 << 50, helloNonce: .random())
         var forged = ByteBuffer()
         header.encode(into: &forged)
         let associated = Array(forged.readableBytesView)
         let sealer = try PacketSealer(key: a.secret.key(for: .hello))
         var plaintext = ByteBuffer()
         for frame in Self.ping { FrameCodec.encode(frame, into: &plaintext) }
-        forged.writeBytes(sealer.seal(Array(plaintext.readableBytesView), associatedData: associated, nonce: header.nonce))
+        forged.writeBytes(
+            sealer.seal(Array(plaintext.readableBytesView), associatedData: associated, nonce: header.nonce))
         #expect(b.open(forged).success != nil)  // it opens: the hello key is shared
         // a's own hellos still open afterwards (they used to be "replays" behind the forged number).
         for _ in 0..<3 { #expect(b.open(a.sealHello(Self.ping, nonce: .random())).success != nil) }
@@ -367,15 +382,17 @@ import Testing
         for (index, (name, plaintext)) in badPlaintexts.enumerated() {
             let number = UInt64(index + 1)
             let pairwise = craftDatagram(
-                header: DatagramHeader(keyKind: .pairwise, sessionID: a.secret.sessionID, sender: a.id,
-                                       bootID: a.bootID, packetNumber: number),
+                header: DatagramHeader(
+                    keyKind: .pairwise, sessionID: a.secret.sessionID, sender: a.id,
+                    bootID: a.bootID, packetNumber: number),
                 plaintext: plaintext, sealer: sending)
             #expect(b.open(pairwise) == .failure(.malformed), "pairwise: \(name)")
             // It authenticated, so its packet number is used up.
             #expect(b.open(pairwise) == .failure(.replay), "pairwise again: \(name)")
             let hello = craftDatagram(
-                header: DatagramHeader(keyKind: .hello, sessionID: a.secret.sessionID, sender: a.id,
-                                       bootID: a.bootID, packetNumber: number, helloNonce: .random()),
+                header: DatagramHeader(
+                    keyKind: .hello, sessionID: a.secret.sessionID, sender: a.id,
+                    bootID: a.bootID, packetNumber: number, helloNonce: .random()),
                 plaintext: plaintext, sealer: helloKey)
             #expect(b.open(hello) == .failure(.malformed), "hello: \(name)")
         }
@@ -384,8 +401,9 @@ import Testing
         #expect(d.open(try #require(c.seal([], to: d.id))) == .failure(.malformed))
         // The crafted path itself is sound: a good plaintext opens.
         let good = craftDatagram(
-            header: DatagramHeader(keyKind: .pairwise, sessionID: a.secret.sessionID, sender: a.id,
-                                   bootID: a.bootID, packetNumber: 1000),
+            header: DatagramHeader(
+                keyKind: .pairwise, sessionID: a.secret.sessionID, sender: a.id,
+                bootID: a.bootID, packetNumber: 1000),
             plaintext: [0x01, 0x00, 0x08, 1, 2, 3, 4, 5, 6, 7, 8], sealer: sending)
         #expect(b.open(good).success?.frames == Self.ping)
     }
@@ -395,14 +413,16 @@ import Testing
         let c = TestNode(secret: a.secret, seed: 0xc3)
         // Claims to be a (whose keys b holds) but is sealed with c's key for b.
         let forged = craftDatagram(
-            header: DatagramHeader(keyKind: .pairwise, sessionID: a.secret.sessionID, sender: a.id,
-                                   bootID: a.bootID, packetNumber: 1),
+            header: DatagramHeader(
+                keyKind: .pairwise, sessionID: a.secret.sessionID, sender: a.id,
+                bootID: a.bootID, packetNumber: 1),
             plaintext: [0x01, 0x00, 0x08, 1, 2, 3, 4, 5, 6, 7, 8], sealer: c.keys(with: b).sending)
         #expect(b.open(forged) == .failure(.auth))
         // And a's own receiving key (a mirror-image mistake) does not work either.
         let mirrored = craftDatagram(
-            header: DatagramHeader(keyKind: .pairwise, sessionID: a.secret.sessionID, sender: a.id,
-                                   bootID: a.bootID, packetNumber: 2),
+            header: DatagramHeader(
+                keyKind: .pairwise, sessionID: a.secret.sessionID, sender: a.id,
+                bootID: a.bootID, packetNumber: 2),
             plaintext: [0x01, 0x00, 0x08, 1, 2, 3, 4, 5, 6, 7, 8], sealer: a.keys(with: b).receiving)
         #expect(b.open(mirrored) == .failure(.auth))
         #expect(b.open(try #require(a.seal(Self.ping, to: b.id))).success != nil)
@@ -461,7 +481,10 @@ import Testing
     }
 
     @Test func dropReasonsHaveStableCounterNames() {
-        #expect(DropReason.allCases.map(\.rawValue) == ["malformed", "version", "foreign", "unknownSender", "auth", "replay", "staleEpoch", "oversized"])
+        #expect(
+            DropReason.allCases.map(\.rawValue) == [
+                "malformed", "version", "foreign", "unknownSender", "auth", "replay", "staleEpoch", "oversized",
+            ])
         for reason in DropReason.allCases { #expect(DropReason(rawValue: reason.rawValue) == reason) }
     }
 }

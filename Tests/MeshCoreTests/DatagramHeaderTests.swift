@@ -7,9 +7,10 @@ import Testing
     static let nonce = PacketNonce(raw: Array(UInt8(0x40)..<UInt8(0x58)))!
 
     static func randomHeader(kind: DatagramHeader.KeyKind, using rng: inout SplitMix64) -> DatagramHeader {
-        DatagramHeader(keyKind: kind, sessionID: SessionID(value: rng.next()), sender: NodeID(high: rng.next(), low: rng.next()),
-                       bootID: rng.next(), packetNumber: rng.next(),
-                       helloNonce: kind == .hello ? PacketNonce(raw: rng.bytes(24)) : nil)
+        DatagramHeader(
+            keyKind: kind, sessionID: SessionID(value: rng.next()), sender: NodeID(high: rng.next(), low: rng.next()),
+            bootID: rng.next(), packetNumber: rng.next(),
+            helloNonce: kind == .hello ? PacketNonce(raw: rng.bytes(24)) : nil)
     }
 
     @Test func fixedLengthIs42() {
@@ -35,21 +36,27 @@ import Testing
     }
 
     @Test func pairwiseLayoutIsBigEndianAndTheNonceIsThePacketNumber() {
-        let header = DatagramHeader(keyKind: .pairwise, sessionID: SessionID(value: 0x1122_3344_5566_7788),
-                                    sender: NodeID(high: 0x0102_0304_0506_0708, low: 0x090a_0b0c_0d0e_0f10),
-                                    bootID: 0xa0a1_a2a3_a4a5_a6a7, packetNumber: 0xb0b1_b2b3_b4b5_b6b7)
+        let header = DatagramHeader(
+            keyKind: .pairwise, sessionID: SessionID(value: 0x1122_3344_5566_7788),
+            sender: NodeID(high: 0x0102_0304_0506_0708, low: 0x090a_0b0c_0d0e_0f10),
+            bootID: 0xa0a1_a2a3_a4a5_a6a7, packetNumber: 0xb0b1_b2b3_b4b5_b6b7)
         var encoded = ByteBuffer()
         header.encode(into: &encoded)
-        #expect(bytes(encoded) == hex("01 00 1122334455667788 0102030405060708090a0b0c0d0e0f10 a0a1a2a3a4a5a6a7 b0b1b2b3b4b5b6b7"))
+        #expect(
+            bytes(encoded)
+                == hex("01 00 1122334455667788 0102030405060708090a0b0c0d0e0f10 a0a1a2a3a4a5a6a7 b0b1b2b3b4b5b6b7"))
         #expect(header.nonce == .packetNumber(0xb0b1_b2b3_b4b5_b6b7))
     }
 
     @Test func helloLayoutCarriesItsNonce() {
-        let header = DatagramHeader(keyKind: .hello, sessionID: SessionID(value: 1), sender: NodeID(high: 2, low: 3),
-                                    bootID: 4, packetNumber: 5, helloNonce: Self.nonce)
+        let header = DatagramHeader(
+            keyKind: .hello, sessionID: SessionID(value: 1), sender: NodeID(high: 2, low: 3),
+            bootID: 4, packetNumber: 5, helloNonce: Self.nonce)
         var encoded = ByteBuffer()
         header.encode(into: &encoded)
-        #expect(bytes(encoded) == hex("01 01 0000000000000001 00000000000000020000000000000003 0000000000000004 0000000000000005")
+        #expect(
+            bytes(encoded) == hex(
+                "01 01 0000000000000001 00000000000000020000000000000003 0000000000000004 0000000000000005")
                 + Self.nonce.raw)
         #expect(header.nonce == Self.nonce)
     }
@@ -63,7 +70,8 @@ import Testing
         let full = bytes(encoded)
         for length in 0..<full.count {
             var cut = buffer(Array(full.prefix(length)))
-            let expected: WireError = length < DatagramHeader.fixedLength
+            let expected: WireError =
+                length < DatagramHeader.fixedLength
                 ? .truncated(what: "datagram header") : .truncated(what: "hello nonce")
             #expect(DatagramHeader.decode(&cut) == .failure(expected), "length \(length)")
         }
@@ -86,8 +94,9 @@ import Testing
     }
 
     @Test func decodeStartsAtTheReaderIndex() {
-        let header = DatagramHeader(keyKind: .pairwise, sessionID: SessionID(value: 9), sender: NodeID(high: 8, low: 7),
-                                    bootID: 6, packetNumber: 5)
+        let header = DatagramHeader(
+            keyKind: .pairwise, sessionID: SessionID(value: 9), sender: NodeID(high: 8, low: 7),
+            bootID: 6, packetNumber: 5)
         var encoded = buffer([0xff, 0xff, 0xff])
         header.encode(into: &encoded)
         encoded.moveReaderIndex(forwardBy: 3)

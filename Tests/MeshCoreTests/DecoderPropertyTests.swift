@@ -80,7 +80,9 @@ import Testing
             var input = Self.randomInput(using: &rng)
             // Often make the first bytes look like a frame header with a plausible length.
             if input.count >= 3, Bool.random(using: &rng) {
-                input[0] = Bool.random(using: &rng) ? UInt8.random(in: 0...3, using: &rng)
+                input[0] =
+                    Bool.random(using: &rng)
+                    ? UInt8.random(in: 0...3, using: &rng)
                     : FrameType.allCases[Int.random(in: 0..<FrameType.allCases.count, using: &rng)].rawValue
                 let length = UInt16(clamping: max(0, input.count - 3 + Int.random(in: -2...2, using: &rng)))
                 input[1] = UInt8(length >> 8)
@@ -102,16 +104,26 @@ import Testing
         var rng = SplitMix64(seed: seed)
         var originals = JournalMessageTests.samples(using: &rng).map(\.encoded)
         originals.append(MessageEnvelope(type: "chat", body: rng.bytes(40)).encoded)
-        originals.append(Manifest(size: 600_000, chunkSize: 262_144,
-                                  chunks: (0..<3).map { SHA256Digest.hashing([UInt8($0)]) }).encoded)
-        for frame in sampleFrames(using: &rng) where [.chunkWant, .chunkPiece, .chunkAbsent, .chunkPace, .chunkCancel, .pathProbeRequest, .pathProbe, .observedAddress, .punchRequest, .punchIntroduction, .punch, .relayForward, .relayDelivery, .relayRefusal, .birthdayRound].contains(frame.type) {
+        originals.append(
+            Manifest(
+                size: 600_000, chunkSize: 262_144,
+                chunks: (0..<3).map { SHA256Digest.hashing([UInt8($0)]) }
+            ).encoded)
+        for frame in sampleFrames(using: &rng)
+        where [
+            .chunkWant, .chunkPiece, .chunkAbsent, .chunkPace, .chunkCancel, .pathProbeRequest, .pathProbe,
+            .observedAddress, .punchRequest, .punchIntroduction, .punch, .relayForward, .relayDelivery, .relayRefusal,
+            .birthdayRound,
+        ].contains(frame.type) {
             var encoded = ByteBuffer()
             FrameCodec.encode(frame, into: &encoded)
             originals.append(bytes(encoded))
         }
         let holder = NodeID(high: 1, low: 1)
         for _ in 0..<testIterations(20_000) {
-            let input = Bool.random(using: &rng) ? Self.randomInput(using: &rng)
+            let input =
+                Bool.random(using: &rng)
+                ? Self.randomInput(using: &rng)
                 : Self.mutate(originals[Int.random(in: 0..<originals.count, using: &rng)], using: &rng)
             _ = try? JournalMessage(decoding: input)
             _ = MessageEnvelope(decoding: input)
@@ -143,13 +155,15 @@ import Testing
                 withUnsafeBytes(of: sessionID.value.bigEndian) { input.replaceSubrange(2..<10, with: $0) }
                 if Bool.random(using: &rng) {
                     let hello = Bool.random(using: &rng)
-                    let header = DatagramHeader(keyKind: hello ? .hello : .pairwise,
-                                                sessionID: sessionID, sender: a.id, bootID: a.bootID,
-                                                packetNumber: rng.next(),
-                                                helloNonce: hello ? PacketNonce(raw: [UInt8](repeating: 9, count: 24)) : nil)
+                    let header = DatagramHeader(
+                        keyKind: hello ? .hello : .pairwise,
+                        sessionID: sessionID, sender: a.id, bootID: a.bootID,
+                        packetNumber: rng.next(),
+                        helloNonce: hello ? PacketNonce(raw: [UInt8](repeating: 9, count: 24)) : nil)
                     var encoded = ByteBuffer()
                     header.encode(into: &encoded)
-                    input.replaceSubrange(0..<DatagramHeader.fixedLength, with: bytes(encoded).prefix(DatagramHeader.fixedLength))
+                    input.replaceSubrange(
+                        0..<DatagramHeader.fixedLength, with: bytes(encoded).prefix(DatagramHeader.fixedLength))
                 }
             }
             switch b.open(input) {
@@ -160,7 +174,8 @@ import Testing
             }
         }
         // Every check was reached, the seal included.
-        #expect(Set(counts.keys) == Set(DropReason.allCases).subtracting([.replay, .staleEpoch]), "seed \(seed): \(counts)")
+        #expect(
+            Set(counts.keys) == Set(DropReason.allCases).subtracting([.replay, .staleEpoch]), "seed \(seed): \(counts)")
     }
 
     @Test func inviteParsingNeverTrapsOnRandomText() {
@@ -176,12 +191,16 @@ import Testing
             case 1:  // arbitrary Unicode scalars
                 var scalars = String.UnicodeScalarView()
                 for _ in 0..<Int.random(in: 0...80, using: &rng) {
-                    if let scalar = Unicode.Scalar(UInt32.random(in: 0...0x10ffff, using: &rng)) { scalars.append(scalar) }
+                    if let scalar = Unicode.Scalar(UInt32.random(in: 0...0x10ffff, using: &rng)) {
+                        scalars.append(scalar)
+                    }
                 }
                 text = String(scalars)
             case 2:  // the right prefix and alphabet, random length
                 var scalars = String.UnicodeScalarView("gm1".unicodeScalars)
-                for _ in 0..<Int.random(in: 0...600, using: &rng) { scalars.append(alphabet.randomElement(using: &rng)!) }
+                for _ in 0..<Int.random(in: 0...600, using: &rng) {
+                    scalars.append(alphabet.randomElement(using: &rng)!)
+                }
                 text = String(scalars)
             default:  // a random body with a correct checksum: reaches the address loop
                 let addressCount = Int.random(in: 0...6, using: &rng)
@@ -189,7 +208,9 @@ import Testing
                 let declared = wellFormed ? UInt8(addressCount) : UInt8.random(in: 0...18, using: &rng)
                 var body: [UInt8] = [1] + rng.bytes(32) + [declared]
                 for _ in 0..<addressCount {
-                    let family: UInt8 = wellFormed ? [4, 6].randomElement(using: &rng)! : [4, 6, 4, 6, 0, 5].randomElement(using: &rng)!
+                    let family: UInt8 =
+                        wellFormed
+                        ? [4, 6].randomElement(using: &rng)! : [4, 6, 4, 6, 0, 5].randomElement(using: &rng)!
                     body.append(family)
                     body += rng.bytes(family == 6 ? 16 : 4)
                     body += rng.bytes(wellFormed ? 2 : Int.random(in: 0...3, using: &rng))
@@ -256,8 +277,9 @@ import Testing
         for count in [1, 2, 5, 16] {
             let secret = try SessionSecret(bytes: rng.bytes(32))
             let addresses = (0..<count).map { index in
-                index % 2 == 0 ? PeerAddress(ipv4: rng.bytes(4), port: UInt16.random(in: 1...UInt16.max, using: &rng))
-                               : PeerAddress(ipv6: rng.bytes(16), port: UInt16.random(in: 1...UInt16.max, using: &rng))
+                index % 2 == 0
+                    ? PeerAddress(ipv4: rng.bytes(4), port: UInt16.random(in: 1...UInt16.max, using: &rng))
+                    : PeerAddress(ipv6: rng.bytes(16), port: UInt16.random(in: 1...UInt16.max, using: &rng))
             }
             originals.append(InviteToken(secret: secret, addresses: addresses))
         }

@@ -18,9 +18,10 @@ struct DeliverySimulationTests {
 
     // MARK: reliability under faults
 
-    static let hostile = LinkConditions(delay: .milliseconds(1), jitter: .milliseconds(2), lossProbability: 0.3,
-                                        duplicationProbability: 0.3, reorderProbability: 0.3,
-                                        reorderDelay: .milliseconds(20), corruptionProbability: 0.01)
+    static let hostile = LinkConditions(
+        delay: .milliseconds(1), jitter: .milliseconds(2), lossProbability: 0.3,
+        duplicationProbability: 0.3, reorderProbability: 0.3,
+        reorderDelay: .milliseconds(20), corruptionProbability: 0.01)
 
     /// How long, in simulated time, the whole exchange under `hostile` may take. A round trip
     /// fails about half the time (0.7 · 0.7 survive), and a channel with nothing else to send
@@ -29,8 +30,9 @@ struct DeliverySimulationTests {
     /// failed ten times in a row). 60 s is twelve round trips at the largest timeout.
     static let hostileBound: Duration = .seconds(60)
 
-    @Test("with 30% loss, duplication and reordering every reliable message arrives once, in order, in bounded time",
-          arguments: SimulationSeeds.from())
+    @Test(
+        "with 30% loss, duplication and reordering every reliable message arrives once, in order, in bounded time",
+        arguments: SimulationSeeds.from())
     func reliableUnderFaults(seed: UInt64) {
         let mesh = DeliveryMesh(count: 4, seed: seed, link: Self.hostile)
         let sizes = [8, 100, 1082, 1083, 2_500, 9_000, 30_000, 64]
@@ -38,15 +40,19 @@ struct DeliverySimulationTests {
         var labels: [(SimAddress, String)] = []
         for sender in mesh.nodes {
             for sequence in 0..<10 {
-                let payload = numberedPayload(from: sender.index, sequence: sequence, size: sizes[(sequence + sender.index) % sizes.count])
+                let payload = numberedPayload(
+                    from: sender.index, sequence: sequence, size: sizes[(sequence + sender.index) % sizes.count])
                 expected[sender, default: []].append(payload)
                 let label = "m\(sequence)"
                 labels.append((sender, label))
-                mesh[sender].planSend(label, at: Self.at(Int64(sequence) * 40), payload: payload,
-                                      to: mesh.nodes.filter { $0 != sender }, mode: .reliable, timeout: .seconds(600))
+                mesh[sender].planSend(
+                    label, at: Self.at(Int64(sequence) * 40), payload: payload,
+                    to: mesh.nodes.filter { $0 != sender }, mode: .reliable, timeout: .seconds(600))
             }
         }
-        let outcome = mesh.simulator.run(until: Self.start + Self.hostileBound + .seconds(60), checkEvery: .milliseconds(50)) { _ in
+        let outcome = mesh.simulator.run(
+            until: Self.start + Self.hostileBound + .seconds(60), checkEvery: .milliseconds(50)
+        ) { _ in
             labels.allSatisfy { mesh[$0.0].completion($0.1) != nil }
         }
         let replay = SimulationSeeds.replay(seed)
@@ -64,19 +70,22 @@ struct DeliverySimulationTests {
             #expect(mesh[target].deliveries.allSatisfy { $0.mode == .reliable })
         }
         #expect(mesh.violations.isEmpty, "\(replay): \(mesh.violations.prefix(3))")
-        #expect(mesh.simulator.statistics.duplicated > 0 && mesh.simulator.statistics.dropped.loss > 0,
-                "\(replay): the network did duplicate and lose")
+        #expect(
+            mesh.simulator.statistics.duplicated > 0 && mesh.simulator.statistics.dropped.loss > 0,
+            "\(replay): the network did duplicate and lose")
         // The counters saw the retransmissions the losses forced.
         #expect(mesh.processes.allSatisfy { $0.instance.retransmissions > 0 }, "\(replay)")
     }
 
-    @Test("bytes in flight never exceed the window, checked after every step",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "bytes in flight never exceed the window, checked after every step",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func bytesInFlightWithinWindow(seed: UInt64) {
         var settings = DeliveryInstance.Settings()
         settings.receiveCapacity = 24 * 1024
-        let link = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(1), lossProbability: 0.03,
-                                  reorderProbability: 0.05, reorderDelay: .milliseconds(5))
+        let link = LinkConditions(
+            delay: .milliseconds(2), jitter: .milliseconds(1), lossProbability: 0.03,
+            reorderProbability: 0.05, reorderDelay: .milliseconds(5))
         let mesh = DeliveryMesh(count: 3, seed: seed, link: link, settings: settings)
         var labels: [(SimAddress, String)] = []
         for sender in mesh.nodes {
@@ -85,9 +94,10 @@ struct DeliverySimulationTests {
             for sequence in 0..<20 {
                 let label = "m\(sequence)"
                 labels.append((sender, label))
-                mesh[sender].planSend(label, at: Self.at(Int64(sequence)),
-                                      payload: numberedPayload(from: sender.index, sequence: sequence, size: 12_000),
-                                      to: mesh.nodes.filter { $0 != sender }, timeout: .seconds(600))
+                mesh[sender].planSend(
+                    label, at: Self.at(Int64(sequence)),
+                    payload: numberedPayload(from: sender.index, sequence: sequence, size: 12_000),
+                    to: mesh.nodes.filter { $0 != sender }, timeout: .seconds(600))
             }
         }
         let outcome = mesh.simulator.run(until: Self.start + .seconds(120), checkEvery: .milliseconds(20)) { _ in
@@ -95,10 +105,13 @@ struct DeliverySimulationTests {
         }
         let replay = SimulationSeeds.replay(seed)
         #expect(outcome == .satisfied, "\(replay)")
-        #expect(mesh.violations.isEmpty, "\(replay): \(mesh.violations.count) violations, first \(mesh.violations.prefix(3))")
+        #expect(
+            mesh.violations.isEmpty,
+            "\(replay): \(mesh.violations.count) violations, first \(mesh.violations.prefix(3))")
         #expect(mesh.processes.allSatisfy { $0.checks > 1_000 }, "\(replay): checked at every step")
         // Not vacuous: the senders did fill their windows.
-        #expect(mesh.processes.allSatisfy { $0.fullestWindow > 0.9 }, "\(replay): \(mesh.processes.map(\.fullestWindow))")
+        #expect(
+            mesh.processes.allSatisfy { $0.fullestWindow > 0.9 }, "\(replay): \(mesh.processes.map(\.fullestWindow))")
         for target in mesh.nodes {
             for sender in mesh.nodes where sender != target {
                 #expect(Self.received(mesh, by: target, from: sender).count == 20, "\(replay)")
@@ -115,12 +128,14 @@ struct DeliverySimulationTests {
         let stranger = NodeID(high: 1, low: 2)
         mesh[a].planSend("reliable", at: Self.at(1), payload: [1, 1], to: [b, d])
         mesh[a].plan(at: Self.at(2)) { process, now in
-            process.send("unreliable", payload: [2, 2], to: [DeliveryProcess.nodeID(c), DeliveryProcess.nodeID(e)],
-                         mode: .unreliable, now: now, timeout: nil)
+            process.send(
+                "unreliable", payload: [2, 2], to: [DeliveryProcess.nodeID(c), DeliveryProcess.nodeID(e)],
+                mode: .unreliable, now: now, timeout: nil)
         }
         mesh[a].plan(at: Self.at(3)) { process, now in
-            process.send("with stranger", payload: [3, 3], to: [DeliveryProcess.nodeID(c), stranger, DeliveryProcess.nodeID(c)],
-                         mode: .reliable, now: now, timeout: nil)
+            process.send(
+                "with stranger", payload: [3, 3], to: [DeliveryProcess.nodeID(c), stranger, DeliveryProcess.nodeID(c)],
+                mode: .reliable, now: now, timeout: nil)
         }
         mesh[a].planSend("nobody", at: Self.at(4), payload: [4], to: [])
         mesh.simulator.run(until: Self.at(1_000))
@@ -144,8 +159,9 @@ struct DeliverySimulationTests {
 
     // MARK: unreachable and departed peers
 
-    @Test("an unreachable target fails with timedOut; later messages flow to the others and to it once reachable",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "an unreachable target fails with timedOut; later messages flow to the others and to it once reachable",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func unreachableTarget(seed: UInt64) {
         let link = LinkConditions(delay: .milliseconds(1), jitter: .milliseconds(1))
         let mesh = DeliveryMesh(count: 3, seed: seed, link: link)
@@ -191,8 +207,9 @@ struct DeliverySimulationTests {
         #expect(mesh.violations.isEmpty, "\(replay): \(mesh.violations.prefix(3))")
     }
 
-    @Test("a message that arrived but whose acknowledgements were all lost is reported timedOut: a failure is not a proof of non-delivery",
-          arguments: SimulationSeeds.from(defaultCount: 2))
+    @Test(
+        "a message that arrived but whose acknowledgements were all lost is reported timedOut: a failure is not a proof of non-delivery",
+        arguments: SimulationSeeds.from(defaultCount: 2))
     func lostAcknowledgements(seed: UInt64) {
         let link = LinkConditions(delay: .milliseconds(1), jitter: .milliseconds(1))
         let mesh = DeliveryMesh(count: 2, seed: seed, link: link)
@@ -208,15 +225,19 @@ struct DeliverySimulationTests {
         #expect(mesh.violations.isEmpty, "\(replay): \(mesh.violations.prefix(3))")
     }
 
-    @Test("with deadlines shorter than the losses need, a send reported delivered was delivered, and none is stalled",
-          arguments: SimulationSeeds.from())
+    @Test(
+        "with deadlines shorter than the losses need, a send reported delivered was delivered, and none is stalled",
+        arguments: SimulationSeeds.from())
     func abandonedSendsOnLossyLink(seed: UInt64) {
         let mesh = DeliveryMesh(count: 2, seed: seed)
         let (a, b) = (mesh.nodes[0], mesh.nodes[1])
         let bID = DeliveryProcess.nodeID(b)
         let replay = SimulationSeeds.replay(seed)
-        mesh.simulator.setLink(from: a, to: b, LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(2), lossProbability: 0.5,
-                                                              duplicationProbability: 0.1, reorderProbability: 0.3))
+        mesh.simulator.setLink(
+            from: a, to: b,
+            LinkConditions(
+                delay: .milliseconds(2), jitter: .milliseconds(2), lossProbability: 0.5,
+                duplicationProbability: 0.1, reorderProbability: 0.3))
         mesh.simulator.setLink(from: b, to: a, LinkConditions(delay: .milliseconds(2), lossProbability: 0.3))
         mesh.simulator.at(Self.at(5_000), "heal") { simulator in
             simulator.resetLink(from: a, to: b)
@@ -224,9 +245,12 @@ struct DeliverySimulationTests {
         }
         var sent: [[UInt8]] = []
         for sequence in 0..<60 {
-            let payload = numberedPayload(from: 0, sequence: sequence, size: [50, 1_500, 4_000, 300, 6_000][sequence % 5])
+            let payload = numberedPayload(
+                from: 0, sequence: sequence, size: [50, 1_500, 4_000, 300, 6_000][sequence % 5])
             sent.append(payload)
-            mesh[a].planSend("m\(sequence)", at: Self.at(Int64(sequence) * 20), payload: payload, to: [b], timeout: .milliseconds(60))
+            mesh[a].planSend(
+                "m\(sequence)", at: Self.at(Int64(sequence) * 20), payload: payload, to: [b], timeout: .milliseconds(60)
+            )
         }
         let last = numberedPayload(from: 0, sequence: 999, size: 3_000)
         mesh[a].planSend("after", at: Self.at(6_000), payload: last, to: [b], timeout: .seconds(5))
@@ -234,7 +258,8 @@ struct DeliverySimulationTests {
 
         let got = mesh[b].payloads(from: a)
         let order = got.compactMap { payload in sent.firstIndex(of: payload) }
-        #expect(order == order.sorted() && Set(order).count == order.count, "\(replay): out of order or twice: \(order)")
+        #expect(
+            order == order.sorted() && Set(order).count == order.count, "\(replay): out of order or twice: \(order)")
         var succeeded = 0, failed = 0
         for (sequence, payload) in sent.enumerated() {
             guard let completion = mesh[a].completion("m\(sequence)") else {
@@ -298,7 +323,8 @@ struct DeliverySimulationTests {
         mesh[a].planSend("too big", at: Self.at(10), payload: patternBytes(settings.maxMessageSize + 1), to: [b])
         mesh.simulator.run(until: Self.at(5_000))
         expectMessages(mesh[b].payloads(from: a), payloads)
-        #expect(mesh[a].refused["too big"] == .tooLarge(size: settings.maxMessageSize + 1, limit: settings.maxMessageSize))
+        #expect(
+            mesh[a].refused["too big"] == .tooLarge(size: settings.maxMessageSize + 1, limit: settings.maxMessageSize))
         #expect(mesh[a].sendIDs["too big"] == nil)
         // No loss: one chunk per fragment, the boundary sizes split where they should.
         let chunks = 1 + 1 + 2 + (settings.maxMessageSize + fragment - 1) / fragment
@@ -319,11 +345,13 @@ struct DeliverySimulationTests {
         for (index, payload) in payloads.enumerated() {
             mesh[a].planSend("u\(index)", at: Self.at(Int64(index) * 10), payload: payload, to: [b], mode: .unreliable)
         }
-        mesh[a].planSend("too big", at: Self.at(100), payload: patternBytes(settings.maxMessageSize + 1), to: [b], mode: .unreliable)
+        mesh[a].planSend(
+            "too big", at: Self.at(100), payload: patternBytes(settings.maxMessageSize + 1), to: [b], mode: .unreliable)
         mesh.simulator.run(until: Self.at(1_000))
         expectMessages(mesh[b].payloads(from: a, mode: .unreliable), payloads)
         #expect(mesh[a].fragmentsSent == 1 + 1 + 2 + (settings.maxMessageSize + fragment - 1) / fragment + 1)
-        #expect(mesh[a].refused["too big"] == .tooLarge(size: settings.maxMessageSize + 1, limit: settings.maxMessageSize))
+        #expect(
+            mesh[a].refused["too big"] == .tooLarge(size: settings.maxMessageSize + 1, limit: settings.maxMessageSize))
         #expect(mesh[a].largestPayload == settings.datagramBudget, "a full fragment fills the datagram exactly")
     }
 
@@ -360,7 +388,9 @@ struct DeliverySimulationTests {
         // The same bytes in both streams, one of them over several fragments.
         let big = patternBytes(sender.settings.fragmentSize * 3 + 5)
         var out: [DeliveryInstance.Directive] = []
-        for (payload, stream) in [([UInt8](big), DeliveryStream.journal), (big, .application), ([9], .journal), ([9], .application)] {
+        for (payload, stream) in [
+            ([UInt8](big), DeliveryStream.journal), (big, .application), ([9], .journal), ([9], .application),
+        ] {
             out += try sender.send(payload, to: [b], mode: .reliable, stream: stream, now: Self.start).directives
         }
         // Every other datagram arrives out of order: the stream is the message's, not the datagram's.
@@ -383,17 +413,20 @@ struct DeliverySimulationTests {
         #expect(!journalFrames.isEmpty && journalFrames.allSatisfy { $0.type == .journalData })
         // The journal's stream has no unreliable mode.
         let (_, unreliable) = try sender.send([1], to: [b], mode: .unreliable, stream: .journal, now: Self.start)
-        #expect(unreliable.contains { if case let .completed(_, failures) = $0 { failures[b] == .unknown } else { false } })
+        #expect(
+            unreliable.contains { if case let .completed(_, failures) = $0 { failures[b] == .unknown } else { false } })
     }
 
     // MARK: unreliable delivery on a faulty network
 
-    @Test("unreliable messages are whole or absent, never twice, and incomplete ones are let go",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "unreliable messages are whole or absent, never twice, and incomplete ones are let go",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func unreliableUnderFaults(seed: UInt64) {
-        let link = LinkConditions(delay: .milliseconds(1), jitter: .milliseconds(3), lossProbability: 0.05,
-                                  duplicationProbability: 0.3, reorderProbability: 0.3, reorderDelay: .milliseconds(10),
-                                  corruptionProbability: 0.01)
+        let link = LinkConditions(
+            delay: .milliseconds(1), jitter: .milliseconds(3), lossProbability: 0.05,
+            duplicationProbability: 0.3, reorderProbability: 0.3, reorderDelay: .milliseconds(10),
+            corruptionProbability: 0.01)
         let mesh = DeliveryMesh(count: 2, seed: seed, link: link)
         let (a, b) = (mesh.nodes[0], mesh.nodes[1])
         let replay = SimulationSeeds.replay(seed)
@@ -401,7 +434,8 @@ struct DeliverySimulationTests {
         for sequence in 0..<60 {
             let payload = numberedPayload(from: 0, sequence: sequence, size: [20, 1_500, 6_000][sequence % 3])
             sent.append(payload)
-            mesh[a].planSend("u\(sequence)", at: Self.at(Int64(sequence) * 5), payload: payload, to: [b], mode: .unreliable)
+            mesh[a].planSend(
+                "u\(sequence)", at: Self.at(Int64(sequence) * 5), payload: payload, to: [b], mode: .unreliable)
         }
         mesh.simulator.run(until: Self.at(1_000))
         let got = mesh[b].payloads(from: a, mode: .unreliable)

@@ -94,15 +94,19 @@ final class DeliveryProcess: SimulatedProcess {
     }
 
     /// Plans a send; its id is recorded under `label`, or its refusal in `refused`.
-    func planSend(_ label: String, at time: MeshInstant, payload: [UInt8], to targets: [SimAddress],
-                  mode: DeliveryInstance.Mode = .reliable, timeout: Duration? = nil) {
+    func planSend(
+        _ label: String, at time: MeshInstant, payload: [UInt8], to targets: [SimAddress],
+        mode: DeliveryInstance.Mode = .reliable, timeout: Duration? = nil
+    ) {
         plan(at: time) { process, now in
             process.send(label, payload: payload, to: targets.map(Self.nodeID), mode: mode, now: now, timeout: timeout)
         }
     }
 
-    func send(_ label: String, payload: [UInt8], to targets: [NodeID], mode: DeliveryInstance.Mode,
-              now: MeshInstant, timeout: Duration?) -> [Directive] {
+    func send(
+        _ label: String, payload: [UInt8], to targets: [NodeID], mode: DeliveryInstance.Mode,
+        now: MeshInstant, timeout: Duration?
+    ) -> [Directive] {
         do {
             let (sendID, directives) = try instance.send(payload, to: targets, mode: mode, now: now, timeout: timeout)
             sendIDs[label] = sendID
@@ -196,7 +200,8 @@ final class DeliveryProcess: SimulatedProcess {
                 }
                 context.send(datagram, to: destination)
             case let .deliver(received):
-                deliveries.append(Delivery(time: now, from: received.from, mode: received.mode, payload: received.payload))
+                deliveries.append(
+                    Delivery(time: now, from: received.from, mode: received.mode, payload: received.payload))
                 if let report = consumer?.enqueue(received.payload.count, now: now) {
                     queue += instance.applicationConsumer(SimConsumer.id, report, now: now)
                 }
@@ -281,7 +286,9 @@ final class DeliveryMesh {
 func numberedPayload(from sender: Int, sequence: Int, size: Int) -> [UInt8] {
     var bytes: [UInt8] = []
     bytes.reserveCapacity(size)
-    let header = withUnsafeBytes(of: UInt32(sender).bigEndian, Array.init) + withUnsafeBytes(of: UInt32(sequence).bigEndian, Array.init)
+    let header =
+        withUnsafeBytes(of: UInt32(sender).bigEndian, Array.init)
+        + withUnsafeBytes(of: UInt32(sequence).bigEndian, Array.init)
     bytes += header.prefix(size)
     var state = UInt64(sender) << 32 | UInt64(sequence)
     while bytes.count < size {
@@ -298,12 +305,15 @@ func patternBytes(_ count: Int, salt: UInt8 = 0) -> [UInt8] {
 
 /// Records an issue when `got` differs from `expected`, describing both briefly (sizes and the
 /// numbered header) instead of dumping every byte of every message.
-func expectMessages(_ got: [[UInt8]], _ expected: [[UInt8]], _ context: @autoclosure () -> String = "",
-                    sourceLocation: SourceLocation = #_sourceLocation) {
+func expectMessages(
+    _ got: [[UInt8]], _ expected: [[UInt8]], _ context: @autoclosure () -> String = "",
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
     guard got != expected else { return }
     let firstDifference = Array(zip(got, expected)).firstIndex { $0.0 != $0.1 } ?? min(got.count, expected.count)
-    Issue.record("\(context()) got \(describeMessages(got)), expected \(describeMessages(expected)); first difference at \(firstDifference)",
-                 sourceLocation: sourceLocation)
+    Issue.record(
+        "\(context()) got \(describeMessages(got)), expected \(describeMessages(expected)); first difference at \(firstDifference)",
+        sourceLocation: sourceLocation)
 }
 
 /// "3 messages: 1000B(0.0) 1000B(0.1) 8B(0.2)" — the size, and for numbered payloads the

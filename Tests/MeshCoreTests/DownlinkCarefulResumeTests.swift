@@ -32,8 +32,10 @@ import Testing
 
         /// `seconds` of a fetch (or of silence when not `fetching`), in steps of a millisecond.
         @discardableResult
-        mutating func run(_ controller: inout DownlinkController, from start: MeshInstant, seconds: Double,
-                          fetching: Bool = true) -> MeshInstant {
+        mutating func run(
+            _ controller: inout DownlinkController, from start: MeshInstant, seconds: Double,
+            fetching: Bool = true
+        ) -> MeshInstant {
             let step = 0.001, lag = Int(roundTrip / step)
             var now = start
             for index in 0..<Int((seconds / step).rounded()) {
@@ -65,14 +67,18 @@ import Testing
         }
     }
 
-    static func saved(rate: Double, roundTrip: Duration = .milliseconds(50),
-                      at: MeshInstant = .zero) -> SavedPathCapacity {
+    static func saved(
+        rate: Double, roundTrip: Duration = .milliseconds(50),
+        at: MeshInstant = .zero
+    ) -> SavedPathCapacity {
         SavedPathCapacity(rate: rate, roundTrip: roundTrip, savedAt: at)
     }
 
     /// A foreground controller offered `saved` and the round trip, its first round-trip sample in.
-    static func offered(_ saved: SavedPathCapacity?, roundTrip: Duration = .milliseconds(50),
-                        now: MeshInstant = .zero) -> DownlinkController {
+    static func offered(
+        _ saved: SavedPathCapacity?, roundTrip: Duration = .milliseconds(50),
+        now: MeshInstant = .zero
+    ) -> DownlinkController {
         var controller = DownlinkController()
         controller.setPriority(.foreground)
         controller.offerResume(saved, probedRoundTrip: roundTrip, now: now)
@@ -161,8 +167,9 @@ import Testing
         #expect(fresh.resumeJumps == 1)
     }
 
-    @Test("a round trip unlike the saved one (longer than twice, shorter than half) brings no jump",
-          arguments: [150, 20])
+    @Test(
+        "a round trip unlike the saved one (longer than twice, shorter than half) brings no jump",
+        arguments: [150, 20])
     func anotherRoundTripBringsNoJump(milliseconds: Int) {
         let roundTrip = Duration.milliseconds(milliseconds)
         var controller = Self.offered(Self.saved(rate: 10e6), roundTrip: roundTrip)
@@ -228,10 +235,12 @@ import Testing
     @Test func theStoreIsBounded() {
         var store = SavedPathCapacities()
         for index in 0..<(SavedPathCapacities.capacity + 5) {
-            let path = SavedPathCapacities.HolderPath(member: NodeID(high: 9, low: UInt64(index)), address: nil,
-                                                      relay: nil, boot: 0)
-            store.save(SavedPathCapacity(rate: 1, roundTrip: .milliseconds(1), savedAt: .zero + .seconds(index)),
-                       for: .init([path]))
+            let path = SavedPathCapacities.HolderPath(
+                member: NodeID(high: 9, low: UInt64(index)), address: nil,
+                relay: nil, boot: 0)
+            store.save(
+                SavedPathCapacity(rate: 1, roundTrip: .milliseconds(1), savedAt: .zero + .seconds(index)),
+                for: .init([path]))
         }
         #expect(store.count == SavedPathCapacities.capacity)
         let last = NodeID(high: 9, low: UInt64(SavedPathCapacities.capacity + 4))

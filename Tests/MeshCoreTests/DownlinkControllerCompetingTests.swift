@@ -8,8 +8,10 @@ extension DownlinkControllerTests {
     /// A lone fetch's own queue `dt` seconds after it was `queue`: it drains while the fetch slows
     /// down, grows by the probe's quarter while it probes (up to `probeCap`), and otherwise goes
     /// back to 22 ms, where delay mode holds it.
-    static func ownQueue(after queue: Double, at t: Double, dt: Double, _ controller: DownlinkController,
-                         probeCap: Double = 0.1) -> Double {
+    static func ownQueue(
+        after queue: Double, at t: Double, dt: Double, _ controller: DownlinkController,
+        probeCap: Double = 0.1
+    ) -> Double {
         if t < 0.1 { return 0 }
         if controller.isSlowingDown { return max(0.001, queue - 0.875 * dt) }
         if controller.isProbing { return min(probeCap, queue + 0.25 * dt) }
@@ -17,11 +19,14 @@ extension DownlinkControllerTests {
     }
 
     /// One piece of 1,400 bytes that met `queue` seconds of queue over a 20 ms path, then a tick.
-    static func deliverPiece(_ controller: inout DownlinkController, now: MeshInstant, queue: Double, packet: inout UInt64) {
+    static func deliverPiece(
+        _ controller: inout DownlinkController, now: MeshInstant, queue: Double, packet: inout UInt64
+    ) {
         packet += 1
         controller.onDatagram(from: holder, packetNumber: packet, carriesPiece: true)
-        controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64((0.020 + queue) * 1e6)),
-                           from: holder, now: now)
+        controller.onPiece(
+            bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64((0.020 + queue) * 1e6)),
+            from: holder, now: now)
         controller.onTick(now: now)
     }
 
@@ -57,8 +62,9 @@ extension DownlinkControllerTests {
     /// 80 ms line overflowed its queue and fell to a third of the line for 5 s, in simulation).
     /// With the probe's queue under the target (`probeQueue` 20 ms), delay mode grows during the
     /// drain: that must not keep the rate drained.
-    @Test("after a probe that finds the line its own, a lone get drains the probe's queue, then asks what arrived",
-          arguments: [0.1, 0.02])
+    @Test(
+        "after a probe that finds the line its own, a lone get drains the probe's queue, then asks what arrived",
+        arguments: [0.1, 0.02])
     func aProbeThatFindsTheLineOursDrainsItsQueue(probeQueue: Double) throws {
         // A get that starts at about its line's rate (the tests and the probe are what count here).
         var settings = DownlinkController.Settings()
@@ -77,11 +83,14 @@ extension DownlinkControllerTests {
             let dt = t - last
             last = t
             // Our own queue, as in the test above; after the probe, it follows the rate asked.
-            queue = ended != nil
+            queue =
+                ended != nil
                 ? min(0.1, max(0, queue + (controller.rate - line) / line * dt))
                 : Self.ownQueue(after: queue, at: t, dt: dt, controller, probeCap: probeQueue)
             Self.deliverPiece(&controller, now: now, queue: queue, packet: &packet)
-            if probing, !controller.isProbing, controller.lastProbeGain != nil, ended == nil { ended = (t, controller.rate) }
+            if probing, !controller.isProbing, controller.lastProbeGain != nil, ended == nil {
+                ended = (t, controller.rate)
+            }
             probing = controller.isProbing
             // Just past the second close after the probe, where the drain ends.
             if let ended, t >= ended.at + 0.25 { settled = controller.rate }
@@ -109,9 +118,11 @@ extension DownlinkControllerTests {
 
     /// Pieces for `seconds` whose queue (above a 20 ms path) is `queue(t, slowingDown)`, arriving at
     /// `delivering(rate asked)`: 1 MB/s whatever is asked, unless told.
-    static func feedAnswering(_ controller: inout DownlinkController, from start: MeshInstant, seconds: Double,
-                              packet: inout UInt64, delivering: (Double) -> Double = { _ in 1e6 },
-                              queue: (Double, Bool) -> Double) -> MeshInstant {
+    static func feedAnswering(
+        _ controller: inout DownlinkController, from start: MeshInstant, seconds: Double,
+        packet: inout UInt64, delivering: (Double) -> Double = { _ in 1e6 },
+        queue: (Double, Bool) -> Double
+    ) -> MeshInstant {
         var t = 0.0, now = start
         while t < seconds {
             now = start + .seconds(t)
@@ -137,7 +148,8 @@ extension DownlinkControllerTests {
     func aLatecomerFindsAnotherFlowsQueueBySlowingDown() {
         var controller = Self.started(.foreground)
         var packet: UInt64 = 0
-        let now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
+        let now = Self.feedAnswering(
+            &controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
         #expect(controller.slowdowns >= 1)
         #expect(controller.slowdownsFoundAnotherFlow >= 1)
         #expect(controller.competing, "rate \(controller.rate) at \(now)")
@@ -166,8 +178,10 @@ extension DownlinkControllerTests {
         var controller = Self.started(.foreground)
         var packet: UInt64 = 0
         var tests = 0, wasSlowing = false
-        let now = Self.feedAnswering(&controller, from: .zero, seconds: 4, packet: &packet,
-                                     delivering: Self.sharedLine) { t, slowingDown in
+        let now = Self.feedAnswering(
+            &controller, from: .zero, seconds: 4, packet: &packet,
+            delivering: Self.sharedLine
+        ) { t, slowingDown in
             if slowingDown, !wasSlowing { tests += 1 }
             wasSlowing = slowingDown
             guard t >= 0.1 else { return 0.060 }
@@ -190,17 +204,19 @@ extension DownlinkControllerTests {
         controller.setPriority(.foreground)
         controller.onRoundTrip(.milliseconds(100), now: .zero)
         var packet: UInt64 = 0
-        var now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
+        var now = Self.feedAnswering(
+            &controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
         #expect(controller.competing)
         // Competing's own slow start is over (a second after it began); a loss cuts the rate under
         // what arrives, and the steps from there are measured.
         #expect(!controller.competingSlowStart)
         now = Self.feed(&controller, from: now, seconds: 0.3, rate: 1e6, lossEvery: 50, packet: &packet) { _ in 0.085 }
         #expect(controller.rate < 1e6, "not cut: \(controller.rate)")
-        let step = Double(controller.settings.competitiveIncrease) / 0.1   // one interval of one round trip
+        let step = Double(controller.settings.competitiveIncrease) / 0.1  // one interval of one round trip
         var highest = 0.0
         for _ in 0..<30 {
-            now = Self.feedAnswering(&controller, from: now, seconds: 0.1, packet: &packet, queue: Self.anotherFlowsQueue)
+            now = Self.feedAnswering(
+                &controller, from: now, seconds: 0.1, packet: &packet, queue: Self.anotherFlowsQueue)
             if controller.competing, !controller.isSlowingDown { highest = max(highest, controller.rate) }
         }
         #expect(highest > 1e6, "it stopped growing short of what arrives: \(highest)")
@@ -212,11 +228,13 @@ extension DownlinkControllerTests {
     /// quarter more then brings about a fifth more (the queue shares the line by what comes in),
     /// which its own queue never would: it competes. (Through the emulator beside CUBIC, such
     /// latecomers yielded for 8 s of a 10–15 s get.)
-    @Test("a latecomer whose test misreads the other flow's queue as its own finds the flow by asking more, and competes")
+    @Test(
+        "a latecomer whose test misreads the other flow's queue as its own finds the flow by asking more, and competes")
     func aProbeThatBringsMoreFindsAnotherFlow() throws {
         var controller = Self.started(.foreground)
         var packet: UInt64 = 0
-        let now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, delivering: Self.sharedLine) { t, slowingDown in
+        let now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, delivering: Self.sharedLine)
+        { t, slowingDown in
             t < 0.1 ? 0.060 : 0.060 + (slowingDown ? 0.003 : 0.024)
         }
         #expect(controller.competing, "rate \(controller.rate) at \(now)")
@@ -237,7 +255,8 @@ extension DownlinkControllerTests {
         var now = MeshInstant.zero
         for slice in 0..<120 where !controller.competing {
             let offset = Double(slice) * 0.05
-            now = Self.feedAnswering(&controller, from: .zero + .seconds(offset), seconds: 0.05, packet: &packet) { t, slowingDown in
+            now = Self.feedAnswering(&controller, from: .zero + .seconds(offset), seconds: 0.05, packet: &packet) {
+                t, slowingDown in
                 Self.anotherFlowsQueue(offset + t, slowingDown)
             }
         }
@@ -248,7 +267,9 @@ extension DownlinkControllerTests {
     /// another does: multiplying its rate per round trip while what arrives follows, until the
     /// first loss (or a second); then by a few datagrams per round trip. (Added a step at a time
     /// from the delay-mode rate, it took seconds to reach its share beside CUBIC through the emulator.)
-    @Test("a latecomer that found another flow grows by half per round trip, within 1.5× what arrives, for a second at most")
+    @Test(
+        "a latecomer that found another flow grows by half per round trip, within 1.5× what arrives, for a second at most"
+    )
     func competingBeginsWithASlowStart() {
         var (controller, now, packet) = Self.competingLatecomer()
         #expect(controller.competing && controller.competingSlowStart)
@@ -258,7 +279,9 @@ extension DownlinkControllerTests {
         for _ in 0..<7 {
             let asked = controller.rate
             now = Self.feed(&controller, from: now, seconds: 0.1, rate: asked, packet: &packet, queue: queue)
-            #expect(controller.rate <= asked * 1.5 * 1.02, "ran more than 1.5× ahead of what arrived: \(asked) → \(controller.rate)")
+            #expect(
+                controller.rate <= asked * 1.5 * 1.02,
+                "ran more than 1.5× ahead of what arrived: \(asked) → \(controller.rate)")
         }
         #expect(controller.competingSlowStart)
         #expect(controller.rate >= begin * 4, "grew \(begin) → \(controller.rate) in seven round trips")
@@ -269,14 +292,16 @@ extension DownlinkControllerTests {
         #expect(!controller.competingSlowStart && controller.competing)
     }
 
-    @Test("competing's slow start ends at the first loss: cut beside the queue, not when it drained, and at an overflow")
+    @Test(
+        "competing's slow start ends at the first loss: cut beside the queue, not when it drained, and at an overflow")
     func competingSlowStartEndsAtTheFirstLoss() {
         let queue = { (_: Double) in 0.085 }
         // A light loss beside the other flow's queue: cut by TCP's rule, then a step per round trip.
         var (controller, now, packet) = Self.competingLatecomer()
         now = Self.feed(&controller, from: now, seconds: 0.3, rate: controller.rate, packet: &packet, queue: queue)
         let before = controller.rate
-        now = Self.feed(&controller, from: now, seconds: 0.2, rate: controller.rate, lossEvery: 50, packet: &packet, queue: queue)
+        now = Self.feed(
+            &controller, from: now, seconds: 0.2, rate: controller.rate, lossEvery: 50, packet: &packet, queue: queue)
         #expect(!controller.competingSlowStart && controller.competing)
         #expect(controller.rate < before, "no cut: \(before) → \(controller.rate)")
         let cut = controller.rate
@@ -284,11 +309,13 @@ extension DownlinkControllerTests {
             now = Self.feed(&controller, from: now, seconds: 0.1, rate: controller.rate, packet: &packet, queue: queue)
         }
         let step = Double(controller.settings.competitiveIncrease) / 0.1
-        #expect(controller.rate <= cut + 11 * step, "\(cut) → \(controller.rate) in ten round trips (a step is \(step))")
+        #expect(
+            controller.rate <= cut + 11 * step, "\(cut) → \(controller.rate) in ten round trips (a step is \(step))")
 
         // A loss over 5%: the overflow's cut, and the start is over too.
         (controller, now, packet) = Self.competingLatecomer()
-        now = Self.feed(&controller, from: now, seconds: 0.2, rate: controller.rate, lossEvery: 10, packet: &packet, queue: queue)
+        now = Self.feed(
+            &controller, from: now, seconds: 0.2, rate: controller.rate, lossEvery: 10, packet: &packet, queue: queue)
         #expect(!controller.competingSlowStart)
 
         // Random loss with the queue drained (the other flow backed off): over, without a cut.
@@ -296,7 +323,8 @@ extension DownlinkControllerTests {
         let drained = { (_: Double) in 0.061 }
         now = Self.feed(&controller, from: now, seconds: 0.1, rate: controller.rate, packet: &packet, queue: drained)
         let beforeRandom = controller.rate
-        _ = Self.feed(&controller, from: now, seconds: 0.2, rate: controller.rate, lossEvery: 50, packet: &packet, queue: drained)
+        _ = Self.feed(
+            &controller, from: now, seconds: 0.2, rate: controller.rate, lossEvery: 50, packet: &packet, queue: drained)
         #expect(!controller.competingSlowStart && controller.competing)
         #expect(controller.rate >= beforeRandom, "cut for random loss: \(beforeRandom) → \(controller.rate)")
     }
@@ -304,8 +332,11 @@ extension DownlinkControllerTests {
     /// Pieces at 1 MB/s with another flow's queue from the first of them: untrusted (no holder
     /// proven) for `untrustedFor` seconds, then trusted. Returns when the first test began, and
     /// when slow start ended.
-    static func latecomerTimeline(untrustedFor: Double, queueFrom: Double, noQueue: ClosedRange<Double>? = nil)
-        -> (slowStartEnded: Double?, firstTest: Double?, competing: Bool) {
+    static func latecomerTimeline(
+        untrustedFor: Double, queueFrom: Double, noQueue: ClosedRange<Double>? = nil
+    )
+        -> (slowStartEnded: Double?, firstTest: Double?, competing: Bool)
+    {
         var controller = Self.started(.foreground)
         var packet: UInt64 = 0
         var slowStartEnded: Double?, firstTest: Double?
@@ -314,12 +345,15 @@ extension DownlinkControllerTests {
         while t < 4 {
             let now = MeshInstant.zero + .seconds(t)
             // The other flow's 20–30 ms over our base, whether we slow down or not.
-            let queue = t < queueFrom || noQueue?.contains(t) == true
+            let queue =
+                t < queueFrom || noQueue?.contains(t) == true
                 ? 0 : 0.025 + 0.005 * ((t * 2).truncatingRemainder(dividingBy: 1) < 0.5 ? 1 : -1)
             packet += 1
             controller.onDatagram(from: holder, packetNumber: packet, carriesPiece: true)
-            controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64((0.080 + queue) * 1e6)),
-                               from: holder, now: now, trusted: t >= untrustedFor)
+            controller.onPiece(
+                bytes: 1400,
+                sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64((0.080 + queue) * 1e6)),
+                from: holder, now: now, trusted: t >= untrustedFor)
             controller.onTick(now: now)
             if slowStartEnded == nil, !controller.slowStart { slowStartEnded = t }
             if firstTest == nil, controller.isSlowingDown { firstTest = t }
@@ -353,7 +387,8 @@ extension DownlinkControllerTests {
     func aCompetingFetchStopsOnceTheOtherFlowIsGone() {
         var controller = Self.started(.foreground)
         var packet: UInt64 = 0
-        var now = Self.feedAnswering(&controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
+        var now = Self.feedAnswering(
+            &controller, from: .zero, seconds: 6, packet: &packet, queue: Self.anotherFlowsQueue)
         #expect(controller.competing)
         let found = controller.slowdownsFoundAnotherFlow
         // The other flow is gone; competing by TCP's rules, we keep the queue full ourselves, and it
@@ -365,7 +400,9 @@ extension DownlinkControllerTests {
         #expect(controller.slowdownsFoundAnotherFlow == found)
     }
 
-    @Test("a lone fetch whose own queue sits at the target drains it when it slows down, does not compete, and tests less often")
+    @Test(
+        "a lone fetch whose own queue sits at the target drains it when it slows down, does not compete, and tests less often"
+    )
     func aLoneFetchAtItsTargetStaysInDelayModeAndTestsLessOften() {
         var controller = Self.started(.foreground)
         var packet: UInt64 = 0

@@ -10,9 +10,11 @@ import Testing
 
     /// Feeds `seconds` of pieces at `rate` whose one-way delay is 20 ms plus `queue(t)`, with
     /// datagram numbers that skip every `lossEvery`-th.
-    static func feed(_ controller: inout DownlinkController, from start: MeshInstant, seconds: Double, rate: Double,
-                     lossEvery: Int? = nil, trusted: Bool = true, packet: inout UInt64,
-                     queue: (Double) -> Double) -> MeshInstant {
+    static func feed(
+        _ controller: inout DownlinkController, from start: MeshInstant, seconds: Double, rate: Double,
+        lossEvery: Int? = nil, trusted: Bool = true, packet: inout UInt64,
+        queue: (Double) -> Double
+    ) -> MeshInstant {
         let piece = 1400
         let gap = Double(piece) / rate
         var t = 0.0
@@ -30,8 +32,10 @@ import Testing
         return now
     }
 
-    static func started(_ priority: DownlinkController.Priority = .background,
-                        roundTrip: Duration = .milliseconds(40)) -> DownlinkController {
+    static func started(
+        _ priority: DownlinkController.Priority = .background,
+        roundTrip: Duration = .milliseconds(40)
+    ) -> DownlinkController {
         var controller = DownlinkController()
         controller.setPriority(priority)
         controller.onRoundTrip(roundTrip, now: .zero)
@@ -40,7 +44,9 @@ import Testing
 
     /// A background controller out of slow start: half a second at 1 MB/s, a queue of `queue`
     /// seconds from the tenth on (which ends slow start). Its packet numbers go on from `packet`.
-    static func outOfSlowStart(queue: Double, packet: inout UInt64) -> (controller: DownlinkController, now: MeshInstant) {
+    static func outOfSlowStart(
+        queue: Double, packet: inout UInt64
+    ) -> (controller: DownlinkController, now: MeshInstant) {
         var controller = started()
         let now = feed(&controller, from: .zero, seconds: 0.5, rate: 1e6, packet: &packet) { t in t < 0.1 ? 0 : queue }
         return (controller, now)
@@ -70,7 +76,9 @@ import Testing
         #expect(!controller.slowStart)
     }
 
-    @Test("slow start grows each interval the deliveries kept up with the rate asked two intervals before, to at most 3× what arrives")
+    @Test(
+        "slow start grows each interval the deliveries kept up with the rate asked two intervals before, to at most 3× what arrives"
+    )
     func slowStartRunsAtMostThreeTimesAheadOfDeliveries() {
         var controller = Self.started()
         var packet: UInt64 = 0
@@ -93,7 +101,9 @@ import Testing
         var packet: UInt64 = 0
         var filling = Self.started()
         let initial = filling.rate
-        _ = Self.feed(&filling, from: .zero, seconds: 1, rate: 4e6, trusted: false, packet: &packet) { t in t < 0.05 ? 0 : 0.004 }
+        _ = Self.feed(&filling, from: .zero, seconds: 1, rate: 4e6, trusted: false, packet: &packet) { t in
+            t < 0.05 ? 0 : 0.004
+        }
         #expect(filling.slowStart)
         #expect(filling.rate >= 1.8 * 4e6 && filling.rate >= initial * 8, "grew too slowly: \(filling.rate)")
         #expect(filling.rate <= 2 * 4e6 * 1.01, "ran more than 2× ahead of what arrives: \(filling.rate)")
@@ -122,25 +132,30 @@ import Testing
         #expect(controller.rate <= 4e6 * 1.2, "not brought down to what arrives: \(controller.rate)")
     }
 
-    @Test("before any holder is proven, slow start doubles on what arrives; an untrusted queue holds it and never keeps it below half of what arrives")
+    @Test(
+        "before any holder is proven, slow start doubles on what arrives; an untrusted queue holds it and never keeps it below half of what arrives"
+    )
     func untrustedHoldersOnlyHoldSlowStartBack() {
         var controller = Self.started()
         var packet: UInt64 = 0
         let initial = controller.rate
-        var now = Self.feed(&controller, from: .zero, seconds: 0.3, rate: 4e6, trusted: false, packet: &packet) { _ in 0 }
+        var now = Self.feed(&controller, from: .zero, seconds: 0.3, rate: 4e6, trusted: false, packet: &packet) { _ in 0
+        }
         #expect(controller.slowStart && controller.rate >= initial * 4, "grows on bytes before anyone is proven")
         // A queue (or a liar's timestamps that look like one): growth stops, the rate comes down to
         // what arrives (below it only for the one drain of a round trip, and while the queue goes on
         // rising, never below half: next tests), and slow start is not given up on their word.
         let held = controller.rate
-        now = Self.feed(&controller, from: now, seconds: 1, rate: 2e6, trusted: false, packet: &packet) { t in 0.05 + t }
+        now = Self.feed(&controller, from: now, seconds: 1, rate: 2e6, trusted: false, packet: &packet) { t in 0.05 + t
+        }
         #expect(controller.rate <= held)
         #expect(controller.rate >= 2e6 * 0.5 * 0.99, "cut below half of what arrives: \(controller.rate)")
         #expect(controller.slowStart)
         #expect(controller.lossBackoffs == 0)
         // Deliveries lag the rate, so cutting to them again and again would spiral down: whatever
         // arrives and whatever the queue does, never below half of what arrived when it held.
-        now = Self.feed(&controller, from: now, seconds: 1, rate: 5e5, trusted: false, packet: &packet) { t in 0.05 + t }
+        now = Self.feed(&controller, from: now, seconds: 1, rate: 5e5, trusted: false, packet: &packet) { t in 0.05 + t
+        }
         #expect(controller.rate >= 2e6 * 0.5 * 0.99, "cut below half on untrusted word: \(controller.rate)")
     }
 
@@ -150,16 +165,21 @@ import Testing
     /// what the queue asks (at most half), and then the rate is back at what arrives (a holder's lie
     /// buys one such cut, no more). For one round trip, at most half, 60 ms stood for a second
     /// through the emulator: the drain took a third of it.
-    @Test("an unproven queue that stays after slow start grew is drained once, for two round trips, then the rate is back")
+    @Test(
+        "an unproven queue that stays after slow start grew is drained once, for two round trips, then the rate is back"
+    )
     func anUnprovenQueueAfterGrowthIsDrainedOnce() {
         var controller = Self.started()
         var packet: UInt64 = 0
-        var now = Self.feed(&controller, from: .zero, seconds: 0.3, rate: 4e6, trusted: false, packet: &packet) { _ in 0 }
+        var now = Self.feed(&controller, from: .zero, seconds: 0.3, rate: 4e6, trusted: false, packet: &packet) { _ in 0
+        }
         #expect(controller.slowStart && controller.rate > 2e6, "slow start grew: \(controller.rate)")
         // A queue of 60 ms that stays, with 2 MB/s arriving.
         var rates: [Double] = []
         for _ in 0..<25 {
-            now = Self.feed(&controller, from: now, seconds: 0.02, rate: 2e6, trusted: false, packet: &packet) { _ in 0.06 }
+            now = Self.feed(&controller, from: now, seconds: 0.02, rate: 2e6, trusted: false, packet: &packet) { _ in
+                0.06
+            }
             rates.append(controller.rate)
         }
         let lowest = rates.min() ?? 0
@@ -175,7 +195,9 @@ import Testing
         // Once: the queue still there, no second drain.
         var later: [Double] = []
         for _ in 0..<25 {
-            now = Self.feed(&controller, from: now, seconds: 0.02, rate: 2e6, trusted: false, packet: &packet) { _ in 0.06 }
+            now = Self.feed(&controller, from: now, seconds: 0.02, rate: 2e6, trusted: false, packet: &packet) { _ in
+                0.06
+            }
             later.append(controller.rate)
         }
         #expect(later.allSatisfy { $0 >= 2e6 * 0.95 }, "drained again: \(later)")
@@ -190,9 +212,12 @@ import Testing
     func anUnprovenQueueThatKeepsRisingCutsTheRate() {
         var controller = Self.started()
         var packet: UInt64 = 0
-        var now = Self.feed(&controller, from: .zero, seconds: 0.3, rate: 4e6, trusted: false, packet: &packet) { _ in 0 }
+        var now = Self.feed(&controller, from: .zero, seconds: 0.3, rate: 4e6, trusted: false, packet: &packet) { _ in 0
+        }
         for _ in 0..<25 {
-            now = Self.feed(&controller, from: now, seconds: 0.02, rate: 2e6, trusted: false, packet: &packet) { _ in 0.06 }
+            now = Self.feed(&controller, from: now, seconds: 0.02, rate: 2e6, trusted: false, packet: &packet) { _ in
+                0.06
+            }
         }
         let held = controller.rate
         #expect(held >= 2e6 * 0.95, "not back at what arrives after the drain: \(held)")
@@ -200,7 +225,9 @@ import Testing
         var elapsed = 0.0
         var rates: [Double] = []
         for _ in 0..<25 {
-            now = Self.feed(&controller, from: now, seconds: 0.02, rate: 2e6, trusted: false, packet: &packet) { t in 0.06 + 0.05 * (elapsed + t) }
+            now = Self.feed(&controller, from: now, seconds: 0.02, rate: 2e6, trusted: false, packet: &packet) { t in
+                0.06 + 0.05 * (elapsed + t)
+            }
             elapsed += 0.02
             rates.append(controller.rate)
         }
@@ -208,7 +235,9 @@ import Testing
         #expect(controller.slowStart, "unproven holders ended slow start")
         // A lie, or a line filling fast: the cuts stop at half the rate held.
         for _ in 0..<50 {
-            now = Self.feed(&controller, from: now, seconds: 0.02, rate: 2e6, trusted: false, packet: &packet) { t in 0.06 + 0.25 * (elapsed + t) }
+            now = Self.feed(&controller, from: now, seconds: 0.02, rate: 2e6, trusted: false, packet: &packet) { t in
+                0.06 + 0.25 * (elapsed + t)
+            }
             elapsed += 0.02
             rates.append(controller.rate)
         }
@@ -218,11 +247,14 @@ import Testing
     /// The drain shows a round trip late, and until it does the overshoot's queue goes on rising:
     /// taken for a rise at the rate the drain goes back to, it cut a lone get on a 50 Mbit/s line
     /// at 1% loss to half of that line as the drain ended (simulation, seed 1: 4.23 → 3.92 MiB/s).
-    @Test("the overshoot's queue, still rising while the drain has yet to show, does not cut the rate the drain goes back to")
+    @Test(
+        "the overshoot's queue, still rising while the drain has yet to show, does not cut the rate the drain goes back to"
+    )
     func theDrainsOwnLagIsNotARise() {
         var controller = Self.started()
         var packet: UInt64 = 0
-        var now = Self.feed(&controller, from: .zero, seconds: 0.3, rate: 4e6, trusted: false, packet: &packet) { _ in 0 }
+        var now = Self.feed(&controller, from: .zero, seconds: 0.3, rate: 4e6, trusted: false, packet: &packet) { _ in 0
+        }
         // The overshoot's queue: 30 ms more per 100 ms for 200 ms, then draining at the same pace.
         var elapsed = 0.0
         var rates: [Double] = []
@@ -249,7 +281,9 @@ import Testing
         var rates: [Double] = []
         let first = controller.rate
         for _ in 0..<50 {
-            now = Self.feed(&controller, from: now, seconds: 0.02, rate: first, trusted: false, packet: &packet) { _ in 0.06 }
+            now = Self.feed(&controller, from: now, seconds: 0.02, rate: first, trusted: false, packet: &packet) { _ in
+                0.06
+            }
             rates.append(controller.rate)
         }
         #expect(controller.slowStart)
@@ -265,32 +299,47 @@ import Testing
         var controller = Self.started()
         var packet: UInt64 = 0
         let first = controller.rate
-        var now = Self.feed(&controller, from: .zero, seconds: 0.3, rate: first, trusted: false, packet: &packet) { t in t < 0.03 ? 0 : 0.01 }
+        var now = Self.feed(&controller, from: .zero, seconds: 0.3, rate: first, trusted: false, packet: &packet) { t in
+            t < 0.03 ? 0 : 0.01
+        }
         let held = controller.rate
-        #expect(controller.slowStart && held <= first && held >= first * 0.9, "the unproven queue did not hold the first rate: \(held / first)×")
+        #expect(
+            controller.slowStart && held <= first && held >= first * 0.9,
+            "the unproven queue did not hold the first rate: \(held / first)×")
         // Proven now, the queue gone, and the line gives what was held.
         now = Self.feed(&controller, from: now, seconds: 0.3, rate: held, packet: &packet) { _ in 0 }
-        #expect(controller.rate >= 2 * held * 0.99, "slow start did not go on: \(controller.rate / held)× the rate held")
-        #expect(controller.rate <= 2 * held * 1.01, "doubled again before the first doubling showed: \(controller.rate / held)× the rate held")
+        #expect(
+            controller.rate >= 2 * held * 0.99, "slow start did not go on: \(controller.rate / held)× the rate held")
+        #expect(
+            controller.rate <= 2 * held * 1.01,
+            "doubled again before the first doubling showed: \(controller.rate / held)× the rate held")
         // Deliveries that follow what is asked: each doubling shows, and slow start goes on.
-        now = Self.feedAnswering(&controller, from: now, seconds: 0.3, packet: &packet, delivering: { $0 }) { _, _ in 0 }
-        #expect(controller.slowStart && controller.rate >= 4 * held, "slow start stalled at \(controller.rate / held)× the rate held")
+        now = Self.feedAnswering(&controller, from: now, seconds: 0.3, packet: &packet, delivering: { $0 }) { _, _ in 0
+        }
+        #expect(
+            controller.slowStart && controller.rate >= 4 * held,
+            "slow start stalled at \(controller.rate / held)× the rate held")
     }
 
     /// On a long path a slow start that waits for two closes to believe unproven holders' queue
     /// runs ahead of the line for two round trips: a lone get on an 80 ms line whose first rate
     /// was the line's whole capacity overflowed its queue (3.5% of its packets dropped). And once
     /// a holder is proven, doubling again from the rate that queue held overflowed it once more.
-    @Test("a queue from unproven holders after slow start grew holds it within 10 ms, and slow start ends once a holder is proven")
+    @Test(
+        "a queue from unproven holders after slow start grew holds it within 10 ms, and slow start ends once a holder is proven"
+    )
     func anUnprovenQueueAfterGrowthHoldsSlowStartAndEndsIt() {
         var controller = DownlinkController()
         controller.onRoundTrip(.milliseconds(200), now: .zero)
         var packet: UInt64 = 0
         let initial = controller.rate
-        var now = Self.feed(&controller, from: .zero, seconds: 0.9, rate: 4e6, trusted: false, packet: &packet) { _ in 0 }
+        var now = Self.feed(&controller, from: .zero, seconds: 0.9, rate: 4e6, trusted: false, packet: &packet) { _ in 0
+        }
         #expect(controller.slowStart && controller.rate > initial * 2)
         let closes = controller.lastInterval.closedAt
-        now = Self.feed(&controller, from: now, seconds: 0.02, rate: 4e6, trusted: false, packet: &packet) { t in 0.010 + t }
+        now = Self.feed(&controller, from: now, seconds: 0.02, rate: 4e6, trusted: false, packet: &packet) { t in
+            0.010 + t
+        }
         #expect(controller.lastInterval.closedAt == closes, "an interval closed: the test does not show the brake")
         #expect(controller.rate <= 4e6 * 1.2, "not held at what arrives: \(controller.rate)")
         #expect(controller.slowStart, "unproven holders ended slow start")
@@ -316,8 +365,10 @@ import Testing
     /// asked 20 ms before, pieces leave the queue at the capacity, and each shows the queue it
     /// waited in. Returns, after `settle` seconds, the highest queue, what arrived per second, and
     /// the highest rate (÷ the capacity) that a close grew to with a queue of a quarter of the target.
-    static func feedThroughLine(_ controller: inout DownlinkController, seconds: Double, settle: Double,
-                                capacity: Double) -> (highestQueue: Double, arrived: Double, grownOver: Double) {
+    static func feedThroughLine(
+        _ controller: inout DownlinkController, seconds: Double, settle: Double,
+        capacity: Double
+    ) -> (highestQueue: Double, arrived: Double, grownOver: Double) {
         var packet: UInt64 = 0
         var asked: [(at: Double, rate: Double)] = [(0, controller.rate)]
         var queue = 0.0, t = 0.0, highest = 0.0, bytes = 0.0, grownOver = 0.0
@@ -330,13 +381,15 @@ import Testing
             let delay = 0.020 + queue
             packet += 1
             controller.onDatagram(from: holder, packetNumber: packet, carriesPiece: true)
-            controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64(delay * 1e6)),
-                               from: holder, now: now)
+            controller.onPiece(
+                bytes: 1400, sentAt: UInt32(truncatingIfNeeded: (now.nanoseconds / 1000) &- UInt64(delay * 1e6)),
+                from: holder, now: now)
             controller.onTick(now: now)
             if asked.last?.rate != controller.rate { asked.append((t, controller.rate)) }
             if t >= settle { highest = max(highest, queue); bytes += 1400 }
             if controller.lastInterval.closedAt == now, t >= settle, !controller.slowStart,
-               controller.queueingDelay >= controller.target / 4, controller.rate > before {
+                controller.queueingDelay >= controller.target / 4, controller.rate > before
+            {
                 grownOver = max(grownOver, controller.rate / capacity)
             }
             // Pieces leave at the capacity once a queue stands; until the next one leaves, the
@@ -360,7 +413,9 @@ import Testing
         var controller = Self.started()
         let line = Self.feedThroughLine(&controller, seconds: 8, settle: 2, capacity: 4e6)
         #expect(line.grownOver <= 1.125 * 1.01, "grew to \(line.grownOver)× the line with a queue standing")
-        #expect(line.highestQueue <= controller.target.milliseconds / 1000 * 2, "the queue reached \(line.highestQueue * 1000) ms")
+        #expect(
+            line.highestQueue <= controller.target.milliseconds / 1000 * 2,
+            "the queue reached \(line.highestQueue * 1000) ms")
         #expect(line.arrived >= 4e6 * 0.9, "the line carried \(line.arrived) of 4 MB/s")
     }
 
@@ -379,7 +434,9 @@ import Testing
         // What arrived as the controller measures it (an interval's first piece counts in it).
         let arrived = controller.lastInterval.delivered
         #expect(arrived < 1.05e6)
-        #expect(controller.rate <= arrived * (1 + controller.settings.increaseGain) * 1.01, "\(controller.rate) with \(arrived) arriving")
+        #expect(
+            controller.rate <= arrived * (1 + controller.settings.increaseGain) * 1.01,
+            "\(controller.rate) with \(arrived) arriving")
         #expect(controller.rate >= 1e6, "no growth at all: \(controller.rate)")
     }
 
@@ -400,7 +457,8 @@ import Testing
         // Rising 1.6 ms per 40 ms interval, still under the target.
         now = Self.feed(&controller, from: now, seconds: 0.3, rate: 1e6, packet: &packet) { t in target / 3 + t * 0.04 }
         let arrived = controller.lastInterval.delivered
-        #expect(controller.rate <= arrived * 1.01, "\(controller.rate) asked with \(arrived) arriving and the queue rising")
+        #expect(
+            controller.rate <= arrived * 1.01, "\(controller.rate) asked with \(arrived) arriving and the queue rising")
         // The same queue, standing again: room under the target to grow into.
         let held = controller.rate
         now = Self.feed(&controller, from: now, seconds: 1, rate: 1e6, packet: &packet) { _ in target / 3 + 0.012 }
@@ -422,7 +480,9 @@ import Testing
         for _ in 0..<10 {
             arriving *= 0.95
             let from = queue
-            now = Self.feed(&controller, from: now, seconds: 0.04, rate: arriving, packet: &packet) { t in from + t * 0.04 }
+            now = Self.feed(&controller, from: now, seconds: 0.04, rate: arriving, packet: &packet) { t in
+                from + t * 0.04
+            }
             queue += 0.0016
             rates.append(controller.rate)
         }
@@ -453,12 +513,15 @@ import Testing
         var controller = Self.started()
         var packet: UInt64 = 0
         // A queue under the target (so no cut for it), and nine tenths of what is asked arrive.
-        var now = Self.feedAnswering(&controller, from: .zero, seconds: 0.5, packet: &packet, delivering: { $0 * 0.9 }) { t, _ in
+        var now = Self.feedAnswering(&controller, from: .zero, seconds: 0.5, packet: &packet, delivering: { $0 * 0.9 })
+        { t, _ in
             t < 0.1 ? 0 : 0.015
         }
         #expect(!controller.slowStart)
         let settled = controller.rate
-        now = Self.feedAnswering(&controller, from: now, seconds: 5, packet: &packet, delivering: { $0 * 0.9 }) { _, _ in 0.015 }
+        now = Self.feedAnswering(&controller, from: now, seconds: 5, packet: &packet, delivering: { $0 * 0.9 }) {
+            _, _ in 0.015
+        }
         #expect(controller.rate >= settled, "\(settled) → \(controller.rate) in 5 s")
     }
 

@@ -52,8 +52,9 @@ extension DownlinkControllerTests {
             controller.onDatagram(from: other, packetNumber: jumping, carriesPiece: false)
             jumping += 1
             controller.onDatagram(from: other, packetNumber: jumping, carriesPiece: true)
-            controller.onPiece(bytes: 1400, sentAt: UInt32(truncatingIfNeeded: now.nanoseconds / 1000 &- 20_000),
-                               from: other, now: now)
+            controller.onPiece(
+                bytes: 1400, sentAt: UInt32(truncatingIfNeeded: now.nanoseconds / 1000 &- 20_000),
+                from: other, now: now)
             now = Self.feed(&controller, from: now, seconds: 0.01, rate: 2e6, packet: &packet) { _ in 0 }
         }
         #expect(controller.lossBackoffs == 0)

@@ -29,7 +29,9 @@ extension DownlinkControllerTests {
     /// A TCP held down by random loss reaches four fifths of a home line between its losses and
     /// builds no queue to yield to until it is short already: on such a line, replication leaves
     /// it room, half of what the line gave when last measured (with a queue, every 30 s).
-    @Test("on a line that loses at random, replication asks at most half of what the line gave with a queue; a get is not capped")
+    @Test(
+        "on a line that loses at random, replication asks at most half of what the line gave with a queue; a get is not capped"
+    )
     func replicationOnALossyLineLeavesRoom() throws {
         var packet: UInt64 = 0
         // Slow start ends on a queue with 1 MB/s arriving: the line's rate.

@@ -29,7 +29,8 @@ import Testing
         #expect(!overflow5)
     }
 
-    @Test("the line is lossy at 0.2% over intervals under the target, with at least 4 lost; loss over it does not count")
+    @Test(
+        "the line is lossy at 0.2% over intervals under the target, with at least 4 lost; loss over it does not count")
     func aLossyLineNeedsLossUnderTheTarget() {
         var history = DownlinkController.LossHistory(settings: .init())
         for _ in 0..<20 { _ = history.overflowing(queue: 0.030, target: 0.025, received: 100, lost: 1) }
@@ -61,7 +62,9 @@ extension DownlinkControllerTests {
     /// at 5% loss ran at 0.12× the loss-free one. Heavy loss that lasts is an overflow all the
     /// same (a policer drops without queueing); one heavy interval is not. The same loss beside a
     /// standing queue is a queue overflowing (an AQM drops before the queue reaches our target).
-    @Test("loss with no queue cuts only when it passes a tenth over the last intervals; beside a queue, a twentieth in one cuts")
+    @Test(
+        "loss with no queue cuts only when it passes a tenth over the last intervals; beside a queue, a twentieth in one cuts"
+    )
     func lossWithNoQueueIsRandomUnlessHeavy() {
         var packet: UInt64 = 0
         var quiet = Self.started()
@@ -88,8 +91,9 @@ extension DownlinkControllerTests {
     /// it. Such a line is known by loss where the queue is under the target (where ours is not
     /// overflowing), and there the target is an eighth of the round trip, at least 10 ms, once
     /// slow start's overshoot has risen past it and drained.
-    @Test("a line that loses datagrams at random lowers the target to an eighth of the round trip, at least 10 ms, after slow start's overshoot",
-          arguments: [(80, 10), (120, 15), (400, 25)])
+    @Test(
+        "a line that loses datagrams at random lowers the target to an eighth of the round trip, at least 10 ms, after slow start's overshoot",
+        arguments: [(80, 10), (120, 15), (400, 25)])
     func aLossyLineLowersTheTarget(roundTrip: Int, expected: Int) {
         var controller = DownlinkController()
         controller.onRoundTrip(.milliseconds(roundTrip), now: .zero)
@@ -115,7 +119,9 @@ extension DownlinkControllerTests {
     /// A hold before the first proof that followed growth has seen its overshoot show and drained
     /// it: once the line is known to lose at random, the lowered target applies from the first
     /// interval under it, not after a queue of ours has climbed toward 25 ms and fallen again.
-    @Test("after slow start's overshoot was held and drained before the first proof, a lossy line's target applies from the first interval under it")
+    @Test(
+        "after slow start's overshoot was held and drained before the first proof, a lossy line's target applies from the first interval under it"
+    )
     func aLossyTargetAfterAnUnprovenHoldNeedsNoSecondOvershoot() {
         var controller = Self.started(.foreground, roundTrip: .milliseconds(80))
         var packet: UInt64 = 0
@@ -150,14 +156,21 @@ extension DownlinkControllerTests {
         for lossy in [false, true] {
             var packet: UInt64 = 0
             var (controller, now) = Self.outOfSlowStart(queue: 0.03, packet: &packet)
-            now = Self.feed(&controller, from: now, seconds: 3, rate: 1e6, lossEvery: lossy ? 200 : nil, packet: &packet) { _ in 0 }
+            now = Self.feed(
+                &controller, from: now, seconds: 3, rate: 1e6, lossEvery: lossy ? 200 : nil, packet: &packet
+            ) { _ in 0 }
             #expect(controller.isLossyLine == lossy)
             // A queue past the lowered target that drains: the lowered target applies.
-            now = Self.feed(&controller, from: now, seconds: 0.3, rate: 1e6, lossEvery: lossy ? 200 : nil, packet: &packet) { _ in 0.030 }
-            now = Self.feed(&controller, from: now, seconds: 1, rate: 1e6, lossEvery: lossy ? 200 : nil, packet: &packet) { _ in 0 }
+            now = Self.feed(
+                &controller, from: now, seconds: 0.3, rate: 1e6, lossEvery: lossy ? 200 : nil, packet: &packet
+            ) { _ in 0.030 }
+            now = Self.feed(
+                &controller, from: now, seconds: 1, rate: 1e6, lossEvery: lossy ? 200 : nil, packet: &packet
+            ) { _ in 0 }
             #expect(controller.target == .milliseconds(lossy ? 10 : 25))
             // 18 ms of queue, standing, with 1 MB/s arriving: room under 25 ms, a cut over 10.
-            _ = Self.feed(&controller, from: now, seconds: 1, rate: 1e6, lossEvery: lossy ? 200 : nil, packet: &packet) { _ in 0.018 }
+            _ = Self.feed(&controller, from: now, seconds: 1, rate: 1e6, lossEvery: lossy ? 200 : nil, packet: &packet)
+            { _ in 0.018 }
             if lossy {
                 #expect(controller.rate < 0.8e6, "not cut: \(controller.rate)")
             } else {

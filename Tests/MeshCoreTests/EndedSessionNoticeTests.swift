@@ -20,13 +20,16 @@ struct EndedSessionNoticeTests {
             .init(id: member.nodeID.hex, name: "m", addresses: [memberAddress.description]),
             .init(id: ender.nodeID.hex, name: "me", addresses: ["10.0.0.1:7946"]),
         ])
-        return EndedSessionNotice(statement: statement, epochs: KeyEpochs(origin: secret), localID: ender.nodeID,
-                                  bootID: 5, remembered: remembered, seed: 9, now: now)
+        return EndedSessionNotice(
+            statement: statement, epochs: KeyEpochs(origin: secret), localID: ender.nodeID,
+            bootID: 5, remembered: remembered, seed: 9, now: now)
     }
 
     /// A datagram of `session` from the member, `size` bytes long (its header, then zeros).
-    static func datagram(session: SessionID = secret.sessionID, sender: NodeID = member.nodeID,
-                         size: Int) -> ByteBuffer {
+    static func datagram(
+        session: SessionID = secret.sessionID, sender: NodeID = member.nodeID,
+        size: Int
+    ) -> ByteBuffer {
         var buffer = ByteBuffer()
         DatagramHeader(keyKind: .pairwise, sessionID: session, sender: sender, bootID: 1, packetNumber: 1)
             .encode(into: &buffer)
@@ -53,17 +56,22 @@ struct EndedSessionNoticeTests {
         #expect(notice.tick(now: now).isEmpty)
     }
 
-    @Test("answers: a remembered member of the ended epoch, once a second, within 3× unless from its remembered address")
+    @Test(
+        "answers: a remembered member of the ended epoch, once a second, within 3× unless from its remembered address")
     func answersAreBounded() throws {
         var notice = try #require(Self.notice())
         let now = MeshInstant.zero + .milliseconds(10)
         // 40 bytes from elsewhere: the answer would be over three times that.
         #expect(notice.answer(Self.datagram(size: 40), from: Self.elsewhere, now: now) == nil)
         // Another session, and an id that is no remembered member's: nothing, whatever the size.
-        #expect(notice.answer(Self.datagram(session: SessionID(value: 1), size: 400), from: Self.memberAddress,
-                              now: now) == nil)
-        #expect(notice.answer(Self.datagram(sender: NodeID(high: 1, low: 2), size: 400), from: Self.memberAddress,
-                              now: now) == nil)
+        #expect(
+            notice.answer(
+                Self.datagram(session: SessionID(value: 1), size: 400), from: Self.memberAddress,
+                now: now) == nil)
+        #expect(
+            notice.answer(
+                Self.datagram(sender: NodeID(high: 1, low: 2), size: 400), from: Self.memberAddress,
+                now: now) == nil)
         // From the address members.json gives: answered, whatever the size; then not for a second.
         let first = notice.answer(Self.datagram(size: 40), from: Self.memberAddress, now: now)
         let answer = try #require(first)

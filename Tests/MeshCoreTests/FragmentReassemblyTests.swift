@@ -10,8 +10,9 @@ struct FragmentReassemblyTests {
     static func fragments(of message: [UInt8], id: UInt64, size: Int) -> [UnreliableFragment] {
         let count = max(1, (message.count + size - 1) / size)
         return (0..<count).map { index in
-            UnreliableFragment(messageID: id, index: UInt16(index), count: UInt16(count),
-                               body: Array(message[min(message.count, index * size)..<min(message.count, (index + 1) * size)]))
+            UnreliableFragment(
+                messageID: id, index: UInt16(index), count: UInt16(count),
+                body: Array(message[min(message.count, index * size)..<min(message.count, (index + 1) * size)]))
         }
     }
 
@@ -80,8 +81,10 @@ struct FragmentReassemblyTests {
         var now = Self.start
         for id in UInt64(1)...2_000 {
             // Two of three fragments of 700 bytes: never complete.
-            _ = reassembly.onFragment(UnreliableFragment(messageID: id, index: 0, count: 3, body: patternBytes(700)), now: now)
-            _ = reassembly.onFragment(UnreliableFragment(messageID: id, index: 2, count: 3, body: patternBytes(700)), now: now)
+            _ = reassembly.onFragment(
+                UnreliableFragment(messageID: id, index: 0, count: 3, body: patternBytes(700)), now: now)
+            _ = reassembly.onFragment(
+                UnreliableFragment(messageID: id, index: 2, count: 3, body: patternBytes(700)), now: now)
             #expect(reassembly.bufferedBytes <= capacity)
             now = now + .milliseconds(1)
         }
@@ -101,14 +104,18 @@ struct FragmentReassemblyTests {
         var reassembly = FragmentReassembly(capacity: 1000, timeout: .seconds(5))
         // A (oldest) and B fill most of the buffer; A's second fragment needs room, and A is
         // the oldest message.
-        _ = reassembly.onFragment(UnreliableFragment(messageID: 1, index: 0, count: 3, body: patternBytes(400)), now: Self.start)
-        _ = reassembly.onFragment(UnreliableFragment(messageID: 2, index: 0, count: 3, body: patternBytes(500)),
-                                  now: Self.start + .milliseconds(1))
-        _ = reassembly.onFragment(UnreliableFragment(messageID: 1, index: 1, count: 3, body: patternBytes(200)),
-                                  now: Self.start + .milliseconds(2))
+        _ = reassembly.onFragment(
+            UnreliableFragment(messageID: 1, index: 0, count: 3, body: patternBytes(400)), now: Self.start)
+        _ = reassembly.onFragment(
+            UnreliableFragment(messageID: 2, index: 0, count: 3, body: patternBytes(500)),
+            now: Self.start + .milliseconds(1))
+        _ = reassembly.onFragment(
+            UnreliableFragment(messageID: 1, index: 1, count: 3, body: patternBytes(200)),
+            now: Self.start + .milliseconds(2))
         #expect(reassembly.bufferedBytes <= 1000)
-        _ = reassembly.onFragment(UnreliableFragment(messageID: 1, index: 2, count: 3, body: patternBytes(200)),
-                                  now: Self.start + .milliseconds(3))
+        _ = reassembly.onFragment(
+            UnreliableFragment(messageID: 1, index: 2, count: 3, body: patternBytes(200)),
+            now: Self.start + .milliseconds(3))
         #expect(reassembly.bufferedBytes >= 0 && reassembly.bufferedBytes <= 1000)
         reassembly.expire(now: Self.start + .seconds(10))
         #expect(reassembly.bufferedBytes == 0, "the byte count must match what is held")
@@ -127,9 +134,11 @@ struct FragmentReassemblyTests {
                 let count = UInt16.random(in: 1...4, using: &random)
                 let index = UInt16.random(in: 0..<count, using: &random)
                 let body = patternBytes(Int.random(in: 0...600, using: &random), salt: UInt8(id & 0xFF))
-                _ = reassembly.onFragment(UnreliableFragment(messageID: id, index: index, count: count, body: body), now: now)
+                _ = reassembly.onFragment(
+                    UnreliableFragment(messageID: id, index: index, count: count, body: body), now: now)
                 guard reassembly.bufferedBytes >= 0 && reassembly.bufferedBytes <= capacity else {
-                    Issue.record("seed \(seed) round \(round): \(reassembly.bufferedBytes) bytes counted, capacity \(capacity)")
+                    Issue.record(
+                        "seed \(seed) round \(round): \(reassembly.bufferedBytes) bytes counted, capacity \(capacity)")
                     return
                 }
                 now = now + .milliseconds(Int64.random(in: 0...5, using: &random))
@@ -143,8 +152,15 @@ struct FragmentReassemblyTests {
     @Test("a fragment whose count disagrees with its message's is ignored")
     func inconsistentCountIgnored() {
         var reassembly = FragmentReassembly()
-        #expect(reassembly.onFragment(UnreliableFragment(messageID: 1, index: 0, count: 2, body: [1]), now: Self.start) == nil)
-        #expect(reassembly.onFragment(UnreliableFragment(messageID: 1, index: 1, count: 3, body: [2]), now: Self.start) == nil)
-        #expect(reassembly.onFragment(UnreliableFragment(messageID: 1, index: 1, count: 2, body: [2]), now: Self.start) == [1, 2])
+        #expect(
+            reassembly.onFragment(UnreliableFragment(messageID: 1, index: 0, count: 2, body: [1]), now: Self.start)
+                == nil)
+        #expect(
+            reassembly.onFragment(UnreliableFragment(messageID: 1, index: 1, count: 3, body: [2]), now: Self.start)
+                == nil)
+        #expect(
+            reassembly.onFragment(UnreliableFragment(messageID: 1, index: 1, count: 2, body: [2]), now: Self.start) == [
+                1, 2,
+            ])
     }
 }

@@ -8,7 +8,10 @@ import Testing
     func everyFrameTypeRoundTrips(type: FrameType) {
         var rng = SplitMix64(seed: testSeed(0xf7a3e) ^ UInt64(type.rawValue))
         let samples = sampleFrames(of: type, using: &rng)
-        #expect(!samples.isEmpty, "frame type \(type) has no examples: add some to sampleFrames(of:) in Tests/MeshCoreTests/TestSupport.swift")
+        #expect(
+            !samples.isEmpty,
+            "frame type \(type) has no examples: add some to sampleFrames(of:) in Tests/MeshCoreTests/TestSupport.swift"
+        )
         for frame in samples {
             #expect(frame.type == type)
             var encoded = ByteBuffer()

@@ -21,8 +21,9 @@ struct HolePunchingSimulationTests {
         a.core.paths.state(of: b.id) == .punched && b.core.paths.state(of: a.id) == .punched
     }
 
-    @Test("two homes behind MASQUERADE, one member between them: introduced, punched, messages cross, the path holds for minutes",
-          arguments: seeds)
+    @Test(
+        "two homes behind MASQUERADE, one member between them: introduced, punched, messages cross, the path holds for minutes",
+        arguments: seeds)
     func twoHomesArePunchedThroughTheMemberBetweenThem(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = Self.mesh(seed: seed, first: .masquerade, second: .masquerade)
@@ -30,8 +31,12 @@ struct HolePunchingSimulationTests {
         let publicA = SimAddress(natHost: 0, port: SimAddress.simulatedPort).peerAddress
         let publicB = SimAddress(natHost: 1, port: SimAddress.simulatedPort).peerAddress
         let outcome = mesh.simulator.run(for: .seconds(40), checkEvery: .milliseconds(250)) { _ in Self.punched(a, b) }
-        #expect(outcome == .satisfied, "\(replay): A→B \(a.core.paths.state(of: b.id)), B→A \(b.core.paths.state(of: a.id)) relayed \(a.core.counters.relayedSent)/\(b.core.counters.relayedSent) failed \(a.core.paths.punchesFailed)/\(b.core.paths.punchesFailed)")
-        #expect(a.core.pathAddress(of: b.id) == publicB, "\(replay): \(String(describing: a.core.pathAddress(of: b.id)))")
+        #expect(
+            outcome == .satisfied,
+            "\(replay): A→B \(a.core.paths.state(of: b.id)), B→A \(b.core.paths.state(of: a.id)) relayed \(a.core.counters.relayedSent)/\(b.core.counters.relayedSent) failed \(a.core.paths.punchesFailed)/\(b.core.paths.punchesFailed)"
+        )
+        #expect(
+            a.core.pathAddress(of: b.id) == publicB, "\(replay): \(String(describing: a.core.pathAddress(of: b.id)))")
         #expect(b.core.pathAddress(of: a.id) == publicA, "\(replay)")
         #expect(a.core.paths.punchesSucceeded >= 1 && b.core.paths.punchesSucceeded >= 1, "\(replay)")
 
@@ -52,15 +57,18 @@ struct HolePunchingSimulationTests {
         #expect(a.core.natBehaviour == .endpointIndependent, "\(replay)")
     }
 
-    @Test("a NAT that forgets its mappings (conntrack flushed) and maps again elsewhere: the pair falls silent, is introduced, punches again and talks, and nobody is declared dead",
-          arguments: seeds)
+    @Test(
+        "a NAT that forgets its mappings (conntrack flushed) and maps again elsewhere: the pair falls silent, is introduced, punches again and talks, and nobody is declared dead",
+        arguments: seeds)
     func aFlushedMappingIsPunchedAgain(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let moving = SimNAT.Configuration(preservesPort: false)
         let mesh = Self.mesh(seed: seed, first: moving, second: moving)
         let (a, b) = (mesh.node(SimAddress(1)), mesh.node(SimAddress(2)))
-        #expect(mesh.simulator.run(for: .seconds(40), checkEvery: .milliseconds(250)) { _ in Self.punched(a, b) } == .satisfied,
-                "\(replay)")
+        #expect(
+            mesh.simulator.run(for: .seconds(40), checkEvery: .milliseconds(250)) { _ in Self.punched(a, b) }
+                == .satisfied,
+            "\(replay)")
         let before = a.core.paths.punchesSucceeded + b.core.paths.punchesSucceeded
         let old = a.core.pathAddress(of: b.id)
         mesh.simulator.flushNAT(1)
@@ -68,14 +76,17 @@ struct HolePunchingSimulationTests {
         // B's NAT mapped it elsewhere; A found it there through a new punch (or, until then, through
         // the member between them, which probes for both and may relay).
         let moved = a.core.pathAddress(of: b.id)
-        #expect(moved != old && moved.flatMap(SimAddress.init(peerAddress:))?.isNATPublic == true,
-                "\(replay): \(String(describing: old)) → \(String(describing: moved))")
+        #expect(
+            moved != old && moved.flatMap(SimAddress.init(peerAddress:))?.isNATPublic == true,
+            "\(replay): \(String(describing: old)) → \(String(describing: moved))")
         #expect(a.core.paths.punchesSucceeded + b.core.paths.punchesSucceeded > before, "\(replay): not punched again")
         #expect(a.membership.member(b.id)?.status == .alive && b.membership.member(a.id)?.status == .alive, "\(replay)")
         #expect(mesh.deaths.count == 0, "\(replay): \(mesh.deaths.count) deaths")
         // The lost path shortened the keepalives: the next mapping is held more often.
         #expect(a.core.paths.punchedPathsLost + b.core.paths.punchedPathsLost >= 1, "\(replay)")
-        #expect(min(a.core.paths.keepaliveInterval, b.core.paths.keepaliveInterval) < a.core.paths.settings.keepalive, "\(replay)")
+        #expect(
+            min(a.core.paths.keepaliveInterval, b.core.paths.keepaliveInterval) < a.core.paths.settings.keepalive,
+            "\(replay)")
         a.sendMessage([7], to: [b.id], mode: .reliable)
         b.sendMessage([8], to: [a.id], mode: .reliable)
         mesh.simulator.run(for: .seconds(5))
@@ -83,8 +94,9 @@ struct HolePunchingSimulationTests {
         #expect(a.reliableReceived[b.id]?.last == [8], "\(replay)")
     }
 
-    @Test("behind a symmetric NAT the punch fails within its budget, and nobody is declared dead",
-          arguments: seeds)
+    @Test(
+        "behind a symmetric NAT the punch fails within its budget, and nobody is declared dead",
+        arguments: seeds)
     func aSymmetricNATDefeatsThePunchWithinItsBudget(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = Self.mesh(seed: seed, first: .symmetric, second: .masquerade)
@@ -98,8 +110,9 @@ struct HolePunchingSimulationTests {
         #expect(mesh.deaths.count == 0, "\(replay): \(mesh.deaths.count) deaths")
     }
 
-    @Test("a member that introduces others to a bogus address, again and again, neither moves a path nor floods it",
-          arguments: seeds)
+    @Test(
+        "a member that introduces others to a bogus address, again and again, neither moves a path nor floods it",
+        arguments: seeds)
     func forgedIntroductionsMoveNoPath(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = AddressDiscoverySimulationTests.mesh(seed: seed, publics: 3, homes: [])
@@ -109,8 +122,9 @@ struct HolePunchingSimulationTests {
         let bogus = SimAddress(999).peerAddress  // nobody there
         for step in 0..<100 {
             liar.plan(at: .zero + .seconds(3) + .milliseconds(200 * step)) { node in
-                node.inject([.punchIntroduction(PunchIntroduction(peer: peer.id, addresses: [bogus]))],
-                            to: victim.address, member: victim.id)
+                node.inject(
+                    [.punchIntroduction(PunchIntroduction(peer: peer.id, addresses: [bogus]))],
+                    to: victim.address, member: victim.id)
             }
         }
         mesh.simulator.resetStatistics()

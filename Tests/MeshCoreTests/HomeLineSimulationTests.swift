@@ -7,21 +7,25 @@ import Testing
 /// the same line. Replication yields to it; a `get` competes without taking the line; neither
 /// overflows the queue nor makes the holders send much more than the file.
 @Suite("Home line") struct HomeLineSimulationTests {
-    static let line = HomeLineExperiment.Line(name: "20 Mbit/s, 40 ms", megabitsPerSecond: 20,
-                                              roundTrip: .milliseconds(40), loss: 0)
+    static let line = HomeLineExperiment.Line(
+        name: "20 Mbit/s, 40 ms", megabitsPerSecond: 20,
+        roundTrip: .milliseconds(40), loss: 0)
     static let size = 8 << 20
 
-    @Test("replication beside a TCP download yields: the download keeps ≥ 80% of the line",
-          arguments: SimulationSeeds.from(defaultCount: 2))
+    @Test(
+        "replication beside a TCP download yields: the download keeps ≥ 80% of the line",
+        arguments: SimulationSeeds.from(defaultCount: 2))
     func replicationYields(seed: UInt64) {
-        let outcome = HomeLineExperiment.run(size: Self.size, line: Self.line, mode: .replication, competitor: true, seed: seed)
+        let outcome = HomeLineExperiment.run(
+            size: Self.size, line: Self.line, mode: .replication, competitor: true, seed: seed)
         #expect(outcome.finished, "seed \(seed): the joiner did not finish")
         #expect(outcome.competitorRate >= 0.8 * Self.line.bytesPerSecond, "seed \(seed): \(outcome)")
         Self.expectPolite(outcome, seed: seed)
     }
 
-    @Test("a get beside a TCP download competes: the download keeps ≥ 40%, the fetch gets a share",
-          arguments: SimulationSeeds.from(defaultCount: 2))
+    @Test(
+        "a get beside a TCP download competes: the download keeps ≥ 40%, the fetch gets a share",
+        arguments: SimulationSeeds.from(defaultCount: 2))
     func getCompetes(seed: UInt64) {
         let outcome = HomeLineExperiment.run(size: Self.size, line: Self.line, mode: .get, competitor: true, seed: seed)
         #expect(outcome.finished, "seed \(seed): the joiner did not finish")
@@ -30,36 +34,44 @@ import Testing
         Self.expectPolite(outcome, seed: seed)
     }
 
-    @Test("1% random loss does not collapse a get: ≥ 0.8× its rate without loss",
-          arguments: SimulationSeeds.from(defaultCount: 2))
+    @Test(
+        "1% random loss does not collapse a get: ≥ 0.8× its rate without loss",
+        arguments: SimulationSeeds.from(defaultCount: 2))
     func randomLossIsNotCongestion(seed: UInt64) {
         // 16 MiB: the rate is what counts here, not the start (slower under loss: the first chunk
         // of each holder must verify before its pieces feed the controller).
-        let clean = HomeLineExperiment.run(size: 2 * Self.size, line: Self.line, mode: .get, competitor: false, seed: seed)
+        let clean = HomeLineExperiment.run(
+            size: 2 * Self.size, line: Self.line, mode: .get, competitor: false, seed: seed)
         var lossy = Self.line
         lossy.loss = 0.01
-        let outcome = HomeLineExperiment.run(size: 2 * Self.size, line: lossy, mode: .get, competitor: false, seed: seed)
+        let outcome = HomeLineExperiment.run(
+            size: 2 * Self.size, line: lossy, mode: .get, competitor: false, seed: seed)
         #expect(clean.finished && outcome.finished, "seed \(seed)")
         #expect(outcome.fetchRate >= 0.8 * clean.fetchRate, "seed \(seed): \(outcome.fetchRate) vs \(clean.fetchRate)")
         Self.expectPolite(clean, seed: seed)
     }
 
-    static let lossyLine = HomeLineExperiment.Line(name: "10 Mbit/s, 80 ms, 0.5% loss", megabitsPerSecond: 10,
-                                                   roundTrip: .milliseconds(80), loss: 0.005)
+    static let lossyLine = HomeLineExperiment.Line(
+        name: "10 Mbit/s, 80 ms, 0.5% loss", megabitsPerSecond: 10,
+        roundTrip: .milliseconds(80), loss: 0.005)
 
     /// A TCP held down by random loss grows into the line's spare room between its losses and
     /// shows no queue to yield to until it is short already: on a line that loses at random,
     /// replication leaves about half of the line free even alone; a get, which someone waits
     /// for, takes most of it.
-    @Test("on a line that loses at random, replication alone takes about half of it, a get most of it",
-          arguments: SimulationSeeds.from(defaultCount: 1))
+    @Test(
+        "on a line that loses at random, replication alone takes about half of it, a get most of it",
+        arguments: SimulationSeeds.from(defaultCount: 1))
     func replicationLeavesRoomOnALossyLine(seed: UInt64) {
         let line = Self.lossyLine.bytesPerSecond
-        let replication = HomeLineExperiment.run(size: Self.size, line: Self.lossyLine, mode: .replication, competitor: false, seed: seed)
-        let get = HomeLineExperiment.run(size: Self.size, line: Self.lossyLine, mode: .get, competitor: false, seed: seed)
+        let replication = HomeLineExperiment.run(
+            size: Self.size, line: Self.lossyLine, mode: .replication, competitor: false, seed: seed)
+        let get = HomeLineExperiment.run(
+            size: Self.size, line: Self.lossyLine, mode: .get, competitor: false, seed: seed)
         #expect(replication.finished && get.finished, "seed \(seed)")
-        #expect(replication.fetchRate >= 0.3 * line && replication.fetchRate <= 0.6 * line,
-                "seed \(seed): replication took \(replication.fetchRate / line) of the line")
+        #expect(
+            replication.fetchRate >= 0.3 * line && replication.fetchRate <= 0.6 * line,
+            "seed \(seed): replication took \(replication.fetchRate / line) of the line")
         #expect(get.fetchRate >= 0.65 * line, "seed \(seed): a get took \(get.fetchRate / line) of the line")
         Self.expectPolite(replication, seed: seed)
         Self.expectPolite(get, seed: seed)
@@ -77,14 +89,18 @@ import Testing
     /// paces the two that send, slow start doubles as meant, and the peaks are 12–76 ms, 34 on
     /// average (with all three holders serving, 33): the start's overshoot is the controller's,
     /// to work on. Eight seeds: four gave means of 14–39 ms as the code around them changed.
-    @Test("a get's start on a line that loses at random, beside a TCP download, overshoots into the line's queue by 40 ms at most on average")
+    @Test(
+        "a get's start on a line that loses at random, beside a TCP download, overshoots into the line's queue by 40 ms at most on average"
+    )
     func aGetsStartOvershootsLittle() {
         var peaks: [(seed: UInt64, peak: Duration)] = []
         for seed in SimulationSeeds.from(defaultCount: 8) {
             var startedAt: MeshInstant?
             var highest = Duration.zero
-            let outcome = HomeLineExperiment.run(size: Self.size, line: Self.lossyLine, mode: .get, competitor: true,
-                                                 seed: seed) { sim, joiner, _, _ in
+            let outcome = HomeLineExperiment.run(
+                size: Self.size, line: Self.lossyLine, mode: .get, competitor: true,
+                seed: seed
+            ) { sim, joiner, _, _ in
                 if startedAt == nil, joiner.core.downlink.lastInterval.closedAt > .zero { startedAt = sim.now }
                 guard let start = startedAt, sim.now < start + .seconds(3) else { return }
                 highest = max(highest, sim.downlinkQueueDelay(of: joiner.address) ?? .zero)
@@ -110,8 +126,9 @@ import Testing
         var debug = configuration
         debug.settings.logLevel = .debug
         let joiner = mesh.addNode(joiningThrough: [holder.address], at: .zero + .seconds(2), configuration: debug)
-        mesh.simulator.addAccessLink(for: [joiner.address], uplink: nil,
-                                     downlink: Bottleneck(megabitsPerSecond: 20, queue: .milliseconds(100)))
+        mesh.simulator.addAccessLink(
+            for: [joiner.address], uplink: nil,
+            downlink: Bottleneck(megabitsPerSecond: 20, queue: .milliseconds(100)))
         let done = mesh.simulator.run(until: .zero + .seconds(60), checkEvery: .milliseconds(50)) { _ in
             !joiner.complete.isEmpty
         }
@@ -125,6 +142,8 @@ import Testing
     /// chunks of a second holder at once: an 8 MiB file paid relatively more for it.)
     static func expectPolite(_ outcome: HomeLineExperiment.Outcome, seed: UInt64) {
         #expect(outcome.dropShare <= 0.02, "seed \(seed): the line's queue dropped \(outcome.dropShare * 100)%")
-        #expect(outcome.holderBytesPerFileByte <= 1.1, "seed \(seed): holders sent \(outcome.holderBytesPerFileByte)× the file")
+        #expect(
+            outcome.holderBytesPerFileByte <= 1.1,
+            "seed \(seed): holders sent \(outcome.holderBytesPerFileByte)× the file")
     }
 }

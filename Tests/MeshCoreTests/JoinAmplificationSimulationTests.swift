@@ -23,17 +23,20 @@ struct JoinAmplificationSimulationTests {
         func bytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8(truncatingIfNeeded: derive.next()) } }
         let identity = try NodeIdentity(seed: bytes(32))
         let ephemeral = try EphemeralKeyPair(seed: bytes(32))
-        let record = MemberRecord(signingKey: identity.publicKey, name: "made-up", addresses: [address], incarnation: 0,
-                                  bootID: 1, ephemeralKey: ephemeral.publicKey)
-            .signed(by: Ed25519Authority(identity: identity))
+        let record = MemberRecord(
+            signingKey: identity.publicKey, name: "made-up", addresses: [address], incarnation: 0,
+            bootID: 1, ephemeralKey: ephemeral.publicKey
+        )
+        .signed(by: Ed25519Authority(identity: identity))
         var codec = DatagramCodec(session: session, localID: identity.nodeID, localBootID: 1)
         let nonce = try #require(PacketNonce(raw: bytes(24)))
         let datagram = codec.sealHello([.syncRequest(SyncRequest(isJoin: true)), .alive(record)], nonce: nonce)
         return Array(datagram.readableBytesView)
     }
 
-    @Test("a join under a made-up id from a forged source draws at most 3× its size back there from a 16-member session; a joiner after it still learns all 16",
-          arguments: seeds)
+    @Test(
+        "a join under a made-up id from a forged source draws at most 3× its size back there from a 16-member session; a joiner after it still learns all 16",
+        arguments: seeds)
     func answersStayWithinThreeTimesTheRequest(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
         let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(1)))
@@ -42,8 +45,9 @@ struct JoinAmplificationSimulationTests {
             mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(200 * index))
         }
         mesh.simulator.run(until: .zero + .seconds(30))
-        #expect(mesh.live.allSatisfy { $0.membership.view.filter { $0.status == .alive }.count == Self.members },
-                "\(replay): the session did not form")
+        #expect(
+            mesh.live.allSatisfy { $0.membership.view.filter { $0.status == .alive }.count == Self.members },
+            "\(replay): the session did not form")
 
         // The victim: a host that is no node, whose address the request names as its source.
         let victim = SimAddress(Self.members + 100)
@@ -65,14 +69,17 @@ struct JoinAmplificationSimulationTests {
         mesh.simulator.run(until: .zero + .seconds(31))
         #expect(deliveredAt != nil, "\(replay): the request was not delivered")
         #expect(answered > 0, "\(replay): nothing answered the request (a joiner would learn nothing)")
-        #expect(answered <= 3 * request.count,
-                "\(replay): \(answered) bytes (\(sizes)) answered a request of \(request.count) from a forged source")
+        #expect(
+            answered <= 3 * request.count,
+            "\(replay): \(answered) bytes (\(sizes)) answered a request of \(request.count) from a forged source")
 
         // A real joiner, after it, learns every member.
         mesh.simulator.onTrace = nil
         let joiner = mesh.addNode(joiningThrough: [first.address], at: .zero + .seconds(32))
         mesh.simulator.run(until: .zero + .seconds(60))
-        let known = mesh.node(joiner.address).membership.view.filter { $0.status == .alive && $0.record.name != "made-up" }.count
+        let known = mesh.node(joiner.address).membership.view.filter {
+            $0.status == .alive && $0.record.name != "made-up"
+        }.count
         #expect(known == Self.members + 1, "\(replay): the joiner knows \(known) live members of \(Self.members + 1)")
     }
 }

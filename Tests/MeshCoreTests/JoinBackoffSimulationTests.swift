@@ -31,7 +31,9 @@ struct JoinBackoffSimulationTests {
         let joiner = mesh.addNode(joiningThrough: [seedNode.address], at: joinerStarts)
         var tries: [MeshInstant] = []
         mesh.simulator.onTrace = { event in
-            if case let .sent(from, to, _) = event.kind, from == joiner.address, to == seedNode.address, event.time < seedStarts {
+            if case let .sent(from, to, _) = event.kind, from == joiner.address, to == seedNode.address,
+                event.time < seedStarts
+            {
                 tries.append(event.time)
             }
         }
@@ -45,8 +47,9 @@ struct JoinBackoffSimulationTests {
         return Run(mesh: mesh, seed: seedNode, joiner: mesh.node(joiner.address), tries: tries)
     }
 
-    @Test("the waits between tries double from 1 s up to 30 s, never over, cut by at most a fifth; one notice at 5 s; retries stop once the seed answers",
-          arguments: seeds)
+    @Test(
+        "the waits between tries double from 1 s up to 30 s, never over, cut by at most a fifth; one notice at 5 s; retries stop once the seed answers",
+        arguments: seeds)
     func backoffGrowsAndStaysBounded(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
         let settings = MembershipSettings.lan
@@ -58,8 +61,9 @@ struct JoinBackoffSimulationTests {
         for (index, pair) in zip(tries, tries.dropFirst()).enumerated() {
             let wait = pair.1 - pair.0
             let low = expected * (1 - settings.joinRetryJitter)
-            #expect(wait >= low - .milliseconds(1) && wait <= expected + .milliseconds(1),
-                    "\(replay): wait \(index + 1) was \(wait), expected \(low)...\(expected)")
+            #expect(
+                wait >= low - .milliseconds(1) && wait <= expected + .milliseconds(1),
+                "\(replay): wait \(index + 1) was \(wait), expected \(low)...\(expected)")
             #expect(wait <= settings.joinRetryMaximum, "\(replay): wait \(index + 1) over the cap")
             expected = min(expected * 2, settings.joinRetryMaximum)
         }
@@ -75,8 +79,9 @@ struct JoinBackoffSimulationTests {
         #expect(notice.progress.addresses == [run.seed.address.peerAddress], "\(replay)")
         #expect(notice.progress.attempts == 3, "\(replay): \(notice.progress.attempts) tries by the notice")
         #expect(run.joiner.core.joinProgress?.attempts == tries.count, "\(replay)")
-        #expect(run.joiner.core.remembered.seeds == [run.seed.address.peerAddress.description],
-                "\(replay): the seed is kept in the data dir while nobody answered")
+        #expect(
+            run.joiner.core.remembered.seeds == [run.seed.address.peerAddress.description],
+            "\(replay): the seed is kept in the data dir while nobody answered")
 
         // The seed comes up: the next try (at most 30 s on) finds it, the joiner says so once,
         // drops the kept seed, and tries no more.
@@ -89,11 +94,14 @@ struct JoinBackoffSimulationTests {
         let attempts = joined.joiner.membership.joinAttempts
         joined.mesh.simulator.run(until: Self.seedStarts + .seconds(200))
         #expect(joined.joiner.membership.joinAttempts == attempts, "\(replay): tries went on after joining")
-        #expect(joined.joiner.violations.isEmpty && joined.seed.violations.isEmpty, "\(replay): \(joined.joiner.violations)")
+        #expect(
+            joined.joiner.violations.isEmpty && joined.seed.violations.isEmpty, "\(replay): \(joined.joiner.violations)"
+        )
     }
 
-    @Test("a joiner restarted without the invite before anyone answered still tries the seed, and joins when it comes up",
-          arguments: seeds)
+    @Test(
+        "a joiner restarted without the invite before anyone answered still tries the seed, and joins when it comes up",
+        arguments: seeds)
     func seedsKeptAcrossRestart(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let restart = MeshInstant.zero + .seconds(20)
@@ -139,9 +147,10 @@ struct JoinSettingsTests {
         let identity = try NodeIdentity(seed: [UInt8](repeating: 9, count: 32))
         var settings = MembershipSettings.lan
         settings.joinSeedsPerAttempt = 3
-        var joiner = MembershipInstance(record: ManualCluster.record(identity, index: 9),
-                                        authority: Ed25519Authority(identity: identity), settings: settings,
-                                        datagramBudget: 1118, seed: 9, now: .zero)
+        var joiner = MembershipInstance(
+            record: ManualCluster.record(identity, index: 9),
+            authority: Ed25519Authority(identity: identity), settings: settings,
+            datagramBudget: 1118, seed: 9, now: .zero)
         let seeds = (1...5).map { PeerAddress(ipv4: [192, 0, 2, UInt8($0)], port: 7946) }
         func addresses(_ directives: [MembershipDirective]) -> [PeerAddress] {
             directives.compactMap { if case let .send(_, _, address) = $0 { address } else { nil } }

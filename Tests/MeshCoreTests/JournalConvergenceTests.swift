@@ -51,7 +51,8 @@ final class JournalProcess: SimulatedProcess {
 
     func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
         guard let (from, payload) = SimEnvelope.open(datagram),
-              let message = try? JournalMessage(decoding: Array(payload)) else {
+            let message = try? JournalMessage(decoding: Array(payload))
+        else {
             rejected += 1
             return
         }
@@ -114,13 +115,15 @@ final class JournalProcess: SimulatedProcess {
 /// Replay a failing seed with `SIM_SEED=N swift test --filter JournalConvergenceTests`.
 @Suite("Journal convergence in simulation")
 struct JournalConvergenceTests {
-    static let lossy = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(5), lossProbability: 0.2,
-                                      duplicationProbability: 0.05, reorderProbability: 0.2,
-                                      reorderDelay: .milliseconds(60), corruptionProbability: 0.01)
+    static let lossy = LinkConditions(
+        delay: .milliseconds(2), jitter: .milliseconds(5), lossProbability: 0.2,
+        duplicationProbability: 0.05, reorderProbability: 0.2,
+        reorderDelay: .milliseconds(60), corruptionProbability: 0.01)
     /// The heal: no more loss or corruption; duplication and reordering stay.
-    static let healed = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(5),
-                                       duplicationProbability: 0.05, reorderProbability: 0.2,
-                                       reorderDelay: .milliseconds(60))
+    static let healed = LinkConditions(
+        delay: .milliseconds(2), jitter: .milliseconds(5),
+        duplicationProbability: 0.05, reorderProbability: 0.2,
+        reorderDelay: .milliseconds(60))
     static let syncInterval = Duration.milliseconds(200)
 
     struct Cluster<Authority: RecordAuthority> {
@@ -142,14 +145,18 @@ struct JournalConvergenceTests {
         var converged: Bool {
             let ids = Set(created.map(\.id))
             let first = processes[0].instance.state.attachments
-            return processes.allSatisfy { Set($0.instance.state.operationIDs) == ids && $0.instance.state.attachments == first }
+            return processes.allSatisfy {
+                Set($0.instance.state.operationIDs) == ids && $0.instance.state.attachments == first
+            }
         }
     }
 
     /// `count` nodes that know each other from the start, with a random script of adds and
     /// removes of `poolSize` attachments spread over `[0, activity)`.
-    static func cluster<Authority: RecordAuthority>(seed: UInt64, count: Int, commands: Int, poolSize: Int,
-                                                    activity: Duration, authorities: [Authority]) -> Cluster<Authority> {
+    static func cluster<Authority: RecordAuthority>(
+        seed: UInt64, count: Int, commands: Int, poolSize: Int,
+        activity: Duration, authorities: [Authority]
+    ) -> Cluster<Authority> {
         let simulator = Simulator(seed: seed, defaultLink: lossy)
         var rng = SeededGenerator(seed: seed ^ 0x6a09_e667_f3bc_c908)
         let pool = (0..<poolSize).map(JournalFixtures.attachment)
@@ -158,16 +165,20 @@ struct JournalConvergenceTests {
             let node = Int(rng.next(below: UInt64(count)))
             let time = MeshInstant.zero + rng.duration(upTo: activity)
             let attachment = pool[Int(rng.next(below: UInt64(pool.count)))]
-            let command: JournalProcess.Command = rng.chance(0.55)
+            let command: JournalProcess.Command =
+                rng.chance(0.55)
                 ? .add(attachment, metadata: Array("n\(node) #\(n)".utf8))
                 : .remove(attachment)
             scripts[node].append((time, command))
         }
-        let peers = Dictionary(uniqueKeysWithValues: (0..<count).map { (SimAddress($0), authorities[$0].signingKey.nodeID) })
+        let peers = Dictionary(
+            uniqueKeysWithValues: (0..<count).map { (SimAddress($0), authorities[$0].signingKey.nodeID) })
         let processes = (0..<count).map { index in
-            JournalProcess(instance: JournalInstance(authority: authorities[index], syncInterval: syncInterval,
-                                                     seed: seed &* 31 &+ UInt64(index), now: .zero),
-                           peers: peers, script: scripts[index])
+            JournalProcess(
+                instance: JournalInstance(
+                    authority: authorities[index], syncInterval: syncInterval,
+                    seed: seed &* 31 &+ UInt64(index), now: .zero),
+                peers: peers, script: scripts[index])
         }
         let nodes = processes.map { simulator.addNode($0) }
         return Cluster(simulator: simulator, nodes: nodes, processes: processes, authority: authorities[0])
@@ -176,8 +187,10 @@ struct JournalConvergenceTests {
     /// Runs the lossy phase (the last three quarters of it split in two halves, so that adds
     /// and removes on either side do not see each other), heals the network, and runs until
     /// every node agrees.
-    static func runToConvergence(_ cluster: Cluster<some RecordAuthority>, activity: Duration,
-                                 bound: Duration) -> (outcome: SimRunOutcome, took: Duration, divergedAtHeal: Bool) {
+    static func runToConvergence(
+        _ cluster: Cluster<some RecordAuthority>, activity: Duration,
+        bound: Duration
+    ) -> (outcome: SimRunOutcome, took: Duration, divergedAtHeal: Bool) {
         let half = cluster.nodes.count / 2
         cluster.simulator.run(until: MeshInstant.zero + activity / 4)
         cluster.simulator.partition([Array(cluster.nodes.prefix(half)), Array(cluster.nodes.dropFirst(half))])
@@ -190,22 +203,27 @@ struct JournalConvergenceTests {
         return (outcome, cluster.simulator.now - healedAt, divergedAtHeal)
     }
 
-    @Test("20 nodes, 20% loss, duplication, reordering, corruption: all end with the ground-truth attachment set",
-          arguments: SimulationSeeds.from(defaultCount: 10))
+    @Test(
+        "20 nodes, 20% loss, duplication, reordering, corruption: all end with the ground-truth attachment set",
+        arguments: SimulationSeeds.from(defaultCount: 10))
     func twentyNodesConverge(seed: UInt64) throws {
         let activity = Duration.seconds(4)
-        let cluster = Self.cluster(seed: seed, count: 20, commands: 80, poolSize: 4, activity: activity,
-                                   authorities: (0..<20).map { SimulationAuthority(index: $0) })
+        let cluster = Self.cluster(
+            seed: seed, count: 20, commands: 80, poolSize: 4, activity: activity,
+            authorities: (0..<20).map { SimulationAuthority(index: $0) })
         let (outcome, took, divergedAtHeal) = Self.runToConvergence(cluster, activity: activity, bound: .seconds(20))
         let replay = SimulationSeeds.replay(seed)
         #expect(outcome == .satisfied, "\(replay): not converged \(took) after the heal")
-        #expect(divergedAtHeal, "\(replay): the partition and the loss left the nodes apart, so the heal had work to do")
+        #expect(
+            divergedAtHeal, "\(replay): the partition and the loss left the nodes apart, so the heal had work to do")
 
         let created = cluster.created
         let truth = cluster.groundTruth
         #expect(truth.operationCount == created.count, "\(replay): every operation made is distinct and valid")
         for (index, process) in cluster.processes.enumerated() {
-            #expect(process.instance.state.attachments == truth.attachments, "\(replay): node \(index) differs from the ground truth")
+            #expect(
+                process.instance.state.attachments == truth.attachments,
+                "\(replay): node \(index) differs from the ground truth")
             #expect(process.instance.state.operationCount == created.count, "\(replay): node \(index)")
         }
         // The run exercised what it claims to: collisions of adds and removes, and a mangled network.
@@ -216,14 +234,16 @@ struct JournalConvergenceTests {
         #expect(cluster.processes.map(\.rejected).reduce(0, +) > 0, "\(replay): corrupted datagrams were dropped")
     }
 
-    @Test("a node injecting forged operations (wrong key, tampered metadata) changes nothing anywhere",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "a node injecting forged operations (wrong key, tampered metadata) changes nothing anywhere",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func forgeriesAreAppliedNowhere(seed: UInt64) throws {
         let count = 6
         let identities = (0..<count).map { JournalFixtures.ed25519(UInt8(0x40 + $0)) }
         let activity = Duration.seconds(2)
-        let cluster = Self.cluster(seed: seed, count: count, commands: 30, poolSize: 3, activity: activity,
-                                   authorities: identities)
+        let cluster = Self.cluster(
+            seed: seed, count: count, commands: 30, poolSize: 3, activity: activity,
+            authorities: identities)
         let forger = cluster.processes[count - 1]
         let victim = identities[0]
         let impostor = ImpersonatingAuthority(signingKey: victim.signingKey, signer: identities[count - 1])
@@ -232,7 +252,9 @@ struct JournalConvergenceTests {
         // signed by the forger; and a real operation with its metadata changed after signing.
         forger.forge = { state in
             var forged = state.attachments.compactMap { state.makeRemove($0.id, authority: impostor) }
-            forged.append(state.makeAdd(forgedAttachment, size: 1, chunkCount: 1, metadata: Array("evil".utf8), authority: impostor))
+            forged.append(
+                state.makeAdd(
+                    forgedAttachment, size: 1, chunkCount: 1, metadata: Array("evil".utf8), authority: impostor))
             if var tampered = state.allOperations.last(where: { $0.kind == .add }) {
                 tampered.metadata = Array("tampered".utf8)
                 forged.append(tampered)
@@ -250,7 +272,9 @@ struct JournalConvergenceTests {
         #expect(truth.operationCount == cluster.created.count)
         for (index, process) in cluster.processes.enumerated() {
             let state = process.instance.state
-            #expect(forgedIDs.allSatisfy { state.operation($0) == nil }, "\(replay): node \(index) holds a forged operation")
+            #expect(
+                forgedIDs.allSatisfy { state.operation($0) == nil }, "\(replay): node \(index) holds a forged operation"
+            )
             #expect(!state.isPresent(forgedAttachment), "\(replay): node \(index)")
             #expect(state.attachments == truth.attachments, "\(replay): node \(index) differs from the ground truth")
         }

@@ -32,20 +32,27 @@ struct JournalInstanceTests {
         _ = a.add(y, size: 1, chunkCount: 1, metadata: [])
         _ = a.setHoldings([y, x])
         let joined = a.memberJoined(Self.ids[1])
-        #expect(joined == [.send(to: Self.ids[1], .have(a.state.operationIDs)),
-                           .send(to: Self.ids[1], .holding([x, y].sorted()))])
+        #expect(
+            joined == [
+                .send(to: Self.ids[1], .have(a.state.operationIDs)),
+                .send(to: Self.ids[1], .holding([x, y].sorted())),
+            ])
         #expect(a.state.operationIDs.count == 2)
         #expect(a.memberJoined(Self.ids[1]).isEmpty, "already a member")
         #expect(a.memberJoined(a.localID).isEmpty, "not a member of itself")
         // A fresh node says it has nothing.
         var fresh = Self.instance(2)
-        #expect(fresh.memberJoined(Self.ids[0]) == [.send(to: Self.ids[0], .have([])), .send(to: Self.ids[0], .holding([]))])
+        #expect(
+            fresh.memberJoined(Self.ids[0]) == [
+                .send(to: Self.ids[0], .have([])), .send(to: Self.ids[0], .holding([])),
+            ])
     }
 
     @Test("a have is answered with the operations the peer lacks and a want for ours")
     func haveAnswersWithMissingAndWant() throws {
         var a = Self.instance(0), b = Self.instance(1)
-        let shared = a.state.makeAdd(JournalFixtures.attachment(0), size: 1, chunkCount: 1, metadata: [], authority: Self.authorities[2])
+        let shared = a.state.makeAdd(
+            JournalFixtures.attachment(0), size: 1, chunkCount: 1, metadata: [], authority: Self.authorities[2])
         _ = a.onMessage(.operations([shared]), from: Self.ids[2])
         _ = b.onMessage(.operations([shared]), from: Self.ids[2])
         _ = a.add(JournalFixtures.attachment(1), size: 1, chunkCount: 1, metadata: Array("a".utf8))
@@ -69,7 +76,10 @@ struct JournalInstanceTests {
                 if case let .applied(operations) = directive { applied += operations }
                 if case let .send(to, message) = directive {
                     #expect(to == Self.ids[0])
-                    #expect(a.onMessage(message, from: Self.ids[1]).contains { if case .applied = $0 { true } else { false } })
+                    #expect(
+                        a.onMessage(message, from: Self.ids[1]).contains {
+                            if case .applied = $0 { true } else { false }
+                        })
                 }
             }
         }
@@ -89,10 +99,12 @@ struct JournalInstanceTests {
     @Test("operations already known, or invalid, apply nothing")
     func operationsApplyOnce() {
         var a = Self.instance(0)
-        let add = a.state.makeAdd(JournalFixtures.attachment(1), size: 1, chunkCount: 1, metadata: [], authority: Self.authorities[1])
+        let add = a.state.makeAdd(
+            JournalFixtures.attachment(1), size: 1, chunkCount: 1, metadata: [], authority: Self.authorities[1])
         #expect(a.onMessage(.operations([add]), from: Self.ids[1]) == [.applied([add])])
         #expect(a.onMessage(.operations([add]), from: Self.ids[2]).isEmpty)
-        var forged = a.state.makeAdd(JournalFixtures.attachment(2), size: 1, chunkCount: 1, metadata: [], authority: Self.authorities[1])
+        var forged = a.state.makeAdd(
+            JournalFixtures.attachment(2), size: 1, chunkCount: 1, metadata: [], authority: Self.authorities[1])
         forged.metadata = [1]
         #expect(a.onMessage(.operations([forged]), from: Self.ids[1]).isEmpty)
         #expect(a.state.operationCount == 1)
@@ -200,8 +212,9 @@ struct JournalInstanceTests {
         var state = JournalState()
         var operations: [JournalOperation] = []
         for n in 0..<3000 {
-            let add = state.makeAdd(JournalFixtures.attachment(n), size: 1, chunkCount: 1,
-                                    metadata: n % 500 == 0 ? [UInt8](repeating: 1, count: 60_000) : [], authority: authority)
+            let add = state.makeAdd(
+                JournalFixtures.attachment(n), size: 1, chunkCount: 1,
+                metadata: n % 500 == 0 ? [UInt8](repeating: 1, count: 60_000) : [], authority: authority)
             state.apply(add, authority: authority)
             operations.append(add)
         }
@@ -210,7 +223,8 @@ struct JournalInstanceTests {
         let answer = a.onMessage(.have([]), from: Self.ids[2])
         let messages = Self.sends(answer).map(\.message)
         #expect(messages.count > 1)
-        #expect(messages.allSatisfy { $0.encoded.count <= 256 * 1024 }, "\(messages.map(\.encoded.count).max() ?? 0) bytes")
+        #expect(
+            messages.allSatisfy { $0.encoded.count <= 256 * 1024 }, "\(messages.map(\.encoded.count).max() ?? 0) bytes")
         #expect(Set(Self.operations(in: answer).map(\.id)) == Set(a.state.operationIDs))
     }
 

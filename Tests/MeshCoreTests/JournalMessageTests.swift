@@ -24,14 +24,17 @@ struct JournalMessageTests {
         }
     }
 
-    static let allCaseNames: Set<String> = ["operations", "have", "want", "holding", "chunkRequest", "chunk", "noChunk", "chunks", "replicate", "end"]
+    static let allCaseNames: Set<String> = [
+        "operations", "have", "want", "holding", "chunkRequest", "chunk", "noChunk", "chunks", "replicate", "end",
+    ]
 
     /// Examples of every case, edge cases included.
     static func samples(using rng: inout SplitMix64) -> [JournalMessage] {
         let alice = JournalFixtures.ed25519(0x11), bob = SimulationAuthority(index: 7)
         var state = JournalState()
-        let add = state.makeAdd(JournalFixtures.attachment(1), size: 1 << 40, chunkCount: Int(UInt32.max),
-                                metadata: Array(#"{"name":"photo.jpg"}"#.utf8), authority: alice)
+        let add = state.makeAdd(
+            JournalFixtures.attachment(1), size: 1 << 40, chunkCount: Int(UInt32.max),
+            metadata: Array(#"{"name":"photo.jpg"}"#.utf8), authority: alice)
         state.apply(add, authority: alice)
         let bare = state.makeAdd(JournalFixtures.attachment(2), size: 0, chunkCount: 0, metadata: [], authority: bob)
         state.apply(bare, authority: bob)
@@ -40,21 +43,27 @@ struct JournalMessageTests {
             kind: .remove, attachment: JournalFixtures.attachment(3), author: alice.signingKey, clock: .max,
             observedAdds: (0..<UInt64(JournalOperation.maxObservedAdds)).map { OperationID(high: $0, low: ~$0) }
         ).signed(by: alice)
-        let hugeMetadata = state.makeAdd(JournalFixtures.attachment(4), size: 5, chunkCount: 1,
-                                         metadata: rng.bytes(JournalOperation.maxMetadataBytes), authority: alice)
+        let hugeMetadata = state.makeAdd(
+            JournalFixtures.attachment(4), size: 5, chunkCount: 1,
+            metadata: rng.bytes(JournalOperation.maxMetadataBytes), authority: alice)
         let ids = (0..<5).map { _ in OperationID(high: rng.next(), low: rng.next()) }
         let digest = SHA256Digest(bytes: rng.bytes(32))!
         return [
             .operations([]), .operations([add]), .operations([remove]), .operations([add, bare, remove]),
             .operations([manyObserved, hugeMetadata]),
-            .have([]), .have([add.id]), .have(ids + [OperationID(high: 0, low: 0), OperationID(high: .max, low: .max)]),
+            .have([]), .have([add.id]),
+            .have(ids + [OperationID(high: 0, low: 0), OperationID(high: .max, low: .max)]),
             .want([]), .want(ids),
             .holding([]), .holding([digest]), .holding((0..<100).map(JournalFixtures.attachment)),
             .chunkRequest(digest), .chunkRequest(JournalFixtures.attachment(0)),
             .chunk(digest, []), .chunk(digest, [0]), .chunk(JournalFixtures.attachment(9), rng.bytes(256 * 1024)),
             .noChunk(digest), .noChunk(JournalFixtures.attachment(5)),
             .chunks(digest, ChunkBitmap(count: 0)), .chunks(digest, ChunkBitmap.full(400)),
-            .chunks(digest, { var bitmap = ChunkBitmap(count: 65); bitmap.insert(0); bitmap.insert(64); return bitmap }()),
+            .chunks(
+                digest,
+                {
+                    var bitmap = ChunkBitmap(count: 65); bitmap.insert(0); bitmap.insert(64); return bitmap
+                }()),
             .replicate([]), .replicate([digest, JournalFixtures.attachment(6)]),
             .end(SessionEnd(signingKey: alice.signingKey, session: SessionID(value: .max), signature: rng.bytes(64))),
         ]
@@ -77,8 +86,10 @@ struct JournalMessageTests {
     func casesAreDistinct() throws {
         let ids = [OperationID(high: 1, low: 2)]
         let digest = JournalFixtures.attachment(1)
-        let confusable: [JournalMessage] = [.have(ids), .want(ids), .chunkRequest(digest), .noChunk(digest),
-                                            .operations([]), .have([]), .want([]), .holding([]), .chunk(digest, [])]
+        let confusable: [JournalMessage] = [
+            .have(ids), .want(ids), .chunkRequest(digest), .noChunk(digest),
+            .operations([]), .have([]), .want([]), .holding([]), .chunk(digest, []),
+        ]
         let encodings = confusable.map(\.encoded)
         #expect(Set(encodings).count == confusable.count)
         #expect(Set(encodings.map { $0.first! }).count == 7, "one kind byte per case")
@@ -110,8 +121,12 @@ struct JournalMessageTests {
         var padded = operation
         let length = Int(padded[5]) << 24 | Int(padded[6]) << 16 | Int(padded[7]) << 8 | Int(padded[8])
         let newLength = length + 1
-        padded.replaceSubrange(5..<9, with: [UInt8(newLength >> 24 & 0xff), UInt8(newLength >> 16 & 0xff),
-                                             UInt8(newLength >> 8 & 0xff), UInt8(newLength & 0xff)])
+        padded.replaceSubrange(
+            5..<9,
+            with: [
+                UInt8(newLength >> 24 & 0xff), UInt8(newLength >> 16 & 0xff),
+                UInt8(newLength >> 8 & 0xff), UInt8(newLength & 0xff),
+            ])
         padded.append(0)
         #expect(throws: WireError.trailingBytes(1)) { try JournalMessage(decoding: padded) }
         // An unknown operation kind (1 and 2 are format 1's add and remove, 3 and 4 format 2's).
@@ -136,7 +151,8 @@ struct JournalMessageTests {
                 var cut = ByteBuffer(bytes: body.prefix(length))
                 #expect(throws: WireError.self, "length \(length)") { try JournalOperation(decoding: &cut) }
                 // The same inside a message whose length prefix agrees with the cut body.
-                let message: [UInt8] = [1, 0, 0, 0, 1] + withUnsafeBytes(of: UInt32(length).bigEndian, Array.init) + body.prefix(length)
+                let message: [UInt8] =
+                    [1, 0, 0, 0, 1] + withUnsafeBytes(of: UInt32(length).bigEndian, Array.init) + body.prefix(length)
                 #expect(throws: WireError.self, "length \(length)") { try JournalMessage(decoding: message) }
             }
         }

@@ -26,8 +26,11 @@ struct JournalStateTests {
         #expect(state.apply(add, authority: alice) == true)
         #expect(state.isPresent(x))
         let entry = try #require(state.entry(x))
-        #expect(entry == AttachmentEntry(id: .of(x), content: x, size: 1000, chunkCount: 4, metadata: Self.meta("m"),
-                                         addedBy: alice.signingKey.nodeID, clock: 1))
+        #expect(
+            entry
+                == AttachmentEntry(
+                    id: .of(x), content: x, size: 1000, chunkCount: 4, metadata: Self.meta("m"),
+                    addedBy: alice.signingKey.nodeID, clock: 1))
         #expect(state.attachments == [entry])
         #expect(state.entry(y) == nil)
         #expect(state.operationIDs == [add.id])
@@ -157,11 +160,13 @@ struct JournalStateTests {
     @Test("the same content added twice is two attachments; removing one leaves the other and the content")
     func perAddIdentity() throws {
         var state = JournalState()
-        let first = state.makeAdd(AttachmentID(high: 1, low: 1), content: x, size: 10, chunkCount: 1,
-                                  metadata: Self.meta("one"), authority: alice)
+        let first = state.makeAdd(
+            AttachmentID(high: 1, low: 1), content: x, size: 10, chunkCount: 1,
+            metadata: Self.meta("one"), authority: alice)
         state.apply(first, authority: alice)
-        let second = state.makeAdd(AttachmentID(high: 2, low: 2), content: x, size: 10, chunkCount: 1,
-                                   metadata: Self.meta("two"), authority: bob)
+        let second = state.makeAdd(
+            AttachmentID(high: 2, low: 2), content: x, size: 10, chunkCount: 1,
+            metadata: Self.meta("two"), authority: bob)
         state.apply(second, authority: bob)
         #expect(state.attachments.map(\.id) == [AttachmentID(high: 1, low: 1), AttachmentID(high: 2, low: 2)])
         #expect(state.attachments.map(\.metadata) == [Self.meta("one"), Self.meta("two")], "each keeps its own")
@@ -172,8 +177,9 @@ struct JournalStateTests {
         #expect(state.attachments.map(\.id) == [AttachmentID(high: 2, low: 2)])
         #expect(state.hasContent(x), "the other attachment keeps the content")
         // An add that claims an id already naming other bytes is refused.
-        let clash = state.makeAdd(AttachmentID(high: 2, low: 2), content: y, size: 1, chunkCount: 1, metadata: [],
-                                  authority: alice)
+        let clash = state.makeAdd(
+            AttachmentID(high: 2, low: 2), content: y, size: 1, chunkCount: 1, metadata: [],
+            authority: alice)
         #expect(state.apply(clash, authority: alice) == false)
         #expect(!state.hasContent(y))
     }
@@ -181,10 +187,14 @@ struct JournalStateTests {
     @Test("operations of format 1 (before attachment ids) are read, keep their ids and signatures, and migrate")
     func formatOneOperations() throws {
         // What a journal log written before per-add ids holds: adds and removes naming content only.
-        let legacyAdd = JournalOperation(kind: .add, attachmentID: nil, attachment: x, author: alice.signingKey, clock: 1,
-                                         size: 5, chunkCount: 1, metadata: Self.meta("old")).signed(by: alice)
-        let legacyAgain = JournalOperation(kind: .add, attachmentID: nil, attachment: x, author: bob.signingKey, clock: 2,
-                                           size: 5, chunkCount: 1, metadata: Self.meta("again")).signed(by: bob)
+        let legacyAdd = JournalOperation(
+            kind: .add, attachmentID: nil, attachment: x, author: alice.signingKey, clock: 1,
+            size: 5, chunkCount: 1, metadata: Self.meta("old")
+        ).signed(by: alice)
+        let legacyAgain = JournalOperation(
+            kind: .add, attachmentID: nil, attachment: x, author: bob.signingKey, clock: 2,
+            size: 5, chunkCount: 1, metadata: Self.meta("again")
+        ).signed(by: bob)
         var buffer = ByteBuffer()
         legacyAdd.encode(into: &buffer)
         #expect(buffer.getInteger(at: 0, as: UInt8.self) == 1, "format 1's add kind on the wire")
@@ -197,8 +207,9 @@ struct JournalStateTests {
         #expect(state.attachments.count == 1 && entry.id == AttachmentID(legacyContent: x) && entry.content == x)
         #expect(entry.metadata == Self.meta("again"))
         // A remove made now (format 2) covers both old adds; a new add of the same bytes is its own.
-        let fresh = state.makeAdd(AttachmentID(high: 7, low: 7), content: x, size: 5, chunkCount: 1, metadata: [],
-                                  authority: alice)
+        let fresh = state.makeAdd(
+            AttachmentID(high: 7, low: 7), content: x, size: 5, chunkCount: 1, metadata: [],
+            authority: alice)
         state.apply(fresh, authority: alice)
         let remove = try #require(state.makeRemove(entry.id, authority: alice))
         #expect(Set(remove.observedAdds) == [legacyAdd.id, legacyAgain.id] && !remove.isLegacy)
@@ -223,8 +234,10 @@ struct JournalStateTests {
     @Test("a member's operation at the largest clock does not make our next add or remove trap")
     func clockAtMaximum() throws {
         var state = JournalState()
-        let top = JournalOperation(kind: .add, attachment: x, author: bob.signingKey, clock: .max, size: 1, chunkCount: 1,
-                                   metadata: Self.meta("top")).signed(by: bob)
+        let top = JournalOperation(
+            kind: .add, attachment: x, author: bob.signingKey, clock: .max, size: 1, chunkCount: 1,
+            metadata: Self.meta("top")
+        ).signed(by: bob)
         #expect(state.apply(top, authority: bob) == true)
         #expect(state.clock == .max)
         // Saturates: still the latest clock, so the author id decides among them.
@@ -315,12 +328,16 @@ struct JournalStateTests {
         let atLimit = state.makeAdd(x, size: 1, chunkCount: 1, metadata: Array(big.dropLast()), authority: alice)
         #expect(state.apply(atLimit, authority: alice) == true)
         // A remove may not carry metadata.
-        let removeWithMetadata = JournalOperation(kind: .remove, attachment: x, author: alice.signingKey, clock: 9,
-                                                  metadata: [1], observedAdds: [atLimit.id]).signed(by: alice)
+        let removeWithMetadata = JournalOperation(
+            kind: .remove, attachment: x, author: alice.signingKey, clock: 9,
+            metadata: [1], observedAdds: [atLimit.id]
+        ).signed(by: alice)
         #expect(state.apply(removeWithMetadata, authority: alice) == false)
         let tooManyObserved = JournalOperation(
             kind: .remove, attachment: x, author: alice.signingKey, clock: 9,
-            observedAdds: (0...UInt64(JournalOperation.maxObservedAdds)).map { OperationID(high: 0, low: $0) } + [atLimit.id]
+            observedAdds: (0...UInt64(JournalOperation.maxObservedAdds)).map { OperationID(high: 0, low: $0) } + [
+                atLimit.id
+            ]
         ).signed(by: alice)
         #expect(state.apply(tooManyObserved, authority: alice) == false)
         #expect(state.isPresent(x))
@@ -335,7 +352,8 @@ struct JournalStateTests {
         var a = JournalState(), b = JournalState(), c = JournalState()
         let a1 = a.makeAdd(x, size: 1, chunkCount: 1, metadata: Self.meta("a1"), authority: alice)
         a.apply(a1, authority: alice)
-        let c1 = c.makeAdd(x, size: 1, chunkCount: 1, metadata: Self.meta("c1"), authority: carol)  // concurrent with a1
+        // concurrent with a1
+        let c1 = c.makeAdd(x, size: 1, chunkCount: 1, metadata: Self.meta("c1"), authority: carol)
         c.apply(c1, authority: carol)
         b.apply(a1, authority: bob)
         let b1 = try #require(b.makeRemove(x, authority: bob))  // saw a1 only
@@ -364,7 +382,9 @@ struct JournalStateTests {
         for order in orders {
             var state = JournalState()
             #expect(state.applyAll(order, authority: alice) == operations.count)
-            #expect(state.attachments == reference.attachments, "order \(order.map { String(decoding: $0.metadata, as: UTF8.self) })")
+            #expect(
+                state.attachments == reference.attachments,
+                "order \(order.map { String(decoding: $0.metadata, as: UTF8.self) })")
             #expect(state.clock == reference.clock)
         }
     }
@@ -386,12 +406,14 @@ struct JournalStateTests {
                     replicas[r].apply(remove, authority: authorities[r])
                     all.append(remove)
                 } else {
-                    let add = replicas[r].makeAdd(target, size: 1, chunkCount: 1, metadata: rng.bytes(3), authority: authorities[r])
+                    let add = replicas[r].makeAdd(
+                        target, size: 1, chunkCount: 1, metadata: rng.bytes(3), authority: authorities[r])
                     replicas[r].apply(add, authority: authorities[r])
                     all.append(add)
                 }
                 let to = Int.random(in: 0..<replicas.count, using: &rng)
-                replicas[to].applyAll(replicas[r].allOperations.filter { _ in Bool.random(using: &rng) }, authority: authorities[to])
+                replicas[to].applyAll(
+                    replicas[r].allOperations.filter { _ in Bool.random(using: &rng) }, authority: authorities[to])
             }
             var reference = JournalState()
             #expect(reference.applyAll(all, authority: authorities[0]) == all.count)

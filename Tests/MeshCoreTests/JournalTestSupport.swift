@@ -73,10 +73,13 @@ extension AttachmentID {
 }
 
 extension JournalState {
-    func makeAdd(_ attachment: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8],
-                 authority: some RecordAuthority) -> JournalOperation {
-        makeAdd(.of(attachment), content: attachment, size: size, chunkCount: chunkCount, metadata: metadata,
-                authority: authority)
+    func makeAdd(
+        _ attachment: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8],
+        authority: some RecordAuthority
+    ) -> JournalOperation {
+        makeAdd(
+            .of(attachment), content: attachment, size: size, chunkCount: chunkCount, metadata: metadata,
+            authority: authority)
     }
 
     func makeRemove(_ attachment: SHA256Digest, authority: some RecordAuthority) -> JournalOperation? {
@@ -101,9 +104,12 @@ extension JournalInstance {
 
 extension JournalOperation {
     /// Format 2, the attachment's id derived from `attachment` (as `JournalState.makeAdd` above).
-    init(kind: Kind, attachment: SHA256Digest, author: PublicSigningKey, clock: UInt64, size: UInt64 = 0,
-         chunkCount: UInt32 = 0, metadata: [UInt8] = [], observedAdds: [OperationID] = [], signature: [UInt8] = []) {
-        self.init(kind: kind, attachmentID: .of(attachment), attachment: attachment, author: author, clock: clock,
-                  size: size, chunkCount: chunkCount, metadata: metadata, observedAdds: observedAdds, signature: signature)
+    init(
+        kind: Kind, attachment: SHA256Digest, author: PublicSigningKey, clock: UInt64, size: UInt64 = 0,
+        chunkCount: UInt32 = 0, metadata: [UInt8] = [], observedAdds: [OperationID] = [], signature: [UInt8] = []
+    ) {
+        self.init(
+            kind: kind, attachmentID: .of(attachment), attachment: attachment, author: author, clock: clock,
+            size: size, chunkCount: chunkCount, metadata: metadata, observedAdds: observedAdds, signature: signature)
     }
 }

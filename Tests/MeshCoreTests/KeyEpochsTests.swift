@@ -18,8 +18,10 @@ import Testing
         }
 
         var record: MemberRecord {
-            MemberRecord(signingKey: identity.publicKey, name: "p", addresses: [PeerAddress(ipv4: [127, 0, 0, 1], port: 9)],
-                         incarnation: 1, bootID: boot, ephemeralKey: ephemeral.publicKey).signed(by: authority)
+            MemberRecord(
+                signingKey: identity.publicKey, name: "p", addresses: [PeerAddress(ipv4: [127, 0, 0, 1], port: 9)],
+                incarnation: 1, bootID: boot, ephemeralKey: ephemeral.publicKey
+            ).signed(by: authority)
         }
     }
 
@@ -51,27 +53,41 @@ import Testing
     @Test func acceptanceChecksSignatureSecretSenderAndEpoch() {
         var rotator = KeyEpochs(origin: origin)
         let next = SessionSecret.generate()
-        let rotation = rotator.rotate(removing: [m.id], to: next, members: [b.id, m.id], authority: a.authority).rotation
+        let rotation = rotator.rotate(removing: [m.id], to: next, members: [b.id, m.id], authority: a.authority)
+            .rotation
         let known: Set<NodeID> = [a.id, m.id]
 
         var epochs = KeyEpochs(origin: origin)
-        #expect(epochs.accept(rotation, secret: SessionSecret.generate(), from: a.id, localID: b.id, members: known,
-                              authority: b.authority) == .invalid, "a secret that is not the rotation's")
-        #expect(epochs.accept(rotation, secret: next, from: newcomer.id, localID: b.id, members: known,
-                              authority: b.authority) == .invalid, "a sender we never knew")
-        #expect(epochs.accept(rotation, secret: next, from: m.id, localID: b.id, members: known,
-                              authority: b.authority) == .invalid, "handed over by the member it removes")
+        #expect(
+            epochs.accept(
+                rotation, secret: SessionSecret.generate(), from: a.id, localID: b.id, members: known,
+                authority: b.authority) == .invalid, "a secret that is not the rotation's")
+        #expect(
+            epochs.accept(
+                rotation, secret: next, from: newcomer.id, localID: b.id, members: known,
+                authority: b.authority) == .invalid, "a sender we never knew")
+        #expect(
+            epochs.accept(
+                rotation, secret: next, from: m.id, localID: b.id, members: known,
+                authority: b.authority) == .invalid, "handed over by the member it removes")
         var forged = rotation
         forged.removed = [a.id]
-        #expect(epochs.accept(forged, secret: next, from: a.id, localID: b.id, members: known,
-                              authority: b.authority) == .invalid, "changed after signing")
+        #expect(
+            epochs.accept(
+                forged, secret: next, from: a.id, localID: b.id, members: known,
+                authority: b.authority) == .invalid, "changed after signing")
         var removedSide = KeyEpochs(origin: origin)
-        #expect(removedSide.accept(rotation, secret: next, from: a.id, localID: m.id, members: [a.id, b.id],
-                                   authority: m.authority) == .removesUs)
+        #expect(
+            removedSide.accept(
+                rotation, secret: next, from: a.id, localID: m.id, members: [a.id, b.id],
+                authority: m.authority) == .removesUs)
         #expect(removedSide.current == origin)
 
-        guard case let .adopted(transition, nil) = epochs.accept(rotation, secret: next, from: a.id, localID: b.id,
-                                                            members: known, authority: b.authority) else {
+        guard
+            case let .adopted(transition, nil) = epochs.accept(
+                rotation, secret: next, from: a.id, localID: b.id,
+                members: known, authority: b.authority)
+        else {
             Issue.record("a genuine rotation was not adopted")
             return
         }
@@ -79,17 +95,25 @@ import Testing
         #expect(!transition.rotation.owes(a.id), "the author is not on the roster")
         #expect(transition.rotation.owes(b.id))
         #expect(!transition.rotation.owes(m.id), "the removed member")
-        #expect(epochs.accept(rotation, secret: next, from: a.id, localID: b.id, members: known,
-                              authority: b.authority) == .known)
+        #expect(
+            epochs.accept(
+                rotation, secret: next, from: a.id, localID: b.id, members: known,
+                authority: b.authority) == .known)
         // The removed member can no longer rotate anyone's epoch.
         var later = KeyEpochs(origin: next)
         let fake = later.rotate(removing: [b.id], to: SessionSecret.generate(), members: [b.id], authority: m.authority)
-        #expect(epochs.accept(fake.rotation, secret: fake.secret, from: a.id, localID: b.id, members: known,
-                              authority: b.authority) == .invalid)
-        let stray = KeyRotation(previousSession: SessionID(value: 42), nextSession: fake.secret.sessionID, removed: [],
-                                roster: [KeyRotation.rosterEntry(b.id)], signingKey: a.identity.publicKey).signed(by: a.authority)
-        #expect(epochs.accept(stray, secret: fake.secret, from: a.id, localID: b.id, members: known,
-                              authority: b.authority) == .notOurEpoch)
+        #expect(
+            epochs.accept(
+                fake.rotation, secret: fake.secret, from: a.id, localID: b.id, members: known,
+                authority: b.authority) == .invalid)
+        let stray = KeyRotation(
+            previousSession: SessionID(value: 42), nextSession: fake.secret.sessionID, removed: [],
+            roster: [KeyRotation.rosterEntry(b.id)], signingKey: a.identity.publicKey
+        ).signed(by: a.authority)
+        #expect(
+            epochs.accept(
+                stray, secret: fake.secret, from: a.id, localID: b.id, members: known,
+                authority: b.authority) == .notOurEpoch)
     }
 
     @Test func ofTwoRotationsAtOnceTheSameOneStandsEverywhere() {
@@ -97,7 +121,8 @@ import Testing
         var atA = KeyEpochs(origin: origin), atB = KeyEpochs(origin: origin)
         let members: Set<NodeID> = [a.id, b.id, m.id, newcomer.id, Party(9).id]
         let fromA = atA.rotate(removing: [m.id], to: SessionSecret.generate(), members: members, authority: a.authority)
-        let fromB = atB.rotate(removing: [newcomer.id], to: SessionSecret.generate(), members: members, authority: b.authority)
+        let fromB = atB.rotate(
+            removing: [newcomer.id], to: SessionSecret.generate(), members: members, authority: b.authority)
         let aWins = KeyEpochs.wins(fromA.rotation, over: fromB.rotation)
         #expect(aWins != KeyEpochs.wins(fromB.rotation, over: fromA.rotation), "exactly one wins")
         let (winner, loser) = aWins ? (fromA, fromB) : (fromB, fromA)
@@ -107,18 +132,23 @@ import Testing
             var third = KeyEpochs(origin: origin)
             for transition in order {
                 let sender = transition.rotation.author
-                _ = third.accept(transition.rotation, secret: transition.secret, from: sender, localID: Party(9).id,
-                                 members: members, authority: a.authority)
+                _ = third.accept(
+                    transition.rotation, secret: transition.secret, from: sender, localID: Party(9).id,
+                    members: members, authority: a.authority)
             }
             #expect(third.current == winner.secret)
             #expect(third.transitions.count == 1)
         }
         // The loser's author switches too, and members stuck in the losing epoch are handed the winner.
         var atLoser = aWins ? atB : atA
-        let outcome = atLoser.accept(winner.rotation, secret: winner.secret, from: winner.rotation.author,
-                                     localID: loser.rotation.author, members: members, authority: a.authority)
-        #expect(outcome == .adopted(KeyEpochs.Transition(rotation: winner.rotation, secret: winner.secret),
-                                    replacing: loser))
+        let outcome = atLoser.accept(
+            winner.rotation, secret: winner.secret, from: winner.rotation.author,
+            localID: loser.rotation.author, members: members, authority: a.authority)
+        #expect(
+            outcome
+                == .adopted(
+                    KeyEpochs.Transition(rotation: winner.rotation, secret: winner.secret),
+                    replacing: loser))
         #expect(atLoser.current == winner.secret)
         #expect(atLoser.secret(of: loser.secret.sessionID) == loser.secret)
         let stuck = aWins ? m.id : newcomer.id
@@ -127,8 +157,10 @@ import Testing
         #expect(atLoser.handover(to: other, heardIn: loser.secret.sessionID, now: t0)?.secret == winner.secret)
         // The winner, told of the loser, keeps its epoch.
         var atWinner = aWins ? atA : atB
-        #expect(atWinner.accept(loser.rotation, secret: loser.secret, from: loser.rotation.author,
-                                localID: winner.rotation.author, members: members, authority: a.authority) == .notOurEpoch)
+        #expect(
+            atWinner.accept(
+                loser.rotation, secret: loser.secret, from: loser.rotation.author,
+                localID: winner.rotation.author, members: members, authority: a.authority) == .notOurEpoch)
         #expect(atWinner.current == winner.secret)
     }
 
@@ -136,15 +168,19 @@ import Testing
         var rotator = KeyEpochs(origin: origin)
         let next = SessionSecret.generate()
         // a knew b and m, not the newcomer.
-        let transition = try rotator.rotation(removing: [m.id], to: next, members: [b.id, m.id], authority: a.authority)
+        let transition = try rotator.rotation(
+            removing: [m.id], to: next, members: [b.id, m.id], authority: a.authority)
         #expect(transition.rotation.roster == [KeyRotation.rosterEntry(b.id)])
         #expect(rotator.current == origin, "nothing changes before commit")
         rotator.commit(transition)
         #expect(rotator.current == next)
         // Someone who knew the newcomer adopts it, but hands it on only along the roster.
         var adopter = KeyEpochs(origin: origin)
-        guard case .adopted = adopter.accept(transition.rotation, secret: next, from: a.id, localID: b.id,
-                                             members: [a.id, m.id, newcomer.id], authority: b.authority) else {
+        guard
+            case .adopted = adopter.accept(
+                transition.rotation, secret: next, from: a.id, localID: b.id,
+                members: [a.id, m.id, newcomer.id], authority: b.authority)
+        else {
             Issue.record("b did not adopt")
             return
         }
@@ -152,34 +188,45 @@ import Testing
         #expect(!adopter.isEntitled(newcomer.id, heardIn: origin.sessionID))
         // Nor does the newcomer take it if it were handed it: it is not on the roster.
         var outsider = KeyEpochs(origin: origin)
-        #expect(outsider.accept(transition.rotation, secret: next, from: a.id, localID: newcomer.id,
-                                members: [a.id], authority: a.authority) == .invalid)
+        #expect(
+            outsider.accept(
+                transition.rotation, secret: next, from: a.id, localID: newcomer.id,
+                members: [a.id], authority: a.authority) == .invalid)
         // A rotation travels in one datagram: the roster and the removed list are capped.
         let crowd = Set((0..<(KeyRotation.maxRoster + 1)).map { NodeID(high: UInt64($0) + 1, low: 7) })
         #expect(throws: KeyEpochs.RotationError.tooManyMembers(KeyRotation.maxRoster + 1)) {
             try rotator.rotation(removing: [], to: SessionSecret.generate(), members: crowd, authority: a.authority)
         }
-        let full = try rotator.rotation(removing: Set(crowd.sorted().prefix(KeyRotation.maxRemoved)),
-                                        to: SessionSecret.generate(), members: crowd, authority: a.authority)
-        let handover = try #require(EpochHandover.seal(full.secret, rotation: full.rotation, previous: next,
-                                                       sender: Self.longest(a), local: a.ephemeral,
-                                                       recipient: b.record, nonce: .random()))
-        #expect(FrameCodec.encodedLength(of: .epochHandover(handover)) + FrameCodec.headerLength
+        let full = try rotator.rotation(
+            removing: Set(crowd.sorted().prefix(KeyRotation.maxRemoved)),
+            to: SessionSecret.generate(), members: crowd, authority: a.authority)
+        let handover = try #require(
+            EpochHandover.seal(
+                full.secret, rotation: full.rotation, previous: next,
+                sender: Self.longest(a), local: a.ephemeral,
+                recipient: b.record, nonce: .random()))
+        #expect(
+            FrameCodec.encodedLength(of: .epochHandover(handover)) + FrameCodec.headerLength
                 <= DatagramCodec(session: next, localID: a.id, localBootID: 1).maxHelloPayload)
     }
 
     @Test func twoMembersRemovingEachOtherEndInOneEpoch() throws {
         let members: Set<NodeID> = [a.id, b.id, m.id]
-        let fromA = try KeyEpochs(origin: origin).rotation(removing: [b.id], to: SessionSecret.generate(),
-                                                           members: members, authority: a.authority)
-        let fromB = try KeyEpochs(origin: origin).rotation(removing: [a.id], to: SessionSecret.generate(),
-                                                           members: members, authority: b.authority)
-        #expect(KeyEpochs.wins(fromA.rotation, over: fromB.rotation) != KeyEpochs.wins(fromB.rotation, over: fromA.rotation))
+        let fromA = try KeyEpochs(origin: origin).rotation(
+            removing: [b.id], to: SessionSecret.generate(),
+            members: members, authority: a.authority)
+        let fromB = try KeyEpochs(origin: origin).rotation(
+            removing: [a.id], to: SessionSecret.generate(),
+            members: members, authority: b.authority)
+        #expect(
+            KeyEpochs.wins(fromA.rotation, over: fromB.rotation) != KeyEpochs.wins(fromB.rotation, over: fromA.rotation)
+        )
         for order in [[fromA, fromB], [fromB, fromA]] {
             var third = KeyEpochs(origin: origin)
             for transition in order {
-                _ = third.accept(transition.rotation, secret: transition.secret, from: transition.rotation.author,
-                                 localID: m.id, members: members, authority: m.authority)
+                _ = third.accept(
+                    transition.rotation, secret: transition.secret, from: transition.rotation.author,
+                    localID: m.id, members: members, authority: m.authority)
             }
             let winner = KeyEpochs.wins(fromA.rotation, over: fromB.rotation) ? fromA : fromB
             #expect(third.current == winner.secret, "heard in order \(order.map(\.rotation.author))")
@@ -188,19 +235,24 @@ import Testing
 
     /// A record as large as records get (longest name, every address).
     static func longest(_ party: Party) -> MemberRecord {
-        MemberRecord(signingKey: party.identity.publicKey, name: String(repeating: "n", count: MemberRecord.maxNameBytes),
-                     addresses: [PeerAddress](repeating: PeerAddress(ipv6: [UInt8](repeating: 1, count: 16), port: 9),
-                                              count: MemberRecord.maxAddresses),
-                     incarnation: .max, bootID: .max, ephemeralKey: party.ephemeral.publicKey).signed(by: party.authority)
+        MemberRecord(
+            signingKey: party.identity.publicKey, name: String(repeating: "n", count: MemberRecord.maxNameBytes),
+            addresses: [PeerAddress](
+                repeating: PeerAddress(ipv6: [UInt8](repeating: 1, count: 16), port: 9),
+                count: MemberRecord.maxAddresses),
+            incarnation: .max, bootID: .max, ephemeralKey: party.ephemeral.publicKey
+        ).signed(by: party.authority)
     }
 
     @Test func aHandoverOpensOnlyForItsRecipientsBoot() throws {
         var epochs = KeyEpochs(origin: origin)
         let next = SessionSecret.generate()
         let transition = epochs.rotate(removing: [m.id], to: next, members: [b.id, m.id], authority: a.authority)
-        let handover = try #require(EpochHandover.seal(next, rotation: transition.rotation, previous: origin,
-                                                       sender: a.record, local: a.ephemeral, recipient: b.record,
-                                                       nonce: .random()))
+        let handover = try #require(
+            EpochHandover.seal(
+                next, rotation: transition.rotation, previous: origin,
+                sender: a.record, local: a.ephemeral, recipient: b.record,
+                nonce: .random()))
         #expect(handover.open(previous: origin, local: b.ephemeral) == next)
         // Through the wire and back.
         var buffer = ByteBuffer()
@@ -224,8 +276,10 @@ import Testing
 
     @Test func epochsSurviveTheirFileAndRefuseABrokenChain() throws {
         var epochs = KeyEpochs(origin: origin)
-        _ = epochs.rotate(removing: [m.id], to: SessionSecret.generate(), members: [b.id, m.id], authority: a.authority)
-        _ = epochs.rotate(removing: [b.id], to: SessionSecret.generate(), members: [b.id, newcomer.id], authority: a.authority)
+        _ = epochs.rotate(
+            removing: [m.id], to: SessionSecret.generate(), members: [b.id, m.id], authority: a.authority)
+        _ = epochs.rotate(
+            removing: [b.id], to: SessionSecret.generate(), members: [b.id, newcomer.id], authority: a.authority)
         let loaded = try KeyEpochs.decode(epochs.encoded(), origin: origin)
         #expect(loaded.transitions == epochs.transitions)
         #expect(loaded.removed == [m.id, b.id])
@@ -255,13 +309,22 @@ import Testing
         let removed = cluster[2]
         var observer = cluster.instance(0)
         let directives = observer.exclude([removed], now: cluster.now)
-        #expect(directives.contains { if case let .memberChanged(member) = $0 { member.id == removed && member.status == .left } else { false } })
+        #expect(
+            directives.contains {
+                if case let .memberChanged(member) = $0 {
+                    member.id == removed && member.status == .left
+                } else {
+                    false
+                }
+            })
         #expect(observer.member(removed)?.status == .left)
         // A fresh alive record of it (a higher incarnation) and its own probes change nothing.
         let identity = cluster.identities[removed]!
-        let reborn = ManualCluster.record(identity, index: 3, incarnation: 9).signed(by: Ed25519Authority(identity: identity))
-        let out = observer.onFrames([.alive(reborn), .probe(Probe(sequence: 1, target: cluster[0]))], from: removed,
-                                    address: ManualCluster.address(3), now: cluster.now)
+        let reborn = ManualCluster.record(identity, index: 3, incarnation: 9).signed(
+            by: Ed25519Authority(identity: identity))
+        let out = observer.onFrames(
+            [.alive(reborn), .probe(Probe(sequence: 1, target: cluster[0]))], from: removed,
+            address: ManualCluster.address(3), now: cluster.now)
         #expect(out.isEmpty)
         _ = observer.onFrames([.alive(reborn)], from: cluster[1], address: ManualCluster.address(2), now: cluster.now)
         #expect(observer.member(removed)?.status == .left)
@@ -271,9 +334,12 @@ import Testing
 
 extension KeyEpochs {
     /// Rotates and takes the rotation at once (tests: nothing to store).
-    mutating func rotate(removing: Set<NodeID>, to secret: SessionSecret, members: Set<NodeID>,
-                         authority: some RecordAuthority) -> Transition {
-        let transition = try! rotation(removing: removing, to: secret, members: members, authority: authority)  // safe: small sets
+    mutating func rotate(
+        removing: Set<NodeID>, to secret: SessionSecret, members: Set<NodeID>,
+        authority: some RecordAuthority
+    ) -> Transition {
+        // safe: small sets
+        let transition = try! rotation(removing: removing, to: secret, members: members, authority: authority)
         commit(transition)
         return transition
     }

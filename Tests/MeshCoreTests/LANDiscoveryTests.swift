@@ -73,8 +73,12 @@ struct LANDiscoveryTests {
         #expect(discovery.nextAnnouncement == start + .seconds(10), "an answer moves the next announcement up")
         #expect(!answers(start + .seconds(11)))
         #expect(due(start + .seconds(10)))
-        var off = LANDiscovery(settings: { var s = LANDiscovery.Settings(); s.enabled = false; return s }(), now: start)
-        let offActs = off.announcementDue(now: start) || off.mayAnswer(now: start) || off.mayAct(on: Self.node, now: start)
+        var off = LANDiscovery(
+            settings: {
+                var s = LANDiscovery.Settings(); s.enabled = false; return s
+            }(), now: start)
+        let offActs =
+            off.announcementDue(now: start) || off.mayAnswer(now: start) || off.mayAct(on: Self.node, now: start)
         #expect(!offActs)
     }
 
@@ -120,8 +124,9 @@ struct LANDiscoveryTests {
         #expect(first.reliableReceived[joiner.id] == [[1]], "\(replay)")
     }
 
-    @Test("a member announced at another LAN address than its path is punched there; a punch nobody answers moves nothing",
-          arguments: seeds)
+    @Test(
+        "a member announced at another LAN address than its path is punched there; a punch nobody answers moves nothing",
+        arguments: seeds)
     func anAnnouncedAddressIsPunchedNotTrusted(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = SimMesh(seed: seed, configuration: Self.lanConfiguration())
@@ -139,7 +144,8 @@ struct LANDiscoveryTests {
         mesh.simulator.run(for: .seconds(5))
         #expect(first.core.counters.lan.membersMet == 1, "\(replay)")
         let punches = mesh.simulator.statistics.dropped.unknownDestination - strayBefore
-        #expect((1...40).contains(punches), "\(replay): \(punches) punches to port 4000 (a punch is at most 40 datagrams)")
+        #expect(
+            (1...40).contains(punches), "\(replay): \(punches) punches to port 4000 (a punch is at most 40 datagrams)")
         #expect(first.core.pathAddress(of: second.id) == second.address.peerAddress, "\(replay): the path moved")
         #expect(mesh.deaths.isEmpty, "\(replay)")
     }

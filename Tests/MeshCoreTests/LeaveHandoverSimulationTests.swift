@@ -47,8 +47,9 @@ struct LeaveHandoverSimulationTests {
     func addThenLeave(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let loss = [0.05, 0.1, 0.15][Int(seed % 3)]
-        let link = LinkConditions(delay: .milliseconds(5), jitter: .milliseconds(3), lossProbability: loss,
-                                  duplicationProbability: 0.02, reorderProbability: 0.1)
+        let link = LinkConditions(
+            delay: .milliseconds(5), jitter: .milliseconds(3), lossProbability: loss,
+            duplicationProbability: 0.02, reorderProbability: 0.1)
         let (mesh, _) = Self.mesh(seed: seed, size: 40_000 + Int(seed % 7) * 9_000, link: link)
         let joiner = Self.lateJoiner(mesh, at: .zero + .seconds(40))
         mesh.simulator.run(until: .zero + .seconds(40))
@@ -103,7 +104,8 @@ struct LeaveHandoverSimulationTests {
     @Test("leave --now, and a leave with nobody else alive, say what becomes unavailable", arguments: seeds.prefix(2))
     func leavesThatStrand(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
-        let (mesh, _) = Self.mesh(seed: seed, size: 20_000, link: LinkConditions(delay: .milliseconds(2)), waiting: false)
+        let (mesh, _) = Self.mesh(
+            seed: seed, size: 20_000, link: LinkConditions(delay: .milliseconds(2)), waiting: false)
         mesh.simulator.run(until: .zero + .seconds(10))
         let report = mesh.node(SimAddress(0)).leaveReports.first
         #expect(report?.unavailable.count == 1 && report?.alone == false, "\(replay): \(String(describing: report))")
@@ -122,7 +124,8 @@ struct LeaveHandoverSimulationTests {
         #expect(uploader.core.phase == .stopped, "\(replay)")
     }
 
-    @Test("a second leave during the handover waits with the first; --now then cuts it short", arguments: seeds.prefix(2))
+    @Test(
+        "a second leave during the handover waits with the first; --now then cuts it short", arguments: seeds.prefix(2))
     func leavesDuringHandover(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         // A slow link: 400 chunks take a while, so the handover is still under way.
@@ -141,8 +144,9 @@ struct LeaveHandoverSimulationTests {
         #expect(uploader.core.phase == .stopped, "\(replay)")
     }
 
-    @Test("reliable messages sent a moment before a leave, under loss: the leave waits for their acknowledgements, every member gets them, each send completes as sent",
-          arguments: seeds)
+    @Test(
+        "reliable messages sent a moment before a leave, under loss: the leave waits for their acknowledgements, every member gets them, each send completes as sent",
+        arguments: seeds)
     func leaveWaitsForItsMessages(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let loss = [0.1, 0.2, 0.3][Int(seed % 3)]
@@ -151,7 +155,8 @@ struct LeaveHandoverSimulationTests {
         for index in 1...3 { mesh.addNode(joiningThrough: [SimAddress(0)], at: .zero + .milliseconds(50 * index)) }
         let sendAt = MeshInstant.zero + .seconds(5)
         mesh.simulator.at(.zero + .milliseconds(4_999), "loss") { simulator in
-            simulator.defaultLink = LinkConditions(delay: .milliseconds(20), jitter: .milliseconds(5), lossProbability: loss)
+            simulator.defaultLink = LinkConditions(
+                delay: .milliseconds(20), jitter: .milliseconds(5), lossProbability: loss)
         }
         let bodies = (0..<5).map { index in Array("before leaving \(index)".utf8) }
         for (index, body) in bodies.enumerated() {
@@ -165,8 +170,9 @@ struct LeaveHandoverSimulationTests {
         #expect(gone.leaveReports.count == 1, "\(replay): \(gone.failedCommands)")
         #expect(gone.sentMessages.count == bodies.count, "\(replay)")
         for message in gone.sentMessages {
-            #expect(gone.completions[message.request] == [:],
-                    "\(replay): a send before the leave ended \(String(describing: gone.completions[message.request]))")
+            #expect(
+                gone.completions[message.request] == [:],
+                "\(replay): a send before the leave ended \(String(describing: gone.completions[message.request]))")
         }
         for member in (1...3).map({ mesh.node(SimAddress($0)) }) {
             let heard = member.reliableReceived[gone.id] ?? []

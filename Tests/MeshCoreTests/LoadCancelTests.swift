@@ -16,12 +16,14 @@ struct LoadCancelTests {
         let holder = mesh.addNode(joiningThrough: [], at: .zero)
         var joining = configuration
         joining.settings.lazy = lazy
-        let joiner = mesh.addNode(joiningThrough: [holder.address], at: .zero + .milliseconds(10), configuration: joining)
+        let joiner = mesh.addNode(
+            joiningThrough: [holder.address], at: .zero + .milliseconds(10), configuration: joining)
         var random = SplitMix64(seed: seed)
         let bytes = random.bytes(65_536 * 256)
         holder.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
         mesh.simulator.run(until: .zero + .seconds(10)) { _ in !joiner.core.attachments.isEmpty }
-        let id = try #require(joiner.core.attachments.first?.content, "seed \(seed): the joiner never heard of the attachment")
+        let id = try #require(
+            joiner.core.attachments.first?.content, "seed \(seed): the joiner never heard of the attachment")
         var request: RequestID?
         joiner.plan(at: mesh.simulator.now + .milliseconds(1)) { request = $0.load(id) }
         mesh.simulator.run(until: .zero + .seconds(30)) { _ in
@@ -35,10 +37,13 @@ struct LoadCancelTests {
         return (mesh, joiner, id)
     }
 
-    @Test("a lazy node gives the fetch up with the load: the load fails as cancelled, and no more chunks come", arguments: [1, 2, 3] as [UInt64])
+    @Test(
+        "a lazy node gives the fetch up with the load: the load fails as cancelled, and no more chunks come",
+        arguments: [1, 2, 3] as [UInt64])
     func lazyNodeStops(seed: UInt64) throws {
         let (mesh, joiner, id) = try Self.interruptedLoad(lazy: true, seed: seed)
-        #expect(joiner.failedCommands.contains { $0.hasSuffix(": cancelled") }, "seed \(seed): \(joiner.failedCommands)")
+        #expect(
+            joiner.failedCommands.contains { $0.hasSuffix(": cancelled") }, "seed \(seed): \(joiner.failedCommands)")
         #expect(joiner.core.fetches[id] == nil, "seed \(seed): the fetch goes with its only load")
         #expect(!joiner.core.transfer.activeAttachments.contains(id), "seed \(seed): nothing more is asked")
         let entry = try #require(joiner.core.attachments.first { $0.content == id })
@@ -46,17 +51,21 @@ struct LoadCancelTests {
         // Pieces already on their way may still land; then the holder sends nothing more.
         mesh.simulator.run(until: mesh.simulator.now + .seconds(1))
         // Stored, or dropped as not asked for: either way, what the holder still sends.
-        func arrived() -> UInt64 { joiner.core.counters.chunkPayloadBytesFetched + joiner.core.counters.piecesUnsolicited }
+        func arrived() -> UInt64 {
+            joiner.core.counters.chunkPayloadBytesFetched + joiner.core.counters.piecesUnsolicited
+        }
         let settled = arrived()
         mesh.simulator.run(until: mesh.simulator.now + .seconds(10))
         #expect(arrived() == settled, "seed \(seed): chunks kept coming after the fetch was given up")
         #expect(joiner.core.chunksHeld(of: entry) < entry.chunkCount, "seed \(seed)")
     }
 
-    @Test("a node that replicates everything keeps fetching when the load is given up", arguments: [1, 2, 3] as [UInt64])
+    @Test(
+        "a node that replicates everything keeps fetching when the load is given up", arguments: [1, 2, 3] as [UInt64])
     func eagerNodeGoesOn(seed: UInt64) throws {
         let (mesh, joiner, id) = try Self.interruptedLoad(lazy: false, seed: seed)
-        #expect(joiner.failedCommands.contains { $0.hasSuffix(": cancelled") }, "seed \(seed): \(joiner.failedCommands)")
+        #expect(
+            joiner.failedCommands.contains { $0.hasSuffix(": cancelled") }, "seed \(seed): \(joiner.failedCommands)")
         #expect(joiner.core.fetches[id] != nil, "seed \(seed): replication goes on")
         mesh.simulator.run(until: mesh.simulator.now + .seconds(60)) { _ in joiner.core.complete.contains(id) }
         #expect(joiner.core.complete.contains(id), "seed \(seed): the replica was not completed")

@@ -8,9 +8,11 @@ import Testing
 struct ManifestTests {
     static let headerLength = Array("groupmesh manifest v1".utf8).count + 8 + 4 + 4
 
-    @Test("encode then decode gives the same manifest", arguments: [
-        (0, 4), (1, 4), (3, 4), (4, 4), (5, 4), (1000, 7), (4096, 1024), (4097, 1024), (70_000, 65_536),
-    ])
+    @Test(
+        "encode then decode gives the same manifest",
+        arguments: [
+            (0, 4), (1, 4), (3, 4), (4, 4), (5, 4), (1000, 7), (4096, 1024), (4097, 1024), (70_000, 65_536),
+        ])
     func roundTrip(size: Int, chunkSize: Int) throws {
         var rng = SplitMix64(seed: UInt64(size * 31 + chunkSize))
         let manifest = JournalFixtures.manifest(of: rng.bytes(size), chunkSize: chunkSize)
@@ -27,7 +29,8 @@ struct ManifestTests {
     func encodingLayout() {
         let chunk = SHA256Digest.hashing([1, 2, 3])
         let manifest = Manifest(size: 3, chunkSize: 4, chunks: [chunk])
-        let expected = Array("groupmesh manifest v1".utf8) + [0, 0, 0, 0, 0, 0, 0, 3] + [0, 0, 0, 4] + [0, 0, 0, 1]
+        let expected =
+            Array("groupmesh manifest v1".utf8) + [0, 0, 0, 0, 0, 0, 0, 3] + [0, 0, 0, 4] + [0, 0, 0, 1]
             + chunk.bytes
         #expect(manifest.encoded == expected)
         #expect(manifest.id == SHA256Digest.hashing(expected))
@@ -44,10 +47,12 @@ struct ManifestTests {
         // Two members add the same bytes with different metadata: one attachment.
         let alice = SimulationAuthority(index: 1), bob = SimulationAuthority(index: 2)
         var state = JournalState()
-        let a = state.makeAdd(first.id, size: first.size, chunkCount: first.chunks.count,
-                              metadata: Array(#"{"name":"a.txt"}"#.utf8), authority: alice)
-        let b = state.makeAdd(second.id, size: second.size, chunkCount: second.chunks.count,
-                              metadata: Array(#"{"name":"b.txt"}"#.utf8), authority: bob)
+        let a = state.makeAdd(
+            first.id, size: first.size, chunkCount: first.chunks.count,
+            metadata: Array(#"{"name":"a.txt"}"#.utf8), authority: alice)
+        let b = state.makeAdd(
+            second.id, size: second.size, chunkCount: second.chunks.count,
+            metadata: Array(#"{"name":"b.txt"}"#.utf8), authority: bob)
         #expect(state.apply(a, authority: alice) == true)
         #expect(state.apply(b, authority: bob) == true)
         #expect(state.presentContents == [first.id])
@@ -84,7 +89,9 @@ struct ManifestTests {
                 try Manifest(decoding: bytes)
             }
         }
-        #expect(throws: Never.self) { try Manifest(decoding: Manifest(size: 10, chunkSize: 4, chunks: [hash, hash, hash]).encoded) }
+        #expect(throws: Never.self) {
+            try Manifest(decoding: Manifest(size: 10, chunkSize: 4, chunks: [hash, hash, hash]).encoded)
+        }
         // Size 0 has no chunks.
         let emptyWithChunk = Manifest(size: 0, chunkSize: 4, chunks: [hash]).encoded
         #expect(throws: WireError.invalidField(what: "manifest chunk count")) { try Manifest(decoding: emptyWithChunk) }
@@ -99,7 +106,9 @@ struct ManifestTests {
         // Cut inside the chunk hashes: reported as truncated, not as a negative trailing count.
         #expect(throws: WireError.truncated(what: "chunk hashes")) { try Manifest(decoding: Array(valid.dropLast(1))) }
         #expect(throws: WireError.trailingBytes(1)) { try Manifest(decoding: valid + [0]) }
-        #expect(throws: WireError.trailingBytes(32)) { try Manifest(decoding: valid + [UInt8](repeating: 0, count: 32)) }
+        #expect(throws: WireError.trailingBytes(32)) {
+            try Manifest(decoding: valid + [UInt8](repeating: 0, count: 32))
+        }
     }
 
     @Test("decode rejects chunk size 0 and over the maximum; the maximum itself is fine")
@@ -115,7 +124,8 @@ struct ManifestTests {
         #expect(throws: WireError.invalidField(what: "manifest chunk size")) {
             try Manifest(decoding: Manifest(size: UInt64(over), chunkSize: over, chunks: [hash]).encoded)
         }
-        let max = Manifest(size: UInt64(Manifest.maxChunkSize) + 1, chunkSize: Manifest.maxChunkSize, chunks: [hash, hash])
+        let max = Manifest(
+            size: UInt64(Manifest.maxChunkSize) + 1, chunkSize: Manifest.maxChunkSize, chunks: [hash, hash])
         #expect(try Manifest(decoding: max.encoded) == max)
     }
 
@@ -125,13 +135,17 @@ struct ManifestTests {
         for size in [UInt64.max, UInt64.max - 1, UInt64.max - UInt64(Manifest.maxChunkSize) + 2] {
             for chunkSize in [1, 2, 4096, Manifest.maxChunkSize] {
                 let bytes = Manifest(size: size, chunkSize: chunkSize, chunks: [hash]).encoded
-                #expect(throws: WireError.self, "size \(size) chunk size \(chunkSize)") { try Manifest(decoding: bytes) }
+                #expect(throws: WireError.self, "size \(size) chunk size \(chunkSize)") {
+                    try Manifest(decoding: bytes)
+                }
             }
         }
         // The count is still right at the top of the range.
         #expect(Manifest.chunkCount(size: .max, chunkSize: 1) == .max)
         #expect(Manifest.chunkCount(size: .max, chunkSize: 2) == UInt64.max / 2 + 1)
-        #expect(Manifest.chunkCount(size: .max, chunkSize: Manifest.maxChunkSize) == UInt64.max / UInt64(Manifest.maxChunkSize) + 1)
+        #expect(
+            Manifest.chunkCount(size: .max, chunkSize: Manifest.maxChunkSize) == UInt64.max
+                / UInt64(Manifest.maxChunkSize) + 1)
     }
 
     @Test("chunk lengths: full chunks, then the last partial one; they add up to the size")
@@ -178,7 +192,9 @@ struct ManifestTests {
         let seed = testSeed(0x3a_11fe)
         var rng = SplitMix64(seed: seed)
         let valid = (0..<8).map { n in
-            JournalFixtures.manifest(of: rng.bytes(Int.random(in: 0...300, using: &rng)), chunkSize: [7, 64, 100, 4096][n % 4]).encoded
+            JournalFixtures.manifest(
+                of: rng.bytes(Int.random(in: 0...300, using: &rng)), chunkSize: [7, 64, 100, 4096][n % 4]
+            ).encoded
         }
         var decoded = 0
         for iteration in 0..<testIterations(20_000) {

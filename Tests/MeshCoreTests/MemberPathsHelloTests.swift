@@ -18,9 +18,14 @@ import Testing
         // Another hello of the same boot moves nothing: the first stands until proven or moved.
         do { let result = paths.helloFrom(Self.peer, boot: 1, at: Self.mapped, now: Self.start); #expect(!result) }
         // The member's first pairwise datagram moves it, whatever its number.
-        do { let result = paths.heard(Self.peer, boot: 1, packet: 1, from: Self.mapped, now: Self.start); #expect(result) }
+        do {
+            let result = paths.heard(Self.peer, boot: 1, packet: 1, from: Self.mapped, now: Self.start); #expect(result)
+        }
         #expect(paths.address(of: Self.peer, boot: 1) == Self.mapped)
-        do { let result = paths.helloFrom(Self.peer, boot: 1, at: Self.relayed, now: Self.start); #expect(!result, "a proven address is not moved by a hello") }
+        do {
+            let result = paths.helloFrom(Self.peer, boot: 1, at: Self.relayed, now: Self.start);
+            #expect(!result, "a proven address is not moved by a hello")
+        }
         // A new boot is another member's path as far as addresses go.
         do { let result = paths.helloFrom(Self.peer, boot: 2, at: Self.relayed, now: Self.start); #expect(result) }
         #expect(paths.address(of: Self.peer, boot: 2) == Self.relayed)

@@ -12,7 +12,9 @@ import Testing
     static let other = PeerAddress(ipv4: [203, 0, 113, 9], port: 40_002)
     static let start = MeshInstant.zero + .seconds(100)
 
-    @Test("a member reached through our TURN server is punched for a direct path after 35 s, again and again; its traffic through TURN meanwhile neither ends nor wins the punch")
+    @Test(
+        "a member reached through our TURN server is punched for a direct path after 35 s, again and again; its traffic through TURN meanwhile neither ends nor wins the punch"
+    )
     func aPathThroughTURNKeepsTryingToGoDirect() {
         let relayed = PeerAddress(ipv4: [198, 51, 100, 10], port: 49_152)
         var paths = MemberPaths()
@@ -24,7 +26,9 @@ import Testing
         }
         func upgrades() -> [PeerAddress] {
             paths.due(now: now, live: [Self.peer], silence: .seconds(5), introducers: [], turnHost: relayed.host)
-                .compactMap { if case let .upgrade(peer, from) = $0, peer == Self.peer { return from } else { return nil } }
+                .compactMap {
+                    if case let .upgrade(peer, from) = $0, peer == Self.peer { return from } else { return nil }
+                }
         }
         _ = hear(relayed)
         #expect(upgrades().isEmpty, "not at once: a flow a router keeps for a datagram nobody answered expires first")
@@ -32,7 +36,11 @@ import Testing
         _ = hear(relayed)
         #expect(upgrades() == [relayed], "reached through TURN: punch for better")
         #expect(upgrades().isEmpty, "not again at once")
-        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped], by: Self.helper, keepingOn: relayed, now: now); #expect(result) }
+        do {
+            let result = paths.introduced(
+                to: Self.peer, at: [Self.mapped], by: Self.helper, keepingOn: relayed, now: now);
+            #expect(result)
+        }
         // Probes and acks keep coming through TURN: the punch goes on.
         now = now + .milliseconds(150)
         _ = hear(relayed)
@@ -47,29 +55,44 @@ import Testing
         // Without a TURN server of ours, a path is just a path.
         var plain = MemberPaths()
         _ = plain.heard(Self.peer, boot: 1, packet: 1, from: relayed, now: Self.start)
-        #expect(!plain.due(now: Self.start, live: [Self.peer], silence: .seconds(5), introducers: [])
-            .contains { if case .upgrade = $0 { true } else { false } })
+        #expect(
+            !plain.due(now: Self.start, live: [Self.peer], silence: .seconds(5), introducers: [])
+                .contains { if case .upgrade = $0 { true } else { false } })
     }
 
     @Test func onlyANewerDatagramOfTheMemberMovesItsAddress() {
         var paths = MemberPaths()
         #expect(paths.address(of: Self.peer, boot: 1) == nil)
-        do { let result = paths.heard(Self.peer, boot: 1, packet: 10, from: Self.mapped, now: Self.start); #expect(result) }
+        do {
+            let result = paths.heard(Self.peer, boot: 1, packet: 10, from: Self.mapped, now: Self.start);
+            #expect(result)
+        }
         #expect(paths.address(of: Self.peer, boot: 1) == Self.mapped)
         // A late datagram from before a rebinding does not move it back.
-        do { let result = paths.heard(Self.peer, boot: 1, packet: 9, from: Self.other, now: Self.start); #expect(!result) }
+        do {
+            let result = paths.heard(Self.peer, boot: 1, packet: 9, from: Self.other, now: Self.start); #expect(!result)
+        }
         #expect(paths.address(of: Self.peer, boot: 1) == Self.mapped)
-        do { let result = paths.heard(Self.peer, boot: 1, packet: 11, from: Self.other, now: Self.start); #expect(result) }
+        do {
+            let result = paths.heard(Self.peer, boot: 1, packet: 11, from: Self.other, now: Self.start); #expect(result)
+        }
         // A new boot numbers from 1 again; where the old boot was heard says nothing of it.
-        do { let result = paths.heard(Self.peer, boot: 2, packet: 1, from: Self.mapped, now: Self.start); #expect(result) }
+        do {
+            let result = paths.heard(Self.peer, boot: 2, packet: 1, from: Self.mapped, now: Self.start); #expect(result)
+        }
         #expect(paths.address(of: Self.peer, boot: 2) == Self.mapped)
-        #expect(paths.address(of: Self.peer, boot: 3) == nil, "a restarted member listens elsewhere: its record says where")
+        #expect(
+            paths.address(of: Self.peer, boot: 3) == nil, "a restarted member listens elsewhere: its record says where")
         #expect(paths.state(of: Self.peer) == .direct)
     }
 
     @Test func aPunchRunsItsBudgetToEveryCandidateThenGivesUp() {
         var paths = MemberPaths()
-        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped, Self.record], by: Self.helper, now: Self.start); #expect(result) }
+        do {
+            let result = paths.introduced(
+                to: Self.peer, at: [Self.mapped, Self.record], by: Self.helper, now: Self.start);
+            #expect(result)
+        }
         #expect(paths.state(of: Self.peer) == .punching)
         var punches: [PeerAddress] = []
         var shortPunches: [PeerAddress] = []
@@ -79,7 +102,8 @@ import Testing
                 switch action {
                 case let .punch(peer, address, isReply):
                     #expect(peer == Self.peer && !isReply)
-                    #expect(shortPunches.count == 2 * paths.settings.shortPunchRounds, "the short-lived rounds come first")
+                    #expect(
+                        shortPunches.count == 2 * paths.settings.shortPunchRounds, "the short-lived rounds come first")
                     punches.append(address)
                 case let .shortPunch(peer, address, hops):
                     #expect(peer == Self.peer && hops == paths.settings.shortPunchHops)
@@ -97,15 +121,25 @@ import Testing
         #expect(paths.state(of: Self.peer) == .direct)
         #expect(paths.nextDeadline == nil)
         // Introduced again at once: refused, whoever asks.
-        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped], by: Self.helper, now: now); #expect(!result) }
-        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped], by: Self.helper, now: Self.start + paths.settings.requestInterval); #expect(result) }
+        do {
+            let result = paths.introduced(to: Self.peer, at: [Self.mapped], by: Self.helper, now: now); #expect(!result)
+        }
+        do {
+            let result = paths.introduced(
+                to: Self.peer, at: [Self.mapped], by: Self.helper, now: Self.start + paths.settings.requestInterval);
+            #expect(result)
+        }
     }
 
     @Test func theFirstAuthenticatedDatagramFixesThePathAndKeepalivesHoldIt() {
         var paths = MemberPaths()
         _ = paths.introduced(to: Self.peer, at: [Self.record, Self.mapped], by: Self.helper, now: Self.start)
         _ = paths.due(now: Self.start, live: [], silence: .seconds(5), introducers: [])
-        do { let result = paths.heard(Self.peer, boot: 1, packet: 3, from: Self.mapped, now: Self.start + .milliseconds(30)); #expect(result) }
+        do {
+            let result = paths.heard(
+                Self.peer, boot: 1, packet: 3, from: Self.mapped, now: Self.start + .milliseconds(30));
+            #expect(result)
+        }
         #expect(paths.state(of: Self.peer) == .punched)
         #expect(paths.address(of: Self.peer, boot: 1) == Self.mapped)
         #expect(paths.punchesSucceeded == 1)
@@ -132,13 +166,16 @@ import Testing
     @Test func aSilentMemberIsIntroducedThroughAnotherWithBackoff() {
         var paths = MemberPaths()
         var now = Self.start
-        #expect(paths.due(now: now, live: [Self.peer], silence: .seconds(5), introducers: [Self.helper]).isEmpty,
-                "just met: not silent yet")
+        #expect(
+            paths.due(now: now, live: [Self.peer], silence: .seconds(5), introducers: [Self.helper]).isEmpty,
+            "just met: not silent yet")
         var requests: [MeshInstant] = []
         for _ in 0..<600 {
             now = now + .milliseconds(100)
-            for case let .request(peer, introducer) in paths.due(now: now, live: [Self.peer], silence: .seconds(5),
-                                                                 introducers: [Self.peer, Self.helper]) {
+            for case let .request(peer, introducer) in paths.due(
+                now: now, live: [Self.peer], silence: .seconds(5),
+                introducers: [Self.peer, Self.helper])
+            {
                 #expect(peer == Self.peer && introducer == Self.helper, "never through the silent member itself")
                 requests.append(now)
             }
@@ -148,10 +185,15 @@ import Testing
         #expect(requests.first == Self.start + .seconds(5))
         // Hearing from it ends the silence.
         _ = paths.heard(Self.peer, boot: 1, packet: 1, from: Self.mapped, now: now)
-        #expect(paths.due(now: now + .seconds(1), live: [Self.peer], silence: .seconds(5), introducers: [Self.helper]).isEmpty)
+        #expect(
+            paths.due(now: now + .seconds(1), live: [Self.peer], silence: .seconds(5), introducers: [Self.helper])
+                .isEmpty)
         // Nobody to ask: we punch what its record gives ourselves (a TURN relay's address among it
         // needs nobody's help), no sooner than an introduction would be asked.
-        #expect(paths.due(now: now + .seconds(30), live: [Self.peer], silence: .seconds(5), introducers: []) == [.punchRecord(Self.peer)])
+        #expect(
+            paths.due(now: now + .seconds(30), live: [Self.peer], silence: .seconds(5), introducers: []) == [
+                .punchRecord(Self.peer)
+            ])
         #expect(paths.due(now: now + .seconds(31), live: [Self.peer], silence: .seconds(5), introducers: []).isEmpty)
     }
 
@@ -159,7 +201,9 @@ import Testing
     func falseIntroductionsDoNotBlockAnHonestOne() {
         var paths = MemberPaths()
         let liar = NodeID(high: 0, low: 99)
-        do { let result = paths.introduced(to: Self.peer, at: [Self.other], by: liar, now: Self.start); #expect(result) }
+        do {
+            let result = paths.introduced(to: Self.peer, at: [Self.other], by: liar, now: Self.start); #expect(result)
+        }
         // Its open runs out unanswered.
         var now = Self.start
         for _ in 0..<40 {
@@ -167,10 +211,18 @@ import Testing
             _ = paths.due(now: now, live: [], silence: .seconds(5), introducers: [])
         }
         // Within the liar's five seconds, the honest introducer's introduction is followed.
-        do { let result = paths.introduced(to: Self.peer, at: [Self.mapped], by: Self.helper, now: now); #expect(result) }
+        do {
+            let result = paths.introduced(to: Self.peer, at: [Self.mapped], by: Self.helper, now: now); #expect(result)
+        }
         // The liar's next one, inside its own budget's interval, is not.
-        do { let result = paths.introduced(to: Self.helper, at: [Self.other], by: liar, now: now); #expect(result, "another peer: its own budget") }
-        do { let result = paths.introduced(to: Self.peer, at: [Self.other], by: liar, now: now + .seconds(1)); #expect(!result) }
+        do {
+            let result = paths.introduced(to: Self.helper, at: [Self.other], by: liar, now: now);
+            #expect(result, "another peer: its own budget")
+        }
+        do {
+            let result = paths.introduced(to: Self.peer, at: [Self.other], by: liar, now: now + .seconds(1));
+            #expect(!result)
+        }
     }
 
     @Test func punchesAndIntroductionsAreBounded() {
@@ -216,7 +268,8 @@ import Testing
         var paths = MemberPaths()
         let actions = Self.silentMember(until: .seconds(8), relays: [Self.near, Self.far], paths: &paths)
         // Silent at 5 s: an introduction is asked; 2 s later, still silent: relayed.
-        #expect(actions == [.request(introductionTo: Self.peer, from: Self.near), .relay(Self.peer, through: Self.near)])
+        #expect(
+            actions == [.request(introductionTo: Self.peer, from: Self.near), .relay(Self.peer, through: Self.near)])
         #expect(paths.state(of: Self.peer) == .relayed && paths.relay(of: Self.peer) == Self.near)
         // Its own datagram straight to us ends the relaying.
         _ = paths.heard(Self.peer, boot: 1, packet: 2, from: Self.mapped, now: Self.start + .seconds(9))
@@ -237,14 +290,17 @@ import Testing
         var now = Self.start + .seconds(9)
         var moved: [MemberPaths.Action] = []
         while now < Self.start + .seconds(16) {
-            moved += paths.due(now: now, live: [Self.peer], silence: Self.silence, introducers: [Self.near, Self.far],
-                               relays: [Self.near, Self.far]).filter { if case .relay = $0 { true } else { false } }
+            moved += paths.due(
+                now: now, live: [Self.peer], silence: Self.silence, introducers: [Self.near, Self.far],
+                relays: [Self.near, Self.far]
+            ).filter { if case .relay = $0 { true } else { false } }
             now = now + .seconds(1)
         }
         #expect(moved == [.relay(Self.peer, through: Self.far)])
         // One that left moves its members at the next check, without waiting for silence.
         paths.relayGone(Self.far, now: now)
-        let next = paths.due(now: now, live: [Self.peer], silence: Self.silence, introducers: [Self.near], relays: [Self.near])
+        let next = paths.due(
+            now: now, live: [Self.peer], silence: Self.silence, introducers: [Self.near], relays: [Self.near])
         #expect(next.contains(.relay(Self.peer, through: nil)), "the near one failed within the minute: none is left")
         #expect(paths.state(of: Self.peer) == .unreachable)
     }
@@ -255,9 +311,17 @@ import Testing
         #expect(paths.relay(of: Self.peer) == Self.near)
         let now = Self.start + .seconds(9)
         // The member reached us through another relay: we follow it only if we are the higher id.
-        do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, boot: 1, packet: 10, follows: false, now: now); #expect(!result) }
+        do {
+            let result = paths.heardThroughRelay(
+                Self.peer, via: Self.far, boot: 1, packet: 10, follows: false, now: now);
+            #expect(!result)
+        }
         #expect(paths.relay(of: Self.peer) == Self.near)
-        do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, boot: 1, packet: 11, follows: true, now: now); #expect(result) }
+        do {
+            let result = paths.heardThroughRelay(
+                Self.peer, via: Self.far, boot: 1, packet: 11, follows: true, now: now);
+            #expect(result)
+        }
         #expect(paths.relay(of: Self.peer) == Self.far && paths.state(of: Self.peer) == .relayed)
     }
 
@@ -269,33 +333,58 @@ import Testing
         // once (the lower id leads) …
         var now = Self.start + .seconds(9)
         for packet in 10..<20 as Range<UInt64> {
-            do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, boot: 1, packet: packet, follows: false, now: now); #expect(!result) }
+            do {
+                let result = paths.heardThroughRelay(
+                    Self.peer, via: Self.far, boot: 1, packet: packet, follows: false, now: now);
+                #expect(!result)
+            }
             now = now + .seconds(1)
         }
         // … but once nothing came back through ours for the silence, we meet it on its relay.
-        let actions = paths.due(now: now, live: [Self.peer], silence: Self.silence, introducers: [Self.near, Self.far],
-                                relays: [Self.near, Self.far])
+        let actions = paths.due(
+            now: now, live: [Self.peer], silence: Self.silence, introducers: [Self.near, Self.far],
+            relays: [Self.near, Self.far])
         #expect(actions.contains(.relay(Self.peer, through: Self.far)), "\(actions)")
         #expect(paths.relay(of: Self.peer) == Self.far)
     }
 
     @Test func aDatagramHeldBackAndDeliveredLateDoesNotMoveThePair() {
         var paths = MemberPaths()
-        do { let result = paths.heardThroughRelay(Self.peer, via: Self.near, boot: 1, packet: 20, follows: true, now: Self.start); #expect(result) }
-        do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, boot: 1, packet: 15, follows: true, now: Self.start + .seconds(1)); #expect(!result) }
+        do {
+            let result = paths.heardThroughRelay(
+                Self.peer, via: Self.near, boot: 1, packet: 20, follows: true, now: Self.start);
+            #expect(result)
+        }
+        do {
+            let result = paths.heardThroughRelay(
+                Self.peer, via: Self.far, boot: 1, packet: 15, follows: true, now: Self.start + .seconds(1));
+            #expect(!result)
+        }
         #expect(paths.relay(of: Self.peer) == Self.near)
         // A new boot numbers from 1 again.
-        do { let result = paths.heardThroughRelay(Self.peer, via: Self.far, boot: 2, packet: 1, follows: true, now: Self.start + .seconds(2)); #expect(result) }
+        do {
+            let result = paths.heardThroughRelay(
+                Self.peer, via: Self.far, boot: 2, packet: 1, follows: true, now: Self.start + .seconds(2));
+            #expect(result)
+        }
     }
 
     @Test func aMemberThatReachesUsOnlyThroughARelayIsAnsweredThroughIt() {
         var paths = MemberPaths()
-        do { let result = paths.heardThroughRelay(Self.peer, via: Self.near, boot: 1, packet: 5, follows: false, now: Self.start); #expect(result) }
+        do {
+            let result = paths.heardThroughRelay(
+                Self.peer, via: Self.near, boot: 1, packet: 5, follows: false, now: Self.start);
+            #expect(result)
+        }
         #expect(paths.relay(of: Self.peer) == Self.near)
         // One heard directly just now is not: its own datagrams show the way.
         var direct = MemberPaths()
         _ = direct.heard(Self.peer, boot: 1, packet: 1, from: Self.mapped, now: Self.start)
-        do { let result = direct.heardThroughRelay(Self.peer, via: Self.near, boot: 1, packet: 2, follows: true, now: Self.start + .milliseconds(500)); #expect(!result) }
+        do {
+            let result = direct.heardThroughRelay(
+                Self.peer, via: Self.near, boot: 1, packet: 2, follows: true, now: Self.start + .milliseconds(500));
+            #expect(!result)
+        }
         #expect(direct.relay(of: Self.peer) == nil)
     }
 }

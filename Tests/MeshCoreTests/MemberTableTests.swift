@@ -27,15 +27,20 @@ struct MemberTableTests {
         mine[ids[2]] = nil
         mine[ids[2]] = nil  // removing twice counts once
         let newcomer = Self.records(6)[5]
-        mine[newcomer.id] = Member(record: newcomer, status: .alive, incarnation: 0, lastChange: .zero, rtt: nil, suspicion: nil)
+        mine[newcomer.id] = Member(
+            record: newcomer, status: .alive, incarnation: 0, lastChange: .zero, rtt: nil, suspicion: nil)
 
         #expect(mine.count == 5, "5 − 1 removed + 1 added")
         #expect(mine[ids[1]]?.status == .dead && mine[ids[2]] == nil && mine[newcomer.id] != nil)
-        #expect(mine.activeIDs == ([ids[0], ids[3], ids[4], newcomer.id]).sorted(), "the dead and the removed are not active")
+        #expect(
+            mine.activeIDs == ([ids[0], ids[3], ids[4], newcomer.id]).sorted(),
+            "the dead and the removed are not active")
         #expect(mine.unsettledIDs == [ids[1]] && shared.unsettledIDs.isEmpty, "the dead member's clock runs")
         #expect(Set(mine.values.map(\.id)) == Set([ids[0], ids[1], ids[3], ids[4], newcomer.id]))
         // The other holder of the snapshot sees none of it.
-        #expect(shared.count == 5 && shared[ids[1]]?.status == .alive && shared[ids[2]] != nil && shared[newcomer.id] == nil)
+        #expect(
+            shared.count == 5 && shared[ids[1]]?.status == .alive && shared[ids[2]] != nil && shared[newcomer.id] == nil
+        )
         // Back to what the snapshot says: the entry is a change no more, and reads the same.
         mine[ids[2]] = shared[ids[2]]
         #expect(mine[ids[2]] == shared[ids[2]] && mine.count == 6)
@@ -53,8 +58,9 @@ struct MemberTableTests {
                 table[record.id] = nil
                 expected[record.id] = nil
             } else {
-                let member = Member(record: record, status: step % 7 == 0 ? .dead : .alive, incarnation: UInt64(step),
-                                    lastChange: .zero, rtt: nil, suspicion: nil)
+                let member = Member(
+                    record: record, status: step % 7 == 0 ? .dead : .alive, incarnation: UInt64(step),
+                    lastChange: .zero, rtt: nil, suspicion: nil)
                 table[record.id] = member
                 expected[record.id] = member
             }
@@ -77,7 +83,10 @@ struct MemberTableTests {
         }
         cluster.simulator.run(for: .seconds(60))
         // Every node probed: each saw a round trip to some member, and nobody was suspected.
-        #expect(cluster.nodes.allSatisfy { !cluster.process($0).instance.counters.roundTrips.samples(after: 0).samples.isEmpty })
+        #expect(
+            cluster.nodes.allSatisfy {
+                !cluster.process($0).instance.counters.roundTrips.samples(after: 0).samples.isEmpty
+            })
         #expect(cluster.nodes.allSatisfy { cluster.process($0).instance.counters.suspicionsRaised == 0 })
     }
 }

@@ -42,14 +42,19 @@ struct MembershipInstanceTests {
         // Past the probe timeout: A asks the others, who reach the target and relay its ack.
         cluster.advance(by: .milliseconds(300), drop: cut)
         #expect(cluster.log.contains { $0.from == a && $0.frames.requests.contains { $0.target == target } })
-        #expect(cluster.log.contains { $0.to == cluster.addresses[a] && $0.from != target && $0.frames.acks.contains { $0.target == target } },
-                "an ack for the target relayed by another member")
+        #expect(
+            cluster.log.contains {
+                $0.to == cluster.addresses[a] && $0.from != target && $0.frames.acks.contains { $0.target == target }
+            },
+            "an ack for the target relayed by another member")
         #expect(cluster.changes.isEmpty, "no status changed")
         #expect(cluster.nodes[a]!.member(target)?.status == .alive)
         #expect(cluster.nodes[a]!.localHealth.score == 0)
     }
 
-    @Test("while only the pairwise probe is out, only the target's pairwise ack answers it: a hello ack in its name does not")
+    @Test(
+        "while only the pairwise probe is out, only the target's pairwise ack answers it: a hello ack in its name does not"
+    )
     func pairwiseProbeTakesOnlyThePairwiseAck() throws {
         func firstProbe(_ cluster: inout ManualCluster) throws -> (target: Int, sequence: UInt64) {
             var found: ManualCluster.Datagram?
@@ -73,13 +78,15 @@ struct MembershipInstanceTests {
         let other = (1..<4).first { $0 != target }!
         // Another member forges the ack, in hello and pairwise (naming the target): no answer.
         cluster.deliver(frames: [.probeAck(ProbeAck(sequence: sequence, target: cluster[target]))], from: other, to: 0)
-        cluster.deliver(frames: [.probeAck(ProbeAck(sequence: sequence, target: cluster[target]))], from: other, to: 0,
-                        pairwise: true)
+        cluster.deliver(
+            frames: [.probeAck(ProbeAck(sequence: sequence, target: cluster[target]))], from: other, to: 0,
+            pairwise: true)
         #expect(wentIndirect(&cluster), "a forged ack cleared the probe")
 
         cluster = ManualCluster(count: 4)
         (target, sequence) = try firstProbe(&cluster)
-        cluster.deliver(frames: [.probeAck(ProbeAck(sequence: sequence, target: nil))], from: target, to: 0, pairwise: true)
+        cluster.deliver(
+            frames: [.probeAck(ProbeAck(sequence: sequence, target: nil))], from: target, to: 0, pairwise: true)
         #expect(!wentIndirect(&cluster), "the target's own pairwise ack did not answer the probe")
     }
 
@@ -88,7 +95,8 @@ struct MembershipInstanceTests {
         var cluster = ManualCluster(count: 4)
         let request = ProbeRequest(sequence: 77, target: cluster[2], address: cluster.addresses[cluster[2]]!)
         cluster.deliver(frames: [.probeRequest(request)], from: 0, to: 1)
-        let probe = try #require(cluster.inFlight.first { $0.from == cluster[1] && !$0.frames.probes.isEmpty }?.frames.probes.first)
+        let probe = try #require(
+            cluster.inFlight.first { $0.from == cluster[1] && !$0.frames.probes.isEmpty }?.frames.probes.first)
         #expect(probe.target == cluster[2], "an indirect probe names its target (hello)")
         cluster.inFlight.removeAll()
         cluster.deliver(frames: [.probeAck(ProbeAck(sequence: probe.sequence, target: cluster[3]))], from: 3, to: 1)
@@ -103,17 +111,23 @@ struct MembershipInstanceTests {
         var cluster = ManualCluster(count: 4)
         let outsider = NodeID(high: 0xdead, low: 0xbeef)
         let elsewhere = try PeerAddress(parsing: "192.0.2.77:9")
-        for request in [ProbeRequest(sequence: 1, target: outsider, address: elsewhere),
-                        ProbeRequest(sequence: 2, target: cluster[2], address: elsewhere),
-                        ProbeRequest(sequence: 3, target: outsider, address: cluster.addresses[cluster[2]]!)] {
+        for request in [
+            ProbeRequest(sequence: 1, target: outsider, address: elsewhere),
+            ProbeRequest(sequence: 2, target: cluster[2], address: elsewhere),
+            ProbeRequest(sequence: 3, target: outsider, address: cluster.addresses[cluster[2]]!),
+        ] {
             cluster.inFlight.removeAll()
             cluster.deliver(frames: [.probeRequest(request)], from: 0, to: 1)
-            #expect(!cluster.inFlight.contains { !$0.frames.probes.isEmpty }, "request \(request.sequence) was carried out")
+            #expect(
+                !cluster.inFlight.contains { !$0.frames.probes.isEmpty }, "request \(request.sequence) was carried out")
         }
         #expect(cluster.nodes[cluster[1]]?.counters.probeRequestsRefused == 3)
         cluster.inFlight.removeAll()
-        cluster.deliver(frames: [.probeRequest(ProbeRequest(sequence: 4, target: cluster[2], address: cluster.addresses[cluster[2]]!))],
-                        from: 0, to: 1)
+        cluster.deliver(
+            frames: [
+                .probeRequest(ProbeRequest(sequence: 4, target: cluster[2], address: cluster.addresses[cluster[2]]!))
+            ],
+            from: 0, to: 1)
         #expect(cluster.inFlight.contains { $0.to == cluster.addresses[cluster[2]] && !$0.frames.probes.isEmpty })
     }
 
@@ -164,8 +178,9 @@ struct MembershipInstanceTests {
     @Test("Lifeguard: suspicion timeout starts at the maximum and shrinks with confirmations")
     func suspicionDecay() {
         let a = NodeID(high: 1, low: 1), b = NodeID(high: 2, low: 2), c = NodeID(high: 3, low: 3)
-        var suspicion = Suspicion(incarnation: 0, accuser: a, start: .zero, minimum: .seconds(2),
-                                  maximum: .seconds(8), expectedConfirmations: 2)
+        var suspicion = Suspicion(
+            incarnation: 0, accuser: a, start: .zero, minimum: .seconds(2),
+            maximum: .seconds(8), expectedConfirmations: 2)
         #expect(suspicion.timeout == .seconds(8))
         let repeated = suspicion.confirm(by: a)
         #expect(repeated == false, "the same accuser does not count twice")
@@ -247,8 +262,9 @@ struct MembershipInstanceTests {
         // B restarts: same identity, new boot, incarnation 0 again, and joins through A.
         let identity = cluster.identities[b]!
         let record = ManualCluster.record(identity, index: 2, incarnation: 0, boot: 777)
-        var reborn = MembershipInstance(record: record, authority: Ed25519Authority(identity: identity),
-                                        settings: .lan, datagramBudget: 1118, seed: 99, now: cluster.now)
+        var reborn = MembershipInstance(
+            record: record, authority: Ed25519Authority(identity: identity),
+            settings: .lan, datagramBudget: 1118, seed: 99, now: cluster.now)
         let out = reborn.join([ManualCluster.address(1)], now: cluster.now)
         cluster.nodes[b] = reborn
         cluster.collect(out, from: b)
@@ -295,7 +311,9 @@ struct MembershipInstanceTests {
     /// address (no datagram of the home's had proved its public one yet); the second could not
     /// reach the home through its NAT. The home learned of it only at the first periodic
     /// push-pull, 22 s or more later.
-    @Test("a joiner that missed the gossip of a member joining beside it learns of it from one push-pull soon after its join")
+    @Test(
+        "a joiner that missed the gossip of a member joining beside it learns of it from one push-pull soon after its join"
+    )
     func joinFollowUpRepairsMissedGossip() throws {
         var cluster = ManualCluster(count: 1)
         let seed = cluster[0]
@@ -312,32 +330,40 @@ struct MembershipInstanceTests {
         // before the seed's first reconnect (5 s after it started), which could also repair it.
         cluster.advance(by: .seconds(2.5), drop: { $0.to == homeAddress && $0.from != seed })
         #expect(cluster.nodes[seed]?.member(home)?.status == .alive, "the seed holds the home alive")
-        #expect(cluster.nodes[home]?.member(other)?.status == .alive,
-                "the home learns of the member that joined beside it within 4.5 s")
+        #expect(
+            cluster.nodes[home]?.member(other)?.status == .alive,
+            "the home learns of the member that joined beside it within 4.5 s")
     }
 
     @Test("a joiner probed by a member keeps asking to join until a member's record reaches it")
     func joinRetriesUntilStateArrives() throws {
         let cluster = ManualCluster(count: 2)
         let identity = try NodeIdentity(seed: [UInt8](repeating: 51, count: 32))
-        var joiner = MembershipInstance(record: ManualCluster.record(identity, index: 51),
-                                        authority: Ed25519Authority(identity: identity), settings: .lan,
-                                        datagramBudget: 1118, seed: 51, now: cluster.now)
+        var joiner = MembershipInstance(
+            record: ManualCluster.record(identity, index: 51),
+            authority: Ed25519Authority(identity: identity), settings: .lan,
+            datagramBudget: 1118, seed: 51, now: cluster.now)
         _ = joiner.join([ManualCluster.address(2)], now: cluster.now)
         func asksToJoin(_ directives: [MembershipDirective]) -> Bool {
             directives.contains { directive in
-                if case let .send(frames, _, _) = directive { frames.contains(.syncRequest(SyncRequest(isJoin: true))) } else { false }
+                if case let .send(frames, _, _) = directive {
+                    frames.contains(.syncRequest(SyncRequest(isJoin: true)))
+                } else {
+                    false
+                }
             }
         }
         // The answer to the join (the member list) was lost; a member that heard of the joiner by
         // gossip probes it. Found by the whole-node simulation: the joiner stopped asking here.
-        _ = joiner.onFrames([.probe(Probe(sequence: 1, target: identity.nodeID))], from: cluster[0],
-                            address: ManualCluster.address(1), now: cluster.now)
+        _ = joiner.onFrames(
+            [.probe(Probe(sequence: 1, target: identity.nodeID))], from: cluster[0],
+            address: ManualCluster.address(1), now: cluster.now)
         let interval = MembershipSettings.lan.joinRetryInterval
         #expect(asksToJoin(joiner.onTick(now: cluster.now + interval)))
         // A member's record arrives: it is in, and stops asking.
-        _ = joiner.onFrames([.alive(cluster.instance(0).me)], from: cluster[0],
-                            address: ManualCluster.address(1), now: cluster.now + interval)
+        _ = joiner.onFrames(
+            [.alive(cluster.instance(0).me)], from: cluster[0],
+            address: ManualCluster.address(1), now: cluster.now + interval)
         #expect(!asksToJoin(joiner.onTick(now: cluster.now + interval * 3)))
     }
 
@@ -345,9 +371,10 @@ struct MembershipInstanceTests {
     func strangerIsAskedForItsState() throws {
         let cluster = ManualCluster(count: 3)
         let identity = try NodeIdentity(seed: [UInt8](repeating: 52, count: 32))
-        var joiner = MembershipInstance(record: ManualCluster.record(identity, index: 52),
-                                        authority: Ed25519Authority(identity: identity), settings: .lan,
-                                        datagramBudget: 1118, seed: 52, now: cluster.now)
+        var joiner = MembershipInstance(
+            record: ManualCluster.record(identity, index: 52),
+            authority: Ed25519Authority(identity: identity), settings: .lan,
+            datagramBudget: 1118, seed: 52, now: cluster.now)
         _ = joiner.join([ManualCluster.address(1)], now: cluster.now)
         func asksForState(_ directives: [MembershipDirective], at address: PeerAddress) -> Bool {
             directives.contains { directive in
@@ -357,12 +384,15 @@ struct MembershipInstanceTests {
         }
         // The join's answer was lost, but member 0's record came by gossip: the joiner is in, and
         // stops asking to join. Member 1, whose record's gossip ended long ago, probes it.
-        _ = joiner.onFrames([.alive(cluster.instance(0).me)], from: cluster[0], address: ManualCluster.address(1), now: cluster.now)
+        _ = joiner.onFrames(
+            [.alive(cluster.instance(0).me)], from: cluster[0], address: ManualCluster.address(1), now: cluster.now)
         let probe: [Frame] = [.probe(Probe(sequence: 1, target: identity.nodeID))]
         let stranger = ManualCluster.address(2)
-        #expect(asksForState(joiner.onFrames(probe, from: cluster[1], address: stranger, now: cluster.now), at: stranger))
+        #expect(
+            asksForState(joiner.onFrames(probe, from: cluster[1], address: stranger, now: cluster.now), at: stranger))
         // Not again at once (a stranger's traffic cannot make us send without bound) ...
-        #expect(!asksForState(joiner.onFrames(probe, from: cluster[1], address: stranger, now: cluster.now), at: stranger))
+        #expect(
+            !asksForState(joiner.onFrames(probe, from: cluster[1], address: stranger, now: cluster.now), at: stranger))
         // ... but again once the interval has passed, if the answer was lost too.
         let later = cluster.now + MembershipSettings.lan.joinRetryInterval
         #expect(asksForState(joiner.onFrames(probe, from: cluster[1], address: stranger, now: later), at: stranger))
@@ -370,10 +400,13 @@ struct MembershipInstanceTests {
         _ = joiner.onFrames([.alive(cluster.instance(1).me)], from: cluster[1], address: stranger, now: later)
         #expect(joiner.member(cluster[1])?.status == .alive)
         let muchLater = later + MembershipSettings.lan.joinRetryInterval * 3
-        #expect(!asksForState(joiner.onFrames(probe, from: cluster[1], address: stranger, now: muchLater), at: stranger))
+        #expect(
+            !asksForState(joiner.onFrames(probe, from: cluster[1], address: stranger, now: muchLater), at: stranger))
         // A member known to the joiner is never asked: member 0 probes too.
-        #expect(!asksForState(joiner.onFrames(probe, from: cluster[0], address: ManualCluster.address(1), now: muchLater),
-                              at: ManualCluster.address(1)))
+        #expect(
+            !asksForState(
+                joiner.onFrames(probe, from: cluster[0], address: ManualCluster.address(1), now: muchLater),
+                at: ManualCluster.address(1)))
     }
 
     @Test("a member we probe that keeps sending us other datagrams is not suspected while its acks are late")
@@ -392,16 +425,21 @@ struct MembershipInstanceTests {
         let index = try #require(cluster.order.firstIndex(of: probed))
         // The target is flooded: nothing it is sent gets an answer for 10 s, yet its own probes
         let targetAddress = cluster.addresses[probed]
-        let busy: (ManualCluster.Datagram) -> Bool = { $0.to == targetAddress || ($0.from == probed && !$0.frames.acks.isEmpty) }
+        let busy: (ManualCluster.Datagram) -> Bool = {
+            $0.to == targetAddress || ($0.from == probed && !$0.frames.acks.isEmpty)
+        }
         // (its timer still fires between batches) reach the others, one every 500 ms, in turn.
         let others = (0..<3).filter { $0 != index }
         for step in 0..<20 {
             cluster.advance(by: .milliseconds(500), drop: busy)
             let to = others[step % 2]
-            cluster.deliver(frames: [.probe(Probe(sequence: UInt64(9_000 + step), target: cluster[to]))], from: index, to: to)
+            cluster.deliver(
+                frames: [.probe(Probe(sequence: UInt64(9_000 + step), target: cluster[to]))], from: index, to: to)
         }
         for observer in others {
-            #expect(cluster.status(of: index, seenBy: observer) == .alive, "suspected by \(observer) while it was sending to it")
+            #expect(
+                cluster.status(of: index, seenBy: observer) == .alive,
+                "suspected by \(observer) while it was sending to it")
         }
         #expect(!cluster.changes.contains { $0.member.id == probed && $0.member.status != .alive })
     }
@@ -412,32 +450,47 @@ struct MembershipInstanceTests {
         var node = cluster.instance(0)
         let request: [Frame] = [.syncRequest(SyncRequest(isJoin: true)), .alive(cluster.instance(1).me)]
         func answers(_ directives: [MembershipDirective]) -> Int {
-            directives.filter { if case let .send(frames, _, _) = $0 { !frames.aliveRecords.isEmpty } else { false } }.count
+            directives.filter { if case let .send(frames, _, _) = $0 { !frames.aliveRecords.isEmpty } else { false } }
+                .count
         }
         var answered = 0
         for step in 0..<500 {
             let now = cluster.now + .milliseconds(step)  // 500 requests in 0.5 s
-            answered += answers(node.onFrames(request, from: cluster[1], address: ManualCluster.address(2), now: now)) > 0 ? 1 : 0
+            answered +=
+                answers(node.onFrames(request, from: cluster[1], address: ManualCluster.address(2), now: now)) > 0
+                ? 1 : 0
         }
         #expect(answered == 1, "\(answered) state transfers for 500 joins in 0.5 s")
         let later = cluster.now + MembershipSettings.lan.joinRetryInterval
-        #expect(answers(node.onFrames(request, from: cluster[1], address: ManualCluster.address(2), now: later)) > 0,
-                "a join retried after the interval is answered")
+        #expect(
+            answers(node.onFrames(request, from: cluster[1], address: ManualCluster.address(2), now: later)) > 0,
+            "a join retried after the interval is answered")
         // Another member's join is not held back by the first one's flood.
-        #expect(answers(node.onFrames([.syncRequest(SyncRequest(isJoin: true))], from: cluster[2],
-                                      address: ManualCluster.address(3), now: later)) > 0)
+        #expect(
+            answers(
+                node.onFrames(
+                    [.syncRequest(SyncRequest(isJoin: true))], from: cluster[2],
+                    address: ManualCluster.address(3), now: later)) > 0)
     }
 
-    @Test("a member's new boot from another address: its record goes to the old address at once (a live twin hears it there); a restart in place sends nothing more")
+    @Test(
+        "a member's new boot from another address: its record goes to the old address at once (a live twin hears it there); a restart in place sends nothing more"
+    )
     func newBootIsToldToTheOldAddress() throws {
         let cluster = ManualCluster(count: 3)
         var node = cluster.instance(0)
         let identity = try #require(cluster.identities[cluster[1]])
         let authority = Ed25519Authority(identity: identity)
         func sendsToOldAddress(_ record: MemberRecord) -> Bool {
-            node.onFrames([.alive(record.signed(by: authority))], from: cluster[2], address: ManualCluster.address(3),
-                          now: cluster.now).contains {
-                if case let .send(frames, _, address) = $0 { address == ManualCluster.address(2) && frames.aliveRecords.contains { $0.id == cluster[1] } } else { false }
+            node.onFrames(
+                [.alive(record.signed(by: authority))], from: cluster[2], address: ManualCluster.address(3),
+                now: cluster.now
+            ).contains {
+                if case let .send(frames, _, address) = $0 {
+                    address == ManualCluster.address(2) && frames.aliveRecords.contains { $0.id == cluster[1] }
+                } else {
+                    false
+                }
             }
         }
         var moved = ManualCluster.record(identity, index: 1, incarnation: 1, boot: 777)
@@ -446,24 +499,32 @@ struct MembershipInstanceTests {
         // Restarted in place (yet another boot at the same address): nobody else is there to tell.
         var inPlace = ManualCluster.record(identity, index: 1, incarnation: 2, boot: 778)
         inPlace.addresses = [ManualCluster.address(9)]
-        let directives = node.onFrames([.alive(inPlace.signed(by: authority))], from: cluster[2],
-                                       address: ManualCluster.address(3), now: cluster.now)
+        let directives = node.onFrames(
+            [.alive(inPlace.signed(by: authority))], from: cluster[2],
+            address: ManualCluster.address(3), now: cluster.now)
         let toOldAddress = directives.filter {
-            if case let .send(frames, _, address) = $0 { address == ManualCluster.address(9) && !frames.aliveRecords.isEmpty } else { false }
+            if case let .send(frames, _, address) = $0 {
+                address == ManualCluster.address(9) && !frames.aliveRecords.isEmpty
+            } else {
+                false
+            }
         }
         #expect(toOldAddress.isEmpty, "\(toOldAddress)")
         #expect(node.member(cluster[1])?.record.bootID == 778)
     }
 
-    @Test("a live twin of our identity (a copied data dir) is reported by both once it outbids us repeatedly; a dead earlier boot never is")
+    @Test(
+        "a live twin of our identity (a copied data dir) is reported by both once it outbids us repeatedly; a dead earlier boot never is"
+    )
     func liveTwinIsReported() throws {
         let identity = try NodeIdentity(seed: [UInt8](repeating: 61, count: 32))
         let authority = Ed25519Authority(identity: identity)
         let gossiper = try NodeIdentity(seed: [UInt8](repeating: 62, count: 32)).nodeID
         let now = MeshInstant(nanoseconds: 1_000_000_000)
         func boot(_ bootID: UInt64, incarnation: UInt64) -> MembershipInstance {
-            MembershipInstance(record: ManualCluster.record(identity, index: 61, incarnation: incarnation, boot: bootID),
-                               authority: authority, settings: .lan, datagramBudget: 1118, seed: bootID, now: now)
+            MembershipInstance(
+                record: ManualCluster.record(identity, index: 61, incarnation: incarnation, boot: bootID),
+                authority: authority, settings: .lan, datagramBudget: 1118, seed: bootID, now: now)
         }
         func conflicts(_ directives: [MembershipDirective]) -> [MemberRecord] {
             directives.compactMap { if case let .identityConflict(record) = $0 { record } else { nil } }
@@ -472,8 +533,10 @@ struct MembershipInstanceTests {
         var older = boot(100, incarnation: 0), newer = boot(200, incarnation: 0)
         var reportedByOlder: [MemberRecord] = [], reportedByNewer: [MemberRecord] = []
         for _ in 0..<10 {
-            reportedByOlder += conflicts(older.onFrames([.alive(newer.me)], from: gossiper, address: ManualCluster.address(62), now: now))
-            reportedByNewer += conflicts(newer.onFrames([.alive(older.me)], from: gossiper, address: ManualCluster.address(62), now: now))
+            reportedByOlder += conflicts(
+                older.onFrames([.alive(newer.me)], from: gossiper, address: ManualCluster.address(62), now: now))
+            reportedByNewer += conflicts(
+                newer.onFrames([.alive(older.me)], from: gossiper, address: ManualCluster.address(62), now: now))
         }
         #expect(reportedByOlder.map(\.bootID) == [200], "once, naming the twin")
         #expect(reportedByNewer.map(\.bootID) == [100])
@@ -483,7 +546,8 @@ struct MembershipInstanceTests {
         var restarted = boot(300, incarnation: 5)
         var stale: [MembershipDirective] = []
         for incarnation: UInt64 in [2, 6, 4, 6, 3, 5, 1, 6] {
-            let record = ManualCluster.record(identity, index: 61, incarnation: incarnation, boot: 100).signed(by: authority)
+            let record = ManualCluster.record(identity, index: 61, incarnation: incarnation, boot: 100).signed(
+                by: authority)
             stale += restarted.onFrames([.alive(record)], from: gossiper, address: ManualCluster.address(62), now: now)
         }
         #expect(conflicts(stale).isEmpty)
@@ -493,7 +557,8 @@ struct MembershipInstanceTests {
         var lagging = boot(400, incarnation: 2)
         var climbing: [MembershipDirective] = []
         for incarnation: UInt64 in 2...12 {
-            let record = ManualCluster.record(identity, index: 61, incarnation: incarnation, boot: 300).signed(by: authority)
+            let record = ManualCluster.record(identity, index: 61, incarnation: incarnation, boot: 300).signed(
+                by: authority)
             climbing += lagging.onFrames([.alive(record)], from: gossiper, address: ManualCluster.address(62), now: now)
         }
         #expect(conflicts(climbing).isEmpty)

@@ -8,9 +8,10 @@ import Testing
 /// failure messages; `SIM_SEED=N swift test --filter …` replays one run exactly.
 @Suite("Membership in simulation")
 struct MembershipSimulationTests {
-    static let lossy = LinkConditions(delay: .milliseconds(1), jitter: .milliseconds(2), lossProbability: 0.1,
-                                      duplicationProbability: 0.02, reorderProbability: 0.05,
-                                      corruptionProbability: 0.01, mtu: 1200)
+    static let lossy = LinkConditions(
+        delay: .milliseconds(1), jitter: .milliseconds(2), lossProbability: 0.1,
+        duplicationProbability: 0.02, reorderProbability: 0.05,
+        corruptionProbability: 0.01, mtu: 1200)
 
     @Test("200 nodes joining one by one converge to one view", arguments: SimulationSeeds.from(defaultCount: 2))
     func twoHundredConverge(seed: UInt64) {
@@ -24,8 +25,9 @@ struct MembershipSimulationTests {
         #expect(cluster.nodes.allSatisfy { cluster.process($0).largestDatagram <= 1118 + 24 })
     }
 
-    @Test("a killed node is dead everywhere within the bound derived from the settings",
-          arguments: SimulationSeeds.from())
+    @Test(
+        "a killed node is dead everywhere within the bound derived from the settings",
+        arguments: SimulationSeeds.from())
     func killedNodeIsDead(seed: UInt64) {
         let count = 50
         let cluster = MembershipCluster.converged(count: count, seed: seed)
@@ -45,13 +47,17 @@ struct MembershipSimulationTests {
         #expect(cluster.deathsDeclared(of: survivors).isEmpty, "\(SimulationSeeds.replay(seed))")
     }
 
-    @Test("with 10% loss, duplication, reordering and corruption no live node is ever declared dead",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "with 10% loss, duplication, reordering and corruption no live node is ever declared dead",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func noFalseDeathsUnderLoss(seed: UInt64) {
         let cluster = MembershipCluster.converged(count: 60, seed: seed, link: Self.lossy)
         cluster.simulator.run(for: .seconds(180))
         let deaths = cluster.deathsDeclared(of: cluster.nodes)
-        #expect(deaths.isEmpty, "\(SimulationSeeds.replay(seed)): \(deaths.count) false deaths, first at \(deaths.first.map { "\($0.time)" } ?? "-")")
+        #expect(
+            deaths.isEmpty,
+            "\(SimulationSeeds.replay(seed)): \(deaths.count) false deaths, first at \(deaths.first.map { "\($0.time)" } ?? "-")"
+        )
         // A suspicion may be in flight when the run stops; nobody may be dead or left.
         let gone = cluster.nodes.flatMap { observer in
             cluster.nodes.filter { cluster.status(of: $0, seenBy: observer)?.isGone ?? true }
@@ -100,34 +106,39 @@ struct MembershipSimulationTests {
         // A node refutes a (made-up) suspicion: its new incarnation is the update to spread.
         let source = cluster.nodes[0]
         let sourceID = cluster.id(of: source)
-        cluster.simulator.inject(Self.suspicionDatagram(of: sourceID, from: cluster.id(of: cluster.nodes[1])),
-                                 from: cluster.nodes[1], to: source)
+        cluster.simulator.inject(
+            Self.suspicionDatagram(of: sourceID, from: cluster.id(of: cluster.nodes[1])),
+            from: cluster.nodes[1], to: source)
         let start = cluster.simulator.now
         let outcome = cluster.simulator.run(for: .seconds(30), checkEvery: .milliseconds(50)) { _ in
             cluster.nodes.allSatisfy { cluster.process($0).instance.member(sourceID)?.incarnation ?? 0 >= 1 }
         }
         #expect(outcome == .satisfied)
-        let rounds = Double((cluster.simulator.now - start).nanosecondsClamped)
+        let rounds =
+            Double((cluster.simulator.now - start).nanosecondsClamped)
             / Double(cluster.settings.gossipInterval.nanosecondsClamped)
         let bound = 3 * log2(Double(count)) + 2
         #expect(rounds <= bound, "N=\(count): \(rounds) rounds, bound \(bound)")
     }
 
-    @Test("40 nodes joining through one member 20 ms apart: news spreads at once, all see all within 0.3 s of the last join, at a bounded cost",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "40 nodes joining through one member 20 ms apart: news spreads at once, all see all within 0.3 s of the last join, at a bounded cost",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func joinsSpreadAtOnce(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         func converge(news spacing: Duration?) -> (seconds: Double, bytesPerNode: Double) {
             var settings = MembershipSettings.lan
             settings.newsGossipSpacing = spacing
             let count = 40
-            let cluster = MembershipCluster(seed: seed, settings: settings, link: LinkConditions(delay: .microseconds(200)))
+            let cluster = MembershipCluster(
+                seed: seed, settings: settings, link: LinkConditions(delay: .microseconds(200)))
             var nodes: [SimAddress] = []
             for index in 0..<count {
                 let start = MeshInstant.zero + .milliseconds(Int64(20 * index))
-                let process = MembershipProcess.make(at: SimAddress(index), settings: settings,
-                                                     seed: seed &* 1_000_003 &+ UInt64(index),
-                                                     seeds: index == 0 ? [] : [SimAddress(0)], now: start)
+                let process = MembershipProcess.make(
+                    at: SimAddress(index), settings: settings,
+                    seed: seed &* 1_000_003 &+ UInt64(index),
+                    seeds: index == 0 ? [] : [SimAddress(0)], now: start)
                 nodes.append(cluster.simulator.addNode(process, startingAt: start))
             }
             let lastJoin = MeshInstant.zero + .milliseconds(Int64(20 * (count - 1)))
@@ -141,14 +152,18 @@ struct MembershipSimulationTests {
         let fast = converge(news: MembershipSettings.lan.newsGossipSpacing)
         let regular = converge(news: nil)
         #expect(fast.seconds <= 0.3, "\(replay): all saw all alive \(fast.seconds) s after the last join")
-        #expect(fast.seconds < regular.seconds, "\(replay): \(fast.seconds) s with news first, \(regular.seconds) s without")
+        #expect(
+            fast.seconds < regular.seconds, "\(replay): \(fast.seconds) s with news first, \(regular.seconds) s without"
+        )
         // The same number of transmissions per update, sooner (in datagrams less full).
-        #expect(fast.bytesPerNode < regular.bytesPerNode * 1.3,
-                "\(replay): \(fast.bytesPerNode) bytes per node, \(regular.bytesPerNode) without news first")
+        #expect(
+            fast.bytesPerNode < regular.bytesPerNode * 1.3,
+            "\(replay): \(fast.bytesPerNode) bytes per node, \(regular.bytesPerNode) without news first")
     }
 
     /// A datagram in `MembershipProcess`'s envelope carrying one suspicion.
     static func suspicionDatagram(of member: NodeID, from accuser: NodeID) -> [UInt8] {
-        MembershipProcess.envelope(from: accuser, frames: [.suspect(Accusation(member: member, incarnation: 0, accuser: accuser))])
+        MembershipProcess.envelope(
+            from: accuser, frames: [.suspect(Accusation(member: member, incarnation: 0, accuser: accuser))])
     }
 }

@@ -27,9 +27,13 @@ struct ManualCluster {
         PeerAddress(ipv4: [127, 0, 1, UInt8(index)], port: 7946)
     }
 
-    static func record(_ identity: NodeIdentity, index: Int, incarnation: UInt64 = 0, boot: UInt64? = nil) -> MemberRecord {
-        MemberRecord(signingKey: identity.publicKey, name: "n\(index)", addresses: [address(index)],
-                     incarnation: incarnation, bootID: boot ?? UInt64(index), ephemeralKey: [UInt8](repeating: UInt8(index), count: 32))
+    static func record(
+        _ identity: NodeIdentity, index: Int, incarnation: UInt64 = 0, boot: UInt64? = nil
+    ) -> MemberRecord {
+        MemberRecord(
+            signingKey: identity.publicKey, name: "n\(index)", addresses: [address(index)],
+            incarnation: incarnation, bootID: boot ?? UInt64(index),
+            ephemeralKey: [UInt8](repeating: UInt8(index), count: 32))
     }
 
     /// `count` nodes that already know each other (no join exchange).
@@ -38,8 +42,9 @@ struct ManualCluster {
         for index in 1...count {
             let identity = try! NodeIdentity(seed: [UInt8](repeating: UInt8(index), count: 32))
             let record = Self.record(identity, index: index)
-            let instance = MembershipInstance(record: record, authority: Ed25519Authority(identity: identity),
-                                              settings: settings, datagramBudget: 1118, seed: UInt64(index), now: now)
+            let instance = MembershipInstance(
+                record: record, authority: Ed25519Authority(identity: identity),
+                settings: settings, datagramBudget: 1118, seed: UInt64(index), now: now)
             nodes[identity.nodeID] = instance
             identities[identity.nodeID] = identity
             addresses[identity.nodeID] = Self.address(index)
@@ -54,9 +59,10 @@ struct ManualCluster {
     /// A node with identity seed `index` that joins through `seed` now; its join request is in flight.
     mutating func addJoiner(_ index: Int, through seed: PeerAddress) throws -> NodeID {
         let identity = try NodeIdentity(seed: [UInt8](repeating: UInt8(index), count: 32))
-        var joiner = MembershipInstance(record: Self.record(identity, index: index),
-                                        authority: Ed25519Authority(identity: identity), settings: .lan,
-                                        datagramBudget: 1118, seed: UInt64(index), now: now)
+        var joiner = MembershipInstance(
+            record: Self.record(identity, index: index),
+            authority: Ed25519Authority(identity: identity), settings: .lan,
+            datagramBudget: 1118, seed: UInt64(index), now: now)
         let out = joiner.join([seed], now: now)
         nodes[identity.nodeID] = joiner
         identities[identity.nodeID] = identity
@@ -80,7 +86,8 @@ struct ManualCluster {
                 inFlight.append(datagram)
                 log.append(datagram)
             case let .sendPairwise(frames, _, address):
-                let datagram = Datagram(from: id, fromAddress: addresses[id]!, to: address, frames: frames, pairwise: true)
+                let datagram = Datagram(
+                    from: id, fromAddress: addresses[id]!, to: address, frames: frames, pairwise: true)
                 inFlight.append(datagram)
                 log.append(datagram)
             case let .memberChanged(member):
@@ -99,17 +106,21 @@ struct ManualCluster {
             rounds += 1
             let datagram = inFlight.removeFirst()
             guard !drop(datagram), let target = addresses.first(where: { $0.value == datagram.to })?.key,
-                  !down.contains(target), var node = nodes[target] else { continue }
-            let out = node.onFrames(datagram.frames, from: datagram.from, address: datagram.fromAddress, now: now,
-                                    pairwise: datagram.pairwise)
+                !down.contains(target), var node = nodes[target]
+            else { continue }
+            let out = node.onFrames(
+                datagram.frames, from: datagram.from, address: datagram.fromAddress, now: now,
+                pairwise: datagram.pairwise)
             nodes[target] = node
             collect(out, from: target)
         }
     }
 
     /// Moves time forward in small steps, ticking every live node that is due and delivering traffic.
-    mutating func advance(by duration: Duration, step: Duration = .milliseconds(10), down: Set<NodeID> = [],
-                          drop: (Datagram) -> Bool = { _ in false }) {
+    mutating func advance(
+        by duration: Duration, step: Duration = .milliseconds(10), down: Set<NodeID> = [],
+        drop: (Datagram) -> Bool = { _ in false }
+    ) {
         let end = now + duration
         while now < end {
             now = min(end, now + step)
@@ -134,8 +145,9 @@ struct ManualCluster {
 
     mutating func deliver(frames: [Frame], from sender: Int, to receiver: Int, pairwise: Bool = false) {
         var node = nodes[order[receiver]]!
-        let out = node.onFrames(frames, from: order[sender], address: addresses[order[sender]]!, now: now,
-                                pairwise: pairwise)
+        let out = node.onFrames(
+            frames, from: order[sender], address: addresses[order[sender]]!, now: now,
+            pairwise: pairwise)
         nodes[order[receiver]] = node
         collect(out, from: order[receiver])
     }

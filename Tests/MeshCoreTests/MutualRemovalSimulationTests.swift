@@ -8,13 +8,16 @@ import Testing
 struct MutualRemovalSimulationTests {
     static let seeds = SimulationSeeds.from(defaultCount: 6)
 
-    @Test("two members remove each other at once, under loss: one epoch, one survivor of the two, nobody else lost",
-          arguments: seeds)
+    @Test(
+        "two members remove each other at once, under loss: one epoch, one survivor of the two, nobody else lost",
+        arguments: seeds)
     func mutualRemovalEndsInOneEpoch(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let loss = [0.0, 0.05, 0.1][Int(seed % 3)]
-        let mesh = SessionEndSimulationTests.mesh(seed: seed, count: 4, link: LinkConditions(
-            delay: .milliseconds(4), jitter: .milliseconds(2), lossProbability: loss))
+        let mesh = SessionEndSimulationTests.mesh(
+            seed: seed, count: 4,
+            link: LinkConditions(
+                delay: .milliseconds(4), jitter: .milliseconds(2), lossProbability: loss))
         let (a, b) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)))
         mesh.simulator.run(until: .zero + .seconds(30), checkEvery: .milliseconds(250)) { _ in
             mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }
@@ -28,19 +31,22 @@ struct MutualRemovalSimulationTests {
             a.removedFromSession || b.removedFromSession
         }
         mesh.simulator.run(for: .seconds(15))
-        #expect(a.removedFromSession != b.removedFromSession,
-                "\(replay): removed: a \(a.removedFromSession), b \(b.removedFromSession)")
+        #expect(
+            a.removedFromSession != b.removedFromSession,
+            "\(replay): removed: a \(a.removedFromSession), b \(b.removedFromSession)")
         let (survivor, loser) = a.removedFromSession ? (b, a) : (a, b)
         let staying = [survivor] + mesh.all.filter { $0.address.index >= 2 }
         for node in staying {
             #expect(node.core.phase == .running, "\(replay): \(node.address) is \(node.core.phase)")
             #expect(node.sessionID == survivor.sessionID, "\(replay): \(node.address) is in another epoch")
-            #expect(node.core.epochs.removed == [loser.id],
-                    "\(replay): \(node.address) removed \(node.core.epochs.removed)")
+            #expect(
+                node.core.epochs.removed == [loser.id],
+                "\(replay): \(node.address) removed \(node.core.epochs.removed)")
             for other in staying where other !== node {
                 let status = node.membership.member(other.id)?.status
-                #expect(status == .alive,
-                        "\(replay): \(node.address) sees \(other.address) as \(String(describing: status))")
+                #expect(
+                    status == .alive,
+                    "\(replay): \(node.address) sees \(other.address) as \(String(describing: status))")
             }
         }
         // Messages between those who stay go through.
@@ -51,8 +57,9 @@ struct MutualRemovalSimulationTests {
         mesh.simulator.run(for: .seconds(15))
         for (node, count) in zip(staying, sent) {
             let request = node.sentMessages[count - 1].request
-            #expect(node.completions[request] == [:],
-                    "\(replay): \(node.address)'s message: \(String(describing: node.completions[request]))")
+            #expect(
+                node.completions[request] == [:],
+                "\(replay): \(node.address)'s message: \(String(describing: node.completions[request]))")
         }
     }
 }

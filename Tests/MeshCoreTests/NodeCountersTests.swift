@@ -8,13 +8,16 @@ import Testing
 /// pure state, so the seeded whole-node simulation checks them.
 @Suite("node counters")
 struct NodeCountersTests {
-    @Test("every datagram sent is counted under one kind, and each kind moves when its traffic does",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "every datagram sent is counted under one kind, and each kind moves when its traffic does",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func trafficByKind(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
         let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(5), lossProbability: 0.05))
         let uploader = mesh.addNode(joiningThrough: [], at: .zero)
-        let others = (1...2).map { mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(10 * $0)) }
+        let others = (1...2).map {
+            mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(10 * $0))
+        }
         let bytes = patternBytes(4096 * 12, salt: UInt8(seed % 200))
         uploader.plan(at: .zero + .seconds(2)) { $0.attach(bytes) }
         uploader.plan(at: .zero + .seconds(3)) { $0.sendMessage([1, 2, 3], mode: .reliable) }
@@ -29,12 +32,15 @@ struct NodeCountersTests {
             #expect(sent == counters.datagramsSent && sentBytes == counters.bytesSent, "\(replay): kinds do not add up")
             #expect(received > 0 && received <= counters.datagramsReceived, "\(replay)")
             for kind in [TrafficKind.membership, .journal, .transfer] {
-                #expect(counters.sent.datagrams(kind) > 0 && counters.received.datagrams(kind) > 0,
-                        "\(replay): no \(kind) traffic counted at \(node.address)")
+                #expect(
+                    counters.sent.datagrams(kind) > 0 && counters.received.datagrams(kind) > 0,
+                    "\(replay): no \(kind) traffic counted at \(node.address)")
             }
             #expect(counters.sent.datagrams(.ping) == 0 && counters.sent.datagrams(.keys) == 0, "\(replay)")
         }
-        #expect(uploader.core.counters.reliableDelivered == 2 && uploader.core.counters.reliableUnconfirmed == 0, "\(replay)")
+        #expect(
+            uploader.core.counters.reliableDelivered == 2 && uploader.core.counters.reliableUnconfirmed == 0,
+            "\(replay)")
         #expect(uploader.core.counters.sent.datagrams(.messages) > 0, "\(replay)")
         for node in others {
             #expect(node.complete.count == 1, "\(replay): the attachment did not arrive")
@@ -44,13 +50,15 @@ struct NodeCountersTests {
         }
     }
 
-    @Test("an idle mesh probes in small pairwise datagrams, and idle anti-entropy is a summary now and then",
-          arguments: SimulationSeeds.from(defaultCount: 2))
+    @Test(
+        "an idle mesh probes in small pairwise datagrams, and idle anti-entropy is a summary now and then",
+        arguments: SimulationSeeds.from(defaultCount: 2))
     func idleMembershipDatagramsAreSmall(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(2)))
         let first = mesh.addNode(joiningThrough: [], at: .zero)
-        let nodes = [first] + (1...5).map { mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10 * $0)) }
+        let nodes =
+            [first] + (1...5).map { mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10 * $0)) }
         mesh.simulator.run(until: .zero + .seconds(20))
         let before = nodes.map { $0.core.counters.sent }
         mesh.simulator.run(for: .seconds(80))
@@ -61,8 +69,9 @@ struct NodeCountersTests {
             // A pairwise probe or ack is 69 bytes (a hello one was 109); a summary every 30 s or so
             // (136) and a probe of a restarted member's new boot may come beside them.
             #expect(datagrams > 80, "\(replay): \(datagrams) membership datagrams at \(node.address)")
-            #expect(Double(bytes) / Double(max(1, datagrams)) < 75,
-                    "\(replay): \(bytes) bytes in \(datagrams) membership datagrams at \(node.address)")
+            #expect(
+                Double(bytes) / Double(max(1, datagrams)) < 75,
+                "\(replay): \(bytes) bytes in \(datagrams) membership datagrams at \(node.address)")
             #expect(node.membership.counters.suspicionsRaised == 0, "\(replay)")
         }
     }
@@ -75,7 +84,9 @@ struct NodeCountersTests {
         let doomed = mesh.addNode(joiningThrough: [sender.address], at: .zero + .milliseconds(20))
         mesh.simulator.run(until: .zero + .seconds(3))
         mesh.simulator.crash(doomed.address)
-        sender.plan(at: .zero + .seconds(3) + .milliseconds(1)) { $0.sendMessage([9], to: [alive.id, doomed.id], mode: .reliable) }
+        sender.plan(at: .zero + .seconds(3) + .milliseconds(1)) {
+            $0.sendMessage([9], to: [alive.id, doomed.id], mode: .reliable)
+        }
         mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(500)) { _ in
             sender.core.counters.reliableUnconfirmed == 1
         }
@@ -87,13 +98,15 @@ struct NodeCountersTests {
     func suspicionsRefutationsAndRoundTrips() {
         let mesh = SimMesh(seed: 3, link: LinkConditions(delay: .milliseconds(5)))
         let first = mesh.addNode(joiningThrough: [], at: .zero)
-        let nodes = [first] + (1...3).map { mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10 * $0)) }
+        let nodes =
+            [first] + (1...3).map { mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(10 * $0)) }
         mesh.simulator.run(until: .zero + .seconds(5))
         for node in nodes {
             let samples = node.membership.counters.roundTrips
             #expect(samples.count > 0, "no round trip measured at \(node.address)")
-            #expect(samples.samples(after: 0).samples.allSatisfy { $0 >= .milliseconds(10) && $0 < .seconds(1) },
-                    "a round trip over a 5 ms link is at least 10 ms")
+            #expect(
+                samples.samples(after: 0).samples.allSatisfy { $0 >= .milliseconds(10) && $0 < .seconds(1) },
+                "a round trip over a 5 ms link is at least 10 ms")
             #expect(node.membership.counters.suspicionsRaised == 0 && node.membership.counters.refutations == 0)
         }
         // Cut off long enough to be suspected, not declared dead: it refutes once it hears of it.
@@ -101,7 +114,9 @@ struct NodeCountersTests {
         mesh.simulator.run(for: .seconds(3))
         mesh.simulator.heal()
         mesh.simulator.run(for: .seconds(5))
-        #expect(nodes[0..<3].contains { $0.membership.counters.suspicionsRaised > 0 }, "nobody suspected the isolated member")
+        #expect(
+            nodes[0..<3].contains { $0.membership.counters.suspicionsRaised > 0 },
+            "nobody suspected the isolated member")
         #expect(nodes[3].membership.counters.refutations > 0, "the isolated member never refuted")
     }
 

@@ -22,12 +22,14 @@ struct NodeInstanceTests {
             let identity = try! NodeIdentity(seed: (0..<32).map { _ in UInt8(truncatingIfNeeded: derive.next()) })
             let ephemeral = try! EphemeralKeyPair(seed: (0..<32).map { _ in UInt8(truncatingIfNeeded: derive.next()) })
             let secret = try! SessionSecret(bytes: (0..<32).map { _ in UInt8(truncatingIfNeeded: derive.next()) })
-            let boot = NodeInstance.Boot(identity: identity, ephemeral: ephemeral, bootID: derive.next(), name: name,
-                                         addresses: [PeerAddress(ipv4: [127, 0, 0, 1], port: 7946)])
+            let boot = NodeInstance.Boot(
+                identity: identity, ephemeral: ephemeral, bootID: derive.next(), name: name,
+                addresses: [PeerAddress(ipv4: [127, 0, 0, 1], port: 7946)])
             var settings = NodeSettings()
             settings.chunkSize = 1024
-            core = NodeInstance(boot: boot, restored: .init(epochs: KeyEpochs(origin: secret)), settings: settings,
-                                random: SplitMix64(seed: derive.next()), now: now)
+            core = NodeInstance(
+                boot: boot, restored: .init(epochs: KeyEpochs(origin: secret)), settings: settings,
+                random: SplitMix64(seed: derive.next()), now: now)
             core.start(seeds: [], now: now)
             _ = drain()
         }
@@ -45,7 +47,8 @@ struct NodeInstanceTests {
         }
 
         /// Answers `request` as the simulated disk does, or with `failure`.
-        mutating func answer(_ request: StorageRequest, _ ticket: StorageTicket, failing failure: StorageFailure? = nil) {
+        mutating func answer(_ request: StorageRequest, _ ticket: StorageTicket, failing failure: StorageFailure? = nil)
+        {
             let result = failure.map { .failure($0) } ?? storage.execute(request, random: &random)
             core.storageCompleted(ticket, result, now: now)
         }
@@ -119,14 +122,18 @@ struct NodeInstanceTests {
     func sendToSelfIsSkipped() throws {
         var driver = Driver()
         for mode in [DeliveryInstance.Mode.reliable, .unreliable] {
-            let request = driver.command(.send(MessageEnvelope(type: "data", body: [1]), to: [driver.core.localID, driver.core.localID],
-                                               mode: mode, timeout: nil))
+            let request = driver.command(
+                .send(
+                    MessageEnvelope(type: "data", body: [1]), to: [driver.core.localID, driver.core.localID],
+                    mode: mode, timeout: nil))
             let effects = driver.drain()
             let done = Self.completions(effects)
             #expect(done.count == 1 && done.first?.0 == request, "\(mode)")
-            #expect(done.first.map { if case .success(.sent(recipients: 0)) = $0.1 { true } else { false } } == true,
-                    "\(mode): \(done)")
-            #expect(!effects.contains { if case .send = $0 { true } else { false } }, "\(mode): nothing to send to itself")
+            #expect(
+                done.first.map { if case .success(.sent(recipients: 0)) = $0.1 { true } else { false } } == true,
+                "\(mode): \(done)")
+            #expect(
+                !effects.contains { if case .send = $0 { true } else { false } }, "\(mode): nothing to send to itself")
         }
     }
 
@@ -149,11 +156,13 @@ struct NodeInstanceTests {
         #expect(driver.core.nextDeadline == nil, "a stopped core asks for no timer")
         #expect(driver.core.nextDeadlineInPlace() == nil)
         _ = driver.drain()
-        let late = driver.command(.send(MessageEnvelope(type: "data", body: [1]), to: nil, mode: .reliable, timeout: nil))
+        let late = driver.command(
+            .send(MessageEnvelope(type: "data", body: [1]), to: nil, mode: .reliable, timeout: nil))
         let refused = Self.completions(driver.drain())
         #expect(refused.count == 1 && refused.first?.0 == late)
-        #expect(refused.first.map { if case .failure(.stopped) = $0.1 { true } else { false } } == true,
-                "a command after stop must fail as stopped")
+        #expect(
+            refused.first.map { if case .failure(.stopped) = $0.1 { true } else { false } } == true,
+            "a command after stop must fail as stopped")
         // The append was asked before the stop: it is on disk, so the add is reported done.
         driver.answer(append, appendTicket)
         let done = Self.completions(driver.drain())
@@ -176,16 +185,21 @@ struct NodeInstanceTests {
         #expect(driver.core.phase == .stopped)
     }
 
-    @Test("a holder hears a cut of its pace past a thirty-second, a rise past an eighth, or past a thirty-second once its pace settled")
+    @Test(
+        "a holder hears a cut of its pace past a thirty-second, a rise past an eighth, or past a thirty-second once its pace settled"
+    )
     func pacesAreRetoldFinelyDownAndCoarselyUp() {
         let told = 640_000
-        #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 105 / 100, settled: true),
-                "a 5% rise reaches a holder told long ago (delay mode grows past what arrives by less than an eighth)")
+        #expect(
+            NodeInstance.paceNeedsRetelling(told: told, share: told * 105 / 100, settled: true),
+            "a 5% rise reaches a holder told long ago (delay mode grows past what arrives by less than an eighth)")
         #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 105 / 100))
         #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 101 / 100, settled: true))
         #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 95 / 100), "a 5% cut must reach the holder")
         #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 99 / 100))
-        #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told * 110 / 100), "a 10% rise can wait for the next want")
+        #expect(
+            !NodeInstance.paceNeedsRetelling(told: told, share: told * 110 / 100),
+            "a 10% rise can wait for the next want")
         #expect(NodeInstance.paceNeedsRetelling(told: told, share: told * 115 / 100))
         #expect(!NodeInstance.paceNeedsRetelling(told: told, share: told))
         #expect(NodeInstance.paceNeedsRetelling(told: 32_768, share: 30_720), "at the floor too")
@@ -194,8 +208,10 @@ struct NodeInstanceTests {
 
     /// A holder that attaches `size` random bytes at 1 s, and a lazy joiner that loads them at 4 s
     /// (planned, not yet run).
-    static func lazyJoinerLoading(size: Int, seed: UInt64, delay: Duration,
-                                  configuration: SimNode.Configuration) throws -> (mesh: SimMesh, holder: SimNode, joiner: SimNode) {
+    static func lazyJoinerLoading(
+        size: Int, seed: UInt64, delay: Duration,
+        configuration: SimNode.Configuration
+    ) throws -> (mesh: SimMesh, holder: SimNode, joiner: SimNode) {
         let mesh = SimMesh(seed: seed, link: LinkConditions(delay: delay), configuration: configuration)
         let holder = mesh.addNode(joiningThrough: [], at: .zero)
         var lazy = configuration
@@ -214,8 +230,9 @@ struct NodeInstanceTests {
     func firstRoundTripRaisesThePaceAtOnce() throws {
         var configuration = SimNode.Configuration()
         configuration.settings.chunkSize = 65_536
-        let (mesh, holder, joiner) = try Self.lazyJoinerLoading(size: 65_536 * 32, seed: 41, delay: .microseconds(200),
-                                                                configuration: configuration)
+        let (mesh, holder, joiner) = try Self.lazyJoinerLoading(
+            size: 65_536 * 32, seed: 41, delay: .microseconds(200),
+            configuration: configuration)
         let initial = DownlinkController.Settings().initialRate
         var roundTripKnown: MeshInstant?, raised: MeshInstant?
         mesh.simulator.run(until: .zero + .seconds(5)) { sim in
@@ -228,8 +245,11 @@ struct NodeInstanceTests {
         // Told only with the next chunk whole or the next interval's close, the holder kept the
         // initial 1 MiB/s for 9 ms here (45–88 ms into a loopback `get`); the pace travels one way (0.2 ms).
         // The membership probes' round trip sets the first rate before any piece: it may come sooner.
-        #expect(heard - known < .milliseconds(2), "the holder heard the first rate \(heard - known) after the round trip was known")
-        #expect(joiner.core.downlink.rate > Double(initial) * 10, "a 0.4 ms round trip starts far above the initial rate")
+        #expect(
+            heard - known < .milliseconds(2),
+            "the holder heard the first rate \(heard - known) after the round trip was known")
+        #expect(
+            joiner.core.downlink.rate > Double(initial) * 10, "a 0.4 ms round trip starts far above the initial rate")
     }
 
     /// A pace goes in one datagram that nothing acknowledges: a holder that did not hear it sends
@@ -241,8 +261,9 @@ struct NodeInstanceTests {
         var configuration = SimNode.Configuration()
         configuration.settings.chunkSize = 4 << 20
         configuration.settings.downlink.maximumRate = 1_000_000
-        let (mesh, holder, joiner) = try Self.lazyJoinerLoading(size: 32 << 20, seed: 43, delay: .milliseconds(10),
-                                                                configuration: configuration)
+        let (mesh, holder, joiner) = try Self.lazyJoinerLoading(
+            size: 32 << 20, seed: 43, delay: .milliseconds(10),
+            configuration: configuration)
         mesh.simulator.run(until: .zero + .seconds(8))
         let told = try #require(joiner.core.toldRates[holder.id]?.rate, "the joiner told the holder no pace")
         #expect(holder.core.pacer.rate(for: joiner.id) == ChunkPace.representable(told))
@@ -263,7 +284,9 @@ struct NodeInstanceTests {
         #expect(back - heard <= .milliseconds(300), "told again only \(back - heard) later")
     }
 
-    @Test("past its budget a member asking the same whole chunk again is answered busy; re-asks for lost pieces are served")
+    @Test(
+        "past its budget a member asking the same whole chunk again is answered busy; re-asks for lost pieces are served"
+    )
     func wholeChunkFloodIsRefused() throws {
         let mesh = SimMesh(seed: 11, link: LinkConditions(delay: .milliseconds(1)))
         let holder = mesh.addNode(joiningThrough: [], at: .zero)
@@ -278,8 +301,11 @@ struct NodeInstanceTests {
         let refusedBefore = holder.core.counters.wantsRefused
         // Twenty wants of the whole chunk at one instant: two copies go, the rest are busy.
         asker.plan(at: .zero + .seconds(6)) { node in
-            for _ in 0..<20 { node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1000))], to: holder.address,
-                                          member: holder.id) }
+            for _ in 0..<20 {
+                node.inject(
+                    [.chunkWant(ChunkWant(digest: digest, pieceSize: 1000))], to: holder.address,
+                    member: holder.id)
+            }
         }
         mesh.simulator.run(until: .zero + .seconds(6) + .milliseconds(100))
         let wholeBytes = holder.core.counters.chunkPayloadBytesSent - served
@@ -291,8 +317,9 @@ struct NodeInstanceTests {
         let refused = holder.core.counters.wantsRefused
         for step in 0..<5 {
             asker.plan(at: .zero + .seconds(6) + .milliseconds(200 + 10 * step)) { node in
-                node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1000, missing: one))], to: holder.address,
-                            member: holder.id)
+                node.inject(
+                    [.chunkWant(ChunkWant(digest: digest, pieceSize: 1000, missing: one))], to: holder.address,
+                    member: holder.id)
             }
         }
         mesh.simulator.run(until: .zero + .seconds(7))
@@ -302,8 +329,10 @@ struct NodeInstanceTests {
 
     /// A holder whose disk answers each request in 2 ms, that attached `bytes` (chunks of 4 KiB),
     /// and a lazy member beside it that fetches nothing itself: the test asks for chunks by hand.
-    static func holderWithLazyAsker(seed: UInt64, attaching bytes: [UInt8],
-                                    holderSettings adjust: (inout NodeSettings) -> Void = { _ in }) throws
+    static func holderWithLazyAsker(
+        seed: UInt64, attaching bytes: [UInt8],
+        holderSettings adjust: (inout NodeSettings) -> Void = { _ in }
+    ) throws
         -> (mesh: SimMesh, holder: SimNode, asker: SimNode, chunks: [SHA256Digest])
     {
         var configuration = SimNode.Configuration()
@@ -321,7 +350,9 @@ struct NodeInstanceTests {
         return (mesh, holder, asker, try #require(holder.store.manifest(id)).chunks)
     }
 
-    @Test("a joiner's full window of wants at one instant is read and served, none answered busy (a lone holder's reads queue)")
+    @Test(
+        "a joiner's full window of wants at one instant is read and served, none answered busy (a lone holder's reads queue)"
+    )
     func aFullWindowOfWantsIsServed() throws {
         // Each read takes 2 ms: the wants wait as reads, as on loopback, where pieces leave at once.
         // 64 chunks of 4 KiB, each of its own bytes (a repeating pattern would make them one).
@@ -332,12 +363,15 @@ struct NodeInstanceTests {
         let served = holder.core.counters.chunksServed
         asker.plan(at: .zero + .seconds(6)) { node in
             for digest in chunks.prefix(window) {
-                node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1000))], to: holder.address, member: holder.id)
+                node.inject(
+                    [.chunkWant(ChunkWant(digest: digest, pieceSize: 1000))], to: holder.address, member: holder.id)
             }
         }
         mesh.simulator.run(until: .zero + .seconds(7))
         // At 16 reads per member, 32 of these were answered busy, each chunk then waiting 200 ms.
-        #expect(holder.core.counters.wantsRefused == 0, "\(holder.core.counters.wantsRefused) of \(window) wants answered busy")
+        #expect(
+            holder.core.counters.wantsRefused == 0,
+            "\(holder.core.counters.wantsRefused) of \(window) wants answered busy")
         #expect(holder.core.counters.chunksServed - served == UInt64(window))
     }
 
@@ -350,7 +384,8 @@ struct NodeInstanceTests {
         let served = holder.core.counters.chunksServed
         asker.plan(at: .zero + .seconds(6)) { node in
             for digest in chunks.prefix(48) {
-                node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1000))], to: holder.address, member: holder.id)
+                node.inject(
+                    [.chunkWant(ChunkWant(digest: digest, pieceSize: 1000))], to: holder.address, member: holder.id)
             }
         }
         mesh.simulator.run(until: .zero + .seconds(7))
@@ -365,7 +400,9 @@ struct NodeInstanceTests {
         let sent = holder.core.counters.chunkPayloadBytesSent
         // At 1 KiB/s in 256-byte pieces the chunk takes about 5 s; cancelled after one.
         asker.plan(at: .zero + .seconds(6)) { node in
-            node.inject([.chunkWant(ChunkWant(digest: chunks[0], pieceSize: 256, rate: 1024))], to: holder.address, member: holder.id)
+            node.inject(
+                [.chunkWant(ChunkWant(digest: chunks[0], pieceSize: 256, rate: 1024))], to: holder.address,
+                member: holder.id)
         }
         asker.plan(at: .zero + .seconds(7)) { node in
             node.inject([.chunkCancel(ChunkCancel(digest: chunks[0]))], to: holder.address, member: holder.id)
@@ -377,14 +414,17 @@ struct NodeInstanceTests {
         #expect(paced + cancelled == 4096, "every piece either went or was dropped: \(paced) + \(cancelled)")
         // Wanted and cancelled at once: the read is under way when the cancel comes.
         asker.plan(at: .zero + .seconds(13)) { node in
-            node.inject([.chunkWant(ChunkWant(digest: chunks[1], pieceSize: 256))], to: holder.address, member: holder.id)
+            node.inject(
+                [.chunkWant(ChunkWant(digest: chunks[1], pieceSize: 256))], to: holder.address, member: holder.id)
             node.inject([.chunkCancel(ChunkCancel(digest: chunks[1]))], to: holder.address, member: holder.id)
         }
         mesh.simulator.run(until: .zero + .seconds(14))
-        #expect(holder.core.counters.chunkPayloadBytesSent - sent == paced, "a read under way was sent after its cancel")
+        #expect(
+            holder.core.counters.chunkPayloadBytesSent - sent == paced, "a read under way was sent after its cancel")
         // Wanted again after its cancel: served.
         asker.plan(at: .zero + .seconds(15)) { node in
-            node.inject([.chunkWant(ChunkWant(digest: chunks[1], pieceSize: 256))], to: holder.address, member: holder.id)
+            node.inject(
+                [.chunkWant(ChunkWant(digest: chunks[1], pieceSize: 256))], to: holder.address, member: holder.id)
         }
         mesh.simulator.run(until: .zero + .seconds(16))
         #expect(holder.core.counters.chunkPayloadBytesSent - sent == paced + 4096)
@@ -404,7 +444,8 @@ struct NodeInstanceTests {
         var random = SplitMix64(seed: 31)
         let bytes = random.bytes(65_536 * 4)
         first.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
-        mesh.simulator.run(until: .zero + .seconds(20), checkEvery: .milliseconds(100)) { _ in !second.complete.isEmpty }
+        mesh.simulator.run(until: .zero + .seconds(20), checkEvery: .milliseconds(100)) { _ in !second.complete.isEmpty
+        }
         let id = try #require(second.complete.first)
         var lazy = configuration
         lazy.settings.lazy = true
@@ -414,10 +455,12 @@ struct NodeInstanceTests {
         // A first rate about the line's (4 datagrams per 20 ms round trip): the window's 16 would
         // empty the holders' paced queues into the line's before a chunk is whole.
         lazy.settings.downlink.initialWindow = 4 * 1400
-        let joiner = mesh.addNode(joiningThrough: [first.address], at: mesh.simulator.now + .milliseconds(10), configuration: lazy)
+        let joiner = mesh.addNode(
+            joiningThrough: [first.address], at: mesh.simulator.now + .milliseconds(10), configuration: lazy)
         // 2 Mbit/s: the holders' paced queues still hold pieces when a chunk is whole.
-        _ = mesh.simulator.addAccessLink(for: [joiner.address], uplink: nil,
-                                         downlink: Bottleneck(megabitsPerSecond: 2, queue: .milliseconds(100)))
+        _ = mesh.simulator.addAccessLink(
+            for: [joiner.address], uplink: nil,
+            downlink: Bottleneck(megabitsPerSecond: 2, queue: .milliseconds(100)))
         mesh.simulator.run(for: .seconds(4))
         let holders = [first, second]
         let sentBefore = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +)
@@ -435,7 +478,9 @@ struct NodeInstanceTests {
         let sent = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) - sentBefore
         #expect(cancelled > 0, "every chunk is in the end game here: some second copy was still queued")
         #expect(sent + cancelled >= 65_536 * 4, "what went and what was dropped cover the file at least")
-        #expect(joiner.core.counters.piecesUnsolicited * 1_000 < 65_536 * 4 / 4, "many pieces came after their chunk was whole")
+        #expect(
+            joiner.core.counters.piecesUnsolicited * 1_000 < 65_536 * 4 / 4,
+            "many pieces came after their chunk was whole")
     }
 
     @Test("a fetch whose pieces still come is not unavailable, though none of its chunks is asked right now")
@@ -449,8 +494,9 @@ struct NodeInstanceTests {
         lazy.settings.lazy = true
         let joiner = mesh.addNode(joiningThrough: [holder.address], at: .zero + .milliseconds(10), configuration: lazy)
         // About 37 KB/s: each 64 KiB chunk takes longer than the fetch's patience.
-        _ = mesh.simulator.addAccessLink(for: [joiner.address], uplink: nil,
-                                         downlink: Bottleneck(megabitsPerSecond: 0.3, queue: .milliseconds(100)))
+        _ = mesh.simulator.addAccessLink(
+            for: [joiner.address], uplink: nil,
+            downlink: Bottleneck(megabitsPerSecond: 0.3, queue: .milliseconds(100)))
         holder.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(65_536 * 8)) }
         mesh.simulator.run(until: .zero + .seconds(4))
         let id = try #require(holder.core.attachments.first?.content)
@@ -461,7 +507,9 @@ struct NodeInstanceTests {
         for step in 0..<30 {
             holder.plan(at: .zero + .seconds(4) + .milliseconds(300 + 100 * step)) { node in
                 for digest in chunks {
-                    node.inject([.chunkAbsent(ChunkAbsent(digest: digest, reason: .busy))], to: joiner.address, member: joiner.id)
+                    node.inject(
+                        [.chunkAbsent(ChunkAbsent(digest: digest, reason: .busy))], to: joiner.address,
+                        member: joiner.id)
                 }
             }
         }
@@ -477,12 +525,14 @@ struct NodeInstanceTests {
         #expect(endangered, "never idle long enough to test anything")
         #expect(piecesCame, "no piece of an asked chunk came")
         #expect(joiner.core.counters.fetchesFailed == 0, "failed unavailable while pieces came")
-        mesh.simulator.run(until: .zero + .seconds(60), checkEvery: .milliseconds(100)) { _ in !joiner.complete.isEmpty }
+        mesh.simulator.run(until: .zero + .seconds(60), checkEvery: .milliseconds(100)) { _ in !joiner.complete.isEmpty
+        }
         #expect(joiner.complete.contains(id), "the fetch did not finish once the holder stopped saying busy")
     }
 
-    @Test("an add that fails while the same bytes are being fetched leaves the fetch's chunks alone",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "an add that fails while the same bytes are being fetched leaves the fetch's chunks alone",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func failedAddOfContentBeingFetched(seed: UInt64) throws {
         var slow = SimNode.Configuration()
         slow.storage.delay = .milliseconds(1)...(.milliseconds(3))
@@ -505,8 +555,9 @@ struct NodeInstanceTests {
         #expect(mesh.leakViolations().isEmpty, "\(replay): \(mesh.leakViolations())")
     }
 
-    @Test("an add that fails while another member's add of the same bytes is present keeps them, and the remove collects them",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "an add that fails while another member's add of the same bytes is present keeps them, and the remove collects them",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func failedAddOfPresentContent(seed: UInt64) throws {
         var lazy = SimNode.Configuration()
         lazy.settings.lazy = true
@@ -532,8 +583,9 @@ struct NodeInstanceTests {
         #expect(mesh.leakViolations().isEmpty, "\(replay): \(mesh.leakViolations())")
     }
 
-    @Test("a holder that answers every manifest request at once with bad bytes is asked in rounds, not in a loop",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "a holder that answers every manifest request at once with bad bytes is asked in rounds, not in a loop",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func badManifestIsNotAskedInALoop(seed: UInt64) {
         var liar = SimNode.Configuration()
         liar.storage.corruptReads = true
@@ -549,8 +601,9 @@ struct NodeInstanceTests {
         #expect(asked > 0 && asked <= 30, "\(replay): the manifest was asked for \(asked) times")
     }
 
-    @Test("an add cut short by a crash between its ingest and its log append leaves nothing once the node starts again",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "an add cut short by a crash between its ingest and its log append leaves nothing once the node starts again",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func crashBetweenIngestAndAppend(seed: UInt64) throws {
         var slow = SimNode.Configuration()
         slow.storage.delay = .milliseconds(5)...(.milliseconds(5))
@@ -564,21 +617,27 @@ struct NodeInstanceTests {
         let attachedAt = MeshInstant.zero + .seconds(2)
         node.plan(at: attachedAt) { $0.attach(patternBytes(4096 * 6, salt: UInt8(seed % 100) + 100)) }
         mesh.simulator.run(until: .zero + .seconds(2))
-        mesh.simulator.at(attachedAt + .microseconds(7_500), "crash") { _ in mesh.restart(node.address, at: attachedAt + .seconds(1)) }
+        mesh.simulator.at(attachedAt + .microseconds(7_500), "crash") { _ in
+            mesh.restart(node.address, at: attachedAt + .seconds(1))
+        }
         mesh.simulator.run(until: attachedAt + .microseconds(8_000))
         let replay = SimulationSeeds.replay(seed)
         let crashed = mesh.node(node.address)
-        try #require(crashed.storage.chunks.chunks.count > 4, "\(replay): the second ingest was not stored before the crash")
+        try #require(
+            crashed.storage.chunks.chunks.count > 4, "\(replay): the second ingest was not stored before the crash")
         mesh.simulator.run(until: attachedAt + .seconds(3))
         let restarted = mesh.node(node.address)
         #expect(restarted.core.attachments.count == 1, "\(replay): \(restarted.core.attachments.count) attachments")
         // The first attachment's 3 chunks and manifest stay; the second's 6 chunks and manifest go.
-        #expect(restarted.storage.chunks.chunks.count == 4, "\(replay): \(restarted.storage.chunks.chunks.count) chunks stored")
+        #expect(
+            restarted.storage.chunks.chunks.count == 4,
+            "\(replay): \(restarted.storage.chunks.chunks.count) chunks stored")
         #expect(mesh.leakViolations().isEmpty, "\(replay): \(mesh.leakViolations())")
     }
 
-    @Test("after a restart the node knows where each chunk it holds belongs (the seeding rule serves its old attachments as before)",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "after a restart the node knows where each chunk it holds belongs (the seeding rule serves its old attachments as before)",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func chunkLocationsSurviveARestart(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)))
@@ -595,8 +654,9 @@ struct NodeInstanceTests {
         #expect(Set(restarted.core.chunkLocations.keys) == Set(before.keys), "\(replay)")
     }
 
-    @Test("a chunk found damaged on disk (by a load, or when a member asks for it) is fetched again: the load completes, the attachment is whole here again",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "a chunk found damaged on disk (by a load, or when a member asks for it) is fetched again: the load completes, the attachment is whole here again",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func damagedChunksAreFetchedAgain(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
         let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)))
@@ -626,12 +686,14 @@ struct NodeInstanceTests {
         #expect(asker.failedCommands.contains { $0.contains("load") }, "\(replay): \(asker.failedCommands)")
         mesh.restart(uploader.address, at: .zero + .seconds(26))
         mesh.simulator.run(until: .zero + .seconds(120))
-        #expect(holder.core.complete.contains(id) && holder.storage.chunks.missing(manifest).isEmpty,
-                "\(replay): the holder did not fetch what it lost once the uploader was back")
+        #expect(
+            holder.core.complete.contains(id) && holder.storage.chunks.missing(manifest).isEmpty,
+            "\(replay): the holder did not fetch what it lost once the uploader was back")
     }
 
-    @Test("replication tries a failed fetch again by itself: a holder whose disk could not be read for a while",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "replication tries a failed fetch again by itself: a holder whose disk could not be read for a while",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func failedFetchIsRetried(seed: UInt64) {
         let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)))
         let uploader = mesh.addNode(joiningThrough: [], at: .zero)

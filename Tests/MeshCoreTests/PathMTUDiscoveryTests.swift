@@ -19,8 +19,9 @@ struct PathMTUDiscoveryTests {
         var changes: [Int] = []
         var next = request(discovery.begin(holder, ipv6: false, now: now))
         while let asked = next, asked.size <= limit {
-            let directives = discovery.onProbe(PathProbe(token: asked.token, padding: 0), from: holder,
-                                               datagramSize: asked.size, now: now)
+            let directives = discovery.onProbe(
+                PathProbe(token: asked.token, padding: 0), from: holder,
+                datagramSize: asked.size, now: now)
             for case let .sizeChanged(_, size) in directives { changes.append(size) }
             next = request(directives)
         }
@@ -74,12 +75,21 @@ struct PathMTUDiscoveryTests {
             return
         }
         // A truncated datagram with the right token, a wrong token, another member's probe.
-        #expect(discovery.onProbe(PathProbe(token: asked.token, padding: 0), from: Self.holder,
-                                  datagramSize: asked.size - 1, now: Self.start).isEmpty)
-        #expect(discovery.onProbe(PathProbe(token: asked.token &+ 1, padding: 0), from: Self.holder,
-                                  datagramSize: asked.size, now: Self.start).isEmpty)
-        #expect(discovery.onProbe(PathProbe(token: asked.token, padding: 0), from: NodeID(high: 9, low: 9),
-                                  datagramSize: asked.size, now: Self.start).isEmpty)
+        #expect(
+            discovery.onProbe(
+                PathProbe(token: asked.token, padding: 0), from: Self.holder,
+                datagramSize: asked.size - 1, now: Self.start
+            ).isEmpty)
+        #expect(
+            discovery.onProbe(
+                PathProbe(token: asked.token &+ 1, padding: 0), from: Self.holder,
+                datagramSize: asked.size, now: Self.start
+            ).isEmpty)
+        #expect(
+            discovery.onProbe(
+                PathProbe(token: asked.token, padding: 0), from: NodeID(high: 9, low: 9),
+                datagramSize: asked.size, now: Self.start
+            ).isEmpty)
         #expect(discovery.datagramSize(from: Self.holder) == 1200)
     }
 
@@ -126,8 +136,9 @@ struct PathMTUDiscoveryTests {
             Issue.record("no confirmation asked for")
             return
         }
-        let answered = discovery.onProbe(PathProbe(token: confirmation.token, padding: 0), from: Self.holder,
-                                         datagramSize: confirmation.size, now: Self.start + .seconds(2))
+        let answered = discovery.onProbe(
+            PathProbe(token: confirmation.token, padding: 0), from: Self.holder,
+            datagramSize: confirmation.size, now: Self.start + .seconds(2))
         #expect(answered.isEmpty)
         #expect(discovery.datagramSize(from: Self.holder) == 8972)
         #expect(discovery.blackHoles == 0)
@@ -141,16 +152,20 @@ struct PathMTUDiscoveryTests {
             Issue.record("no probe asked for")
             return
         }
-        _ = discovery.onProbe(PathProbe(token: first.token, padding: 0), from: Self.holder, datagramSize: 1472, now: Self.start)
+        _ = discovery.onProbe(
+            PathProbe(token: first.token, padding: 0), from: Self.holder, datagramSize: 1472, now: Self.start)
         // Searching 4,052 now; two silences at the 1,472 in use interrupt it with a confirmation.
         _ = discovery.onSilence(from: Self.holder, datagramSize: 1472, now: Self.start)
-        guard let confirmation = Self.request(discovery.onSilence(from: Self.holder, datagramSize: 1472, now: Self.start)) else {
+        guard
+            let confirmation = Self.request(discovery.onSilence(from: Self.holder, datagramSize: 1472, now: Self.start))
+        else {
             Issue.record("no confirmation asked for")
             return
         }
         #expect(confirmation.size == 1472)
-        let resumed = discovery.onProbe(PathProbe(token: confirmation.token, padding: 0), from: Self.holder,
-                                        datagramSize: 1472, now: Self.start)
+        let resumed = discovery.onProbe(
+            PathProbe(token: confirmation.token, padding: 0), from: Self.holder,
+            datagramSize: 1472, now: Self.start)
         #expect(Self.request(resumed)?.size == 4052, "the search stopped for good after a confirmation")
     }
 
@@ -163,20 +178,23 @@ struct PathMTUDiscoveryTests {
             return
         }
         var probesOf4052 = 0
-        var directives = discovery.onProbe(PathProbe(token: first.token, padding: 0), from: Self.holder,
-                                           datagramSize: 1472, now: now)
+        var directives = discovery.onProbe(
+            PathProbe(token: first.token, padding: 0), from: Self.holder,
+            datagramSize: 1472, now: now)
         if Self.request(directives)?.size == 4052 { probesOf4052 += 1 }
         // The 4,052 probe is lost, and asked again once.
         now = discovery.nextDeadline ?? now
         if Self.request(discovery.onTick(now: now))?.size == 4052 { probesOf4052 += 1 }
         // Two silences interrupt it; the confirmation comes back.
         _ = discovery.onSilence(from: Self.holder, datagramSize: 1472, now: now)
-        guard let confirmation = Self.request(discovery.onSilence(from: Self.holder, datagramSize: 1472, now: now)) else {
+        guard let confirmation = Self.request(discovery.onSilence(from: Self.holder, datagramSize: 1472, now: now))
+        else {
             Issue.record("no confirmation asked for")
             return
         }
-        directives = discovery.onProbe(PathProbe(token: confirmation.token, padding: 0), from: Self.holder,
-                                       datagramSize: 1472, now: now)
+        directives = discovery.onProbe(
+            PathProbe(token: confirmation.token, padding: 0), from: Self.holder,
+            datagramSize: 1472, now: now)
         if Self.request(directives)?.size == 4052 { probesOf4052 += 1 }
         // Every later probe of 4,052 is lost too.
         for _ in 0..<10 {

@@ -29,11 +29,16 @@ struct PathMTUSimulationTests {
     func piecesFillThePath(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         for (mtu, expected) in [(nil, 8972), (1472 as Int?, 1472)] {
-            let link = LinkConditions(delay: .milliseconds(5), jitter: .milliseconds(1), lossProbability: 0.01, mtu: mtu)
+            let link = LinkConditions(
+                delay: .milliseconds(5), jitter: .milliseconds(1), lossProbability: 0.01, mtu: mtu)
             let (mesh, holder, joiner) = Self.mesh(seed: seed, link: link, size: 3 << 20)
             mesh.simulator.run(until: .zero + .seconds(20))
-            #expect(joiner.complete.count == 1, "\(replay), mtu \(String(describing: mtu)): the joiner never held the attachment")
-            #expect(joiner.core.pathMTU.datagramSize(from: holder.id) == expected, "\(replay), mtu \(String(describing: mtu))")
+            #expect(
+                joiner.complete.count == 1,
+                "\(replay), mtu \(String(describing: mtu)): the joiner never held the attachment")
+            #expect(
+                joiner.core.pathMTU.datagramSize(from: holder.id) == expected,
+                "\(replay), mtu \(String(describing: mtu))")
             // Pieces went in the datagrams the path proved, never larger: only the probe of the
             // next size (4,052), up to three times, was over the MTU.
             let overMTU = mesh.simulator.statistics.dropped.mtu
@@ -42,7 +47,9 @@ struct PathMTUSimulationTests {
                 #expect(overMTU == 0, "\(replay)")
             } else {
                 #expect(holder.largestDatagram == 4052, "\(replay): largest \(holder.largestDatagram)")
-                #expect((1...3).contains(overMTU), "\(replay): \(overMTU) datagrams over the MTU, black holes \(joiner.core.pathMTU.blackHoles)")
+                #expect(
+                    (1...3).contains(overMTU),
+                    "\(replay): \(overMTU) datagrams over the MTU, black holes \(joiner.core.pathMTU.blackHoles)")
             }
             #expect(mesh.nodeViolations() == [], "\(replay)")
         }
@@ -58,12 +65,14 @@ struct PathMTUSimulationTests {
         holder.plan(at: floodAt) { holder in transferBefore = holder.core.counters.sent.datagrams(.transfer) }
         flooder.plan(at: floodAt) { flooder in
             for token in 0..<100 {
-                flooder.inject([.pathProbeRequest(PathProbeRequest(token: UInt32(token), size: 8972))],
-                               to: holder.address, member: holder.id)
+                flooder.inject(
+                    [.pathProbeRequest(PathProbeRequest(token: UInt32(token), size: 8972))],
+                    to: holder.address, member: holder.id)
             }
             // Smaller than a probe can be, and larger than any node accepts.
             for size in [10, 60, 8973, 20_000, 65_535] {
-                flooder.inject([.pathProbeRequest(PathProbeRequest(token: 7, size: size))], to: holder.address, member: holder.id)
+                flooder.inject(
+                    [.pathProbeRequest(PathProbeRequest(token: 7, size: size))], to: holder.address, member: holder.id)
             }
         }
         mesh.simulator.run(until: floodAt + .milliseconds(500))
@@ -73,7 +82,8 @@ struct PathMTUSimulationTests {
         #expect(holder.largestDatagram == 8972, "the probes answered are as large as asked")
         // The next second brings a new budget.
         flooder.plan(at: floodAt + .seconds(2)) { flooder in
-            flooder.inject([.pathProbeRequest(PathProbeRequest(token: 1, size: 1472))], to: holder.address, member: holder.id)
+            flooder.inject(
+                [.pathProbeRequest(PathProbeRequest(token: 1, size: 1472))], to: holder.address, member: holder.id)
         }
         mesh.simulator.run(until: floodAt + .seconds(3))
         #expect(holder.core.counters.sent.datagrams(.transfer) - transferBefore == 11)

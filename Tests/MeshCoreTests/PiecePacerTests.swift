@@ -88,15 +88,20 @@ import Testing
         pacer.setRate(100 * (1000 + ChunkPiece.overhead), for: Self.peer)
         let a = SHA256Digest.hashing([1]), b = SHA256Digest.hashing([2]), c = SHA256Digest.hashing([3])
         for digest in [a, b, c] { pacer.enqueue(Self.pieces(of: digest, count: 3), digest: digest, to: Self.peer) }
-        let first = pacer.due(now: Self.ms(1000)).first { $0.peer == Self.peer }?.pieces.map { ($0.digest == a ? "a" : "b") + "\($0.index)" }
+        let first = pacer.due(now: Self.ms(1000)).first { $0.peer == Self.peer }?.pieces.map {
+            ($0.digest == a ? "a" : "b") + "\($0.index)"
+        }
         #expect(first == ["a0", "b0"])
         pacer.enqueue(Self.pieces(of: b, count: 3), digest: b, to: Self.other)
         #expect(pacer.cancel(b, for: Self.peer) == 2000, "b's unsent pieces only")
-        #expect(pacer.queuedBytes(for: Self.peer) == 5000 && pacer.queuedBytes(for: Self.other) == 3000,
-                "another member's copy stays")
+        #expect(
+            pacer.queuedBytes(for: Self.peer) == 5000 && pacer.queuedBytes(for: Self.other) == 3000,
+            "another member's copy stays")
         #expect(pacer.cancel(b, for: Self.peer) == 0, "twice is nothing")
         pacer.setRate(0, for: Self.peer)
-        let rest = pacer.due(now: Self.ms(1001)).first { $0.peer == Self.peer }?.pieces.map { ($0.digest == a ? "a" : "c") + "\($0.index)" }
+        let rest = pacer.due(now: Self.ms(1001)).first { $0.peer == Self.peer }?.pieces.map {
+            ($0.digest == a ? "a" : "c") + "\($0.index)"
+        }
         #expect(rest == ["c0", "a1", "c1", "a2", "c2"], "c's turn came after b's")
         #expect(pacer.queuedBytes == 0)
     }
@@ -106,7 +111,8 @@ import Testing
         pacer.setRate(1024, for: Self.peer)
         for index in 0..<10 {
             let digest = SHA256Digest.hashing([UInt8(index)])
-            #expect(pacer.enqueue(Array(Self.pieces(of: digest, count: 4)[0...0]), digest: digest, to: Self.peer) == 1000)
+            #expect(
+                pacer.enqueue(Array(Self.pieces(of: digest, count: 4)[0...0]), digest: digest, to: Self.peer) == 1000)
         }
         #expect(pacer.queuedChunks(for: Self.peer) == 10 && pacer.queuedBytes(for: Self.peer) == 10_000)
     }
@@ -141,6 +147,8 @@ import Testing
             pacer.enqueue(Self.pieces(of: later, count: 1), digest: later, to: Self.peer)
             _ = pacer.due(now: Self.ms(20_000 + Int64(index) * 100))
         }
-        #expect(pacer.leftAt(digest, for: Self.peer, now: Self.ms(30_000)) == nil, "the earliest is forgotten past the limit")
+        #expect(
+            pacer.leftAt(digest, for: Self.peer, now: Self.ms(30_000)) == nil,
+            "the earliest is forgotten past the limit")
     }
 }

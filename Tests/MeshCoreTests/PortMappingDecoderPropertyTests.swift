@@ -28,9 +28,11 @@ import Testing
         var rng = SplitMix64(seed: seed)
         let location = HTTPLocation(host: Self.gateway, port: 5000, path: "/rootDesc.xml")
         for iteration in 0..<testIterations(4_000) {
-            let input = Bool.random(using: &rng)
+            let input =
+                Bool.random(using: &rng)
                 ? DecoderPropertyTests.randomInput(using: &rng)
-                : DecoderPropertyTests.mutate(Self.answers[Int.random(in: 0..<Self.answers.count, using: &rng)], using: &rng)
+                : DecoderPropertyTests.mutate(
+                    Self.answers[Int.random(in: 0..<Self.answers.count, using: &rng)], using: &rng)
             if case let .map(_, _, _, nonce, _, _, _)? = PCPMessage.decode(input) {
                 #expect(nonce.count == 12, "seed \(seed) iteration \(iteration)")
             }
@@ -60,16 +62,19 @@ import Testing
         ]
         for iteration in 0..<testIterations(3_000) {
             let step = Int.random(in: 0..<path.count, using: &rng)
-            let input = Bool.random(using: &rng)
+            let input =
+                Bool.random(using: &rng)
                 ? DecoderPropertyTests.randomInput(using: &rng)
-                : DecoderPropertyTests.mutate(Self.answers[Int.random(in: 0..<Self.answers.count, using: &rng)], using: &rng)
+                : DecoderPropertyTests.mutate(
+                    Self.answers[Int.random(in: 0..<Self.answers.count, using: &rng)], using: &rng)
             var mapper = PortMappingInstance(internalPort: 7946, nonce: PortMappingTests.nonce)
             var out = mapper.setNetwork(gateway: Self.gateway, local: Self.gateway + 1, now: Self.now)
             var all = out
             for index in 0...step {
                 let answer = index == step ? input : path[index]
                 if let request = out.requests.last {
-                    out = mapper.httpAnswered(request.id, status: index == step && input.first == 1 ? 500 : 200, body: answer, now: Self.now)
+                    out = mapper.httpAnswered(
+                        request.id, status: index == step && input.first == 1 ? 500 : 200, body: answer, now: Self.now)
                 } else {
                     out = mapper.receive(answer, from: index == 2 ? Self.ssdp : Self.pcp, now: Self.now)
                 }
@@ -84,8 +89,9 @@ import Testing
             all += mapper.stop(now: now)
             for case let .mappingChanged(address?) in all {
                 guard case let .ipv4(host) = address.host else { Issue.record("IPv6 advertised"); continue }
-                #expect(!PortMappingInstance.isPrivate(host) && !PortMappingInstance.isUnusable(host) && address.port != 0,
-                        "seed \(seed) iteration \(iteration): advertised \(address)")
+                #expect(
+                    !PortMappingInstance.isPrivate(host) && !PortMappingInstance.isUnusable(host) && address.port != 0,
+                    "seed \(seed) iteration \(iteration): advertised \(address)")
             }
             #expect(all.count < 400, "seed \(seed) iteration \(iteration): \(all.count) directives")
             for case let .http(request) in all {

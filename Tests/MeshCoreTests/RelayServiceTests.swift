@@ -36,13 +36,15 @@ import Testing
     @Test func aPairGetsItsBurstThenTheBudgetsRateAndNoMore() {
         var relay = RelayService(settings: Self.owned(100_000, burst: 10_000))
         var forwarded = 0
-        for _ in 0..<20 where relay.admit(1000, from: Self.a, to: Self.b, reachable: true, now: Self.start) == .forward {
+        for _ in 0..<20 where relay.admit(1000, from: Self.a, to: Self.b, reachable: true, now: Self.start) == .forward
+        {
             forwarded += 1
         }
         #expect(forwarded == 10, "the burst, at once")
         // A second later: the rate's worth (100 datagrams of 1,000 bytes), capped at the burst.
         var later = 0
-        for _ in 0..<200 where relay.admit(1000, from: Self.a, to: Self.b, reachable: true, now: Self.start + .seconds(1)) == .forward {
+        for _ in 0..<200
+        where relay.admit(1000, from: Self.a, to: Self.b, reachable: true, now: Self.start + .seconds(1)) == .forward {
             later += 1
         }
         #expect(later == 10)
@@ -55,7 +57,8 @@ import Testing
         var relay = RelayService(settings: Self.owned(1, burst: 15_000))
         var forwarded = 0
         for pair in [(Self.a, Self.b), (Self.b, Self.a), (Self.c, Self.a)] {
-            for _ in 0..<10 where relay.admit(1000, from: pair.0, to: pair.1, reachable: true, now: Self.start) == .forward {
+            for _ in 0..<10
+            where relay.admit(1000, from: pair.0, to: pair.1, reachable: true, now: Self.start) == .forward {
                 forwarded += 1
             }
         }
@@ -66,7 +69,9 @@ import Testing
         var relay = RelayService(settings: Self.owned(1000, burst: 8000))
         // One pair takes nearly all the relay's room.
         for _ in 0..<7 { _ = relay.admit(1000, from: Self.a, to: Self.b, reachable: true, now: Self.start) }
-        #expect(relay.admit(100, from: Self.c, to: Self.b, reachable: true, now: Self.start) == .refuse(.busy, answer: true))
+        #expect(
+            relay.admit(100, from: Self.c, to: Self.b, reachable: true, now: Self.start) == .refuse(.busy, answer: true)
+        )
         // The pair it carries goes on within what is left; once room comes back, a new pair is taken.
         #expect(relay.admit(500, from: Self.a, to: Self.b, reachable: true, now: Self.start) == .forward)
         #expect(relay.admit(100, from: Self.c, to: Self.b, reachable: true, now: Self.start + .seconds(8)) == .forward)
@@ -95,7 +100,9 @@ import Testing
         // Water filling: 12 among asks of 1, 2 and two without bound (each a quarter would be 3).
         #expect(RelayService.fairShare(of: 12, demands: [1, 2], unknown: 2) == 4.5)
         #expect(RelayService.fairShare(of: 12, demands: [1, 5, 9], unknown: 0) == 6)
-        #expect(RelayService.fairShare(of: 12, demands: [1, 2], unknown: 0) == 11, "the larger may take all the other leaves")
+        #expect(
+            RelayService.fairShare(of: 12, demands: [1, 2], unknown: 0) == 11,
+            "the larger may take all the other leaves")
         #expect(RelayService.fairShare(of: 12, demands: [], unknown: 0) == 12)
         // A fetch through the relay: its pieces one way, its wants (a trickle) the other.
         var relay = RelayService(settings: Self.owned(10 * Self.mebibyte, burst: 64 << 10))
@@ -107,7 +114,9 @@ import Testing
             relay.observe(Self.own(sent: 0), now: now)
         }
         #expect(relay.currentBudget.activePairs == 2)
-        #expect(relay.currentBudget.perPair > 9 * Self.mebibyte, "the wants leave the pieces nearly all: \(relay.currentBudget)")
+        #expect(
+            relay.currentBudget.perPair > 9 * Self.mebibyte,
+            "the wants leave the pieces nearly all: \(relay.currentBudget)")
     }
 
     @Test func withoutASettingTheBudgetIsTwiceTheMeasuredCapacityWithinItsBounds() {
@@ -168,8 +177,9 @@ import Testing
         owned.observe(Self.own(sent: 0), now: Self.start)
         owned.observe(Self.own(sent: 10 * Self.mebibyte), now: Self.start + .milliseconds(500))
         owned.observe(Self.own(sent: 12_800 * 1024), now: Self.start + .seconds(1))
-        #expect(owned.currentBudget.yielding && owned.currentBudget.total == 2 * Self.mebibyte,
-                "\(owned.currentBudget)")
+        #expect(
+            owned.currentBudget.yielding && owned.currentBudget.total == 2 * Self.mebibyte,
+            "\(owned.currentBudget)")
     }
 
     @Test func burstsScaleWithTheRate() {
@@ -224,15 +234,22 @@ import Testing
         var settings = RelayService.Settings()
         settings.enabled = false
         var relay = RelayService(settings: settings)
-        #expect(relay.admit(100, from: Self.a, to: Self.b, reachable: true, now: Self.start) == .refuse(.disabled, answer: true))
-        #expect(relay.admit(100, from: Self.a, to: Self.b, reachable: true, now: Self.start + .milliseconds(500))
-            == .refuse(.disabled, answer: false))
-        #expect(relay.admit(100, from: Self.c, to: Self.b, reachable: true, now: Self.start + .milliseconds(500))
-            == .refuse(.disabled, answer: true))
-        #expect(relay.admit(100, from: Self.a, to: Self.b, reachable: true, now: Self.start + .seconds(1))
-            == .refuse(.disabled, answer: true))
+        #expect(
+            relay.admit(100, from: Self.a, to: Self.b, reachable: true, now: Self.start)
+                == .refuse(.disabled, answer: true))
+        #expect(
+            relay.admit(100, from: Self.a, to: Self.b, reachable: true, now: Self.start + .milliseconds(500))
+                == .refuse(.disabled, answer: false))
+        #expect(
+            relay.admit(100, from: Self.c, to: Self.b, reachable: true, now: Self.start + .milliseconds(500))
+                == .refuse(.disabled, answer: true))
+        #expect(
+            relay.admit(100, from: Self.a, to: Self.b, reachable: true, now: Self.start + .seconds(1))
+                == .refuse(.disabled, answer: true))
         var open = RelayService()
-        #expect(open.admit(100, from: Self.a, to: Self.b, reachable: false, now: Self.start) == .refuse(.unreachable, answer: true))
+        #expect(
+            open.admit(100, from: Self.a, to: Self.b, reachable: false, now: Self.start)
+                == .refuse(.unreachable, answer: true))
         #expect(open.counters.refused == 1 && open.counters.forwardedDatagrams == 0)
     }
 
@@ -241,10 +258,12 @@ import Testing
         settings.maxPairs = 8
         var relay = RelayService(settings: settings)
         for low in 0..<100 {
-            _ = relay.admit(100, from: NodeID(high: 1, low: UInt64(low)), to: Self.b, reachable: true,
-                            now: Self.start + .milliseconds(low))
-            _ = relay.admit(100, from: NodeID(high: 2, low: UInt64(low)), to: Self.b, reachable: false,
-                            now: Self.start + .milliseconds(low))
+            _ = relay.admit(
+                100, from: NodeID(high: 1, low: UInt64(low)), to: Self.b, reachable: true,
+                now: Self.start + .milliseconds(low))
+            _ = relay.admit(
+                100, from: NodeID(high: 2, low: UInt64(low)), to: Self.b, reachable: false,
+                now: Self.start + .milliseconds(low))
         }
         #expect(relay.trackedPairs <= 8)
         relay.forget(Self.b)

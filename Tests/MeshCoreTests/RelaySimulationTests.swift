@@ -18,16 +18,20 @@ struct RelaySimulationTests {
     /// the publics) and one behind MASQUERADE.
     /// Birthday rounds are off unless `birthday`: a probe could land by luck on the one mapping
     /// the symmetric side made towards the home, and punch the pair these tests keep relayed.
-    static func mesh(seed: UInt64, publics: Int, birthday: Bool = false,
-                     public configure: (Int, inout SimNode.Configuration) -> Void = { _, _ in })
-        -> (mesh: SimMesh, symmetric: SimNode, home: SimNode) {
+    static func mesh(
+        seed: UInt64, publics: Int, birthday: Bool = false,
+        public configure: (Int, inout SimNode.Configuration) -> Void = { _, _ in }
+    )
+        -> (mesh: SimMesh, symmetric: SimNode, home: SimNode)
+    {
         let mesh = SimMesh(seed: seed, link: AddressDiscoverySimulationTests.link)
         for index in 0..<(publics + 2) {
             var configuration = mesh.configuration
             configuration.settings.birthday.enabled = birthday
             if index < publics { configure(index, &configuration) }
-            mesh.addNode(joiningThrough: index == 0 ? [] : [SimAddress(0)], at: .zero + .milliseconds(100 * index),
-                         configuration: configuration)
+            mesh.addNode(
+                joiningThrough: index == 0 ? [] : [SimAddress(0)], at: .zero + .milliseconds(100 * index),
+                configuration: configuration)
         }
         mesh.simulator.addNAT(.symmetric, for: [SimAddress(publics)])
         mesh.simulator.addNAT(.masquerade, for: [SimAddress(publics + 1)])
@@ -45,15 +49,18 @@ struct RelaySimulationTests {
             + "B→A \(b.core.paths.state(of: a.id)) via \(b.core.paths.relay(of: a.id).map { "\($0)" } ?? "-")"
     }
 
-    @Test("a symmetric NAT and a MASQUERADE home talk through the member on the open network, which cannot open what it carries",
-          arguments: seeds)
+    @Test(
+        "a symmetric NAT and a MASQUERADE home talk through the member on the open network, which cannot open what it carries",
+        arguments: seeds)
     func aSymmetricHomeIsReachedThroughARelay(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         // The relay is lazy: it fetches nothing it is not asked for, so the attachment can come
         // only from the member behind the symmetric NAT, through it.
         let (mesh, a, b) = Self.mesh(seed: seed, publics: 1) { _, configuration in configuration.settings.lazy = true }
         let relay = mesh.node(SimAddress(0))
-        let outcome = mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in Self.relayed(a, b, through: relay) }
+        let outcome = mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in
+            Self.relayed(a, b, through: relay)
+        }
         #expect(outcome == .satisfied, "\(replay): \(Self.describe(a, b))")
         #expect(a.core.pathAddress(of: b.id) == a.core.pathAddress(of: relay.id), "\(replay): sent to the relay")
 
@@ -68,8 +75,10 @@ struct RelaySimulationTests {
         #expect(b.complete.count == 1, "\(replay): the attachment did not come through the relay")
         #expect(relay.complete.isEmpty && relay.reliableReceived.isEmpty, "\(replay)")
         let carried = relay.core.relayService.counters
-        #expect(carried.forwardedDatagrams > 0 && carried.forwardedBytes > UInt64(bytes.count),
-                "\(replay): \(carried); B fetched \(b.core.counters.chunkPayloadBytesFetched), A sent \(a.core.counters.chunkPayloadBytesSent), relayed \(a.core.counters.relayedSent)/\(b.core.counters.relayedReceived), punches \(a.core.paths.punchesSucceeded)/\(b.core.paths.punchesSucceeded)")
+        #expect(
+            carried.forwardedDatagrams > 0 && carried.forwardedBytes > UInt64(bytes.count),
+            "\(replay): \(carried); B fetched \(b.core.counters.chunkPayloadBytesFetched), A sent \(a.core.counters.chunkPayloadBytesSent), relayed \(a.core.counters.relayedSent)/\(b.core.counters.relayedReceived), punches \(a.core.paths.punchesSucceeded)/\(b.core.paths.punchesSucceeded)"
+        )
         // The relay opened none of it: it holds no key of the pair's, and its messenger got nothing.
         #expect(relay.core.counters.relayedReceived == 0, "\(replay)")
         #expect(a.core.counters.relayedSent > 0 && b.core.counters.relayedReceived > 0, "\(replay)")
@@ -77,8 +86,9 @@ struct RelaySimulationTests {
         #expect(Self.relayed(a, b, through: relay), "\(replay): the relayed path did not hold: \(Self.describe(a, b))")
     }
 
-    @Test("a pair fetching through a relay's budget settles near it: drops over the budget slow the fetch, never stall it",
-          arguments: seeds)
+    @Test(
+        "a pair fetching through a relay's budget settles near it: drops over the budget slow the fetch, never stall it",
+        arguments: seeds)
     func aFetchThroughABudgetSettlesNearIt(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let budget = 2 << 20
@@ -87,7 +97,9 @@ struct RelaySimulationTests {
             configuration.settings.relay.budget = budget
         }
         let relay = mesh.node(SimAddress(0))
-        let outcome = mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in Self.relayed(a, b, through: relay) }
+        let outcome = mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in
+            Self.relayed(a, b, through: relay)
+        }
         #expect(outcome == .satisfied, "\(replay): \(Self.describe(a, b))")
         var random = SplitMix64(seed: seed)
         let size = 4 << 20
@@ -109,8 +121,9 @@ struct RelaySimulationTests {
         #expect(carried.droppedOverRate * 5 < carried.forwardedDatagrams, "\(replay): \(carried)")
     }
 
-    @Test("the relay leaves: the pair moves to the other member on the open network within seconds, and nobody is declared dead",
-          arguments: seeds)
+    @Test(
+        "the relay leaves: the pair moves to the other member on the open network within seconds, and nobody is declared dead",
+        arguments: seeds)
     func aPairMovesWhenItsRelayLeaves(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let (mesh, a, b) = Self.mesh(seed: seed, publics: 2)
@@ -124,7 +137,9 @@ struct RelaySimulationTests {
         guard let leaving = first, let other = publics.first(where: { $0 !== leaving }) else { return }
         leaving.leave(waitingForReplication: false)
         // At the next check after the departure is known: within a few seconds.
-        let moved = mesh.simulator.run(for: .seconds(4), checkEvery: .milliseconds(100)) { _ in Self.relayed(a, b, through: other) }
+        let moved = mesh.simulator.run(for: .seconds(4), checkEvery: .milliseconds(100)) { _ in
+            Self.relayed(a, b, through: other)
+        }
         #expect(moved == .satisfied, "\(replay): \(Self.describe(a, b))")
         a.sendMessage([3], to: [b.id], mode: .reliable)
         mesh.simulator.run(for: .seconds(20))
@@ -151,11 +166,14 @@ struct RelaySimulationTests {
         #expect(mesh.deaths.count == 0, "\(replay): \(mesh.deaths.count) deaths")
     }
 
-    @Test("with every member on the open network refusing to relay (--no-relay), the pair says unreachable; membership still holds both alive",
-          arguments: seeds)
+    @Test(
+        "with every member on the open network refusing to relay (--no-relay), the pair says unreachable; membership still holds both alive",
+        arguments: seeds)
     func withNoRelayThePairIsUnreachable(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
-        let (mesh, a, b) = Self.mesh(seed: seed, publics: 1) { _, configuration in configuration.settings.relay.enabled = false }
+        let (mesh, a, b) = Self.mesh(seed: seed, publics: 1) { _, configuration in
+            configuration.settings.relay.enabled = false
+        }
         let relay = mesh.node(SimAddress(0))
         let outcome = mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in
             a.core.paths.state(of: b.id) == .unreachable && b.core.paths.state(of: a.id) == .unreachable
@@ -170,13 +188,15 @@ struct RelaySimulationTests {
         // hundred); it is taken back at the next gossip. What must hold: nobody stays dead.
         mesh.simulator.run(for: .seconds(10))
         let views = [(a, b), (b, a), (relay, a), (relay, b)]
-        #expect(views.allSatisfy { $0.0.membership.member($0.1.id)?.status == .alive },
-                "\(replay): \(mesh.deaths.count) deaths: \(mesh.deaths)")
+        #expect(
+            views.allSatisfy { $0.0.membership.member($0.1.id)?.status == .alive },
+            "\(replay): \(mesh.deaths.count) deaths: \(mesh.deaths)")
         #expect(mesh.deaths.count <= 2, "\(replay): \(mesh.deaths.count) deaths: \(mesh.deaths)")
     }
 
-    @Test("a member cannot make a relay carry to an outsider, pass its own datagrams off as another's, or nest relays",
-          arguments: seeds)
+    @Test(
+        "a member cannot make a relay carry to an outsider, pass its own datagrams off as another's, or nest relays",
+        arguments: seeds)
     func relayFramesFromAHostileMemberAreRefusedOrDropped(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = AddressDiscoverySimulationTests.mesh(seed: seed, publics: 3, homes: [])
@@ -187,18 +207,24 @@ struct RelaySimulationTests {
         for step in 0..<50 {
             liar.plan(at: .zero + .seconds(5) + .milliseconds(100 * step)) { node in
                 // To someone who is no member: refused, never sent anywhere.
-                node.inject([.relayForward(RelayedDatagram(peer: outsider, datagram: ByteBuffer(repeating: 7, count: 100)))],
-                            to: relay.address, member: relay.id)
+                node.inject(
+                    [.relayForward(RelayedDatagram(peer: outsider, datagram: ByteBuffer(repeating: 7, count: 100)))],
+                    to: relay.address, member: relay.id)
                 // Its own datagram, said to come from the relay: the origin is checked against the seal.
                 if let own = node.seal([.ping(Ping(token: 1))], for: victim.id) {
-                    node.inject([.relayDelivery(RelayedDatagram(peer: relay.id, datagram: own))], to: victim.address, member: victim.id)
+                    node.inject(
+                        [.relayDelivery(RelayedDatagram(peer: relay.id, datagram: own))], to: victim.address,
+                        member: victim.id)
                 }
                 // A relayed datagram that asks the victim to relay further (relays do not chain),
                 // ten times in one datagram (one forward per datagram: no multiplying).
-                if let nested = node.seal([.relayForward(RelayedDatagram(peer: relay.id, datagram: ByteBuffer(repeating: 9, count: 100)))],
-                                          for: victim.id) {
-                    node.inject(Array(repeating: .relayForward(RelayedDatagram(peer: victim.id, datagram: nested)), count: 10),
-                                to: relay.address, member: relay.id)
+                if let nested = node.seal(
+                    [.relayForward(RelayedDatagram(peer: relay.id, datagram: ByteBuffer(repeating: 9, count: 100)))],
+                    for: victim.id)
+                {
+                    node.inject(
+                        Array(repeating: .relayForward(RelayedDatagram(peer: victim.id, datagram: nested)), count: 10),
+                        to: relay.address, member: relay.id)
                 }
             }
         }
@@ -217,8 +243,9 @@ struct RelaySimulationTests {
         #expect(mesh.deaths.count == 0, "\(replay)")
     }
 
-    @Test("a member reached only through a relay is handed the new key epoch through it when a third member is removed, with nothing of its own getting through",
-          arguments: seeds)
+    @Test(
+        "a member reached only through a relay is handed the new key epoch through it when a third member is removed, with nothing of its own getting through",
+        arguments: seeds)
     func aRelayedMemberIsHandedTheNewEpochThroughItsRelay(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let (mesh, a, b) = Self.mesh(seed: seed, publics: 2)
@@ -234,8 +261,11 @@ struct RelaySimulationTests {
         // mappings stay): it cannot catch up by being answered, only by being handed the epoch
         // the way the others' datagrams reach it (the relay straight, the home through the relay).
         for other in [relay, removed, b] {
-            mesh.simulator.setLink(from: a.address, to: other.address, LinkConditions(delay: .milliseconds(5),
-                                                                                       lossProbability: 1))
+            mesh.simulator.setLink(
+                from: a.address, to: other.address,
+                LinkConditions(
+                    delay: .milliseconds(5),
+                    lossProbability: 1))
         }
         let before = a.sessionID
         b.removeMember(removed.id)

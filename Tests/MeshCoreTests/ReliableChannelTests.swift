@@ -51,7 +51,8 @@ struct ChannelPair {
         var sentData = false
         defer {
             if sentData {
-                flights.append(Flight(time: now, bytesInFlight: sender.bytesInFlight, window: sender.window, acked: acksSeen > 0))
+                flights.append(
+                    Flight(time: now, bytesInFlight: sender.bytesInFlight, window: sender.window, acked: acksSeen > 0))
             }
         }
         while true {
@@ -188,7 +189,8 @@ struct ReliableChannelTests {
     func timeoutRetransmitsEarliest() throws {
         var pair = ChannelPair()
         for index in 0..<20 {
-            pair.sender.enqueue(messageID: UInt64(index + 1), payload: patternBytes(1000, salt: UInt8(index)), fragmentSize: 1082)
+            pair.sender.enqueue(
+                messageID: UInt64(index + 1), payload: patternBytes(1000, salt: UInt8(index)), fragmentSize: 1082)
         }
         pair.drop = { _, _ in true }  // a black hole
         pair.pump()
@@ -241,7 +243,8 @@ struct ReliableChannelTests {
         let idle = pair.run(until: pair.now + .seconds(1))
         #expect(idle)
         #expect(!pair.forwards.isEmpty)
-        expectMessages(pair.delivered, [patternBytes(500, salt: 2)], "a message the sender reported delivered must be delivered:")
+        expectMessages(
+            pair.delivered, [patternBytes(500, salt: 2)], "a message the sender reported delivered must be delivered:")
     }
 
     @Test("an abandoned message is skipped; the ones behind it are not stalled")
@@ -272,7 +275,7 @@ struct ReliableChannelTests {
     func partialMessageDiscarded() {
         var pair = ChannelPair()
         pair.sender.enqueue(messageID: 1, payload: patternBytes(4000, salt: 1), fragmentSize: 1082)  // TSN 1–4
-        pair.sender.enqueue(messageID: 2, payload: patternBytes(10, salt: 2), fragmentSize: 1082)    // TSN 5
+        pair.sender.enqueue(messageID: 2, payload: patternBytes(10, salt: 2), fragmentSize: 1082)  // TSN 5
         pair.drop = { frame, _ in
             if case let .data(chunk) = frame { return chunk.tsn == 3 }
             return false
@@ -333,14 +336,17 @@ struct ReliableChannelTests {
             for case let .data(chunk) in frames { sentTSNs.append(chunk.tsn) }
         }
         #expect(sentTSNs.count < 186)
-        let completed = sender.onAck(DeliveryAck(cumulative: .max, window: .max, ranges: [(UInt64.max - 5)...UInt64.max]),
-                                     now: MeshInstant(nanoseconds: 5_000_000))
+        let completed = sender.onAck(
+            DeliveryAck(cumulative: .max, window: .max, ranges: [(UInt64.max - 5)...UInt64.max]),
+            now: MeshInstant(nanoseconds: 5_000_000))
         #expect(completed.isEmpty, "messages whose chunks were never sent cannot be acknowledged")
         #expect(sender.pendingMessages == 2)
         #expect(sender.peerCumulative <= sentTSNs.max() ?? 0)
         // The rest still goes out.
         var later: [UInt64] = []
-        while case let frames = sender.nextFrames(budget: 1142, now: MeshInstant(nanoseconds: 5_000_000)), !frames.isEmpty {
+        while case let frames = sender.nextFrames(budget: 1142, now: MeshInstant(nanoseconds: 5_000_000)),
+            !frames.isEmpty
+        {
             for case let .data(chunk) in frames { later.append(chunk.tsn) }
         }
         #expect(later.first == (sentTSNs.max() ?? 0) + 1)
@@ -354,7 +360,8 @@ struct ReliableChannelTests {
         // Everything acknowledged: then stale or forged acks straddling the top.
         #expect(sender.onAck(DeliveryAck(cumulative: 3, window: 1000), now: .zero).sorted() == [1, 2, 3])
         #expect(sender.onAck(DeliveryAck(cumulative: 0, window: 1000, ranges: [2...UInt64.max]), now: .zero).isEmpty)
-        #expect(sender.onAck(DeliveryAck(cumulative: 1, window: 0, ranges: [3...10, 12...UInt64.max]), now: .zero).isEmpty)
+        #expect(
+            sender.onAck(DeliveryAck(cumulative: 1, window: 0, ranges: [3...10, 12...UInt64.max]), now: .zero).isEmpty)
         #expect(sender.isIdle)
         // Nothing pending at all, and a range from 1 to the end.
         var fresh = ReliableSender()
@@ -431,7 +438,9 @@ struct ReliableChannelTests {
         for frame in frames { FrameCodec.encode(frame, into: &buffer) }
         #expect(FrameCodec.decodeAll(&buffer).success == frames)
         // More than 16 ranges are cut to 16 when built.
-        let many: [ClosedRange<UInt64>] = (UInt64(0)..<20).map { index -> ClosedRange<UInt64> in (10 * index + 5)...(10 * index + 6) }
+        let many: [ClosedRange<UInt64>] = (UInt64(0)..<20).map { index -> ClosedRange<UInt64> in
+            (10 * index + 5)...(10 * index + 6)
+        }
         #expect(DeliveryAck(cumulative: 0, window: 1, ranges: many).ranges.count == DeliveryAck.maxRanges)
     }
 
@@ -456,7 +465,9 @@ struct ReliableChannelTests {
 
     @Test("malformed delivery frames are refused by the decoder, never trusted")
     func malformedDeliveryFrames() {
-        let seventeen: [(UInt64, UInt64)] = (UInt64(0)..<17).map { index -> (UInt64, UInt64) in (2 * index + 1, 2 * index + 1) }
+        let seventeen: [(UInt64, UInt64)] = (UInt64(0)..<17).map { index -> (UInt64, UInt64) in
+            (2 * index + 1, 2 * index + 1)
+        }
         let bad: [(String, FrameType, [UInt8])] = [
             ("ranges out of order", .ack, Self.ackBody(0, [(5, 6), (3, 4)])),
             ("overlapping ranges", .ack, Self.ackBody(0, [(3, 6), (5, 8)])),
@@ -488,6 +499,7 @@ struct ReliableChannelTests {
         _ = receiver.onData(DataChunk(tsn: 2, flags: 0, body: [UInt8](repeating: 2, count: 600)))
         #expect(receiver.onData(DataChunk(tsn: 3, flags: DataChunk.ends, body: [3])).isEmpty)
         #expect(receiver.ack.window == 1000)
-        #expect(receiver.onData(DataChunk(tsn: 4, flags: 3, body: [4])).map(\.payload) == [[4]], "the next message is fine")
+        #expect(
+            receiver.onData(DataChunk(tsn: 4, flags: 3, body: [4])).map(\.payload) == [[4]], "the next message is fine")
     }
 }

@@ -40,15 +40,21 @@ struct RemovalNoticeSimulationTests {
         let (a, b, c) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)))
         mesh.simulator.run(until: .zero + .seconds(4))
         // Signed by b, removing a (not c), out of the epoch they are all in: c is not the one named.
-        let aboutA = KeyRotation(previousSession: c.sessionID, nextSession: SessionID(value: 42), removed: [a.id],
-                                 signingKey: b.identity.publicKey).signed(by: Ed25519Authority(identity: b.identity))
+        let aboutA = KeyRotation(
+            previousSession: c.sessionID, nextSession: SessionID(value: 42), removed: [a.id],
+            signingKey: b.identity.publicKey
+        ).signed(by: Ed25519Authority(identity: b.identity))
         // Removing c, signed by an identity that is no member's.
         let stranger = NodeIdentity.generate()
-        let elsewhere = KeyRotation(previousSession: c.sessionID, nextSession: SessionID(value: 43), removed: [c.id],
-                                    signingKey: stranger.publicKey).signed(by: Ed25519Authority(identity: stranger))
+        let elsewhere = KeyRotation(
+            previousSession: c.sessionID, nextSession: SessionID(value: 43), removed: [c.id],
+            signingKey: stranger.publicKey
+        ).signed(by: Ed25519Authority(identity: stranger))
         // Removing c, with a signature that is not its author's.
-        let forged = KeyRotation(previousSession: c.sessionID, nextSession: SessionID(value: 44), removed: [c.id],
-                                 signingKey: a.identity.publicKey).signed(by: Ed25519Authority(identity: b.identity))
+        let forged = KeyRotation(
+            previousSession: c.sessionID, nextSession: SessionID(value: 44), removed: [c.id],
+            signingKey: a.identity.publicKey
+        ).signed(by: Ed25519Authority(identity: b.identity))
         let refusedBefore = c.core.counters.handoversRefused
         // Hello datagrams of the session, as a removal notice travels, sealed with b's keys.
         var sealer = b.core.codec

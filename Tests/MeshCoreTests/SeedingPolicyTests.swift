@@ -11,8 +11,9 @@ struct SeedingPolicyTests {
     /// An uploader seeding chunk 0 of two, which records a copy whenever it does not answer "left to
     /// others" (as the node does once it admits the want); `leftAt` says when a member's copy left.
     struct Seed {
-        let manifest = Manifest(size: 2048, chunkSize: 1024,
-                                chunks: [SHA256Digest.hashing([0]), SHA256Digest.hashing([1])])
+        let manifest = Manifest(
+            size: 2048, chunkSize: 1024,
+            chunks: [SHA256Digest.hashing([0]), SHA256Digest.hashing([1])])
         let start = SeedingPolicyTests.start
         var policy = SeedingPolicy()
         var holders: [NodeID: ChunkBitmap] = [:]
@@ -20,8 +21,9 @@ struct SeedingPolicyTests {
 
         mutating func verdict(_ peer: NodeID, after: Duration, admitted: Bool = true) -> SeedingPolicy.Verdict {
             let now = start + after
-            let verdict = policy.verdict(attachment: manifest.id, index: 0, to: peer, seeders: [], holders: holders,
-                                         now: now, leftAt: { [leftAt] in leftAt($0, now) })
+            let verdict = policy.verdict(
+                attachment: manifest.id, index: 0, to: peer, seeders: [], holders: holders,
+                now: now, leftAt: { [leftAt] in leftAt($0, now) })
             if verdict != .leave, admitted { policy.admitted(attachment: manifest.id, index: 0, to: peer, now: now) }
             return verdict
         }
@@ -33,10 +35,12 @@ struct SeedingPolicyTests {
         var uploader = Seed()
         #expect(uploader.verdict(first, after: .zero) == .serve)
         // The re-ask for the pieces lost on the way, well inside the seeding interval.
-        #expect(uploader.verdict(first, after: .milliseconds(10)) == .serve,
-                "a re-ask for lost pieces would wait out the interval")
+        #expect(
+            uploader.verdict(first, after: .milliseconds(10)) == .serve,
+            "a re-ask for lost pieces would wait out the interval")
         #expect(uploader.verdict(second, after: .milliseconds(20)) == .leave, "a second member is sent to the first")
-        #expect(uploader.verdict(second, after: uploader.policy.settings.seedingInterval + .milliseconds(20))
+        #expect(
+            uploader.verdict(second, after: uploader.policy.settings.seedingInterval + .milliseconds(20))
                 == .serveAgain(.firstCopyLost))
     }
 
@@ -51,10 +55,12 @@ struct SeedingPolicyTests {
         uploader.leftAt = { member, now in member == first ? min(now, start + .seconds(5)) : nil }
         #expect(uploader.verdict(first, after: .zero) == .serve)
         #expect(uploader.verdict(second, after: .seconds(3)) == .leave, "a second copy while the first is still queued")
-        #expect(uploader.verdict(second, after: .milliseconds(5_100)) == .leave,
-                "the interval counts from when the copy's last piece left, not from the want")
-        #expect(uploader.verdict(second, after: .milliseconds(7_100)) == .serveAgain(.firstCopyLost),
-                "a copy gone for the interval was lost: sent again")
+        #expect(
+            uploader.verdict(second, after: .milliseconds(5_100)) == .leave,
+            "the interval counts from when the copy's last piece left, not from the want")
+        #expect(
+            uploader.verdict(second, after: .milliseconds(7_100)) == .serveAgain(.firstCopyLost),
+            "a copy gone for the interval was lost: sent again")
     }
 
     @Test("super-seeding: once the patience has passed since the first member asked, the chunk goes to another too")
@@ -67,8 +73,9 @@ struct SeedingPolicyTests {
         // The slow member's re-ask does not restart the patience.
         #expect(uploader.verdict(slow, after: patience / 2) == .serve)
         #expect(uploader.verdict(other, after: patience - .milliseconds(1)) == .leave)
-        #expect(uploader.verdict(other, after: patience) == .serveAgain(.firstCopyTooSlow),
-                "the others would wait as long as the slow member's pace takes")
+        #expect(
+            uploader.verdict(other, after: patience) == .serveAgain(.firstCopyTooSlow),
+            "the others would wait as long as the slow member's pace takes")
         // A member whose re-asks keep its copy fresh, with nothing queued (its wants answered busy
         // by a full queue, say), holds the chunk no longer than the patience either.
         var hoarded = Seed()
@@ -83,8 +90,9 @@ struct SeedingPolicyTests {
         let refused = NodeID(high: 1, low: 1), other = NodeID(high: 2, low: 2)
         var uploader = Seed()
         #expect(uploader.verdict(refused, after: .zero, admitted: false) == .serve)
-        #expect(uploader.verdict(other, after: .milliseconds(100)) == .serve,
-                "nothing is on its way to the refused member")
+        #expect(
+            uploader.verdict(other, after: .milliseconds(100)) == .serve,
+            "nothing is on its way to the refused member")
     }
 
     @Test("super-seeding: left to a member seen fetching, not to a claim of the whole file; another seed serves all")
@@ -95,10 +103,13 @@ struct SeedingPolicyTests {
         let start = Self.start
         var first = ChunkBitmap(count: 2)
         first.insert(0)
-        func verdict(_ policy: inout SeedingPolicy, holders: [NodeID: ChunkBitmap], seeders: Set<NodeID> = [uploader],
-                     after: Duration = .zero) -> SeedingPolicy.Verdict {
-            policy.verdict(attachment: manifest.id, index: 0, to: asker, seeders: seeders, holders: holders,
-                           now: start + after, leftAt: { _ in nil })
+        func verdict(
+            _ policy: inout SeedingPolicy, holders: [NodeID: ChunkBitmap], seeders: Set<NodeID> = [uploader],
+            after: Duration = .zero
+        ) -> SeedingPolicy.Verdict {
+            policy.verdict(
+                attachment: manifest.id, index: 0, to: asker, seeders: seeders, holders: holders,
+                now: start + after, leftAt: { _ in nil })
         }
         // The uploader leaves a chunk to a member still fetching that announced it.
         var seed = SeedingPolicy()
@@ -106,13 +117,16 @@ struct SeedingPolicyTests {
         let fetching = [other: first]
         let grace = seed.settings.busyGrace
         #expect(verdict(&seed, holders: fetching) == .leave, "the chunk is left to the member fetching it")
-        #expect(verdict(&seed, holders: fetching, after: grace) == .serveAgain(.turnedAwayTooLong),
-                "a member that does not pass it on must not starve the asker")
-        #expect(verdict(&seed, holders: fetching, after: grace + .milliseconds(1)) == .serveAgain(.turnedAwayTooLong),
-                "a want the queue refused is no copy: the grace still stands")
+        #expect(
+            verdict(&seed, holders: fetching, after: grace) == .serveAgain(.turnedAwayTooLong),
+            "a member that does not pass it on must not starve the asker")
+        #expect(
+            verdict(&seed, holders: fetching, after: grace + .milliseconds(1)) == .serveAgain(.turnedAwayTooLong),
+            "a want the queue refused is no copy: the grace still stands")
         seed.admitted(attachment: manifest.id, index: 0, to: asker, now: start + grace)
-        #expect(verdict(&seed, holders: fetching, after: grace + .seconds(1)) == .serve,
-                "its asks for pieces it lost are served too (one copy, counted once), not turned away 5 s again")
+        #expect(
+            verdict(&seed, holders: fetching, after: grace + .seconds(1)) == .serve,
+            "its asks for pieces it lost are served too (one copy, counted once), not turned away 5 s again")
         // Once that member holds it whole, the chunk is still left to it (before, any whole copy
         // turned seeding off, and the uploader served all it was asked)...
         var fetched = SeedingPolicy()
@@ -130,9 +144,10 @@ struct SeedingPolicyTests {
         // send the asker to the other.
         var twin = SeedingPolicy()
         twin.admitted(attachment: manifest.id, index: 0, to: NodeID(high: 3, low: 3), now: start)
-        #expect(verdict(&twin, holders: [other: .full(2)], seeders: [uploader, other], after: .milliseconds(100))
+        #expect(
+            verdict(&twin, holders: [other: .full(2)], seeders: [uploader, other], after: .milliseconds(100))
                 == .serve,
-                "with another seed, a chunk just sent to one member still goes to the next")
+            "with another seed, a chunk just sent to one member still goes to the next")
     }
 
     @Test("a member that goes takes its copy, its refusals and its fetching with it")
@@ -142,8 +157,9 @@ struct SeedingPolicyTests {
         #expect(uploader.verdict(first, after: .zero) == .serve)
         #expect(uploader.verdict(second, after: .milliseconds(10)) == .leave)
         uploader.policy.removePeer(first)
-        #expect(uploader.verdict(second, after: .milliseconds(20)) == .serve,
-                "a copy lost with its member holds the chunk for nobody: a plain first copy, not a second")
+        #expect(
+            uploader.verdict(second, after: .milliseconds(20)) == .serve,
+            "a copy lost with its member holds the chunk for nobody: a plain first copy, not a second")
 
         // A member seen fetching, and the asker it turned away, both go and come back.
         let fetcher = NodeID(high: 3, low: 3)
@@ -163,11 +179,13 @@ struct SeedingPolicyTests {
         // Gone and back holding the whole: a claim of the whole file, no longer a member seen fetching.
         seed.policy.removePeer(fetcher)
         seed.holders = [fetcher: .full(2)]
-        #expect(seed.verdict(first, after: grace * 2 + .seconds(3)) == .leave,
-                "the copy to the returned asker is on its way")
+        #expect(
+            seed.verdict(first, after: grace * 2 + .seconds(3)) == .leave,
+            "the copy to the returned asker is on its way")
         seed.policy.removePeer(second)
-        #expect(seed.verdict(first, after: grace * 2 + .seconds(4)) == .serve,
-                "nobody's fetching is remembered for the returned holder, and no copy is on its way")
+        #expect(
+            seed.verdict(first, after: grace * 2 + .seconds(4)) == .serve,
+            "nobody's fetching is remembered for the returned holder, and no copy is on its way")
     }
 
     /// With nobody else holding the chunk, every verdict follows from the one copy on its way:
@@ -197,8 +215,9 @@ struct SeedingPolicyTests {
             } else {
                 expected = .serve
             }
-            let verdict = policy.verdict(attachment: attachment, index: index, to: peer, seeders: [], holders: [:],
-                                         now: now, leftAt: { _ in nil })
+            let verdict = policy.verdict(
+                attachment: attachment, index: index, to: peer, seeders: [], holders: [:],
+                now: now, leftAt: { _ in nil })
             #expect(verdict == expected, "seed \(seed) at \(now): chunk \(index) to \(peer)")
             if case .serveAgain = verdict { seconds += 1 }
             guard verdict != .leave, random.next() % 5 != 0 else { continue }

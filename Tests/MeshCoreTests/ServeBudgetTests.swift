@@ -39,6 +39,7 @@ struct ServeBudgetTests {
         #expect(budget.count == 4)
         budget.charge(100, of: 100, to: Self.key(1, 10), now: Self.at(1200))
         #expect(budget.count == 2, "the entries from before the window were forgotten")
-        #expect(!budget.allows(Self.key(1, 9), now: Self.at(1200)) && !budget.allows(Self.key(1, 10), now: Self.at(1200)))
+        #expect(
+            !budget.allows(Self.key(1, 9), now: Self.at(1200)) && !budget.allows(Self.key(1, 10), now: Self.at(1200)))
     }
 }

@@ -24,8 +24,11 @@ struct SessionEndSimulationTests {
     func endUnderLoss(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let loss = [0.05, 0.1, 0.2][Int(seed % 3)]
-        let mesh = Self.mesh(seed: seed, count: 6, link: LinkConditions(delay: .milliseconds(3), jitter: .milliseconds(2),
-                                                                         lossProbability: loss))
+        let mesh = Self.mesh(
+            seed: seed, count: 6,
+            link: LinkConditions(
+                delay: .milliseconds(3), jitter: .milliseconds(2),
+                lossProbability: loss))
         let ender = mesh.node(SimAddress(Int(seed % 6)))
         ender.plan(at: .zero + .seconds(6)) { $0.end() }
         mesh.simulator.run(until: .zero + .seconds(6))
@@ -43,7 +46,9 @@ struct SessionEndSimulationTests {
         #expect(problems.isEmpty, "\(replay): \(problems.prefix(4))")
     }
 
-    @Test("an end sent the moment a member joined reaches it: the ender waits for its earlier messages too", arguments: seeds)
+    @Test(
+        "an end sent the moment a member joined reaches it: the ender waits for its earlier messages too",
+        arguments: seeds)
     func endRightAfterAJoin(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)))
@@ -66,8 +71,10 @@ struct SessionEndSimulationTests {
     func badEnds(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = Self.mesh(seed: seed, count: 4, link: LinkConditions(delay: .milliseconds(2)))
-        let (a, b, c, mallory) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)),
-                                  mesh.node(SimAddress(3)))
+        let (a, b, c, mallory) = (
+            mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)),
+            mesh.node(SimAddress(3))
+        )
         mesh.simulator.run(until: .zero + .seconds(4))
         // Signed by the wrong key: b's name on it, mallory's signature.
         let forged = SessionEnd(signingKey: b.identity.publicKey, session: a.sessionID)
@@ -88,20 +95,25 @@ struct SessionEndSimulationTests {
         mesh.simulator.run(until: .zero + .seconds(20))
         for node in [a, b, c] {
             #expect(node.core.phase != .stopped, "\(replay): \(node.address) stopped")
-            #expect(node.sessionEndedBy == nil, "\(replay): \(node.address) took an end by \(String(describing: node.sessionEndedBy))")
+            #expect(
+                node.sessionEndedBy == nil,
+                "\(replay): \(node.address) took an end by \(String(describing: node.sessionEndedBy))")
             #expect(node.storage.ended == nil, "\(replay): \(node.address) recorded an end")
         }
         #expect(b.core.counters.endsRefused >= 1, "\(replay): the old epoch's end was not refused (was it delivered?)")
     }
 
-    @Test("a member offline during the end learns it from the first member that knows and starts again; bad ends still change nothing",
-          arguments: seeds.prefix(3))
+    @Test(
+        "a member offline during the end learns it from the first member that knows and starts again; bad ends still change nothing",
+        arguments: seeds.prefix(3))
     func anOfflineMemberLearnsTheEndLater(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
         let link = LinkConditions(delay: .milliseconds(3), jitter: .milliseconds(1))
         let mesh = Self.mesh(seed: seed, count: 4, link: link)
-        let (a, b, c, away) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)),
-                               mesh.node(SimAddress(3)))
+        let (a, b, c, away) = (
+            mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)),
+            mesh.node(SimAddress(3))
+        )
         mesh.simulator.run(until: .zero + .seconds(6))
         #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
         // Asleep: the others see it dead and end the session without it.
@@ -155,8 +167,9 @@ struct SessionEndSimulationTests {
         #expect(restarted.isDone, "\(replay): the notice did not stop after its two seconds")
     }
 
-    @Test("a member back while the ender still waits for acknowledgements is answered with the end and leaves",
-          arguments: seeds.prefix(2))
+    @Test(
+        "a member back while the ender still waits for acknowledgements is answered with the end and leaves",
+        arguments: seeds.prefix(2))
     func aMemberBackDuringTheEndIsAnswered(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = Self.mesh(seed: seed, count: 3, link: LinkConditions(delay: .milliseconds(3)))
@@ -176,10 +189,14 @@ struct SessionEndSimulationTests {
         away.plan(at: mesh.simulator.now + .milliseconds(1)) { node in
             node.inject([.ping(Ping(token: 7))], to: ender.address, member: ender.id)
         }
-        let told = mesh.simulator.run(for: .seconds(2), checkEvery: .milliseconds(10)) { _ in away.core.phase == .stopped }
+        let told = mesh.simulator.run(for: .seconds(2), checkEvery: .milliseconds(10)) { _ in
+            away.core.phase == .stopped
+        }
         #expect(told == .satisfied, "\(replay): the member back was not told")
         #expect(away.sessionEndedBy == ender.id, "\(replay)")
         // Its own datagrams came too (it is back): answered at most once a second.
-        #expect((1...3).contains(ender.core.counters.endsAnswered), "\(replay): \(ender.core.counters.endsAnswered) answers")
+        #expect(
+            (1...3).contains(ender.core.counters.endsAnswered), "\(replay): \(ender.core.counters.endsAnswered) answers"
+        )
     }
 }

@@ -10,7 +10,8 @@ import Testing
 
     /// RFC 5769 §2.1: a request with SOFTWARE, PRIORITY, ICE-CONTROLLED, USERNAME,
     /// MESSAGE-INTEGRITY (short-term password) and FINGERPRINT.
-    static let sampleRequest = hex("""
+    static let sampleRequest = hex(
+        """
         000100582112a442b7e7a701bc34d686fa87dfae802200105354554e2074657374
         20636c69656e74002400046e0001ff80290008932ff9b151263b36000600096576
         746a3a68367659202020000800149aeaa70cbfd8cb56781ef2b5b2d3f249c1b571
@@ -18,21 +19,24 @@ import Testing
         """)
 
     /// RFC 5769 §2.2: a success response with XOR-MAPPED-ADDRESS 192.0.2.1:32853.
-    static let sampleIPv4Response = hex("""
+    static let sampleIPv4Response = hex(
+        """
         0101003c2112a442b7e7a701bc34d686fa87dfae8022000b7465737420766563746f7220
         002000080001a147e112a643000800142b91f599fd9e90c38c7489f92af9ba53f06be7d7
         80280004c07d4c96
         """)
 
     /// RFC 5769 §2.3: the same with XOR-MAPPED-ADDRESS [2001:db8:1234:5678:11:2233:4455:6677]:32853.
-    static let sampleIPv6Response = hex("""
+    static let sampleIPv6Response = hex(
+        """
         010100482112a442b7e7a701bc34d686fa87dfae8022000b7465737420766563746f7220
         002000140002a1470113a9faa5d3f179bc25f4b5bed2b9d900080014a382954e4be67bf1
         1784c97c8292c275bfe3ed4180280004c8fb0b4c
         """)
 
     /// RFC 5769 §2.4: a request with long-term credentials (USERNAME, NONCE, REALM, MESSAGE-INTEGRITY).
-    static let sampleLongTermRequest = hex("""
+    static let sampleLongTermRequest = hex(
+        """
         000100602112a44278ad3433c6ad72c029da412e00060012e3839ee38388e383aae3
         8383e382afe382b90000001500 1c662f2f3439396b393534643 64f4c33346f4c39
         4653547679363473410014000b6578616d706c652e6f726700000800 14f6702465
@@ -60,18 +64,23 @@ import Testing
         #expect(message.xorMappedAddress == (try PeerAddress(parsing: "192.0.2.1:32853")))
         let key = Array("VOkJxbRl1RmTxUk/WvJxBt".utf8)
         #expect(received.hasValidIntegrity(key: key) && received.fingerprintIsValid)
-        let rebuilt = StunMessage(method: .binding, messageClass: .success, transactionID: message.transactionID,
-                                  attributes: [.software("test vector"), .xorMappedAddress(try PeerAddress(parsing: "192.0.2.1:32853"))])
+        let rebuilt = StunMessage(
+            method: .binding, messageClass: .success, transactionID: message.transactionID,
+            attributes: [.software("test vector"), .xorMappedAddress(try PeerAddress(parsing: "192.0.2.1:32853"))])
         #expect(rebuilt.encoded(integrityKey: key, fingerprint: true, padding: 0x20) == Self.sampleIPv4Response)
     }
 
     @Test func sampleIPv6ResponseDecodes() throws {
         let received = try StunMessage.decode(Self.sampleIPv6Response)
-        #expect(received.message.xorMappedAddress == (try PeerAddress(parsing: "[2001:db8:1234:5678:11:2233:4455:6677]:32853")))
+        #expect(
+            received.message.xorMappedAddress
+                == (try PeerAddress(parsing: "[2001:db8:1234:5678:11:2233:4455:6677]:32853")))
         #expect(received.hasValidIntegrity(key: Array("VOkJxbRl1RmTxUk/WvJxBt".utf8)) && received.fingerprintIsValid)
-        let rebuilt = StunMessage(method: .binding, messageClass: .success, transactionID: received.message.transactionID,
-                                  attributes: [.software("test vector"), .xorMappedAddress(received.message.xorMappedAddress!)])
-        #expect(rebuilt.encoded(integrityKey: Array("VOkJxbRl1RmTxUk/WvJxBt".utf8), fingerprint: true, padding: 0x20)
+        let rebuilt = StunMessage(
+            method: .binding, messageClass: .success, transactionID: received.message.transactionID,
+            attributes: [.software("test vector"), .xorMappedAddress(received.message.xorMappedAddress!)])
+        #expect(
+            rebuilt.encoded(integrityKey: Array("VOkJxbRl1RmTxUk/WvJxBt".utf8), fingerprint: true, padding: 0x20)
                 == Self.sampleIPv6Response)
     }
 
@@ -84,9 +93,12 @@ import Testing
         // The password "The\u{00AD}M\u{00AA}tr\u{2168}" after SASLprep.
         let key = StunIntegrity.longTermKey(username: username, realm: "example.org", password: "TheMatrIX")
         #expect(received.hasValidIntegrity(key: key))
-        #expect(!received.hasValidIntegrity(key: StunIntegrity.longTermKey(username: username, realm: "example.org", password: "TheMatrix")))
-        let rebuilt = StunMessage(method: .binding, messageClass: .request, transactionID: received.message.transactionID,
-                                  attributes: [.username(username), .nonce("f//499k954d6OL34oL9FSTvy64sA"), .realm("example.org")])
+        #expect(
+            !received.hasValidIntegrity(
+                key: StunIntegrity.longTermKey(username: username, realm: "example.org", password: "TheMatrix")))
+        let rebuilt = StunMessage(
+            method: .binding, messageClass: .request, transactionID: received.message.transactionID,
+            attributes: [.username(username), .nonce("f//499k954d6OL34oL9FSTvy64sA"), .realm("example.org")])
         #expect(rebuilt.encoded(integrityKey: key) == Self.sampleLongTermRequest)
     }
 
@@ -99,7 +111,8 @@ import Testing
             .xorPeerAddress(try PeerAddress(parsing: "10.0.0.1:65535")),
             .xorRelayedAddress(try PeerAddress(parsing: "198.51.100.10:49152")),
             .errorCode(code: 438, reason: "Stale Nonce"), .realm("lab"), .nonce("abc"), .username("mesh"),
-            .lifetime(600), .data([1, 2, 3, 4, 5]), .channelNumber(0x4001), .requestedTransport(17), .software("groupmesh"),
+            .lifetime(600), .data([1, 2, 3, 4, 5]), .channelNumber(0x4001), .requestedTransport(17),
+            .software("groupmesh"),
         ]
         let message = StunMessage(method: .allocate, messageClass: .error, transactionID: id, attributes: attributes)
         let key = StunIntegrity.longTermKey(username: "mesh", realm: "lab", password: "secret")
@@ -114,7 +127,8 @@ import Testing
         var random = SplitMix64(seed: 1)
         for method in [StunMessage.Method.binding, .allocate, .refresh, .send, .data, .createPermission, .channelBind] {
             for messageClass in [StunMessage.Class.request, .indication, .success, .error] {
-                let message = StunMessage(method: method, messageClass: messageClass, transactionID: .init(random: &random))
+                let message = StunMessage(
+                    method: method, messageClass: messageClass, transactionID: .init(random: &random))
                 let decoded = try StunMessage.decode(message.encoded()).message
                 #expect(decoded == message)
             }

@@ -59,10 +59,14 @@ final class SwarmProcess: SimulatedProcess {
         switch message {
         case let .request(index):
             guard have.contains(index) else { return }
-            guard corrupt || !seeds || seeding.verdict(attachment: manifest.id, index: index, to: peer,
-                                                       seeders: [Self.id(SimAddress(0))],
-                                                       holders: scheduler.announced(manifest.id), now: now,
-                                                       leftAt: { _ in nil }) != .leave else {
+            guard
+                corrupt || !seeds
+                    || seeding.verdict(
+                        attachment: manifest.id, index: index, to: peer,
+                        seeders: [Self.id(SimAddress(0))],
+                        holders: scheduler.announced(manifest.id), now: now,
+                        leftAt: { _ in nil }) != .leave
+            else {
                 context.send(Self.encode(.busy(index: index)), to: sender)
                 return
             }
@@ -169,8 +173,9 @@ struct SwarmSimulationTests {
     static func attachment(seed: UInt64) -> (Manifest, [[UInt8]]) {
         var random = SplitMix64(seed: seed)
         let chunks = (0..<chunkCount).map { _ in random.bytes(chunkSize) }
-        let manifest = Manifest(size: UInt64(chunkCount * chunkSize), chunkSize: chunkSize,
-                                chunks: chunks.map { SHA256Digest.hashing($0) })
+        let manifest = Manifest(
+            size: UInt64(chunkCount * chunkSize), chunkSize: chunkSize,
+            chunks: chunks.map { SHA256Digest.hashing($0) })
         return (manifest, chunks)
     }
 
@@ -180,20 +185,25 @@ struct SwarmSimulationTests {
         let simulator = Simulator(seed: seed, defaultLink: link)
         var processes: [SwarmProcess] = []
         for index in 0...joiners {
-            processes.append(SwarmProcess(manifest: manifest, content: content, holdsAll: index == 0, seed: seed &+ UInt64(index)))
+            processes.append(
+                SwarmProcess(manifest: manifest, content: content, holdsAll: index == 0, seed: seed &+ UInt64(index)))
         }
         let addresses = processes.enumerated().map { index, process in
             simulator.addNode(process, startingAt: .zero + .milliseconds(index == 0 ? 0 : 50 + 10 * index))
         }
-        for process in processes { process.peers = addresses.filter { $0 != addresses[processes.firstIndex { $0 === process }!] } }
+        for process in processes {
+            process.peers = addresses.filter { $0 != addresses[processes.firstIndex { $0 === process }!] }
+        }
         return (simulator, processes)
     }
 
-    static let lossy = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(3), lossProbability: 0.1,
-                                      duplicationProbability: 0.02, reorderProbability: 0.1)
+    static let lossy = LinkConditions(
+        delay: .milliseconds(2), jitter: .milliseconds(3), lossProbability: 0.1,
+        duplicationProbability: 0.02, reorderProbability: 0.1)
 
-    @Test("1 uploader and 20 late joiners under loss all end with every chunk; the uploader sends < 1.5× the size",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "1 uploader and 20 late joiners under loss all end with every chunk; the uploader sends < 1.5× the size",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func lateJoinersSwarm(seed: UInt64) {
         let (simulator, processes) = Self.swarm(seed: seed, joiners: 20, link: Self.lossy)
         let outcome = simulator.run(for: .seconds(120), checkEvery: .milliseconds(100)) { _ in
@@ -202,12 +212,16 @@ struct SwarmSimulationTests {
         #expect(outcome == .satisfied, "\(SimulationSeeds.replay(seed)): \(processes.map { $0.have.held })")
         let size = Self.chunkCount * Self.chunkSize
         let ratio = Double(processes[0].payloadSent) / Double(size)
-        #expect(ratio < 1.5, "\(SimulationSeeds.replay(seed)): uploader sent \(ratio)× the attachment; served per chunk \(processes[0].servedCount.values.sorted())")
+        #expect(
+            ratio < 1.5,
+            "\(SimulationSeeds.replay(seed)): uploader sent \(ratio)× the attachment; served per chunk \(processes[0].servedCount.values.sorted())"
+        )
         #expect(processes.allSatisfy { $0.maxInFlightOverWindow <= 0 }, "a window was exceeded")
     }
 
-    @Test("a holder serving corrupted chunks is detected and avoided; the transfer completes from the others",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "a holder serving corrupted chunks is detected and avoided; the transfer completes from the others",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func corruptHolder(seed: UInt64) {
         let (simulator, processes) = Self.swarm(seed: seed, joiners: 4, link: .default)
         // Node 1 claims everything but serves garbage.
@@ -221,8 +235,9 @@ struct SwarmSimulationTests {
         let rejected = processes[2...].reduce(0) { $0 + $1.rejected }
         #expect(rejected > 0, "the liar was asked and caught")
         for process in processes[2...] {
-            #expect(process.scheduler.isAvoided(SwarmProcess.id(SimAddress(1))) || process.rejected < 3,
-                    "a repeat offender is avoided")
+            #expect(
+                process.scheduler.isAvoided(SwarmProcess.id(SimAddress(1))) || process.rejected < 3,
+                "a repeat offender is avoided")
             #expect(process.rejected <= 3 + TransferScheduler.Settings().maximumWindow, "bad chunks are bounded")
         }
     }

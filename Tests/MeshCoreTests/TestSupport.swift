@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 import MeshCrypto
 import NIOCore
@@ -27,7 +27,9 @@ func testSeed(_ fallback: UInt64) -> UInt64 {
 
 /// Iterations for property tests: `GROUPMESH_TEST_ITERATIONS` when set, else `fallback`.
 func testIterations(_ fallback: Int) -> Int {
-    if let text = getenv("GROUPMESH_TEST_ITERATIONS"), let value = Int(String(cString: text)), value > 0 { return value }
+    if let text = getenv("GROUPMESH_TEST_ITERATIONS"), let value = Int(String(cString: text)), value > 0 {
+        return value
+    }
     return fallback
 }
 
@@ -115,8 +117,9 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
     let v6 = PeerAddress(ipv6: rng.bytes(16), port: .max)
     let identity = try! NodeIdentity(seed: rng.bytes(32))
     func record(name: String, addresses: [PeerAddress]) -> MemberRecord {
-        var record = MemberRecord(signingKey: identity.publicKey, name: name, addresses: addresses,
-                                  incarnation: rng.next(), bootID: rng.next(), ephemeralKey: rng.bytes(32))
+        var record = MemberRecord(
+            signingKey: identity.publicKey, name: name, addresses: addresses,
+            incarnation: rng.next(), bootID: rng.next(), ephemeralKey: rng.bytes(32))
         record.signature = identity.sign(record.signedBytes)
         return record
     }
@@ -133,8 +136,10 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .alive(record(name: "", addresses: [])),
         .alive(record(name: "alice", addresses: [v4, v6])),
         .alive(record(name: "zoë 🎉", addresses: [v6])),
-        .alive(record(name: String(repeating: "n", count: MemberRecord.maxNameBytes),
-                      addresses: [PeerAddress](repeating: v4, count: MemberRecord.maxAddresses))),
+        .alive(
+            record(
+                name: String(repeating: "n", count: MemberRecord.maxNameBytes),
+                addresses: [PeerAddress](repeating: v4, count: MemberRecord.maxAddresses))),
         .suspect(Accusation(member: some, incarnation: 0, accuser: zero)),
         .suspect(Accusation(member: ones, incarnation: .max, accuser: some)),
         .dead(Accusation(member: some, incarnation: rng.next(), accuser: ones)),
@@ -142,12 +147,18 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .left(Departure(member: zero, incarnation: .max, signature: [UInt8](repeating: 0, count: 64))),
         .syncRequest(SyncRequest(isJoin: true)), .syncRequest(SyncRequest(isJoin: false)),
         .stateDigest(StateDigest(isRequest: true, lower: zero, upper: nil, entries: [])),
-        .stateDigest(StateDigest(isRequest: false, lower: zero, upper: ones, entries: [
-            StateDigest.Entry(member: NodeID(high: 0, low: 1), incarnation: 0, status: .alive),
-            StateDigest.Entry(member: some, incarnation: .max, status: .left)].sorted { $0.member < $1.member })),
+        .stateDigest(
+            StateDigest(
+                isRequest: false, lower: zero, upper: ones,
+                entries: [
+                    StateDigest.Entry(member: NodeID(high: 0, low: 1), incarnation: 0, status: .alive),
+                    StateDigest.Entry(member: some, incarnation: .max, status: .left),
+                ].sorted { $0.member < $1.member })),
         .stateDigest(StateDigest(summarizing: [], lower: zero, upper: nil)),
-        .stateDigest(StateDigest(summarizing: [StateDigest.Entry(member: some, incarnation: 7, status: .suspect)],
-                                 lower: NodeID(high: 0, low: 1), upper: ones)),
+        .stateDigest(
+            StateDigest(
+                summarizing: [StateDigest.Entry(member: some, incarnation: 7, status: .suspect)],
+                lower: NodeID(high: 0, low: 1), upper: ones)),
         .data(DataChunk(tsn: 1, flags: DataChunk.begins | DataChunk.ends, body: [])),
         .data(DataChunk(tsn: rng.next(), flags: DataChunk.begins, body: rng.bytes(1000))),
         .data(DataChunk(tsn: 2, flags: DataChunk.ends, body: rng.bytes(40), stream: .journal)),
@@ -162,7 +173,8 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .chunkWant(ChunkWant(digest: digest, pieceSize: 1099, rate: 1_250_000)),
         .chunkPace(ChunkPace(rate: 0)), .chunkPace(ChunkPace(rate: 6 << 20)),
         .chunkCancel(ChunkCancel(digest: digest)),
-        .pathProbeRequest(PathProbeRequest(token: 0, size: 1472)), .pathProbeRequest(PathProbeRequest(token: .max, size: 65535)),
+        .pathProbeRequest(PathProbeRequest(token: 0, size: 1472)),
+        .pathProbeRequest(PathProbeRequest(token: .max, size: 65535)),
         .pathProbe(PathProbe(token: 1, padding: 0)), .pathProbe(PathProbe(token: .max, padding: 8900)),
         .observedAddress(ObservedAddress(address: v4)), .observedAddress(ObservedAddress(address: v6)),
         .punchRequest(PunchRequest(target: some)), .punchRequest(PunchRequest(target: zero)),
@@ -173,36 +185,55 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .relayForward(RelayedDatagram(peer: ones, datagram: buffer(rng.bytes(1277)))),
         .relayDelivery(RelayedDatagram(peer: zero, datagram: buffer(rng.bytes(64)))),
         .relayDelivery(RelayedDatagram(peer: some, datagram: buffer(rng.bytes(RelayedDatagram.maxDatagramSize)))),
-        .relayRefusal(RelayRefusal(peer: some, reason: .disabled)), .relayRefusal(RelayRefusal(peer: ones, reason: .unreachable)),
+        .relayRefusal(RelayRefusal(peer: some, reason: .disabled)),
+        .relayRefusal(RelayRefusal(peer: ones, reason: .unreachable)),
         .relayRefusal(RelayRefusal(peer: zero, reason: .busy)),
         .birthdayRound(BirthdayRound(token: 1, step: .offer, nat: .symmetric, addresses: [v4])),
         .birthdayRound(BirthdayRound(token: .max, step: .ready, nat: .unknown, addresses: [])),
         .birthdayRound(BirthdayRound(token: 7, step: .ready, nat: .endpointIndependent, addresses: [v4, v6, v4, v6])),
-        .chunkPiece(ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 0, payload: buffer(rng.bytes(1099)))),
-        .chunkPiece(ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 2, sentAt: .max,
-                               payload: buffer(rng.bytes(802)))),
+        .chunkPiece(
+            ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 0, payload: buffer(rng.bytes(1099)))),
+        .chunkPiece(
+            ChunkPiece(
+                digest: digest, chunkLength: 3000, pieceSize: 1099, index: 2, sentAt: .max,
+                payload: buffer(rng.bytes(802)))),
         .chunkPiece(ChunkPiece(digest: digest, chunkLength: 1, pieceSize: 1099, index: 0, payload: buffer([7]))),
-        .chunkAbsent(ChunkAbsent(digest: digest, reason: .notHeld)), .chunkAbsent(ChunkAbsent(digest: digest, reason: .busy)),
+        .chunkAbsent(ChunkAbsent(digest: digest, reason: .notHeld)),
+        .chunkAbsent(ChunkAbsent(digest: digest, reason: .busy)),
         .chunkAbsent(ChunkAbsent(digest: digest, reason: .leftToOthers)),
-        .epochHandover(EpochHandover(
-            rotation: KeyRotation(previousSession: SessionID(value: rng.next()), nextSession: SessionID(value: rng.next()),
-                                  removed: [some], signingKey: identity.publicKey, signature: identity.sign([2])),
-            sender: record(name: "handing", addresses: [v4]), recipient: ones, recipientBoot: rng.next(),
-            nonce: PacketNonce.packetNumber(rng.next()), sealedSecret: rng.bytes(EpochHandover.sealedSecretByteCount))),
-        .epochHandover(EpochHandover(
-            rotation: KeyRotation(previousSession: SessionID(value: 0), nextSession: SessionID(value: .max),
-                                  removed: [], signingKey: identity.publicKey, signature: [UInt8](repeating: 0, count: 64)),
-            sender: record(name: "", addresses: []), recipient: zero, recipientBoot: 0,
-            nonce: PacketNonce.packetNumber(0), sealedSecret: [UInt8](repeating: 0, count: EpochHandover.sealedSecretByteCount))),
-        .removalNotice(KeyRotation(previousSession: SessionID(value: rng.next()), nextSession: SessionID(value: rng.next()),
-                                   removed: [some, ones], roster: [rng.next(), 7], signingKey: identity.publicKey,
-                                   signature: identity.sign([3]))),
-        .removalNotice(KeyRotation(previousSession: SessionID(value: 0), nextSession: SessionID(value: .max), removed: [],
-                                   signingKey: identity.publicKey, signature: [UInt8](repeating: 0, count: 64))),
-        .sessionEnd(SessionEnd(signingKey: identity.publicKey, session: SessionID(value: rng.next()),
-                               signature: identity.sign([4]))),
-        .sessionEnd(SessionEnd(signingKey: identity.publicKey, session: SessionID(value: 0),
-                               signature: [UInt8](repeating: 0, count: 64))),
+        .epochHandover(
+            EpochHandover(
+                rotation: KeyRotation(
+                    previousSession: SessionID(value: rng.next()), nextSession: SessionID(value: rng.next()),
+                    removed: [some], signingKey: identity.publicKey, signature: identity.sign([2])),
+                sender: record(name: "handing", addresses: [v4]), recipient: ones, recipientBoot: rng.next(),
+                nonce: PacketNonce.packetNumber(rng.next()),
+                sealedSecret: rng.bytes(EpochHandover.sealedSecretByteCount))),
+        .epochHandover(
+            EpochHandover(
+                rotation: KeyRotation(
+                    previousSession: SessionID(value: 0), nextSession: SessionID(value: .max),
+                    removed: [], signingKey: identity.publicKey, signature: [UInt8](repeating: 0, count: 64)),
+                sender: record(name: "", addresses: []), recipient: zero, recipientBoot: 0,
+                nonce: PacketNonce.packetNumber(0),
+                sealedSecret: [UInt8](repeating: 0, count: EpochHandover.sealedSecretByteCount))),
+        .removalNotice(
+            KeyRotation(
+                previousSession: SessionID(value: rng.next()), nextSession: SessionID(value: rng.next()),
+                removed: [some, ones], roster: [rng.next(), 7], signingKey: identity.publicKey,
+                signature: identity.sign([3]))),
+        .removalNotice(
+            KeyRotation(
+                previousSession: SessionID(value: 0), nextSession: SessionID(value: .max), removed: [],
+                signingKey: identity.publicKey, signature: [UInt8](repeating: 0, count: 64))),
+        .sessionEnd(
+            SessionEnd(
+                signingKey: identity.publicKey, session: SessionID(value: rng.next()),
+                signature: identity.sign([4]))),
+        .sessionEnd(
+            SessionEnd(
+                signingKey: identity.publicKey, session: SessionID(value: 0),
+                signature: [UInt8](repeating: 0, count: 64))),
     ]
 }
 

@@ -8,8 +8,10 @@ import Testing
 
     /// Pieces of 1,400 bytes at `rate` bytes per second from `start` for `seconds`; judged at
     /// every piece. Returns when it first read as unheard.
-    static func feed(_ pace: inout ToldPace, rate: Double, from start: MeshInstant, seconds: Double,
-                     window: Duration = .milliseconds(50)) -> MeshInstant? {
+    static func feed(
+        _ pace: inout ToldPace, rate: Double, from start: MeshInstant, seconds: Double,
+        window: Duration = .milliseconds(50)
+    ) -> MeshInstant? {
         var t = 0.0
         while t < seconds {
             let now = start + .seconds(t)
@@ -24,8 +26,9 @@ import Testing
     func keptPaceIsHeard() {
         var pace = ToldPace(rate: 1_000_000, at: Self.told, showsAfter: .milliseconds(40))
         #expect(Self.feed(&pace, rate: 1_000_000, from: Self.told, seconds: 3) == nil)
-        #expect(Self.feed(&pace, rate: 1_300_000, from: Self.told + .seconds(3), seconds: 3) == nil,
-                "under the factor")
+        #expect(
+            Self.feed(&pace, rate: 1_300_000, from: Self.told + .seconds(3), seconds: 3) == nil,
+            "under the factor")
         #expect(Self.feed(&pace, rate: 100_000, from: Self.told + .seconds(6), seconds: 3) == nil)
     }
 

@@ -34,8 +34,9 @@ struct TransferSchedulerTests {
         return scheduler
     }
 
-    @Test("windows fill, nothing more is asked while they are full, and a chunk that arrives opens its sender's",
-          arguments: 1...5 as ClosedRange<UInt64>)
+    @Test(
+        "windows fill, nothing more is asked while they are full, and a chunk that arrives opens its sender's",
+        arguments: 1...5 as ClosedRange<UInt64>)
     func windowsBoundRequests(seed: UInt64) {
         var scheduler = scheduler(seed: seed, secondHolds: .full(8))
         let opening = scheduler.nextRequests(now: Self.start)
@@ -43,8 +44,12 @@ struct TransferSchedulerTests {
         #expect(opening.count == 2 * window, "seed \(seed)")
         #expect(opening.filter { $0.peer == first }.count == window, "seed \(seed)")
         #expect(Set(opening.map(\.index)).count == opening.count, "seed \(seed): a chunk asked twice")
-        #expect(opening.allSatisfy { $0.attachment == manifest.id && $0.digest == manifest.chunks[$0.index] }, "seed \(seed)")
-        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(1)).isEmpty, "seed \(seed): asked past a full window")
+        #expect(
+            opening.allSatisfy { $0.attachment == manifest.id && $0.digest == manifest.chunks[$0.index] },
+            "seed \(seed)")
+        #expect(
+            scheduler.nextRequests(now: Self.start + .milliseconds(1)).isEmpty, "seed \(seed): asked past a full window"
+        )
 
         guard let done = opening.first(where: { $0.peer == first }) else { return }
         scheduler.onPieceBytes(manifest.chunkSize, of: manifest.id, index: done.index, from: first)
@@ -57,7 +62,8 @@ struct TransferSchedulerTests {
 
     /// A fetch of 32 chunks that only `first` holds, with its first window asked.
     func openedByOneHolder(seed: UInt64) -> (TransferScheduler, Manifest, [TransferScheduler.Request]) {
-        let manifest = Manifest(size: 32 * 1024, chunkSize: 1024, chunks: (0..<32).map { SHA256Digest.hashing([UInt8($0), 7]) })
+        let manifest = Manifest(
+            size: 32 * 1024, chunkSize: 1024, chunks: (0..<32).map { SHA256Digest.hashing([UInt8($0), 7]) })
         var scheduler = TransferScheduler(seed: seed)
         scheduler.start(manifest, have: ChunkBitmap(count: 32))
         scheduler.setAvailability(.full(32), of: manifest.id, at: first)
@@ -66,12 +72,15 @@ struct TransferSchedulerTests {
         return (scheduler, manifest, opening)
     }
 
-    @Test("a chunk waiting for a repair takes no slot of its holder's window, up to a window's worth",
-          arguments: 1...5 as ClosedRange<UInt64>)
+    @Test(
+        "a chunk waiting for a repair takes no slot of its holder's window, up to a window's worth",
+        arguments: 1...5 as ClosedRange<UInt64>)
     func repairsLeaveRoom(seed: UInt64) {
         var (scheduler, manifest, opening) = openedByOneHolder(seed: seed)
         let window = scheduler.settings.initialWindow
-        #expect(scheduler.nextRequests(now: Self.start + .milliseconds(1)).isEmpty, "seed \(seed): asked past a full window")
+        #expect(
+            scheduler.nextRequests(now: Self.start + .milliseconds(1)).isEmpty, "seed \(seed): asked past a full window"
+        )
         // One of them waits for a lost piece asked again: one more may go.
         scheduler.setRepairing(Array(opening.prefix(1)))
         let one = scheduler.nextRequests(now: Self.start + .milliseconds(2))
@@ -91,17 +100,19 @@ struct TransferSchedulerTests {
         scheduler.setAvailability(.full(32), of: manifest.id, at: second)
         let seconds = scheduler.nextRequests(now: Self.start + .milliseconds(7))
         #expect(seconds.count == window && seconds.allSatisfy { $0.peer == second }, "seed \(seed): \(seconds)")
-        let counted = scheduler.setRepairing(opening.map { request in
-            var elsewhere = request
-            elsewhere.peer = second
-            return elsewhere
-        })
+        let counted = scheduler.setRepairing(
+            opening.map { request in
+                var elsewhere = request
+                elsewhere.peer = second
+                return elsewhere
+            })
         #expect(counted == 0, "seed \(seed)")
         #expect(scheduler.nextRequests(now: Self.start + .milliseconds(8)).isEmpty, "seed \(seed)")
     }
 
-    @Test("a chunk whose request timed out earns its member no slot, though it still waits for a repair",
-          arguments: 1...5 as ClosedRange<UInt64>)
+    @Test(
+        "a chunk whose request timed out earns its member no slot, though it still waits for a repair",
+        arguments: 1...5 as ClosedRange<UInt64>)
     func timedOutRepairsOpenNothing(seed: UInt64) {
         var (scheduler, manifest, opening) = openedByOneHolder(seed: seed)
         let window = scheduler.settings.initialWindow
@@ -124,7 +135,9 @@ struct TransferSchedulerTests {
         #expect(scheduler.nextRequests(now: Self.start + scheduler.settings.requestTimeout).count == 1, "seed \(seed)")
     }
 
-    @Test("end game: the last chunks are asked of a second holder too, once their requests are late", arguments: 1...5 as ClosedRange<UInt64>)
+    @Test(
+        "end game: the last chunks are asked of a second holder too, once their requests are late",
+        arguments: 1...5 as ClosedRange<UInt64>)
     func endGameAsksASecondHolder(seed: UInt64) {
         var scheduler = TransferScheduler(seed: seed)
         // 2 chunks missing: the end game from the start, with room in both windows (2 each).
@@ -164,8 +177,9 @@ struct TransferSchedulerTests {
         #expect(scheduler.nextDeadline == Self.start + scheduler.settings.requestTimeout)
     }
 
-    @Test("a window grows by the bytes that came, also while its chunks wait for a lost piece",
-          arguments: 1...5 as ClosedRange<UInt64>)
+    @Test(
+        "a window grows by the bytes that came, also while its chunks wait for a lost piece",
+        arguments: 1...5 as ClosedRange<UInt64>)
     func windowGrowsByBytes(seed: UInt64) {
         var scheduler = scheduler(seed: seed, secondHolds: ChunkBitmap(count: manifest.chunks.count))
         let opening = scheduler.nextRequests(now: Self.start)
@@ -185,8 +199,9 @@ struct TransferSchedulerTests {
         #expect(scheduler.window(of: second)?.window == window, "seed \(seed)")
     }
 
-    @Test("rarest first: chunks one member holds are asked before chunks both hold, each of a member that has it",
-          arguments: 1...5 as ClosedRange<UInt64>)
+    @Test(
+        "rarest first: chunks one member holds are asked before chunks both hold, each of a member that has it",
+        arguments: 1...5 as ClosedRange<UInt64>)
     func rarestFirst(seed: UInt64) {
         var scheduler = scheduler(seed: seed, secondHolds: partial([0, 1]))
         let requests = scheduler.nextRequests(now: Self.start)
@@ -195,15 +210,20 @@ struct TransferSchedulerTests {
         #expect(Set(requests.filter { $0.peer == second }.map(\.index)) == [0, 1], "seed \(seed): \(requests)")
     }
 
-    @Test("a relayed holder is asked only for what no other holder with room has", arguments: 1...5 as ClosedRange<UInt64>)
+    @Test(
+        "a relayed holder is asked only for what no other holder with room has", arguments: 1...5 as ClosedRange<UInt64>
+    )
     func relayedHoldersComeLast(seed: UInt64) {
         var scheduler = scheduler(seed: seed, secondHolds: .full(8))
         scheduler.lastResort = [second]
         let opening = scheduler.nextRequests(now: Self.start)
         // `first` takes its window; the rest of the chunks go to the relayed one only once `first` is full.
-        #expect(opening.filter { $0.peer == first }.count == scheduler.settings.initialWindow, "seed \(seed): \(opening)")
-        #expect(opening.filter { $0.peer == second }.count == min(scheduler.settings.initialWindow, 8 - scheduler.settings.initialWindow),
-                "seed \(seed): \(opening)")
+        #expect(
+            opening.filter { $0.peer == first }.count == scheduler.settings.initialWindow, "seed \(seed): \(opening)")
+        #expect(
+            opening.filter { $0.peer == second }.count
+                == min(scheduler.settings.initialWindow, 8 - scheduler.settings.initialWindow),
+            "seed \(seed): \(opening)")
         var direct = self.scheduler(seed: seed, secondHolds: .full(8))
         direct.lastResort = [second]
         direct.setAvailability(.full(8), of: manifest.id, at: NodeID(high: 3, low: 3))
@@ -270,7 +290,9 @@ struct TransferSchedulerTests {
         #expect(scheduler.nextRequests(now: retry).map(\.index) == [0])
     }
 
-    @Test("a seed that left a chunk to others is asked for it again only when no one else holds it, or after its wait once another failed it")
+    @Test(
+        "a seed that left a chunk to others is asked for it again only when no one else holds it, or after its wait once another failed it"
+    )
     func seedThatLeftAChunkIsAskedLast() {
         var scheduler = onlyChunkZeroAskedOfFirst(seed: 1)
         let settings = scheduler.settings
@@ -333,7 +355,9 @@ struct TransferSchedulerTests {
         return (scheduler, left, askedOfFirst, askedOfSecond)
     }
 
-    @Test("a seed that left one chunk to others is asked first only for the chunks it alone holds, until four waits have passed")
+    @Test(
+        "a seed that left one chunk to others is asked first only for the chunks it alone holds, until four waits have passed"
+    )
     func seedThatLeftOneChunkIsAskedLastForAll() throws {
         var (scheduler, _, askedOfFirst, _) = try seedLeftOneChunk()
         #expect(askedOfFirst.sorted() == [6, 7], "the seed was asked for chunks another holds: \(askedOfFirst)")
@@ -345,7 +369,9 @@ struct TransferSchedulerTests {
         #expect(again.contains { $0.peer == first }, "\(again)")
     }
 
-    @Test("chunks a seed that left us another holds count as under way, for four waits: the fetch does not give up on them")
+    @Test(
+        "chunks a seed that left us another holds count as under way, for four waits: the fetch does not give up on them"
+    )
     func chunksHeldBackFromASeedAreUnderWay() throws {
         var (scheduler, left, _, askedOfSecond) = try seedLeftOneChunk()
         // Everything asked arrived, the chunk the seed left too: nothing in flight, nothing waits
@@ -369,7 +395,9 @@ struct TransferSchedulerTests {
         scheduler.onTick(now: timedOut)
         let asked = scheduler.nextRequests(now: timedOut)
         #expect(asked.contains { $0.peer == first }, "\(asked)")
-        #expect(!asked.contains { $0.peer == first && $0.index == left.index }, "the chunk it left, before its wait: \(asked)")
+        #expect(
+            !asked.contains { $0.peer == first && $0.index == left.index },
+            "the chunk it left, before its wait: \(asked)")
     }
 
     /// `first` seeds and left chunk 0 to `second`, whose window (1) is full with a chunk of
@@ -378,7 +406,8 @@ struct TransferSchedulerTests {
         var settings = TransferScheduler.Settings()
         settings.initialWindow = 1
         var scheduler = TransferScheduler(settings: settings, seed: 3)
-        let other = Manifest(size: 4 * 1024, chunkSize: 1024, chunks: (0..<4).map { SHA256Digest.hashing([UInt8($0), 9]) })
+        let other = Manifest(
+            size: 4 * 1024, chunkSize: 1024, chunks: (0..<4).map { SHA256Digest.hashing([UInt8($0), 9]) })
         scheduler.start(manifest, have: partial([1, 2, 3, 4, 5, 6, 7]))
         scheduler.setAvailability(.full(8), of: manifest.id, at: first)
         #expect(scheduler.nextRequests(now: Self.start).map(\.peer) == [first])
@@ -406,16 +435,22 @@ struct TransferSchedulerTests {
         requests.contains { $0.attachment == manifest.id && $0.peer == first }
     }
 
-    @Test("a chunk a seed left to others waits for room at them, past the seed's wait while none of them fails, up to four waits")
+    @Test(
+        "a chunk a seed left to others waits for room at them, past the seed's wait while none of them fails, up to four waits"
+    )
     func leftChunkWaitsForRoom() throws {
         var (scheduler, _) = try chunkLeftToABusyHolder()
         let wait = scheduler.settings.leftToOthersWait
         let afterTheWait: MeshInstant = Self.start + wait + .seconds(1)
         let asked = scheduler.nextRequests(now: afterTheWait)
         #expect(asked.isEmpty, "the seed asked though no other holder failed: \(asked)")
-        #expect(scheduler.hasRequestsInFlight(manifest.id), "a chunk waiting for room counts: the fetch must not give up on it")
+        #expect(
+            scheduler.hasRequestsInFlight(manifest.id),
+            "a chunk waiting for room counts: the fetch must not give up on it")
         let afterFour: MeshInstant = Self.start + wait * 4
-        #expect(scheduler.nextRequests(now: afterFour).map(\.peer) == [first], "a holder that never makes room holds the chunk for ever")
+        #expect(
+            scheduler.nextRequests(now: afterFour).map(\.peer) == [first],
+            "a holder that never makes room holds the chunk for ever")
     }
 
     @Test("a holder that lets any request time out after a seed left it a chunk gives the seed back after the wait")
@@ -428,7 +463,9 @@ struct TransferSchedulerTests {
         #expect(askTheSeed(scheduler.nextRequests(now: waited)))
     }
 
-    @Test("a holder whose request timed out and that then sends the chunk all the same keeps the chunks a seed left to it")
+    @Test(
+        "a holder whose request timed out and that then sends the chunk all the same keeps the chunks a seed left to it"
+    )
     func slowHolderKeepsLeftChunks() throws {
         var (scheduler, filling) = try chunkLeftToABusyHolder()
         _ = timeOutTheFillingRequest(&scheduler)

@@ -22,14 +22,23 @@ import Testing
         let seed = testSeed(0xdec0_5701)
         var rng = SplitMix64(seed: seed)
         let key = StunIntegrity.longTermKey(username: "mesh", realm: "lab", password: "secret")
-        var originals = [StunMessageTests.sampleRequest, StunMessageTests.sampleIPv4Response,
-                         StunMessageTests.sampleIPv6Response, StunMessageTests.sampleLongTermRequest]
-        originals.append(StunMessage(method: .allocate, messageClass: .success, transactionID: .init(random: &rng),
-                                     attributes: [.xorRelayedAddress(try PeerAddress(parsing: "198.51.100.10:49152")),
-                                                  .lifetime(600), .errorCode(code: 401, reason: "x"), .data([1, 2])])
+        var originals = [
+            StunMessageTests.sampleRequest, StunMessageTests.sampleIPv4Response,
+            StunMessageTests.sampleIPv6Response, StunMessageTests.sampleLongTermRequest,
+        ]
+        originals.append(
+            StunMessage(
+                method: .allocate, messageClass: .success, transactionID: .init(random: &rng),
+                attributes: [
+                    .xorRelayedAddress(try PeerAddress(parsing: "198.51.100.10:49152")),
+                    .lifetime(600), .errorCode(code: 401, reason: "x"), .data([1, 2]),
+                ]
+            )
             .encoded(integrityKey: key, fingerprint: true))
         for iteration in 0..<testIterations(20_000) {
-            let input = Bool.random(using: &rng) ? Self.stunShaped(using: &rng)
+            let input =
+                Bool.random(using: &rng)
+                ? Self.stunShaped(using: &rng)
                 : DecoderPropertyTests.mutate(originals[Int.random(in: 0..<originals.count, using: &rng)], using: &rng)
             guard let received = try? StunMessage.decode(input) else { continue }
             _ = received.hasValidIntegrity(key: key)
@@ -44,7 +53,8 @@ import Testing
         let seed = testSeed(0xdec0_5702)
         var rng = SplitMix64(seed: seed)
         let server = try PeerAddress(parsing: "198.51.100.10:3478")
-        var allocation = TurnAllocation(server: server, credentials: .init(username: "u", password: "p"), seed: seed, now: .zero)
+        var allocation = TurnAllocation(
+            server: server, credentials: .init(username: "u", password: "p"), seed: seed, now: .zero)
         var client = StunClient(servers: [server], seed: seed, now: .zero)
         _ = allocation.tick(now: .zero)
         _ = client.tick(now: .zero)

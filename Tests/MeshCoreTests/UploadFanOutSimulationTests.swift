@@ -20,15 +20,20 @@ struct UploadFanOutSimulationTests {
     static func upload(seed: UInt64) -> Outcome {
         var configuration = SimNode.Configuration()
         configuration.settings.chunkSize = 65_536
-        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(5), jitter: .milliseconds(1)),
-                           configuration: configuration)
+        let mesh = SimMesh(
+            seed: seed, link: LinkConditions(delay: .milliseconds(5), jitter: .milliseconds(1)),
+            configuration: configuration)
         let uploader = mesh.addNode(joiningThrough: [], at: .zero)
-        let members = (1...6).map { mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(10 * $0)) }
-        mesh.simulator.setBottlenecks(of: uploader.address, uplink: Bottleneck(megabitsPerSecond: 20, queue: .milliseconds(50)),
-                                      downlink: nil)
+        let members = (1...6).map {
+            mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(10 * $0))
+        }
+        mesh.simulator.setBottlenecks(
+            of: uploader.address, uplink: Bottleneck(megabitsPerSecond: 20, queue: .milliseconds(50)),
+            downlink: nil)
         for (index, member) in members.enumerated() {
-            mesh.simulator.setBottlenecks(of: member.address, uplink: Bottleneck(megabitsPerSecond: 20, queue: .milliseconds(50)),
-                                          downlink: Bottleneck(megabitsPerSecond: index % 3 == 0 ? 2 : 20, queue: .milliseconds(50)))
+            mesh.simulator.setBottlenecks(
+                of: member.address, uplink: Bottleneck(megabitsPerSecond: 20, queue: .milliseconds(50)),
+                downlink: Bottleneck(megabitsPerSecond: index % 3 == 0 ? 2 : 20, queue: .milliseconds(50)))
         }
         let size = 4 << 20
         uploader.plan(at: .zero + .seconds(1)) { $0.attach(HomeLineExperiment.file(size: size, seed: seed)) }
@@ -36,8 +41,9 @@ struct UploadFanOutSimulationTests {
             members.allSatisfy { !$0.complete.isEmpty }
         }
         let counters = uploader.core.counters
-        return Outcome(finished: done == .satisfied, uploaderCopies: Double(counters.chunkPayloadBytesSent) / Double(size),
-                       secondCopies: counters.seedingSecondCopies, refusals: counters.seedingRefusals)
+        return Outcome(
+            finished: done == .satisfied, uploaderCopies: Double(counters.chunkPayloadBytesSent) / Double(size),
+            secondCopies: counters.seedingSecondCopies, refusals: counters.seedingRefusals)
     }
 
     /// Before, a copy paced for a slow member was still queued when the seeding interval ran
@@ -56,8 +62,9 @@ struct UploadFanOutSimulationTests {
             let outcome = Self.upload(seed: seed)
             #expect(outcome.finished, "\(SimulationSeeds.replay(seed)): not every member got the file")
             copies.append(outcome.uploaderCopies)
-            print("\(SimulationSeeds.replay(seed)): uploader sent \(outcome.uploaderCopies)× the file, "
-                  + "\(outcome.secondCopies) second copies, \(outcome.refusals) wants left to others")
+            print(
+                "\(SimulationSeeds.replay(seed)): uploader sent \(outcome.uploaderCopies)× the file, "
+                    + "\(outcome.secondCopies) second copies, \(outcome.refusals) wants left to others")
         }
         let mean = copies.reduce(0, +) / Double(max(1, copies.count))
         #expect(mean <= 1.2, "seeds \(seeds): the uploader sent \(copies)× the file")

@@ -27,8 +27,10 @@ extension WholeNodeSimulationTests {
     }
 
     /// Plans `action` on `node` from `start` every `interval` until the workload ends.
-    static func repeatedly(on node: SimNode, from start: MeshInstant, every interval: Duration,
-                           _ action: @escaping (SimNode) -> Void) {
+    static func repeatedly(
+        on node: SimNode, from start: MeshInstant, every interval: Duration,
+        _ action: @escaping (SimNode) -> Void
+    ) {
         var at = start
         while at < workloadEnd {
             node.plan(at: at, action)
@@ -36,8 +38,9 @@ extension WholeNodeSimulationTests {
         }
     }
 
-    @Test("a member is removed while another is offline; the offline one catches up, a third restarts on its disk",
-          arguments: adversitySeeds)
+    @Test(
+        "a member is removed while another is offline; the offline one catches up, a third restarts on its disk",
+        arguments: adversitySeeds)
     func memberRemovedWhileOneIsOffline(seed: UInt64) {
         var victim = SimAddress(0), offline = SimAddress(0), restarted = SimAddress(0)
         let mesh = Self.run(seed: seed) { mesh, random in
@@ -54,7 +57,8 @@ extension WholeNodeSimulationTests {
             restarted = others[Int(random.next() % UInt64(others.count))]
             let (victim, offline, restarted) = (victim, offline, restarted)
             mesh.simulator.at(.zero + .seconds(1), "loss") { simulator in
-                simulator.defaultLink = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(2), lossProbability: 0.05)
+                simulator.defaultLink = LinkConditions(
+                    delay: .milliseconds(2), jitter: .milliseconds(2), lossProbability: 0.05)
             }
             // The member to be removed adds nothing in its last seconds: an attachment only it held
             // would go with it (an uploader that leaves hands its attachments over; one removed does not).
@@ -77,7 +81,9 @@ extension WholeNodeSimulationTests {
         #expect(stale > 0, "\(replay): the removed member was never heard from in the old epoch")
     }
 
-    @Test("two members remove two others at the same moment, on slow disks: one epoch without either", arguments: adversitySeeds)
+    @Test(
+        "two members remove two others at the same moment, on slow disks: one epoch without either",
+        arguments: adversitySeeds)
     func concurrentRemovalsOnSlowDisks(seed: UInt64) {
         var configuration = SimNode.Configuration()
         configuration.storage.delay = .milliseconds(5)...(.milliseconds(60))
@@ -93,7 +99,8 @@ extension WholeNodeSimulationTests {
             }
         }
         Self.expectInvariants(mesh, seed)
-        #expect(mesh.removed == Set(removed.map { mesh.node($0).id }), "\(SimulationSeeds.replay(seed)): \(mesh.removed)")
+        #expect(
+            mesh.removed == Set(removed.map { mesh.node($0).id }), "\(SimulationSeeds.replay(seed)): \(mesh.removed)")
     }
 
     @Test("a slow disk: every storage request takes 1–40 ms, answered in order", arguments: adversitySeeds)
@@ -102,8 +109,9 @@ extension WholeNodeSimulationTests {
         configuration.storage.delay = .milliseconds(1)...(.milliseconds(40))
         let mesh = Self.run(seed: seed, configuration: configuration) { mesh, _ in
             mesh.simulator.at(.zero + .seconds(1), "loss") { simulator in
-                simulator.defaultLink = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(3), lossProbability: 0.1,
-                                                       reorderProbability: 0.1)
+                simulator.defaultLink = LinkConditions(
+                    delay: .milliseconds(2), jitter: .milliseconds(3), lossProbability: 0.1,
+                    reorderProbability: 0.1)
             }
         }
         Self.expectInvariants(mesh, seed)
@@ -116,8 +124,12 @@ extension WholeNodeSimulationTests {
         configuration.storage.writeFailureProbability = 0.2
         let mesh = Self.run(seed: seed, configuration: configuration) { mesh, _ in
             for address in mesh.nodes {
-                mesh.simulator.at(.zero + .seconds(5), "disk full") { _ in mesh.node(address).setStorage { $0.failingWrites = true } }
-                mesh.simulator.at(.zero + .seconds(25), "disk freed") { _ in mesh.node(address).setStorage { $0.failingWrites = false } }
+                mesh.simulator.at(.zero + .seconds(5), "disk full") { _ in
+                    mesh.node(address).setStorage { $0.failingWrites = true }
+                }
+                mesh.simulator.at(.zero + .seconds(25), "disk freed") { _ in
+                    mesh.node(address).setStorage { $0.failingWrites = false }
+                }
             }
         }
         let replay = SimulationSeeds.replay(seed)
@@ -148,8 +160,9 @@ extension WholeNodeSimulationTests {
 
     // MARK: the fixes SimNode had missed
 
-    @Test("a holder serving bad pieces under loss: a bad chunk mixed from several holders blames none of them",
-          arguments: adversitySeeds)
+    @Test(
+        "a holder serving bad pieces under loss: a bad chunk mixed from several holders blames none of them",
+        arguments: adversitySeeds)
     func liarAmongHolders(seed: UInt64) {
         var liar = SimNode.Configuration()
         liar.storage.corruptReads = true
@@ -158,8 +171,9 @@ extension WholeNodeSimulationTests {
             // A holder only: what it added itself nobody else could ever serve.
             mesh.node(mesh.nodes[liarIndex]).cancelPlans(from: .zero)
             mesh.simulator.at(.zero + .seconds(1), "loss") { simulator in
-                simulator.defaultLink = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(4), lossProbability: 0.15,
-                                                       reorderProbability: 0.2)
+                simulator.defaultLink = LinkConditions(
+                    delay: .milliseconds(2), jitter: .milliseconds(4), lossProbability: 0.15,
+                    reorderProbability: 0.2)
             }
         }
         let replay = SimulationSeeds.replay(seed)
@@ -167,16 +181,19 @@ extension WholeNodeSimulationTests {
         #expect(mesh.all.reduce(0) { $0 + $1.core.counters.chunksRejected } > 0, "\(replay): the liar was never heard")
     }
 
-    @Test("a joiner between one liar and one honest holder, under loss, fetches without a failure: a mixed bad chunk blames nobody",
-          arguments: adversitySeeds)
+    @Test(
+        "a joiner between one liar and one honest holder, under loss, fetches without a failure: a mixed bad chunk blames nobody",
+        arguments: adversitySeeds)
     func mixedBadChunks(seed: UInt64) {
         var liar = SimNode.Configuration()
         liar.storage.corruptReads = true
-        let lossy = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(4), lossProbability: 0.15,
-                                   reorderProbability: 0.2)
+        let lossy = LinkConditions(
+            delay: .milliseconds(2), jitter: .milliseconds(4), lossProbability: 0.15,
+            reorderProbability: 0.2)
         let mesh = SimMesh(seed: seed, link: lossy)
         let uploader = mesh.addNode(joiningThrough: [], at: .zero)
-        let holder = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(50), configuration: liar)
+        let holder = mesh.addNode(
+            joiningThrough: [uploader.address], at: .zero + .milliseconds(50), configuration: liar)
         uploader.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(4096 * 100, salt: UInt8(seed % 251))) }
         // The joiner comes once the liar holds it whole and both holders said so.
         mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(500)) { _ in
@@ -187,14 +204,16 @@ extension WholeNodeSimulationTests {
         let joiner = mesh.addNode(joiningThrough: [uploader.address], at: mesh.simulator.now + .milliseconds(100))
         mesh.simulator.run(for: .seconds(60), checkEvery: .seconds(1)) { _ in joiner.complete.count == 1 }
         #expect(joiner.complete.count == 1, "\(replay): the joiner never got the attachment")
-        #expect(joiner.core.counters.fetchesFailed == 0, "\(replay): \(joiner.core.counters.fetchesFailed) fetches failed")
+        #expect(
+            joiner.core.counters.fetchesFailed == 0, "\(replay): \(joiner.core.counters.fetchesFailed) fetches failed")
         // Every chunk the liar serves is bad, so the joiner must have rejected some once the liar
         // served it anything. Now and then (seeds 116 and 196 of 200) the joiner has fetched
         // everything from the honest uploader before the liar's claims reach it through the
         // loss: then nothing was tested, and nothing failed.
         let liarServed = holder.core.counters.chunksServed
-        #expect(liarServed == 0 || joiner.core.counters.chunksRejected > 0,
-                "\(replay): the liar served \(liarServed) chunks and the joiner rejected none")
+        #expect(
+            liarServed == 0 || joiner.core.counters.chunksRejected > 0,
+            "\(replay): the liar served \(liarServed) chunks and the joiner rejected none")
         #expect(mesh.chunkViolations().isEmpty, "\(replay)")
     }
 
@@ -215,8 +234,9 @@ extension WholeNodeSimulationTests {
         #expect(refused > 0, "\(SimulationSeeds.replay(seed)): no holder refused a want of 64-byte pieces")
     }
 
-    @Test("membership frames in pairwise datagrams are not membership's: a forged death there changes nothing",
-          arguments: adversitySeeds)
+    @Test(
+        "membership frames in pairwise datagrams are not membership's: a forged death there changes nothing",
+        arguments: adversitySeeds)
     func membershipFramesInPairwiseDatagrams(seed: UInt64) {
         let mesh = Self.run(seed: seed) { mesh, _ in
             Self.repeatedly(on: mesh.node(SimAddress(4)), from: .zero + .seconds(5), every: .seconds(1)) { node in
@@ -224,8 +244,9 @@ extension WholeNodeSimulationTests {
                     let id = mesh.node(accused).id
                     guard let incarnation = node.membership.member(id)?.incarnation else { continue }
                     for target in mesh.nodes.prefix(4) where target != accused {
-                        node.inject([.dead(Accusation(member: id, incarnation: incarnation, accuser: node.id))],
-                                    to: target, member: mesh.node(target).id)
+                        node.inject(
+                            [.dead(Accusation(member: id, incarnation: incarnation, accuser: node.id))],
+                            to: target, member: mesh.node(target).id)
                     }
                 }
             }
@@ -235,16 +256,19 @@ extension WholeNodeSimulationTests {
         #expect(deaths.isEmpty, "\(SimulationSeeds.replay(seed)): \(deaths.count) deaths on a calm network")
     }
 
-    @Test("a member flooded with wants, whose every datagram waits 1.5 s behind the flood, is never declared dead while it talks",
-          arguments: adversitySeeds)
+    @Test(
+        "a member flooded with wants, whose every datagram waits 1.5 s behind the flood, is never declared dead while it talks",
+        arguments: adversitySeeds)
     func floodedMemberIsNotDeclaredDead(seed: UInt64) {
         let victim = SimAddress(0)
         let mesh = Self.run(seed: seed) { mesh, _ in
             // Node 4 asks the victim for every chunk it holds, whole, 40 wants every 100 ms.
-            Self.repeatedly(on: mesh.node(SimAddress(4)), from: .zero + .seconds(5), every: .milliseconds(100)) { node in
+            Self.repeatedly(on: mesh.node(SimAddress(4)), from: .zero + .seconds(5), every: .milliseconds(100)) {
+                node in
                 let target = mesh.node(victim)
                 for digest in target.store.chunks.keys.sorted().prefix(40) {
-                    node.inject([.chunkWant(ChunkWant(digest: digest, pieceSize: 1_000))], to: victim, member: target.id)
+                    node.inject(
+                        [.chunkWant(ChunkWant(digest: digest, pieceSize: 1_000))], to: victim, member: target.id)
                 }
             }
             // What a loaded machine does to a flooded member: its answers, probe acks
@@ -263,18 +287,22 @@ extension WholeNodeSimulationTests {
             observer.membershipChanges.filter { $0.member == victimID && $0.status == .dead }
         }
         let first = deaths.first.map { "\($0.time)" } ?? "-"
-        #expect(deaths.isEmpty, "\(SimulationSeeds.replay(seed)): the victim was declared dead \(deaths.count) times, first at \(first)")
+        #expect(
+            deaths.isEmpty,
+            "\(SimulationSeeds.replay(seed)): the victim was declared dead \(deaths.count) times, first at \(first)")
         let served = mesh.node(victim).core.counters.chunksServed
         #expect(served > 0, "\(SimulationSeeds.replay(seed)): the flood was not served at all")
     }
 
-    @Test("two members add an attachment and leave a moment later, under 10% loss: nothing is stranded",
-          arguments: adversitySeeds)
+    @Test(
+        "two members add an attachment and leave a moment later, under 10% loss: nothing is stranded",
+        arguments: adversitySeeds)
     func uploadersLeaveAtOnce(seed: UInt64) {
         var leavers: [SimNode] = []
         let mesh = Self.run(seed: seed) { mesh, random in
             mesh.simulator.at(.zero + .seconds(1), "loss") { simulator in
-                simulator.defaultLink = LinkConditions(delay: .milliseconds(3), jitter: .milliseconds(2), lossProbability: 0.1)
+                simulator.defaultLink = LinkConditions(
+                    delay: .milliseconds(3), jitter: .milliseconds(2), lossProbability: 0.1)
             }
             // After the late joiners are in (they join through a founder by 18 s).
             for (index, at) in [(3, 20_000), (4, 22_000)] {
@@ -296,4 +324,3 @@ extension WholeNodeSimulationTests {
         }
     }
 }
-

@@ -30,15 +30,17 @@ struct WholeNodeSimulationTests {
         let mesh = Self.run(seed: seed) { mesh, _ in
             let loss = [0.1, 0.2, 0.3][Int(seed % 3)]
             mesh.simulator.at(.zero + .seconds(1), "faults") { simulator in
-                simulator.defaultLink = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(3),
-                                                       lossProbability: loss, duplicationProbability: 0.05,
-                                                       reorderProbability: 0.2, reorderDelay: .milliseconds(30),
-                                                       corruptionProbability: 0.02)
+                simulator.defaultLink = LinkConditions(
+                    delay: .milliseconds(2), jitter: .milliseconds(3),
+                    lossProbability: loss, duplicationProbability: 0.05,
+                    reorderProbability: 0.2, reorderDelay: .milliseconds(30),
+                    corruptionProbability: 0.02)
             }
         }
         Self.expectInvariants(mesh, seed)
-        #expect(mesh.simulator.statistics.dropped.loss > 0 && mesh.simulator.statistics.corrupted > 0,
-                "\(SimulationSeeds.replay(seed)): the faults did not happen")
+        #expect(
+            mesh.simulator.statistics.dropped.loss > 0 && mesh.simulator.statistics.corrupted > 0,
+            "\(SimulationSeeds.replay(seed)): the faults did not happen")
     }
 
     @Test("an MTU below the datagram size for 27 s: what is over it is dropped", arguments: seeds)
@@ -46,8 +48,9 @@ struct WholeNodeSimulationTests {
         let mesh = Self.run(seed: seed) { mesh, random in
             let mtu = 400 + Int(random.next() % 500)
             mesh.simulator.at(.zero + .seconds(3), "mtu \(mtu)") { simulator in
-                simulator.defaultLink = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(2),
-                                                       lossProbability: 0.05, mtu: mtu)
+                simulator.defaultLink = LinkConditions(
+                    delay: .milliseconds(2), jitter: .milliseconds(2),
+                    lossProbability: 0.05, mtu: mtu)
             }
         }
         Self.expectInvariants(mesh, seed)
@@ -63,8 +66,13 @@ struct WholeNodeSimulationTests {
                     let bad = 0.25 + Double(random.next() % 11) / 100
                     let good = Double(random.next() % 6) / 100
                     let (lossy, clean) = random.next() % 2 == 0 ? (first, second) : (second, first)
-                    links.append((lossy, clean, LinkConditions(delay: .milliseconds(3), jitter: .milliseconds(2),
-                                                               lossProbability: bad, reorderProbability: 0.1)))
+                    links.append(
+                        (
+                            lossy, clean,
+                            LinkConditions(
+                                delay: .milliseconds(3), jitter: .milliseconds(2),
+                                lossProbability: bad, reorderProbability: 0.1)
+                        ))
                     links.append((clean, lossy, LinkConditions(delay: .milliseconds(1), lossProbability: good)))
                 }
             }
@@ -83,7 +91,8 @@ struct WholeNodeSimulationTests {
             let first = Int(random.next() % 5)
             split = (0..<(2 + Int(random.next() % 2))).map { mesh.nodes[(first + $0) % 5] }
             mesh.simulator.at(.zero + .seconds(6), "partition") { [split] simulator in
-                simulator.defaultLink = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(2), lossProbability: 0.05)
+                simulator.defaultLink = LinkConditions(
+                    delay: .milliseconds(2), jitter: .milliseconds(2), lossProbability: 0.05)
                 simulator.partition([split])
             }
         }
@@ -98,8 +107,9 @@ struct WholeNodeSimulationTests {
     func clockJumps(seed: UInt64) {
         let mesh = Self.run(seed: seed) { mesh, random in
             mesh.simulator.at(.zero + .seconds(1), "faults") { simulator in
-                simulator.defaultLink = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(3),
-                                                       lossProbability: 0.1, reorderProbability: 0.1)
+                simulator.defaultLink = LinkConditions(
+                    delay: .milliseconds(2), jitter: .milliseconds(3),
+                    lossProbability: 0.1, reorderProbability: 0.1)
             }
             for _ in 0..<3 {
                 let node = mesh.nodes[Int(random.next() % UInt64(mesh.nodes.count))]
@@ -112,13 +122,15 @@ struct WholeNodeSimulationTests {
         #expect(mesh.nodes.contains { mesh.simulator.clockOffset(of: $0) > .zero }, "\(SimulationSeeds.replay(seed))")
     }
 
-    @Test("everything at once: loss, corruption, MTU, asymmetry, a partition and a clock jump",
-          arguments: SimulationSeeds.from(defaultCount: 3))
+    @Test(
+        "everything at once: loss, corruption, MTU, asymmetry, a partition and a clock jump",
+        arguments: SimulationSeeds.from(defaultCount: 3))
     func storm(seed: UInt64) {
         let mesh = Self.run(seed: seed) { mesh, random in
-            let stormy = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(4), lossProbability: 0.15,
-                                        duplicationProbability: 0.05, reorderProbability: 0.2,
-                                        reorderDelay: .milliseconds(40), corruptionProbability: 0.02, mtu: 1100)
+            let stormy = LinkConditions(
+                delay: .milliseconds(2), jitter: .milliseconds(4), lossProbability: 0.15,
+                duplicationProbability: 0.05, reorderProbability: 0.2,
+                reorderDelay: .milliseconds(40), corruptionProbability: 0.02, mtu: 1100)
             let victim = mesh.nodes[Int(random.next() % 5)]
             let oneWay = mesh.nodes[Int(random.next() % 5)]
             mesh.simulator.at(.zero + .seconds(1), "storm") { simulator in
@@ -141,9 +153,10 @@ struct WholeNodeSimulationTests {
         let seed = SimulationSeeds.from(defaultCount: 1)[0]
         let faults: (SimMesh, inout SplitMix64) -> Void = { mesh, _ in
             mesh.simulator.at(.zero + .seconds(1)) { simulator in
-                simulator.defaultLink = LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(3), lossProbability: 0.2,
-                                                       duplicationProbability: 0.05, reorderProbability: 0.2,
-                                                       corruptionProbability: 0.02)
+                simulator.defaultLink = LinkConditions(
+                    delay: .milliseconds(2), jitter: .milliseconds(3), lossProbability: 0.2,
+                    duplicationProbability: 0.05, reorderProbability: 0.2,
+                    corruptionProbability: 0.02)
             }
         }
         let first = Self.run(seed: seed, trace: .digest, faults: faults)
@@ -158,14 +171,17 @@ struct WholeNodeSimulationTests {
     /// Five founders joining through node 0, one or two late joiners, the workload, the test's
     /// faults (scheduled by `faults`), everything healed at `healAt`, then run until every
     /// invariant holds (at most 90 s more).
-    static func run(seed: UInt64, configuration: SimNode.Configuration = .init(),
-                    founders: [Int: SimNode.Configuration] = [:], trace: SimTraceOptions = [],
-                    faults: (SimMesh, inout SplitMix64) -> Void) -> SimMesh {
+    static func run(
+        seed: UInt64, configuration: SimNode.Configuration = .init(),
+        founders: [Int: SimNode.Configuration] = [:], trace: SimTraceOptions = [],
+        faults: (SimMesh, inout SplitMix64) -> Void
+    ) -> SimMesh {
         let mesh = SimMesh(seed: seed, link: calm, configuration: configuration, trace: trace)
         var random = SplitMix64(seed: seed &* 0x2545_F491_4F6C_DD1D &+ 17)
         for index in 0..<5 {
-            mesh.addNode(joiningThrough: index == 0 ? [] : [SimAddress(0)], at: .zero + .milliseconds(50 * index),
-                         configuration: founders[index])
+            mesh.addNode(
+                joiningThrough: index == 0 ? [] : [SimAddress(0)], at: .zero + .milliseconds(50 * index),
+                configuration: founders[index])
         }
         for _ in 0..<(1 + Int(random.next() % 2)) {
             let through = SimAddress(Int(random.next() % 5))
@@ -212,7 +228,8 @@ struct WholeNodeSimulationTests {
             case ..<87:
                 let body = numberedPayload(from: index, sequence: sequence, size: 8 + size % 600)
                 node.plan(at: time) { node in
-                    let some = node.activeMemberIDs.enumerated().filter { pick >> UInt64($0.offset % 64) & 1 == 1 }.map(\.element)
+                    let some = node.activeMemberIDs.enumerated().filter { pick >> UInt64($0.offset % 64) & 1 == 1 }.map(
+                        \.element)
                     node.sendMessage(body, to: some, mode: .reliable)
                 }
             default:
@@ -228,8 +245,10 @@ struct WholeNodeSimulationTests {
     static func expectInvariants(_ mesh: SimMesh, _ seed: UInt64, sourceLocation: SourceLocation = #_sourceLocation) {
         let replay = SimulationSeeds.replay(seed)
         func expectEmpty(_ violations: [String], _ what: String) {
-            #expect(violations.isEmpty, "\(replay): \(what) at \(mesh.simulator.now): \(violations.prefix(8).joined(separator: "; "))",
-                    sourceLocation: sourceLocation)
+            #expect(
+                violations.isEmpty,
+                "\(replay): \(what) at \(mesh.simulator.now): \(violations.prefix(8).joined(separator: "; "))",
+                sourceLocation: sourceLocation)
         }
         expectEmpty(mesh.deliveryViolations(), "reliable delivery")
         expectEmpty(mesh.journalViolations(), "journals differ")
@@ -242,7 +261,8 @@ struct WholeNodeSimulationTests {
         // The run did something: messages went out and attachments were made.
         let sent = mesh.all.reduce(0) { $0 + $1.sentMessages.count }
         let made = mesh.all.reduce(0) { $0 + $1.created.count }
-        #expect(sent > 10 && made > 5, "\(replay): \(sent) reliable sends, \(made) journal operations",
-                sourceLocation: sourceLocation)
+        #expect(
+            sent > 10 && made > 5, "\(replay): \(sent) reliable sends, \(made) journal operations",
+            sourceLocation: sourceLocation)
     }
 }

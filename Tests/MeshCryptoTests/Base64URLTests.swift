@@ -5,8 +5,10 @@ import Testing
     static let alphabet = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
 
     @Test func rfc4648VectorsWithoutPadding() {
-        let vectors = [("", ""), ("f", "Zg"), ("fo", "Zm8"), ("foo", "Zm9v"), ("foob", "Zm9vYg"),
-                       ("fooba", "Zm9vYmE"), ("foobar", "Zm9vYmFy")]
+        let vectors = [
+            ("", ""), ("f", "Zg"), ("fo", "Zm8"), ("foo", "Zm9v"), ("foob", "Zm9vYg"),
+            ("fooba", "Zm9vYmE"), ("foobar", "Zm9vYmFy"),
+        ]
         for (plain, encoded) in vectors {
             #expect(Base64URL.encode(Array(plain.utf8)) == encoded)
             #expect(Base64URL.decode(encoded) == Array(plain.utf8))
@@ -23,8 +25,8 @@ import Testing
         #expect(Base64URL.decode("Zg==") == nil)
         #expect(Base64URL.decode("Z") == nil)
         #expect(Base64URL.decode("Zm9vY") == nil)
-        #expect(Base64URL.decode("Zh") == nil)      // same byte as "Zg" with non-zero leftover bits
-        #expect(Base64URL.decode("Zm9") == nil)     // "Zm8" with a leftover bit set
+        #expect(Base64URL.decode("Zh") == nil)  // same byte as "Zg" with non-zero leftover bits
+        #expect(Base64URL.decode("Zm9") == nil)  // "Zm8" with a leftover bit set
         #expect(Base64URL.decode("Zm 9v") == nil)
         #expect(Base64URL.decode("Zm\u{e9}9") == nil)
     }

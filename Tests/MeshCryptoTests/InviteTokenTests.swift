@@ -14,11 +14,13 @@ import Testing
         [version] + secret.bytes + [count] + addresses.flatMap { $0 }
     }
 
-    static let v4: [UInt8] = [4, 192, 0, 2, 7, 0x1f, 0x0a]            // 192.0.2.7:7946
+    static let v4: [UInt8] = [4, 192, 0, 2, 7, 0x1f, 0x0a]  // 192.0.2.7:7946
     static let v6: [UInt8] = [6] + hex("20010db8000000000000000000000007") + [0x1f, 0x0a]
 
-    static func expectError(_ expected: InviteTokenError, _ text: String,
-                            sourceLocation: SourceLocation = #_sourceLocation) {
+    static func expectError(
+        _ expected: InviteTokenError, _ text: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
         #expect(throws: MeshCryptoError.invite(expected), sourceLocation: sourceLocation) {
             try InviteToken(parsing: text)
         }
@@ -129,9 +131,9 @@ import Testing
             text.insert(contentsOf: bad, at: text.index(text.startIndex, offsetBy: 7))
             Self.expectError(.badEncoding, text)
         }
-        Self.expectError(.badEncoding, good + "==")           // padding is not base64url-without-padding
-        Self.expectError(.badEncoding, "gm1A")                // a length no byte string encodes to
-        Self.expectError(.badEncoding, "gm1AB")               // non-zero leftover bits
+        Self.expectError(.badEncoding, good + "==")  // padding is not base64url-without-padding
+        Self.expectError(.badEncoding, "gm1A")  // a length no byte string encodes to
+        Self.expectError(.badEncoding, "gm1AB")  // non-zero leftover bits
     }
 
     @Test func rejectsTruncated() {
@@ -173,7 +175,8 @@ import Testing
 
     @Test func rejectsUnknownVersion() {
         for version: UInt8 in [0, 2, 0x7f, 0xff] {
-            Self.expectError(.unsupportedVersion, Self.token(body: Self.body(version: version, count: 1, addresses: [Self.v4])))
+            Self.expectError(
+                .unsupportedVersion, Self.token(body: Self.body(version: version, count: 1, addresses: [Self.v4])))
         }
     }
 
@@ -200,7 +203,8 @@ import Testing
             Self.expectError(.badAddress, Self.token(body: Self.body(count: 1, addresses: [address])))
         }
         // A bad second address is caught too.
-        Self.expectError(.badAddress, Self.token(body: Self.body(count: 2, addresses: [Self.v4, [9] + Self.v4.dropFirst()])))
+        Self.expectError(
+            .badAddress, Self.token(body: Self.body(count: 2, addresses: [Self.v4, [9] + Self.v4.dropFirst()])))
     }
 
     @Test func rejectsPortZero() {
@@ -216,8 +220,10 @@ import Testing
     }
 
     @Test func everyErrorReadsAsABadInvite() {
-        let all: [InviteTokenError] = [.empty, .tooLong, .notAnInvite, .badEncoding, .truncated, .checksumMismatch,
-                                       .unsupportedVersion, .noAddresses, .tooManyAddresses, .badAddress, .trailingBytes]
+        let all: [InviteTokenError] = [
+            .empty, .tooLong, .notAnInvite, .badEncoding, .truncated, .checksumMismatch,
+            .unsupportedVersion, .noAddresses, .tooManyAddresses, .badAddress, .trailingBytes,
+        ]
         var seen = Set<String>()
         for error in all {
             #expect(error.description.hasPrefix("bad invite: "))

@@ -10,8 +10,10 @@ import Testing
     static let draftNonce = hex("404142434445464748494a4b4c4d4e4f5051525354555657")
     static let draftAAD = hex("50515253c0c1c2c3c4c5c6c7")
     static let draftPlaintext = Array(
-        "Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the future, sunscreen would be it.".utf8)
-    static let draftCiphertext = hex("""
+        "Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the future, sunscreen would be it."
+            .utf8)
+    static let draftCiphertext = hex(
+        """
         bd6d179d3e83d43b9576579493c0e939572a1700252bfaccbed2902c21396cbb
         731c7f1b0b4aa6440bf3a82f4eda7e39ae64c6708c54c216cb96b72e1213b452
         2f8c9ba40db5d945b11b69b982c1bb9e3f3fac2bc369488f76b2383565d3fff9
@@ -35,8 +37,10 @@ import Testing
         #expect(opened == Self.draftPlaintext)
         // The vector fails with any other associated data, nonce, or a flipped tag bit.
         #expect(sealer.open(Self.draftCiphertext + Self.draftTag, associatedData: [], nonce: nonce) == nil)
-        #expect(sealer.open(Self.draftCiphertext + Self.draftTag, associatedData: Self.draftAAD,
-                            nonce: .packetNumber(0x5051525354555657)) == nil)
+        #expect(
+            sealer.open(
+                Self.draftCiphertext + Self.draftTag, associatedData: Self.draftAAD,
+                nonce: .packetNumber(0x5051525354555657)) == nil)
         var badTag = Self.draftTag
         badTag[15] ^= 0x80
         #expect(sealer.open(Self.draftCiphertext + badTag, associatedData: Self.draftAAD, nonce: nonce) == nil)
@@ -49,7 +53,8 @@ import Testing
         let count = Self.draftPlaintext.count
         let sealedLength = Self.draftAAD.withUnsafeBytes { ad in
             buffer.withUnsafeMutableBytes { whole in
-                sealer.seal(UnsafeRawBufferPointer(rebasing: whole[..<count]), associatedData: ad, nonce: nonce, into: whole)
+                sealer.seal(
+                    UnsafeRawBufferPointer(rebasing: whole[..<count]), associatedData: ad, nonce: nonce, into: whole)
             }
         }
         #expect(sealedLength == count + PacketSealer.tagByteCount)
@@ -77,20 +82,30 @@ import Testing
         (1, 16, "6bfbaec76d5314e2d7b51c91497b2f76"),
         (2, 16, "c43da4924660fc8794f3616f3515e867"),
         (3, 16, "e4f32442df1b68d0cced91cc10e7f383"),
-        (1, 64, "280149926c1e50f6a3867115796dd607ec520eda0c203080dc463f5491e168b5"
-            + "755f0e930fef6adb266e0386d0175cb6a868eff5c62a3bd976c3206a469a696a"),
-        (2, 64, "775581f1f03ba690715aac7d90ce60dc9a945b11060de59a51752372c4a414e1"
-            + "fec90c2c64cd53065f876642d78e8deaa5b1dca6c6793a72f2c5939248d9eecd"),
-        (3, 64, "7d90e5366f672b6440a2b611b929097b2d15b860f3306f8984a15ca734433897"
-            + "075ff0d0a26d5c79581faa1369f1c296fbf7ac27ce15cc87c50aad1ae64945dd"),
+        (
+            1, 64,
+            "280149926c1e50f6a3867115796dd607ec520eda0c203080dc463f5491e168b5"
+                + "755f0e930fef6adb266e0386d0175cb6a868eff5c62a3bd976c3206a469a696a"
+        ),
+        (
+            2, 64,
+            "775581f1f03ba690715aac7d90ce60dc9a945b11060de59a51752372c4a414e1"
+                + "fec90c2c64cd53065f876642d78e8deaa5b1dca6c6793a72f2c5939248d9eecd"
+        ),
+        (
+            3, 64,
+            "7d90e5366f672b6440a2b611b929097b2d15b860f3306f8984a15ca734433897"
+                + "075ff0d0a26d5c79581faa1369f1c296fbf7ac27ce15cc87c50aad1ae64945dd"
+        ),
         // The subkey id is little-endian in the salt: a big-endian slip changes this one.
         (0xfedc_ba98_7654_3210, 32, "7ed733138f22c12d4b8812affa3403c0d859005ff1e38217164c12d87dcf036d"),
     ]
 
     @Test func keyDerivationMatchesKeyedBlake2b() {
         for vector in Self.kdfVectors {
-            let derived = KeyDerivation.derive(from: Self.kdfMaster, subkeyID: vector.id, context: "GMesh-v1",
-                                               length: vector.length)
+            let derived = KeyDerivation.derive(
+                from: Self.kdfMaster, subkeyID: vector.id, context: "GMesh-v1",
+                length: vector.length)
             #expect(Hex.encode(derived) == vector.expected, "subkey \(vector.id), \(vector.length) bytes")
         }
     }
@@ -127,11 +142,14 @@ import Testing
     // MARK: SHA-256 (FIPS 180-2 examples)
 
     @Test func sha256FIPSVectors() {
-        #expect(SHA256Digest.hashing(Array("abc".utf8)).hex
+        #expect(
+            SHA256Digest.hashing(Array("abc".utf8)).hex
                 == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
-        #expect(SHA256Digest.hashing([]).hex
+        #expect(
+            SHA256Digest.hashing([]).hex
                 == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
-        #expect(SHA256Digest.hashing(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8)).hex
+        #expect(
+            SHA256Digest.hashing(Array("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq".utf8)).hex
                 == "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1")
     }
 
@@ -151,19 +169,23 @@ import Testing
     // MARK: Ed25519 (RFC 8032 §7.1, tests 1 and 2)
 
     static let rfc8032: [(seed: String, publicKey: String, message: String, signature: String, nodeID: String)] = [
-        ("9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
-         "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
-         "",
-         "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e06522490155"
-            + "5fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b",
-         // python3: hashlib.sha256(bytes.fromhex(publicKey)).hexdigest()[:32]
-         "21fe31dfa154a261626bf854046fd227"),
-        ("4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb",
-         "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c",
-         "72",
-         "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da"
-            + "085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00",
-         "39f713d0a644253f04529421b9f51b9b"),
+        (
+            "9d61b19deffd5a60ba844af492ec2cc44449c5697b326919703bac031cae7f60",
+            "d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a",
+            "",
+            "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e06522490155"
+                + "5fb8821590a33bacc61e39701cf9b46bd25bf5f0595bbe24655141438e7a100b",
+            // python3: hashlib.sha256(bytes.fromhex(publicKey)).hexdigest()[:32]
+            "21fe31dfa154a261626bf854046fd227"
+        ),
+        (
+            "4ccd089b28ff96da9db6c346ec114e0f5b8a319f35aba624da8cf6ed4fb8a6fb",
+            "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c",
+            "72",
+            "92a009a9f0d4cab8720e820b5f642540a2b27b5416503f8fb3762223ebdb69da"
+                + "085ac1e43e15996e458f3613d0f11d8c387b2eaeb4302aeeb00d291612bb0c00",
+            "39f713d0a644253f04529421b9f51b9b"
+        ),
     ]
 
     @Test func ed25519MatchesRFC8032() throws {

@@ -68,7 +68,9 @@ import Testing
         var output = [UInt8](repeating: 0, count: 3)
         let length = sealed.withUnsafeBytes { ct in
             output.withUnsafeMutableBytes { out in
-                sealer.open(ct, associatedData: UnsafeRawBufferPointer(start: nil, count: 0), nonce: .packetNumber(0), into: out)
+                sealer.open(
+                    ct, associatedData: UnsafeRawBufferPointer(start: nil, count: 0), nonce: .packetNumber(0), into: out
+                )
             }
         }
         #expect(length == nil)
@@ -76,9 +78,11 @@ import Testing
 
     @Test func packetNumberNonceIsSixteenZerosThenBigEndianNumber() {
         #expect(PacketNonce.packetNumber(0).raw == [UInt8](repeating: 0, count: 24))
-        #expect(PacketNonce.packetNumber(0x0102_0304_0506_0708).raw
+        #expect(
+            PacketNonce.packetNumber(0x0102_0304_0506_0708).raw
                 == [UInt8](repeating: 0, count: 16) + [1, 2, 3, 4, 5, 6, 7, 8])
-        #expect(PacketNonce.packetNumber(.max).raw == [UInt8](repeating: 0, count: 16) + [UInt8](repeating: 0xff, count: 8))
+        #expect(
+            PacketNonce.packetNumber(.max).raw == [UInt8](repeating: 0, count: 16) + [UInt8](repeating: 0xff, count: 8))
         #expect(PacketNonce(raw: PacketNonce.packetNumber(42).raw) == .packetNumber(42))
         #expect(PacketNonce.packetNumber(1) != .packetNumber(2))
     }

@@ -47,8 +47,10 @@ import Testing
     @Test func malformedPeerKeysGiveNil() throws {
         let local = EphemeralKeyPair.generate()
         for length in [0, 1, 31, 33, 64] {
-            #expect(PairwiseKeys.derive(session: Self.secret, local: local,
-                                        peerPublicKey: [UInt8](repeating: 9, count: length)) == nil, "length \(length)")
+            #expect(
+                PairwiseKeys.derive(
+                    session: Self.secret, local: local,
+                    peerPublicKey: [UInt8](repeating: 9, count: length)) == nil, "length \(length)")
         }
         // Low-order points make the shared secret all zeros; libsodium refuses them.
         let zero = [UInt8](repeating: 0, count: 32)

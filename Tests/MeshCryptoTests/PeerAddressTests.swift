@@ -21,8 +21,10 @@ import Testing
         #expect(address.description == "[2001:db8::7]:7946")
     }
 
-    @Test(arguments: ["0.0.0.0:0", "127.0.0.1:1", "255.255.255.255:65535", "10.1.2.3:7946",
-                      "[::]:0", "[::1]:7946", "[fe80::1]:9", "[2001:db8:1:2:3:4:5:6]:65535", "[::ffff:192.0.2.1]:80"])
+    @Test(arguments: [
+        "0.0.0.0:0", "127.0.0.1:1", "255.255.255.255:65535", "10.1.2.3:7946",
+        "[::]:0", "[::1]:7946", "[fe80::1]:9", "[2001:db8:1:2:3:4:5:6]:65535", "[::ffff:192.0.2.1]:80",
+    ])
     func descriptionRoundTrips(text: String) throws {
         let address = try PeerAddress(parsing: text)
         #expect(address.description == text)
@@ -38,19 +40,22 @@ import Testing
         var rng = SplitMix64(seed: testSeed(0xadd7))
         for _ in 0..<500 {
             let port = UInt16.random(in: 0...UInt16.max, using: &rng)
-            let address = Bool.random(using: &rng)
+            let address =
+                Bool.random(using: &rng)
                 ? PeerAddress(ipv4: rng.bytes(4), port: port)
                 : PeerAddress(ipv6: rng.bytes(16), port: port)
             #expect(try PeerAddress(parsing: address.description) == address, "\(address)")
         }
     }
 
-    @Test(arguments: ["", "1.2.3.4", "1.2.3.4:", ":80", "1.2.3.4:70000", "1.2.3.4:65536", "1.2.3.4:-1",
-                      "1.2.3.4:80x", "1.2.3.4: 80", "localhost:80", "example.com:7946", "host:1",
-                      "1.2.3:80", "1.2.3.4.5:80", "256.0.0.1:80", "::1:80", "[::1]", "[::1]80", "[::1:80",
-                      "[]:80", "[::1]:", "2001:db8::7:7946", "[fe80::1%eth0]:80", " 1.2.3.4:80", "1.2.3.4:80 ",
-                      "1.2.3.4:٨٠", "[::1]:80:81", "[zz::1]:80",
-                      "1.2.3.4:+80", "1.2.3.4:-0", "[::1]:+1", "1.2.3.4:0x50"])
+    @Test(arguments: [
+        "", "1.2.3.4", "1.2.3.4:", ":80", "1.2.3.4:70000", "1.2.3.4:65536", "1.2.3.4:-1",
+        "1.2.3.4:80x", "1.2.3.4: 80", "localhost:80", "example.com:7946", "host:1",
+        "1.2.3:80", "1.2.3.4.5:80", "256.0.0.1:80", "::1:80", "[::1]", "[::1]80", "[::1:80",
+        "[]:80", "[::1]:", "2001:db8::7:7946", "[fe80::1%eth0]:80", " 1.2.3.4:80", "1.2.3.4:80 ",
+        "1.2.3.4:٨٠", "[::1]:80:81", "[zz::1]:80",
+        "1.2.3.4:+80", "1.2.3.4:-0", "[::1]:+1", "1.2.3.4:0x50",
+    ])
     func badFormsThrow(text: String) {
         #expect(throws: MeshCryptoError.invalidAddress(text)) { try PeerAddress(parsing: text) }
     }
@@ -75,7 +80,9 @@ import Testing
     }
 
     @Test func orderPutsIPv4FirstThenBytesThenPort() throws {
-        let sorted = try ["[::1]:1", "10.0.0.2:1", "10.0.0.1:2", "10.0.0.1:1", "[::]:5"].map { try PeerAddress(parsing: $0) }.sorted()
+        let sorted = try ["[::1]:1", "10.0.0.2:1", "10.0.0.1:2", "10.0.0.1:1", "[::]:5"].map {
+            try PeerAddress(parsing: $0)
+        }.sorted()
         #expect(sorted.map(\.description) == ["10.0.0.1:1", "10.0.0.1:2", "10.0.0.2:1", "[::]:5", "[::1]:1"])
     }
 }

@@ -167,15 +167,21 @@ import Testing
                 }
                 let expected: ReplayWindow.Verdict
                 if let highest, candidate <= highest {
-                    if highest - candidate >= size { expected = .tooOld }
-                    else if accepted.contains(candidate) { expected = .duplicate }
-                    else { expected = .fresh }
+                    if highest - candidate >= size {
+                        expected = .tooOld
+                    } else if accepted.contains(candidate) {
+                        expected = .duplicate
+                    } else {
+                        expected = .fresh
+                    }
                 } else {
                     expected = .fresh
                 }
                 let verdict = window.check(candidate)
-                #expect(verdict == expected,
-                        "seed \(seed) round \(round) step \(step): \(candidate) with highest \(String(describing: highest))")
+                #expect(
+                    verdict == expected,
+                    "seed \(seed) round \(round) step \(step): \(candidate) with highest \(String(describing: highest))"
+                )
                 if verdict != expected { return }
                 do { let recorded = window.record(candidate); #expect(recorded == (expected == .fresh)) }
                 if expected == .fresh {

@@ -45,7 +45,8 @@ import Testing
     }
 
     @Test func errorsReadAsSentences() {
-        #expect(MeshCryptoError.invalidKeyLength(what: "session secret", expected: 32, actual: 3).description
+        #expect(
+            MeshCryptoError.invalidKeyLength(what: "session secret", expected: 32, actual: 3).description
                 == "session secret must be 32 bytes, got 3")
         #expect(MeshCryptoError.invalidAddress("x").description.contains("HOST:PORT"))
     }

@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 import Testing
 @testable import MeshCrypto
@@ -94,5 +94,5 @@ func writeRaw(_ bytes: [UInt8], to path: String, mode: mode_t) throws {
         let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress!, $0.count) }
         guard written == bytes.count else { throw TemporaryDirectoryError() }
     }
-    guard fchmod(fd, mode) == 0 else { throw TemporaryDirectoryError() } // umask may have cut bits
+    guard fchmod(fd, mode) == 0 else { throw TemporaryDirectoryError() }  // umask may have cut bits
 }

@@ -36,7 +36,8 @@ struct ChunkStoreTests {
     }
 
     static func packFiles(_ directory: String) -> [String] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasSuffix(".pack") }.sorted()
+        ((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []).filter { $0.hasSuffix(".pack") }
+            .sorted()
     }
 
     static func size(_ file: String) -> (bytes: Int64, blocks: Int64) {
@@ -115,7 +116,9 @@ struct ChunkStoreTests {
         #expect(store.storedDigests() == [good])
     }
 
-    @Test("a chunk this process wrote is read back unhashed only when asked to trust recent writes; one found on disk always is hashed")
+    @Test(
+        "a chunk this process wrote is read back unhashed only when asked to trust recent writes; one found on disk always is hashed"
+    )
     func recentWritesAreTrustedOnlyWhenAsked() throws {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -132,10 +135,14 @@ struct ChunkStoreTests {
         #expect(throws: MeshStoreError.corrupt(digests[1])) { try store.read(digests[1]) }
         // A new store (a restart) trusts nothing it did not write itself.
         let reopened = try ChunkStore(path: directory)
-        #expect(throws: MeshStoreError.corrupt(digests[2])) { try reopened.read(digests[2], trustingRecentWrites: true) }
+        #expect(throws: MeshStoreError.corrupt(digests[2])) {
+            try reopened.read(digests[2], trustingRecentWrites: true)
+        }
     }
 
-    @Test("after a crash before the flush: chunks whose bytes arrived are kept, a damaged one is dropped, a torn tail is cut")
+    @Test(
+        "after a crash before the flush: chunks whose bytes arrived are kept, a damaged one is dropped, a torn tail is cut"
+    )
     func crashBeforeFlush() throws {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -167,7 +174,9 @@ struct ChunkStoreTests {
         #expect(again.verifyAll().isEmpty)
     }
 
-    @Test("a removed chunk's space is freed: its blocks at the next flush where holes can be punched, its pack when nothing in it lives")
+    @Test(
+        "a removed chunk's space is freed: its blocks at the next flush where holes can be punched, its pack when nothing in it lives"
+    )
     func removalFreesSpace() throws {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -207,7 +216,9 @@ struct ChunkStoreTests {
         #expect(throws: MeshStoreError.notFound(digests[6])) { try reopened.read(digests[6]) }
     }
 
-    @Test("a chunk stored twice (removed, stored again, then a power loss undid the removal over zeroed bytes): the copy that verifies is kept")
+    @Test(
+        "a chunk stored twice (removed, stored again, then a power loss undid the removal over zeroed bytes): the copy that verifies is kept"
+    )
     func duplicateAfterPowerLoss() throws {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -240,7 +251,9 @@ struct ChunkStoreTests {
         #expect(try ChunkStore(path: directory).read(digest) == chunk)
     }
 
-    @Test("damage where a pack was durable keeps what can be read, cuts nothing, and new chunks go to a new pack; odd pack names are left alone")
+    @Test(
+        "damage where a pack was durable keeps what can be read, cuts nothing, and new chunks go to a new pack; odd pack names are left alone"
+    )
     func damageInTheDurablePart() throws {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -263,7 +276,10 @@ struct ChunkStoreTests {
         }
         let reopened = try ChunkStore(path: directory)
         #expect(reopened.storedDigests() == Array(digests[0..<2]).sorted())
-        #expect(reopened.damage == ["\(pack): damaged at byte \(location.offset - 40) of \(size) synced; the chunks after it are left unread"])
+        #expect(
+            reopened.damage == [
+                "\(pack): damaged at byte \(location.offset - 40) of \(size) synced; the chunks after it are left unread"
+            ])
         #expect(Self.size(pack).bytes == size, "nothing cut where the pack was durable")
         let fresh = try reopened.write(Self.chunk(86))
         try reopened.flush()
@@ -278,7 +294,9 @@ struct ChunkStoreTests {
         #expect(try ChunkStore(path: directory).damage.count == 1)
     }
 
-    @Test("a pack damaged where it was durable, with nothing readable before the damage, is kept and reported at every open")
+    @Test(
+        "a pack damaged where it was durable, with nothing readable before the damage, is kept and reported at every open"
+    )
     func damagedPackWithNothingReadableIsKept() throws {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -297,8 +315,10 @@ struct ChunkStoreTests {
         for _ in 0..<2 {
             let reopened = try ChunkStore(path: directory)
             #expect(reopened.storedDigests().isEmpty)
-            #expect(reopened.damage.count == 1 && reopened.damage[0].hasPrefix(location.file + ": damaged at byte \(location.offset - 40)"),
-                    "\(reopened.damage)")
+            #expect(
+                reopened.damage.count == 1
+                    && reopened.damage[0].hasPrefix(location.file + ": damaged at byte \(location.offset - 40)"),
+                "\(reopened.damage)")
             #expect(Self.size(location.file).bytes == size, "the pack is neither removed nor cut")
         }
     }
@@ -319,14 +339,19 @@ struct ChunkStoreTests {
         FileManager.default.createFile(atPath: stranger, contents: bytes)
         let reopened = try ChunkStore(path: directory)
         #expect(reopened.storedDigests() == [kept])
-        #expect(reopened.damage == ["\(stranger): not a pack this version reads (its header is damaged or newer); left unread"])
+        #expect(
+            reopened.damage == [
+                "\(stranger): not a pack this version reads (its header is damaged or newer); left unread"
+            ])
         let fresh = try reopened.write(Self.chunk(96))
         try reopened.flush()
         #expect(FileManager.default.contents(atPath: stranger) == bytes, "neither written to nor removed")
         #expect(try ChunkStore(path: directory).storedDigests() == [kept, fresh].sorted())
     }
 
-    @Test("a sync that fails drops the chunks written since the last good one (a later sync would say they were written), and new chunks go to a new pack")
+    @Test(
+        "a sync that fails drops the chunks written since the last good one (a later sync would say they were written), and new chunks go to a new pack"
+    )
     func failedSyncIsNotBelievedLater() throws {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -353,14 +378,16 @@ struct ChunkStoreTests {
         #expect(reopened.verifyAll().isEmpty)
     }
 
-    @Test("a store of the earlier format (a file per chunk) is read, removed from and upgraded; new chunks go to a pack")
+    @Test(
+        "a store of the earlier format (a file per chunk) is read, removed from and upgraded; new chunks go to a pack")
     func looseChunksOfTheEarlierFormat() throws {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let old = [Self.chunk(60), Self.chunk(61)]
         for bytes in old {
             let hex = SHA256Digest.hashing(bytes).hex
-            try FileManager.default.createDirectory(atPath: directory + "/" + hex.prefix(2), withIntermediateDirectories: true)
+            try FileManager.default.createDirectory(
+                atPath: directory + "/" + hex.prefix(2), withIntermediateDirectories: true)
             try Data(bytes).write(to: URL(fileURLWithPath: directory + "/" + hex.prefix(2) + "/" + hex))
         }
         try "chunks-v1\n".write(toFile: directory + "/format-version", atomically: true, encoding: .utf8)
@@ -378,7 +405,9 @@ struct ChunkStoreTests {
         #expect(Set(ChunkStore.survey(directory).keys) == [first, fresh])
     }
 
-    @Test("packs damaged at random (any bytes after a sound header) open without harm: every chunk wholly before the damage is kept and reads back, nothing else is made up", arguments: 0..<40)
+    @Test(
+        "packs damaged at random (any bytes after a sound header) open without harm: every chunk wholly before the damage is kept and reads back, nothing else is made up",
+        arguments: 0..<40)
     func damagedPacksOpen(seed: UInt64) throws {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -395,7 +424,8 @@ struct ChunkStoreTests {
                 let bytes = Self.chunk(UInt8(index), size: Int(next() % 9000) + 1)
                 let digest = try store.write(bytes)
                 let location = try #require(store.bytesLocation(digest))
-                records.append((digest, bytes, UInt64(location.offset) - 40, UInt64(location.offset) + UInt64(location.length)))
+                records.append(
+                    (digest, bytes, UInt64(location.offset) - 40, UInt64(location.offset) + UInt64(location.length)))
             }
         }
         let pack = directory + "/" + (try #require(Self.packFiles(directory).first))
@@ -431,7 +461,9 @@ struct ChunkStoreTests {
         #expect(try ChunkStore(path: directory).read(fresh) == Self.chunk(99, size: 5000), "seed \(seed)")
     }
 
-    @Test("a store of many packs, with chunks stored again in later packs, opens whole (more packs than descriptors kept open)")
+    @Test(
+        "a store of many packs, with chunks stored again in later packs, opens whole (more packs than descriptors kept open)"
+    )
     func manyPacksWithCopies() throws {
         let directory = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -495,8 +527,9 @@ struct ChunkStoreTests {
         }
     }
 
-    @Test("a full disk is a clear error and leaves the store consistent",
-          .enabled(if: getuid() == 0, "needs root to mount a small tmpfs"))
+    @Test(
+        "a full disk is a clear error and leaves the store consistent",
+        .enabled(if: getuid() == 0, "needs root to mount a small tmpfs"))
     func diskFull() throws {
         let mountPoint = Self.temporaryDirectory()
         defer { try? FileManager.default.removeItem(atPath: mountPoint) }

@@ -78,14 +78,17 @@ import Testing
         #expect(sim.bottleneckStatistics(of: b).downlink?.forwarded == 10 && sim.statistics.dropped.total == 0)
     }
 
-    @Test("two flows into one downlink share its rate, and what exceeds it is dropped at its queue",
-          arguments: SimulationSeeds.from(defaultCount: 2))
+    @Test(
+        "two flows into one downlink share its rate, and what exceeds it is dropped at its queue",
+        arguments: SimulationSeeds.from(defaultCount: 2))
     func flowsShareADownlink(seed: UInt64) {
         let sim = Simulator(seed: seed, defaultLink: LinkConditions(delay: .milliseconds(20), jitter: .milliseconds(1)))
         let receiver = EchoProcess(echoes: false)
         let b = sim.addNode(receiver)
         // Each 1,000 bytes every 5 ms (200 KB/s); together 400 KB/s into 125 KB/s.
-        let senders = (0..<2).map { _ in sim.addNode(SenderProcess(target: b, count: 400, interval: .milliseconds(5), size: 1000)) }
+        let senders = (0..<2).map { _ in
+            sim.addNode(SenderProcess(target: b, count: 400, interval: .milliseconds(5), size: 1000))
+        }
         sim.setBottlenecks(of: b, uplink: nil, downlink: Bottleneck(megabitsPerSecond: 1, queue: .milliseconds(100)))
         sim.run(for: .seconds(10))
         let replay = SimulationSeeds.replay(seed)

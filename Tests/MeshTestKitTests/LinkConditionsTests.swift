@@ -50,7 +50,10 @@ import Testing
         var seen = Set<Int>(), repeats = 0
         for sequence in sequences where !seen.insert(sequence).inserted { repeats += 1 }
         #expect(repeats == stats.duplicated)
-        #expect(receiver.received.allSatisfy { $0.bytes == SenderProcess.payload(SenderProcess.sequence(of: $0.bytes), size: 16) })
+        #expect(
+            receiver.received.allSatisfy {
+                $0.bytes == SenderProcess.payload(SenderProcess.sequence(of: $0.bytes), size: 16)
+            })
     }
 
     @Test func mtuDropsOnlyDatagramsLargerThanTheCap() {
@@ -102,7 +105,8 @@ import Testing
     @Test(arguments: SimulationSeeds.from())
     func corruptionFlipsExactlyOneBit(seed: UInt64) {
         let count = 500
-        let (sim, receiver) = Self.oneWay(seed: seed, link: LinkConditions(corruptionProbability: 1), count: count, size: 32)
+        let (sim, receiver) = Self.oneWay(
+            seed: seed, link: LinkConditions(corruptionProbability: 1), count: count, size: 32)
         #expect(receiver.received.count == count)
         #expect(sim.statistics.corrupted == count)
         // Which datagram is which: corruption may hit the sequence number, so match by order
@@ -114,17 +118,22 @@ import Testing
             #expect(flipped == 1, "\(SimulationSeeds.replay(seed)): datagram \(index) differs in \(flipped) bits")
         }
         // Corruption hits all bit positions, not just one.
-        let positions = Set(receiver.received.enumerated().map { index, arrival in
-            let original = SenderProcess.payload(index, size: 32)
-            return original.indices.first { original[$0] != arrival.bytes[$0] } ?? -1
-        })
+        let positions = Set(
+            receiver.received.enumerated().map { index, arrival in
+                let original = SenderProcess.payload(index, size: 32)
+                return original.indices.first { original[$0] != arrival.bytes[$0] } ?? -1
+            })
         #expect(positions.count > 20)
     }
 
     @Test func noCorruptionWithoutConfiguringIt() {
-        let (sim, receiver) = Self.oneWay(seed: 2, link: LinkConditions(lossProbability: 0.1, duplicationProbability: 0.1), count: 500)
+        let (sim, receiver) = Self.oneWay(
+            seed: 2, link: LinkConditions(lossProbability: 0.1, duplicationProbability: 0.1), count: 500)
         #expect(sim.statistics.corrupted == 0)
-        #expect(receiver.received.allSatisfy { $0.bytes == SenderProcess.payload(SenderProcess.sequence(of: $0.bytes), size: 16) })
+        #expect(
+            receiver.received.allSatisfy {
+                $0.bytes == SenderProcess.payload(SenderProcess.sequence(of: $0.bytes), size: 16)
+            })
     }
 
     @Test(arguments: SimulationSeeds.from())
@@ -156,8 +165,9 @@ import Testing
 
     @Test(arguments: SimulationSeeds.from())
     func everyDatagramIsAccountedFor(seed: UInt64) {
-        let link = LinkConditions(jitter: .milliseconds(1), lossProbability: 0.1, duplicationProbability: 0.1,
-                                  reorderProbability: 0.1, corruptionProbability: 0.1, mtu: 40)
+        let link = LinkConditions(
+            jitter: .milliseconds(1), lossProbability: 0.1, duplicationProbability: 0.1,
+            reorderProbability: 0.1, corruptionProbability: 0.1, mtu: 40)
         let sim = Simulator(seed: seed, defaultLink: link)
         let echo = sim.addNode(EchoProcess())
         for size in [16, 32, 48] { sim.addNode(SenderProcess(target: echo, count: 300, size: size)) }
@@ -165,7 +175,8 @@ import Testing
         sim.run(for: .seconds(10))
         let stats = sim.statistics
         #expect(sim.pendingEventCount == 0)
-        #expect(stats.delivered + stats.dropped.total == stats.sent + stats.duplicated, "\(SimulationSeeds.replay(seed))")
+        #expect(
+            stats.delivered + stats.dropped.total == stats.sent + stats.duplicated, "\(SimulationSeeds.replay(seed))")
         #expect(stats.dropped.unknownDestination == 1)
         #expect(stats.nodes.map(\.sent).reduce(0, +) == stats.sent)
         #expect(stats.nodes.map(\.received).reduce(0, +) == stats.delivered)

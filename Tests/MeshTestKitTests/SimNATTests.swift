@@ -41,8 +41,9 @@ import Testing
         let again = nat.outbound(from: Self.inside, to: Self.peer, now: .ms(20))
         #expect(first != second)
         #expect(first == again, "one destination keeps its mapping while it lives")
-        #expect(nat.inbound(from: Self.peer, toPort: second.port, now: .ms(30)) == nil,
-                "a mapping made for one destination lets only that destination in")
+        #expect(
+            nat.inbound(from: Self.peer, toPort: second.port, now: .ms(30)) == nil,
+            "a mapping made for one destination lets only that destination in")
         #expect(nat.inbound(from: Self.other, toPort: second.port, now: .ms(30)) == Self.inside)
     }
 
@@ -51,14 +52,16 @@ import Testing
         let mapped = nat.outbound(from: Self.inside, to: Self.peer, now: .zero)
         #expect(nat.inbound(from: Self.peer, toPort: mapped.port, now: .ms(1)) == Self.inside)
         #expect(nat.inbound(from: Self.other, toPort: mapped.port, now: .ms(1)) == nil, "never sent to")
-        #expect(nat.inbound(from: Self.peer.with(port: 9999), toPort: mapped.port, now: .ms(1)) == nil,
-                "the same host from another port is another endpoint")
+        #expect(
+            nat.inbound(from: Self.peer.with(port: 9999), toPort: mapped.port, now: .ms(1)) == nil,
+            "the same host from another port is another endpoint")
         #expect(nat.inbound(from: Self.peer, toPort: mapped.port &+ 1, now: .ms(1)) == nil, "no such mapping")
 
         var open = SimNAT(number: 0, configuration: .init(filtering: .endpointIndependent), seed: 1)
         let port = open.outbound(from: Self.inside, to: Self.peer, now: .zero).port
-        #expect(open.inbound(from: Self.other, toPort: port, now: .ms(1)) == Self.inside,
-                "a full cone lets anyone in once the mapping exists")
+        #expect(
+            open.inbound(from: Self.other, toPort: port, now: .ms(1)) == Self.inside,
+            "a full cone lets anyone in once the mapping exists")
     }
 
     @Test func mappingsExpireUnlessOutboundTrafficRefreshesThem() {
@@ -80,8 +83,9 @@ import Testing
         let mapped = nat.outbound(from: Self.inside, to: Self.peer, now: .zero)
         _ = nat.outbound(from: Self.inside, to: Self.other, now: .ms(20_000))
         #expect(nat.inbound(from: Self.other, toPort: mapped.port, now: .ms(40_000)) == Self.inside)
-        #expect(nat.inbound(from: Self.peer, toPort: mapped.port, now: .ms(40_000)) == nil,
-                "the peer's permission is 40 s old")
+        #expect(
+            nat.inbound(from: Self.peer, toPort: mapped.port, now: .ms(40_000)) == nil,
+            "the peer's permission is 40 s old")
     }
 
     @Test(arguments: SimulationSeeds.from(defaultCount: 2))
@@ -207,14 +211,19 @@ import Testing
     @Test(arguments: SimulationSeeds.from(defaultCount: 2))
     func aRunWithNATsReplaysExactly(seed: UInt64) {
         func run() -> UInt64 {
-            let sim = Simulator(seed: seed, defaultLink: LinkConditions(delay: .milliseconds(5), jitter: .milliseconds(3),
-                                                                          lossProbability: 0.1),
-                                trace: .digest)
+            let sim = Simulator(
+                seed: seed,
+                defaultLink: LinkConditions(
+                    delay: .milliseconds(5), jitter: .milliseconds(3),
+                    lossProbability: 0.1),
+                trace: .digest)
             let nodes = (0..<4).map { _ in sim.addNode(EchoProcess()) }
             sim.addNAT(.symmetric, for: [nodes[0]])
             sim.addNAT(.masquerade, for: [nodes[1], nodes[2]])
             for round in 0..<20 {
-                for from in nodes { for to in nodes where to != from { sim.inject([UInt8(round)], from: from, to: to) } }
+                for from in nodes {
+                    for to in nodes where to != from { sim.inject([UInt8(round)], from: from, to: to) }
+                }
                 sim.run(for: .milliseconds(50))
             }
             return sim.traceDigest

@@ -7,10 +7,12 @@ import Testing
     /// A busy run touching every source of randomness and ordering: all link faults, node
     /// random streams, timers re-armed by a clock jump, a crash, a restart and a partition.
     static func chaoticRun(seed: UInt64, trace: SimTraceOptions = [.record, .digest]) -> Simulator {
-        let sim = Simulator(seed: seed, defaultLink: LinkConditions(
-            delay: .milliseconds(2), jitter: .milliseconds(3), lossProbability: 0.1,
-            duplicationProbability: 0.05, reorderProbability: 0.1, reorderDelay: .milliseconds(15),
-            corruptionProbability: 0.02, mtu: 60), trace: trace)
+        let sim = Simulator(
+            seed: seed,
+            defaultLink: LinkConditions(
+                delay: .milliseconds(2), jitter: .milliseconds(3), lossProbability: 0.1,
+                duplicationProbability: 0.05, reorderProbability: 0.1, reorderDelay: .milliseconds(15),
+                corruptionProbability: 0.02, mtu: 60), trace: trace)
         let nodes = sim.addNodes(6) { _ in ChatterProcess(peers: 6) }
         sim.setLink(from: nodes[0], to: nodes[1], LinkConditions(delay: .milliseconds(20), lossProbability: 0.5))
         sim.at(.ms(100), "jump") { $0.jumpClock(of: nodes[2], by: .seconds(1)) }

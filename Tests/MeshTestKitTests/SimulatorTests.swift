@@ -163,7 +163,9 @@ import Testing
         var pending = initial.enumerated().map { (time: $0.element, id: $0.offset) }
         var expected: [Int] = []
         var created = initial.count
-        while let first = pending.indices.min(by: { (pending[$0].time, pending[$0].id) < (pending[$1].time, pending[$1].id) }) {
+        while let first = pending.indices.min(by: {
+            (pending[$0].time, pending[$0].id) < (pending[$1].time, pending[$1].id)
+        }) {
             let event = pending.remove(at: first)
             expected.append(event.id)
             if created < 3_000, random.next() % 3 != 0 {
@@ -179,25 +181,27 @@ import Testing
 
     @Test func timersFireInDeadlineThenSchedulingOrder() {
         let sim = Simulator(seed: 8, trace: .record)
-        let process = TimerProcess(plan: [
-            (id: 30, after: .milliseconds(30)),
-            (id: 10, after: .milliseconds(10)),
-            (id: 15, after: .milliseconds(15)),
-            (id: 5, after: .milliseconds(20)),   // two timers due at 20 ms: scheduling order wins
-            (id: 4, after: .milliseconds(20)),
-            (id: 99, after: .milliseconds(25)),  // cancelled at start
-            (id: 15, after: .milliseconds(40)),  // re-arming 15 replaces the 15 ms deadline
-        ], cancelAtStart: [99], onFire: [10: [(11, .milliseconds(1)), (12, .zero)]])
+        let process = TimerProcess(
+            plan: [
+                (id: 30, after: .milliseconds(30)),
+                (id: 10, after: .milliseconds(10)),
+                (id: 15, after: .milliseconds(15)),
+                (id: 5, after: .milliseconds(20)),  // two timers due at 20 ms: scheduling order wins
+                (id: 4, after: .milliseconds(20)),
+                (id: 99, after: .milliseconds(25)),  // cancelled at start
+                (id: 15, after: .milliseconds(40)),  // re-arming 15 replaces the 15 ms deadline
+            ], cancelAtStart: [99], onFire: [10: [(11, .milliseconds(1)), (12, .zero)]])
         let node = sim.addNode(process)
         #expect(sim.armedTimers(of: node).isEmpty, "nothing armed before start")
         sim.run(for: .milliseconds(5))
         #expect(sim.armedTimers(of: node) == [4, 5, 10, 15, 30])
         sim.run(for: .milliseconds(100))
-        #expect(process.firings == [
-            .init(id: 10, at: .ms(10)), .init(id: 12, at: .ms(10)), .init(id: 11, at: .ms(11)),
-            .init(id: 5, at: .ms(20)), .init(id: 4, at: .ms(20)),
-            .init(id: 30, at: .ms(30)), .init(id: 15, at: .ms(40)),
-        ])
+        #expect(
+            process.firings == [
+                .init(id: 10, at: .ms(10)), .init(id: 12, at: .ms(10)), .init(id: 11, at: .ms(11)),
+                .init(id: 5, at: .ms(20)), .init(id: 4, at: .ms(20)),
+                .init(id: 30, at: .ms(30)), .init(id: 15, at: .ms(40)),
+            ])
         #expect(sim.statistics.timersFired == 7)
         #expect(sim.armedTimers(of: node).isEmpty)
         let traced: [UInt64] = sim.trace.compactMap { if case let .timerFired(_, id) = $0.kind { id } else { nil } }
@@ -248,7 +252,8 @@ import Testing
         sim.run(until: .ms(2000))
         // Timers 1 (1 s) and 3 (1.5 s) were skipped by the jump and fire at once, in deadline
         // order; timer 2 (3 s local) fires 900 ms later in simulator time.
-        #expect(jumper.firings == [.init(id: 1, at: .ms(2100)), .init(id: 3, at: .ms(2100)), .init(id: 2, at: .ms(3000))])
+        #expect(
+            jumper.firings == [.init(id: 1, at: .ms(2100)), .init(id: 3, at: .ms(2100)), .init(id: 2, at: .ms(3000))])
         #expect(steady.firings == [.init(id: 1, at: .ms(1000))])
     }
 
@@ -282,7 +287,9 @@ import Testing
         let echo = sim.addNode(EchoProcess())
         sim.addNode(SenderProcess(target: echo, count: 1_000_000, interval: .milliseconds(1)))
         var checks = 0
-        let outcome = sim.run(until: .ms(500)) { _ in checks += 1; return false }
+        let outcome = sim.run(until: .ms(500)) { _ in
+            checks += 1; return false
+        }
         #expect(outcome == .deadlineReached)
         #expect(sim.now == .ms(500))
         #expect(checks > 500)
@@ -338,9 +345,11 @@ import Testing
         let a = sim.addNode(EchoProcess(echoes: false))
         sim.inject([9], from: a, to: echo)
         sim.run(for: .milliseconds(5))
-        #expect(seen.map(\.kind) == [
-            .sent(from: a, to: echo, bytes: [9]), .started(echo), .started(a), .delivered(from: a, to: echo, bytes: [9]),
-        ])
+        #expect(
+            seen.map(\.kind) == [
+                .sent(from: a, to: echo, bytes: [9]), .started(echo), .started(a),
+                .delivered(from: a, to: echo, bytes: [9]),
+            ])
         #expect(seen.map(\.description).last == "[1.000ms] n1→n0 delivered 1B")
     }
 

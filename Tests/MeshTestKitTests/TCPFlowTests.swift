@@ -10,7 +10,9 @@ import Testing
     static let link = Bottleneck(megabitsPerSecond: 10, queue: .milliseconds(100))
 
     /// One flow through the sender's uplink for `seconds`: its goodput in bytes per second.
-    static func run(seed: UInt64, growth: TCPSender.Growth = .cubic, loss: Double = 0, seconds: Int64 = 30)
+    static func run(
+        seed: UInt64, growth: TCPSender.Growth = .cubic, loss: Double = 0, seconds: Int64 = 30
+    )
         -> (goodput: Double, sender: TCPSender, sim: Simulator)
     {
         let sim = Simulator(seed: seed, defaultLink: LinkConditions(delay: .milliseconds(20), lossProbability: loss))
@@ -22,17 +24,21 @@ import Testing
         return (Double(sender.bytesAcknowledged) / Double(seconds), sender, sim)
     }
 
-    @Test("alone it fills the bottleneck, and the queue's tail drops are what it backs off from",
-          arguments: SimulationSeeds.from(defaultCount: 2), [TCPSender.Growth.reno, .cubic])
+    @Test(
+        "alone it fills the bottleneck, and the queue's tail drops are what it backs off from",
+        arguments: SimulationSeeds.from(defaultCount: 2), [TCPSender.Growth.reno, .cubic])
     func fillsTheLinkAlone(seed: UInt64, growth: TCPSender.Growth) {
         let (goodput, sender, sim) = Self.run(seed: seed, growth: growth)
         let replay = "\(SimulationSeeds.replay(seed)) \(growth)"
-        #expect(goodput > 0.85 * Self.link.bytesPerSecond && goodput <= Self.link.bytesPerSecond * 1.001,
-                "\(replay): \(goodput) B/s of \(Self.link.bytesPerSecond)")
+        #expect(
+            goodput > 0.85 * Self.link.bytesPerSecond && goodput <= Self.link.bytesPerSecond * 1.001,
+            "\(replay): \(goodput) B/s of \(Self.link.bytesPerSecond)")
         #expect(sim.statistics.dropped.queue > 0 && sender.recoveries > 0, "\(replay): it never found the queue's end")
     }
 
-    @Test("1% random loss collapses it (CUBIC): loss is all it knows of congestion", arguments: SimulationSeeds.from(defaultCount: 2))
+    @Test(
+        "1% random loss collapses it (CUBIC): loss is all it knows of congestion",
+        arguments: SimulationSeeds.from(defaultCount: 2))
     func randomLossCollapsesIt(seed: UInt64) {
         let clean = Self.run(seed: seed).goodput
         let lossy = Self.run(seed: seed, loss: 0.01).goodput

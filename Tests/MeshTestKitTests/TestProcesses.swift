@@ -110,7 +110,10 @@ final class TimerProcess: SimulatedProcess {
     var firings: [Firing] = []
     var startedAt: MeshInstant?
 
-    init(plan: [(id: UInt64, after: Duration)], cancelAtStart: [UInt64] = [], onFire: [UInt64: [(UInt64, Duration)]] = [:]) {
+    init(
+        plan: [(id: UInt64, after: Duration)], cancelAtStart: [UInt64] = [],
+        onFire: [UInt64: [(UInt64, Duration)]] = [:]
+    ) {
         self.plan = plan
         self.cancelAtStart = cancelAtStart
         self.onFire = onFire

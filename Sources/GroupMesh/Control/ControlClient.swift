@@ -49,7 +49,8 @@ public struct ControlClient: Sendable {
             let n = chunk.withUnsafeMutableBytes { read(connection, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                throw .control("the node did not answer within \(timeout); it may be busy or stuck: see its log, or restart it")
+                throw .control(
+                    "the node did not answer within \(timeout); it may be busy or stuck: see its log, or restart it")
             }
             guard n > 0 else { return false }
             buffer.append(contentsOf: chunk[0..<n])
@@ -63,7 +64,9 @@ public struct ControlClient: Sendable {
         guard (try? JSONSerialization.jsonObject(with: line)) != nil else {
             throw .control("the node sent a malformed response")
         }
-        throw .control("the node's answer is not one this groupmesh can read: the node runs another version of groupmesh; use that one, or restart the node with this one")
+        throw .control(
+            "the node's answer is not one this groupmesh can read: the node runs another version of groupmesh; use that one, or restart the node with this one"
+        )
     }
 
     private func connect() throws(GroupMeshError) -> Int32 {
@@ -96,7 +99,8 @@ public struct ControlClient: Sendable {
             if code == ENOENT || code == ECONNREFUSED || code == ENOTDIR {
                 throw .noNodeRunning(path: directory.path)
             }
-            throw .control("cannot reach the node at \(directory.controlSocketPath): \(String(cString: strerror(code)))")
+            throw .control(
+                "cannot reach the node at \(directory.controlSocketPath): \(String(cString: strerror(code)))")
         }
         return fd
     }
@@ -104,7 +108,8 @@ public struct ControlClient: Sendable {
     private func writeAll(_ data: Data, to fd: Int32) throws(GroupMeshError) {
         var offset = 0
         while offset < data.count {
-            let n = data.withUnsafeBytes { write(fd, $0.baseAddress! + offset, data.count - offset) } // safe: non-empty
+            // safe: non-empty
+            let n = data.withUnsafeBytes { write(fd, $0.baseAddress! + offset, data.count - offset) }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { throw .control("cannot write to the node: \(String(cString: strerror(errno)))") }
             offset += n
@@ -118,10 +123,15 @@ public struct ControlClient: Sendable {
             let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
-                throw .control("the node did not answer within \(timeout); it may be busy or stuck: see its log, or restart it")
+                throw .control(
+                    "the node did not answer within \(timeout); it may be busy or stuck: see its log, or restart it")
             }
             guard n > 0 else {
-                if data.isEmpty { throw .control("the node closed the connection without answering; run groupmesh status to see whether it still runs") }
+                if data.isEmpty {
+                    throw .control(
+                        "the node closed the connection without answering; run groupmesh status to see whether it still runs"
+                    )
+                }
                 return data
             }
             if let newline = chunk[0..<n].firstIndex(of: UInt8(ascii: "\n")) {
@@ -142,7 +152,9 @@ extension ControlClient {
 
     /// The attachment set, with metadata (`attachments --json`).
     public func attachments() throws(GroupMeshError) -> [StatusReport.AttachmentInfo] {
-        guard case let .attachments(list) = try send(.attachments) else { throw .control("the node sent no attachment list") }
+        guard case let .attachments(list) = try send(.attachments) else {
+            throw .control("the node sent no attachment list")
+        }
         return list
     }
 }

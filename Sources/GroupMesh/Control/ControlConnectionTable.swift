@@ -82,7 +82,8 @@ struct ControlConnectionTable {
 
     /// Connections idle past the timeout, forgotten here: the caller closes them.
     mutating func expired(now: Duration) -> [Int] {
-        let expired = entries.filter { !$0.value.isBusy && now - $0.value.lastActive >= settings.idleTimeout }.map(\.key)
+        let expired = entries.filter { !$0.value.isBusy && now - $0.value.lastActive >= settings.idleTimeout }.map(
+            \.key)
         for id in expired { entries[id] = nil }
         return expired.sorted()
     }

@@ -64,19 +64,23 @@ extension ControlRequest: Codable {
             guard let body = Data(base64Encoded: try container.decode(String.self, forKey: .base64)) else {
                 throw DecodingError.dataCorruptedError(forKey: .base64, in: container, debugDescription: "not base64")
             }
-            self = .send(body: Array(body), to: try container.decodeIfPresent([String].self, forKey: .to) ?? [],
-                         unreliable: try container.decodeIfPresent(Bool.self, forKey: .unreliable) ?? false)
+            self = .send(
+                body: Array(body), to: try container.decodeIfPresent([String].self, forKey: .to) ?? [],
+                unreliable: try container.decodeIfPresent(Bool.self, forKey: .unreliable) ?? false)
         case .attach:
-            self = .attach(path: try container.decode(String.self, forKey: .path),
-                           metadata: try container.decodeIfPresent(String.self, forKey: .metadata))
+            self = .attach(
+                path: try container.decode(String.self, forKey: .path),
+                metadata: try container.decodeIfPresent(String.self, forKey: .metadata))
         case .get:
             let mode = try container.decodeIfPresent(UInt32.self, forKey: .mode)
             guard mode.map({ $0 <= 0o777 }) ?? true else {
-                throw DecodingError.dataCorruptedError(forKey: .mode, in: container, debugDescription: "not a file mode")
+                throw DecodingError.dataCorruptedError(
+                    forKey: .mode, in: container, debugDescription: "not a file mode")
             }
-            self = .get(attachment: try container.decode(String.self, forKey: .id),
-                        path: try container.decode(String.self, forKey: .path), mode: mode,
-                        replace: try container.decodeIfPresent(Bool.self, forKey: .replace) ?? true)
+            self = .get(
+                attachment: try container.decode(String.self, forKey: .id),
+                path: try container.decode(String.self, forKey: .path), mode: mode,
+                replace: try container.decodeIfPresent(Bool.self, forKey: .replace) ?? true)
         case .remove:
             self = .remove(attachment: try container.decode(String.self, forKey: .id))
         case .removeMember:
@@ -172,15 +176,17 @@ public enum ControlResponse: Sendable, Equatable {
 
 extension ControlResponse: Codable {
     private enum CodingKeys: String, CodingKey {
-        case ok, error, kind, status, invite, delivered, subscribed, message, dropped, attachment, attachments, progress, member, session
+        case ok, error, kind, status, invite, delivered, subscribed, message, dropped, attachment, attachments,
+            progress, member, session
         case leaving, left, pong, event, missed
     }
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         guard try container.decode(Bool.self, forKey: .ok) else {
-            self = .failure(try container.decodeIfPresent(String.self, forKey: .error) ?? "the node refused the request",
-                            kind: (try? container.decodeIfPresent(FailureKind.self, forKey: .kind)) ?? .other)
+            self = .failure(
+                try container.decodeIfPresent(String.self, forKey: .error) ?? "the node refused the request",
+                kind: (try? container.decodeIfPresent(FailureKind.self, forKey: .kind)) ?? .other)
             return
         }
         if let status = try container.decodeIfPresent(StatusReport.self, forKey: .status) {
@@ -195,7 +201,9 @@ extension ControlResponse: Codable {
             self = .dropped(messages: dropped)
         } else if let progress = try container.decodeIfPresent(TransferProgress.self, forKey: .progress) {
             self = .progress(progress)
-        } else if let attachments = try container.decodeIfPresent([StatusReport.AttachmentInfo].self, forKey: .attachments) {
+        } else if let attachments = try container.decodeIfPresent(
+            [StatusReport.AttachmentInfo].self, forKey: .attachments)
+        {
             self = .attachments(attachments)
         } else if let event = try container.decodeIfPresent(MeshEvent.self, forKey: .event) {
             self = .event(event)
@@ -208,8 +216,9 @@ extension ControlResponse: Codable {
         } else if let left = try container.decodeIfPresent(LeaveSummary.self, forKey: .left) {
             self = .left(left)
         } else if let member = try container.decodeIfPresent(String.self, forKey: .member) {
-            self = .memberRemoved(member: member, session: try container.decodeIfPresent(String.self, forKey: .session) ?? "",
-                                  delivered: try container.decodeIfPresent(Int.self, forKey: .delivered) ?? 0)
+            self = .memberRemoved(
+                member: member, session: try container.decodeIfPresent(String.self, forKey: .session) ?? "",
+                delivered: try container.decodeIfPresent(Int.self, forKey: .delivered) ?? 0)
         } else if let attachment = try container.decodeIfPresent(String.self, forKey: .attachment) {
             self = .attachment(attachment)
         } else if let delivered = try container.decodeIfPresent(Int.self, forKey: .delivered) {

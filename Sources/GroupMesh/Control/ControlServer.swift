@@ -10,8 +10,10 @@ enum ControlServer {
     /// drops; a `listen` is behind, and the node holds new messages instead: `MessageBacklog`).
     static let writeBuffer = ChannelOptions.Types.WriteBufferWaterMark(low: 256 * 1024, high: 1024 * 1024)
 
-    static func bind(path: String, directoryPath: String, node: MeshNode, connections: ControlConnections,
-                     eventLoop: any EventLoop) async throws -> any Channel {
+    static func bind(
+        path: String, directoryPath: String, node: MeshNode, connections: ControlConnections,
+        eventLoop: any EventLoop
+    ) async throws -> any Channel {
         let bindPath = UnixSocketPath.usable(for: path, directory: directoryPath)
         // The socket file is created owner-only by bind itself (no moment where another user could
         // connect before a chmod); umask is per process, so it is put back at once.
@@ -23,13 +25,15 @@ enum ControlServer {
             // pause the event loop spins on it. NIO's async bind adds this; ours must.
             .serverChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(AcceptBackoffHandler(backoffProvider: connections.acceptFailed))
+                    try channel.pipeline.syncOperations.addHandler(
+                        AcceptBackoffHandler(backoffProvider: connections.acceptFailed))
                 }
             }
             .childChannelOption(.writeBufferWaterMark, value: writeBuffer)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(ControlConnectionHandler(node: node, connections: connections))
+                    try channel.pipeline.syncOperations.addHandler(
+                        ControlConnectionHandler(node: node, connections: connections))
                 }
             }
             .bind(unixDomainSocketPath: bindPath.path, cleanupExistingSocketFile: true)
@@ -338,7 +342,10 @@ final class ControlConnectionHandler: ChannelInboundHandler {
         let responder = ControlResponder(context: context, connections: connections)
         self.responder = responder
         if !responder.admit() {
-            responder.send(.failure("the node has \(ControlConnectionTable.Settings().limit) control connections busy; try again when one ends"))
+            responder.send(
+                .failure(
+                    "the node has \(ControlConnectionTable.Settings().limit) control connections busy; try again when one ends"
+                ))
             responder.close()
         }
         context.fireChannelActive()

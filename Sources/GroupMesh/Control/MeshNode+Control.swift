@@ -7,9 +7,10 @@ import NIOCore
 extension ReceivedMessageInfo {
     init(_ message: NodeMessage) {
         let text = String(validating: message.body, as: UTF8.self)
-        self.init(from: message.from.hex, fromName: message.fromName,
-                  mode: message.mode == .reliable ? "reliable" : "unreliable", type: message.type, text: text,
-                  base64: text == nil ? Data(message.body).base64EncodedString() : nil)
+        self.init(
+            from: message.from.hex, fromName: message.fromName,
+            mode: message.mode == .reliable ? "reliable" : "unreliable", type: message.type, text: text,
+            base64: text == nil ? Data(message.body).base64EncodedString() : nil)
     }
 }
 
@@ -33,8 +34,10 @@ extension MeshNode {
             answer(responder) { node throws(GroupMeshError) in
                 let (member, rtt, address) = try await node.ping(text)
                 let name = await node.core.membership.member(member)?.record.name ?? ""
-                return .pong(PongInfo(member: member.hex, name: name, address: address,
-                                      rttMs: rtt.map { (Double($0.nanosecondsClamped) / 1e3).rounded() / 1e3 }))
+                return .pong(
+                    PongInfo(
+                        member: member.hex, name: name, address: address,
+                        rttMs: rtt.map { (Double($0.nanosecondsClamped) / 1e3).rounded() / 1e3 }))
             }
         case let .send(body, to, unreliable):
             controlSend(body, to: to, mode: unreliable ? .unreliable : .reliable, responder: responder)
@@ -58,16 +61,19 @@ extension MeshNode {
         case let .removeMember(text):
             answer(responder) { node throws(GroupMeshError) in
                 let (id, handedTo) = try await node.removeMember(text)
-                return .memberRemoved(member: id.hex, session: await node.core.session.sessionID.description,
-                                      delivered: handedTo)
+                return .memberRemoved(
+                    member: id.hex, session: await node.core.session.sessionID.description,
+                    delivered: handedTo)
             }
         }
     }
 
     /// Runs `work` as its own task and sends what it returns, or its error as one line.
     @discardableResult
-    private func answer(_ responder: ControlResponder,
-                        _ work: @escaping @Sendable (MeshNode) async throws(GroupMeshError) -> ControlResponse) -> Task<Void, Never> {
+    private func answer(
+        _ responder: ControlResponder,
+        _ work: @escaping @Sendable (MeshNode) async throws(GroupMeshError) -> ControlResponse
+    ) -> Task<Void, Never> {
         Task {
             do throws(GroupMeshError) {
                 responder.send(try await work(self))
@@ -77,8 +83,10 @@ extension MeshNode {
         }
     }
 
-    private func controlSend(_ body: [UInt8], to names: [String], mode: DeliveryInstance.Mode,
-                             responder: ControlResponder) {
+    private func controlSend(
+        _ body: [UInt8], to names: [String], mode: DeliveryInstance.Mode,
+        responder: ControlResponder
+    ) {
         let targets: [NodeID]?
         do {
             targets = names.isEmpty ? nil : try names.map { text throws(MessengerError) in try resolveMember(text) }
@@ -99,7 +107,8 @@ extension MeshNode {
     private func controlListen(responder: ControlResponder) {
         // A second `listen` on one connection would send every message twice.
         guard !responder.isClosed, !listeners.contains(where: { $0 === responder }),
-              !eventListeners.contains(where: { $0 === responder }) else {
+            !eventListeners.contains(where: { $0 === responder })
+        else {
             return responder.send(.failure("this connection already follows a stream"))
         }
         responder.send(.subscribed)
@@ -123,7 +132,8 @@ extension MeshNode {
     private func controlEvents(after: UInt64?, responder: ControlResponder) {
         // One stream per connection: its close handler forgets it.
         guard !responder.isClosed, !eventListeners.contains(where: { $0 === responder }),
-              !listeners.contains(where: { $0 === responder }) else {
+            !listeners.contains(where: { $0 === responder })
+        else {
             return responder.send(.failure("this connection already follows a stream"))
         }
         responder.send(.subscribed)

@@ -49,7 +49,9 @@ extension StatusReport {
             switch state {
             case "mapped":
                 let how = "\(`protocol` ?? "?") mapped \(externalAddress ?? "?")"
-                let life = lifetime == 0 ? "permanent lease" : "lifetime \(lifetime ?? 0) s, expires in \(Int(expiresIn ?? 0)) s"
+                let life =
+                    lifetime == 0
+                    ? "permanent lease" : "lifetime \(lifetime ?? 0) s, expires in \(Int(expiresIn ?? 0)) s"
                 return "port mapping: \(how) (\(life))" + (advertised ? "" : "; not advertised: \(reason ?? "")")
             case "discovering":
                 return "port mapping: asking the gateway \(gateway ?? "")"

@@ -95,7 +95,9 @@ struct EventFeed {
         return [record(kind, now: now, member: Self.info(member))]
     }
 
-    mutating func epochChanged(_ session: SessionID, removed now: Set<NodeID>, members: [Member], time: Date) -> [MeshEvent] {
+    mutating func epochChanged(
+        _ session: SessionID, removed now: Set<NodeID>, members: [Member], time: Date
+    ) -> [MeshEvent] {
         var out: [MeshEvent] = []
         if self.session != session {
             self.session = session
@@ -103,25 +105,32 @@ struct EventFeed {
         }
         for id in now.subtracting(removed).sorted() {
             let member = members.first { $0.id == id }
-            out.append(record(.memberRemoved, now: time,
-                              member: member.map(Self.info) ?? .init(id: id.hex, name: "", address: "")))
+            out.append(
+                record(
+                    .memberRemoved, now: time,
+                    member: member.map(Self.info) ?? .init(id: id.hex, name: "", address: "")))
         }
         removed.formUnion(now)
         return out
     }
 
-    mutating func attachmentsChanged(_ list: [(entry: AttachmentEntry, complete: Bool, state: AttachmentAvailability.State)],
-                                     now: Date) -> [MeshEvent] {
+    mutating func attachmentsChanged(
+        _ list: [(entry: AttachmentEntry, complete: Bool, state: AttachmentAvailability.State)],
+        now: Date
+    ) -> [MeshEvent] {
         var out: [MeshEvent] = []
         var seen: Set<AttachmentID> = []
         for (entry, complete, state) in list {
             seen.insert(entry.id)
             let info = MeshEvent.AttachmentInfo(id: entry.id.hex, content: entry.content.hex, size: entry.size)
             let before = attachments[entry.id]
-            var seen = AttachmentSeen(complete: complete, state: state, info: info,
-                                      wasHeld: (before?.wasHeld ?? false) || state != .unavailable, lost: before?.lost ?? false)
+            var seen = AttachmentSeen(
+                complete: complete, state: state, info: info,
+                wasHeld: (before?.wasHeld ?? false) || state != .unavailable, lost: before?.lost ?? false)
             if before == nil { out.append(record(.attachmentAdded, now: now, attachment: info)) }
-            if complete, before?.complete != true { out.append(record(.attachmentComplete, now: now, attachment: info)) }
+            if complete, before?.complete != true {
+                out.append(record(.attachmentComplete, now: now, attachment: info))
+            }
             if state == .unavailable, before?.wasHeld == true, !seen.lost {
                 seen.lost = true
                 out.append(record(.attachmentUnavailable, now: now, attachment: info))
@@ -142,10 +151,13 @@ struct EventFeed {
         [record(.sessionEnded, now: now, member: member)]
     }
 
-    private mutating func record(_ kind: MeshEvent.Kind, now: Date, member: MeshEvent.MemberInfo? = nil,
-                                 attachment: MeshEvent.AttachmentInfo? = nil, session: String? = nil) -> MeshEvent {
-        let event = MeshEvent(seq: nextSeq, time: Self.timestamp(now), type: kind, member: member, attachment: attachment,
-                              session: session)
+    private mutating func record(
+        _ kind: MeshEvent.Kind, now: Date, member: MeshEvent.MemberInfo? = nil,
+        attachment: MeshEvent.AttachmentInfo? = nil, session: String? = nil
+    ) -> MeshEvent {
+        let event = MeshEvent(
+            seq: nextSeq, time: Self.timestamp(now), type: kind, member: member, attachment: attachment,
+            session: session)
         nextSeq += 1
         ring.append(event)
         if ring.count > Self.capacity { ring.removeFirst(ring.count - Self.capacity) }

@@ -29,7 +29,9 @@ public struct EventHandlerSpec: Sendable, Equatable {
                 return
             }
         }
-        guard !text.trimmingCharacters(in: .whitespaces).isEmpty else { throw .control("--event-handler: an empty command") }
+        guard !text.trimmingCharacters(in: .whitespaces).isEmpty else {
+            throw .control("--event-handler: an empty command")
+        }
         self.init(types: nil, command: text)
     }
 
@@ -64,7 +66,8 @@ final class EventHandlers: Sendable {
         self.logger = logger
         // Writing an event to a handler that exited without reading it must not kill the node.
         signal(SIGPIPE, SIG_IGN)
-        let (stream, continuation) = AsyncStream<MeshEvent>.makeStream(bufferingPolicy: .bufferingOldest(Self.queueLimit))
+        let (stream, continuation) = AsyncStream<MeshEvent>.makeStream(
+            bufferingPolicy: .bufferingOldest(Self.queueLimit))
         queue = continuation
         let specs = specs, state = state
         worker = Task.detached {
@@ -82,12 +85,19 @@ final class EventHandlers: Sendable {
                     switch outcome {
                     case .succeeded: break
                     case let .failed(reason):
-                        logger.warning("event handler failed", metadata: ["event": "\(event.type.rawValue)", "seq": "\(event.seq)",
-                                                                         "command": "\(spec.command)", "reason": "\(reason)"])
+                        logger.warning(
+                            "event handler failed",
+                            metadata: [
+                                "event": "\(event.type.rawValue)", "seq": "\(event.seq)",
+                                "command": "\(spec.command)", "reason": "\(reason)",
+                            ])
                     case .timedOut:
-                        logger.warning("event handler killed after its time limit",
-                                       metadata: ["event": "\(event.type.rawValue)", "command": "\(spec.command)",
-                                                  "limit": "\(timeout)"])
+                        logger.warning(
+                            "event handler killed after its time limit",
+                            metadata: [
+                                "event": "\(event.type.rawValue)", "command": "\(spec.command)",
+                                "limit": "\(timeout)",
+                            ])
                     }
                 }
             }
@@ -117,8 +127,10 @@ final class EventHandlers: Sendable {
 
     /// The environment a handler gets for `event` (Docs/CLI.md §events).
     static func variables(for event: MeshEvent) -> [String: String] {
-        var variables = ["GROUPMESH_EVENT": event.type.rawValue, "GROUPMESH_EVENT_SEQ": "\(event.seq)",
-                         "GROUPMESH_EVENT_TIME": event.time]
+        var variables = [
+            "GROUPMESH_EVENT": event.type.rawValue, "GROUPMESH_EVENT_SEQ": "\(event.seq)",
+            "GROUPMESH_EVENT_TIME": event.time,
+        ]
         if let member = event.member {
             variables["GROUPMESH_MEMBER_ID"] = member.id
             variables["GROUPMESH_MEMBER_NAME"] = member.name
@@ -133,8 +145,10 @@ final class EventHandlers: Sendable {
         return variables
     }
 
-    private static func invoke(_ spec: EventHandlerSpec, event: MeshEvent, timeout: Duration,
-                               environment: [String: String]) async -> Outcome {
+    private static func invoke(
+        _ spec: EventHandlerSpec, event: MeshEvent, timeout: Duration,
+        environment: [String: String]
+    ) async -> Outcome {
         let variables = ProcessInfo.processInfo.environment
             .filter { $0.key != "GROUPMESH_INVITE" }
             .merging(environment) { $1 }
@@ -156,10 +170,12 @@ final class EventHandlers: Sendable {
             killed.withLockedValue { $0 = true }
             kill(-pid, SIGKILL)
         }
-        DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(timeout.nanosecondsClamped)), execute: limit)
+        DispatchQueue.global().asyncAfter(
+            deadline: .now() + .nanoseconds(Int(timeout.nanosecondsClamped)), execute: limit)
         let status = await process.exitStatus()
         limit.cancel()
         if killed.withLockedValue({ $0 }) { return .timedOut }
-        return status == 0 ? .succeeded : .failed(status > 128 ? "killed by signal \(status - 128)" : "exit status \(status)")
+        return status == 0
+            ? .succeeded : .failed(status > 128 ? "killed by signal \(status - 128)" : "exit status \(status)")
     }
 }

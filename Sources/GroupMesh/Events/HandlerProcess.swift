@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 import Dispatch
 import Foundation
@@ -15,7 +15,9 @@ struct HandlerProcess {
 
     /// Starts the handler, writes `input` to it and closes its standard input (a handler that
     /// does not read it does not hold us up: a closed pipe is fine, SIGPIPE is ignored).
-    static func start(command: String, environment: [String: String], input: [UInt8]) throws(GroupMeshError) -> HandlerProcess {
+    static func start(
+        command: String, environment: [String: String], input: [UInt8]
+    ) throws(GroupMeshError) -> HandlerProcess {
         var pipeEnds: [Int32] = [0, 0]
         guard pipe(&pipeEnds) == 0 else { throw .control("cannot start: \(String(cString: strerror(errno)))") }
         let (readEnd, writeEnd) = (pipeEnds[0], pipeEnds[1])
@@ -46,7 +48,8 @@ struct HandlerProcess {
         input.withUnsafeBytes { bytes in
             var offset = 0
             while offset < bytes.count {
-                let written = write(writeEnd, bytes.baseAddress! + offset, bytes.count - offset) // safe: count > 0 here
+                // safe: count > 0 here
+                let written = write(writeEnd, bytes.baseAddress! + offset, bytes.count - offset)
                 if written < 0, errno == EINTR { continue }
                 guard written > 0 else { break }
                 offset += written

@@ -73,12 +73,17 @@ actor AttachmentStore {
                     // A chunk that did not verify was discarded as it was read: no longer whole.
                     let lost = missing(manifest)
                     guard lost.isEmpty else {
-                        return .failure(.damaged("\(lost.count) of its \(manifest.chunks.count) chunks were damaged on disk and discarded"))
+                        return .failure(
+                            .damaged(
+                                "\(lost.count) of its \(manifest.chunks.count) chunks were damaged on disk and discarded"
+                            ))
                     }
                     throw error
                 }
             case let .prepareExport(manifest, .file(path, mode, _)):
-                exportsInProgress.prepare(manifest, to: path, mode: mode) { try? chunks.read($0, trustingRecentWrites: true) }
+                exportsInProgress.prepare(manifest, to: path, mode: mode) {
+                    try? chunks.read($0, trustingRecentWrites: true)
+                }
             case .prepareExport(_, .memory), .cancelExport(.memory):
                 break
             case let .cancelExport(.file(path, _, _)):
@@ -130,7 +135,8 @@ actor AttachmentStore {
         // store until someone writes to it.
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
-            throw errno == ENOENT ? .attachment("no such file: \(path)") : .attachment("cannot read \(path): \(FileIO.describe(errno))")
+            throw errno == ENOENT
+                ? .attachment("no such file: \(path)") : .attachment("cannot read \(path): \(FileIO.describe(errno))")
         }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
@@ -146,7 +152,9 @@ actor AttachmentStore {
             var total: UInt64 = 0
             while total < size {
                 let data: Data
-                do { data = try handle.read(upToCount: chunkSize) ?? Data() } catch { throw .attachment("cannot read \(path): \(error)") }
+                do { data = try handle.read(upToCount: chunkSize) ?? Data() } catch {
+                    throw .attachment("cannot read \(path): \(error)")
+                }
                 guard !data.isEmpty else { break }
                 digests.append(try insert(Array(data), into: &added))
                 total += UInt64(data.count)
@@ -173,7 +181,9 @@ actor AttachmentStore {
     /// Stores the chunks `chunking` cuts, then their manifest, durably. A failure (a full disk,
     /// above all) takes back every chunk this call added, so a failed attach leaves the store as
     /// it found it; the actor runs nothing else meanwhile, so nobody else can rely on them yet.
-    private func ingesting(_ chunking: (inout [SHA256Digest]) throws(GroupMeshError) -> Manifest) throws(GroupMeshError) -> Manifest {
+    private func ingesting(
+        _ chunking: (inout [SHA256Digest]) throws(GroupMeshError) -> Manifest
+    ) throws(GroupMeshError) -> Manifest {
         var added: [SHA256Digest] = []
         do throws(GroupMeshError) {
             let manifest = try chunking(&added)

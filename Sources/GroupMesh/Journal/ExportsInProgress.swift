@@ -35,10 +35,13 @@ struct ExportsInProgress {
     /// Opens `path`'s temporary file and writes what the store holds of `manifest` (`read`).
     /// A path already prepared, or one that cannot be written, is left to the export at the end
     /// (which says what is wrong).
-    mutating func prepare(_ manifest: Manifest, to path: String, mode: UInt32?,
-                          read: (SHA256Digest) -> [UInt8]?) {
+    mutating func prepare(
+        _ manifest: Manifest, to path: String, mode: UInt32?,
+        read: (SHA256Digest) -> [UInt8]?
+    ) {
         guard exports[path] == nil, (try? OutputPath.check(path)) != nil,
-              let file = try? OutputFile.create(for: path, mode: mode) else { return }
+            let file = try? OutputFile.create(for: path, mode: mode)
+        else { return }
         var export = Export(manifest, into: file)
         for digest in export.missing.keys.sorted() {
             guard let bytes = read(digest) else {
@@ -130,8 +133,9 @@ struct OutputFile {
             unlink(temporary)
             throw GroupMeshError.fileWrite(code, path, doing: "write")
         }
-        return OutputFile(path: path, temporary: temporary, descriptor: fd,
-                          device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
+        return OutputFile(
+            path: path, temporary: temporary, descriptor: fd,
+            device: UInt64(info.st_dev), inode: UInt64(info.st_ino))
     }
 
     /// Whether the temporary name still names our file.
@@ -164,7 +168,8 @@ struct OutputFile {
             throw GroupMeshError.fileWrite(failure, path, doing: "write")
         }
         guard ownsName else {
-            throw GroupMeshError.store("another get wrote \(path) at the same time; nothing was written by this one, run it again")
+            throw GroupMeshError.store(
+                "another get wrote \(path) at the same time; nothing was written by this one, run it again")
         }
         if !replace {
             let linked = link(temporary, path) == 0

@@ -113,7 +113,8 @@ public final class Journal: Sendable {
     /// whole (so it outlives this member), and returns it as it is then. Throws
     /// `unknownAttachment` when it is removed first, `notRunning` when the session ends first.
     @discardableResult
-    public func waitForHolders(of attachment: Attachment, atLeast count: Int) async throws(GroupMeshError) -> Attachment {
+    public func waitForHolders(of attachment: Attachment, atLeast count: Int) async throws(GroupMeshError) -> Attachment
+    {
         let me = await session.localParticipant
         for await list in await attachments {
             guard let current = list.first(where: { $0.id == attachment.id }) else {
@@ -155,14 +156,18 @@ public final class Journal: Sendable {
 
     /// The metadata decoded as `type`; metadata that is not one (another member chose it) throws
     /// `GroupMeshError.metadataType`, never a value made up.
-    public func loadMetadata<Metadata: Decodable>(_ type: Metadata.Type, of attachment: Attachment) async throws -> Metadata {
+    public func loadMetadata<Metadata: Decodable>(
+        _ type: Metadata.Type, of attachment: Attachment
+    ) async throws -> Metadata {
         try Self.decode(type, from: try await loadMetadata(of: attachment), attachment: attachment.id)
     }
 
     /// Metadata given as `Data` is kept as those bytes and read back as them, in generic code too
     /// (where `Data` would otherwise go through JSON as a base64 string).
-    static func decode<Metadata: Decodable>(_ type: Metadata.Type, from bytes: Data,
-                                            attachment: String) throws(GroupMeshError) -> Metadata {
+    static func decode<Metadata: Decodable>(
+        _ type: Metadata.Type, from bytes: Data,
+        attachment: String
+    ) throws(GroupMeshError) -> Metadata {
         if let bytes = bytes as? Metadata { return bytes }
         do {
             return try JSONDecoder().decode(type, from: bytes)

@@ -13,9 +13,13 @@ enum OutputPath {
             // not after the fetch.
             let parent = (path as NSString).deletingLastPathComponent
             var directory = stat()
-            if errno == ENOENT || errno == ENOTDIR, stat(parent.isEmpty ? "." : parent, &directory) != 0
-                || directory.st_mode & S_IFMT != S_IFDIR {
-                throw .attachment("cannot write \(path): the directory \(parent) does not exist; create it first, or give another path")
+            if errno == ENOENT || errno == ENOTDIR,
+                stat(parent.isEmpty ? "." : parent, &directory) != 0
+                    || directory.st_mode & S_IFMT != S_IFDIR
+            {
+                throw .attachment(
+                    "cannot write \(path): the directory \(parent) does not exist; create it first, or give another path"
+                )
             }
             return
         }
@@ -24,7 +28,8 @@ enum OutputPath {
         case S_IFREG:
             guard replacing else { throw .outputExists(path) }
             return
-        case S_IFLNK: kind = "a symbolic link (get neither writes through links nor replaces them; give the file it points to)"
+        case S_IFLNK:
+            kind = "a symbolic link (get neither writes through links nor replaces them; give the file it points to)"
         case S_IFDIR: kind = "a directory (give the path of a file to write)"
         case S_IFCHR, S_IFBLK: kind = "a device, not a regular file"
         case S_IFIFO: kind = "a named pipe, not a regular file"

@@ -37,10 +37,12 @@ public enum GroupMeshMetricNames {
     /// Each name's help text.
     public static let help: [String: String] = [
         members: "Members in this node's view by state (this node included, as alive).",
-        attachments: "Attachments in the journal by availability: available (a live member holds it whole), partial, unavailable.",
+        attachments:
+            "Attachments in the journal by availability: available (a live member holds it whole), partial, unavailable.",
         probeRoundTrip: "Round trips of direct membership probes answered in time.",
         suspicions: "Members this node began to suspect (its own failed probe, or an accusation it took).",
-        refutations: "Times this node outbid what others held of it: a suspicion, a death, or a record or departure of an earlier boot.",
+        refutations:
+            "Times this node outbid what others held of it: a suspicion, a death, or a record or departure of an earlier boot.",
         datagramsSent: "UDP datagrams sent, by kind.",
         datagramsReceived: "UDP datagrams received that opened under the session's keys, by kind.",
         bytesSent: "UDP payload bytes sent, by kind.",
@@ -49,7 +51,8 @@ public enum GroupMeshMetricNames {
         kernelDrops: "Datagrams the kernel dropped because the node's UDP receive buffer was full.",
         sendErrors: "Datagrams the socket refused to send.",
         retransmissions: "Reliable channel chunks sent again.",
-        reliableMessages: "Reliable application messages per recipient, by outcome: delivered (acknowledged) or unconfirmed.",
+        reliableMessages:
+            "Reliable application messages per recipient, by outcome: delivered (acknowledged) or unconfirmed.",
         chunksFetched: "Attachment chunks fetched from members and stored.",
         chunksServed: "Attachment chunks served to members.",
         chunksRejected: "Fetched chunks whose bytes did not match their hash.",
@@ -59,8 +62,10 @@ public enum GroupMeshMetricNames {
         fetchesFailed: "Attachment fetches that ended without the attachment.",
         requestTimeouts: "Chunk requests unanswered in time and asked elsewhere.",
         pacesRetold: "Paces told a holder again because its pieces came faster than the pace it was told.",
-        seedingRefusals: "Wants this uploader answered \"left to others\": the chunk is left to the member that has it or is getting it.",
-        seedingSecondCopies: "Chunks this uploader sent to a second member: one turned away for 5 s, or a first copy lost or too slow.",
+        seedingRefusals:
+            "Wants this uploader answered \"left to others\": the chunk is left to the member that has it or is getting it.",
+        seedingSecondCopies:
+            "Chunks this uploader sent to a second member: one turned away for 5 s, or a first copy lost or too slow.",
         storeBytes: "Bytes of attachment content held in the data directory (whole and partial).",
         storeFreeBytes: "Free bytes on the data directory's file system.",
         localHealth: "Lifeguard local health: 0 is healthy; higher means this node is slow to answer.",

@@ -89,7 +89,9 @@ struct NodeMetrics {
         feed(Name.seedingRefusals, [], counters.seedingRefusals)
         feed(Name.seedingSecondCopies, [], counters.seedingSecondCopies)
         let handlers = reading.eventHandlers
-        feed(Name.eventHandlerRuns, [("outcome", "ok")], handlers.run - min(handlers.run, handlers.failed + handlers.timedOut))
+        feed(
+            Name.eventHandlerRuns, [("outcome", "ok")],
+            handlers.run - min(handlers.run, handlers.failed + handlers.timedOut))
         feed(Name.eventHandlerRuns, [("outcome", "failed")], handlers.failed)
         feed(Name.eventHandlerRuns, [("outcome", "timed_out")], handlers.timedOut)
         feed(Name.eventHandlerRuns, [("outcome", "dropped")], handlers.dropped)

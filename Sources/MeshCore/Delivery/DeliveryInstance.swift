@@ -131,10 +131,12 @@ public struct DeliveryInstance: Sendable {
     /// Opens the channels to a member (when its keys are installed).
     public mutating func addPeer(_ id: NodeID) {
         guard channels[id] == nil else { return }
-        channels[id] = Channel(sender: ReliableSender(settings: settings.sender),
-                               receiver: ReliableReceiver(capacity: settings.receiveCapacity),
-                               reassembly: FragmentReassembly(capacity: settings.reassemblyCapacity,
-                                                              timeout: settings.reassemblyTimeout))
+        channels[id] = Channel(
+            sender: ReliableSender(settings: settings.sender),
+            receiver: ReliableReceiver(capacity: settings.receiveCapacity),
+            reassembly: FragmentReassembly(
+                capacity: settings.reassemblyCapacity,
+                timeout: settings.reassemblyTimeout))
         channels[id]?.receiver.holdsApplication = holdsApplication
     }
 
@@ -143,8 +145,10 @@ public struct DeliveryInstance: Sendable {
     /// What the shell measured of one application consumer; acceptance of new application
     /// messages pauses while any is behind, and resumes (with a window update to every peer that
     /// was refused something) once none is.
-    public mutating func applicationConsumer(_ consumer: UInt64, _ report: ConsumerFlow.Report,
-                                             now: MeshInstant) -> [Directive] {
+    public mutating func applicationConsumer(
+        _ consumer: UInt64, _ report: ConsumerFlow.Report,
+        now: MeshInstant
+    ) -> [Directive] {
         consumers.report(consumer, report, now: now)
         return applyHold(now: now)
     }
@@ -198,9 +202,11 @@ public struct DeliveryInstance: Sendable {
     /// the payload is over the limit. Returns the send's id and what to do now; a `.completed`
     /// for that id follows (at once for unreliable sends and empty target lists). The journal's
     /// stream is reliable only.
-    public mutating func send(_ payload: [UInt8], to targets: [NodeID], mode: Mode,
-                              stream: DeliveryStream = .application, now: MeshInstant,
-                              timeout: Duration? = nil) throws(DeliveryError) -> (sendID: UInt64, directives: [Directive]) {
+    public mutating func send(
+        _ payload: [UInt8], to targets: [NodeID], mode: Mode,
+        stream: DeliveryStream = .application, now: MeshInstant,
+        timeout: Duration? = nil
+    ) throws(DeliveryError) -> (sendID: UInt64, directives: [Directive]) {
         guard payload.count <= settings.maxMessageSize else {
             throw .tooLarge(size: payload.count, limit: settings.maxMessageSize)
         }
@@ -213,8 +219,9 @@ public struct DeliveryInstance: Sendable {
             guard channels[target] != nil else { failures[target] = .unknown; continue }
             switch mode {
             case .reliable:
-                channels[target]?.sender.enqueue(messageID: sendID, payload: payload, fragmentSize: settings.fragmentSize,
-                                                 stream: stream)
+                channels[target]?.sender.enqueue(
+                    messageID: sendID, payload: payload, fragmentSize: settings.fragmentSize,
+                    stream: stream)
                 remaining.insert(target)
             case .unreliable:
                 guard stream == .application else { failures[target] = .unknown; continue }
@@ -224,8 +231,9 @@ public struct DeliveryInstance: Sendable {
         if remaining.isEmpty {
             out.append(.completed(sendID: sendID, failures: failures))
         } else {
-            sends[sendID] = Outgoing(remaining: remaining, failures: failures,
-                                     deadline: now + (timeout ?? settings.defaultTimeout))
+            sends[sendID] = Outgoing(
+                remaining: remaining, failures: failures,
+                deadline: now + (timeout ?? settings.defaultTimeout))
             for target in remaining.sorted() { out += flush(target, now: now) }
         }
         return (sendID, out)
@@ -246,8 +254,10 @@ public struct DeliveryInstance: Sendable {
     /// Frames from one authenticated datagram of `peer`. With `deferAcks`, an acknowledgement
     /// that has no data to ride with waits for `flushAcks` (the shell calls it once per read
     /// batch), so a burst of datagrams is acknowledged once, never later than the batch's end.
-    public mutating func onFrames(_ frames: [Frame], from peer: NodeID, now: MeshInstant,
-                                  deferAcks: Bool = false) -> [Directive] {
+    public mutating func onFrames(
+        _ frames: [Frame], from peer: NodeID, now: MeshInstant,
+        deferAcks: Bool = false
+    ) -> [Directive] {
         // Most datagrams of a transfer carry no messenger frame: they cost nothing here (reading
         // a channel out of the table would copy it).
         guard frames.contains(where: \.isDelivery), channels.index(forKey: peer) != nil else { return [] }
@@ -257,12 +267,16 @@ public struct DeliveryInstance: Sendable {
             case let .data(chunk):
                 channels[peer]?.ackDue = true
                 for message in channels[peer]?.receiver.onData(chunk) ?? [] {
-                    out.append(.deliver(Received(from: peer, mode: .reliable, stream: message.stream, payload: message.payload)))
+                    out.append(
+                        .deliver(
+                            Received(from: peer, mode: .reliable, stream: message.stream, payload: message.payload)))
                 }
             case let .forwardTSN(forward):
                 channels[peer]?.ackDue = true
                 for message in channels[peer]?.receiver.onForward(forward) ?? [] {
-                    out.append(.deliver(Received(from: peer, mode: .reliable, stream: message.stream, payload: message.payload)))
+                    out.append(
+                        .deliver(
+                            Received(from: peer, mode: .reliable, stream: message.stream, payload: message.payload)))
                 }
             case let .ack(ack):
                 for sendID in channels[peer]?.sender.onAck(ack, now: now) ?? [] {
@@ -360,7 +374,8 @@ public enum DeliveryError: Error, Equatable, Sendable, CustomStringConvertible {
     public var description: String {
         switch self {
         case let .tooLarge(size, limit):
-            return "message of \(size) bytes is over the limit of \(limit) bytes (\(limit / 1024) KiB); nothing was sent"
+            return
+                "message of \(size) bytes is over the limit of \(limit) bytes (\(limit / 1024) KiB); nothing was sent"
         }
     }
 }

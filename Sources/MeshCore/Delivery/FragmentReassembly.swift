@@ -33,14 +33,18 @@ public struct FragmentReassembly: Sendable {
             remember(fragment.messageID)
             return fragment.body
         }
-        var partial = partials[fragment.messageID]
+        var partial =
+            partials[fragment.messageID]
             ?? Partial(fragments: [:], count: fragment.count, bytes: 0, started: now)
         guard partial.count == fragment.count, partial.fragments[fragment.index] == nil else { return nil }
         let cost = max(fragment.body.count, 64)
         // Room is made by dropping the oldest *other* messages: dropping this one would lose the
         // fragments already counted in `partial` while it is stored again below.
         while bytes + cost > capacity,
-              let oldest = partials.filter({ $0.key != fragment.messageID }).min(by: { $0.value.started < $1.value.started }) {
+            let oldest = partials.filter({ $0.key != fragment.messageID }).min(by: {
+                $0.value.started < $1.value.started
+            })
+        {
             drop(oldest.key)
         }
         guard bytes + cost <= capacity else { return nil }

@@ -80,8 +80,10 @@ public struct ReliableSender: Sendable {
     }
 
     /// Splits a message into chunks of at most `fragmentSize` bytes and queues them.
-    public mutating func enqueue(messageID: UInt64, payload: [UInt8], fragmentSize: Int,
-                                 stream: DeliveryStream = .application) {
+    public mutating func enqueue(
+        messageID: UInt64, payload: [UInt8], fragmentSize: Int,
+        stream: DeliveryStream = .application
+    ) {
         let size = max(1, fragmentSize)
         let first = nextTSN
         var offset = 0
@@ -90,9 +92,11 @@ public struct ReliableSender: Sendable {
             var flags: UInt8 = 0
             if offset == 0 { flags |= DataChunk.begins }
             if end == payload.count { flags |= DataChunk.ends }
-            pending[nextTSN] = Pending(chunk: DataChunk(tsn: nextTSN, flags: flags, body: Array(payload[offset..<end]),
-                                                        stream: stream),
-                                       messageID: messageID)
+            pending[nextTSN] = Pending(
+                chunk: DataChunk(
+                    tsn: nextTSN, flags: flags, body: Array(payload[offset..<end]),
+                    stream: stream),
+                messageID: messageID)
             nextTSN += 1
             offset = end
         } while offset < payload.count

@@ -14,8 +14,10 @@ public struct RetransmissionTimer: Sendable, Equatable {
     public private(set) var base: Duration
     public private(set) var backoffs = 0
 
-    public init(initial: Duration = .milliseconds(200), minimum: Duration = .milliseconds(10),
-                maximum: Duration = .seconds(5), granularity: Duration = .milliseconds(1)) {
+    public init(
+        initial: Duration = .milliseconds(200), minimum: Duration = .milliseconds(10),
+        maximum: Duration = .seconds(5), granularity: Duration = .milliseconds(1)
+    ) {
         self.initial = initial
         self.minimum = minimum
         self.maximum = maximum

@@ -33,9 +33,11 @@ public struct EndedSessionNotice: Sendable {
     public private(set) var noticesSent = 0
 
     /// Nil when the ended epoch's secret is not among `epochs` (nothing of it could be sealed).
-    public init?(statement: SessionEnd, epochs: KeyEpochs, localID: NodeID, bootID: UInt64,
-                 remembered: RememberedMembers, wire: DatagramCodec.Configuration = .init(), seed: UInt64,
-                 now: MeshInstant) {
+    public init?(
+        statement: SessionEnd, epochs: KeyEpochs, localID: NodeID, bootID: UInt64,
+        remembered: RememberedMembers, wire: DatagramCodec.Configuration = .init(), seed: UInt64,
+        now: MeshInstant
+    ) {
         guard let secret = epochs.secret(of: statement.session) else { return nil }
         self.statement = statement
         codec = DatagramCodec(session: secret, localID: localID, localBootID: bootID, configuration: wire)
@@ -75,11 +77,14 @@ public struct EndedSessionNotice: Sendable {
     /// epoch and from a remembered member (its header says so: a datagram sealed for the boot
     /// before does not open here), within the per-member rate, and within `answerFactor` times
     /// its size unless `source` is an address `members.json` gives for that member.
-    public mutating func answer(_ datagram: ByteBuffer, from source: PeerAddress,
-                                now: MeshInstant) -> ByteBuffer? {
+    public mutating func answer(
+        _ datagram: ByteBuffer, from source: PeerAddress,
+        now: MeshInstant
+    ) -> ByteBuffer? {
         var peek = datagram
         guard now < until, answers < Self.maxAnswers, case let .success(header) = DatagramHeader.decode(&peek),
-              header.sessionID == statement.session, let known = members[header.sender] else { return nil }
+            header.sessionID == statement.session, let known = members[header.sender]
+        else { return nil }
         if let last = answeredAt[header.sender], now < last + Self.answerInterval { return nil }
         let answer = sealed()
         guard known.contains(source) || answer.readableBytes <= Self.answerFactor * datagram.readableBytes else {

@@ -17,8 +17,10 @@ public struct EpochHandover: WireBody {
     public var nonce: PacketNonce
     public var sealedSecret: [UInt8]
 
-    public init(rotation: KeyRotation, sender: MemberRecord, recipient: NodeID, recipientBoot: UInt64,
-                nonce: PacketNonce, sealedSecret: [UInt8]) {
+    public init(
+        rotation: KeyRotation, sender: MemberRecord, recipient: NodeID, recipientBoot: UInt64,
+        nonce: PacketNonce, sealedSecret: [UInt8]
+    ) {
         self.rotation = rotation
         self.sender = sender
         self.recipient = recipient
@@ -29,13 +31,19 @@ public struct EpochHandover: WireBody {
 
     /// Seals `secret` for `recipient`'s boot. `previous` is the epoch both share now; the
     /// nonce comes from the caller (MeshCore draws no randomness).
-    public static func seal(_ secret: SessionSecret, rotation: KeyRotation, previous: SessionSecret,
-                            sender: MemberRecord, local: EphemeralKeyPair, recipient: MemberRecord,
-                            nonce: PacketNonce) -> EpochHandover? {
-        guard let keys = PairwiseKeys.derive(session: previous, local: local, peerPublicKey: recipient.ephemeralKey,
-                                             purpose: .epochHandover) else { return nil }
-        var handover = EpochHandover(rotation: rotation, sender: sender, recipient: recipient.id,
-                                     recipientBoot: recipient.bootID, nonce: nonce, sealedSecret: [])
+    public static func seal(
+        _ secret: SessionSecret, rotation: KeyRotation, previous: SessionSecret,
+        sender: MemberRecord, local: EphemeralKeyPair, recipient: MemberRecord,
+        nonce: PacketNonce
+    ) -> EpochHandover? {
+        guard
+            let keys = PairwiseKeys.derive(
+                session: previous, local: local, peerPublicKey: recipient.ephemeralKey,
+                purpose: .epochHandover)
+        else { return nil }
+        var handover = EpochHandover(
+            rotation: rotation, sender: sender, recipient: recipient.id,
+            recipientBoot: recipient.bootID, nonce: nonce, sealedSecret: [])
         handover.sealedSecret = keys.sending.seal(secret.bytes, associatedData: handover.associatedData, nonce: nonce)
         return handover
     }
@@ -43,11 +51,14 @@ public struct EpochHandover: WireBody {
     /// The secret, if this handover was sealed for our boot by the holder of the sender
     /// record's ephemeral key, and names the session it opens.
     public func open(previous: SessionSecret, local: EphemeralKeyPair) -> SessionSecret? {
-        guard let keys = PairwiseKeys.derive(session: previous, local: local, peerPublicKey: sender.ephemeralKey,
-                                             purpose: .epochHandover),
-              let bytes = keys.receiving.open(sealedSecret, associatedData: associatedData, nonce: nonce),
-              let secret = try? SessionSecret(bytes: bytes),
-              secret.sessionID == rotation.nextSession else { return nil }
+        guard
+            let keys = PairwiseKeys.derive(
+                session: previous, local: local, peerPublicKey: sender.ephemeralKey,
+                purpose: .epochHandover),
+            let bytes = keys.receiving.open(sealedSecret, associatedData: associatedData, nonce: nonce),
+            let secret = try? SessionSecret(bytes: bytes),
+            secret.sessionID == rotation.nextSession
+        else { return nil }
         return secret
     }
 
@@ -75,7 +86,8 @@ public struct EpochHandover: WireBody {
         sender = try MemberRecord(decoding: &buffer)
         recipient = try NodeID(decoding: &buffer)
         recipientBoot = try buffer.readWire(UInt64.self, "handover recipient boot")
-        guard let nonce = PacketNonce(raw: try buffer.readWireBytes(PacketSealer.nonceByteCount, "handover nonce")) else {
+        guard let nonce = PacketNonce(raw: try buffer.readWireBytes(PacketSealer.nonceByteCount, "handover nonce"))
+        else {
             throw .invalidField(what: "handover nonce")
         }
         self.nonce = nonce

@@ -88,14 +88,18 @@ public struct KeyEpochs: Sendable {
 
     /// The rotation that moves the session to `secret` without `removing`, owed to `members`
     /// (the members known now, in any state) less the removed. Taken with `commit` once stored.
-    public func rotation(removing: Set<NodeID>, to secret: SessionSecret, members: Set<NodeID>,
-                         authority: some RecordAuthority) throws(RotationError) -> Transition {
+    public func rotation(
+        removing: Set<NodeID>, to secret: SessionSecret, members: Set<NodeID>,
+        authority: some RecordAuthority
+    ) throws(RotationError) -> Transition {
         let owed = members.subtracting(removing).subtracting(removed).subtracting([authority.signingKey.nodeID])
         guard removing.count <= KeyRotation.maxRemoved else { throw .tooManyRemoved(removing.count) }
         guard owed.count <= KeyRotation.maxRoster else { throw .tooManyMembers(owed.count) }
-        let rotation = KeyRotation(previousSession: current.sessionID, nextSession: secret.sessionID,
-                                   removed: removing.sorted(), roster: owed.map(KeyRotation.rosterEntry).sorted(),
-                                   signingKey: authority.signingKey).signed(by: authority)
+        let rotation = KeyRotation(
+            previousSession: current.sessionID, nextSession: secret.sessionID,
+            removed: removing.sorted(), roster: owed.map(KeyRotation.rosterEntry).sorted(),
+            signingKey: authority.signingKey
+        ).signed(by: authority)
         return Transition(rotation: rotation, secret: secret)
     }
 
@@ -113,27 +117,35 @@ public struct KeyEpochs: Sendable {
 
     /// Takes a rotation handed over by `sender` (already proven by its signed record) with the
     /// secret it carried. `members` are the members we know now; the sender must be one of them.
-    public mutating func accept(_ rotation: KeyRotation, secret: SessionSecret, from sender: NodeID,
-                                localID: NodeID, members: Set<NodeID>,
-                                authority: some RecordAuthority) -> Acceptance {
+    public mutating func accept(
+        _ rotation: KeyRotation, secret: SessionSecret, from sender: NodeID,
+        localID: NodeID, members: Set<NodeID>,
+        authority: some RecordAuthority
+    ) -> Acceptance {
         // A competing rotation is judged against the epochs before the one it competes with.
-        let competing = rotation.previousSession != current.sessionID
+        let competing =
+            rotation.previousSession != current.sessionID
             && transitions.last?.rotation.previousSession == rotation.previousSession
         let removedBefore = competing ? Set(transitions.dropLast().flatMap(\.rotation.removed)) : removed
         guard secret.sessionID == rotation.nextSession, members.contains(sender), !removedBefore.contains(sender),
-              !removedBefore.contains(rotation.author), !rotation.removed.contains(sender),
-              rotation.removed.contains(localID) || rotation.owes(localID),
-              rotation.hasValidSignature(authority) else {
+            !removedBefore.contains(rotation.author), !rotation.removed.contains(sender),
+            rotation.removed.contains(localID) || rotation.owes(localID),
+            rotation.hasValidSignature(authority)
+        else {
             return .invalid
         }
         if transitions.contains(where: { $0.rotation.nextSession == rotation.nextSession })
-            || superseded[rotation.nextSession] != nil { return .known }
+            || superseded[rotation.nextSession] != nil
+        {
+            return .known
+        }
         // A competing rotation out of the epoch our current one left: the one that wins takes
         // its place, so that two removals at the same moment do not split the session.
         var replacing: Transition?
         if rotation.previousSession != current.sessionID {
             guard let last = transitions.last, rotation.previousSession == last.rotation.previousSession,
-                  Self.wins(rotation, over: last.rotation) else { return .notOurEpoch }
+                Self.wins(rotation, over: last.rotation)
+            else { return .notOurEpoch }
             replacing = last
         }
         if rotation.removed.contains(localID) { return .removesUs }
@@ -161,7 +173,8 @@ public struct KeyEpochs: Sendable {
     /// epoch now; records the handover for the rate limit.
     public mutating func handover(to member: NodeID, heardIn session: SessionID, now: MeshInstant) -> Transition? {
         guard let transition = transition(after: session), transition.rotation.owes(member),
-              !removed.contains(member) else { return nil }
+            !removed.contains(member)
+        else { return nil }
         let key = HandoverKey(member: member, epoch: transition.secret.sessionID)
         if let last = lastHandover[key], now < last + Self.handoverInterval { return nil }
         lastHandover[key] = now
@@ -202,7 +215,8 @@ public struct KeyEpochs: Sendable {
     public static func decode(_ bytes: [UInt8], origin: SessionSecret) throws(WireError) -> KeyEpochs {
         var buffer = ByteBuffer(bytes: bytes)
         guard try buffer.readWireBytes(fileMagic.count, "epochs magic") == fileMagic,
-              try buffer.readWire(UInt8.self, "epochs version") == fileVersion else {
+            try buffer.readWire(UInt8.self, "epochs version") == fileVersion
+        else {
             throw .invalidField(what: "epochs file header")
         }
         let count = try buffer.readWire(UInt32.self, "epoch count")
@@ -210,8 +224,11 @@ public struct KeyEpochs: Sendable {
         var previous = origin.sessionID
         for _ in 0..<count {
             let rotation = try KeyRotation(decoding: &buffer)
-            guard let secret = try? SessionSecret(bytes: try buffer.readWireBytes(SessionSecret.byteCount, "epoch secret")),
-                  rotation.previousSession == previous, secret.sessionID == rotation.nextSession else {
+            guard
+                let secret = try? SessionSecret(
+                    bytes: try buffer.readWireBytes(SessionSecret.byteCount, "epoch secret")),
+                rotation.previousSession == previous, secret.sessionID == rotation.nextSession
+            else {
                 throw .invalidField(what: "epoch chain")
             }
             transitions.append(Transition(rotation: rotation, secret: secret))

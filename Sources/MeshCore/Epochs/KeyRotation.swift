@@ -34,8 +34,10 @@ public struct KeyRotation: WireBody, Hashable, SignedStatement {
         !removed.contains(member) && roster.contains(Self.rosterEntry(member))
     }
 
-    public init(previousSession: SessionID, nextSession: SessionID, removed: [NodeID], roster: [UInt64] = [],
-                signingKey: PublicSigningKey, signature: [UInt8] = []) {
+    public init(
+        previousSession: SessionID, nextSession: SessionID, removed: [NodeID], roster: [UInt64] = [],
+        signingKey: PublicSigningKey, signature: [UInt8] = []
+    ) {
         self.previousSession = previousSession
         self.nextSession = nextSession
         self.removed = removed

@@ -24,7 +24,8 @@ public struct JournalInstance: Sendable {
     private var holdings: [NodeID: Set<SHA256Digest>] = [:]
     private var ownHoldings: Set<SHA256Digest> = []
 
-    public init(authority: some RecordAuthority, syncInterval: Duration = .seconds(10), seed: UInt64, now: MeshInstant) {
+    public init(authority: some RecordAuthority, syncInterval: Duration = .seconds(10), seed: UInt64, now: MeshInstant)
+    {
         self.authority = authority
         self.syncInterval = syncInterval
         self.random = SplitMix64(seed: seed)
@@ -75,9 +76,12 @@ public struct JournalInstance: Sendable {
     // `publish` applies and sends it. A change whose storing fails is then never seen at all.
 
     /// An add by this node, signed, not yet applied.
-    public func prepareAdd(_ id: AttachmentID, content: SHA256Digest, size: UInt64, chunkCount: Int,
-                           metadata: [UInt8]) -> JournalOperation {
-        state.makeAdd(id, content: content, size: size, chunkCount: chunkCount, metadata: metadata, authority: authority)
+    public func prepareAdd(
+        _ id: AttachmentID, content: SHA256Digest, size: UInt64, chunkCount: Int,
+        metadata: [UInt8]
+    ) -> JournalOperation {
+        state.makeAdd(
+            id, content: content, size: size, chunkCount: chunkCount, metadata: metadata, authority: authority)
     }
 
     /// A remove by this node of every add of the attachment seen so far, not yet applied; nil
@@ -92,8 +96,10 @@ public struct JournalInstance: Sendable {
         return members.map { .send(to: $0, .operations([operation])) } + [.applied([operation])]
     }
 
-    public mutating func add(_ id: AttachmentID, content: SHA256Digest, size: UInt64, chunkCount: Int,
-                             metadata: [UInt8]) -> [Directive] {
+    public mutating func add(
+        _ id: AttachmentID, content: SHA256Digest, size: UInt64, chunkCount: Int,
+        metadata: [UInt8]
+    ) -> [Directive] {
         publish(prepareAdd(id, content: content, size: size, chunkCount: chunkCount, metadata: metadata))
     }
 

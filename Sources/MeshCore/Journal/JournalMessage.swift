@@ -48,11 +48,19 @@ public enum JournalMessage: Sendable, Equatable {
                 buffer.writeBuffer(&body)
             }
         case let .have(ids), let .want(ids):
-            if case .have = self { buffer.writeInteger(Kind.have.rawValue) } else { buffer.writeInteger(Kind.want.rawValue) }
+            if case .have = self {
+                buffer.writeInteger(Kind.have.rawValue)
+            } else {
+                buffer.writeInteger(Kind.want.rawValue)
+            }
             buffer.writeInteger(UInt32(ids.count))
             for id in ids { id.encode(into: &buffer) }
         case let .holding(digests), let .replicate(digests):
-            if case .holding = self { buffer.writeInteger(Kind.holding.rawValue) } else { buffer.writeInteger(Kind.replicate.rawValue) }
+            if case .holding = self {
+                buffer.writeInteger(Kind.holding.rawValue)
+            } else {
+                buffer.writeInteger(Kind.replicate.rawValue)
+            }
             buffer.writeInteger(UInt32(digests.count))
             for digest in digests { buffer.writeBytes(digest.bytes) }
         case let .chunkRequest(digest):
@@ -122,7 +130,8 @@ public enum JournalMessage: Sendable, Equatable {
             let id = try digest()
             let count = Int(try buffer.readWire(UInt32.self, "bitmap count"))
             guard count <= Int(Manifest.maxChunks) else { throw .invalidField(what: "bitmap count") }
-            guard let bitmap = ChunkBitmap(count: count, bytes: try buffer.readWireBytes((count + 7) / 8, "bitmap")) else {
+            guard let bitmap = ChunkBitmap(count: count, bytes: try buffer.readWireBytes((count + 7) / 8, "bitmap"))
+            else {
                 throw .invalidField(what: "bitmap")
             }
             self = .chunks(id, bitmap)

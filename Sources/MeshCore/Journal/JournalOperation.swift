@@ -53,9 +53,11 @@ public struct JournalOperation: Sendable, Equatable {
     public var signature: [UInt8]
 
     /// `attachmentID` nil: format 1, the id derived from the content.
-    public init(kind: Kind, attachmentID: AttachmentID?, attachment: SHA256Digest, author: PublicSigningKey,
-                clock: UInt64, size: UInt64 = 0, chunkCount: UInt32 = 0, metadata: [UInt8] = [],
-                observedAdds: [OperationID] = [], signature: [UInt8] = []) {
+    public init(
+        kind: Kind, attachmentID: AttachmentID?, attachment: SHA256Digest, author: PublicSigningKey,
+        clock: UInt64, size: UInt64 = 0, chunkCount: UInt32 = 0, metadata: [UInt8] = [],
+        observedAdds: [OperationID] = [], signature: [UInt8] = []
+    ) {
         self.kind = kind
         isLegacy = attachmentID == nil
         self.attachmentID = attachmentID ?? AttachmentID(legacyContent: attachment)
@@ -130,7 +132,9 @@ extension JournalOperation: WireBody {
         let attachmentID = legacy ? nil : try AttachmentID(decoding: &buffer)
         let attachment = try buffer.readDigest("attachment content")
         let authorBytes = try buffer.readWireBytes(32, "operation author")
-        guard let author = try? PublicSigningKey(bytes: authorBytes) else { throw .invalidField(what: "operation author") }
+        guard let author = try? PublicSigningKey(bytes: authorBytes) else {
+            throw .invalidField(what: "operation author")
+        }
         let clock = try buffer.readWire(UInt64.self, "operation clock")
         let size = try buffer.readWire(UInt64.self, "attachment size")
         let chunkCount = try buffer.readWire(UInt32.self, "attachment chunk count")
@@ -142,7 +146,8 @@ extension JournalOperation: WireBody {
         var observed: [OperationID] = []
         for _ in 0..<observedCount { observed.append(try OperationID(decoding: &buffer)) }
         let signature = try buffer.readWireBytes(NodeIdentity.signatureByteCount, "operation signature")
-        self.init(kind: kind, attachmentID: attachmentID, attachment: attachment, author: author, clock: clock, size: size,
-                  chunkCount: chunkCount, metadata: metadata, observedAdds: observed, signature: signature)
+        self.init(
+            kind: kind, attachmentID: attachmentID, attachment: attachment, author: author, clock: clock, size: size,
+            chunkCount: chunkCount, metadata: metadata, observedAdds: observed, signature: signature)
     }
 }

@@ -106,11 +106,15 @@ public struct JournalState: Sendable {
         let candidates = liveAdds(of: attachment).compactMap { id in
             operations[id].map { operation in (operation: operation, author: operation.authorID, id: id) }
         }
-        guard let latest = candidates.max(by: { ($0.operation.clock, $0.author, $0.id) < ($1.operation.clock, $1.author, $1.id) })
+        guard
+            let latest = candidates.max(by: {
+                ($0.operation.clock, $0.author, $0.id) < ($1.operation.clock, $1.author, $1.id)
+            })
         else { return nil }
         let operation = latest.operation
-        return AttachmentEntry(id: attachment, content: operation.attachment, size: operation.size, chunkCount: Int(operation.chunkCount),
-                               metadata: operation.metadata, addedBy: latest.author, clock: operation.clock)
+        return AttachmentEntry(
+            id: attachment, content: operation.attachment, size: operation.size, chunkCount: Int(operation.chunkCount),
+            metadata: operation.metadata, addedBy: latest.author, clock: operation.clock)
     }
 
     /// The attachments present, by id.
@@ -123,19 +127,25 @@ public struct JournalState: Sendable {
     private var nextClock: UInt64 { clock == .max ? .max : clock + 1 }
 
     /// An add by this node of `content` as the new attachment `id`, signed, not yet applied.
-    public func makeAdd(_ id: AttachmentID, content: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8],
-                        authority: some RecordAuthority) -> JournalOperation {
-        JournalOperation(kind: .add, attachmentID: id, attachment: content, author: authority.signingKey, clock: nextClock,
-                         size: size, chunkCount: UInt32(chunkCount), metadata: metadata).signed(by: authority)
+    public func makeAdd(
+        _ id: AttachmentID, content: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8],
+        authority: some RecordAuthority
+    ) -> JournalOperation {
+        JournalOperation(
+            kind: .add, attachmentID: id, attachment: content, author: authority.signingKey, clock: nextClock,
+            size: size, chunkCount: UInt32(chunkCount), metadata: metadata
+        ).signed(by: authority)
     }
 
     /// A remove by this node covering every add of the attachment it has seen; nil if absent.
     public func makeRemove(_ attachment: AttachmentID, authority: some RecordAuthority) -> JournalOperation? {
         let live = liveAdds(of: attachment)
         guard !live.isEmpty, let content = contentOf[attachment] else { return nil }
-        return JournalOperation(kind: .remove, attachmentID: attachment, attachment: content, author: authority.signingKey,
-                                clock: nextClock,
-                                observedAdds: Array(live.prefix(JournalOperation.maxObservedAdds))).signed(by: authority)
+        return JournalOperation(
+            kind: .remove, attachmentID: attachment, attachment: content, author: authority.signingKey,
+            clock: nextClock,
+            observedAdds: Array(live.prefix(JournalOperation.maxObservedAdds))
+        ).signed(by: authority)
     }
 
     /// Of `ids`, those this journal does not have.

@@ -23,8 +23,9 @@ public struct GossipQueue: Sendable {
 
     public mutating func enqueue(_ frame: Frame, about member: NodeID) {
         nextOrder += 1
-        entries[member] = Entry(frame: frame, encodedLength: FrameCodec.encodedLength(of: frame),
-                                transmissions: 0, order: nextOrder)
+        entries[member] = Entry(
+            frame: frame, encodedLength: FrameCodec.encodedLength(of: frame),
+            transmissions: 0, order: nextOrder)
     }
 
     /// Whether some update has been sent fewer than `count` times.

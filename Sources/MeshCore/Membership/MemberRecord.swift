@@ -34,8 +34,10 @@ public struct MemberRecord: Equatable, Sendable, SignedStatement {
         return result
     }
 
-    public init(signingKey: PublicSigningKey, name: String, addresses: [PeerAddress], incarnation: UInt64,
-                bootID: UInt64, ephemeralKey: [UInt8], relays: Bool = true, signature: [UInt8] = []) {
+    public init(
+        signingKey: PublicSigningKey, name: String, addresses: [PeerAddress], incarnation: UInt64,
+        bootID: UInt64, ephemeralKey: [UInt8], relays: Bool = true, signature: [UInt8] = []
+    ) {
         self.signingKey = signingKey
         self.name = Self.truncated(name)
         self.addresses = Array(addresses.prefix(Self.maxAddresses))
@@ -82,8 +84,9 @@ extension MemberRecord: WireBody {
         let flags = try buffer.readWire(UInt8.self, "record flags")
         guard flags & ~Self.refusesRelaying == 0 else { throw .invalidField(what: "record flags") }
         let signature = try buffer.readWireBytes(NodeIdentity.signatureByteCount, "record signature")
-        self.init(signingKey: key, name: name, addresses: addresses, incarnation: incarnation, bootID: boot,
-                  ephemeralKey: ephemeral, relays: flags & Self.refusesRelaying == 0, signature: signature)
+        self.init(
+            signingKey: key, name: name, addresses: addresses, incarnation: incarnation, bootID: boot,
+            ephemeralKey: ephemeral, relays: flags & Self.refusesRelaying == 0, signature: signature)
     }
 }
 
@@ -102,7 +105,9 @@ extension PeerAddress {
         for address in addresses { address.encode(into: &buffer) }
     }
 
-    static func decodeList(from buffer: inout ByteBuffer, atMost limit: Int, _ what: String) throws(WireError) -> [PeerAddress] {
+    static func decodeList(
+        from buffer: inout ByteBuffer, atMost limit: Int, _ what: String
+    ) throws(WireError) -> [PeerAddress] {
         let count = try buffer.readWire(UInt8.self, what)
         guard count <= limit else { throw .invalidField(what: what) }
         var addresses: [PeerAddress] = []

@@ -32,7 +32,8 @@ public struct MemberTable: Sendable {
         var members: [NodeID: Member] = [:]
         members.reserveCapacity(records.count)
         for record in records where members[record.id] == nil {
-            members[record.id] = Member(record: record, status: .alive, incarnation: record.incarnation, lastChange: now)
+            members[record.id] = Member(
+                record: record, status: .alive, incarnation: record.incarnation, lastChange: now)
         }
         snapshot = members
         snapshotActive = members.keys.sorted()

@@ -1,9 +1,9 @@
 import MeshCrypto
 import NIOCore
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Anti-entropy by digest (PROTOCOL.md §4, push-pull): the summaries a member sends, and what it
@@ -14,14 +14,17 @@ extension MembershipInstance {
     /// What we hold of every member, this node included, by id.
     private var digestEntries: [StateDigest.Entry] {
         let mine = StateDigest.Entry(member: me.id, incarnation: me.incarnation, status: hasLeft ? .left : .alive)
-        return ([mine] + members.values.map { StateDigest.Entry(member: $0.id, incarnation: $0.incarnation, status: $0.status) })
+        return
+            ([mine]
+            + members.values.map { StateDigest.Entry(member: $0.id, incarnation: $0.incarnation, status: $0.status) })
             .sorted { $0.member < $1.member }
     }
 
     /// Push-pull: one summary of our view, its count and hash.
     func summary(to recipient: NodeID, address: PeerAddress) -> MembershipDirective {
-        .send(frames: [.stateDigest(StateDigest(summarizing: digestEntries, lower: NodeID(high: 0, low: 0), upper: nil))],
-              recipient: recipient, address: address)
+        .send(
+            frames: [.stateDigest(StateDigest(summarizing: digestEntries, lower: NodeID(high: 0, low: 0), upper: nil))],
+            recipient: recipient, address: address)
     }
 
     /// A partner whose view differs from our summary answers with this: its view as digests, 25
@@ -35,8 +38,10 @@ extension MembershipInstance {
 
     /// `entries` (sorted, all within `lower..<upper`) as digests of consecutive ranges that
     /// together cover `lower..<upper`.
-    private func digests(of entries: [StateDigest.Entry], request: Bool, lower: NodeID,
-                         upper: NodeID?) -> [StateDigest] {
+    private func digests(
+        of entries: [StateDigest.Entry], request: Bool, lower: NodeID,
+        upper: NodeID?
+    ) -> [StateDigest] {
         let perDatagram = digestEntriesPerDatagram
         var result: [StateDigest] = []
         var start = lower
@@ -44,7 +49,8 @@ extension MembershipInstance {
         repeat {
             let end = min(index + perDatagram, entries.count)
             let bound = end < entries.count ? entries[end].member : upper
-            result.append(StateDigest(isRequest: request, lower: start, upper: bound, entries: Array(entries[index..<end])))
+            result.append(
+                StateDigest(isRequest: request, lower: start, upper: bound, entries: Array(entries[index..<end])))
             if let bound { start = bound }
             index = end
         } while index < entries.count
@@ -57,8 +63,10 @@ extension MembershipInstance {
     /// (not wherever its datagram claims to come from). Each member gets at most a view's worth
     /// of ranges answered, and one more, per half join retry interval: the sender chooses the
     /// ranges, so a flood of digests of made-up ranges would otherwise cost a whole state each.
-    mutating func answerDigest(_ digest: StateDigest, from sender: NodeID, address: PeerAddress,
-                                       now: MeshInstant, into out: inout [MembershipDirective]) {
+    mutating func answerDigest(
+        _ digest: StateDigest, from sender: NodeID, address: PeerAddress,
+        now: MeshInstant, into out: inout [MembershipDirective]
+    ) {
         guard !hasLeft, sender != me.id else { return }
         // Answers go only to a member we know, where we reach it: a digest under a made-up id
         // would draw a view's worth of records to whatever source address it came from.
@@ -81,9 +89,15 @@ extension MembershipInstance {
         var theirs: [NodeID: StateDigest.Entry] = [:]
         for entry in digest.entries { theirs[entry.member] = entry }
         // What they believe of us: an accusation at our incarnation or above is refuted at once.
-        if let entry = theirs[me.id], entry.incarnation >= me.incarnation, entry.status == .suspect || entry.status == .dead {
+        if let entry = theirs[me.id], entry.incarnation >= me.incarnation,
+            entry.status == .suspect || entry.status == .dead
+        {
             let accusation = Accusation(member: me.id, incarnation: entry.incarnation, accuser: sender)
-            if entry.status == .suspect { mergeSuspect(accusation, now: now, into: &out) } else { mergeDead(accusation, now: now, into: &out) }
+            if entry.status == .suspect {
+                mergeSuspect(accusation, now: now, into: &out)
+            } else {
+                mergeDead(accusation, now: now, into: &out)
+            }
         }
         var groups: [[Frame]] = []
         if digest.contains(me.id), Self.isBehind(theirs[me.id], incarnation: me.incarnation, status: .alive) {

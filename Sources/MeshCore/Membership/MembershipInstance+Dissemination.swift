@@ -21,7 +21,8 @@ extension MembershipInstance {
     /// elsewhere. With nobody to gossip to nothing is sent, and the update would stay fresh.
     var freshGossipSpacing: Duration? {
         guard let spacing = settings.newsGossipSpacing, !active.isEmpty,
-              gossip.hasUpdates(sentFewerThan: 2 * min(settings.gossipFanout, active.count)) else { return nil }
+            gossip.hasUpdates(sentFewerThan: 2 * min(settings.gossipFanout, active.count))
+        else { return nil }
         return spacing
     }
 
@@ -37,11 +38,14 @@ extension MembershipInstance {
 
     /// A datagram of `frames` with as much pending gossip piggybacked as fits.
     /// `frames` with as much gossip as fits beside them, sealed with the hello key or pairwise.
-    mutating func send(_ frames: [Frame], to recipient: NodeID, address: PeerAddress,
-                               pairwise: Bool = false) -> MembershipDirective {
+    mutating func send(
+        _ frames: [Frame], to recipient: NodeID, address: PeerAddress,
+        pairwise: Bool = false
+    ) -> MembershipDirective {
         let used = frames.reduce(0) { $0 + FrameCodec.encodedLength(of: $1) }
         let piggyback = gossip.take(budget: datagramBudget - used, limit: retransmitLimit)
-        return pairwise ? .sendPairwise(frames: frames + piggyback, recipient: recipient, address: address)
+        return pairwise
+            ? .sendPairwise(frames: frames + piggyback, recipient: recipient, address: address)
             : .send(frames: frames + piggyback, recipient: recipient, address: address)
     }
 
@@ -62,10 +66,11 @@ extension MembershipInstance {
             // One datagram at most, then.
             let limit = min(limit, datagramBudget)
             var used = 0
-            groups = Array(groups.prefix { group in
-                used += group.reduce(0) { $0 + FrameCodec.encodedLength(of: $1) }
-                return used <= limit
-            })
+            groups = Array(
+                groups.prefix { group in
+                    used += group.reduce(0) { $0 + FrameCodec.encodedLength(of: $1) }
+                    return used <= limit
+                })
         }
         return packed(groups).map { .send(frames: $0, recipient: recipient, address: address) }
     }

@@ -9,7 +9,8 @@ extension MembershipInstance {
             // Someone holds a record of ours we did not sign this boot: an earlier boot's. Outbid it
             // (only one we did sign: a forged one must not move our incarnation).
             if record.incarnation > me.incarnation || (record.incarnation == me.incarnation && record != me),
-               record.hasValidSignature(authority) {
+                record.hasValidSignature(authority)
+            {
                 // Only a record above ours counts: a twin answers each of ours with a higher one,
                 // while a dead boot's stale records mostly meet or trail what we already signed.
                 let outbidUs = record.incarnation > me.incarnation
@@ -70,8 +71,10 @@ extension MembershipInstance {
             return
         }
         guard var member = members[accusation.member], accusation.incarnation >= member.incarnation,
-              !member.status.isGone else { return }
-        if member.status == .suspect, var suspicion = member.suspicion, suspicion.incarnation == accusation.incarnation {
+            !member.status.isGone
+        else { return }
+        if member.status == .suspect, var suspicion = member.suspicion, suspicion.incarnation == accusation.incarnation
+        {
             if suspicion.confirm(by: accusation.accuser) {
                 member.suspicion = suspicion
                 members[member.id] = member
@@ -85,8 +88,9 @@ extension MembershipInstance {
         counters.suspicionsRaised += 1
         member.incarnation = accusation.incarnation
         member.lastChange = now
-        member.suspicion = Suspicion(incarnation: accusation.incarnation, accuser: accusation.accuser, start: now,
-                                     minimum: minimum, maximum: maximum, expectedConfirmations: expected)
+        member.suspicion = Suspicion(
+            incarnation: accusation.incarnation, accuser: accusation.accuser, start: now,
+            minimum: minimum, maximum: maximum, expectedConfirmations: expected)
         members[member.id] = member
         timed.insert(member.id)
         gossip.enqueue(.suspect(accusation), about: member.id)
@@ -104,7 +108,8 @@ extension MembershipInstance {
             return
         }
         guard let member = members[accusation.member], accusation.incarnation >= member.incarnation,
-              !member.status.isGone else { return }
+            !member.status.isGone
+        else { return }
         markGone(member, status: .dead, incarnation: accusation.incarnation, now: now, into: &out)
         gossip.enqueue(.dead(accusation), about: member.id)
     }
@@ -113,15 +118,19 @@ extension MembershipInstance {
         if departure.member == me.id {
             // A departure of an earlier boot of ours (signed by us): we are back, so outbid it.
             if !hasLeft, departure.incarnation >= me.incarnation,
-               authority.isValid(signature: departure.signature, message: departure.signedBytes, signingKey: me.signingKey) {
+                authority.isValid(
+                    signature: departure.signature, message: departure.signedBytes, signingKey: me.signingKey)
+            {
                 refute(above: departure.incarnation)
             }
             return
         }
         guard let member = members[departure.member], departure.incarnation >= member.record.incarnation,
-              departure.incarnation >= member.incarnation, member.status != .left,
-              authority.isValid(signature: departure.signature, message: departure.signedBytes,
-                                signingKey: member.record.signingKey) else { return }
+            departure.incarnation >= member.incarnation, member.status != .left,
+            authority.isValid(
+                signature: departure.signature, message: departure.signedBytes,
+                signingKey: member.record.signingKey)
+        else { return }
         markGone(member, status: .left, incarnation: departure.incarnation, now: now, into: &out)
         gossip.enqueue(.left(departure), about: member.id)
     }
@@ -157,8 +166,10 @@ extension MembershipInstance {
         gossip.enqueue(.alive(me), about: me.id)
     }
 
-    mutating func markGone(_ member: Member, status: MemberStatus, incarnation: UInt64, now: MeshInstant,
-                                   into out: inout [MembershipDirective]) {
+    mutating func markGone(
+        _ member: Member, status: MemberStatus, incarnation: UInt64, now: MeshInstant,
+        into out: inout [MembershipDirective]
+    ) {
         var member = member
         member.status = status
         member.incarnation = incarnation

@@ -13,8 +13,10 @@ extension MembershipInstance {
                     current.nacksExpected = helpers.count
                     // SWIM sends the indirect probes; a second direct one halves the chance that
                     // plain loss makes a healthy member suspect.
-                    out.append(send(probeFrames(sequence: current.sequence, target: current.target),
-                                    to: current.target, address: address))
+                    out.append(
+                        send(
+                            probeFrames(sequence: current.sequence, target: current.target),
+                            to: current.target, address: address))
                     for helper in helpers {
                         guard let helperAddress = members[helper]?.address else { continue }
                         let request = ProbeRequest(sequence: current.sequence, target: current.target, address: address)
@@ -32,8 +34,9 @@ extension MembershipInstance {
                     let missedNacks = current.nacksExpected - current.nacksReceived
                     health.worsen(by: max(1, missedNacks))
                     if let member = members[current.target], !member.status.isGone {
-                        mergeSuspect(Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id),
-                                     now: now, into: &out)
+                        mergeSuspect(
+                            Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id),
+                            now: now, into: &out)
                     }
                 }
             }
@@ -43,16 +46,18 @@ extension MembershipInstance {
         nextProbeAt = now + period
         guard let target = nextProbeTarget(), let member = members[target], let address = member.address else { return }
         sequence += 1
-        probe = ProbeState(target: target, sequence: sequence, sentAt: now,
-                           indirectAt: now + settings.probeTimeout * health.multiplier,
-                           endAt: now + min(period, settings.probeDeadline * health.multiplier))
+        probe = ProbeState(
+            target: target, sequence: sequence, sentAt: now,
+            indirectAt: now + settings.probeTimeout * health.multiplier,
+            endAt: now + min(period, settings.probeDeadline * health.multiplier))
         // The first probe goes pairwise: 24 bytes of nonce and 16 of target less, on the datagram
         // that makes up most of an idle node's traffic. The second one (with the indirect ones)
         // goes hello, which any boot of the target opens: a member that restarted and whose new
         // keys we lack is not suspected for it. A suspect gets hello with its suspicion.
         if member.status == .alive {
             probe?.pairwiseOnly = true
-            out.append(send([.probe(Probe(sequence: sequence, target: nil))], to: target, address: address, pairwise: true))
+            out.append(
+                send([.probe(Probe(sequence: sequence, target: nil))], to: target, address: address, pairwise: true))
         } else {
             out.append(send(probeFrames(sequence: sequence, target: target), to: target, address: address))
         }
@@ -73,7 +78,8 @@ extension MembershipInstance {
     mutating func verifySuspicions(now: MeshInstant, into out: inout [MembershipDirective]) {
         for id in timed.sorted() {
             guard var member = members[id], member.status == .suspect, var suspicion = member.suspicion,
-                  let verifyAt = suspicion.verifyAt, now >= verifyAt, let address = member.address else { continue }
+                let verifyAt = suspicion.verifyAt, now >= verifyAt, let address = member.address
+            else { continue }
             suspicion.verifications += 1
             member.suspicion = suspicion
             members[id] = member
@@ -84,8 +90,10 @@ extension MembershipInstance {
 
     /// A probe of us (its target checked by the caller). A pairwise one is answered pairwise,
     /// without the target: the prober's key for us names us.
-    mutating func onProbe(_ probe: Probe, from sender: NodeID, address: PeerAddress, pairwise: Bool,
-                                  into out: inout [MembershipDirective]) {
+    mutating func onProbe(
+        _ probe: Probe, from sender: NodeID, address: PeerAddress, pairwise: Bool,
+        into out: inout [MembershipDirective]
+    ) {
         guard !hasLeft else { return }
         var frames: [Frame] = [.probeAck(ProbeAck(sequence: probe.sequence, target: pairwise ? nil : me.id))]
         // A prober that still suspects us gets our current record with the ack, so the two
@@ -106,10 +114,13 @@ extension MembershipInstance {
     /// An ack of `target`'s (named in the frame, or by the pairwise key that sealed it). While
     /// only the pairwise probe is out, only the target's pairwise answer counts: a hello ack could
     /// be any member's, in the target's name.
-    mutating func onAck(sequence: UInt64, target: NodeID, from sender: NodeID, pairwise: Bool,
-                                now: MeshInstant, into out: inout [MembershipDirective]) {
+    mutating func onAck(
+        sequence: UInt64, target: NodeID, from sender: NodeID, pairwise: Bool,
+        now: MeshInstant, into out: inout [MembershipDirective]
+    ) {
         if let current = probe, current.sequence == sequence, current.target == target,
-           pairwise || !current.pairwiseOnly || current.indirectSent {
+            pairwise || !current.pairwiseOnly || current.indirectSent
+        {
             probe = nil
             health.improve()
             if sender == target, var member = members[target] {
@@ -122,26 +133,33 @@ extension MembershipInstance {
         if let relay = relays[sequence], relay.target == target {
             relays[sequence] = nil
             let forwarded = ProbeAck(sequence: relay.requesterSequence, target: relay.target)
-            out.append(.send(frames: [.probeAck(forwarded)], recipient: relay.requester, address: relay.requesterAddress))
+            out.append(
+                .send(frames: [.probeAck(forwarded)], recipient: relay.requester, address: relay.requesterAddress))
         }
     }
 
-    mutating func onProbeRequest(_ request: ProbeRequest, from sender: NodeID, address: PeerAddress,
-                                         now: MeshInstant, into out: inout [MembershipDirective]) {
+    mutating func onProbeRequest(
+        _ request: ProbeRequest, from sender: NodeID, address: PeerAddress,
+        now: MeshInstant, into out: inout [MembershipDirective]
+    ) {
         guard !hasLeft, request.target != me.id, relays.count < 64 else { return }
         // Only a member we know, at an address its own signed record names: otherwise any holder
         // of the secret could make every member probe a socket of its choosing.
         guard let target = members[request.target], !target.status.isGone,
-              target.record.addresses.contains(request.address) else {
+            target.record.addresses.contains(request.address)
+        else {
             counters.probeRequestsRefused += 1
             return
         }
         sequence += 1
-        relays[sequence] = RelayedProbe(requester: sender, requesterAddress: address,
-                                        requesterSequence: request.sequence, target: request.target,
-                                        nackAt: now + settings.probeTimeout * 0.8)
-        out.append(send([.probe(Probe(sequence: sequence, target: request.target))],
-                        to: request.target, address: request.address))
+        relays[sequence] = RelayedProbe(
+            requester: sender, requesterAddress: address,
+            requesterSequence: request.sequence, target: request.target,
+            nackAt: now + settings.probeTimeout * 0.8)
+        out.append(
+            send(
+                [.probe(Probe(sequence: sequence, target: request.target))],
+                to: request.target, address: request.address))
     }
 
     mutating func expireRelays(now: MeshInstant, into out: inout [MembershipDirective]) {
@@ -159,15 +177,17 @@ extension MembershipInstance {
         }.sorted { $0.id < $1.id }
         for var member in expired {
             if var suspicion = member.suspicion, !suspicion.heldOpen,
-               heard(member.id, after: now, slack: suspicion.minimum), suspicion.start + suspicion.maximum > now {
+                heard(member.id, after: now, slack: suspicion.minimum), suspicion.start + suspicion.maximum > now
+            {
                 suspicion.heldOpen = true
                 member.suspicion = suspicion
                 members[member.id] = member
                 continue
             }
             markGone(member, status: .dead, incarnation: member.incarnation, now: now, into: &out)
-            gossip.enqueue(.dead(Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id)),
-                           about: member.id)
+            gossip.enqueue(
+                .dead(Accusation(member: member.id, incarnation: member.incarnation, accuser: me.id)),
+                about: member.id)
         }
     }
 

@@ -70,8 +70,10 @@ public struct MembershipInstance: Sendable {
     var refutationsByBoot: [UInt64: Int] = [:]
     public internal(set) var counters = MembershipCounters()
 
-    public init(record: MemberRecord, authority: some RecordAuthority, settings: MembershipSettings,
-                datagramBudget: Int, seed: UInt64, now: MeshInstant) {
+    public init(
+        record: MemberRecord, authority: some RecordAuthority, settings: MembershipSettings,
+        datagramBudget: Int, seed: UInt64, now: MeshInstant
+    ) {
         self.settings = settings
         self.datagramBudget = datagramBudget
         self.authority = authority
@@ -102,8 +104,9 @@ public struct MembershipInstance: Sendable {
     }
 
     var selfMember: Member {
-        Member(record: me, status: hasLeft ? .left : .alive, incarnation: me.incarnation,
-               lastChange: .zero, rtt: nil, suspicion: nil)
+        Member(
+            record: me, status: hasLeft ? .left : .alive, incarnation: me.incarnation,
+            lastChange: .zero, rtt: nil, suspicion: nil)
     }
 
     /// Members that are not dead and have not left, this node included.
@@ -150,7 +153,8 @@ public struct MembershipInstance: Sendable {
     /// the others. At most `maxJoinSeeds` in all.
     public mutating func addJoinSeed(_ address: PeerAddress, now: MeshInstant) -> [MembershipDirective] {
         guard isJoining, !me.addresses.contains(address), !seeds.contains(address),
-              seeds.count < Self.maxJoinSeeds else { return [] }
+            seeds.count < Self.maxJoinSeeds
+        else { return [] }
         seeds.append(address)
         return [.send(frames: [.syncRequest(SyncRequest(isJoin: true)), .alive(me)], recipient: nil, address: address)]
     }
@@ -174,7 +178,9 @@ public struct MembershipInstance: Sendable {
         let count = min(seeds.count, max(1, settings.joinSeedsPerAttempt))
         let chosen = (0..<count).map { seeds[(seedCursor + $0) % seeds.count] }
         seedCursor = (seedCursor + count) % seeds.count
-        return chosen.map { .send(frames: [.syncRequest(SyncRequest(isJoin: true)), .alive(me)], recipient: nil, address: $0) }
+        return chosen.map {
+            .send(frames: [.syncRequest(SyncRequest(isJoin: true)), .alive(me)], recipient: nil, address: $0)
+        }
     }
 
     /// Announces a signed departure to several members at once (and through gossip).
@@ -200,7 +206,8 @@ public struct MembershipInstance: Sendable {
     /// changes; one that knew members already adds those it lacks.
     public mutating func assume(_ table: MemberTable) {
         guard members.isEmpty else {
-            for member in table.values.sorted(by: { $0.id < $1.id }) where member.id != me.id && members[member.id] == nil {
+            for member in table.values.sorted(by: { $0.id < $1.id })
+            where member.id != me.id && members[member.id] == nil {
                 add(member)
             }
             return
@@ -253,8 +260,10 @@ public struct MembershipInstance: Sendable {
     /// we could open it and only the sender could have made it (a probe or ack without a target).
     /// `answerLimit`: at most this many bytes of frames answer a state request (the node gives a
     /// few times the request's own size: the source address is the request's claim, not a proof).
-    public mutating func onFrames(_ frames: [Frame], from sender: NodeID, address: PeerAddress,
-                                  now: MeshInstant, pairwise: Bool = false, answerLimit: Int? = nil) -> [MembershipDirective] {
+    public mutating func onFrames(
+        _ frames: [Frame], from sender: NodeID, address: PeerAddress,
+        now: MeshInstant, pairwise: Bool = false, answerLimit: Int? = nil
+    ) -> [MembershipDirective] {
         var out: [MembershipDirective] = []
         guard !excluded.contains(sender) else { return out }
         let news = gossip.updatesEnqueued
@@ -290,11 +299,14 @@ public struct MembershipInstance: Sendable {
             case let .probeAck(ack):
                 // Without a target only pairwise, where it is the sender's own; a pairwise ack
                 // naming someone else is no ack (an honest one names nobody there).
-                guard let target = ack.target ?? (pairwise ? sender : nil), !pairwise || target == sender else { continue }
+                guard let target = ack.target ?? (pairwise ? sender : nil), !pairwise || target == sender else {
+                    continue
+                }
                 onAck(sequence: ack.sequence, target: target, from: sender, pairwise: pairwise, now: now, into: &out)
             case let .probeNack(nack):
                 if probe?.sequence == nack.sequence, probe?.target == nack.target { probe?.nacksReceived += 1 }
-            case let .probeRequest(request): onProbeRequest(request, from: sender, address: address, now: now, into: &out)
+            case let .probeRequest(request):
+                onProbeRequest(request, from: sender, address: address, now: now, into: &out)
             case .syncRequest: answerSync(from: sender, address: address, limit: answerLimit, now: now, into: &out)
             case let .stateDigest(digest) where !digestTaken:
                 // One digest a datagram, as we send them: more would only multiply the answers.
@@ -326,8 +338,10 @@ public struct MembershipInstance: Sendable {
         lastHeard[id].map { $0 + slack >= instant } ?? false
     }
 
-    mutating func answerSync(from sender: NodeID, address: PeerAddress, limit: Int?, now: MeshInstant,
-                                     into out: inout [MembershipDirective]) {
+    mutating func answerSync(
+        from sender: NodeID, address: PeerAddress, limit: Int?, now: MeshInstant,
+        into out: inout [MembershipDirective]
+    ) {
         let spacing = settings.joinRetryInterval * 0.5
         if let last = answeredSyncs[sender], now < last + spacing { return }
         if answeredSyncs.count >= 256 { answeredSyncs = answeredSyncs.filter { now < $0.value + spacing } }
@@ -339,8 +353,10 @@ public struct MembershipInstance: Sendable {
     /// ended before we came. It knows us (it probes us), we would learn of it only at the next
     /// push-pull: ask it for its state, which starts with its own record. Once per member per
     /// join retry interval, and for a bounded number of strangers at once.
-    mutating func askIfStranger(_ sender: NodeID, address: PeerAddress, now: MeshInstant,
-                                        into out: inout [MembershipDirective]) {
+    mutating func askIfStranger(
+        _ sender: NodeID, address: PeerAddress, now: MeshInstant,
+        into out: inout [MembershipDirective]
+    ) {
         guard sender != me.id, members[sender] == nil, !excluded.contains(sender), !hasLeft else { return }
         if let asked = askedStrangers[sender], now < asked + settings.joinRetryInterval { return }
         if askedStrangers.count >= Self.maxStrangersAsked {
@@ -348,7 +364,8 @@ public struct MembershipInstance: Sendable {
             guard askedStrangers.count < Self.maxStrangersAsked else { return }
         }
         askedStrangers[sender] = now
-        out.append(.send(frames: [.syncRequest(SyncRequest(isJoin: false)), .alive(me)], recipient: sender, address: address))
+        out.append(
+            .send(frames: [.syncRequest(SyncRequest(isJoin: false)), .alive(me)], recipient: sender, address: address))
     }
 
     static let maxStrangersAsked = 16
@@ -471,7 +488,7 @@ public struct MembershipInstance: Sendable {
 }
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif

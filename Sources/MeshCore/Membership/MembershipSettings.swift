@@ -1,7 +1,7 @@
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Timing and fan-out of the membership protocol. The profiles follow memberlist's LAN, WAN and
@@ -67,25 +67,29 @@ public struct MembershipSettings: Sendable, Equatable {
             return MembershipSettings(
                 probeInterval: .milliseconds(800), probeTimeout: .milliseconds(200),
                 probeDeadline: .milliseconds(500), indirectProbes: 3, suspicionMultiplier: 3,
-                suspicionUnit: .milliseconds(350), suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 5,
+                suspicionUnit: .milliseconds(350), suspicionMaxMultiplier: 4, maxLocalHealth: 8,
+                retransmitMultiplier: 5,
                 gossipInterval: .milliseconds(200), gossipFanout: 3, pushPullInterval: .seconds(30),
                 forgetAfter: .seconds(60), joinRetryInterval: .seconds(1), reconnectInterval: .seconds(5))
         case .local:
             return MembershipSettings(
                 probeInterval: .milliseconds(200), probeTimeout: .milliseconds(100),
                 probeDeadline: .milliseconds(200), indirectProbes: 2, suspicionMultiplier: 3,
-                suspicionUnit: .milliseconds(200), suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 3,
+                suspicionUnit: .milliseconds(200), suspicionMaxMultiplier: 4, maxLocalHealth: 8,
+                retransmitMultiplier: 3,
                 gossipInterval: .milliseconds(100), gossipFanout: 3, pushPullInterval: .seconds(15),
-                forgetAfter: .seconds(30), joinRetryInterval: .milliseconds(500), reconnectInterval: .seconds(3))
-                .withNewsSpacing(.milliseconds(10)).withJoinRetryMaximum(.seconds(10))
+                forgetAfter: .seconds(30), joinRetryInterval: .milliseconds(500), reconnectInterval: .seconds(3)
+            )
+            .withNewsSpacing(.milliseconds(10)).withJoinRetryMaximum(.seconds(10))
         case .wan:
             return MembershipSettings(
                 probeInterval: .seconds(5), probeTimeout: .seconds(3),
                 probeDeadline: .seconds(5), indirectProbes: 3, suspicionMultiplier: 6,
                 suspicionUnit: .seconds(5), suspicionMaxMultiplier: 4, maxLocalHealth: 8, retransmitMultiplier: 4,
                 gossipInterval: .milliseconds(500), gossipFanout: 4, pushPullInterval: .seconds(60),
-                forgetAfter: .seconds(300), joinRetryInterval: .seconds(3), reconnectInterval: .seconds(30))
-                .withNewsSpacing(.milliseconds(100)).withJoinRetryMaximum(.seconds(60))
+                forgetAfter: .seconds(300), joinRetryInterval: .seconds(3), reconnectInterval: .seconds(30)
+            )
+            .withNewsSpacing(.milliseconds(100)).withJoinRetryMaximum(.seconds(60))
         }
     }
 
@@ -136,4 +140,3 @@ extension Double {
     /// A share between 0 and ½ (a jitter that could cut a wait to nothing would not space retries).
     var clampedShare: Double { isFinite ? Swift.min(Swift.max(self, 0), 0.5) : 0 }
 }
-

@@ -84,7 +84,8 @@ public struct StateDigest: WireBody {
     public init(decoding buffer: inout ByteBuffer) throws(WireError) {
         let flags = try buffer.readWire(UInt8.self, "digest flags")
         guard flags & ~(Self.requestFlag | Self.boundedFlag | Self.summaryFlag) == 0,
-              flags & (Self.requestFlag | Self.summaryFlag) != Self.requestFlag | Self.summaryFlag else {
+            flags & (Self.requestFlag | Self.summaryFlag) != Self.requestFlag | Self.summaryFlag
+        else {
             throw .invalidField(what: "digest flags")
         }
         isRequest = flags & Self.requestFlag != 0
@@ -110,11 +111,14 @@ public struct StateDigest: WireBody {
             entries.append(Entry(member: member, incarnation: incarnation, status: status))
         }
         self.entries = entries
-        guard entries.allSatisfy({ contains($0.member) }) else { throw .invalidField(what: "digest entry out of range") }
+        guard entries.allSatisfy({ contains($0.member) }) else {
+            throw .invalidField(what: "digest entry out of range")
+        }
     }
 
     public func encode(into buffer: inout ByteBuffer) {
-        let flags = (summary != nil ? Self.summaryFlag : isRequest ? Self.requestFlag : 0)
+        let flags =
+            (summary != nil ? Self.summaryFlag : isRequest ? Self.requestFlag : 0)
             | (upper != nil ? Self.boundedFlag : 0)
         buffer.writeInteger(flags)
         lower.encode(into: &buffer)

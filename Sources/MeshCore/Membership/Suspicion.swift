@@ -1,8 +1,8 @@
 import MeshCrypto
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Lifeguard's suspicion timer: it starts at the maximum and shrinks logarithmically as
@@ -17,8 +17,10 @@ public struct Suspicion: Sendable, Equatable {
     /// How often the suspect was asked directly (see `verifyAt`).
     public var verifications = 0
 
-    public init(incarnation: UInt64, accuser: NodeID, start: MeshInstant, minimum: Duration, maximum: Duration,
-                expectedConfirmations: Int) {
+    public init(
+        incarnation: UInt64, accuser: NodeID, start: MeshInstant, minimum: Duration, maximum: Duration,
+        expectedConfirmations: Int
+    ) {
         self.incarnation = incarnation
         self.start = start
         self.minimum = minimum

@@ -6,8 +6,10 @@ import MeshCrypto
 extension NodeInstance {
     /// A pairwise datagram of `peer`'s boot `boot` arrived from `source`: echo the source when
     /// it is due, and take the observations it carries.
-    mutating func receiveAddresses(_ frames: [Frame], from peer: NodeID, boot: UInt64, source: PeerAddress,
-                                   now: MeshInstant) {
+    mutating func receiveAddresses(
+        _ frames: [Frame], from peer: NodeID, boot: UInt64, source: PeerAddress,
+        now: MeshInstant
+    ) {
         for case let .observedAddress(observation) in frames {
             observed(observation.address, by: peer, now: now)
         }
@@ -24,21 +26,30 @@ extension NodeInstance {
     private mutating func observed(_ address: PeerAddress, by peer: NodeID, now: MeshInstant) {
         if addressDiscovery.observe(address, by: peer) {
             let candidates = advertiseCandidates()
-            log(.info, "reflexive address adopted", ["address": "\(addressDiscovery.reflexive.map { "\($0)" } ?? "")",
-                                                     "candidates": candidates.map(\.description).joined(separator: ",")])
+            log(
+                .info, "reflexive address adopted",
+                [
+                    "address": "\(addressDiscovery.reflexive.map { "\($0)" } ?? "")",
+                    "candidates": candidates.map(\.description).joined(separator: ","),
+                ])
         }
         reportNAT()
     }
 
     /// The driver learnt an address of ours outside the session (a gateway's port mapping, a
     /// STUN or TURN server), or lost it (nil): our record says so at the next incarnation.
-    public mutating func setExternalAddress(_ address: PeerAddress?, from source: AddressDiscovery.ExternalSource,
-                                            now: MeshInstant) {
+    public mutating func setExternalAddress(
+        _ address: PeerAddress?, from source: AddressDiscovery.ExternalSource,
+        now: MeshInstant
+    ) {
         guard addressDiscovery.setExternal(address, from: source) else { return }
         let candidates = advertiseCandidates()
-        log(.info, address == nil ? "external address lost" : "external address learnt",
-            ["source": source.rawValue, "address": address.map(\.description) ?? "none",
-             "candidates": candidates.map(\.description).joined(separator: ",")])
+        log(
+            .info, address == nil ? "external address lost" : "external address learnt",
+            [
+                "source": source.rawValue, "address": address.map(\.description) ?? "none",
+                "candidates": candidates.map(\.description).joined(separator: ","),
+            ])
     }
 
     /// Every address we may be reached at, best first, as many as an invite carries.
@@ -73,8 +84,12 @@ extension NodeInstance {
         guard behaviour != reportedNAT, behaviour != .unknown else { return }
         reportedNAT = behaviour
         emit(.natDetected(behaviour, reflexive: addressDiscovery.reflexive))
-        log(.notice, "NAT behaviour detected", ["nat": behaviour.rawValue,
-                                                "reflexive": addressDiscovery.reflexive.map { "\($0)" } ?? "none"])
+        log(
+            .notice, "NAT behaviour detected",
+            [
+                "nat": behaviour.rawValue,
+                "reflexive": addressDiscovery.reflexive.map { "\($0)" } ?? "none",
+            ])
     }
 
     /// What the members' observations say of the NAT in front of this node.

@@ -45,13 +45,16 @@ extension NodeInstance {
     /// A `BirthdayRound` frame of `peer`'s, directly or through a relay (`via`): the answer goes
     /// back the same way, also before our paths adopted that relay for the member.
     mutating func receiveBirthday(_ frame: BirthdayRound, from peer: NodeID, via relay: NodeID?, now: MeshInstant) {
-        guard peer != localID, peerAddresses[peer] != nil || relay != nil, codec.installedBoot(of: peer) != nil else { return }
+        guard peer != localID, peerAddresses[peer] != nil || relay != nil, codec.installedBoot(of: peer) != nil else {
+            return
+        }
         // An offer only from a member we too reach through a relay or TURN (or that reached us
         // through one): one we reach directly has nothing to gain, and would only make us probe.
         if frame.step == .offer, relay == nil, !birthdayRelayed(peer) { return }
         let actions = birthday.receive(frame, from: peer, peerLeads: peer < localID, localNAT: natBehaviour, now: now)
         if frame.step == .offer, !actions.isEmpty {
-            log(.info, "birthday round accepted",
+            log(
+                .info, "birthday round accepted",
                 ["member": "\(peer)", "nat": natBehaviour.rawValue, "theirs": frame.nat.rawValue])
         }
         carryOut(actions, via: relay, now: now)
@@ -62,7 +65,8 @@ extension NodeInstance {
     /// address, the path the round is trying to leave.
     mutating func birthdayHeard(_ peer: NodeID, from source: PeerAddress) {
         guard birthday.round?.peer == peer, source.host != addressDiscovery.external[.turn]?.host,
-              birthday.heardDirectly(peer) else { return }
+            birthday.heardDirectly(peer)
+        else { return }
         paths.birthdayPunched(peer)
         log(.info, "path punched by a birthday round", ["member": "\(peer)", "address": "\(source)"])
     }
@@ -96,13 +100,17 @@ extension NodeInstance {
                 guard let datagram = codec.seal([.punch(Punch(token: random.next(), isReply: false))], to: peer) else {
                     continue
                 }
-                log(.info, "birthday round: opening sockets towards the member",
+                log(
+                    .info, "birthday round: opening sockets towards the member",
                     ["member": "\(peer)", "target": "\(target)", "sockets": "\(count)"])
                 counters.datagramsSent += UInt64(count)
                 counters.sent.count(.membership, datagrams: count, bytes: datagram.readableBytes * count)
-                effects.append(.openBirthdaySockets(BirthdaySockets(peer: peer, target: target, datagram: datagram,
-                                                                    hops: birthday.settings.hops, count: count,
-                                                                    lifetime: lifetime)))
+                effects.append(
+                    .openBirthdaySockets(
+                        BirthdaySockets(
+                            peer: peer, target: target, datagram: datagram,
+                            hops: birthday.settings.hops, count: count,
+                            lifetime: lifetime)))
             case let .probe(peer, host, ports):
                 // One sealed punch for the whole batch: at most one lands, and a second landing
                 // would be a replay.
@@ -122,7 +130,9 @@ extension NodeInstance {
         }
     }
 
-    private mutating func sendRound(_ step: BirthdayRound.Step, token: UInt64, to peer: NodeID, via relay: NodeID? = nil) {
+    private mutating func sendRound(
+        _ step: BirthdayRound.Step, token: UInt64, to peer: NodeID, via relay: NodeID? = nil
+    ) {
         let frame = BirthdayRound(token: token, step: step, nat: natBehaviour, addresses: birthdayAddresses)
         // Alone in its datagram: an older member drops a datagram with a frame it does not know.
         if let relay, paths.relay(of: peer) == nil, let datagram = codec.seal([.birthdayRound(frame)], to: peer) {

@@ -31,34 +31,43 @@ extension NodeInstance {
         guard ending == nil, phase.isActive else { return }
         let author = statement.author
         guard statement.session == session.sessionID,
-              author == localID || (knownMemberIDs.contains(author) && !epochs.removed.contains(author)),
-              statement.hasValidSignature(authority) else {
+            author == localID || (knownMemberIDs.contains(author) && !epochs.removed.contains(author)),
+            statement.hasValidSignature(authority)
+        else {
             counters.endsRefused += 1
-            return log(.warning, "refused an end of the session that is not valid here",
-                       ["from": displayName(of: peer), "author": displayName(of: author)])
+            return log(
+                .warning, "refused an end of the session that is not valid here",
+                ["from": displayName(of: peer), "author": displayName(of: author)])
         }
         log(.notice, "the session was ended", ["by": displayName(of: author)])
         beginEnding(statement, requests: [], skipping: [peer, author], now: now)
     }
 
-    private mutating func beginEnding(_ statement: SessionEnd, requests: [RequestID], skipping: Set<NodeID>,
-                                      now: MeshInstant) {
+    private mutating func beginEnding(
+        _ statement: SessionEnd, requests: [RequestID], skipping: Set<NodeID>,
+        now: MeshInstant
+    ) {
         let author = statement.author
         // A member back alone after a restart knows the author only from `members.json`.
-        let name = author == localID ? membership.me.name
+        let name =
+            author == localID
+            ? membership.me.name
             : membership.member(author)?.record.name ?? remembered.members.first { $0.id == author.hex }?.name ?? ""
         emit(.sessionEnded(by: author, name: name))
         store(.saveEnded(statement.encoded), .saveEnded)
-        ending = SessionEnding(statement: statement, requests: requests, sendID: nil, until: now + settings.endGrace,
-                               informed: skipping)
+        ending = SessionEnding(
+            statement: statement, requests: requests, sendID: nil, until: now + settings.endGrace,
+            informed: skipping)
         // A leave waiting for a handover has nothing left to hand over to.
         for request in handover?.requests ?? [] { complete(request, .failure(.sessionEnded(by: author))) }
         handover = nil
         let recipients = activeMemberIDs.filter { !skipping.contains($0) }
         guard !recipients.isEmpty,
-              let (sendID, directives) = try? delivery.send(JournalMessage.end(statement).encoded, to: recipients,
-                                                            mode: .reliable, stream: .journal, now: now,
-                                                            timeout: settings.endGrace) else {
+            let (sendID, directives) = try? delivery.send(
+                JournalMessage.end(statement).encoded, to: recipients,
+                mode: .reliable, stream: .journal, now: now,
+                timeout: settings.endGrace)
+        else {
             return finishEnding(now: now)
         }
         ending?.sendID = sendID
@@ -98,7 +107,8 @@ extension NodeInstance {
         guard let state = ending else { return }
         let sender = datagram.header.sender
         guard sender != localID, !state.informed.contains(sender), membership.member(sender) != nil,
-              !datagram.frames.contains(where: { if case .sessionEnd = $0 { true } else { false } }) else { return }
+            !datagram.frames.contains(where: { if case .sessionEnd = $0 { true } else { false } })
+        else { return }
         if let last = state.answeredAt[sender], now < last + EndedSessionNotice.answerInterval { return }
         let answer = codec.sealHello([.sessionEnd(state.statement)], nonce: randomNonce())
         let proven = peerAddresses[sender] == source || learnedAddress(of: sender) == source

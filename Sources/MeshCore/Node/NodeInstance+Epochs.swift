@@ -13,8 +13,9 @@ extension NodeInstance {
         guard pendingRemoval == nil else { return complete(request, .failure(.removalInProgress)) }
         let transition: KeyEpochs.Transition
         do {
-            transition = try epochs.rotation(removing: [id], to: randomSecret(), members: knownMemberIDs,
-                                             authority: authority)
+            transition = try epochs.rotation(
+                removing: [id], to: randomSecret(), members: knownMemberIDs,
+                authority: authority)
         } catch {
             return complete(request, .failure(.sessionTooLarge(limit: KeyRotation.maxRoster)))
         }
@@ -22,8 +23,10 @@ extension NodeInstance {
         store(.saveEpochs(epochs.committing(transition).encoded()), .saveRemoval(request, transition))
     }
 
-    mutating func removalSaved(_ result: Result<StorageOutcome, StorageFailure>, transition: KeyEpochs.Transition,
-                               request: RequestID, now: MeshInstant) {
+    mutating func removalSaved(
+        _ result: Result<StorageOutcome, StorageFailure>, transition: KeyEpochs.Transition,
+        request: RequestID, now: MeshInstant
+    ) {
         guard pendingRemoval == request else { return }
         pendingRemoval = nil
         defer { takeDeferredHandovers(now: now) }
@@ -51,12 +54,15 @@ extension NodeInstance {
     /// the codec and pairwise keys change, the removed members are excluded, and (when handing
     /// over) every live member is handed the secret. Returns how many were.
     @discardableResult
-    private mutating func enterEpoch(_ transition: KeyEpochs.Transition, handingOver: Bool, stored: Bool = false,
-                                     now: MeshInstant) -> Int {
+    private mutating func enterEpoch(
+        _ transition: KeyEpochs.Transition, handingOver: Bool, stored: Bool = false,
+        now: MeshInstant
+    ) -> Int {
         if !stored { store(.saveEpochs(epochs.encoded()), .saveEpochs) }
         earlierCodecs[codec.sessionID] = codec
-        codec = DatagramCodec(session: transition.secret, localID: localID, localBootID: bootID,
-                              configuration: settings.wire)
+        codec = DatagramCodec(
+            session: transition.secret, localID: localID, localBootID: bootID,
+            configuration: settings.wire)
         for member in membership.view.dropFirst() where !member.status.isGone && !epochs.removed.contains(member.id) {
             installKeys(for: member)
         }
@@ -70,10 +76,13 @@ extension NodeInstance {
         removedToTell = Array(removedToTell.suffix(Self.maxRemovedToTell))
         let excluded = membership.exclude(epochs.removed, now: now)
         apply(excluded, now: now)
-        log(.notice, "key epoch changed", [
-            "session": "\(transition.secret.sessionID)", "previous": "\(transition.rotation.previousSession)",
-            "removed": transition.rotation.removed.map(\.description).joined(separator: ","),
-            "by": "\(transition.rotation.author)"])
+        log(
+            .notice, "key epoch changed",
+            [
+                "session": "\(transition.secret.sessionID)", "previous": "\(transition.rotation.previousSession)",
+                "removed": transition.rotation.removed.map(\.description).joined(separator: ","),
+                "by": "\(transition.rotation.author)",
+            ])
         // Beacons in the epoch we left: a member that took a competing rotation out of it (and
         // missed ours) answers with its own, and whichever wins reaches both.
         epochBeaconsLeft = settings.epochBeacons
@@ -107,7 +116,8 @@ extension NodeInstance {
         // staying up alone (no secret goes with it). Sealed in each earlier epoch we still hold:
         // a member removed on top of a competing rotation is still in the epoch before both.
         for (member, address, relay) in removedToTell {
-            guard let rotation = epochs.transitions.last(where: { $0.rotation.removed.contains(member) })?.rotation else { continue }
+            guard let rotation = epochs.transitions.last(where: { $0.rotation.removed.contains(member) })?.rotation
+            else { continue }
             for session in earlierCodecs.keys.sorted(by: { $0.value < $1.value }) {
                 let route: KeysRoute = relay.map { .relayed(via: $0, else: address) } ?? .direct(address)
                 sendKeys([.removalNotice(rotation)], in: session, to: member, route: route)
@@ -139,8 +149,10 @@ extension NodeInstance {
     /// Through a relay, the wrapping is sealed for the relay in that same epoch: a relay still in
     /// it carries it (with its keys of that epoch, which the member opens); one already past it
     /// drops it, and has handed the member the epoch itself, straight.
-    mutating func sendKeys(_ frames: [Frame], in session: SessionID, to member: NodeID, route: KeysRoute,
-                           pairwise: Bool = false) {
+    mutating func sendKeys(
+        _ frames: [Frame], in session: SessionID, to member: NodeID, route: KeysRoute,
+        pairwise: Bool = false
+    ) {
         guard var earlier = earlierCodecs[session] else { return }
         let sealed = pairwise ? earlier.seal(frames, to: member) : earlier.sealHello(frames, nonce: randomNonce())
         guard let datagram = sealed else { return }
@@ -149,7 +161,8 @@ extension NodeInstance {
             transmit(datagram, to: address, kind: .keys)
         case let .relayed(relay, address):
             if let relayAddress = peerAddresses[relay],
-               let outer = earlier.seal([.relayForward(RelayedDatagram(peer: member, datagram: datagram))], to: relay) {
+                let outer = earlier.seal([.relayForward(RelayedDatagram(peer: member, datagram: datagram))], to: relay)
+            {
                 counters.relayedSent += 1
                 transmit(outer, to: relayAddress, kind: .keys)
             } else {
@@ -167,19 +180,24 @@ extension NodeInstance {
     /// handover: every destination is one the member signed or one its own datagrams proved.
     /// False when it is not owed one, or not now (rate limit).
     @discardableResult
-    private mutating func handOver(to record: MemberRecord, heardIn session: SessionID, address: PeerAddress? = nil,
-                                   now: MeshInstant) -> Bool {
+    private mutating func handOver(
+        to record: MemberRecord, heardIn session: SessionID, address: PeerAddress? = nil,
+        now: MeshInstant
+    ) -> Bool {
         let trusted = address.flatMap { record.addresses.contains($0) || peerAddresses[record.id] == $0 ? $0 : nil }
         let known = membership.member(record.id)?.record.bootID == record.bootID
-        guard let route = trusted.map({ KeysRoute.direct($0) })
+        guard
+            let route = trusted.map({ KeysRoute.direct($0) })
                 ?? (known ? keysRoute(to: record.id, fallback: record.addresses.first) : nil)
-                ?? record.addresses.first.map({ KeysRoute.direct($0) }),
-              earlierCodecs[session] != nil,
-              let transition = epochs.handover(to: record.id, heardIn: session, now: now),
-              let previous = epochs.secret(of: transition.rotation.previousSession),
-              let handover = EpochHandover.seal(transition.secret, rotation: transition.rotation, previous: previous,
-                                                sender: membership.me, local: ephemeral, recipient: record,
-                                                nonce: randomNonce()) else { return false }
+                    ?? record.addresses.first.map({ KeysRoute.direct($0) }),
+            earlierCodecs[session] != nil,
+            let transition = epochs.handover(to: record.id, heardIn: session, now: now),
+            let previous = epochs.secret(of: transition.rotation.previousSession),
+            let handover = EpochHandover.seal(
+                transition.secret, rotation: transition.rotation, previous: previous,
+                sender: membership.me, local: ephemeral, recipient: record,
+                nonce: randomNonce())
+        else { return false }
         counters.handoversSent += 1
         sendKeys([.epochHandover(handover)], in: session, to: record.id, route: route)
         return true
@@ -189,7 +207,8 @@ extension NodeInstance {
     /// its sender is owed the next one, hand it over; nothing else in it is believed.
     mutating func receiveEarlierEpoch(_ datagram: ByteBuffer, from address: PeerAddress, now: MeshInstant) {
         var peek = datagram
-        guard case let .success(header) = DatagramHeader.decode(&peek), var earlier = earlierCodecs[header.sessionID] else {
+        guard case let .success(header) = DatagramHeader.decode(&peek), var earlier = earlierCodecs[header.sessionID]
+        else {
             return counters.countDrop(.foreign)
         }
         let result = earlier.open(datagram)
@@ -209,15 +228,17 @@ extension NodeInstance {
         }
         // A member that took a competing rotation out of this epoch, which removes us.
         if case let .removalNotice(rotation) = opened.frames.first {
-            return receiveRemovalNotice(rotation, from: header.sender, address: address,
-                                        leftEpoch: (header.sessionID, opened.header.keyKind == .pairwise), now: now)
+            return receiveRemovalNotice(
+                rotation, from: header.sender, address: address,
+                leftEpoch: (header.sessionID, opened.header.keyKind == .pairwise), now: now)
         }
         // A member's datagram that a relay still in this epoch carried to us: answered the way
         // we reach that member (through the relay), as a relayed datagram proves no address.
         if opened.header.keyKind == .pairwise {
             for case let .relayDelivery(delivery) in opened.frames {
-                answerRelayed(delivery.datagram, origin: delivery.peer, via: header.sender, in: header.sessionID,
-                              now: now)
+                answerRelayed(
+                    delivery.datagram, origin: delivery.peer, via: header.sender, in: header.sessionID,
+                    now: now)
             }
         }
         // Key datagrams for another member that we would have relayed, had we still been in this
@@ -236,13 +257,16 @@ extension NodeInstance {
 
     /// A datagram of the earlier epoch `session` that `origin` sent through `relay`: if it opens
     /// as the origin's and the origin is owed the next epoch, hand it over.
-    private mutating func answerRelayed(_ datagram: ByteBuffer, origin: NodeID, via relay: NodeID, in session: SessionID,
-                                        now: MeshInstant) {
+    private mutating func answerRelayed(
+        _ datagram: ByteBuffer, origin: NodeID, via relay: NodeID, in session: SessionID,
+        now: MeshInstant
+    ) {
         guard origin != relay, origin != localID, var earlier = earlierCodecs[session] else { return }
         let result = earlier.open(datagram)
         earlierCodecs[session] = earlier
         guard case let .success(opened) = result, opened.header.sender == origin,
-              opened.header.sessionID == session else { return counters.countDrop(.malformed) }
+            opened.header.sessionID == session
+        else { return counters.countDrop(.malformed) }
         guard epochs.isEntitled(origin, heardIn: session), let record = senderRecord(opened) else {
             return counters.countDrop(.staleEpoch)
         }
@@ -267,7 +291,8 @@ extension NodeInstance {
         removedToTell.removeAll { ids.contains($0.member) }
         let readmitted = membership.readmit(ids, now: now)
         apply(readmitted, now: now)
-        log(.notice, "members removed by a rotation that lost are members again",
+        log(
+            .notice, "members removed by a rotation that lost are members again",
             ["members": ids.sorted().map(\.description).joined(separator: ",")])
     }
 
@@ -281,16 +306,20 @@ extension NodeInstance {
     /// held that epoch's key can seal a hello in it, a member removed since too; so such a notice
     /// counts only if it is pairwise from a member not removed, its rotation leaves that epoch,
     /// and it beats the rotation we took out of it.
-    mutating func receiveRemovalNotice(_ rotation: KeyRotation, from sender: NodeID, address: PeerAddress,
-                                       leftEpoch: (session: SessionID, pairwise: Bool)? = nil, now: MeshInstant) {
+    mutating func receiveRemovalNotice(
+        _ rotation: KeyRotation, from sender: NodeID, address: PeerAddress,
+        leftEpoch: (session: SessionID, pairwise: Bool)? = nil, now: MeshInstant
+    ) {
         let ours = epochs.transitions.first { $0.rotation.previousSession == rotation.previousSession }
-        let believable = leftEpoch.map { left in
-            left.pairwise && !epochs.removed.contains(sender) && rotation.previousSession == left.session
-                && ours.map { KeyEpochs.wins(rotation, over: $0.rotation) } == true
-        } ?? true
+        let believable =
+            leftEpoch.map { left in
+                left.pairwise && !epochs.removed.contains(sender) && rotation.previousSession == left.session
+                    && ours.map { KeyEpochs.wins(rotation, over: $0.rotation) } == true
+            } ?? true
         guard believable, rotation.removed.contains(localID),
-              knownMemberIDs.contains(rotation.author), knownMemberIDs.contains(sender),
-              rotation.hasValidSignature(authority) else {
+            knownMemberIDs.contains(rotation.author), knownMemberIDs.contains(sender),
+            rotation.hasValidSignature(authority)
+        else {
             counters.handoversRefused += 1
             return
         }
@@ -318,26 +347,33 @@ extension NodeInstance {
 
     /// A handover to us, in a datagram of our current epoch: adopt the next epoch if it is
     /// genuine, for our boot, and from a member we know.
-    mutating func receiveHandover(_ handover: EpochHandover, header: DatagramHeader, from address: PeerAddress,
-                                  now: MeshInstant) {
+    mutating func receiveHandover(
+        _ handover: EpochHandover, header: DatagramHeader, from address: PeerAddress,
+        now: MeshInstant
+    ) {
         // Our own rotation is being stored: it commits first, as if storing took no time.
         guard pendingRemoval == nil else {
-            if deferredHandovers.count < Self.maxDeferredHandovers { deferredHandovers.append((handover, header, address)) }
+            if deferredHandovers.count < Self.maxDeferredHandovers {
+                deferredHandovers.append((handover, header, address))
+            }
             return
         }
         // Cheap checks first: signatures and key exchange only for what could be taken.
         guard handover.recipient == localID, handover.recipientBoot == bootID, handover.sender.id == header.sender,
-              handover.sender.bootID == header.bootID,
-              handover.rotation.nextSession != session.sessionID,
-              let previous = epochs.secret(of: handover.rotation.previousSession),
-              knownMemberIDs.contains(header.sender),
-              handover.sender.hasValidSignature(authority),
-              let secret = handover.open(previous: previous, local: ephemeral) else {
+            handover.sender.bootID == header.bootID,
+            handover.rotation.nextSession != session.sessionID,
+            let previous = epochs.secret(of: handover.rotation.previousSession),
+            knownMemberIDs.contains(header.sender),
+            handover.sender.hasValidSignature(authority),
+            let secret = handover.open(previous: previous, local: ephemeral)
+        else {
             counters.handoversRefused += 1
             return
         }
-        switch epochs.accept(handover.rotation, secret: secret, from: header.sender, localID: localID,
-                             members: knownMemberIDs, authority: authority) {
+        switch epochs.accept(
+            handover.rotation, secret: secret, from: header.sender, localID: localID,
+            members: knownMemberIDs, authority: authority)
+        {
         case let .adopted(transition, replacing):
             // Handed on to every live member too: under loss, and when two members removed
             // someone at once, every member must see the rotation that stands.
@@ -347,8 +383,10 @@ extension NodeInstance {
                 // made again, on top of the winner; anyone else's is undone here.
                 let rest = Set(replacing.rotation.removed).subtracting(epochs.removed)
                 if replacing.rotation.author == localID, !rest.isEmpty,
-                   let again = try? epochs.rotation(removing: rest, to: randomSecret(), members: knownMemberIDs,
-                                                    authority: authority) {
+                    let again = try? epochs.rotation(
+                        removing: rest, to: randomSecret(), members: knownMemberIDs,
+                        authority: authority)
+                {
                     epochs.commit(again)
                     enterEpoch(again, handingOver: true, now: now)
                 } else {

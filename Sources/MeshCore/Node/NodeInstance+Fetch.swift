@@ -47,7 +47,8 @@ extension NodeInstance {
     /// paused after a chunk could not be stored.
     mutating func replicate(now: MeshInstant) {
         guard !settings.lazy, !isReplicationPaused(now: now) else { return }
-        for id in journal.state.presentContents where !complete.contains(id) && fetchRetries[id].map({ now >= $0.at }) != false {
+        for id in journal.state.presentContents
+        where !complete.contains(id) && fetchRetries[id].map({ now >= $0.at }) != false {
             startFetch(id, forReplication: true, now: now)
         }
     }
@@ -64,9 +65,11 @@ extension NodeInstance {
             fetches[id] = Fetch(stage: .inspecting, startedAt: now, lastProgress: now)
             store(.inspect(manifest), .inspect(id))
         } else {
-            fetches[id] = Fetch(stage: .manifest(deadline: now + settings.unavailableTimeout, tried: [], asking: nil,
-                                                 answerBy: nil),
-                                startedAt: now, lastProgress: now)
+            fetches[id] = Fetch(
+                stage: .manifest(
+                    deadline: now + settings.unavailableTimeout, tried: [], asking: nil,
+                    answerBy: nil),
+                startedAt: now, lastProgress: now)
             askForManifest(id, now: now)
         }
     }
@@ -90,9 +93,11 @@ extension NodeInstance {
     /// waits for it or the node replicates (not lazy, or a leaving member asked); otherwise it
     /// stops, and the members asked for its chunks are told.
     public mutating func cancel(_ request: RequestID, now: MeshInstant) {
-        guard let (id, index) = loadWaiters.lazy.compactMap({ id, waiters in
-            waiters.firstIndex { $0.request == request }.map { (id, $0) }
-        }).first, let waiter = loadWaiters[id]?.remove(at: index) else { return }
+        guard
+            let (id, index) = loadWaiters.lazy.compactMap({ id, waiters in
+                waiters.firstIndex { $0.request == request }.map { (id, $0) }
+            }).first, let waiter = loadWaiters[id]?.remove(at: index)
+        else { return }
         if loadWaiters[id]?.isEmpty == true { loadWaiters[id] = nil }
         failLoad(waiter, .cancelled)
         guard loadWaiters[id] == nil, settings.lazy, let fetch = fetches[id], !fetch.forReplication else { return }
@@ -116,8 +121,10 @@ extension NodeInstance {
         complete(waiter.request, .failure(error))
     }
 
-    mutating func exported(_ result: Result<StorageOutcome, StorageFailure>, manifest: Manifest, request: RequestID,
-                           destination: ExportDestination, now: MeshInstant) {
+    mutating func exported(
+        _ result: Result<StorageOutcome, StorageFailure>, manifest: Manifest, request: RequestID,
+        destination: ExportDestination, now: MeshInstant
+    ) {
         let retries = exportRetries.removeValue(forKey: request) ?? 0
         switch result {
         case let .success(.exported(bytes)): complete(request, .success(.loaded(manifest, bytes: bytes)))
@@ -144,7 +151,8 @@ extension NodeInstance {
     /// it; a member leaving may count on us).
     mutating func attachmentDamaged(_ id: SHA256Digest, detail: String, now: MeshInstant) {
         guard complete.remove(id) != nil else { return }
-        log(.warning, "attachment damaged on disk: fetching what was lost again",
+        log(
+            .warning, "attachment damaged on disk: fetching what was lost again",
             ["attachment": String(id.hex.prefix(16)), "detail": detail])
         announceHoldings(now: now)
         startFetch(id, forReplication: true, now: now)
@@ -205,8 +213,10 @@ extension NodeInstance {
         }
     }
 
-    mutating func manifestStored(_ result: Result<StorageOutcome, StorageFailure>, _ manifest: Manifest,
-                                 now: MeshInstant) {
+    mutating func manifestStored(
+        _ result: Result<StorageOutcome, StorageFailure>, _ manifest: Manifest,
+        now: MeshInstant
+    ) {
         let id = manifest.id
         guard case .storingManifest = fetches[id]?.stage else {
             // The fetch ended meanwhile; a stored manifest stays known, so a remove collects it.
@@ -258,10 +268,12 @@ extension NodeInstance {
             noteRequested(ChunkRef(attachment: request.attachment, index: request.index), digest: request.digest)
             measurePath(from: request.peer, now: now)
             if let length = manifests[request.attachment]?.length(ofChunk: request.index),
-               let want = assembler.begin(request.digest, length: length, from: request.peer, now: now) {
+                let want = assembler.begin(request.digest, length: length, from: request.peer, now: now)
+            {
                 sendWant(want, to: request.peer, now: now)
             } else {
-                transfer.onBusy(attachment: request.attachment, index: request.index, from: request.peer, now: now, asked: false)
+                transfer.onBusy(
+                    attachment: request.attachment, index: request.index, from: request.peer, now: now, asked: false)
             }
         }
         retunePacing(now: now)
@@ -297,9 +309,13 @@ extension NodeInstance {
         advanceHandover(now: now)
     }
 
-    mutating func receiveAvailability(_ bitmap: ChunkBitmap, of attachment: SHA256Digest, from peer: NodeID,
-                                      now: MeshInstant) {
-        if logs(.debug) { log(.debug, "availability", ["peer": String(peer.hex.prefix(6)), "held": "\(bitmap.held)/\(bitmap.count)"]) }
+    mutating func receiveAvailability(
+        _ bitmap: ChunkBitmap, of attachment: SHA256Digest, from peer: NodeID,
+        now: MeshInstant
+    ) {
+        if logs(.debug) {
+            log(.debug, "availability", ["peer": String(peer.hex.prefix(6)), "held": "\(bitmap.held)/\(bitmap.count)"])
+        }
         transfer.setAvailability(bitmap, of: attachment, at: peer)
         if !complete.contains(attachment), !settings.lazy, !isReplicationPaused(now: now) {
             startFetch(attachment, now: now)
@@ -311,11 +327,15 @@ extension NodeInstance {
     mutating func receiveChunk(_ digest: SHA256Digest, bytes: [UInt8], from peer: NodeID, contributors: Set<NodeID>) {
         guard let refs = requested.removeValue(forKey: digest), !refs.isEmpty else { return }
         for ref in refs { transfer.onAssembled(attachment: ref.attachment, index: ref.index) }
-        store(.writeChunk(bytes, expected: digest), .storeChunk(digest, refs: refs, from: peer, contributors: contributors))
+        store(
+            .writeChunk(bytes, expected: digest),
+            .storeChunk(digest, refs: refs, from: peer, contributors: contributors))
     }
 
-    mutating func chunkStored(_ result: Result<StorageOutcome, StorageFailure>, digest: SHA256Digest, refs: [ChunkRef],
-                              from peer: NodeID, contributors: Set<NodeID>, now: MeshInstant) {
+    mutating func chunkStored(
+        _ result: Result<StorageOutcome, StorageFailure>, digest: SHA256Digest, refs: [ChunkRef],
+        from peer: NodeID, contributors: Set<NodeID>, now: MeshInstant
+    ) {
         // Refs of fetches that ended meanwhile (removed, or failed) are not counted.
         let live = refs.filter { fetches[$0.attachment] != nil }
         switch result {
@@ -352,7 +372,8 @@ extension NodeInstance {
             // (all of it: `peer` sent its last piece, maybe not every one; others proven by the
             // same chunk get nothing for it, which errs on the slow side).
             if firstProof {
-                transfer.onPieceBytes(manifest.length(ofChunk: ref.index), of: ref.attachment, index: ref.index, from: peer)
+                transfer.onPieceBytes(
+                    manifest.length(ofChunk: ref.index), of: ref.attachment, index: ref.index, from: peer)
             }
         }
         for ref in live {
@@ -361,7 +382,8 @@ extension NodeInstance {
             fetches[ref.attachment]?.stage = .chunks(have: have)
             fetches[ref.attachment]?.lastProgress = now
             if let fetch = fetches[ref.attachment], fetch.halfwayAt == nil,
-               fetch.needed - (have.count - have.held) >= fetch.needed / 2 {
+                fetch.needed - (have.count - have.held) >= fetch.needed / 2
+            {
                 fetches[ref.attachment]?.halfwayAt = now
             }
             dirtyBitmaps.insert(ref.attachment)
@@ -400,9 +422,11 @@ extension NodeInstance {
                     let seconds = max(1e-9, Double((now - fetch.startedAt).nanosecondsClamped) / 1e9)
                     let bytes = Double(min(UInt64(fetch.needed) * UInt64(manifest.chunkSize), manifest.size))
                     // Rates to a tenth of a MiB/s: on a home line whole MiB/s say little (1.37 logged as 1.0).
-                    var fields = [("attachment", String(id.hex.prefix(16))), ("chunks", "\(fetch.needed)"),
-                                  ("seconds", "\((seconds * 1000).rounded() / 1000)"),
-                                  ("MiBps", "\((bytes / seconds / 1_048_576 * 10).rounded() / 10)")]
+                    var fields = [
+                        ("attachment", String(id.hex.prefix(16))), ("chunks", "\(fetch.needed)"),
+                        ("seconds", "\((seconds * 1000).rounded() / 1000)"),
+                        ("MiBps", "\((bytes / seconds / 1_048_576 * 10).rounded() / 10)"),
+                    ]
                     if let halfway = fetch.halfwayAt, fetch.needed >= 8, now > halfway {
                         let second = Double((now - halfway).nanosecondsClamped) / 1e9
                         let half = Double(fetch.needed - fetch.needed / 2) / Double(fetch.needed) * bytes
@@ -494,9 +518,11 @@ extension NodeInstance {
         for id in fetches.keys.sorted() {
             // The scan of the chunks under way last: most ticks of a fetch have requests in flight.
             guard let fetch = fetches[id], case let .chunks(have) = fetch.stage, !transfer.hasRequestsInFlight(id),
-                  now >= fetch.lastProgress + settings.unavailableTimeout,
-                  now >= lastProgress(of: id, fetch) + settings.unavailableTimeout else { continue }
-            finishFetch(id, .failure(.chunksUnavailable(id, missing: have.count - have.held, total: have.count)), now: now)
+                now >= fetch.lastProgress + settings.unavailableTimeout,
+                now >= lastProgress(of: id, fetch) + settings.unavailableTimeout
+            else { continue }
+            finishFetch(
+                id, .failure(.chunksUnavailable(id, missing: have.count - have.held, total: have.count)), now: now)
         }
         pumpTransfers(now: now)
     }
@@ -507,7 +533,8 @@ extension NodeInstance {
     /// (holders sent 1.16× the file on a line where replication yields to a download).
     func lastProgress(of id: SHA256Digest, _ fetch: Fetch) -> MeshInstant {
         var latest = fetch.lastProgress
-        for digest in manifests[id]?.chunks ?? [] where requested[digest]?.contains(where: { $0.attachment == id }) == true {
+        for digest in manifests[id]?.chunks ?? []
+        where requested[digest]?.contains(where: { $0.attachment == id }) == true {
             if let piece = assembler.lastAskedPiece(of: digest), piece > latest { latest = piece }
         }
         return latest

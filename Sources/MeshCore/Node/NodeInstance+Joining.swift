@@ -46,8 +46,12 @@ extension NodeInstance {
         // past would make the driver's timer spin.
         joinWait?.told = true
         guard let progress = joinProgress else { return }
-        log(.notice, "waiting for a first member", ["addresses": "\(progress.addresses.count)",
-                                                    "attempts": "\(progress.attempts)"])
+        log(
+            .notice, "waiting for a first member",
+            [
+                "addresses": "\(progress.addresses.count)",
+                "attempts": "\(progress.attempts)",
+            ])
         emit(.waitingForFirstMember(progress))
     }
 
@@ -64,7 +68,8 @@ extension NodeInstance {
         guard wait.told else { return }
         let live = membership.view.dropFirst().filter { !$0.status.isGone }
         guard let met = live.first(where: { $0.id == sender }) ?? live.first,
-              let at = (met.id == sender ? address : nil) ?? peerAddresses[met.id] ?? met.address else { return }
+            let at = (met.id == sender ? address : nil) ?? peerAddresses[met.id] ?? met.address
+        else { return }
         emit(.joinedAfterWaiting(member: met.id, name: met.record.name, address: at, waited: now - wait.since))
     }
 

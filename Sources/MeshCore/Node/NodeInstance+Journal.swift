@@ -10,13 +10,16 @@ extension NodeInstance {
 
     mutating func beginAdd(_ source: AttachmentSource, metadata: [UInt8], request: RequestID) {
         guard metadata.count <= JournalOperation.maxMetadataBytes else {
-            return complete(request, .failure(.metadataTooLarge(size: metadata.count, limit: JournalOperation.maxMetadataBytes)))
+            return complete(
+                request, .failure(.metadataTooLarge(size: metadata.count, limit: JournalOperation.maxMetadataBytes)))
         }
         if case let .bytes(bytes) = source, UInt64(bytes.count) > settings.maxAttachmentSize {
-            return complete(request, .failure(.store(.tooLarge(size: UInt64(bytes.count), limit: settings.maxAttachmentSize))))
+            return complete(
+                request, .failure(.store(.tooLarge(size: UInt64(bytes.count), limit: settings.maxAttachmentSize))))
         }
-        store(.ingest(source, chunkSize: settings.chunkSize, limit: settings.maxAttachmentSize),
-              .ingest(request, metadata: metadata))
+        store(
+            .ingest(source, chunkSize: settings.chunkSize, limit: settings.maxAttachmentSize),
+            .ingest(request, metadata: metadata))
     }
 
     /// The chunks are stored and held: record the add in the log.
@@ -28,19 +31,24 @@ extension NodeInstance {
             releaseFailedAdd(manifest)
             return complete(request, .failure(.stopped))
         }
-        let operation = journal.prepareAdd(AttachmentID.random(using: &random), content: manifest.id, size: manifest.size,
-                                           chunkCount: manifest.chunks.count, metadata: metadata)
+        let operation = journal.prepareAdd(
+            AttachmentID.random(using: &random), content: manifest.id, size: manifest.size,
+            chunkCount: manifest.chunks.count, metadata: metadata)
         store(.appendJournal([operation]), .appendLocal(request, operation, .add(manifest)))
     }
 
     mutating func beginRemove(_ id: AttachmentID, request: RequestID) {
-        guard let operation = journal.prepareRemove(id) else { return complete(request, .failure(.unknownAttachmentID(id))) }
+        guard let operation = journal.prepareRemove(id) else {
+            return complete(request, .failure(.unknownAttachmentID(id)))
+        }
         store(.appendJournal([operation]), .appendLocal(request, operation, .remove))
     }
 
     /// A local operation is in the log (or not): publish it, or take back what it stored.
-    mutating func localAppended(_ result: Result<StorageOutcome, StorageFailure>, operation: JournalOperation,
-                                change: LocalChange, request: RequestID, now: MeshInstant) {
+    mutating func localAppended(
+        _ result: Result<StorageOutcome, StorageFailure>, operation: JournalOperation,
+        change: LocalChange, request: RequestID, now: MeshInstant
+    ) {
         if case let .failure(failure) = result {
             if case let .add(manifest) = change { releaseFailedAdd(manifest) }
             return complete(request, .failure(.store(failure)))
@@ -78,14 +86,18 @@ extension NodeInstance {
             if manifests[id] == nil { manifests[id] = manifest }
             return store(.unpin(manifest, collectKeeping: nil), .housekeeping)
         }
-        store(.unpin(manifest, collectKeeping: journal.state.presentContents.compactMap { manifests[$0] }), .housekeeping)
+        store(
+            .unpin(manifest, collectKeeping: journal.state.presentContents.compactMap { manifests[$0] }), .housekeeping)
     }
 
     // MARK: journal messages
 
     package mutating func sendJournal(_ message: JournalMessage, to peer: NodeID, now: MeshInstant) {
-        guard let (_, directives) = try? delivery.send(message.encoded, to: [peer], mode: .reliable, stream: .journal,
-                                                       now: now, timeout: settings.journalSendTimeout) else { return }
+        guard
+            let (_, directives) = try? delivery.send(
+                message.encoded, to: [peer], mode: .reliable, stream: .journal,
+                now: now, timeout: settings.journalSendTimeout)
+        else { return }
         if case let .chunk(_, bytes) = message {
             counters.chunksServed += 1
             counters.chunkPayloadBytesSent += UInt64(bytes.count)
@@ -120,8 +132,10 @@ extension NodeInstance {
         }
     }
 
-    mutating func manifestReadForServing(_ result: Result<StorageOutcome, StorageFailure>, digest: SHA256Digest,
-                                         to peer: NodeID, now: MeshInstant) {
+    mutating func manifestReadForServing(
+        _ result: Result<StorageOutcome, StorageFailure>, digest: SHA256Digest,
+        to peer: NodeID, now: MeshInstant
+    ) {
         guard phase.isActive else { return }
         if case let .success(.read(bytes?)) = result {
             sendJournal(.chunk(digest, bytes), to: peer, now: now)
@@ -145,8 +159,10 @@ extension NodeInstance {
         }
     }
 
-    mutating func remoteAppended(_ result: Result<StorageOutcome, StorageFailure>, operations: [JournalOperation],
-                                 now: MeshInstant) {
+    mutating func remoteAppended(
+        _ result: Result<StorageOutcome, StorageFailure>, operations: [JournalOperation],
+        now: MeshInstant
+    ) {
         guard case let .failure(failure) = result else { return }
         // Applied but not on disk: a restart would have to learn them again from the members.
         // Appended again later, so the log catches up once the disk takes it.

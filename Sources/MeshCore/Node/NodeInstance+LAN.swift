@@ -52,7 +52,8 @@ extension NodeInstance {
             }
         } else if peerAddresses[peer] != nil, codec.installedBoot(of: peer) != nil {
             guard peerAddresses[peer] != address,
-                  paths.introduced(to: peer, at: [address], by: localID, now: now) else { return }
+                paths.introduced(to: peer, at: [address], by: localID, now: now)
+            else { return }
             counters.lan.membersMet += 1
             log(.info, "punching a member found on the LAN", ["member": "\(peer)", "address": "\(address)"])
             pathsTick(now: now, force: true)

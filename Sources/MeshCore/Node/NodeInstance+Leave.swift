@@ -66,9 +66,11 @@ extension NodeInstance {
         }
         let bytes = atRisk.reduce(UInt64(0)) { $0 + (journal.state.entry(content: $1)?.size ?? 0) }
         let seconds = Double(bytes) / Double(max(1, settings.leaveHandoverBytesPerSecond))
-        let bound = max(settings.leaveHandoverBase + .milliseconds(Int64(min(seconds, 86_400) * 1000)), settings.leaveDrain)
+        let bound = max(
+            settings.leaveHandoverBase + .milliseconds(Int64(min(seconds, 86_400) * 1000)), settings.leaveDrain)
         handover = LeaveHandover(requests: [request], deadline: now + bound, atStart: Set(atRisk))
-        log(.notice, "leaving once other members hold what only this node holds",
+        log(
+            .notice, "leaving once other members hold what only this node holds",
             ["attachments": "\(atRisk.count)", "bytes": "\(bytes)", "within": "\(bound)"])
         advanceHandover(now: now)
     }
@@ -101,7 +103,8 @@ extension NodeInstance {
         }
         handover = state
         for (member, ids) in asks.sorted(by: { $0.key < $1.key }) {
-            log(.info, "asking a member to take attachments before leaving",
+            log(
+                .info, "asking a member to take attachments before leaving",
                 ["member": displayName(of: member), "attachments": "\(ids.count)"])
             sendJournal(.replicate(ids), to: member, now: now)
         }
@@ -114,11 +117,15 @@ extension NodeInstance {
         handover = nil
         let unavailable = soleHeldAttachments()
         let alone = aliveMemberIDs.isEmpty
-        let report = LeaveReport(handedOver: attachmentIDs(of: state.atStart.subtracting(unavailable)),
-                                 unavailable: attachmentIDs(of: unavailable), alone: alone)
+        let report = LeaveReport(
+            handedOver: attachmentIDs(of: state.atStart.subtracting(unavailable)),
+            unavailable: attachmentIDs(of: unavailable), alone: alone)
         if !unavailable.isEmpty {
-            log(.warning, alone ? "leaving with no other member alive: attachments only this node held are unavailable"
-                                : "leaving before other members held every attachment: some are unavailable",
+            log(
+                .warning,
+                alone
+                    ? "leaving with no other member alive: attachments only this node held are unavailable"
+                    : "leaving before other members held every attachment: some are unavailable",
                 ["attachments": report.unavailable.map(\.hex).joined(separator: ",")])
         }
         let departure = membership.leave(now: now)
@@ -161,8 +168,9 @@ extension NodeInstance {
         let atRisk = soleHeldAttachments()
         let bytes = atRisk.reduce(UInt64(0)) { $0 + (journal.state.entry(content: $1)?.size ?? 0) }
         let asked = Set(atRisk.compactMap { state.asked[$0]?.member }).sorted()
-        return LeaveProgress(attachments: attachmentIDs(of: atRisk), bytes: bytes, askedMembers: asked,
-                             remaining: now < state.deadline ? state.deadline - now : .zero)
+        return LeaveProgress(
+            attachments: attachmentIDs(of: atRisk), bytes: bytes, askedMembers: asked,
+            remaining: now < state.deadline ? state.deadline - now : .zero)
     }
 
     /// When the handover must look again: its deadline, or the next re-ask.
@@ -180,7 +188,8 @@ extension NodeInstance {
         let wholeHolders = holders(of: entry.content)
         if !wholeHolders.isEmpty { return AttachmentAvailability(holders: wholeHolders, state: .available) }
         let live = Set(activeMemberIDs)
-        let partial = chunksHeld(of: entry) > 0 || transfer.peersWithChunks(of: entry.content).contains(where: live.contains)
+        let partial =
+            chunksHeld(of: entry) > 0 || transfer.peersWithChunks(of: entry.content).contains(where: live.contains)
         return AttachmentAvailability(holders: [], state: partial ? .partial : .unavailable)
     }
 }

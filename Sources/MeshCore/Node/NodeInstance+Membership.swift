@@ -14,21 +14,24 @@ extension NodeInstance {
                 // A member is sent to where its own datagrams proved it is (NodeInstance+Paths);
                 // membership knows only records, and answers a stranger where it came from. An
                 // address its record does not give is meant (an earlier boot's, told it was outbid).
-                sendHello(frames, to: recipient.flatMap { provenAddress(of: $0, instead: address) } ?? address,
-                          recipient: recipient)
+                sendHello(
+                    frames, to: recipient.flatMap { provenAddress(of: $0, instead: address) } ?? address,
+                    recipient: recipient)
             case let .sendPairwise(frames, recipient, address):
                 guard codec.installedBoot(of: recipient) != nil else {
                     // No keys for it (its ephemeral key would not derive any): the same frames
                     // under the hello key, with the probe's or ack's member named, so the gossip
                     // beside them is not lost.
-                    sendHello(frames.map { $0.namingProbeTarget(recipient, acker: membership.localID) }, to: address,
-                              recipient: recipient)
+                    sendHello(
+                        frames.map { $0.namingProbeTarget(recipient, acker: membership.localID) }, to: address,
+                        recipient: recipient)
                     continue
                 }
                 if relay(for: recipient, meaning: address) != nil {
                     sendPairwise(frames, to: recipient)
                 } else {
-                    sendPairwise(frames, to: recipient, address: provenAddress(of: recipient, instead: address) ?? address)
+                    sendPairwise(
+                        frames, to: recipient, address: provenAddress(of: recipient, instead: address) ?? address)
                 }
             case let .memberChanged(member):
                 if member.status != .left, !remembered.contains(member.id) { newMember = true }
@@ -67,11 +70,15 @@ extension NodeInstance {
         let stopping = twin.bootID < bootID
         emit(.identityConflict(twinAddresses: twin.addresses, stopping: stopping))
         if stopping {
-            log(.error, "another node with this node's identity runs, started earlier; stopping (a copied data dir? give each node its own)",
+            log(
+                .error,
+                "another node with this node's identity runs, started earlier; stopping (a copied data dir? give each node its own)",
                 ["twin": addresses])
             stop(now: now)
         } else {
-            log(.warning, "another node with this node's identity runs, started later; it stops itself (a copied data dir?)",
+            log(
+                .warning,
+                "another node with this node's identity runs, started later; it stops itself (a copied data dir?)",
                 ["twin": addresses])
         }
     }
@@ -98,8 +105,10 @@ extension NodeInstance {
             forgetAddresses(of: id, now: now)
             forgetRelaying(of: id, now: now)
         } else if codec.installedBoot(of: id) != member.record.bootID || !delivery.peers.contains(id),
-                  let keys = PairwiseKeys.derive(session: session, local: ephemeral,
-                                                 peerPublicKey: member.record.ephemeralKey) {
+            let keys = PairwiseKeys.derive(
+                session: session, local: ephemeral,
+                peerPublicKey: member.record.ephemeralKey)
+        {
             // A new boot starts its channels afresh: what was pending to the old boot is reported
             // as not delivered, and its journal sync starts over (it may have lost what it was sent).
             if codec.installedBoot(of: id) != nil {
@@ -120,15 +129,22 @@ extension NodeInstance {
             let joined = journal.memberJoined(id)
             apply(joined, now: now)
         }
-        log(.info, "member changed", ["member": "\(id)", "state": member.status.rawValue,
-                                      "incarnation": "\(member.incarnation)"])
+        log(
+            .info, "member changed",
+            [
+                "member": "\(id)", "state": member.status.rawValue,
+                "incarnation": "\(member.incarnation)",
+            ])
         emit(.memberChanged(member))
     }
 
     /// Pairwise keys for a member's current boot under the current epoch.
     mutating func installKeys(for member: Member) {
-        guard let keys = PairwiseKeys.derive(session: session, local: ephemeral,
-                                             peerPublicKey: member.record.ephemeralKey) else { return }
+        guard
+            let keys = PairwiseKeys.derive(
+                session: session, local: ephemeral,
+                peerPublicKey: member.record.ephemeralKey)
+        else { return }
         codec.installPeer(member.id, bootID: member.record.bootID, keys: keys)
     }
 

@@ -5,18 +5,22 @@ import MeshCrypto
 extension NodeInstance {
     /// An application message. Reliable sends complete once every target acknowledged (else
     /// `notDelivered`, by member); unreliable ones once their datagrams are out.
-    mutating func send(_ envelope: MessageEnvelope, to targets: [NodeID]?, mode: DeliveryInstance.Mode,
-                       timeout: Duration?, request: RequestID, now: MeshInstant) {
+    mutating func send(
+        _ envelope: MessageEnvelope, to targets: [NodeID]?, mode: DeliveryInstance.Mode,
+        timeout: Duration?, request: RequestID, now: MeshInstant
+    ) {
         guard envelope.body.count <= settings.maxMessageSize else {
-            return complete(request, .failure(.messageTooLarge(size: envelope.body.count, limit: settings.maxMessageSize)))
+            return complete(
+                request, .failure(.messageTooLarge(size: envelope.body.count, limit: settings.maxMessageSize)))
         }
         // This node in a target set is skipped, not an error (Apple's `Participants`): an app
         // that sends its state to "everyone who just joined" often names itself too.
         var seen: Set<NodeID> = [localID]
         let recipients = (targets ?? activeMemberIDs).filter { seen.insert($0).inserted }
         do {
-            let (sendID, directives) = try delivery.send(envelope.encoded, to: recipients, mode: mode, now: now,
-                                                         timeout: timeout)
+            let (sendID, directives) = try delivery.send(
+                envelope.encoded, to: recipients, mode: mode, now: now,
+                timeout: timeout)
             // The completion may be among the directives (unreliable, no targets): registered first.
             pendingSends[sendID] = (request, Set(recipients).count, mode == .reliable)
             apply(directives, now: now)
@@ -38,7 +42,8 @@ extension NodeInstance {
                 }
             case let .consumerStalled(consumer):
                 counters.consumersStalled += 1
-                log(.notice, "an application consumer drained nothing for the stall limit: cut off",
+                log(
+                    .notice, "an application consumer drained nothing for the stall limit: cut off",
                     ["consumer": "\(consumer)"])
                 emit(.applicationConsumerStalled(consumer))
             case let .completed(sendID, failures):
@@ -52,11 +57,16 @@ extension NodeInstance {
                         counters.reliableUnconfirmed += UInt64(failures.count)
                         counters.reliableDelivered += UInt64(max(0, pending.recipients - failures.count))
                     }
-                    complete(pending.request, failures.isEmpty ? .success(.sent(recipients: pending.recipients))
-                                                              : .failure(.notDelivered(failures)))
+                    complete(
+                        pending.request,
+                        failures.isEmpty
+                            ? .success(.sent(recipients: pending.recipients))
+                            : .failure(.notDelivered(failures)))
                 }
                 // A leave waiting for its last sends goes once they are acknowledged.
-                if handover != nil, delivery.pendingSends == 0, soleHeldAttachments().isEmpty { advanceHandover(now: now) }
+                if handover != nil, delivery.pendingSends == 0, soleHeldAttachments().isEmpty {
+                    advanceHandover(now: now)
+                }
             }
         }
     }
@@ -75,7 +85,10 @@ extension NodeInstance {
             counters.messagesMalformed += 1
             return log(.debug, "malformed message", ["from": "\(received.from)"])
         }
-        emit(.message(NodeMessage(from: received.from, fromName: membership.member(received.from)?.record.name ?? "",
-                                  mode: received.mode, type: envelope.type, body: envelope.body)))
+        emit(
+            .message(
+                NodeMessage(
+                    from: received.from, fromName: membership.member(received.from)?.record.name ?? "",
+                    mode: received.mode, type: envelope.type, body: envelope.body)))
     }
 }

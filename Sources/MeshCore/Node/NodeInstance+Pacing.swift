@@ -15,18 +15,21 @@ extension NodeInstance {
         // the rate instead of coming and going with each chunk.
         // At a trickle, fewer: each chunk must still come well within the longest wait.
         let trickle = max(1, Int(downlink.rate * settings.maximumPacedWait.milliseconds / 2000) / chunk)
-        let flowing = min(settings.transfer.maximumFlowing, trickle,
-                          max((downlink.inFlightBudget + chunk - 1) / chunk + 1, 2 * transfer.holderCount))
+        let flowing = min(
+            settings.transfer.maximumFlowing, trickle,
+            max((downlink.inFlightBudget + chunk - 1) / chunk + 1, 2 * transfer.holderCount))
         // Chunks that wait only for a lost piece asked again hold no bytes on the line: counted
         // against the budget, on a lossy long path they took every slot (0.7× the clean rate).
         // At most as many again: at a trickle, chunks open without bound were asked again and
         // again (holders sent 1.45× the file).
         // Only those whose request is still in flight: one that timed out holds no slot either.
-        let repairing = transfer.setRepairing(assembler.repairingChunks.flatMap { chunk in
-            (requested[chunk.digest] ?? []).map {
-                TransferScheduler.Request(peer: chunk.holder, attachment: $0.attachment, index: $0.index, digest: chunk.digest)
-            }
-        })
+        let repairing = transfer.setRepairing(
+            assembler.repairingChunks.flatMap { chunk in
+                (requested[chunk.digest] ?? []).map {
+                    TransferScheduler.Request(
+                        peer: chunk.holder, attachment: $0.attachment, index: $0.index, digest: chunk.digest)
+                }
+            })
         let limit = min(settings.transfer.maximumInFlight, flowing + min(repairing, flowing))
         transfer.inFlightLimit = limit
         let rate = max(1, downlink.rate)
@@ -36,10 +39,12 @@ extension NodeInstance {
         let sharing = max(flowing, assembler.activeCount)
         let perChunk = Duration.seconds(Double(sharing * chunk) / rate)
         // Bounded, so that a holder gone quiet still loses its requests in time.
-        transfer.minimumTimeout = min(settings.maximumPacedWait,
-                                      perChunk * 2 + downlink.assumedRoundTrip * 2)
-        assembler.minimumSilence = min(settings.maximumPacedWait / 4,
-                                       .seconds(Double(assembler.largestPieceSize * sharing) / rate * 4))
+        transfer.minimumTimeout = min(
+            settings.maximumPacedWait,
+            perChunk * 2 + downlink.assumedRoundTrip * 2)
+        assembler.minimumSilence = min(
+            settings.maximumPacedWait / 4,
+            .seconds(Double(assembler.largestPieceSize * sharing) / rate * 4))
     }
 
     /// The pace to ask of `peer`: the rate shared equally by the holders with chunks in flight
@@ -103,7 +108,8 @@ extension NodeInstance {
         for peer in inFlight.keys.sorted() {
             let share = paceShare(for: peer, inFlight: inFlight)
             guard let told = toldRates[peer] else { continue }
-            if !Self.paceNeedsRetelling(told: told.rate, share: share, settled: foreground && now >= told.at + settles) {
+            if !Self.paceNeedsRetelling(told: told.rate, share: share, settled: foreground && now >= told.at + settles)
+            {
                 guard toldRates[peer]?.unheard(now: now, window: downlink.interval) == true else { continue }
                 counters.pacesRetold += 1
             }

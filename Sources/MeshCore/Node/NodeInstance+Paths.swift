@@ -9,7 +9,8 @@ extension NodeInstance {
     mutating func receivePaths(_ frames: [Frame], header: DatagramHeader, source: PeerAddress, now: MeshInstant) {
         let peer = header.sender
         if paths.heard(peer, boot: header.bootID, packet: header.packetNumber, from: source, now: now),
-           peerAddresses[peer] != nil {
+            peerAddresses[peer] != nil
+        {
             peerAddresses[peer] = source
             if paths.state(of: peer) == .punched {
                 log(.info, "path punched", ["member": "\(peer)", "address": "\(source)"])
@@ -22,8 +23,10 @@ extension NodeInstance {
 
     /// Punch frames of a member's datagram that came from `source`, or through a relay (nil;
     /// `via` names it).
-    mutating func receivePathFrames(_ frames: [Frame], from peer: NodeID, source: PeerAddress?, via relay: NodeID? = nil,
-                                    now: MeshInstant) {
+    mutating func receivePathFrames(
+        _ frames: [Frame], from peer: NodeID, source: PeerAddress?, via relay: NodeID? = nil,
+        now: MeshInstant
+    ) {
         for frame in frames {
             switch frame {
             case let .punch(punch) where !punch.isReply:
@@ -46,9 +49,11 @@ extension NodeInstance {
     private mutating func introduce(_ requester: NodeID, to target: NodeID, now: MeshInstant) {
         // Only where both reach us on paths of their own: a relayed member's address is not known.
         guard target != requester, target != localID, let targetAddress = peerAddresses[target],
-              let requesterAddress = peerAddresses[requester],
-              paths.isDirect(target, within: pathSilence, now: now), paths.isDirect(requester, within: pathSilence, now: now),
-              paths.mayIntroduce(requester, now: now) else { return }
+            let requesterAddress = peerAddresses[requester],
+            paths.isDirect(target, within: pathSilence, now: now),
+            paths.isDirect(requester, within: pathSilence, now: now),
+            paths.mayIntroduce(requester, now: now)
+        else { return }
         let toRequester = candidates(of: target, inUse: targetAddress)
         let toTarget = candidates(of: requester, inUse: requesterAddress)
         sendPairwise([.punchIntroduction(PunchIntroduction(peer: target, addresses: toRequester))], to: requester)
@@ -65,7 +70,9 @@ extension NodeInstance {
     }
 
     /// A member told us to meet `introduction.peer`: punch, if it is a live member we hold keys for.
-    private mutating func followIntroduction(_ introduction: PunchIntroduction, from introducer: NodeID, now: MeshInstant) {
+    private mutating func followIntroduction(
+        _ introduction: PunchIntroduction, from introducer: NodeID, now: MeshInstant
+    ) {
         let peer = introduction.peer
         // Where the introducer sees the peer (first), and what the peer's own signed record says:
         // an introducer cannot make us punch an address of its choosing beyond the first. A member
@@ -78,10 +85,16 @@ extension NodeInstance {
         }
         let inUse = itself ? peerAddresses[peer] : nil
         guard peer != localID, peerAddresses[peer] != nil, codec.installedBoot(of: peer) != nil,
-              paths.introduced(to: peer, at: addresses.filter { $0 != inUse }, by: introducer, keepingOn: inUse,
-                               now: now) else { return }
-        log(.info, "punching", ["member": "\(peer)", "introducer": "\(introducer)",
-                                "candidates": addresses.map(\.description).joined(separator: ",")])
+            paths.introduced(
+                to: peer, at: addresses.filter { $0 != inUse }, by: introducer, keepingOn: inUse,
+                now: now)
+        else { return }
+        log(
+            .info, "punching",
+            [
+                "member": "\(peer)", "introducer": "\(introducer)",
+                "candidates": addresses.map(\.description).joined(separator: ","),
+            ])
         pathsTick(now: now, force: true)
     }
 
@@ -98,7 +111,9 @@ extension NodeInstance {
             let silence = pathSilence
             for id in peerAddresses.keys.sorted() where codec.installedBoot(of: id) != nil {
                 live.append(id)
-                guard paths.isDirect(id, within: silence, now: now), let heard = paths.paths[id]?.lastHeard else { continue }
+                guard paths.isDirect(id, within: silence, now: now), let heard = paths.paths[id]?.lastHeard else {
+                    continue
+                }
                 introducers.append((id, heard))
                 if let member = membership.member(id), member.record.relays {
                     relays.append((id, member.rtt ?? .seconds(1)))
@@ -109,15 +124,18 @@ extension NodeInstance {
             relays.sort { $0.1 != $1.1 ? $0.1 < $1.1 : $0.0 < $1.0 }
         }
         let behindNAT = natBehaviour == .endpointIndependent || natBehaviour == .symmetric
-        let actions = paths.due(now: now, live: live, silence: pathSilence, introducers: introducers.map(\.0),
-                                relays: relays.map(\.0), behindNAT: behindNAT,
-                                turnHost: addressDiscovery.external[.turn]?.host)
+        let actions = paths.due(
+            now: now, live: live, silence: pathSilence, introducers: introducers.map(\.0),
+            relays: relays.map(\.0), behindNAT: behindNAT,
+            turnHost: addressDiscovery.external[.turn]?.host)
         for action in actions {
             switch action {
             case let .punch(peer, address, isReply):
                 sendPairwise([.punch(Punch(token: random.next(), isReply: isReply))], to: peer, address: address)
             case let .shortPunch(peer, address, hops):
-                guard let datagram = codec.seal([.punch(Punch(token: random.next(), isReply: false))], to: peer) else { continue }
+                guard let datagram = codec.seal([.punch(Punch(token: random.next(), isReply: false))], to: peer) else {
+                    continue
+                }
                 transmit(datagram, to: address, kind: .membership, hops: hops)
             case let .request(peer, introducer):
                 log(.info, "asking for an introduction", ["member": "\(peer)", "introducer": "\(introducer)"])
@@ -125,7 +143,9 @@ extension NodeInstance {
             case let .relay(peer, relay?):
                 log(.info, "path relayed", ["member": "\(peer)", "relay": "\(relay)", "why": "no punch reached it"])
             case let .relay(peer, nil):
-                log(.warning, "member unreachable: no path of its own and no member relays to it", ["member": "\(peer)"])
+                log(
+                    .warning, "member unreachable: no path of its own and no member relays to it", ["member": "\(peer)"]
+                )
             case let .upgrade(peer, inUse):
                 // One side leads (the lower id), the other punches when told: a router that takes
                 // the first datagram to reach it unasked as a flow to itself lets only a
@@ -135,8 +155,10 @@ extension NodeInstance {
                 let addresses = (membership.member(peer)?.record.addresses ?? [])
                     .filter { !$0.isUnspecified && $0.host != inUse.host }
                 if codec.installedBoot(of: peer) != nil,
-                   paths.introduced(to: peer, at: addresses, by: localID, keepingOn: inUse, now: now) {
-                    log(.info, "punching for a direct path: reached through TURN",
+                    paths.introduced(to: peer, at: addresses, by: localID, keepingOn: inUse, now: now)
+                {
+                    log(
+                        .info, "punching for a direct path: reached through TURN",
                         ["member": "\(peer)", "candidates": addresses.map(\.description).joined(separator: ",")])
                     let ours = membership.me.addresses.filter { !$0.isUnspecified && $0.host != inUse.host }
                     if !ours.isEmpty {
@@ -146,8 +168,11 @@ extension NodeInstance {
                 }
             case let .punchRecord(peer):
                 let addresses = (membership.member(peer)?.record.addresses ?? []).filter { !$0.isUnspecified }
-                if codec.installedBoot(of: peer) != nil, paths.introduced(to: peer, at: addresses, by: localID, now: now) {
-                    log(.info, "punching its record's addresses: nobody to introduce us",
+                if codec.installedBoot(of: peer) != nil,
+                    paths.introduced(to: peer, at: addresses, by: localID, now: now)
+                {
+                    log(
+                        .info, "punching its record's addresses: nobody to introduce us",
                         ["member": "\(peer)", "candidates": addresses.map(\.description).joined(separator: ",")])
                     pathsTick(now: now, force: true)
                 }

@@ -32,7 +32,8 @@ extension NodeInstance {
 
     /// Pings unanswered after `pingTimeout` fail.
     mutating func pingTick(now: MeshInstant) {
-        for (token, pending) in pendingPings.sorted(by: { $0.key < $1.key }) where now >= pending.sentAt + settings.pingTimeout {
+        for (token, pending) in pendingPings.sorted(by: { $0.key < $1.key })
+        where now >= pending.sentAt + settings.pingTimeout {
             pendingPings[token] = nil
             complete(pending.request, .failure(.pingTimedOut(pending.member)))
         }

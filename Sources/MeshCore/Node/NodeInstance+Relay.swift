@@ -9,7 +9,8 @@ extension NodeInstance {
     /// A datagram sealed for `peer` goes to `relay`, wrapped in a datagram sealed for the relay.
     mutating func sendThroughRelay(_ datagram: ByteBuffer, to peer: NodeID, via relay: NodeID, kind: TrafficKind) {
         guard let address = peerAddresses[relay],
-              let outer = codec.seal([.relayForward(RelayedDatagram(peer: peer, datagram: datagram))], to: relay) else { return }
+            let outer = codec.seal([.relayForward(RelayedDatagram(peer: peer, datagram: datagram))], to: relay)
+        else { return }
         counters.relayedSent += 1
         transmit(outer, to: address, kind: kind)
     }
@@ -18,7 +19,8 @@ extension NodeInstance {
     /// address is one it is known by (else membership means that very address: an earlier boot's).
     func relay(for member: NodeID, meaning address: PeerAddress) -> NodeID? {
         guard let relay = paths.relay(of: member) else { return nil }
-        let known = peerAddresses[member] == address || learnedAddress(of: member) == address
+        let known =
+            peerAddresses[member] == address || learnedAddress(of: member) == address
             || membership.member(member)?.record.addresses.contains(address) == true
         return known ? relay : nil
     }
@@ -37,7 +39,9 @@ extension NodeInstance {
                 carried = true
                 receiveRelayed(delivery.datagram, origin: delivery.peer, via: sender, now: now)
             case let .relayRefusal(refusal) where paths.relay(of: refusal.peer) == sender:
-                log(.info, "relay refused", ["member": "\(refusal.peer)", "relay": "\(sender)", "reason": "\(refusal.reason)"])
+                log(
+                    .info, "relay refused",
+                    ["member": "\(refusal.peer)", "relay": "\(sender)", "reason": "\(refusal.reason)"])
                 paths.relayFailed(sender, for: refusal.peer, now: now)
             default:
                 break
@@ -49,7 +53,8 @@ extension NodeInstance {
     /// only to one we reach on a path of our own, within the pair's rate.
     private mutating func carry(_ forward: RelayedDatagram, from sender: NodeID, now: MeshInstant) {
         let target = forward.peer
-        let reachable = target != sender && target != localID && peerAddresses[target] != nil
+        let reachable =
+            target != sender && target != localID && peerAddresses[target] != nil
             && codec.installedBoot(of: target) != nil && paths.isDirect(target, within: pathSilence, now: now)
         relayService.observe(ownTransfers, now: now)
         // Charged as what it costs us to send on: the datagram and our wrapping around it.
@@ -87,10 +92,14 @@ extension NodeInstance {
 
     /// What a member's datagram through `relay` says of the path: the member is heard, and
     /// answered through the same relay when nothing of its own comes straight to us.
-    mutating func receivePathsThroughRelay(_ frames: [Frame], header: DatagramHeader, via relay: NodeID, now: MeshInstant) {
+    mutating func receivePathsThroughRelay(
+        _ frames: [Frame], header: DatagramHeader, via relay: NodeID, now: MeshInstant
+    ) {
         let peer = header.sender
-        if paths.heardThroughRelay(peer, via: relay, boot: header.bootID, packet: header.packetNumber,
-                                   follows: localID > peer, now: now) {
+        if paths.heardThroughRelay(
+            peer, via: relay, boot: header.bootID, packet: header.packetNumber,
+            follows: localID > peer, now: now)
+        {
             log(.info, "path relayed", ["member": "\(peer)", "relay": "\(relay)", "why": "it reached us through it"])
         }
         receivePathFrames(frames, from: peer, source: nil, via: relay, now: now)
@@ -108,7 +117,8 @@ extension NodeInstance {
         paths.relayGone(member, now: now)
         relayService.forget(member)
         if !moved.isEmpty {
-            log(.info, "relay gone", ["relay": "\(member)", "members": moved.map(\.description).joined(separator: ",")])
+            log(
+                .info, "relay gone", ["relay": "\(member)", "members": moved.map(\.description).joined(separator: ",")])
             pathCheckAt = now
         }
     }

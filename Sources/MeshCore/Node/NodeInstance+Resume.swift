@@ -6,10 +6,11 @@ extension NodeInstance {
     /// The paths of the holders a fetch of `id` asks: each one's address, relay and boot, so that
     /// a path that changed finds nothing saved.
     func resumeKey(of id: SHA256Digest) -> SavedPathCapacities.Key {
-        SavedPathCapacities.Key(holders(of: id).filter { $0 != localID }.map { member in
-            let path = paths.paths[member]
-            return .init(member: member, address: path?.learned, relay: path?.relay, boot: path?.boot ?? 0)
-        })
+        SavedPathCapacities.Key(
+            holders(of: id).filter { $0 != localID }.map { member in
+                let path = paths.paths[member]
+                return .init(member: member, address: path?.learned, relay: path?.relay, boot: path?.boot ?? 0)
+            })
     }
 
     /// A fetch's chunks are about to be asked: the downlink hears what is known of its holders'
@@ -20,8 +21,9 @@ extension NodeInstance {
         savedPaths.forgetExpired(lifetime: lifetime, now: now)
         let key = resumeKey(of: id)
         let probed = key.paths.compactMap { membership.members[$0.member]?.rtt }.max()
-        downlink.offerResume(savedPaths.capacity(for: key, lifetime: lifetime, now: now), probedRoundTrip: probed,
-                             now: now)
+        downlink.offerResume(
+            savedPaths.capacity(for: key, lifetime: lifetime, now: now), probedRoundTrip: probed,
+            now: now)
     }
 
     /// A fetch ended well: what the downlink reached is saved for its holders' paths.

@@ -29,7 +29,9 @@ extension NodeInstance {
                 // On a short path the first round trip raises the rate many times over: the
                 // window and the holders' paces follow at once, not an interval later (on
                 // loopback the holders kept the initial 1 MiB/s until 45–88 ms into a `get`).
-                if let sample = assembler.takeRoundTripSample(), downlink.onRoundTrip(sample, now: now) { progressed = true }
+                if let sample = assembler.takeRoundTripSample(), downlink.onRoundTrip(sample, now: now) {
+                    progressed = true
+                }
                 // Only pieces asked for, of members whose chunks proved right, tell the controller
                 // about the line: anyone can send others, and a liar's timestamps are lies too.
                 // Others' pieces asked for count only in intervals no proven holder fed, and there
@@ -44,13 +46,19 @@ extension NodeInstance {
                     let proven = provenHolders.contains(peer)
                     if proven {
                         for ref in requested[piece.digest] ?? [] {
-                            if transfer.onPieceBytes(piece.payload.readableBytes, of: ref.attachment, index: ref.index, from: peer) { break }
+                            if transfer.onPieceBytes(
+                                piece.payload.readableBytes, of: ref.attachment, index: ref.index, from: peer)
+                            {
+                                break
+                            }
                         }
                     }
                     // Whether the holder keeps to the pace it was told shows in what it sends.
                     toldRates[peer]?.onPiece(bytes: piece.payload.readableBytes, now: now)
-                    if downlink.onPiece(bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now,
-                                        trusted: proven) {
+                    if downlink.onPiece(
+                        bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now,
+                        trusted: proven)
+                    {
                         rateMayHaveChanged = true
                         if logs(.debug) { logDownlink() }
                     }
@@ -74,7 +82,8 @@ extension NodeInstance {
                     switch absent.reason {
                     case .busy: transfer.onBusy(attachment: ref.attachment, index: ref.index, from: peer, now: now)
                     case .notHeld: transfer.onMissing(attachment: ref.attachment, index: ref.index, from: peer)
-                    case .leftToOthers: transfer.onLeftToOthers(attachment: ref.attachment, index: ref.index, from: peer, now: now)
+                    case .leftToOthers:
+                        transfer.onLeftToOthers(attachment: ref.attachment, index: ref.index, from: peer, now: now)
                     }
                 }
                 progressed = true
@@ -100,17 +109,23 @@ extension NodeInstance {
 
     mutating func logDownlink() {
         let interval = downlink.lastInterval
-        log(.debug, "downlink", ["rate": "\(Int(downlink.rate) >> 10) KiB/s", "delivered": "\(Int(interval.delivered) >> 10) KiB/s",
-                                 "queue": "\(downlink.queueingDelay)", "unprovenQueue": downlink.lastUnprovenQueue.map { "\($0)" } ?? "-",
-                                 "lost": "\(interval.lost)/\(interval.received + interval.lost)",
-                                 "slowStart": "\(downlink.slowStart)", "competing": downlink.competingSlowStart ? "starting" : "\(downlink.competing)",
-                                 "slowdowns": "\(downlink.slowdowns)/\(downlink.slowdownsFoundAnotherFlow)",
-                                 "testLowest": downlink.lastSlowdownLowest.map { "\($0)" } ?? "-",
-                                 "probeGain": downlink.lastProbeGain.map { "\($0)×" } ?? "-",
-                                 "roundTrip": downlink.roundTrip.map { "\($0)" } ?? "-",
-                                 "cap": downlink.backgroundCap.map { "\(Int($0) >> 10) KiB/s" } ?? "-",
-                                 "inFlight": "\(transfer.inFlightByPeer.values.reduce(0, +))/\(transfer.inFlightLimit ?? 0)",
-                                 "storing": "\(transfer.storingCount)"])
+        log(
+            .debug, "downlink",
+            [
+                "rate": "\(Int(downlink.rate) >> 10) KiB/s", "delivered": "\(Int(interval.delivered) >> 10) KiB/s",
+                "queue": "\(downlink.queueingDelay)",
+                "unprovenQueue": downlink.lastUnprovenQueue.map { "\($0)" } ?? "-",
+                "lost": "\(interval.lost)/\(interval.received + interval.lost)",
+                "slowStart": "\(downlink.slowStart)",
+                "competing": downlink.competingSlowStart ? "starting" : "\(downlink.competing)",
+                "slowdowns": "\(downlink.slowdowns)/\(downlink.slowdownsFoundAnotherFlow)",
+                "testLowest": downlink.lastSlowdownLowest.map { "\($0)" } ?? "-",
+                "probeGain": downlink.lastProbeGain.map { "\($0)×" } ?? "-",
+                "roundTrip": downlink.roundTrip.map { "\($0)" } ?? "-",
+                "cap": downlink.backgroundCap.map { "\(Int($0) >> 10) KiB/s" } ?? "-",
+                "inFlight": "\(transfer.inFlightByPeer.values.reduce(0, +))/\(transfer.inFlightLimit ?? 0)",
+                "storing": "\(transfer.storingCount)",
+            ])
     }
 
     private mutating func serve(_ want: ChunkWant, to peer: NodeID, now: MeshInstant) {
@@ -125,14 +140,17 @@ extension NodeInstance {
         if settings.superSeeding, let ref = chunkLocations[want.digest], complete.contains(ref.attachment) {
             let seeders = Set(journal.state.attachments(withContent: ref.attachment).map(\.addedBy))
             if seeders.contains(localID) {
-                let verdict = seeding.verdict(attachment: ref.attachment, index: ref.index, to: peer, seeders: seeders,
-                                              holders: transfer.announced(ref.attachment), now: now) { member in
+                let verdict = seeding.verdict(
+                    attachment: ref.attachment, index: ref.index, to: peer, seeders: seeders,
+                    holders: transfer.announced(ref.attachment), now: now
+                ) { member in
                     serving.contains(ServeBudget.Key(peer: member, digest: want.digest))
                         ? now : pacer.leftAt(want.digest, for: member, now: now)
                 }
                 guard verdict != .leave else {
                     counters.seedingRefusals += 1
-                    return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .leftToOthers))], to: peer)
+                    return sendPairwise(
+                        [.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .leftToOthers))], to: peer)
                 }
                 seeded = (ref, verdict)
             }
@@ -146,10 +164,11 @@ extension NodeInstance {
         // under way counts as a chunk queued: its pieces are queued the moment it ends.
         let readingForPeer = serving.lazy.filter({ $0.peer == peer }).count
         guard serving.count < settings.maxConcurrentServes, writable,
-              readingForPeer < settings.maxServesPerPeer,
-              pacer.queuedBytes + serving.count * settings.chunkSize < settings.maxPacedBytes,
-              pacer.queuedBytes(for: peer) + readingForPeer * settings.chunkSize < settings.maxPacedBytesPerPeer,
-              pacer.queuedChunks(for: peer) < settings.transfer.maximumInFlight else {
+            readingForPeer < settings.maxServesPerPeer,
+            pacer.queuedBytes + serving.count * settings.chunkSize < settings.maxPacedBytes,
+            pacer.queuedBytes(for: peer) + readingForPeer * settings.chunkSize < settings.maxPacedBytesPerPeer,
+            pacer.queuedChunks(for: peer) < settings.transfer.maximumInFlight
+        else {
             counters.wantsRefused += 1
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
         }
@@ -183,8 +202,10 @@ extension NodeInstance {
         store(.readChunk(want.digest), .serveChunk(want, to: peer))
     }
 
-    mutating func chunkReadForServing(_ result: Result<StorageOutcome, StorageFailure>, want: ChunkWant,
-                                      to peer: NodeID, now: MeshInstant) {
+    mutating func chunkReadForServing(
+        _ result: Result<StorageOutcome, StorageFailure>, want: ChunkWant,
+        to peer: NodeID, now: MeshInstant
+    ) {
         let key = ServeBudget.Key(peer: peer, digest: want.digest)
         serving.remove(key)
         guard cancelledServes.remove(key) == nil, phase.isActive else { return }
@@ -207,11 +228,14 @@ extension NodeInstance {
         // A queued piece is a view of the whole chunk: a few pieces of many chunks would hold
         // every chunk in memory while they wait for a slow pace. Few pieces get their own bytes.
         if pieces.count * want.pieceSize * 2 < chunk.readableBytes {
-            for index in pieces.indices { pieces[index].payload = ByteBuffer(bytes: pieces[index].payload.readableBytesView) }
+            for index in pieces.indices {
+                pieces[index].payload = ByteBuffer(bytes: pieces[index].payload.readableBytesView)
+            }
         }
         let bytes = pacer.enqueue(pieces, digest: want.digest, to: peer)
         if want.missing == nil { counters.chunksServed += 1 }
-        serveBudget.charge(bytes, of: chunk.readableBytes, to: ServeBudget.Key(peer: peer, digest: want.digest), now: now)
+        serveBudget.charge(
+            bytes, of: chunk.readableBytes, to: ServeBudget.Key(peer: peer, digest: want.digest), now: now)
         releasePieces(now: now)
     }
 
@@ -246,8 +270,9 @@ extension NodeInstance {
             }
             let before = batch.bytes.readableBytes
             guard codec.seal([.chunkPiece(piece)], to: peer, appendingTo: &batch.bytes) else { return }
-            batch.added(length: batch.bytes.readableBytes - before, payload: piece.payload.readableBytes,
-                        maxSegments: settings.maxSegments)
+            batch.added(
+                length: batch.bytes.readableBytes - before, payload: piece.payload.readableBytes,
+                maxSegments: settings.maxSegments)
         }
         if batch.count > 0 { send(&batch, to: address) }
     }

@@ -10,7 +10,8 @@ extension NodeInstance {
         var hosts = Set<PeerAddress.Host>()
         func add(_ address: PeerAddress?) {
             guard let address, result.count < limit, !address.isUnspecified, !address.isLoopback,
-                  hosts.insert(address.host).inserted else { return }
+                hosts.insert(address.host).inserted
+            else { return }
             result.append(address)
         }
         for (id, address) in peerAddresses.sorted(by: { $0.key < $1.key }) where id != localID { add(address) }
@@ -34,11 +35,13 @@ extension NodeInstance {
     /// from it: only an address the member itself signed, and only until it is proven or moved.
     mutating func helloFrom(_ sender: NodeID, boot: UInt64, source: PeerAddress, now: MeshInstant) {
         guard sender != localID, peerAddresses[sender] != nil, let member = membership.member(sender),
-              member.record.bootID == boot, member.record.addresses.first != source,
-              member.record.addresses.contains(source), learnedAddress(of: sender) == nil,
-              paths.helloFrom(sender, boot: boot, at: source, now: now) else { return }
+            member.record.bootID == boot, member.record.addresses.first != source,
+            member.record.addresses.contains(source), learnedAddress(of: sender) == nil,
+            paths.helloFrom(sender, boot: boot, at: source, now: now)
+        else { return }
         peerAddresses[sender] = source
-        log(.info, "member reached where its hello came from, an address its record gives",
+        log(
+            .info, "member reached where its hello came from, an address its record gives",
             ["member": "\(sender)", "address": "\(source)"])
     }
 }

@@ -52,8 +52,10 @@ public struct NodeInstance: Sendable {
         /// The bound socket's own address, never joined through.
         public var localAddress: PeerAddress?
 
-        public init(identity: NodeIdentity, ephemeral: EphemeralKeyPair, bootID: UInt64, name: String,
-                    addresses: [PeerAddress], localAddress: PeerAddress? = nil) {
+        public init(
+            identity: NodeIdentity, ephemeral: EphemeralKeyPair, bootID: UInt64, name: String,
+            addresses: [PeerAddress], localAddress: PeerAddress? = nil
+        ) {
             self.identity = identity
             self.ephemeral = ephemeral
             self.bootID = bootID
@@ -80,8 +82,10 @@ public struct NodeInstance: Sendable {
         /// would make every chunk look unused.
         public var logIsWhole = false
 
-        public init(epochs: KeyEpochs, remembered: RememberedMembers = .init(), operations: [JournalOperation] = [],
-                    manifests: [Manifest] = [], complete: Set<SHA256Digest> = []) {
+        public init(
+            epochs: KeyEpochs, remembered: RememberedMembers = .init(), operations: [JournalOperation] = [],
+            manifests: [Manifest] = [], complete: Set<SHA256Digest> = []
+        ) {
             self.epochs = epochs
             self.remembered = remembered
             self.operations = operations
@@ -220,8 +224,10 @@ public struct NodeInstance: Sendable {
     public internal(set) var counters = NodeCounters()
     var effects: [NodeEffect] = []
 
-    public init(boot: Boot, restored: Restored, settings: NodeSettings,
-                random: some RandomNumberGenerator & Sendable, now: MeshInstant) {
+    public init(
+        boot: Boot, restored: Restored, settings: NodeSettings,
+        random: some RandomNumberGenerator & Sendable, now: MeshInstant
+    ) {
         var random: any RandomNumberGenerator & Sendable = random
         self.settings = settings
         identity = boot.identity
@@ -231,24 +237,29 @@ public struct NodeInstance: Sendable {
         localAddress = boot.localAddress
         epochs = restored.epochs
         remembered = restored.remembered
-        codec = DatagramCodec(session: restored.epochs.current, localID: boot.identity.nodeID,
-                              localBootID: boot.bootID, configuration: settings.wire)
+        codec = DatagramCodec(
+            session: restored.epochs.current, localID: boot.identity.nodeID,
+            localBootID: boot.bootID, configuration: settings.wire)
         for secret in restored.epochs.previousSecrets {
-            earlierCodecs[secret.sessionID] = DatagramCodec(session: secret, localID: boot.identity.nodeID,
-                                                            localBootID: boot.bootID, configuration: settings.wire)
+            earlierCodecs[secret.sessionID] = DatagramCodec(
+                session: secret, localID: boot.identity.nodeID,
+                localBootID: boot.bootID, configuration: settings.wire)
         }
-        let record = MemberRecord(signingKey: boot.identity.publicKey, name: boot.name,
-                                  addresses: Array(boot.addresses.prefix(MemberRecord.maxAddresses)),
-                                  incarnation: restored.remembered.incarnation + 1, bootID: boot.bootID,
-                                  ephemeralKey: boot.ephemeral.publicKey, relays: settings.relay.enabled)
-        membership = MembershipInstance(record: record, authority: authority, settings: settings.membership,
-                                        datagramBudget: codec.maxHelloPayload, seed: random.next(), now: now)
+        let record = MemberRecord(
+            signingKey: boot.identity.publicKey, name: boot.name,
+            addresses: Array(boot.addresses.prefix(MemberRecord.maxAddresses)),
+            incarnation: restored.remembered.incarnation + 1, bootID: boot.bootID,
+            ephemeralKey: boot.ephemeral.publicKey, relays: settings.relay.enabled)
+        membership = MembershipInstance(
+            record: record, authority: authority, settings: settings.membership,
+            datagramBudget: codec.maxHelloPayload, seed: random.next(), now: now)
         var deliverySettings = DeliveryInstance.Settings()
         deliverySettings.datagramBudget = codec.maxPairwisePayload
         deliverySettings.maxMessageSize = settings.maxMessageSize + 1 + MessageEnvelope.maxTagBytes
         delivery = DeliveryInstance(settings: deliverySettings)
-        journal = JournalInstance(authority: authority, syncInterval: settings.journalSyncInterval,
-                                  seed: random.next(), now: now)
+        journal = JournalInstance(
+            authority: authority, syncInterval: settings.journalSyncInterval,
+            seed: random.next(), now: now)
         journal.restore(restored.operations)
         transfer = TransferScheduler(settings: settings.transfer, seed: random.next())
         seeding = SeedingPolicy(settings: settings.seeding)
@@ -259,8 +270,9 @@ public struct NodeInstance: Sendable {
         var pathSettings = settings.pathMTU
         pathSettings.base = settings.wire.maxDatagramSize
         pathMTU = PathMTUDiscovery(settings: pathSettings)
-        addressDiscovery = AddressDiscovery(local: boot.addresses + (boot.localAddress.map { [$0] } ?? []),
-                                            settings: settings.addressDiscovery)
+        addressDiscovery = AddressDiscovery(
+            local: boot.addresses + (boot.localAddress.map { [$0] } ?? []),
+            settings: settings.addressDiscovery)
         addressEchoes = AddressEchoes(settings: settings.addressEchoes)
         paths = MemberPaths(settings: settings.paths)
         birthday = BirthdayPunching(settings: settings.birthday)
@@ -290,7 +302,9 @@ public struct NodeInstance: Sendable {
     public mutating func start(seeds given: [PeerAddress], now: MeshInstant) {
         // First of all requests: nothing is being ingested or fetched yet.
         if collectsAtStart {
-            store(.collectUnreferenced(keeping: journal.state.presentContents.compactMap { manifests[$0] }), .startupCollection)
+            store(
+                .collectUnreferenced(keeping: journal.state.presentContents.compactMap { manifests[$0] }),
+                .startupCollection)
         }
         let own = Set(membership.me.addresses + (localAddress.map { [$0] } ?? []))
         let seeds = rememberSeeds(given)
@@ -327,7 +341,9 @@ public struct NodeInstance: Sendable {
         case let .success(opened):
             if ending != nil { answerWithEnd(opened, size: datagram.readableBytes, from: address, now: now) }
             route(opened, size: datagram.readableBytes, from: address, now: now)
-            if joinWait != nil, phase == .running { endJoinWait(sender: opened.header.sender, address: address, now: now) }
+            if joinWait != nil, phase == .running {
+                endJoinWait(sender: opened.header.sender, address: address, now: now)
+            }
             return true
         }
     }
@@ -340,8 +356,10 @@ public struct NodeInstance: Sendable {
     /// Membership frames in any other pairwise datagram are nobody's.
     /// A datagram that came through a relay (`via`) is routed the same, but proves no address
     /// and carries no relay frames of its own.
-    mutating func route(_ datagram: OpenedDatagram, size bytes: Int, from address: PeerAddress, via relay: NodeID? = nil,
-                        now: MeshInstant) {
+    mutating func route(
+        _ datagram: OpenedDatagram, size bytes: Int, from address: PeerAddress, via relay: NodeID? = nil,
+        now: MeshInstant
+    ) {
         let sender = datagram.header.sender
         switch datagram.header.keyKind {
         case .hello:
@@ -363,21 +381,25 @@ public struct NodeInstance: Sendable {
             // A hello's source is only its claim: what answers it stays within three times its
             // size, so a forged source earns its owner no flood (QUIC's rule). The state transfer
             // takes two of them; a new member's first echoes and punches fit in the third.
-            let answerLimit = Self.stateAnswerFactor * bytes - DatagramCodec.pairwiseDatagramSize(payload: 0)
+            let answerLimit =
+                Self.stateAnswerFactor * bytes - DatagramCodec.pairwiseDatagramSize(payload: 0)
                 - PacketSealer.nonceByteCount
-            let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now,
-                                                 answerLimit: answerLimit)
+            let directives = membership.onFrames(
+                datagram.frames, from: sender, address: address, now: now,
+                answerLimit: answerLimit)
             apply(directives, now: now)
             if relay == nil { helloFrom(sender, boot: datagram.header.bootID, source: address, now: now) }
         case .pairwise:
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
             if provenHolders.contains(sender) {
-                downlink.onDatagram(from: sender, packetNumber: datagram.header.packetNumber,
-                                    carriesPiece: datagram.frames.contains { if case .chunkPiece = $0 { true } else { false } })
+                downlink.onDatagram(
+                    from: sender, packetNumber: datagram.header.packetNumber,
+                    carriesPiece: datagram.frames.contains { if case .chunkPiece = $0 { true } else { false } })
             }
             if datagram.frames.contains(where: \.isProbeOrAck) {
-                let directives = membership.onFrames(datagram.frames, from: sender, address: address, now: now,
-                                                     pairwise: true)
+                let directives = membership.onFrames(
+                    datagram.frames, from: sender, address: address, now: now,
+                    pairwise: true)
                 apply(directives, now: now)
             } else {
                 membership.heard(from: sender, now: now)
@@ -493,8 +515,10 @@ public struct NodeInstance: Sendable {
     }
 
     /// The store finished a request.
-    public mutating func storageCompleted(_ ticket: StorageTicket, _ result: Result<StorageOutcome, StorageFailure>,
-                                          now: MeshInstant) {
+    public mutating func storageCompleted(
+        _ ticket: StorageTicket, _ result: Result<StorageOutcome, StorageFailure>,
+        now: MeshInstant
+    ) {
         switch ticket.purpose {
         case let .ingest(request, metadata):
             ingested(result, metadata: metadata, request: request)
@@ -526,11 +550,14 @@ public struct NodeInstance: Sendable {
         case .saveMembers:
             if case let .failure(failure) = result { log(.warning, "cannot save members", ["error": "\(failure)"]) }
         case .saveEnded:
-            if case let .failure(failure) = result { log(.error, "cannot record that the session ended", ["error": "\(failure)"]) }
+            if case let .failure(failure) = result {
+                log(.error, "cannot record that the session ended", ["error": "\(failure)"])
+            }
         case .startupCollection:
             switch result {
             case let .success(.collected(chunks, bytes)) where chunks > 0:
-                log(.notice, "collected chunks no attachment uses (left by a crash)",
+                log(
+                    .notice, "collected chunks no attachment uses (left by a crash)",
                     ["chunks": "\(chunks)", "bytes": "\(bytes)"])
             case let .failure(failure):
                 log(.warning, "cannot collect unused chunks", ["error": "\(failure)"])
@@ -548,7 +575,9 @@ public struct NodeInstance: Sendable {
         guard phase != .stopped else { return }
         phase = .stopped
         saveRemembered()
-        for (_, pending) in pendingSends.sorted(by: { $0.key < $1.key }) { complete(pending.request, .failure(.stopped)) }
+        for (_, pending) in pendingSends.sorted(by: { $0.key < $1.key }) {
+            complete(pending.request, .failure(.stopped))
+        }
         pendingSends = [:]
         for (_, waiters) in loadWaiters.sorted(by: { $0.key < $1.key }) {
             for waiter in waiters { failLoad(waiter, .stopped) }
@@ -560,7 +589,9 @@ public struct NodeInstance: Sendable {
         for request in handover?.requests ?? [] { complete(request, .failure(.stopped)) }
         handover = nil
         for request in ending?.requests ?? [] { complete(request, .failure(.stopped)) }
-        for (_, pending) in pendingPings.sorted(by: { $0.key < $1.key }) { complete(pending.request, .failure(.stopped)) }
+        for (_, pending) in pendingPings.sorted(by: { $0.key < $1.key }) {
+            complete(pending.request, .failure(.stopped))
+        }
         pendingPings = [:]
         ending = nil
     }
@@ -635,7 +666,9 @@ public struct NodeInstance: Sendable {
     }
 
     mutating func randomNonce() -> PacketNonce {
-        let bytes = [random.next(), random.next(), random.next()].flatMap { word in withUnsafeBytes(of: word) { Array($0) } }
+        let bytes = [random.next(), random.next(), random.next()].flatMap { word in
+            withUnsafeBytes(of: word) { Array($0) }
+        }
         return PacketNonce(raw: bytes)!  // safe: three words are exactly the 24 bytes of a nonce
     }
 

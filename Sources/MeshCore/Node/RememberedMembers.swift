@@ -65,8 +65,11 @@ public struct RememberedMembers: Codable, Sendable, Equatable {
     public mutating func merge(_ view: some Sequence<Member>) {
         var entries = Dictionary(members.map { ($0.id, $0) }, uniquingKeysWith: { $1 })
         for member in view {
-            entries[member.id.hex] = member.status == .left ? nil
-                : Entry(id: member.id.hex, name: member.record.name, addresses: member.record.addresses.map(\.description))
+            entries[member.id.hex] =
+                member.status == .left
+                ? nil
+                : Entry(
+                    id: member.id.hex, name: member.record.name, addresses: member.record.addresses.map(\.description))
         }
         members = entries.values.sorted { $0.id < $1.id }
     }

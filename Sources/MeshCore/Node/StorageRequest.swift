@@ -72,7 +72,8 @@ public enum StorageFailure: Error, Sendable, Equatable, CustomStringConvertible 
     public var description: String {
         switch self {
         case let .tooLarge(size, limit):
-            return "attachment of \(size) bytes is over the limit of \(limit) bytes (\(limit >> 20) MiB); nothing was stored"
+            return
+                "attachment of \(size) bytes is over the limit of \(limit) bytes (\(limit >> 20) MiB); nothing was stored"
         case let .unreadable(message), let .failed(message), let .damaged(message):
             return message
         }

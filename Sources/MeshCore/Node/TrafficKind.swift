@@ -41,7 +41,8 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
         var kind = TrafficKind.messages
         for frame in frames {
             switch frame {
-            case .chunkWant, .chunkPiece, .chunkAbsent, .chunkPace, .chunkCancel, .pathProbeRequest, .pathProbe: return .transfer
+            case .chunkWant, .chunkPiece, .chunkAbsent, .chunkPace, .chunkCancel, .pathProbeRequest, .pathProbe:
+                return .transfer
             case let .data(chunk) where chunk.stream == .journal: return .journal
             case .data, .fragment, .forwardTSN: return .messages
             case .ping, .pong: kind = .ping

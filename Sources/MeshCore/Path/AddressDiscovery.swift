@@ -86,7 +86,9 @@ public struct AddressDiscovery: Sendable {
     /// the wildcard a socket bound to (0.0.0.0:7946 by default): a peer sent there would send
     /// to itself.
     public func candidates(limit: Int = MemberRecord.maxAddresses) -> [PeerAddress] {
-        var ordered: [PeerAddress?] = [external[.portMapping], reflexive, external[.stun], local.first(where: { !$0.isUnspecified })]
+        var ordered: [PeerAddress?] = [
+            external[.portMapping], reflexive, external[.stun], local.first(where: { !$0.isUnspecified }),
+        ]
         ordered.append(external[.turn])
         ordered += local.map { Optional($0) }
         var result: [PeerAddress] = []

@@ -38,7 +38,8 @@ public struct AddressEchoes: Sendable {
     }
 
     /// An echo went out; `known`: the member's record gives that address.
-    public mutating func echoed(_ address: PeerAddress, to member: NodeID, boot: UInt64, known: Bool, now: MeshInstant) {
+    public mutating func echoed(_ address: PeerAddress, to member: NodeID, boot: UInt64, known: Bool, now: MeshInstant)
+    {
         echoes[member] = Echo(address: address, boot: boot, at: now, known: known)
     }
 

@@ -157,8 +157,10 @@ public struct BirthdayPunching: Sendable {
     /// What is due: offers to `eligible` members (relayed after ordinary punches failed, and
     /// led by us; nil: not looked at this time, no offer), batches of probes, and a round that
     /// ran out.
-    public mutating func due(now: MeshInstant, eligible: [NodeID]?,
-                             random: inout some RandomNumberGenerator) -> [Action] {
+    public mutating func due(
+        now: MeshInstant, eligible: [NodeID]?,
+        random: inout some RandomNumberGenerator
+    ) -> [Action] {
         var actions: [Action] = []
         // A member no longer relayed starts afresh next time.
         if let eligible { nextOffer = nextOffer.filter { eligible.contains($0.key) } }
@@ -184,8 +186,12 @@ public struct BirthdayPunching: Sendable {
         guard settings.enabled, round == nil, let eligible else { return actions }
         for peer in eligible.sorted() where nextOffer[peer].map({ now >= $0.at }) ?? true {
             let token = (random.next() as UInt64) | 1
-            round = (peer, Round(token: token, phase: .offered, leads: true, endsAt: now + settings.answerWait,
-                                 resendAt: settings.offerResends > 0 ? now + settings.offerResendInterval : nil))
+            round = (
+                peer,
+                Round(
+                    token: token, phase: .offered, leads: true, endsAt: now + settings.answerWait,
+                    resendAt: settings.offerResends > 0 ? now + settings.offerResendInterval : nil)
+            )
             if nextOffer[peer] == nil { nextOffer[peer] = (now, .zero) }
             roundsTried += 1
             actions.append(.offer(peer, token: token))
@@ -202,17 +208,21 @@ public struct BirthdayPunching: Sendable {
     }
 
     /// Ports for the probes due now, at `probesPerSecond` since the first, distinct, at random.
-    private mutating func probeBatch(_ state: inout Round, now: MeshInstant,
-                                     random: inout some RandomNumberGenerator) -> [UInt16] {
+    private mutating func probeBatch(
+        _ state: inout Round, now: MeshInstant,
+        random: inout some RandomNumberGenerator
+    ) -> [UInt16] {
         guard let start = state.probeStart else { return [] }
         let elapsed = Double((now - start).milliseconds) / 1000
         // The node-wide budget, filled at `probeBudget` per `probeBudgetInterval`.
         let capacity = Double(settings.probeBudget)
-        let fill = Double((now - probeTokensAt).milliseconds) / Double(max(1, settings.probeBudgetInterval.milliseconds))
+        let fill =
+            Double((now - probeTokensAt).milliseconds) / Double(max(1, settings.probeBudgetInterval.milliseconds))
         let tokens = min(capacity, (probeTokens ?? capacity) + max(0, fill) * capacity)
         probeTokensAt = now
-        let allowed = min(settings.probes, Int(elapsed * Double(settings.probesPerSecond)) + 1,
-                          state.probesSent + Int(tokens))
+        let allowed = min(
+            settings.probes, Int(elapsed * Double(settings.probesPerSecond)) + 1,
+            state.probesSent + Int(tokens))
         let span = UInt32(UInt16.max - settings.lowestPort) + 1
         var ports: [UInt16] = []
         while state.probesSent < allowed, state.probedPorts.count < Int(span) {
@@ -228,8 +238,10 @@ public struct BirthdayPunching: Sendable {
 
     /// A `BirthdayRound` frame from `peer` (`peerLeads`: its id is the lower), with our own NAT
     /// and public addresses for the answer.
-    public mutating func receive(_ frame: BirthdayRound, from peer: NodeID, peerLeads: Bool, localNAT: NATBehaviour,
-                                 now: MeshInstant) -> [Action] {
+    public mutating func receive(
+        _ frame: BirthdayRound, from peer: NodeID, peerLeads: Bool, localNAT: NATBehaviour,
+        now: MeshInstant
+    ) -> [Action] {
         switch frame.step {
         case .offer:
             // The same offer again (our `ready` was lost): answered again, nothing else.
@@ -239,8 +251,9 @@ public struct BirthdayPunching: Sendable {
             // Only the leader offers; one round at a time; an offer repeated within
             // `acceptInterval` is ignored (a member cannot keep us opening sockets).
             guard settings.enabled, peerLeads, round == nil,
-                  lastAccepted[peer].map({ now >= $0 + settings.acceptInterval }) ?? true,
-                  let roles = Self.roles(local: localNAT, peer: frame.nat) else { return [] }
+                lastAccepted[peer].map({ now >= $0 + settings.acceptInterval }) ?? true,
+                let roles = Self.roles(local: localNAT, peer: frame.nat)
+            else { return [] }
             lastAccepted[peer] = now
             roundsTried += 1
             var state = Round(token: frame.token, phase: .running, leads: false, endsAt: now + roundLength)
@@ -250,7 +263,8 @@ public struct BirthdayPunching: Sendable {
             return actions
         case .ready:
             guard case let (current, state)? = round, current == peer, state.token == frame.token,
-                  !state.heardReady else {
+                !state.heardReady
+            else {
                 return []
             }
             var next = state
@@ -271,7 +285,8 @@ public struct BirthdayPunching: Sendable {
             }
             // The other's sockets are open: probe its host, if we play easy against its hard.
             if next.localRoles.contains(.easy), next.peerRoles.contains(.hard),
-               let host = next.probedHost ?? frame.addresses.first(where: isTarget)?.host {
+                let host = next.probedHost ?? frame.addresses.first(where: isTarget)?.host
+            {
                 next.probedHost = host
                 next.probeStart = now + settings.probeDelay
                 next.nextProbeAt = now + settings.probeDelay
@@ -283,8 +298,10 @@ public struct BirthdayPunching: Sendable {
 
     /// Roles taken for a round: a hard side asks for its sockets, aimed at the other's first
     /// public address; an easy side notes the host it will probe once told to.
-    private mutating func start(_ state: inout Round, roles: (local: Roles, peer: Roles), peerAddresses: [PeerAddress],
-                                peer: NodeID) -> [Action] {
+    private mutating func start(
+        _ state: inout Round, roles: (local: Roles, peer: Roles), peerAddresses: [PeerAddress],
+        peer: NodeID
+    ) -> [Action] {
         state.localRoles = roles.local
         state.peerRoles = roles.peer
         let usable = peerAddresses.filter(isTarget)
@@ -292,8 +309,10 @@ public struct BirthdayPunching: Sendable {
         if roles.local.contains(.hard), roles.peer.contains(.easy), let target = usable.first {
             state.target = target
             socketsAsked += UInt64(settings.sockets)
-            actions.append(.openSockets(peer, target: target, count: settings.sockets,
-                                        lifetime: settings.socketLifetime))
+            actions.append(
+                .openSockets(
+                    peer, target: target, count: settings.sockets,
+                    lifetime: settings.socketLifetime))
         }
         if roles.local.contains(.easy), roles.peer.contains(.hard) {
             // Where the other itself says it is: the only host we ever probe for it.
@@ -311,7 +330,8 @@ public struct BirthdayPunching: Sendable {
         case let .ipv4(value):
             let first = value >> 24
             if first == 0 || first >= 224 { return false }
-            let local = first == 127 || first == 10 || value >> 20 == 0xAC1 || value >> 16 == 0xC0A8
+            let local =
+                first == 127 || first == 10 || value >> 20 == 0xAC1 || value >> 16 == 0xC0A8
                 || value >> 16 == 0xA9FE || value >> 22 == (100 << 2 | 1)
             return settings.localHostsAllowed || !local
         case let .ipv6(high, _):

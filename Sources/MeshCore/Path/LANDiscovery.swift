@@ -44,7 +44,8 @@ public struct LANAnnouncement: Sendable, Equatable {
     /// anything else (another session's, damaged, forged, a stray datagram on the port).
     public init?(decoding bytes: [UInt8], with keys: Keys) {
         guard bytes.count == Self.byteCount, Array(bytes[0..<4]) == Self.magic,
-              Array(bytes[4..<12]) == keys.tag else { return nil }
+            Array(bytes[4..<12]) == keys.tag
+        else { return nil }
         let signed = Array(bytes[0..<(Self.byteCount - 16)])
         guard KeyedHash.equal(KeyedHash.hash(signed, key: keys.macKey, length: 16), Array(bytes.suffix(16))) else {
             return nil

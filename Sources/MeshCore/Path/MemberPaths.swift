@@ -203,11 +203,15 @@ public struct MemberPaths: Sendable {
 
     /// An authenticated pairwise datagram of `member`'s boot `boot`, number `packet`, came from
     /// `source`. True when the address in use for it changed.
-    public mutating func heard(_ member: NodeID, boot: UInt64, packet: UInt64, from source: PeerAddress,
-                               now: MeshInstant) -> Bool {
+    public mutating func heard(
+        _ member: NodeID, boot: UInt64, packet: UInt64, from source: PeerAddress,
+        now: MeshInstant
+    ) -> Bool {
         // Most datagrams (a stream of pieces) change nothing: a read, no write, on that path.
         if punching.isEmpty, let known = paths[member], known.boot == boot, known.learned == source,
-           let heard = known.lastDirect, now < heard + Self.heardGranularity, known.requestWait == nil, known.relay == nil {
+            let heard = known.lastDirect, now < heard + Self.heardGranularity, known.requestWait == nil,
+            known.relay == nil
+        {
             return false
         }
         var path = paths[member] ?? Path()
@@ -267,8 +271,10 @@ public struct MemberPaths: Sendable {
     /// through that relay: we had none and heard nothing of it directly for `relayAdoption`, or
     /// we had another and `follows` (of two members that chose different relays, the one with
     /// the higher id takes the other's choice, so they meet on one and do not swap forever).
-    public mutating func heardThroughRelay(_ member: NodeID, via relay: NodeID, boot: UInt64, packet: UInt64, follows: Bool,
-                                           now: MeshInstant) -> Bool {
+    public mutating func heardThroughRelay(
+        _ member: NodeID, via relay: NodeID, boot: UInt64, packet: UInt64, follows: Bool,
+        now: MeshInstant
+    ) -> Bool {
         var path = paths[member] ?? Path()
         if path.relayedBoot != boot { path.relayedBoot = boot; path.relayedPacket = 0 }
         guard packet > path.relayedPacket else { return false }
@@ -333,17 +339,21 @@ public struct MemberPaths: Sendable {
     }
 
     /// `introducer` told us to meet `peer` at `candidates` now. False when over budget.
-    public mutating func introduced(to peer: NodeID, at candidates: [PeerAddress], by introducer: NodeID,
-                                    keepingOn inUse: PeerAddress? = nil, now: MeshInstant) -> Bool {
+    public mutating func introduced(
+        to peer: NodeID, at candidates: [PeerAddress], by introducer: NodeID,
+        keepingOn inUse: PeerAddress? = nil, now: MeshInstant
+    ) -> Bool {
         // One open per peer per introducer per `requestInterval`: an honest introducer answers a
         // silence that long at most, and a member sending introductions without end cannot keep
         // us punching, nor hold more than `maxPunchesPerIntroducer` of the opens at once.
         guard !candidates.isEmpty, punching[peer] == nil, punching.count < settings.maxPunches,
-              punching.values.count(where: { $0.introducer == introducer }) < settings.maxPunchesPerIntroducer,
-              paths[peer]?.lastPunch[introducer].map({ now >= $0 + settings.requestInterval }) ?? true else { return false }
+            punching.values.count(where: { $0.introducer == introducer }) < settings.maxPunchesPerIntroducer,
+            paths[peer]?.lastPunch[introducer].map({ now >= $0 + settings.requestInterval }) ?? true
+        else { return false }
         paths[peer, default: Path()].lastPunch[introducer] = now
-        punching[peer] = Punching(introducer: introducer, candidates: Array(candidates.prefix(PunchIntroduction.maxAddresses)),
-                                  roundsLeft: settings.punchRounds, nextAt: now, keepsOn: inUse)
+        punching[peer] = Punching(
+            introducer: introducer, candidates: Array(candidates.prefix(PunchIntroduction.maxAddresses)),
+            roundsLeft: settings.punchRounds, nextAt: now, keepsOn: inUse)
         paths[peer, default: Path()].state = .punching
         return true
     }
@@ -362,15 +372,19 @@ public struct MemberPaths: Sendable {
     /// did not bring back, among `relays` (members heard lately that relay, best first). Behind a
     /// NAT (`behindNAT`), every path a member's datagrams proved gets keepalives, not only punched
     /// ones: probes alone may visit a member less often than its mapping lives.
-    public mutating func due(now: MeshInstant, live: [NodeID], silence: Duration,
-                             introducers: [NodeID], relays: [NodeID] = [], behindNAT: Bool = false,
-                             turnHost: PeerAddress.Host? = nil) -> [Action] {
+    public mutating func due(
+        now: MeshInstant, live: [NodeID], silence: Duration,
+        introducers: [NodeID], relays: [NodeID] = [], behindNAT: Bool = false,
+        turnHost: PeerAddress.Host? = nil
+    ) -> [Action] {
         var actions: [Action] = []
         for (peer, attempt) in punching.sorted(by: { $0.key < $1.key }) where attempt.nextAt <= now {
             let short = settings.punchRounds - attempt.roundsLeft < settings.shortPunchRounds
             for address in attempt.candidates {
-                actions.append(short ? .shortPunch(peer, to: address, hops: settings.shortPunchHops)
-                                     : .punch(peer, to: address, isReply: false))
+                actions.append(
+                    short
+                        ? .shortPunch(peer, to: address, hops: settings.shortPunchHops)
+                        : .punch(peer, to: address, isReply: false))
             }
             var next = attempt
             next.roundsLeft -= 1
@@ -388,8 +402,10 @@ public struct MemberPaths: Sendable {
         for peer in live {
             var path = paths[peer] ?? Path(lastHeard: now)
             defer { paths[peer] = path }
-            if path.state == .punched || (behindNAT && path.state == .direct && path.relay == nil), let address = path.learned,
-               path.lastKeepalive.map({ now >= $0 + keepaliveInterval }) ?? true {
+            if path.state == .punched || (behindNAT && path.state == .direct && path.relay == nil),
+                let address = path.learned,
+                path.lastKeepalive.map({ now >= $0 + keepaliveInterval }) ?? true
+            {
                 path.lastKeepalive = now
                 actions.append(.punch(peer, to: address, isReply: true))
             }
@@ -397,7 +413,8 @@ public struct MemberPaths: Sendable {
             // Reached through our TURN server (its relayed address): it works, and the pair keeps
             // trying to go direct, as a pair a member relays does.
             if path.relay == nil, let turnHost, let address = path.learned, address.host == turnHost,
-               now < heard + silence {
+                now < heard + silence
+            {
                 // The first try waits out what a router keeps of a flow nobody answered (the join's
                 // first datagrams to our addresses may have left one on the far side), as does
                 // each next one.
@@ -406,7 +423,8 @@ public struct MemberPaths: Sendable {
                     continue
                 }
                 if now >= next {
-                    let wait = min(max((path.upgradeWait ?? .zero) * 2, settings.turnUpgradeWait), settings.maximumRequestInterval)
+                    let wait = min(
+                        max((path.upgradeWait ?? .zero) * 2, settings.turnUpgradeWait), settings.maximumRequestInterval)
                     path.upgradeWait = wait
                     path.nextUpgrade = now + wait
                     actions.append(.upgrade(peer, from: address))
@@ -440,7 +458,9 @@ public struct MemberPaths: Sendable {
                 path.failedRelays = path.failedRelays.filter { now < $0.value + settings.relayRetry }
                 // The relay the member itself uses first (where it is, both meet), then the closest.
                 let preferred = path.peerRelay.map { [$0] + relays.filter { $0 != path.peerRelay } } ?? relays
-                if let relay = preferred.first(where: { $0 != peer && relays.contains($0) && path.failedRelays[$0] == nil }) {
+                if let relay = preferred.first(where: {
+                    $0 != peer && relays.contains($0) && path.failedRelays[$0] == nil
+                }) {
                     path.relay = relay
                     path.relayedSince = now
                     path.state = .relayed
@@ -464,8 +484,10 @@ public struct MemberPaths: Sendable {
     }
 
     /// An introduction to `peer` through the first of `introducers`, when the last one's wait is over.
-    private func request(for peer: NodeID, _ path: inout Path, introducers: [NodeID], now: MeshInstant,
-                         into actions: inout [Action]) {
+    private func request(
+        for peer: NodeID, _ path: inout Path, introducers: [NodeID], now: MeshInstant,
+        into actions: inout [Action]
+    ) {
         guard path.nextRequest.map({ now >= $0 }) ?? true else { return }
         let wait = min((path.requestWait ?? settings.requestInterval / 2) * 2, settings.maximumRequestInterval)
         guard let introducer = introducers.first(where: { $0 != peer }) else {

@@ -92,11 +92,14 @@ public struct PathMTUDiscovery: Sendable {
     }
 
     /// A probe came from `peer`, in a datagram of `datagramSize` bytes.
-    public mutating func onProbe(_ probe: PathProbe, from peer: NodeID, datagramSize: Int, now: MeshInstant) -> [Directive] {
+    public mutating func onProbe(
+        _ probe: PathProbe, from peer: NodeID, datagramSize: Int, now: MeshInstant
+    ) -> [Directive] {
         // Only the probe asked for, and only whole: a shorter datagram with the right token
         // proves nothing about the size.
         guard var path = paths[peer], let outstanding = path.probe, outstanding.token == probe.token,
-              datagramSize >= outstanding.size else { return [] }
+            datagramSize >= outstanding.size
+        else { return [] }
         path.probe = nil
         path.silences = 0
         if path.confirming {
@@ -115,7 +118,8 @@ public struct PathMTUDiscovery: Sendable {
     /// Silences at a size above the base, in a row, have the size in use probed again.
     public mutating func onSilence(from peer: NodeID, datagramSize: Int, now: MeshInstant) -> [Directive] {
         guard var path = paths[peer], datagramSize > settings.base, datagramSize == path.confirmed,
-              !path.confirming else { return [] }
+            !path.confirming
+        else { return [] }
         path.silences += 1
         guard path.silences >= settings.blackHoleSilences else {
             paths[peer] = path

@@ -12,7 +12,8 @@ public struct RelayedDatagram: WireBody {
     public static let minDatagramSize = DatagramHeader.fixedLength + PacketSealer.tagByteCount + FrameCodec.headerLength
     /// What one hop of relaying adds to a datagram: the relay's header and tag, the frame's
     /// header and the member id.
-    public static let overhead = DatagramHeader.fixedLength + PacketSealer.tagByteCount + FrameCodec.headerLength + NodeID.byteCount
+    public static let overhead =
+        DatagramHeader.fixedLength + PacketSealer.tagByteCount + FrameCodec.headerLength + NodeID.byteCount
 
     public var peer: NodeID
     public var datagram: ByteBuffer
@@ -26,7 +27,9 @@ public struct RelayedDatagram: WireBody {
         peer = try NodeID(decoding: &buffer)
         // The rest of the frame: its length says how long.
         let length = buffer.readableBytes
-        guard length >= Self.minDatagramSize, length <= Self.maxDatagramSize, let datagram = buffer.readSlice(length: length) else {
+        guard length >= Self.minDatagramSize, length <= Self.maxDatagramSize,
+            let datagram = buffer.readSlice(length: length)
+        else {
             throw .invalidField(what: "relayed datagram length")
         }
         self.datagram = datagram

@@ -145,8 +145,9 @@ public struct RelayService: Sendable {
 
     public init(settings: Settings = .init()) {
         self.settings = settings
-        rates = Budget(total: 0, perPair: 0, activePairs: 0, capacity: 0, ownRate: 0, yielding: false,
-                       fromSetting: false)
+        rates = Budget(
+            total: 0, perPair: 0, activePairs: 0, capacity: 0, ownRate: 0, yielding: false,
+            fromSetting: false)
         rates = budget(now: .zero)
     }
 
@@ -207,8 +208,9 @@ public struct RelayService: Sendable {
         }
         let share = Self.fairShare(of: Double(total), demands: demands, unknown: newPairs)
         let perPair = total == 0 ? 0 : max(Int(share), total / pairs, min(total, settings.minimumPairRate))
-        return Budget(total: total, perPair: perPair, activePairs: activePairs, capacity: measured, ownRate: own,
-                      yielding: yielding, fromSetting: settings.budget != nil)
+        return Budget(
+            total: total, perPair: perPair, activePairs: activePairs, capacity: measured, ownRate: own,
+            yielding: yielding, fromSetting: settings.budget != nil)
     }
 
     /// Max-min fairness (water filling): the rate each pair may have so that pairs that ask less
@@ -279,7 +281,9 @@ public struct RelayService: Sendable {
         counters.refused += 1
         let answer = refusedAt[pair].map { now >= $0 + settings.refusalInterval } ?? true
         if answer {
-            if refusedAt.count >= settings.maxPairs { refusedAt = refusedAt.filter { now < $0.value + settings.refusalInterval } }
+            if refusedAt.count >= settings.maxPairs {
+                refusedAt = refusedAt.filter { now < $0.value + settings.refusalInterval }
+            }
             if refusedAt.count >= settings.maxPairs, let oldest = refusedAt.min(by: { $0.value < $1.value }) {
                 refusedAt[oldest.key] = nil
             }

@@ -47,8 +47,9 @@ public enum NATPMPMessage {
         case addressOpcode where bytes.count >= 12:
             return .address(result: result, epoch: bytes.readUInt32(4), external: bytes.readUInt32(8))
         case mapUDPOpcode where bytes.count >= 16:
-            return .map(result: result, epoch: bytes.readUInt32(4), internalPort: bytes.readUInt16(8),
-                        externalPort: bytes.readUInt16(10), lifetime: bytes.readUInt32(12))
+            return .map(
+                result: result, epoch: bytes.readUInt32(4), internalPort: bytes.readUInt16(8),
+                externalPort: bytes.readUInt16(10), lifetime: bytes.readUInt32(12))
         default:
             return .other(opcode: opcode, result: result)
         }

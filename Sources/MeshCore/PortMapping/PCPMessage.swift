@@ -13,8 +13,8 @@ public enum PCPMessage {
     /// The result codes of RFC 6887 §7.4 a client tells apart.
     public enum ResultCode: UInt8, Sendable {
         case success = 0, unsupportedVersion, notAuthorized, malformedRequest, unsupportedOpcode, unsupportedOption,
-             malformedOption, networkFailure, noResources, unsupportedProtocol, userExceededQuota,
-             cannotProvideExternal, addressMismatch, excessiveRemotePeers
+            malformedOption, networkFailure, noResources, unsupportedProtocol, userExceededQuota,
+            cannotProvideExternal, addressMismatch, excessiveRemotePeers
 
         public var reason: String {
             switch self {
@@ -38,8 +38,10 @@ public enum PCPMessage {
 
     /// A MAP request: `internalPort` of `client` (our address towards the gateway) mapped for
     /// `lifetime` seconds (0 deletes it). `suggested` asks for an external port (0: any).
-    public static func mapRequest(nonce: [UInt8], client: UInt32, internalPort: UInt16, suggestedPort: UInt16,
-                                  lifetime: UInt32) -> [UInt8] {
+    public static func mapRequest(
+        nonce: [UInt8], client: UInt32, internalPort: UInt16, suggestedPort: UInt16,
+        lifetime: UInt32
+    ) -> [UInt8] {
         var bytes: [UInt8] = [version, mapOpcode, 0, 0]
         bytes.appendBigEndian(lifetime)
         bytes += ipv4Mapped(client)
@@ -55,8 +57,9 @@ public enum PCPMessage {
     /// What a datagram from the gateway's PCP port says.
     public enum Answer: Equatable, Sendable {
         /// A MAP answer (any result code; `external` is meaningful on success only).
-        case map(result: UInt8, lifetime: UInt32, epoch: UInt32, nonce: [UInt8], internalPort: UInt16,
-                 externalPort: UInt16, external: PeerAddress.Host)
+        case map(
+            result: UInt8, lifetime: UInt32, epoch: UInt32, nonce: [UInt8], internalPort: UInt16,
+            externalPort: UInt16, external: PeerAddress.Host)
         /// The server speaks an older version only (a NAT-PMP server answers version 0): fall back.
         case unsupportedVersion(UInt8)
         /// A PCP answer to something else (another opcode, not a response).
@@ -89,8 +92,9 @@ public enum PCPMessage {
         } else {
             host = PeerAddress(ipv6: address, port: 0).host
         }
-        return .map(result: result, lifetime: lifetime, epoch: epoch, nonce: nonce, internalPort: internalPort,
-                    externalPort: externalPort, external: host)
+        return .map(
+            result: result, lifetime: lifetime, epoch: epoch, nonce: nonce, internalPort: internalPort,
+            externalPort: externalPort, external: host)
     }
 
     static func ipv4Mapped(_ address: UInt32) -> [UInt8] {
@@ -102,7 +106,9 @@ public enum PCPMessage {
 
 extension Array where Element == UInt8 {
     mutating func appendBigEndian(_ value: UInt32) {
-        append(contentsOf: [UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF)])
+        append(contentsOf: [
+            UInt8(value >> 24), UInt8(value >> 16 & 0xFF), UInt8(value >> 8 & 0xFF), UInt8(value & 0xFF),
+        ])
     }
 
     mutating func appendBigEndian(_ value: UInt16) {

@@ -121,7 +121,9 @@ public struct PortMappingInstance: Sendable {
 
     /// `nonce`: 12 random bytes (PCP's mapping nonce, kept for renewals and the delete).
     /// `disabledBecause`: why the node asks for no mapping (nil: it does).
-    public init(settings: Settings = .init(), internalPort: UInt16, nonce: [UInt8], disabledBecause disabled: String? = nil) {
+    public init(
+        settings: Settings = .init(), internalPort: UInt16, nonce: [UInt8], disabledBecause disabled: String? = nil
+    ) {
         self.settings = settings
         self.internalPort = internalPort
         self.nonce = Array(nonce.prefix(12)) + [UInt8](repeating: 0, count: max(0, 12 - nonce.count))
@@ -135,7 +137,8 @@ public struct PortMappingInstance: Sendable {
     /// The default gateway and our address towards it (nil: no IPv4 default route). A change
     /// drops the mapping held (it belongs to the old network) and starts a round at once.
     public mutating func setNetwork(gateway: UInt32?, local: UInt32?, now: MeshInstant) -> [PortMappingDirective] {
-        guard phase != .disabled, phase != .stopped, !networkKnown || gateway != self.gateway || local != self.local else { return [] }
+        guard phase != .disabled, phase != .stopped, !networkKnown || gateway != self.gateway || local != self.local
+        else { return [] }
         networkKnown = true
         (self.gateway, self.local) = (gateway, local)
         step = .idle
@@ -143,11 +146,14 @@ public struct PortMappingInstance: Sendable {
         loseMapping()
         if let local, !Self.isPrivate(local) {
             phase = .notNeeded
-            note = "our address towards the gateway, \(PeerAddress(host: .ipv4(local), port: 0).hostString), is public: no NAT to ask"
+            note =
+                "our address towards the gateway, \(PeerAddress(host: .ipv4(local), port: 0).hostString), is public: no NAT to ask"
             nextRound = nil
             settled = true
         } else if let gateway, local != nil {
-            log(.info, "port mapping: asking the gateway", ["gateway": "\(PeerAddress(host: .ipv4(gateway), port: 0).hostString)"])
+            log(
+                .info, "port mapping: asking the gateway",
+                ["gateway": "\(PeerAddress(host: .ipv4(gateway), port: 0).hostString)"])
             startRound(MappingProtocol.allCases, now: now)
         } else {
             phase = .noGateway
@@ -159,7 +165,8 @@ public struct PortMappingInstance: Sendable {
     }
 
     /// A datagram arrived on the port-mapping socket (PCP, NAT-PMP and SSDP answers).
-    public mutating func receive(_ bytes: [UInt8], from source: PeerAddress, now: MeshInstant) -> [PortMappingDirective] {
+    public mutating func receive(_ bytes: [UInt8], from source: PeerAddress, now: MeshInstant) -> [PortMappingDirective]
+    {
         guard let gateway, case let .ipv4(host) = source.host, host == gateway else {
             ignore("an answer from another address than the gateway", detail: source.description)
             return drain()
@@ -168,7 +175,7 @@ public struct PortMappingInstance: Sendable {
         case .pcp where source.port == PCPMessage.serverPort:
             receivePCP(bytes, now: now)
         case .natpmpAddress where source.port == NATPMPMessage.serverPort,
-             .natpmpMap where source.port == NATPMPMessage.serverPort:
+            .natpmpMap where source.port == NATPMPMessage.serverPort:
             receiveNATPMP(bytes, now: now)
         case .search:
             guard let location = SSDPMessage.location(inAnswer: bytes) else {
@@ -203,11 +210,17 @@ public struct PortMappingInstance: Sendable {
     }
 
     /// The answer to the HTTP request `id` (the body as far as read, at most what was allowed).
-    public mutating func httpAnswered(_ id: UInt64, status: Int, body: [UInt8], now: MeshInstant) -> [PortMappingDirective] {
+    public mutating func httpAnswered(
+        _ id: UInt64, status: Int, body: [UInt8], now: MeshInstant
+    ) -> [PortMappingDirective] {
         switch step {
         case let .description(location, request, _) where request == id:
             guard status == 200, let service = UPnPService.find(inDescription: body, location: location) else {
-                fail(.upnp, status == 200 ? "the description names no WAN connection service" : "description: HTTP status \(status)", now: now)
+                fail(
+                    .upnp,
+                    status == 200
+                        ? "the description names no WAN connection service" : "description: HTTP status \(status)",
+                    now: now)
                 break
             }
             guard service.control.host == gateway else {
@@ -218,12 +231,15 @@ public struct PortMappingInstance: Sendable {
         case let .externalAddress(service, request, _) where request == id:
             switch UPnPSOAP.answer(status: status, body: body) {
             case let .success(values):
-                guard let text = values["NewExternalIPAddress"], case let .ipv4(external)? = PeerAddress.parseHost(text) else {
+                guard let text = values["NewExternalIPAddress"], case let .ipv4(external)? = PeerAddress.parseHost(text)
+                else {
                     refuse("GetExternalIPAddress gave no IPv4 address")
                     fail(.upnp, "the gateway gave no external address", now: now)
                     break
                 }
-                startExchange(.addMapping(service, external: external, lease: settings.lifetime, request: 0, deadline: now), now: now)
+                startExchange(
+                    .addMapping(service, external: external, lease: settings.lifetime, request: 0, deadline: now),
+                    now: now)
             case let .fault(code, description):
                 fail(.upnp, "GetExternalIPAddress refused: \(code) \(Self.printable(description))", now: now)
             }
@@ -245,8 +261,10 @@ public struct PortMappingInstance: Sendable {
                 // OnlyPermanentLeasesSupported: asked again for a permanent one (deleted at stop).
                 startExchange(.addMapping(service, external: external, lease: 0, request: 0, deadline: now), now: now)
             case let .fault(code, description):
-                fail(.upnp, "\(service.hasAddAny ? "AddAnyPortMapping" : "AddPortMapping") refused: \(code) \(Self.printable(description))",
-                     now: now)
+                fail(
+                    .upnp,
+                    "\(service.hasAddAny ? "AddAnyPortMapping" : "AddPortMapping") refused: \(code) \(Self.printable(description))",
+                    now: now)
             }
         default:
             ignore("an HTTP answer nothing waits for")
@@ -258,8 +276,8 @@ public struct PortMappingInstance: Sendable {
     public mutating func httpFailed(_ id: UInt64, reason: String, now: MeshInstant) -> [PortMappingDirective] {
         switch step {
         case let .description(_, request, _) where request == id,
-             let .externalAddress(_, request, _) where request == id,
-             let .addMapping(_, _, _, request, _) where request == id:
+            let .externalAddress(_, request, _) where request == id,
+            let .addMapping(_, _, _, request, _) where request == id:
             fail(.upnp, Self.printable(reason), now: now)
         default:
             break
@@ -270,7 +288,9 @@ public struct PortMappingInstance: Sendable {
     /// Retransmissions, deadlines, renewals, expiries and the next round, as they fall due.
     public mutating func tick(now: MeshInstant) -> [PortMappingDirective] {
         if let mapping, let expires = mapping.expires, now >= expires {
-            log(.warning, "port mapping: the mapping ran out before it was renewed", ["external": mapping.external.description])
+            log(
+                .warning, "port mapping: the mapping ran out before it was renewed",
+                ["external": mapping.external.description])
             loseMapping()
             phase = .discovering
             if step.isIdle { startRound(MappingProtocol.allCases, now: now) }
@@ -283,22 +303,28 @@ public struct PortMappingInstance: Sendable {
                 sendPCP(tries: tries + 1, now: now)
             }
         case let .natpmpAddress(tries, due) where now >= due:
-            if tries >= settings.triesPerProtocol { fail(.natpmp, "no answer", now: now) } else {
+            if tries >= settings.triesPerProtocol {
+                fail(.natpmp, "no answer", now: now)
+            } else {
                 sendNATPMPAddress(tries: tries + 1, now: now)
             }
         case let .natpmpMap(external, tries, due) where now >= due:
-            if tries >= settings.triesPerProtocol { fail(.natpmp, "no answer to the mapping request", now: now) } else {
+            if tries >= settings.triesPerProtocol {
+                fail(.natpmp, "no answer to the mapping request", now: now)
+            } else {
                 sendNATPMPMap(external: external, tries: tries + 1, now: now)
             }
         case let .search(tries, due, until) where now >= due:
-            if now >= until { fail(.upnp, "no answer to the SSDP search", now: now) } else if tries < 3 {
+            if now >= until {
+                fail(.upnp, "no answer to the SSDP search", now: now)
+            } else if tries < 3 {
                 sendSearch(tries: tries + 1, until: until, now: now)
             } else {
                 step = .search(tries: tries, due: until, until: until)
             }
         case let .description(_, _, deadline) where now >= deadline,
-             let .externalAddress(_, _, deadline) where now >= deadline,
-             let .addMapping(_, _, _, _, deadline) where now >= deadline:
+            let .externalAddress(_, _, deadline) where now >= deadline,
+            let .addMapping(_, _, _, _, deadline) where now >= deadline:
             fail(.upnp, "the gateway did not answer over HTTP in time", now: now)
         default:
             break
@@ -306,7 +332,10 @@ public struct PortMappingInstance: Sendable {
         if step.isIdle, let next = nextRound, now >= next, gateway != nil {
             nextRound = nil
             // A renewal asks the protocol that mapped first; the others follow if it fails.
-            let order = mapping.map { held in [held.mappingProtocol] + MappingProtocol.allCases.filter { $0 != held.mappingProtocol } }
+            let order =
+                mapping.map { held in
+                    [held.mappingProtocol] + MappingProtocol.allCases.filter { $0 != held.mappingProtocol }
+                }
                 ?? MappingProtocol.allCases
             startRound(order, now: now)
         }
@@ -321,14 +350,17 @@ public struct PortMappingInstance: Sendable {
             let to = PeerAddress(host: .ipv4(gateway), port: PCPMessage.serverPort)
             switch mapping.mappingProtocol {
             case .pcp:
-                emitSend(PCPMessage.mapRequest(nonce: nonce, client: local, internalPort: internalPort,
-                                               suggestedPort: mapping.external.port, lifetime: 0), to: to)
+                emitSend(
+                    PCPMessage.mapRequest(
+                        nonce: nonce, client: local, internalPort: internalPort,
+                        suggestedPort: mapping.external.port, lifetime: 0), to: to)
             case .natpmp:
                 emitSend(NATPMPMessage.mapRequest(internalPort: internalPort, suggestedPort: 0, lifetime: 0), to: to)
             case .upnp:
                 if let (service, port) = upnpMapping {
-                    emitSOAP("DeletePortMapping", service: service,
-                             arguments: [("NewRemoteHost", ""), ("NewExternalPort", "\(port)"), ("NewProtocol", "UDP")])
+                    emitSOAP(
+                        "DeletePortMapping", service: service,
+                        arguments: [("NewRemoteHost", ""), ("NewExternalPort", "\(port)"), ("NewProtocol", "UDP")])
                 }
             }
         }
@@ -345,8 +377,10 @@ public struct PortMappingInstance: Sendable {
         var deadlines: [MeshInstant] = []
         switch step {
         case .idle: break
-        case let .pcp(_, due), let .natpmpAddress(_, due), let .natpmpMap(_, _, due), let .search(_, due, _): deadlines.append(due)
-        case let .description(_, _, deadline), let .externalAddress(_, _, deadline), let .addMapping(_, _, _, _, deadline):
+        case let .pcp(_, due), let .natpmpAddress(_, due), let .natpmpMap(_, _, due), let .search(_, due, _):
+            deadlines.append(due)
+        case let .description(_, _, deadline), let .externalAddress(_, _, deadline),
+            let .addMapping(_, _, _, _, deadline):
             deadlines.append(deadline)
         }
         if step.isIdle, let nextRound { deadlines.append(nextRound) }
@@ -361,7 +395,8 @@ public struct PortMappingInstance: Sendable {
         case .noGateway: return note ?? "no IPv4 default route"
         case .notNeeded: return note
         case .failed:
-            return MappingProtocol.allCases.map { "\($0.rawValue): \(failures[$0] ?? "not tried")" }.joined(separator: "; ")
+            return MappingProtocol.allCases.map { "\($0.rawValue): \(failures[$0] ?? "not tried")" }.joined(
+                separator: "; ")
         case .mapped: return note
         case .discovering, .stopped: return nil
         }
@@ -429,11 +464,15 @@ public struct PortMappingInstance: Sendable {
         }
         let wasFailed = phase == .failed
         phase = .failed
-        if !wasFailed { log(.notice, "port mapping: the gateway mapped nothing", ["reasons": reason ?? "", "retryIn": "\(wait)"]) }
+        if !wasFailed {
+            log(.notice, "port mapping: the gateway mapped nothing", ["reasons": reason ?? "", "retryIn": "\(wait)"])
+        }
         settled = true
     }
 
-    private mutating func mapped(_ winner: MappingProtocol, external: UInt32, port: UInt16, lifetime: UInt32, now: MeshInstant) {
+    private mutating func mapped(
+        _ winner: MappingProtocol, external: UInt32, port: UInt16, lifetime: UInt32, now: MeshInstant
+    ) {
         let address = PeerAddress(host: .ipv4(external), port: port)
         if Self.isUnusable(external) {
             refuse("a mapping to an address nobody can send to", detail: address.description)
@@ -444,11 +483,15 @@ public struct PortMappingInstance: Sendable {
         failedRounds = 0
         let advertised = !Self.isPrivate(external)
         let granted = Duration.seconds(Int64(lifetime))
-        let renewIn = lifetime == 0 ? Duration.seconds(Int64(settings.lifetime) / 2)
+        let renewIn =
+            lifetime == 0
+            ? Duration.seconds(Int64(settings.lifetime) / 2)
             : max(min(granted, .seconds(Int64(settings.lifetime))) / 2, settings.minimumRenewal)
-        let fresh = Mapping(mappingProtocol: winner, external: address, lifetime: lifetime,
-                            expires: lifetime == 0 ? nil : now + granted, renewal: now + renewIn, advertised: advertised)
-        let changed = mapping?.external != address || mapping?.advertised != advertised || mapping?.mappingProtocol != winner
+        let fresh = Mapping(
+            mappingProtocol: winner, external: address, lifetime: lifetime,
+            expires: lifetime == 0 ? nil : now + granted, renewal: now + renewIn, advertised: advertised)
+        let changed =
+            mapping?.external != address || mapping?.advertised != advertised || mapping?.mappingProtocol != winner
         let wasAdvertised = mapping?.advertised ?? false
         if mapping == nil { counters.mappingsMade += 1 }
         mapping = fresh
@@ -456,12 +499,19 @@ public struct PortMappingInstance: Sendable {
         settled = true
         failures = [:]
         nextRound = fresh.renewal
-        note = advertised ? nil : "the gateway's external address \(address.hostString) is private: another NAT is in front of it (double NAT); not advertised"
+        note =
+            advertised
+            ? nil
+            : "the gateway's external address \(address.hostString) is private: another NAT is in front of it (double NAT); not advertised"
         guard changed else { return }
         if !advertised { counters.answersRefused += 1 }
-        log(advertised ? .notice : .warning, "port mapping: mapped", ["protocol": winner.rawValue, "external": address.description,
-                                                                       "lifetime": lifetime == 0 ? "permanent" : "\(lifetime) s",
-                                                                       "advertised": advertised ? "yes" : "no (private: double NAT)"])
+        log(
+            advertised ? .notice : .warning, "port mapping: mapped",
+            [
+                "protocol": winner.rawValue, "external": address.description,
+                "lifetime": lifetime == 0 ? "permanent" : "\(lifetime) s",
+                "advertised": advertised ? "yes" : "no (private: double NAT)",
+            ])
         if advertised || wasAdvertised { directives.append(.mappingChanged(advertised ? address : nil)) }
     }
 
@@ -477,9 +527,11 @@ public struct PortMappingInstance: Sendable {
 
     private mutating func sendPCP(tries: Int, now: MeshInstant) {
         guard let gateway, let local else { return }
-        emitSend(PCPMessage.mapRequest(nonce: nonce, client: local, internalPort: internalPort,
-                                       suggestedPort: mapping?.external.port ?? internalPort, lifetime: settings.lifetime),
-                 to: PeerAddress(host: .ipv4(gateway), port: PCPMessage.serverPort))
+        emitSend(
+            PCPMessage.mapRequest(
+                nonce: nonce, client: local, internalPort: internalPort,
+                suggestedPort: mapping?.external.port ?? internalPort, lifetime: settings.lifetime),
+            to: PeerAddress(host: .ipv4(gateway), port: PCPMessage.serverPort))
         step = .pcp(tries: tries, due: now + retransmitWait(tries))
     }
 
@@ -492,14 +544,17 @@ public struct PortMappingInstance: Sendable {
         case .other:
             ignore("a PCP answer to another opcode")
         case let .map(result, lifetime, _, answerNonce, port, externalPort, external):
-            guard answerNonce == nonce, port == internalPort else { return ignore("a PCP answer with another nonce or port") }
+            guard answerNonce == nonce, port == internalPort else {
+                return ignore("a PCP answer with another nonce or port")
+            }
             guard result == 0 else {
                 let reason = PCPMessage.ResultCode(rawValue: result)?.reason ?? "result \(result)"
                 return fail(.pcp, "refused: \(reason)", now: now)
             }
             guard lifetime > 0, externalPort != 0, case let .ipv4(address) = external else {
                 refuse("a PCP success with lifetime 0, no port or no IPv4 address")
-                return fail(.pcp, "the gateway's success was none (lifetime \(lifetime), port \(externalPort))", now: now)
+                return fail(
+                    .pcp, "the gateway's success was none (lifetime \(lifetime), port \(externalPort))", now: now)
             }
             mapped(.pcp, external: address, port: externalPort, lifetime: lifetime, now: now)
         }
@@ -515,9 +570,11 @@ public struct PortMappingInstance: Sendable {
 
     private mutating func sendNATPMPMap(external: UInt32, tries: Int, now: MeshInstant) {
         guard let gateway else { return }
-        emitSend(NATPMPMessage.mapRequest(internalPort: internalPort, suggestedPort: mapping?.external.port ?? internalPort,
-                                          lifetime: settings.lifetime),
-                 to: PeerAddress(host: .ipv4(gateway), port: NATPMPMessage.serverPort))
+        emitSend(
+            NATPMPMessage.mapRequest(
+                internalPort: internalPort, suggestedPort: mapping?.external.port ?? internalPort,
+                lifetime: settings.lifetime),
+            to: PeerAddress(host: .ipv4(gateway), port: NATPMPMessage.serverPort))
         step = .natpmpMap(external: external, tries: tries, due: now + retransmitWait(tries))
     }
 
@@ -532,7 +589,8 @@ public struct PortMappingInstance: Sendable {
             guard result == 0 else { return fail(.natpmp, "refused: \(NATPMPMessage.reason(result))", now: now) }
             guard lifetime > 0, externalPort != 0 else {
                 refuse("a NAT-PMP success with lifetime 0 or no port")
-                return fail(.natpmp, "the gateway's success was none (lifetime \(lifetime), port \(externalPort))", now: now)
+                return fail(
+                    .natpmp, "the gateway's success was none (lifetime \(lifetime), port \(externalPort))", now: now)
             }
             mapped(.natpmp, external: external, port: externalPort, lifetime: lifetime, now: now)
         case let (_, .other(_, result)) where result != 0:
@@ -552,7 +610,9 @@ public struct PortMappingInstance: Sendable {
         guard let gateway else { return }
         for target in SSDPMessage.gatewayDevices {
             emitSend(SSDPMessage.search(target), to: SSDPMessage.multicastGroup)
-            emitSend(SSDPMessage.search(target), to: PeerAddress(host: .ipv4(gateway), port: SSDPMessage.multicastGroup.port))
+            emitSend(
+                SSDPMessage.search(target), to: PeerAddress(host: .ipv4(gateway), port: SSDPMessage.multicastGroup.port)
+            )
         }
         step = .search(tries: tries, due: min(now + retransmitWait(tries), until), until: until)
     }
@@ -563,9 +623,11 @@ public struct PortMappingInstance: Sendable {
         let id = nextRequest, deadline = now + settings.httpTimeout
         switch next {
         case let .description(location, _, _):
-            emitHTTP(PortMappingHTTPRequest(id: id, to: PeerAddress(host: .ipv4(location.host), port: location.port),
-                                            method: "GET", path: location.path, soapAction: nil, body: [],
-                                            maxBody: 64 * 1024, timeout: settings.httpTimeout))
+            emitHTTP(
+                PortMappingHTTPRequest(
+                    id: id, to: PeerAddress(host: .ipv4(location.host), port: location.port),
+                    method: "GET", path: location.path, soapAction: nil, body: [],
+                    maxBody: 64 * 1024, timeout: settings.httpTimeout))
             step = .description(location, request: id, deadline: deadline)
         case let .externalAddress(service, _, _):
             emitSOAP("GetExternalIPAddress", service: service, arguments: [], id: id)
@@ -574,24 +636,35 @@ public struct PortMappingInstance: Sendable {
             guard let local else { return }
             let action = service.hasAddAny ? "AddAnyPortMapping" : "AddPortMapping"
             let wanted = upnpMapping?.port ?? internalPort
-            emitSOAP(action, service: service, arguments: [
-                ("NewRemoteHost", ""), ("NewExternalPort", "\(wanted)"), ("NewProtocol", "UDP"),
-                ("NewInternalPort", "\(internalPort)"), ("NewInternalClient", PeerAddress(host: .ipv4(local), port: 0).hostString),
-                ("NewEnabled", "1"), ("NewPortMappingDescription", "groupmesh"), ("NewLeaseDuration", "\(lease)"),
-            ], id: id)
+            emitSOAP(
+                action, service: service,
+                arguments: [
+                    ("NewRemoteHost", ""), ("NewExternalPort", "\(wanted)"), ("NewProtocol", "UDP"),
+                    ("NewInternalPort", "\(internalPort)"),
+                    ("NewInternalClient", PeerAddress(host: .ipv4(local), port: 0).hostString),
+                    ("NewEnabled", "1"), ("NewPortMappingDescription", "groupmesh"), ("NewLeaseDuration", "\(lease)"),
+                ], id: id)
             step = .addMapping(service, external: external, lease: lease, request: id, deadline: deadline)
         default:
             break
         }
     }
 
-    private mutating func emitSOAP(_ action: String, service: UPnPService, arguments: [(String, String)], id: UInt64? = nil) {
-        let id = id ?? { nextRequest += 1; return nextRequest }()
-        emitHTTP(PortMappingHTTPRequest(id: id, to: PeerAddress(host: .ipv4(service.control.host), port: service.control.port),
-                                        method: "POST", path: service.control.path,
-                                        soapAction: UPnPSOAP.soapAction(action, service: service.serviceType),
-                                        body: UPnPSOAP.body(action, service: service.serviceType, arguments: arguments),
-                                        maxBody: UPnPSOAP.maxAnswer, timeout: settings.httpTimeout))
+    private mutating func emitSOAP(
+        _ action: String, service: UPnPService, arguments: [(String, String)], id: UInt64? = nil
+    ) {
+        let id =
+            id
+            ?? {
+                nextRequest += 1; return nextRequest
+            }()
+        emitHTTP(
+            PortMappingHTTPRequest(
+                id: id, to: PeerAddress(host: .ipv4(service.control.host), port: service.control.port),
+                method: "POST", path: service.control.path,
+                soapAction: UPnPSOAP.soapAction(action, service: service.serviceType),
+                body: UPnPSOAP.body(action, service: service.serviceType, arguments: arguments),
+                maxBody: UPnPSOAP.maxAnswer, timeout: settings.httpTimeout))
     }
 
     // MARK: output
@@ -645,7 +718,9 @@ public struct PortMappingInstance: Sendable {
 
     /// At most 120 printable ASCII characters of what a gateway said (errors it describes).
     static func printable(_ text: String) -> String {
-        String(String.UnicodeScalarView(text.unicodeScalars.prefix(120).map { $0.value >= 0x20 && $0.value < 0x7F ? $0 : "?" }))
+        String(
+            String.UnicodeScalarView(
+                text.unicodeScalars.prefix(120).map { $0.value >= 0x20 && $0.value < 0x7F ? $0 : "?" }))
     }
 }
 

@@ -8,13 +8,16 @@ import MeshCrypto
 
 /// SSDP discovery (UPnP Device Architecture §1.3): the search and the gateway's answer.
 public enum SSDPMessage {
-    public static let multicastGroup = PeerAddress(host: .ipv4(0xEFFF_FFFA), port: 1900)   // 239.255.255.250
-    public static let gatewayDevices = ["urn:schemas-upnp-org:device:InternetGatewayDevice:1",
-                                        "urn:schemas-upnp-org:device:InternetGatewayDevice:2"]
+    public static let multicastGroup = PeerAddress(host: .ipv4(0xEFFF_FFFA), port: 1900)  // 239.255.255.250
+    public static let gatewayDevices = [
+        "urn:schemas-upnp-org:device:InternetGatewayDevice:1",
+        "urn:schemas-upnp-org:device:InternetGatewayDevice:2",
+    ]
 
     public static func search(_ target: String) -> [UInt8] {
-        Array(("M-SEARCH * HTTP/1.1\r\nHOST: 239.255.255.250:1900\r\nMAN: \"ssdp:discover\"\r\nMX: 2\r\n"
-               + "ST: \(target)\r\n\r\n").utf8)
+        Array(
+            ("M-SEARCH * HTTP/1.1\r\nHOST: 239.255.255.250:1900\r\nMAN: \"ssdp:discover\"\r\nMX: 2\r\n"
+                + "ST: \(target)\r\n\r\n").utf8)
     }
 
     /// The description's location in an answer to our search, when it names a gateway device;
@@ -22,7 +25,9 @@ public enum SSDPMessage {
     public static func location(inAnswer bytes: [UInt8]) -> HTTPLocation? {
         guard bytes.count <= 2048, let text = String(validating: bytes, as: UTF8.self) else { return nil }
         let lines = text.split(separator: "\r\n", maxSplits: 64, omittingEmptySubsequences: false)
-        guard let status = lines.first, status.hasPrefix("HTTP/1.1 200") || status.hasPrefix("HTTP/1.0 200") else { return nil }
+        guard let status = lines.first, status.hasPrefix("HTTP/1.1 200") || status.hasPrefix("HTTP/1.0 200") else {
+            return nil
+        }
         var location: HTTPLocation?
         var isGateway = false
         for line in lines.dropFirst() {
@@ -53,7 +58,8 @@ public struct HTTPLocation: Equatable, Sendable, CustomStringConvertible {
         let authority = rest.prefix { $0 != "/" }
         let path = rest.dropFirst(authority.count)
         guard let (hostText, port) = PeerAddress.split(String(authority)), port != 0,
-              case let .ipv4(host)? = PeerAddress.parseHost(hostText) else { return nil }
+            case let .ipv4(host)? = PeerAddress.parseHost(hostText)
+        else { return nil }
         self.init(host: host, port: port, path: path.isEmpty ? "/" : String(path))
         guard self.path.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return nil }
     }
@@ -78,8 +84,10 @@ public struct UPnPService: Equatable, Sendable {
     /// IGD:2's WANIPConnection:2 has AddAnyPortMapping (the gateway picks a free port).
     public var hasAddAny: Bool { serviceType == "urn:schemas-upnp-org:service:WANIPConnection:2" }
 
-    static let wanServices = ["urn:schemas-upnp-org:service:WANIPConnection:2", "urn:schemas-upnp-org:service:WANIPConnection:1",
-                         "urn:schemas-upnp-org:service:WANPPPConnection:1"]
+    static let wanServices = [
+        "urn:schemas-upnp-org:service:WANIPConnection:2", "urn:schemas-upnp-org:service:WANIPConnection:1",
+        "urn:schemas-upnp-org:service:WANPPPConnection:1",
+    ]
 
     /// The best WAN connection service in a description fetched from `location` (IPv4
     /// connection 2, then 1, then PPP); nil when it names none.
@@ -102,7 +110,9 @@ public struct UPnPService: Equatable, Sendable {
             }
         }
         for wanted in wanServices {
-            guard let match = found.first(where: { $0.type == wanted }), let url = base.resolving(match.control) else { continue }
+            guard let match = found.first(where: { $0.type == wanted }), let url = base.resolving(match.control) else {
+                continue
+            }
             return UPnPService(serviceType: wanted, control: url)
         }
         return nil
@@ -116,9 +126,10 @@ public enum UPnPSOAP {
     /// The request body of `action` with `arguments` (in order).
     public static func body(_ action: String, service: String, arguments: [(String, String)]) -> [UInt8] {
         let inner = arguments.map { "<\($0.0)>\(escaped($0.1))</\($0.0)>" }.joined()
-        return Array(("<?xml version=\"1.0\"?>\r\n<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\" "
-                      + "s:encodingStyle=\"http://schemas.xmlsoap.org/soap/encoding/\"><s:Body>"
-                      + "<u:\(action) xmlns:u=\"\(service)\">\(inner)</u:\(action)></s:Body></s:Envelope>\r\n").utf8)
+        return Array(
+            ("<?xml version=\"1.0\"?>\r\n<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\" "
+                + "s:encodingStyle=\"http://schemas.xmlsoap.org/soap/encoding/\"><s:Body>"
+                + "<u:\(action) xmlns:u=\"\(service)\">\(inner)</u:\(action)></s:Body></s:Envelope>\r\n").utf8)
     }
 
     public static func soapAction(_ action: String, service: String) -> String { "\"\(service)#\(action)\"" }
@@ -186,7 +197,7 @@ struct XMLLeaves: Sequence {
             let tag = bytes[(index + 1)..<end]
             index = end + 1
             guard let first = tag.first else { continue }
-            if first == UInt8(ascii: "?") || first == UInt8(ascii: "!") { continue }   // declaration, comment
+            if first == UInt8(ascii: "?") || first == UInt8(ascii: "!") { continue }  // declaration, comment
             if first == UInt8(ascii: "/") {
                 let name = Self.localName(tag.dropFirst())
                 guard let open = stack.last, open == name else { text = []; continue }
@@ -220,8 +231,10 @@ struct XMLLeaves: Sequence {
 
     /// `s:Envelope xmlns:s="…"` → `Envelope`.
     private static func localName(_ tag: ArraySlice<UInt8>) -> String {
-        let name = tag.prefix { $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\t") && $0 != UInt8(ascii: "\r")
-            && $0 != UInt8(ascii: "\n") && $0 != UInt8(ascii: "/") }.prefix(128)
+        let name = tag.prefix {
+            $0 != UInt8(ascii: " ") && $0 != UInt8(ascii: "\t") && $0 != UInt8(ascii: "\r")
+                && $0 != UInt8(ascii: "\n") && $0 != UInt8(ascii: "/")
+        }.prefix(128)
         let local = name.lastIndex(of: UInt8(ascii: ":")).map { name[(name.index(after: $0))...] } ?? name
         return String(decoding: local, as: UTF8.self)
     }
@@ -241,7 +254,8 @@ extension StringProtocol {
     var trimmingSpaces: Substring {
         let blank: (Character) -> Bool = { $0 == " " || $0 == "\t" || $0 == "\r" || $0 == "\n" }
         let scalars = Substring(self)
-        guard let start = scalars.firstIndex(where: { !blank($0) }), let end = scalars.lastIndex(where: { !blank($0) }) else {
+        guard let start = scalars.firstIndex(where: { !blank($0) }), let end = scalars.lastIndex(where: { !blank($0) })
+        else {
             return ""
         }
         return scalars[start...end]

@@ -21,8 +21,9 @@ public struct MeshInstant: Hashable, Comparable, Sendable, CustomStringConvertib
     }
 
     public static func - (lhs: MeshInstant, rhs: MeshInstant) -> Duration {
-        lhs >= rhs ? .nanoseconds(Int64(clamping: lhs.nanoseconds - rhs.nanoseconds))
-                   : .nanoseconds(-Int64(clamping: rhs.nanoseconds - lhs.nanoseconds))
+        lhs >= rhs
+            ? .nanoseconds(Int64(clamping: lhs.nanoseconds - rhs.nanoseconds))
+            : .nanoseconds(-Int64(clamping: rhs.nanoseconds - lhs.nanoseconds))
     }
 
     public var description: String {
@@ -44,7 +45,9 @@ extension Duration {
 
     public static func * (lhs: Duration, rhs: Double) -> Duration {
         let value = Double(lhs.nanosecondsClamped) * rhs
-        guard value.isFinite else { return value.isNaN ? .zero : (value > 0 ? .nanoseconds(Int64.max) : .nanoseconds(Int64.min)) }
+        guard value.isFinite else {
+            return value.isNaN ? .zero : (value > 0 ? .nanoseconds(Int64.max) : .nanoseconds(Int64.min))
+        }
         if value >= 9.2e18 { return .nanoseconds(Int64.max) }
         if value <= -9.2e18 { return .nanoseconds(Int64.min) }
         return .nanoseconds(Int64(value))

@@ -121,7 +121,9 @@ public struct ChunkAssembler: Sendable {
             if asked[peer] != nil { lastAskedPiece = now }
             stall = silence
             nextAsk = now + stall
-            guard assembly?.isComplete != true else { return .placed(answerTime: answer, roundTrip: roundTrip, complete: true) }
+            guard assembly?.isComplete != true else {
+                return .placed(answerTime: answer, roundTrip: roundTrip, complete: true)
+            }
             // The last piece asked for came with gaps before it: a holder sends in order, so
             // they were lost (or overtaken): ask for them after a short grace, not a silence.
             let lastAsked = lastAsked == Int.max ? (assembly?.received.count ?? 0) - 1 : lastAsked
@@ -188,7 +190,8 @@ public struct ChunkAssembler: Sendable {
 
     /// Starts (or widens) the pull of a chunk from `holder`: the want to send, asking only for
     /// what is missing when pieces already came from others. Nil when too many chunks are open.
-    public mutating func begin(_ digest: SHA256Digest, length: Int, from holder: NodeID, now: MeshInstant) -> ChunkWant? {
+    public mutating func begin(_ digest: SHA256Digest, length: Int, from holder: NodeID, now: MeshInstant) -> ChunkWant?
+    {
         let idle = !downloads.values.contains { $0.asked[holder] != nil }
         if var download = downloads[digest] {
             download.holders.removeAll { $0 == holder }
@@ -201,13 +204,17 @@ public struct ChunkAssembler: Sendable {
             return want(for: digest, download, now: now)
         }
         guard downloads.count < settings.maxDownloads,
-              downloads.values.reduce(length, { $0 + $1.length }) <= settings.maxOpenBytes else { return nil }
-        let wait = max(minimumSilence, answerTime[holder].map { min(settings.maximumStall, max(settings.minimumWholeWait, $0 * 3)) }
-            ?? settings.firstPieceTimeout)
-        let download = Download(length: length, holders: [holder], pieceSize: pieceSize(for: holder),
-                                lastActivity: now, silence: silence(for: holder),
-                                stall: settings.stallTimeout, nextAsk: now + wait,
-                                roundTripFrom: idle ? (holder, now) : nil, wholeWait: wait)
+            downloads.values.reduce(length, { $0 + $1.length }) <= settings.maxOpenBytes
+        else { return nil }
+        let wait = max(
+            minimumSilence,
+            answerTime[holder].map { min(settings.maximumStall, max(settings.minimumWholeWait, $0 * 3)) }
+                ?? settings.firstPieceTimeout)
+        let download = Download(
+            length: length, holders: [holder], pieceSize: pieceSize(for: holder),
+            lastActivity: now, silence: silence(for: holder),
+            stall: settings.stallTimeout, nextAsk: now + wait,
+            roundTripFrom: idle ? (holder, now) : nil, wholeWait: wait)
         downloads[digest] = download
         return want(for: digest, download, now: now)
     }
@@ -238,7 +245,8 @@ public struct ChunkAssembler: Sendable {
 
     /// Twice the holder's answer time, within the settings' bounds.
     private func silence(for holder: NodeID) -> Duration {
-        let silence = answerTime[holder].map { min(settings.maximumStall, max(settings.stallTimeout, $0 * 2)) }
+        let silence =
+            answerTime[holder].map { min(settings.maximumStall, max(settings.stallTimeout, $0 * 2)) }
             ?? settings.stallTimeout
         return max(silence, minimumSilence)
     }
@@ -250,8 +258,11 @@ public struct ChunkAssembler: Sendable {
     public mutating func onPiece(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant) -> PieceResult {
         guard let position = downloads.index(forKey: piece.digest) else { return .unsolicited }
         // One hash lookup, and the download changes in place (its chunk buffer is not copied).
-        guard case let .placed(sample, roundTrip, complete) = downloads.values[position].add(piece, from: peer, now: now,
-                                                                                                settings: settings) else {
+        guard
+            case let .placed(sample, roundTrip, complete) = downloads.values[position].add(
+                piece, from: peer, now: now,
+                settings: settings)
+        else {
             return .duplicate
         }
         if let roundTrip { roundTripSample = roundTrip }
@@ -261,8 +272,9 @@ public struct ChunkAssembler: Sendable {
         }
         guard complete else { return .accepted }
         let download = downloads.remove(at: position).value
-        return .complete(bytes: download.assembly?.contents ?? [], contributors: download.contributors,
-                         stillSending: download.mayStillSend)
+        return .complete(
+            bytes: download.assembly?.contents ?? [], contributors: download.contributors,
+            stillSending: download.mayStillSend)
     }
 
     /// The round trip the last piece measured (a first piece from a holder that had nothing of
@@ -316,7 +328,8 @@ public struct ChunkAssembler: Sendable {
                 // Nothing back at a size above the base: a whole chunk unanswered, or a chunk under
                 // way whose pieces stopped for the longest stall (a path that shrank mid-chunk).
                 if download.pieceSize > settings.pieceSize,
-                   download.assembly == nil || now >= download.lastActivity + settings.maximumStall {
+                    download.assembly == nil || now >= download.lastActivity + settings.maximumStall
+                {
                     silences.append((holder, download.pieceSize))
                 }
                 out.append((holder, want(for: digest, download, now: now)))

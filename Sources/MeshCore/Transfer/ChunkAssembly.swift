@@ -32,7 +32,8 @@ public struct ChunkAssembly: Sendable {
     @discardableResult
     public mutating func add(_ piece: ChunkPiece) -> Bool {
         guard piece.digest == digest, piece.chunkLength == length, piece.pieceSize == pieceSize,
-              !received.contains(piece.index), piece.index < received.count else { return false }
+            !received.contains(piece.index), piece.index < received.count
+        else { return false }
         let range = ChunkPiece.range(of: piece.index, chunkLength: length, pieceSize: pieceSize)
         guard piece.payload.readableBytes == range.count else { return false }
         bytes.withUnsafeMutableBytes { destination in
@@ -48,16 +49,21 @@ public struct ChunkAssembly: Sendable {
     public var contents: [UInt8] { bytes }
 
     /// Cuts `chunk` into the pieces whose bits are set in `only` (every piece when nil).
-    public static func pieces(of chunk: ByteBuffer, digest: SHA256Digest, pieceSize: Int,
-                              only: ChunkBitmap? = nil) -> [ChunkPiece] {
+    public static func pieces(
+        of chunk: ByteBuffer, digest: SHA256Digest, pieceSize: Int,
+        only: ChunkBitmap? = nil
+    ) -> [ChunkPiece] {
         let length = chunk.readableBytes
         let count = ChunkPiece.pieceCount(chunkLength: length, pieceSize: pieceSize)
         var pieces: [ChunkPiece] = []
         pieces.reserveCapacity(only?.held ?? count)
         for index in 0..<count where only.map({ $0.count == count && $0.contains(index) }) ?? true {
             let range = ChunkPiece.range(of: index, chunkLength: length, pieceSize: pieceSize)
-            guard let slice = chunk.getSlice(at: chunk.readerIndex + range.lowerBound, length: range.count) else { continue }
-            pieces.append(ChunkPiece(digest: digest, chunkLength: length, pieceSize: pieceSize, index: index, payload: slice))
+            guard let slice = chunk.getSlice(at: chunk.readerIndex + range.lowerBound, length: range.count) else {
+                continue
+            }
+            pieces.append(
+                ChunkPiece(digest: digest, chunkLength: length, pieceSize: pieceSize, index: index, payload: slice))
         }
         return pieces
     }

@@ -132,7 +132,8 @@ extension PiecePacer.Lane {
         // Asked again at another piece size (the asker's path shrank): what waits at the old size
         // would go unused, so the new pieces take its place.
         if let position = chunks.firstIndex(where: { $0.digest == digest }),
-           chunks[position].pieces.first?.pieceSize != pieces[0].pieceSize {
+            chunks[position].pieces.first?.pieceSize != pieces[0].pieceSize
+        {
             dropped = removeChunk(at: position)
         }
         if let position = chunks.firstIndex(where: { $0.digest == digest }) {
@@ -202,7 +203,8 @@ extension PiecePacer.Lane {
     mutating func noteLeft(_ digest: SHA256Digest, at now: MeshInstant) {
         recentlyLeft[digest] = now
         if recentlyLeft.count > PiecePacer.recentlyLeftLimit,
-           let earliest = recentlyLeft.min(by: { $0.value < $1.value })?.key {
+            let earliest = recentlyLeft.min(by: { $0.value < $1.value })?.key
+        {
             recentlyLeft[earliest] = nil
         }
     }

@@ -108,9 +108,11 @@ public struct SeedingPolicy: Sendable {
     /// The requester hears "left to others" and asks them. So that stale availability cannot starve
     /// anyone, a member refused a chunk that others hold is served anyway after `busyGrace` (and
     /// from then on: its asks for pieces it lost too).
-    public mutating func verdict(attachment: SHA256Digest, index: Int, to peer: NodeID, seeders: Set<NodeID>,
-                                 holders: [NodeID: ChunkBitmap], now: MeshInstant,
-                                 leftAt: (NodeID) -> MeshInstant?) -> Verdict {
+    public mutating func verdict(
+        attachment: SHA256Digest, index: Int, to peer: NodeID, seeders: Set<NodeID>,
+        holders: [NodeID: ChunkBitmap], now: MeshInstant,
+        leftAt: (NodeID) -> MeshInstant?
+    ) -> Verdict {
         // Left to members seen fetching it (they showed what they held as it arrived), also once
         // they hold it whole: the uploader sends less. Not to a member
         // that claimed the whole file at once: it may be a liar, and its claim would make every

@@ -89,8 +89,10 @@ public struct ChunkPiece: WireBody {
     public var sentAt: UInt32
     public var payload: ByteBuffer
 
-    public init(digest: SHA256Digest, chunkLength: Int, pieceSize: Int, index: Int, sentAt: UInt32 = 0,
-                payload: ByteBuffer) {
+    public init(
+        digest: SHA256Digest, chunkLength: Int, pieceSize: Int, index: Int, sentAt: UInt32 = 0,
+        payload: ByteBuffer
+    ) {
         self.digest = digest
         self.chunkLength = chunkLength
         self.pieceSize = pieceSize
@@ -116,8 +118,8 @@ public struct ChunkPiece: WireBody {
         index = Int(try buffer.readWire(UInt16.self, "piece index"))
         sentAt = try buffer.readWire(UInt32.self, "piece timestamp")
         guard chunkLength > 0, chunkLength <= Self.maxChunkLength, pieceSize > 0,
-              Self.pieceCount(chunkLength: chunkLength, pieceSize: pieceSize) <= Int(UInt16.max),
-              index < Self.pieceCount(chunkLength: chunkLength, pieceSize: pieceSize)
+            Self.pieceCount(chunkLength: chunkLength, pieceSize: pieceSize) <= Int(UInt16.max),
+            index < Self.pieceCount(chunkLength: chunkLength, pieceSize: pieceSize)
         else { throw .invalidField(what: "piece") }
         let expected = Self.range(of: index, chunkLength: chunkLength, pieceSize: pieceSize).count
         guard buffer.readableBytes == expected, let payload = buffer.readSlice(length: expected) else {

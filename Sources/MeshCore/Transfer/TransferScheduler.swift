@@ -140,8 +140,12 @@ public struct TransferScheduler: Sendable {
 
     /// The one member chunk `index` is asked of, and when the end game asks a second: nil for a
     /// chunk asked of more, of none, of one at a time (`solo`), or being stored.
-    private func endGameDue(_ index: Int, _ asked: [NodeID: MeshInstant], in job: Job) -> (holder: NodeID, at: MeshInstant)? {
-        guard asked.count == 1, !job.solo.contains(index), !job.storing.contains(index), let (only, askedAt) = asked.first else { return nil }
+    private func endGameDue(
+        _ index: Int, _ asked: [NodeID: MeshInstant], in job: Job
+    ) -> (holder: NodeID, at: MeshInstant)? {
+        guard asked.count == 1, !job.solo.contains(index), !job.storing.contains(index),
+            let (only, askedAt) = asked.first
+        else { return nil }
         return (only, askedAt + endGameAfter(only))
     }
 
@@ -152,10 +156,11 @@ public struct TransferScheduler: Sendable {
     /// Members that hold chunks still wanted, and may be asked.
     public var holderCount: Int {
         availability.count { peer, attachments in
-            !isAvoided(peer) && attachments.contains { id, bitmap in
-                guard let job = jobs[id] else { return false }
-                return bitmap.held > 0 && bitmap.count == job.have.count
-            }
+            !isAvoided(peer)
+                && attachments.contains { id, bitmap in
+                    guard let job = jobs[id] else { return false }
+                    return bitmap.held > 0 && bitmap.count == job.have.count
+                }
         }
     }
 
@@ -190,7 +195,8 @@ public struct TransferScheduler: Sendable {
     public mutating func setRepairing(_ chunks: [Request]) -> Int {
         for peer in peers.keys { peers[peer]?.repairing = 0 }
         var counted = 0
-        for chunk in chunks where jobs[chunk.attachment]?.inFlight[chunk.index]?[chunk.peer] != nil && peers[chunk.peer] != nil {
+        for chunk in chunks
+        where jobs[chunk.attachment]?.inFlight[chunk.index]?[chunk.peer] != nil && peers[chunk.peer] != nil {
             peers[chunk.peer]?.repairing += 1
             counted += 1
         }
@@ -261,8 +267,11 @@ public struct TransferScheduler: Sendable {
     /// asked of others open nothing.
     /// Returns whether it counted (the chunk was asked of `peer`).
     @discardableResult
-    public mutating func onPieceBytes(_ bytes: Int, of attachment: SHA256Digest, index: Int, from peer: NodeID) -> Bool {
-        guard let job = jobs[attachment], job.inFlight[index]?[peer] != nil, var state = peers[peer] else { return false }
+    public mutating func onPieceBytes(_ bytes: Int, of attachment: SHA256Digest, index: Int, from peer: NodeID) -> Bool
+    {
+        guard let job = jobs[attachment], job.inFlight[index]?[peer] != nil, var state = peers[peer] else {
+            return false
+        }
         let chunk = max(1, job.manifest.chunkSize)
         state.credit += bytes
         if state.credit >= chunk {
@@ -343,9 +352,13 @@ public struct TransferScheduler: Sendable {
     /// `peer` answered that it is busy with this chunk: ask again a little later, from anyone.
     /// `asked` is false when the request never left (no room here to put the chunk together):
     /// that is no failure of the holder's.
-    public mutating func onBusy(attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant,
-                                asked: Bool = true) {
-        if asked, jobs[attachment]?.inFlight[index]?[peer] != nil { noteFailure(of: peer, index: index, in: attachment, now: now) }
+    public mutating func onBusy(
+        attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant,
+        asked: Bool = true
+    ) {
+        if asked, jobs[attachment]?.inFlight[index]?[peer] != nil {
+            noteFailure(of: peer, index: index, in: attachment, now: now)
+        }
         settle(attachment: attachment, index: index, answeredBy: peer, now: now)
     }
 
@@ -357,8 +370,10 @@ public struct TransferScheduler: Sendable {
         if job.inFlight[index]?.isEmpty == true { job.inFlight[index] = nil }
         job.busy[index, default: [:]][peer] = now + settings.busyRetry
         let refused = job.refused[index] ?? []
-        let askable = holders(of: index, among: holderBitmaps(of: attachment, count: job.have.count), leaving: job, now: now)
-            .filter { !refused.contains($0) }
+        let askable = holders(
+            of: index, among: holderBitmaps(of: attachment, count: job.have.count), leaving: job, now: now
+        )
+        .filter { !refused.contains($0) }
         if askable.allSatisfy({ job.busy[index]?[$0].map { now < $0 } ?? false }) {
             job.notBefore[index] = now + settings.busyRetry
         }
@@ -415,9 +430,13 @@ public struct TransferScheduler: Sendable {
         let wait = seedAnswerLasts
         if job.leftToOthers.contains(where: { index, seeds in
             !job.have.contains(index) && seeds.values.contains { now < $0 + wait }
-        }) { return true }
+        }) {
+            return true
+        }
         return job.seedsLeaving.contains { seed, at in
-            guard now < at + wait, let bitmap = availability[seed]?[attachment], bitmap.count == job.have.count else { return false }
+            guard now < at + wait, let bitmap = availability[seed]?[attachment], bitmap.count == job.have.count else {
+                return false
+            }
             return (0..<bitmap.count).contains { bitmap.contains($0) && !job.have.contains($0) }
         }
     }
@@ -471,13 +490,16 @@ public struct TransferScheduler: Sendable {
             // one passed that changed nothing (no holder with room) waits for the next event, not
             // a timer that fires without pause.
             for at in job.seedsLeaving.values {
-                for due in [at + settings.leftToOthersWait, at + seedAnswerLasts] where lastNow.map({ due > $0 }) ?? true {
+                for due in [at + settings.leftToOthersWait, at + seedAnswerLasts]
+                where lastNow.map({ due > $0 }) ?? true {
                     deadline = deadline.map { min($0, due) } ?? due
                 }
             }
             guard job.have.count - job.have.held <= settings.endGameChunks else { continue }
             for (index, asked) in job.inFlight {
-                guard let due = endGameDue(index, asked, in: job)?.at, lastNow.map({ due > $0 }) ?? true else { continue }
+                guard let due = endGameDue(index, asked, in: job)?.at, lastNow.map({ due > $0 }) ?? true else {
+                    continue
+                }
                 deadline = deadline.map { min($0, due) } ?? due
             }
         }
@@ -530,9 +552,14 @@ public struct TransferScheduler: Sendable {
             let outstanding = job.have.count - job.have.held
             if outstanding <= settings.endGameChunks {
                 for index in job.inFlight.keys.sorted() {
-                    guard let due = endGameDue(index, job.inFlight[index] ?? [:], in: job), now >= due.at else { continue }
-                    guard let peer = pickHolder(holders(of: index, among: bitmaps, leaving: job, now: now),
-                                                excluding: (job.refused[index] ?? []).union([due.holder])) else { continue }
+                    guard let due = endGameDue(index, job.inFlight[index] ?? [:], in: job), now >= due.at else {
+                        continue
+                    }
+                    guard
+                        let peer = pickHolder(
+                            holders(of: index, among: bitmaps, leaving: job, now: now),
+                            excluding: (job.refused[index] ?? []).union([due.holder]))
+                    else { continue }
                     ask(peer, index: index, in: &job, now: now, into: &requests)
                 }
             }
@@ -541,7 +568,9 @@ public struct TransferScheduler: Sendable {
         return requests
     }
 
-    private mutating func ask(_ peer: NodeID, index: Int, in job: inout Job, now: MeshInstant, into requests: inout [Request]) {
+    private mutating func ask(
+        _ peer: NodeID, index: Int, in job: inout Job, now: MeshInstant, into requests: inout [Request]
+    ) {
         job.inFlight[index, default: [:]][peer] = now
         peers[peer]?.inFlight += 1
         requests.append(Request(peer: peer, attachment: job.id, index: index, digest: job.manifest.chunks[index]))
@@ -550,7 +579,9 @@ public struct TransferScheduler: Sendable {
     /// What each member that may be asked announced of the attachment, in id order.
     private func holderBitmaps(of attachment: SHA256Digest, count: Int) -> [(peer: NodeID, bitmap: ChunkBitmap)] {
         availability.keys.sorted().compactMap { peer in
-            guard let bitmap = availability[peer]?[attachment], bitmap.count == count, !isAvoided(peer) else { return nil }
+            guard let bitmap = availability[peer]?[attachment], bitmap.count == count, !isAvoided(peer) else {
+                return nil
+            }
             return (peer, bitmap)
         }
     }
@@ -562,8 +593,10 @@ public struct TransferScheduler: Sendable {
     /// The holders to ask for chunk `index`: seeds that left it (or, lately, another chunk) to
     /// others only when no other member that has not refused it holds it, or after their wait
     /// (`leftToOthersWait`).
-    private func holders(of index: Int, among bitmaps: [(peer: NodeID, bitmap: ChunkBitmap)], leaving job: Job,
-                         now: MeshInstant) -> [NodeID] {
+    private func holders(
+        of index: Int, among bitmaps: [(peer: NodeID, bitmap: ChunkBitmap)], leaving job: Job,
+        now: MeshInstant
+    ) -> [NodeID] {
         let all = holders(of: index, among: bitmaps)
         let left = seedsThatLeft(index, in: job, now: now)
         guard !left.isEmpty else { return all }
@@ -574,10 +607,12 @@ public struct TransferScheduler: Sendable {
         // A holder failing now and then on a slow line still serves: only one whose latest
         // request timed out, with no chunk from it since (a silent one), gives the seed back for
         // every chunk.
-        let failed = job.othersFailed.contains(index) || others.allSatisfy { peer in
-            guard let state = peers[peer], let failedAt = state.failedAt else { return false }
-            return failedAt >= since && failedAt > (state.servedAt ?? since)
-        }
+        let failed =
+            job.othersFailed.contains(index)
+            || others.allSatisfy { peer in
+                guard let state = peers[peer], let failedAt = state.failedAt else { return false }
+                return failedAt >= since && failedAt > (state.servedAt ?? since)
+            }
         // A chunk the seeds were never asked (held back by their answers for other chunks): once
         // the others failed it, asked at once. Its grace starts only when it is asked: held back
         // the same wait first, it waited two before the seed served it.

@@ -29,7 +29,9 @@ public struct ChannelData: Sendable, Equatable {
     /// The message in `bytes`; up to 3 bytes of padding after the payload are allowed.
     public static func decode(_ bytes: [UInt8]) throws(WireError) -> ChannelData {
         guard bytes.count >= headerSize else { throw .truncated(what: "ChannelData header") }
-        guard bytes.count <= StunMessage.maxSize else { throw .oversized(length: bytes.count, limit: StunMessage.maxSize) }
+        guard bytes.count <= StunMessage.maxSize else {
+            throw .oversized(length: bytes.count, limit: StunMessage.maxSize)
+        }
         let channel = bytes.readUInt16(at: 0)
         guard validChannels.contains(channel) else { throw .invalidField(what: "ChannelData channel number") }
         let length = Int(bytes.readUInt16(at: 2))

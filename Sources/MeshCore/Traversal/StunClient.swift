@@ -114,10 +114,12 @@ public struct StunClient: Sendable {
         }
         guard now >= waitingUntil else { return [] }
         let id = StunMessage.TransactionID(random: &random)
-        let request = StunMessage(method: .binding, messageClass: .request, transactionID: id).encoded(fingerprint: true)
+        let request = StunMessage(method: .binding, messageClass: .request, transactionID: id).encoded(
+            fingerprint: true)
         let server = nextServer % servers.count
-        question = Question(id: id, server: server, tries: 1, nextTry: now + settings.initialRTO,
-                            rto: settings.initialRTO, request: request)
+        question = Question(
+            id: id, server: server, tries: 1, nextTry: now + settings.initialRTO,
+            rto: settings.initialRTO, request: request)
         counters.requestsSent += 1
         return [.send(request, to: servers[server])]
     }
@@ -125,9 +127,10 @@ public struct StunClient: Sendable {
     /// A datagram from one of the servers that looks like STUN.
     public mutating func handle(_ bytes: [UInt8], from source: PeerAddress, now: MeshInstant) -> [Directive] {
         guard let asked = question, servers[asked.server] == source,
-              let received = try? StunMessage.decode(bytes), received.fingerprintIsValid,
-              received.message.transactionID == asked.id, received.message.method == .binding,
-              received.unknownRequired.isEmpty else {
+            let received = try? StunMessage.decode(bytes), received.fingerprintIsValid,
+            received.message.transactionID == asked.id, received.message.method == .binding,
+            received.unknownRequired.isEmpty
+        else {
             counters.dropped += 1
             return []
         }

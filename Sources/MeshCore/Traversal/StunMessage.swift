@@ -222,7 +222,9 @@ public struct StunMessage: Sendable, Equatable {
         guard headerSize + length <= bytes.count else { throw .truncated(what: "STUN message") }
         guard headerSize + length == bytes.count else { throw .trailingBytes(bytes.count - headerSize - length) }
         // safe: 12 bytes are there (the header was checked).
-        guard let transaction = TransactionID(bytes: Array(bytes[8..<20])) else { throw .truncated(what: "STUN transaction id") }
+        guard let transaction = TransactionID(bytes: Array(bytes[8..<20])) else {
+            throw .truncated(what: "STUN transaction id")
+        }
         let (method, messageClass) = split(type)
         var attributes: [StunAttribute] = []
         var unknownRequired: [UInt16] = []
@@ -254,10 +256,12 @@ public struct StunMessage: Sendable, Equatable {
             }
             offset = valueStart + padded
         }
-        return Received(message: StunMessage(method: method, messageClass: messageClass, transactionID: transaction,
-                                             attributes: attributes),
-                        bytes: bytes, integrityOffset: integrityOffset, fingerprintOffset: fingerprintOffset,
-                        unknownRequired: unknownRequired)
+        return Received(
+            message: StunMessage(
+                method: method, messageClass: messageClass, transactionID: transaction,
+                attributes: attributes),
+            bytes: bytes, integrityOffset: integrityOffset, fingerprintOffset: fingerprintOffset,
+            unknownRequired: unknownRequired)
     }
 }
 
@@ -313,7 +317,9 @@ public enum StunAttribute: Sendable, Equatable {
         case let .xorMappedAddress(address), let .xorPeerAddress(address), let .xorRelayedAddress(address):
             value = Self.addressValue(address, xor: transactionID)
         case let .errorCode(code, reason):
-            value = [0, 0, UInt8(truncatingIfNeeded: code / 100), UInt8(truncatingIfNeeded: code % 100)] + Array(reason.utf8)
+            value =
+                [0, 0, UInt8(truncatingIfNeeded: code / 100), UInt8(truncatingIfNeeded: code % 100)]
+                + Array(reason.utf8)
         case let .realm(text), let .nonce(text), let .username(text), let .software(text):
             value = Array(text.utf8)
         case let .messageIntegrity(mac):
@@ -354,7 +360,9 @@ public enum StunAttribute: Sendable, Equatable {
     static let cookieBytes: [UInt8] = [0x21, 0x12, 0xA4, 0x42]
 
     /// The attribute, or nil for a type this decoder skips.
-    static func decode(type: UInt16, value: ArraySlice<UInt8>, transactionID: StunMessage.TransactionID) throws(WireError) -> StunAttribute? {
+    static func decode(
+        type: UInt16, value: ArraySlice<UInt8>, transactionID: StunMessage.TransactionID
+    ) throws(WireError) -> StunAttribute? {
         let bytes = Array(value)
         switch type {
         case 0x0001: return .mappedAddress(try address(bytes, xor: nil))
@@ -391,7 +399,9 @@ public enum StunAttribute: Sendable, Equatable {
         }
     }
 
-    static func address(_ bytes: [UInt8], xor transactionID: StunMessage.TransactionID?) throws(WireError) -> PeerAddress {
+    static func address(
+        _ bytes: [UInt8], xor transactionID: StunMessage.TransactionID?
+    ) throws(WireError) -> PeerAddress {
         guard bytes.count >= 4 else { throw .truncated(what: "STUN address") }
         let size: Int
         switch bytes[1] {
@@ -412,7 +422,9 @@ public enum StunAttribute: Sendable, Equatable {
 
     static func text(_ bytes: [UInt8], what: String) throws(WireError) -> String {
         guard bytes.count <= maxTextBytes else { throw .oversized(length: bytes.count, limit: maxTextBytes) }
-        guard let text = String(validating: bytes, as: UTF8.self) else { throw .invalidField(what: "\(what) (not UTF-8)") }
+        guard let text = String(validating: bytes, as: UTF8.self) else {
+            throw .invalidField(what: "\(what) (not UTF-8)")
+        }
         return text
     }
 }

@@ -151,7 +151,9 @@ public struct TurnAllocation: Sendable {
     private var nextChannel: UInt16 = ChannelData.validChannels.lowerBound
     private var random: SplitMix64
 
-    public init(server: PeerAddress, credentials: Credentials, settings: Settings = .init(), seed: UInt64, now: MeshInstant) {
+    public init(
+        server: PeerAddress, credentials: Credentials, settings: Settings = .init(), seed: UInt64, now: MeshInstant
+    ) {
         self.server = server
         self.credentials = credentials
         self.settings = settings
@@ -197,8 +199,10 @@ public struct TurnAllocation: Sendable {
             maintainChannels(now: now, into: &directives)
             if now >= lastSent + settings.keepalive {
                 lastSent = now
-                let indication = StunMessage(method: .binding, messageClass: .indication,
-                                             transactionID: .init(random: &random)).encoded(fingerprint: true)
+                let indication = StunMessage(
+                    method: .binding, messageClass: .indication,
+                    transactionID: .init(random: &random)
+                ).encoded(fingerprint: true)
                 directives.append(.send(indication))
             }
         default:
@@ -266,10 +270,11 @@ public struct TurnAllocation: Sendable {
     }
 
     private mutating func maintainPermissions(now: MeshInstant, into directives: inout [Directive]) {
-        let pending = Set(transactions.values.flatMap { transaction -> [PeerAddress.Host] in
-            if case let .createPermission(peers) = transaction.request { return peers.map(\.host) }
-            return []
-        })
+        let pending = Set(
+            transactions.values.flatMap { transaction -> [PeerAddress.Host] in
+                if case let .createPermission(peers) = transaction.request { return peers.map(\.host) }
+                return []
+            })
         let due = wanted.values.sorted().filter { address in
             guard !pending.contains(address.host) else { return false }
             if let until = refusedUntil[address.host], now < until { return false }
@@ -301,7 +306,9 @@ public struct TurnAllocation: Sendable {
         send(request, now: now, staleNonces: 0, into: &directives)
     }
 
-    private mutating func send(_ request: Request, now: MeshInstant, staleNonces: Int, into directives: inout [Directive]) {
+    private mutating func send(
+        _ request: Request, now: MeshInstant, staleNonces: Int, into directives: inout [Directive]
+    ) {
         let id = StunMessage.TransactionID(random: &random)
         var attributes: [StunAttribute]
         let method: StunMessage.Method
@@ -328,8 +335,9 @@ public struct TurnAllocation: Sendable {
         }
         let bytes = StunMessage(method: method, messageClass: .request, transactionID: id, attributes: attributes)
             .encoded(integrityKey: key, fingerprint: true)
-        transactions[id] = Transaction(request: request, bytes: bytes, authenticated: authenticated, tries: 1,
-                                       nextTry: now + settings.initialRTO, rto: settings.initialRTO, staleNonces: staleNonces)
+        transactions[id] = Transaction(
+            request: request, bytes: bytes, authenticated: authenticated, tries: 1,
+            nextTry: now + settings.initialRTO, rto: settings.initialRTO, staleNonces: staleNonces)
         counters.requestsSent += 1
         lastSent = now
         directives.append(.send(bytes))
@@ -339,7 +347,9 @@ public struct TurnAllocation: Sendable {
 
     /// How `payload` for `peer` goes to the server: ChannelData on a bound channel, else a Send
     /// indication (and a ChannelBind asked for, so the next ones are smaller). Nil unless allocated.
-    public mutating func wrap(_ payload: [UInt8], to peer: PeerAddress, now: MeshInstant) -> (bytes: [UInt8], directives: [Directive])? {
+    public mutating func wrap(
+        _ payload: [UInt8], to peer: PeerAddress, now: MeshInstant
+    ) -> (bytes: [UInt8], directives: [Directive])? {
         guard phase == .allocated else { return nil }
         lastSent = now
         counters.datagramsSent += 1
@@ -352,14 +362,16 @@ public struct TurnAllocation: Sendable {
                 return (ChannelData(channel: channel.number, payload: payload).encoded(), [])
             }
         } else if channels.count < settings.maxChannels, nextChannel <= ChannelData.validChannels.upperBound,
-                  refusedUntil[peer.host].map({ now >= $0 }) ?? true {
+            refusedUntil[peer.host].map({ now >= $0 }) ?? true
+        {
             channels[peer] = Channel(number: nextChannel, confirmed: false, boundAt: now, lastUsed: now)
             send(.channelBind(channel: nextChannel, peer: peer), now: now, into: &directives)
             nextChannel += 1
         }
         let id = StunMessage.TransactionID(random: &random)
-        let indication = StunMessage(method: .send, messageClass: .indication, transactionID: id,
-                                     attributes: [.xorPeerAddress(peer), .data(payload)])
+        let indication = StunMessage(
+            method: .send, messageClass: .indication, transactionID: id,
+            attributes: [.xorPeerAddress(peer), .data(payload)])
         return (indication.encoded(), directives)
     }
 
@@ -371,7 +383,8 @@ public struct TurnAllocation: Sendable {
         }
         if ChannelData.looksLikeChannelData(first) {
             guard let framed = try? ChannelData.decode(bytes),
-                  let peer = channels.first(where: { $0.value.number == framed.channel })?.key else {
+                let peer = channels.first(where: { $0.value.number == framed.channel })?.key
+            else {
                 counters.dropped += 1
                 return .handled([])
             }
@@ -399,7 +412,8 @@ public struct TurnAllocation: Sendable {
     private mutating func handleResponse(_ received: StunMessage.Received, now: MeshInstant) -> [Directive] {
         let message = received.message
         guard message.messageClass == .success || message.messageClass == .error,
-              let transaction = transactions[message.transactionID], received.unknownRequired.isEmpty else {
+            let transaction = transactions[message.transactionID], received.unknownRequired.isEmpty
+        else {
             counters.dropped += 1
             return []
         }
@@ -427,7 +441,8 @@ public struct TurnAllocation: Sendable {
             }
             self.realm = realm
             self.nonce = nonce
-            key = StunIntegrity.longTermKey(username: credentials.username, realm: realm, password: credentials.password)
+            key = StunIntegrity.longTermKey(
+                username: credentials.username, realm: realm, password: credentials.password)
             if transaction.authenticated {
                 failedRequest(transaction.request, "401 wrong credentials", now: now, into: &directives)
             } else {
@@ -437,7 +452,8 @@ public struct TurnAllocation: Sendable {
             if let nonce = message.nonce { self.nonce = nonce }
             if let realm = message.realm, realm != self.realm {
                 self.realm = realm
-                key = StunIntegrity.longTermKey(username: credentials.username, realm: realm, password: credentials.password)
+                key = StunIntegrity.longTermKey(
+                    username: credentials.username, realm: realm, password: credentials.password)
             }
             send(transaction.request, now: now, staleNonces: transaction.staleNonces + 1, into: &directives)
         case 401:
@@ -453,12 +469,16 @@ public struct TurnAllocation: Sendable {
         return directives
     }
 
-    private mutating func succeeded(_ request: Request, _ message: StunMessage, now: MeshInstant,
-                                    into directives: inout [Directive]) {
+    private mutating func succeeded(
+        _ request: Request, _ message: StunMessage, now: MeshInstant,
+        into directives: inout [Directive]
+    ) {
         switch request {
         case .allocate:
             guard phase == .allocating, let relayed = message.xorRelayedAddress else {
-                if phase == .allocating { fail("the Allocate's answer has no relayed address", now: now, into: &directives) }
+                if phase == .allocating {
+                    fail("the Allocate's answer has no relayed address", now: now, into: &directives)
+                }
                 return
             }
             let lifetime = Duration.seconds(Int(message.lifetime ?? 600))
@@ -491,8 +511,10 @@ public struct TurnAllocation: Sendable {
         }
     }
 
-    private mutating func failedRequest(_ request: Request, _ reason: String, now: MeshInstant,
-                                        into directives: inout [Directive]) {
+    private mutating func failedRequest(
+        _ request: Request, _ reason: String, now: MeshInstant,
+        into directives: inout [Directive]
+    ) {
         switch request {
         case .allocate, .deleteStale:
             fail(reason, now: now, into: &directives)

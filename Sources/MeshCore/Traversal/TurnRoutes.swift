@@ -22,7 +22,9 @@ public struct TurnRoutes: Sendable {
     private let alsoDirect: Set<PeerAddress>
     private var heardThrough: [PeerAddress: MeshInstant] = [:]
 
-    public init(server: PeerAddress, alsoDirect: [PeerAddress] = [], recent: Duration = .seconds(120), capacity: Int = 256) {
+    public init(
+        server: PeerAddress, alsoDirect: [PeerAddress] = [], recent: Duration = .seconds(120), capacity: Int = 256
+    ) {
         self.server = server
         self.alsoDirect = Set(alsoDirect)
         self.recent = recent

@@ -122,8 +122,9 @@ public struct DatagramCodec: Sendable {
             peers[id] = previous
             return
         }
-        peers[id] = PeerKeys(bootID: bootID, keys: keys,
-                             pairwiseWindow: ReplayWindow(size: configuration.replayWindowSize))
+        peers[id] = PeerKeys(
+            bootID: bootID, keys: keys,
+            pairwiseWindow: ReplayWindow(size: configuration.replayWindowSize))
     }
 
     public mutating func removePeer(_ id: NodeID) {
@@ -137,10 +138,13 @@ public struct DatagramCodec: Sendable {
     // MARK: sealing
 
     /// Seals frames for every member of the session under the hello key.
-    public mutating func sealHello(_ frames: [Frame], nonce: PacketNonce,
-                                   allocator: ByteBufferAllocator = .init()) -> ByteBuffer {
-        let header = DatagramHeader(keyKind: .hello, sessionID: sessionID, sender: localID, bootID: localBootID,
-                                    packetNumber: nextHelloNumber, helloNonce: nonce)
+    public mutating func sealHello(
+        _ frames: [Frame], nonce: PacketNonce,
+        allocator: ByteBufferAllocator = .init()
+    ) -> ByteBuffer {
+        let header = DatagramHeader(
+            keyKind: .hello, sessionID: sessionID, sender: localID, bootID: localBootID,
+            packetNumber: nextHelloNumber, helloNonce: nonce)
         nextHelloNumber += 1
         var buffer = allocator.buffer(capacity: configuration.maxDatagramSize)
         Self.seal(frames, header: header, sealer: helloSealer, appendingTo: &buffer)
@@ -148,11 +152,14 @@ public struct DatagramCodec: Sendable {
     }
 
     /// Seals frames for one peer under our pairwise key; nil when we hold no keys for it.
-    public mutating func seal(_ frames: [Frame], to peer: NodeID,
-                              allocator: ByteBufferAllocator = .init()) -> ByteBuffer? {
+    public mutating func seal(
+        _ frames: [Frame], to peer: NodeID,
+        allocator: ByteBufferAllocator = .init()
+    ) -> ByteBuffer? {
         guard let (number, sending) = peers[peer]?.nextSending() else { return nil }
-        let header = DatagramHeader(keyKind: .pairwise, sessionID: sessionID, sender: localID,
-                                    bootID: localBootID, packetNumber: number)
+        let header = DatagramHeader(
+            keyKind: .pairwise, sessionID: sessionID, sender: localID,
+            bootID: localBootID, packetNumber: number)
         var buffer = allocator.buffer(capacity: configuration.maxDatagramSize)
         Self.seal(frames, header: header, sealer: sending, appendingTo: &buffer)
         return buffer
@@ -162,14 +169,17 @@ public struct DatagramCodec: Sendable {
     /// one segmented write). False when we hold no keys for it.
     public mutating func seal(_ frames: [Frame], to peer: NodeID, appendingTo buffer: inout ByteBuffer) -> Bool {
         guard let (number, sending) = peers[peer]?.nextSending() else { return false }
-        let header = DatagramHeader(keyKind: .pairwise, sessionID: sessionID, sender: localID,
-                                    bootID: localBootID, packetNumber: number)
+        let header = DatagramHeader(
+            keyKind: .pairwise, sessionID: sessionID, sender: localID,
+            bootID: localBootID, packetNumber: number)
         Self.seal(frames, header: header, sealer: sending, appendingTo: &buffer)
         return true
     }
 
-    private static func seal(_ frames: [Frame], header: DatagramHeader, sealer: PacketSealer,
-                             appendingTo buffer: inout ByteBuffer) {
+    private static func seal(
+        _ frames: [Frame], header: DatagramHeader, sealer: PacketSealer,
+        appendingTo buffer: inout ByteBuffer
+    ) {
         let start = buffer.writerIndex - buffer.readerIndex
         header.encode(into: &buffer)
         let headerEnd = buffer.writerIndex - buffer.readerIndex
@@ -230,11 +240,13 @@ public struct DatagramCodec: Sendable {
         let sealedLength = buffer.readableBytes
         var plaintext = ByteBufferAllocator().buffer(capacity: sealedLength - PacketSealer.tagByteCount)
         var opened = false
-        plaintext.writeWithUnsafeMutableBytes(minimumWritableBytes: sealedLength - PacketSealer.tagByteCount) { output in
+        plaintext.writeWithUnsafeMutableBytes(minimumWritableBytes: sealedLength - PacketSealer.tagByteCount) {
+            output in
             datagram.withUnsafeReadableBytes { whole in
-                let length = sealer.open(UnsafeRawBufferPointer(rebasing: whole[headerLength...]),
-                                         associatedData: UnsafeRawBufferPointer(rebasing: whole[..<headerLength]),
-                                         nonce: header.nonce, into: output)
+                let length = sealer.open(
+                    UnsafeRawBufferPointer(rebasing: whole[headerLength...]),
+                    associatedData: UnsafeRawBufferPointer(rebasing: whole[..<headerLength]),
+                    nonce: header.nonce, into: output)
                 opened = length != nil
                 return length ?? 0
             }

@@ -25,8 +25,10 @@ public struct DatagramHeader: Equatable, Sendable {
     /// Present exactly when `keyKind == .hello`.
     public var helloNonce: PacketNonce?
 
-    public init(keyKind: KeyKind, sessionID: SessionID, sender: NodeID, bootID: UInt64,
-                packetNumber: UInt64, helloNonce: PacketNonce? = nil) {
+    public init(
+        keyKind: KeyKind, sessionID: SessionID, sender: NodeID, bootID: UInt64,
+        packetNumber: UInt64, helloNonce: PacketNonce? = nil
+    ) {
         self.keyKind = keyKind
         self.sessionID = sessionID
         self.sender = sender
@@ -81,7 +83,9 @@ public struct DatagramHeader: Equatable, Sendable {
             }
             nonce = PacketNonce(raw: raw)
         }
-        return .success(DatagramHeader(keyKind: kind, sessionID: session, sender: sender, bootID: boot,
-                                       packetNumber: number, helloNonce: nonce))
+        return .success(
+            DatagramHeader(
+                keyKind: kind, sessionID: session, sender: sender, bootID: boot,
+                packetNumber: number, helloNonce: nonce))
     }
 }

@@ -229,14 +229,18 @@ public protocol WireBody: Equatable, Sendable {
 public struct Ping: WireBody {
     public var token: UInt64
     public init(token: UInt64) { self.token = token }
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) { token = try buffer.readWire(UInt64.self, "ping token") }
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        token = try buffer.readWire(UInt64.self, "ping token")
+    }
     public func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(token) }
 }
 
 public struct Pong: WireBody {
     public var token: UInt64
     public init(token: UInt64) { self.token = token }
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) { token = try buffer.readWire(UInt64.self, "pong token") }
+    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        token = try buffer.readWire(UInt64.self, "pong token")
+    }
     public func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(token) }
 }
 
@@ -295,7 +299,9 @@ public enum FrameCodec {
 extension ByteBuffer {
     /// Reads a fixed-width integer or reports which field was cut short.
     @inlinable
-    public mutating func readWire<T: FixedWidthInteger>(_: T.Type, _ what: @autoclosure () -> String) throws(WireError) -> T {
+    public mutating func readWire<T: FixedWidthInteger>(
+        _: T.Type, _ what: @autoclosure () -> String
+    ) throws(WireError) -> T {
         guard let value: T = readInteger() else { throw .truncated(what: what()) }
         return value
     }
@@ -312,7 +318,8 @@ extension ByteBuffer {
     public mutating func readDigest(_ what: @autoclosure () -> String) throws(WireError) -> SHA256Digest {
         // Four integer reads: no array, no generic collection code on the per-datagram path.
         guard readableBytes >= SHA256Digest.byteCount, let w0: UInt64 = readInteger(), let w1: UInt64 = readInteger(),
-              let w2: UInt64 = readInteger(), let w3: UInt64 = readInteger() else { throw .truncated(what: what()) }
+            let w2: UInt64 = readInteger(), let w3: UInt64 = readInteger()
+        else { throw .truncated(what: what()) }
         return SHA256Digest(words: w0, w1, w2, w3)
     }
 }

@@ -84,8 +84,9 @@ extension DownlinkController {
         let known = [roundTrip, probedRoundTrip].compactMap { $0 }.max()
         guard let known else { return Double(settings.initialRate) }
         let seconds = max(1e-6, known.milliseconds / 1000)
-        return min(Double(settings.maximumRate),
-                   max(Double(settings.initialRate), Double(settings.initialWindow) / seconds))
+        return min(
+            Double(settings.maximumRate),
+            max(Double(settings.initialRate), Double(settings.initialWindow) / seconds))
     }
 
     /// A start from idle: slow start from the initial window, or a careful resume from what the
@@ -100,7 +101,8 @@ extension DownlinkController {
         // As at the node's first fetch: the first interval's deliveries answer to the initial rate.
         if !firstEver { deliveries = DeliveryRates(rate: min(rate, Double(settings.initialRate))) }
         if let saved = offer?.saved, now < saved.savedAt + settings.resumeLifetime,
-           saved.rate * settings.resumeJumpShare > rate {
+            saved.rate * settings.resumeJumpShare > rate
+        {
             mode = .resuming(Resume(saved: saved, phase: .reconnaissance))
         }
     }
@@ -128,8 +130,10 @@ extension DownlinkController {
                 mode = .slowStart(SlowStart(grew: true))
                 return false
             }
-            mode = .resuming(Resume(saved: resume.saved, phase: .validating(jump: jump, closes: closes + 1),
-                                    queuedSince: resume.queuedSince))
+            mode = .resuming(
+                Resume(
+                    saved: resume.saved, phase: .validating(jump: jump, closes: closes + 1),
+                    queuedSince: resume.queuedSince))
             return true
         }
     }
@@ -138,7 +142,8 @@ extension DownlinkController {
     /// draft halves the saved window, not the rate); nil when the round trip is not similar.
     func resumeJump(_ saved: SavedPathCapacity) -> Double? {
         guard let roundTrip, roundTrip >= saved.roundTrip * settings.resumeRoundTripRange.lowerBound,
-              roundTrip <= saved.roundTrip * settings.resumeRoundTripRange.upperBound else { return nil }
+            roundTrip <= saved.roundTrip * settings.resumeRoundTripRange.upperBound
+        else { return nil }
         let longer = max(1, roundTrip.milliseconds / max(1e-6, saved.roundTrip.milliseconds))
         return min(Double(settings.maximumRate), saved.rate * settings.resumeJumpShare / longer)
     }

@@ -42,9 +42,11 @@ extension DownlinkController {
     }
 
     /// An interval proven holders fed: the phase under way judges it.
-    private mutating func closeProvenInterval(_ open: OpenInterval, queue: Duration,
-                                              datagrams: (received: Int, lost: Int),
-                                              shownRate: Double, now: MeshInstant) {
+    private mutating func closeProvenInterval(
+        _ open: OpenInterval, queue: Duration,
+        datagrams: (received: Int, lost: Int),
+        shownRate: Double, now: MeshInstant
+    ) {
         lastUnprovenQueue = nil
         let previousQueue = queueingDelay
         queueingDelay = queue
@@ -67,8 +69,9 @@ extension DownlinkController {
         wasOver = over
         if over { lineRate.measure(arrived: deliveries.last, now: now) }
         // Once per interval: the loss it judges is summed over the quiet ones.
-        let overflow = lossHistory.overflowing(queue: queueSeconds, target: target,
-                                               received: datagrams.received, lost: datagrams.lost)
+        let overflow = lossHistory.overflowing(
+            queue: queueSeconds, target: target,
+            received: datagrams.received, lost: datagrams.lost)
         if !slowStart, lossyTargetPhase != .armed, let lossy = lossyLineTarget {
             if queue >= lossy {
                 lossyTargetPhase = .overshot
@@ -76,10 +79,11 @@ extension DownlinkController {
                 lossyTargetPhase = .armed
             }
         }
-        let close = ProvenClose(queue: queue, previousQueue: previousQueue, queueSeconds: queueSeconds, target: target,
-                                delivered: delivered, shownRate: shownRate,
-                                caughtUp: delivered >= rate * settings.caughtUp, mayShrink: now >= holdUntil,
-                                over: over, lasting: lasting, overflow: overflow, lost: datagrams.lost)
+        let close = ProvenClose(
+            queue: queue, previousQueue: previousQueue, queueSeconds: queueSeconds, target: target,
+            delivered: delivered, shownRate: shownRate,
+            caughtUp: delivered >= rate * settings.caughtUp, mayShrink: now >= holdUntil,
+            over: over, lasting: lasting, overflow: overflow, lost: datagrams.lost)
         switch mode {
         case .slowdown(let test):
             guard now >= test.until || priority == .background else { return }

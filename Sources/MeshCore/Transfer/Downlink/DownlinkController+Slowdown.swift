@@ -11,8 +11,10 @@ extension DownlinkController {
         // The slower rate reaches the holders half a round trip on, and what the queue held before
         // takes its own time to drain: only the second half is judged.
         let length = max(settings.slowdownAtLeast, interval * settings.slowdownRoundTrips)
-        mode = .slowdown(Slowdown(rate: rate, delivered: deliveries.recent, judgeFrom: now + length / 2,
-                                  until: now + length, interrupted: interrupting))
+        mode = .slowdown(
+            Slowdown(
+                rate: rate, delivered: deliveries.recent, judgeFrom: now + length / 2,
+                until: now + length, interrupted: interrupting))
         rate = max(Double(settings.minimumRate), rate * settings.slowdownShare)
         return true
     }
@@ -63,7 +65,8 @@ extension DownlinkController {
         // (a lone fetch on a long path would otherwise compete at once).
         drainedAt = now
         let seconds = probe.judgeFrom.map { (now - $0).milliseconds / 1000 } ?? 0
-        let gain = judged && seconds > 0 && probe.deliveredBefore > 0
+        let gain =
+            judged && seconds > 0 && probe.deliveredBefore > 0
             ? Double(probe.bytes) / seconds / probe.deliveredBefore : nil
         lastProbeGain = gain
         guard priority == .foreground else { return }

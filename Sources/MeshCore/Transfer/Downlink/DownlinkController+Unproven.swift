@@ -12,7 +12,9 @@ extension DownlinkController {
         lastClose = now
         // No jump on holders not proven yet, and none kept: their word cannot validate it.
         if case .resuming(let resume) = mode {
-            if case .reconnaissance = resume.phase { mode = .slowStart(SlowStart()) } else {
+            if case .reconnaissance = resume.phase {
+                mode = .slowStart(SlowStart())
+            } else {
                 retreat(delivered: delivered, now: now)
                 return
             }
@@ -34,8 +36,9 @@ extension DownlinkController {
         let lasting = over && wasOver
         wasOver = over
         if unproven.isHeld {
-            answerUnprovenQueue(highest: highest, lasting: lasting, delivered: delivered, previousRise: previousRise,
-                                now: now)
+            answerUnprovenQueue(
+                highest: highest, lasting: lasting, delivered: delivered, previousRise: previousRise,
+                now: now)
         } else if case .slowStart(var state) = mode, !over, delivered >= shownRate * settings.caughtUp {
             // Nothing proven follows an overshoot down: near a queue, grow less far ahead.
             let gain = highest >= targetSeconds / 8 ? settings.unprovenSlowStartGain : settings.slowStartGain
@@ -54,8 +57,10 @@ extension DownlinkController {
 
     /// Unproven holders' queue held the rate already: after slow start grew, a queue that stays
     /// is drained once, and one that keeps rising after that drain is cut.
-    private mutating func answerUnprovenQueue(highest: Double, lasting: Bool, delivered: Double,
-                                              previousRise: (older: Duration?, newer: Duration?), now: MeshInstant) {
+    private mutating func answerUnprovenQueue(
+        highest: Double, lasting: Bool, delivered: Double,
+        previousRise: (older: Duration?, newer: Duration?), now: MeshInstant
+    ) {
         guard slowStart else { return }
         if case .held(afterGrowth: true, let heldAt) = unproven, lasting, now >= heldAt + interval * 2 {
             // Held after slow start grew: the queue is most likely that growth's overshoot,
@@ -68,8 +73,9 @@ extension DownlinkController {
             unproven = .drained(UnprovenDrain(floor: held / 2, riseFrom: now + interval * 3))
             drain(from: held, excess: highest, overSeconds: 2 * interval.milliseconds / 1000, until: now + interval * 2)
         } else if drainReturn == nil, now >= holdUntil, case .drained(let drained) = unproven,
-                  let older = previousRise.older, let newer = previousRise.newer, let current = drained.rise.newer,
-                  newer > older, current > newer, current - older >= target / 8 {
+            let older = previousRise.older, let newer = previousRise.newer, let current = drained.rise.newer,
+            newer > older, current > newer, current - older >= target / 8
+        {
             // Back at the rate held, the queue rises interval after interval: that rate is
             // past what the line gives us (what arrived during the overshoot was more).
             // Through the emulator a get beside CUBIC on a 10 Mbit/s, 80 ms line stood

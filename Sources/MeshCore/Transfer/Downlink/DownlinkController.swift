@@ -39,7 +39,6 @@ public struct DownlinkController: Sendable {
         case background
     }
 
-
     public let settings: Settings
     public internal(set) var rate: Double
     public private(set) var priority = Priority.background
@@ -200,8 +199,10 @@ public struct DownlinkController: Sendable {
     /// `closeUnprovenInterval`): its queue counts as the highest of the interval, never as the
     /// line's lowest.
     @discardableResult
-    mutating func onPiece(bytes: Int, sentAt: UInt32, from holder: NodeID, now: MeshInstant,
-                          trusted: Bool = true) -> Bool {
+    mutating func onPiece(
+        bytes: Int, sentAt: UInt32, from holder: NodeID, now: MeshInstant,
+        trusted: Bool = true
+    ) -> Bool {
         let queue = delays.queue(sentAt: sentAt, from: holder, now: now)
         let opens = measuring == nil
         var open = measuring ?? OpenInterval(start: now)
@@ -226,7 +227,10 @@ public struct DownlinkController: Sendable {
         if trusted, case .resuming(let resume) = mode, brakeResume(resume, queue: queue, now: now) { return true }
         // Unproven holders' queue brakes only an interval no proven holder fed (as at its close).
         if mode.isSlowStart, trusted || (!unproven.isHeld && open.queue == nil),
-           brakeSlowStart(queue: queue, trusted: trusted, now: now) { return true }
+            brakeSlowStart(queue: queue, trusted: trusted, now: now)
+        {
+            return true
+        }
         guard now >= open.start + interval else { return false }
         closeInterval(now: now)
         return true
@@ -279,8 +283,9 @@ public struct DownlinkController: Sendable {
         guard roundTrips.add(sample, now: now), first, mode.isSlowStart || reconnoitring else { return false }
         // The first round trip known: slow start begins from a window's worth per round trip
         // (as TCP's initial window), which on a LAN is far more than the initial rate.
-        let start = min(Double(settings.maximumRate),
-                        max(rate, Double(settings.initialWindow) / max(1e-6, sample.milliseconds / 1000)))
+        let start = min(
+            Double(settings.maximumRate),
+            max(rate, Double(settings.initialWindow) / max(1e-6, sample.milliseconds / 1000)))
         let rose = start > rate
         rate = start
         return rose
