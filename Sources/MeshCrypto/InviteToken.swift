@@ -66,8 +66,7 @@ public struct InviteToken: Sendable, Equatable {
             addresses.append(length == 4 ? PeerAddress(ipv4: host, port: port) : PeerAddress(ipv6: host, port: port))
         }
         guard reader.isAtEnd else { throw .invite(.trailingBytes) }
-        // safe: exactly 32 bytes were read
-        self.init(secret: try! SessionSecret(bytes: secretBytes), addresses: addresses)
+        self.init(secret: try! SessionSecret(bytes: secretBytes), addresses: addresses)  // safe: 32 bytes read
     }
 }
 

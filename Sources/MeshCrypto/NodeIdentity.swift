@@ -24,8 +24,7 @@ public struct NodeIdentity: Sendable {
     }
 
     public static func generate() -> NodeIdentity {
-        // safe: SecureRandom returns exactly the requested count
-        try! NodeIdentity(seed: SecureRandom.bytes(seedByteCount))
+        try! NodeIdentity(seed: SecureRandom.bytes(seedByteCount))  // safe: exact count
     }
 
     public var nodeID: NodeID { publicKey.nodeID }

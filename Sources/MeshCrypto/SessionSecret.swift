@@ -11,8 +11,7 @@ public struct SessionSecret: Sendable, Equatable {
     }
 
     public static func generate() -> SessionSecret {
-        // safe: SecureRandom returns exactly the requested count
-        try! SessionSecret(bytes: SecureRandom.bytes(byteCount))
+        try! SessionSecret(bytes: SecureRandom.bytes(byteCount))  // safe: exact count
     }
 
     public func key(for purpose: KeyPurpose, length: Int = 32) -> [UInt8] {

@@ -25,12 +25,9 @@ public enum FuzzTargets {
     nonisolated(unsafe) static var codec: DatagramCodec = {
         let session = try! SessionSecret(bytes: [UInt8](repeating: 7, count: 32))  // safe: 32 bytes
         let local = try! NodeIdentity(seed: [UInt8](repeating: 1, count: 32))  // safe: fixed 32-byte inputs
-        // safe: fixed-size input of the right length
-        let peer = try! NodeIdentity(seed: [UInt8](repeating: 2, count: 32))
-        // safe: fixed-size input of the right length
-        let localKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 3, count: 32))
-        // safe: fixed-size input of the right length
-        let peerKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 4, count: 32))
+        let peer = try! NodeIdentity(seed: [UInt8](repeating: 2, count: 32))  // safe: right length
+        let localKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 3, count: 32))  // safe: right length
+        let peerKx = try! EphemeralKeyPair(seed: [UInt8](repeating: 4, count: 32))  // safe: right length
         var codec = DatagramCodec(session: session, localID: local.nodeID, localBootID: 1)
         codec.installPeer(
             peer.nodeID, bootID: 9,
@@ -38,8 +35,8 @@ public enum FuzzTargets {
         return codec
     }()
 
-    // safe: 32 bytes
-    static let lanKeys = LANAnnouncement.Keys(secret: try! SessionSecret(bytes: [UInt8](repeating: 7, count: 32)))
+    static let lanSecret = try! SessionSecret(bytes: [UInt8](repeating: 7, count: 32))  // safe: 32 bytes
+    static let lanKeys = LANAnnouncement.Keys(secret: lanSecret)
 
     public static func run(selector: UInt8, input: [UInt8]) {
         var buffer = ByteBuffer(bytes: input)
