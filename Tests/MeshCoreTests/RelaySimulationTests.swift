@@ -44,6 +44,19 @@ struct RelaySimulationTests {
             && a.core.paths.state(of: b.id) == .relayed && b.core.paths.state(of: a.id) == .relayed
     }
 
+    /// Runs until one of the two public members (n0, n1) relays between `a` and `b`, for at most
+    /// a minute: that relay and the other public member, or nil.
+    static func waitForRelay(of a: SimNode, _ b: SimNode, in mesh: SimMesh) -> (relay: SimNode, other: SimNode)? {
+        let publics = [mesh.node(SimAddress(0)), mesh.node(SimAddress(1))]
+        var found: SimNode?
+        mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in
+            found = publics.first { relayed(a, b, through: $0) }
+            return found != nil
+        }
+        guard let relay = found, let other = publics.first(where: { $0 !== relay }) else { return nil }
+        return (relay, other)
+    }
+
     static func describe(_ a: SimNode, _ b: SimNode) -> String {
         "A→B \(a.core.paths.state(of: b.id)) via \(a.core.paths.relay(of: b.id).map { "\($0)" } ?? "-"), "
             + "B→A \(b.core.paths.state(of: a.id)) via \(b.core.paths.relay(of: a.id).map { "\($0)" } ?? "-")"
@@ -127,14 +140,9 @@ struct RelaySimulationTests {
     func aPairMovesWhenItsRelayLeaves(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let (mesh, a, b) = Self.mesh(seed: seed, publics: 2)
-        let publics = [mesh.node(SimAddress(0)), mesh.node(SimAddress(1))]
-        var first: SimNode?
-        let outcome = mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in
-            first = publics.first { Self.relayed(a, b, through: $0) }
-            return first != nil
-        }
-        #expect(outcome == .satisfied, "\(replay): \(Self.describe(a, b))")
-        guard let leaving = first, let other = publics.first(where: { $0 !== leaving }) else { return }
+        let relays = Self.waitForRelay(of: a, b, in: mesh)
+        #expect(relays != nil, "\(replay): \(Self.describe(a, b))")
+        guard let (leaving, other) = relays else { return }
         leaving.leave(waitingForReplication: false)
         // At the next check after the departure is known: within a few seconds.
         let moved = mesh.simulator.run(for: .seconds(4), checkEvery: .milliseconds(100)) { _ in
@@ -249,14 +257,9 @@ struct RelaySimulationTests {
     func aRelayedMemberIsHandedTheNewEpochThroughItsRelay(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let (mesh, a, b) = Self.mesh(seed: seed, publics: 2)
-        let publics = [mesh.node(SimAddress(0)), mesh.node(SimAddress(1))]
-        var found: SimNode?
-        let outcome = mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in
-            found = publics.first { Self.relayed(a, b, through: $0) }
-            return found != nil
-        }
-        #expect(outcome == .satisfied, "\(replay): \(Self.describe(a, b))")
-        guard let relay = found, let removed = publics.first(where: { $0 !== relay }) else { return }
+        let relays = Self.waitForRelay(of: a, b, in: mesh)
+        #expect(relays != nil, "\(replay): \(Self.describe(a, b))")
+        guard let (relay, removed) = relays else { return }
         // Nothing the symmetric member sends gets anywhere now (its uplink is down, its NAT's
         // mappings stay): it cannot catch up by being answered, only by being handed the epoch
         // the way the others' datagrams reach it (the relay straight, the home through the relay).
