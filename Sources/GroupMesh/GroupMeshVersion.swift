@@ -5,7 +5,7 @@ import MeshStore
 /// speaks, and how it was built.
 public enum GroupMeshVersion {
     /// Semantic version of this release; `-dev` until it is tagged.
-    public static let release = "0.9.0-dev"
+    public static let release = "0.9.0"
     /// The version byte every datagram starts with.
     public static let wireProtocol = Int(DatagramHeader.version)
 
