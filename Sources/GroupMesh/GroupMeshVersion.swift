@@ -5,7 +5,7 @@ import MeshStore
 /// speaks, and how it was built.
 public enum GroupMeshVersion {
     /// Semantic version of this release; `-dev` until it is tagged.
-    public static let release = "0.9.0"
+    public static let release = "0.10.0-dev"
     /// The version byte every datagram starts with.
     public static let wireProtocol = Int(DatagramHeader.version)
 
@@ -32,7 +32,7 @@ public enum GroupMeshVersion {
         return "\(configuration) build, \(system)-\(architecture)"
     }
 
-    /// One line: `0.9.0-dev (protocol 1, data dir format 1, release build, linux-x86_64)`.
+    /// One line: `0.10.0-dev (protocol 1, data dir format 1, release build, linux-x86_64)`.
     public static var line: String {
         "\(release) (protocol \(wireProtocol), data dir format \(DataDirectory.formatVersion), \(build))"
     }
