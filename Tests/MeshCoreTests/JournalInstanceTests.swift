@@ -180,6 +180,32 @@ struct JournalInstanceTests {
         #expect(a.setHoldings([x, y]) == [.send(to: b, .holding([x, y].sorted())), .holdersChanged])
     }
 
+    @Test("a member back from a false death with the same boot holds what it held; a new boot says again")
+    func holdingsAfterAFalseDeath() {
+        var a = Self.instance(0)
+        let x = JournalFixtures.attachment(1)
+        let (b, c) = (Self.ids[1], Self.ids[2])
+        _ = a.memberJoined(b)
+        _ = a.memberJoined(c)
+        _ = a.onMessage(.holding([x]), from: b)
+        _ = a.onMessage(.holding([x]), from: c)
+        #expect(a.memberLeft(b) == [.holdersChanged])
+        #expect(a.memberLeft(c) == [.holdersChanged])
+        #expect(a.holders(of: x).isEmpty)
+        // b refutes its death: the same process, which never knew and will not say it again.
+        let back = a.memberJoined(b, sameBoot: true)
+        #expect(back.contains(.holdersChanged))
+        #expect(a.holders(of: x) == [b])
+        // c comes back as a new boot: it says what it holds itself.
+        #expect(!a.memberJoined(c).contains(.holdersChanged))
+        #expect(a.holders(of: x) == [b])
+        // Forgotten for good: a later false return restores nothing.
+        _ = a.memberLeft(b)
+        a.memberForgotten(b)
+        #expect(!a.memberJoined(b, sameBoot: true).contains(.holdersChanged))
+        #expect(a.holders(of: x).isEmpty)
+    }
+
     @Test("every sync interval, one member gets our ids and holdings; none before the deadline")
     func tickSyncs() {
         var a = Self.instance(0, syncInterval: .milliseconds(200))

@@ -22,6 +22,9 @@ public struct JournalInstance: Sendable {
     private var nextSyncAt: MeshInstant
     /// Attachments each member said it holds whole.
     private var holdings: [NodeID: Set<SHA256Digest>] = [:]
+    /// What members declared dead held. One that refutes with the same boot still holds it, and
+    /// says nothing again: it never knew it was thought dead.
+    private var departedHoldings: [NodeID: Set<SHA256Digest>] = [:]
     private var ownHoldings: Set<SHA256Digest> = []
 
     public init(authority: some RecordAuthority, syncInterval: Duration = .seconds(10), seed: UInt64, now: MeshInstant)
@@ -42,16 +45,32 @@ public struct JournalInstance: Sendable {
 
     // MARK: members
 
-    public mutating func memberJoined(_ id: NodeID) -> [Directive] {
+    /// A member joined, or came back: `sameBoot` when it is the process we knew (a false death),
+    /// whose holdings stand as they were.
+    public mutating func memberJoined(_ id: NodeID, sameBoot: Bool = false) -> [Directive] {
         guard id != localID, !members.contains(id) else { return [] }
         members.append(id)
         members.sort()
-        return [.send(to: id, .have(state.operationIDs)), .send(to: id, .holding(ownHoldings.sorted()))]
+        var directives: [Directive] = [
+            .send(to: id, .have(state.operationIDs)), .send(to: id, .holding(ownHoldings.sorted())),
+        ]
+        if let held = departedHoldings.removeValue(forKey: id), sameBoot, !held.isEmpty, holdings[id] == nil {
+            holdings[id] = held
+            directives.append(.holdersChanged)
+        }
+        return directives
     }
 
     public mutating func memberLeft(_ id: NodeID) -> [Directive] {
         members.removeAll { $0 == id }
-        return holdings.removeValue(forKey: id) == nil ? [] : [.holdersChanged]
+        guard let held = holdings.removeValue(forKey: id) else { return [] }
+        departedHoldings[id] = held
+        return [.holdersChanged]
+    }
+
+    /// A member forgotten for good: nothing of it is kept.
+    public mutating func memberForgotten(_ id: NodeID) {
+        departedHoldings[id] = nil
     }
 
     /// Members known to hold `attachment` whole (this node included).

@@ -41,6 +41,7 @@ extension NodeInstance {
                 forgetRelaying(of: id, now: now)
                 forgetPath(of: id)
                 remembered.forget(id)
+                journal.memberForgotten(id)
                 rememberedDirty = true
                 codec.removePeer(id)
                 let removed = delivery.removePeer(id, now: now)
@@ -126,7 +127,7 @@ extension NodeInstance {
         } else {
             // Back from a (false) death with the same boot: resume journal sync.
             delivery.addPeer(id)
-            let joined = journal.memberJoined(id)
+            let joined = journal.memberJoined(id, sameBoot: true)
             apply(joined, now: now)
         }
         log(
