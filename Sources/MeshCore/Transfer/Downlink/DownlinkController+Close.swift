@@ -283,8 +283,8 @@ extension DownlinkController {
             let cut = max(0.5, 1 + settings.decreaseGain * room)
             rate = min(rate, close.delivered) * cut
             // The excess drains at the share cut, after the cut shows: judged sooner, the same
-            // queue cut a lone get twice, to a sixth of its line (through the emulator). (At
-            // the target exactly nothing is cut and nothing needs to drain.)
+            // queue would be cut twice, far below the line (Docs/DESIGN-NOTES.md). (At the
+            // target exactly nothing is cut and nothing needs to drain.)
             let drain = min(1, max(0, close.queueSeconds - close.target) / max(1 - cut, 0.01))
             holdUntil = now + interval * 2 + .seconds(drain)
         }
