@@ -3,7 +3,7 @@ import MeshCrypto
 
 /// Datagrams the kernel dropped for the node's UDP socket because its receive buffer was full:
 /// the last column of the socket's line in `/proc/net/udp` (or `udp6`). Nothing else shows them
-/// (522,000 in 20 s of a flood appeared nowhere); nil where /proc is not readable.
+/// (a flood's drops appear nowhere else); nil where /proc is not readable.
 enum KernelSocketDrops {
     static func read(localAddress: PeerAddress) -> UInt64? {
         let table = localAddress.isIPv6 ? "/proc/net/udp6" : "/proc/net/udp"

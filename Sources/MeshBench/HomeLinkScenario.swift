@@ -65,8 +65,8 @@ enum HomeLinkScenario {
                 ]
             }
         }
-        // Alone on the long, lossy line: its first rate (1 MiB/s) is already the line's whole
-        // capacity, so slow start's first doubling meets the queue a round trip late.
+        // Alone on the long, lossy line: slow start's doublings meet the queue a round trip
+        // late.
         let long = lines[1]
         let longAlone = HomeLineExperiment.run(size: size, line: long, mode: .get, competitor: false, seed: seed)
         results += [

@@ -18,7 +18,7 @@ enum MembershipScenario {
         var smallRate: Double?
         for count in sizes {
             let settings = MembershipSettings.lan
-            // Each figure is the median over a few seeds (one at 10,000: 15 s and 2 GB a run).
+            // Each figure is the median over a few seeds (one at 10,000, whose runs are long and large).
             let large = count >= 5_000
             let seeds: [UInt64] = quick || large ? [1] : [1, 2, 3]
             var rounds: [Double] = []

@@ -100,11 +100,11 @@ extension WANScenario {
                 }
                 continue
             }
-            // A get beside CUBIC in rounds (a loss-bound CUBIC's rate over 10 s moves by a third
-            // from one to the next), each beside the same CUBIC flow alone over the 8 s before the
+            // A get beside CUBIC in rounds (a loss-bound CUBIC's rate over 10 s moves a lot from
+            // one to the next), each beside the same CUBIC flow alone over the 8 s before the
             // joiner starts. Replication too where the line drops packets at random (CUBIC is
-            // loss-bound there, and one round's ratio is its baseline's noise: 0.68, 0.89 and 0.77
-            // in three full runs); once on a clean line (on home50 it runs its full minute, and
+            // loss-bound there, and one round's ratio is mostly its baseline's noise); once on a
+            // clean line (on home50 it runs its full minute, and
             // CUBIC's share is judged as a share of the line).
             let roundsWanted = mode == .get || line.profile.lossPercent > 0 ? roundCount(quick: quick) : 1
             var rounds: [BesideCUBIC] = []
@@ -148,8 +148,8 @@ extension WANScenario {
                         timeout: .seconds(mode == .replication ? 60 : 80))
                 }
                 // Where loss holds CUBIC down, the same flow alone again after the fetch: its rate
-                // over 8 s moves by half from one window to the next (16.8% to 42.7% of home10 in
-                // one day's rounds), so the baseline is the mean of both sides of the fetch.
+                // over 8 s moves a lot from one window to the next, so the baseline is the mean of
+                // both sides of the fetch.
                 // A fetch that did not finish left the holders' queued pieces still crossing the
                 // line: then only the side before counts.
                 var afterFrom: Double?
@@ -224,8 +224,8 @@ extension WANScenario {
             // CUBIC's share is judged on its mean over the rounds beside the mean of the same flow
             // alone before them, and after them on a lossy line (each round's share weighs the
             // same, however long its fetch): a
-            // loss-bound CUBIC's 8 s alone moved between 20.7% and 38.0% of the home10 line from
-            // one round to the next, so one round's ratio is mostly its denominator's noise.
+            // loss-bound CUBIC's 8 s alone moves widely from one round to the next, so one round's
+            // ratio is mostly its denominator's noise.
             // Judged as the goal is: against the same flow alone where loss holds it down, else
             // as a share of the line.
             let mean = (

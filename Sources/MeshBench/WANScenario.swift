@@ -77,9 +77,9 @@ enum WANScenario {
         func wanted(_ name: String) -> Bool { only?.contains(name) ?? true }
 
         // 1 and 2: an uncapped 50 ms path, without and with 1% random loss, in rounds: one fetch
-        // of 100 MiB lasts about 2 s, and on this 2-core machine the emulator and the VM move a
-        // single round's rate by a third (lossy ÷ twin 0.55–1.16 over 19 rounds). Each row shows
-        // the median round, and a row beside it the lowest.
+        // of 100 MiB is short, and on a small shared machine the emulator and the VM move a
+        // single round's rate a lot. Each row shows the median round, and a row beside it the
+        // lowest.
         let bigSize = quick ? 32 << 20 : 100 << 20
         let big = directory + "/big.bin"
         if wanted("fiftyMs") || wanted("fiftyMsLossy") {
@@ -326,7 +326,7 @@ enum WANScenario {
                 break
             }
             // The get's exit is looked for every 20 ms between samples: timed by the sampling
-            // alone, its wall time came out up to half a second long (66 MiB/s for a 1.3 s get).
+            // alone (every half second), its wall time would be up to half a second long.
             for _ in 0..<25 {
                 if let get, get.terminationStatus != nil {
                     getExitedAt = getExitedAt ?? Date().timeIntervalSinceReferenceDate

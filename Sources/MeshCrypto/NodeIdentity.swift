@@ -53,8 +53,8 @@ public struct PublicSigningKey: Hashable, Sendable {
     public static let byteCount = 32
     public let bytes: [UInt8]
     /// The node id: the first 16 bytes of SHA-256 of the public key. Computed once: member ids
-    /// are read on every datagram and in every sort of the member list (hashing there took more
-    /// than half of a whole-node simulation's time).
+    /// are read on every datagram and in every sort of the member list (hashing there each time
+    /// would dominate a whole-node simulation's time).
     public let nodeID: NodeID
 
     public init(bytes: [UInt8]) throws(MeshCryptoError) {

@@ -9,8 +9,8 @@ import MeshCrypto
 
 /// Chunks on disk, named by their SHA-256, so identical chunks are stored once. A chunk is
 /// appended to a pack file (`chunks/0000000000000001.pack`, see `PackFormat`) instead of a file
-/// of its own: making 400 files for a 100 MiB fetch cost the store 0.1-0.4 s on ext4, more
-/// right after many files were removed, as a removed attachment's are. Durability is batched:
+/// of its own: making a file per chunk is what a large fetch waited on (Docs/DESIGN-NOTES.md),
+/// more so right after many files were removed, as a removed attachment's are. Durability is batched:
 /// `flush()` (or the batch limit) syncs the pack being written once and records how far it is
 /// durable; what was written after that is hashed when the store opens again, so after any
 /// crash every chunk the store lists holds its bytes. A removed chunk is marked dead, and its

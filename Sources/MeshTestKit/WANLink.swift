@@ -117,8 +117,8 @@ public final class WANLink: @unchecked Sendable {
 
     /// How late, on average, the emulator let packets go (ms), after `tearDown()`. A busy machine
     /// makes it late (never early): above a few ms, the link added that much delay of its own,
-    /// which a bench should report beside its figures (bench/wan-link-check.sh measured 0.1-0.2 ms
-    /// at 100-160k packets/s, 2 ms with 1% loss under a 1 Gbit/s TCP flow).
+    /// which a bench should report beside its figures (bench/wan-link-check.sh measures it under
+    /// load).
     public var emulatorMeanLateMilliseconds: Double? {
         guard let summary = emulatorSummary, let range = summary.range(of: "after due: mean ") else { return nil }
         return Double(summary[range.upperBound...].prefix { $0.isNumber || $0 == "." })

@@ -252,9 +252,10 @@ actor AttachmentStore {
 
     /// Writes the attachment's bytes to `path` (through a temporary file, renamed when complete),
     /// verifying every chunk on the way, except those this process hashed as it stored them
-    /// moments ago (a `get` of what was just fetched: the second pass was 60 ms per 100 MiB). Only a regular file is replaced: a link, a device or a
-    /// pipe there (checked again here, the request may have waited for a fetch) is refused. The
-    /// temporary file is made new (never through a link someone left in its place).
+    /// moments ago (a `get` of what was just fetched: a second pass would only hash them again).
+    /// Only a regular file is replaced: a link, a device or a pipe there (checked again here, the
+    /// request may have waited for a fetch) is refused. The temporary file is made new (never
+    /// through a link someone left in its place).
     /// A `get` prepared while its fetch ran (`ExportsInProgress`) has most of the file written
     /// already: only what is missing is written before the sync and rename.
     func assemble(_ manifest: Manifest, to path: String, mode: UInt32?, replace: Bool = true) throws(GroupMeshError) {

@@ -5,8 +5,8 @@ import MeshStore
 
 /// `get`s whose file is written while their fetch runs: each verified chunk goes into the
 /// output's temporary file as it is stored (by the `OutputWriter`, beside the store's worker), so
-/// that when the fetch ends the file only needs its sync and rename (writing 100 MiB out after
-/// the fetch, read back from the store, was a tenth of a `get`'s wall time). Keyed by output
+/// that when the fetch ends the file only needs its sync and rename (writing it all out after
+/// the fetch, read back from the store, would add to every `get`'s wall time). Keyed by output
 /// path; owned by `AttachmentStore`, on its actor.
 struct ExportsInProgress {
     struct Export {

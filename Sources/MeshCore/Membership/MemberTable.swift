@@ -4,7 +4,7 @@ import MeshCrypto
 /// (copy-on-write, never written through), and this node's own changes on top of it.
 ///
 /// A simulation of 10,000 nodes that each know the 10,000 others would otherwise hold 10^8
-/// entries, some 47 GB here. Started from one shared snapshot, each node holds only
+/// entries, tens of gigabytes. Started from one shared snapshot, each node holds only
 /// what it changed since: the members it probed, the updates it heard. A node that starts alone
 /// has an empty snapshot, and its changes are folded into a new snapshot of its own whenever they
 /// outgrow the old one, so a lookup stays two hash probes at most and a write amortized O(1).

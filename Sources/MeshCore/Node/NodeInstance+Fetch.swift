@@ -24,7 +24,7 @@ package struct Fetch: Sendable {
     /// Chunks this fetch had to bring (for the "fetched" log line).
     var needed = 0
     /// When half of them were here: the second half's rate is what the path carries once the
-    /// controller's slow start is over (on a 50 ms path that start takes half a second).
+    /// controller's slow start is over (slow start takes a few round trips on a long path).
     var halfwayAt: MeshInstant?
     /// Started to hold the attachment here (replication, or a leaving member's request), not
     /// only for the loads waiting on it: a lazy node keeps it when those loads are given up.

@@ -19,9 +19,9 @@ extension NodeInstance {
             settings.transfer.maximumFlowing, trickle,
             max((downlink.inFlightBudget + chunk - 1) / chunk + 1, 2 * transfer.holderCount))
         // Chunks that wait only for a lost piece asked again hold no bytes on the line: counted
-        // against the budget, on a lossy long path they took every slot (0.7× the clean rate).
-        // At most as many again: at a trickle, chunks open without bound were asked again and
-        // again (holders sent 1.45× the file).
+        // against the budget, on a lossy long path they would take every slot and idle the line.
+        // At most as many again: at a trickle, chunks open without bound are asked again and
+        // again, and holders send the file more than once.
         // Only those whose request is still in flight: one that timed out holds no slot either.
         let repairing = transfer.setRepairing(
             assembler.repairingChunks.flatMap { chunk in
@@ -74,17 +74,16 @@ extension NodeInstance {
     }
 
     /// Whether a holder told `told` must hear `share`: a cut of more than a thirty-second, a rise
-    /// of more than an eighth. A rise can wait for the next want (and retold finely, every probe's
-    /// step and every rise reached the holders, worse in simulation); a cut cannot: delay mode's
-    /// cuts at its target are a few percent, and retold only past an eighth they never reached
-    /// the holders, whose queue grew on until a larger cut (to 60 ms on a 10 Mbit/s, 80 ms line).
+    /// of more than an eighth. A rise can wait for the next want (retold finely, every probe's
+    /// step and every rise would reach the holders); a cut cannot: delay mode's cuts at its target
+    /// are a few percent, and retold only past an eighth they would never reach the holders,
+    /// whose queue would grow on until a larger cut (Docs/DESIGN-NOTES.md).
     ///
     /// A rise of more than a thirty-second is retold too once the last pace is `settled` (told
     /// `paceSettlesAfter` control intervals ago): delay mode grows at most an eighth past what
     /// arrives, and what arrives is a little under the pace told (a lost piece, the last of a
     /// chunk), so with wants far apart (a holder with several chunks queued at a low pace) its
-    /// rises never reached the holders. A lone get after a cut sat at half its line for 1.4 s on
-    /// a 10 Mbit/s, 80 ms line (in simulation).
+    /// rises would never reach the holders, and a fetch after a cut would stay below its line.
     static func paceNeedsRetelling(told: Int, share: Int, settled: Bool = false) -> Bool {
         // What the wire would carry must change too (whole KiB/s).
         guard ChunkPace.representable(share) != ChunkPace.representable(told) else { return false }
@@ -101,8 +100,7 @@ extension NodeInstance {
         let inFlight = transfer.inFlightByPeer
         for peer in toldRates.keys where inFlight[peer] == nil { toldRates[peer] = nil }
         // Replication nobody waits for takes its small rises with the next want: retold, it
-        // grew past a loss-bound TCP beside it (that flow's share fell from 1.0× to 0.91× of what
-        // it had alone, in simulation).
+        // would grow past a loss-bound TCP beside it and take from that flow's share.
         let foreground = downlink.priority == .foreground
         let settles = downlink.interval * Self.paceSettlesAfter
         for peer in inFlight.keys.sorted() {

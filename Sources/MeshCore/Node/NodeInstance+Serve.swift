@@ -27,8 +27,9 @@ extension NodeInstance {
                 // A round trip is measured by us alone: any holder's first answer will do, when
                 // nothing of ours was queued there ahead of the want (`ChunkAssembler`).
                 // On a short path the first round trip raises the rate many times over: the
-                // window and the holders' paces follow at once, not an interval later (on
-                // loopback the holders kept the initial 1 MiB/s until 45–88 ms into a `get`).
+                // window and the holders' paces follow at once, not an interval later, or the
+                // holders would keep the first rate for a good part of a short `get`
+                // (Docs/DESIGN-NOTES.md).
                 if let sample = assembler.takeRoundTripSample(), downlink.onRoundTrip(sample, now: now) {
                     progressed = true
                 }

@@ -478,8 +478,8 @@ public struct NodeInstance: Sendable {
 
     /// `nextDeadline`, read in place. A driver keeps its instance in a class, and a getter too
     /// large to inline, called on a class's stored struct, is handed a copy of the whole struct (a
-    /// retain and a release of every field): half of what a holder pacing a fetch spent re-arming
-    /// its timer, on the emulated 50 ms path (perf). A mutating call works on it where it lies.
+    /// retain and a release of every field), which a holder pacing a fetch, re-arming its timer
+    /// after every release, pays over and over. A mutating call works on it where it lies.
     public mutating func nextDeadlineInPlace() -> MeshInstant? { nextDeadline }
 
     /// The driver's send queue filled (false) or drained (true).

@@ -31,9 +31,9 @@ public struct NodeSettings: Sendable {
     public var maxConcurrentServes = 128
     /// Reads for one member at once: a member that floods wants takes no more than its share
     /// (more of its wants wait their turn as "busy"). As many as a joiner may have flowing from
-    /// one holder (`TransferScheduler.Settings.maximumFlowing`): at 16, a lone holder on
-    /// loopback, whose pieces leave as soon as they are read, refused up to 244 wants of one
-    /// `get` (each chunk refused waits 200 ms): its wall time 100–170 MiB/s against 150–180.
+    /// one holder (`TransferScheduler.Settings.maximumFlowing`): fewer, and a lone holder whose
+    /// pieces leave as soon as they are read refuses a `get`'s own wants, each refused chunk
+    /// waiting 200 ms (Docs/DESIGN-NOTES.md).
     public var maxServesPerPeer = 64
     /// Pieces waiting for their pace, in all and for one member: past these, wants are
     /// answered "busy" (a member asking slowly for much cannot make us hold it all).
@@ -81,7 +81,8 @@ public struct NodeSettings: Sendable {
     public var journalSendTimeout: Duration = .seconds(30)
     /// Anti-entropy: every this often, one random member gets our operation ids. Operations go to
     /// every member when made and a member that joins or comes back is synced at once, so this
-    /// only repairs what those missed; every 10 s it was a tenth of an idle node's bytes.
+    /// only repairs what those missed, and seldom is enough: an idle node pays for every round
+    /// (Docs/DESIGN-NOTES.md).
     public var journalSyncInterval: Duration = .seconds(30)
     /// Operations of others whose append to the journal log failed are appended again this often.
     public var journalLogRetryInterval: Duration = .seconds(5)

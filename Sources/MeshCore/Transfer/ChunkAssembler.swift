@@ -69,8 +69,8 @@ public struct ChunkAssembler: Sendable {
         /// A want to a holder with nothing of ours queued (no other open chunk had asked it), and
         /// when it went: its first piece comes a round trip later, give or take the piece its pace
         /// was still spacing. Behind our own pieces it comes when the holder's pace reaches it,
-        /// which at a low rate is seconds (a replicator near its floor took a 16 s answer for its
-        /// round trip, and its control interval with it). Nil once the chunk was asked again
+        /// which at a low rate is seconds (a replicator near its floor would take such an answer
+        /// for its round trip, and its control interval with it). Nil once the chunk was asked again
         /// (which want a piece answers is unknown, as Karn's rule has it for TCP's retransmissions)
         /// or the sample was taken.
         var roundTripFrom: (holder: NodeID, at: MeshInstant)?

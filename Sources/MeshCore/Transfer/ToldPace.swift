@@ -1,9 +1,9 @@
 /// The pace a holder was last told, and whether what it sent since shows that it heard.
 ///
 /// A pace travels in one datagram, with a want or alone when it changes, and nothing
-/// acknowledges it: a lost cut stood until the holder's next want, which at a low rate comes
-/// seconds later (in simulation, the cut to an eighth that starts a slowdown test was lost on a
-/// 0.5% lossy line, and that holder sent at its old pace through the whole test). So the pieces
+/// acknowledges it: a lost cut would stand until the holder's next want, which at a low rate
+/// comes seconds later (a lost cut that starts a slowdown test would spoil the whole test;
+/// Docs/DESIGN-NOTES.md). So the pieces
 /// that arrive once the pace could show are counted: a holder sending well past it did not hear
 /// it, and is told again.
 struct ToldPace: Sendable {

@@ -33,11 +33,10 @@ public struct TransferScheduler: Sendable {
         /// those members failed it (busy, or no answer), or let any request time out with no
         /// chunk from them since (silent); or after four times this, whatever they do. Meanwhile
         /// the chunk waits for room at the holders.
-        /// Asked every `busyRetry`, a slow member whose windows at the holders stayed full was
-        /// refused 12 times in 3 s and then served a second copy at the seed's `busyGrace`; asked
-        /// again after a plain 10 s, it got second copies of 13 chunks of 64 (simulation). As
-        /// long as the seed's grace (`SeedingPolicy.Settings.busyGrace`), so a seed asked again
-        /// serves at once.
+        /// Asked every `busyRetry`, a slow member whose windows at the holders stay full would be
+        /// refused again and again and then served a second copy at the seed's `busyGrace`
+        /// (Docs/DESIGN-NOTES.md). As long as the seed's grace
+        /// (`SeedingPolicy.Settings.busyGrace`), so a seed asked again serves at once.
         public var leftToOthersWait: Duration = .seconds(5)
         public init() {}
     }
@@ -66,9 +65,9 @@ public struct TransferScheduler: Sendable {
         var leftToOthers: [Int: [NodeID: MeshInstant]] = [:]
         /// Seeds that left some chunk of it to others, with when they last did. A seed leaves
         /// every chunk that members it saw fetching hold, so no chunk others hold is asked of it
-        /// first: asked chunk by chunk, a third of a late joiner's first asks went to a seed
-        /// that refused them all, and the third of the rate told it went unused (its slow start
-        /// waited for deliveries that could not catch up: 0.68× raw UDP on the 50 ms path).
+        /// first: asked chunk by chunk, a share of a late joiner's first asks would go to a seed
+        /// that refuses them all, and the share of the rate told it would go unused, holding slow
+        /// start back (it waits for deliveries that cannot catch up; Docs/DESIGN-NOTES.md).
         var seedsLeaving: [NodeID: MeshInstant] = [:]
         /// Indexes a seed left to others that another holder then failed (busy, or no answer).
         var othersFailed: Set<Int> = []
@@ -97,8 +96,8 @@ public struct TransferScheduler: Sendable {
 
         /// Room for another request: a chunk waiting for a repair holds nothing on the line, and
         /// takes no slot (up to a window's worth of them). Counted in full, on a lossy path a
-        /// holder's window filled with chunks waiting a round trip for one piece each, and the
-        /// line went idle: at 1% loss the start of a fetch took about 0.3 s longer (simulation).
+        /// holder's window fills with chunks waiting a round trip for one piece each, and the
+        /// line goes idle at the start of a fetch (Docs/DESIGN-NOTES.md).
         var hasRoom: Bool { inFlight - min(repairing, window) < window }
     }
 
@@ -127,11 +126,10 @@ public struct TransferScheduler: Sendable {
     /// How long a chunk's only request runs before the end game asks a second holder too: twice
     /// its holder's smoothed latency (before the first, half its timeout: `endGameLateness`), and
     /// never less than half the time a chunk takes at the pace asked for (a latency measured at a
-    /// faster pace is no measure of lateness). Asked of both at once, the last chunks came twice
-    /// on a paced line (each holder sends at its share of the rate, and both send the pieces
-    /// still missing): through a simulated 10 Mbit/s, 80 ms line a lone get of 8 MiB made its
-    /// holders send 1.01–1.07× the file, 1.004–1.008× without the end game, as fast. A late
-    /// request still gets its second holder: one that stalls at the end costs this, not a timeout.
+    /// faster pace is no measure of lateness). Asked of both at once, the last chunks would come
+    /// twice on a paced line (each holder sends at its share of the rate, and both send the
+    /// pieces still missing; Docs/DESIGN-NOTES.md). A late request still gets its second holder:
+    /// one that stalls at the end costs this, not a timeout.
     public func endGameAfter(_ peer: NodeID) -> Duration {
         let late = timeout(for: peer) * settings.endGameLateness
         guard let latency = peers[peer]?.latency else { return late }
@@ -261,9 +259,9 @@ public struct TransferScheduler: Sendable {
 
     /// Piece bytes of chunk `index` of `attachment` arrived from `peer`: its window grows by one
     /// per chunk's worth (the manifest's chunk size), as TCP's grows by bytes acknowledged (RFC
-    /// 3465). Counted by chunks completed, a window grew only as fast as repairs came: at 1% loss
-    /// most chunks wait a round trip for one piece, and slow start on a long path took a third
-    /// longer than without loss. Only pieces of a chunk asked of `peer` count: pieces of chunks
+    /// 3465). Counted by chunks completed, a window would grow only as fast as repairs come: on a
+    /// lossy path most chunks wait a round trip for one piece, which holds slow start back on a
+    /// long path. Only pieces of a chunk asked of `peer` count: pieces of chunks
     /// asked of others open nothing.
     /// Returns whether it counted (the chunk was asked of `peer`).
     @discardableResult

@@ -235,7 +235,7 @@ public struct DatagramCodec: Sendable {
 
         // Opened into a buffer of its own, not in place: the received buffer is shared with the
         // caller (and, unsliced, spans the whole 64 KiB read buffer), so writing to it would copy
-        // all of that first, which cost a tenth of a receiver's CPU.
+        // all of that first, for every datagram received.
         let headerLength = datagram.readableBytes - buffer.readableBytes
         let sealedLength = buffer.readableBytes
         var plaintext = ByteBufferAllocator().buffer(capacity: sealedLength - PacketSealer.tagByteCount)

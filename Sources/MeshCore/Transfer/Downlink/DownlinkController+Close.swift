@@ -204,9 +204,8 @@ extension DownlinkController {
             let step = Double(settings.competitiveIncrease) / roundTrip * (interval.milliseconds / 1000) / roundTrip
             // Clocked by what arrives, as a window is: deliveries show the rate of two
             // intervals back, so the rate may run ahead of them by a few steps; beyond that
-            // the excess only fills the queue and then overflows it (let run up to twice
-            // what arrived, the line beside CUBIC dropped 0.9-2.1% of its packets in
-            // simulation; at 4 steps 0.2-1.3%, the get's share unchanged; at 3 it lost 7%).
+            // the excess only fills the queue and then overflows it. Four steps keep the
+            // share of a rate let run further, without its drops (Docs/DESIGN-NOTES.md).
             // Never past twice what arrives either: on a short path a step is large.
             let delivered = close.delivered
             if rate + step <= min(2 * delivered, delivered + Double(settings.competitiveLead) * step) { rate += step }
@@ -217,8 +216,8 @@ extension DownlinkController {
         if unproven.afterGrowth {
             // Slow start grew, and then a queue held it before any holder was proven, at what
             // arrived then: a line that full gave no more. Doubled again from there once a
-            // holder was proven (that queue had drained meanwhile), a lone get overflowed an
-            // 80 ms line's queue and was cut to a third of it (in simulation). A queue that
+            // holder was proven (that queue had drained meanwhile), slow start would overflow
+            // the line's queue once more, and be cut far below it. A queue that
             // held the first rate, before any growth, says less: it may be another flow's
             // trough, and growing on is how to learn more.
             endSlowStartOnAQueue(grew: state.grew, now: now)
@@ -230,8 +229,8 @@ extension DownlinkController {
             // it, the rate doubles, up to `slowStartGain` times them (the brake stops it within
             // a few milliseconds of a queue that lasts).
             // After a queue held the first rate, each doubling waits until it has shown: that
-            // line may be near full, and two doublings on the same deliveries ran at 3× it
-            // for a round trip (a replication beside TCP overflowed an 80 ms line's queue).
+            // line may be near full, and two doublings on the same deliveries would run at 3×
+            // it for a round trip and overflow its queue.
             let shown = !unproven.isHeld || close.shownRate >= rate
             if shown, close.delivered >= close.shownRate * settings.caughtUp {
                 let grown = max(rate, min(rate * 2, close.delivered * settings.slowStartGain))
@@ -268,16 +267,14 @@ extension DownlinkController {
             } else if close.caughtUp {
                 // With a queue the line is full, and what arrives is all it gives (or our
                 // share): growing past that by more than the room left only fills the queue.
-                // Grown from the rate asked alone, a lone get ran a fifth past the line before
-                // its queue showed, built 40–60 ms, was cut by half, and left the line idle
-                // (67% of a 50 Mbit/s cap through the emulator). With no queue too: a rate
-                // past what arrives that shows no queue is one the holders could not send
-                // (their chunks ran out), and will at once when they can. Bounded only with a
-                // queue, a lone get on a 10 Mbit/s, 80 ms line asked 1.36 MiB/s of its 1.19
-                // (growing while 85% of it arrived), built 54 ms and was halved, again and
-                // again; a ping across it took 148 ms at the 90th percentile against 80 idle.
-                // Only growth is bounded: cut to it, replication beside TCP, whose share lags
-                // what it asks while that flow's queue grows, spiralled down to its floor.
+                // Grown from the rate asked alone, a lone get runs past the line before its
+                // queue shows, builds one, is cut by half, and leaves the line idle. With no
+                // queue too: a rate past what arrives that shows no queue is one the holders
+                // could not send (their chunks ran out), and will at once when they can; bounded
+                // only with a queue, a lone get asks more than its line (growing while 85% of it
+                // arrives) and is halved again and again (Docs/DESIGN-NOTES.md). Only growth is
+                // bounded: cut to it, replication beside TCP, whose share lags what it asks while
+                // that flow's queue grows, would spiral down to its floor.
                 let grown = rate * (1 + settings.increaseGain * room)
                 let bound = max(deliveries.last, deliveries.previous) * (1 + settings.increaseGain * room)
                 rate = max(rate, min(grown, bound))
@@ -286,8 +283,8 @@ extension DownlinkController {
             let cut = max(0.5, 1 + settings.decreaseGain * room)
             rate = min(rate, close.delivered) * cut
             // The excess drains at the share cut, after the cut shows: judged sooner, the same
-            // queue cut a lone get twice, to a sixth of its line (through the emulator). (At
-            // the target exactly nothing is cut and nothing needs to drain.)
+            // queue would be cut twice, far below the line (Docs/DESIGN-NOTES.md). (At the
+            // target exactly nothing is cut and nothing needs to drain.)
             let drain = min(1, max(0, close.queueSeconds - close.target) / max(1 - cut, 0.01))
             holdUntil = now + interval * 2 + .seconds(drain)
         }

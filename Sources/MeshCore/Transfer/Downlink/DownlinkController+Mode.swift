@@ -127,9 +127,9 @@ extension DownlinkController {
 
     /// Where slow start's overshoot stands for a lossy line's target, which applies only once the
     /// overshoot drained under it. Slow start ends past the line with a queue of its own; cut at
-    /// the lower target, that queue halved the rate where the usual one takes three tenths off,
-    /// and a fetch on a lossy 50 ms path, bound by its window (repairs hold chunks), grew back too
-    /// slowly: it fell from 0.87× to 0.81× of its loss-free twin (simulation, 4 seeds).
+    /// the lower target, that queue would halve the rate where the usual one takes three tenths
+    /// off, and a fetch on a lossy long path, bound by its window (repairs hold chunks), grows back
+    /// too slowly (Docs/DESIGN-NOTES.md).
     enum LossyTargetPhase: Sendable {
         /// In slow start, or no interval's queue has reached the lower target since.
         case waiting

@@ -1,10 +1,9 @@
 extension DownlinkController {
     public struct Settings: Sendable {
         /// Until the first round trip is known: about a TCP initial window per round trip on a home
-        /// line (16 datagrams per 80 ms). At 1 MiB/s, a fetch took 84% of a 10 Mbit/s line before
-        /// it knew anything of it, and beside a TCP download it stood a queue for its first second
-        /// (the line's queue over a joiner's first 3 s: a median of 12 ms of 12 seeds in simulation,
-        /// 3 ms at this rate). On a short path the first round trip comes within a millisecond.
+        /// line (16 datagrams per 80 ms). A larger first rate takes most of a slow line before it
+        /// knows anything of it, and beside a TCP download stands a queue for its first second
+        /// (Docs/DESIGN-NOTES.md). On a short path the first round trip comes within a millisecond.
         public var initialRate = 1 << 18
         /// Bytes per round trip slow start begins from once the round trip is known (16
         /// datagrams): on a short path that is far more than `initialRate`.
@@ -25,10 +24,9 @@ extension DownlinkController {
         /// The same while no holder has proven itself, once an interval's pieces show a queue of
         /// an eighth of the target (too small to brake on: a line filling up, or another flow's
         /// queue). Until the first chunk verifies, no delay mode follows a queue down, and slow
-        /// start's overshoot stands: at 3× a get's start on a 10 Mbit/s, 80 ms line beside a TCP
-        /// download raised its queue over 45 ms with 22 of 36 seeds (simulation), 7 at this. At 2×
-        /// everywhere, a get's whole fetch on an uncapped 50 ms path, whose pieces show no queue,
-        /// took 17% longer through the emulator.
+        /// start's overshoot stands, so beside a TCP download it should be smaller; at 2× everywhere
+        /// a fetch on an uncapped long path, whose pieces show no queue, would fill it more slowly
+        /// (Docs/DESIGN-NOTES.md).
         public var unprovenSlowStartGain = 2.0
         /// In slow start, a queue of a quarter of the target that lasts this long (every piece's)
         /// ends it at once, without waiting for the interval to close: the rate runs ahead of
@@ -47,9 +45,9 @@ extension DownlinkController {
         /// With no queue to speak of (under `quietQueue` of the target) nothing is overflowing, so
         /// loss there is random (a lossy radio) unless it is heavy and lasting: it cuts only over
         /// `quietLossThreshold`, counted over the quiet intervals of about the last eight (a sum
-        /// that decays by an eighth per interval). At 5% random loss on loopback the per-interval
-        /// rule cut the rate to 0.12× the loss-free fetch. A policer, which drops without
-        /// queueing, is then met at up to a tenth of loss instead of a twentieth.
+        /// that decays by an eighth per interval). The per-interval rule alone would cut a fetch
+        /// on a lossy radio to a small part of its line (Docs/DESIGN-NOTES.md). A policer, which
+        /// drops without queueing, is then met at up to a tenth of loss instead of a twentieth.
         public var quietQueue = 1.0 / 8
         public var quietLossThreshold = 0.10
         /// A line that loses at least `lossyLine` of its datagrams (and `lineLossMinimum` of them)
@@ -58,20 +56,18 @@ extension DownlinkController {
         /// round trip, at least `lossyLineTargetFloor`, once slow start's overshoot drained
         /// (`LossyTargetPhase`). A TCP on such a line is held down by that loss, not by the line,
         /// and its rate goes as one over its round trip: the queue our target keeps is what it
-        /// loses to us. On a 10 Mbit/s, 80 ms line at 0.5% loss (simulation, 12 seeds), CUBIC kept
-        /// 0.92× of its lone rate beside a get instead of 0.86×, and the line's queue median fell
-        /// from 8.3 to 5.1 ms; the get gave up 4%, a lone get 8%.
+        /// loses to us. The cost is ours: a smaller queue leaves more of the line idle at the
+        /// troughs (what each side gains and loses: Docs/DESIGN-NOTES.md).
         public var lossyLine = 0.002
         public var lineLossMinimum = 4
         public var lossyLineTarget = 1.0 / 8
         public var lossyLineTargetFloor: Duration = .milliseconds(10)
         /// Background replication on such a line asks at most this share of the line's rate: what
         /// arrived in an interval whose queue showed the line full (`LineRate`), measured again
-        /// every `lineRateRefresh`. A TCP held down by random loss averages a quarter of a
-        /// 10 Mbit/s, 80 ms line at 0.5% loss, yet reaches four fifths of it between its losses,
-        /// and builds no queue for the delay signal to yield to until it is short already: a
-        /// steady UDP flow at replication's rate, with no queue at all, left CUBIC 0.84× of its
-        /// lone rate through the emulator. The room left is what it grows into.
+        /// every `lineRateRefresh`. A TCP held down by random loss averages a small share of the
+        /// line, yet reaches most of it between its losses, and builds no queue for the delay
+        /// signal to yield to until it is short already: even a steady flow with no queue at all
+        /// takes from it (Docs/DESIGN-NOTES.md). The room left is what it grows into.
         public var lossyLineBackgroundShare = 0.5
         public var lineRateRefresh: Duration = .seconds(30)
         /// In a foreground fetch, a queue that did not drain for this many intervals (and at least
@@ -84,13 +80,12 @@ extension DownlinkController {
         /// intervals (at least `slowdownAtLeast`). If the lowest queue of the second half of that
         /// stays at `slowdownVerdict` of the target, the queue is another flow's: it competes
         /// (a third, not half: a latecomer's base delay holds the other flow's trough, so that
-        /// flow's queue shows as 11–14 ms of the 25; at half, the first test missed it with 2 of 3
-        /// seeds in simulation and the get yielded for seconds more). If it drained, a probe
+        /// flow's queue shows as less than half of the target). If it drained, a probe
         /// checks (below); if that agrees, the queue was its own, and the next test waits twice as
         /// long (up to `slowdownSpacingLimit`), so a lone fetch on a full line pays a few percent
         /// at first and less and less later. A quarter, not half: delay mode, which grows no
-        /// further than what arrives allows, held a latecomer beside TCP just under half for
-        /// seconds (the get lost 11% in simulation).
+        /// further than what arrives allows, can hold a latecomer beside TCP just under half for
+        /// seconds (Docs/DESIGN-NOTES.md).
         public var slowdownAfter: Duration = .seconds(1)
         public var slowdownShare = 0.125
         public var slowdownRoundTrips = 3
@@ -107,7 +102,7 @@ extension DownlinkController {
         /// more takes a larger share (a quarter more asked, a fifth more delivered, when the other
         /// flow has five sixths). BBR probes bandwidth the same way. The wait for the return
         /// follows the path: behind another flow's queue our pieces come back a round trip and
-        /// that queue after we ask (judged at a fixed time, the probe missed it in simulation).
+        /// that queue after we ask (judged at a fixed time, the probe would miss it).
         /// A probe whose deliveries never return ends after `probeLimit` intervals (at least
         /// `probeAtLeast`), without a verdict.
         public var probeGain = 1.25
@@ -123,7 +118,7 @@ extension DownlinkController {
         public var competitiveBackoff = 0.7
         /// When competing begins, growth per interval until the first loss, and how far ahead of
         /// what arrives (TCP doubles; here, where a loss shows an interval later than to a
-        /// sender, doubling overflowed the queue: 3.7% of the line's packets dropped in simulation).
+        /// sender, doubling overflows the queue before the loss shows).
         public var competitiveStartGain = 1.5
         /// Careful resume (draft-ietf-tsvwg-careful-resume): what a fetch reached is kept this long.
         /// Ten minutes, as LEDBAT keeps a base delay: the span over which a path's properties are

@@ -92,9 +92,8 @@ extension DownlinkController {
     /// before the test, which a lasting queue set off, is often past it), drained for two intervals
     /// by what the queue holds and what is still on its way at the probe's rate, as slow start's
     /// overshoot is.
-    /// Back at the rate before the test, a lone get on a 10 Mbit/s, 80 ms line left the probe's
-    /// queue (97 ms, overflowing) to delay mode's cuts: down to a third of the line, and 5 s to
-    /// grow back (in simulation).
+    /// Back at the rate before the test, a lone get would leave the probe's queue (overflowing)
+    /// to delay mode's cuts, far below its line and seconds to grow back (Docs/DESIGN-NOTES.md).
     private mutating func drainProbe(asked: Double, arrived: Double, now: MeshInstant) {
         guard arrived > Double(settings.minimumRate) else { return }
         let line = min(rate, arrived)

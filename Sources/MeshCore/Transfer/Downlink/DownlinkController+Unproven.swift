@@ -77,9 +77,8 @@ extension DownlinkController {
             newer > older, current > newer, current - older >= target / 8
         {
             // Back at the rate held, the queue rises interval after interval: that rate is
-            // past what the line gives us (what arrived during the overshoot was more).
-            // Through the emulator a get beside CUBIC on a 10 Mbit/s, 80 ms line stood
-            // 15–74 ms of queue from the drain to its first proof. Cut by twice the rise's
+            // past what the line gives us (what arrived during the overshoot was more), and
+            // the queue would stand until the first proof. Cut by twice the rise's
             // slope (that stops the rise, and the excess of our share of the line), at most
             // every other interval, never below half the rate first held: a holder's lie
             // can cost no more until one is proven.

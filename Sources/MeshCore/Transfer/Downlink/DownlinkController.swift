@@ -319,8 +319,8 @@ public struct DownlinkController: Sendable {
 
     /// A queue that lasts `slowStartBrake` ends slow start at what arrives. Returns whether it did.
     /// Holders not proven yet only hold it there, once, as at an interval's close: on an 80 ms
-    /// line whose first rate was its whole capacity, waiting for two closes let slow start run
-    /// at 3× the line for two round trips, and its queue overflowed (3.5% of the get's packets).
+    /// line whose first rate is its whole capacity, waiting for two closes would let slow start
+    /// run at 3× the line for two round trips and overflow its queue (Docs/DESIGN-NOTES.md).
     private mutating func brakeSlowStart(queue: Duration, trusted: Bool, now: MeshInstant) -> Bool {
         guard case .slowStart(var state) = mode else { return false }
         guard queue >= target / 4 else {

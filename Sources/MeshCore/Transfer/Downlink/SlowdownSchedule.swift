@@ -77,8 +77,8 @@ extension DownlinkController {
                 nextAt = now + spacing
             } else {
                 // The repeat goes as soon as the queue is back at a quarter of the target (within two
-                // seconds): waiting a second of queue for it cost the get beside TCP 7% in
-                // simulation (2.11 → 1.96 MiB/s, mean of 9 seeds).
+                // seconds): waiting a second of queue for it would leave the get beside TCP
+                // yielding that much longer (Docs/DESIGN-NOTES.md).
                 ownQueueConfirmed = true
                 nextAt = now
                 atOnceUntil = now + after * 2
