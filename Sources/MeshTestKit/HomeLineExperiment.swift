@@ -73,10 +73,13 @@ public enum HomeLineExperiment {
     }
 
     /// One run. `trace` is called every 10 ms of the fetch with the simulator, the joiner and the
-    /// competitor (for HOMELINK_TRACE in the bench).
+    /// competitor (for HOMELINK_TRACE in the bench). `stop` ends the run early once it says so
+    /// (a test that looks only at the fetch's start): what happened until then is as in a whole
+    /// run, and the outcome is not `finished`.
     public static func run(
         size: Int, line: Line, mode: Mode, competitor: Bool, seed: UInt64 = 1,
-        trace: ((Simulator, SimNode, TCPSender, [SimNode]) -> Void)? = nil
+        trace: ((Simulator, SimNode, TCPSender, [SimNode]) -> Void)? = nil,
+        stop: ((Simulator) -> Bool)? = nil
     ) -> Outcome {
         var configuration = SimNode.Configuration()
         configuration.settings.chunkSize = Manifest.defaultChunkSize
@@ -121,7 +124,7 @@ public enum HomeLineExperiment {
             if sim.now >= start + .seconds(10), let delay = sim.downlinkQueueDelay(of: joiner.address) {
                 queueSamples.append(delay)
             }
-            return !joiner.complete.isEmpty
+            return !joiner.complete.isEmpty || stop?(sim) == true
         }
         queueSamples.sort()
         let seconds = (mesh.simulator.now - start - .seconds(10)).milliseconds / 1000
@@ -131,7 +134,7 @@ public enum HomeLineExperiment {
         let served = holders.map(\.core.counters.chunkPayloadBytesSent).reduce(0, +) - servedBefore
         let loadSeconds = loadAt.map { (mesh.simulator.now - $0).milliseconds / 1000 }
         return Outcome(
-            finished: fetched == .satisfied, fetchRate: Double(size) / seconds,
+            finished: fetched == .satisfied && !joiner.complete.isEmpty, fetchRate: Double(size) / seconds,
             loadRate: loadSeconds.map { Double(size) / $0 },
             competitorRate: Double(tcp.bytesAcknowledged - tcpBefore) / seconds,
             dropShare: Double(dropped) / Double(max(1, offered)),

@@ -26,7 +26,7 @@ struct GetOnSlowLinkTests {
     func progressAndInterrupt() async throws {
         let lab = try NamespaceLab(hostCount: 2)
         defer { lab.tearDown() }
-        // 12 Mbit/s towards the joiner: 8 MiB take about 6 s.
+        // 12 Mbit/s towards the joiner: 4 MiB take about 3 s.
         let shaped = try ChildProcess.run(
             NamespaceLab.ipCommand ?? "ip",
             [
@@ -58,7 +58,7 @@ struct GetOnSlowLinkTests {
         var contents: [Data] = []
         for index in 0..<2 {
             let (path, bytes) = try FirstHourTests.randomFile(
-                work, name: "file\(index).bin", size: 8 << 20, seed: UInt64(index + 1))
+                work, name: "file\(index).bin", size: 4 << 20, seed: UInt64(index + 1))
             let attach = try await NodeProcess.runCommand(["attach", path, "--data-dir", holder.dataDirectory])
             try #require(attach.status == 0, "\(attach.stderr)")
             ids.append(attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines))
@@ -81,7 +81,7 @@ struct GetOnSlowLinkTests {
             var sawProgress = false
             try await waitUntil("the terminal get ends", timeout: .seconds(90), every: .milliseconds(100)) {
                 screen = (try? ChildProcess.run(tmux, ["capture-pane", "-p", "-t", session]).stdout) ?? ""
-                if screen.contains(" of 8.0 MiB") && screen.contains("/s") && screen.contains("ETA") {
+                if screen.contains(" of 4.0 MiB") && screen.contains("/s") && screen.contains("ETA") {
                     sawProgress = true
                 }
                 return screen.contains("EXITED:")
@@ -90,9 +90,9 @@ struct GetOnSlowLinkTests {
             #expect(screen.contains("EXITED:0"), "\(screen)")
             #expect(sawProgress, "a progress line with bytes, rate and ETA was drawn: \(screen)")
             #expect(
-                lines.contains { $0.hasPrefix("100%") && $0.hasSuffix("8.0 MiB of 8.0 MiB") },
+                lines.contains { $0.hasPrefix("100%") && $0.hasSuffix("4.0 MiB of 4.0 MiB") },
                 "the 100% line, nothing left over: \(screen)")
-            #expect(lines.contains { $0.hasPrefix("got 8.0 MiB in ") && $0.contains("on average") }, "\(screen)")
+            #expect(lines.contains { $0.hasPrefix("got 4.0 MiB in ") && $0.contains("on average") }, "\(screen)")
             #expect(FileManager.default.contents(atPath: out) == contents[0])
         } else {
             print("tmux is not installed: the terminal progress line is not checked (apt-get install tmux)")
@@ -128,8 +128,8 @@ struct GetOnSlowLinkTests {
         #expect(try await piped.waitForExit(timeout: .seconds(90)) == 0, "\(piped.stderr)")
         let plain = piped.stderr.split(separator: "\n").filter { $0.hasPrefix("get: ") }
         #expect(
-            !plain.isEmpty && plain.allSatisfy { $0.contains("%") && $0.contains(" of 8.0 MiB") }, "\(piped.stderr)")
-        #expect(piped.stderr.split(separator: "\n").last?.hasPrefix("got 8.0 MiB in ") == true, "\(piped.stderr)")
+            !plain.isEmpty && plain.allSatisfy { $0.contains("%") && $0.contains(" of 4.0 MiB") }, "\(piped.stderr)")
+        #expect(piped.stderr.split(separator: "\n").last?.hasPrefix("got 4.0 MiB in ") == true, "\(piped.stderr)")
         #expect(!piped.stderr.contains("\u{1B}["), "no terminal control sequences in a pipe")
         #expect(FileManager.default.contents(atPath: out) == contents[1])
     }
