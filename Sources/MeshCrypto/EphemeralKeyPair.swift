@@ -2,12 +2,12 @@ import CSodium
 
 /// A node's per-boot X25519 key pair (crypto_kx). Its public half travels in the node's
 /// signed membership record; a restart makes a new one, so old traffic keys die with the boot.
-public struct EphemeralKeyPair: Sendable {
-    public static let byteCount = 32
-    public let publicKey: [UInt8]
+package struct EphemeralKeyPair: Sendable {
+    package static let byteCount = 32
+    package let publicKey: [UInt8]
     fileprivate let secretKey: [UInt8]
 
-    public static func generate() -> EphemeralKeyPair {
+    package static func generate() -> EphemeralKeyPair {
         Sodium.ensureInitialized()
         var pk = [UInt8](repeating: 0, count: Int(crypto_kx_PUBLICKEYBYTES))
         var sk = [UInt8](repeating: 0, count: Int(crypto_kx_SECRETKEYBYTES))
@@ -16,7 +16,7 @@ public struct EphemeralKeyPair: Sendable {
     }
 
     /// Deterministic key pair, for simulations and known-answer tests.
-    public init(seed: [UInt8]) throws(MeshCryptoError) {
+    package init(seed: [UInt8]) throws(MeshCryptoError) {
         guard seed.count == Int(crypto_kx_SEEDBYTES) else {
             throw .invalidKeyLength(what: "kx seed", expected: Int(crypto_kx_SEEDBYTES), actual: seed.count)
         }
@@ -35,15 +35,15 @@ public struct EphemeralKeyPair: Sendable {
 
 /// The two traffic keys between this node and one peer for the current pair of boots:
 /// one to seal what we send, one to open what we receive.
-public struct PairwiseKeys: Sendable {
-    public let sending: PacketSealer
-    public let receiving: PacketSealer
+package struct PairwiseKeys: Sendable {
+    package let sending: PacketSealer
+    package let receiving: PacketSealer
 
     /// Both sides compute the same pair, mirrored: the side with the smaller ephemeral public
     /// key plays crypto_kx's client. Each kx key is then bound to the session with keyed BLAKE2b,
     /// so a peer's ephemeral key from another session yields nothing usable here.
     /// Returns nil when the peer's public key is malformed or a low-order point.
-    public static func derive(
+    package static func derive(
         session: SessionSecret, local: EphemeralKeyPair, peerPublicKey: [UInt8],
         purpose: KeyPurpose = .pairwiseBinding
     ) -> PairwiseKeys? {

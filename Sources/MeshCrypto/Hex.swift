@@ -1,8 +1,8 @@
 /// Lowercase hex, the one way GroupMesh shows bytes to people.
-public enum Hex {
+package enum Hex {
     private static let digits = Array("0123456789abcdef".utf8)
 
-    public static func encode<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
+    package static func encode<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
         var out = [UInt8]()
         out.reserveCapacity(bytes.underestimatedCount * 2)
         for byte in bytes {
@@ -13,7 +13,7 @@ public enum Hex {
     }
 
     /// Accepts upper or lower case; returns nil for odd length or a non-hex character.
-    public static func decode(_ text: some StringProtocol) -> [UInt8]? {
+    package static func decode(_ text: some StringProtocol) -> [UInt8]? {
         let utf8 = Array(text.utf8)
         guard utf8.count % 2 == 0 else { return nil }
         var out = [UInt8]()

@@ -4,22 +4,22 @@
 /// `version(1) | secret(32) | count(1) | count × (family(1: 4|6) | address(4|16) | port(2)) | check(4)`,
 /// where `check` is the first 4 bytes of SHA-256 of everything before it, so a token damaged
 /// in copy and paste is told apart from one of another session.
-public struct InviteToken: Sendable, Equatable {
-    public static let prefix = "gm1"
-    public static let formatVersion: UInt8 = 1
-    public static let maxAddresses = 16
+package struct InviteToken: Sendable, Equatable {
+    package static let prefix = "gm1"
+    package static let formatVersion: UInt8 = 1
+    package static let maxAddresses = 16
     /// The longest text any valid token can have; longer input is refused before decoding.
-    public static let maxTextLength = 512
+    package static let maxTextLength = 512
 
-    public var secret: SessionSecret
-    public var addresses: [PeerAddress]
+    package var secret: SessionSecret
+    package var addresses: [PeerAddress]
 
-    public init(secret: SessionSecret, addresses: [PeerAddress]) {
+    package init(secret: SessionSecret, addresses: [PeerAddress]) {
         self.secret = secret
         self.addresses = Array(addresses.prefix(Self.maxAddresses))
     }
 
-    public var text: String {
+    package var text: String {
         var payload: [UInt8] = [Self.formatVersion]
         payload += secret.bytes
         payload.append(UInt8(addresses.count))
@@ -33,7 +33,7 @@ public struct InviteToken: Sendable, Equatable {
         return Self.prefix + Base64URL.encode(payload)
     }
 
-    public init(parsing raw: String) throws(MeshCryptoError) {
+    package init(parsing raw: String) throws(MeshCryptoError) {
         let text = raw.trimmingWhitespace()
         guard !text.isEmpty else { throw .invite(.empty) }
         guard text.utf8.count <= Self.maxTextLength else { throw .invite(.tooLong) }
@@ -70,11 +70,11 @@ public struct InviteToken: Sendable, Equatable {
     }
 }
 
-public enum InviteTokenError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum InviteTokenError: Error, Equatable, Sendable, CustomStringConvertible {
     case empty, tooLong, notAnInvite, badEncoding, truncated, checksumMismatch
     case unsupportedVersion, noAddresses, tooManyAddresses, badAddress, trailingBytes
 
-    public var description: String {
+    package var description: String {
         let reason: String
         switch self {
         case .empty: reason = "it is empty"

@@ -91,12 +91,12 @@ enum KeyFile {
 
 /// Secret files of any length up to a limit (the key epochs), with `KeyFile`'s rules: written
 /// whole, 0600, fsynced and renamed; refused when others may read them.
-public enum SecretFile {
-    public static func load(_ path: String, limit: Int, what: String) throws(MeshCryptoError) -> [UInt8] {
+package enum SecretFile {
+    package static func load(_ path: String, limit: Int, what: String) throws(MeshCryptoError) -> [UInt8] {
         try KeyFile.load(path, limit: limit, what: what)
     }
 
-    public static func store(_ bytes: [UInt8], to path: String) throws(MeshCryptoError) {
+    package static func store(_ bytes: [UInt8], to path: String) throws(MeshCryptoError) {
         try KeyFile.store(bytes, to: path)
     }
 }

@@ -2,7 +2,7 @@ import CSodium
 
 /// The purposes for which keys are derived from the session secret. Each has a fixed
 /// libsodium KDF subkey id; changing one is a wire-format change (Docs/PROTOCOL.md).
-public enum KeyPurpose: UInt64, Sendable, CaseIterable {
+package enum KeyPurpose: UInt64, Sendable, CaseIterable {
     /// 8 bytes in every datagram header: lets a node drop foreign traffic before any crypto.
     case sessionID = 1
     /// XChaCha20-Poly1305 key for join/hello datagrams sent before pairwise keys exist.
@@ -20,8 +20,8 @@ public enum KeyPurpose: UInt64, Sendable, CaseIterable {
 
 /// libsodium's `crypto_kdf_derive_from_key` (keyed BLAKE2b with the subkey id and context as
 /// salt and personal), kept in one place so known-answer tests cover it.
-public enum KeyDerivation {
-    public static func derive(from masterKey: [UInt8], subkeyID: UInt64, context: String, length: Int) -> [UInt8] {
+package enum KeyDerivation {
+    package static func derive(from masterKey: [UInt8], subkeyID: UInt64, context: String, length: Int) -> [UInt8] {
         Sodium.ensureInitialized()
         precondition(masterKey.count == Int(crypto_kdf_KEYBYTES), "master key must be 32 bytes")
         precondition((16...64).contains(length), "KDF subkeys are 16 to 64 bytes")

@@ -2,9 +2,9 @@ import CSodium
 
 /// Keyed BLAKE2b (libsodium's `crypto_generichash`): a MAC over bytes that only holders of the
 /// key can make, and a tag that names what the key belongs to without telling the key.
-public enum KeyedHash {
+package enum KeyedHash {
     /// `length` bytes (16 to 64) of BLAKE2b of `message` keyed with `key` (16 to 64 bytes).
-    public static func hash(_ message: [UInt8], key: [UInt8], length: Int) -> [UInt8] {
+    package static func hash(_ message: [UInt8], key: [UInt8], length: Int) -> [UInt8] {
         Sodium.ensureInitialized()
         precondition((16...64).contains(length) && (16...64).contains(key.count), "BLAKE2b sizes are 16 to 64 bytes")
         var out = [UInt8](repeating: 0, count: length)
@@ -13,7 +13,7 @@ public enum KeyedHash {
     }
 
     /// Compares in time that does not depend on where the bytes differ.
-    public static func equal(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+    package static func equal(_ a: [UInt8], _ b: [UInt8]) -> Bool {
         guard a.count == b.count else { return false }
         guard !a.isEmpty else { return true }
         return a.withUnsafeBytes { x in

@@ -1,5 +1,5 @@
 /// Every failure `MeshCrypto` reports, each with a sentence a person can act on.
-public enum MeshCryptoError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum MeshCryptoError: Error, Equatable, Sendable, CustomStringConvertible {
     case invalidKeyLength(what: String, expected: Int, actual: Int)
     case keyFile(path: String, reason: String)
     case keyFilePermissions(path: String, mode: UInt32)
@@ -7,7 +7,7 @@ public enum MeshCryptoError: Error, Equatable, Sendable, CustomStringConvertible
     case invalidAddress(String)
     case invalidHex(String)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case let .invalidKeyLength(what, expected, actual):
             return "\(what) must be \(expected) bytes, got \(actual)"

@@ -2,15 +2,15 @@ import CSodium
 
 /// A node's long-term Ed25519 key pair. Its node id is derived from the public key, so a
 /// record signed by the key proves which node made it.
-public struct NodeIdentity: Sendable {
-    public static let seedByteCount = 32
-    public static let signatureByteCount = 64
+package struct NodeIdentity: Sendable {
+    package static let seedByteCount = 32
+    package static let signatureByteCount = 64
 
-    public let publicKey: PublicSigningKey
+    package let publicKey: PublicSigningKey
     private let secretKey: [UInt8]  // libsodium's 64-byte form (seed || public key)
     private let seed: [UInt8]
 
-    public init(seed: [UInt8]) throws(MeshCryptoError) {
+    package init(seed: [UInt8]) throws(MeshCryptoError) {
         guard seed.count == Self.seedByteCount else {
             throw .invalidKeyLength(what: "identity seed", expected: Self.seedByteCount, actual: seed.count)
         }
@@ -23,13 +23,13 @@ public struct NodeIdentity: Sendable {
         self.publicKey = try! PublicSigningKey(bytes: publicBytes)  // safe: libsodium wrote exactly 32 bytes
     }
 
-    public static func generate() -> NodeIdentity {
+    package static func generate() -> NodeIdentity {
         try! NodeIdentity(seed: SecureRandom.bytes(seedByteCount))  // safe: exact count
     }
 
-    public var nodeID: NodeID { publicKey.nodeID }
+    package var nodeID: NodeID { publicKey.nodeID }
 
-    public func sign(_ message: [UInt8]) -> [UInt8] {
+    package func sign(_ message: [UInt8]) -> [UInt8] {
         var signature = [UInt8](repeating: 0, count: Self.signatureByteCount)
         message.withUnsafeBytes { bytes in
             _ = crypto_sign_detached(
@@ -39,25 +39,25 @@ public struct NodeIdentity: Sendable {
         return signature
     }
 
-    public static func load(from path: String) throws(MeshCryptoError) -> NodeIdentity {
+    package static func load(from path: String) throws(MeshCryptoError) -> NodeIdentity {
         try NodeIdentity(seed: KeyFile.load(path, expectedCount: seedByteCount, what: "identity"))
     }
 
-    public func write(to path: String) throws(MeshCryptoError) {
+    package func write(to path: String) throws(MeshCryptoError) {
         try KeyFile.store(seed, to: path)
     }
 }
 
 /// An Ed25519 public key, as carried in membership records.
-public struct PublicSigningKey: Hashable, Sendable {
-    public static let byteCount = 32
-    public let bytes: [UInt8]
+package struct PublicSigningKey: Hashable, Sendable {
+    package static let byteCount = 32
+    package let bytes: [UInt8]
     /// The node id: the first 16 bytes of SHA-256 of the public key. Computed once: member ids
     /// are read on every datagram and in every sort of the member list (hashing there each time
     /// would dominate a whole-node simulation's time).
-    public let nodeID: NodeID
+    package let nodeID: NodeID
 
-    public init(bytes: [UInt8]) throws(MeshCryptoError) {
+    package init(bytes: [UInt8]) throws(MeshCryptoError) {
         guard bytes.count == Self.byteCount else {
             throw .invalidKeyLength(what: "signing public key", expected: Self.byteCount, actual: bytes.count)
         }
@@ -65,7 +65,7 @@ public struct PublicSigningKey: Hashable, Sendable {
         self.nodeID = NodeID(bytes: SHA256Digest.hashing(bytes).bytes.prefix(NodeID.byteCount))
     }
 
-    public func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
+    package func isValidSignature(_ signature: [UInt8], for message: [UInt8]) -> Bool {
         Sodium.ensureInitialized()
         return signature.withUnsafeBytes { sig in
             guard sig.count == NodeIdentity.signatureByteCount else { return false }
@@ -80,18 +80,18 @@ public struct PublicSigningKey: Hashable, Sendable {
 }
 
 /// 16 bytes that name a node, derived from its identity key.
-public struct NodeID: Hashable, Sendable, Comparable, CustomStringConvertible {
-    public static let byteCount = 16
-    public let high: UInt64
-    public let low: UInt64
+package struct NodeID: Hashable, Sendable, Comparable, CustomStringConvertible {
+    package static let byteCount = 16
+    package let high: UInt64
+    package let low: UInt64
 
-    public init(high: UInt64, low: UInt64) {
+    package init(high: UInt64, low: UInt64) {
         self.high = high
         self.low = low
     }
 
     /// Takes the first 16 bytes; shorter input is zero-padded (callers check lengths first).
-    public init(bytes: some Collection<UInt8>) {
+    package init(bytes: some Collection<UInt8>) {
         var padded = Array(bytes.prefix(16))
         padded += [UInt8](repeating: 0, count: 16 - padded.count)
         var high: UInt64 = 0, low: UInt64 = 0
@@ -101,20 +101,20 @@ public struct NodeID: Hashable, Sendable, Comparable, CustomStringConvertible {
         self.init(high: high, low: low)
     }
 
-    public init?(hex: some StringProtocol) {
+    package init?(hex: some StringProtocol) {
         guard hex.utf8.count == Self.byteCount * 2, let bytes = Hex.decode(hex) else { return nil }
         self.init(bytes: bytes)
     }
 
-    public var bytes: [UInt8] {
+    package var bytes: [UInt8] {
         (0..<16).map { index in
             let word = index < 8 ? high : low
             return UInt8(truncatingIfNeeded: word >> UInt64(56 - 8 * (index % 8)))
         }
     }
 
-    public var hex: String { Hex.encode(bytes) }
-    public var description: String { hex }
+    package var hex: String { Hex.encode(bytes) }
+    package var description: String { hex }
 
-    public static func < (lhs: NodeID, rhs: NodeID) -> Bool { (lhs.high, lhs.low) < (rhs.high, rhs.low) }
+    package static func < (lhs: NodeID, rhs: NodeID) -> Bool { (lhs.high, lhs.low) < (rhs.high, rhs.low) }
 }

@@ -2,14 +2,14 @@ import CSodium
 
 /// XChaCha20-Poly1305-IETF under one key. The clear datagram header is the associated data,
 /// so a flipped header bit fails authentication just like a flipped payload bit.
-public struct PacketSealer: Sendable {
-    public static let keyByteCount = 32
-    public static let tagByteCount = 16
-    public static let nonceByteCount = 24
+package struct PacketSealer: Sendable {
+    package static let keyByteCount = 32
+    package static let tagByteCount = 16
+    package static let nonceByteCount = 24
 
     private let key: [UInt8]
 
-    public init(key: [UInt8]) throws(MeshCryptoError) {
+    package init(key: [UInt8]) throws(MeshCryptoError) {
         guard key.count == Self.keyByteCount else {
             throw .invalidKeyLength(what: "packet key", expected: Self.keyByteCount, actual: key.count)
         }
@@ -25,7 +25,7 @@ public struct PacketSealer: Sendable {
     /// Seals `plaintext` into `output` (which may alias it: libsodium encrypts in place) and
     /// returns the sealed length, `plaintext.count + tagByteCount`.
     @discardableResult
-    public func seal(
+    package func seal(
         _ plaintext: UnsafeRawBufferPointer, associatedData: UnsafeRawBufferPointer,
         nonce: PacketNonce, into output: UnsafeMutableRawBufferPointer
     ) -> Int {
@@ -43,7 +43,7 @@ public struct PacketSealer: Sendable {
 
     /// Opens `sealed` into `output` (may alias); returns the plaintext length, or nil when the
     /// datagram was not sealed by this key with this nonce and associated data.
-    public func open(
+    package func open(
         _ sealed: UnsafeRawBufferPointer, associatedData: UnsafeRawBufferPointer,
         nonce: PacketNonce, into output: UnsafeMutableRawBufferPointer
     ) -> Int? {
@@ -59,7 +59,7 @@ public struct PacketSealer: Sendable {
         return status == 0 ? Int(openedLength) : nil
     }
 
-    public func seal(_ plaintext: [UInt8], associatedData: [UInt8] = [], nonce: PacketNonce) -> [UInt8] {
+    package func seal(_ plaintext: [UInt8], associatedData: [UInt8] = [], nonce: PacketNonce) -> [UInt8] {
         var output = [UInt8](repeating: 0, count: plaintext.count + Self.tagByteCount)
         plaintext.withUnsafeBytes { pt in
             associatedData.withUnsafeBytes { ad in
@@ -69,7 +69,7 @@ public struct PacketSealer: Sendable {
         return output
     }
 
-    public func open(_ sealed: [UInt8], associatedData: [UInt8] = [], nonce: PacketNonce) -> [UInt8]? {
+    package func open(_ sealed: [UInt8], associatedData: [UInt8] = [], nonce: PacketNonce) -> [UInt8]? {
         guard sealed.count >= Self.tagByteCount else { return nil }
         var output = [UInt8](repeating: 0, count: sealed.count - Self.tagByteCount)
         let length = sealed.withUnsafeBytes { ct in
@@ -84,19 +84,19 @@ public struct PacketSealer: Sendable {
 /// A 24-byte XChaCha20 nonce. Under a pairwise key it is the packet number (16 zero bytes, then
 /// the number big-endian): numbers never repeat within a boot and keys never outlive one, so no
 /// random call is needed per packet. Keys shared by many senders use random nonces instead.
-public struct PacketNonce: Sendable, Equatable {
-    public typealias Bytes = (UInt64, UInt64, UInt64)
+package struct PacketNonce: Sendable, Equatable {
+    package typealias Bytes = (UInt64, UInt64, UInt64)
     fileprivate var bytes: Bytes
 
-    public static func packetNumber(_ number: UInt64) -> PacketNonce {
+    package static func packetNumber(_ number: UInt64) -> PacketNonce {
         PacketNonce(bytes: (0, 0, number.bigEndian))
     }
 
-    public static func random() -> PacketNonce {
+    package static func random() -> PacketNonce {
         PacketNonce(raw: SecureRandom.bytes(PacketSealer.nonceByteCount))!  // safe: exactly 24 bytes
     }
 
-    public init?(raw: some Collection<UInt8>) {
+    package init?(raw: some Collection<UInt8>) {
         guard raw.count == PacketSealer.nonceByteCount else { return nil }
         var bytes: Bytes = (0, 0, 0)
         withUnsafeMutableBytes(of: &bytes) { target in
@@ -107,7 +107,7 @@ public struct PacketNonce: Sendable, Equatable {
 
     private init(bytes: Bytes) { self.bytes = bytes }
 
-    public var raw: [UInt8] { withUnsafeBytes(of: bytes) { Array($0) } }
+    package var raw: [UInt8] { withUnsafeBytes(of: bytes) { Array($0) } }
 
-    public static func == (lhs: PacketNonce, rhs: PacketNonce) -> Bool { lhs.bytes == rhs.bytes }
+    package static func == (lhs: PacketNonce, rhs: PacketNonce) -> Bool { lhs.bytes == rhs.bytes }
 }

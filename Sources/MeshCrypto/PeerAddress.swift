@@ -6,26 +6,26 @@
 
 /// A numeric UDP endpoint, IPv4 or IPv6, as carried in invites and membership records.
 /// Host names are resolved by the shell before they become a `PeerAddress`.
-public struct PeerAddress: Hashable, Sendable, CustomStringConvertible, Comparable {
-    public enum Host: Hashable, Sendable {
+package struct PeerAddress: Hashable, Sendable, CustomStringConvertible, Comparable {
+    package enum Host: Hashable, Sendable {
         case ipv4(UInt32)
         case ipv6(high: UInt64, low: UInt64)
     }
 
-    public var host: Host
-    public var port: UInt16
+    package var host: Host
+    package var port: UInt16
 
-    public init(host: Host, port: UInt16) {
+    package init(host: Host, port: UInt16) {
         self.host = host
         self.port = port
     }
 
-    public init(ipv4 bytes: [UInt8], port: UInt16) {
+    package init(ipv4 bytes: [UInt8], port: UInt16) {
         precondition(bytes.count == 4)
         self.init(host: .ipv4(bytes.reduce(0) { $0 << 8 | UInt32($1) }), port: port)
     }
 
-    public init(ipv6 bytes: [UInt8], port: UInt16) {
+    package init(ipv6 bytes: [UInt8], port: UInt16) {
         precondition(bytes.count == 16)
         let high = bytes[0..<8].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
         let low = bytes[8..<16].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
@@ -33,7 +33,7 @@ public struct PeerAddress: Hashable, Sendable, CustomStringConvertible, Comparab
     }
 
     /// Parses `A.B.C.D:PORT` or `[IPV6]:PORT` (numeric hosts only).
-    public init(parsing text: String) throws(MeshCryptoError) {
+    package init(parsing text: String) throws(MeshCryptoError) {
         guard let (host, port) = Self.split(text), let parsedHost = Self.parseHost(host) else {
             throw .invalidAddress(text)
         }
@@ -41,7 +41,7 @@ public struct PeerAddress: Hashable, Sendable, CustomStringConvertible, Comparab
     }
 
     /// Splits `HOST:PORT` / `[HOST]:PORT` without interpreting the host.
-    public static func split(_ text: String) -> (host: String, port: UInt16)? {
+    package static func split(_ text: String) -> (host: String, port: UInt16)? {
         let hostPart: Substring
         let portPart: Substring
         if text.hasPrefix("[") {
@@ -62,7 +62,7 @@ public struct PeerAddress: Hashable, Sendable, CustomStringConvertible, Comparab
         return (String(hostPart), port)
     }
 
-    public static func parseHost(_ text: String) -> Host? {
+    package static func parseHost(_ text: String) -> Host? {
         var v4 = in_addr()
         if inet_pton(AF_INET, text, &v4) == 1 {
             return .ipv4(UInt32(bigEndian: v4.s_addr))
@@ -75,16 +75,16 @@ public struct PeerAddress: Hashable, Sendable, CustomStringConvertible, Comparab
         return nil
     }
 
-    public var isIPv6: Bool { if case .ipv6 = host { return true } else { return false } }
+    package var isIPv6: Bool { if case .ipv6 = host { return true } else { return false } }
 
-    public var isLoopback: Bool {
+    package var isLoopback: Bool {
         switch host {
         case let .ipv4(value): return value >> 24 == 127
         case let .ipv6(high, low): return high == 0 && low == 1
         }
     }
 
-    public var isUnspecified: Bool {
+    package var isUnspecified: Bool {
         switch host {
         case let .ipv4(value): return value == 0
         case let .ipv6(high, low): return high == 0 && low == 0
@@ -92,7 +92,7 @@ public struct PeerAddress: Hashable, Sendable, CustomStringConvertible, Comparab
     }
 
     /// Network-order address bytes: 4 for IPv4, 16 for IPv6.
-    public var hostBytes: [UInt8] {
+    package var hostBytes: [UInt8] {
         switch host {
         case let .ipv4(value):
             return (0..<4).map { UInt8(truncatingIfNeeded: value >> UInt32(24 - 8 * $0)) }
@@ -101,7 +101,7 @@ public struct PeerAddress: Hashable, Sendable, CustomStringConvertible, Comparab
         }
     }
 
-    public var hostString: String {
+    package var hostString: String {
         var bytes = hostBytes
         var buffer = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
         let family = isIPv6 ? AF_INET6 : AF_INET
@@ -109,11 +109,11 @@ public struct PeerAddress: Hashable, Sendable, CustomStringConvertible, Comparab
         return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    public var description: String {
+    package var description: String {
         isIPv6 ? "[\(hostString)]:\(port)" : "\(hostString):\(port)"
     }
 
-    public static func < (lhs: PeerAddress, rhs: PeerAddress) -> Bool {
+    package static func < (lhs: PeerAddress, rhs: PeerAddress) -> Bool {
         (lhs.hostBytes.count, lhs.hostBytes, lhs.port) < (rhs.hostBytes.count, rhs.hostBytes, rhs.port)
     }
 }

@@ -2,28 +2,28 @@
 /// boot). A number is accepted once; numbers `size` or more below the highest seen are refused
 /// as too old. Check first, record only after the datagram authenticated, so forged packets
 /// cannot move the window.
-public struct ReplayWindow: Sendable, Equatable {
-    public enum Verdict: Equatable, Sendable {
+package struct ReplayWindow: Sendable, Equatable {
+    package enum Verdict: Equatable, Sendable {
         case fresh
         case duplicate
         case tooOld
     }
 
-    public let size: UInt64
+    package let size: UInt64
     private var blocks: [UInt64]
     private var highest: UInt64 = 0
     private var seenAny = false
 
     /// `size` is rounded up to a multiple of 64.
-    public init(size: Int = 4096) {
+    package init(size: Int = 4096) {
         let blocks = max(1, (size + 63) / 64)
         self.size = UInt64(blocks * 64)
         self.blocks = [UInt64](repeating: 0, count: blocks)
     }
 
-    public var highestAccepted: UInt64? { seenAny ? highest : nil }
+    package var highestAccepted: UInt64? { seenAny ? highest : nil }
 
-    public func check(_ number: UInt64) -> Verdict {
+    package func check(_ number: UInt64) -> Verdict {
         guard seenAny, number <= highest else { return .fresh }
         if highest - number >= size { return .tooOld }
         return isSet(number) ? .duplicate : .fresh
@@ -31,7 +31,7 @@ public struct ReplayWindow: Sendable, Equatable {
 
     /// Records `number`; returns false (and changes nothing) if `check` would not say `.fresh`.
     @discardableResult
-    public mutating func record(_ number: UInt64) -> Bool {
+    package mutating func record(_ number: UInt64) -> Bool {
         guard check(number) == .fresh else { return false }
         if !seenAny || number > highest {
             advance(to: number)

@@ -60,10 +60,10 @@ public struct SHA256Digest: Hashable, Sendable, Comparable, CustomStringConverti
 }
 
 /// Incremental SHA-256 for streams (files are hashed chunk by chunk, never loaded whole).
-public struct SHA256Hasher: Sendable {
+package struct SHA256Hasher: Sendable {
     private var state = SHA256()
-    public init() {}
-    public mutating func update(_ bytes: UnsafeRawBufferPointer) { state.update(bufferPointer: bytes) }
-    public mutating func update(_ bytes: [UInt8]) { bytes.withUnsafeBytes { state.update(bufferPointer: $0) } }
-    public func finalize() -> SHA256Digest { SHA256Digest(state.finalize()) }
+    package init() {}
+    package mutating func update(_ bytes: UnsafeRawBufferPointer) { state.update(bufferPointer: bytes) }
+    package mutating func update(_ bytes: [UInt8]) { bytes.withUnsafeBytes { state.update(bufferPointer: $0) } }
+    package func finalize() -> SHA256Digest { SHA256Digest(state.finalize()) }
 }

@@ -1,52 +1,52 @@
 /// The 32-byte secret whose possession is membership of a session (Docs/SECURITY.md).
-public struct SessionSecret: Sendable, Equatable {
-    public static let byteCount = 32
-    public let bytes: [UInt8]
+package struct SessionSecret: Sendable, Equatable {
+    package static let byteCount = 32
+    package let bytes: [UInt8]
 
-    public init(bytes: [UInt8]) throws(MeshCryptoError) {
+    package init(bytes: [UInt8]) throws(MeshCryptoError) {
         guard bytes.count == Self.byteCount else {
             throw .invalidKeyLength(what: "session secret", expected: Self.byteCount, actual: bytes.count)
         }
         self.bytes = bytes
     }
 
-    public static func generate() -> SessionSecret {
+    package static func generate() -> SessionSecret {
         try! SessionSecret(bytes: SecureRandom.bytes(byteCount))  // safe: exact count
     }
 
-    public func key(for purpose: KeyPurpose, length: Int = 32) -> [UInt8] {
+    package func key(for purpose: KeyPurpose, length: Int = 32) -> [UInt8] {
         KeyDerivation.derive(from: bytes, subkeyID: purpose.rawValue, context: "GMesh-v1", length: length)
     }
 
     /// The public name of the session: 8 bytes in every datagram header.
-    public var sessionID: SessionID {
+    package var sessionID: SessionID {
         SessionID(bytes: key(for: .sessionID, length: 16).prefix(8))
     }
 
     // MARK: persistence
 
-    public static func load(from path: String) throws(MeshCryptoError) -> SessionSecret {
+    package static func load(from path: String) throws(MeshCryptoError) -> SessionSecret {
         try SessionSecret(bytes: KeyFile.load(path, expectedCount: byteCount, what: "session secret"))
     }
 
-    public func write(to path: String) throws(MeshCryptoError) {
+    package func write(to path: String) throws(MeshCryptoError) {
         try KeyFile.store(bytes, to: path)
     }
 }
 
 /// The first 8 bytes of a purpose key: names a session without revealing its secret.
-public struct SessionID: Hashable, Sendable, CustomStringConvertible {
-    public let value: UInt64
+package struct SessionID: Hashable, Sendable, CustomStringConvertible {
+    package let value: UInt64
 
-    public init(value: UInt64) { self.value = value }
+    package init(value: UInt64) { self.value = value }
 
-    public init(bytes: some Collection<UInt8>) {
+    package init(bytes: some Collection<UInt8>) {
         var value: UInt64 = 0
         for byte in bytes.prefix(8) { value = value << 8 | UInt64(byte) }
         self.value = value
     }
 
-    public var description: String {
+    package var description: String {
         let hex = String(value, radix: 16)
         return String(repeating: "0", count: 16 - hex.count) + hex
     }

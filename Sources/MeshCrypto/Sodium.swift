@@ -15,8 +15,8 @@ enum Sodium {
 
 /// The process's cryptographic random source (libsodium's `randombytes_buf`).
 /// Only the shell calls it: `MeshCore` receives randomness from an injected generator.
-public enum SecureRandom {
-    public static func bytes(_ count: Int) -> [UInt8] {
+package enum SecureRandom {
+    package static func bytes(_ count: Int) -> [UInt8] {
         Sodium.ensureInitialized()
         guard count > 0 else { return [] }
         var out = [UInt8](repeating: 0, count: count)
@@ -24,7 +24,7 @@ public enum SecureRandom {
         return out
     }
 
-    public static func uint64() -> UInt64 {
+    package static func uint64() -> UInt64 {
         Sodium.ensureInitialized()
         var value: UInt64 = 0
         withUnsafeMutableBytes(of: &value) { randombytes_buf($0.baseAddress!, $0.count) }  // safe: 8 bytes
@@ -33,7 +33,7 @@ public enum SecureRandom {
 }
 
 /// A random generator backed by libsodium, for the shell to hand to the state machines.
-public struct SodiumRandomNumberGenerator: RandomNumberGenerator, Sendable {
-    public init() {}
-    public mutating func next() -> UInt64 { SecureRandom.uint64() }
+package struct SodiumRandomNumberGenerator: RandomNumberGenerator, Sendable {
+    package init() {}
+    package mutating func next() -> UInt64 { SecureRandom.uint64() }
 }

@@ -4,22 +4,22 @@ import Crypto
 /// under a key the two sides share, FINGERPRINT a CRC-32 that tells STUN apart from other
 /// protocols on the same port. Not our session's cryptography: a TURN server knows the key, and
 /// what it protects is only the allocation, never a member's datagram.
-public enum StunIntegrity {
+package enum StunIntegrity {
     /// The long-term credential's key (RFC 8489 §9.2.2): MD5 of `username:realm:password`.
     /// (The password is not SASLprep'd: ASCII passwords, which coturn users write, are unchanged by it.)
-    public static func longTermKey(username: String, realm: String, password: String) -> [UInt8] {
+    package static func longTermKey(username: String, realm: String, password: String) -> [UInt8] {
         Array(Insecure.MD5.hash(data: Array("\(username):\(realm):\(password)".utf8)))
     }
 
     /// HMAC-SHA1 of `message` under `key` (20 bytes).
-    public static func hmacSHA1(key: [UInt8], _ message: some Sequence<UInt8>) -> [UInt8] {
+    package static func hmacSHA1(key: [UInt8], _ message: some Sequence<UInt8>) -> [UInt8] {
         var hmac = HMAC<Insecure.SHA1>(key: SymmetricKey(data: key))
         hmac.update(data: Array(message))
         return Array(hmac.finalize())
     }
 
     /// Constant-time comparison of two MACs.
-    public static func equal(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
+    package static func equal(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
         guard lhs.count == rhs.count else { return false }
         var difference: UInt8 = 0
         for index in lhs.indices { difference |= lhs[index] ^ rhs[index] }
@@ -27,7 +27,7 @@ public enum StunIntegrity {
     }
 
     /// CRC-32 (IEEE 802.3, as zlib's `crc32`).
-    public static func crc32(_ bytes: some Sequence<UInt8>) -> UInt32 {
+    package static func crc32(_ bytes: some Sequence<UInt8>) -> UInt32 {
         var crc: UInt32 = 0xFFFF_FFFF
         for byte in bytes {
             crc = crcTable[Int((crc ^ UInt32(byte)) & 0xFF)] ^ (crc >> 8)

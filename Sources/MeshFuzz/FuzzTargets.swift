@@ -9,7 +9,7 @@ import NIOCore
 /// libFuzzer entry point (`make fuzz`). The first byte picks what is fuzzed, so one corpus
 /// covers every decoder that reads bytes from outside the process.
 @_cdecl("LLVMFuzzerTestOneInput")
-public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+package func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     guard let data, size > 0 else { return 0 }
     let selector = data[0]
     let input = UnsafeBufferPointer(start: data + 1, count: size - 1)
@@ -17,7 +17,7 @@ public func fuzzOneInput(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     return 0
 }
 
-public enum FuzzTargets {
+package enum FuzzTargets {
     /// An allocation and a STUN client, both waiting for the server's first answer.
     nonisolated(unsafe) static var fuzzTurn = TraversalFuzzState()
 
@@ -38,7 +38,7 @@ public enum FuzzTargets {
     static let lanSecret = try! SessionSecret(bytes: [UInt8](repeating: 7, count: 32))  // safe: 32 bytes
     static let lanKeys = LANAnnouncement.Keys(secret: lanSecret)
 
-    public static func run(selector: UInt8, input: [UInt8]) {
+    package static func run(selector: UInt8, input: [UInt8]) {
         var buffer = ByteBuffer(bytes: input)
         switch selector % 12 {
         case 0:

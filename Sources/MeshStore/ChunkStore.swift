@@ -19,16 +19,16 @@ import MeshCrypto
 /// when written and when read; one that does not verify is discarded and reported. Chunks of
 /// the earlier format (`chunks-v1`, one file each under `chunks/ab/`) are still read and
 /// removed, never written.
-public final class ChunkStore {
-    public static let formatVersion = "chunks-v2"
+package final class ChunkStore {
+    package static let formatVersion = "chunks-v2"
     /// One file per chunk: read and upgraded in place (new chunks go to packs).
     static let looseFormatVersion = "chunks-v1"
 
-    public let path: String
+    package let path: String
     /// How many written chunks may wait for the next sync.
-    public var batchLimit = 64
+    package var batchLimit = 64
     /// A pack takes new chunks until it holds this many bytes; the next chunk starts another.
-    public var packLimit: Int64 = 128 << 20
+    package var packLimit: Int64 = 128 << 20
     /// How many packs are kept open at once (one descriptor each).
     static let openPackLimit = 16
 
@@ -69,7 +69,7 @@ public final class ChunkStore {
     /// What opening the store found damaged and left as it was, one line each (for the node to
     /// log): a pack whose header this version cannot read, or one damaged where it was durable.
     /// Chunks lost that way are missing, and fetched again like any other.
-    public private(set) var damage: [String] = []
+    package private(set) var damage: [String] = []
     /// `fdatasync`; a test makes it fail (a device error) to see what the store then believes.
     var syncData: (Int32) -> Int32 = { fdatasync($0) }
     /// Chunks this process hashed as it wrote them, the latest `recentWriteCapacity`: a `get`
@@ -77,12 +77,12 @@ public final class ChunkStore {
     /// on disk before is always hashed when read.
     private var recentWrites = RecentSet<SHA256Digest>(capacity: 4096)
     /// How many recent writes are remembered (4,096 chunks: 1 GiB at 256 KiB).
-    public var recentWriteCapacity: Int {
+    package var recentWriteCapacity: Int {
         get { recentWrites.capacity }
         set { recentWrites = RecentSet(capacity: newValue) }
     }
 
-    public init(path: String) throws(MeshStoreError) {
+    package init(path: String) throws(MeshStoreError) {
         self.path = path
         try Self.makeDirectory(path)
         let versionPath = path + "/format-version"
@@ -120,13 +120,13 @@ public final class ChunkStore {
 
     // MARK: reading
 
-    public func contains(_ digest: SHA256Digest) -> Bool {
+    package func contains(_ digest: SHA256Digest) -> Bool {
         index[digest] != nil
     }
 
     /// The chunk's bytes, verified (unless `trustingRecentWrites` and this process wrote it
     /// lately, hashing it then). A chunk that fails verification is deleted and reported.
-    public func read(_ digest: SHA256Digest, trustingRecentWrites: Bool = false) throws(MeshStoreError) -> [UInt8] {
+    package func read(_ digest: SHA256Digest, trustingRecentWrites: Bool = false) throws(MeshStoreError) -> [UInt8] {
         guard let location = index[digest] else { throw .notFound(digest) }
         let bytes: [UInt8]
         switch location {
@@ -153,7 +153,7 @@ public final class ChunkStore {
     }
 
     /// The size of a stored chunk, if it is there.
-    public func storedSize(_ digest: SHA256Digest) -> UInt64? {
+    package func storedSize(_ digest: SHA256Digest) -> UInt64? {
         switch index[digest] {
         case nil: return nil
         case let .packed(_, _, length): return UInt64(length)
@@ -164,13 +164,13 @@ public final class ChunkStore {
     }
 
     /// Every stored digest, in order.
-    public func storedDigests() -> [SHA256Digest] {
+    package func storedDigests() -> [SHA256Digest] {
         index.keys.sorted()
     }
 
     /// Reads and hashes every stored chunk; discards and returns those that do not verify.
     @discardableResult
-    public func verifyAll() -> [SHA256Digest] {
+    package func verifyAll() -> [SHA256Digest] {
         var discarded: [SHA256Digest] = []
         for digest in storedDigests() {
             do { _ = try read(digest) } catch { discarded.append(digest) }
@@ -183,13 +183,13 @@ public final class ChunkStore {
     /// Stores `bytes`, checking them against `expected` when given. Returns the digest. Storing
     /// a chunk that is already there writes nothing.
     @discardableResult
-    public func write(_ bytes: [UInt8], expected: SHA256Digest? = nil) throws(MeshStoreError) -> SHA256Digest {
+    package func write(_ bytes: [UInt8], expected: SHA256Digest? = nil) throws(MeshStoreError) -> SHA256Digest {
         try insert(bytes, expected: expected).digest
     }
 
     /// `write`, also saying whether the chunk is new to the store (a caller can take back
     /// exactly what it added).
-    public func insert(
+    package func insert(
         _ bytes: [UInt8], expected: SHA256Digest? = nil
     ) throws(MeshStoreError)
         -> (inserted: Bool, digest: SHA256Digest)
@@ -235,7 +235,7 @@ public final class ChunkStore {
     /// Makes every written chunk durable: one sync of the pack being written, then its header
     /// says how far it is durable (that write rides on the next sync; lost, the store only hashes
     /// more when it opens). Removals since the last flush are synced too, then their blocks freed.
-    public func flush() throws(MeshStoreError) {
+    package func flush() throws(MeshStoreError) {
         var synced: UInt64?
         if unsynced > 0, let id = active, let size = packs[id]?.size {
             let fd = try descriptor(id)
@@ -279,7 +279,7 @@ public final class ChunkStore {
         if packs[id]?.live == 0 { deletePack(id) }
     }
 
-    public func remove(_ digest: SHA256Digest) throws(MeshStoreError) {
+    package func remove(_ digest: SHA256Digest) throws(MeshStoreError) {
         // A chunk written again later is hashed again on its way in; until then it is not ours.
         recentWrites.remove(digest)
         guard let location = index[digest] else { return }
@@ -518,16 +518,16 @@ public final class ChunkStore {
     // MARK: a look from outside
 
     /// A stored chunk as `survey` finds it: where its bytes are.
-    public struct StoredChunk: Sendable {
-        public let file: String
-        public let offset: Int64
-        public let length: Int
+    package struct StoredChunk: Sendable {
+        package let file: String
+        package let offset: Int64
+        package let length: Int
         /// Where its record's state is, in a pack.
         let stateOffset: Int64?
 
         /// Its bytes as they are on disk, unverified; nil if they are gone (removed since the
         /// survey: its record reads dead after its bytes were read).
-        public func bytes() -> [UInt8]? {
+        package func bytes() -> [UInt8]? {
             let fd = open(file, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else { return nil }
             defer { close(fd) }
@@ -539,7 +539,7 @@ public final class ChunkStore {
 
     /// What the store at `path` holds, found without changing anything: for tests and tools that
     /// look at the store of a node that has it open. A record still being written is not listed.
-    public static func survey(_ path: String) -> [SHA256Digest: StoredChunk] {
+    package static func survey(_ path: String) -> [SHA256Digest: StoredChunk] {
         var found: [SHA256Digest: StoredChunk] = [:]
         for digest in looseDigests(path) {
             let file = loosePath(path, digest)

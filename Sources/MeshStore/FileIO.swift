@@ -6,10 +6,10 @@
 
 /// Plain file writes with their errno kept (Foundation's `FileHandle` reports a full disk on Linux
 /// as a generic Cocoa error, with the errno out of reach).
-public enum FileIO {
+package enum FileIO {
     /// Writes all of `bytes` at `fd`, through short writes and interruptions: 0, or the errno of
     /// the write that failed.
-    public static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int32 {
+    package static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int32 {
         guard let base = bytes.baseAddress else { return 0 }
         var written = 0
         while written < bytes.count {
@@ -23,7 +23,7 @@ public enum FileIO {
 
     /// Writes all of `bytes` at `offset` of `fd` (the file position is left alone): 0, or the
     /// errno of the write that failed.
-    public static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Int32 {
+    package static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Int32 {
         guard let base = bytes.baseAddress else { return 0 }
         var written = 0
         while written < bytes.count {
@@ -37,7 +37,7 @@ public enum FileIO {
 
     /// Exactly `count` bytes at `offset` of `fd` (the file position is left alone), or nil if the
     /// file ends first or a read fails.
-    public static func readAll(_ fd: Int32, count: Int, at offset: Int64) -> [UInt8]? {
+    package static func readAll(_ fd: Int32, count: Int, at offset: Int64) -> [UInt8]? {
         var complete = true
         let bytes = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
             initialized = 0
@@ -55,7 +55,7 @@ public enum FileIO {
     }
 
     /// Whether the errno says the disk (or the user's quota) is full.
-    public static func isOutOfSpace(_ code: Int32) -> Bool { code == ENOSPC || code == EDQUOT }
+    package static func isOutOfSpace(_ code: Int32) -> Bool { code == ENOSPC || code == EDQUOT }
 
-    public static func describe(_ code: Int32) -> String { String(cString: strerror(code)) }
+    package static func describe(_ code: Int32) -> String { String(cString: strerror(code)) }
 }

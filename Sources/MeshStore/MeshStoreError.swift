@@ -1,7 +1,7 @@
 import MeshCrypto
 
 /// What the store reports; each case is one readable line.
-public enum MeshStoreError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum MeshStoreError: Error, Equatable, Sendable, CustomStringConvertible {
     case io(path: String, reason: String)
     case diskFull(path: String)
     case notFound(SHA256Digest)
@@ -10,7 +10,7 @@ public enum MeshStoreError: Error, Equatable, Sendable, CustomStringConvertible 
     case formatVersion(path: String, found: String)
     case chunkTooLarge(size: Int, limit: Int)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case let .io(path, reason): return "cannot use \(path): \(reason)"
         case let .diskFull(path):

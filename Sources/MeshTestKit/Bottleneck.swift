@@ -5,12 +5,12 @@ import MeshCore
 /// before it and leaves at the link's rate; one that finds the queue full is dropped (tail drop).
 /// Every flow through the node shares it, so flows compete as at a real bottleneck (
 /// several holders feeding one joiner meet in the joiner's downlink).
-public struct Bottleneck: Sendable, Equatable, CustomStringConvertible {
-    public var bytesPerSecond: Double
+package struct Bottleneck: Sendable, Equatable, CustomStringConvertible {
+    package var bytesPerSecond: Double
     /// The most bytes waiting (the datagram being sent included).
-    public var queueBytes: Int
+    package var queueBytes: Int
 
-    public init(bytesPerSecond: Double, queueBytes: Int) {
+    package init(bytesPerSecond: Double, queueBytes: Int) {
         precondition(bytesPerSecond > 0 && queueBytes > 0, "a bottleneck needs a rate and room")
         self.bytesPerSecond = bytesPerSecond
         self.queueBytes = queueBytes
@@ -18,12 +18,12 @@ public struct Bottleneck: Sendable, Equatable, CustomStringConvertible {
 
     /// A link of `megabitsPerSecond` whose queue holds `queue` worth of its rate (a "100 ms
     /// queue"), as link emulators are usually configured.
-    public init(megabitsPerSecond: Double, queue: Duration) {
+    package init(megabitsPerSecond: Double, queue: Duration) {
         let rate = megabitsPerSecond * 1_000_000 / 8
         self.init(bytesPerSecond: rate, queueBytes: max(1, Int(rate * queue.milliseconds / 1000)))
     }
 
-    public var description: String {
+    package var description: String {
         "\(bytesPerSecond * 8 / 1_000_000) Mbit/s, \(queueBytes) B queue"
     }
 
@@ -59,12 +59,12 @@ struct BottleneckQueue {
 }
 
 /// What one bottleneck did.
-public struct SimBottleneckStatistics: Sendable, Equatable {
-    public var forwarded = 0
-    public var bytesForwarded = 0
+package struct SimBottleneckStatistics: Sendable, Equatable {
+    package var forwarded = 0
+    package var bytesForwarded = 0
     /// Datagrams that found the queue full.
-    public var dropped = 0
-    public var peakQueueBytes = 0
+    package var dropped = 0
+    package var peakQueueBytes = 0
 
-    public init() {}
+    package init() {}
 }

@@ -7,14 +7,14 @@ import Foundation
 /// through `waitpid`. Foundation's `Process` on Linux learns of an exit through a descriptor the
 /// child must close; when another child spawned at the same moment inherited it, a finished
 /// `groupmesh status` looked alive for a minute and end-to-end tests timed out.
-public final class ChildProcess: @unchecked Sendable {
-    public let pid: pid_t
+package final class ChildProcess: @unchecked Sendable {
+    package let pid: pid_t
     let output: OutputCapture
     let errors: OutputCapture
     private let lock = NSLock()
     private var exitStatus: Int32?
 
-    public init(executable: String, arguments: [String]) throws {
+    package init(executable: String, arguments: [String]) throws {
         Self.spawnLock.lock()
         defer { Self.spawnLock.unlock() }
         let stdoutPipe = try Self.pipe(), stderrPipe = try Self.pipe()
@@ -63,28 +63,28 @@ public final class ChildProcess: @unchecked Sendable {
     private static let spawnLock = NSLock()
 
     /// What it wrote so far.
-    public var standardOutput: String { output.text }
-    public var standardError: String { errors.text }
+    package var standardOutput: String { output.text }
+    package var standardError: String { errors.text }
     /// Both pipes reached end-of-file: after the exit, all it wrote has been read.
-    public var outputIsComplete: Bool { !output.hasPendingData && !errors.hasPendingData }
+    package var outputIsComplete: Bool { !output.hasPendingData && !errors.hasPendingData }
 
-    public var isRunning: Bool { reap(blocking: false) == nil }
+    package var isRunning: Bool { reap(blocking: false) == nil }
 
     /// The exit status (128 + signal when killed by one); nil while running.
-    public var terminationStatus: Int32? { reap(blocking: false) }
+    package var terminationStatus: Int32? { reap(blocking: false) }
 
     /// Blocks until the process exits; its status.
-    public func waitUntilExit() -> Int32 {
+    package func waitUntilExit() -> Int32 {
         reap(blocking: true) ?? -1
     }
 
-    public func signal(_ signal: Int32) {
+    package func signal(_ signal: Int32) {
         if isRunning { kill(pid, signal) }
     }
 
     /// Sends `signal`, SIGKILL if it is still running 2 s later, and waits for the exit and for
     /// what it wrote (at most a second more): a tool stopped this way leaves its summary lines.
-    public func stop(with signal: Int32 = SIGTERM) {
+    package func stop(with signal: Int32 = SIGTERM) {
         if isRunning {
             self.signal(signal)
             var waited = 0
@@ -99,7 +99,7 @@ public final class ChildProcess: @unchecked Sendable {
     /// Runs `executable ARGUMENTS` to its end: its status and what it wrote. Killed after
     /// `timeout` (`NodeProcessError.timeout`), and its pipes read for at most a second after the
     /// exit: a child it left behind may hold them open.
-    public static func run(
+    package static func run(
         _ executable: String, _ arguments: [String], timeout: Duration = .seconds(20)
     ) throws
         -> (status: Int32, stdout: String, stderr: String)

@@ -4,52 +4,52 @@ import MeshCore
 /// joiner behind a home line (a rate with a 100 ms tail-drop queue, a round trip, random loss)
 /// that fetches an attachment from them while a flow that follows TCP's rules (`TCPSender`,
 /// CUBIC) downloads through the same line.
-public enum HomeLineExperiment {
-    public struct Line: Sendable {
-        public var name: String
-        public var megabitsPerSecond: Double
-        public var roundTrip: Duration
-        public var loss: Double
+package enum HomeLineExperiment {
+    package struct Line: Sendable {
+        package var name: String
+        package var megabitsPerSecond: Double
+        package var roundTrip: Duration
+        package var loss: Double
 
-        public init(name: String, megabitsPerSecond: Double, roundTrip: Duration, loss: Double) {
+        package init(name: String, megabitsPerSecond: Double, roundTrip: Duration, loss: Double) {
             self.name = name
             self.megabitsPerSecond = megabitsPerSecond
             self.roundTrip = roundTrip
             self.loss = loss
         }
 
-        public var bytesPerSecond: Double { megabitsPerSecond * 1_000_000 / 8 }
+        package var bytesPerSecond: Double { megabitsPerSecond * 1_000_000 / 8 }
 
         /// The path as the simulator sees it: Ethernet-sized (1,500-byte packets, 1,472 bytes of
         /// UDP payload), so path MTU discovery settles where it would on a real home line.
-        public var conditions: LinkConditions {
+        package var conditions: LinkConditions {
             LinkConditions(delay: roundTrip / 2, lossProbability: loss, mtu: 1472)
         }
     }
 
     /// Replication nobody waits for (background), or a `get` (the joiner is lazy and loads it).
-    public enum Mode: String, Sendable { case replication, get }
+    package enum Mode: String, Sendable { case replication, get }
 
-    public struct Outcome: Sendable {
-        public var finished: Bool
+    package struct Outcome: Sendable {
+        package var finished: Bool
         /// The file ÷ the time from the joiner's start to the file complete there.
-        public var fetchRate: Double
+        package var fetchRate: Double
         /// A `get`: the file ÷ the time from the load to the file complete (what its user waits).
-        public var loadRate: Double?
+        package var loadRate: Double?
         /// The competitor's goodput over the same time (0 without one).
-        public var competitorRate: Double
+        package var competitorRate: Double
         /// Of the datagrams that reached the line's queue meanwhile, the share it dropped.
-        public var dropShare: Double
+        package var dropShare: Double
         /// The holders' piece payload sent meanwhile ÷ the file.
-        public var holderBytesPerFileByte: Double
+        package var holderBytesPerFileByte: Double
         /// The line's queue, sampled every 50 ms of the fetch (10 traced) (what a ping's reply
         /// would wait): its median and 90th percentile.
-        public var queueMedian: Duration = .zero
-        public var queueP90: Duration = .zero
+        package var queueMedian: Duration = .zero
+        package var queueP90: Duration = .zero
     }
 
     /// The competitor's goodput through the line with nothing else on it (after its start-up).
-    public static func competitorAlone(_ line: Line, seed: UInt64 = 1) -> Double {
+    package static func competitorAlone(_ line: Line, seed: UInt64 = 1) -> Double {
         let sim = Simulator(seed: seed, defaultLink: line.conditions)
         let receiver = sim.addNode(TCPReceiver())
         let sender = TCPSender(to: receiver, until: .zero + .seconds(40))
@@ -67,7 +67,7 @@ public enum HomeLineExperiment {
 
     /// `size` random bytes from `seed`: every chunk its own (identical chunks are stored and
     /// fetched once).
-    public static func file(size: Int, seed: UInt64) -> [UInt8] {
+    package static func file(size: Int, seed: UInt64) -> [UInt8] {
         var random = SplitMix64(seed: seed ^ 18)
         return random.bytes(size / 8 * 8)
     }
@@ -76,7 +76,7 @@ public enum HomeLineExperiment {
     /// competitor (for HOMELINK_TRACE in the bench). `stop` ends the run early once it says so
     /// (a test that looks only at the fetch's start): what happened until then is as in a whole
     /// run, and the outcome is not `finished`.
-    public static func run(
+    package static func run(
         size: Int, line: Line, mode: Mode, competitor: Bool, seed: UInt64 = 1,
         trace: ((Simulator, SimNode, TCPSender, [SimNode]) -> Void)? = nil,
         stop: ((Simulator) -> Bool)? = nil

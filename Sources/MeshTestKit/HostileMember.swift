@@ -14,9 +14,9 @@ import NIOCore
 /// false accusations, and datagrams or records in another member's name.
 ///
 /// One plain UDP socket on loopback, one thread; every piece of state is behind one lock.
-public final class HostileMember: @unchecked Sendable {
+package final class HostileMember: @unchecked Sendable {
     /// How it answers a `chunkWant` (and a manifest request).
-    public enum ChunkAnswer: Sendable {
+    package enum ChunkAnswer: Sendable {
         /// Pieces of the right length and the wrong content (and a wrong manifest).
         case garbage
         /// Nothing at all.
@@ -25,18 +25,18 @@ public final class HostileMember: @unchecked Sendable {
         case absent
     }
 
-    public struct Stats: Sendable {
-        public var datagramsReceived = 0
-        public var datagramsSent = 0
-        public var wantsReceived = 0
-        public var garbagePiecesSent = 0
-        public var manifestRequests = 0
+    package struct Stats: Sendable {
+        package var datagramsReceived = 0
+        package var datagramsSent = 0
+        package var wantsReceived = 0
+        package var garbagePiecesSent = 0
+        package var manifestRequests = 0
     }
 
-    public let identity = NodeIdentity.generate()
-    public var nodeID: NodeID { identity.nodeID }
-    public let address: PeerAddress
-    public let bootID = UInt64.random(in: 1...UInt64.max)
+    package let identity = NodeIdentity.generate()
+    package var nodeID: NodeID { identity.nodeID }
+    package let address: PeerAddress
+    package let bootID = UInt64.random(in: 1...UInt64.max)
 
     private let session: SessionSecret
     private let ephemeral = EphemeralKeyPair.generate()
@@ -57,7 +57,7 @@ public final class HostileMember: @unchecked Sendable {
     private var random = SystemRandomNumberGenerator()
 
     /// Binds a UDP socket on 127.0.0.1 and joins through the invite's addresses.
-    public init(invite: InviteToken, name: String = "hostile") throws {
+    package init(invite: InviteToken, name: String = "hostile") throws {
         session = invite.secret
         helloSealer = try PacketSealer(key: invite.secret.key(for: .hello))
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
@@ -104,7 +104,7 @@ public final class HostileMember: @unchecked Sendable {
     deinit { if !finished { close(fd) } }
 
     /// Stops the thread (bounded) and closes the socket; nobody is told.
-    public func stop() {
+    package func stop() {
         lock.withLock { running = false }
         for _ in 0..<200 {
             if lock.withLock({ finished }) { return }
@@ -112,14 +112,14 @@ public final class HostileMember: @unchecked Sendable {
         }
     }
 
-    public var stats: Stats { lock.withLock { counters } }
+    package var stats: Stats { lock.withLock { counters } }
 
-    public func member(_ id: NodeID) -> Member? { lock.withLock { membership.member(id) } }
+    package func member(_ id: NodeID) -> Member? { lock.withLock { membership.member(id) } }
 
     /// Members it holds pairwise keys with (everyone it can talk to directly).
-    public var peers: [NodeID] { lock.withLock { sending.keys.sorted() } }
+    package var peers: [NodeID] { lock.withLock { sending.keys.sorted() } }
 
-    public var chunkAnswer: ChunkAnswer {
+    package var chunkAnswer: ChunkAnswer {
         get { lock.withLock { answer } }
         set { lock.withLock { answer = newValue } }
     }
@@ -129,7 +129,7 @@ public final class HostileMember: @unchecked Sendable {
     /// Claims to hold these attachments whole (`holding`, and a full `chunks` bitmap) to every
     /// member now and to every member met later. `chunkLengths` (digest → bytes) lets garbage
     /// pieces claim the right chunk length, as the asker checks it.
-    public func claimHolding(_ manifests: [SHA256Digest: Manifest]) {
+    package func claimHolding(_ manifests: [SHA256Digest: Manifest]) {
         lock.withLock {
             claimed = manifests.keys.sorted()
             for manifest in manifests.values {
@@ -142,7 +142,7 @@ public final class HostileMember: @unchecked Sendable {
     }
 
     /// Sends `count` chunk wants round-robin over `digests`, one per sealed datagram.
-    public func floodWants(to peer: NodeID, digests: [SHA256Digest], pieceSize: Int, count: Int) {
+    package func floodWants(to peer: NodeID, digests: [SHA256Digest], pieceSize: Int, count: Int) {
         guard !digests.isEmpty else { return }
         for index in 0..<count {
             let want = ChunkWant(digest: digests[index % digests.count], pieceSize: pieceSize)
@@ -152,7 +152,7 @@ public final class HostileMember: @unchecked Sendable {
     }
 
     /// Sends `count` join requests (each answered with the whole member list) to `address`.
-    public func floodJoins(to address: PeerAddress, count: Int) {
+    package func floodJoins(to address: PeerAddress, count: Int) {
         for index in 0..<count {
             lock.withLock {
                 let frames: [Frame] = [.syncRequest(SyncRequest(isJoin: true)), .alive(membership.me)]
@@ -164,12 +164,12 @@ public final class HostileMember: @unchecked Sendable {
 
     /// Seals arbitrary bytes (malformed frames, oversized ones) under our pairwise key to `peer`:
     /// the datagram authenticates, its contents do not decode.
-    public func sendSealedPlaintext(_ plaintext: [UInt8], to peer: NodeID) {
+    package func sendSealedPlaintext(_ plaintext: [UInt8], to peer: NodeID) {
         lock.withLock { sealPairwise(plaintext, to: peer) }
     }
 
     /// Accuses `member` (suspect, or dead) at `incarnation`, in hello datagrams to `addresses`.
-    public func accuse(_ member: NodeID, incarnation: UInt64, dead: Bool, to addresses: [PeerAddress]) {
+    package func accuse(_ member: NodeID, incarnation: UInt64, dead: Bool, to addresses: [PeerAddress]) {
         let accusation = Accusation(member: member, incarnation: incarnation, accuser: nodeID)
         lock.withLock {
             for address in addresses { sendHello([dead ? .dead(accusation) : .suspect(accusation)], to: address) }
@@ -178,7 +178,7 @@ public final class HostileMember: @unchecked Sendable {
 
     /// A record in `victim`'s name (its signing key and id) with our address and a higher
     /// incarnation, signed by us: the signature cannot match.
-    public func forgeRecord(of victim: MemberRecord, to addresses: [PeerAddress]) {
+    package func forgeRecord(of victim: MemberRecord, to addresses: [PeerAddress]) {
         var forged = victim
         forged.addresses = [address]
         forged.incarnation = victim.incarnation + 10
@@ -189,7 +189,7 @@ public final class HostileMember: @unchecked Sendable {
 
     /// Hello datagrams whose header names `sender` (another member, with its boot), sealed with
     /// the session's hello key that every member holds.
-    public func sendHello(
+    package func sendHello(
         _ frames: [Frame], claimingSender sender: NodeID, bootID: UInt64, packetNumber: UInt64,
         to address: PeerAddress
     ) {
@@ -201,7 +201,7 @@ public final class HostileMember: @unchecked Sendable {
 
     /// A pairwise datagram whose header names `sender` (another member) but sealed with our key
     /// for `peer`: the receiver opens it with the key it shares with `sender`, which fails.
-    public func sendPairwise(_ frames: [Frame], claimingSender sender: NodeID, bootID: UInt64, to peer: NodeID) {
+    package func sendPairwise(_ frames: [Frame], claimingSender sender: NodeID, bootID: UInt64, to peer: NodeID) {
         lock.withLock {
             guard let keys = sending[peer], let address = membership.member(peer)?.address else { return }
             let header = DatagramHeader(

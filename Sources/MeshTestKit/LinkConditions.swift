@@ -7,26 +7,26 @@
 /// independently gets `delay + uniform(0...jitter)`, plus `uniform(0...reorderDelay)` with
 /// `reorderProbability` (so it overtakes or is overtaken by its neighbours), and has one
 /// random bit flipped with `corruptionProbability`.
-public struct LinkConditions: Sendable, Equatable, CustomStringConvertible {
+package struct LinkConditions: Sendable, Equatable, CustomStringConvertible {
     /// One-way base latency.
-    public var delay: Duration
+    package var delay: Duration
     /// Extra latency, uniform in `0...jitter`, drawn per datagram. Non-zero jitter alone can
     /// already reorder datagrams sent close together.
-    public var jitter: Duration
-    public var lossProbability: Double
+    package var jitter: Duration
+    package var lossProbability: Double
     /// Chance that the network delivers a second copy of the datagram.
-    public var duplicationProbability: Double
+    package var duplicationProbability: Double
     /// Fraction of datagrams held back by an extra `uniform(0...reorderDelay)`.
-    public var reorderProbability: Double
-    public var reorderDelay: Duration
+    package var reorderProbability: Double
+    package var reorderDelay: Duration
     /// Chance that one uniformly chosen bit of the datagram is flipped (as a link whose
     /// checksum missed it would): the receiver's authentication must catch it.
-    public var corruptionProbability: Double
+    package var corruptionProbability: Double
     /// Largest datagram (bytes) the path carries; larger ones are dropped, as a path with
     /// don't-fragment set would. `nil`: no limit.
-    public var mtu: Int?
+    package var mtu: Int?
 
-    public init(
+    package init(
         delay: Duration = .milliseconds(1),
         jitter: Duration = .zero,
         lossProbability: Double = 0,
@@ -47,18 +47,18 @@ public struct LinkConditions: Sendable, Equatable, CustomStringConvertible {
     }
 
     /// 1 ms, no faults.
-    public static let `default` = LinkConditions()
+    package static let `default` = LinkConditions()
 
     /// A link that drops everything (counted as loss): a one-way cut.
-    public static let down = LinkConditions(lossProbability: 1)
+    package static let down = LinkConditions(lossProbability: 1)
 
     /// True when no datagram on this link can be lost, duplicated, reordered or corrupted.
-    public var isFaultFree: Bool {
+    package var isFaultFree: Bool {
         lossProbability <= 0 && duplicationProbability <= 0 && reorderProbability <= 0
             && corruptionProbability <= 0 && jitter <= .zero && mtu == nil
     }
 
-    public var description: String {
+    package var description: String {
         var parts = ["delay \(delay.milliseconds)ms"]
         if jitter > .zero { parts.append("jitter \(jitter.milliseconds)ms") }
         if lossProbability > 0 { parts.append("loss \(lossProbability)") }

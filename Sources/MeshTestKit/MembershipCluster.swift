@@ -3,18 +3,18 @@ import MeshCrypto
 
 /// A simulated cluster of membership processes, and the questions tests and benchmarks ask of
 /// it: does everyone agree, who sees whom as what, how much did each node send.
-public final class MembershipCluster {
-    public let simulator: Simulator
-    public let settings: MembershipSettings
-    public private(set) var nodes: [SimAddress] = []
+package final class MembershipCluster {
+    package let simulator: Simulator
+    package let settings: MembershipSettings
+    package private(set) var nodes: [SimAddress] = []
 
-    public init(seed: UInt64, settings: MembershipSettings = .lan, link: LinkConditions = .default) {
+    package init(seed: UInt64, settings: MembershipSettings = .lan, link: LinkConditions = .default) {
         simulator = Simulator(seed: seed, defaultLink: link)
         self.settings = settings
     }
 
     /// `count` nodes that start out knowing each other (no join exchange), as after convergence.
-    public static func converged(
+    package static func converged(
         count: Int, seed: UInt64, settings: MembershipSettings = .lan,
         link: LinkConditions = .default
     ) -> MembershipCluster {
@@ -32,7 +32,7 @@ public final class MembershipCluster {
     }
 
     /// `count` nodes that join one by one, `spacing` apart, each through a random earlier node.
-    public static func joining(
+    package static func joining(
         count: Int, seed: UInt64, spacing: Duration = .milliseconds(20),
         settings: MembershipSettings = .lan, link: LinkConditions = .default
     ) -> MembershipCluster {
@@ -49,22 +49,22 @@ public final class MembershipCluster {
         return cluster
     }
 
-    public func process(_ node: SimAddress) -> MembershipProcess {
+    package func process(_ node: SimAddress) -> MembershipProcess {
         // safe: every node of a cluster is a MembershipProcess
         simulator.process(at: node, as: MembershipProcess.self)!
     }
 
-    public func id(of node: SimAddress) -> NodeID { process(node).id }
+    package func id(of node: SimAddress) -> NodeID { process(node).id }
 
-    public var running: [SimAddress] { simulator.runningAddresses }
+    package var running: [SimAddress] { simulator.runningAddresses }
 
     /// How `observer` sees `member` (nil: not known).
-    public func status(of member: SimAddress, seenBy observer: SimAddress) -> MemberStatus? {
+    package func status(of member: SimAddress, seenBy observer: SimAddress) -> MemberStatus? {
         process(observer).instance.member(id(of: member))?.status
     }
 
     /// Every running node sees every node of `alive` as alive and `gone` as dead or left (or forgotten).
-    public func agrees(alive: [SimAddress], gone: [SimAddress] = []) -> Bool {
+    package func agrees(alive: [SimAddress], gone: [SimAddress] = []) -> Bool {
         let aliveIDs = alive.map(id(of:))
         let goneIDs = gone.map(id(of:))
         for observer in running {
@@ -78,7 +78,7 @@ public final class MembershipCluster {
     }
 
     /// Every moment any running node declared a member of `nodes` dead.
-    public func deathsDeclared(
+    package func deathsDeclared(
         of nodes: [SimAddress]
     ) -> [(observer: SimAddress, member: SimAddress, time: MeshInstant)] {
         let watched = Dictionary(uniqueKeysWithValues: nodes.map { (id(of: $0), $0) })

@@ -7,33 +7,33 @@ import NIOCore
 /// drop them), then the key they stand for and the real frame encoding. A pairwise one names
 /// the two boots whose keys would seal it, and opens only where both still match, as the real
 /// codec's would.
-public final class MembershipProcess: SimulatedProcess {
-    public struct Change: Sendable, Equatable {
-        public var time: MeshInstant
-        public var member: NodeID
-        public var status: MemberStatus
-        public var incarnation: UInt64
+package final class MembershipProcess: SimulatedProcess {
+    package struct Change: Sendable, Equatable {
+        package var time: MeshInstant
+        package var member: NodeID
+        package var status: MemberStatus
+        package var incarnation: UInt64
     }
 
     static let timerID: UInt64 = 1
 
-    public private(set) var instance: MembershipInstance
-    public let seeds: [PeerAddress]
+    package private(set) var instance: MembershipInstance
+    package let seeds: [PeerAddress]
     /// Every status change this node saw, in order.
-    public private(set) var changes: [Change] = []
-    public private(set) var rejected = 0
+    package private(set) var changes: [Change] = []
+    package private(set) var rejected = 0
     /// Largest datagram this node sent, envelope included.
-    public private(set) var largestDatagram = 0
+    package private(set) var largestDatagram = 0
     /// Sees every accepted datagram's frames, for diagnosing a failing seed.
-    public var onFrames: ((MeshInstant, NodeID, [Frame]) -> Void)?
+    package var onFrames: ((MeshInstant, NodeID, [Frame]) -> Void)?
 
-    public init(instance: MembershipInstance, seeds: [PeerAddress] = []) {
+    package init(instance: MembershipInstance, seeds: [PeerAddress] = []) {
         self.instance = instance
         self.seeds = seeds
     }
 
     /// A node at `address` with a cheap authority, ready for large simulations.
-    public static func make(
+    package static func make(
         at address: SimAddress, settings: MembershipSettings, seed: UInt64,
         seeds: [SimAddress] = [], now: MeshInstant = .zero
     ) -> MembershipProcess {
@@ -48,13 +48,13 @@ public final class MembershipProcess: SimulatedProcess {
         return MembershipProcess(instance: instance, seeds: seeds.map(\.peerAddress))
     }
 
-    public var id: NodeID { instance.localID }
+    package var id: NodeID { instance.localID }
 
-    public func start(now: MeshInstant, context: inout SimContext) {
+    package func start(now: MeshInstant, context: inout SimContext) {
         perform(instance.join(seeds, now: now), now: now, context: &context)
     }
 
-    public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
+    package func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
         guard let (from, payload) = SimEnvelope.open(datagram), let kind = payload.first else {
             rejected += 1
             return
@@ -80,20 +80,20 @@ public final class MembershipProcess: SimulatedProcess {
             now: now, context: &context)
     }
 
-    public func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {
+    package func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {
         perform(instance.onTick(now: now), now: now, context: &context)
     }
 
-    public func assume(_ records: [MemberRecord], now: MeshInstant) {
+    package func assume(_ records: [MemberRecord], now: MeshInstant) {
         instance.assume(records, now: now)
     }
 
     /// Starts from a view shared with the other nodes (held once, however many nodes).
-    public func assume(_ table: MemberTable) {
+    package func assume(_ table: MemberTable) {
         instance.assume(table)
     }
 
-    public func leave(now: MeshInstant, context: inout SimContext) {
+    package func leave(now: MeshInstant, context: inout SimContext) {
         perform(instance.leave(now: now), now: now, context: &context)
     }
 
@@ -130,7 +130,7 @@ public final class MembershipProcess: SimulatedProcess {
 
     /// The simulated datagram of `frames` (see `SimEnvelope`), sealed as hello, or pairwise
     /// between the two boots.
-    public static func envelope(
+    package static func envelope(
         from sender: NodeID, frames: [Frame],
         pairwise boots: (sender: UInt64, receiver: UInt64)? = nil
     ) -> [UInt8] {

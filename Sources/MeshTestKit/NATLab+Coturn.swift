@@ -7,14 +7,14 @@ import Foundation
 /// `NATLab`: UDP only, long-term credentials, a small relay port range, and relaying allowed to
 /// the lab's internet (198.51.100.0/24, a documentation range: allowed explicitly, so no
 /// default denial of special ranges can get in the way).
-public final class LabCoturn: @unchecked Sendable {
-    public static let command: String? = ["/usr/bin/turnserver", "/usr/sbin/turnserver", "/usr/local/bin/turnserver"]
+package final class LabCoturn: @unchecked Sendable {
+    package static let command: String? = ["/usr/bin/turnserver", "/usr/sbin/turnserver", "/usr/local/bin/turnserver"]
         .first { FileManager.default.isExecutableFile(atPath: $0) }
     static let probeCommand: String? = ["/usr/bin/turnutils_stunclient", "/usr/local/bin/turnutils_stunclient"]
         .first { FileManager.default.isExecutableFile(atPath: $0) }
 
     /// Why coturn cannot run here (a test's skip reason), or nil.
-    public static var unavailableReason: String? {
+    package static var unavailableReason: String? {
         if let reason = NATLab.unavailableReason { return reason }
         guard command != nil, probeCommand != nil else {
             return "STUN/TURN laboratory tests need coturn (apt-get install coturn, or make deps as root); skipped"
@@ -22,26 +22,26 @@ public final class LabCoturn: @unchecked Sendable {
         return nil
     }
 
-    public static var isAvailable: Bool { unavailableReason == nil }
+    package static var isAvailable: Bool { unavailableReason == nil }
 
-    public let address: String
-    public let port: UInt16
-    public let username: String
-    public let password: String
-    public let realm: String
+    package let address: String
+    package let port: UInt16
+    package let username: String
+    package let password: String
+    package let realm: String
     private let process: ChildProcess
     private let directory: String
 
     /// `HOST:PORT`, for `--stun`.
-    public var endpoint: String { "\(address):\(port)" }
+    package var endpoint: String { "\(address):\(port)" }
     /// `turn:USER:PASS@HOST:PORT`, for `--turn`.
-    public var turnURL: String { "turn:\(username):\(password)@\(address):\(port)" }
+    package var turnURL: String { "turn:\(username):\(password)@\(address):\(port)" }
     /// What coturn printed (its log goes to stdout).
-    public var log: String { process.standardOutput + process.standardError }
+    package var log: String { process.standardOutput + process.standardError }
 
     /// Starts coturn on `lab`'s public host `index` and waits (bounded) until it answers a STUN
     /// Binding request.
-    public init(
+    package init(
         lab: NATLab, publicHost index: Int, port: UInt16 = 3478, username: String = "mesh",
         password: String = "lab-secret", realm: String = "lab.example"
     ) async throws {
@@ -84,7 +84,7 @@ public final class LabCoturn: @unchecked Sendable {
     }
 
     /// Stops coturn (SIGTERM, then SIGKILL) and removes its files.
-    public func stop() {
+    package func stop() {
         if process.isRunning { process.stop() }
         try? FileManager.default.removeItem(atPath: directory)
     }

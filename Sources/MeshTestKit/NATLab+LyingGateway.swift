@@ -6,8 +6,8 @@ import Foundation
 /// A home router that answers port-mapping requests (PCP and NAT-PMP, port 5351 on its LAN
 /// address) with lies, for tests of what a node believes. It runs in this process, on a socket
 /// in the router's namespace, and counts the requests it got.
-public final class LyingGateway: @unchecked Sendable {
-    public enum Lie: Sendable {
+package final class LyingGateway: @unchecked Sendable {
+    package enum Lie: Sendable {
         /// Every PCP request gets garbage, then a MAP answer with another nonce, then a "success"
         /// of lifetime 0; NAT-PMP names 127.0.0.1 as the external address and grants a mapping
         /// there (of another port than asked).
@@ -17,11 +17,11 @@ public final class LyingGateway: @unchecked Sendable {
         case privateExternal
     }
 
-    public let lie: Lie
+    package let lie: Lie
     private let responder: UDPResponder
 
     /// Starts answering at home `index`'s gateway address, port 5351.
-    public init(lab: NATLab, home index: Int, lie: Lie) throws {
+    package init(lab: NATLab, home index: Int, lie: Lie) throws {
         self.lie = lie
         responder = try UDPResponder(
             namespace: lab.homes[index].router, address: lab.homes[index].gateway,
@@ -30,7 +30,7 @@ public final class LyingGateway: @unchecked Sendable {
     }
 
     /// Requests received so far (PCP and NAT-PMP datagrams).
-    public var requests: Int { responder.requests }
+    package var requests: Int { responder.requests }
 
     private static func answers(to request: [UInt8], lie: Lie) -> [[UInt8]] {
         guard request.count >= 2 else { return [] }
@@ -76,5 +76,5 @@ public final class LyingGateway: @unchecked Sendable {
     }
 
     /// Stops answering and closes the socket; a second call does nothing.
-    public func stop() { responder.stop() }
+    package func stop() { responder.stop() }
 }

@@ -18,11 +18,11 @@ import Foundation
 /// from the internet's own address (a minimal responder in this process, ignoring CHANGE-REQUEST,
 /// which tells miniupnpd the WAN leg is reachable unfiltered) until miniupnpd is up.
 extension NATLab {
-    public static let miniupnpdCommand: String? = ["/usr/sbin/miniupnpd", "/sbin/miniupnpd"]
+    package static let miniupnpdCommand: String? = ["/usr/sbin/miniupnpd", "/sbin/miniupnpd"]
         .first { FileManager.default.isExecutableFile(atPath: $0) }
 
     /// Why a router cannot run miniupnpd here (a test's skip reason), or nil.
-    public static var miniupnpdUnavailableReason: String? {
+    package static var miniupnpdUnavailableReason: String? {
         if let reason = unavailableReason { return reason }
         guard miniupnpdCommand != nil, nftCommand != nil else {
             return
@@ -33,7 +33,7 @@ extension NATLab {
 
     /// Starts miniupnpd on home `index`'s router. `natpmp`: NAT-PMP and PCP on port 5351 (one
     /// switch in miniupnpd); `upnp`: UPnP IGD (SSDP and HTTP). Returns once it listens.
-    public func startMiniupnpd(home index: Int, natpmp: Bool = true, upnp: Bool = true) throws -> Miniupnpd {
+    package func startMiniupnpd(home index: Int, natpmp: Bool = true, upnp: Bool = true) throws -> Miniupnpd {
         guard let miniupnpd = Self.miniupnpdCommand, let nft = Self.nftCommand else {
             throw NodeProcessError.exited(status: -1, stderr: Self.miniupnpdUnavailableReason ?? "no miniupnpd")
         }
@@ -122,7 +122,7 @@ extension NATLab {
     }
 
     /// The UDP redirections (DNAT) miniupnpd holds on home `index`'s router, one line each.
-    public func redirections(home index: Int) throws -> [String] {
+    package func redirections(home index: Int) throws -> [String] {
         guard let nft = Self.nftCommand else { return [] }
         let result = try run(in: homes[index].router, nft, ["list", "chain", "inet", "filter", "prerouting_miniupnpd"])
         return result.stdout.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }.filter {
@@ -138,29 +138,29 @@ extension NATLab {
 }
 
 /// A miniupnpd running in a router namespace (`NATLab.startMiniupnpd`).
-public final class Miniupnpd: @unchecked Sendable {
+package final class Miniupnpd: @unchecked Sendable {
     let process: ChildProcess
     let directory: String
-    public let router: String
+    package let router: String
     /// The router's LAN address: the home's gateway.
-    public let gateway: String
+    package let gateway: String
 
     init(process: ChildProcess, directory: String, router: String, gateway: String) {
         (self.process, self.directory, self.router, self.gateway) = (process, directory, router, gateway)
     }
 
     /// What it logged (it runs in the foreground, logging to stderr).
-    public var log: String { process.standardError }
+    package var log: String { process.standardError }
 
     /// The device description's URL, for `upnpc -u`.
-    public var descriptionURL: String? {
+    package var descriptionURL: String? {
         guard let range = log.range(of: "HTTP listening on port ") else { return nil }
         let port = log[range.upperBound...].prefix { $0.isNumber }
         return "http://\(gateway):\(port)/rootDesc.xml"
     }
 
     /// Stops it (SIGTERM, then SIGKILL): it removes its redirections on the way out.
-    public func stop() {
+    package func stop() {
         process.stop()
         try? FileManager.default.removeItem(atPath: directory)
     }

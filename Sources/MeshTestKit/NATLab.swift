@@ -39,9 +39,9 @@ import Foundation
 /// (`conntrackUnavailableReason`). Everything is named with a random tag and removed by
 /// `tearDown()` (also on deinit, and on a failure half way through `init`), or by the next lab
 /// if the process that made it was killed (`LabRegistry`).
-public final class NATLab: @unchecked Sendable {
+package final class NATLab: @unchecked Sendable {
     /// How a home's router maps its host's flows.
-    public enum Mapping: String, Sendable {
+    package enum Mapping: String, Sendable {
         /// `MASQUERADE`: one mapping per inside socket, the inside port kept when free (what
         /// conntrack does by default): endpoint-independent, filtered by address and port.
         case endpointIndependent = "MASQUERADE"
@@ -51,13 +51,13 @@ public final class NATLab: @unchecked Sendable {
     }
 
     /// A machine of the lab that programs run in.
-    public enum Host: Sendable, Hashable, CustomStringConvertible {
+    package enum Host: Sendable, Hashable, CustomStringConvertible {
         case publicHost(Int)
         case home(Int)
         /// A second host on home K's LAN (built with `neighbours`), beside `.home(K)`.
         case neighbour(Int)
 
-        public var description: String {
+        package var description: String {
             switch self {
             case let .publicHost(index): "public host \(index)"
             case let .home(index): "home \(index)"
@@ -66,53 +66,53 @@ public final class NATLab: @unchecked Sendable {
         }
     }
 
-    public struct Home: Sendable {
-        public let mapping: Mapping
+    package struct Home: Sendable {
+        package let mapping: Mapping
         /// The router's namespace, and the home's address on the internet: its WAN leg's, or its
         /// carrier's when it sits behind one.
-        public let router: String
-        public let publicAddress: String
+        package let router: String
+        package let publicAddress: String
         /// Behind a carrier-grade NAT (double NAT): the carrier router's namespace. The home
         /// router's WAN leg is then at `carrierSideAddress` (100.64.K.2, a CGNAT range) on a link
         /// to the carrier, which masquerades (endpoint-independent, with a firewall) onto the
         /// internet at `publicAddress`.
-        public let carrier: String?
-        public var carrierSideAddress: String? { carrier == nil ? nil : "100.64.\(index + 1).2" }
+        package let carrier: String?
+        package var carrierSideAddress: String? { carrier == nil ? nil : "100.64.\(index + 1).2" }
         let index: Int
         /// The router's interface on the internet (MASQUERADE's `-o`).
-        public let wanInterface: String
+        package let wanInterface: String
         /// The home host's namespace, its private address, and the router's address inside.
-        public let host: String
-        public let privateAddress: String
-        public let gateway: String
+        package let host: String
+        package let privateAddress: String
+        package let gateway: String
         /// A second host on the same LAN (a bridge on the router), at `neighbourAddress`: the
         /// router does not hairpin, so the two meet only at their private addresses.
-        public let neighbour: String?
-        public var neighbourAddress: String? { neighbour == nil ? nil : String(privateAddress.dropLast(2)) + ".3" }
+        package let neighbour: String?
+        package var neighbourAddress: String? { neighbour == nil ? nil : String(privateAddress.dropLast(2)) + ".3" }
     }
 
-    public let tag: String
+    package let tag: String
     /// Namespaces and addresses of the public hosts.
-    public let publicHosts: [String]
-    public let publicAddresses: [String]
-    public let homes: [Home]
+    package let publicHosts: [String]
+    package let publicAddresses: [String]
+    package let homes: [Home]
     private let defaultRoutes: Bool
     /// Per home: whether its router drops unsolicited datagrams to itself (see `init`).
     private let routerInputFirewalls: [Bool]
     private var created: [String] = []
 
-    public static let internetPrefix = "198.51.100"
+    package static let internetPrefix = "198.51.100"
     /// The bridge's address on the internet: every default route's gateway.
-    public static let internetGateway = "198.51.100.1"
+    package static let internetGateway = "198.51.100.1"
 
-    public static let iptablesCommand: String? = tool("iptables")
-    public static let conntrackCommand: String? = tool("conntrack")
-    public static let nftCommand: String? = tool("nft")
-    public static let sysctlCommand: String = tool("sysctl") ?? "/sbin/sysctl"
-    public static let tcCommand: String? = tool("tc")
+    package static let iptablesCommand: String? = tool("iptables")
+    package static let conntrackCommand: String? = tool("conntrack")
+    package static let nftCommand: String? = tool("nft")
+    package static let sysctlCommand: String = tool("sysctl") ?? "/sbin/sysctl"
+    package static let tcCommand: String? = tool("tc")
 
     /// Why the lab cannot be built here (a test's skip reason), or nil.
-    public static var unavailableReason: String? {
+    package static var unavailableReason: String? {
         if getuid() != 0 { return "NAT laboratory tests need root (network namespaces, iptables); skipped" }
         guard NamespaceLab.ipCommand != nil else { return "NAT laboratory tests need iproute2's ip command; skipped" }
         guard iptablesCommand != nil else {
@@ -121,10 +121,10 @@ public final class NATLab: @unchecked Sendable {
         return nil
     }
 
-    public static var isAvailable: Bool { unavailableReason == nil }
+    package static var isAvailable: Bool { unavailableReason == nil }
 
     /// Why the conntrack helpers cannot run here (a NAT mapping cannot be made to expire), or nil.
-    public static var conntrackUnavailableReason: String? {
+    package static var conntrackUnavailableReason: String? {
         if let reason = unavailableReason { return reason }
         guard conntrackCommand != nil else {
             return
@@ -134,7 +134,7 @@ public final class NATLab: @unchecked Sendable {
     }
 
     /// Builds the lab: `publicHosts` hosts on the internet, one home per entry of `homes`.
-    public init(
+    package init(
         publicHosts publicCount: Int, homes mappings: [Mapping], identicalPrivateSubnets: Bool = false,
         defaultRoutes: Bool = true, routerInputFirewall: Bool = true,
         routerInputFirewalls: [Bool]? = nil, carrierNAT: [Bool]? = nil, neighbours: Set<Int> = []
@@ -172,7 +172,7 @@ public final class NATLab: @unchecked Sendable {
     }
 
     /// The namespace of the bridge that is the internet.
-    public var internetNamespace: String { "gm\(tag)net" }
+    package var internetNamespace: String { "gm\(tag)net" }
 
     private func build() throws {
         let internet = internetNamespace
@@ -301,7 +301,7 @@ public final class NATLab: @unchecked Sendable {
     // MARK: - Hosts
 
     /// The namespace programs of `host` run in.
-    public func namespace(_ host: Host) -> String {
+    package func namespace(_ host: Host) -> String {
         switch host {
         case let .publicHost(index): publicHosts[index]
         case let .home(index): homes[index].host
@@ -310,7 +310,7 @@ public final class NATLab: @unchecked Sendable {
     }
 
     /// The host's own address (a home host's is private).
-    public func address(_ host: Host) -> String {
+    package func address(_ host: Host) -> String {
         switch host {
         case let .publicHost(index): publicAddresses[index]
         case let .home(index): homes[index].privateAddress
@@ -319,13 +319,13 @@ public final class NATLab: @unchecked Sendable {
     }
 
     /// The prefix that runs a program inside `host` (for `NodeProcess(launcher:)`).
-    public func launcher(_ host: Host) -> [String] {
+    package func launcher(_ host: Host) -> [String] {
         [NamespaceLab.ipCommand ?? "ip", "netns", "exec", namespace(host)]
     }
 
     /// Runs `executable ARGUMENTS` inside namespace `space` to completion, killed after `timeout`.
     @discardableResult
-    public func run(
+    package func run(
         in space: String, _ executable: String, _ arguments: [String], timeout: Duration = .seconds(20)
     ) throws
         -> (status: Int32, stdout: String, stderr: String)
@@ -337,7 +337,7 @@ public final class NATLab: @unchecked Sendable {
 
     /// Runs a program inside `host`.
     @discardableResult
-    public func run(
+    package func run(
         on host: Host, _ executable: String, _ arguments: [String], timeout: Duration = .seconds(20)
     ) throws
         -> (status: Int32, stdout: String, stderr: String)
@@ -351,7 +351,7 @@ public final class NATLab: @unchecked Sendable {
     /// router reboot would: the next datagram out gets a new mapping (the same port, when free),
     /// and what answered the old one is dropped until then. Returns how many entries went.
     @discardableResult
-    public func flushConntrack(home index: Int) throws -> Int {
+    package func flushConntrack(home index: Int) throws -> Int {
         let result = try run(in: homes[index].router, conntrack(), ["-D", "-p", "udp"])
         // "conntrack v1.4.7 (conntrack-tools): 3 flow entries have been deleted." (status 1 for 0).
         let words = result.stderr.split(separator: " ")
@@ -366,7 +366,7 @@ public final class NATLab: @unchecked Sendable {
     /// inside port. With `flushConntrack` after it, the router maps elsewhere after its mappings
     /// expired, as a rebooted NAT or one that allocates ports as it likes does; a flush alone
     /// gives the same port back (Linux keeps a free inside port), so nothing outside notices.
-    public func mapToPort(home index: Int, _ port: UInt16) throws {
+    package func mapToPort(home index: Int, _ port: UInt16) throws {
         let iptables = Self.iptablesCommand ?? "/usr/sbin/iptables"
         try check(
             run(
@@ -378,7 +378,7 @@ public final class NATLab: @unchecked Sendable {
     }
 
     /// The UDP mappings of home `index`'s router (`conntrack -L -p udp`, one line each).
-    public func conntrackEntries(home index: Int) throws -> [String] {
+    package func conntrackEntries(home index: Int) throws -> [String] {
         let result = try run(in: homes[index].router, conntrack(), ["-L", "-p", "udp"])
         try check(result)
         return result.stdout.split(separator: "\n").map(String.init)
@@ -387,7 +387,7 @@ public final class NATLab: @unchecked Sendable {
     /// Sets how long home `index`'s router keeps a UDP mapping after its last packet: `unreplied`
     /// for a flow answered in one direction only (Linux: 30 s), `replied` for one answered both
     /// ways (Linux: 120 s). Per namespace: only this router changes.
-    public func setUDPTimeouts(home index: Int, unreplied: Int, replied: Int) throws {
+    package func setUDPTimeouts(home index: Int, unreplied: Int, replied: Int) throws {
         try check(
             run(
                 in: homes[index].router, Self.sysctlCommand,
@@ -408,7 +408,7 @@ public final class NATLab: @unchecked Sendable {
 
     /// A UDP socket in `host`'s namespace, bound to 0.0.0.0:`port`, made by this process (for
     /// raw traffic through the NATs with no program inside). The caller closes it.
-    public func udpSocket(on host: NATLab.Host, port: UInt16) throws -> Int32 {
+    package func udpSocket(on host: NATLab.Host, port: UInt16) throws -> Int32 {
         try makeUDPSocket(inNamespace: namespace(host), address: "0.0.0.0", port: port)
     }
 
@@ -416,7 +416,7 @@ public final class NATLab: @unchecked Sendable {
     /// `udpSocket`), in the one order Linux NAT lets through: `first` sends to the other router
     /// (its own router maps it; the other router's firewall drops it before conntrack keeps it),
     /// then `second` answers through the mapping that made. True once each side heard the other.
-    public func punchRaw(_ first: (home: Int, fd: Int32), _ second: (home: Int, fd: Int32), port: UInt16) -> Bool {
+    package func punchRaw(_ first: (home: Int, fd: Int32), _ second: (home: Int, fd: Int32), port: UInt16) -> Bool {
         func send(_ fd: Int32, to home: Int) {
             var address = sockaddr_in()
             address.sin_family = sa_family_t(AF_INET)
@@ -452,7 +452,7 @@ public final class NATLab: @unchecked Sendable {
     /// Caps home `index`'s line at `bytesPerSecond` each way, as a home line's rate would: a
     /// token bucket filter (`tc tbf`, 50 ms of queue) on the router's leg on the internet (what
     /// the home sends) and on the bridge's port to it (what it receives). Nil removes both.
-    public func capLine(home index: Int, bytesPerSecond: Int?) throws {
+    package func capLine(home index: Int, bytesPerSecond: Int?) throws {
         guard let tc = Self.tcCommand else {
             throw NodeProcessError.exited(status: -1, stderr: "capping a line needs iproute2's tc")
         }
@@ -480,7 +480,7 @@ public final class NATLab: @unchecked Sendable {
 
     // MARK: - Tear down
 
-    public func tearDown() {
+    package func tearDown() {
         for space in created.reversed() { try? ip(["netns", "del", space]) }
         created = []
         LabRegistry.unregister(tag: tag)

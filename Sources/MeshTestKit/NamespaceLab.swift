@@ -5,25 +5,25 @@ import Foundation
 /// iproute2; `unavailableReason` says why not when they are missing. Everything it makes is
 /// named with a random tag and removed by `tearDown()`, or by the next lab if the process that
 /// made it was killed (`LabRegistry`).
-public final class NamespaceLab: @unchecked Sendable {
-    public let tag: String
-    public let hosts: [String]
+package final class NamespaceLab: @unchecked Sendable {
+    package let tag: String
+    package let hosts: [String]
     /// The address of each host, in a 10.213.X.0/24 subnet used only inside the lab.
-    public let addresses: [String]
+    package let addresses: [String]
     private var created: [String] = []
 
-    public static let ipCommand: String? = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
+    package static let ipCommand: String? = ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"]
         .first { FileManager.default.isExecutableFile(atPath: $0) }
 
-    public static var unavailableReason: String? {
+    package static var unavailableReason: String? {
         if getuid() != 0 { return "multi-host tests need root (network namespaces); skipped" }
         guard ipCommand != nil else { return "multi-host tests need iproute2's ip command; skipped" }
         return nil
     }
 
-    public static var isAvailable: Bool { unavailableReason == nil }
+    package static var isAvailable: Bool { unavailableReason == nil }
 
-    public init(hostCount: Int) throws {
+    package init(hostCount: Int) throws {
         LabRegistry.sweepStale(ip: Self.ipCommand ?? "/usr/sbin/ip")
         let tag = String(UInt32.random(in: 0x1000...0xFFFF), radix: 16)
         self.tag = tag
@@ -55,17 +55,17 @@ public final class NamespaceLab: @unchecked Sendable {
     }
 
     /// The namespace of the bridge that joins the hosts (WANLink shapes and delays traffic there).
-    public var bridgeNamespace: String { "gm\(tag)br" }
+    package var bridgeNamespace: String { "gm\(tag)br" }
 
     /// Host `index`'s port on the bridge: the far end of its link.
-    public func bridgePort(_ index: Int) -> String { "gm\(tag)p\(index)" }
+    package func bridgePort(_ index: Int) -> String { "gm\(tag)p\(index)" }
 
     /// The prefix that runs a program inside host `index`.
-    public func launcher(_ index: Int) -> [String] {
+    package func launcher(_ index: Int) -> [String] {
         [Self.ipCommand ?? "ip", "netns", "exec", hosts[index]]
     }
 
-    public func tearDown() {
+    package func tearDown() {
         for space in created.reversed() { try? ip(["netns", "del", space]) }
         created = []
         LabRegistry.unregister(tag: tag)

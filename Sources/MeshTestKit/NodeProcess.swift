@@ -2,16 +2,16 @@ import Foundation
 
 /// A real `groupmesh` process for end-to-end tests: started with a temporary data dir on
 /// loopback, its output captured, every wait bounded, and killed when the test is done.
-public final class NodeProcess: @unchecked Sendable {
-    public let dataDirectory: String
-    public let process: ChildProcess
+package final class NodeProcess: @unchecked Sendable {
+    package let dataDirectory: String
+    package let process: ChildProcess
     /// Whether `cleanUp` may delete the data dir (not for a client of another node's dir).
-    public let ownsDataDirectory: Bool
+    package let ownsDataDirectory: Bool
     /// When the process was started, to tell a slow start from a stuck one in failures.
-    public let startedAt = ContinuousClock.now
+    package let startedAt = ContinuousClock.now
 
     /// The built `groupmesh` next to the test bundle, or `$GROUPMESH_BIN`.
-    public static var executable: String {
+    package static var executable: String {
         if let override = ProcessInfo.processInfo.environment["GROUPMESH_BIN"] { return override }
         var directory = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         // A macOS-style bundle path (…/X.xctest/Contents/MacOS/X) or the Linux test binary.
@@ -21,7 +21,7 @@ public final class NodeProcess: @unchecked Sendable {
 
     /// A fresh directory under `temporaryRoot`, removed when this process exits if nothing
     /// removed it before (see `ExitCleanup`).
-    public static func makeTemporaryDirectory(_ label: String = "node") -> String {
+    package static func makeTemporaryDirectory(_ label: String = "node") -> String {
         let path = temporaryRoot + "groupmesh-test-\(label)-\(UUID().uuidString.prefix(8))"
         try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
         ExitCleanup.add(directory: path)
@@ -31,7 +31,7 @@ public final class NodeProcess: @unchecked Sendable {
     /// Where test data dirs live: `$GROUPMESH_TEST_TMPDIR`, else `/dev/shm` when it has room, else
     /// the temporary directory. On tmpfs a node's fsyncs do not queue behind the disk writeback of a
     /// build that just finished, which on a slow CI disk made node start-up take tens of seconds.
-    public static let temporaryRoot: String = {
+    package static let temporaryRoot: String = {
         if let override = ProcessInfo.processInfo.environment["GROUPMESH_TEST_TMPDIR"], !override.isEmpty {
             return override.hasSuffix("/") ? override : override + "/"
         }
@@ -48,7 +48,7 @@ public final class NodeProcess: @unchecked Sendable {
     /// `launcher` runs it through another program that execs it, such as `ip netns exec NAME`.
     /// A `run` gets `--print-invite` (its stdout is a pipe here, and tests read its `invite:` line)
     /// unless `printInvite` is false, for tests of what `run` prints to a pipe by default.
-    public init(
+    package init(
         _ arguments: [String], dataDirectory: String? = nil, launcher: [String] = [],
         ownsDataDirectory: Bool = true, printInvite: Bool = true
     ) throws {
@@ -62,12 +62,12 @@ public final class NodeProcess: @unchecked Sendable {
         process = try ChildProcess(executable: command[0], arguments: Array(command.dropFirst()))
     }
 
-    public var pid: pid_t { process.pid }
-    public var stdout: String { process.output.text }
-    public var stderr: String { process.errors.text }
+    package var pid: pid_t { process.pid }
+    package var stdout: String { process.output.text }
+    package var stderr: String { process.errors.text }
 
     /// Waits (bounded) until stdout (or stderr) holds a line starting with `prefix`; returns its remainder.
-    public func waitForLine(
+    package func waitForLine(
         prefix: String, timeout: Duration = .seconds(60), onStderr: Bool = false,
         containing: String = ""
     ) async throws -> String {
@@ -87,11 +87,11 @@ public final class NodeProcess: @unchecked Sendable {
         throw NodeProcessError.timeout("no '\(prefix)' line within \(timeout); stderr: \(stderr)")
     }
 
-    public func signal(_ signal: Int32) { process.signal(signal) }
+    package func signal(_ signal: Int32) { process.signal(signal) }
 
     /// Waits (bounded) for the process to exit and returns its status.
     @discardableResult
-    public func waitForExit(timeout: Duration = .seconds(20)) async throws -> Int32 {
+    package func waitForExit(timeout: Duration = .seconds(20)) async throws -> Int32 {
         let deadline = ContinuousClock.now + timeout
         while true {
             if let status = process.terminationStatus { return status }
@@ -103,7 +103,7 @@ public final class NodeProcess: @unchecked Sendable {
     }
 
     /// Kills the process if needed and removes its data dir.
-    public func cleanUp(removeData: Bool = true) async {
+    package func cleanUp(removeData: Bool = true) async {
         if process.isRunning {
             process.signal(SIGKILL)
             _ = try? await waitForExit(timeout: .seconds(10))
@@ -112,7 +112,7 @@ public final class NodeProcess: @unchecked Sendable {
     }
 
     /// Runs a short-lived `groupmesh` command to completion (bounded) and returns its output.
-    public static func runCommand(
+    package static func runCommand(
         _ arguments: [String], timeout: Duration = .seconds(60)
     ) async throws
         -> (status: Int32, stdout: String, stderr: String)
@@ -138,11 +138,11 @@ public final class NodeProcess: @unchecked Sendable {
     }
 }
 
-public enum NodeProcessError: Error, CustomStringConvertible {
+package enum NodeProcessError: Error, CustomStringConvertible {
     case exited(status: Int32, stderr: String)
     case timeout(String)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case let .exited(status, stderr): return "groupmesh exited with status \(status): \(stderr)"
         case let .timeout(what): return "timed out: \(what)"

@@ -1,6 +1,6 @@
 /// Polls `condition` every `interval` until it holds, for at most `timeout` (every wait in the
 /// tests and benchmarks is bounded). A condition that throws counts as "not yet".
-public func waitUntil(
+package func waitUntil(
     _ what: String, timeout: Duration = .seconds(60), every interval: Duration = .milliseconds(20),
     _ condition: () async throws -> Bool
 ) async throws {

@@ -4,11 +4,11 @@ import Foundation
 /// session and its invite, the others join with it. Made by `withProcessMesh`, which tears it
 /// down when the test body returns or throws; nodes a body starts through it (`join`, `restart`,
 /// `client`, `track`) are torn down with it.
-public final class ProcessMesh: @unchecked Sendable {
+package final class ProcessMesh: @unchecked Sendable {
     /// The address every node listens on unless told otherwise (`127.0.0.1:0`, `[::1]:0`).
-    public let listen: String
+    package let listen: String
     /// How long `waitUntilAllSee` waits by default.
-    public let timeout: Duration
+    package let timeout: Duration
     private let arguments: [String]
     private let argumentsByName: [String: [String]]
     private let lazy: Set<String>
@@ -33,16 +33,16 @@ public final class ProcessMesh: @unchecked Sendable {
     }
 
     /// The invite the first node printed, which every `join` uses unless given another.
-    public var invite: String { lock.withLock { currentInvite } }
+    package var invite: String { lock.withLock { currentInvite } }
 
     /// The nodes' names, in the order they were started.
-    public var names: [String] { lock.withLock { order } }
+    package var names: [String] { lock.withLock { order } }
 
     /// The nodes, in the order they were started (for a restarted node, its latest process).
-    public var nodes: [NodeProcess] { lock.withLock { order.compactMap { current[$0] } } }
+    package var nodes: [NodeProcess] { lock.withLock { order.compactMap { current[$0] } } }
 
     /// The node called `name` (its latest process, after a `restart`).
-    public subscript(name: String) -> NodeProcess {
+    package subscript(name: String) -> NodeProcess {
         get throws {
             guard let node = lock.withLock({ current[name] }) else { throw ProcessMeshError.unknownNode(name) }
             return node
@@ -67,7 +67,7 @@ public final class ProcessMesh: @unchecked Sendable {
     /// join (`waitUntilAllSee` does). `arguments` come after those the mesh gives every node and
     /// `name`. A `dataDirectory` given here is the caller's and is not removed.
     @discardableResult
-    public func join(
+    package func join(
         _ name: String, arguments extra: [String] = [], invite: String? = nil,
         dataDirectory: String? = nil
     ) throws -> NodeProcess {
@@ -78,7 +78,7 @@ public final class ProcessMesh: @unchecked Sendable {
     /// `listen`, e.g. the address it had, or the mesh's) and `arguments` only, since the data dir
     /// holds its session and members. `mesh[name]` is the new process from then on.
     @discardableResult
-    public func restart(_ name: String, listen: String? = nil, arguments extra: [String] = []) throws -> NodeProcess {
+    package func restart(_ name: String, listen: String? = nil, arguments extra: [String] = []) throws -> NodeProcess {
         let previous = try self[name]
         guard !previous.process.isRunning else { throw ProcessMeshError.stillRunning(name) }
         let node = try NodeProcess(
@@ -94,20 +94,20 @@ public final class ProcessMesh: @unchecked Sendable {
     /// Starts a client command (`listen`, `events`, `get` …) on node `name`'s data dir, stopped
     /// with the mesh.
     @discardableResult
-    public func client(_ arguments: [String], of name: String) throws -> NodeProcess {
+    package func client(_ arguments: [String], of name: String) throws -> NodeProcess {
         track(try NodeProcess(arguments, dataDirectory: try self[name].dataDirectory, ownsDataDirectory: false))
     }
 
     /// Stops `process` with the mesh (its data dir is left alone).
     @discardableResult
-    public func track(_ process: NodeProcess) -> NodeProcess {
+    package func track(_ process: NodeProcess) -> NodeProcess {
         lock.withLock { started.append(process) }
         return process
     }
 
     /// Waits (bounded) until each of `names` (every node by default) sees `alive` members alive
     /// (as many as `names` by default) in `status --json`. A node that exited fails the wait.
-    public func waitUntilAllSee(
+    package func waitUntilAllSee(
         _ names: [String]? = nil, alive count: Int? = nil,
         timeout: Duration? = nil
     ) async throws {
@@ -139,13 +139,13 @@ public final class ProcessMesh: @unchecked Sendable {
     }
 }
 
-public enum ProcessMeshError: Error, CustomStringConvertible {
+package enum ProcessMeshError: Error, CustomStringConvertible {
     case unknownNode(String)
     case duplicateName(String)
     case stillRunning(String)
     case noNodes
 
-    public var description: String {
+    package var description: String {
         switch self {
         case let .unknownNode(name): return "no node called '\(name)' in the mesh"
         case let .duplicateName(name): return "a node called '\(name)' is already in the mesh"
@@ -166,7 +166,7 @@ public enum ProcessMeshError: Error, CustomStringConvertible {
 /// `status --json` (bounded by `timeout`, which is also `waitUntilAllSee`'s default).
 /// `keepDataDirectories` leaves the data dirs to the body's caller (they still go when the test
 /// process exits, like every temporary directory, unless `GROUPMESH_KEEP_TEST_DIRS` is set).
-public func withProcessMesh<Value>(
+package func withProcessMesh<Value>(
     names: [String], listen: String = "127.0.0.1:0", arguments: [String] = [],
     argumentsByName: [String: [String]] = [:], lazy: Set<String> = [], waitForMembership: Bool = true,
     timeout: Duration = .seconds(60), keepDataDirectories: Bool = false,

@@ -1,9 +1,9 @@
 import Foundation
 
 /// What Linux's /proc says about a process: CPU time used and resident memory (0 when unreadable).
-public enum ProcessStats {
+package enum ProcessStats {
     /// User plus system CPU time, in seconds.
-    public static func cpuSeconds(_ pid: pid_t) -> Double {
+    package static func cpuSeconds(_ pid: pid_t) -> Double {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
             let close = stat.lastIndex(of: ")")
         else { return 0 }
@@ -14,7 +14,7 @@ public enum ProcessStats {
     }
 
     /// Resident and peak resident size, in MiB.
-    public static func memory(_ pid: pid_t) -> (resident: Double, peak: Double) {
+    package static func memory(_ pid: pid_t) -> (resident: Double, peak: Double) {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return (0, 0) }
         func value(_ key: String) -> Double {
             guard let line = text.split(separator: "\n").first(where: { $0.hasPrefix(key + ":") }),
@@ -26,15 +26,16 @@ public enum ProcessStats {
     }
 
     /// Starts the peak resident size afresh (`echo 5 > /proc/PID/clear_refs`).
-    public static func resetPeak(_ pid: pid_t) {
+    package static func resetPeak(_ pid: pid_t) {
         try? "5".write(toFile: "/proc/\(pid)/clear_refs", atomically: false, encoding: .utf8)
     }
 }
 
 /// Writes `size` random bytes (rounded down to whole 8-byte words) to `path`; returns them.
 @discardableResult
-public func writeRandomFile(_ path: String, size: Int, using generator: inout some RandomNumberGenerator) throws -> Data
-{
+package func writeRandomFile(
+    _ path: String, size: Int, using generator: inout some RandomNumberGenerator
+) throws -> Data {
     var words = [UInt64](repeating: 0, count: size / 8)
     for index in words.indices { words[index] = generator.next() }
     let bytes = words.withUnsafeBytes { Data($0) }

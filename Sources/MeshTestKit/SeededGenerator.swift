@@ -6,13 +6,13 @@
 /// library's `random(in:using:)` algorithms are not promised to stay the same across
 /// releases, so the helpers below (`next(below:)`, `nextDouble()`, `chance(_:)`) use fixed
 /// algorithms of their own.
-public struct SeededGenerator: RandomNumberGenerator, Sendable, Hashable {
+package struct SeededGenerator: RandomNumberGenerator, Sendable, Hashable {
     private var s0: UInt64
     private var s1: UInt64
     private var s2: UInt64
     private var s3: UInt64
 
-    public init(seed: UInt64) {
+    package init(seed: UInt64) {
         var mixer = seed
         s0 = Self.splitMix64(&mixer)
         s1 = Self.splitMix64(&mixer)
@@ -23,7 +23,7 @@ public struct SeededGenerator: RandomNumberGenerator, Sendable, Hashable {
         if s0 | s1 | s2 | s3 == 0 { s0 = 0x9e37_79b9_7f4a_7c15 }
     }
 
-    public mutating func next() -> UInt64 {
+    package mutating func next() -> UInt64 {
         let result = rotateLeft(s1 &* 5, 7) &* 9
         let t = s1 << 17
         s2 ^= s0
@@ -38,13 +38,13 @@ public struct SeededGenerator: RandomNumberGenerator, Sendable, Hashable {
     /// A new generator whose stream is independent of this one's, derived deterministically:
     /// giving each node (and the network) its own stream means a change in how often one
     /// consumer draws does not shift every other consumer's numbers.
-    public mutating func fork() -> SeededGenerator {
+    package mutating func fork() -> SeededGenerator {
         SeededGenerator(seed: next())
     }
 
     /// Uniform in `0..<bound` (Lemire's multiply-shift with rejection, so no modulo bias).
     /// `bound` must be positive.
-    public mutating func next(below bound: UInt64) -> UInt64 {
+    package mutating func next(below bound: UInt64) -> UInt64 {
         precondition(bound > 0, "bound must be positive")
         var product = next().multipliedFullWidth(by: bound)
         if product.low < bound {
@@ -57,20 +57,20 @@ public struct SeededGenerator: RandomNumberGenerator, Sendable, Hashable {
     }
 
     /// Uniform in `range`.
-    public mutating func next(in range: ClosedRange<Int>) -> Int {
+    package mutating func next(in range: ClosedRange<Int>) -> Int {
         let span = UInt64(bitPattern: Int64(range.upperBound) &- Int64(range.lowerBound))
         if span == .max { return Int(truncatingIfNeeded: next()) }
         return range.lowerBound &+ Int(truncatingIfNeeded: next(below: span + 1))
     }
 
     /// Uniform in [0, 1) with 53 random bits.
-    public mutating func nextDouble() -> Double {
+    package mutating func nextDouble() -> Double {
         Double(next() >> 11) * 0x1.0p-53
     }
 
     /// True with probability `probability` (clamped to [0, 1]); draws nothing when the
     /// answer is certain, so fault-free links consume no randomness.
-    public mutating func chance(_ probability: Double) -> Bool {
+    package mutating func chance(_ probability: Double) -> Bool {
         guard probability > 0 else { return false }
         guard probability < 1 else { return true }
         return nextDouble() < probability
@@ -78,7 +78,7 @@ public struct SeededGenerator: RandomNumberGenerator, Sendable, Hashable {
 
     /// Uniform in `0...maximum` at nanosecond resolution; zero (and no draw) for a
     /// non-positive maximum.
-    public mutating func duration(upTo maximum: Duration) -> Duration {
+    package mutating func duration(upTo maximum: Duration) -> Duration {
         let limit = maximum.nanosecondsClamped
         guard limit > 0 else { return .zero }
         return .nanoseconds(Int64(next(below: UInt64(limit) + 1)))

@@ -5,21 +5,21 @@ import MeshCrypto
 /// attachment id) in memory, by SHA-256, as `ChunkStore` keeps them on disk. Like the real one it
 /// verifies every chunk when it is written and again when it is read, so a bad chunk is never
 /// kept nor served; `corruptedChunks` is the invariant check that nothing slipped through.
-public struct SimChunkStore: Sendable {
-    public private(set) var chunks: [SHA256Digest: [UInt8]] = [:]
+package struct SimChunkStore: Sendable {
+    package private(set) var chunks: [SHA256Digest: [UInt8]] = [:]
     /// Writes refused because the bytes did not hash to the name they came under.
-    public private(set) var rejectedWrites = 0
+    package private(set) var rejectedWrites = 0
 
-    public init() {}
+    package init() {}
 
-    public func contains(_ digest: SHA256Digest) -> Bool { chunks[digest] != nil }
+    package func contains(_ digest: SHA256Digest) -> Bool { chunks[digest] != nil }
 
     /// Forgets a chunk, as the real store does with one it finds damaged when it reads it.
-    public mutating func discard(_ digest: SHA256Digest) { chunks[digest] = nil }
+    package mutating func discard(_ digest: SHA256Digest) { chunks[digest] = nil }
 
     /// Stores `bytes` under its SHA-256; with `expected`, only if that is its hash. True when stored.
     @discardableResult
-    public mutating func write(_ bytes: [UInt8], expected: SHA256Digest? = nil) -> Bool {
+    package mutating func write(_ bytes: [UInt8], expected: SHA256Digest? = nil) -> Bool {
         let digest = SHA256Digest.hashing(bytes)
         guard expected == nil || expected == digest else {
             rejectedWrites += 1
@@ -30,14 +30,14 @@ public struct SimChunkStore: Sendable {
     }
 
     /// The chunk's bytes, verified again (nil when absent or no longer matching its name).
-    public func read(_ digest: SHA256Digest) -> [UInt8]? {
+    package func read(_ digest: SHA256Digest) -> [UInt8]? {
         guard let bytes = chunks[digest], SHA256Digest.hashing(bytes) == digest else { return nil }
         return bytes
     }
 
     /// The chunk's bytes, verified again; one that no longer matches its name is discarded, as
     /// `ChunkStore` discards a chunk it finds damaged: it is no longer claimed, and is fetched again.
-    public mutating func readDiscardingDamage(_ digest: SHA256Digest) -> [UInt8]? {
+    package mutating func readDiscardingDamage(_ digest: SHA256Digest) -> [UInt8]? {
         guard let bytes = read(digest) else {
             chunks[digest] = nil
             return nil
@@ -47,27 +47,27 @@ public struct SimChunkStore: Sendable {
 
     /// A byte of a stored chunk changes on the simulated disk (found when the chunk is next read).
     /// For tests of the store itself: `corruptedChunks` lists the chunk until then.
-    public mutating func damage(_ digest: SHA256Digest) {
+    package mutating func damage(_ digest: SHA256Digest) {
         guard var bytes = chunks[digest], !bytes.isEmpty else { return }
         bytes[bytes.count / 2] ^= 0x55
         chunks[digest] = bytes
     }
 
     /// The manifest of an attachment, if stored.
-    public func manifest(_ id: SHA256Digest) -> Manifest? {
+    package func manifest(_ id: SHA256Digest) -> Manifest? {
         guard let bytes = read(id), let manifest = try? Manifest(decoding: bytes), manifest.id == id else { return nil }
         return manifest
     }
 
     /// Chunks of `manifest` not held, each once.
-    public func missing(_ manifest: Manifest) -> [SHA256Digest] {
+    package func missing(_ manifest: Manifest) -> [SHA256Digest] {
         var seen: Set<SHA256Digest> = []
         return manifest.chunks.filter { chunks[$0] == nil && seen.insert($0).inserted }
     }
 
     /// Deletes the chunks of `removed` (and its manifest) that none of `kept` uses and no
     /// ingest holds.
-    public mutating func collect(_ removed: Manifest, keeping kept: [Manifest]) {
+    package mutating func collect(_ removed: Manifest, keeping kept: [Manifest]) {
         let used = Set(kept.flatMap(\.chunks) + kept.map(\.id))
         for digest in Set(removed.chunks + [removed.id]) where !used.contains(digest) && pinned[digest] == nil {
             chunks[digest] = nil
@@ -76,7 +76,7 @@ public struct SimChunkStore: Sendable {
 
     /// Deletes every chunk and manifest none of `kept` uses and no ingest holds; how many, and
     /// their bytes.
-    public mutating func collectUnreferenced(keeping kept: [Manifest]) -> (chunks: Int, bytes: UInt64) {
+    package mutating func collectUnreferenced(keeping kept: [Manifest]) -> (chunks: Int, bytes: UInt64) {
         let used = Set(kept.flatMap(\.chunks) + kept.map(\.id))
         var count = 0, bytes: UInt64 = 0
         for (digest, chunk) in chunks where !used.contains(digest) && pinned[digest] == nil {
@@ -91,7 +91,7 @@ public struct SimChunkStore: Sendable {
     private var pinned: [SHA256Digest: Int] = [:]
 
     /// Cuts `bytes` into chunks, stores them and the manifest, and holds them until `unpin`.
-    public mutating func ingest(_ bytes: [UInt8], chunkSize: Int) -> Manifest {
+    package mutating func ingest(_ bytes: [UInt8], chunkSize: Int) -> Manifest {
         var digests: [SHA256Digest] = []
         var offset = 0
         while offset < bytes.count {
@@ -108,10 +108,10 @@ public struct SimChunkStore: Sendable {
     }
 
     /// A crash ends every hold.
-    public mutating func releasePins() { pinned = [:] }
+    package mutating func releasePins() { pinned = [:] }
 
     /// Ends an ingest's hold; when its add failed, collects it in the same step.
-    public mutating func unpin(_ manifest: Manifest, collectKeeping kept: [Manifest]?) {
+    package mutating func unpin(_ manifest: Manifest, collectKeeping kept: [Manifest]?) {
         for digest in manifest.chunks + [manifest.id] {
             if let count = pinned[digest], count > 1 { pinned[digest] = count - 1 } else { pinned[digest] = nil }
         }
@@ -119,7 +119,7 @@ public struct SimChunkStore: Sendable {
     }
 
     /// The attachment's bytes, every chunk verified; nil when one is missing.
-    public func bytes(of manifest: Manifest) -> [UInt8]? {
+    package func bytes(of manifest: Manifest) -> [UInt8]? {
         var out: [UInt8] = []
         for digest in manifest.chunks {
             guard let chunk = read(digest) else { return nil }
@@ -129,7 +129,7 @@ public struct SimChunkStore: Sendable {
     }
 
     /// Chunks whose bytes do not hash to their name (must be none).
-    public var corruptedChunks: [SHA256Digest] {
+    package var corruptedChunks: [SHA256Digest] {
         chunks.filter { SHA256Digest.hashing($0.value) != $0.key }.map(\.key).sorted()
     }
 }

@@ -5,23 +5,23 @@ import NIOCore
 /// A node whose disk holds its session's end, started again: what `groupmesh run` does on such a
 /// data dir before it refuses to start (`EndedSessionNotice`). It tells the members it remembers,
 /// answers datagrams of the ended epoch, and is done after about two seconds.
-public final class SimEndedNode: SimulatedProcess {
+package final class SimEndedNode: SimulatedProcess {
     static let timer: UInt64 = 1
 
-    public let address: SimAddress
+    package let address: SimAddress
     private let previous: SimNode
     private let seed: UInt64
-    public private(set) var notice: EndedSessionNotice?
-    public private(set) var isDone = false
+    package private(set) var notice: EndedSessionNotice?
+    package private(set) var isDone = false
 
     /// `node`'s disk, started again with a boot from `seed`.
-    public init(restarting node: SimNode, seed: UInt64) {
+    package init(restarting node: SimNode, seed: UInt64) {
         address = node.address
         previous = node
         self.seed = seed
     }
 
-    public func start(now: MeshInstant, context: inout SimContext) {
+    package func start(now: MeshInstant, context: inout SimContext) {
         var bytes = ByteBuffer(bytes: previous.storage.ended ?? [])
         guard let statement = try? SessionEnd(decoding: &bytes) else {
             isDone = true
@@ -34,14 +34,14 @@ public final class SimEndedNode: SimulatedProcess {
         step(now: now, context: &context)
     }
 
-    public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
+    package func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
         guard !isDone,
             let answer = notice?.answer(ByteBuffer(bytes: datagram), from: sender.peerAddress, now: now)
         else { return }
         context.send(Array(answer.readableBytesView), to: sender)
     }
 
-    public func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {
+    package func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {
         step(now: now, context: &context)
     }
 

@@ -8,7 +8,7 @@ extension SimMesh {
     /// Every reliable application message was delivered to each of its targets exactly once, in
     /// the sender's order, or its sender was told it failed for that target; every send finished.
     /// (A message reported failed may still have arrived: its acknowledgement can be lost.)
-    public func deliveryViolations() -> [String] {
+    package func deliveryViolations() -> [String] {
         var violations: [String] = []
         for sender in all {
             for message in sender.sentMessages where sender.completions[message.request] == nil {
@@ -48,7 +48,7 @@ extension SimMesh {
 
     /// Every live member holds the same journal: the same operations, among them every one a
     /// live member made.
-    public func journalViolations() -> [String] {
+    package func journalViolations() -> [String] {
         let members = live
         let made = Set(members.flatMap(\.created))
         var violations: [String] = []
@@ -73,7 +73,7 @@ extension SimMesh {
     }
 
     /// Every chunk any live member stores matches its SHA-256.
-    public func chunkViolations() -> [String] {
+    package func chunkViolations() -> [String] {
         live.flatMap { node in
             node.store.corruptedChunks.map {
                 "\(node.address): stored chunk \($0.hex.prefix(16)) does not match its hash"
@@ -83,7 +83,7 @@ extension SimMesh {
 
     /// Every chunk a live member stores belongs to a present attachment: what was removed was
     /// deleted, and a fetch of it did not bring it back.
-    public func leakViolations() -> [String] {
+    package func leakViolations() -> [String] {
         live.compactMap { node in
             let present = node.journal.state.presentContents.compactMap { node.store.manifest($0) }
             let used = Set(present.flatMap(\.chunks) + present.map(\.id))
@@ -93,7 +93,7 @@ extension SimMesh {
     }
 
     /// Every live member holds every present attachment whole (the swarm finished).
-    public func replicationViolations() -> [String] {
+    package func replicationViolations() -> [String] {
         var violations: [String] = []
         for node in live {
             for entry in node.journal.state.attachments {
@@ -113,7 +113,7 @@ extension SimMesh {
     }
 
     /// No live member is dead (or unknown, or gone) in any live member's view.
-    public func viewViolations() -> [String] {
+    package func viewViolations() -> [String] {
         var violations: [String] = []
         let members = live
         for observer in members {
@@ -131,7 +131,7 @@ extension SimMesh {
     /// What nodes noticed themselves (a command completed twice, a timer that spins, a message
     /// of a type nobody sent), datagrams over the largest size accepted (pieces and probes grow
     /// to what a path proved), and malformed messages.
-    public func nodeViolations() -> [String] {
+    package func nodeViolations() -> [String] {
         let limit = configuration.settings.wire.maxReceivedDatagramSize
         return all.flatMap { node in
             node.violations.map { "\(node.address): \($0)" }
@@ -143,7 +143,7 @@ extension SimMesh {
     }
 
     /// Every live member is in the same key epoch, and sees every removed member as gone.
-    public func epochViolations() -> [String] {
+    package func epochViolations() -> [String] {
         let members = live
         guard let first = members.first else { return [] }
         var violations: [String] = []
@@ -160,7 +160,7 @@ extension SimMesh {
     }
 
     /// Every invariant holds.
-    public var settled: Bool {
+    package var settled: Bool {
         viewViolations().isEmpty && journalViolations().isEmpty && replicationViolations().isEmpty
             && deliveryViolations().isEmpty && chunkViolations().isEmpty && epochViolations().isEmpty
     }

@@ -3,14 +3,14 @@ import MeshCrypto
 
 /// A simulated mesh of whole nodes (`SimNode`) in one session on one seeded `Simulator`, and
 /// the invariants every run must end with (`SimMesh+Invariants`).
-public final class SimMesh {
-    public let simulator: Simulator
-    public let seed: UInt64
-    public let session: SessionSecret
-    public let configuration: SimNode.Configuration
-    public private(set) var nodes: [SimAddress] = []
+package final class SimMesh {
+    package let simulator: Simulator
+    package let seed: UInt64
+    package let session: SessionSecret
+    package let configuration: SimNode.Configuration
+    package private(set) var nodes: [SimAddress] = []
 
-    public init(
+    package init(
         seed: UInt64, link: LinkConditions = .default, configuration: SimNode.Configuration = .init(),
         trace: SimTraceOptions = []
     ) {
@@ -25,7 +25,7 @@ public final class SimMesh {
     /// Adds a node that starts at `time` and joins through `seeds`, on the mesh's configuration
     /// or its own.
     @discardableResult
-    public func addNode(
+    package func addNode(
         joiningThrough seeds: [SimAddress], at time: MeshInstant,
         configuration: SimNode.Configuration? = nil
     ) -> SimNode {
@@ -37,33 +37,33 @@ public final class SimMesh {
         return node
     }
 
-    public func node(_ address: SimAddress) -> SimNode {
+    package func node(_ address: SimAddress) -> SimNode {
         // safe: every node of a SimMesh is a SimNode
         simulator.process(at: address, as: SimNode.self)!
     }
 
-    public var all: [SimNode] { nodes.map(node) }
+    package var all: [SimNode] { nodes.map(node) }
 
     /// Every "dead" any node declared so far (a calm network, or one whose paths all work, has none).
-    public var deaths: [MembershipProcess.Change] {
+    package var deaths: [MembershipProcess.Change] {
         all.flatMap(\.membershipChanges).filter { $0.status == .dead }
     }
 
     /// Nodes that are up.
-    public var running: [SimNode] { simulator.runningAddresses.map(node) }
+    package var running: [SimNode] { simulator.runningAddresses.map(node) }
 
     /// Members removed from the session (a key epoch without them), as any running node knows.
-    public var removed: Set<NodeID> { Set(running.flatMap(\.core.epochs.removed)) }
+    package var removed: Set<NodeID> { Set(running.flatMap(\.core.epochs.removed)) }
 
     /// Nodes that are up, not left, and still in the session: what the invariants speak of.
-    public var live: [SimNode] {
+    package var live: [SimNode] {
         let removed = removed
         return running.filter { !removed.contains($0.id) && $0.core.phase != .stopped }
     }
 
     /// Restarts a crashed node on its own disk, with a new boot, given the seeds it was given
     /// before (or `seeds`).
-    public func restart(_ address: SimAddress, at time: MeshInstant, seeds: [SimAddress]? = nil) {
+    package func restart(_ address: SimAddress, at time: MeshInstant, seeds: [SimAddress]? = nil) {
         let old = node(address)
         simulator.restart(address, with: SimNode(restarting: old, seed: seed, startTime: time, seeds: seeds), at: time)
     }

@@ -17,29 +17,29 @@ import MeshCore
 ///
 /// Pure and deterministic: time comes in as `now`, random ports from a generator seeded by the
 /// simulation. Expired mappings are removed when they are next looked at.
-public struct SimNAT: Sendable {
-    public enum Mapping: Sendable, Equatable {
+package struct SimNAT: Sendable {
+    package enum Mapping: Sendable, Equatable {
         case endpointIndependent
         case addressAndPortDependent
     }
 
-    public enum Filtering: Sendable, Equatable {
+    package enum Filtering: Sendable, Equatable {
         case endpointIndependent
         case addressAndPortDependent
     }
 
-    public struct Configuration: Sendable, Equatable {
-        public var mapping: Mapping
-        public var filtering: Filtering
+    package struct Configuration: Sendable, Equatable {
+        package var mapping: Mapping
+        package var filtering: Filtering
         /// Linux's `nf_conntrack_udp_timeout` is 30 s for a flow that got no answer, 120 s (180 s
         /// on newer kernels) for one that did; home routers often keep less. 30 s by default.
-        public var mappingTimeout: Duration
+        package var mappingTimeout: Duration
         /// An endpoint-independent mapping keeps the inside port when no other mapping holds it, as
         /// MASQUERADE does; false: a random port, so a mapping made again (after a flush or a
         /// timeout) moves, as on routers that do not preserve ports.
-        public var preservesPort: Bool
+        package var preservesPort: Bool
 
-        public init(
+        package init(
             mapping: Mapping = .endpointIndependent, filtering: Filtering = .addressAndPortDependent,
             mappingTimeout: Duration = .seconds(30), preservesPort: Bool = true
         ) {
@@ -50,9 +50,9 @@ public struct SimNAT: Sendable {
         }
 
         /// `iptables -t nat -A POSTROUTING -j MASQUERADE`.
-        public static let masquerade = Configuration()
+        package static let masquerade = Configuration()
         /// `MASQUERADE --random-fully`: a new random port per destination.
-        public static let symmetric = Configuration(mapping: .addressAndPortDependent)
+        package static let symmetric = Configuration(mapping: .addressAndPortDependent)
     }
 
     /// One public port's mapping.
@@ -70,8 +70,8 @@ public struct SimNAT: Sendable {
         var destination: SimAddress?
     }
 
-    public let number: Int
-    public let configuration: Configuration
+    package let number: Int
+    package let configuration: Configuration
     var bindings: [UInt16: Binding] = [:]
     var ports: [BindingKey: UInt16] = [:]
     var random: SeededGenerator
@@ -79,18 +79,19 @@ public struct SimNAT: Sendable {
     /// Ports a NAT hands out: above the well-known and registered ranges' start, as Linux does.
     static let portRange: ClosedRange<UInt16> = 1024...65535
 
-    public init(number: Int, configuration: Configuration, seed: UInt64) {
+    package init(number: Int, configuration: Configuration, seed: UInt64) {
         self.number = number
         self.configuration = configuration
         random = SeededGenerator(seed: seed)
     }
 
     /// The public host's address at `port`.
-    public func publicAddress(port: UInt16) -> SimAddress { SimAddress(natHost: number, port: port) }
+    package func publicAddress(port: UInt16) -> SimAddress { SimAddress(natHost: number, port: port) }
 
     /// A datagram from `inside` to `destination` leaves through the NAT: the source it leaves
     /// with. Creates or refreshes the mapping and lets `destination` answer through it.
-    public mutating func outbound(from inside: SimAddress, to destination: SimAddress, now: MeshInstant) -> SimAddress {
+    package mutating func outbound(from inside: SimAddress, to destination: SimAddress, now: MeshInstant) -> SimAddress
+    {
         let key = BindingKey(
             inside: inside,
             destination: configuration.mapping == .endpointIndependent ? nil : destination)
@@ -110,7 +111,7 @@ public struct SimNAT: Sendable {
 
     /// A datagram from `source` reaches the public port `port`: the inside address it is for, or
     /// nil when no live mapping has that port or the filter keeps `source` out.
-    public mutating func inbound(from source: SimAddress, toPort port: UInt16, now: MeshInstant) -> SimAddress? {
+    package mutating func inbound(from source: SimAddress, toPort port: UInt16, now: MeshInstant) -> SimAddress? {
         guard let binding = live(port, now: now) else { return nil }
         switch configuration.filtering {
         case .endpointIndependent:
@@ -125,17 +126,17 @@ public struct SimNAT: Sendable {
 
     /// The inside address a public port maps to, whatever the filter says and without expiring
     /// anything: where a datagram sent to it would go, for the links it crosses on the way.
-    public func insideAddress(ofPort port: UInt16) -> SimAddress? {
+    package func insideAddress(ofPort port: UInt16) -> SimAddress? {
         bindings[port]?.inside
     }
 
     /// The live mappings' public ports, ascending.
-    public func mappedPorts(now: MeshInstant) -> [UInt16] {
+    package func mappedPorts(now: MeshInstant) -> [UInt16] {
         bindings.filter { now < $0.value.lastOutbound + configuration.mappingTimeout }.keys.sorted()
     }
 
     /// Forgets every mapping at once, as `conntrack -F` or a router's reboot would.
-    public mutating func flush() {
+    package mutating func flush() {
         bindings.removeAll()
         ports.removeAll()
     }

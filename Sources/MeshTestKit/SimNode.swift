@@ -14,12 +14,12 @@ import NIOCore
 ///
 /// The test plans work (attach, remove, send, remove a member…) with `plan(at:_:)` before the
 /// node starts; the node records what it sent and what it received, for `SimMesh`'s invariants.
-public final class SimNode: SimulatedProcess {
-    public struct Configuration: Sendable {
-        public var settings: NodeSettings
-        public var storage = SimStorage.Conditions()
+package final class SimNode: SimulatedProcess {
+    package struct Configuration: Sendable {
+        package var settings: NodeSettings
+        package var storage = SimStorage.Conditions()
 
-        public init() {
+        package init() {
             settings = NodeSettings(membership: .lan)
             // Small chunks, so a few KiB make a multi-chunk attachment.
             settings.chunkSize = 4096
@@ -33,10 +33,10 @@ public final class SimNode: SimulatedProcess {
     }
 
     /// A reliable application message this node sent.
-    public struct SentMessage: Sendable {
-        public var request: RequestID
-        public var body: [UInt8]
-        public var targets: [NodeID]
+    package struct SentMessage: Sendable {
+        package var request: RequestID
+        package var body: [UInt8]
+        package var targets: [NodeID]
     }
 
     static let tickTimer: UInt64 = 1
@@ -45,13 +45,13 @@ public final class SimNode: SimulatedProcess {
     static let dataType = "data"
     static let maxSpins = 1000
 
-    public let address: SimAddress
-    public let identity: NodeIdentity
-    public let configuration: Configuration
+    package let address: SimAddress
+    package let identity: NodeIdentity
+    package let configuration: Configuration
     let session: SessionSecret
-    public let seeds: [SimAddress]
-    public private(set) var core: NodeInstance
-    public private(set) var storage: SimStorage
+    package let seeds: [SimAddress]
+    package private(set) var core: NodeInstance
+    package private(set) var storage: SimStorage
     private var random: SplitMix64
     private var storageQueue: [(request: StorageRequest, ticket: StorageTicket)] = []
     private var storageBusy = false
@@ -59,41 +59,41 @@ public final class SimNode: SimulatedProcess {
     private var nextRequest: UInt64 = 0
 
     /// The node's clock at the current (or last) callback; its start time before it starts.
-    public private(set) var now: MeshInstant
+    package private(set) var now: MeshInstant
     private var script: [(time: MeshInstant, action: (SimNode) -> Void)] = []
 
     // What happened, for the invariants and for reading a failing seed.
-    public private(set) var sentMessages: [SentMessage] = []
+    package private(set) var sentMessages: [SentMessage] = []
     /// Per reliable application send: the targets that did not acknowledge (empty: all did).
-    public private(set) var completions: [RequestID: [NodeID: DeliveryInstance.Failure]] = [:]
-    public private(set) var reliableReceived: [NodeID: [[UInt8]]] = [:]
-    public private(set) var unreliableReceived: [NodeID: [[UInt8]]] = [:]
+    package private(set) var completions: [RequestID: [NodeID: DeliveryInstance.Failure]] = [:]
+    package private(set) var reliableReceived: [NodeID: [[UInt8]]] = [:]
+    package private(set) var unreliableReceived: [NodeID: [[UInt8]]] = [:]
     /// Every status change this node saw, in order.
-    public private(set) var membershipChanges: [MembershipProcess.Change] = []
-    public private(set) var largestDatagram = 0
+    package private(set) var membershipChanges: [MembershipProcess.Change] = []
+    package private(set) var largestDatagram = 0
     /// Log records the core emitted, by message (only at the levels its settings log).
-    public private(set) var logged: [String: Int] = [:]
-    public private(set) var failedCommands: [String] = []
+    package private(set) var logged: [String: Int] = [:]
+    package private(set) var failedCommands: [String] = []
     /// Who ended the session, as this node was told (maybe itself).
-    public private(set) var sessionEndedBy: NodeID?
-    public private(set) var removedFromSession = false
+    package private(set) var sessionEndedBy: NodeID?
+    package private(set) var removedFromSession = false
     /// Every NAT behaviour the core reported, in order.
-    public private(set) var natDetections: [NATBehaviour] = []
+    package private(set) var natDetections: [NATBehaviour] = []
     /// Each time the core said that nobody answered its join yet, and each time it then said
     /// who let it in (with the node's clock).
-    public private(set) var waitingNotices: [(time: MeshInstant, progress: JoinProgress)] = []
-    public private(set) var joinedNotices: [(time: MeshInstant, member: NodeID, address: PeerAddress)] = []
+    package private(set) var waitingNotices: [(time: MeshInstant, progress: JoinProgress)] = []
+    package private(set) var joinedNotices: [(time: MeshInstant, member: NodeID, address: PeerAddress)] = []
     /// What each graceful leave reported.
-    public private(set) var leaveReports: [LeaveReport] = []
+    package private(set) var leaveReports: [LeaveReport] = []
     /// Things that must never happen (a command completed twice, a timer that spins…).
-    public private(set) var violations: [String] = []
+    package private(set) var violations: [String] = []
     private var pending: [RequestID: String] = [:]
     private var spins = 0
     private var timerSpun = false
 
     /// A node at `address` of the session, joining through `seeds` when it starts at `startTime`.
     /// Its identity, ephemeral key, boot id and random stream derive from `seed` and its address.
-    public convenience init(
+    package convenience init(
         address: SimAddress, session: SessionSecret, seed: UInt64, seeds: [SimAddress],
         startTime: MeshInstant, configuration: Configuration = .init()
     ) {
@@ -110,7 +110,7 @@ public final class SimNode: SimulatedProcess {
     /// as failed for every target), so the invariants speak of the node across its boots.
     /// `seeds`: what the new boot is given to join through (by default what the old one was;
     /// `[]` is a restart without the invite).
-    public convenience init(restarting node: SimNode, seed: UInt64, startTime: MeshInstant, seeds: [SimAddress]? = nil)
+    package convenience init(restarting node: SimNode, seed: UInt64, startTime: MeshInstant, seeds: [SimAddress]? = nil)
     {
         var derive = SplitMix64(seed: seed ^ node.core.bootID)
         var storage = node.storage
@@ -153,60 +153,60 @@ public final class SimNode: SimulatedProcess {
         now = startTime
     }
 
-    public var id: NodeID { identity.nodeID }
-    public var journal: JournalInstance { core.journal }
-    public var membership: MembershipInstance { core.membership }
-    public var complete: Set<SHA256Digest> { core.complete }
-    public var store: SimChunkStore { storage.chunks }
-    public var activeMemberIDs: [NodeID] { core.activeMemberIDs }
-    public var sessionID: SessionID { core.session.sessionID }
+    package var id: NodeID { identity.nodeID }
+    package var journal: JournalInstance { core.journal }
+    package var membership: MembershipInstance { core.membership }
+    package var complete: Set<SHA256Digest> { core.complete }
+    package var store: SimChunkStore { storage.chunks }
+    package var activeMemberIDs: [NodeID] { core.activeMemberIDs }
+    package var sessionID: SessionID { core.session.sessionID }
 
     /// The operations this node made (its adds and removes), as its journal holds them. Read by
     /// id, without hashing any operation again: the invariants ask every simulated second.
-    public var created: [OperationID] {
+    package var created: [OperationID] {
         let state = core.journal.state
         return state.operationIDs.filter { state.operation($0)?.author.nodeID == id }
     }
 
     /// Runs `action` when this node's clock reads `time` (plan before the node starts).
-    public func plan(at time: MeshInstant, _ action: @escaping (SimNode) -> Void) {
+    package func plan(at time: MeshInstant, _ action: @escaping (SimNode) -> Void) {
         let index = script.firstIndex { $0.time > time } ?? script.count
         script.insert((time, action), at: index)
     }
 
     /// Drops what was planned from `time` on.
-    public func cancelPlans(from time: MeshInstant) {
+    package func cancelPlans(from time: MeshInstant) {
         script.removeAll { $0.time >= time }
     }
 
     // MARK: commands
 
     /// Adds `bytes` as an attachment.
-    public func attach(_ bytes: [UInt8], metadata: [UInt8] = []) {
+    package func attach(_ bytes: [UInt8], metadata: [UInt8] = []) {
         command(.add(.bytes(bytes), metadata: metadata), "attach \(bytes.count) bytes")
     }
 
     /// Loads an attachment into memory, fetching it first if need be: a fetch someone waits for.
     @discardableResult
-    public func load(_ id: SHA256Digest) -> RequestID {
+    package func load(_ id: SHA256Digest) -> RequestID {
         command(.load(id, into: .memory), "load \(id)")
     }
 
     /// Gives a command up, as an interrupted `get` or a cancelled task does.
-    public func cancel(_ request: RequestID) {
+    package func cancel(_ request: RequestID) {
         core.cancel(request, now: now)
         drive()
     }
 
     /// Removes the `pick`-th present attachment (modulo how many there are).
-    public func removeAttachment(pick: UInt64) {
+    package func removeAttachment(pick: UInt64) {
         let present = core.attachments
         guard !present.isEmpty else { return }
         command(.remove(present[Int(pick % UInt64(present.count))].id), "remove")
     }
 
     /// Sends an application message to `targets` (nil: every active member).
-    public func sendMessage(_ body: [UInt8], to targets: [NodeID]? = nil, mode: DeliveryInstance.Mode) {
+    package func sendMessage(_ body: [UInt8], to targets: [NodeID]? = nil, mode: DeliveryInstance.Mode) {
         let recipients = targets ?? core.activeMemberIDs
         let request = command(
             .send(MessageEnvelope(type: Self.dataType, body: body), to: recipients, mode: mode, timeout: nil),
@@ -215,50 +215,50 @@ public final class SimNode: SimulatedProcess {
     }
 
     /// A graceful leave; once its departure is out the node stops, as `MeshNode` does.
-    public func leave(waitingForReplication: Bool = true) {
+    package func leave(waitingForReplication: Bool = true) {
         _ = command(.leave(waitingForReplication: waitingForReplication), "leave")
     }
 
     /// Ends the session for every member; the node stops once its departure is out.
-    public func end() {
+    package func end() {
         _ = command(.end, "end")
     }
 
-    public func removeMember(_ member: NodeID) {
+    package func removeMember(_ member: NodeID) {
         command(.removeMember(member), "remove-member \(member)")
     }
 
     /// The driver's send queue fills (false) or drains (true): wants are answered busy meanwhile.
-    public func setWritable(_ writable: Bool) {
+    package func setWritable(_ writable: Bool) {
         core.setWritable(writable)
     }
 
     /// A stored chunk damaged on disk (found, and discarded, when next read).
-    public func damage(chunk digest: SHA256Digest) {
+    package func damage(chunk digest: SHA256Digest) {
         storage.chunks.discard(digest)
     }
 
-    public func setStorage(_ change: (inout SimStorage.Conditions) -> Void) {
+    package func setStorage(_ change: (inout SimStorage.Conditions) -> Void) {
         change(&storage.conditions)
     }
 
     /// A journal message to `member` over this node's reliable channel, whatever its core would
     /// say: for scenarios of hostile members (a forged end of the session).
-    public func sendJournal(_ message: JournalMessage, to member: NodeID) {
+    package func sendJournal(_ message: JournalMessage, to member: NodeID) {
         core.sendJournal(message, to: member, now: now)
         drive()
     }
 
     /// Frames sealed with this node's pairwise key for `peer`, sent as they are: what a member
     /// could send whatever its core would. For scenarios of hostile members.
-    public func inject(_ frames: [Frame], to peer: SimAddress, member: NodeID) {
+    package func inject(_ frames: [Frame], to peer: SimAddress, member: NodeID) {
         guard let datagram = core.sealPairwise(frames, to: member) else { return }
         outbox.append((Array(datagram.readableBytesView), peer))
     }
 
     /// A datagram of `frames` sealed for `member` with the next packet number, not sent: for a
     /// test to wrap it as a hostile member would (a relayed datagram).
-    public func seal(_ frames: [Frame], for member: NodeID) -> ByteBuffer? {
+    package func seal(_ frames: [Frame], for member: NodeID) -> ByteBuffer? {
         core.sealPairwise(frames, to: member)
     }
 
@@ -277,13 +277,13 @@ public final class SimNode: SimulatedProcess {
     private var lanOutbox: [[UInt8]] = []
     private var shortLivedOutbox: [(bytes: [UInt8], to: SimAddress)] = []
 
-    public func start(now: MeshInstant, context: inout SimContext) {
+    package func start(now: MeshInstant, context: inout SimContext) {
         self.now = now
         core.start(seeds: seeds.map(\.peerAddress), now: now)
         finish(&context)
     }
 
-    public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
+    package func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
         self.now = now
         core.handle(datagram: ByteBuffer(bytes: datagram), from: sender.peerAddress, now: now)
         // Every datagram is its own read batch.
@@ -291,7 +291,7 @@ public final class SimNode: SimulatedProcess {
         finish(&context)
     }
 
-    public func receiveMulticast(
+    package func receiveMulticast(
         datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext
     ) {
         self.now = now
@@ -299,7 +299,7 @@ public final class SimNode: SimulatedProcess {
         finish(&context)
     }
 
-    public func timerFired(_ timer: UInt64, now: MeshInstant, context: inout SimContext) {
+    package func timerFired(_ timer: UInt64, now: MeshInstant, context: inout SimContext) {
         self.now = now
         switch timer {
         case Self.scriptTimer:

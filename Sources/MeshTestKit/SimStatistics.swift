@@ -1,5 +1,5 @@
 /// Why the simulated network did not deliver a datagram.
-public enum SimDropReason: String, Sendable, CaseIterable, CustomStringConvertible {
+package enum SimDropReason: String, Sendable, CaseIterable, CustomStringConvertible {
     /// The link's loss probability (or a link set `.down`).
     case loss
     /// Sender and receiver were on different sides of a partition, at send or arrival time.
@@ -18,25 +18,25 @@ public enum SimDropReason: String, Sendable, CaseIterable, CustomStringConvertib
     /// reached another's.
     case expired
 
-    public var description: String { rawValue }
+    package var description: String { rawValue }
 }
 
 /// Datagrams dropped, by reason.
-public struct SimDropCounts: Sendable, Equatable {
-    public var loss = 0
-    public var partition = 0
-    public var mtu = 0
-    public var crashed = 0
-    public var unknownDestination = 0
-    public var queue = 0
-    public var nat = 0
-    public var expired = 0
+package struct SimDropCounts: Sendable, Equatable {
+    package var loss = 0
+    package var partition = 0
+    package var mtu = 0
+    package var crashed = 0
+    package var unknownDestination = 0
+    package var queue = 0
+    package var nat = 0
+    package var expired = 0
 
-    public init() {}
+    package init() {}
 
-    public var total: Int { loss + partition + mtu + crashed + unknownDestination + queue + nat + expired }
+    package var total: Int { loss + partition + mtu + crashed + unknownDestination + queue + nat + expired }
 
-    public subscript(reason: SimDropReason) -> Int {
+    package subscript(reason: SimDropReason) -> Int {
         get {
             switch reason {
             case .loss: loss
@@ -65,39 +65,39 @@ public struct SimDropCounts: Sendable, Equatable {
 }
 
 /// One node's traffic, for checks such as "constant messages per node per period".
-public struct SimNodeStatistics: Sendable, Equatable {
-    public var sent = 0
-    public var bytesSent = 0
+package struct SimNodeStatistics: Sendable, Equatable {
+    package var sent = 0
+    package var bytesSent = 0
     /// Datagrams handed to the node's `receive` (duplicates included).
-    public var received = 0
-    public var bytesReceived = 0
-    public var timersFired = 0
+    package var received = 0
+    package var bytesReceived = 0
+    package var timersFired = 0
 
-    public init() {}
+    package init() {}
 }
 
 /// Counters for the whole network since the simulator was made or `resetStatistics()`.
 /// `sent` counts datagrams handed to the network (by nodes or `inject`); every sent datagram
 /// is either dropped or delivered at least once (or still in flight), and each extra copy is
 /// counted in `duplicated`, so `delivered + dropped.total + inFlight == sent + duplicated`.
-public struct SimStatistics: Sendable, Equatable {
-    public var sent = 0
-    public var bytesSent = 0
-    public var delivered = 0
-    public var bytesDelivered = 0
-    public var dropped = SimDropCounts()
-    public var duplicated = 0
-    public var corrupted = 0
-    public var timersFired = 0
+package struct SimStatistics: Sendable, Equatable {
+    package var sent = 0
+    package var bytesSent = 0
+    package var delivered = 0
+    package var bytesDelivered = 0
+    package var dropped = SimDropCounts()
+    package var duplicated = 0
+    package var corrupted = 0
+    package var timersFired = 0
     /// Per node, indexed by `SimAddress.index`.
-    public internal(set) var nodes: [SimNodeStatistics] = []
+    package internal(set) var nodes: [SimNodeStatistics] = []
 
-    public init() {}
+    package init() {}
 
-    public subscript(node: SimAddress) -> SimNodeStatistics {
+    package subscript(node: SimAddress) -> SimNodeStatistics {
         node.index < nodes.count ? nodes[node.index] : SimNodeStatistics()
     }
 
     /// The most datagrams any one node sent.
-    public var maxSentPerNode: Int { nodes.lazy.map(\.sent).max() ?? 0 }
+    package var maxSentPerNode: Int { nodes.lazy.map(\.sent).max() ?? 0 }
 }

@@ -6,37 +6,37 @@ import MeshCrypto
 /// key epochs and the remembered members kept (a restarted node reads them back). Requests are
 /// answered in order, at once or each after a seeded delay, and may fail or lie as the
 /// conditions say, so that the interleavings of a slow or failing disk replay from a seed.
-public struct SimStorage {
-    public struct Conditions: Sendable {
+package struct SimStorage {
+    package struct Conditions: Sendable {
         /// Each request takes a random time in this range; nil: answered in the same step.
-        public var delay: ClosedRange<Duration>?
+        package var delay: ClosedRange<Duration>?
         /// Writes (chunks, log appends, flushes, ingests, epochs) fail with this probability
         /// while `failingWrites` is set: a disk that is full now and then.
-        public var writeFailureProbability = 0.0
-        public var failingWrites = false
+        package var writeFailureProbability = 0.0
+        package var failingWrites = false
         /// Chunks read for serving come back with a byte changed and unverified: a member that
         /// serves bad pieces.
-        public var corruptReads = false
+        package var corruptReads = false
         /// Every journal log append fails (an unwritable log), the rest works.
-        public var refuseJournalAppends = false
+        package var refuseJournalAppends = false
         /// Every chunk read finds nothing (a disk that cannot be read for a while).
-        public var refuseReads = false
+        package var refuseReads = false
 
-        public init(delay: ClosedRange<Duration>? = nil) {
+        package init(delay: ClosedRange<Duration>? = nil) {
             self.delay = delay
         }
     }
 
-    public var conditions: Conditions
-    public internal(set) var chunks = SimChunkStore()
-    public internal(set) var log: [JournalOperation] = []
-    public internal(set) var epochs: [UInt8]?
-    public internal(set) var remembered = RememberedMembers()
+    package var conditions: Conditions
+    package internal(set) var chunks = SimChunkStore()
+    package internal(set) var log: [JournalOperation] = []
+    package internal(set) var epochs: [UInt8]?
+    package internal(set) var remembered = RememberedMembers()
     /// The session end this disk recorded (`StorageRequest.saveEnded`).
-    public internal(set) var ended: [UInt8]?
-    public internal(set) var failedWrites = 0
+    package internal(set) var ended: [UInt8]?
+    package internal(set) var failedWrites = 0
 
-    public init(conditions: Conditions = .init()) {
+    package init(conditions: Conditions = .init()) {
         self.conditions = conditions
     }
 
@@ -60,7 +60,7 @@ public struct SimStorage {
     }
 
     /// Carries out one request.
-    public mutating func execute(
+    package mutating func execute(
         _ request: StorageRequest, random: inout SplitMix64
     ) -> Result<StorageOutcome, StorageFailure> {
         if request.isWrite, conditions.failingWrites,

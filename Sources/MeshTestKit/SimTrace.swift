@@ -3,8 +3,8 @@ import MeshCore
 /// One thing that happened in a simulation, stamped with the simulator's (global) clock.
 /// Two runs from the same seed must produce equal traces: that is how determinism is tested,
 /// and a trace is what a person reads to understand a failing seed.
-public struct SimTraceEvent: Sendable, Equatable, CustomStringConvertible {
-    public enum Kind: Sendable, Equatable {
+package struct SimTraceEvent: Sendable, Equatable, CustomStringConvertible {
+    package enum Kind: Sendable, Equatable {
         case started(SimAddress)
         case crashed(SimAddress)
         case sent(from: SimAddress, to: SimAddress, bytes: [UInt8])
@@ -20,15 +20,15 @@ public struct SimTraceEvent: Sendable, Equatable, CustomStringConvertible {
         case action(String)
     }
 
-    public var time: MeshInstant
-    public var kind: Kind
+    package var time: MeshInstant
+    package var kind: Kind
 
-    public init(time: MeshInstant, kind: Kind) {
+    package init(time: MeshInstant, kind: Kind) {
         self.time = time
         self.kind = kind
     }
 
-    public var description: String {
+    package var description: String {
         let what: String
         switch kind {
         case let .started(node): what = "\(node) started"
@@ -51,14 +51,14 @@ public struct SimTraceEvent: Sendable, Equatable, CustomStringConvertible {
 
 /// What the simulator does with trace events. Tracing costs time and memory, so it is off
 /// unless asked for; `digest` keeps only a running hash, enough to compare huge runs.
-public struct SimTraceOptions: OptionSet, Sendable {
-    public let rawValue: Int
-    public init(rawValue: Int) { self.rawValue = rawValue }
+package struct SimTraceOptions: OptionSet, Sendable {
+    package let rawValue: Int
+    package init(rawValue: Int) { self.rawValue = rawValue }
 
     /// Keep every event in `Simulator.trace`.
-    public static let record = SimTraceOptions(rawValue: 1)
+    package static let record = SimTraceOptions(rawValue: 1)
     /// Fold every event into `Simulator.traceDigest`.
-    public static let digest = SimTraceOptions(rawValue: 2)
+    package static let digest = SimTraceOptions(rawValue: 2)
 }
 
 /// FNV-1a over a fixed encoding of trace events. Why not `Hasher`: it is randomly seeded per

@@ -9,7 +9,7 @@ import MeshCore
 /// `context` and takes effect, in call order, when the callback returns.
 ///
 /// `now` is the node's *own* clock, which differs from `Simulator.now` after a clock jump.
-public protocol SimulatedProcess: AnyObject {
+package protocol SimulatedProcess: AnyObject {
     /// Called once when the node (or a restarted node) boots.
     func start(now: MeshInstant, context: inout SimContext)
     func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext)
@@ -19,9 +19,9 @@ public protocol SimulatedProcess: AnyObject {
 }
 
 extension SimulatedProcess {
-    public func start(now: MeshInstant, context: inout SimContext) {}
-    public func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {}
-    public func receiveMulticast(
+    package func start(now: MeshInstant, context: inout SimContext) {}
+    package func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {}
+    package func receiveMulticast(
         datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext
     ) {}
 }

@@ -4,10 +4,10 @@ import MeshCrypto
 /// A stand-in for Ed25519 in large simulations: the "signature" is a keyed hash that anyone
 /// could compute, so it proves nothing, but it is cheap, and records still have to carry one
 /// that matches. Tests about forged records use `Ed25519Authority`.
-public struct SimulationAuthority: RecordAuthority {
-    public let signingKey: PublicSigningKey
+package struct SimulationAuthority: RecordAuthority {
+    package let signingKey: PublicSigningKey
 
-    public init(index: Int) {
+    package init(index: Int) {
         var bytes = [UInt8](repeating: 0, count: 32)
         var value = UInt64(index) &* 0x9E37_79B9_7F4A_7C15 | 1
         for i in 0..<32 {
@@ -17,11 +17,11 @@ public struct SimulationAuthority: RecordAuthority {
         signingKey = try! PublicSigningKey(bytes: bytes)  // safe: 32 bytes
     }
 
-    public func sign(_ message: [UInt8]) -> [UInt8] {
+    package func sign(_ message: [UInt8]) -> [UInt8] {
         Self.tag(signingKey, message)
     }
 
-    public func isValid(signature: [UInt8], message: [UInt8], signingKey: PublicSigningKey) -> Bool {
+    package func isValid(signature: [UInt8], message: [UInt8], signingKey: PublicSigningKey) -> Bool {
         signature == Self.tag(signingKey, message)
     }
 

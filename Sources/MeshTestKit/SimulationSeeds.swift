@@ -17,16 +17,16 @@ import Foundation
 ///         …
 ///         #expect(converged, "\(SimulationSeeds.replay(seed))")
 ///     }
-public enum SimulationSeeds {
+package enum SimulationSeeds {
     /// How many seeds a test runs when the environment does not say.
-    public static let defaultCount = 5
+    package static let defaultCount = 5
 
     /// The seeds to run, from the environment:
     /// - `SIM_SEED=17` or `SIM_SEED=3,17,42`: exactly those seeds (to replay a failure);
     /// - `SIM_SEEDS=200`: seeds 1...200 (the soak run);
     /// - neither (or unparsable): seeds `1...defaultCount` (the caller's count, if given).
     /// A count that is below the caller's default is honoured, so `SIM_SEEDS=1` is a quick run.
-    public static func from(
+    package static func from(
         environment: [String: String] = ProcessInfo.processInfo.environment,
         defaultCount: Int = SimulationSeeds.defaultCount
     ) -> [UInt64] {
@@ -41,18 +41,18 @@ public enum SimulationSeeds {
     }
 
     /// Seeds 1...count: small numbers are easy to read in a report and to type back.
-    public static func first(_ count: Int) -> [UInt64] {
+    package static func first(_ count: Int) -> [UInt64] {
         (0..<UInt64(max(count, 0))).map { $0 + 1 }
     }
 
     /// "seed 17 (replay: SIM_SEED=17)", for expectation messages.
-    public static func replay(_ seed: UInt64) -> String {
+    package static func replay(_ seed: UInt64) -> String {
         "seed \(seed) (replay: SIM_SEED=\(seed))"
     }
 
     /// Runs `body` once per seed; an error thrown for a seed is rethrown wrapped in a
     /// `SeededFailure` that names the seed.
-    public static func forEach(_ seeds: [UInt64] = from(), _ body: (UInt64) throws -> Void) throws {
+    package static func forEach(_ seeds: [UInt64] = from(), _ body: (UInt64) throws -> Void) throws {
         for seed in seeds {
             do { try body(seed) } catch { throw SeededFailure(seed: seed, underlying: error) }
         }
@@ -60,14 +60,14 @@ public enum SimulationSeeds {
 }
 
 /// An error raised while running one seed, carrying the seed so the report can be replayed.
-public struct SeededFailure: Error, CustomStringConvertible {
-    public let seed: UInt64
-    public let underlying: any Error
+package struct SeededFailure: Error, CustomStringConvertible {
+    package let seed: UInt64
+    package let underlying: any Error
 
-    public init(seed: UInt64, underlying: any Error) {
+    package init(seed: UInt64, underlying: any Error) {
         self.seed = seed
         self.underlying = underlying
     }
 
-    public var description: String { "\(SimulationSeeds.replay(seed)): \(underlying)" }
+    package var description: String { "\(SimulationSeeds.replay(seed)): \(underlying)" }
 }

@@ -6,12 +6,12 @@ import MeshCore
 /// wholesale.
 extension Simulator {
     /// What `node` sees as the current time.
-    public func localTime(of node: SimAddress) -> MeshInstant {
+    package func localTime(of node: SimAddress) -> MeshInstant {
         now + nodes[checked(node)].clockOffset
     }
 
     /// How far `node`'s clock is from the simulator's.
-    public func clockOffset(of node: SimAddress) -> Duration {
+    package func clockOffset(of node: SimAddress) -> Duration {
         nodes[checked(node)].clockOffset
     }
 
@@ -20,7 +20,7 @@ extension Simulator {
     /// deadline has been skipped fires at once (in deadline order), as a monotonic-clock timer
     /// does after a suspend; the others fire correspondingly sooner. A backward jump delays
     /// them. Clocks cannot go below zero.
-    public func jumpClock(of node: SimAddress, by jump: Duration) {
+    package func jumpClock(of node: SimAddress, by jump: Duration) {
         let index = checked(node)
         nodes[index].clockOffset += jump
         record(.clockJumped(node, by: jump))

@@ -28,7 +28,7 @@ extension Simulator {
     /// themselves they talk directly. No hairpinning: a node does not reach its neighbour
     /// through their router's public side. Returns the box's number.
     @discardableResult
-    public func addNAT(_ configuration: SimNAT.Configuration = .masquerade, for members: [SimAddress]) -> Int {
+    package func addNAT(_ configuration: SimNAT.Configuration = .masquerade, for members: [SimAddress]) -> Int {
         let number = nats.count
         // Its own random stream, from the seed: adding a NAT draws nothing from the others.
         let seed = (self.seed ^ 0x4E41_545F_424F_5845) &+ UInt64(number + 1) &* 0x9E37_79B9_7F4A_7C15
@@ -41,17 +41,17 @@ extension Simulator {
     }
 
     /// NAT box `number` as it is now (its mappings).
-    public func nat(_ number: Int) -> SimNAT {
+    package func nat(_ number: Int) -> SimNAT {
         nats[number]
     }
 
     /// The NAT box a node sits behind, if any.
-    public func natNumber(of node: SimAddress) -> Int? {
+    package func natNumber(of node: SimAddress) -> Int? {
         nodes[checked(node)].nat
     }
 
     /// Drops every mapping of NAT box `number`, as `conntrack -F` would.
-    public func flushNAT(_ number: Int) {
+    package func flushNAT(_ number: Int) {
         nats[number].flush()
         record(.action("flush NAT \(number)"))
     }

@@ -10,30 +10,30 @@ extension Simulator {
     // MARK: Link conditions
 
     /// The conditions datagrams from `source` to `destination` meet.
-    public func link(from source: SimAddress, to destination: SimAddress) -> LinkConditions {
+    package func link(from source: SimAddress, to destination: SimAddress) -> LinkConditions {
         links.isEmpty ? defaultLink : links[DirectedLink(from: source, to: destination)] ?? defaultLink
     }
 
     /// Gives one direction its own conditions (the other direction is unchanged).
-    public func setLink(from source: SimAddress, to destination: SimAddress, _ conditions: LinkConditions) {
+    package func setLink(from source: SimAddress, to destination: SimAddress, _ conditions: LinkConditions) {
         links[DirectedLink(from: source, to: destination)] = conditions
         record(.linkChanged(from: source, to: destination))
     }
 
     /// Gives both directions between two nodes the same conditions.
-    public func setLink(between first: SimAddress, and second: SimAddress, _ conditions: LinkConditions) {
+    package func setLink(between first: SimAddress, and second: SimAddress, _ conditions: LinkConditions) {
         setLink(from: first, to: second, conditions)
         setLink(from: second, to: first, conditions)
     }
 
     /// Returns one direction to `defaultLink`.
-    public func resetLink(from source: SimAddress, to destination: SimAddress) {
+    package func resetLink(from source: SimAddress, to destination: SimAddress) {
         links[DirectedLink(from: source, to: destination)] = nil
         record(.linkChanged(from: source, to: destination))
     }
 
     /// Returns every link to `defaultLink`.
-    public func resetAllLinks() {
+    package func resetAllLinks() {
         links.removeAll()
     }
 
@@ -44,7 +44,7 @@ extension Simulator {
     /// `downlink` (rate limits with bounded queues; nil: no limit that way); between themselves
     /// they talk directly. A node leaves any line it was behind. Returns the line's number.
     @discardableResult
-    public func addAccessLink(for members: [SimAddress], uplink: Bottleneck?, downlink: Bottleneck?) -> Int {
+    package func addAccessLink(for members: [SimAddress], uplink: Bottleneck?, downlink: Bottleneck?) -> Int {
         accessLinks.append(
             AccessLink(uplink: uplink.map(BottleneckQueue.init), downlink: downlink.map(BottleneckQueue.init)))
         let number = accessLinks.count - 1
@@ -56,12 +56,12 @@ extension Simulator {
     }
 
     /// A line of its own for one node: `uplink` for all it sends, `downlink` for all it receives.
-    public func setBottlenecks(of node: SimAddress, uplink: Bottleneck?, downlink: Bottleneck?) {
+    package func setBottlenecks(of node: SimAddress, uplink: Bottleneck?, downlink: Bottleneck?) {
         addAccessLink(for: [node], uplink: uplink, downlink: downlink)
     }
 
     /// What the line a node is behind forwarded and dropped each way (nil: no limit that way).
-    public func bottleneckStatistics(
+    package func bottleneckStatistics(
         of node: SimAddress
     )
         -> (uplink: SimBottleneckStatistics?, downlink: SimBottleneckStatistics?)
@@ -72,7 +72,7 @@ extension Simulator {
 
     /// How long a datagram reaching `node`'s downlink queue now would wait there (nil: no
     /// bottleneck): what a ping's reply would, sampled at any moment.
-    public func downlinkQueueDelay(of node: SimAddress) -> Duration? {
+    package func downlinkQueueDelay(of node: SimAddress) -> Duration? {
         guard let number = nodes[checked(node)].accessLink, let queue = accessLinks[number].downlink else { return nil }
         return queue.busyUntil > now ? queue.busyUntil - now : .zero
     }
@@ -84,7 +84,7 @@ extension Simulator {
     /// one more group together, so `partition([[a]])` isolates `a` from everyone else.
     /// A datagram is dropped (`partition`) if its ends are split when it is sent or when it
     /// arrives. Replaces any earlier partition.
-    public func partition(_ groups: [[SimAddress]]) {
+    package func partition(_ groups: [[SimAddress]]) {
         for index in nodes.indices { nodes[index].partitionGroup = 0 }
         for (number, group) in groups.enumerated() {
             for node in group {
@@ -98,19 +98,19 @@ extension Simulator {
     }
 
     /// Cuts `node` off from every other node.
-    public func isolate(_ node: SimAddress) {
+    package func isolate(_ node: SimAddress) {
         partition([[node]])
     }
 
     /// Ends the partition; links keep their own conditions.
-    public func heal() {
+    package func heal() {
         guard isPartitioned else { return }
         isPartitioned = false
         record(.healed)
     }
 
     /// True when the current partition separates the two nodes.
-    public func isPartitioned(_ first: SimAddress, from second: SimAddress) -> Bool {
+    package func isPartitioned(_ first: SimAddress, from second: SimAddress) -> Bool {
         blocked(first, second)
     }
 
@@ -127,7 +127,7 @@ extension Simulator {
 
     /// Puts a datagram on the wire as if `source` had sent it (it need not be a node: tests
     /// use this to inject forged or malformed datagrams). Subject to the link's conditions.
-    public func inject(_ bytes: [UInt8], from source: SimAddress, to destination: SimAddress) {
+    package func inject(_ bytes: [UInt8], from source: SimAddress, to destination: SimAddress) {
         transmit(bytes, from: source, to: destination)
     }
 
@@ -209,7 +209,7 @@ extension Simulator {
     }
 
     /// Multicasts on `source`'s LAN as if it had (a test's forged or stray announcements).
-    public func injectMulticast(_ bytes: [UInt8], from source: SimAddress) {
+    package func injectMulticast(_ bytes: [UInt8], from source: SimAddress) {
         multicast(bytes, from: source)
     }
 

@@ -1,7 +1,7 @@
 import MeshCore
 
 /// Why a bounded run stopped.
-public enum SimRunOutcome: Sendable, Equatable, CustomStringConvertible {
+package enum SimRunOutcome: Sendable, Equatable, CustomStringConvertible {
     /// The predicate held.
     case satisfied
     /// The clock reached the deadline (the predicate, if any, never held).
@@ -10,7 +10,7 @@ public enum SimRunOutcome: Sendable, Equatable, CustomStringConvertible {
     /// Usually a node in a zero-delay loop.
     case eventBudgetExhausted
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .satisfied: "satisfied"
         case .deadlineReached: "deadline reached"
@@ -22,12 +22,12 @@ public enum SimRunOutcome: Sendable, Equatable, CustomStringConvertible {
 extension Simulator {
     /// The default event budget of a bounded run: far above any sane test, low enough that a
     /// runaway loop fails in seconds instead of hanging the suite.
-    public static let defaultEventBudget = 20_000_000
+    package static let defaultEventBudget = 20_000_000
 
     /// Handles the next event that does something (skipping stale timers), moving the clock
     /// to it. False when nothing is pending.
     @discardableResult
-    public func step() -> Bool {
+    package func step() -> Bool {
         while let entry = queue.pop() {
             if now < entry.time { now = entry.time }
             if handle(entry.payload) { return true }
@@ -37,12 +37,12 @@ extension Simulator {
 
     /// Handles every event due up to `deadline`, then sets the clock to `deadline`.
     @discardableResult
-    public func run(until deadline: MeshInstant, maxEvents: Int = Simulator.defaultEventBudget) -> SimRunOutcome {
+    package func run(until deadline: MeshInstant, maxEvents: Int = Simulator.defaultEventBudget) -> SimRunOutcome {
         run(until: deadline, maxEvents: maxEvents, checkEvery: nil) { _ in false }
     }
 
     @discardableResult
-    public func run(for duration: Duration, maxEvents: Int = Simulator.defaultEventBudget) -> SimRunOutcome {
+    package func run(for duration: Duration, maxEvents: Int = Simulator.defaultEventBudget) -> SimRunOutcome {
         run(until: now + duration, maxEvents: maxEvents)
     }
 
@@ -54,7 +54,7 @@ extension Simulator {
     /// predicates that are costly, such as "all 1,000 nodes agree"); the clock then stops at
     /// the first such instant where it holds.
     @discardableResult
-    public func run(
+    package func run(
         until deadline: MeshInstant,
         maxEvents: Int = Simulator.defaultEventBudget,
         checkEvery interval: Duration? = nil,
@@ -88,7 +88,7 @@ extension Simulator {
     }
 
     @discardableResult
-    public func run(
+    package func run(
         for duration: Duration,
         maxEvents: Int = Simulator.defaultEventBudget,
         checkEvery interval: Duration? = nil,

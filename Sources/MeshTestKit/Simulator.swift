@@ -13,25 +13,25 @@ import MeshCore
 /// So one seed gives one exact sequence of events, and `trace` / `traceDigest` prove it.
 ///
 /// Not thread-safe and not `Sendable`: a test owns its simulator.
-public final class Simulator {
-    public let seed: UInt64
+package final class Simulator {
+    package let seed: UInt64
     /// The simulation's (global) clock. A node's own clock is this plus its offset
     /// (see `jumpClock(of:by:)`).
-    public internal(set) var now: MeshInstant
+    package internal(set) var now: MeshInstant
     /// Conditions for every directed link without its own (see `setLink(from:to:_:)`).
-    public var defaultLink: LinkConditions
-    public internal(set) var statistics = SimStatistics()
+    package var defaultLink: LinkConditions
+    package internal(set) var statistics = SimStatistics()
     /// Events handled so far (stale timers not counted).
-    public internal(set) var eventsProcessed = 0
+    package internal(set) var eventsProcessed = 0
 
     /// What to do with trace events; can be changed mid-run.
-    public var traceOptions: SimTraceOptions
+    package var traceOptions: SimTraceOptions
     /// Every trace event so far, when `traceOptions` contains `.record`.
-    public internal(set) var trace: [SimTraceEvent] = []
+    package internal(set) var trace: [SimTraceEvent] = []
     /// Called with every trace event as it happens (e.g. to print a failing seed's run).
-    public var onTrace: ((SimTraceEvent) -> Void)?
+    package var onTrace: ((SimTraceEvent) -> Void)?
     /// A hash of every trace event so far, when `traceOptions` contains `.digest`.
-    public var traceDigest: UInt64 { digest.value }
+    package var traceDigest: UInt64 { digest.value }
 
     enum Event {
         case start(node: Int, epoch: UInt32)
@@ -88,7 +88,7 @@ public final class Simulator {
     var nextTimerToken: UInt64 = 0
     var digest = TraceDigest()
 
-    public init(
+    package init(
         seed: UInt64,
         defaultLink: LinkConditions = .default,
         trace: SimTraceOptions = [],
@@ -107,7 +107,7 @@ public final class Simulator {
 
     /// Adds a node; its `start` runs at `startTime` (default: now, after events already due).
     @discardableResult
-    public func addNode(_ process: any SimulatedProcess, startingAt startTime: MeshInstant? = nil) -> SimAddress {
+    package func addNode(_ process: any SimulatedProcess, startingAt startTime: MeshInstant? = nil) -> SimAddress {
         let index = nodes.count
         nodes.append(NodeSlot(process: process, random: bootRandom.fork()))
         statistics.nodes.append(SimNodeStatistics())
@@ -117,14 +117,14 @@ public final class Simulator {
 
     /// Adds `count` nodes, each made by `make` from the address it will have.
     @discardableResult
-    public func addNodes(_ count: Int, _ make: (SimAddress) -> any SimulatedProcess) -> [SimAddress] {
+    package func addNodes(_ count: Int, _ make: (SimAddress) -> any SimulatedProcess) -> [SimAddress] {
         (0..<count).map { _ in addNode(make(SimAddress(nodes.count))) }
     }
 
     /// Kills a node at once: it handles no more events, its timers are dropped, datagrams
     /// that reach it while it is down are dropped (`crashed`). Datagrams it already sent are
     /// on the wire and still arrive. The process object stays inspectable.
-    public func crash(_ node: SimAddress) {
+    package func crash(_ node: SimAddress) {
         let index = checked(node)
         guard nodes[index].status != .crashed else { return }
         nodes[index].status = .crashed
@@ -135,7 +135,7 @@ public final class Simulator {
 
     /// Boots a new process at the same address (crashing the old one first if it is still
     /// up): fresh state, fresh random stream, same clock offset, as a restarted machine would.
-    public func restart(_ node: SimAddress, with process: any SimulatedProcess, at startTime: MeshInstant? = nil) {
+    package func restart(_ node: SimAddress, with process: any SimulatedProcess, at startTime: MeshInstant? = nil) {
         let index = checked(node)
         crash(node)
         nodes[index].process = process
@@ -144,35 +144,35 @@ public final class Simulator {
         queue.push(.start(node: index, epoch: nodes[index].epoch), at: max(startTime ?? now, now))
     }
 
-    public var addresses: [SimAddress] { nodes.indices.map { SimAddress($0) } }
+    package var addresses: [SimAddress] { nodes.indices.map { SimAddress($0) } }
 
     /// Nodes that are up (started and not crashed), in address order.
-    public var runningAddresses: [SimAddress] {
+    package var runningAddresses: [SimAddress] {
         nodes.indices.filter { nodes[$0].status == .running }.map { SimAddress($0) }
     }
 
-    public func isRunning(_ node: SimAddress) -> Bool {
+    package func isRunning(_ node: SimAddress) -> Bool {
         node.index < nodes.count && nodes[node.index].status == .running
     }
 
     /// The node's current process (the last one, if it crashed).
-    public func process(at node: SimAddress) -> any SimulatedProcess {
+    package func process(at node: SimAddress) -> any SimulatedProcess {
         nodes[checked(node)].process
     }
 
-    public func process<P: SimulatedProcess>(at node: SimAddress, as type: P.Type) -> P? {
+    package func process<P: SimulatedProcess>(at node: SimAddress, as type: P.Type) -> P? {
         nodes[checked(node)].process as? P
     }
 
     /// Timer ids the node has armed, ascending.
-    public func armedTimers(of node: SimAddress) -> [UInt64] {
+    package func armedTimers(of node: SimAddress) -> [UInt64] {
         nodes[checked(node)].timers.keys.sorted()
     }
 
-    public var pendingEventCount: Int { queue.count }
+    package var pendingEventCount: Int { queue.count }
 
     /// Zeroes the counters (e.g. to measure one protocol period).
-    public func resetStatistics() {
+    package func resetStatistics() {
         statistics = SimStatistics()
         statistics.nodes = Array(repeating: SimNodeStatistics(), count: nodes.count)
     }
@@ -181,11 +181,11 @@ public final class Simulator {
 
     /// Runs `action` when the clock reaches `time` (e.g. crash a node, heal a partition),
     /// in order with the other events due then.
-    public func at(_ time: MeshInstant, _ label: String = "", do action: @escaping (Simulator) -> Void) {
+    package func at(_ time: MeshInstant, _ label: String = "", do action: @escaping (Simulator) -> Void) {
         queue.push(.action(label: label, action), at: max(time, now))
     }
 
-    public func after(_ delay: Duration, _ label: String = "", do action: @escaping (Simulator) -> Void) {
+    package func after(_ delay: Duration, _ label: String = "", do action: @escaping (Simulator) -> Void) {
         at(now + delay, label, do: action)
     }
 

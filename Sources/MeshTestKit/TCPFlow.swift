@@ -13,10 +13,10 @@ import MeshCore
 /// that starts over from one segment. The competitor the bench measures against: GroupMesh's transfers must
 /// leave such a flow its share of a bottleneck. Not a TCP: no handshake, no receive window, whole
 /// segments only, and each ack names the one segment that caused it instead of SACK blocks.
-public final class TCPSender: SimulatedProcess {
+package final class TCPSender: SimulatedProcess {
     static let timeoutTimer: UInt64 = 1
 
-    public enum Growth: Sendable {
+    package enum Growth: Sendable {
         /// Additive increase of one segment per round trip, halving on loss.
         case reno
         /// RFC 9438: the window follows a cubic of the time since the last loss, back to the
@@ -24,20 +24,20 @@ public final class TCPSender: SimulatedProcess {
         case cubic
     }
 
-    public let growth: Growth
+    package let growth: Growth
     /// CUBIC's state: the window at the last loss, when this growth began, and the Reno-paced
     /// estimate it must not fall below.
     private var windowAtLoss: Double = 0
     private var epochStart: MeshInstant?
     private var renoEstimate: Double = 0
 
-    public let receiver: SimAddress
-    public let segmentSize: Int
+    package let receiver: SimAddress
+    package let segmentSize: Int
     /// When to stop sending new segments (what is lost after it is not sent again either).
-    public let stopAt: MeshInstant
+    package let stopAt: MeshInstant
 
     /// Segments the network may hold (a real number: congestion avoidance adds 1/cwnd per ack).
-    public private(set) var congestionWindow: Double = 10
+    package private(set) var congestionWindow: Double = 10
     private var slowStartThreshold = Double.infinity
     /// The first segment not acknowledged, and the next new one to send.
     private var unacknowledged = 0
@@ -61,11 +61,11 @@ public final class TCPSender: SimulatedProcess {
     /// a lost retransmission must time out even while new segments keep going.
     private var timerArmed = false
     /// Bytes acknowledged so far: the flow's goodput.
-    public private(set) var bytesAcknowledged = 0
-    public private(set) var timeouts = 0
-    public private(set) var recoveries = 0
+    package private(set) var bytesAcknowledged = 0
+    package private(set) var timeouts = 0
+    package private(set) var recoveries = 0
 
-    public init(to receiver: SimAddress, growth: Growth = .cubic, segmentSize: Int = 1200, until stopAt: MeshInstant) {
+    package init(to receiver: SimAddress, growth: Growth = .cubic, segmentSize: Int = 1200, until stopAt: MeshInstant) {
         precondition(segmentSize >= 8)
         self.growth = growth
         self.receiver = receiver
@@ -78,11 +78,11 @@ public final class TCPSender: SimulatedProcess {
         return min(.seconds(60), base * Double(1 << min(backoff, 8)))
     }
 
-    public func start(now: MeshInstant, context: inout SimContext) {
+    package func start(now: MeshInstant, context: inout SimContext) {
         fill(now: now, context: &context)
     }
 
-    public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
+    package func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
         guard datagram.count == 8 else { return }
         let cumulative = Self.segmentNumber(datagram, at: 0)
         let segment = Self.segmentNumber(datagram, at: 4)
@@ -105,7 +105,7 @@ public final class TCPSender: SimulatedProcess {
         fill(now: now, context: &context)
     }
 
-    public func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {
+    package func timerFired(_ id: UInt64, now: MeshInstant, context: inout SimContext) {
         timerArmed = false
         guard id == Self.timeoutTimer, nextSegment > unacknowledged else { return }
         // Everything in flight is presumed lost: one segment, and slow start up to half of it.
@@ -259,16 +259,16 @@ public final class TCPSender: SimulatedProcess {
 /// The receiving end of `TCPSender`s (any number, each its own flow): acknowledges every
 /// segment with the first one it still lacks of that flow (a cumulative ack; a duplicate when a
 /// segment is missing) and the segment that came (standing in for SACK blocks).
-public final class TCPReceiver: SimulatedProcess {
+package final class TCPReceiver: SimulatedProcess {
     private struct Flow {
         var expected = 0
         var outOfOrder: Set<Int> = []
     }
 
     private var flows: [SimAddress: Flow] = [:]
-    public private(set) var segmentsReceived = 0
+    package private(set) var segmentsReceived = 0
 
-    public init() {}
+    package init() {}
 
     /// Takes `segment` into the flow; the first segment it still lacks.
     private static func advance(_ flow: inout Flow, by segment: Int) -> Int {
@@ -281,7 +281,7 @@ public final class TCPReceiver: SimulatedProcess {
         return flow.expected
     }
 
-    public func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
+    package func receive(datagram: [UInt8], from sender: SimAddress, now: MeshInstant, context: inout SimContext) {
         guard datagram.count >= 8 else { return }
         let segment = TCPSender.segmentNumber(datagram, at: 0)
         segmentsReceived += 1

@@ -19,31 +19,31 @@ import Foundation
 /// `bench/wan-link-check.sh` checks the same set-up against ping and iperf3 (Docs/BENCHMARKS.md).
 /// Needs root, iproute2, iptables and libnetfilter-queue-dev; `unavailableReason` says what is
 /// missing. `tearDown()` (also on deinit) removes every rule, qdisc, device and process it made.
-public final class WANLink: @unchecked Sendable {
+package final class WANLink: @unchecked Sendable {
     /// How the link behaves. Loss and the rate apply to each direction; the round trip is split
     /// evenly between them. Two hosts each behind a link add up their round trips.
-    public struct Profile: Sendable, Equatable, CustomStringConvertible {
-        public enum Queue: Sendable, Equatable {
+    package struct Profile: Sendable, Equatable, CustomStringConvertible {
+        package enum Queue: Sendable, Equatable {
             /// As long as the rate takes to send it (bytes = rate × duration).
             case milliseconds(Double)
             case bytes(Int)
         }
 
-        public var roundTripMilliseconds: Double
+        package var roundTripMilliseconds: Double
         /// Each packet waits an extra uniform 0...jitter ms in each direction, but never overtakes
         /// the packet ahead of it (no reordering).
-        public var jitterMilliseconds: Double
+        package var jitterMilliseconds: Double
         /// Percent of packets dropped at random, in each direction (a round trip loses about twice).
-        public var lossPercent: Double
+        package var lossPercent: Double
         /// The cap in each direction, in Mbit/s (10^6 bits) of whole frames; nil: no cap.
-        public var rateMbit: Double?
+        package var rateMbit: Double?
         /// The bottleneck's queue, used only with a rate cap.
-        public var queue: Queue
+        package var queue: Queue
         /// Segment offloaded (GSO) packets into wire-sized ones even without loss (with loss they
         /// always are), so that the receiver reads what it would read from the lossy twin.
-        public var segmented = false
+        package var segmented = false
 
-        public init(
+        package init(
             roundTripMilliseconds: Double, jitterMilliseconds: Double = 0, lossPercent: Double = 0,
             rateMbit: Double? = nil, queue: Queue = .milliseconds(100)
         ) {
@@ -55,7 +55,7 @@ public final class WANLink: @unchecked Sendable {
         }
 
         /// The same link given by its one-way delay.
-        public static func oneWay(
+        package static func oneWay(
             milliseconds: Double, jitterMilliseconds: Double = 0, lossPercent: Double = 0,
             rateMbit: Double? = nil, queue: Queue = .milliseconds(100)
         ) -> Profile {
@@ -64,23 +64,23 @@ public final class WANLink: @unchecked Sendable {
                 lossPercent: lossPercent, rateMbit: rateMbit, queue: queue)
         }
 
-        public var oneWayMilliseconds: Double { roundTripMilliseconds / 2 }
+        package var oneWayMilliseconds: Double { roundTripMilliseconds / 2 }
 
         // The links the bench and the WAN tests use.
         /// A long uncapped path: 50 ms round trip.
-        public static let fiftyMs = Profile(roundTripMilliseconds: 50)
+        package static let fiftyMs = Profile(roundTripMilliseconds: 50)
         /// The same with 1% random loss (each way).
-        public static let fiftyMsLossy = Profile(roundTripMilliseconds: 50, lossPercent: 1)
+        package static let fiftyMsLossy = Profile(roundTripMilliseconds: 50, lossPercent: 1)
         /// `fiftyMsLossy` without its loss: packets reach the receiver one by one, as they do there.
-        public static let fiftyMsSegmented: Profile = {
+        package static let fiftyMsSegmented: Profile = {
             var profile = Profile(roundTripMilliseconds: 50)
             profile.segmented = true
             return profile
         }()
         /// A fast home line: 50 Mbit/s, 40 ms round trip, 100 ms queue.
-        public static let home50 = Profile(roundTripMilliseconds: 40, rateMbit: 50, queue: .milliseconds(100))
+        package static let home50 = Profile(roundTripMilliseconds: 40, rateMbit: 50, queue: .milliseconds(100))
         /// A slow, lossy home line: 10 Mbit/s, 80 ms round trip, 0.5% loss, 100 ms queue.
-        public static let home10 = Profile(
+        package static let home10 = Profile(
             roundTripMilliseconds: 80, lossPercent: 0.5, rateMbit: 10,
             queue: .milliseconds(100))
 
@@ -99,7 +99,7 @@ public final class WANLink: @unchecked Sendable {
             return max(Int(rateMbit * 1e6 / 8 * 0.002), 8192)
         }
 
-        public var description: String {
+        package var description: String {
             var parts = ["RTT \(roundTripMilliseconds) ms"]
             if jitterMilliseconds > 0 { parts.append("jitter \(jitterMilliseconds) ms") }
             if lossPercent > 0 { parts.append("loss \(lossPercent)% each way") }
@@ -109,17 +109,17 @@ public final class WANLink: @unchecked Sendable {
         }
     }
 
-    public let lab: NamespaceLab
-    public let host: Int
-    public let profile: Profile
+    package let lab: NamespaceLab
+    package let host: Int
+    package let profile: Profile
     /// The emulator's summary line (packets, loss, how late its verdicts were), after `tearDown()`.
-    public private(set) var emulatorSummary: String?
+    package private(set) var emulatorSummary: String?
 
     /// How late, on average, the emulator let packets go (ms), after `tearDown()`. A busy machine
     /// makes it late (never early): above a few ms, the link added that much delay of its own,
     /// which a bench should report beside its figures (bench/wan-link-check.sh measures it under
     /// load).
-    public var emulatorMeanLateMilliseconds: Double? {
+    package var emulatorMeanLateMilliseconds: Double? {
         guard let summary = emulatorSummary, let range = summary.range(of: "after due: mean ") else { return nil }
         return Double(summary[range.upperBound...].prefix { $0.isNumber || $0 == "." })
     }
@@ -131,7 +131,7 @@ public final class WANLink: @unchecked Sendable {
 
     /// Starts the emulator for `host` and applies `profile`. The emulator also stops by itself
     /// after `maxSeconds`, so a crashed test leaves nothing running for long.
-    public init(lab: NamespaceLab, host: Int, profile: Profile, maxSeconds: Int = 600) throws {
+    package init(lab: NamespaceLab, host: Int, profile: Profile, maxSeconds: Int = 600) throws {
         if let reason = Self.unavailableReason { throw NodeProcessError.exited(status: -1, stderr: reason) }
         guard lab.hosts.indices.contains(host) else {
             throw NodeProcessError.exited(status: -1, stderr: "the lab has no host \(host)")
@@ -212,7 +212,7 @@ public final class WANLink: @unchecked Sendable {
     /// Removes the rules, qdiscs and device, then stops the emulator (it lets go of every packet
     /// it still holds) and keeps its summary line. Safe to call twice, and after the lab's own
     /// tearDown (the namespace is gone then; only the process is left to stop).
-    public func tearDown() {
+    package func tearDown() {
         for command in undo.reversed() {
             try? inBridge(command[0], Array(command.dropFirst()))
         }
@@ -227,7 +227,7 @@ public final class WANLink: @unchecked Sendable {
     // MARK: - Availability and the emulator binary
 
     /// Why a WAN link cannot be set up here (printed as the skip reason of a test), or nil.
-    public static var unavailableReason: String? {
+    package static var unavailableReason: String? {
         if let reason = NamespaceLab.unavailableReason {
             return reason.replacingOccurrences(of: "multi-host tests", with: "WAN link tests")
         }
@@ -241,10 +241,10 @@ public final class WANLink: @unchecked Sendable {
         return emulatorBuild.problem.map { "WAN link tests: \($0); skipped" }
     }
 
-    public static var isAvailable: Bool { unavailableReason == nil }
+    package static var isAvailable: Bool { unavailableReason == nil }
 
-    public static let ipPath = NamespaceLab.ipCommand ?? "/usr/sbin/ip"
-    public static let tcPath = tool("tc") ?? "/usr/sbin/tc"
+    package static let ipPath = NamespaceLab.ipCommand ?? "/usr/sbin/ip"
+    package static let tcPath = tool("tc") ?? "/usr/sbin/tc"
     static let iptablesPath = tool("iptables") ?? "/usr/sbin/iptables"
 
     private static func tool(_ name: String) -> String? {
@@ -320,7 +320,7 @@ extension NamespaceLab {
     /// A UDP socket that lives in host `index`'s network namespace, bound to its address, made by
     /// the calling process itself (a socket keeps the namespace it was made in). For probes
     /// through a `WANLink` with no program inside the host. The caller closes it.
-    public func udpSocket(inHost index: Int, port: UInt16 = 0) throws -> Int32 {
+    package func udpSocket(inHost index: Int, port: UInt16 = 0) throws -> Int32 {
         try makeUDPSocket(inNamespace: hosts[index], address: addresses[index], port: port)
     }
 }

@@ -4,9 +4,9 @@
 /// from any peer (so it acknowledges none); a consumer that makes no progress for `stallLimit`
 /// is declared stalled and no longer counts, so one paused reader holds the node that long at
 /// most. Pure: the shell supplies the time.
-public struct ConsumerFlow: Sendable, Equatable {
+package struct ConsumerFlow: Sendable, Equatable {
     /// What the shell says of one consumer.
-    public enum Report: Sendable, Equatable {
+    package enum Report: Sendable, Equatable {
         /// Over its bound of queued bytes; said again each time it drained some (which restarts
         /// its stall clock). Saying it without progress would let a stalled reader hold the node.
         case behind
@@ -15,20 +15,20 @@ public struct ConsumerFlow: Sendable, Equatable {
     }
 
     /// The longest a consumer may hold acceptance without draining anything.
-    public let stallLimit: Duration
+    package let stallLimit: Duration
     /// Behind consumers, by the shell's id, with when they last made progress.
     private var behind: [UInt64: MeshInstant] = [:]
     /// Declared stalled and not yet caught up (or gone): they hold nothing.
     private var stalled: Set<UInt64> = []
 
-    public init(stallLimit: Duration) {
+    package init(stallLimit: Duration) {
         self.stallLimit = stallLimit
     }
 
     /// Whether new application messages must wait: some consumer is behind and not stalled.
-    public var isHolding: Bool { !behind.isEmpty }
+    package var isHolding: Bool { !behind.isEmpty }
 
-    public mutating func report(_ consumer: UInt64, _ report: Report, now: MeshInstant) {
+    package mutating func report(_ consumer: UInt64, _ report: Report, now: MeshInstant) {
         switch report {
         case .behind:
             // A stalled consumer is cut off by the shell; until then it holds nothing.
@@ -42,7 +42,7 @@ public struct ConsumerFlow: Sendable, Equatable {
 
     /// The consumers that made no progress for `stallLimit`, ascending: they stop holding
     /// acceptance, and the shell is to disconnect them.
-    public mutating func expire(now: MeshInstant) -> [UInt64] {
+    package mutating func expire(now: MeshInstant) -> [UInt64] {
         let expired = behind.filter { now >= $0.value + stallLimit }.map(\.key).sorted()
         for consumer in expired {
             behind[consumer] = nil
@@ -52,7 +52,7 @@ public struct ConsumerFlow: Sendable, Equatable {
     }
 
     /// When the earliest behind consumer would be declared stalled.
-    public var nextDeadline: MeshInstant? {
+    package var nextDeadline: MeshInstant? {
         behind.values.min().map { $0 + stallLimit }
     }
 }

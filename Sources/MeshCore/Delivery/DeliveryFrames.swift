@@ -6,7 +6,7 @@ import NIOCore
 /// Which stream a reliable message belongs to. Both share one channel (one TSN space, one
 /// window) per pair of members; the stream is told by the frame type (`data` or `journalData`),
 /// so no application message can pass for a journal message, whatever its bytes.
-public enum DeliveryStream: UInt8, Sendable, Equatable {
+package enum DeliveryStream: UInt8, Sendable, Equatable {
     /// Messages of the application (`Messenger`): a `MessageEnvelope`.
     case application
     /// The journal's own messages (`JournalMessage`), never shown to applications.
@@ -15,28 +15,28 @@ public enum DeliveryStream: UInt8, Sendable, Equatable {
 
 /// One fragment of a reliable message. `tsn` numbers fragments per sender→receiver channel;
 /// `flags` marks the first (bit 0) and last (bit 1) fragment of a message.
-public struct DataChunk: WireBody {
-    public static let begins: UInt8 = 1
-    public static let ends: UInt8 = 2
-    public static let overhead = 8 + 1
+package struct DataChunk: WireBody {
+    package static let begins: UInt8 = 1
+    package static let ends: UInt8 = 2
+    package static let overhead = 8 + 1
 
-    public var tsn: UInt64
-    public var flags: UInt8
-    public var body: [UInt8]
+    package var tsn: UInt64
+    package var flags: UInt8
+    package var body: [UInt8]
     /// Not in the body: the frame type carries it (Frame.swift).
-    public var stream: DeliveryStream
+    package var stream: DeliveryStream
 
-    public init(tsn: UInt64, flags: UInt8, body: [UInt8], stream: DeliveryStream = .application) {
+    package init(tsn: UInt64, flags: UInt8, body: [UInt8], stream: DeliveryStream = .application) {
         self.tsn = tsn
         self.flags = flags
         self.body = body
         self.stream = stream
     }
 
-    public var isFirst: Bool { flags & Self.begins != 0 }
-    public var isLast: Bool { flags & Self.ends != 0 }
+    package var isFirst: Bool { flags & Self.begins != 0 }
+    package var isLast: Bool { flags & Self.ends != 0 }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         tsn = try buffer.readWire(UInt64.self, "data tsn")
         flags = try buffer.readWire(UInt8.self, "data flags")
         guard flags & ~(Self.begins | Self.ends) == 0 else { throw .invalidField(what: "data flags") }
@@ -44,7 +44,7 @@ public struct DataChunk: WireBody {
         stream = .application
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(tsn)
         buffer.writeInteger(flags)
         buffer.writeBytes(body)
@@ -52,23 +52,23 @@ public struct DataChunk: WireBody {
 }
 
 /// Cumulative and selective acknowledgement, with the receiver's free buffer space.
-public struct DeliveryAck: WireBody {
-    public static let maxRanges = 16
+package struct DeliveryAck: WireBody {
+    package static let maxRanges = 16
 
     /// Every TSN up to here was received (or skipped by a forward).
-    public var cumulative: UInt64
+    package var cumulative: UInt64
     /// Bytes the receiver can still buffer.
-    public var window: UInt32
+    package var window: UInt32
     /// Received TSN ranges above `cumulative`, ascending, inclusive.
-    public var ranges: [ClosedRange<UInt64>]
+    package var ranges: [ClosedRange<UInt64>]
 
-    public init(cumulative: UInt64, window: UInt32, ranges: [ClosedRange<UInt64>] = []) {
+    package init(cumulative: UInt64, window: UInt32, ranges: [ClosedRange<UInt64>] = []) {
         self.cumulative = cumulative
         self.window = window
         self.ranges = Array(ranges.prefix(Self.maxRanges))
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         cumulative = try buffer.readWire(UInt64.self, "ack cumulative")
         window = try buffer.readWire(UInt32.self, "ack window")
         let count = try buffer.readWire(UInt8.self, "ack range count")
@@ -86,7 +86,7 @@ public struct DeliveryAck: WireBody {
         self.ranges = ranges
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(cumulative)
         buffer.writeInteger(window)
         buffer.writeInteger(UInt8(ranges.count))
@@ -98,32 +98,32 @@ public struct DeliveryAck: WireBody {
 }
 
 /// SCTP's FORWARD-TSN: "I gave up on everything up to here; move your cumulative point".
-public struct ForwardTSN: WireBody {
-    public var cumulative: UInt64
-    public init(cumulative: UInt64) { self.cumulative = cumulative }
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+package struct ForwardTSN: WireBody {
+    package var cumulative: UInt64
+    package init(cumulative: UInt64) { self.cumulative = cumulative }
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         cumulative = try buffer.readWire(UInt64.self, "forward tsn")
     }
-    public func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(cumulative) }
+    package func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(cumulative) }
 }
 
 /// One fragment of an unreliable message.
-public struct UnreliableFragment: WireBody {
-    public static let overhead = 8 + 2 + 2
+package struct UnreliableFragment: WireBody {
+    package static let overhead = 8 + 2 + 2
 
-    public var messageID: UInt64
-    public var index: UInt16
-    public var count: UInt16
-    public var body: [UInt8]
+    package var messageID: UInt64
+    package var index: UInt16
+    package var count: UInt16
+    package var body: [UInt8]
 
-    public init(messageID: UInt64, index: UInt16, count: UInt16, body: [UInt8]) {
+    package init(messageID: UInt64, index: UInt16, count: UInt16, body: [UInt8]) {
         self.messageID = messageID
         self.index = index
         self.count = count
         self.body = body
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         messageID = try buffer.readWire(UInt64.self, "fragment message id")
         index = try buffer.readWire(UInt16.self, "fragment index")
         count = try buffer.readWire(UInt16.self, "fragment count")
@@ -131,7 +131,7 @@ public struct UnreliableFragment: WireBody {
         body = try buffer.readWireBytes(buffer.readableBytes, "fragment body")
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(messageID)
         buffer.writeInteger(index)
         buffer.writeInteger(count)

@@ -4,27 +4,27 @@ import MeshCrypto
 /// model): a reliable channel per peer (`ReliableSender` + `ReliableReceiver`), unreliable
 /// fragments with bounded reassembly, and the bookkeeping that turns per-peer acknowledgements
 /// into one result per send. The shell seals each `.send` for its peer with the pairwise key.
-public struct DeliveryInstance: Sendable {
-    public struct Settings: Sendable, Equatable {
+package struct DeliveryInstance: Sendable {
+    package struct Settings: Sendable, Equatable {
         /// The largest message body (GroupSessionMessenger's limit).
-        public var maxMessageSize = 256 * 1024
+        package var maxMessageSize = 256 * 1024
         /// Room for frames in one datagram.
-        public var datagramBudget = 1142
+        package var datagramBudget = 1142
         /// How long `send` waits for every target's acknowledgement by default.
-        public var defaultTimeout: Duration = .seconds(10)
+        package var defaultTimeout: Duration = .seconds(10)
         /// Out-of-order bytes buffered per peer; also the window it advertises.
-        public var receiveCapacity = 1 << 20
-        public var reassemblyCapacity = 1 << 20
-        public var reassemblyTimeout: Duration = .seconds(5)
-        public var sender = ReliableSender.Settings()
+        package var receiveCapacity = 1 << 20
+        package var reassemblyCapacity = 1 << 20
+        package var reassemblyTimeout: Duration = .seconds(5)
+        package var sender = ReliableSender.Settings()
         /// How long a consumer that drains nothing may hold new application messages
         /// (`ConsumerFlow`): well under the default send timeout, so a message held behind a
         /// paused reader still has most of its timeout left once that reader is cut off.
-        public var consumerStallLimit: Duration = .seconds(3)
-        public init() {}
+        package var consumerStallLimit: Duration = .seconds(3)
+        package init() {}
 
         /// Chunk size: a full datagram less the frame headers and room for a piggybacked ack.
-        public var fragmentSize: Int {
+        package var fragmentSize: Int {
             datagramBudget - FrameCodec.headerLength - DataChunk.overhead - Self.ackRoom
         }
 
@@ -32,12 +32,12 @@ public struct DeliveryInstance: Sendable {
         static let ackRoom = FrameCodec.headerLength + 8 + 4 + 1 + 2 * 16
     }
 
-    public enum Mode: UInt8, Sendable, Codable {
+    package enum Mode: UInt8, Sendable, Codable {
         case reliable = 0
         case unreliable = 1
     }
 
-    public enum Failure: String, Sendable, Equatable, Codable {
+    package enum Failure: String, Sendable, Equatable, Codable {
         /// No acknowledgement before the send's deadline.
         case timedOut
         /// The member left or was declared dead before acknowledging.
@@ -46,13 +46,13 @@ public struct DeliveryInstance: Sendable {
         case unknown
     }
 
-    public struct Received: Sendable, Equatable {
-        public var from: NodeID
-        public var mode: Mode
-        public var stream: DeliveryStream = .application
-        public var payload: [UInt8]
+    package struct Received: Sendable, Equatable {
+        package var from: NodeID
+        package var mode: Mode
+        package var stream: DeliveryStream = .application
+        package var payload: [UInt8]
 
-        public init(from: NodeID, mode: Mode, stream: DeliveryStream = .application, payload: [UInt8]) {
+        package init(from: NodeID, mode: Mode, stream: DeliveryStream = .application, payload: [UInt8]) {
             self.from = from
             self.mode = mode
             self.stream = stream
@@ -60,7 +60,7 @@ public struct DeliveryInstance: Sendable {
         }
     }
 
-    public enum Directive: Sendable, Equatable {
+    package enum Directive: Sendable, Equatable {
         case send(to: NodeID, frames: [Frame])
         case deliver(Received)
         /// A send finished: delivered to every target except those in `failures`.
@@ -104,32 +104,32 @@ public struct DeliveryInstance: Sendable {
         var deadline: MeshInstant
     }
 
-    public let settings: Settings
+    package let settings: Settings
     private var channels: [NodeID: Channel] = [:]
     private var sends: [UInt64: Outgoing] = [:]
     private var nextSendID: UInt64 = 1
     private var consumers: ConsumerFlow
     /// Whether every receiver holds new application chunks (`consumers.isHolding`, applied).
-    public private(set) var holdsApplication = false
+    package private(set) var holdsApplication = false
 
-    public init(settings: Settings = .init()) {
+    package init(settings: Settings = .init()) {
         self.settings = settings
         self.consumers = ConsumerFlow(stallLimit: settings.consumerStallLimit)
     }
 
-    public var pendingSends: Int { sends.count }
+    package var pendingSends: Int { sends.count }
 
-    public func sender(for peer: NodeID) -> ReliableSender? { channels[peer]?.sender }
+    package func sender(for peer: NodeID) -> ReliableSender? { channels[peer]?.sender }
 
     /// Total retransmitted chunks, for the counters: never smaller than before (a metric's
     /// counter must not go back when a member's channel goes).
-    public var retransmissions: UInt64 {
+    package var retransmissions: UInt64 {
         channels.values.reduce(retransmissionsOfRemovedChannels) { $0 + $1.sender.retransmissions }
     }
     private var retransmissionsOfRemovedChannels: UInt64 = 0
 
     /// Opens the channels to a member (when its keys are installed).
-    public mutating func addPeer(_ id: NodeID) {
+    package mutating func addPeer(_ id: NodeID) {
         guard channels[id] == nil else { return }
         channels[id] = Channel(
             sender: ReliableSender(settings: settings.sender),
@@ -145,7 +145,7 @@ public struct DeliveryInstance: Sendable {
     /// What the shell measured of one application consumer; acceptance of new application
     /// messages pauses while any is behind, and resumes (with a window update to every peer that
     /// was refused something) once none is.
-    public mutating func applicationConsumer(
+    package mutating func applicationConsumer(
         _ consumer: UInt64, _ report: ConsumerFlow.Report,
         now: MeshInstant
     ) -> [Directive] {
@@ -174,7 +174,7 @@ public struct DeliveryInstance: Sendable {
     /// the channel (its TSNs, what it received) stays, so that if the same boot comes back (a
     /// false death refuted) both ends still agree where they are; the abandoned messages are
     /// skipped with a forward TSN.
-    public mutating func failPending(_ id: NodeID, now: MeshInstant) -> [Directive] {
+    package mutating func failPending(_ id: NodeID, now: MeshInstant) -> [Directive] {
         guard var channel = channels[id] else { return [] }
         var out: [Directive] = []
         let abandoned = channel.sender.abandonAll(now: now)
@@ -184,7 +184,7 @@ public struct DeliveryInstance: Sendable {
     }
 
     /// A member restarted (new boot) or was forgotten: its channels go, pending sends fail.
-    public mutating func removePeer(_ id: NodeID, now: MeshInstant) -> [Directive] {
+    package mutating func removePeer(_ id: NodeID, now: MeshInstant) -> [Directive] {
         guard var channel = channels.removeValue(forKey: id) else { return [] }
         retransmissionsOfRemovedChannels += channel.sender.retransmissions
         var out: [Directive] = []
@@ -194,7 +194,7 @@ public struct DeliveryInstance: Sendable {
         return out
     }
 
-    public var peers: [NodeID] { channels.keys.sorted() }
+    package var peers: [NodeID] { channels.keys.sorted() }
 
     // MARK: sending
 
@@ -202,7 +202,7 @@ public struct DeliveryInstance: Sendable {
     /// the payload is over the limit. Returns the send's id and what to do now; a `.completed`
     /// for that id follows (at once for unreliable sends and empty target lists). The journal's
     /// stream is reliable only.
-    public mutating func send(
+    package mutating func send(
         _ payload: [UInt8], to targets: [NodeID], mode: Mode,
         stream: DeliveryStream = .application, now: MeshInstant,
         timeout: Duration? = nil
@@ -254,7 +254,7 @@ public struct DeliveryInstance: Sendable {
     /// Frames from one authenticated datagram of `peer`. With `deferAcks`, an acknowledgement
     /// that has no data to ride with waits for `flushAcks` (the shell calls it once per read
     /// batch), so a burst of datagrams is acknowledged once, never later than the batch's end.
-    public mutating func onFrames(
+    package mutating func onFrames(
         _ frames: [Frame], from peer: NodeID, now: MeshInstant,
         deferAcks: Bool = false
     ) -> [Directive] {
@@ -295,13 +295,13 @@ public struct DeliveryInstance: Sendable {
     }
 
     /// Sends the acknowledgements deferred during a read batch.
-    public mutating func flushAcks(now: MeshInstant) -> [Directive] {
+    package mutating func flushAcks(now: MeshInstant) -> [Directive] {
         var out: [Directive] = []
         for peer in peers where channels[peer]?.ackDue == true { out += flush(peer, now: now) }
         return out
     }
 
-    public mutating func onTick(now: MeshInstant) -> [Directive] {
+    package mutating func onTick(now: MeshInstant) -> [Directive] {
         var out: [Directive] = []
         for (sendID, outgoing) in sends.sorted(by: { $0.key < $1.key }) where now >= outgoing.deadline {
             for peer in outgoing.remaining.sorted() {
@@ -320,7 +320,7 @@ public struct DeliveryInstance: Sendable {
     }
 
     /// When `onTick` must run next (nil: nothing is waiting).
-    public var nextDeadline: MeshInstant? {
+    package var nextDeadline: MeshInstant? {
         var deadline: MeshInstant?
         func consider(_ instant: MeshInstant?) {
             guard let instant else { return }
@@ -368,10 +368,10 @@ public struct DeliveryInstance: Sendable {
     }
 }
 
-public enum DeliveryError: Error, Equatable, Sendable, CustomStringConvertible {
+package enum DeliveryError: Error, Equatable, Sendable, CustomStringConvertible {
     case tooLarge(size: Int, limit: Int)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case let .tooLarge(size, limit):
             return

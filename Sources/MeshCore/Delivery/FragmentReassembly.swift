@@ -1,7 +1,7 @@
 /// Puts unreliable messages back together from their fragments, in bounded memory: at most
 /// `capacity` bytes of incomplete messages per peer (the oldest is dropped to make room), and
 /// an incomplete message is dropped after `timeout`.
-public struct FragmentReassembly: Sendable {
+package struct FragmentReassembly: Sendable {
     struct Partial: Sendable {
         var fragments: [UInt16: [UInt8]]
         var count: UInt16
@@ -9,25 +9,25 @@ public struct FragmentReassembly: Sendable {
         var started: MeshInstant
     }
 
-    public let capacity: Int
-    public let timeout: Duration
+    package let capacity: Int
+    package let timeout: Duration
     private var partials: [UInt64: Partial] = [:]
     private var bytes = 0
     /// Recently completed ids, so a duplicated last fragment does not deliver twice.
     private var completed: [UInt64] = []
     private var completedSet: Set<UInt64> = []
-    public private(set) var dropped: UInt64 = 0
+    package private(set) var dropped: UInt64 = 0
 
-    public init(capacity: Int = 1 << 20, timeout: Duration = .seconds(5)) {
+    package init(capacity: Int = 1 << 20, timeout: Duration = .seconds(5)) {
         self.capacity = capacity
         self.timeout = timeout
     }
 
-    public var bufferedBytes: Int { bytes }
-    public var earliestExpiry: MeshInstant? { partials.values.map(\.started).min().map { $0 + timeout } }
+    package var bufferedBytes: Int { bytes }
+    package var earliestExpiry: MeshInstant? { partials.values.map(\.started).min().map { $0 + timeout } }
 
     /// Returns the whole message once its last missing fragment arrives.
-    public mutating func onFragment(_ fragment: UnreliableFragment, now: MeshInstant) -> [UInt8]? {
+    package mutating func onFragment(_ fragment: UnreliableFragment, now: MeshInstant) -> [UInt8]? {
         guard !completedSet.contains(fragment.messageID) else { return nil }
         if fragment.count == 1 {
             remember(fragment.messageID)
@@ -62,7 +62,7 @@ public struct FragmentReassembly: Sendable {
     }
 
     /// Drops incomplete messages older than the timeout.
-    public mutating func expire(now: MeshInstant) {
+    package mutating func expire(now: MeshInstant) {
         for (id, partial) in partials where now >= partial.started + timeout { drop(id) }
     }
 

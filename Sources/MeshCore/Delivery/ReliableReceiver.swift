@@ -2,39 +2,39 @@
 /// order, delivers each message once and in order, drops duplicates, honours forwards, and
 /// buffers at most `capacity` bytes out of order (the window it advertises). While it
 /// `holdsApplication` (the node's consumers are behind), it takes no new application chunk.
-public struct ReliableReceiver: Sendable {
+package struct ReliableReceiver: Sendable {
     /// A whole message, in the stream its first chunk named.
-    public struct Message: Sendable, Equatable {
-        public var stream: DeliveryStream
-        public var payload: [UInt8]
+    package struct Message: Sendable, Equatable {
+        package var stream: DeliveryStream
+        package var payload: [UInt8]
     }
 
-    public let capacity: Int
-    public private(set) var cumulative: UInt64 = 0
+    package let capacity: Int
+    package private(set) var cumulative: UInt64 = 0
     private var buffered: [UInt64: DataChunk] = [:]
     private var bufferedBytes = 0
     /// Chunks of the message being put together, all at or below `cumulative`.
     private var assembling: [UInt8] = []
     private var assemblingActive = false
     private var assemblingStream = DeliveryStream.application
-    public private(set) var duplicates: UInt64 = 0
+    package private(set) var duplicates: UInt64 = 0
     /// While set, a new application chunk is neither buffered nor acknowledged (the sender keeps
     /// it and sends it again) and the advertised window is zero. Journal chunks are taken as
     /// usual, but in-order delivery keeps those behind a refused chunk waiting. Everything
     /// already acknowledged is still delivered: an acknowledgement is a promise.
-    public var holdsApplication = false {
+    package var holdsApplication = false {
         didSet { if holdsApplication != oldValue { refusedWhileHeld = false } }
     }
     /// A chunk was refused during the current hold: its sender needs a window update at the end.
-    public private(set) var refusedWhileHeld = false
-    public private(set) var refused: UInt64 = 0
+    package private(set) var refusedWhileHeld = false
+    package private(set) var refused: UInt64 = 0
 
-    public init(capacity: Int = 1 << 20) {
+    package init(capacity: Int = 1 << 20) {
         self.capacity = capacity
     }
 
     /// Handles one chunk; returns the messages it completed, in order.
-    public mutating func onData(_ chunk: DataChunk) -> [Message] {
+    package mutating func onData(_ chunk: DataChunk) -> [Message] {
         guard chunk.tsn > cumulative, buffered[chunk.tsn] == nil else {
             duplicates += 1
             return []
@@ -62,7 +62,7 @@ public struct ReliableReceiver: Sendable {
     /// up on, so skip it and discard any message it cuts into. Chunks that did arrive there were
     /// acknowledged (the sender may have reported their messages delivered), so whole messages
     /// among them are still delivered, in order.
-    public mutating func onForward(_ forward: ForwardTSN) -> [Message] {
+    package mutating func onForward(_ forward: ForwardTSN) -> [Message] {
         guard forward.cumulative > cumulative else { return [] }
         var delivered: [Message] = []
         for tsn in buffered.keys.filter({ $0 <= forward.cumulative }).sorted() {
@@ -93,7 +93,7 @@ public struct ReliableReceiver: Sendable {
     }
 
     /// The acknowledgement to send now: cumulative point, free space, received ranges above it.
-    public var ack: DeliveryAck {
+    package var ack: DeliveryAck {
         var ranges: [ClosedRange<UInt64>] = []
         for tsn in buffered.keys.sorted() {
             if let last = ranges.last, last.upperBound + 1 == tsn {

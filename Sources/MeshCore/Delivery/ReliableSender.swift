@@ -8,14 +8,14 @@
 /// peer's window update is lost.
 ///
 /// Every operation costs in proportion to the chunks it touches, not to the window.
-public struct ReliableSender: Sendable {
-    public struct Settings: Sendable, Equatable {
-        public var initialWindow = 64 * 1024
-        public var minimumWindow = 4 * 1200
-        public var maximumWindow = 4 * 1024 * 1024
-        public var packetThreshold: UInt64 = 3
-        public var timer = RetransmissionTimer()
-        public init() {}
+package struct ReliableSender: Sendable {
+    package struct Settings: Sendable, Equatable {
+        package var initialWindow = 64 * 1024
+        package var minimumWindow = 4 * 1200
+        package var maximumWindow = 4 * 1024 * 1024
+        package var packetThreshold: UInt64 = 3
+        package var timer = RetransmissionTimer()
+        package init() {}
     }
 
     struct Pending: Sendable {
@@ -27,7 +27,7 @@ public struct ReliableSender: Sendable {
         var inFlight: Bool { sentAt != nil && !lost }
     }
 
-    public let settings: Settings
+    package let settings: Settings
     private var nextTSN: UInt64 = 1
     /// The smallest TSN not yet acknowledged or abandoned (== nextTSN when nothing is pending).
     private var lowest: UInt64 = 1
@@ -39,20 +39,20 @@ public struct ReliableSender: Sendable {
     private var lostQueue: [UInt64] = []
     /// First transmissions below this were already examined by the packet-threshold rule.
     private var lossScanFrom: UInt64 = 1
-    public private(set) var bytesInFlight = 0
-    public private(set) var congestionWindow: Int
+    package private(set) var bytesInFlight = 0
+    package private(set) var congestionWindow: Int
     private var slowStartThreshold: Int = .max
     private var peerWindow: Int = .max
-    public private(set) var timer: RetransmissionTimer
-    public private(set) var timerDeadline: MeshInstant?
+    package private(set) var timer: RetransmissionTimer
+    package private(set) var timerDeadline: MeshInstant?
     /// Everything up to here the peer acknowledged or was told to skip.
-    public private(set) var peerCumulative: UInt64 = 0
+    package private(set) var peerCumulative: UInt64 = 0
     private var largestAcked: UInt64 = 0
     private var recoveryUntil: UInt64 = 0
     private var forwardDue = false
-    public private(set) var retransmissions: UInt64 = 0
+    package private(set) var retransmissions: UInt64 = 0
 
-    public init(settings: Settings = .init()) {
+    package init(settings: Settings = .init()) {
         self.settings = settings
         self.congestionWindow = settings.initialWindow
         self.timer = settings.timer
@@ -60,15 +60,15 @@ public struct ReliableSender: Sendable {
 
     /// The most bytes that may be in flight now: the congestion window, capped by what the
     /// receiver said it can buffer, never below the minimum.
-    public var window: Int { max(settings.minimumWindow, min(congestionWindow, peerWindow)) }
+    package var window: Int { max(settings.minimumWindow, min(congestionWindow, peerWindow)) }
 
     /// Everything acknowledged or abandoned, and the peer knows.
-    public var isIdle: Bool { pending.isEmpty && !forwardDue && lowest - 1 <= peerCumulative }
-    public var pendingMessages: Int { messages.count }
-    public var pendingChunks: Int { pending.count }
+    package var isIdle: Bool { pending.isEmpty && !forwardDue && lowest - 1 <= peerCumulative }
+    package var pendingMessages: Int { messages.count }
+    package var pendingChunks: Int { pending.count }
 
     /// Whether `nextFrames` would return something now (cheap: no state changes).
-    public func hasSendable(now: MeshInstant) -> Bool {
+    package func hasSendable(now: MeshInstant) -> Bool {
         if forwardDue { return true }
         if let lost = lostQueue.first, pending[lost]?.lost == true {
             return bytesInFlight + (pending[lost]?.chunk.body.count ?? 0) <= window || bytesInFlight == 0
@@ -80,7 +80,7 @@ public struct ReliableSender: Sendable {
     }
 
     /// Splits a message into chunks of at most `fragmentSize` bytes and queues them.
-    public mutating func enqueue(
+    package mutating func enqueue(
         messageID: UInt64, payload: [UInt8], fragmentSize: Int,
         stream: DeliveryStream = .application
     ) {
@@ -105,7 +105,7 @@ public struct ReliableSender: Sendable {
 
     /// Frames to send now, within `budget` bytes: a due forward first, then lost chunks, then
     /// new ones, as far as the window allows (one chunk may always go when nothing is in flight).
-    public mutating func nextFrames(budget: Int, now: MeshInstant) -> [Frame] {
+    package mutating func nextFrames(budget: Int, now: MeshInstant) -> [Frame] {
         var frames: [Frame] = []
         var room = budget
         let forwardSize = FrameCodec.headerLength + 8
@@ -148,7 +148,7 @@ public struct ReliableSender: Sendable {
     }
 
     /// Processes an ack; returns the messages it completed.
-    public mutating func onAck(_ ack: DeliveryAck, now: MeshInstant) -> [UInt64] {
+    package mutating func onAck(_ ack: DeliveryAck, now: MeshInstant) -> [UInt64] {
         var completed: [UInt64] = []
         var newlyAcked = 0
         var sample: Duration?
@@ -206,7 +206,7 @@ public struct ReliableSender: Sendable {
     /// The retransmission timer fired: every chunk in flight is lost (as TCP does after an RTO:
     /// they go again from the oldest, RFC 6298 §5.4, within the collapsed window), the window
     /// collapses, the timeout doubles; a forward not yet acknowledged is sent again.
-    public mutating func onTimeout(now: MeshInstant) {
+    package mutating func onTimeout(now: MeshInstant) {
         guard let deadline = timerDeadline, now >= deadline else { return }
         timerDeadline = nil
         timer.backOff()
@@ -231,7 +231,7 @@ public struct ReliableSender: Sendable {
     /// Gives up on a message: its chunks are dropped, and the peer is told to skip them once
     /// everything before them is acknowledged. Returns false if it was no longer pending.
     @discardableResult
-    public mutating func abandon(messageID: UInt64, now: MeshInstant) -> Bool {
+    package mutating func abandon(messageID: UInt64, now: MeshInstant) -> Bool {
         guard let message = messages.removeValue(forKey: messageID) else { return false }
         for tsn in message.tsns {
             guard let entry = pending.removeValue(forKey: tsn) else { continue }
@@ -246,7 +246,7 @@ public struct ReliableSender: Sendable {
     }
 
     /// Abandons every message (the peer is gone); returns their ids, ascending.
-    public mutating func abandonAll(now: MeshInstant) -> [UInt64] {
+    package mutating func abandonAll(now: MeshInstant) -> [UInt64] {
         let ids = messages.keys.sorted()
         for id in ids { abandon(messageID: id, now: now) }
         return ids

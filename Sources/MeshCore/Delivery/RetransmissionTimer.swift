@@ -1,20 +1,20 @@
 /// RFC 6298's retransmission timeout, with millisecond granularity and a floor of a few
 /// milliseconds instead of the RFC's one second (loopback and LAN round trips are well under a
 /// millisecond). Karn's rule is the caller's: only samples of never-retransmitted data count.
-public struct RetransmissionTimer: Sendable, Equatable {
-    public var initial: Duration
-    public var minimum: Duration
-    public var maximum: Duration
+package struct RetransmissionTimer: Sendable, Equatable {
+    package var initial: Duration
+    package var minimum: Duration
+    package var maximum: Duration
     /// Clock granularity G.
-    public var granularity: Duration
+    package var granularity: Duration
 
-    public private(set) var smoothed: Duration?
-    public private(set) var variation: Duration = .zero
+    package private(set) var smoothed: Duration?
+    package private(set) var variation: Duration = .zero
     /// The timeout before backoff.
-    public private(set) var base: Duration
-    public private(set) var backoffs = 0
+    package private(set) var base: Duration
+    package private(set) var backoffs = 0
 
-    public init(
+    package init(
         initial: Duration = .milliseconds(200), minimum: Duration = .milliseconds(10),
         maximum: Duration = .seconds(5), granularity: Duration = .milliseconds(1)
     ) {
@@ -26,7 +26,7 @@ public struct RetransmissionTimer: Sendable, Equatable {
     }
 
     /// The current timeout, with exponential backoff applied.
-    public var timeout: Duration {
+    package var timeout: Duration {
         var value = base
         for _ in 0..<backoffs {
             value = value * 2
@@ -36,7 +36,7 @@ public struct RetransmissionTimer: Sendable, Equatable {
     }
 
     /// RFC 6298 §2.2 and §2.3 for a new round-trip sample; resets the backoff.
-    public mutating func sample(_ rtt: Duration) {
+    package mutating func sample(_ rtt: Duration) {
         let r = max(rtt, .zero)
         if let srtt = smoothed {
             let deviation = srtt > r ? srtt - r : r - srtt
@@ -52,7 +52,7 @@ public struct RetransmissionTimer: Sendable, Equatable {
     }
 
     /// RFC 6298 §5.5: the timer expired, double the timeout (up to the maximum).
-    public mutating func backOff() {
+    package mutating func backOff() {
         if timeout < maximum { backoffs += 1 }
     }
 }

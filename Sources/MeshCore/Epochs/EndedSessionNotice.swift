@@ -7,20 +7,20 @@ import NIOCore
 /// end. So a member that was offline during the end learns it as soon as anyone who knows
 /// starts again (PROTOCOL.md §4, ending a session). Pure: the shell sends what it returns and
 /// stops once `isDone`.
-public struct EndedSessionNotice: Sendable {
+package struct EndedSessionNotice: Sendable {
     /// Notices to every remembered address, `interval` apart, starting at once.
-    public static let rounds = 4
-    public static let interval: Duration = .milliseconds(500)
+    package static let rounds = 4
+    package static let interval: Duration = .milliseconds(500)
     /// How long the notice runs: its rounds, and as long again after the first for answers.
-    public static let duration: Duration = .seconds(2)
+    package static let duration: Duration = .seconds(2)
     /// At most one answer per member this often, and at most this many answers in all.
-    public static let answerInterval: Duration = .seconds(1)
-    public static let maxAnswers = 64
+    package static let answerInterval: Duration = .seconds(1)
+    package static let maxAnswers = 64
     /// An answer to an address that did not prove itself stays within this many times the size
     /// of the datagram it answers (QUIC's rule): a forged source earns its owner no flood.
-    public static let answerFactor = 3
+    package static let answerFactor = 3
 
-    public let statement: SessionEnd
+    package let statement: SessionEnd
     private var codec: DatagramCodec
     /// Remembered members and the addresses `members.json` gives for each.
     private let members: [NodeID: [PeerAddress]]
@@ -29,11 +29,11 @@ public struct EndedSessionNotice: Sendable {
     private var roundsLeft = Self.rounds
     private var nextRound: MeshInstant
     private var answeredAt: [NodeID: MeshInstant] = [:]
-    public private(set) var answers = 0
-    public private(set) var noticesSent = 0
+    package private(set) var answers = 0
+    package private(set) var noticesSent = 0
 
     /// Nil when the ended epoch's secret is not among `epochs` (nothing of it could be sealed).
-    public init?(
+    package init?(
         statement: SessionEnd, epochs: KeyEpochs, localID: NodeID, bootID: UInt64,
         remembered: RememberedMembers, wire: DatagramCodec.Configuration = .init(), seed: UInt64,
         now: MeshInstant
@@ -53,18 +53,18 @@ public struct EndedSessionNotice: Sendable {
     }
 
     /// Every remembered member's every address, once each.
-    public var addresses: [PeerAddress] {
+    package var addresses: [PeerAddress] {
         var seen = Set<PeerAddress>()
         return members.keys.sorted().flatMap { members[$0] ?? [] }.filter { seen.insert($0).inserted }
     }
 
-    public func isDone(now: MeshInstant) -> Bool { now >= until }
+    package func isDone(now: MeshInstant) -> Bool { now >= until }
 
     /// When `tick` has something to do next.
-    public var deadline: MeshInstant { roundsLeft > 0 ? min(nextRound, until) : until }
+    package var deadline: MeshInstant { roundsLeft > 0 ? min(nextRound, until) : until }
 
     /// The notices due now: the signed end to every remembered address.
-    public mutating func tick(now: MeshInstant) -> [(datagram: ByteBuffer, to: PeerAddress)] {
+    package mutating func tick(now: MeshInstant) -> [(datagram: ByteBuffer, to: PeerAddress)] {
         guard roundsLeft > 0, now >= nextRound, now < until else { return [] }
         roundsLeft -= 1
         nextRound = now + Self.interval
@@ -77,7 +77,7 @@ public struct EndedSessionNotice: Sendable {
     /// epoch and from a remembered member (its header says so: a datagram sealed for the boot
     /// before does not open here), within the per-member rate, and within `answerFactor` times
     /// its size unless `source` is an address `members.json` gives for that member.
-    public mutating func answer(
+    package mutating func answer(
         _ datagram: ByteBuffer, from source: PeerAddress,
         now: MeshInstant
     ) -> ByteBuffer? {

@@ -6,18 +6,18 @@ import NIOCore
 /// between the sender's and the recipient's ephemeral keys, bound to the earlier epoch's secret
 /// under their own purpose. Whoever holds neither ephemeral secret (a removed member included)
 /// cannot open it.
-public struct EpochHandover: WireBody {
-    public static let sealedSecretByteCount = SessionSecret.byteCount + PacketSealer.tagByteCount
+package struct EpochHandover: WireBody {
+    package static let sealedSecretByteCount = SessionSecret.byteCount + PacketSealer.tagByteCount
 
-    public var rotation: KeyRotation
+    package var rotation: KeyRotation
     /// The member handing over; its signed record carries the ephemeral key the seal used.
-    public var sender: MemberRecord
-    public var recipient: NodeID
-    public var recipientBoot: UInt64
-    public var nonce: PacketNonce
-    public var sealedSecret: [UInt8]
+    package var sender: MemberRecord
+    package var recipient: NodeID
+    package var recipientBoot: UInt64
+    package var nonce: PacketNonce
+    package var sealedSecret: [UInt8]
 
-    public init(
+    package init(
         rotation: KeyRotation, sender: MemberRecord, recipient: NodeID, recipientBoot: UInt64,
         nonce: PacketNonce, sealedSecret: [UInt8]
     ) {
@@ -31,7 +31,7 @@ public struct EpochHandover: WireBody {
 
     /// Seals `secret` for `recipient`'s boot. `previous` is the epoch both share now; the
     /// nonce comes from the caller (MeshCore draws no randomness).
-    public static func seal(
+    package static func seal(
         _ secret: SessionSecret, rotation: KeyRotation, previous: SessionSecret,
         sender: MemberRecord, local: EphemeralKeyPair, recipient: MemberRecord,
         nonce: PacketNonce
@@ -50,7 +50,7 @@ public struct EpochHandover: WireBody {
 
     /// The secret, if this handover was sealed for our boot by the holder of the sender
     /// record's ephemeral key, and names the session it opens.
-    public func open(previous: SessionSecret, local: EphemeralKeyPair) -> SessionSecret? {
+    package func open(previous: SessionSecret, local: EphemeralKeyPair) -> SessionSecret? {
         guard
             let keys = PairwiseKeys.derive(
                 session: previous, local: local, peerPublicKey: sender.ephemeralKey,
@@ -72,7 +72,7 @@ public struct EpochHandover: WireBody {
         return Array(buffer.readableBytesView)
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         rotation.encode(into: &buffer)
         sender.encode(into: &buffer)
         recipient.encode(into: &buffer)
@@ -81,7 +81,7 @@ public struct EpochHandover: WireBody {
         buffer.writeBytes(sealedSecret)
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         rotation = try KeyRotation(decoding: &buffer)
         sender = try MemberRecord(decoding: &buffer)
         recipient = try NodeID(decoding: &buffer)

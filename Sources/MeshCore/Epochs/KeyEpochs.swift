@@ -9,24 +9,24 @@ import NIOCore
 /// earlier epoch. Any node that holds both answers it with a handover, but only if the rotation's
 /// roster names it (the rotating member knew it then) and it was not removed: so an invite of
 /// the earlier epoch no longer lets anyone new in.
-public struct KeyEpochs: Sendable {
-    public struct Transition: Sendable, Equatable {
-        public var rotation: KeyRotation
+package struct KeyEpochs: Sendable {
+    package struct Transition: Sendable, Equatable {
+        package var rotation: KeyRotation
         /// The secret of the epoch the rotation opened.
-        public var secret: SessionSecret
+        package var secret: SessionSecret
 
-        public init(rotation: KeyRotation, secret: SessionSecret) {
+        package init(rotation: KeyRotation, secret: SessionSecret) {
             self.rotation = rotation
             self.secret = secret
         }
     }
 
-    public enum RotationError: Error, Equatable, Sendable {
+    package enum RotationError: Error, Equatable, Sendable {
         case tooManyMembers(Int)
         case tooManyRemoved(Int)
     }
 
-    public enum Acceptance: Equatable, Sendable {
+    package enum Acceptance: Equatable, Sendable {
         /// A new epoch: switch to it. `replacing` is our current epoch when the new one is a
         /// competing rotation out of the same epoch that wins (two removals at once).
         case adopted(Transition, replacing: Transition?)
@@ -42,12 +42,12 @@ public struct KeyEpochs: Sendable {
 
     /// At most one handover per member in this interval: a member that keeps speaking the old
     /// epoch (its handover lost) is answered again, a flood of its datagrams is not.
-    public static let handoverInterval: Duration = .milliseconds(250)
+    package static let handoverInterval: Duration = .milliseconds(250)
 
-    public let origin: SessionSecret
-    public private(set) var transitions: [Transition]
+    package let origin: SessionSecret
+    package private(set) var transitions: [Transition]
     /// Every member removed by any rotation we know.
-    public private(set) var removed: Set<NodeID>
+    package private(set) var removed: Set<NodeID>
     /// Epochs we were in that lost to a competing rotation, with the transition that won: their
     /// members are handed the winner. Not persisted (a restart forgets them).
     private var superseded: [SessionID: (secret: SessionSecret, winner: SessionID)] = [:]
@@ -58,28 +58,28 @@ public struct KeyEpochs: Sendable {
         var epoch: SessionID
     }
 
-    public init(origin: SessionSecret, transitions: [Transition] = []) {
+    package init(origin: SessionSecret, transitions: [Transition] = []) {
         self.origin = origin
         self.transitions = transitions
         self.removed = Set(transitions.flatMap(\.rotation.removed))
     }
 
-    public var current: SessionSecret { transitions.last?.secret ?? origin }
+    package var current: SessionSecret { transitions.last?.secret ?? origin }
 
     /// Epochs before the current one, oldest first.
-    public var previousSecrets: [SessionSecret] {
+    package var previousSecrets: [SessionSecret] {
         Array(([origin] + transitions.map(\.secret)).dropLast())
     }
 
     /// The secret of any epoch we had, by its session id.
-    public func secret(of session: SessionID) -> SessionSecret? {
+    package func secret(of session: SessionID) -> SessionSecret? {
         if origin.sessionID == session { return origin }
         if let lost = superseded[session] { return lost.secret }
         return transitions.first { $0.secret.sessionID == session }?.secret
     }
 
     /// The transition out of an earlier epoch; nil for the current epoch or one we never had.
-    public func transition(after session: SessionID) -> Transition? {
+    package func transition(after session: SessionID) -> Transition? {
         if origin.sessionID == session { return transitions.first }
         if let lost = superseded[session] { return transitions.first { $0.secret.sessionID == lost.winner } }
         guard let index = transitions.firstIndex(where: { $0.secret.sessionID == session }) else { return nil }
@@ -88,7 +88,7 @@ public struct KeyEpochs: Sendable {
 
     /// The rotation that moves the session to `secret` without `removing`, owed to `members`
     /// (the members known now, in any state) less the removed. Taken with `commit` once stored.
-    public func rotation(
+    package func rotation(
         removing: Set<NodeID>, to secret: SessionSecret, members: Set<NodeID>,
         authority: some RecordAuthority
     ) throws(RotationError) -> Transition {
@@ -104,12 +104,12 @@ public struct KeyEpochs: Sendable {
     }
 
     /// Takes a rotation this node made (`rotation(removing:…)`), after it was stored.
-    public mutating func commit(_ transition: Transition) {
+    package mutating func commit(_ transition: Transition) {
         append(transition)
     }
 
     /// The epochs with `transition` taken: what to store before switching.
-    public func committing(_ transition: Transition) -> KeyEpochs {
+    package func committing(_ transition: Transition) -> KeyEpochs {
         var copy = self
         copy.append(transition)
         return copy
@@ -117,7 +117,7 @@ public struct KeyEpochs: Sendable {
 
     /// Takes a rotation handed over by `sender` (already proven by its signed record) with the
     /// secret it carried. `members` are the members we know now; the sender must be one of them.
-    public mutating func accept(
+    package mutating func accept(
         _ rotation: KeyRotation, secret: SessionSecret, from sender: NodeID,
         localID: NodeID, members: Set<NodeID>,
         authority: some RecordAuthority
@@ -162,7 +162,7 @@ public struct KeyEpochs: Sendable {
     /// Which of two rotations out of the same epoch stands: not one whose author the other
     /// removes (unless each removes the other's); else the smaller new session id. Any total
     /// order works if every member applies it.
-    public static func wins(_ rotation: KeyRotation, over other: KeyRotation) -> Bool {
+    package static func wins(_ rotation: KeyRotation, over other: KeyRotation) -> Bool {
         let removedByOther = other.removed.contains(rotation.author)
         let removesOther = rotation.removed.contains(other.author)
         if removedByOther != removesOther { return removesOther }
@@ -171,7 +171,7 @@ public struct KeyEpochs: Sendable {
 
     /// Whether `member`, heard speaking the earlier epoch `session`, is to be handed the next
     /// epoch now; records the handover for the rate limit.
-    public mutating func handover(to member: NodeID, heardIn session: SessionID, now: MeshInstant) -> Transition? {
+    package mutating func handover(to member: NodeID, heardIn session: SessionID, now: MeshInstant) -> Transition? {
         guard let transition = transition(after: session), transition.rotation.owes(member),
             !removed.contains(member)
         else { return nil }
@@ -182,7 +182,7 @@ public struct KeyEpochs: Sendable {
     }
 
     /// Whether `member` is owed a handover from an earlier epoch at all (for counting drops).
-    public func isEntitled(_ member: NodeID, heardIn session: SessionID) -> Bool {
+    package func isEntitled(_ member: NodeID, heardIn session: SessionID) -> Bool {
         guard let transition = transition(after: session) else { return false }
         return transition.rotation.owes(member) && !removed.contains(member)
     }
@@ -197,10 +197,10 @@ public struct KeyEpochs: Sendable {
     static let fileMagic = Array("GMEP".utf8)
     static let fileVersion: UInt8 = 2
     /// Far above any real history; bounds what a damaged file can make us allocate.
-    public static let maxFileBytes = 4 << 20
+    package static let maxFileBytes = 4 << 20
 
     /// The transitions as bytes for the data dir's `epochs.key` (secrets inside: store it 0600).
-    public func encoded() -> [UInt8] {
+    package func encoded() -> [UInt8] {
         var buffer = ByteBuffer()
         buffer.writeBytes(Self.fileMagic)
         buffer.writeInteger(Self.fileVersion)
@@ -212,7 +212,7 @@ public struct KeyEpochs: Sendable {
         return Array(buffer.readableBytesView)
     }
 
-    public static func decode(_ bytes: [UInt8], origin: SessionSecret) throws(WireError) -> KeyEpochs {
+    package static func decode(_ bytes: [UInt8], origin: SessionSecret) throws(WireError) -> KeyEpochs {
         var buffer = ByteBuffer(bytes: bytes)
         guard try buffer.readWireBytes(fileMagic.count, "epochs magic") == fileMagic,
             try buffer.readWire(UInt8.self, "epochs version") == fileVersion

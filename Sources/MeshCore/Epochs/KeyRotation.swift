@@ -11,30 +11,30 @@ import NIOCore
 /// named by the first 8 bytes of their id: forging an identity whose id starts like a rostered
 /// member's costs about 2^64 / 48 hashes. The whole rotation must fit a hello datagram with the
 /// handover around it, hence the caps.
-public struct KeyRotation: WireBody, Hashable, SignedStatement {
-    public static let signingDomain = Array("groupmesh key rotation v2".utf8)
-    public static let maxRemoved = 4
-    public static let maxRoster = 48
+package struct KeyRotation: WireBody, Hashable, SignedStatement {
+    package static let signingDomain = Array("groupmesh key rotation v2".utf8)
+    package static let maxRemoved = 4
+    package static let maxRoster = 48
 
-    public var previousSession: SessionID
-    public var nextSession: SessionID
-    public var removed: [NodeID]
+    package var previousSession: SessionID
+    package var nextSession: SessionID
+    package var removed: [NodeID]
     /// The first 8 bytes of each member owed the new epoch, sorted.
-    public var roster: [UInt64]
-    public var signingKey: PublicSigningKey
-    public var signature: [UInt8]
+    package var roster: [UInt64]
+    package var signingKey: PublicSigningKey
+    package var signature: [UInt8]
 
     /// The member that rotated: its node id is the hash of the signing key.
-    public var author: NodeID { signingKey.nodeID }
+    package var author: NodeID { signingKey.nodeID }
 
-    public static func rosterEntry(_ id: NodeID) -> UInt64 { id.high }
+    package static func rosterEntry(_ id: NodeID) -> UInt64 { id.high }
 
     /// Whether `member` is owed the new epoch: on the roster, not removed.
-    public func owes(_ member: NodeID) -> Bool {
+    package func owes(_ member: NodeID) -> Bool {
         !removed.contains(member) && roster.contains(Self.rosterEntry(member))
     }
 
-    public init(
+    package init(
         previousSession: SessionID, nextSession: SessionID, removed: [NodeID], roster: [UInt64] = [],
         signingKey: PublicSigningKey, signature: [UInt8] = []
     ) {
@@ -46,7 +46,7 @@ public struct KeyRotation: WireBody, Hashable, SignedStatement {
         self.signature = signature
     }
 
-    public func encodeUnsigned(into buffer: inout ByteBuffer) {
+    package func encodeUnsigned(into buffer: inout ByteBuffer) {
         buffer.writeInteger(previousSession.value)
         buffer.writeInteger(nextSession.value)
         buffer.writeInteger(UInt8(removed.count))
@@ -56,12 +56,12 @@ public struct KeyRotation: WireBody, Hashable, SignedStatement {
         buffer.writeBytes(signingKey.bytes)
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         encodeUnsigned(into: &buffer)
         buffer.writeBytes(signature)
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         previousSession = SessionID(value: try buffer.readWire(UInt64.self, "rotation previous session"))
         nextSession = SessionID(value: try buffer.readWire(UInt64.self, "rotation next session"))
         let count = try buffer.readWire(UInt8.self, "rotation removed count")

@@ -5,8 +5,8 @@ import MeshCrypto
 /// once; a member that joins, and one random member every `syncInterval`, get our operation ids
 /// and answer with what we lack (anti-entropy), so every member ends with the same operations.
 /// It also tracks which member holds which attachment whole.
-public struct JournalInstance: Sendable {
-    public enum Directive: Sendable, Equatable {
+package struct JournalInstance: Sendable {
+    package enum Directive: Sendable, Equatable {
         case send(to: NodeID, JournalMessage)
         /// New operations were applied: the attachment set may have changed.
         case applied([JournalOperation])
@@ -14,9 +14,9 @@ public struct JournalInstance: Sendable {
         case holdersChanged
     }
 
-    public private(set) var state = JournalState()
+    package private(set) var state = JournalState()
     private let authority: any RecordAuthority
-    public let syncInterval: Duration
+    package let syncInterval: Duration
     private var members: [NodeID] = []
     private var random: SplitMix64
     private var nextSyncAt: MeshInstant
@@ -27,7 +27,7 @@ public struct JournalInstance: Sendable {
     private var departedHoldings: [NodeID: Set<SHA256Digest>] = [:]
     private var ownHoldings: Set<SHA256Digest> = []
 
-    public init(authority: some RecordAuthority, syncInterval: Duration = .seconds(10), seed: UInt64, now: MeshInstant)
+    package init(authority: some RecordAuthority, syncInterval: Duration = .seconds(10), seed: UInt64, now: MeshInstant)
     {
         self.authority = authority
         self.syncInterval = syncInterval
@@ -35,11 +35,11 @@ public struct JournalInstance: Sendable {
         self.nextSyncAt = now + syncInterval
     }
 
-    public var localID: NodeID { authority.signingKey.nodeID }
-    public var nextDeadline: MeshInstant { nextSyncAt }
+    package var localID: NodeID { authority.signingKey.nodeID }
+    package var nextDeadline: MeshInstant { nextSyncAt }
 
     /// Loads operations stored earlier (they were valid when stored; they are checked again).
-    public mutating func restore(_ operations: [JournalOperation]) {
+    package mutating func restore(_ operations: [JournalOperation]) {
         for operation in operations { state.apply(operation, authority: authority) }
     }
 
@@ -47,7 +47,7 @@ public struct JournalInstance: Sendable {
 
     /// A member joined, or came back: `sameBoot` when it is the process we knew (a false death),
     /// whose holdings stand as they were.
-    public mutating func memberJoined(_ id: NodeID, sameBoot: Bool = false) -> [Directive] {
+    package mutating func memberJoined(_ id: NodeID, sameBoot: Bool = false) -> [Directive] {
         guard id != localID, !members.contains(id) else { return [] }
         members.append(id)
         members.sort()
@@ -61,7 +61,7 @@ public struct JournalInstance: Sendable {
         return directives
     }
 
-    public mutating func memberLeft(_ id: NodeID) -> [Directive] {
+    package mutating func memberLeft(_ id: NodeID) -> [Directive] {
         members.removeAll { $0 == id }
         guard let held = holdings.removeValue(forKey: id) else { return [] }
         departedHoldings[id] = held
@@ -69,19 +69,19 @@ public struct JournalInstance: Sendable {
     }
 
     /// A member forgotten for good: nothing of it is kept.
-    public mutating func memberForgotten(_ id: NodeID) {
+    package mutating func memberForgotten(_ id: NodeID) {
         departedHoldings[id] = nil
     }
 
     /// Members known to hold `attachment` whole (this node included).
-    public func holders(of attachment: SHA256Digest) -> [NodeID] {
+    package func holders(of attachment: SHA256Digest) -> [NodeID] {
         var result = holdings.filter { $0.value.contains(attachment) }.map(\.key)
         if ownHoldings.contains(attachment) { result.append(localID) }
         return result.sorted()
     }
 
     /// Tells everyone which attachments we now hold whole.
-    public mutating func setHoldings(_ attachments: Set<SHA256Digest>) -> [Directive] {
+    package mutating func setHoldings(_ attachments: Set<SHA256Digest>) -> [Directive] {
         guard attachments != ownHoldings else { return [] }
         ownHoldings = attachments
         let message = JournalMessage.holding(attachments.sorted())
@@ -95,7 +95,7 @@ public struct JournalInstance: Sendable {
     // `publish` applies and sends it. A change whose storing fails is then never seen at all.
 
     /// An add by this node, signed, not yet applied.
-    public func prepareAdd(
+    package func prepareAdd(
         _ id: AttachmentID, content: SHA256Digest, size: UInt64, chunkCount: Int,
         metadata: [UInt8]
     ) -> JournalOperation {
@@ -105,17 +105,17 @@ public struct JournalInstance: Sendable {
 
     /// A remove by this node of every add of the attachment seen so far, not yet applied; nil
     /// when the attachment is not in the journal.
-    public func prepareRemove(_ attachment: AttachmentID) -> JournalOperation? {
+    package func prepareRemove(_ attachment: AttachmentID) -> JournalOperation? {
         state.makeRemove(attachment, authority: authority)
     }
 
     /// Applies a prepared local operation and sends it to every member.
-    public mutating func publish(_ operation: JournalOperation) -> [Directive] {
+    package mutating func publish(_ operation: JournalOperation) -> [Directive] {
         state.apply(operation, authority: authority)
         return members.map { .send(to: $0, .operations([operation])) } + [.applied([operation])]
     }
 
-    public mutating func add(
+    package mutating func add(
         _ id: AttachmentID, content: SHA256Digest, size: UInt64, chunkCount: Int,
         metadata: [UInt8]
     ) -> [Directive] {
@@ -123,13 +123,13 @@ public struct JournalInstance: Sendable {
     }
 
     /// Nil when the attachment is not in the journal.
-    public mutating func remove(_ attachment: AttachmentID) -> [Directive]? {
+    package mutating func remove(_ attachment: AttachmentID) -> [Directive]? {
         prepareRemove(attachment).map { publish($0) }
     }
 
     // MARK: input
 
-    public mutating func onMessage(_ message: JournalMessage, from peer: NodeID) -> [Directive] {
+    package mutating func onMessage(_ message: JournalMessage, from peer: NodeID) -> [Directive] {
         switch message {
         case let .operations(operations):
             let applied = operations.filter { state.apply($0, authority: authority) }
@@ -154,7 +154,7 @@ public struct JournalInstance: Sendable {
         }
     }
 
-    public mutating func onTick(now: MeshInstant) -> [Directive] {
+    package mutating func onTick(now: MeshInstant) -> [Directive] {
         guard now >= nextSyncAt else { return [] }
         nextSyncAt = now + syncInterval
         guard !members.isEmpty else { return [] }

@@ -5,7 +5,7 @@ import NIOCore
 /// own stream of each member's reliable channel (`DeliveryStream.journal`, frame type
 /// `journalData`), so they may be large and arrive once, in order, from an authenticated member,
 /// and no application message can pass for one.
-public enum JournalMessage: Sendable, Equatable {
+package enum JournalMessage: Sendable, Equatable {
     /// Operations the receiver may lack.
     case operations([JournalOperation])
     /// Every operation id the sender has: the receiver answers with what the sender lacks
@@ -27,7 +27,7 @@ public enum JournalMessage: Sendable, Equatable {
     case end(SessionEnd)
 
     /// Operations per message, so one message stays well under the messenger's size limit.
-    public static let operationBudget = 192 * 1024
+    package static let operationBudget = 192 * 1024
 
     private enum Kind: UInt8 {
         // 9 was `busy`, now `ChunkAbsent` of the transfer frames.
@@ -35,7 +35,7 @@ public enum JournalMessage: Sendable, Equatable {
         case replicate = 10, end
     }
 
-    public var encoded: [UInt8] {
+    package var encoded: [UInt8] {
         var buffer = ByteBuffer()
         switch self {
         case let .operations(operations):
@@ -85,7 +85,7 @@ public enum JournalMessage: Sendable, Equatable {
         return Array(buffer.readableBytesView)
     }
 
-    public init(decoding bytes: [UInt8]) throws(WireError) {
+    package init(decoding bytes: [UInt8]) throws(WireError) {
         var buffer = ByteBuffer(bytes: bytes)
         let byte = try buffer.readWire(UInt8.self, "journal message kind")
         guard let kind = Kind(rawValue: byte) else { throw .invalidField(what: "journal message kind") }

@@ -2,11 +2,11 @@ import MeshCrypto
 import NIOCore
 
 /// 16 bytes naming a journal operation: the start of the SHA-256 of its signed encoding.
-public struct OperationID: Hashable, Comparable, Sendable, CustomStringConvertible {
-    public let high: UInt64, low: UInt64
-    public init(high: UInt64, low: UInt64) { self.high = high; self.low = low }
-    public static func < (lhs: OperationID, rhs: OperationID) -> Bool { (lhs.high, lhs.low) < (rhs.high, rhs.low) }
-    public var description: String { Hex.encode(NodeID(high: high, low: low).bytes) }
+package struct OperationID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    package let high: UInt64, low: UInt64
+    package init(high: UInt64, low: UInt64) { self.high = high; self.low = low }
+    package static func < (lhs: OperationID, rhs: OperationID) -> Bool { (lhs.high, lhs.low) < (rhs.high, rhs.low) }
+    package var description: String { Hex.encode(NodeID(high: high, low: low).bytes) }
 
     func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(high)
@@ -27,33 +27,33 @@ public struct OperationID: Hashable, Comparable, Sendable, CustomStringConvertib
 /// attachments had ids of their own, names only the content, and its id is derived from it
 /// (`AttachmentID(legacyContent:)`). Both are read, so a journal log and members of either time
 /// keep everything; each keeps its own encoding, which its signature and operation id cover.
-public struct JournalOperation: Sendable, Equatable {
-    public enum Kind: UInt8, Sendable { case add = 1, remove = 2 }
-    public static let maxMetadataBytes = 64 * 1024
-    public static let maxObservedAdds = 1024
+package struct JournalOperation: Sendable, Equatable {
+    package enum Kind: UInt8, Sendable { case add = 1, remove = 2 }
+    package static let maxMetadataBytes = 64 * 1024
+    package static let maxObservedAdds = 1024
     static let legacyDomain = Array("groupmesh journal op v1".utf8)
     static let domain = Array("groupmesh journal op v2".utf8)
     /// Format 2's kinds on the wire are format 1's plus this.
     static let formatTwoKindOffset: UInt8 = 2
 
-    public var kind: Kind
+    package var kind: Kind
     /// Format 1: no attachment id of its own.
-    public var isLegacy: Bool
+    package var isLegacy: Bool
     /// The attachment this add makes, or this remove removes.
-    public var attachmentID: AttachmentID
+    package var attachmentID: AttachmentID
     /// The content's manifest digest (SHA-256).
-    public var attachment: SHA256Digest
-    public var author: PublicSigningKey
+    package var attachment: SHA256Digest
+    package var author: PublicSigningKey
     /// Lamport clock: orders adds for "the latest add's metadata wins".
-    public var clock: UInt64
-    public var size: UInt64
-    public var chunkCount: UInt32
-    public var metadata: [UInt8]
-    public var observedAdds: [OperationID]
-    public var signature: [UInt8]
+    package var clock: UInt64
+    package var size: UInt64
+    package var chunkCount: UInt32
+    package var metadata: [UInt8]
+    package var observedAdds: [OperationID]
+    package var signature: [UInt8]
 
     /// `attachmentID` nil: format 1, the id derived from the content.
-    public init(
+    package init(
         kind: Kind, attachmentID: AttachmentID?, attachment: SHA256Digest, author: PublicSigningKey,
         clock: UInt64, size: UInt64 = 0, chunkCount: UInt32 = 0, metadata: [UInt8] = [],
         observedAdds: [OperationID] = [], signature: [UInt8] = []
@@ -71,28 +71,28 @@ public struct JournalOperation: Sendable, Equatable {
         self.signature = signature
     }
 
-    public var authorID: NodeID { author.nodeID }
+    package var authorID: NodeID { author.nodeID }
 
-    public var signedBytes: [UInt8] {
+    package var signedBytes: [UInt8] {
         var buffer = ByteBuffer()
         buffer.writeBytes(isLegacy ? Self.legacyDomain : Self.domain)
         encodeUnsigned(into: &buffer)
         return Array(buffer.readableBytesView)
     }
 
-    public var id: OperationID {
+    package var id: OperationID {
         let digest = SHA256Digest.hashing(signedBytes + signature)
         return OperationID(high: digest.w0, low: digest.w1)
     }
 
-    public func signed(by authority: some RecordAuthority) -> JournalOperation {
+    package func signed(by authority: some RecordAuthority) -> JournalOperation {
         var copy = self
         copy.signature = authority.sign(signedBytes)
         return copy
     }
 
     /// Well-formed, within limits, and signed by its author.
-    public func isValid(_ authority: some RecordAuthority) -> Bool {
+    package func isValid(_ authority: some RecordAuthority) -> Bool {
         metadata.count <= Self.maxMetadataBytes && observedAdds.count <= Self.maxObservedAdds
             && (kind == .add || metadata.isEmpty)
             && authority.isValid(signature: signature, message: signedBytes, signingKey: author)
@@ -118,12 +118,12 @@ public struct JournalOperation: Sendable, Equatable {
 }
 
 extension JournalOperation: WireBody {
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         encodeUnsigned(into: &buffer)
         buffer.writeBytes(signature)
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         let kindByte = try buffer.readWire(UInt8.self, "operation kind")
         let legacy = kindByte <= Self.formatTwoKindOffset
         guard let kind = Kind(rawValue: legacy ? kindByte : kindByte &- Self.formatTwoKindOffset) else {

@@ -1,16 +1,16 @@
 import MeshCrypto
 
 /// One attachment as the journal shows it.
-public struct AttachmentEntry: Sendable, Equatable {
-    public var id: AttachmentID
+package struct AttachmentEntry: Sendable, Equatable {
+    package var id: AttachmentID
     /// The content's manifest digest: chunks are stored, fetched and held by it.
-    public var content: SHA256Digest
-    public var size: UInt64
-    public var chunkCount: Int
+    package var content: SHA256Digest
+    package var size: UInt64
+    package var chunkCount: Int
     /// The metadata of the latest add still in force.
-    public var metadata: [UInt8]
-    public var addedBy: NodeID
-    public var clock: UInt64
+    package var metadata: [UInt8]
+    package var addedBy: NodeID
+    package var clock: UInt64
 }
 
 /// The set of attachments as an observed-remove set of signed operations: it converges on
@@ -20,7 +20,7 @@ public struct AttachmentEntry: Sendable, Equatable {
 /// adds of format 1 of the same content share one (derived) id, and among them the latest (by
 /// Lamport clock, then author) gives the metadata, as before. A content is present while some
 /// attachment of it is.
-public struct JournalState: Sendable {
+package struct JournalState: Sendable {
     private var operations: [OperationID: JournalOperation] = [:]
     /// Adds per attachment, and the adds some remove has covered.
     private var adds: [AttachmentID: Set<OperationID>] = [:]
@@ -30,25 +30,25 @@ public struct JournalState: Sendable {
     /// for the same id is refused).
     private var attachmentsOfContent: [SHA256Digest: Set<AttachmentID>] = [:]
     private var contentOf: [AttachmentID: SHA256Digest] = [:]
-    public private(set) var clock: UInt64 = 0
+    package private(set) var clock: UInt64 = 0
 
-    public init() {}
+    package init() {}
 
-    public var operationCount: Int { operations.count }
+    package var operationCount: Int { operations.count }
 
     /// Every operation id, sorted: what anti-entropy compares.
-    public var operationIDs: [OperationID] { operations.keys.sorted() }
+    package var operationIDs: [OperationID] { operations.keys.sorted() }
 
-    public func operation(_ id: OperationID) -> JournalOperation? { operations[id] }
+    package func operation(_ id: OperationID) -> JournalOperation? { operations[id] }
 
     /// All operations in a stable order (by clock, then id), for persistence and transfer.
-    public var allOperations: [JournalOperation] {
+    package var allOperations: [JournalOperation] {
         operations.values.sorted { ($0.clock, $0.id) < ($1.clock, $1.id) }
     }
 
     /// Applies an operation; returns true when it is new and valid (and so may change the set).
     @discardableResult
-    public mutating func apply(_ operation: JournalOperation, authority: some RecordAuthority) -> Bool {
+    package mutating func apply(_ operation: JournalOperation, authority: some RecordAuthority) -> Bool {
         let id = operation.id
         guard operations[id] == nil, operation.isValid(authority) else { return false }
         if operation.kind == .add, let content = contentOf[operation.attachmentID], content != operation.attachment {
@@ -72,36 +72,36 @@ public struct JournalState: Sendable {
     }
 
     /// By ids alone: no operation is looked at, let alone hashed.
-    public func isPresent(_ attachment: AttachmentID) -> Bool {
+    package func isPresent(_ attachment: AttachmentID) -> Bool {
         !(adds[attachment] ?? []).isSubset(of: removed)
     }
 
     /// Whether some present attachment has this content (its chunks are wanted).
-    public func hasContent(_ content: SHA256Digest) -> Bool {
+    package func hasContent(_ content: SHA256Digest) -> Bool {
         attachmentsOfContent[content]?.contains(where: isPresent) ?? false
     }
 
     /// The ids of the attachments present, sorted.
-    public var presentIDs: [AttachmentID] {
+    package var presentIDs: [AttachmentID] {
         adds.keys.sorted().filter(isPresent)
     }
 
     /// The contents of the present attachments, sorted, each once: what replication walks.
-    public var presentContents: [SHA256Digest] {
+    package var presentContents: [SHA256Digest] {
         attachmentsOfContent.keys.sorted().filter(hasContent)
     }
 
     /// The present attachments of a content.
-    public func attachments(withContent content: SHA256Digest) -> [AttachmentEntry] {
+    package func attachments(withContent content: SHA256Digest) -> [AttachmentEntry] {
         (attachmentsOfContent[content] ?? []).sorted().compactMap(entry)
     }
 
     /// A present attachment of the content (they all give the same size and chunk count).
-    public func entry(content: SHA256Digest) -> AttachmentEntry? {
+    package func entry(content: SHA256Digest) -> AttachmentEntry? {
         (attachmentsOfContent[content] ?? []).sorted().lazy.compactMap(entry).first
     }
 
-    public func entry(_ attachment: AttachmentID) -> AttachmentEntry? {
+    package func entry(_ attachment: AttachmentID) -> AttachmentEntry? {
         // The order's keys once per add (the author's id is a hash of its key).
         let candidates = liveAdds(of: attachment).compactMap { id in
             operations[id].map { operation in (operation: operation, author: operation.authorID, id: id) }
@@ -118,7 +118,7 @@ public struct JournalState: Sendable {
     }
 
     /// The attachments present, by id.
-    public var attachments: [AttachmentEntry] {
+    package var attachments: [AttachmentEntry] {
         adds.keys.sorted().compactMap(entry)
     }
 
@@ -127,7 +127,7 @@ public struct JournalState: Sendable {
     private var nextClock: UInt64 { clock == .max ? .max : clock + 1 }
 
     /// An add by this node of `content` as the new attachment `id`, signed, not yet applied.
-    public func makeAdd(
+    package func makeAdd(
         _ id: AttachmentID, content: SHA256Digest, size: UInt64, chunkCount: Int, metadata: [UInt8],
         authority: some RecordAuthority
     ) -> JournalOperation {
@@ -138,7 +138,7 @@ public struct JournalState: Sendable {
     }
 
     /// A remove by this node covering every add of the attachment it has seen; nil if absent.
-    public func makeRemove(_ attachment: AttachmentID, authority: some RecordAuthority) -> JournalOperation? {
+    package func makeRemove(_ attachment: AttachmentID, authority: some RecordAuthority) -> JournalOperation? {
         let live = liveAdds(of: attachment)
         guard !live.isEmpty, let content = contentOf[attachment] else { return nil }
         return JournalOperation(
@@ -149,7 +149,7 @@ public struct JournalState: Sendable {
     }
 
     /// Of `ids`, those this journal does not have.
-    public func missing(_ ids: [OperationID]) -> [OperationID] {
+    package func missing(_ ids: [OperationID]) -> [OperationID] {
         ids.filter { operations[$0] == nil }
     }
 }

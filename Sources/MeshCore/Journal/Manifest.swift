@@ -6,24 +6,24 @@ import NIOCore
 /// the same attachment whoever adds them (metadata is not part of it).
 ///
 /// `"groupmesh manifest v1" | size (8) | chunk size (4) | count (4) | count × SHA-256 (32)`
-public struct Manifest: Sendable, Equatable {
+package struct Manifest: Sendable, Equatable {
     static let domain = Array("groupmesh manifest v1".utf8)
-    public static let defaultChunkSize = 256 * 1024
-    public static let maxChunkSize = 4 * 1024 * 1024
+    package static let defaultChunkSize = 256 * 1024
+    package static let maxChunkSize = 4 * 1024 * 1024
     /// More chunks than any attachment within the size limits needs (1 TiB of 256 KiB chunks).
-    public static let maxChunks: UInt64 = 1 << 22
+    package static let maxChunks: UInt64 = 1 << 22
 
-    public var size: UInt64
-    public var chunkSize: Int
-    public var chunks: [SHA256Digest]
+    package var size: UInt64
+    package var chunkSize: Int
+    package var chunks: [SHA256Digest]
 
-    public init(size: UInt64, chunkSize: Int, chunks: [SHA256Digest]) {
+    package init(size: UInt64, chunkSize: Int, chunks: [SHA256Digest]) {
         self.size = size
         self.chunkSize = chunkSize
         self.chunks = chunks
     }
 
-    public var encoded: [UInt8] {
+    package var encoded: [UInt8] {
         var buffer = ByteBuffer()
         buffer.reserveCapacity(Self.domain.count + 16 + 32 * chunks.count)
         buffer.writeBytes(Self.domain)
@@ -35,10 +35,10 @@ public struct Manifest: Sendable, Equatable {
     }
 
     /// The attachment id.
-    public var id: SHA256Digest { SHA256Digest.hashing(encoded) }
+    package var id: SHA256Digest { SHA256Digest.hashing(encoded) }
 
     /// Decodes and checks a manifest: the count must match the size and chunk size.
-    public init(decoding bytes: [UInt8]) throws(WireError) {
+    package init(decoding bytes: [UInt8]) throws(WireError) {
         var buffer = ByteBuffer(bytes: bytes)
         guard try buffer.readWireBytes(Self.domain.count, "manifest domain") == Self.domain else {
             throw .invalidField(what: "manifest domain")
@@ -60,13 +60,13 @@ public struct Manifest: Sendable, Equatable {
         self.chunks = chunks
     }
 
-    public static func chunkCount(size: UInt64, chunkSize: Int) -> UInt64 {
+    package static func chunkCount(size: UInt64, chunkSize: Int) -> UInt64 {
         // Not (size + chunkSize - 1) / chunkSize: that overflows for a size near 2^64 (from a peer).
         size == 0 ? 0 : (size - 1) / UInt64(chunkSize) + 1
     }
 
     /// The length of chunk `index`.
-    public func length(ofChunk index: Int) -> Int {
+    package func length(ofChunk index: Int) -> Int {
         let start = UInt64(index) * UInt64(chunkSize)
         return Int(min(UInt64(chunkSize), size - start))
     }

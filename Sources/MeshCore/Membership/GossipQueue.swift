@@ -3,7 +3,7 @@ import MeshCrypto
 /// Updates waiting to be piggybacked (SWIM's dissemination component). Each is sent a limited
 /// number of times; the least-sent go first, and a newer update about a member replaces the
 /// older one, so the queue holds at most one update per member.
-public struct GossipQueue: Sendable {
+package struct GossipQueue: Sendable {
     struct Entry: Sendable {
         var frame: Frame
         var encodedLength: Int
@@ -14,14 +14,14 @@ public struct GossipQueue: Sendable {
     private var entries: [NodeID: Entry] = [:]
     private var nextOrder: UInt64 = 0
 
-    public init() {}
+    package init() {}
 
-    public var count: Int { entries.count }
+    package var count: Int { entries.count }
     /// How many updates were ever enqueued: a caller that sees it grow knows there is news.
-    public var updatesEnqueued: UInt64 { nextOrder }
-    public var isEmpty: Bool { entries.isEmpty }
+    package var updatesEnqueued: UInt64 { nextOrder }
+    package var isEmpty: Bool { entries.isEmpty }
 
-    public mutating func enqueue(_ frame: Frame, about member: NodeID) {
+    package mutating func enqueue(_ frame: Frame, about member: NodeID) {
         nextOrder += 1
         entries[member] = Entry(
             frame: frame, encodedLength: FrameCodec.encodedLength(of: frame),
@@ -29,17 +29,17 @@ public struct GossipQueue: Sendable {
     }
 
     /// Whether some update has been sent fewer than `count` times.
-    public func hasUpdates(sentFewerThan count: Int) -> Bool {
+    package func hasUpdates(sentFewerThan count: Int) -> Bool {
         entries.values.contains { $0.transmissions < count }
     }
 
-    public mutating func remove(about member: NodeID) {
+    package mutating func remove(about member: NodeID) {
         entries[member] = nil
     }
 
     /// Takes updates for one datagram, within `budget` bytes, counting a transmission for each
     /// and dropping those sent `limit` times.
-    public mutating func take(budget: Int, limit: Int) -> [Frame] {
+    package mutating func take(budget: Int, limit: Int) -> [Frame] {
         guard !entries.isEmpty, budget > 0 else { return [] }
         let ordered = entries.sorted { lhs, rhs in
             if lhs.value.transmissions != rhs.value.transmissions {

@@ -1,22 +1,22 @@
 import MeshCrypto
 
 /// One member as this node sees it.
-public struct Member: Sendable, Equatable {
-    public var record: MemberRecord
-    public var status: MemberStatus
+package struct Member: Sendable, Equatable {
+    package var record: MemberRecord
+    package var status: MemberStatus
     /// The incarnation the status applies to: the record's, or a higher one an accusation named.
-    public var incarnation: UInt64
-    public var lastChange: MeshInstant
+    package var incarnation: UInt64
+    package var lastChange: MeshInstant
     /// Round-trip time of the last direct probe.
-    public var rtt: Duration?
-    public internal(set) var suspicion: Suspicion?
+    package var rtt: Duration?
+    package internal(set) var suspicion: Suspicion?
 
-    public var id: NodeID { record.id }
-    public var address: PeerAddress? { record.addresses.first }
+    package var id: NodeID { record.id }
+    package var address: PeerAddress? { record.addresses.first }
 }
 
 /// What the membership state machine asks its shell to do.
-public enum MembershipDirective: Sendable, Equatable {
+package enum MembershipDirective: Sendable, Equatable {
     /// Seal `frames` with the session's hello key and send them to `address`. `recipient` is nil
     /// when only the address is known (a join seed).
     case send(frames: [Frame], recipient: NodeID?, address: PeerAddress)

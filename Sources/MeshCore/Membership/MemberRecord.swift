@@ -4,22 +4,22 @@ import NIOCore
 /// What a member says about itself: who it is, where it listens, its incarnation and its
 /// current boot's ephemeral key, and whether it carries datagrams for others, signed with its
 /// identity key so no one else can forge it.
-public struct MemberRecord: Equatable, Sendable, SignedStatement {
-    public static let maxNameBytes = 64
-    public static let maxAddresses = 4
-    public static let signingDomain = Array("groupmesh member record v1".utf8)
+package struct MemberRecord: Equatable, Sendable, SignedStatement {
+    package static let maxNameBytes = 64
+    package static let maxAddresses = 4
+    package static let signingDomain = Array("groupmesh member record v1".utf8)
 
-    public var signingKey: PublicSigningKey
-    public var name: String
-    public var addresses: [PeerAddress]
-    public var incarnation: UInt64
-    public var bootID: UInt64
-    public var ephemeralKey: [UInt8]
+    package var signingKey: PublicSigningKey
+    package var name: String
+    package var addresses: [PeerAddress]
+    package var incarnation: UInt64
+    package var bootID: UInt64
+    package var ephemeralKey: [UInt8]
     /// Whether this member carries sealed datagrams between two others (`--no-relay` says no).
-    public var relays: Bool
-    public var signature: [UInt8]
+    package var relays: Bool
+    package var signature: [UInt8]
 
-    public var id: NodeID { signingKey.nodeID }
+    package var id: NodeID { signingKey.nodeID }
 
     /// The longest prefix of whole characters that fits `maxNameBytes` of UTF-8.
     static func truncated(_ name: String) -> String {
@@ -34,7 +34,7 @@ public struct MemberRecord: Equatable, Sendable, SignedStatement {
         return result
     }
 
-    public init(
+    package init(
         signingKey: PublicSigningKey, name: String, addresses: [PeerAddress], incarnation: UInt64,
         bootID: UInt64, ephemeralKey: [UInt8], relays: Bool = true, signature: [UInt8] = []
     ) {
@@ -48,7 +48,7 @@ public struct MemberRecord: Equatable, Sendable, SignedStatement {
         self.signature = signature
     }
 
-    public func encodeUnsigned(into buffer: inout ByteBuffer) {
+    package func encodeUnsigned(into buffer: inout ByteBuffer) {
         buffer.writeBytes(signingKey.bytes)
         let nameBytes = Array(name.utf8)
         buffer.writeInteger(UInt8(nameBytes.count))
@@ -65,12 +65,12 @@ public struct MemberRecord: Equatable, Sendable, SignedStatement {
 }
 
 extension MemberRecord: WireBody {
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         encodeUnsigned(into: &buffer)
         buffer.writeBytes(signature)
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         let keyBytes = try buffer.readWireBytes(PublicSigningKey.byteCount, "record signing key")
         // safe: exactly 32 bytes were read
         let key = try! PublicSigningKey(bytes: keyBytes)  // safe: exactly 32 bytes were read
@@ -92,7 +92,7 @@ extension MemberRecord: WireBody {
 
 extension PeerAddress {
     /// `family (1: 4|6) | address (4|16) | port (2)`, as in invites.
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         let bytes = hostBytes
         buffer.writeInteger(UInt8(bytes.count == 4 ? 4 : 6))
         buffer.writeBytes(bytes)
@@ -115,7 +115,7 @@ extension PeerAddress {
         return addresses
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         let family = try buffer.readWire(UInt8.self, "address family")
         switch family {
         case 4:

@@ -1,6 +1,6 @@
 /// What a node believes about a member (PROTOCOL.md §4). At the same incarnation a later status
 /// overrides an earlier one in this order: alive < suspect < dead < left.
-public enum MemberStatus: String, Sendable, Codable, CaseIterable, Comparable {
+package enum MemberStatus: String, Sendable, Codable, CaseIterable, Comparable {
     case alive, suspect, dead, left
 
     var rank: Int {
@@ -12,8 +12,8 @@ public enum MemberStatus: String, Sendable, Codable, CaseIterable, Comparable {
         }
     }
 
-    public static func < (lhs: MemberStatus, rhs: MemberStatus) -> Bool { lhs.rank < rhs.rank }
+    package static func < (lhs: MemberStatus, rhs: MemberStatus) -> Bool { lhs.rank < rhs.rank }
 
     /// Dead and left members are not probed, not gossiped to, and forgotten after a while.
-    public var isGone: Bool { self == .dead || self == .left }
+    package var isGone: Bool { self == .dead || self == .left }
 }

@@ -8,7 +8,7 @@ import MeshCrypto
 /// what it changed since: the members it probed, the updates it heard. A node that starts alone
 /// has an empty snapshot, and its changes are folded into a new snapshot of its own whenever they
 /// outgrow the old one, so a lookup stays two hash probes at most and a write amortized O(1).
-public struct MemberTable: Sendable {
+package struct MemberTable: Sendable {
     private var snapshot: [NodeID: Member]
     /// The snapshot's members that are neither dead nor left, by id: a node starting from a
     /// shared table reads its probe list from here without copying every member.
@@ -17,9 +17,9 @@ public struct MemberTable: Sendable {
     private var snapshotUnsettled: [NodeID]
     /// Entries that differ from the snapshot: a member (added or changed), or nil (removed).
     private var changes: [NodeID: Member?] = [:]
-    public private(set) var count: Int
+    package private(set) var count: Int
 
-    public init() {
+    package init() {
         snapshot = [:]
         snapshotActive = []
         snapshotUnsettled = []
@@ -28,7 +28,7 @@ public struct MemberTable: Sendable {
 
     /// Every record as an alive member, changed `now`: the view of a converged mesh, to share
     /// between its nodes (`MembershipInstance.assume(_:now:)`).
-    public init(assuming records: [MemberRecord], now: MeshInstant) {
+    package init(assuming records: [MemberRecord], now: MeshInstant) {
         var members: [NodeID: Member] = [:]
         members.reserveCapacity(records.count)
         for record in records where members[record.id] == nil {
@@ -41,9 +41,9 @@ public struct MemberTable: Sendable {
         count = members.count
     }
 
-    public var isEmpty: Bool { count == 0 }
+    package var isEmpty: Bool { count == 0 }
 
-    public subscript(id: NodeID) -> Member? {
+    package subscript(id: NodeID) -> Member? {
         get {
             if let changed = changes[id] { return changed }
             return snapshot[id]
@@ -61,7 +61,7 @@ public struct MemberTable: Sendable {
     }
 
     /// Every member, in no particular order.
-    public var values: [Member] {
+    package var values: [Member] {
         var result: [Member] = []
         result.reserveCapacity(count)
         for (id, member) in snapshot where changes[id] == nil { result.append(member) }
@@ -71,7 +71,7 @@ public struct MemberTable: Sendable {
 
     /// The ids of the members that are not simply alive (suspect, dead, left): those with a clock
     /// running. None in a table made by `init(assuming:now:)`.
-    public var unsettledIDs: [NodeID] {
+    package var unsettledIDs: [NodeID] {
         var result: [NodeID] = []
         for id in snapshotUnsettled where changes[id] == nil { result.append(id) }
         for case let (id, member?) in changes where member.status != .alive { result.append(id) }
@@ -79,7 +79,7 @@ public struct MemberTable: Sendable {
     }
 
     /// The ids of the members that are neither dead nor left, in increasing order.
-    public var activeIDs: [NodeID] {
+    package var activeIDs: [NodeID] {
         guard !changes.isEmpty else { return snapshotActive }
         var result = snapshotActive.filter { changes[$0] == nil }
         var added = false

@@ -1,34 +1,34 @@
 /// What membership counts for an operator: how often this node came to suspect a member, how
 /// often it had to refute an accusation of itself, and the round trips of its direct probes.
-public struct MembershipCounters: Sendable, Equatable {
+package struct MembershipCounters: Sendable, Equatable {
     /// Members this node began to suspect (its own failed probe, or an accusation it took).
-    public var suspicionsRaised: UInt64 = 0
+    package var suspicionsRaised: UInt64 = 0
     /// Times this node outbid what others held of it: a suspicion, a death, a record or a
     /// departure of an earlier boot (or of a live twin).
-    public var refutations: UInt64 = 0
+    package var refutations: UInt64 = 0
     /// Round trips of direct probes answered in time.
-    public var roundTrips = RoundTripSamples()
+    package var roundTrips = RoundTripSamples()
     /// Indirect probe requests not carried out: for no member this node knows alive, or to an
     /// address that is not one of that member's (a probe is never aimed at a third party).
-    public var probeRequestsRefused: UInt64 = 0
+    package var probeRequestsRefused: UInt64 = 0
     /// State digests (and summaries) from ids that are no member this node knows: not answered.
-    public var digestsRefused: UInt64 = 0
+    package var digestsRefused: UInt64 = 0
 
-    public init() {}
+    package init() {}
 }
 
 /// The latest round trips, numbered: a reader that comes back every second takes those after
 /// the number it last saw, and learns how many it missed if it was away too long. Bounded,
 /// so a reader that never comes costs nothing.
-public struct RoundTripSamples: Sendable, Equatable {
-    public static let capacity = 64
+package struct RoundTripSamples: Sendable, Equatable {
+    package static let capacity = 64
     private var ring: [Duration] = []
     /// How many were ever recorded (the number of the latest).
-    public private(set) var count: UInt64 = 0
+    package private(set) var count: UInt64 = 0
 
-    public init() {}
+    package init() {}
 
-    public mutating func record(_ rtt: Duration) {
+    package mutating func record(_ rtt: Duration) {
         if ring.count < Self.capacity {
             ring.append(rtt)
         } else {
@@ -39,7 +39,7 @@ public struct RoundTripSamples: Sendable, Equatable {
 
     /// The samples recorded after the first `seen`, oldest first, and how many of those are
     /// no longer held.
-    public func samples(after seen: UInt64) -> (samples: [Duration], missed: UInt64) {
+    package func samples(after seen: UInt64) -> (samples: [Duration], missed: UInt64) {
         guard seen < count else { return ([], 0) }
         let held = UInt64(ring.count)
         let first = max(seen, count - held)

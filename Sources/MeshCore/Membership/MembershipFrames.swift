@@ -6,15 +6,15 @@ import NIOCore
 /// SWIM ping: "are you there?" In a hello datagram `target` names the member meant, so a reused
 /// address cannot answer for someone else. In a pairwise datagram only the member meant can open
 /// it, so the target is left out (nil): 16 bytes less on the most frequent datagram there is.
-public struct Probe: WireBody {
-    public var sequence: UInt64
-    public var target: NodeID?
-    public init(sequence: UInt64, target: NodeID?) { self.sequence = sequence; self.target = target }
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+package struct Probe: WireBody {
+    package var sequence: UInt64
+    package var target: NodeID?
+    package init(sequence: UInt64, target: NodeID?) { self.sequence = sequence; self.target = target }
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         sequence = try buffer.readWire(UInt64.self, "probe sequence")
         target = buffer.readableBytes == 0 ? nil : try NodeID(decoding: &buffer)
     }
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(sequence)
         target?.encode(into: &buffer)
     }
@@ -22,15 +22,15 @@ public struct Probe: WireBody {
 
 /// The answer to a probe, sent to the prober directly or relayed by an indirect prober. `target`
 /// is the member that was probed; nil in a pairwise datagram, whose key names its sender.
-public struct ProbeAck: WireBody {
-    public var sequence: UInt64
-    public var target: NodeID?
-    public init(sequence: UInt64, target: NodeID?) { self.sequence = sequence; self.target = target }
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+package struct ProbeAck: WireBody {
+    package var sequence: UInt64
+    package var target: NodeID?
+    package init(sequence: UInt64, target: NodeID?) { self.sequence = sequence; self.target = target }
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         sequence = try buffer.readWire(UInt64.self, "ack sequence")
         target = buffer.readableBytes == 0 ? nil : try NodeID(decoding: &buffer)
     }
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(sequence)
         target?.encode(into: &buffer)
     }
@@ -38,36 +38,36 @@ public struct ProbeAck: WireBody {
 
 /// Lifeguard's nack: an indirect prober heard nothing from the target, but it is itself alive,
 /// which tells the requester its own link is fine.
-public struct ProbeNack: WireBody {
-    public var sequence: UInt64
-    public var target: NodeID
-    public init(sequence: UInt64, target: NodeID) { self.sequence = sequence; self.target = target }
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+package struct ProbeNack: WireBody {
+    package var sequence: UInt64
+    package var target: NodeID
+    package init(sequence: UInt64, target: NodeID) { self.sequence = sequence; self.target = target }
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         sequence = try buffer.readWire(UInt64.self, "nack sequence")
         target = try NodeID(decoding: &buffer)
     }
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(sequence)
         target.encode(into: &buffer)
     }
 }
 
 /// SWIM ping-req: "probe `target` at `address` for me and relay its ack".
-public struct ProbeRequest: WireBody {
-    public var sequence: UInt64
-    public var target: NodeID
-    public var address: PeerAddress
-    public init(sequence: UInt64, target: NodeID, address: PeerAddress) {
+package struct ProbeRequest: WireBody {
+    package var sequence: UInt64
+    package var target: NodeID
+    package var address: PeerAddress
+    package init(sequence: UInt64, target: NodeID, address: PeerAddress) {
         self.sequence = sequence
         self.target = target
         self.address = address
     }
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         sequence = try buffer.readWire(UInt64.self, "probe request sequence")
         target = try NodeID(decoding: &buffer)
         address = try PeerAddress(decoding: &buffer)
     }
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(sequence)
         target.encode(into: &buffer)
         address.encode(into: &buffer)
@@ -75,21 +75,21 @@ public struct ProbeRequest: WireBody {
 }
 
 /// "`accuser` suspects `member` at `incarnation`" (and likewise for dead).
-public struct Accusation: WireBody {
-    public var member: NodeID
-    public var incarnation: UInt64
-    public var accuser: NodeID
-    public init(member: NodeID, incarnation: UInt64, accuser: NodeID) {
+package struct Accusation: WireBody {
+    package var member: NodeID
+    package var incarnation: UInt64
+    package var accuser: NodeID
+    package init(member: NodeID, incarnation: UInt64, accuser: NodeID) {
         self.member = member
         self.incarnation = incarnation
         self.accuser = accuser
     }
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         member = try NodeID(decoding: &buffer)
         incarnation = try buffer.readWire(UInt64.self, "accusation incarnation")
         accuser = try NodeID(decoding: &buffer)
     }
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         member.encode(into: &buffer)
         buffer.writeInteger(incarnation)
         accuser.encode(into: &buffer)
@@ -97,19 +97,19 @@ public struct Accusation: WireBody {
 }
 
 /// A member's signed goodbye: only the member itself can say it left.
-public struct Departure: WireBody {
+package struct Departure: WireBody {
     static let signingDomain = Array("groupmesh leave v1".utf8)
-    public var member: NodeID
-    public var incarnation: UInt64
-    public var signature: [UInt8]
+    package var member: NodeID
+    package var incarnation: UInt64
+    package var signature: [UInt8]
 
-    public init(member: NodeID, incarnation: UInt64, signature: [UInt8] = []) {
+    package init(member: NodeID, incarnation: UInt64, signature: [UInt8] = []) {
         self.member = member
         self.incarnation = incarnation
         self.signature = signature
     }
 
-    public var signedBytes: [UInt8] {
+    package var signedBytes: [UInt8] {
         var buffer = ByteBuffer()
         buffer.writeBytes(Self.signingDomain)
         member.encode(into: &buffer)
@@ -117,12 +117,12 @@ public struct Departure: WireBody {
         return Array(buffer.readableBytesView)
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         member = try NodeID(decoding: &buffer)
         incarnation = try buffer.readWire(UInt64.self, "departure incarnation")
         signature = try buffer.readWireBytes(NodeIdentity.signatureByteCount, "departure signature")
     }
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         member.encode(into: &buffer)
         buffer.writeInteger(incarnation)
         buffer.writeBytes(signature)
@@ -131,24 +131,24 @@ public struct Departure: WireBody {
 
 /// "Send me your whole member list" (join and anti-entropy); the sender's own list travels
 /// beside it as ordinary alive/suspect/dead/left frames.
-public struct SyncRequest: WireBody {
-    public var isJoin: Bool
-    public init(isJoin: Bool) { self.isJoin = isJoin }
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+package struct SyncRequest: WireBody {
+    package var isJoin: Bool
+    package init(isJoin: Bool) { self.isJoin = isJoin }
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         let flags = try buffer.readWire(UInt8.self, "sync flags")
         guard flags <= 1 else { throw .invalidField(what: "sync flags") }
         isJoin = flags == 1
     }
-    public func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(UInt8(isJoin ? 1 : 0)) }
+    package func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(UInt8(isJoin ? 1 : 0)) }
 }
 
 extension NodeID {
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(high)
         buffer.writeInteger(low)
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         let high = try buffer.readWire(UInt64.self, "node id")
         let low = try buffer.readWire(UInt64.self, "node id")
         self.init(high: high, low: low)
@@ -180,7 +180,7 @@ extension Frame {
     }
 
     /// A probe or its answer: what makes a pairwise datagram membership's.
-    public var isProbeOrAck: Bool {
+    package var isProbeOrAck: Bool {
         switch self {
         case .probe, .probeAck: return true
         default: return false

@@ -147,7 +147,7 @@ extension MembershipInstance {
 
     /// Our record with new addresses (where members reach us: a reflexive address adopted),
     /// signed at the next incarnation and gossiped, so it outbids the one members hold.
-    public mutating func advertise(_ addresses: [PeerAddress]) {
+    package mutating func advertise(_ addresses: [PeerAddress]) {
         let addresses = Array(addresses.prefix(MemberRecord.maxAddresses))
         guard addresses != me.addresses, me.incarnation < .max else { return }
         var record = me

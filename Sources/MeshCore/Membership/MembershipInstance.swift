@@ -5,14 +5,14 @@ import MeshCrypto
 /// out the directives it returns; `nextDeadline` says when to call `onTick` next.
 ///
 /// Docs/PROTOCOL.md §4 describes the rules; the simulator tests in Tests/MeshCoreTests prove them.
-public struct MembershipInstance: Sendable {
-    public let settings: MembershipSettings
+package struct MembershipInstance: Sendable {
+    package let settings: MembershipSettings
     /// Room for frames in one datagram.
-    public let datagramBudget: Int
+    package let datagramBudget: Int
     let authority: any RecordAuthority
 
-    public internal(set) var me: MemberRecord
-    public private(set) var hasLeft = false
+    package internal(set) var me: MemberRecord
+    package private(set) var hasLeft = false
     var members = MemberTable()
     /// Members that are neither dead nor left, in a random order: the probe round-robin and the
     /// pool random picks come from (an array, so runs replay exactly from a seed).
@@ -43,7 +43,7 @@ public struct MembershipInstance: Sendable {
     /// Where the next try starts in `seeds`, when there are more seeds than one try contacts.
     var seedCursor = 0
     /// Tries of the seeds since `join`, the first included.
-    public private(set) var joinAttempts = 0
+    package private(set) var joinAttempts = 0
     /// The join's jitter, a stream of its own derived from the seed: drawing it from `random`
     /// would change the probe order and picks of every node that joins, not only the ones that wait.
     var joinJitter: SplitMix64
@@ -68,9 +68,9 @@ public struct MembershipInstance: Sendable {
     var lastHeard: [NodeID: MeshInstant] = [:]
     /// How often each other boot of our identity made us refute (a live twin never stops).
     var refutationsByBoot: [UInt64: Int] = [:]
-    public internal(set) var counters = MembershipCounters()
+    package internal(set) var counters = MembershipCounters()
 
-    public init(
+    package init(
         record: MemberRecord, authority: some RecordAuthority, settings: MembershipSettings,
         datagramBudget: Int, seed: UInt64, now: MeshInstant
     ) {
@@ -91,15 +91,15 @@ public struct MembershipInstance: Sendable {
 
     // MARK: what the shell reads
 
-    public var localID: NodeID { me.id }
-    public var localHealth: LocalHealth { health }
+    package var localID: NodeID { me.id }
+    package var localHealth: LocalHealth { health }
 
     /// Every known member, this node first, the rest by id.
-    public var view: [Member] {
+    package var view: [Member] {
         [selfMember] + members.values.sorted { $0.id < $1.id }
     }
 
-    public func member(_ id: NodeID) -> Member? {
+    package func member(_ id: NodeID) -> Member? {
         id == me.id ? selfMember : members[id]
     }
 
@@ -110,15 +110,15 @@ public struct MembershipInstance: Sendable {
     }
 
     /// Members that are not dead and have not left, this node included.
-    public var activeCount: Int { active.count + (hasLeft ? 0 : 1) }
+    package var activeCount: Int { active.count + (hasLeft ? 0 : 1) }
 
-    public var pendingGossip: Int { gossip.count }
+    package var pendingGossip: Int { gossip.count }
 
     /// The probe period after Lifeguard's stretching.
-    public var probePeriod: Duration { settings.probeInterval * health.multiplier }
+    package var probePeriod: Duration { settings.probeInterval * health.multiplier }
 
     /// When `onTick` must run next.
-    public var nextDeadline: MeshInstant {
+    package var nextDeadline: MeshInstant {
         var deadline = min(nextProbeAt, nextGossipAt, nextPushPullAt, nextReconnectAt)
         if let probe { deadline = min(deadline, probe.indirectSent ? probe.endAt : probe.indirectAt) }
         if let join = nextJoinAttemptAt { deadline = min(deadline, join) }
@@ -139,7 +139,7 @@ public struct MembershipInstance: Sendable {
     /// Contacts `addresses` with our record and a request for their member list, and keeps
     /// retrying until some member answers: first after `joinRetryInterval`, then each wait
     /// twice the last, up to `joinRetryMaximum`, each cut by a random share (`joinRetryJitter`).
-    public mutating func join(_ addresses: [PeerAddress], now: MeshInstant) -> [MembershipDirective] {
+    package mutating func join(_ addresses: [PeerAddress], now: MeshInstant) -> [MembershipDirective] {
         var unique = Set<PeerAddress>()
         seeds = addresses.filter { !me.addresses.contains($0) && unique.insert($0).inserted }
         guard !seeds.isEmpty else { return [] }
@@ -151,7 +151,7 @@ public struct MembershipInstance: Sendable {
 
     /// Another door while joining (a member heard on the LAN): asked at once, then tried with
     /// the others. At most `maxJoinSeeds` in all.
-    public mutating func addJoinSeed(_ address: PeerAddress, now: MeshInstant) -> [MembershipDirective] {
+    package mutating func addJoinSeed(_ address: PeerAddress, now: MeshInstant) -> [MembershipDirective] {
         guard isJoining, !me.addresses.contains(address), !seeds.contains(address),
             seeds.count < Self.maxJoinSeeds
         else { return [] }
@@ -162,10 +162,10 @@ public struct MembershipInstance: Sendable {
     static let maxJoinSeeds = 64
 
     /// Whether this node still waits for a first member to answer its join.
-    public var isJoining: Bool { nextJoinAttemptAt != nil }
+    package var isJoining: Bool { nextJoinAttemptAt != nil }
 
     /// The addresses a join goes to (empty when there was nobody to join through).
-    public var joinSeeds: [PeerAddress] { seeds }
+    package var joinSeeds: [PeerAddress] { seeds }
 
     /// One try of the seeds (at most `joinSeedsPerAttempt` of them, the next ones in turn),
     /// and the time of the next.
@@ -184,7 +184,7 @@ public struct MembershipInstance: Sendable {
     }
 
     /// Announces a signed departure to several members at once (and through gossip).
-    public mutating func leave(now: MeshInstant) -> [MembershipDirective] {
+    package mutating func leave(now: MeshInstant) -> [MembershipDirective] {
         guard !hasLeft else { return [] }
         hasLeft = true
         var departure = Departure(member: me.id, incarnation: me.incarnation)
@@ -197,14 +197,14 @@ public struct MembershipInstance: Sendable {
     }
 
     /// Starts from a known view without a join exchange: for restarts and large simulations.
-    public mutating func assume(_ records: [MemberRecord], now: MeshInstant) {
+    package mutating func assume(_ records: [MemberRecord], now: MeshInstant) {
         assume(MemberTable(assuming: records, now: now))
     }
 
     /// Starts from a view that other nodes may share (a large simulation's converged mesh): a node
     /// that knew nobody keeps the table as it is, shared until written, and holds only what it
     /// changes; one that knew members already adds those it lacks.
-    public mutating func assume(_ table: MemberTable) {
+    package mutating func assume(_ table: MemberTable) {
         guard members.isEmpty else {
             for member in table.values.sorted(by: { $0.id < $1.id })
             where member.id != me.id && members[member.id] == nil {
@@ -223,7 +223,7 @@ public struct MembershipInstance: Sendable {
 
     /// Removes members from the session for good: they show as left and nothing said by or
     /// about them is believed afterwards (their datagrams cannot open any more anyway).
-    public mutating func exclude(_ ids: Set<NodeID>, now: MeshInstant) -> [MembershipDirective] {
+    package mutating func exclude(_ ids: Set<NodeID>, now: MeshInstant) -> [MembershipDirective] {
         var out: [MembershipDirective] = []
         for id in ids.sorted() where id != me.id && excluded.insert(id).inserted {
             gossip.remove(about: id)
@@ -234,12 +234,12 @@ public struct MembershipInstance: Sendable {
         return out
     }
 
-    public func isExcluded(_ id: NodeID) -> Bool { excluded.contains(id) }
+    package func isExcluded(_ id: NodeID) -> Bool { excluded.contains(id) }
 
     /// Takes back members a rotation excluded when a competing rotation replaced it (two
     /// removals at once): members again, alive as they were, and probing finds out whether they
     /// still are. Members the winner removes too stay excluded (the caller passes only the rest).
-    public mutating func readmit(_ ids: Set<NodeID>, now: MeshInstant) -> [MembershipDirective] {
+    package mutating func readmit(_ ids: Set<NodeID>, now: MeshInstant) -> [MembershipDirective] {
         var out: [MembershipDirective] = []
         for id in ids.sorted() where excluded.remove(id) != nil {
             guard var member = members[id], member.status == .left else { continue }
@@ -260,7 +260,7 @@ public struct MembershipInstance: Sendable {
     /// we could open it and only the sender could have made it (a probe or ack without a target).
     /// `answerLimit`: at most this many bytes of frames answer a state request (the node gives a
     /// few times the request's own size: the source address is the request's claim, not a proof).
-    public mutating func onFrames(
+    package mutating func onFrames(
         _ frames: [Frame], from sender: NodeID, address: PeerAddress,
         now: MeshInstant, pairwise: Bool = false, answerLimit: Int? = nil
     ) -> [MembershipDirective] {
@@ -328,7 +328,7 @@ public struct MembershipInstance: Sendable {
     /// during it, or in the probe period before it, does not make the target suspect: the member
     /// is up, and a backlog on its side (a flood it is working through) only delays its acks.
     /// (Hello datagrams in its name can be forged by members, as acks can; SECURITY.md.)
-    public mutating func heard(from sender: NodeID, now: MeshInstant) {
+    package mutating func heard(from sender: NodeID, now: MeshInstant) {
         guard members[sender] != nil else { return }
         lastHeard[sender] = now
     }
@@ -370,7 +370,7 @@ public struct MembershipInstance: Sendable {
 
     static let maxStrangersAsked = 16
 
-    public mutating func onTick(now: MeshInstant) -> [MembershipDirective] {
+    package mutating func onTick(now: MeshInstant) -> [MembershipDirective] {
         var out: [MembershipDirective] = []
         guard !hasLeft else { return out }
         let news = gossip.updatesEnqueued

@@ -7,61 +7,61 @@
 /// Timing and fan-out of the membership protocol. The profiles follow memberlist's LAN, WAN and
 /// local configurations, tightened for `lan` so that a dead node is known everywhere within 5 s
 /// in a 50-node mesh (Docs/BENCHMARKS.md).
-public struct MembershipSettings: Sendable, Equatable {
-    public enum Profile: String, Sendable, CaseIterable {
+package struct MembershipSettings: Sendable, Equatable {
+    package enum Profile: String, Sendable, CaseIterable {
         case lan, local, wan
     }
 
     /// Time between two probes of this node (before the local-health multiplier).
-    public var probeInterval: Duration
+    package var probeInterval: Duration
     /// How long to wait for a direct ack before asking others to probe (before the multiplier).
-    public var probeTimeout: Duration
+    package var probeTimeout: Duration
     /// When a probe without an ack has failed (before the multiplier; at most the probe period).
     /// Apart from the interval, so that probing less often does not also detect later.
-    public var probeDeadline: Duration
+    package var probeDeadline: Duration
     /// How many members to ask for an indirect probe.
-    public var indirectProbes: Int
+    package var indirectProbes: Int
     /// Suspicion lasts `suspicionMultiplier × max(1, log10 N) × suspicionUnit` at least …
-    public var suspicionMultiplier: Double
+    package var suspicionMultiplier: Double
     /// The time a suspicion is measured in: what a refutation needs to come back (gossip to the
     /// suspect and back, a verification probe or two), not how often members are probed.
-    public var suspicionUnit: Duration
+    package var suspicionUnit: Duration
     /// … and `suspicionMaxMultiplier` times that at most, shrinking with confirmations (Lifeguard).
-    public var suspicionMaxMultiplier: Double
+    package var suspicionMaxMultiplier: Double
     /// The most the local-health multiplier stretches probe intervals and timeouts (Lifeguard).
-    public var maxLocalHealth: Int
+    package var maxLocalHealth: Int
     /// Each update is sent `retransmitMultiplier × ⌈log10(N + 1)⌉` times.
-    public var retransmitMultiplier: Int
-    public var gossipInterval: Duration
-    public var gossipFanout: Int
+    package var retransmitMultiplier: Int
+    package var gossipInterval: Duration
+    package var gossipFanout: Int
     /// Full-state exchange with one random member, to repair what gossip missed.
-    public var pushPullInterval: Duration
+    package var pushPullInterval: Duration
     /// Dead and left members are forgotten after this long.
-    public var forgetAfter: Duration
+    package var forgetAfter: Duration
     /// How soon a joiner that has heard from no one first retries its seeds; each wait after
     /// that doubles, up to `joinRetryMaximum`, for as long as nobody answers. Also the spacing
     /// of answers to one member's joins (half of it) and of questions to one stranger.
-    public var joinRetryInterval: Duration
+    package var joinRetryInterval: Duration
     /// The longest wait between two tries of the seeds: a joiner whose invite nobody answers
     /// keeps trying for good (the inviter may come up later) at a few datagrams a minute.
-    public var joinRetryMaximum: Duration = .seconds(30)
+    package var joinRetryMaximum: Duration = .seconds(30)
     /// Each wait is cut by up to this share, at random (from the seeded generator), so that
     /// joiners started together (a restarted lab, one invite given to many) do not retry in
     /// step. Below ½: an honest joiner's retries stay further apart than the answer spacing.
-    public var joinRetryJitter = 0.2
+    package var joinRetryJitter = 0.2
     /// The most seeds one try contacts; with more (a restart that remembered a large mesh),
     /// the next tries take the next ones in turn.
-    public var joinSeedsPerAttempt = 32
+    package var joinSeedsPerAttempt = 32
     /// How often to offer our state to one dead member, so healed partitions merge.
-    public var reconnectInterval: Duration
+    package var reconnectInterval: Duration
     /// Refutations forced by one other boot of our identity before it counts as a live twin.
-    public var identityConflictRefutations = 4
+    package var identityConflictRefutations = 4
     /// News (an update this node had not seen) is gossiped this soon after the last round
     /// instead of at the next regular one: each hop of an epidemic would otherwise wait half a
     /// gossip interval on average. `nil`: news waits for the regular round.
-    public var newsGossipSpacing: Duration? = .milliseconds(20)
+    package var newsGossipSpacing: Duration? = .milliseconds(20)
 
-    public static func profile(_ profile: Profile) -> MembershipSettings {
+    package static func profile(_ profile: Profile) -> MembershipSettings {
         switch profile {
         case .lan:
             return MembershipSettings(
@@ -93,7 +93,7 @@ public struct MembershipSettings: Sendable, Equatable {
         }
     }
 
-    public static let lan = profile(.lan)
+    package static let lan = profile(.lan)
 
     private func withNewsSpacing(_ spacing: Duration?) -> MembershipSettings {
         var settings = self
@@ -108,14 +108,14 @@ public struct MembershipSettings: Sendable, Equatable {
     }
 
     /// Lifeguard's suspicion bounds for a cluster of `memberCount`.
-    public func suspicionTimeouts(memberCount: Int) -> (minimum: Duration, maximum: Duration) {
+    package func suspicionTimeouts(memberCount: Int) -> (minimum: Duration, maximum: Duration) {
         let scale = max(1.0, log10(Double(max(1, memberCount))))
         let minimum = suspicionUnit * (suspicionMultiplier * scale)
         return (minimum, minimum * suspicionMaxMultiplier)
     }
 
     /// How many times each update is piggybacked before it is dropped from the queue.
-    public func retransmitLimit(memberCount: Int) -> Int {
+    package func retransmitLimit(memberCount: Int) -> Int {
         retransmitMultiplier * Int(log10(Double(memberCount + 1)).rounded(.up)).clamped(to: 1...)
     }
 
@@ -124,7 +124,7 @@ public struct MembershipSettings: Sendable, Equatable {
     /// at a uniformly random place in the round, so the chance that nobody has probed it after t
     /// probe intervals is about e^-t: 10 intervals leave it below 10^-4. Then one probe until its
     /// deadline, the longest suspicion, and the verdict's gossip retransmissions.
-    public func deadDetectionBound(memberCount: Int) -> Duration {
+    package func deadDetectionBound(memberCount: Int) -> Duration {
         let (_, maximum) = suspicionTimeouts(memberCount: memberCount)
         let firstProbe = probeInterval * 10.0
         let dissemination = gossipInterval * Double(retransmitLimit(memberCount: memberCount) + 2)

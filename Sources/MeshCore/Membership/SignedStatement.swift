@@ -3,7 +3,7 @@ import NIOCore
 
 /// Something a member says and signs with its identity key (its record, a key rotation): the
 /// signature covers a domain string, then every field but the signature.
-public protocol SignedStatement {
+package protocol SignedStatement {
     static var signingDomain: [UInt8] { get }
     var signingKey: PublicSigningKey { get }
     var signature: [UInt8] { get set }
@@ -11,7 +11,7 @@ public protocol SignedStatement {
 }
 
 extension SignedStatement {
-    public var signedBytes: [UInt8] {
+    package var signedBytes: [UInt8] {
         var buffer = ByteBuffer()
         buffer.writeBytes(Self.signingDomain)
         encodeUnsigned(into: &buffer)
@@ -20,13 +20,13 @@ extension SignedStatement {
 
     /// Signed by `authority` (valid only if it holds the statement's signing key: tests sign
     /// with the wrong one on purpose).
-    public func signed(by authority: some RecordAuthority) -> Self {
+    package func signed(by authority: some RecordAuthority) -> Self {
         var copy = self
         copy.signature = authority.sign(signedBytes)
         return copy
     }
 
-    public func hasValidSignature(_ authority: some RecordAuthority) -> Bool {
+    package func hasValidSignature(_ authority: some RecordAuthority) -> Bool {
         authority.isValid(signature: signature, message: signedBytes, signingKey: signingKey)
     }
 }

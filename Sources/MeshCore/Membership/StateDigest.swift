@@ -11,21 +11,21 @@ import NIOCore
 /// the range hashes the same has nothing to do, and any other sends its own digest of the range
 /// as a request. Views agree almost always when nothing happens, so an idle push-pull costs one
 /// small datagram instead of two of 25 bytes a member.
-public struct StateDigest: WireBody {
-    public struct Summary: Equatable, Sendable {
-        public var count: Int
+package struct StateDigest: WireBody {
+    package struct Summary: Equatable, Sendable {
+        package var count: Int
         /// The first 16 bytes of SHA-256 over the entries as they go on the wire.
-        public var hash: [UInt8]
+        package var hash: [UInt8]
 
-        public static let hashLength = 16
+        package static let hashLength = 16
 
-        public init(count: Int, hash: [UInt8]) {
+        package init(count: Int, hash: [UInt8]) {
             self.count = count
             self.hash = hash
         }
 
         /// The summary of `entries` (sorted by id, as digests hold them).
-        public init(of entries: [Entry]) {
+        package init(of entries: [Entry]) {
             var buffer = ByteBuffer()
             buffer.reserveCapacity(entries.count * StateDigest.entryLength)
             for entry in entries { entry.encode(into: &buffer) }
@@ -35,12 +35,12 @@ public struct StateDigest: WireBody {
         }
     }
 
-    public struct Entry: Equatable, Sendable {
-        public var member: NodeID
-        public var incarnation: UInt64
-        public var status: MemberStatus
+    package struct Entry: Equatable, Sendable {
+        package var member: NodeID
+        package var incarnation: UInt64
+        package var status: MemberStatus
 
-        public init(member: NodeID, incarnation: UInt64, status: MemberStatus) {
+        package init(member: NodeID, incarnation: UInt64, status: MemberStatus) {
             self.member = member
             self.incarnation = incarnation
             self.status = status
@@ -48,32 +48,32 @@ public struct StateDigest: WireBody {
     }
 
     /// On the wire: id, incarnation, status.
-    public static let entryLength = NodeID.byteCount + 8 + 1
+    package static let entryLength = NodeID.byteCount + 8 + 1
     /// Flags, lower bound, upper bound, entry count.
-    public static let fixedLength = 1 + NodeID.byteCount * 2 + 2
+    package static let fixedLength = 1 + NodeID.byteCount * 2 + 2
 
     /// "Send me your digest of this range too."
-    public var isRequest: Bool
-    public var lower: NodeID
-    public var upper: NodeID?
+    package var isRequest: Bool
+    package var lower: NodeID
+    package var upper: NodeID?
     /// By id, strictly increasing, every one in range (none in a summary).
-    public var entries: [Entry]
+    package var entries: [Entry]
     /// Set instead of the entries: "my view of this range hashes so; send yours if yours differs".
-    public var summary: Summary?
+    package var summary: Summary?
 
-    public init(isRequest: Bool, lower: NodeID, upper: NodeID?, entries: [Entry]) {
+    package init(isRequest: Bool, lower: NodeID, upper: NodeID?, entries: [Entry]) {
         self.isRequest = isRequest
         self.lower = lower
         self.upper = upper
         self.entries = entries
     }
 
-    public init(summarizing entries: [Entry], lower: NodeID, upper: NodeID?) {
+    package init(summarizing entries: [Entry], lower: NodeID, upper: NodeID?) {
         self.init(isRequest: false, lower: lower, upper: upper, entries: [])
         self.summary = Summary(of: entries)
     }
 
-    public func contains(_ id: NodeID) -> Bool {
+    package func contains(_ id: NodeID) -> Bool {
         id >= lower && upper.map { id < $0 } ?? true
     }
 
@@ -81,7 +81,7 @@ public struct StateDigest: WireBody {
     private static let boundedFlag: UInt8 = 2
     private static let summaryFlag: UInt8 = 4
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         let flags = try buffer.readWire(UInt8.self, "digest flags")
         guard flags & ~(Self.requestFlag | Self.boundedFlag | Self.summaryFlag) == 0,
             flags & (Self.requestFlag | Self.summaryFlag) != Self.requestFlag | Self.summaryFlag
@@ -116,7 +116,7 @@ public struct StateDigest: WireBody {
         }
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         let flags =
             (summary != nil ? Self.summaryFlag : isRequest ? Self.requestFlag : 0)
             | (upper != nil ? Self.boundedFlag : 0)

@@ -7,17 +7,17 @@ import MeshCrypto
 
 /// Lifeguard's suspicion timer: it starts at the maximum and shrinks logarithmically as
 /// independent members confirm the suspicion, down to the minimum after `expected` confirmations.
-public struct Suspicion: Sendable, Equatable {
-    public let incarnation: UInt64
-    public let start: MeshInstant
-    public let minimum: Duration
-    public let maximum: Duration
-    public let expectedConfirmations: Int
-    public private(set) var accusers: Set<NodeID>
+package struct Suspicion: Sendable, Equatable {
+    package let incarnation: UInt64
+    package let start: MeshInstant
+    package let minimum: Duration
+    package let maximum: Duration
+    package let expectedConfirmations: Int
+    package private(set) var accusers: Set<NodeID>
     /// How often the suspect was asked directly (see `verifyAt`).
-    public var verifications = 0
+    package var verifications = 0
 
-    public init(
+    package init(
         incarnation: UInt64, accuser: NodeID, start: MeshInstant, minimum: Duration, maximum: Duration,
         expectedConfirmations: Int
     ) {
@@ -30,14 +30,14 @@ public struct Suspicion: Sendable, Equatable {
     }
 
     /// Returns true when `accuser` is a new, independent confirmation.
-    public mutating func confirm(by accuser: NodeID) -> Bool {
+    package mutating func confirm(by accuser: NodeID) -> Bool {
         guard accusers.count <= expectedConfirmations else { return false }
         return accusers.insert(accuser).inserted
     }
 
-    public var confirmations: Int { accusers.count - 1 }
+    package var confirmations: Int { accusers.count - 1 }
 
-    public var timeout: Duration {
+    package var timeout: Duration {
         guard expectedConfirmations > 0 else { return minimum }
         let fraction = log(Double(confirmations + 1)) / log(Double(expectedConfirmations + 1))
         let shrunk = maximum - (maximum - minimum) * min(1, fraction)
@@ -48,14 +48,14 @@ public struct Suspicion: Sendable, Equatable {
     /// only late (a flooded or stalled member whose refutation is on its way), so it gets the
     /// whole maximum, whatever the confirmations. A crashed member is not heard (its last
     /// datagram is older than the suspicion), so detection is as fast as before.
-    public var heldOpen = false
+    package var heldOpen = false
 
-    public var deadline: MeshInstant { start + (heldOpen ? maximum : timeout) }
+    package var deadline: MeshInstant { start + (heldOpen ? maximum : timeout) }
 
     /// When to ask the suspect directly next: every 30% of the minimum timeout, from then until
     /// the deadline. Gossip misses a refutation now and then (about e^-copies per member); a
     /// direct question answered with the suspect's current record does not depend on it.
-    public var verifyAt: MeshInstant? {
+    package var verifyAt: MeshInstant? {
         let next = start + minimum * (0.3 * Double(verifications + 1))
         return next < deadline ? next : nil
     }

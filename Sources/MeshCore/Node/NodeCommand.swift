@@ -3,14 +3,14 @@ import MeshCrypto
 /// Names one command until its completion. Chosen by the driver, unique among its pending
 /// commands, so it can register its waiter before the command runs (the completion may come
 /// among the command's own effects).
-public struct RequestID: Hashable, Sendable, CustomStringConvertible {
-    public var value: UInt64
-    public init(_ value: UInt64) { self.value = value }
-    public var description: String { "#\(value)" }
+package struct RequestID: Hashable, Sendable, CustomStringConvertible {
+    package var value: UInt64
+    package init(_ value: UInt64) { self.value = value }
+    package var description: String { "#\(value)" }
 }
 
 /// What a user or an application asks of the node.
-public enum NodeCommand: Sendable {
+package enum NodeCommand: Sendable {
     /// An application message to `targets` (nil: every active member).
     case send(MessageEnvelope, to: [NodeID]?, mode: DeliveryInstance.Mode, timeout: Duration?)
     /// A new attachment: ingested by the store, then recorded in the journal log, then published.
@@ -30,13 +30,13 @@ public enum NodeCommand: Sendable {
     case ping(NodeID)
 }
 
-public enum AttachmentSource: Sendable, Equatable {
+package enum AttachmentSource: Sendable, Equatable {
     case bytes([UInt8])
     /// A file the store reads, streamed (never loaded whole).
     case file(path: String)
 }
 
-public enum ExportDestination: Sendable, Equatable {
+package enum ExportDestination: Sendable, Equatable {
     case memory
     /// Written whole to a temporary file, then renamed to the path (a regular file or nothing:
     /// the shell refuses links, devices, pipes). `mode`: the new file's permissions (nil: 0666
@@ -45,7 +45,7 @@ public enum ExportDestination: Sendable, Equatable {
     case file(path: String, mode: UInt32? = nil, replace: Bool = true)
 }
 
-public enum NodeResult: Sendable, Equatable {
+package enum NodeResult: Sendable, Equatable {
     /// Delivered to every target (reliable), or sent to every one (unreliable).
     case sent(recipients: Int)
     case added(AttachmentEntry)
@@ -59,7 +59,7 @@ public enum NodeResult: Sendable, Equatable {
 }
 
 /// Why a command failed; each case carries what a person needs to read it.
-public enum NodeError: Error, Sendable, Equatable {
+package enum NodeError: Error, Sendable, Equatable {
     /// The node stopped (or is stopping) before the command could finish.
     case stopped
     case messageTooLarge(size: Int, limit: Int)

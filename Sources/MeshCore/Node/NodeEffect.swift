@@ -4,7 +4,7 @@ import NIOCore
 /// What the node core asks of whoever drives it, in the order it asked. The driver drains them
 /// after every input (`NodeInstance.drainEffects(into:)`) and carries each out; none of them
 /// is a question back to the core, and none may be reordered against another of its kind.
-public enum NodeEffect: Sendable {
+package enum NodeEffect: Sendable {
     /// One sealed datagram.
     case send(ByteBuffer, to: PeerAddress)
     /// One sealed datagram with an IP TTL (hop limit) of `hops`, so that it opens our NAT's
@@ -30,21 +30,21 @@ public enum NodeEffect: Sendable {
 }
 
 /// The sockets a birthday round's hard side asks for (`NodeEffect.openBirthdaySockets`).
-public struct BirthdaySockets: Sendable {
+package struct BirthdaySockets: Sendable {
     /// The member the round is with; where its public address is, the one we aim at.
-    public var peer: NodeID
-    public var target: PeerAddress
+    package var peer: NodeID
+    package var target: PeerAddress
     /// A sealed punch for the member, sent once from each socket with an IP TTL of `hops`.
-    public var datagram: ByteBuffer
-    public var hops: UInt8
-    public var count: Int
+    package var datagram: ByteBuffer
+    package var hops: UInt8
+    package var count: Int
     /// The sockets no datagram reached are closed this long after they were opened.
-    public var lifetime: Duration
+    package var lifetime: Duration
 }
 
 /// What happened, for subscribers and logs; the core's state (`members`, `attachments`) says
 /// what is true now.
-public enum NodeEvent: Sendable {
+package enum NodeEvent: Sendable {
     /// A member's status or record changed (the view now holds it).
     case memberChanged(Member)
     case memberForgotten(NodeID)
@@ -80,15 +80,15 @@ public enum NodeEvent: Sendable {
 
 /// An application message as it reached this node: who sent it (the pairwise key proves it),
 /// how, and its type tag and body.
-public struct NodeMessage: Sendable, Equatable {
-    public var from: NodeID
+package struct NodeMessage: Sendable, Equatable {
+    package var from: NodeID
     /// The sender's name as its signed record gives it: chosen by that member, so untrusted.
-    public var fromName: String
-    public var mode: DeliveryInstance.Mode
-    public var type: String
-    public var body: [UInt8]
+    package var fromName: String
+    package var mode: DeliveryInstance.Mode
+    package var type: String
+    package var body: [UInt8]
 
-    public init(from: NodeID, fromName: String, mode: DeliveryInstance.Mode, type: String, body: [UInt8]) {
+    package init(from: NodeID, fromName: String, mode: DeliveryInstance.Mode, type: String, body: [UInt8]) {
         self.from = from
         self.fromName = fromName
         self.mode = mode
@@ -98,16 +98,16 @@ public struct NodeMessage: Sendable, Equatable {
 }
 
 /// swift-log's levels by their names, without the dependency.
-public enum NodeLogLevel: String, Sendable, Comparable, CaseIterable {
+package enum NodeLogLevel: String, Sendable, Comparable, CaseIterable {
     case trace, debug, info, notice, warning, error
 
     private var rank: Int { Self.allCases.firstIndex(of: self) ?? 0 }
 
-    public static func < (lhs: NodeLogLevel, rhs: NodeLogLevel) -> Bool { lhs.rank < rhs.rank }
+    package static func < (lhs: NodeLogLevel, rhs: NodeLogLevel) -> Bool { lhs.rank < rhs.rank }
 }
 
-public struct NodeLogRecord: Sendable {
-    public var level: NodeLogLevel
-    public var message: String
-    public var metadata: [(key: String, value: String)]
+package struct NodeLogRecord: Sendable {
+    package var level: NodeLogLevel
+    package var message: String
+    package var metadata: [(key: String, value: String)]
 }

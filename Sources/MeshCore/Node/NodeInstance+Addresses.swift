@@ -38,7 +38,7 @@ extension NodeInstance {
 
     /// The driver learnt an address of ours outside the session (a gateway's port mapping, a
     /// STUN or TURN server), or lost it (nil): our record says so at the next incarnation.
-    public mutating func setExternalAddress(
+    package mutating func setExternalAddress(
         _ address: PeerAddress?, from source: AddressDiscovery.ExternalSource,
         now: MeshInstant
     ) {
@@ -53,7 +53,7 @@ extension NodeInstance {
     }
 
     /// Every address we may be reached at, best first, as many as an invite carries.
-    public var inviteCandidates: [PeerAddress] {
+    package var inviteCandidates: [PeerAddress] {
         addressDiscovery.candidates(limit: InviteToken.maxAddresses)
     }
 
@@ -93,5 +93,5 @@ extension NodeInstance {
     }
 
     /// What the members' observations say of the NAT in front of this node.
-    public var natBehaviour: NATBehaviour { reportedNAT }
+    package var natBehaviour: NATBehaviour { reportedNAT }
 }

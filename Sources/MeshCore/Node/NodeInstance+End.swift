@@ -119,5 +119,5 @@ extension NodeInstance {
     }
 
     /// Who ended the session, once it is ending.
-    public var endedBy: NodeID? { ending?.statement.author }
+    package var endedBy: NodeID? { ending?.statement.author }
 }

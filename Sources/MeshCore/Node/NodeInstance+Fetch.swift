@@ -92,7 +92,7 @@ extension NodeInstance {
     /// `cancelled` and its output's temporary file goes. The fetch goes on while another load
     /// waits for it or the node replicates (not lazy, or a leaving member asked); otherwise it
     /// stops, and the members asked for its chunks are told.
-    public mutating func cancel(_ request: RequestID, now: MeshInstant) {
+    package mutating func cancel(_ request: RequestID, now: MeshInstant) {
         guard
             let (id, index) = loadWaiters.lazy.compactMap({ id, waiters in
                 waiters.firstIndex { $0.request == request }.map { (id, $0) }

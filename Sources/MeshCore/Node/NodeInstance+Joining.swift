@@ -1,16 +1,16 @@
 import MeshCrypto
 
 /// Where a join through seeds stands, while no member has answered.
-public struct JoinProgress: Sendable, Equatable {
+package struct JoinProgress: Sendable, Equatable {
     /// Where the join goes: the invite's addresses, `--join`, the seeds kept from an earlier
     /// start, and the members remembered from the last run.
-    public var addresses: [PeerAddress]
+    package var addresses: [PeerAddress]
     /// Tries of those addresses so far, the first included.
-    public var attempts: Int
+    package var attempts: Int
     /// When the join started (the node's start).
-    public var since: MeshInstant
+    package var since: MeshInstant
 
-    public init(addresses: [PeerAddress], attempts: Int, since: MeshInstant) {
+    package init(addresses: [PeerAddress], attempts: Int, since: MeshInstant) {
         self.addresses = addresses
         self.attempts = attempts
         self.since = since
@@ -28,7 +28,7 @@ struct JoinWait: Sendable {
 /// did) is the core's, at a time its settings give; the driver only prints it.
 extension NodeInstance {
     /// While joining through seeds and nobody has answered: where, how often, since when.
-    public var joinProgress: JoinProgress? {
+    package var joinProgress: JoinProgress? {
         guard phase == .joining, let joinWait, membership.isJoining else { return nil }
         return JoinProgress(addresses: membership.joinSeeds, attempts: membership.joinAttempts, since: joinWait.since)
     }

@@ -208,11 +208,11 @@ extension NodeInstance {
     // MARK: what the journal holds
 
     /// The attachment set, as every member converges to it.
-    public var attachments: [AttachmentEntry] { journal.state.attachments }
+    package var attachments: [AttachmentEntry] { journal.state.attachments }
 
     /// An attachment named by its id or its content's hash, or a unique prefix of either (4
     /// characters at least). A content hash names an attachment only while one attachment has it.
-    public func resolveAttachment(_ text: String) -> Result<AttachmentEntry, AttachmentLookupError> {
+    package func resolveAttachment(_ text: String) -> Result<AttachmentEntry, AttachmentLookupError> {
         let lowered = text.lowercased()
         let entries = attachments
         if let exact = entries.first(where: { $0.id.hex == lowered }) { return .success(exact) }
@@ -226,14 +226,14 @@ extension NodeInstance {
     }
 
     /// Live members (this node included) known to hold the attachment whole.
-    public func holders(of id: SHA256Digest) -> [NodeID] {
+    package func holders(of id: SHA256Digest) -> [NodeID] {
         let live = Set(activeMemberIDs + [localID])
         return journal.holders(of: id).filter(live.contains)
     }
 
     /// The bytes of the chunks held here (the whole size when complete; nil before the manifest
     /// is known, when the chunk size is not).
-    public func bytesHeld(of entry: AttachmentEntry) -> UInt64? {
+    package func bytesHeld(of entry: AttachmentEntry) -> UInt64? {
         if complete.contains(entry.content) { return entry.size }
         guard let manifest = manifests[entry.content] ?? fetches[entry.content]?.manifestBeingStored else { return nil }
         return min(entry.size, UInt64(chunksHeld(of: entry)) * UInt64(manifest.chunkSize))
@@ -242,13 +242,13 @@ extension NodeInstance {
     /// Chunks of an attachment held here: all when whole, what a fetch has so far, else what the
     /// last look at the store found.
 
-    public func chunksHeld(of entry: AttachmentEntry) -> Int {
+    package func chunksHeld(of entry: AttachmentEntry) -> Int {
         if complete.contains(entry.content) { return entry.chunkCount }
         return fetches[entry.content]?.held ?? knownHeld[entry.content] ?? 0
     }
 }
 
-public enum AttachmentLookupError: Error, Sendable, Equatable {
+package enum AttachmentLookupError: Error, Sendable, Equatable {
     case unknown(String)
     case ambiguous(String)
     /// Under 4 characters: too short to name an attachment.

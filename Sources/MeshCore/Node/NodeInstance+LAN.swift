@@ -13,12 +13,12 @@ extension NodeInstance {
     }
 
     /// The driver has no LAN to announce on (none of its interfaces took the group).
-    public mutating func disableLANDiscovery() {
+    package mutating func disableLANDiscovery() {
         lanDiscovery.settings.enabled = false
     }
 
     /// Whether this node announces itself on its LAN, and what it met there.
-    public var lanDiscoveryEnabled: Bool { lanDiscovery.settings.enabled }
+    package var lanDiscoveryEnabled: Bool { lanDiscovery.settings.enabled }
 
     var lanDeadline: MeshInstant? {
         guard lanDiscovery.settings.enabled, lanPort != nil else { return nil }
@@ -32,7 +32,7 @@ extension NodeInstance {
     }
 
     /// A datagram on the LAN discovery port, from `source` (the announcer's address, any port).
-    public mutating func receiveLANAnnouncement(_ bytes: [UInt8], from source: PeerAddress, now: MeshInstant) {
+    package mutating func receiveLANAnnouncement(_ bytes: [UInt8], from source: PeerAddress, now: MeshInstant) {
         guard phase.isActive, lanDiscovery.settings.enabled else { return }
         let keys = lanDiscovery.keys(for: session)
         guard let announcement = LANAnnouncement(decoding: bytes, with: keys) else {

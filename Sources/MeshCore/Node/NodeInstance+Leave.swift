@@ -20,24 +20,24 @@ package struct LeaveHandover: Sendable {
 }
 
 /// How far a leave's handover is, for `status` and `leave`.
-public struct LeaveProgress: Sendable, Equatable {
+package struct LeaveProgress: Sendable, Equatable {
     /// Attachments only this node holds whole, still.
-    public var attachments: [AttachmentID]
-    public var bytes: UInt64
+    package var attachments: [AttachmentID]
+    package var bytes: UInt64
     /// Members asked to take them.
-    public var askedMembers: [NodeID]
-    public var remaining: Duration
+    package var askedMembers: [NodeID]
+    package var remaining: Duration
 }
 
 /// What a leave did: which attachments other members took first, and which no member that
 /// stays holds whole (they are unavailable until a holder comes back).
-public struct LeaveReport: Sendable, Equatable {
-    public var handedOver: [AttachmentID]
-    public var unavailable: [AttachmentID]
+package struct LeaveReport: Sendable, Equatable {
+    package var handedOver: [AttachmentID]
+    package var unavailable: [AttachmentID]
     /// No other member was alive: nothing could be handed over.
-    public var alone: Bool
+    package var alone: Bool
 
-    public init(handedOver: [AttachmentID] = [], unavailable: [AttachmentID] = [], alone: Bool = false) {
+    package init(handedOver: [AttachmentID] = [], unavailable: [AttachmentID] = [], alone: Bool = false) {
         self.handedOver = handedOver
         self.unavailable = unavailable
         self.alone = alone
@@ -163,7 +163,7 @@ extension NodeInstance {
     }
 
     /// The handover under way, if a leave waits for one.
-    public func leaveProgress(now: MeshInstant) -> LeaveProgress? {
+    package func leaveProgress(now: MeshInstant) -> LeaveProgress? {
         guard let state = handover else { return nil }
         let atRisk = soleHeldAttachments()
         let bytes = atRisk.reduce(UInt64(0)) { $0 + (journal.state.entry(content: $1)?.size ?? 0) }
@@ -184,7 +184,7 @@ extension NodeInstance {
 extension NodeInstance {
     /// How available an attachment is, as this node knows: who holds it whole, and whether the
     /// rest of the session could still load it (PROTOCOL.md §6).
-    public func availability(of entry: AttachmentEntry) -> AttachmentAvailability {
+    package func availability(of entry: AttachmentEntry) -> AttachmentAvailability {
         let wholeHolders = holders(of: entry.content)
         if !wholeHolders.isEmpty { return AttachmentAvailability(holders: wholeHolders, state: .available) }
         let live = Set(activeMemberIDs)
@@ -195,8 +195,8 @@ extension NodeInstance {
 }
 
 /// Who holds an attachment and whether it can be loaded.
-public struct AttachmentAvailability: Sendable, Equatable {
-    public enum State: String, Sendable, Codable, CaseIterable {
+package struct AttachmentAvailability: Sendable, Equatable {
+    package enum State: String, Sendable, Codable, CaseIterable {
         /// A live member (maybe this node) holds every chunk.
         case available
         /// Nobody live holds it whole, but some of its chunks are held: a holder may come back.
@@ -206,6 +206,6 @@ public struct AttachmentAvailability: Sendable, Equatable {
     }
 
     /// Live members known to hold every chunk, this node included.
-    public var holders: [NodeID]
-    public var state: State
+    package var holders: [NodeID]
+    package var state: State
 }

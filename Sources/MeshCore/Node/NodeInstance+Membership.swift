@@ -158,10 +158,10 @@ extension NodeInstance {
     // MARK: what the node knows
 
     /// Every member this node knows of, itself first.
-    public var members: [Member] { membership.view }
+    package var members: [Member] { membership.view }
 
     /// Members this node sees as neither dead nor left, itself excluded.
-    public var activeMemberIDs: [NodeID] {
+    package var activeMemberIDs: [NodeID] {
         membership.view.dropFirst().filter { !$0.status.isGone }.map(\.id)
     }
 
@@ -172,20 +172,20 @@ extension NodeInstance {
 
     /// A member for people: its name and the start of its id (the name alone is the member's
     /// own choice, so never enough).
-    public func displayName(of id: NodeID) -> String {
+    package func displayName(of id: NodeID) -> String {
         let name = membership.member(id)?.record.name ?? ""
         let prefix = String(id.hex.prefix(12))
         return name.isEmpty ? prefix : "\(name) (\(prefix))"
     }
 
     /// Whether `text` names this node itself: its name, or 4 or more characters of its id.
-    public func namesSelf(_ text: String) -> Bool {
+    package func namesSelf(_ text: String) -> Bool {
         let lowered = text.lowercased()
         return text == membership.me.name || (lowered.count >= 4 && localID.hex.hasPrefix(lowered))
     }
 
     /// A member other than this node, named by its full id, its name, or a unique prefix of its id.
-    public func resolveMember(_ text: String) -> Result<NodeID, MemberLookupError> {
+    package func resolveMember(_ text: String) -> Result<NodeID, MemberLookupError> {
         let known = membership.view.dropFirst()
         let lowered = text.lowercased()
         if let exact = known.first(where: { $0.id.hex == lowered }) { return .success(exact.id) }
@@ -199,7 +199,7 @@ extension NodeInstance {
     }
 }
 
-public enum MemberLookupError: Error, Sendable, Equatable {
+package enum MemberLookupError: Error, Sendable, Equatable {
     case unknown(String)
     case ambiguous(String, candidates: [String])
 }

@@ -73,7 +73,7 @@ extension NodeInstance {
 
     /// The shell's measure of one application consumer (a `listen`, a `messages()` stream):
     /// while any is behind, no new application message is taken from peers (`ConsumerFlow`).
-    public mutating func applicationConsumer(_ consumer: UInt64, _ report: ConsumerFlow.Report, now: MeshInstant) {
+    package mutating func applicationConsumer(_ consumer: UInt64, _ report: ConsumerFlow.Report, now: MeshInstant) {
         // A stopped node sends nothing more (its listens close as it stops).
         guard phase != .stopped else { return }
         let directives = delivery.applicationConsumer(consumer, report, now: now)

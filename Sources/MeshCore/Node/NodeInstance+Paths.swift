@@ -203,7 +203,7 @@ extension NodeInstance {
     }
 
     /// Where we send to `member` now: its relay's address while it is relayed.
-    public func pathAddress(of member: NodeID) -> PeerAddress? {
+    package func pathAddress(of member: NodeID) -> PeerAddress? {
         if let relay = paths.relay(of: member) { return peerAddresses[relay] }
         return peerAddresses[member]
     }

@@ -5,7 +5,7 @@ extension NodeInstance {
     /// come from, what its record gives, where a punch introduction said it is, and (while
     /// joining) the addresses we join through. A TURN server lets datagrams from these IPs
     /// reach our allocation (its permissions are by IP).
-    public func memberAddresses(limit: Int = 64) -> [PeerAddress] {
+    package func memberAddresses(limit: Int = 64) -> [PeerAddress] {
         var result: [PeerAddress] = []
         var hosts = Set<PeerAddress.Host>()
         func add(_ address: PeerAddress?) {

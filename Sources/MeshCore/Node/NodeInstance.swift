@@ -33,26 +33,26 @@ import NIOCore
 /// **Lifecycle.** `Phase`: `joining` until a member answers (at once when there was nobody to
 /// join through), `running`, `leaving` once a leave's departure was sent, `stopped` after
 /// `stop`. Once stopped, nothing is sent and every waiting command has completed.
-public struct NodeInstance: Sendable {
-    public enum Phase: Sendable, Equatable {
+package struct NodeInstance: Sendable {
+    package enum Phase: Sendable, Equatable {
         case joining, running, leaving, stopped
 
         /// Takes datagrams, ticks and commands.
-        public var isActive: Bool { self == .joining || self == .running }
+        package var isActive: Bool { self == .joining || self == .running }
     }
 
     /// Who this node is for this run.
-    public struct Boot: Sendable {
-        public var identity: NodeIdentity
-        public var ephemeral: EphemeralKeyPair
-        public var bootID: UInt64
-        public var name: String
+    package struct Boot: Sendable {
+        package var identity: NodeIdentity
+        package var ephemeral: EphemeralKeyPair
+        package var bootID: UInt64
+        package var name: String
         /// Where members reach us (our record's addresses, at most `MemberRecord.maxAddresses`).
-        public var addresses: [PeerAddress]
+        package var addresses: [PeerAddress]
         /// The bound socket's own address, never joined through.
-        public var localAddress: PeerAddress?
+        package var localAddress: PeerAddress?
 
-        public init(
+        package init(
             identity: NodeIdentity, ephemeral: EphemeralKeyPair, bootID: UInt64, name: String,
             addresses: [PeerAddress], localAddress: PeerAddress? = nil
         ) {
@@ -66,23 +66,23 @@ public struct NodeInstance: Sendable {
     }
 
     /// What the data dir held at start.
-    public struct Restored: Sendable {
-        public var epochs: KeyEpochs
-        public var remembered = RememberedMembers()
+    package struct Restored: Sendable {
+        package var epochs: KeyEpochs
+        package var remembered = RememberedMembers()
         /// The journal log's operations.
-        public var operations: [JournalOperation] = []
+        package var operations: [JournalOperation] = []
         /// The stored manifests of the attachments in the journal.
-        public var manifests: [Manifest] = []
+        package var manifests: [Manifest] = []
         /// Those whose every chunk is stored.
-        public var complete: Set<SHA256Digest> = []
+        package var complete: Set<SHA256Digest> = []
         /// How many chunks are stored of the others.
-        public var held: [SHA256Digest: Int] = [:]
+        package var held: [SHA256Digest: Int] = [:]
         /// The journal log was read whole (it exists, and every record decoded): only then does
         /// start-up delete the chunks no attachment in it uses. A log that could not be read
         /// would make every chunk look unused.
-        public var logIsWhole = false
+        package var logIsWhole = false
 
-        public init(
+        package init(
             epochs: KeyEpochs, remembered: RememberedMembers = .init(), operations: [JournalOperation] = [],
             manifests: [Manifest] = [], complete: Set<SHA256Digest> = []
         ) {
@@ -94,16 +94,16 @@ public struct NodeInstance: Sendable {
         }
     }
 
-    public let settings: NodeSettings
-    public let identity: NodeIdentity
-    public let bootID: UInt64
+    package let settings: NodeSettings
+    package let identity: NodeIdentity
+    package let bootID: UInt64
     let authority: Ed25519Authority
     let ephemeral: EphemeralKeyPair
     let localAddress: PeerAddress?
     /// Nonces of hello datagrams and handovers, new secrets: a secure source in the shell, a
     /// seeded one in the simulation.
     var random: any RandomNumberGenerator & Sendable
-    public internal(set) var phase = Phase.joining
+    package internal(set) var phase = Phase.joining
 
     // Sub-machines, mutated in place: copying one out and back per datagram would copy its tables.
     package internal(set) var membership: MembershipInstance
@@ -221,10 +221,10 @@ public struct NodeInstance: Sendable {
     /// When we announce ourselves on the LAN, and whom we met there (NodeInstance+LAN).
     var lanDiscovery: LANDiscovery
 
-    public internal(set) var counters = NodeCounters()
+    package internal(set) var counters = NodeCounters()
     var effects: [NodeEffect] = []
 
-    public init(
+    package init(
         boot: Boot, restored: Restored, settings: NodeSettings,
         random: some RandomNumberGenerator & Sendable, now: MeshInstant
     ) {
@@ -290,16 +290,16 @@ public struct NodeInstance: Sendable {
         collectsAtStart = restored.logIsWhole
     }
 
-    public var localID: NodeID { identity.nodeID }
+    package var localID: NodeID { identity.nodeID }
     /// The current key epoch's secret.
-    public var session: SessionSecret { epochs.current }
+    package var session: SessionSecret { epochs.current }
 
     // MARK: inputs
 
     /// Joins through `seeds` (an invite's addresses, `--join`; without any, those kept from an
     /// earlier start that met nobody) and the members remembered from the last run, and
     /// resumes replication.
-    public mutating func start(seeds given: [PeerAddress], now: MeshInstant) {
+    package mutating func start(seeds given: [PeerAddress], now: MeshInstant) {
         // First of all requests: nothing is being ingested or fetched yet.
         if collectsAtStart {
             store(
@@ -326,7 +326,7 @@ public struct NodeInstance: Sendable {
     /// True when the datagram opened under a key of the current epoch: it is a member's, sent
     /// from `address` (or through the route the driver took it from).
     @discardableResult
-    public mutating func handle(datagram: ByteBuffer, from address: PeerAddress, now: MeshInstant) -> Bool {
+    package mutating func handle(datagram: ByteBuffer, from address: PeerAddress, now: MeshInstant) -> Bool {
         guard phase.isActive else { return false }
         counters.datagramsReceived += 1
         counters.bytesReceived += UInt64(datagram.readableBytes)
@@ -421,14 +421,14 @@ public struct NodeInstance: Sendable {
     static let stateAnswerFactor = 2
 
     /// The end of a read batch: acknowledge what it brought, once per peer.
-    public mutating func endReadBatch(now: MeshInstant) {
+    package mutating func endReadBatch(now: MeshInstant) {
         guard phase.isActive else { return }
         let acks = delivery.flushAcks(now: now)
         apply(acks, now: now)
     }
 
     /// Timers: probes, retransmissions, anti-entropy, fetch and transfer deadlines, beacons.
-    public mutating func tick(now: MeshInstant) {
+    package mutating func tick(now: MeshInstant) {
         guard phase.isActive else { return }
         let membershipTick = membership.onTick(now: now)
         apply(membershipTick, now: now)
@@ -454,7 +454,7 @@ public struct NodeInstance: Sendable {
 
     /// When `tick` must run next. Only deadlines `tick` acts on: one it leaves in the past would
     /// make a driver's timer fire without pause.
-    public var nextDeadline: MeshInstant? {
+    package var nextDeadline: MeshInstant? {
         guard phase.isActive else { return nil }
         var deadline = membership.nextDeadline
         func consider(_ instant: MeshInstant?) {
@@ -480,15 +480,15 @@ public struct NodeInstance: Sendable {
     /// large to inline, called on a class's stored struct, is handed a copy of the whole struct (a
     /// retain and a release of every field), which a holder pacing a fetch, re-arming its timer
     /// after every release, pays over and over. A mutating call works on it where it lies.
-    public mutating func nextDeadlineInPlace() -> MeshInstant? { nextDeadline }
+    package mutating func nextDeadlineInPlace() -> MeshInstant? { nextDeadline }
 
     /// The driver's send queue filled (false) or drained (true).
-    public mutating func setWritable(_ writable: Bool) {
+    package mutating func setWritable(_ writable: Bool) {
         self.writable = writable
     }
 
     /// A command from the user or the application.
-    public mutating func handle(_ command: NodeCommand, request: RequestID, now: MeshInstant) {
+    package mutating func handle(_ command: NodeCommand, request: RequestID, now: MeshInstant) {
         guard phase.isActive else { return complete(request, .failure(.stopped)) }
         if let ending {
             if case .end = command { self.ending?.requests.append(request); return }
@@ -515,7 +515,7 @@ public struct NodeInstance: Sendable {
     }
 
     /// The store finished a request.
-    public mutating func storageCompleted(
+    package mutating func storageCompleted(
         _ ticket: StorageTicket, _ result: Result<StorageOutcome, StorageFailure>,
         now: MeshInstant
     ) {
@@ -571,7 +571,7 @@ public struct NodeInstance: Sendable {
 
     /// Stops: nothing more is sent or taken, and every waiting command completes (`stopped`).
     /// Storage outcomes still arriving are taken (an add already in the log completes).
-    public mutating func stop(now: MeshInstant) {
+    package mutating func stop(now: MeshInstant) {
         guard phase != .stopped else { return }
         phase = .stopped
         saveRemembered()
@@ -598,11 +598,11 @@ public struct NodeInstance: Sendable {
 
     /// Hands every effect made since the last call to the driver, oldest first. `buffer` should
     /// be empty; the two arrays swap, so neither is reallocated in steady state.
-    public mutating func drainEffects(into buffer: inout [NodeEffect]) {
+    package mutating func drainEffects(into buffer: inout [NodeEffect]) {
         swap(&effects, &buffer)
     }
 
-    public var hasEffects: Bool { !effects.isEmpty }
+    package var hasEffects: Bool { !effects.isEmpty }
 
     // MARK: effects
 

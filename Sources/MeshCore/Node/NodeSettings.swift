@@ -3,120 +3,120 @@ import MeshCrypto
 /// Every policy of a node in one value: the shell builds it from `NodeConfiguration`, the
 /// simulation from its scenario. Sub-machines keep their own settings (`MembershipSettings`,
 /// `TransferScheduler.Settings`, `SeedingPolicy.Settings`); this holds them and what the node decides itself.
-public struct NodeSettings: Sendable {
-    public var membership: MembershipSettings
-    public var wire = DatagramCodec.Configuration()
-    public var transfer = TransferScheduler.Settings()
+package struct NodeSettings: Sendable {
+    package var membership: MembershipSettings
+    package var wire = DatagramCodec.Configuration()
+    package var transfer = TransferScheduler.Settings()
     /// The serving side's initial seeding (`SeedingPolicy`).
-    public var seeding = SeedingPolicy.Settings()
+    package var seeding = SeedingPolicy.Settings()
     /// Chunk size of the attachments this node adds (others' come with their manifests).
-    public var chunkSize = Manifest.defaultChunkSize
+    package var chunkSize = Manifest.defaultChunkSize
     /// The largest attachment accepted (100 MiB unless configured).
-    public var maxAttachmentSize: UInt64 = 100 << 20
+    package var maxAttachmentSize: UInt64 = 100 << 20
     /// The largest message body (GroupSessionMessenger's limit).
-    public var maxMessageSize = 256 * 1024
+    package var maxMessageSize = 256 * 1024
     /// `--lazy`: fetch an attachment only when it is asked for (`get`, `Journal.load`).
-    public var lazy = false
+    package var lazy = false
     /// How long a fetch goes on with no progress and nothing asked before it fails `unavailable`.
-    public var unavailableTimeout: Duration = .seconds(10)
+    package var unavailableTimeout: Duration = .seconds(10)
     /// How long one holder may take to send a manifest before another is asked.
-    public var manifestRequestTimeout: Duration = .seconds(5)
+    package var manifestRequestTimeout: Duration = .seconds(5)
     /// Once every holder was asked for a manifest without a good answer, the next round waits this long.
-    public var manifestRoundPause: Duration = .milliseconds(500)
+    package var manifestRoundPause: Duration = .milliseconds(500)
     /// A member that added the content answers "busy" for chunks others can pass on
     /// (`SeedingPolicy.verdict`).
-    public var superSeeding = true
+    package var superSeeding = true
     /// Chunks read for others at once; more wants are answered "busy" (a member cannot make us
     /// read without bound).
-    public var maxConcurrentServes = 128
+    package var maxConcurrentServes = 128
     /// Reads for one member at once: a member that floods wants takes no more than its share
     /// (more of its wants wait their turn as "busy"). As many as a joiner may have flowing from
     /// one holder (`TransferScheduler.Settings.maximumFlowing`): fewer, and a lone holder whose
     /// pieces leave as soon as they are read refuses a `get`'s own wants, each refused chunk
     /// waiting 200 ms (Docs/DESIGN-NOTES.md).
-    public var maxServesPerPeer = 64
+    package var maxServesPerPeer = 64
     /// Pieces waiting for their pace, in all and for one member: past these, wants are
     /// answered "busy" (a member asking slowly for much cannot make us hold it all).
-    public var maxPacedBytes = 64 << 20
-    public var maxPacedBytesPerPeer = 16 << 20
+    package var maxPacedBytes = 64 << 20
+    package var maxPacedBytesPerPeer = 16 << 20
     /// The longest a chunk request waits at a slow pace before the scheduler gives it up (a lost
     /// want is asked again sooner, by the assembler, once the chunk stays silent).
-    public var maximumPacedWait: Duration = .seconds(120)
+    package var maximumPacedWait: Duration = .seconds(120)
     /// The requesting side's congestion control (`DownlinkController`).
-    public var downlink = DownlinkController.Settings()
+    package var downlink = DownlinkController.Settings()
     /// How large a datagram each holder's path to us carries (`PathMTUDiscovery`). Its ladder's
     /// top must not be over `wire.maxReceivedDatagramSize`.
-    public var pathMTU = PathMTUDiscovery.Settings()
+    package var pathMTU = PathMTUDiscovery.Settings()
     /// Probes answered per member per second (each up to 8,972 bytes, asked for in 83).
-    public var maxProbeAnswers = 10
+    package var maxProbeAnswers = 10
     /// When a reflexive address is adopted (a quorum of members agrees), and when a member is
     /// told where its datagrams come from (NodeInstance+Addresses).
-    public var addressDiscovery = AddressDiscovery.Settings()
-    public var addressEchoes = AddressEchoes.Settings()
+    package var addressDiscovery = AddressDiscovery.Settings()
+    package var addressEchoes = AddressEchoes.Settings()
     /// Paths to members: silence before an introduction, the punch budget, keepalives.
-    public var paths = MemberPaths.Settings()
+    package var paths = MemberPaths.Settings()
     /// Birthday rounds (a symmetric NAT against an endpoint-independent one): sockets, probes,
     /// their rate, retries.
-    public var birthday = BirthdayPunching.Settings()
+    package var birthday = BirthdayPunching.Settings()
     /// Carrying datagrams between members that cannot meet (`--no-relay`), and at what rates.
-    public var relay = RelayService.Settings()
+    package var relay = RelayService.Settings()
     /// Announcing ourselves on the LAN and meeting members heard there (`--no-lan-discovery`).
-    public var lanDiscovery = LANDiscovery.Settings()
+    package var lanDiscovery = LANDiscovery.Settings()
     /// Chunks kept after serving them, for re-asks of lost pieces (4 MiB at 256 KiB chunks).
-    public var recentChunkCapacity = 16
+    package var recentChunkCapacity = 16
     /// Datagrams per segmented write: the kernel takes up to 64 segments and 64 KiB.
-    public var maxSegments = 64
-    public var maxSegmentedBytes = 65_000
+    package var maxSegments = 64
+    package var maxSegmentedBytes = 65_000
     /// After a chunk could not be stored (a full disk), fetches start only when asked for until
     /// this has passed: replication would fetch chunks only to fail to store them again.
-    public var replicationPauseAfterStoreFailure: Duration = .seconds(30)
+    package var replicationPauseAfterStoreFailure: Duration = .seconds(30)
     /// Replication tries a failed fetch again after this, doubling per failure up to the maximum:
     /// what made it fail (a holder restarting, a partition, a clock jump) passes, and the node
     /// still ends with every attachment.
-    public var fetchRetry: Duration = .seconds(5)
-    public var maximumFetchRetry: Duration = .seconds(60)
+    package var fetchRetry: Duration = .seconds(5)
+    package var maximumFetchRetry: Duration = .seconds(60)
     /// New chunks are announced to the members (`chunks` bitmaps) at most this often.
-    public var availabilityInterval: Duration = .milliseconds(250)
+    package var availabilityInterval: Duration = .milliseconds(250)
     /// How long a journal message may go unacknowledged before it is given up.
-    public var journalSendTimeout: Duration = .seconds(30)
+    package var journalSendTimeout: Duration = .seconds(30)
     /// Anti-entropy: every this often, one random member gets our operation ids. Operations go to
     /// every member when made and a member that joins or comes back is synced at once, so this
     /// only repairs what those missed, and seldom is enough: an idle node pays for every round
     /// (Docs/DESIGN-NOTES.md).
-    public var journalSyncInterval: Duration = .seconds(30)
+    package var journalSyncInterval: Duration = .seconds(30)
     /// Operations of others whose append to the journal log failed are appended again this often.
-    public var journalLogRetryInterval: Duration = .seconds(5)
+    package var journalLogRetryInterval: Duration = .seconds(5)
     /// A leave waits at most this, plus a second per `leaveHandoverBytesPerSecond` at risk, for
     /// other members to take what only this node holds.
-    public var leaveHandoverBase: Duration = .seconds(10)
-    public var leaveHandoverBytesPerSecond: UInt64 = 2 << 20
+    package var leaveHandoverBase: Duration = .seconds(10)
+    package var leaveHandoverBytesPerSecond: UInt64 = 2 << 20
     /// A leave waits at most this for the reliable messages this node sent that are not yet
     /// acknowledged (a member gone by then is reported as not reached by the send).
-    public var leaveDrain: Duration = .seconds(5)
+    package var leaveDrain: Duration = .seconds(5)
     /// A member asked to take an attachment that does not hold it whole after this: one more is asked.
-    public var leaveHandoverReask: Duration = .seconds(10)
+    package var leaveHandoverReask: Duration = .seconds(10)
     /// A `ping` unanswered this long fails.
-    public var pingTimeout: Duration = .seconds(2)
+    package var pingTimeout: Duration = .seconds(2)
     /// How long an end waits for the members it tells to acknowledge it before leaving.
-    public var endGrace: Duration = .seconds(3)
+    package var endGrace: Duration = .seconds(3)
     /// After an epoch change: beacons in the epoch left, how many and how often (PROTOCOL.md §7).
-    public var epochBeacons = 10
-    public var epochBeaconInterval: Duration = .seconds(1)
+    package var epochBeacons = 10
+    package var epochBeaconInterval: Duration = .seconds(1)
     /// A node joining through seeds that has heard from no member this long after its start
     /// says so, once (`NodeEvent.waitingForFirstMember`): a wrong invite, a stopped inviter or
     /// a firewall otherwise look like a session that works.
-    public var joinWaitingNotice: Duration = .seconds(5)
+    package var joinWaitingNotice: Duration = .seconds(5)
     /// Seed addresses kept in the data dir for a restart that met nobody (an invite has a few).
-    public var maxRememberedSeeds = 16
+    package var maxRememberedSeeds = 16
     /// Log records below this level are never made: they would cost on the datagram path.
-    public var logLevel = NodeLogLevel.info
+    package var logLevel = NodeLogLevel.info
 
-    public init(membership: MembershipSettings = .lan) {
+    package init(membership: MembershipSettings = .lan) {
         self.membership = membership
     }
 
     /// The timing defaults of a profile (`run --profile`).
-    public init(profile: MembershipSettings.Profile) {
+    package init(profile: MembershipSettings.Profile) {
         self.init(membership: .profile(profile))
     }
 }

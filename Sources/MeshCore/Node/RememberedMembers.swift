@@ -3,27 +3,27 @@ import MeshCrypto
 /// What a node remembers across restarts (`DATA_DIR/members.json`): its own last incarnation,
 /// so a restart outbids what the others remember of it, and where the members were, so it can
 /// rejoin without an invite. Codable as the file holds it (ids in hex, addresses as text).
-public struct RememberedMembers: Codable, Sendable, Equatable {
-    public struct Entry: Codable, Sendable, Equatable {
-        public var id: String
-        public var name: String
-        public var addresses: [String]
+package struct RememberedMembers: Codable, Sendable, Equatable {
+    package struct Entry: Codable, Sendable, Equatable {
+        package var id: String
+        package var name: String
+        package var addresses: [String]
 
-        public init(id: String, name: String, addresses: [String]) {
+        package init(id: String, name: String, addresses: [String]) {
             self.id = id
             self.name = name
             self.addresses = addresses
         }
     }
 
-    public var incarnation: UInt64 = 0
-    public var members: [Entry] = []
+    package var incarnation: UInt64 = 0
+    package var members: [Entry] = []
     /// The addresses given at the last start (an invite's, `--join`), kept until a member
     /// answers: a node restarted before it met anyone still joins without the invite. Once
     /// joined, `members` says where the session is, and these are dropped.
-    public var seeds: [String] = []
+    package var seeds: [String] = []
 
-    public init(incarnation: UInt64 = 0, members: [Entry] = [], seeds: [String] = []) {
+    package init(incarnation: UInt64 = 0, members: [Entry] = [], seeds: [String] = []) {
         self.incarnation = incarnation
         self.members = members
         self.seeds = seeds
@@ -32,37 +32,37 @@ public struct RememberedMembers: Codable, Sendable, Equatable {
     private enum CodingKeys: String, CodingKey { case incarnation, members, seeds }
 
     // Files written before `seeds` existed have no such key.
-    public init(from decoder: any Decoder) throws {
+    package init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         incarnation = try container.decodeIfPresent(UInt64.self, forKey: .incarnation) ?? 0
         members = try container.decodeIfPresent([Entry].self, forKey: .members) ?? []
         seeds = try container.decodeIfPresent([String].self, forKey: .seeds) ?? []
     }
 
-    public func encode(to encoder: any Encoder) throws {
+    package func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(incarnation, forKey: .incarnation)
         try container.encode(members, forKey: .members)
         if !seeds.isEmpty { try container.encode(seeds, forKey: .seeds) }
     }
 
-    public var seedAddresses: [PeerAddress] {
+    package var seedAddresses: [PeerAddress] {
         seeds.compactMap { try? PeerAddress(parsing: $0) }
     }
 
-    public var addresses: [PeerAddress] {
+    package var addresses: [PeerAddress] {
         members.flatMap { $0.addresses.compactMap { try? PeerAddress(parsing: $0) } }
     }
 
-    public var ids: [NodeID] { members.compactMap { NodeID(hex: $0.id) } }
+    package var ids: [NodeID] { members.compactMap { NodeID(hex: $0.id) } }
 
-    public func contains(_ id: NodeID) -> Bool { members.contains { $0.id == id.hex } }
+    package func contains(_ id: NodeID) -> Bool { members.contains { $0.id == id.hex } }
 
     /// The view merged into what was remembered, not written over it: just after a restart the
     /// view is empty, and a crash then must not forget where the members were. Dead members stay
     /// too (if both ends of a link die in turn, each restart must still know where the other
     /// was); a member that left is dropped.
-    public mutating func merge(_ view: some Sequence<Member>) {
+    package mutating func merge(_ view: some Sequence<Member>) {
         var entries = Dictionary(members.map { ($0.id, $0) }, uniquingKeysWith: { $1 })
         for member in view {
             entries[member.id.hex] =
@@ -74,7 +74,7 @@ public struct RememberedMembers: Codable, Sendable, Equatable {
         members = entries.values.sorted { $0.id < $1.id }
     }
 
-    public mutating func forget(_ id: NodeID) {
+    package mutating func forget(_ id: NodeID) {
         members.removeAll { $0.id == id.hex }
     }
 }

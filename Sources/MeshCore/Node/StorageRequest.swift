@@ -3,7 +3,7 @@ import MeshCrypto
 /// Work the core hands to the store. The driver executes requests one at a time in the order
 /// they came (a chunk written before a collect is collected by it; an export queued before a
 /// collect reads whole chunks), and answers each with a `StorageOutcome` or a `StorageFailure`.
-public enum StorageRequest: Sendable {
+package enum StorageRequest: Sendable {
     /// Cut `source` into chunks of `chunkSize`, store them and their manifest durably, and hold
     /// them (no collect takes them) until an `unpin` of that manifest. `.ingested(manifest)`.
     case ingest(AttachmentSource, chunkSize: Int, limit: UInt64)
@@ -45,7 +45,7 @@ public enum StorageRequest: Sendable {
     case saveEnded([UInt8])
 }
 
-public enum StorageOutcome: Sendable, Equatable {
+package enum StorageOutcome: Sendable, Equatable {
     case done
     case ingested(Manifest)
     /// Nil: not stored, or no longer matching its name.
@@ -58,7 +58,7 @@ public enum StorageOutcome: Sendable, Equatable {
 }
 
 /// Why the store could not do what it was asked; the text is a sentence a person can act on.
-public enum StorageFailure: Error, Sendable, Equatable, CustomStringConvertible {
+package enum StorageFailure: Error, Sendable, Equatable, CustomStringConvertible {
     /// What `ingest` was given is over the attachment limit.
     case tooLarge(size: UInt64, limit: UInt64)
     /// What `ingest` was given cannot be read as an attachment (no such file, not a regular file…).
@@ -69,7 +69,7 @@ public enum StorageFailure: Error, Sendable, Equatable, CustomStringConvertible 
     /// it is no longer whole here.
     case damaged(String)
 
-    public var description: String {
+    package var description: String {
         switch self {
         case let .tooLarge(size, limit):
             return
@@ -82,7 +82,7 @@ public enum StorageFailure: Error, Sendable, Equatable, CustomStringConvertible 
 
 /// Says what a storage request was for; the driver hands it back with the outcome and never
 /// looks inside.
-public struct StorageTicket: Sendable {
+package struct StorageTicket: Sendable {
     let purpose: StoragePurpose
 }
 

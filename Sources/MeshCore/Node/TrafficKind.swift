@@ -1,7 +1,7 @@
 /// What a datagram is for, so that a node's traffic can be told apart in its counters (and in
 /// the metrics an operator graphs): a mesh that is busy replicating looks nothing like one
 /// whose membership is flapping, though both move the same totals.
-public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
+package enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
     /// SWIM: probes, acknowledgements, gossip of member records, full-state syncs; and the
     /// observed addresses members echo (reachability).
     case membership
@@ -19,7 +19,7 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
     /// Datagrams this node carries between two other members as their relay, and its refusals.
     case relay
 
-    public var description: String {
+    package var description: String {
         switch self {
         case .membership: return "membership"
         case .messages: return "messages"
@@ -33,7 +33,7 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
 
     /// The kind of a pairwise datagram, by the first frame that says (acknowledgements ride
     /// along with whatever else goes to the same member, so they decide only when alone).
-    public init(pairwise frames: [Frame]) {
+    package init(pairwise frames: [Frame]) {
         self = Self.kind(ofPairwise: frames)
     }
 
@@ -57,7 +57,7 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
     }
 
     /// The kind of a hello datagram: membership's, unless it carries a key epoch.
-    public init(hello frames: [Frame]) {
+    package init(hello frames: [Frame]) {
         switch frames.first {
         case .epochHandover, .removalNotice, .sessionEnd: self = .keys
         default: self = .membership
@@ -66,17 +66,17 @@ public enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
 }
 
 /// Datagrams and bytes by kind, in one direction. A fixed array: it is counted per datagram.
-public struct TrafficCounts: Sendable, Equatable {
-    public private(set) var datagrams = [UInt64](repeating: 0, count: TrafficKind.allCases.count)
-    public private(set) var bytes = [UInt64](repeating: 0, count: TrafficKind.allCases.count)
+package struct TrafficCounts: Sendable, Equatable {
+    package private(set) var datagrams = [UInt64](repeating: 0, count: TrafficKind.allCases.count)
+    package private(set) var bytes = [UInt64](repeating: 0, count: TrafficKind.allCases.count)
 
-    public init() {}
+    package init() {}
 
-    public mutating func count(_ kind: TrafficKind, datagrams: Int = 1, bytes: Int) {
+    package mutating func count(_ kind: TrafficKind, datagrams: Int = 1, bytes: Int) {
         self.datagrams[kind.rawValue] &+= UInt64(datagrams)
         self.bytes[kind.rawValue] &+= UInt64(bytes)
     }
 
-    public func datagrams(_ kind: TrafficKind) -> UInt64 { datagrams[kind.rawValue] }
-    public func bytes(_ kind: TrafficKind) -> UInt64 { bytes[kind.rawValue] }
+    package func datagrams(_ kind: TrafficKind) -> UInt64 { datagrams[kind.rawValue] }
+    package func bytes(_ kind: TrafficKind) -> UInt64 { bytes[kind.rawValue] }
 }

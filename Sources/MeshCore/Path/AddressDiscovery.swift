@@ -9,10 +9,10 @@ import MeshCrypto
 /// us) only once `quorum` distinct members report it, and it stays until another address reaches
 /// the quorum: one member alone can neither move where everyone sends to us nor take away an
 /// address that works. (STUN clients compare two servers for the same reason, RFC 5780.)
-public struct AddressDiscovery: Sendable {
+package struct AddressDiscovery: Sendable {
     /// Where an address of ours learnt outside the members' observations came from. Each source
     /// holds at most one address; the driver sets and clears it.
-    public enum ExternalSource: String, Sendable, CaseIterable, Codable {
+    package enum ExternalSource: String, Sendable, CaseIterable, Codable {
         /// A mapping our gateway granted (PCP, NAT-PMP or UPnP IGD): reachable unsolicited.
         case portMapping = "port-mapping"
         /// What a STUN server saw our datagrams come from (one observer: not a quorum, but
@@ -22,34 +22,34 @@ public struct AddressDiscovery: Sendable {
         case turn
     }
 
-    public struct Settings: Sendable, Equatable {
+    package struct Settings: Sendable, Equatable {
         /// Distinct members that must agree on a reflexive address before it is adopted.
-        public var quorum = 2
+        package var quorum = 2
         /// Members whose observation is kept: memory stays bounded whatever members send.
-        public var maxObservers = 256
+        package var maxObservers = 256
 
-        public init() {}
+        package init() {}
     }
 
-    public let settings: Settings
+    package let settings: Settings
     /// Our own addresses (advertised, interfaces, the bound socket): seen at one of them, a
     /// member reaches us with no NAT between.
-    public let local: [PeerAddress]
+    package let local: [PeerAddress]
     /// The latest address each member saw us at.
-    public private(set) var observations: [NodeID: PeerAddress] = [:]
+    package private(set) var observations: [NodeID: PeerAddress] = [:]
     /// The reflexive address adopted, if any.
-    public private(set) var reflexive: PeerAddress?
+    package private(set) var reflexive: PeerAddress?
     /// Addresses a gateway, a STUN server or a TURN server gave us (`setExternal`).
-    public private(set) var external: [ExternalSource: PeerAddress] = [:]
+    package private(set) var external: [ExternalSource: PeerAddress] = [:]
 
-    public init(local: [PeerAddress], settings: Settings = .init()) {
+    package init(local: [PeerAddress], settings: Settings = .init()) {
         self.local = local
         self.settings = settings
     }
 
     /// `member` saw our datagram come from `address`. True when the adopted reflexive address
     /// changed (our record must say so).
-    public mutating func observe(_ address: PeerAddress, by member: NodeID) -> Bool {
+    package mutating func observe(_ address: PeerAddress, by member: NodeID) -> Bool {
         guard observations[member] != nil || observations.count < settings.maxObservers else { return false }
         observations[member] = address
         guard let (agreed, count) = mostReported(), count >= settings.quorum, agreed != reflexive else { return false }
@@ -58,14 +58,14 @@ public struct AddressDiscovery: Sendable {
     }
 
     /// A member gone (dead, left, forgotten) no longer counts. The adopted address stays.
-    public mutating func forget(_ member: NodeID) {
+    package mutating func forget(_ member: NodeID) {
         observations[member] = nil
     }
 
     /// What the observations say about the NAT in front of us. One member seeing a public
     /// address tells nothing of the mapping; two that agree mean one mapping for all; two that
     /// disagree (with no quorum for any address) mean a mapping per destination.
-    public var behaviour: NATBehaviour {
+    package var behaviour: NATBehaviour {
         let outside = observations.values.filter { !local.contains($0) }
         if outside.isEmpty { return observations.isEmpty ? .unknown : .none }
         if let (_, count) = mostReported(), count >= settings.quorum { return .endpointIndependent }
@@ -73,7 +73,7 @@ public struct AddressDiscovery: Sendable {
     }
 
     /// Sets (or, with nil, clears) the address `source` gave us. True when it changed.
-    public mutating func setExternal(_ address: PeerAddress?, from source: ExternalSource) -> Bool {
+    package mutating func setExternal(_ address: PeerAddress?, from source: ExternalSource) -> Bool {
         guard external[source] != address else { return false }
         external[source] = address
         return true
@@ -85,7 +85,7 @@ public struct AddressDiscovery: Sendable {
     /// (it works through anything, at the server's cost), then our other own addresses. Never
     /// the wildcard a socket bound to (0.0.0.0:7946 by default): a peer sent there would send
     /// to itself.
-    public func candidates(limit: Int = MemberRecord.maxAddresses) -> [PeerAddress] {
+    package func candidates(limit: Int = MemberRecord.maxAddresses) -> [PeerAddress] {
         var ordered: [PeerAddress?] = [
             external[.portMapping], reflexive, external[.stun], local.first(where: { !$0.isUnspecified }),
         ]

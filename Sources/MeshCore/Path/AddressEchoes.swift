@@ -6,12 +6,12 @@ import MeshCrypto
 /// lost, and a member behind a NAT needs it). A member whose record names where it is hears
 /// from us once per boot, so a mesh without NATs pays almost nothing. At most one echo per
 /// `minimumInterval` per member, whatever arrives from where.
-public struct AddressEchoes: Sendable {
-    public struct Settings: Sendable, Equatable {
-        public var refresh: Duration = .seconds(30)
-        public var minimumInterval: Duration = .seconds(1)
+package struct AddressEchoes: Sendable {
+    package struct Settings: Sendable, Equatable {
+        package var refresh: Duration = .seconds(30)
+        package var minimumInterval: Duration = .seconds(1)
 
-        public init() {}
+        package init() {}
     }
 
     struct Echo: Sendable {
@@ -22,28 +22,28 @@ public struct AddressEchoes: Sendable {
         var known: Bool
     }
 
-    public let settings: Settings
+    package let settings: Settings
     var echoes: [NodeID: Echo] = [:]
 
-    public init(settings: Settings = .init()) {
+    package init(settings: Settings = .init()) {
         self.settings = settings
     }
 
     /// Whether a datagram of `member`'s boot `boot` from `address` calls for an echo now. Cheap:
     /// it runs for every pairwise datagram.
-    public func isDue(_ address: PeerAddress, from member: NodeID, boot: UInt64, now: MeshInstant) -> Bool {
+    package func isDue(_ address: PeerAddress, from member: NodeID, boot: UInt64, now: MeshInstant) -> Bool {
         guard let last = echoes[member] else { return true }
         guard now >= last.at + settings.minimumInterval else { return false }
         return last.boot != boot || last.address != address || (!last.known && now >= last.at + settings.refresh)
     }
 
     /// An echo went out; `known`: the member's record gives that address.
-    public mutating func echoed(_ address: PeerAddress, to member: NodeID, boot: UInt64, known: Bool, now: MeshInstant)
+    package mutating func echoed(_ address: PeerAddress, to member: NodeID, boot: UInt64, known: Bool, now: MeshInstant)
     {
         echoes[member] = Echo(address: address, boot: boot, at: now, known: known)
     }
 
-    public mutating func forget(_ member: NodeID) {
+    package mutating func forget(_ member: NodeID) {
         echoes[member] = nil
     }
 }

@@ -7,30 +7,30 @@ import NIOCore
 /// sockets are open (or that it opens none), so the other may start probing. Each side says what
 /// its NAT is, so both derive the same roles (`BirthdayPunching.roles`), and where it is: the
 /// address a hard side aims its sockets at, or the host an easy side probes.
-public struct BirthdayRound: WireBody {
-    public enum Step: UInt8, Sendable {
+package struct BirthdayRound: WireBody {
+    package enum Step: UInt8, Sendable {
         case offer = 0
         case ready = 1
     }
 
-    public static let maxAddresses = MemberRecord.maxAddresses
+    package static let maxAddresses = MemberRecord.maxAddresses
 
     /// Chosen by the leader; both steps of one round carry it.
-    public var token: UInt64
-    public var step: Step
-    public var nat: NATBehaviour
+    package var token: UInt64
+    package var step: Step
+    package var nat: NATBehaviour
     /// The sender's public addresses, best first (its own words: what a side probes is only
     /// ever where the other said it is).
-    public var addresses: [PeerAddress]
+    package var addresses: [PeerAddress]
 
-    public init(token: UInt64, step: Step, nat: NATBehaviour, addresses: [PeerAddress]) {
+    package init(token: UInt64, step: Step, nat: NATBehaviour, addresses: [PeerAddress]) {
         self.token = token
         self.step = step
         self.nat = nat
         self.addresses = Array(addresses.prefix(Self.maxAddresses))
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         token = try buffer.readWire(UInt64.self, "birthday token")
         guard let step = Step(rawValue: try buffer.readWire(UInt8.self, "birthday step")) else {
             throw .invalidField(what: "birthday step")
@@ -43,7 +43,7 @@ public struct BirthdayRound: WireBody {
         addresses = try PeerAddress.decodeList(from: &buffer, atMost: Self.maxAddresses, "birthday address count")
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(token)
         buffer.writeInteger(step.rawValue)
         buffer.writeInteger(nat.wireValue)

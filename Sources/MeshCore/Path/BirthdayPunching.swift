@@ -17,59 +17,59 @@ import MeshCrypto
 /// after the other's `ready` (its sockets are open by then). Roles come from both NATs
 /// (`roles(local:peer:)`), the same on both sides. Pure: time and randomness come in, actions go
 /// out (NodeInstance+Birthday carries them out).
-public struct BirthdayPunching: Sendable {
-    public struct Settings: Sendable, Equatable {
+package struct BirthdayPunching: Sendable {
+    package struct Settings: Sendable, Equatable {
         /// Off: no round is offered or taken (a simulation about relays, whose pair a lucky probe
         /// could punch).
-        public var enabled = true
+        package var enabled = true
         /// Sockets the hard side opens for one round (each one a mapping on its NAT).
-        public var sockets = 256
+        package var sockets = 256
         /// Probes the easy side sends in one round, and how fast.
-        public var probes = 1024
-        public var probesPerSecond = 256
+        package var probes = 1024
+        package var probesPerSecond = 256
         /// Probes go in batches this far apart (a batch is `probesPerSecond` × this).
-        public var probeInterval: Duration = .milliseconds(50)
+        package var probeInterval: Duration = .milliseconds(50)
         /// The easy side starts this long after the hard side's `ready`: its sockets are bound and
         /// their mappings made before the first probe reaches its router (a probe that arrives
         /// first leaves a flow there that a later mapping avoids).
-        public var probeDelay: Duration = .milliseconds(250)
+        package var probeDelay: Duration = .milliseconds(250)
         /// The hard side's sockets stay open this long unless one is hit (the probes take
         /// `probes / probesPerSecond`, four seconds).
-        public var socketLifetime: Duration = .seconds(8)
+        package var socketLifetime: Duration = .seconds(8)
         /// The hard side's datagrams expire this many hops out, before the easy side's router
         /// (one that reached it unasked could be taken as a flow to the router itself).
-        public var hops: UInt8 = 2
+        package var hops: UInt8 = 2
         /// An offer not answered this long after is given up (an older member ignores it).
-        public var answerWait: Duration = .seconds(3)
+        package var answerWait: Duration = .seconds(3)
         /// Between two rounds offered to one member while the pair stays relayed: doubling.
-        public var retryInterval: Duration = .seconds(30)
-        public var maximumRetryInterval: Duration = .seconds(600)
+        package var retryInterval: Duration = .seconds(30)
+        package var maximumRetryInterval: Duration = .seconds(600)
         /// Rounds another member may start with us, at most one per this long.
-        public var acceptInterval: Duration = .seconds(10)
+        package var acceptInterval: Duration = .seconds(10)
         /// An offer not answered goes again this often, at most this many times (same token: the
         /// follower answers it again), so one lost datagram does not cost a round.
-        public var offerResendInterval: Duration = .seconds(1)
-        public var offerResends = 2
+        package var offerResendInterval: Duration = .seconds(1)
+        package var offerResends = 2
         /// Ports probed are drawn from here to 65,535.
-        public var lowestPort: UInt16 = 1024
+        package var lowestPort: UInt16 = 1024
         /// Probes for every round together, at most this many per `probeBudgetInterval`: a member
         /// that names another host as its own, or chains rounds, gets no more from us than this.
-        public var probeBudget = 1024
-        public var probeBudgetInterval: Duration = .seconds(60)
+        package var probeBudget = 1024
+        package var probeBudgetInterval: Duration = .seconds(60)
         /// Whether a loopback, private or link-local host may be a round's target (the
         /// simulator's hosts are on 127/8); on a real network a round is for public hosts only.
-        public var localHostsAllowed = false
+        package var localHostsAllowed = false
 
-        public init() {}
+        package init() {}
     }
 
-    public struct Roles: OptionSet, Sendable, Hashable {
-        public let rawValue: UInt8
-        public init(rawValue: UInt8) { self.rawValue = rawValue }
+    package struct Roles: OptionSet, Sendable, Hashable {
+        package let rawValue: UInt8
+        package init(rawValue: UInt8) { self.rawValue = rawValue }
         /// Opens many sockets towards the other's one public address.
-        public static let hard = Roles(rawValue: 1)
+        package static let hard = Roles(rawValue: 1)
         /// Probes many ports of the other's public host.
-        public static let easy = Roles(rawValue: 2)
+        package static let easy = Roles(rawValue: 2)
     }
 
     /// Who plays what, from the two NATs: a symmetric side is hard, an endpoint-independent (or
@@ -78,7 +78,7 @@ public struct BirthdayPunching: Sendable {
     /// anything but a symmetric one) and as easy against a hard one; when neither is known,
     /// or both look easy, both sides play both roles. Two symmetric NATs: no round (each probe
     /// would leave from a new port of its own).
-    public static func roles(local: NATBehaviour, peer: NATBehaviour) -> (local: Roles, peer: Roles)? {
+    package static func roles(local: NATBehaviour, peer: NATBehaviour) -> (local: Roles, peer: Roles)? {
         enum Side { case hard, easy, unknown }
         func side(_ nat: NATBehaviour) -> Side {
             switch nat {
@@ -95,7 +95,7 @@ public struct BirthdayPunching: Sendable {
         }
     }
 
-    public enum Phase: Sendable, Equatable {
+    package enum Phase: Sendable, Equatable {
         /// We offered; waiting for the other's `ready`.
         case offered
         /// Answered or going: waiting for the other's `ready` (if it has a hard role), probing
@@ -103,29 +103,29 @@ public struct BirthdayPunching: Sendable {
         case running
     }
 
-    public struct Round: Sendable, Equatable {
-        public var token: UInt64
-        public var phase: Phase
-        public var leads: Bool
-        public var localRoles: Roles = []
-        public var peerRoles: Roles = []
+    package struct Round: Sendable, Equatable {
+        package var token: UInt64
+        package var phase: Phase
+        package var leads: Bool
+        package var localRoles: Roles = []
+        package var peerRoles: Roles = []
         /// Where our sockets aim (the other's public address), when we play hard.
-        public var target: PeerAddress?
+        package var target: PeerAddress?
         /// The host we probe, when we play easy and the other is hard.
-        public var probedHost: PeerAddress.Host?
-        public var heardReady = false
+        package var probedHost: PeerAddress.Host?
+        package var heardReady = false
         var probesSent = 0
         var probedPorts: Set<UInt16> = []
         var probeStart: MeshInstant?
         var nextProbeAt: MeshInstant?
-        public var endsAt: MeshInstant
+        package var endsAt: MeshInstant
         /// The offer goes again (a datagram may be lost) at most `offerResends` times, this far apart.
         var resendAt: MeshInstant?
         var resends = 0
     }
 
     /// What to do: the node sends the frames and carries out the rest.
-    public enum Action: Sendable, Equatable {
+    package enum Action: Sendable, Equatable {
         case offer(NodeID, token: UInt64)
         case ready(NodeID, token: UInt64)
         /// Open `count` sockets, each sending one short-lived punch to `target`, for `lifetime`.
@@ -136,28 +136,28 @@ public struct BirthdayPunching: Sendable {
         case failed(NodeID)
     }
 
-    public let settings: Settings
+    package let settings: Settings
     /// At most one round at a time: its sockets and its probes are the whole budget.
-    public private(set) var round: (peer: NodeID, state: Round)?
+    package private(set) var round: (peer: NodeID, state: Round)?
     /// Per member we lead for: when the next round may be offered, and the wait after it.
     var nextOffer: [NodeID: (at: MeshInstant, wait: Duration)] = [:]
     var lastAccepted: [NodeID: MeshInstant] = [:]
-    public private(set) var roundsTried: UInt64 = 0
-    public private(set) var roundsSucceeded: UInt64 = 0
-    public private(set) var probesSent: UInt64 = 0
-    public private(set) var socketsAsked: UInt64 = 0
+    package private(set) var roundsTried: UInt64 = 0
+    package private(set) var roundsSucceeded: UInt64 = 0
+    package private(set) var probesSent: UInt64 = 0
+    package private(set) var socketsAsked: UInt64 = 0
     /// Probes left in the node-wide budget, and when it was last filled.
     private var probeTokens: Double?
     private var probeTokensAt = MeshInstant.zero
 
-    public init(settings: Settings = .init()) {
+    package init(settings: Settings = .init()) {
         self.settings = settings
     }
 
     /// What is due: offers to `eligible` members (relayed after ordinary punches failed, and
     /// led by us; nil: not looked at this time, no offer), batches of probes, and a round that
     /// ran out.
-    public mutating func due(
+    package mutating func due(
         now: MeshInstant, eligible: [NodeID]?,
         random: inout some RandomNumberGenerator
     ) -> [Action] {
@@ -238,7 +238,7 @@ public struct BirthdayPunching: Sendable {
 
     /// A `BirthdayRound` frame from `peer` (`peerLeads`: its id is the lower), with our own NAT
     /// and public addresses for the answer.
-    public mutating func receive(
+    package mutating func receive(
         _ frame: BirthdayRound, from peer: NodeID, peerLeads: Bool, localNAT: NATBehaviour,
         now: MeshInstant
     ) -> [Action] {
@@ -348,7 +348,7 @@ public struct BirthdayPunching: Sendable {
 
     /// A datagram of `peer`'s own came to us directly while a round with it runs: it worked.
     /// True when it was the round's success.
-    public mutating func heardDirectly(_ peer: NodeID) -> Bool {
+    package mutating func heardDirectly(_ peer: NodeID) -> Bool {
         guard case let (current, state)? = round, current == peer, state.phase == .running else { return false }
         round = nil
         roundsSucceeded += 1
@@ -357,19 +357,19 @@ public struct BirthdayPunching: Sendable {
     }
 
     /// Probes sent, for the counters (the node counts each as it sends it).
-    public mutating func countProbes(_ count: Int) {
+    package mutating func countProbes(_ count: Int) {
         probesSent += UInt64(count)
     }
 
     /// A member gone: its round and schedule go.
-    public mutating func forget(_ member: NodeID) {
+    package mutating func forget(_ member: NodeID) {
         if round?.peer == member { round = nil }
         nextOffer[member] = nil
         lastAccepted[member] = nil
     }
 
     /// When `due` has something to do next.
-    public var nextDeadline: MeshInstant? {
+    package var nextDeadline: MeshInstant? {
         guard let state = round?.state else { return nil }
         // The resend only while offered: a past instant left here would make the driver spin.
         let next = [state.nextProbeAt, state.phase == .offered ? state.resendAt : nil].compactMap { $0 }.min()

@@ -10,31 +10,31 @@ import MeshCrypto
 /// announcement that is taken. The driver takes one only from a source on the subnet of one of
 /// our LAN interfaces: a copy replayed on our LAN, even from a forged source there, costs one
 /// punch (sealed, at most 40 datagrams) to an address on our own LAN.
-public struct LANAnnouncement: Sendable, Equatable {
-    public static let magic: [UInt8] = Array("GML1".utf8)
-    public static let byteCount = 4 + 8 + NodeID.byteCount + 2 + 16
+package struct LANAnnouncement: Sendable, Equatable {
+    package static let magic: [UInt8] = Array("GML1".utf8)
+    package static let byteCount = 4 + 8 + NodeID.byteCount + 2 + 16
 
-    public var node: NodeID
+    package var node: NodeID
     /// The member's mesh port (the announcement may come from another socket).
-    public var port: UInt16
+    package var port: UInt16
 
-    public init(node: NodeID, port: UInt16) {
+    package init(node: NodeID, port: UInt16) {
         self.node = node
         self.port = port
     }
 
     /// The keys of one session epoch: the tag it is known by, and the MAC key.
-    public struct Keys: Sendable, Equatable {
-        public let tag: [UInt8]
+    package struct Keys: Sendable, Equatable {
+        package let tag: [UInt8]
         let macKey: [UInt8]
 
-        public init(secret: SessionSecret) {
+        package init(secret: SessionSecret) {
             macKey = secret.key(for: .lanDiscovery)
             tag = Array(KeyedHash.hash(Array("session tag".utf8), key: macKey, length: 16).prefix(8))
         }
     }
 
-    public func encoded(with keys: Keys) -> [UInt8] {
+    package func encoded(with keys: Keys) -> [UInt8] {
         var bytes = Self.magic + keys.tag + node.bytes
         bytes += [UInt8(port >> 8), UInt8(port & 0xff)]
         return bytes + KeyedHash.hash(bytes, key: keys.macKey, length: 16)
@@ -42,7 +42,7 @@ public struct LANAnnouncement: Sendable, Equatable {
 
     /// The announcement in `bytes`, if it is one of this session's and its MAC holds; nil for
     /// anything else (another session's, damaged, forged, a stray datagram on the port).
-    public init?(decoding bytes: [UInt8], with keys: Keys) {
+    package init?(decoding bytes: [UInt8], with keys: Keys) {
         guard bytes.count == Self.byteCount, Array(bytes[0..<4]) == Self.magic,
             Array(bytes[4..<12]) == keys.tag
         else { return nil }
@@ -59,38 +59,38 @@ public struct LANAnnouncement: Sendable, Equatable {
 
 /// When this node announces itself on its LAN, and what it does with what it hears: pure
 /// bookkeeping, the node decides (`NodeInstance+LAN`).
-public struct LANDiscovery: Sendable {
-    public struct Settings: Sendable, Equatable {
+package struct LANDiscovery: Sendable {
+    package struct Settings: Sendable, Equatable {
         /// Off with `run --no-lan-discovery`.
-        public var enabled = true
+        package var enabled = true
         /// Between announcements (one at start, one a second later against a loss, then this).
-        public var interval: Duration = .seconds(30)
+        package var interval: Duration = .seconds(30)
         /// An announcement heard from a node not yet on a LAN path with us is answered with
         /// ours, at most this often: a newcomer learns of us without waiting for our interval.
-        public var answerInterval: Duration = .seconds(2)
+        package var answerInterval: Duration = .seconds(2)
         /// One node's announcements are acted on at most this often (a flood costs nothing).
-        public var perNodeInterval: Duration = .seconds(5)
+        package var perNodeInterval: Duration = .seconds(5)
         /// Nodes whose last action time is kept.
-        public var maxTracked = 256
+        package var maxTracked = 256
 
-        public init() {}
+        package init() {}
     }
 
-    public internal(set) var settings: Settings
-    public private(set) var nextAnnouncement: MeshInstant
+    package internal(set) var settings: Settings
+    package private(set) var nextAnnouncement: MeshInstant
     private var earlyAnnouncements = 2
     private var lastAnswer: MeshInstant?
     private var lastActed: [NodeID: MeshInstant] = [:]
     private var cachedKeys: (session: SessionID, keys: LANAnnouncement.Keys)?
 
-    public init(settings: Settings, now: MeshInstant) {
+    package init(settings: Settings, now: MeshInstant) {
         self.settings = settings
         nextAnnouncement = now
     }
 
     /// The keys of the epoch `secret` names, derived once per epoch (a flood of datagrams on the
     /// port costs a hash each, not a key derivation).
-    public mutating func keys(for secret: SessionSecret) -> LANAnnouncement.Keys {
+    package mutating func keys(for secret: SessionSecret) -> LANAnnouncement.Keys {
         let session = secret.sessionID
         if let cachedKeys, cachedKeys.session == session { return cachedKeys.keys }
         let keys = LANAnnouncement.Keys(secret: secret)
@@ -99,7 +99,7 @@ public struct LANDiscovery: Sendable {
     }
 
     /// Whether to announce now; if so the next one is scheduled.
-    public mutating func announcementDue(now: MeshInstant) -> Bool {
+    package mutating func announcementDue(now: MeshInstant) -> Bool {
         guard settings.enabled, now >= nextAnnouncement else { return false }
         if earlyAnnouncements > 0 { earlyAnnouncements -= 1 }
         nextAnnouncement = now + (earlyAnnouncements > 0 ? .seconds(1) : settings.interval)
@@ -108,7 +108,7 @@ public struct LANDiscovery: Sendable {
 
     /// Whether to act on `node`'s announcement now (at most once per `perNodeInterval` each, and
     /// for at most `maxTracked` nodes at a time).
-    public mutating func mayAct(on node: NodeID, now: MeshInstant) -> Bool {
+    package mutating func mayAct(on node: NodeID, now: MeshInstant) -> Bool {
         guard settings.enabled else { return false }
         if let last = lastActed[node], now < last + settings.perNodeInterval { return false }
         if lastActed[node] == nil, lastActed.count >= settings.maxTracked {
@@ -120,7 +120,7 @@ public struct LANDiscovery: Sendable {
     }
 
     /// Whether to answer an announcement with ours now (moves the next announcement up).
-    public mutating func mayAnswer(now: MeshInstant) -> Bool {
+    package mutating func mayAnswer(now: MeshInstant) -> Bool {
         guard settings.enabled else { return false }
         if let lastAnswer, now < lastAnswer + settings.answerInterval { return false }
         lastAnswer = now

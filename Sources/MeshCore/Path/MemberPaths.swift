@@ -23,50 +23,50 @@ import MeshCrypto
 /// reaches us through a relay while we hear nothing of it directly is answered through the same
 /// relay at once. The state is per member and pure: the node feeds it what arrives and asks it
 /// what to send (NodeInstance+Paths, +Relay).
-public struct MemberPaths: Sendable {
-    public struct Settings: Sendable, Equatable {
+package struct MemberPaths: Sendable {
+    package struct Settings: Sendable, Equatable {
         /// A member silent this long (at least; the node stretches it with the probe round) is
         /// introduced again.
-        public var silence: Duration = .seconds(5)
+        package var silence: Duration = .seconds(5)
         /// Between two introductions asked for one member; doubles to `maximumRequestInterval`.
-        public var requestInterval: Duration = .seconds(5)
-        public var maximumRequestInterval: Duration = .seconds(60)
+        package var requestInterval: Duration = .seconds(5)
+        package var maximumRequestInterval: Duration = .seconds(60)
         /// A simultaneous open's budget: rounds of punches to every candidate, this far apart.
-        public var punchRounds = 10
-        public var punchInterval: Duration = .milliseconds(100)
+        package var punchRounds = 10
+        package var punchInterval: Duration = .milliseconds(100)
         /// The first rounds of a punch are short-lived: their datagrams leave our router (making
         /// our mapping towards the peer) and expire `shortPunchHops` hops out, before they reach
         /// the peer's router. A router with no firewall of its own would otherwise take the first
         /// punch to reach it as a flow to itself, and map its own host's punch back elsewhere.
-        public var shortPunchRounds = 2
-        public var shortPunchHops: UInt8 = 2
+        package var shortPunchRounds = 2
+        package var shortPunchHops: UInt8 = 2
         /// A member reached through our TURN server is punched for a direct path this long after
         /// we first reached it so (past Linux's 30 s for a flow nobody answered), then at least
         /// this far apart.
-        public var turnUpgradeWait: Duration = .seconds(35)
+        package var turnUpgradeWait: Duration = .seconds(35)
         /// Punches under way at once (each one an introduction a member asked us to follow).
-        public var maxPunches = 8
+        package var maxPunches = 8
         /// Of those, opens one member introduced.
-        public var maxPunchesPerIntroducer = 2
+        package var maxPunchesPerIntroducer = 2
         /// Under common UDP mapping lifetimes (30 s unanswered on Linux, as little as 30–60 s on
         /// home routers). Each punched path that falls silent (its mapping expired, or the member
         /// is gone) shortens it by a third, down to `minimumKeepalive`.
-        public var keepalive: Duration = .seconds(25)
-        public var minimumKeepalive: Duration = .seconds(5)
+        package var keepalive: Duration = .seconds(25)
+        package var minimumKeepalive: Duration = .seconds(5)
         /// Introductions made for one requester.
-        public var introductionInterval: Duration = .seconds(1)
+        package var introductionInterval: Duration = .seconds(1)
         /// An introduction asked for this long ago that did not bring a silent member back: it is
         /// reached through a relay (a punch takes `punchRounds × punchInterval`, a second).
-        public var relayAfter: Duration = .seconds(2)
+        package var relayAfter: Duration = .seconds(2)
         /// A relay that went silent or refused is not chosen again for this pair for this long.
-        public var relayRetry: Duration = .seconds(60)
+        package var relayRetry: Duration = .seconds(60)
         /// A member heard through a relay is answered through it when nothing came directly for this long.
-        public var relayAdoption: Duration = .seconds(2)
+        package var relayAdoption: Duration = .seconds(2)
 
-        public init() {}
+        package init() {}
     }
 
-    public enum State: String, Sendable, Equatable {
+    package enum State: String, Sendable, Equatable {
         /// Reached at its record's address, or where its own datagrams come from.
         case direct
         /// A simultaneous open is under way.
@@ -79,17 +79,17 @@ public struct MemberPaths: Sendable {
         case unreachable
     }
 
-    public struct Path: Sendable, Equatable {
-        public var state = State.direct
+    package struct Path: Sendable, Equatable {
+        package var state = State.direct
         /// Where the member's latest authenticated datagram came from.
-        public var learned: PeerAddress?
+        package var learned: PeerAddress?
         var boot: UInt64 = 0
         var packet: UInt64 = 0
         /// The member's latest datagram by any route, and the latest that came directly.
-        public var lastHeard: MeshInstant?
+        package var lastHeard: MeshInstant?
         var lastDirect: MeshInstant?
         /// The member that carries our datagrams to it, while it is relayed.
-        public var relay: NodeID?
+        package var relay: NodeID?
         var relayedSince: MeshInstant?
         /// When its latest datagram came through our relay: a relay is judged by what comes
         /// back through it, not by what comes through another.
@@ -114,7 +114,7 @@ public struct MemberPaths: Sendable {
         var lastKeepalive: MeshInstant?
         /// Simultaneous opens towards it that ran out their rounds: a pair reached through TURN
         /// after one did is offered a birthday round.
-        public internal(set) var punchesFailed = 0
+        package internal(set) var punchesFailed = 0
         /// The last open toward it each member introduced: budgets per introducer, so that one
         /// member sending false introductions cannot use up an honest introducer's.
         var lastPunch: [NodeID: MeshInstant] = [:]
@@ -131,7 +131,7 @@ public struct MemberPaths: Sendable {
     }
 
     /// What to send for the paths: the node seals and sends it.
-    public enum Action: Sendable, Equatable {
+    package enum Action: Sendable, Equatable {
         case punch(NodeID, to: PeerAddress, isReply: Bool)
         /// A punch sent with an IP TTL (hop limit) of `hops`: it opens our own NAT's mapping and
         /// dies before the peer's router (a peer on our own network still gets it).
@@ -151,18 +151,18 @@ public struct MemberPaths: Sendable {
     /// are seconds long, and a stream of datagrams should not write the table for each one.
     static let heardGranularity: Duration = .milliseconds(100)
 
-    public let settings: Settings
-    public private(set) var paths: [NodeID: Path] = [:]
+    package let settings: Settings
+    package private(set) var paths: [NodeID: Path] = [:]
     var punching: [NodeID: Punching] = [:]
     var introduced: [NodeID: MeshInstant] = [:]
-    public private(set) var punchesSucceeded: UInt64 = 0
-    public private(set) var punchesFailed: UInt64 = 0
+    package private(set) var punchesSucceeded: UInt64 = 0
+    package private(set) var punchesFailed: UInt64 = 0
     /// Punched paths that fell silent: each one a mapping that may have expired.
-    public private(set) var punchedPathsLost: UInt64 = 0
+    package private(set) var punchedPathsLost: UInt64 = 0
     /// Between two keepalives on a path, now (`Settings.keepalive`, shortened by lost paths).
-    public private(set) var keepaliveInterval: Duration
+    package private(set) var keepaliveInterval: Duration
 
-    public init(settings: Settings = .init()) {
+    package init(settings: Settings = .init()) {
         self.settings = settings
         keepaliveInterval = settings.keepalive
     }
@@ -170,40 +170,40 @@ public struct MemberPaths: Sendable {
     /// The address in use for `member`, when a datagram of its own proved one.
     /// Where `member`'s boot `boot` was heard from (another boot's address says nothing of this
     /// one: a restarted member listens elsewhere).
-    public func address(of member: NodeID, boot: UInt64?) -> PeerAddress? {
+    package func address(of member: NodeID, boot: UInt64?) -> PeerAddress? {
         guard let path = paths[member], path.boot == boot else { return nil }
         return path.learned
     }
 
-    public func state(of member: NodeID) -> State {
+    package func state(of member: NodeID) -> State {
         paths[member]?.state ?? .direct
     }
 
     /// The member our datagrams to `member` go through, while it is relayed.
-    public func relay(of member: NodeID) -> NodeID? {
+    package func relay(of member: NodeID) -> NodeID? {
         paths[member]?.relay
     }
 
     /// Whether `member`'s own datagrams came straight to us within `silence`, and we answer it
     /// straight: such a member can introduce others to it, and carry datagrams to it.
-    public func isDirect(_ member: NodeID, within silence: Duration, now: MeshInstant) -> Bool {
+    package func isDirect(_ member: NodeID, within silence: Duration, now: MeshInstant) -> Bool {
         guard let path = paths[member], path.relay == nil, let heard = path.lastDirect else { return false }
         return now < heard + silence
     }
 
     /// Members reached through a relay.
-    public var relayedMembers: Set<NodeID> {
+    package var relayedMembers: Set<NodeID> {
         Set(paths.compactMap { $0.value.relay == nil ? nil : $0.key })
     }
 
     /// Members reached through `relay`.
-    public func relayed(through relay: NodeID) -> [NodeID] {
+    package func relayed(through relay: NodeID) -> [NodeID] {
         paths.filter { $0.value.relay == relay }.map(\.key).sorted()
     }
 
     /// An authenticated pairwise datagram of `member`'s boot `boot`, number `packet`, came from
     /// `source`. True when the address in use for it changed.
-    public mutating func heard(
+    package mutating func heard(
         _ member: NodeID, boot: UInt64, packet: UInt64, from source: PeerAddress,
         now: MeshInstant
     ) -> Bool {
@@ -255,7 +255,7 @@ public struct MemberPaths: Sendable {
     /// A hello of `member`'s boot `boot` came from `source`, an address its own signed record
     /// gives: where to send it until a pairwise datagram of its own proves where it is (any one
     /// moves it: the hello's packet number is not taken). True when that changed the address.
-    public mutating func helloFrom(_ member: NodeID, boot: UInt64, at source: PeerAddress, now: MeshInstant) -> Bool {
+    package mutating func helloFrom(_ member: NodeID, boot: UInt64, at source: PeerAddress, now: MeshInstant) -> Bool {
         // Heard now: the silence checks (introductions, punching its record, relays) count from here.
         var path = paths[member] ?? Path(lastHeard: now)
         if path.lastHeard == nil { path.lastHeard = now }
@@ -271,7 +271,7 @@ public struct MemberPaths: Sendable {
     /// through that relay: we had none and heard nothing of it directly for `relayAdoption`, or
     /// we had another and `follows` (of two members that chose different relays, the one with
     /// the higher id takes the other's choice, so they meet on one and do not swap forever).
-    public mutating func heardThroughRelay(
+    package mutating func heardThroughRelay(
         _ member: NodeID, via relay: NodeID, boot: UInt64, packet: UInt64, follows: Bool,
         now: MeshInstant
     ) -> Bool {
@@ -300,7 +300,7 @@ public struct MemberPaths: Sendable {
 
     /// `relay` will not carry our datagrams to `member`, or stopped answering for it: the next
     /// relay is chosen at the next check.
-    public mutating func relayFailed(_ relay: NodeID, for member: NodeID, now: MeshInstant) {
+    package mutating func relayFailed(_ relay: NodeID, for member: NodeID, now: MeshInstant) {
         guard var path = paths[member] else { return }
         path.failedRelays[relay] = now
         if path.relay == relay {
@@ -314,7 +314,7 @@ public struct MemberPaths: Sendable {
 
     /// `relay` left or died: every member reached through it looks for another at the next check.
     /// The member it was is forgotten with its path; the paths it relayed are only moved.
-    public mutating func relayGone(_ relay: NodeID, now: MeshInstant) {
+    package mutating func relayGone(_ relay: NodeID, now: MeshInstant) {
         for member in relayed(through: relay) {
             paths[member]?.relay = nil
             paths[member]?.relayedSince = nil
@@ -325,21 +325,21 @@ public struct MemberPaths: Sendable {
 
     /// A birthday round found `member` (its own datagram just came directly): the path is
     /// `punched` where it came from, and kept alive as punched paths are.
-    public mutating func birthdayPunched(_ member: NodeID) {
+    package mutating func birthdayPunched(_ member: NodeID) {
         guard paths[member]?.learned != nil else { return }
         paths[member]?.state = .punched
         punching[member] = nil
     }
 
     /// A member gone: its path is forgotten with it.
-    public mutating func forget(_ member: NodeID) {
+    package mutating func forget(_ member: NodeID) {
         paths[member] = nil
         punching[member] = nil
         introduced[member] = nil
     }
 
     /// `introducer` told us to meet `peer` at `candidates` now. False when over budget.
-    public mutating func introduced(
+    package mutating func introduced(
         to peer: NodeID, at candidates: [PeerAddress], by introducer: NodeID,
         keepingOn inUse: PeerAddress? = nil, now: MeshInstant
     ) -> Bool {
@@ -360,7 +360,7 @@ public struct MemberPaths: Sendable {
 
     /// Whether to introduce `requester` to someone now (at most one introduction per
     /// `introductionInterval` per requester: a member cannot make us send floods of them).
-    public mutating func mayIntroduce(_ requester: NodeID, now: MeshInstant) -> Bool {
+    package mutating func mayIntroduce(_ requester: NodeID, now: MeshInstant) -> Bool {
         if let last = introduced[requester], now < last + settings.introductionInterval { return false }
         introduced[requester] = now
         return true
@@ -372,7 +372,7 @@ public struct MemberPaths: Sendable {
     /// did not bring back, among `relays` (members heard lately that relay, best first). Behind a
     /// NAT (`behindNAT`), every path a member's datagrams proved gets keepalives, not only punched
     /// ones: probes alone may visit a member less often than its mapping lives.
-    public mutating func due(
+    package mutating func due(
         now: MeshInstant, live: [NodeID], silence: Duration,
         introducers: [NodeID], relays: [NodeID] = [], behindNAT: Bool = false,
         turnHost: PeerAddress.Host? = nil
@@ -507,7 +507,7 @@ public struct MemberPaths: Sendable {
 
     /// When `due` has something to do next, other than the silence checks (the node runs those
     /// once a second).
-    public var nextDeadline: MeshInstant? {
+    package var nextDeadline: MeshInstant? {
         punching.values.map(\.nextAt).min()
     }
 }

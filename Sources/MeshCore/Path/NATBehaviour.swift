@@ -1,7 +1,7 @@
 /// What stands between this node and the members that told it where they see it
 /// (`AddressDiscovery`), in RFC 4787's terms for the mapping. It decides, later, whether
 /// hole punching can work (endpoint-independent) or a relay is needed (symmetric).
-public enum NATBehaviour: String, Sendable, Equatable, CaseIterable {
+package enum NATBehaviour: String, Sendable, Equatable, CaseIterable {
     /// Not enough observations to tell yet.
     case unknown
     /// Members see us at one of our own addresses: no NAT on the way.

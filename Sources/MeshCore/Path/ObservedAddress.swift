@@ -6,18 +6,18 @@ import NIOCore
 /// side (a reflexive address, STUN's XOR-MAPPED-ADDRESS without the XOR: the seal already
 /// keeps middleboxes from rewriting it). Only a claim of the member that sends it: see
 /// `AddressDiscovery` for what one claim can change.
-public struct ObservedAddress: WireBody {
-    public var address: PeerAddress
+package struct ObservedAddress: WireBody {
+    package var address: PeerAddress
 
-    public init(address: PeerAddress) {
+    package init(address: PeerAddress) {
         self.address = address
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         address = try PeerAddress(decoding: &buffer)
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         address.encode(into: &buffer)
     }
 }

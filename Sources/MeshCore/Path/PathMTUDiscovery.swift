@@ -18,30 +18,30 @@ import MeshCrypto
 /// Probes start with the first chunk asked of a member, not with membership: a mesh of
 /// thousands probes only the paths it pulls chunks over. Pure: time comes in, probe requests
 /// and size changes go out.
-public struct PathMTUDiscovery: Sendable {
-    public struct Settings: Sendable {
+package struct PathMTUDiscovery: Sendable {
+    package struct Settings: Sendable {
         /// What every path carries: where a search starts and a black hole falls back to.
-        public var base = 1200
+        package var base = 1200
         /// Sizes tried, smallest first, as UDP payload over IPv4 (over IPv6, 20 bytes less
         /// each: its header is that much longer). Ethernet, a common tunnel-free middle, and a
         /// jumbo frame.
-        public var ladder = [1472, 4052, 8972]
+        package var ladder = [1472, 4052, 8972]
         /// A probe unanswered for this long is sent again, `attempts` times in all; then the
         /// search ends at the last size proven.
-        public var probeTimeout: Duration = .milliseconds(250)
-        public var attempts = 3
+        package var probeTimeout: Duration = .milliseconds(250)
+        package var attempts = 3
         /// A settled path is searched again after this long: it may carry more now (RFC 8899's
         /// PMTU_RAISE_TIMER).
-        public var raiseInterval: Duration = .seconds(600)
+        package var raiseInterval: Duration = .seconds(600)
         /// Whole chunks asked for at a size above the base that went unanswered in a row,
         /// before the size in use is probed again to confirm it.
-        public var blackHoleSilences = 2
+        package var blackHoleSilences = 2
         /// After a black hole, the path is searched again this much later.
-        public var researchDelay: Duration = .seconds(5)
-        public init() {}
+        package var researchDelay: Duration = .seconds(5)
+        package init() {}
     }
 
-    public enum Directive: Sendable, Equatable {
+    package enum Directive: Sendable, Equatable {
         /// Ask `peer` for a probe (sealed under our pairwise key, to its known address).
         case request(PathProbeRequest, to: NodeID)
         /// The datagrams `peer` may send us are now this large (UDP payload).
@@ -63,21 +63,21 @@ public struct PathMTUDiscovery: Sendable {
         var interrupted: (size: Int, attempts: Int)?
     }
 
-    public let settings: Settings
+    package let settings: Settings
     private var paths: [NodeID: Path] = [:]
     private var nextToken: UInt32 = 1
     /// Paths that fell back to the base after silences and a lost confirmation, for counters
     /// and tests.
-    public private(set) var blackHoles: UInt64 = 0
+    package private(set) var blackHoles: UInt64 = 0
 
-    public init(settings: Settings = .init()) { self.settings = settings }
+    package init(settings: Settings = .init()) { self.settings = settings }
 
     /// The UDP payload `peer` may send us: the largest size its path proved.
-    public func datagramSize(from peer: NodeID) -> Int {
+    package func datagramSize(from peer: NodeID) -> Int {
         paths[peer]?.confirmed ?? settings.base
     }
 
-    public func isMeasuring(_ peer: NodeID) -> Bool { paths[peer] != nil }
+    package func isMeasuring(_ peer: NodeID) -> Bool { paths[peer] != nil }
 
     /// The sizes to try toward a peer at this address family, above the base.
     private func ladder(ipv6: Bool) -> [Int] {
@@ -85,14 +85,14 @@ public struct PathMTUDiscovery: Sendable {
     }
 
     /// Starts measuring the path from `peer`, once per member.
-    public mutating func begin(_ peer: NodeID, ipv6: Bool, now: MeshInstant) -> [Directive] {
+    package mutating func begin(_ peer: NodeID, ipv6: Bool, now: MeshInstant) -> [Directive] {
         guard paths[peer] == nil else { return [] }
         paths[peer] = Path(ipv6: ipv6, confirmed: settings.base)
         return probeNext(peer, now: now)
     }
 
     /// A probe came from `peer`, in a datagram of `datagramSize` bytes.
-    public mutating func onProbe(
+    package mutating func onProbe(
         _ probe: PathProbe, from peer: NodeID, datagramSize: Int, now: MeshInstant
     ) -> [Directive] {
         // Only the probe asked for, and only whole: a shorter datagram with the right token
@@ -116,7 +116,7 @@ public struct PathMTUDiscovery: Sendable {
 
     /// A whole chunk asked of `peer` in datagrams of `datagramSize` got no piece back in time.
     /// Silences at a size above the base, in a row, have the size in use probed again.
-    public mutating func onSilence(from peer: NodeID, datagramSize: Int, now: MeshInstant) -> [Directive] {
+    package mutating func onSilence(from peer: NodeID, datagramSize: Int, now: MeshInstant) -> [Directive] {
         guard var path = paths[peer], datagramSize > settings.base, datagramSize == path.confirmed,
             !path.confirming
         else { return [] }
@@ -138,13 +138,13 @@ public struct PathMTUDiscovery: Sendable {
     }
 
     /// A chunk came whole from `peer`: its path works at the size in use.
-    public mutating func onPieces(from peer: NodeID) {
+    package mutating func onPieces(from peer: NodeID) {
         if paths[peer]?.silences ?? 0 > 0 { paths[peer]?.silences = 0 }
     }
 
     /// Probes unanswered in time are asked again or end the search; settled paths whose time
     /// has come are searched again.
-    public mutating func onTick(now: MeshInstant) -> [Directive] {
+    package mutating func onTick(now: MeshInstant) -> [Directive] {
         var out: [Directive] = []
         for peer in paths.keys.sorted() {
             guard var path = paths[peer] else { continue }
@@ -181,11 +181,11 @@ public struct PathMTUDiscovery: Sendable {
         return out
     }
 
-    public mutating func remove(_ peer: NodeID) {
+    package mutating func remove(_ peer: NodeID) {
         paths[peer] = nil
     }
 
-    public var nextDeadline: MeshInstant? {
+    package var nextDeadline: MeshInstant? {
         paths.values.compactMap { $0.probe?.deadline ?? $0.nextSearch }.min()
     }
 

@@ -4,22 +4,22 @@ import NIOCore
 /// will take (from the holder to itself) by asking the holder for a datagram of exactly `size`
 /// bytes of UDP payload (DPLPMTUD, RFC 8899, driven by the receiver: the side that picks the
 /// piece size is the side that learns what fits).
-public struct PathProbeRequest: WireBody {
-    public var token: UInt32
+package struct PathProbeRequest: WireBody {
+    package var token: UInt32
     /// The whole sealed datagram's size asked for, in bytes of UDP payload.
-    public var size: Int
+    package var size: Int
 
-    public init(token: UInt32, size: Int) {
+    package init(token: UInt32, size: Int) {
         self.token = token
         self.size = size
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         token = try buffer.readWire(UInt32.self, "probe request token")
         size = Int(try buffer.readWire(UInt16.self, "probe request size"))
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(token)
         buffer.writeInteger(UInt16(size))
     }
@@ -28,19 +28,19 @@ public struct PathProbeRequest: WireBody {
 /// The answer to a `PathProbeRequest`: the token, then zeros that pad the sealed datagram to
 /// the size asked for. Its arrival proves the path carries that size; a lost one proves
 /// nothing (a probe is never retransmitted as data is, only asked for again).
-public struct PathProbe: WireBody {
+package struct PathProbe: WireBody {
     /// Frame header, token: what a probe costs before its padding.
-    public static let overhead = FrameCodec.headerLength + 4
+    package static let overhead = FrameCodec.headerLength + 4
 
-    public var token: UInt32
-    public var padding: Int
+    package var token: UInt32
+    package var padding: Int
 
-    public init(token: UInt32, padding: Int) {
+    package init(token: UInt32, padding: Int) {
         self.token = token
         self.padding = padding
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         token = try buffer.readWire(UInt32.self, "probe token")
         // Zeros only: one encoding per probe, and nothing can ride in the padding.
         guard buffer.withUnsafeReadableBytes(Self.isZeros) else { throw .invalidField(what: "probe padding") }
@@ -48,7 +48,7 @@ public struct PathProbe: WireBody {
         buffer.moveReaderIndex(forwardBy: padding)
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(token)
         buffer.writeRepeatingByte(0, count: max(0, padding))
     }

@@ -5,25 +5,26 @@ import NIOCore
 /// `relayForward` (frame 0x56, `peer` is where it goes), from the relay as `relayDelivery` (frame
 /// 0x57, `peer` is whom it came from). The datagram inside is sealed with the pair's own key:
 /// the relay can count it, drop it or delay it, but not read, change or forge it.
-public struct RelayedDatagram: WireBody {
+package struct RelayedDatagram: WireBody {
     /// A pairwise datagram as large as any a node receives: what a proven path carries.
-    public static let maxDatagramSize = DatagramCodec.Configuration().maxReceivedDatagramSize
+    package static let maxDatagramSize = DatagramCodec.Configuration().maxReceivedDatagramSize
     /// The smallest sealed datagram: a header and a tag around one frame header.
-    public static let minDatagramSize = DatagramHeader.fixedLength + PacketSealer.tagByteCount + FrameCodec.headerLength
+    package static let minDatagramSize =
+        DatagramHeader.fixedLength + PacketSealer.tagByteCount + FrameCodec.headerLength
     /// What one hop of relaying adds to a datagram: the relay's header and tag, the frame's
     /// header and the member id.
-    public static let overhead =
+    package static let overhead =
         DatagramHeader.fixedLength + PacketSealer.tagByteCount + FrameCodec.headerLength + NodeID.byteCount
 
-    public var peer: NodeID
-    public var datagram: ByteBuffer
+    package var peer: NodeID
+    package var datagram: ByteBuffer
 
-    public init(peer: NodeID, datagram: ByteBuffer) {
+    package init(peer: NodeID, datagram: ByteBuffer) {
         self.peer = peer
         self.datagram = datagram
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         peer = try NodeID(decoding: &buffer)
         // The rest of the frame: its length says how long.
         let length = buffer.readableBytes
@@ -35,7 +36,7 @@ public struct RelayedDatagram: WireBody {
         self.datagram = datagram
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         peer.encode(into: &buffer)
         buffer.writeImmutableBuffer(datagram)
     }
@@ -44,8 +45,8 @@ public struct RelayedDatagram: WireBody {
 /// "I will not carry datagrams from you to `peer`" (frame 0x58): the relay's answer to a
 /// `relayForward` it will not forward, at most once a second per pair, so that the sender picks
 /// another relay at once instead of waiting for silence.
-public struct RelayRefusal: WireBody {
-    public enum Reason: UInt8, Sendable {
+package struct RelayRefusal: WireBody {
+    package enum Reason: UInt8, Sendable {
         /// This member does not relay (`--no-relay`).
         case disabled = 0
         /// `peer` is no member this relay reaches on a path of its own.
@@ -54,22 +55,22 @@ public struct RelayRefusal: WireBody {
         case busy = 2
     }
 
-    public var peer: NodeID
-    public var reason: Reason
+    package var peer: NodeID
+    package var reason: Reason
 
-    public init(peer: NodeID, reason: Reason) {
+    package init(peer: NodeID, reason: Reason) {
         self.peer = peer
         self.reason = reason
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         peer = try NodeID(decoding: &buffer)
         let raw = try buffer.readWire(UInt8.self, "relay refusal reason")
         guard let reason = Reason(rawValue: raw) else { throw .invalidField(what: "relay refusal reason") }
         self.reason = reason
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         peer.encode(into: &buffer)
         buffer.writeInteger(reason.rawValue)
     }

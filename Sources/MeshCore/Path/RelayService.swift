@@ -5,47 +5,47 @@ import MeshCrypto
 /// and their sizes; it decides from who sent, to whom, and how much. How much it carries in all
 /// follows what its links were measured to carry (or its owner's budget), shared among the
 /// pairs it carries, and shrinks while the node's own transfers use its links.
-public struct RelayService: Sendable {
-    public struct Settings: Sendable, Equatable {
+package struct RelayService: Sendable {
+    package struct Settings: Sendable, Equatable {
         /// `--no-relay`: refuse every forward (and say so in our record).
-        public var enabled = true
+        package var enabled = true
         /// The owner's budget (`--relay-budget`): bytes per second carried for all pairs together.
         /// Nil: `headroom` times what this node's links were measured to carry (`capacity`),
         /// within `minimumBudget...maximumBudget`. Zero carries nothing (every forward dropped).
-        public var budget: Int?
+        package var budget: Int?
         /// Until the links were measured, and never less without the owner's budget: a relay that
         /// never transferred anything itself must still carry enough to be measured by it.
-        public var minimumBudget = 8 << 20
-        public var maximumBudget = 1 << 30
+        package var minimumBudget = 8 << 20
+        package var maximumBudget = 1 << 30
         /// The budget is this many times the measured capacity: carried traffic that fills it is
         /// itself a measurement, so the budget grows until the links (and the pairs' congestion
         /// control, which meets their queue) stop the growth.
-        public var headroom = 2.0
+        package var headroom = 2.0
         /// Rates (own transfers up and down, what was carried) are measured over intervals of
         /// this; the best is kept as the capacity and forgotten by half every `capacityHalfLife`.
-        public var measureInterval: Duration = .milliseconds(500)
-        public var capacityHalfLife: Duration = .seconds(600)
+        package var measureInterval: Duration = .milliseconds(500)
+        package var capacityHalfLife: Duration = .seconds(600)
         /// Own transfers over this rate (up or down) make the relay yield: the pairs share what the
         /// capacity leaves beside them, at least `minimumPairRate` each.
-        public var ownTrafficActive = 64 << 10
-        public var minimumPairRate = 256 << 10
+        package var ownTrafficActive = 64 << 10
+        package var minimumPairRate = 256 << 10
         /// Each bucket's burst is its rate over this, at least `minimumBurst`. A pair's controller
         /// meets the budget as a policer (loss, no queue), and the shorter the burst, the more
         /// often its clumps are cut and the further under the budget it settles (PROTOCOL.md §1d).
-        public var burstTime: Duration = .milliseconds(250)
-        public var minimumBurst = 256 << 10
+        package var burstTime: Duration = .milliseconds(250)
+        package var minimumBurst = 256 << 10
         /// A pair shares the budget while it forwarded within this.
-        public var pairActive: Duration = .seconds(1)
+        package var pairActive: Duration = .seconds(1)
         /// Refusals sent per pair: a sender learns it at once, a flood of forwards gets few answers.
         /// (A new pair is refused, `busy`, while less than a quarter of the total burst is left.)
-        public var refusalInterval: Duration = .seconds(1)
+        package var refusalInterval: Duration = .seconds(1)
         /// Pairs whose rate is tracked; the longest idle is forgotten past this (a full bucket).
-        public var maxPairs = 1024
+        package var maxPairs = 1024
 
-        public init() {}
+        package init() {}
     }
 
-    public enum Verdict: Sendable, Equatable {
+    package enum Verdict: Sendable, Equatable {
         case forward
         /// Over the pair's or the relay's rate: dropped, like a full queue would.
         case drop
@@ -53,37 +53,37 @@ public struct RelayService: Sendable {
         case refuse(RelayRefusal.Reason, answer: Bool)
     }
 
-    public struct Counters: Sendable, Equatable {
-        public var forwardedDatagrams: UInt64 = 0
-        public var forwardedBytes: UInt64 = 0
-        public var droppedOverRate: UInt64 = 0
-        public var refused: UInt64 = 0
+    package struct Counters: Sendable, Equatable {
+        package var forwardedDatagrams: UInt64 = 0
+        package var forwardedBytes: UInt64 = 0
+        package var droppedOverRate: UInt64 = 0
+        package var refused: UInt64 = 0
 
-        public init() {}
+        package init() {}
     }
 
     /// What the relay allows now, and what it is based on (for status and tests).
-    public struct Budget: Sendable, Equatable {
+    package struct Budget: Sendable, Equatable {
         /// Bytes per second for all pairs together, and for each active pair.
-        public var total: Int
-        public var perPair: Int
-        public var activePairs: Int
+        package var total: Int
+        package var perPair: Int
+        package var activePairs: Int
         /// The best rate measured on this node's links (own transfers up or down, or carried).
-        public var capacity: Int
+        package var capacity: Int
         /// The node's own transfers in the last interval, the larger direction; whether the relay
         /// yields to them now.
-        public var ownRate: Int
-        public var yielding: Bool
+        package var ownRate: Int
+        package var yielding: Bool
         /// Whether `total` is the owner's setting (before yielding), not the measured capacity's.
-        public var fromSetting: Bool
+        package var fromSetting: Bool
     }
 
     /// Bytes this node sent and received for its own transfers (cumulative counters).
-    public struct OwnTraffic: Sendable, Equatable {
-        public var sent: UInt64
-        public var received: UInt64
+    package struct OwnTraffic: Sendable, Equatable {
+        package var sent: UInt64
+        package var received: UInt64
 
-        public init(sent: UInt64, received: UInt64) {
+        package init(sent: UInt64, received: UInt64) {
             self.sent = sent
             self.received = received
         }
@@ -122,8 +122,8 @@ public struct RelayService: Sendable {
         var carried: UInt64
     }
 
-    public let settings: Settings
-    public private(set) var counters = Counters()
+    package let settings: Settings
+    package private(set) var counters = Counters()
     private var buckets: [Pair: Bucket] = [:]
     private var total: Bucket?
     private var refusedAt: [Pair: MeshInstant] = [:]
@@ -143,7 +143,7 @@ public struct RelayService: Sendable {
     /// The rates in force, recomputed when an interval closes or a pair starts.
     private var rates: Budget
 
-    public init(settings: Settings = .init()) {
+    package init(settings: Settings = .init()) {
         self.settings = settings
         rates = Budget(
             total: 0, perPair: 0, activePairs: 0, capacity: 0, ownRate: 0, yielding: false,
@@ -152,11 +152,11 @@ public struct RelayService: Sendable {
     }
 
     /// The budget as it stands (the rates `admit` applies).
-    public var currentBudget: Budget { rates }
+    package var currentBudget: Budget { rates }
 
     /// The node's own transfer counters at `now`: when an interval of `measureInterval` has
     /// passed, its rates are measured (own up and down, carried) and the budget recomputed.
-    public mutating func observe(_ own: OwnTraffic, now: MeshInstant) {
+    package mutating func observe(_ own: OwnTraffic, now: MeshInstant) {
         guard let open = interval else {
             interval = Interval(start: now, own: own, carried: counters.forwardedBytes)
             return
@@ -186,7 +186,7 @@ public struct RelayService: Sendable {
 
     /// What the relay allows at `now` for all pairs and for each (see `Settings`); `admit`
     /// applies it as it stood when the last interval closed or a pair started.
-    public func budget(now: MeshInstant) -> Budget {
+    package func budget(now: MeshInstant) -> Budget {
         let measured = Int(min(capacity, Double(Int.max / 4)))
         // Own traffic of an interval long gone says nothing of now.
         let own = now <= ownRateAt + settings.measureInterval * 2 ? Int(ownRate) : 0
@@ -238,7 +238,7 @@ public struct RelayService: Sendable {
 
     /// `from` asks us to carry `bytes` to `to`; `reachable` says whether we reach `to` on a path
     /// of our own (not through another relay: relays are never chained).
-    public mutating func admit(_ bytes: Int, from: NodeID, to: NodeID, reachable: Bool, now: MeshInstant) -> Verdict {
+    package mutating func admit(_ bytes: Int, from: NodeID, to: NodeID, reachable: Bool, now: MeshInstant) -> Verdict {
         let pair = Pair(from: from, to: to)
         guard settings.enabled else { return refuse(pair, .disabled, now: now) }
         guard reachable else { return refuse(pair, .unreachable, now: now) }
@@ -296,7 +296,7 @@ public struct RelayService: Sendable {
     var trackedPairs: Int { max(buckets.count, refusedAt.count) }
 
     /// A member gone: its pairs are forgotten.
-    public mutating func forget(_ member: NodeID) {
+    package mutating func forget(_ member: NodeID) {
         buckets = buckets.filter { $0.key.from != member && $0.key.to != member }
         refusedAt = refusedAt.filter { $0.key.from != member && $0.key.to != member }
     }

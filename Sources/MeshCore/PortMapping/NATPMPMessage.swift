@@ -1,14 +1,14 @@
 /// NAT-PMP (RFC 6886) as a client speaks it: the external address request, a UDP mapping
 /// request, and the gateway's answers to them.
-public enum NATPMPMessage {
-    public static let serverPort: UInt16 = 5351
+package enum NATPMPMessage {
+    package static let serverPort: UInt16 = 5351
     static let addressOpcode: UInt8 = 0
     static let mapUDPOpcode: UInt8 = 1
 
-    public static let addressRequest: [UInt8] = [0, addressOpcode]
+    package static let addressRequest: [UInt8] = [0, addressOpcode]
 
     /// Maps `internalPort` for `lifetime` seconds (0 deletes the mapping), asking for `suggestedPort`.
-    public static func mapRequest(internalPort: UInt16, suggestedPort: UInt16, lifetime: UInt32) -> [UInt8] {
+    package static func mapRequest(internalPort: UInt16, suggestedPort: UInt16, lifetime: UInt32) -> [UInt8] {
         var bytes: [UInt8] = [0, mapUDPOpcode, 0, 0]
         bytes.appendBigEndian(internalPort)
         bytes.appendBigEndian(suggestedPort)
@@ -16,7 +16,7 @@ public enum NATPMPMessage {
         return bytes
     }
 
-    public enum Answer: Equatable, Sendable {
+    package enum Answer: Equatable, Sendable {
         /// The answer to the external address request.
         case address(result: UInt16, epoch: UInt32, external: UInt32)
         /// The answer to a UDP mapping request.
@@ -26,7 +26,7 @@ public enum NATPMPMessage {
     }
 
     /// The result codes of RFC 6886 §3.5.
-    public static func reason(_ result: UInt16) -> String {
+    package static func reason(_ result: UInt16) -> String {
         switch result {
         case 0: "success"
         case 1: "unsupported version"
@@ -39,7 +39,7 @@ public enum NATPMPMessage {
     }
 
     /// Decodes an answer; nil for what is none (another version, a request, too short).
-    public static func decode(_ bytes: [UInt8]) -> Answer? {
+    package static func decode(_ bytes: [UInt8]) -> Answer? {
         guard bytes.count >= 4, bytes.count <= 1100, bytes[0] == 0, bytes[1] & 0x80 != 0 else { return nil }
         let opcode = bytes[1] & 0x7F
         let result = bytes.readUInt16(2)

@@ -2,21 +2,21 @@ import MeshCrypto
 
 /// PCP (RFC 6887) as a client speaks it: a MAP request for one UDP port, and the gateway's
 /// answer. Only what a client needs; every answer is checked before it is believed.
-public enum PCPMessage {
-    public static let version: UInt8 = 2
-    public static let serverPort: UInt16 = 5351
+package enum PCPMessage {
+    package static let version: UInt8 = 2
+    package static let serverPort: UInt16 = 5351
     static let mapOpcode: UInt8 = 1
     static let udp: UInt8 = 17
     /// Common header (24) plus the MAP opcode's fields (36).
-    public static let mapSize = 60
+    package static let mapSize = 60
 
     /// The result codes of RFC 6887 §7.4 a client tells apart.
-    public enum ResultCode: UInt8, Sendable {
+    package enum ResultCode: UInt8, Sendable {
         case success = 0, unsupportedVersion, notAuthorized, malformedRequest, unsupportedOpcode, unsupportedOption,
             malformedOption, networkFailure, noResources, unsupportedProtocol, userExceededQuota,
             cannotProvideExternal, addressMismatch, excessiveRemotePeers
 
-        public var reason: String {
+        package var reason: String {
             switch self {
             case .success: "success"
             case .unsupportedVersion: "unsupported version"
@@ -38,7 +38,7 @@ public enum PCPMessage {
 
     /// A MAP request: `internalPort` of `client` (our address towards the gateway) mapped for
     /// `lifetime` seconds (0 deletes it). `suggested` asks for an external port (0: any).
-    public static func mapRequest(
+    package static func mapRequest(
         nonce: [UInt8], client: UInt32, internalPort: UInt16, suggestedPort: UInt16,
         lifetime: UInt32
     ) -> [UInt8] {
@@ -55,7 +55,7 @@ public enum PCPMessage {
     }
 
     /// What a datagram from the gateway's PCP port says.
-    public enum Answer: Equatable, Sendable {
+    package enum Answer: Equatable, Sendable {
         /// A MAP answer (any result code; `external` is meaningful on success only).
         case map(
             result: UInt8, lifetime: UInt32, epoch: UInt32, nonce: [UInt8], internalPort: UInt16,
@@ -67,7 +67,7 @@ public enum PCPMessage {
     }
 
     /// Decodes an answer; nil for what is no PCP answer at all (too short, a request).
-    public static func decode(_ bytes: [UInt8]) -> Answer? {
+    package static func decode(_ bytes: [UInt8]) -> Answer? {
         guard bytes.count >= 4, bytes.count <= 1100 else { return nil }
         let answerVersion = bytes[0]
         // A NAT-PMP server answers any version it does not speak with version 0, result 1.

@@ -10,35 +10,35 @@ import MeshCrypto
 /// mapping to a private address (another NAT in front of the gateway) is kept but not advertised.
 /// Every exchange has a deadline, retransmissions and rounds are bounded, and after a round where
 /// every protocol failed the next waits longer (up to `maxRetryAfter`).
-public struct PortMappingInstance: Sendable {
-    public struct Settings: Sendable, Equatable {
+package struct PortMappingInstance: Sendable {
+    package struct Settings: Sendable, Equatable {
         /// The lifetime asked for (PCP, NAT-PMP) and the UPnP lease, in seconds.
-        public var lifetime: UInt32 = 7200
+        package var lifetime: UInt32 = 7200
         /// PCP and NAT-PMP: first retransmission, doubled after each try (RFC 6886 §3.1).
-        public var firstRetransmit: Duration = .milliseconds(250)
-        public var triesPerProtocol = 4
+        package var firstRetransmit: Duration = .milliseconds(250)
+        package var triesPerProtocol = 4
         /// How long answers to an SSDP search are awaited.
-        public var searchWait: Duration = .seconds(2)
+        package var searchWait: Duration = .seconds(2)
         /// Each HTTP exchange with the gateway (description, SOAP).
-        public var httpTimeout: Duration = .seconds(3)
+        package var httpTimeout: Duration = .seconds(3)
         /// After a round where every protocol failed; doubled each time, up to `maxRetryAfter`.
-        public var retryAfter: Duration = .seconds(30)
-        public var maxRetryAfter: Duration = .seconds(1800)
+        package var retryAfter: Duration = .seconds(30)
+        package var maxRetryAfter: Duration = .seconds(1800)
 
-        public init() {}
+        package init() {}
 
         /// The shortest wait between two renewals, whatever lifetime the gateway grants: a
         /// gateway granting one second does not make us ask twice a second.
         var minimumRenewal: Duration { min(.seconds(30), .seconds(Int64(lifetime) / 2)) }
     }
 
-    public enum MappingProtocol: String, Sendable, CaseIterable, Codable {
+    package enum MappingProtocol: String, Sendable, CaseIterable, Codable {
         case pcp
         case natpmp = "nat-pmp"
         case upnp
     }
 
-    public enum Phase: String, Sendable, Equatable {
+    package enum Phase: String, Sendable, Equatable {
         /// Turned off (`run --no-port-mapping`).
         case disabled
         /// No default route (IPv4): nobody to ask.
@@ -55,44 +55,44 @@ public struct PortMappingInstance: Sendable {
     }
 
     /// A mapping the gateway granted.
-    public struct Mapping: Sendable, Equatable {
-        public var mappingProtocol: MappingProtocol
-        public var external: PeerAddress
+    package struct Mapping: Sendable, Equatable {
+        package var mappingProtocol: MappingProtocol
+        package var external: PeerAddress
         /// Seconds granted; 0 for a permanent UPnP lease.
-        public var lifetime: UInt32
+        package var lifetime: UInt32
         /// Nil for a permanent lease.
-        public var expires: MeshInstant?
-        public var renewal: MeshInstant
+        package var expires: MeshInstant?
+        package var renewal: MeshInstant
         /// False when the external address is private (double NAT): nobody outside reaches it.
-        public var advertised: Bool
+        package var advertised: Bool
     }
 
-    public struct Counters: Sendable, Equatable {
+    package struct Counters: Sendable, Equatable {
         /// Datagrams and HTTP requests sent to the gateway.
-        public var requests: UInt64 = 0
+        package var requests: UInt64 = 0
         /// Answers ignored: from another address, not parsing, another nonce, opcode or port.
-        public var answersIgnored: UInt64 = 0
+        package var answersIgnored: UInt64 = 0
         /// Answers of success that could not be one (lifetime 0, no port, an unusable or private
         /// external address).
-        public var answersRefused: UInt64 = 0
+        package var answersRefused: UInt64 = 0
         /// Mappings made (the first and each after one was lost; renewals are not counted).
-        public var mappingsMade: UInt64 = 0
+        package var mappingsMade: UInt64 = 0
     }
 
-    public let settings: Settings
+    package let settings: Settings
     /// Our UDP port: the one to map.
-    public let internalPort: UInt16
+    package let internalPort: UInt16
     private let nonce: [UInt8]
-    public private(set) var phase: Phase
-    public private(set) var mapping: Mapping?
-    public private(set) var gateway: UInt32?
+    package private(set) var phase: Phase
+    package private(set) var mapping: Mapping?
+    package private(set) var gateway: UInt32?
     /// Our address towards the gateway (PCP's client address, UPnP's internal client).
-    public private(set) var local: UInt32?
+    package private(set) var local: UInt32?
     /// Why the last round mapped nothing, protocol by protocol.
-    public private(set) var failures: [MappingProtocol: String] = [:]
+    package private(set) var failures: [MappingProtocol: String] = [:]
     /// Why a mapping held is not advertised, or why none is held (when not for `failures`).
-    public private(set) var note: String?
-    public private(set) var counters = Counters()
+    package private(set) var note: String?
+    package private(set) var counters = Counters()
 
     private var round: [MappingProtocol] = []
     private var step = Step.idle
@@ -106,7 +106,7 @@ public struct PortMappingInstance: Sendable {
     /// UPnP: the service and external port of the mapping held, to renew and delete it.
     private var upnpMapping: (service: UPnPService, port: UInt16)?
     /// True once the first round ended (mapped or failed): `run --print-invite` waits for it.
-    public private(set) var settled = false
+    package private(set) var settled = false
 
     fileprivate enum Step: Sendable {
         case idle
@@ -121,7 +121,7 @@ public struct PortMappingInstance: Sendable {
 
     /// `nonce`: 12 random bytes (PCP's mapping nonce, kept for renewals and the delete).
     /// `disabledBecause`: why the node asks for no mapping (nil: it does).
-    public init(
+    package init(
         settings: Settings = .init(), internalPort: UInt16, nonce: [UInt8], disabledBecause disabled: String? = nil
     ) {
         self.settings = settings
@@ -136,7 +136,7 @@ public struct PortMappingInstance: Sendable {
 
     /// The default gateway and our address towards it (nil: no IPv4 default route). A change
     /// drops the mapping held (it belongs to the old network) and starts a round at once.
-    public mutating func setNetwork(gateway: UInt32?, local: UInt32?, now: MeshInstant) -> [PortMappingDirective] {
+    package mutating func setNetwork(gateway: UInt32?, local: UInt32?, now: MeshInstant) -> [PortMappingDirective] {
         guard phase != .disabled, phase != .stopped, !networkKnown || gateway != self.gateway || local != self.local
         else { return [] }
         networkKnown = true
@@ -165,8 +165,9 @@ public struct PortMappingInstance: Sendable {
     }
 
     /// A datagram arrived on the port-mapping socket (PCP, NAT-PMP and SSDP answers).
-    public mutating func receive(_ bytes: [UInt8], from source: PeerAddress, now: MeshInstant) -> [PortMappingDirective]
-    {
+    package mutating func receive(
+        _ bytes: [UInt8], from source: PeerAddress, now: MeshInstant
+    ) -> [PortMappingDirective] {
         guard let gateway, case let .ipv4(host) = source.host, host == gateway else {
             ignore("an answer from another address than the gateway", detail: source.description)
             return drain()
@@ -200,7 +201,7 @@ public struct PortMappingInstance: Sendable {
 
     /// The gateway refused a datagram to its port 5351 (ICMP port unreachable): nothing serves
     /// PCP or NAT-PMP there, no need to wait out the retransmissions.
-    public mutating func portUnreachable(now: MeshInstant) -> [PortMappingDirective] {
+    package mutating func portUnreachable(now: MeshInstant) -> [PortMappingDirective] {
         switch step {
         case .pcp: fail(.pcp, "no answer (port 5351 closed)", now: now)
         case .natpmpAddress, .natpmpMap: fail(.natpmp, "no answer (port 5351 closed)", now: now)
@@ -210,7 +211,7 @@ public struct PortMappingInstance: Sendable {
     }
 
     /// The answer to the HTTP request `id` (the body as far as read, at most what was allowed).
-    public mutating func httpAnswered(
+    package mutating func httpAnswered(
         _ id: UInt64, status: Int, body: [UInt8], now: MeshInstant
     ) -> [PortMappingDirective] {
         switch step {
@@ -273,7 +274,7 @@ public struct PortMappingInstance: Sendable {
     }
 
     /// The HTTP request `id` failed (refused, reset, too large, timed out).
-    public mutating func httpFailed(_ id: UInt64, reason: String, now: MeshInstant) -> [PortMappingDirective] {
+    package mutating func httpFailed(_ id: UInt64, reason: String, now: MeshInstant) -> [PortMappingDirective] {
         switch step {
         case let .description(_, request, _) where request == id,
             let .externalAddress(_, request, _) where request == id,
@@ -286,7 +287,7 @@ public struct PortMappingInstance: Sendable {
     }
 
     /// Retransmissions, deadlines, renewals, expiries and the next round, as they fall due.
-    public mutating func tick(now: MeshInstant) -> [PortMappingDirective] {
+    package mutating func tick(now: MeshInstant) -> [PortMappingDirective] {
         if let mapping, let expires = mapping.expires, now >= expires {
             log(
                 .warning, "port mapping: the mapping ran out before it was renewed",
@@ -344,7 +345,7 @@ public struct PortMappingInstance: Sendable {
 
     /// The node stops or leaves: the mapping held is deleted (PCP and NAT-PMP with lifetime 0,
     /// UPnP with DeletePortMapping). The driver waits for none of it beyond a short bound.
-    public mutating func stop(now: MeshInstant) -> [PortMappingDirective] {
+    package mutating func stop(now: MeshInstant) -> [PortMappingDirective] {
         guard phase != .stopped else { return [] }
         if let mapping, let gateway, let local {
             let to = PeerAddress(host: .ipv4(gateway), port: PCPMessage.serverPort)
@@ -373,7 +374,7 @@ public struct PortMappingInstance: Sendable {
     }
 
     /// When `tick` is next due (nil: nothing is).
-    public var nextDeadline: MeshInstant? {
+    package var nextDeadline: MeshInstant? {
         var deadlines: [MeshInstant] = []
         switch step {
         case .idle: break
@@ -389,7 +390,7 @@ public struct PortMappingInstance: Sendable {
     }
 
     /// Why no mapping is advertised, in a line (nil while one is, or while the first round runs).
-    public var reason: String? {
+    package var reason: String? {
         switch phase {
         case .disabled: return note ?? "turned off"
         case .noGateway: return note ?? "no IPv4 default route"
@@ -403,7 +404,7 @@ public struct PortMappingInstance: Sendable {
     }
 
     /// The protocol being tried now, if any.
-    public var trying: MappingProtocol? {
+    package var trying: MappingProtocol? {
         switch step {
         case .idle: nil
         case .pcp: .pcp
@@ -711,7 +712,7 @@ public struct PortMappingInstance: Sendable {
 
     /// Private addresses (RFC 1918), shared address space (CGNAT, 100.64/10) and link-local: a
     /// mapping there is made by a gateway that is itself behind another NAT.
-    public static func isPrivate(_ address: UInt32) -> Bool {
+    package static func isPrivate(_ address: UInt32) -> Bool {
         address >> 24 == 10 || address >> 20 == 0xAC1 || address >> 16 == 0xC0A8
             || address >> 22 == (100 << 2 | 1) || address >> 16 == 0xA9FE
     }
@@ -729,7 +730,7 @@ extension PortMappingInstance.Step {
 }
 
 /// What the driver does for the port mapping.
-public enum PortMappingDirective: Sendable, Equatable {
+package enum PortMappingDirective: Sendable, Equatable {
     /// A datagram from the port-mapping socket (to the gateway, or the SSDP group).
     case send([UInt8], to: PeerAddress)
     case http(PortMappingHTTPRequest)
@@ -740,13 +741,13 @@ public enum PortMappingDirective: Sendable, Equatable {
 
 /// An HTTP/1.1 request to the gateway; the answer's body is read up to `maxBody` bytes (a longer
 /// one fails the request), and the whole exchange is given up after `timeout`.
-public struct PortMappingHTTPRequest: Sendable, Equatable {
-    public var id: UInt64
-    public var to: PeerAddress
-    public var method: String
-    public var path: String
-    public var soapAction: String?
-    public var body: [UInt8]
-    public var maxBody: Int
-    public var timeout: Duration
+package struct PortMappingHTTPRequest: Sendable, Equatable {
+    package var id: UInt64
+    package var to: PeerAddress
+    package var method: String
+    package var path: String
+    package var soapAction: String?
+    package var body: [UInt8]
+    package var maxBody: Int
+    package var timeout: Duration
 }

@@ -7,14 +7,14 @@ import MeshCrypto
 // needs is small: one search, one description, three SOAP actions.
 
 /// SSDP discovery (UPnP Device Architecture §1.3): the search and the gateway's answer.
-public enum SSDPMessage {
-    public static let multicastGroup = PeerAddress(host: .ipv4(0xEFFF_FFFA), port: 1900)  // 239.255.255.250
-    public static let gatewayDevices = [
+package enum SSDPMessage {
+    package static let multicastGroup = PeerAddress(host: .ipv4(0xEFFF_FFFA), port: 1900)  // 239.255.255.250
+    package static let gatewayDevices = [
         "urn:schemas-upnp-org:device:InternetGatewayDevice:1",
         "urn:schemas-upnp-org:device:InternetGatewayDevice:2",
     ]
 
-    public static func search(_ target: String) -> [UInt8] {
+    package static func search(_ target: String) -> [UInt8] {
         Array(
             ("M-SEARCH * HTTP/1.1\r\nHOST: 239.255.255.250:1900\r\nMAN: \"ssdp:discover\"\r\nMX: 2\r\n"
                 + "ST: \(target)\r\n\r\n").utf8)
@@ -22,7 +22,7 @@ public enum SSDPMessage {
 
     /// The description's location in an answer to our search, when it names a gateway device;
     /// nil for anything else (a NOTIFY, another device, no usable LOCATION).
-    public static func location(inAnswer bytes: [UInt8]) -> HTTPLocation? {
+    package static func location(inAnswer bytes: [UInt8]) -> HTTPLocation? {
         guard bytes.count <= 2048, let text = String(validating: bytes, as: UTF8.self) else { return nil }
         let lines = text.split(separator: "\r\n", maxSplits: 64, omittingEmptySubsequences: false)
         guard let status = lines.first, status.hasPrefix("HTTP/1.1 200") || status.hasPrefix("HTTP/1.0 200") else {
@@ -43,16 +43,16 @@ public enum SSDPMessage {
 
 /// An `http://A.B.C.D:PORT/PATH` URL: only numeric IPv4 hosts (a gateway has no name we could
 /// check), only http.
-public struct HTTPLocation: Equatable, Sendable, CustomStringConvertible {
-    public var host: UInt32
-    public var port: UInt16
-    public var path: String
+package struct HTTPLocation: Equatable, Sendable, CustomStringConvertible {
+    package var host: UInt32
+    package var port: UInt16
+    package var path: String
 
-    public init(host: UInt32, port: UInt16, path: String) {
+    package init(host: UInt32, port: UInt16, path: String) {
         (self.host, self.port, self.path) = (host, port, path)
     }
 
-    public init?(_ text: String) {
+    package init?(_ text: String) {
         guard text.utf8.count <= 1024, text.lowercased().hasPrefix("http://") else { return nil }
         let rest = text.dropFirst(7)
         let authority = rest.prefix { $0 != "/" }
@@ -65,7 +65,7 @@ public struct HTTPLocation: Equatable, Sendable, CustomStringConvertible {
     }
 
     /// `reference` (absolute, or a path) against this URL; nil for another host or no http.
-    public func resolving(_ reference: String) -> HTTPLocation? {
+    package func resolving(_ reference: String) -> HTTPLocation? {
         if reference.lowercased().hasPrefix("http://") { return HTTPLocation(reference) }
         guard reference.utf8.count <= 1024, reference.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return nil }
         if reference.hasPrefix("/") { return HTTPLocation(host: host, port: port, path: reference) }
@@ -73,16 +73,16 @@ public struct HTTPLocation: Equatable, Sendable, CustomStringConvertible {
         return HTTPLocation(host: host, port: port, path: directory + reference)
     }
 
-    public var description: String { "http://\(PeerAddress(host: .ipv4(host), port: port))\(path)" }
+    package var description: String { "http://\(PeerAddress(host: .ipv4(host), port: port))\(path)" }
 }
 
 /// The gateway's WAN connection service, from its device description.
-public struct UPnPService: Equatable, Sendable {
-    public var serviceType: String
-    public var control: HTTPLocation
+package struct UPnPService: Equatable, Sendable {
+    package var serviceType: String
+    package var control: HTTPLocation
 
     /// IGD:2's WANIPConnection:2 has AddAnyPortMapping (the gateway picks a free port).
-    public var hasAddAny: Bool { serviceType == "urn:schemas-upnp-org:service:WANIPConnection:2" }
+    package var hasAddAny: Bool { serviceType == "urn:schemas-upnp-org:service:WANIPConnection:2" }
 
     static let wanServices = [
         "urn:schemas-upnp-org:service:WANIPConnection:2", "urn:schemas-upnp-org:service:WANIPConnection:1",
@@ -91,7 +91,7 @@ public struct UPnPService: Equatable, Sendable {
 
     /// The best WAN connection service in a description fetched from `location` (IPv4
     /// connection 2, then 1, then PPP); nil when it names none.
-    public static func find(inDescription bytes: [UInt8], location: HTTPLocation) -> UPnPService? {
+    package static func find(inDescription bytes: [UInt8], location: HTTPLocation) -> UPnPService? {
         guard bytes.count <= 64 * 1024 else { return nil }
         var base = location
         var found: [(type: String, control: String)] = []
@@ -120,11 +120,11 @@ public struct UPnPService: Equatable, Sendable {
 }
 
 /// SOAP requests to the WAN connection service, and the reading of their answers.
-public enum UPnPSOAP {
-    public static let maxAnswer = 16 * 1024
+package enum UPnPSOAP {
+    package static let maxAnswer = 16 * 1024
 
     /// The request body of `action` with `arguments` (in order).
-    public static func body(_ action: String, service: String, arguments: [(String, String)]) -> [UInt8] {
+    package static func body(_ action: String, service: String, arguments: [(String, String)]) -> [UInt8] {
         let inner = arguments.map { "<\($0.0)>\(escaped($0.1))</\($0.0)>" }.joined()
         return Array(
             ("<?xml version=\"1.0\"?>\r\n<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\" "
@@ -132,9 +132,9 @@ public enum UPnPSOAP {
                 + "<u:\(action) xmlns:u=\"\(service)\">\(inner)</u:\(action)></s:Body></s:Envelope>\r\n").utf8)
     }
 
-    public static func soapAction(_ action: String, service: String) -> String { "\"\(service)#\(action)\"" }
+    package static func soapAction(_ action: String, service: String) -> String { "\"\(service)#\(action)\"" }
 
-    public enum Answer: Equatable, Sendable {
+    package enum Answer: Equatable, Sendable {
         /// The action's out arguments by name.
         case success([String: String])
         /// A UPnP error (`errorCode`, `errorDescription`), or an HTTP status with none.
@@ -142,7 +142,7 @@ public enum UPnPSOAP {
     }
 
     /// Reads the answer to a SOAP request: HTTP 200 with the action's arguments, else a fault.
-    public static func answer(status: Int, body: [UInt8]) -> Answer {
+    package static func answer(status: Int, body: [UInt8]) -> Answer {
         guard body.count <= maxAnswer else { return .fault(code: -1, description: "answer over 16 KiB") }
         var values: [String: String] = [:]
         for case let .leaf(name, text, _) in XMLLeaves(body) where values.count < 32 {

@@ -1,16 +1,16 @@
 /// A point in time as the state machines see it: nanoseconds on a monotonic clock whose origin
 /// does not matter. The shell passes the real clock's reading; the simulator passes its own.
-public struct MeshInstant: Hashable, Comparable, Sendable, CustomStringConvertible {
-    public var nanoseconds: UInt64
+package struct MeshInstant: Hashable, Comparable, Sendable, CustomStringConvertible {
+    package var nanoseconds: UInt64
 
-    public init(nanoseconds: UInt64) { self.nanoseconds = nanoseconds }
+    package init(nanoseconds: UInt64) { self.nanoseconds = nanoseconds }
 
-    public static let zero = MeshInstant(nanoseconds: 0)
+    package static let zero = MeshInstant(nanoseconds: 0)
 
-    public static func < (lhs: MeshInstant, rhs: MeshInstant) -> Bool { lhs.nanoseconds < rhs.nanoseconds }
+    package static func < (lhs: MeshInstant, rhs: MeshInstant) -> Bool { lhs.nanoseconds < rhs.nanoseconds }
 
     /// Adding a negative duration saturates at zero; a huge one saturates at the far future.
-    public static func + (lhs: MeshInstant, rhs: Duration) -> MeshInstant {
+    package static func + (lhs: MeshInstant, rhs: Duration) -> MeshInstant {
         let delta = rhs.nanosecondsClamped
         if delta >= 0 {
             let (sum, overflow) = lhs.nanoseconds.addingReportingOverflow(UInt64(delta))
@@ -20,20 +20,20 @@ public struct MeshInstant: Hashable, Comparable, Sendable, CustomStringConvertib
         return MeshInstant(nanoseconds: lhs.nanoseconds > magnitude ? lhs.nanoseconds - magnitude : 0)
     }
 
-    public static func - (lhs: MeshInstant, rhs: MeshInstant) -> Duration {
+    package static func - (lhs: MeshInstant, rhs: MeshInstant) -> Duration {
         lhs >= rhs
             ? .nanoseconds(Int64(clamping: lhs.nanoseconds - rhs.nanoseconds))
             : .nanoseconds(-Int64(clamping: rhs.nanoseconds - lhs.nanoseconds))
     }
 
-    public var description: String {
+    package var description: String {
         "\(nanoseconds / 1_000_000).\(String(nanoseconds / 1000 % 1000 + 1000).dropFirst())ms"
     }
 }
 
 extension Duration {
     /// Whole nanoseconds, clamped to Int64.
-    public var nanosecondsClamped: Int64 {
+    package var nanosecondsClamped: Int64 {
         let (seconds, attoseconds) = components
         let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
         if overflow { return seconds < 0 ? .min : .max }
@@ -41,9 +41,9 @@ extension Duration {
         return overflow2 ? (scaled < 0 ? .min : .max) : sum
     }
 
-    public var milliseconds: Double { Double(nanosecondsClamped) / 1e6 }
+    package var milliseconds: Double { Double(nanosecondsClamped) / 1e6 }
 
-    public static func * (lhs: Duration, rhs: Double) -> Duration {
+    package static func * (lhs: Duration, rhs: Double) -> Duration {
         let value = Double(lhs.nanosecondsClamped) * rhs
         guard value.isFinite else {
             return value.isNaN ? .zero : (value > 0 ? .nanoseconds(Int64.max) : .nanoseconds(Int64.min))

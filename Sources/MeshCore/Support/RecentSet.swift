@@ -1,16 +1,16 @@
 /// The last `capacity` distinct elements inserted, oldest forgotten first: a bounded memory of
 /// what was seen lately (hello nonces, chunks just written), with O(1) insert and lookup.
-public struct RecentSet<Element: Hashable & Sendable>: Sendable {
+package struct RecentSet<Element: Hashable & Sendable>: Sendable {
     private var members: Set<Element> = []
     private var order: [Element] = []
     private var next = 0
-    public let capacity: Int
+    package let capacity: Int
 
-    public init(capacity: Int) { self.capacity = max(0, capacity) }
+    package init(capacity: Int) { self.capacity = max(0, capacity) }
 
-    public func contains(_ element: Element) -> Bool { members.contains(element) }
+    package func contains(_ element: Element) -> Bool { members.contains(element) }
 
-    public mutating func insert(_ element: Element) {
+    package mutating func insert(_ element: Element) {
         guard capacity > 0, members.insert(element).inserted else { return }
         if order.count < capacity {
             order.append(element)
@@ -23,7 +23,7 @@ public struct RecentSet<Element: Hashable & Sendable>: Sendable {
 
     /// Forgets `element` now (its slot in the order is reused when it comes round; inserted again
     /// before that, it is forgotten early then: a memory that may only err toward forgetting).
-    public mutating func remove(_ element: Element) {
+    package mutating func remove(_ element: Element) {
         members.remove(element)
     }
 }

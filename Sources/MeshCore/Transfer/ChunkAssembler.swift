@@ -3,40 +3,40 @@ import MeshCrypto
 /// The requesting side of chunk transfers: which chunks are being pulled from whom, the pieces
 /// so far, and when to ask again for only the pieces that did not come. Pure: time comes in,
 /// wants and whole chunks go out. Memory is bounded by `maxDownloads` chunks.
-public struct ChunkAssembler: Sendable {
-    public struct Settings: Sendable {
+package struct ChunkAssembler: Sendable {
+    package struct Settings: Sendable {
         /// Piece size asked for where nothing larger is known to fit (what fills a datagram of
         /// the base size every path carries).
-        public var pieceSize: Int
+        package var pieceSize: Int
         /// Silence after which the missing pieces are asked for again: twice the holder's
         /// smoothed answer time, at least this; doubles while nothing comes, up to `maximumStall`.
         /// Mostly it catches a burst whose last piece was lost, so it should be short where the
         /// holder answers quickly and long where it cannot.
-        public var stallTimeout: Duration = .milliseconds(5)
+        package var stallTimeout: Duration = .milliseconds(5)
         /// Wait for a holder's first piece before we know how quickly it answers. After that,
         /// three times its smoothed answer time (a holder serves wants one after another, so a
         /// full queue is not a loss).
-        public var firstPieceTimeout: Duration = .milliseconds(250)
+        package var firstPieceTimeout: Duration = .milliseconds(250)
         /// The shortest wait for a first piece: a holder's queue of wants can be longer than
         /// its usual answer, and asking again while it is only busy costs a second copy.
-        public var minimumWholeWait: Duration = .milliseconds(40)
+        package var minimumWholeWait: Duration = .milliseconds(40)
         /// While no piece came, the whole chunk is asked again with this wait doubling up to
         /// here (the want may have been lost, or the holder's queue is long).
-        public var maximumWholeWait: Duration = .seconds(4)
+        package var maximumWholeWait: Duration = .seconds(4)
         /// When the last piece asked for arrives with gaps before it, the gaps are asked for
         /// after this long: pieces overtaken on the way still have time to arrive.
-        public var reorderGrace: Duration = .milliseconds(5)
-        public var maximumStall: Duration = .seconds(1)
+        package var reorderGrace: Duration = .milliseconds(5)
+        package var maximumStall: Duration = .seconds(1)
         /// A chunk nobody sent a piece of for this long is dropped with its pieces.
-        public var abandonAfter: Duration = .seconds(30)
-        public var maxDownloads = 128
+        package var abandonAfter: Duration = .seconds(30)
+        package var maxDownloads = 128
         /// And their lengths together at most (a manifest may make chunks of up to 4 MiB).
-        public var maxOpenBytes = 32 << 20
+        package var maxOpenBytes = 32 << 20
 
-        public init(pieceSize: Int) { self.pieceSize = pieceSize }
+        package init(pieceSize: Int) { self.pieceSize = pieceSize }
     }
 
-    public enum PieceResult: Sendable, Equatable {
+    package enum PieceResult: Sendable, Equatable {
         case accepted
         /// Already here, or of another shape than asked for (a chunk length other than the
         /// manifest's, a piece size other than ours).
@@ -132,30 +132,30 @@ public struct ChunkAssembler: Sendable {
         }
     }
 
-    public let settings: Settings
+    package let settings: Settings
     private var downloads: [SHA256Digest: Download] = [:]
     /// Smoothed time from a want to its first piece, per holder.
     private var answerTime: [NodeID: Duration] = [:]
-    public private(set) var reasks: UInt64 = 0
+    package private(set) var reasks: UInt64 = 0
     /// The latest want-to-first-piece time of a holder that had nothing of ours queued, until
     /// taken (the downlink's round trip).
     private var roundTripSample: Duration?
     /// Pieces come paced: silences shorter than this are the pace, not loss (the node sets it
     /// from the rate it asked for).
-    public var minimumSilence: Duration = .zero
+    package var minimumSilence: Duration = .zero
     /// Piece sizes larger than the base that a holder's path was proven to carry.
     private var pieceSizes: [NodeID: Int] = [:]
     /// Whole chunks asked again of a holder at a piece size above the base, with not a piece
     /// back: a sign that its path stopped carrying that size (a black hole). Until taken.
     private var silences: [(holder: NodeID, pieceSize: Int)] = []
 
-    public init(settings: Settings) { self.settings = settings }
+    package init(settings: Settings) { self.settings = settings }
 
-    public var activeCount: Int { downloads.count }
+    package var activeCount: Int { downloads.count }
 
     /// Chunks that only wait for lost pieces asked again, each with the member last asked for it
     /// (on a lossy path most chunks do, for a round trip or two, while they hold no pieces on the line).
-    public var repairingChunks: [(digest: SHA256Digest, holder: NodeID)] {
+    package var repairingChunks: [(digest: SHA256Digest, holder: NodeID)] {
         downloads.compactMap { digest, download in
             guard download.repairing, let holder = download.holders.last else { return nil }
             return (digest, holder)
@@ -163,35 +163,36 @@ public struct ChunkAssembler: Sendable {
     }
 
     /// The piece size to ask `holder` for.
-    public func pieceSize(for holder: NodeID) -> Int {
+    package func pieceSize(for holder: NodeID) -> Int {
         pieceSizes[holder] ?? settings.pieceSize
     }
 
     /// The largest piece size asked of anyone now (pieces of it come furthest apart at a pace).
-    public var largestPieceSize: Int {
+    package var largestPieceSize: Int {
         pieceSizes.values.max() ?? settings.pieceSize
     }
 
     /// `holder`'s path carries pieces of `size` (nil: only the base). Chunks without a piece
     /// yet take the new size with their next want.
-    public mutating func setPieceSize(_ size: Int?, for holder: NodeID) {
+    package mutating func setPieceSize(_ size: Int?, for holder: NodeID) {
         pieceSizes[holder] = size.flatMap { $0 > settings.pieceSize ? $0 : nil }
     }
 
     /// The silent wants seen since the last call.
-    public mutating func takeSilences() -> [(holder: NodeID, pieceSize: Int)] {
+    package mutating func takeSilences() -> [(holder: NodeID, pieceSize: Int)] {
         defer { silences.removeAll() }
         return silences
     }
-    public func isDownloading(_ digest: SHA256Digest) -> Bool { downloads[digest] != nil }
+    package func isDownloading(_ digest: SHA256Digest) -> Bool { downloads[digest] != nil }
 
     /// When a piece of the chunk last came from a member asked for it; nil before the first.
-    public func lastAskedPiece(of digest: SHA256Digest) -> MeshInstant? { downloads[digest]?.lastAskedPiece }
+    package func lastAskedPiece(of digest: SHA256Digest) -> MeshInstant? { downloads[digest]?.lastAskedPiece }
 
     /// Starts (or widens) the pull of a chunk from `holder`: the want to send, asking only for
     /// what is missing when pieces already came from others. Nil when too many chunks are open.
-    public mutating func begin(_ digest: SHA256Digest, length: Int, from holder: NodeID, now: MeshInstant) -> ChunkWant?
-    {
+    package mutating func begin(
+        _ digest: SHA256Digest, length: Int, from holder: NodeID, now: MeshInstant
+    ) -> ChunkWant? {
         let idle = !downloads.values.contains { $0.asked[holder] != nil }
         if var download = downloads[digest] {
             download.holders.removeAll { $0 == holder }
@@ -255,7 +256,7 @@ public struct ChunkAssembler: Sendable {
         (0..<bitmap.count).last(where: bitmap.contains) ?? Int.max
     }
 
-    public mutating func onPiece(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant) -> PieceResult {
+    package mutating func onPiece(_ piece: ChunkPiece, from peer: NodeID, now: MeshInstant) -> PieceResult {
         guard let position = downloads.index(forKey: piece.digest) else { return .unsolicited }
         // One hash lookup, and the download changes in place (its chunk buffer is not copied).
         guard
@@ -279,31 +280,31 @@ public struct ChunkAssembler: Sendable {
 
     /// The round trip the last piece measured (a first piece from a holder that had nothing of
     /// ours queued ahead of it), once.
-    public mutating func takeRoundTripSample() -> Duration? {
+    package mutating func takeRoundTripSample() -> Duration? {
         defer { roundTripSample = nil }
         return roundTripSample
     }
 
     /// `holder` will not send the chunk: it is not asked again. The pieces stay for the next holder.
-    public mutating func onAbsent(_ digest: SHA256Digest, from holder: NodeID) {
+    package mutating func onAbsent(_ digest: SHA256Digest, from holder: NodeID) {
         downloads[digest]?.holders.removeAll { $0 == holder }
     }
 
     /// The chunk is no longer wanted. Returns the members asked for it (they may still be sending).
     @discardableResult
-    public mutating func cancel(_ digest: SHA256Digest) -> [NodeID] {
+    package mutating func cancel(_ digest: SHA256Digest) -> [NodeID] {
         downloads.removeValue(forKey: digest)?.asked.keys.sorted() ?? []
     }
 
     /// A member is gone: it is asked nothing more.
-    public mutating func removeHolder(_ holder: NodeID) {
+    package mutating func removeHolder(_ holder: NodeID) {
         answerTime[holder] = nil
         pieceSizes[holder] = nil
         for digest in downloads.keys { downloads[digest]?.holders.removeAll { $0 == holder } }
     }
 
     /// Asks again for the missing pieces of chunks that went quiet, and drops abandoned ones.
-    public mutating func onTick(now: MeshInstant) -> [(peer: NodeID, want: ChunkWant)] {
+    package mutating func onTick(now: MeshInstant) -> [(peer: NodeID, want: ChunkWant)] {
         var out: [(peer: NodeID, want: ChunkWant)] = []
         for digest in downloads.keys.sorted() {
             guard var download = downloads[digest] else { continue }
@@ -339,7 +340,7 @@ public struct ChunkAssembler: Sendable {
         return out
     }
 
-    public var nextDeadline: MeshInstant? {
+    package var nextDeadline: MeshInstant? {
         downloads.values.map { min($0.nextAsk, $0.lastActivity + settings.abandonAfter) }.min()
     }
 }

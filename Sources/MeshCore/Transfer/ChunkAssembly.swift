@@ -3,14 +3,14 @@ import NIOCore
 
 /// One chunk being put together from its pieces, in any order, from any holder. It only knows
 /// where bytes go; whether they are the right bytes is for the SHA-256 check once it is whole.
-public struct ChunkAssembly: Sendable {
-    public let digest: SHA256Digest
-    public let length: Int
-    public let pieceSize: Int
-    public private(set) var received: ChunkBitmap
+package struct ChunkAssembly: Sendable {
+    package let digest: SHA256Digest
+    package let length: Int
+    package let pieceSize: Int
+    package private(set) var received: ChunkBitmap
     private var bytes: [UInt8]
 
-    public init(digest: SHA256Digest, length: Int, pieceSize: Int) {
+    package init(digest: SHA256Digest, length: Int, pieceSize: Int) {
         self.digest = digest
         self.length = length
         self.pieceSize = pieceSize
@@ -18,10 +18,10 @@ public struct ChunkAssembly: Sendable {
         bytes = [UInt8](repeating: 0, count: length)
     }
 
-    public var isComplete: Bool { received.isComplete }
+    package var isComplete: Bool { received.isComplete }
 
     /// The pieces not yet here.
-    public var missing: ChunkBitmap {
+    package var missing: ChunkBitmap {
         var missing = ChunkBitmap(count: received.count)
         for index in 0..<received.count where !received.contains(index) { missing.insert(index) }
         return missing
@@ -30,7 +30,7 @@ public struct ChunkAssembly: Sendable {
     /// Places a piece. False for a duplicate, or a piece of another shape than this chunk's
     /// (the piece codec already checked that its payload fits its index).
     @discardableResult
-    public mutating func add(_ piece: ChunkPiece) -> Bool {
+    package mutating func add(_ piece: ChunkPiece) -> Bool {
         guard piece.digest == digest, piece.chunkLength == length, piece.pieceSize == pieceSize,
             !received.contains(piece.index), piece.index < received.count
         else { return false }
@@ -46,10 +46,10 @@ public struct ChunkAssembly: Sendable {
     }
 
     /// The whole chunk (call once complete).
-    public var contents: [UInt8] { bytes }
+    package var contents: [UInt8] { bytes }
 
     /// Cuts `chunk` into the pieces whose bits are set in `only` (every piece when nil).
-    public static func pieces(
+    package static func pieces(
         of chunk: ByteBuffer, digest: SHA256Digest, pieceSize: Int,
         only: ChunkBitmap? = nil
     ) -> [ChunkPiece] {

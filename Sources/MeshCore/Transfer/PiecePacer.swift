@@ -10,14 +10,14 @@ import NIOCore
 /// an even pace: a requester that hears nothing of a chunk for a while takes it as lost. A want
 /// for a chunk whose pieces are still queued adds only the pieces not queued, so asking again
 /// for what is late costs no second copy.
-public struct PiecePacer: Sendable {
-    public struct Settings: Sendable {
+package struct PiecePacer: Sendable {
+    package struct Settings: Sendable {
         /// Pieces whose time comes within this much go together: one timer per slice instead of
         /// one per datagram, at the price of bursts this long.
-        public var slice: Duration = .milliseconds(2)
+        package var slice: Duration = .milliseconds(2)
         /// After a pause (nothing queued), at most this much of the rate may go at once.
-        public var burst: Duration = .milliseconds(10)
-        public init() {}
+        package var burst: Duration = .milliseconds(10)
+        package init() {}
     }
 
     struct Queued: Sendable {
@@ -42,22 +42,22 @@ public struct PiecePacer: Sendable {
     /// Chunks per member whose departure time is kept (`leftAt`).
     static let recentlyLeftLimit = 64
 
-    public let settings: Settings
+    package let settings: Settings
     private var lanes: [NodeID: Lane] = [:]
-    public private(set) var queuedBytes = 0
+    package private(set) var queuedBytes = 0
 
-    public init(settings: Settings = .init()) { self.settings = settings }
+    package init(settings: Settings = .init()) { self.settings = settings }
 
-    public func queuedBytes(for peer: NodeID) -> Int { lanes[peer]?.bytes ?? 0 }
-    public func rate(for peer: NodeID) -> Int? { lanes[peer]?.rate }
-    public var isEmpty: Bool { queuedBytes == 0 }
+    package func queuedBytes(for peer: NodeID) -> Int { lanes[peer]?.bytes ?? 0 }
+    package func rate(for peer: NodeID) -> Int? { lanes[peer]?.rate }
+    package var isEmpty: Bool { queuedBytes == 0 }
 
     /// Chunks queued for `peer`.
-    public func queuedChunks(for peer: NodeID) -> Int { lanes[peer]?.chunks.count ?? 0 }
+    package func queuedChunks(for peer: NodeID) -> Int { lanes[peer]?.chunks.count ?? 0 }
 
     /// When a chunk's last piece left for `peer`: `now` while pieces of it are still queued; nil
     /// when it was not sent lately.
-    public func leftAt(_ digest: SHA256Digest, for peer: NodeID, now: MeshInstant) -> MeshInstant? {
+    package func leftAt(_ digest: SHA256Digest, for peer: NodeID, now: MeshInstant) -> MeshInstant? {
         guard let lane = lanes[peer] else { return nil }
         if lane.chunks.contains(where: { $0.digest == digest }) { return now }
         return lane.recentlyLeft[digest]
@@ -66,7 +66,7 @@ public struct PiecePacer: Sendable {
     /// Queues `pieces` of one chunk for `peer`; those already queued are not queued twice.
     /// Returns the payload bytes queued.
     @discardableResult
-    public mutating func enqueue(_ pieces: [ChunkPiece], digest: SHA256Digest, to peer: NodeID) -> Int {
+    package mutating func enqueue(_ pieces: [ChunkPiece], digest: SHA256Digest, to peer: NodeID) -> Int {
         guard !pieces.isEmpty else { return 0 }
         // Each lane is changed where it lies in `lanes`: a lane copied out (and written back)
         // shares its queue with the table's, and the first change then copies the queue and the
@@ -78,24 +78,24 @@ public struct PiecePacer: Sendable {
 
     /// `peer` wants no more of a chunk: its pieces still queued are dropped. Returns their bytes.
     @discardableResult
-    public mutating func cancel(_ digest: SHA256Digest, for peer: NodeID) -> Int {
+    package mutating func cancel(_ digest: SHA256Digest, for peer: NodeID) -> Int {
         let dropped = lanes[peer]?.cancel(digest) ?? 0
         queuedBytes -= dropped
         return dropped
     }
 
     /// The rate `peer` asked for (bytes per second; 0: unpaced).
-    public mutating func setRate(_ rate: Int, for peer: NodeID) {
+    package mutating func setRate(_ rate: Int, for peer: NodeID) {
         lanes[peer, default: Lane()].rate = max(0, rate)
     }
 
     /// A member is gone, or restarted: its pieces are dropped.
-    public mutating func remove(_ peer: NodeID) {
+    package mutating func remove(_ peer: NodeID) {
         queuedBytes -= lanes.removeValue(forKey: peer)?.bytes ?? 0
     }
 
     /// The pieces whose time has come, per member, in the order to send them.
-    public mutating func due(now: MeshInstant) -> [(peer: NodeID, pieces: [ChunkPiece])] {
+    package mutating func due(now: MeshInstant) -> [(peer: NodeID, pieces: [ChunkPiece])] {
         guard queuedBytes > 0 else { return [] }
         var out: [(peer: NodeID, pieces: [ChunkPiece])] = []
         for peer in lanes.keys.sorted() {
@@ -108,7 +108,7 @@ public struct PiecePacer: Sendable {
     }
 
     /// When `due` has pieces to hand out next.
-    public var nextDeadline: MeshInstant? {
+    package var nextDeadline: MeshInstant? {
         guard queuedBytes > 0 else { return nil }
         var deadline: MeshInstant?
         for lane in lanes.values where lane.bytes > 0 {

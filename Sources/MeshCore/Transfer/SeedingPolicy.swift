@@ -5,25 +5,25 @@ import MeshCrypto
 /// The node asks it what to do with each want of a chunk it seeds (`verdict`), tells it which
 /// wants it admitted (`admitted`), what members announced (`onAnnounced`), and who is gone
 /// (`removePeer`). Every other holder serves whatever it has, and never asks.
-public struct SeedingPolicy: Sendable {
-    public struct Settings: Sendable, Equatable {
+package struct SeedingPolicy: Sendable {
+    package struct Settings: Sendable, Equatable {
         /// A chunk only we hold is served once per this long (initial seeding): the others get
         /// it from the member that has it, so an uploader sends each chunk about once. Longer
         /// than a request timeout, so a copy lost on the way is sent again soon.
-        public var seedingInterval: Duration = .seconds(2)
+        package var seedingInterval: Duration = .seconds(2)
         /// A chunk only we hold, sent to one member, goes to another member too this long after
         /// the first asked, whatever its copy does: a member whose pace has fallen so low, or
         /// that keeps re-asking, must not keep the others waiting.
-        public var seedingPatience: Duration = .seconds(10)
+        package var seedingPatience: Duration = .seconds(10)
         /// A member told "left to others" because others hold the chunk is served anyway after
         /// this long, so stale availability cannot starve it (the requester's
         /// `TransferScheduler.Settings.leftToOthersWait` is as long, so a seed asked again serves).
-        public var busyGrace: Duration = .seconds(5)
-        public init() {}
+        package var busyGrace: Duration = .seconds(5)
+        package init() {}
     }
 
     /// What a seed does with a want.
-    public enum Verdict: Sendable, Equatable {
+    package enum Verdict: Sendable, Equatable {
         /// Serve it: the chunk is new to everyone, another seed holds it, or the same member asks again.
         case serve
         /// Serve a second copy of a chunk, for this reason.
@@ -33,7 +33,7 @@ public struct SeedingPolicy: Sendable {
     }
 
     /// Why a seed sends a second copy of a chunk.
-    public enum SecondCopy: String, Sendable, Equatable {
+    package enum SecondCopy: String, Sendable, Equatable {
         /// The member was turned away for `busyGrace`: the members that hold it did not serve it.
         case turnedAwayTooLong
         /// The first copy of a chunk only we held left `seedingInterval` ago and its member has
@@ -60,7 +60,7 @@ public struct SeedingPolicy: Sendable {
         var seenLeaving: MeshInstant
     }
 
-    public let settings: Settings
+    package let settings: Settings
     /// Chunks we served that no one else is known to hold, with to whom and when.
     private var seeded: [SHA256Digest: [Int: SeededCopy]] = [:]
     /// When each member was first told "left to others" for a chunk, and whether it was served
@@ -70,19 +70,19 @@ public struct SeedingPolicy: Sendable {
     /// chunks to them once they hold it whole too.
     private var seenFetching: [SHA256Digest: Set<NodeID>] = [:]
 
-    public init(settings: Settings = .init()) {
+    package init(settings: Settings = .init()) {
         self.settings = settings
     }
 
     /// What a member announced it holds of an attachment: one seen with part of it is a member
     /// fetching it, trusted with the whole later.
-    public mutating func onAnnounced(_ bitmap: ChunkBitmap, of attachment: SHA256Digest, at peer: NodeID) {
+    package mutating func onAnnounced(_ bitmap: ChunkBitmap, of attachment: SHA256Digest, at peer: NodeID) {
         if bitmap.held > 0, !bitmap.isComplete { seenFetching[attachment, default: []].insert(peer) }
     }
 
     /// A member is gone: what it was refused, and what we seeded to it (lost with it), are
     /// forgotten; back (restarted), it is a member like any other.
-    public mutating func removePeer(_ peer: NodeID) {
+    package mutating func removePeer(_ peer: NodeID) {
         for id in refusals.keys {
             for index in refusals[id]?.keys ?? [:].keys { refusals[id]?[index]?[peer] = nil }
         }
@@ -108,7 +108,7 @@ public struct SeedingPolicy: Sendable {
     /// The requester hears "left to others" and asks them. So that stale availability cannot starve
     /// anyone, a member refused a chunk that others hold is served anyway after `busyGrace` (and
     /// from then on: its asks for pieces it lost too).
-    public mutating func verdict(
+    package mutating func verdict(
         attachment: SHA256Digest, index: Int, to peer: NodeID, seeders: Set<NodeID>,
         holders: [NodeID: ChunkBitmap], now: MeshInstant,
         leftAt: (NodeID) -> MeshInstant?
@@ -148,7 +148,7 @@ public struct SeedingPolicy: Sendable {
     /// keeps the patience counting from its first; a member served after its grace stays served
     /// (`Refusal.served`). A want refused later (a full queue) is never admitted: it holds the
     /// chunk for nobody.
-    public mutating func admitted(attachment: SHA256Digest, index: Int, to peer: NodeID, now: MeshInstant) {
+    package mutating func admitted(attachment: SHA256Digest, index: Int, to peer: NodeID, now: MeshInstant) {
         refusals[attachment]?[index]?[peer]?.served = true
         if seeded[attachment]?[index]?.peer == peer {
             seeded[attachment]?[index]?.seenLeaving = now

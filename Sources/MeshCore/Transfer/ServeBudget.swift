@@ -5,11 +5,11 @@ import MeshCrypto
 /// chunk over and over is answered busy once it had `copies` chunks' worth in the window.
 /// Without this a served chunk kept in memory turns each 100-byte want into 256 KiB of
 /// datagrams. Memory is bounded by `capacity` (member, chunk) entries.
-public struct ServeBudget: Sendable {
-    public struct Key: Hashable, Sendable {
-        public var peer: NodeID
-        public var digest: SHA256Digest
-        public init(peer: NodeID, digest: SHA256Digest) { self.peer = peer; self.digest = digest }
+package struct ServeBudget: Sendable {
+    package struct Key: Hashable, Sendable {
+        package var peer: NodeID
+        package var digest: SHA256Digest
+        package init(peer: NodeID, digest: SHA256Digest) { self.peer = peer; self.digest = digest }
     }
 
     struct Spent: Sendable {
@@ -18,19 +18,19 @@ public struct ServeBudget: Sendable {
         var chunkLength: Int
     }
 
-    public let window: Duration
-    public let copies: Int
-    public let capacity: Int
+    package let window: Duration
+    package let copies: Int
+    package let capacity: Int
     private var spent: [Key: Spent] = [:]
 
-    public init(window: Duration = .seconds(1), copies: Int = 2, capacity: Int = 4096) {
+    package init(window: Duration = .seconds(1), copies: Int = 2, capacity: Int = 4096) {
         self.window = window
         self.copies = copies
         self.capacity = capacity
     }
 
     /// Whether a want for the chunk may be served now.
-    public func allows(_ key: Key, now: MeshInstant) -> Bool {
+    package func allows(_ key: Key, now: MeshInstant) -> Bool {
         guard let entry = spent[key] else { return true }
         return now >= entry.since + window || entry.bytes < copies * entry.chunkLength
     }
@@ -38,7 +38,7 @@ public struct ServeBudget: Sendable {
     /// Counts what was sent of a chunk of `chunkLength` bytes. A full table forgets the members
     /// served before the window, or else some entry: filling it takes `capacity` chunks in one
     /// window, far more than a node sends.
-    public mutating func charge(_ bytes: Int, of chunkLength: Int, to key: Key, now: MeshInstant) {
+    package mutating func charge(_ bytes: Int, of chunkLength: Int, to key: Key, now: MeshInstant) {
         if let entry = spent[key], now < entry.since + window {
             spent[key]?.bytes = entry.bytes + bytes
             return
@@ -50,5 +50,5 @@ public struct ServeBudget: Sendable {
         spent[key] = Spent(since: now, bytes: bytes, chunkLength: chunkLength)
     }
 
-    public var count: Int { spent.count }
+    package var count: Int { spent.count }
 }

@@ -4,27 +4,27 @@ import NIOCore
 /// "Send me these pieces of this chunk": the whole chunk when `missing` is nil, else only the
 /// pieces whose bits are set. The requester picks the piece size (it reassembles with it) and
 /// the rate to send them at (its downlink's congestion controller sets it; 0: no pacing).
-public struct ChunkWant: WireBody {
+package struct ChunkWant: WireBody {
     /// The smallest piece size a holder serves: a want for 1-byte pieces would make it send a
     /// datagram per byte of the chunk (262,144 for one want). 256 bytes still fits datagrams
     /// far smaller than any path's.
-    public static let minPieceSize = 256
+    package static let minPieceSize = 256
 
-    public var digest: SHA256Digest
-    public var pieceSize: Int
-    public var missing: ChunkBitmap?
+    package var digest: SHA256Digest
+    package var pieceSize: Int
+    package var missing: ChunkBitmap?
     /// Bytes per second to pace this member's pieces at, in KiB/s on the wire; 0: as fast as
     /// the holder can.
-    public var rate: Int
+    package var rate: Int
 
-    public init(digest: SHA256Digest, pieceSize: Int, missing: ChunkBitmap? = nil, rate: Int = 0) {
+    package init(digest: SHA256Digest, pieceSize: Int, missing: ChunkBitmap? = nil, rate: Int = 0) {
         self.digest = digest
         self.pieceSize = pieceSize
         self.missing = missing
         self.rate = ChunkPace.representable(rate)
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         digest = try buffer.readDigest("want digest")
         pieceSize = Int(try buffer.readWire(UInt16.self, "want piece size"))
         guard pieceSize > 0 else { throw .invalidField(what: "want piece size") }
@@ -39,7 +39,7 @@ public struct ChunkWant: WireBody {
         rate = Int(try buffer.readWire(UInt32.self, "want rate")) * 1024
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeBytes(digest.bytes)
         buffer.writeInteger(UInt16(pieceSize))
         buffer.writeInteger(UInt16(missing?.count ?? 0))
@@ -50,11 +50,11 @@ public struct ChunkWant: WireBody {
 
 /// "From now on, send my pieces at this rate": the requester's controller changed its mind
 /// while chunks are on their way (a want says it only once per chunk).
-public struct ChunkPace: WireBody {
+package struct ChunkPace: WireBody {
     /// Bytes per second (KiB/s on the wire); 0: as fast as the holder can.
-    public var rate: Int
+    package var rate: Int
 
-    public init(rate: Int) { self.rate = Self.representable(rate) }
+    package init(rate: Int) { self.rate = Self.representable(rate) }
 
     /// `rate` as the wire carries it: whole KiB/s, at least 1 KiB/s unless 0, at most 4 TiB/s.
     static func representable(_ rate: Int) -> Int {
@@ -62,11 +62,11 @@ public struct ChunkPace: WireBody {
         return min(Int(UInt32.max), max(1, rate / 1024)) * 1024
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         rate = Int(try buffer.readWire(UInt32.self, "pace rate")) * 1024
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(UInt32(rate / 1024))
     }
 }
@@ -75,21 +75,21 @@ public struct ChunkPace: WireBody {
 /// shorter). The digest names the content, so pieces from different holders fill one chunk.
 /// `sentAt` is the holder's clock in microseconds (wrapping): the requester compares it with
 /// its own to see how long pieces wait in queues on the way (one-way delay, as LEDBAT does).
-public struct ChunkPiece: WireBody {
+package struct ChunkPiece: WireBody {
     /// Chunks larger than this are never sent in pieces (the manifest allows up to 4 MiB).
-    public static let maxChunkLength = Manifest.maxChunkSize
+    package static let maxChunkLength = Manifest.maxChunkSize
     /// The frame bytes around the payload: frame header 3, digest 32, length 4, size 2, index 2,
     /// timestamp 4.
-    public static let overhead = FrameCodec.headerLength + 32 + 4 + 2 + 2 + 4
+    package static let overhead = FrameCodec.headerLength + 32 + 4 + 2 + 2 + 4
 
-    public var digest: SHA256Digest
-    public var chunkLength: Int
-    public var pieceSize: Int
-    public var index: Int
-    public var sentAt: UInt32
-    public var payload: ByteBuffer
+    package var digest: SHA256Digest
+    package var chunkLength: Int
+    package var pieceSize: Int
+    package var index: Int
+    package var sentAt: UInt32
+    package var payload: ByteBuffer
 
-    public init(
+    package init(
         digest: SHA256Digest, chunkLength: Int, pieceSize: Int, index: Int, sentAt: UInt32 = 0,
         payload: ByteBuffer
     ) {
@@ -101,17 +101,17 @@ public struct ChunkPiece: WireBody {
         self.payload = payload
     }
 
-    public static func pieceCount(chunkLength: Int, pieceSize: Int) -> Int {
+    package static func pieceCount(chunkLength: Int, pieceSize: Int) -> Int {
         pieceSize > 0 ? (chunkLength + pieceSize - 1) / pieceSize : 0
     }
 
     /// The byte range of piece `index` within the chunk.
-    public static func range(of index: Int, chunkLength: Int, pieceSize: Int) -> Range<Int> {
+    package static func range(of index: Int, chunkLength: Int, pieceSize: Int) -> Range<Int> {
         let start = index * pieceSize
         return start..<min(chunkLength, start + pieceSize)
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         digest = try buffer.readDigest("piece digest")
         chunkLength = Int(try buffer.readWire(UInt32.self, "piece chunk length"))
         pieceSize = Int(try buffer.readWire(UInt16.self, "piece size"))
@@ -128,7 +128,7 @@ public struct ChunkPiece: WireBody {
         self.payload = payload
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeBytes(digest.bytes)
         buffer.writeInteger(UInt32(chunkLength))
         buffer.writeInteger(UInt16(pieceSize))
@@ -141,17 +141,17 @@ public struct ChunkPiece: WireBody {
 
 /// "I will not send this chunk": not held (any more), busy now (ask again later or elsewhere), or
 /// left to the members that hold it (a seed's answer: ask them).
-public struct ChunkAbsent: WireBody {
-    public enum Reason: UInt8, Sendable { case notHeld = 0, busy = 1, leftToOthers = 2 }
-    public var digest: SHA256Digest
-    public var reason: Reason
+package struct ChunkAbsent: WireBody {
+    package enum Reason: UInt8, Sendable { case notHeld = 0, busy = 1, leftToOthers = 2 }
+    package var digest: SHA256Digest
+    package var reason: Reason
 
-    public init(digest: SHA256Digest, reason: Reason) {
+    package init(digest: SHA256Digest, reason: Reason) {
         self.digest = digest
         self.reason = reason
     }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         digest = try buffer.readDigest("absent digest")
         guard let reason = Reason(rawValue: try buffer.readWire(UInt8.self, "absent reason")) else {
             throw .invalidField(what: "absent reason")
@@ -159,7 +159,7 @@ public struct ChunkAbsent: WireBody {
         self.reason = reason
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeBytes(digest.bytes)
         buffer.writeInteger(reason.rawValue)
     }
@@ -167,16 +167,16 @@ public struct ChunkAbsent: WireBody {
 
 /// "Send no more of this chunk": the asker has it whole, or has given it up. The holder drops the
 /// pieces it still has queued for the asker; those already sent are beyond recall.
-public struct ChunkCancel: WireBody {
-    public var digest: SHA256Digest
+package struct ChunkCancel: WireBody {
+    package var digest: SHA256Digest
 
-    public init(digest: SHA256Digest) { self.digest = digest }
+    package init(digest: SHA256Digest) { self.digest = digest }
 
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         digest = try buffer.readDigest("cancel digest")
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeBytes(digest.bytes)
     }
 }

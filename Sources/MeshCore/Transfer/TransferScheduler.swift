@@ -6,28 +6,28 @@ import MeshCrypto
 /// flight that grows while it keeps up and halves when it times out; near the end the last
 /// chunks are asked of a second holder (end game); a member that sends a chunk whose hash does
 /// not match is not asked for that chunk again, and one that does so repeatedly is avoided.
-public struct TransferScheduler: Sendable {
-    public struct Settings: Sendable, Equatable {
-        public var initialWindow = 2
-        public var maximumWindow = 48
+package struct TransferScheduler: Sendable {
+    package struct Settings: Sendable, Equatable {
+        package var initialWindow = 2
+        package var maximumWindow = 48
         /// Chunks in flight from all members together, at most (the chunks being assembled, in
         /// memory): the downlink's congestion control sets the limit below this
         /// (`inFlightLimit`), from its rate and round trip, and the chunks waiting for a repair.
-        public var maximumInFlight = 128
+        package var maximumInFlight = 128
         /// Of those, chunks whose pieces are still on their way, at most (the rest wait for a
         /// lost piece asked again).
-        public var maximumFlowing = 64
-        public var requestTimeout: Duration = .milliseconds(1500)
+        package var maximumFlowing = 64
+        package var requestTimeout: Duration = .milliseconds(1500)
         /// End game when no more than this many chunks are missing: each is asked of a second
         /// holder too, once its request is late (`endGameAfter`).
-        public var endGameChunks = 4
+        package var endGameChunks = 4
         /// Late: this share of the request's timeout has passed, or twice its holder's latency
         /// when sooner, but not this share of the pace's time for a chunk (0: at once).
-        public var endGameLateness = 0.5
+        package var endGameLateness = 0.5
         /// Bad chunks after which a member is avoided altogether.
-        public var maxBadChunks = 3
+        package var maxBadChunks = 3
         /// How long to wait before asking again for a chunk its only holder was too busy to send.
-        public var busyRetry: Duration = .milliseconds(200)
+        package var busyRetry: Duration = .milliseconds(200)
         /// A seed that left a chunk to others is not asked for it again while another member
         /// holds it, and then only once this long has passed since its first such answer and
         /// those members failed it (busy, or no answer), or let any request time out with no
@@ -37,15 +37,15 @@ public struct TransferScheduler: Sendable {
         /// refused again and again and then served a second copy at the seed's `busyGrace`
         /// (Docs/DESIGN-NOTES.md). As long as the seed's grace
         /// (`SeedingPolicy.Settings.busyGrace`), so a seed asked again serves at once.
-        public var leftToOthersWait: Duration = .seconds(5)
-        public init() {}
+        package var leftToOthersWait: Duration = .seconds(5)
+        package init() {}
     }
 
-    public struct Request: Sendable, Equatable {
-        public var peer: NodeID
-        public var attachment: SHA256Digest
-        public var index: Int
-        public var digest: SHA256Digest
+    package struct Request: Sendable, Equatable {
+        package var peer: NodeID
+        package var attachment: SHA256Digest
+        package var index: Int
+        package var digest: SHA256Digest
     }
 
     struct Job: Sendable {
@@ -101,22 +101,22 @@ public struct TransferScheduler: Sendable {
         var hasRoom: Bool { inFlight - min(repairing, window) < window }
     }
 
-    public let settings: Settings
+    package let settings: Settings
     private var jobs: [SHA256Digest: Job] = [:]
     private var availability: [NodeID: [SHA256Digest: ChunkBitmap]] = [:]
     private var peers: [NodeID: Peer] = [:]
     private var random: SplitMix64
-    public private(set) var timeouts: UInt64 = 0
+    package private(set) var timeouts: UInt64 = 0
     /// The latest time seen by `nextRequests` or `onTick`, for latency samples.
     private var lastNow: MeshInstant?
 
     /// Chunks in flight in all, as the downlink's congestion control allows (at most the setting).
-    public var inFlightLimit: Int?
+    package var inFlightLimit: Int?
     /// Holders asked only when no other with room holds the chunk: those reached through a relay
     /// (their pieces cost a third member's link, and are carried at its per-pair rate).
-    public var lastResort: Set<NodeID> = []
+    package var lastResort: Set<NodeID> = []
     /// How long a chunk takes at the pace asked for: no request times out sooner than this.
-    public var minimumTimeout: Duration = .zero
+    package var minimumTimeout: Duration = .zero
 
     /// How long to wait for `peer`'s answer: at least the settings, and four smoothed latencies.
     func timeout(for peer: NodeID) -> Duration {
@@ -130,7 +130,7 @@ public struct TransferScheduler: Sendable {
     /// twice on a paced line (each holder sends at its share of the rate, and both send the
     /// pieces still missing; Docs/DESIGN-NOTES.md). A late request still gets its second holder:
     /// one that stalls at the end costs this, not a timeout.
-    public func endGameAfter(_ peer: NodeID) -> Duration {
+    package func endGameAfter(_ peer: NodeID) -> Duration {
         let late = timeout(for: peer) * settings.endGameLateness
         guard let latency = peers[peer]?.latency else { return late }
         return max(min(late, latency * 2), minimumTimeout * settings.endGameLateness)
@@ -152,7 +152,7 @@ public struct TransferScheduler: Sendable {
     private var seedAnswerLasts: Duration { settings.leftToOthersWait * 4 }
 
     /// Members that hold chunks still wanted, and may be asked.
-    public var holderCount: Int {
+    package var holderCount: Int {
         availability.count { peer, attachments in
             !isAvoided(peer)
                 && attachments.contains { id, bitmap in
@@ -163,25 +163,25 @@ public struct TransferScheduler: Sendable {
     }
 
     /// Chunks in flight to each member that has some.
-    public var inFlightByPeer: [NodeID: Int] {
+    package var inFlightByPeer: [NodeID: Int] {
         peers.compactMapValues { $0.inFlight > 0 ? $0.inFlight : nil }
     }
     /// Chunks assembled whose store has not answered yet (still counted in flight).
-    public var storingCount: Int { jobs.values.reduce(0) { $0 + $1.storing.count } }
-    public init(settings: Settings = .init(), seed: UInt64) {
+    package var storingCount: Int { jobs.values.reduce(0) { $0 + $1.storing.count } }
+    package init(settings: Settings = .init(), seed: UInt64) {
         self.settings = settings
         self.random = SplitMix64(seed: seed)
     }
 
-    public var activeAttachments: [SHA256Digest] { jobs.keys.sorted() }
+    package var activeAttachments: [SHA256Digest] { jobs.keys.sorted() }
 
     /// The members asked for one of the attachment's chunks, and not answered yet.
-    public func holdersSending(_ attachment: SHA256Digest) -> Int {
+    package func holdersSending(_ attachment: SHA256Digest) -> Int {
         guard let job = jobs[attachment] else { return 0 }
         return Set(job.inFlight.values.flatMap(\.keys)).count
     }
 
-    public func progress(_ attachment: SHA256Digest) -> (have: Int, total: Int)? {
+    package func progress(_ attachment: SHA256Digest) -> (have: Int, total: Int)? {
         jobs[attachment].map { ($0.have.held, $0.have.count) }
     }
 
@@ -190,7 +190,7 @@ public struct TransferScheduler: Sendable {
     /// counted anyway it would open its member's window past what it has on the line.
     /// Returns how many counted.
     @discardableResult
-    public mutating func setRepairing(_ chunks: [Request]) -> Int {
+    package mutating func setRepairing(_ chunks: [Request]) -> Int {
         for peer in peers.keys { peers[peer]?.repairing = 0 }
         var counted = 0
         for chunk in chunks
@@ -202,18 +202,18 @@ public struct TransferScheduler: Sendable {
     }
 
     /// The largest number of requests in flight any member has, and its window (for tests).
-    public func window(of peer: NodeID) -> (inFlight: Int, window: Int)? {
+    package func window(of peer: NodeID) -> (inFlight: Int, window: Int)? {
         peers[peer].map { ($0.inFlight, $0.window) }
     }
 
     /// Members that announced some chunks of the attachment.
-    public func peersWithChunks(of attachment: SHA256Digest) -> [NodeID] {
+    package func peersWithChunks(of attachment: SHA256Digest) -> [NodeID] {
         availability.filter { ($0.value[attachment]?.held ?? 0) > 0 }.map(\.key).sorted()
     }
 
     /// What each member that may be asked (not avoided) announced of the attachment: the holders
     /// a seed weighs (`SeedingPolicy.verdict`).
-    public func announced(_ attachment: SHA256Digest) -> [NodeID: ChunkBitmap] {
+    package func announced(_ attachment: SHA256Digest) -> [NodeID: ChunkBitmap] {
         var holders: [NodeID: ChunkBitmap] = [:]
         for (peer, attachments) in availability where !isAvoided(peer) {
             if let bitmap = attachments[attachment] { holders[peer] = bitmap }
@@ -221,30 +221,30 @@ public struct TransferScheduler: Sendable {
         return holders
     }
 
-    public func isAvoided(_ peer: NodeID) -> Bool { (peers[peer]?.badChunks ?? 0) >= settings.maxBadChunks }
+    package func isAvoided(_ peer: NodeID) -> Bool { (peers[peer]?.badChunks ?? 0) >= settings.maxBadChunks }
 
     // MARK: input
 
     /// Starts (or resumes) fetching the attachment; `have` says which chunks are already stored.
-    public mutating func start(_ manifest: Manifest, have: ChunkBitmap) {
+    package mutating func start(_ manifest: Manifest, have: ChunkBitmap) {
         let id = manifest.id
         guard jobs[id] == nil, !have.isComplete else { return }
         jobs[id] = Job(id: id, manifest: manifest, have: have)
     }
 
-    public mutating func cancel(_ attachment: SHA256Digest) {
+    package mutating func cancel(_ attachment: SHA256Digest) {
         guard let job = jobs.removeValue(forKey: attachment) else { return }
         for asked in job.inFlight.values { for peer in asked.keys { peers[peer]?.inFlight -= 1 } }
     }
 
     /// What a member announced it holds of an attachment.
-    public mutating func setAvailability(_ bitmap: ChunkBitmap, of attachment: SHA256Digest, at peer: NodeID) {
+    package mutating func setAvailability(_ bitmap: ChunkBitmap, of attachment: SHA256Digest, at peer: NodeID) {
         availability[peer, default: [:]][attachment] = bitmap
         if peers[peer] == nil { peers[peer] = Peer(window: settings.initialWindow) }
     }
 
     /// A member is gone: what it was asked goes back to the pool.
-    public mutating func removePeer(_ peer: NodeID) {
+    package mutating func removePeer(_ peer: NodeID) {
         availability[peer] = nil
         peers[peer] = nil
         for id in jobs.keys {
@@ -265,7 +265,7 @@ public struct TransferScheduler: Sendable {
     /// asked of others open nothing.
     /// Returns whether it counted (the chunk was asked of `peer`).
     @discardableResult
-    public mutating func onPieceBytes(_ bytes: Int, of attachment: SHA256Digest, index: Int, from peer: NodeID) -> Bool
+    package mutating func onPieceBytes(_ bytes: Int, of attachment: SHA256Digest, index: Int, from peer: NodeID) -> Bool
     {
         guard let job = jobs[attachment], job.inFlight[index]?[peer] != nil, var state = peers[peer] else {
             return false
@@ -284,14 +284,14 @@ public struct TransferScheduler: Sendable {
     /// `onMixedBadChunk`, or `onMissing` for a store that failed, follow). Until then it is
     /// not asked again: a request that timed out while its pieces still came leaves the chunk
     /// looking missing, and asked again in that moment it was fetched whole a second time.
-    public mutating func onAssembled(attachment: SHA256Digest, index: Int) {
+    package mutating func onAssembled(attachment: SHA256Digest, index: Int) {
         jobs[attachment]?.storing.insert(index)
     }
 
     /// A chunk arrived from `peer` and was checked against its hash. Returns true when it
     /// completed its attachment.
     @discardableResult
-    public mutating func onChunk(attachment: SHA256Digest, index: Int, from peer: NodeID, valid: Bool) -> Bool {
+    package mutating func onChunk(attachment: SHA256Digest, index: Int, from peer: NodeID, valid: Bool) -> Bool {
         guard var job = jobs[attachment] else { return false }
         job.storing.remove(index)
         if let sentAt = job.inFlight[index]?.removeValue(forKey: peer) {
@@ -326,7 +326,7 @@ public struct TransferScheduler: Sendable {
     /// which one is unknown. Blaming all would let one liar shut honest holders out of the chunk
     /// (it did, in HostileMemberTests); so nobody is blamed, and the chunk is asked again of one
     /// member at a time (no end-game second copy), where a bad copy names its sender.
-    public mutating func onMixedBadChunk(attachment: SHA256Digest, index: Int, from contributors: Set<NodeID>) {
+    package mutating func onMixedBadChunk(attachment: SHA256Digest, index: Int, from contributors: Set<NodeID>) {
         guard var job = jobs[attachment] else { return }
         job.storing.remove(index)
         for peer in contributors where job.inFlight[index]?.removeValue(forKey: peer) != nil {
@@ -338,7 +338,7 @@ public struct TransferScheduler: Sendable {
     }
 
     /// `peer` answered that it does not have the chunk (after all): ask someone else, no penalty.
-    public mutating func onMissing(attachment: SHA256Digest, index: Int, from peer: NodeID) {
+    package mutating func onMissing(attachment: SHA256Digest, index: Int, from peer: NodeID) {
         jobs[attachment]?.storing.remove(index)
         guard var job = jobs[attachment], job.inFlight[index]?.removeValue(forKey: peer) != nil else { return }
         peers[peer]?.inFlight -= 1
@@ -350,7 +350,7 @@ public struct TransferScheduler: Sendable {
     /// `peer` answered that it is busy with this chunk: ask again a little later, from anyone.
     /// `asked` is false when the request never left (no room here to put the chunk together):
     /// that is no failure of the holder's.
-    public mutating func onBusy(
+    package mutating func onBusy(
         attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant,
         asked: Bool = true
     ) {
@@ -398,7 +398,7 @@ public struct TransferScheduler: Sendable {
 
     /// A seed answered that it leaves this chunk to the members that hold it (`SeedingPolicy`):
     /// ask them, and the seed only when no one else holds it, or after `leftToOthersWait`.
-    public mutating func onLeftToOthers(attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant) {
+    package mutating func onLeftToOthers(attachment: SHA256Digest, index: Int, from peer: NodeID, now: MeshInstant) {
         guard var job = jobs[attachment], job.inFlight[index]?[peer] != nil else { return }
         // Timed from the first such answer, as the seed's grace is: asked again after it, the
         // seed serves. Left again after the wait (the seed forgot us, or restarted), its grace
@@ -421,7 +421,7 @@ public struct TransferScheduler: Sendable {
     /// waits for room at the members a seed left it to (up to four waits, when the seed may be
     /// asked: the fetch must not give up on it meanwhile), or is held by a seed that left us
     /// others (the same).
-    public func hasRequestsInFlight(_ attachment: SHA256Digest) -> Bool {
+    package func hasRequestsInFlight(_ attachment: SHA256Digest) -> Bool {
         guard let job = jobs[attachment] else { return false }
         if !job.inFlight.isEmpty || !job.storing.isEmpty { return true }
         guard let now = lastNow else { return false }
@@ -440,7 +440,7 @@ public struct TransferScheduler: Sendable {
     }
 
     /// Requests that went unanswered: their members' windows halve, the chunks are asked again.
-    public mutating func onTick(now: MeshInstant) {
+    package mutating func onTick(now: MeshInstant) {
         lastNow = now
         for id in jobs.keys.sorted() {
             guard var job = jobs[id] else { continue }
@@ -471,7 +471,7 @@ public struct TransferScheduler: Sendable {
         }
     }
 
-    public var nextDeadline: MeshInstant? {
+    package var nextDeadline: MeshInstant? {
         var deadline: MeshInstant?
         for job in jobs.values {
             for instant in job.notBefore.values where instant > .zero {
@@ -508,7 +508,7 @@ public struct TransferScheduler: Sendable {
 
     /// Fills every member's window: for each attachment, missing chunks not yet asked, rarest
     /// first (random among equals), each from a random holder with room; then the end game.
-    public mutating func nextRequests(now: MeshInstant) -> [Request] {
+    package mutating func nextRequests(now: MeshInstant) -> [Request] {
         lastNow = now
         // Every window full is the common case between chunks (this runs after each one): no
         // request can go out, and the scan below would cost a pass over every chunk.

@@ -1,24 +1,24 @@
 /// A TURN ChannelData message (RFC 8656 §12.4): a datagram to or from a peer bound to a channel,
 /// with 4 bytes of framing (channel number, length) instead of a Send or Data indication's 36.
-public struct ChannelData: Sendable, Equatable {
+package struct ChannelData: Sendable, Equatable {
     /// Channel numbers a client may bind (§12).
-    public static let validChannels: ClosedRange<UInt16> = 0x4000...0x4FFF
-    public static let headerSize = 4
+    package static let validChannels: ClosedRange<UInt16> = 0x4000...0x4FFF
+    package static let headerSize = 4
 
-    public var channel: UInt16
-    public var payload: [UInt8]
+    package var channel: UInt16
+    package var payload: [UInt8]
 
-    public init(channel: UInt16, payload: [UInt8]) {
+    package init(channel: UInt16, payload: [UInt8]) {
         self.channel = channel
         self.payload = payload
     }
 
     /// Whether a server's datagram is framed as ChannelData: its first two bits are 01 (first
     /// byte 0x40–0x7F), where a STUN message's are 00 (§18.3 of RFC 8656; RFC 7983's ranges).
-    public static func looksLikeChannelData(_ first: UInt8) -> Bool { first & 0xC0 == 0x40 }
+    package static func looksLikeChannelData(_ first: UInt8) -> Bool { first & 0xC0 == 0x40 }
 
     /// No padding: over UDP it is optional, and the datagram's length already ends the payload.
-    public func encoded() -> [UInt8] {
+    package func encoded() -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(Self.headerSize + payload.count)
         bytes.append16(channel)
@@ -27,7 +27,7 @@ public struct ChannelData: Sendable, Equatable {
     }
 
     /// The message in `bytes`; up to 3 bytes of padding after the payload are allowed.
-    public static func decode(_ bytes: [UInt8]) throws(WireError) -> ChannelData {
+    package static func decode(_ bytes: [UInt8]) throws(WireError) -> ChannelData {
         guard bytes.count >= headerSize else { throw .truncated(what: "ChannelData header") }
         guard bytes.count <= StunMessage.maxSize else {
             throw .oversized(length: bytes.count, limit: StunMessage.maxSize)

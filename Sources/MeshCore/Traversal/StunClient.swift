@@ -8,16 +8,16 @@ import MeshCrypto
 /// that server is given up until the next round, which asks the next server after a back-off
 /// (10 s doubling to 5 min). An answered question is asked again every `requery` (60 s), and
 /// soon after our local address changes.
-public struct StunClient: Sendable {
-    public struct Settings: Sendable, Equatable {
-        public var initialRTO: Duration = .milliseconds(500)
-        public var maxTries = 4
-        public var requery: Duration = .seconds(60)
-        public var firstRetry: Duration = .seconds(10)
-        public var maxRetry: Duration = .seconds(300)
+package struct StunClient: Sendable {
+    package struct Settings: Sendable, Equatable {
+        package var initialRTO: Duration = .milliseconds(500)
+        package var maxTries = 4
+        package var requery: Duration = .seconds(60)
+        package var firstRetry: Duration = .seconds(10)
+        package var maxRetry: Duration = .seconds(300)
         /// How soon after a local address change the question is asked again.
-        public var afterChange: Duration = .seconds(1)
-        public init() {}
+        package var afterChange: Duration = .seconds(1)
+        package init() {}
     }
 
     struct Question: Sendable, Equatable {
@@ -29,73 +29,73 @@ public struct StunClient: Sendable {
         var request: [UInt8]
     }
 
-    public enum Phase: Sendable, Equatable {
+    package enum Phase: Sendable, Equatable {
         /// Nothing outstanding; the next question goes out at `until`.
         case waiting(until: MeshInstant)
         case asking(server: PeerAddress, tries: Int)
     }
 
     /// What the latest round ended with.
-    public enum Outcome: Sendable, Equatable {
+    package enum Outcome: Sendable, Equatable {
         case notAskedYet
         case answered
         case noAnswer
         case error(code: Int, reason: String)
     }
 
-    public enum Directive: Sendable, Equatable {
+    package enum Directive: Sendable, Equatable {
         case send([UInt8], to: PeerAddress)
         /// The server saw us at this address (a change from before).
         case learnt(PeerAddress)
     }
 
-    public struct Counters: Sendable, Equatable {
-        public var requestsSent: UInt64 = 0
-        public var answers: UInt64 = 0
+    package struct Counters: Sendable, Equatable {
+        package var requestsSent: UInt64 = 0
+        package var answers: UInt64 = 0
         /// Datagrams from a server that were no answer to the question outstanding (garbage, an
         /// old or made-up transaction id, a bad fingerprint).
-        public var dropped: UInt64 = 0
+        package var dropped: UInt64 = 0
     }
 
-    public let servers: [PeerAddress]
-    public let settings: Settings
-    public private(set) var mapped: PeerAddress?
+    package let servers: [PeerAddress]
+    package let settings: Settings
+    package private(set) var mapped: PeerAddress?
     /// The server that answered last.
-    public private(set) var answeredBy: PeerAddress?
-    public private(set) var outcome = Outcome.notAskedYet
-    public private(set) var counters = Counters()
+    package private(set) var answeredBy: PeerAddress?
+    package private(set) var outcome = Outcome.notAskedYet
+    package private(set) var counters = Counters()
     private var question: Question?
     private var waitingUntil: MeshInstant
     private var nextServer = 0
     private var failures = 0
     private var random: SplitMix64
 
-    public init(servers: [PeerAddress], settings: Settings = .init(), seed: UInt64, now: MeshInstant) {
+    package init(servers: [PeerAddress], settings: Settings = .init(), seed: UInt64, now: MeshInstant) {
         self.servers = Array(servers.prefix(8))
         self.settings = settings
         random = SplitMix64(seed: seed)
         waitingUntil = now
     }
 
-    public var phase: Phase {
+    package var phase: Phase {
         if let question { return .asking(server: servers[question.server], tries: question.tries) }
         return .waiting(until: waitingUntil)
     }
 
-    public func isServer(_ address: PeerAddress) -> Bool { servers.contains(address) }
+    package func isServer(_ address: PeerAddress) -> Bool { servers.contains(address) }
 
-    public var nextDeadline: MeshInstant? {
+    package var nextDeadline: MeshInstant? {
         guard !servers.isEmpty else { return nil }
         return question?.nextTry ?? waitingUntil
     }
 
     /// Asks again soon: our address may have changed.
-    public mutating func localAddressChanged(now: MeshInstant) {
+    package mutating func localAddressChanged(now: MeshInstant) {
         guard question == nil else { return }
         waitingUntil = min(waitingUntil, now + settings.afterChange)
     }
 
-    public mutating func tick(now: MeshInstant) -> [Directive] {
+    package mutating func tick(now: MeshInstant) -> [Directive] {
         guard !servers.isEmpty else { return [] }
         if var asked = question {
             guard now >= asked.nextTry else { return [] }
@@ -125,7 +125,7 @@ public struct StunClient: Sendable {
     }
 
     /// A datagram from one of the servers that looks like STUN.
-    public mutating func handle(_ bytes: [UInt8], from source: PeerAddress, now: MeshInstant) -> [Directive] {
+    package mutating func handle(_ bytes: [UInt8], from source: PeerAddress, now: MeshInstant) -> [Directive] {
         guard let asked = question, servers[asked.server] == source,
             let received = try? StunMessage.decode(bytes), received.fingerprintIsValid,
             received.message.transactionID == asked.id, received.message.method == .binding,

@@ -3,32 +3,32 @@ import MeshCrypto
 /// A STUN message (RFC 8489 §5): what a node says to a STUN or TURN server and what the server
 /// answers. Decoding takes outside bytes and never traps (`WireError`); every length is checked
 /// before it is used.
-public struct StunMessage: Sendable, Equatable {
-    public static let magicCookie: UInt32 = 0x2112_A442
-    public static let headerSize = 20
+package struct StunMessage: Sendable, Equatable {
+    package static let magicCookie: UInt32 = 0x2112_A442
+    package static let headerSize = 20
     /// The largest message decoded: a server's answer fits one datagram of any path we use.
-    public static let maxSize = 8972
-    public static let maxAttributes = 64
+    package static let maxSize = 8972
+    package static let maxAttributes = 64
     /// XORed into FINGERPRINT's CRC-32 ("STUN").
-    public static let fingerprintXor: UInt32 = 0x5354_554E
+    package static let fingerprintXor: UInt32 = 0x5354_554E
 
-    public enum Class: UInt16, Sendable {
+    package enum Class: UInt16, Sendable {
         case request = 0, indication = 1, success = 2, error = 3
     }
 
-    public struct Method: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
-        public let rawValue: UInt16
-        public init(rawValue: UInt16) { self.rawValue = rawValue & 0x0FFF }
+    package struct Method: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+        package let rawValue: UInt16
+        package init(rawValue: UInt16) { self.rawValue = rawValue & 0x0FFF }
 
-        public static let binding = Method(rawValue: 0x001)
-        public static let allocate = Method(rawValue: 0x003)
-        public static let refresh = Method(rawValue: 0x004)
-        public static let send = Method(rawValue: 0x006)
-        public static let data = Method(rawValue: 0x007)
-        public static let createPermission = Method(rawValue: 0x008)
-        public static let channelBind = Method(rawValue: 0x009)
+        package static let binding = Method(rawValue: 0x001)
+        package static let allocate = Method(rawValue: 0x003)
+        package static let refresh = Method(rawValue: 0x004)
+        package static let send = Method(rawValue: 0x006)
+        package static let data = Method(rawValue: 0x007)
+        package static let createPermission = Method(rawValue: 0x008)
+        package static let channelBind = Method(rawValue: 0x009)
 
-        public var description: String {
+        package var description: String {
             switch self {
             case .binding: "Binding"
             case .allocate: "Allocate"
@@ -43,27 +43,27 @@ public struct StunMessage: Sendable, Equatable {
     }
 
     /// The 96-bit transaction id.
-    public struct TransactionID: Hashable, Sendable, CustomStringConvertible {
-        public let bytes: [UInt8]
+    package struct TransactionID: Hashable, Sendable, CustomStringConvertible {
+        package let bytes: [UInt8]
 
-        public init?(bytes: [UInt8]) {
+        package init?(bytes: [UInt8]) {
             guard bytes.count == 12 else { return nil }
             self.bytes = bytes
         }
 
-        public init(random: inout some RandomNumberGenerator) {
+        package init(random: inout some RandomNumberGenerator) {
             bytes = (0..<12).map { _ in UInt8.random(in: 0...255, using: &random) }
         }
 
-        public var description: String { Hex.encode(bytes) }
+        package var description: String { Hex.encode(bytes) }
     }
 
-    public var method: Method
-    public var messageClass: Class
-    public var transactionID: TransactionID
-    public var attributes: [StunAttribute]
+    package var method: Method
+    package var messageClass: Class
+    package var transactionID: TransactionID
+    package var attributes: [StunAttribute]
 
-    public init(method: Method, messageClass: Class, transactionID: TransactionID, attributes: [StunAttribute] = []) {
+    package init(method: Method, messageClass: Class, transactionID: TransactionID, attributes: [StunAttribute] = []) {
         self.method = method
         self.messageClass = messageClass
         self.transactionID = transactionID
@@ -72,44 +72,44 @@ public struct StunMessage: Sendable, Equatable {
 
     // MARK: attributes read
 
-    public var xorMappedAddress: PeerAddress? {
+    package var xorMappedAddress: PeerAddress? {
         for case let .xorMappedAddress(address) in attributes { return address }
         // RFC 3489 servers answer with the plain MAPPED-ADDRESS only.
         for case let .mappedAddress(address) in attributes { return address }
         return nil
     }
 
-    public var xorRelayedAddress: PeerAddress? {
+    package var xorRelayedAddress: PeerAddress? {
         for case let .xorRelayedAddress(address) in attributes { return address }
         return nil
     }
 
-    public var xorPeerAddress: PeerAddress? {
+    package var xorPeerAddress: PeerAddress? {
         for case let .xorPeerAddress(address) in attributes { return address }
         return nil
     }
 
-    public var errorCode: (code: Int, reason: String)? {
+    package var errorCode: (code: Int, reason: String)? {
         for case let .errorCode(code, reason) in attributes { return (code, reason) }
         return nil
     }
 
-    public var realm: String? {
+    package var realm: String? {
         for case let .realm(text) in attributes { return text }
         return nil
     }
 
-    public var nonce: String? {
+    package var nonce: String? {
         for case let .nonce(text) in attributes { return text }
         return nil
     }
 
-    public var lifetime: UInt32? {
+    package var lifetime: UInt32? {
         for case let .lifetime(seconds) in attributes { return seconds }
         return nil
     }
 
-    public var data: [UInt8]? {
+    package var data: [UInt8]? {
         for case let .data(bytes) in attributes { return bytes }
         return nil
     }
@@ -133,7 +133,7 @@ public struct StunMessage: Sendable, Equatable {
     /// length that fills the datagram. What the shell demultiplexes datagrams by. (A GroupMesh
     /// datagram has its session id where STUN has length and cookie: a session whose id holds
     /// the cookie would still have only the datagrams of one exact length taken for STUN.)
-    public static func looksLikeStun(_ bytes: some Collection<UInt8>) -> Bool {
+    package static func looksLikeStun(_ bytes: some Collection<UInt8>) -> Bool {
         guard bytes.count >= headerSize else { return false }
         var iterator = bytes.makeIterator()
         var header = [UInt8]()
@@ -149,7 +149,7 @@ public struct StunMessage: Sendable, Equatable {
     /// The message's bytes; with `integrityKey`, MESSAGE-INTEGRITY after the attributes; with
     /// `fingerprint`, FINGERPRINT last (§14.5, §14.7). Attributes are padded to 4 bytes with
     /// `padding` (zeros; RFC 5769's samples pad with spaces).
-    public func encoded(integrityKey: [UInt8]? = nil, fingerprint: Bool = false, padding: UInt8 = 0) -> [UInt8] {
+    package func encoded(integrityKey: [UInt8]? = nil, fingerprint: Bool = false, padding: UInt8 = 0) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(128)
         bytes.append16(Self.messageType(method, messageClass))
@@ -181,17 +181,17 @@ public struct StunMessage: Sendable, Equatable {
     // MARK: decoding
 
     /// A decoded message with what its checks need: where MESSAGE-INTEGRITY and FINGERPRINT sat.
-    public struct Received: Sendable {
-        public let message: StunMessage
-        public let bytes: [UInt8]
+    package struct Received: Sendable {
+        package let message: StunMessage
+        package let bytes: [UInt8]
         /// Offset of the MESSAGE-INTEGRITY attribute's header, when the message had one.
-        public let integrityOffset: Int?
-        public let fingerprintOffset: Int?
+        package let integrityOffset: Int?
+        package let fingerprintOffset: Int?
         /// Comprehension-required attributes (type below 0x8000) this decoder does not know.
-        public let unknownRequired: [UInt16]
+        package let unknownRequired: [UInt16]
 
         /// Whether MESSAGE-INTEGRITY is present and right under `key`.
-        public func hasValidIntegrity(key: [UInt8]) -> Bool {
+        package func hasValidIntegrity(key: [UInt8]) -> Bool {
             guard let offset = integrityOffset, offset + 24 <= bytes.count else { return false }
             var covered = Array(bytes[0..<offset])
             StunMessage.setLength(&covered, offset - StunMessage.headerSize + 24)
@@ -200,7 +200,7 @@ public struct StunMessage: Sendable, Equatable {
         }
 
         /// Whether FINGERPRINT is absent, or present and right.
-        public var fingerprintIsValid: Bool {
+        package var fingerprintIsValid: Bool {
             guard let offset = fingerprintOffset else { return true }
             guard offset + 8 <= bytes.count else { return false }
             var covered = Array(bytes[0..<offset])
@@ -211,7 +211,7 @@ public struct StunMessage: Sendable, Equatable {
     }
 
     /// Decodes one message that fills `bytes` exactly.
-    public static func decode(_ bytes: [UInt8]) throws(WireError) -> Received {
+    package static func decode(_ bytes: [UInt8]) throws(WireError) -> Received {
         guard bytes.count <= maxSize else { throw .oversized(length: bytes.count, limit: maxSize) }
         guard bytes.count >= headerSize else { throw .truncated(what: "STUN header") }
         let type = bytes.readUInt16(at: 0)
@@ -266,7 +266,7 @@ public struct StunMessage: Sendable, Equatable {
 }
 
 /// One STUN attribute this client reads or writes; the others are skipped when decoding.
-public enum StunAttribute: Sendable, Equatable {
+package enum StunAttribute: Sendable, Equatable {
     case mappedAddress(PeerAddress)
     case xorMappedAddress(PeerAddress)
     case xorPeerAddress(PeerAddress)

@@ -20,42 +20,42 @@ import MeshCrypto
 /// fails is tried again after 5 s doubling to 5 min. Responses are taken only for an
 /// outstanding transaction; a success to an authenticated request only with a valid
 /// MESSAGE-INTEGRITY. Anything else the server sends is counted and dropped.
-public struct TurnAllocation: Sendable {
-    public struct Credentials: Sendable, Equatable {
-        public var username: String
-        public var password: String
-        public init(username: String, password: String) {
+package struct TurnAllocation: Sendable {
+    package struct Credentials: Sendable, Equatable {
+        package var username: String
+        package var password: String
+        package init(username: String, password: String) {
             self.username = username
             self.password = password
         }
     }
 
-    public struct Settings: Sendable, Equatable {
-        public var initialRTO: Duration = .milliseconds(500)
-        public var maxTries = 5
-        public var firstRetry: Duration = .seconds(5)
-        public var maxRetry: Duration = .seconds(300)
-        public var maxStaleNonces = 3
+    package struct Settings: Sendable, Equatable {
+        package var initialRTO: Duration = .milliseconds(500)
+        package var maxTries = 5
+        package var firstRetry: Duration = .seconds(5)
+        package var maxRetry: Duration = .seconds(300)
+        package var maxStaleNonces = 3
         /// After deleting a stale allocation of our 5-tuple, before allocating again (coturn
         /// lets go of the deleted one's session within a second or two).
-        public var afterStaleDeletion: Duration = .seconds(2)
-        public var permissionRefresh: Duration = .seconds(240)
-        public var channelRefresh: Duration = .seconds(540)
+        package var afterStaleDeletion: Duration = .seconds(2)
+        package var permissionRefresh: Duration = .seconds(240)
+        package var channelRefresh: Duration = .seconds(540)
         /// With nothing else sent to the server for this long, a Binding indication goes: the
         /// NAT in front of us keeps the mapping to the server, which is the allocation's 5-tuple
         /// (Linux forgets an idle one after 30 to 120 s; RFC 8489's Binding indication is the keepalive).
-        public var keepalive: Duration = .seconds(15)
+        package var keepalive: Duration = .seconds(15)
         /// A channel unused for this long is left to expire.
-        public var channelIdle: Duration = .seconds(300)
+        package var channelIdle: Duration = .seconds(300)
         /// After a refused ChannelBind or CreatePermission, that peer is not asked again for this long.
-        public var refusalHold: Duration = .seconds(60)
-        public var maxPermissions = 64
-        public var permissionsPerRequest = 16
-        public var maxChannels = 64
-        public init() {}
+        package var refusalHold: Duration = .seconds(60)
+        package var maxPermissions = 64
+        package var permissionsPerRequest = 16
+        package var maxChannels = 64
+        package init() {}
     }
 
-    public enum Phase: Sendable, Equatable {
+    package enum Phase: Sendable, Equatable {
         /// No allocation; the next Allocate goes out at `until`.
         case waiting(until: MeshInstant)
         case allocating
@@ -65,7 +65,7 @@ public struct TurnAllocation: Sendable {
         case released
     }
 
-    public enum Directive: Sendable, Equatable {
+    package enum Directive: Sendable, Equatable {
         /// Send these bytes to the server.
         case send([UInt8])
         /// The allocation stands: its relayed address, and where the server saw us.
@@ -76,24 +76,24 @@ public struct TurnAllocation: Sendable {
     }
 
     /// A datagram the server sent, unwrapped.
-    public enum Inbound: Sendable, Equatable {
+    package enum Inbound: Sendable, Equatable {
         /// A peer's datagram, relayed (a Data indication or ChannelData).
         case datagram([UInt8], from: PeerAddress)
         /// A response (or nothing of use): what to do about it.
         case handled([Directive])
     }
 
-    public struct Counters: Sendable, Equatable {
-        public var requestsSent: UInt64 = 0
+    package struct Counters: Sendable, Equatable {
+        package var requestsSent: UInt64 = 0
         /// Datagrams from the server dropped: garbage, unknown transaction, bad integrity or
         /// fingerprint, an unknown channel.
-        public var dropped: UInt64 = 0
-        public var integrityFailures: UInt64 = 0
-        public var datagramsSent: UInt64 = 0
-        public var bytesSent: UInt64 = 0
-        public var datagramsReceived: UInt64 = 0
-        public var bytesReceived: UInt64 = 0
-        public var permissionsRefused: UInt64 = 0
+        package var dropped: UInt64 = 0
+        package var integrityFailures: UInt64 = 0
+        package var datagramsSent: UInt64 = 0
+        package var bytesSent: UInt64 = 0
+        package var datagramsReceived: UInt64 = 0
+        package var bytesReceived: UInt64 = 0
+        package var permissionsRefused: UInt64 = 0
     }
 
     enum Request: Sendable, Equatable {
@@ -123,16 +123,16 @@ public struct TurnAllocation: Sendable {
         var lastUsed: MeshInstant
     }
 
-    public let server: PeerAddress
-    public let settings: Settings
+    package let server: PeerAddress
+    package let settings: Settings
     private let credentials: Credentials
-    public private(set) var phase: Phase
+    package private(set) var phase: Phase
     /// Why the last Allocate failed or the allocation was lost, until the next one stands.
-    public private(set) var failure: String?
-    public private(set) var relayed: PeerAddress?
-    public private(set) var mapped: PeerAddress?
-    public private(set) var expiresAt: MeshInstant?
-    public private(set) var counters = Counters()
+    package private(set) var failure: String?
+    package private(set) var relayed: PeerAddress?
+    package private(set) var mapped: PeerAddress?
+    package private(set) var expiresAt: MeshInstant?
+    package private(set) var counters = Counters()
     private var refreshAt: MeshInstant?
     /// When we last sent the server anything (keepalives fill the silences).
     private var lastSent: MeshInstant = .zero
@@ -151,7 +151,7 @@ public struct TurnAllocation: Sendable {
     private var nextChannel: UInt16 = ChannelData.validChannels.lowerBound
     private var random: SplitMix64
 
-    public init(
+    package init(
         server: PeerAddress, credentials: Credentials, settings: Settings = .init(), seed: UInt64, now: MeshInstant
     ) {
         self.server = server
@@ -162,11 +162,11 @@ public struct TurnAllocation: Sendable {
         wanted[server.host] = server
     }
 
-    public var permissionCount: Int { permitted.count }
-    public var channelCount: Int { channels.values.filter(\.confirmed).count }
+    package var permissionCount: Int { permitted.count }
+    package var channelCount: Int { channels.values.filter(\.confirmed).count }
 
     /// The IPs to permit besides the server's own (the driver's view of where members are).
-    public mutating func setPermissionTargets(_ addresses: some Sequence<PeerAddress>) {
+    package mutating func setPermissionTargets(_ addresses: some Sequence<PeerAddress>) {
         var next: [PeerAddress.Host: PeerAddress] = [server.host: server]
         for address in addresses where next.count < settings.maxPermissions && address.isIPv6 == server.isIPv6 {
             if next[address.host] == nil { next[address.host] = address }
@@ -175,11 +175,11 @@ public struct TurnAllocation: Sendable {
         permitted = permitted.filter { next[$0.key] != nil }
     }
 
-    public func isPermitted(_ address: PeerAddress) -> Bool { permitted[address.host] != nil }
+    package func isPermitted(_ address: PeerAddress) -> Bool { permitted[address.host] != nil }
 
     // MARK: ticks
 
-    public mutating func tick(now: MeshInstant) -> [Directive] {
+    package mutating func tick(now: MeshInstant) -> [Directive] {
         var directives: [Directive] = []
         retransmit(now: now, into: &directives)
         switch phase {
@@ -213,7 +213,7 @@ public struct TurnAllocation: Sendable {
 
     /// Releases the allocation (Refresh with lifetime 0); `released` once the server answered,
     /// or the tries ran out.
-    public mutating func release(now: MeshInstant) -> [Directive] {
+    package mutating func release(now: MeshInstant) -> [Directive] {
         guard phase == .allocated else {
             phase = .released
             transactions = [:]
@@ -347,7 +347,7 @@ public struct TurnAllocation: Sendable {
 
     /// How `payload` for `peer` goes to the server: ChannelData on a bound channel, else a Send
     /// indication (and a ChannelBind asked for, so the next ones are smaller). Nil unless allocated.
-    public mutating func wrap(
+    package mutating func wrap(
         _ payload: [UInt8], to peer: PeerAddress, now: MeshInstant
     ) -> (bytes: [UInt8], directives: [Directive])? {
         guard phase == .allocated else { return nil }
@@ -376,7 +376,7 @@ public struct TurnAllocation: Sendable {
     }
 
     /// A datagram from the server (the driver checked its source).
-    public mutating func unwrap(_ bytes: [UInt8], now: MeshInstant) -> Inbound {
+    package mutating func unwrap(_ bytes: [UInt8], now: MeshInstant) -> Inbound {
         guard let first = bytes.first else {
             counters.dropped += 1
             return .handled([])

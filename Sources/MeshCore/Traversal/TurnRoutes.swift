@@ -8,21 +8,21 @@ import MeshCrypto
 /// address on the TURN server's IP (a relayed address on our server: its owner may not know our
 /// public IP to permit it, but permits the server's). Directly otherwise, and as soon as the
 /// address's datagrams come to us directly.
-public struct TurnRoutes: Sendable {
-    public enum Route: Sendable, Equatable {
+package struct TurnRoutes: Sendable {
+    package enum Route: Sendable, Equatable {
         case direct
         case allocation
     }
 
     /// How long a peer heard only through the allocation stays routed through it.
-    public var recent: Duration
-    public let capacity: Int
-    public let server: PeerAddress
+    package var recent: Duration
+    package let capacity: Int
+    package let server: PeerAddress
     /// Other servers of ours (a STUN server on the TURN server's IP): always asked directly.
     private let alsoDirect: Set<PeerAddress>
     private var heardThrough: [PeerAddress: MeshInstant] = [:]
 
-    public init(
+    package init(
         server: PeerAddress, alsoDirect: [PeerAddress] = [], recent: Duration = .seconds(120), capacity: Int = 256
     ) {
         self.server = server
@@ -32,7 +32,7 @@ public struct TurnRoutes: Sendable {
     }
 
     /// `allocated`: whether the allocation stands (nothing goes through one that does not).
-    public func route(to address: PeerAddress, allocated: Bool, now: MeshInstant) -> Route {
+    package func route(to address: PeerAddress, allocated: Bool, now: MeshInstant) -> Route {
         guard allocated, address != server, !alsoDirect.contains(address) else { return .direct }
         if address.host == server.host { return .allocation }
         if let heard = heardThrough[address], now < heard + recent { return .allocation }
@@ -40,7 +40,7 @@ public struct TurnRoutes: Sendable {
     }
 
     /// A datagram of `peer` came to us through the allocation.
-    public mutating func heardThroughAllocation(_ peer: PeerAddress, now: MeshInstant) {
+    package mutating func heardThroughAllocation(_ peer: PeerAddress, now: MeshInstant) {
         if heardThrough[peer] == nil, heardThrough.count >= capacity {
             // The oldest goes: a flood of peers cannot grow the table.
             if let oldest = heardThrough.min(by: { $0.value < $1.value })?.key { heardThrough[oldest] = nil }
@@ -49,12 +49,12 @@ public struct TurnRoutes: Sendable {
     }
 
     /// A datagram of `peer` came to us directly: it is reached directly again.
-    public mutating func heardDirectly(_ peer: PeerAddress) {
+    package mutating func heardDirectly(_ peer: PeerAddress) {
         if !heardThrough.isEmpty { heardThrough[peer] = nil }
     }
 
     /// The allocation was lost: nothing goes through it.
-    public mutating func reset() { heardThrough = [:] }
+    package mutating func reset() { heardThrough = [:] }
 
-    public var peersThroughAllocation: Int { heardThrough.count }
+    package var peersThroughAllocation: Int { heardThrough.count }
 }

@@ -2,7 +2,7 @@ import MeshCrypto
 import NIOCore
 
 /// Why an incoming datagram was dropped; each reason has its own counter (`status --json`).
-public enum DropReason: String, Error, CaseIterable, Sendable, Codable {
+package enum DropReason: String, Error, CaseIterable, Sendable, Codable {
     /// Not a well-formed GroupMesh datagram, or its frames do not decode.
     case malformed
     /// A datagram format version this node does not speak.
@@ -23,24 +23,24 @@ public enum DropReason: String, Error, CaseIterable, Sendable, Codable {
     case oversized
 }
 
-public struct OpenedDatagram: Equatable, Sendable {
-    public var header: DatagramHeader
-    public var frames: [Frame]
+package struct OpenedDatagram: Equatable, Sendable {
+    package var header: DatagramHeader
+    package var frames: [Frame]
 }
 
 /// Turns frames into sealed datagrams and sealed datagrams back into frames, keeping the
 /// per-peer traffic keys, packet counters and replay windows. Pure: the nonce for hello
 /// datagrams comes from the caller, and the caller decides what to do with each result.
-public struct DatagramCodec: Sendable {
-    public struct Configuration: Sendable {
+package struct DatagramCodec: Sendable {
+    package struct Configuration: Sendable {
         /// Largest UDP payload we send unasked. 1200 bytes passes any path that carries IPv6.
-        public var maxDatagramSize: Int = 1200
+        package var maxDatagramSize: Int = 1200
         /// Largest UDP payload accepted: a jumbo frame's. Only chunk pieces and path probes
         /// are ever larger than `maxDatagramSize`, and only once a probe proved the path
         /// carries them (`PathMTUDiscovery`).
-        public var maxReceivedDatagramSize: Int = 8972
-        public var replayWindowSize: Int = 4096
-        public init() {}
+        package var maxReceivedDatagramSize: Int = 8972
+        package var replayWindowSize: Int = 4096
+        package init() {}
     }
 
     /// Reached only through `mutating` methods called on the table entry (`peers[id]?.…`): the
@@ -66,10 +66,10 @@ public struct DatagramCodec: Sendable {
         }
     }
 
-    public let configuration: Configuration
-    public let sessionID: SessionID
-    public let localID: NodeID
-    public let localBootID: UInt64
+    package let configuration: Configuration
+    package let sessionID: SessionID
+    package let localID: NodeID
+    package let localBootID: UInt64
     private let helloSealer: PacketSealer
     private var nextHelloNumber: UInt64 = 1
     private var peers: [NodeID: PeerKeys] = [:]
@@ -83,7 +83,7 @@ public struct DatagramCodec: Sendable {
     /// real hellos out of the window (it did, in HostileMemberTests).
     private var recentHellos = RecentNonces(capacity: 16_384)
 
-    public init(session: SessionSecret, localID: NodeID, localBootID: UInt64, configuration: Configuration = .init()) {
+    package init(session: SessionSecret, localID: NodeID, localBootID: UInt64, configuration: Configuration = .init()) {
         self.configuration = configuration
         self.sessionID = session.sessionID
         self.localID = localID
@@ -93,22 +93,22 @@ public struct DatagramCodec: Sendable {
     }
 
     /// Room for frames in one pairwise datagram.
-    public var maxPairwisePayload: Int {
+    package var maxPairwisePayload: Int {
         Self.pairwisePayload(inDatagramOf: configuration.maxDatagramSize)
     }
 
     /// Room for frames in a pairwise datagram of `size` bytes.
-    public static func pairwisePayload(inDatagramOf size: Int) -> Int {
+    package static func pairwisePayload(inDatagramOf size: Int) -> Int {
         size - DatagramHeader.fixedLength - PacketSealer.tagByteCount
     }
 
     /// The size of a pairwise datagram that carries `payload` bytes of frames.
-    public static func pairwiseDatagramSize(payload: Int) -> Int {
+    package static func pairwiseDatagramSize(payload: Int) -> Int {
         payload + DatagramHeader.fixedLength + PacketSealer.tagByteCount
     }
 
     /// Room for frames in one hello datagram (which also carries a 24-byte nonce).
-    public var maxHelloPayload: Int {
+    package var maxHelloPayload: Int {
         maxPairwisePayload - PacketSealer.nonceByteCount
     }
 
@@ -116,7 +116,7 @@ public struct DatagramCodec: Sendable {
 
     /// Installs the keys for a peer's boot. A new boot replaces the old keys, counters and windows;
     /// re-installing the same boot keeps them, so a repeated membership record is harmless.
-    public mutating func installPeer(_ id: NodeID, bootID: UInt64, keys: PairwiseKeys) {
+    package mutating func installPeer(_ id: NodeID, bootID: UInt64, keys: PairwiseKeys) {
         if let existing = peers[id], existing.bootID == bootID { return }
         if let previous = retired.removeValue(forKey: id), previous.bootID == bootID {
             peers[id] = previous
@@ -127,18 +127,18 @@ public struct DatagramCodec: Sendable {
             pairwiseWindow: ReplayWindow(size: configuration.replayWindowSize))
     }
 
-    public mutating func removePeer(_ id: NodeID) {
+    package mutating func removePeer(_ id: NodeID) {
         if let state = peers.removeValue(forKey: id) { retired[id] = state }
     }
 
-    public func installedBoot(of id: NodeID) -> UInt64? {
+    package func installedBoot(of id: NodeID) -> UInt64? {
         peers[id]?.bootID
     }
 
     // MARK: sealing
 
     /// Seals frames for every member of the session under the hello key.
-    public mutating func sealHello(
+    package mutating func sealHello(
         _ frames: [Frame], nonce: PacketNonce,
         allocator: ByteBufferAllocator = .init()
     ) -> ByteBuffer {
@@ -152,7 +152,7 @@ public struct DatagramCodec: Sendable {
     }
 
     /// Seals frames for one peer under our pairwise key; nil when we hold no keys for it.
-    public mutating func seal(
+    package mutating func seal(
         _ frames: [Frame], to peer: NodeID,
         allocator: ByteBufferAllocator = .init()
     ) -> ByteBuffer? {
@@ -167,7 +167,7 @@ public struct DatagramCodec: Sendable {
 
     /// Seals frames for one peer at the end of `buffer` (several datagrams back to back, for
     /// one segmented write). False when we hold no keys for it.
-    public mutating func seal(_ frames: [Frame], to peer: NodeID, appendingTo buffer: inout ByteBuffer) -> Bool {
+    package mutating func seal(_ frames: [Frame], to peer: NodeID, appendingTo buffer: inout ByteBuffer) -> Bool {
         guard let (number, sending) = peers[peer]?.nextSending() else { return false }
         let header = DatagramHeader(
             keyKind: .pairwise, sessionID: sessionID, sender: localID,
@@ -198,7 +198,7 @@ public struct DatagramCodec: Sendable {
     /// Authenticates, replay-checks and decodes one datagram. Cheap checks come first, so
     /// foreign or replayed traffic costs no cryptography; the replay window moves only for
     /// datagrams that authenticated.
-    public mutating func open(_ datagram: ByteBuffer) -> Result<OpenedDatagram, DropReason> {
+    package mutating func open(_ datagram: ByteBuffer) -> Result<OpenedDatagram, DropReason> {
         guard datagram.readableBytes <= configuration.maxReceivedDatagramSize else { return .failure(.oversized) }
         var buffer = datagram
         let header: DatagramHeader

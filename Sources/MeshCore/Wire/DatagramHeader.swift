@@ -3,13 +3,13 @@ import NIOCore
 
 /// The clear header every datagram starts with (Docs/PROTOCOL.md §2). It is the associated
 /// data of the seal, so it is authenticated although it is not encrypted.
-public struct DatagramHeader: Equatable, Sendable {
-    public static let version: UInt8 = 1
+package struct DatagramHeader: Equatable, Sendable {
+    package static let version: UInt8 = 1
     /// version, key kind, session id, sender, boot id, packet number.
-    public static let fixedLength = 1 + 1 + 8 + NodeID.byteCount + 8 + 8
+    package static let fixedLength = 1 + 1 + 8 + NodeID.byteCount + 8 + 8
 
     /// Which key sealed the datagram.
-    public enum KeyKind: UInt8, Sendable {
+    package enum KeyKind: UInt8, Sendable {
         /// The pairwise key of sender and receiver; the packet number is the nonce.
         case pairwise = 0
         /// The session's hello key, for datagrams sent before pairwise keys exist; a random
@@ -17,15 +17,15 @@ public struct DatagramHeader: Equatable, Sendable {
         case hello = 1
     }
 
-    public var keyKind: KeyKind
-    public var sessionID: SessionID
-    public var sender: NodeID
-    public var bootID: UInt64
-    public var packetNumber: UInt64
+    package var keyKind: KeyKind
+    package var sessionID: SessionID
+    package var sender: NodeID
+    package var bootID: UInt64
+    package var packetNumber: UInt64
     /// Present exactly when `keyKind == .hello`.
-    public var helloNonce: PacketNonce?
+    package var helloNonce: PacketNonce?
 
-    public init(
+    package init(
         keyKind: KeyKind, sessionID: SessionID, sender: NodeID, bootID: UInt64,
         packetNumber: UInt64, helloNonce: PacketNonce? = nil
     ) {
@@ -37,15 +37,15 @@ public struct DatagramHeader: Equatable, Sendable {
         self.helloNonce = helloNonce
     }
 
-    public var encodedLength: Int {
+    package var encodedLength: Int {
         Self.fixedLength + (keyKind == .hello ? PacketSealer.nonceByteCount : 0)
     }
 
-    public var nonce: PacketNonce {
+    package var nonce: PacketNonce {
         helloNonce ?? .packetNumber(packetNumber)
     }
 
-    public func encode(into buffer: inout ByteBuffer) {
+    package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(Self.version)
         buffer.writeInteger(keyKind.rawValue)
         buffer.writeInteger(sessionID.value)
@@ -62,7 +62,7 @@ public struct DatagramHeader: Equatable, Sendable {
 
     /// Reads a header from the front of `buffer`, leaving the sealed payload readable.
     /// The version is checked first so that a future format is reported as such.
-    public static func decode(_ buffer: inout ByteBuffer) -> Result<DatagramHeader, WireError> {
+    package static func decode(_ buffer: inout ByteBuffer) -> Result<DatagramHeader, WireError> {
         guard let version = buffer.getInteger(at: buffer.readerIndex, as: UInt8.self) else {
             return .failure(.truncated(what: "datagram header"))
         }

@@ -4,7 +4,7 @@ import NIOCore
 /// One unit of protocol inside a sealed datagram: `type(1) | length(2, big-endian) | body`.
 /// A datagram carries one or more frames; each protocol (membership, delivery, journal,
 /// transfer) adds its frame types here and its body codec beside its state machine.
-public enum Frame: Equatable, Sendable {
+package enum Frame: Equatable, Sendable {
     case ping(Ping)
     case pong(Pong)
     // Membership (SWIM with Lifeguard).
@@ -53,7 +53,7 @@ public enum Frame: Equatable, Sendable {
     // Birthday punching (a symmetric NAT against an endpoint-independent one).
     case birthdayRound(BirthdayRound)
 
-    public var type: FrameType {
+    package var type: FrameType {
         switch self {
         case .ping: return .ping
         case .pong: return .pong
@@ -180,7 +180,7 @@ public enum Frame: Equatable, Sendable {
 }
 
 /// Frame type numbers are part of the wire format (Docs/PROTOCOL.md §3).
-public enum FrameType: UInt8, Sendable, CaseIterable {
+package enum FrameType: UInt8, Sendable, CaseIterable {
     case ping = 0x01
     case pong = 0x02
     case probe = 0x10
@@ -220,40 +220,40 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
 }
 
 /// A body that can be written to and read from the wire.
-public protocol WireBody: Equatable, Sendable {
+package protocol WireBody: Equatable, Sendable {
     init(decoding buffer: inout ByteBuffer) throws(WireError)
     func encode(into buffer: inout ByteBuffer)
 }
 
 /// A liveness check carrying an opaque token that the pong echoes.
-public struct Ping: WireBody {
-    public var token: UInt64
-    public init(token: UInt64) { self.token = token }
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+package struct Ping: WireBody {
+    package var token: UInt64
+    package init(token: UInt64) { self.token = token }
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         token = try buffer.readWire(UInt64.self, "ping token")
     }
-    public func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(token) }
+    package func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(token) }
 }
 
-public struct Pong: WireBody {
-    public var token: UInt64
-    public init(token: UInt64) { self.token = token }
-    public init(decoding buffer: inout ByteBuffer) throws(WireError) {
+package struct Pong: WireBody {
+    package var token: UInt64
+    package init(token: UInt64) { self.token = token }
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         token = try buffer.readWire(UInt64.self, "pong token")
     }
-    public func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(token) }
+    package func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(token) }
 }
 
-public enum FrameCodec {
-    public static let headerLength = 3
+package enum FrameCodec {
+    package static let headerLength = 3
 
-    public static func encodedLength(of frame: Frame) -> Int {
+    package static func encodedLength(of frame: Frame) -> Int {
         var scratch = ByteBufferAllocator().buffer(capacity: 64)
         encode(frame, into: &scratch)
         return scratch.readableBytes
     }
 
-    public static func encode(_ frame: Frame, into buffer: inout ByteBuffer) {
+    package static func encode(_ frame: Frame, into buffer: inout ByteBuffer) {
         buffer.writeInteger(frame.type.rawValue)
         let lengthIndex = buffer.writerIndex
         buffer.writeInteger(UInt16(0))
@@ -266,7 +266,7 @@ public enum FrameCodec {
 
     /// Decodes every frame in `buffer`. An empty payload, a length that runs past the end, an
     /// unknown type, or a body that does not fill its length exactly is an error.
-    public static func decodeAll(_ buffer: inout ByteBuffer) -> Result<[Frame], WireError> {
+    package static func decodeAll(_ buffer: inout ByteBuffer) -> Result<[Frame], WireError> {
         guard buffer.readableBytes > 0 else { return .failure(.truncated(what: "frame list")) }
         var frames: [Frame] = []
         while buffer.readableBytes > 0 {
@@ -278,7 +278,7 @@ public enum FrameCodec {
         return .success(frames)
     }
 
-    public static func decodeOne(_ buffer: inout ByteBuffer) -> Result<Frame, WireError> {
+    package static func decodeOne(_ buffer: inout ByteBuffer) -> Result<Frame, WireError> {
         guard let typeByte: UInt8 = buffer.readInteger(), let length: UInt16 = buffer.readInteger() else {
             return .failure(.truncated(what: "frame header"))
         }
@@ -299,7 +299,7 @@ public enum FrameCodec {
 extension ByteBuffer {
     /// Reads a fixed-width integer or reports which field was cut short.
     @inlinable
-    public mutating func readWire<T: FixedWidthInteger>(
+    package mutating func readWire<T: FixedWidthInteger>(
         _: T.Type, _ what: @autoclosure () -> String
     ) throws(WireError) -> T {
         guard let value: T = readInteger() else { throw .truncated(what: what()) }
@@ -308,14 +308,14 @@ extension ByteBuffer {
 
     /// Reads exactly `count` bytes or reports which field was cut short.
     @inlinable
-    public mutating func readWireBytes(_ count: Int, _ what: @autoclosure () -> String) throws(WireError) -> [UInt8] {
+    package mutating func readWireBytes(_ count: Int, _ what: @autoclosure () -> String) throws(WireError) -> [UInt8] {
         guard count >= 0, let bytes = readBytes(length: count) else { throw .truncated(what: what()) }
         return bytes
     }
 
     /// Reads a 32-byte SHA-256 digest or reports which field was cut short.
     @inlinable
-    public mutating func readDigest(_ what: @autoclosure () -> String) throws(WireError) -> SHA256Digest {
+    package mutating func readDigest(_ what: @autoclosure () -> String) throws(WireError) -> SHA256Digest {
         // Four integer reads: no array, no generic collection code on the per-datagram path.
         guard readableBytes >= SHA256Digest.byteCount, let w0: UInt64 = readInteger(), let w1: UInt64 = readInteger(),
             let w2: UInt64 = readInteger(), let w3: UInt64 = readInteger()

@@ -2,13 +2,13 @@ import MeshCrypto
 
 /// What a fetch learned of a set of paths: the most its holders delivered in one interval, the
 /// round trip it measured, and when (draft-ietf-tsvwg-careful-resume's saved parameters).
-public struct SavedPathCapacity: Sendable, Equatable {
+package struct SavedPathCapacity: Sendable, Equatable {
     /// Bytes per second.
-    public var rate: Double
-    public var roundTrip: Duration
-    public var savedAt: MeshInstant
+    package var rate: Double
+    package var roundTrip: Duration
+    package var savedAt: MeshInstant
 
-    public init(rate: Double, roundTrip: Duration, savedAt: MeshInstant) {
+    package init(rate: Double, roundTrip: Duration, savedAt: MeshInstant) {
         self.rate = rate
         self.roundTrip = roundTrip
         self.savedAt = savedAt
@@ -18,7 +18,7 @@ public struct SavedPathCapacity: Sendable, Equatable {
 extension DownlinkController {
     /// Careful resume's phases (draft-ietf-tsvwg-careful-resume), for a start from idle over paths
     /// a fetch measured before.
-    public enum ResumePhase: Sendable, Equatable {
+    package enum ResumePhase: Sendable, Equatable {
         /// A round trip as slow start would send it: the round trip must match the saved one, and
         /// show no loss and no queue, before anything jumps.
         case reconnaissance
@@ -45,7 +45,7 @@ extension DownlinkController {
     }
 
     /// The phase of a careful resume under way (nil: none).
-    public var resumePhase: ResumePhase? {
+    package var resumePhase: ResumePhase? {
         if case .resuming(let resume) = mode { return resume.phase }
         return nil
     }
@@ -54,7 +54,7 @@ extension DownlinkController {
     /// reached (nil: nothing, or forgotten) and the round trip membership probes measured to them
     /// (the longest). Applied at the next start from idle (the first interval, or the first after a
     /// pause); an offer made before the last interval closed is stale by then.
-    public mutating func offerResume(_ saved: SavedPathCapacity?, probedRoundTrip: Duration?, now: MeshInstant) {
+    package mutating func offerResume(_ saved: SavedPathCapacity?, probedRoundTrip: Duration?, now: MeshInstant) {
         offer = ResumeOffer(saved: saved, probedRoundTrip: probedRoundTrip, at: now)
         // Idle: the holders are told the initial window's rate with the first wants, not a round
         // trip later (the probes measured the round trip already).
@@ -73,7 +73,7 @@ extension DownlinkController {
 
     /// What to save when a fetch ends: the most delivered in an interval since the start from
     /// idle, with the round trip (nil: nothing measured).
-    public func capacityToSave(now: MeshInstant) -> SavedPathCapacity? {
+    package func capacityToSave(now: MeshInstant) -> SavedPathCapacity? {
         guard reached > 0, let roundTrip else { return nil }
         return SavedPathCapacity(rate: reached, roundTrip: roundTrip, savedAt: now)
     }

@@ -31,17 +31,17 @@ import MeshCrypto
 /// `DeliveryRates`), when the next test goes (`SlowdownSchedule`), and what unproven holders did
 /// to the rate (`UnprovenHold`). An interval's close is in `+Close` and `+Unproven`, tests and
 /// probes in `+Slowdown`.
-public struct DownlinkController: Sendable {
-    public enum Priority: Sendable, Equatable {
+package struct DownlinkController: Sendable {
+    package enum Priority: Sendable, Equatable {
         /// A fetch someone waits for (`get`, `Journal.load`).
         case foreground
         /// Replication nobody waits for.
         case background
     }
 
-    public let settings: Settings
-    public internal(set) var rate: Double
-    public private(set) var priority = Priority.background
+    package let settings: Settings
+    package internal(set) var rate: Double
+    package private(set) var priority = Priority.background
     /// The phase: slow start, delay mode, competing, a test or a probe.
     var mode = Mode.slowStart(SlowStart())
     /// What holders not proven yet did to the rate, across phases until a pause.
@@ -67,10 +67,10 @@ public struct DownlinkController: Sendable {
     var drainedAt = MeshInstant.zero
 
     /// What the last probe delivered, as a share of what arrived before its test, for tracing.
-    public internal(set) var lastProbeGain: Double?
+    package internal(set) var lastProbeGain: Double?
     /// Slowdowns, and those that found another flow's queue (for tests and tracing).
-    public internal(set) var slowdowns: UInt64 = 0
-    public internal(set) var slowdownsFoundAnotherFlow: UInt64 = 0
+    package internal(set) var slowdowns: UInt64 = 0
+    package internal(set) var slowdownsFoundAnotherFlow: UInt64 = 0
     /// The lowest queue the last test judged (nil: none yet, or no piece came), for tracing.
     var lastSlowdownLowest: Duration?
     /// The highest queue unproven holders' pieces showed in the last interval closed on their
@@ -81,14 +81,14 @@ public struct DownlinkController: Sendable {
     var offer: ResumeOffer?
     var reached = 0.0
     /// Careful resumes that jumped, and those that retreated (for tests and tracing).
-    public internal(set) var resumeJumps: UInt64 = 0
-    public internal(set) var resumeRetreats: UInt64 = 0
+    package internal(set) var resumeJumps: UInt64 = 0
+    package internal(set) var resumeRetreats: UInt64 = 0
     /// The latest queueing delay measured (the interval's lowest), for status and tests.
-    public internal(set) var queueingDelay: Duration = .zero
+    package internal(set) var queueingDelay: Duration = .zero
     /// The last interval closed: what came, and what was lost (for tests and tracing).
-    public internal(set) var lastInterval = (delivered: 0.0, received: 0, lost: 0, closedAt: MeshInstant.zero)
+    package internal(set) var lastInterval = (delivered: 0.0, received: 0, lost: 0, closedAt: MeshInstant.zero)
     /// Intervals that cut the rate for loss, for tests and counters.
-    public internal(set) var lossBackoffs: UInt64 = 0
+    package internal(set) var lossBackoffs: UInt64 = 0
 
     /// The interval being measured: bytes and queues of the pieces that came in it.
     struct OpenInterval: Sendable {
@@ -102,7 +102,7 @@ public struct DownlinkController: Sendable {
         var unprovenQueue: Duration?
     }
 
-    public init(settings: Settings = .init()) {
+    package init(settings: Settings = .init()) {
         self.settings = settings
         rate = Double(settings.initialRate)
         roundTrips = RoundTripEstimate(history: settings.roundTripHistory)
@@ -114,31 +114,31 @@ public struct DownlinkController: Sendable {
     }
 
     /// In slow start (doubling per round trip until a queue shows).
-    public var slowStart: Bool { mode.isSlowStart }
+    package var slowStart: Bool { mode.isSlowStart }
 
     /// Competing with a flow that fills the queue (foreground only; also during a test that
     /// interrupted it).
-    public var competing: Bool { mode.competing != nil }
+    package var competing: Bool { mode.competing != nil }
 
     /// Competing just began, and grows by `competitiveStartGain` per interval until the first loss.
     var competingSlowStart: Bool { mode.competing?.startEnds != nil }
 
     /// Whether a slowdown is under way (its rate is the one asked).
-    public var isSlowingDown: Bool {
+    package var isSlowingDown: Bool {
         if case .slowdown = mode { return true }
         return false
     }
 
     /// Whether a probe is under way (after a test that found the queue our own).
-    public var isProbing: Bool {
+    package var isProbing: Bool {
         if case .probe = mode { return true }
         return false
     }
 
     /// The lowest want-to-first-piece time seen lately; nil before the first.
-    public var roundTrip: Duration? { roundTrips.value }
+    package var roundTrip: Duration? { roundTrips.value }
 
-    public var target: Duration {
+    package var target: Duration {
         let target = priority == .foreground ? settings.foregroundTarget : settings.backgroundTarget
         guard lossyTargetPhase == .armed, let lossy = lossyLineTarget else { return target }
         return min(target, lossy)
@@ -151,10 +151,10 @@ public struct DownlinkController: Sendable {
     }
 
     /// Whether the line loses datagrams at random (see `lossyLine`).
-    public var isLossyLine: Bool { lossHistory.isLossyLine }
+    package var isLossyLine: Bool { lossHistory.isLossyLine }
 
     /// The most background replication asks on a line that loses at random (nil: no cap).
-    public var backgroundCap: Double? { cap(now: nil) }
+    package var backgroundCap: Double? { cap(now: nil) }
 
     func cap(now: MeshInstant?) -> Double? {
         guard priority == .background, isLossyLine, let line = lineRate.rate(now: now) else { return nil }
