@@ -89,10 +89,15 @@ extension MeshNode {
         }
     }
 
-    /// Every application message this node receives from now on (the newest 4,096 wait for a
-    /// slow reader; older ones are dropped).
-    package func messages() -> AsyncStream<NodeMessage> {
-        messageSubscribers.add(buffering: .bufferingNewest(4096))
+    /// Every application message `accepts` takes that this node receives from now on, for one
+    /// reader whose pace holds the node as a `listen`'s does (`MessageInbox`).
+    func messageInbox(accepting accepts: @escaping @Sendable (NodeMessage) -> Bool) -> MessageInbox {
+        let consumer = nextConsumerID()
+        let inbox = MessageInbox(consumer: consumer, accepts: accepts) { [weak self] report in
+            await self?.reportConsumer(consumer, report)
+        }
+        messageInboxes.add(inbox)
+        return inbox
     }
 
     // MARK: attachments

@@ -62,7 +62,7 @@ package actor MeshNode {
     private var runningEffects = false
     private var waiters: [RequestID: RequestWaiter] = [:]
     var viewSubscribers = Subscribers<[Member]>()
-    var messageSubscribers = Subscribers<NodeMessage>()
+    var messageInboxes = MessageInboxes()
     var attachmentSubscribers = Subscribers<[Attachment]>()
     /// What happened, numbered, the last 1,024 kept (`groupmesh events`).
     var eventFeed = EventFeed()
@@ -567,7 +567,7 @@ package actor MeshNode {
                 case let .complete(request, result):
                     waiters.removeValue(forKey: request)?.complete(with: result)
                 case let .event(.message(message)):
-                    messagesDroppedForSlowReaders += UInt64(messageSubscribers.yield(message))
+                    if !messageInboxes.isEmpty { deliverToInboxes(message) }
                     if !listeners.isEmpty { deliverToListeners(message) }
                 case let .event(.applicationConsumerStalled(consumer)):
                     cutStalledConsumer(consumer)
@@ -731,7 +731,7 @@ package actor MeshNode {
         lanBeacon = nil
         controlChannel = nil
         viewSubscribers.finishAll()
-        messageSubscribers.finishAll()
+        messageInboxes.finishAll()
         attachmentSubscribers.finishAll()
         eventHandlers?.finish()
         await storage.finish()

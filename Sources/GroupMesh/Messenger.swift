@@ -144,20 +144,19 @@ public final class Messenger: Sendable {
         let completion: @Sendable ((any Error)?) -> Void
     }
 
-    /// Received values of one type, with their context; other types are not seen here.
-    public func messages<Message: Codable & Sendable>(
-        of type: Message.Type
-    ) async -> AsyncStream<(Message, MessageContext)> {
+    /// Received values of one type, with their context; other types are not seen here. A reader
+    /// that falls more than 1 MiB behind holds the node's intake, as a `listen` does: senders
+    /// keep their reliable messages until it reads (Docs/PROTOCOL.md §5, Flow control).
+    public func messages<Message: Codable & Sendable>(of type: Message.Type) async -> Messages<Message> {
         let tag = Self.typeTag(type)
-        return await stream { envelope in
-            guard envelope.type == tag else { return nil }
-            return try? JSONDecoder().decode(Message.self, from: Data(envelope.body))
+        return await messages(tag: tag) { envelope in
+            try? JSONDecoder().decode(Message.self, from: Data(envelope.body))
         }
     }
 
     /// Received raw `Data` messages (including those sent by `groupmesh send`).
-    public func messages(of type: Data.Type) async -> AsyncStream<(Data, MessageContext)> {
-        await stream { envelope in envelope.type == Self.dataType ? Data(envelope.body) : nil }
+    public func messages(of type: Data.Type) async -> Messages<Data> {
+        await messages(tag: Self.dataType) { envelope in Data(envelope.body) }
     }
 
     /// `codable:` and the type's name without its module, so that an app and a tool built as
@@ -180,22 +179,37 @@ public final class Messenger: Sendable {
         }
     }
 
-    private func stream<Value: Sendable>(
-        _ decode: @escaping @Sendable (MessageEnvelope) -> Value?
-    ) async -> AsyncStream<(Value, MessageContext)> {
-        let inbound = await session.node.messages()
-        return AsyncStream { continuation in
-            let task = Task {
-                for await message in inbound {
+    private func messages<Value: Sendable>(
+        tag: String, decode: @escaping @Sendable (MessageEnvelope) -> Value?
+    ) async -> Messages<Value> {
+        Messages(inbox: await session.node.messageInbox { $0.type == tag }, decode: decode)
+    }
+
+    /// The messages of one type a member receives, in the order they arrive, as an async
+    /// sequence (one reader at a time). It ends when the session is left or ended, or when the
+    /// reading task is cancelled.
+    public struct Messages<Message: Sendable>: AsyncSequence, Sendable {
+        public typealias Element = (Message, MessageContext)
+        package let inbox: MessageInbox
+        let decode: @Sendable (MessageEnvelope) -> Message?
+
+        public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(inbox: inbox, decode: decode) }
+
+        public struct AsyncIterator: AsyncIteratorProtocol {
+            let inbox: MessageInbox
+            let decode: @Sendable (MessageEnvelope) -> Message?
+
+            public mutating func next() async -> Element? {
+                while let message = await inbox.next() {
+                    // A value that does not decode as the type (a member's bug) is skipped.
                     guard let value = decode(MessageEnvelope(type: message.type, body: message.body)) else { continue }
                     let context = MessageContext(
                         source: Participant(id: message.from, name: message.fromName),
                         mode: message.mode == .reliable ? .reliable : .unreliable)
-                    continuation.yield((value, context))
+                    return (value, context)
                 }
-                continuation.finish()
+                return nil
             }
-            continuation.onTermination = { _ in task.cancel() }
         }
     }
 }

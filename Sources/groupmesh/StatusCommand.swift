@@ -246,7 +246,7 @@ enum StatusTable {
             lines.append("dropped by the kernel (receive buffer full): \(kernel)")
         }
         if c.messagesDroppedForSlowReaders > 0 {
-            lines.append("messages not given to slow readers (listen): \(c.messagesDroppedForSlowReaders)")
+            lines.append("messages not given to slow readers (messages(of:)): \(c.messagesDroppedForSlowReaders)")
         }
         let relay = c.relay
         if relay.forwardedDatagrams + relay.droppedOverRate + relay.refused > 0 || !relay.enabled {

@@ -76,10 +76,12 @@ struct MeshSessionTests {
     }
 
     /// Reads `stream` until `done` says so or it finishes (bounded by the test's time limit).
-    static func first<Element: Sendable>(
-        _ stream: AsyncStream<Element>, where done: (Element) -> Bool
-    ) async -> Element? {
-        for await element in stream where done(element) { return element }
+    static func first<Elements: AsyncSequence>(
+        _ stream: Elements, where done: (Elements.Element) -> Bool
+    ) async -> Elements.Element? {
+        do {
+            for try await element in stream where done(element) { return element }
+        } catch {}
         return nil
     }
 

@@ -34,10 +34,12 @@ struct MessengerTests {
     }
 
     /// The next value of an async iterator, or nil after `timeout`.
-    static func next<Element: Sendable>(_ stream: AsyncStream<Element>, within timeout: Duration) async -> Element? {
-        await withTaskGroup(of: Element?.self) { group in
+    static func next<Messages: AsyncSequence & Sendable>(
+        _ stream: Messages, within timeout: Duration
+    ) async -> Messages.Element? where Messages.Element: Sendable {
+        await withTaskGroup(of: Messages.Element?.self) { group in
             group.addTask {
-                var iterator = stream.makeAsyncIterator(); return await iterator.next()
+                var iterator = stream.makeAsyncIterator(); return try? await iterator.next()
             }
             group.addTask {
                 try? await Task.sleep(for: timeout); return nil
@@ -113,16 +115,18 @@ struct MessengerTests {
     }
 
     /// The first `count` elements of `stream`, or those that came within `timeout`.
-    static func collect<Element: Sendable>(
-        _ stream: AsyncStream<Element>, count: Int, within timeout: Duration
-    ) async -> [Element] {
-        await withTaskGroup(of: [Element]?.self) { group in
+    static func collect<Messages: AsyncSequence & Sendable>(
+        _ stream: Messages, count: Int, within timeout: Duration
+    ) async -> [Messages.Element] where Messages.Element: Sendable {
+        await withTaskGroup(of: [Messages.Element]?.self) { group in
             group.addTask {
-                var elements: [Element] = []
-                for await element in stream {
-                    elements.append(element)
-                    if elements.count == count { break }
-                }
+                var elements: [Messages.Element] = []
+                do {
+                    for try await element in stream {
+                        elements.append(element)
+                        if elements.count == count { break }
+                    }
+                } catch {}
                 return elements
             }
             group.addTask {

@@ -127,6 +127,17 @@ extension MeshNode {
     /// `listen` is disconnected, which the CLI reports in one line.
     func cutStalledConsumer(_ consumer: UInt64) {
         listeners.first { $0.consumerID == consumer }?.close()
+        messageInboxes.inbox(consumer)?.markStalled()
+    }
+
+    /// One received message for the Swift API's readers that take its type.
+    func deliverToInboxes(_ message: NodeMessage) {
+        // A reader the app let go of while behind holds the node no longer.
+        for inbox in messageInboxes.live(gone: { reportConsumer($0, .caughtUp) }) where inbox.accepts(message) {
+            let delivery = inbox.deliver(message)
+            messagesDroppedForSlowReaders += UInt64(delivery.dropped)
+            if delivery.fellBehind { reportConsumer(inbox.consumer, .behind) }
+        }
     }
 
     private func controlEvents(after: UInt64?, responder: ControlResponder) {

@@ -196,8 +196,9 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// Key epochs handed to members; handovers to us that were refused.
         public var handoversSent: UInt64
         public var handoversRefused: UInt64
-        /// Messages not given to a `messages()` stream that fell 4,096 behind (a `listen` is
-        /// never dropped from: the node holds new messages while it is behind).
+        /// Messages a Swift API reader (`messages(of:)`) did not get: unreliable ones while it was
+        /// behind, and the oldest beyond the newest 4,096 once it stalled (a `listen` counts its
+        /// own and says so).
         public var messagesDroppedForSlowReaders: UInt64
         /// `listen` clients cut off for reading nothing for the stall limit while messages waited.
         public var consumersStalled: UInt64
