@@ -221,13 +221,13 @@ extension NodeInstance {
         guard case .storingManifest = fetches[id]?.stage else {
             // The fetch ended meanwhile; a stored manifest stays known, so a remove collects it.
             if case .success(.written(stored: true)) = result, journal.state.hasContent(id), manifests[id] == nil {
-                manifests[id] = manifest
+                manifestTable.insert(manifest)
             }
             return
         }
         switch result {
         case .success(.written(stored: true)):
-            manifests[id] = manifest
+            manifestTable.insert(manifest)
             fetches[id]?.stage = .inspecting
             store(.inspect(manifest), .inspect(id))
         case let .failure(failure):
@@ -448,7 +448,7 @@ extension NodeInstance {
         }
         if case .failure(.unknownAttachment) = result { fetchRetries[id] = nil }
         if case let .success(manifest) = result {
-            manifests[id] = manifest
+            manifestTable.insert(manifest)
             complete.insert(id)
             knownHeld[id] = nil
             fetchRetries[id] = nil

@@ -54,7 +54,7 @@ extension NodeInstance {
             return complete(request, .failure(.store(failure)))
         }
         if case let .add(manifest) = change {
-            manifests[manifest.id] = manifest
+            manifestTable.insert(manifest)
             complete.insert(manifest.id)
             // Another member's add of the same bytes may be fetching: it is whole now.
             if fetches[manifest.id] != nil { finishFetch(manifest.id, .success(manifest), now: now) }
@@ -83,7 +83,7 @@ extension NodeInstance {
     private mutating func releaseFailedAdd(_ manifest: Manifest) {
         let id = manifest.id
         guard !complete.contains(id), !journal.state.hasContent(id) else {
-            if manifests[id] == nil { manifests[id] = manifest }
+            if manifests[id] == nil { manifestTable.insert(manifest) }
             return store(.unpin(manifest, collectKeeping: nil), .housekeeping)
         }
         store(
@@ -195,7 +195,7 @@ extension NodeInstance {
             complete.remove(id)
             fetchRetries[id] = nil
             recentChunks.removeAll()
-            manifests[id] = nil
+            manifestTable.remove(id)
             if let removed {
                 let kept = journal.state.presentContents.compactMap { manifests[$0] }
                 store(.collect(removed, keeping: kept), .housekeeping)

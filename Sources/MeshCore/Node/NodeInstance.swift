@@ -150,11 +150,11 @@ package struct NodeInstance: Sendable {
     var pendingPings: [UInt64: (request: RequestID, member: NodeID, address: PeerAddress, sentAt: MeshInstant)] = [:]
 
     // Journal and attachments (NodeInstance+Journal, +Fetch).
-    package internal(set) var manifests: [SHA256Digest: Manifest] = [:] {
-        didSet { chunkLocations = Self.locations(of: manifests) }
-    }
+    package internal(set) var manifestTable = ManifestTable()
+    /// The manifests this node knows, by attachment id.
+    package var manifests: [SHA256Digest: Manifest] { manifestTable.byID }
     /// Where each known chunk sits (one place is enough for the seeding rule).
-    var chunkLocations: [SHA256Digest: ChunkRef] = [:]
+    var chunkLocations: [SHA256Digest: ChunkRef] { manifestTable.locations }
     /// Attachments whose every chunk is stored (and durable).
     package internal(set) var complete: Set<SHA256Digest>
     package internal(set) var fetches: [SHA256Digest: Fetch] = [:]
@@ -284,9 +284,7 @@ package struct NodeInstance: Sendable {
         let present = restored.manifests.filter { state.hasContent($0.id) }
         complete = restored.complete.intersection(present.map(\.id))
         knownHeld = restored.held
-        manifests = Dictionary(present.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        // `didSet` does not run in an initializer: the seeding rule needs them for what we held.
-        chunkLocations = Self.locations(of: manifests)
+        manifestTable = ManifestTable(present)
         collectsAtStart = restored.logIsWhole
     }
 
@@ -686,13 +684,4 @@ package struct NodeInstance: Sendable {
 
     func logs(_ level: NodeLogLevel) -> Bool { level >= settings.logLevel }
 
-    static func locations(of manifests: [SHA256Digest: Manifest]) -> [SHA256Digest: ChunkRef] {
-        var locations: [SHA256Digest: ChunkRef] = [:]
-        for (id, manifest) in manifests.sorted(by: { $0.key < $1.key }) {
-            for (index, digest) in manifest.chunks.enumerated() where locations[digest] == nil {
-                locations[digest] = ChunkRef(attachment: id, index: index)
-            }
-        }
-        return locations
-    }
 }

@@ -1,0 +1,45 @@
+import MeshCrypto
+
+/// The manifests of the attachments this node knows, with an index of where each chunk sits in
+/// them. One value owns both so that the index follows every insert and removal, also when the
+/// node starts from its data dir: the seeding rule looks a wanted chunk up by its digest alone.
+package struct ManifestTable: Sendable {
+    package private(set) var byID: [SHA256Digest: Manifest] = [:]
+    /// One place per chunk (one is enough): the first manifest that held it.
+    private(set) var locations: [SHA256Digest: ChunkRef] = [:]
+
+    init() {}
+
+    /// The table of `manifests` (the first of two with one id counts).
+    init(_ manifests: some Sequence<Manifest>) {
+        for manifest in manifests where byID[manifest.id] == nil { insert(manifest) }
+    }
+
+    package subscript(id: SHA256Digest) -> Manifest? { byID[id] }
+
+    mutating func insert(_ manifest: Manifest) {
+        guard byID.updateValue(manifest, forKey: manifest.id) == nil else { return reindex() }
+        index(manifest)
+    }
+
+    mutating func remove(_ id: SHA256Digest) {
+        // Another manifest may hold some of its chunks too: the index is built again.
+        guard byID.removeValue(forKey: id) != nil else { return }
+        reindex()
+    }
+
+    func location(of chunk: SHA256Digest) -> ChunkRef? { locations[chunk] }
+
+    private mutating func index(_ manifest: Manifest) {
+        for (index, digest) in manifest.chunks.enumerated() where locations[digest] == nil {
+            locations[digest] = ChunkRef(attachment: manifest.id, index: index)
+        }
+    }
+
+    private mutating func reindex() {
+        locations = [:]
+        for id in byID.keys.sorted() {
+            if let manifest = byID[id] { index(manifest) }
+        }
+    }
+}
