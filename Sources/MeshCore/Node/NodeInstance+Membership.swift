@@ -45,6 +45,7 @@ extension NodeInstance {
                 codec.removePeer(id)
                 let removed = delivery.removePeer(id, now: now)
                 apply(removed, now: now)
+                versions.forget(id)
                 emit(.memberForgotten(id))
             case let .identityConflict(twin):
                 identityConflict(twin, now: now)
@@ -129,6 +130,7 @@ extension NodeInstance {
             let joined = journal.memberJoined(id)
             apply(joined, now: now)
         }
+        metVersions(of: member, now: now)
         log(
             .info, "member changed",
             [

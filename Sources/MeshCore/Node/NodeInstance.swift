@@ -215,6 +215,8 @@ public struct NodeInstance: Sendable {
     var pathCheckAt = MeshInstant.zero
     /// Birthday rounds with members behind a symmetric NAT (NodeInstance+Birthday).
     package internal(set) var birthday: BirthdayPunching
+    /// What each member speaks (NodeInstance+Versions).
+    package internal(set) var versions: PeerVersions
     var birthdayCheckAt = MeshInstant.zero
     /// What this node carries for others (NodeInstance+Relay).
     package internal(set) var relayService: RelayService
@@ -276,6 +278,7 @@ public struct NodeInstance: Sendable {
         addressEchoes = AddressEchoes(settings: settings.addressEchoes)
         paths = MemberPaths(settings: settings.paths)
         birthday = BirthdayPunching(settings: settings.birthday)
+        versions = PeerVersions(settings: settings.versions, ours: settings.spokenVersions)
         relayService = RelayService(settings: settings.relay)
         lanDiscovery = LANDiscovery(settings: settings.lanDiscovery, now: now)
         self.random = random
@@ -391,6 +394,10 @@ public struct NodeInstance: Sendable {
             if relay == nil { helloFrom(sender, boot: datagram.header.bootID, source: address, now: now) }
         case .pairwise:
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
+            // Alone in its datagram (PROTOCOL.md §3, "Protocol versions").
+            if case let .protocolVersion(announcement) = datagram.frames.first {
+                return receiveVersion(announcement, header: datagram.header, now: now)
+            }
             if provenHolders.contains(sender) {
                 downlink.onDatagram(
                     from: sender, packetNumber: datagram.header.packetNumber,
@@ -445,6 +452,7 @@ public struct NodeInstance: Sendable {
         pingTick(now: now)
         pathsTick(now: now)
         birthdayTick(now: now)
+        versionsTick(now: now)
         lanTick(now: now)
         joinTick(now: now)
         // The relay's budget measures our links by our own transfers, relaying or not.
@@ -471,6 +479,7 @@ public struct NodeInstance: Sendable {
         consider(pingDeadline)
         consider(pathsDeadline)
         consider(birthday.nextDeadline)
+        consider(versions.nextDeadline)
         consider(lanDeadline)
         consider(joinNoticeDeadline)
         return deadline
@@ -641,6 +650,7 @@ public struct NodeInstance: Sendable {
     /// Frames for one member under our pairwise key, to where we reach it (through its relay, while
     /// it is relayed), or to `address` exactly.
     mutating func sendPairwise(_ frames: [Frame], to peer: NodeID, address: PeerAddress? = nil) {
+        guard mayCarry(frames, to: peer) else { return }
         if address == nil, let relay = paths.relay(of: peer) {
             guard let datagram = codec.seal(frames, to: peer) else { return }
             return sendThroughRelay(datagram, to: peer, via: relay, kind: TrafficKind(pairwise: frames))

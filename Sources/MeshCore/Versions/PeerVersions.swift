@@ -1,0 +1,139 @@
+import MeshCrypto
+
+/// What each member speaks, learned from its `protocolVersion` frames (PROTOCOL.md §3, "Protocol
+/// versions"). A member's boot is asked on first contact, again every `interval` until it
+/// answers, at most `attempts` times; one we heard from that never answered is a release that
+/// knows no version frame, and speaks protocol 1. A pure value: the node sends what `due` says.
+public struct PeerVersions: Sendable {
+    public struct Settings: Sendable {
+        /// Version frames sent to a member's boot before it is taken for protocol 1.
+        public var attempts = 5
+        public var interval: Duration = .seconds(2)
+        public init() {}
+    }
+
+    /// One member's boot, as far as its versions go.
+    public struct Peer: Sendable, Equatable {
+        public var boot: UInt64
+        /// What it said, or `.unannounced` once it was heard from but never answered; nil while asking.
+        public var versions: SpokenVersions?
+        /// Whether `versions` came from a frame of its own.
+        public var announced = false
+        var attemptsLeft: Int
+        var nextAt: MeshInstant?
+        /// Whether the node reported that this boot and we have no version in common.
+        var toldGap = false
+    }
+
+    /// A member whose versions and ours do not meet: reported once per member boot.
+    public struct Gap: Sendable, Equatable {
+        public var member: NodeID
+        public var theirs: SpokenVersions
+        public var ours: SpokenVersions
+
+        public init(member: NodeID, theirs: SpokenVersions, ours: SpokenVersions) {
+            self.member = member
+            self.theirs = theirs
+            self.ours = ours
+        }
+    }
+
+    public let settings: Settings
+    /// What this node speaks (a test may claim other versions).
+    public let ours: SpokenVersions
+    public private(set) var peers: [NodeID: Peer] = [:]
+    /// When `due` has members to ask or to give up on (kept, not searched for per input).
+    public private(set) var nextDeadline: MeshInstant?
+
+    public init(settings: Settings = .init(), ours: SpokenVersions = .this) {
+        self.settings = settings
+        self.ours = ours
+    }
+
+    /// The versions of `member`, as far as they are known.
+    public func versions(of member: NodeID) -> SpokenVersions? { peers[member]?.versions }
+
+    /// The version spoken to `member`: the newest both speak. Protocol 1 while it is unknown (a
+    /// frame of a later version would make a member of an older release drop its datagram).
+    public func spoken(with member: NodeID) -> Int {
+        guard let theirs = peers[member]?.versions else { return ProtocolVersion.unannounced }
+        return ours.common(with: theirs) ?? min(ours.current, theirs.current)
+    }
+
+    /// Whether a frame of this type may go to `member`: the one gate for frames after protocol 1.
+    /// A version frame goes to a member while its versions are unknown, that is how they are learned.
+    public func allows(_ type: FrameType, to member: NodeID) -> Bool {
+        let introduced = type.introducedIn
+        if introduced == 1 { return true }
+        if type == .protocolVersion { return peers[member].map { $0.announced || $0.versions == nil } ?? true }
+        return spoken(with: member) >= introduced
+    }
+
+    /// A member's boot became known (its record, with keys for it): ask it from now on, unless
+    /// this boot was asked already.
+    public mutating func met(_ member: NodeID, boot: UInt64, now: MeshInstant) {
+        guard peers[member]?.boot != boot else { return }
+        peers[member] = Peer(boot: boot, attemptsLeft: settings.attempts, nextAt: now)
+        nextDeadline = min(nextDeadline ?? now, now)
+    }
+
+    public mutating func forget(_ member: NodeID) {
+        peers[member] = nil
+    }
+
+    private mutating func refreshDeadline() {
+        nextDeadline = peers.values.compactMap(\.nextAt).min()
+    }
+
+    /// The members to send our version frame to now, and the gaps found. `heard` says whether a
+    /// member's own authenticated datagrams reached us: one that never answered is then taken for
+    /// protocol 1 (one never heard from is asked again once a new boot of it shows up).
+    public mutating func due(now: MeshInstant, heard: (NodeID) -> Bool) -> (ask: [NodeID], gaps: [Gap]) {
+        guard let deadline = nextDeadline, deadline <= now else { return ([], []) }
+        var ask: [NodeID] = []
+        var gaps: [Gap] = []
+        for (member, peer) in peers.sorted(by: { $0.key < $1.key }) {
+            guard let at = peer.nextAt, at <= now else { continue }
+            var updated = peer
+            if peer.attemptsLeft > 0 {
+                updated.attemptsLeft -= 1
+                updated.nextAt = now + settings.interval
+                ask.append(member)
+            } else {
+                updated.nextAt = nil
+                if heard(member) {
+                    updated.versions = .unannounced
+                    if ours.common(with: .unannounced) == nil {
+                        updated.toldGap = true
+                        gaps.append(Gap(member: member, theirs: .unannounced, ours: ours))
+                    }
+                }
+            }
+            peers[member] = updated
+        }
+        refreshDeadline()
+        return (ask, gaps)
+    }
+
+    /// A member's version frame (of the boot `boot`): whether to answer it, and the gap when ours
+    /// and its do not meet (once per boot).
+    public mutating func received(
+        _ announcement: VersionAnnouncement, from member: NodeID, boot: UInt64
+    ) -> (answer: Bool, gap: Gap?) {
+        var peer =
+            peers[member].flatMap { $0.boot == boot ? $0 : nil }
+            ?? Peer(boot: boot, attemptsLeft: 0, nextAt: nil)
+        peer.versions = announcement.versions
+        peer.announced = true
+        peer.nextAt = nil
+        peer.attemptsLeft = 0
+        var gap: Gap?
+        if ours.common(with: announcement.versions) == nil, !peer.toldGap {
+            peer.toldGap = true
+            gap = Gap(member: member, theirs: announcement.versions, ours: ours)
+        }
+        peers[member] = peer
+        refreshDeadline()
+        return (!announcement.isAnswer, gap)
+    }
+}
