@@ -9,7 +9,7 @@ import Foundation
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/groupmesh/compat/COMMIT/` (the tag's tree in `source/`, the
 /// build in `build/`, the finished binary as `groupmesh`), under a lock file so that two test
 /// runs do not build at once; a cached binary is used as it is. A build that failed is not tried
-/// again until its `failed.log` is removed.
+/// again for a day, or until its `failed.log` is removed.
 public enum PreviousRelease {
     public enum Unavailable: Error, CustomStringConvertible {
         case noTag(String)
@@ -72,7 +72,10 @@ public enum PreviousRelease {
         defer { flock(lock, LOCK_UN) }
         if FileManager.default.isExecutableFile(atPath: binary) { return binary }
         let failedLog = directory + "/failed.log"
-        if FileManager.default.fileExists(atPath: failedLog) {
+        // A failure is not retried for a day (a build takes minutes), unless its log is removed.
+        if let failed = try? FileManager.default.attributesOfItem(atPath: failedLog)[.modificationDate] as? Date,
+            Date().timeIntervalSince(failed) < 86_400
+        {
             throw .failed("building \(tag) failed before; see \(failedLog) (remove it to try again)")
         }
         let source = directory + "/source"
