@@ -5,7 +5,7 @@ import Testing
 @Suite struct PeerVersionsTests {
     let member = NodeID(high: 7, low: 7)
 
-    @Test("a boot is asked `attempts` times, then taken for protocol 1 if heard from, and no longer asked")
+    @Test("a boot is asked `attempts` times, then taken for protocol 1, and no longer asked")
     func unansweredIsProtocolOne() {
         var versions = PeerVersions()
         versions.met(member, boot: 1, now: .zero)
@@ -13,7 +13,7 @@ import Testing
         var now = MeshInstant.zero
         while let deadline = versions.nextDeadline {
             now = deadline
-            asked += versions.due(now: now, heard: { _ in true }).ask.count
+            asked += versions.due(now: now, reachable: { _ in true }).ask.count
         }
         #expect(asked == PeerVersions.Settings().attempts)
         #expect(versions.versions(of: member) == .unannounced)
@@ -25,14 +25,19 @@ import Testing
         #expect(versions.versions(of: member) == nil && versions.nextDeadline == now, "a new boot is")
     }
 
-    @Test("one never heard from stays unknown: protocol 1 spoken, still sent the version frame")
-    func silentStaysUnknown() {
+    @Test("a member not reached is sent nothing and its attempts wait; once reached it is asked")
+    func unreachedWaits() {
         var versions = PeerVersions()
         versions.met(member, boot: 1, now: .zero)
-        while let deadline = versions.nextDeadline { _ = versions.due(now: deadline, heard: { _ in false }) }
-        #expect(versions.versions(of: member) == nil)
-        #expect(versions.spoken(with: member) == 1)
+        var now = MeshInstant.zero
+        for _ in 0..<20 {
+            now = versions.nextDeadline ?? now
+            #expect(versions.due(now: now, reachable: { _ in false }).ask.isEmpty)
+        }
+        #expect(versions.versions(of: member) == nil && versions.spoken(with: member) == 1)
         #expect(versions.allows(.protocolVersion, to: member))
+        now = versions.nextDeadline ?? now
+        #expect(versions.due(now: now, reachable: { _ in true }).ask == [member])
     }
 
     @Test("a frame is answered unless it is an answer; a gap is reported once per boot")

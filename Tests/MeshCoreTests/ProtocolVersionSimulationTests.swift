@@ -54,6 +54,19 @@ struct ProtocolVersionSimulationTests {
         #expect(problems.isEmpty, "\(replay): \(problems.prefix(4))")
     }
 
+    @Test("two homes behind NATs learn each other's version once punched, not protocol 1 before", arguments: seeds)
+    func homesBehindNATsLearnOncePunched(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = HolePunchingSimulationTests.mesh(seed: seed, first: .masquerade, second: .masquerade)
+        let (a, b) = (mesh.node(SimAddress(1)), mesh.node(SimAddress(2)))
+        mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in
+            a.core.versions.versions(of: b.id) != nil && b.core.versions.versions(of: a.id) != nil
+        }
+        #expect(HolePunchingSimulationTests.punched(a, b), "\(replay): never punched")
+        #expect(a.core.versions.versions(of: b.id) == .this, "\(replay)")
+        #expect(b.core.versions.versions(of: a.id) == .this, "\(replay)")
+    }
+
     @Test(
         "a member of release 0.9.0 is taken for protocol 1: messages, the journal and fetches work both ways",
         arguments: seeds)

@@ -14,31 +14,28 @@ extension NodeInstance {
         return true
     }
 
-    /// A member's boot got keys: ask what it speaks.
+    /// A member's boot got keys: ask what it speaks. A member gone is forgotten (asked again
+    /// should it come back).
     mutating func metVersions(of member: Member, now: MeshInstant) {
-        guard settings.knowsVersionFrames, member.id != localID, !member.status.isGone,
-            codec.installedBoot(of: member.id) == member.record.bootID
-        else { return }
+        guard settings.knowsVersionFrames, member.id != localID else { return }
+        if member.status.isGone { return versions.forget(member.id) }
+        guard codec.installedBoot(of: member.id) == member.record.bootID else { return }
         versions.met(member.id, boot: member.record.bootID, now: now)
     }
 
     mutating func versionsTick(now: MeshInstant) {
         guard settings.knowsVersionFrames else { return }
-        let heard = paths.paths
-        let (ask, gaps) = versions.due(now: now) { heard[$0]?.lastHeard != nil }
+        let (memberPaths, silence) = (paths, pathSilence)
+        let (ask, gaps) = versions.due(now: now) { member in
+            memberPaths.relay(of: member) != nil || memberPaths.isDirect(member, within: silence, now: now)
+        }
         for member in ask { announceVersions(to: member, isAnswer: false) }
         for gap in gaps { reportGap(gap) }
     }
 
     /// A member's version frame: learn it, answer it, and report once when we cannot follow.
-    mutating func receiveVersion(_ announcement: VersionAnnouncement, header: DatagramHeader, now: MeshInstant) {
+    mutating func receiveVersion(_ announcement: VersionAnnouncement, header: DatagramHeader) {
         let member = header.sender
-        guard settings.knowsVersionFrames else {
-            // As release 0.9.0 does: the frame type is unknown, the datagram malformed.
-            counters.countDrop(.malformed)
-            return
-        }
-        membership.heard(from: member, now: now)
         let (answer, gap) = versions.received(announcement, from: member, boot: header.bootID)
         if answer { announceVersions(to: member, isAnswer: true) }
         if let gap { reportGap(gap) }

@@ -394,9 +394,11 @@ public struct NodeInstance: Sendable {
             if relay == nil { helloFrom(sender, boot: datagram.header.bootID, source: address, now: now) }
         case .pairwise:
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
-            // Alone in its datagram (PROTOCOL.md §3, "Protocol versions").
+            // Alone in its datagram (PROTOCOL.md §3, "Protocol versions"); otherwise a datagram like
+            // any: it proves the path and counts in the packet numbers the downlink reads losses from.
             if case let .protocolVersion(announcement) = datagram.frames.first {
-                return receiveVersion(announcement, header: datagram.header, now: now)
+                guard settings.knowsVersionFrames else { return counters.countDrop(.malformed) }
+                receiveVersion(announcement, header: datagram.header)
             }
             if provenHolders.contains(sender) {
                 downlink.onDatagram(

@@ -63,7 +63,8 @@ public struct NodeSettings: Sendable {
     /// The versions this node says it speaks: a test claims others to meet a gap.
     package var spokenVersions = SpokenVersions.this
     /// False makes the node act as release 0.9.0 (protocol 1) does: it sends no version frame and
-    /// drops a datagram carrying one as malformed. For tests only.
+    /// drops a datagram carrying one as malformed (after it authenticated, as 0.9.0's does). For
+    /// tests only.
     package var knowsVersionFrames = true
     /// Carrying datagrams between members that cannot meet (`--no-relay`), and at what rates.
     public var relay = RelayService.Settings()

@@ -2,7 +2,7 @@ import MeshCrypto
 
 /// What each member speaks, learned from its `protocolVersion` frames (PROTOCOL.md §3, "Protocol
 /// versions"). A member's boot is asked on first contact, again every `interval` until it
-/// answers, at most `attempts` times; one we heard from that never answered is a release that
+/// answers, at most `attempts` times while we reach it; one that never answered is a release that
 /// knows no version frame, and speaks protocol 1. A pure value: the node sends what `due` says.
 public struct PeerVersions: Sendable {
     public struct Settings: Sendable {
@@ -85,28 +85,30 @@ public struct PeerVersions: Sendable {
         nextDeadline = peers.values.compactMap(\.nextAt).min()
     }
 
-    /// The members to send our version frame to now, and the gaps found. `heard` says whether a
-    /// member's own authenticated datagrams reached us: one that never answered is then taken for
-    /// protocol 1 (one never heard from is asked again once a new boot of it shows up).
-    public mutating func due(now: MeshInstant, heard: (NodeID) -> Bool) -> (ask: [NodeID], gaps: [Gap]) {
+    /// The members to send our version frame to now, and the gaps found. `reachable` says
+    /// whether a member's own datagrams come to us on a path our answers take (straight, or
+    /// through its relay): only then does a version frame count as an attempt, and one that never
+    /// answered `attempts` of them is taken for protocol 1. One we do not reach (behind a NAT no
+    /// punch has opened yet) is looked at again every `interval`, and sent nothing.
+    public mutating func due(now: MeshInstant, reachable: (NodeID) -> Bool) -> (ask: [NodeID], gaps: [Gap]) {
         guard let deadline = nextDeadline, deadline <= now else { return ([], []) }
         var ask: [NodeID] = []
         var gaps: [Gap] = []
         for (member, peer) in peers.sorted(by: { $0.key < $1.key }) {
             guard let at = peer.nextAt, at <= now else { continue }
             var updated = peer
-            if peer.attemptsLeft > 0 {
+            if !reachable(member) {
+                updated.nextAt = now + settings.interval
+            } else if peer.attemptsLeft > 0 {
                 updated.attemptsLeft -= 1
                 updated.nextAt = now + settings.interval
                 ask.append(member)
             } else {
                 updated.nextAt = nil
-                if heard(member) {
-                    updated.versions = .unannounced
-                    if ours.common(with: .unannounced) == nil {
-                        updated.toldGap = true
-                        gaps.append(Gap(member: member, theirs: .unannounced, ours: ours))
-                    }
+                updated.versions = .unannounced
+                if ours.common(with: .unannounced) == nil {
+                    updated.toldGap = true
+                    gaps.append(Gap(member: member, theirs: .unannounced, ours: ours))
                 }
             }
             peers[member] = updated
