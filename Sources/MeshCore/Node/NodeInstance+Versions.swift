@@ -6,7 +6,7 @@ import MeshCrypto
 extension NodeInstance {
     /// The gate: whether `frames` may go to `peer`. Every frame introduced after protocol 1 is sent
     /// with `sendPairwise`, and passes here. A frame the member would not know makes it drop the
-    /// whole datagram, so such a datagram is not sent (and counted: a caller that asked is wrong).
+    /// whole datagram, so such a datagram is not sent.
     func mayCarry(_ frames: [Frame], to peer: NodeID) -> Bool {
         for frame in frames where frame.type.introducedIn > ProtocolVersion.unannounced {
             if !versions.allows(frame.type, to: peer) { return false }
