@@ -6,8 +6,11 @@ import MeshStore
 public enum GroupMeshVersion {
     /// Semantic version of this release; `-dev` until it is tagged.
     public static let release = "0.10.0-dev"
-    /// The version byte every datagram starts with.
-    public static let wireProtocol = Int(DatagramHeader.version)
+    /// The protocol version this release speaks (PROTOCOL.md §3, "Protocol versions"); every
+    /// datagram still starts with format version byte 1.
+    public static let wireProtocol = ProtocolVersion.current
+    /// The oldest protocol version it still speaks to a member.
+    public static let oldestProtocol = ProtocolVersion.oldestSpoken
 
     public static var build: String {
         #if DEBUG
@@ -32,8 +35,9 @@ public enum GroupMeshVersion {
         return "\(configuration) build, \(system)-\(architecture)"
     }
 
-    /// One line: `0.10.0-dev (protocol 1, data dir format 1, release build, linux-x86_64)`.
+    /// One line: `0.10.0-dev (protocol 2, speaks 1–2, data dir format 1, release build, linux-x86_64)`.
     public static var line: String {
-        "\(release) (protocol \(wireProtocol), data dir format \(DataDirectory.formatVersion), \(build))"
+        "\(release) (protocol \(wireProtocol), speaks \(oldestProtocol)–\(wireProtocol), "
+            + "data dir format \(DataDirectory.formatVersion), \(build))"
     }
 }

@@ -229,7 +229,9 @@ extension MeshNode {
                     ? core.pathMTU.datagramSize(from: member.id) : nil,
                 path: member.id == nodeID ? "" : core.paths.state(of: member.id).rawValue,
                 pathAddress: core.pathAddress(of: member.id)?.description ?? "",
-                relay: core.paths.relay(of: member.id)?.hex, relays: member.record.relays)
+                relay: core.paths.relay(of: member.id)?.hex, relays: member.record.relays,
+                protocol: member.id == nodeID
+                    ? core.versions.ours.current : core.versions.versions(of: member.id)?.current)
         }
         let counters = core.counters
         let handlerCounters = eventHandlers?.counters ?? .init()

@@ -608,6 +608,10 @@ package actor MeshNode {
                     viewChanged = true
                     configuration.announce?(
                         JoinNotice.joined(member: member, name: name, address: address, waited: waited))
+                case let .event(.protocolGap(member, name, theirs, ours)):
+                    // One line per member boot: told, else logged.
+                    let line = ProtocolGapNotice.line(member: member, name: name, theirs: theirs, ours: ours)
+                    if let announce = configuration.announce { announce(line) } else { logger.warning("\(line)") }
                 case let .event(.log(record)):
                     logger.log(
                         level: Logger.Level(rawValue: record.level.rawValue) ?? .error, "\(record.message)",

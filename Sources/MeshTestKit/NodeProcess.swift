@@ -9,6 +9,8 @@ package final class NodeProcess: @unchecked Sendable {
     package let ownsDataDirectory: Bool
     /// When the process was started, to tell a slow start from a stuck one in failures.
     package let startedAt = ContinuousClock.now
+    /// The `groupmesh` it runs (`executable`, or another release's), which its clients use too.
+    package let binary: String
 
     /// The built `groupmesh` next to the test bundle, or `$GROUPMESH_BIN`.
     package static var executable: String {
@@ -50,15 +52,16 @@ package final class NodeProcess: @unchecked Sendable {
     /// unless `printInvite` is false, for tests of what `run` prints to a pipe by default.
     package init(
         _ arguments: [String], dataDirectory: String? = nil, launcher: [String] = [],
-        ownsDataDirectory: Bool = true, printInvite: Bool = true
+        ownsDataDirectory: Bool = true, printInvite: Bool = true, binary: String = NodeProcess.executable
     ) throws {
         self.dataDirectory = dataDirectory ?? Self.makeTemporaryDirectory()
         self.ownsDataDirectory = ownsDataDirectory
+        self.binary = binary
         var arguments = arguments
         if printInvite, arguments.first == "run", !arguments.contains("--print-invite") {
             arguments.append("--print-invite")
         }
-        let command = launcher + [Self.executable] + arguments + ["--data-dir", self.dataDirectory]
+        let command = launcher + [binary] + arguments + ["--data-dir", self.dataDirectory]
         process = try ChildProcess(executable: command[0], arguments: Array(command.dropFirst()))
     }
 
@@ -111,13 +114,13 @@ package final class NodeProcess: @unchecked Sendable {
         if removeData, ownsDataDirectory { try? FileManager.default.removeItem(atPath: dataDirectory) }
     }
 
-    /// Runs a short-lived `groupmesh` command to completion (bounded) and returns its output.
+    /// Runs a short-lived `groupmesh` command (of `binary`) to completion (bounded) and returns its output.
     package static func runCommand(
-        _ arguments: [String], timeout: Duration = .seconds(60)
+        _ arguments: [String], timeout: Duration = .seconds(60), binary: String = NodeProcess.executable
     ) async throws
         -> (status: Int32, stdout: String, stderr: String)
     {
-        let process = try ChildProcess(executable: executable, arguments: arguments)
+        let process = try ChildProcess(executable: binary, arguments: arguments)
         let deadline = ContinuousClock.now + timeout
         var status = process.terminationStatus
         while status == nil {

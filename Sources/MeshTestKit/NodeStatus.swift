@@ -32,6 +32,8 @@ package struct NodeStatus: Decodable, Sendable {
         package var pathAddress: String?
         /// The member our datagrams to it go through, while `path` is `relayed` (its id).
         package var relay: String?
+        /// The newest protocol version it speaks; nil while unknown (and from release 0.9.0).
+        package var `protocol`: Int?
     }
 
     /// The congestion control of what the node fetches (`status --json` → downlink).
@@ -123,7 +125,7 @@ package enum JSONValue: Decodable, Sendable {
 extension NodeProcess {
     /// `groupmesh status --json` for this node.
     package func status() async throws -> NodeStatus {
-        let result = try await Self.runCommand(["status", "--json", "--data-dir", dataDirectory])
+        let result = try await Self.runCommand(["status", "--json", "--data-dir", dataDirectory], binary: binary)
         guard result.status == 0 else { throw NodeProcessError.exited(status: result.status, stderr: result.stderr) }
         return try JSONDecoder().decode(NodeStatus.self, from: Data(result.stdout.utf8))
     }

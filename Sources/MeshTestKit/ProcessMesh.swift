@@ -12,6 +12,8 @@ package final class ProcessMesh: @unchecked Sendable {
     private let arguments: [String]
     private let argumentsByName: [String: [String]]
     private let lazy: Set<String>
+    /// The `groupmesh` binary of the nodes that run another one (another release's), by name.
+    private let binaries: [String: String]
     private let lock = NSLock()
     private var currentInvite = ""
     private var order: [String] = []
@@ -23,8 +25,9 @@ package final class ProcessMesh: @unchecked Sendable {
 
     init(
         listen: String, arguments: [String], argumentsByName: [String: [String]], lazy: Set<String>,
-        timeout: Duration
+        binaries: [String: String] = [:], timeout: Duration
     ) {
+        self.binaries = binaries
         self.listen = listen
         self.arguments = arguments
         self.argumentsByName = argumentsByName
@@ -83,7 +86,7 @@ package final class ProcessMesh: @unchecked Sendable {
         guard !previous.process.isRunning else { throw ProcessMeshError.stillRunning(name) }
         let node = try NodeProcess(
             ["run", "--listen", listen ?? self.listen] + extra,
-            dataDirectory: previous.dataDirectory, ownsDataDirectory: false)
+            dataDirectory: previous.dataDirectory, ownsDataDirectory: false, binary: previous.binary)
         lock.withLock {
             current[name] = node
             started.append(node)
@@ -91,11 +94,24 @@ package final class ProcessMesh: @unchecked Sendable {
         return node
     }
 
-    /// Starts a client command (`listen`, `events`, `get` …) on node `name`'s data dir, stopped
-    /// with the mesh.
+    /// Starts a client command (`listen`, `events`, `get` …) on node `name`'s data dir, of the
+    /// node's own binary, stopped with the mesh.
     @discardableResult
     package func client(_ arguments: [String], of name: String) throws -> NodeProcess {
-        track(try NodeProcess(arguments, dataDirectory: try self[name].dataDirectory, ownsDataDirectory: false))
+        let node = try self[name]
+        return track(
+            try NodeProcess(arguments, dataDirectory: node.dataDirectory, ownsDataDirectory: false, binary: node.binary)
+        )
+    }
+
+    /// Runs a short-lived command (`send`, `attach`, `get` …) on node `name`'s data dir, of the
+    /// node's own binary, to completion (bounded).
+    package func command(
+        _ arguments: [String], of name: String, timeout: Duration = .seconds(60)
+    ) async throws -> (status: Int32, stdout: String, stderr: String) {
+        let node = try self[name]
+        return try await NodeProcess.runCommand(
+            arguments + ["--data-dir", node.dataDirectory], timeout: timeout, binary: node.binary)
     }
 
     /// Stops `process` with the mesh (its data dir is left alone).
@@ -119,7 +135,9 @@ package final class ProcessMesh: @unchecked Sendable {
         guard lock.withLock({ current[name] }) == nil else { throw ProcessMeshError.duplicateName(name) }
         let directory = dataDirectory ?? NodeProcess.makeTemporaryDirectory(name)
         if dataDirectory == nil { lock.withLock { madeDirectories.append(directory) } }
-        let node = try NodeProcess(arguments, dataDirectory: directory, ownsDataDirectory: dataDirectory == nil)
+        let node = try NodeProcess(
+            arguments, dataDirectory: directory, ownsDataDirectory: dataDirectory == nil,
+            binary: binaries[name] ?? NodeProcess.executable)
         lock.withLock {
             order.append(name)
             current[name] = node
@@ -166,16 +184,17 @@ package enum ProcessMeshError: Error, CustomStringConvertible {
 /// `status --json` (bounded by `timeout`, which is also `waitUntilAllSee`'s default).
 /// `keepDataDirectories` leaves the data dirs to the body's caller (they still go when the test
 /// process exits, like every temporary directory, unless `GROUPMESH_KEEP_TEST_DIRS` is set).
+/// `binaries` names the nodes that run another `groupmesh` (a previous release's, `PreviousRelease`).
 package func withProcessMesh<Value>(
     names: [String], listen: String = "127.0.0.1:0", arguments: [String] = [],
     argumentsByName: [String: [String]] = [:], lazy: Set<String> = [], waitForMembership: Bool = true,
-    timeout: Duration = .seconds(60), keepDataDirectories: Bool = false,
+    timeout: Duration = .seconds(60), keepDataDirectories: Bool = false, binaries: [String: String] = [:],
     _ body: (ProcessMesh) async throws -> Value
 ) async throws -> Value {
     guard let first = names.first else { throw ProcessMeshError.noNodes }
     let mesh = ProcessMesh(
         listen: listen, arguments: arguments, argumentsByName: argumentsByName, lazy: lazy,
-        timeout: timeout)
+        binaries: binaries, timeout: timeout)
     do {
         try await mesh.startFirst(first)
         for name in names.dropFirst() { try mesh.join(name) }

@@ -83,6 +83,8 @@ package final class SimNode: SimulatedProcess {
     /// who let it in (with the node's clock).
     package private(set) var waitingNotices: [(time: MeshInstant, progress: JoinProgress)] = []
     package private(set) var joinedNotices: [(time: MeshInstant, member: NodeID, address: PeerAddress)] = []
+    /// Members reported as speaking no protocol version this node speaks, with theirs.
+    package private(set) var protocolGaps: [(time: MeshInstant, member: NodeID, theirs: SpokenVersions)] = []
     /// What each graceful leave reported.
     package private(set) var leaveReports: [LeaveReport] = []
     /// Things that must never happen (a command completed twice, a timer that spins…).
@@ -400,6 +402,8 @@ package final class SimNode: SimulatedProcess {
             waitingNotices.append((now, progress))
         case let .joinedAfterWaiting(member, _, address, _):
             joinedNotices.append((now, member, address))
+        case let .protocolGap(member, _, theirs, _):
+            protocolGaps.append((now, member, theirs))
         case let .log(record):
             logged[record.message, default: 0] += 1
         case .memberForgotten, .epochChanged, .attachmentsChanged, .applicationConsumerStalled:

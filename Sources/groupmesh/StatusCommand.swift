@@ -215,10 +215,11 @@ enum StatusTable {
             [
                 String(member.id.prefix(12)), member.name, member.address, member.state, "\(member.incarnation)",
                 member.rttMs.map { String(format: "%.2f", $0) } ?? "-",
-                pathColumn(member, in: report),
+                pathColumn(member, in: report), member.protocol.map { "\($0)" } ?? "-",
             ]
         }
-        lines += table(header: ["ID", "NAME", "ADDRESS", "STATE", "INC", "RTT ms", "PATH"], rows: rows, width: width)
+        lines += table(
+            header: ["ID", "NAME", "ADDRESS", "STATE", "INC", "RTT ms", "PATH", "PROTO"], rows: rows, width: width)
         if !report.attachments.isEmpty {
             lines.append("")
             let rows = report.attachments.map { a in

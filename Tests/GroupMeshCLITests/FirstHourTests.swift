@@ -1,4 +1,5 @@
 import Foundation
+import MeshCore
 import MeshTestKit
 import Testing
 
@@ -55,7 +56,8 @@ struct FirstHourTests {
         let version = try await NodeProcess.runCommand(["--version"])
         #expect(version.status == 0)
         #expect(
-            version.stdout.hasPrefix("groupmesh ") && version.stdout.contains("protocol 1")
+            version.stdout.hasPrefix("groupmesh ") && version.stdout.contains("protocol \(ProtocolVersion.current), ")
+                && version.stdout.contains("speaks \(ProtocolVersion.oldestSpoken)–\(ProtocolVersion.current)")
                 && version.stdout.contains("build"),
             "\(version.stdout)")
 

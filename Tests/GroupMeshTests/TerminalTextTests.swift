@@ -1,5 +1,6 @@
 import GroupMesh
 import MeshCore
+import MeshCrypto
 import MeshTestKit
 import Testing
 
@@ -39,5 +40,20 @@ struct TerminalTextTests {
                 },
                 "\(SimulationSeeds.replay(seed)): \(Array(text.unicodeScalars.map(\.value)))")
         }
+    }
+
+    @Test("the protocol gap line names the member, escaped, and both versions, saying which side must upgrade")
+    func protocolGapLine() {
+        let member = NodeID(high: 0x0123_4567_89ab_cdef, low: 1)
+        let newer = ProtocolGapNotice.line(
+            member: member, name: "bob\u{1b}[2J", theirs: SpokenVersions(current: 4, oldest: 3), ours: .this)
+        #expect(
+            newer == "bob\\e[2J (0123456789ab) speaks protocol 4 (oldest 3); this node speaks 2 (oldest 1): "
+                + "upgrade groupmesh on this node")
+        let older = ProtocolGapNotice.line(
+            member: member, name: "", theirs: .unannounced, ours: SpokenVersions(current: 3, oldest: 2))
+        #expect(
+            older == "0123456789ab speaks protocol 1 (oldest 1); this node speaks 3 (oldest 2): "
+                + "that member must upgrade groupmesh")
     }
 }

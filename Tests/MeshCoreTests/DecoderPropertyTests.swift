@@ -113,7 +113,7 @@ import Testing
         where [
             .chunkWant, .chunkPiece, .chunkAbsent, .chunkPace, .chunkCancel, .pathProbeRequest, .pathProbe,
             .observedAddress, .punchRequest, .punchIntroduction, .punch, .relayForward, .relayDelivery, .relayRefusal,
-            .birthdayRound,
+            .birthdayRound, .protocolVersion,
         ].contains(frame.type) {
             var encoded = ByteBuffer()
             FrameCodec.encode(frame, into: &encoded)

@@ -35,6 +35,23 @@ import Testing
         #expect(!FrameType.allCases.map(\.rawValue).contains(0))
     }
 
+    @Test("the version frame: current (2), oldest (2), flags (1: bit 0 answer); versions out of order refused")
+    func protocolVersionLayout() {
+        var encoded = ByteBuffer()
+        let announcement = VersionAnnouncement(versions: SpokenVersions(current: 2, oldest: 1), isAnswer: true)
+        FrameCodec.encode(.protocolVersion(announcement), into: &encoded)
+        #expect(bytes(encoded) == [0x5A, 0x00, 0x05, 0, 2, 0, 1, 1])
+        for body: [UInt8] in [[0, 1, 0, 2, 0], [0, 2, 0, 0, 0], [0, 2, 0, 1, 2]] {
+            var input = buffer([0x5A, 0x00, 0x05] + body)
+            guard case .failure(.invalidField) = FrameCodec.decodeAll(&input) else {
+                Issue.record("\(body) decoded")
+                continue
+            }
+        }
+        #expect(FrameType.protocolVersion.introducedIn == 2)
+        #expect(FrameType.allCases.filter { $0 != .protocolVersion }.allSatisfy { $0.introducedIn == 1 })
+    }
+
     @Test func pingLayoutIsBigEndian() {
         var encoded = ByteBuffer()
         FrameCodec.encode(.ping(Ping(token: 0x0102_0304_0506_0708)), into: &encoded)

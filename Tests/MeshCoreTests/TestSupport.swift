@@ -191,6 +191,9 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .birthdayRound(BirthdayRound(token: 1, step: .offer, nat: .symmetric, addresses: [v4])),
         .birthdayRound(BirthdayRound(token: .max, step: .ready, nat: .unknown, addresses: [])),
         .birthdayRound(BirthdayRound(token: 7, step: .ready, nat: .endpointIndependent, addresses: [v4, v6, v4, v6])),
+        .protocolVersion(VersionAnnouncement(versions: .this, isAnswer: false)),
+        .protocolVersion(VersionAnnouncement(versions: SpokenVersions(current: 1, oldest: 1), isAnswer: true)),
+        .protocolVersion(VersionAnnouncement(versions: SpokenVersions(current: 65535, oldest: 65535), isAnswer: false)),
         .chunkPiece(
             ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 0, payload: buffer(rng.bytes(1099)))),
         .chunkPiece(

@@ -61,6 +61,10 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var relay: String?
         /// Whether it carries datagrams for members that cannot meet (its record says).
         public var relays: Bool
+        /// The newest protocol version it speaks (PROTOCOL.md §3, "Protocol versions"): what its
+        /// version frame said, 1 for a member that never sent one; null while it is being asked.
+        /// Ours for ourselves.
+        public var `protocol`: Int?
 
         // `rttMs` and `datagramSize` are always present, null until measured, so scripts can rely
         // on the keys.
@@ -77,6 +81,7 @@ public struct StatusReport: Codable, Sendable, Equatable {
             try container.encode(pathAddress, forKey: .pathAddress)
             try container.encode(relay, forKey: .relay)
             try container.encode(relays, forKey: .relays)
+            try container.encode(`protocol`, forKey: .protocol)
         }
     }
 

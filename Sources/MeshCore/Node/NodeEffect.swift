@@ -76,6 +76,9 @@ package enum NodeEvent: Sendable {
     /// After that: a first member answered, `member` (named by its own record: untrusted) from
     /// `address`, `waited` after the start.
     case joinedAfterWaiting(member: NodeID, name: String, address: PeerAddress, waited: Duration)
+    /// A member (named by its own record: untrusted) speaks no protocol version this node speaks:
+    /// told once per member boot. Its datagrams of versions we know still count.
+    case protocolGap(member: NodeID, name: String, theirs: SpokenVersions, ours: SpokenVersions)
 }
 
 /// An application message as it reached this node: who sent it (the pairwise key proves it),

@@ -46,6 +46,7 @@ extension NodeInstance {
                 codec.removePeer(id)
                 let removed = delivery.removePeer(id, now: now)
                 apply(removed, now: now)
+                versions.forget(id)
                 emit(.memberForgotten(id))
             case let .identityConflict(twin):
                 identityConflict(twin, now: now)
@@ -130,6 +131,7 @@ extension NodeInstance {
             let joined = journal.memberJoined(id, sameBoot: true)
             apply(joined, now: now)
         }
+        metVersions(of: member, now: now)
         log(
             .info, "member changed",
             [

@@ -215,6 +215,8 @@ package struct NodeInstance: Sendable {
     var pathCheckAt = MeshInstant.zero
     /// Birthday rounds with members behind a symmetric NAT (NodeInstance+Birthday).
     package internal(set) var birthday: BirthdayPunching
+    /// What each member speaks (NodeInstance+Versions).
+    package internal(set) var versions: PeerVersions
     var birthdayCheckAt = MeshInstant.zero
     /// What this node carries for others (NodeInstance+Relay).
     package internal(set) var relayService: RelayService
@@ -276,6 +278,7 @@ package struct NodeInstance: Sendable {
         addressEchoes = AddressEchoes(settings: settings.addressEchoes)
         paths = MemberPaths(settings: settings.paths)
         birthday = BirthdayPunching(settings: settings.birthday)
+        versions = PeerVersions(settings: settings.versions, ours: settings.spokenVersions)
         relayService = RelayService(settings: settings.relay)
         lanDiscovery = LANDiscovery(settings: settings.lanDiscovery, now: now)
         self.random = random
@@ -389,6 +392,12 @@ package struct NodeInstance: Sendable {
             if relay == nil { helloFrom(sender, boot: datagram.header.bootID, source: address, now: now) }
         case .pairwise:
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
+            // Alone in its datagram (PROTOCOL.md §3, "Protocol versions"); otherwise a datagram like
+            // any: it proves the path and counts in the packet numbers the downlink reads losses from.
+            if case let .protocolVersion(announcement) = datagram.frames.first {
+                guard settings.knowsVersionFrames else { return counters.countDrop(.malformed) }
+                receiveVersion(announcement, header: datagram.header)
+            }
             if provenHolders.contains(sender) {
                 downlink.onDatagram(
                     from: sender, packetNumber: datagram.header.packetNumber,
@@ -443,6 +452,7 @@ package struct NodeInstance: Sendable {
         pingTick(now: now)
         pathsTick(now: now)
         birthdayTick(now: now)
+        versionsTick(now: now)
         lanTick(now: now)
         joinTick(now: now)
         // The relay's budget measures our links by our own transfers, relaying or not.
@@ -469,6 +479,7 @@ package struct NodeInstance: Sendable {
         consider(pingDeadline)
         consider(pathsDeadline)
         consider(birthday.nextDeadline)
+        consider(versions.nextDeadline)
         consider(lanDeadline)
         consider(joinNoticeDeadline)
         return deadline
@@ -639,6 +650,7 @@ package struct NodeInstance: Sendable {
     /// Frames for one member under our pairwise key, to where we reach it (through its relay, while
     /// it is relayed), or to `address` exactly.
     mutating func sendPairwise(_ frames: [Frame], to peer: NodeID, address: PeerAddress? = nil) {
+        guard mayCarry(frames, to: peer) else { return }
         if address == nil, let relay = paths.relay(of: peer) {
             guard let datagram = codec.seal(frames, to: peer) else { return }
             return sendThroughRelay(datagram, to: peer, via: relay, kind: TrafficKind(pairwise: frames))

@@ -58,6 +58,14 @@ package struct NodeSettings: Sendable {
     /// Birthday rounds (a symmetric NAT against an endpoint-independent one): sockets, probes,
     /// their rate, retries.
     package var birthday = BirthdayPunching.Settings()
+    /// How a member's protocol versions are asked (PROTOCOL.md §3, "Protocol versions").
+    package var versions = PeerVersions.Settings()
+    /// The versions this node says it speaks: a test claims others to meet a gap.
+    package var spokenVersions = SpokenVersions.this
+    /// False makes the node act as release 0.9.0 (protocol 1) does: it sends no version frame and
+    /// drops a datagram carrying one as malformed (after it authenticated, as 0.9.0's does). For
+    /// tests only.
+    package var knowsVersionFrames = true
     /// Carrying datagrams between members that cannot meet (`--no-relay`), and at what rates.
     package var relay = RelayService.Settings()
     /// Announcing ourselves on the LAN and meeting members heard there (`--no-lan-discovery`).

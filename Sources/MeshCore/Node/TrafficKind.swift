@@ -47,8 +47,8 @@ package enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
             case .data, .fragment, .forwardTSN: return .messages
             case .ping, .pong: kind = .ping
             case .probe, .probeAck: return .membership  // with gossip beside it
-            case .observedAddress, .punchRequest, .punchIntroduction, .punch, .birthdayRound:
-                return .membership  // where a member sees us, and paths to it: reachability
+            case .observedAddress, .punchRequest, .punchIntroduction, .punch, .birthdayRound, .protocolVersion:
+                return .membership  // where a member sees us, paths to it, what it speaks
             case .relayForward, .relayDelivery, .relayRefusal: return .relay
             default: continue
             }

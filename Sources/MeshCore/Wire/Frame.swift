@@ -52,6 +52,8 @@ package enum Frame: Equatable, Sendable {
     case relayRefusal(RelayRefusal)
     // Birthday punching (a symmetric NAT against an endpoint-independent one).
     case birthdayRound(BirthdayRound)
+    // Protocol versions (alone in a pairwise datagram; protocol 2 on).
+    case protocolVersion(VersionAnnouncement)
 
     package var type: FrameType {
         switch self {
@@ -89,6 +91,7 @@ package enum Frame: Equatable, Sendable {
         case .relayDelivery: return .relayDelivery
         case .relayRefusal: return .relayRefusal
         case .birthdayRound: return .birthdayRound
+        case .protocolVersion: return .protocolVersion
         }
     }
 
@@ -128,6 +131,7 @@ package enum Frame: Equatable, Sendable {
         case let .relayDelivery(body): return body
         case let .relayRefusal(body): return body
         case let .birthdayRound(body): return body
+        case let .protocolVersion(body): return body
         }
     }
 
@@ -175,6 +179,7 @@ package enum Frame: Equatable, Sendable {
         case .relayDelivery: return .relayDelivery(try RelayedDatagram(decoding: &body))
         case .relayRefusal: return .relayRefusal(try RelayRefusal(decoding: &body))
         case .birthdayRound: return .birthdayRound(try BirthdayRound(decoding: &body))
+        case .protocolVersion: return .protocolVersion(try VersionAnnouncement(decoding: &body))
         }
     }
 }
@@ -217,6 +222,7 @@ package enum FrameType: UInt8, Sendable, CaseIterable {
     case relayDelivery = 0x57
     case relayRefusal = 0x58
     case birthdayRound = 0x59
+    case protocolVersion = 0x5A
 }
 
 /// A body that can be written to and read from the wire.

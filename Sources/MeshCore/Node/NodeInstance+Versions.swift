@@ -1,0 +1,54 @@
+import MeshCrypto
+
+/// Protocol versions (PROTOCOL.md §3, "Protocol versions"): each member's boot is told ours in a
+/// `protocolVersion` frame, alone in a pairwise datagram, until it answers or is taken for
+/// protocol 1; a frame of a later protocol goes only to members that speak it (`mayCarry`).
+extension NodeInstance {
+    /// The gate: whether `frames` may go to `peer`. Every frame introduced after protocol 1 is sent
+    /// with `sendPairwise`, and passes here. A frame the member would not know makes it drop the
+    /// whole datagram, so such a datagram is not sent.
+    func mayCarry(_ frames: [Frame], to peer: NodeID) -> Bool {
+        for frame in frames where frame.type.introducedIn > ProtocolVersion.unannounced {
+            if !versions.allows(frame.type, to: peer) { return false }
+        }
+        return true
+    }
+
+    /// A member's boot got keys: ask what it speaks. A member gone is forgotten (asked again
+    /// should it come back).
+    mutating func metVersions(of member: Member, now: MeshInstant) {
+        guard settings.knowsVersionFrames, member.id != localID else { return }
+        if member.status.isGone { return versions.forget(member.id) }
+        guard codec.installedBoot(of: member.id) == member.record.bootID else { return }
+        versions.met(member.id, boot: member.record.bootID, now: now)
+    }
+
+    mutating func versionsTick(now: MeshInstant) {
+        guard settings.knowsVersionFrames else { return }
+        let (memberPaths, silence) = (paths, pathSilence)
+        let (ask, gaps) = versions.due(now: now) { member in
+            memberPaths.relay(of: member) != nil || memberPaths.isDirect(member, within: silence, now: now)
+        }
+        for member in ask { announceVersions(to: member, isAnswer: false) }
+        for gap in gaps { reportGap(gap) }
+    }
+
+    /// A member's version frame: learn it, answer it, and report once when we cannot follow.
+    mutating func receiveVersion(_ announcement: VersionAnnouncement, header: DatagramHeader) {
+        let member = header.sender
+        let (answer, gap) = versions.received(announcement, from: member, boot: header.bootID)
+        if answer { announceVersions(to: member, isAnswer: true) }
+        if let gap { reportGap(gap) }
+    }
+
+    private mutating func announceVersions(to member: NodeID, isAnswer: Bool) {
+        // Alone: a member of a release without the frame drops only this datagram.
+        sendPairwise([.protocolVersion(VersionAnnouncement(versions: versions.ours, isAnswer: isAnswer))], to: member)
+    }
+
+    /// An event, not a log record: the driver says it in one line of its own.
+    private mutating func reportGap(_ gap: PeerVersions.Gap) {
+        let name = membership.member(gap.member)?.record.name ?? ""
+        emit(.protocolGap(member: gap.member, name: name, theirs: gap.theirs, ours: gap.ours))
+    }
+}

@@ -1,0 +1,141 @@
+import MeshCrypto
+
+/// What each member speaks, learned from its `protocolVersion` frames (PROTOCOL.md §3, "Protocol
+/// versions"). A member's boot is asked on first contact, again every `interval` until it
+/// answers, at most `attempts` times while we reach it; one that never answered is a release that
+/// knows no version frame, and speaks protocol 1. A pure value: the node sends what `due` says.
+package struct PeerVersions: Sendable {
+    package struct Settings: Sendable {
+        /// Version frames sent to a member's boot before it is taken for protocol 1.
+        package var attempts = 5
+        package var interval: Duration = .seconds(2)
+        package init() {}
+    }
+
+    /// One member's boot, as far as its versions go.
+    package struct Peer: Sendable, Equatable {
+        package var boot: UInt64
+        /// What it said, or `.unannounced` once it was heard from but never answered; nil while asking.
+        package var versions: SpokenVersions?
+        /// Whether `versions` came from a frame of its own.
+        package var announced = false
+        var attemptsLeft: Int
+        var nextAt: MeshInstant?
+        /// Whether the node reported that this boot and we have no version in common.
+        var toldGap = false
+    }
+
+    /// A member whose versions and ours do not meet: reported once per member boot.
+    package struct Gap: Sendable, Equatable {
+        package var member: NodeID
+        package var theirs: SpokenVersions
+        package var ours: SpokenVersions
+
+        package init(member: NodeID, theirs: SpokenVersions, ours: SpokenVersions) {
+            self.member = member
+            self.theirs = theirs
+            self.ours = ours
+        }
+    }
+
+    package let settings: Settings
+    /// What this node speaks (a test may claim other versions).
+    package let ours: SpokenVersions
+    package private(set) var peers: [NodeID: Peer] = [:]
+    /// When `due` has members to ask or to give up on (kept, not searched for per input).
+    package private(set) var nextDeadline: MeshInstant?
+
+    package init(settings: Settings = .init(), ours: SpokenVersions = .this) {
+        self.settings = settings
+        self.ours = ours
+    }
+
+    /// The versions of `member`, as far as they are known.
+    package func versions(of member: NodeID) -> SpokenVersions? { peers[member]?.versions }
+
+    /// The version spoken to `member`: the newest both speak. Protocol 1 while it is unknown (a
+    /// frame of a later version would make a member of an older release drop its datagram).
+    package func spoken(with member: NodeID) -> Int {
+        guard let theirs = peers[member]?.versions else { return ProtocolVersion.unannounced }
+        return ours.common(with: theirs) ?? min(ours.current, theirs.current)
+    }
+
+    /// Whether a frame of this type may go to `member`: the one gate for frames after protocol 1.
+    /// A version frame goes to a member while its versions are unknown, that is how they are learned.
+    package func allows(_ type: FrameType, to member: NodeID) -> Bool {
+        let introduced = type.introducedIn
+        if introduced == 1 { return true }
+        if type == .protocolVersion { return peers[member].map { $0.announced || $0.versions == nil } ?? true }
+        return spoken(with: member) >= introduced
+    }
+
+    /// A member's boot became known (its record, with keys for it): ask it from now on, unless
+    /// this boot was asked already.
+    package mutating func met(_ member: NodeID, boot: UInt64, now: MeshInstant) {
+        guard peers[member]?.boot != boot else { return }
+        peers[member] = Peer(boot: boot, attemptsLeft: settings.attempts, nextAt: now)
+        nextDeadline = min(nextDeadline ?? now, now)
+    }
+
+    package mutating func forget(_ member: NodeID) {
+        peers[member] = nil
+    }
+
+    private mutating func refreshDeadline() {
+        nextDeadline = peers.values.compactMap(\.nextAt).min()
+    }
+
+    /// The members to send our version frame to now, and the gaps found. `reachable` says
+    /// whether a member's own datagrams come to us on a path our answers take (straight, or
+    /// through its relay): only then does a version frame count as an attempt, and one that never
+    /// answered `attempts` of them is taken for protocol 1. One we do not reach (behind a NAT no
+    /// punch has opened yet) is looked at again every `interval`, and sent nothing.
+    package mutating func due(now: MeshInstant, reachable: (NodeID) -> Bool) -> (ask: [NodeID], gaps: [Gap]) {
+        guard let deadline = nextDeadline, deadline <= now else { return ([], []) }
+        var ask: [NodeID] = []
+        var gaps: [Gap] = []
+        for (member, peer) in peers.sorted(by: { $0.key < $1.key }) {
+            guard let at = peer.nextAt, at <= now else { continue }
+            var updated = peer
+            if !reachable(member) {
+                updated.nextAt = now + settings.interval
+            } else if peer.attemptsLeft > 0 {
+                updated.attemptsLeft -= 1
+                updated.nextAt = now + settings.interval
+                ask.append(member)
+            } else {
+                updated.nextAt = nil
+                updated.versions = .unannounced
+                if ours.common(with: .unannounced) == nil {
+                    updated.toldGap = true
+                    gaps.append(Gap(member: member, theirs: .unannounced, ours: ours))
+                }
+            }
+            peers[member] = updated
+        }
+        refreshDeadline()
+        return (ask, gaps)
+    }
+
+    /// A member's version frame (of the boot `boot`): whether to answer it, and the gap when ours
+    /// and its do not meet (once per boot).
+    package mutating func received(
+        _ announcement: VersionAnnouncement, from member: NodeID, boot: UInt64
+    ) -> (answer: Bool, gap: Gap?) {
+        var peer =
+            peers[member].flatMap { $0.boot == boot ? $0 : nil }
+            ?? Peer(boot: boot, attemptsLeft: 0, nextAt: nil)
+        peer.versions = announcement.versions
+        peer.announced = true
+        peer.nextAt = nil
+        peer.attemptsLeft = 0
+        var gap: Gap?
+        if ours.common(with: announcement.versions) == nil, !peer.toldGap {
+            peer.toldGap = true
+            gap = Gap(member: member, theirs: announcement.versions, ours: ours)
+        }
+        peers[member] = peer
+        refreshDeadline()
+        return (!announcement.isAnswer, gap)
+    }
+}

@@ -1,0 +1,81 @@
+import NIOCore
+
+/// The protocol a node speaks, beside the datagram format (whose version byte stays 1, so that
+/// every release opens every other's datagrams). Protocol 1 is release 0.9.0's, which says
+/// nothing of it; from 2 on a node tells each member its own in a `protocolVersion` frame
+/// (PROTOCOL.md §3, "Protocol versions").
+package enum ProtocolVersion {
+    /// The protocol this release speaks.
+    package static let current = 2
+    /// The oldest one it still speaks to a member: the previous release's.
+    package static let oldestSpoken = current - 1
+    /// What a member that never told us speaks (release 0.9.0 knows no version frame).
+    package static let unannounced = 1
+}
+
+/// The versions one node speaks: `oldest` up to `current`.
+package struct SpokenVersions: Equatable, Sendable, CustomStringConvertible {
+    package var current: Int
+    package var oldest: Int
+
+    package init(current: Int, oldest: Int) {
+        self.current = current
+        self.oldest = oldest
+    }
+
+    /// This release's.
+    package static let this = SpokenVersions(current: ProtocolVersion.current, oldest: ProtocolVersion.oldestSpoken)
+    /// A member that never told us its versions.
+    package static let unannounced = SpokenVersions(
+        current: ProtocolVersion.unannounced, oldest: ProtocolVersion.unannounced)
+
+    /// The newest version both speak, or nil when the ranges do not meet (one side cannot follow).
+    package func common(with other: SpokenVersions) -> Int? {
+        let newest = min(current, other.current)
+        return newest >= max(oldest, other.oldest) ? newest : nil
+    }
+
+    package var description: String { "protocol \(current) (oldest \(oldest))" }
+}
+
+/// `protocolVersion` (0x5A): the versions its sender speaks, alone in a pairwise datagram (a
+/// release that does not know the frame drops only that datagram). `isAnswer` when it answers
+/// the member's own, which is then not answered again.
+package struct VersionAnnouncement: WireBody {
+    package var versions: SpokenVersions
+    package var isAnswer: Bool
+
+    package init(versions: SpokenVersions, isAnswer: Bool) {
+        self.versions = versions
+        self.isAnswer = isAnswer
+    }
+
+    static let answerFlag: UInt8 = 1
+
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        let current = try buffer.readWire(UInt16.self, "protocol version")
+        let oldest = try buffer.readWire(UInt16.self, "oldest protocol version")
+        let flags = try buffer.readWire(UInt8.self, "protocol version flags")
+        guard oldest >= 1, oldest <= current else { throw .invalidField(what: "protocol versions") }
+        guard flags & ~Self.answerFlag == 0 else { throw .invalidField(what: "protocol version flags") }
+        versions = SpokenVersions(current: Int(current), oldest: Int(oldest))
+        isAnswer = flags & Self.answerFlag != 0
+    }
+
+    package func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(UInt16(clamping: versions.current))
+        buffer.writeInteger(UInt16(clamping: versions.oldest))
+        buffer.writeInteger(isAnswer ? Self.answerFlag : 0)
+    }
+}
+
+extension FrameType {
+    /// The protocol version that introduced this frame: it goes only to members that speak that
+    /// version (`NodeInstance.sendPairwise`, the one gate). A new frame adds its case here.
+    package var introducedIn: Int {
+        switch self {
+        case .protocolVersion: return 2
+        default: return 1
+        }
+    }
+}

@@ -1,0 +1,128 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The `groupmesh` binary of an earlier release, built from its git tag for compatibility tests
+/// (DEVELOPMENT.md, "The previous release"). Built once per tag commit under
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/groupmesh/compat/COMMIT/` (the tag's tree in `source/`, the
+/// build in `build/`, the finished binary as `groupmesh`), under a lock file so that two test
+/// runs do not build at once; a cached binary is used as it is. A build that failed is not tried
+/// again for a day, or until its `failed.log` is removed.
+package enum PreviousRelease {
+    package enum Unavailable: Error, CustomStringConvertible {
+        case noTag(String)
+        case failed(String)
+
+        package var description: String {
+            switch self {
+            case let .noTag(why): return why
+            case let .failed(why): return why
+            }
+        }
+    }
+
+    /// The repository holding `file` (a test's `#filePath`): the first directory above it with
+    /// a `Package.swift`.
+    package static func repository(of file: String) -> String? {
+        var directory = URL(fileURLWithPath: file).deletingLastPathComponent()
+        while directory.path != "/" {
+            if FileManager.default.fileExists(atPath: directory.appendingPathComponent("Package.swift").path) {
+                return directory.path
+            }
+            directory.deleteLastPathComponent()
+        }
+        return nil
+    }
+
+    package static var cacheRoot: String {
+        let environment = ProcessInfo.processInfo.environment
+        let base =
+            environment["XDG_CACHE_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+            ?? (environment["HOME"] ?? NSTemporaryDirectory()) + "/.cache"
+        return base + "/groupmesh/compat"
+    }
+
+    /// The binary of `tag`, building it if no run built it before (bounded by `buildTimeout`).
+    package static func binary(
+        tag: String, repository: String, buildTimeout: Duration = .seconds(3600)
+    ) async throws(Unavailable) -> String {
+        let resolved = try? await shell(
+            "git -C \(quoted(repository)) rev-parse --verify -q \(quoted(tag + "^{commit}"))", timeout: .seconds(30))
+        guard let resolved, resolved.status == 0 else {
+            throw .noTag("tag \(tag) is not in \(repository) (a shallow clone? `git fetch --tags`)")
+        }
+        let commit = resolved.output.trimmingCharacters(in: .whitespacesAndNewlines)
+        let directory = cacheRoot + "/" + commit
+        let binary = directory + "/groupmesh"
+        if FileManager.default.isExecutableFile(atPath: binary) { return binary }
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        } catch { throw .failed("cannot make \(directory): \(error)") }
+        let lock = open(directory + "/lock", O_CREAT | O_RDWR, 0o644)
+        guard lock >= 0 else { throw .failed("cannot open \(directory)/lock") }
+        defer { close(lock) }
+        // Another run may be building it: wait for it (as long as a build may take).
+        let deadline = ContinuousClock.now + buildTimeout
+        while flock(lock, LOCK_EX | LOCK_NB) != 0 {
+            guard ContinuousClock.now < deadline else { throw .failed("another run held \(directory)/lock too long") }
+            try? await Task.sleep(for: .seconds(1))
+        }
+        defer { flock(lock, LOCK_UN) }
+        if FileManager.default.isExecutableFile(atPath: binary) { return binary }
+        let failedLog = directory + "/failed.log"
+        // A failure is not retried for a day (a build takes minutes), unless its log is removed.
+        if let failed = try? FileManager.default.attributesOfItem(atPath: failedLog)[.modificationDate] as? Date,
+            Date().timeIntervalSince(failed) < 86_400
+        {
+            throw .failed("building \(tag) failed before; see \(failedLog) (remove it to try again)")
+        }
+        let source = directory + "/source"
+        let build = directory + "/build"
+        let script = """
+            set -e
+            if [ ! -f \(quoted(source))/Package.swift ]; then
+                rm -rf \(quoted(source)) && mkdir -p \(quoted(source))
+                git -C \(quoted(repository)) archive \(commit) | tar -x -C \(quoted(source))
+            fi
+            cd \(quoted(source))
+            swift build --product groupmesh --scratch-path \(quoted(build))
+            cp "$(swift build --product groupmesh --scratch-path \(quoted(build)) --show-bin-path)/groupmesh" \
+                \(quoted(binary)).partial
+            mv \(quoted(binary)).partial \(quoted(binary))
+            """
+        let started = ContinuousClock.now
+        print("building groupmesh \(tag) (\(commit.prefix(12))) into \(directory); this takes minutes, once")
+        let result: (status: Int32, output: String)
+        do { result = try await shell(script, timeout: buildTimeout) } catch {
+            throw .failed("building \(tag): \(error)")
+        }
+        guard result.status == 0, FileManager.default.isExecutableFile(atPath: binary) else {
+            try? result.output.write(toFile: failedLog, atomically: true, encoding: .utf8)
+            throw .failed("building \(tag) failed (status \(result.status)); see \(failedLog)")
+        }
+        print("built groupmesh \(tag) in \(ContinuousClock.now - started)")
+        return binary
+    }
+
+    /// `/bin/sh -c script`, its output and errors together, polled without blocking a thread.
+    static func shell(_ script: String, timeout: Duration) async throws -> (status: Int32, output: String) {
+        let process = try ChildProcess(executable: "/bin/sh", arguments: ["-c", "exec 2>&1\n" + script])
+        let deadline = ContinuousClock.now + timeout
+        while process.terminationStatus == nil {
+            guard ContinuousClock.now < deadline else {
+                process.stop(with: SIGKILL)
+                throw NodeProcessError.timeout("`\(script.prefix(80))` took over \(timeout)")
+            }
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        let drained = ContinuousClock.now + .seconds(5)
+        while !process.outputIsComplete, ContinuousClock.now < drained { try await Task.sleep(for: .milliseconds(10)) }
+        return (process.terminationStatus ?? -1, process.standardOutput)
+    }
+
+    static func quoted(_ text: String) -> String {
+        "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'"
+    }
+}

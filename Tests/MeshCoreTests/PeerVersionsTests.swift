@@ -1,0 +1,69 @@
+import MeshCore
+import MeshCrypto
+import Testing
+
+@Suite struct PeerVersionsTests {
+    let member = NodeID(high: 7, low: 7)
+
+    @Test("a boot is asked `attempts` times, then taken for protocol 1, and no longer asked")
+    func unansweredIsProtocolOne() {
+        var versions = PeerVersions()
+        versions.met(member, boot: 1, now: .zero)
+        var asked = 0
+        var now = MeshInstant.zero
+        while let deadline = versions.nextDeadline {
+            now = deadline
+            asked += versions.due(now: now, reachable: { _ in true }).ask.count
+        }
+        #expect(asked == PeerVersions.Settings().attempts)
+        #expect(versions.versions(of: member) == .unannounced)
+        #expect(!versions.allows(.protocolVersion, to: member), "a member taken for 1 is not sent the frame again")
+        #expect(versions.allows(.data, to: member))
+        versions.met(member, boot: 1, now: now)
+        #expect(versions.nextDeadline == nil, "the same boot is not asked again")
+        versions.met(member, boot: 2, now: now)
+        #expect(versions.versions(of: member) == nil && versions.nextDeadline == now, "a new boot is")
+    }
+
+    @Test("a member not reached is sent nothing and its attempts wait; once reached it is asked")
+    func unreachedWaits() {
+        var versions = PeerVersions()
+        versions.met(member, boot: 1, now: .zero)
+        var now = MeshInstant.zero
+        for _ in 0..<20 {
+            now = versions.nextDeadline ?? now
+            #expect(versions.due(now: now, reachable: { _ in false }).ask.isEmpty)
+        }
+        #expect(versions.versions(of: member) == nil && versions.spoken(with: member) == 1)
+        #expect(versions.allows(.protocolVersion, to: member))
+        now = versions.nextDeadline ?? now
+        #expect(versions.due(now: now, reachable: { _ in true }).ask == [member])
+    }
+
+    @Test("a frame is answered unless it is an answer; a gap is reported once per boot")
+    func answersAndGaps() {
+        var versions = PeerVersions()
+        versions.met(member, boot: 1, now: .zero)
+        let future = SpokenVersions(current: 4, oldest: 3)
+        let first = versions.received(.init(versions: future, isAnswer: false), from: member, boot: 1)
+        #expect(first.answer)
+        #expect(first.gap == PeerVersions.Gap(member: member, theirs: future, ours: .this))
+        let again = versions.received(.init(versions: future, isAnswer: true), from: member, boot: 1)
+        #expect(!again.answer && again.gap == nil)
+        #expect(versions.nextDeadline == nil)
+        let newBoot = versions.received(.init(versions: future, isAnswer: true), from: member, boot: 2)
+        #expect(newBoot.gap != nil, "a new boot is reported again")
+        let current = versions.received(.init(versions: .this, isAnswer: true), from: member, boot: 3)
+        #expect(current.gap == nil && versions.spoken(with: member) == ProtocolVersion.current)
+    }
+
+    @Test("versions meet at the newest both speak, N and N-1 included")
+    func common() {
+        let this = SpokenVersions.this
+        #expect(this.common(with: .this) == ProtocolVersion.current)
+        #expect(this.common(with: .unannounced) == ProtocolVersion.oldestSpoken)
+        #expect(this.common(with: SpokenVersions(current: 3, oldest: 2)) == 2)
+        #expect(this.common(with: SpokenVersions(current: 4, oldest: 3)) == nil)
+        #expect(SpokenVersions(current: 3, oldest: 2).common(with: .unannounced) == nil)
+    }
+}
