@@ -371,7 +371,8 @@ public struct TransferScheduler: Sendable {
         job.busy[index, default: [:]][peer] = now + settings.busyRetry
         let refused = job.refused[index] ?? []
         let askable = holders(
-            of: index, among: holderBitmaps(of: attachment, count: job.have.count), leaving: job, now: now
+            of: index, among: holderBitmaps(of: attachment, count: job.have.count), in: job,
+            seedsLeaving: seedsLeaving(in: job, now: now), now: now
         )
         .filter { !refused.contains($0) }
         if askable.allSatisfy({ job.busy[index]?[$0].map { now < $0 } ?? false }) {
@@ -391,11 +392,24 @@ public struct TransferScheduler: Sendable {
     /// The seeds that left chunk `index` to others, with when: those that said so of it, and
     /// those that said so of another chunk within four waits (`Job.seedsLeaving`).
     private func seedsThatLeft(_ index: Int, in job: Job, now: MeshInstant) -> [NodeID: MeshInstant] {
-        var left = job.leftToOthers[index] ?? [:]
-        for (seed, at) in job.seedsLeaving where left[seed] == nil && now < at + seedAnswerLasts {
-            left[seed] = at
-        }
+        seedsThatLeft(index, in: job, leaving: seedsLeaving(in: job, now: now))
+    }
+
+    /// `seedsThatLeft`, given the seeds that said so of any chunk within four waits (the part every
+    /// chunk shares, worked out once per pass of `nextRequests`): a chunk no seed left itself has
+    /// those alone, without a table of its own.
+    private func seedsThatLeft(
+        _ index: Int, in job: Job, leaving: [NodeID: MeshInstant]
+    ) -> [NodeID: MeshInstant] {
+        guard var left = job.leftToOthers[index] else { return leaving }
+        for (seed, at) in leaving where left[seed] == nil { left[seed] = at }
         return left
+    }
+
+    /// The seeds that said within four waits that they leave chunks to others, with when.
+    private func seedsLeaving(in job: Job, now: MeshInstant) -> [NodeID: MeshInstant] {
+        let lasts = seedAnswerLasts
+        return job.seedsLeaving.filter { now < $0.value + lasts }
     }
 
     /// A seed answered that it leaves this chunk to the members that hold it (`SeedingPolicy`):
@@ -521,6 +535,8 @@ public struct TransferScheduler: Sendable {
         for id in jobs.keys.sorted() {
             guard var job = jobs[id] else { continue }
             let bitmaps = holderBitmaps(of: id, count: job.have.count)
+            // Once per pass: a pass may weigh every missing chunk, each with these seeds.
+            let leaving = seedsLeaving(in: job, now: now)
             if inFlight < maximumInFlight {
                 var missing = (0..<job.have.count).filter { index in
                     !job.have.contains(index) && job.inFlight[index] == nil && !job.storing.contains(index)
@@ -537,7 +553,7 @@ public struct TransferScheduler: Sendable {
                     // only members with room, and draws nothing when none has): after a stored
                     // chunk freed one slot, the rest of this pass was a scan of every chunk.
                     guard peers.values.contains(where: \.hasRoom) else { break }
-                    let holders = holders(of: index, among: bitmaps, leaving: job, now: now)
+                    let holders = holders(of: index, among: bitmaps, in: job, seedsLeaving: leaving, now: now)
                     let busy = Set((job.busy[index] ?? [:]).filter { now < $0.value }.keys)
                     let candidates = holders.filter { !busy.contains($0) }
                     // Everyone who has it said busy: ask one of them anyway (they serve a member
@@ -557,7 +573,7 @@ public struct TransferScheduler: Sendable {
                     }
                     guard
                         let peer = pickHolder(
-                            holders(of: index, among: bitmaps, leaving: job, now: now),
+                            holders(of: index, among: bitmaps, in: job, seedsLeaving: leaving, now: now),
                             excluding: (job.refused[index] ?? []).union([due.holder]))
                     else { continue }
                     ask(peer, index: index, in: &job, now: now, into: &requests)
@@ -592,13 +608,13 @@ public struct TransferScheduler: Sendable {
 
     /// The holders to ask for chunk `index`: seeds that left it (or, lately, another chunk) to
     /// others only when no other member that has not refused it holds it, or after their wait
-    /// (`leftToOthersWait`).
+    /// (`leftToOthersWait`). `seedsLeaving`: `seedsLeaving(in: job, now: now)`.
     private func holders(
-        of index: Int, among bitmaps: [(peer: NodeID, bitmap: ChunkBitmap)], leaving job: Job,
-        now: MeshInstant
+        of index: Int, among bitmaps: [(peer: NodeID, bitmap: ChunkBitmap)], in job: Job,
+        seedsLeaving: [NodeID: MeshInstant], now: MeshInstant
     ) -> [NodeID] {
         let all = holders(of: index, among: bitmaps)
-        let left = seedsThatLeft(index, in: job, now: now)
+        let left = seedsThatLeft(index, in: job, leaving: seedsLeaving)
         guard !left.isEmpty else { return all }
         let refused = job.refused[index] ?? []
         let others = all.filter { left[$0] == nil && !refused.contains($0) }
