@@ -543,23 +543,35 @@ public struct TransferScheduler: Sendable {
                         && (job.notBefore[index].map { now >= $0 } ?? true)
                 }
                 missing.shuffle(using: &random)
-                if !bitmaps.allSatisfy(\.bitmap.isComplete) {
+                let everyHolderWhole = bitmaps.allSatisfy(\.bitmap.isComplete)
+                if !everyHolderWhole {
                     let counts = (0..<job.have.count).map { index in bitmaps.count { $0.bitmap.contains(index) } }
                     missing.sort { counts[$0] < counts[$1] }
                 }
+                // A plain chunk (every holder has it, and no holder left, refused or turned it down
+                // as busy) has the same holders as every other plain chunk in this pass, and windows
+                // only fill during a pass: once one found no holder with room, the rest find none.
+                var plainChunksFull = false
                 for index in missing {
                     guard inFlight < maximumInFlight else { break }
                     // Once every window is full no later chunk can be asked (`pickHolder` takes
                     // only members with room, and draws nothing when none has): after a stored
                     // chunk freed one slot, the rest of this pass was a scan of every chunk.
                     guard peers.values.contains(where: \.hasRoom) else { break }
+                    let plain =
+                        everyHolderWhole && job.leftToOthers[index] == nil && job.refused[index] == nil
+                        && job.busy[index] == nil && !job.othersFailed.contains(index)
+                    if plain, plainChunksFull { continue }
                     let holders = holders(of: index, among: bitmaps, in: job, seedsLeaving: leaving, now: now)
                     let busy = Set((job.busy[index] ?? [:]).filter { now < $0.value }.keys)
                     let candidates = holders.filter { !busy.contains($0) }
                     // Everyone who has it said busy: ask one of them anyway (they serve a member
                     // refused for long enough).
                     let pool = candidates.isEmpty ? holders : candidates
-                    guard let peer = pickHolder(pool, excluding: job.refused[index] ?? []) else { continue }
+                    guard let peer = pickHolder(pool, excluding: job.refused[index] ?? []) else {
+                        if plain { plainChunksFull = true }
+                        continue
+                    }
                     ask(peer, index: index, in: &job, now: now, into: &requests)
                     inFlight += 1
                 }
