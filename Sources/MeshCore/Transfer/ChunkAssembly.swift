@@ -15,7 +15,9 @@ package struct ChunkAssembly: Sendable {
         self.length = length
         self.pieceSize = pieceSize
         received = ChunkBitmap(count: ChunkPiece.pieceCount(chunkLength: length, pieceSize: pieceSize))
-        bytes = [UInt8](repeating: 0, count: length)
+        // Not zeroed first: every byte is a piece's before `contents` is read (once complete), and
+        // zeroing a fresh chunk-sized buffer per chunk was a pass over every byte fetched.
+        bytes = [UInt8](unsafeUninitializedCapacity: length) { _, initialized in initialized = length }
     }
 
     package var isComplete: Bool { received.isComplete }
@@ -45,7 +47,7 @@ package struct ChunkAssembly: Sendable {
         return true
     }
 
-    /// The whole chunk (call once complete).
+    /// The whole chunk (call once complete: until then, bytes no piece filled are undefined).
     package var contents: [UInt8] { bytes }
 
     /// Cuts `chunk` into the pieces whose bits are set in `only` (every piece when nil).

@@ -369,7 +369,8 @@ package struct TransferScheduler: Sendable {
         job.busy[index, default: [:]][peer] = now + settings.busyRetry
         let refused = job.refused[index] ?? []
         let askable = holders(
-            of: index, among: holderBitmaps(of: attachment, count: job.have.count), leaving: job, now: now
+            of: index, among: holderBitmaps(of: attachment, count: job.have.count), in: job,
+            seedsLeaving: seedsLeaving(in: job, now: now), now: now
         )
         .filter { !refused.contains($0) }
         if askable.allSatisfy({ job.busy[index]?[$0].map { now < $0 } ?? false }) {
@@ -389,11 +390,24 @@ package struct TransferScheduler: Sendable {
     /// The seeds that left chunk `index` to others, with when: those that said so of it, and
     /// those that said so of another chunk within four waits (`Job.seedsLeaving`).
     private func seedsThatLeft(_ index: Int, in job: Job, now: MeshInstant) -> [NodeID: MeshInstant] {
-        var left = job.leftToOthers[index] ?? [:]
-        for (seed, at) in job.seedsLeaving where left[seed] == nil && now < at + seedAnswerLasts {
-            left[seed] = at
-        }
+        seedsThatLeft(index, in: job, leaving: seedsLeaving(in: job, now: now))
+    }
+
+    /// `seedsThatLeft`, given the seeds that said so of any chunk within four waits (the part every
+    /// chunk shares, worked out once per pass of `nextRequests`): a chunk no seed left itself has
+    /// those alone, without a table of its own.
+    private func seedsThatLeft(
+        _ index: Int, in job: Job, leaving: [NodeID: MeshInstant]
+    ) -> [NodeID: MeshInstant] {
+        guard var left = job.leftToOthers[index] else { return leaving }
+        for (seed, at) in leaving where left[seed] == nil { left[seed] = at }
         return left
+    }
+
+    /// The seeds that said within four waits that they leave chunks to others, with when.
+    private func seedsLeaving(in job: Job, now: MeshInstant) -> [NodeID: MeshInstant] {
+        let lasts = seedAnswerLasts
+        return job.seedsLeaving.filter { now < $0.value + lasts }
     }
 
     /// A seed answered that it leaves this chunk to the members that hold it (`SeedingPolicy`):
@@ -519,29 +533,43 @@ package struct TransferScheduler: Sendable {
         for id in jobs.keys.sorted() {
             guard var job = jobs[id] else { continue }
             let bitmaps = holderBitmaps(of: id, count: job.have.count)
+            // Once per pass: a pass may weigh every missing chunk, each with these seeds.
+            let leaving = seedsLeaving(in: job, now: now)
             if inFlight < maximumInFlight {
                 var missing = (0..<job.have.count).filter { index in
                     !job.have.contains(index) && job.inFlight[index] == nil && !job.storing.contains(index)
                         && (job.notBefore[index].map { now >= $0 } ?? true)
                 }
                 missing.shuffle(using: &random)
-                if !bitmaps.allSatisfy(\.bitmap.isComplete) {
+                let everyHolderWhole = bitmaps.allSatisfy(\.bitmap.isComplete)
+                if !everyHolderWhole {
                     let counts = (0..<job.have.count).map { index in bitmaps.count { $0.bitmap.contains(index) } }
                     missing.sort { counts[$0] < counts[$1] }
                 }
+                // A plain chunk (every holder has it, and no holder left, refused or turned it down
+                // as busy) has the same holders as every other plain chunk in this pass, and windows
+                // only fill during a pass: once one found no holder with room, the rest find none.
+                var plainChunksFull = false
                 for index in missing {
                     guard inFlight < maximumInFlight else { break }
                     // Once every window is full no later chunk can be asked (`pickHolder` takes
                     // only members with room, and draws nothing when none has): after a stored
                     // chunk freed one slot, the rest of this pass was a scan of every chunk.
                     guard peers.values.contains(where: \.hasRoom) else { break }
-                    let holders = holders(of: index, among: bitmaps, leaving: job, now: now)
+                    let plain =
+                        everyHolderWhole && job.leftToOthers[index] == nil && job.refused[index] == nil
+                        && job.busy[index] == nil && !job.othersFailed.contains(index)
+                    if plain, plainChunksFull { continue }
+                    let holders = holders(of: index, among: bitmaps, in: job, seedsLeaving: leaving, now: now)
                     let busy = Set((job.busy[index] ?? [:]).filter { now < $0.value }.keys)
                     let candidates = holders.filter { !busy.contains($0) }
                     // Everyone who has it said busy: ask one of them anyway (they serve a member
                     // refused for long enough).
                     let pool = candidates.isEmpty ? holders : candidates
-                    guard let peer = pickHolder(pool, excluding: job.refused[index] ?? []) else { continue }
+                    guard let peer = pickHolder(pool, excluding: job.refused[index] ?? []) else {
+                        if plain { plainChunksFull = true }
+                        continue
+                    }
                     ask(peer, index: index, in: &job, now: now, into: &requests)
                     inFlight += 1
                 }
@@ -555,7 +583,7 @@ package struct TransferScheduler: Sendable {
                     }
                     guard
                         let peer = pickHolder(
-                            holders(of: index, among: bitmaps, leaving: job, now: now),
+                            holders(of: index, among: bitmaps, in: job, seedsLeaving: leaving, now: now),
                             excluding: (job.refused[index] ?? []).union([due.holder]))
                     else { continue }
                     ask(peer, index: index, in: &job, now: now, into: &requests)
@@ -590,13 +618,13 @@ package struct TransferScheduler: Sendable {
 
     /// The holders to ask for chunk `index`: seeds that left it (or, lately, another chunk) to
     /// others only when no other member that has not refused it holds it, or after their wait
-    /// (`leftToOthersWait`).
+    /// (`leftToOthersWait`). `seedsLeaving`: `seedsLeaving(in: job, now: now)`.
     private func holders(
-        of index: Int, among bitmaps: [(peer: NodeID, bitmap: ChunkBitmap)], leaving job: Job,
-        now: MeshInstant
+        of index: Int, among bitmaps: [(peer: NodeID, bitmap: ChunkBitmap)], in job: Job,
+        seedsLeaving: [NodeID: MeshInstant], now: MeshInstant
     ) -> [NodeID] {
         let all = holders(of: index, among: bitmaps)
-        let left = seedsThatLeft(index, in: job, now: now)
+        let left = seedsThatLeft(index, in: job, leaving: seedsLeaving)
         guard !left.isEmpty else { return all }
         let refused = job.refused[index] ?? []
         let others = all.filter { left[$0] == nil && !refused.contains($0) }
