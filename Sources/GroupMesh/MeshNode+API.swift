@@ -94,10 +94,17 @@ extension MeshNode {
     func messageInbox(accepting accepts: @escaping @Sendable (NodeMessage) -> Bool) -> MessageInbox {
         let consumer = nextConsumerID()
         let inbox = MessageInbox(consumer: consumer, accepts: accepts) { [weak self] report in
-            await self?.reportConsumer(consumer, report)
+            await self?.reportInbox(consumer, report)
         }
         messageInboxes.add(inbox)
         return inbox
+    }
+
+    /// A reader's progress, worked out before the hop to this actor: one that fell behind again
+    /// meanwhile (said at once, by `deliverToInboxes`) has not caught up.
+    func reportInbox(_ consumer: UInt64, _ report: ConsumerFlow.Report) {
+        if report == .caughtUp, messageInboxes.inbox(consumer)?.isBehind == true { return }
+        reportConsumer(consumer, report)
     }
 
     // MARK: attachments

@@ -12,13 +12,15 @@ import NIOCore
 /// caught up once under `caughtUpBytes`. Unreliable messages are dropped while it is behind. A
 /// reader the node declared stalled (it took nothing for the stall limit), or one behind for
 /// `maxBehind` however much it read, holds the node no longer: it keeps the newest `stalledLimit`
-/// messages, dropping older ones, until it catches up.
+/// messages (and at most `stalledBytes`), dropping older ones, until it catches up.
 /// Drops are counted, never silent.
 package final class MessageInbox: @unchecked Sendable {
     package static let behindBytes = 1 << 20
     package static let caughtUpBytes = 256 << 10
     package static let progressBytes = 64 << 10
     package static let stalledLimit = 4_096
+    /// A stalled reader keeps at most this many bytes, however few the messages.
+    package static let stalledBytes = 4 << 20
     /// Behind for this long, however much it reads, a reader holds the node no longer: one
     /// slower than what comes would hold every pair's journal for good (a `listen` is cut).
     static let maxBehind = Duration.seconds(30)
@@ -43,6 +45,10 @@ package final class MessageInbox: @unchecked Sendable {
 
     /// The most bytes that waited at once.
     package var peakBytes: Int { lock.withLock { peak } }
+    /// Whether the reader is behind now (holding the node).
+    package var isBehind: Bool { lock.withLock { behind } }
+    /// Whether a reader waits for the next message.
+    package var hasWaitingReader: Bool { lock.withLock { waiter != nil } }
 
     package init(
         consumer: UInt64, accepts: @escaping @Sendable (NodeMessage) -> Bool,
@@ -79,7 +85,9 @@ package final class MessageInbox: @unchecked Sendable {
             queuedBytes += message.body.count
             peak = max(peak, queuedBytes)
             if stalled {
-                while queue.count > Self.stalledLimit, let oldest = queue.popFirst() {
+                while queue.count > Self.stalledLimit || (queue.count > 1 && queuedBytes > Self.stalledBytes),
+                    let oldest = queue.popFirst()
+                {
                     queuedBytes -= oldest.body.count
                     delivery.dropped += 1
                 }
@@ -128,7 +136,8 @@ package final class MessageInbox: @unchecked Sendable {
                         queuedBytes -= message.body.count
                         return .some(message)
                     }
-                    if finished || Task.isCancelled { return .some(nil) }
+                    // One reader at a time: a second one waiting at once is ended, not left hanging.
+                    if finished || Task.isCancelled || waiter != nil { return .some(nil) }
                     waiter = continuation
                     return .none
                 }

@@ -67,7 +67,9 @@ package enum PreviousRelease {
         let deadline = ContinuousClock.now + buildTimeout
         while flock(lock, LOCK_EX | LOCK_NB) != 0 {
             guard ContinuousClock.now < deadline else { throw .failed("another run held \(directory)/lock too long") }
-            try? await Task.sleep(for: .seconds(1))
+            do { try await Task.sleep(for: .seconds(1)) } catch {
+                throw .failed("cancelled while waiting for \(directory)/lock")
+            }
         }
         defer { flock(lock, LOCK_UN) }
         if FileManager.default.isExecutableFile(atPath: binary) { return binary }
@@ -80,14 +82,17 @@ package enum PreviousRelease {
         }
         let source = directory + "/source"
         let build = directory + "/build"
+        let seconds = Int(buildTimeout.components.seconds)
         let script = """
             set -e
             if [ ! -f \(quoted(source))/Package.swift ]; then
-                rm -rf \(quoted(source)) && mkdir -p \(quoted(source))
-                git -C \(quoted(repository)) archive \(commit) | tar -x -C \(quoted(source))
+                rm -rf \(quoted(source)) \(quoted(source)).partial && mkdir -p \(quoted(source)).partial
+                git -C \(quoted(repository)) archive \(commit) | tar -x -C \(quoted(source)).partial
+                mv \(quoted(source)).partial \(quoted(source))
             fi
             cd \(quoted(source))
-            swift build --product groupmesh --scratch-path \(quoted(build))
+            # timeout(1) runs the build in a process group of its own and ends all of it.
+            timeout -k 10 \(seconds) swift build --product groupmesh --scratch-path \(quoted(build))
             cp "$(swift build --product groupmesh --scratch-path \(quoted(build)) --show-bin-path)/groupmesh" \
                 \(quoted(binary)).partial
             mv \(quoted(binary)).partial \(quoted(binary))
@@ -95,7 +100,8 @@ package enum PreviousRelease {
         let started = ContinuousClock.now
         print("building groupmesh \(tag) (\(commit.prefix(12))) into \(directory); this takes minutes, once")
         let result: (status: Int32, output: String)
-        do { result = try await shell(script, timeout: buildTimeout) } catch {
+        do { result = try await shell(script, timeout: buildTimeout + .seconds(30)) } catch {
+            try? "\(error)".write(toFile: failedLog, atomically: true, encoding: .utf8)
             throw .failed("building \(tag): \(error)")
         }
         guard result.status == 0, FileManager.default.isExecutableFile(atPath: binary) else {

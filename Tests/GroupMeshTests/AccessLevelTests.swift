@@ -20,13 +20,41 @@ import Testing
         var found: [String] = []
         for path in files where !Self.allowed.contains(path) {
             let text = try DocumentationTests.text(path)
-            for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-                let code = line.drop { $0 == " " }
-                guard !code.hasPrefix("//") else { continue }
-                let words = code.split(separator: " ").prefix { $0.hasPrefix("@") || $0 == "public" }
-                if words.contains("public") { found.append("\(path):\(index + 1)") }
+            for (index, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated()
+            where Self.declaresPublic(String(line)) {
+                found.append("\(path):\(index + 1)")
             }
         }
         #expect(found.isEmpty, "declared public, but only sibling modules use it (make it package): \(found)")
+    }
+
+    /// Whether `line` (outside its comment and string literals) makes something `public` or
+    /// `open`, wherever the modifier stands among the others.
+    static func declaresPublic(_ line: String) -> Bool {
+        var code = line
+        if let comment = code.range(of: "//") { code = String(code[..<comment.lowerBound]) }
+        code = code.replacingOccurrences(of: #""([^"\\]|\\.)*""#, with: "\"\"", options: .regularExpression)
+        let pattern =
+            #"(^|[\s)])(public|open)(\(set\))?\s+(@|static|class|final|func|var|let|init|struct|enum|"#
+            + #"protocol|typealias|extension|subscript|mutating|nonmutating|private|internal|override|"#
+            + #"convenience|required|indirect|actor|lazy|nonisolated|dynamic|weak|unowned|case|consuming|borrowing)"#
+        return code.range(of: pattern, options: .regularExpression) != nil
+    }
+
+    @Test("the check sees public however it is written, and not in comments, strings or other words")
+    func theCheckSeesEveryForm() {
+        for line in [
+            "public struct A {", "\tpublic var b = 1", "    static public func c()", "final public class D {}",
+            "@available(macOS 14, *) public func e()", "nonisolated public var f: Int", "open class G {}",
+            "    public private(set) var h = 0",
+        ] {
+            #expect(Self.declaresPublic(line), "\(line)")
+        }
+        for line in [
+            "// public struct A", "let key = publicKey", "let fd = open(path, O_RDONLY)",
+            #"print("public var x")"#, "package struct B {}", "/// a public API",
+        ] {
+            #expect(!Self.declaresPublic(line), "\(line)")
+        }
     }
 }

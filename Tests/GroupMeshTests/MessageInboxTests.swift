@@ -68,6 +68,25 @@ struct MessageInboxTests {
         #expect(reports.withLockedValue { $0 } == [.caughtUp], "under 256 KiB: caught up (it holds again when behind)")
     }
 
+    @Test("a stalled reader keeps at most 4 MiB however few the messages; a second reader waiting at once is ended")
+    func stalledBytesAndOneReader() async throws {
+        let reports = NIOLockedValueBox<[ConsumerFlow.Report]>([])
+        let inbox = Self.inbox(reports)
+        for index in 0..<5 { _ = inbox.deliver(Self.message(index, size: 256 << 10)) }
+        inbox.markStalled()
+        var dropped = 0
+        for index in 5..<40 { dropped += inbox.deliver(Self.message(index, size: 256 << 10)).dropped }
+        #expect(dropped == 24, "the oldest beyond 4 MiB (16 messages of 256 KiB) are dropped")
+        #expect(Self.index(await inbox.next()) == 24)
+
+        let idle = Self.inbox(reports)
+        let first = Task { await idle.next() }
+        try await waitUntil("the first reader waits", timeout: .seconds(10)) { idle.hasWaitingReader }
+        #expect(await idle.next() == nil, "a second reader at once is ended, not left hanging")
+        _ = idle.deliver(Self.message(7, size: 10))
+        #expect(Self.index(await first.value) == 7, "the first still gets what comes")
+    }
+
     @Test(
         "after the node stops, what waits is still read, then the sequence ends; a cancelled wait ends it for that task only"
     )

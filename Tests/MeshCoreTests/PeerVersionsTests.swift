@@ -5,20 +5,28 @@ import Testing
 @Suite struct PeerVersionsTests {
     let member = NodeID(high: 7, low: 7)
 
-    @Test("a boot is asked `attempts` times, then taken for protocol 1, and no longer asked")
+    @Test("a boot is asked `attempts` times, then taken for protocol 1, and asked again only every `recheck`")
     func unansweredIsProtocolOne() {
         var versions = PeerVersions()
+        let settings = PeerVersions.Settings()
         versions.met(member, boot: 1, now: .zero)
         var asked = 0
         var now = MeshInstant.zero
-        while let deadline = versions.nextDeadline {
+        for _ in 0..<(settings.attempts + 1) {
+            guard let deadline = versions.nextDeadline else { break }
             now = deadline
             asked += versions.due(now: now, reachable: { _ in true }).ask.count
         }
-        #expect(asked == PeerVersions.Settings().attempts)
+        #expect(asked == settings.attempts)
         #expect(versions.versions(of: member) == .unannounced)
-        #expect(!versions.allows(.protocolVersion, to: member), "a member taken for 1 is not sent the frame again")
+        #expect(versions.nextDeadline == now + settings.recheck, "asked again, once a recheck later")
         #expect(versions.allows(.data, to: member))
+        // Its answers were lost, not unknown: a recheck finds it out.
+        now = now + settings.recheck
+        #expect(versions.due(now: now, reachable: { _ in true }).ask == [member])
+        #expect(versions.allows(.protocolVersion, to: member))
+        _ = versions.received(VersionAnnouncement(versions: .this, isAnswer: true), from: member, boot: 1)
+        #expect(versions.versions(of: member) == .this && versions.nextDeadline == nil)
         versions.met(member, boot: 1, now: now)
         #expect(versions.nextDeadline == nil, "the same boot is not asked again")
         versions.met(member, boot: 2, now: now)

@@ -92,8 +92,7 @@ struct ProtocolVersionSimulationTests {
         }
         #expect(new.core.versions.versions(of: old.id) == .unannounced, "\(replay): not taken for protocol 1")
         #expect(new.core.versions.spoken(with: old.id) == 1, "\(replay)")
-        #expect(new.core.versions.nextDeadline == nil, "\(replay): the new node still asks")
-        // Only the version datagrams were dropped, at most one per attempt.
+        // Only the version datagrams were dropped, at most one per attempt (a recheck is a minute away).
         let dropped = old.core.counters.dropped[.malformed, default: 0]
         #expect(
             dropped >= 1 && dropped <= UInt64(NodeSettings().versions.attempts),
@@ -116,7 +115,9 @@ struct ProtocolVersionSimulationTests {
         #expect(new.reliableReceived[old.id]?.count == 1, "\(replay): the new node got no message")
         #expect(old.complete.contains(newContent), "\(replay): the old node did not fetch the new one's attachment")
         #expect(new.complete.contains(oldContent), "\(replay): the new node did not fetch the old one's attachment")
-        #expect(old.core.counters.dropped[.malformed, default: 0] == dropped, "\(replay): asked again")
+        #expect(
+            old.core.counters.dropped[.malformed, default: 0] <= dropped + 1,
+            "\(replay): asked again more often than once a recheck")
         let problems = mesh.nodeViolations()
         #expect(problems.isEmpty, "\(replay): \(problems.prefix(4))")
     }

@@ -71,6 +71,7 @@ package struct JournalInstance: Sendable {
     /// A member forgotten for good: nothing of it is kept.
     package mutating func memberForgotten(_ id: NodeID) {
         departedHoldings[id] = nil
+        holdings[id] = nil
     }
 
     /// Members known to hold `attachment` whole (this node included).

@@ -18,7 +18,9 @@ package struct ManifestTable: Sendable {
     package subscript(id: SHA256Digest) -> Manifest? { byID[id] }
 
     mutating func insert(_ manifest: Manifest) {
-        guard byID.updateValue(manifest, forKey: manifest.id) == nil else { return reindex() }
+        // An id names the manifest's bytes: one already here is this one.
+        guard byID[manifest.id] == nil else { return }
+        byID[manifest.id] = manifest
         index(manifest)
     }
 

@@ -3,12 +3,16 @@ import MeshCrypto
 /// What each member speaks, learned from its `protocolVersion` frames (PROTOCOL.md §3, "Protocol
 /// versions"). A member's boot is asked on first contact, again every `interval` until it
 /// answers, at most `attempts` times while we reach it; one that never answered is a release that
-/// knows no version frame, and speaks protocol 1. A pure value: the node sends what `due` says.
+/// knows no version frame, and speaks protocol 1. It is still asked once every `recheck`: a member
+/// whose answers were all lost (or dropped by someone on the path) is found out, at the cost of
+/// one datagram an older release drops. A pure value: the node sends what `due` says.
 package struct PeerVersions: Sendable {
     package struct Settings: Sendable {
         /// Version frames sent to a member's boot before it is taken for protocol 1.
         package var attempts = 5
         package var interval: Duration = .seconds(2)
+        /// How often a member taken for protocol 1 is asked again.
+        package var recheck: Duration = .seconds(60)
         package init() {}
     }
 
@@ -61,11 +65,11 @@ package struct PeerVersions: Sendable {
     }
 
     /// Whether a frame of this type may go to `member`: the one gate for frames after protocol 1.
-    /// A version frame goes to a member while its versions are unknown, that is how they are learned.
+    /// A version frame goes to every member: that is how versions are learned (what it costs a
+    /// member of an older release is bounded by `due`'s pace).
     package func allows(_ type: FrameType, to member: NodeID) -> Bool {
         let introduced = type.introducedIn
-        if introduced == 1 { return true }
-        if type == .protocolVersion { return peers[member].map { $0.announced || $0.versions == nil } ?? true }
+        if introduced == 1 || type == .protocolVersion { return true }
         return spoken(with: member) >= introduced
     }
 
@@ -103,13 +107,17 @@ package struct PeerVersions: Sendable {
                 updated.attemptsLeft -= 1
                 updated.nextAt = now + settings.interval
                 ask.append(member)
-            } else {
-                updated.nextAt = nil
+            } else if peer.versions == nil {
+                updated.nextAt = now + settings.recheck
                 updated.versions = .unannounced
                 if ours.common(with: .unannounced) == nil {
                     updated.toldGap = true
                     gaps.append(Gap(member: member, theirs: .unannounced, ours: ours))
                 }
+            } else {
+                // Taken for protocol 1: asked again now and then.
+                updated.nextAt = now + settings.recheck
+                ask.append(member)
             }
             peers[member] = updated
         }
