@@ -1,8 +1,8 @@
 # GroupMesh — every target installs what it needs first (see README.md).
 SWIFT        ?= swift
-# No index store: nothing here reads it, and writing it is a tenth of a build from scratch. Every
-# swift command below takes the same flags, so none rebuilds what another built.
-SWIFT_FLAGS  ?= --disable-index-store
+# Every swift command below takes the same flags, so none rebuilds what another built. (Not
+# --disable-index-store: on Linux the test build discovers the tests through the index store.)
+SWIFT_FLAGS  ?=
 DATA_DIR     ?= ./.groupmesh
 RUN_ARGS     ?=
 FUZZ_SECONDS ?= 60
