@@ -195,18 +195,19 @@ struct MessageInboxes {
         entries.append(Entry(inbox: inbox, consumer: inbox.consumer))
     }
 
-    /// The live readers; `gone` gets the consumer id of each one the app let go of.
-    mutating func live(gone: (UInt64) -> Void) -> [MessageInbox] {
-        var live: [MessageInbox] = []
-        entries.removeAll { entry in
-            guard let inbox = entry.inbox else {
+    /// Hands each live reader to `body` (once per received message: no array is built); a reader
+    /// the app let go of is dropped, and `gone` gets its consumer id.
+    mutating func forEachLive(gone: (UInt64) -> Void, _ body: (MessageInbox) -> Void) {
+        var sawGone = false
+        for entry in entries {
+            if let inbox = entry.inbox {
+                body(inbox)
+            } else {
+                sawGone = true
                 gone(entry.consumer)
-                return true
             }
-            live.append(inbox)
-            return false
         }
-        return live
+        if sawGone { entries.removeAll { $0.inbox == nil } }
     }
 
     func inbox(_ consumer: UInt64) -> MessageInbox? {

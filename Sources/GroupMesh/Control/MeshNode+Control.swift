@@ -133,11 +133,16 @@ extension MeshNode {
     /// One received message for the Swift API's readers that take its type.
     func deliverToInboxes(_ message: NodeMessage) {
         // A reader the app let go of while behind holds the node no longer.
-        for inbox in messageInboxes.live(gone: { reportConsumer($0, .caughtUp) }) where inbox.accepts(message) {
+        var dropped = 0
+        var fellBehind: [UInt64] = []
+        messageInboxes.forEachLive(gone: { reportConsumer($0, .caughtUp) }) { inbox in
+            guard inbox.accepts(message) else { return }
             let delivery = inbox.deliver(message)
-            messagesDroppedForSlowReaders += UInt64(delivery.dropped)
-            if delivery.fellBehind { reportConsumer(inbox.consumer, .behind) }
+            dropped += delivery.dropped
+            if delivery.fellBehind { fellBehind.append(inbox.consumer) }
         }
+        messagesDroppedForSlowReaders += UInt64(dropped)
+        for consumer in fellBehind { reportConsumer(consumer, .behind) }
     }
 
     private func controlEvents(after: UInt64?, responder: ControlResponder) {
