@@ -265,7 +265,7 @@ struct NodeInstanceTests {
             size: 32 << 20, seed: 43, delay: .milliseconds(10),
             configuration: configuration)
         mesh.simulator.run(until: .zero + .seconds(8))
-        let told = try #require(joiner.core.toldRates[holder.id]?.rate, "the joiner told the holder no pace")
+        let told = try #require(joiner.core.receiving.toldRates[holder.id]?.rate, "the joiner told the holder no pace")
         #expect(holder.core.pacer.rate(for: joiner.id) == ChunkPace.representable(told))
         // As if a pace three times this one had been the last the holder heard.
         let wants = holder.core.counters.chunksServed
@@ -469,7 +469,9 @@ struct NodeInstanceTests {
         // counted twice against its sender.
         var recordedTwice = false
         mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(20)) { _ in
-            if joiner.core.requested.values.contains(where: { Set($0).count < $0.count }) { recordedTwice = true }
+            if joiner.core.fetchTable.requested.values.contains(where: { Set($0).count < $0.count }) {
+                recordedTwice = true
+            }
             return joiner.complete.contains(id)
         }
         #expect(joiner.complete.contains(id))

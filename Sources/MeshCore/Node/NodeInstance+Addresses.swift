@@ -13,23 +13,23 @@ extension NodeInstance {
         for case let .observedAddress(observation) in frames {
             observed(observation.address, by: peer, now: now)
         }
-        guard addressEchoes.isDue(source, from: peer, boot: boot, now: now) else { return }
+        guard reachability.echoes.isDue(source, from: peer, boot: boot, now: now) else { return }
         // To the source, not to the member's record: behind a NAT the record may name an
         // address nobody outside reaches, and this answer is what teaches the member better.
         // Not an amplifier: it answers an authenticated datagram at least as large, once a second
         // at most, and only the member's pairwise key opens it.
         let known = membership.member(peer)?.record.addresses.contains(source) ?? false
-        addressEchoes.echoed(source, to: peer, boot: boot, known: known, now: now)
+        reachability.echoes.echoed(source, to: peer, boot: boot, known: known, now: now)
         sendPairwise([.observedAddress(ObservedAddress(address: source))], to: peer, address: source)
     }
 
     private mutating func observed(_ address: PeerAddress, by peer: NodeID, now: MeshInstant) {
-        if addressDiscovery.observe(address, by: peer) {
+        if reachability.discovery.observe(address, by: peer) {
             let candidates = advertiseCandidates()
             log(
                 .info, "reflexive address adopted",
                 [
-                    "address": "\(addressDiscovery.reflexive.map { "\($0)" } ?? "")",
+                    "address": "\(reachability.discovery.reflexive.map { "\($0)" } ?? "")",
                     "candidates": candidates.map(\.description).joined(separator: ","),
                 ])
         }
@@ -42,7 +42,7 @@ extension NodeInstance {
         _ address: PeerAddress?, from source: AddressDiscovery.ExternalSource,
         now: MeshInstant
     ) {
-        guard addressDiscovery.setExternal(address, from: source) else { return }
+        guard reachability.discovery.setExternal(address, from: source) else { return }
         let candidates = advertiseCandidates()
         log(
             .info, address == nil ? "external address lost" : "external address learnt",
@@ -54,25 +54,25 @@ extension NodeInstance {
 
     /// Every address we may be reached at, best first, as many as an invite carries.
     package var inviteCandidates: [PeerAddress] {
-        addressDiscovery.candidates(limit: InviteToken.maxAddresses)
+        reachability.discovery.candidates(limit: InviteToken.maxAddresses)
     }
 
     /// Signs our record with the current candidates (the next incarnation, kept across restarts
     /// so a restart outbids it).
     private mutating func advertiseCandidates() -> [PeerAddress] {
-        let candidates = addressDiscovery.candidates()
+        let candidates = reachability.discovery.candidates()
         membership.advertise(candidates)
-        if membership.me.incarnation != remembered.incarnation {
-            remembered.incarnation = membership.me.incarnation
-            rememberedDirty = true
+        if membership.me.incarnation != directory.remembered.incarnation {
+            directory.remembered.incarnation = membership.me.incarnation
+            directory.rememberedDirty = true
         }
         return candidates
     }
 
     /// A member gone no longer counts among those that see us, nor is echoed to.
     mutating func forgetAddresses(of peer: NodeID, now: MeshInstant) {
-        addressDiscovery.forget(peer)
-        addressEchoes.forget(peer)
+        reachability.discovery.forget(peer)
+        reachability.echoes.forget(peer)
         forgetPath(of: peer)
         reportNAT()
     }
@@ -80,18 +80,18 @@ extension NodeInstance {
     /// Tells the driver (and the log) when the NAT behaviour changes. `unknown` after a verdict
     /// (its observers left) is not news: the last verdict stands until another replaces it.
     private mutating func reportNAT() {
-        let behaviour = addressDiscovery.behaviour
-        guard behaviour != reportedNAT, behaviour != .unknown else { return }
-        reportedNAT = behaviour
-        emit(.natDetected(behaviour, reflexive: addressDiscovery.reflexive))
+        let behaviour = reachability.discovery.behaviour
+        guard behaviour != reachability.reportedNAT, behaviour != .unknown else { return }
+        reachability.reportedNAT = behaviour
+        emit(.natDetected(behaviour, reflexive: reachability.discovery.reflexive))
         log(
             .notice, "NAT behaviour detected",
             [
                 "nat": behaviour.rawValue,
-                "reflexive": addressDiscovery.reflexive.map { "\($0)" } ?? "none",
+                "reflexive": reachability.discovery.reflexive.map { "\($0)" } ?? "none",
             ])
     }
 
     /// What the members' observations say of the NAT in front of this node.
-    package var natBehaviour: NATBehaviour { reportedNAT }
+    package var natBehaviour: NATBehaviour { reachability.reportedNAT }
 }

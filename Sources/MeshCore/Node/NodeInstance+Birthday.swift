@@ -11,21 +11,21 @@ extension NodeInstance {
     /// looked at once a second.
     mutating func birthdayTick(now: MeshInstant) {
         var eligible: [NodeID]?
-        if now >= birthdayCheckAt {
-            birthdayCheckAt = now + .seconds(1)
+        if now >= links.birthdayCheckAt {
+            links.birthdayCheckAt = now + .seconds(1)
             eligible = birthdayCandidates()
         }
-        guard eligible?.isEmpty == false || birthday.round != nil else { return }
-        let actions = birthday.due(now: now, eligible: eligible, random: &random)
+        guard eligible?.isEmpty == false || links.birthday.round != nil else { return }
+        let actions = links.birthday.due(now: now, eligible: eligible, random: &random)
         carryOut(actions, now: now)
     }
 
     /// Members we lead (the lower id offers) that we reach only through a member's relay, or
     /// through our TURN server after a punch for a direct path failed.
     func birthdayCandidates() -> [NodeID] {
-        let turnHost = addressDiscovery.external[.turn]?.host
-        return peerAddresses.keys.sorted().filter { peer in
-            guard localID < peer, codec.installedBoot(of: peer) != nil, let path = paths.paths[peer] else {
+        let turnHost = reachability.discovery.external[.turn]?.host
+        return directory.addresses.keys.sorted().filter { peer in
+            guard localID < peer, keying.codec.installedBoot(of: peer) != nil, let path = links.paths.paths[peer] else {
                 return false
             }
             if path.relay != nil { return true }
@@ -36,22 +36,27 @@ extension NodeInstance {
 
     /// Whether `peer` is reached through a member's relay or at an address on our TURN server.
     func birthdayRelayed(_ peer: NodeID) -> Bool {
-        guard let path = paths.paths[peer] else { return false }
+        guard let path = links.paths.paths[peer] else { return false }
         if path.relay != nil { return true }
-        guard let turnHost = addressDiscovery.external[.turn]?.host, let learned = path.learned else { return false }
+        guard let turnHost = reachability.discovery.external[.turn]?.host, let learned = path.learned else {
+            return false
+        }
         return learned.host == turnHost
     }
 
     /// A `BirthdayRound` frame of `peer`'s, directly or through a relay (`via`): the answer goes
     /// back the same way, also before our paths adopted that relay for the member.
     mutating func receiveBirthday(_ frame: BirthdayRound, from peer: NodeID, via relay: NodeID?, now: MeshInstant) {
-        guard peer != localID, peerAddresses[peer] != nil || relay != nil, codec.installedBoot(of: peer) != nil else {
+        guard peer != localID, directory.addresses[peer] != nil || relay != nil,
+            keying.codec.installedBoot(of: peer) != nil
+        else {
             return
         }
         // An offer only from a member we too reach through a relay or TURN (or that reached us
         // through one): one we reach directly has nothing to gain, and would only make us probe.
         if frame.step == .offer, relay == nil, !birthdayRelayed(peer) { return }
-        let actions = birthday.receive(frame, from: peer, peerLeads: peer < localID, localNAT: natBehaviour, now: now)
+        let actions = links.birthday.receive(
+            frame, from: peer, peerLeads: peer < localID, localNAT: natBehaviour, now: now)
         if frame.step == .offer, !actions.isEmpty {
             log(
                 .info, "birthday round accepted",
@@ -64,10 +69,10 @@ extension NodeInstance {
     /// Not one through our TURN server: the driver hands those over as from the member's relayed
     /// address, the path the round is trying to leave.
     mutating func birthdayHeard(_ peer: NodeID, from source: PeerAddress) {
-        guard birthday.round?.peer == peer, source.host != addressDiscovery.external[.turn]?.host,
-            birthday.heardDirectly(peer)
+        guard links.birthday.round?.peer == peer, source.host != reachability.discovery.external[.turn]?.host,
+            links.birthday.heardDirectly(peer)
         else { return }
-        paths.birthdayPunched(peer)
+        links.paths.birthdayPunched(peer)
         log(.info, "path punched by a birthday round", ["member": "\(peer)", "address": "\(source)"])
     }
 
@@ -76,11 +81,12 @@ extension NodeInstance {
     /// symmetric NAT, at many ports). Never one on our TURN server (our relayed address, which a
     /// member that reaches us through it sees): the round is for a direct path.
     var birthdayAddresses: [PeerAddress] {
-        let turnHost = addressDiscovery.external[.turn]?.host
+        let turnHost = reachability.discovery.external[.turn]?.host
         var result: [PeerAddress] = []
-        let seen = addressDiscovery.observations.values.filter { !addressDiscovery.local.contains($0) }.sorted()
-        let external = addressDiscovery.external
-        let ordered = [external[.portMapping], addressDiscovery.reflexive, external[.stun]]
+        let seen = reachability.discovery.observations.values.filter { !reachability.discovery.local.contains($0) }
+            .sorted()
+        let external = reachability.discovery.external
+        let ordered = [external[.portMapping], reachability.discovery.reflexive, external[.stun]]
         for case let address? in ordered + seen.map(Optional.some)
         where !address.isUnspecified && address.host != turnHost && !result.contains(address) {
             result.append(address)
@@ -97,7 +103,8 @@ extension NodeInstance {
             case let .ready(peer, token):
                 sendRound(.ready, token: token, to: peer, via: relay)
             case let .openSockets(peer, target, count, lifetime):
-                guard let datagram = codec.seal([.punch(Punch(token: random.next(), isReply: false))], to: peer) else {
+                guard let datagram = keying.codec.seal([.punch(Punch(token: random.next(), isReply: false))], to: peer)
+                else {
                     continue
                 }
                 log(
@@ -109,21 +116,22 @@ extension NodeInstance {
                     .openBirthdaySockets(
                         BirthdaySockets(
                             peer: peer, target: target, datagram: datagram,
-                            hops: birthday.settings.hops, count: count,
+                            hops: links.birthday.settings.hops, count: count,
                             lifetime: lifetime)))
             case let .probe(peer, host, ports):
                 // One sealed punch for the whole batch: at most one lands, and a second landing
                 // would be a replay.
-                guard let datagram = codec.seal([.punch(Punch(token: random.next(), isReply: false))], to: peer) else {
+                guard let datagram = keying.codec.seal([.punch(Punch(token: random.next(), isReply: false))], to: peer)
+                else {
                     continue
                 }
-                if birthday.probesSent == 0 {
+                if links.birthday.probesSent == 0 {
                     log(.info, "birthday round: probing the member's ports", ["member": "\(peer)"])
                 }
                 for port in ports {
                     transmit(datagram, to: PeerAddress(host: host, port: port), kind: .membership)
                 }
-                birthday.countProbes(ports.count)
+                links.birthday.countProbes(ports.count)
             case let .failed(peer):
                 log(.info, "birthday round found no path", ["member": "\(peer)"])
             }
@@ -135,7 +143,9 @@ extension NodeInstance {
     ) {
         let frame = BirthdayRound(token: token, step: step, nat: natBehaviour, addresses: birthdayAddresses)
         // Alone in its datagram: an older member drops a datagram with a frame it does not know.
-        if let relay, paths.relay(of: peer) == nil, let datagram = codec.seal([.birthdayRound(frame)], to: peer) {
+        if let relay, links.paths.relay(of: peer) == nil,
+            let datagram = keying.codec.seal([.birthdayRound(frame)], to: peer)
+        {
             return sendThroughRelay(datagram, to: peer, via: relay, kind: .membership)
         }
         sendPairwise([.birthdayRound(frame)], to: peer)

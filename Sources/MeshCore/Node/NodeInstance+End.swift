@@ -28,10 +28,10 @@ extension NodeInstance {
     }
 
     mutating func receiveEnd(_ statement: SessionEnd, from peer: NodeID, now: MeshInstant) {
-        guard ending == nil, phase.isActive else { return }
+        guard closing.ending == nil, phase.isActive else { return }
         let author = statement.author
         guard statement.session == session.sessionID,
-            author == localID || (knownMemberIDs.contains(author) && !epochs.removed.contains(author)),
+            author == localID || (knownMemberIDs.contains(author) && !keying.epochs.removed.contains(author)),
             statement.hasValidSignature(authority)
         else {
             counters.endsRefused += 1
@@ -52,15 +52,16 @@ extension NodeInstance {
         let name =
             author == localID
             ? membership.me.name
-            : membership.member(author)?.record.name ?? remembered.members.first { $0.id == author.hex }?.name ?? ""
+            : membership.member(author)?.record.name ?? directory.remembered.members.first { $0.id == author.hex }?.name
+                ?? ""
         emit(.sessionEnded(by: author, name: name))
         store(.saveEnded(statement.encoded), .saveEnded)
-        ending = SessionEnding(
+        closing.ending = SessionEnding(
             statement: statement, requests: requests, sendID: nil, until: now + settings.endGrace,
             informed: skipping)
         // A leave waiting for a handover has nothing left to hand over to.
-        for request in handover?.requests ?? [] { complete(request, .failure(.sessionEnded(by: author))) }
-        handover = nil
+        for request in closing.handover?.requests ?? [] { complete(request, .failure(.sessionEnded(by: author))) }
+        closing.handover = nil
         let recipients = activeMemberIDs.filter { !skipping.contains($0) }
         guard !recipients.isEmpty,
             let (sendID, directives) = try? delivery.send(
@@ -70,12 +71,12 @@ extension NodeInstance {
         else {
             return finishEnding(now: now)
         }
-        ending?.sendID = sendID
+        closing.ending?.sendID = sendID
         apply(directives, now: now)
     }
 
     mutating func endingTick(now: MeshInstant) {
-        if let ending, now >= ending.until { finishEnding(now: now) }
+        if let ending = closing.ending, now >= ending.until { finishEnding(now: now) }
     }
 
     /// Leaves once the end was acknowledged and so was everything sent before it. An end
@@ -84,19 +85,19 @@ extension NodeInstance {
     /// session a moment after a member joined stopped before its first journal messages (sent
     /// before the member held its keys, so dropped) went again, and the member never heard the end.
     mutating func finishEndingIfDrained(now: MeshInstant) {
-        guard let ending, ending.sendID == nil, delivery.pendingSends == 0 else { return }
+        guard let ending = closing.ending, ending.sendID == nil, delivery.pendingSends == 0 else { return }
         finishEnding(now: now)
     }
 
     /// Every member told acknowledged it (or gave up), or the grace passed: leave.
     mutating func finishEnding(now: MeshInstant) {
-        guard let state = ending, phase.isActive else { return }
-        ending?.sendID = nil
+        guard let state = closing.ending, phase.isActive else { return }
+        closing.ending?.sendID = nil
         let departure = membership.leave(now: now)
         apply(departure, now: now)
         phase = .leaving
         for request in state.requests { complete(request, .success(.ended)) }
-        ending?.requests = []
+        closing.ending?.requests = []
     }
 
     /// A datagram of the ending epoch from a member while we end: a member that was not told
@@ -104,20 +105,20 @@ extension NodeInstance {
     /// hello datagram, at most once a second per member, and never more than three times the size
     /// of what it answers unless it came from where we reach that member.
     mutating func answerWithEnd(_ datagram: OpenedDatagram, size: Int, from source: PeerAddress, now: MeshInstant) {
-        guard let state = ending else { return }
+        guard let state = closing.ending else { return }
         let sender = datagram.header.sender
         guard sender != localID, !state.informed.contains(sender), membership.member(sender) != nil,
             !datagram.frames.contains(where: { if case .sessionEnd = $0 { true } else { false } })
         else { return }
         if let last = state.answeredAt[sender], now < last + EndedSessionNotice.answerInterval { return }
-        let answer = codec.sealHello([.sessionEnd(state.statement)], nonce: randomNonce())
-        let proven = peerAddresses[sender] == source || learnedAddress(of: sender) == source
+        let answer = keying.codec.sealHello([.sessionEnd(state.statement)], nonce: randomNonce())
+        let proven = directory.addresses[sender] == source || learnedAddress(of: sender) == source
         guard proven || answer.readableBytes <= EndedSessionNotice.answerFactor * size else { return }
-        ending?.answeredAt[sender] = now
+        closing.ending?.answeredAt[sender] = now
         counters.endsAnswered += 1
         transmit(answer, to: source, kind: .keys)
     }
 
     /// Who ended the session, once it is ending.
-    package var endedBy: NodeID? { ending?.statement.author }
+    package var endedBy: NodeID? { closing.ending?.statement.author }
 }

@@ -9,30 +9,30 @@ extension NodeInstance {
     /// on disk is not made), then entered and handed to every live member.
     mutating func beginRemoval(of id: NodeID, request: RequestID, now: MeshInstant) {
         guard id != localID else { return complete(request, .failure(.cannotRemoveSelf)) }
-        guard !epochs.removed.contains(id) else { return complete(request, .failure(.alreadyRemoved(id))) }
-        guard pendingRemoval == nil else { return complete(request, .failure(.removalInProgress)) }
+        guard !keying.epochs.removed.contains(id) else { return complete(request, .failure(.alreadyRemoved(id))) }
+        guard keying.pendingRemoval == nil else { return complete(request, .failure(.removalInProgress)) }
         let transition: KeyEpochs.Transition
         do {
-            transition = try epochs.rotation(
+            transition = try keying.epochs.rotation(
                 removing: [id], to: randomSecret(), members: knownMemberIDs,
                 authority: authority)
         } catch {
             return complete(request, .failure(.sessionTooLarge(limit: KeyRotation.maxRoster)))
         }
-        pendingRemoval = request
-        store(.saveEpochs(epochs.committing(transition).encoded()), .saveRemoval(request, transition))
+        keying.pendingRemoval = request
+        store(.saveEpochs(keying.epochs.committing(transition).encoded()), .saveRemoval(request, transition))
     }
 
     mutating func removalSaved(
         _ result: Result<StorageOutcome, StorageFailure>, transition: KeyEpochs.Transition,
         request: RequestID, now: MeshInstant
     ) {
-        guard pendingRemoval == request else { return }
-        pendingRemoval = nil
+        guard keying.pendingRemoval == request else { return }
+        keying.pendingRemoval = nil
         defer { takeDeferredHandovers(now: now) }
         if case let .failure(failure) = result { return complete(request, .failure(.epochNotStored(failure))) }
         guard phase.isActive else { return complete(request, .failure(.stopped)) }
-        epochs.commit(transition)
+        keying.epochs.commit(transition)
         let handedTo = enterEpoch(transition, handingOver: true, stored: true, now: now)
         let removed = transition.rotation.removed.first ?? localID
         complete(request, .success(.memberRemoved(removed, handedTo: handedTo)))
@@ -45,8 +45,8 @@ extension NodeInstance {
     static let maxRemovedToTell = 16
 
     private mutating func takeDeferredHandovers(now: MeshInstant) {
-        let deferred = deferredHandovers
-        deferredHandovers = []
+        let deferred = keying.deferredHandovers
+        keying.deferredHandovers = []
         for item in deferred { receiveHandover(item.handover, header: item.header, from: item.address, now: now) }
     }
 
@@ -58,23 +58,24 @@ extension NodeInstance {
         _ transition: KeyEpochs.Transition, handingOver: Bool, stored: Bool = false,
         now: MeshInstant
     ) -> Int {
-        if !stored { store(.saveEpochs(epochs.encoded()), .saveEpochs) }
-        earlierCodecs[codec.sessionID] = codec
-        codec = DatagramCodec(
+        if !stored { store(.saveEpochs(keying.epochs.encoded()), .saveEpochs) }
+        keying.earlierCodecs[keying.codec.sessionID] = keying.codec
+        keying.codec = DatagramCodec(
             session: transition.secret, localID: localID, localBootID: bootID,
             configuration: settings.wire)
-        for member in membership.view.dropFirst() where !member.status.isGone && !epochs.removed.contains(member.id) {
+        for member in membership.view.dropFirst()
+        where !member.status.isGone && !keying.epochs.removed.contains(member.id) {
             installKeys(for: member)
         }
         // Before they leave our view: where each member this rotation removes is reached. Kept
         // with those removed before (a member of a competing epoch may hold only an older key).
-        for id in transition.rotation.removed where !removedToTell.contains(where: { $0.member == id }) {
-            if let address = peerAddresses[id] ?? membership.member(id)?.address {
-                removedToTell.append((id, address, paths.relay(of: id)))
+        for id in transition.rotation.removed where !keying.removedToTell.contains(where: { $0.member == id }) {
+            if let address = directory.addresses[id] ?? membership.member(id)?.address {
+                keying.removedToTell.append((id, address, links.paths.relay(of: id)))
             }
         }
-        removedToTell = Array(removedToTell.suffix(Self.maxRemovedToTell))
-        let excluded = membership.exclude(epochs.removed, now: now)
+        keying.removedToTell = Array(keying.removedToTell.suffix(Self.maxRemovedToTell))
+        let excluded = membership.exclude(keying.epochs.removed, now: now)
         apply(excluded, now: now)
         log(
             .notice, "key epoch changed",
@@ -85,8 +86,8 @@ extension NodeInstance {
             ])
         // Beacons in the epoch we left: a member that took a competing rotation out of it (and
         // missed ours) answers with its own, and whichever wins reaches both.
-        epochBeaconsLeft = settings.epochBeacons
-        epochBeaconAt = now + settings.epochBeaconInterval
+        keying.beaconsLeft = settings.epochBeacons
+        keying.beaconAt = now + settings.epochBeaconInterval
         var handed = 0
         if handingOver {
             for member in membership.view.dropFirst() where !member.status.isGone {
@@ -103,10 +104,11 @@ extension NodeInstance {
     /// ping's token, the session we are in. A member in that same session stays quiet; one in a
     /// competing one hands us its rotation, and is handed ours.
     mutating func sendEpochBeacons(now: MeshInstant) {
-        guard let due = epochBeaconAt, now >= due else { return }
-        epochBeaconsLeft -= 1
-        epochBeaconAt = epochBeaconsLeft > 0 ? now + settings.epochBeaconInterval : nil
-        guard let left = epochs.transitions.last?.rotation.previousSession, earlierCodecs[left] != nil else { return }
+        guard let due = keying.beaconAt, now >= due else { return }
+        keying.beaconsLeft -= 1
+        keying.beaconAt = keying.beaconsLeft > 0 ? now + settings.epochBeaconInterval : nil
+        guard let left = keying.epochs.transitions.last?.rotation.previousSession, keying.earlierCodecs[left] != nil
+        else { return }
         let me = membership.me
         for member in membership.view.dropFirst() where !member.status.isGone {
             guard let route = keysRoute(to: member.id, fallback: member.address) else { continue }
@@ -115,10 +117,11 @@ extension NodeInstance {
         // The removed, told with the rotation's signature as proof, so that they stop instead of
         // staying up alone (no secret goes with it). Sealed in each earlier epoch we still hold:
         // a member removed on top of a competing rotation is still in the epoch before both.
-        for (member, address, relay) in removedToTell {
-            guard let rotation = epochs.transitions.last(where: { $0.rotation.removed.contains(member) })?.rotation
+        for (member, address, relay) in keying.removedToTell {
+            guard
+                let rotation = keying.epochs.transitions.last(where: { $0.rotation.removed.contains(member) })?.rotation
             else { continue }
-            for session in earlierCodecs.keys.sorted(by: { $0.value < $1.value }) {
+            for session in keying.earlierCodecs.keys.sorted(by: { $0.value < $1.value }) {
                 let route: KeysRoute = relay.map { .relayed(via: $0, else: address) } ?? .direct(address)
                 sendKeys([.removalNotice(rotation)], in: session, to: member, route: route)
                 // Pairwise as well: a member that left this epoch believes only a notice that
@@ -140,8 +143,8 @@ extension NodeInstance {
     /// Our route to `member` now: through its relay while it is relayed, else where we reach it,
     /// else `fallback`.
     func keysRoute(to member: NodeID, fallback: PeerAddress?) -> KeysRoute? {
-        guard let address = peerAddresses[member] ?? fallback else { return nil }
-        if let relay = paths.relay(of: member), relay != member { return .relayed(via: relay, else: address) }
+        guard let address = directory.addresses[member] ?? fallback else { return nil }
+        if let relay = links.paths.relay(of: member), relay != member { return .relayed(via: relay, else: address) }
         return .direct(address)
     }
 
@@ -153,14 +156,14 @@ extension NodeInstance {
         _ frames: [Frame], in session: SessionID, to member: NodeID, route: KeysRoute,
         pairwise: Bool = false
     ) {
-        guard var earlier = earlierCodecs[session] else { return }
+        guard var earlier = keying.earlierCodecs[session] else { return }
         let sealed = pairwise ? earlier.seal(frames, to: member) : earlier.sealHello(frames, nonce: randomNonce())
         guard let datagram = sealed else { return }
         switch route {
         case let .direct(address):
             transmit(datagram, to: address, kind: .keys)
         case let .relayed(relay, address):
-            if let relayAddress = peerAddresses[relay],
+            if let relayAddress = directory.addresses[relay],
                 let outer = earlier.seal([.relayForward(RelayedDatagram(peer: member, datagram: datagram))], to: relay)
             {
                 counters.relayedSent += 1
@@ -169,7 +172,7 @@ extension NodeInstance {
                 transmit(datagram, to: address, kind: .keys)
             }
         }
-        earlierCodecs[session] = earlier
+        keying.earlierCodecs[session] = earlier
     }
 
     /// Seals the epoch after `session` for `record`'s boot and sends it in a hello datagram of
@@ -184,15 +187,17 @@ extension NodeInstance {
         to record: MemberRecord, heardIn session: SessionID, address: PeerAddress? = nil,
         now: MeshInstant
     ) -> Bool {
-        let trusted = address.flatMap { record.addresses.contains($0) || peerAddresses[record.id] == $0 ? $0 : nil }
+        let trusted = address.flatMap {
+            record.addresses.contains($0) || directory.addresses[record.id] == $0 ? $0 : nil
+        }
         let known = membership.member(record.id)?.record.bootID == record.bootID
         guard
             let route = trusted.map({ KeysRoute.direct($0) })
                 ?? (known ? keysRoute(to: record.id, fallback: record.addresses.first) : nil)
                     ?? record.addresses.first.map({ KeysRoute.direct($0) }),
-            earlierCodecs[session] != nil,
-            let transition = epochs.handover(to: record.id, heardIn: session, now: now),
-            let previous = epochs.secret(of: transition.rotation.previousSession),
+            keying.earlierCodecs[session] != nil,
+            let transition = keying.epochs.handover(to: record.id, heardIn: session, now: now),
+            let previous = keying.epochs.secret(of: transition.rotation.previousSession),
             let handover = EpochHandover.seal(
                 transition.secret, rotation: transition.rotation, previous: previous,
                 sender: membership.me, local: ephemeral, recipient: record,
@@ -207,12 +212,13 @@ extension NodeInstance {
     /// its sender is owed the next one, hand it over; nothing else in it is believed.
     mutating func receiveEarlierEpoch(_ datagram: ByteBuffer, from address: PeerAddress, now: MeshInstant) {
         var peek = datagram
-        guard case let .success(header) = DatagramHeader.decode(&peek), var earlier = earlierCodecs[header.sessionID]
+        guard case let .success(header) = DatagramHeader.decode(&peek),
+            var earlier = keying.earlierCodecs[header.sessionID]
         else {
             return counters.countDrop(.foreign)
         }
         let result = earlier.open(datagram)
-        earlierCodecs[header.sessionID] = earlier
+        keying.earlierCodecs[header.sessionID] = earlier
         let opened: OpenedDatagram
         switch result {
         case let .success(success): opened = success
@@ -247,9 +253,10 @@ extension NodeInstance {
             return
         }
         // A beacon from a member already in the epoch that followed this one here: nothing to do.
-        let next = epochs.transition(after: header.sessionID)?.secret.sessionID
+        let next = keying.epochs.transition(after: header.sessionID)?.secret.sessionID
         for case let .ping(ping) in opened.frames where ping.token == next?.value { return }
-        guard epochs.isEntitled(header.sender, heardIn: header.sessionID), let record = senderRecord(opened) else {
+        guard keying.epochs.isEntitled(header.sender, heardIn: header.sessionID), let record = senderRecord(opened)
+        else {
             return counters.countDrop(.staleEpoch)
         }
         handOver(to: record, heardIn: header.sessionID, address: address, now: now)
@@ -261,13 +268,13 @@ extension NodeInstance {
         _ datagram: ByteBuffer, origin: NodeID, via relay: NodeID, in session: SessionID,
         now: MeshInstant
     ) {
-        guard origin != relay, origin != localID, var earlier = earlierCodecs[session] else { return }
+        guard origin != relay, origin != localID, var earlier = keying.earlierCodecs[session] else { return }
         let result = earlier.open(datagram)
-        earlierCodecs[session] = earlier
+        keying.earlierCodecs[session] = earlier
         guard case let .success(opened) = result, opened.header.sender == origin,
             opened.header.sessionID == session
         else { return counters.countDrop(.malformed) }
-        guard epochs.isEntitled(origin, heardIn: session), let record = senderRecord(opened) else {
+        guard keying.epochs.isEntitled(origin, heardIn: session), let record = senderRecord(opened) else {
             return counters.countDrop(.staleEpoch)
         }
         handOver(to: record, heardIn: session, now: now)
@@ -288,7 +295,7 @@ extension NodeInstance {
     /// longer told that they were removed.
     private mutating func readmit(_ ids: Set<NodeID>, now: MeshInstant) {
         guard !ids.isEmpty else { return }
-        removedToTell.removeAll { ids.contains($0.member) }
+        keying.removedToTell.removeAll { ids.contains($0.member) }
         let readmitted = membership.readmit(ids, now: now)
         apply(readmitted, now: now)
         log(
@@ -310,10 +317,10 @@ extension NodeInstance {
         _ rotation: KeyRotation, from sender: NodeID, address: PeerAddress,
         leftEpoch: (session: SessionID, pairwise: Bool)? = nil, now: MeshInstant
     ) {
-        let ours = epochs.transitions.first { $0.rotation.previousSession == rotation.previousSession }
+        let ours = keying.epochs.transitions.first { $0.rotation.previousSession == rotation.previousSession }
         let believable =
             leftEpoch.map { left in
-                left.pairwise && !epochs.removed.contains(sender) && rotation.previousSession == left.session
+                left.pairwise && !keying.epochs.removed.contains(sender) && rotation.previousSession == left.session
                     && ours.map { KeyEpochs.wins(rotation, over: $0.rotation) } == true
             } ?? true
         guard believable, rotation.removed.contains(localID),
@@ -338,9 +345,9 @@ extension NodeInstance {
     /// We are no longer in the session: said once, and the node stops (whatever drives it), as
     /// nothing the members send opens with the keys it still holds.
     mutating func stopRemoved(by author: NodeID, now: MeshInstant) {
-        guard !removedFromSession else { return }
+        guard !keying.removedFromSession else { return }
         log(.warning, "this node was removed from the session", ["by": "\(author)"])
-        removedFromSession = true
+        keying.removedFromSession = true
         emit(.removedFromSession(by: author))
         stop(now: now)
     }
@@ -352,9 +359,9 @@ extension NodeInstance {
         now: MeshInstant
     ) {
         // Our own rotation is being stored: it commits first, as if storing took no time.
-        guard pendingRemoval == nil else {
-            if deferredHandovers.count < Self.maxDeferredHandovers {
-                deferredHandovers.append((handover, header, address))
+        guard keying.pendingRemoval == nil else {
+            if keying.deferredHandovers.count < Self.maxDeferredHandovers {
+                keying.deferredHandovers.append((handover, header, address))
             }
             return
         }
@@ -362,7 +369,7 @@ extension NodeInstance {
         guard handover.recipient == localID, handover.recipientBoot == bootID, handover.sender.id == header.sender,
             handover.sender.bootID == header.bootID,
             handover.rotation.nextSession != session.sessionID,
-            let previous = epochs.secret(of: handover.rotation.previousSession),
+            let previous = keying.epochs.secret(of: handover.rotation.previousSession),
             knownMemberIDs.contains(header.sender),
             handover.sender.hasValidSignature(authority),
             let secret = handover.open(previous: previous, local: ephemeral)
@@ -370,7 +377,7 @@ extension NodeInstance {
             counters.handoversRefused += 1
             return
         }
-        switch epochs.accept(
+        switch keying.epochs.accept(
             handover.rotation, secret: secret, from: header.sender, localID: localID,
             members: knownMemberIDs, authority: authority)
         {
@@ -381,20 +388,21 @@ extension NodeInstance {
             if let replacing {
                 // Members the losing rotation removed and the winner does not: our own removal is
                 // made again, on top of the winner; anyone else's is undone here.
-                let rest = Set(replacing.rotation.removed).subtracting(epochs.removed)
+                let rest = Set(replacing.rotation.removed).subtracting(keying.epochs.removed)
                 if replacing.rotation.author == localID, !rest.isEmpty,
-                    let again = try? epochs.rotation(
+                    let again = try? keying.epochs.rotation(
                         removing: rest, to: randomSecret(), members: knownMemberIDs,
                         authority: authority)
                 {
-                    epochs.commit(again)
+                    keying.epochs.commit(again)
                     enterEpoch(again, handingOver: true, now: now)
                 } else {
                     readmit(rest, now: now)
                 }
             }
             // Our view may be empty (back from a restart): join again, now in the new epoch.
-            let seeds = Set([address] + remembered.addresses + membership.view.dropFirst().compactMap(\.address))
+            let seeds = Set(
+                [address] + directory.remembered.addresses + membership.view.dropFirst().compactMap(\.address))
             let joining = membership.join(seeds.sorted(), now: now)
             apply(joining, now: now)
         case .removesUs:

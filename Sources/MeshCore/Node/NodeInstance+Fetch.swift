@@ -48,24 +48,24 @@ extension NodeInstance {
     mutating func replicate(now: MeshInstant) {
         guard !settings.lazy, !isReplicationPaused(now: now) else { return }
         for id in journal.state.presentContents
-        where !complete.contains(id) && fetchRetries[id].map({ now >= $0.at }) != false {
+        where !library.complete.contains(id) && fetchTable.retries[id].map({ now >= $0.at }) != false {
             startFetch(id, forReplication: true, now: now)
         }
     }
 
     func isReplicationPaused(now: MeshInstant) -> Bool {
-        replicationPausedUntil.map { now < $0 } ?? false
+        fetchTable.replicationPausedUntil.map { now < $0 } ?? false
     }
 
     mutating func startFetch(_ id: SHA256Digest, forReplication: Bool = false, now: MeshInstant) {
-        if forReplication, fetches[id] != nil { fetches[id]?.forReplication = true }
-        guard fetches[id] == nil, phase.isActive, journal.state.hasContent(id) else { return }
-        defer { fetches[id]?.forReplication = forReplication }
+        if forReplication, fetchTable.fetches[id] != nil { fetchTable.fetches[id]?.forReplication = true }
+        guard fetchTable.fetches[id] == nil, phase.isActive, journal.state.hasContent(id) else { return }
+        defer { fetchTable.fetches[id]?.forReplication = forReplication }
         if let manifest = manifests[id] {
-            fetches[id] = Fetch(stage: .inspecting, startedAt: now, lastProgress: now)
+            fetchTable.fetches[id] = Fetch(stage: .inspecting, startedAt: now, lastProgress: now)
             store(.inspect(manifest), .inspect(id))
         } else {
-            fetches[id] = Fetch(
+            fetchTable.fetches[id] = Fetch(
                 stage: .manifest(
                     deadline: now + settings.unavailableTimeout, tried: [], asking: nil,
                     answerBy: nil),
@@ -78,11 +78,11 @@ extension NodeInstance {
     /// even when lazy or paused: someone is waiting).
     mutating func load(_ id: SHA256Digest, into destination: ExportDestination, request: RequestID, now: MeshInstant) {
         guard journal.state.hasContent(id) else { return complete(request, .failure(.unknownAttachment(id))) }
-        if complete.contains(id), let manifest = manifests[id] {
+        if library.complete.contains(id), let manifest = manifests[id] {
             return store(.export(manifest, to: destination), .export(request, manifest, destination))
         }
-        loadWaiters[id, default: []].append((request, destination))
-        if case .chunks = fetches[id]?.stage, let manifest = manifests[id] {
+        fetchTable.loadWaiters[id, default: []].append((request, destination))
+        if case .chunks = fetchTable.fetches[id]?.stage, let manifest = manifests[id] {
             prepareExport(manifest, to: destination)
         }
         startFetch(id, now: now)
@@ -94,17 +94,19 @@ extension NodeInstance {
     /// stops, and the members asked for its chunks are told.
     package mutating func cancel(_ request: RequestID, now: MeshInstant) {
         guard
-            let (id, index) = loadWaiters.lazy.compactMap({ id, waiters in
+            let (id, index) = fetchTable.loadWaiters.lazy.compactMap({ id, waiters in
                 waiters.firstIndex { $0.request == request }.map { (id, $0) }
-            }).first, let waiter = loadWaiters[id]?.remove(at: index)
+            }).first, let waiter = fetchTable.loadWaiters[id]?.remove(at: index)
         else { return }
-        if loadWaiters[id]?.isEmpty == true { loadWaiters[id] = nil }
+        if fetchTable.loadWaiters[id]?.isEmpty == true { fetchTable.loadWaiters[id] = nil }
         failLoad(waiter, .cancelled)
-        guard loadWaiters[id] == nil, settings.lazy, let fetch = fetches[id], !fetch.forReplication else { return }
+        guard fetchTable.loadWaiters[id] == nil, settings.lazy, let fetch = fetchTable.fetches[id],
+            !fetch.forReplication
+        else { return }
         // Every chunk stored: only their sync is left, and then the attachment is whole here.
         if case .completing = fetch.stage { return }
         log(.info, "fetch given up: no one waits for it", ["attachment": String(id.hex.prefix(16))])
-        if let held = fetch.held { knownHeld[id] = held }
+        if let held = fetch.held { library.knownHeld[id] = held }
         dropFetch(id)
     }
 
@@ -116,7 +118,7 @@ extension NodeInstance {
 
     /// A load that will not complete: the caller hears why, and a file prepared for it goes.
     mutating func failLoad(_ waiter: (request: RequestID, destination: ExportDestination), _ error: NodeError) {
-        exportRetries[waiter.request] = nil
+        fetchTable.exportRetries[waiter.request] = nil
         if case .file = waiter.destination { store(.cancelExport(to: waiter.destination), .housekeeping) }
         complete(waiter.request, .failure(error))
     }
@@ -125,7 +127,7 @@ extension NodeInstance {
         _ result: Result<StorageOutcome, StorageFailure>, manifest: Manifest, request: RequestID,
         destination: ExportDestination, now: MeshInstant
     ) {
-        let retries = exportRetries.removeValue(forKey: request) ?? 0
+        let retries = fetchTable.exportRetries.removeValue(forKey: request) ?? 0
         switch result {
         case let .success(.exported(bytes)): complete(request, .success(.loaded(manifest, bytes: bytes)))
         case let .failure(.damaged(detail)):
@@ -134,11 +136,11 @@ extension NodeInstance {
             // would have us fetch for ever).
             attachmentDamaged(manifest.id, detail: detail, now: now)
             // No fetch to wait for (the attachment was removed meanwhile, or the node stops).
-            guard retries < Self.maxExportRetries, fetches[manifest.id] != nil else {
+            guard retries < Self.maxExportRetries, fetchTable.fetches[manifest.id] != nil else {
                 return complete(request, .failure(.store(.damaged(detail))))
             }
-            exportRetries[request] = retries + 1
-            loadWaiters[manifest.id, default: []].append((request, destination))
+            fetchTable.exportRetries[request] = retries + 1
+            fetchTable.loadWaiters[manifest.id, default: []].append((request, destination))
         case let .failure(failure): complete(request, .failure(.store(failure)))
         case .success: complete(request, .failure(.store(.failed("the store did not export"))))
         }
@@ -150,7 +152,7 @@ extension NodeInstance {
     /// whole here (members hear so), and what is missing is fetched again, lazy or not (we held
     /// it; a member leaving may count on us).
     mutating func attachmentDamaged(_ id: SHA256Digest, detail: String, now: MeshInstant) {
-        guard complete.remove(id) != nil else { return }
+        guard library.complete.remove(id) != nil else { return }
         log(
             .warning, "attachment damaged on disk: fetching what was lost again",
             ["attachment": String(id.hex.prefix(16)), "detail": detail])
@@ -162,18 +164,18 @@ extension NodeInstance {
 
     /// Asks a holder that was not asked yet (else any) for the manifest, or waits for one.
     private mutating func askForManifest(_ id: SHA256Digest, now: MeshInstant) {
-        guard case .manifest(let deadline, var tried, _, _) = fetches[id]?.stage else { return }
+        guard case .manifest(let deadline, var tried, _, _) = fetchTable.fetches[id]?.stage else { return }
         let candidates = (holders(of: id) + transfer.peersWithChunks(of: id)).filter { $0 != localID }
         let fresh = candidates.filter { !tried.contains($0) }
         let pool = fresh.isEmpty ? candidates : fresh
         guard !pool.isEmpty else {
-            fetches[id]?.stage = .manifest(deadline: deadline, tried: tried, asking: nil, answerBy: nil)
+            fetchTable.fetches[id]?.stage = .manifest(deadline: deadline, tried: tried, asking: nil, answerBy: nil)
             return
         }
         let holder = pool[Int(random.next() % UInt64(pool.count))]
         tried.insert(holder)
         let answerBy = now + settings.manifestRequestTimeout
-        fetches[id]?.stage = .manifest(deadline: deadline, tried: tried, asking: holder, answerBy: answerBy)
+        fetchTable.fetches[id]?.stage = .manifest(deadline: deadline, tried: tried, asking: holder, answerBy: answerBy)
         sendJournal(.chunkRequest(id), to: holder, now: now)
     }
 
@@ -181,18 +183,18 @@ extension NodeInstance {
     /// `manifestRequestTimeout` (a leaving member's handover lost 5 of its 10 s that way when
     /// the member it asked had just asked one that crashed). A late answer from it is ignored.
     mutating func manifestHolderFailed(_ member: NodeID, now: MeshInstant) {
-        for id in fetches.keys.sorted() {
-            guard case .manifest(_, _, member?, _) = fetches[id]?.stage else { continue }
+        for id in fetchTable.fetches.keys.sorted() {
+            guard case .manifest(_, _, member?, _) = fetchTable.fetches[id]?.stage else { continue }
             manifestRetry(id, now: now)
         }
     }
 
     mutating func manifestAnswer(_ digest: SHA256Digest, bytes: [UInt8]?, from peer: NodeID, now: MeshInstant) {
-        guard case .manifest(_, _, let asking, _) = fetches[digest]?.stage, asking == peer else { return }
+        guard case .manifest(_, _, let asking, _) = fetchTable.fetches[digest]?.stage, asking == peer else { return }
         guard let bytes, SHA256Digest.hashing(bytes) == digest, let manifest = try? Manifest(decoding: bytes) else {
             return manifestRetry(digest, now: now)
         }
-        fetches[digest]?.stage = .storingManifest(manifest)
+        fetchTable.fetches[digest]?.stage = .storingManifest(manifest)
         store(.writeChunk(bytes, expected: digest), .storeManifest(manifest))
     }
 
@@ -200,14 +202,14 @@ extension NodeInstance {
     /// the deadline. Once every holder was asked, the next round waits a little: a holder that
     /// answers at once with a bad manifest would otherwise have us ask it in a tight loop.
     private mutating func manifestRetry(_ id: SHA256Digest, now: MeshInstant) {
-        guard case let .manifest(deadline, tried, _, _) = fetches[id]?.stage else { return }
+        guard case let .manifest(deadline, tried, _, _) = fetchTable.fetches[id]?.stage else { return }
         if now >= deadline {
             return finishFetch(id, .failure(.manifestUnavailable(id)), now: now)
         }
         let candidates = (holders(of: id) + transfer.peersWithChunks(of: id)).filter { $0 != localID }
         if !candidates.isEmpty, candidates.allSatisfy(tried.contains) {
             let nextRound = now + settings.manifestRoundPause
-            fetches[id]?.stage = .manifest(deadline: deadline, tried: [], asking: nil, answerBy: nextRound)
+            fetchTable.fetches[id]?.stage = .manifest(deadline: deadline, tried: [], asking: nil, answerBy: nextRound)
         } else {
             askForManifest(id, now: now)
         }
@@ -218,17 +220,17 @@ extension NodeInstance {
         now: MeshInstant
     ) {
         let id = manifest.id
-        guard case .storingManifest = fetches[id]?.stage else {
+        guard case .storingManifest = fetchTable.fetches[id]?.stage else {
             // The fetch ended meanwhile; a stored manifest stays known, so a remove collects it.
             if case .success(.written(stored: true)) = result, journal.state.hasContent(id), manifests[id] == nil {
-                manifestTable.insert(manifest)
+                library.manifestTable.insert(manifest)
             }
             return
         }
         switch result {
         case .success(.written(stored: true)):
-            manifestTable.insert(manifest)
-            fetches[id]?.stage = .inspecting
+            library.manifestTable.insert(manifest)
+            fetchTable.fetches[id]?.stage = .inspecting
             store(.inspect(manifest), .inspect(id))
         case let .failure(failure):
             storeFailed(failure, fetching: [id], now: now)
@@ -238,7 +240,7 @@ extension NodeInstance {
     }
 
     mutating func inspected(_ result: Result<StorageOutcome, StorageFailure>, id: SHA256Digest, now: MeshInstant) {
-        guard case .inspecting = fetches[id]?.stage, let manifest = manifests[id] else { return }
+        guard case .inspecting = fetchTable.fetches[id]?.stage, let manifest = manifests[id] else { return }
         guard case let .success(.inspected(missingList)) = result else {
             return storeFailed(result.failure ?? .failed("the store did not answer"), fetching: [id], now: now)
         }
@@ -246,12 +248,12 @@ extension NodeInstance {
         var have = ChunkBitmap(count: manifest.chunks.count)
         for (index, digest) in manifest.chunks.enumerated() where !missing.contains(digest) { have.insert(index) }
         guard !have.isComplete else {
-            fetches[id]?.stage = .completing
+            fetchTable.fetches[id]?.stage = .completing
             return store(.flush, .completeFetch(id))
         }
-        fetches[id]?.stage = .chunks(have: have)
-        fetches[id]?.needed = manifest.chunks.count - have.held
-        for waiter in loadWaiters[id] ?? [] { prepareExport(manifest, to: waiter.destination) }
+        fetchTable.fetches[id]?.stage = .chunks(have: have)
+        fetchTable.fetches[id]?.needed = manifest.chunks.count - have.held
+        for waiter in fetchTable.loadWaiters[id] ?? [] { prepareExport(manifest, to: waiter.destination) }
         offerResume(for: id, now: now)
         transfer.start(manifest, have: have)
         refreshAvailability()
@@ -263,12 +265,12 @@ extension NodeInstance {
     /// Sends the scheduler's requests.
     mutating func pumpTransfers(now: MeshInstant) {
         applyDownlinkLimits()
-        transfer.lastResort = paths.relayedMembers
+        transfer.lastResort = links.paths.relayedMembers
         for request in transfer.nextRequests(now: now) {
             noteRequested(ChunkRef(attachment: request.attachment, index: request.index), digest: request.digest)
             measurePath(from: request.peer, now: now)
             if let length = manifests[request.attachment]?.length(ofChunk: request.index),
-                let want = assembler.begin(request.digest, length: length, from: request.peer, now: now)
+                let want = receiving.assembler.begin(request.digest, length: length, from: request.peer, now: now)
             {
                 sendWant(want, to: request.peer, now: now)
             } else {
@@ -283,8 +285,8 @@ extension NodeInstance {
     /// game): each ref is one outcome to report, and reported twice a bad chunk counted twice
     /// against its sender.
     mutating func noteRequested(_ ref: ChunkRef, digest: SHA256Digest) {
-        guard requested[digest]?.contains(ref) != true else { return }
-        requested[digest, default: []].append(ref)
+        guard fetchTable.requested[digest]?.contains(ref) != true else { return }
+        fetchTable.requested[digest, default: []].append(ref)
     }
 
     /// Tells the scheduler who holds what: members that announced whole attachments, as full bitmaps.
@@ -300,8 +302,8 @@ extension NodeInstance {
 
     /// Who holds which attachment whole changed: manifests may now have someone to ask.
     mutating func holdersChanged(now: MeshInstant) {
-        for id in fetches.keys.sorted() {
-            if case .manifest(_, _, nil, _) = fetches[id]?.stage { askForManifest(id, now: now) }
+        for id in fetchTable.fetches.keys.sorted() {
+            if case .manifest(_, _, nil, _) = fetchTable.fetches[id]?.stage { askForManifest(id, now: now) }
         }
         refreshAvailability()
         replicate(now: now)
@@ -317,7 +319,7 @@ extension NodeInstance {
             log(.debug, "availability", ["peer": String(peer.hex.prefix(6)), "held": "\(bitmap.held)/\(bitmap.count)"])
         }
         transfer.setAvailability(bitmap, of: attachment, at: peer)
-        if !complete.contains(attachment), !settings.lazy, !isReplicationPaused(now: now) {
+        if !library.complete.contains(attachment), !settings.lazy, !isReplicationPaused(now: now) {
             startFetch(attachment, now: now)
         }
         pumpTransfers(now: now)
@@ -325,7 +327,7 @@ extension NodeInstance {
 
     /// A chunk put together from pieces, the last from `peer`: the store hashes it before keeping it.
     mutating func receiveChunk(_ digest: SHA256Digest, bytes: [UInt8], from peer: NodeID, contributors: Set<NodeID>) {
-        guard let refs = requested.removeValue(forKey: digest), !refs.isEmpty else { return }
+        guard let refs = fetchTable.requested.removeValue(forKey: digest), !refs.isEmpty else { return }
         for ref in refs { transfer.onAssembled(attachment: ref.attachment, index: ref.index) }
         store(
             .writeChunk(bytes, expected: digest),
@@ -337,7 +339,7 @@ extension NodeInstance {
         from peer: NodeID, contributors: Set<NodeID>, now: MeshInstant
     ) {
         // Refs of fetches that ended meanwhile (removed, or failed) are not counted.
-        let live = refs.filter { fetches[$0.attachment] != nil }
+        let live = refs.filter { fetchTable.fetches[$0.attachment] != nil }
         switch result {
         case .success(.written(stored: true)):
             break
@@ -364,8 +366,8 @@ extension NodeInstance {
         counters.chunksFetched += 1
         // Its pieces were right: from now on they also tell the downlink's controller about the
         // line (a member that never sent a good chunk could feed it any timestamps).
-        let firstProof = !provenHolders.contains(peer)
-        provenHolders.formUnion(contributors)
+        let firstProof = !receiving.provenHolders.contains(peer)
+        receiving.provenHolders.formUnion(contributors)
         if let ref = live.first, let manifest = manifests[ref.attachment] {
             counters.chunkPayloadBytesFetched += UInt64(manifest.length(ofChunk: ref.index))
             // The chunk that proved it counts toward its window, as its pieces will from now on
@@ -377,19 +379,19 @@ extension NodeInstance {
             }
         }
         for ref in live {
-            guard case var .chunks(have) = fetches[ref.attachment]?.stage else { continue }
+            guard case var .chunks(have) = fetchTable.fetches[ref.attachment]?.stage else { continue }
             have.insert(ref.index)
-            fetches[ref.attachment]?.stage = .chunks(have: have)
-            fetches[ref.attachment]?.lastProgress = now
-            if let fetch = fetches[ref.attachment], fetch.halfwayAt == nil,
+            fetchTable.fetches[ref.attachment]?.stage = .chunks(have: have)
+            fetchTable.fetches[ref.attachment]?.lastProgress = now
+            if let fetch = fetchTable.fetches[ref.attachment], fetch.halfwayAt == nil,
                 fetch.needed - (have.count - have.held) >= fetch.needed / 2
             {
-                fetches[ref.attachment]?.halfwayAt = now
+                fetchTable.fetches[ref.attachment]?.halfwayAt = now
             }
-            dirtyBitmaps.insert(ref.attachment)
+            fetchTable.dirtyBitmaps.insert(ref.attachment)
             if transfer.onChunk(attachment: ref.attachment, index: ref.index, from: peer, valid: true) {
                 // Complete only once durable: a full disk can still refuse the last renames.
-                fetches[ref.attachment]?.stage = .completing
+                fetchTable.fetches[ref.attachment]?.stage = .completing
                 store(.flush, .completeFetch(ref.attachment))
             }
         }
@@ -397,7 +399,7 @@ extension NodeInstance {
     }
 
     mutating func fetchFlushed(_ result: Result<StorageOutcome, StorageFailure>, id: SHA256Digest, now: MeshInstant) {
-        guard case .completing = fetches[id]?.stage, let manifest = manifests[id] else { return }
+        guard case .completing = fetchTable.fetches[id]?.stage, let manifest = manifests[id] else { return }
         switch result {
         case .success: finishFetch(id, .success(manifest), now: now)
         case let .failure(failure): storeFailed(failure, fetching: [id], now: now)
@@ -408,13 +410,15 @@ extension NodeInstance {
     /// with the store's message, and replication waits before trying again.
     private mutating func storeFailed(_ failure: StorageFailure, fetching ids: [SHA256Digest], now: MeshInstant) {
         log(.warning, "cannot store a chunk", ["error": "\(failure)"])
-        for id in Set(ids).sorted() where fetches[id] != nil { finishFetch(id, .failure(.store(failure)), now: now) }
-        replicationPausedUntil = now + settings.replicationPauseAfterStoreFailure
+        for id in Set(ids).sorted() where fetchTable.fetches[id] != nil {
+            finishFetch(id, .failure(.store(failure)), now: now)
+        }
+        fetchTable.replicationPausedUntil = now + settings.replicationPauseAfterStoreFailure
     }
 
     /// Ends a fetch, whole or not, and answers the loads waiting for it.
     mutating func finishFetch(_ id: SHA256Digest, _ result: Result<Manifest, NodeError>, now: MeshInstant) {
-        if let fetch = fetches.removeValue(forKey: id) {
+        if let fetch = fetchTable.fetches.removeValue(forKey: id) {
             switch result {
             case let .success(manifest):
                 if fetch.needed > 0 {
@@ -437,24 +441,24 @@ extension NodeInstance {
                 }
             case let .failure(error):
                 counters.fetchesFailed += 1
-                if let held = fetch.held { knownHeld[id] = held }
+                if let held = fetch.held { library.knownHeld[id] = held }
                 if error != .unknownAttachment(id) {
-                    let failures = (fetchRetries[id]?.failures ?? 0) + 1
+                    let failures = (fetchTable.retries[id]?.failures ?? 0) + 1
                     let wait = min(settings.maximumFetchRetry, settings.fetchRetry * (1 << min(failures - 1, 16)))
-                    fetchRetries[id] = (failures, now + wait)
+                    fetchTable.retries[id] = (failures, now + wait)
                 }
             }
             dropFetch(id)
         }
-        if case .failure(.unknownAttachment) = result { fetchRetries[id] = nil }
+        if case .failure(.unknownAttachment) = result { fetchTable.retries[id] = nil }
         if case let .success(manifest) = result {
-            manifestTable.insert(manifest)
-            complete.insert(id)
-            knownHeld[id] = nil
-            fetchRetries[id] = nil
+            library.manifestTable.insert(manifest)
+            library.complete.insert(id)
+            library.knownHeld[id] = nil
+            fetchTable.retries[id] = nil
             announceHoldings(now: now)
         }
-        for waiter in loadWaiters.removeValue(forKey: id) ?? [] {
+        for waiter in fetchTable.loadWaiters.removeValue(forKey: id) ?? [] {
             switch result {
             case let .success(manifest):
                 store(.export(manifest, to: waiter.destination), .export(waiter.request, manifest, waiter.destination))
@@ -465,13 +469,13 @@ extension NodeInstance {
 
     /// Forgets a fetch's requests: the members still asked for its chunks are told to stop.
     private mutating func dropFetch(_ id: SHA256Digest) {
-        fetches[id] = nil
-        dirtyBitmaps.remove(id)
+        fetchTable.fetches[id] = nil
+        fetchTable.dirtyBitmaps.remove(id)
         for digest in manifests[id]?.chunks ?? [] {
-            requested[digest]?.removeAll { $0.attachment == id }
-            if requested[digest]?.isEmpty == true {
-                requested[digest] = nil
-                sendCancels(of: digest, to: assembler.cancel(digest))
+            fetchTable.requested[digest]?.removeAll { $0.attachment == id }
+            if fetchTable.requested[digest]?.isEmpty == true {
+                fetchTable.requested[digest] = nil
+                sendCancels(of: digest, to: receiving.assembler.cancel(digest))
             }
         }
         transfer.cancel(id)
@@ -482,8 +486,8 @@ extension NodeInstance {
     /// Manifest requests that went unanswered, quiet chunks, availability announcements, and
     /// fetches nobody can serve.
     mutating func fetchTick(now: MeshInstant) {
-        for id in fetches.keys.sorted() {
-            guard case let .manifest(deadline, _, asking, answerBy) = fetches[id]?.stage else { continue }
+        for id in fetchTable.fetches.keys.sorted() {
+            guard case let .manifest(deadline, _, asking, answerBy) = fetchTable.fetches[id]?.stage else { continue }
             if asking != nil, let answerBy, now >= answerBy {
                 manifestRetry(id, now: now)
             } else if asking == nil, now >= deadline {
@@ -493,31 +497,32 @@ extension NodeInstance {
             }
         }
         // The limits first: the timeouts `transfer` checks follow from the rate.
-        let closedBefore = downlink.lastInterval.closedAt
-        downlink.onTick(now: now)
+        let closedBefore = receiving.downlink.lastInterval.closedAt
+        receiving.downlink.onTick(now: now)
         // Most intervals close here, at their deadline, before the next piece comes.
-        if logs(.debug), downlink.lastInterval.closedAt != closedBefore { logDownlink() }
+        if logs(.debug), receiving.downlink.lastInterval.closedAt != closedBefore { logDownlink() }
         applyDownlinkLimits()
         transfer.onTick(now: now)
-        if let until = replicationPausedUntil, now >= until {
-            replicationPausedUntil = nil
+        if let until = fetchTable.replicationPausedUntil, now >= until {
+            fetchTable.replicationPausedUntil = nil
             replicate(now: now)
         }
-        if fetchRetries.values.contains(where: { now >= $0.at }) { replicate(now: now) }
-        for (peer, want) in assembler.onTick(now: now) { sendWant(want, to: peer, now: now) }
+        if fetchTable.retries.values.contains(where: { now >= $0.at }) { replicate(now: now) }
+        for (peer, want) in receiving.assembler.onTick(now: now) { sendWant(want, to: peer, now: now) }
         reportSilences(now: now)
-        applyPath(pathMTU.onTick(now: now), now: now)
-        if now >= nextAvailabilityAt, !dirtyBitmaps.isEmpty {
-            nextAvailabilityAt = now + settings.availabilityInterval
-            for id in dirtyBitmaps.sorted() {
-                guard case let .chunks(have) = fetches[id]?.stage else { continue }
+        applyPath(links.pathMTU.onTick(now: now), now: now)
+        if now >= fetchTable.nextAvailabilityAt, !fetchTable.dirtyBitmaps.isEmpty {
+            fetchTable.nextAvailabilityAt = now + settings.availabilityInterval
+            for id in fetchTable.dirtyBitmaps.sorted() {
+                guard case let .chunks(have) = fetchTable.fetches[id]?.stage else { continue }
                 for peer in activeMemberIDs { sendJournal(.chunks(id, have), to: peer, now: now) }
             }
-            dirtyBitmaps = []
+            fetchTable.dirtyBitmaps = []
         }
-        for id in fetches.keys.sorted() {
+        for id in fetchTable.fetches.keys.sorted() {
             // The scan of the chunks under way last: most ticks of a fetch have requests in flight.
-            guard let fetch = fetches[id], case let .chunks(have) = fetch.stage, !transfer.hasRequestsInFlight(id),
+            guard let fetch = fetchTable.fetches[id], case let .chunks(have) = fetch.stage,
+                !transfer.hasRequestsInFlight(id),
                 now >= fetch.lastProgress + settings.unavailableTimeout,
                 now >= lastProgress(of: id, fetch) + settings.unavailableTimeout
             else { continue }
@@ -534,8 +539,8 @@ extension NodeInstance {
     func lastProgress(of id: SHA256Digest, _ fetch: Fetch) -> MeshInstant {
         var latest = fetch.lastProgress
         for digest in manifests[id]?.chunks ?? []
-        where requested[digest]?.contains(where: { $0.attachment == id }) == true {
-            if let piece = assembler.lastAskedPiece(of: digest), piece > latest { latest = piece }
+        where fetchTable.requested[digest]?.contains(where: { $0.attachment == id }) == true {
+            if let piece = receiving.assembler.lastAskedPiece(of: digest), piece > latest { latest = piece }
         }
         return latest
     }
@@ -547,7 +552,7 @@ extension NodeInstance {
             guard let instant else { return }
             deadline = deadline.map { min($0, instant) } ?? instant
         }
-        for (id, fetch) in fetches {
+        for (id, fetch) in fetchTable.fetches {
             switch fetch.stage {
             case let .manifest(deadline, _, asking, answerBy):
                 consider(answerBy)
@@ -559,15 +564,15 @@ extension NodeInstance {
             }
         }
         consider(transfer.nextDeadline)
-        consider(assembler.nextDeadline)
-        consider(downlink.nextDeadline)
-        consider(pathMTU.nextDeadline)
-        if !dirtyBitmaps.isEmpty { consider(nextAvailabilityAt) }
-        consider(replicationPausedUntil)
+        consider(receiving.assembler.nextDeadline)
+        consider(receiving.downlink.nextDeadline)
+        consider(links.pathMTU.nextDeadline)
+        if !fetchTable.dirtyBitmaps.isEmpty { consider(fetchTable.nextAvailabilityAt) }
+        consider(fetchTable.replicationPausedUntil)
         // Only while replication would act on them (a lazy or paused node does not).
-        if !settings.lazy, replicationPausedUntil == nil {
-            for (id, retry) in fetchRetries
-            where fetches[id] == nil && !complete.contains(id) && journal.state.hasContent(id) {
+        if !settings.lazy, fetchTable.replicationPausedUntil == nil {
+            for (id, retry) in fetchTable.retries
+            where fetchTable.fetches[id] == nil && !library.complete.contains(id) && journal.state.hasContent(id) {
                 consider(retry.at)
             }
         }

@@ -29,22 +29,22 @@ struct JoinWait: Sendable {
 extension NodeInstance {
     /// While joining through seeds and nobody has answered: where, how often, since when.
     package var joinProgress: JoinProgress? {
-        guard phase == .joining, let joinWait, membership.isJoining else { return nil }
+        guard phase == .joining, let joinWait = directory.joinWait, membership.isJoining else { return nil }
         return JoinProgress(addresses: membership.joinSeeds, attempts: membership.joinAttempts, since: joinWait.since)
     }
 
     var joinNoticeDeadline: MeshInstant? {
-        guard phase == .joining, let joinWait, !joinWait.told else { return nil }
+        guard phase == .joining, let joinWait = directory.joinWait, !joinWait.told else { return nil }
         return joinWait.noticeAt
     }
 
     /// Tells once that nobody answers yet, when the notice's time has come.
     mutating func joinTick(now: MeshInstant) {
-        if joinWait != nil, phase == .running { return endJoinWait(sender: nil, address: nil, now: now) }
-        guard let wait = joinWait, !wait.told, now >= wait.noticeAt else { return }
+        if directory.joinWait != nil, phase == .running { return endJoinWait(sender: nil, address: nil, now: now) }
+        guard let wait = directory.joinWait, !wait.told, now >= wait.noticeAt else { return }
         // Marked even with nothing to say (only gone members heard of): a deadline left in the
         // past would make the driver's timer spin.
-        joinWait?.told = true
+        directory.joinWait?.told = true
         guard let progress = joinProgress else { return }
         log(
             .notice, "waiting for a first member",
@@ -59,16 +59,16 @@ extension NodeInstance {
     /// over. Said only if the wait was told; the seeds given at start are dropped from the data
     /// dir, since the members remembered now say where the session is.
     mutating func endJoinWait(sender: NodeID?, address: PeerAddress?, now: MeshInstant) {
-        guard let wait = joinWait, phase == .running else { return }
-        joinWait = nil
-        if !remembered.seeds.isEmpty {
-            remembered.seeds = []
-            rememberedDirty = true
+        guard let wait = directory.joinWait, phase == .running else { return }
+        directory.joinWait = nil
+        if !directory.remembered.seeds.isEmpty {
+            directory.remembered.seeds = []
+            directory.rememberedDirty = true
         }
         guard wait.told else { return }
         let live = membership.view.dropFirst().filter { !$0.status.isGone }
         guard let met = live.first(where: { $0.id == sender }) ?? live.first,
-            let at = (met.id == sender ? address : nil) ?? peerAddresses[met.id] ?? met.address
+            let at = (met.id == sender ? address : nil) ?? directory.addresses[met.id] ?? met.address
         else { return }
         emit(.joinedAfterWaiting(member: met.id, name: met.record.name, address: at, waited: now - wait.since))
     }
@@ -76,10 +76,10 @@ extension NodeInstance {
     /// The seeds given at start are kept (a restart that met nobody tries them again without
     /// the invite); with none given, those kept from an earlier start are used.
     mutating func rememberSeeds(_ given: [PeerAddress]) -> [PeerAddress] {
-        guard !given.isEmpty else { return remembered.seedAddresses }
+        guard !given.isEmpty else { return directory.remembered.seedAddresses }
         var unique = Set<PeerAddress>()
         let kept = given.filter { unique.insert($0).inserted }.prefix(settings.maxRememberedSeeds)
-        remembered.seeds = kept.map(\.description)
+        directory.remembered.seeds = kept.map(\.description)
         return Array(kept)
     }
 }

@@ -54,10 +54,10 @@ extension NodeInstance {
             return complete(request, .failure(.store(failure)))
         }
         if case let .add(manifest) = change {
-            manifestTable.insert(manifest)
-            complete.insert(manifest.id)
+            library.manifestTable.insert(manifest)
+            library.complete.insert(manifest.id)
             // Another member's add of the same bytes may be fetching: it is whole now.
-            if fetches[manifest.id] != nil { finishFetch(manifest.id, .success(manifest), now: now) }
+            if fetchTable.fetches[manifest.id] != nil { finishFetch(manifest.id, .success(manifest), now: now) }
         }
         let published = journal.publish(operation)
         apply(published, local: true, now: now)
@@ -82,8 +82,8 @@ extension NodeInstance {
     /// stored under, so that the remove that comes one day collects them.
     private mutating func releaseFailedAdd(_ manifest: Manifest) {
         let id = manifest.id
-        guard !complete.contains(id), !journal.state.hasContent(id) else {
-            if manifests[id] == nil { manifestTable.insert(manifest) }
+        guard !library.complete.contains(id), !journal.state.hasContent(id) else {
+            if manifests[id] == nil { library.manifestTable.insert(manifest) }
             return store(.unpin(manifest, collectKeeping: nil), .housekeeping)
         }
         store(
@@ -120,7 +120,7 @@ extension NodeInstance {
         case let .noChunk(digest):
             manifestAnswer(digest, bytes: nil, from: peer, now: now)
         case let .chunks(attachment, bitmap):
-            seeding.onAnnounced(bitmap, of: attachment, at: peer)
+            serving.seeding.onAnnounced(bitmap, of: attachment, at: peer)
             receiveAvailability(bitmap, of: attachment, from: peer, now: now)
         case let .replicate(ids):
             replicateRequested(ids, now: now)
@@ -166,16 +166,16 @@ extension NodeInstance {
         guard case let .failure(failure) = result else { return }
         // Applied but not on disk: a restart would have to learn them again from the members.
         // Appended again later, so the log catches up once the disk takes it.
-        journalBacklog += operations
-        if journalBacklogRetryAt == nil { journalBacklogRetryAt = now + settings.journalLogRetryInterval }
+        library.backlog += operations
+        if library.backlogRetryAt == nil { library.backlogRetryAt = now + settings.journalLogRetryInterval }
         log(.warning, "cannot append to the journal log", ["error": "\(failure)", "operations": "\(operations.count)"])
     }
 
     mutating func retryJournalBacklog(now: MeshInstant) {
-        guard let due = journalBacklogRetryAt, now >= due else { return }
-        journalBacklogRetryAt = nil
-        let operations = journalBacklog
-        journalBacklog = []
+        guard let due = library.backlogRetryAt, now >= due else { return }
+        library.backlogRetryAt = nil
+        let operations = library.backlog
+        library.backlog = []
         if !operations.isEmpty { store(.appendJournal(operations), .appendRemote(operations)) }
     }
 
@@ -188,14 +188,16 @@ extension NodeInstance {
             let id = operation.attachment
             // Collected after whatever the store was already asked to write for it (requests run
             // in order), the manifest of a fetch too.
-            let removed = manifests[id] ?? fetches[id]?.manifestBeingStored
+            let removed = manifests[id] ?? fetchTable.fetches[id]?.manifestBeingStored
             // A fetch under way stops: chunks it brought after this would never be collected.
-            if fetches[id] != nil { finishFetch(id, .failure(.unknownAttachment(id)), now: now) }
-            for waiter in loadWaiters.removeValue(forKey: id) ?? [] { failLoad(waiter, .unknownAttachment(id)) }
-            complete.remove(id)
-            fetchRetries[id] = nil
-            recentChunks.removeAll()
-            manifestTable.remove(id)
+            if fetchTable.fetches[id] != nil { finishFetch(id, .failure(.unknownAttachment(id)), now: now) }
+            for waiter in fetchTable.loadWaiters.removeValue(forKey: id) ?? [] {
+                failLoad(waiter, .unknownAttachment(id))
+            }
+            library.complete.remove(id)
+            fetchTable.retries[id] = nil
+            serving.recentChunks.removeAll()
+            library.manifestTable.remove(id)
             if let removed {
                 let kept = journal.state.presentContents.compactMap { manifests[$0] }
                 store(.collect(removed, keeping: kept), .housekeeping)
@@ -234,8 +236,10 @@ extension NodeInstance {
     /// The bytes of the chunks held here (the whole size when complete; nil before the manifest
     /// is known, when the chunk size is not).
     package func bytesHeld(of entry: AttachmentEntry) -> UInt64? {
-        if complete.contains(entry.content) { return entry.size }
-        guard let manifest = manifests[entry.content] ?? fetches[entry.content]?.manifestBeingStored else { return nil }
+        if library.complete.contains(entry.content) { return entry.size }
+        guard let manifest = manifests[entry.content] ?? fetchTable.fetches[entry.content]?.manifestBeingStored else {
+            return nil
+        }
         return min(entry.size, UInt64(chunksHeld(of: entry)) * UInt64(manifest.chunkSize))
     }
 
@@ -243,8 +247,8 @@ extension NodeInstance {
     /// last look at the store found.
 
     package func chunksHeld(of entry: AttachmentEntry) -> Int {
-        if complete.contains(entry.content) { return entry.chunkCount }
-        return fetches[entry.content]?.held ?? knownHeld[entry.content] ?? 0
+        if library.complete.contains(entry.content) { return entry.chunkCount }
+        return fetchTable.fetches[entry.content]?.held ?? library.knownHeld[entry.content] ?? 0
     }
 }
 
@@ -265,7 +269,7 @@ extension Result {
 extension NodeInstance {
     /// Tells every member which attachments this node now holds whole (when that changed).
     mutating func announceHoldings(now: MeshInstant) {
-        let holdings = journal.setHoldings(complete)
+        let holdings = journal.setHoldings(library.complete)
         apply(holdings, now: now)
     }
 }

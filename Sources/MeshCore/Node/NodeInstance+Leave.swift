@@ -48,8 +48,8 @@ extension NodeInstance {
     /// A leave: at once when nothing is at risk, nobody is left to take it, or the caller said
     /// not to wait (`leave --now`, which also cuts a handover under way short).
     mutating func leave(waitingForReplication: Bool, request: RequestID, now: MeshInstant) {
-        if handover != nil {
-            handover?.requests.append(request)
+        if closing.handover != nil {
+            closing.handover?.requests.append(request)
             if !waitingForReplication { depart(now: now) }
             return
         }
@@ -57,18 +57,18 @@ extension NodeInstance {
         let others = aliveMemberIDs
         let undelivered = delivery.pendingSends
         guard waitingForReplication, !atRisk.isEmpty || undelivered > 0, !others.isEmpty else {
-            handover = LeaveHandover(requests: [request], deadline: now, atStart: Set(atRisk))
+            closing.handover = LeaveHandover(requests: [request], deadline: now, atStart: Set(atRisk))
             return depart(now: now)
         }
         if atRisk.isEmpty {
-            handover = LeaveHandover(requests: [request], deadline: now + settings.leaveDrain, atStart: [])
+            closing.handover = LeaveHandover(requests: [request], deadline: now + settings.leaveDrain, atStart: [])
             return log(.info, "leaving once the messages sent are acknowledged", ["sends": "\(undelivered)"])
         }
         let bytes = atRisk.reduce(UInt64(0)) { $0 + (journal.state.entry(content: $1)?.size ?? 0) }
         let seconds = Double(bytes) / Double(max(1, settings.leaveHandoverBytesPerSecond))
         let bound = max(
             settings.leaveHandoverBase + .milliseconds(Int64(min(seconds, 86_400) * 1000)), settings.leaveDrain)
-        handover = LeaveHandover(requests: [request], deadline: now + bound, atStart: Set(atRisk))
+        closing.handover = LeaveHandover(requests: [request], deadline: now + bound, atStart: Set(atRisk))
         log(
             .notice, "leaving once other members hold what only this node holds",
             ["attachments": "\(atRisk.count)", "bytes": "\(bytes)", "within": "\(bound)"])
@@ -77,7 +77,7 @@ extension NodeInstance {
 
     /// Asks for what is still at risk, or departs once nothing is (or the time is up).
     mutating func advanceHandover(now: MeshInstant) {
-        guard var state = handover, phase.isActive else { return }
+        guard var state = closing.handover, phase.isActive else { return }
         let atRisk = soleHeldAttachments()
         let alive = aliveMemberIDs
         if (atRisk.isEmpty && delivery.pendingSends == 0) || alive.isEmpty || now >= state.deadline {
@@ -86,7 +86,7 @@ extension NodeInstance {
         // Nothing at risk any more: the sends still waiting get `leaveDrain` from now, no longer.
         if atRisk.isEmpty, state.deadline > now + settings.leaveDrain {
             state.deadline = now + settings.leaveDrain
-            handover = state
+            closing.handover = state
             return
         }
         var asks: [NodeID: [SHA256Digest]] = [:]
@@ -101,7 +101,7 @@ extension NodeInstance {
             state.tried[id, default: []].insert(member)
             asks[member, default: []].append(id)
         }
-        handover = state
+        closing.handover = state
         for (member, ids) in asks.sorted(by: { $0.key < $1.key }) {
             log(
                 .info, "asking a member to take attachments before leaving",
@@ -113,8 +113,8 @@ extension NodeInstance {
     /// The departure goes out and every waiting leave completes with what became of the
     /// attachments; the driver then lets the datagrams leave the host and calls `stop`.
     private mutating func depart(now: MeshInstant) {
-        guard let state = handover else { return }
-        handover = nil
+        guard let state = closing.handover else { return }
+        closing.handover = nil
         let unavailable = soleHeldAttachments()
         let alone = aliveMemberIDs.isEmpty
         let report = LeaveReport(
@@ -137,8 +137,8 @@ extension NodeInstance {
     /// A member leaving asks us to hold these whole before it goes: fetched even when lazy,
     /// and at once (an earlier failure's wait does not apply).
     mutating func replicateRequested(_ ids: [SHA256Digest], now: MeshInstant) {
-        for id in Set(ids).sorted() where journal.state.hasContent(id) && !complete.contains(id) {
-            fetchRetries[id] = nil
+        for id in Set(ids).sorted() where journal.state.hasContent(id) && !library.complete.contains(id) {
+            fetchTable.retries[id] = nil
             startFetch(id, forReplication: true, now: now)
         }
     }
@@ -148,7 +148,7 @@ extension NodeInstance {
     func soleHeldAttachments() -> [SHA256Digest] {
         let alive = Set(aliveMemberIDs)
         return journal.state.presentContents.filter { id in
-            complete.contains(id) && !journal.holders(of: id).contains(where: alive.contains)
+            library.complete.contains(id) && !journal.holders(of: id).contains(where: alive.contains)
         }.sorted()
     }
 
@@ -164,7 +164,7 @@ extension NodeInstance {
 
     /// The handover under way, if a leave waits for one.
     package func leaveProgress(now: MeshInstant) -> LeaveProgress? {
-        guard let state = handover else { return nil }
+        guard let state = closing.handover else { return nil }
         let atRisk = soleHeldAttachments()
         let bytes = atRisk.reduce(UInt64(0)) { $0 + (journal.state.entry(content: $1)?.size ?? 0) }
         let asked = Set(atRisk.compactMap { state.asked[$0]?.member }).sorted()
@@ -175,7 +175,7 @@ extension NodeInstance {
 
     /// When the handover must look again: its deadline, or the next re-ask.
     var handoverDeadline: MeshInstant? {
-        guard let state = handover else { return nil }
+        guard let state = closing.handover else { return nil }
         let reasks = state.asked.values.map { $0.at + settings.leaveHandoverReask }
         return ([state.deadline] + reasks).min()
     }

@@ -18,7 +18,7 @@ extension NodeInstance {
                     frames, to: recipient.flatMap { provenAddress(of: $0, instead: address) } ?? address,
                     recipient: recipient)
             case let .sendPairwise(frames, recipient, address):
-                guard codec.installedBoot(of: recipient) != nil else {
+                guard keying.codec.installedBoot(of: recipient) != nil else {
                     // No keys for it (its ephemeral key would not derive any): the same frames
                     // under the hello key, with the probe's or ack's member named, so the gossip
                     // beside them is not lost.
@@ -34,16 +34,16 @@ extension NodeInstance {
                         frames, to: recipient, address: provenAddress(of: recipient, instead: address) ?? address)
                 }
             case let .memberChanged(member):
-                if member.status != .left, !remembered.contains(member.id) { newMember = true }
+                if member.status != .left, !directory.remembered.contains(member.id) { newMember = true }
                 memberChanged(member, now: now)
             case let .memberForgotten(id):
-                peerAddresses[id] = nil
+                directory.addresses[id] = nil
                 forgetRelaying(of: id, now: now)
                 forgetPath(of: id)
-                remembered.forget(id)
+                directory.remembered.forget(id)
                 journal.memberForgotten(id)
-                rememberedDirty = true
-                codec.removePeer(id)
+                directory.rememberedDirty = true
+                keying.codec.removePeer(id)
                 let removed = delivery.removePeer(id, now: now)
                 apply(removed, now: now)
                 versions.forget(id)
@@ -53,15 +53,15 @@ extension NodeInstance {
             }
         }
         guard phase != .stopped else { return }
-        if membership.me.incarnation != remembered.incarnation {
-            remembered.incarnation = membership.me.incarnation
-            rememberedDirty = true
+        if membership.me.incarnation != directory.remembered.incarnation {
+            directory.remembered.incarnation = membership.me.incarnation
+            directory.rememberedDirty = true
         }
         // A member met for the first time is written down at once (other changes wait for the
         // tick): a node that crashes right after joining must still find the mesh again.
         if newMember { saveRemembered() }
         // A member asked to take an attachment before we leave may be the one that just died.
-        if handover != nil { advanceHandover(now: now) }
+        if closing.handover != nil { advanceHandover(now: now) }
     }
 
     /// Two live nodes with one identity flip every member's view of it between their names and
@@ -88,8 +88,8 @@ extension NodeInstance {
     private mutating func memberChanged(_ member: Member, now: MeshInstant) {
         let id = member.id
         // Where its own datagrams come from, once one did; else where its record says.
-        peerAddresses[id] = member.status.isGone ? nil : learnedAddress(of: id) ?? member.address
-        rememberedDirty = true
+        directory.addresses[id] = member.status.isGone ? nil : learnedAddress(of: id) ?? member.address
+        directory.rememberedDirty = true
         if phase == .joining, !member.status.isGone { phase = .running }
         if member.status != .alive { manifestHolderFailed(id, now: now) }
         if member.status.isGone {
@@ -100,24 +100,24 @@ extension NodeInstance {
             let left = journal.memberLeft(id)
             apply(left, now: now)
             transfer.removePeer(id)
-            seeding.removePeer(id)
-            assembler.removeHolder(id)
+            serving.seeding.removePeer(id)
+            receiving.assembler.removeHolder(id)
             forgetPacing(of: id)
-            provenHolders.remove(id)
+            receiving.provenHolders.remove(id)
             forgetAddresses(of: id, now: now)
             forgetRelaying(of: id, now: now)
-        } else if codec.installedBoot(of: id) != member.record.bootID || !delivery.peers.contains(id),
+        } else if keying.codec.installedBoot(of: id) != member.record.bootID || !delivery.peers.contains(id),
             let keys = PairwiseKeys.derive(
                 session: session, local: ephemeral,
                 peerPublicKey: member.record.ephemeralKey)
         {
             // A new boot starts its channels afresh: what was pending to the old boot is reported
             // as not delivered, and its journal sync starts over (it may have lost what it was sent).
-            if codec.installedBoot(of: id) != nil {
+            if keying.codec.installedBoot(of: id) != nil {
                 let removed = delivery.removePeer(id, now: now)
                 apply(removed, now: now)
             }
-            codec.installPeer(id, bootID: member.record.bootID, keys: keys)
+            keying.codec.installPeer(id, bootID: member.record.bootID, keys: keys)
             // A new boot numbers its datagrams and reads its clock afresh, and asked the old one
             // for pieces it no longer waits for.
             forgetPacing(of: id)
@@ -148,13 +148,13 @@ extension NodeInstance {
                 session: session, local: ephemeral,
                 peerPublicKey: member.record.ephemeralKey)
         else { return }
-        codec.installPeer(member.id, bootID: member.record.bootID, keys: keys)
+        keying.codec.installPeer(member.id, bootID: member.record.bootID, keys: keys)
     }
 
     mutating func saveRemembered() {
-        rememberedDirty = false
-        remembered.merge(membership.view.dropFirst())
-        store(.saveMembers(remembered), .saveMembers)
+        directory.rememberedDirty = false
+        directory.remembered.merge(membership.view.dropFirst())
+        store(.saveMembers(directory.remembered), .saveMembers)
     }
 
     // MARK: what the node knows
@@ -169,7 +169,7 @@ extension NodeInstance {
 
     /// Every member id this node knows of, in any state, remembered ones included.
     var knownMemberIDs: Set<NodeID> {
-        Set(membership.view.dropFirst().map(\.id)).union(remembered.ids)
+        Set(membership.view.dropFirst().map(\.id)).union(directory.remembered.ids)
     }
 
     /// A member for people: its name and the start of its id (the name alone is the member's

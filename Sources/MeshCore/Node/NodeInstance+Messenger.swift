@@ -22,7 +22,7 @@ extension NodeInstance {
                 envelope.encoded, to: recipients, mode: mode, now: now,
                 timeout: timeout)
             // The completion may be among the directives (unreliable, no targets): registered first.
-            pendingSends[sendID] = (request, Set(recipients).count, mode == .reliable)
+            waits.sends[sendID] = (request, Set(recipients).count, mode == .reliable)
             apply(directives, now: now)
         } catch {
             // Only an envelope whose tag takes it past the limit gets here.
@@ -47,12 +47,12 @@ extension NodeInstance {
                     ["consumer": "\(consumer)"])
                 emit(.applicationConsumerStalled(consumer))
             case let .completed(sendID, failures):
-                if ending != nil {
-                    if ending?.sendID == sendID { ending?.sendID = nil }
+                if closing.ending != nil {
+                    if closing.ending?.sendID == sendID { closing.ending?.sendID = nil }
                     finishEndingIfDrained(now: now)
                 }
                 // Journal messages complete here too; nobody waits for them.
-                if let pending = pendingSends.removeValue(forKey: sendID) {
+                if let pending = waits.sends.removeValue(forKey: sendID) {
                     if pending.reliable {
                         counters.reliableUnconfirmed += UInt64(failures.count)
                         counters.reliableDelivered += UInt64(max(0, pending.recipients - failures.count))
@@ -64,7 +64,7 @@ extension NodeInstance {
                             : .failure(.notDelivered(failures)))
                 }
                 // A leave waiting for its last sends goes once they are acknowledged.
-                if handover != nil, delivery.pendingSends == 0, soleHeldAttachments().isEmpty {
+                if closing.handover != nil, delivery.pendingSends == 0, soleHeldAttachments().isEmpty {
                     advanceHandover(now: now)
                 }
             }

@@ -7,51 +7,51 @@ extension NodeInstance {
     /// Before requests go out: the window, timeouts and silences that follow from the rate.
     mutating func applyDownlinkLimits() {
         // A holder ticks per pacing slice: with nothing to fetch there is nothing to limit.
-        guard !fetches.isEmpty else { return }
-        downlink.setPriority(loadWaiters.isEmpty ? .background : .foreground)
+        guard !fetchTable.fetches.isEmpty else { return }
+        receiving.downlink.setPriority(fetchTable.loadWaiters.isEmpty ? .background : .foreground)
         let chunk = max(1, settings.chunkSize)
         // One more than the budget (the chunk being finished beside those in full flow), and two
         // per holder, so that every holder always has pieces queued and their paces add up to
         // the rate instead of coming and going with each chunk.
         // At a trickle, fewer: each chunk must still come well within the longest wait.
-        let trickle = max(1, Int(downlink.rate * settings.maximumPacedWait.milliseconds / 2000) / chunk)
+        let trickle = max(1, Int(receiving.downlink.rate * settings.maximumPacedWait.milliseconds / 2000) / chunk)
         let flowing = min(
             settings.transfer.maximumFlowing, trickle,
-            max((downlink.inFlightBudget + chunk - 1) / chunk + 1, 2 * transfer.holderCount))
+            max((receiving.downlink.inFlightBudget + chunk - 1) / chunk + 1, 2 * transfer.holderCount))
         // Chunks that wait only for a lost piece asked again hold no bytes on the line: counted
         // against the budget, on a lossy long path they would take every slot and idle the line.
         // At most as many again: at a trickle, chunks open without bound are asked again and
         // again, and holders send the file more than once.
         // Only those whose request is still in flight: one that timed out holds no slot either.
         let repairing = transfer.setRepairing(
-            assembler.repairingChunks.flatMap { chunk in
-                (requested[chunk.digest] ?? []).map {
+            receiving.assembler.repairingChunks.flatMap { chunk in
+                (fetchTable.requested[chunk.digest] ?? []).map {
                     TransferScheduler.Request(
                         peer: chunk.holder, attachment: $0.attachment, index: $0.index, digest: chunk.digest)
                 }
             })
         let limit = min(settings.transfer.maximumInFlight, flowing + min(repairing, flowing))
         transfer.inFlightLimit = limit
-        let rate = max(1, downlink.rate)
+        let rate = max(1, receiving.downlink.rate)
         // With `sharing` chunks sharing the rate, each takes this long, and a holder's pieces of
         // one chunk come this far apart. After a cut, the chunks open are more than the new
         // budget: timed by the budget alone, their pieces were asked again while still queued.
-        let sharing = max(flowing, assembler.activeCount)
+        let sharing = max(flowing, receiving.assembler.activeCount)
         let perChunk = Duration.seconds(Double(sharing * chunk) / rate)
         // Bounded, so that a holder gone quiet still loses its requests in time.
         transfer.minimumTimeout = min(
             settings.maximumPacedWait,
-            perChunk * 2 + downlink.assumedRoundTrip * 2)
-        assembler.minimumSilence = min(
+            perChunk * 2 + receiving.downlink.assumedRoundTrip * 2)
+        receiving.assembler.minimumSilence = min(
             settings.maximumPacedWait / 4,
-            .seconds(Double(assembler.largestPieceSize * sharing) / rate * 4))
+            .seconds(Double(receiving.assembler.largestPieceSize * sharing) / rate * 4))
     }
 
     /// The pace to ask of `peer`: the rate shared equally by the holders with chunks in flight
     /// (each has a queue of them, so each sends its whole share).
     func paceShare(for peer: NodeID, inFlight: [NodeID: Int]) -> Int {
         let holders = inFlight.count + (inFlight[peer] == nil ? 1 : 0)
-        return Int(downlink.rate / Double(holders))
+        return Int(receiving.downlink.rate / Double(holders))
     }
 
     /// A want carrying the pace asked of its holder, who is then counted as told.
@@ -65,12 +65,12 @@ extension NodeInstance {
 
     /// `peer` is told `share` now: what it sends from a round trip on is checked against it.
     private mutating func notePaceTold(_ share: Int, to peer: NodeID, now: MeshInstant) {
-        toldRates[peer] = ToldPace(rate: share, at: now, showsAfter: paceShowsAfter)
+        receiving.toldRates[peer] = ToldPace(rate: share, at: now, showsAfter: paceShowsAfter)
     }
 
     /// How long after a pace is told the pieces sent at it arrive: a round trip and the queue.
     var paceShowsAfter: Duration {
-        downlink.assumedRoundTrip + downlink.queueingDelay
+        receiving.downlink.assumedRoundTrip + receiving.downlink.queueingDelay
     }
 
     /// Whether a holder told `told` must hear `share`: a cut of more than a thirty-second, a rise
@@ -98,17 +98,19 @@ extension NodeInstance {
     /// they cannot have heard (`ToldPace`).
     mutating func retunePacing(now: MeshInstant) {
         let inFlight = transfer.inFlightByPeer
-        for peer in toldRates.keys where inFlight[peer] == nil { toldRates[peer] = nil }
+        for peer in receiving.toldRates.keys where inFlight[peer] == nil { receiving.toldRates[peer] = nil }
         // Replication nobody waits for takes its small rises with the next want: retold, it
         // would grow past a loss-bound TCP beside it and take from that flow's share.
-        let foreground = downlink.priority == .foreground
-        let settles = downlink.interval * Self.paceSettlesAfter
+        let foreground = receiving.downlink.priority == .foreground
+        let settles = receiving.downlink.interval * Self.paceSettlesAfter
         for peer in inFlight.keys.sorted() {
             let share = paceShare(for: peer, inFlight: inFlight)
-            guard let told = toldRates[peer] else { continue }
+            guard let told = receiving.toldRates[peer] else { continue }
             if !Self.paceNeedsRetelling(told: told.rate, share: share, settled: foreground && now >= told.at + settles)
             {
-                guard toldRates[peer]?.unheard(now: now, window: downlink.interval) == true else { continue }
+                guard receiving.toldRates[peer]?.unheard(now: now, window: receiving.downlink.interval) == true else {
+                    continue
+                }
                 counters.pacesRetold += 1
             }
             notePaceTold(share, to: peer, now: now)
@@ -119,11 +121,11 @@ extension NodeInstance {
     /// What pacing knew of a member that is gone or restarted: its queue here, its clock and
     /// datagram numbers, the pace it was told.
     mutating func forgetPacing(of id: NodeID) {
-        pacer.remove(id)
-        downlink.removeHolder(id)
-        toldRates[id] = nil
-        pathMTU.remove(id)
-        assembler.setPieceSize(nil, for: id)
-        probeAnswers[id] = nil
+        serving.pacer.remove(id)
+        receiving.downlink.removeHolder(id)
+        receiving.toldRates[id] = nil
+        links.pathMTU.remove(id)
+        receiving.assembler.setPieceSize(nil, for: id)
+        links.probeAnswers[id] = nil
     }
 }

@@ -14,8 +14,8 @@ extension NodeInstance {
 
     /// Starts measuring the path from a holder we are about to pull from (once per member).
     mutating func measurePath(from peer: NodeID, now: MeshInstant) {
-        guard !pathMTU.isMeasuring(peer), let address = peerAddresses[peer] else { return }
-        applyPath(pathMTU.begin(peer, ipv6: address.isIPv6, now: now), now: now)
+        guard !links.pathMTU.isMeasuring(peer), let address = directory.addresses[peer] else { return }
+        applyPath(links.pathMTU.begin(peer, ipv6: address.isIPv6, now: now), now: now)
     }
 
     mutating func applyPath(_ directives: [PathMTUDiscovery.Directive], now: MeshInstant) {
@@ -24,7 +24,7 @@ extension NodeInstance {
             case let .request(request, peer):
                 sendPairwise([.pathProbeRequest(request)], to: peer)
             case let .sizeChanged(peer, size):
-                assembler.setPieceSize(pieceSize(inDatagramOf: size), for: peer)
+                receiving.assembler.setPieceSize(pieceSize(inDatagramOf: size), for: peer)
                 log(.debug, "path size", ["member": "\(peer)", "datagram": "\(size)"])
             }
         }
@@ -32,9 +32,9 @@ extension NodeInstance {
 
     /// Whole chunks asked at a larger size that got nothing back count toward a black hole.
     mutating func reportSilences(now: MeshInstant) {
-        for (holder, pieceSize) in assembler.takeSilences() {
+        for (holder, pieceSize) in receiving.assembler.takeSilences() {
             let size = DatagramCodec.pairwiseDatagramSize(payload: pieceSize + ChunkPiece.overhead)
-            applyPath(pathMTU.onSilence(from: holder, datagramSize: size, now: now), now: now)
+            applyPath(links.pathMTU.onSilence(from: holder, datagramSize: size, now: now), now: now)
         }
     }
 
@@ -47,14 +47,14 @@ extension NodeInstance {
             counters.probeRequestsRefused += 1
             return
         }
-        var budget = probeAnswers[peer] ?? (count: 0, since: now)
+        var budget = links.probeAnswers[peer] ?? (count: 0, since: now)
         if now >= budget.since + .seconds(1) { budget = (0, now) }
         guard budget.count < settings.maxProbeAnswers else {
             counters.probeRequestsRefused += 1
             return
         }
         budget.count += 1
-        probeAnswers[peer] = budget
+        links.probeAnswers[peer] = budget
         let padding = DatagramCodec.pairwisePayload(inDatagramOf: request.size) - PathProbe.overhead
         sendPairwise([.pathProbe(PathProbe(token: request.token, padding: padding))], to: peer)
     }

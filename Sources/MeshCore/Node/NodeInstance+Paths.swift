@@ -8,15 +8,15 @@ extension NodeInstance {
     /// and the echo of its source when one is due.
     mutating func receivePaths(_ frames: [Frame], header: DatagramHeader, source: PeerAddress, now: MeshInstant) {
         let peer = header.sender
-        if paths.heard(peer, boot: header.bootID, packet: header.packetNumber, from: source, now: now),
-            peerAddresses[peer] != nil
+        if links.paths.heard(peer, boot: header.bootID, packet: header.packetNumber, from: source, now: now),
+            directory.addresses[peer] != nil
         {
-            peerAddresses[peer] = source
-            if paths.state(of: peer) == .punched {
+            directory.addresses[peer] = source
+            if links.paths.state(of: peer) == .punched {
                 log(.info, "path punched", ["member": "\(peer)", "address": "\(source)"])
             }
         }
-        if birthday.round != nil { birthdayHeard(peer, from: source) }
+        if links.birthday.round != nil { birthdayHeard(peer, from: source) }
         receiveAddresses(frames, from: peer, boot: header.bootID, source: source, now: now)
         receivePathFrames(frames, from: peer, source: source, now: now)
     }
@@ -48,11 +48,11 @@ extension NodeInstance {
     /// `requester` hears nothing of `target`'s own: tell both where the other is, at once.
     private mutating func introduce(_ requester: NodeID, to target: NodeID, now: MeshInstant) {
         // Only where both reach us on paths of their own: a relayed member's address is not known.
-        guard target != requester, target != localID, let targetAddress = peerAddresses[target],
-            let requesterAddress = peerAddresses[requester],
-            paths.isDirect(target, within: pathSilence, now: now),
-            paths.isDirect(requester, within: pathSilence, now: now),
-            paths.mayIntroduce(requester, now: now)
+        guard target != requester, target != localID, let targetAddress = directory.addresses[target],
+            let requesterAddress = directory.addresses[requester],
+            links.paths.isDirect(target, within: pathSilence, now: now),
+            links.paths.isDirect(requester, within: pathSilence, now: now),
+            links.paths.mayIntroduce(requester, now: now)
         else { return }
         let toRequester = candidates(of: target, inUse: targetAddress)
         let toTarget = candidates(of: requester, inUse: requesterAddress)
@@ -83,9 +83,9 @@ extension NodeInstance {
         let addresses = introduction.addresses.enumerated().compactMap { index, address in
             !address.isUnspecified && ((index == 0 && !itself) || record.contains(address)) ? address : nil
         }
-        let inUse = itself ? peerAddresses[peer] : nil
-        guard peer != localID, peerAddresses[peer] != nil, codec.installedBoot(of: peer) != nil,
-            paths.introduced(
+        let inUse = itself ? directory.addresses[peer] : nil
+        guard peer != localID, directory.addresses[peer] != nil, keying.codec.installedBoot(of: peer) != nil,
+            links.paths.introduced(
                 to: peer, at: addresses.filter { $0 != inUse }, by: introducer, keepingOn: inUse,
                 now: now)
         else { return }
@@ -101,17 +101,18 @@ extension NodeInstance {
     /// Punch rounds, keepalives, and introductions for silent members: the silence checks once a
     /// second, punches when due.
     mutating func pathsTick(now: MeshInstant, force: Bool = false) {
-        let checks = now >= pathCheckAt
-        guard force || checks || (paths.nextDeadline.map { now >= $0 } ?? false) else { return }
+        let checks = now >= links.checkAt
+        guard force || checks || (links.paths.nextDeadline.map { now >= $0 } ?? false) else { return }
         var live: [NodeID] = []
         var introducers: [(NodeID, MeshInstant)] = []
         var relays: [(NodeID, Duration)] = []
         if checks {
-            pathCheckAt = now + .seconds(1)
+            links.checkAt = now + .seconds(1)
             let silence = pathSilence
-            for id in peerAddresses.keys.sorted() where codec.installedBoot(of: id) != nil {
+            for id in directory.addresses.keys.sorted() where keying.codec.installedBoot(of: id) != nil {
                 live.append(id)
-                guard paths.isDirect(id, within: silence, now: now), let heard = paths.paths[id]?.lastHeard else {
+                guard links.paths.isDirect(id, within: silence, now: now), let heard = links.paths.paths[id]?.lastHeard
+                else {
                     continue
                 }
                 introducers.append((id, heard))
@@ -124,16 +125,17 @@ extension NodeInstance {
             relays.sort { $0.1 != $1.1 ? $0.1 < $1.1 : $0.0 < $1.0 }
         }
         let behindNAT = natBehaviour == .endpointIndependent || natBehaviour == .symmetric
-        let actions = paths.due(
+        let actions = links.paths.due(
             now: now, live: live, silence: pathSilence, introducers: introducers.map(\.0),
             relays: relays.map(\.0), behindNAT: behindNAT,
-            turnHost: addressDiscovery.external[.turn]?.host)
+            turnHost: reachability.discovery.external[.turn]?.host)
         for action in actions {
             switch action {
             case let .punch(peer, address, isReply):
                 sendPairwise([.punch(Punch(token: random.next(), isReply: isReply))], to: peer, address: address)
             case let .shortPunch(peer, address, hops):
-                guard let datagram = codec.seal([.punch(Punch(token: random.next(), isReply: false))], to: peer) else {
+                guard let datagram = keying.codec.seal([.punch(Punch(token: random.next(), isReply: false))], to: peer)
+                else {
                     continue
                 }
                 transmit(datagram, to: address, kind: .membership, hops: hops)
@@ -154,8 +156,8 @@ extension NodeInstance {
                 // Its record's addresses but those on the TURN server (ours is the path in use).
                 let addresses = (membership.member(peer)?.record.addresses ?? [])
                     .filter { !$0.isUnspecified && $0.host != inUse.host }
-                if codec.installedBoot(of: peer) != nil,
-                    paths.introduced(to: peer, at: addresses, by: localID, keepingOn: inUse, now: now)
+                if keying.codec.installedBoot(of: peer) != nil,
+                    links.paths.introduced(to: peer, at: addresses, by: localID, keepingOn: inUse, now: now)
                 {
                     log(
                         .info, "punching for a direct path: reached through TURN",
@@ -168,8 +170,8 @@ extension NodeInstance {
                 }
             case let .punchRecord(peer):
                 let addresses = (membership.member(peer)?.record.addresses ?? []).filter { !$0.isUnspecified }
-                if codec.installedBoot(of: peer) != nil,
-                    paths.introduced(to: peer, at: addresses, by: localID, now: now)
+                if keying.codec.installedBoot(of: peer) != nil,
+                    links.paths.introduced(to: peer, at: addresses, by: localID, now: now)
                 {
                     log(
                         .info, "punching its record's addresses: nobody to introduce us",
@@ -181,18 +183,18 @@ extension NodeInstance {
     }
 
     var pathsDeadline: MeshInstant {
-        min(pathCheckAt, paths.nextDeadline ?? pathCheckAt)
+        min(links.checkAt, links.paths.nextDeadline ?? links.checkAt)
     }
 
     /// How long a member may send us nothing of its own before we ask for an introduction: it
     /// answers our probes pairwise, and we probe each member once a round, so a few rounds.
     var pathSilence: Duration {
-        max(paths.settings.silence, settings.membership.probeInterval * (3 * max(1, membership.activeCount)))
+        max(links.paths.settings.silence, settings.membership.probeInterval * (3 * max(1, membership.activeCount)))
     }
 
     /// Where the boot of `member` that membership knows sent its datagrams from, if it did.
     func learnedAddress(of member: NodeID) -> PeerAddress? {
-        paths.address(of: member, boot: membership.member(member)?.record.bootID)
+        links.paths.address(of: member, boot: membership.member(member)?.record.bootID)
     }
 
     /// Where to send `member` what membership addressed to `address`: where it was heard from,
@@ -204,13 +206,13 @@ extension NodeInstance {
 
     /// Where we send to `member` now: its relay's address while it is relayed.
     package func pathAddress(of member: NodeID) -> PeerAddress? {
-        if let relay = paths.relay(of: member) { return peerAddresses[relay] }
-        return peerAddresses[member]
+        if let relay = links.paths.relay(of: member) { return directory.addresses[relay] }
+        return directory.addresses[member]
     }
 
     /// A member gone: its path goes with it.
     mutating func forgetPath(of member: NodeID) {
-        paths.forget(member)
-        birthday.forget(member)
+        links.paths.forget(member)
+        links.birthday.forget(member)
     }
 }

@@ -6,11 +6,11 @@ import MeshCrypto
 /// rate-bounded by the codec's replay window and the flood rules.
 extension NodeInstance {
     mutating func ping(_ member: NodeID, request: RequestID, now: MeshInstant) {
-        guard member != localID, let address = peerAddresses[member] else {
+        guard member != localID, let address = directory.addresses[member] else {
             return complete(request, .failure(.notReachable(member)))
         }
         let token = random.next()
-        pendingPings[token] = (request, member, address, now)
+        waits.pings[token] = (request, member, address, now)
         sendPairwise([.ping(Ping(token: token))], to: member)
     }
 
@@ -21,8 +21,8 @@ extension NodeInstance {
             case let .ping(ping):
                 sendPairwise([.pong(Pong(token: ping.token))], to: peer)
             case let .pong(pong):
-                guard let pending = pendingPings[pong.token], pending.member == peer else { continue }
-                pendingPings[pong.token] = nil
+                guard let pending = waits.pings[pong.token], pending.member == peer else { continue }
+                waits.pings[pong.token] = nil
                 complete(pending.request, .success(.pong(rtt: now - pending.sentAt, address: pending.address)))
             default:
                 break
@@ -32,14 +32,14 @@ extension NodeInstance {
 
     /// Pings unanswered after `pingTimeout` fail.
     mutating func pingTick(now: MeshInstant) {
-        for (token, pending) in pendingPings.sorted(by: { $0.key < $1.key })
+        for (token, pending) in waits.pings.sorted(by: { $0.key < $1.key })
         where now >= pending.sentAt + settings.pingTimeout {
-            pendingPings[token] = nil
+            waits.pings[token] = nil
             complete(pending.request, .failure(.pingTimedOut(pending.member)))
         }
     }
 
     var pingDeadline: MeshInstant? {
-        pendingPings.values.map { $0.sentAt + settings.pingTimeout }.min()
+        waits.pings.values.map { $0.sentAt + settings.pingTimeout }.min()
     }
 }

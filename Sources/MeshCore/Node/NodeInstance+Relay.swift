@@ -8,8 +8,8 @@ import NIOCore
 extension NodeInstance {
     /// A datagram sealed for `peer` goes to `relay`, wrapped in a datagram sealed for the relay.
     mutating func sendThroughRelay(_ datagram: ByteBuffer, to peer: NodeID, via relay: NodeID, kind: TrafficKind) {
-        guard let address = peerAddresses[relay],
-            let outer = codec.seal([.relayForward(RelayedDatagram(peer: peer, datagram: datagram))], to: relay)
+        guard let address = directory.addresses[relay],
+            let outer = keying.codec.seal([.relayForward(RelayedDatagram(peer: peer, datagram: datagram))], to: relay)
         else { return }
         counters.relayedSent += 1
         transmit(outer, to: address, kind: kind)
@@ -18,9 +18,9 @@ extension NodeInstance {
     /// The relay for what membership sends `member` at `address`: the member's relay, when the
     /// address is one it is known by (else membership means that very address: an earlier boot's).
     func relay(for member: NodeID, meaning address: PeerAddress) -> NodeID? {
-        guard let relay = paths.relay(of: member) else { return nil }
+        guard let relay = links.paths.relay(of: member) else { return nil }
         let known =
-            peerAddresses[member] == address || learnedAddress(of: member) == address
+            directory.addresses[member] == address || learnedAddress(of: member) == address
             || membership.member(member)?.record.addresses.contains(address) == true
         return known ? relay : nil
     }
@@ -38,11 +38,11 @@ extension NodeInstance {
             case let .relayDelivery(delivery) where !carried:
                 carried = true
                 receiveRelayed(delivery.datagram, origin: delivery.peer, via: sender, now: now)
-            case let .relayRefusal(refusal) where paths.relay(of: refusal.peer) == sender:
+            case let .relayRefusal(refusal) where links.paths.relay(of: refusal.peer) == sender:
                 log(
                     .info, "relay refused",
                     ["member": "\(refusal.peer)", "relay": "\(sender)", "reason": "\(refusal.reason)"])
-                paths.relayFailed(sender, for: refusal.peer, now: now)
+                links.paths.relayFailed(sender, for: refusal.peer, now: now)
             default:
                 break
             }
@@ -54,8 +54,9 @@ extension NodeInstance {
     private mutating func carry(_ forward: RelayedDatagram, from sender: NodeID, now: MeshInstant) {
         let target = forward.peer
         let reachable =
-            target != sender && target != localID && peerAddresses[target] != nil
-            && codec.installedBoot(of: target) != nil && paths.isDirect(target, within: pathSilence, now: now)
+            target != sender && target != localID && directory.addresses[target] != nil
+            && keying.codec.installedBoot(of: target) != nil
+            && links.paths.isDirect(target, within: pathSilence, now: now)
         relayService.observe(ownTransfers, now: now)
         // Charged as what it costs us to send on: the datagram and our wrapping around it.
         let cost = forward.datagram.readableBytes + RelayedDatagram.overhead
@@ -75,10 +76,10 @@ extension NodeInstance {
     /// A datagram `origin` sealed for us came through `relay`: opened with the pair's key, it is
     /// taken as the origin's own, except that it proves no address.
     private mutating func receiveRelayed(_ datagram: ByteBuffer, origin: NodeID, via relay: NodeID, now: MeshInstant) {
-        guard origin != relay, origin != localID, let address = peerAddresses[origin] else {
+        guard origin != relay, origin != localID, let address = directory.addresses[origin] else {
             return counters.countDrop(.unknownSender)
         }
-        switch codec.open(datagram) {
+        switch keying.codec.open(datagram) {
         case let .success(opened) where opened.header.sender == origin:
             counters.relayedReceived += 1
             route(opened, size: datagram.readableBytes, from: address, via: relay, now: now)
@@ -96,7 +97,7 @@ extension NodeInstance {
         _ frames: [Frame], header: DatagramHeader, via relay: NodeID, now: MeshInstant
     ) {
         let peer = header.sender
-        if paths.heardThroughRelay(
+        if links.paths.heardThroughRelay(
             peer, via: relay, boot: header.bootID, packet: header.packetNumber,
             follows: localID > peer, now: now)
         {
@@ -113,13 +114,13 @@ extension NodeInstance {
 
     /// A member left or died: the members it relayed to move to another relay.
     mutating func forgetRelaying(of member: NodeID, now: MeshInstant) {
-        let moved = paths.relayed(through: member)
-        paths.relayGone(member, now: now)
+        let moved = links.paths.relayed(through: member)
+        links.paths.relayGone(member, now: now)
         relayService.forget(member)
         if !moved.isEmpty {
             log(
                 .info, "relay gone", ["relay": "\(member)", "members": moved.map(\.description).joined(separator: ",")])
-            pathCheckAt = now
+            links.checkAt = now
         }
     }
 }

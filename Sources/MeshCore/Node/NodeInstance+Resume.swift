@@ -8,7 +8,7 @@ extension NodeInstance {
     func resumeKey(of id: SHA256Digest) -> SavedPathCapacities.Key {
         SavedPathCapacities.Key(
             holders(of: id).filter { $0 != localID }.map { member in
-                let path = paths.paths[member]
+                let path = links.paths.paths[member]
                 return .init(member: member, address: path?.learned, relay: path?.relay, boot: path?.boot ?? 0)
             })
     }
@@ -18,17 +18,17 @@ extension NodeInstance {
     /// measured to them.
     mutating func offerResume(for id: SHA256Digest, now: MeshInstant) {
         let lifetime = settings.downlink.resumeLifetime
-        savedPaths.forgetExpired(lifetime: lifetime, now: now)
+        receiving.savedPaths.forgetExpired(lifetime: lifetime, now: now)
         let key = resumeKey(of: id)
         let probed = key.paths.compactMap { membership.members[$0.member]?.rtt }.max()
-        downlink.offerResume(
-            savedPaths.capacity(for: key, lifetime: lifetime, now: now), probedRoundTrip: probed,
+        receiving.downlink.offerResume(
+            receiving.savedPaths.capacity(for: key, lifetime: lifetime, now: now), probedRoundTrip: probed,
             now: now)
     }
 
     /// A fetch ended well: what the downlink reached is saved for its holders' paths.
     mutating func saveCapacity(of id: SHA256Digest, now: MeshInstant) {
-        guard let capacity = downlink.capacityToSave(now: now) else { return }
-        savedPaths.save(capacity, for: resumeKey(of: id))
+        guard let capacity = receiving.downlink.capacityToSave(now: now) else { return }
+        receiving.savedPaths.save(capacity, for: resumeKey(of: id))
     }
 }

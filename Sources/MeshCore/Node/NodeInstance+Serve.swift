@@ -16,21 +16,23 @@ extension NodeInstance {
             case let .chunkWant(want):
                 serve(want, to: peer, now: now)
             case let .chunkPace(pace):
-                pacer.setRate(pace.rate, for: peer)
+                serving.pacer.setRate(pace.rate, for: peer)
             case let .chunkCancel(cancel):
                 let key = ServeBudget.Key(peer: peer, digest: cancel.digest)
                 // A read still under way is sent nothing when it ends.
-                if serving.contains(key) { cancelledServes.insert(key) }
-                counters.chunkPayloadBytesCancelled += UInt64(pacer.cancel(cancel.digest, for: peer))
+                if serving.reads.contains(key) { serving.cancelled.insert(key) }
+                counters.chunkPayloadBytesCancelled += UInt64(serving.pacer.cancel(cancel.digest, for: peer))
             case let .chunkPiece(piece):
-                let result = assembler.onPiece(piece, from: peer, now: now)
+                let result = receiving.assembler.onPiece(piece, from: peer, now: now)
                 // A round trip is measured by us alone: any holder's first answer will do, when
                 // nothing of ours was queued there ahead of the want (`ChunkAssembler`).
                 // On a short path the first round trip raises the rate many times over: the
                 // window and the holders' paces follow at once, not an interval later, or the
                 // holders would keep the first rate for a good part of a short `get`
                 // (Docs/DESIGN-NOTES.md).
-                if let sample = assembler.takeRoundTripSample(), downlink.onRoundTrip(sample, now: now) {
+                if let sample = receiving.assembler.takeRoundTripSample(),
+                    receiving.downlink.onRoundTrip(sample, now: now)
+                {
                     progressed = true
                 }
                 // Only pieces asked for, of members whose chunks proved right, tell the controller
@@ -44,9 +46,9 @@ extension NodeInstance {
                     // before that its pieces could be anyone's, and the controller is not yet
                     // braking on its delays, so its window stays as it began.
                     // A chunk two attachments share counts once.
-                    let proven = provenHolders.contains(peer)
+                    let proven = receiving.provenHolders.contains(peer)
                     if proven {
-                        for ref in requested[piece.digest] ?? [] {
+                        for ref in fetchTable.requested[piece.digest] ?? [] {
                             if transfer.onPieceBytes(
                                 piece.payload.readableBytes, of: ref.attachment, index: ref.index, from: peer)
                             {
@@ -55,8 +57,8 @@ extension NodeInstance {
                         }
                     }
                     // Whether the holder keeps to the pace it was told shows in what it sends.
-                    toldRates[peer]?.onPiece(bytes: piece.payload.readableBytes, now: now)
-                    if downlink.onPiece(
+                    receiving.toldRates[peer]?.onPiece(bytes: piece.payload.readableBytes, now: now)
+                    if receiving.downlink.onPiece(
                         bytes: piece.payload.readableBytes, sentAt: piece.sentAt, from: peer, now: now,
                         trusted: proven)
                     {
@@ -69,7 +71,7 @@ extension NodeInstance {
                 switch result {
                 case let .complete(bytes, contributors, stillSending):
                     sendCancels(of: piece.digest, to: stillSending)
-                    pathMTU.onPieces(from: peer)
+                    links.pathMTU.onPieces(from: peer)
                     receiveChunk(piece.digest, bytes: bytes, from: peer, contributors: contributors)
                     progressed = true
                 case .unsolicited:
@@ -78,8 +80,8 @@ extension NodeInstance {
                     break
                 }
             case let .chunkAbsent(absent):
-                assembler.onAbsent(absent.digest, from: peer)
-                for ref in requested[absent.digest] ?? [] {
+                receiving.assembler.onAbsent(absent.digest, from: peer)
+                for ref in fetchTable.requested[absent.digest] ?? [] {
                     switch absent.reason {
                     case .busy: transfer.onBusy(attachment: ref.attachment, index: ref.index, from: peer, now: now)
                     case .notHeld: transfer.onMissing(attachment: ref.attachment, index: ref.index, from: peer)
@@ -91,7 +93,7 @@ extension NodeInstance {
             case let .pathProbeRequest(request):
                 answerProbeRequest(request, from: peer, now: now)
             case let .pathProbe(probe):
-                applyPath(pathMTU.onProbe(probe, from: peer, datagramSize: datagramSize, now: now), now: now)
+                applyPath(links.pathMTU.onProbe(probe, from: peer, datagramSize: datagramSize, now: now), now: now)
             default:
                 continue
             }
@@ -109,21 +111,22 @@ extension NodeInstance {
     }
 
     mutating func logDownlink() {
-        let interval = downlink.lastInterval
+        let interval = receiving.downlink.lastInterval
         log(
             .debug, "downlink",
             [
-                "rate": "\(Int(downlink.rate) >> 10) KiB/s", "delivered": "\(Int(interval.delivered) >> 10) KiB/s",
-                "queue": "\(downlink.queueingDelay)",
-                "unprovenQueue": downlink.lastUnprovenQueue.map { "\($0)" } ?? "-",
+                "rate": "\(Int(receiving.downlink.rate) >> 10) KiB/s",
+                "delivered": "\(Int(interval.delivered) >> 10) KiB/s",
+                "queue": "\(receiving.downlink.queueingDelay)",
+                "unprovenQueue": receiving.downlink.lastUnprovenQueue.map { "\($0)" } ?? "-",
                 "lost": "\(interval.lost)/\(interval.received + interval.lost)",
-                "slowStart": "\(downlink.slowStart)",
-                "competing": downlink.competingSlowStart ? "starting" : "\(downlink.competing)",
-                "slowdowns": "\(downlink.slowdowns)/\(downlink.slowdownsFoundAnotherFlow)",
-                "testLowest": downlink.lastSlowdownLowest.map { "\($0)" } ?? "-",
-                "probeGain": downlink.lastProbeGain.map { "\($0)×" } ?? "-",
-                "roundTrip": downlink.roundTrip.map { "\($0)" } ?? "-",
-                "cap": downlink.backgroundCap.map { "\(Int($0) >> 10) KiB/s" } ?? "-",
+                "slowStart": "\(receiving.downlink.slowStart)",
+                "competing": receiving.downlink.competingSlowStart ? "starting" : "\(receiving.downlink.competing)",
+                "slowdowns": "\(receiving.downlink.slowdowns)/\(receiving.downlink.slowdownsFoundAnotherFlow)",
+                "testLowest": receiving.downlink.lastSlowdownLowest.map { "\($0)" } ?? "-",
+                "probeGain": receiving.downlink.lastProbeGain.map { "\($0)×" } ?? "-",
+                "roundTrip": receiving.downlink.roundTrip.map { "\($0)" } ?? "-",
+                "cap": receiving.downlink.backgroundCap.map { "\(Int($0) >> 10) KiB/s" } ?? "-",
                 "inFlight": "\(transfer.inFlightByPeer.values.reduce(0, +))/\(transfer.inFlightLimit ?? 0)",
                 "storing": "\(transfer.storingCount)",
             ])
@@ -135,18 +138,18 @@ extension NodeInstance {
             counters.wantsMisshapen += 1
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld))], to: peer)
         }
-        pacer.setRate(want.rate, for: peer)
+        serving.pacer.setRate(want.rate, for: peer)
         // Initial seeding: a member that added the content sends each chunk about once.
         var seeded: (ref: ChunkRef, verdict: SeedingPolicy.Verdict)?
-        if settings.superSeeding, let ref = chunkLocations[want.digest], complete.contains(ref.attachment) {
+        if settings.superSeeding, let ref = chunkLocations[want.digest], library.complete.contains(ref.attachment) {
             let seeders = Set(journal.state.attachments(withContent: ref.attachment).map(\.addedBy))
             if seeders.contains(localID) {
-                let verdict = seeding.verdict(
+                let verdict = serving.seeding.verdict(
                     attachment: ref.attachment, index: ref.index, to: peer, seeders: seeders,
                     holders: transfer.announced(ref.attachment), now: now
                 ) { member in
-                    serving.contains(ServeBudget.Key(peer: member, digest: want.digest))
-                        ? now : pacer.leftAt(want.digest, for: member, now: now)
+                    serving.reads.contains(ServeBudget.Key(peer: member, digest: want.digest))
+                        ? now : serving.pacer.leftAt(want.digest, for: member, now: now)
                 }
                 guard verdict != .leave else {
                     counters.seedingRefusals += 1
@@ -158,17 +161,17 @@ extension NodeInstance {
         }
         // The same want again while its pieces are on their way: they will do.
         let key = ServeBudget.Key(peer: peer, digest: want.digest)
-        cancelledServes.remove(key)
-        guard !serving.contains(key) else { return }
+        serving.cancelled.remove(key)
+        guard !serving.reads.contains(key) else { return }
         // Admission: a full send queue or too many reads answers "busy", so that holders under
         // load shed wants instead of queueing bursts that arrive after the asker gave up. A read
         // under way counts as a chunk queued: its pieces are queued the moment it ends.
-        let readingForPeer = serving.lazy.filter({ $0.peer == peer }).count
-        guard serving.count < settings.maxConcurrentServes, writable,
+        let readingForPeer = serving.reads.lazy.filter({ $0.peer == peer }).count
+        guard serving.reads.count < settings.maxConcurrentServes, serving.writable,
             readingForPeer < settings.maxServesPerPeer,
-            pacer.queuedBytes + serving.count * settings.chunkSize < settings.maxPacedBytes,
-            pacer.queuedBytes(for: peer) + readingForPeer * settings.chunkSize < settings.maxPacedBytesPerPeer,
-            pacer.queuedChunks(for: peer) < settings.transfer.maximumInFlight
+            serving.pacer.queuedBytes + serving.reads.count * settings.chunkSize < settings.maxPacedBytes,
+            serving.pacer.queuedBytes(for: peer) + readingForPeer * settings.chunkSize < settings.maxPacedBytesPerPeer,
+            serving.pacer.queuedChunks(for: peer) < settings.transfer.maximumInFlight
         else {
             counters.wantsRefused += 1
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
@@ -176,7 +179,7 @@ extension NodeInstance {
         // Recorded once admitted: a want refused here leaves nothing on its way to the member
         // (a second member's first want is within its budget below).
         if let (ref, verdict) = seeded {
-            seeding.admitted(attachment: ref.attachment, index: ref.index, to: peer, now: now)
+            serving.seeding.admitted(attachment: ref.attachment, index: ref.index, to: peer, now: now)
             // Counted once: a member served after its grace stays served, but a member whose first
             // copy was passed over may still ask for its lost pieces.
             if case let .serveAgain(reason) = verdict, want.missing == nil || reason == .turnedAwayTooLong {
@@ -186,8 +189,8 @@ extension NodeInstance {
         }
         // Kept chunks answer re-asks for lost pieces; past two copies a second to one member, its
         // wants wait for a read like any other (one at a time per chunk), as a flood should.
-        let withinBudget = serveBudget.allows(key, now: now)
-        if withinBudget, let chunk = recentChunks[want.digest] {
+        let withinBudget = serving.budget.allows(key, now: now)
+        if withinBudget, let chunk = serving.recentChunks[want.digest] {
             return sendPieces(of: chunk, want: want, to: peer, now: now)
         }
         // Past the budget, the whole chunk again is what only a flood asks for: busy. A re-ask for
@@ -197,7 +200,7 @@ extension NodeInstance {
             counters.wantsRefused += 1
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .busy))], to: peer)
         }
-        serving.insert(key)
+        serving.reads.insert(key)
         // Served only verified: the store hashes every chunk it reads, except those it hashed
         // itself as it stored them lately (and the asker verifies every chunk it gets).
         store(.readChunk(want.digest), .serveChunk(want, to: peer))
@@ -208,18 +211,18 @@ extension NodeInstance {
         to peer: NodeID, now: MeshInstant
     ) {
         let key = ServeBudget.Key(peer: peer, digest: want.digest)
-        serving.remove(key)
-        guard cancelledServes.remove(key) == nil, phase.isActive else { return }
+        serving.reads.remove(key)
+        guard serving.cancelled.remove(key) == nil, phase.isActive else { return }
         guard case let .success(.read(bytes?)) = result else {
             // A chunk of an attachment we hold whole that cannot be read was damaged on disk (the
             // store discarded it): the attachment is fetched again.
-            for id in complete.sorted() where manifests[id]?.chunks.contains(want.digest) == true {
+            for id in library.complete.sorted() where manifests[id]?.chunks.contains(want.digest) == true {
                 attachmentDamaged(id, detail: "chunk \(want.digest.hex.prefix(16)) did not verify", now: now)
             }
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld))], to: peer)
         }
         let chunk = ByteBuffer(bytes: bytes)
-        recentChunks.insert(chunk, for: want.digest)
+        serving.recentChunks.insert(chunk, for: want.digest)
         sendPieces(of: chunk, want: want, to: peer, now: now)
     }
 
@@ -233,28 +236,28 @@ extension NodeInstance {
                 pieces[index].payload = ByteBuffer(bytes: pieces[index].payload.readableBytesView)
             }
         }
-        let bytes = pacer.enqueue(pieces, digest: want.digest, to: peer)
+        let bytes = serving.pacer.enqueue(pieces, digest: want.digest, to: peer)
         if want.missing == nil { counters.chunksServed += 1 }
-        serveBudget.charge(
+        serving.budget.charge(
             bytes, of: chunk.readableBytes, to: ServeBudget.Key(peer: peer, digest: want.digest), now: now)
         releasePieces(now: now)
     }
 
     /// Sends the pieces whose time has come (`PiecePacer`).
     mutating func releasePieces(now: MeshInstant) {
-        for (peer, pieces) in pacer.due(now: now) { transmit(pieces, to: peer, now: now) }
+        for (peer, pieces) in serving.pacer.due(now: now) { transmit(pieces, to: peer, now: now) }
     }
 
     /// Seals pieces back to back into batches of equal-sized datagrams, each batch one
     /// segmented send, stamped with our clock (the requester measures queueing with it).
     private mutating func transmit(_ pieces: [ChunkPiece], to peer: NodeID, now: MeshInstant) {
-        guard let address = peerAddresses[peer] else { return }
+        guard let address = directory.addresses[peer] else { return }
         let stamp = UInt32(truncatingIfNeeded: now.nanoseconds / 1000)
-        if let relay = paths.relay(of: peer) {
+        if let relay = links.paths.relay(of: peer) {
             // One wrapped datagram each: a relay forwards datagrams, not segmented batches.
             for var piece in pieces {
                 piece.sentAt = stamp
-                guard let datagram = codec.seal([.chunkPiece(piece)], to: peer) else { return }
+                guard let datagram = keying.codec.seal([.chunkPiece(piece)], to: peer) else { return }
                 sendThroughRelay(datagram, to: peer, via: relay, kind: .transfer)
                 counters.chunkPayloadBytesSent += UInt64(piece.payload.readableBytes)
             }
@@ -270,7 +273,7 @@ extension NodeInstance {
                 send(&batch, to: address)
             }
             let before = batch.bytes.readableBytes
-            guard codec.seal([.chunkPiece(piece)], to: peer, appendingTo: &batch.bytes) else { return }
+            guard keying.codec.seal([.chunkPiece(piece)], to: peer, appendingTo: &batch.bytes) else { return }
             batch.added(
                 length: batch.bytes.readableBytes - before, payload: piece.payload.readableBytes,
                 maxSegments: settings.maxSegments)

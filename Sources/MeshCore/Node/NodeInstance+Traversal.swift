@@ -14,11 +14,11 @@ extension NodeInstance {
             else { return }
             result.append(address)
         }
-        for (id, address) in peerAddresses.sorted(by: { $0.key < $1.key }) where id != localID { add(address) }
+        for (id, address) in directory.addresses.sorted(by: { $0.key < $1.key }) where id != localID { add(address) }
         for member in members where member.id != localID && !member.status.isGone {
             for address in member.record.addresses { add(address) }
         }
-        for punch in paths.punching.values {
+        for punch in links.paths.punching.values {
             for address in punch.candidates { add(address) }
         }
         for address in joinProgress?.addresses ?? [] { add(address) }
@@ -34,12 +34,12 @@ extension NodeInstance {
     /// the session's hello key can seal a hello in a member's name, so nothing else is taken
     /// from it: only an address the member itself signed, and only until it is proven or moved.
     mutating func helloFrom(_ sender: NodeID, boot: UInt64, source: PeerAddress, now: MeshInstant) {
-        guard sender != localID, peerAddresses[sender] != nil, let member = membership.member(sender),
+        guard sender != localID, directory.addresses[sender] != nil, let member = membership.member(sender),
             member.record.bootID == boot, member.record.addresses.first != source,
             member.record.addresses.contains(source), learnedAddress(of: sender) == nil,
-            paths.helloFrom(sender, boot: boot, at: source, now: now)
+            links.paths.helloFrom(sender, boot: boot, at: source, now: now)
         else { return }
-        peerAddresses[sender] = source
+        directory.addresses[sender] = source
         log(
             .info, "member reached where its hello came from, an address its record gives",
             ["member": "\(sender)", "address": "\(source)"])

@@ -19,13 +19,13 @@ extension NodeInstance {
     mutating func metVersions(of member: Member, now: MeshInstant) {
         guard settings.knowsVersionFrames, member.id != localID else { return }
         if member.status.isGone { return versions.forget(member.id) }
-        guard codec.installedBoot(of: member.id) == member.record.bootID else { return }
+        guard keying.codec.installedBoot(of: member.id) == member.record.bootID else { return }
         versions.met(member.id, boot: member.record.bootID, now: now)
     }
 
     mutating func versionsTick(now: MeshInstant) {
         guard settings.knowsVersionFrames else { return }
-        let (memberPaths, silence) = (paths, pathSilence)
+        let (memberPaths, silence) = (links.paths, pathSilence)
         let (ask, gaps) = versions.due(now: now) { member in
             memberPaths.relay(of: member) != nil || memberPaths.isDirect(member, within: silence, now: now)
         }

@@ -95,11 +95,8 @@ package struct NodeInstance: Sendable {
     }
 
     package let settings: NodeSettings
-    package let identity: NodeIdentity
-    package let bootID: UInt64
-    let authority: Ed25519Authority
-    let ephemeral: EphemeralKeyPair
-    let localAddress: PeerAddress?
+    /// Who this node is for this run.
+    let boot: Boot
     /// Nonces of hello datagrams and handovers, new secrets: a secure source in the shell, a
     /// seeded one in the simulation.
     var random: any RandomNumberGenerator & Sendable
@@ -110,118 +107,22 @@ package struct NodeInstance: Sendable {
     package internal(set) var delivery: DeliveryInstance
     package internal(set) var journal: JournalInstance
     package internal(set) var transfer: TransferScheduler
-    /// The serving side's initial seeding: which wants for chunks we added are left to others.
-    package internal(set) var seeding: SeedingPolicy
-    package internal(set) var assembler: ChunkAssembler
-
-    // Keys (NodeInstance+Epochs).
-    package internal(set) var epochs: KeyEpochs
-    package internal(set) var codec: DatagramCodec
-    /// Codecs of the earlier epochs, by session id: for members that have not caught up.
-    var earlierCodecs: [SessionID: DatagramCodec] = [:]
-    var epochBeaconAt: MeshInstant?
-    var epochBeaconsLeft = 0
-    /// The members the rotations removed, where they were reached (and through whom, when
-    /// relayed): told with the beacons.
-    var removedToTell: [(member: NodeID, address: PeerAddress, relay: NodeID?)] = []
-    var pendingRemoval: RequestID?
-    /// A leave waiting until others hold what only this node holds (NodeInstance+Leave).
-    var handover: LeaveHandover?
-    /// The session is being ended (NodeInstance+End).
-    var ending: SessionEnding?
-    /// A key epoch without this node was seen (told once).
-    var removedFromSession = false
-    /// Handovers that came while our own removal was being stored: taken once it is committed,
-    /// so that ours and a competing one meet as two rotations out of one epoch.
-    var deferredHandovers: [(handover: EpochHandover, header: DatagramHeader, address: PeerAddress)] = []
-
-    // Members (NodeInstance+Membership).
-    /// Where each live member is reached: looking it up in the membership per datagram sent
-    /// would cost a copy of the member.
-    var peerAddresses: [NodeID: PeerAddress] = [:]
-    package internal(set) var remembered: RememberedMembers
-    var rememberedDirty = false
-    /// While joining through seeds, until a member answers (NodeInstance+Joining).
-    var joinWait: JoinWait?
-
-    // Messenger (NodeInstance+Messenger): application sends waiting for their acknowledgements.
-    var pendingSends: [UInt64: (request: RequestID, recipients: Int, reliable: Bool)] = [:]
-    /// `ping` commands waiting for their `pong`, by token (NodeInstance+Ping).
-    var pendingPings: [UInt64: (request: RequestID, member: NodeID, address: PeerAddress, sentAt: MeshInstant)] = [:]
-
-    // Journal and attachments (NodeInstance+Journal, +Fetch).
-    package internal(set) var manifestTable = ManifestTable()
-    /// The manifests this node knows, by attachment id.
-    package var manifests: [SHA256Digest: Manifest] { manifestTable.byID }
-    /// Where each known chunk sits (one place is enough for the seeding rule).
-    var chunkLocations: [SHA256Digest: ChunkRef] { manifestTable.locations }
-    /// Attachments whose every chunk is stored (and durable).
-    package internal(set) var complete: Set<SHA256Digest>
-    package internal(set) var fetches: [SHA256Digest: Fetch] = [:]
-    /// Chunks held of attachments neither whole nor fetching, as the store last said.
-    var knownHeld: [SHA256Digest: Int] = [:]
-    /// Loads sent back to a fetch because the attachment was found damaged, and how often.
-    var exportRetries: [RequestID: Int] = [:]
-    /// Loads waiting for their attachment's fetch.
-    var loadWaiters: [SHA256Digest: [(request: RequestID, destination: ExportDestination)]] = [:]
-    /// Chunk requests in flight, by digest: which chunks of which attachments they are for.
-    var requested: [SHA256Digest: [ChunkRef]] = [:]
-    var dirtyBitmaps: Set<SHA256Digest> = []
-    var nextAvailabilityAt = MeshInstant.zero
-    var replicationPausedUntil: MeshInstant?
-    /// Fetches that failed, and when replication tries each again (the wait doubles per failure).
-    var fetchRetries: [SHA256Digest: (failures: Int, at: MeshInstant)] = [:]
-    /// Operations of others applied but not yet in the journal log (their append failed).
-    var journalBacklog: [JournalOperation] = []
-    var journalBacklogRetryAt: MeshInstant?
-    /// Whether `start` has the store delete what no attachment uses (`Restored.logIsWhole`).
-    var collectsAtStart = false
-
-    // Serving chunks to others (NodeInstance+Serve).
-    /// Chunk reads under way for other members, until their pieces are written.
-    var serving: Set<ServeBudget.Key> = []
-    /// Of those, the ones whose asker cancelled them meanwhile (`ChunkCancel`): nothing is sent.
-    var cancelledServes: Set<ServeBudget.Key> = []
-    /// Bytes of each chunk sent to each member lately: past two copies a second, a chunk kept in
-    /// memory is read again for that member instead.
-    var serveBudget = ServeBudget()
-    /// Chunks just served, for re-asks of their lost pieces.
-    var recentChunks: RecentChunks
-    var writable = true
-    /// Pieces owed to members, leaving at the rates they asked for.
-    package internal(set) var pacer = PiecePacer()
-
-    // Receiving chunks (NodeInstance+Pacing).
-    package internal(set) var downlink: DownlinkController
-    /// What fetches reached over their holders' paths, for careful resume (NodeInstance+Resume).
-    package internal(set) var savedPaths = SavedPathCapacities()
-    /// Members that sent this node a chunk that verified: only their pieces and datagram numbers
-    /// feed the controller.
-    var provenHolders: Set<NodeID> = []
-    /// The pace each holder was last told, when, and whether it shows.
-    var toldRates: [NodeID: ToldPace] = [:]
-    /// How large a datagram each holder's path to us carries (NodeInstance+PathMTU).
-    package internal(set) var pathMTU: PathMTUDiscovery
-    /// Probes answered per member in the current second.
-    var probeAnswers: [NodeID: (count: Int, since: MeshInstant)] = [:]
-    /// Where members see us, and our candidate addresses (NodeInstance+Addresses).
-    package internal(set) var addressDiscovery: AddressDiscovery
-    /// Where we told each member its datagrams come from.
-    var addressEchoes: AddressEchoes
-    /// The NAT behaviour last reported (logged and told to the driver when it changes).
-    var reportedNAT = NATBehaviour.unknown
-    /// Where each member is reached, as its own datagrams proved, and hole punching (NodeInstance+Paths).
-    package internal(set) var paths: MemberPaths
-    var pathCheckAt = MeshInstant.zero
-    /// Birthday rounds with members behind a symmetric NAT (NodeInstance+Birthday).
-    package internal(set) var birthday: BirthdayPunching
     /// What each member speaks (NodeInstance+Versions).
     package internal(set) var versions: PeerVersions
-    var birthdayCheckAt = MeshInstant.zero
     /// What this node carries for others (NodeInstance+Relay).
     package internal(set) var relayService: RelayService
-    /// When we announce ourselves on the LAN, and whom we met there (NodeInstance+LAN).
-    var lanDiscovery: LANDiscovery
+
+    // The node's own state, one part per concern (NodeParts).
+    var keying: KeyState
+    var closing = Closing()
+    var directory: MemberDirectory
+    var waits = CommandWaits()
+    var library = AttachmentLibrary()
+    var fetchTable = FetchTable()
+    var serving: ServingState
+    var receiving: ReceivingState
+    var reachability: Reachability
+    var links: LinkState
 
     package internal(set) var counters = NodeCounters()
     var effects: [NodeEffect] = []
@@ -232,26 +133,23 @@ package struct NodeInstance: Sendable {
     ) {
         var random: any RandomNumberGenerator & Sendable = random
         self.settings = settings
-        identity = boot.identity
-        bootID = boot.bootID
-        authority = Ed25519Authority(identity: boot.identity)
-        ephemeral = boot.ephemeral
-        localAddress = boot.localAddress
-        epochs = restored.epochs
-        remembered = restored.remembered
-        codec = DatagramCodec(
+        self.boot = boot
+        let codec = DatagramCodec(
             session: restored.epochs.current, localID: boot.identity.nodeID,
             localBootID: boot.bootID, configuration: settings.wire)
+        keying = KeyState(epochs: restored.epochs, codec: codec)
         for secret in restored.epochs.previousSecrets {
-            earlierCodecs[secret.sessionID] = DatagramCodec(
+            keying.earlierCodecs[secret.sessionID] = DatagramCodec(
                 session: secret, localID: boot.identity.nodeID,
                 localBootID: boot.bootID, configuration: settings.wire)
         }
+        directory = MemberDirectory(remembered: restored.remembered)
         let record = MemberRecord(
             signingKey: boot.identity.publicKey, name: boot.name,
             addresses: Array(boot.addresses.prefix(MemberRecord.maxAddresses)),
             incarnation: restored.remembered.incarnation + 1, bootID: boot.bootID,
             ephemeralKey: boot.ephemeral.publicKey, relays: settings.relay.enabled)
+        let authority = Ed25519Authority(identity: boot.identity)
         membership = MembershipInstance(
             record: record, authority: authority, settings: settings.membership,
             datagramBudget: codec.maxHelloPayload, seed: random.next(), now: now)
@@ -264,36 +162,67 @@ package struct NodeInstance: Sendable {
             seed: random.next(), now: now)
         journal.restore(restored.operations)
         transfer = TransferScheduler(settings: settings.transfer, seed: random.next())
-        seeding = SeedingPolicy(settings: settings.seeding)
-        assembler = ChunkAssembler(settings: .init(pieceSize: codec.maxPairwisePayload - ChunkPiece.overhead))
-        recentChunks = RecentChunks(capacity: settings.recentChunkCapacity)
-        downlink = DownlinkController(settings: settings.downlink)
+        serving = ServingState(
+            recentChunks: RecentChunks(capacity: settings.recentChunkCapacity),
+            seeding: SeedingPolicy(settings: settings.seeding))
+        receiving = ReceivingState(
+            downlink: DownlinkController(settings: settings.downlink),
+            assembler: ChunkAssembler(settings: .init(pieceSize: codec.maxPairwisePayload - ChunkPiece.overhead)))
         // A path falls back to what every datagram we send unasked fits in.
         var pathSettings = settings.pathMTU
         pathSettings.base = settings.wire.maxDatagramSize
-        pathMTU = PathMTUDiscovery(settings: pathSettings)
-        addressDiscovery = AddressDiscovery(
-            local: boot.addresses + (boot.localAddress.map { [$0] } ?? []),
-            settings: settings.addressDiscovery)
-        addressEchoes = AddressEchoes(settings: settings.addressEchoes)
-        paths = MemberPaths(settings: settings.paths)
-        birthday = BirthdayPunching(settings: settings.birthday)
+        links = LinkState(
+            paths: MemberPaths(settings: settings.paths), birthday: BirthdayPunching(settings: settings.birthday),
+            pathMTU: PathMTUDiscovery(settings: pathSettings))
+        reachability = Reachability(
+            discovery: AddressDiscovery(
+                local: boot.addresses + (boot.localAddress.map { [$0] } ?? []),
+                settings: settings.addressDiscovery),
+            echoes: AddressEchoes(settings: settings.addressEchoes),
+            lan: LANDiscovery(settings: settings.lanDiscovery, now: now))
         versions = PeerVersions(settings: settings.versions, ours: settings.spokenVersions)
         relayService = RelayService(settings: settings.relay)
-        lanDiscovery = LANDiscovery(settings: settings.lanDiscovery, now: now)
         self.random = random
         // Only what the journal holds now: a manifest left over from a removed attachment is not ours.
         let state = journal.state
         let present = restored.manifests.filter { state.hasContent($0.id) }
-        complete = restored.complete.intersection(present.map(\.id))
-        knownHeld = restored.held
-        manifestTable = ManifestTable(present)
-        collectsAtStart = restored.logIsWhole
+        library.complete = restored.complete.intersection(present.map(\.id))
+        library.knownHeld = restored.held
+        library.manifestTable = ManifestTable(present)
+        library.collectsAtStart = restored.logIsWhole
     }
+
+    package var identity: NodeIdentity { boot.identity }
+    package var bootID: UInt64 { boot.bootID }
+    var ephemeral: EphemeralKeyPair { boot.ephemeral }
+    var localAddress: PeerAddress? { boot.localAddress }
+    var authority: Ed25519Authority { Ed25519Authority(identity: boot.identity) }
+
+    // Read by the drivers, status and tests; the core works on the parts in place.
+    package var epochs: KeyEpochs { keying.epochs }
+    package var codec: DatagramCodec { keying.codec }
+    package var remembered: RememberedMembers { directory.remembered }
+    /// The manifests this node knows, by attachment id.
+    package var manifests: [SHA256Digest: Manifest] { library.manifestTable.byID }
+    /// Where each known chunk sits (one place is enough for the seeding rule).
+    var chunkLocations: [SHA256Digest: ChunkRef] { library.manifestTable.locations }
+    /// Attachments whose every chunk is stored (and durable).
+    package var complete: Set<SHA256Digest> { library.complete }
+    package var fetches: [SHA256Digest: Fetch] { fetchTable.fetches }
+    package var seeding: SeedingPolicy { serving.seeding }
+    package var pacer: PiecePacer { serving.pacer }
+    package var assembler: ChunkAssembler { receiving.assembler }
+    package var downlink: DownlinkController { receiving.downlink }
+    package var savedPaths: SavedPathCapacities { receiving.savedPaths }
+    package var pathMTU: PathMTUDiscovery { links.pathMTU }
+    package var paths: MemberPaths { links.paths }
+    package var birthday: BirthdayPunching { links.birthday }
+    package var addressDiscovery: AddressDiscovery { reachability.discovery }
+    package var manifestTable: ManifestTable { library.manifestTable }
 
     package var localID: NodeID { identity.nodeID }
     /// The current key epoch's secret.
-    package var session: SessionSecret { epochs.current }
+    package var session: SessionSecret { keying.epochs.current }
 
     // MARK: inputs
 
@@ -302,21 +231,21 @@ package struct NodeInstance: Sendable {
     /// resumes replication.
     package mutating func start(seeds given: [PeerAddress], now: MeshInstant) {
         // First of all requests: nothing is being ingested or fetched yet.
-        if collectsAtStart {
+        if library.collectsAtStart {
             store(
                 .collectUnreferenced(keeping: journal.state.presentContents.compactMap { manifests[$0] }),
                 .startupCollection)
         }
         let own = Set(membership.me.addresses + (localAddress.map { [$0] } ?? []))
         let seeds = rememberSeeds(given)
-        let all = Set(seeds + remembered.addresses).subtracting(own).sorted()
-        let excluded = membership.exclude(epochs.removed, now: now)
+        let all = Set(seeds + directory.remembered.addresses).subtracting(own).sorted()
+        let excluded = membership.exclude(keying.epochs.removed, now: now)
         apply(excluded, now: now)
         let joining = membership.join(all, now: now)
         apply(joining, now: now)
         phase = all.isEmpty ? .running : .joining
-        if phase == .joining { joinWait = JoinWait(since: now, noticeAt: now + settings.joinWaitingNotice) }
-        remembered.incarnation = membership.me.incarnation
+        if phase == .joining { directory.joinWait = JoinWait(since: now, noticeAt: now + settings.joinWaitingNotice) }
+        directory.remembered.incarnation = membership.me.incarnation
         saveRemembered()
         announceHoldings(now: now)
         replicate(now: now)
@@ -331,7 +260,7 @@ package struct NodeInstance: Sendable {
         guard phase.isActive else { return false }
         counters.datagramsReceived += 1
         counters.bytesReceived += UInt64(datagram.readableBytes)
-        switch codec.open(datagram) {
+        switch keying.codec.open(datagram) {
         case .failure(.foreign):
             receiveEarlierEpoch(datagram, from: address, now: now)
             return false
@@ -340,9 +269,9 @@ package struct NodeInstance: Sendable {
             if logs(.trace) { log(.trace, "dropped datagram", ["reason": reason.rawValue, "from": "\(address)"]) }
             return false
         case let .success(opened):
-            if ending != nil { answerWithEnd(opened, size: datagram.readableBytes, from: address, now: now) }
+            if closing.ending != nil { answerWithEnd(opened, size: datagram.readableBytes, from: address, now: now) }
             route(opened, size: datagram.readableBytes, from: address, now: now)
-            if joinWait != nil, phase == .running {
+            if directory.joinWait != nil, phase == .running {
                 endJoinWait(sender: opened.header.sender, address: address, now: now)
             }
             return true
@@ -398,8 +327,8 @@ package struct NodeInstance: Sendable {
                 guard settings.knowsVersionFrames else { return counters.countDrop(.malformed) }
                 receiveVersion(announcement, header: datagram.header)
             }
-            if provenHolders.contains(sender) {
-                downlink.onDatagram(
+            if receiving.provenHolders.contains(sender) {
+                receiving.downlink.onDatagram(
                     from: sender, packetNumber: datagram.header.packetNumber,
                     carriesPiece: datagram.frames.contains { if case .chunkPiece = $0 { true } else { false } })
             }
@@ -434,55 +363,24 @@ package struct NodeInstance: Sendable {
         apply(acks, now: now)
     }
 
-    /// Timers: probes, retransmissions, anti-entropy, fetch and transfer deadlines, beacons.
+    /// Timers (`NodeTimer`): every one, each acting only when its time has come.
     package mutating func tick(now: MeshInstant) {
         guard phase.isActive else { return }
-        let membershipTick = membership.onTick(now: now)
-        apply(membershipTick, now: now)
-        let deliveryTick = delivery.onTick(now: now)
-        apply(deliveryTick, now: now)
-        let journalTick = journal.onTick(now: now)
-        apply(journalTick, now: now)
-        fetchTick(now: now)
-        releasePieces(now: now)
-        sendEpochBeacons(now: now)
-        retryJournalBacklog(now: now)
-        advanceHandover(now: now)
-        endingTick(now: now)
-        pingTick(now: now)
-        pathsTick(now: now)
-        birthdayTick(now: now)
-        versionsTick(now: now)
-        lanTick(now: now)
-        joinTick(now: now)
+        for timer in NodeTimer.order { fire(timer, now: now) }
         // The relay's budget measures our links by our own transfers, relaying or not.
         relayService.observe(ownTransfers, now: now)
-        if rememberedDirty { saveRemembered() }
+        if directory.rememberedDirty { saveRemembered() }
     }
 
-    /// When `tick` must run next. Only deadlines `tick` acts on: one it leaves in the past would
-    /// make a driver's timer fire without pause.
+    /// When `tick` must run next: the earliest timer. Only deadlines `tick` acts on: one it
+    /// leaves in the past would make a driver's timer fire without pause.
     package var nextDeadline: MeshInstant? {
         guard phase.isActive else { return nil }
-        var deadline = membership.nextDeadline
-        func consider(_ instant: MeshInstant?) {
-            if let instant { deadline = min(deadline, instant) }
+        var earliest: MeshInstant?
+        for timer in NodeTimer.order {
+            if let deadline = deadline(of: timer), earliest.map({ deadline < $0 }) ?? true { earliest = deadline }
         }
-        consider(delivery.nextDeadline)
-        consider(journal.nextDeadline)
-        consider(fetchDeadline)
-        consider(pacer.nextDeadline)
-        consider(epochBeaconAt)
-        consider(journalBacklogRetryAt)
-        consider(handoverDeadline)
-        consider(ending?.until)
-        consider(pingDeadline)
-        consider(pathsDeadline)
-        consider(birthday.nextDeadline)
-        consider(versions.nextDeadline)
-        consider(lanDeadline)
-        consider(joinNoticeDeadline)
-        return deadline
+        return earliest
     }
 
     /// `nextDeadline`, read in place. A driver keeps its instance in a class, and a getter too
@@ -493,14 +391,14 @@ package struct NodeInstance: Sendable {
 
     /// The driver's send queue filled (false) or drained (true).
     package mutating func setWritable(_ writable: Bool) {
-        self.writable = writable
+        serving.writable = writable
     }
 
     /// A command from the user or the application.
     package mutating func handle(_ command: NodeCommand, request: RequestID, now: MeshInstant) {
         guard phase.isActive else { return complete(request, .failure(.stopped)) }
-        if let ending {
-            if case .end = command { self.ending?.requests.append(request); return }
+        if let ending = closing.ending {
+            if case .end = command { self.closing.ending?.requests.append(request); return }
             return complete(request, .failure(.sessionEnded(by: ending.statement.author)))
         }
         switch command {
@@ -584,25 +482,25 @@ package struct NodeInstance: Sendable {
         guard phase != .stopped else { return }
         phase = .stopped
         saveRemembered()
-        for (_, pending) in pendingSends.sorted(by: { $0.key < $1.key }) {
+        for (_, pending) in waits.sends.sorted(by: { $0.key < $1.key }) {
             complete(pending.request, .failure(.stopped))
         }
-        pendingSends = [:]
-        for (_, waiters) in loadWaiters.sorted(by: { $0.key < $1.key }) {
+        waits.sends = [:]
+        for (_, waiters) in fetchTable.loadWaiters.sorted(by: { $0.key < $1.key }) {
             for waiter in waiters { failLoad(waiter, .stopped) }
         }
-        loadWaiters = [:]
-        fetches = [:]
-        if let pendingRemoval { complete(pendingRemoval, .failure(.stopped)) }
-        pendingRemoval = nil
-        for request in handover?.requests ?? [] { complete(request, .failure(.stopped)) }
-        handover = nil
-        for request in ending?.requests ?? [] { complete(request, .failure(.stopped)) }
-        for (_, pending) in pendingPings.sorted(by: { $0.key < $1.key }) {
+        fetchTable.loadWaiters = [:]
+        fetchTable.fetches = [:]
+        if let pendingRemoval = keying.pendingRemoval { complete(pendingRemoval, .failure(.stopped)) }
+        keying.pendingRemoval = nil
+        for request in closing.handover?.requests ?? [] { complete(request, .failure(.stopped)) }
+        closing.handover = nil
+        for request in closing.ending?.requests ?? [] { complete(request, .failure(.stopped)) }
+        for (_, pending) in waits.pings.sorted(by: { $0.key < $1.key }) {
             complete(pending.request, .failure(.stopped))
         }
-        pendingPings = [:]
-        ending = nil
+        waits.pings = [:]
+        closing.ending = nil
     }
 
     /// Hands every effect made since the last call to the driver, oldest first. `buffer` should
@@ -651,24 +549,25 @@ package struct NodeInstance: Sendable {
     /// it is relayed), or to `address` exactly.
     mutating func sendPairwise(_ frames: [Frame], to peer: NodeID, address: PeerAddress? = nil) {
         guard mayCarry(frames, to: peer) else { return }
-        if address == nil, let relay = paths.relay(of: peer) {
-            guard let datagram = codec.seal(frames, to: peer) else { return }
+        if address == nil, let relay = links.paths.relay(of: peer) {
+            guard let datagram = keying.codec.seal(frames, to: peer) else { return }
             return sendThroughRelay(datagram, to: peer, via: relay, kind: TrafficKind(pairwise: frames))
         }
-        guard let address = address ?? peerAddresses[peer], let datagram = codec.seal(frames, to: peer) else { return }
+        guard let address = address ?? directory.addresses[peer], let datagram = keying.codec.seal(frames, to: peer)
+        else { return }
         transmit(datagram, to: address, kind: TrafficKind(pairwise: frames))
     }
 
     /// A datagram of `frames` under our pairwise key for `peer`, with the next packet number,
     /// for a test to send as it likes (a hostile member's frames).
     package mutating func sealPairwise(_ frames: [Frame], to peer: NodeID) -> ByteBuffer? {
-        codec.seal(frames, to: peer)
+        keying.codec.seal(frames, to: peer)
     }
 
     /// Frames for anyone holding the session's hello key, meant for `recipient` when it is named
     /// (through its relay, while it is relayed and `address` is where it is known).
     mutating func sendHello(_ frames: [Frame], to address: PeerAddress, recipient: NodeID? = nil) {
-        let datagram = codec.sealHello(frames, nonce: randomNonce())
+        let datagram = keying.codec.sealHello(frames, nonce: randomNonce())
         if let recipient, let relay = relay(for: recipient, meaning: address) {
             return sendThroughRelay(datagram, to: recipient, via: relay, kind: TrafficKind(hello: frames))
         }
