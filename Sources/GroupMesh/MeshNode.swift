@@ -494,7 +494,7 @@ package actor MeshNode {
         let authenticated = core.handle(datagram: datagram, from: address, now: instant)
         // Only a datagram the core opened moves a route: a forged source moves nothing.
         if authenticated, let route { traversalHeard(route) }
-        if core.hasEffects { runEffects() }
+        runEffects()
         if relayAsks != relayAsksBefore { relayCPU.relayed(since: cpuBefore, now: instant) }
         return authenticated
     }
@@ -541,13 +541,15 @@ package actor MeshNode {
 
     /// Carries out what the core asked, in order: the only place where its effects happen.
     func runEffects() {
+        // Nothing to do is the common case after a datagram (an acknowledgement waits for the
+        // end of the read batch): asked by draining, which copies nothing.
+        guard core.drainEffects(into: &drained) else { return }
         runningEffects = true
         defer { runningEffects = false }
         var wrote = false, viewChanged = false, attachmentsChanged = false
         // The departure is among these effects: the sockets close only once it is written.
         if core.phase == .leaving { trackLastWrite = true }
-        while core.hasEffects {
-            core.drainEffects(into: &drained)
+        repeat {
             for effect in drained {
                 switch effect {
                 case let .send(datagram, address):
@@ -620,7 +622,7 @@ package actor MeshNode {
                 }
             }
             drained.removeAll(keepingCapacity: true)
-        }
+        } while core.drainEffects(into: &drained)
         if wrote { channel.flush() }
         if birthday.routesWritten { flushBirthdayRoutes() }
         // Left without a command of ours (another member ended the session): stop once the

@@ -321,8 +321,7 @@ package final class SimNode: SimulatedProcess {
 
     /// Carries out the core's effects until it has none.
     private func drive() {
-        while core.hasEffects {
-            core.drainEffects(into: &drained)
+        while core.drainEffects(into: &drained) {
             for effect in drained { run(effect) }
             drained.removeAll(keepingCapacity: true)
             if storage.conditions.delay == nil {

@@ -12,16 +12,17 @@ package struct ManifestTable: Sendable {
 
     /// The table of `manifests` (the first of two with one id counts).
     init(_ manifests: some Sequence<Manifest>) {
-        for manifest in manifests where byID[manifest.id] == nil { insert(manifest) }
+        for manifest in manifests { insert(manifest) }
     }
 
     package subscript(id: SHA256Digest) -> Manifest? { byID[id] }
 
     mutating func insert(_ manifest: Manifest) {
         // An id names the manifest's bytes: one already here is this one.
-        guard byID[manifest.id] == nil else { return }
-        byID[manifest.id] = manifest
-        index(manifest)
+        let id = manifest.id
+        guard byID[id] == nil else { return }
+        byID[id] = manifest
+        index(manifest, id: id)
     }
 
     mutating func remove(_ id: SHA256Digest) {
@@ -32,16 +33,18 @@ package struct ManifestTable: Sendable {
 
     func location(of chunk: SHA256Digest) -> ChunkRef? { locations[chunk] }
 
-    private mutating func index(_ manifest: Manifest) {
+    /// `id` is the manifest's, hashed once by the caller: `Manifest.id` hashes the whole
+    /// manifest on every read.
+    private mutating func index(_ manifest: Manifest, id: SHA256Digest) {
         for (index, digest) in manifest.chunks.enumerated() where locations[digest] == nil {
-            locations[digest] = ChunkRef(attachment: manifest.id, index: index)
+            locations[digest] = ChunkRef(attachment: id, index: index)
         }
     }
 
     private mutating func reindex() {
         locations = [:]
         for id in byID.keys.sorted() {
-            if let manifest = byID[id] { index(manifest) }
+            if let manifest = byID[id] { index(manifest, id: id) }
         }
     }
 }

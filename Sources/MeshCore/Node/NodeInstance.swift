@@ -503,13 +503,16 @@ package struct NodeInstance: Sendable {
         closing.ending = nil
     }
 
-    /// Hands every effect made since the last call to the driver, oldest first. `buffer` should
-    /// be empty; the two arrays swap, so neither is reallocated in steady state.
-    package mutating func drainEffects(into buffer: inout [NodeEffect]) {
+    /// Hands every effect made since the last call to the driver, oldest first, and says whether
+    /// there was any. `buffer` should be empty; the two arrays swap, so neither is reallocated in
+    /// steady state. A driver asks here, not through a getter: a getter of this struct, called on
+    /// a class's stored property from another module, is handed a copy of the whole instance (a
+    /// retain and a release of every table it holds) on every datagram.
+    @discardableResult
+    package mutating func drainEffects(into buffer: inout [NodeEffect]) -> Bool {
         swap(&effects, &buffer)
+        return !buffer.isEmpty
     }
-
-    package var hasEffects: Bool { !effects.isEmpty }
 
     // MARK: effects
 
