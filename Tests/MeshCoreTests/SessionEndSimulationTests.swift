@@ -30,9 +30,12 @@ struct SessionEndSimulationTests {
                 delay: .milliseconds(3), jitter: .milliseconds(2),
                 lossProbability: loss))
         let ender = mesh.node(SimAddress(Int(seed % 6)))
-        ender.plan(at: .zero + .seconds(6)) { $0.end() }
-        mesh.simulator.run(until: .zero + .seconds(6))
+        // Formed first: at 20% loss a joiner whose first tries are lost waits a few seconds more.
+        mesh.simulator.run(until: .zero + .seconds(30), checkEvery: .milliseconds(250)) { _ in
+            mesh.all.allSatisfy { $0.activeMemberIDs.count == 5 }
+        }
         #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 5 }, "\(replay): the mesh never formed")
+        ender.plan(at: mesh.simulator.now + .milliseconds(100)) { $0.end() }
         mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(500)) { _ in
             mesh.all.allSatisfy { $0.core.phase == .stopped }
         }

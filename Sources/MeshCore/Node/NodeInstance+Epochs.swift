@@ -339,6 +339,32 @@ extension NodeInstance {
             }
             return
         }
+        guard ours != nil else {
+            // Out of our current epoch, and we took no rotation out of it yet: one that keeps us
+            // may still come (its handover lost or late) and win over this one. Held until then.
+            if keying.heldRemovalNotice == nil {
+                keying.heldRemovalNotice = (rotation, now + settings.removalNoticeHold)
+                log(
+                    .notice, "told of this node's removal; waiting for a rotation that keeps it",
+                    ["by": "\(rotation.author)"])
+            }
+            return
+        }
+        stopRemoved(by: rotation.author, now: now)
+    }
+
+    /// A held removal notice's time has come: it stands unless a rotation that keeps us came
+    /// meanwhile and wins over it.
+    mutating func decideHeldRemovalNotice(now: MeshInstant) {
+        guard let (rotation, until) = keying.heldRemovalNotice, now >= until else { return }
+        keying.heldRemovalNotice = nil
+        if let ours = keying.epochs.transitions.first(where: { $0.rotation.previousSession == rotation.previousSession }
+        ),
+            !KeyEpochs.wins(rotation, over: ours.rotation)
+        {
+            log(.notice, "a removal notice lost to the rotation that keeps this node", ["by": "\(rotation.author)"])
+            return
+        }
         stopRemoved(by: rotation.author, now: now)
     }
 

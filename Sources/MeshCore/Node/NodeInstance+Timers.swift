@@ -20,6 +20,8 @@ enum NodeTimer: Sendable, CaseIterable {
     case leaveHandover
     /// The grace of an ending session.
     case ending
+    /// A notice of our removal, held for a rotation that keeps us.
+    case removalNotice
     /// `ping` commands waiting for their answer.
     case ping
     /// Path checks and hole punching.
@@ -50,6 +52,7 @@ extension NodeInstance {
         case .journalBacklog: library.backlogRetryAt
         case .leaveHandover: handoverDeadline
         case .ending: closing.ending?.until
+        case .removalNotice: keying.heldRemovalNotice?.until
         case .ping: pingDeadline
         case .paths: pathsDeadline
         case .birthday: links.birthday.nextDeadline
@@ -76,6 +79,7 @@ extension NodeInstance {
         case .journalBacklog: retryJournalBacklog(now: now)
         case .leaveHandover: advanceHandover(now: now)
         case .ending: endingTick(now: now)
+        case .removalNotice: decideHeldRemovalNotice(now: now)
         case .ping: pingTick(now: now)
         case .paths: pathsTick(now: now)
         case .birthday: birthdayTick(now: now)

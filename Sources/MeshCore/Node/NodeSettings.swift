@@ -110,6 +110,9 @@ package struct NodeSettings: Sendable {
     /// After an epoch change: beacons in the epoch left, how many and how often (PROTOCOL.md §7).
     package var epochBeacons = 10
     package var epochBeaconInterval: Duration = .seconds(1)
+    /// A notice of our removal by a rotation out of our current epoch waits this long for a
+    /// competing rotation that keeps us (a few beacon intervals) before the node stops.
+    package var removalNoticeHold: Duration = .seconds(5)
     /// A node joining through seeds that has heard from no member this long after its start
     /// says so, once (`NodeEvent.waitingForFirstMember`): a wrong invite, a stopped inviter or
     /// a firewall otherwise look like a session that works.
