@@ -181,6 +181,34 @@ struct LeaveHandoverSimulationTests {
         expectClean(mesh, replay)
     }
 
+    @Test(
+        "a leave that waited its bound reports each send per member: delivered to the reachable, not acknowledged by the cut-off"
+    )
+    func leaveReportsUnacknowledgedSendsPerMember() {
+        let mesh = SimMesh(seed: 5, link: LinkConditions(delay: .milliseconds(10)))
+        let sender = mesh.addNode(joiningThrough: [], at: .zero)
+        let reachable = mesh.addNode(joiningThrough: [SimAddress(0)], at: .zero + .milliseconds(50))
+        let cutOff = mesh.addNode(joiningThrough: [SimAddress(0)], at: .zero + .milliseconds(100))
+        mesh.simulator.run(until: .zero + .seconds(5), checkEvery: .milliseconds(100)) { _ in
+            mesh.all.allSatisfy { $0.activeMemberIDs.count == 2 }
+        }
+        // Nothing of the sender's reaches one member, whose own datagrams still come: it stays
+        // alive in the sender's view, and never acknowledges.
+        mesh.simulator.setLink(from: sender.address, to: cutOff.address, LinkConditions(lossProbability: 1))
+        sender.plan(at: mesh.simulator.now + .milliseconds(20)) {
+            $0.sendMessage(Array("last words".utf8), mode: .reliable)
+            $0.leave()
+        }
+        mesh.simulator.run(for: .seconds(12), checkEvery: .milliseconds(100)) { _ in sender.core.phase == .stopped }
+        #expect(sender.core.phase == .stopped, "the sender never left")
+        let request = sender.sentMessages.last?.request
+        #expect(
+            request.flatMap { sender.completions[$0] } == [cutOff.id: .timedOut],
+            "the send ended \(String(describing: request.flatMap { sender.completions[$0] }))")
+        #expect(reachable.reliableReceived[sender.id] == [Array("last words".utf8)])
+        #expect(sender.violations.isEmpty, "\(sender.violations)")
+    }
+
     func expectClean(_ mesh: SimMesh, _ replay: String, sourceLocation: SourceLocation = #_sourceLocation) {
         let problems = mesh.nodeViolations() + mesh.chunkViolations() + mesh.journalViolations()
         #expect(problems.isEmpty, "\(replay): \(problems.prefix(6))", sourceLocation: sourceLocation)

@@ -89,10 +89,12 @@ extension WholeNodeSimulationTests {
         configuration.storage.delay = .milliseconds(5)...(.milliseconds(60))
         var removed: [SimAddress] = []
         let mesh = Self.run(seed: seed, configuration: configuration) { mesh, random in
-            // n0 and n1 remove two of the others at once; the removed add nothing near the end.
+            // n0 and n1 remove two of the others at once; the removed add nothing in their last
+            // eight seconds: an attachment only a removed member held goes with it, and on these
+            // disks, under loss, a fresh one is not always fetched by others within four.
             var others = Array(mesh.nodes[2..<5])
             removed = [others.remove(at: Int(random.next() % 3)), others.remove(at: Int(random.next() % 2))]
-            for address in removed { mesh.node(address).cancelPlans(from: .zero + .seconds(16)) }
+            for address in removed { mesh.node(address).cancelPlans(from: .zero + .seconds(12)) }
             let at = MeshInstant.zero + .seconds(20) + .milliseconds(Int64(random.next() % 20))
             for (remover, member) in zip([SimAddress(0), SimAddress(1)], removed) {
                 Self.remove(member, by: remover, from: at, in: mesh)

@@ -303,12 +303,7 @@ package struct DeliveryInstance: Sendable {
 
     package mutating func onTick(now: MeshInstant) -> [Directive] {
         var out: [Directive] = []
-        for (sendID, outgoing) in sends.sorted(by: { $0.key < $1.key }) where now >= outgoing.deadline {
-            for peer in outgoing.remaining.sorted() {
-                channels[peer]?.sender.abandon(messageID: sendID, now: now)
-                fail(sendID, peer: peer, reason: .timedOut, into: &out)
-            }
-        }
+        giveUp(now: now, into: &out) { now >= $0.deadline }
         for consumer in consumers.expire(now: now) { out.append(.consumerStalled(consumer)) }
         out += applyHold(now: now)
         for peer in peers {
@@ -317,6 +312,26 @@ package struct DeliveryInstance: Sendable {
             out += flush(peer, now: now)
         }
         return out
+    }
+
+    /// A leave's wait is over: every send still waiting gives up on the members that have not
+    /// acknowledged it (`timedOut`), as its own deadline would, rather than failing whole when
+    /// the node stops.
+    package mutating func giveUpAll(now: MeshInstant) -> [Directive] {
+        var out: [Directive] = []
+        giveUp(now: now, into: &out) { _ in true }
+        return out
+    }
+
+    private mutating func giveUp(
+        now: MeshInstant, into out: inout [Directive], where due: (Outgoing) -> Bool
+    ) {
+        for (sendID, outgoing) in sends.sorted(by: { $0.key < $1.key }) where due(outgoing) {
+            for peer in outgoing.remaining.sorted() {
+                channels[peer]?.sender.abandon(messageID: sendID, now: now)
+                fail(sendID, peer: peer, reason: .timedOut, into: &out)
+            }
+        }
     }
 
     /// When `onTick` must run next (nil: nothing is waiting).

@@ -128,6 +128,9 @@ extension NodeInstance {
                     : "leaving before other members held every attachment: some are unavailable",
                 ["attachments": report.unavailable.map(\.hex).joined(separator: ",")])
         }
+        // What is still unacknowledged is reported per member, as a send's own deadline would.
+        let givenUp = delivery.giveUpAll(now: now)
+        apply(givenUp, now: now)
         let departure = membership.leave(now: now)
         apply(departure, now: now)
         phase = .leaving
