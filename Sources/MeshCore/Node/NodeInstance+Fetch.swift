@@ -19,6 +19,9 @@ package struct Fetch: Sendable {
     }
 
     package var stage: Stage
+    /// Holders that answered with a manifest that is not the one asked for: their copy is bad (a
+    /// datagram that opened was sealed by them as it is), so this fetch asks them no more.
+    var badManifestFrom: Set<NodeID> = []
     let startedAt: MeshInstant
     var lastProgress: MeshInstant
     /// Chunks this fetch had to bring (for the "fetched" log line).
@@ -165,7 +168,7 @@ extension NodeInstance {
     /// Asks a holder that was not asked yet (else any) for the manifest, or waits for one.
     private mutating func askForManifest(_ id: SHA256Digest, now: MeshInstant) {
         guard case .manifest(let deadline, var tried, _, _) = fetchTable.fetches[id]?.stage else { return }
-        let candidates = (holders(of: id) + transfer.peersWithChunks(of: id)).filter { $0 != localID }
+        let candidates = manifestCandidates(id)
         let fresh = candidates.filter { !tried.contains($0) }
         let pool = fresh.isEmpty ? candidates : fresh
         guard !pool.isEmpty else {
@@ -177,6 +180,13 @@ extension NodeInstance {
         let answerBy = now + settings.manifestRequestTimeout
         fetchTable.fetches[id]?.stage = .manifest(deadline: deadline, tried: tried, asking: holder, answerBy: answerBy)
         sendJournal(.chunkRequest(id), to: holder, now: now)
+    }
+
+    /// Who may be asked for a fetch's manifest: the holders known, but not those whose copy
+    /// proved bad (until another holder is known, the fetch waits for one).
+    private func manifestCandidates(_ id: SHA256Digest) -> [NodeID] {
+        let bad = fetchTable.fetches[id]?.badManifestFrom ?? []
+        return (holders(of: id) + transfer.peersWithChunks(of: id)).filter { $0 != localID && !bad.contains($0) }
     }
 
     /// `member` is suspect or gone: a manifest asked of it is asked elsewhere now, not after
@@ -192,6 +202,7 @@ extension NodeInstance {
     mutating func manifestAnswer(_ digest: SHA256Digest, bytes: [UInt8]?, from peer: NodeID, now: MeshInstant) {
         guard case .manifest(_, _, let asking, _) = fetchTable.fetches[digest]?.stage, asking == peer else { return }
         guard let bytes, SHA256Digest.hashing(bytes) == digest, let manifest = try? Manifest(decoding: bytes) else {
+            if bytes != nil { fetchTable.fetches[digest]?.badManifestFrom.insert(peer) }
             return manifestRetry(digest, now: now)
         }
         fetchTable.fetches[digest]?.stage = .storingManifest(manifest)
@@ -206,7 +217,7 @@ extension NodeInstance {
         if now >= deadline {
             return finishFetch(id, .failure(.manifestUnavailable(id)), now: now)
         }
-        let candidates = (holders(of: id) + transfer.peersWithChunks(of: id)).filter { $0 != localID }
+        let candidates = manifestCandidates(id)
         if !candidates.isEmpty, candidates.allSatisfy(tried.contains) {
             let nextRound = now + settings.manifestRoundPause
             fetchTable.fetches[id]?.stage = .manifest(deadline: deadline, tried: [], asking: nil, answerBy: nextRound)
