@@ -6,6 +6,7 @@
 import CMeshSystem
 import MeshCore
 import MeshCrypto
+import NIOCore
 
 /// Chunks on disk, named by their SHA-256, so identical chunks are stored once. A chunk is
 /// appended to a pack file (`chunks/0000000000000001.pack`, see `PackFormat`) instead of a file
@@ -127,25 +128,51 @@ package final class ChunkStore {
     /// The chunk's bytes, verified (unless `trustingRecentWrites` and this process wrote it
     /// lately, hashing it then). A chunk that fails verification is deleted and reported.
     package func read(_ digest: SHA256Digest, trustingRecentWrites: Bool = false) throws(MeshStoreError) -> [UInt8] {
+        try verifiedRead(
+            digest, trustingRecentWrites: trustingRecentWrites,
+            loose: { path throws(MeshStoreError) in
+                try Self.readFile(path)
+            }, packed: { FileIO.readAll($0, count: $1, at: $2) }, hash: { SHA256Digest.hashing($0) })
+    }
+
+    /// `read` into a buffer of its own, for serving: the pieces sent are views of it.
+    package func readBuffer(
+        _ digest: SHA256Digest, trustingRecentWrites: Bool = false, allocator: ByteBufferAllocator = .init()
+    ) throws(MeshStoreError) -> ByteBuffer {
+        try verifiedRead(
+            digest, trustingRecentWrites: trustingRecentWrites,
+            loose: { path throws(MeshStoreError) in
+                try Self.readFile(path, allocator: allocator)
+            }, packed: { FileIO.readAll($0, count: $1, at: $2, allocator: allocator) },
+            hash: { $0.withUnsafeReadableBytes { SHA256Digest.hashing($0) } })
+    }
+
+    /// Where a chunk is, read by `loose` (its file) or `packed` (descriptor, length, offset), and
+    /// checked against its name by `hash` unless this process wrote it lately.
+    private func verifiedRead<Bytes>(
+        _ digest: SHA256Digest, trustingRecentWrites: Bool,
+        loose: (String) throws(MeshStoreError) -> Bytes?, packed: (Int32, Int, Int64) -> Bytes?,
+        hash: (Bytes) -> SHA256Digest
+    ) throws(MeshStoreError) -> Bytes {
         guard let location = index[digest] else { throw .notFound(digest) }
-        let bytes: [UInt8]
+        let bytes: Bytes
         switch location {
         case .loose:
-            guard let found = try Self.readFile(finalPath(digest)) else {
+            guard let found = try loose(finalPath(digest)) else {
                 index[digest] = nil
                 throw .notFound(digest)
             }
             bytes = found
         case let .packed(pack, offset, length):
             let fd = try descriptor(pack)
-            guard let found = FileIO.readAll(fd, count: length, at: offset + Int64(PackFormat.recordHeaderSize)) else {
+            guard let found = packed(fd, length, offset + Int64(PackFormat.recordHeaderSize)) else {
                 try? remove(digest)
                 throw .corrupt(digest)
             }
             bytes = found
         }
         if trustingRecentWrites, recentWrites.contains(digest) { return bytes }
-        guard SHA256Digest.hashing(bytes) == digest else {
+        guard hash(bytes) == digest else {
             try? remove(digest)
             throw .corrupt(digest)
         }
@@ -673,6 +700,25 @@ package final class ChunkStore {
         // A file that shrank under us: what was read (no copy of a whole chunk otherwise).
         if total < bytes.count { bytes.removeSubrange(total...) }
         return bytes
+    }
+
+    /// `readFile` into a buffer of its own.
+    static func readFile(_ file: String, allocator: ByteBufferAllocator) throws(MeshStoreError) -> ByteBuffer? {
+        let fd = open(file, O_RDONLY | O_CLOEXEC)
+        if fd < 0 {
+            if errno == ENOENT { return nil }
+            throw .io(path: file, reason: errnoText())
+        }
+        defer { close(fd) }
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw .io(path: file, reason: errnoText()) }
+        let size = Int(info.st_size)
+        var buffer = allocator.buffer(capacity: size)
+        // A file that shrank under us: what was read.
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { space in
+            FileIO.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: space[..<size]), at: 0)
+        }
+        return buffer
     }
 
     static func readSmallFile(_ file: String) throws(MeshStoreError) -> String? {

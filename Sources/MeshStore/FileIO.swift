@@ -3,6 +3,7 @@
 #elseif canImport(Darwin)
     import Darwin
 #endif
+import NIOCore
 
 /// Plain file writes with their errno kept (Foundation's `FileHandle` reports a full disk on Linux
 /// as a generic Cocoa error, with the errno out of reach).
@@ -40,18 +41,35 @@ package enum FileIO {
     package static func readAll(_ fd: Int32, count: Int, at offset: Int64) -> [UInt8]? {
         var complete = true
         let bytes = [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
-            initialized = 0
-            while initialized < count {
-                let n = pread(
-                    // safe: count > 0 here
-                    fd, buffer.baseAddress! + initialized, count - initialized, off_t(offset) + off_t(initialized))
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { break }
-                initialized += n
-            }
+            initialized = read(fd, into: UnsafeMutableRawBufferPointer(buffer), at: offset)
             complete = initialized == count
         }
         return complete ? bytes : nil
+    }
+
+    /// `readAll` into a buffer of its own.
+    package static func readAll(
+        _ fd: Int32, count: Int, at offset: Int64, allocator: ByteBufferAllocator
+    ) -> ByteBuffer? {
+        var buffer = allocator.buffer(capacity: count)
+        let read = buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: count) { space in
+            Self.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: space[..<count]), at: offset)
+        }
+        return read == count ? buffer : nil
+    }
+
+    /// Fills `space` from `offset` through short reads and interruptions (a shorter count at the
+    /// end of the file or on an error).
+    package static func read(_ fd: Int32, into space: UnsafeMutableRawBufferPointer, at offset: Int64) -> Int {
+        var done = 0
+        while done < space.count {
+            // safe: space is not empty here
+            let n = pread(fd, space.baseAddress! + done, space.count - done, off_t(offset) + off_t(done))
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            done += n
+        }
+        return done
     }
 
     /// Whether the errno says the disk (or the user's quota) is full.

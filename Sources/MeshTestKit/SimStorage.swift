@@ -1,5 +1,6 @@
 import MeshCore
 import MeshCrypto
+import NIOCore
 
 /// A simulated node's disk, answering the core's storage requests as `AttachmentStore` does on
 /// a real one: chunks in a `SimChunkStore` (verified on write and read), the journal log, the
@@ -87,9 +88,9 @@ package struct SimStorage {
             if conditions.refuseReads { return .success(.read(nil)) }
             if conditions.corruptReads, var bytes = chunks.chunks[digest], !bytes.isEmpty {
                 bytes[bytes.count / 2] ^= 0x55
-                return .success(.read(bytes))
+                return .success(.read(ByteBuffer(bytes: bytes)))
             }
-            return .success(.read(chunks.readDiscardingDamage(digest)))
+            return .success(.read(chunks.readDiscardingDamage(digest).map { ByteBuffer(bytes: $0) }))
         case let .writeChunk(bytes, expected):
             return .success(.written(stored: chunks.write(bytes, expected: expected)))
         case .flush:

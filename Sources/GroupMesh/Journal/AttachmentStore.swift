@@ -49,7 +49,7 @@ actor AttachmentStore {
             case let .readChunk(digest):
                 // Served or exported: a chunk this process hashed on its way in moments ago is
                 // not hashed again (the asker verifies every chunk it gets in any case).
-                return .success(.read(try? chunks.read(digest, trustingRecentWrites: true)))
+                return .success(.read(try? chunks.readBuffer(digest, trustingRecentWrites: true)))
             case let .writeChunk(bytes, expected):
                 switch writeFetched(bytes, expected: expected) {
                 case .stored:

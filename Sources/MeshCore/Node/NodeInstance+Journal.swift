@@ -138,7 +138,7 @@ extension NodeInstance {
     ) {
         guard phase.isActive else { return }
         if case let .success(.read(bytes?)) = result {
-            sendJournal(.chunk(digest, bytes), to: peer, now: now)
+            sendJournal(.chunk(digest, Array(bytes.readableBytesView)), to: peer, now: now)
         } else {
             sendJournal(.noChunk(digest), to: peer, now: now)
         }

@@ -213,7 +213,7 @@ extension NodeInstance {
         let key = ServeBudget.Key(peer: peer, digest: want.digest)
         serving.reads.remove(key)
         guard serving.cancelled.remove(key) == nil, phase.isActive else { return }
-        guard case let .success(.read(bytes?)) = result else {
+        guard case let .success(.read(chunk?)) = result else {
             // A chunk of an attachment we hold whole that cannot be read was damaged on disk (the
             // store discarded it): the attachment is fetched again.
             for id in library.complete.sorted() where manifests[id]?.chunks.contains(want.digest) == true {
@@ -221,7 +221,6 @@ extension NodeInstance {
             }
             return sendPairwise([.chunkAbsent(ChunkAbsent(digest: want.digest, reason: .notHeld))], to: peer)
         }
-        let chunk = ByteBuffer(bytes: bytes)
         serving.recentChunks.insert(chunk, for: want.digest)
         sendPieces(of: chunk, want: want, to: peer, now: now)
     }

@@ -1,4 +1,5 @@
 import MeshCrypto
+import NIOCore
 
 /// Work the core hands to the store. The driver executes requests one at a time in the order
 /// they came (a chunk written before a collect is collected by it; an export queued before a
@@ -48,8 +49,9 @@ package enum StorageRequest: Sendable {
 package enum StorageOutcome: Sendable, Equatable {
     case done
     case ingested(Manifest)
-    /// Nil: not stored, or no longer matching its name.
-    case read([UInt8]?)
+    /// Nil: not stored, or no longer matching its name. A buffer of its own: a served chunk's
+    /// pieces are views of it, sealed straight out of it.
+    case read(ByteBuffer?)
     /// False: the bytes did not hash to the expected digest, and were not stored.
     case written(stored: Bool)
     case inspected(missing: [SHA256Digest])
