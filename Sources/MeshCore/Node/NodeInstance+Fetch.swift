@@ -183,10 +183,14 @@ extension NodeInstance {
     }
 
     /// Who may be asked for a fetch's manifest: the holders known, but not those whose copy
-    /// proved bad (until another holder is known, the fetch waits for one).
+    /// proved bad. When every holder known proved bad, any member not gone (a suspect too): one
+    /// may hold it although we have not heard so yet (its holdings lost on the way), and one that
+    /// does not says so.
     private func manifestCandidates(_ id: SHA256Digest) -> [NodeID] {
         let bad = fetchTable.fetches[id]?.badManifestFrom ?? []
-        return (holders(of: id) + transfer.peersWithChunks(of: id)).filter { $0 != localID && !bad.contains($0) }
+        let known = (holders(of: id) + transfer.peersWithChunks(of: id)).filter { $0 != localID && !bad.contains($0) }
+        guard known.isEmpty, !bad.isEmpty else { return known }
+        return membership.view.dropFirst().filter { !$0.status.isGone && !bad.contains($0.id) }.map(\.id)
     }
 
     /// `member` is suspect or gone: a manifest asked of it is asked elsewhere now, not after
