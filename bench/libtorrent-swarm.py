@@ -5,17 +5,23 @@
     bench/libtorrent-swarm.py --check               # prints version=..., exits 3 without libtorrent
     bench/libtorrent-swarm.py FILE --root DIR [--seeders 3] [--piece-kib 256]
                               [--preset default|high-performance] [--format v1|v2|hybrid]
+                              [--timed-from connected|add]
+    LIBTORRENT_TRACE=1 bench/libtorrent-swarm.py ...  # the leecher's progress and alerts on stderr
 
 Every seeder is a process of its own (this script, `seed` mode) with a session listening on
 127.0.0.1 and its save path under DIR holding a hard link to FILE (a copy where links fail),
 checked before anything is timed. The leecher is a session in this process. No tracker: the
 leecher calls connect_peer for each seeder's port. TCP only (no uTP), no DHT, LSD, UPnP or
 NAT-PMP, protocol encryption off (plaintext), several connections per IP allowed (every peer is
-127.0.0.1). The time runs from adding the torrent to the leecher until every piece passed its hash,
-libtorrent flushed its cache and the file was fsync'd (a GroupMesh `get` syncs its output too).
-Then the file is compared with FILE (not timed). Prints one line:
+127.0.0.1); otherwise libtorrent's defaults (`--preset high-performance`: high_performance_seed).
+The leecher adds the torrent wanting nothing and waits for every seeder's connection (as a
+GroupMesh joiner knows its holders before a `get`); the time runs from wanting the file until
+every piece passed its hash, libtorrent flushed its cache and the file was fsync'd (a GroupMesh
+`get` syncs its output too). `--timed-from add`: from adding the torrent instead, which includes
+libtorrent's wait for its next tick (0.5 s) before it connects. Then the file is compared with
+FILE (not timed). Prints one line (connect: adding the torrent until every seeder was connected):
 
-    seconds=0.512 bytes=104857600 first_piece=0.031 version=2.0.8.0
+    seconds=0.319 bytes=104857600 first_piece=0.043 connect=0.501 version=2.0.8.0
 
 Every wait is bounded; the seeders are stopped and everything made under DIR is removed at the
 end. Needs Debian's python3-libtorrent (`make deps` installs it as root) and its /usr/bin/python3.

@@ -54,8 +54,8 @@ enum TransferPeers {
         return script("tcp-stream.py") == nil ? "bench/tcp-stream.py is missing" : nil
     }
 
-    /// libtorrent moving `file` from `seeders` seeders to one leecher: MiB/s over the time from adding
-    /// the torrent to the leecher until its file is complete, flushed and fsync'd.
+    /// libtorrent moving `file` from `seeders` seeders to one leecher: MiB/s over the time from the
+    /// leecher wanting the file (its seeders connected) until it is complete, flushed and fsync'd.
     static func libtorrent(file: String, seeders: Int) throws -> Double {
         try rate("libtorrent-swarm.py", [file, "--seeders", "\(seeders)"])
     }
