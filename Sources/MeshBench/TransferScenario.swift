@@ -3,8 +3,9 @@ import GroupMesh
 import MeshTestKit
 
 /// Attachments between real release-built `groupmesh` processes on loopback:
-/// a late joiner pulling from 1, 3 and 5 holders with the CPU each side spends per MiB, the same
-/// under 5% loss, the peak memory of joiner and holders, and an upload to a mesh of 10.
+/// a late joiner pulling from 1, 3 and 5 holders with the CPU each side spends per MiB (beside one
+/// TCP stream and libtorrent moving the same file, `TransferPeers`), the same under 5% loss, the
+/// peak memory of joiner and holders, and an upload to a mesh of 10.
 enum TransferScenario {
     static let datagramSize = 1200
 
@@ -32,12 +33,25 @@ enum TransferScenario {
         ]
         var cleanRate = 0.0
         var diskRates: [Double] = []
+        // Real peers moving the same file, each run beside a `get` (TransferPeers).
+        var streamRates: [Double] = [], torrentRates: [Double] = []
+        let streamProblem = TransferPeers.streamProblem(), torrentProblem = TransferPeers.libtorrentProblem()
+        if let streamProblem { print("  the TCP stream row is skipped: \(streamProblem)") }
+        if let torrentProblem { print("  the libtorrent row is skipped: \(torrentProblem)") }
         try warmPageCache(bytes: 2 << 30)
         for holders in [1, 3, 5] {
             var outcomes: [LateJoin] = []
             for _ in 0..<runs {
                 // Measured beside each `get` it is the ceiling of: the disk moves from run to run.
                 if holders == 3 { diskRates.append(try diskRate(writing: payload)) }
+                if holders == 1, streamProblem == nil {
+                    streamRates += TransferPeers.sample("TCP stream") { try TransferPeers.tcpStream(file: file) }
+                }
+                if holders == 3, torrentProblem == nil {
+                    torrentRates += TransferPeers.sample("libtorrent") {
+                        try TransferPeers.libtorrent(file: file, seeders: 3)
+                    }
+                }
                 outcomes.append(try await lateJoiner(holders: holders, file: file, size: size, loss: 0))
             }
             let rate = median(outcomes.map(\.rate))
@@ -48,6 +62,15 @@ enum TransferScenario {
                     figure: rate, unit: "MiB/s", baselineName: rawName, baseline: baseline,
                     goal: holders == 1 ? "≥ 150 MiB/s" : holders == 3 ? "≥ 200 MiB/s" : "-"))
             results += cpuRows(outcomes, holders: holders)
+            if holders == 1, !streamRates.isEmpty {
+                // Both write the file and sync it; the `get` writes it twice (its store, the output).
+                results.append(
+                    BenchResult(
+                        scenario: "late joiner, 1 holder: get wall time ÷ one TCP stream",
+                        figure: median(outcomes.map(\.getRate)), unit: "MiB/s",
+                        baselineName: "one plain TCP stream, loopback, written and synced",
+                        baseline: median(streamRates), goal: "-"))
+            }
             if holders == 3 {
                 // What a user sees: the `get` command from start to the file in place (written and
                 // synced, data dirs on disk), beside the fetch alone.
@@ -56,6 +79,14 @@ enum TransferScenario {
                         scenario: "late joiner, 3 holders: get wall time", figure: median(outcomes.map(\.getRate)),
                         unit: "MiB/s", baselineName: "the fetch alone", baseline: rate,
                         goal: "≥ 200 MiB/s"))
+                if !torrentRates.isEmpty {
+                    results.append(
+                        BenchResult(
+                            scenario: "late joiner, 3 holders: get wall time ÷ libtorrent over TCP",
+                            figure: median(outcomes.map(\.getRate)), unit: "MiB/s",
+                            baselineName: "libtorrent 2.0 over TCP, 3 seeders, loopback",
+                            baseline: median(torrentRates), goal: "≥ 2.5×"))
+                }
                 results.append(
                     BenchResult(
                         scenario: "disk under the data dirs: what a get writes (the file twice), synced",
