@@ -22,9 +22,7 @@ deps:
 	fi
 	@# The WAN link emulator (tools/wanlink, WANLink, bench/wan-link-check.sh) and the NAT laboratory
 	@# (NATLab: conntrack expires its routers' mappings) need root anyway: installed only as root, and
-	@# never an error (their tests skip with a reason without these). So is libtorrent, the peer that
-	@# `make bench` measures loopback `get`s beside (bench/libtorrent-swarm.py; without it, that row
-	@# is skipped): Debian's python3-libtorrent, for Debian's /usr/bin/python3.
+	@# never an error (their tests skip with a reason without these).
 	@if [ "$$(id -u)" -eq 0 ]; then \
 		missing=; \
 		pkg-config --exists libnetfilter_queue 2>/dev/null || missing="$$missing libnetfilter-queue-dev"; \
@@ -37,9 +35,8 @@ deps:
 		command -v tmux >/dev/null 2>&1 || missing="$$missing tmux"; \
 		{ command -v miniupnpd && command -v upnpc && command -v natpmpc && command -v nft; } >/dev/null 2>&1 || missing="$$missing miniupnpd miniupnpc natpmpc nftables"; \
 		command -v turnserver >/dev/null 2>&1 || missing="$$missing coturn"; \
-		/usr/bin/python3 -c 'import libtorrent' >/dev/null 2>&1 || missing="$$missing python3-libtorrent"; \
 		if [ -n "$$missing" ]; then \
-			echo "WAN link emulator, NAT laboratory and libtorrent: installing$$missing"; \
+			echo "WAN link emulator and NAT laboratory: installing$$missing"; \
 			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; } \
 				|| echo "warning: could not install$$missing; the tests and bench rows that need them will be skipped"; \
 		fi; \
@@ -90,7 +87,15 @@ docs-check:
 		--fallback-bundle-identifier org.groupmesh.GroupMesh --warnings-as-errors
 	@echo "documentation built: .build/docs"
 
+# libtorrent, the peer the loopback `get`s are measured beside (bench/libtorrent-swarm.py; without
+# it that row is skipped): Debian's python3-libtorrent, for Debian's /usr/bin/python3, installed
+# here as root (only the bench uses it), on its own so that its absence costs nothing else.
 bench: deps
+	@if [ "$$(id -u)" -eq 0 ] && ! /usr/bin/python3 -c 'import libtorrent' >/dev/null 2>&1; then \
+		echo "libtorrent for the bench's peer row: installing python3-libtorrent"; \
+		DEBIAN_FRONTEND=noninteractive timeout 600 apt-get install -y -qq python3-libtorrent \
+			|| echo "warning: could not install python3-libtorrent; the libtorrent row will be skipped"; \
+	fi
 	$(SWIFT) build -c release $(SWIFT_FLAGS)
 	QUICK=$(QUICK) .build/release/MeshBench
 

@@ -254,19 +254,22 @@ def swarm(args):
                 child.wait(STOP_TIMEOUT)
             except (OSError, subprocess.TimeoutExpired):
                 child.kill()
-                child.wait(STOP_TIMEOUT)
+                try:
+                    child.wait(STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    pass  # killed; the next seeder and the clean-up still run
         shutil.rmtree(work, ignore_errors=True)
 
 
 def main():
     if len(sys.argv) > 1 and sys.argv[1] == "--check":
         if lt is None:
-            print("python3-libtorrent is missing (make deps installs it as root)", file=sys.stderr)
+            print("python3-libtorrent is missing (make bench installs it as root)", file=sys.stderr)
             sys.exit(3)
         print(f"version={lt.__version__}")
         return
     if lt is None:
-        print("python3-libtorrent is missing (make deps installs it as root)", file=sys.stderr)
+        print("python3-libtorrent is missing (make bench installs it as root)", file=sys.stderr)
         sys.exit(3)
     if len(sys.argv) > 1 and sys.argv[1] == "seed":
         parser = argparse.ArgumentParser(prog="libtorrent-swarm.py seed")

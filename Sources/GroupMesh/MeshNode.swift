@@ -542,8 +542,9 @@ package actor MeshNode {
     /// Carries out what the core asked, in order: the only place where its effects happen.
     func runEffects() {
         // Nothing to do is the common case after a datagram (an acknowledgement waits for the
-        // end of the read batch): asked by draining, which copies nothing.
-        guard core.drainEffects(into: &drained) else { return }
+        // end of the read batch): asked by draining, which copies nothing. A core left leaving
+        // without a datagram to write (nobody to tell) must still be stopped.
+        guard core.drainEffects(into: &drained) else { return stopIfLeft() }
         runningEffects = true
         defer { runningEffects = false }
         var wrote = false, viewChanged = false, attachmentsChanged = false
@@ -625,15 +626,7 @@ package actor MeshNode {
         } while core.drainEffects(into: &drained)
         if wrote { channel.flush() }
         if birthday.routesWritten { flushBirthdayRoutes() }
-        // Left without a command of ours (another member ended the session): stop once the
-        // departure is written.
-        if core.phase == .leaving, !departing {
-            departing = true
-            Task {
-                if let lastWrite = self.lastWrite { try? await lastWrite.get() }
-                await self.stop()
-            }
-        }
+        stopIfLeft()
         if viewChanged, !viewSubscribers.isEmpty { viewSubscribers.yield(core.members) }
         if attachmentsChanged, !attachmentSubscribers.isEmpty { attachmentSubscribers.yield(attachmentList()) }
         if attachmentsChanged {
@@ -644,6 +637,17 @@ package actor MeshNode {
                 )
             }
             publish(eventFeed.attachmentsChanged(list, now: Date()))
+        }
+    }
+
+    /// Left without a command of ours (another member ended the session): stop once the
+    /// departure is written.
+    private func stopIfLeft() {
+        guard core.phase == .leaving, !departing else { return }
+        departing = true
+        Task {
+            if let lastWrite = self.lastWrite { try? await lastWrite.get() }
+            await self.stop()
         }
     }
 

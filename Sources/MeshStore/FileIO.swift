@@ -63,8 +63,8 @@ package enum FileIO {
     package static func read(_ fd: Int32, into space: UnsafeMutableRawBufferPointer, at offset: Int64) -> Int {
         var done = 0
         while done < space.count {
-            // safe: space is not empty here
-            let n = pread(fd, space.baseAddress! + done, space.count - done, off_t(offset) + off_t(done))
+            guard let base = space.baseAddress else { break }
+            let n = pread(fd, base + done, space.count - done, off_t(offset) + off_t(done))
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { break }
             done += n

@@ -37,6 +37,7 @@ struct LosingRemovalSimulationTests {
         mesh.simulator.run(for: .seconds(15))
         #expect(b.removedFromSession, "\(replay): b was not told")
         #expect(!c.removedFromSession, "\(replay): c stopped on the notice of a rotation that lost")
+        #expect(c.core.counters.removalNoticesHeld > 0, "\(replay): c never heard b's notice first: nothing was tested")
         let staying = mesh.all.filter { $0 !== b }
         for node in staying {
             #expect(node.core.phase == .running, "\(replay): \(node.address) is \(node.core.phase)")

@@ -185,9 +185,8 @@ extension WholeNodeSimulationTests {
 
     @Test(
         "a joiner between one liar and one honest holder, under loss, fetches without a failure: a mixed bad chunk blames nobody",
-        // Seed 39 as well: the liar was the only holder the joiner knew of, answered every ask for
-        // the manifest at once with a bad one, and was asked again every half second until the
-        // fetch gave up (found by a 200-seed soak).
+        // Seed 39 as well: the liar is the only holder the joiner knows of for a while, and
+        // answers every ask for the manifest at once with a bad one.
         arguments: adversitySeeds + [39])
     func mixedBadChunks(seed: UInt64) {
         var liar = SimNode.Configuration()

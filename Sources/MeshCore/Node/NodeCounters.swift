@@ -53,6 +53,8 @@ package struct NodeCounters: Sendable, Equatable {
     package var handoversSent: UInt64 = 0
     /// Handovers to us that were not taken: not for our boot, did not open, or not believable.
     package var handoversRefused: UInt64 = 0
+    /// Notices of our removal held for a competing rotation that keeps us (`removalNoticeHold`).
+    package var removalNoticesHeld: UInt64 = 0
     /// Ends of the session refused (another epoch, a bad signature, not a member's).
     package var endsRefused: UInt64 = 0
     /// Datagrams of members not told of the end, answered with it while we ended the session.

@@ -342,8 +342,11 @@ extension NodeInstance {
         guard ours != nil else {
             // Out of our current epoch, and we took no rotation out of it yet: one that keeps us
             // may still come (its handover lost or late) and win over this one. Held until then.
-            if keying.heldRemovalNotice == nil {
-                keying.heldRemovalNotice = (rotation, now + settings.removalNoticeHold)
+            if !keying.heldRemovalNotices.contains(where: { $0.rotation.previousSession == rotation.previousSession }),
+                keying.heldRemovalNotices.count < Self.maxHeldRemovalNotices
+            {
+                keying.heldRemovalNotices.append((rotation, now + settings.removalNoticeHold))
+                counters.removalNoticesHeld += 1
                 log(
                     .notice, "told of this node's removal; waiting for a rotation that keeps it",
                     ["by": "\(rotation.author)"])
@@ -353,19 +356,24 @@ extension NodeInstance {
         stopRemoved(by: rotation.author, now: now)
     }
 
-    /// A held removal notice's time has come: it stands unless a rotation that keeps us came
-    /// meanwhile and wins over it.
-    mutating func decideHeldRemovalNotice(now: MeshInstant) {
-        guard let (rotation, until) = keying.heldRemovalNotice, now >= until else { return }
-        keying.heldRemovalNotice = nil
-        if let ours = keying.epochs.transitions.first(where: { $0.rotation.previousSession == rotation.previousSession }
-        ),
-            !KeyEpochs.wins(rotation, over: ours.rotation)
-        {
-            log(.notice, "a removal notice lost to the rotation that keeps this node", ["by": "\(rotation.author)"])
-            return
+    static let maxHeldRemovalNotices = 4
+
+    /// Held removal notices whose time has come: each stands unless a rotation that keeps us came
+    /// meanwhile out of the same epoch and wins over it.
+    mutating func decideHeldRemovalNotices(now: MeshInstant) {
+        let due = keying.heldRemovalNotices.filter { now >= $0.until }
+        guard !due.isEmpty else { return }
+        keying.heldRemovalNotices.removeAll { now >= $0.until }
+        for (rotation, _) in due {
+            let previous = rotation.previousSession
+            if let ours = keying.epochs.transitions.first(where: { $0.rotation.previousSession == previous }),
+                !KeyEpochs.wins(rotation, over: ours.rotation)
+            {
+                log(.notice, "a removal notice lost to the rotation that keeps this node", ["by": "\(rotation.author)"])
+                continue
+            }
+            return stopRemoved(by: rotation.author, now: now)
         }
-        stopRemoved(by: rotation.author, now: now)
     }
 
     /// We are no longer in the session: said once, and the node stops (whatever drives it), as

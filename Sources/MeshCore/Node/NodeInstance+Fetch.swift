@@ -22,6 +22,8 @@ package struct Fetch: Sendable {
     /// Holders that answered with a manifest that is not the one asked for: their copy is bad (a
     /// datagram that opened was sealed by them as it is), so this fetch asks them no more.
     var badManifestFrom: Set<NodeID> = []
+    /// Members that said they do not hold the manifest: asked once only when no holder is known.
+    var noManifestFrom: Set<NodeID> = []
     let startedAt: MeshInstant
     var lastProgress: MeshInstant
     /// Chunks this fetch had to bring (for the "fetched" log line).
@@ -183,14 +185,16 @@ extension NodeInstance {
     }
 
     /// Who may be asked for a fetch's manifest: the holders known, but not those whose copy
-    /// proved bad. When every holder known proved bad, any member not gone (a suspect too): one
-    /// may hold it although we have not heard so yet (its holdings lost on the way), and one that
-    /// does not says so.
+    /// proved bad. When every holder known proved bad, each alive member once: one may hold it
+    /// although we have not heard so yet (its holdings lost on the way), and one that does not
+    /// says so.
     private func manifestCandidates(_ id: SHA256Digest) -> [NodeID] {
-        let bad = fetchTable.fetches[id]?.badManifestFrom ?? []
+        let fetch = fetchTable.fetches[id]
+        let bad = fetch?.badManifestFrom ?? []
         let known = (holders(of: id) + transfer.peersWithChunks(of: id)).filter { $0 != localID && !bad.contains($0) }
         guard known.isEmpty, !bad.isEmpty else { return known }
-        return membership.view.dropFirst().filter { !$0.status.isGone && !bad.contains($0.id) }.map(\.id)
+        let said = fetch?.noManifestFrom ?? []
+        return aliveMemberIDs.filter { !bad.contains($0) && !said.contains($0) }
     }
 
     /// `member` is suspect or gone: a manifest asked of it is asked elsewhere now, not after
@@ -206,7 +210,11 @@ extension NodeInstance {
     mutating func manifestAnswer(_ digest: SHA256Digest, bytes: [UInt8]?, from peer: NodeID, now: MeshInstant) {
         guard case .manifest(_, _, let asking, _) = fetchTable.fetches[digest]?.stage, asking == peer else { return }
         guard let bytes, SHA256Digest.hashing(bytes) == digest, let manifest = try? Manifest(decoding: bytes) else {
-            if bytes != nil { fetchTable.fetches[digest]?.badManifestFrom.insert(peer) }
+            if bytes != nil {
+                fetchTable.fetches[digest]?.badManifestFrom.insert(peer)
+            } else {
+                fetchTable.fetches[digest]?.noManifestFrom.insert(peer)
+            }
             return manifestRetry(digest, now: now)
         }
         fetchTable.fetches[digest]?.stage = .storingManifest(manifest)

@@ -52,7 +52,7 @@ extension NodeInstance {
         case .journalBacklog: library.backlogRetryAt
         case .leaveHandover: handoverDeadline
         case .ending: closing.ending?.until
-        case .removalNotice: keying.heldRemovalNotice?.until
+        case .removalNotice: keying.heldRemovalNotices.lazy.map(\.until).min()
         case .ping: pingDeadline
         case .paths: pathsDeadline
         case .birthday: links.birthday.nextDeadline
@@ -79,7 +79,7 @@ extension NodeInstance {
         case .journalBacklog: retryJournalBacklog(now: now)
         case .leaveHandover: advanceHandover(now: now)
         case .ending: endingTick(now: now)
-        case .removalNotice: decideHeldRemovalNotice(now: now)
+        case .removalNotice: decideHeldRemovalNotices(now: now)
         case .ping: pingTick(now: now)
         case .paths: pathsTick(now: now)
         case .birthday: birthdayTick(now: now)

@@ -20,9 +20,10 @@ struct KeyState: Sendable {
     var pendingRemoval: RequestID?
     /// A key epoch without this node was seen (told once).
     var removedFromSession = false
-    /// A notice of a rotation out of our current epoch that removes us, held a while before we
+    /// Notices of rotations out of our current epoch that remove us, each held a while before we
     /// stop: a competing rotation out of the same epoch that keeps us may be on its way, and win.
-    var heldRemovalNotice: (rotation: KeyRotation, until: MeshInstant)?
+    /// One per epoch left, a few at most.
+    var heldRemovalNotices: [(rotation: KeyRotation, until: MeshInstant)] = []
     /// Handovers that came while our own removal was being stored: taken once it is committed,
     /// so that ours and a competing one meet as two rotations out of one epoch.
     var deferredHandovers: [(handover: EpochHandover, header: DatagramHeader, address: PeerAddress)] = []
