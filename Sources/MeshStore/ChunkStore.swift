@@ -679,31 +679,32 @@ package final class ChunkStore {
         }
     }
 
+    /// A whole file's bytes (nil when there is no such file). A file that shrank under us gives
+    /// what was read.
     static func readFile(_ file: String) throws(MeshStoreError) -> [UInt8]? {
-        let fd = open(file, O_RDONLY | O_CLOEXEC)
-        if fd < 0 {
-            if errno == ENOENT { return nil }
-            throw .io(path: file, reason: errnoText())
+        try withOpenFile(file) { fd, size in
+            [UInt8](unsafeUninitializedCapacity: size) { space, initialized in
+                initialized = FileIO.read(fd, into: UnsafeMutableRawBufferPointer(space), at: 0)
+            }
         }
-        defer { close(fd) }
-        var info = stat()
-        guard fstat(fd, &info) == 0 else { throw .io(path: file, reason: errnoText()) }
-        var bytes = [UInt8](repeating: 0, count: Int(info.st_size))
-        var total = 0
-        while total < bytes.count {
-            // safe: non-empty
-            let n = bytes.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress! + total, $0.count - total) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { break }
-            total += n
-        }
-        // A file that shrank under us: what was read (no copy of a whole chunk otherwise).
-        if total < bytes.count { bytes.removeSubrange(total...) }
-        return bytes
     }
 
     /// `readFile` into a buffer of its own.
     static func readFile(_ file: String, allocator: ByteBufferAllocator) throws(MeshStoreError) -> ByteBuffer? {
+        try withOpenFile(file) { fd, size in
+            var buffer = allocator.buffer(capacity: size)
+            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { space in
+                FileIO.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: space[..<size]), at: 0)
+            }
+            return buffer
+        }
+    }
+
+    /// Opens `file` for reading and hands `body` its descriptor and size; nil when there is no
+    /// such file.
+    private static func withOpenFile<Bytes>(
+        _ file: String, _ body: (Int32, Int) -> Bytes
+    ) throws(MeshStoreError) -> Bytes? {
         let fd = open(file, O_RDONLY | O_CLOEXEC)
         if fd < 0 {
             if errno == ENOENT { return nil }
@@ -712,13 +713,7 @@ package final class ChunkStore {
         defer { close(fd) }
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw .io(path: file, reason: errnoText()) }
-        let size = Int(info.st_size)
-        var buffer = allocator.buffer(capacity: size)
-        // A file that shrank under us: what was read.
-        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { space in
-            FileIO.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: space[..<size]), at: 0)
-        }
-        return buffer
+        return body(fd, Int(info.st_size))
     }
 
     static func readSmallFile(_ file: String) throws(MeshStoreError) -> String? {
