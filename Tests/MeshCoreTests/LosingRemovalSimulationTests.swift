@@ -14,15 +14,8 @@ struct LosingRemovalSimulationTests {
         arguments: seeds)
     func memberRemovedByTheLosingRotationStays(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
-        let loss = [0.0, 0.05, 0.1][Int(seed % 3)]
-        let mesh = SessionEndSimulationTests.mesh(
-            seed: seed, count: 4,
-            link: LinkConditions(
-                delay: .milliseconds(4), jitter: .milliseconds(2), lossProbability: loss))
+        let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed)
         let (a, b, c) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)))
-        mesh.simulator.run(until: .zero + .seconds(30), checkEvery: .milliseconds(250)) { _ in
-            mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }
-        }
         #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
         let at = mesh.simulator.now + .milliseconds(100)
         a.plan(at: at) { $0.removeMember(b.id) }

@@ -8,20 +8,26 @@ import Testing
 struct MutualRemovalSimulationTests {
     static let seeds = SimulationSeeds.from(defaultCount: 6)
 
+    /// Four members under 0–10% loss (by seed), run until each sees the three others (at most
+    /// 30 s): the start of every removal race here.
+    static func formedMesh(seed: UInt64) -> SimMesh {
+        let loss = [0.0, 0.05, 0.1][Int(seed % 3)]
+        let mesh = SessionEndSimulationTests.mesh(
+            seed: seed, count: 4,
+            link: LinkConditions(delay: .milliseconds(4), jitter: .milliseconds(2), lossProbability: loss))
+        mesh.simulator.run(until: .zero + .seconds(30), checkEvery: .milliseconds(250)) { _ in
+            mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }
+        }
+        return mesh
+    }
+
     @Test(
         "two members remove each other at once, under loss: one epoch, one survivor of the two, nobody else lost",
         arguments: seeds)
     func mutualRemovalEndsInOneEpoch(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
-        let loss = [0.0, 0.05, 0.1][Int(seed % 3)]
-        let mesh = SessionEndSimulationTests.mesh(
-            seed: seed, count: 4,
-            link: LinkConditions(
-                delay: .milliseconds(4), jitter: .milliseconds(2), lossProbability: loss))
+        let mesh = Self.formedMesh(seed: seed)
         let (a, b) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)))
-        mesh.simulator.run(until: .zero + .seconds(30), checkEvery: .milliseconds(250)) { _ in
-            mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }
-        }
         #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
         // The same instant on both: each removal is stored before either hears of the other.
         let at = mesh.simulator.now + .milliseconds(100)
