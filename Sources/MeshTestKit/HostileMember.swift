@@ -55,6 +55,8 @@ package final class HostileMember: @unchecked Sendable {
     private var running = true
     private var finished = false
     private var random = SystemRandomNumberGenerator()
+    /// Identities nobody runs, whose records we sign (`inventMembers`).
+    private var invented: [NodeIdentity] = []
 
     /// Binds a UDP socket on 127.0.0.1 and joins through the invite's addresses.
     package init(invite: InviteToken, name: String = "hostile") throws {
@@ -187,6 +189,28 @@ package final class HostileMember: @unchecked Sendable {
         lock.withLock { for address in addresses { sendHello([.alive(forged)], to: address) } }
     }
 
+    /// Alive records at `incarnation` for the first `count` identities we made up (made on first
+    /// use, the same ones each time), all at our address and signed with their own keys, as a
+    /// member holding the secret can make them; sent to `addresses`, six to a hello datagram.
+    @discardableResult
+    package func inventMembers(_ count: Int, incarnation: UInt64, to addresses: [PeerAddress]) -> [NodeID] {
+        lock.withLock {
+            while invented.count < count { invented.append(.generate()) }
+            let records = invented.prefix(count).enumerated().map { index, identity in
+                MemberRecord(
+                    signingKey: identity.publicKey, name: "made-up-\(index)", addresses: [address],
+                    incarnation: incarnation, bootID: UInt64(index + 1),
+                    ephemeralKey: EphemeralKeyPair.generate().publicKey
+                ).signed(by: Ed25519Authority(identity: identity))
+            }
+            for start in stride(from: 0, to: records.count, by: 6) {
+                let frames = records[start..<min(records.count, start + 6)].map { Frame.alive($0) }
+                for address in addresses { sendHello(frames, to: address) }
+            }
+            return invented.prefix(count).map(\.nodeID)
+        }
+    }
+
     /// Hello datagrams whose header names `sender` (another member, with its boot), sealed with
     /// the session's hello key that every member holds.
     package func sendHello(
@@ -304,7 +328,7 @@ package final class HostileMember: @unchecked Sendable {
                 sending[member.id] = (keys.sending, 1)
                 delivery.addPeer(member.id)
                 announceClaims(to: member.id)
-            case .identityConflict:
+            case .identityConflict, .sessionFull:
                 continue
             case let .memberForgotten(id):
                 codec.removePeer(id)

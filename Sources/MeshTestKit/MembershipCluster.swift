@@ -18,6 +18,7 @@ package final class MembershipCluster {
         count: Int, seed: UInt64, settings: MembershipSettings = .lan,
         link: LinkConditions = .default
     ) -> MembershipCluster {
+        let settings = settings.holding(count)
         let cluster = MembershipCluster(seed: seed, settings: settings, link: link)
         let processes = (0..<count).map { index in
             MembershipProcess.make(at: SimAddress(index), settings: settings, seed: seed &* 1_000_003 &+ UInt64(index))
@@ -36,6 +37,7 @@ package final class MembershipCluster {
         count: Int, seed: UInt64, spacing: Duration = .milliseconds(20),
         settings: MembershipSettings = .lan, link: LinkConditions = .default
     ) -> MembershipCluster {
+        let settings = settings.holding(count)
         let cluster = MembershipCluster(seed: seed, settings: settings, link: link)
         var random = SplitMix64(seed: seed)
         for index in 0..<count {
@@ -89,5 +91,15 @@ package final class MembershipCluster {
             }
         }
         return deaths
+    }
+}
+
+extension MembershipSettings {
+    /// Room for `count` live members: the protocol's scaling is simulated beyond the cap a
+    /// session has.
+    func holding(_ count: Int) -> MembershipSettings {
+        var settings = self
+        settings.maxLiveMembers = max(settings.maxLiveMembers, count)
+        return settings
     }
 }

@@ -117,7 +117,7 @@ package final class MembershipProcess: SimulatedProcess {
             case let .memberChanged(member):
                 changes.append(
                     Change(time: now, member: member.id, status: member.status, incarnation: member.incarnation))
-            case .memberForgotten, .identityConflict:
+            case .memberForgotten, .identityConflict, .sessionFull:
                 break
             }
         }

@@ -276,4 +276,42 @@ struct HostileMemberTests {
             #expect(send.status == 0, "\(send.stderr)")
         }
     }
+
+    @Test("members a member invents are bounded; the inventor can still be removed")
+    func inventedMembersAreBounded() async throws {
+        try await withProcessMesh(names: ["first", "second"], waitForMembership: false) { mesh in
+            let first = try await Self.member("first", of: mesh), second = try await Self.member("second", of: mesh)
+            let hostile = try HostileMember(invite: try InviteToken(parsing: mesh.invite))
+            defer { hostile.stop() }
+            try await mesh.waitUntilAllSee(alive: 3, timeout: .seconds(20))
+            // Twice the members a session holds, announced again at a higher incarnation (as
+            // an inventor keeps them from dying).
+            let made = 2 * (KeyRotation.maxRoster + 2)
+            for incarnation in 1...3 {
+                hostile.inventMembers(made, incarnation: UInt64(incarnation), to: [first.address, second.address])
+                try await waitUntil("the first sees invented members", timeout: .seconds(10)) {
+                    try await first.node.status().members.count > 3
+                }
+            }
+            for node in [first.node, second.node] {
+                try await waitUntil("records over the cap refused", timeout: .seconds(10)) {
+                    Self.counter(try await node.status(), "membersRefusedFull") > 0
+                }
+                let view = try await node.status()
+                let live = view.members.filter { $0.state == "alive" || $0.state == "suspect" }.count
+                #expect(live <= KeyRotation.maxRoster + 2, "\(live) live members")
+            }
+            // The inventor is removed, whatever it made up (before, more than the roster holds failed it).
+            let before = try await first.node.status().`self`.session
+            let removal = try await NodeProcess.runCommand([
+                "remove-member", "--data-dir", first.node.dataDirectory, hostile.nodeID.hex,
+            ])
+            #expect(removal.status == 0, "\(removal.stderr)")
+            let after = try await first.node.status().`self`.session
+            #expect(after != before)
+            try await waitUntil("second is in the new epoch", timeout: .seconds(15)) {
+                try await second.node.status().`self`.session == after
+            }
+        }
+    }
 }

@@ -169,7 +169,7 @@ import Testing
         let next = SessionSecret.generate()
         // a knew b and m, not the newcomer.
         let transition = try rotator.rotation(
-            removing: [m.id], to: next, members: [b.id, m.id], authority: a.authority)
+            removing: [m.id], to: next, live: [b.id, m.id], authority: a.authority)
         #expect(transition.rotation.roster == [KeyRotation.rosterEntry(b.id)])
         #expect(rotator.current == origin, "nothing changes before commit")
         rotator.commit(transition)
@@ -195,11 +195,19 @@ import Testing
         // A rotation travels in one datagram: the roster and the removed list are capped.
         let crowd = Set((0..<(KeyRotation.maxRoster + 1)).map { NodeID(high: UInt64($0) + 1, low: 7) })
         #expect(throws: KeyEpochs.RotationError.tooManyMembers(KeyRotation.maxRoster + 1)) {
-            try rotator.rotation(removing: [], to: SessionSecret.generate(), members: crowd, authority: a.authority)
+            try rotator.rotation(removing: [], to: SessionSecret.generate(), live: crowd, authority: a.authority)
         }
         let full = try rotator.rotation(
             removing: Set(crowd.sorted().prefix(KeyRotation.maxRemoved)),
-            to: SessionSecret.generate(), members: crowd, authority: a.authority)
+            to: SessionSecret.generate(), live: crowd, authority: a.authority)
+        // Members known in another state fill what the live leave of the roster, latest first.
+        let live = Set(crowd.sorted().prefix(KeyRotation.maxRoster - 2))
+        let gone = crowd.subtracting(live).sorted() + [NodeID(high: 999, low: 9)]
+        let mixed = try rotator.rotation(
+            removing: [], to: SessionSecret.generate(), live: live, others: gone, authority: a.authority)
+        #expect(mixed.rotation.roster.count == KeyRotation.maxRoster)
+        #expect(!mixed.rotation.roster.contains(KeyRotation.rosterEntry(NodeID(high: 999, low: 9))))
+        #expect(live.allSatisfy { mixed.rotation.roster.contains(KeyRotation.rosterEntry($0)) })
         let handover = try #require(
             EpochHandover.seal(
                 full.secret, rotation: full.rotation, previous: next,
@@ -214,10 +222,10 @@ import Testing
         let members: Set<NodeID> = [a.id, b.id, m.id]
         let fromA = try KeyEpochs(origin: origin).rotation(
             removing: [b.id], to: SessionSecret.generate(),
-            members: members, authority: a.authority)
+            live: members, authority: a.authority)
         let fromB = try KeyEpochs(origin: origin).rotation(
             removing: [a.id], to: SessionSecret.generate(),
-            members: members, authority: b.authority)
+            live: members, authority: b.authority)
         #expect(
             KeyEpochs.wins(fromA.rotation, over: fromB.rotation) != KeyEpochs.wins(fromB.rotation, over: fromA.rotation)
         )
@@ -339,7 +347,7 @@ extension KeyEpochs {
         authority: some RecordAuthority
     ) -> Transition {
         // safe: small sets
-        let transition = try! rotation(removing: removing, to: secret, members: members, authority: authority)
+        let transition = try! rotation(removing: removing, to: secret, live: members, authority: authority)
         commit(transition)
         return transition
     }

@@ -563,4 +563,57 @@ struct MembershipInstanceTests {
         }
         #expect(conflicts(climbing).isEmpty)
     }
+
+    @Test("records past the most live members a session holds are refused until a slot frees")
+    func liveMembersAreCapped() throws {
+        var settings = MembershipSettings.lan
+        settings.maxLiveMembers = 4
+        let identity = try NodeIdentity(seed: [UInt8](repeating: 70, count: 32))
+        let now = MeshInstant(nanoseconds: 1_000_000_000)
+        var node = MembershipInstance(
+            record: ManualCluster.record(identity, index: 70), authority: Ed25519Authority(identity: identity),
+            settings: settings, datagramBudget: 1118, seed: 70, now: now)
+        let others = try (71...76).map { try NodeIdentity(seed: [UInt8](repeating: UInt8($0), count: 32)) }
+        func record(_ index: Int, incarnation: UInt64 = 0) -> MemberRecord {
+            ManualCluster.record(others[index], index: 71 + index, incarnation: incarnation)
+                .signed(by: Ed25519Authority(identity: others[index]))
+        }
+        func full(_ directives: [MembershipDirective]) -> Int {
+            directives.filter { if case .sessionFull = $0 { true } else { false } }.count
+        }
+        let sender = others[0].nodeID
+        let first = node.onFrames(
+            (0..<6).map { .alive(record($0)) }, from: sender, address: ManualCluster.address(71), now: now)
+        #expect(node.activeCount == 4)
+        #expect(node.counters.recordsRefusedFull == 3)
+        #expect(full(first) == 1, "said once, not per record")
+        let admitted = node.view.dropFirst().map(\.id)
+        let refused = try #require((0..<6).first { !admitted.contains(others[$0].nodeID) })
+        // Said again only a minute later.
+        #expect(
+            full(node.onFrames([.alive(record(refused))], from: sender, address: ManualCluster.address(71), now: now))
+                == 0)
+        #expect(
+            full(
+                node.onFrames(
+                    [.alive(record(refused))], from: sender, address: ManualCluster.address(71), now: now + .seconds(61)
+                ))
+                == 1)
+        // A slot frees when a member dies; a refused record is taken then.
+        let dying = admitted[0]
+        _ = node.onFrames(
+            [.dead(Accusation(member: dying, incarnation: 0, accuser: admitted[1]))], from: sender,
+            address: ManualCluster.address(71), now: now + .seconds(62))
+        #expect(node.activeCount == 3)
+        _ = node.onFrames(
+            [.alive(record(refused))], from: sender, address: ManualCluster.address(71), now: now + .seconds(63))
+        #expect(node.activeCount == 4)
+        #expect(node.member(others[refused].nodeID)?.status == .alive)
+        // The dead one coming back finds no slot.
+        let dyingIndex = try #require((0..<6).first { others[$0].nodeID == dying })
+        _ = node.onFrames(
+            [.alive(record(dyingIndex, incarnation: 1))], from: sender, address: ManualCluster.address(71),
+            now: now + .seconds(64))
+        #expect(node.member(dying)?.status == .dead)
+    }
 }

@@ -92,7 +92,7 @@ struct ManualCluster {
                 log.append(datagram)
             case let .memberChanged(member):
                 changes.append((id, member))
-            case .memberForgotten, .identityConflict:
+            case .memberForgotten, .identityConflict, .sessionFull:
                 break
             }
         }

@@ -238,6 +238,9 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var relay: RelayInfo
         /// Birthday rounds (PROTOCOL.md §1c); absent from an older node's report.
         public var birthday: BirthdayInfo? = nil
+        /// Members' records not taken because the session already had its most live members
+        /// (49, this node included); absent from an older node's report.
+        public var membersRefusedFull: UInt64? = nil
     }
 
     /// Relays (PROTOCOL.md §1d): what this node sent and got through others, and what it carried

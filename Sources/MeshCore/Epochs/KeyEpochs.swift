@@ -86,15 +86,20 @@ package struct KeyEpochs: Sendable {
         return transitions.indices.contains(index + 1) ? transitions[index + 1] : nil
     }
 
-    /// The rotation that moves the session to `secret` without `removing`, owed to `members`
-    /// (the members known now, in any state) less the removed. Taken with `commit` once stored.
+    /// The rotation that moves the session to `secret` without `removing`, owed to the members
+    /// known now less the removed: every `live` one, then as many of `others` (known in another
+    /// state, the likeliest to come back first) as the roster still holds. A member left out,
+    /// long dead, needs an invite again. Taken with `commit` once stored.
     package func rotation(
-        removing: Set<NodeID>, to secret: SessionSecret, members: Set<NodeID>,
+        removing: Set<NodeID>, to secret: SessionSecret, live: Set<NodeID>, others: [NodeID] = [],
         authority: some RecordAuthority
     ) throws(RotationError) -> Transition {
-        let owed = members.subtracting(removing).subtracting(removed).subtracting([authority.signingKey.nodeID])
+        let notOwed = removing.union(removed).union([authority.signingKey.nodeID])
+        let required = live.subtracting(notOwed)
         guard removing.count <= KeyRotation.maxRemoved else { throw .tooManyRemoved(removing.count) }
-        guard owed.count <= KeyRotation.maxRoster else { throw .tooManyMembers(owed.count) }
+        guard required.count <= KeyRotation.maxRoster else { throw .tooManyMembers(required.count) }
+        var owed = required
+        for id in others where owed.count < KeyRotation.maxRoster && !notOwed.contains(id) { owed.insert(id) }
         let rotation = KeyRotation(
             previousSession: current.sessionID, nextSession: secret.sessionID,
             removed: removing.sorted(), roster: owed.map(KeyRotation.rosterEntry).sorted(),

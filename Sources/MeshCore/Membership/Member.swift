@@ -32,4 +32,6 @@ package enum MembershipDirective: Sendable, Equatable {
     /// Reported once per boot, after it outbid us `MembershipSettings.identityConflictRefutations`
     /// times (an earlier boot of ours, dead, stops outbidding after one or two).
     case identityConflict(MemberRecord)
+    /// A member's record was refused: `maxLiveMembers` are live. Said at most once a minute.
+    case sessionFull(refused: NodeID)
 }

@@ -13,6 +13,9 @@ package struct MembershipCounters: Sendable, Equatable {
     package var probeRequestsRefused: UInt64 = 0
     /// State digests (and summaries) from ids that are no member this node knows: not answered.
     package var digestsRefused: UInt64 = 0
+    /// Records of members not taken because `maxLiveMembers` were live (a new member, or one
+    /// dead or left coming back).
+    package var recordsRefusedFull: UInt64 = 0
 
     package init() {}
 }

@@ -22,6 +22,9 @@ extension MembershipInstance {
         if let existing = members[record.id] {
             guard record.incarnation > existing.incarnation else { return }
             guard record.hasValidSignature(authority) else { return }
+            guard !existing.status.isGone || hasRoomForMember else {
+                return refuseForRoom(record.id, now: now, into: &out)
+            }
             // Another boot outbid the one we knew, from elsewhere: the old boot is told at once
             // rather than by gossip, which now goes to the new address. A restart leaves nobody
             // there; a live twin (a copied data dir) refutes, and both find the conflict in a
@@ -43,11 +46,24 @@ extension MembershipInstance {
             out.append(.memberChanged(member))
         } else {
             guard record.hasValidSignature(authority) else { return }
+            guard hasRoomForMember else { return refuseForRoom(record.id, now: now, into: &out) }
             let member = Member(record: record, status: .alive, incarnation: record.incarnation, lastChange: now)
             add(member)
             gossip.enqueue(.alive(record), about: record.id)
             out.append(.memberChanged(member))
         }
+    }
+
+    /// Whether one more live member fits `maxLiveMembers`.
+    var hasRoomForMember: Bool { activeCount < settings.maxLiveMembers }
+
+    /// A record not taken for want of room: counted, and said once a minute at most (the same
+    /// records come back with every gossip round).
+    private mutating func refuseForRoom(_ id: NodeID, now: MeshInstant, into out: inout [MembershipDirective]) {
+        counters.recordsRefusedFull += 1
+        guard sessionFullSaidAt.map({ now >= $0 + .seconds(60) }) ?? true else { return }
+        sessionFullSaidAt = now
+        out.append(.sessionFull(refused: id))
     }
 
     /// Whether an accusation names an incarnation its member could have signed. Only a member

@@ -68,6 +68,8 @@ package struct MembershipInstance: Sendable {
     var lastHeard: [NodeID: MeshInstant] = [:]
     /// How often each other boot of our identity made us refute (a live twin never stops).
     var refutationsByBoot: [UInt64: Int] = [:]
+    /// When a refused record was last reported (`sessionFull`).
+    var sessionFullSaidAt: MeshInstant?
     package internal(set) var counters = MembershipCounters()
 
     package init(
@@ -208,6 +210,7 @@ package struct MembershipInstance: Sendable {
         guard members.isEmpty else {
             for member in table.values.sorted(by: { $0.id < $1.id })
             where member.id != me.id && members[member.id] == nil {
+                guard member.status.isGone || hasRoomForMember else { continue }
                 add(member)
             }
             return

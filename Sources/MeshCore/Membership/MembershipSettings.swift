@@ -60,6 +60,12 @@ package struct MembershipSettings: Sendable, Equatable {
     /// instead of at the next regular one: each hop of an epidemic would otherwise wait half a
     /// gossip interval on average. `nil`: news waits for the regular round.
     package var newsGossipSpacing: Duration? = .milliseconds(20)
+    /// The most members, this node included, that are neither dead nor left: a record for one
+    /// more is refused until a slot frees. What a member can invent (records for identities
+    /// nobody runs) then costs the others a bounded table, and a removal's rotation, which
+    /// names every member but its author and the removed in one datagram, always fits.
+    /// Simulations of large meshes raise it.
+    package var maxLiveMembers = KeyRotation.maxRoster + 2
 
     package static func profile(_ profile: Profile) -> MembershipSettings {
         switch profile {

@@ -14,7 +14,7 @@ extension NodeInstance {
         let transition: KeyEpochs.Transition
         do {
             transition = try keying.epochs.rotation(
-                removing: [id], to: randomSecret(), members: knownMemberIDs,
+                removing: [id], to: randomSecret(), live: rosterCandidates.live, others: rosterCandidates.others,
                 authority: authority)
         } catch {
             return complete(request, .failure(.sessionTooLarge(limit: KeyRotation.maxRoster)))
@@ -425,8 +425,8 @@ extension NodeInstance {
                 let rest = Set(replacing.rotation.removed).subtracting(keying.epochs.removed)
                 if replacing.rotation.author == localID, !rest.isEmpty,
                     let again = try? keying.epochs.rotation(
-                        removing: rest, to: randomSecret(), members: knownMemberIDs,
-                        authority: authority)
+                        removing: rest, to: randomSecret(), live: rosterCandidates.live,
+                        others: rosterCandidates.others, authority: authority)
                 {
                     keying.epochs.commit(again)
                     enterEpoch(again, handingOver: true, now: now)

@@ -50,6 +50,12 @@ extension NodeInstance {
                 emit(.memberForgotten(id))
             case let .identityConflict(twin):
                 identityConflict(twin, now: now)
+            case let .sessionFull(refused):
+                log(
+                    .warning,
+                    "session full: \(membership.settings.maxLiveMembers) members are live, the most a session holds; "
+                        + "another member's record was not taken (status counts them as membersRefusedFull)",
+                    ["refused": refused.hex])
             }
         }
         guard phase != .stopped else { return }
@@ -170,6 +176,15 @@ extension NodeInstance {
     /// Every member id this node knows of, in any state, remembered ones included.
     var knownMemberIDs: Set<NodeID> {
         Set(membership.view.dropFirst().map(\.id)).union(directory.remembered.ids)
+    }
+
+    /// Who a rotation is owed to: every member neither dead nor left, then the others known
+    /// (the latest changed first, then those remembered from an earlier run), as many as fit.
+    var rosterCandidates: (live: Set<NodeID>, others: [NodeID]) {
+        let others = membership.view.dropFirst()
+        let live = Set(others.filter { !$0.status.isGone }.map(\.id))
+        let gone = others.filter { $0.status.isGone }.sorted { $0.lastChange > $1.lastChange }.map(\.id)
+        return (live, gone + directory.remembered.ids.sorted().filter { !live.contains($0) })
     }
 
     /// A member for people: its name and the start of its id (the name alone is the member's
