@@ -68,7 +68,7 @@ extension MeshNode {
         }
     }
 
-    private func sendOutcome(_ result: Result<NodeResult, NodeError>) -> Result<Int, MessengerError> {
+    func sendOutcome(_ result: Result<NodeResult, NodeError>) -> Result<Int, MessengerError> {
         switch result {
         case let .success(.sent(recipients)): return .success(recipients)
         case let .failure(.notDelivered(failures)):

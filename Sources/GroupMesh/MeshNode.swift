@@ -32,6 +32,7 @@ package actor MeshNode {
     private var storage: StorageWorker
     /// Where a given-up load's output path is marked, for the store to leave it unwritten.
     nonisolated let exportCancellations: ExportCancellations
+    nonisolated let sendOutbox = SendOutbox()
     let socketBuffers: SocketBuffers
     /// What the shell counts itself: the core never sees these.
     var sendErrors: UInt64 = 0
@@ -424,7 +425,7 @@ package actor MeshNode {
         rearm()
     }
 
-    private func nextRequestID() -> RequestID {
+    func nextRequestID() -> RequestID {
         nextRequest += 1
         return RequestID(nextRequest)
     }
@@ -447,6 +448,12 @@ package actor MeshNode {
     func nextConsumerID() -> UInt64 {
         nextConsumer += 1
         return nextConsumer
+    }
+
+    /// Someone waits for `request` (registered before the core sees it: the completion may be
+    /// among the command's own effects).
+    func register(_ waiter: RequestWaiter, for request: RequestID) {
+        waiters[request] = waiter
     }
 
     private func submit(_ command: NodeCommand, request: RequestID, to waiter: RequestWaiter) {
@@ -722,6 +729,7 @@ package actor MeshNode {
         await stopTraversal()
         guard !closed else { return }
         closed = true
+        sendOutbox.close()
         setState(.invalidated(reason: invalidation ?? .stopped))
         core.stop(now: now)
         runEffects()
@@ -768,7 +776,7 @@ package actor MeshNode {
 
 /// Who waits for a command's result: an `await`ing caller, or a callback (the completion-handler
 /// API, which must not wait for one send before submitting the next).
-private enum RequestWaiter {
+enum RequestWaiter {
     case continuation(CheckedContinuation<Result<NodeResult, NodeError>, Never>)
     case callback(@Sendable (Result<NodeResult, NodeError>) -> Void)
 

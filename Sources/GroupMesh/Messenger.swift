@@ -25,7 +25,9 @@ public protocol MessengerTagged {
 /// `.reliable` sends return once every target acknowledged, and throw
 /// `MessengerError.notDelivered` naming those that did not (no acknowledgement before the
 /// deadline, or gone meanwhile); later messages are never held up by one given up on.
-/// `.unreliable` sends are best effort. Bodies are limited to 256 KiB.
+/// `.unreliable` sends are best effort: they return once queued for the node (waiting only while
+/// 256 KiB of them are queued), and a recipient that is no member is skipped, as a lost datagram
+/// would be. Either throws once the session is left or ended. Bodies are limited to 256 KiB.
 public final class Messenger: Sendable {
     public static let maxMessageSize = 256 * 1024
     /// The type tag of raw `Data` messages (and of `groupmesh send`).
@@ -167,7 +169,7 @@ public final class Messenger: Sendable {
     }
 
     private func send(_ envelope: MessageEnvelope, to recipients: Recipients) async throws {
-        try await session.node.sendMessage(
+        _ = try await session.node.queueMessage(
             envelope, to: Self.targets(recipients), mode: deliveryMode.wire,
             timeout: deliveryMode == .reliable ? timeout : nil)
     }

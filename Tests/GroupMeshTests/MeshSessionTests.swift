@@ -37,6 +37,10 @@ struct MeshSessionTests {
             seen = next
         }
         #expect(seen == [aliceParticipant, bobParticipant])
+        // Bob's view fills on its own schedule (alice's record may reach it a round later).
+        while await bob.activeParticipants != [aliceParticipant, bobParticipant], ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
         #expect(await bob.activeParticipants == [aliceParticipant, bobParticipant])
 
         await bob.leave()

@@ -196,4 +196,33 @@ struct MessengerTests {
         try await fay.send(Chat(text: "still here"), to: .only([gus]))
         #expect(await Self.next(gusInbox, within: .seconds(5))?.0 == Chat(text: "still here"))
     }
+
+    @Test("unreliable sends go without waiting for the node; every one that arrives is whole; none once left")
+    func unreliableBurst() async throws {
+        let sessions = try await Self.cluster(["ida", "jon"])
+        defer { Task { await Self.tearDown(sessions) } }
+        let ida = Messenger(session: sessions[0], deliveryMode: .unreliable)
+        let received = await Messenger(session: sessions[1]).messages(of: Data.self)
+        let jon = await sessions[1].localParticipant
+        let count = 2_000
+        for index in 0..<count {
+            try await ida.send(
+                Data(repeating: UInt8(truncatingIfNeeded: index), count: 1024) + Data([UInt8(index >> 8)]),
+                to: .only([jon]))
+        }
+        // Unreliable: counted until a second passes without one; each must be a message sent.
+        var seen = Set<Int>()
+        while let (body, _) = await Self.next(received, within: .seconds(1)) {
+            #expect(body.count == 1025)
+            guard let low = body.first, let high = body.last else { continue }
+            let index = Int(high) << 8 | Int(low)
+            #expect(index < count && body.dropLast().allSatisfy { $0 == low })
+            seen.insert(index)
+        }
+        #expect(!seen.isEmpty)
+        await sessions[0].leave()
+        await #expect(throws: MessengerError.notRunning) { try await ida.send(Data([1]), to: .only([jon])) }
+        let reliable = Messenger(session: sessions[0])
+        await #expect(throws: MessengerError.notRunning) { try await reliable.send(Data([1])) }
+    }
 }
