@@ -323,6 +323,17 @@ extension NodeInstance {
         }
     }
 
+    /// A member came alive: a fetch whose every known holder sent a bad manifest, and which
+    /// waits for someone to ask, may ask it (its holdings may not have reached us yet).
+    mutating func memberCameAlive(now: MeshInstant) {
+        for id in fetchTable.fetches.keys.sorted() {
+            guard case .manifest(_, _, nil, nil) = fetchTable.fetches[id]?.stage,
+                fetchTable.fetches[id]?.badManifestFrom.isEmpty == false
+            else { continue }
+            askForManifest(id, now: now)
+        }
+    }
+
     /// Who holds which attachment whole changed: manifests may now have someone to ask.
     mutating func holdersChanged(now: MeshInstant) {
         for id in fetchTable.fetches.keys.sorted() {

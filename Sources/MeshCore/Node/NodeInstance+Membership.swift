@@ -138,6 +138,7 @@ extension NodeInstance {
             apply(joined, now: now)
         }
         metVersions(of: member, now: now)
+        if member.status == .alive { memberCameAlive(now: now) }
         log(
             .info, "member changed",
             [
