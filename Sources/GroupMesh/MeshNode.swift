@@ -601,11 +601,13 @@ package actor MeshNode {
                     Task { await self.stop() }
                 case let .event(.sessionEnded(by, name)):
                     invalidation = .ended(by: by == nodeID ? "this member" : Self.displayName(name, by))
+                    sendOutbox.refuse(notRunningReason)
                     viewChanged = true
                     let address = core.membership.member(by)?.address?.description ?? ""
                     publish(eventFeed.sessionEnded(by: .init(id: by.hex, name: name, address: address), now: Date()))
                 case let .event(.removedFromSession(by)):
                     invalidation = .removed(by: core.displayName(of: by))
+                    sendOutbox.refuse(notRunningReason)
                     Task { await self.stop() }
                 case let .event(.natDetected(behaviour, reflexive)):
                     // The adopted address stays when the verdict changes: named only with the
@@ -691,6 +693,7 @@ package actor MeshNode {
     func depart(waitingForReplication: Bool) async -> LeaveReport? {
         guard !closed, core.phase.isActive, sessionState == .joined else { return nil }
         departing = true
+        sendOutbox.refuse(.notRunning)
         let result = await perform(.leave(waitingForReplication: waitingForReplication))
         if case .success = result, invalidation == nil { invalidation = .left }
         if let lastWrite { try? await lastWrite.get() }
@@ -710,6 +713,7 @@ package actor MeshNode {
     func beginEnd() async -> Result<Void, GroupMeshError> {
         guard !closed, core.phase.isActive, sessionState == .joined else { return .failure(.notRunning) }
         departing = true
+        sendOutbox.refuse(.sessionEnded(by: "this member"))
         let result = await perform(.end)
         if let lastWrite { try? await lastWrite.get() }
         if case let .failure(error) = result, error != .stopped {
@@ -729,7 +733,7 @@ package actor MeshNode {
         await stopTraversal()
         guard !closed else { return }
         closed = true
-        sendOutbox.close()
+        sendOutbox.close(notRunningReason)
         setState(.invalidated(reason: invalidation ?? .stopped))
         core.stop(now: now)
         runEffects()

@@ -81,8 +81,14 @@ public final class Messenger: Sendable {
                     submission.envelope, to: submission.targets, mode: submission.mode,
                     timeout: submission.timeout
                 ) { result in
-                    // Off the node's executor: the app's code never holds up the node.
-                    let error: (any Error)? = if case let .failure(error) = result { error } else { nil }
+                    // Off the node's executor: the app's code never holds up the node. An
+                    // unreliable send skips a recipient that is no member, as the async form does.
+                    let error: (any Error)? =
+                        switch result {
+                        case .failure(.notDelivered) where submission.mode == .unreliable: nil
+                        case let .failure(error): error
+                        case .success: nil
+                        }
                     Task { submission.completion(error) }
                 }
             }

@@ -10,7 +10,9 @@ import NIOConcurrencyHelpers
 /// everything queued in one turn (one flush, writes batched), and a reliable send's caller is
 /// resumed once, when its acknowledgements are in. Unreliable messages wait for nothing; their
 /// caller waits only while `limit` bytes of them are queued, so a sender faster than the node
-/// cannot grow the queue. Reliable ones are bounded by their callers, each waiting for its own.
+/// cannot grow the queue, and they are refused as soon as the node is leaving or ending (their
+/// caller cannot be told later). Reliable ones are bounded by their callers, each waiting for its
+/// own outcome, and always reach the node, which answers them.
 package final class SendOutbox: Sendable {
     package typealias Reply = CheckedContinuation<Result<NodeResult, NodeError>, Never>
 
@@ -43,7 +45,8 @@ package final class SendOutbox: Sendable {
         var unreliableBytes = 0
         var drainScheduled = false
         var waitingForRoom: [CheckedContinuation<Void, Never>] = []
-        var closed = false
+        /// Why sends are refused from now on: the node is leaving, ending or stopped.
+        var refusal: MessengerError?
     }
 
     private let state = NIOLockedValueBox(State())
@@ -51,23 +54,24 @@ package final class SendOutbox: Sendable {
     package init() {}
 
     /// Queues `item`; an unreliable one after waiting while the outbox is full. True when the
-    /// caller must schedule the node's drain (none is scheduled yet), nil once the node stopped.
-    package func push(_ item: Item) async -> Bool? {
+    /// caller must schedule the node's drain (none is scheduled yet); throws once sends are
+    /// refused.
+    package func push(_ item: Item) async throws(MessengerError) -> Bool {
         while true {
-            let outcome: Bool?? = state.withLockedValue { state in
-                if state.closed { return .some(nil) }
+            let outcome: Result<Bool, MessengerError>? = state.withLockedValue { state in
+                if let refusal = state.refusal { return .failure(refusal) }
                 if item.reply == nil {
                     guard state.unreliableBytes < Self.limit else { return nil }
                     state.unreliableBytes += item.envelope.body.count
                 }
                 state.items.append(item)
                 defer { state.drainScheduled = true }
-                return .some(!state.drainScheduled)
+                return .success(!state.drainScheduled)
             }
-            if let outcome { return outcome }
+            if let outcome { return try outcome.get() }
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let wait = state.withLockedValue { state in
-                    guard !state.closed, state.unreliableBytes >= Self.limit else { return false }
+                    guard state.refusal == nil, state.unreliableBytes >= Self.limit else { return false }
                     state.waitingForRoom.append(continuation)
                     return true
                 }
@@ -77,15 +81,20 @@ package final class SendOutbox: Sendable {
     }
 
     /// `push` for a reliable send, from a synchronous context (inside the continuation its
-    /// caller waits on): never waits for room.
-    package func pushReliable(_ item: Item) -> Bool? {
+    /// caller waits on): never waits for room, and is not refused here: the node answers it
+    /// (leaving, ending, or stopped, each with its own error). True when the caller must
+    /// schedule the node's drain.
+    package func pushReliable(_ item: Item) -> Bool {
         state.withLockedValue { state in
-            if state.closed { return nil }
             state.items.append(item)
             defer { state.drainScheduled = true }
             return !state.drainScheduled
         }
     }
+
+    /// Callers waiting for room, and messages queued (for tests).
+    package var waitingForRoom: Int { state.withLockedValue { $0.waitingForRoom.count } }
+    package var queuedCount: Int { state.withLockedValue { $0.items.count } }
 
     /// On the node: everything queued, in order; callers waiting for room go on.
     package func takeAll() -> [Item] {
@@ -102,19 +111,23 @@ package final class SendOutbox: Sendable {
         return items
     }
 
-    /// The node stopped: unreliable messages still queued are dropped, reliable ones fail as
-    /// `stopped`, and so does every send from now on.
-    package func close() {
-        let (items, waiting) = state.withLockedValue { state in
-            state.closed = true
-            defer {
-                state.items = []
-                state.unreliableBytes = 0
-                state.waitingForRoom = []
-            }
-            return (state.items, state.waitingForRoom)
+    /// The node takes no more sends (it is leaving or ending): every send from now on fails with
+    /// `reason` (the first reason given stays). What is queued still goes to the node, which
+    /// answers the reliable ones.
+    package func refuse(_ reason: MessengerError) {
+        let waiting = state.withLockedValue { state in
+            state.refusal = state.refusal ?? reason
+            defer { state.waitingForRoom = [] }
+            return state.waitingForRoom
         }
         for waiter in waiting { waiter.resume() }
+    }
+
+    /// The node stopped: sends are refused (`reason`, unless one was given before), unreliable
+    /// messages still queued are dropped, and reliable ones fail as `stopped`.
+    package func close(_ reason: MessengerError) {
+        refuse(reason)
+        let items = takeAll()
         for item in items { item.reply?.resume(returning: .failure(.stopped)) }
     }
 }
@@ -131,20 +144,12 @@ extension MeshNode {
         }
         guard mode == .reliable else {
             let item = SendOutbox.Item(envelope: envelope, targets: targets, mode: mode, timeout: nil, reply: nil)
-            switch await sendOutbox.push(item) {
-            case true?: scheduleDrain()
-            case false?: break
-            case nil: throw await notRunningReason
-            }
+            if try await sendOutbox.push(item) { scheduleDrain() }
             return 0
         }
         let result = await withCheckedContinuation { (reply: SendOutbox.Reply) in
             let item = SendOutbox.Item(envelope: envelope, targets: targets, mode: mode, timeout: timeout, reply: reply)
-            switch sendOutbox.pushReliable(item) {
-            case true?: scheduleDrain()
-            case false?: break
-            case nil: reply.resume(returning: .failure(.stopped))
-            }
+            if sendOutbox.pushReliable(item) { scheduleDrain() }
         }
         // Only a failure needs the node (members' names for the error).
         if case let .success(.sent(recipients)) = result { return recipients }
@@ -155,13 +160,16 @@ extension MeshNode {
         eventLoop.execute { self.assumeIsolated { $0.drainSendOutbox() } }
     }
 
-    /// Hands every queued message to the core, then writes what they made at once.
+    /// Hands every queued message to the core, then writes what they made at once. Once the
+    /// core takes no more sends, unreliable ones are refused from then on (reliable ones get the
+    /// core's own answer).
     func drainSendOutbox() {
         let items = sendOutbox.takeAll()
         guard !closed else {
             for item in items { item.reply?.resume(returning: .failure(.stopped)) }
             return
         }
+        if let refusal = sendRefusal { sendOutbox.refuse(refusal) }
         guard !items.isEmpty else { return }
         for item in items {
             let request = nextRequestID()
@@ -173,4 +181,8 @@ extension MeshNode {
         runEffects()
         rearm()
     }
+
+    /// Why the core takes no more sends, if it does not: it is leaving or stopped (an end, ours
+    /// or another member's, refuses them where it begins).
+    var sendRefusal: MessengerError? { core.phase.isActive ? nil : notRunningReason }
 }

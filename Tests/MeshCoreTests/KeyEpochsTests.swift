@@ -208,6 +208,11 @@ import Testing
         #expect(mixed.rotation.roster.count == KeyRotation.maxRoster)
         #expect(!mixed.rotation.roster.contains(KeyRotation.rosterEntry(NodeID(high: 999, low: 9))))
         #expect(live.allSatisfy { mixed.rotation.roster.contains(KeyRotation.rosterEntry($0)) })
+        // A full session (every other member live) removing a member that is not live: all fit.
+        let others = Set(crowd.sorted().prefix(KeyRotation.maxRoster))
+        let removingGone = try rotator.rotation(
+            removing: [NodeID(high: 998, low: 9)], to: SessionSecret.generate(), live: others, authority: a.authority)
+        #expect(removingGone.rotation.roster.count == KeyRotation.maxRoster)
         let handover = try #require(
             EpochHandover.seal(
                 full.secret, rotation: full.rotation, previous: next,

@@ -589,6 +589,19 @@ struct MembershipInstanceTests {
         #expect(full(first) == 1, "said once, not per record")
         let admitted = node.view.dropFirst().map(\.id)
         let refused = try #require((0..<6).first { !admitted.contains(others[$0].nodeID) })
+        // Its join is not answered (it keeps asking, as when nobody answers); a member's is.
+        func answered(_ directives: [MembershipDirective]) -> Bool {
+            directives.contains { if case .send = $0 { true } else { false } }
+        }
+        let join: (Int) -> [Frame] = { [.syncRequest(SyncRequest(isJoin: true)), .alive(record($0))] }
+        #expect(
+            !answered(
+                node.onFrames(join(refused), from: others[refused].nodeID, address: ManualCluster.address(80), now: now)
+            ))
+        let member = try #require((0..<6).first { admitted.contains(others[$0].nodeID) })
+        #expect(
+            answered(
+                node.onFrames(join(member), from: others[member].nodeID, address: ManualCluster.address(81), now: now)))
         // Said again only a minute later.
         #expect(
             full(node.onFrames([.alive(record(refused))], from: sender, address: ManualCluster.address(71), now: now))

@@ -239,7 +239,7 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// Birthday rounds (PROTOCOL.md §1c); absent from an older node's report.
         public var birthday: BirthdayInfo? = nil
         /// Members' records not taken because the session already had its most live members
-        /// (49, this node included); absent from an older node's report.
+        /// (50, this node included); absent from an older node's report.
         public var membersRefusedFull: UInt64? = nil
     }
 

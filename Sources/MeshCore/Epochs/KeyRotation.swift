@@ -14,7 +14,7 @@ import NIOCore
 package struct KeyRotation: WireBody, Hashable, SignedStatement {
     package static let signingDomain = Array("groupmesh key rotation v2".utf8)
     package static let maxRemoved = 4
-    package static let maxRoster = 48
+    package static let maxRoster = 49
 
     package var previousSession: SessionID
     package var nextSession: SessionID

@@ -310,7 +310,11 @@ package struct MembershipInstance: Sendable {
                 if probe?.sequence == nack.sequence, probe?.target == nack.target { probe?.nacksReceived += 1 }
             case let .probeRequest(request):
                 onProbeRequest(request, from: sender, address: address, now: now, into: &out)
-            case .syncRequest: answerSync(from: sender, address: address, limit: answerLimit, now: now, into: &out)
+            case .syncRequest:
+                // A stranger whose record found no room is not answered: it keeps asking, as a
+                // joiner nobody answers does, instead of taking itself for a member.
+                guard members[sender] != nil || hasRoomForMember else { continue }
+                answerSync(from: sender, address: address, limit: answerLimit, now: now, into: &out)
             case let .stateDigest(digest) where !digestTaken:
                 // One digest a datagram, as we send them: more would only multiply the answers.
                 digestTaken = true
@@ -360,7 +364,8 @@ package struct MembershipInstance: Sendable {
         _ sender: NodeID, address: PeerAddress, now: MeshInstant,
         into out: inout [MembershipDirective]
     ) {
-        guard sender != me.id, members[sender] == nil, !excluded.contains(sender), !hasLeft else { return }
+        guard sender != me.id, members[sender] == nil, !excluded.contains(sender), !hasLeft, hasRoomForMember
+        else { return }
         if let asked = askedStrangers[sender], now < asked + settings.joinRetryInterval { return }
         if askedStrangers.count >= Self.maxStrangersAsked {
             askedStrangers = askedStrangers.filter { now < $0.value + settings.joinRetryInterval }

@@ -63,9 +63,9 @@ package struct MembershipSettings: Sendable, Equatable {
     /// The most members, this node included, that are neither dead nor left: a record for one
     /// more is refused until a slot frees. What a member can invent (records for identities
     /// nobody runs) then costs the others a bounded table, and a removal's rotation, which
-    /// names every member but its author and the removed in one datagram, always fits.
-    /// Simulations of large meshes raise it.
-    package var maxLiveMembers = KeyRotation.maxRoster + 2
+    /// names every member but its author and the removed in one datagram, always fits (also
+    /// when the removed member is not among the live). Simulations of large meshes raise it.
+    package var maxLiveMembers = KeyRotation.maxRoster + 1
 
     package static func profile(_ profile: Profile) -> MembershipSettings {
         switch profile {

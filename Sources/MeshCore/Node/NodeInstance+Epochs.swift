@@ -12,9 +12,10 @@ extension NodeInstance {
         guard !keying.epochs.removed.contains(id) else { return complete(request, .failure(.alreadyRemoved(id))) }
         guard keying.pendingRemoval == nil else { return complete(request, .failure(.removalInProgress)) }
         let transition: KeyEpochs.Transition
+        let candidates = rosterCandidates
         do {
             transition = try keying.epochs.rotation(
-                removing: [id], to: randomSecret(), live: rosterCandidates.live, others: rosterCandidates.others,
+                removing: [id], to: randomSecret(), live: candidates.live, others: candidates.others,
                 authority: authority)
         } catch {
             return complete(request, .failure(.sessionTooLarge(limit: KeyRotation.maxRoster)))
