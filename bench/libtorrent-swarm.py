@@ -28,6 +28,7 @@ end. Needs Debian's python3-libtorrent (`make deps` installs it as root) and its
 """
 
 import argparse
+import filecmp
 import os
 import shutil
 import signal
@@ -141,16 +142,6 @@ def read_port(child, deadline):
     return int(text[len("port=") :])
 
 
-def same_file(a, b):
-    with open(a, "rb") as left, open(b, "rb") as right:
-        while True:
-            x, y = left.read(1 << 20), right.read(1 << 20)
-            if x != y:
-                return False
-            if not x:
-                return True
-
-
 def swarm(args):
     work = os.path.join(args.root, f"libtorrent-{os.getpid()}")
     os.makedirs(work)
@@ -237,7 +228,7 @@ def swarm(args):
             os.close(descriptor)
         seconds = time.monotonic() - start
 
-        if os.path.getsize(output) != size or not same_file(args.file, output):
+        if os.path.getsize(output) != size or not filecmp.cmp(args.file, output, shallow=False):
             raise RuntimeError("the leecher's file differs from the original")
         print(
             f"seconds={seconds:.4f} bytes={size} first_piece={first_piece or 0:.4f} connect={connected:.4f} "

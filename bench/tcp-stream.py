@@ -17,6 +17,7 @@ Python's standard library only.
 """
 
 import argparse
+import filecmp
 import os
 import selectors
 import shutil
@@ -70,16 +71,6 @@ def read_line(child, timeout):
     return line.decode().strip()
 
 
-def same_file(a, b):
-    with open(a, "rb") as left, open(b, "rb") as right:
-        while True:
-            x, y = left.read(1 << 20), right.read(1 << 20)
-            if x != y:
-                return False
-            if not x:
-                return True
-
-
 def stream(args):
     work = os.path.join(args.root, f"tcp-stream-{os.getpid()}")
     os.makedirs(work)
@@ -97,7 +88,7 @@ def stream(args):
                 connection.shutdown(socket.SHUT_WR)
                 done = read_line(receiver, TIMEOUT)
             seconds = time.monotonic() - start
-        if sent != size or done != f"bytes={size}" or not same_file(args.file, output):
+        if sent != size or done != f"bytes={size}" or not filecmp.cmp(args.file, output, shallow=False):
             raise RuntimeError(f"sent {sent} of {size} bytes, the receiver said {done!r}, or the file differs")
         print(f"seconds={seconds:.4f} bytes={size}", flush=True)
     finally:

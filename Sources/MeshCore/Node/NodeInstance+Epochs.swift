@@ -424,10 +424,11 @@ extension NodeInstance {
                 // Members the losing rotation removed and the winner does not: our own removal is
                 // made again, on top of the winner; anyone else's is undone here.
                 let rest = Set(replacing.rotation.removed).subtracting(keying.epochs.removed)
+                let candidates = rosterCandidates
                 if replacing.rotation.author == localID, !rest.isEmpty,
                     let again = try? keying.epochs.rotation(
-                        removing: rest, to: randomSecret(), live: rosterCandidates.live,
-                        others: rosterCandidates.others, authority: authority)
+                        removing: rest, to: randomSecret(), live: candidates.live,
+                        others: candidates.others, authority: authority)
                 {
                     keying.epochs.commit(again)
                     enterEpoch(again, handingOver: true, now: now)
