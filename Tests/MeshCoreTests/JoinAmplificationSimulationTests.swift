@@ -13,7 +13,8 @@ import Testing
 ///     SIM_SEED=N swift test --filter JoinAmplificationSimulation
 @Suite("Join requests from a forged source (simulation)")
 struct JoinAmplificationSimulationTests {
-    static let seeds = SimulationSeeds.from(defaultCount: 2)
+    /// Seed 4: the journal's sync to the made-up member went out beside the answer.
+    static let seeds = SimulationSeeds.from(defaultCount: 2) + [4]
     static let members = 16
 
     /// A join request of a made-up identity whose record names `address`, sealed with the
@@ -81,5 +82,45 @@ struct JoinAmplificationSimulationTests {
             $0.status == .alive && $0.record.name != "made-up"
         }.count
         #expect(known == Self.members + 1, "\(replay): the joiner knows \(known) live members of \(Self.members + 1)")
+    }
+
+    @Test(
+        "a made-up member that every member learns draws no journal sync to its address from any of them, however long the journal",
+        arguments: seeds)
+    func journalSyncWaitsForTheMembersOwnDatagram(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let members = 8
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(1)))
+        let first = mesh.addNode(joiningThrough: [], at: .zero)
+        for index in 1..<members {
+            mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(200 * index))
+        }
+        // A journal of 40 operations: a sync's first datagrams name every one of them.
+        for index in 0..<40 { first.attach(Array("attachment \(index)".utf8)) }
+        mesh.simulator.run(until: .zero + .seconds(20))
+        #expect(
+            mesh.live.allSatisfy { $0.journal.state.operationIDs.count == 40 },
+            "\(replay): the journal did not reach every member")
+
+        let victim = SimAddress(members + 100)
+        let request = try Self.forgedJoin(session: mesh.session, naming: victim.peerAddress, seed: seed)
+        var bytes = 0
+        var datagrams = 0
+        mesh.simulator.onTrace = { event in
+            if case let .sent(_, to, sent) = event.kind, to == victim { bytes += sent.count; datagrams += 1 }
+        }
+        mesh.simulator.inject(request, from: victim, to: first.address)
+        // Gossip spreads the record to every member within two seconds; probes follow, one each a round.
+        mesh.simulator.run(until: .zero + .seconds(22))
+        mesh.simulator.onTrace = nil
+        let learned = mesh.live.filter { $0.membership.view.contains { $0.record.name == "made-up" } }.count
+        // (A member that first hears of it as suspect, once its probes went unanswered, never takes it.)
+        #expect(learned > members / 2, "\(replay): \(learned) of \(members) members learned the made-up member")
+        // The answer to the request (≤ 3×), then what SWIM sends any member it believes alive:
+        // gossip and probes, small, a few a second from each (under 1.3 KB a second in 100 seeds). A journal sync of 40 operations
+        // (acknowledged, so sent again and again) is several kilobytes from each member.
+        #expect(
+            bytes <= 3 * request.count + members * 2_000,
+            "\(replay): \(bytes) bytes in \(datagrams) datagrams went to the made-up member's address")
     }
 }

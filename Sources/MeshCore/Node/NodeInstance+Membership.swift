@@ -42,6 +42,7 @@ extension NodeInstance {
                 forgetPath(of: id)
                 directory.remembered.forget(id)
                 journal.memberForgotten(id)
+                directory.unprovenJoiners[id] = nil
                 directory.rememberedDirty = true
                 keying.codec.removePeer(id)
                 let removed = delivery.removePeer(id, now: now)
@@ -103,6 +104,7 @@ extension NodeInstance {
             // member declared dead that refutes resumes where it was.
             let failed = delivery.failPending(id, now: now)
             apply(failed, now: now)
+            directory.unprovenJoiners[id] = nil
             let left = journal.memberLeft(id)
             apply(left, now: now)
             transfer.removePeer(id)
@@ -129,13 +131,11 @@ extension NodeInstance {
             forgetPacing(of: id)
             delivery.addPeer(id)
             _ = journal.memberLeft(id)
-            let joined = journal.memberJoined(id)
-            apply(joined, now: now)
+            startJournalSync(with: id, sameBoot: false, now: now)
         } else {
             // Back from a (false) death with the same boot: resume journal sync.
             delivery.addPeer(id)
-            let joined = journal.memberJoined(id, sameBoot: true)
-            apply(joined, now: now)
+            startJournalSync(with: id, sameBoot: true, now: now)
         }
         metVersions(of: member, now: now)
         if member.status == .alive { memberCameAlive(now: now) }
@@ -146,6 +146,31 @@ extension NodeInstance {
                 "incarnation": "\(member.incarnation)",
             ])
         emit(.memberChanged(member))
+    }
+
+    /// Journal sync with a member starts once its boot's own datagram reached us (directly, or
+    /// through a relay): its record, or a join under its name, proves no address, and the sync's
+    /// first datagrams (every operation id known) would go wherever the record points. Meanwhile
+    /// one ping goes there, no larger than a probe: its pong proves the member to us, and the
+    /// ping itself proves us to it (behind a NAT, only our datagram opens the way back).
+    mutating func startJournalSync(with id: NodeID, sameBoot: Bool, proven: Bool = false, now: MeshInstant) {
+        guard proven || learnedAddress(of: id) != nil || links.paths.relay(of: id) != nil else {
+            if directory.unprovenJoiners.updateValue(sameBoot, forKey: id) == nil {
+                sendPairwise([.ping(Ping(token: Ping.pathCheckToken))], to: id)
+            }
+            return
+        }
+        directory.unprovenJoiners[id] = nil
+        let joined = journal.memberJoined(id, sameBoot: sameBoot)
+        apply(joined, now: now)
+    }
+
+    /// A member's own datagram came (of the boot membership knows): journal sync held for it starts.
+    mutating func memberProved(_ id: NodeID, boot: UInt64, now: MeshInstant) {
+        guard let sameBoot = directory.unprovenJoiners[id], let member = membership.member(id),
+            !member.status.isGone, member.record.bootID == boot
+        else { return }
+        startJournalSync(with: id, sameBoot: sameBoot, proven: true, now: now)
     }
 
     /// Pairwise keys for a member's current boot under the current epoch.

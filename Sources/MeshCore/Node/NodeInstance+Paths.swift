@@ -17,6 +17,7 @@ extension NodeInstance {
             }
         }
         if links.birthday.round != nil { birthdayHeard(peer, from: source) }
+        if !directory.unprovenJoiners.isEmpty { memberProved(peer, boot: header.bootID, now: now) }
         receiveAddresses(frames, from: peer, boot: header.bootID, source: source, now: now)
         receivePathFrames(frames, from: peer, source: source, now: now)
     }

@@ -9,7 +9,8 @@ extension NodeInstance {
         guard member != localID, let address = directory.addresses[member] else {
             return complete(request, .failure(.notReachable(member)))
         }
-        let token = random.next()
+        var token = random.next()
+        if token == Ping.pathCheckToken { token &+= 1 }
         waits.pings[token] = (request, member, address, now)
         sendPairwise([.ping(Ping(token: token))], to: member)
     }

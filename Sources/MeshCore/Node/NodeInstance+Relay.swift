@@ -103,6 +103,7 @@ extension NodeInstance {
         {
             log(.info, "path relayed", ["member": "\(peer)", "relay": "\(relay)", "why": "it reached us through it"])
         }
+        if !directory.unprovenJoiners.isEmpty { memberProved(peer, boot: header.bootID, now: now) }
         receivePathFrames(frames, from: peer, source: nil, via: relay, now: now)
     }
 

@@ -46,6 +46,10 @@ struct MemberDirectory: Sendable {
     var rememberedDirty = false
     /// While joining through seeds, until a member answers.
     var joinWait: JoinWait?
+    /// Members whose journal sync waits for their first datagram of their own: a record names
+    /// an address only by its claim, and sync to it would answer one datagram with several. The
+    /// value: whether it is the boot we knew (a false death, whose holdings stand).
+    var unprovenJoiners: [NodeID: Bool] = [:]
 }
 
 /// Commands waiting for the network (NodeInstance+Messenger, +Ping).

@@ -45,6 +45,8 @@ package enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
                 return .transfer
             case let .data(chunk) where chunk.stream == .journal: return .journal
             case .data, .fragment, .forwardTSN: return .messages
+            case let .ping(ping) where ping.token == Ping.pathCheckToken: return .membership
+            case let .pong(pong) where pong.token == Ping.pathCheckToken: return .membership
             case .ping, .pong: kind = .ping
             case .probe, .probeAck: return .membership  // with gossip beside it
             case .observedAddress, .punchRequest, .punchIntroduction, .punch, .birthdayRound, .protocolVersion:

@@ -233,6 +233,9 @@ package protocol WireBody: Equatable, Sendable {
 
 /// A liveness check carrying an opaque token that the pong echoes.
 package struct Ping: WireBody {
+    /// The token of a node's own path check (a new member's path, before journal sync starts),
+    /// which no `groupmesh ping` uses: its ping and pong count as membership traffic.
+    package static let pathCheckToken: UInt64 = 0
     package var token: UInt64
     package init(token: UInt64) { self.token = token }
     package init(decoding buffer: inout ByteBuffer) throws(WireError) {
