@@ -288,10 +288,9 @@ package struct MembershipInstance: Sendable {
         // lost, we would stop asking and learn the members only from others' push-pull.
         if nextJoinAttemptAt != nil, sender != me.id, !members.isEmpty {
             nextJoinAttemptAt = nil
-            // The first at once (the answer's rest: it held what fits three times our request),
-            // a moment later so the answer's other datagrams are in; the last once what the
-            // member was gossiping then has been sent as often as it will be.
-            joinFollowUp = (sender, now + (settings.newsGossipSpacing ?? settings.gossipInterval) * 2, 1)
+            // The first at once (the answer's rest), the last once what the member was gossiping
+            // then has been sent as often as it will be.
+            joinFollowUp = (sender, now + settings.gossipInterval * 2, 1)
         }
         var digestTaken = false
         for frame in frames {
