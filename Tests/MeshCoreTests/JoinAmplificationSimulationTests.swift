@@ -11,7 +11,7 @@ import Testing
 ///
 /// A failing seed is named in every message (`SIM_SEED=N`) and replays exactly:
 ///     SIM_SEED=N swift test --filter JoinAmplificationSimulation
-@Suite("Join requests from a forged source (simulation)")
+@Suite("Joins and probes from a forged source (simulation)")
 struct JoinAmplificationSimulationTests {
     /// Seed 4: the journal's sync to the made-up member went out beside the answer.
     static let seeds = SimulationSeeds.from(defaultCount: 2) + [4]
@@ -122,5 +122,56 @@ struct JoinAmplificationSimulationTests {
         #expect(
             bytes <= 3 * request.count + members * 2_000,
             "\(replay): \(bytes) bytes in \(datagrams) datagrams went to the made-up member's address")
+    }
+}
+
+extension JoinAmplificationSimulationTests {
+    @Test(
+        "a probe from a forged source, under a made-up id or a member's, is acked there with at most 3× its size while gossip is pending",
+        arguments: seeds)
+    func probeAnswersStayWithinThreeTimesTheRequest(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(1)))
+        let first = mesh.addNode(joiningThrough: [], at: .zero)
+        for index in 1..<Self.members {
+            mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(200 * index))
+        }
+        mesh.simulator.run(until: .zero + .seconds(20))
+        var derive = SplitMix64(seed: seed ^ 0x0F0F)
+        let madeUp = try NodeIdentity(seed: (0..<32).map { _ in UInt8(truncatingIfNeeded: derive.next()) }).nodeID
+        let victim = SimAddress(Self.members + 100)
+        for (round, sender) in [madeUp, mesh.node(SimAddress(5)).id].enumerated() {
+            // One more joins: its record is gossip the first member still has to send when the probe comes.
+            let start = mesh.simulator.now
+            mesh.addNode(joiningThrough: [first.address], at: start)
+            mesh.simulator.run(until: start + .milliseconds(30))
+
+            var codec = DatagramCodec(session: mesh.session, localID: sender, localBootID: 1)
+            let nonce = try #require(PacketNonce(raw: (0..<24).map { _ in UInt8(truncatingIfNeeded: derive.next()) }))
+            let request = Array(
+                codec.sealHello([.probe(Probe(sequence: 1, target: first.id))], nonce: nonce).readableBytesView)
+            var deliveredAt: MeshInstant?
+            var sizes: [Int] = []
+            mesh.simulator.onTrace = { event in
+                switch event.kind {
+                case let .delivered(from, to, _) where from == victim && to == first.address:
+                    deliveredAt = event.time
+                case let .sent(from, to, bytes)
+                where from == first.address && to == victim && event.time == deliveredAt:
+                    sizes.append(bytes.count)
+                default:
+                    break
+                }
+            }
+            mesh.simulator.inject(request, from: victim, to: first.address)
+            mesh.simulator.run(until: start + .seconds(1))
+            mesh.simulator.onTrace = nil
+            let what = round == 0 ? "a made-up id" : "a member's id"
+            #expect(deliveredAt != nil, "\(replay): the probe under \(what) was not delivered")
+            #expect(!sizes.isEmpty, "\(replay): the probe under \(what) was not acked")
+            #expect(
+                sizes.reduce(0, +) <= 3 * request.count,
+                "\(replay): datagrams of \(sizes) bytes answered a probe of \(request.count) under \(what)")
+        }
     }
 }

@@ -40,10 +40,10 @@ extension MembershipInstance {
     /// `frames` with as much gossip as fits beside them, sealed with the hello key or pairwise.
     mutating func send(
         _ frames: [Frame], to recipient: NodeID, address: PeerAddress,
-        pairwise: Bool = false
+        pairwise: Bool = false, limit: Int? = nil
     ) -> MembershipDirective {
         let used = frames.reduce(0) { $0 + FrameCodec.encodedLength(of: $1) }
-        let piggyback = gossip.take(budget: datagramBudget - used, limit: retransmitLimit)
+        let piggyback = gossip.take(budget: min(datagramBudget, limit ?? datagramBudget) - used, limit: retransmitLimit)
         return pairwise
             ? .sendPairwise(frames: frames + piggyback, recipient: recipient, address: address)
             : .send(frames: frames + piggyback, recipient: recipient, address: address)

@@ -89,9 +89,10 @@ extension MembershipInstance {
     }
 
     /// A probe of us (its target checked by the caller). A pairwise one is answered pairwise,
-    /// without the target: the prober's key for us names us.
+    /// without the target: the prober's key for us names us. `limit`: the most bytes of frames
+    /// the answer may take (gossip beside the ack fills what is left).
     mutating func onProbe(
-        _ probe: Probe, from sender: NodeID, address: PeerAddress, pairwise: Bool,
+        _ probe: Probe, from sender: NodeID, address: PeerAddress, pairwise: Bool, limit: Int? = nil,
         into out: inout [MembershipDirective]
     ) {
         guard !hasLeft else { return }
@@ -108,7 +109,7 @@ extension MembershipInstance {
             if member.status == .suspect { frames.append(.suspect(accusation)) }
             if member.status == .dead { frames.append(.dead(accusation)) }
         }
-        out.append(send(frames, to: sender, address: address, pairwise: pairwise))
+        out.append(send(frames, to: sender, address: address, pairwise: pairwise, limit: limit))
     }
 
     /// An ack of `target`'s (named in the frame, or by the pairwise key that sealed it). While

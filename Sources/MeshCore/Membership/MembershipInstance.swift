@@ -262,10 +262,12 @@ package struct MembershipInstance: Sendable {
     /// `pairwise`: the datagram was sealed with the sender's pairwise key for our boot, so only
     /// we could open it and only the sender could have made it (a probe or ack without a target).
     /// `answerLimit`: at most this many bytes of frames answer a state request (the node gives a
-    /// few times the request's own size: the source address is the request's claim, not a proof).
+    /// few times the request's own size: the source address is the request's claim, not a proof),
+    /// and a probe too unless `sourceProven` (the address is where the sender's own datagrams
+    /// came from before): its ack carries gossip, a datagram's worth.
     package mutating func onFrames(
         _ frames: [Frame], from sender: NodeID, address: PeerAddress,
-        now: MeshInstant, pairwise: Bool = false, answerLimit: Int? = nil
+        now: MeshInstant, pairwise: Bool = false, answerLimit: Int? = nil, sourceProven: Bool = true
     ) -> [MembershipDirective] {
         var out: [MembershipDirective] = []
         guard !excluded.contains(sender) else { return out }
@@ -293,12 +295,21 @@ package struct MembershipInstance: Sendable {
             joinFollowUp = (sender, now + settings.gossipInterval * 2, 1)
         }
         var digestTaken = false
+        var strangerAck: ProbeAck?
         for frame in frames {
             switch frame {
             case let .probe(probe):
                 // A probe without a target is only for whoever can open it.
                 guard probe.target ?? (pairwise ? me.id : nil) == me.id else { continue }
-                onProbe(probe, from: sender, address: address, pairwise: pairwise, into: &out)
+                if members[sender] == nil, !hasLeft {
+                    // A stranger's ack goes with our ask (below), one datagram without gossip:
+                    // two would take more than three times a bare probe's size.
+                    strangerAck = ProbeAck(sequence: probe.sequence, target: me.id)
+                } else {
+                    onProbe(
+                        probe, from: sender, address: address, pairwise: pairwise,
+                        limit: sourceProven ? nil : answerLimit, into: &out)
+                }
             case let .probeAck(ack):
                 // Without a target only pairwise, where it is the sender's own; a pairwise ack
                 // naming someone else is no ack (an honest one names nobody there).
@@ -326,7 +337,9 @@ package struct MembershipInstance: Sendable {
         if staleAccuser, sender != me.id, !hasLeft {
             out.append(.send(frames: [.alive(me)], recipient: sender, address: address))
         }
-        askIfStranger(sender, address: address, now: now, into: &out)
+        if !askIfStranger(sender, address: address, now: now, ack: strangerAck, into: &out), let strangerAck {
+            out.append(.send(frames: [.probeAck(strangerAck)], recipient: sender, address: address))
+        }
         heard(from: sender, now: now)
         return out
     }
@@ -360,20 +373,23 @@ package struct MembershipInstance: Sendable {
     /// ended before we came. It knows us (it probes us), we would learn of it only at the next
     /// push-pull: ask it for its state, which starts with its own record. Once per member per
     /// join retry interval, and for a bounded number of strangers at once.
+    /// Asks a stranger for its state, with `ack` (its probe's) beside; whether it asked.
+    @discardableResult
     mutating func askIfStranger(
-        _ sender: NodeID, address: PeerAddress, now: MeshInstant,
+        _ sender: NodeID, address: PeerAddress, now: MeshInstant, ack: ProbeAck? = nil,
         into out: inout [MembershipDirective]
-    ) {
+    ) -> Bool {
         guard sender != me.id, members[sender] == nil, !excluded.contains(sender), !hasLeft, hasRoomForMember
-        else { return }
-        if let asked = askedStrangers[sender], now < asked + settings.joinRetryInterval { return }
+        else { return false }
+        if let asked = askedStrangers[sender], now < asked + settings.joinRetryInterval { return false }
         if askedStrangers.count >= Self.maxStrangersAsked {
             askedStrangers = askedStrangers.filter { now < $0.value + settings.joinRetryInterval }
-            guard askedStrangers.count < Self.maxStrangersAsked else { return }
+            guard askedStrangers.count < Self.maxStrangersAsked else { return false }
         }
         askedStrangers[sender] = now
-        out.append(
-            .send(frames: [.syncRequest(SyncRequest(isJoin: false)), .alive(me)], recipient: sender, address: address))
+        let ask: [Frame] = [.syncRequest(SyncRequest(isJoin: false)), .alive(me)]
+        out.append(.send(frames: (ack.map { [.probeAck($0)] } ?? []) + ask, recipient: sender, address: address))
+        return true
     }
 
     static let maxStrangersAsked = 16

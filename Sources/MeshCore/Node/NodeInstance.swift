@@ -311,12 +311,10 @@ package struct NodeInstance: Sendable {
             // A hello's source is only its claim: what answers it stays within three times its
             // size, so a forged source earns its owner no flood (QUIC's rule). The state transfer
             // takes two of them; a new member's first echoes and punches fit in the third.
-            let answerLimit =
-                Self.stateAnswerFactor * bytes - DatagramCodec.pairwiseDatagramSize(payload: 0)
-                - PacketSealer.nonceByteCount
+            let answerLimit = Self.answerLimit(toRequestOf: bytes)
             let directives = membership.onFrames(
                 datagram.frames, from: sender, address: address, now: now,
-                answerLimit: answerLimit)
+                answerLimit: answerLimit, sourceProven: isProvenSource(address, of: sender))
             apply(directives, now: now)
             if relay == nil { helloFrom(sender, boot: datagram.header.bootID, source: address, now: now) }
         case .pairwise:
@@ -335,7 +333,8 @@ package struct NodeInstance: Sendable {
             if datagram.frames.contains(where: \.isProbeOrAck) {
                 let directives = membership.onFrames(
                     datagram.frames, from: sender, address: address, now: now,
-                    pairwise: true)
+                    pairwise: true, answerLimit: Self.answerLimit(toRequestOf: bytes),
+                    sourceProven: relay != nil || isProvenSource(address, of: sender))
                 apply(directives, now: now)
             } else {
                 membership.heard(from: sender, now: now)
@@ -355,6 +354,18 @@ package struct NodeInstance: Sendable {
 
     /// How many times a hello's own size a state transfer may take to answer it.
     static let stateAnswerFactor = 2
+
+    /// The bytes of frames that answer a datagram of `bytes` to an address not proven: the answer
+    /// stays within `stateAnswerFactor` times its size, sealed.
+    static func answerLimit(toRequestOf bytes: Int) -> Int {
+        stateAnswerFactor * bytes - DatagramCodec.pairwiseDatagramSize(payload: 0) - PacketSealer.nonceByteCount
+    }
+
+    /// Whether `address` is where `sender`'s own pairwise datagrams came from before (a record
+    /// names addresses only by its claim).
+    func isProvenSource(_ address: PeerAddress, of sender: NodeID) -> Bool {
+        learnedAddress(of: sender) == address
+    }
 
     /// The end of a read batch: acknowledge what it brought, once per peer.
     package mutating func endReadBatch(now: MeshInstant) {
