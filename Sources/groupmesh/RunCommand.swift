@@ -291,16 +291,17 @@ struct RunCommand: AsyncParsableCommand {
     }
 
     /// `--invite`, else `--invite-file`, else the `groupmesh-invite` credential systemd hands a
-    /// service (`LoadCredential=`), else `$GROUPMESH_INVITE` (then removed from the environment,
-    /// so nothing the node starts inherits the secret).
+    /// service (`LoadCredential=`), else `$GROUPMESH_INVITE`. The variable is removed from the
+    /// environment whichever wins, so nothing the node starts inherits the secret.
     private func resolvedInvite() throws(GroupMeshError) -> Invite? {
+        let environmentText = ProcessInfo.processInfo.environment[InviteSource.environmentVariable]
+        if environmentText != nil { InviteSource.scrubEnvironment() }
         if let invite {
             do { return try Invite(invite) } catch { throw .invalidInvite("--invite: \(error)") }
         }
         if let inviteFile { return try Invite(file: inviteFile, requirePrivate: true) }
         if let credential = InviteSource.credentialPath() { return try Invite(file: credential, requirePrivate: true) }
-        guard let text = ProcessInfo.processInfo.environment[InviteSource.environmentVariable] else { return nil }
-        InviteSource.scrubEnvironment()
+        guard let text = environmentText else { return nil }
         do { return try Invite(text.trimmingCharacters(in: .whitespacesAndNewlines)) } catch {
             throw .invalidInvite("$\(InviteSource.environmentVariable): \(error)")
         }

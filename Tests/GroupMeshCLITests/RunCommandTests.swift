@@ -194,7 +194,10 @@ struct RunCommandTests {
         #expect(!exposed.stderr.contains(invite), "the secret is never quoted")
         chmod(file, 0o600)
 
-        let fromFile = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--invite-file", file])
+        // The file wins over the environment, whose copy is removed all the same.
+        let fromFile = try NodeProcess(
+            ["run", "--listen", "127.0.0.1:0", "--invite-file", file],
+            launcher: ["/usr/bin/env", "GROUPMESH_INVITE=\(invite)"])
         nodes.append(fromFile)
         let fromStandardInput = try NodeProcess(
             ["run", "--listen", "127.0.0.1:0", "--invite-file", "-"],

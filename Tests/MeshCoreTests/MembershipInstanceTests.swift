@@ -473,6 +473,33 @@ struct MembershipInstanceTests {
                     address: ManualCluster.address(3), now: later)) > 0)
     }
 
+    @Test("joins under 300 made-up ids in one window: at most 256 answered, and the windows kept stay bounded")
+    func joinsUnderMadeUpIdsAreBounded() throws {
+        let cluster = ManualCluster(count: 2)
+        var node = cluster.instance(0)
+        var answered = 0
+        for index in 0..<300 {
+            let madeUp = NodeID(high: 0xBAD, low: UInt64(index))
+            let directives = node.onFrames(
+                [.syncRequest(SyncRequest(isJoin: true))], from: madeUp, address: ManualCluster.address(9),
+                now: cluster.now + .microseconds(index))
+            if directives.contains(where: {
+                if case let .send(frames, _, _) = $0 { !frames.aliveRecords.isEmpty } else { false }
+            }) {
+                answered += 1
+            }
+        }
+        #expect(answered == MembershipInstance.maxSyncWindows, "\(answered) of 300 joins answered")
+        #expect(node.answeredSyncs.count == MembershipInstance.maxSyncWindows)
+        // Once the windows close, a join is answered again.
+        let later = cluster.now + MembershipSettings.lan.joinRetryInterval
+        #expect(
+            node.onFrames(
+                [.syncRequest(SyncRequest(isJoin: true))], from: cluster[1], address: ManualCluster.address(2),
+                now: later
+            ).contains { if case let .send(frames, _, _) = $0 { !frames.aliveRecords.isEmpty } else { false } })
+    }
+
     @Test(
         "a member's new boot from another address: its record goes to the old address at once (a live twin hears it there); a restart in place sends nothing more"
     )

@@ -60,7 +60,7 @@ package struct MembershipInstance: Sendable {
     var askedStrangers: [NodeID: MeshInstant] = [:]
     /// When we last sent each member our whole state on its request: a member asking again and
     /// again (a flood of joins) gets one answer per half join retry interval.
-    var answeredSyncs: [NodeID: MeshInstant] = [:]
+    package private(set) var answeredSyncs: [NodeID: MeshInstant] = [:]
     /// Digests answered per member in the current window (anti-entropy): a view's worth of
     /// ranges, and one more, per half join retry interval.
     var digestBudgets: [NodeID: (windowStart: MeshInstant, answered: Int)] = [:]
@@ -364,16 +364,23 @@ package struct MembershipInstance: Sendable {
     ) {
         let spacing = settings.joinRetryInterval * 0.5
         if let last = answeredSyncs[sender], now < last + spacing { return }
-        if answeredSyncs.count >= 256 { answeredSyncs = answeredSyncs.filter { now < $0.value + spacing } }
+        // The sender names itself: made-up ids would each open a window. Past the bound, no more
+        // answers until windows close (an honest joiner tries again).
+        if answeredSyncs.count >= Self.maxSyncWindows {
+            answeredSyncs = answeredSyncs.filter { now < $0.value + spacing }
+            guard answeredSyncs.count < Self.maxSyncWindows else { return }
+        }
         answeredSyncs[sender] = now
         out += stateTransfer(to: sender, address: address, limit: limit)
     }
 
+    package static let maxSyncWindows = 256
+
     /// A member we do not know wrote to us: the answer to our join was lost, or its record's gossip
     /// ended before we came. It knows us (it probes us), we would learn of it only at the next
-    /// push-pull: ask it for its state, which starts with its own record. Once per member per
-    /// join retry interval, and for a bounded number of strangers at once.
-    /// Asks a stranger for its state, with `ack` (its probe's) beside; whether it asked.
+    /// push-pull: ask it for its state, which starts with its own record, with `ack` (its probe's)
+    /// beside. Once per member per join retry interval, and for a bounded number of strangers at
+    /// once. Whether it asked.
     @discardableResult
     mutating func askIfStranger(
         _ sender: NodeID, address: PeerAddress, now: MeshInstant, ack: ProbeAck? = nil,
