@@ -11,6 +11,18 @@ package struct Member: Sendable, Equatable {
     package var rtt: Duration?
     package internal(set) var suspicion: Suspicion?
 
+    package init(
+        record: MemberRecord, status: MemberStatus, incarnation: UInt64, lastChange: MeshInstant,
+        rtt: Duration? = nil, suspicion: Suspicion? = nil
+    ) {
+        self.record = record
+        self.status = status
+        self.incarnation = incarnation
+        self.lastChange = lastChange
+        self.rtt = rtt
+        self.suspicion = suspicion
+    }
+
     package var id: NodeID { record.id }
     package var address: PeerAddress? { record.addresses.first }
 }

@@ -62,17 +62,31 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
     /// view is empty, and a crash then must not forget where the members were. Dead members stay
     /// too (if both ends of a link die in turn, each restart must still know where the other
     /// was); a member that left is dropped.
+    ///
+    /// At most `maxEntries`: records of members that are gone cost a member nothing to make, so
+    /// past the bound live members are kept first, then the view's others, then what only the
+    /// file knew.
     package mutating func merge(_ view: some Sequence<Member>) {
         var entries = Dictionary(members.map { ($0.id, $0) }, uniquingKeysWith: { $1 })
+        var rank: [String: Int] = [:]
         for member in view {
             entries[member.id.hex] =
                 member.status == .left
                 ? nil
                 : Entry(
                     id: member.id.hex, name: member.record.name, addresses: member.record.addresses.map(\.description))
+            rank[member.id.hex] = member.status.isGone ? 1 : 0
         }
-        members = entries.values.sorted { $0.id < $1.id }
+        var kept = Array(entries.values)
+        if kept.count > Self.maxEntries {
+            kept.sort { (rank[$0.id] ?? 2, $0.id) < (rank[$1.id] ?? 2, $1.id) }
+            kept.removeLast(kept.count - Self.maxEntries)
+        }
+        members = kept.sorted { $0.id < $1.id }
     }
+
+    /// Far above a session's live members (`MembershipSettings.maxLiveMembers`).
+    package static let maxEntries = 256
 
     package mutating func forget(_ id: NodeID) {
         members.removeAll { $0.id == id.hex }
