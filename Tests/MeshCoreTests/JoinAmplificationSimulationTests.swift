@@ -14,18 +14,22 @@ import Testing
 @Suite("Joins and probes from a forged source (simulation)")
 struct JoinAmplificationSimulationTests {
     /// Seed 4: the journal's sync to the made-up member went out beside the answer.
-    static let seeds = SimulationSeeds.from(defaultCount: 2) + [4]
+    static let seeds = Array(Set(SimulationSeeds.from(defaultCount: 2) + [4])).sorted()
     static let members = 16
 
     /// A join request of a made-up identity whose record names `address`, sealed with the
     /// session's hello key as any holder of the secret can.
     static func forgedJoin(session: SessionSecret, naming address: PeerAddress, seed: UInt64) throws -> [UInt8] {
+        try forgedJoin(session: session, naming: [address], seed: seed)
+    }
+
+    static func forgedJoin(session: SessionSecret, naming addresses: [PeerAddress], seed: UInt64) throws -> [UInt8] {
         var derive = SplitMix64(seed: seed ^ 0xF0F0)
         func bytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8(truncatingIfNeeded: derive.next()) } }
         let identity = try NodeIdentity(seed: bytes(32))
         let ephemeral = try EphemeralKeyPair(seed: bytes(32))
         let record = MemberRecord(
-            signingKey: identity.publicKey, name: "made-up", addresses: [address], incarnation: 0,
+            signingKey: identity.publicKey, name: "made-up", addresses: addresses, incarnation: 0,
             bootID: 1, ephemeralKey: ephemeral.publicKey
         )
         .signed(by: Ed25519Authority(identity: identity))
@@ -88,6 +92,17 @@ struct JoinAmplificationSimulationTests {
         "a made-up member that every member learns draws no journal sync to its address from any of them, however long the journal",
         arguments: seeds)
     func journalSyncWaitsForTheMembersOwnDatagram(seed: UInt64) throws {
+        try journalSyncWaits(seed: seed, secondAddress: false)
+    }
+
+    @Test(
+        "a made-up member whose record names another address first, its join from the victim's: a hello proves no address, no journal sync goes there",
+        arguments: seeds)
+    func aHelloProvesNoAddress(seed: UInt64) throws {
+        try journalSyncWaits(seed: seed, secondAddress: true)
+    }
+
+    func journalSyncWaits(seed: UInt64, secondAddress: Bool) throws {
         let replay = SimulationSeeds.replay(seed)
         let members = 8
         let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(1)))
@@ -103,7 +118,10 @@ struct JoinAmplificationSimulationTests {
             "\(replay): the journal did not reach every member")
 
         let victim = SimAddress(members + 100)
-        let request = try Self.forgedJoin(session: mesh.session, naming: victim.peerAddress, seed: seed)
+        // With another address first, a hello from the victim's is "a hello from an address its
+        // record gives": where the member is sent to, but no proof for more than that.
+        let named = (secondAddress ? [SimAddress(members + 101).peerAddress] : []) + [victim.peerAddress]
+        let request = try Self.forgedJoin(session: mesh.session, naming: named, seed: seed)
         var bytes = 0
         var datagrams = 0
         mesh.simulator.onTrace = { event in
@@ -111,7 +129,9 @@ struct JoinAmplificationSimulationTests {
         }
         mesh.simulator.inject(request, from: victim, to: first.address)
         // Gossip spreads the record to every member within two seconds; probes follow, one each a round.
-        mesh.simulator.run(until: .zero + .seconds(22))
+        // (With two addresses, only the first member sends there: until the member changes,
+        // gone suspect, and then too.)
+        mesh.simulator.run(until: .zero + .seconds(secondAddress ? 30 : 22))
         mesh.simulator.onTrace = nil
         let learned = mesh.live.filter { $0.membership.view.contains { $0.record.name == "made-up" } }.count
         // (A member that first hears of it as suspect, once its probes went unanswered, never takes it.)
@@ -120,7 +140,7 @@ struct JoinAmplificationSimulationTests {
         // gossip and probes, small, a few a second from each (under 1.3 KB a second in 100 seeds). A journal sync of 40 operations
         // (acknowledged, so sent again and again) is several kilobytes from each member.
         #expect(
-            bytes <= 3 * request.count + members * 2_000,
+            bytes <= 3 * request.count + (secondAddress ? 5_000 : members * 2_000),
             "\(replay): \(bytes) bytes in \(datagrams) datagrams went to the made-up member's address")
     }
 }
@@ -141,10 +161,10 @@ extension JoinAmplificationSimulationTests {
         let madeUp = try NodeIdentity(seed: (0..<32).map { _ in UInt8(truncatingIfNeeded: derive.next()) }).nodeID
         let victim = SimAddress(Self.members + 100)
         for (round, sender) in [madeUp, mesh.node(SimAddress(5)).id].enumerated() {
-            // One more joins: its record is gossip the first member still has to send when the probe comes.
+            // Three more join: their records are gossip the first member still has to send when the probe comes.
             let start = mesh.simulator.now
-            mesh.addNode(joiningThrough: [first.address], at: start)
-            mesh.simulator.run(until: start + .milliseconds(30))
+            for index in 0..<3 { mesh.addNode(joiningThrough: [first.address], at: start + .milliseconds(5 * index)) }
+            mesh.simulator.run(until: start + .milliseconds(40))
 
             var codec = DatagramCodec(session: mesh.session, localID: sender, localBootID: 1)
             let nonce = try #require(PacketNonce(raw: (0..<24).map { _ in UInt8(truncatingIfNeeded: derive.next()) }))

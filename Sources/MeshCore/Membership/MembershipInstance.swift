@@ -333,11 +333,17 @@ package struct MembershipInstance: Sendable {
             default: break
             }
         }
-        // The sender still believes an old rumour about us: answer it with our current record.
-        if staleAccuser, sender != me.id, !hasLeft {
+        let unprovenLimit = sourceProven ? nil : answerLimit
+        // The sender still believes an old rumour about us: answer it with our current record,
+        // where its own datagrams came from (elsewhere gossip carries the refutation).
+        if staleAccuser, unprovenLimit == nil, sender != me.id, !hasLeft {
             out.append(.send(frames: [.alive(me)], recipient: sender, address: address))
         }
-        if !askIfStranger(sender, address: address, now: now, ack: strangerAck, into: &out), let strangerAck {
+        // A stranger's ask and ack stay within three times what came, as a join's answer does.
+        let asked = askIfStranger(
+            sender, address: address, now: now, ack: strangerAck, limit: unprovenLimit.map { $0 * 3 / 2 },
+            into: &out)
+        if !asked, let strangerAck {
             out.append(.send(frames: [.probeAck(strangerAck)], recipient: sender, address: address))
         }
         heard(from: sender, now: now)
@@ -383,19 +389,21 @@ package struct MembershipInstance: Sendable {
     /// once. Whether it asked.
     @discardableResult
     mutating func askIfStranger(
-        _ sender: NodeID, address: PeerAddress, now: MeshInstant, ack: ProbeAck? = nil,
+        _ sender: NodeID, address: PeerAddress, now: MeshInstant, ack: ProbeAck? = nil, limit: Int? = nil,
         into out: inout [MembershipDirective]
     ) -> Bool {
         guard sender != me.id, members[sender] == nil, !excluded.contains(sender), !hasLeft, hasRoomForMember
         else { return false }
         if let asked = askedStrangers[sender], now < asked + settings.joinRetryInterval { return false }
+        let frames: [Frame] =
+            (ack.map { [.probeAck($0)] } ?? []) + [.syncRequest(SyncRequest(isJoin: false)), .alive(me)]
+        if let limit, frames.reduce(0, { $0 + FrameCodec.encodedLength(of: $1) }) > limit { return false }
         if askedStrangers.count >= Self.maxStrangersAsked {
             askedStrangers = askedStrangers.filter { now < $0.value + settings.joinRetryInterval }
             guard askedStrangers.count < Self.maxStrangersAsked else { return false }
         }
         askedStrangers[sender] = now
-        let ask: [Frame] = [.syncRequest(SyncRequest(isJoin: false)), .alive(me)]
-        out.append(.send(frames: (ack.map { [.probeAck($0)] } ?? []) + ask, recipient: sender, address: address))
+        out.append(.send(frames: frames, recipient: sender, address: address))
         return true
     }
 

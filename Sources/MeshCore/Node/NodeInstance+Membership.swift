@@ -148,14 +148,19 @@ extension NodeInstance {
         emit(.memberChanged(member))
     }
 
-    /// Journal sync with a member starts once its boot's own datagram reached us (directly, or
-    /// through a relay): its record, or a join under its name, proves no address, and the sync's
+    /// Journal sync with a member starts once its boot's own pairwise datagram reached us
+    /// (directly, or through the relay we use for it): its record, or a hello in its name, proves no address, and the sync's
     /// first datagrams (every operation id known) would go wherever the record points. Meanwhile
     /// one ping goes there, no larger than a probe: its pong proves the member to us, and the
     /// ping itself proves us to it (behind a NAT, only our datagram opens the way back).
     mutating func startJournalSync(with id: NodeID, sameBoot: Bool, proven: Bool = false, now: MeshInstant) {
-        guard proven || learnedAddress(of: id) != nil || links.paths.relay(of: id) != nil else {
-            if directory.unprovenJoiners.updateValue(sameBoot, forKey: id) == nil {
+        guard proven || pairwiseAddress(of: id) != nil else {
+            // Once held as a new boot, it stays one (a later change of the same boot must not
+            // hand it the old boot's holdings).
+            if let held = directory.unprovenJoiners[id] {
+                directory.unprovenJoiners[id] = held && sameBoot
+            } else {
+                directory.unprovenJoiners[id] = sameBoot
                 sendPairwise([.ping(Ping(token: Ping.pathCheckToken))], to: id)
             }
             return

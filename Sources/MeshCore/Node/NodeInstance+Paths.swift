@@ -198,6 +198,12 @@ extension NodeInstance {
         links.paths.address(of: member, boot: membership.member(member)?.record.bootID)
     }
 
+    /// The same, only from the member's pairwise datagrams: what proves an address to answer
+    /// more than a datagram's size to (a hello's source is any holder of the secret's claim).
+    func pairwiseAddress(of member: NodeID) -> PeerAddress? {
+        links.paths.pairwiseAddress(of: member, boot: membership.member(member)?.record.bootID)
+    }
+
     /// Where to send `member` what membership addressed to `address`: where it was heard from,
     /// when `address` is one its record gives (else membership means that very address).
     func provenAddress(of member: NodeID, instead address: PeerAddress) -> PeerAddress? {

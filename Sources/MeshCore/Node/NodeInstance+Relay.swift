@@ -103,7 +103,10 @@ extension NodeInstance {
         {
             log(.info, "path relayed", ["member": "\(peer)", "relay": "\(relay)", "why": "it reached us through it"])
         }
-        if !directory.unprovenJoiners.isEmpty { memberProved(peer, boot: header.bootID, now: now) }
+        // Proven for what we send through the relay we use for it: our datagrams to it go there.
+        if !directory.unprovenJoiners.isEmpty, links.paths.relay(of: peer) == relay {
+            memberProved(peer, boot: header.bootID, now: now)
+        }
         receivePathFrames(frames, from: peer, source: nil, via: relay, now: now)
     }
 

@@ -314,7 +314,7 @@ package struct NodeInstance: Sendable {
             let answerLimit = Self.answerLimit(toRequestOf: bytes)
             let directives = membership.onFrames(
                 datagram.frames, from: sender, address: address, now: now,
-                answerLimit: answerLimit, sourceProven: isProvenSource(address, of: sender))
+                answerLimit: answerLimit, sourceProven: relay != nil || isProvenSource(address, of: sender))
             apply(directives, now: now)
             if relay == nil { helloFrom(sender, boot: datagram.header.bootID, source: address, now: now) }
         case .pairwise:
@@ -362,9 +362,9 @@ package struct NodeInstance: Sendable {
     }
 
     /// Whether `address` is where `sender`'s own pairwise datagrams came from before (a record
-    /// names addresses only by its claim).
+    /// names addresses only by its claim, a hello's source too).
     func isProvenSource(_ address: PeerAddress, of sender: NodeID) -> Bool {
-        learnedAddress(of: sender) == address
+        pairwiseAddress(of: sender) == address
     }
 
     /// The end of a read batch: acknowledge what it brought, once per peer.

@@ -83,6 +83,9 @@ package struct MemberPaths: Sendable {
         package var state = State.direct
         /// Where the member's latest authenticated datagram came from.
         package var learned: PeerAddress?
+        /// Whether `learned` came from a pairwise datagram of `boot` (a hello proves no source:
+        /// any holder of the secret can seal one in the member's name).
+        var learnedPairwise = false
         var boot: UInt64 = 0
         var packet: UInt64 = 0
         /// The member's latest datagram by any route, and the latest that came directly.
@@ -175,6 +178,13 @@ package struct MemberPaths: Sendable {
         return path.learned
     }
 
+    /// Where `member`'s boot `boot` sent a pairwise datagram of its own from, the latest: an
+    /// address proven as no hello and no record proves one.
+    package func pairwiseAddress(of member: NodeID, boot: UInt64?) -> PeerAddress? {
+        guard let path = paths[member], path.boot == boot, path.learnedPairwise else { return nil }
+        return path.learned
+    }
+
     package func state(of member: NodeID) -> State {
         paths[member]?.state ?? .direct
     }
@@ -209,8 +219,8 @@ package struct MemberPaths: Sendable {
     ) -> Bool {
         // Most datagrams (a stream of pieces) change nothing: a read, no write, on that path.
         if punching.isEmpty, let known = paths[member], known.boot == boot, known.learned == source,
-            let heard = known.lastDirect, now < heard + Self.heardGranularity, known.requestWait == nil,
-            known.relay == nil
+            known.learnedPairwise, let heard = known.lastDirect, now < heard + Self.heardGranularity,
+            known.requestWait == nil, known.relay == nil
         {
             return false
         }
@@ -227,6 +237,7 @@ package struct MemberPaths: Sendable {
             path.boot = boot
             path.packet = packet
         }
+        if path.learned == source { path.learnedPairwise = true }
         if let attempt = punching[member], attempt.keepsOn == source {
             // Traffic on the path in use (through TURN) while we punch for a direct one.
         } else if let attempt = punching.removeValue(forKey: member) {
@@ -263,6 +274,7 @@ package struct MemberPaths: Sendable {
         path.boot = boot
         path.packet = 0
         path.learned = source
+        path.learnedPairwise = false
         paths[member] = path
         return true
     }
