@@ -17,6 +17,16 @@ struct JoinAmplificationSimulationTests {
     static let seeds = Array(Set(SimulationSeeds.from(defaultCount: 2) + [4])).sorted()
     static let members = 16
 
+    /// `members` nodes on a short link, each joining through the first, 200 ms apart.
+    static func forming(members: Int, seed: UInt64) -> (SimMesh, SimNode) {
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(1)))
+        let first = mesh.addNode(joiningThrough: [], at: .zero)
+        for index in 1..<members {
+            mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(200 * index))
+        }
+        return (mesh, first)
+    }
+
     /// A join request of a made-up identity whose record names `address`, sealed with the
     /// session's hello key as any holder of the secret can.
     static func forgedJoin(session: SessionSecret, naming address: PeerAddress, seed: UInt64) throws -> [UInt8] {
@@ -44,11 +54,7 @@ struct JoinAmplificationSimulationTests {
         arguments: seeds)
     func answersStayWithinThreeTimesTheRequest(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
-        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(1)))
-        let first = mesh.addNode(joiningThrough: [], at: .zero)
-        for index in 1..<Self.members {
-            mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(200 * index))
-        }
+        let (mesh, first) = Self.forming(members: Self.members, seed: seed)
         mesh.simulator.run(until: .zero + .seconds(30))
         #expect(
             mesh.live.allSatisfy { $0.membership.view.filter { $0.status == .alive }.count == Self.members },
@@ -105,11 +111,7 @@ struct JoinAmplificationSimulationTests {
     func journalSyncWaits(seed: UInt64, secondAddress: Bool) throws {
         let replay = SimulationSeeds.replay(seed)
         let members = 8
-        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(1)))
-        let first = mesh.addNode(joiningThrough: [], at: .zero)
-        for index in 1..<members {
-            mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(200 * index))
-        }
+        let (mesh, first) = Self.forming(members: members, seed: seed)
         // A journal of 40 operations: a sync's first datagrams name every one of them.
         for index in 0..<40 { first.attach(Array("attachment \(index)".utf8)) }
         mesh.simulator.run(until: .zero + .seconds(20))
@@ -151,11 +153,7 @@ extension JoinAmplificationSimulationTests {
         arguments: seeds)
     func probeAnswersStayWithinThreeTimesTheRequest(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
-        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(2), jitter: .milliseconds(1)))
-        let first = mesh.addNode(joiningThrough: [], at: .zero)
-        for index in 1..<Self.members {
-            mesh.addNode(joiningThrough: [first.address], at: .zero + .milliseconds(200 * index))
-        }
+        let (mesh, first) = Self.forming(members: Self.members, seed: seed)
         mesh.simulator.run(until: .zero + .seconds(20))
         var derive = SplitMix64(seed: seed ^ 0x0F0F)
         let madeUp = try NodeIdentity(seed: (0..<32).map { _ in UInt8(truncatingIfNeeded: derive.next()) }).nodeID
