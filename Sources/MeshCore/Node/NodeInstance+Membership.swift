@@ -149,8 +149,9 @@ extension NodeInstance {
     }
 
     /// Journal sync with a member starts once its boot's own pairwise datagram reached us
-    /// (directly, or through the relay we use for it): its record, or a hello in its name, proves no address, and the sync's
-    /// first datagrams (every operation id known) would go wherever the record points. Meanwhile
+    /// (directly, or through the relay we use for it): its record, or a hello in its name, proves
+    /// no address, and the sync's first datagrams (every operation id known) would go wherever
+    /// the record points. Meanwhile
     /// one ping goes there, no larger than a probe: its pong proves the member to us, and the
     /// ping itself proves us to it (behind a NAT, only our datagram opens the way back).
     mutating func startJournalSync(with id: NodeID, sameBoot: Bool, proven: Bool = false, now: MeshInstant) {
