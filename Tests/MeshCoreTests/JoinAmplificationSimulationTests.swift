@@ -27,6 +27,29 @@ struct JoinAmplificationSimulationTests {
         return (mesh, first)
     }
 
+    /// Injects `request` from `source` to `node`, runs the mesh until `end`, and returns whether it
+    /// was delivered and the sizes of what `node` sent back to `source` at that very instant.
+    static func answers(
+        to request: [UInt8], from source: SimAddress, at node: SimNode, in mesh: SimMesh, until end: MeshInstant
+    ) -> (delivered: Bool, sizes: [Int]) {
+        var deliveredAt: MeshInstant?
+        var sizes: [Int] = []
+        mesh.simulator.onTrace = { event in
+            switch event.kind {
+            case let .delivered(from, to, _) where from == source && to == node.address:
+                deliveredAt = event.time
+            case let .sent(from, to, bytes) where from == node.address && to == source && event.time == deliveredAt:
+                sizes.append(bytes.count)
+            default:
+                break
+            }
+        }
+        mesh.simulator.inject(request, from: source, to: node.address)
+        mesh.simulator.run(until: end)
+        mesh.simulator.onTrace = nil
+        return (deliveredAt != nil, sizes)
+    }
+
     /// A join request of a made-up identity whose record names `address`, sealed with the
     /// session's hello key as any holder of the secret can.
     static func forgedJoin(session: SessionSecret, naming address: PeerAddress, seed: UInt64) throws -> [UInt8] {
@@ -63,29 +86,16 @@ struct JoinAmplificationSimulationTests {
         // The victim: a host that is no node, whose address the request names as its source.
         let victim = SimAddress(Self.members + 100)
         let request = try Self.forgedJoin(session: mesh.session, naming: victim.peerAddress, seed: seed)
-        var deliveredAt: MeshInstant?
-        var answered = 0
-        var sizes: [Int] = []
-        mesh.simulator.onTrace = { event in
-            switch event.kind {
-            case let .delivered(from, to, _) where from == victim && to == first.address:
-                deliveredAt = event.time
-            case let .sent(from, to, bytes) where from == first.address && to == victim && event.time == deliveredAt:
-                answered += bytes.count; sizes.append(bytes.count)
-            default:
-                break
-            }
-        }
-        mesh.simulator.inject(request, from: victim, to: first.address)
-        mesh.simulator.run(until: .zero + .seconds(31))
-        #expect(deliveredAt != nil, "\(replay): the request was not delivered")
+        let (delivered, sizes) = Self.answers(
+            to: request, from: victim, at: first, in: mesh, until: .zero + .seconds(31))
+        let answered = sizes.reduce(0, +)
+        #expect(delivered, "\(replay): the request was not delivered")
         #expect(answered > 0, "\(replay): nothing answered the request (a joiner would learn nothing)")
         #expect(
             answered <= 3 * request.count,
             "\(replay): \(answered) bytes (\(sizes)) answered a request of \(request.count) from a forged source")
 
         // A real joiner, after it, learns every member.
-        mesh.simulator.onTrace = nil
         let joiner = mesh.addNode(joiningThrough: [first.address], at: .zero + .seconds(32))
         mesh.simulator.run(until: .zero + .seconds(60))
         let known = mesh.node(joiner.address).membership.view.filter {
@@ -168,24 +178,10 @@ extension JoinAmplificationSimulationTests {
             let nonce = try #require(PacketNonce(raw: (0..<24).map { _ in UInt8(truncatingIfNeeded: derive.next()) }))
             let request = Array(
                 codec.sealHello([.probe(Probe(sequence: 1, target: first.id))], nonce: nonce).readableBytesView)
-            var deliveredAt: MeshInstant?
-            var sizes: [Int] = []
-            mesh.simulator.onTrace = { event in
-                switch event.kind {
-                case let .delivered(from, to, _) where from == victim && to == first.address:
-                    deliveredAt = event.time
-                case let .sent(from, to, bytes)
-                where from == first.address && to == victim && event.time == deliveredAt:
-                    sizes.append(bytes.count)
-                default:
-                    break
-                }
-            }
-            mesh.simulator.inject(request, from: victim, to: first.address)
-            mesh.simulator.run(until: start + .seconds(1))
-            mesh.simulator.onTrace = nil
+            let (delivered, sizes) = Self.answers(
+                to: request, from: victim, at: first, in: mesh, until: start + .seconds(1))
             let what = round == 0 ? "a made-up id" : "a member's id"
-            #expect(deliveredAt != nil, "\(replay): the probe under \(what) was not delivered")
+            #expect(delivered, "\(replay): the probe under \(what) was not delivered")
             #expect(!sizes.isEmpty, "\(replay): the probe under \(what) was not acked")
             #expect(
                 sizes.reduce(0, +) <= 3 * request.count,
