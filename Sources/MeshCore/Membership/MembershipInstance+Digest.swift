@@ -74,10 +74,15 @@ extension MembershipInstance {
             counters.digestsRefused += 1
             return
         }
+        noteExchangeAnswer(digest, from: sender, now: now)
         guard takeDigestBudget(of: sender, now: now) else { return }
         if let summary = digest.summary {
             let mine = digestEntries.filter { digest.contains($0.member) }
-            guard StateDigest.Summary(of: mine) != summary else { return }
+            guard StateDigest.Summary(of: mine) != summary else {
+                // Said, so that the partner does not send its summary again.
+                out.append(.send(frames: [.stateDigest(.agreement)], recipient: sender, address: address))
+                return
+            }
             let requests = digests(of: mine, request: true, lower: digest.lower, upper: digest.upper)
             // A summary of a few bytes draws a view's worth of digests: each counts.
             chargeDigestBudget(of: sender, requests.count - 1)

@@ -54,6 +54,8 @@ package struct MembershipInstance: Sendable {
     /// of ours proved the public one. Otherwise both would reach us only at the first periodic
     /// push-pull, 20 s or more on. `left` more follow, two disseminations apart.
     var joinFollowUp: (partner: NodeID, at: MeshInstant, left: Int)?
+    /// The push-pull we wait on, if any.
+    var exchange: AntiEntropyExchange?
     /// Members removed from the session (key epochs): never probed, gossiped or believed again.
     var excluded: Set<NodeID> = []
     /// Senders we did not know, and when we last asked each for its state (a few, for a while).
@@ -125,6 +127,7 @@ package struct MembershipInstance: Sendable {
         if let probe { deadline = min(deadline, probe.indirectSent ? probe.endAt : probe.indirectAt) }
         if let join = nextJoinAttemptAt { deadline = min(deadline, join) }
         if let followUp = joinFollowUp { deadline = min(deadline, followUp.at) }
+        if let exchange { deadline = min(deadline, exchange.checkAt) }
         for relay in relays.values { deadline = min(deadline, relay.nackAt) }
         for id in timed {
             guard let member = members[id] else { continue }
@@ -424,9 +427,10 @@ package struct MembershipInstance: Sendable {
             let known = members[followUp.partner].flatMap { $0.status.isGone ? nil : $0.id }
             let first = known
             if let partner = first ?? pickRandom(1, excluding: []).first, let address = members[partner]?.address {
-                out.append(summary(to: partner, address: address))
+                startExchange(with: partner, address: address, now: now, into: &out)
             }
         }
+        checkExchange(now: now, into: &out)
         expireRelays(now: now, into: &out)
         verifySuspicions(now: now, into: &out)
         expireSuspicions(now: now, into: &out)
@@ -444,7 +448,7 @@ package struct MembershipInstance: Sendable {
                 lastPushPullAt = now
                 nextPushPullAt = now + settings.pushPullInterval * 0.75
                 if let partner = pickRandom(1, excluding: []).first, let address = members[partner]?.address {
-                    out.append(summary(to: partner, address: address))
+                    startExchange(with: partner, address: address, now: now, into: &out)
                 }
             } else {
                 nextPushPullAt = due

@@ -73,6 +73,14 @@ package struct StateDigest: WireBody {
         self.summary = Summary(of: entries)
     }
 
+    /// What answers a summary that matches: a digest of the one id no member has (zero), which
+    /// asks for nothing and draws nothing, also from members of the previous release. A partner
+    /// waiting on its summary learns from it that the views agree.
+    package static let agreement = StateDigest(
+        isRequest: false, lower: NodeID(high: 0, low: 0), upper: NodeID(high: 0, low: 1), entries: [])
+
+    package var isAgreement: Bool { self == .agreement }
+
     package func contains(_ id: NodeID) -> Bool {
         id >= lower && upper.map { id < $0 } ?? true
     }
