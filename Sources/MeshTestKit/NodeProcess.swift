@@ -66,6 +66,8 @@ package final class NodeProcess: @unchecked Sendable {
     }
 
     package var pid: pid_t { process.pid }
+    /// The exit status once the process has ended, nil while it runs.
+    package var terminationStatus: Int32? { process.terminationStatus }
     package var stdout: String { process.output.text }
     package var stderr: String { process.errors.text }
 

@@ -108,6 +108,49 @@ struct MemberRemovalTests {
         }
     }
 
+    @Test("two members removing each other at the same moment end in one epoch: one stays, the other is told and stops")
+    func mutualRemoval() async throws {
+        try await withProcessMesh(names: ["a", "b", "c"]) { mesh in
+            let (a, b, c) = try (mesh["a"], mesh["b"], mesh["c"])
+            let ids = [try await a.status().`self`.id, try await b.status().`self`.id]
+            async let first = NodeProcess.runCommand(["remove-member", "--data-dir", a.dataDirectory, "b"])
+            async let second = NodeProcess.runCommand(["remove-member", "--data-dir", b.dataDirectory, "a"])
+            let results = try await [first, second]
+            for result in results where result.status != 0 {
+                // The loser's own command may learn in time that it was removed: one line.
+                #expect(result.stderr.split(separator: "\n").count == 1, "\(result.stderr)")
+            }
+            try await waitUntil("a or b told it was removed", timeout: .seconds(30)) {
+                a.terminationStatus != nil || b.terminationStatus != nil
+            }
+            let aLost = a.terminationStatus != nil
+            let (survivor, loser, loserID) = aLost ? (b, a, ids[0]) : (a, b, ids[1])
+            let (survivorName, loserName) = aLost ? ("b", "a") : ("a", "b")
+            #expect(try await loser.waitForExit(timeout: .seconds(5)) == 69, "\(loser.stderr)")
+            #expect(
+                loser.stderr.contains("this node was removed from the session by \(survivorName)"),
+                "\(loserName): \(loser.stderr)")
+            // The survivor and c in one epoch, without the loser; the survivor is not told it was
+            // removed, for a while after.
+            var session = ""
+            try await waitUntil("\(survivorName) and c in one epoch without \(loserName)", timeout: .seconds(30)) {
+                guard let onSurvivor = try? await survivor.status(), let onC = try? await c.status() else {
+                    return false
+                }
+                session = onSurvivor.`self`.session
+                return onSurvivor.`self`.session == onC.`self`.session && onSurvivor.aliveCount == 2
+                    && onC.aliveCount == 2 && onSurvivor.state(of: loserID) != "alive"
+                    && onC.state(of: loserID) != "alive"
+            }
+            #expect(!session.isEmpty)
+            let message = try await NodeProcess.runCommand([
+                "send", "--data-dir", survivor.dataDirectory, "--to", "c", "just us",
+            ])
+            #expect(message.status == 0 && message.stderr.contains("sent to 1 member"), "\(message.stderr)")
+            #expect(survivor.terminationStatus == nil, "\(survivorName) stopped: \(survivor.stderr)")
+        }
+    }
+
     @Test("remove-member errors in one line: unknown member, this node itself")
     func removeMemberErrors() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "solo"])
