@@ -179,6 +179,10 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var chunksFetched: UInt64
         public var chunksServed: UInt64
         public var chunksRejected: UInt64
+        /// Chunks held whole that the scrub read again, and those of them that failed their hash
+        /// (discarded, and their attachment fetched again).
+        public var chunksScrubbed: UInt64
+        public var chunksScrubbedDamaged: UInt64
         public var chunkPayloadBytesSent: UInt64
         /// Piece bytes queued for members that cancelled the chunk before they went (`chunkCancel`).
         public var chunkPayloadBytesCancelled: UInt64

@@ -34,6 +34,8 @@ enum NodeTimer: Sendable, CaseIterable {
     case lan
     /// The notice that nobody answers a join yet.
     case joinNotice
+    /// The scrub of the chunks held whole.
+    case scrub
 
     /// The order `tick` runs them in: membership first, so that everything after it sees this
     /// instant's member list. A stored array: `allCases` would be built anew on every call.
@@ -59,6 +61,7 @@ extension NodeInstance {
         case .versions: versions.nextDeadline
         case .lan: lanDeadline
         case .joinNotice: joinNoticeDeadline
+        case .scrub: scrubDeadline
         }
     }
 
@@ -86,6 +89,7 @@ extension NodeInstance {
         case .versions: versionsTick(now: now)
         case .lan: lanTick(now: now)
         case .joinNotice: joinTick(now: now)
+        case .scrub: scrubTick(now: now)
         }
     }
 }

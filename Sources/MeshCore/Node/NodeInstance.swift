@@ -219,6 +219,7 @@ package struct NodeInstance: Sendable {
     package var birthday: BirthdayPunching { links.birthday }
     package var addressDiscovery: AddressDiscovery { reachability.discovery }
     package var manifestTable: ManifestTable { library.manifestTable }
+    package var scrub: ChunkScrub { library.scrub }
 
     package var localID: NodeID { identity.nodeID }
     /// The current key epoch's secret.
@@ -448,6 +449,8 @@ package struct NodeInstance: Sendable {
             chunkReadForServing(result, want: want, to: peer, now: now)
         case let .serveManifest(digest, peer):
             manifestReadForServing(result, digest: digest, to: peer, now: now)
+        case let .scrubChunk(digest):
+            chunkScrubbed(result, digest: digest, now: now)
         case let .storeChunk(digest, refs, peer, contributors):
             chunkStored(result, digest: digest, refs: refs, from: peer, contributors: contributors, now: now)
         case let .storeManifest(manifest):

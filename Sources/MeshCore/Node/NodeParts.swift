@@ -73,6 +73,8 @@ struct AttachmentLibrary: Sendable {
     /// Operations of others applied but not yet in the journal log (their append failed).
     var backlog: [JournalOperation] = []
     var backlogRetryAt: MeshInstant?
+    /// The slow check of every chunk held whole.
+    var scrub = ChunkScrub()
 }
 
 /// Fetches under way and what waits on them (NodeInstance+Fetch).

@@ -15,6 +15,8 @@ package struct NodeSettings: Sendable {
     package var maxAttachmentSize: UInt64 = 100 << 20
     /// The largest message body (GroupSessionMessenger's limit).
     package var maxMessageSize = 256 * 1024
+    /// The scrub of the chunks held whole: when its passes run, and how fast.
+    package var scrub = ChunkScrub.Settings()
     /// `--lazy`: fetch an attachment only when it is asked for (`get`, `Journal.load`).
     package var lazy = false
     /// How long a fetch goes on with no progress and nothing asked before it fails `unavailable`.

@@ -97,6 +97,8 @@ enum StoragePurpose: Sendable {
     case appendRemote([JournalOperation])
     case serveChunk(ChunkWant, to: NodeID)
     case serveManifest(SHA256Digest, to: NodeID)
+    /// A read of the scrub.
+    case scrubChunk(SHA256Digest)
     case storeChunk(SHA256Digest, refs: [ChunkRef], from: NodeID, contributors: Set<NodeID>)
     case storeManifest(Manifest)
     case inspect(SHA256Digest)
