@@ -84,7 +84,7 @@ package struct SimStorage {
         case let .appendJournal(operations):
             log += operations
             return .success(.done)
-        case let .readChunk(digest):
+        case let .readChunk(digest), let .verifyChunk(digest):
             if conditions.refuseReads { return .success(.read(nil)) }
             if conditions.corruptReads, var bytes = chunks.chunks[digest], !bytes.isEmpty {
                 bytes[bytes.count / 2] ^= 0x55
@@ -141,7 +141,8 @@ extension StorageRequest {
     var isWrite: Bool {
         switch self {
         case .ingest, .appendJournal, .writeChunk, .flush, .saveEpochs, .saveEnded: return true
-        case .readChunk, .inspect, .export, .prepareExport, .cancelExport, .collect, .unpin, .collectUnreferenced,
+        case .readChunk, .verifyChunk, .inspect, .export, .prepareExport, .cancelExport, .collect, .unpin,
+            .collectUnreferenced,
             .saveMembers:
             return false
         }

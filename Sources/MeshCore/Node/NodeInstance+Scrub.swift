@@ -25,7 +25,7 @@ extension NodeInstance {
                 }
                 return library.complete.contains { library.manifestTable.byID[$0]?.chunks.contains(digest) == true }
             })
-        if let next { store(.readChunk(next), .scrubChunk(next)) }
+        if let next { store(.verifyChunk(next), .scrubChunk(next)) }
     }
 
     /// A scrub's read came back: a chunk that did not verify was discarded by the store, and

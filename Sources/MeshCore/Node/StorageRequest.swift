@@ -13,6 +13,9 @@ package enum StorageRequest: Sendable {
     /// A chunk (or manifest), verified against its name on the way unless this process verified
     /// it as it stored it lately. `.read(bytes or nil)`.
     case readChunk(SHA256Digest)
+    /// A chunk read and hashed again whatever this process wrote lately (the scrub: damage can
+    /// come after the write). `.read(bytes or nil)`; one that fails is discarded.
+    case verifyChunk(SHA256Digest)
     /// Store bytes if they hash to `expected` (hashed here, once). `.written(stored:)`.
     case writeChunk([UInt8], expected: SHA256Digest)
     /// Make every chunk written so far durable. `.done`.
