@@ -32,6 +32,33 @@ import Testing
         #expect(await store.manifest(manifest.id) == nil)
     }
 
+    @Test(
+        "a chunk damaged after this process wrote it: a serving read trusts the write, the scrub's read finds it and drops it"
+    )
+    func scrubReadVerifiesRecentWrites() async throws {
+        let (store, path) = try Self.store()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let chunk = Self.payload(3, count: 1024)
+        let digest = SHA256Digest.hashing(chunk)
+        #expect(await store.execute(.writeChunk(chunk, expected: digest)) == .success(.written(stored: true)))
+        // One flipped byte near the end of the pack: inside the chunk's bytes.
+        let packs = try FileManager.default.subpathsOfDirectory(atPath: path).filter { $0.hasSuffix(".pack") }
+        let pack = try #require(packs.first.map { path + "/" + $0 }, "no pack in \(path)")
+        let handle = try #require(FileHandle(forUpdatingAtPath: pack))
+        let end = try handle.seekToEnd()
+        try handle.seek(toOffset: end - 10)
+        let byte = try #require(try handle.read(upToCount: 1)?.first)
+        try handle.seek(toOffset: end - 10)
+        try handle.write(contentsOf: [byte ^ 0x55])
+        try handle.close()
+        guard case .success(.read(.some)) = await store.execute(.readChunk(digest)) else {
+            Issue.record("a serving read of a chunk written moments ago hashed it again")
+            return
+        }
+        #expect(await store.execute(.verifyChunk(digest)) == .success(.read(nil)), "the scrub's read took it as intact")
+        #expect(await store.execute(.readChunk(digest)) == .success(.read(nil)), "the damaged chunk was kept")
+    }
+
     @Test("two attaches sharing chunks: one ending its hold does not expose the other's")
     func sharedPinsCount() async throws {
         let (store, path) = try Self.store()
