@@ -242,6 +242,11 @@ package final class SimNode: SimulatedProcess {
         storage.chunks.discard(digest)
     }
 
+    /// A stored chunk with one byte flipped: still listed, found only by a read that hashes it.
+    package func flipByte(ofChunk digest: SHA256Digest) {
+        storage.chunks.damage(digest)
+    }
+
     package func setStorage(_ change: (inout SimStorage.Conditions) -> Void) {
         change(&storage.conditions)
     }

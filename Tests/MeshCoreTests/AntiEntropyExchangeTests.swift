@@ -1,4 +1,4 @@
-import MeshCore
+@testable import MeshCore
 import MeshCrypto
 import Testing
 
@@ -105,5 +105,18 @@ struct AntiEntropyExchangeTests {
                 && datagram.frames.contains { if case let .stateDigest(d) = $0 { d.isAgreement } else { false } }
         }
         #expect(agreements.count == 1, "the partner said the views agree")
+    }
+
+    @Test("a partner's answer counts once its digests cover every id: one of several lost is no answer")
+    func answerCoversEveryRange() {
+        var exchange = AntiEntropyExchange(partner: NodeID(high: 9, low: 9), checkAt: .zero, resendsLeft: 2)
+        let (a, b) = (NodeID(high: 1, low: 0), NodeID(high: 2, low: 0))
+        #expect(!exchange.answered)
+        exchange.rangesAnswered = [(NodeID(high: 0, low: 0), a), (b, nil)]
+        #expect(!exchange.answered, "the range from a to b was lost")
+        exchange.rangesAnswered.append((a, b))
+        #expect(exchange.answered)
+        exchange.rangesAnswered = [(NodeID(high: 0, low: 0), nil)]
+        #expect(exchange.answered)
     }
 }

@@ -27,7 +27,8 @@ struct ChunkScrubSimulationTests {
         let id = try #require(holder.core.complete.first, "\(replay): the holder did not replicate")
         let manifest = try #require(holder.core.manifests[id])
         let damaged = manifest.chunks[Int(seed) % manifest.chunks.count]
-        holder.damage(chunk: damaged)
+        // One flipped byte: the chunk is still listed, and only a read that hashes it can tell.
+        holder.flipByte(ofChunk: damaged)
 
         // The first pass comes a minute after start; by then nothing has read the chunk.
         let pass = ChunkScrub.Settings()
@@ -53,6 +54,7 @@ struct ChunkScrubSimulationTests {
         asker.load(id)
         mesh.simulator.run(for: .seconds(20))
         #expect(!asker.failedCommands.contains { $0.contains("load") }, "\(replay): \(asker.failedCommands)")
+        #expect(asker.core.complete.contains(id), "\(replay): the asker's load did not complete")
         #expect(mesh.leakViolations().isEmpty, "\(replay)")
     }
 }

@@ -11,13 +11,14 @@ struct ChunkScrubTests {
     static func drive(
         _ scrub: inout ChunkScrub, settings: ChunkScrub.Settings, from start: MeshInstant, for duration: Duration,
         held: [SHA256Digest] = chunks, busy: (MeshInstant) -> Bool = { _ in false },
-        intact: (SHA256Digest) -> Bool = { _ in true }
+        stillHeld: ((SHA256Digest) -> Bool)? = nil, intact: (SHA256Digest) -> Bool = { _ in true }
     ) -> [(SHA256Digest, MeshInstant)] {
         var reads: [(SHA256Digest, MeshInstant)] = []
         var now = start
         while now < start + duration {
             if let next = scrub.due(
-                now: now, settings: settings, busy: busy(now), held: { held }, stillHeld: { held.contains($0) })
+                now: now, settings: settings, busy: busy(now), held: { held },
+                stillHeld: stillHeld ?? { held.contains($0) })
             {
                 reads.append((next, now))
                 scrub.read(intact: intact(next), now: now, settings: settings)
@@ -47,12 +48,36 @@ struct ChunkScrubTests {
         let settings = ChunkScrub.Settings()
         let start = MeshInstant.zero
         let busyUntil = start + settings.firstAfter + .seconds(12)
+        // The pass starts from all four; the third is no longer held when its turn comes.
         let reads = Self.drive(
-            &scrub, settings: settings, from: start, for: .seconds(120), held: Array(Self.chunks.prefix(3)),
-            busy: { $0 < busyUntil }, intact: { $0 != Self.chunks[1] })
-        #expect(reads.map(\.0) == Array(Self.chunks.prefix(3)))
+            &scrub, settings: settings, from: start, for: .seconds(120), busy: { $0 < busyUntil },
+            stillHeld: { $0 != Self.chunks[2] }, intact: { $0 != Self.chunks[1] })
+        #expect(reads.map(\.0) == [Self.chunks[0], Self.chunks[1], Self.chunks[3]])
         #expect(reads.first.map { $0.1 >= busyUntil } == true, "read while busy")
         #expect(scrub.chunksChecked == 3 && scrub.chunksDamaged == 1)
+    }
+
+    @Test("a tick passes over at most 256 chunks no longer held: a removed library costs short ticks")
+    func skipsAreBoundedPerTick() {
+        var scrub = ChunkScrub()
+        let settings = ChunkScrub.Settings()
+        let held = (0..<600).map { SHA256Digest.hashing([UInt8($0 % 256), UInt8($0 / 256)]) }
+        var now = MeshInstant.zero
+        var calls = 0
+        var checked = 0
+        _ = scrub.due(now: now, settings: settings, busy: false, held: { held }, stillHeld: { _ in true })
+        now = now + settings.firstAfter
+        while calls < 10, scrub.nextDeadline.map({ $0 < now + .seconds(3600) }) == true {
+            now = max(now, scrub.nextDeadline ?? now)
+            calls += 1
+            #expect(
+                scrub.due(
+                    now: now, settings: settings, busy: false, held: { held },
+                    stillHeld: { _ in
+                        checked += 1; return false
+                    }) == nil)
+        }
+        #expect(checked == 600 && calls == 3, "\(checked) chunks looked at in \(calls) ticks")
     }
 
     @Test("no scrub when its interval is nil")

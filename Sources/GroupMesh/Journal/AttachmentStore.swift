@@ -51,7 +51,14 @@ actor AttachmentStore {
                 // not hashed again (the asker verifies every chunk it gets in any case).
                 return .success(.read(try? chunks.readBuffer(digest, trustingRecentWrites: true)))
             case let .verifyChunk(digest):
-                return .success(.read(try? chunks.readBuffer(digest)))
+                // Damage (or a chunk gone) is the answer; a disk that fails the read is not.
+                do throws(MeshStoreError) {
+                    return .success(.read(try chunks.readBuffer(digest)))
+                } catch .notFound, .corrupt {
+                    return .success(.read(nil))
+                } catch {
+                    return .failure(.unreadable("\(error)"))
+                }
             case let .writeChunk(bytes, expected):
                 switch writeFetched(bytes, expected: expected) {
                 case .stored:

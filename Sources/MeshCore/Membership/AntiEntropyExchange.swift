@@ -9,13 +9,26 @@ struct AntiEntropyExchange {
     /// When to look again: to find that what we wanted came, or to send the summary once more.
     var checkAt: MeshInstant
     var resendsLeft: Int
-    /// Whether the partner answered this try's summary with its digests.
-    var answered = false
+    /// The id ranges of the partner's digests that came for this try: it answered once they
+    /// cover the whole id space (a view of more than a datagram comes in several).
+    var rangesAnswered: [(lower: NodeID, upper: NodeID?)] = []
     /// What the partner's digests showed it holding newer than we do, by member.
     var wanted: [NodeID: StateDigest.Entry] = [:]
 
     /// Resends of the summary after the first.
     static let resends = 2
+
+    /// Whether the ranges answered cover every id, from the lowest to the end.
+    var answered: Bool {
+        var coveredTo: NodeID? = NodeID(high: 0, low: 0)
+        for range in rangesAnswered.sorted(by: { $0.lower < $1.lower }) {
+            guard let from = coveredTo else { return true }
+            guard range.lower <= from else { return false }
+            guard let upper = range.upper else { return true }
+            coveredTo = max(from, upper)
+        }
+        return coveredTo == nil
+    }
 }
 
 extension MembershipInstance {
@@ -30,6 +43,9 @@ extension MembershipInstance {
         out.append(summary(to: partner, address: address))
     }
 
+    static var maxRangesKept: Int { 64 }
+    static var maxWantedKept: Int { 4 * KeyRotation.maxRoster }
+
     /// One round trip and some: how long a try waits for the partner's answer, and then for
     /// the records it showed us lacking.
     var exchangeWait: Duration { settings.probeTimeout * 3 }
@@ -42,11 +58,13 @@ extension MembershipInstance {
             exchange = nil
             return
         }
-        guard digest.isRequest else { return }
+        // The partner chooses how many digests it sends: what one exchange keeps is bounded.
+        guard digest.isRequest, pending.rangesAnswered.count < Self.maxRangesKept else { return }
         for entry in digest.entries where entry.member != me.id && !hasCaughtUp(with: entry) {
+            guard pending.wanted.count < Self.maxWantedKept else { break }
             pending.wanted[entry.member] = entry
         }
-        pending.answered = true
+        pending.rangesAnswered.append((digest.lower, digest.upper))
         pending.checkAt = now + exchangeWait
         exchange = pending
     }
@@ -66,7 +84,7 @@ extension MembershipInstance {
             return
         }
         pending.resendsLeft -= 1
-        pending.answered = false
+        pending.rangesAnswered = []
         pending.wanted = [:]
         pending.checkAt = now + exchangeWait
         exchange = pending
@@ -74,9 +92,10 @@ extension MembershipInstance {
     }
 
     /// Whether we hold what a partner's digest entry shows, or something newer, or cannot take
-    /// it (a removed member, a gone one we forgot, a new one with the session full).
+    /// it (a removed member, a gone one we forgot, a new one with the session full), or will not
+    /// be sent it (a departure travels only signed, by gossip: digests never draw one).
     private func hasCaughtUp(with entry: StateDigest.Entry) -> Bool {
-        if excluded.contains(entry.member) { return true }
+        if excluded.contains(entry.member) || entry.status == .left { return true }
         guard let member = members[entry.member] else { return entry.status.isGone || !hasRoomForMember }
         return member.incarnation > entry.incarnation
             || (member.incarnation == entry.incarnation && member.status >= entry.status)

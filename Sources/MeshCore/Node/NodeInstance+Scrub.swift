@@ -7,24 +7,21 @@ extension NodeInstance {
     }
 
     mutating func scrubTick(now: MeshInstant) {
-        guard phase.isActive else { return }
+        guard phase.isActive, let deadline = scrubDeadline, now >= deadline else { return }
         let busy = !fetchTable.fetches.isEmpty || !serving.reads.isEmpty
-        let library = self.library
-        let next = self.library.scrub.due(
+        let complete = library.complete
+        let table = library.manifestTable
+        let next = library.scrub.due(
             now: now, settings: settings.scrub, busy: busy,
             held: {
                 var seen = Set<SHA256Digest>()
-                return library.complete.sorted().flatMap { id in
-                    (library.manifestTable.byID[id]?.chunks ?? []).filter { seen.insert($0).inserted }
+                return complete.sorted().flatMap { id in
+                    (table.byID[id]?.chunks ?? []).filter { seen.insert($0).inserted }
                 }
             },
-            stillHeld: { digest in
-                // Where the table found it first, else (shared by attachments) any held whole.
-                if let ref = library.manifestTable.locations[digest], library.complete.contains(ref.attachment) {
-                    return true
-                }
-                return library.complete.contains { library.manifestTable.byID[$0]?.chunks.contains(digest) == true }
-            })
+            // By the table's own place for the chunk: a chunk that two attachments share and
+            // whose first is no longer held whole is passed over this time.
+            stillHeld: { digest in table.locations[digest].map { complete.contains($0.attachment) } ?? false })
         if let next { store(.verifyChunk(next), .scrubChunk(next)) }
     }
 
@@ -37,10 +34,10 @@ extension NodeInstance {
         switch result {
         case .success(.read(.some)): intact = true
         case .success(.read(nil)): intact = false
-        default: intact = true  // a read that failed outright (the disk) says nothing of the chunk
+        default: intact = true  // the disk failed the read: it says nothing of the chunk
         }
         library.scrub.read(intact: intact, now: now, settings: settings.scrub)
-        guard !intact else { return }
+        guard !intact, phase.isActive else { return }
         for id in library.complete.sorted() where manifests[id]?.chunks.contains(digest) == true {
             attachmentDamaged(id, detail: "chunk \(digest.hex.prefix(16)) did not verify (scrub)", now: now)
         }

@@ -1,20 +1,27 @@
 import MeshCrypto
 
-/// The slow check of every chunk this node holds whole (a scrub). A chunk is hashed when it is
-/// read, but one nobody asks for could sit damaged on disk for months while the node says it
-/// holds the attachment whole, and a member that leaves counts on that copy and hands nothing
-/// over. So every chunk is read again in passes, one at a time and spaced, and never while a
-/// fetch runs or a member's want is being read: the first pass soon after start, then one a day.
+/// The slow check of every chunk of the attachments this node holds whole (a scrub). A chunk is
+/// hashed when it is read, but one nobody asks for could sit damaged on disk for months while the
+/// node says it holds the attachment whole, and a member that leaves counts on that copy and
+/// hands nothing over. So those chunks are read again in passes, one at a time and spaced, and
+/// never while a fetch runs or a chunk is being read for a member: the first pass soon after
+/// start, then one a day.
 package struct ChunkScrub: Sendable {
+    /// One pass: the chunks it started from, and how far it got.
+    struct Pass: Sendable {
+        var chunks: [SHA256Digest]
+        var next = 0
+    }
+
     enum Phase: Sendable {
         /// Not started: the first tick sets the first pass.
         case starting
         /// Until the next pass.
         case waiting(until: MeshInstant)
-        /// What is left of this pass, and when the next read goes.
-        case scrubbing(left: [SHA256Digest], nextAt: MeshInstant)
+        /// A pass, and when its next read goes.
+        case scrubbing(Pass, nextAt: MeshInstant)
         /// A read is out; its outcome spaces the next.
-        case reading(left: [SHA256Digest])
+        case reading(Pass)
     }
 
     package struct Settings: Sendable {
@@ -24,16 +31,22 @@ package struct ChunkScrub: Sendable {
         package var firstAfter: Duration = .seconds(60)
         /// Between two reads of a pass (a 100 MiB attachment of 256 KiB chunks: 40 s).
         package var spacing: Duration = .milliseconds(100)
-        /// How long a read waits while the node is busy fetching or serving.
+        /// How long a read waits while the node is busy fetching or reading for members.
         package var busyWait: Duration = .seconds(5)
 
         package init() {}
     }
 
+    /// Chunks no longer held that one tick passes over (an attachment removed mid-pass): the
+    /// rest wait for the next tick, so a tick stays short however large the library.
+    static let maxSkipsPerTick = 256
+
     var phase = Phase.starting
     /// Chunks read by the scrub, and those found damaged.
     package private(set) var chunksChecked: UInt64 = 0
     package private(set) var chunksDamaged: UInt64 = 0
+
+    package init() {}
 
     var nextDeadline: MeshInstant? {
         switch phase {
@@ -45,29 +58,39 @@ package struct ChunkScrub: Sendable {
     }
 
     /// The chunk to read now, if one is due: a pass starts from `held` (every chunk of the
-    /// attachments held whole, in order) and skips what is no longer held when its turn comes.
+    /// attachments held whole, once each) and passes over what is no longer held when its turn
+    /// comes.
     mutating func due(
         now: MeshInstant, settings: Settings, busy: Bool, held: () -> [SHA256Digest],
         stillHeld: (SHA256Digest) -> Bool
     ) -> SHA256Digest? {
         guard let every = settings.every, let deadline = nextDeadline, now >= deadline else { return nil }
-        var left: [SHA256Digest]
+        var pass: Pass
         switch phase {
         case .starting:
             phase = .waiting(until: now + settings.firstAfter)
             return nil
-        case .waiting: left = held().reversed()
-        case let .scrubbing(rest, _): left = rest
+        case .waiting: pass = Pass(chunks: held())
+        case let .scrubbing(current, _): pass = current
         case .reading: return nil
         }
         if busy {
-            phase = .scrubbing(left: left, nextAt: now + settings.busyWait)
+            phase = .scrubbing(pass, nextAt: now + settings.busyWait)
             return nil
         }
-        while let next = left.popLast() {
-            guard stillHeld(next) else { continue }
-            phase = .reading(left: left)
-            return next
+        var skipped = 0
+        while pass.next < pass.chunks.count {
+            let chunk = pass.chunks[pass.next]
+            pass.next += 1
+            if stillHeld(chunk) {
+                phase = .reading(pass)
+                return chunk
+            }
+            skipped += 1
+            if skipped >= Self.maxSkipsPerTick {
+                phase = .scrubbing(pass, nextAt: now + settings.spacing)
+                return nil
+            }
         }
         phase = .waiting(until: now + every)
         return nil
@@ -75,9 +98,9 @@ package struct ChunkScrub: Sendable {
 
     /// The read of a chunk came back: `intact` unless it failed its hash (or was gone).
     mutating func read(intact: Bool, now: MeshInstant, settings: Settings) {
-        guard case let .reading(left) = phase else { return }
+        guard case let .reading(pass) = phase else { return }
         chunksChecked += 1
         if !intact { chunksDamaged += 1 }
-        phase = .scrubbing(left: left, nextAt: now + settings.spacing)
+        phase = .scrubbing(pass, nextAt: now + settings.spacing)
     }
 }
