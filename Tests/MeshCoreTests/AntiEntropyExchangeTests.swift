@@ -10,11 +10,7 @@ struct AntiEntropyExchangeTests {
     /// it learns of the other two only by push-pull (nothing about them is news to gossip).
     static func clusterWithLateMember() throws -> ManualCluster {
         var cluster = ManualCluster(count: 3)
-        let identity = try NodeIdentity(seed: [UInt8](repeating: 70, count: 32))
-        var late = MembershipInstance(
-            record: ManualCluster.record(identity, index: 70),
-            authority: Ed25519Authority(identity: identity), settings: .lan,
-            datagramBudget: 1118, seed: 70, now: cluster.now)
+        var (identity, late) = try ManualCluster.standalone(70, now: cluster.now)
         late.assume([cluster.instance(0).me], now: cluster.now)
         cluster.nodes[identity.nodeID] = late
         cluster.identities[identity.nodeID] = identity

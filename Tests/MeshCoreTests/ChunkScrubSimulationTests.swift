@@ -14,16 +14,10 @@ struct ChunkScrubSimulationTests {
     func damageNobodyReadsIsFoundAndRepaired(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
         let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(2), lossProbability: 0.02))
-        let uploader = mesh.addNode(joiningThrough: [], at: .zero)
         var scrubbing = SimNode.Configuration()
         scrubbing.settings.scrub = ChunkScrub.Settings()
-        let holder = mesh.addNode(
-            joiningThrough: [uploader.address], at: .zero + .milliseconds(10), configuration: scrubbing)
-        var lazy = SimNode.Configuration()
-        lazy.settings.lazy = true
-        let asker = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(20), configuration: lazy)
-        uploader.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(4096 * 40, salt: UInt8(seed % 100))) }
-        mesh.simulator.run(until: .zero + .seconds(5))
+        let (uploader, holder, asker) = mesh.uploaderHolderAndAsker(
+            attaching: patternBytes(4096 * 40, salt: UInt8(seed % 100)), holder: scrubbing)
         let id = try #require(holder.core.complete.first, "\(replay): the holder did not replicate")
         let manifest = try #require(holder.core.manifests[id])
         let damaged = manifest.chunks[Int(seed) % manifest.chunks.count]

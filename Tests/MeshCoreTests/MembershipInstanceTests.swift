@@ -338,11 +338,7 @@ struct MembershipInstanceTests {
     @Test("a joiner probed by a member keeps asking to join until a member's record reaches it")
     func joinRetriesUntilStateArrives() throws {
         let cluster = ManualCluster(count: 2)
-        let identity = try NodeIdentity(seed: [UInt8](repeating: 51, count: 32))
-        var joiner = MembershipInstance(
-            record: ManualCluster.record(identity, index: 51),
-            authority: Ed25519Authority(identity: identity), settings: .lan,
-            datagramBudget: 1118, seed: 51, now: cluster.now)
+        var (identity, joiner) = try ManualCluster.standalone(51, now: cluster.now)
         _ = joiner.join([ManualCluster.address(2)], now: cluster.now)
         func asksToJoin(_ directives: [MembershipDirective]) -> Bool {
             directives.contains { directive in
@@ -370,11 +366,7 @@ struct MembershipInstanceTests {
     @Test("a member we do not know that writes to us is asked for its state, once per join retry interval")
     func strangerIsAskedForItsState() throws {
         let cluster = ManualCluster(count: 3)
-        let identity = try NodeIdentity(seed: [UInt8](repeating: 52, count: 32))
-        var joiner = MembershipInstance(
-            record: ManualCluster.record(identity, index: 52),
-            authority: Ed25519Authority(identity: identity), settings: .lan,
-            datagramBudget: 1118, seed: 52, now: cluster.now)
+        var (identity, joiner) = try ManualCluster.standalone(52, now: cluster.now)
         _ = joiner.join([ManualCluster.address(1)], now: cluster.now)
         func asksForState(_ directives: [MembershipDirective], at address: PeerAddress) -> Bool {
             directives.contains { directive in

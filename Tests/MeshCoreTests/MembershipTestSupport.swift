@@ -56,13 +56,20 @@ struct ManualCluster {
 
     subscript(_ index: Int) -> NodeID { order[index] }
 
-    /// A node with identity seed `index` that joins through `seed` now; its join request is in flight.
-    mutating func addJoiner(_ index: Int, through seed: PeerAddress) throws -> NodeID {
+    /// A membership instance of identity seed `index` (LAN settings) that knows nobody, outside
+    /// any cluster: the test decides what reaches it.
+    static func standalone(_ index: Int, now: MeshInstant) throws -> (NodeIdentity, MembershipInstance) {
         let identity = try NodeIdentity(seed: [UInt8](repeating: UInt8(index), count: 32))
-        var joiner = MembershipInstance(
-            record: Self.record(identity, index: index),
+        let instance = MembershipInstance(
+            record: record(identity, index: index),
             authority: Ed25519Authority(identity: identity), settings: .lan,
             datagramBudget: 1118, seed: UInt64(index), now: now)
+        return (identity, instance)
+    }
+
+    /// A node with identity seed `index` that joins through `seed` now; its join request is in flight.
+    mutating func addJoiner(_ index: Int, through seed: PeerAddress) throws -> NodeID {
+        var (identity, joiner) = try Self.standalone(index, now: now)
         let out = joiner.join([seed], now: now)
         nodes[identity.nodeID] = joiner
         identities[identity.nodeID] = identity

@@ -662,13 +662,8 @@ struct NodeInstanceTests {
     func damagedChunksAreFetchedAgain(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
         let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(1)))
-        let uploader = mesh.addNode(joiningThrough: [], at: .zero)
-        let holder = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(10))
-        var lazy = SimNode.Configuration()
-        lazy.settings.lazy = true
-        let asker = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(20), configuration: lazy)
-        uploader.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(4096 * 6, salt: UInt8(seed % 100))) }
-        mesh.simulator.run(until: .zero + .seconds(5))
+        let (uploader, holder, asker) = mesh.uploaderHolderAndAsker(
+            attaching: patternBytes(4096 * 6, salt: UInt8(seed % 100)))
         let id = try #require(holder.core.complete.first, "\(replay): the holder did not replicate")
         let manifest = try #require(holder.core.manifests[id])
         // A load finds one chunk damaged.

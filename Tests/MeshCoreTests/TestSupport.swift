@@ -4,6 +4,7 @@
     import Darwin
 #endif
 import MeshCrypto
+import MeshTestKit
 import NIOCore
 import Testing
 @testable import MeshCore
@@ -247,4 +248,22 @@ func sampleFrames(of type: FrameType, using rng: inout SplitMix64) -> [Frame] {
 /// A frame of a random type, among the types that have examples.
 func randomFrame(using rng: inout SplitMix64) -> Frame {
     sampleFrames(using: &rng).randomElement(using: &rng)!
+}
+
+extension SimMesh {
+    /// An uploader, a member that replicates what it adds (`holder`), and a lazy member that
+    /// fetches only what it is asked for; the uploader adds `bytes` at 1 s, and the run goes to 5 s.
+    func uploaderHolderAndAsker(
+        attaching bytes: [UInt8], holder configuration: SimNode.Configuration = .init()
+    ) -> (uploader: SimNode, holder: SimNode, asker: SimNode) {
+        let uploader = addNode(joiningThrough: [], at: .zero)
+        let holder = addNode(
+            joiningThrough: [uploader.address], at: .zero + .milliseconds(10), configuration: configuration)
+        var lazy = SimNode.Configuration()
+        lazy.settings.lazy = true
+        let asker = addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(20), configuration: lazy)
+        uploader.plan(at: .zero + .seconds(1)) { $0.attach(bytes) }
+        simulator.run(until: .zero + .seconds(5))
+        return (uploader, holder, asker)
+    }
 }
