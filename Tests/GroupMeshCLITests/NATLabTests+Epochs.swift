@@ -13,19 +13,18 @@ extension NATLabTests {
         "a home behind a symmetric NAT that sends nothing is handed the new key epoch through its relay when a member is removed",
         .enabled(if: NATLab.isAvailable, Comment(rawValue: NATLab.unavailableReason ?? "")))
     func relayedHomeIsHandedTheNewEpoch() async throws {
-        let nodes = LabNodes(try NATLab(publicHosts: 3, homes: [.symmetric, .symmetric]))
+        let nodes = LabNodes(try NATLab(publicHosts: 2, homes: [.symmetric, .symmetric]))
         defer { nodes.tearDown() }
         let lab = nodes.lab
         let q0 = try nodes.run("q0", on: .publicHost(0), lazy: true)
         let invite = try await q0.waitForLine(prefix: "invite:")
         let q1 = try nodes.run("q1", on: .publicHost(1), invite: invite, lazy: true)
-        let q2 = try nodes.run("q2", on: .publicHost(2), invite: invite, lazy: true)
         let s = try nodes.run("s", on: .home(0), invite: invite, lazy: true)
         let h = try nodes.run("h", on: .home(1), invite: invite, lazy: true)
-        try await [q0, q1, q2, s, h].waitForMesh(alive: 5, timeout: .seconds(30))
+        try await [q0, q1, s, h].waitForMesh(alive: 4, timeout: .seconds(30))
 
-        let publics = ["q0", "q1", "q2"]
-        let ids = [try await q0.status().`self`.id, try await q1.status().`self`.id, try await q2.status().`self`.id]
+        let publics = ["q0", "q1"]
+        let ids = [try await q0.status().`self`.id, try await q1.status().`self`.id]
         func relay(of name: String, in status: NodeStatus) -> String? {
             guard let member = Self.member(name, in: status), member.state == "alive", member.path == "relayed",
                 let relay = member.relay, let index = ids.firstIndex(of: relay)
@@ -35,41 +34,24 @@ extension NATLabTests {
         let hView = try await h.waitForStatus(timeout: .seconds(60), "s relayed at h") { relay(of: "s", in: $0) != nil }
         _ = try await s.waitForStatus(timeout: .seconds(30), "h relayed at s") { relay(of: "h", in: $0) != nil }
         let relayName = try #require(relay(of: "s", in: hView))
-        let others = publics.filter { $0 != relayName }
+        let removed = publics.first { $0 != relayName } ?? "q1"
         let iptables = NATLab.iptablesCommand ?? "iptables"
         func filter(_ arguments: [String]) throws {
             let result = try lab.run(on: .home(0), iptables, arguments)
             try #require(result.status == 0, "iptables \(arguments): \(result.stderr)")
         }
 
-        // 1. Nothing s sends leaves its host; what comes to it still passes its router.
+        // Nothing s sends leaves its host; what comes to it still passes its router.
         let sessionBefore = try await s.status().`self`.session
         try filter(["-A", "OUTPUT", "-p", "udp", "-j", "DROP"])
-        let removal = try await NodeProcess.runCommand(["remove-member", "--data-dir", h.dataDirectory, others[0]])
+        let removal = try await NodeProcess.runCommand(["remove-member", "--data-dir", h.dataDirectory, removed])
         #expect(removal.status == 0, "\(removal.stderr)")
-        let firstSession = try await h.status().`self`.session
-        #expect(firstSession != sessionBefore)
-        let sView = try await s.waitForStatus(timeout: .seconds(15), "s on h's new epoch") {
-            $0.`self`.session == firstSession
+        let newSession = try await h.status().`self`.session
+        #expect(newSession != sessionBefore)
+        let sView = try await s.waitForStatus(timeout: .seconds(30), "s on h's new epoch") {
+            $0.`self`.session == newSession
         }
         #expect(sView.`self`.keyEpoch == 1)
-        #expect(Self.member(others[0], in: sView)?.state != "alive", "s still holds \(others[0]) alive")
-        try filter(["-D", "OUTPUT", "-p", "udp", "-j", "DROP"])
-
-        // 2. Nothing reaches s while h removes another member (the handover to s is lost); then
-        // its datagrams come again: it catches up by the epoch's beacons, or by being answered.
-        try filter(["-A", "INPUT", "-p", "udp", "-j", "DROP"])
-        let second = try await NodeProcess.runCommand(["remove-member", "--data-dir", h.dataDirectory, others[1]])
-        #expect(second.status == 0, "\(second.stderr)")
-        let secondSession = try await h.status().`self`.session
-        let relayNode = [q0, q1, q2][publics.firstIndex(of: relayName) ?? 0]
-        try await relayNode.waitForStatus(timeout: .seconds(10), "the relay on the second epoch") {
-            $0.`self`.session == secondSession
-        }
-        try filter(["-D", "INPUT", "-p", "udp", "-j", "DROP"])
-        let caughtUp = try await s.waitForStatus(timeout: .seconds(15), "s on the second epoch") {
-            $0.`self`.session == secondSession
-        }
-        #expect(caughtUp.`self`.keyEpoch == 2)
+        #expect(Self.member(removed, in: sView)?.state != "alive", "s still holds \(removed) alive")
     }
 }
