@@ -23,18 +23,16 @@ extension NATLabTests {
         let h = try nodes.run("h", on: .home(1), invite: invite, lazy: true)
         try await [q0, q1, s, h].waitForMesh(alive: 4, timeout: .seconds(30))
 
-        let publics = ["q0", "q1"]
-        let ids = [try await q0.status().`self`.id, try await q1.status().`self`.id]
+        let publics = [
+            (name: "q0", id: try await q0.status().`self`.id), (name: "q1", id: try await q1.status().`self`.id),
+        ]
         func relay(of name: String, in status: NodeStatus) -> String? {
-            guard let member = Self.member(name, in: status), member.state == "alive", member.path == "relayed",
-                let relay = member.relay, let index = ids.firstIndex(of: relay)
-            else { return nil }
-            return publics[index]
+            Self.relay(of: name, in: status, publics: publics)
         }
         let hView = try await h.waitForStatus(timeout: .seconds(60), "s relayed at h") { relay(of: "s", in: $0) != nil }
         _ = try await s.waitForStatus(timeout: .seconds(30), "h relayed at s") { relay(of: "h", in: $0) != nil }
         let relayName = try #require(relay(of: "s", in: hView))
-        let removed = publics.first { $0 != relayName } ?? "q1"
+        let removed = publics.map(\.name).first { $0 != relayName } ?? "q1"
         let iptables = NATLab.iptablesCommand ?? "iptables"
         func filter(_ arguments: [String]) throws {
             let result = try lab.run(on: .home(0), iptables, arguments)

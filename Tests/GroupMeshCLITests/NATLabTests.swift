@@ -17,6 +17,14 @@ struct NATLabTests {
         status.members.first { $0.name == name }
     }
 
+    /// Which of `publics` (name, id) carries our datagrams to `name`, while it is alive and relayed.
+    static func relay(of name: String, in status: NodeStatus, publics: [(name: String, id: String)]) -> String? {
+        guard let member = member(name, in: status), member.state == "alive", member.path == "relayed",
+            let relay = member.relay
+        else { return nil }
+        return publics.first { $0.id == relay }?.name
+    }
+
     static func punched(_ name: String, in status: NodeStatus) -> Bool {
         member(name, in: status).map { $0.state == "alive" && $0.path == "punched" } ?? false
     }
@@ -400,12 +408,9 @@ struct NATLabTests {
         // 2. s and h cannot punch: both are relayed, through one of the public members.
         let relayedStarted = ContinuousClock.now
         let publics = [("q0", q0), ("q1", q1)]
-        let ids = try await publics.asyncMap { try await $0.1.status().`self`.id }
+        let ids = try await publics.asyncMap { (name: $0.0, id: try await $0.1.status().`self`.id) }
         func relayed(_ name: String, in status: NodeStatus) -> String? {
-            guard let member = Self.member(name, in: status), member.state == "alive", member.path == "relayed",
-                let relay = member.relay, let index = ids.firstIndex(of: relay)
-            else { return nil }
-            return publics[index].0
+            Self.relay(of: name, in: status, publics: ids)
         }
         let hView = try await h.waitForStatus(timeout: .seconds(60), "s relayed at h") { relayed("s", in: $0) != nil }
         _ = try await s.waitForStatus(timeout: .seconds(30), "h relayed at s") { relayed("h", in: $0) != nil }
