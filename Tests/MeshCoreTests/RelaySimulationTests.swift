@@ -279,4 +279,33 @@ struct RelaySimulationTests {
         #expect(moved == .satisfied, "\(replay): \(epochs); \(Self.describe(a, b))")
         #expect(a.core.epochs.removed == [removed.id], "\(replay)")
     }
+
+    @Test(
+        "a relayed member that heard nothing while a third member was removed (its handover lost) catches up once it hears again, also after declaring everyone dead",
+        arguments: seeds, [Duration.seconds(1), .seconds(12)])
+    func aRelayedMemberThatHeardNothingCatchesUp(seed: UInt64, silence: Duration) {
+        let replay = SimulationSeeds.replay(seed)
+        let (mesh, a, b) = Self.mesh(seed: seed, publics: 2)
+        let relays = Self.waitForRelay(of: a, b, in: mesh)
+        #expect(relays != nil, "\(replay): \(Self.describe(a, b))")
+        guard let (relay, removed) = relays else { return }
+        let before = a.sessionID
+        mesh.simulator.isolate(a.address)
+        b.removeMember(removed.id)
+        mesh.simulator.run(for: silence)
+        #expect(a.sessionID == before, "\(replay): the isolated member moved")
+        mesh.simulator.heal()
+        let moved = mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(50)) { _ in
+            a.sessionID == b.sessionID && relay.sessionID == b.sessionID
+        }
+        let epochs = "a \(a.sessionID), relay \(relay.sessionID), b \(b.sessionID) (was \(before))"
+        #expect(moved == .satisfied, "\(replay): \(epochs); \(Self.describe(a, b)); a \(a.core.counters)")
+        // And it is a member again for the others, as they are for it: the member behind the
+        // other NAT learns it last (through gossip, once a relayed path between them is back).
+        let met = mesh.simulator.run(for: .seconds(90), checkEvery: .milliseconds(50)) { _ in
+            [a, relay, b].allSatisfy { $0.activeMemberIDs.count == 2 }
+        }
+        let views = [a, relay, b].map { "\($0.address) \($0.membership.view.map { "\($0.id) \($0.status)" })" }
+        #expect(met == .satisfied, "\(replay): \(views)")
+    }
 }

@@ -67,4 +67,48 @@ struct RemovalNoticeSimulationTests {
         #expect(!c.removedFromSession)
         #expect(c.core.counters.handoversRefused == refusedBefore + 3)
     }
+
+    @Test(
+        "a hello of the epoch left, in a member's name from an address nothing vouches for, draws a check no larger than itself there, once a handover interval, never the handover, and does not keep the member's own address from being checked"
+    )
+    func helloFromAnUnvouchedAddressIsChecked() throws {
+        let mesh = SessionEndSimulationTests.mesh(seed: 7, count: 3, link: LinkConditions(delay: .milliseconds(2)))
+        let (a, b, c) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)))
+        mesh.simulator.run(until: .zero + .seconds(4))
+        // Anyone who held the epoch's key (c, about to be removed) can seal a hello in b's name.
+        var forger = b.core.codec
+        a.removeMember(c.id)
+        mesh.simulator.run(until: .zero + .seconds(6))
+        #expect(b.sessionID == a.sessionID && b.sessionID != forger.sessionID)
+        let (victim, other) = (SimAddress(40), SimAddress(41))
+        mesh.simulator.traceOptions = .record
+        var forgedSize = 0
+        var nonces = 0
+        func forge(from source: SimAddress) throws {
+            nonces += 1
+            let nonce = try #require(PacketNonce(raw: (0..<24).map { UInt8(truncatingIfNeeded: $0 &+ nonces * 29) }))
+            let datagram = forger.sealHello([.ping(Ping(token: 7))], nonce: nonce)
+            forgedSize = datagram.readableBytes
+            mesh.simulator.inject(Array(datagram.readableBytesView), from: source, to: a.address)
+        }
+        func sent(to address: SimAddress) -> [Int] {
+            mesh.simulator.trace.compactMap { event -> Int? in
+                if case let .sent(from, to, bytes) = event.kind, from == a.address, to == address { return bytes.count }
+                return nil
+            }
+        }
+        for _ in 0..<10 { try forge(from: victim) }
+        // Another address of "b" in the same interval is checked too.
+        try forge(from: other)
+        mesh.simulator.run(until: .zero + .milliseconds(6_300))
+        #expect(sent(to: victim).count == 1, "\(sent(to: victim))")
+        #expect(sent(to: other).count == 1, "\(sent(to: other))")
+        // A handover interval later, the victim's address is checked again: once.
+        for _ in 0..<10 { try forge(from: victim) }
+        mesh.simulator.run(until: .zero + .seconds(8))
+        let toVictim = sent(to: victim)
+        // Its answer would have to come from b: nothing larger than the hello ever goes there.
+        #expect(toVictim.count == 2 && toVictim.allSatisfy { $0 <= forgedSize }, "\(toVictim) for \(forgedSize)")
+        #expect(a.sessionID == b.sessionID && a.core.phase == .running)
+    }
 }

@@ -175,13 +175,16 @@ package struct KeyEpochs: Sendable {
     }
 
     /// Whether `member`, heard speaking the earlier epoch `session`, is to be handed the next
-    /// epoch now; records the handover for the rate limit.
-    package mutating func handover(to member: NodeID, heardIn session: SessionID, now: MeshInstant) -> Transition? {
+    /// epoch now; records the handover for the rate limit. `overridingInterval`: the member just
+    /// proved a new address (the shell's check), which the last handover did not go to.
+    package mutating func handover(
+        to member: NodeID, heardIn session: SessionID, now: MeshInstant, overridingInterval: Bool = false
+    ) -> Transition? {
         guard let transition = transition(after: session), transition.rotation.owes(member),
             !removed.contains(member)
         else { return nil }
         let key = HandoverKey(member: member, epoch: transition.secret.sessionID)
-        if let last = lastHandover[key], now < last + Self.handoverInterval { return nil }
+        if !overridingInterval, let last = lastHandover[key], now < last + Self.handoverInterval { return nil }
         lastHandover[key] = now
         return transition
     }

@@ -464,14 +464,23 @@ package struct MembershipInstance: Sendable {
 
     /// Serf's reconnect: offer our state to one random dead member. If it was only cut off (a
     /// partition, a paused process), it learns it was declared dead, refutes, and both sides of a
-    /// healed partition merge again.
+    /// healed partition merge again. A node that holds every other member dead was most likely
+    /// the one cut off (its own link went down), and some of the dead may be unreachable from it
+    /// (behind their NATs): it offers to a few at once.
     mutating func reconnect(into out: inout [MembershipDirective]) {
-        let dead = timed.filter { members[$0]?.status == .dead }.sorted()
-        guard !dead.isEmpty else { return }
-        let id = dead[Int(random.next() % UInt64(dead.count))]
-        guard let address = members[id]?.address else { return }
-        out += digest(to: id, address: address)
+        var dead = timed.filter { members[$0]?.status == .dead }.sorted()
+        let count = active.isEmpty ? Self.isolatedReconnectFanout : 1
+        for _ in 0..<min(count, dead.count) {
+            let index = Int(random.next() % UInt64(dead.count))
+            dead.swapAt(index, dead.count - 1)
+            let id = dead.removeLast()
+            guard let address = members[id]?.address else { continue }
+            out += digest(to: id, address: address)
+        }
     }
+
+    /// How many dead members an isolated node offers its state to each reconnect interval.
+    static let isolatedReconnectFanout = 3
 
     // MARK: the member table
 

@@ -64,8 +64,10 @@ extension NodeInstance {
         keying.codec = DatagramCodec(
             session: transition.secret, localID: localID, localBootID: bootID,
             configuration: settings.wire)
+        // The dead too: keys stay until a member is forgotten (one declared dead that was only
+        // cut off comes back to the pairwise keys it had, and proves its address with them).
         for member in membership.view.dropFirst()
-        where !member.status.isGone && !keying.epochs.removed.contains(member.id) {
+        where member.status != .left && !keying.epochs.removed.contains(member.id) {
             installKeys(for: member)
         }
         // Before they leave our view: where each member this rotation removes is reached. Kept
@@ -183,21 +185,23 @@ extension NodeInstance {
     /// to the record's first address. A replayed record from elsewhere does not redirect the
     /// handover: every destination is one the member signed or one its own datagrams proved.
     /// False when it is not owed one, or not now (rate limit).
+    /// `proven`: `address` is where a pairwise datagram of the member came from (only it could
+    /// seal one), so it is trusted too; `checked`: that datagram answered our address check, and
+    /// goes past the rate limit (the handover before it went where the member no longer is).
     @discardableResult
     private mutating func handOver(
         to record: MemberRecord, heardIn session: SessionID, address: PeerAddress? = nil,
-        now: MeshInstant
+        proven: Bool = false, checked: Bool = false, now: MeshInstant
     ) -> Bool {
-        let trusted = address.flatMap {
-            record.addresses.contains($0) || directory.addresses[record.id] == $0 ? $0 : nil
-        }
+        let trusted = address.flatMap { proven || vouches(for: $0, record: record) ? $0 : nil }
         let known = membership.member(record.id)?.record.bootID == record.bootID
         guard
             let route = trusted.map({ KeysRoute.direct($0) })
                 ?? (known ? keysRoute(to: record.id, fallback: record.addresses.first) : nil)
                     ?? record.addresses.first.map({ KeysRoute.direct($0) }),
             keying.earlierCodecs[session] != nil,
-            let transition = keying.epochs.handover(to: record.id, heardIn: session, now: now),
+            let transition = keying.epochs.handover(
+                to: record.id, heardIn: session, now: now, overridingInterval: checked),
             let previous = keying.epochs.secret(of: transition.rotation.previousSession),
             let handover = EpochHandover.seal(
                 transition.secret, rotation: transition.rotation, previous: previous,
@@ -207,6 +211,11 @@ extension NodeInstance {
         counters.handoversSent += 1
         sendKeys([.epochHandover(handover)], in: session, to: record.id, route: route)
         return true
+    }
+
+    /// Whether the member's signed record or its own earlier datagrams name `address`.
+    func vouches(for address: PeerAddress, record: MemberRecord) -> Bool {
+        record.addresses.contains(address) || directory.addresses[record.id] == address
     }
 
     /// A datagram whose session is not the current one: if it is an earlier epoch of ours and
@@ -260,7 +269,12 @@ extension NodeInstance {
         else {
             return counters.countDrop(.staleEpoch)
         }
-        handOver(to: record, heardIn: header.sessionID, address: address, now: now)
+        let pairwise = opened.header.keyKind == .pairwise
+        let checked = pairwise && answersAddressCheck(opened.frames, of: record.id, at: address, in: header.sessionID)
+        handOver(to: record, heardIn: header.sessionID, address: address, proven: pairwise, checked: checked, now: now)
+        if !pairwise, !vouches(for: address, record: record) {
+            checkAddress(of: record.id, at: address, inEarlier: header.sessionID, now: now)
+        }
     }
 
     /// A datagram of the earlier epoch `session` that `origin` sent through `relay`: if it opens

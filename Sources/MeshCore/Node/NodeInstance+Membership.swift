@@ -43,6 +43,7 @@ extension NodeInstance {
                 directory.remembered.forget(id)
                 journal.memberForgotten(id)
                 directory.unprovenJoiners[id] = nil
+                directory.addressChecks[id] = nil
                 directory.rememberedDirty = true
                 keying.codec.removePeer(id)
                 let removed = delivery.removePeer(id, now: now)

@@ -15,12 +15,18 @@ extension NodeInstance {
         sendPairwise([.ping(Ping(token: token))], to: member)
     }
 
-    /// Pairwise `ping` and `pong` frames of a member.
-    mutating func receivePings(_ frames: [Frame], from peer: NodeID, now: MeshInstant) {
+    /// Pairwise `ping` and `pong` frames of a member. A pong goes back where its ping came from
+    /// (`source`; when it came through a relay, nil: the usual way to the member): a ping is also
+    /// how a member checks an address of ours that we may not know we have (a new NAT mapping),
+    /// or reaches us while we hold no path to it. One ping a datagram is answered: more would
+    /// multiply the datagrams that go to `source`.
+    mutating func receivePings(_ frames: [Frame], from peer: NodeID, source: PeerAddress?, now: MeshInstant) {
+        var answered = false
         for frame in frames {
             switch frame {
-            case let .ping(ping):
-                sendPairwise([.pong(Pong(token: ping.token))], to: peer)
+            case let .ping(ping) where !answered:
+                answered = true
+                sendPairwise([.pong(Pong(token: ping.token))], to: peer, address: source)
             case let .pong(pong):
                 guard let pending = waits.pings[pong.token], pending.member == peer else { continue }
                 waits.pings[pong.token] = nil

@@ -317,7 +317,10 @@ package struct NodeInstance: Sendable {
                 datagram.frames, from: sender, address: address, now: now,
                 answerLimit: answerLimit, sourceProven: relay != nil || isProvenSource(address, of: sender))
             apply(directives, now: now)
-            if relay == nil { helloFrom(sender, boot: datagram.header.bootID, source: address, now: now) }
+            if relay == nil {
+                helloFrom(sender, boot: datagram.header.bootID, source: address, now: now)
+                checkHelloSource(of: sender, boot: datagram.header.bootID, at: address, now: now)
+            }
         case .pairwise:
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
             // Alone in its datagram (PROTOCOL.md §3, "Protocol versions"); otherwise a datagram like
@@ -343,7 +346,7 @@ package struct NodeInstance: Sendable {
             let directives = delivery.onFrames(datagram.frames, from: sender, now: now, deferAcks: true)
             apply(directives, now: now)
             receiveTransfer(datagram.frames, from: sender, datagramSize: bytes, now: now)
-            receivePings(datagram.frames, from: sender, now: now)
+            receivePings(datagram.frames, from: sender, source: relay == nil ? address : nil, now: now)
             if let relay {
                 receivePathsThroughRelay(datagram.frames, header: datagram.header, via: relay, now: now)
             } else {

@@ -50,6 +50,9 @@ struct MemberDirectory: Sendable {
     /// an address only by its claim, and sync to it would answer one datagram with several. The
     /// value: whether it is the boot we knew (a false death, whose holdings stand).
     var unprovenJoiners: [NodeID: Bool] = [:]
+    /// Addresses a member's hello came from that nothing vouches for, checked lately with a
+    /// pairwise ping (NodeInstance+AddressChecks): a few per member.
+    var addressChecks: [NodeID: [AddressCheck]] = [:]
 }
 
 /// Commands waiting for the network (NodeInstance+Messenger, +Ping).
