@@ -15,18 +15,18 @@ extension NodeInstance {
         sendPairwise([.ping(Ping(token: token))], to: member)
     }
 
-    /// Pairwise `ping` and `pong` frames of a member. A pong goes back where its ping came from
-    /// (`source`; when it came through a relay, nil: the usual way to the member): a ping is also
-    /// how a member checks an address of ours that we may not know we have (a new NAT mapping),
-    /// or reaches us while we hold no path to it. One ping a datagram is answered: more would
-    /// multiply the datagrams that go to `source`.
+    /// Pairwise `ping` and `pong` frames of a member. A pong goes the usual way to the member;
+    /// when we reach it nowhere (we hold it dead), back where its ping came from (`source`, nil
+    /// when it came through a relay): a member checking an address of ours after we cut it off.
+    /// One ping a datagram is answered: more would multiply the datagrams that go there.
     mutating func receivePings(_ frames: [Frame], from peer: NodeID, source: PeerAddress?, now: MeshInstant) {
+        let reached = directory.addresses[peer] != nil || links.paths.relay(of: peer) != nil
         var answered = false
         for frame in frames {
             switch frame {
             case let .ping(ping) where !answered:
                 answered = true
-                sendPairwise([.pong(Pong(token: ping.token))], to: peer, address: source)
+                sendPairwise([.pong(Pong(token: ping.token))], to: peer, address: reached ? nil : source)
             case let .pong(pong):
                 guard let pending = waits.pings[pong.token], pending.member == peer else { continue }
                 waits.pings[pong.token] = nil
