@@ -27,7 +27,10 @@ extension NodeInstance {
     /// pairwise datagrams came from: check it. A live member's hellos are left alone: its
     /// pairwise datagrams keep its path.
     mutating func checkHelloSource(of member: NodeID, boot: UInt64, at source: PeerAddress, now: MeshInstant) {
-        guard let known = membership.member(member), known.status == .dead, known.record.bootID == boot,
+        // A member we reach has a directory address (the gone have none): one lookup per hello
+        // before the member itself is copied out of the membership.
+        guard directory.addresses[member] == nil, let known = membership.member(member), known.status == .dead,
+            known.record.bootID == boot,
             keying.codec.installedBoot(of: member) == boot, !isProvenSource(source, of: member)
         else { return }
         checkAddress(of: member, at: source, inEarlier: nil, now: now)

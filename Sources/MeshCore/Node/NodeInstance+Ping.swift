@@ -20,12 +20,12 @@ extension NodeInstance {
     /// when it came through a relay): a member checking an address of ours after we cut it off.
     /// One ping a datagram is answered: more would multiply the datagrams that go there.
     mutating func receivePings(_ frames: [Frame], from peer: NodeID, source: PeerAddress?, now: MeshInstant) {
-        let reached = directory.addresses[peer] != nil || links.paths.relay(of: peer) != nil
         var answered = false
         for frame in frames {
             switch frame {
             case let .ping(ping) where !answered:
                 answered = true
+                let reached = directory.addresses[peer] != nil || links.paths.relay(of: peer) != nil
                 sendPairwise([.pong(Pong(token: ping.token))], to: peer, address: reached ? nil : source)
             case let .pong(pong):
                 guard let pending = waits.pings[pong.token], pending.member == peer else { continue }
