@@ -301,8 +301,9 @@ struct RelaySimulationTests {
         let epochs = "a \(a.sessionID), relay \(relay.sessionID), b \(b.sessionID) (was \(before))"
         #expect(moved == .satisfied, "\(replay): \(epochs); \(Self.describe(a, b)); a \(a.core.counters)")
         // And it is a member again for the others, as they are for it: the member behind the
-        // other NAT learns it last (through gossip, once a relayed path between them is back).
-        let met = mesh.simulator.run(for: .seconds(90), checkEvery: .milliseconds(50)) { _ in
+        // other NAT learns it last, through the gossip of the refutation: gossip that spent the
+        // record's few transmissions on the member itself left it to a push-pull.
+        let met = mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(50)) { _ in
             [a, relay, b].allSatisfy { $0.activeMemberIDs.count == 2 }
         }
         let views = [a, relay, b].map { "\($0.address) \($0.membership.view.map { "\($0.id) \($0.status)" })" }

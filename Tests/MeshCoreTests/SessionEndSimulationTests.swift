@@ -192,7 +192,10 @@ struct SessionEndSimulationTests {
         away.plan(at: mesh.simulator.now + .milliseconds(1)) { node in
             node.inject([.ping(Ping(token: 7))], to: ender.address, member: ender.id)
         }
-        let told = mesh.simulator.run(for: .seconds(2), checkEvery: .milliseconds(10)) { _ in
+        // Told, it passes the end on to the members it holds alive, and waits its grace at most for
+        // those cut off (the slow one, when it has not seen it gone).
+        let told = mesh.simulator.run(for: .seconds(2) + away.core.settings.endGrace, checkEvery: .milliseconds(10)) {
+            _ in
             away.core.phase == .stopped
         }
         #expect(told == .satisfied, "\(replay): the member back was not told")

@@ -28,18 +28,26 @@ package struct GossipQueue: Sendable {
             transmissions: 0, order: nextOrder)
     }
 
-    /// Whether some update has been sent fewer than `count` times.
-    package func hasUpdates(sentFewerThan count: Int) -> Bool {
-        entries.values.contains { $0.transmissions < count }
+    /// Whether some update has been sent fewer than `count` times and can go to one of
+    /// `recipients` (a member's own `alive` record does not go to it; see `take`).
+    package func hasUpdates(sentFewerThan count: Int, toAnyOf recipients: [NodeID]) -> Bool {
+        entries.contains { member, entry in
+            guard entry.transmissions < count else { return false }
+            guard case .alive = entry.frame else { return true }
+            return recipients.count > 1 || recipients.first.map { $0 != member } ?? false
+        }
     }
 
     package mutating func remove(about member: NodeID) {
         entries[member] = nil
     }
 
-    /// Takes updates for one datagram, within `budget` bytes, counting a transmission for each
-    /// and dropping those sent `limit` times.
-    package mutating func take(budget: Int, limit: Int) -> [Frame] {
+    /// Takes updates for one datagram to `recipient`, within `budget` bytes, counting a
+    /// transmission for each and dropping those sent `limit` times. A member's own `alive` record
+    /// is passed over on a datagram to that member: it signed the newest one itself, and the few
+    /// transmissions an update gets belong to the members that have not heard it. What accuses
+    /// the recipient still goes to it, so that it refutes.
+    package mutating func take(budget: Int, limit: Int, for recipient: NodeID? = nil) -> [Frame] {
         guard !entries.isEmpty, budget > 0 else { return [] }
         let ordered = entries.sorted { lhs, rhs in
             if lhs.value.transmissions != rhs.value.transmissions {
@@ -50,6 +58,7 @@ package struct GossipQueue: Sendable {
         var remaining = budget
         var frames: [Frame] = []
         for (member, entry) in ordered where entry.encodedLength <= remaining {
+            if member == recipient, case .alive = entry.frame { continue }
             frames.append(entry.frame)
             remaining -= entry.encodedLength
             if entry.transmissions + 1 >= limit {

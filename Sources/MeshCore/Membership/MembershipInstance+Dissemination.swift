@@ -21,7 +21,7 @@ extension MembershipInstance {
     /// elsewhere. With nobody to gossip to nothing is sent, and the update would stay fresh.
     var freshGossipSpacing: Duration? {
         guard let spacing = settings.newsGossipSpacing, !active.isEmpty,
-            gossip.hasUpdates(sentFewerThan: 2 * min(settings.gossipFanout, active.count))
+            gossip.hasUpdates(sentFewerThan: 2 * min(settings.gossipFanout, active.count), toAnyOf: active)
         else { return nil }
         return spacing
     }
@@ -30,8 +30,8 @@ extension MembershipInstance {
         guard !gossip.isEmpty else { return }
         for target in pickRandom(settings.gossipFanout, excluding: []) {
             guard let address = members[target]?.address else { continue }
-            let frames = gossip.take(budget: datagramBudget, limit: retransmitLimit)
-            guard !frames.isEmpty else { break }
+            let frames = gossip.take(budget: datagramBudget, limit: retransmitLimit, for: target)
+            guard !frames.isEmpty else { continue }
             out.append(.send(frames: frames, recipient: target, address: address))
         }
     }
@@ -43,7 +43,8 @@ extension MembershipInstance {
         pairwise: Bool = false, limit: Int? = nil
     ) -> MembershipDirective {
         let used = frames.reduce(0) { $0 + FrameCodec.encodedLength(of: $1) }
-        let piggyback = gossip.take(budget: min(datagramBudget, limit ?? datagramBudget) - used, limit: retransmitLimit)
+        let piggyback = gossip.take(
+            budget: min(datagramBudget, limit ?? datagramBudget) - used, limit: retransmitLimit, for: recipient)
         return pairwise
             ? .sendPairwise(frames: frames + piggyback, recipient: recipient, address: address)
             : .send(frames: frames + piggyback, recipient: recipient, address: address)
