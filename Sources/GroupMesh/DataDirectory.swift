@@ -37,6 +37,9 @@ public struct DataDirectory: Sendable {
     public var leftPath: String { path + "/left" }
     /// `run`'s settings, when kept here (`groupmesh run` reads it; the node never writes it).
     public var configurationPath: String { path + "/config.json" }
+    /// Attachments whose manifest was found damaged at a start and is not stored again yet (hex
+    /// ids, one a line): until then no start deletes chunks as unused.
+    public var damagedManifestsPath: String { path + "/damaged-manifests" }
 
     /// Whether writing `file` would overwrite one of the node's own files (or anything in its
     /// chunk store): `get --output` must not destroy the node it asks. Symbolic links and `..`
@@ -49,7 +52,7 @@ public struct DataDirectory: Sendable {
         guard parent == home else { return false }
         let own = [
             sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
-            membersPath, epochsPath, journalPath, endedPath, leftPath, configurationPath,
+            membersPath, epochsPath, journalPath, endedPath, leftPath, configurationPath, damagedManifestsPath,
         ].map { Self.split($0).name }
         return own.contains(name)
     }
@@ -229,6 +232,27 @@ public struct DataDirectory: Sendable {
             unlink(temporary)
             throw .dataDirectory(path: path, reason: "\(filePath): \(reason)")
         }
+    }
+
+    /// The attachments `damaged-manifests` names: none when absent, nil when it cannot be read (a
+    /// line that is no id is skipped).
+    func loadDamagedManifests() -> Set<SHA256Digest>? {
+        do {
+            let text = try readSmallFile(damagedManifestsPath, limit: 1 << 20) ?? ""
+            return Set(text.split(separator: "\n").compactMap { SHA256Digest(hex: String($0)) })
+        } catch {
+            return nil
+        }
+    }
+
+    func saveDamagedManifests(_ ids: [SHA256Digest]) throws(GroupMeshError) {
+        guard !ids.isEmpty else {
+            guard unlink(damagedManifestsPath) == 0 || errno == ENOENT else {
+                throw .dataDirectory(path: path, reason: "\(damagedManifestsPath): \(Self.errnoText())")
+            }
+            return
+        }
+        try writeSmallFile(damagedManifestsPath, ids.map(\.hex).joined(separator: "\n") + "\n")
     }
 
     /// What the node remembers of the members (`members.json`); nothing when absent or unreadable.

@@ -242,6 +242,12 @@ package final class SimNode: SimulatedProcess {
         storage.chunks.discard(digest)
     }
 
+    /// Bytes put straight on the simulated disk, as an earlier run of the node could have left
+    /// them (the core hears of them at its next start).
+    package func putOnDisk(_ bytes: [UInt8]) {
+        storage.chunks.write(bytes)
+    }
+
     /// A stored chunk with one byte flipped: still listed, found only by a read that hashes it.
     package func flipByte(ofChunk digest: SHA256Digest) {
         storage.chunks.damage(digest)

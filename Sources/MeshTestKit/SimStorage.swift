@@ -35,6 +35,8 @@ package struct SimStorage {
     package internal(set) var remembered = RememberedMembers()
     /// The session end this disk recorded (`StorageRequest.saveEnded`).
     package internal(set) var ended: [UInt8]?
+    /// The attachments whose manifests are recorded damaged (`StorageRequest.saveDamagedManifests`).
+    package internal(set) var damagedManifests: [SHA256Digest] = []
     package internal(set) var failedWrites = 0
 
     package init(conditions: Conditions = .init()) {
@@ -57,6 +59,10 @@ package struct SimStorage {
             epochs: epochs, remembered: remembered, operations: log,
             manifests: manifests, complete: complete)
         restored.logIsWhole = true
+        // Stored, but no longer what it is named: damaged (the store discards it when it reads it).
+        let found = state.presentContents.filter { chunks.contains($0) && chunks.manifest($0) == nil }
+        restored.damagedManifests = Set(found + damagedManifests).filter { chunks.manifest($0) == nil }.sorted()
+        restored.damagedManifestsRecorded = damagedManifests
         return restored
     }
 
@@ -132,6 +138,9 @@ package struct SimStorage {
         case let .saveEnded(statement):
             ended = statement
             return .success(.done)
+        case let .saveDamagedManifests(ids):
+            damagedManifests = ids
+            return .success(.done)
         }
     }
 }
@@ -140,7 +149,7 @@ extension StorageRequest {
     /// What a full disk refuses.
     var isWrite: Bool {
         switch self {
-        case .ingest, .appendJournal, .writeChunk, .flush, .saveEpochs, .saveEnded: return true
+        case .ingest, .appendJournal, .writeChunk, .flush, .saveEpochs, .saveEnded, .saveDamagedManifests: return true
         case .readChunk, .verifyChunk, .inspect, .export, .prepareExport, .cancelExport, .collect, .unpin,
             .collectUnreferenced,
             .saveMembers:

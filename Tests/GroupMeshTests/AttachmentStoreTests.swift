@@ -41,7 +41,18 @@ import Testing
         let chunk = Self.payload(3, count: 1024)
         let digest = SHA256Digest.hashing(chunk)
         #expect(await store.execute(.writeChunk(chunk, expected: digest)) == .success(.written(stored: true)))
-        // One flipped byte near the end of the pack: inside the chunk's bytes.
+        try Self.flipByteOfLastChunk(in: path)
+        guard case .success(.read(.some)) = await store.execute(.readChunk(digest)) else {
+            Issue.record("a serving read of a chunk written moments ago hashed it again")
+            return
+        }
+        #expect(await store.execute(.verifyChunk(digest)) == .success(.read(nil)), "the scrub's read took it as intact")
+        #expect(await store.execute(.readChunk(digest)) == .success(.read(nil)), "the damaged chunk was kept")
+    }
+
+    /// One flipped byte near the end of the data dir's pack: inside the bytes of the chunk
+    /// written last.
+    static func flipByteOfLastChunk(in path: String) throws {
         let packs = try FileManager.default.subpathsOfDirectory(atPath: path).filter { $0.hasSuffix(".pack") }
         let pack = try #require(packs.first.map { path + "/" + $0 }, "no pack in \(path)")
         let handle = try #require(FileHandle(forUpdatingAtPath: pack))
@@ -51,12 +62,47 @@ import Testing
         try handle.seek(toOffset: end - 10)
         try handle.write(contentsOf: [byte ^ 0x55])
         try handle.close()
-        guard case .success(.read(.some)) = await store.execute(.readChunk(digest)) else {
-            Issue.record("a serving read of a chunk written moments ago hashed it again")
-            return
-        }
-        #expect(await store.execute(.verifyChunk(digest)) == .success(.read(nil)), "the scrub's read took it as intact")
-        #expect(await store.execute(.readChunk(digest)) == .success(.read(nil)), "the damaged chunk was kept")
+    }
+
+    @Test("a damaged manifest is reported at start as damaged, not as absent, and its chunks are left alone")
+    func damagedManifestIsReported() async throws {
+        let (store, path) = try Self.store()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        // Ingest stores the manifest after the chunks: the pack's last record.
+        let manifest = try await store.ingest(Self.payload(4, count: 3000), limit: 1 << 20, chunkSize: 1024)
+        await store.unpin(manifest)
+        let add = JournalState().makeAdd(
+            AttachmentID(high: 4, low: 4), content: manifest.id, size: manifest.size,
+            chunkCount: manifest.chunks.count, metadata: [],
+            authority: Ed25519Authority(identity: NodeIdentity.generate()))
+        try await store.appendOperations([add])
+        let epochs = KeyEpochs(origin: SessionSecret.generate())
+        let whole = await store.restore(epochs: epochs, remembered: .init())
+        #expect(whole.complete == [manifest.id] && whole.damagedManifests.isEmpty)
+        try Self.flipByteOfLastChunk(in: path)
+        let damaged = await store.restore(epochs: epochs, remembered: .init())
+        #expect(damaged.damagedManifests == [manifest.id], "\(damaged.damagedManifests)")
+        #expect(damaged.damagedManifestsRecorded == [], "nothing recorded yet: the core records it")
+        #expect(damaged.manifests.isEmpty && damaged.complete.isEmpty && damaged.logIsWhole)
+        #expect(await store.missing(manifest).isEmpty, "reading the manifest took chunks with it")
+        // Discarded as it was read: only the record says so now.
+        #expect(await store.manifest(manifest.id) == nil)
+        #expect(await store.restore(epochs: epochs, remembered: .init()).damagedManifests.isEmpty)
+        #expect(await store.execute(.saveDamagedManifests([manifest.id])) == .success(.done))
+        let recorded = await store.restore(epochs: epochs, remembered: .init())
+        #expect(recorded.damagedManifests == [manifest.id] && recorded.damagedManifestsRecorded == [manifest.id])
+        // Stored again (as a fetch stores it): whole, no longer damaged, though still recorded
+        // until the core writes the record again.
+        #expect(
+            await store.execute(.writeChunk(manifest.encoded, expected: manifest.id))
+                == .success(.written(stored: true)))
+        let repaired = await store.restore(epochs: epochs, remembered: .init())
+        #expect(repaired.damagedManifests.isEmpty && repaired.complete == [manifest.id])
+        #expect(await store.execute(.saveDamagedManifests([])) == .success(.done))
+        #expect(!FileManager.default.fileExists(atPath: path + "/damaged-manifests"))
+        // A record that cannot be read: nothing is known of earlier damage.
+        try FileManager.default.createDirectory(atPath: path + "/damaged-manifests", withIntermediateDirectories: false)
+        #expect(await store.restore(epochs: epochs, remembered: .init()).damagedManifestsRecorded == nil)
     }
 
     @Test("two attaches sharing chunks: one ending its hold does not expose the other's")

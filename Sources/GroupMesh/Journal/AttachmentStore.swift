@@ -110,6 +110,8 @@ actor AttachmentStore {
                 try directory.saveRememberedMembers(members)
             case let .saveEnded(statement):
                 try directory.saveEnded(statement)
+            case let .saveDamagedManifests(ids):
+                try directory.saveDamagedManifests(ids)
             }
             return .success(.done)
         } catch {
@@ -123,8 +125,17 @@ actor AttachmentStore {
         let (operations, whole) = loadOperations()
         var restored = NodeInstance.Restored(epochs: epochs, remembered: remembered, operations: operations)
         restored.logIsWhole = whole
+        // A damaged manifest is discarded as it is read: the core keeps it in the record until
+        // it is stored again, so that a start before then still deletes none of its chunks.
+        let recorded = directory.loadDamagedManifests()
+        var damaged = recorded ?? []
         for id in Set(operations.filter { $0.kind == .add }.map(\.attachment)).sorted() {
-            guard let manifest = manifest(id) else { continue }
+            let stored = contains(id)
+            guard let manifest = manifest(id) else {
+                if stored { damaged.insert(id) }
+                continue
+            }
+            damaged.remove(id)
             restored.manifests.append(manifest)
             let held = heldCount(manifest)
             if held == manifest.chunks.count && missing(manifest).isEmpty {
@@ -133,6 +144,9 @@ actor AttachmentStore {
                 restored.held[id] = held
             }
         }
+        restored.damagedManifests = damaged.sorted()
+        restored.damagedManifestsRecorded = recorded.map { $0.sorted() }
+        restored.storeDamagedAtOpen = !chunks.damage.isEmpty
         return restored
     }
 

@@ -34,6 +34,9 @@ package struct Fetch: Sendable {
     /// Started to hold the attachment here (replication, or a leaving member's request), not
     /// only for the loads waiting on it: a lazy node keeps it when those loads are given up.
     var forReplication = false
+    /// Only the manifest is wanted (a lazy node's damaged one): once stored, the fetch ends
+    /// with what is here, unless a load waits for it by then.
+    var manifestOnly = false
 
     package var held: Int? {
         if case let .chunks(have) = stage { return have.held }
@@ -51,6 +54,7 @@ extension NodeInstance {
     /// Fetches every attachment in the journal that is not whole here, unless `--lazy`, or
     /// paused after a chunk could not be stored.
     mutating func replicate(now: MeshInstant) {
+        refetchDamagedManifests(now: now)
         guard !settings.lazy, !isReplicationPaused(now: now) else { return }
         for id in journal.state.presentContents
         where !library.complete.contains(id) && fetchTable.retries[id].map({ now >= $0.at }) != false {
@@ -274,6 +278,14 @@ extension NodeInstance {
             fetchTable.fetches[id]?.stage = .completing
             return store(.flush, .completeFetch(id))
         }
+        if fetchTable.fetches[id]?.manifestOnly == true, fetchTable.loadWaiters[id] == nil {
+            log(
+                .info, "manifest fetched again; the rest of the attachment is left until asked for",
+                ["attachment": String(id.hex.prefix(16)), "chunks": "\(have.held) of \(manifest.chunks.count)"])
+            library.knownHeld[id] = have.held
+            dropFetch(id)
+            return store(.flush, .rewriteManifest(id, synced: true))
+        }
         fetchTable.fetches[id]?.stage = .chunks(have: have)
         fetchTable.fetches[id]?.needed = manifest.chunks.count - have.held
         for waiter in fetchTable.loadWaiters[id] ?? [] { prepareExport(manifest, to: waiter.destination) }
@@ -486,6 +498,7 @@ extension NodeInstance {
         }
         if case .failure(.unknownAttachment) = result { fetchTable.retries[id] = nil }
         if case let .success(manifest) = result {
+            clearDamagedManifest(id)
             library.manifestTable.insert(manifest)
             library.complete.insert(id)
             library.knownHeld[id] = nil

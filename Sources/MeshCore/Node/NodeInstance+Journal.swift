@@ -196,6 +196,7 @@ extension NodeInstance {
             }
             library.complete.remove(id)
             fetchTable.retries[id] = nil
+            clearDamagedManifest(id)
             serving.recentChunks.removeAll()
             library.manifestTable.remove(id)
             if let removed {

@@ -1,6 +1,7 @@
 import MeshCrypto
 
-/// The scrub of the chunks held whole (`ChunkScrub`): its timer, and what a damaged chunk does.
+/// The scrub of the chunks held whole (`ChunkScrub`): its timer, and what a damaged chunk or
+/// manifest does.
 extension NodeInstance {
     var scrubDeadline: MeshInstant? {
         settings.scrub.every == nil || !phase.isActive ? nil : library.scrub.nextDeadline
@@ -13,15 +14,19 @@ extension NodeInstance {
         let table = library.manifestTable
         let next = library.scrub.due(
             now: now, settings: settings.scrub, busy: busy,
+            // Each attachment's manifest (a chunk named by its id) first, then its chunks: a
+            // damaged manifest costs the attachment at the next start, whole chunks and all.
             held: {
                 var seen = Set<SHA256Digest>()
                 return complete.sorted().flatMap { id in
-                    (table.byID[id]?.chunks ?? []).filter { seen.insert($0).inserted }
+                    ([id] + (table.byID[id]?.chunks ?? [])).filter { seen.insert($0).inserted }
                 }
             },
             // By the table's own place for the chunk: a chunk that two attachments share and
             // whose first is no longer held whole is passed over this time.
-            stillHeld: { digest in table.locations[digest].map { complete.contains($0.attachment) } ?? false })
+            stillHeld: { digest in
+                complete.contains(digest) || table.locations[digest].map { complete.contains($0.attachment) } ?? false
+            })
         if let next { store(.verifyChunk(next), .scrubChunk(next)) }
     }
 
@@ -38,6 +43,7 @@ extension NodeInstance {
         }
         library.scrub.read(intact: intact, now: now, settings: settings.scrub)
         guard !intact, phase.isActive else { return }
+        if library.complete.contains(digest), let manifest = manifests[digest] { rewriteManifest(manifest) }
         for id in library.complete.sorted() where manifests[id]?.chunks.contains(digest) == true {
             attachmentDamaged(id, detail: "chunk \(digest.hex.prefix(16)) did not verify (scrub)", now: now)
         }

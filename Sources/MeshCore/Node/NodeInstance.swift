@@ -81,6 +81,16 @@ package struct NodeInstance: Sendable {
         /// start-up delete the chunks no attachment in it uses. A log that could not be read
         /// would make every chunk look unused.
         package var logIsWhole = false
+        /// Attachments whose manifest was found damaged (stored, but it did not verify, and was
+        /// discarded), now or at an earlier start, and is not stored again yet: which chunks are
+        /// theirs is unknown until each is fetched again, so start-up deletes no chunk.
+        package var damagedManifests: [SHA256Digest] = []
+        /// Those of them the data dir had recorded; nil when the record could not be read (then
+        /// nothing is known of earlier damage, and start-up deletes no chunk either).
+        package var damagedManifestsRecorded: [SHA256Digest]? = []
+        /// The chunk store found damage as it opened (a pack's record lost): a manifest may be
+        /// among what it lost, so start-up deletes no chunk this time.
+        package var storeDamagedAtOpen = false
 
         package init(
             epochs: KeyEpochs, remembered: RememberedMembers = .init(), operations: [JournalOperation] = [],
@@ -189,7 +199,13 @@ package struct NodeInstance: Sendable {
         library.complete = restored.complete.intersection(present.map(\.id))
         library.knownHeld = restored.held
         library.manifestTable = ManifestTable(present)
-        library.collectsAtStart = restored.logIsWhole
+        // Only a log read whole says which attachments are gone (their damage is forgotten).
+        let damaged = Set(restored.damagedManifests)
+        library.damagedManifests = restored.logIsWhole ? damaged.filter { state.hasContent($0) } : damaged
+        library.damagedManifestsSaved = restored.damagedManifestsRecorded.map(Set.init)
+        library.collectsAtStart =
+            restored.logIsWhole && damaged.isEmpty && restored.damagedManifestsRecorded != nil
+            && !restored.storeDamagedAtOpen
     }
 
     package var identity: NodeIdentity { boot.identity }
@@ -249,6 +265,12 @@ package struct NodeInstance: Sendable {
         directory.remembered.incarnation = membership.me.incarnation
         saveRemembered()
         announceHoldings(now: now)
+        saveDamagedManifests()
+        for id in library.damagedManifests.sorted() {
+            log(
+                .warning, "attachment's manifest damaged on disk: fetching it again (its chunks are kept)",
+                ["attachment": String(id.hex.prefix(16))])
+        }
         replicate(now: now)
         log(.info, "started", ["node": "\(localID)", "seeds": "\(all.count)"])
     }
@@ -454,6 +476,12 @@ package struct NodeInstance: Sendable {
             manifestReadForServing(result, digest: digest, to: peer, now: now)
         case let .scrubChunk(digest):
             chunkScrubbed(result, digest: digest, now: now)
+        case let .rewriteManifest(id, synced):
+            manifestRewritten(result, id: id, synced: synced)
+        case .saveDamagedManifests:
+            if case let .failure(failure) = result {
+                log(.error, "cannot record the damaged manifests", ["error": "\(failure)"])
+            }
         case let .storeChunk(digest, refs, peer, contributors):
             chunkStored(result, digest: digest, refs: refs, from: peer, contributors: contributors, now: now)
         case let .storeManifest(manifest):

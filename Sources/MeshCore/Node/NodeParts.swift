@@ -73,6 +73,10 @@ struct AttachmentLibrary: Sendable {
     var knownHeld: [SHA256Digest: Int] = [:]
     /// Whether `start` has the store delete what no attachment uses (`Restored.logIsWhole`).
     var collectsAtStart = false
+    /// Attachments whose manifest was found damaged and is not stored again yet
+    /// (`Restored.damagedManifests`), and what the data dir last recorded of them (nil: unknown).
+    var damagedManifests: Set<SHA256Digest> = []
+    var damagedManifestsSaved: Set<SHA256Digest>? = []
     /// Operations of others applied but not yet in the journal log (their append failed).
     var backlog: [JournalOperation] = []
     var backlogRetryAt: MeshInstant?

@@ -47,6 +47,9 @@ package enum StorageRequest: Sendable {
     /// Remember for good that the session was ended (`SessionEnd.encoded`): the data dir
     /// refuses to start again. `.done`.
     case saveEnded([UInt8])
+    /// Write which attachments' manifests are damaged and not stored again yet
+    /// (`Restored.damagedManifests`), durably. `.done`.
+    case saveDamagedManifests([SHA256Digest])
 }
 
 package enum StorageOutcome: Sendable, Equatable {
@@ -102,6 +105,9 @@ enum StoragePurpose: Sendable {
     case serveManifest(SHA256Digest, to: NodeID)
     /// A read of the scrub.
     case scrubChunk(SHA256Digest)
+    /// A manifest the scrub found damaged, written again from memory, then synced.
+    case rewriteManifest(SHA256Digest, synced: Bool)
+    case saveDamagedManifests
     case storeChunk(SHA256Digest, refs: [ChunkRef], from: NodeID, contributors: Set<NodeID>)
     case storeManifest(Manifest)
     case inspect(SHA256Digest)

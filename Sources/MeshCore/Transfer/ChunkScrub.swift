@@ -1,6 +1,7 @@
 import MeshCrypto
 
-/// The slow check of every chunk of the attachments this node holds whole (a scrub). A chunk is
+/// The slow check of every chunk (and manifest) of the attachments this node holds whole (a
+/// scrub). A chunk is
 /// hashed when it is read, but one nobody asks for could sit damaged on disk for months while the
 /// node says it holds the attachment whole, and a member that leaves counts on that copy and
 /// hands nothing over. So those chunks are read again in passes, one at a time and spaced, and
