@@ -234,15 +234,20 @@ public struct DataDirectory: Sendable {
         }
     }
 
-    /// The attachments `damaged-manifests` names: none when absent, nil when it cannot be read (a
-    /// line that is no id is skipped).
+    /// The attachments `damaged-manifests` names: none when absent, nil when it cannot be read
+    /// whole (a line that is no id, a file over 1 MiB).
     func loadDamagedManifests() -> Set<SHA256Digest>? {
-        do {
-            let text = try readSmallFile(damagedManifestsPath, limit: 1 << 20) ?? ""
-            return Set(text.split(separator: "\n").compactMap { SHA256Digest(hex: String($0)) })
-        } catch {
-            return nil
+        let limit = 1 << 20
+        guard let text = try? readSmallFile(damagedManifestsPath, limit: limit) else {
+            return access(damagedManifestsPath, F_OK) == 0 ? nil : []
         }
+        guard text.utf8.count < limit else { return nil }
+        var ids = Set<SHA256Digest>()
+        for line in text.split(separator: "\n") {
+            guard let id = SHA256Digest(hex: line) else { return nil }
+            ids.insert(id)
+        }
+        return ids
     }
 
     func saveDamagedManifests(_ ids: [SHA256Digest]) throws(GroupMeshError) {

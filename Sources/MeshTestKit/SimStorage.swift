@@ -62,6 +62,8 @@ package struct SimStorage {
         // Stored, but no longer what it is named: damaged (the store discards it when it reads it).
         let found = state.presentContents.filter { chunks.contains($0) && chunks.manifest($0) == nil }
         restored.damagedManifests = Set(found + damagedManifests).filter { chunks.manifest($0) == nil }.sorted()
+        // What the disk holds: the core records the rest at start (`AttachmentStore.restore`
+        // records what it found itself, a step sooner).
         restored.damagedManifestsRecorded = damagedManifests
         return restored
     }

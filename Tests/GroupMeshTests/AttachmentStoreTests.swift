@@ -82,25 +82,29 @@ import Testing
         try Self.flipByteOfLastChunk(in: path)
         let damaged = await store.restore(epochs: epochs, remembered: .init())
         #expect(damaged.damagedManifests == [manifest.id], "\(damaged.damagedManifests)")
-        #expect(damaged.damagedManifestsRecorded == [], "nothing recorded yet: the core records it")
+        #expect(damaged.damagedManifestsRecorded == [manifest.id], "recorded at once: the read discarded it")
         #expect(damaged.manifests.isEmpty && damaged.complete.isEmpty && damaged.logIsWhole)
         #expect(await store.missing(manifest).isEmpty, "reading the manifest took chunks with it")
         // Discarded as it was read: only the record says so now.
         #expect(await store.manifest(manifest.id) == nil)
-        #expect(await store.restore(epochs: epochs, remembered: .init()).damagedManifests.isEmpty)
-        #expect(await store.execute(.saveDamagedManifests([manifest.id])) == .success(.done))
-        let recorded = await store.restore(epochs: epochs, remembered: .init())
-        #expect(recorded.damagedManifests == [manifest.id] && recorded.damagedManifestsRecorded == [manifest.id])
-        // Stored again (as a fetch stores it): whole, no longer damaged, though still recorded
-        // until the core writes the record again.
+        #expect(await store.restore(epochs: epochs, remembered: .init()).damagedManifests == [manifest.id])
+        // Stored again (as a fetch stores it): whole, and the record goes.
         #expect(
             await store.execute(.writeChunk(manifest.encoded, expected: manifest.id))
                 == .success(.written(stored: true)))
         let repaired = await store.restore(epochs: epochs, remembered: .init())
         #expect(repaired.damagedManifests.isEmpty && repaired.complete == [manifest.id])
-        #expect(await store.execute(.saveDamagedManifests([])) == .success(.done))
+        #expect(repaired.damagedManifestsRecorded == [])
         #expect(!FileManager.default.fileExists(atPath: path + "/damaged-manifests"))
-        // A record that cannot be read: nothing is known of earlier damage.
+        // The core's write of the record; a manifest recorded that reads whole is damaged no more.
+        #expect(await store.execute(.saveDamagedManifests([manifest.id])) == .success(.done))
+        let read = await store.restore(epochs: epochs, remembered: .init())
+        #expect(read.damagedManifests.isEmpty && read.damagedManifestsRecorded == [])
+        // A record that cannot be read whole: nothing is known of earlier damage (and it is
+        // written again with what is known now).
+        try Data("not an id\n".utf8).write(to: URL(fileURLWithPath: path + "/damaged-manifests"))
+        #expect(await store.restore(epochs: epochs, remembered: .init()).damagedManifestsRecorded == nil)
+        #expect(!FileManager.default.fileExists(atPath: path + "/damaged-manifests"))
         try FileManager.default.createDirectory(atPath: path + "/damaged-manifests", withIntermediateDirectories: false)
         #expect(await store.restore(epochs: epochs, remembered: .init()).damagedManifestsRecorded == nil)
     }

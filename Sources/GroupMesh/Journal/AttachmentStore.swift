@@ -125,14 +125,17 @@ actor AttachmentStore {
         let (operations, whole) = loadOperations()
         var restored = NodeInstance.Restored(epochs: epochs, remembered: remembered, operations: operations)
         restored.logIsWhole = whole
-        // A damaged manifest is discarded as it is read: the core keeps it in the record until
-        // it is stored again, so that a start before then still deletes none of its chunks.
-        let recorded = directory.loadDamagedManifests()
+        // A damaged manifest is discarded as it is read: it goes into the record at once, and
+        // the core keeps it there until it is stored again, so that no start before then
+        // deletes its chunks. Records the chunk store lost as it opened may have held manifests:
+        // every attachment without one is taken for damaged then (the core fetches them).
+        var recorded = directory.loadDamagedManifests()
         var damaged = recorded ?? []
+        let storeLostRecords = !chunks.damage.isEmpty
         for id in Set(operations.filter { $0.kind == .add }.map(\.attachment)).sorted() {
             let stored = contains(id)
             guard let manifest = manifest(id) else {
-                if stored { damaged.insert(id) }
+                if stored || storeLostRecords { damaged.insert(id) }
                 continue
             }
             damaged.remove(id)
@@ -144,9 +147,12 @@ actor AttachmentStore {
                 restored.held[id] = held
             }
         }
+        // A record that could not be read is written over, but stays unknown for this start.
+        if damaged != recorded, (try? directory.saveDamagedManifests(damaged.sorted())) != nil, recorded != nil {
+            recorded = damaged
+        }
         restored.damagedManifests = damaged.sorted()
         restored.damagedManifestsRecorded = recorded.map { $0.sorted() }
-        restored.storeDamagedAtOpen = !chunks.damage.isEmpty
         return restored
     }
 

@@ -43,11 +43,8 @@ extension MembershipInstance {
         pairwise: Bool = false, limit: Int? = nil
     ) -> MembershipDirective {
         let used = frames.reduce(0) { $0 + FrameCodec.encodedLength(of: $1) }
-        // Elsewhere than where we know the member, it may be another boot of it (a restarted or
-        // copied one): its own newest record is news there.
-        let subject = members[recipient]?.address == address ? recipient : nil
         let piggyback = gossip.take(
-            budget: min(datagramBudget, limit ?? datagramBudget) - used, limit: retransmitLimit, for: subject)
+            budget: min(datagramBudget, limit ?? datagramBudget) - used, limit: retransmitLimit, for: recipient)
         return pairwise
             ? .sendPairwise(frames: frames + piggyback, recipient: recipient, address: address)
             : .send(frames: frames + piggyback, recipient: recipient, address: address)

@@ -67,7 +67,10 @@ extension NodeInstance {
     }
 
     mutating func startFetch(_ id: SHA256Digest, forReplication: Bool = false, now: MeshInstant) {
-        if forReplication, fetchTable.fetches[id] != nil { fetchTable.fetches[id]?.forReplication = true }
+        if forReplication, fetchTable.fetches[id] != nil {
+            fetchTable.fetches[id]?.forReplication = true
+            fetchTable.fetches[id]?.manifestOnly = false
+        }
         guard fetchTable.fetches[id] == nil, phase.isActive, journal.state.hasContent(id) else { return }
         defer { fetchTable.fetches[id]?.forReplication = forReplication }
         if let manifest = manifests[id] {
@@ -110,7 +113,7 @@ extension NodeInstance {
         if fetchTable.loadWaiters[id]?.isEmpty == true { fetchTable.loadWaiters[id] = nil }
         failLoad(waiter, .cancelled)
         guard fetchTable.loadWaiters[id] == nil, settings.lazy, let fetch = fetchTable.fetches[id],
-            !fetch.forReplication
+            !fetch.forReplication, !fetch.manifestOnly
         else { return }
         // Every chunk stored: only their sync is left, and then the attachment is whole here.
         if case .completing = fetch.stage { return }
@@ -284,7 +287,7 @@ extension NodeInstance {
                 ["attachment": String(id.hex.prefix(16)), "chunks": "\(have.held) of \(manifest.chunks.count)"])
             library.knownHeld[id] = have.held
             dropFetch(id)
-            return store(.flush, .rewriteManifest(id, synced: true))
+            return persistManifest(manifest)
         }
         fetchTable.fetches[id]?.stage = .chunks(have: have)
         fetchTable.fetches[id]?.needed = manifest.chunks.count - have.held
@@ -498,7 +501,7 @@ extension NodeInstance {
         }
         if case .failure(.unknownAttachment) = result { fetchTable.retries[id] = nil }
         if case let .success(manifest) = result {
-            clearDamagedManifest(id)
+            persistManifest(manifest)
             library.manifestTable.insert(manifest)
             library.complete.insert(id)
             library.knownHeld[id] = nil

@@ -88,9 +88,6 @@ package struct NodeInstance: Sendable {
         /// Those of them the data dir had recorded; nil when the record could not be read (then
         /// nothing is known of earlier damage, and start-up deletes no chunk either).
         package var damagedManifestsRecorded: [SHA256Digest]? = []
-        /// The chunk store found damage as it opened (a pack's record lost): a manifest may be
-        /// among what it lost, so start-up deletes no chunk this time.
-        package var storeDamagedAtOpen = false
 
         package init(
             epochs: KeyEpochs, remembered: RememberedMembers = .init(), operations: [JournalOperation] = [],
@@ -204,8 +201,7 @@ package struct NodeInstance: Sendable {
         library.damagedManifests = restored.logIsWhole ? damaged.filter { state.hasContent($0) } : damaged
         library.damagedManifestsSaved = restored.damagedManifestsRecorded.map(Set.init)
         library.collectsAtStart =
-            restored.logIsWhole && damaged.isEmpty && restored.damagedManifestsRecorded != nil
-            && !restored.storeDamagedAtOpen
+            restored.logIsWhole && library.damagedManifests.isEmpty && restored.damagedManifestsRecorded != nil
     }
 
     package var identity: NodeIdentity { boot.identity }
@@ -479,9 +475,7 @@ package struct NodeInstance: Sendable {
         case let .rewriteManifest(id, synced):
             manifestRewritten(result, id: id, synced: synced)
         case .saveDamagedManifests:
-            if case let .failure(failure) = result {
-                log(.error, "cannot record the damaged manifests", ["error": "\(failure)"])
-            }
+            damagedManifestsSaved(result)
         case let .storeChunk(digest, refs, peer, contributors):
             chunkStored(result, digest: digest, refs: refs, from: peer, contributors: contributors, now: now)
         case let .storeManifest(manifest):

@@ -77,6 +77,8 @@ struct AttachmentLibrary: Sendable {
     /// (`Restored.damagedManifests`), and what the data dir last recorded of them (nil: unknown).
     var damagedManifests: Set<SHA256Digest> = []
     var damagedManifestsSaved: Set<SHA256Digest>? = []
+    /// Damaged manifests written again whose sync has not come back yet.
+    var manifestsBeingWritten: Set<SHA256Digest> = []
     /// Operations of others applied but not yet in the journal log (their append failed).
     var backlog: [JournalOperation] = []
     var backlogRetryAt: MeshInstant?
