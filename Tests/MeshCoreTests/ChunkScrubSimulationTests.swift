@@ -159,4 +159,34 @@ struct ChunkScrubSimulationTests {
         mesh.simulator.run(for: .seconds(2))
         #expect(again.storage.damagedManifests.isEmpty, "\(replay): a removed attachment's damage is kept")
     }
+
+    @Test(
+        "a lazy member fetching only its damaged manifest when the uploader, leaving, asks it to hold the attachment fetches it whole",
+        arguments: SimulationSeeds.from(defaultCount: 2))
+    func leavingMemberUpgradesAManifestOnlyFetch(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(20)))
+        let uploader = mesh.addNode(joiningThrough: [], at: .zero)
+        var lazy = SimNode.Configuration()
+        lazy.settings.lazy = true
+        let asker = mesh.addNode(joiningThrough: [uploader.address], at: .zero + .milliseconds(10), configuration: lazy)
+        uploader.plan(at: .zero + .seconds(1)) { $0.attach(patternBytes(4096 * 10, salt: UInt8(seed % 100))) }
+        mesh.simulator.run(until: .zero + .seconds(4))
+        let id = try #require(uploader.core.complete.first, "\(replay): nothing attached")
+        let manifest = try #require(uploader.core.manifests[id])
+        asker.putOnDisk(manifest.encoded)
+        asker.putOnDisk(try #require(uploader.storage.chunks.read(manifest.chunks[0])))
+        asker.flipByte(ofChunk: id)
+        // The asker starts again and asks for the manifest; the uploader leaves as the request
+        // is on its way, and asks the asker to hold what only it holds.
+        mesh.restart(asker.address, at: mesh.simulator.now + .milliseconds(100))
+        uploader.plan(at: mesh.simulator.now + .milliseconds(130)) { $0.leave() }
+        let restarted = mesh.node(asker.address)
+        let done = mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(100)) { _ in
+            uploader.core.phase == .stopped
+        }
+        #expect(done == .satisfied, "\(replay): the uploader never left")
+        #expect(restarted.core.complete.contains(id), "\(replay): the asker does not hold it whole")
+        #expect(uploader.leaveReports.first?.unavailable == [], "\(replay): \(uploader.leaveReports)")
+    }
 }
