@@ -131,6 +131,40 @@ import Testing
         }
     }
 
+    @Test(
+        "a punch given up is punched after all when the member's own later punch comes through one of its candidates soon enough; not from elsewhere, nor later"
+    )
+    func aPunchGivenUpIsOpenedByTheMembersLaterPunch() {
+        func giveUp(_ paths: inout MemberPaths, at start: MeshInstant) -> MeshInstant {
+            _ = paths.introduced(to: Self.peer, at: [Self.mapped], by: Self.helper, now: start)
+            var now = start
+            while paths.state(of: Self.peer) == .punching {
+                _ = paths.due(now: now, live: [], silence: .seconds(5), introducers: [])
+                now = now + .milliseconds(50)
+            }
+            return now
+        }
+        var paths = MemberPaths()
+        var now = giveUp(&paths, at: Self.start)
+        #expect(paths.punchesFailed == 1 && paths.state(of: Self.peer) == .direct)
+        // The member's punch, through the mapping ours left, 10 s later.
+        now = now + .seconds(10)
+        let moved = paths.heard(Self.peer, boot: 1, packet: 1, from: Self.mapped, now: now)
+        #expect(moved)
+        #expect(paths.state(of: Self.peer) == .punched && paths.punchesSucceeded == 1)
+
+        // From an address the punch did not go to: just a path.
+        var elsewhere = MemberPaths()
+        now = giveUp(&elsewhere, at: Self.start)
+        _ = elsewhere.heard(Self.peer, boot: 1, packet: 1, from: Self.other, now: now + .seconds(1))
+        #expect(elsewhere.state(of: Self.peer) == .direct && elsewhere.punchesSucceeded == 0)
+        // Past the mappings' life: nothing of ours opened it.
+        var late = MemberPaths()
+        now = giveUp(&late, at: Self.start)
+        _ = late.heard(Self.peer, boot: 1, packet: 1, from: Self.mapped, now: now + late.settings.gaveUpPunchMemory)
+        #expect(late.state(of: Self.peer) == .direct && late.punchesSucceeded == 0)
+    }
+
     @Test func theFirstAuthenticatedDatagramFixesThePathAndKeepalivesHoldIt() {
         var paths = MemberPaths()
         _ = paths.introduced(to: Self.peer, at: [Self.record, Self.mapped], by: Self.helper, now: Self.start)

@@ -46,6 +46,9 @@ package struct MemberPaths: Sendable {
         package var turnUpgradeWait: Duration = .seconds(35)
         /// Punches under way at once (each one an introduction a member asked us to follow).
         package var maxPunches = 8
+        /// A punch given up still left mappings in our NAT towards its candidates: the member's
+        /// own punch that comes through one of them this soon after opened a punched path.
+        package var gaveUpPunchMemory: Duration = .seconds(30)
         /// Of those, opens one member introduced.
         package var maxPunchesPerIntroducer = 2
         /// Under common UDP mapping lifetimes (30 s unanswered on Linux, as little as 30–60 s on
@@ -157,6 +160,8 @@ package struct MemberPaths: Sendable {
     package let settings: Settings
     package private(set) var paths: [NodeID: Path] = [:]
     var punching: [NodeID: Punching] = [:]
+    /// Punches given up lately: where they went, and until when that counts.
+    var gaveUp: [NodeID: (candidates: [PeerAddress], until: MeshInstant)] = [:]
     var introduced: [NodeID: MeshInstant] = [:]
     package private(set) var punchesSucceeded: UInt64 = 0
     package private(set) var punchesFailed: UInt64 = 0
@@ -251,6 +256,14 @@ package struct MemberPaths: Sendable {
             } else {
                 path.state = .direct
             }
+        } else if let recent = gaveUp.removeValue(forKey: member), now < recent.until,
+            recent.candidates.contains(source), path.learned == source
+        {
+            // The member punched later (an introduction reached it after ours gave up), and our
+            // own punches' mappings let it in: as punched as if both had punched at once.
+            path.state = .punched
+            punchesSucceeded += 1
+            changed = true
         }
         // Its own datagram came straight here: we answer where it came from, no relay needed.
         if path.relay != nil || path.state == .relayed || path.state == .unreachable {
@@ -347,6 +360,7 @@ package struct MemberPaths: Sendable {
     package mutating func forget(_ member: NodeID) {
         paths[member] = nil
         punching[member] = nil
+        gaveUp[member] = nil
         introduced[member] = nil
     }
 
@@ -403,6 +417,7 @@ package struct MemberPaths: Sendable {
             next.nextAt = now + settings.punchInterval
             if next.roundsLeft <= 0 {
                 punching[peer] = nil
+                gaveUp[peer] = (attempt.candidates, now + settings.gaveUpPunchMemory)
                 punchesFailed += 1
                 paths[peer]?.punchesFailed += 1
                 let relayed = paths[peer]?.relay != nil
