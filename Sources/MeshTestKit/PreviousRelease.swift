@@ -4,20 +4,32 @@ import Foundation
     import Glibc
 #endif
 
-/// The `groupmesh` binary of an earlier release, built from its git tag for compatibility tests
-/// (DEVELOPMENT.md, "The previous release"). Built once per tag commit under
-/// `${XDG_CACHE_HOME:-$HOME/.cache}/groupmesh/compat/COMMIT/` (the tag's tree in `source/`, the
+/// The `groupmesh` binary of an earlier release, built from its release commit for compatibility
+/// tests (DEVELOPMENT.md, "The previous release"). Built once per commit under
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/groupmesh/compat/COMMIT/` (the commit's tree in `source/`, the
 /// build in `build/`, the finished binary as `groupmesh`), under a lock file so that two test
 /// runs do not build at once; a cached binary is used as it is. A build that failed is not tried
 /// again for a day, or until its `failed.log` is removed.
 package enum PreviousRelease {
+    /// A release: its tag, and the commit the tag names. The commit is what is built: every full
+    /// clone holds it, while a tag travels only when a clone or push asks for tags.
+    package struct Release: Sendable {
+        package let tag: String
+        package let commit: String
+
+        package init(tag: String, commit: String) {
+            self.tag = tag
+            self.commit = commit
+        }
+    }
+
     package enum Unavailable: Error, CustomStringConvertible {
-        case noTag(String)
+        case notInRepository(String)
         case failed(String)
 
         package var description: String {
             switch self {
-            case let .noTag(why): return why
+            case let .notInRepository(why): return why
             case let .failed(why): return why
             }
         }
@@ -44,16 +56,16 @@ package enum PreviousRelease {
         return base + "/groupmesh/compat"
     }
 
-    /// The binary of `tag`, building it if no run built it before (bounded by `buildTimeout`).
+    /// The binary of `release`, building it if no run built it before (bounded by `buildTimeout`).
     package static func binary(
-        tag: String, repository: String, buildTimeout: Duration = .seconds(3600)
+        of release: Release, repository: String, buildTimeout: Duration = .seconds(3600)
     ) async throws(Unavailable) -> String {
-        let resolved = try? await shell(
-            "git -C \(quoted(repository)) rev-parse --verify -q \(quoted(tag + "^{commit}"))", timeout: .seconds(30))
-        guard let resolved, resolved.status == 0 else {
-            throw .noTag("tag \(tag) is not in \(repository) (a shallow clone? `git fetch --tags`)")
+        let tag = release.tag
+        guard let commit = await self.commit(of: release, in: repository) else {
+            throw .notInRepository(
+                "neither \(release.commit.prefix(12)) nor tag \(tag) is in \(repository) (a shallow clone? `git fetch --unshallow`)"
+            )
         }
-        let commit = resolved.output.trimmingCharacters(in: .whitespacesAndNewlines)
         let directory = cacheRoot + "/" + commit
         let binary = directory + "/groupmesh"
         if FileManager.default.isExecutableFile(atPath: binary) { return binary }
@@ -110,6 +122,19 @@ package enum PreviousRelease {
         }
         print("built groupmesh \(tag) in \(ContinuousClock.now - started)")
         return binary
+    }
+
+    /// The release's commit if the repository holds it, else the commit its tag names there.
+    static func commit(of release: Release, in repository: String) async -> String? {
+        for name in [release.commit, release.tag] {
+            let resolved = try? await shell(
+                "git -C \(quoted(repository)) rev-parse --verify -q \(quoted(name + "^{commit}"))",
+                timeout: .seconds(30))
+            if let resolved, resolved.status == 0 {
+                return resolved.output.trimmingCharacters(in: .whitespacesAndNewlines)
+            }
+        }
+        return nil
     }
 
     /// `/bin/sh -c script`, its output and errors together, polled without blocking a thread.

@@ -5,22 +5,23 @@ import Testing
 
 /// Today's `groupmesh` and the previous release's in one session (PROTOCOL.md §3, "Protocol
 /// versions"): a node speaks its own protocol and the one before, so members one release apart
-/// keep working. The previous release is built from its git tag, once (`PreviousRelease`); the
+/// keep working. The previous release is built from its release commit, once (`PreviousRelease`); the
 /// test is skipped, with the reason printed, when that cannot be done.
 @Suite("a session with the previous release", .serialized)
 struct PreviousReleaseTests {
-    static let tag = "v0.9.0"
+    /// The last release: move it when cutting one (DEVELOPMENT.md, "Releases").
+    static let release = PreviousRelease.Release(tag: "v0.9.0", commit: "dd2e2ba4e1e8a470006b0de68dec17768c738f78")
 
     /// The previous release's binary, or nil (the reason printed) when it cannot be had.
     static func previousBinary() async -> String? {
         guard let repository = PreviousRelease.repository(of: #filePath) else {
-            print("skipped: no repository around \(#filePath) to build \(tag) from")
+            print("skipped: no repository around \(#filePath) to build \(release.tag) from")
             return nil
         }
         do {
-            return try await PreviousRelease.binary(tag: tag, repository: repository)
+            return try await PreviousRelease.binary(of: release, repository: repository)
         } catch {
-            print("skipped: no groupmesh \(tag) to run: \(error)")
+            print("skipped: no groupmesh \(release.tag) to run: \(error)")
             return nil
         }
     }
