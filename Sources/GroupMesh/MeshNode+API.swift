@@ -18,9 +18,10 @@ extension MeshNode {
         Invite(InviteToken(secret: core.session, addresses: core.inviteCandidates))
     }
 
-    /// A member other than this node, named by its full id, its name, or a unique id prefix.
-    package func resolveMember(_ text: String) throws(MessengerError) -> NodeID {
-        switch core.resolveMember(text) {
+    /// A member other than this node, named by its full id, its name, or a unique id prefix;
+    /// `removable`: also one that left or was forgotten, or any full id (`remove-member`).
+    package func resolveMember(_ text: String, removable: Bool = false) throws(MessengerError) -> NodeID {
+        switch removable ? core.resolveRemovable(text) : core.resolveMember(text) {
         case let .success(id): return id
         case let .failure(.unknown(text)): throw .unknownMember(text)
         case let .failure(.ambiguous(text, candidates)): throw .ambiguousMember(text, candidates: candidates)
@@ -36,7 +37,9 @@ extension MeshNode {
     package func removeMember(_ text: String) async throws(GroupMeshError) -> (id: NodeID, handedTo: Int) {
         guard !core.namesSelf(text) else { throw .cannotRemoveSelf }
         let id: NodeID
-        do { id = try resolveMember(text) } catch { throw .refused(error.description, kind: error.kind) }
+        do { id = try resolveMember(text, removable: true) } catch {
+            throw .refused(error.description, kind: error.kind)
+        }
         switch await perform(.removeMember(id)) {
         case let .success(.memberRemoved(removed, handedTo)): return (removed, handedTo)
         case let .failure(error): throw GroupMeshError(error, names: { core.displayName(of: $0) })

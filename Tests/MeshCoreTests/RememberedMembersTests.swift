@@ -1,3 +1,4 @@
+import Foundation
 import MeshCore
 import MeshCrypto
 import Testing
@@ -25,5 +26,33 @@ struct RememberedMembersTests {
         // A member that left is dropped, as before.
         remembered.merge([try Self.member(200, status: .left)])
         #expect(!remembered.contains(live[0].id))
+    }
+
+    @Test("members that left or were forgotten are kept as former members, by name, the latest first, at most 64")
+    func formerMembers() throws {
+        var remembered = RememberedMembers()
+        let members = try (0..<4).map { try Self.member($0, status: .alive) }
+        remembered.merge(members)
+        remembered.forget(members[0].id)
+        remembered.merge([try Self.member(1, status: .left)])
+        #expect(remembered.former.map(\.id) == [members[1].id.hex, members[0].id.hex])
+        #expect(remembered.former.allSatisfy { $0.addresses.isEmpty && !$0.name.isEmpty })
+        #expect(!remembered.contains(members[0].id) && !remembered.contains(members[1].id))
+        // Back in the view: a member again, no longer former.
+        remembered.merge([members[0]])
+        #expect(remembered.contains(members[0].id))
+        #expect(remembered.former.map(\.id) == [members[1].id.hex])
+        // Written and read back; a file from before `former` reads as none.
+        let decoded = try JSONDecoder().decode(RememberedMembers.self, from: JSONEncoder().encode(remembered))
+        #expect(decoded == remembered)
+        let old = try JSONDecoder().decode(
+            RememberedMembers.self, from: Data(#"{"incarnation": 3, "members": []}"#.utf8))
+        #expect(old.former.isEmpty && old.incarnation == 3)
+        // Bounded: made-up members that come and go push out only the oldest.
+        let many = try (10..<110).map { try Self.member($0, status: .alive) }
+        remembered.merge(many)
+        for member in many { remembered.forget(member.id) }
+        #expect(remembered.former.count == RememberedMembers.maxFormer)
+        #expect(remembered.former.first?.id == many.last?.id.hex)
     }
 }

@@ -221,9 +221,10 @@ extension NodeInstance {
     }
 
     /// A member for people: its name and the start of its id (the name alone is the member's
-    /// own choice, so never enough).
+    /// own choice, so never enough). A member forgotten since is named as it was remembered.
     package func displayName(of id: NodeID) -> String {
-        let name = membership.member(id)?.record.name ?? ""
+        let name =
+            membership.member(id)?.record.name ?? directory.remembered.former.first { $0.id == id.hex }?.name ?? ""
         let prefix = String(id.hex.prefix(12))
         return name.isEmpty ? prefix : "\(name) (\(prefix))"
     }
@@ -236,15 +237,34 @@ extension NodeInstance {
 
     /// A member other than this node, named by its full id, its name, or a unique prefix of its id.
     package func resolveMember(_ text: String) -> Result<NodeID, MemberLookupError> {
-        let known = membership.view.dropFirst()
+        Self.lookUp(text, among: membership.view.dropFirst().map { ($0.id, $0.record.name) }, names: displayName)
+    }
+
+    /// A member to remove: as `resolveMember`, among the members that left or were forgotten
+    /// too (not those removed already), and any full id, known or not. A lost laptop is
+    /// forgotten a minute after it went quiet, and still holds the session's secret.
+    package func resolveRemovable(_ text: String) -> Result<NodeID, MemberLookupError> {
+        if let id = NodeID(hex: text.lowercased()), id != localID { return .success(id) }
+        let known = membership.view.dropFirst().map { ($0.id, $0.record.name) }
+        let knownIDs = Set(known.map(\.0))
+        let former = directory.remembered.former.compactMap { entry in
+            NodeID(hex: entry.id).map { ($0, entry.name) }
+        }.filter { !knownIDs.contains($0.0) && !keying.epochs.removed.contains($0.0) && $0.0 != localID }
+        return Self.lookUp(text, among: known + former, names: displayName)
+    }
+
+    /// `text` as a full id, a name, or a unique id prefix among `candidates`.
+    private static func lookUp(
+        _ text: String, among candidates: [(id: NodeID, name: String)], names: (NodeID) -> String
+    ) -> Result<NodeID, MemberLookupError> {
         let lowered = text.lowercased()
-        if let exact = known.first(where: { $0.id.hex == lowered }) { return .success(exact.id) }
-        let named = known.filter { $0.record.name == text }
+        if let exact = candidates.first(where: { $0.id.hex == lowered }) { return .success(exact.id) }
+        let named = candidates.filter { $0.name == text }
         if named.count == 1 { return .success(named[0].id) }
-        if named.count > 1 { return .failure(.ambiguous(text, candidates: named.map { displayName(of: $0.id) })) }
-        let prefixed = lowered.isEmpty ? [] : known.filter { $0.id.hex.hasPrefix(lowered) }
+        if named.count > 1 { return .failure(.ambiguous(text, candidates: named.map { names($0.id) })) }
+        let prefixed = lowered.isEmpty ? [] : candidates.filter { $0.id.hex.hasPrefix(lowered) }
         if prefixed.count == 1 { return .success(prefixed[0].id) }
-        if prefixed.count > 1 { return .failure(.ambiguous(text, candidates: prefixed.map { displayName(of: $0.id) })) }
+        if prefixed.count > 1 { return .failure(.ambiguous(text, candidates: prefixed.map { names($0.id) })) }
         return .failure(.unknown(text))
     }
 }

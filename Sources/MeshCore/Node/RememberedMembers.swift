@@ -1,8 +1,10 @@
 import MeshCrypto
 
 /// What a node remembers across restarts (`DATA_DIR/members.json`): its own last incarnation,
-/// so a restart outbids what the others remember of it, and where the members were, so it can
-/// rejoin without an invite. Codable as the file holds it (ids in hex, addresses as text).
+/// so a restart outbids what the others remember of it, where the members were, so it can
+/// rejoin without an invite, and the members that left or were forgotten, so that
+/// `remove-member` can still name them (a lost laptop is offline long before it is removed).
+/// Codable as the file holds it (ids in hex, addresses as text).
 package struct RememberedMembers: Codable, Sendable, Equatable {
     package struct Entry: Codable, Sendable, Equatable {
         package var id: String
@@ -22,21 +24,27 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
     /// answers: a node restarted before it met anyone still joins without the invite. Once
     /// joined, `members` says where the session is, and these are dropped.
     package var seeds: [String] = []
+    /// Members that left or were forgotten (dead past `forgetAfter`), the latest first, without
+    /// addresses: nobody rejoins through them, but they still hold the epoch they knew, so the
+    /// user must be able to remove them by name.
+    package var former: [Entry] = []
 
-    package init(incarnation: UInt64 = 0, members: [Entry] = [], seeds: [String] = []) {
+    package init(incarnation: UInt64 = 0, members: [Entry] = [], seeds: [String] = [], former: [Entry] = []) {
         self.incarnation = incarnation
         self.members = members
         self.seeds = seeds
+        self.former = former
     }
 
-    private enum CodingKeys: String, CodingKey { case incarnation, members, seeds }
+    private enum CodingKeys: String, CodingKey { case incarnation, members, seeds, former }
 
-    // Files written before `seeds` existed have no such key.
+    // Files written before `seeds` or `former` existed have no such key.
     package init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
         incarnation = try container.decodeIfPresent(UInt64.self, forKey: .incarnation) ?? 0
         members = try container.decodeIfPresent([Entry].self, forKey: .members) ?? []
         seeds = try container.decodeIfPresent([String].self, forKey: .seeds) ?? []
+        former = try container.decodeIfPresent([Entry].self, forKey: .former) ?? []
     }
 
     package func encode(to encoder: any Encoder) throws {
@@ -44,6 +52,7 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
         try container.encode(incarnation, forKey: .incarnation)
         try container.encode(members, forKey: .members)
         if !seeds.isEmpty { try container.encode(seeds, forKey: .seeds) }
+        if !former.isEmpty { try container.encode(former, forKey: .former) }
     }
 
     package var seedAddresses: [PeerAddress] {
@@ -61,7 +70,7 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
     /// The view merged into what was remembered, not written over it: just after a restart the
     /// view is empty, and a crash then must not forget where the members were. Dead members stay
     /// too (if both ends of a link die in turn, each restart must still know where the other
-    /// was); a member that left is dropped.
+    /// was); a member that left moves to `former`, and one in the view is no longer former.
     ///
     /// At most `maxEntries`: records of members that are gone cost a member nothing to make, so
     /// past the bound live members are kept first, then the view's others, then what only the
@@ -69,12 +78,17 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
     package mutating func merge(_ view: some Sequence<Member>) {
         var entries = Dictionary(members.map { ($0.id, $0) }, uniquingKeysWith: { $1 })
         var rank: [String: Int] = [:]
+        var departed: [Entry] = []
         for member in view {
-            entries[member.id.hex] =
-                member.status == .left
-                ? nil
-                : Entry(
-                    id: member.id.hex, name: member.record.name, addresses: member.record.addresses.map(\.description))
+            let entry = Entry(
+                id: member.id.hex, name: member.record.name, addresses: member.record.addresses.map(\.description))
+            former.removeAll { $0.id == entry.id }
+            if member.status == .left {
+                entries[entry.id] = nil
+                departed.append(entry)
+            } else {
+                entries[entry.id] = entry
+            }
             rank[member.id.hex] = member.status.isGone ? 1 : 0
         }
         var kept = Array(entries.values)
@@ -83,12 +97,26 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
             kept.removeLast(kept.count - Self.maxEntries)
         }
         members = kept.sorted { $0.id < $1.id }
+        for entry in departed { retire(entry) }
     }
 
     /// Far above a session's live members (`MembershipSettings.maxLiveMembers`).
     package static let maxEntries = 256
 
+    /// Far above a session's members: what a member invents and then lets die pushes out only
+    /// the oldest of the rest.
+    package static let maxFormer = 64
+
+    /// The member is forgotten: no longer remembered as a member, but as a former one (when we
+    /// knew its name).
     package mutating func forget(_ id: NodeID) {
-        members.removeAll { $0.id == id.hex }
+        guard let index = members.firstIndex(where: { $0.id == id.hex }) else { return }
+        retire(members.remove(at: index))
+    }
+
+    private mutating func retire(_ entry: Entry) {
+        former.removeAll { $0.id == entry.id }
+        former.insert(Entry(id: entry.id, name: entry.name, addresses: []), at: 0)
+        if former.count > Self.maxFormer { former.removeLast(former.count - Self.maxFormer) }
     }
 }
