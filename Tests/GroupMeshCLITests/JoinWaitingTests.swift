@@ -1,4 +1,5 @@
 import Foundation
+import MeshCore
 import MeshCrypto
 import MeshTestKit
 import Testing
@@ -77,8 +78,9 @@ struct JoinWaitingTests {
             #expect(try await node.waitForExit() == 0)
         }
         // Joined: the address kept for a restart is dropped (members.json now says where the session is).
-        let remembered = try String(contentsOfFile: joiner.dataDirectory + "/members.json", encoding: .utf8)
-        #expect(!remembered.contains("\"seeds\"") && remembered.contains("inviter"), "\(remembered)")
+        let file = try Data(contentsOf: URL(fileURLWithPath: joiner.dataDirectory + "/members.json"))
+        let remembered = try JSONDecoder().decode(RememberedMembers.self, from: file)
+        #expect(remembered.seeds.isEmpty && remembered.members.map(\.name) == ["inviter"], "\(remembered)")
     }
 
     @Test("a node that made the session shows no join and prints no waiting line")

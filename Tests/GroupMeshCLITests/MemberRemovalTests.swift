@@ -151,6 +151,31 @@ struct MemberRemovalTests {
         }
     }
 
+    @Test("a member nobody speaks of any longer (lost while the remover was down) is removed by name after a restart")
+    func memberOnlyRememberedIsRemoved() async throws {
+        try await withProcessMesh(names: ["owner", "laptop"]) { mesh in
+            let (owner, laptop) = try (mesh["owner"], mesh["laptop"])
+            let laptopID = try await laptop.status().`self`.id
+            owner.signal(SIGTERM)
+            #expect(try await owner.waitForExit() == 0)
+            laptop.signal(SIGKILL)
+            _ = try await laptop.waitForExit()
+            // Back alone: nobody tells it of the laptop, which only its members.json remembers.
+            let back = try mesh.restart("owner")
+            _ = try await back.waitForLine(prefix: "listening:", timeout: .seconds(30))
+            let status = try await back.status()
+            #expect(status.state(of: laptopID) == nil, "the laptop is in the view: nothing is tested")
+            let removal = try await NodeProcess.runCommand([
+                "remove-member", "--data-dir", back.dataDirectory, "laptop",
+            ])
+            #expect(removal.status == 0, "\(removal.stderr)")
+            #expect(removal.stdout.contains("removed \(laptopID.prefix(12))"), "\(removal.stdout)")
+            #expect(try await back.status().`self`.keyEpoch == 1)
+            let again = try await NodeProcess.runCommand(["remove-member", "--data-dir", back.dataDirectory, "laptop"])
+            #expect(again.status != 0 && again.stderr.contains("was already removed"), "\(again.stderr)")
+        }
+    }
+
     @Test("remove-member errors in one line: unknown member, this node itself")
     func removeMemberErrors() async throws {
         let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "solo"])

@@ -36,6 +36,14 @@ struct RememberedMembersTests {
         remembered.forget(members[0].id)
         remembered.merge([try Self.member(1, status: .left)])
         #expect(remembered.former.map(\.id) == [members[1].id.hex, members[0].id.hex])
+        // Saved again with the member still left in the view: the order stays the order they went.
+        remembered.merge([try Self.member(1, status: .left)])
+        #expect(remembered.former.map(\.id) == [members[1].id.hex, members[0].id.hex])
+        // A removed member needs no naming: neither its leaving nor its forgetting keeps it.
+        remembered.merge([try Self.member(2, status: .left)], removed: [members[2].id])
+        remembered.forget(members[3].id, removed: true)
+        #expect(
+            remembered.former.count == 2 && !remembered.contains(members[2].id) && !remembered.contains(members[3].id))
         #expect(remembered.former.allSatisfy { $0.addresses.isEmpty && !$0.name.isEmpty })
         #expect(!remembered.contains(members[0].id) && !remembered.contains(members[1].id))
         // Back in the view: a member again, no longer former.

@@ -40,7 +40,7 @@ extension NodeInstance {
                 directory.addresses[id] = nil
                 forgetRelaying(of: id, now: now)
                 forgetPath(of: id)
-                directory.remembered.forget(id)
+                directory.remembered.forget(id, removed: keying.epochs.removed.contains(id))
                 journal.memberForgotten(id)
                 directory.unprovenJoiners[id] = nil
                 directory.addressChecks[id] = nil
@@ -192,7 +192,7 @@ extension NodeInstance {
 
     mutating func saveRemembered() {
         directory.rememberedDirty = false
-        directory.remembered.merge(membership.view.dropFirst())
+        directory.remembered.merge(membership.view.dropFirst(), removed: keying.epochs.removed)
         store(.saveMembers(directory.remembered), .saveMembers)
     }
 
@@ -224,7 +224,8 @@ extension NodeInstance {
     /// own choice, so never enough). A member forgotten since is named as it was remembered.
     package func displayName(of id: NodeID) -> String {
         let name =
-            membership.member(id)?.record.name ?? directory.remembered.former.first { $0.id == id.hex }?.name ?? ""
+            membership.member(id)?.record.name
+            ?? (directory.remembered.members + directory.remembered.former).first { $0.id == id.hex }?.name ?? ""
         let prefix = String(id.hex.prefix(12))
         return name.isEmpty ? prefix : "\(name) (\(prefix))"
     }
@@ -240,17 +241,27 @@ extension NodeInstance {
         Self.lookUp(text, among: membership.view.dropFirst().map { ($0.id, $0.record.name) }, names: displayName)
     }
 
-    /// A member to remove: as `resolveMember`, among the members that left or were forgotten
-    /// too (not those removed already), and any full id, known or not. A lost laptop is
-    /// forgotten a minute after it went quiet, and still holds the session's secret.
+    /// A member to remove: as `resolveMember`, among the members `members.json` remembers too
+    /// (those removed already only when nothing else fits): those this node knew when it last ran, and those that left or
+    /// were forgotten since. A lost laptop is forgotten a minute after it went quiet, or never
+    /// seen again by a node that was down meanwhile, and still holds the session's secret.
     package func resolveRemovable(_ text: String) -> Result<NodeID, MemberLookupError> {
-        if let id = NodeID(hex: text.lowercased()), id != localID { return .success(id) }
         let known = membership.view.dropFirst().map { ($0.id, $0.record.name) }
-        let knownIDs = Set(known.map(\.0))
-        let former = directory.remembered.former.compactMap { entry in
-            NodeID(hex: entry.id).map { ($0, entry.name) }
-        }.filter { !knownIDs.contains($0.0) && !keying.epochs.removed.contains($0.0) && $0.0 != localID }
-        return Self.lookUp(text, among: known + former, names: displayName)
+        var seen = Set(known.map(\.0))
+        var remembered: [(NodeID, String)] = []
+        var removed: [(NodeID, String)] = []
+        for entry in directory.remembered.members + directory.remembered.former {
+            guard let id = NodeID(hex: entry.id), id != localID, seen.insert(id).inserted else { continue }
+            if keying.epochs.removed.contains(id) {
+                removed.append((id, entry.name))
+            } else {
+                remembered.append((id, entry.name))
+            }
+        }
+        let found = Self.lookUp(text, among: known + remembered, names: displayName)
+        // Named by nobody else: a member removed already, so that the removal says so.
+        guard found == .failure(.unknown(text)) else { return found }
+        return Self.lookUp(text, among: removed, names: displayName)
     }
 
     /// `text` as a full id, a name, or a unique id prefix among `candidates`.

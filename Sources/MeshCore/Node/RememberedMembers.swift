@@ -70,23 +70,24 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
     /// The view merged into what was remembered, not written over it: just after a restart the
     /// view is empty, and a crash then must not forget where the members were. Dead members stay
     /// too (if both ends of a link die in turn, each restart must still know where the other
-    /// was); a member that left moves to `former`, and one in the view is no longer former.
+    /// was); a member that left moves to `former` (once, so that `former` stays in the order
+    /// members went; not those `removed`, who need no naming), and one back is no longer former.
     ///
     /// At most `maxEntries`: records of members that are gone cost a member nothing to make, so
     /// past the bound live members are kept first, then the view's others, then what only the
     /// file knew.
-    package mutating func merge(_ view: some Sequence<Member>) {
+    package mutating func merge(_ view: some Sequence<Member>, removed: Set<NodeID> = []) {
         var entries = Dictionary(members.map { ($0.id, $0) }, uniquingKeysWith: { $1 })
         var rank: [String: Int] = [:]
         var departed: [Entry] = []
         for member in view {
             let entry = Entry(
                 id: member.id.hex, name: member.record.name, addresses: member.record.addresses.map(\.description))
-            former.removeAll { $0.id == entry.id }
             if member.status == .left {
-                entries[entry.id] = nil
-                departed.append(entry)
+                let newlyLeft = entries.removeValue(forKey: entry.id) != nil || !former.contains { $0.id == entry.id }
+                if newlyLeft, !removed.contains(member.id) { departed.append(entry) }
             } else {
+                former.removeAll { $0.id == entry.id }
                 entries[entry.id] = entry
             }
             rank[member.id.hex] = member.status.isGone ? 1 : 0
@@ -107,11 +108,12 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
     /// the oldest of the rest.
     package static let maxFormer = 64
 
-    /// The member is forgotten: no longer remembered as a member, but as a former one (when we
-    /// knew its name).
-    package mutating func forget(_ id: NodeID) {
+    /// The member is forgotten: no longer remembered as a member, but as a former one (if we
+    /// remembered it, and it is not `removed`).
+    package mutating func forget(_ id: NodeID, removed: Bool = false) {
         guard let index = members.firstIndex(where: { $0.id == id.hex }) else { return }
-        retire(members.remove(at: index))
+        let entry = members.remove(at: index)
+        if !removed { retire(entry) }
     }
 
     private mutating func retire(_ entry: Entry) {
