@@ -124,17 +124,23 @@ package enum PreviousRelease {
         return binary
     }
 
-    /// The release's commit if the repository holds it, else the commit its tag names there.
+    /// The release's commit if the repository holds it, else the commit its tag names there. A
+    /// tag that names another commit is said (the pin was mistyped, or the tag moved).
     static func commit(of release: Release, in repository: String) async -> String? {
+        var resolved: [String?] = []
         for name in [release.commit, release.tag] {
-            let resolved = try? await shell(
+            let result = try? await shell(
                 "git -C \(quoted(repository)) rev-parse --verify -q \(quoted(name + "^{commit}"))",
                 timeout: .seconds(30))
-            if let resolved, resolved.status == 0 {
-                return resolved.output.trimmingCharacters(in: .whitespacesAndNewlines)
-            }
+            resolved.append(
+                result.flatMap { $0.status == 0 ? $0.output.trimmingCharacters(in: .whitespacesAndNewlines) : nil })
         }
-        return nil
+        if let pinned = resolved[0], let tagged = resolved[1], pinned != tagged {
+            print(
+                "note: tag \(release.tag) names \(tagged.prefix(12)), not the pinned \(pinned.prefix(12)); building the pin"
+            )
+        }
+        return resolved[0] ?? resolved[1]
     }
 
     /// `/bin/sh -c script`, its output and errors together, polled without blocking a thread.
