@@ -151,17 +151,22 @@ struct MemberRemovalTests {
         }
     }
 
-    @Test("a member nobody speaks of any longer (lost while the remover was down) is removed by name after a restart")
+    @Test(
+        "a member nobody speaks of any longer (lost while the remover was down) is removed by name after a restart; found again, it is told and stops"
+    )
     func memberOnlyRememberedIsRemoved() async throws {
         try await withProcessMesh(names: ["owner", "laptop"]) { mesh in
             let (owner, laptop) = try (mesh["owner"], mesh["laptop"])
             let laptopID = try await laptop.status().`self`.id
-            owner.signal(SIGTERM)
-            #expect(try await owner.waitForExit() == 0)
+            let ownerAddress = try await owner.status().`self`.address
+            // The owner's machine sleeps (a leave would tell the laptop, which would then forget
+            // where the owner is), then the laptop is lost.
+            owner.signal(SIGKILL)
+            _ = try await owner.waitForExit()
             laptop.signal(SIGKILL)
             _ = try await laptop.waitForExit()
             // Back alone: nobody tells it of the laptop, which only its members.json remembers.
-            let back = try mesh.restart("owner")
+            let back = try mesh.restart("owner", listen: ownerAddress)
             _ = try await back.waitForLine(prefix: "listening:", timeout: .seconds(30))
             let status = try await back.status()
             #expect(status.state(of: laptopID) == nil, "the laptop is in the view: nothing is tested")
@@ -173,6 +178,10 @@ struct MemberRemovalTests {
             #expect(try await back.status().`self`.keyEpoch == 1)
             let again = try await NodeProcess.runCommand(["remove-member", "--data-dir", back.dataDirectory, "laptop"])
             #expect(again.status != 0 && again.stderr.contains("was already removed"), "\(again.stderr)")
+            // The laptop found again: told by the owner, with the rotation as proof, it stops.
+            let found = try mesh.restart("laptop")
+            #expect(try await found.waitForExit(timeout: .seconds(30)) == 69, "\(found.stderr)")
+            #expect(found.stderr.contains("this node was removed from the session by owner"), "\(found.stderr)")
         }
     }
 

@@ -10,7 +10,7 @@ struct ForgottenMemberRemovalSimulationTests {
     static let seeds = SimulationSeeds.from(defaultCount: 3)
 
     @Test(
-        "a member offline until forgotten is removed by name after the remover restarted; back, it stays out",
+        "a member offline until forgotten is removed by name after the remover restarted; back, it is told and stops",
         arguments: seeds)
     func forgottenMemberIsRemovedByName(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
@@ -55,10 +55,12 @@ struct ForgottenMemberRemovalSimulationTests {
         // Removed: found still, for the removal to say it was already removed.
         #expect(restarted.core.resolveRemovable(name) == .success(laptop.id), "\(replay)")
 
-        // The laptop comes back with the epoch it knew: nobody takes it in.
+        // The laptop comes back with the epoch it knew, long after the beacons that told the
+        // removed: nobody takes it in, and the first member it reaches tells it.
         mesh.restart(laptop.address, at: mesh.simulator.now + .seconds(1))
         mesh.simulator.run(for: .seconds(30))
         let back = mesh.node(laptop.address)
+        #expect(back.removedFromSession && back.core.phase == .stopped, "\(replay): the laptop back was not told")
         #expect(back.sessionID != restarted.sessionID, "\(replay): the laptop is in the new epoch")
         for node in others() {
             #expect(

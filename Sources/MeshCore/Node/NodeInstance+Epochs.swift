@@ -267,6 +267,8 @@ extension NodeInstance {
         for case let .ping(ping) in opened.frames where ping.token == next?.value { return }
         guard keying.epochs.isEntitled(header.sender, heardIn: header.sessionID), let record = senderRecord(opened)
         else {
+            answerRemoved(
+                header.sender, at: address, in: header.sessionID, requestBytes: datagram.readableBytes, now: now)
             return counters.countDrop(.staleEpoch)
         }
         let pairwise = opened.header.keyKind == .pairwise
@@ -276,6 +278,29 @@ extension NodeInstance {
             checkAddress(of: record.id, at: address, inEarlier: header.sessionID, now: now)
         }
     }
+
+    /// A member removed while it was away speaks in an epoch it knew: the beacons that told the
+    /// removed are long over, so it is answered with the rotation that removed it, and stops
+    /// instead of waiting alone for members that will never answer. Once per member per
+    /// `removedAnswerInterval`, for a few members at a time, and only within the answer limit of
+    /// an address not proven (the datagram's source is only its claim).
+    private mutating func answerRemoved(
+        _ member: NodeID, at address: PeerAddress, in session: SessionID, requestBytes: Int, now: MeshInstant
+    ) {
+        guard keying.epochs.removed.contains(member),
+            let rotation = keying.epochs.transitions.last(where: { $0.rotation.removed.contains(member) })?.rotation,
+            keying.removedAnsweredAt[member].map({ now >= $0 + Self.removedAnswerInterval }) ?? true,
+            FrameCodec.encodedLength(of: .removalNotice(rotation)) <= Self.answerLimit(toRequestOf: requestBytes)
+        else { return }
+        if keying.removedAnsweredAt[member] == nil, keying.removedAnsweredAt.count >= Self.maxRemovedToTell {
+            keying.removedAnsweredAt = keying.removedAnsweredAt.filter { now < $0.value + Self.removedAnswerInterval }
+            guard keying.removedAnsweredAt.count < Self.maxRemovedToTell else { return }
+        }
+        keying.removedAnsweredAt[member] = now
+        sendKeys([.removalNotice(rotation)], in: session, to: member, route: .direct(address))
+    }
+
+    static let removedAnswerInterval: Duration = .seconds(5)
 
     /// A datagram of the earlier epoch `session` that `origin` sent through `relay`: if it opens
     /// as the origin's and the origin is owed the next epoch, hand it over.

@@ -16,6 +16,9 @@ struct KeyState: Sendable {
     /// The members the rotations removed, where they were reached (and through whom, when
     /// relayed): told with the beacons.
     var removedToTell: [(member: NodeID, address: PeerAddress, relay: NodeID?)] = []
+    /// When a removed member that spoke again in an epoch it knew was last answered with its
+    /// removal (one that came back after the beacons, as a lost laptop found again does).
+    var removedAnsweredAt: [NodeID: MeshInstant] = [:]
     /// A `remove-member` whose rotation is being stored.
     var pendingRemoval: RequestID?
     /// A key epoch without this node was seen (told once).
