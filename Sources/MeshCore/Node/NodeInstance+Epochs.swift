@@ -268,7 +268,8 @@ extension NodeInstance {
         guard keying.epochs.isEntitled(header.sender, heardIn: header.sessionID), let record = senderRecord(opened)
         else {
             answerRemoved(
-                header.sender, at: address, in: header.sessionID, requestBytes: datagram.readableBytes, now: now)
+                header.sender, at: address, in: header.sessionID, requestBytes: datagram.readableBytes,
+                pairwise: opened.header.keyKind == .pairwise, now: now)
             return counters.countDrop(.staleEpoch)
         }
         let pairwise = opened.header.keyKind == .pairwise
@@ -282,15 +283,20 @@ extension NodeInstance {
     /// A member removed while it was away speaks in an epoch it knew: the beacons that told the
     /// removed are long over, so it is answered with the rotation that removed it, and stops
     /// instead of waiting alone for members that will never answer. Once per member per
-    /// `removedAnswerInterval`, for a few members at a time, and only within the answer limit of
-    /// an address not proven (the datagram's source is only its claim).
+    /// `removedAnswerInterval`, for a few members at a time. A hello's source is only its claim:
+    /// the answer stays within `EndedSessionNotice.answerFactor` times its size, as the answer to
+    /// a member of an ended session does. A pairwise datagram is the member's own: answered
+    /// whatever the size, pairwise too (the only notice believed in an epoch it has left).
     private mutating func answerRemoved(
-        _ member: NodeID, at address: PeerAddress, in session: SessionID, requestBytes: Int, now: MeshInstant
+        _ member: NodeID, at address: PeerAddress, in session: SessionID, requestBytes: Int, pairwise: Bool,
+        now: MeshInstant
     ) {
         guard keying.epochs.removed.contains(member),
             let rotation = keying.epochs.transitions.last(where: { $0.rotation.removed.contains(member) })?.rotation,
             keying.removedAnsweredAt[member].map({ now >= $0 + Self.removedAnswerInterval }) ?? true,
-            FrameCodec.encodedLength(of: .removalNotice(rotation)) <= Self.answerLimit(toRequestOf: requestBytes)
+            pairwise
+                || FrameCodec.encodedLength(of: .removalNotice(rotation))
+                    <= Self.answerLimit(toRequestOf: requestBytes, factor: EndedSessionNotice.answerFactor)
         else { return }
         if keying.removedAnsweredAt[member] == nil, keying.removedAnsweredAt.count >= Self.maxRemovedToTell {
             keying.removedAnsweredAt = keying.removedAnsweredAt.filter { now < $0.value + Self.removedAnswerInterval }
@@ -298,6 +304,9 @@ extension NodeInstance {
         }
         keying.removedAnsweredAt[member] = now
         sendKeys([.removalNotice(rotation)], in: session, to: member, route: .direct(address))
+        if pairwise {
+            sendKeys([.removalNotice(rotation)], in: session, to: member, route: .direct(address), pairwise: true)
+        }
     }
 
     static let removedAnswerInterval: Duration = .seconds(5)

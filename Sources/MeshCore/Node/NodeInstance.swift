@@ -378,9 +378,9 @@ package struct NodeInstance: Sendable {
     static let stateAnswerFactor = 2
 
     /// The bytes of frames that answer a datagram of `bytes` to an address not proven: the answer
-    /// stays within `stateAnswerFactor` times its size, sealed.
-    static func answerLimit(toRequestOf bytes: Int) -> Int {
-        stateAnswerFactor * bytes - DatagramCodec.pairwiseDatagramSize(payload: 0) - PacketSealer.nonceByteCount
+    /// stays within `factor` times its size, sealed.
+    static func answerLimit(toRequestOf bytes: Int, factor: Int = stateAnswerFactor) -> Int {
+        factor * bytes - DatagramCodec.pairwiseDatagramSize(payload: 0) - PacketSealer.nonceByteCount
     }
 
     /// Whether `address` is where `sender`'s own pairwise datagrams came from before (a record
