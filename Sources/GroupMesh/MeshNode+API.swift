@@ -19,7 +19,8 @@ extension MeshNode {
     }
 
     /// A member other than this node, named by its full id, its name, or a unique id prefix;
-    /// `removable`: also one that left or was forgotten, or any full id (`remove-member`).
+    /// `removable`: also one that `members.json` remembers, that left or was forgotten
+    /// (`remove-member`).
     package func resolveMember(_ text: String, removable: Bool = false) throws(MessengerError) -> NodeID {
         switch removable ? core.resolveRemovable(text) : core.resolveMember(text) {
         case let .success(id): return id

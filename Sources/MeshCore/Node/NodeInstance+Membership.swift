@@ -242,9 +242,10 @@ extension NodeInstance {
     }
 
     /// A member to remove: as `resolveMember`, among the members `members.json` remembers too
-    /// (those removed already only when nothing else fits): those this node knew when it last ran, and those that left or
-    /// were forgotten since. A lost laptop is forgotten a minute after it went quiet, or never
-    /// seen again by a node that was down meanwhile, and still holds the session's secret.
+    /// (those removed already only when nothing else fits): those this node knew when it last
+    /// ran, and those that left or were forgotten since. A lost laptop is forgotten a minute after
+    /// it went quiet, or never seen again by a node that was down meanwhile, and still holds the
+    /// session's secret.
     package func resolveRemovable(_ text: String) -> Result<NodeID, MemberLookupError> {
         let known = membership.view.dropFirst().map { ($0.id, $0.record.name) }
         var seen = Set(known.map(\.0))
