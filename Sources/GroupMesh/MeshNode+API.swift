@@ -242,7 +242,8 @@ extension MeshNode {
                 pathAddress: core.pathAddress(of: member.id)?.description ?? "",
                 relay: core.paths.relay(of: member.id)?.hex, relays: member.record.relays,
                 protocol: member.id == nodeID
-                    ? core.versions.ours.current : core.versions.versions(of: member.id)?.current)
+                    ? core.versions.ours.current : core.versions.versions(of: member.id)?.current,
+                introducedBy: core.introduction(of: member.id)?.door.hex)
         }
         let counters = core.counters
         let handlerCounters = eventHandlers?.counters ?? .init()

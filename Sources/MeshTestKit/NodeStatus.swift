@@ -34,6 +34,8 @@ package struct NodeStatus: Decodable, Sendable {
         package var relay: String?
         /// The newest protocol version it speaks; nil while unknown (and from release 0.9.0).
         package var `protocol`: Int?
+        /// The member that let it in (id); nil for the founder, and from nodes built before it.
+        package var introducedBy: String?
     }
 
     /// The congestion control of what the node fetches (`status --json` → downlink).

@@ -216,10 +216,12 @@ enum StatusTable {
                 String(member.id.prefix(12)), member.name, member.address, member.state, "\(member.incarnation)",
                 member.rttMs.map { String(format: "%.2f", $0) } ?? "-",
                 pathColumn(member, in: report), member.protocol.map { "\($0)" } ?? "-",
+                introducerColumn(member, in: report),
             ]
         }
         lines += table(
-            header: ["ID", "NAME", "ADDRESS", "STATE", "INC", "RTT ms", "PATH", "PROTO"], rows: rows, width: width)
+            header: ["ID", "NAME", "ADDRESS", "STATE", "INC", "RTT ms", "PATH", "PROTO", "BY"], rows: rows, width: width
+        )
         if !report.attachments.isEmpty {
             lines.append("")
             let rows = report.attachments.map { a in
@@ -294,12 +296,21 @@ enum StatusTable {
     static func pathColumn(_ member: StatusReport.MemberInfo, in report: StatusReport) -> String {
         if member.path.isEmpty { return "-" }
         if member.path == "relayed", let relay = member.relay {
-            let named = report.members.first { $0.id == relay }
-            let name = named.map { $0.name.isEmpty ? String($0.id.prefix(12)) : $0.name } ?? String(relay.prefix(12))
-            return "relayed via \(name)"
+            return "relayed via \(shortName(of: relay, in: report))"
         }
         return member.pathAddress == member.address || member.pathAddress.isEmpty
             ? member.path : "\(member.path) \(member.pathAddress)"
+    }
+
+    /// Who let the member in.
+    static func introducerColumn(_ member: StatusReport.MemberInfo, in report: StatusReport) -> String {
+        member.introducedBy.map { shortName(of: $0, in: report) } ?? "-"
+    }
+
+    /// A member named in another's row: its name, or its id's start when unnamed or not in the view.
+    static func shortName(of id: String, in report: StatusReport) -> String {
+        let named = report.members.first { $0.id == id }
+        return named.map { $0.name.isEmpty ? String($0.id.prefix(12)) : $0.name } ?? String(id.prefix(12))
     }
 
     /// Every cell is escaped: names, addresses and metadata come from other members.

@@ -14,6 +14,24 @@ struct MeshFormationTests {
             var ids: [String] = []
             for node in nodes { ids.append(try await node.status().`self`.id) }
 
+            // Each joiner is introduced by a member, and every node learns the same introducer
+            // (the node that made the session is introduced by nobody).
+            var introducers: [String: String] = [:]
+            for node in nodes {
+                let status = try await node.waitForStatus(timeout: .seconds(60), "every joiner introduced") { status in
+                    ids.dropFirst().allSatisfy { id in status.members.first { $0.id == id }?.introducedBy != nil }
+                }
+                for member in status.members {
+                    if member.id == ids[0] { #expect(member.introducedBy == nil, "the founder is introduced") }
+                    guard let door = member.introducedBy else { continue }
+                    #expect(door != member.id && ids.contains(door), "\(member.name) introduced by \(door)")
+                    #expect(introducers[member.id, default: door] == door, "nodes disagree on \(member.name)'s door")
+                    introducers[member.id] = door
+                }
+            }
+            let table = try await NodeProcess.runCommand(["status", "--data-dir", nodes[0].dataDirectory])
+            #expect(table.stdout.contains(" BY"), "no BY column: \(table.stdout)")
+
             // SIGKILL: the others see it dead within the lan profile's bound.
             let bound = MembershipSettings.lan.deadDetectionBound(memberCount: 5)
             nodes[4].signal(SIGKILL)
@@ -37,6 +55,9 @@ struct MeshFormationTests {
                     $0.state(of: ids[4]) == "alive"
                 }
             }
+            // It kept its introduction: the same door, at once.
+            let own = try await restarted.status().members.first { $0.id == ids[4] }
+            #expect(own?.introducedBy == introducers[ids[4]], "n4 was introduced by another after its restart")
         }
     }
 

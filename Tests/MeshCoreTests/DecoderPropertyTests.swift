@@ -113,7 +113,7 @@ import Testing
         where [
             .chunkWant, .chunkPiece, .chunkAbsent, .chunkPace, .chunkCancel, .pathProbeRequest, .pathProbe,
             .observedAddress, .punchRequest, .punchIntroduction, .punch, .relayForward, .relayDelivery, .relayRefusal,
-            .birthdayRound, .protocolVersion,
+            .birthdayRound, .protocolVersion, .introduction, .introductionRequest,
         ].contains(frame.type) {
             var encoded = ByteBuffer()
             FrameCodec.encode(frame, into: &encoded)

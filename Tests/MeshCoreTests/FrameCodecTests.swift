@@ -35,21 +35,29 @@ import Testing
         #expect(!FrameType.allCases.map(\.rawValue).contains(0))
     }
 
-    @Test("the version frame: current (2), oldest (2), flags (1: bit 0 answer); versions out of order refused")
+    @Test(
+        "the version frame: current (2), oldest (2), flags (1: bit 0 answer, bit 1 holds the introduction); versions out of order refused"
+    )
     func protocolVersionLayout() {
         var encoded = ByteBuffer()
         let announcement = VersionAnnouncement(versions: SpokenVersions(current: 2, oldest: 1), isAnswer: true)
         FrameCodec.encode(.protocolVersion(announcement), into: &encoded)
         #expect(bytes(encoded) == [0x5A, 0x00, 0x05, 0, 2, 0, 1, 1])
-        for body: [UInt8] in [[0, 1, 0, 2, 0], [0, 2, 0, 0, 0], [0, 2, 0, 1, 2]] {
+        var holding = ByteBuffer()
+        FrameCodec.encode(
+            .protocolVersion(VersionAnnouncement(versions: .this, isAnswer: false, holdsIntroduction: true)),
+            into: &holding)
+        #expect(bytes(holding) == [0x5A, 0x00, 0x05, 0, 2, 0, 1, 2])
+        for body: [UInt8] in [[0, 1, 0, 2, 0], [0, 2, 0, 0, 0], [0, 2, 0, 1, 4]] {
             var input = buffer([0x5A, 0x00, 0x05] + body)
             guard case .failure(.invalidField) = FrameCodec.decodeAll(&input) else {
                 Issue.record("\(body) decoded")
                 continue
             }
         }
-        #expect(FrameType.protocolVersion.introducedIn == 2)
-        #expect(FrameType.allCases.filter { $0 != .protocolVersion }.allSatisfy { $0.introducedIn == 1 })
+        let protocolTwo: Set<FrameType> = [.protocolVersion, .introduction, .introductionRequest]
+        #expect(protocolTwo.allSatisfy { $0.introducedIn == 2 })
+        #expect(FrameType.allCases.filter { !protocolTwo.contains($0) }.allSatisfy { $0.introducedIn == 1 })
     }
 
     @Test func pingLayoutIsBigEndian() {

@@ -195,6 +195,16 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .protocolVersion(VersionAnnouncement(versions: .this, isAnswer: false)),
         .protocolVersion(VersionAnnouncement(versions: SpokenVersions(current: 1, oldest: 1), isAnswer: true)),
         .protocolVersion(VersionAnnouncement(versions: SpokenVersions(current: 65535, oldest: 65535), isAnswer: false)),
+        .protocolVersion(VersionAnnouncement(versions: .this, isAnswer: true, holdsIntroduction: true)),
+        .introduction(
+            Introduction(
+                session: SessionID(value: 7), member: some, doorKey: identity.publicKey,
+                doorSignature: identity.sign([5]))),
+        .introduction(
+            Introduction(
+                session: SessionID(value: .max), member: zero, doorKey: identity.publicKey,
+                doorSignature: [UInt8](repeating: 0, count: 64), memberSignature: identity.sign([6]))),
+        .introductionRequest(IntroductionRequest()),
         .chunkPiece(
             ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 0, payload: buffer(rng.bytes(1099)))),
         .chunkPiece(

@@ -65,8 +65,12 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// version frame said, 1 for a member that never sent one; null while it is being asked.
         /// Ours for ourselves.
         public var `protocol`: Int?
+        /// The member that let it in (id), as both signed it (PROTOCOL.md §3, "Introductions");
+        /// null for the member that made the session, a member of the previous release, and while
+        /// its introduction has not reached us.
+        public var introducedBy: String? = nil
 
-        // `rttMs` and `datagramSize` are always present, null until measured, so scripts can rely
+        // `rttMs`, `datagramSize` and `introducedBy` are always present, null until measured, so scripts can rely
         // on the keys.
         public func encode(to encoder: any Encoder) throws {
             var container = encoder.container(keyedBy: CodingKeys.self)
@@ -82,6 +86,7 @@ public struct StatusReport: Codable, Sendable, Equatable {
             try container.encode(relay, forKey: .relay)
             try container.encode(relays, forKey: .relays)
             try container.encode(`protocol`, forKey: .protocol)
+            try container.encode(introducedBy, forKey: .introducedBy)
         }
     }
 

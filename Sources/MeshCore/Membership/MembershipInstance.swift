@@ -54,6 +54,8 @@ package struct MembershipInstance: Sendable {
     /// of ours proved the public one. Otherwise both would reach us only at the first periodic
     /// push-pull, 20 s or more on. `left` more follow, two disseminations apart.
     var joinFollowUp: (partner: NodeID, at: MeshInstant, left: Int)?
+    /// The member whose datagram made us a member: the door that introduces us.
+    package private(set) var joinedThrough: NodeID?
     /// The push-pull we wait on, if any.
     var exchange: AntiEntropyExchange?
     /// Members removed from the session (key epochs): never probed, gossiped or believed again.
@@ -296,6 +298,7 @@ package struct MembershipInstance: Sendable {
             // The first at once (the answer's rest), the last once what the member was gossiping
             // then has been sent as often as it will be.
             joinFollowUp = (sender, now + settings.gossipInterval * 2, 1)
+            joinedThrough = sender
         }
         var digestTaken = false
         var strangerAck: ProbeAck?

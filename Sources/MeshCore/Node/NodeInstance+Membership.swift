@@ -49,6 +49,7 @@ extension NodeInstance {
                 let removed = delivery.removePeer(id, now: now)
                 apply(removed, now: now)
                 versions.forget(id)
+                directory.introductions.forget(id)
                 emit(.memberForgotten(id))
             case let .identityConflict(twin):
                 identityConflict(twin, now: now)
@@ -193,6 +194,7 @@ extension NodeInstance {
     mutating func saveRemembered() {
         directory.rememberedDirty = false
         directory.remembered.merge(membership.view.dropFirst(), removed: keying.epochs.removed)
+        directory.remembered.keepIntroductions(directory.introductions.byMember.values, localID: localID)
         store(.saveMembers(directory.remembered), .saveMembers)
     }
 

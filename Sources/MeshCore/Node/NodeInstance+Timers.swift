@@ -28,7 +28,7 @@ enum NodeTimer: Sendable, CaseIterable {
     case paths
     /// Birthday rounds with members behind a symmetric NAT.
     case birthday
-    /// The protocol version exchange.
+    /// The protocol version exchange, and the request for our introduction.
     case versions
     /// LAN announcements.
     case lan
@@ -58,7 +58,8 @@ extension NodeInstance {
         case .ping: pingDeadline
         case .paths: pathsDeadline
         case .birthday: links.birthday.nextDeadline
-        case .versions: versions.nextDeadline
+        case .versions:
+            [versions.nextDeadline, directory.introductions.nextDeadline].compactMap { $0 }.min()
         case .lan: lanDeadline
         case .joinNotice: joinNoticeDeadline
         case .scrub: scrubDeadline

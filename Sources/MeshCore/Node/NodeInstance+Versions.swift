@@ -31,19 +31,31 @@ extension NodeInstance {
         }
         for member in ask { announceVersions(to: member, isAnswer: false) }
         for gap in gaps { reportGap(gap) }
+        introductionsTick(now: now)
     }
 
     /// A member's version frame: learn it, answer it, and report once when we cannot follow.
-    mutating func receiveVersion(_ announcement: VersionAnnouncement, header: DatagramHeader) {
+    mutating func receiveVersion(_ announcement: VersionAnnouncement, header: DatagramHeader, now: MeshInstant) {
         let member = header.sender
         let (answer, gap) = versions.received(announcement, from: member, boot: header.bootID)
         if answer { announceVersions(to: member, isAnswer: true) }
         if let gap { reportGap(gap) }
+        // Until the member says it holds our introduction, it is asked again, with it beside
+        // (an answer of ours that carried it may be lost, and is not answered).
+        if !announcement.holdsIntroduction, !introductionFrames(for: member).isEmpty {
+            versions.reask(member, now: now)
+        }
+        introductionsTick(now: now)
     }
 
     private mutating func announceVersions(to member: NodeID, isAnswer: Bool) {
-        // Alone: a member of a release without the frame drops only this datagram.
-        sendPairwise([.protocolVersion(VersionAnnouncement(versions: versions.ours, isAnswer: isAnswer))], to: member)
+        // Alone, or with our introduction to a member known to speak it: a member of a release
+        // without the frame drops only this datagram.
+        let version = Frame.protocolVersion(
+            VersionAnnouncement(
+                versions: versions.ours, isAnswer: isAnswer,
+                holdsIntroduction: directory.introductions[member] != nil))
+        sendPairwise([version] + introductionFrames(for: member), to: member)
     }
 
     /// An event, not a log record: the driver says it in one line of its own.

@@ -150,7 +150,9 @@ package struct NodeInstance: Sendable {
                 session: secret, localID: boot.identity.nodeID,
                 localBootID: boot.bootID, configuration: settings.wire)
         }
-        directory = MemberDirectory(remembered: restored.remembered)
+        directory = MemberDirectory(
+            remembered: restored.remembered,
+            introductions: IntroductionBook(remembered: restored.remembered.introductions))
         let record = MemberRecord(
             signingKey: boot.identity.publicKey, name: boot.name,
             addresses: Array(boot.addresses.prefix(MemberRecord.maxAddresses)),
@@ -343,9 +345,16 @@ package struct NodeInstance: Sendable {
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
             // Alone in its datagram (PROTOCOL.md §3, "Protocol versions"); otherwise a datagram like
             // any: it proves the path and counts in the packet numbers the downlink reads losses from.
-            if case let .protocolVersion(announcement) = datagram.frames.first {
+            switch datagram.frames.first {
+            case let .protocolVersion(announcement):
                 guard settings.knowsVersionFrames else { return counters.countDrop(.malformed) }
-                receiveVersion(announcement, header: datagram.header)
+                // The introduction beside first: the answer says whether we hold it.
+                receiveIntroductions(datagram.frames.dropFirst(), from: sender, now: now)
+                receiveVersion(announcement, header: datagram.header, now: now)
+            case .introduction, .introductionRequest:
+                guard settings.knowsVersionFrames else { return counters.countDrop(.malformed) }
+                receiveIntroductions(datagram.frames[...], from: sender, now: now)
+            default: break
             }
             if receiving.provenHolders.contains(sender) {
                 receiving.downlink.onDatagram(
@@ -589,8 +598,9 @@ package struct NodeInstance: Sendable {
 
     /// Frames for one member under our pairwise key, to where we reach it (through its relay, while
     /// it is relayed), or to `address` exactly.
-    mutating func sendPairwise(_ frames: [Frame], to peer: NodeID, address: PeerAddress? = nil) {
-        guard mayCarry(frames, to: peer) else { return }
+    /// `gated: false` only for an answer in the protocol of what the member sent us.
+    mutating func sendPairwise(_ frames: [Frame], to peer: NodeID, address: PeerAddress? = nil, gated: Bool = true) {
+        guard !gated || mayCarry(frames, to: peer) else { return }
         if address == nil, let relay = links.paths.relay(of: peer) {
             guard let datagram = keying.codec.seal(frames, to: peer) else { return }
             return sendThroughRelay(datagram, to: peer, via: relay, kind: TrafficKind(pairwise: frames))

@@ -56,6 +56,8 @@ struct MemberDirectory: Sendable {
     /// Addresses a member's hello came from that nothing vouches for, checked lately with a
     /// pairwise ping (NodeInstance+AddressChecks): a few per member.
     var addressChecks: [NodeID: [AddressCheck]] = [:]
+    /// Who let each member in (NodeInstance+Introductions).
+    var introductions: IntroductionBook
 }
 
 /// Commands waiting for the network (NodeInstance+Messenger, +Ping).

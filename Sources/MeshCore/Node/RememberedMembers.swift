@@ -1,4 +1,5 @@
 import MeshCrypto
+import NIOCore
 
 /// What a node remembers across restarts (`DATA_DIR/members.json`): its own last incarnation,
 /// so a restart outbids what the others remember of it, where the members were, so it can
@@ -28,6 +29,9 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
     /// addresses: nobody rejoins through them, but they still hold the epoch they knew, so the
     /// user must be able to remove them by name.
     package var former: [Entry] = []
+    /// Who let each member in (this node included), as both signed them, in hex of their wire
+    /// form: a restart keeps introducers, and does not ask its door again.
+    package var introductionRecords: [String] = []
 
     package init(incarnation: UInt64 = 0, members: [Entry] = [], seeds: [String] = [], former: [Entry] = []) {
         self.incarnation = incarnation
@@ -36,7 +40,7 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
         self.former = former
     }
 
-    private enum CodingKeys: String, CodingKey { case incarnation, members, seeds, former }
+    private enum CodingKeys: String, CodingKey { case incarnation, members, seeds, former, introductions }
 
     // Files written before `seeds` or `former` existed have no such key.
     package init(from decoder: any Decoder) throws {
@@ -45,6 +49,7 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
         members = try container.decodeIfPresent([Entry].self, forKey: .members) ?? []
         seeds = try container.decodeIfPresent([String].self, forKey: .seeds) ?? []
         former = try container.decodeIfPresent([Entry].self, forKey: .former) ?? []
+        introductionRecords = try container.decodeIfPresent([String].self, forKey: .introductions) ?? []
     }
 
     package func encode(to encoder: any Encoder) throws {
@@ -53,6 +58,7 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
         try container.encode(members, forKey: .members)
         if !seeds.isEmpty { try container.encode(seeds, forKey: .seeds) }
         if !former.isEmpty { try container.encode(former, forKey: .former) }
+        if !introductionRecords.isEmpty { try container.encode(introductionRecords, forKey: .introductions) }
     }
 
     package var seedAddresses: [PeerAddress] {
@@ -61,6 +67,31 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
 
     package var addresses: [PeerAddress] {
         members.flatMap { $0.addresses.compactMap { try? PeerAddress(parsing: $0) } }
+    }
+
+    /// The introductions kept; one that does not decode is passed over (its member asks, or
+    /// tells us, again).
+    package var introductions: [Introduction] {
+        introductionRecords.compactMap { text in
+            guard let bytes = Hex.decode(text) else { return nil }
+            var buffer = ByteBuffer(bytes: bytes)
+            guard let introduction = try? Introduction(decoding: &buffer), buffer.readableBytes == 0,
+                introduction.isCountersigned
+            else { return nil }
+            return introduction
+        }
+    }
+
+    /// Keeps the introductions of `localID` and of the members remembered.
+    package mutating func keepIntroductions(_ introductions: some Sequence<Introduction>, localID: NodeID) {
+        let kept = Set(members.map(\.id)).union([localID.hex])
+        introductionRecords = introductions.filter { kept.contains($0.member.hex) }
+            .sorted { $0.member < $1.member }
+            .map { introduction in
+                var buffer = ByteBuffer()
+                introduction.encode(into: &buffer)
+                return Hex.encode(buffer.readableBytesView)
+            }
     }
 
     package var ids: [NodeID] { members.compactMap { NodeID(hex: $0.id) } }

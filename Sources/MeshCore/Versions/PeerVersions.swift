@@ -85,6 +85,16 @@ package struct PeerVersions: Sendable {
         peers[member] = nil
     }
 
+    /// Ask a member whose versions we know once more, as on first contact: our version frame
+    /// carries what changed beside it (our introduction), and the answer shows it arrived.
+    package mutating func reask(_ member: NodeID, now: MeshInstant) {
+        guard var peer = peers[member], peer.versions != nil else { return }
+        peer.attemptsLeft = settings.attempts
+        peer.nextAt = now
+        peers[member] = peer
+        nextDeadline = min(nextDeadline ?? now, now)
+    }
+
     private mutating func refreshDeadline() {
         nextDeadline = peers.values.compactMap(\.nextAt).min()
     }

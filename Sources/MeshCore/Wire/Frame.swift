@@ -18,6 +18,8 @@ package enum Frame: Equatable, Sendable {
     case left(Departure)
     case syncRequest(SyncRequest)
     case stateDigest(StateDigest)
+    case introduction(Introduction)
+    case introductionRequest(IntroductionRequest)
     // Messenger (reliable and unreliable delivery).
     case data(DataChunk)
     case ack(DeliveryAck)
@@ -69,6 +71,8 @@ package enum Frame: Equatable, Sendable {
         case .left: return .left
         case .syncRequest: return .syncRequest
         case .stateDigest: return .stateDigest
+        case .introduction: return .introduction
+        case .introductionRequest: return .introductionRequest
         case let .data(chunk): return chunk.stream == .journal ? .journalData : .data
         case .ack: return .ack
         case .forwardTSN: return .forwardTSN
@@ -109,6 +113,8 @@ package enum Frame: Equatable, Sendable {
         case let .left(body): return body
         case let .syncRequest(body): return body
         case let .stateDigest(body): return body
+        case let .introduction(body): return body
+        case let .introductionRequest(body): return body
         case let .data(body): return body
         case let .ack(body): return body
         case let .forwardTSN(body): return body
@@ -153,6 +159,8 @@ package enum Frame: Equatable, Sendable {
         case .left: return .left(try Departure(decoding: &body))
         case .syncRequest: return .syncRequest(try SyncRequest(decoding: &body))
         case .stateDigest: return .stateDigest(try StateDigest(decoding: &body))
+        case .introduction: return .introduction(try Introduction(decoding: &body))
+        case .introductionRequest: return .introductionRequest(try IntroductionRequest(decoding: &body))
         case .data: return .data(try DataChunk(decoding: &body))
         case .journalData:
             var chunk = try DataChunk(decoding: &body)
@@ -198,6 +206,8 @@ package enum FrameType: UInt8, Sendable, CaseIterable {
     case left = 0x17
     case syncRequest = 0x18
     case stateDigest = 0x19
+    case introduction = 0x1A
+    case introductionRequest = 0x1B
     case data = 0x20
     case ack = 0x21
     case forwardTSN = 0x22

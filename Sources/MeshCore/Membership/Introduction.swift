@@ -1,0 +1,109 @@
+import MeshCrypto
+import NIOCore
+
+/// A member's word that it let another in, and the newcomer's word that it came in through that
+/// door (PROTOCOL.md §3, "Introductions"). Both sign with their identity keys: nobody can charge
+/// a member with a newcomer it did not let in, and nobody can claim to have let in a member that
+/// came through another door. `session` is the key epoch the door was in when it signed: it names
+/// the session, and is not checked (a member that joined later knows no epoch before its own).
+///
+/// The door signs first and hands it to the newcomer alone (`memberSignature` empty); the
+/// newcomer countersigns, keeps it, and tells every member.
+package struct Introduction: WireBody, Hashable {
+    package static let doorDomain = Array("groupmesh introduction v1".utf8)
+    package static let memberDomain = Array("groupmesh introduction accepted v1".utf8)
+
+    package var session: SessionID
+    package var member: NodeID
+    /// The door's signing key: its node id is the key's hash.
+    package var doorKey: PublicSigningKey
+    package var doorSignature: [UInt8]
+    /// Empty until the newcomer countersigns.
+    package var memberSignature: [UInt8]
+
+    package var door: NodeID { doorKey.nodeID }
+    package var isCountersigned: Bool { !memberSignature.isEmpty }
+
+    package init(
+        session: SessionID, member: NodeID, doorKey: PublicSigningKey, doorSignature: [UInt8] = [],
+        memberSignature: [UInt8] = []
+    ) {
+        self.session = session
+        self.member = member
+        self.doorKey = doorKey
+        self.doorSignature = doorSignature
+        self.memberSignature = memberSignature
+    }
+
+    /// What both sign, each after its own domain.
+    private func statement(_ domain: [UInt8]) -> [UInt8] {
+        var buffer = ByteBuffer()
+        buffer.writeBytes(domain)
+        buffer.writeInteger(session.value)
+        member.encode(into: &buffer)
+        buffer.writeBytes(doorKey.bytes)
+        return Array(buffer.readableBytesView)
+    }
+
+    /// Made by the door, whose authority holds `doorKey`.
+    package static func signed(
+        by door: some RecordAuthority, admitting member: NodeID, in session: SessionID
+    ) -> Introduction {
+        var introduction = Introduction(session: session, member: member, doorKey: door.signingKey)
+        introduction.doorSignature = door.sign(introduction.statement(doorDomain))
+        return introduction
+    }
+
+    /// Countersigned by the newcomer, whose authority holds the key of `member`.
+    package func countersigned(by newcomer: some RecordAuthority) -> Introduction {
+        var copy = self
+        copy.memberSignature = newcomer.sign(statement(Self.memberDomain))
+        return copy
+    }
+
+    /// Whether the door signed it, and it names someone other than the door.
+    package func isSignedByDoor(_ authority: some RecordAuthority) -> Bool {
+        door != member
+            && authority.isValid(signature: doorSignature, message: statement(Self.doorDomain), signingKey: doorKey)
+    }
+
+    /// Whether both signed: the door, and the member whose signing key is `memberKey`.
+    package func isValid(memberKey: PublicSigningKey, _ authority: some RecordAuthority) -> Bool {
+        memberKey.nodeID == member && isCountersigned && isSignedByDoor(authority)
+            && authority.isValid(
+                signature: memberSignature, message: statement(Self.memberDomain), signingKey: memberKey)
+    }
+
+    /// Flag bits; the others must be zero.
+    static let countersignedFlag: UInt8 = 1
+
+    package func encode(into buffer: inout ByteBuffer) {
+        buffer.writeInteger(session.value)
+        member.encode(into: &buffer)
+        buffer.writeBytes(doorKey.bytes)
+        buffer.writeBytes(doorSignature)
+        buffer.writeInteger(isCountersigned ? Self.countersignedFlag : 0)
+        buffer.writeBytes(memberSignature)
+    }
+
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        session = SessionID(value: try buffer.readWire(UInt64.self, "introduction session"))
+        member = try NodeID(decoding: &buffer)
+        let keyBytes = try buffer.readWireBytes(PublicSigningKey.byteCount, "introduction door key")
+        doorKey = try! PublicSigningKey(bytes: keyBytes)  // safe: exactly 32 bytes were read
+        doorSignature = try buffer.readWireBytes(NodeIdentity.signatureByteCount, "introduction door signature")
+        let flags = try buffer.readWire(UInt8.self, "introduction flags")
+        guard flags & ~Self.countersignedFlag == 0 else { throw .invalidField(what: "introduction flags") }
+        memberSignature =
+            flags & Self.countersignedFlag != 0
+            ? try buffer.readWireBytes(NodeIdentity.signatureByteCount, "introduction member signature") : []
+    }
+}
+
+/// `introductionRequest` (0x1B): "introduce me", from a member that joined through the recipient
+/// and holds no introduction. Pairwise only, so the request is the member's own.
+package struct IntroductionRequest: WireBody {
+    package init() {}
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {}
+    package func encode(into buffer: inout ByteBuffer) {}
+}
