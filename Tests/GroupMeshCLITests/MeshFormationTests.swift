@@ -29,8 +29,6 @@ struct MeshFormationTests {
                     introducers[member.id] = door
                 }
             }
-            let table = try await NodeProcess.runCommand(["status", "--data-dir", nodes[0].dataDirectory])
-            #expect(table.stdout.contains(" BY"), "no BY column: \(table.stdout)")
 
             // SIGKILL: the others see it dead within the lan profile's bound.
             let bound = MembershipSettings.lan.deadDetectionBound(memberCount: 5)

@@ -36,7 +36,7 @@ import Testing
     }
 
     @Test(
-        "the version frame: current (2), oldest (2), flags (1: bit 0 answer, bit 1 holds the introduction); versions out of order refused"
+        "the version frame: current (2), oldest (2), flags (1: bit 0 answer, bit 1 then the held door (8)); versions out of order refused"
     )
     func protocolVersionLayout() {
         var encoded = ByteBuffer()
@@ -45,9 +45,14 @@ import Testing
         #expect(bytes(encoded) == [0x5A, 0x00, 0x05, 0, 2, 0, 1, 1])
         var holding = ByteBuffer()
         FrameCodec.encode(
-            .protocolVersion(VersionAnnouncement(versions: .this, isAnswer: false, holdsIntroduction: true)),
+            .protocolVersion(VersionAnnouncement(versions: .this, isAnswer: false, heldDoor: 0x0102_0304_0506_0708)),
             into: &holding)
-        #expect(bytes(holding) == [0x5A, 0x00, 0x05, 0, 2, 0, 1, 2])
+        #expect(bytes(holding) == [0x5A, 0x00, 0x0D, 0, 2, 0, 1, 2, 1, 2, 3, 4, 5, 6, 7, 8])
+        var cut = buffer([0x5A, 0x00, 0x05, 0, 2, 0, 1, 2])
+        guard case .failure(.truncated) = FrameCodec.decodeAll(&cut) else {
+            Issue.record("a held door flag without the door decoded")
+            return
+        }
         for body: [UInt8] in [[0, 1, 0, 2, 0], [0, 2, 0, 0, 0], [0, 2, 0, 1, 4]] {
             var input = buffer([0x5A, 0x00, 0x05] + body)
             guard case .failure(.invalidField) = FrameCodec.decodeAll(&input) else {

@@ -33,7 +33,7 @@ struct IntroductionSimulationTests {
         let mesh = SimMesh(seed: seed, link: Self.link(seed))
         let founder = mesh.addNode(joiningThrough: [], at: .zero)
         let second = mesh.addNode(joiningThrough: [founder.address], at: .zero + .milliseconds(50))
-        // Through the second member only: it is the door.
+        // Through the second member only.
         let third = mesh.addNode(joiningThrough: [second.address], at: .zero + .seconds(2))
         let fourth = mesh.addNode(joiningThrough: [founder.address], at: .zero + .seconds(3))
         let nodes = [founder, second, third, fourth]
@@ -45,10 +45,12 @@ struct IntroductionSimulationTests {
         let expected = Self.expectedDoors(nodes)
         #expect(founder.core.membership.joinedThrough == nil, "\(replay)")
         #expect(second.core.membership.joinedThrough == founder.id, "\(replay): the second joined through another")
+        // Its door as a rule, or (when the door's answer was lost) a member that wrote to it first.
         for joiner in [third, fourth] {
             let door = joiner.core.membership.joinedThrough
             #expect(door != nil && door != joiner.id, "\(replay): \(joiner.address) joined through nobody")
         }
+        #expect(founder.core.remembered.founder && !second.core.remembered.founder, "\(replay)")
         for node in nodes {
             #expect(
                 Self.doors(seenBy: node, of: nodes) == expected,
@@ -64,7 +66,9 @@ struct IntroductionSimulationTests {
         #expect(problems.isEmpty, "\(replay): \(problems.prefix(4))")
     }
 
-    @Test("a restart keeps the node's introduction and those it knew; the others learn it again", arguments: seeds)
+    @Test(
+        "a restart keeps the node's introduction and those it knew; the founder restarted is still introduced by nobody",
+        arguments: seeds)
     func restartKeepsIntroductions(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = SimMesh(seed: seed, link: Self.link(seed))
@@ -78,19 +82,35 @@ struct IntroductionSimulationTests {
         }
         let introduction = joiner.core.introduction(of: joiner.id)
         #expect(introduction?.door == founder.id, "\(replay): \(String(describing: introduction))")
-        mesh.simulator.at(.zero + .seconds(31), "crash") { $0.crash(joiner.address) }
-        mesh.restart(joiner.address, at: .zero + .seconds(32))
+        // What they learnt is on disk a moment later; then the joiner crashes (a restart starts
+        // from what its disk holds) and comes back.
+        mesh.simulator.run(for: .seconds(2))
+        let restartAt = mesh.simulator.now + .seconds(1)
+        mesh.restart(joiner.address, at: restartAt)
         let restarted = mesh.node(joiner.address)
         // At once, before it meets anyone: its own and the other's, from its data dir.
-        mesh.simulator.run(until: .zero + .seconds(32) + .milliseconds(1))
+        mesh.simulator.run(until: restartAt + .milliseconds(1))
         #expect(restarted.core.introduction(of: joiner.id) == introduction, "\(replay): its own was not kept")
         #expect(restarted.core.introduction(of: other.id) != nil, "\(replay): the other's was not kept")
         mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(500)) { _ in
             restarted.activeMemberIDs.count == 2 && restarted.core.versions.nextDeadline == nil
         }
+        #expect(restarted.activeMemberIDs.count == 2, "\(replay): the joiner did not rejoin")
         #expect(restarted.core.introduction(of: joiner.id) == introduction, "\(replay): introduced again")
         #expect(founder.core.introduction(of: joiner.id) == introduction, "\(replay)")
         #expect(other.core.introduction(of: joiner.id) == introduction, "\(replay)")
+
+        // The founder restarts: it joins the members it remembers, and asks none of them.
+        mesh.restart(founder.address, at: mesh.simulator.now + .seconds(1))
+        let founderAgain = mesh.node(founder.address)
+        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(500)) { _ in
+            founderAgain.activeMemberIDs.count == 2 && founderAgain.core.versions.nextDeadline == nil
+        }
+        #expect(founderAgain.activeMemberIDs.count == 2, "\(replay): the founder did not rejoin")
+        for node in [founderAgain, restarted, other] {
+            #expect(
+                node.core.introduction(of: founder.id) == nil, "\(replay): \(node.address) holds one of the founder")
+        }
     }
 
     @Test("a member of the previous release neither asks nor is asked, and stays unintroduced", arguments: seeds)
@@ -104,24 +124,89 @@ struct IntroductionSimulationTests {
         let second = mesh.addNode(
             joiningThrough: [first.address], at: .zero + .milliseconds(50),
             configuration: oldFirst ? nil : ProtocolVersionSimulationTests.releaseZeroNine)
-        let third = mesh.addNode(joiningThrough: [first.address], at: .zero + .seconds(2))
+        let third = mesh.addNode(joiningThrough: [second.address], at: .zero + .seconds(2))
         let (old, new) = oldFirst ? (first, second) : (second, first)
         mesh.simulator.run(for: .seconds(40), checkEvery: .milliseconds(500)) { _ in
-            new.core.versions.versions(of: old.id) == .unannounced && third.core.versions.nextDeadline == nil
+            new.core.versions.versions(of: old.id) == .unannounced
+                && third.core.versions.versions(of: old.id) == .unannounced
+                && (!oldFirst || new.core.introduction(of: third.id) != nil)
         }
+        #expect(new.core.versions.versions(of: old.id) == .unannounced, "\(replay)")
         for node in [new, third] {
             #expect(node.core.introduction(of: old.id) == nil, "\(replay): \(node.address) holds the old one's")
         }
         #expect(old.core.introduction(of: old.id) == nil, "\(replay)")
         if oldFirst {
-            // Both joined through the old member: nobody to ask.
-            #expect(new.core.introduction(of: new.id) == nil, "\(replay)")
-        } else {
-            #expect(third.core.introduction(of: third.id)?.door == new.id, "\(replay): the new founder is the door")
+            // The new member came in through the old one: nobody to ask. The third came in
+            // through the new one, which introduced it.
+            #expect(new.core.introduction(of: new.id) == nil, "\(replay): introduced by the old member")
+            #expect(third.core.introduction(of: third.id)?.door == new.id, "\(replay)")
             #expect(new.core.introduction(of: third.id)?.door == new.id, "\(replay)")
+        } else {
+            // The new founder made the session; the third came in through the old member, which
+            // introduces nobody.
+            #expect(new.core.introduction(of: new.id) == nil, "\(replay): the founder was introduced")
+            #expect(third.core.introduction(of: third.id) == nil, "\(replay): introduced by the old member")
         }
-        // Only the version frames reached the old member: nothing it would drop besides.
+        #expect(old.core.counters.laterProtocolDrops == 0, "\(replay): a frame of protocol 2 reached the old member")
         let dropped = old.core.counters.dropped[.malformed, default: 0]
         #expect(dropped <= UInt64(2 * NodeSettings().versions.attempts), "\(replay): it dropped \(dropped)")
+    }
+
+    @Test(
+        "a member cannot take another's introduction or name a door that did not sign, and its version frames buy no more than one ask an interval",
+        arguments: seeds)
+    func hostileMemberGainsNothing(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(3), jitter: .milliseconds(2)))
+        let founder = mesh.addNode(joiningThrough: [], at: .zero)
+        let honest = mesh.addNode(joiningThrough: [founder.address], at: .zero + .milliseconds(50))
+        let hostile = mesh.addNode(joiningThrough: [founder.address], at: .zero + .milliseconds(100))
+        // The honest member holds an introduction of its own, so it tells it until a member's
+        // version frame names its door: the hostile member's never do.
+        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(500)) { _ in
+            honest.core.introduction(of: honest.id) != nil && honest.core.introduction(of: hostile.id) != nil
+                && honest.core.versions.nextDeadline == nil
+        }
+        let honestIntroduction = try #require(honest.core.introduction(of: honest.id), "\(replay)")
+        let hostileIntroduction = try #require(honest.core.introduction(of: hostile.id), "\(replay)")
+        let malformedBefore = honest.core.counters.dropped[.malformed, default: 0]
+        let reasksBefore = honest.core.versions.peers[hostile.id]?.reasks ?? 0
+        // The honest member's introduction as the hostile one's: the door's signature is for another.
+        var stolen = honestIntroduction
+        stolen.member = hostile.id
+        let claimed = stolen.countersigned(by: Ed25519Authority(identity: hostile.identity))
+        // Named the honest member's door with a signature of its own.
+        let invented = Introduction.signed(
+            by: Ed25519Authority(identity: hostile.identity), admitting: hostile.id, in: SessionID(value: 1))
+        var forgedDoor = invented
+        forgedDoor.doorKey = honest.identity.publicKey
+        let forged = forgedDoor.countersigned(by: Ed25519Authority(identity: hostile.identity))
+        let start = mesh.simulator.now
+        for (index, frame) in [claimed, forged, honestIntroduction].enumerated() {
+            hostile.plan(at: start + .milliseconds(100 * (index + 1))) {
+                $0.inject([.introduction(frame)], to: honest.address, member: honest.id)
+            }
+        }
+        // Then version frames that never name a door, 20 a second for 10 s.
+        for step in 0..<200 {
+            hostile.plan(at: start + .seconds(1) + .milliseconds(50 * step)) {
+                $0.inject(
+                    [.protocolVersion(VersionAnnouncement(versions: .this, isAnswer: step % 2 == 0))],
+                    to: honest.address, member: honest.id)
+            }
+        }
+        mesh.simulator.run(for: .seconds(12))
+        #expect(honest.core.introduction(of: hostile.id) == hostileIntroduction, "\(replay): a forgery was taken")
+        #expect(honest.core.introduction(of: honest.id) == honestIntroduction, "\(replay)")
+        // The two forgeries count as malformed; its own introduction sent back to it is no
+        // answer it asked for, and is passed over.
+        #expect(
+            honest.core.counters.dropped[.malformed, default: 0] >= malformedBefore + 2,
+            "\(replay): a forged introduction was not refused")
+        // Asked again, but at most once an interval, and a minute apart after `attempts` times.
+        let reasks = (honest.core.versions.peers[hostile.id]?.reasks ?? 0) - reasksBefore
+        #expect(reasks >= 1, "\(replay): never told again")
+        #expect(reasks <= NodeSettings().versions.attempts, "\(replay): asked again \(reasks) times in 10 s")
     }
 }

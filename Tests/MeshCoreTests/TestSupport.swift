@@ -195,14 +195,14 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .protocolVersion(VersionAnnouncement(versions: .this, isAnswer: false)),
         .protocolVersion(VersionAnnouncement(versions: SpokenVersions(current: 1, oldest: 1), isAnswer: true)),
         .protocolVersion(VersionAnnouncement(versions: SpokenVersions(current: 65535, oldest: 65535), isAnswer: false)),
-        .protocolVersion(VersionAnnouncement(versions: .this, isAnswer: true, holdsIntroduction: true)),
+        .protocolVersion(VersionAnnouncement(versions: .this, isAnswer: true, heldDoor: 0x0102_0304_0506_0708)),
         .introduction(
             Introduction(
-                session: SessionID(value: 7), member: some, doorKey: identity.publicKey,
+                epoch: SessionID(value: 7), member: some, doorKey: identity.publicKey,
                 doorSignature: identity.sign([5]))),
         .introduction(
             Introduction(
-                session: SessionID(value: .max), member: zero, doorKey: identity.publicKey,
+                epoch: SessionID(value: .max), member: zero, doorKey: identity.publicKey,
                 doorSignature: [UInt8](repeating: 0, count: 64), memberSignature: identity.sign([6]))),
         .introductionRequest(IntroductionRequest()),
         .chunkPiece(

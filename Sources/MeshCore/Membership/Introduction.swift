@@ -2,10 +2,11 @@ import MeshCrypto
 import NIOCore
 
 /// A member's word that it let another in, and the newcomer's word that it came in through that
-/// door (PROTOCOL.md §3, "Introductions"). Both sign with their identity keys: nobody can charge
-/// a member with a newcomer it did not let in, and nobody can claim to have let in a member that
-/// came through another door. `session` is the key epoch the door was in when it signed: it names
-/// the session, and is not checked (a member that joined later knows no epoch before its own).
+/// door (PROTOCOL.md §3, "Introductions"). Both sign with their identity keys: nobody is charged
+/// with a newcomer it did not sign for, and no member can name itself the door of another, that
+/// did not countersign. `epoch` is the session id of the key epoch the door was in when it signed:
+/// it names the session, and is not checked (a member that joined later knows no epoch before its
+/// own).
 ///
 /// The door signs first and hands it to the newcomer alone (`memberSignature` empty); the
 /// newcomer countersigns, keeps it, and tells every member.
@@ -13,7 +14,7 @@ package struct Introduction: WireBody, Hashable {
     package static let doorDomain = Array("groupmesh introduction v1".utf8)
     package static let memberDomain = Array("groupmesh introduction accepted v1".utf8)
 
-    package var session: SessionID
+    package var epoch: SessionID
     package var member: NodeID
     /// The door's signing key: its node id is the key's hash.
     package var doorKey: PublicSigningKey
@@ -25,10 +26,10 @@ package struct Introduction: WireBody, Hashable {
     package var isCountersigned: Bool { !memberSignature.isEmpty }
 
     package init(
-        session: SessionID, member: NodeID, doorKey: PublicSigningKey, doorSignature: [UInt8] = [],
+        epoch: SessionID, member: NodeID, doorKey: PublicSigningKey, doorSignature: [UInt8] = [],
         memberSignature: [UInt8] = []
     ) {
-        self.session = session
+        self.epoch = epoch
         self.member = member
         self.doorKey = doorKey
         self.doorSignature = doorSignature
@@ -39,7 +40,7 @@ package struct Introduction: WireBody, Hashable {
     private func statement(_ domain: [UInt8]) -> [UInt8] {
         var buffer = ByteBuffer()
         buffer.writeBytes(domain)
-        buffer.writeInteger(session.value)
+        buffer.writeInteger(epoch.value)
         member.encode(into: &buffer)
         buffer.writeBytes(doorKey.bytes)
         return Array(buffer.readableBytesView)
@@ -47,9 +48,9 @@ package struct Introduction: WireBody, Hashable {
 
     /// Made by the door, whose authority holds `doorKey`.
     package static func signed(
-        by door: some RecordAuthority, admitting member: NodeID, in session: SessionID
+        by door: some RecordAuthority, admitting member: NodeID, in epoch: SessionID
     ) -> Introduction {
-        var introduction = Introduction(session: session, member: member, doorKey: door.signingKey)
+        var introduction = Introduction(epoch: epoch, member: member, doorKey: door.signingKey)
         introduction.doorSignature = door.sign(introduction.statement(doorDomain))
         return introduction
     }
@@ -78,7 +79,7 @@ package struct Introduction: WireBody, Hashable {
     static let countersignedFlag: UInt8 = 1
 
     package func encode(into buffer: inout ByteBuffer) {
-        buffer.writeInteger(session.value)
+        buffer.writeInteger(epoch.value)
         member.encode(into: &buffer)
         buffer.writeBytes(doorKey.bytes)
         buffer.writeBytes(doorSignature)
@@ -87,7 +88,7 @@ package struct Introduction: WireBody, Hashable {
     }
 
     package init(decoding buffer: inout ByteBuffer) throws(WireError) {
-        session = SessionID(value: try buffer.readWire(UInt64.self, "introduction session"))
+        epoch = SessionID(value: try buffer.readWire(UInt64.self, "introduction epoch"))
         member = try NodeID(decoding: &buffer)
         let keyBytes = try buffer.readWireBytes(PublicSigningKey.byteCount, "introduction door key")
         doorKey = try! PublicSigningKey(bytes: keyBytes)  // safe: exactly 32 bytes were read

@@ -37,12 +37,12 @@ package struct IntroductionBook: Sendable {
     /// When the request needs the node next.
     var nextDeadline: MeshInstant? { request?.nextAt }
 
-    /// Keeps a countersigned introduction (checked by the caller). Two doors for one member
-    /// can only come from the member itself, which countersigns one: the smaller door id wins
-    /// everywhere, so all agree. Whether it changed what we knew.
+    /// Keeps a countersigned introduction (checked by the caller), as its member last told it:
+    /// only the member tells its own, and tells it again to each member whose version frame names
+    /// another door, so all end with the one it holds. Whether it changed what we knew.
     @discardableResult
     package mutating func take(_ introduction: Introduction) -> Bool {
-        if let known = byMember[introduction.member], known.door <= introduction.door { return false }
+        guard byMember[introduction.member] != introduction else { return false }
         byMember[introduction.member] = introduction
         return true
     }

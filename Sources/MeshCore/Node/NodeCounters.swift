@@ -12,6 +12,9 @@ package struct NodeCounters: Sendable, Equatable {
     package var received = TrafficCounts()
     /// Received datagrams dropped, by reason; every reason is present, at 0 until it happens.
     package var dropped: [DropReason: UInt64] = Dictionary(uniqueKeysWithValues: DropReason.allCases.map { ($0, 0) })
+    /// Datagrams a node acting as release 0.9.0 (tests only) dropped for a frame of a later
+    /// protocol other than the version frame: what must never reach such a member.
+    package var laterProtocolDrops: UInt64 = 0
     package var chunksFetched: UInt64 = 0
     package var chunksServed: UInt64 = 0
     /// Chunks whose bytes did not match their hash (never stored nor served).

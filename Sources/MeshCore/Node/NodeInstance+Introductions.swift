@@ -1,9 +1,10 @@
 import MeshCrypto
 
-/// Introductions (PROTOCOL.md §3, "Introductions"): a member that joined asks the member whose answer let it in
-/// (its door) to sign that it did, countersigns, and tells every member that speaks protocol 2
-/// beside its version frame, which is asked until answered: so each member learns who let
-/// each other in. Only protocol 2 carries them; a member of the previous release is unintroduced.
+/// Introductions (PROTOCOL.md §3, "Introductions"): a member that joined asks the member whose
+/// answer let it in (its door) to sign that it did, countersigns, and tells every member that
+/// speaks protocol 2 beside its version frame, asked again until that member's version frame
+/// names the same door: so each member learns who let each other in. Only protocol 2 carries
+/// them; the founder and members of the previous release are unintroduced.
 extension NodeInstance {
     /// Who let `member` in, as far as we know.
     package func introduction(of member: NodeID) -> Introduction? { directory.introductions[member] }
@@ -14,34 +15,42 @@ extension NodeInstance {
         return [.introduction(own)]
     }
 
+    /// What our version frame to `member` says we hold of its introduction: its door.
+    func heldDoor(of member: NodeID) -> UInt64? { directory.introductions[member]?.door.high }
+
     /// The request to our door until it answers: once we are in through a member that speaks
-    /// protocol 2, and hold no introduction; not while the door is gone.
+    /// protocol 2, hold no introduction, and did not make the session; not while the door is gone.
     mutating func introductionsTick(now: MeshInstant) {
         let door = membership.joinedThrough.flatMap { membership.member($0) }.flatMap { $0.status.isGone ? nil : $0.id }
-        if let door, directory.introductions[localID] == nil, versions.allows(.introductionRequest, to: door) {
-            directory.introductions.ask(door, localID: localID, now: now)
-        } else if door == nil {
-            directory.introductions.stopAsking()
-        }
-        guard let door = directory.introductions.due(now: now) else { return }
+        guard let door, directory.introductions[localID] == nil, !directory.remembered.founder,
+            versions.allows(.introductionRequest, to: door)
+        else { return directory.introductions.stopAsking() }
+        directory.introductions.ask(door, localID: localID, now: now)
+        guard directory.introductions.due(now: now) != nil else { return }
         sendPairwise([.introductionRequest(IntroductionRequest())], to: door)
     }
 
-    /// Introduction frames of a pairwise datagram, which is its sender's own.
+    /// Introduction frames of a pairwise datagram, which is its sender's own. One introduction
+    /// a datagram: each costs signature checks.
     mutating func receiveIntroductions(_ frames: ArraySlice<Frame>, from sender: NodeID, now: MeshInstant) {
+        var introductionTaken = false
         for frame in frames {
             switch frame {
             case .introductionRequest: answerIntroductionRequest(from: sender, now: now)
-            case let .introduction(introduction): receiveIntroduction(introduction, from: sender, now: now)
+            case let .introduction(introduction) where !introductionTaken:
+                introductionTaken = true
+                receiveIntroduction(introduction, from: sender, now: now)
             default: continue
             }
         }
     }
 
-    /// A member asks us to sign that we let it in. Any live member that asks is answered (once
-    /// per interval): it holds the session's secret and its own keys, as a joiner does.
+    /// A live member asks us to sign that we let it in (once per interval). Its word is all we
+    /// have: a member we know introduced already is refused (it would change its door), and what
+    /// one door may introduce is bounded by ROADMAP's next step, not here.
     private mutating func answerIntroductionRequest(from member: NodeID, now: MeshInstant) {
-        guard member != localID, let known = membership.member(member), !known.status.isGone,
+        guard member != localID, directory.introductions[member] == nil,
+            let known = membership.member(member), !known.status.isGone,
             directory.introductions.mayAnswer(member, now: now)
         else { return }
         let introduction = Introduction.signed(by: authority, admitting: member, in: session.sessionID)
@@ -55,10 +64,10 @@ extension NodeInstance {
             guard directory.introductions.awaits(sender) else { return }
             guard !introduction.isCountersigned, introduction.door == sender, introduction.isSignedByDoor(authority)
             else { return counters.countDrop(.malformed) }
-            let own = introduction.countersigned(by: authority)
-            directory.introductions.take(own)
+            directory.introductions.take(introduction.countersigned(by: authority))
             directory.introductions.stopAsking()
-            directory.rememberedDirty = true
+            // Written at once: a crash now must not make us ask another door at the next start.
+            saveRemembered()
             log(.info, "introduced by \(displayName(of: sender))", ["door": sender.hex])
             // Every member that speaks protocol 2 is asked again, with it beside.
             for member in membership.view.dropFirst() where !member.status.isGone {
@@ -66,10 +75,14 @@ extension NodeInstance {
             }
             return
         }
-        // A member's own, both signed: the record we hold has its key.
-        guard introduction.member == sender, let record = membership.member(sender)?.record,
-            introduction.isValid(memberKey: record.signingKey, authority)
-        else { return counters.countDrop(.malformed) }
+        // A live member's own, both signed: the record we hold has its key.
+        guard introduction.member == sender, let member = membership.member(sender), !member.status.isGone else {
+            return counters.countDrop(.malformed)
+        }
+        guard directory.introductions[sender] != introduction else { return }
+        guard introduction.isValid(memberKey: member.record.signingKey, authority) else {
+            return counters.countDrop(.malformed)
+        }
         if directory.introductions.take(introduction) { directory.rememberedDirty = true }
     }
 }

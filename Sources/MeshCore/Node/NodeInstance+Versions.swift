@@ -1,8 +1,9 @@
 import MeshCrypto
 
 /// Protocol versions (PROTOCOL.md §3, "Protocol versions"): each member's boot is told ours in a
-/// `protocolVersion` frame, alone in a pairwise datagram, until it answers or is taken for
-/// protocol 1; a frame of a later protocol goes only to members that speak it (`mayCarry`).
+/// `protocolVersion` frame (alone in a pairwise datagram, or with our introduction to a member
+/// known to speak protocol 2) until it answers or is taken for protocol 1; a frame of a later
+/// protocol goes only to members that speak it (`mayCarry`).
 extension NodeInstance {
     /// The gate: whether `frames` may go to `peer`. Every frame introduced after protocol 1 is sent
     /// with `sendPairwise`, and passes here. A frame the member would not know makes it drop the
@@ -40,9 +41,9 @@ extension NodeInstance {
         let (answer, gap) = versions.received(announcement, from: member, boot: header.bootID)
         if answer { announceVersions(to: member, isAnswer: true) }
         if let gap { reportGap(gap) }
-        // Until the member says it holds our introduction, it is asked again, with it beside
-        // (an answer of ours that carried it may be lost, and is not answered).
-        if !announcement.holdsIntroduction, !introductionFrames(for: member).isEmpty {
+        // Until the member names the door of the introduction we hold, it is asked again, with it
+        // beside (an answer of ours that carried it may be lost, and is not answered).
+        if let own = heldDoor(of: localID), announcement.heldDoor != own, versions.allows(.introduction, to: member) {
             versions.reask(member, now: now)
         }
         introductionsTick(now: now)
@@ -52,9 +53,7 @@ extension NodeInstance {
         // Alone, or with our introduction to a member known to speak it: a member of a release
         // without the frame drops only this datagram.
         let version = Frame.protocolVersion(
-            VersionAnnouncement(
-                versions: versions.ours, isAnswer: isAnswer,
-                holdsIntroduction: directory.introductions[member] != nil))
+            VersionAnnouncement(versions: versions.ours, isAnswer: isAnswer, heldDoor: heldDoor(of: member)))
         sendPairwise([version] + introductionFrames(for: member), to: member)
     }
 

@@ -259,6 +259,8 @@ package struct NodeInstance: Sendable {
         let joining = membership.join(all, now: now)
         apply(joining, now: now)
         phase = all.isEmpty ? .running : .joining
+        // The first start, with nobody to join: this node makes the session.
+        if all.isEmpty, directory.remembered.incarnation == 0 { directory.remembered.founder = true }
         if phase == .joining { directory.joinWait = JoinWait(since: now, noticeAt: now + settings.joinWaitingNotice) }
         directory.remembered.incarnation = membership.me.incarnation
         saveRemembered()
@@ -343,16 +345,21 @@ package struct NodeInstance: Sendable {
             }
         case .pairwise:
             counters.received.count(TrafficKind(pairwise: datagram.frames), bytes: bytes)
+            // A node acting as release 0.9.0 (tests only) drops what that release would not know.
+            if !settings.knowsVersionFrames, datagram.frames.contains(where: { $0.type.introducedIn > 1 }) {
+                if datagram.frames.contains(where: { $0.type.introducedIn > 1 && $0.type != .protocolVersion }) {
+                    counters.laterProtocolDrops += 1
+                }
+                return counters.countDrop(.malformed)
+            }
             // Alone in its datagram (PROTOCOL.md §3, "Protocol versions"); otherwise a datagram like
             // any: it proves the path and counts in the packet numbers the downlink reads losses from.
             switch datagram.frames.first {
             case let .protocolVersion(announcement):
-                guard settings.knowsVersionFrames else { return counters.countDrop(.malformed) }
                 // The introduction beside first: the answer says whether we hold it.
                 receiveIntroductions(datagram.frames.dropFirst(), from: sender, now: now)
                 receiveVersion(announcement, header: datagram.header, now: now)
             case .introduction, .introductionRequest:
-                guard settings.knowsVersionFrames else { return counters.countDrop(.malformed) }
                 receiveIntroductions(datagram.frames[...], from: sender, now: now)
             default: break
             }

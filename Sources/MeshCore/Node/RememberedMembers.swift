@@ -31,7 +31,10 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
     package var former: [Entry] = []
     /// Who let each member in (this node included), as both signed them, in hex of their wire
     /// form: a restart keeps introducers, and does not ask its door again.
-    package var introductionRecords: [String] = []
+    package var introductionsHex: [String] = []
+    /// This node made the session (it started with nobody to join): it has no door, and asks none
+    /// after a restart either.
+    package var founder = false
 
     package init(incarnation: UInt64 = 0, members: [Entry] = [], seeds: [String] = [], former: [Entry] = []) {
         self.incarnation = incarnation
@@ -40,7 +43,7 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
         self.former = former
     }
 
-    private enum CodingKeys: String, CodingKey { case incarnation, members, seeds, former, introductions }
+    private enum CodingKeys: String, CodingKey { case incarnation, members, seeds, former, introductions, founder }
 
     // Files written before `seeds` or `former` existed have no such key.
     package init(from decoder: any Decoder) throws {
@@ -49,7 +52,8 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
         members = try container.decodeIfPresent([Entry].self, forKey: .members) ?? []
         seeds = try container.decodeIfPresent([String].self, forKey: .seeds) ?? []
         former = try container.decodeIfPresent([Entry].self, forKey: .former) ?? []
-        introductionRecords = try container.decodeIfPresent([String].self, forKey: .introductions) ?? []
+        introductionsHex = try container.decodeIfPresent([String].self, forKey: .introductions) ?? []
+        founder = try container.decodeIfPresent(Bool.self, forKey: .founder) ?? false
     }
 
     package func encode(to encoder: any Encoder) throws {
@@ -58,7 +62,8 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
         try container.encode(members, forKey: .members)
         if !seeds.isEmpty { try container.encode(seeds, forKey: .seeds) }
         if !former.isEmpty { try container.encode(former, forKey: .former) }
-        if !introductionRecords.isEmpty { try container.encode(introductionRecords, forKey: .introductions) }
+        if !introductionsHex.isEmpty { try container.encode(introductionsHex, forKey: .introductions) }
+        if founder { try container.encode(founder, forKey: .founder) }
     }
 
     package var seedAddresses: [PeerAddress] {
@@ -72,7 +77,7 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
     /// The introductions kept; one that does not decode is passed over (its member asks, or
     /// tells us, again).
     package var introductions: [Introduction] {
-        introductionRecords.compactMap { text in
+        introductionsHex.compactMap { text in
             guard let bytes = Hex.decode(text) else { return nil }
             var buffer = ByteBuffer(bytes: bytes)
             guard let introduction = try? Introduction(decoding: &buffer), buffer.readableBytes == 0,
@@ -85,7 +90,7 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
     /// Keeps the introductions of `localID` and of the members remembered.
     package mutating func keepIntroductions(_ introductions: some Sequence<Introduction>, localID: NodeID) {
         let kept = Set(members.map(\.id)).union([localID.hex])
-        introductionRecords = introductions.filter { kept.contains($0.member.hex) }
+        introductionsHex = introductions.filter { kept.contains($0.member.hex) }
             .sorted { $0.member < $1.member }
             .map { introduction in
                 var buffer = ByteBuffer()

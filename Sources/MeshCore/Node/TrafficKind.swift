@@ -49,8 +49,9 @@ package enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
             case let .pong(pong) where pong.token == Ping.pathCheckToken: return .membership
             case .ping, .pong: kind = .ping
             case .probe, .probeAck: return .membership  // with gossip beside it
-            case .observedAddress, .punchRequest, .punchIntroduction, .punch, .birthdayRound, .protocolVersion:
-                return .membership  // where a member sees us, paths to it, what it speaks
+            case .observedAddress, .punchRequest, .punchIntroduction, .punch, .birthdayRound, .protocolVersion,
+                .introduction, .introductionRequest:
+                return .membership  // where a member sees us, paths to it, what it speaks, who let it in
             case .relayForward, .relayDelivery, .relayRefusal: return .relay
             default: continue
             }

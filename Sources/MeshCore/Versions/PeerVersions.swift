@@ -27,6 +27,11 @@ package struct PeerVersions: Sendable {
         var nextAt: MeshInstant?
         /// Whether the node reported that this boot and we have no version in common.
         var toldGap = false
+        /// Asks sent again after it was known (`reask`): how many, when the last went, and
+        /// whether one is due.
+        package internal(set) var reasks = 0
+        var reaskedAt: MeshInstant?
+        var reasking = false
     }
 
     /// A member whose versions and ours do not meet: reported once per member boot.
@@ -86,13 +91,20 @@ package struct PeerVersions: Sendable {
     }
 
     /// Ask a member whose versions we know once more, as on first contact: our version frame
-    /// carries what changed beside it (our introduction), and the answer shows it arrived.
+    /// carries what changed beside it (our introduction), and its answer says whether that came.
+    /// One interval after the last time, or a `recheck` once `attempts` went unheeded: a member
+    /// whose every answer asks for more gets no more than that.
     package mutating func reask(_ member: NodeID, now: MeshInstant) {
-        guard var peer = peers[member], peer.versions != nil else { return }
+        guard var peer = peers[member], peer.versions != nil, peer.attemptsLeft == 0 || peer.nextAt == nil else {
+            return  // being asked
+        }
+        let spacing = peer.reasks < settings.attempts ? settings.interval : settings.recheck
+        let at = peer.reaskedAt.map { max(now, $0 + spacing) } ?? now
+        peer.reasking = true
         peer.attemptsLeft = settings.attempts
-        peer.nextAt = now
+        peer.nextAt = at
         peers[member] = peer
-        nextDeadline = min(nextDeadline ?? now, now)
+        nextDeadline = min(nextDeadline ?? at, at)
     }
 
     private mutating func refreshDeadline() {
@@ -116,6 +128,11 @@ package struct PeerVersions: Sendable {
             } else if peer.attemptsLeft > 0 {
                 updated.attemptsLeft -= 1
                 updated.nextAt = now + settings.interval
+                if updated.reasking {
+                    updated.reasking = false
+                    updated.reasks += 1
+                    updated.reaskedAt = now
+                }
                 ask.append(member)
             } else if peer.versions == nil {
                 updated.nextAt = now + settings.recheck

@@ -40,40 +40,41 @@ package struct SpokenVersions: Equatable, Sendable, CustomStringConvertible {
 
 /// `protocolVersion` (0x5A): the versions its sender speaks, alone in a pairwise datagram (a
 /// release that does not know the frame drops only that datagram) or with the sender's
-/// introduction. `isAnswer` when it answers the member's own, which is then not answered again;
-/// `holdsIntroduction` when the sender holds the recipient's introduction (until it does, the
-/// recipient asks again, with it beside).
+/// introduction. `isAnswer` when it answers the member's own, which is then not answered again.
+/// `heldDoor` names the door of the recipient's introduction that the sender holds (the first 8
+/// bytes of its id): until it is the recipient's own, the recipient asks again, with it beside.
 package struct VersionAnnouncement: WireBody {
     package var versions: SpokenVersions
     package var isAnswer: Bool
-    package var holdsIntroduction: Bool
+    package var heldDoor: UInt64?
 
-    package init(versions: SpokenVersions, isAnswer: Bool, holdsIntroduction: Bool = false) {
+    package init(versions: SpokenVersions, isAnswer: Bool, heldDoor: UInt64? = nil) {
         self.versions = versions
         self.isAnswer = isAnswer
-        self.holdsIntroduction = holdsIntroduction
+        self.heldDoor = heldDoor
     }
 
     static let answerFlag: UInt8 = 1
-    static let holdsIntroductionFlag: UInt8 = 2
+    static let heldDoorFlag: UInt8 = 2
 
     package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         let current = try buffer.readWire(UInt16.self, "protocol version")
         let oldest = try buffer.readWire(UInt16.self, "oldest protocol version")
         let flags = try buffer.readWire(UInt8.self, "protocol version flags")
         guard oldest >= 1, oldest <= current else { throw .invalidField(what: "protocol versions") }
-        guard flags & ~(Self.answerFlag | Self.holdsIntroductionFlag) == 0 else {
+        guard flags & ~(Self.answerFlag | Self.heldDoorFlag) == 0 else {
             throw .invalidField(what: "protocol version flags")
         }
         versions = SpokenVersions(current: Int(current), oldest: Int(oldest))
         isAnswer = flags & Self.answerFlag != 0
-        holdsIntroduction = flags & Self.holdsIntroductionFlag != 0
+        heldDoor = flags & Self.heldDoorFlag != 0 ? try buffer.readWire(UInt64.self, "held door") : nil
     }
 
     package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(UInt16(clamping: versions.current))
         buffer.writeInteger(UInt16(clamping: versions.oldest))
-        buffer.writeInteger((isAnswer ? Self.answerFlag : 0) | (holdsIntroduction ? Self.holdsIntroductionFlag : 0))
+        buffer.writeInteger((isAnswer ? Self.answerFlag : 0) | (heldDoor != nil ? Self.heldDoorFlag : 0))
+        if let heldDoor { buffer.writeInteger(heldDoor) }
     }
 }
 
