@@ -90,11 +90,13 @@ import Testing
             }
             var reading = buffer(input)
             if case let .success(frames) = FrameCodec.decodeAll(&reading) {
-                // The frame format has one encoding per frame list.
+                #expect(reading.readableBytes == 0)
+                // The frame format has one encoding per frame list, but for the version frame,
+                // which passes over what a later protocol adds.
+                guard !frames.contains(where: { $0.type == .protocolVersion }) else { continue }
                 var encoded = ByteBuffer()
                 for frame in frames { FrameCodec.encode(frame, into: &encoded) }
                 #expect(bytes(encoded) == input, "seed \(seed) iteration \(iteration)")
-                #expect(reading.readableBytes == 0)
             }
         }
     }

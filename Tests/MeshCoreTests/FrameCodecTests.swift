@@ -36,7 +36,7 @@ import Testing
     }
 
     @Test(
-        "the version frame: current (2), oldest (2), flags (1: bit 0 answer, bit 1 then the held door (8)); versions out of order refused"
+        "the version frame: current (2), oldest (2), flags (1: bit 0 answer, bit 1 then the held door (8); the rest passed over); versions out of order refused"
     )
     func protocolVersionLayout() {
         var encoded = ByteBuffer()
@@ -53,13 +53,21 @@ import Testing
             Issue.record("a held door flag without the door decoded")
             return
         }
-        for body: [UInt8] in [[0, 1, 0, 2, 0], [0, 2, 0, 0, 0], [0, 2, 0, 1, 4]] {
+        for body: [UInt8] in [[0, 1, 0, 2, 0], [0, 2, 0, 0, 0]] {
             var input = buffer([0x5A, 0x00, 0x05] + body)
             guard case .failure(.invalidField) = FrameCodec.decodeAll(&input) else {
                 Issue.record("\(body) decoded")
                 continue
             }
         }
+        // A later protocol's flags and fields are passed over: its version frames still reach us.
+        var later = buffer([0x5A, 0x00, 0x0A, 0, 3, 0, 2, 0x85, 9, 9, 9, 9, 9])
+        #expect(
+            FrameCodec.decodeAll(&later)
+                == .success([
+                    .protocolVersion(
+                        VersionAnnouncement(versions: SpokenVersions(current: 3, oldest: 2), isAnswer: true))
+                ]))
         let protocolTwo: Set<FrameType> = [.protocolVersion, .introduction, .introductionRequest]
         #expect(protocolTwo.allSatisfy { $0.introducedIn == 2 })
         #expect(FrameType.allCases.filter { !protocolTwo.contains($0) }.allSatisfy { $0.introducedIn == 1 })

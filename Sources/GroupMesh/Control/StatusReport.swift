@@ -66,8 +66,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// Ours for ourselves.
         public var `protocol`: Int?
         /// The member that let it in (id), as both signed it (PROTOCOL.md §3, "Introductions");
-        /// null for the member that made the session, a member of the previous release, and while
-        /// its introduction has not reached us.
+        /// null for the member that made the session (one made by this release), a member of the
+        /// previous release, and while its introduction has not reached us.
         public var introducedBy: String? = nil
 
         // `rttMs`, `datagramSize` and `introducedBy` are always present, null until measured, so scripts can rely

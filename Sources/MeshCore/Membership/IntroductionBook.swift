@@ -47,6 +47,22 @@ package struct IntroductionBook: Sendable {
         return true
     }
 
+    /// Whether `member` let us in, or let in a door of ours, as far back as we know: introducing
+    /// it would close a loop (two members that joined through each other, members of the
+    /// previous release upgrading one by one).
+    func isInChain(_ member: NodeID, from localID: NodeID) -> Bool {
+        var current = localID
+        for _ in 0..<Self.maxChain {
+            guard let door = byMember[current]?.door else { return false }
+            if door == member { return true }
+            current = door
+        }
+        return false
+    }
+
+    /// Far above the members a session holds: a chain longer than that has a loop already.
+    static let maxChain = 64
+
     package mutating func forget(_ member: NodeID) {
         byMember[member] = nil
         answeredAt[member] = nil
@@ -73,6 +89,9 @@ package struct IntroductionBook: Sendable {
     func awaits(_ door: NodeID) -> Bool { request?.door == door }
 
     mutating func stopAsking() { request = nil }
+
+    /// Whether we signed for `member` (this run): a member we let in is not asked to let us in.
+    func hasSigned(for member: NodeID) -> Bool { answeredAt[member] != nil }
 
     /// Whether to answer `member`'s request now (once per interval each; the members a node
     /// answers are those in its view, a bounded set).

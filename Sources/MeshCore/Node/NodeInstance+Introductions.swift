@@ -9,9 +9,12 @@ extension NodeInstance {
     /// Who let `member` in, as far as we know.
     package func introduction(of member: NodeID) -> Introduction? { directory.introductions[member] }
 
-    /// Our own introduction, beside our version frame to a member that speaks protocol 2.
-    func introductionFrames(for member: NodeID) -> [Frame] {
-        guard let own = directory.introductions[localID], versions.allows(.introduction, to: member) else { return [] }
+    /// Our own introduction, beside our version frame to a member that speaks protocol 2 (and,
+    /// answering its frame, only when that frame named another door).
+    func introductionFrames(for member: NodeID, answering: VersionAnnouncement? = nil) -> [Frame] {
+        guard let own = directory.introductions[localID], versions.allows(.introduction, to: member),
+            answering.map({ $0.heldDoor != own.door.high }) ?? true
+        else { return [] }
         return [.introduction(own)]
     }
 
@@ -19,11 +22,13 @@ extension NodeInstance {
     func heldDoor(of member: NodeID) -> UInt64? { directory.introductions[member]?.door.high }
 
     /// The request to our door until it answers: once we are in through a member that speaks
-    /// protocol 2, hold no introduction, and did not make the session; not while the door is gone.
+    /// protocol 2, hold no introduction, and did not make the session; not while the door is gone,
+    /// nor when we signed for it (two members that joined through each other: the first to sign
+    /// stays unintroduced, and no loop forms).
     mutating func introductionsTick(now: MeshInstant) {
         let door = membership.joinedThrough.flatMap { membership.member($0) }.flatMap { $0.status.isGone ? nil : $0.id }
         guard let door, directory.introductions[localID] == nil, !directory.remembered.founder,
-            versions.allows(.introductionRequest, to: door)
+            !directory.introductions.hasSigned(for: door), versions.allows(.introductionRequest, to: door)
         else { return directory.introductions.stopAsking() }
         directory.introductions.ask(door, localID: localID, now: now)
         guard directory.introductions.due(now: now) != nil else { return }
@@ -46,10 +51,14 @@ extension NodeInstance {
     }
 
     /// A live member asks us to sign that we let it in (once per interval). Its word is all we
-    /// have: a member we know introduced already is refused (it would change its door), and what
-    /// one door may introduce is bounded by ROADMAP's next step, not here.
+    /// have: a member we know introduced already is refused (it would change its door), and so is
+    /// one that let us in, directly or through our doors (a loop). Two members asking each other
+    /// at once: the smaller id answers. What one door may introduce is bounded by ROADMAP's next
+    /// step, not here.
     private mutating func answerIntroductionRequest(from member: NodeID, now: MeshInstant) {
         guard member != localID, directory.introductions[member] == nil,
+            !directory.introductions.isInChain(member, from: localID),
+            !(directory.introductions.awaits(member) && member < localID),
             let known = membership.member(member), !known.status.isGone,
             directory.introductions.mayAnswer(member, now: now)
         else { return }

@@ -30,7 +30,7 @@ extension NodeInstance {
         let (ask, gaps) = versions.due(now: now) { member in
             memberPaths.relay(of: member) != nil || memberPaths.isDirect(member, within: silence, now: now)
         }
-        for member in ask { announceVersions(to: member, isAnswer: false) }
+        for member in ask { announceVersions(to: member) }
         for gap in gaps { reportGap(gap) }
         introductionsTick(now: now)
     }
@@ -39,7 +39,7 @@ extension NodeInstance {
     mutating func receiveVersion(_ announcement: VersionAnnouncement, header: DatagramHeader, now: MeshInstant) {
         let member = header.sender
         let (answer, gap) = versions.received(announcement, from: member, boot: header.bootID)
-        if answer { announceVersions(to: member, isAnswer: true) }
+        if answer { announceVersions(to: member, answering: announcement) }
         if let gap { reportGap(gap) }
         // Until the member names the door of the introduction we hold, it is asked again, with it
         // beside (an answer of ours that carried it may be lost, and is not answered).
@@ -49,12 +49,13 @@ extension NodeInstance {
         introductionsTick(now: now)
     }
 
-    private mutating func announceVersions(to member: NodeID, isAnswer: Bool) {
+    /// Our version frame: an ask, or the answer to `answering`.
+    private mutating func announceVersions(to member: NodeID, answering: VersionAnnouncement? = nil) {
         // Alone, or with our introduction to a member known to speak it: a member of a release
         // without the frame drops only this datagram.
         let version = Frame.protocolVersion(
-            VersionAnnouncement(versions: versions.ours, isAnswer: isAnswer, heldDoor: heldDoor(of: member)))
-        sendPairwise([version] + introductionFrames(for: member), to: member)
+            VersionAnnouncement(versions: versions.ours, isAnswer: answering != nil, heldDoor: heldDoor(of: member)))
+        sendPairwise([version] + introductionFrames(for: member, answering: answering), to: member)
     }
 
     /// An event, not a log record: the driver says it in one line of its own.

@@ -62,12 +62,12 @@ package struct VersionAnnouncement: WireBody {
         let oldest = try buffer.readWire(UInt16.self, "oldest protocol version")
         let flags = try buffer.readWire(UInt8.self, "protocol version flags")
         guard oldest >= 1, oldest <= current else { throw .invalidField(what: "protocol versions") }
-        guard flags & ~(Self.answerFlag | Self.heldDoorFlag) == 0 else {
-            throw .invalidField(what: "protocol version flags")
-        }
         versions = SpokenVersions(current: Int(current), oldest: Int(oldest))
         isAnswer = flags & Self.answerFlag != 0
         heldDoor = flags & Self.heldDoorFlag != 0 ? try buffer.readWire(UInt64.self, "held door") : nil
+        // The one frame a later protocol must be able to extend and still be heard by this one:
+        // flags this release does not know, and what follows, are passed over.
+        buffer.moveReaderIndex(forwardBy: buffer.readableBytes)
     }
 
     package func encode(into buffer: inout ByteBuffer) {
