@@ -625,10 +625,14 @@ package actor MeshNode {
                     let line = ProtocolGapNotice.line(member: member, name: name, theirs: theirs, ours: ours)
                     if let announce = configuration.announce { announce(line) } else { logger.warning("\(line)") }
                 case let .event(.log(record)):
+                    // The core's records name members by what they call themselves: escaped, as
+                    // every line a member's words reach a terminal by.
                     logger.log(
-                        level: Logger.Level(rawValue: record.level.rawValue) ?? .error, "\(record.message)",
+                        level: Logger.Level(rawValue: record.level.rawValue) ?? .error,
+                        "\(TerminalText.escaped(record.message))",
                         metadata: Logger.Metadata(
-                            record.metadata.map { ($0.key, .string($0.value)) }, uniquingKeysWith: { $1 }))
+                            record.metadata.map { ($0.key, .string(TerminalText.escaped($0.value))) },
+                            uniquingKeysWith: { $1 }))
                 }
             }
             drained.removeAll(keepingCapacity: true)
