@@ -285,7 +285,8 @@ extension MeshNode {
             probeRequestsRefused: counters.probeRequestsRefused + core.membership.counters.probeRequestsRefused,
             punchesSucceeded: core.paths.punchesSucceeded, punchesFailed: core.paths.punchesFailed,
             relay: relayInfo(sentThroughRelays: counters.relayedSent, receivedThroughRelays: counters.relayedReceived),
-            birthday: birthdayInfo(), membersRefusedFull: core.membership.counters.recordsRefusedFull)
+            birthday: birthdayInfo(), membersRefusedFull: core.membership.counters.recordsRefusedFull,
+            introductionsPastBound: core.counters.introductionsPastBound)
         let downlink = core.downlink
         let downlinkInfo = StatusReport.DownlinkInfo(
             rate: downlink.rate.rounded(), priority: downlink.priority == .foreground ? "foreground" : "background",

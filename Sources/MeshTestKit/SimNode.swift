@@ -253,6 +253,12 @@ package final class SimNode: SimulatedProcess {
         storage.chunks.damage(digest)
     }
 
+    /// Changes what the data dir remembers (a damaged or older `members.json`): read by the next
+    /// restart, until the node writes it again.
+    package func changeRemembered(_ change: (inout RememberedMembers) -> Void) {
+        change(&storage.remembered)
+    }
+
     package func setStorage(_ change: (inout SimStorage.Conditions) -> Void) {
         change(&storage.conditions)
     }

@@ -115,7 +115,7 @@ import Testing
         where [
             .chunkWant, .chunkPiece, .chunkAbsent, .chunkPace, .chunkCancel, .pathProbeRequest, .pathProbe,
             .observedAddress, .punchRequest, .punchIntroduction, .punch, .relayForward, .relayDelivery, .relayRefusal,
-            .birthdayRound, .protocolVersion, .introduction, .introductionRequest,
+            .birthdayRound, .protocolVersion, .introduction, .introductionRequest, .introductionRefusal,
         ].contains(frame.type) {
             var encoded = ByteBuffer()
             FrameCodec.encode(frame, into: &encoded)

@@ -68,9 +68,26 @@ import Testing
                     .protocolVersion(
                         VersionAnnouncement(versions: SpokenVersions(current: 3, oldest: 2), isAnswer: true))
                 ]))
-        let protocolTwo: Set<FrameType> = [.protocolVersion, .introduction, .introductionRequest]
+        let protocolTwo: Set<FrameType> = [
+            .protocolVersion, .introduction, .introductionRequest, .introductionRefusal,
+        ]
         #expect(protocolTwo.allSatisfy { $0.introducedIn == 2 })
         #expect(FrameType.allCases.filter { !protocolTwo.contains($0) }.allSatisfy { $0.introducedIn == 1 })
+    }
+
+    @Test("an introduction refusal is one reason byte; a reason a later protocol adds is still a refusal")
+    func introductionRefusalLayout() {
+        var encoded = ByteBuffer()
+        FrameCodec.encode(.introductionRefusal(IntroductionRefusal(reason: .crossing)), into: &encoded)
+        #expect(bytes(encoded) == [0x1C, 0x00, 0x01, 3])
+        var later = buffer([0x1C, 0x00, 0x01, 9])
+        #expect(
+            FrameCodec.decodeAll(&later) == .success([.introductionRefusal(IntroductionRefusal(reason: .other(9)))]))
+        var empty = buffer([0x1C, 0x00, 0x00])
+        guard case .failure = FrameCodec.decodeAll(&empty) else {
+            Issue.record("a refusal without its reason decoded")
+            return
+        }
     }
 
     @Test func pingLayoutIsBigEndian() {

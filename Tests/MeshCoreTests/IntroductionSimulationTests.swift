@@ -22,7 +22,7 @@ struct IntroductionSimulationTests {
         Dictionary(uniqueKeysWithValues: members.map { ($0.id, node.core.introduction(of: $0.id)?.door) })
     }
 
-    @Test("each joiner is introduced by the member that let it in, and every member learns it", arguments: seeds)
+    @Test("each joiner is introduced, and every member learns who let it in", arguments: seeds)
     func everyMemberLearnsEachDoor(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = SimMesh(seed: seed, link: Self.link(seed))
@@ -55,7 +55,6 @@ struct IntroductionSimulationTests {
         #expect(introduced.count >= 2, "\(replay): \(introduced.count) of 3 joiners introduced")
         for joiner in introduced {
             let door = joiner.core.introduction(of: joiner.id)?.door
-            #expect(door == joiner.core.membership.joinedThrough, "\(replay): \(joiner.address) not by its door")
             #expect(door != joiner.id && nodes.map(\.id).contains { $0 == door }, "\(replay)")
         }
         #expect(
@@ -121,7 +120,9 @@ struct IntroductionSimulationTests {
         }
     }
 
-    @Test("a member of the previous release neither asks nor is asked, and stays unintroduced", arguments: seeds)
+    @Test(
+        "a member of the previous release neither asks nor is asked, and stays unintroduced; who came in through it asks the next member",
+        arguments: seeds)
     func previousReleaseStaysUnintroduced(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
         let mesh = SimMesh(seed: seed, link: Self.link(seed))
@@ -137,7 +138,7 @@ struct IntroductionSimulationTests {
         mesh.simulator.run(for: .seconds(40), checkEvery: .milliseconds(500)) { _ in
             new.core.versions.versions(of: old.id) == .unannounced
                 && third.core.versions.versions(of: old.id) == .unannounced
-                && (!oldFirst || new.core.introduction(of: third.id) != nil)
+                && (new.core.introduction(of: third.id) != nil || third.core.introduction(of: new.id) != nil)
         }
         #expect(new.core.versions.versions(of: old.id) == .unannounced, "\(replay)")
         for node in [new, third] {
@@ -145,16 +146,19 @@ struct IntroductionSimulationTests {
         }
         #expect(old.core.introduction(of: old.id) == nil, "\(replay)")
         if oldFirst {
-            // The new member came in through the old one: nobody to ask. The third came in
-            // through the new one, which introduced it.
-            #expect(new.core.introduction(of: new.id) == nil, "\(replay): introduced by the old member")
-            #expect(third.core.introduction(of: third.id)?.door == new.id, "\(replay)")
-            #expect(new.core.introduction(of: third.id)?.door == new.id, "\(replay)")
+            // The new member came in through the old one, which introduces nobody; the third came
+            // in through the new one. One of the two introduces the other (which, asking at once,
+            // is a race), never both.
+            let doors = [new, third].map { $0.core.introduction(of: $0.id)?.door }
+            #expect(
+                doors == [third.id, nil] || doors == [nil, new.id],
+                "\(replay): \(doors) for the new member and the third")
+            #expect(new.core.introduction(of: third.id)?.door == doors[1], "\(replay)")
         } else {
             // The new founder made the session; the third came in through the old member, which
-            // introduces nobody.
+            // introduces nobody: the next member that speaks protocol 2, the founder, does.
             #expect(new.core.introduction(of: new.id) == nil, "\(replay): the founder was introduced")
-            #expect(third.core.introduction(of: third.id) == nil, "\(replay): introduced by the old member")
+            #expect(third.core.introduction(of: third.id)?.door == new.id, "\(replay): not by the next member")
         }
         #expect(old.core.counters.laterProtocolDrops == 0, "\(replay): a frame of protocol 2 reached the old member")
         let dropped = old.core.counters.dropped[.malformed, default: 0]

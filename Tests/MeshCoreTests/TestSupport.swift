@@ -205,6 +205,8 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
                 epoch: SessionID(value: .max), member: zero, doorKey: identity.publicKey,
                 doorSignature: [UInt8](repeating: 0, count: 64), memberSignature: identity.sign([6]))),
         .introductionRequest(IntroductionRequest()),
+        .introductionRefusal(IntroductionRefusal(reason: .full)),
+        .introductionRefusal(IntroductionRefusal(reason: .other(200))),
         .chunkPiece(
             ChunkPiece(digest: digest, chunkLength: 3000, pieceSize: 1099, index: 0, payload: buffer(rng.bytes(1099)))),
         .chunkPiece(

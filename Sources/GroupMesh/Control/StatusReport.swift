@@ -250,6 +250,9 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// Members' records not taken because the session already had its most live members
         /// (50, this node included); absent from an older node's report.
         public var membersRefusedFull: UInt64? = nil
+        /// Members' introductions not taken because their door had introduced as many live
+        /// members as one may (16); absent from an older node's report.
+        public var introductionsPastBound: UInt64? = nil
     }
 
     /// Relays (PROTOCOL.md §1d): what this node sent and got through others, and what it carried

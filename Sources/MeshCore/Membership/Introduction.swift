@@ -101,10 +101,55 @@ package struct Introduction: WireBody, Hashable {
     }
 }
 
-/// `introductionRequest` (0x1B): "introduce me", from a member that joined through the recipient
-/// and holds no introduction. Pairwise only, so the request is the member's own.
+/// `introductionRequest` (0x1B): "introduce me", from a member that holds no introduction, to the
+/// member it came in through or, when that one refused or went, to the next. Pairwise only, so
+/// the request is the member's own.
 package struct IntroductionRequest: WireBody {
     package init() {}
     package init(decoding buffer: inout ByteBuffer) throws(WireError) {}
     package func encode(into buffer: inout ByteBuffer) {}
+}
+
+/// `introductionRefusal` (0x1C): "not I", from a member asked to introduce another; the asker
+/// asks the next member. Pairwise only, so it is the refuser's own.
+package struct IntroductionRefusal: WireBody {
+    package enum Reason: Equatable, Sendable {
+        /// The refuser introduced as many live members as one may.
+        case full
+        /// The asker let the refuser in, directly or through the refuser's doors.
+        case loop
+        /// Both asked each other at once: the smaller id answers, the larger refuses.
+        case crossing
+        /// One a later protocol added: a refusal all the same. Only for codes this protocol does
+        /// not name (`.other(1)` is sent as 1 and read back as `.full`).
+        case other(UInt8)
+
+        var code: UInt8 {
+            switch self {
+            case .full: 1
+            case .loop: 2
+            case .crossing: 3
+            case let .other(code): code
+            }
+        }
+
+        init(code: UInt8) {
+            switch code {
+            case 1: self = .full
+            case 2: self = .loop
+            case 3: self = .crossing
+            default: self = .other(code)
+            }
+        }
+    }
+
+    package var reason: Reason
+
+    package init(reason: Reason) { self.reason = reason }
+
+    package init(decoding buffer: inout ByteBuffer) throws(WireError) {
+        reason = Reason(code: try buffer.readWire(UInt8.self, "introduction refusal reason"))
+    }
+
+    package func encode(into buffer: inout ByteBuffer) { buffer.writeInteger(reason.code) }
 }

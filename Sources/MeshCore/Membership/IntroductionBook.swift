@@ -1,31 +1,44 @@
 import MeshCrypto
 
 /// Who let each member in, as far as this node knows (PROTOCOL.md §3, "Introductions"), and
-/// this node's own request to its door. A pure value: the node sends what it says and checks
+/// this node's own request for its introduction. A pure value: the node sends what it says and checks
 /// signatures before anything goes in.
 package struct IntroductionBook: Sendable {
     package struct Settings: Sendable {
-        /// Requests sent to the door one interval apart, then one each `recheck` (the door may be
-        /// slow to learn that we speak protocol 2, or all of them lost).
+        /// Requests sent to a member one interval apart; one silent through all of them is passed
+        /// over for the next. Once every candidate refused or was silent, the round starts again a
+        /// `recheck` later.
         package var attempts = 5
         package var interval: Duration = .seconds(2)
         package var recheck: Duration = .seconds(60)
+        /// The live members one member may have introduced: a door past it refuses, and nobody
+        /// takes more of its introductions.
+        package var perDoor = 16
+        /// Of those, the members signed for that have not told which introduction they took: a
+        /// door past it refuses too, so that identities that ask every door and never tell cannot
+        /// fill the honest doors.
+        package var pendingPerDoor = 4
         package init() {}
     }
 
-    /// Asking the door for our introduction.
-    struct Request: Sendable {
-        var door: NodeID
-        var nextAt: MeshInstant?
-        var attemptsLeft: Int
+    /// Asking a member for our introduction.
+    package struct Request: Sendable {
+        package var asked: NodeID
+        package var nextAt: MeshInstant
+        package var attemptsLeft: Int
     }
 
     package let settings: Settings
     /// The introductions both signed, by member (ours too).
     package private(set) var byMember: [NodeID: Introduction] = [:]
-    private(set) var request: Request?
-    /// When each member's request was last answered: one signature per member per interval.
+    package private(set) var request: Request?
+    /// Members that refused us, or were silent, this round: asked again once every other was.
+    private var passedOver: Set<NodeID> = []
+    /// When each member's request was last answered: one answer per member per interval.
     private var answeredAt: [NodeID: MeshInstant] = [:]
+    /// The members we signed for this run: each counts in our bound (as pending) until it tells
+    /// us which introduction it took.
+    private var signedFor: Set<NodeID> = []
 
     package init(settings: Settings = .init(), remembered: [Introduction] = []) {
         self.settings = settings
@@ -35,7 +48,7 @@ package struct IntroductionBook: Sendable {
     package subscript(member: NodeID) -> Introduction? { byMember[member] }
 
     /// When the request needs the node next.
-    var nextDeadline: MeshInstant? { request?.nextAt }
+    package var nextDeadline: MeshInstant? { request?.nextAt }
 
     /// Keeps a countersigned introduction (checked by the caller), as its member last told it:
     /// only the member tells its own, and tells it again to each member whose version frame names
@@ -47,10 +60,37 @@ package struct IntroductionBook: Sendable {
         return true
     }
 
+    /// The live members other than `member` that `door` introduced, as far as we know.
+    package func liveIntroduced(by door: NodeID, otherThan member: NodeID, isLive: (NodeID) -> Bool) -> Int {
+        var count = 0
+        for introduction in byMember.values
+        where introduction.door == door && introduction.member != member && isLive(introduction.member) {
+            count += 1
+        }
+        return count
+    }
+
+    /// The live members other than `member` we signed for that have not told us yet.
+    package func pending(otherThan member: NodeID, isLive: (NodeID) -> Bool) -> Int {
+        var count = 0
+        for signed in signedFor where signed != member && byMember[signed] == nil && isLive(signed) { count += 1 }
+        return count
+    }
+
+    /// Whether `door` may introduce `member`: it introduced fewer live members than one may. Ours
+    /// (`door == localID`) counts those pending too, and has room for no more than
+    /// `pendingPerDoor` of them.
+    package func hasRoom(in door: NodeID, for member: NodeID, localID: NodeID, isLive: (NodeID) -> Bool) -> Bool {
+        let introduced = liveIntroduced(by: door, otherThan: member, isLive: isLive)
+        guard door == localID else { return introduced < settings.perDoor }
+        let pending = pending(otherThan: member, isLive: isLive)
+        return introduced + pending < settings.perDoor && pending < settings.pendingPerDoor
+    }
+
     /// Whether `member` let us in, or let in a door of ours, as far back as we know: introducing
     /// it would close a loop (two members that joined through each other, members of the
     /// previous release upgrading one by one).
-    func isInChain(_ member: NodeID, from localID: NodeID) -> Bool {
+    package func isInChain(_ member: NodeID, from localID: NodeID) -> Bool {
         var current = localID
         for _ in 0..<Self.maxChain {
             guard let door = byMember[current]?.door else { return false }
@@ -66,37 +106,80 @@ package struct IntroductionBook: Sendable {
     package mutating func forget(_ member: NodeID) {
         byMember[member] = nil
         answeredAt[member] = nil
-        if request?.door == member { request = nil }
+        signedFor.remove(member)
+        passedOver.remove(member)
+        if request?.asked == member { request = nil }
     }
 
-    /// Ask `door` from now on (the member through which we joined, which speaks protocol 2),
-    /// unless we hold ours or ask it already.
-    mutating func ask(_ door: NodeID, localID: NodeID, now: MeshInstant) {
-        guard byMember[localID] == nil, request?.door != door else { return }
-        request = Request(door: door, nextAt: now, attemptsLeft: settings.attempts)
+    /// Asks the first of `candidates` (the members that may introduce us, the one we came in
+    /// through first) that was not passed over this round, unless we hold ours or ask one of them
+    /// already. When every one was, the round starts again a recheck later.
+    package mutating func ask(among candidates: [NodeID], localID: NodeID, now: MeshInstant) {
+        guard byMember[localID] == nil, !candidates.isEmpty else { return stopAsking() }
+        if let asked = request?.asked, candidates.contains(asked) { return }
+        if let next = candidates.first(where: { !passedOver.contains($0) }) {
+            request = Request(asked: next, nextAt: now, attemptsLeft: settings.attempts)
+        } else {
+            passedOver.removeAll()
+            request = Request(asked: candidates[0], nextAt: now + settings.recheck, attemptsLeft: settings.attempts)
+        }
     }
 
-    /// The door to send a request to now, if one is due.
-    mutating func due(now: MeshInstant) -> NodeID? {
-        guard var pending = request, let at = pending.nextAt, at <= now else { return nil }
-        pending.attemptsLeft = max(pending.attemptsLeft - 1, 0)
-        pending.nextAt = now + (pending.attemptsLeft > 0 ? settings.interval : settings.recheck)
+    /// The member to send a request to now, if one is due. One silent through every attempt is
+    /// passed over (nil: the caller asks the next).
+    package mutating func due(now: MeshInstant) -> NodeID? {
+        guard var pending = request, pending.nextAt <= now else { return nil }
+        guard pending.attemptsLeft > 0 else {
+            passOver()
+            return nil
+        }
+        pending.attemptsLeft -= 1
+        pending.nextAt = now + settings.interval
         request = pending
-        return pending.door
+        return pending.asked
     }
 
-    /// Whether the door's answer is one we asked for.
-    func awaits(_ door: NodeID) -> Bool { request?.door == door }
+    /// Whether an answer of `member` is one we asked for: a request went to it (a member that
+    /// waits for the next round's first request is not asked yet, and cannot cut the wait short).
+    package func awaits(_ member: NodeID) -> Bool {
+        guard let request, request.asked == member else { return false }
+        return request.attemptsLeft < settings.attempts
+    }
 
-    mutating func stopAsking() { request = nil }
+    /// `member` refused: the next member is asked. Whether we were asking it.
+    package mutating func refused(by member: NodeID) -> Bool {
+        guard awaits(member) else { return false }
+        passOver()
+        return true
+    }
+
+    private mutating func passOver() {
+        if let asked = request?.asked { passedOver.insert(asked) }
+        request = nil
+    }
+
+    /// Whether a request to `member` is on its way or due later, and `member` is still one to ask:
+    /// nothing to choose before `nextAt`.
+    package func isWaiting(on member: (NodeID) -> Bool, now: MeshInstant) -> Bool {
+        guard let request else { return false }
+        return request.nextAt > now && member(request.asked)
+    }
+
+    package mutating func stopAsking() {
+        request = nil
+        passedOver.removeAll()
+    }
 
     /// Whether we signed for `member` (this run): a member we let in is not asked to let us in.
-    func hasSigned(for member: NodeID) -> Bool { answeredAt[member] != nil }
+    package func hasSigned(for member: NodeID) -> Bool { signedFor.contains(member) }
 
-    /// Whether to answer `member`'s request now (once per interval each; the members a node
-    /// answers are those in its view, a bounded set).
-    mutating func mayAnswer(_ member: NodeID, now: MeshInstant) -> Bool {
-        if let last = answeredAt[member], now < last + settings.interval { return false }
+    package mutating func signed(for member: NodeID) { signedFor.insert(member) }
+
+    /// Whether to answer `member`'s request now (once per half interval each, so that a request
+    /// sent again a little early is still answered; the members a node answers are those in its
+    /// view, a bounded set).
+    package mutating func mayAnswer(_ member: NodeID, now: MeshInstant) -> Bool {
+        if let last = answeredAt[member], now < last + settings.interval / 2 { return false }
         answeredAt[member] = now
         return true
     }

@@ -15,6 +15,9 @@ package struct NodeCounters: Sendable, Equatable {
     /// Datagrams a node acting as release 0.9.0 (tests only) dropped for a frame of a later
     /// protocol other than the version frame: what must never reach such a member.
     package var laterProtocolDrops: UInt64 = 0
+    /// Introductions of members not taken: their door had introduced as many live members as one
+    /// may (a door that signed for more).
+    package var introductionsPastBound: UInt64 = 0
     package var chunksFetched: UInt64 = 0
     package var chunksServed: UInt64 = 0
     /// Chunks whose bytes did not match their hash (never stored nor served).

@@ -21,18 +21,45 @@ extension NodeInstance {
     /// What our version frame to `member` says we hold of its introduction: its door.
     func heldDoor(of member: NodeID) -> UInt64? { directory.introductions[member]?.door.high }
 
-    /// The request to our door until it answers: once we are in through a member that speaks
-    /// protocol 2, hold no introduction, and did not make the session; not while the door is gone,
-    /// nor when we signed for it (two members that joined through each other: the first to sign
-    /// stays unintroduced, and no loop forms).
+    /// The request for our introduction until one comes: once we are in, hold none, and did not
+    /// make the session. The member we came in through is asked first; one that refuses, goes or
+    /// stays silent is passed over for the next member that speaks protocol 2. Members we signed
+    /// for or introduced are not asked (two members that joined through each other: the first to
+    /// sign stays unintroduced, and no loop forms).
     mutating func introductionsTick(now: MeshInstant) {
-        let door = membership.joinedThrough.flatMap { membership.member($0) }.flatMap { $0.status.isGone ? nil : $0.id }
-        guard let door, directory.introductions[localID] == nil, !directory.remembered.founder,
-            !directory.introductions.hasSigned(for: door), versions.allows(.introductionRequest, to: door)
+        guard membership.joinedThrough != nil, directory.introductions[localID] == nil, !directory.remembered.founder
         else { return directory.introductions.stopAsking() }
-        directory.introductions.ask(door, localID: localID, now: now)
-        guard directory.introductions.due(now: now) != nil else { return }
-        sendPairwise([.introductionRequest(IntroductionRequest())], to: door)
+        // Called on every tick: nothing to choose while the next request is not due.
+        if directory.introductions.isWaiting(on: isLiveMember, now: now) { return }
+        for _ in 0..<2 {
+            directory.introductions.ask(among: introductionCandidates(), localID: localID, now: now)
+            if let door = directory.introductions.due(now: now) {
+                return sendPairwise([.introductionRequest(IntroductionRequest())], to: door)
+            }
+            // Passed over a silent member: the next is asked at once.
+            if directory.introductions.request != nil { return }
+        }
+    }
+
+    /// Who may introduce us, in the order asked: the member we came in through, then the others
+    /// by id. Not one we let in (directly or through members we let in, as far as we know: a
+    /// loop), nor one we know to be full.
+    private func introductionCandidates() -> [NodeID] {
+        let book = directory.introductions
+        var candidates: [NodeID] = []
+        for member in membership.view.dropFirst()
+        where !member.status.isGone && versions.allows(.introductionRequest, to: member.id)
+            && !book.hasSigned(for: member.id) && !book.isInChain(localID, from: member.id)
+            && book.hasRoom(in: member.id, for: localID, localID: localID, isLive: isLiveMember)
+        {
+            candidates.append(member.id)
+        }
+        candidates.sort()
+        if let door = membership.joinedThrough, let index = candidates.firstIndex(of: door) {
+            candidates.swapAt(0, index)
+            candidates[1...].sort()
+        }
+        return candidates
     }
 
     /// Introduction frames of a pairwise datagram, which is its sender's own. One introduction
@@ -42,6 +69,12 @@ extension NodeInstance {
         for frame in frames {
             switch frame {
             case .introductionRequest: answerIntroductionRequest(from: sender, now: now)
+            case let .introductionRefusal(refusal):
+                guard directory.introductions.refused(by: sender) else { continue }
+                log(
+                    .debug,
+                    "\(displayName(of: sender)) does not introduce us (\(refusal.reason)); asking the next member")
+                introductionsTick(now: now)
             case let .introduction(introduction) where !introductionTaken:
                 introductionTaken = true
                 receiveIntroduction(introduction, from: sender, now: now)
@@ -50,34 +83,71 @@ extension NodeInstance {
         }
     }
 
-    /// A live member asks us to sign that we let it in (once per interval). Its word is all we
-    /// have: a member we know introduced already is refused (it would change its door), and so is
-    /// one that let us in, directly or through our doors (a loop). Two members asking each other
-    /// at once: the smaller id answers. What one door may introduce is bounded by ROADMAP's next
-    /// step, not here.
+    /// A live member asks us to sign that we let it in (one answer per interval). Its word is all
+    /// we have. A member whose introduction we hold gets that one back (it lost its own). We
+    /// refuse, so that it asks the next member: one that let us in, directly or through our doors
+    /// (a loop); one that we ask at the same time, when its id is the larger; any past the live
+    /// members one door may introduce.
     private mutating func answerIntroductionRequest(from member: NodeID, now: MeshInstant) {
-        guard member != localID, directory.introductions[member] == nil,
-            !directory.introductions.isInChain(member, from: localID),
-            !(directory.introductions.awaits(member) && member < localID),
-            let known = membership.member(member), !known.status.isGone,
+        guard member != localID, let known = membership.member(member), !known.status.isGone,
             directory.introductions.mayAnswer(member, now: now)
         else { return }
-        let introduction = Introduction.signed(by: authority, admitting: member, in: session.sessionID)
         // Its request is protocol 2's: it speaks it, though its version frame may not have come.
+        if let held = directory.introductions[member] {
+            return sendPairwise([.introduction(held)], to: member, gated: false)
+        }
+        if let reason = introductionRefusal(of: member) {
+            return sendPairwise([.introductionRefusal(IntroductionRefusal(reason: reason))], to: member, gated: false)
+        }
+        let introduction = Introduction.signed(by: authority, admitting: member, in: session.sessionID)
+        directory.introductions.signed(for: member)
         sendPairwise([.introduction(introduction)], to: member, gated: false)
+    }
+
+    private func introductionRefusal(of member: NodeID) -> IntroductionRefusal.Reason? {
+        let book = directory.introductions
+        if book.isInChain(member, from: localID) { return .loop }
+        if book.awaits(member) && member < localID { return .crossing }
+        if !book.hasRoom(in: localID, for: member, localID: localID, isLive: isLiveMember) { return .full }
+        return nil
+    }
+
+    /// Whether `member` is in our view and not gone: what an introduction bound counts.
+    private func isLiveMember(_ member: NodeID) -> Bool {
+        membership.member(member).map { !$0.status.isGone } ?? false
     }
 
     private mutating func receiveIntroduction(_ introduction: Introduction, from sender: NodeID, now: MeshInstant) {
         if introduction.member == localID {
-            // Our door's answer (one for each request that came: the first is taken).
+            // The answer of the member we asked (one for each request that came: the first is
+            // taken). Signed by it for us to countersign, or, when we lost ours, the one it held.
             guard directory.introductions.awaits(sender) else { return }
-            guard !introduction.isCountersigned, introduction.door == sender, introduction.isSignedByDoor(authority)
-            else { return counters.countDrop(.malformed) }
-            directory.introductions.take(introduction.countersigned(by: authority))
+            let taken: Introduction
+            if introduction.isCountersigned {
+                guard introduction.isValid(memberKey: authority.signingKey, authority) else {
+                    return counters.countDrop(.malformed)
+                }
+                taken = introduction
+            } else {
+                guard introduction.door == sender, introduction.isSignedByDoor(authority) else {
+                    return counters.countDrop(.malformed)
+                }
+                // One that would close a loop, or that the others would not take (its door is
+                // full as far as we know): as a refusal.
+                let book = directory.introductions
+                guard !book.isInChain(localID, from: sender),
+                    book.hasRoom(in: sender, for: localID, localID: localID, isLive: isLiveMember)
+                else {
+                    _ = directory.introductions.refused(by: sender)
+                    return introductionsTick(now: now)
+                }
+                taken = introduction.countersigned(by: authority)
+            }
+            directory.introductions.take(taken)
             directory.introductions.stopAsking()
             // Written at once: a crash now must not make us ask another door at the next start.
             saveRemembered()
-            log(.info, "introduced by \(displayName(of: sender))", ["door": sender.hex])
+            log(.info, "introduced by \(displayName(of: taken.door))", ["door": taken.door.hex])
             // Every member that speaks protocol 2 is asked again, with it beside.
             for member in membership.view.dropFirst() where !member.status.isGone {
                 if versions.allows(.introduction, to: member.id) { versions.reask(member.id, now: now) }
@@ -88,9 +158,19 @@ extension NodeInstance {
         guard introduction.member == sender, let member = membership.member(sender), !member.status.isGone else {
             return counters.countDrop(.malformed)
         }
-        guard directory.introductions[sender] != introduction else { return }
+        let held = directory.introductions[sender]
+        guard held != introduction else { return }
         guard introduction.isValid(memberKey: member.record.signingKey, authority) else {
             return counters.countDrop(.malformed)
+        }
+        // Past the bound of its door (a door that signed for more than it may): not taken, and
+        // the member stays as introduced as we knew it.
+        if held?.door != introduction.door,
+            !directory.introductions.hasRoom(
+                in: introduction.door, for: sender, localID: localID, isLive: isLiveMember)
+        {
+            counters.introductionsPastBound += 1
+            return
         }
         if directory.introductions.take(introduction) { directory.rememberedDirty = true }
     }

@@ -152,7 +152,8 @@ package struct NodeInstance: Sendable {
         }
         directory = MemberDirectory(
             remembered: restored.remembered,
-            introductions: IntroductionBook(remembered: restored.remembered.introductions))
+            introductions: IntroductionBook(
+                settings: settings.introductions, remembered: restored.remembered.introductions))
         let record = MemberRecord(
             signingKey: boot.identity.publicKey, name: boot.name,
             addresses: Array(boot.addresses.prefix(MemberRecord.maxAddresses)),
@@ -359,7 +360,7 @@ package struct NodeInstance: Sendable {
                 // The introduction beside first: the answer says whether we hold it.
                 receiveIntroductions(datagram.frames.dropFirst(), from: sender, now: now)
                 receiveVersion(announcement, header: datagram.header, now: now)
-            case .introduction, .introductionRequest:
+            case .introduction, .introductionRequest, .introductionRefusal:
                 receiveIntroductions(datagram.frames[...], from: sender, now: now)
             default: break
             }

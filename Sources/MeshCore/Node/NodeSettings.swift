@@ -62,6 +62,9 @@ package struct NodeSettings: Sendable {
     package var birthday = BirthdayPunching.Settings()
     /// How a member's protocol versions are asked (PROTOCOL.md §3, "Protocol versions").
     package var versions = PeerVersions.Settings()
+    /// How a member asks to be introduced, and how many one may introduce (PROTOCOL.md §3,
+    /// "Introductions").
+    package var introductions = IntroductionBook.Settings()
     /// The versions this node says it speaks: a test claims others to meet a gap.
     package var spokenVersions = SpokenVersions.this
     /// False makes the node act as release 0.9.0 (protocol 1) does: it sends no version frame and

@@ -50,7 +50,7 @@ package enum TrafficKind: Int, Sendable, CaseIterable, CustomStringConvertible {
             case .ping, .pong: kind = .ping
             case .probe, .probeAck: return .membership  // with gossip beside it
             case .observedAddress, .punchRequest, .punchIntroduction, .punch, .birthdayRound, .protocolVersion,
-                .introduction, .introductionRequest:
+                .introduction, .introductionRequest, .introductionRefusal:
                 return .membership  // where a member sees us, paths to it, what it speaks, who let it in
             case .relayForward, .relayDelivery, .relayRefusal: return .relay
             default: continue

@@ -83,7 +83,7 @@ extension FrameType {
     /// version (`NodeInstance.sendPairwise`, the one gate). A new frame adds its case here.
     package var introducedIn: Int {
         switch self {
-        case .protocolVersion, .introduction, .introductionRequest: return 2
+        case .protocolVersion, .introduction, .introductionRequest, .introductionRefusal: return 2
         default: return 1
         }
     }

@@ -20,6 +20,7 @@ package enum Frame: Equatable, Sendable {
     case stateDigest(StateDigest)
     case introduction(Introduction)
     case introductionRequest(IntroductionRequest)
+    case introductionRefusal(IntroductionRefusal)
     // Messenger (reliable and unreliable delivery).
     case data(DataChunk)
     case ack(DeliveryAck)
@@ -73,6 +74,7 @@ package enum Frame: Equatable, Sendable {
         case .stateDigest: return .stateDigest
         case .introduction: return .introduction
         case .introductionRequest: return .introductionRequest
+        case .introductionRefusal: return .introductionRefusal
         case let .data(chunk): return chunk.stream == .journal ? .journalData : .data
         case .ack: return .ack
         case .forwardTSN: return .forwardTSN
@@ -115,6 +117,7 @@ package enum Frame: Equatable, Sendable {
         case let .stateDigest(body): return body
         case let .introduction(body): return body
         case let .introductionRequest(body): return body
+        case let .introductionRefusal(body): return body
         case let .data(body): return body
         case let .ack(body): return body
         case let .forwardTSN(body): return body
@@ -161,6 +164,7 @@ package enum Frame: Equatable, Sendable {
         case .stateDigest: return .stateDigest(try StateDigest(decoding: &body))
         case .introduction: return .introduction(try Introduction(decoding: &body))
         case .introductionRequest: return .introductionRequest(try IntroductionRequest(decoding: &body))
+        case .introductionRefusal: return .introductionRefusal(try IntroductionRefusal(decoding: &body))
         case .data: return .data(try DataChunk(decoding: &body))
         case .journalData:
             var chunk = try DataChunk(decoding: &body)
@@ -208,6 +212,7 @@ package enum FrameType: UInt8, Sendable, CaseIterable {
     case stateDigest = 0x19
     case introduction = 0x1A
     case introductionRequest = 0x1B
+    case introductionRefusal = 0x1C
     case data = 0x20
     case ack = 0x21
     case forwardTSN = 0x22
