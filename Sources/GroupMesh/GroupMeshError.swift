@@ -182,12 +182,31 @@ extension GroupMeshError {
         case let .sessionTooLarge(limit): self = .sessionTooLarge(limit: limit)
         case let .epochNotStored(failure): self = .epochNotStored(reason: failure.description)
         case .removalInProgress: self = .removalInProgress
+        case let .introducedMembers(id, introduced):
+            self = .refused(
+                "\(names(id)) introduced \(Self.list(introduced, names)) still in the session: remove them with it "
+                    + "(--with-introduced), keep them (--keep-introduced) or name those to keep (--keep NAME,…); "
+                    + "nothing was removed", kind: .input)
+        case let .tooManyToRemove(id, introduced, limit):
+            self = .refused(
+                "\(names(id)) introduced \(introduced) members still in the session; one removal takes at most "
+                    + "\(limit) with it: keep some (--keep NAME,…) or remove them first; nothing was removed",
+                kind: .input)
         case let .sessionEnded(by): self = .sessionEnded(by: names(by))
         case let .notReachable(id):
             self = .refused(
                 "\(names(id)) is not reachable (dead, left, or never met); see groupmesh status", kind: .unavailable)
         case let .pingTimedOut(id): self = .refused("no answer from \(names(id)) within 2 s", kind: .unavailable)
         }
+    }
+}
+
+extension GroupMeshError {
+    /// Members as one phrase: "1 member (bob …)", "3 members (bob …, carol …, dave …)", the first
+    /// eight named.
+    static func list(_ members: [NodeID], _ names: (NodeID) -> String) -> String {
+        let named = members.prefix(8).map(names).joined(separator: ", ") + (members.count > 8 ? ", …" : "")
+        return "\(members.count) member\(members.count == 1 ? "" : "s") (\(named))"
     }
 }
 

@@ -33,16 +33,26 @@ extension MeshNode {
         Participant(id: id, name: core.membership.member(id)?.record.name ?? "")
     }
 
-    /// Removes a member (id, unique id prefix or name) with a new key epoch. Returns the member
-    /// and how many members were handed the new key at once.
-    package func removeMember(_ text: String) async throws(GroupMeshError) -> (id: NodeID, handedTo: Int) {
+    /// Removes a member (id, unique id prefix or name) with a new key epoch; with the members it
+    /// introduced if `withIntroduced`, but those named in `keeping` (or all, `keepingAll`).
+    /// Returns the member, how many members were handed the new key at once, and the members it
+    /// introduced that went too.
+    package func removeMember(
+        _ text: String, withIntroduced: Bool = false, keeping: [String] = [], keepingAll: Bool = false
+    ) async throws(GroupMeshError) -> (id: NodeID, handedTo: Int, introduced: [NodeID]) {
         guard !core.namesSelf(text) else { throw .cannotRemoveSelf }
         let id: NodeID
-        do { id = try resolveMember(text, removable: true) } catch {
+        var kept: Set<NodeID> = []
+        do {
+            id = try resolveMember(text, removable: true)
+            for name in keeping { kept.insert(try resolveMember(name, removable: true)) }
+        } catch {
             throw .refused(error.description, kind: error.kind)
         }
-        switch await perform(.removeMember(id)) {
-        case let .success(.memberRemoved(removed, handedTo)): return (removed, handedTo)
+        let policy: IntroducedMembers =
+            keepingAll ? .keepAll : withIntroduced ? .remove(keeping: kept) : .keep(kept)
+        switch await perform(.removeMember(id, introduced: policy)) {
+        case let .success(.memberRemoved(removed, handedTo, introduced)): return (removed, handedTo, introduced)
         case let .failure(error): throw GroupMeshError(error, names: { core.displayName(of: $0) })
         case .success: throw .notRunning
         }

@@ -92,6 +92,8 @@ package final class SimNode: SimulatedProcess {
     /// Things that must never happen (a command completed twice, a timer that spins…).
     package private(set) var violations: [String] = []
     private var pending: [RequestID: String] = [:]
+    /// What each command other than a message send or a load ended with.
+    package private(set) var commandResults: [RequestID: Result<NodeResult, NodeError>] = [:]
     private var spins = 0
     private var timerSpun = false
 
@@ -228,8 +230,12 @@ package final class SimNode: SimulatedProcess {
         _ = command(.end, "end")
     }
 
-    package func removeMember(_ member: NodeID) {
-        command(.removeMember(member), "remove-member \(member)")
+    /// Removes `member`, with the members it introduced as `introduced` says (by default all
+    /// stay: most tests remove a member whoever it let in); its result is in `commandResults`
+    /// under the request returned.
+    @discardableResult
+    package func removeMember(_ member: NodeID, introduced: IntroducedMembers = .keepAll) -> RequestID {
+        command(.removeMember(member, introduced: introduced), "remove-member \(member) (\(introduced))")
     }
 
     /// The driver's send queue fills (false) or drains (true): wants are answered busy meanwhile.
@@ -434,6 +440,8 @@ package final class SimNode: SimulatedProcess {
             return violations.append("\(now): command \(request) completed twice, or was never made")
         }
         guard sentMessages.contains(where: { $0.request == request }) else {
+            // Not the bytes a load returns: a long run loads a lot.
+            if case .success(.loaded) = result {} else { commandResults[request] = result }
             if case let .failure(error) = result { failedCommands.append("\(now): \(what): \(error)") }
             if case let .success(.left(report)) = result { leaveReports.append(report) }
             return

@@ -10,6 +10,12 @@ struct RemoveMemberCommand: AsyncParsableCommand {
             remaining member; the removed member can no longer read or send anything, and invites \
             made before the removal stop working. Members offline now catch up through any member \
             when they come back. Share a new invite (groupmesh invite) with anyone still to join.
+
+            A member that let others in (the BY column of groupmesh status) is not removed alone: \
+            say --with-introduced to remove them with it (everyone it let in, directly or through \
+            those it let in, at most 3), --keep-introduced to keep them all (a lost laptop), or \
+            --keep NAME,… for those who stay; each one kept asks another member, this node first, \
+            to introduce it again.
             """
     )
 
@@ -18,20 +24,53 @@ struct RemoveMemberCommand: AsyncParsableCommand {
     @Argument(help: "The member: its id, a unique prefix of it, or its name (see groupmesh status).")
     var member: String
 
+    @Flag(help: "Remove the members it introduced too (but those of --keep), in the same key epoch.")
+    var withIntroduced = false
+
+    @Flag(help: "Keep every member it introduced (they are introduced again).")
+    var keepIntroduced = false
+
+    @Option(
+        name: .customLong("keep"),
+        help: ArgumentHelp(
+            "Members it introduced that stay (ids, prefixes or names, comma-separated or repeated).",
+            valueName: "names"))
+    var keep: [String] = []
+
     @OptionGroup var output: JSONOutputOptions
 
-    struct Removal: Encodable { var member: String; var session: String; var handedTo: Int }
+    struct Removal: Encodable {
+        var member: String
+        var session: String
+        var handedTo: Int
+        var introduced: [String]
+    }
+
+    func validate() throws {
+        guard !(withIntroduced && keepIntroduced) else {
+            throw ValidationError("--with-introduced and --keep-introduced say opposite things: give one")
+        }
+    }
 
     func run() async throws {
         let response: ControlResponse
         do {
-            response = try ControlClient(directory: data.directory).send(.removeMember(member))
+            let kept = keep.flatMap { $0.split(separator: ",").map(String.init) }.filter { !$0.isEmpty }
+            response = try ControlClient(directory: data.directory).send(
+                .removeMember(member, withIntroduced: withIntroduced, keep: kept, keepIntroduced: keepIntroduced))
         } catch {
             throw fail(error)
         }
-        guard case let .memberRemoved(id, session, delivered) = response else { throw unexpectedAnswer("no removal") }
+        guard case let .memberRemoved(id, session, delivered, introduced) = response else {
+            throw unexpectedAnswer("no removal")
+        }
+        let with =
+            introduced.isEmpty
+            ? ""
+            : " and the \(introduced.count) it introduced (\(introduced.map { String($0.prefix(12)) }.joined(separator: ", ")))"
         output.emit(
-            "removed \(id.prefix(12)): session \(session) handed to \(delivered) live member(s); "
-                + "old invites no longer work", json: Removal(member: id, session: session, handedTo: delivered))
+            "removed \(id.prefix(12))\(with): session \(session) handed to \(delivered) live member(s); "
+                + "old invites no longer work",
+            json: Removal(member: id, session: session, handedTo: delivered, introduced: introduced))
     }
 }

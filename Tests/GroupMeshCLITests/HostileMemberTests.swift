@@ -304,7 +304,7 @@ struct HostileMemberTests {
             // The inventor is removed, whatever it made up (before, more than the roster holds failed it).
             let before = try await first.node.status().`self`.session
             let removal = try await NodeProcess.runCommand([
-                "remove-member", "--data-dir", first.node.dataDirectory, hostile.nodeID.hex,
+                "remove-member", "--data-dir", first.node.dataDirectory, "--keep-introduced", hostile.nodeID.hex,
             ])
             #expect(removal.status == 0, "\(removal.stderr)")
             let after = try await first.node.status().`self`.session

@@ -18,7 +18,9 @@ struct MemberRemovalTests {
             d.signal(SIGKILL)
             _ = try await d.waitForExit()
 
-            let removal = try await NodeProcess.runCommand(["remove-member", "--data-dir", b.dataDirectory, "mallory"])
+            let removal = try await NodeProcess.runCommand([
+                "remove-member", "--data-dir", b.dataDirectory, "--keep-introduced", "mallory",
+            ])
             #expect(removal.status == 0, "\(removal.stderr)")
             #expect(removal.stdout.contains("removed \(malloryID.prefix(12))"), "\(removal.stdout)")
             let newSession = try await b.status().`self`.session
@@ -84,8 +86,13 @@ struct MemberRemovalTests {
         try await withProcessMesh(names: ["a", "b", "x", "y"]) { mesh in
             let (a, b, x, y) = try (mesh["a"], mesh["b"], mesh["x"], mesh["y"])
             let xID = try await x.status().`self`.id, yID = try await y.status().`self`.id
-            async let first = NodeProcess.runCommand(["remove-member", "--data-dir", a.dataDirectory, "x"])
-            async let second = NodeProcess.runCommand(["remove-member", "--data-dir", b.dataDirectory, "y"])
+            // Whoever x and y let in stays (which member answered whose join is not the point here).
+            async let first = NodeProcess.runCommand([
+                "remove-member", "--data-dir", a.dataDirectory, "--keep-introduced", "x",
+            ])
+            async let second = NodeProcess.runCommand([
+                "remove-member", "--data-dir", b.dataDirectory, "--keep-introduced", "y",
+            ])
             let (removedX, removedY) = try await (first, second)
             #expect(removedX.status == 0 && removedY.status == 0, "\(removedX.stderr) \(removedY.stderr)")
             var session = ""
@@ -113,8 +120,12 @@ struct MemberRemovalTests {
         try await withProcessMesh(names: ["a", "b", "c"]) { mesh in
             let (a, b, c) = try (mesh["a"], mesh["b"], mesh["c"])
             let ids = [try await a.status().`self`.id, try await b.status().`self`.id]
-            async let first = NodeProcess.runCommand(["remove-member", "--data-dir", a.dataDirectory, "b"])
-            async let second = NodeProcess.runCommand(["remove-member", "--data-dir", b.dataDirectory, "a"])
+            async let first = NodeProcess.runCommand([
+                "remove-member", "--data-dir", a.dataDirectory, "--keep-introduced", "b",
+            ])
+            async let second = NodeProcess.runCommand([
+                "remove-member", "--data-dir", b.dataDirectory, "--keep-introduced", "a",
+            ])
             let results = try await [first, second]
             for result in results where result.status != 0 {
                 // The loser's own command may learn in time that it was removed: one line.
@@ -171,17 +182,62 @@ struct MemberRemovalTests {
             let status = try await back.status()
             #expect(status.state(of: laptopID) == nil, "the laptop is in the view: nothing is tested")
             let removal = try await NodeProcess.runCommand([
-                "remove-member", "--data-dir", back.dataDirectory, "laptop",
+                "remove-member", "--data-dir", back.dataDirectory, "--keep-introduced", "laptop",
             ])
             #expect(removal.status == 0, "\(removal.stderr)")
             #expect(removal.stdout.contains("removed \(laptopID.prefix(12))"), "\(removal.stdout)")
             #expect(try await back.status().`self`.keyEpoch == 1)
-            let again = try await NodeProcess.runCommand(["remove-member", "--data-dir", back.dataDirectory, "laptop"])
+            let again = try await NodeProcess.runCommand([
+                "remove-member", "--data-dir", back.dataDirectory, "--keep-introduced", "laptop",
+            ])
             #expect(again.status != 0 && again.stderr.contains("was already removed"), "\(again.stderr)")
             // The laptop found again: told by the owner, with the rotation as proof, it stops.
             let found = try mesh.restart("laptop")
             #expect(try await found.waitForExit(timeout: .seconds(30)) == 69, "\(found.stderr)")
             #expect(found.stderr.contains("this node was removed from the session by owner"), "\(found.stderr)")
+        }
+    }
+
+    @Test(
+        "a member that let another in is not removed alone: refused naming it; kept, it stays and is introduced again")
+    func removalNamesWhomTheMemberLetIn() async throws {
+        try await withProcessMesh(names: ["a", "b", "c"]) { mesh in
+            let nodes = try ["a", "b", "c"].map { try mesh[$0] }
+            var ids: [String] = []
+            for node in nodes { ids.append(try await node.status().`self`.id) }
+            // Once every joiner's door is known: y, one that the founder a let in, and r, the other.
+            let view = try await nodes[0].waitForStatus(timeout: .seconds(30), "b and c introduced") { status in
+                ids.dropFirst().allSatisfy { id in status.members.first { $0.id == id }?.introducedBy != nil }
+            }
+            let doors = Dictionary(uniqueKeysWithValues: view.members.map { ($0.id, $0.introducedBy) })
+            let y = try #require([1, 2].first { doors[ids[$0]] == ids[0] }, "nobody introduced by a: \(doors)")
+            let r = 3 - y
+            let (names, before) = (["a", "b", "c"], try await nodes[r].status().`self`.session)
+            let refused = try await NodeProcess.runCommand(["remove-member", "--data-dir", nodes[r].dataDirectory, "a"])
+            #expect(refused.status == 65, "\(refused.stderr)")
+            #expect(
+                refused.stderr.contains("introduced 1 member (\(names[y])")
+                    && refused.stderr.contains("--with-introduced")
+                    && refused.stderr.contains("nothing was removed"), "\(refused.stderr)")
+            #expect(refused.stderr.split(separator: "\n").count == 1, "\(refused.stderr)")
+            #expect(try await nodes[r].status().`self`.session == before, "a refused removal changed the epoch")
+
+            let kept = try await NodeProcess.runCommand([
+                "remove-member", "--data-dir", nodes[r].dataDirectory, "--keep", names[y], "--json", "a",
+            ])
+            #expect(kept.status == 0, "\(kept.stderr)")
+            let answer = try JSONSerialization.jsonObject(with: Data(kept.stdout.utf8)) as? [String: Any]
+            #expect((answer?["introduced"] as? [String]) == [], "\(kept.stdout)")
+            #expect(try await nodes[0].waitForExit(timeout: .seconds(30)) == 69, "\(nodes[0].stderr)")
+            // y stays, and is introduced again by r, which removed its door; unless r came in
+            // through y (that would be a loop): then y stays unintroduced, a root.
+            let rUnderY = doors[ids[r]] == ids[y]
+            for node in rUnderY ? [nodes[y]] : [nodes[r], nodes[y]] {
+                try await node.waitForStatus(timeout: .seconds(30), "\(names[y]) introduced again") { status in
+                    status.aliveCount == 2
+                        && status.members.first { $0.id == ids[y] }?.introducedBy == (rUnderY ? nil : ids[r])
+                }
+            }
         }
     }
 
@@ -196,6 +252,10 @@ struct MemberRemovalTests {
         let own = try await NodeProcess.runCommand(["remove-member", "--data-dir", node.dataDirectory, "solo"])
         #expect(own.status != 0)
         #expect(own.stderr.contains("cannot remove this node itself"), "\(own.stderr)")
+        let both = try await NodeProcess.runCommand([
+            "remove-member", "--data-dir", node.dataDirectory, "--with-introduced", "--keep-introduced", "nobody",
+        ])
+        #expect(both.status == 64 && both.stderr.contains("say opposite things"), "\(both.stderr)")
         for result in [unknown, own] { #expect(result.stderr.split(separator: "\n").count == 1) }
     }
 }

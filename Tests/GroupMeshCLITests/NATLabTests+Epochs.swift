@@ -47,7 +47,9 @@ extension NATLabTests {
         // 1. Nothing s sends leaves its host; what comes to it still passes its router.
         let sessionBefore = try await s.status().`self`.session
         try filter(["-A", "OUTPUT", "-p", "udp", "-j", "DROP"])
-        let removal = try await NodeProcess.runCommand(["remove-member", "--data-dir", h.dataDirectory, others[0]])
+        let removal = try await NodeProcess.runCommand([
+            "remove-member", "--data-dir", h.dataDirectory, "--keep-introduced", others[0],
+        ])
         #expect(removal.status == 0, "\(removal.stderr)")
         let firstSession = try await h.status().`self`.session
         #expect(firstSession != sessionBefore)
@@ -61,7 +63,9 @@ extension NATLabTests {
         // 2. Nothing reaches s while h removes another member, and until s holds every member
         // dead (its paths and the relay's are gone); then it hears again.
         try filter(["-A", "INPUT", "-p", "udp", "-j", "DROP"])
-        let second = try await NodeProcess.runCommand(["remove-member", "--data-dir", h.dataDirectory, others[1]])
+        let second = try await NodeProcess.runCommand([
+            "remove-member", "--data-dir", h.dataDirectory, "--keep-introduced", others[1],
+        ])
         #expect(second.status == 0, "\(second.stderr)")
         let secondSession = try await h.status().`self`.session
         _ = try await s.waitForStatus(timeout: .seconds(90), "s holding every member dead") { status in

@@ -36,7 +36,10 @@ import Testing
         case 9: return .end
         case 10: return .ping(id)
         case 11: return .events(after: rng.next() % 2 == 0 ? nil : rng.next())
-        default: return .removeMember(id)
+        default:
+            return .removeMember(
+                id, withIntroduced: rng.next() % 2 == 0, keep: rng.next() % 3 == 0 ? ["carol", id] : [],
+                keepIntroduced: rng.next() % 4 == 0)
         }
     }
 

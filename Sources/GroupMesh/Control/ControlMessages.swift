@@ -30,8 +30,10 @@ public enum ControlRequest: Sendable, Equatable {
     /// the answer gives the fetch up (`MeshNode.performCancellable`).
     case get(attachment: String, path: String, mode: UInt32? = nil, replace: Bool = true)
     case remove(attachment: String)
-    /// Remove a member (id, unique id prefix or name) with a new key epoch.
-    case removeMember(String)
+    /// Remove a member (id, unique id prefix or name) with a new key epoch; with the members it
+    /// introduced if `withIntroduced`, but those of `keep` (ids, prefixes or names), or none of
+    /// them (`keepIntroduced`).
+    case removeMember(String, withIntroduced: Bool = false, keep: [String] = [], keepIntroduced: Bool = false)
 }
 
 extension ControlRequest {
@@ -48,7 +50,8 @@ extension ControlRequest: Codable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case command, base64, to, unreliable, path, metadata, id, mode, now, after, replace
+        case command, base64, to, unreliable, path, metadata, id, mode, now, after, replace, withIntroduced, keep,
+            keepIntroduced
     }
 
     public init(from decoder: any Decoder) throws {
@@ -84,7 +87,11 @@ extension ControlRequest: Codable {
         case .remove:
             self = .remove(attachment: try container.decode(String.self, forKey: .id))
         case .removeMember:
-            self = .removeMember(try container.decode(String.self, forKey: .id))
+            self = .removeMember(
+                try container.decode(String.self, forKey: .id),
+                withIntroduced: try container.decodeIfPresent(Bool.self, forKey: .withIntroduced) ?? false,
+                keep: try container.decodeIfPresent([String].self, forKey: .keep) ?? [],
+                keepIntroduced: try container.decodeIfPresent(Bool.self, forKey: .keepIntroduced) ?? false)
         case .ping:
             self = .ping(try container.decode(String.self, forKey: .id))
         case .events:
@@ -121,9 +128,12 @@ extension ControlRequest: Codable {
         case let .remove(attachment):
             try container.encode(Command.remove, forKey: .command)
             try container.encode(attachment, forKey: .id)
-        case let .removeMember(member):
+        case let .removeMember(member, withIntroduced, keep, keepIntroduced):
             try container.encode(Command.removeMember, forKey: .command)
             try container.encode(member, forKey: .id)
+            if withIntroduced { try container.encode(true, forKey: .withIntroduced) }
+            if !keep.isEmpty { try container.encode(keep, forKey: .keep) }
+            if keepIntroduced { try container.encode(true, forKey: .keepIntroduced) }
         case let .ping(member):
             try container.encode(Command.ping, forKey: .command)
             try container.encode(member, forKey: .id)
@@ -171,13 +181,15 @@ public enum ControlResponse: Sendable, Equatable {
     case left(LeaveSummary)
     /// `remove-member`: the member removed, the new epoch's session id, and how many live members
     /// were handed its key at once.
-    case memberRemoved(member: String, session: String, delivered: Int)
+    /// The member removed (id), the new session, how many were handed it at once, and the
+    /// members it introduced that went with it (ids).
+    case memberRemoved(member: String, session: String, delivered: Int, introduced: [String] = [])
 }
 
 extension ControlResponse: Codable {
     private enum CodingKeys: String, CodingKey {
         case ok, error, kind, status, invite, delivered, subscribed, message, dropped, attachment, attachments,
-            progress, member, session
+            progress, member, session, introduced
         case leaving, left, pong, event, missed
     }
 
@@ -218,7 +230,8 @@ extension ControlResponse: Codable {
         } else if let member = try container.decodeIfPresent(String.self, forKey: .member) {
             self = .memberRemoved(
                 member: member, session: try container.decodeIfPresent(String.self, forKey: .session) ?? "",
-                delivered: try container.decodeIfPresent(Int.self, forKey: .delivered) ?? 0)
+                delivered: try container.decodeIfPresent(Int.self, forKey: .delivered) ?? 0,
+                introduced: try container.decodeIfPresent([String].self, forKey: .introduced) ?? [])
         } else if let attachment = try container.decodeIfPresent(String.self, forKey: .attachment) {
             self = .attachment(attachment)
         } else if let delivered = try container.decodeIfPresent(Int.self, forKey: .delivered) {
@@ -252,10 +265,11 @@ extension ControlResponse: Codable {
         case let .missed(count): try container.encode(count, forKey: .missed)
         case let .leaving(info): try container.encode(info, forKey: .leaving)
         case let .left(info): try container.encode(info, forKey: .left)
-        case let .memberRemoved(member, session, delivered):
+        case let .memberRemoved(member, session, delivered, introduced):
             try container.encode(member, forKey: .member)
             try container.encode(session, forKey: .session)
             try container.encode(delivered, forKey: .delivered)
+            if !introduced.isEmpty { try container.encode(introduced, forKey: .introduced) }
         }
     }
 }

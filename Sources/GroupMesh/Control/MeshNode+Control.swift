@@ -58,12 +58,13 @@ extension MeshNode {
                 try await node.removeAttachment(entry.id)
                 return .attachment(entry.id.hex)
             }
-        case let .removeMember(text):
+        case let .removeMember(text, withIntroduced, keep, keepIntroduced):
             answer(responder) { node throws(GroupMeshError) in
-                let (id, handedTo) = try await node.removeMember(text)
+                let removal = try await node.removeMember(
+                    text, withIntroduced: withIntroduced, keeping: keep, keepingAll: keepIntroduced)
                 return .memberRemoved(
-                    member: id.hex, session: await node.core.session.sessionID.description,
-                    delivered: handedTo)
+                    member: removal.id.hex, session: await node.core.session.sessionID.description,
+                    delivered: removal.handedTo, introduced: removal.introduced.map(\.hex))
             }
         }
     }

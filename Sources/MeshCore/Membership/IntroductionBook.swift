@@ -36,6 +36,9 @@ package struct IntroductionBook: Sendable {
     private var passedOver: Set<NodeID> = []
     /// When each member's request was last answered: one answer per member per interval.
     private var answeredAt: [NodeID: MeshInstant] = [:]
+    /// The member to ask first, before the one we came in through: the author of the rotation
+    /// that removed our door.
+    package private(set) var preferred: NodeID?
     /// The members we signed for this run: each counts in our bound (as pending) until it tells
     /// us which introduction it took.
     private var signedFor: Set<NodeID> = []
@@ -108,6 +111,7 @@ package struct IntroductionBook: Sendable {
         answeredAt[member] = nil
         signedFor.remove(member)
         passedOver.remove(member)
+        if preferred == member { preferred = nil }
         if request?.asked == member { request = nil }
     }
 
@@ -165,8 +169,11 @@ package struct IntroductionBook: Sendable {
         return request.nextAt > now && member(request.asked)
     }
 
+    package mutating func prefer(_ member: NodeID) { preferred = member }
+
     package mutating func stopAsking() {
         request = nil
+        preferred = nil
         passedOver.removeAll()
     }
 

@@ -18,8 +18,9 @@ package enum NodeCommand: Sendable {
     case remove(AttachmentID)
     /// The attachment's bytes, fetched first if they are not all here.
     case load(SHA256Digest, into: ExportDestination)
-    /// A new key epoch without the member (Docs/SECURITY.md §Key epochs).
-    case removeMember(NodeID)
+    /// A new key epoch without the member (Docs/SECURITY.md §Key epochs), and what becomes of
+    /// the members it introduced that are still in the session.
+    case removeMember(NodeID, introduced: IntroducedMembers = .keep([]))
     /// A graceful leave: once other members hold what only this node holds (unless not
     /// `waitingForReplication`), the departure goes out, then the driver calls `stop`.
     case leave(waitingForReplication: Bool)
@@ -28,6 +29,18 @@ package enum NodeCommand: Sendable {
     case end
     /// One round trip to a member over its path (`pong`, or `pingTimedOut`).
     case ping(NodeID)
+}
+
+/// What becomes of the members a removed member introduced, directly or through members it
+/// introduced (PROTOCOL.md §3, "Introductions"). One kept stays with whom it introduced, and asks
+/// for a new introduction.
+package enum IntroducedMembers: Sendable, Equatable {
+    /// Those named stay; any other refuses the removal, naming them.
+    case keep(Set<NodeID>)
+    /// They go in the same key epoch, but those named.
+    case remove(keeping: Set<NodeID>)
+    /// All stay.
+    case keepAll
 }
 
 package enum AttachmentSource: Sendable, Equatable {
@@ -52,7 +65,9 @@ package enum NodeResult: Sendable, Equatable {
     case removed(AttachmentID)
     /// The bytes, when loaded into memory.
     case loaded(Manifest, bytes: [UInt8]?)
-    case memberRemoved(NodeID, handedTo: Int)
+    /// The member, how many were handed the new key at once, and the members it introduced
+    /// that went with it.
+    case memberRemoved(NodeID, handedTo: Int, introduced: [NodeID] = [])
     case left(LeaveReport)
     case ended
     case pong(rtt: Duration, address: PeerAddress)
@@ -82,6 +97,10 @@ package enum NodeError: Error, Sendable, Equatable {
     case epochNotStored(StorageFailure)
     /// Another removal is being stored; one at a time.
     case removalInProgress
+    /// The member introduced these, still in the session: nothing was removed.
+    case introducedMembers(NodeID, [NodeID])
+    /// The member and those it introduced are more than one key rotation removes.
+    case tooManyToRemove(NodeID, introduced: Int, limit: Int)
     /// The session was ended (by this member or `by` another): nothing more is done.
     case sessionEnded(by: NodeID)
     /// The member has no known address (dead, left, or never met).

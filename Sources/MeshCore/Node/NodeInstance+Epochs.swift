@@ -5,27 +5,46 @@ import NIOCore
 /// to a new secret handed to each remaining member; members still speaking an earlier epoch
 /// are answered with the next one if they are owed it.
 extension NodeInstance {
-    /// Removing a member: the new epoch is stored before anything changes (a removal that is not
+    /// Removing a member, with the members it introduced if the user says so (PROTOCOL.md §3,
+    /// "Introductions"): the new epoch is stored before anything changes (a removal that is not
     /// on disk is not made), then entered and handed to every live member.
-    mutating func beginRemoval(of id: NodeID, request: RequestID, now: MeshInstant) {
+    mutating func beginRemoval(
+        of id: NodeID, introduced policy: IntroducedMembers, request: RequestID, now: MeshInstant
+    ) {
         guard id != localID else { return complete(request, .failure(.cannotRemoveSelf)) }
         guard !keying.epochs.removed.contains(id) else { return complete(request, .failure(.alreadyRemoved(id))) }
         guard keying.pendingRemoval == nil else { return complete(request, .failure(.removalInProgress)) }
+        let introduced: [NodeID]
+        switch policy {
+        case .keepAll: introduced = []
+        case let .keep(kept):
+            let rest = introducedTree(of: id, keeping: kept)
+            guard rest.isEmpty else { return complete(request, .failure(.introducedMembers(id, rest))) }
+            introduced = []
+        case let .remove(kept): introduced = introducedTree(of: id, keeping: kept)
+        }
+        guard introduced.count < KeyRotation.maxRemoved else {
+            return complete(
+                request,
+                .failure(.tooManyToRemove(id, introduced: introduced.count, limit: KeyRotation.maxRemoved - 1)))
+        }
         let transition: KeyEpochs.Transition
         let candidates = rosterCandidates
         do {
             transition = try keying.epochs.rotation(
-                removing: [id], to: randomSecret(), live: candidates.live, others: candidates.others,
-                authority: authority)
+                removing: Set([id] + introduced), to: randomSecret(), live: candidates.live,
+                others: candidates.others, authority: authority)
         } catch {
             return complete(request, .failure(.sessionTooLarge(limit: KeyRotation.maxRoster)))
         }
         keying.pendingRemoval = request
-        store(.saveEpochs(keying.epochs.committing(transition).encoded()), .saveRemoval(request, transition))
+        store(
+            .saveEpochs(keying.epochs.committing(transition).encoded()),
+            .saveRemoval(request, transition, member: id))
     }
 
     mutating func removalSaved(
-        _ result: Result<StorageOutcome, StorageFailure>, transition: KeyEpochs.Transition,
+        _ result: Result<StorageOutcome, StorageFailure>, transition: KeyEpochs.Transition, member: NodeID,
         request: RequestID, now: MeshInstant
     ) {
         guard keying.pendingRemoval == request else { return }
@@ -35,8 +54,8 @@ extension NodeInstance {
         guard phase.isActive else { return complete(request, .failure(.stopped)) }
         keying.epochs.commit(transition)
         let handedTo = enterEpoch(transition, handingOver: true, stored: true, now: now)
-        let removed = transition.rotation.removed.first ?? localID
-        complete(request, .success(.memberRemoved(removed, handedTo: handedTo)))
+        let introduced = transition.rotation.removed.filter { $0 != member }
+        complete(request, .success(.memberRemoved(member, handedTo: handedTo, introduced: introduced)))
     }
 
     /// At most this many handovers wait for a removal being stored; more are dropped (their

@@ -27,6 +27,7 @@ extension NodeInstance {
     /// for or introduced are not asked (two members that joined through each other: the first to
     /// sign stays unintroduced, and no loop forms).
     mutating func introductionsTick(now: MeshInstant) {
+        dropIntroductionOfRemovedDoor()
         guard membership.joinedThrough != nil, directory.introductions[localID] == nil, !directory.remembered.founder
         else { return directory.introductions.stopAsking() }
         // Called on every tick: nothing to choose while the next request is not due.
@@ -41,25 +42,74 @@ extension NodeInstance {
         }
     }
 
-    /// Who may introduce us, in the order asked: the member we came in through, then the others
-    /// by id. Not one we let in (directly or through members we let in, as far as we know: a
-    /// loop), nor one we know to be full.
+    /// Who may introduce us, in the order asked: the member that removed our door (it kept us),
+    /// the member we came in through, then the others by id. Not one we let in (directly or
+    /// through members we let in, as far as we know: a loop), nor one we know to be full.
     private func introductionCandidates() -> [NodeID] {
         let book = directory.introductions
+        // Members whose door a removal of ours took ask us first: asking them back would cross.
+        let removedByUs = Set(
+            keying.epochs.transitions.lazy.filter { $0.rotation.author == localID }.flatMap(\.rotation.removed))
         var candidates: [NodeID] = []
         for member in membership.view.dropFirst()
         where !member.status.isGone && versions.allows(.introductionRequest, to: member.id)
             && !book.hasSigned(for: member.id) && !book.isInChain(localID, from: member.id)
             && book.hasRoom(in: member.id, for: localID, localID: localID, isLive: isLiveMember)
+            && !(book[member.id].map { removedByUs.contains($0.door) } ?? false)
         {
             candidates.append(member.id)
         }
         candidates.sort()
-        if let door = membership.joinedThrough, let index = candidates.firstIndex(of: door) {
-            candidates.swapAt(0, index)
-            candidates[1...].sort()
+        for first in [membership.joinedThrough, book.preferred] {
+            guard let first, let index = candidates.firstIndex(of: first) else { continue }
+            candidates.remove(at: index)
+            candidates.insert(first, at: 0)
         }
         return candidates
+    }
+
+    /// The members `member` introduced, directly or through members it introduced, that are
+    /// still members (not left, not removed), as far as we know: never us, nor what we
+    /// introduced, nor a member of `keeping` or what it introduced. Through members that are no
+    /// longer ones too (what they introduced may still be). By generation, each generation by
+    /// door, then by id.
+    func introducedTree(of member: NodeID, keeping: Set<NodeID> = []) -> [NodeID] {
+        var byDoor: [NodeID: [NodeID]] = [:]
+        for introduction in directory.introductions.byMember.values {
+            byDoor[introduction.door, default: []].append(introduction.member)
+        }
+        var found: [NodeID] = []
+        var seen: Set<NodeID> = [member, localID]
+        var doors = [member]
+        while !doors.isEmpty {
+            var next: [NodeID] = []
+            for door in doors {
+                for child in (byDoor[door] ?? []).sorted() where !seen.contains(child) && !keeping.contains(child) {
+                    seen.insert(child)
+                    next.append(child)
+                    if let known = membership.member(child), known.status != .left,
+                        !keying.epochs.removed.contains(child)
+                    {
+                        found.append(child)
+                    }
+                }
+            }
+            doors = next
+        }
+        return found
+    }
+
+    /// A rotation removed our door (we were kept, or the remover did not know it let us in; also
+    /// found at a start, after a crash between the two writes): our introduction names a member
+    /// that is no longer one, so we drop it and ask for a new one, the rotation's author first.
+    /// From the tick, once the handovers of a rotation we made are out.
+    private mutating func dropIntroductionOfRemovedDoor() {
+        guard let own = directory.introductions[localID], keying.epochs.removed.contains(own.door) else { return }
+        directory.introductions.forget(localID)
+        let removal = keying.epochs.transitions.last { $0.rotation.removed.contains(own.door) }?.rotation
+        if let author = removal?.author { directory.introductions.prefer(author) }
+        saveRemembered()
+        log(.info, "the member that introduced us was removed; asking for a new introduction")
     }
 
     /// Introduction frames of a pairwise datagram, which is its sender's own. One introduction
@@ -84,7 +134,7 @@ extension NodeInstance {
     }
 
     /// A live member asks us to sign that we let it in (one answer per interval). Its word is all
-    /// we have. A member whose introduction we hold gets that one back (it lost its own). We
+    /// we have. A member whose introduction we hold gets that one back (it lost its own), unless its door was removed. We
     /// refuse, so that it asks the next member: one that let us in, directly or through our doors
     /// (a loop); one that we ask at the same time, when its id is the larger; any past the live
     /// members one door may introduce.
@@ -93,7 +143,8 @@ extension NodeInstance {
             directory.introductions.mayAnswer(member, now: now)
         else { return }
         // Its request is protocol 2's: it speaks it, though its version frame may not have come.
-        if let held = directory.introductions[member] {
+        // Not one whose door was removed: the member asks because that one is void.
+        if let held = directory.introductions[member], !keying.epochs.removed.contains(held.door) {
             return sendPairwise([.introduction(held)], to: member, gated: false)
         }
         if let reason = introductionRefusal(of: member) {
@@ -126,6 +177,11 @@ extension NodeInstance {
             if introduction.isCountersigned {
                 guard introduction.isValid(memberKey: authority.signingKey, authority) else {
                     return counters.countDrop(.malformed)
+                }
+                // One by a removed door is void: as a refusal.
+                guard !keying.epochs.removed.contains(introduction.door) else {
+                    _ = directory.introductions.refused(by: sender)
+                    return introductionsTick(now: now)
                 }
                 taken = introduction
             } else {
@@ -163,6 +219,9 @@ extension NodeInstance {
         guard introduction.isValid(memberKey: member.record.signingKey, authority) else {
             return counters.countDrop(.malformed)
         }
+        // By a door that was removed: void (a member cannot park itself under one, out of every
+        // removal's reach).
+        guard !keying.epochs.removed.contains(introduction.door) else { return }
         // Past the bound of its door (a door that signed for more than it may): not taken, and
         // the member stays as introduced as we knew it.
         if held?.door != introduction.door,

@@ -460,8 +460,8 @@ package struct NodeInstance: Sendable {
             beginRemove(id, request: request)
         case let .load(id, destination):
             load(id, into: destination, request: request, now: now)
-        case let .removeMember(id):
-            beginRemoval(of: id, request: request, now: now)
+        case let .removeMember(id, introduced):
+            beginRemoval(of: id, introduced: introduced, request: request, now: now)
         case let .leave(waitingForReplication):
             leave(waitingForReplication: waitingForReplication, request: request, now: now)
         case .end:
@@ -503,8 +503,8 @@ package struct NodeInstance: Sendable {
             fetchFlushed(result, id: id, now: now)
         case let .export(request, manifest, destination):
             exported(result, manifest: manifest, request: request, destination: destination, now: now)
-        case let .saveRemoval(request, transition):
-            removalSaved(result, transition: transition, request: request, now: now)
+        case let .saveRemoval(request, transition, member):
+            removalSaved(result, transition: transition, member: member, request: request, now: now)
         case .saveEpochs:
             if case let .failure(failure) = result {
                 // Kept in memory: after a restart this node catches up through any member.

@@ -114,7 +114,7 @@ enum StoragePurpose: Sendable {
     /// The last chunk of a fetch is stored: it is complete once durable.
     case completeFetch(SHA256Digest)
     case export(RequestID, Manifest, ExportDestination)
-    case saveRemoval(RequestID, KeyEpochs.Transition)
+    case saveRemoval(RequestID, KeyEpochs.Transition, member: NodeID)
     case saveEpochs
     case saveMembers
     case saveEnded

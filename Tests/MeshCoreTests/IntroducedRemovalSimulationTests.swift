@@ -1,0 +1,176 @@
+import MeshCore
+import MeshCrypto
+import MeshTestKit
+import Testing
+
+/// Removing a member that let others in (PROTOCOL.md §3, "Introductions"; SECURITY.md): refused,
+/// naming them, unless they go with it (`withIntroduced`) or stay (`keeping`, and then each one
+/// kept is introduced again, by the remover first).
+///
+///     SIM_SEED=N swift test --filter IntroducedRemoval
+@Suite("Removing a member with those it introduced, in simulation")
+struct IntroducedRemovalSimulationTests {
+    static let seeds = SimulationSeeds.from(defaultCount: 3)
+
+    /// A founder; `inviter` let in by it; each of `introducedCount` members let in by the
+    /// inviter, the first of them letting in one more (`grandchild`); an `other` let in by the
+    /// founder. Over calm links, once every node holds every introduction.
+    struct Session {
+        var mesh: SimMesh
+        var founder: SimNode
+        var inviter: SimNode
+        var introduced: [SimNode]
+        var grandchild: SimNode
+        var other: SimNode
+        var all: [SimNode] { [founder, inviter, other, grandchild] + introduced }
+    }
+
+    static func session(_ seed: UInt64, introducedCount: Int = 1) throws -> Session {
+        let mesh = SimMesh(seed: seed, link: LinkConditions(delay: .milliseconds(3), jitter: .milliseconds(2)))
+        let founder = mesh.addNode(joiningThrough: [], at: .zero)
+        let inviter = mesh.addNode(joiningThrough: [founder.address], at: .zero + .milliseconds(50))
+        let other = mesh.addNode(joiningThrough: [founder.address], at: .zero + .milliseconds(100))
+        func introduced(_ node: SimNode) -> Bool { founder.core.introduction(of: node.id) != nil }
+        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(100)) { _ in
+            introduced(inviter) && introduced(other)
+        }
+        var children: [SimNode] = []
+        for index in 0..<introducedCount {
+            children.append(
+                mesh.addNode(
+                    joiningThrough: [inviter.address], at: mesh.simulator.now + .milliseconds(50 * Int64(index + 1))))
+        }
+        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(100)) { _ in children.allSatisfy(introduced) }
+        let grandchild = mesh.addNode(joiningThrough: [children[0].address], at: mesh.simulator.now + .milliseconds(10))
+        let session = Session(
+            mesh: mesh, founder: founder, inviter: inviter, introduced: children, grandchild: grandchild, other: other)
+        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(100)) { _ in
+            session.all.allSatisfy { node in
+                session.all.allSatisfy { $0.id == founder.id || node.core.introduction(of: $0.id) != nil }
+            }
+        }
+        let replay = SimulationSeeds.replay(seed)
+        try #require(founder.core.introduction(of: inviter.id)?.door == founder.id, "\(replay)")
+        for child in children {
+            try #require(founder.core.introduction(of: child.id)?.door == inviter.id, "\(replay): not by the inviter")
+        }
+        try #require(founder.core.introduction(of: grandchild.id)?.door == children[0].id, "\(replay)")
+        return session
+    }
+
+    @Test(
+        "a member that introduced others is not removed alone: refused naming them, then removed with them",
+        arguments: seeds)
+    func removalTakesTheIntroducedOnlyWhenAsked(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let session = try Self.session(seed)
+        let (mesh, founder, inviter) = (session.mesh, session.founder, session.inviter)
+        let child = session.introduced[0]
+        let epoch = founder.core.session.sessionID
+        let refused = founder.removeMember(inviter.id, introduced: .keep([]))
+        mesh.simulator.run(for: .seconds(1))
+        #expect(
+            founder.commandResults[refused]
+                == .failure(.introducedMembers(inviter.id, [child.id, session.grandchild.id])),
+            "\(replay): \(String(describing: founder.commandResults[refused]))")
+        #expect(founder.core.session.sessionID == epoch, "\(replay): a refused removal changed the epoch")
+
+        let removal = founder.removeMember(inviter.id, introduced: .remove(keeping: []))
+        let gone: Set<NodeID> = [inviter.id, child.id, session.grandchild.id]
+        mesh.simulator.run(for: .seconds(20), checkEvery: .milliseconds(250)) { _ in
+            session.other.core.epochs.removed.isSuperset(of: gone)
+        }
+        #expect(
+            founder.commandResults[removal]
+                == .success(
+                    .memberRemoved(inviter.id, handedTo: 1, introduced: [child.id, session.grandchild.id].sorted())),
+            "\(replay): \(String(describing: founder.commandResults[removal]))")
+        for node in [founder, session.other] {
+            #expect(node.core.epochs.removed.isSuperset(of: gone), "\(replay): \(node.address)")
+            #expect(node.core.session.sessionID == founder.core.session.sessionID, "\(replay): \(node.address)")
+        }
+    }
+
+    @Test("a member kept stays, with what it introduced, and is introduced again by the remover", arguments: seeds)
+    func keptMembersAreIntroducedAgain(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let session = try Self.session(seed)
+        let (mesh, founder, inviter) = (session.mesh, session.founder, session.inviter)
+        let child = session.introduced[0]
+        // The member kept keeps what it introduced: nothing else goes.
+        let removal = founder.removeMember(inviter.id, introduced: .keep([child.id]))
+        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
+            [founder, session.other, session.grandchild].allSatisfy {
+                $0.core.introduction(of: child.id)?.door == founder.id
+            }
+        }
+        #expect(
+            founder.commandResults[removal] == .success(.memberRemoved(inviter.id, handedTo: 3, introduced: [])),
+            "\(replay): \(String(describing: founder.commandResults[removal]))")
+        for node in [founder, session.other, child, session.grandchild] {
+            #expect(node.core.epochs.removed == [inviter.id], "\(replay): \(node.address)")
+            #expect(node.core.introduction(of: child.id)?.door == founder.id, "\(replay): \(node.address)")
+            #expect(node.core.introduction(of: session.grandchild.id)?.door == child.id, "\(replay): \(node.address)")
+        }
+    }
+
+    @Test(
+        "a remover that the removed member let in too introduces the one it kept, and is introduced by another",
+        arguments: seeds)
+    func aSiblingRemoverIntroducesTheKept(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let session = try Self.session(seed, introducedCount: 2)
+        let (mesh, inviter) = (session.mesh, session.inviter)
+        let (remover, kept) = (session.introduced[0], session.introduced[1])
+        // The remover's own child is below it, not the inviter's to take.
+        let removal = remover.removeMember(inviter.id, introduced: .keep([kept.id]))
+        func settled() -> Bool {
+            session.all.filter { $0.id != inviter.id }.allSatisfy { node in
+                node.core.introduction(of: kept.id)?.door == remover.id
+                    && [session.founder.id, session.other.id].contains(node.core.introduction(of: remover.id)?.door)
+            }
+        }
+        mesh.simulator.run(for: .seconds(40), checkEvery: .milliseconds(250)) { _ in settled() }
+        #expect(
+            remover.commandResults[removal] == .success(.memberRemoved(inviter.id, handedTo: 4, introduced: [])),
+            "\(replay): \(String(describing: remover.commandResults[removal]))")
+        let doors = [kept, remover].map { remover.core.introduction(of: $0.id)?.door }
+        #expect(settled(), "\(replay): the kept one and the remover introduced by \(doors)")
+        #expect(session.grandchild.core.introduction(of: session.grandchild.id)?.door == remover.id, "\(replay)")
+    }
+
+    @Test(
+        "naming to keep a member it did not introduce keeps none of those it did; more than one rotation removes is refused",
+        arguments: seeds)
+    func removalsThatCannotBeMadeAreRefused(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let session = try Self.session(seed, introducedCount: 3)
+        let (mesh, founder, inviter) = (session.mesh, session.founder, session.inviter)
+        let epoch = founder.core.session.sessionID
+        // Three members and one more below: four with the inviter's, one more than a rotation takes.
+        let stranger = founder.removeMember(inviter.id, introduced: .keep([session.other.id]))
+        let tooMany = founder.removeMember(inviter.id, introduced: .remove(keeping: []))
+        mesh.simulator.run(for: .seconds(1))
+        #expect(
+            founder.commandResults[stranger]
+                == .failure(
+                    .introducedMembers(inviter.id, session.introduced.map(\.id).sorted() + [session.grandchild.id])),
+            "\(replay): \(String(describing: founder.commandResults[stranger]))")
+        #expect(
+            founder.commandResults[tooMany]
+                == .failure(.tooManyToRemove(inviter.id, introduced: 4, limit: KeyRotation.maxRemoved - 1)),
+            "\(replay): \(String(describing: founder.commandResults[tooMany]))")
+        #expect(founder.core.session.sessionID == epoch, "\(replay): a refused removal changed the epoch")
+        // Keeping the one with a member below it: the three others fit.
+        let removal = founder.removeMember(inviter.id, introduced: .remove(keeping: [session.introduced[0].id]))
+        mesh.simulator.run(for: .seconds(20), checkEvery: .milliseconds(250)) { _ in
+            founder.commandResults[removal] != nil
+        }
+        let expected = [session.introduced[1].id, session.introduced[2].id].sorted()
+        guard case let .success(.memberRemoved(removed, _, introduced)) = founder.commandResults[removal] else {
+            Issue.record("\(replay): \(String(describing: founder.commandResults[removal]))")
+            return
+        }
+        #expect(removed == inviter.id && introduced == expected, "\(replay): \(introduced)")
+    }
+}
