@@ -54,7 +54,7 @@ extension NodeInstance {
         for member in membership.view.dropFirst()
         where !member.status.isGone && versions.allows(.introductionRequest, to: member.id)
             && !book.hasSigned(for: member.id) && !book.isInChain(localID, from: member.id)
-            && book.hasRoom(in: member.id, for: localID, localID: localID, isLive: isLiveMember)
+            && hasRoom(in: member.id, for: localID)
             && !(book[member.id].map { removedByUs.contains($0.door) } ?? false)
         {
             candidates.append(member.id)
@@ -134,8 +134,8 @@ extension NodeInstance {
     }
 
     /// A live member asks us to sign that we let it in (one answer per interval). Its word is all
-    /// we have. A member whose introduction we hold gets that one back (it lost its own), unless its door was removed. We
-    /// refuse, so that it asks the next member: one that let us in, directly or through our doors
+    /// we have. A member whose introduction we hold gets that one back (it lost its own), unless
+    /// its door was removed. We refuse, so that it asks the next member: one that let us in, directly or through our doors
     /// (a loop); one that we ask at the same time, when its id is the larger; any past the live
     /// members one door may introduce.
     private mutating func answerIntroductionRequest(from member: NodeID, now: MeshInstant) {
@@ -159,8 +159,19 @@ extension NodeInstance {
         let book = directory.introductions
         if book.isInChain(member, from: localID) { return .loop }
         if book.awaits(member) && member < localID { return .crossing }
-        if !book.hasRoom(in: localID, for: member, localID: localID, isLive: isLiveMember) { return .full }
+        if !hasRoom(in: localID, for: member) { return .full }
         return nil
+    }
+
+    /// Whether `door` may introduce `member`, as far as we know (PROTOCOL.md §3: 16 live members).
+    private func hasRoom(in door: NodeID, for member: NodeID) -> Bool {
+        directory.introductions.hasRoom(in: door, for: member, localID: localID, isLive: isLiveMember)
+    }
+
+    /// An answer we asked for that we cannot take: as a refusal, and the next member is asked.
+    private mutating func passOver(_ sender: NodeID, now: MeshInstant) {
+        _ = directory.introductions.refused(by: sender)
+        introductionsTick(now: now)
     }
 
     /// Whether `member` is in our view and not gone: what an introduction bound counts.
@@ -179,10 +190,7 @@ extension NodeInstance {
                     return counters.countDrop(.malformed)
                 }
                 // One by a removed door is void: as a refusal.
-                guard !keying.epochs.removed.contains(introduction.door) else {
-                    _ = directory.introductions.refused(by: sender)
-                    return introductionsTick(now: now)
-                }
+                guard !keying.epochs.removed.contains(introduction.door) else { return passOver(sender, now: now) }
                 taken = introduction
             } else {
                 guard introduction.door == sender, introduction.isSignedByDoor(authority) else {
@@ -192,11 +200,8 @@ extension NodeInstance {
                 // full as far as we know): as a refusal.
                 let book = directory.introductions
                 guard !book.isInChain(localID, from: sender),
-                    book.hasRoom(in: sender, for: localID, localID: localID, isLive: isLiveMember)
-                else {
-                    _ = directory.introductions.refused(by: sender)
-                    return introductionsTick(now: now)
-                }
+                    hasRoom(in: sender, for: localID)
+                else { return passOver(sender, now: now) }
                 taken = introduction.countersigned(by: authority)
             }
             directory.introductions.take(taken)
@@ -225,8 +230,7 @@ extension NodeInstance {
         // Past the bound of its door (a door that signed for more than it may): not taken, and
         // the member stays as introduced as we knew it.
         if held?.door != introduction.door,
-            !directory.introductions.hasRoom(
-                in: introduction.door, for: sender, localID: localID, isLive: isLiveMember)
+            !hasRoom(in: introduction.door, for: sender)
         {
             counters.introductionsPastBound += 1
             return
