@@ -123,8 +123,8 @@ import Testing
         let fromA = atA.rotate(removing: [m.id], to: SessionSecret.generate(), members: members, authority: a.authority)
         let fromB = atB.rotate(
             removing: [newcomer.id], to: SessionSecret.generate(), members: members, authority: b.authority)
-        let aWins = RotationOrder.wins(fromA.rotation, over: fromB.rotation)
-        #expect(aWins != RotationOrder.wins(fromB.rotation, over: fromA.rotation), "exactly one wins")
+        let aWins = KeyEpochs.wins(fromA.rotation, over: fromB.rotation)
+        #expect(aWins != KeyEpochs.wins(fromB.rotation, over: fromA.rotation), "exactly one wins")
         let (winner, loser) = aWins ? (fromA, fromB) : (fromB, fromA)
 
         // Whatever order a third member hears them in, it ends on the winner.
@@ -232,8 +232,7 @@ import Testing
             removing: [a.id], to: SessionSecret.generate(),
             live: members, authority: b.authority)
         #expect(
-            RotationOrder.wins(fromA.rotation, over: fromB.rotation)
-                != RotationOrder.wins(fromB.rotation, over: fromA.rotation)
+            KeyEpochs.wins(fromA.rotation, over: fromB.rotation) != KeyEpochs.wins(fromB.rotation, over: fromA.rotation)
         )
         for order in [[fromA, fromB], [fromB, fromA]] {
             var third = KeyEpochs(origin: origin)
@@ -242,7 +241,7 @@ import Testing
                     transition.rotation, secret: transition.secret, from: transition.rotation.author,
                     localID: m.id, members: members, authority: m.authority)
             }
-            let winner = RotationOrder.wins(fromA.rotation, over: fromB.rotation) ? fromA : fromB
+            let winner = KeyEpochs.wins(fromA.rotation, over: fromB.rotation) ? fromA : fromB
             #expect(third.current == winner.secret, "heard in order \(order.map(\.rotation.author))")
         }
     }

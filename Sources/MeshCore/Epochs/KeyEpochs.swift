@@ -149,7 +149,7 @@ package struct KeyEpochs: Sendable {
         var replacing: Transition?
         if rotation.previousSession != current.sessionID {
             guard let last = transitions.last, rotation.previousSession == last.rotation.previousSession,
-                RotationOrder.wins(rotation, over: last.rotation)
+                Self.wins(rotation, over: last.rotation)
             else { return .notOurEpoch }
             replacing = last
         }
@@ -162,6 +162,16 @@ package struct KeyEpochs: Sendable {
         let transition = Transition(rotation: rotation, secret: secret)
         append(transition)
         return .adopted(transition, replacing: replacing)
+    }
+
+    /// Which of two rotations out of the same epoch stands: not one whose author the other
+    /// removes (unless each removes the other's); else the smaller new session id. Any total
+    /// order works if every member applies it.
+    package static func wins(_ rotation: KeyRotation, over other: KeyRotation) -> Bool {
+        let removedByOther = other.removed.contains(rotation.author)
+        let removesOther = rotation.removed.contains(other.author)
+        if removedByOther != removesOther { return removesOther }
+        return rotation.nextSession.value < other.nextSession.value
     }
 
     /// Whether `member`, heard speaking the earlier epoch `session`, is to be handed the next

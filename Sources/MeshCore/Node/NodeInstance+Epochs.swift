@@ -32,7 +32,7 @@ extension NodeInstance {
         let candidates = rosterCandidates
         do {
             transition = try keying.epochs.rotation(
-                removing: Set([id] + introduced), to: rotationSecret(), live: candidates.live,
+                removing: Set([id] + introduced), to: randomSecret(), live: candidates.live,
                 others: candidates.others, authority: authority)
         } catch {
             return complete(request, .failure(.sessionTooLarge(limit: KeyRotation.maxRoster)))
@@ -41,12 +41,6 @@ extension NodeInstance {
         store(
             .saveEpochs(keying.epochs.committing(transition).encoded()),
             .saveRemoval(request, transition, member: id))
-    }
-
-    /// The secret of a rotation out of our current epoch, ranked (`RotationOrder`) so that a
-    /// member removing us at the same moment cannot choose to come first.
-    mutating func rotationSecret() -> SessionSecret {
-        RotationOrder.rankedSecret(leaving: keying.epochs.current.sessionID, author: localID) { randomSecret() }
     }
 
     mutating func removalSaved(
@@ -395,7 +389,7 @@ extension NodeInstance {
         let believable =
             leftEpoch.map { left in
                 left.pairwise && !keying.epochs.removed.contains(sender) && rotation.previousSession == left.session
-                    && ours.map { RotationOrder.wins(rotation, over: $0.rotation) } == true
+                    && ours.map { KeyEpochs.wins(rotation, over: $0.rotation) } == true
             } ?? true
         guard believable, rotation.removed.contains(localID),
             knownMemberIDs.contains(rotation.author), knownMemberIDs.contains(sender),
@@ -404,9 +398,7 @@ extension NodeInstance {
             counters.handoversRefused += 1
             return
         }
-        if let ours, ours.rotation.nextSession != rotation.nextSession,
-            !RotationOrder.wins(rotation, over: ours.rotation)
-        {
+        if let ours, ours.rotation.nextSession != rotation.nextSession, !KeyEpochs.wins(rotation, over: ours.rotation) {
             // We removed each other and ours stands: the sender took the rotation that lost
             // (it will not hand us anything, as that rotation removes us). Hand it ours.
             counters.handoversRefused += 1
@@ -443,7 +435,7 @@ extension NodeInstance {
         for (rotation, _) in due {
             let previous = rotation.previousSession
             if let ours = keying.epochs.transitions.first(where: { $0.rotation.previousSession == previous }),
-                !RotationOrder.wins(rotation, over: ours.rotation)
+                !KeyEpochs.wins(rotation, over: ours.rotation)
             {
                 log(.notice, "a removal notice lost to the rotation that keeps this node", ["by": "\(rotation.author)"])
                 continue
@@ -502,7 +494,7 @@ extension NodeInstance {
                 let candidates = rosterCandidates
                 if replacing.rotation.author == localID, !rest.isEmpty,
                     let again = try? keying.epochs.rotation(
-                        removing: rest, to: rotationSecret(), live: candidates.live,
+                        removing: rest, to: randomSecret(), live: candidates.live,
                         others: candidates.others, authority: authority)
                 {
                     keying.epochs.commit(again)
