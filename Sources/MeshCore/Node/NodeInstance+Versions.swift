@@ -38,7 +38,7 @@ extension NodeInstance {
     /// A member's version frame: learn it, answer it, and report once when we cannot follow.
     mutating func receiveVersion(_ announcement: VersionAnnouncement, header: DatagramHeader, now: MeshInstant) {
         let member = header.sender
-        let (answer, gap) = versions.received(announcement, from: member, boot: header.bootID)
+        let (answer, gap) = versions.received(announcement, from: member, boot: header.bootID, now: now)
         if answer { announceVersions(to: member, answering: announcement) }
         if let gap { reportGap(gap) }
         // Until the member names the door of the introduction we hold, it is asked again, with it

@@ -13,6 +13,12 @@ package struct PeerVersions: Sendable {
         package var interval: Duration = .seconds(2)
         /// How often a member taken for protocol 1 is asked again.
         package var recheck: Duration = .seconds(60)
+        /// At most `answersPerWindow` answers to one member in `answerWindow`, whatever boot its
+        /// frames name: an honest member asks at most twice at once (its first ask, and a re-ask
+        /// with its introduction beside), then every `interval`; a storm of asks is not a storm of
+        /// answers.
+        package var answersPerWindow = 2
+        package var answerWindow: Duration = .seconds(1)
         package init() {}
     }
 
@@ -51,6 +57,10 @@ package struct PeerVersions: Sendable {
     /// What this node speaks (a test may claim other versions).
     package let ours: SpokenVersions
     package private(set) var peers: [NodeID: Peer] = [:]
+    /// The latest answers to each member, and when it was last reported as a gap: kept across
+    /// its boots, so that frames naming ever new boots buy neither answers nor terminal lines.
+    private var answers: [NodeID: [MeshInstant]] = [:]
+    private var gapReportedAt: [NodeID: MeshInstant] = [:]
     /// When `due` has members to ask or to give up on (kept, not searched for per input).
     package private(set) var nextDeadline: MeshInstant?
 
@@ -88,6 +98,8 @@ package struct PeerVersions: Sendable {
 
     package mutating func forget(_ member: NodeID) {
         peers[member] = nil
+        answers[member] = nil
+        gapReportedAt[member] = nil
     }
 
     /// Ask a member whose versions we know once more, as on first contact: our version frame
@@ -152,10 +164,11 @@ package struct PeerVersions: Sendable {
         return (ask, gaps)
     }
 
-    /// A member's version frame (of the boot `boot`): whether to answer it, and the gap when ours
-    /// and its do not meet (once per boot).
+    /// A member's version frame (of the boot `boot`): whether to answer it (unless it is an answer,
+    /// within the member's answer window), and the gap when ours and its do not meet (once per
+    /// boot, at most once a `recheck` per member).
     package mutating func received(
-        _ announcement: VersionAnnouncement, from member: NodeID, boot: UInt64
+        _ announcement: VersionAnnouncement, from member: NodeID, boot: UInt64, now: MeshInstant
     ) -> (answer: Bool, gap: Gap?) {
         var peer =
             peers[member].flatMap { $0.boot == boot ? $0 : nil }
@@ -165,12 +178,24 @@ package struct PeerVersions: Sendable {
         peer.nextAt = nil
         peer.attemptsLeft = 0
         var gap: Gap?
-        if ours.common(with: announcement.versions) == nil, !peer.toldGap {
+        if ours.common(with: announcement.versions) == nil, !peer.toldGap,
+            gapReportedAt[member].map({ now >= $0 + settings.recheck }) ?? true
+        {
             peer.toldGap = true
+            gapReportedAt[member] = now
             gap = Gap(member: member, theirs: announcement.versions, ours: ours)
         }
         peers[member] = peer
         refreshDeadline()
-        return (!announcement.isAnswer, gap)
+        return (!announcement.isAnswer && mayAnswer(member, now: now), gap)
+    }
+
+    /// Whether an answer to `member` fits its window now (and counts it if so).
+    private mutating func mayAnswer(_ member: NodeID, now: MeshInstant) -> Bool {
+        var recent = answers[member, default: []].filter { now < $0 + settings.answerWindow }
+        guard recent.count < settings.answersPerWindow else { return false }
+        recent.append(now)
+        answers[member] = recent
+        return true
     }
 }
