@@ -135,9 +135,9 @@ extension NodeInstance {
 
     /// A live member asks us to sign that we let it in (one answer per interval). Its word is all
     /// we have. A member whose introduction we hold gets that one back (it lost its own), unless
-    /// its door was removed. We refuse, so that it asks the next member: one that let us in, directly or through our doors
-    /// (a loop); one that we ask at the same time, when its id is the larger; any past the live
-    /// members one door may introduce.
+    /// its door was removed. We refuse, so that it asks the next member: one that let us in,
+    /// directly or through our doors (a loop); one that we ask at the same time, when its id is
+    /// the larger; any past the live members one door may introduce.
     private mutating func answerIntroductionRequest(from member: NodeID, now: MeshInstant) {
         guard member != localID, let known = membership.member(member), !known.status.isGone,
             directory.introductions.mayAnswer(member, now: now)
