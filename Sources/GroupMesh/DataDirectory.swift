@@ -40,6 +40,9 @@ public struct DataDirectory: Sendable {
     /// Attachments whose manifest was found damaged at a start and is not stored again yet (hex
     /// ids, one a line): until then no start deletes chunks as unused.
     public var damagedManifestsPath: String { path + "/damaged-manifests" }
+    /// Present when this dir made the session's secret: its node founded the session, and asks
+    /// nobody for an introduction. Apart from `members.json`, which a damaged file resets.
+    public var foundedPath: String { path + "/founded" }
 
     /// Whether writing `file` would overwrite one of the node's own files (or anything in its
     /// chunk store): `get --output` must not destroy the node it asks. Symbolic links and `..`
@@ -53,6 +56,7 @@ public struct DataDirectory: Sendable {
         let own = [
             sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
             membersPath, epochsPath, journalPath, endedPath, leftPath, configurationPath, damagedManifestsPath,
+            foundedPath,
         ].map { Self.split($0).name }
         return own.contains(name)
     }
@@ -114,8 +118,9 @@ public struct DataDirectory: Sendable {
     }
 
     /// Loads the session's key epochs (the secret joined with, then every rotation since), or
-    /// stores `invited` / a new secret when the dir has none. An invite for another session than
-    /// the stored one (none of its epochs) is refused: one data dir, one session.
+    /// stores `invited` when the dir has none, or founds a session with a new secret when there
+    /// is no invite either. An invite for another session than the stored one (none of its
+    /// epochs) is refused: one data dir, one session.
     package func loadOrCreateSession(invited: SessionSecret?) throws(GroupMeshError) -> KeyEpochs {
         if access(sessionSecretPath, F_OK) == 0 {
             let stored: SessionSecret
@@ -126,9 +131,30 @@ public struct DataDirectory: Sendable {
             }
             return epochs
         }
-        let secret = invited ?? SessionSecret.generate()
+        guard let invited else { return try foundSession(SessionSecret.generate()) }
+        // A mark left by a founding that crashed before its key was written is not ours.
+        guard unlink(foundedPath) == 0 || errno == ENOENT else {
+            throw .dataDirectory(path: path, reason: "\(foundedPath): \(Self.errnoText())")
+        }
+        do { try invited.write(to: sessionSecretPath) } catch { throw .keyFile(error.description) }
+        return KeyEpochs(origin: invited)
+    }
+
+    /// Makes `secret`, new, the session of this dir, which has none: founded here. The mark goes
+    /// first, so that a key on disk never lacks it.
+    package func foundSession(_ secret: SessionSecret) throws(GroupMeshError) -> KeyEpochs {
+        try markFounded()
         do { try secret.write(to: sessionSecretPath) } catch { throw .keyFile(error.description) }
         return KeyEpochs(origin: secret)
+    }
+
+    /// Whether this dir founded its session (`foundedPath`).
+    package var founded: Bool { access(foundedPath, F_OK) == 0 }
+
+    /// Marks the dir as the session's founder: when it makes the secret, or when `members.json`
+    /// of a dir made before the mark existed says so.
+    package func markFounded() throws(GroupMeshError) {
+        try writeSmallFile(foundedPath, "")
     }
 
     /// Whether this dir's session is the one `secret` belongs to (its first key, or a later epoch's).

@@ -126,9 +126,12 @@ package actor MeshNode {
             store = try AttachmentStore(directory: configuration.dataDirectory)
             // The chunks lost are missing, and fetched again; the user should still hear of it.
             for line in await store.damage { logger.warning("chunk store: \(line)") }
-            restored = await store.restore(
-                epochs: epochs,
-                remembered: configuration.dataDirectory.loadRememberedMembers())
+            let directory = configuration.dataDirectory
+            var found = await store.restore(epochs: epochs, remembered: directory.loadRememberedMembers())
+            // A dir founded before the mark existed says so only in `members.json`: marked now.
+            if found.remembered.founder, !directory.founded { try? directory.markFounded() }
+            found.founded = found.remembered.founder || directory.founded
+            restored = found
         } catch {
             try? await channel.close()
             throw error

@@ -125,7 +125,7 @@ public actor SessionOffers {
         let directory = DataDirectory(path: path)
         do {
             try directory.prepare()
-            _ = try directory.loadOrCreateSession(invited: secret)
+            _ = try directory.foundSession(secret)
         } catch {
             Self.removeDirectory(path)
             throw error

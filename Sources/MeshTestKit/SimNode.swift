@@ -105,10 +105,12 @@ package final class SimNode: SimulatedProcess {
     ) {
         var derive = SplitMix64(seed: seed ^ (UInt64(address.index + 1) &* 0x9E37_79B9_7F4A_7C15))
         let identity = try! NodeIdentity(seed: derive.bytes(32))  // safe: 32 bytes
+        // As a data dir does: started with nobody to join, it makes the session's secret.
+        var storage = SimStorage(conditions: configuration.storage)
+        storage.founded = seeds.isEmpty
         self.init(
             address: address, session: session, identity: identity, derive: &derive, seeds: seeds,
-            storage: SimStorage(conditions: configuration.storage), startTime: startTime,
-            configuration: configuration)
+            storage: storage, startTime: startTime, configuration: configuration)
     }
 
     /// `node` booting again on its disk, with a new boot (keys, boot id) from `seed`. What the

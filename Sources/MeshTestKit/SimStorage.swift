@@ -33,6 +33,8 @@ package struct SimStorage {
     package internal(set) var log: [JournalOperation] = []
     package internal(set) var epochs: [UInt8]?
     package internal(set) var remembered = RememberedMembers()
+    /// The disk made the session's secret (the data dir's `founded` mark): its node founded it.
+    package internal(set) var founded = false
     /// The session end this disk recorded (`StorageRequest.saveEnded`).
     package internal(set) var ended: [UInt8]?
     /// The attachments whose manifests are recorded damaged (`StorageRequest.saveDamagedManifests`).
@@ -59,6 +61,7 @@ package struct SimStorage {
             epochs: epochs, remembered: remembered, operations: log,
             manifests: manifests, complete: complete)
         restored.logIsWhole = true
+        restored.founded = founded
         // Stored, but no longer what it is named: damaged (the store discards it when it reads it).
         let found = state.presentContents.filter { chunks.contains($0) && chunks.manifest($0) == nil }
         restored.damagedManifests = Set(found + damagedManifests).filter { chunks.manifest($0) == nil }.sorted()

@@ -17,7 +17,7 @@ import Testing
 
         for own in [
             directory.journalPath, directory.identityPath, directory.sessionSecretPath, directory.epochsPath,
-            directory.membersPath, directory.controlSocketPath, directory.chunksPath,
+            directory.membersPath, directory.controlSocketPath, directory.chunksPath, directory.foundedPath,
             directory.chunksPath + "/ab/abcdef", root + "/link/journal.log", directory.chunksPath + "/../session.key",
         ] {
             #expect(directory.ownsFile(own), "\(own)")
@@ -28,6 +28,31 @@ import Testing
         ] {
             #expect(!directory.ownsFile(other), "\(other)")
         }
+    }
+
+    @Test(
+        "a dir that makes the session's secret is marked its founder, one that takes an invite is not, whatever it held"
+    )
+    func foundingIsMarkedApartFromMembers() throws {
+        let root = NSTemporaryDirectory() + "groupmesh-dd-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let founder = DataDirectory(path: root + "/founder")
+        let joiner = DataDirectory(path: root + "/joiner")
+        try founder.prepare()
+        try joiner.prepare()
+        let epochs = try founder.loadOrCreateSession(invited: nil)
+        #expect(founder.founded)
+        // A mark left behind by a founding that crashed before its key was written.
+        try FileManager.default.copyItem(atPath: founder.foundedPath, toPath: joiner.foundedPath)
+        _ = try joiner.loadOrCreateSession(invited: epochs.current)
+        #expect(!joiner.founded, "a joiner kept a founding mark it did not make")
+        // A damaged members.json changes neither.
+        #expect(FileManager.default.createFile(atPath: founder.membersPath, contents: Data("{".utf8)))
+        #expect(!founder.loadRememberedMembers().founder)
+        #expect(try founder.loadOrCreateSession(invited: nil).current == epochs.current)
+        #expect(try joiner.loadOrCreateSession(invited: epochs.current).current == epochs.current)
+        #expect(founder.founded && !joiner.founded)
     }
 
     @Test("a data dir that belongs to another user is refused, and left as it was")

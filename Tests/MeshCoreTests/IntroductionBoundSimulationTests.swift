@@ -165,6 +165,39 @@ struct IntroductionBoundSimulationTests {
         #expect(founder.core.introduction(of: joiner.id) == held, "\(replay)")
     }
 
+    @Test(
+        "a damaged members.json neither takes the founder's standing nor gives it to a member that joined",
+        arguments: seeds)
+    func foundingOutlivesDamagedMembersFile(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let (mesh, founder, door, joiner) = Self.joinerThroughDoor(seed)
+        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
+            founder.core.introduction(of: joiner.id) != nil
+        }
+        try #require(founder.core.introduction(of: joiner.id) != nil, "\(replay): never introduced")
+        // The founder's `members.json` reads as nothing (damaged): it starts again through the door.
+        founder.changeRemembered { $0 = RememberedMembers() }
+        var restartAt = mesh.simulator.now + .seconds(1)
+        mesh.restart(founder.address, at: restartAt, seeds: [door.address])
+        let restarted = mesh.node(founder.address)
+        mesh.simulator.run(until: restartAt + .milliseconds(1))
+        var asked = false
+        mesh.simulator.run(for: .seconds(20), checkEvery: .milliseconds(100)) { _ in
+            asked = asked || restarted.core.introductions.request != nil
+            return false
+        }
+        #expect(restarted.core.membership.joinedThrough != nil, "\(replay): it never joined again")
+        #expect(restarted.core.remembered.founder, "\(replay): the founder forgot that it made the session")
+        #expect(!asked, "\(replay): the founder asked for an introduction")
+        #expect(door.core.introduction(of: founder.id) == nil, "\(replay): the founder was introduced")
+        // The door's reads as nothing too, and it starts with nobody to join: it made nothing.
+        door.changeRemembered { $0 = RememberedMembers() }
+        restartAt = mesh.simulator.now + .seconds(1)
+        mesh.restart(door.address, at: restartAt, seeds: [])
+        mesh.simulator.run(until: restartAt + .seconds(1))
+        #expect(!mesh.node(door.address).core.remembered.founder, "\(replay): a joiner took itself for the founder")
+    }
+
     @Test("nobody takes more introductions from one door than the bound, whoever signed them", arguments: seeds)
     func introductionsPastTheBoundAreNotTaken(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)

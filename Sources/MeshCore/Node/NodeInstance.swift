@@ -88,6 +88,9 @@ package struct NodeInstance: Sendable {
         /// Those of them the data dir had recorded; nil when the record could not be read (then
         /// nothing is known of earlier damage, and start-up deletes no chunk either).
         package var damagedManifestsRecorded: [SHA256Digest]? = []
+        /// This data dir made the session's secret: the node founded the session, so it asks
+        /// nobody for an introduction (kept apart from `remembered`, which a damaged file resets).
+        package var founded = false
 
         package init(
             epochs: KeyEpochs, remembered: RememberedMembers = .init(), operations: [JournalOperation] = [],
@@ -154,6 +157,7 @@ package struct NodeInstance: Sendable {
             remembered: restored.remembered,
             introductions: IntroductionBook(
                 settings: settings.introductions, remembered: restored.remembered.introductions))
+        if restored.founded { directory.remembered.founder = true }
         let record = MemberRecord(
             signingKey: boot.identity.publicKey, name: boot.name,
             addresses: Array(boot.addresses.prefix(MemberRecord.maxAddresses)),
@@ -217,6 +221,8 @@ package struct NodeInstance: Sendable {
     package var epochs: KeyEpochs { keying.epochs }
     package var codec: DatagramCodec { keying.codec }
     package var remembered: RememberedMembers { directory.remembered }
+    /// Who let each member in, and our own request for an introduction.
+    package var introductions: IntroductionBook { directory.introductions }
     /// The manifests this node knows, by attachment id.
     package var manifests: [SHA256Digest: Manifest] { library.manifestTable.byID }
     /// Where each known chunk sits (one place is enough for the seeding rule).
@@ -260,8 +266,6 @@ package struct NodeInstance: Sendable {
         let joining = membership.join(all, now: now)
         apply(joining, now: now)
         phase = all.isEmpty ? .running : .joining
-        // The first start, with nobody to join: this node makes the session.
-        if all.isEmpty, directory.remembered.incarnation == 0 { directory.remembered.founder = true }
         if phase == .joining { directory.joinWait = JoinWait(since: now, noticeAt: now + settings.joinWaitingNotice) }
         directory.remembered.incarnation = membership.me.incarnation
         saveRemembered()
