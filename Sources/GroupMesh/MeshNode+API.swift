@@ -29,6 +29,17 @@ extension MeshNode {
         }
     }
 
+    /// A value of `--keep`: a member as it is (a name may hold commas), else members separated
+    /// by commas.
+    private func resolveKept(_ value: String) throws(MessengerError) -> [NodeID] {
+        if case let .success(id) = core.resolveRemovable(value) { return [id] }
+        let parts = value.split(separator: ",").filter { !$0.isEmpty }
+        guard parts.count > 1 else { return [try resolveMember(value, removable: true)] }
+        var ids: [NodeID] = []
+        for part in parts { ids.append(try resolveMember(String(part), removable: true)) }
+        return ids
+    }
+
     func participant(_ id: NodeID) -> Participant {
         Participant(id: id, name: core.membership.member(id)?.record.name ?? "")
     }
@@ -45,7 +56,7 @@ extension MeshNode {
         var kept: Set<NodeID> = []
         do {
             id = try resolveMember(text, removable: true)
-            for name in keeping { kept.insert(try resolveMember(name, removable: true)) }
+            for value in keeping { kept.formUnion(try resolveKept(value)) }
         } catch {
             throw .refused(error.description, kind: error.kind)
         }

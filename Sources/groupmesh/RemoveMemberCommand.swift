@@ -33,7 +33,7 @@ struct RemoveMemberCommand: AsyncParsableCommand {
     @Option(
         name: .customLong("keep"),
         help: ArgumentHelp(
-            "Members it introduced that stay (ids, prefixes or names, comma-separated or repeated).",
+            "Members it introduced that stay (ids, prefixes or names, comma-separated or repeated; a name with commas is taken whole).",
             valueName: "names"))
     var keep: [String] = []
 
@@ -55,9 +55,9 @@ struct RemoveMemberCommand: AsyncParsableCommand {
     func run() async throws {
         let response: ControlResponse
         do {
-            let kept = keep.flatMap { $0.split(separator: ",").map(String.init) }.filter { !$0.isEmpty }
+            // Split by the node, which knows whether a value with commas is one member's name.
             response = try ControlClient(directory: data.directory).send(
-                .removeMember(member, withIntroduced: withIntroduced, keep: kept, keepIntroduced: keepIntroduced))
+                .removeMember(member, withIntroduced: withIntroduced, keep: keep, keepIntroduced: keepIntroduced))
         } catch {
             throw fail(error)
         }

@@ -31,8 +31,8 @@ public enum ControlRequest: Sendable, Equatable {
     case get(attachment: String, path: String, mode: UInt32? = nil, replace: Bool = true)
     case remove(attachment: String)
     /// Remove a member (id, unique id prefix or name) with a new key epoch; with the members it
-    /// introduced if `withIntroduced`, but those of `keep` (ids, prefixes or names), or none of
-    /// them (`keepIntroduced`).
+    /// introduced if `withIntroduced`, but those of `keep` (ids, prefixes or names; a value that
+    /// is no member's is split at commas), or none of them (`keepIntroduced`).
     case removeMember(String, withIntroduced: Bool = false, keep: [String] = [], keepIntroduced: Bool = false)
 }
 
