@@ -27,6 +27,8 @@ public struct DataDirectory: Sendable {
     public var controlSocketPath: String { path + "/control.sock" }
     public var chunksPath: String { path + "/chunks" }
     public var membersPath: String { path + "/members.json" }
+    /// A `members.json` that could not be read, kept as it was found.
+    public var damagedMembersPath: String { path + "/members.json.damaged" }
     /// The key epochs after the first (secrets inside, 0600).
     public var epochsPath: String { path + "/epochs.key" }
     public var journalPath: String { path + "/journal.log" }
@@ -56,7 +58,7 @@ public struct DataDirectory: Sendable {
         let own = [
             sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
             membersPath, epochsPath, journalPath, endedPath, leftPath, configurationPath, damagedManifestsPath,
-            foundedPath,
+            foundedPath, damagedMembersPath,
         ].map { Self.split($0).name }
         return own.contains(name)
     }
@@ -67,7 +69,8 @@ public struct DataDirectory: Sendable {
         return (directory.isEmpty ? "/" : directory, String(file[file.index(after: slash)...]))
     }
 
-    private static func resolved(_ path: String) -> String? {
+    /// `path` with every link and `..` resolved; nil when it does not exist.
+    static func resolved(_ path: String) -> String? {
         guard let real = realpath(path, nil) else { return nil }
         defer { free(real) }
         return String(cString: real)
@@ -288,12 +291,25 @@ public struct DataDirectory: Sendable {
 
     /// What the node remembers of the members (`members.json`); nothing when absent or unreadable.
     package func loadRememberedMembers() -> RememberedMembers {
-        guard let text = try? readSmallFile(membersPath, limit: 4 << 20),
-            let decoded = try? JSONDecoder().decode(RememberedMembers.self, from: Data(text.utf8))
-        else {
-            return RememberedMembers()
+        decodedRememberedMembers() ?? RememberedMembers()
+    }
+
+    private func decodedRememberedMembers() -> RememberedMembers? {
+        guard let text = try? readSmallFile(membersPath, limit: 4 << 20) else { return nil }
+        return try? JSONDecoder().decode(RememberedMembers.self, from: Data(text.utf8))
+    }
+
+    /// A `members.json` that cannot be read is moved aside to `damagedMembersPath` (replacing an
+    /// older one), not written over by the node that starts without it: what it held can still
+    /// be read. The line to warn with, when it was.
+    package func setAsideDamagedMembers() -> String? {
+        guard access(membersPath, F_OK) == 0, decodedRememberedMembers() == nil else { return nil }
+        guard rename(membersPath, damagedMembersPath) == 0 else {
+            return
+                "\(membersPath) cannot be read, nor moved aside (\(Self.errnoText())): this node remembers no members"
         }
-        return decoded
+        return "\(membersPath) cannot be read; kept as \(damagedMembersPath). This node remembers no members: "
+            + "it rejoins through the invite or --join given"
     }
 
     func saveRememberedMembers(_ members: RememberedMembers) throws(GroupMeshError) {

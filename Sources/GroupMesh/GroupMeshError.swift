@@ -202,6 +202,17 @@ extension GroupMeshError {
 }
 
 extension GroupMeshError {
+    /// An attachment a command named that names none, or several, or is too short to tell.
+    init(_ error: AttachmentLookupError) {
+        switch error {
+        case let .unknown(text): self = .unknownAttachment(text)
+        case let .ambiguous(text): self = .ambiguousAttachment(text)
+        case let .tooShort(text): self = .attachmentPrefixTooShort(text)
+        }
+    }
+}
+
+extension GroupMeshError {
     /// Members as one phrase: "1 member (bob …)", "3 members (bob …, carol …, dave …)", the first
     /// eight named.
     static func list(_ members: [NodeID], _ names: (NodeID) -> String) -> String {
@@ -212,7 +223,7 @@ extension GroupMeshError {
 
 extension GroupMeshError {
     /// A failed file write as its one line: a full disk says so, and that nothing was lost.
-    static func fileWrite(_ code: Int32, _ path: String, doing action: String) -> GroupMeshError {
+    package static func fileWrite(_ code: Int32, _ path: String, doing action: String) -> GroupMeshError {
         FileIO.isOutOfSpace(code)
             ? .store("no space left to write \(path); nothing was lost")
             : .store("cannot \(action) \(path): \(FileIO.describe(code))")

@@ -156,12 +156,7 @@ extension MeshNode {
 
     /// An attachment named by its id or a unique prefix of it.
     package func resolveAttachment(_ text: String) throws(GroupMeshError) -> AttachmentEntry {
-        switch core.resolveAttachment(text) {
-        case let .success(entry): return entry
-        case let .failure(.unknown(text)): throw .unknownAttachment(text)
-        case let .failure(.ambiguous(text)): throw .ambiguousAttachment(text)
-        case let .failure(.tooShort(text)): throw .attachmentPrefixTooShort(text)
-        }
+        try core.resolveAttachment(text).mapError(GroupMeshError.init).get()
     }
 
     func progress(of entry: AttachmentEntry) -> TransferProgress {
@@ -230,7 +225,12 @@ extension MeshNode {
     package func ping(_ text: String) async throws(GroupMeshError) -> (member: NodeID, rtt: Duration?, address: String)
     {
         let member: NodeID
-        do { member = try resolveMember(text) } catch { throw .refused(error.description, kind: error.kind) }
+        do { member = try resolveMember(text) } catch {
+            if core.namesSelf(text), case .unknownMember = error {
+                throw .refused("cannot ping this node itself; name another member", kind: .input)
+            }
+            throw .refused(error.description, kind: error.kind)
+        }
         switch await perform(.ping(member)) {
         case let .success(.pong(rtt, address)): return (member, rtt, address.description)
         case .failure(.pingTimedOut): return (member, nil, core.membership.member(member)?.address?.description ?? "")

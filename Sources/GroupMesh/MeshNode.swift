@@ -127,6 +127,7 @@ package actor MeshNode {
             // The chunks lost are missing, and fetched again; the user should still hear of it.
             for line in await store.damage { logger.warning("chunk store: \(line)") }
             let directory = configuration.dataDirectory
+            if let damaged = directory.setAsideDamagedMembers() { logger.warning("\(damaged)") }
             var found = await store.restore(epochs: epochs, remembered: directory.loadRememberedMembers())
             // A dir founded before the mark existed says so only in `members.json`: marked now.
             if found.remembered.founder, !directory.founded { try? directory.markFounded() }
@@ -372,6 +373,17 @@ package actor MeshNode {
                 reason:
                     "the port is in use (another node, or another program, has it); choose another --listen port, or 0 for any free one"
             )
+        } catch let error as IOError where error.errnoCode == EADDRNOTAVAIL {
+            throw .bindFailed(
+                address: configuration.listenDescription,
+                reason: "no interface of this machine has that address; listen on one it has, or on 0.0.0.0 for all")
+        } catch let error as IOError where error.errnoCode == EACCES {
+            throw .bindFailed(
+                address: configuration.listenDescription,
+                reason: "permission denied (ports under 1024 need root, or CAP_NET_BIND_SERVICE)")
+        } catch let error as IOError {
+            throw .bindFailed(
+                address: configuration.listenDescription, reason: String(cString: strerror(error.errnoCode)))
         } catch {
             throw .bindFailed(address: configuration.listenDescription, reason: "\(error)")
         }

@@ -38,7 +38,11 @@ package struct InviteToken: Sendable, Equatable {
         guard !text.isEmpty else { throw .invite(.empty) }
         guard text.utf8.count <= Self.maxTextLength else { throw .invite(.tooLong) }
         guard text.hasPrefix(Self.prefix) else { throw .invite(.notAnInvite) }
-        guard let payload = Base64URL.decode(text.dropFirst(Self.prefix.count)) else { throw .invite(.badEncoding) }
+        let encoded = text.dropFirst(Self.prefix.count)
+        guard let payload = Base64URL.decode(encoded) else {
+            // Every character may be right and the length not: a token cut short when copied.
+            throw .invite(Base64URL.isAlphabet(encoded) ? .badLength : .badEncoding)
+        }
         guard payload.count >= 1 + 32 + 1 + 4 else { throw .invite(.truncated) }
         let body = payload.dropLast(4)
         guard Array(payload.suffix(4)) == Array(SHA256Digest.hashing(Array(body)).bytes.prefix(4)) else {
@@ -71,7 +75,7 @@ package struct InviteToken: Sendable, Equatable {
 }
 
 package enum InviteTokenError: Error, Equatable, Sendable, CustomStringConvertible {
-    case empty, tooLong, notAnInvite, badEncoding, truncated, checksumMismatch
+    case empty, tooLong, notAnInvite, badEncoding, badLength, truncated, checksumMismatch
     case unsupportedVersion, noAddresses, tooManyAddresses, badAddress, trailingBytes
 
     package var description: String {
@@ -81,6 +85,8 @@ package enum InviteTokenError: Error, Equatable, Sendable, CustomStringConvertib
         case .tooLong: reason = "it is longer than any invite (\(InviteToken.maxTextLength) characters)"
         case .notAnInvite: reason = "it does not start with '\(InviteToken.prefix)'"
         case .badEncoding: reason = "it has characters outside base64url"
+        case .badLength:
+            reason = "its length fits no invite: it was cut short, or a character was added (copy the whole token)"
         case .truncated: reason = "it is cut short"
         case .checksumMismatch: reason = "its checksum does not match (was it copied whole?)"
         case .unsupportedVersion: reason = "it was made by a newer or unknown version of groupmesh"
@@ -119,6 +125,11 @@ enum Base64URL {
             index += 3
         }
         return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Whether every character of `text` is one of base64url's.
+    static func isAlphabet(_ text: some StringProtocol) -> Bool {
+        text.utf8.allSatisfy { reverse[Int($0)] >= 0 }
     }
 
     static func decode(_ text: some StringProtocol) -> [UInt8]? {

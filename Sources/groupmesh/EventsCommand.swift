@@ -19,7 +19,9 @@ struct EventsCommand: AsyncParsableCommand {
     @Flag(help: "One JSON object per line.")
     var json = false
 
+    // Unconditional: `--after -5` is a number to refuse, not a missing value.
     @Option(
+        parsing: .unconditional,
         help: ArgumentHelp("Print the held events after this sequence number first (0: all held).", valueName: "SEQ"))
     var after: UInt64?
 

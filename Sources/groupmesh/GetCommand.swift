@@ -133,12 +133,8 @@ struct GetCommand: AsyncParsableCommand {
 
     /// The file name `attach` kept in the attachment's metadata, made safe to write here.
     private func attachedName() throws -> String {
-        let infos: [StatusReport.AttachmentInfo]
-        do { infos = try ControlClient(directory: data.directory).attachments() } catch { throw fail(error) }
-        let matches = infos.filter { $0.id.hasPrefix(id.lowercased()) }
-        guard matches.count == 1, let info = matches.first else {
-            throw fail(matches.isEmpty ? GroupMeshError.unknownAttachment(id) : GroupMeshError.ambiguousAttachment(id))
-        }
+        let info: StatusReport.AttachmentInfo
+        do { info = try ControlClient(directory: data.directory).attachment(named: id) } catch { throw fail(error) }
         guard let name = AttachmentName.fileName(fromMetadata: info.metadata) else {
             throw fail(
                 "attachment \(info.id.prefix(16)) has no file name to write it under; give -o PATH (or -o - for standard output)",
@@ -176,13 +172,30 @@ struct GetDestination {
         let input = FileHandle(forReadingAtPath: path)
         discard()
         guard let input else { throw .store("cannot read back the attachment from \(path)") }
-        do {
-            while let block = try input.read(upToCount: 1 << 20), !block.isEmpty {
-                try FileHandle.standardOutput.write(contentsOf: block)
+        var block: Data
+        repeat {
+            do { block = try input.read(upToCount: 1 << 20) ?? Data() } catch {
+                throw .store("cannot read back the attachment from \(path): \(error.localizedDescription)")
             }
-        } catch {
-            throw .store("standard output was closed before the whole attachment was written to it")
-        }
+            let failure: Int32? = block.withUnsafeBytes { bytes in
+                guard let base = bytes.baseAddress else { return nil }
+                var offset = 0
+                while offset < bytes.count {
+                    let written = write(STDOUT_FILENO, base + offset, bytes.count - offset)
+                    if written < 0 {
+                        if errno == EINTR { continue }
+                        return errno
+                    }
+                    offset += written
+                }
+                return nil
+            }
+            if let failure {
+                throw failure == EPIPE
+                    ? .store("standard output was closed before the whole attachment was written to it")
+                    : GroupMeshError.fileWrite(failure, "standard output", doing: "write to")
+            }
+        } while !block.isEmpty
     }
 
     /// What this `get` made of its own goes, with the node's partial file in it (the node

@@ -9,8 +9,9 @@ struct GroupMeshCommand: AsyncParsableCommand {
         commandName: "groupmesh",
         abstract: "A peer-to-peer group-session mesh: membership, messages and attachments over encrypted UDP.",
         discussion: """
-            Exit status: 0 success, 1 other failures, 64 usage (a command line that does not parse), \
-            65 bad input (invite, address, attachment, member, a file over the limit), 69 unavailable \
+            Exit status: 0 success, 1 other failures, 64 usage (a command line that does not parse, an \
+            address that is not HOST:PORT), 65 bad input (invite, attachment, member, a file over the \
+            limit), 69 unavailable \
             (no node running, no member holding the data, the node stopped), 130 interrupted.
             """,
         version: "groupmesh " + GroupMeshVersion.line,

@@ -10,7 +10,7 @@ func absolutePath(_ path: String) -> String {
 struct AttachCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "attach",
-        abstract: "Add a file to the session's journal; prints the attachment id (64 hex characters)."
+        abstract: "Add a file to the session's journal; prints the attachment id (32 hex characters)."
     )
 
     @OptionGroup var data: DataDirectoryOptions

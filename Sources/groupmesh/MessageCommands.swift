@@ -31,20 +31,44 @@ struct SendCommand: AsyncParsableCommand {
         if (text == nil) == (file == nil) { throw ValidationError("give either TEXT or --file PATH") }
     }
 
+    /// The message in `path` (`-`: standard input), refused with its reason, and before it is
+    /// read whole when over the limit. Non-blocking, so that a pipe with no writer is refused.
+    static func contents(of path: String) throws -> Data {
+        let limit = Messenger.maxMessageSize
+        if path == "-" {
+            let data = (try? FileHandle.standardInput.read(upToCount: limit + 1)) ?? Data()
+            guard data.count <= limit else {
+                throw fail(
+                    "standard input holds over the \(limit / 1024) KiB message limit; nothing was sent", kind: .input)
+            }
+            return data
+        }
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else {
+            let reason = errno == ENOENT ? "no such file" : String(cString: strerror(errno))
+            throw fail("cannot read \(path): \(reason)", kind: .input)
+        }
+        let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
+        var info = stat()
+        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+            let kind = info.st_mode & S_IFMT == S_IFDIR ? "a directory" : "not a regular file"
+            throw fail(
+                "\(path) is \(kind); --file sends the contents of a file (or - for standard input)", kind: .input)
+        }
+        guard info.st_size <= limit else {
+            throw fail(
+                "\(path) is \(info.st_size) bytes, over the \(limit / 1024) KiB message limit; nothing was sent",
+                kind: .input)
+        }
+        do { return try handle.read(upToCount: limit + 1) ?? Data() } catch {
+            throw fail("cannot read \(path): \(error.localizedDescription)", kind: .input)
+        }
+    }
+
     func run() async throws {
         let body: Data
         if let file {
-            let attributes = try? FileManager.default.attributesOfItem(atPath: file)
-            guard let size = attributes?[.size] as? Int else { throw fail("cannot read \(file)", kind: .input) }
-            guard size <= Messenger.maxMessageSize else {
-                throw fail(
-                    "\(file) is \(size) bytes, over the \(Messenger.maxMessageSize / 1024) KiB message limit; nothing was sent",
-                    kind: .input)
-            }
-            guard let contents = FileManager.default.contents(atPath: file) else {
-                throw fail("cannot read \(file)", kind: .input)
-            }
-            body = contents
+            body = try Self.contents(of: file)
         } else {
             body = Data((text ?? "").utf8)
         }

@@ -182,6 +182,7 @@ struct RunCommand: AsyncParsableCommand {
                     emit("invite: \(invite.text)")
                 case let .hint(line): emit(line)
                 }
+                announcements.open()
                 if let exporter { emit("metrics: http://\(exporter.boundAddress)/metrics") }
             }
             // `groupmesh leave` ends the node's service by itself: that is a normal end, not a failure.
@@ -245,7 +246,10 @@ struct RunCommand: AsyncParsableCommand {
         var turn: String?
 
         static func nameProblem(_ name: String) -> String? {
-            name.unicodeScalars.contains(where: TerminalText.needsEscape)
+            if name.isEmpty { return "is empty; give a name, or leave it out for node- and the first digits of the id" }
+            // A member record holds 64 bytes of name (PROTOCOL.md §3): a longer one would be cut.
+            if name.utf8.count > 64 { return "is \(name.utf8.count) bytes of UTF-8; a name holds at most 64" }
+            return name.unicodeScalars.contains(where: TerminalText.needsEscape)
                 ? "may not hold control characters (newlines, escapes, direction overrides)" : nil
         }
 
@@ -323,7 +327,7 @@ struct RunCommand: AsyncParsableCommand {
         configuration.portMapping = settings.portMapping
         configuration.profile = settings.profile
         configuration.simulatedLoss = simulateLoss
-        configuration.announce = { emit($0) }
+        configuration.announce = { announcements.emit($0) }
         configuration.eventHandlers = settings.eventHandler
         configuration.eventHandlerTimeout = .milliseconds(Int64(settings.eventHandlerTimeout * 1000))
         return configuration
@@ -396,3 +400,30 @@ struct ListenAddress: CustomStringConvertible {
 
 extension NodeConfiguration.Profile: ExpressibleByArgument {}
 extension Logger.Level: @retroactive ExpressibleByArgument {}
+
+/// The node's later lines (`nat: …`), held until `run` printed its first two: scripts read
+/// `listening:` and `invite:` as the first lines, and the node may speak before they are out.
+final class HeldLines: @unchecked Sendable {
+    private let lock = NSLock()
+    private var held: [String]? = []
+
+    func emit(_ line: String) {
+        let printNow = lock.withLock {
+            guard held != nil else { return true }
+            held?.append(line)
+            return false
+        }
+        if printNow { groupmesh.emit(line) }
+    }
+
+    /// Prints what was held, and every later line at once.
+    func open() {
+        lock.withLock {
+            for line in held ?? [] { groupmesh.emit(line) }
+            held = nil
+        }
+    }
+}
+
+/// The one `run` of this process prints through it.
+let announcements = HeldLines()

@@ -43,6 +43,12 @@ struct RunConfigurationFile {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         if fd < 0 {
             if errno == ENOENT, !required { return RunConfigurationFile() }
+            // The data dir's own, under a path that is a file: that is what is wrong.
+            if errno == ENOTDIR, !required {
+                let directory = (path as NSString).deletingLastPathComponent
+                throw RunConfigurationError(
+                    "data dir \(directory) is not a directory; give a directory (it is made if missing)")
+            }
             throw RunConfigurationError(
                 "cannot read the config file \(path): \(String(cString: strerror(errno)))"
                     + (errno == ENOENT ? "; create it (`{}` keeps every default) or drop --config" : ""))

@@ -53,7 +53,8 @@ struct InviteCommand: AsyncParsableCommand {
     @Option(
         name: [.customShort("o"), .customLong("output")],
         help: ArgumentHelp(
-            "Write it to this file, readable by you alone (as --invite-file wants it).", valueName: "PATH"))
+            "Write it to this file, readable by you alone (as --invite-file wants it); - is standard output.",
+            valueName: "PATH"))
     var file: String?
 
     func run() async throws {
@@ -61,7 +62,7 @@ struct InviteCommand: AsyncParsableCommand {
             guard case let .invite(invite) = try ControlClient(directory: data.directory).send(.invite) else {
                 throw unexpectedAnswer("no invite")
             }
-            if let file {
+            if let file, file != "-" {
                 try Self.writePrivately(invite + "\n", to: file)
                 return output.emit(
                     "wrote the invite to \(file) (mode 600: it holds the session's secret)", json: ["file": file])
@@ -75,14 +76,38 @@ struct InviteCommand: AsyncParsableCommand {
 
 extension InviteCommand {
     /// Made 0600 (an existing file is made so before it is written).
+    /// Writes `text` to `path`, mode 600: a new file, or a regular file replaced. Anything else
+    /// there is refused before it is opened: made 600, a device would be closed to other users,
+    /// and a pipe with no reader would hold the command forever.
     static func writePrivately(_ text: String, to path: String) throws(GroupMeshError) {
-        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        var info = stat()
+        if lstat(path, &info) == 0, let kind = Self.notRegular(info) {
+            throw .keyFile("\(path) is \(kind); the invite goes only to a regular file, and nothing was written")
+        }
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .keyFile("cannot write \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
+        // Put there since it was looked at.
+        guard fstat(fd, &info) == 0, Self.notRegular(info) == nil else {
+            throw .keyFile(
+                "\(path) is not a regular file; the invite goes only to a regular file, and nothing was written")
+        }
         let bytes = Array(text.utf8)
         guard fchmod(fd, 0o600) == 0, bytes.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == bytes.count
         else {
             throw .keyFile("cannot write \(path): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    private static func notRegular(_ info: stat) -> String? {
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: return nil
+        case S_IFLNK: return "a symbolic link (give the file it points to)"
+        case S_IFDIR: return "a directory (give the path of a file to write)"
+        case S_IFCHR, S_IFBLK: return "a device"
+        case S_IFIFO: return "a named pipe"
+        case S_IFSOCK: return "a socket"
+        default: return "not a regular file"
         }
     }
 }

@@ -132,8 +132,25 @@ import Testing
             Self.expectError(.badEncoding, text)
         }
         Self.expectError(.badEncoding, good + "==")  // padding is not base64url-without-padding
-        Self.expectError(.badEncoding, "gm1A")  // a length no byte string encodes to
-        Self.expectError(.badEncoding, "gm1AB")  // non-zero leftover bits
+        Self.expectError(.badLength, "gm1A")  // a length no byte string encodes to
+        Self.expectError(.badLength, "gm1AB")  // non-zero leftover bits
+    }
+
+    @Test("a token cut short or with a character added is never said to hold characters outside base64url")
+    func cutTokensSayTheirLength() {
+        let good = InviteToken(secret: Self.secret, addresses: [PeerAddress(ipv4: [1, 2, 3, 4], port: 5)]).text
+        var texts = (4..<good.count).map { String(good.prefix($0)) }
+        texts += ["A", "x", "-", "_", "AB"].map { good + $0 }
+        for text in texts {
+            do {
+                _ = try InviteToken(parsing: text)
+                Issue.record("\(text) was taken")
+            } catch {
+                #expect(
+                    [.invite(.badLength), .invite(.truncated), .invite(.checksumMismatch)].contains(error),
+                    "\(text.count) characters: \(error)")
+            }
+        }
     }
 
     @Test func rejectsTruncated() {
@@ -221,7 +238,7 @@ import Testing
 
     @Test func everyErrorReadsAsABadInvite() {
         let all: [InviteTokenError] = [
-            .empty, .tooLong, .notAnInvite, .badEncoding, .truncated, .checksumMismatch,
+            .empty, .tooLong, .notAnInvite, .badEncoding, .badLength, .truncated, .checksumMismatch,
             .unsupportedVersion, .noAddresses, .tooManyAddresses, .badAddress, .trailingBytes,
         ]
         var seen = Set<String>()

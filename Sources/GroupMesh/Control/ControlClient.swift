@@ -1,4 +1,5 @@
 import Foundation
+import MeshCore
 
 /// The CLI's side of the control socket: blocking, bounded by a timeout, one request at a time.
 public struct ControlClient: Sendable {
@@ -156,5 +157,11 @@ extension ControlClient {
             throw .control("the node sent no attachment list")
         }
         return list
+    }
+
+    /// The attachment `text` names in the node's list, as the node itself resolves it.
+    public func attachment(named text: String) throws(GroupMeshError) -> StatusReport.AttachmentInfo {
+        try AttachmentLookupError.find(text, in: try attachments(), id: \.id, content: \.content)
+            .mapError(GroupMeshError.init).get()
     }
 }

@@ -88,9 +88,13 @@ extension MeshNode {
         _ body: [UInt8], to names: [String], mode: DeliveryInstance.Mode,
         responder: ControlResponder
     ) {
-        let targets: [NodeID]?
+        var targets: [NodeID]? = names.isEmpty ? nil : []
         do {
-            targets = names.isEmpty ? nil : try names.map { text throws(MessengerError) in try resolveMember(text) }
+            for text in names {
+                // This node among them is skipped, as Apple's `Participants` does: a name only it has.
+                if core.namesSelf(text), case .failure(.unknown(_)) = core.resolveMember(text) { continue }
+                targets?.append(try resolveMember(text))
+            }
         } catch {
             return responder.send(.refusal(error))
         }

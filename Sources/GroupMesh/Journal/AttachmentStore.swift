@@ -160,12 +160,21 @@ actor AttachmentStore {
 
     /// Chunks, hashes and stores a file without loading it whole; returns its manifest (stored too).
     func ingest(fileAt path: String, limit: UInt64, chunkSize: Int) throws(GroupMeshError) -> Manifest {
+        // Its keys among them: attached, a secret would go to every member. Through links too.
+        guard !directory.ownsFile(DataDirectory.resolved(path) ?? path) else {
+            throw .attachment("\(path) is one of the node's own files (its keys, members, store); it is never attached")
+        }
         // Non-blocking, so that a pipe named by mistake is refused below instead of blocking the
         // store until someone writes to it.
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else {
-            throw errno == ENOENT
-                ? .attachment("no such file: \(path)") : .attachment("cannot read \(path): \(FileIO.describe(errno))")
+            let code = errno
+            var info = stat()
+            if code != ENOENT, stat(path, &info) == 0, info.st_mode & S_IFMT != S_IFREG {
+                throw .attachment("\(path) is not a regular file; only files can be attached")
+            }
+            throw code == ENOENT
+                ? .attachment("no such file: \(path)") : .attachment("cannot read \(path): \(FileIO.describe(code))")
         }
         var info = stat()
         guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {

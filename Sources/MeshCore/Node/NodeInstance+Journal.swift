@@ -216,16 +216,7 @@ extension NodeInstance {
     /// An attachment named by its id or its content's hash, or a unique prefix of either (4
     /// characters at least). A content hash names an attachment only while one attachment has it.
     package func resolveAttachment(_ text: String) -> Result<AttachmentEntry, AttachmentLookupError> {
-        let lowered = text.lowercased()
-        let entries = attachments
-        if let exact = entries.first(where: { $0.id.hex == lowered }) { return .success(exact) }
-        let sameContent = entries.filter { $0.content.hex == lowered }
-        if sameContent.count == 1 { return .success(sameContent[0]) }
-        if sameContent.count > 1 { return .failure(.ambiguous(text)) }
-        guard lowered.count >= 4 else { return .failure(.tooShort(text)) }
-        let matches = entries.filter { $0.id.hex.hasPrefix(lowered) || $0.content.hex.hasPrefix(lowered) }
-        if matches.count > 1 { return .failure(.ambiguous(text)) }
-        return matches.first.map { .success($0) } ?? .failure(.unknown(text))
+        AttachmentLookupError.find(text, in: attachments, id: \.id.hex, content: \.content.hex)
     }
 
     /// Live members (this node included) known to hold the attachment whole.
@@ -258,6 +249,23 @@ package enum AttachmentLookupError: Error, Sendable, Equatable {
     case ambiguous(String)
     /// Under 4 characters: too short to name an attachment.
     case tooShort(String)
+
+    /// The entry `text` names, as every command names an attachment: its id or content hash
+    /// (hex), or a prefix of either of 4 characters or more. Shared with the CLI, which names an
+    /// attachment from the node's list before it asks for it.
+    package static func find<Entry>(
+        _ text: String, in entries: [Entry], id: (Entry) -> String, content: (Entry) -> String
+    ) -> Result<Entry, AttachmentLookupError> {
+        let lowered = text.lowercased()
+        if let exact = entries.first(where: { id($0) == lowered }) { return .success(exact) }
+        let sameContent = entries.filter { content($0) == lowered }
+        if sameContent.count == 1 { return .success(sameContent[0]) }
+        if sameContent.count > 1 { return .failure(.ambiguous(text)) }
+        guard lowered.count >= 4 else { return .failure(.tooShort(text)) }
+        let matches = entries.filter { id($0).hasPrefix(lowered) || content($0).hasPrefix(lowered) }
+        if matches.count > 1 { return .failure(.ambiguous(text)) }
+        return matches.first.map { .success($0) } ?? .failure(.unknown(text))
+    }
 }
 
 extension Result {

@@ -1,0 +1,124 @@
+import Foundation
+import MeshTestKit
+import Testing
+
+/// What a new user gets wrong in the first hour, each refused in one line that says what to do,
+/// with nothing lost: one node on loopback, or none.
+@Suite("a new user's mistakes", .serialized)
+struct UserMistakeTests {
+    static func oneLine(_ result: (status: Int32, stdout: String, stderr: String)) -> Bool {
+        result.stderr.split(separator: "\n").count == 1
+    }
+
+    @Test(
+        "attach of the node's own keys, invite -o onto a device, a pipe or a link, send --file of no file: refused in one line; send and ping of itself say what they do"
+    )
+    func oneNodeRefusesInOneLine() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "solo"])
+        defer { Task { await node.cleanUp() } }
+        _ = try await node.waitForLine(prefix: "listening:")
+        let directory = node.dataDirectory
+        let scratch = NodeProcess.makeTemporaryDirectory("mistakes")
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+
+        // Its identity would go to every member; through a link too.
+        try FileManager.default.createSymbolicLink(
+            atPath: scratch + "/key", withDestinationPath: directory + "/identity.key")
+        for path in [directory + "/identity.key", directory + "/session.key", scratch + "/key"] {
+            let attached = try await NodeProcess.runCommand(["attach", "--data-dir", directory, path])
+            #expect(
+                attached.status == 65 && attached.stderr.contains("one of the node's own files"), "\(attached.stderr)")
+            #expect(Self.oneLine(attached), "\(attached.stderr)")
+        }
+        let listed = try await NodeProcess.runCommand(["attachments", "--data-dir", directory, "--json"])
+        #expect(!listed.stdout.contains("identity.key"), "\(listed.stdout)")
+
+        // invite -o: a pipe would hold the command forever, a device would be made 600.
+        #expect(mkfifo(scratch + "/pipe", 0o600) == 0)
+        try FileManager.default.createSymbolicLink(atPath: scratch + "/link", withDestinationPath: scratch + "/target")
+        for (path, kind) in [
+            (scratch + "/pipe", "a named pipe"), (scratch + "/link", "a symbolic link"), (scratch, "a directory"),
+        ] {
+            let written = try await NodeProcess.runCommand(
+                ["invite", "--data-dir", directory, "-o", path], timeout: .seconds(20))
+            #expect(written.status != 0 && written.stderr.contains("is \(kind)"), "\(written.stderr)")
+            #expect(Self.oneLine(written), "\(written.stderr)")
+        }
+        #expect(!FileManager.default.fileExists(atPath: scratch + "/target"), "written through a link")
+        let printed = try await NodeProcess.runCommand(["invite", "--data-dir", directory, "-o", "-"])
+        #expect(printed.status == 0 && printed.stdout.hasPrefix("gm1"), "\(printed.stdout) \(printed.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: "-"), "invite -o - wrote a file named -")
+
+        for (path, reason) in [(scratch, "is a directory"), (scratch + "/missing", "no such file")] {
+            let sent = try await NodeProcess.runCommand(["send", "--data-dir", directory, "--file", path])
+            #expect(sent.status == 65 && sent.stderr.contains(reason), "\(sent.stderr)")
+            #expect(Self.oneLine(sent), "\(sent.stderr)")
+        }
+
+        // This node among the targets is skipped (CLI.md), by name, id or prefix.
+        let id = try await node.status().`self`.id
+        for name in ["solo", id, String(id.prefix(8))] {
+            let toSelf = try await NodeProcess.runCommand(["send", "--data-dir", directory, "--to", name, "hi"])
+            #expect(toSelf.status == 0 && toSelf.stderr.contains("sent to 0 members"), "\(name): \(toSelf.stderr)")
+        }
+        let ping = try await NodeProcess.runCommand(["ping", "--data-dir", directory, "solo"])
+        #expect(ping.status == 65 && ping.stderr.contains("cannot ping this node itself"), "\(ping.stderr)")
+    }
+
+    @Test(
+        "get names an attachment by its content hash without -o; under 4 characters is too short, whatever files are here"
+    )
+    func getNamesAttachmentsAsTheNodeDoes() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await node.cleanUp() } }
+        _ = try await node.waitForLine(prefix: "listening:")
+        let directory = node.dataDirectory
+        // A name starting with a dot is not kept: get then needs -o, which it says once it found it.
+        let file = directory + "/.hidden"
+        try Data("hidden bytes".utf8).write(to: URL(fileURLWithPath: file))
+        let attached = try await NodeProcess.runCommand(["attach", "--data-dir", directory, file])
+        #expect(attached.status == 0, "\(attached.stderr)")
+        let listed = try await NodeProcess.runCommand(["attachments", "--data-dir", directory, "--json"])
+        let key = try #require(listed.stdout.range(of: "\"content\":\""), "\(listed.stdout)")
+        let content = listed.stdout[key.upperBound...].prefix(64)
+        let byContent = try await NodeProcess.runCommand(["get", "--data-dir", directory, String(content.prefix(12))])
+        #expect(byContent.status == 65 && byContent.stderr.contains("has no file name"), "\(byContent.stderr)")
+        let short = try await NodeProcess.runCommand(["get", "--data-dir", directory, String(content.prefix(3))])
+        #expect(short.status == 65 && short.stderr.contains("too short"), "\(short.stderr)")
+        for result in [byContent, short] { #expect(Self.oneLine(result), "\(result.stderr)") }
+    }
+
+    @Test("run refuses in one line: an empty or overlong name, an address no interface has, a data dir that is a file")
+    func runRefusesInOneLine() async throws {
+        let scratch = NodeProcess.makeTemporaryDirectory("mistakes")
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let file = scratch + "/file"
+        try Data("not a dir".utf8).write(to: URL(fileURLWithPath: file))
+        let cases: [([String], String)] = [
+            (["--name", ""], "--name is empty"),
+            (["--name", String(repeating: "é", count: 33)], "a name holds at most 64"),
+            (["--listen", "192.0.2.1:0"], "no interface of this machine has that address"),
+            (["--data-dir", file], "is not a directory"),
+        ]
+        for (arguments, expected) in cases {
+            let data = arguments.contains("--data-dir") ? [] : ["--data-dir", scratch + "/dir"]
+            let listen = arguments.contains("--listen") ? [] : ["--listen", "127.0.0.1:0"]
+            let run = try await NodeProcess.runCommand(["run"] + listen + data + arguments)
+            #expect(run.status != 0 && run.stderr.contains(expected), "\(arguments): \(run.stderr)")
+            #expect(Self.oneLine(run), "\(arguments): \(run.stderr)")
+        }
+    }
+
+    @Test("a members.json that cannot be read is kept aside and said, not written over")
+    func damagedMembersFileIsKept() async throws {
+        let directory = NodeProcess.makeTemporaryDirectory()
+        let garbage = "{\"members\": [truncated"
+        try Data(garbage.utf8).write(to: URL(fileURLWithPath: directory + "/members.json"))
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"], dataDirectory: directory)
+        defer { Task { await node.cleanUp() } }
+        _ = try await node.waitForLine(prefix: "listening:")
+        let kept = try String(contentsOfFile: directory + "/members.json.damaged", encoding: .utf8)
+        #expect(kept == garbage)
+        #expect(node.stderr.contains("members.json cannot be read; kept as"), "\(node.stderr)")
+    }
+}
