@@ -37,6 +37,8 @@ public struct DataDirectory: Sendable {
     /// Present once the app left the session (`MeshSession.leave`): `SessionOffers` does not
     /// bring it back at the app's next start. A node started on the dir still rejoins.
     public var leftPath: String { path + "/left" }
+    /// Present once this node was removed from the session: who removed it (`loadRemoved`).
+    public var removedPath: String { path + "/removed" }
     /// `run`'s settings, when kept here (`groupmesh run` reads it; the node never writes it).
     public var configurationPath: String { path + "/config.json" }
     /// Attachments whose manifest was found damaged at a start and is not stored again yet (hex
@@ -58,7 +60,7 @@ public struct DataDirectory: Sendable {
         let own = [
             sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
             membersPath, epochsPath, journalPath, endedPath, leftPath, configurationPath, damagedManifestsPath,
-            foundedPath, damagedMembersPath,
+            foundedPath, damagedMembersPath, removedPath,
         ].map { Self.split($0).name }
         return own.contains(name)
     }
@@ -206,6 +208,18 @@ public struct DataDirectory: Sendable {
         var buffer = ByteBuffer(bytes: bytes)
         guard let statement = try? SessionEnd(decoding: &buffer), buffer.readableBytes == 0 else { return nil }
         return statement
+    }
+
+    /// Who removed this node from the session (as the node named it), once a key epoch left it
+    /// out: a start then refuses at once, rather than join and be told again.
+    package func loadRemoved() -> String? {
+        guard access(removedPath, F_OK) == 0 else { return nil }
+        let text = (try? readSmallFile(removedPath))?.split(separator: "\n").first.map(String.init) ?? ""
+        return text.isEmpty ? "a member" : String(text.prefix(80))
+    }
+
+    func saveRemoved(by member: String) {
+        try? writeSmallFile(removedPath, member.replacingOccurrences(of: "\n", with: " ") + "\n")
     }
 
     /// The author's id, then the signed statement, in hex.

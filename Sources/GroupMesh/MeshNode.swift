@@ -622,6 +622,7 @@ package actor MeshNode {
                     publish(eventFeed.sessionEnded(by: .init(id: by.hex, name: name, address: address), now: Date()))
                 case let .event(.removedFromSession(by)):
                     invalidation = .removed(by: core.displayName(of: by))
+                    configuration.dataDirectory.saveRemoved(by: core.displayName(of: by))
                     sendOutbox.refuse(notRunningReason)
                     Task { await self.stop() }
                 case let .event(.natDetected(behaviour, reflexive)):

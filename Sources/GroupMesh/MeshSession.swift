@@ -79,6 +79,7 @@ public final class MeshSession: Sendable {
             await EndedSessionNotifier.tell(configuration, eventLoop: MultiThreadedEventLoopGroup.singleton.next())
             throw .sessionEndedHere(path: directory.path, by: endedBy)
         }
+        if let removedBy = directory.loadRemoved() { throw .removedFromSession(by: removedBy) }
         if let mismatch = configuration.unreachableSeeds(remembered: directory.loadRememberedMembers()) {
             throw mismatch
         }

@@ -195,6 +195,11 @@ struct MemberRemovalTests {
             let found = try mesh.restart("laptop")
             #expect(try await found.waitForExit(timeout: .seconds(30)) == 69, "\(found.stderr)")
             #expect(found.stderr.contains("this node was removed from the session by owner"), "\(found.stderr)")
+            // Its data dir remembers: the next start says so at once, without joining first.
+            let second = try mesh.restart("laptop")
+            #expect(try await second.waitForExit(timeout: .seconds(30)) == 69, "\(second.stderr)")
+            #expect(second.stderr.contains("this node was removed from the session by owner"), "\(second.stderr)")
+            #expect(!second.stdout.contains("listening:"), "it started before it said so: \(second.stdout)")
         }
     }
 
