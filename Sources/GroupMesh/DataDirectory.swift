@@ -57,12 +57,27 @@ public struct DataDirectory: Sendable {
         guard let parent = Self.resolved(directory) else { return false }
         if parent == home + "/chunks" || parent.hasPrefix(home + "/chunks/") { return true }
         guard parent == home else { return false }
-        let own = [
+        return ownFiles.map { Self.split($0).name }.contains(name)
+    }
+
+    /// The node's own files at the top of the dir (its keys among them).
+    private var ownFiles: [String] {
+        [
             sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
             membersPath, epochsPath, journalPath, endedPath, leftPath, configurationPath, damagedManifestsPath,
             foundedPath, damagedMembersPath, removedPath,
-        ].map { Self.split($0).name }
-        return own.contains(name)
+        ]
+    }
+
+    /// Whether the file open as `fd` is one of the node's own files at the top of the dir, by
+    /// device and inode: whatever path reached it (a hard link, a link swapped in after a check).
+    package func isOwnFile(descriptor fd: Int32) -> Bool {
+        var opened = stat()
+        guard fstat(fd, &opened) == 0 else { return false }
+        return ownFiles.contains { file in
+            var own = stat()
+            return lstat(file, &own) == 0 && own.st_dev == opened.st_dev && own.st_ino == opened.st_ino
+        }
     }
 
     private static func split(_ file: String) -> (directory: String, name: String) {

@@ -29,14 +29,15 @@ extension MeshNode {
         }
     }
 
-    /// A value of `--keep`: a member as it is (a name may hold commas), else members separated
-    /// by commas.
+    /// A value of `--keep`: a member of the session as it is (a name may hold commas), else
+    /// members separated by commas (empty parts passed over).
     private func resolveKept(_ value: String) throws(MessengerError) -> [NodeID] {
-        if case let .success(id) = core.resolveRemovable(value) { return [id] }
-        let parts = value.split(separator: ",").filter { !$0.isEmpty }
-        guard parts.count > 1 else { return [try resolveMember(value, removable: true)] }
+        if case let .success(id) = core.resolveMember(value) { return [id] }
+        guard value.contains(",") else { return [try resolveMember(value, removable: true)] }
         var ids: [NodeID] = []
-        for part in parts { ids.append(try resolveMember(String(part), removable: true)) }
+        for part in value.split(separator: ",") where !part.isEmpty {
+            ids.append(try resolveMember(String(part), removable: true))
+        }
         return ids
     }
 

@@ -130,7 +130,13 @@ package actor MeshNode {
             if let damaged = directory.setAsideDamagedMembers() { logger.warning("\(damaged)") }
             var found = await store.restore(epochs: epochs, remembered: directory.loadRememberedMembers())
             // A dir founded before the mark existed says so only in `members.json`: marked now.
-            if found.remembered.founder, !directory.founded { try? directory.markFounded() }
+            // Unless a member let this node in (its introduction is kept): then the flag was an
+            // older release's guess, after a damaged file, and is dropped.
+            if found.remembered.introductions.contains(where: { $0.member == identity.nodeID }) {
+                found.remembered.founder = false
+            } else if found.remembered.founder, !directory.founded {
+                try? directory.markFounded()
+            }
             found.founded = found.remembered.founder || directory.founded
             restored = found
         } catch {

@@ -68,7 +68,8 @@ public final class MeshSession: Sendable {
 
     /// Sets up a node on `configuration`'s data dir (creating the session, or the one of
     /// `configuration.invite`) without joining: the session is `waiting` until `join()`.
-    /// Throws when the data dir or the socket cannot be set up, or the session was ended.
+    /// Throws when the data dir or the socket cannot be set up, the session was ended, or this
+    /// node was removed from it (the data dir's `removed` file).
     public init(
         _ configuration: NodeConfiguration,
         logger: Logger = Logger(label: "groupmesh")

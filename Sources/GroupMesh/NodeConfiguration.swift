@@ -113,6 +113,13 @@ public struct MeshAddress: Hashable, Sendable, CustomStringConvertible {
 
     public var description: String { peer.description }
 
+    /// Why members could not reach this address if it were advertised (a wildcard host, port 0).
+    package var advertisingProblem: String? {
+        if peer.isUnspecified { return "is a wildcard, which no member can send to; give this node's own address" }
+        if peer.port == 0 { return "has port 0; give the port members reach (the one --listen binds)" }
+        return nil
+    }
+
     /// `HOST:PORT` split in two (the port may be 0 here); nil when it is not of that form.
     public static func split(_ text: String) -> (host: String, port: UInt16)? { PeerAddress.split(text) }
 

@@ -183,11 +183,11 @@ public actor SessionOffers {
     }
 
     /// The data dirs under `root` whose session the app was in when it last ran: not ended (its
-    /// data dir refuses it), not left by the app.
+    /// data dir refuses it), not one this node was removed from, not left by the app.
     package static func sessionsToReopen(in root: String) -> [String] {
         sessionDirectories(in: root).filter { path in
             let directory = DataDirectory(path: path)
-            return directory.loadEnded() == nil && !directory.wasLeft
+            return directory.loadEnded() == nil && directory.loadRemoved() == nil && !directory.wasLeft
         }
     }
 

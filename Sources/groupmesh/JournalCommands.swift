@@ -60,6 +60,13 @@ struct AttachCommand: AsyncParsableCommand {
             throw fail(error)
         }
         guard case let .attachment(id) = response else { throw unexpectedAnswer("no attachment id") }
+        if name == nil {
+            // Said, so that a `get` asking for -o later is no surprise.
+            FileHandle.standardError.write(
+                Data(
+                    "note: attached without its file name (hidden, or not safe to write as it is); get it with -o PATH\n"
+                        .utf8))
+        }
         output.emit(id, json: ["id": id])
     }
 }

@@ -36,7 +36,10 @@ struct SendCommand: AsyncParsableCommand {
     static func contents(of path: String) throws -> Data {
         let limit = Messenger.maxMessageSize
         if path == "-" {
-            let data = (try? FileHandle.standardInput.read(upToCount: limit + 1)) ?? Data()
+            let data: Data
+            do { data = try FileHandle.standardInput.read(upToCount: limit + 1) ?? Data() } catch {
+                throw fail("cannot read standard input: \(error.localizedDescription)", kind: .input)
+            }
             guard data.count <= limit else {
                 throw fail(
                     "standard input holds over the \(limit / 1024) KiB message limit; nothing was sent", kind: .input)

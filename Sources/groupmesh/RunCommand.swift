@@ -182,8 +182,8 @@ struct RunCommand: AsyncParsableCommand {
                     emit("invite: \(invite.text)")
                 case let .hint(line): emit(line)
                 }
-                announcements.open()
                 if let exporter { emit("metrics: http://\(exporter.boundAddress)/metrics") }
+                announcements.open()
             }
             // `groupmesh leave` ends the node's service by itself: that is a normal end, not a failure.
             let group = ServiceGroup(
@@ -268,6 +268,11 @@ struct RunCommand: AsyncParsableCommand {
         // A list on the command line replaces the file's, as any other option does.
         settings.listen = listen ?? file.listen ?? settings.listen
         settings.advertise = !advertise.isEmpty ? advertise : file.advertise ?? []
+        for address in settings.advertise {
+            if let problem = address.advertisingProblem {
+                throw RunConfigurationError("--advertise \(address) \(problem)")
+            }
+        }
         settings.join = !join.isEmpty ? join : file.join ?? []
         settings.name = name ?? file.name
         settings.lazy = lazy ?? file.lazy ?? settings.lazy

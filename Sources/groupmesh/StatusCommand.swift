@@ -82,15 +82,17 @@ extension InviteCommand {
     static func writePrivately(_ text: String, to path: String) throws(GroupMeshError) {
         var info = stat()
         if lstat(path, &info) == 0, let kind = Self.notRegular(info) {
-            throw .keyFile("\(path) is \(kind); the invite goes only to a regular file, and nothing was written")
+            throw .refused(
+                "\(path) is \(kind); the invite goes only to a regular file, and nothing was written", kind: .input)
         }
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .keyFile("cannot write \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
         // Put there since it was looked at.
         guard fstat(fd, &info) == 0, Self.notRegular(info) == nil else {
-            throw .keyFile(
-                "\(path) is not a regular file; the invite goes only to a regular file, and nothing was written")
+            throw .refused(
+                "\(path) is not a regular file; the invite goes only to a regular file, and nothing was written",
+                kind: .input)
         }
         let bytes = Array(text.utf8)
         guard fchmod(fd, 0o600) == 0, bytes.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) == bytes.count

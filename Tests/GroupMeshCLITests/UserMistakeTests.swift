@@ -21,10 +21,11 @@ struct UserMistakeTests {
         let scratch = NodeProcess.makeTemporaryDirectory("mistakes")
         defer { try? FileManager.default.removeItem(atPath: scratch) }
 
-        // Its identity would go to every member; through a link too.
+        // Its identity would go to every member; through a link, or a hard link, too.
         try FileManager.default.createSymbolicLink(
             atPath: scratch + "/key", withDestinationPath: directory + "/identity.key")
-        for path in [directory + "/identity.key", directory + "/session.key", scratch + "/key"] {
+        #expect(link(directory + "/identity.key", scratch + "/hard") == 0, "\(String(cString: strerror(errno)))")
+        for path in [directory + "/identity.key", directory + "/session.key", scratch + "/key", scratch + "/hard"] {
             let attached = try await NodeProcess.runCommand(["attach", "--data-dir", directory, path])
             #expect(
                 attached.status == 65 && attached.stderr.contains("one of the node's own files"), "\(attached.stderr)")
@@ -36,15 +37,24 @@ struct UserMistakeTests {
         // invite -o: a pipe would hold the command forever, a device would be made 600.
         #expect(mkfifo(scratch + "/pipe", 0o600) == 0)
         try FileManager.default.createSymbolicLink(atPath: scratch + "/link", withDestinationPath: scratch + "/target")
-        for (path, kind) in [
+        var refusals = [
             (scratch + "/pipe", "a named pipe"), (scratch + "/link", "a symbolic link"), (scratch, "a directory"),
-        ] {
+        ]
+        // A null device of its own (1, 3; as root only): its mode must stay as it is.
+        var device = stat()
+        if geteuid() == 0, mknod(scratch + "/null", S_IFCHR | 0o666, dev_t(1 << 8 | 3)) == 0 {
+            refusals.append((scratch + "/null", "a device"))
+            _ = lstat(scratch + "/null", &device)
+        }
+        for (path, kind) in refusals {
             let written = try await NodeProcess.runCommand(
                 ["invite", "--data-dir", directory, "-o", path], timeout: .seconds(20))
             #expect(written.status != 0 && written.stderr.contains("is \(kind)"), "\(written.stderr)")
             #expect(Self.oneLine(written), "\(written.stderr)")
         }
         #expect(!FileManager.default.fileExists(atPath: scratch + "/target"), "written through a link")
+        var after = stat()
+        #expect(lstat(scratch + "/null", &after) != 0 || after.st_mode == device.st_mode, "the device's mode changed")
         let printed = try await NodeProcess.runCommand(["invite", "--data-dir", directory, "-o", "-"])
         #expect(printed.status == 0 && printed.stdout.hasPrefix("gm1"), "\(printed.stdout) \(printed.stderr)")
         #expect(!FileManager.default.fileExists(atPath: "-"), "invite -o - wrote a file named -")
@@ -78,6 +88,7 @@ struct UserMistakeTests {
         try Data("hidden bytes".utf8).write(to: URL(fileURLWithPath: file))
         let attached = try await NodeProcess.runCommand(["attach", "--data-dir", directory, file])
         #expect(attached.status == 0, "\(attached.stderr)")
+        #expect(attached.stderr.contains("attached without its file name"), "\(attached.stderr)")
         let listed = try await NodeProcess.runCommand(["attachments", "--data-dir", directory, "--json"])
         let key = try #require(listed.stdout.range(of: "\"content\":\""), "\(listed.stdout)")
         let content = listed.stdout[key.upperBound...].prefix(64)
@@ -88,7 +99,9 @@ struct UserMistakeTests {
         for result in [byContent, short] { #expect(Self.oneLine(result), "\(result.stderr)") }
     }
 
-    @Test("run refuses in one line: an empty or overlong name, an address no interface has, a data dir that is a file")
+    @Test(
+        "run refuses in one line: an empty or overlong name, an address no interface has or none can reach, a data dir that is a file"
+    )
     func runRefusesInOneLine() async throws {
         let scratch = NodeProcess.makeTemporaryDirectory("mistakes")
         defer { try? FileManager.default.removeItem(atPath: scratch) }
@@ -98,6 +111,8 @@ struct UserMistakeTests {
             (["--name", ""], "--name is empty"),
             (["--name", String(repeating: "é", count: 33)], "a name holds at most 64"),
             (["--listen", "192.0.2.1:0"], "no interface of this machine has that address"),
+            (["--advertise", "0.0.0.0:7946"], "is a wildcard"),
+            (["--advertise", "198.51.100.7:0"], "has port 0"),
             (["--data-dir", file], "is not a directory"),
         ]
         for (arguments, expected) in cases {

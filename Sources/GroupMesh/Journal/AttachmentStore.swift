@@ -181,6 +181,10 @@ actor AttachmentStore {
             close(fd)
             throw .attachment("\(path) is not a regular file; only files can be attached")
         }
+        guard !directory.isOwnFile(descriptor: fd) else {
+            close(fd)
+            throw .attachment("\(path) is one of the node's own files (its keys, members, store); it is never attached")
+        }
         let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         defer { try? handle.close() }
         let size = UInt64(info.st_size)
