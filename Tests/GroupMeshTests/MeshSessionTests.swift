@@ -52,6 +52,22 @@ struct MeshSessionTests {
         await alice.leave()
     }
 
+    @Test("a data dir that founded its session before the founded mark existed gets it from members.json")
+    func founderFlagBecomesTheMark() async throws {
+        let configuration = Self.configuration("old-founder")
+        let directory = configuration.dataDirectory
+        defer { try? FileManager.default.removeItem(atPath: directory.path) }
+        try directory.prepare()
+        _ = try directory.loadOrCreateSession(invited: nil)
+        // As an earlier build left it: the flag in members.json only.
+        try FileManager.default.removeItem(atPath: directory.foundedPath)
+        try Data(#"{"incarnation": 3, "members": [], "founder": true}"#.utf8)
+            .write(to: URL(fileURLWithPath: directory.membersPath))
+        let session = try await MeshSession(configuration)
+        #expect(directory.founded)
+        await session.leave()
+    }
+
     @Test("a second session on the same data dir is refused while the first holds it")
     func lockedDataDirectory() async throws {
         let configuration = Self.configuration("locked")

@@ -93,6 +93,9 @@ struct SessionOffersTests {
         }
         try await waitUntil("they meet") { await guest.activeParticipants.count == 2 }
         let ownerID = await owner!.localParticipant.id
+        // It made the session: it asks nobody for an introduction; the guest took an invite.
+        #expect(owner!.node.configuration.dataDirectory.founded)
+        #expect(!guest.node.configuration.dataDirectory.founded)
 
         // The app stops (its node with it, as a crash would) and starts again on the same root.
         await owner!.node.stop()
