@@ -229,6 +229,12 @@ struct MemberRemovalTests {
             #expect(refused.stderr.split(separator: "\n").count == 1, "\(refused.stderr)")
             #expect(try await nodes[r].status().`self`.session == before, "a refused removal changed the epoch")
 
+            // A value that is no member's name is split at commas, and each part must name one.
+            let split = try await NodeProcess.runCommand([
+                "remove-member", "--data-dir", nodes[r].dataDirectory, "--keep", "zz-nobody,\(ids[y].prefix(8)),", "a",
+            ])
+            #expect(split.status == 65 && split.stderr.contains("unknown member 'zz-nobody'"), "\(split.stderr)")
+            #expect(try await nodes[r].status().`self`.session == before, "a refused removal changed the epoch")
             let kept = try await NodeProcess.runCommand([
                 "remove-member", "--data-dir", nodes[r].dataDirectory, "--keep", names[y], "--json", "a",
             ])
