@@ -44,6 +44,27 @@ struct IntroductionBoundSimulationTests {
         return (mesh, founder, door, joiner)
     }
 
+    /// `joinerThroughDoor`, run until the founder holds the joiner's introduction (nil: it never came).
+    static func introducedJoiner(
+        _ seed: UInt64
+    ) -> (
+        SimMesh, founder: SimNode, door: SimNode, joiner: SimNode, held: Introduction?
+    ) {
+        let (mesh, founder, door, joiner) = joinerThroughDoor(seed)
+        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
+            founder.core.introduction(of: joiner.id) != nil
+        }
+        return (mesh, founder, door, joiner, founder.core.introduction(of: joiner.id))
+    }
+
+    /// `node` started again on its disk in a second, given `seeds` (by default what it had).
+    static func restart(_ node: SimNode, in mesh: SimMesh, seeds: [SimAddress]? = nil) -> SimNode {
+        let restartAt = mesh.simulator.now + .seconds(1)
+        mesh.restart(node.address, at: restartAt, seeds: seeds)
+        mesh.simulator.run(until: restartAt + .milliseconds(1))
+        return mesh.node(node.address)
+    }
+
     /// The most members `node` holds as introduced by one door.
     static func mostByOneDoor(seenBy node: SimNode, among members: [SimNode]) -> Int {
         var byDoor: [NodeID: Int] = [:]
@@ -141,21 +162,15 @@ struct IntroductionBoundSimulationTests {
         arguments: seeds)
     func aLostIntroductionIsGivenBack(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
-        let (mesh, founder, door, joiner) = Self.joinerThroughDoor(seed)
-        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
-            founder.core.introduction(of: joiner.id) != nil
-        }
-        let held = try #require(founder.core.introduction(of: joiner.id), "\(replay): never introduced")
+        let (mesh, founder, door, joiner, introduced) = Self.introducedJoiner(seed)
+        let held = try #require(introduced, "\(replay): never introduced")
         try #require(held.door == door.id, "\(replay): not introduced by its door")
         // Its door goes for good; its `members.json` loses the introductions (a copy from before
         // them), and it restarts.
         mesh.simulator.run(for: .seconds(2))
         mesh.simulator.crash(door.address)
         joiner.changeRemembered { $0.keepIntroductions([], localID: joiner.id) }
-        let restartAt = mesh.simulator.now + .seconds(1)
-        mesh.restart(joiner.address, at: restartAt)
-        let restarted = mesh.node(joiner.address)
-        mesh.simulator.run(until: restartAt + .milliseconds(1))
+        let restarted = Self.restart(joiner, in: mesh)
         #expect(restarted.core.introduction(of: joiner.id) == nil, "\(replay): the introduction was not lost")
         mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
             restarted.core.introduction(of: joiner.id) != nil && restarted.core.versions.nextDeadline == nil
@@ -170,17 +185,11 @@ struct IntroductionBoundSimulationTests {
         arguments: seeds)
     func foundingOutlivesDamagedMembersFile(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
-        let (mesh, founder, door, joiner) = Self.joinerThroughDoor(seed)
-        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
-            founder.core.introduction(of: joiner.id) != nil
-        }
-        try #require(founder.core.introduction(of: joiner.id) != nil, "\(replay): never introduced")
+        let (mesh, founder, door, _, introduced) = Self.introducedJoiner(seed)
+        try #require(introduced != nil, "\(replay): never introduced")
         // The founder's `members.json` reads as nothing (damaged): it starts again through the door.
         founder.changeRemembered { $0 = RememberedMembers() }
-        var restartAt = mesh.simulator.now + .seconds(1)
-        mesh.restart(founder.address, at: restartAt, seeds: [door.address])
-        let restarted = mesh.node(founder.address)
-        mesh.simulator.run(until: restartAt + .milliseconds(1))
+        let restarted = Self.restart(founder, in: mesh, seeds: [door.address])
         var asked = false
         mesh.simulator.run(for: .seconds(20), checkEvery: .milliseconds(100)) { _ in
             asked = asked || restarted.core.introductions.request != nil
@@ -192,10 +201,9 @@ struct IntroductionBoundSimulationTests {
         #expect(door.core.introduction(of: founder.id) == nil, "\(replay): the founder was introduced")
         // The door's reads as nothing too, and it starts with nobody to join: it made nothing.
         door.changeRemembered { $0 = RememberedMembers() }
-        restartAt = mesh.simulator.now + .seconds(1)
-        mesh.restart(door.address, at: restartAt, seeds: [])
-        mesh.simulator.run(until: restartAt + .seconds(1))
-        #expect(!mesh.node(door.address).core.remembered.founder, "\(replay): a joiner took itself for the founder")
+        let restartedDoor = Self.restart(door, in: mesh, seeds: [])
+        mesh.simulator.run(for: .seconds(1))
+        #expect(!restartedDoor.core.remembered.founder, "\(replay): a joiner took itself for the founder")
     }
 
     @Test("nobody takes more introductions from one door than the bound, whoever signed them", arguments: seeds)
