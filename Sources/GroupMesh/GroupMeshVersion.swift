@@ -5,7 +5,7 @@ import MeshStore
 /// speaks, and how it was built.
 public enum GroupMeshVersion {
     /// Semantic version of this release; `-dev` until it is tagged.
-    public static let release = "0.10.0"
+    public static let release = "0.11.0-dev"
     /// The protocol version this release speaks (PROTOCOL.md §3, "Protocol versions"); every
     /// datagram still starts with format version byte 1.
     public static let wireProtocol = ProtocolVersion.current
@@ -35,7 +35,7 @@ public enum GroupMeshVersion {
         return "\(configuration) build, \(system)-\(architecture)"
     }
 
-    /// One line: `0.10.0 (protocol 2, speaks 1–2, data dir format 1, release build, linux-x86_64)`.
+    /// One line: `0.11.0-dev (protocol 2, speaks 1–2, data dir format 1, release build, linux-x86_64)`.
     public static var line: String {
         "\(release) (protocol \(wireProtocol), speaks \(oldestProtocol)–\(wireProtocol), "
             + "data dir format \(DataDirectory.formatVersion), \(build))"

@@ -63,6 +63,14 @@ package enum PreviousRelease {
         }
     }
 
+    /// The protocol `binary` speaks, from its `--version` line (`0.10.0 (protocol 2, …`): 1 for
+    /// release 0.9.0, whose version line names none.
+    package static func protocolVersion(of binary: String) throws -> Int {
+        let version = try ChildProcess.run(binary, ["--version"]).stdout
+        guard let range = version.range(of: #"\(protocol [0-9]+"#, options: .regularExpression) else { return 1 }
+        return Int(version[range].dropFirst("(protocol ".count)) ?? 1
+    }
+
     /// `/bin/sh -c script`, its output and errors together, polled without blocking a thread.
     static func shell(_ script: String, timeout: Duration) async throws -> (status: Int32, output: String) {
         let process = try ChildProcess(executable: "/bin/sh", arguments: ["-c", "exec 2>&1\n" + script])

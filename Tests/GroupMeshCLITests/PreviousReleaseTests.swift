@@ -26,15 +26,20 @@ struct PreviousReleaseTests {
     }
 
     @Test(
-        "alive both ways, a message each way, each one's attachment fetched by the other, the old member at protocol 1",
+        "alive both ways, a message each way, each one's attachment fetched by the other, the old member at its protocol",
         arguments: [true, false])
     func mixedSession(previousCreates: Bool) async throws {
         guard let previous = await Self.previousBinary() else { return }
+        let previousProtocol = try PreviousRelease.protocolVersion(of: previous)
+        // N-1: the previous release speaks this one's oldest protocol at least.
+        #expect(previousProtocol >= ProtocolVersion.oldestSpoken, "the previous release speaks \(previousProtocol)")
         let names = previousCreates ? ["previous", "today"] : ["today", "previous"]
         try await withProcessMesh(names: names, binaries: ["previous": previous]) { mesh in
             let today = try mesh["today"]
-            try await today.waitForStatus(timeout: .seconds(60), "the previous release's member at protocol 1") {
-                $0.members.contains { $0.name == "previous" && $0.protocol == 1 }
+            try await today.waitForStatus(
+                timeout: .seconds(60), "the previous release's member at protocol \(previousProtocol)"
+            ) {
+                $0.members.contains { $0.name == "previous" && $0.protocol == previousProtocol }
             }
 
             var listeners: [String: NodeProcess] = [:]
@@ -75,7 +80,7 @@ struct PreviousReleaseTests {
             }
 
             let status = try await today.status()
-            #expect(status.members.first { $0.name == "previous" }?.protocol == 1)
+            #expect(status.members.first { $0.name == "previous" }?.protocol == previousProtocol)
             #expect(status.members.first { $0.name == "today" }?.protocol == ProtocolVersion.current)
             #expect(status.members.allSatisfy { $0.state == "alive" }, "\(status.members.map(\.state))")
             let previousStatus = try await mesh["previous"].status()
