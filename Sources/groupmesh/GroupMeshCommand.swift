@@ -28,20 +28,25 @@ struct GroupMeshCommand: AsyncParsableCommand {
     /// where to read the usage; `--help` prints in full.
     static func main() async {
         let arguments = Array(CommandLine.arguments.dropFirst())
+        var names: [String] = []
+        for subcommand in configuration.subcommands { names.append(subcommand.configuration.commandName ?? "") }
+        // `help NOSUCH` parses (ArgumentParser prints the overview and exits 0): a script that
+        // mistyped a command must fail.
+        if arguments.first == "help", let mistake = CommandLineMistake.message(for: arguments, commands: names) {
+            usageError(mistake, help: "groupmesh --help")
+        }
         let command: any ParsableCommand
         do {
             command = try parseAsRoot(arguments)
         } catch {
             guard exitCode(for: error) != .success else { exit(withError: error) }
             // One line: ArgumentParser lists a value's choices one per line.
-            let message = message(for: error).split(whereSeparator: \.isNewline)
+            let message =
+                CommandLineMistake.message(for: arguments, commands: names)
+                ?? message(for: error).split(whereSeparator: \.isNewline)
                 .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
-            var names: [String] = []
-            for subcommand in configuration.subcommands { names.append(subcommand.configuration.commandName ?? "") }
-            let help =
-                arguments.first.flatMap { names.contains($0) ? "groupmesh \($0) --help" : nil } ?? "groupmesh --help"
-            FileHandle.standardError.write(Data("groupmesh: error: \(message) (see \(help))\n".utf8))
-            Foundation.exit(exitCode(for: error).rawValue)
+            let named = arguments.first { names.contains($0) }
+            usageError(message, help: named.map { "groupmesh \($0) --help" } ?? "groupmesh --help")
         }
         do {
             if var asynchronous = command as? any AsyncParsableCommand {
@@ -53,6 +58,44 @@ struct GroupMeshCommand: AsyncParsableCommand {
         } catch {
             exit(withError: error)
         }
+    }
+}
+
+/// One line on stderr, and the usage status (64).
+private func usageError(_ message: String, help: String) -> Never {
+    FileHandle.standardError.write(Data("groupmesh: error: \(message) (see \(help))\n".utf8))
+    exit(ExitCode.validationFailure.rawValue)
+}
+
+/// Clearer words than ArgumentParser's for the command-line mistakes of a first hour: a command
+/// that does not exist (`groupmesh stauts`, `groupmesh help stauts`), and options before the
+/// command (`groupmesh --data-dir D status`: each command takes its own, after its name).
+enum CommandLineMistake {
+    static func message(for arguments: [String], commands: [String]) -> String? {
+        guard let first = arguments.first else { return nil }
+        let list = "the commands are " + commands.joined(separator: ", ")
+        if first == "help" {
+            let named = arguments.dropFirst().first
+            guard let named, !commands.contains(named), named != "help", !named.hasPrefix("-") else { return nil }
+            return "no command '\(TerminalText.escaped(named))'; \(list)"
+        }
+        if first.hasPrefix("-") {
+            guard let index = arguments.firstIndex(where: commands.contains) else { return nil }
+            let reordered = [arguments[index]] + arguments[..<index] + arguments[(index + 1)...]
+            return "options follow the command: groupmesh " + reordered.map(Self.quoted).joined(separator: " ")
+        }
+        return commands.contains(first) ? nil : "no command '\(TerminalText.escaped(first))'; \(list)"
+    }
+
+    /// As a shell would take it back: plain words as they are, others in single quotes.
+    static func quoted(_ argument: String) -> String {
+        let plain =
+            !argument.isEmpty
+            && argument.unicodeScalars.allSatisfy {
+                CharacterSet.alphanumerics.contains($0) || "-_./:=@,+%".unicodeScalars.contains($0)
+            }
+        return plain
+            ? argument : "'" + TerminalText.escaped(argument).replacingOccurrences(of: "'", with: "'\\''") + "'"
     }
 }
 

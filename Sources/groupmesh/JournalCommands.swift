@@ -2,9 +2,14 @@ import ArgumentParser
 import Foundation
 import GroupMesh
 
-/// Turns a relative path into an absolute one: the node runs in another working directory.
+/// Turns a relative path into an absolute one: the node runs in another working directory. A
+/// leading `./` goes (`/home/kim/.groupmesh`, not `/home/kim/./.groupmesh`).
 func absolutePath(_ path: String) -> String {
-    path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
+    guard !path.hasPrefix("/") else { return path }
+    var relative = Substring(path)
+    while relative.hasPrefix("./") { relative = relative.dropFirst(2).drop { $0 == "/" } }
+    let here = FileManager.default.currentDirectoryPath
+    return relative.isEmpty || relative == "." ? here : (here == "/" ? "" : here) + "/" + relative
 }
 
 struct AttachCommand: AsyncParsableCommand {

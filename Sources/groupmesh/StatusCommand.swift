@@ -253,7 +253,8 @@ enum StatusTable {
             lines.append("")
             let rows = report.attachments.map { a in
                 [
-                    a.id, String(a.content.prefix(16)), "\(a.size)", "\(a.chunksHave)/\(a.chunks)", "\(a.holders)",
+                    a.id, String(a.content.prefix(16)), ByteCount.text(a.size), "\(a.chunksHave)/\(a.chunks)",
+                    "\(a.holders)",
                     a.state,
                 ]
             }
@@ -268,7 +269,8 @@ enum StatusTable {
         let dropped = c.dropped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
         lines.append("")
         lines.append(
-            "datagrams sent \(c.datagramsSent) (\(c.bytesSent) B), received \(c.datagramsReceived) (\(c.bytesReceived) B)"
+            "datagrams sent \(c.datagramsSent) (\(ByteCount.text(c.bytesSent))), received \(c.datagramsReceived) "
+                + "(\(ByteCount.text(c.bytesReceived)))"
         )
         lines.append("dropped: \(dropped)")
         // Loss the counters above cannot see: the kernel's, before the node read anything.
@@ -282,7 +284,7 @@ enum StatusTable {
         if relay.forwardedDatagrams + relay.droppedOverRate + relay.refused > 0 || !relay.enabled {
             lines.append(
                 "relaying for others: " + (relay.enabled ? "" : "off (--no-relay), ")
-                    + "forwarded \(relay.forwardedDatagrams) sealed datagrams (\(relay.forwardedBytes) B), "
+                    + "forwarded \(relay.forwardedDatagrams) sealed datagrams (\(ByteCount.text(relay.forwardedBytes))), "
                     + "dropped over rate \(relay.droppedOverRate), refused \(relay.refused)")
         }
         if relay.enabled, let line = Self.relayBudgetLine(relay) { lines.append(line) }

@@ -19,7 +19,8 @@ extension StatusTable {
             if let left = turn.lifetimeLeft { line += ", \(Int(left)) s left" }
             line +=
                 "; \(turn.permissions) permissions, \(turn.channels) channels; "
-                + "through it \(turn.datagramsSent) sent (\(turn.bytesSent) B), \(turn.datagramsReceived) received (\(turn.bytesReceived) B)"
+                + "through it \(turn.datagramsSent) sent (\(ByteCount.text(turn.bytesSent))), \(turn.datagramsReceived) received "
+                + "(\(ByteCount.text(turn.bytesReceived)))"
             lines.append(line)
         }
         return lines.map(TerminalText.escaped)

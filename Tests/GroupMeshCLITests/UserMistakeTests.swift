@@ -124,6 +124,71 @@ struct UserMistakeTests {
         }
     }
 
+    @Test(
+        "a command that does not exist, also after help, and options before the command: usage status, one line that says what to type"
+    )
+    func commandLineMistakesSayWhatToType() async throws {
+        let commands = "the commands are run, status,"
+        let cases: [([String], String)] = [
+            (["help", "stauts"], "no command 'stauts'; \(commands)"),
+            (["stauts"], "no command 'stauts'; \(commands)"),
+            (
+                ["--data-dir", "/tmp/a dir", "status", "--json"],
+                "options follow the command: groupmesh status --data-dir '/tmp/a dir' --json (see groupmesh status --help)"
+            ),
+            (["help", "\u{1B}[2J"], "no command '\\e[2J'"),
+        ]
+        for (arguments, expected) in cases {
+            let result = try await NodeProcess.runCommand(arguments)
+            #expect(result.status == 64 && result.stderr.contains(expected), "\(arguments): \(result.stderr)")
+            #expect(Self.oneLine(result), "\(arguments): \(result.stderr)")
+        }
+        // What is no mistake: help of a command, and the bare command (the overview).
+        for arguments in [["help", "status"], ["help", "help"], []] {
+            let help = try await NodeProcess.runCommand(arguments)
+            #expect(help.status == 0 && help.stdout.contains("OVERVIEW"), "\(arguments): \(help.stderr)")
+        }
+    }
+
+    @Test(
+        "send --file - sends standard input; get -o - into a full disk fails in one line, and the node keeps the attachment"
+    )
+    func standardStreams() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--name", "solo"])
+        defer { Task { await node.cleanUp() } }
+        _ = try await node.waitForLine(prefix: "listening:")
+        let directory = node.dataDirectory
+        let scratch = NodeProcess.makeTemporaryDirectory("streams")
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        func quoted(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "'\\''") + "'" }
+        let (binary, dir) = (quoted(NodeProcess.executable), quoted(directory))
+
+        let sent = try await FirstHourTests.shell(
+            "printf 'from stdin' | exec \(binary) send --data-dir \(dir) --file -")
+        #expect(sent.status == 0 && sent.stderr.contains("sent to 0 members"), "\(sent.stderr)")
+        let over = try await FirstHourTests.shell(
+            "head -c 300000 /dev/zero | exec \(binary) send --data-dir \(dir) --file -")
+        #expect(over.status == 65 && over.stderr.contains("standard input holds over"), "\(over.stderr)")
+        #expect(Self.oneLine(over), "\(over.stderr)")
+
+        guard FileManager.default.fileExists(atPath: "/dev/full") else {
+            print("skipped: no /dev/full to stand for a full disk")
+            return
+        }
+        let (path, bytes) = try FirstHourTests.randomFile(scratch, name: "file.bin", size: 300_000, seed: 7)
+        let attached = try await NodeProcess.runCommand(["attach", "--data-dir", directory, path])
+        try #require(attached.status == 0, "\(attached.stderr)")
+        let id = attached.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let full = try await FirstHourTests.shell("exec \(binary) get --data-dir \(dir) \(id) -o - > /dev/full")
+        #expect(full.status != 0 && full.stderr.contains("standard output"), "\(full.stderr)")
+        #expect(Self.oneLine(full), "\(full.stderr)")
+        // Nothing lost: the attachment is still whole here.
+        let copy = scratch + "/copy.bin"
+        let got = try await NodeProcess.runCommand(["get", "--data-dir", directory, id, "-o", copy])
+        #expect(got.status == 0, "\(got.stderr)")
+        #expect((try? Data(contentsOf: URL(fileURLWithPath: copy))) == bytes)
+    }
+
     @Test("a members.json that cannot be read is kept aside and said, not written over")
     func damagedMembersFileIsKept() async throws {
         let directory = NodeProcess.makeTemporaryDirectory()

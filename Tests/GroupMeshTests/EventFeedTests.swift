@@ -101,7 +101,9 @@ struct EventFeedTests {
         #expect(feed.events(after: feed.nextSeq - 1).events.isEmpty)
     }
 
-    @Test("a handler spec: types before '=' when all are event types, else the whole text is the command")
+    @Test(
+        "a handler spec: types before '=' when all are event types, a mistyped type refused, else the whole text is the command"
+    )
     func handlerSpecs() throws {
         let typed = try EventHandlerSpec(parsing: "member-joined,member-dead=notify.sh --loud")
         #expect(typed.types == [.memberJoined, .memberDead] && typed.command == "notify.sh --loud")
@@ -109,5 +111,15 @@ struct EventFeedTests {
         #expect(bare.types == nil && bare.command == "FOO=1 ./script.sh")
         #expect(throws: GroupMeshError.self) { try EventHandlerSpec(parsing: "member-joined=") }
         #expect(throws: GroupMeshError.self) { try EventHandlerSpec(parsing: "  ") }
+        // A mistyped type is refused, naming it, rather than run as a command for every event.
+        for typo in ["member-jion=notify.sh", "member-joined,member-ded=notify.sh"] {
+            #expect {
+                try EventHandlerSpec(parsing: typo)
+            } throws: {
+                "\($0)".contains("no event type 'member-") && "\($0)".contains("the types are member-joined")
+            }
+        }
+        let lowercase = try EventHandlerSpec(parsing: "x=1 ./script.sh")
+        #expect(lowercase.types == nil && lowercase.command == "x=1 ./script.sh")
     }
 }

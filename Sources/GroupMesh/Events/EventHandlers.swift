@@ -15,7 +15,8 @@ public struct EventHandlerSpec: Sendable, Equatable {
 
     /// `member-joined,member-dead=notify.sh`, or a bare command for every event. What comes
     /// before the first `=` is taken as types only when every one of them is an event type, so
-    /// a command with `=` in it (`FOO=1 script.sh`) stays whole.
+    /// a command with `=` in it (`FOO=1 script.sh`) stays whole; words with a hyphen that are not
+    /// all types are a mistake, refused.
     public init(parsing text: String) throws(GroupMeshError) {
         if let equals = text.firstIndex(of: "=") {
             let names = text[..<equals].split(separator: ",").map(String.init)
@@ -27,6 +28,17 @@ public struct EventHandlerSpec: Sendable, Equatable {
                 }
                 self.init(types: Set(kinds), command: command)
                 return
+            }
+            // Words with a hyphen before the `=` are no shell assignment (a variable's name has
+            // none): a mistyped type, which would otherwise run as a command for every event.
+            let typeLike = names.allSatisfy { name in
+                name.unicodeScalars.allSatisfy { ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "-" }
+            }
+            if typeLike, names.contains(where: { $0.contains("-") }),
+                let unknown = names.first(where: { MeshEvent.Kind(rawValue: $0) == nil })
+            {
+                let known = MeshEvent.Kind.allCases.map(\.rawValue).joined(separator: ", ")
+                throw .control("--event-handler: no event type '\(unknown)'; the types are \(known)")
             }
         }
         guard !text.trimmingCharacters(in: .whitespaces).isEmpty else {
