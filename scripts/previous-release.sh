@@ -18,6 +18,13 @@ commit=$(git -C "$repository" rev-parse --verify -q "$wanted^{commit}" 2>/dev/nu
         exit 2
     }
 name=${1:-${pin%% *}}
+# A tag moved after the pin was written (or a pin edited by hand): the pin is what is built.
+if [ $# -eq 0 ]; then
+    tagged=$(git -C "$repository" rev-parse --verify -q "${pin%% *}^{commit}" 2>/dev/null || true)
+    if [ -n "$tagged" ] && [ "$tagged" != "$commit" ]; then
+        echo "note: ${pin%% *} names $(echo "$tagged" | cut -c1-12) here, the pin $(echo "$commit" | cut -c1-12); building the pin" >&2
+    fi
+fi
 directory=${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/groupmesh/compat/$commit
 binary=$directory/groupmesh
 if [ -x "$binary" ]; then echo "$binary"; exit 0; fi
