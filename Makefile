@@ -65,8 +65,9 @@ test: deps format-check
 	@# The previous release's binary (a compatibility test runs it) builds beside the real-time
 	@# tests, which mostly wait on the network, at the lowest priority, instead of inside that test;
 	@# the test waits for it (and, if it cannot be had, says why and skips). Its output goes to
-	@# .build/previous-release.log. Stopped with Ctrl-C, the build finishes on its own (an hour at most).
-	nice -n 19 scripts/previous-release.sh > .build/previous-release.log 2>&1 & \
+	@# .build/previous-release.log (.build made here when SWIFT_FLAGS moves the scratch path).
+	@# Stopped with Ctrl-C, the build finishes on its own (an hour at most).
+	mkdir -p .build; nice -n 19 scripts/previous-release.sh > .build/previous-release.log 2>&1 & \
 	$(SWIFT) test --skip-build --no-parallel $(SWIFT_FLAGS) --filter '$(REALTIME_TESTS)'; \
 	status=$$?; wait; exit $$status
 	# A test target in neither list still runs (today this runs nothing).
