@@ -54,7 +54,8 @@ package enum PreviousRelease {
             throw .failed("building the previous release: \(error)")
         }
         let lines = result.output.split(separator: "\n").map(String.init)
-        for line in lines.dropLast() where line.hasPrefix("building") || line.hasPrefix("built") { print(line) }
+        for line in lines.dropLast()
+        where line.hasPrefix("building") || line.hasPrefix("built") || line.hasPrefix("note:") { print(line) }
         let last = lines.last ?? ""
         switch result.status {
         case 0 where FileManager.default.isExecutableFile(atPath: last): return last
@@ -63,12 +64,21 @@ package enum PreviousRelease {
         }
     }
 
-    /// The protocol `binary` speaks, from its `--version` line (`0.10.0 (protocol 2, …`): 1 for
-    /// release 0.9.0, whose version line names none.
-    package static func protocolVersion(of binary: String) throws -> Int {
-        let version = try ChildProcess.run(binary, ["--version"]).stdout
-        guard let range = version.range(of: #"\(protocol [0-9]+"#, options: .regularExpression) else { return 1 }
-        return Int(version[range].dropFirst("(protocol ".count)) ?? 1
+    /// The protocol `binary` speaks, from its `--version` line (`groupmesh 0.10.0 (protocol 2, …`;
+    /// 0.9.0's `(protocol 1, …` named its datagram format, which is protocol 1 too).
+    package static func protocolVersion(of binary: String) throws(Unavailable) -> Int {
+        let result: (status: Int32, stdout: String, stderr: String)
+        do { result = try ChildProcess.run(binary, ["--version"]) } catch {
+            throw .failed("\(binary) --version: \(error)")
+        }
+        guard result.status == 0,
+            let range = result.stdout.range(of: #"\(protocol [0-9]+"#, options: .regularExpression),
+            let version = Int(result.stdout[range].dropFirst("(protocol ".count))
+        else {
+            throw .failed(
+                "\(binary) --version named no protocol (status \(result.status)): \(result.stdout)\(result.stderr)")
+        }
+        return version
     }
 
     /// `/bin/sh -c script`, its output and errors together, polled without blocking a thread.

@@ -32,21 +32,22 @@ struct GroupMeshCommand: AsyncParsableCommand {
         for subcommand in configuration.subcommands { names.append(subcommand.configuration.commandName ?? "") }
         // `help NOSUCH` parses (ArgumentParser prints the overview and exits 0): a script that
         // mistyped a command must fail.
-        if arguments.first == "help", let mistake = CommandLineMistake.message(for: arguments, commands: names) {
-            usageError(mistake, help: "groupmesh --help")
+        if arguments.first == "help", let mistake = CommandLineMistake(arguments, commands: names, parses: parses) {
+            usageError(mistake.message, help: mistake.help)
         }
         let command: any ParsableCommand
         do {
             command = try parseAsRoot(arguments)
         } catch {
             guard exitCode(for: error) != .success else { exit(withError: error) }
+            if let mistake = CommandLineMistake(arguments, commands: names, parses: parses) {
+                usageError(mistake.message, help: mistake.help)
+            }
             // One line: ArgumentParser lists a value's choices one per line.
-            let message =
-                CommandLineMistake.message(for: arguments, commands: names)
-                ?? message(for: error).split(whereSeparator: \.isNewline)
+            let message = message(for: error).split(whereSeparator: \.isNewline)
                 .map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
-            let named = arguments.first { names.contains($0) }
-            usageError(message, help: named.map { "groupmesh \($0) --help" } ?? "groupmesh --help")
+            let help = arguments.first.flatMap { names.contains($0) ? "groupmesh \($0) --help" : nil }
+            usageError(message, help: help ?? "groupmesh --help", status: exitCode(for: error))
         }
         do {
             if var asynchronous = command as? any AsyncParsableCommand {
@@ -59,43 +60,53 @@ struct GroupMeshCommand: AsyncParsableCommand {
             exit(withError: error)
         }
     }
+
+    /// Whether a command line parses (validation included; nothing runs).
+    static func parses(_ arguments: [String]) -> Bool { (try? parseAsRoot(arguments)) != nil }
 }
 
-/// One line on stderr, and the usage status (64).
-private func usageError(_ message: String, help: String) -> Never {
+/// One line on stderr, and the usage status (64) unless the parser gave another.
+private func usageError(_ message: String, help: String, status: ExitCode = .validationFailure) -> Never {
     FileHandle.standardError.write(Data("groupmesh: error: \(message) (see \(help))\n".utf8))
-    exit(ExitCode.validationFailure.rawValue)
+    exit(status.rawValue)
 }
 
 /// Clearer words than ArgumentParser's for the command-line mistakes of a first hour: a command
 /// that does not exist (`groupmesh stauts`, `groupmesh help stauts`), and options before the
 /// command (`groupmesh --data-dir D status`: each command takes its own, after its name).
-enum CommandLineMistake {
-    static func message(for arguments: [String], commands: [String]) -> String? {
-        guard let first = arguments.first else { return nil }
+struct CommandLineMistake: Equatable {
+    var message: String
+    /// Where the usage is: the command's own help once the command is known.
+    var help = "groupmesh --help"
+
+    /// Nil when `arguments` hold none of these mistakes. `parses` tells which of the words that
+    /// name a command is the command: `groupmesh --name status run` is `run`'s line.
+    init?(_ arguments: [String], commands: [String], parses: ([String]) -> Bool) {
+        guard let first = arguments.first, first != "--" else { return nil }
         let list = "the commands are " + commands.joined(separator: ", ")
         if first == "help" {
             let named = arguments.dropFirst().first
             guard let named, !commands.contains(named), named != "help", !named.hasPrefix("-") else { return nil }
-            return "no command '\(TerminalText.escaped(named))'; \(list)"
+            message = "no command '\(TerminalText.escaped(named))'; \(list)"
+            return
         }
-        if first.hasPrefix("-") {
-            guard let index = arguments.firstIndex(where: commands.contains) else { return nil }
-            let reordered = [arguments[index]] + arguments[..<index] + arguments[(index + 1)...]
-            return "options follow the command: groupmesh " + reordered.map(Self.quoted).joined(separator: " ")
+        guard first.hasPrefix("-") else {
+            guard !commands.contains(first) else { return nil }
+            message = "no command '\(TerminalText.escaped(first))'; \(list)"
+            return
         }
-        return commands.contains(first) ? nil : "no command '\(TerminalText.escaped(first))'; \(list)"
+        // After `--` every word is an argument, not a command.
+        let options = arguments.prefix { $0 != "--" }
+        let candidates = options.indices.filter { commands.contains(options[$0]) }
+        let moved = candidates.map { [arguments[$0]] + arguments[..<$0] + arguments[($0 + 1)...] }
+        guard let line = moved.first(where: parses) ?? moved.first else { return nil }
+        message = "options follow the command: groupmesh " + line.map(Self.shown).joined(separator: " ")
+        help = "groupmesh \(line[0]) --help"
     }
 
-    /// As a shell would take it back: plain words as they are, others in single quotes.
-    static func quoted(_ argument: String) -> String {
-        let plain =
-            !argument.isEmpty
-            && argument.unicodeScalars.allSatisfy {
-                CharacterSet.alphanumerics.contains($0) || "-_./:=@,+%".unicodeScalars.contains($0)
-            }
-        return plain
-            ? argument : "'" + TerminalText.escaped(argument).replacingOccurrences(of: "'", with: "'\\''") + "'"
+    /// As a shell reads it back (`RunCommand.shellQuoted`), control characters made visible.
+    static func shown(_ argument: String) -> String {
+        TerminalText.escaped(RunCommand.shellQuoted(argument))
     }
 }
 

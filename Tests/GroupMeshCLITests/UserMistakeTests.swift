@@ -137,10 +137,19 @@ struct UserMistakeTests {
                 "options follow the command: groupmesh status --data-dir '/tmp/a dir' --json (see groupmesh status --help)"
             ),
             (["help", "\u{1B}[2J"], "no command '\\e[2J'"),
+            // A value that names a command is not the command; `--` ends the options.
+            (
+                ["--name", "status", "run"],
+                "options follow the command: groupmesh run --name status (see groupmesh run --help)"
+            ),
+            (["show", "status"], "no command 'show'; \(commands)"),
         ]
         for (arguments, expected) in cases {
             let result = try await NodeProcess.runCommand(arguments)
             #expect(result.status == 64 && result.stderr.contains(expected), "\(arguments): \(result.stderr)")
+            if expected.hasPrefix("no command") {
+                #expect(result.stderr.hasSuffix("(see groupmesh --help)\n"), "\(arguments): \(result.stderr)")
+            }
             #expect(Self.oneLine(result), "\(arguments): \(result.stderr)")
         }
         // What is no mistake: help of a command, and the bare command (the overview).
@@ -171,7 +180,8 @@ struct UserMistakeTests {
         #expect(over.status == 65 && over.stderr.contains("standard input holds over"), "\(over.stderr)")
         #expect(Self.oneLine(over), "\(over.stderr)")
 
-        guard FileManager.default.fileExists(atPath: "/dev/full") else {
+        var device = stat()
+        guard stat("/dev/full", &device) == 0, device.st_mode & S_IFMT == S_IFCHR else {
             print("skipped: no /dev/full to stand for a full disk")
             return
         }

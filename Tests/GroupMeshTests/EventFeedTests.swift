@@ -112,11 +112,12 @@ struct EventFeedTests {
         #expect(throws: GroupMeshError.self) { try EventHandlerSpec(parsing: "member-joined=") }
         #expect(throws: GroupMeshError.self) { try EventHandlerSpec(parsing: "  ") }
         // A mistyped type is refused, naming it, rather than run as a command for every event.
-        for typo in ["member-jion=notify.sh", "member-joined,member-ded=notify.sh"] {
+        for typo in ["member-jion=notify.sh", "member-joined,member-ded=notify.sh", "Member-Joined=notify.sh"] {
             #expect {
                 try EventHandlerSpec(parsing: typo)
             } throws: {
-                "\($0)".contains("no event type 'member-") && "\($0)".contains("the types are member-joined")
+                "\($0)".lowercased().contains("no event type 'member-")
+                    && "\($0)".contains("the types are member-joined")
             }
         }
         let lowercase = try EventHandlerSpec(parsing: "x=1 ./script.sh")

@@ -32,7 +32,10 @@ public struct EventHandlerSpec: Sendable, Equatable {
             // Words with a hyphen before the `=` are no shell assignment (a variable's name has
             // none): a mistyped type, which would otherwise run as a command for every event.
             let typeLike = names.allSatisfy { name in
-                name.unicodeScalars.allSatisfy { ("a"..."z").contains($0) || ("0"..."9").contains($0) || $0 == "-" }
+                name.unicodeScalars.allSatisfy {
+                    ("a"..."z").contains($0) || ("A"..."Z").contains($0) || ("0"..."9").contains($0) || $0 == "-"
+                        || $0 == "_"
+                }
             }
             if typeLike, names.contains(where: { $0.contains("-") }),
                 let unknown = names.first(where: { MeshEvent.Kind(rawValue: $0) == nil })
