@@ -199,6 +199,39 @@ struct UserMistakeTests {
         #expect((try? Data(contentsOf: URL(fileURLWithPath: copy))) == bytes)
     }
 
+    @Test("run on a port under 1024 without the right to: one line that says what it needs")
+    func privilegedPortIsRefusedInOneLine() async throws {
+        let threshold = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_unprivileged_port_start", encoding: .utf8))
+            .flatMap { Int($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+        guard geteuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv"), let threshold,
+            threshold > 80
+        else {
+            print("skipped: needs root and setpriv to run a node as nobody, and port 80 privileged")
+            return
+        }
+        // A copy of the binary nobody can reach, in a dir nobody may write.
+        let scratch = NodeProcess.makeTemporaryDirectory("privileged")
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let binary = scratch + "/groupmesh"
+        try FileManager.default.copyItem(atPath: NodeProcess.executable, toPath: binary)
+        #expect(chmod(scratch, 0o755) == 0 && chmod(binary, 0o755) == 0)
+        #expect(mkdir(scratch + "/data", 0o700) == 0 && chown(scratch + "/data", 65534, 65534) == 0)
+        let run = try ChildProcess.run(
+            "/usr/bin/setpriv",
+            [
+                "--reuid=65534", "--regid=65534", "--clear-groups", binary, "run", "--listen", "127.0.0.1:80",
+                "--data-dir", scratch + "/data/node",
+            ], timeout: .seconds(30))
+        if run.stderr.contains("error while loading shared libraries") || run.stderr.contains("Permission denied") {
+            print("skipped: nobody cannot run the binary here: \(run.stderr)")
+            return
+        }
+        #expect(
+            run.status != 0 && run.stderr.contains("cannot listen on 127.0.0.1:80: permission denied"), "\(run.stderr)")
+        #expect(run.stderr.contains("CAP_NET_BIND_SERVICE"), "\(run.stderr)")
+        #expect(Self.oneLine(run), "\(run.stderr)")
+    }
+
     @Test("a members.json that cannot be read is kept aside and said, not written over")
     func damagedMembersFileIsKept() async throws {
         let directory = NodeProcess.makeTemporaryDirectory()
