@@ -39,6 +39,8 @@ public struct DataDirectory: Sendable {
     public var leftPath: String { path + "/left" }
     /// Present once this node was removed from the session: who removed it (`loadRemoved`).
     public var removedPath: String { path + "/removed" }
+    /// The name given at the last start that gave one (`loadName`).
+    public var namePath: String { path + "/name" }
     /// `run`'s settings, when kept here (`groupmesh run` reads it; the node never writes it).
     public var configurationPath: String { path + "/config.json" }
     /// Attachments whose manifest was found damaged at a start and is not stored again yet (hex
@@ -65,7 +67,7 @@ public struct DataDirectory: Sendable {
         [
             sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
             membersPath, epochsPath, journalPath, endedPath, leftPath, configurationPath, damagedManifestsPath,
-            foundedPath, damagedMembersPath, removedPath,
+            foundedPath, damagedMembersPath, removedPath, namePath,
         ]
     }
 
@@ -223,6 +225,20 @@ public struct DataDirectory: Sendable {
         var buffer = ByteBuffer(bytes: bytes)
         guard let statement = try? SessionEnd(decoding: &buffer), buffer.readableBytes == 0 else { return nil }
         return statement
+    }
+
+    /// The name the node was last started with (`--name`): a start without one keeps it. Nil
+    /// when there is none, or what is there is no name a node could have been given.
+    package func loadName() -> String? {
+        guard let text = try? readSmallFile(namePath, limit: 256) else { return nil }
+        let name = text.hasSuffix("\n") ? String(text.dropLast()) : text
+        guard !name.isEmpty, name.utf8.count <= 64, !name.unicodeScalars.contains(where: TerminalText.needsEscape)
+        else { return nil }
+        return name
+    }
+
+    package func saveName(_ name: String) throws(GroupMeshError) {
+        try writeSmallFile(namePath, name + "\n")
     }
 
     /// Who removed this node from the session (as the node named it), once a key epoch left it

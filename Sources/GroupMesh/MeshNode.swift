@@ -112,6 +112,18 @@ package actor MeshNode {
         identity: NodeIdentity, epochs: KeyEpochs, configuration: NodeConfiguration,
         eventLoop: any EventLoop, logger: Logger
     ) async throws(GroupMeshError) -> MeshNode {
+        // A name given is kept for the starts that give none: a restart stays who it was.
+        var configuration = configuration
+        let directory = configuration.dataDirectory
+        if let name = configuration.name {
+            if directory.loadName() != name {
+                do { try directory.saveName(name) } catch {
+                    logger.warning("the name is not kept for the next start: \(error)")
+                }
+            }
+        } else {
+            configuration.name = directory.loadName()
+        }
         let slot = NodeSlot()
         let channel = try await bindDatagrams(configuration, eventLoop: eventLoop, slot: slot)
         let buffers = await SocketBuffers.enlarge(channel)
@@ -126,7 +138,6 @@ package actor MeshNode {
             store = try AttachmentStore(directory: configuration.dataDirectory)
             // The chunks lost are missing, and fetched again; the user should still hear of it.
             for line in await store.damage { logger.warning("chunk store: \(line)") }
-            let directory = configuration.dataDirectory
             if let damaged = directory.setAsideDamagedMembers() { logger.warning("\(damaged)") }
             var found = await store.restore(epochs: epochs, remembered: directory.loadRememberedMembers())
             // A dir founded before the mark existed says so only in `members.json`: marked now.

@@ -36,6 +36,56 @@ public enum TerminalText {
         }
     }
 
+    /// The columns a terminal gives `text`: two for a wide character (CJK, Hangul, fullwidth
+    /// forms, emoji), none for a combining mark or a zero-width one, one otherwise. Tables pad by
+    /// it: padding by UTF-16 units cut emoji in half, and by characters shifted every column after
+    /// a wide one.
+    public static func columns(_ text: String) -> Int {
+        text.reduce(0) { $0 + columns($1) }
+    }
+
+    static func columns(_ character: Character) -> Int {
+        guard let first = character.unicodeScalars.first else { return 0 }
+        if isWide(first.value) || character.unicodeScalars.contains(where: { $0.properties.isEmojiPresentation })
+            || character.unicodeScalars.contains(where: { $0.value == 0xFE0F })
+        {
+            return 2
+        }
+        switch first.properties.generalCategory {
+        case .nonspacingMark, .enclosingMark, .format: return 0
+        default: return 1
+        }
+    }
+
+    /// East Asian Wide and Fullwidth blocks (UAX #11), in the large.
+    private static func isWide(_ value: UInt32) -> Bool {
+        switch value {
+        case 0x1100...0x115F, 0x2E80...0x303E, 0x3041...0x33FF, 0x3400...0x4DBF, 0x4E00...0x9FFF, 0xA000...0xA4CF,
+            0xAC00...0xD7A3, 0xF900...0xFAFF, 0xFE30...0xFE4F, 0xFF00...0xFF60, 0xFFE0...0xFFE6, 0x1F300...0x1F64F,
+            0x1F900...0x1F9FF, 0x20000...0x2FFFD, 0x30000...0x3FFFD:
+            return true
+        default: return false
+        }
+    }
+
+    /// The start of `text` that fits in `width` columns (a wide character that would straddle the
+    /// edge is left out whole).
+    public static func cut(_ text: String, to width: Int) -> String {
+        var used = 0
+        var end = text.startIndex
+        for index in text.indices {
+            used += columns(text[index])
+            if used > width { break }
+            end = text.index(after: index)
+        }
+        return String(text[..<end])
+    }
+
+    /// `text` and spaces up to `width` columns.
+    public static func padded(_ text: String, to width: Int) -> String {
+        text + String(repeating: " ", count: max(0, width - columns(text)))
+    }
+
     private static func hex(_ value: UInt32, digits: Int) -> String {
         let text = String(value, radix: 16, uppercase: true)
         return String(repeating: "0", count: max(0, digits - text.count)) + text

@@ -33,8 +33,8 @@ struct StatusCommand: AsyncParsableCommand {
                 encoder.outputFormatting = [.sortedKeys]
                 emit(String(decoding: try encoder.encode(report), as: UTF8.self))
             } else {
-                if watch { print("\u{1B}[H\u{1B}[2J", terminator: "") }
-                emit(StatusTable.render(report, width: Terminal.width))
+                // The clear goes with the table, in one write: `print` would leave it in stdio's buffer.
+                emit((watch ? "\u{1B}[H\u{1B}[2J" : "") + StatusTable.render(report, width: Terminal.width))
             }
             if watch { try await Task.sleep(for: .seconds(1)) }
         } while watch
@@ -295,7 +295,7 @@ enum StatusTable {
                     + "sockets opened \(birthday.socketsOpened) "
                     + "(failed \(birthday.socketsFailed)), hit \(birthday.socketsHit)")
         }
-        return lines.map { String($0.prefix(width)) }.joined(separator: "\n")
+        return lines.map { TerminalText.cut($0, to: width) }.joined(separator: "\n")
     }
 
     /// `relay budget: 16.0 MiB/s (from the 8.0 MiB/s measured on our links), 16.0 MiB/s per pair
@@ -346,10 +346,10 @@ enum StatusTable {
     static func table(header: [String], rows: [[String]], width: Int) -> [String] {
         let rows = rows.map { $0.map(TerminalText.escaped) }
         let widths = header.indices.map { column in
-            ([header[column]] + rows.map { $0[column] }).map(\.count).max() ?? 0
+            ([header[column]] + rows.map { $0[column] }).map(TerminalText.columns).max() ?? 0
         }
         func line(_ cells: [String]) -> String {
-            cells.enumerated().map { $1.padding(toLength: widths[$0], withPad: " ", startingAt: 0) }
+            cells.enumerated().map { TerminalText.padded($1, to: widths[$0]) }
                 .joined(separator: "  ")
                 .trimmingCharacters(in: .whitespaces)
         }

@@ -232,6 +232,19 @@ struct UserMistakeTests {
         #expect(Self.oneLine(run), "\(run.stderr)")
     }
 
+    @Test("a restart without --name keeps the name the node was given; a new --name replaces it")
+    func nameOutlivesARestart() async throws {
+        let directory = NodeProcess.makeTemporaryDirectory("named")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        for (arguments, expected) in [(["--name", "party🎉"], "party🎉"), ([], "party🎉"), (["--name", "kim"], "kim")] {
+            let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"] + arguments, dataDirectory: directory)
+            _ = try await node.waitForLine(prefix: "listening:")
+            let name = try await node.status().`self`.name
+            await node.cleanUp(removeData: false)
+            #expect(name == expected, "\(arguments)")
+        }
+    }
+
     @Test("a members.json that cannot be read is kept aside and said, not written over")
     func damagedMembersFileIsKept() async throws {
         let directory = NodeProcess.makeTemporaryDirectory()

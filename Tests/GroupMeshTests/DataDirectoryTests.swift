@@ -30,6 +30,21 @@ import Testing
         }
     }
 
+    @Test("the name a node was given is kept for the next start; what no node could be named is not read as one")
+    func nameIsKept() throws {
+        let root = NSTemporaryDirectory() + "groupmesh-dd-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let directory = DataDirectory(path: root)
+        try directory.prepare()
+        #expect(directory.loadName() == nil)
+        try directory.saveName("party🎉 zoë")
+        #expect(directory.loadName() == "party🎉 zoë")
+        for bad in ["", "evil\u{1B}[2Jname", String(repeating: "x", count: 65), "two\nlines"] {
+            #expect(FileManager.default.createFile(atPath: directory.namePath, contents: Data((bad + "\n").utf8)))
+            #expect(directory.loadName() == nil, "\(bad.debugDescription) was read as a name")
+        }
+    }
+
     @Test(
         "a dir that makes the session's secret is marked its founder, one that takes an invite is not, whatever it held"
     )

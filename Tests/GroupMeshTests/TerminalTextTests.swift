@@ -24,6 +24,22 @@ struct TerminalTextTests {
         #expect(TerminalText.escaped(input) == expected)
     }
 
+    @Test(
+        "columns: wide characters and emoji take two, combining marks none; padding and cutting keep characters whole",
+        arguments: [
+            ("alice", 5), ("zoë", 3), ("zoe\u{301}", 3), ("日本語", 6), ("party🎉🎉", 9), ("👍🏽", 2), ("❤️", 2),
+            ("a\u{200B}b", 2), ("", 0),
+        ])
+    func columns(text: String, expected: Int) {
+        #expect(TerminalText.columns(text) == expected)
+        let padded = TerminalText.padded(text, to: 10)
+        #expect(padded.hasPrefix(text) && TerminalText.columns(padded) == max(10, expected))
+        #expect(TerminalText.cut(padded, to: expected) == text)
+        // Never half of a character: cut one column short, a wide last character goes whole.
+        let shorter = TerminalText.cut(text, to: max(0, expected - 1))
+        #expect(text.hasPrefix(shorter) && TerminalText.columns(shorter) <= max(0, expected - 1))
+    }
+
     @Test("no output of any input holds a control character", arguments: SimulationSeeds.from(defaultCount: 2))
     func nothingGetsThrough(seed: UInt64) {
         var random = SplitMix64(seed: seed)
