@@ -52,6 +52,9 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
     case sessionEndedHere(path: String, by: String)
     /// A key epoch without this node was made: it is no longer a member.
     case removedFromSession(by: String)
+    /// Addresses to join through, no invite, and a data dir with no session yet: the node would
+    /// make a session of its own, which no member there could open.
+    case joinWithoutInvite(address: String, path: String)
     /// `SessionOffers` made the session but nobody takes it from `sessions()` (not read, or full).
     case offerNotTaken(waiting: Int)
     /// `get` without `--force`: a file is at the output path already, and it was kept.
@@ -127,6 +130,10 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
         case let .sessionEndedHere(path, by):
             return
                 "the session of \(path) was ended by \(by); its invites no longer work. Start a new session in another data dir"
+        case let .joinWithoutInvite(address, path):
+            return
+                "--join \(address) reaches a session only with its invite, and data dir \(path) holds none yet: "
+                + "give --invite, --invite-file or $GROUPMESH_INVITE (run without --join makes a new session)"
         case let .removedFromSession(by):
             return
                 "this node was removed from the session by \(by); ask a member for a new invite and join with another data dir"
@@ -257,7 +264,7 @@ extension GroupMeshError {
         case .invalidAddress, .invalidInvite, .sessionMismatch, .attachment, .attachmentTooLarge, .metadataTooLarge,
             .unknownAttachment, .ambiguousAttachment, .attachmentPrefixTooShort, .outputIsNodeFile,
             .outputNotRegularFile,
-            .cannotRemoveSelf, .alreadyRemoved, .metadataType, .outputExists:
+            .cannotRemoveSelf, .alreadyRemoved, .metadataType, .outputExists, .joinWithoutInvite:
             .input
         case .noNodeRunning, .notRunning, .manifestUnavailable, .chunksUnavailable, .sessionEnded, .sessionEndedHere,
             .removedFromSession, .identityConflict:

@@ -84,6 +84,11 @@ public final class MeshSession: Sendable {
         if let mismatch = configuration.unreachableSeeds(remembered: directory.loadRememberedMembers()) {
             throw mismatch
         }
+        if configuration.invite == nil, let first = configuration.join.first,
+            !FileManager.default.fileExists(atPath: directory.sessionSecretPath)
+        {
+            throw .joinWithoutInvite(address: first.description, path: directory.path)
+        }
         try directory.prepare()
         let lock = try directory.lock()
         let epochs = try directory.loadOrCreateSession(invited: configuration.invite?.token.secret)

@@ -100,7 +100,7 @@ struct UserMistakeTests {
     }
 
     @Test(
-        "run refuses in one line: an empty or overlong name, an address no interface has or none can reach, a data dir that is a file"
+        "run refuses in one line: --join without an invite into a new dir, an empty or overlong name, an address no interface has or none can reach, a data dir that is a file"
     )
     func runRefusesInOneLine() async throws {
         let scratch = NodeProcess.makeTemporaryDirectory("mistakes")
@@ -108,6 +108,8 @@ struct UserMistakeTests {
         let file = scratch + "/file"
         try Data("not a dir".utf8).write(to: URL(fileURLWithPath: file))
         let cases: [([String], String)] = [
+            // First: the dir must hold no session yet (a later case may make one before it fails).
+            (["--join", "127.0.0.1:47001"], "--join 127.0.0.1:47001 reaches a session only with its invite"),
             (["--name", ""], "--name is empty"),
             (["--name", String(repeating: "é", count: 33)], "a name holds at most 64"),
             (["--listen", "192.0.2.1:0"], "no interface of this machine has that address"),
