@@ -29,6 +29,8 @@ struct EventsCommand: AsyncParsableCommand {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         let ended: Bool
+        // A node that stops once its session ended stopped as it should: the stream's end is no failure.
+        var sessionEnded = false
         do {
             ended = try ControlClient(directory: data.directory).subscribe(.events(after: after)) { response in
                 switch response {
@@ -38,6 +40,7 @@ struct EventsCommand: AsyncParsableCommand {
                     FileHandle.standardError.write(
                         Data("events: \(count) event(s) before these are no longer held\n".utf8))
                 case let .event(event):
+                    if event.type == .sessionEnded { sessionEnded = true }
                     if json {
                         emit(String(decoding: (try? encoder.encode(event)) ?? Data(), as: UTF8.self))
                     } else {
@@ -54,7 +57,11 @@ struct EventsCommand: AsyncParsableCommand {
         } catch {
             throw fail(error)
         }
-        if !ended { throw fail("the node on \(data.directory.path) stopped", kind: .unavailable) }
+        if !ended, sessionEnded {
+            FileHandle.standardError.write(Data("the node on \(data.directory.path) stopped: the session ended\n".utf8))
+        } else if !ended {
+            throw fail("the node on \(data.directory.path) stopped", kind: .unavailable)
+        }
     }
 
     /// `2026-11-24T12:00:01.250Z #7 member-joined bob (a1b2c3d4e5f6) 10.0.0.2:7946`.

@@ -8,7 +8,7 @@ import Testing
 @Suite("end with real processes", .serialized)
 struct SessionEndCommandTests {
     @Test(
-        "end on one member: all three exit 0 saying so; every data dir then refuses to start, and tells a member that was down"
+        "end on one member: all three exit 0 saying so, and so does a client following the events; every data dir then refuses to start, and tells a member that was down"
     )
     func endForEveryone() async throws {
         try await withProcessMesh(names: ["alice", "bob", "carol", "dave"]) { mesh in
@@ -21,6 +21,10 @@ struct SessionEndCommandTests {
             dave.signal(SIGKILL)
             _ = try? await dave.waitForExit()
 
+            // A client following bob's events ends with the node, as it should: exit 0.
+            let events = try mesh.client(["events"], of: "bob")
+            _ = try await events.waitForLine(prefix: "events: following", onStderr: true)
+
             let end = try await NodeProcess.runCommand(["end", "--data-dir", alice.dataDirectory])
             #expect(end.status == 0, "\(end.stderr)")
             #expect(end.stdout.contains("ended the session for every member"), "\(end.stdout)")
@@ -32,6 +36,9 @@ struct SessionEndCommandTests {
                     node.stdout.contains("ended: the session was ended by alice (\(aliceID.prefix(12)))"),
                     "\(node.stdout)")
             }
+            #expect(try await events.waitForExit() == 0, "\(events.stderr)")
+            #expect(events.stdout.contains("session-ended alice"), "\(events.stdout)")
+            #expect(events.stderr.contains("stopped: the session ended"), "\(events.stderr)")
             // Back on its old address after everyone left: it runs alone, as before.
             let daveAgain = try mesh.restart("dave", listen: daveAddress)
             _ = try await daveAgain.waitForStatus(timeout: .seconds(30), "dave runs again") { _ in true }
