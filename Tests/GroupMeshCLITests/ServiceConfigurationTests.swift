@@ -57,6 +57,11 @@ struct ServiceConfigurationTests {
         let raw = try await Self.rawStatus(node)
         #expect((raw["self"] as? [String: Any])?["profile"] as? String == "wan")
         #expect(Self.relayEnabled(raw) == true, "--relay undoes the file's \"relay\": false")
+        // Unset and unknown figures are there, null: a script reads them without asking first.
+        let relay = (raw["counters"] as? [String: Any])?["relay"] as? [String: Any] ?? [:]
+        for key in ["budgetSetting", "cpuMillisecondsPerMiB"] {
+            #expect(relay[key] is NSNull, "\(key): \(relay)")
+        }
     }
 
     @Test("--relay-budget shows in status --json and its text; the file's \"relay-budget\": \"off\" relays nothing")

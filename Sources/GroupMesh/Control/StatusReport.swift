@@ -288,6 +288,28 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// and per MiB carried (nil before a MiB was).
         public var cpuSeconds: Double? = nil
         public var cpuMillisecondsPerMiB: Double? = nil
+
+        // Every key present, null when unknown or unset (as CLI.md gives them): a script reads
+        // `budgetSetting` without first asking whether it is there.
+        public func encode(to encoder: any Encoder) throws {
+            var container = encoder.container(keyedBy: CodingKeys.self)
+            try container.encode(enabled, forKey: .enabled)
+            try container.encode(sentThroughRelays, forKey: .sentThroughRelays)
+            try container.encode(receivedThroughRelays, forKey: .receivedThroughRelays)
+            try container.encode(forwardedDatagrams, forKey: .forwardedDatagrams)
+            try container.encode(forwardedBytes, forKey: .forwardedBytes)
+            try container.encode(droppedOverRate, forKey: .droppedOverRate)
+            try container.encode(refused, forKey: .refused)
+            try container.encode(budget, forKey: .budget)
+            try container.encode(budgetPerPair, forKey: .budgetPerPair)
+            try container.encode(budgetSetting, forKey: .budgetSetting)
+            try container.encode(measuredCapacity, forKey: .measuredCapacity)
+            try container.encode(ownTransferRate, forKey: .ownTransferRate)
+            try container.encode(yielding, forKey: .yielding)
+            try container.encode(activePairs, forKey: .activePairs)
+            try container.encode(cpuSeconds, forKey: .cpuSeconds)
+            try container.encode(cpuMillisecondsPerMiB, forKey: .cpuMillisecondsPerMiB)
+        }
     }
 
     public var `self`: SelfInfo
