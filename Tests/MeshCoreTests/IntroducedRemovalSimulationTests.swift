@@ -140,6 +140,46 @@ struct IntroducedRemovalSimulationTests {
     }
 
     @Test(
+        "members whose door goes in one removal ask each other's branches at once, and no introductions form a loop",
+        arguments: seeds)
+    func keptMembersMakeNoLoop(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let session = try Self.session(seed)
+        let (mesh, founder, inviter, remover) = (session.mesh, session.founder, session.inviter, session.other)
+        // The remover and the inviter both came in through the founder: both ask again at once,
+        // the inviter the remover first, the remover whoever it finds (the inviter's child, say).
+        let removal = remover.removeMember(founder.id, introduced: .keep([inviter.id]))
+        let survivors = session.all.filter { $0.id != founder.id }
+        func loop(at node: SimNode) -> [NodeID]? {
+            for start in survivors.map(\.id) {
+                var chain = [start]
+                while let door = node.core.introduction(of: chain[chain.count - 1])?.door,
+                    chain.count <= survivors.count
+                {
+                    if chain.contains(door) { return chain + [door] }
+                    chain.append(door)
+                }
+            }
+            return nil
+        }
+        func settled() -> Bool {
+            survivors.allSatisfy { node in
+                survivors.allSatisfy { member in
+                    let door = node.core.introduction(of: member.id)?.door
+                    return door != founder.id && (door != nil || member.id == remover.id || member.id == inviter.id)
+                }
+            }
+        }
+        mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in settled() }
+        #expect(
+            remover.commandResults[removal] == .success(.memberRemoved(founder.id, handedTo: 3, introduced: [])),
+            "\(replay): \(String(describing: remover.commandResults[removal]))")
+        for node in survivors {
+            #expect(loop(at: node) == nil, "\(replay): \(node.address) holds a loop \(loop(at: node) ?? [])")
+        }
+    }
+
+    @Test(
         "naming to keep a member it did not introduce keeps none of those it did; more than one rotation removes is refused",
         arguments: seeds)
     func removalsThatCannotBeMadeAreRefused(seed: UInt64) throws {

@@ -103,6 +103,24 @@ package struct IntroductionBook: Sendable {
         return false
     }
 
+    /// Whether taking `door`'s introduction could close a loop: its chain reaches us, or a member
+    /// we signed for that has not told us it took another door (it may have taken ours: two
+    /// members whose door went in one removal ask each other's branches at once, and neither
+    /// knows yet what the other took). `isVoid`: a door that was removed (what such a member
+    /// last told us is void, and it is asking again).
+    package func mayCloseLoop(through door: NodeID, localID: NodeID, isVoid: (NodeID) -> Bool) -> Bool {
+        var current = door
+        for _ in 0..<Self.maxChain {
+            if current == localID { return true }
+            if signedFor.contains(current) {
+                guard let told = byMember[current]?.door, told != localID, !isVoid(told) else { return true }
+            }
+            guard let next = byMember[current]?.door else { return false }
+            current = next
+        }
+        return true
+    }
+
     /// Far above the members a session holds: a chain longer than that has a loop already.
     static let maxChain = 64
 

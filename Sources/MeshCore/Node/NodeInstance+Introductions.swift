@@ -53,7 +53,7 @@ extension NodeInstance {
         var candidates: [NodeID] = []
         for member in membership.view.dropFirst()
         where !member.status.isGone && versions.allows(.introductionRequest, to: member.id)
-            && !book.hasSigned(for: member.id) && !book.isInChain(localID, from: member.id)
+            && !book.hasSigned(for: member.id) && !closesLoop(through: member.id)
             && hasRoom(in: member.id, for: localID)
             && !(book[member.id].map { removedByUs.contains($0.door) } ?? false)
         {
@@ -174,6 +174,12 @@ extension NodeInstance {
         introductionsTick(now: now)
     }
 
+    /// Whether being introduced by `door` could close a loop (`IntroductionBook.mayCloseLoop`).
+    private func closesLoop(through door: NodeID) -> Bool {
+        let removed = keying.epochs.removed
+        return directory.introductions.mayCloseLoop(through: door, localID: localID, isVoid: removed.contains)
+    }
+
     /// Whether `member` is in our view and not gone: what an introduction bound counts.
     private func isLiveMember(_ member: NodeID) -> Bool {
         membership.member(member).map { !$0.status.isGone } ?? false
@@ -198,9 +204,7 @@ extension NodeInstance {
                 }
                 // One that would close a loop, or that the others would not take (its door is
                 // full as far as we know): as a refusal.
-                let book = directory.introductions
-                guard !book.isInChain(localID, from: sender),
-                    hasRoom(in: sender, for: localID)
+                guard !closesLoop(through: sender), hasRoom(in: sender, for: localID)
                 else { return passOver(sender, now: now) }
                 taken = introduction.countersigned(by: authority)
             }
