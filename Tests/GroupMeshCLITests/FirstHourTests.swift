@@ -216,4 +216,38 @@ struct FirstHourTests {
             #expect(types().filter { $0 == "attachment-unavailable" }.count == 1, "\(types())")
         }
     }
+
+    @Test("a get whose attachment is removed while it waits fails in one line that says so, and writes nothing")
+    func removedDuringGet() async throws {
+        try await withProcessMesh(names: ["uploader", "fetcher"], lazy: ["fetcher"]) { mesh in
+            let (uploader, fetcher) = (try mesh["uploader"], try mesh["fetcher"])
+            let work = NodeProcess.makeTemporaryDirectory("removed-during-get")
+            defer { try? FileManager.default.removeItem(atPath: work) }
+            let (file, _) = try Self.randomFile(work, name: "gone.bin", size: 300_000, seed: 5)
+            let attach = try await NodeProcess.runCommand(["attach", file, "--data-dir", uploader.dataDirectory])
+            let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            try #require(attach.status == 0, "\(attach.stderr)")
+            try await waitUntil("the fetcher knows it", timeout: .seconds(30)) {
+                try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", fetcher.dataDirectory])
+                    .stdout.contains(id)
+            }
+            // Its only holder stops answering: the get waits, fetching.
+            uploader.signal(SIGSTOP)
+            defer { uploader.signal(SIGCONT) }
+            let output = work + "/out.bin"
+            let get = try mesh.client(["get", String(id.prefix(8)), "-o", output], of: "fetcher")
+            try await waitUntil("the get is under way", timeout: .seconds(30)) {
+                try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", fetcher.dataDirectory])
+                    .stdout.contains(#""fetching":true"#)
+            }
+            let removed = try await NodeProcess.runCommand(["remove", id, "--data-dir", fetcher.dataDirectory])
+            #expect(removed.status == 0, "\(removed.stderr)")
+            #expect(try await get.waitForExit(timeout: .seconds(30)) == 65, "\(get.stderr)")
+            #expect(
+                get.stderr.contains(
+                    "attachment \(id.prefix(16)) was removed from the session while it was being fetched"),
+                "\(get.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: output), "a partial file was left")
+        }
+    }
 }

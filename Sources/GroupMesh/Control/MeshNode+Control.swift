@@ -225,7 +225,15 @@ extension MeshNode {
         }
         let load = answer(responder) { node throws(GroupMeshError) in
             defer { reporter.cancel() }
-            _ = try await node.loadAttachment(entry.content, into: destination)
+            do throws(GroupMeshError) {
+                _ = try await node.loadAttachment(entry.content, into: destination)
+            } catch {
+                // It was there when the get began: removed since, by this node or another.
+                guard case .unknownAttachment = error else { throw error }
+                throw .refused(
+                    "attachment \(entry.id.hex.prefix(16)) was removed from the session while it was being fetched; "
+                        + "nothing was written", kind: .input)
+            }
             return .attachment(entry.id.hex)
         }
         responder.onClose = { load.cancel() }
