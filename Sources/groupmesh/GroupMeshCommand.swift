@@ -27,7 +27,7 @@ struct GroupMeshCommand: AsyncParsableCommand {
     /// address, a log level that does not exist) ends in one line, as every user error does, with
     /// where to read the usage; `--help` prints in full.
     static func main() async {
-        let arguments = Array(CommandLine.arguments.dropFirst())
+        let arguments = PingCommand.separatingValues(Array(CommandLine.arguments.dropFirst()))
         var names: [String] = []
         for subcommand in configuration.subcommands { names.append(subcommand.configuration.commandName ?? "") }
         // `help NOSUCH` parses (ArgumentParser prints the overview and exits 0): a script that

@@ -34,7 +34,13 @@ struct PingCommand: AsyncParsableCommand {
 
     func run() async throws {
         let client = ControlClient(directory: data.directory)
-        var times: [Double] = []
+        let tally = Tally()
+        // Ctrl-C ends it as ping(8)'s does: with the summary of what was sent so far.
+        let interruption = Interruption.install { [output] in
+            let (sent, times) = tally.snapshot
+            Self.summarize(sent: sent, times: times, output: output)
+        }
+        defer { interruption.disarm() }
         for round in 0..<count {
             if round > 0 { try await Task.sleep(for: .milliseconds(Int(interval * 1000))) }
             let response: ControlResponse
@@ -42,19 +48,57 @@ struct PingCommand: AsyncParsableCommand {
             guard case let .pong(pong) = response else { throw unexpectedAnswer("no round trip") }
             let who = TerminalText.escaped(
                 pong.name.isEmpty ? String(pong.member.prefix(12)) : "\(pong.name) (\(pong.member.prefix(12)))")
-            if let rtt = pong.rttMs { times.append(rtt) }
+            tally.add(pong.rttMs)
             output.emit(
                 pong.rttMs.map { "pong from \(who) via \(pong.address) in \(String(format: "%.3f", $0)) ms" }
                     ?? "no answer from \(who) via \(pong.address) within 2 s", json: pong)
         }
+        let (sent, times) = tally.snapshot
+        Self.summarize(sent: sent, times: times, output: output)
+        if times.isEmpty { throw ExitCode(FailureKind.unavailable.exitStatus) }
+    }
+
+    /// `ping bob -c3 -i0.2` as ping(8) takes it: `-c 3 -i 0.2` (ArgumentParser wants a short
+    /// option's value apart). Only `ping`'s own, before a `--`.
+    static func separatingValues(_ arguments: [String]) -> [String] {
+        guard arguments.first == "ping" else { return arguments }
+        var out: [String] = []
+        var options = true
+        for argument in arguments {
+            if argument == "--" { options = false }
+            if options, argument.count > 2, argument.hasPrefix("-c") || argument.hasPrefix("-i") {
+                out += [String(argument.prefix(2)), String(argument.dropFirst(2))]
+            } else {
+                out.append(argument)
+            }
+        }
+        return out
+    }
+
+    static func summarize(sent: Int, times: [Double], output: JSONOutputOptions) {
         let average = times.isEmpty ? nil : times.reduce(0, +) / Double(times.count)
-        var text = "\(count) sent, \(times.count) answered"
+        var text = "\(sent) sent, \(times.count) answered"
         if let minimum = times.min(), let maximum = times.max(), let average {
             text += String(format: ", rtt min/avg/max %.3f/%.3f/%.3f ms", minimum, average, maximum)
         }
         output.emit(
             text,
-            json: Summary(sent: count, answered: times.count, minMs: times.min(), avgMs: average, maxMs: times.max()))
-        if times.isEmpty { throw ExitCode(FailureKind.unavailable.exitStatus) }
+            json: Summary(sent: sent, answered: times.count, minMs: times.min(), avgMs: average, maxMs: times.max()))
+    }
+
+    /// The round trips so far, shared with the interruption handler.
+    final class Tally: @unchecked Sendable {
+        private let lock = NSLock()
+        private var sent = 0
+        private var times: [Double] = []
+
+        func add(_ rtt: Double?) {
+            lock.withLock {
+                sent += 1
+                if let rtt { times.append(rtt) }
+            }
+        }
+
+        var snapshot: (sent: Int, times: [Double]) { lock.withLock { (sent, times) } }
     }
 }
