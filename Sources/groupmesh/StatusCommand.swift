@@ -203,12 +203,23 @@ struct EndCommand: AsyncParsableCommand {
     @OptionGroup var output: JSONOutputOptions
 
     func run() async throws {
+        let client = ControlClient(directory: data.directory)
+        // Who is told now: the live members; one away learns it later, from a member that knows.
+        let live = (try? client.status()).map { $0.members.dropFirst().filter { $0.state == "alive" }.count }
         do {
-            _ = try ControlClient(directory: data.directory).send(.end)
+            _ = try client.send(.end)
         } catch {
             throw fail(error)
         }
-        output.emit("ended the session for every member", json: ["ended": true])
+        let line =
+            switch live {
+            case 0?:
+                "ended the session; no other member is live now: one that comes back learns it from a data dir "
+                    + "of the session started again"
+            case let count?: "ended the session for every member: \(count) live now, told"
+            case nil: "ended the session for every member"
+            }
+        output.emit(line, json: ["ended": true])
     }
 }
 
