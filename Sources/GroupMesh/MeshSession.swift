@@ -84,9 +84,7 @@ public final class MeshSession: Sendable {
         if let mismatch = configuration.unreachableSeeds(remembered: directory.loadRememberedMembers()) {
             throw mismatch
         }
-        if configuration.invite == nil, let first = configuration.join.first,
-            !FileManager.default.fileExists(atPath: directory.sessionSecretPath)
-        {
+        if configuration.invite == nil, let first = configuration.join.first, !directory.hasSession {
             throw .joinWithoutInvite(address: first.description, path: directory.path)
         }
         try directory.prepare()

@@ -12,6 +12,8 @@ public struct NodeConfiguration: Sendable {
     public var advertise: [MeshAddress] = []
     public var invite: Invite?
     public var join: [MeshAddress] = []
+    /// The node's name in its record. Kept in the data dir (`name`): nil takes the name the dir
+    /// kept from an earlier start, else `node-` and the first digits of the id.
     public var name: String?
     public var lazy = false
     /// Carry sealed datagrams between members that cannot meet (`run --no-relay` turns it off).

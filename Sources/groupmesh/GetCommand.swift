@@ -259,9 +259,11 @@ final class Interruption: @unchecked Sendable {
     /// `handler` is fixed before the first signal can arrive, then run once on a signal.
     static func install(_ handler: @escaping @Sendable () -> Void) -> Interruption {
         let interruption = Interruption()
+        // One serial queue: a SIGINT and a SIGTERM together run the handler once (it exits).
+        let queue = DispatchQueue(label: "groupmesh.interruption")
         for signalNumber in [SIGINT, SIGTERM] {
             signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
+            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: queue)
             source.setEventHandler {
                 handler()
                 exit(interruptedStatus)

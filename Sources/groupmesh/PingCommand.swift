@@ -40,7 +40,6 @@ struct PingCommand: AsyncParsableCommand {
             let (sent, times) = tally.snapshot
             Self.summarize(sent: sent, times: times, output: output)
         }
-        defer { interruption.disarm() }
         for round in 0..<count {
             if round > 0 { try await Task.sleep(for: .milliseconds(Int(interval * 1000))) }
             let response: ControlResponse
@@ -53,6 +52,7 @@ struct PingCommand: AsyncParsableCommand {
                 pong.rttMs.map { "pong from \(who) via \(pong.address) in \(String(format: "%.3f", $0)) ms" }
                     ?? "no answer from \(who) via \(pong.address) within 2 s", json: pong)
         }
+        interruption.disarm()
         let (sent, times) = tally.snapshot
         Self.summarize(sent: sent, times: times, output: output)
         if times.isEmpty { throw ExitCode(FailureKind.unavailable.exitStatus) }

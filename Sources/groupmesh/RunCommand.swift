@@ -65,7 +65,10 @@ struct RunCommand: AsyncParsableCommand {
     // Parsed in `run`: its errors must not quote the password.
     var turn: String?
 
-    @Option(help: "A human-readable name for this node.")
+    @Option(
+        help:
+            "A human-readable name for this node, kept in the data dir for later starts (default: the kept one, else node- and the first digits of the id)."
+    )
     var name: String?
 
     // Optional, and with a --no- form: the config file may set it, and the command line must be able to undo that.
@@ -246,7 +249,10 @@ struct RunCommand: AsyncParsableCommand {
         var turn: String?
 
         static func nameProblem(_ name: String) -> String? {
-            if name.isEmpty { return "is empty; give a name, or leave it out for node- and the first digits of the id" }
+            if name.isEmpty {
+                return
+                    "is empty; give a name, or leave it out for the one kept in the data dir (else node- and the first digits of the id)"
+            }
             // A member record holds 64 bytes of name (PROTOCOL.md §3): a longer one would be cut.
             if name.utf8.count > 64 { return "is \(name.utf8.count) bytes of UTF-8; a name holds at most 64" }
             return name.unicodeScalars.contains(where: TerminalText.needsEscape)

@@ -205,7 +205,9 @@ struct EndCommand: AsyncParsableCommand {
     func run() async throws {
         let client = ControlClient(directory: data.directory)
         // Who is told now: the live members; one away learns it later, from a member that knows.
-        let live = (try? client.status()).map { $0.members.dropFirst().filter { $0.state == "alive" }.count }
+        let live = (try? client.status()).map {
+            $0.members.dropFirst().filter { $0.state != "dead" && $0.state != "left" }.count
+        }
         do {
             _ = try client.send(.end)
         } catch {

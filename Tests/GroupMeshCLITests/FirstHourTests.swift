@@ -242,7 +242,7 @@ struct FirstHourTests {
             }
             let removed = try await NodeProcess.runCommand(["remove", id, "--data-dir", fetcher.dataDirectory])
             #expect(removed.status == 0, "\(removed.stderr)")
-            #expect(try await get.waitForExit(timeout: .seconds(30)) == 65, "\(get.stderr)")
+            #expect(try await get.waitForExit(timeout: .seconds(30)) == 69, "\(get.stderr)")
             #expect(
                 get.stderr.contains(
                     "attachment \(id.prefix(16)) was removed from the session while it was being fetched"),

@@ -215,7 +215,10 @@ struct UserMistakeTests {
         let scratch = NodeProcess.makeTemporaryDirectory("privileged")
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let binary = scratch + "/groupmesh"
-        try FileManager.default.copyItem(atPath: NodeProcess.executable, toPath: binary)
+        // Copied by cp(1): a descriptor open for writing in this process, inherited by a child
+        // another test starts meanwhile, would make the exec fail (ETXTBSY).
+        let copied = try ChildProcess.run("/bin/cp", [NodeProcess.executable, binary])
+        try #require(copied.status == 0, "\(copied.stderr)")
         #expect(chmod(scratch, 0o755) == 0 && chmod(binary, 0o755) == 0)
         #expect(mkdir(scratch + "/data", 0o700) == 0 && chown(scratch + "/data", 65534, 65534) == 0)
         let run = try ChildProcess.run(

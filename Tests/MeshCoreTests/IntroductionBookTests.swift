@@ -115,6 +115,51 @@ struct IntroductionBookTests {
         #expect(book.hasRoom(in: otherID, for: localID, localID: localID, isLive: isLive))
     }
 
+    @Test(
+        "a door whose chain reaches the asker, a member we signed for that has not told, or a smaller member asking again, may close a loop"
+    )
+    func loopsAreFoundBeforeTheyClose() throws {
+        let authorities = try (1..<8).map { try IntroductionTests.authority($0) }
+        let ids = authorities.map(\.signingKey.nodeID)
+        var book = IntroductionBook()
+        /// `member` let in by `door`, as both signed it.
+        func introduce(_ member: Int, by door: Int) {
+            book.take(
+                Introduction.signed(by: authorities[door], admitting: ids[member], in: IntroductionTests.session)
+                    .countersigned(by: authorities[member]))
+        }
+        // 0 is us. 2 let in by 1, 3 by 2; 1 by 6, which was removed.
+        introduce(2, by: 1)
+        introduce(3, by: 2)
+        introduce(1, by: 6)
+        var removed: Set<NodeID> = [ids[6]]
+        func closes(_ door: Int, for asker: Int = 0) -> Bool {
+            book.mayCloseLoop(through: ids[door], for: ids[asker], localID: ids[0], isVoid: { removed.contains($0) })
+        }
+        // 1 asks again (its door went): whether its branch is refused depends on the ids; 1
+        // itself, signing for us, is not.
+        let smaller = ids[1] < ids[0]
+        #expect(closes(3) == smaller && closes(2) == smaller)
+        #expect(!closes(1))
+        // Another member's door walks on past it, as before.
+        #expect(!book.mayCloseLoop(through: ids[3], for: ids[4], localID: ids[0], isVoid: { removed.contains($0) }))
+        removed = []
+        #expect(!closes(3), "a chain that ends at a live root")
+        // We signed for 5, which has not told which door it took: its branch is refused.
+        book.signed(for: ids[5])
+        introduce(4, by: 5)
+        #expect(closes(4))
+        // It told: another door, live. Its branch is open again; ours is not (the asker is in it).
+        introduce(5, by: 1)
+        #expect(!closes(4))
+        introduce(4, by: 0)
+        #expect(closes(4))
+        #expect(book.mayCloseLoop(through: ids[4], for: ids[0], localID: ids[5], isVoid: { _ in false }))
+        // A ring held from before (a file written by an older release) is taken for a loop.
+        introduce(1, by: 3)
+        #expect(closes(2))
+    }
+
     @Test("a member's request is answered once per half interval")
     func answersAreSpaced() throws {
         var book = IntroductionBook()

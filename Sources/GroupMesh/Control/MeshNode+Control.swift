@@ -232,7 +232,7 @@ extension MeshNode {
                 guard case .unknownAttachment = error else { throw error }
                 throw .refused(
                     "attachment \(entry.id.hex.prefix(16)) was removed from the session while it was being fetched; "
-                        + "nothing was written", kind: .input)
+                        + "nothing was written", kind: .unavailable)
             }
             return .attachment(entry.id.hex)
         }

@@ -103,19 +103,27 @@ package struct IntroductionBook: Sendable {
         return false
     }
 
-    /// Whether taking `door`'s introduction could close a loop: its chain reaches us, or a member
-    /// we signed for that has not told us it took another door (it may have taken ours: two
-    /// members whose door went in one removal ask each other's branches at once, and neither
-    /// knows yet what the other took). `isVoid`: a door that was removed (what such a member
-    /// last told us is void, and it is asking again).
-    package func mayCloseLoop(through door: NodeID, localID: NodeID, isVoid: (NodeID) -> Bool) -> Bool {
+    /// Whether `asker` taking `door`'s introduction could close a loop, as far as we know:
+    /// - `door`'s chain reaches `asker`;
+    /// - when we ask (`asker == localID`), it holds a member we signed for that has not told us
+    ///   it took another door (it may be taking ours: two members whose door went in one removal
+    ///   ask each other's branches at once);
+    /// - when we ask, it holds a member above `door` whose door was removed (`isVoid`), asking
+    ///   again too, with a smaller id: its place is unknown, and of members asking into each
+    ///   other's branches at once the one with the larger id yields, so they cannot close a ring.
+    ///   Not `door` itself: a door that signed for us asks into our branch no more (the rule
+    ///   above, at the door).
+    package func mayCloseLoop(
+        through door: NodeID, for asker: NodeID, localID: NodeID, isVoid: (NodeID) -> Bool
+    ) -> Bool {
         var current = door
         for _ in 0..<Self.maxChain {
-            if current == localID { return true }
-            if signedFor.contains(current) {
+            if current == asker { return true }
+            if asker == localID, signedFor.contains(current) {
                 guard let told = byMember[current]?.door, told != localID, !isVoid(told) else { return true }
             }
             guard let next = byMember[current]?.door else { return false }
+            if asker == localID, isVoid(next) { return current != door && current < asker }
             current = next
         }
         return true

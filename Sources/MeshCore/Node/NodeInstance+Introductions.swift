@@ -157,7 +157,7 @@ extension NodeInstance {
 
     private func introductionRefusal(of member: NodeID) -> IntroductionRefusal.Reason? {
         let book = directory.introductions
-        if book.isInChain(member, from: localID) { return .loop }
+        if closesLoop(through: localID, for: member) { return .loop }
         if book.awaits(member) && member < localID { return .crossing }
         if !hasRoom(in: localID, for: member) { return .full }
         return nil
@@ -174,10 +174,12 @@ extension NodeInstance {
         introductionsTick(now: now)
     }
 
-    /// Whether being introduced by `door` could close a loop (`IntroductionBook.mayCloseLoop`).
-    private func closesLoop(through door: NodeID) -> Bool {
+    /// Whether `asker` (we, unless said) being introduced by `door` could close a loop
+    /// (`IntroductionBook.mayCloseLoop`).
+    private func closesLoop(through door: NodeID, for asker: NodeID? = nil) -> Bool {
         let removed = keying.epochs.removed
-        return directory.introductions.mayCloseLoop(through: door, localID: localID, isVoid: removed.contains)
+        return directory.introductions.mayCloseLoop(
+            through: door, for: asker ?? localID, localID: localID, isVoid: removed.contains)
     }
 
     /// Whether `member` is in our view and not gone: what an introduction bound counts.
