@@ -232,9 +232,7 @@ public struct DataDirectory: Sendable {
     package func loadName() -> String? {
         guard let text = try? readSmallFile(namePath, limit: 256) else { return nil }
         let name = text.hasSuffix("\n") ? String(text.dropLast()) : text
-        guard !name.isEmpty, name.utf8.count <= 64, !name.unicodeScalars.contains(where: TerminalText.needsEscape)
-        else { return nil }
-        return name
+        return NodeConfiguration.nameProblem(name) == nil ? name : nil
     }
 
     package func saveName(_ name: String) throws(GroupMeshError) {

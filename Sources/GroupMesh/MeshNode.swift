@@ -112,18 +112,13 @@ package actor MeshNode {
         identity: NodeIdentity, epochs: KeyEpochs, configuration: NodeConfiguration,
         eventLoop: any EventLoop, logger: Logger
     ) async throws(GroupMeshError) -> MeshNode {
-        // A name given is kept for the starts that give none: a restart stays who it was.
+        // A name given is kept for the starts that give none (once this start stands): a restart
+        // stays who it was.
         var configuration = configuration
         let directory = configuration.dataDirectory
-        if let name = configuration.name {
-            if directory.loadName() != name {
-                do { try directory.saveName(name) } catch {
-                    logger.warning("the name is not kept for the next start: \(error)")
-                }
-            }
-        } else {
-            configuration.name = directory.loadName()
-        }
+        let given = configuration.name
+        let kept = directory.loadName()
+        configuration.name = given ?? kept
         let slot = NodeSlot()
         let channel = try await bindDatagrams(configuration, eventLoop: eventLoop, slot: slot)
         let buffers = await SocketBuffers.enlarge(channel)
@@ -153,6 +148,11 @@ package actor MeshNode {
         } catch {
             try? await channel.close()
             throw error
+        }
+        if let given, given != kept {
+            do { try directory.saveName(given) } catch {
+                logger.warning("the name is not kept for the next start: \(error)")
+            }
         }
         return MeshNode(
             identity: identity, restored: restored, configuration: configuration, channel: channel,

@@ -16,6 +16,21 @@ public struct NodeConfiguration: Sendable {
     /// kept from an earlier start, else `node-` and the first digits of the id.
     public var name: String?
     public var lazy = false
+
+    /// What is wrong with `name` as a node's name, or nil: others print it, and a member record
+    /// holds 64 bytes of it (PROTOCOL.md §3; a longer one would be cut).
+    public static func nameProblem(_ name: String) -> String? {
+        if name.isEmpty {
+            return
+                "is empty; give a name, or leave it out for the one kept in the data dir (else node- and the first digits of the id)"
+        }
+        let bytes = name.utf8.count
+        if bytes > MemberRecord.maxNameBytes {
+            return "is \(bytes) bytes of UTF-8; a name holds at most \(MemberRecord.maxNameBytes)"
+        }
+        return name.unicodeScalars.contains(where: TerminalText.needsEscape)
+            ? "may not hold control characters (newlines, escapes, direction overrides)" : nil
+    }
     /// Carry sealed datagrams between members that cannot meet (`run --no-relay` turns it off).
     public var relays = true
     /// `run --relay-budget`: bytes per second carried for others, all pairs together; nil sizes

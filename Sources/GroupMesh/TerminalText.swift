@@ -46,8 +46,9 @@ public enum TerminalText {
 
     static func columns(_ character: Character) -> Int {
         guard let first = character.unicodeScalars.first else { return 0 }
-        if isWide(first.value) || character.unicodeScalars.contains(where: { $0.properties.isEmojiPresentation })
-            || character.unicodeScalars.contains(where: { $0.value == 0xFE0F })
+        // Emoji presentation, by default or asked for with variation selector 16.
+        if isWide(first.value)
+            || character.unicodeScalars.contains(where: { $0.properties.isEmojiPresentation || $0.value == 0xFE0F })
         {
             return 2
         }

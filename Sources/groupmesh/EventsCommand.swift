@@ -57,11 +57,9 @@ struct EventsCommand: AsyncParsableCommand {
         } catch {
             throw fail(error)
         }
-        if !ended, sessionEnded {
-            FileHandle.standardError.write(Data("the node on \(data.directory.path) stopped: the session ended\n".utf8))
-        } else if !ended {
-            throw fail("the node on \(data.directory.path) stopped", kind: .unavailable)
-        }
+        guard !ended else { return }
+        guard sessionEnded else { throw fail("the node on \(data.directory.path) stopped", kind: .unavailable) }
+        FileHandle.standardError.write(Data("the node on \(data.directory.path) stopped: the session ended\n".utf8))
     }
 
     /// `2026-11-24T12:00:01.250Z #7 member-joined bob (a1b2c3d4e5f6) 10.0.0.2:7946`.

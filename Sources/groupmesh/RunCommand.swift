@@ -147,7 +147,7 @@ struct RunCommand: AsyncParsableCommand {
             throw ValidationError("--event-handler-timeout \(problem)")
         }
         // Others print our name; one that would need escaping there is refused here.
-        if let name, let problem = Settings.nameProblem(name) { throw ValidationError("--name \(problem)") }
+        if let name, let problem = NodeConfiguration.nameProblem(name) { throw ValidationError("--name \(problem)") }
     }
 
     func run() async throws {
@@ -248,17 +248,6 @@ struct RunCommand: AsyncParsableCommand {
         var stun: [String] = []
         var turn: String?
 
-        static func nameProblem(_ name: String) -> String? {
-            if name.isEmpty {
-                return
-                    "is empty; give a name, or leave it out for the one kept in the data dir (else node- and the first digits of the id)"
-            }
-            // A member record holds 64 bytes of name (PROTOCOL.md §3): a longer one would be cut.
-            if name.utf8.count > 64 { return "is \(name.utf8.count) bytes of UTF-8; a name holds at most 64" }
-            return name.unicodeScalars.contains(where: TerminalText.needsEscape)
-                ? "may not hold control characters (newlines, escapes, direction overrides)" : nil
-        }
-
         static func eventHandlerTimeoutProblem(_ seconds: Double) -> String? {
             seconds >= 0.1 && seconds <= 3600 ? nil : "must be 0.1 to 3600 seconds"
         }
@@ -294,7 +283,7 @@ struct RunCommand: AsyncParsableCommand {
         settings.stun = !stun.isEmpty ? stun : file.stun ?? []
         settings.turn = turn ?? file.turn
         // The command line's values were checked in validate(); the file's are checked here.
-        if name == nil, let fileName = file.name, let problem = Settings.nameProblem(fileName) {
+        if name == nil, let fileName = file.name, let problem = NodeConfiguration.nameProblem(fileName) {
             throw RunConfigurationError("\"name\" in the config file \(configPath) \(problem)")
         }
         if eventHandlerTimeout == nil, let seconds = file.eventHandlerTimeout,

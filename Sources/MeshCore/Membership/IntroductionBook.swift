@@ -90,19 +90,6 @@ package struct IntroductionBook: Sendable {
         return introduced + pending < settings.perDoor && pending < settings.pendingPerDoor
     }
 
-    /// Whether `member` let us in, or let in a door of ours, as far back as we know: introducing
-    /// it would close a loop (two members that joined through each other, members of the
-    /// previous release upgrading one by one).
-    package func isInChain(_ member: NodeID, from localID: NodeID) -> Bool {
-        var current = localID
-        for _ in 0..<Self.maxChain {
-            guard let door = byMember[current]?.door else { return false }
-            if door == member { return true }
-            current = door
-        }
-        return false
-    }
-
     /// Whether `asker` taking `door`'s introduction could close a loop, as far as we know:
     /// - `door`'s chain reaches `asker`;
     /// - when we ask (`asker == localID`), it holds a member we signed for that has not told us
