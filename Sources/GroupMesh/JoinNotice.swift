@@ -14,12 +14,24 @@ package enum JoinNotice {
         return rest > 0 ? "\(shown) and \(rest) more" : shown
     }
 
-    static func waiting(_ progress: JoinProgress) -> String {
+    /// `invited`: this start was given an invite. Without one (a restart) the addresses are those
+    /// the data dir kept, and the invite is not what to check.
+    static func waiting(_ progress: JoinProgress, invited: Bool) -> String {
         let tries = progress.attempts == 1 ? "once" : "\(progress.attempts) times"
+        let check =
+            invited
+            ? "Check that the invite is the right one, that the inviting node is running"
+            : "The members this data dir knows may all be offline; check that one is running"
         return "waiting for a first member: no answer yet from \(addressList(progress.addresses.map(\.description))) "
-            + "(tried \(tries)); still trying. Check that the invite is the right one, that the inviting node "
-            + "is running, and that no firewall blocks UDP to those addresses"
+            + "(tried \(tries)); still trying. \(check), and that no firewall blocks UDP to those addresses"
     }
+
+    /// A member answered with the rotation that left the epoch the invite opens, and it does
+    /// not owe this node the next: only a new invite lets it in.
+    static let outOfDate =
+        "this invite is out of date: a member was removed since it was made, and the session moved to a new key "
+        + "that this node is not given. Ask a member for a new invite (groupmesh invite) and join with it "
+        + "in a fresh --data-dir; still trying meanwhile"
 
     static func joined(member: NodeID, name: String, address: PeerAddress, waited: Duration) -> String {
         let seconds = Int((waited.milliseconds / 1000).rounded())
@@ -28,7 +40,16 @@ package enum JoinNotice {
     }
 
     /// `status`'s line while alone with seeds.
-    package static func statusLine(addresses: Int, seconds: Double) -> String {
-        "waiting for a first member (no answer from \(addresses) address\(addresses == 1 ? "" : "es") for \(Int(seconds))s)"
+    package static func statusLine(addresses: Int, seconds: Double, state: String = waiting) -> String {
+        guard state == outOfDateState else {
+            return
+                "waiting for a first member (no answer from \(addresses) address\(addresses == 1 ? "" : "es") for \(Int(seconds))s)"
+        }
+        return "invite out of date: the session moved to a new key this node is not given (trying for \(Int(seconds))s)"
     }
+
+    /// `status --json`'s `joining.state`: nobody answered yet, or a member answered that the
+    /// invite is out of date.
+    package static let waiting = "waiting"
+    package static let outOfDateState = "out-of-date"
 }

@@ -24,7 +24,7 @@ extension MeshNode {
     package func resolveMember(_ text: String, removable: Bool = false) throws(MessengerError) -> NodeID {
         switch removable ? core.resolveRemovable(text) : core.resolveMember(text) {
         case let .success(id): return id
-        case let .failure(.unknown(text)): throw .unknownMember(text)
+        case let .failure(.unknown(text)), let .failure(.thisNode(text)): throw .unknownMember(text)
         case let .failure(.ambiguous(text, candidates)): throw .ambiguousMember(text, candidates: candidates)
         }
     }
@@ -52,7 +52,7 @@ extension MeshNode {
     package func removeMember(
         _ text: String, withIntroduced: Bool = false, keeping: [String] = [], keepingAll: Bool = false
     ) async throws(GroupMeshError) -> (id: NodeID, handedTo: Int, introduced: [NodeID]) {
-        guard !core.namesSelf(text) else { throw .cannotRemoveSelf }
+        if case .failure(.thisNode) = core.resolveRemovable(text) { throw .cannotRemoveSelf }
         let id: NodeID
         var kept: Set<NodeID> = []
         do {
@@ -227,7 +227,7 @@ extension MeshNode {
     {
         let member: NodeID
         do { member = try resolveMember(text) } catch {
-            if core.namesSelf(text), case .unknownMember = error {
+            if case .failure(.thisNode) = core.resolveMember(text) {
                 throw .refused("cannot ping this node itself; name another member", kind: .input)
             }
             throw .refused(error.description, kind: error.kind)
@@ -337,7 +337,8 @@ extension MeshNode {
     func joiningInfo() -> StatusReport.JoiningInfo? {
         core.joinProgress.map { progress in
             StatusReport.JoiningInfo(
-                state: "waiting", addresses: progress.addresses.map(\.description),
+                state: progress.outOfDateBy == nil ? JoinNotice.waiting : JoinNotice.outOfDateState,
+                addresses: progress.addresses.map(\.description),
                 attempts: progress.attempts,
                 since: ((now - progress.since).milliseconds / 100).rounded() / 10)
         }

@@ -85,6 +85,8 @@ package final class SimNode: SimulatedProcess {
     /// who let it in (with the node's clock).
     package private(set) var waitingNotices: [(time: MeshInstant, progress: JoinProgress)] = []
     package private(set) var joinedNotices: [(time: MeshInstant, member: NodeID, address: PeerAddress)] = []
+    /// Each time the core said that its invite is out of date, with the rotation's author.
+    package private(set) var outOfDateNotices: [(time: MeshInstant, by: NodeID)] = []
     /// Members reported as speaking no protocol version this node speaks, with theirs.
     package private(set) var protocolGaps: [(time: MeshInstant, member: NodeID, theirs: SpokenVersions)] = []
     /// What each graceful leave reported.
@@ -428,6 +430,8 @@ package final class SimNode: SimulatedProcess {
             waitingNotices.append((now, progress))
         case let .joinedAfterWaiting(member, _, address, _):
             joinedNotices.append((now, member, address))
+        case let .inviteOutOfDate(by):
+            outOfDateNotices.append((now, by))
         case let .protocolGap(member, _, theirs, _):
             protocolGaps.append((now, member, theirs))
         case let .log(record):

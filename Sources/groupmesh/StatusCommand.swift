@@ -247,7 +247,7 @@ enum StatusTable {
         lines += traversalLines(report.traversal)
         if let joining = report.joining {
             lines.append(
-                JoinNotice.statusLine(addresses: joining.addresses.count, seconds: joining.since)
+                JoinNotice.statusLine(addresses: joining.addresses.count, seconds: joining.since, state: joining.state)
                     + ": " + JoinNotice.addressList(joining.addresses))
         }
         lines.append("")

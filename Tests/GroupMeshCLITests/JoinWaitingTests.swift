@@ -29,6 +29,7 @@ struct JoinWaitingTests {
         #expect(ContinuousClock.now - listeningAt < .seconds(10))
         #expect(waiting.contains("no answer yet from \(address)"), "\(waiting)")
         #expect(waiting.contains("still trying") && waiting.contains("firewall"), "\(waiting)")
+        #expect(waiting.contains("the invite is the right one"), "\(waiting)")
         let status = try await joiner.waitForStatus(timeout: .seconds(10), "the join shown as waiting") {
             $0.joining?.state == "waiting"
         }
@@ -52,9 +53,11 @@ struct JoinWaitingTests {
             $0.joining?.addresses == ["\(address)"]
         }
         // Told again in this run (a new waiting episode), before the inviter comes back.
-        _ = try await restarted.waitForLine(
+        let waitingAgain = try await restarted.waitForLine(
             prefix: "waiting for a first member:", timeout: .seconds(15),
             containing: "\(address)")
+        // No invite in this start: the invite is not what to check.
+        #expect(!waitingAgain.contains("invite") && waitingAgain.contains("may all be offline"), "\(waitingAgain)")
 
         // (c) The inviter back on its address: the next try reaches it (the waits are at most
         // 30 s), and the joiner says it joined.

@@ -62,6 +62,13 @@ struct MemberRemovalTests {
             }
             #expect(try await a.status().members.allSatisfy { $0.name != "newcomer" })
             #expect(try await newcomer.status().aliveCount == 1, "the newcomer met someone")
+            // ...but is told why, in one line, instead of waiting as if nobody were there.
+            try await newcomer.waitForStatus(timeout: .seconds(30), "the newcomer told its invite is out of date") {
+                $0.joining?.state == "out-of-date"
+            }
+            #expect(newcomer.stdout.contains("this invite is out of date"), "\(newcomer.stdout)")
+            let table = try await NodeProcess.runCommand(["status", "--data-dir", newcomer.dataDirectory])
+            #expect(table.stdout.contains("invite out of date"), "\(table.stdout)")
 
             // d comes back on the old epoch and catches up through whoever it reaches first.
             let back = try mesh.restart("d")

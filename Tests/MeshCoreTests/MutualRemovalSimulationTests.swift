@@ -8,15 +8,15 @@ import Testing
 struct MutualRemovalSimulationTests {
     static let seeds = SimulationSeeds.from(defaultCount: 6)
 
-    /// Four members under 0–10% loss (by seed), run until each sees the three others (at most
+    /// `count` members under 0–10% loss (by seed), run until each sees the others (at most
     /// 30 s): the start of every removal race here.
-    static func formedMesh(seed: UInt64) -> SimMesh {
+    static func formedMesh(seed: UInt64, count: Int = 4) -> SimMesh {
         let loss = [0.0, 0.05, 0.1][Int(seed % 3)]
         let mesh = SessionEndSimulationTests.mesh(
-            seed: seed, count: 4,
+            seed: seed, count: count,
             link: LinkConditions(delay: .milliseconds(4), jitter: .milliseconds(2), lossProbability: loss))
         mesh.simulator.run(until: .zero + .seconds(30), checkEvery: .milliseconds(250)) { _ in
-            mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }
+            mesh.all.allSatisfy { $0.activeMemberIDs.count == count - 1 }
         }
         return mesh
     }

@@ -124,7 +124,9 @@ public struct StatusReport: Codable, Sendable, Equatable {
     /// A join that no member has answered yet (absent once one did, and for a node that
     /// joined through nobody: it made the session, or remembered no one).
     public struct JoiningInfo: Codable, Sendable, Equatable {
-        /// `waiting`: no member has answered; the node keeps trying.
+        /// `waiting`: no member has answered; the node keeps trying. `out-of-date`: a member
+        /// answered that the session moved to a key this node is not owed (an invite older than
+        /// a removal); it keeps trying, but only a new invite lets it in.
         public var state: String
         /// Where the join goes: the invite's addresses, `--join`, seeds kept from an earlier
         /// start, remembered members.

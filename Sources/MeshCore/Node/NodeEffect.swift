@@ -76,6 +76,12 @@ package enum NodeEvent: Sendable {
     /// After that: a first member answered, `member` (named by its own record: untrusted) from
     /// `address`, `waited` after the start.
     case joinedAfterWaiting(member: NodeID, name: String, address: PeerAddress, waited: Duration)
+    /// Still joining, a member answered with the rotation that left the epoch this node speaks,
+    /// and that rotation does not owe it the next: its invite (or its data dir, left off the
+    /// roster while it was away) is out of date. `by` is the rotation's author, whom this node
+    /// does not know. Told once per boot; the node keeps trying, as the answer proves nothing
+    /// that anyone holding the old key could not have written.
+    case inviteOutOfDate(by: NodeID)
     /// A member (named by its own record: untrusted) speaks no protocol version this node speaks:
     /// told once per member boot. Its datagrams of versions we know still count.
     case protocolGap(member: NodeID, name: String, theirs: SpokenVersions, ours: SpokenVersions)

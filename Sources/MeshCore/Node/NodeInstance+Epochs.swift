@@ -289,6 +289,8 @@ extension NodeInstance {
             answerRemoved(
                 header.sender, at: address, in: header.sessionID, requestBytes: datagram.readableBytes,
                 pairwise: opened.header.keyKind == .pairwise, now: now)
+            answerOutOfDateJoin(
+                opened, at: address, requestBytes: datagram.readableBytes, now: now)
             return counters.countDrop(.staleEpoch)
         }
         let pairwise = opened.header.keyKind == .pairwise
@@ -329,6 +331,29 @@ extension NodeInstance {
     }
 
     static let removedAnswerInterval: Duration = .seconds(5)
+
+    /// A join in an epoch we left, from a node that is not owed the next one and was not removed
+    /// either: a newcomer whose invite is older than a removal, or a member left off the
+    /// rotation's roster (long dead). It is answered with the rotation that left that epoch (no
+    /// secret goes with it), so that it can say its invite is out of date instead of waiting for
+    /// ever. Within three times the hello's size, and once per `outOfDateAnswerInterval` in
+    /// all: the sender's id is its own to invent.
+    private mutating func answerOutOfDateJoin(
+        _ opened: OpenedDatagram, at address: PeerAddress, requestBytes: Int, now: MeshInstant
+    ) {
+        let sender = opened.header.sender, session = opened.header.sessionID
+        guard opened.header.keyKind == .hello, !keying.epochs.removed.contains(sender),
+            opened.frames.contains(where: { if case let .syncRequest(request) = $0 { request.isJoin } else { false } }),
+            keying.outOfDateAnsweredAt.map({ now >= $0 + Self.outOfDateAnswerInterval }) ?? true,
+            let rotation = keying.epochs.transition(after: session)?.rotation,
+            FrameCodec.encodedLength(of: .removalNotice(rotation))
+                <= Self.answerLimit(toRequestOf: requestBytes, factor: EndedSessionNotice.answerFactor)
+        else { return }
+        keying.outOfDateAnsweredAt = now
+        sendKeys([.removalNotice(rotation)], in: session, to: sender, route: .direct(address))
+    }
+
+    static let outOfDateAnswerInterval: Duration = .seconds(1)
 
     /// A datagram of the earlier epoch `session` that `origin` sent through `relay`: if it opens
     /// as the origin's and the origin is owed the next epoch, hand it over.
@@ -385,6 +410,10 @@ extension NodeInstance {
         _ rotation: KeyRotation, from sender: NodeID, address: PeerAddress,
         leftEpoch: (session: SessionID, pairwise: Bool)? = nil, now: MeshInstant
     ) {
+        // A rotation that leaves our epoch without us, in answer to our join: not a removal.
+        if leftEpoch == nil, !rotation.removed.contains(localID), directory.joinWait != nil {
+            return noteOutOfDateInvite(rotation)
+        }
         let ours = keying.epochs.transitions.first { $0.rotation.previousSession == rotation.previousSession }
         let believable =
             leftEpoch.map { left in

@@ -9,11 +9,15 @@ package struct JoinProgress: Sendable, Equatable {
     package var attempts: Int
     /// When the join started (the node's start).
     package var since: MeshInstant
+    /// A member answered that the session moved to a key this node is not owed (its invite is
+    /// out of date): the author of that rotation.
+    package var outOfDateBy: NodeID?
 
-    package init(addresses: [PeerAddress], attempts: Int, since: MeshInstant) {
+    package init(addresses: [PeerAddress], attempts: Int, since: MeshInstant, outOfDateBy: NodeID? = nil) {
         self.addresses = addresses
         self.attempts = attempts
         self.since = since
+        self.outOfDateBy = outOfDateBy
     }
 }
 
@@ -22,6 +26,8 @@ struct JoinWait: Sendable {
     var since: MeshInstant
     var noticeAt: MeshInstant
     var told = false
+    /// The author of a rotation that left our epoch without us, once a member answered with one.
+    var outOfDateBy: NodeID?
 }
 
 /// The first hour of a joiner: the decision to say that nobody answers (and, after that, who
@@ -30,7 +36,22 @@ extension NodeInstance {
     /// While joining through seeds and nobody has answered: where, how often, since when.
     package var joinProgress: JoinProgress? {
         guard phase == .joining, let joinWait = directory.joinWait, membership.isJoining else { return nil }
-        return JoinProgress(addresses: membership.joinSeeds, attempts: membership.joinAttempts, since: joinWait.since)
+        return JoinProgress(
+            addresses: membership.joinSeeds, attempts: membership.joinAttempts, since: joinWait.since,
+            outOfDateBy: joinWait.outOfDateBy)
+    }
+
+    /// A member answered our join with the rotation that left the epoch we speak, and it does
+    /// not owe us the next (PROTOCOL.md §7, "Catching up"): said once; we keep trying, since
+    /// anyone who held the old key could have signed such a rotation.
+    mutating func noteOutOfDateInvite(_ rotation: KeyRotation) {
+        guard let wait = directory.joinWait, wait.outOfDateBy == nil, membership.isJoining,
+            rotation.previousSession == keying.epochs.current.sessionID, !rotation.owes(localID),
+            rotation.hasValidSignature(authority)
+        else { return counters.handoversRefused += 1 }
+        directory.joinWait?.outOfDateBy = rotation.author
+        log(.notice, "the session moved to a key this node is not owed", ["by": "\(rotation.author)"])
+        emit(.inviteOutOfDate(by: rotation.author))
     }
 
     var joinNoticeDeadline: MeshInstant? {
