@@ -97,6 +97,13 @@ struct CommandLineMistake: Equatable {
         }
         // After `--` every word is an argument, not a command.
         let options = arguments.prefix { $0 != "--" }
+        // Help asked after options (`groupmesh --data-dir D help status`): help takes none.
+        if let asked = options.firstIndex(of: "help") {
+            let named = options[(asked + 1)...].first(where: commands.contains)
+            message = "options follow the command, and help takes none: groupmesh help" + (named.map { " " + $0 } ?? "")
+            if let named { help = "groupmesh \(named) --help" }
+            return
+        }
         let candidates = options.indices.filter { commands.contains(options[$0]) }
         let moved = candidates.map { [arguments[$0]] + arguments[..<$0] + arguments[($0 + 1)...] }
         guard let line = moved.first(where: parses) ?? moved.first else { return nil }

@@ -145,6 +145,10 @@ struct UserMistakeTests {
                 "options follow the command: groupmesh run --name status (see groupmesh run --help)"
             ),
             (["show", "status"], "no command 'show'; \(commands)"),
+            (
+                ["--data-dir", "/tmp/d", "help", "status"],
+                "options follow the command, and help takes none: groupmesh help status (see groupmesh status --help)"
+            ),
         ]
         for (arguments, expected) in cases {
             let result = try await NodeProcess.runCommand(arguments)

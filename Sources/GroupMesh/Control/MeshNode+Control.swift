@@ -92,7 +92,7 @@ extension MeshNode {
         do {
             for text in names {
                 // This node among them is skipped, as Apple's `Participants` does: a name only it has.
-                if core.namesSelf(text), case .failure(.unknown(_)) = core.resolveMember(text) { continue }
+                if case .failure(.thisNode) = core.resolveMember(text) { continue }
                 targets?.append(try resolveMember(text))
             }
         } catch {

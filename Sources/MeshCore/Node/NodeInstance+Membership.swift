@@ -232,16 +232,16 @@ extension NodeInstance {
         return name.isEmpty ? prefix : "\(name) (\(prefix))"
     }
 
-    /// Whether `text` names this node itself: its name, or 4 or more characters of its id.
-    package func namesSelf(_ text: String) -> Bool {
-        let lowered = text.lowercased()
-        return text == membership.me.name || (lowered.count >= 4 && localID.hex.hasPrefix(lowered))
+    /// A member other than this node, named by its full id, its name, or a unique prefix of its
+    /// id. This node is looked up with the others, so that what names it alone is `thisNode`, and
+    /// a prefix or name it shares with another member is ambiguous, not the other's.
+    package func resolveMember(_ text: String) -> Result<NodeID, MemberLookupError> {
+        Self.lookUp(
+            text, among: membership.view.dropFirst().map { ($0.id, $0.record.name) }, own: ownEntry,
+            names: displayName)
     }
 
-    /// A member other than this node, named by its full id, its name, or a unique prefix of its id.
-    package func resolveMember(_ text: String) -> Result<NodeID, MemberLookupError> {
-        Self.lookUp(text, among: membership.view.dropFirst().map { ($0.id, $0.record.name) }, names: displayName)
-    }
+    private var ownEntry: (id: NodeID, name: String) { (localID, membership.me.name) }
 
     /// A member to remove: as `resolveMember`, among the members `members.json` remembers too
     /// (those removed already only when nothing else fits): those this node knew when it last
@@ -261,29 +261,38 @@ extension NodeInstance {
                 remembered.append((id, entry.name))
             }
         }
-        let found = Self.lookUp(text, among: known + remembered, names: displayName)
+        let found = Self.lookUp(text, among: known + remembered, own: ownEntry, names: displayName)
         // Named by nobody else: a member removed already, so that the removal says so.
         guard found == .failure(.unknown(text)) else { return found }
-        return Self.lookUp(text, among: removed, names: displayName)
+        return Self.lookUp(text, among: removed, own: nil, names: displayName)
     }
 
-    /// `text` as a full id, a name, or a unique id prefix among `candidates`.
-    private static func lookUp(
-        _ text: String, among candidates: [(id: NodeID, name: String)], names: (NodeID) -> String
+    /// `text` as a full id, a name, or a unique id prefix among `candidates` and `own` (this
+    /// node, which is never the answer: `thisNode` when it alone fits).
+    static func lookUp(
+        _ text: String, among others: [(id: NodeID, name: String)], own: (id: NodeID, name: String)?,
+        names: (NodeID) -> String
     ) -> Result<NodeID, MemberLookupError> {
         let lowered = text.lowercased()
-        if let exact = candidates.first(where: { $0.id.hex == lowered }) { return .success(exact.id) }
-        let named = candidates.filter { $0.name == text }
-        if named.count == 1 { return .success(named[0].id) }
-        if named.count > 1 { return .failure(.ambiguous(text, candidates: named.map { names($0.id) })) }
+        let candidates = others + (own.map { [$0] } ?? [])
+        func decided(_ matches: [(id: NodeID, name: String)]) -> Result<NodeID, MemberLookupError>? {
+            guard let first = matches.first else { return nil }
+            guard matches.count == 1 else {
+                let listed = matches.map { $0.id == own?.id ? "this node (\(names($0.id)))" : names($0.id) }
+                return .failure(.ambiguous(text, candidates: listed))
+            }
+            return first.id == own?.id ? .failure(.thisNode(text)) : .success(first.id)
+        }
+        if let exact = decided(candidates.filter { $0.id.hex == lowered }) { return exact }
+        if let named = decided(candidates.filter { $0.name == text }) { return named }
         let prefixed = lowered.isEmpty ? [] : candidates.filter { $0.id.hex.hasPrefix(lowered) }
-        if prefixed.count == 1 { return .success(prefixed[0].id) }
-        if prefixed.count > 1 { return .failure(.ambiguous(text, candidates: prefixed.map { names($0.id) })) }
-        return .failure(.unknown(text))
+        return decided(prefixed) ?? .failure(.unknown(text))
     }
 }
 
 package enum MemberLookupError: Error, Sendable, Equatable {
     case unknown(String)
     case ambiguous(String, candidates: [String])
+    /// The text names this node alone (its id, its name, or a prefix of its id no other has).
+    case thisNode(String)
 }
