@@ -12,7 +12,15 @@ import NIOPosix
 enum MessengerScenario {
     static func run(quick: Bool) async throws -> [BenchResult] {
         let sessions = try await makeCluster(count: 5)
-        defer { Task { for session in sessions { await session.leave() } } }
+        let results: Result<[BenchResult], any Error>
+        do { results = .success(try await measure(sessions, quick: quick)) } catch { results = .failure(error) }
+        // Each node gone before the process removes its data dir at exit (a leave not awaited
+        // still saved its members into a directory already removed).
+        for session in sessions { await session.leave() }
+        return try results.get()
+    }
+
+    private static func measure(_ sessions: [MeshSession], quick: Bool) async throws -> [BenchResult] {
         let body = Data(repeating: 0x5a, count: 1024)
         let a = Messenger(session: sessions[0])
         let b = await sessions[1].localParticipant
