@@ -116,6 +116,7 @@ struct UserMistakeTests {
             (["--advertise", "0.0.0.0:7946"], "is a wildcard"),
             (["--advertise", "198.51.100.7:0"], "has port 0"),
             (["--data-dir", file], "is not a directory"),
+            (["--data-dir", file, "--join", "127.0.0.1:9"], "is not a directory"),
         ]
         for (arguments, expected) in cases {
             let data = arguments.contains("--data-dir") ? [] : ["--data-dir", scratch + "/dir"]
