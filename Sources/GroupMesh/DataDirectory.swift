@@ -189,6 +189,12 @@ public struct DataDirectory: Sendable {
     /// Whether the dir holds a session (its secret), ended or not.
     package var hasSession: Bool { access(sessionSecretPath, F_OK) == 0 }
 
+    /// Whether something other than a directory is at the path (`prepare` then refuses it).
+    var isOtherThanDirectory: Bool {
+        var info = stat()
+        return stat(path, &info) == 0 && (info.st_mode & S_IFMT) != S_IFDIR
+    }
+
     private func loadEpochs(origin: SessionSecret) throws(GroupMeshError) -> KeyEpochs {
         guard access(epochsPath, F_OK) == 0 else { return KeyEpochs(origin: origin) }
         do {

@@ -14,8 +14,9 @@ package enum JoinNotice {
         return rest > 0 ? "\(shown) and \(rest) more" : shown
     }
 
-    /// `invited`: this start was given an invite. Without one (a restart) the addresses are those
-    /// the data dir kept, and the invite is not what to check.
+    /// `invited`: the addresses come from an invite (given to this start, or kept from one that
+    /// met nobody). Otherwise they are the members the data dir knows, and the invite is not
+    /// what to check.
     static func waiting(_ progress: JoinProgress, invited: Bool) -> String {
         let tries = progress.attempts == 1 ? "once" : "\(progress.attempts) times"
         let check =
@@ -26,12 +27,16 @@ package enum JoinNotice {
             + "(tried \(tries)); still trying. \(check), and that no firewall blocks UDP to those addresses"
     }
 
-    /// A member answered with the rotation that left the epoch the invite opens, and it does
-    /// not owe this node the next: only a new invite lets it in.
-    static let outOfDate =
-        "this invite is out of date: a member was removed since it was made, and the session moved to a new key "
-        + "that this node is not given. Ask a member for a new invite (groupmesh invite) and join with it "
-        + "in a fresh --data-dir; still trying meanwhile"
+    /// A member answered with the rotation that left the epoch this node speaks, and it does not
+    /// owe this node the next: only a new invite lets it in. `invited` as for `waiting`.
+    static func outOfDate(invited: Bool) -> String {
+        let why =
+            invited
+            ? "this invite is out of date: a member was removed since it was made"
+            : "this node was left out of the session's new key: a member was removed while this node was away"
+        return "\(why), and the session moved to a new key that this node is not given. Ask a member for a new "
+            + "invite (groupmesh invite) and join with it in a fresh --data-dir; still trying meanwhile"
+    }
 
     static func joined(member: NodeID, name: String, address: PeerAddress, waited: Duration) -> String {
         let seconds = Int((waited.milliseconds / 1000).rounded())
@@ -45,11 +50,12 @@ package enum JoinNotice {
             return
                 "waiting for a first member (no answer from \(addresses) address\(addresses == 1 ? "" : "es") for \(Int(seconds))s)"
         }
-        return "invite out of date: the session moved to a new key this node is not given (trying for \(Int(seconds))s)"
+        return "not let in: the session moved to a new key this node is not given, only a new invite lets it in "
+            + "(trying for \(Int(seconds))s)"
     }
 
     /// `status --json`'s `joining.state`: nobody answered yet, or a member answered that the
-    /// invite is out of date.
+    /// session moved to a key this node is not owed.
     package static let waiting = "waiting"
     package static let outOfDateState = "out-of-date"
 }

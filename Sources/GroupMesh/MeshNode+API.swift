@@ -334,6 +334,10 @@ extension MeshNode {
             announcementsIgnored: lan.announcementsIgnored, membersMet: lan.membersMet)
     }
 
+    /// Whether a join goes to an invite's addresses: one given to this start, or kept from a
+    /// start that met nobody (the data dir then knows no member).
+    var joinsThroughInvite: Bool { configuration.invite != nil || core.remembered.members.isEmpty }
+
     func joiningInfo() -> StatusReport.JoiningInfo? {
         core.joinProgress.map { progress in
             StatusReport.JoiningInfo(

@@ -569,9 +569,9 @@ package actor MeshNode {
                     let address = behaviour == .endpointIndependent ? reflexive.map { ", public address \($0)" } : nil
                     configuration.announce?("nat: \(behaviour.rawValue)" + (address ?? ""))
                 case let .event(.waitingForFirstMember(progress)):
-                    configuration.announce?(JoinNotice.waiting(progress, invited: configuration.invite != nil))
+                    configuration.announce?(JoinNotice.waiting(progress, invited: joinsThroughInvite))
                 case .event(.inviteOutOfDate):
-                    configuration.announce?(JoinNotice.outOfDate)
+                    configuration.announce?(JoinNotice.outOfDate(invited: joinsThroughInvite))
                 case let .event(.joinedAfterWaiting(member, name, address, waited)):
                     viewChanged = true
                     configuration.announce?(

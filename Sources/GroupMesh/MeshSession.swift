@@ -84,11 +84,13 @@ public final class MeshSession: Sendable {
         if let mismatch = configuration.unreachableSeeds(remembered: directory.loadRememberedMembers()) {
             throw mismatch
         }
-        // What is wrong with the data dir itself is said first (a file given as one, say).
-        try directory.prepare()
-        if configuration.invite == nil, let first = configuration.join.first, !directory.hasSession {
+        // A file given as the data dir is said first; a refused join makes no data dir.
+        if configuration.invite == nil, let first = configuration.join.first, !directory.hasSession,
+            !directory.isOtherThanDirectory
+        {
             throw .joinWithoutInvite(address: first.description, path: directory.path)
         }
+        try directory.prepare()
         let lock = try directory.lock()
         let epochs = try directory.loadOrCreateSession(invited: configuration.invite?.token.secret)
         let identity = try directory.loadOrCreateIdentity()

@@ -97,15 +97,16 @@ struct CommandLineMistake: Equatable {
         }
         // After `--` every word is an argument, not a command.
         let options = arguments.prefix { $0 != "--" }
-        // Help asked after options (`groupmesh --data-dir D help status`): help takes none.
-        if let asked = options.firstIndex(of: "help") {
+        let candidates = options.indices.filter { commands.contains(options[$0]) }
+        let moved = candidates.map { [arguments[$0]] + arguments[..<$0] + arguments[($0 + 1)...] }
+        // Help asked after options (`groupmesh --data-dir D help status`), when no reordering
+        // parses (`--name help run` is `run`'s line): help takes none.
+        if !moved.contains(where: parses), let asked = options.firstIndex(of: "help") {
             let named = options[(asked + 1)...].first(where: commands.contains)
             message = "options follow the command, and help takes none: groupmesh help" + (named.map { " " + $0 } ?? "")
             if let named { help = "groupmesh \(named) --help" }
             return
         }
-        let candidates = options.indices.filter { commands.contains(options[$0]) }
-        let moved = candidates.map { [arguments[$0]] + arguments[..<$0] + arguments[($0 + 1)...] }
         guard let line = moved.first(where: parses) ?? moved.first else { return nil }
         message = "options follow the command: groupmesh " + line.map(Self.shown).joined(separator: " ")
         help = "groupmesh \(line[0]) --help"

@@ -56,8 +56,8 @@ struct JoinWaitingTests {
         let waitingAgain = try await restarted.waitForLine(
             prefix: "waiting for a first member:", timeout: .seconds(15),
             containing: "\(address)")
-        // No invite in this start: the invite is not what to check.
-        #expect(!waitingAgain.contains("invite") && waitingAgain.contains("may all be offline"), "\(waitingAgain)")
+        // No invite in this start, but the address is the invite's (the data dir knows no member).
+        #expect(waitingAgain.contains("the invite is the right one"), "\(waitingAgain)")
 
         // (c) The inviter back on its address: the next try reaches it (the waits are at most
         // 30 s), and the joiner says it joined.
@@ -84,6 +84,15 @@ struct JoinWaitingTests {
         let file = try Data(contentsOf: URL(fileURLWithPath: joiner.dataDirectory + "/members.json"))
         let remembered = try JSONDecoder().decode(RememberedMembers.self, from: file)
         #expect(remembered.seeds.isEmpty && remembered.members.map(\.name) == ["inviter"], "\(remembered)")
+
+        // (d) Started again while the inviter is down: the members it knows are what to check.
+        let alone = try NodeProcess(
+            ["run", "--listen", "127.0.0.1:0"], dataDirectory: joiner.dataDirectory, ownsDataDirectory: false)
+        defer { Task { await alone.cleanUp(removeData: false) } }
+        let offline = try await alone.waitForLine(prefix: "waiting for a first member:", timeout: .seconds(15))
+        #expect(offline.contains("may all be offline") && !offline.contains("invite"), "\(offline)")
+        alone.signal(SIGTERM)
+        #expect(try await alone.waitForExit() == 0)
     }
 
     @Test("a node that made the session shows no join and prints no waiting line")

@@ -150,6 +150,10 @@ struct UserMistakeTests {
                 ["--data-dir", "/tmp/d", "help", "status"],
                 "options follow the command, and help takes none: groupmesh help status (see groupmesh status --help)"
             ),
+            (
+                ["--name", "help", "run"],
+                "options follow the command: groupmesh run --name help (see groupmesh run --help)"
+            ),
         ]
         for (arguments, expected) in cases {
             let result = try await NodeProcess.runCommand(arguments)

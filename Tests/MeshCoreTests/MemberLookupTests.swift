@@ -11,7 +11,10 @@ struct MemberLookupTests {
         NodeID(hex: start + String(repeating: "0", count: 32 - start.count))!
     }
     static let own = (id: id("6d4f1"), name: "kim")
-    static let others = [(id: id("6d4f2"), name: "alex"), (id: id("a1"), name: "sam"), (id: id("b2"), name: "kim")]
+    static let others = [
+        (id: id("6d4f2"), name: "alex"), (id: id("a1"), name: "sam"), (id: id("b2"), name: "kim"),
+        (id: id("e5"), name: "c7"),
+    ]
 
     static func lookUp(_ text: String, own: (id: NodeID, name: String)? = own) -> Result<NodeID, MemberLookupError> {
         NodeInstance.lookUp(text, among: others, own: own, names: { String($0.hex.prefix(5)) })
@@ -26,6 +29,18 @@ struct MemberLookupTests {
         #expect(Self.lookUp(Self.own.id.hex) == .failure(.thisNode(Self.own.id.hex)))
         #expect(Self.lookUp("6d4f1") == .failure(.thisNode("6d4f1")))
         #expect(Self.lookUp("ff") == .failure(.unknown("ff")))
+        #expect(Self.lookUp("") == .failure(.unknown("")), "empty text names nobody")
+    }
+
+    @Test("a short name comes before an id prefix; one that reads as an id (4 hex digits) is ambiguous with it")
+    func nameAgainstPrefix() {
+        let others = Self.others + [(id: Self.id("c7d8e"), name: "lee"), (id: Self.id("f0"), name: "c7d8")]
+        func lookUp(_ text: String) -> Result<NodeID, MemberLookupError> {
+            NodeInstance.lookUp(text, among: others, own: Self.own, names: { String($0.hex.prefix(5)) })
+        }
+        #expect(lookUp("c7") == .success(Self.others[3].id), "the member named c7, not the id starting c7")
+        #expect(lookUp("c7d8") == .failure(.ambiguous("c7d8", candidates: ["f0000", "c7d8e"])))
+        #expect(lookUp("c7d8e") == .success(others[4].id))
     }
 
     @Test("a prefix or name this node shares with another member is ambiguous, this node named in the list")

@@ -342,10 +342,14 @@ extension NodeInstance {
         _ opened: OpenedDatagram, at address: PeerAddress, requestBytes: Int, now: MeshInstant
     ) {
         let sender = opened.header.sender, session = opened.header.sessionID
+        // Not for a member owed the next epoch (a join forged in its name, or one whose record
+        // did not come with it): it is handed the epoch once it proves itself.
         guard opened.header.keyKind == .hello, !keying.epochs.removed.contains(sender),
+            !keying.epochs.isEntitled(sender, heardIn: session),
             opened.frames.contains(where: { if case let .syncRequest(request) = $0 { request.isJoin } else { false } }),
             keying.outOfDateAnsweredAt.map({ now >= $0 + Self.outOfDateAnswerInterval }) ?? true,
-            let rotation = keying.epochs.transition(after: session)?.rotation,
+            // A superseded epoch's next is a rotation out of another: the joiner could not read it.
+            let rotation = keying.epochs.transition(after: session)?.rotation, rotation.previousSession == session,
             FrameCodec.encodedLength(of: .removalNotice(rotation))
                 <= Self.answerLimit(toRequestOf: requestBytes, factor: EndedSessionNotice.answerFactor)
         else { return }

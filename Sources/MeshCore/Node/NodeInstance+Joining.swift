@@ -42,9 +42,11 @@ extension NodeInstance {
     }
 
     /// A member answered our join with the rotation that left the epoch we speak, and it does
-    /// not owe us the next (PROTOCOL.md §7, "Catching up"): said once; we keep trying, since
-    /// anyone who held the old key could have signed such a rotation.
+    /// not owe us the next (PROTOCOL.md §7, "An out-of-date invite"): said once; we keep trying,
+    /// since anyone who held the old key could have signed such a rotation.
     mutating func noteOutOfDateInvite(_ rotation: KeyRotation) {
+        // Told already: the members keep answering each try, which is no refused handover.
+        if directory.joinWait?.outOfDateBy != nil { return }
         guard let wait = directory.joinWait, wait.outOfDateBy == nil, membership.isJoining,
             rotation.previousSession == keying.epochs.current.sessionID, !rotation.owes(localID),
             rotation.hasValidSignature(authority)

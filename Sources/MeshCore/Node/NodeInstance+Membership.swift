@@ -283,10 +283,18 @@ extension NodeInstance {
             }
             return first.id == own?.id ? .failure(.thisNode(text)) : .success(first.id)
         }
+        guard !text.isEmpty else { return .failure(.unknown(text)) }
         if let exact = decided(candidates.filter { $0.id.hex == lowered }) { return exact }
-        if let named = decided(candidates.filter { $0.name == text }) { return named }
-        let prefixed = lowered.isEmpty ? [] : candidates.filter { $0.id.hex.hasPrefix(lowered) }
-        return decided(prefixed) ?? .failure(.unknown(text))
+        let named = candidates.filter { $0.name == text }
+        let prefixed = candidates.filter { $0.id.hex.hasPrefix(lowered) }
+        // A name comes before an id prefix (`a`, `dad`), except one that reads as an id (4 hex
+        // digits or more): a member that calls itself like the start of another's id does not
+        // take that member's place.
+        if text.count >= 4, text.allSatisfy(\.isHexDigit) {
+            return decided(named + prefixed.filter { match in !named.contains { $0.id == match.id } })
+                ?? .failure(.unknown(text))
+        }
+        return decided(named) ?? decided(prefixed) ?? .failure(.unknown(text))
     }
 }
 
