@@ -207,6 +207,11 @@ extension MeshNode {
             guard !configuration.dataDirectory.ownsFile(path) else { throw .outputIsNodeFile(path) }
             // Before any fetch: a wrong output is said at once, not after 100 MiB.
             try OutputPath.check(path, replacing: replace)
+            if let entry = core.attachments.first(where: { $0.content == id }) {
+                try OutputPath.checkRoom(
+                    for: path, size: entry.size, fetching: entry.size - min(entry.size, core.bytesHeld(of: entry) ?? 0),
+                    storeDirectory: configuration.dataDirectory.chunksPath)
+            }
         }
         let exports = exportCancellations
         if case let .file(path, _, _) = destination { exports.clear(path) }

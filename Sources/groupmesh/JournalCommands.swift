@@ -110,8 +110,9 @@ struct AttachmentsCommand: AsyncParsableCommand {
         }
         let lines = StatusTable.table(
             header: ["ID", "CONTENT", "SIZE", "CHUNKS", "HOLDERS", "STATE", "METADATA"],
-            rows: rows, width: Terminal.width)
-        emit(lines.map { String($0.prefix(Terminal.width)) }.joined(separator: "\n"))
+            rows: rows)
+        let width = Terminal.width
+        emit(lines.map { Terminal.fitted($0, to: width) }.joined(separator: "\n"))
     }
 }
 
@@ -141,15 +142,5 @@ struct RemoveCommand: AsyncParsableCommand {
         }
         let removed = if case let .attachment(full) = response { full } else { id }
         output.emit("removed \(removed)", json: ["removed": removed])
-    }
-}
-
-enum ByteCount {
-    static func text(_ bytes: UInt64) -> String {
-        let units = ["B", "KiB", "MiB", "GiB"]
-        var value = Double(bytes)
-        var unit = 0
-        while value >= 1024, unit < units.count - 1 { value /= 1024; unit += 1 }
-        return unit == 0 ? "\(bytes) B" : String(format: "%.1f %@", value, units[unit])
     }
 }

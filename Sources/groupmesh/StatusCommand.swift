@@ -227,7 +227,7 @@ struct EndCommand: AsyncParsableCommand {
 
 /// Human tables for `status`, cut to the terminal's width.
 enum StatusTable {
-    static func render(_ report: StatusReport, width: Int) -> String {
+    static func render(_ report: StatusReport, width: Int?) -> String {
         var lines: [String] = []
         let me = report.`self`
         lines.append(
@@ -260,7 +260,7 @@ enum StatusTable {
             ]
         }
         lines += table(
-            header: ["ID", "NAME", "ADDRESS", "STATE", "INC", "RTT ms", "PATH", "PROTO", "BY"], rows: rows, width: width
+            header: ["ID", "NAME", "ADDRESS", "STATE", "INC", "RTT ms", "PATH", "PROTO", "BY"], rows: rows
         )
         if !report.attachments.isEmpty {
             lines.append("")
@@ -272,7 +272,7 @@ enum StatusTable {
                 ]
             }
             lines += table(
-                header: ["ATTACHMENT", "CONTENT", "SIZE", "CHUNKS", "HOLDERS", "STATE"], rows: rows, width: width)
+                header: ["ATTACHMENT", "CONTENT", "SIZE", "CHUNKS", "HOLDERS", "STATE"], rows: rows)
         }
         if let leaving = report.leaving {
             lines.append("")
@@ -308,7 +308,7 @@ enum StatusTable {
                     + "sockets opened \(birthday.socketsOpened) "
                     + "(failed \(birthday.socketsFailed)), hit \(birthday.socketsHit)")
         }
-        return lines.map { TerminalText.cut($0, to: width) }.joined(separator: "\n")
+        return lines.map { Terminal.fitted($0, to: width) }.joined(separator: "\n")
     }
 
     /// `relay budget: 16.0 MiB/s (from the 8.0 MiB/s measured on our links), 16.0 MiB/s per pair
@@ -356,7 +356,7 @@ enum StatusTable {
     }
 
     /// Every cell is escaped: names, addresses and metadata come from other members.
-    static func table(header: [String], rows: [[String]], width: Int) -> [String] {
+    static func table(header: [String], rows: [[String]]) -> [String] {
         let rows = rows.map { $0.map(TerminalText.escaped) }
         let widths = header.indices.map { column in
             ([header[column]] + rows.map { $0[column] }).map(TerminalText.columns).max() ?? 0
@@ -371,12 +371,20 @@ enum StatusTable {
 }
 
 enum Terminal {
-    static var width: Int {
+    /// The columns of the terminal on stdout (else `$COLUMNS`); nil into a pipe or a file, where
+    /// nothing is cut (a script that greps a table gets whole lines).
+    static var width: Int? {
         var size = winsize()
         if ioctl(STDOUT_FILENO, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 { return Int(size.ws_col) }
         if let columns = ProcessInfo.processInfo.environment["COLUMNS"].flatMap(Int.init), columns > 0 {
             return columns
         }
-        return 120
+        return nil
+    }
+
+    /// `line` within `width` columns, its cut marked with `…`; whole without a width.
+    static func fitted(_ line: String, to width: Int?) -> String {
+        guard let width, TerminalText.columns(line) > width else { return line }
+        return TerminalText.cut(line, to: max(0, width - 1)) + "…"
     }
 }

@@ -30,9 +30,10 @@ struct JournalCommandTests {
             try bytes.write(to: URL(fileURLWithPath: file))
             defer { try? FileManager.default.removeItem(atPath: file) }
 
+            // Longer than any terminal line: a table piped to a script keeps it whole.
+            let metadata = #"{"name":"demo","note":""# + String(repeating: "long ", count: 40) + #""}"#
             let attach = try await NodeProcess.runCommand([
-                "attach", "--data-dir", first.dataDirectory, file,
-                "--metadata", #"{"name":"demo"}"#,
+                "attach", "--data-dir", first.dataDirectory, file, "--metadata", metadata,
             ])
             #expect(attach.status == 0, "\(attach.stderr)")
             let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -44,7 +45,9 @@ struct JournalCommandTests {
             let remote = try await Self.listed(nodes[2])[0]
             #expect(remote.size == 900_000)
             #expect(remote.chunksHave == 0, "lazy: nothing fetched before get")
-            #expect(remote.metadata == #"{"name":"demo"}"#)
+            #expect(remote.metadata == metadata)
+            let table = try await NodeProcess.runCommand(["attachments", "--data-dir", nodes[2].dataDirectory])
+            #expect(table.stdout.contains(metadata), "cut in a pipe: \(table.stdout)")
 
             let output = nodes[2].dataDirectory + "/out.bin"
             let get = try await NodeProcess.runCommand([

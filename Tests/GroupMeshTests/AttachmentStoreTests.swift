@@ -50,6 +50,44 @@ import Testing
         #expect(await store.execute(.readChunk(digest)) == .success(.read(nil)), "the damaged chunk was kept")
     }
 
+    @Test("a file written to while it is attached is refused and leaves nothing; one of /proc (no size) is read whole")
+    func fileChangedWhileAttached() async throws {
+        let (store, path) = try Self.store()
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let file = path + "-file"
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        let original = Self.payload(5, count: 5 * 1024)
+        try Data(original).write(to: URL(fileURLWithPath: file))
+        let error = await #expect(throws: GroupMeshError.self) {
+            try await store.ingest(fileAt: file, limit: 1 << 20, chunkSize: 1024) { chunks in
+                // In place, the size kept: the last chunk, not read yet, is rewritten.
+                guard chunks == 2, let handle = FileHandle(forUpdatingAtPath: file) else { return }
+                try? handle.seek(toOffset: 4 * 1024)
+                try? handle.write(contentsOf: Data(repeating: 0x42, count: 1024))
+                try? handle.close()
+                // A kernel without fine-grained timestamps may give a write in the same clock
+                // tick as the attach's first look the same time; the writer's next tick would not.
+                var times = [timespec(tv_sec: 1, tv_nsec: 0), timespec(tv_sec: 1, tv_nsec: 0)]
+                _ = utimensat(AT_FDCWD, file, &times, 0)
+            }
+        }
+        #expect(
+            "\(error.map { "\($0)" } ?? "")".contains("changed while it was being added"),
+            "\(String(describing: error))")
+        let whole = Manifest(
+            size: UInt64(original.count), chunkSize: 1024,
+            chunks: stride(from: 0, to: original.count, by: 1024).map {
+                SHA256Digest.hashing(Array(original[$0..<$0 + 1024]))
+            })
+        #expect(await store.missing(whole).count == 5, "chunks of the refused attach were kept")
+        // Unchanged, it goes in.
+        let manifest = try await store.ingest(fileAt: file, limit: 1 << 20, chunkSize: 1024)
+        #expect(manifest.size == UInt64(original.count))
+
+        let status = try await store.ingest(fileAt: "/proc/self/status", limit: 1 << 20, chunkSize: 1024)
+        #expect(status.size > 0, "a file that gives no size was attached empty")
+    }
+
     /// One flipped byte near the end of the data dir's pack: inside the bytes of the chunk
     /// written last.
     static func flipByteOfLastChunk(in path: String) throws {

@@ -159,7 +159,12 @@ actor AttachmentStore {
     // MARK: adding
 
     /// Chunks, hashes and stores a file without loading it whole; returns its manifest (stored too).
-    func ingest(fileAt path: String, limit: UInt64, chunkSize: Int) throws(GroupMeshError) -> Manifest {
+    /// A file written to while it is read is refused (its size, change or status time moved):
+    /// what it shared would be partly old, partly new, content that was never on disk.
+    /// `afterChunk` runs after each chunk read (tests change the file there).
+    func ingest(
+        fileAt path: String, limit: UInt64, chunkSize: Int, afterChunk: (Int) -> Void = { _ in }
+    ) throws(GroupMeshError) -> Manifest {
         // Its keys among them: attached, a secret would go to every member. Through links too.
         guard !directory.ownsFile(DataDirectory.resolved(path) ?? path) else {
             throw .attachment("\(path) is one of the node's own files (its keys, members, store); it is never attached")
@@ -189,21 +194,37 @@ actor AttachmentStore {
         defer { try? handle.close() }
         let size = UInt64(info.st_size)
         guard size <= limit else { throw .attachmentTooLarge(size: size, limit: limit) }
+        let changed = GroupMeshError.attachment(
+            "\(path) changed while it was being added; nothing was attached (attach it again once it is written)")
         return try ingesting { (added) throws(GroupMeshError) in
             var digests: [SHA256Digest] = []
             var total: UInt64 = 0
-            while total < size {
+            // To the end, not to the size: a file that grows is seen, and one that gives no size
+            // (of /proc) is read whole, within the limit.
+            while true {
                 let data: Data
                 do { data = try handle.read(upToCount: chunkSize) ?? Data() } catch {
                     throw .attachment("cannot read \(path): \(error)")
                 }
                 guard !data.isEmpty else { break }
-                digests.append(try insert(Array(data), into: &added))
                 total += UInt64(data.count)
+                guard total <= limit else { throw size == 0 ? .attachmentTooLarge(size: total, limit: limit) : changed }
+                digests.append(try insert(Array(data), into: &added))
+                afterChunk(digests.count)
             }
-            guard total == size else { throw .attachment("\(path) changed while it was being added") }
-            return Manifest(size: size, chunkSize: chunkSize, chunks: digests)
+            var after = stat()
+            guard fstat(fd, &after) == 0, Self.sameFile(info, after), size == 0 || total == size else { throw changed }
+            return Manifest(size: total, chunkSize: chunkSize, chunks: digests)
         }
+    }
+
+    /// Whether two looks at one open file see it unchanged: same size, and neither its contents'
+    /// time nor its status time moved (a write sets both; a kernel without fine-grained
+    /// timestamps may miss a write made in the same clock tick as the first look).
+    static func sameFile(_ before: stat, _ after: stat) -> Bool {
+        before.st_size == after.st_size && before.st_mtim.tv_sec == after.st_mtim.tv_sec
+            && before.st_mtim.tv_nsec == after.st_mtim.tv_nsec && before.st_ctim.tv_sec == after.st_ctim.tv_sec
+            && before.st_ctim.tv_nsec == after.st_ctim.tv_nsec
     }
 
     func ingest(_ bytes: [UInt8], limit: UInt64, chunkSize: Int) throws(GroupMeshError) -> Manifest {

@@ -1,4 +1,5 @@
 import Foundation
+import MeshStore
 
 /// Where `get` (and `Journal.load(_:to:)`) may write: a regular file, replaced whole, or a path
 /// where nothing is yet. A symbolic link, a device, a pipe, a socket or a directory is refused:
@@ -37,5 +38,47 @@ enum OutputPath {
         default: kind = "not a regular file"
         }
         throw .outputNotRegularFile(path, kind)
+    }
+
+    /// Before a fetch, what would fail only at its end: the node (as the user it runs as) may
+    /// create a file in `path`'s directory, and the disks have room for the file (`size`) and
+    /// for the chunks still to fetch into the data dir (`fetching`, into `storeDirectory`), both
+    /// on one disk when they share it.
+    static func checkRoom(
+        for path: String, size: UInt64, fetching: UInt64, storeDirectory: String
+    ) throws(GroupMeshError) {
+        let parent = (path as NSString).deletingLastPathComponent
+        let directory = parent.isEmpty ? "." : parent
+        guard access(directory, W_OK | X_OK) == 0 else {
+            throw .attachment(
+                "cannot write \(path): \(FileIO.describe(errno)) in \(directory) for the user the node runs as; "
+                    + "nothing was fetched")
+        }
+        var output = stat(), store = stat()
+        guard stat(directory, &output) == 0, stat(storeDirectory, &store) == 0,
+            let outputFree = freeBytes(directory), let storeFree = freeBytes(storeDirectory)
+        else { return }
+        func refuse(_ needed: UInt64, _ free: UInt64, _ what: String) -> GroupMeshError {
+            .attachment(
+                "not enough space for \(what): \(ByteCount.text(needed)) needed, \(ByteCount.text(free)) free; "
+                    + "nothing was fetched")
+        }
+        if output.st_dev == store.st_dev {
+            guard size + fetching <= outputFree else {
+                throw refuse(size + fetching, outputFree, "\(path) and the chunks the data dir still has to fetch")
+            }
+        } else {
+            guard size <= outputFree else { throw refuse(size, outputFree, path) }
+            guard fetching <= storeFree else {
+                throw refuse(fetching, storeFree, "the chunks the data dir \(storeDirectory) still has to fetch")
+            }
+        }
+    }
+
+    /// What an unprivileged writer may still use on the disk holding `path`.
+    static func freeBytes(_ path: String) -> UInt64? {
+        var disk = statvfs()
+        guard statvfs(path, &disk) == 0 else { return nil }
+        return UInt64(disk.f_bavail) * UInt64(disk.f_frsize)
     }
 }
