@@ -157,7 +157,13 @@ extension MeshNode {
 
     /// An attachment named by its id or a unique prefix of it.
     package func resolveAttachment(_ text: String) throws(GroupMeshError) -> AttachmentEntry {
-        try core.resolveAttachment(text).mapError(GroupMeshError.init).get()
+        do { return try core.resolveAttachment(text).mapError(GroupMeshError.init).get() } catch {
+            // Not unknown to the session: this node has not heard the journal yet.
+            guard case .unknownAttachment = error, core.joinProgress != nil else { throw error }
+            throw .refused(
+                "unknown attachment '\(text)': this node has not met a member yet, so it knows "
+                    + "none of the session's attachments (see groupmesh status)", kind: .unavailable)
+        }
     }
 
     func progress(of entry: AttachmentEntry) -> TransferProgress {

@@ -82,9 +82,12 @@ struct GetCommand: AsyncParsableCommand {
                 }
             }
         } catch {
-            display.abandon()
-            destination.discard()
-            throw fail(error)
+            // Stopped gracefully (SIGTERM, leave) while the get ran: said below, as for a node that died.
+            guard case let .refused(message, _) = error, message == GroupMeshError.notRunning.description else {
+                display.abandon()
+                destination.discard()
+                throw fail(error)
+            }
         }
         guard let finalID else {
             display.abandon()

@@ -32,20 +32,11 @@ struct SendCommand: AsyncParsableCommand {
     }
 
     /// The message in `path` (`-`: standard input), refused with its reason, and before it is
-    /// read whole when over the limit. Non-blocking, so that a pipe with no writer is refused.
+    /// read whole when over the limit. Opened without blocking (a named pipe with no writer would
+    /// hold the open for ever); a pipe (`<(cmd)`, `/dev/stdin`) is then read to its end, as `-` is.
     static func contents(of path: String) throws -> Data {
         let limit = Messenger.maxMessageSize
-        if path == "-" {
-            let data: Data
-            do { data = try FileHandle.standardInput.read(upToCount: limit + 1) ?? Data() } catch {
-                throw fail("cannot read standard input: \(error.localizedDescription)", kind: .input)
-            }
-            guard data.count <= limit else {
-                throw fail(
-                    "standard input holds over the \(limit / 1024) KiB message limit; nothing was sent", kind: .input)
-            }
-            return data
-        }
+        if path == "-" { return try stream(FileHandle.standardInput, named: "standard input", limit: limit) }
         let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else {
             let reason = errno == ENOENT ? "no such file" : String(cString: strerror(errno))
@@ -53,7 +44,18 @@ struct SendCommand: AsyncParsableCommand {
         }
         let handle = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
         var info = stat()
-        guard fstat(fd, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+        guard fstat(fd, &info) == 0 else { throw fail("cannot read \(path): \(String(cString: strerror(errno)))") }
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: break
+        case S_IFIFO, S_IFCHR, S_IFSOCK:
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+            let data = try stream(handle, named: path, limit: limit)
+            // A named pipe nobody has open for writing reads as empty at once: not a message.
+            guard !data.isEmpty || info.st_mode & S_IFMT != S_IFIFO else {
+                throw fail("\(path) is a pipe nobody wrote to; nothing was sent", kind: .input)
+            }
+            return data
+        default:
             let kind = info.st_mode & S_IFMT == S_IFDIR ? "a directory" : "not a regular file"
             throw fail(
                 "\(path) is \(kind); --file sends the contents of a file (or - for standard input)", kind: .input)
@@ -66,6 +68,18 @@ struct SendCommand: AsyncParsableCommand {
         do { return try handle.read(upToCount: limit + 1) ?? Data() } catch {
             throw fail("cannot read \(path): \(error.localizedDescription)", kind: .input)
         }
+    }
+
+    /// What `handle` gives until its end, refused past `limit`.
+    private static func stream(_ handle: FileHandle, named name: String, limit: Int) throws -> Data {
+        let data: Data
+        do { data = try handle.read(upToCount: limit + 1) ?? Data() } catch {
+            throw fail("cannot read \(name): \(error.localizedDescription)", kind: .input)
+        }
+        guard data.count <= limit else {
+            throw fail("\(name) holds over the \(limit / 1024) KiB message limit; nothing was sent", kind: .input)
+        }
+        return data
     }
 
     func run() async throws {

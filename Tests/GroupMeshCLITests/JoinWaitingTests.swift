@@ -37,6 +37,9 @@ struct JoinWaitingTests {
         #expect(
             (status.joining?.attempts ?? 0) >= 2 && (status.joining?.since ?? 0) >= 5,
             "\(String(describing: status.joining))")
+        // Nothing of the session is known yet: an attachment is not called unknown to it.
+        let get = try await NodeProcess.runCommand(["get", "--data-dir", joiner.dataDirectory, "a91370c9", "-o", "-"])
+        #expect(get.status == 69 && get.stderr.contains("has not met a member yet"), "\(get.stderr)")
         let human = try await NodeProcess.runCommand(["status", "--data-dir", joiner.dataDirectory])
         #expect(human.stdout.contains("waiting for a first member (no answer from 1 address for "), "\(human.stdout)")
         #expect(

@@ -233,6 +233,8 @@ struct JournalCommandTests {
                 ], timeout: .seconds(60))
             #expect(get.status != 0)
             #expect(get.stderr.contains("unavailable"), "\(get.stderr)")
+            // Named as the user named it: by the attachment's id, not its content's hash.
+            #expect(get.stderr.contains(String(id.prefix(16))), "\(get.stderr)")
             #expect(
                 !FileManager.default.fileExists(atPath: second.dataDirectory + "/x.groupmesh-partial"),
                 "a failed get leaves no partial file")

@@ -85,8 +85,10 @@ struct ResumeTests {
         }
     }
 
-    @Test("a get whose node is killed half way fails in one line saying so; run again, it finishes")
-    func getOutlivesItsNode() async throws {
+    @Test(
+        "a get whose node is killed or stopped half way fails in one line saying so; run again, it finishes",
+        arguments: [SIGKILL, SIGTERM])
+    func getOutlivesItsNode(signal: Int32) async throws {
         try await Self.withHolder(size: 24 << 20, seed: 5) { mesh, id, bytes in
             let joiner = try mesh.join("joiner", arguments: ["--lazy"])
             try await mesh.waitUntilAllSee()
@@ -99,7 +101,7 @@ struct ResumeTests {
             try await waitUntil("the get under way", every: .milliseconds(2)) {
                 ChunkStore.survey(joiner.dataDirectory + "/chunks").count > 1 || !get.process.isRunning
             }
-            joiner.signal(SIGKILL)
+            joiner.signal(signal)
             let status = try await get.waitForExit()
             if status == 0 {
                 // The whole fetch beat the kill: nothing more to check on this machine.

@@ -190,6 +190,14 @@ struct UserMistakeTests {
             "head -c 300000 /dev/zero | exec \(binary) send --data-dir \(dir) --file -")
         #expect(over.status == 65 && over.stderr.contains("standard input holds over"), "\(over.stderr)")
         #expect(Self.oneLine(over), "\(over.stderr)")
+        // A pipe by name is read as `-` is; a named pipe nobody writes to is refused, not sent empty.
+        let piped = try await FirstHourTests.shell(
+            "printf 'through a pipe' | exec \(binary) send --data-dir \(dir) --file /dev/stdin")
+        #expect(piped.status == 0 && piped.stderr.contains("sent to 0 members"), "\(piped.stderr)")
+        let fifo = scratch + "/fifo"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        let unwritten = try await NodeProcess.runCommand(["send", "--data-dir", directory, "--file", fifo])
+        #expect(unwritten.status == 65 && unwritten.stderr.contains("a pipe nobody wrote to"), "\(unwritten.stderr)")
 
         var device = stat()
         guard stat("/dev/full", &device) == 0, device.st_mode & S_IFMT == S_IFCHR else {

@@ -228,11 +228,18 @@ extension MeshNode {
             do throws(GroupMeshError) {
                 _ = try await node.loadAttachment(entry.content, into: destination)
             } catch {
-                // It was there when the get began: removed since, by this node or another.
-                guard case .unknownAttachment = error else { throw error }
-                throw .refused(
-                    "attachment \(entry.id.hex.prefix(16)) was removed from the session while it was being fetched; "
-                        + "nothing was written", kind: .unavailable)
+                switch error {
+                case .unknownAttachment:
+                    // It was there when the get began: removed since, by this node or another.
+                    throw .refused(
+                        "attachment \(entry.id.hex.prefix(16)) was removed from the session while it was being fetched; "
+                            + "nothing was written", kind: .unavailable)
+                // The core names the content; the user named the attachment.
+                case .manifestUnavailable: throw .manifestUnavailable(attachment: entry.id.hex)
+                case let .chunksUnavailable(_, missing, total):
+                    throw .chunksUnavailable(attachment: entry.id.hex, missing: missing, total: total)
+                default: throw error
+                }
             }
             return .attachment(entry.id.hex)
         }
