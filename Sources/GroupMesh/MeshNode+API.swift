@@ -333,6 +333,8 @@ extension MeshNode {
             counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo,
             joining: joiningInfo(), lanDiscovery: lanDiscoveryInfo(), portMapping: portMapper?.info())
         report.traversal = traversalInfo()
+        let directory = configuration.dataDirectory
+        report.storage = .init(dataDirectory: directory.path, freeBytes: OutputPath.freeBytes(directory.chunksPath))
         return report
     }
 

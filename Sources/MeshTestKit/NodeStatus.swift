@@ -72,7 +72,14 @@ package struct NodeStatus: Decodable, Sendable {
     package var lanDiscovery: LANDiscoveryInfo?
     package var downlink: DownlinkInfo?
     package var joining: JoiningInfo?
+    /// The data dir and the room on its disk (`status --json` → storage).
+    package var storage: StorageInfo?
     package var counters: [String: JSONValue]
+
+    package struct StorageInfo: Decodable, Sendable {
+        package var dataDirectory: String
+        package var freeBytes: UInt64?
+    }
 
     package func state(of id: String) -> String? {
         members.first { $0.id == id }?.state

@@ -244,6 +244,10 @@ enum StatusTable {
                         + "\(lan.announcementsHeard) announcements heard, \(lan.membersMet) members met"))
         }
         if let mapping = report.portMapping { lines.append(TerminalText.escaped(mapping.line)) }
+        if let storage = report.storage {
+            let free = storage.freeBytes.map { "\(ByteCount.text($0)) free" } ?? "free space unknown"
+            lines.append(TerminalText.escaped("data dir \(storage.dataDirectory): \(free)"))
+        }
         lines += traversalLines(report.traversal)
         if let joining = report.joining {
             lines.append(

@@ -42,6 +42,8 @@ struct JoinWaitingTests {
         #expect(get.status == 69 && get.stderr.contains("has not met a member yet"), "\(get.stderr)")
         let human = try await NodeProcess.runCommand(["status", "--data-dir", joiner.dataDirectory])
         #expect(human.stdout.contains("waiting for a first member (no answer from 1 address for "), "\(human.stdout)")
+        #expect(human.stdout.contains("data dir \(joiner.dataDirectory): "), "\(human.stdout)")
+        #expect((status.storage?.freeBytes ?? 0) > 0, "\(String(describing: status.storage))")
         #expect(
             Self.count("waiting for a first member", in: joiner.stdout) == 1, "told more than once: \(joiner.stdout)")
         joiner.signal(SIGTERM)

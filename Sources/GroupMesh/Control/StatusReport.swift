@@ -341,4 +341,12 @@ public struct StatusReport: Codable, Sendable, Equatable {
     public var portMapping: PortMappingInfo?
     /// Present with `run --stun` or `--turn` (StatusReport+Traversal).
     public var traversal: TraversalInfo? = nil
+    /// The data dir and the room left on its disk (absent from nodes that predate it).
+    public var storage: StorageInfo? = nil
+
+    public struct StorageInfo: Codable, Sendable, Equatable {
+        public var dataDirectory: String
+        /// What the node may still write on the data dir's disk (null when it cannot be read).
+        public var freeBytes: UInt64?
+    }
 }
