@@ -86,6 +86,15 @@ struct GetCommand: AsyncParsableCommand {
             guard case let .refused(message, _) = error, message == GroupMeshError.notRunning.description else {
                 display.abandon()
                 destination.discard()
+                // For -o -, the node writes a copy in $TMPDIR first: said in those words.
+                if case let .refused(message, kind) = error, let directory = destination.temporaryDirectory,
+                    message.contains(directory)
+                {
+                    let base = (directory as NSString).deletingLastPathComponent
+                    throw fail(
+                        message.replacingOccurrences(of: destination.path, with: "the copy -o - stages in \(base)")
+                            + " (set TMPDIR to a directory with room)", kind: kind)
+                }
                 throw fail(error)
             }
         }

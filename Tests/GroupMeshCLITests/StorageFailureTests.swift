@@ -117,7 +117,8 @@ struct StorageFailureTests {
                 "the refused attach kept \(freeBefore - Self.freeBytes(mountPoint)) bytes")
             #expect(try await Self.listed(node) == [first.id])
 
-            // The disk filled by someone else: get's output and a journal append fail cleanly.
+            // The disk filled by someone else: get's output is refused before anything is written,
+            // and a journal append fails cleanly.
             let filler = mountPoint + "/filler"
             Self.fill(filler, upTo: 8 << 20)
             let output = mountPoint + "/out.bin"
@@ -125,7 +126,16 @@ struct StorageFailureTests {
                 "get", "--data-dir", node.dataDirectory, first.id, "--output", output,
             ])
             #expect(get.status != 0)
-            #expect(get.stderr.split(separator: "\n").last?.contains("no space left") == true, "\(get.stderr)")
+            #expect(
+                get.stderr.split(separator: "\n").last?.contains("not enough space for \(output)") == true,
+                "\(get.stderr)")
+            // -o - stages a copy in $TMPDIR: the refusal says so, and what to change.
+            let streamed = try await FirstHourTests.shell(
+                "TMPDIR='\(mountPoint)' exec '\(NodeProcess.executable)' get --data-dir '\(node.dataDirectory)' \(first.id) -o -"
+            )
+            #expect(
+                streamed.status != 0 && streamed.stderr.contains("the copy -o - stages in \(mountPoint)")
+                    && streamed.stderr.contains("set TMPDIR"), "\(streamed.stderr)")
             let leftovers = try FileManager.default.contentsOfDirectory(atPath: mountPoint).filter {
                 $0.hasPrefix("out.bin")
             }
@@ -158,7 +168,7 @@ struct StorageFailureTests {
     }
 
     @Test(
-        "a fetch into a full disk: get fails in one line saying so (not 'unavailable'), and the node goes on",
+        "a fetch into a data dir without room for it: get refuses before fetching, in one line saying so, and the node goes on",
         .enabled(if: getuid() == 0, "needs root to mount a small tmpfs; skipped"))
     func fetchIntoFullDisk() async throws {
         let files = NodeProcess.makeTemporaryDirectory("storage-files")
@@ -182,11 +192,15 @@ struct StorageFailureTests {
                 #expect(get.status != 0)
                 // Progress lines (`get: 3/12 chunks …`) may come first; the error is the one last line.
                 let lines = get.stderr.split(separator: "\n")
-                #expect(lines.last?.contains("no space left") == true, "\(get.stderr)")
+                #expect(
+                    lines.last?.contains("not enough space for the chunks the data dir") == true
+                        && lines.last?.contains("nothing was fetched") == true, "\(get.stderr)")
                 #expect(
                     lines.dropLast().allSatisfy { $0.hasPrefix("get: ") && $0.contains(" chunks") },
                     "\(get.stderr)")
                 #expect(ContinuousClock.now - started < .seconds(8), "waited out the unavailable timeout instead")
+                let status = try await joiner.status()
+                #expect((status.counters["chunksFetched"]?.number ?? 0) == 0, "fetched before refusing")
                 #expect(!FileManager.default.fileExists(atPath: files + "/out.bin"))
                 #expect(try await Self.listed(joiner) == [attached.id], "the node goes on")
             }
