@@ -164,6 +164,41 @@ import Testing
         #expect(atWinner.current == winner.secret)
     }
 
+    @Test("three rotations that beat each other in a cycle: every order of hearing them ends on the same one")
+    func aCycleOfThreeEndsTheSameInEveryOrder() {
+        // a removes b, b removes m, m removes a: each beats one other, none beats both.
+        let c = Party(9)
+        let members: Set<NodeID> = [a.id, b.id, m.id, c.id]
+        var fresh = [KeyEpochs(origin: origin), KeyEpochs(origin: origin), KeyEpochs(origin: origin)]
+        let rotations = [
+            fresh[0].rotate(removing: [b.id], to: SessionSecret.generate(), members: members, authority: a.authority),
+            fresh[1].rotate(removing: [m.id], to: SessionSecret.generate(), members: members, authority: b.authority),
+            fresh[2].rotate(removing: [a.id], to: SessionSecret.generate(), members: members, authority: m.authority),
+        ]
+        for (index, rotation) in rotations.enumerated() {
+            let next = rotations[(index + 1) % 3]
+            #expect(KeyEpochs.wins(rotation.rotation, over: next.rotation), "not a cycle")
+        }
+        let standing = KeyEpochs.winner(of: rotations[0].rotation, rotations.dropFirst().map(\.rotation))
+        let orders = [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]]
+        for order in orders {
+            var bystander = KeyEpochs(origin: origin)
+            for index in order {
+                let transition = rotations[index]
+                _ = bystander.accept(
+                    transition.rotation, secret: transition.secret, from: transition.rotation.author,
+                    localID: c.id, members: members, authority: a.authority)
+            }
+            #expect(bystander.current.sessionID == standing.nextSession, "order \(order)")
+            #expect(bystander.transitions.count == 1, "order \(order)")
+            // The two that lost are held: their members are handed the one that stands.
+            for lost in rotations where lost.rotation != standing {
+                #expect(bystander.lost(lost.rotation), "order \(order)")
+                #expect(bystander.transition(after: lost.secret.sessionID)?.rotation == standing, "order \(order)")
+            }
+        }
+    }
+
     @Test func theRosterDecidesWhoIsOwedTheEpochAndCapsItsSize() throws {
         var rotator = KeyEpochs(origin: origin)
         let next = SessionSecret.generate()

@@ -48,9 +48,20 @@ package struct KeyEpochs: Sendable {
     package private(set) var transitions: [Transition]
     /// Every member removed by any rotation we know.
     package private(set) var removed: Set<NodeID>
-    /// Epochs we were in that lost to a competing rotation, with the transition that won: their
-    /// members are handed the winner. Not persisted (a restart forgets them).
-    private var superseded: [SessionID: (secret: SessionSecret, winner: SessionID)] = [:]
+    /// Epochs that lost to a competing rotation out of the same epoch (`previous`), ours or
+    /// handed to us: their members are handed whichever rotation out of `previous` stands now.
+    /// Not persisted (a restart forgets them).
+    private var superseded: [SessionID: (secret: SessionSecret, previous: SessionID)] = [:]
+    /// The rotations out of the epoch our current one left that lost to it, with their secrets:
+    /// the one that stands is chosen from all of them (`winner(of:)`), whatever order they came
+    /// in, so that members that heard three or more in different orders end in one epoch.
+    private var rivals: [Transition] = []
+    /// Rotations out of that same epoch that remove us, known from their notices (no secret):
+    /// part of the field too, or members would choose from different sets.
+    private var removingRivals: [KeyRotation] = []
+    /// Rivals kept of each kind, at most: any member may rotate, so a member could make a
+    /// table of them; removals at the same moment are a few.
+    package static let maxRivals = 8
     private var lastHandover: [HandoverKey: MeshInstant] = [:]
 
     private struct HandoverKey: Hashable {
@@ -81,7 +92,7 @@ package struct KeyEpochs: Sendable {
     /// The transition out of an earlier epoch; nil for the current epoch or one we never had.
     package func transition(after session: SessionID) -> Transition? {
         if origin.sessionID == session { return transitions.first }
-        if let lost = superseded[session] { return transitions.first { $0.secret.sessionID == lost.winner } }
+        if let lost = superseded[session] { return transitions.first { $0.rotation.previousSession == lost.previous } }
         guard let index = transitions.firstIndex(where: { $0.secret.sessionID == session }) else { return nil }
         return transitions.indices.contains(index + 1) ? transitions[index + 1] : nil
     }
@@ -110,6 +121,7 @@ package struct KeyEpochs: Sendable {
 
     /// Takes a rotation this node made (`rotation(removing:…)`), after it was stored.
     package mutating func commit(_ transition: Transition) {
+        (rivals, removingRivals) = ([], [])
         append(transition)
     }
 
@@ -144,24 +156,117 @@ package struct KeyEpochs: Sendable {
         {
             return .known
         }
-        // A competing rotation out of the epoch our current one left: the one that wins takes
-        // its place, so that two removals at the same moment do not split the session.
-        var replacing: Transition?
-        if rotation.previousSession != current.sessionID {
-            guard let last = transitions.last, rotation.previousSession == last.rotation.previousSession,
-                Self.wins(rotation, over: last.rotation)
-            else { return .notOurEpoch }
-            replacing = last
+        let incoming = Transition(rotation: rotation, secret: secret)
+        guard rotation.previousSession != current.sessionID else {
+            if rotation.removed.contains(localID) { return .removesUs }
+            (rivals, removingRivals) = ([], [])
+            append(incoming)
+            return .adopted(incoming, replacing: nil)
         }
-        if rotation.removed.contains(localID) { return .removesUs }
-        if let replacing {
-            transitions.removeLast()
-            removed = Set(transitions.flatMap(\.rotation.removed))
-            superseded[replacing.secret.sessionID] = (replacing.secret, rotation.nextSession)
+        // A competing rotation out of the epoch our current one left: the one that stands among
+        // all we know out of that epoch takes its place, so that removals at the same moment do
+        // not split the session.
+        guard let last = transitions.last, rotation.previousSession == last.rotation.previousSession else {
+            return .notOurEpoch
         }
-        let transition = Transition(rotation: rotation, secret: secret)
-        append(transition)
-        return .adopted(transition, replacing: replacing)
+        let field = [last] + rivals + [incoming]
+        let winner = Self.winner(of: last.rotation, field.dropFirst().map(\.rotation) + removingRivals)
+        // Ours stands, or one that removes us does (its notice, held, decides).
+        guard winner != last.rotation, !removingRivals.contains(winner) else {
+            if !rotation.removed.contains(localID) { keepRival(incoming) }
+            return .notOurEpoch
+        }
+        if winner == rotation, rotation.removed.contains(localID) { return .removesUs }
+        guard let standing = field.first(where: { $0.rotation == winner }) else { return .notOurEpoch }
+        stand(standing, replacing: last)
+        if standing.rotation != rotation, !rotation.removed.contains(localID) { keepRival(incoming) }
+        return .adopted(standing, replacing: last)
+    }
+
+    /// `standing` takes the place of `last` (out of the same epoch), which becomes a rival.
+    private mutating func stand(_ standing: Transition, replacing last: Transition) {
+        transitions.removeLast()
+        removed = Set(transitions.flatMap(\.rotation.removed))
+        rivals.removeAll { $0.rotation == standing.rotation }
+        superseded[standing.secret.sessionID] = nil
+        keepRival(last, ours: true)
+        append(standing)
+    }
+
+    /// A rotation out of the epoch our current one left that removes us, told in a notice: it
+    /// joins the field. When another rival of ours now stands, we switch to it (`adopted`); when
+    /// the one that stands removes us, nothing changes here (the notice decides, after its hold).
+    package mutating func noteRemovingRival(_ rotation: KeyRotation, localID: NodeID) -> Acceptance? {
+        guard let last = transitions.last, rotation.previousSession == last.rotation.previousSession,
+            rotation.removed.contains(localID), rotation != last.rotation, !removingRivals.contains(rotation),
+            removingRivals.count < Self.maxRivals
+        else { return nil }
+        removingRivals.append(rotation)
+        let winner = Self.winner(of: last.rotation, rivals.map(\.rotation) + removingRivals)
+        guard winner != last.rotation, let standing = rivals.first(where: { $0.rotation == winner }) else { return nil }
+        stand(standing, replacing: last)
+        return .adopted(standing, replacing: last)
+    }
+
+    /// A rotation out of the epoch our current one left that does not stand (now): kept, with
+    /// its secret, for the next comparison and for handing the winner to its members.
+    private mutating func keepRival(_ transition: Transition, ours: Bool = false) {
+        guard !rivals.contains(where: { $0.rotation == transition.rotation }) else { return }
+        // One we were in is always kept (its members are handed the winner); past the bound,
+        // one only handed to us is not.
+        guard ours || rivals.count < Self.maxRivals else { return }
+        superseded[transition.secret.sessionID] = (transition.secret, transition.rotation.previousSession)
+        rivals.append(transition)
+    }
+
+    /// Whether `rotation` is one we took or were handed that lost to another out of its epoch.
+    package func lost(_ rotation: KeyRotation) -> Bool { superseded[rotation.nextSession] != nil }
+
+    /// The rotations out of `previous` that lost to ours, with their secrets, when that is the
+    /// epoch our current one left: handed to a member that chose another, so that it chooses
+    /// from the same field.
+    package func lostTransitions(outOf previous: SessionID) -> [Transition] {
+        guard let last = transitions.last, last.rotation.previousSession == previous else { return [] }
+        return rivals
+    }
+
+    /// The rotations we know out of `previous` that remove `member`, when that is the epoch our
+    /// current one left: told to a member that hands us a rival, so that it chooses from the
+    /// same field (it can be handed none of them).
+    package func rivals(outOf previous: SessionID, removing member: NodeID) -> [KeyRotation] {
+        guard let last = transitions.last, last.rotation.previousSession == previous else { return [] }
+        return ([last.rotation] + rivals.map(\.rotation) + removingRivals).filter { $0.removed.contains(member) }
+    }
+
+    /// Whether `rotation` stands among the rotations we know out of the epoch it leaves (ours
+    /// out of it, and the rivals of ours when that is the epoch our current one left). Nothing
+    /// of ours out of it: it stands.
+    package func stands(_ rotation: KeyRotation) -> Bool {
+        guard let ours = transitions.first(where: { $0.rotation.previousSession == rotation.previousSession }) else {
+            return true
+        }
+        var others = [rotation]
+        if ours.rotation == transitions.last?.rotation { others += rivals.map(\.rotation) + removingRivals }
+        return Self.winner(of: ours.rotation, others) == rotation
+    }
+
+    /// The rotation that stands among several out of one epoch: the one that beats the most of
+    /// the others (`wins`), then the smaller new session id. For two, the one that `wins`; for
+    /// three that beat each other in a cycle, the same one whatever order they came in.
+    package static func winner(of first: KeyRotation, _ others: [KeyRotation]) -> KeyRotation {
+        var unique = [first]
+        for rotation in others where !unique.contains(where: { $0.nextSession == rotation.nextSession }) {
+            unique.append(rotation)
+        }
+        func score(_ rotation: KeyRotation) -> Int {
+            unique.filter { $0.nextSession != rotation.nextSession && wins(rotation, over: $0) }.count
+        }
+        var best = first
+        for rotation in unique.dropFirst() {
+            let (a, b) = (score(rotation), score(best))
+            if a > b || (a == b && rotation.nextSession.value < best.nextSession.value) { best = rotation }
+        }
+        return best
     }
 
     /// Which of two rotations out of the same epoch stands: not one whose author the other

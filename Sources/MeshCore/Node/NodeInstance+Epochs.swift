@@ -418,11 +418,27 @@ extension NodeInstance {
         if leftEpoch == nil, !rotation.removed.contains(localID), directory.joinWait != nil {
             return noteOutOfDateInvite(rotation)
         }
+        // One more rotation out of the epoch ours left, which removes us: it joins the field
+        // whether or not it stands, and another of ours may stand now (three or more at once).
+        if rotation.removed.contains(localID), knownMemberIDs.contains(rotation.author),
+            rotation.hasValidSignature(authority),
+            case let .adopted(transition, replacing) = keying.epochs.noteRemovingRival(rotation, localID: localID)
+        {
+            adopt(transition, replacing: replacing, heardAt: address, now: now)
+        }
         let ours = keying.epochs.transitions.first { $0.rotation.previousSession == rotation.previousSession }
+        // Sealed in the epoch both left, by a member that took a rotation ours beats (and that
+        // we did not remove): it is handed ours, which it may never have heard of.
+        if let left = leftEpoch, left.pairwise, rotation.previousSession == left.session, let ours,
+            ours.rotation.nextSession != rotation.nextSession, !keying.epochs.removed.contains(sender),
+            !keying.epochs.stands(rotation), let record = membership.member(sender)?.record
+        {
+            handOver(to: record, heardIn: left.session, address: address, now: now)
+        }
         let believable =
             leftEpoch.map { left in
                 left.pairwise && !keying.epochs.removed.contains(sender) && rotation.previousSession == left.session
-                    && ours.map { KeyEpochs.wins(rotation, over: $0.rotation) } == true
+                    && ours != nil && keying.epochs.stands(rotation)
             } ?? true
         guard believable, rotation.removed.contains(localID),
             knownMemberIDs.contains(rotation.author), knownMemberIDs.contains(sender),
@@ -431,7 +447,7 @@ extension NodeInstance {
             counters.handoversRefused += 1
             return
         }
-        if let ours, ours.rotation.nextSession != rotation.nextSession, !KeyEpochs.wins(rotation, over: ours.rotation) {
+        if let ours, ours.rotation.nextSession != rotation.nextSession, !keying.epochs.stands(rotation) {
             // We removed each other and ours stands: the sender took the rotation that lost
             // (it will not hand us anything, as that rotation removes us). Hand it ours.
             counters.handoversRefused += 1
@@ -467,8 +483,8 @@ extension NodeInstance {
         keying.heldRemovalNotices.removeAll { now >= $0.until }
         for (rotation, _) in due {
             let previous = rotation.previousSession
-            if let ours = keying.epochs.transitions.first(where: { $0.rotation.previousSession == previous }),
-                !KeyEpochs.wins(rotation, over: ours.rotation)
+            if keying.epochs.transitions.contains(where: { $0.rotation.previousSession == previous }),
+                !keying.epochs.stands(rotation)
             {
                 log(.notice, "a removal notice lost to the rotation that keeps this node", ["by": "\(rotation.author)"])
                 continue
@@ -485,6 +501,66 @@ extension NodeInstance {
         keying.removedFromSession = true
         emit(.removedFromSession(by: author))
         stop(now: now)
+    }
+
+    /// A competing rotation that does not stand: its sender is handed ours and the others we
+    /// hold that lost (those owed to it), and told those we know that remove it (it can be handed
+    /// none of them), so that it chooses from the field we chose from.
+    private mutating func answerRival(_ handover: EpochHandover, from address: PeerAddress, now: MeshInstant) {
+        let previous = handover.rotation.previousSession
+        let sender = handover.sender
+        handOver(to: sender, heardIn: previous, address: address, now: now)
+        // Where its record or its own datagrams say, as for any handover: not on a hello's word.
+        guard
+            let route = vouches(for: address, record: sender)
+                ? .direct(address) : keysRoute(to: sender.id, fallback: sender.addresses.first)
+        else { return }
+        if let secret = keying.epochs.secret(of: previous) {
+            for lost in keying.epochs.lostTransitions(outOf: previous)
+            where lost.rotation != handover.rotation && lost.rotation.owes(sender.id) {
+                guard
+                    let sealed = EpochHandover.seal(
+                        lost.secret, rotation: lost.rotation, previous: secret, sender: membership.me,
+                        local: ephemeral, recipient: sender, nonce: randomNonce())
+                else { continue }
+                sendKeys([.epochHandover(sealed)], in: previous, to: sender.id, route: route)
+            }
+        }
+        for rotation in keying.epochs.rivals(outOf: previous, removing: sender.id) {
+            sendKeys([.removalNotice(rotation)], in: previous, to: sender.id, route: route, pairwise: true)
+        }
+    }
+
+    /// Switches to `transition`, handed to us or standing now among the rotations we know out of
+    /// one epoch (`replacing` the one we were in).
+    private mutating func adopt(
+        _ transition: KeyEpochs.Transition, replacing: KeyEpochs.Transition?, heardAt address: PeerAddress,
+        now: MeshInstant
+    ) {
+        // Handed on to every live member too: under loss, and when members removed someone at
+        // once, every member must see the rotation that stands.
+        enterEpoch(transition, handingOver: true, now: now)
+        if let replacing {
+            // Members the losing rotation removed and the winner does not: our own removal is
+            // made again, on top of the winner; anyone else's is undone here.
+            let rest = Set(replacing.rotation.removed).subtracting(keying.epochs.removed)
+            let candidates = rosterCandidates
+            if replacing.rotation.author == localID, !rest.isEmpty,
+                let again = try? keying.epochs.rotation(
+                    removing: rest, to: randomSecret(), live: candidates.live,
+                    others: candidates.others, authority: authority)
+            {
+                keying.epochs.commit(again)
+                enterEpoch(again, handingOver: true, now: now)
+            } else {
+                readmit(rest, now: now)
+            }
+        }
+        // Our view may be empty (back from a restart): join again, now in the new epoch.
+        let seeds = Set(
+            [address] + directory.remembered.addresses + membership.view.dropFirst().compactMap(\.address))
+        let joining = membership.join(seeds.sorted(), now: now)
+        apply(joining, now: now)
     }
 
     /// A handover to us, in a datagram of our current epoch: adopt the next epoch if it is
@@ -517,38 +593,15 @@ extension NodeInstance {
             members: knownMemberIDs, authority: authority)
         {
         case let .adopted(transition, replacing):
-            // Handed on to every live member too: under loss, and when two members removed
-            // someone at once, every member must see the rotation that stands.
-            enterEpoch(transition, handingOver: true, now: now)
-            if let replacing {
-                // Members the losing rotation removed and the winner does not: our own removal is
-                // made again, on top of the winner; anyone else's is undone here.
-                let rest = Set(replacing.rotation.removed).subtracting(keying.epochs.removed)
-                let candidates = rosterCandidates
-                if replacing.rotation.author == localID, !rest.isEmpty,
-                    let again = try? keying.epochs.rotation(
-                        removing: rest, to: randomSecret(), live: candidates.live,
-                        others: candidates.others, authority: authority)
-                {
-                    keying.epochs.commit(again)
-                    enterEpoch(again, handingOver: true, now: now)
-                } else {
-                    readmit(rest, now: now)
-                }
-            }
-            // Our view may be empty (back from a restart): join again, now in the new epoch.
-            let seeds = Set(
-                [address] + directory.remembered.addresses + membership.view.dropFirst().compactMap(\.address))
-            let joining = membership.join(seeds.sorted(), now: now)
-            apply(joining, now: now)
+            adopt(transition, replacing: replacing, heardAt: address, now: now)
         case .removesUs:
             counters.handoversRefused += 1
             stopRemoved(by: handover.rotation.author, now: now)
         case .notOurEpoch:
-            // A competing rotation that loses to ours: its sender is handed ours.
-            handOver(to: handover.sender, heardIn: handover.rotation.previousSession, address: address, now: now)
+            answerRival(handover, from: address, now: now)
         case .known:
-            break
+            // One we hold as a rival (it lost): its sender has not chosen as we did.
+            if keying.epochs.lost(handover.rotation) { answerRival(handover, from: address, now: now) }
         case .invalid:
             counters.handoversRefused += 1
         }
