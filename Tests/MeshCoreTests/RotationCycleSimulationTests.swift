@@ -42,4 +42,26 @@ struct RotationCycleSimulationTests {
             }
         }
     }
+
+    @Test(
+        "three members remove the same one at once: one epoch without it, and the handovers that settle it stay few",
+        arguments: seeds)
+    func sameRemovalThreeTimes(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed, count: 5)
+        #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 4 }, "\(replay): the mesh never formed")
+        let removed = mesh.node(SimAddress(4))
+        let at = mesh.simulator.now + .milliseconds(100)
+        for index in 0..<3 { mesh.node(SimAddress(index)).plan(at: at) { $0.removeMember(removed.id) } }
+        let before = mesh.all.reduce(0) { $0 + $1.core.counters.handoversSent }
+        mesh.simulator.run(until: at + .seconds(60))
+        let staying = mesh.all.filter { $0 !== removed }
+        #expect(removed.core.phase != .running, "\(replay): the removed member is \(removed.core.phase)")
+        #expect(Set(staying.map(\.sessionID)).count == 1, "\(replay): \(staying.map(\.sessionID))")
+        #expect(staying.allSatisfy { $0.core.phase == .running }, "\(replay)")
+        // Members that agree do not keep answering each other's lost rivals: a few handovers
+        // each (every rotation to every member, the beacons' answers), not one every 250 ms.
+        let sent = mesh.all.reduce(0) { $0 + $1.core.counters.handoversSent } - before
+        #expect(sent < 150, "\(replay): \(sent) handovers in 60 s")
+    }
 }

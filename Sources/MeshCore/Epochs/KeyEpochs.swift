@@ -60,8 +60,11 @@ package struct KeyEpochs: Sendable {
     /// part of the field too, or members would choose from different sets.
     private var removingRivals: [KeyRotation] = []
     /// Rivals kept of each kind, at most: any member may rotate, so a member could make a
-    /// table of them; removals at the same moment are a few.
+    /// table of them; removals at the same moment are a few. Past it, members may keep
+    /// different fields (a known gap: ROADMAP.md).
     package static let maxRivals = 8
+    /// Members told the field since it last changed (`mayTellField`).
+    private var fieldToldTo: Set<NodeID> = []
     private var lastHandover: [HandoverKey: MeshInstant] = [:]
 
     private struct HandoverKey: Hashable {
@@ -121,7 +124,7 @@ package struct KeyEpochs: Sendable {
 
     /// Takes a rotation this node made (`rotation(removing:…)`), after it was stored.
     package mutating func commit(_ transition: Transition) {
-        (rivals, removingRivals) = ([], [])
+        (rivals, removingRivals, fieldToldTo) = ([], [], [])
         append(transition)
     }
 
@@ -159,7 +162,7 @@ package struct KeyEpochs: Sendable {
         let incoming = Transition(rotation: rotation, secret: secret)
         guard rotation.previousSession != current.sessionID else {
             if rotation.removed.contains(localID) { return .removesUs }
-            (rivals, removingRivals) = ([], [])
+            (rivals, removingRivals, fieldToldTo) = ([], [], [])
             append(incoming)
             return .adopted(incoming, replacing: nil)
         }
@@ -202,6 +205,7 @@ package struct KeyEpochs: Sendable {
             removingRivals.count < Self.maxRivals
         else { return nil }
         removingRivals.append(rotation)
+        fieldToldTo = []
         let winner = Self.winner(of: last.rotation, rivals.map(\.rotation) + removingRivals)
         guard winner != last.rotation, let standing = rivals.first(where: { $0.rotation == winner }) else { return nil }
         stand(standing, replacing: last)
@@ -214,9 +218,27 @@ package struct KeyEpochs: Sendable {
         guard !rivals.contains(where: { $0.rotation == transition.rotation }) else { return }
         // One we were in is always kept (its members are handed the winner); past the bound,
         // one only handed to us is not.
-        guard ours || rivals.count < Self.maxRivals else { return }
+        guard rivals.count < (ours ? 2 * Self.maxRivals : Self.maxRivals) else { return }
         superseded[transition.secret.sessionID] = (transition.secret, transition.rotation.previousSession)
         rivals.append(transition)
+        fieldToldTo = []
+    }
+
+    /// Whether `member`, which handed us a rival out of `previous`, is to be told the field now:
+    /// once per member until the field changes.
+    package mutating func mayTellField(outOf previous: SessionID, to member: NodeID) -> Bool {
+        guard transitions.last?.rotation.previousSession == previous else { return false }
+        return fieldToldTo.insert(member).inserted
+    }
+
+    /// The members removed by the transitions before the one out of `previous` (all, when we
+    /// took none out of it): a rival out of `previous` is judged against these, not against
+    /// what our own rotation out of it removed.
+    package func removed(before previous: SessionID) -> Set<NodeID> {
+        guard let index = transitions.firstIndex(where: { $0.rotation.previousSession == previous }) else {
+            return removed
+        }
+        return Set(transitions[..<index].flatMap(\.rotation.removed))
     }
 
     /// Whether `rotation` is one we took or were handed that lost to another out of its epoch.

@@ -80,9 +80,13 @@ extension NodeInstance {
     ) -> Int {
         if !stored { store(.saveEpochs(keying.epochs.encoded()), .saveEpochs) }
         keying.earlierCodecs[keying.codec.sessionID] = keying.codec
-        keying.codec = DatagramCodec(
-            session: transition.secret, localID: localID, localBootID: bootID,
-            configuration: settings.wire)
+        // Back to an epoch we were in (a rival that stands again): its codec goes on from the
+        // packet numbers it reached, as a new one would seal under the same keys and nonces.
+        keying.codec =
+            keying.earlierCodecs.removeValue(forKey: transition.secret.sessionID)
+            ?? DatagramCodec(
+                session: transition.secret, localID: localID, localBootID: bootID,
+                configuration: settings.wire)
         // The dead too: keys stay until a member is forgotten (one declared dead that was only
         // cut off comes back to the pairwise keys it had, and proves its address with them).
         for member in membership.view.dropFirst()
@@ -402,7 +406,7 @@ extension NodeInstance {
 
     /// A member removed us: a rotation it signed names us (out of our epoch, or out of one that
     /// followed it, when we were removed on top of a competing rotation; or, sealed in an epoch we
-    /// left, one that beats the rotation we took out of that epoch: two members removing each
+    /// left, one that stands among those we know out of that epoch: members removing each
     /// other). Believed from a member we know (any member may remove any other), never from anyone
     /// else, and never when a rotation of ours out of the same epoch beats it.
     ///
@@ -420,8 +424,12 @@ extension NodeInstance {
         }
         // One more rotation out of the epoch ours left, which removes us: it joins the field
         // whether or not it stands, and another of ours may stand now (three or more at once).
-        if rotation.removed.contains(localID), knownMemberIDs.contains(rotation.author),
-            rotation.hasValidSignature(authority),
+        // Held to what a notice must be to count (pairwise from an epoch we left; neither sender
+        // nor author removed before that epoch), and not while our own removal is being stored.
+        let removedBefore = keying.epochs.removed(before: rotation.previousSession)
+        if keying.pendingRemoval == nil, rotation.removed.contains(localID), leftEpoch?.pairwise ?? true,
+            !removedBefore.contains(sender), !removedBefore.contains(rotation.author),
+            knownMemberIDs.contains(rotation.author), rotation.hasValidSignature(authority),
             case let .adopted(transition, replacing) = keying.epochs.noteRemovingRival(rotation, localID: localID)
         {
             adopt(transition, replacing: replacing, heardAt: address, now: now)
@@ -510,6 +518,10 @@ extension NodeInstance {
         let previous = handover.rotation.previousSession
         let sender = handover.sender
         handOver(to: sender, heardIn: previous, address: address, now: now)
+        // The field once per member and field: two members that agree would otherwise answer
+        // each other's lost rivals for ever.
+        guard !keying.epochs.removed.contains(sender.id), keying.epochs.mayTellField(outOf: previous, to: sender.id)
+        else { return }
         // Where its record or its own datagrams say, as for any handover: not on a hello's word.
         guard
             let route = vouches(for: address, record: sender)
@@ -523,6 +535,7 @@ extension NodeInstance {
                         lost.secret, rotation: lost.rotation, previous: secret, sender: membership.me,
                         local: ephemeral, recipient: sender, nonce: randomNonce())
                 else { continue }
+                counters.handoversSent += 1
                 sendKeys([.epochHandover(sealed)], in: previous, to: sender.id, route: route)
             }
         }
