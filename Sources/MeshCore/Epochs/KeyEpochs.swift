@@ -63,8 +63,13 @@ package struct KeyEpochs: Sendable {
     /// table of them; removals at the same moment are a few. Past it, members may keep
     /// different fields (a known gap: ROADMAP.md).
     package static let maxRivals = 8
-    /// Members told the field since it last changed (`mayTellField`).
-    private var fieldToldTo: Set<NodeID> = []
+    /// Member boots told the field since it last changed (`mayTellField`).
+    private var fieldToldTo: Set<MemberBoot> = []
+
+    private struct MemberBoot: Hashable {
+        var member: NodeID
+        var boot: UInt64
+    }
     private var lastHandover: [HandoverKey: MeshInstant] = [:]
 
     private struct HandoverKey: Hashable {
@@ -193,6 +198,7 @@ package struct KeyEpochs: Sendable {
         rivals.removeAll { $0.rotation == standing.rotation }
         superseded[standing.secret.sessionID] = nil
         keepRival(last, ours: true)
+        fieldToldTo = []
         append(standing)
     }
 
@@ -226,9 +232,14 @@ package struct KeyEpochs: Sendable {
 
     /// Whether `member`, which handed us a rival out of `previous`, is to be told the field now:
     /// once per member until the field changes.
-    package mutating func mayTellField(outOf previous: SessionID, to member: NodeID) -> Bool {
+    package mutating func mayTellField(outOf previous: SessionID, to member: NodeID, boot: UInt64) -> Bool {
         guard transitions.last?.rotation.previousSession == previous else { return false }
-        return fieldToldTo.insert(member).inserted
+        return fieldToldTo.insert(MemberBoot(member: member, boot: boot)).inserted
+    }
+
+    /// `member` showed it is in another epoch than ours (its beacon): it may be told again.
+    package mutating func forgetFieldTold(_ member: NodeID) {
+        fieldToldTo = fieldToldTo.filter { $0.member != member }
     }
 
     /// The members removed by the transitions before the one out of `previous` (all, when we

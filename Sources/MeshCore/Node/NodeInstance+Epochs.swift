@@ -288,6 +288,10 @@ extension NodeInstance {
         // A beacon from a member already in the epoch that followed this one here: nothing to do.
         let next = keying.epochs.transition(after: header.sessionID)?.secret.sessionID
         for case let .ping(ping) in opened.frames where ping.token == next?.value { return }
+        // One in another epoch out of this one: it still disagrees, and may be told the field again.
+        if opened.frames.contains(where: { if case .ping = $0 { true } else { false } }) {
+            keying.epochs.forgetFieldTold(header.sender)
+        }
         guard keying.epochs.isEntitled(header.sender, heardIn: header.sessionID), let record = senderRecord(opened)
         else {
             answerRemoved(
@@ -518,16 +522,17 @@ extension NodeInstance {
         let previous = handover.rotation.previousSession
         let sender = handover.sender
         handOver(to: sender, heardIn: previous, address: address, now: now)
-        // The field once per member and field: two members that agree would otherwise answer
-        // each other's lost rivals for ever.
-        guard !keying.epochs.removed.contains(sender.id), keying.epochs.mayTellField(outOf: previous, to: sender.id)
-        else { return }
         // Where its record or its own datagrams say, as for any handover: not on a hello's word.
+        // The field once per member boot until it changes (or the member shows it still
+        // disagrees): two members that agree would otherwise answer each other's lost rivals
+        // for ever.
         guard
             let route = vouches(for: address, record: sender)
-                ? .direct(address) : keysRoute(to: sender.id, fallback: sender.addresses.first)
+                ? .direct(address) : keysRoute(to: sender.id, fallback: sender.addresses.first),
+            keying.epochs.mayTellField(outOf: previous, to: sender.id, boot: sender.bootID)
         else { return }
-        if let secret = keying.epochs.secret(of: previous) {
+        // Secrets never to a member we removed; the notices that remove it, yes.
+        if !keying.epochs.removed.contains(sender.id), let secret = keying.epochs.secret(of: previous) {
             for lost in keying.epochs.lostTransitions(outOf: previous)
             where lost.rotation != handover.rotation && lost.rotation.owes(sender.id) {
                 guard
