@@ -151,7 +151,7 @@ package struct KeyEpochs: Sendable {
         let competing =
             rotation.previousSession != current.sessionID
             && transitions.last?.rotation.previousSession == rotation.previousSession
-        let removedBefore = competing ? Set(transitions.dropLast().flatMap(\.rotation.removed)) : removed
+        let removedBefore = competing ? removed(before: rotation.previousSession) : removed
         guard secret.sessionID == rotation.nextSession, members.contains(sender), !removedBefore.contains(sender),
             !removedBefore.contains(rotation.author), !rotation.removed.contains(sender),
             rotation.removed.contains(localID) || rotation.owes(localID),

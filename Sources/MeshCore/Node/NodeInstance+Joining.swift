@@ -47,7 +47,7 @@ extension NodeInstance {
     mutating func noteOutOfDateInvite(_ rotation: KeyRotation) {
         // Told already: the members keep answering each try, which is no refused handover.
         if directory.joinWait?.outOfDateBy != nil { return }
-        guard let wait = directory.joinWait, wait.outOfDateBy == nil, membership.isJoining,
+        guard directory.joinWait != nil, membership.isJoining,
             rotation.previousSession == keying.epochs.current.sessionID, !rotation.owes(localID),
             rotation.hasValidSignature(authority)
         else { return counters.handoversRefused += 1 }
