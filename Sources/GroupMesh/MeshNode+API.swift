@@ -348,8 +348,11 @@ extension MeshNode {
     }
 
     /// Whether a join goes to an invite's addresses: one given to this start, or kept from a
-    /// start that met nobody (the data dir then knows no member).
-    var joinsThroughInvite: Bool { configuration.invite != nil || core.remembered.members.isEmpty }
+    /// start that met nobody (the data dir then knows no member, nor where one it lost was).
+    var joinsThroughInvite: Bool {
+        configuration.invite != nil
+            || (core.remembered.members.isEmpty && core.remembered.lostAddresses(removed: []).isEmpty)
+    }
 
     func joiningInfo() -> StatusReport.JoiningInfo? {
         core.joinProgress.map { progress in

@@ -60,6 +60,8 @@ package struct MembershipInstance: Sendable {
     var exchange: AntiEntropyExchange?
     /// Members removed from the session (key epochs): never probed, gossiped or believed again.
     var excluded: Set<NodeID> = []
+    /// Members forgotten after they died, still asked for a while (`LostMembers`).
+    package internal(set) var lost = LostMembers()
     /// Senders we did not know, and when we last asked each for its state (a few, for a while).
     var askedStrangers: [NodeID: MeshInstant] = [:]
     /// When we last sent each member our whole state on its request: a member asking again and
@@ -235,6 +237,7 @@ package struct MembershipInstance: Sendable {
         var out: [MembershipDirective] = []
         for id in ids.sorted() where id != me.id && excluded.insert(id).inserted {
             gossip.remove(about: id)
+            lost.remove(id)
             if let member = members[id], member.status != .left {
                 markGone(member, status: .left, incarnation: member.incarnation, now: now, into: &out)
             }
@@ -459,7 +462,7 @@ package struct MembershipInstance: Sendable {
         }
         if now >= nextReconnectAt {
             nextReconnectAt = now + settings.reconnectInterval
-            reconnect(into: &out)
+            reconnect(now: now, into: &out)
         }
         forgetGone(now: now, into: &out)
         return out
@@ -470,7 +473,7 @@ package struct MembershipInstance: Sendable {
     /// healed partition merge again. A node that holds every other member dead was most likely
     /// the one cut off (its own link went down), and some of the dead may be unreachable from it
     /// (behind their NATs): it offers to a few at once.
-    mutating func reconnect(into out: inout [MembershipDirective]) {
+    mutating func reconnect(now: MeshInstant, into out: inout [MembershipDirective]) {
         var dead = timed.filter { members[$0]?.status == .dead }.sorted()
         let count = active.isEmpty ? Self.isolatedReconnectFanout : 1
         for _ in 0..<min(count, dead.count) {
@@ -479,6 +482,20 @@ package struct MembershipInstance: Sendable {
             let id = dead.removeLast()
             guard let address = members[id]?.address else { continue }
             out += digest(to: id, address: address)
+        }
+        // Members already forgotten know nothing of us either (they forgot us as long ago), and
+        // answer no digest from a stranger: they are asked as a joiner asks, and answer with
+        // their members (as they answer any join, within its size until our address is proven).
+        let due = lost.takeDue(
+            count: count, now: now, retention: settings.lostMemberRetention,
+            maximumWait: max(settings.joinRetryMaximum, settings.reconnectInterval))
+        for (_, addresses) in due {
+            for address in addresses where !me.addresses.contains(address) {
+                out.append(
+                    .send(
+                        frames: [.syncRequest(SyncRequest(isJoin: true)), .alive(me)], recipient: nil, address: address)
+                )
+            }
         }
     }
 
@@ -489,6 +506,7 @@ package struct MembershipInstance: Sendable {
 
     mutating func add(_ member: Member) {
         members[member.id] = member
+        lost.remove(member.id)
         if !member.status.isGone { activate(member.id) }
     }
 
@@ -511,6 +529,9 @@ package struct MembershipInstance: Sendable {
             .filter { $0.status.isGone && now >= $0.lastChange + settings.forgetAfter }
             .map(\.id).sorted()
         for id in forgotten {
+            if let member = members[id], member.status == .dead, !excluded.contains(id) {
+                lost.add(id, addresses: member.record.addresses, now: now, firstWait: settings.reconnectInterval)
+            }
             members[id] = nil
             lastHeard[id] = nil
             timed.remove(id)

@@ -54,6 +54,9 @@ package struct MembershipSettings: Sendable, Equatable {
     package var joinSeedsPerAttempt = 32
     /// How often to offer our state to one dead member, so healed partitions merge.
     package var reconnectInterval: Duration
+    /// How long a member forgotten after it died is still asked, as a joiner asks its seeds
+    /// (`LostMembers`): a cut that outlasts `forgetAfter` still heals (Serf's reconnect timeout).
+    package var lostMemberRetention: Duration = .seconds(24 * 3600)
     /// Refutations forced by one other boot of our identity before it counts as a live twin.
     package var identityConflictRefutations = 4
     /// News (an update this node had not seen) is gossiped this soon after the last round

@@ -40,7 +40,8 @@ extension NodeInstance {
                 directory.addresses[id] = nil
                 forgetRelaying(of: id, now: now)
                 forgetPath(of: id)
-                directory.remembered.forget(id, removed: keying.epochs.removed.contains(id))
+                directory.remembered.forget(
+                    id, removed: keying.epochs.removed.contains(id), lostAt: membership.lost[id]?.addresses ?? [])
                 journal.memberForgotten(id)
                 directory.unprovenJoiners[id] = nil
                 directory.addressChecks[id] = nil

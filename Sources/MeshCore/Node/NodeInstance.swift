@@ -260,7 +260,9 @@ package struct NodeInstance: Sendable {
         }
         let own = Set(membership.me.addresses + (localAddress.map { [$0] } ?? []))
         let seeds = rememberSeeds(given)
-        let all = Set(seeds + directory.remembered.addresses).subtracting(own).sorted()
+        let remembered =
+            directory.remembered.addresses + directory.remembered.lostAddresses(removed: keying.epochs.removed)
+        let all = Set(seeds + remembered).subtracting(own).sorted()
         let excluded = membership.exclude(keying.epochs.removed, now: now)
         apply(excluded, now: now)
         let joining = membership.join(all, now: now)

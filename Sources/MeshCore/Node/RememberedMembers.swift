@@ -25,9 +25,10 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
     /// answers: a node restarted before it met anyone still joins without the invite. Once
     /// joined, `members` says where the session is, and these are dropped.
     package var seeds: [String] = []
-    /// Members that left or were forgotten (dead past `forgetAfter`), the latest first, without
-    /// addresses: nobody rejoins through them, but they still hold the epoch they knew, so the
-    /// user must be able to remove them by name.
+    /// Members that left or were forgotten (dead past `forgetAfter`), the latest first: they
+    /// still hold the epoch they knew, so the user must be able to remove them by name. Those
+    /// that left have no addresses; those forgotten after they died keep where they were last,
+    /// so that a node that lost every member still finds them after a restart.
     package var former: [Entry] = []
     /// Who let each member in (this node included), as both signed them, in hex of their wire
     /// form: a restart keeps introducers, and does not ask its door again.
@@ -72,6 +73,14 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
 
     package var addresses: [PeerAddress] {
         members.flatMap { $0.addresses.compactMap { try? PeerAddress(parsing: $0) } }
+    }
+
+    /// Where the former members that were lost (forgotten after they died) were last, but for
+    /// those `removed` since.
+    package func lostAddresses(removed: Set<NodeID>) -> [PeerAddress] {
+        let removedHex = Set(removed.map(\.hex))
+        return former.filter { !removedHex.contains($0.id) }
+            .flatMap { $0.addresses.compactMap { try? PeerAddress(parsing: $0) } }
     }
 
     /// The introductions kept; one that does not decode is passed over (its member asks, or
@@ -146,15 +155,17 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
 
     /// The member is forgotten: no longer remembered as a member, but as a former one (if we
     /// remembered it, and it is not `removed`).
-    package mutating func forget(_ id: NodeID, removed: Bool = false) {
+    /// `lostAt`: it was forgotten after it died, and was last at these addresses (`LostMembers`),
+    /// which a restart still joins through.
+    package mutating func forget(_ id: NodeID, removed: Bool = false, lostAt addresses: [PeerAddress] = []) {
         guard let index = members.firstIndex(where: { $0.id == id.hex }) else { return }
         let entry = members.remove(at: index)
-        if !removed { retire(entry) }
+        if !removed { retire(entry, addresses: addresses.map(\.description)) }
     }
 
-    private mutating func retire(_ entry: Entry) {
+    private mutating func retire(_ entry: Entry, addresses: [String] = []) {
         former.removeAll { $0.id == entry.id }
-        former.insert(Entry(id: entry.id, name: entry.name, addresses: []), at: 0)
+        former.insert(Entry(id: entry.id, name: entry.name, addresses: addresses), at: 0)
         if former.count > Self.maxFormer { former.removeLast(former.count - Self.maxFormer) }
     }
 }

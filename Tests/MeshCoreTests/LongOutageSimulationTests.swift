@@ -1,0 +1,102 @@
+import MeshCore
+import MeshTestKit
+import Testing
+
+/// A cut that outlasts the forgetting of the dead (`forgetAfter`): Wi-Fi gone for minutes, a
+/// laptop carried between homes, a partition into two halves. Both sides hold the other dead,
+/// then forget it; once the network is back they must find each other again, without a new
+/// invite and without a restart (`LostMembers`), and a node restarted meanwhile too.
+@Suite("A long outage (simulation)")
+struct LongOutageSimulationTests {
+    static let seeds = SimulationSeeds.from(defaultCount: 3)
+
+    /// Cuts the mesh into `groups` (every node in one) and runs until each node has forgotten
+    /// every node of the other groups, for at most four minutes.
+    static func cut(_ mesh: SimMesh, into groups: [[SimAddress]], replay: String) {
+        mesh.simulator.partition(groups)
+        let group = { (node: SimNode) in groups.firstIndex { $0.contains(node.address) } }
+        let forgotten = { (node: SimNode) in
+            mesh.all.allSatisfy { group($0) == group(node) || node.core.membership.member($0.id) == nil }
+        }
+        mesh.simulator.run(for: .seconds(240), checkEvery: .milliseconds(500)) { _ in mesh.all.allSatisfy(forgotten) }
+        for node in mesh.all {
+            #expect(forgotten(node), "\(replay): \(node.address) never forgot the other side")
+        }
+    }
+
+    /// Heals and waits until every node sees every other alive and a reliable message from
+    /// each reaches every other.
+    static func expectHealed(_ mesh: SimMesh, replay: String) {
+        mesh.simulator.heal()
+        let others = mesh.all.count - 1
+        mesh.simulator.run(for: .seconds(120), checkEvery: .milliseconds(500)) { _ in
+            mesh.all.allSatisfy { $0.activeMemberIDs.count == others }
+        }
+        for node in mesh.all {
+            #expect(
+                node.activeMemberIDs.count == others,
+                "\(replay): \(node.address) sees \(node.activeMemberIDs.count) others")
+        }
+        for (index, node) in mesh.all.enumerated() {
+            node.plan(at: mesh.simulator.now + .milliseconds(100)) {
+                $0.sendMessage([0xB0, UInt8(index)], mode: .reliable)
+            }
+        }
+        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
+            mesh.all.allSatisfy { receiver in
+                mesh.all.enumerated().allSatisfy { index, sender in
+                    sender.address == receiver.address
+                        || receiver.reliableReceived[sender.id]?.contains([0xB0, UInt8(index)]) == true
+                }
+            }
+        }
+        for receiver in mesh.all {
+            for (index, sender) in mesh.all.enumerated() where sender.address != receiver.address {
+                #expect(
+                    receiver.reliableReceived[sender.id]?.contains([0xB0, UInt8(index)]) == true,
+                    "\(replay): \(receiver.address) got nothing from \(sender.address)")
+            }
+        }
+    }
+
+    @Test(
+        "a member cut off for minutes, past the time the dead are forgotten, is back once its network is",
+        arguments: seeds)
+    func memberCutOffForMinutesComesBack(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed)
+        #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
+        let laptop = mesh.node(SimAddress(3))
+        Self.cut(mesh, into: [[laptop.address], [SimAddress(0), SimAddress(1), SimAddress(2)]], replay: replay)
+        #expect(laptop.core.membership.lost.entries.count == 3, "\(replay): the laptop holds no lost members")
+        Self.expectHealed(mesh, replay: replay)
+        #expect(mesh.all.allSatisfy { $0.core.membership.lost.isEmpty }, "\(replay): a member found is still lost")
+    }
+
+    @Test("two halves apart for minutes merge again once the partition heals", arguments: seeds)
+    func halvesApartForMinutesMerge(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed)
+        #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
+        Self.cut(mesh, into: [[SimAddress(0), SimAddress(1)], [SimAddress(2), SimAddress(3)]], replay: replay)
+        Self.expectHealed(mesh, replay: replay)
+    }
+
+    @Test("a node that lost every member and restarted finds them through where they were last", arguments: seeds)
+    func restartAfterLosingEveryMember(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed)
+        #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
+        let laptop = SimAddress(3)
+        Self.cut(mesh, into: [[laptop], [SimAddress(0), SimAddress(1), SimAddress(2)]], replay: replay)
+        let remembered = mesh.node(laptop).core.remembered
+        #expect(remembered.members.isEmpty, "\(replay): \(remembered.members.map(\.name)) still remembered as members")
+        #expect(
+            remembered.lostAddresses(removed: []).count == 3,
+            "\(replay): former members \(remembered.former.map(\.name)) without their addresses")
+        // No seeds: only what the data dir kept.
+        mesh.restart(laptop, at: mesh.simulator.now + .milliseconds(100), seeds: [])
+        mesh.simulator.run(for: .seconds(2))
+        Self.expectHealed(mesh, replay: replay)
+    }
+}
