@@ -351,7 +351,7 @@ extension MeshNode {
     /// start that met nobody (the data dir then knows no member, nor where one it lost was).
     var joinsThroughInvite: Bool {
         configuration.invite != nil
-            || (core.remembered.members.isEmpty && core.remembered.lostAddresses(removed: []).isEmpty)
+            || (core.remembered.members.isEmpty && core.remembered.lost(removed: core.epochs.removed).isEmpty)
     }
 
     func joiningInfo() -> StatusReport.JoiningInfo? {

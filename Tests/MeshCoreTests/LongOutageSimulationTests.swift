@@ -10,16 +10,17 @@ import Testing
 struct LongOutageSimulationTests {
     static let seeds = SimulationSeeds.from(defaultCount: 3)
 
-    /// Cuts the mesh into `groups` (every node in one) and runs until each node has forgotten
-    /// every node of the other groups, for at most four minutes.
+    /// Cuts the mesh into `groups` (every node in one) and runs until each running node has
+    /// forgotten every node of the other groups, for at most four minutes.
     static func cut(_ mesh: SimMesh, into groups: [[SimAddress]], replay: String) {
         mesh.simulator.partition(groups)
         let group = { (node: SimNode) in groups.firstIndex { $0.contains(node.address) } }
+        let running = { mesh.all.filter { $0.core.phase != .stopped } }
         let forgotten = { (node: SimNode) in
             mesh.all.allSatisfy { group($0) == group(node) || node.core.membership.member($0.id) == nil }
         }
-        mesh.simulator.run(for: .seconds(240), checkEvery: .milliseconds(500)) { _ in mesh.all.allSatisfy(forgotten) }
-        for node in mesh.all {
+        mesh.simulator.run(for: .seconds(240), checkEvery: .milliseconds(500)) { _ in running().allSatisfy(forgotten) }
+        for node in running() {
             #expect(forgotten(node), "\(replay): \(node.address) never forgot the other side")
         }
     }
@@ -82,6 +83,47 @@ struct LongOutageSimulationTests {
         Self.expectHealed(mesh, replay: replay)
     }
 
+    @Test(
+        "a member removed while another is cut off: the one cut off moves to the new epoch once back, whether the removal came before or after it was forgotten",
+        arguments: seeds)
+    func removalDuringALongOutage(seed: UInt64) {
+        for removeBeforeForgetting in [true, false] {
+            let replay =
+                SimulationSeeds.replay(seed) + (removeBeforeForgetting ? " (removal first)" : " (forgetting first)")
+            let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed)
+            #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
+            let (remover, removed, laptop) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), SimAddress(3))
+            func remove() {
+                remover.plan(at: mesh.simulator.now + .milliseconds(100)) { $0.removeMember(removed.id) }
+                mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
+                    mesh.node(SimAddress(2)).core.epochs.removed.contains(removed.id)
+                }
+            }
+            let groups = [[laptop], [SimAddress(0), SimAddress(1), SimAddress(2)]]
+            if removeBeforeForgetting {
+                mesh.simulator.partition(groups)
+                mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
+                    remover.core.membership.member(mesh.node(laptop).id)?.status == .dead
+                }
+                remove()
+            }
+            Self.cut(mesh, into: groups, replay: replay)
+            if !removeBeforeForgetting { remove() }
+            let staying = mesh.all.filter { $0.address != removed.address }
+            #expect(remover.core.epochs.removed == [removed.id], "\(replay): \(remover.core.epochs.removed)")
+            mesh.simulator.heal()
+            mesh.simulator.run(for: .seconds(120), checkEvery: .milliseconds(500)) { _ in
+                staying.allSatisfy { $0.sessionID == remover.sessionID && $0.activeMemberIDs.count == 2 }
+            }
+            for node in staying {
+                #expect(node.sessionID == remover.sessionID, "\(replay): \(node.address) is in another epoch")
+                #expect(
+                    node.activeMemberIDs.count == 2,
+                    "\(replay): \(node.address) sees \(node.activeMemberIDs.count) others alive")
+            }
+        }
+    }
+
     @Test("a node that lost every member and restarted finds them through where they were last", arguments: seeds)
     func restartAfterLosingEveryMember(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)
@@ -92,7 +134,7 @@ struct LongOutageSimulationTests {
         let remembered = mesh.node(laptop).core.remembered
         #expect(remembered.members.isEmpty, "\(replay): \(remembered.members.map(\.name)) still remembered as members")
         #expect(
-            remembered.lostAddresses(removed: []).count == 3,
+            remembered.lost(removed: []).count == 3,
             "\(replay): former members \(remembered.former.map(\.name)) without their addresses")
         // No seeds: only what the data dir kept.
         mesh.restart(laptop, at: mesh.simulator.now + .milliseconds(100), seeds: [])

@@ -5,7 +5,7 @@ import MeshCrypto
 /// halves) would otherwise leave each side without the other for good: nobody would know where
 /// to look. A lost member is asked as a joiner asks its seeds (our record and a request for its
 /// members), each at waits that double up to a maximum, until `retention` has passed since it
-/// was lost. One heard of again, left or removed is no longer lost.
+/// was lost. One heard of again or removed is no longer lost.
 ///
 /// Bounded: what a member invents and lets die (records naming any address) takes at most
 /// `capacity` places, the oldest lost going first, and the membership asks at most a few of

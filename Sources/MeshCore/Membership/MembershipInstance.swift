@@ -205,6 +205,14 @@ package struct MembershipInstance: Sendable {
         }
     }
 
+    /// Members lost before a restart (`RememberedMembers.lost`), asked again as if lost now.
+    package mutating func restoreLost(_ entries: [(id: NodeID, addresses: [PeerAddress])], now: MeshInstant) {
+        for entry in entries.reversed()
+        where entry.id != me.id && members[entry.id] == nil && !excluded.contains(entry.id) {
+            lost.add(entry.id, addresses: entry.addresses, now: now, firstWait: settings.reconnectInterval)
+        }
+    }
+
     /// Starts from a known view without a join exchange: for restarts and large simulations.
     package mutating func assume(_ records: [MemberRecord], now: MeshInstant) {
         assume(MemberTable(assuming: records, now: now))

@@ -209,18 +209,23 @@ extension NodeInstance {
         membership.view.dropFirst().filter { !$0.status.isGone }.map(\.id)
     }
 
-    /// Every member id this node knows of, in any state, remembered ones included.
+    /// Every member id this node knows of, in any state, remembered and lost ones included.
     var knownMemberIDs: Set<NodeID> {
         Set(membership.view.dropFirst().map(\.id)).union(directory.remembered.ids)
+            .union(membership.lost.entries.keys)
     }
 
     /// Who a rotation is owed to: every member neither dead nor left, then the others known
-    /// (the latest changed first, then those remembered from an earlier run), as many as fit.
+    /// (the latest changed first, then those remembered from an earlier run, then those lost:
+    /// a member cut off long enough to be forgotten is still one), as many as fit.
     var rosterCandidates: (live: Set<NodeID>, others: [NodeID]) {
         let others = membership.view.dropFirst()
         let live = Set(others.filter { !$0.status.isGone }.map(\.id))
         let gone = others.filter { $0.status.isGone }.sorted { $0.lastChange > $1.lastChange }.map(\.id)
-        return (live, gone + directory.remembered.ids.sorted().filter { !live.contains($0) })
+        let remembered = directory.remembered.ids.sorted().filter { !live.contains($0) }
+        let listed = Set(gone + remembered)
+        let lost = membership.lost.entries.keys.sorted().filter { !live.contains($0) && !listed.contains($0) }
+        return (live, gone + remembered + lost)
     }
 
     /// A member for people: its name and the start of its id (the name alone is the member's

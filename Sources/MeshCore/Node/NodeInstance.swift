@@ -260,11 +260,17 @@ package struct NodeInstance: Sendable {
         }
         let own = Set(membership.me.addresses + (localAddress.map { [$0] } ?? []))
         let seeds = rememberSeeds(given)
-        let remembered =
-            directory.remembered.addresses + directory.remembered.lostAddresses(removed: keying.epochs.removed)
-        let all = Set(seeds + remembered).subtracting(own).sorted()
         let excluded = membership.exclude(keying.epochs.removed, now: now)
         apply(excluded, now: now)
+        // Members lost before the restart are asked again; the join also goes to the latest
+        // lost (after the members remembered): a node that had lost every member still finds one.
+        let lost = directory.remembered.lost(removed: keying.epochs.removed)
+        membership.restoreLost(lost, now: now)
+        let first = Set(seeds + directory.remembered.addresses).subtracting(own)
+        var lostSeeds = Set<PeerAddress>()
+        let fromLost = lost.flatMap(\.addresses).filter { !first.contains($0) && !own.contains($0) }
+            .filter { lostSeeds.insert($0).inserted }.prefix(Self.lostSeedsAtStart)
+        let all = first.sorted() + fromLost
         let joining = membership.join(all, now: now)
         apply(joining, now: now)
         phase = all.isEmpty ? .running : .joining
@@ -281,6 +287,10 @@ package struct NodeInstance: Sendable {
         replicate(now: now)
         log(.info, "started", ["node": "\(localID)", "seeds": "\(all.count)"])
     }
+
+    /// The most addresses of lost members a start joins through (the latest lost first): what a
+    /// member invented and let die must not push the real members back in the join's turns.
+    static let lostSeedsAtStart = 16
 
     /// One received datagram.
     /// True when the datagram opened under a key of the current epoch: it is a member's, sent

@@ -75,12 +75,14 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
         members.flatMap { $0.addresses.compactMap { try? PeerAddress(parsing: $0) } }
     }
 
-    /// Where the former members that were lost (forgotten after they died) were last, but for
-    /// those `removed` since.
-    package func lostAddresses(removed: Set<NodeID>) -> [PeerAddress] {
-        let removedHex = Set(removed.map(\.hex))
-        return former.filter { !removedHex.contains($0.id) }
-            .flatMap { $0.addresses.compactMap { try? PeerAddress(parsing: $0) } }
+    /// The former members that were lost (forgotten after they died), the latest first, with
+    /// where they were last, but for those `removed` since.
+    package func lost(removed: Set<NodeID>) -> [(id: NodeID, addresses: [PeerAddress])] {
+        former.compactMap { entry in
+            guard let id = NodeID(hex: entry.id), !removed.contains(id) else { return nil }
+            let addresses = entry.addresses.compactMap { try? PeerAddress(parsing: $0) }
+            return addresses.isEmpty ? nil : (id, addresses)
+        }
     }
 
     /// The introductions kept; one that does not decode is passed over (its member asks, or
