@@ -12,14 +12,21 @@ struct EndedSessionNoticeTests {
     static let member = try! NodeIdentity(seed: [UInt8](repeating: 2, count: 32))  // safe: 32 bytes
     static let memberAddress = PeerAddress(host: .ipv4(0x0a00_0002), port: 7946)
     static let elsewhere = PeerAddress(host: .ipv4(0x0a00_0009), port: 4000)
+    static let lost = try! NodeIdentity(seed: [UInt8](repeating: 4, count: 32))  // safe: 32 bytes
+    static let lostAddress = PeerAddress(host: .ipv4(0x0a00_0004), port: 7946)
 
     static func notice(now: MeshInstant = .zero) -> EndedSessionNotice? {
         let statement = SessionEnd(signingKey: ender.publicKey, session: secret.sessionID)
             .signed(by: Ed25519Authority(identity: ender))
-        let remembered = RememberedMembers(members: [
-            .init(id: member.nodeID.hex, name: "m", addresses: [memberAddress.description]),
-            .init(id: ender.nodeID.hex, name: "me", addresses: ["10.0.0.1:7946"]),
-        ])
+        let remembered = RememberedMembers(
+            members: [
+                .init(id: member.nodeID.hex, name: "m", addresses: [memberAddress.description]),
+                .init(id: ender.nodeID.hex, name: "me", addresses: ["10.0.0.1:7946"]),
+            ],
+            former: [
+                .init(id: lost.nodeID.hex, name: "lost", addresses: [lostAddress.description]),
+                .init(id: NodeID(high: 7, low: 7).hex, name: "left", addresses: []),
+            ])
         return EndedSessionNotice(
             statement: statement, epochs: KeyEpochs(origin: secret), localID: ender.nodeID,
             bootID: 5, remembered: remembered, seed: 9, now: now)
@@ -37,7 +44,9 @@ struct EndedSessionNoticeTests {
         return buffer
     }
 
-    @Test("four rounds to every remembered address but our own, in two seconds; each opens to the signed end")
+    @Test(
+        "four rounds to every remembered address but our own, and to where lost members were, in two seconds; each opens to the signed end"
+    )
     func roundsToRememberedMembers() throws {
         var notice = try #require(Self.notice())
         var receiver = DatagramCodec(session: Self.secret, localID: Self.member.nodeID, localBootID: 1)
@@ -51,7 +60,8 @@ struct EndedSessionNoticeTests {
             }
             now = now + .milliseconds(100)
         }
-        #expect(sent == Array(repeating: Self.memberAddress, count: EndedSessionNotice.rounds))
+        #expect(sent.count == 2 * EndedSessionNotice.rounds)
+        #expect(Set(sent) == [Self.memberAddress, Self.lostAddress], "not to a member that left, nor to our own")
         #expect(now <= .zero + EndedSessionNotice.duration + .milliseconds(100))
         #expect(notice.tick(now: now).isEmpty)
     }

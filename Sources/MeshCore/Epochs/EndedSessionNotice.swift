@@ -2,7 +2,7 @@ import MeshCrypto
 import NIOCore
 
 /// A data dir whose session ended, started again (`groupmesh run` refuses it): before the process
-/// exits it tells the members it remembers that the session ended, a few times over about two
+/// exits it tells the members it remembers (and those it lost) that the session ended, a few times over about two
 /// seconds, and answers any datagram of the ended epoch from a remembered member with the signed
 /// end. So a member that was offline during the end learns it as soon as anyone who knows
 /// starts again (PROTOCOL.md §4, ending a session). Pure: the shell sends what it returns and
@@ -22,7 +22,7 @@ package struct EndedSessionNotice: Sendable {
 
     package let statement: SessionEnd
     private var codec: DatagramCodec
-    /// Remembered members and the addresses `members.json` gives for each.
+    /// Remembered and lost members, and the addresses `members.json` gives for each.
     private let members: [NodeID: [PeerAddress]]
     private var random: SplitMix64
     private let until: MeshInstant
@@ -45,6 +45,10 @@ package struct EndedSessionNotice: Sendable {
         for entry in remembered.members {
             guard let id = NodeID(hex: entry.id), id != localID else { continue }
             members[id] = entry.addresses.compactMap { try? PeerAddress(parsing: $0) }.filter { !$0.isUnspecified }
+        }
+        // Members lost before the end (forgotten after they died) were told nothing then.
+        for lost in remembered.lost(removed: epochs.removed) where lost.id != localID && members[lost.id] == nil {
+            members[lost.id] = lost.addresses.filter { !$0.isUnspecified }
         }
         self.members = members
         random = SplitMix64(seed: seed)
