@@ -67,7 +67,8 @@ struct EndedSessionNoticeTests {
     }
 
     @Test(
-        "answers: a remembered member of the ended epoch, once a second, within 3× unless from its remembered address")
+        "answers: a remembered or lost member of the ended epoch, once a second, within 3× unless from its remembered address"
+    )
     func answersAreBounded() throws {
         var notice = try #require(Self.notice())
         let now = MeshInstant.zero + .milliseconds(10)
@@ -92,6 +93,12 @@ struct EndedSessionNoticeTests {
         let later = try #require(second)
         #expect(later.readableBytes <= 3 * 100)
         #expect(notice.answers == 2)
+        // A lost member, from where it was: answered too (a member that left, not).
+        #expect(
+            notice.answer(Self.datagram(sender: Self.lost.nodeID, size: 40), from: Self.lostAddress, now: now) != nil)
+        #expect(
+            notice.answer(Self.datagram(sender: NodeID(high: 7, low: 7), size: 400), from: Self.elsewhere, now: now)
+                == nil)
         // Nothing once its two seconds are over.
         #expect(notice.answer(Self.datagram(size: 400), from: Self.memberAddress, now: .zero + .seconds(3)) == nil)
     }

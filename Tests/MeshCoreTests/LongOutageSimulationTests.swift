@@ -105,6 +105,9 @@ struct LongOutageSimulationTests {
                 mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
                     remover.core.membership.member(mesh.node(laptop).id)?.status == .dead
                 }
+                #expect(
+                    remover.core.membership.member(mesh.node(laptop).id)?.status == .dead,
+                    "\(replay): the laptop was never dead to the remover")
                 remove()
             }
             Self.cut(mesh, into: groups, replay: replay)

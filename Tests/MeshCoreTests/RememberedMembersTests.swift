@@ -63,4 +63,29 @@ struct RememberedMembersTests {
         #expect(remembered.former.count == RememberedMembers.maxFormer)
         #expect(remembered.former.first?.id == many.last?.id.hex)
     }
+    @Test(
+        "a member forgotten after it died keeps where it was, and a restart finds it lost; back, it is a member; gone for good, it is not looked for"
+    )
+    func lostMembersKeepTheirAddresses() throws {
+        var remembered = RememberedMembers()
+        let laptop = try Self.member(1, status: .alive)
+        remembered.merge([laptop])
+        remembered.forget(laptop.id, lostAt: laptop.record.addresses)
+        #expect(remembered.members.isEmpty)
+        #expect(remembered.lost(removed: []).map(\.id) == [laptop.id])
+        #expect(remembered.lost(removed: []).first?.addresses == laptop.record.addresses)
+        #expect(remembered.lost(removed: [laptop.id]).isEmpty, "a removed member is not looked for")
+        // Back, then gone with a departure: remembered as former, without where it was.
+        remembered.merge([laptop])
+        #expect(remembered.contains(laptop.id) && remembered.lost(removed: []).isEmpty)
+        remembered.forget(laptop.id, lostAt: laptop.record.addresses)
+        remembered.merge([try Self.member(1, status: .left)])
+        #expect(remembered.lost(removed: []).isEmpty, "a member that left is still looked for")
+        #expect(remembered.former.map(\.id) == [laptop.id.hex])
+        // One that left outright is former without addresses too.
+        let other = try Self.member(2, status: .alive)
+        remembered.merge([other])
+        remembered.forget(other.id)
+        #expect(remembered.lost(removed: []).isEmpty)
+    }
 }

@@ -133,6 +133,8 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
             if member.status == .left {
                 let newlyLeft = entries.removeValue(forKey: entry.id) != nil || !former.contains { $0.id == entry.id }
                 if newlyLeft, !removed.contains(member.id) { departed.append(entry) }
+                // Lost once, back, and now gone for good: nobody looks for it any more.
+                if let index = former.firstIndex(where: { $0.id == entry.id }) { former[index].addresses = [] }
             } else {
                 former.removeAll { $0.id == entry.id }
                 entries[entry.id] = entry
