@@ -571,7 +571,9 @@ package actor MeshNode {
                 case let .event(.waitingForFirstMember(progress)):
                     configuration.announce?(JoinNotice.waiting(progress, invited: joinsThroughInvite))
                 case .event(.inviteOutOfDate):
-                    configuration.announce?(JoinNotice.outOfDate(invited: joinsThroughInvite))
+                    // A member that took part was left out while away, whatever it joined with.
+                    configuration.announce?(
+                        JoinNotice.outOfDate(invited: core.joinProgress != nil && joinsThroughInvite))
                 case let .event(.joinedAfterWaiting(member, name, address, waited)):
                     viewChanged = true
                     configuration.announce?(

@@ -127,6 +127,51 @@ struct LongOutageSimulationTests {
         }
     }
 
+    @Test(
+        "a member let in at the instant of a removal, by a member the remover had not heard from, is left off its roster: once it has lost the others, it is told",
+        arguments: seeds)
+    func memberLeftOffARosterIsTold(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed)
+        #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
+        let (remover, removed) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)))
+        // The newcomer joins through n2 just before n0 removes n1; n0 never hears it directly,
+        // and what the others say to n0 comes 0.8 s late until after the removal.
+        let start = mesh.simulator.now
+        let at = start + .seconds(1)
+        let slow = LinkConditions(delay: .milliseconds(800))
+        let usual = mesh.simulator.link(from: SimAddress(2), to: remover.address)
+        mesh.simulator.at(start + .milliseconds(450), "slow to n0") { simulator in
+            for other in [SimAddress(1), SimAddress(2), SimAddress(3)] {
+                simulator.setLink(from: other, to: remover.address, slow)
+            }
+        }
+        let newcomer = mesh.addNode(joiningThrough: [SimAddress(2)], at: start + .milliseconds(500))
+        mesh.simulator.setLink(between: remover.address, and: newcomer.address, LinkConditions(lossProbability: 1))
+        // Its join goes through at once, whatever the seed's loss: the case is a member that took part.
+        for other in [SimAddress(2), SimAddress(3)] {
+            mesh.simulator.setLink(between: other, and: newcomer.address, LinkConditions(delay: .milliseconds(4)))
+        }
+        remover.plan(at: at) { $0.removeMember(removed.id) }
+        mesh.simulator.at(at + .milliseconds(200), "usual to n0") { simulator in
+            for other in [SimAddress(1), SimAddress(2), SimAddress(3)] {
+                simulator.setLink(from: other, to: remover.address, usual)
+            }
+        }
+        mesh.simulator.run(for: .seconds(180), checkEvery: .milliseconds(500)) { _ in
+            !newcomer.outOfDateNotices.isEmpty
+        }
+        let rotation = remover.core.epochs.transitions.last?.rotation
+        #expect(rotation?.owes(newcomer.id) == false, "\(replay): the remover knew the newcomer")
+        #expect(newcomer.core.joinProgress == nil, "\(replay): the newcomer never joined")
+        #expect(newcomer.sessionID != remover.sessionID, "\(replay): the newcomer was let in after all")
+        #expect(
+            newcomer.outOfDateNotices.map(\.by) == [remover.id],
+            "\(replay): told \(newcomer.outOfDateNotices.map(\.by)), the remover \(remover.id), at \(newcomer.outOfDateNotices.map(\.time))"
+        )
+        #expect(newcomer.core.phase != .stopped, "\(replay): it keeps trying")
+    }
+
     @Test("a node that lost every member and restarted finds them through where they were last", arguments: seeds)
     func restartAfterLosingEveryMember(seed: UInt64) {
         let replay = SimulationSeeds.replay(seed)

@@ -422,9 +422,10 @@ extension NodeInstance {
         _ rotation: KeyRotation, from sender: NodeID, address: PeerAddress,
         leftEpoch: (session: SessionID, pairwise: Bool)? = nil, now: MeshInstant
     ) {
-        // A rotation that leaves our epoch without us, in answer to our join: not a removal.
-        if leftEpoch == nil, !rotation.removed.contains(localID), directory.joinWait != nil {
-            return noteOutOfDateInvite(rotation)
+        // A rotation that leaves our epoch without us, in answer to our join (or to our asks of
+        // members we lost): not a removal.
+        if leftEpoch == nil, !rotation.removed.contains(localID) {
+            return noteOutOfDateInvite(rotation, from: sender)
         }
         // One more rotation out of the epoch ours left, which removes us: it joins the field
         // whether or not it stands, and another of ours may stand now (three or more at once).

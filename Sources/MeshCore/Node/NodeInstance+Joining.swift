@@ -43,15 +43,18 @@ extension NodeInstance {
 
     /// A member answered our join with the rotation that left the epoch we speak, and it does
     /// not owe us the next (PROTOCOL.md §7, "An out-of-date invite"): said once; we keep trying,
-    /// since anyone who held the old key could have signed such a rotation.
-    mutating func noteOutOfDateInvite(_ rotation: KeyRotation) {
+    /// since anyone who held the old key could have signed such a rotation. A node that took
+    /// part (its asks of the members it lost are joins too) is told the same, once, when a
+    /// member it knows sent it: it was left off the roster while it was away.
+    mutating func noteOutOfDateInvite(_ rotation: KeyRotation, from sender: NodeID) {
         // Told already: the members keep answering each try, which is no refused handover.
-        if directory.joinWait?.outOfDateBy != nil { return }
-        guard directory.joinWait != nil, membership.isJoining,
+        if directory.joinWait?.outOfDateBy != nil || directory.leftOutBy != nil { return }
+        let joining = directory.joinWait != nil && membership.isJoining
+        guard joining || knownMemberIDs.contains(sender),
             rotation.previousSession == keying.epochs.current.sessionID, !rotation.owes(localID),
             rotation.hasValidSignature(authority)
         else { return counters.handoversRefused += 1 }
-        directory.joinWait?.outOfDateBy = rotation.author
+        if joining { directory.joinWait?.outOfDateBy = rotation.author } else { directory.leftOutBy = rotation.author }
         log(.notice, "the session moved to a key this node is not owed", ["by": "\(rotation.author)"])
         emit(.inviteOutOfDate(by: rotation.author))
     }
