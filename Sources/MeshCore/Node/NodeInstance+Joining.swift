@@ -45,12 +45,13 @@ extension NodeInstance {
     /// not owe us the next (PROTOCOL.md §7, "An out-of-date invite"): said once; we keep trying,
     /// since anyone who held the old key could have signed such a rotation. A node that took
     /// part (its asks of the members it lost are joins too) is told the same, once, when a
-    /// member it knows sent it: it was left off the roster while it was away.
+    /// member it knows sent it and none is alive to it: it was left off the roster while it was
+    /// away. (While members are alive to it, such a notice is one member's word against theirs.)
     mutating func noteOutOfDateInvite(_ rotation: KeyRotation, from sender: NodeID) {
         // Told already: the members keep answering each try, which is no refused handover.
         if directory.joinWait?.outOfDateBy != nil || directory.leftOutBy != nil { return }
         let joining = directory.joinWait != nil && membership.isJoining
-        guard joining || knownMemberIDs.contains(sender),
+        guard joining || (activeMemberIDs.isEmpty && knownMemberIDs.contains(sender)),
             rotation.previousSession == keying.epochs.current.sessionID, !rotation.owes(localID),
             rotation.hasValidSignature(authority)
         else { return counters.handoversRefused += 1 }
