@@ -33,7 +33,8 @@ package enum JoinNotice {
         let why =
             invited
             ? "this invite is out of date: a member was removed since it was made"
-            : "this node was left out of the session's new key: a member was removed while this node was away"
+            : "this node was left out of the session's new key: a member was removed while this node was away "
+                + "or not yet known to the remover"
         return "\(why), and the session moved to a new key that this node is not given. Ask a member for a new "
             + "invite (groupmesh invite) and join with it in a fresh --data-dir; still trying meanwhile"
     }

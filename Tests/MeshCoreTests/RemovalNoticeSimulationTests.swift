@@ -66,6 +66,7 @@ struct RemovalNoticeSimulationTests {
         mesh.simulator.run(until: .zero + .seconds(5))
         #expect(!c.removedFromSession)
         #expect(c.core.counters.handoversRefused == refusedBefore + 3)
+        #expect(c.outOfDateNotices.isEmpty, "one member's word against the members alive to c")
     }
 
     @Test(
