@@ -10,6 +10,14 @@ import Testing
 struct LongOutageSimulationTests {
     static let seeds = SimulationSeeds.from(defaultCount: 3)
 
+    /// Four members that all see each other, and the seed's replay line.
+    static func formedMesh(seed: UInt64) -> (SimMesh, String) {
+        let replay = SimulationSeeds.replay(seed)
+        let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed)
+        #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
+        return (mesh, replay)
+    }
+
     /// Cuts the mesh into `groups` (every node in one) and runs until each running node has
     /// forgotten every node of the other groups, for at most four minutes.
     static func cut(_ mesh: SimMesh, into groups: [[SimAddress]], replay: String) {
@@ -64,9 +72,7 @@ struct LongOutageSimulationTests {
         "a member cut off for minutes, past the time the dead are forgotten, is back once its network is",
         arguments: seeds)
     func memberCutOffForMinutesComesBack(seed: UInt64) {
-        let replay = SimulationSeeds.replay(seed)
-        let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed)
-        #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
+        let (mesh, replay) = Self.formedMesh(seed: seed)
         let laptop = mesh.node(SimAddress(3))
         Self.cut(mesh, into: [[laptop.address], [SimAddress(0), SimAddress(1), SimAddress(2)]], replay: replay)
         #expect(laptop.core.membership.lost.entries.count == 3, "\(replay): the laptop holds no lost members")
@@ -76,9 +82,7 @@ struct LongOutageSimulationTests {
 
     @Test("two halves apart for minutes merge again once the partition heals", arguments: seeds)
     func halvesApartForMinutesMerge(seed: UInt64) {
-        let replay = SimulationSeeds.replay(seed)
-        let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed)
-        #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
+        let (mesh, replay) = Self.formedMesh(seed: seed)
         Self.cut(mesh, into: [[SimAddress(0), SimAddress(1)], [SimAddress(2), SimAddress(3)]], replay: replay)
         Self.expectHealed(mesh, replay: replay)
     }
@@ -88,10 +92,8 @@ struct LongOutageSimulationTests {
         arguments: seeds)
     func removalDuringALongOutage(seed: UInt64) {
         for removeBeforeForgetting in [true, false] {
-            let replay =
-                SimulationSeeds.replay(seed) + (removeBeforeForgetting ? " (removal first)" : " (forgetting first)")
-            let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed)
-            #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
+            let (mesh, seedReplay) = Self.formedMesh(seed: seed)
+            let replay = seedReplay + (removeBeforeForgetting ? " (removal first)" : " (forgetting first)")
             let (remover, removed, laptop) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), SimAddress(3))
             func remove() {
                 remover.plan(at: mesh.simulator.now + .milliseconds(100)) { $0.removeMember(removed.id) }
@@ -131,9 +133,7 @@ struct LongOutageSimulationTests {
         "a member let in at the instant of a removal, by a member the remover had not heard from, is left off its roster: once it has lost the others, it is told",
         arguments: seeds)
     func memberLeftOffARosterIsTold(seed: UInt64) {
-        let replay = SimulationSeeds.replay(seed)
-        let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed)
-        #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
+        let (mesh, replay) = Self.formedMesh(seed: seed)
         let (remover, removed) = (mesh.node(SimAddress(0)), mesh.node(SimAddress(1)))
         // The newcomer joins through n2 just before n0 removes n1; n0 never hears it directly,
         // and what the others say to n0 comes 0.8 s late until after the removal.
@@ -174,9 +174,7 @@ struct LongOutageSimulationTests {
 
     @Test("a node that lost every member and restarted finds them through where they were last", arguments: seeds)
     func restartAfterLosingEveryMember(seed: UInt64) {
-        let replay = SimulationSeeds.replay(seed)
-        let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed)
-        #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }, "\(replay): the mesh never formed")
+        let (mesh, replay) = Self.formedMesh(seed: seed)
         let laptop = SimAddress(3)
         Self.cut(mesh, into: [[laptop], [SimAddress(0), SimAddress(1), SimAddress(2)]], replay: replay)
         let remembered = mesh.node(laptop).core.remembered
