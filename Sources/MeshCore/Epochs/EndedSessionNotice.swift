@@ -5,8 +5,8 @@ import NIOCore
 /// exits it tells the members it remembers (and those it lost) that the session ended, a few
 /// times over about two seconds, and answers any datagram of the ended epoch from a remembered or
 /// lost member with the signed end. So a member that was offline during the end learns it as
-/// soon as anyone who knows starts again (PROTOCOL.md §4, ending a session). Pure: the shell sends what it returns and
-/// stops once `isDone`.
+/// soon as anyone who knows starts again (PROTOCOL.md §4, ending a session). Pure: the shell
+/// sends what it returns and stops once `isDone`.
 package struct EndedSessionNotice: Sendable {
     /// Notices to every remembered address, `interval` apart, starting at once.
     package static let rounds = 4

@@ -207,7 +207,7 @@ package struct MembershipInstance: Sendable {
 
     /// Members lost before a restart (`RememberedMembers.lost`), asked again as if lost now.
     package mutating func restoreLost(_ entries: [(id: NodeID, addresses: [PeerAddress])], now: MeshInstant) {
-        for entry in entries.reversed()
+        for entry in entries
         where entry.id != me.id && members[entry.id] == nil && !excluded.contains(entry.id) {
             lost.add(entry.id, addresses: entry.addresses, now: now, firstWait: settings.reconnectInterval)
         }
