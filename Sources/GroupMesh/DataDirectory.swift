@@ -31,6 +31,8 @@ public struct DataDirectory: Sendable {
     public var damagedMembersPath: String { path + "/members.json.damaged" }
     /// The key epochs after the first (secrets inside, 0600).
     public var epochsPath: String { path + "/epochs.key" }
+    /// Epochs that lost to a competing rotation, with their secrets (0600); absent when none.
+    public var rivalsPath: String { path + "/rivals.key" }
     public var journalPath: String { path + "/journal.log" }
     /// Present once the session was ended: who ended it (`SessionEnd`, hex, then the name).
     public var endedPath: String { path + "/ended" }
@@ -67,7 +69,7 @@ public struct DataDirectory: Sendable {
         [
             sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
             membersPath, epochsPath, journalPath, endedPath, leftPath, configurationPath, damagedManifestsPath,
-            foundedPath, damagedMembersPath, removedPath, namePath,
+            foundedPath, damagedMembersPath, removedPath, namePath, rivalsPath,
         ]
     }
 
@@ -199,7 +201,15 @@ public struct DataDirectory: Sendable {
         guard access(epochsPath, F_OK) == 0 else { return KeyEpochs(origin: origin) }
         do {
             let bytes = try SecretFile.load(epochsPath, limit: KeyEpochs.maxFileBytes, what: "key epochs")
-            return try KeyEpochs.decode(bytes, origin: origin)
+            var epochs = try KeyEpochs.decode(bytes, origin: origin)
+            // The epochs that lost are what members hold too: a rivals file that does not load is
+            // left out (the members hand them again), never a reason not to start.
+            if access(rivalsPath, F_OK) == 0,
+                let rivals = try? SecretFile.load(rivalsPath, limit: KeyEpochs.maxFileBytes, what: "rival epochs")
+            {
+                try? epochs.restoreRivals(rivals)
+            }
+            return epochs
         } catch let error as MeshCryptoError {
             throw .keyFile(error.description)
         } catch {
@@ -359,6 +369,24 @@ public struct DataDirectory: Sendable {
         }
         return "\(membersPath) cannot be read; kept as \(damagedMembersPath). This node remembers no members: "
             + "it rejoins through the invite or --join given"
+    }
+
+    /// The chain first: it is what a start needs; the rivals file is dropped when there are none.
+    package func saveEpochs(_ files: KeyEpochs.Files) throws(GroupMeshError) {
+        do {
+            try SecretFile.store(files.chain, to: epochsPath)
+            if files.rivals.isEmpty {
+                guard unlink(rivalsPath) == 0 || errno == ENOENT else {
+                    throw GroupMeshError.store("cannot remove \(rivalsPath): \(Self.errnoText())")
+                }
+            } else {
+                try SecretFile.store(files.rivals, to: rivalsPath)
+            }
+        } catch let error as GroupMeshError {
+            throw error
+        } catch {
+            throw .store("\(error)")
+        }
     }
 
     func saveRememberedMembers(_ members: RememberedMembers) throws(GroupMeshError) {

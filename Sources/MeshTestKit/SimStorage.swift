@@ -31,7 +31,7 @@ package struct SimStorage {
     package var conditions: Conditions
     package internal(set) var chunks = SimChunkStore()
     package internal(set) var log: [JournalOperation] = []
-    package internal(set) var epochs: [UInt8]?
+    package internal(set) var epochs: KeyEpochs.Files?
     package internal(set) var remembered = RememberedMembers()
     /// The disk made the session's secret (the data dir's `founded` mark): its node founded it.
     package internal(set) var founded = false
@@ -52,7 +52,10 @@ package struct SimStorage {
 
     /// What a node booting on this disk restores (`identity` checks the log's signatures).
     func restored(origin: SessionSecret, identity: NodeIdentity) -> NodeInstance.Restored {
-        let epochs = self.epochs.flatMap { try? KeyEpochs.decode($0, origin: origin) } ?? KeyEpochs(origin: origin)
+        var epochs =
+            self.epochs.flatMap { try? KeyEpochs.decode($0.chain, origin: origin) } ?? KeyEpochs(origin: origin)
+        // As the data dir does: a rivals file that does not load is left out, not fatal.
+        try? epochs.restoreRivals(self.epochs?.rivals ?? [])
         var state = JournalState()
         for operation in log { _ = state.apply(operation, authority: Ed25519Authority(identity: identity)) }
         let manifests = state.presentContents.compactMap { chunks.manifest($0) }
@@ -134,8 +137,8 @@ package struct SimStorage {
         case let .collectUnreferenced(kept):
             let (count, bytes) = chunks.collectUnreferenced(keeping: kept)
             return .success(.collected(chunks: count, bytes: bytes))
-        case let .saveEpochs(bytes):
-            epochs = bytes
+        case let .saveEpochs(files):
+            epochs = files
             return .success(.done)
         case let .saveMembers(members):
             remembered = members

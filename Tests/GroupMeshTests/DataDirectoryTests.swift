@@ -1,5 +1,7 @@
 import Foundation
 import GroupMesh
+import MeshCore
+import MeshCrypto
 import Testing
 
 @Suite struct DataDirectoryTests {
@@ -68,6 +70,48 @@ import Testing
         #expect(try founder.loadOrCreateSession(invited: nil).current == epochs.current)
         #expect(try joiner.loadOrCreateSession(invited: epochs.current).current == epochs.current)
         #expect(founder.founded && !joiner.founded)
+    }
+
+    @Test(
+        "the epochs that lost a race are kept beside the chain (0600) and loaded back; none: no file; a damaged one is left out"
+    )
+    func rivalEpochsAreKept() throws {
+        let root = NSTemporaryDirectory() + "groupmesh-dd-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let directory = DataDirectory(path: root + "/node")
+        try directory.prepare()
+        var epochs = try directory.loadOrCreateSession(invited: nil)
+        let origin = epochs.current
+        // Two members remove a third at once, each in its own rotation; this node hears both.
+        let (first, second, gone, local) = try (
+            NodeIdentity(seed: [UInt8](repeating: 1, count: 32)), NodeIdentity(seed: [UInt8](repeating: 2, count: 32)),
+            NodeIdentity(seed: [UInt8](repeating: 3, count: 32)), NodeIdentity(seed: [UInt8](repeating: 4, count: 32))
+        )
+        let members: Set<NodeID> = [first.nodeID, second.nodeID, gone.nodeID, local.nodeID]
+        for author in [first, second] {
+            let authority = Ed25519Authority(identity: author)
+            let transition = try KeyEpochs(origin: origin).rotation(
+                removing: [gone.nodeID], to: SessionSecret.generate(), live: members, authority: authority)
+            _ = epochs.accept(
+                transition.rotation, secret: transition.secret, from: author.nodeID, localID: local.nodeID,
+                members: members, authority: authority)
+        }
+        #expect(epochs.earlierSecrets.count == 2, "one rotation did not lose")
+        try directory.saveEpochs(epochs.files)
+        var info = stat()
+        #expect(stat(directory.rivalsPath, &info) == 0 && info.st_mode & 0o777 == 0o600)
+        let loaded = try directory.loadOrCreateSession(invited: nil)
+        #expect(loaded.current == epochs.current)
+        #expect(loaded.encodedRivals() == epochs.encodedRivals())
+        #expect(directory.ownsFile(directory.rivalsPath))
+        // Damaged: the chain still loads, without what lost.
+        #expect(FileManager.default.createFile(atPath: directory.rivalsPath, contents: Data("GMRV".utf8)))
+        let damaged = try directory.loadOrCreateSession(invited: nil)
+        #expect(damaged.current == epochs.current && damaged.encodedRivals().isEmpty)
+        // Nothing lost any more (a chain without rivals): the file goes.
+        try directory.saveEpochs(KeyEpochs(origin: origin).files)
+        #expect(!FileManager.default.fileExists(atPath: directory.rivalsPath))
     }
 
     @Test("a data dir that belongs to another user is refused, and left as it was")

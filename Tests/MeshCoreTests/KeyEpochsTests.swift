@@ -199,6 +199,66 @@ import Testing
         }
     }
 
+    @Test("the rotations that lost survive a restart: the cycle still ends on the same one, and they stay open")
+    func rivalsSurviveARestart() throws {
+        let c = Party(9)
+        let members: Set<NodeID> = [a.id, b.id, m.id, c.id]
+        var fresh = [KeyEpochs(origin: origin), KeyEpochs(origin: origin), KeyEpochs(origin: origin)]
+        let rotations = [
+            fresh[0].rotate(removing: [b.id], to: SessionSecret.generate(), members: members, authority: a.authority),
+            fresh[1].rotate(removing: [m.id], to: SessionSecret.generate(), members: members, authority: b.authority),
+            fresh[2].rotate(removing: [a.id], to: SessionSecret.generate(), members: members, authority: m.authority),
+        ]
+        let standing = KeyEpochs.winner(of: rotations[0].rotation, rotations.dropFirst().map(\.rotation))
+        let hear = { (epochs: inout KeyEpochs, transition: KeyEpochs.Transition) in
+            _ = epochs.accept(
+                transition.rotation, secret: transition.secret, from: transition.rotation.author,
+                localID: c.id, members: members, authority: a.authority)
+        }
+        for order in [[0, 1, 2], [0, 2, 1], [1, 0, 2], [1, 2, 0], [2, 0, 1], [2, 1, 0]] {
+            // Two heard, a restart, then the third: the field is chosen from all three.
+            var before = KeyEpochs(origin: origin)
+            for index in order.prefix(2) { hear(&before, rotations[index]) }
+            let files = before.files
+            #expect(!files.rivals.isEmpty, "order \(order)")
+            var after = try KeyEpochs.decode(files.chain, origin: origin)
+            try after.restoreRivals(files.rivals)
+            #expect(after.encodedRivals() == files.rivals, "order \(order)")
+            #expect(after.earlierSecrets.map(\.sessionID) == before.earlierSecrets.map(\.sessionID), "order \(order)")
+            hear(&after, rotations[order[2]])
+            #expect(after.current.sessionID == standing.nextSession, "order \(order)")
+            for lost in rotations where lost.rotation != standing {
+                #expect(after.secret(of: lost.secret.sessionID) == lost.secret, "order \(order)")
+                #expect(after.transition(after: lost.secret.sessionID)?.rotation == standing, "order \(order)")
+            }
+        }
+        // Rivals of an epoch the chain has left (a crash between the two writes): dropped, while
+        // the secrets of the epochs that lost stay open.
+        var moved = KeyEpochs(origin: origin)
+        for transition in rotations.prefix(2) { hear(&moved, transition) }
+        let stale = moved.encodedRivals()
+        _ = moved.rotate(removing: [m.id], to: SessionSecret.generate(), members: members, authority: c.authority)
+        var restored = try KeyEpochs.decode(moved.encoded(), origin: origin)
+        try restored.restoreRivals(stale)
+        #expect(restored.lostTransitions(outOf: moved.current.sessionID).isEmpty)
+        #expect(restored.earlierSecrets.count == moved.earlierSecrets.count)
+        // A damaged file: every truncation refused, no change ever trapped on.
+        #expect(KeyEpochs(origin: origin).encodedRivals().isEmpty)
+        for length in 1..<stale.count {
+            var epochs = KeyEpochs(origin: origin)
+            #expect(throws: WireError.self) { try epochs.restoreRivals(Array(stale.prefix(length))) }
+        }
+        var rng = SplitMix64(seed: testSeed(0xe90c_0002))
+        for _ in 0..<testIterations(2_000) {
+            var mutated = stale
+            let index = Int(rng.next() % UInt64(mutated.count))
+            mutated[index] ^= UInt8(truncatingIfNeeded: rng.next() | 1)
+            var epochs = KeyEpochs(origin: origin)
+            try? epochs.restoreRivals(mutated)
+            #expect(epochs.transitions.isEmpty)
+        }
+    }
+
     @Test func theRosterDecidesWhoIsOwedTheEpochAndCapsItsSize() throws {
         var rotator = KeyEpochs(origin: origin)
         let next = SessionSecret.generate()

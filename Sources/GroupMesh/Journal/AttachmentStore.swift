@@ -104,8 +104,8 @@ actor AttachmentStore {
             case let .collectUnreferenced(kept):
                 let (count, bytes) = collectUnreferenced(keeping: kept)
                 return .success(.collected(chunks: count, bytes: bytes))
-            case let .saveEpochs(bytes):
-                do { try SecretFile.store(bytes, to: directory.epochsPath) } catch { throw .store("\(error)") }
+            case let .saveEpochs(files):
+                try directory.saveEpochs(files)
             case let .saveMembers(members):
                 try directory.saveRememberedMembers(members)
             case let .saveEnded(statement):

@@ -50,7 +50,7 @@ package struct KeyEpochs: Sendable {
     package private(set) var removed: Set<NodeID>
     /// Epochs that lost to a competing rotation out of the same epoch (`previous`), ours or
     /// handed to us: their members are handed whichever rotation out of `previous` stands now.
-    /// Not persisted (a restart forgets them).
+    /// Kept with the rivals in the data dir's `rivals.key` (`encodedRivals()`).
     private var superseded: [SessionID: (secret: SessionSecret, previous: SessionID)] = [:]
     /// The rotations out of the epoch our current one left that lost to it, with their secrets:
     /// the one that stands is chosen from all of them (`winner(of:)`), whatever order they came
@@ -136,7 +136,7 @@ package struct KeyEpochs: Sendable {
     /// The epochs with `transition` taken: what to store before switching.
     package func committing(_ transition: Transition) -> KeyEpochs {
         var copy = self
-        copy.append(transition)
+        copy.commit(transition)
         return copy
     }
 
@@ -340,10 +340,29 @@ package struct KeyEpochs: Sendable {
 
     // MARK: persistence
 
+    /// What the data dir keeps: the chain of transitions (`epochs.key`) and the rotations that
+    /// lost to it (`rivals.key`, empty when there are none). Two files, so that a release that
+    /// knows only the chain still reads it.
+    package struct Files: Sendable, Equatable {
+        package var chain: [UInt8]
+        package var rivals: [UInt8]
+
+        package init(chain: [UInt8], rivals: [UInt8]) {
+            self.chain = chain
+            self.rivals = rivals
+        }
+    }
+
+    package var files: Files { Files(chain: encoded(), rivals: encodedRivals()) }
+
     static let fileMagic = Array("GMEP".utf8)
     static let fileVersion: UInt8 = 2
+    static let rivalsMagic = Array("GMRV".utf8)
+    static let rivalsVersion: UInt8 = 1
     /// Far above any real history; bounds what a damaged file can make us allocate.
     package static let maxFileBytes = 4 << 20
+    /// Lost epochs a rivals file holds, at most: bounds what a damaged file can make us allocate.
+    static let maxSupersededStored = 4_096
 
     /// The transitions as bytes for the data dir's `epochs.key` (secrets inside: store it 0600).
     package func encoded() -> [UInt8] {
@@ -382,5 +401,76 @@ package struct KeyEpochs: Sendable {
         }
         guard buffer.readableBytes == 0 else { throw .trailingBytes(buffer.readableBytes) }
         return KeyEpochs(origin: origin, transitions: transitions)
+    }
+
+    /// The rotations that lost, as bytes for the data dir's `rivals.key` (secrets inside: store
+    /// it 0600); empty when there are none. Without them a restart forgets the epochs that lost:
+    /// a member still in one could no longer be handed the winner by us, and the winner among
+    /// three or more would be chosen again from fewer.
+    package func encodedRivals() -> [UInt8] {
+        guard !superseded.isEmpty || !removingRivals.isEmpty else { return [] }
+        var buffer = ByteBuffer()
+        buffer.writeBytes(Self.rivalsMagic)
+        buffer.writeInteger(Self.rivalsVersion)
+        let lost = superseded.sorted { $0.key.value < $1.key.value }.prefix(Self.maxSupersededStored)
+        buffer.writeInteger(UInt32(lost.count))
+        for (_, entry) in lost {
+            buffer.writeInteger(entry.previous.value)
+            buffer.writeBytes(entry.secret.bytes)
+        }
+        for field in [rivals.map(\.rotation), removingRivals] {
+            buffer.writeInteger(UInt32(field.count))
+            for rotation in field { rotation.encode(into: &buffer) }
+        }
+        return Array(buffer.readableBytesView)
+    }
+
+    /// Takes back what `encodedRivals()` kept, after the chain was loaded. What no longer fits
+    /// the chain (a crash between the two files' writes) is dropped: the members hand it again.
+    package mutating func restoreRivals(_ bytes: [UInt8]) throws(WireError) {
+        guard !bytes.isEmpty else { return }
+        var buffer = ByteBuffer(bytes: bytes)
+        guard try buffer.readWireBytes(Self.rivalsMagic.count, "rivals magic") == Self.rivalsMagic,
+            try buffer.readWire(UInt8.self, "rivals version") == Self.rivalsVersion
+        else {
+            throw .invalidField(what: "rivals file header")
+        }
+        let inChain = Set([origin.sessionID] + transitions.map(\.secret.sessionID))
+        let lostCount = try buffer.readWire(UInt32.self, "lost epoch count")
+        guard lostCount <= Self.maxSupersededStored else { throw .invalidField(what: "lost epoch count") }
+        var lost: [SessionID: (secret: SessionSecret, previous: SessionID)] = [:]
+        for _ in 0..<lostCount {
+            let previous = SessionID(value: try buffer.readWire(UInt64.self, "lost epoch previous"))
+            guard
+                let secret = try? SessionSecret(
+                    bytes: try buffer.readWireBytes(SessionSecret.byteCount, "lost epoch secret"))
+            else { throw .invalidField(what: "lost epoch secret") }
+            if !inChain.contains(secret.sessionID) { lost[secret.sessionID] = (secret, previous) }
+        }
+        var fields: [[KeyRotation]] = []
+        for limit in [2 * Self.maxRivals, Self.maxRivals] {
+            let count = try buffer.readWire(UInt32.self, "rival count")
+            guard count <= limit else { throw .invalidField(what: "rival count") }
+            var field: [KeyRotation] = []
+            for _ in 0..<count { field.append(try KeyRotation(decoding: &buffer)) }
+            fields.append(field)
+        }
+        guard buffer.readableBytes == 0 else { throw .trailingBytes(buffer.readableBytes) }
+        // Rivals of the transition we are in: out of the epoch it left, not in the chain.
+        let left = transitions.last?.rotation.previousSession
+        func fits(_ rotation: KeyRotation) -> Bool {
+            rotation.previousSession == left && !inChain.contains(rotation.nextSession)
+        }
+        superseded = lost
+        rivals = fields[0].filter(fits).compactMap { rotation in
+            lost[rotation.nextSession].map { Transition(rotation: rotation, secret: $0.secret) }
+        }
+        removingRivals = fields[1].filter(fits)
+    }
+
+    /// Every secret of an epoch we had or were handed that lost, by its session id: the shell
+    /// opens datagrams in each (members not caught up yet).
+    package var earlierSecrets: [SessionSecret] {
+        previousSecrets + superseded.values.map(\.secret).sorted { $0.sessionID.value < $1.sessionID.value }
     }
 }

@@ -38,9 +38,24 @@ extension NodeInstance {
             return complete(request, .failure(.sessionTooLarge(limit: KeyRotation.maxRoster)))
         }
         keying.pendingRemoval = request
-        store(
-            .saveEpochs(keying.epochs.committing(transition).encoded()),
-            .saveRemoval(request, transition, member: id))
+        let files = keying.epochs.committing(transition).files
+        keying.storedRivals = files.rivals
+        store(.saveEpochs(files), .saveRemoval(request, transition, member: id))
+    }
+
+    /// Stores the epochs as they are now: the chain and the rotations that lost.
+    private mutating func saveEpochs() {
+        let files = keying.epochs.files
+        keying.storedRivals = files.rivals
+        store(.saveEpochs(files), .saveEpochs)
+    }
+
+    /// The rotations that lost changed without a change of epoch (one more handed to us, a
+    /// notice that removes us): stored too. Not while our own removal is being stored, which
+    /// writes the chain with them once committed.
+    private mutating func saveRivalsIfChanged() {
+        guard keying.pendingRemoval == nil, keying.epochs.encodedRivals() != keying.storedRivals else { return }
+        saveEpochs()
     }
 
     mutating func removalSaved(
@@ -78,7 +93,7 @@ extension NodeInstance {
         _ transition: KeyEpochs.Transition, handingOver: Bool, stored: Bool = false,
         now: MeshInstant
     ) -> Int {
-        if !stored { store(.saveEpochs(keying.epochs.encoded()), .saveEpochs) }
+        if stored { saveRivalsIfChanged() } else { saveEpochs() }
         keying.earlierCodecs[keying.codec.sessionID] = keying.codec
         // Back to an epoch we were in (a rival that stands again): its codec goes on from the
         // packet numbers it reached, as a new one would seal under the same keys and nonces.
@@ -439,6 +454,7 @@ extension NodeInstance {
         {
             adopt(transition, replacing: replacing, heardAt: address, now: now)
         }
+        saveRivalsIfChanged()
         let ours = keying.epochs.transitions.first { $0.rotation.previousSession == rotation.previousSession }
         // Sealed in the epoch both left, by a member that took a rotation ours beats (and that
         // we did not remove): it is handed ours, which it may never have heard of.
@@ -595,6 +611,7 @@ extension NodeInstance {
             }
             return
         }
+        defer { saveRivalsIfChanged() }
         // Cheap checks first: signatures and key exchange only for what could be taken.
         guard handover.recipient == localID, handover.recipientBoot == bootID, handover.sender.id == header.sender,
             handover.sender.bootID == header.bootID,

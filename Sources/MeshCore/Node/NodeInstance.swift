@@ -148,7 +148,8 @@ package struct NodeInstance: Sendable {
             session: restored.epochs.current, localID: boot.identity.nodeID,
             localBootID: boot.bootID, configuration: settings.wire)
         keying = KeyState(epochs: restored.epochs, codec: codec)
-        for secret in restored.epochs.previousSecrets {
+        keying.storedRivals = restored.epochs.encodedRivals()
+        for secret in restored.epochs.earlierSecrets {
             keying.earlierCodecs[secret.sessionID] = DatagramCodec(
                 session: secret, localID: boot.identity.nodeID,
                 localBootID: boot.bootID, configuration: settings.wire)

@@ -24,6 +24,9 @@ struct KeyState: Sendable {
     var outOfDateAnsweredAt: MeshInstant?
     /// A `remove-member` whose rotation is being stored.
     var pendingRemoval: RequestID?
+    /// The rotations that lost as last stored (`KeyEpochs.encodedRivals()`): stored again when
+    /// they change without a change of epoch.
+    var storedRivals: [UInt8] = []
     /// A key epoch without this node was seen (told once).
     var removedFromSession = false
     /// Notices of rotations out of our current epoch that remove us, each held a while before we

@@ -40,8 +40,9 @@ package enum StorageRequest: Sendable {
     /// `keeping` uses (what a crash left: an ingest whose add never reached the log, a remove
     /// whose collect never ran). `.collected(chunks:bytes:)`.
     case collectUnreferenced(keeping: [Manifest])
-    /// Write the key epochs (`KeyEpochs.encoded()`, secrets inside) durably. `.done`.
-    case saveEpochs([UInt8])
+    /// Write the key epochs (`KeyEpochs.files`, secrets inside) durably: the chain first, then
+    /// the rotations that lost (none: no file). `.done`.
+    case saveEpochs(KeyEpochs.Files)
     /// Write what the node remembers of the members. `.done`.
     case saveMembers(RememberedMembers)
     /// Remember for good that the session was ended (`SessionEnd.encoded`): the data dir
