@@ -2,17 +2,30 @@ import MeshCore
 import MeshTestKit
 import Testing
 
-/// Epochs that lost to a competing rotation, across a restart: the members keep them
-/// (`rivals.key`), so that one still in such an epoch is handed the winner by members that
-/// restarted since it was cut off.
+/// A member cut off in an epoch that lost a removal race, back after the beacons: members that
+/// hold that epoch's secret hand it the winner (those that restarted since too: they keep what
+/// lost in `rivals.key`), and members that never held it answer the beacon it sends, in the
+/// epoch both rotations left, beside each ask of a member it lost.
 @Suite("Lost epochs across a restart (simulation)")
 struct LostEpochRestartSimulationTests {
     static let seeds = SimulationSeeds.from(defaultCount: 3)
 
-    @Test(
-        "a member cut off in the epoch that lost is handed the winner after every other member restarted",
-        arguments: seeds)
-    func memberInTheLosingEpochAfterEveryoneRestarted(seed: UInt64) throws {
+    /// Where each test starts: the stranded member still in the epoch that lost, cut off past
+    /// its beacons, the three others in the winner's epoch.
+    struct Stranded {
+        var mesh: SimMesh
+        var replay: String
+        var stranded: SimNode
+        /// The author of the rotation that lost (the stranded member's partner in its half).
+        var losingAuthor: SimAddress
+        var others: [SimAddress]
+        var winner: KeyRotation
+    }
+
+    /// Five members; e's machine is gone, and each half of a split session removes it at once
+    /// (two rotations out of one epoch, each taken by its own half). The partner of the losing
+    /// author stays cut off in the losing epoch; the others meet and end in the winner's.
+    static func strand(seed: UInt64) throws -> Stranded {
         let replay = SimulationSeeds.replay(seed)
         let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed, count: 5)
         #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 4 }, "\(replay): the mesh never formed")
@@ -20,8 +33,6 @@ struct LostEpochRestartSimulationTests {
             mesh.node(SimAddress(0)), mesh.node(SimAddress(1)), mesh.node(SimAddress(2)), mesh.node(SimAddress(3)),
             mesh.node(SimAddress(4))
         )
-        // e's machine is gone, and each half of a split session removes it: two rotations out
-        // of one epoch, each taken by its own half.
         mesh.simulator.crash(e.address)
         mesh.simulator.partition([[a.address, c.address], [b.address, d.address]])
         let at = mesh.simulator.now + .milliseconds(100)
@@ -35,13 +46,11 @@ struct LostEpochRestartSimulationTests {
         let theirs = try #require(b.core.epochs.transitions.last?.rotation, "\(replay): b's removal was not made")
         #expect(c.sessionID == a.sessionID && d.sessionID == b.sessionID, "\(replay): a half did not take its rotation")
         let winner = KeyEpochs.winner(of: ours, [theirs])
-        // The partner of the losing author stays in the losing epoch, cut off; the others meet
-        // and end in the winner's.
-        let stranded = winner == ours ? d : c
+        let (stranded, losingAuthor) = winner == ours ? (d, b) : (c, a)
         let others = [a, b, c, d].filter { $0 !== stranded }.map(\.address)
         mesh.simulator.partition([[stranded.address]])
-        // Past the beacons it sends in the epoch both rotations left (which members that
-        // restarted can still open): from then on it speaks only the epoch that lost.
+        // Past the beacons it sends in the epoch both rotations left (which every member can
+        // open): from then on it speaks only the epoch that lost.
         let settings = NodeSettings(membership: .lan)
         mesh.simulator.run(for: settings.epochBeaconInterval * (settings.epochBeacons + 2))
         mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
@@ -53,23 +62,55 @@ struct LostEpochRestartSimulationTests {
             )
         }
         #expect(stranded.sessionID != winner.nextSession, "\(replay): the stranded member was handed the winner early")
-        // A power cut: every one of them restarts; only their disks know the epoch that lost.
-        for address in others { mesh.restart(address, at: mesh.simulator.now + .milliseconds(100)) }
-        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
-            others.allSatisfy { mesh.node($0).activeMemberIDs.count >= 2 }
-        }
+        return Stranded(
+            mesh: mesh, replay: replay, stranded: stranded, losingAuthor: losingAuthor.address, others: others,
+            winner: winner)
+    }
+
+    /// Heals, and expects the stranded member in the winner's epoch, every member in `staying`
+    /// alive to the others.
+    static func expectHandedTheWinner(_ setup: Stranded, staying: [SimAddress]) {
+        let (mesh, replay, stranded, winner) = (setup.mesh, setup.replay, setup.stranded, setup.winner)
+        let everyone = [stranded.address] + staying
         mesh.simulator.heal()
         mesh.simulator.run(for: .seconds(120), checkEvery: .milliseconds(500)) { _ in
             stranded.sessionID == winner.nextSession
-                && ([stranded.address] + others).allSatisfy { mesh.node($0).activeMemberIDs.count == 3 }
+                && everyone.allSatisfy { mesh.node($0).activeMemberIDs.count == staying.count }
         }
         #expect(
             stranded.sessionID == winner.nextSession,
             "\(replay): the stranded member is still in \(stranded.sessionID), the winner is \(winner.nextSession)")
-        for address in [stranded.address] + others {
+        for address in everyone {
             let node = mesh.node(address)
             #expect(node.core.phase == .running, "\(replay): \(address) is \(node.core.phase)")
-            #expect(node.activeMemberIDs.count == 3, "\(replay): \(address) sees \(node.activeMemberIDs.count) others")
+            #expect(
+                node.activeMemberIDs.count == staying.count,
+                "\(replay): \(address) sees \(node.activeMemberIDs.count) others")
         }
+    }
+
+    @Test(
+        "a member cut off in the epoch that lost is handed the winner after every other member restarted",
+        arguments: seeds)
+    func memberInTheLosingEpochAfterEveryoneRestarted(seed: UInt64) throws {
+        let setup = try Self.strand(seed: seed)
+        let mesh = setup.mesh
+        // A power cut: every one of them restarts; only their disks know the epoch that lost.
+        for address in setup.others { mesh.restart(address, at: mesh.simulator.now + .milliseconds(100)) }
+        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
+            setup.others.allSatisfy { mesh.node($0).activeMemberIDs.count == 2 }
+        }
+        Self.expectHandedTheWinner(setup, staying: setup.others)
+    }
+
+    @Test(
+        "a member cut off in the epoch that lost is handed the winner once the only other member in it is gone",
+        arguments: seeds)
+    func memberInTheLosingEpochAfterItsAuthorLeft(seed: UInt64) throws {
+        let setup = try Self.strand(seed: seed)
+        // The only member that was in the losing epoch with it is gone for good: the others hold
+        // that epoch only if its author handed it to them.
+        setup.mesh.simulator.crash(setup.losingAuthor)
+        Self.expectHandedTheWinner(setup, staying: setup.others.filter { $0 != setup.losingAuthor })
     }
 }

@@ -55,7 +55,18 @@ extension NodeInstance {
     /// writes the chain with them once committed.
     private mutating func saveRivalsIfChanged() {
         guard keying.pendingRemoval == nil, keying.epochs.encodedRivals() != keying.storedRivals else { return }
+        openLostEpochs()
         saveEpochs()
+    }
+
+    /// A codec for every epoch that lost which we hold the secret of, handed to us as well as
+    /// ours: a member still in one is handed the winner, as it is after a restart.
+    private mutating func openLostEpochs() {
+        for secret in keying.epochs.earlierSecrets
+        where secret.sessionID != keying.codec.sessionID && keying.earlierCodecs[secret.sessionID] == nil {
+            keying.earlierCodecs[secret.sessionID] = DatagramCodec(
+                session: secret, localID: localID, localBootID: bootID, configuration: settings.wire)
+        }
     }
 
     mutating func removalSaved(
@@ -102,6 +113,7 @@ extension NodeInstance {
             ?? DatagramCodec(
                 session: transition.secret, localID: localID, localBootID: bootID,
                 configuration: settings.wire)
+        openLostEpochs()
         // The dead too: keys stay until a member is forgotten (one declared dead that was only
         // cut off comes back to the pairwise keys it had, and proves its address with them).
         for member in membership.view.dropFirst()
@@ -548,33 +560,47 @@ extension NodeInstance {
                 ? .direct(address) : keysRoute(to: sender.id, fallback: sender.addresses.first),
             keying.epochs.mayTellField(outOf: previous, to: sender.id, boot: sender.bootID)
         else { return }
-        // Secrets never to a member we removed; the notices that remove it, yes.
-        if !keying.epochs.removed.contains(sender.id), let secret = keying.epochs.secret(of: previous) {
-            for lost in keying.epochs.lostTransitions(outOf: previous)
-            where lost.rotation != handover.rotation && lost.rotation.owes(sender.id) {
-                guard
-                    let sealed = EpochHandover.seal(
-                        lost.secret, rotation: lost.rotation, previous: secret, sender: membership.me,
-                        local: ephemeral, recipient: sender, nonce: randomNonce())
-                else { continue }
-                counters.handoversSent += 1
-                sendKeys([.epochHandover(sealed)], in: previous, to: sender.id, route: route)
-            }
+        for lost in keying.epochs.lostTransitions(outOf: previous) where lost.rotation != handover.rotation {
+            handLost(lost, to: sender, route: route)
         }
         for rotation in keying.epochs.rivals(outOf: previous, removing: sender.id) {
             sendKeys([.removalNotice(rotation)], in: previous, to: sender.id, route: route, pairwise: true)
         }
     }
 
-    /// Switches to `transition`, handed to us or standing now among the rotations we know out of
-    /// one epoch (`replacing` the one we were in).
+    /// A rotation that lost (with its secret), sealed for `member` in the epoch it left: so that
+    /// the member weighs the same field, and can hand the winner to anyone still in the one that
+    /// lost. Only to a member it owes (never to one we removed).
+    private mutating func handLost(_ lost: KeyEpochs.Transition, to member: MemberRecord, route: KeysRoute) {
+        let previous = lost.rotation.previousSession
+        guard lost.rotation.owes(member.id), !keying.epochs.removed.contains(member.id),
+            let secret = keying.epochs.secret(of: previous),
+            let sealed = EpochHandover.seal(
+                lost.secret, rotation: lost.rotation, previous: secret, sender: membership.me,
+                local: ephemeral, recipient: member, nonce: randomNonce())
+        else { return }
+        counters.handoversSent += 1
+        sendKeys([.epochHandover(sealed)], in: previous, to: member.id, route: route)
+    }
+
+    /// Switches to `transition`, handed to us (by `sender`) or standing now among the rotations we
+    /// know out of one epoch (`replacing` the one we were in).
     private mutating func adopt(
         _ transition: KeyEpochs.Transition, replacing: KeyEpochs.Transition?, heardAt address: PeerAddress,
-        now: MeshInstant
+        from sender: MemberRecord? = nil, now: MeshInstant
     ) {
         // Handed on to every live member too: under loss, and when members removed someone at
         // once, every member must see the rotation that stands.
         enterEpoch(transition, handingOver: true, now: now)
+        // The epoch we leave lost, and the member that handed us the winner may never have held
+        // it: it is handed ours, so that a member still in ours (cut off now) can be handed the
+        // winner by it too, not only by us.
+        if let replacing, let sender,
+            let route = vouches(for: address, record: sender)
+                ? .direct(address) : keysRoute(to: sender.id, fallback: sender.addresses.first)
+        {
+            handLost(replacing, to: sender, route: route)
+        }
         if let replacing {
             // Members the losing rotation removed and the winner does not: our own removal is
             // made again, on top of the winner; anyone else's is undone here.
@@ -629,7 +655,7 @@ extension NodeInstance {
             members: knownMemberIDs, authority: authority)
         {
         case let .adopted(transition, replacing):
-            adopt(transition, replacing: replacing, heardAt: address, now: now)
+            adopt(transition, replacing: replacing, heardAt: address, from: handover.sender, now: now)
         case .removesUs:
             counters.handoversRefused += 1
             stopRemoved(by: handover.rotation.author, now: now)
