@@ -333,6 +333,8 @@ extension MeshNode {
             counters: counterInfo, leaving: leavingInfo(), downlink: downlinkInfo,
             joining: joiningInfo(), lanDiscovery: lanDiscoveryInfo(), portMapping: portMapper?.info())
         report.traversal = traversalInfo()
+        report.lost = lostMemberInfos()
+        report.leftOutBy = core.leftOutBy?.hex
         let directory = configuration.dataDirectory
         report.storage = .init(dataDirectory: directory.path, freeBytes: OutputPath.freeBytes(directory.chunksPath))
         return report
@@ -361,6 +363,19 @@ extension MeshNode {
                 addresses: progress.addresses.map(\.description),
                 attempts: progress.attempts,
                 since: ((now - progress.since).milliseconds / 100).rounded() / 10)
+        }
+    }
+
+    func lostMemberInfos() -> [StatusReport.LostMemberInfo]? {
+        let lost = core.membership.lost.entries
+        guard !lost.isEmpty else { return nil }
+        let names = Dictionary(
+            core.remembered.former.map { ($0.id, $0.name) }, uniquingKeysWith: { first, _ in first })
+        let seconds = { (duration: Duration) in (max(0, duration.milliseconds) / 100).rounded() / 10 }
+        return lost.sorted { ($1.value.lostAt, $0.key) < ($0.value.lostAt, $1.key) }.map { id, entry in
+            StatusReport.LostMemberInfo(
+                id: id.hex, name: names[id.hex] ?? "", addresses: entry.addresses.map(\.description),
+                lostSeconds: seconds(now - entry.lostAt), nextAskSeconds: seconds(entry.nextAskAt - now))
         }
     }
 

@@ -50,6 +50,14 @@ package struct NodeStatus: Decodable, Sendable {
         package var lossyLine: Bool?
     }
 
+    package struct LostMemberInfo: Decodable, Sendable {
+        package var id: String
+        package var name: String
+        package var addresses: [String]
+        package var lostSeconds: Double
+        package var nextAskSeconds: Double
+    }
+
     /// A join no member has answered yet (`status --json` → joining; absent once joined).
     package struct JoiningInfo: Decodable, Sendable {
         package var state: String
@@ -72,6 +80,10 @@ package struct NodeStatus: Decodable, Sendable {
     package var lanDiscovery: LANDiscoveryInfo?
     package var downlink: DownlinkInfo?
     package var joining: JoiningInfo?
+    /// Members the node lost touch with and still looks for (`status --json` → lost).
+    package var lost: [LostMemberInfo]?
+    /// The author of a rotation the node was told it was left out of (id).
+    package var leftOutBy: String?
     /// The data dir and the room on its disk (`status --json` → storage).
     package var storage: StorageInfo?
     package var counters: [String: JSONValue]

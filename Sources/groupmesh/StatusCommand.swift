@@ -227,6 +227,24 @@ struct EndCommand: AsyncParsableCommand {
 
 /// Human tables for `status`, cut to the terminal's width.
 enum StatusTable {
+    /// `status`'s line for a member told it was left out of a rotation (`leftOutBy`).
+    static func leftOutLine(by author: String) -> String {
+        "left out of the session's new key (by \(TerminalText.escaped(String(author.prefix(12))))): a member was "
+            + "removed while this node was away; only a new invite lets it back in"
+    }
+
+    /// `status`'s line for the members this node lost touch with and still looks for.
+    static func lostLine(_ lost: [StatusReport.LostMemberInfo]) -> String {
+        let shown = lost.prefix(JoinNotice.shownAddresses).map { member in
+            let name = member.name.isEmpty ? String(member.id.prefix(12)) : "\(member.name) \(member.id.prefix(12))"
+            let place = member.addresses.first.map { " at \($0)" } ?? ""
+            return TerminalText.escaped(name + place) + " (lost \(ProgressDisplay.duration(member.lostSeconds)) ago)"
+        }
+        let rest = lost.count - shown.count
+        return "lost touch with \(lost.count) member\(lost.count == 1 ? "" : "s"), asked again until found: "
+            + shown.joined(separator: ", ") + (rest > 0 ? " and \(rest) more" : "")
+    }
+
     static func render(_ report: StatusReport, width: Int?) -> String {
         var lines: [String] = []
         let me = report.`self`
@@ -254,6 +272,8 @@ enum StatusTable {
                 JoinNotice.statusLine(addresses: joining.addresses.count, seconds: joining.since, state: joining.state)
                     + ": " + JoinNotice.addressList(joining.addresses))
         }
+        if let author = report.leftOutBy { lines.append(leftOutLine(by: author)) }
+        if let lost = report.lost, !lost.isEmpty { lines.append(lostLine(lost)) }
         lines.append("")
         let rows = report.members.map { member in
             [

@@ -323,6 +323,24 @@ public struct StatusReport: Codable, Sendable, Equatable {
     public var downlink: DownlinkInfo?
     /// Present while no member has answered this node's join.
     public var joining: JoiningInfo?
+    /// Members this node lost touch with (forgotten after they died) and still looks for, the
+    /// latest lost first; absent when none (and from nodes that predate it).
+    public var lost: [LostMemberInfo]? = nil
+    /// Present once a member told this node it was left out of the session's new key (a member
+    /// was removed while it was away): the author of that rotation (id). Only a new invite lets
+    /// it back in.
+    public var leftOutBy: String? = nil
+
+    public struct LostMemberInfo: Codable, Sendable, Equatable {
+        public var id: String
+        /// As the data dir remembers it (empty when it does not).
+        public var name: String
+        /// Where it is asked: its record's first addresses.
+        public var addresses: [String]
+        /// Seconds since it was lost, and until it is asked next.
+        public var lostSeconds: Double
+        public var nextAskSeconds: Double
+    }
     /// LAN discovery (PROTOCOL.md §1g); absent when it is off (`--no-lan-discovery`, or no LAN).
     public var lanDiscovery: LANDiscoveryInfo? = nil
 

@@ -60,6 +60,9 @@ extension NodeInstance {
         emit(.inviteOutOfDate(by: rotation.author))
     }
 
+    /// The author of the rotation this node was left out of, once told (`noteOutOfDateInvite`).
+    package var leftOutBy: NodeID? { directory.leftOutBy }
+
     var joinNoticeDeadline: MeshInstant? {
         guard phase == .joining, let joinWait = directory.joinWait, !joinWait.told else { return nil }
         return joinWait.noticeAt
