@@ -13,17 +13,36 @@ import NIOCore
 /// `sendmsg` without sending anything; a refused one is never handed to the channel. What an
 /// outbound firewall rule refuses (`EPERM`) only a send shows: the first datagrams to a
 /// destination go out with a promise until one was written (`confirmed`), and a failed one is
-/// tried again alone, empty, from a scratch socket (`written`): a destination that fails there
-/// too is refused for a minute. (The failed send itself closed NIO's channel; the node reopens it.)
+/// tried again alone, empty, from a scratch socket (`written`): a host that fails there too is
+/// refused, and tried the same way again every `retestInterval` (what the rule refuses never
+/// leaves the host), so that a rule that held for a moment (a VPN's kill switch while it
+/// reconnects) costs seconds, not a minute. A host whose real send failed again after the scratch socket passed (a
+/// rule the scratch socket does not meet) is refused a minute at a time: each failed send closes
+/// the node's socket, which is reopened only a few times a minute. (The failed send itself
+/// closed NIO's channel; the node reopens it.)
 struct DestinationCheck {
     static let validity: Duration = .seconds(60)
+    static let retestInterval: Duration = .seconds(5)
     static let capacity = 4096
 
     private let family: Int32
     private var verdicts: [PeerAddress: (allowed: Bool, until: NIODeadline, confirmed: Bool)] = [:]
     /// Hosts a send was refused to (any port: a rule names hosts, and a member could name one
-    /// host at many ports, each send closing the socket once).
-    private var refusedHosts: [PeerAddress.Host: NIODeadline] = [:]
+    /// host at many ports, each send closing the socket once), and when each is tried again.
+    private var refusedHosts: [PeerAddress.Host: HostRefusal] = [:]
+
+    private struct HostRefusal {
+        var retestAt: NIODeadline
+        /// A scratch send passed, the refusal was lifted, and the real send failed again.
+        var scratchMisleads = false
+        /// The lift (when a scratch send passed): a real send that fails before `validity` is
+        /// past it makes `scratchMisleads`.
+        var liftedAt: NIODeadline?
+    }
+
+    /// Sends an empty datagram to a destination from a scratch socket: why it is refused, or nil.
+    /// (A parameter for tests: the kernel refuses only where a firewall rule says so.)
+    var scratchSend: (SocketAddress, Int32) -> String? = DestinationCheck.sendRefusal
     /// Destinations refused (each send not made counts once).
     private(set) var refusedSends: UInt64 = 0
 
@@ -33,7 +52,7 @@ struct DestinationCheck {
     }
 
     /// Whether a datagram to `address` may go to the channel now; the reason when not (new
-    /// verdicts only: a refused destination is told once a minute).
+    /// verdicts only: a destination refused is told once, and again a minute later).
     /// `confirmed`: a datagram to it was written since the verdict (else the caller watches the
     /// write, and tells `written`).
     mutating func allows(
@@ -45,10 +64,22 @@ struct DestinationCheck {
             if !verdict.allowed { refusedSends += 1 }
             return (verdict.allowed, nil, verdict.confirmed)
         }
-        if let until = refusedHosts[address.host], now < until {
-            verdicts[address] = (false, until, false)
-            refusedSends += 1
-            return (false, "the kernel refused a send to this host", false)
+        if var refusal = refusedHosts[address.host], refusal.liftedAt == nil {
+            // Told when the host was refused (`written`), and once for each other port of it.
+            let told = verdicts[address] != nil
+            if now < refusal.retestAt || scratchSend(remote, family) != nil {
+                if now >= refusal.retestAt {
+                    refusal.retestAt =
+                        now + Self.deadline(refusal.scratchMisleads ? Self.validity : Self.retestInterval)
+                    refusedHosts[address.host] = refusal
+                }
+                verdicts[address] = (false, refusal.retestAt, false)
+                refusedSends += 1
+                return (false, told ? nil : "the kernel refused a send to this host", false)
+            }
+            // The scratch socket passes again: lifted, and the next send to it watched.
+            refusal.liftedAt = now
+            refusedHosts[address.host] = refusal
         }
         if verdicts.count >= Self.capacity { verdicts = verdicts.filter { now < $0.value.until } }
         if verdicts.count >= Self.capacity { verdicts.removeAll(keepingCapacity: true) }
@@ -58,23 +89,41 @@ struct DestinationCheck {
         return (reason == nil, reason, false)
     }
 
-    private static var validityDeadline: TimeAmount { .nanoseconds(Int64(validity.nanosecondsClamped)) }
+    private static var validityDeadline: TimeAmount { deadline(validity) }
+
+    private static func deadline(_ duration: Duration) -> TimeAmount {
+        .nanoseconds(Int64(duration.nanosecondsClamped))
+    }
 
     /// A watched write to `address` ended: written (it is confirmed), or failed. A failure may be
     /// another datagram's (a channel that closes fails every write queued with the same error),
     /// so the destination is tried alone: the reason when it fails there too (refused from now).
     mutating func written(_ address: PeerAddress, remote: SocketAddress, failed: Bool, now: NIODeadline) -> String? {
         guard var verdict = verdicts[address], verdict.allowed else { return nil }
+        let lifted = refusedHosts[address.host]?.liftedAt
         guard failed else {
             verdict.confirmed = true
             verdicts[address] = verdict
+            // Written after a lift: the host is sent to as any other.
+            if lifted != nil { refusedHosts[address.host] = nil }
             return nil
         }
-        guard let reason = Self.sendRefusal(to: remote, family: family) else { return nil }
-        verdicts[address] = (false, now + Self.validityDeadline, false)
-        if refusedHosts.count >= Self.capacity { refusedHosts = refusedHosts.filter { now < $0.value } }
-        if refusedHosts.count < Self.capacity { refusedHosts[address.host] = now + Self.validityDeadline }
-        return reason
+        let scratch = scratchSend(remote, family)
+        // The scratch socket passed before, and the real send failed all the same: it misleads.
+        let misleads = lifted.map { now < $0 + Self.validityDeadline } ?? false
+        guard scratch != nil || misleads else { return nil }
+        let wait = misleads ? Self.validity : Self.retestInterval
+        // Every port of the host: a rule names hosts, and each refused send closes the socket.
+        verdicts = verdicts.filter { $0.key.host != address.host }
+        verdicts[address] = (false, now + Self.deadline(wait), false)
+        if refusedHosts.count >= Self.capacity {
+            refusedHosts = refusedHosts.filter { now < $0.value.retestAt + Self.validityDeadline }
+        }
+        if refusedHosts.count < Self.capacity || refusedHosts[address.host] != nil {
+            refusedHosts[address.host] = HostRefusal(retestAt: now + Self.deadline(wait), scratchMisleads: misleads)
+        }
+        return scratch
+            ?? "the kernel refuses to send there from this node's socket, though not from another (a firewall rule?)"
     }
 
     /// Whether writes to `address` go unwatched now (allowed, and one was written).
@@ -91,7 +140,7 @@ struct DestinationCheck {
 
     /// Why an empty datagram to `remote` from a scratch socket is refused (`EPERM`: a firewall
     /// rule), or nil when it goes.
-    static func sendRefusal(to remote: SocketAddress, family: Int32) -> String? {
+    static func sendRefusal(_ remote: SocketAddress, family: Int32) -> String? {
         #if os(Linux)
             let fd = socket(family, Int32(SOCK_DGRAM.rawValue), 0)
         #else
