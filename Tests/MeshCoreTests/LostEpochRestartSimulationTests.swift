@@ -4,8 +4,8 @@ import Testing
 
 /// A member cut off in an epoch that lost a removal race, back after the beacons: members that
 /// hold that epoch's secret hand it the winner (those that restarted since too: they keep what
-/// lost in `rivals.key`), and members that never held it answer the beacon it sends, in the
-/// epoch both rotations left, beside each ask of a member it lost.
+/// lost in `rivals.key`), and members that never held it send a beacon, in the epoch both
+/// rotations left, to a member whose datagrams come in an epoch they cannot open.
 @Suite("Lost epochs across a restart (simulation)")
 struct LostEpochRestartSimulationTests {
     static let seeds = SimulationSeeds.from(defaultCount: 3)

@@ -263,6 +263,34 @@ extension NodeInstance {
         return true
     }
 
+    /// A datagram in an epoch we never held, from where a member we know is (its record, its
+    /// own datagrams, or where it was lost say so; a header's sender is only a claim, so nothing
+    /// goes anywhere else): the member may be in a rotation out of the epoch ours left that lost,
+    /// which only its author held (gone, or restarted without it). A beacon in the epoch ours
+    /// left, as after a rotation, draws that rotation from it, and it is handed ours in return.
+    /// At most once per member every `unknownEpochBeaconInterval`.
+    private mutating func beaconUnknownEpoch(of sender: NodeID, at address: PeerAddress, now: MeshInstant) {
+        guard sender != localID, !keying.epochs.removed.contains(sender),
+            let left = keying.epochs.transitions.last?.rotation.previousSession, keying.earlierCodecs[left] != nil,
+            directory.addresses[sender] == address
+                || membership.member(sender)?.record.addresses.contains(address) == true
+                || membership.lost[sender]?.addresses.contains(address) == true,
+            keying.unknownEpochBeaconAt[sender].map({ now >= $0 + Self.unknownEpochBeaconInterval }) ?? true
+        else { return }
+        if keying.unknownEpochBeaconAt.count >= Self.maxRemovedToTell {
+            keying.unknownEpochBeaconAt = keying.unknownEpochBeaconAt.filter {
+                now < $0.value + Self.unknownEpochBeaconInterval
+            }
+            guard keying.unknownEpochBeaconAt.count < Self.maxRemovedToTell else { return }
+        }
+        keying.unknownEpochBeaconAt[sender] = now
+        sendKeys(
+            [.alive(membership.me), .ping(Ping(token: session.sessionID.value))], in: left, to: sender,
+            route: .direct(address))
+    }
+
+    static let unknownEpochBeaconInterval: Duration = .seconds(5)
+
     /// Whether the member's signed record or its own earlier datagrams name `address`.
     func vouches(for address: PeerAddress, record: MemberRecord) -> Bool {
         record.addresses.contains(address) || directory.addresses[record.id] == address
@@ -272,9 +300,9 @@ extension NodeInstance {
     /// its sender is owed the next one, hand it over; nothing else in it is believed.
     mutating func receiveEarlierEpoch(_ datagram: ByteBuffer, from address: PeerAddress, now: MeshInstant) {
         var peek = datagram
-        guard case let .success(header) = DatagramHeader.decode(&peek),
-            var earlier = keying.earlierCodecs[header.sessionID]
-        else {
+        guard case let .success(header) = DatagramHeader.decode(&peek) else { return counters.countDrop(.foreign) }
+        guard var earlier = keying.earlierCodecs[header.sessionID] else {
+            beaconUnknownEpoch(of: header.sender, at: address, now: now)
             return counters.countDrop(.foreign)
         }
         let result = earlier.open(datagram)

@@ -19,6 +19,9 @@ struct KeyState: Sendable {
     /// When a removed member that spoke again in an epoch it knew was last answered with its
     /// removal (one that came back after the beacons, as a lost laptop found again does).
     var removedAnsweredAt: [NodeID: MeshInstant] = [:]
+    /// When a member whose datagrams came in an epoch we never held was last sent a beacon in
+    /// the epoch ours left (`beaconUnknownEpoch`).
+    var unknownEpochBeaconAt: [NodeID: MeshInstant] = [:]
     /// When a join in an epoch we left, from a node not owed the next, was last answered (an
     /// invite older than a removal): once a second in all, as its sender's id is its own to invent.
     var outOfDateAnsweredAt: MeshInstant?
