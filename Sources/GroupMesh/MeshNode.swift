@@ -227,7 +227,7 @@ package actor MeshNode {
         let boot = NodeInstance.Boot(
             identity: identity, ephemeral: .generate(), bootID: Self.newBootID(),
             name: configuration.name ?? "node-" + String(identity.nodeID.hex.prefix(6)),
-            addresses: addresses, localAddress: address)
+            addresses: addresses, localAddress: address, unixTime: UInt64(max(0, time(nil))))
         var settings = configuration.settings
         settings.logLevel = NodeLogLevel(logger.logLevel)
         // Without don't-fragment, pieces stay at the size every path carries.

@@ -149,7 +149,8 @@ package final class SimNode: SimulatedProcess {
         let ephemeral = try! EphemeralKeyPair(seed: derive.bytes(32))  // safe: 32 bytes
         let boot = NodeInstance.Boot(
             identity: identity, ephemeral: ephemeral, bootID: derive.next(),
-            name: address.description, addresses: [address.peerAddress])
+            name: address.description, addresses: [address.peerAddress],
+            unixTime: Self.unixTimeAtZero + startTime.nanoseconds / 1_000_000_000)
         random = SplitMix64(seed: derive.next())
         core = NodeInstance(
             boot: boot, restored: storage.restored(origin: session, identity: identity),
@@ -162,6 +163,9 @@ package final class SimNode: SimulatedProcess {
         self.configuration = configuration
         now = startTime
     }
+
+    /// The wall clock at the simulation's time zero, for every node (Unix seconds).
+    package static let unixTimeAtZero: UInt64 = 1_800_000_000
 
     package var id: NodeID { identity.nodeID }
     package var journal: JournalInstance { core.journal }

@@ -187,4 +187,43 @@ struct LongOutageSimulationTests {
         mesh.simulator.run(for: .seconds(2))
         Self.expectHealed(mesh, replay: replay)
     }
+
+    @Test(
+        "a node restarted within its lost members' day looks for them for what is left of it; restarted after it, no more",
+        arguments: seeds)
+    func theDayOfLostMembersCountsAcrossRestarts(seed: UInt64) {
+        let replay = SimulationSeeds.replay(seed)
+        var configuration = SimNode.Configuration()
+        configuration.settings.membership.lostMemberRetention = .seconds(300)
+        let mesh = SimMesh(
+            seed: seed, link: LinkConditions(delay: .milliseconds(4), jitter: .milliseconds(2)),
+            configuration: configuration)
+        for index in 0..<4 {
+            mesh.addNode(joiningThrough: index == 0 ? [] : [SimAddress(0)], at: .zero + .milliseconds(50 * index))
+        }
+        mesh.simulator.run(until: .zero + .seconds(30), checkEvery: .milliseconds(250)) { _ in
+            mesh.all.allSatisfy { $0.activeMemberIDs.count == 3 }
+        }
+        let laptop = SimAddress(3)
+        Self.cut(mesh, into: [[laptop], [SimAddress(0), SimAddress(1), SimAddress(2)]], replay: replay)
+        let lostBy = mesh.simulator.now
+        // Restarted a minute later: the members are lost still, and were lost a minute before it.
+        mesh.simulator.run(for: .seconds(60))
+        mesh.restart(laptop, at: mesh.simulator.now + .milliseconds(100), seeds: [])
+        mesh.simulator.run(for: .seconds(2))
+        let lost = mesh.node(laptop).core.membership.lost.entries
+        #expect(lost.count == 3, "\(replay): \(lost.count) lost after the restart")
+        #expect(
+            lost.values.allSatisfy { $0.lostAt <= lostBy }, "\(replay): the restart started their day over")
+        // Down until their day is over: started again, it looks for nobody, and its data dir no
+        // longer says where they were.
+        mesh.simulator.crash(laptop)
+        mesh.simulator.run(for: .seconds(300))
+        mesh.restart(laptop, at: mesh.simulator.now + .milliseconds(100), seeds: [])
+        mesh.simulator.run(for: .seconds(2))
+        let restarted = mesh.node(laptop)
+        #expect(restarted.core.membership.lost.isEmpty, "\(replay): still looked for after their day")
+        #expect(restarted.core.remembered.lost(removed: []).isEmpty, "\(replay): the data dir still says where")
+        #expect(restarted.core.remembered.former.count == 3, "\(replay): their names went too")
+    }
 }

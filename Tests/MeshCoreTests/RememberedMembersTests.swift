@@ -88,4 +88,24 @@ struct RememberedMembersTests {
         remembered.forget(other.id)
         #expect(remembered.lost(removed: []).isEmpty)
     }
+
+    @Test("when a member was lost is kept (Unix seconds), and a member lost past its day loses its addresses")
+    func lostMembersKeepWhenTheyWereLost() throws {
+        var remembered = RememberedMembers()
+        let (laptop, phone) = (try Self.member(1, status: .alive), try Self.member(2, status: .alive))
+        remembered.merge([laptop, phone])
+        remembered.forget(laptop.id, lostAt: laptop.record.addresses, since: 1_000)
+        remembered.forget(phone.id, lostAt: phone.record.addresses, since: 5_000)
+        #expect(remembered.lost(removed: []).map(\.since) == [5_000, 1_000])
+        let bytes = try JSONEncoder().encode(remembered)
+        #expect(try JSONDecoder().decode(RememberedMembers.self, from: bytes) == remembered)
+        remembered.expireLost(lostAtOrBefore: 1_000)
+        #expect(remembered.lost(removed: []).map(\.id) == [phone.id], "the laptop's day is over")
+        #expect(remembered.former.map(\.id).contains(laptop.id.hex), "its name is kept for remove-member")
+        // A file written before the time was kept: lost, with no time.
+        let old =
+            #"{"incarnation":3,"members":[],"former":[{"id":"\#(laptop.id.hex)","name":"l","addresses":["10.0.0.9:7946"]}]}"#
+        let decoded = try JSONDecoder().decode(RememberedMembers.self, from: Data(old.utf8))
+        #expect(decoded.lost(removed: []).map(\.since) == [nil])
+    }
 }

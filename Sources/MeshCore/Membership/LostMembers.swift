@@ -31,11 +31,14 @@ package struct LostMembers: Sendable {
 
     package subscript(id: NodeID) -> Entry? { entries[id] }
 
-    /// `id` was forgotten after it died: asked first `firstWait` from now.
-    package mutating func add(_ id: NodeID, addresses: [PeerAddress], now: MeshInstant, firstWait: Duration) {
+    /// `id` was forgotten after it died, `age` ago (before a restart): asked first `firstWait`
+    /// from now.
+    package mutating func add(
+        _ id: NodeID, addresses: [PeerAddress], now: MeshInstant, firstWait: Duration, age: Duration = .zero
+    ) {
         let kept = Array(addresses.prefix(Self.addressesKept))
         guard !kept.isEmpty else { return }
-        entries[id] = Entry(addresses: kept, lostAt: now, nextAskAt: now + firstWait, wait: firstWait)
+        entries[id] = Entry(addresses: kept, lostAt: now + (.zero - age), nextAskAt: now + firstWait, wait: firstWait)
         if entries.count > Self.capacity,
             let oldest = entries.min(by: { ($0.value.lostAt, $0.key) < ($1.value.lostAt, $1.key) })
         {

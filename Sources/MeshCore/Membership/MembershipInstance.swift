@@ -206,10 +206,15 @@ package struct MembershipInstance: Sendable {
     }
 
     /// Members lost before a restart (`RememberedMembers.lost`), asked again as if lost now.
-    package mutating func restoreLost(_ entries: [(id: NodeID, addresses: [PeerAddress])], now: MeshInstant) {
+    package mutating func restoreLost(
+        _ entries: [(id: NodeID, addresses: [PeerAddress], age: Duration)], now: MeshInstant
+    ) {
         for entry in entries
-        where entry.id != me.id && members[entry.id] == nil && !excluded.contains(entry.id) {
-            lost.add(entry.id, addresses: entry.addresses, now: now, firstWait: settings.reconnectInterval)
+        where entry.id != me.id && members[entry.id] == nil && !excluded.contains(entry.id)
+            && entry.age < settings.lostMemberRetention
+        {
+            lost.add(
+                entry.id, addresses: entry.addresses, now: now, firstWait: settings.reconnectInterval, age: entry.age)
         }
     }
 

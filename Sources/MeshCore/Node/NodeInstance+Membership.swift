@@ -41,7 +41,8 @@ extension NodeInstance {
                 forgetRelaying(of: id, now: now)
                 forgetPath(of: id)
                 directory.remembered.forget(
-                    id, removed: keying.epochs.removed.contains(id), lostAt: membership.lost[id]?.addresses ?? [])
+                    id, removed: keying.epochs.removed.contains(id), lostAt: membership.lost[id]?.addresses ?? [],
+                    since: unixSeconds(at: now))
                 journal.memberForgotten(id)
                 directory.unprovenJoiners[id] = nil
                 directory.addressChecks[id] = nil

@@ -51,10 +51,13 @@ package struct NodeInstance: Sendable {
         package var addresses: [PeerAddress]
         /// The bound socket's own address, never joined through.
         package var localAddress: PeerAddress?
+        /// The wall clock when the instance is made (Unix seconds), if the driver tells it: how
+        /// long ago members were lost is kept across restarts by it (`members.json`).
+        package var unixTime: UInt64?
 
         package init(
             identity: NodeIdentity, ephemeral: EphemeralKeyPair, bootID: UInt64, name: String,
-            addresses: [PeerAddress], localAddress: PeerAddress? = nil
+            addresses: [PeerAddress], localAddress: PeerAddress? = nil, unixTime: UInt64? = nil
         ) {
             self.identity = identity
             self.ephemeral = ephemeral
@@ -62,6 +65,7 @@ package struct NodeInstance: Sendable {
             self.name = name
             self.addresses = addresses
             self.localAddress = localAddress
+            self.unixTime = unixTime
         }
     }
 
@@ -159,6 +163,7 @@ package struct NodeInstance: Sendable {
             introductions: IntroductionBook(
                 settings: settings.introductions, remembered: restored.remembered.introductions))
         if restored.founded { directory.remembered.founder = true }
+        directory.wallClock = boot.unixTime.map { (now, $0) }
         let record = MemberRecord(
             signingKey: boot.identity.publicKey, name: boot.name,
             addresses: Array(boot.addresses.prefix(MemberRecord.maxAddresses)),
@@ -263,10 +268,19 @@ package struct NodeInstance: Sendable {
         let seeds = rememberSeeds(given)
         let excluded = membership.exclude(keying.epochs.removed, now: now)
         apply(excluded, now: now)
-        // Members lost before the restart are asked again; the join also goes to the latest
-        // lost (after the members remembered): a node that had lost every member still finds one.
+        // Members lost before the restart are asked again, for what is left of their day; the
+        // join also goes to the latest lost (after the members remembered): a node that had lost
+        // every member still finds one.
+        let wall = unixSeconds(at: now)
+        let retention = UInt64(max(0, settings.membership.lostMemberRetention.components.seconds))
+        if let wall, wall >= retention { directory.remembered.expireLost(lostAtOrBefore: wall - retention) }
         let lost = directory.remembered.lost(removed: keying.epochs.removed)
-        membership.restoreLost(lost, now: now)
+        membership.restoreLost(
+            lost.map { entry in
+                let age: Duration =
+                    if let wall, let since = entry.since, wall > since { .seconds(wall - since) } else { .zero }
+                return (entry.id, entry.addresses, age)
+            }, now: now)
         let first = Set(seeds + directory.remembered.addresses).subtracting(own)
         var lostSeeds = Set<PeerAddress>()
         let fromLost = lost.flatMap(\.addresses).filter { !first.contains($0) && !own.contains($0) }
@@ -287,6 +301,12 @@ package struct NodeInstance: Sendable {
         }
         replicate(now: now)
         log(.info, "started", ["node": "\(localID)", "seeds": "\(all.count)"])
+    }
+
+    /// Unix seconds at `now`, when the driver told the time at boot.
+    func unixSeconds(at now: MeshInstant) -> UInt64? {
+        guard let anchor = directory.wallClock else { return nil }
+        return anchor.unixTime + UInt64(max(0, (now - anchor.instant).components.seconds))
     }
 
     /// The most addresses of lost members a start joins through (the latest lost first): what a

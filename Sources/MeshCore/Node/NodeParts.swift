@@ -61,6 +61,8 @@ struct MemberDirectory: Sendable {
     /// A member that took part, left out of a rotation's roster (away while a member was removed,
     /// by a remover that did not know it): the author of that rotation, once told.
     var leftOutBy: NodeID?
+    /// The wall clock at an instant (`Boot.unixTime`): when members were lost, in `members.json`.
+    var wallClock: (instant: MeshInstant, unixTime: UInt64)?
     /// Members whose journal sync waits for their first datagram of their own: a record names
     /// an address only by its claim, and sync to it would answer one datagram with several. The
     /// value: whether it is the boot we knew (a false death, whose holdings stand).

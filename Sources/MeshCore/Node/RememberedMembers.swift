@@ -11,11 +11,16 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
         package var id: String
         package var name: String
         package var addresses: [String]
+        /// For a former member forgotten after it died: when (Unix seconds), so that a restart
+        /// looks for it only for what is left of the day (`MembershipSettings.lostMemberRetention`).
+        /// Absent from files written before it, and when the node did not know the time.
+        package var lostSince: UInt64?
 
-        package init(id: String, name: String, addresses: [String]) {
+        package init(id: String, name: String, addresses: [String], lostSince: UInt64? = nil) {
             self.id = id
             self.name = name
             self.addresses = addresses
+            self.lostSince = lostSince
         }
     }
 
@@ -77,11 +82,22 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
 
     /// The former members that were lost (forgotten after they died), the latest first, with
     /// where they were last, but for those `removed` since.
-    package func lost(removed: Set<NodeID>) -> [(id: NodeID, addresses: [PeerAddress])] {
+    package func lost(removed: Set<NodeID>) -> [(id: NodeID, addresses: [PeerAddress], since: UInt64?)] {
         former.compactMap { entry in
             guard let id = NodeID(hex: entry.id), !removed.contains(id) else { return nil }
             let addresses = entry.addresses.compactMap { try? PeerAddress(parsing: $0) }
-            return addresses.isEmpty ? nil : (id, addresses)
+            return addresses.isEmpty ? nil : (id, addresses, entry.lostSince)
+        }
+    }
+
+    /// Former members lost at or before `time` (Unix seconds) are no longer looked for: where
+    /// they were is dropped (their names stay, for `remove-member`).
+    package mutating func expireLost(lostAtOrBefore time: UInt64) {
+        for index in former.indices {
+            if let since = former[index].lostSince, since <= time {
+                former[index].addresses = []
+                former[index].lostSince = nil
+            }
         }
     }
 
@@ -134,7 +150,10 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
                 let newlyLeft = entries.removeValue(forKey: entry.id) != nil || !former.contains { $0.id == entry.id }
                 if newlyLeft, !removed.contains(member.id) { departed.append(entry) }
                 // Lost once, back, and now gone for good: nobody looks for it any more.
-                if let index = former.firstIndex(where: { $0.id == entry.id }) { former[index].addresses = [] }
+                if let index = former.firstIndex(where: { $0.id == entry.id }) {
+                    former[index].addresses = []
+                    former[index].lostSince = nil
+                }
             } else {
                 former.removeAll { $0.id == entry.id }
                 entries[entry.id] = entry
@@ -161,15 +180,20 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
     /// remembered it, and it is not `removed`).
     /// `lostAt`: it was forgotten after it died, and was last at these addresses (`LostMembers`),
     /// which a restart still joins through.
-    package mutating func forget(_ id: NodeID, removed: Bool = false, lostAt addresses: [PeerAddress] = []) {
+    /// `since`: when it was lost (Unix seconds), when the node knows the time.
+    package mutating func forget(
+        _ id: NodeID, removed: Bool = false, lostAt addresses: [PeerAddress] = [], since: UInt64? = nil
+    ) {
         guard let index = members.firstIndex(where: { $0.id == id.hex }) else { return }
         let entry = members.remove(at: index)
-        if !removed { retire(entry, addresses: addresses.map(\.description)) }
+        if !removed {
+            retire(entry, addresses: addresses.map(\.description), lostSince: addresses.isEmpty ? nil : since)
+        }
     }
 
-    private mutating func retire(_ entry: Entry, addresses: [String] = []) {
+    private mutating func retire(_ entry: Entry, addresses: [String] = [], lostSince: UInt64? = nil) {
         former.removeAll { $0.id == entry.id }
-        former.insert(Entry(id: entry.id, name: entry.name, addresses: addresses), at: 0)
+        former.insert(Entry(id: entry.id, name: entry.name, addresses: addresses, lostSince: lostSince), at: 0)
         if former.count > Self.maxFormer { former.removeLast(former.count - Self.maxFormer) }
     }
 }
