@@ -358,6 +358,23 @@ public struct DataDirectory: Sendable {
         return try? JSONDecoder().decode(RememberedMembers.self, from: Data(text.utf8))
     }
 
+    /// A `rivals.key` that cannot be read is removed (the start left it out: the members hand the
+    /// epochs that lost again). The line to warn with, when it was.
+    package func removeDamagedRivals() -> String? {
+        guard access(rivalsPath, F_OK) == 0 else { return nil }
+        var probe = KeyEpochs(origin: SessionSecret.generate())
+        let problem: String
+        do {
+            try probe.restoreRivals(SecretFile.load(rivalsPath, limit: KeyEpochs.maxFileBytes, what: "rival epochs"))
+            return nil
+        } catch {
+            problem = "\(error)"
+        }
+        unlink(rivalsPath)
+        return "\(rivalsPath) cannot be read (\(problem)); removed: the key epochs that lost a removal race are "
+            + "learnt from the members again"
+    }
+
     /// A `members.json` that cannot be read is moved aside to `damagedMembersPath` (replacing an
     /// older one), not written over by the node that starts without it: what it held can still
     /// be read. The line to warn with, when it was.
@@ -371,10 +388,11 @@ public struct DataDirectory: Sendable {
             + "it rejoins through the invite or --join given"
     }
 
-    /// The chain first: it is what a start needs; the rivals file is dropped when there are none.
+    /// The rivals first (dropped when there are none), then the chain, which is what a start
+    /// needs: a failure before the chain is written changes no epoch, and rivals written beside
+    /// a chain that never was are not read back as its field (`KeyEpochs.restoreRivals`).
     package func saveEpochs(_ files: KeyEpochs.Files) throws(GroupMeshError) {
         do {
-            try SecretFile.store(files.chain, to: epochsPath)
             if files.rivals.isEmpty {
                 guard unlink(rivalsPath) == 0 || errno == ENOENT else {
                     throw GroupMeshError.store("cannot remove \(rivalsPath): \(Self.errnoText())")
@@ -382,6 +400,7 @@ public struct DataDirectory: Sendable {
             } else {
                 try SecretFile.store(files.rivals, to: rivalsPath)
             }
+            try SecretFile.store(files.chain, to: epochsPath)
         } catch let error as GroupMeshError {
             throw error
         } catch {

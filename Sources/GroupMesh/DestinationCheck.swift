@@ -52,7 +52,8 @@ struct DestinationCheck {
     }
 
     /// Whether a datagram to `address` may go to the channel now; the reason when not (new
-    /// verdicts only: a destination refused is told once, and again a minute later).
+    /// verdicts only: a destination the kernel has no route to is told once a minute; a host a
+    /// firewall rule refused, once for each of its ports).
     /// `confirmed`: a datagram to it was written since the verdict (else the caller watches the
     /// write, and tells `written`).
     mutating func allows(
@@ -69,8 +70,9 @@ struct DestinationCheck {
             let told = verdicts[address] != nil
             if now < refusal.retestAt || scratchSend(remote, family) != nil {
                 if now >= refusal.retestAt {
-                    refusal.retestAt =
-                        now + Self.deadline(refusal.scratchMisleads ? Self.validity : Self.retestInterval)
+                    // The scratch socket meets the rule again: tried as often as any refused host.
+                    refusal.scratchMisleads = false
+                    refusal.retestAt = now + Self.deadline(Self.retestInterval)
                     refusedHosts[address.host] = refusal
                 }
                 verdicts[address] = (false, refusal.retestAt, false)
@@ -109,8 +111,9 @@ struct DestinationCheck {
             return nil
         }
         let scratch = scratchSend(remote, family)
-        // The scratch socket passed before, and the real send failed all the same: it misleads.
-        let misleads = lifted.map { now < $0 + Self.validityDeadline } ?? false
+        // The scratch socket passed just before, and passes now, and this first send after it
+        // failed all the same: it misleads (a rule only this node's socket meets).
+        let misleads = scratch == nil && lifted.map { now < $0 + Self.deadline(Self.retestInterval) } == true
         guard scratch != nil || misleads else { return nil }
         let wait = misleads ? Self.validity : Self.retestInterval
         // Every port of the host: a rule names hosts, and each refused send closes the socket.

@@ -6,7 +6,7 @@ import MeshCore
 /// or the data dir; a member's name from its own record, so it is escaped.
 package enum JoinNotice {
     /// Addresses shown in one line; the rest are counted.
-    package static let shownAddresses = 8
+    static let shownAddresses = 8
 
     package static func addressList(_ addresses: [String]) -> String {
         let shown = addresses.prefix(shownAddresses).map(TerminalText.escaped).joined(separator: ", ")

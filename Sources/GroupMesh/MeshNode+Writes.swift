@@ -43,8 +43,8 @@ extension MeshNode {
         }
     }
 
-    /// Whether `address` may go to the channel (`DestinationCheck`); a refused one is logged once
-    /// a minute. Its value was parsed from the wire, so printing it prints no member's text.
+    /// Whether `address` may go to the channel (`DestinationCheck`); a refused one is logged when
+    /// its verdict is new (`DestinationCheck.allows`). Its value was parsed from the wire, so printing it prints no member's text.
     /// Nil when refused; else whether a write to it was confirmed already.
     private func admits(_ address: PeerAddress, _ remote: SocketAddress) -> Bool? {
         let verdict = destinations.allows(address, remote: remote, now: .now())

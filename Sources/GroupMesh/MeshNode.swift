@@ -134,6 +134,7 @@ package actor MeshNode {
             // The chunks lost are missing, and fetched again; the user should still hear of it.
             for line in await store.damage { logger.warning("chunk store: \(line)") }
             if let damaged = directory.setAsideDamagedMembers() { logger.warning("\(damaged)") }
+            if let damaged = directory.removeDamagedRivals() { logger.warning("\(damaged)") }
             var found = await store.restore(epochs: epochs, remembered: directory.loadRememberedMembers())
             // A dir founded before the mark existed says so only in `members.json`: marked now.
             // Unless a member let this node in (its introduction is kept): then the flag was an

@@ -234,8 +234,11 @@ enum StatusTable {
     }
 
     /// `status`'s line for the members this node lost touch with and still looks for.
+    /// Lost members named in the line; the rest are counted.
+    static let shownLostMembers = 8
+
     static func lostLine(_ lost: [StatusReport.LostMemberInfo]) -> String {
-        let shown = lost.prefix(JoinNotice.shownAddresses).map { member in
+        let shown = lost.prefix(shownLostMembers).map { member in
             let name = member.name.isEmpty ? String(member.id.prefix(12)) : "\(member.name) \(member.id.prefix(12))"
             let place = member.addresses.first.map { " at \($0)" } ?? ""
             return TerminalText.escaped(name + place) + " (lost \(ProgressDisplay.duration(member.lostSeconds)) ago)"

@@ -109,6 +109,10 @@ import Testing
         #expect(FileManager.default.createFile(atPath: directory.rivalsPath, contents: Data("GMRV".utf8)))
         let damaged = try directory.loadOrCreateSession(invited: nil)
         #expect(damaged.current == epochs.current && damaged.encodedRivals().isEmpty)
+        #expect(directory.removeDamagedRivals()?.contains("cannot be read") == true)
+        #expect(!FileManager.default.fileExists(atPath: directory.rivalsPath))
+        try directory.saveEpochs(epochs.files)
+        #expect(directory.removeDamagedRivals() == nil, "a whole file is kept")
         // Nothing lost any more (a chain without rivals): the file goes.
         try directory.saveEpochs(KeyEpochs(origin: origin).files)
         #expect(!FileManager.default.fileExists(atPath: directory.rivalsPath))

@@ -91,6 +91,21 @@ import Testing
         #expect(try allowed(address, &check, at: at(65)))
     }
 
+    @Test func aRuleBackRightAfterItWentIsRetriedInSecondsAgain() throws {
+        let rule = Rule()
+        var check = check(rule)
+        #expect(try allowed(address, &check, at: at(0)))
+        _ = check.written(address, remote: try address.socketAddress(), failed: true, now: at(0))
+        rule.refusing = false
+        #expect(try allowed(address, &check, at: at(5)))
+        // The rule is back before the first send after the lift: the scratch socket meets it too.
+        rule.refusing = true
+        let reason = check.written(address, remote: try address.socketAddress(), failed: true, now: at(5))
+        #expect(reason?.contains("though not from another") == false, "\(String(describing: reason))")
+        rule.refusing = false
+        #expect(try allowed(address, &check, at: at(10)), "waited more than a retest")
+    }
+
     @Test func aFailureTheScratchSocketPassesIsAnotherDatagrams() throws {
         let rule = Rule()
         rule.refusing = false

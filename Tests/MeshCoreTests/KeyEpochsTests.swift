@@ -232,30 +232,42 @@ import Testing
                 #expect(after.transition(after: lost.secret.sessionID)?.rotation == standing, "order \(order)")
             }
         }
-        // Rivals of an epoch the chain has left (a crash between the two writes): dropped, while
-        // the secrets of the epochs that lost stay open.
+        // Rivals written beside a chain that is not the one read back (a crash between the two
+        // writes): the field is left out, the secrets of the epochs that lost stay open.
+        let first = try #require(rotations.first { $0.rotation != standing })
         var moved = KeyEpochs(origin: origin)
-        for transition in rotations.prefix(2) { hear(&moved, transition) }
-        let stale = moved.encodedRivals()
-        _ = moved.rotate(removing: [m.id], to: SessionSecret.generate(), members: members, authority: c.authority)
-        var restored = try KeyEpochs.decode(moved.encoded(), origin: origin)
-        try restored.restoreRivals(stale)
-        #expect(restored.lostTransitions(outOf: moved.current.sessionID).isEmpty)
-        #expect(restored.earlierSecrets.count == moved.earlierSecrets.count)
-        // A damaged file: every truncation refused, no change ever trapped on.
+        hear(&moved, first)
+        let oldChain = moved.encoded()
+        for transition in rotations where transition != first { hear(&moved, transition) }
+        #expect(moved.current.sessionID == standing.nextSession)
+        var restored = try KeyEpochs.decode(oldChain, origin: origin)
+        try restored.restoreRivals(moved.encodedRivals())
+        #expect(restored.lostTransitions(outOf: origin.sessionID).isEmpty, "a field beside another chain")
+        #expect(rotations.contains { $0 != first && moved.lost($0.rotation) })
+        for transition in rotations where transition != first && moved.lost(transition.rotation) {
+            #expect(restored.secret(of: transition.secret.sessionID) == transition.secret)
+        }
+        // A damaged file: every truncation refused, no change ever trapped on, and what loads is
+        // whole (each rival with its own secret, none in the chain).
+        let files = moved.files
         #expect(KeyEpochs(origin: origin).encodedRivals().isEmpty)
-        for length in 1..<stale.count {
-            var epochs = KeyEpochs(origin: origin)
-            #expect(throws: WireError.self) { try epochs.restoreRivals(Array(stale.prefix(length))) }
+        for length in 1..<files.rivals.count {
+            var epochs = try KeyEpochs.decode(files.chain, origin: origin)
+            #expect(throws: WireError.self) { try epochs.restoreRivals(Array(files.rivals.prefix(length))) }
         }
         var rng = SplitMix64(seed: testSeed(0xe90c_0002))
         for _ in 0..<testIterations(2_000) {
-            var mutated = stale
+            var mutated = files.rivals
             let index = Int(rng.next() % UInt64(mutated.count))
             mutated[index] ^= UInt8(truncatingIfNeeded: rng.next() | 1)
-            var epochs = KeyEpochs(origin: origin)
-            try? epochs.restoreRivals(mutated)
-            #expect(epochs.transitions.isEmpty)
+            var epochs = try KeyEpochs.decode(files.chain, origin: origin)
+            guard (try? epochs.restoreRivals(mutated)) != nil else { continue }
+            for lost in epochs.lostTransitions(outOf: origin.sessionID) {
+                #expect(lost.secret.sessionID == lost.rotation.nextSession)
+                #expect(lost.rotation.nextSession != epochs.current.sessionID)
+            }
+            let ids = epochs.earlierSecrets.map(\.sessionID)
+            #expect(Set(ids).count == ids.count)
         }
     }
 

@@ -170,6 +170,7 @@ struct LongOutageSimulationTests {
             "\(replay): told \(newcomer.outOfDateNotices.map(\.by)), the remover \(remover.id), at \(newcomer.outOfDateNotices.map(\.time))"
         )
         #expect(newcomer.core.phase != .stopped, "\(replay): it keeps trying")
+        #expect(newcomer.core.leftOutBy == remover.id, "\(replay): status would not say it was left out")
     }
 
     @Test("a node that lost every member and restarted finds them through where they were last", arguments: seeds)

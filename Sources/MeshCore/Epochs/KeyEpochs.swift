@@ -412,7 +412,14 @@ package struct KeyEpochs: Sendable {
         var buffer = ByteBuffer()
         buffer.writeBytes(Self.rivalsMagic)
         buffer.writeInteger(Self.rivalsVersion)
-        let lost = superseded.sorted { $0.key.value < $1.key.value }.prefix(Self.maxSupersededStored)
+        // The epoch the field belongs to: read back only beside the same chain.
+        buffer.writeInteger(current.sessionID.value)
+        // The rivals' own secrets first, should the bound ever cut.
+        let field = Set(rivals.map(\.secret.sessionID))
+        let lost = superseded.sorted { first, second in
+            let (a, b) = (field.contains(first.key), field.contains(second.key))
+            return a != b ? a : first.key.value < second.key.value
+        }.prefix(Self.maxSupersededStored)
         buffer.writeInteger(UInt32(lost.count))
         for (_, entry) in lost {
             buffer.writeInteger(entry.previous.value)
@@ -425,8 +432,9 @@ package struct KeyEpochs: Sendable {
         return Array(buffer.readableBytesView)
     }
 
-    /// Takes back what `encodedRivals()` kept, after the chain was loaded. What no longer fits
-    /// the chain (a crash between the two files' writes) is dropped: the members hand it again.
+    /// Takes back what `encodedRivals()` kept, after the chain was loaded. Written beside another
+    /// chain (a crash between the two files' writes, a start by another release), only the lost
+    /// epochs' secrets are taken: the members hand the rest again.
     package mutating func restoreRivals(_ bytes: [UInt8]) throws(WireError) {
         guard !bytes.isEmpty else { return }
         var buffer = ByteBuffer(bytes: bytes)
@@ -435,6 +443,7 @@ package struct KeyEpochs: Sendable {
         else {
             throw .invalidField(what: "rivals file header")
         }
+        let head = SessionID(value: try buffer.readWire(UInt64.self, "rivals chain head"))
         let inChain = Set([origin.sessionID] + transitions.map(\.secret.sessionID))
         let lostCount = try buffer.readWire(UInt32.self, "lost epoch count")
         guard lostCount <= Self.maxSupersededStored else { throw .invalidField(what: "lost epoch count") }
@@ -459,7 +468,7 @@ package struct KeyEpochs: Sendable {
         // Rivals of the transition we are in: out of the epoch it left, not in the chain.
         let left = transitions.last?.rotation.previousSession
         func fits(_ rotation: KeyRotation) -> Bool {
-            rotation.previousSession == left && !inChain.contains(rotation.nextSession)
+            head == current.sessionID && rotation.previousSession == left && !inChain.contains(rotation.nextSession)
         }
         superseded = lost
         rivals = fields[0].filter(fits).compactMap { rotation in

@@ -54,7 +54,8 @@ extension NodeInstance {
     /// notice that removes us): stored too. Not while our own removal is being stored, which
     /// writes the chain with them once committed.
     private mutating func saveRivalsIfChanged() {
-        guard keying.pendingRemoval == nil, keying.epochs.encodedRivals() != keying.storedRivals else { return }
+        guard keying.pendingRemoval == nil, keying.storedRivals.map({ $0 != keying.epochs.encodedRivals() }) ?? true
+        else { return }
         openLostEpochs()
         saveEpochs()
     }
@@ -76,7 +77,10 @@ extension NodeInstance {
         guard keying.pendingRemoval == request else { return }
         keying.pendingRemoval = nil
         defer { takeDeferredHandovers(now: now) }
-        if case let .failure(failure) = result { return complete(request, .failure(.epochNotStored(failure))) }
+        if case let .failure(failure) = result {
+            keying.storedRivals = nil
+            return complete(request, .failure(.epochNotStored(failure)))
+        }
         guard phase.isActive else { return complete(request, .failure(.stopped)) }
         keying.epochs.commit(transition)
         let handedTo = enterEpoch(transition, handingOver: true, stored: true, now: now)
@@ -105,6 +109,8 @@ extension NodeInstance {
         now: MeshInstant
     ) -> Int {
         if stored { saveRivalsIfChanged() } else { saveEpochs() }
+        // Left out of the epoch we were in: not of this one.
+        directory.leftOutBy = nil
         keying.earlierCodecs[keying.codec.sessionID] = keying.codec
         // Back to an epoch we were in (a rival that stands again): its codec goes on from the
         // packet numbers it reached, as a new one would seal under the same keys and nonces.
@@ -489,12 +495,14 @@ extension NodeInstance {
         let removedBefore = keying.epochs.removed(before: rotation.previousSession)
         if keying.pendingRemoval == nil, rotation.removed.contains(localID), leftEpoch?.pairwise ?? true,
             !removedBefore.contains(sender), !removedBefore.contains(rotation.author),
-            knownMemberIDs.contains(rotation.author), rotation.hasValidSignature(authority),
-            case let .adopted(transition, replacing) = keying.epochs.noteRemovingRival(rotation, localID: localID)
+            knownMemberIDs.contains(rotation.author), rotation.hasValidSignature(authority)
         {
-            adopt(transition, replacing: replacing, heardAt: address, now: now)
+            if case let .adopted(transition, replacing) = keying.epochs.noteRemovingRival(rotation, localID: localID) {
+                adopt(transition, replacing: replacing, heardAt: address, now: now)
+            } else {
+                saveRivalsIfChanged()
+            }
         }
-        saveRivalsIfChanged()
         let ours = keying.epochs.transitions.first { $0.rotation.previousSession == rotation.previousSession }
         // Sealed in the epoch both left, by a member that took a rotation ours beats (and that
         // we did not remove): it is handed ours, which it may never have heard of.
@@ -665,7 +673,6 @@ extension NodeInstance {
             }
             return
         }
-        defer { saveRivalsIfChanged() }
         // Cheap checks first: signatures and key exchange only for what could be taken.
         guard handover.recipient == localID, handover.recipientBoot == bootID, handover.sender.id == header.sender,
             handover.sender.bootID == header.bootID,
@@ -688,6 +695,7 @@ extension NodeInstance {
             counters.handoversRefused += 1
             stopRemoved(by: handover.rotation.author, now: now)
         case .notOurEpoch:
+            saveRivalsIfChanged()
             answerRival(handover, from: address, now: now)
         case .known:
             // One we hold as a rival (it lost): its sender has not chosen as we did.

@@ -544,6 +544,7 @@ package struct NodeInstance: Sendable {
             removalSaved(result, transition: transition, member: member, request: request, now: now)
         case .saveEpochs:
             if case let .failure(failure) = result {
+                keying.storedRivals = nil
                 // Kept in memory: after a restart this node catches up through any member.
                 log(.error, "cannot store the new key epoch", ["error": "\(failure)"])
             }

@@ -29,7 +29,8 @@ struct KeyState: Sendable {
     var pendingRemoval: RequestID?
     /// The rotations that lost as last stored (`KeyEpochs.encodedRivals()`): stored again when
     /// they change without a change of epoch.
-    var storedRivals: [UInt8] = []
+    /// Nil when the last write failed: written again at the next change of epoch or rivals.
+    var storedRivals: [UInt8]?
     /// A key epoch without this node was seen (told once).
     var removedFromSession = false
     /// Notices of rotations out of our current epoch that remove us, each held a while before we
