@@ -362,10 +362,14 @@ public struct DataDirectory: Sendable {
     /// epochs that lost again). The line to warn with, when it was.
     package func removeDamagedRivals() -> String? {
         guard access(rivalsPath, F_OK) == 0 else { return nil }
+        // Only a file that does not decode: one that cannot be read now (descriptors, a disk
+        // error) is left for the next start.
+        guard let bytes = try? SecretFile.load(rivalsPath, limit: KeyEpochs.maxFileBytes, what: "rival epochs")
+        else { return nil }
         var probe = KeyEpochs(origin: SessionSecret.generate())
         let problem: String
         do {
-            try probe.restoreRivals(SecretFile.load(rivalsPath, limit: KeyEpochs.maxFileBytes, what: "rival epochs"))
+            try probe.restoreRivals(bytes)
             return nil
         } catch {
             problem = "\(error)"

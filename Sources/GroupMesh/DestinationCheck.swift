@@ -33,10 +33,9 @@ struct DestinationCheck {
 
     private struct HostRefusal {
         var retestAt: NIODeadline
-        /// A scratch send passed, the refusal was lifted, and the real send failed again.
-        var scratchMisleads = false
-        /// The lift (when a scratch send passed): a real send that fails before `validity` is
-        /// past it makes `scratchMisleads`.
+        /// When a scratch send passed and the refusal was lifted: the first real send after it
+        /// that fails while the scratch socket still passes meets a rule the scratch socket does
+        /// not, and the host waits a minute.
         var liftedAt: NIODeadline?
     }
 
@@ -70,8 +69,6 @@ struct DestinationCheck {
             let told = verdicts[address] != nil
             if now < refusal.retestAt || scratchSend(remote, family) != nil {
                 if now >= refusal.retestAt {
-                    // The scratch socket meets the rule again: tried as often as any refused host.
-                    refusal.scratchMisleads = false
                     refusal.retestAt = now + Self.deadline(Self.retestInterval)
                     refusedHosts[address.host] = refusal
                 }
@@ -123,7 +120,7 @@ struct DestinationCheck {
             refusedHosts = refusedHosts.filter { now < $0.value.retestAt + Self.validityDeadline }
         }
         if refusedHosts.count < Self.capacity || refusedHosts[address.host] != nil {
-            refusedHosts[address.host] = HostRefusal(retestAt: now + Self.deadline(wait), scratchMisleads: misleads)
+            refusedHosts[address.host] = HostRefusal(retestAt: now + Self.deadline(wait))
         }
         return scratch
             ?? "the kernel refuses to send there from this node's socket, though not from another (a firewall rule?)"

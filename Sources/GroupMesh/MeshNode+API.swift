@@ -372,10 +372,10 @@ extension MeshNode {
         let names = Dictionary(
             core.remembered.former.map { ($0.id, $0.name) }, uniquingKeysWith: { first, _ in first })
         let seconds = { (duration: Duration) in (max(0, duration.milliseconds) / 100).rounded() / 10 }
-        return lost.sorted { ($1.value.lostAt, $0.key) < ($0.value.lostAt, $1.key) }.map { id, entry in
+        return lost.sorted { ($1.value.lostOrder, $0.key) < ($0.value.lostOrder, $1.key) }.map { id, entry in
             StatusReport.LostMemberInfo(
                 id: id.hex, name: names[id.hex] ?? "", addresses: entry.addresses.map(\.description),
-                lostSeconds: seconds(now - entry.lostAt), nextAskSeconds: seconds(entry.nextAskAt - now))
+                lostSeconds: seconds(entry.age(at: now)), nextAskSeconds: seconds(entry.nextAskAt - now))
         }
     }
 

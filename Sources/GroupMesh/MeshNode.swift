@@ -476,6 +476,8 @@ package actor MeshNode {
     private func onTimer() {
         timer = nil
         timerDeadline = nil
+        // The monotonic clock stops while the machine sleeps; the wall clock does not.
+        core.setUnixTime(UInt64(max(0, time(nil))), at: now)
         core.tick(now: now)
         runEffects()
         rearm()

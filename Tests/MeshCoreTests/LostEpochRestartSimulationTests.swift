@@ -25,7 +25,9 @@ struct LostEpochRestartSimulationTests {
     /// Five members; e's machine is gone, and each half of a split session removes it at once
     /// (two rotations out of one epoch, each taken by its own half). The partner of the losing
     /// author stays cut off in the losing epoch; the others meet and end in the winner's.
-    static func strand(seed: UInt64) throws -> Stranded {
+    /// `authorGoneFirst`: the losing author's machine is gone before the halves meet, so that
+    /// no member of the other half ever holds the losing epoch.
+    static func strand(seed: UInt64, authorGoneFirst: Bool = false) throws -> Stranded {
         let replay = SimulationSeeds.replay(seed)
         let mesh = MutualRemovalSimulationTests.formedMesh(seed: seed, count: 5)
         #expect(mesh.all.allSatisfy { $0.activeMemberIDs.count == 4 }, "\(replay): the mesh never formed")
@@ -47,7 +49,8 @@ struct LostEpochRestartSimulationTests {
         #expect(c.sessionID == a.sessionID && d.sessionID == b.sessionID, "\(replay): a half did not take its rotation")
         let winner = KeyEpochs.winner(of: ours, [theirs])
         let (stranded, losingAuthor) = winner == ours ? (d, b) : (c, a)
-        let others = [a, b, c, d].filter { $0 !== stranded }.map(\.address)
+        if authorGoneFirst { mesh.simulator.crash(losingAuthor.address) }
+        let others = [a, b, c, d].filter { $0 !== stranded && !(authorGoneFirst && $0 === losingAuthor) }.map(\.address)
         mesh.simulator.partition([[stranded.address]])
         // Past the beacons it sends in the epoch both rotations left (which every member can
         // open): from then on it speaks only the epoch that lost.
@@ -112,5 +115,18 @@ struct LostEpochRestartSimulationTests {
         // that epoch only if its author handed it to them.
         setup.mesh.simulator.crash(setup.losingAuthor)
         Self.expectHandedTheWinner(setup, staying: setup.others.filter { $0 != setup.losingAuthor })
+    }
+
+    @Test(
+        "a member cut off in the epoch that lost, whose author was gone before anyone else heard of it, is handed the winner",
+        arguments: seeds)
+    func memberInALosingEpochNobodyElseHeld(seed: UInt64) throws {
+        let setup = try Self.strand(seed: seed, authorGoneFirst: true)
+        for address in setup.others {
+            #expect(
+                setup.mesh.node(address).core.epochs.secret(of: setup.stranded.sessionID) == nil,
+                "\(setup.replay): \(address) holds the losing epoch: nothing is tested")
+        }
+        Self.expectHandedTheWinner(setup, staying: setup.others)
     }
 }

@@ -58,4 +58,22 @@ struct LostMembersTests {
         #expect((0..<3).allSatisfy { lost[Self.id(UInt64($0))] == nil })
         #expect(lost[Self.id(3)]?.addresses == Array(addresses.prefix(LostMembers.addressesKept)))
     }
+
+    @Test("a member restored with its age counts it, even on a clock that started again after a reboot")
+    func restoredAgeCounts() throws {
+        var lost = LostMembers()
+        let id = NodeID(high: 1, low: 2)
+        let address = PeerAddress(ipv4: [10, 0, 0, 9], port: 7946)
+        // Just after a reboot: this boot's clock reads one second; the member was lost 20 h ago.
+        let boot = MeshInstant(nanoseconds: 1_000_000_000)
+        lost.add(id, addresses: [address], now: boot, firstWait: .seconds(5), age: .seconds(20 * 3600))
+        let entry = try #require(lost[id])
+        #expect(entry.age(at: boot + .seconds(10)) == .seconds(20 * 3600 + 10))
+        let retention = Duration.seconds(24 * 3600)
+        #expect(
+            lost.takeDue(count: 1, now: boot + .seconds(3 * 3600), retention: retention, maximumWait: .seconds(30))
+                .count == 1)
+        _ = lost.takeDue(count: 1, now: boot + .seconds(4 * 3600 + 1), retention: retention, maximumWait: .seconds(30))
+        #expect(lost.isEmpty, "looked for past its day")
+    }
 }

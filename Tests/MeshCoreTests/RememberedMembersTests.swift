@@ -105,7 +105,10 @@ struct RememberedMembersTests {
         // A file written before the time was kept: lost, with no time.
         let old =
             #"{"incarnation":3,"members":[],"former":[{"id":"\#(laptop.id.hex)","name":"l","addresses":["10.0.0.9:7946"]}]}"#
-        let decoded = try JSONDecoder().decode(RememberedMembers.self, from: Data(old.utf8))
+        var decoded = try JSONDecoder().decode(RememberedMembers.self, from: Data(old.utf8))
         #expect(decoded.lost(removed: []).map(\.since) == [nil])
+        decoded.dateLost(at: 9_000)
+        #expect(
+            decoded.lost(removed: []).map(\.since) == [9_000], "its day starts at the first start that knows the time")
     }
 }

@@ -14,9 +14,18 @@ package struct LostMembers: Sendable {
     package struct Entry: Sendable, Equatable {
         /// The record's first addresses.
         package var addresses: [PeerAddress]
-        package var lostAt: MeshInstant
+        /// When it was added here, and how long it had been lost by then (before a restart: the
+        /// monotonic clock may have started again since, so no instant of this boot says when).
+        package var addedAt: MeshInstant
+        package var ageWhenAdded: Duration
         package var nextAskAt: MeshInstant
         package var wait: Duration
+
+        /// How long it has been lost.
+        package func age(at now: MeshInstant) -> Duration { (now - addedAt) + ageWhenAdded }
+
+        /// Larger for one lost later (nanoseconds on this boot's clock, below zero before it).
+        package var lostOrder: Int64 { Int64(clamping: addedAt.nanoseconds) &- ageWhenAdded.nanosecondsClamped }
     }
 
     package static let capacity = 64
@@ -38,9 +47,10 @@ package struct LostMembers: Sendable {
     ) {
         let kept = Array(addresses.prefix(Self.addressesKept))
         guard !kept.isEmpty else { return }
-        entries[id] = Entry(addresses: kept, lostAt: now + (.zero - age), nextAskAt: now + firstWait, wait: firstWait)
+        entries[id] = Entry(
+            addresses: kept, addedAt: now, ageWhenAdded: max(.zero, age), nextAskAt: now + firstWait, wait: firstWait)
         if entries.count > Self.capacity,
-            let oldest = entries.min(by: { ($0.value.lostAt, $0.key) < ($1.value.lostAt, $1.key) })
+            let oldest = entries.min(by: { ($0.value.lostOrder, $0.key) < ($1.value.lostOrder, $1.key) })
         {
             entries[oldest.key] = nil
         }
@@ -56,7 +66,7 @@ package struct LostMembers: Sendable {
     package mutating func takeDue(
         count: Int, now: MeshInstant, retention: Duration, maximumWait: Duration
     ) -> [(id: NodeID, addresses: [PeerAddress])] {
-        entries = entries.filter { now < $0.value.lostAt + retention }
+        entries = entries.filter { $0.value.age(at: now) < retention }
         let due = entries.filter { now >= $0.value.nextAskAt }
             .sorted { ($0.value.nextAskAt, $0.key) < ($1.value.nextAskAt, $1.key) }
             .prefix(max(0, count))

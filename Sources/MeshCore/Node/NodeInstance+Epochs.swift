@@ -78,7 +78,9 @@ extension NodeInstance {
         keying.pendingRemoval = nil
         defer { takeDeferredHandovers(now: now) }
         if case let .failure(failure) = result {
+            // The rivals may be on disk for the epoch that was not entered: stored again as they are.
             keying.storedRivals = nil
+            saveRivalsIfChanged()
             return complete(request, .failure(.epochNotStored(failure)))
         }
         guard phase.isActive else { return complete(request, .failure(.stopped)) }
@@ -109,8 +111,10 @@ extension NodeInstance {
         now: MeshInstant
     ) -> Int {
         if stored { saveRivalsIfChanged() } else { saveEpochs() }
-        // Left out of the epoch we were in: not of this one.
+        // Left out of the epoch we were in: not of this one; and what was answered in the one
+        // we left is answered afresh.
         directory.leftOutBy = nil
+        keying.unknownEpochBeacons = [:]
         keying.earlierCodecs[keying.codec.sessionID] = keying.codec
         // Back to an epoch we were in (a rival that stands again): its codec goes on from the
         // packet numbers it reached, as a new one would seal under the same keys and nonces.
@@ -274,28 +278,41 @@ extension NodeInstance {
     /// goes anywhere else): the member may be in a rotation out of the epoch ours left that lost,
     /// which only its author held (gone, or restarted without it). A beacon in the epoch ours
     /// left, as after a rotation, draws that rotation from it, and it is handed ours in return.
-    /// At most once per member every `unknownEpochBeaconInterval`.
-    private mutating func beaconUnknownEpoch(of sender: NodeID, at address: PeerAddress, now: MeshInstant) {
+    /// Per member at waits that double from `unknownEpochBeaconInterval` (two members each in an
+    /// epoch the other never held would otherwise answer each other's beacons for ever), until
+    /// our epoch changes; within `answerFactor` times the datagram's size unless its own
+    /// datagrams proved the address.
+    private mutating func beaconUnknownEpoch(
+        of sender: NodeID, at address: PeerAddress, requestBytes: Int, now: MeshInstant
+    ) {
         guard sender != localID, !keying.epochs.removed.contains(sender),
             let left = keying.epochs.transitions.last?.rotation.previousSession, keying.earlierCodecs[left] != nil,
             directory.addresses[sender] == address
                 || membership.member(sender)?.record.addresses.contains(address) == true
-                || membership.lost[sender]?.addresses.contains(address) == true,
-            keying.unknownEpochBeaconAt[sender].map({ now >= $0 + Self.unknownEpochBeaconInterval }) ?? true
+                || membership.lost[sender]?.addresses.contains(address) == true
         else { return }
-        if keying.unknownEpochBeaconAt.count >= Self.maxRemovedToTell {
-            keying.unknownEpochBeaconAt = keying.unknownEpochBeaconAt.filter {
-                now < $0.value + Self.unknownEpochBeaconInterval
-            }
-            guard keying.unknownEpochBeaconAt.count < Self.maxRemovedToTell else { return }
+        let last = keying.unknownEpochBeacons[sender]
+        if let last, now < last.at + last.wait { return }
+        if last == nil, keying.unknownEpochBeacons.count >= Self.maxUnknownEpochBeacons {
+            keying.unknownEpochBeacons = keying.unknownEpochBeacons.filter { now < $0.value.at + $0.value.wait }
+            guard keying.unknownEpochBeacons.count < Self.maxUnknownEpochBeacons else { return }
         }
-        keying.unknownEpochBeaconAt[sender] = now
-        sendKeys(
-            [.alive(membership.me), .ping(Ping(token: session.sessionID.value))], in: left, to: sender,
-            route: .direct(address))
+        let frames: [Frame] = [.alive(membership.me), .ping(Ping(token: session.sessionID.value))]
+        guard
+            isProvenSource(address, of: sender)
+                || frames.map(FrameCodec.encodedLength).reduce(0, +)
+                    <= Self.answerLimit(toRequestOf: requestBytes, factor: EndedSessionNotice.answerFactor)
+        else { return }
+        keying.unknownEpochBeacons[sender] = (
+            now, last.map { min($0.wait * 2, Self.unknownEpochBeaconMaximumWait) } ?? Self.unknownEpochBeaconInterval
+        )
+        sendKeys(frames, in: left, to: sender, route: .direct(address))
     }
 
     static let unknownEpochBeaconInterval: Duration = .seconds(5)
+    static let unknownEpochBeaconMaximumWait: Duration = .seconds(300)
+    /// Members answered so at once, at most: the rest wait for a place.
+    static let maxUnknownEpochBeacons = 16
 
     /// Whether the member's signed record or its own earlier datagrams name `address`.
     func vouches(for address: PeerAddress, record: MemberRecord) -> Bool {
@@ -308,7 +325,7 @@ extension NodeInstance {
         var peek = datagram
         guard case let .success(header) = DatagramHeader.decode(&peek) else { return counters.countDrop(.foreign) }
         guard var earlier = keying.earlierCodecs[header.sessionID] else {
-            beaconUnknownEpoch(of: header.sender, at: address, now: now)
+            beaconUnknownEpoch(of: header.sender, at: address, requestBytes: datagram.readableBytes, now: now)
             return counters.countDrop(.foreign)
         }
         let result = earlier.open(datagram)

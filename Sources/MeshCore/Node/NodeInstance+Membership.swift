@@ -225,7 +225,8 @@ extension NodeInstance {
         let gone = others.filter { $0.status.isGone }.sorted { $0.lastChange > $1.lastChange }.map(\.id)
         let remembered = directory.remembered.ids.sorted().filter { !live.contains($0) }
         let listed = Set(gone + remembered)
-        let lost = membership.lost.entries.sorted { ($0.value.lostAt, $0.key) > ($1.value.lostAt, $1.key) }.map(\.key)
+        let lost = membership.lost.entries.sorted { ($0.value.lostOrder, $0.key) > ($1.value.lostOrder, $1.key) }
+            .map(\.key)
             .filter { !live.contains($0) && !listed.contains($0) }
         return (live, gone + remembered + lost)
     }

@@ -163,7 +163,9 @@ package struct NodeInstance: Sendable {
             introductions: IntroductionBook(
                 settings: settings.introductions, remembered: restored.remembered.introductions))
         if restored.founded { directory.remembered.founder = true }
-        directory.wallClock = boot.unixTime.map { (now, $0) }
+        if let unixTime = boot.unixTime, unixTime >= Self.earliestPlausibleUnixTime {
+            directory.wallClock = (now, unixTime)
+        }
         let record = MemberRecord(
             signingKey: boot.identity.publicKey, name: boot.name,
             addresses: Array(boot.addresses.prefix(MemberRecord.maxAddresses)),
@@ -273,7 +275,10 @@ package struct NodeInstance: Sendable {
         // every member still finds one.
         let wall = unixSeconds(at: now)
         let retention = UInt64(max(0, settings.membership.lostMemberRetention.components.seconds))
-        if let wall, wall >= retention { directory.remembered.expireLost(lostAtOrBefore: wall - retention) }
+        if let wall {
+            if wall >= retention { directory.remembered.expireLost(lostAtOrBefore: wall - retention) }
+            directory.remembered.dateLost(at: wall)
+        }
         let lost = directory.remembered.lost(removed: keying.epochs.removed)
         membership.restoreLost(
             lost.map { entry in
@@ -303,7 +308,17 @@ package struct NodeInstance: Sendable {
         log(.info, "started", ["node": "\(localID)", "seeds": "\(all.count)"])
     }
 
-    /// Unix seconds at `now`, when the driver told the time at boot.
+    /// The wall clock at `now` (Unix seconds), as the driver reads it: at boot, and again from
+    /// time to time, as the monotonic clock stops while the machine sleeps. A time before this
+    /// code was written is a clock not set yet (a board without a real-time clock): unknown.
+    package mutating func setUnixTime(_ unixTime: UInt64?, at now: MeshInstant) {
+        guard let unixTime, unixTime >= Self.earliestPlausibleUnixTime else { return }
+        directory.wallClock = (now, unixTime)
+    }
+
+    static let earliestPlausibleUnixTime: UInt64 = 1_790_000_000
+
+    /// Unix seconds at `now`, when the driver told the time.
     func unixSeconds(at now: MeshInstant) -> UInt64? {
         guard let anchor = directory.wallClock else { return nil }
         return anchor.unixTime + UInt64(max(0, (now - anchor.instant).components.seconds))

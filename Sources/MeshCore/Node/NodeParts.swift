@@ -20,8 +20,8 @@ struct KeyState: Sendable {
     /// removal (one that came back after the beacons, as a lost laptop found again does).
     var removedAnsweredAt: [NodeID: MeshInstant] = [:]
     /// When a member whose datagrams came in an epoch we never held was last sent a beacon in
-    /// the epoch ours left (`beaconUnknownEpoch`).
-    var unknownEpochBeaconAt: [NodeID: MeshInstant] = [:]
+    /// the epoch ours left, and the wait before the next (`beaconUnknownEpoch`).
+    var unknownEpochBeacons: [NodeID: (at: MeshInstant, wait: Duration)] = [:]
     /// When a join in an epoch we left, from a node not owed the next, was last answered (an
     /// invite older than a removal): once a second in all, as its sender's id is its own to invent.
     var outOfDateAnsweredAt: MeshInstant?

@@ -90,6 +90,14 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
         }
     }
 
+    /// Former members lost with no time kept (a file from before it was, a start without a
+    /// clock): their day starts at `time`.
+    package mutating func dateLost(at time: UInt64) {
+        for index in former.indices where !former[index].addresses.isEmpty && former[index].lostSince == nil {
+            former[index].lostSince = time
+        }
+    }
+
     /// Former members lost at or before `time` (Unix seconds) are no longer looked for: where
     /// they were is dropped (their names stay, for `remove-member`).
     package mutating func expireLost(lostAtOrBefore time: UInt64) {
