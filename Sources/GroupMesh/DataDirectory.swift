@@ -358,14 +358,18 @@ public struct DataDirectory: Sendable {
         return try? JSONDecoder().decode(RememberedMembers.self, from: Data(text.utf8))
     }
 
-    /// A `rivals.key` that cannot be read is removed (the start left it out: the members hand the
-    /// epochs that lost again). The line to warn with, when it was.
+    /// A `rivals.key` that does not decode is removed; one that cannot be read now (its mode, a
+    /// disk error) is left for the next start. Either way the start left it out (the members hand
+    /// the epochs that lost again). The line to warn with, when it was.
     package func removeDamagedRivals() -> String? {
         guard access(rivalsPath, F_OK) == 0 else { return nil }
-        // Only a file that does not decode: one that cannot be read now (descriptors, a disk
-        // error) is left for the next start.
-        guard let bytes = try? SecretFile.load(rivalsPath, limit: KeyEpochs.maxFileBytes, what: "rival epochs")
-        else { return nil }
+        let bytes: [UInt8]
+        do {
+            bytes = try SecretFile.load(rivalsPath, limit: KeyEpochs.maxFileBytes, what: "rival epochs")
+        } catch {
+            return "\(error.description); left out of this start: the key epochs that lost a removal race are "
+                + "learnt from the members again"
+        }
         var probe = KeyEpochs(origin: SessionSecret.generate())
         let problem: String
         do {

@@ -105,8 +105,13 @@ import Testing
         #expect(loaded.current == epochs.current)
         #expect(loaded.encodedRivals() == epochs.encodedRivals())
         #expect(directory.ownsFile(directory.rivalsPath))
+        // Readable by others: left out of the start, with a line, and kept.
+        #expect(FileManager.default.createFile(atPath: directory.rivalsPath, contents: Data(epochs.files.rivals)))
+        #expect(try directory.loadOrCreateSession(invited: nil).encodedRivals().isEmpty)
+        #expect(directory.removeDamagedRivals()?.contains("left out of this start") == true)
+        #expect(FileManager.default.fileExists(atPath: directory.rivalsPath))
         // Damaged: the chain still loads, without what lost.
-        #expect(FileManager.default.createFile(atPath: directory.rivalsPath, contents: Data("GMRV".utf8)))
+        try SecretFile.store(Array("GMRV".utf8), to: directory.rivalsPath)
         let damaged = try directory.loadOrCreateSession(invited: nil)
         #expect(damaged.current == epochs.current && damaged.encodedRivals().isEmpty)
         #expect(directory.removeDamagedRivals()?.contains("cannot be read") == true)
