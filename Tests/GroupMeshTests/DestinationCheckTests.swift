@@ -76,13 +76,19 @@ import Testing
         #expect(try allowed(otherPort, &check, at: at(11)))
     }
 
-    @Test func aRuleTheScratchSocketDoesNotMeetIsRetriedAMinuteAtATime() throws {
-        let rule = Rule()
+    /// A host refused at 0 s, the rule gone, and sent to again at the first retest (5 s).
+    func liftedAfterARefusal(_ rule: Rule) throws -> DestinationCheck {
         var check = check(rule)
         #expect(try allowed(address, &check, at: at(0)))
         _ = check.written(address, remote: try address.socketAddress(), failed: true, now: at(0))
         rule.refusing = false
         #expect(try allowed(address, &check, at: at(5)))
+        return check
+    }
+
+    @Test func aRuleTheScratchSocketDoesNotMeetIsRetriedAMinuteAtATime() throws {
+        let rule = Rule()
+        var check = try liftedAfterARefusal(rule)
         // The node's own send fails again although the scratch socket passed.
         let reason = check.written(address, remote: try address.socketAddress(), failed: true, now: at(5))
         #expect(reason?.contains("though not from another") == true, "\(String(describing: reason))")
@@ -93,11 +99,7 @@ import Testing
 
     @Test func aRuleBackRightAfterItWentIsRetriedInSecondsAgain() throws {
         let rule = Rule()
-        var check = check(rule)
-        #expect(try allowed(address, &check, at: at(0)))
-        _ = check.written(address, remote: try address.socketAddress(), failed: true, now: at(0))
-        rule.refusing = false
-        #expect(try allowed(address, &check, at: at(5)))
+        var check = try liftedAfterARefusal(rule)
         // The rule is back before the first send after the lift: the scratch socket meets it too.
         rule.refusing = true
         let reason = check.written(address, remote: try address.socketAddress(), failed: true, now: at(5))

@@ -164,9 +164,9 @@ import Testing
         #expect(atWinner.current == winner.secret)
     }
 
-    @Test("three rotations that beat each other in a cycle: every order of hearing them ends on the same one")
-    func aCycleOfThreeEndsTheSameInEveryOrder() {
-        // a removes b, b removes m, m removes a: each beats one other, none beats both.
+    /// a removes b, b removes m, m removes a, out of the first epoch: each beats one other, none
+    /// beats both; `c` is a bystander.
+    func cycleOfThree() -> (rotations: [KeyEpochs.Transition], members: Set<NodeID>, c: Party) {
         let c = Party(9)
         let members: Set<NodeID> = [a.id, b.id, m.id, c.id]
         var fresh = [KeyEpochs(origin: origin), KeyEpochs(origin: origin), KeyEpochs(origin: origin)]
@@ -175,6 +175,12 @@ import Testing
             fresh[1].rotate(removing: [m.id], to: SessionSecret.generate(), members: members, authority: b.authority),
             fresh[2].rotate(removing: [a.id], to: SessionSecret.generate(), members: members, authority: m.authority),
         ]
+        return (rotations, members, c)
+    }
+
+    @Test("three rotations that beat each other in a cycle: every order of hearing them ends on the same one")
+    func aCycleOfThreeEndsTheSameInEveryOrder() {
+        let (rotations, members, c) = cycleOfThree()
         for (index, rotation) in rotations.enumerated() {
             let next = rotations[(index + 1) % 3]
             #expect(KeyEpochs.wins(rotation.rotation, over: next.rotation), "not a cycle")
@@ -201,14 +207,7 @@ import Testing
 
     @Test("the rotations that lost survive a restart: the cycle still ends on the same one, and they stay open")
     func rivalsSurviveARestart() throws {
-        let c = Party(9)
-        let members: Set<NodeID> = [a.id, b.id, m.id, c.id]
-        var fresh = [KeyEpochs(origin: origin), KeyEpochs(origin: origin), KeyEpochs(origin: origin)]
-        let rotations = [
-            fresh[0].rotate(removing: [b.id], to: SessionSecret.generate(), members: members, authority: a.authority),
-            fresh[1].rotate(removing: [m.id], to: SessionSecret.generate(), members: members, authority: b.authority),
-            fresh[2].rotate(removing: [a.id], to: SessionSecret.generate(), members: members, authority: m.authority),
-        ]
+        let (rotations, members, c) = cycleOfThree()
         let standing = KeyEpochs.winner(of: rotations[0].rotation, rotations.dropFirst().map(\.rotation))
         let hear = { (epochs: inout KeyEpochs, transition: KeyEpochs.Transition) in
             _ = epochs.accept(
