@@ -415,9 +415,9 @@ package struct KeyEpochs: Sendable {
         // The epoch the field belongs to: read back only beside the same chain.
         buffer.writeInteger(current.sessionID.value)
         // The rivals' own secrets first, should the bound ever cut.
-        let field = Set(rivals.map(\.secret.sessionID))
+        let rivalSessions = Set(rivals.map(\.secret.sessionID))
         let lost = superseded.sorted { first, second in
-            let (a, b) = (field.contains(first.key), field.contains(second.key))
+            let (a, b) = (rivalSessions.contains(first.key), rivalSessions.contains(second.key))
             return a != b ? a : first.key.value < second.key.value
         }.prefix(Self.maxSupersededStored)
         buffer.writeInteger(UInt32(lost.count))

@@ -314,6 +314,13 @@ extension NodeInstance {
     /// Members answered so at once, at most: the rest wait for a place.
     static let maxUnknownEpochBeacons = 16
 
+    /// Where to answer a member whose key datagram came from `address`: there, if its record or
+    /// its own datagrams name it (not on a hello's word), else the way we reach it.
+    private func route(to member: MemberRecord, heardAt address: PeerAddress) -> KeysRoute? {
+        vouches(for: address, record: member)
+            ? .direct(address) : keysRoute(to: member.id, fallback: member.addresses.first)
+    }
+
     /// Whether the member's signed record or its own earlier datagrams name `address`.
     func vouches(for address: PeerAddress, record: MemberRecord) -> Bool {
         record.addresses.contains(address) || directory.addresses[record.id] == address
@@ -609,8 +616,7 @@ extension NodeInstance {
         // disagrees): two members that agree would otherwise answer each other's lost rivals
         // for ever.
         guard
-            let route = vouches(for: address, record: sender)
-                ? .direct(address) : keysRoute(to: sender.id, fallback: sender.addresses.first),
+            let route = route(to: sender, heardAt: address),
             keying.epochs.mayTellField(outOf: previous, to: sender.id, boot: sender.bootID)
         else { return }
         for lost in keying.epochs.lostTransitions(outOf: previous) where lost.rotation != handover.rotation {
@@ -649,8 +655,7 @@ extension NodeInstance {
         // it: it is handed ours, so that a member still in ours (cut off now) can be handed the
         // winner by it too, not only by us.
         if let replacing, let sender,
-            let route = vouches(for: address, record: sender)
-                ? .direct(address) : keysRoute(to: sender.id, fallback: sender.addresses.first)
+            let route = route(to: sender, heardAt: address)
         {
             handLost(replacing, to: sender, route: route)
         }
