@@ -59,17 +59,27 @@ test: deps format-check
 	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
 	$(MAKE) --no-print-directory docs-check
 	sync  # the build's writes go to disk now, not under the end-to-end tests' fsyncs
-	# Swift Testing captures a backtrace for every error thrown, caught or not: the decoder tests throw
-	# hundreds of thousands (every malformed input), and those backtraces were a third of their time.
-	SWT_SWIFT_ERROR_BACKTRACING_ENABLED=0 $(SWIFT) test --skip-build $(SWIFT_FLAGS) --filter '$(SEEDED_TESTS)'
-	@# The previous release's binary (a compatibility test runs it) builds beside the real-time
-	@# tests, which mostly wait on the network, at the lowest priority, instead of inside that test;
-	@# the test waits for it (and, if it cannot be had, says why and skips). Its output goes to
-	@# .build/previous-release.log (.build made here when SWIFT_FLAGS moves the scratch path).
-	@# Stopped with Ctrl-C, the build finishes on its own (an hour at most).
+	@# The two parts run side by side: the seeded tests are CPU and simulated time, the real-time
+	@# tests mostly wait on the network. The seeded part runs at a lower priority (what it sees does
+	@# not depend on load; the real-time part's processes come first) and prints when it is done;
+	@# `--ignore-lock` lets two test runs share the build that is already there (nothing is built).
+	@# Swift Testing captures a backtrace for every error thrown, caught or not: the decoder tests
+	@# throw hundreds of thousands (every malformed input), and those backtraces were a third of
+	@# their time. The previous release's binary (a compatibility test runs it) builds beside both,
+	@# lowest of all, instead of inside that test; the test waits for it (and, if it cannot be had,
+	@# says why and skips). Its output goes to .build/previous-release.log (.build made here when
+	@# SWIFT_FLAGS moves the scratch path). Stopped with Ctrl-C, the build finishes on its own (an
+	@# hour at most).
 	mkdir -p .build; nice -n 19 scripts/previous-release.sh > .build/previous-release.log 2>&1 & \
-	$(SWIFT) test --skip-build --no-parallel $(SWIFT_FLAGS) --filter '$(REALTIME_TESTS)'; \
-	status=$$?; wait; exit $$status
+	SWT_SWIFT_ERROR_BACKTRACING_ENABLED=0 nice -n 10 $(SWIFT) test --skip-build --ignore-lock $(SWIFT_FLAGS) \
+		--filter '$(SEEDED_TESTS)' > .build/seeded-tests.log 2>&1 & seeded=$$!; \
+	$(SWIFT) test --skip-build --ignore-lock --no-parallel $(SWIFT_FLAGS) --filter '$(REALTIME_TESTS)'; \
+	realtime=$$?; wait $$seeded; seededstatus=$$?; \
+	echo "== the seeded tests (they ran beside the real-time ones; also in .build/seeded-tests.log)"; \
+	cat .build/seeded-tests.log; wait; \
+	[ $$realtime -eq 0 ] || echo "make test: the real-time tests failed (above the seeded tests' output)"; \
+	[ $$seededstatus -eq 0 ] || echo "make test: the seeded tests failed"; \
+	[ $$realtime -eq 0 ] && [ $$seededstatus -eq 0 ]
 	# A test target in neither list still runs (today this runs nothing).
 	$(SWIFT) test --skip-build --no-parallel $(SWIFT_FLAGS) --skip '$(SEEDED_TESTS)' --skip '$(REALTIME_TESTS)'
 
