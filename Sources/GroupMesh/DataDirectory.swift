@@ -141,7 +141,7 @@ public struct DataDirectory: Sendable {
         return DataDirectoryLock(fd: fd)
     }
 
-    /// Loads the session's key epochs (the secret joined with, then every rotation since), or
+    /// Loads the session's key epochs (the secret joined with, then the rotations since), or
     /// stores `invited` when the dir has none, or founds a session with a new secret when there
     /// is no invite either. An invite for another session than the stored one (none of its
     /// epochs) is refused: one data dir, one session.
@@ -150,7 +150,7 @@ public struct DataDirectory: Sendable {
             let stored: SessionSecret
             do { stored = try SessionSecret.load(from: sessionSecretPath) } catch { throw .keyFile(error.description) }
             let epochs = try loadEpochs(origin: stored)
-            if let invited, invited != stored, !epochs.transitions.contains(where: { $0.secret == invited }) {
+            if let invited, invited != stored, !epochs.holds(invited) {
                 throw .sessionMismatch(path: path)
             }
             return epochs
@@ -185,7 +185,7 @@ public struct DataDirectory: Sendable {
     package func holdsSession(_ secret: SessionSecret) -> Bool {
         guard let stored = try? SessionSecret.load(from: sessionSecretPath) else { return false }
         if stored == secret { return true }
-        return (try? loadEpochs(origin: stored))?.transitions.contains { $0.secret == secret } ?? false
+        return (try? loadEpochs(origin: stored))?.holds(secret) ?? false
     }
 
     /// Whether the dir holds a session (its secret), ended or not.

@@ -123,6 +123,35 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: directory.rivalsPath))
     }
 
+    @Test(
+        "a chain past its bound is stored from the first epoch kept: it loads back, and an invite of a kept epoch is this session's, of a forgotten one not"
+    )
+    func aLongChainIsKeptFromItsFirstEpoch() throws {
+        let root = NSTemporaryDirectory() + "groupmesh-dd-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let directory = DataDirectory(path: root + "/node")
+        try directory.prepare()
+        var epochs = try directory.loadOrCreateSession(invited: nil)
+        let joined = epochs.current
+        let author = try NodeIdentity(seed: [UInt8](repeating: 1, count: 32))
+        let authority = Ed25519Authority(identity: author)
+        for _ in 0..<(KeyEpochs.maxTransitions + 5) {
+            let transition = try epochs.rotation(
+                removing: [], to: SessionSecret.generate(), live: [author.nodeID], authority: authority)
+            epochs.commit(transition)
+        }
+        try directory.saveEpochs(epochs.files)
+        let loaded = try directory.loadOrCreateSession(invited: nil)
+        #expect(loaded.current == epochs.current && loaded.origin == epochs.origin)
+        #expect(loaded.transitions == epochs.transitions)
+        #expect(directory.holdsSession(epochs.origin) && directory.holdsSession(epochs.current))
+        #expect(directory.holdsSession(joined), "the secret joined with is still the dir's own")
+        #expect(!directory.holdsSession(SessionSecret.generate()))
+        #expect(try directory.loadOrCreateSession(invited: epochs.origin).current == epochs.current)
+        #expect(throws: GroupMeshError.self) { try directory.loadOrCreateSession(invited: SessionSecret.generate()) }
+    }
+
     @Test("a data dir that belongs to another user is refused, and left as it was")
     func othersDataDirectoryIsRefused() throws {
         guard geteuid() == 0 else {

@@ -423,6 +423,73 @@ import Testing
         }
     }
 
+    @Test("past the bound the oldest epochs are forgotten: the file names the first one kept, and reads back")
+    func theOldestEpochsAreForgottenPastTheBound() throws {
+        var epochs = KeyEpochs(origin: origin)
+        var secrets = [origin]
+        for index in 0..<(KeyEpochs.maxTransitions + 10) {
+            let next = SessionSecret.generate()
+            _ = epochs.rotate(
+                removing: index == 0 ? [m.id] : [], to: next, members: [b.id, m.id], authority: a.authority)
+            secrets.append(next)
+            // Version 2 (which the previous release reads) while nothing is forgotten.
+            if index == KeyEpochs.maxTransitions - 1 {
+                #expect(!epochs.forgotOldest && epochs.encoded()[4] == 2)
+            }
+        }
+        #expect(epochs.transitions.count == KeyEpochs.maxTransitions && epochs.forgotOldest)
+        #expect(epochs.origin == secrets[10], "the first epoch kept is the origin")
+        #expect(epochs.current == secrets.last)
+        #expect(epochs.earlierSecrets.count == KeyEpochs.maxTransitions)
+        #expect(epochs.removed.isEmpty, "who a forgotten epoch removed goes with it")
+        #expect(!epochs.holds(origin) && epochs.holds(secrets[10]) && epochs.holds(secrets[40]))
+        #expect(epochs.secret(of: secrets[9].sessionID) == nil)
+        #expect(epochs.handover(to: b.id, heardIn: secrets[9].sessionID, now: t0) == nil, "needs a new invite")
+        #expect(epochs.handover(to: b.id, heardIn: secrets[10].sessionID, now: t0)?.secret == secrets[11])
+        #expect(
+            epochs.recentEarlierSessions(4) == secrets.suffix(5).dropLast().map(\.sessionID),
+            "the removed are told in the last few epochs only")
+
+        let bytes = epochs.encoded()
+        #expect(bytes[4] == 3)
+        #expect(bytes.count < KeyEpochs.maxFileBytes / 16, "\(bytes.count) bytes")
+        // The origin given is the secret joined with; the file's own is the one that counts.
+        let loaded = try KeyEpochs.decode(bytes, origin: origin)
+        #expect(loaded.origin == epochs.origin && loaded.transitions == epochs.transitions && loaded.forgotOldest)
+        for length in stride(from: 0, to: bytes.count, by: 97) {
+            #expect(throws: WireError.self) { try KeyEpochs.decode(Array(bytes.prefix(length)), origin: origin) }
+        }
+        var rng = SplitMix64(seed: testSeed(0xe90c_0002))
+        for _ in 0..<testIterations(500) {
+            var mutated = bytes
+            let index = Int(rng.next() % UInt64(mutated.count))
+            mutated[index] ^= UInt8(truncatingIfNeeded: rng.next() | 1)
+            if let loaded = try? KeyEpochs.decode(mutated, origin: origin) {
+                #expect(loaded.transitions.allSatisfy { $0.secret.sessionID == $0.rotation.nextSession })
+            }
+        }
+
+        // A longer chain in a version 2 file (a release without the bound wrote it) loads, and
+        // keeps the latest epochs only.
+        var long = ByteBuffer()
+        long.writeBytes(Array("GMEP".utf8))
+        long.writeInteger(UInt8(2))
+        var chain = KeyEpochs(origin: origin)
+        var written: [KeyEpochs.Transition] = []
+        for _ in 0..<(KeyEpochs.maxTransitions + 3) {
+            written.append(
+                chain.rotate(removing: [], to: SessionSecret.generate(), members: [b.id], authority: a.authority))
+        }
+        long.writeInteger(UInt32(written.count))
+        for transition in written {
+            transition.rotation.encode(into: &long)
+            long.writeBytes(transition.secret.bytes)
+        }
+        let old = try KeyEpochs.decode(Array(long.readableBytesView), origin: origin)
+        #expect(old.transitions == Array(written.suffix(KeyEpochs.maxTransitions)))
+        #expect(old.origin == written[2].secret && old.forgotOldest)
+    }
+
     @Test func anExcludedMemberIsLeftAndNeverBelievedAgain() {
         let cluster = ManualCluster(count: 3)
         let removed = cluster[2]

@@ -44,8 +44,18 @@ package struct KeyEpochs: Sendable {
     /// epoch (its handover lost) is answered again, a flood of its datagrams is not.
     package static let handoverInterval: Duration = .milliseconds(250)
 
-    package let origin: SessionSecret
+    /// The first epoch this node still holds: the secret it joined with, until the chain grew
+    /// past `maxTransitions` and the oldest epochs were forgotten.
+    package private(set) var origin: SessionSecret
     package private(set) var transitions: [Transition]
+    /// Whether the oldest epochs were forgotten: `origin` is no longer the secret joined with,
+    /// so the file names it (`encoded()`).
+    package private(set) var forgotOldest = false
+    /// Epochs kept after the current one's, at most. Any member may rotate (each removal is a
+    /// rotation), so a member that removes and invites without end would make the chain, its
+    /// file and a codec per epoch grow without bound; a real session sees a few. A member
+    /// offline through more rotations than this is handed nothing and needs a new invite.
+    package static let maxTransitions = 256
     /// Every member removed by any rotation we know.
     package private(set) var removed: Set<NodeID>
     /// Epochs that lost to a competing rotation out of the same epoch (`previous`), ours or
@@ -77,10 +87,12 @@ package struct KeyEpochs: Sendable {
         var epoch: SessionID
     }
 
-    package init(origin: SessionSecret, transitions: [Transition] = []) {
+    package init(origin: SessionSecret, transitions: [Transition] = [], forgotOldest: Bool = false) {
         self.origin = origin
         self.transitions = transitions
+        self.forgotOldest = forgotOldest
         self.removed = Set(transitions.flatMap(\.rotation.removed))
+        forgetOldestEpochs()
     }
 
     package var current: SessionSecret { transitions.last?.secret ?? origin }
@@ -88,6 +100,12 @@ package struct KeyEpochs: Sendable {
     /// Epochs before the current one, oldest first.
     package var previousSecrets: [SessionSecret] {
         Array(([origin] + transitions.map(\.secret)).dropLast())
+    }
+
+    /// Whether `secret` is one of the chain's epochs (an invite of this session, however old, as
+    /// long as its epoch was not forgotten).
+    package func holds(_ secret: SessionSecret) -> Bool {
+        origin == secret || transitions.contains { $0.secret == secret }
     }
 
     /// The secret of any epoch we had, by its session id.
@@ -336,6 +354,22 @@ package struct KeyEpochs: Sendable {
     private mutating func append(_ transition: Transition) {
         transitions.append(transition)
         removed.formUnion(transition.rotation.removed)
+        forgetOldestEpochs()
+    }
+
+    /// Past `maxTransitions`, the oldest epochs go: the first one kept becomes the origin, and
+    /// what only they held goes with them (who they removed, the rivals that lost out of them,
+    /// their handovers' rate limits).
+    private mutating func forgetOldestEpochs() {
+        let excess = transitions.count - Self.maxTransitions
+        guard excess > 0 else { return }
+        origin = transitions[excess - 1].secret
+        transitions.removeFirst(excess)
+        forgotOldest = true
+        removed = Set(transitions.flatMap(\.rotation.removed))
+        let held = Set([origin.sessionID] + transitions.map(\.secret.sessionID))
+        superseded = superseded.filter { held.contains($0.value.previous) }
+        lastHandover = lastHandover.filter { held.contains($0.key.epoch) }
     }
 
     // MARK: persistence
@@ -356,7 +390,11 @@ package struct KeyEpochs: Sendable {
     package var files: Files { Files(chain: encoded(), rivals: encodedRivals()) }
 
     static let fileMagic = Array("GMEP".utf8)
+    /// 2: the chain from the secret joined with (`session.key`); 3: the same, from the origin
+    /// the file names, once the oldest epochs were forgotten. Version 2 is written while it
+    /// suffices, so that the previous release still reads the file.
     static let fileVersion: UInt8 = 2
+    static let forgotOldestFileVersion: UInt8 = 3
     static let rivalsMagic = Array("GMRV".utf8)
     static let rivalsVersion: UInt8 = 1
     /// Far above any real history; bounds what a damaged file can make us allocate.
@@ -368,7 +406,12 @@ package struct KeyEpochs: Sendable {
     package func encoded() -> [UInt8] {
         var buffer = ByteBuffer()
         buffer.writeBytes(Self.fileMagic)
-        buffer.writeInteger(Self.fileVersion)
+        if forgotOldest {
+            buffer.writeInteger(Self.forgotOldestFileVersion)
+            buffer.writeBytes(origin.bytes)
+        } else {
+            buffer.writeInteger(Self.fileVersion)
+        }
         buffer.writeInteger(UInt32(transitions.count))
         for transition in transitions {
             transition.rotation.encode(into: &buffer)
@@ -377,13 +420,25 @@ package struct KeyEpochs: Sendable {
         return Array(buffer.readableBytesView)
     }
 
-    package static func decode(_ bytes: [UInt8], origin: SessionSecret) throws(WireError) -> KeyEpochs {
+    /// The chain `encoded()` wrote. `origin` is the secret the node joined with, where the chain
+    /// starts unless the file names another (the oldest epochs forgotten).
+    package static func decode(_ bytes: [UInt8], origin joined: SessionSecret) throws(WireError) -> KeyEpochs {
         var buffer = ByteBuffer(bytes: bytes)
-        guard try buffer.readWireBytes(fileMagic.count, "epochs magic") == fileMagic,
-            try buffer.readWire(UInt8.self, "epochs version") == fileVersion
-        else {
+        guard try buffer.readWireBytes(fileMagic.count, "epochs magic") == fileMagic else {
             throw .invalidField(what: "epochs file header")
         }
+        let origin: SessionSecret
+        let forgotOldest: Bool
+        switch try buffer.readWire(UInt8.self, "epochs version") {
+        case fileVersion: (origin, forgotOldest) = (joined, false)
+        case forgotOldestFileVersion:
+            guard let named = try? SessionSecret(bytes: try buffer.readWireBytes(SessionSecret.byteCount, "origin"))
+            else { throw .invalidField(what: "epochs origin") }
+            (origin, forgotOldest) = (named, true)
+        default: throw .invalidField(what: "epochs file header")
+        }
+        // A longer chain (written before the bound, or by a release without it) loads, and its
+        // oldest epochs are forgotten at once.
         let count = try buffer.readWire(UInt32.self, "epoch count")
         var transitions: [Transition] = []
         var previous = origin.sessionID
@@ -400,7 +455,7 @@ package struct KeyEpochs: Sendable {
             previous = secret.sessionID
         }
         guard buffer.readableBytes == 0 else { throw .trailingBytes(buffer.readableBytes) }
-        return KeyEpochs(origin: origin, transitions: transitions)
+        return KeyEpochs(origin: origin, transitions: transitions, forgotOldest: forgotOldest)
     }
 
     /// The rotations that lost, as bytes for the data dir's `rivals.key` (secrets inside: store
@@ -475,6 +530,16 @@ package struct KeyEpochs: Sendable {
             lost[rotation.nextSession].map { Transition(rotation: rotation, secret: $0.secret) }
         }
         removingRivals = fields[1].filter(fits)
+    }
+
+    /// The last `count` epochs of the chain before the current one, oldest first, then those that
+    /// lost out of them: where a member removed lately may still be (the epoch its removal left,
+    /// or one before, when it was removed on top of a competing rotation).
+    package func recentEarlierSessions(_ count: Int) -> [SessionID] {
+        let recent = previousSecrets.suffix(count).map(\.sessionID)
+        let left = Set(recent)
+        let lost = superseded.filter { left.contains($0.value.previous) }.keys.sorted { $0.value < $1.value }
+        return recent + lost
     }
 
     /// Every secret of an epoch we had or were handed that lost, by its session id: the shell

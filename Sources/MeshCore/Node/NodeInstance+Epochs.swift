@@ -70,6 +70,14 @@ extension NodeInstance {
         }
     }
 
+    /// The codecs of epochs the chain no longer holds (its oldest forgotten, `KeyEpochs.maxTransitions`) go.
+    private mutating func closeForgottenEpochs() {
+        let held = keying.epochs.earlierSecrets
+        guard keying.earlierCodecs.count > held.count else { return }
+        let sessions = Set(held.map(\.sessionID))
+        keying.earlierCodecs = keying.earlierCodecs.filter { sessions.contains($0.key) }
+    }
+
     mutating func removalSaved(
         _ result: Result<StorageOutcome, StorageFailure>, transition: KeyEpochs.Transition, member: NodeID,
         request: RequestID, now: MeshInstant
@@ -95,6 +103,8 @@ extension NodeInstance {
     static let maxDeferredHandovers = 16
     /// Removed members told with the beacons (the latest removed).
     static let maxRemovedToTell = 16
+    /// The earlier epochs of the chain the removed are told in (and those that lost out of them).
+    static let epochsToTellRemovedIn = 4
 
     private mutating func takeDeferredHandovers(now: MeshInstant) {
         let deferred = keying.deferredHandovers
@@ -124,6 +134,7 @@ extension NodeInstance {
                 session: transition.secret, localID: localID, localBootID: bootID,
                 configuration: settings.wire)
         openLostEpochs()
+        closeForgottenEpochs()
         // The dead too: keys stay until a member is forgotten (one declared dead that was only
         // cut off comes back to the pairwise keys it had, and proves its address with them).
         for member in membership.view.dropFirst()
@@ -178,13 +189,15 @@ extension NodeInstance {
             sendKeys([.alive(me), .ping(Ping(token: session.sessionID.value))], in: left, to: member.id, route: route)
         }
         // The removed, told with the rotation's signature as proof, so that they stop instead of
-        // staying up alone (no secret goes with it). Sealed in each earlier epoch we still hold:
-        // a member removed on top of a competing rotation is still in the epoch before both.
+        // staying up alone (no secret goes with it). Sealed in each of the last earlier epochs we
+        // hold: a member removed on top of a competing rotation is still in the epoch before both.
+        // (Not in every one: a long chain would make each beacon a burst.)
+        let recent = keying.epochs.recentEarlierSessions(Self.epochsToTellRemovedIn)
         for (member, address, relay) in keying.removedToTell {
             guard
                 let rotation = keying.epochs.transitions.last(where: { $0.rotation.removed.contains(member) })?.rotation
             else { continue }
-            for session in keying.earlierCodecs.keys.sorted(by: { $0.value < $1.value }) {
+            for session in recent where keying.earlierCodecs[session] != nil {
                 let route: KeysRoute = relay.map { .relayed(via: $0, else: address) } ?? .direct(address)
                 sendKeys([.removalNotice(rotation)], in: session, to: member, route: route)
                 // Pairwise as well: a member that left this epoch believes only a notice that

@@ -228,6 +228,8 @@ package struct NodeInstance: Sendable {
     // Read by the drivers, status and tests; the core works on the parts in place.
     package var epochs: KeyEpochs { keying.epochs }
     package var codec: DatagramCodec { keying.codec }
+    /// The earlier epochs (and those that lost) whose datagrams this node still opens.
+    package var earlierEpochsOpen: Int { keying.earlierCodecs.count }
     package var remembered: RememberedMembers { directory.remembered }
     /// Who let each member in, and our own request for an introduction.
     package var introductions: IntroductionBook { directory.introductions }
