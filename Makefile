@@ -11,7 +11,7 @@ SEEDS        ?= 200
 PREFIX       ?= /usr/local
 DESTDIR      ?=
 
-.PHONY: deps build run test format format-check docs docs-check bench demo fuzz soak install clean
+.PHONY: deps build run test test-parts format format-check docs docs-check bench demo fuzz soak install clean
 
 deps:
 	@command -v $(SWIFT) >/dev/null 2>&1 || { echo "error: swift is not on PATH (need Swift 6.x)"; exit 1; }
@@ -56,32 +56,40 @@ SEEDED_TESTS   = ^(MeshCoreTests|MeshCryptoTests|MeshStoreTests|MeshTestKitTests
 REALTIME_TESTS = ^(GroupMeshTests|GroupMeshCLITests)\.
 
 test: deps format-check
-	$(SWIFT) build --build-tests $(SWIFT_FLAGS)
-	$(MAKE) --no-print-directory docs-check
-	sync  # the build's writes go to disk now, not under the end-to-end tests' fsyncs
-	@# The two parts run side by side: the seeded tests are CPU and simulated time, the real-time
-	@# tests mostly wait on the network. The seeded part runs at a lower priority (what it sees does
-	@# not depend on load; the real-time part's processes come first) and prints when it is done;
-	@# `--ignore-lock` lets two test runs share the build that is already there (nothing is built).
-	@# Swift Testing captures a backtrace for every error thrown, caught or not: the decoder tests
-	@# throw hundreds of thousands (every malformed input), and those backtraces were a third of
-	@# their time. The previous release's binary (a compatibility test runs it) builds beside both,
-	@# lowest of all, instead of inside that test; the test waits for it (and, if it cannot be had,
-	@# says why and skips). Its output goes to .build/previous-release.log (.build made here when
-	@# SWIFT_FLAGS moves the scratch path). Stopped with Ctrl-C, the build finishes on its own (an
-	@# hour at most).
+	@# The previous release's binary (a compatibility test runs it) builds from the start, at the
+	@# lowest priority, beside everything below, instead of inside that test, which runs last and
+	@# waits for it (and, if it cannot be had, says why and skips). Its output goes to
+	@# .build/previous-release.log (.build made here when SWIFT_FLAGS moves the scratch path).
+	@# Stopped with Ctrl-C, or by a failed build, it finishes on its own (an hour at most).
 	mkdir -p .build; nice -n 19 scripts/previous-release.sh > .build/previous-release.log 2>&1 & \
-	SWT_SWIFT_ERROR_BACKTRACING_ENABLED=0 nice -n 10 $(SWIFT) test --skip-build --ignore-lock $(SWIFT_FLAGS) \
-		--filter '$(SEEDED_TESTS)' > .build/seeded-tests.log 2>&1 & seeded=$$!; \
-	$(SWIFT) test --skip-build --ignore-lock --no-parallel $(SWIFT_FLAGS) --filter '$(REALTIME_TESTS)'; \
-	realtime=$$?; wait $$seeded; seededstatus=$$?; \
-	echo "== the seeded tests (they ran beside the real-time ones; also in .build/seeded-tests.log)"; \
-	cat .build/seeded-tests.log; wait; \
-	[ $$realtime -eq 0 ] || echo "make test: the real-time tests failed (above the seeded tests' output)"; \
-	[ $$seededstatus -eq 0 ] || echo "make test: the seeded tests failed"; \
-	[ $$realtime -eq 0 ] && [ $$seededstatus -eq 0 ]
+	$(SWIFT) build --build-tests $(SWIFT_FLAGS) && $(MAKE) --no-print-directory docs-check \
+		&& sync && $(MAKE) --no-print-directory test-parts; \
+	status=$$?; [ $$status -ne 0 ] || wait; exit $$status
 	# A test target in neither list still runs (today this runs nothing).
 	$(SWIFT) test --skip-build --no-parallel $(SWIFT_FLAGS) --skip '$(SEEDED_TESTS)' --skip '$(REALTIME_TESTS)'
+
+# The two parts of the suite side by side, from the build `make test` made: the seeded tests are CPU
+# and simulated time, the real-time tests mostly wait on the network. The seeded part runs at a lower
+# priority (what it sees does not depend on load; the real-time part's processes come first) and
+# prints when it is done; `--ignore-lock` lets two test runs share the build that is there (nothing
+# is built). Swift Testing captures a backtrace for every error thrown, caught or not: the decoder
+# tests throw hundreds of thousands (every malformed input), and those backtraces were a third of
+# their time. The compatibility test runs last, when the previous release's build is most likely done.
+# (`sync` before: the build's writes go to disk then, not under the end-to-end tests' fsyncs.)
+PREVIOUS_RELEASE_TESTS = ^GroupMeshCLITests\.PreviousReleaseTests
+test-parts:
+	SWT_SWIFT_ERROR_BACKTRACING_ENABLED=0 nice -n 10 $(SWIFT) test --skip-build --ignore-lock $(SWIFT_FLAGS) \
+		--filter '$(SEEDED_TESTS)' > .build/seeded-tests.log 2>&1 & seeded=$$!; \
+	$(SWIFT) test --skip-build --ignore-lock --no-parallel $(SWIFT_FLAGS) --filter '$(REALTIME_TESTS)' \
+		--skip '$(PREVIOUS_RELEASE_TESTS)'; realtime=$$?; \
+	$(SWIFT) test --skip-build --ignore-lock --no-parallel $(SWIFT_FLAGS) --filter '$(PREVIOUS_RELEASE_TESTS)'; \
+	previous=$$?; wait $$seeded; seededstatus=$$?; \
+	echo "== the seeded tests (they ran beside the real-time ones; also in .build/seeded-tests.log)"; \
+	cat .build/seeded-tests.log; \
+	[ $$realtime -eq 0 ] || echo "make test: the real-time tests failed (above the seeded tests' output)"; \
+	[ $$previous -eq 0 ] || echo "make test: the previous release's test failed (above the seeded tests' output)"; \
+	[ $$seededstatus -eq 0 ] || echo "make test: the seeded tests failed"; \
+	[ $$realtime -eq 0 ] && [ $$previous -eq 0 ] && [ $$seededstatus -eq 0 ]
 
 # The code's layout (.swift-format: the toolchain's swift-format, lines of 120 columns). `make format`
 # rewrites it; `make test` fails on any difference first, in seconds.
