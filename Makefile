@@ -75,11 +75,13 @@ test: deps format-check
 # is built). Swift Testing captures a backtrace for every error thrown, caught or not: the decoder
 # tests throw hundreds of thousands (every malformed input), and those backtraces were a third of
 # their time. The compatibility test runs last, when the previous release's build is most likely done.
+# Ctrl-C stops both parts.
 # (`sync` before: the build's writes go to disk then, not under the end-to-end tests' fsyncs.)
 PREVIOUS_RELEASE_TESTS = ^GroupMeshCLITests\.PreviousReleaseTests
 test-parts:
 	SWT_SWIFT_ERROR_BACKTRACING_ENABLED=0 nice -n 10 $(SWIFT) test --skip-build --ignore-lock $(SWIFT_FLAGS) \
 		--filter '$(SEEDED_TESTS)' > .build/seeded-tests.log 2>&1 & seeded=$$!; \
+	trap 'kill $$seeded 2>/dev/null; exit 130' INT TERM HUP; \
 	$(SWIFT) test --skip-build --ignore-lock --no-parallel $(SWIFT_FLAGS) --filter '$(REALTIME_TESTS)' \
 		--skip '$(PREVIOUS_RELEASE_TESTS)'; realtime=$$?; \
 	$(SWIFT) test --skip-build --ignore-lock --no-parallel $(SWIFT_FLAGS) --filter '$(PREVIOUS_RELEASE_TESTS)'; \

@@ -151,6 +151,7 @@ public struct DataDirectory: Sendable {
             do { stored = try SessionSecret.load(from: sessionSecretPath) } catch { throw .keyFile(error.description) }
             let epochs = try loadEpochs(origin: stored)
             if let invited, invited != stored, !epochs.holds(invited) {
+                if epochs.forgot(invited.sessionID) { throw .inviteTooOld(path: path) }
                 throw .sessionMismatch(path: path)
             }
             return epochs
@@ -185,7 +186,8 @@ public struct DataDirectory: Sendable {
     package func holdsSession(_ secret: SessionSecret) -> Bool {
         guard let stored = try? SessionSecret.load(from: sessionSecretPath) else { return false }
         if stored == secret { return true }
-        return (try? loadEpochs(origin: stored))?.holds(secret) ?? false
+        guard let epochs = try? loadEpochs(origin: stored) else { return false }
+        return epochs.holds(secret) || epochs.forgot(secret.sessionID)
     }
 
     /// Whether the dir holds a session (its secret), ended or not.

@@ -10,6 +10,8 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
     case dataDirectoryLocked(path: String, holder: String?)
     case dataDirectoryFormat(path: String, found: String)
     case sessionMismatch(path: String)
+    /// An invite of this data dir's session, of a key epoch so old that the node no longer keeps it.
+    case inviteTooOld(path: String)
     case invalidAddress(String)
     /// Why an invite token does not parse, as the parser says it ("bad invite: …").
     case invalidInvite(String)
@@ -75,6 +77,9 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
         case let .sessionMismatch(path):
             return
                 "data dir \(path) already belongs to another session; use a fresh --data-dir to join with this invite"
+        case let .inviteTooOld(path):
+            return
+                "the invite is of a key epoch of data dir \(path)'s session that its node no longer keeps (it keeps the latest \(KeyEpochs.maxTransitions)); start it without the invite, or ask a member for a new one"
         case let .invalidAddress(text):
             return "invalid address '\(text)': expected HOST:PORT, e.g. 127.0.0.1:7946 or [::1]:7946"
         case let .invalidInvite(message), let .keyFile(message), let .control(message), let .store(message),
@@ -261,7 +266,8 @@ public enum FailureKind: String, Codable, Sendable {
 extension GroupMeshError {
     public var kind: FailureKind {
         switch self {
-        case .invalidAddress, .invalidInvite, .sessionMismatch, .attachment, .attachmentTooLarge, .metadataTooLarge,
+        case .invalidAddress, .invalidInvite, .sessionMismatch, .inviteTooOld, .attachment, .attachmentTooLarge,
+            .metadataTooLarge,
             .unknownAttachment, .ambiguousAttachment, .attachmentPrefixTooShort, .outputIsNodeFile,
             .outputNotRegularFile,
             .cannotRemoveSelf, .alreadyRemoved, .metadataType, .outputExists, .joinWithoutInvite:

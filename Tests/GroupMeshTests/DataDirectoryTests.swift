@@ -124,7 +124,7 @@ import Testing
     }
 
     @Test(
-        "a chain past its bound is stored from the first epoch kept: it loads back, and an invite of a kept epoch is this session's, of a forgotten one not"
+        "a chain past its bound is stored from the first epoch kept: it loads back, and an invite of a kept epoch is this session's, of a forgotten one too old"
     )
     func aLongChainIsKeptFromItsFirstEpoch() throws {
         let root = NSTemporaryDirectory() + "groupmesh-dd-\(UUID().uuidString.prefix(8))"
@@ -136,10 +136,12 @@ import Testing
         let joined = epochs.current
         let author = try NodeIdentity(seed: [UInt8](repeating: 1, count: 32))
         let authority = Ed25519Authority(identity: author)
+        var secrets: [SessionSecret] = []
         for _ in 0..<(KeyEpochs.maxTransitions + 5) {
             let transition = try epochs.rotation(
                 removing: [], to: SessionSecret.generate(), live: [author.nodeID], authority: authority)
             epochs.commit(transition)
+            secrets.append(transition.secret)
         }
         try directory.saveEpochs(epochs.files)
         let loaded = try directory.loadOrCreateSession(invited: nil)
@@ -149,7 +151,14 @@ import Testing
         #expect(directory.holdsSession(joined), "the secret joined with is still the dir's own")
         #expect(!directory.holdsSession(SessionSecret.generate()))
         #expect(try directory.loadOrCreateSession(invited: epochs.origin).current == epochs.current)
-        #expect(throws: GroupMeshError.self) { try directory.loadOrCreateSession(invited: SessionSecret.generate()) }
+        #expect(throws: GroupMeshError.sessionMismatch(path: directory.path)) {
+            try directory.loadOrCreateSession(invited: SessionSecret.generate())
+        }
+        // An invite of a forgotten epoch is this session's, too old: said so, not "another session".
+        #expect(directory.holdsSession(secrets[1]))
+        #expect(throws: GroupMeshError.inviteTooOld(path: directory.path)) {
+            try directory.loadOrCreateSession(invited: secrets[1])
+        }
     }
 
     @Test("a data dir that belongs to another user is refused, and left as it was")

@@ -441,7 +441,9 @@ import Testing
         #expect(epochs.origin == secrets[10], "the first epoch kept is the origin")
         #expect(epochs.current == secrets.last)
         #expect(epochs.earlierSecrets.count == KeyEpochs.maxTransitions)
-        #expect(epochs.removed.isEmpty, "who a forgotten epoch removed goes with it")
+        #expect(epochs.removed == [m.id], "who a forgotten epoch removed stays removed")
+        #expect(epochs.forgot(origin.sessionID) && epochs.forgot(secrets[9].sessionID))
+        #expect(!epochs.forgot(secrets[10].sessionID) && epochs.forgotten?.sessions.count == 10)
         #expect(!epochs.holds(origin) && epochs.holds(secrets[10]) && epochs.holds(secrets[40]))
         #expect(epochs.secret(of: secrets[9].sessionID) == nil)
         #expect(epochs.handover(to: b.id, heardIn: secrets[9].sessionID, now: t0) == nil, "needs a new invite")
@@ -455,7 +457,8 @@ import Testing
         #expect(bytes.count < KeyEpochs.maxFileBytes / 16, "\(bytes.count) bytes")
         // The origin given is the secret joined with; the file's own is the one that counts.
         let loaded = try KeyEpochs.decode(bytes, origin: origin)
-        #expect(loaded.origin == epochs.origin && loaded.transitions == epochs.transitions && loaded.forgotOldest)
+        #expect(loaded.origin == epochs.origin && loaded.transitions == epochs.transitions)
+        #expect(loaded.forgotten == epochs.forgotten && loaded.removed == [m.id])
         for length in stride(from: 0, to: bytes.count, by: 97) {
             #expect(throws: WireError.self) { try KeyEpochs.decode(Array(bytes.prefix(length)), origin: origin) }
         }

@@ -48,9 +48,23 @@ package struct KeyEpochs: Sendable {
     /// past `maxTransitions` and the oldest epochs were forgotten.
     package private(set) var origin: SessionSecret
     package private(set) var transitions: [Transition]
+    /// What the forgotten epochs leave behind: their session ids, so that an invite of one is told
+    /// apart from another session's, and whom they removed, who stay removed. Each bounded, the
+    /// latest kept. Nil while nothing was forgotten.
+    package struct Forgotten: Sendable, Equatable {
+        package var sessions: [SessionID] = []
+        package var removed: [NodeID] = []
+        package static let maxEach = 1_024
+
+        package init(sessions: [SessionID] = [], removed: [NodeID] = []) {
+            self.sessions = sessions
+            self.removed = removed
+        }
+    }
+    package private(set) var forgotten: Forgotten?
     /// Whether the oldest epochs were forgotten: `origin` is no longer the secret joined with,
     /// so the file names it (`encoded()`).
-    package private(set) var forgotOldest = false
+    package var forgotOldest: Bool { forgotten != nil }
     /// Epochs kept after the current one's, at most. Any member may rotate (each removal is a
     /// rotation), so a member that removes and invites without end would make the chain, its
     /// file and a codec per epoch grow without bound; a real session sees a few. A member
@@ -87,13 +101,22 @@ package struct KeyEpochs: Sendable {
         var epoch: SessionID
     }
 
-    package init(origin: SessionSecret, transitions: [Transition] = [], forgotOldest: Bool = false) {
+    package init(origin: SessionSecret, transitions: [Transition] = [], forgotten: Forgotten? = nil) {
         self.origin = origin
         self.transitions = transitions
-        self.forgotOldest = forgotOldest
-        self.removed = Set(transitions.flatMap(\.rotation.removed))
+        self.forgotten = forgotten
+        self.removed = []
+        recomputeRemoved()
         forgetOldestEpochs()
     }
+
+    /// Every member a rotation we hold removed, and those the forgotten ones did.
+    private mutating func recomputeRemoved() {
+        removed = Set(forgotten?.removed ?? []).union(transitions.flatMap(\.rotation.removed))
+    }
+
+    /// Whether `session` is an epoch of this chain that was forgotten.
+    package func forgot(_ session: SessionID) -> Bool { forgotten?.sessions.contains(session) ?? false }
 
     package var current: SessionSecret { transitions.last?.secret ?? origin }
 
@@ -212,7 +235,7 @@ package struct KeyEpochs: Sendable {
     /// `standing` takes the place of `last` (out of the same epoch), which becomes a rival.
     private mutating func stand(_ standing: Transition, replacing last: Transition) {
         transitions.removeLast()
-        removed = Set(transitions.flatMap(\.rotation.removed))
+        recomputeRemoved()
         rivals.removeAll { $0.rotation == standing.rotation }
         superseded[standing.secret.sessionID] = nil
         keepRival(last, ours: true)
@@ -267,7 +290,7 @@ package struct KeyEpochs: Sendable {
         guard let index = transitions.firstIndex(where: { $0.rotation.previousSession == previous }) else {
             return removed
         }
-        return Set(transitions[..<index].flatMap(\.rotation.removed))
+        return Set(forgotten?.removed ?? []).union(transitions[..<index].flatMap(\.rotation.removed))
     }
 
     /// Whether `rotation` is one we took or were handed that lost to another out of its epoch.
@@ -357,16 +380,22 @@ package struct KeyEpochs: Sendable {
         forgetOldestEpochs()
     }
 
-    /// Past `maxTransitions`, the oldest epochs go: the first one kept becomes the origin, and
-    /// what only they held goes with them (who they removed, the rivals that lost out of them,
-    /// their handovers' rate limits).
+    /// Past `maxTransitions`, the oldest epochs go: the first one kept becomes the origin, their
+    /// ids and whom they removed are kept (`Forgotten`), and what only they held goes with them
+    /// (the rivals that lost out of them, their handovers' rate limits).
     private mutating func forgetOldestEpochs() {
         let excess = transitions.count - Self.maxTransitions
         guard excess > 0 else { return }
+        let dropped = transitions.prefix(excess)
+        var forgotten = self.forgotten ?? Forgotten()
+        forgotten.sessions += [origin.sessionID] + dropped.dropLast().map(\.secret.sessionID)
+        forgotten.removed += dropped.flatMap(\.rotation.removed)
+        forgotten.sessions = Array(forgotten.sessions.suffix(Forgotten.maxEach))
+        forgotten.removed = Array(forgotten.removed.suffix(Forgotten.maxEach))
+        self.forgotten = forgotten
         origin = transitions[excess - 1].secret
         transitions.removeFirst(excess)
-        forgotOldest = true
-        removed = Set(transitions.flatMap(\.rotation.removed))
+        recomputeRemoved()
         let held = Set([origin.sessionID] + transitions.map(\.secret.sessionID))
         superseded = superseded.filter { held.contains($0.value.previous) }
         lastHandover = lastHandover.filter { held.contains($0.key.epoch) }
@@ -406,9 +435,13 @@ package struct KeyEpochs: Sendable {
     package func encoded() -> [UInt8] {
         var buffer = ByteBuffer()
         buffer.writeBytes(Self.fileMagic)
-        if forgotOldest {
+        if let forgotten {
             buffer.writeInteger(Self.forgotOldestFileVersion)
             buffer.writeBytes(origin.bytes)
+            buffer.writeInteger(UInt16(forgotten.sessions.count))
+            for session in forgotten.sessions { buffer.writeInteger(session.value) }
+            buffer.writeInteger(UInt16(forgotten.removed.count))
+            for id in forgotten.removed { id.encode(into: &buffer) }
         } else {
             buffer.writeInteger(Self.fileVersion)
         }
@@ -428,13 +461,23 @@ package struct KeyEpochs: Sendable {
             throw .invalidField(what: "epochs file header")
         }
         let origin: SessionSecret
-        let forgotOldest: Bool
+        var forgotten: Forgotten?
         switch try buffer.readWire(UInt8.self, "epochs version") {
-        case fileVersion: (origin, forgotOldest) = (joined, false)
+        case fileVersion: origin = joined
         case forgotOldestFileVersion:
             guard let named = try? SessionSecret(bytes: try buffer.readWireBytes(SessionSecret.byteCount, "origin"))
             else { throw .invalidField(what: "epochs origin") }
-            (origin, forgotOldest) = (named, true)
+            origin = named
+            var kept = Forgotten()
+            let sessions = try buffer.readWire(UInt16.self, "forgotten epoch count")
+            guard sessions <= Forgotten.maxEach else { throw .invalidField(what: "forgotten epoch count") }
+            for _ in 0..<sessions {
+                kept.sessions.append(SessionID(value: try buffer.readWire(UInt64.self, "forgotten epoch")))
+            }
+            let removed = try buffer.readWire(UInt16.self, "forgotten removed count")
+            guard removed <= Forgotten.maxEach else { throw .invalidField(what: "forgotten removed count") }
+            for _ in 0..<removed { kept.removed.append(try NodeID(decoding: &buffer)) }
+            forgotten = kept
         default: throw .invalidField(what: "epochs file header")
         }
         // A longer chain (written before the bound, or by a release without it) loads, and its
@@ -455,7 +498,7 @@ package struct KeyEpochs: Sendable {
             previous = secret.sessionID
         }
         guard buffer.readableBytes == 0 else { throw .trailingBytes(buffer.readableBytes) }
-        return KeyEpochs(origin: origin, transitions: transitions, forgotOldest: forgotOldest)
+        return KeyEpochs(origin: origin, transitions: transitions, forgotten: forgotten)
     }
 
     /// The rotations that lost, as bytes for the data dir's `rivals.key` (secrets inside: store
@@ -509,7 +552,10 @@ package struct KeyEpochs: Sendable {
                 let secret = try? SessionSecret(
                     bytes: try buffer.readWireBytes(SessionSecret.byteCount, "lost epoch secret"))
             else { throw .invalidField(what: "lost epoch secret") }
-            if !inChain.contains(secret.sessionID) { lost[secret.sessionID] = (secret, previous) }
+            // One out of an epoch the chain forgot is no longer opened (nor handed anything).
+            if !inChain.contains(secret.sessionID), inChain.contains(previous) {
+                lost[secret.sessionID] = (secret, previous)
+            }
         }
         var fields: [[KeyRotation]] = []
         for limit in [2 * Self.maxRivals, Self.maxRivals] {

@@ -72,10 +72,8 @@ extension NodeInstance {
 
     /// The codecs of epochs the chain no longer holds (its oldest forgotten, `KeyEpochs.maxTransitions`) go.
     private mutating func closeForgottenEpochs() {
-        let held = keying.epochs.earlierSecrets
-        guard keying.earlierCodecs.count > held.count else { return }
-        let sessions = Set(held.map(\.sessionID))
-        keying.earlierCodecs = keying.earlierCodecs.filter { sessions.contains($0.key) }
+        let held = Set(keying.epochs.earlierSecrets.map(\.sessionID))
+        keying.earlierCodecs = keying.earlierCodecs.filter { held.contains($0.key) }
     }
 
     mutating func removalSaved(
@@ -571,6 +569,8 @@ extension NodeInstance {
             return
         }
         guard ours != nil else {
+            // Out of an epoch we forgot (it was long ago), not a word about us now.
+            guard !keying.epochs.forgot(rotation.previousSession) else { return counters.handoversRefused += 1 }
             // Out of our current epoch, and we took no rotation out of it yet: one that keeps us
             // may still come (its handover lost or late) and win over this one. Held until then.
             if !keying.heldRemovalNotices.contains(where: { $0.rotation.previousSession == rotation.previousSession }),
