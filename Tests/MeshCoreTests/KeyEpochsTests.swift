@@ -518,6 +518,14 @@ import Testing
         _ = observer.onFrames([.alive(reborn)], from: cluster[1], address: ManualCluster.address(2), now: cluster.now)
         #expect(observer.member(removed)?.status == .left)
         #expect(observer.isExcluded(removed))
+        // Past the bound, kept only while the key epochs still hold it removed.
+        var ids: [NodeID] = []
+        for index in 0..<UInt64(MembershipInstance.maxExcluded) { ids.append(NodeID(high: index, low: 1)) }
+        _ = observer.exclude(Set(ids), now: cluster.now)
+        observer.keepExcluded(within: Set(ids + [removed]))
+        #expect(observer.isExcluded(removed) && observer.isExcluded(ids[0]))
+        observer.keepExcluded(within: Set(ids.dropFirst()))
+        #expect(!observer.isExcluded(removed) && !observer.isExcluded(ids[0]) && observer.isExcluded(ids[1]))
     }
 }
 

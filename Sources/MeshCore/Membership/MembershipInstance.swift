@@ -260,6 +260,17 @@ package struct MembershipInstance: Sendable {
 
     package func isExcluded(_ id: NodeID) -> Bool { excluded.contains(id) }
 
+    /// Past `maxExcluded`, keeps excluded only `ids` (every member the key epochs hold removed, a
+    /// bounded set): one removed in an epoch forgotten long ago goes, so that removals without end
+    /// do not grow it. Not below: a member a losing rotation excluded is taken back by `readmit`.
+    package mutating func keepExcluded(within ids: Set<NodeID>) {
+        guard excluded.count > Self.maxExcluded else { return }
+        excluded.formIntersection(ids)
+    }
+
+    /// Above every member the key epochs can hold removed (`KeyEpochs`).
+    package static let maxExcluded = 4_096
+
     /// Takes back members a rotation excluded when a competing rotation replaced it (two
     /// removals at once): members again, alive as they were, and probing finds out whether they
     /// still are. Members the winner removes too stay excluded (the caller passes only the rest).

@@ -148,6 +148,7 @@ extension NodeInstance {
         }
         keying.removedToTell = Array(keying.removedToTell.suffix(Self.maxRemovedToTell))
         let excluded = membership.exclude(keying.epochs.removed, now: now)
+        membership.keepExcluded(within: keying.epochs.removed)
         apply(excluded, now: now)
         log(
             .notice, "key epoch changed",
