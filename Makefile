@@ -83,7 +83,7 @@ PREVIOUS_RELEASE_TESTS = ^GroupMeshCLITests\.PreviousReleaseTests
 test-parts:
 	SWT_SWIFT_ERROR_BACKTRACING_ENABLED=0 nice -n 10 $(SWIFT) test --skip-build --ignore-lock $(SWIFT_FLAGS) \
 		--filter '$(SEEDED_TESTS)' > .build/seeded-tests.log 2>&1 & seeded=$$!; \
-	trap 'kill $$seeded 2>/dev/null; exit 130' INT TERM HUP; \
+	trap 'kill -INT $$seeded 2>/dev/null; exit 130' INT TERM HUP; \
 	$(SWIFT) test --skip-build --ignore-lock --no-parallel $(SWIFT_FLAGS) --filter '$(REALTIME_TESTS)' \
 		--skip '$(PREVIOUS_RELEASE_TESTS)'; realtime=$$?; \
 	$(SWIFT) test --skip-build --ignore-lock --no-parallel $(SWIFT_FLAGS) --filter '$(PREVIOUS_RELEASE_TESTS)'; \

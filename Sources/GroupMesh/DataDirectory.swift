@@ -186,8 +186,16 @@ public struct DataDirectory: Sendable {
     package func holdsSession(_ secret: SessionSecret) -> Bool {
         guard let stored = try? SessionSecret.load(from: sessionSecretPath) else { return false }
         if stored == secret { return true }
-        guard let epochs = try? loadEpochs(origin: stored) else { return false }
-        return epochs.holds(secret) || epochs.forgot(secret.sessionID)
+        return (try? loadEpochs(origin: stored))?.holds(secret) ?? false
+    }
+
+    /// Whether `secret` is of an epoch of this dir's session that its chain forgot (an invite too
+    /// old to join with).
+    package func forgot(_ secret: SessionSecret) -> Bool {
+        guard let stored = try? SessionSecret.load(from: sessionSecretPath), stored != secret,
+            let epochs = try? loadEpochs(origin: stored)
+        else { return false }
+        return !epochs.holds(secret) && epochs.forgot(secret.sessionID)
     }
 
     /// Whether the dir holds a session (its secret), ended or not.

@@ -105,6 +105,12 @@ public actor SessionOffers {
     public func offer(_ invite: Invite) async throws(GroupMeshError) -> Bool {
         let secret = invite.token.secret
         let existing = existingDirectory(holding: secret)
+        // An invite of an epoch a dir here forgot: too old, said before anything changes.
+        if existing == nil,
+            let old = Self.sessionDirectories(in: root).first(where: { DataDirectory(path: $0).forgot(secret) })
+        {
+            throw .inviteTooOld(path: old)
+        }
         let path = existing ?? directory(for: secret.sessionID)
         // Offered again: a session this app left is its to rejoin.
         DataDirectory(path: path).forgetLeft()

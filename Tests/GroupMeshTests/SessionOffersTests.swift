@@ -1,5 +1,7 @@
 import Foundation
 import GroupMesh
+import MeshCore
+import MeshCrypto
 import MeshTestKit
 import Testing
 
@@ -121,6 +123,32 @@ struct SessionOffersTests {
         let rejoined = try #require(await MessengerTests.next(afterLeave, within: .seconds(10)))
         #expect(await rejoined.localParticipant.id == ownerID)
         await rejoined.node.stop()
+    }
+
+    @Test("an invite of a key epoch a data dir here forgot is refused as too old, and the dir stays as it was")
+    func tooOldInviteChangesNothing() async throws {
+        let offers = try Self.offers("old")
+        defer { try? FileManager.default.removeItem(atPath: offers.root) }
+        // A session this app left, whose chain outgrew the epochs a node keeps.
+        var epochs = KeyEpochs(origin: SessionSecret.generate())
+        let author = try NodeIdentity(seed: [UInt8](repeating: 7, count: 32))
+        var secrets: [SessionSecret] = []
+        for _ in 0..<(KeyEpochs.maxTransitions + 3) {
+            let transition = try epochs.rotation(
+                removing: [], to: SessionSecret.generate(), live: [author.nodeID],
+                authority: Ed25519Authority(identity: author))
+            epochs.commit(transition)
+            secrets.append(transition.secret)
+        }
+        let directory = DataDirectory(path: offers.root + "/" + epochs.origin.sessionID.description)
+        try directory.prepare()
+        _ = try directory.loadOrCreateSession(invited: epochs.origin)
+        try directory.saveEpochs(epochs.files)
+        directory.markLeft()
+        let invite = try Invite(
+            InviteToken(secret: secrets[0], addresses: [PeerAddress(ipv4: [127, 0, 0, 1], port: 9)]).text)
+        await #expect(throws: GroupMeshError.inviteTooOld(path: directory.path)) { try await offers.offer(invite) }
+        #expect(directory.wasLeft, "the refused offer took the left mark away")
     }
 
     @Test("an ended session's invite is refused with the reason; a bad invite file offered directly says why")

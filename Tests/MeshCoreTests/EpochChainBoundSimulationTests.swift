@@ -30,10 +30,12 @@ struct EpochChainBoundSimulationTests {
             a.plan(at: at) { $0.removeMember(madeUp) }
             at = at + .milliseconds(150)
         }
+        // Every removal made, and every node in the last epoch.
         func settled() -> Bool {
-            mesh.all.allSatisfy {
-                $0.sessionID == a.sessionID && $0.core.epochs.transitions.count == KeyEpochs.maxTransitions
-            }
+            a.core.epochs.removed.count == rotations
+                && mesh.all.allSatisfy {
+                    $0.sessionID == a.sessionID && $0.core.epochs.transitions.count == KeyEpochs.maxTransitions
+                }
         }
         mesh.simulator.run(until: at + .seconds(30), checkEvery: .milliseconds(500)) { _ in settled() }
         #expect(

@@ -115,8 +115,11 @@ package struct KeyEpochs: Sendable {
         removed = Set(forgotten?.removed ?? []).union(transitions.flatMap(\.rotation.removed))
     }
 
-    /// Whether `session` is an epoch of this chain that was forgotten.
-    package func forgot(_ session: SessionID) -> Bool { forgotten?.sessions.contains(session) ?? false }
+    /// Whether `session` is an epoch of this chain that was forgotten (and not held again).
+    package func forgot(_ session: SessionID) -> Bool {
+        guard forgotten?.sessions.contains(session) == true else { return false }
+        return secret(of: session) == nil
+    }
 
     package var current: SessionSecret { transitions.last?.secret ?? origin }
 

@@ -92,6 +92,7 @@ extension NodeInstance {
         guard phase.isActive else { return complete(request, .failure(.stopped)) }
         keying.epochs.commit(transition)
         let handedTo = enterEpoch(transition, handingOver: true, stored: true, now: now)
+        membership.keepExcluded(within: keying.epochs.removed)
         let introduced = transition.rotation.removed.filter { $0 != member }
         complete(request, .success(.memberRemoved(member, handedTo: handedTo, introduced: introduced)))
     }
@@ -148,7 +149,6 @@ extension NodeInstance {
         }
         keying.removedToTell = Array(keying.removedToTell.suffix(Self.maxRemovedToTell))
         let excluded = membership.exclude(keying.epochs.removed, now: now)
-        membership.keepExcluded(within: keying.epochs.removed)
         apply(excluded, now: now)
         log(
             .notice, "key epoch changed",
@@ -689,6 +689,8 @@ extension NodeInstance {
                 readmit(rest, now: now)
             }
         }
+        // After the members a losing rotation excluded were taken back.
+        membership.keepExcluded(within: keying.epochs.removed)
         // Our view may be empty (back from a restart): join again, now in the new epoch.
         let seeds = Set(
             [address] + directory.remembered.addresses + membership.view.dropFirst().compactMap(\.address))
