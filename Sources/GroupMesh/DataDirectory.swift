@@ -152,7 +152,10 @@ public struct DataDirectory: Sendable {
             let epochs = try loadEpochs(origin: stored)
             if let invited, invited != stored, !epochs.holds(invited) {
                 if epochs.forgot(invited.sessionID) { throw .inviteTooOld(path: path) }
-                throw .sessionMismatch(path: path)
+                // A dir whose invite let it in nowhere (out of date, or wrong) takes the next one.
+                guard neverJoined else { throw .sessionMismatch(path: path) }
+                do { try invited.write(to: sessionSecretPath) } catch { throw .keyFile(error.description) }
+                return KeyEpochs(origin: invited)
             }
             return epochs
         }
@@ -171,6 +174,23 @@ public struct DataDirectory: Sendable {
         try markFounded()
         do { try secret.write(to: sessionSecretPath) } catch { throw .keyFile(error.description) }
         return KeyEpochs(origin: secret)
+    }
+
+    /// Whether this dir holds a session it never took part in: joined through an invite that let it
+    /// in nowhere (no member met, no key epoch, nothing in the journal), and not its founder.
+    var neverJoined: Bool {
+        guard !founded, access(epochsPath, F_OK) != 0 else { return false }
+        var info = stat()
+        if stat(journalPath, &info) == 0, info.st_size > 0 { return false }
+        let remembered = loadRememberedMembers()
+        return remembered.members.isEmpty && remembered.former.isEmpty
+    }
+
+    /// Takes back the session a start that failed made here (its key, and the mark if it founded
+    /// it): nothing else of it was written yet.
+    package func forgetUnstartedSession() {
+        unlink(sessionSecretPath)
+        unlink(foundedPath)
     }
 
     /// Whether this dir founded its session (`foundedPath`).

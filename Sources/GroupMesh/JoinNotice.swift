@@ -35,8 +35,10 @@ package enum JoinNotice {
             ? "this invite is out of date: a member was removed since it was made"
             : "this node was left out of the session's new key: a member was removed while this node was away "
                 + "or not yet known to the remover"
+        // A data dir that never took part takes the new invite; one that did needs a fresh one.
+        let how = invited ? "start again with it" : "join with it in a fresh --data-dir"
         return "\(why), and the session moved to a new key that this node is not given. Ask a member for a new "
-            + "invite (groupmesh invite) and join with it in a fresh --data-dir; still trying meanwhile"
+            + "invite (groupmesh invite) and \(how); still trying meanwhile"
     }
 
     static func joined(member: NodeID, name: String, address: PeerAddress, waited: Duration) -> String {

@@ -92,11 +92,19 @@ public final class MeshSession: Sendable {
         }
         try directory.prepare()
         let lock = try directory.lock()
+        let hadSession = directory.hasSession
         let epochs = try directory.loadOrCreateSession(invited: configuration.invite?.token.secret)
-        let identity = try directory.loadOrCreateIdentity()
-        node = try await MeshNode.prepare(
-            identity: identity, epochs: epochs, configuration: configuration,
-            eventLoop: MultiThreadedEventLoopGroup.singleton.next(), logger: logger)
+        do throws(GroupMeshError) {
+            let identity = try directory.loadOrCreateIdentity()
+            node = try await MeshNode.prepare(
+                identity: identity, epochs: epochs, configuration: configuration,
+                eventLoop: MultiThreadedEventLoopGroup.singleton.next(), logger: logger)
+        } catch {
+            // A start that fails (a port in use) leaves no session behind: the next one, with
+            // another port or another invite, starts as if this one never was.
+            if !hadSession { directory.forgetUnstartedSession() }
+            throw error
+        }
         self.lock = lock
     }
 

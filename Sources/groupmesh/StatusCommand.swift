@@ -141,7 +141,8 @@ struct LeaveCommand: AsyncParsableCommand {
             try ControlClient(directory: data.directory).subscribe(.leave(now: now)) { response in
                 switch response {
                 case let .leaving(info):
-                    let line = Self.progress(info)
+                    // Nothing only this node holds: nothing to wait for, nothing to say.
+                    let line = info.attachments.isEmpty ? lastShown : Self.progress(info)
                     if line != lastShown {
                         FileHandle.standardError.write(Data("\(line)\n".utf8))
                         lastShown = line

@@ -69,11 +69,22 @@ struct MemberRemovalTests {
             _ = try await newcomer.waitForLine(prefix: "this invite is out of date", timeout: .seconds(10))
             let table = try await NodeProcess.runCommand(["status", "--data-dir", newcomer.dataDirectory])
             #expect(table.stdout.contains("not let in: the session moved to a new key"), "\(table.stdout)")
+            #expect(!(newcomer.stdout + newcomer.stderr).contains("no answer yet"), "a member answered")
+            // Started again on the same data dir with a new invite (it never took part), it is let in.
+            let fresh = try await NodeProcess.runCommand(["invite", "--data-dir", a.dataDirectory])
+            try #require(fresh.status == 0, "\(fresh.stderr)")
+            newcomer.signal(SIGTERM)
+            _ = try await newcomer.waitForExit()
+            let admitted = try mesh.restart(
+                "newcomer", arguments: ["--invite", fresh.stdout.trimmingCharacters(in: .whitespacesAndNewlines)])
+            try await admitted.waitForStatus(timeout: .seconds(30), "the newcomer in with the new invite") {
+                $0.`self`.session == newSession && $0.aliveCount >= 3
+            }
 
             // d comes back on the old epoch and catches up through whoever it reaches first.
             let back = try mesh.restart("d")
-            try await back.waitForStatus(timeout: .seconds(30), "d on the new epoch with a b c") {
-                $0.`self`.session == newSession && $0.aliveCount == 4
+            try await back.waitForStatus(timeout: .seconds(30), "d on the new epoch with a b c and the newcomer") {
+                $0.`self`.session == newSession && $0.aliveCount == 5
             }
             var info = stat()
             #expect(stat(d.dataDirectory + "/epochs.key", &info) == 0)
@@ -83,7 +94,7 @@ struct MemberRemovalTests {
             c.signal(SIGKILL)
             _ = try await c.waitForExit()
             let restarted = try mesh.restart("c")
-            try await mesh.waitUntilAllSee(["a", "b", "d", "c"])
+            try await mesh.waitUntilAllSee(["a", "b", "d", "c", "newcomer"])
             #expect(try await restarted.status().`self`.session == newSession)
         }
     }

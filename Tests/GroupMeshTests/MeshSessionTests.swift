@@ -198,6 +198,26 @@ struct MeshSessionTests {
         }
     }
 
+    @Test(
+        "a start that cannot bind its port leaves no session in a new data dir: the next start joins with an invite",
+        .timeLimit(.minutes(1)))
+    func failedStartFoundsNothing() async throws {
+        let host = try await MeshSession.join(Self.configuration("host"))
+        let port = try #require(host.localAddress.description.split(separator: ":").last.flatMap { Int($0) })
+        var configuration = Self.configuration("guest")
+        defer { try? FileManager.default.removeItem(atPath: configuration.dataDirectory.path) }
+        configuration.listenPort = port
+        await #expect(throws: GroupMeshError.self) { _ = try await MeshSession(configuration) }
+        #expect(!configuration.dataDirectory.hasSession && !configuration.dataDirectory.founded)
+        configuration.listenPort = 0
+        configuration.invite = await host.invite()
+        let guest = try await MeshSession.join(configuration)
+        try await waitUntil("they meet") { await host.activeParticipants.count == 2 }
+        await guest.leave()
+        await host.leave()
+        try? FileManager.default.removeItem(atPath: host.node.configuration.dataDirectory.path)
+    }
+
     @Test("a session dropped before it joined gives its UDP port back", .timeLimit(.minutes(1)))
     func droppedBeforeJoining() async throws {
         var configuration = Self.configuration("dropped")

@@ -75,7 +75,8 @@ extension NodeInstance {
         // Marked even with nothing to say (only gone members heard of): a deadline left in the
         // past would make the driver's timer spin.
         directory.joinWait?.told = true
-        guard let progress = joinProgress else { return }
+        // A member answered that the invite is out of date, which was said: no "no answer yet".
+        guard wait.outOfDateBy == nil, let progress = joinProgress else { return }
         log(
             .notice, "waiting for a first member",
             [
