@@ -87,6 +87,7 @@ struct LeaveHandoverTests {
                 joinerLeaves.status == 0
                     && joinerLeaves.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "left",
                 "\(joinerLeaves.stdout) \(joinerLeaves.stderr)")
+            #expect(!joinerLeaves.stderr.contains("leaving: waiting"), "\(joinerLeaves.stderr)")
             try await keeper.waitForStatus(timeout: .seconds(30), "the joiner left") { $0.aliveCount == 1 }
             // The last member says what nobody will hold once it is gone.
             let last = try await NodeProcess.runCommand(["leave", "--data-dir", keeper.dataDirectory])
