@@ -89,7 +89,7 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
         case let .bindFailed(address, reason):
             return "cannot listen on \(address): \(reason)"
         case let .noNodeRunning(path):
-            return "no groupmesh node is running on data dir \(path) (start one with: groupmesh run --data-dir \(path))"
+            return Self.noNodeRunning(path)
         case .notRunning:
             return "the node is not running (it stopped or left); start it again with groupmesh run"
         case let .attachmentTooLarge(size, limit):
@@ -264,6 +264,20 @@ public enum FailureKind: String, Codable, Sendable {
 }
 
 extension GroupMeshError {
+    /// No node answers on `path`: what to start, said from what is there, so that the advice never
+    /// founds a second session beside the one the user meant.
+    static func noNodeRunning(_ path: String) -> String {
+        let line = "no groupmesh node is running on data dir \(path)"
+        let directory = DataDirectory(path: path)
+        if directory.isOtherThanDirectory { return "\(line): it is a file; give the directory a node runs on" }
+        if directory.hasSession { return "\(line) (start one with: groupmesh run --data-dir \(path))" }
+        let nested = DataDirectory(path: path + "/.groupmesh")
+        if nested.hasSession {
+            return "\(line), which holds no session; \(nested.path) does: --data-dir \(nested.path)?"
+        }
+        return "\(line), which holds no session (groupmesh run --data-dir \(path) would start a new one)"
+    }
+
     public var kind: FailureKind {
         switch self {
         case .invalidAddress, .invalidInvite, .sessionMismatch, .inviteTooOld, .attachment, .attachmentTooLarge,

@@ -82,6 +82,19 @@ struct MeshFormationTests {
             #expect(result.stderr.contains("no groupmesh node is running"), "\(command): \(result.stderr)")
             #expect(result.stderr.split(separator: "\n").count == 1)
         }
+        // The advice follows what is there: never `run` where that would found a second session.
+        let parent = NodeProcess.makeTemporaryDirectory("parent")
+        defer { try? FileManager.default.removeItem(atPath: parent) }
+        try FileManager.default.createSymbolicLink(
+            atPath: parent + "/.groupmesh", withDestinationPath: node.dataDirectory)
+        let nested = try await NodeProcess.runCommand(["status", "--data-dir", parent])
+        #expect(
+            nested.stderr.contains("\(parent)/.groupmesh does: --data-dir \(parent)/.groupmesh?"), "\(nested.stderr)")
+        let empty = try await NodeProcess.runCommand(["status", "--data-dir", parent + "/.groupmesh/nothing-here"])
+        #expect(empty.stderr.contains("which holds no session"), "\(empty.stderr)")
+        FileManager.default.createFile(atPath: parent + "/file", contents: Data("x".utf8))
+        let file = try await NodeProcess.runCommand(["status", "--data-dir", parent + "/file"])
+        #expect(file.stderr.contains("it is a file"), "\(file.stderr)")
     }
 
     @Test("a data dir whose path is longer than a socket address allows still works")
