@@ -71,9 +71,9 @@ test: deps format-check
 	$(SWIFT) test --skip-build --no-parallel $(SWIFT_FLAGS) --skip '$(SEEDED_TESTS)' --skip '$(REALTIME_TESTS)'
 
 # The two parts of the suite side by side, from the build `make test` made: the seeded tests are CPU
-# and simulated time, the real-time tests mostly wait on the network. The seeded part runs at a lower
-# priority (what it sees does not depend on load; the real-time part's processes come first) and
-# prints when it is done; `--ignore-lock` lets two test runs share the build that is there (nothing
+# and simulated time (what they see does not depend on load), the real-time tests mostly wait on
+# the network and pass beside busy loops. The seeded part prints when it is done (at a lower
+# priority it crawled beside other busy processes: four loops would have held it for hours); `--ignore-lock` lets two test runs share the build that is there (nothing
 # is built). Swift Testing captures a backtrace for every error thrown, caught or not: the decoder
 # tests throw hundreds of thousands (every malformed input), and those backtraces were a third of
 # their time. The compatibility test runs last, when the previous release's build is most likely done.
@@ -81,7 +81,7 @@ test: deps format-check
 # (`sync` before: the build's writes go to disk then, not under the end-to-end tests' fsyncs.)
 PREVIOUS_RELEASE_TESTS = ^GroupMeshCLITests\.PreviousReleaseTests
 test-parts:
-	SWT_SWIFT_ERROR_BACKTRACING_ENABLED=0 nice -n 10 $(SWIFT) test --skip-build --ignore-lock $(SWIFT_FLAGS) \
+	SWT_SWIFT_ERROR_BACKTRACING_ENABLED=0 $(SWIFT) test --skip-build --ignore-lock $(SWIFT_FLAGS) \
 		--filter '$(SEEDED_TESTS)' > .build/seeded-tests.log 2>&1 & seeded=$$!; \
 	trap 'kill -INT $$seeded 2>/dev/null; exit 130' INT TERM HUP; \
 	$(SWIFT) test --skip-build --ignore-lock --no-parallel $(SWIFT_FLAGS) --filter '$(REALTIME_TESTS)' \
