@@ -33,8 +33,14 @@ package struct InviteToken: Sendable, Equatable {
         return Self.prefix + Base64URL.encode(payload)
     }
 
+    /// The label `groupmesh run` prints the token after: a line copied whole still parses.
+    static let printedLabel = "invite:"
+
     package init(parsing raw: String) throws(MeshCryptoError) {
-        let text = raw.trimmingWhitespace()
+        var text = raw.trimmingWhitespace()
+        if text.hasPrefix(Self.printedLabel) {
+            text = String(text.dropFirst(Self.printedLabel.count)).trimmingWhitespace()
+        }
         guard !text.isEmpty else { throw .invite(.empty) }
         guard text.utf8.count <= Self.maxTextLength else { throw .invite(.tooLong) }
         guard text.hasPrefix(Self.prefix) else { throw .invite(.notAnInvite) }

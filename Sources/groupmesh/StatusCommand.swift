@@ -13,11 +13,12 @@ struct StatusCommand: AsyncParsableCommand {
     @Flag(help: "Print one JSON object instead of tables.")
     var json = false
 
-    @Flag(help: "Redraw every second until interrupted.")
+    @Flag(help: "Redraw every second until interrupted (into a pipe: a snapshot every second).")
     var watch = false
 
     func run() async throws {
         let client = ControlClient(directory: data.directory)
+        var shown = false
         repeat {
             let report: StatusReport
             do {
@@ -34,7 +35,10 @@ struct StatusCommand: AsyncParsableCommand {
                 emit(String(decoding: try encoder.encode(report), as: UTF8.self))
             } else {
                 // The clear goes with the table, in one write: `print` would leave it in stdio's buffer.
-                emit((watch ? "\u{1B}[H\u{1B}[2J" : "") + StatusTable.render(report, width: Terminal.width))
+                // Into a pipe or a file, snapshots follow each other, a blank line apart, unescaped.
+                let before = !watch ? "" : isatty(STDOUT_FILENO) == 1 ? "\u{1B}[H\u{1B}[2J" : shown ? "\n" : ""
+                emit(before + StatusTable.render(report, width: Terminal.width))
+                shown = true
             }
             if watch { try await Task.sleep(for: .seconds(1)) }
         } while watch

@@ -71,6 +71,13 @@ struct MeshFormationTests {
         let table = try await NodeProcess.runCommand(["status", "--data-dir", node.dataDirectory])
         #expect(table.status == 0)
         #expect(table.stdout.contains("alive"))
+        // Watched into a pipe: snapshots a blank line apart, no screen-clearing escapes.
+        let watch = try NodeProcess(
+            ["status", "--watch"], dataDirectory: node.dataDirectory, ownsDataDirectory: false)
+        try await waitUntil("two snapshots of status --watch", timeout: .seconds(15)) { watch.stdout.contains("\n\n") }
+        watch.signal(SIGTERM)
+        _ = try await watch.waitForExit()
+        #expect(!watch.stdout.contains("\u{1B}"), "\(watch.stdout)")
 
         let leave = try await NodeProcess.runCommand(["leave", "--data-dir", node.dataDirectory])
         #expect(leave.status == 0)

@@ -28,6 +28,15 @@ import Testing
 
     // MARK: round trips
 
+    @Test("the line `run` prints, label and all, parses as the token it shows")
+    func theLinePrintedByRunParses() throws {
+        let token = InviteToken(secret: Self.secret, addresses: [PeerAddress(ipv4: [192, 0, 2, 7], port: 7946)])
+        #expect(try InviteToken(parsing: "invite: \(token.text)\n") == token)
+        #expect(try InviteToken(parsing: "  invite:\(token.text)") == token)
+        Self.expectError(.empty, "invite:  ")
+        Self.expectError(.notAnInvite, "invitation: \(token.text)")
+    }
+
     @Test func roundTripsIPv4() throws {
         let address = try PeerAddress(parsing: "192.0.2.7:7946")
         let invite = InviteToken(secret: Self.secret, addresses: [address])
