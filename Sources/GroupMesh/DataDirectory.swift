@@ -51,6 +51,9 @@ public struct DataDirectory: Sendable {
     /// Present when this dir made the session's secret: its node founded the session, and asks
     /// nobody for an introduction. Apart from `members.json`, which a damaged file resets.
     public var foundedPath: String { path + "/founded" }
+    /// Present once a member answered this dir's join that its invite is out of date, while it
+    /// had taken part in nothing: the next invite may replace its session (`loadOrCreateSession`).
+    public var inviteOutOfDatePath: String { path + "/invite-out-of-date" }
 
     /// Whether writing `file` would overwrite one of the node's own files (or anything in its
     /// chunk store): `get --output` must not destroy the node it asks. Symbolic links and `..`
@@ -69,7 +72,7 @@ public struct DataDirectory: Sendable {
         [
             sessionSecretPath, identityPath, formatVersionPath, lockPath, controlSocketPath, chunksPath,
             membersPath, epochsPath, journalPath, endedPath, leftPath, configurationPath, damagedManifestsPath,
-            foundedPath, damagedMembersPath, removedPath, namePath, rivalsPath,
+            foundedPath, damagedMembersPath, removedPath, namePath, rivalsPath, inviteOutOfDatePath,
         ]
     }
 
@@ -152,9 +155,10 @@ public struct DataDirectory: Sendable {
             let epochs = try loadEpochs(origin: stored)
             if let invited, invited != stored, !epochs.holds(invited) {
                 if epochs.forgot(invited.sessionID) { throw .inviteTooOld(path: path) }
-                // A dir whose invite let it in nowhere (out of date, or wrong) takes the next one.
-                guard neverJoined else { throw .sessionMismatch(path: path) }
+                // A dir whose invite was out of date, and that took part in nothing, takes the next one.
+                guard refusedAsOutOfDate else { throw .sessionMismatch(path: path) }
                 do { try invited.write(to: sessionSecretPath) } catch { throw .keyFile(error.description) }
+                unlink(inviteOutOfDatePath)
                 return KeyEpochs(origin: invited)
             }
             return epochs
@@ -176,15 +180,19 @@ public struct DataDirectory: Sendable {
         return KeyEpochs(origin: secret)
     }
 
-    /// Whether this dir holds a session it never took part in: joined through an invite that let it
-    /// in nowhere (no member met, no key epoch, nothing in the journal), and not its founder.
-    var neverJoined: Bool {
-        guard !founded, access(epochsPath, F_OK) != 0 else { return false }
+    /// Whether this dir holds a session it never took part in: a member answered its join that the
+    /// invite was out of date (`markInviteOutOfDate`), and it met no member, took no key epoch,
+    /// wrote nothing in the journal, and did not found it.
+    var refusedAsOutOfDate: Bool {
+        guard access(inviteOutOfDatePath, F_OK) == 0, !founded, access(epochsPath, F_OK) != 0 else { return false }
         var info = stat()
         if stat(journalPath, &info) == 0, info.st_size > 0 { return false }
         let remembered = loadRememberedMembers()
         return remembered.members.isEmpty && remembered.former.isEmpty
     }
+
+    /// A member answered the join of a node that took part in nothing yet: its invite is out of date.
+    package func markInviteOutOfDate() { try? writeSmallFile(inviteOutOfDatePath, "") }
 
     /// Takes back the session a start that failed made here (its key, and the mark if it founded
     /// it): nothing else of it was written yet.

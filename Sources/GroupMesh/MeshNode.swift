@@ -575,8 +575,10 @@ package actor MeshNode {
                     configuration.announce?(JoinNotice.waiting(progress, invited: joinsThroughInvite))
                 case .event(.inviteOutOfDate):
                     // A member that took part was left out while away, whatever it joined with.
-                    configuration.announce?(
-                        JoinNotice.outOfDate(invited: core.joinProgress != nil && joinsThroughInvite))
+                    let invited = core.joinProgress != nil && joinsThroughInvite
+                    // The next invite may replace a session this dir took no part in.
+                    if invited { configuration.dataDirectory.markInviteOutOfDate() }
+                    configuration.announce?(JoinNotice.outOfDate(invited: invited))
                 case let .event(.joinedAfterWaiting(member, name, address, waited)):
                     viewChanged = true
                     configuration.announce?(
