@@ -5,6 +5,29 @@ import MeshCrypto
 import Testing
 
 @Suite struct DataDirectoryTests {
+    /// A prepared data dir `node` in a temporary root (the caller removes the root).
+    static func preparedDirectory() throws -> (directory: DataDirectory, root: String) {
+        let root = NSTemporaryDirectory() + "groupmesh-dd-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let directory = DataDirectory(path: root + "/node")
+        try directory.prepare()
+        return (directory, root)
+    }
+
+    /// Takes `times` rotations (removing nobody) out of `epochs`; the secrets they opened, in order.
+    static func rotate(_ epochs: inout KeyEpochs, times: Int) throws -> [SessionSecret] {
+        let author = try NodeIdentity(seed: [UInt8](repeating: 1, count: 32))
+        var secrets: [SessionSecret] = []
+        for _ in 0..<times {
+            let transition = try epochs.rotation(
+                removing: [], to: SessionSecret.generate(), live: [author.nodeID],
+                authority: Ed25519Authority(identity: author))
+            epochs.commit(transition)
+            secrets.append(transition.secret)
+        }
+        return secrets
+    }
+
     @Test(
         "the node's own files, and anything in its chunk store, are recognised through links and '..'; other files are not"
     )
@@ -76,11 +99,8 @@ import Testing
         "the epochs that lost a race are kept beside the chain (0600) and loaded back; none: no file; a damaged one is left out"
     )
     func rivalEpochsAreKept() throws {
-        let root = NSTemporaryDirectory() + "groupmesh-dd-\(UUID().uuidString.prefix(8))"
+        let (directory, root) = try Self.preparedDirectory()
         defer { try? FileManager.default.removeItem(atPath: root) }
-        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        let directory = DataDirectory(path: root + "/node")
-        try directory.prepare()
         var epochs = try directory.loadOrCreateSession(invited: nil)
         let origin = epochs.current
         // Two members remove a third at once, each in its own rotation; this node hears both.
@@ -127,22 +147,11 @@ import Testing
         "a chain past its bound is stored from the first epoch kept: it loads back, and an invite of a kept epoch is this session's, of a forgotten one too old"
     )
     func aLongChainIsKeptFromItsFirstEpoch() throws {
-        let root = NSTemporaryDirectory() + "groupmesh-dd-\(UUID().uuidString.prefix(8))"
+        let (directory, root) = try Self.preparedDirectory()
         defer { try? FileManager.default.removeItem(atPath: root) }
-        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        let directory = DataDirectory(path: root + "/node")
-        try directory.prepare()
         var epochs = try directory.loadOrCreateSession(invited: nil)
         let joined = epochs.current
-        let author = try NodeIdentity(seed: [UInt8](repeating: 1, count: 32))
-        let authority = Ed25519Authority(identity: author)
-        var secrets: [SessionSecret] = []
-        for _ in 0..<(KeyEpochs.maxTransitions + 5) {
-            let transition = try epochs.rotation(
-                removing: [], to: SessionSecret.generate(), live: [author.nodeID], authority: authority)
-            epochs.commit(transition)
-            secrets.append(transition.secret)
-        }
+        let secrets = try Self.rotate(&epochs, times: KeyEpochs.maxTransitions + 5)
         try directory.saveEpochs(epochs.files)
         let loaded = try directory.loadOrCreateSession(invited: nil)
         #expect(loaded.current == epochs.current && loaded.origin == epochs.origin)

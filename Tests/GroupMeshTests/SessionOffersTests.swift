@@ -131,15 +131,7 @@ struct SessionOffersTests {
         defer { try? FileManager.default.removeItem(atPath: offers.root) }
         // A session this app left, whose chain outgrew the epochs a node keeps.
         var epochs = KeyEpochs(origin: SessionSecret.generate())
-        let author = try NodeIdentity(seed: [UInt8](repeating: 7, count: 32))
-        var secrets: [SessionSecret] = []
-        for _ in 0..<(KeyEpochs.maxTransitions + 3) {
-            let transition = try epochs.rotation(
-                removing: [], to: SessionSecret.generate(), live: [author.nodeID],
-                authority: Ed25519Authority(identity: author))
-            epochs.commit(transition)
-            secrets.append(transition.secret)
-        }
+        let secrets = try DataDirectoryTests.rotate(&epochs, times: KeyEpochs.maxTransitions + 3)
         let directory = DataDirectory(path: offers.root + "/" + epochs.origin.sessionID.description)
         try directory.prepare()
         _ = try directory.loadOrCreateSession(invited: epochs.origin)
