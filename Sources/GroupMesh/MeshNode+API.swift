@@ -264,7 +264,8 @@ extension MeshNode {
             nat: core.natBehaviour.rawValue, reflexiveAddress: core.addressDiscovery.reflexive?.description,
             candidates: core.membership.me.addresses.map(\.description))
         let memberInfos = view.map { member in
-            StatusReport.MemberInfo(
+            let door = core.introduction(of: member.id)?.door
+            return StatusReport.MemberInfo(
                 id: member.id.hex, name: member.record.name,
                 address: member.address?.description ?? "", state: member.status.rawValue,
                 incarnation: member.incarnation,
@@ -276,7 +277,7 @@ extension MeshNode {
                 relay: core.paths.relay(of: member.id)?.hex, relays: member.record.relays,
                 protocol: member.id == nodeID
                     ? core.versions.ours.current : core.versions.versions(of: member.id)?.current,
-                introducedBy: core.introduction(of: member.id)?.door.hex)
+                introducedBy: door?.hex, introducedByName: door.flatMap { core.knownName(of: $0) })
         }
         let counters = core.counters
         let handlerCounters = eventHandlers?.counters ?? .init()

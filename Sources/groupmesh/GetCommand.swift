@@ -54,9 +54,12 @@ struct GetCommand: AsyncParsableCommand {
         signal(SIGPIPE, SIG_IGN)
         let destination = try self.destination()
         let display = ProgressDisplay(terminal: isatty(STDERR_FILENO) == 1)
+        let closer = ConnectionCloser()
         let interruption = Interruption.install {
+            // The node sees the connection close, gives the load up and removes what it wrote:
+            // waited for (briefly), so that "nothing was written" leaves nothing behind.
+            if closer.close() { destination.waitForPartialFileToGo(within: .seconds(10)) }
             display.interrupted(destination.shownPath)
-            // The node sees the connection close, gives the load up and removes what it wrote.
             destination.discard()
         }
         var client = ControlClient(directory: data.directory)
@@ -69,7 +72,7 @@ struct GetCommand: AsyncParsableCommand {
             let request = ControlRequest.get(
                 attachment: id, path: destination.path, mode: 0o666 & ~UInt32(mask),
                 replace: force || destination.isStandardOutput)
-            _ = try client.subscribe(request) { response in
+            _ = try client.subscribe(request, closer: closer) { response in
                 switch response {
                 case let .progress(progress):
                     display.show(progress)
@@ -82,6 +85,7 @@ struct GetCommand: AsyncParsableCommand {
                 }
             }
         } catch {
+            closer.parkIfClosed()
             // Stopped gracefully (SIGTERM, leave) while the get ran: said below, as for a node that died.
             guard case let .refused(message, _) = error, message == GroupMeshError.notRunning.description else {
                 display.abandon()
@@ -98,6 +102,7 @@ struct GetCommand: AsyncParsableCommand {
                 throw fail(error)
             }
         }
+        closer.parkIfClosed()
         guard let finalID else {
             display.abandon()
             destination.discard()
@@ -210,6 +215,16 @@ struct GetDestination {
         } while !block.isEmpty
     }
 
+    /// Waits until the node's partial file is gone, or `limit` passed (another `get` of the same
+    /// path may own a file by that name: its removal is not ours to do).
+    func waitForPartialFileToGo(within limit: Duration) {
+        let deadline = ContinuousClock.now + limit
+        var info = stat()
+        while lstat(path + ".groupmesh-partial", &info) == 0, ContinuousClock.now < deadline {
+            usleep(20_000)
+        }
+    }
+
     /// What this `get` made of its own goes, with the node's partial file in it (the node
     /// removes that too, once it sees the connection close: whoever comes first).
     func discard() {
@@ -265,6 +280,14 @@ enum AttachmentName {
 
 /// SIGINT and SIGTERM during a `get`: the line is finished, what the command made goes, and the
 /// command exits 130 (the node, seeing its connection close, gives the fetch up).
+extension ConnectionCloser {
+    /// The interruption closed the connection and ends the command itself (it exits): what the
+    /// subscription saw then is not reported.
+    func parkIfClosed() {
+        while wasClosed { sleep(60) }
+    }
+}
+
 final class Interruption: @unchecked Sendable {
     private var sources: [any DispatchSourceSignal] = []
 

@@ -106,7 +106,10 @@ struct SendCommand: AsyncParsableCommand {
         if output.json {
             emitJSON(["sentTo": count])
         } else {
-            FileHandle.standardError.write(Data("sent to \(count) member\(count == 1 ? "" : "s")\n".utf8))
+            // Not an error (Apple's messenger sends to no participants too), but said: a script
+            // that goes on after a send to nobody should be able to tell from the line.
+            let alone = count == 0 && to.isEmpty ? ": no other member is in the session now" : ""
+            FileHandle.standardError.write(Data("sent to \(count) member\(count == 1 ? "" : "s")\(alone)\n".utf8))
         }
     }
 }

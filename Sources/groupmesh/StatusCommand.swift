@@ -376,9 +376,13 @@ enum StatusTable {
             ? member.path : "\(member.path) \(member.pathAddress)"
     }
 
-    /// Who let the member in.
+    /// Who let the member in: named as the node knows it, also once it has left.
     static func introducerColumn(_ member: StatusReport.MemberInfo, in report: StatusReport) -> String {
-        member.introducedBy.map { shortName(of: $0, in: report) } ?? "-"
+        guard let door = member.introducedBy else { return "-" }
+        if !report.members.contains(where: { $0.id == door }), let name = member.introducedByName, !name.isEmpty {
+            return name
+        }
+        return shortName(of: door, in: report)
     }
 
     /// A member named in another's row: its name, or its id's start when unnamed or not in the view.

@@ -40,6 +40,9 @@ struct MemberRemovalTests {
             // stay up alone in the old epoch.
             #expect(try await mallory.waitForExit(timeout: .seconds(30)) == 69, "\(mallory.stderr)")
             #expect(mallory.stderr.contains("this node was removed from the session by b"), "\(mallory.stderr)")
+            #expect(
+                mallory.stderr.components(separatedBy: "removed from the session").count == 2,
+                "said once, not also as a log line: \(mallory.stderr)")
             let send = try await NodeProcess.runCommand([
                 "send", "--data-dir", mallory.dataDirectory, "--to", "a",
                 "let me in",

@@ -17,7 +17,7 @@ struct NodeInstanceTests {
         var now = MeshInstant.zero + .seconds(1)
         private var nextRequest: UInt64 = 0
 
-        init(name: String = "solo", seed: UInt64 = 1) {
+        init(name: String = "solo", seed: UInt64 = 1, remembered: RememberedMembers = .init()) {
             var derive = SplitMix64(seed: seed)
             let identity = try! NodeIdentity(seed: (0..<32).map { _ in UInt8(truncatingIfNeeded: derive.next()) })
             let ephemeral = try! EphemeralKeyPair(seed: (0..<32).map { _ in UInt8(truncatingIfNeeded: derive.next()) })
@@ -28,8 +28,8 @@ struct NodeInstanceTests {
             var settings = NodeSettings()
             settings.chunkSize = 1024
             core = NodeInstance(
-                boot: boot, restored: .init(epochs: KeyEpochs(origin: secret)), settings: settings,
-                random: SplitMix64(seed: derive.next()), now: now)
+                boot: boot, restored: .init(epochs: KeyEpochs(origin: secret), remembered: remembered),
+                settings: settings, random: SplitMix64(seed: derive.next()), now: now)
             core.start(seeds: [], now: now)
             _ = drain()
         }
@@ -707,5 +707,17 @@ struct NodeInstanceTests {
         mesh.simulator.run(for: .seconds(60), checkEvery: .seconds(1)) { _ in node.complete.count == 1 }
         #expect(node.complete.count == 1, "\(replay): the attachment was never fetched again")
         #expect(mesh.replicationViolations().isEmpty && mesh.leakViolations().isEmpty, "\(replay)")
+    }
+
+    @Test("a member that has gone is still named as it was remembered; one never known by its id")
+    func goneMembersAreNamedAsRemembered() {
+        let gone = NodeID(high: 7, low: 7)
+        let driver = Driver(
+            remembered: RememberedMembers(members: [], former: [.init(id: gone.hex, name: "ana", addresses: [])]))
+        #expect(driver.core.knownName(of: gone) == "ana")
+        #expect(driver.core.displayName(of: gone) == "ana (\(gone.hex.prefix(12)))")
+        let stranger = NodeID(high: 9, low: 9)
+        #expect(driver.core.knownName(of: stranger) == nil)
+        #expect(driver.core.displayName(of: stranger) == String(stranger.hex.prefix(12)))
     }
 }

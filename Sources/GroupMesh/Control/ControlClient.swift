@@ -24,10 +24,18 @@ public struct ControlClient: Sendable {
     /// returned) or the node closes the connection (false: the node stopped, or was killed, before
     /// the answer was complete). For `listen` and `get` with progress. The first line is awaited
     /// within the timeout; the ones after it may come at any time.
+    /// `closer`, when given, can close the connection from another thread (a signal handler's):
+    /// the node then gives up what the request asked for, as when the client goes away.
     @discardableResult
-    public func subscribe(_ request: ControlRequest, handle: (ControlResponse) -> Bool) throws(GroupMeshError) -> Bool {
+    public func subscribe(
+        _ request: ControlRequest, closer: ConnectionCloser? = nil, handle: (ControlResponse) -> Bool
+    ) throws(GroupMeshError) -> Bool {
         let connection = try connect()
-        defer { close(connection) }
+        closer?.opened(connection)
+        defer {
+            closer?.opened(nil)
+            close(connection)
+        }
         guard var line = try? JSONEncoder().encode(request) else { throw .control("cannot encode request") }
         line.append(UInt8(ascii: "\n"))
         try writeAll(line, to: connection)
@@ -164,4 +172,30 @@ extension ControlClient {
         try AttachmentLookupError.find(text, in: try attachments(), id: \.id, content: \.content)
             .mapError(GroupMeshError.init).get()
     }
+}
+
+/// A subscription's connection, closed from another thread: `shutdown`, so that the node sees the
+/// end at once while the descriptor stays the subscribing thread's to close.
+public final class ConnectionCloser: @unchecked Sendable {
+    private let lock = NSLock()
+    private var descriptor: Int32?
+    private var closedHere = false
+
+    public init() {}
+
+    func opened(_ descriptor: Int32?) { lock.withLock { self.descriptor = descriptor } }
+
+    /// Whether there was a connection to close.
+    @discardableResult
+    public func close() -> Bool {
+        lock.withLock {
+            guard let descriptor, shutdown(descriptor, Int32(SHUT_RDWR)) == 0 else { return false }
+            closedHere = true
+            return true
+        }
+    }
+
+    /// Whether `close` ended the connection: what the subscription saw then was our doing, not
+    /// the node's.
+    public var wasClosed: Bool { lock.withLock { closedHere } }
 }

@@ -69,6 +69,9 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// null for the member that made the session (one made by this release), a member of the
         /// previous release, and while its introduction has not reached us.
         public var introducedBy: String? = nil
+        /// Its name as this node knows it, also once it has left (null when never known; absent
+        /// from an older node's report).
+        public var introducedByName: String? = nil
 
         // `rttMs`, `datagramSize` and `introducedBy` are always present, null until measured, so scripts can rely
         // on the keys.
@@ -87,6 +90,7 @@ public struct StatusReport: Codable, Sendable, Equatable {
             try container.encode(relays, forKey: .relays)
             try container.encode(`protocol`, forKey: .protocol)
             try container.encode(introducedBy, forKey: .introducedBy)
+            try container.encode(introducedByName, forKey: .introducedByName)
         }
     }
 

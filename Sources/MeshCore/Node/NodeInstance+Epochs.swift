@@ -612,7 +612,8 @@ extension NodeInstance {
     /// nothing the members send opens with the keys it still holds.
     mutating func stopRemoved(by author: NodeID, now: MeshInstant) {
         guard !keying.removedFromSession else { return }
-        log(.warning, "this node was removed from the session", ["by": "\(author)"])
+        // The driver says it in its own line (the error it stops with): logged below that level.
+        log(.notice, "this node was removed from the session", ["by": "\(author)"])
         keying.removedFromSession = true
         emit(.removedFromSession(by: author))
         stop(now: now)

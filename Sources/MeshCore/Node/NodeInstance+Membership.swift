@@ -234,11 +234,16 @@ extension NodeInstance {
     /// A member for people: its name and the start of its id (the name alone is the member's
     /// own choice, so never enough). A member forgotten since is named as it was remembered.
     package func displayName(of id: NodeID) -> String {
-        let name =
-            membership.member(id)?.record.name
-            ?? (directory.remembered.members + directory.remembered.former).first { $0.id == id.hex }?.name ?? ""
+        let name = knownName(of: id) ?? ""
         let prefix = String(id.hex.prefix(12))
         return name.isEmpty ? prefix : "\(name) (\(prefix))"
+    }
+
+    /// The name a member gave itself, as far as this node knows it: from its record, or as it was
+    /// remembered once it was forgotten (a member's own choice: escaped wherever it is shown).
+    package func knownName(of id: NodeID) -> String? {
+        membership.member(id)?.record.name
+            ?? (directory.remembered.members + directory.remembered.former).first { $0.id == id.hex }?.name
     }
 
     /// A member other than this node, named by its full id, its name, or a unique prefix of its
