@@ -73,20 +73,25 @@ test: deps format-check
 # The two parts of the suite side by side, from the build `make test` made: the seeded tests are CPU
 # and simulated time (what they see does not depend on load), the real-time tests mostly wait on
 # the network and pass beside busy loops. The seeded part prints when it is done (at a lower
-# priority it crawled beside other busy processes: four loops would have held it for hours); `--ignore-lock` lets two test runs share the build that is there (nothing
-# is built). Swift Testing captures a backtrace for every error thrown, caught or not: the decoder
-# tests throw hundreds of thousands (every malformed input), and those backtraces were a third of
-# their time. The compatibility test runs last, when the previous release's build is most likely done.
-# Ctrl-C stops both parts.
+# priority it crawled beside other busy processes: four loops would have held it for hours). Each
+# part runs the test binary itself, as `swift test` does (`--testing-library swift-testing`): two
+# `swift test` at once both open the build's database, and on a loaded machine one failed on its
+# lock before running a test. Swift Testing captures a backtrace for every error thrown, caught or
+# not: the decoder tests throw hundreds of thousands (every malformed input), and those backtraces
+# were a third of their time. The compatibility test runs last, when the previous release's build
+# is most likely done. Ctrl-C stops both parts.
 # (`sync` before: the build's writes go to disk then, not under the end-to-end tests' fsyncs.)
 PREVIOUS_RELEASE_TESTS = ^GroupMeshCLITests\.PreviousReleaseTests
+TEST_BINARY = GroupMeshPackageTests.xctest
 test-parts:
-	SWT_SWIFT_ERROR_BACKTRACING_ENABLED=0 $(SWIFT) test --skip-build --ignore-lock $(SWIFT_FLAGS) \
+	bin=$$($(SWIFT) build --show-bin-path $(SWIFT_FLAGS))/$(TEST_BINARY); \
+	[ -x "$$bin" ] || { echo "make test-parts: no $$bin: run make test (it builds it)"; exit 1; }; \
+	SWT_SWIFT_ERROR_BACKTRACING_ENABLED=0 NO_COLOR=1 "$$bin" --testing-library swift-testing \
 		--filter '$(SEEDED_TESTS)' > .build/seeded-tests.log 2>&1 & seeded=$$!; \
 	trap 'kill -INT $$seeded 2>/dev/null; exit 130' INT TERM HUP; \
-	$(SWIFT) test --skip-build --ignore-lock --no-parallel $(SWIFT_FLAGS) --filter '$(REALTIME_TESTS)' \
+	NO_COLOR=1 "$$bin" --testing-library swift-testing --no-parallel --filter '$(REALTIME_TESTS)' \
 		--skip '$(PREVIOUS_RELEASE_TESTS)'; realtime=$$?; \
-	$(SWIFT) test --skip-build --ignore-lock --no-parallel $(SWIFT_FLAGS) --filter '$(PREVIOUS_RELEASE_TESTS)'; \
+	NO_COLOR=1 "$$bin" --testing-library swift-testing --no-parallel --filter '$(PREVIOUS_RELEASE_TESTS)'; \
 	previous=$$?; wait $$seeded; seededstatus=$$?; \
 	echo "== the seeded tests (they ran beside the real-time ones; also in .build/seeded-tests.log)"; \
 	cat .build/seeded-tests.log; \

@@ -156,9 +156,10 @@ public struct DataDirectory: Sendable {
             if let invited, invited != stored, !epochs.holds(invited) {
                 if epochs.forgot(invited.sessionID) { throw .inviteTooOld(path: path) }
                 // A dir whose invite was out of date, and that took part in nothing, takes the next one.
+                // The mark stays until a member lets the node in (`clearInviteOutOfDate`): a start
+                // that fails here may take yet another invite.
                 guard refusedAsOutOfDate else { throw .sessionMismatch(path: path) }
                 do { try invited.write(to: sessionSecretPath) } catch { throw .keyFile(error.description) }
-                unlink(inviteOutOfDatePath)
                 return KeyEpochs(origin: invited)
             }
             return epochs
@@ -183,16 +184,25 @@ public struct DataDirectory: Sendable {
     /// Whether this dir holds a session it never took part in: a member answered its join that the
     /// invite was out of date (`markInviteOutOfDate`), and it met no member, took no key epoch,
     /// wrote nothing in the journal, and did not found it.
-    var refusedAsOutOfDate: Bool {
-        guard access(inviteOutOfDatePath, F_OK) == 0, !founded, access(epochsPath, F_OK) != 0 else { return false }
+    var refusedAsOutOfDate: Bool { hasInviteOutOfDateMark && tookPartInNothing }
+
+    /// Whether the dir met no member (that it remembers), took no key epoch, wrote nothing in the
+    /// journal, and did not found its session.
+    package var tookPartInNothing: Bool {
+        guard !founded, access(epochsPath, F_OK) != 0 else { return false }
         var info = stat()
         if stat(journalPath, &info) == 0, info.st_size > 0 { return false }
         let remembered = loadRememberedMembers()
         return remembered.members.isEmpty && remembered.former.isEmpty
     }
 
+    package var hasInviteOutOfDateMark: Bool { access(inviteOutOfDatePath, F_OK) == 0 }
+
     /// A member answered the join of a node that took part in nothing yet: its invite is out of date.
     package func markInviteOutOfDate() { try? writeSmallFile(inviteOutOfDatePath, "") }
+
+    /// A member let the node in: whatever was said of its invite no longer holds.
+    package func clearInviteOutOfDate() { unlink(inviteOutOfDatePath) }
 
     /// Takes back the session a start that failed made here (its key, and the mark if it founded
     /// it): nothing else of it was written yet.

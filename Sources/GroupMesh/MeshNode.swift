@@ -74,6 +74,9 @@ package actor MeshNode {
     var lastWrite: EventLoopFuture<Void>?
     private(set) var trackLastWrite = false
     private(set) var closed = false
+    /// The data dir may hold the mark that its invite was said to be out of date: removed once a
+    /// member lets the node in.
+    private var inviteMarkMayStand = false
     private var stopWaiters: [CheckedContinuation<Void, Never>] = []
     /// The counts as swift-metrics figures, published every second while the node runs.
     var metrics: NodeMetrics
@@ -169,6 +172,7 @@ package actor MeshNode {
             return
         }
         slot.node = self
+        inviteMarkMayStand = configuration.dataDirectory.hasInviteOutOfDateMark
         watchDatagrams()
         if configuration.controlSocket {
             do {
@@ -574,10 +578,15 @@ package actor MeshNode {
                 case let .event(.waitingForFirstMember(progress)):
                     configuration.announce?(JoinNotice.waiting(progress, invited: joinsThroughInvite))
                 case .event(.inviteOutOfDate):
-                    // A member that took part was left out while away, whatever it joined with.
-                    let invited = core.joinProgress != nil && joinsThroughInvite
+                    // A member that took part was left out while away, whatever it joined with
+                    // (an invite given again at a restart included).
+                    let invited =
+                        core.joinProgress != nil && joinsThroughInvite && configuration.dataDirectory.tookPartInNothing
                     // The next invite may replace a session this dir took no part in.
-                    if invited { configuration.dataDirectory.markInviteOutOfDate() }
+                    if invited {
+                        configuration.dataDirectory.markInviteOutOfDate()
+                        inviteMarkMayStand = true
+                    }
                     configuration.announce?(JoinNotice.outOfDate(invited: invited))
                 case let .event(.joinedAfterWaiting(member, name, address, waited)):
                     viewChanged = true
@@ -599,6 +608,12 @@ package actor MeshNode {
                 }
             }
             drained.removeAll(keepingCapacity: true)
+            // Let in at last (what was said of the invite was false, or the node was handed the
+            // epoch): the dir took part, and no later invite replaces its session.
+            if inviteMarkMayStand, core.phase == .running {
+                inviteMarkMayStand = false
+                configuration.dataDirectory.clearInviteOutOfDate()
+            }
         } while core.drainEffects(into: &drained)
         if wrote { channel.flush() }
         if birthday.routesWritten { flushBirthdayRoutes() }

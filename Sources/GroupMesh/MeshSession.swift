@@ -65,6 +65,9 @@ extension NodeID {
 public final class MeshSession: Sendable {
     package let node: MeshNode
     private let lock: DataDirectoryLock
+    /// The data dir had no session before this start: a `join()` that fails takes it back.
+    private let madeSession: Bool
+    private let directory: DataDirectory
 
     /// Sets up a node on `configuration`'s data dir (creating the session, or the one of
     /// `configuration.invite`) without joining: the session is `waiting` until `join()`.
@@ -106,6 +109,8 @@ public final class MeshSession: Sendable {
             throw error
         }
         self.lock = lock
+        self.madeSession = !hadSession
+        self.directory = directory
     }
 
     /// A session dropped before it joined gives its socket back (one that joined runs until
@@ -118,7 +123,11 @@ public final class MeshSession: Sendable {
     /// Joins the mesh: the node takes datagrams and opens its control socket. A failure
     /// invalidates the session (`failedToStart`).
     public func join() async throws(GroupMeshError) {
-        try await node.join()
+        do { try await node.join() } catch {
+            // Nothing was written yet (the control socket is bound before the node begins).
+            if madeSession, case .failedToStart? = await node.invalidation { directory.forgetUnstartedSession() }
+            throw error
+        }
     }
 
     /// Sets up a node and joins at once (`init` then `join()`).

@@ -56,10 +56,14 @@ struct GetCommand: AsyncParsableCommand {
         let display = ProgressDisplay(terminal: isatty(STDERR_FILENO) == 1)
         let closer = ConnectionCloser()
         let interruption = Interruption.install {
-            // The node sees the connection close, gives the load up and removes what it wrote:
-            // waited for (briefly), so that "nothing was written" leaves nothing behind.
-            if closer.close() { destination.waitForPartialFileToGo(within: .seconds(10)) }
+            // The answer came just before the signal: the file is in place.
+            if closer.wasFinished, !destination.isStandardOutput {
+                return display.interrupted(destination.shownPath, afterWriting: true)
+            }
             display.interrupted(destination.shownPath)
+            // The node sees the connection close, gives the load up and removes what it wrote:
+            // waited for (briefly), so that nothing is left behind once the command is gone.
+            if closer.close() { destination.waitForPartialFileToGo(within: .seconds(5)) }
             destination.discard()
         }
         var client = ControlClient(directory: data.directory)
@@ -78,6 +82,7 @@ struct GetCommand: AsyncParsableCommand {
                     display.show(progress)
                     return true
                 case let .attachment(id):
+                    closer.finished()
                     finalID = id
                     return false
                 default:

@@ -80,11 +80,15 @@ final class ProgressDisplay: @unchecked Sendable {
         }
     }
 
-    func interrupted(_ path: String) {
+    func interrupted(_ path: String, afterWriting written: Bool = false) {
         lock.withLock {
             if drawn { write("\n") }
             drawn = false
-            write("groupmesh: interrupted: nothing was written to \(TerminalText.escaped(path))\n")
+            let what =
+                written
+                ? "after \(TerminalText.escaped(path)) was written whole"
+                : "nothing was written to \(TerminalText.escaped(path))"
+            write("groupmesh: interrupted: \(what)\n")
         }
     }
 

@@ -78,11 +78,14 @@ struct MemberRemovalTests {
             try #require(fresh.status == 0, "\(fresh.stderr)")
             newcomer.signal(SIGTERM)
             _ = try await newcomer.waitForExit()
+            let mark = newcomer.dataDirectory + "/invite-out-of-date"
+            #expect(FileManager.default.fileExists(atPath: mark), "the dir keeps what it was told")
             let admitted = try mesh.restart(
                 "newcomer", arguments: ["--invite", fresh.stdout.trimmingCharacters(in: .whitespacesAndNewlines)])
             try await admitted.waitForStatus(timeout: .seconds(30), "the newcomer in with the new invite") {
                 $0.`self`.session == newSession && $0.aliveCount >= 3
             }
+            #expect(!FileManager.default.fileExists(atPath: mark), "let in: no later invite replaces its session")
 
             // d comes back on the old epoch and catches up through whoever it reaches first.
             let back = try mesh.restart("d")

@@ -170,6 +170,33 @@ import Testing
         }
     }
 
+    @Test(
+        "a dir told its invite is out of date takes the next invite, and the one after, until a member lets it in; one that took part never"
+    )
+    func outOfDateInviteIsReplacedOnlyByADirThatTookNoPart() throws {
+        let (directory, root) = try Self.preparedDirectory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        let invites = (0..<4).map { _ in SessionSecret.generate() }
+        _ = try directory.loadOrCreateSession(invited: invites[0])
+        #expect(throws: GroupMeshError.self) { try directory.loadOrCreateSession(invited: invites[1]) }
+        directory.markInviteOutOfDate()
+        #expect(try directory.loadOrCreateSession(invited: invites[1]).origin == invites[1])
+        // A start with it that failed (a port in use) may still take another.
+        #expect(directory.hasInviteOutOfDateMark)
+        #expect(try directory.loadOrCreateSession(invited: invites[2]).origin == invites[2])
+        // Let in: the dir takes part from now on.
+        directory.clearInviteOutOfDate()
+        #expect(throws: GroupMeshError.self) { try directory.loadOrCreateSession(invited: invites[3]) }
+        // Told again, but it met members already (`members.json`): no other session.
+        directory.markInviteOutOfDate()
+        let met =
+            #"{"incarnation": 1, "members": [{"id": "\#(String(repeating: "ab", count: 16))", "name": "m", "addresses": []}]}"#
+        try met.write(toFile: directory.membersPath, atomically: true, encoding: .utf8)
+        #expect(!directory.tookPartInNothing)
+        #expect(throws: GroupMeshError.self) { try directory.loadOrCreateSession(invited: invites[3]) }
+        #expect(try directory.loadOrCreateSession(invited: nil).origin == invites[2])
+    }
+
     @Test("a data dir that belongs to another user is refused, and left as it was")
     func othersDataDirectoryIsRefused() throws {
         guard geteuid() == 0 else {

@@ -451,6 +451,11 @@ import Testing
         #expect(
             epochs.recentEarlierSessions(4) == secrets.suffix(5).dropLast().map(\.sessionID),
             "the removed are told in the last few epochs only")
+        #expect(
+            epochs.epochsARemovalLeft(epochs.transitions[100].rotation)
+                == [secrets[110], secrets[109]].map(\.sessionID),
+            "and in the epochs their own removal left")
+        #expect(epochs.epochsARemovalLeft(epochs.transitions[0].rotation) == [secrets[10].sessionID])
 
         let bytes = epochs.encoded()
         #expect(bytes[4] == 3)

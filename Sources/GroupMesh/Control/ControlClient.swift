@@ -180,10 +180,22 @@ public final class ConnectionCloser: @unchecked Sendable {
     private let lock = NSLock()
     private var descriptor: Int32?
     private var closedHere = false
+    private var answered = false
 
     public init() {}
 
     func opened(_ descriptor: Int32?) { lock.withLock { self.descriptor = descriptor } }
+
+    /// The answer is complete: `close` no longer takes anything back.
+    public func finished() {
+        lock.withLock {
+            descriptor = nil
+            answered = true
+        }
+    }
+
+    /// Whether `finished` was called.
+    public var wasFinished: Bool { lock.withLock { answered } }
 
     /// Whether there was a connection to close.
     @discardableResult

@@ -65,7 +65,7 @@ package struct KeyEpochs: Sendable {
     /// Whether the oldest epochs were forgotten: `origin` is no longer the secret joined with,
     /// so the file names it (`encoded()`).
     package var forgotOldest: Bool { forgotten != nil }
-    /// Epochs kept after the current one's, at most. Any member may rotate (each removal is a
+    /// Rotations kept after the origin, at most: the current epoch and the 256 before it. Any member may rotate (each removal is a
     /// rotation), so a member that removes and invites without end would make the chain, its
     /// file and a codec per epoch grow without bound; a real session sees a few. A member
     /// offline through more rotations than this is handed nothing and needs a new invite.
@@ -589,6 +589,13 @@ package struct KeyEpochs: Sendable {
         let left = Set(recent)
         let lost = superseded.filter { left.contains($0.value.previous) }.keys.sorted { $0.value < $1.value }
         return recent + lost
+    }
+
+    /// Where a member `rotation` removed may still be, however many rotations came since: the
+    /// epoch the rotation left, and the one before it (removed on top of a competing rotation).
+    package func epochsARemovalLeft(_ rotation: KeyRotation) -> [SessionID] {
+        let before = transitions.first { $0.secret.sessionID == rotation.previousSession }?.rotation.previousSession
+        return [rotation.previousSession] + (before.map { [$0] } ?? [])
     }
 
     /// Every secret of an epoch we had or were handed that lost, by its session id: the shell

@@ -190,13 +190,15 @@ extension NodeInstance {
         // The removed, told with the rotation's signature as proof, so that they stop instead of
         // staying up alone (no secret goes with it). Sealed in each of the last earlier epochs we
         // hold: a member removed on top of a competing rotation is still in the epoch before both.
-        // (Not in every one: a long chain would make each beacon a burst.)
+        // (Not in every one: a long chain would make each beacon a burst.) And in the epochs its
+        // own removal left, however many removals came since.
         let recent = keying.epochs.recentEarlierSessions(Self.epochsToTellRemovedIn)
         for (member, address, relay) in keying.removedToTell {
             guard
                 let rotation = keying.epochs.transitions.last(where: { $0.rotation.removed.contains(member) })?.rotation
             else { continue }
-            for session in recent where keying.earlierCodecs[session] != nil {
+            let sessions = recent + keying.epochs.epochsARemovalLeft(rotation).filter { !recent.contains($0) }
+            for session in sessions where keying.earlierCodecs[session] != nil {
                 let route: KeysRoute = relay.map { .relayed(via: $0, else: address) } ?? .direct(address)
                 sendKeys([.removalNotice(rotation)], in: session, to: member, route: route)
                 // Pairwise as well: a member that left this epoch believes only a notice that
