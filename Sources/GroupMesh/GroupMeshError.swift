@@ -270,6 +270,15 @@ extension GroupMeshError {
         let line = "no groupmesh node is running on data dir \(path)"
         let directory = DataDirectory(path: path)
         if directory.isOtherThanDirectory { return "\(line): it is a file; give the directory a node runs on" }
+        // A run there would only say why it cannot start: said here instead.
+        if let by = directory.loadRemoved() {
+            return "\(line): this node was removed from the session by \(by); "
+                + "ask a member for a new invite and join with another data dir"
+        }
+        if let by = directory.loadEnded() {
+            return "\(line): the session was ended by \(by), and its invites no longer work; "
+                + "start a new session in another data dir"
+        }
         if directory.hasSession { return "\(line) (start one with: groupmesh run --data-dir \(path))" }
         let nested = DataDirectory(path: path + "/.groupmesh")
         if nested.hasSession {

@@ -8,7 +8,7 @@ extension MeshNode {
     func startPortMapping() {
         let why: String? =
             !configuration.portMapping
-            ? "turned off (--no-port-mapping)"
+            ? "turned off (--no-port-mapping, or port-mapping false in config.json)"
             : localAddress.isIPv6
                 ? "listening on IPv6: port mapping asks for IPv4 only"
                 : localAddress.isLoopback

@@ -56,15 +56,15 @@ struct GetCommand: AsyncParsableCommand {
         let display = ProgressDisplay(terminal: isatty(STDERR_FILENO) == 1)
         let closer = ConnectionCloser()
         let interruption = Interruption.install {
-            // The answer came just before the signal: the file is in place.
-            if closer.wasFinished, !destination.isStandardOutput {
-                return display.interrupted(destination.shownPath, afterWriting: true)
-            }
+            // The answer came just before the signal: the file is in place, and the command ends
+            // as it would have (its summary, status 0), not with a word that nothing was written.
+            if closer.wasFinished, !destination.isStandardOutput { return false }
             display.interrupted(destination.shownPath)
             // The node sees the connection close, gives the load up and removes what it wrote:
             // waited for (briefly), so that nothing is left behind once the command is gone.
             if closer.close() { destination.waitForPartialFileToGo(within: .seconds(5)) }
             destination.discard()
+            return true
         }
         var client = ControlClient(directory: data.directory)
         client.timeout = .seconds(60)
@@ -115,7 +115,9 @@ struct GetCommand: AsyncParsableCommand {
                 "the node on \(data.directory.path) stopped before \(destination.shownPath) was written; "
                     + "run get again once it runs", kind: .unavailable)
         }
-        interruption.disarm()
+        // Written: what is left is the summary, which a signal no longer cuts short; for -o -,
+        // the copy to standard output, which Ctrl-C stops as it stops `cat`.
+        interruption.disarm(ignoringLaterSignals: !destination.isStandardOutput)
         let summary = display.finish()
         if destination.isStandardOutput {
             do { try destination.copyToStandardOutput() } catch { throw fail(error) }
@@ -296,8 +298,9 @@ extension ConnectionCloser {
 final class Interruption: @unchecked Sendable {
     private var sources: [any DispatchSourceSignal] = []
 
-    /// `handler` is fixed before the first signal can arrive, then run once on a signal.
-    static func install(_ handler: @escaping @Sendable () -> Void) -> Interruption {
+    /// `handler` is fixed before the first signal can arrive, then run on a signal: the process
+    /// exits (130) when it returns true, and goes on when it returns false.
+    static func install(_ handler: @escaping @Sendable () -> Bool) -> Interruption {
         let interruption = Interruption()
         // One serial queue: a SIGINT and a SIGTERM together run the handler once (it exits).
         let queue = DispatchQueue(label: "groupmesh.interruption")
@@ -305,8 +308,7 @@ final class Interruption: @unchecked Sendable {
             signal(signalNumber, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: queue)
             source.setEventHandler {
-                handler()
-                exit(interruptedStatus)
+                if handler() { exit(interruptedStatus) }
             }
             source.resume()
             interruption.sources.append(source)
@@ -314,11 +316,11 @@ final class Interruption: @unchecked Sendable {
         return interruption
     }
 
-    /// The answer came: a signal now ends the command the ordinary way.
-    func disarm() {
+    /// The answer came: a signal now ends the command the ordinary way, or is ignored.
+    func disarm(ignoringLaterSignals ignoring: Bool = false) {
         for source in sources { source.cancel() }
         sources = []
-        signal(SIGINT, SIG_DFL)
-        signal(SIGTERM, SIG_DFL)
+        signal(SIGINT, ignoring ? SIG_IGN : SIG_DFL)
+        signal(SIGTERM, ignoring ? SIG_IGN : SIG_DFL)
     }
 }

@@ -39,6 +39,7 @@ struct PingCommand: AsyncParsableCommand {
         let interruption = Interruption.install { [output] in
             let (sent, times) = tally.snapshot
             Self.summarize(sent: sent, times: times, output: output)
+            return true
         }
         for round in 0..<count {
             if round > 0 { try await Task.sleep(for: .milliseconds(Int(interval * 1000))) }
@@ -76,7 +77,8 @@ struct PingCommand: AsyncParsableCommand {
     }
 
     static func summarize(sent: Int, times: [Double], output: JSONOutputOptions) {
-        let average = times.isEmpty ? nil : times.reduce(0, +) / Double(times.count)
+        // To the microsecond, as the text line: a sum's float noise is no measurement.
+        let average = times.isEmpty ? nil : (times.reduce(0, +) / Double(times.count) * 1000).rounded() / 1000
         var text = "\(sent) sent, \(times.count) answered"
         if let minimum = times.min(), let maximum = times.max(), let average {
             text += String(format: ", rtt min/avg/max %.3f/%.3f/%.3f ms", minimum, average, maximum)

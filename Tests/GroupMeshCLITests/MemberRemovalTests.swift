@@ -48,6 +48,10 @@ struct MemberRemovalTests {
                 "let me in",
             ])
             #expect(send.status == 69, "a send from the removed member went somewhere: \(send.stderr)")
+            #expect(
+                send.stderr.contains("this node was removed from the session by b")
+                    && !send.stderr.contains("start one"),
+                "\(send.stderr)")
             // The others still talk.
             let message = try await NodeProcess.runCommand([
                 "send", "--data-dir", b.dataDirectory, "--to", "c",

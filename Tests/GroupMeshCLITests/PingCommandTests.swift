@@ -21,6 +21,13 @@ struct PingCommandTests {
             let pongs = ping.stdout.split(separator: "\n").filter { $0.hasPrefix("pong from bob (") }
             #expect(pongs.count == 3 && pongs.allSatisfy { $0.contains("via \(bobAddress) in ") }, "\(ping.stdout)")
             #expect(ping.stdout.contains("3 sent, 3 answered, rtt min/avg/max"), "\(ping.stdout)")
+            // The summary as JSON: the average to the microsecond, as the text line gives it.
+            let json = try await NodeProcess.runCommand([
+                "ping", "--data-dir", alice.dataDirectory, "bob", "--count", "3", "--interval", "0.05", "--json",
+            ])
+            let summary = try #require(json.stdout.split(separator: "\n").last.map(String.init))
+            let average = try #require(summary.firstMatch(of: /"avgMs":\s*([0-9.]+)/)?.1, "\(json.stdout)")
+            #expect((average.split(separator: ".").dropFirst().first?.count ?? 0) <= 3, "\(summary)")
 
             // As ping(8) spells it: values joined to -c and -i; Ctrl-C ends with the summary.
             let joined = try await NodeProcess.runCommand([

@@ -317,12 +317,16 @@ struct PortMappingLabTests {
         let loopback = try NodeProcess(["run", "--listen", "127.0.0.1:0", "--port-mapping"])
         defer { for node in [off, loopback] { Task { await node.cleanUp() } } }
         let offMapping = try await Self.waitForMapping(off, "off") { $0.state == "disabled" }
-        #expect(offMapping.reason == "turned off (--no-port-mapping)" && offMapping.requests == 0)
+        #expect(
+            offMapping.reason == "turned off (--no-port-mapping, or port-mapping false in config.json)"
+                && offMapping.requests == 0)
         let loopbackMapping = try await Self.waitForMapping(loopback, "on loopback") { $0.state == "disabled" }
         #expect(loopbackMapping.reason?.contains("loopback") == true)
         let status = try await NodeProcess.runCommand(["status", "--data-dir", off.dataDirectory])
         #expect(
-            status.stdout.contains("port mapping: none (disabled): turned off (--no-port-mapping)"), "\(status.stdout)")
+            status.stdout.contains(
+                "port mapping: none (disabled): turned off (--no-port-mapping, or port-mapping false in config.json)"),
+            "\(status.stdout)")
 
         let bad = NodeProcess.makeTemporaryDirectory("port-mapping-bad")
         defer { try? FileManager.default.removeItem(atPath: bad) }

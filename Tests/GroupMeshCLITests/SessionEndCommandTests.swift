@@ -56,6 +56,11 @@ struct SessionEndCommandTests {
                     again.stderr.contains("was ended by \(aliceID.prefix(12)); its invites no longer work"),
                     "\(again.stderr)")
             }
+            // A command on an ended data dir says so, rather than to start a node there.
+            let status = try await NodeProcess.runCommand(["status", "--data-dir", nodes[0].dataDirectory])
+            #expect(
+                status.status == 69 && status.stderr.contains("the session was ended by \(aliceID.prefix(12))")
+                    && !status.stderr.contains("start one with"), "\(status.stderr)")
             // Each refusing start told the members it remembers, dave among them: it leaves, saying so.
             #expect(try await daveAgain.waitForExit(timeout: .seconds(10)) == 0, "\(daveAgain.stderr)")
             #expect(
