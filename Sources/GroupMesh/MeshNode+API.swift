@@ -267,7 +267,9 @@ extension MeshNode {
             let door = core.introduction(of: member.id)?.door
             return StatusReport.MemberInfo(
                 id: member.id.hex, name: member.record.name,
-                address: member.address?.description ?? "", state: member.status.rawValue,
+                address: member.address?.description ?? "",
+                // Gone for good, whatever membership last heard of it: a rotation without it.
+                state: core.epochs.removed.contains(member.id) ? StatusReport.removedState : member.status.rawValue,
                 incarnation: member.incarnation,
                 rttMs: member.rtt.map { ($0.milliseconds * 1000).rounded() / 1000 },
                 datagramSize: core.pathMTU.isMeasuring(member.id)

@@ -211,7 +211,7 @@ struct EndCommand: AsyncParsableCommand {
         let client = ControlClient(directory: data.directory)
         // Who is told now: the live members; one away learns it later, from a member that knows.
         let live = (try? client.status()).map {
-            $0.members.dropFirst().filter { $0.state != "dead" && $0.state != "left" }.count
+            $0.members.dropFirst().filter { !["dead", "left", StatusReport.removedState].contains($0.state) }.count
         }
         do {
             _ = try client.send(.end)

@@ -35,6 +35,7 @@ struct MemberRemovalTests {
                     status.`self`.session == newSession && status.`self`.keyEpoch == 1
                         && status.state(of: malloryID) != "alive" && status.aliveCount == 3
                 }
+                #expect(try await node.status().state(of: malloryID) == "removed", "shown as removed, not as left")
             }
             // mallory is told, with the signed rotation as proof, and stops in one line: it does not
             // stay up alone in the old epoch.

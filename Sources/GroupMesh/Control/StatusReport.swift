@@ -2,6 +2,9 @@ import MeshCore
 
 /// What `status --json` prints (CLI.md, status); also the answer to the control socket's `status`.
 public struct StatusReport: Codable, Sendable, Equatable {
+    /// The `state` of a member a key rotation removed (membership has it left or dead).
+    public static let removedState = "removed"
+
     public struct SelfInfo: Codable, Sendable, Equatable {
         public var id: String
         public var name: String
