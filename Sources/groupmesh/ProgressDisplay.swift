@@ -33,7 +33,9 @@ final class ProgressDisplay: @unchecked Sendable {
                 return "wrote \(ByteCount.text(size)) to \(path) in \(time) (all of it was here already)"
             }
             let rate = ByteCount.text(UInt64(Double(fetched) / max(seconds, 0.001)))
-            return "got \(ByteCount.text(size)) in \(time) (\(rate)/s on average): \(path)"
+            // The rate is of what was fetched: said so when some of it was here already.
+            let here = fetched < size ? ", \(ByteCount.text(size - fetched)) of it was here already" : ""
+            return "got \(ByteCount.text(size)) in \(time) (\(rate)/s on average\(here)): \(path)"
         }
     }
 
