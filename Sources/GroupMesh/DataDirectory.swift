@@ -277,7 +277,10 @@ public struct DataDirectory: Sendable {
         guard access(endedPath, F_OK) == 0 else { return nil }
         let text = (try? readSmallFile(endedPath))?.trimmingCharacters() ?? ""
         let author = text.split(separator: " ").first.map { String($0.prefix(12)) } ?? ""
-        return author.count == 12 && author.allSatisfy(\.isHexDigit) ? author : "a member"
+        guard author.count == 12, author.allSatisfy(\.isHexDigit) else { return "a member" }
+        // Said to whoever ended it as such: an id of its own would read as somebody else's.
+        let own = (try? NodeIdentity.load(from: identityPath))?.nodeID.hex.prefix(12)
+        return own.map { String($0) == author } == true ? "this node" : author
     }
 
     /// The signed end this dir's session was ended with, when its file holds one whole.
