@@ -16,7 +16,10 @@ struct GetCommand: AsyncParsableCommand {
 
     @OptionGroup var data: DataDirectoryOptions
 
-    @Argument(help: "The attachment id (or a unique prefix of it).")
+    @Argument(
+        help:
+            "The attachment: its id or content hash (or a unique prefix of 4 characters or more), or the file name it was attached under."
+    )
     var id: String
 
     @Option(
@@ -52,7 +55,8 @@ struct GetCommand: AsyncParsableCommand {
         // A reader that goes away (`| head`) is a write error to report, not a signal that
         // kills us before the temporary copy for -o - is removed.
         signal(SIGPIPE, SIG_IGN)
-        let destination = try self.destination()
+        let attachment = try named()
+        let destination = try self.destination(of: attachment)
         let display = ProgressDisplay(terminal: isatty(STDERR_FILENO) == 1)
         let closer = ConnectionCloser()
         let interruption = Interruption.install {
@@ -74,7 +78,7 @@ struct GetCommand: AsyncParsableCommand {
             let mask = umask(0)
             umask(mask)
             let request = ControlRequest.get(
-                attachment: id, path: destination.path, mode: 0o666 & ~UInt32(mask),
+                attachment: attachment, path: destination.path, mode: 0o666 & ~UInt32(mask),
                 replace: force || destination.isStandardOutput)
             _ = try client.subscribe(request, closer: closer) { response in
                 switch response {
@@ -135,7 +139,7 @@ struct GetCommand: AsyncParsableCommand {
 
     /// Where the bytes go: `-o`, standard output (through a private temporary file), or the
     /// name the attachment was added with.
-    private func destination() throws -> GetDestination {
+    private func destination(of attachment: String) throws -> GetDestination {
         if output == "-" {
             do { return try .standardOutput() } catch { throw fail(error) }
         }
@@ -143,7 +147,7 @@ struct GetCommand: AsyncParsableCommand {
         if let output {
             path = absolutePath(output)
         } else {
-            let name = try attachedName()
+            let name = try attachedName(of: attachment)
             path = absolutePath(name)
         }
         // Said at once, before anything is fetched (the node checks again when it writes: a node
@@ -155,10 +159,32 @@ struct GetCommand: AsyncParsableCommand {
         return GetDestination(path: path, shownPath: output ?? String(path.split(separator: "/").last ?? ""))
     }
 
+    /// What to ask the node for: the argument, as the node resolves it (an id or a content hash,
+    /// or a prefix of one), or else the id of the one attachment attached under that file name.
+    private func named() throws -> String {
+        let list: [StatusReport.AttachmentInfo]
+        do { list = try ControlClient(directory: data.directory).attachments() } catch { throw fail(error) }
+        if ControlClient.names(id, in: list) { return id }
+        let named = list.filter { info in
+            guard let metadata = info.metadata else { return false }
+            return AttachmentName.rawName(fromMetadata: metadata) == id
+                || AttachmentName.fileName(fromMetadata: metadata) == id
+        }
+        if named.count > 1 {
+            throw fail(
+                "'\(id)' is the file name of several attachments: \(named.map { String($0.id.prefix(12)) }.joined(separator: ", ")); give one's id",
+                kind: .input)
+        }
+        // None: the node says why (unknown, too short, or not met a member yet).
+        return named.first?.id ?? id
+    }
+
     /// The file name `attach` kept in the attachment's metadata, made safe to write here.
-    private func attachedName() throws -> String {
+    private func attachedName(of attachment: String) throws -> String {
         let info: StatusReport.AttachmentInfo
-        do { info = try ControlClient(directory: data.directory).attachment(named: id) } catch { throw fail(error) }
+        do { info = try ControlClient(directory: data.directory).attachment(named: attachment) } catch {
+            throw fail(error)
+        }
         guard let name = AttachmentName.fileName(fromMetadata: info.metadata) else {
             throw fail(
                 "attachment \(info.id.prefix(16)) has no file name to write it under; give -o PATH (or -o - for standard output)",
@@ -249,10 +275,14 @@ enum AttachmentName {
     static let key = "name"
 
     static func fileName(fromMetadata metadata: String?) -> String? {
-        guard let metadata, let object = try? JSONSerialization.jsonObject(with: Data(metadata.utf8)) as? [String: Any],
-            let raw = object[key] as? String
+        rawName(fromMetadata: metadata).flatMap(safe)
+    }
+
+    /// The name as the member that attached it wrote it (not safe to write under as it is).
+    static func rawName(fromMetadata metadata: String?) -> String? {
+        guard let metadata, let object = try? JSONSerialization.jsonObject(with: Data(metadata.utf8)) as? [String: Any]
         else { return nil }
-        return safe(raw)
+        return object[key] as? String
     }
 
     static func safe(_ raw: String) -> String? {

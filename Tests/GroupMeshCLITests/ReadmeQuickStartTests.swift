@@ -92,7 +92,7 @@ struct ReadmeQuickStartTests {
                 }
             }
             for command in block.commands {
-                let line = command.replacingOccurrences(of: "get 3f2a", with: "get \(attachmentID.prefix(4))")
+                let line = command
                 if line.hasSuffix("&") {
                     let argv = shell(block.machine, String(line.dropLast()).trimmingCharacters(in: .whitespaces))
                     let process = try ChildProcess(executable: argv[0], arguments: Array(argv.dropFirst()))

@@ -97,6 +97,26 @@ struct UserMistakeTests {
         let short = try await NodeProcess.runCommand(["get", "--data-dir", directory, String(content.prefix(3))])
         #expect(short.status == 65 && short.stderr.contains("too short"), "\(short.stderr)")
         for result in [byContent, short] { #expect(Self.oneLine(result), "\(result.stderr)") }
+
+        // By the file name it was attached under, when one attachment has it; several: refused.
+        try FileManager.default.createDirectory(atPath: directory + "/other", withIntermediateDirectories: true)
+        try Data("first notes".utf8).write(to: URL(fileURLWithPath: directory + "/notes.txt"))
+        #expect(
+            try await NodeProcess.runCommand(["attach", "--data-dir", directory, directory + "/notes.txt"]).status == 0)
+        let out = directory + "/fetched.txt"
+        let byName = try await NodeProcess.runCommand(["get", "--data-dir", directory, "notes.txt", "-o", out])
+        #expect(byName.status == 0, "\(byName.stderr)")
+        #expect(FileManager.default.contents(atPath: out) == Data("first notes".utf8))
+        try Data("other notes".utf8).write(to: URL(fileURLWithPath: directory + "/other/notes.txt"))
+        #expect(
+            try await NodeProcess.runCommand(["attach", "--data-dir", directory, directory + "/other/notes.txt"]).status
+                == 0)
+        let twice = try await NodeProcess.runCommand([
+            "get", "--data-dir", directory, "notes.txt", "-o", out, "--force",
+        ])
+        #expect(
+            twice.status == 65 && twice.stderr.contains("is the file name of several attachments"), "\(twice.stderr)")
+        #expect(Self.oneLine(twice), "\(twice.stderr)")
     }
 
     @Test(

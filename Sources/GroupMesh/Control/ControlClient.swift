@@ -167,6 +167,13 @@ extension ControlClient {
         return list
     }
 
+    /// Whether `text` names one attachment of `list` as the node resolves it (an id or a content
+    /// hash, or a prefix of one).
+    public static func names(_ text: String, in list: [StatusReport.AttachmentInfo]) -> Bool {
+        if case .success = AttachmentLookupError.find(text, in: list, id: \.id, content: \.content) { return true }
+        return false
+    }
+
     /// The attachment `text` names in the node's list, as the node itself resolves it.
     public func attachment(named text: String) throws(GroupMeshError) -> StatusReport.AttachmentInfo {
         try AttachmentLookupError.find(text, in: try attachments(), id: \.id, content: \.content)
