@@ -79,7 +79,8 @@ test: deps format-check
 # lock before running a test. Swift Testing captures a backtrace for every error thrown, caught or
 # not: the decoder tests throw hundreds of thousands (every malformed input), and those backtraces
 # were a third of their time. The compatibility test runs last, when the previous release's build
-# is most likely done. Ctrl-C stops both parts.
+# is most likely done. Ctrl-C stops both parts (the seeded one with SIGTERM: a job a
+# non-interactive shell starts in the background ignores SIGINT).
 # (`sync` before: the build's writes go to disk then, not under the end-to-end tests' fsyncs.)
 PREVIOUS_RELEASE_TESTS = ^GroupMeshCLITests\.PreviousReleaseTests
 TEST_BINARY = GroupMeshPackageTests.xctest
@@ -88,7 +89,7 @@ test-parts:
 	[ -x "$$bin" ] || { echo "make test-parts: no $$bin: run make test (it builds it)"; exit 1; }; \
 	SWT_SWIFT_ERROR_BACKTRACING_ENABLED=0 NO_COLOR=1 "$$bin" --testing-library swift-testing \
 		--filter '$(SEEDED_TESTS)' > .build/seeded-tests.log 2>&1 & seeded=$$!; \
-	trap 'kill -INT $$seeded 2>/dev/null; exit 130' INT TERM HUP; \
+	trap 'kill -TERM $$seeded 2>/dev/null; exit 130' INT TERM HUP; \
 	NO_COLOR=1 "$$bin" --testing-library swift-testing --no-parallel --filter '$(REALTIME_TESTS)' \
 		--skip '$(PREVIOUS_RELEASE_TESTS)'; realtime=$$?; \
 	NO_COLOR=1 "$$bin" --testing-library swift-testing --no-parallel --filter '$(PREVIOUS_RELEASE_TESTS)'; \

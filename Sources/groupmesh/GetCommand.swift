@@ -59,16 +59,22 @@ struct GetCommand: AsyncParsableCommand {
         let destination = try self.destination(of: attachment)
         let display = ProgressDisplay(terminal: isatty(STDERR_FILENO) == 1)
         let closer = ConnectionCloser()
+        let before = FileIdentity(path: destination.path)
         let interruption = Interruption.install {
-            // The answer came just before the signal: the file is in place, and the command ends
-            // as it would have (its summary, status 0), not with a word that nothing was written.
-            if closer.wasFinished, !destination.isStandardOutput { return false }
-            display.interrupted(destination.shownPath)
+            // The answer came first: the file is in place, and the command ends as it would have
+            // (its summary, status 0).
+            guard case let .closed(hadConnection) = closer.close() else { return nil }
             // The node sees the connection close, gives the load up and removes what it wrote:
             // waited for (briefly), so that nothing is left behind once the command is gone.
-            if closer.close() { destination.waitForPartialFileToGo(within: .seconds(5)) }
+            if hadConnection { destination.waitForPartialFileToGo(within: .seconds(5)) }
+            // A file already whole here is copied out to the end: then it is there.
+            if !destination.isStandardOutput, let now = FileIdentity(path: destination.path), now != before {
+                display.interrupted(destination.shownPath, afterWriting: true)
+                return 0
+            }
+            display.interrupted(destination.shownPath)
             destination.discard()
-            return true
+            return interruptedStatus
         }
         var client = ControlClient(directory: data.directory)
         client.timeout = .seconds(60)
@@ -86,15 +92,14 @@ struct GetCommand: AsyncParsableCommand {
                     display.show(progress)
                     return true
                 case let .attachment(id):
-                    closer.finished()
-                    finalID = id
+                    if closer.finished() { finalID = id }
                     return false
                 default:
                     return false
                 }
             }
         } catch {
-            closer.parkIfClosed()
+            closer.parkIfInterrupted()
             // Stopped gracefully (SIGTERM, leave) while the get ran: said below, as for a node that died.
             guard case let .refused(message, _) = error, message == GroupMeshError.notRunning.description else {
                 display.abandon()
@@ -111,7 +116,7 @@ struct GetCommand: AsyncParsableCommand {
                 throw fail(error)
             }
         }
-        closer.parkIfClosed()
+        closer.parkIfInterrupted()
         guard let finalID else {
             display.abandon()
             destination.discard()
@@ -164,11 +169,21 @@ struct GetCommand: AsyncParsableCommand {
     private func named() throws -> String {
         let list: [StatusReport.AttachmentInfo]
         do { list = try ControlClient(directory: data.directory).attachments() } catch { throw fail(error) }
-        if ControlClient.names(id, in: list) { return id }
         let named = list.filter { info in
             guard let metadata = info.metadata else { return false }
             return AttachmentName.rawName(fromMetadata: metadata) == id
                 || AttachmentName.fileName(fromMetadata: metadata) == id
+        }
+        if let byID = ControlClient.resolve(id, in: list) {
+            // A content hash is what its member's bytes make it: a file name of hex digits must
+            // not be taken over by an attachment whose hash was made to start so.
+            guard named.isEmpty || named.map(\.id) == [byID.id] else {
+                throw fail(
+                    "'\(id)' starts attachment \(byID.id.prefix(12))'s id or content hash and is the file name of "
+                        + "\(named.map { String($0.id.prefix(12)) }.joined(separator: ", ")); give more of the id",
+                    kind: .input)
+            }
+            return id
         }
         if named.count > 1 {
             throw fail(
@@ -318,10 +333,23 @@ enum AttachmentName {
 /// SIGINT and SIGTERM during a `get`: the line is finished, what the command made goes, and the
 /// command exits 130 (the node, seeing its connection close, gives the fetch up).
 extension ConnectionCloser {
-    /// The interruption closed the connection and ends the command itself (it exits): what the
+    /// The interruption came first and ends the command itself (it exits): what the
     /// subscription saw then is not reported.
-    func parkIfClosed() {
-        while wasClosed { sleep(60) }
+    func parkIfInterrupted() {
+        while wasInterrupted { sleep(60) }
+    }
+}
+
+/// Which file is at a path (device and inode), to tell one written meanwhile from one that was there.
+struct FileIdentity: Equatable {
+    let device: UInt64
+    let inode: UInt64
+
+    init?(path: String) {
+        var info = stat()
+        guard lstat(path, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+        device = UInt64(info.st_dev)
+        inode = UInt64(info.st_ino)
     }
 }
 
@@ -329,8 +357,8 @@ final class Interruption: @unchecked Sendable {
     private var sources: [any DispatchSourceSignal] = []
 
     /// `handler` is fixed before the first signal can arrive, then run on a signal: the process
-    /// exits (130) when it returns true, and goes on when it returns false.
-    static func install(_ handler: @escaping @Sendable () -> Bool) -> Interruption {
+    /// exits with the status it returns, or goes on when it returns nil.
+    static func install(_ handler: @escaping @Sendable () -> Int32?) -> Interruption {
         let interruption = Interruption()
         // One serial queue: a SIGINT and a SIGTERM together run the handler once (it exits).
         let queue = DispatchQueue(label: "groupmesh.interruption")
@@ -338,7 +366,7 @@ final class Interruption: @unchecked Sendable {
             signal(signalNumber, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: queue)
             source.setEventHandler {
-                if handler() { exit(interruptedStatus) }
+                if let status = handler() { exit(status) }
             }
             source.resume()
             interruption.sources.append(source)

@@ -39,7 +39,7 @@ struct PingCommand: AsyncParsableCommand {
         let interruption = Interruption.install { [output] in
             let (sent, times) = tally.snapshot
             Self.summarize(sent: sent, times: times, output: output)
-            return true
+            return interruptedStatus
         }
         for round in 0..<count {
             if round > 0 { try await Task.sleep(for: .milliseconds(Int(interval * 1000))) }

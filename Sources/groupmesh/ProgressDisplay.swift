@@ -86,11 +86,11 @@ final class ProgressDisplay: @unchecked Sendable {
         lock.withLock {
             if drawn { write("\n") }
             drawn = false
-            let what =
+            let shown = TerminalText.escaped(path)
+            write(
                 written
-                ? "after \(TerminalText.escaped(path)) was written whole"
-                : "nothing was written to \(TerminalText.escaped(path))"
-            write("groupmesh: interrupted: \(what)\n")
+                    ? "groupmesh: interrupted, but \(shown) was written whole already\n"
+                    : "groupmesh: interrupted: nothing was written to \(shown)\n")
         }
     }
 

@@ -120,6 +120,42 @@ struct UserMistakeTests {
     }
 
     @Test(
+        "Ctrl-C while get copies out an attachment already here: nothing written (130), or the file whole (0), and it says which"
+    )
+    func interruptedCopyOutSaysWhatItLeft() async throws {
+        let node = try NodeProcess(["run", "--listen", "127.0.0.1:0"])
+        defer { Task { await node.cleanUp() } }
+        _ = try await node.waitForLine(prefix: "listening:")
+        let directory = node.dataDirectory
+        var bytes = Data(count: 32 << 20)
+        bytes.replaceSubrange(0..<8, with: Data("copy-out".utf8))
+        try bytes.write(to: URL(fileURLWithPath: directory + "/big.bin"))
+        let attached = try await NodeProcess.runCommand(["attach", "--data-dir", directory, directory + "/big.bin"])
+        #expect(attached.status == 0, "\(attached.stderr)")
+        // Interrupted as soon as the copy out began: before or after the node renamed it into place.
+        for attempt in 0..<3 {
+            let out = directory + "/out-\(attempt).bin"
+            let get = try NodeProcess(
+                ["get", "big.bin", "-o", out], dataDirectory: directory, ownsDataDirectory: false)
+            try await waitUntil("the copy out begins", timeout: .seconds(30)) {
+                FileManager.default.fileExists(atPath: out + ".groupmesh-partial")
+                    || FileManager.default.fileExists(atPath: out) || get.terminationStatus != nil
+            }
+            get.signal(SIGINT)
+            let status = try await get.waitForExit(timeout: .seconds(30))
+            #expect(!FileManager.default.fileExists(atPath: out + ".groupmesh-partial"), "\(get.stderr)")
+            if status == 130 {
+                #expect(!FileManager.default.fileExists(atPath: out), "said nothing was written: \(get.stderr)")
+                #expect(get.stderr.contains("interrupted: nothing was written to \(out)"), "\(get.stderr)")
+            } else {
+                #expect(status == 0, "\(get.stderr)")
+                #expect(FileManager.default.contents(atPath: out) == bytes, "\(get.stderr)")
+                #expect(!get.stderr.contains("nothing was written"), "\(get.stderr)")
+            }
+        }
+    }
+
+    @Test(
         "run refuses in one line: --join without an invite into a new dir, an empty or overlong name, an address no interface has or none can reach, a data dir that is a file"
     )
     func runRefusesInOneLine() async throws {

@@ -167,11 +167,10 @@ extension ControlClient {
         return list
     }
 
-    /// Whether `text` names one attachment of `list` as the node resolves it (an id or a content
-    /// hash, or a prefix of one).
-    public static func names(_ text: String, in list: [StatusReport.AttachmentInfo]) -> Bool {
-        if case .success = AttachmentLookupError.find(text, in: list, id: \.id, content: \.content) { return true }
-        return false
+    /// The attachment of `list` that `text` names as the node resolves it (an id or a content
+    /// hash, or a prefix of one), if one does.
+    public static func resolve(_ text: String, in list: [StatusReport.AttachmentInfo]) -> StatusReport.AttachmentInfo? {
+        try? AttachmentLookupError.find(text, in: list, id: \.id, content: \.content).get()
     }
 
     /// The attachment `text` names in the node's list, as the node itself resolves it.
@@ -181,40 +180,54 @@ extension ControlClient {
     }
 }
 
-/// A subscription's connection, closed from another thread: `shutdown`, so that the node sees the
-/// end at once while the descriptor stays the subscribing thread's to close.
+/// A subscription's connection, closed from another thread (a signal handler's): `shutdown`, so
+/// that the node sees the end at once while the descriptor stays the subscribing thread's to close.
+/// One lock decides between the answer and the interruption: whichever comes first stands.
 public final class ConnectionCloser: @unchecked Sendable {
     private let lock = NSLock()
     private var descriptor: Int32?
-    private var closedHere = false
+    private var interrupted = false
     private var answered = false
 
     public init() {}
 
-    func opened(_ descriptor: Int32?) { lock.withLock { self.descriptor = descriptor } }
-
-    /// The answer is complete: `close` no longer takes anything back.
-    public func finished() {
+    /// A connection opened after the interruption is shut at once.
+    func opened(_ descriptor: Int32?) {
         lock.withLock {
-            descriptor = nil
-            answered = true
+            self.descriptor = descriptor
+            if let descriptor, interrupted { shutdown(descriptor, Int32(SHUT_RDWR)) }
         }
     }
 
-    /// Whether `finished` was called.
-    public var wasFinished: Bool { lock.withLock { answered } }
-
-    /// Whether there was a connection to close.
-    @discardableResult
-    public func close() -> Bool {
+    /// The answer is complete: false when the interruption came first (it speaks, not the
+    /// subscriber).
+    public func finished() -> Bool {
         lock.withLock {
-            guard let descriptor, shutdown(descriptor, Int32(SHUT_RDWR)) == 0 else { return false }
-            closedHere = true
+            guard !interrupted else { return false }
+            descriptor = nil
+            answered = true
             return true
         }
     }
 
-    /// Whether `close` ended the connection: what the subscription saw then was our doing, not
-    /// the node's.
-    public var wasClosed: Bool { lock.withLock { closedHere } }
+    public enum Closing: Sendable, Equatable {
+        /// The answer came first: nothing was closed.
+        case answered
+        /// Interrupted; `hadConnection` when a connection was open and is shut now.
+        case closed(hadConnection: Bool)
+    }
+
+    /// Ends the subscription, unless its answer came first.
+    public func close() -> Closing {
+        lock.withLock {
+            if answered { return .answered }
+            interrupted = true
+            guard let descriptor else { return .closed(hadConnection: false) }
+            shutdown(descriptor, Int32(SHUT_RDWR))
+            return .closed(hadConnection: true)
+        }
+    }
+
+    /// Whether `close` came before the answer: what the subscriber saw since is not its to report.
+    public var wasInterrupted: Bool { lock.withLock { interrupted } }
 }
