@@ -272,15 +272,20 @@ public struct DataDirectory: Sendable {
 
     package func forgetLeft() { unlink(leftPath) }
 
-    /// Who ended this data dir's session (the start of their id), when it was ended.
+    /// Who ended this data dir's session, when it was ended: its name as `members.json`
+    /// remembers it (a member's own choice, escaped where it is shown) and the start of its id.
     package func loadEnded() -> String? {
         guard access(endedPath, F_OK) == 0 else { return nil }
         let text = (try? readSmallFile(endedPath))?.trimmingCharacters() ?? ""
-        let author = text.split(separator: " ").first.map { String($0.prefix(12)) } ?? ""
+        let id = text.split(separator: " ").first.map(String.init) ?? ""
+        let author = String(id.prefix(12))
         guard author.count == 12, author.allSatisfy(\.isHexDigit) else { return "a member" }
         // Said to whoever ended it as such: an id of its own would read as somebody else's.
         let own = (try? NodeIdentity.load(from: identityPath))?.nodeID.hex.prefix(12)
-        return own.map { String($0) == author } == true ? "this node" : author
+        if own.map({ String($0) == author }) == true { return "this node" }
+        let remembered = loadRememberedMembers()
+        let name = (remembered.members + remembered.former).first { $0.id == id }?.name ?? ""
+        return name.isEmpty ? author : "\(name.prefix(64)) (\(author))"
     }
 
     /// The signed end this dir's session was ended with, when its file holds one whole.

@@ -55,8 +55,8 @@ struct GetCommand: AsyncParsableCommand {
         // A reader that goes away (`| head`) is a write error to report, not a signal that
         // kills us before the temporary copy for -o - is removed.
         signal(SIGPIPE, SIG_IGN)
-        let attachment = try named()
-        let destination = try self.destination(of: attachment)
+        let (attachment, found) = try named()
+        let destination = try self.destination(of: attachment, found: found)
         let display = ProgressDisplay(terminal: isatty(STDERR_FILENO) == 1)
         let closer = ConnectionCloser()
         let before = FileIdentity(path: destination.path)
@@ -143,8 +143,8 @@ struct GetCommand: AsyncParsableCommand {
     }
 
     /// Where the bytes go: `-o`, standard output (through a private temporary file), or the
-    /// name the attachment was added with.
-    private func destination(of attachment: String) throws -> GetDestination {
+    /// name the attachment was added with (from `found`, the list's entry when it named one).
+    private func destination(of attachment: String, found: StatusReport.AttachmentInfo?) throws -> GetDestination {
         if output == "-" {
             do { return try .standardOutput() } catch { throw fail(error) }
         }
@@ -152,7 +152,7 @@ struct GetCommand: AsyncParsableCommand {
         if let output {
             path = absolutePath(output)
         } else {
-            let name = try attachedName(of: attachment)
+            let name = try attachedName(of: found ?? lookedUp(attachment))
             path = absolutePath(name)
         }
         // Said at once, before anything is fetched (the node checks again when it writes: a node
@@ -165,8 +165,9 @@ struct GetCommand: AsyncParsableCommand {
     }
 
     /// What to ask the node for: the argument, as the node resolves it (an id or a content hash,
-    /// or a prefix of one), or else the id of the one attachment attached under that file name.
-    private func named() throws -> String {
+    /// or a prefix of one), or else the id of the one attachment attached under that file name;
+    /// with the list's entry, when one matched (the list is asked for once).
+    private func named() throws -> (request: String, found: StatusReport.AttachmentInfo?) {
         let list: [StatusReport.AttachmentInfo]
         do { list = try ControlClient(directory: data.directory).attachments() } catch { throw fail(error) }
         let named = list.filter { info in
@@ -183,7 +184,7 @@ struct GetCommand: AsyncParsableCommand {
                         + "\(named.map { String($0.id.prefix(12)) }.joined(separator: ", ")); give more of the id",
                     kind: .input)
             }
-            return id
+            return (id, byID)
         }
         if named.count > 1 {
             throw fail(
@@ -191,15 +192,18 @@ struct GetCommand: AsyncParsableCommand {
                 kind: .input)
         }
         // None: the node says why (unknown, too short, or not met a member yet).
-        return named.first?.id ?? id
+        return (named.first?.id ?? id, named.first)
+    }
+
+    /// The attachment the node's list names `attachment`, or the one-line reason it names none.
+    private func lookedUp(_ attachment: String) throws -> StatusReport.AttachmentInfo {
+        do { return try ControlClient(directory: data.directory).attachment(named: attachment) } catch {
+            throw fail(error)
+        }
     }
 
     /// The file name `attach` kept in the attachment's metadata, made safe to write here.
-    private func attachedName(of attachment: String) throws -> String {
-        let info: StatusReport.AttachmentInfo
-        do { info = try ControlClient(directory: data.directory).attachment(named: attachment) } catch {
-            throw fail(error)
-        }
+    private func attachedName(of info: StatusReport.AttachmentInfo) throws -> String {
         guard let name = AttachmentName.fileName(fromMetadata: info.metadata) else {
             throw fail(
                 "attachment \(info.id.prefix(16)) has no file name to write it under; give -o PATH (or -o - for standard output)",

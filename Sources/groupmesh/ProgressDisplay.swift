@@ -9,6 +9,8 @@ final class ProgressDisplay: @unchecked Sendable {
     /// The span the current rate is measured over.
     static let rateWindow = Duration.seconds(2)
     static let plainInterval = Duration.seconds(2)
+    /// How long a fetch may show no holder sending before the line says it waits for one.
+    static let quietStart = Duration.seconds(1)
 
     private let terminal: Bool
     private let lock = NSLock()
@@ -102,6 +104,12 @@ final class ProgressDisplay: @unchecked Sendable {
         let rate = currentRate()
         if bytes < progress.size {
             let sending = progress.holdersSending ?? 0
+            // Nothing comes and nobody is asked (no holder known, or all gone): said in words,
+            // once a start's first requests would have gone out.
+            if sending == 0, rate == 0, progress.holdersSending != nil, now - started >= Self.quietStart {
+                parts.append("waiting for a member that holds it")
+                return parts.joined(separator: "  ")
+            }
             let from = sending > 0 ? " from \(sending) member\(sending == 1 ? "" : "s")" : ""
             parts.append("\(ByteCount.text(UInt64(rate)))/s" + from)
             parts.append(rate > 0 ? "ETA \(Self.duration(Double(progress.size - bytes) / rate))" : "ETA -")

@@ -217,6 +217,41 @@ struct FirstHourTests {
         }
     }
 
+    @Test(
+        "a get of an attachment whose only holder is gone says, while it waits, that it waits for a holder; then it fails in one line and writes nothing"
+    )
+    func getWithNoHolderSaysWhatItWaitsFor() async throws {
+        try await withProcessMesh(names: ["uploader", "fetcher"], lazy: ["fetcher"]) { mesh in
+            let (uploader, fetcher) = (try mesh["uploader"], try mesh["fetcher"])
+            let work = NodeProcess.makeTemporaryDirectory("no-holder")
+            defer { try? FileManager.default.removeItem(atPath: work) }
+            let (file, _) = try Self.randomFile(work, name: "held.bin", size: 300_000, seed: 6)
+            let attach = try await NodeProcess.runCommand(["attach", file, "--data-dir", uploader.dataDirectory])
+            let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            try #require(attach.status == 0, "\(attach.stderr)")
+            try await waitUntil("the fetcher knows it", timeout: .seconds(30)) {
+                try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", fetcher.dataDirectory])
+                    .stdout.contains(id)
+            }
+            uploader.signal(SIGKILL)
+            _ = try? await uploader.waitForExit()
+            let output = work + "/out.bin"
+            let get = try mesh.client(["get", "held.bin", "-o", output], of: "fetcher")
+            #expect(try await get.waitForExit(timeout: .seconds(60)) == 69, "\(get.stderr)")
+            let lines = get.stderr.split(separator: "\n")
+            // Piped: a plain line every 2 s while it waits, then the error alone on the last line.
+            #expect(
+                lines.dropLast().contains {
+                    $0.hasPrefix("get: ") && $0.contains("waiting for a member that holds it")
+                },
+                "\(get.stderr)")
+            #expect(
+                lines.last?.hasPrefix("groupmesh: error: unavailable: no reachable member holds") == true,
+                "\(get.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: output), "a partial file was left")
+        }
+    }
+
     @Test("a get whose attachment is removed while it waits fails in one line that says so, and writes nothing")
     func removedDuringGet() async throws {
         try await withProcessMesh(names: ["uploader", "fetcher"], lazy: ["fetcher"]) { mesh in

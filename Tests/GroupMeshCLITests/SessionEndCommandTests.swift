@@ -52,15 +52,16 @@ struct SessionEndCommandTests {
                         "--data-dir", node.dataDirectory,
                     ], timeout: .seconds(20))
                 #expect(again.status == 69, "\(again.stdout)")
-                // Alice's own dir is told it ended the session itself, not by an id to look up.
-                let ender = index == 0 ? "this node" : String(aliceID.prefix(12))
+                // Alice's own dir is told it ended the session itself, not by an id to look up;
+                // the others name her as their members.json remembers her.
+                let ender = index == 0 ? "this node" : "alice (\(aliceID.prefix(12)))"
                 #expect(
                     again.stderr.contains("was ended by \(ender); its invites no longer work"), "\(again.stderr)")
             }
             // A command on an ended data dir says so, rather than to start a node there.
             let status = try await NodeProcess.runCommand(["status", "--data-dir", nodes[1].dataDirectory])
             #expect(
-                status.status == 69 && status.stderr.contains("the session was ended by \(aliceID.prefix(12))")
+                status.status == 69 && status.stderr.contains("the session was ended by alice (\(aliceID.prefix(12)))")
                     && !status.stderr.contains("start one with"), "\(status.stderr)")
             // Each refusing start told the members it remembers, dave among them: it leaves, saying so.
             #expect(try await daveAgain.waitForExit(timeout: .seconds(10)) == 0, "\(daveAgain.stderr)")

@@ -71,6 +71,30 @@ import Testing
     }
 
     @Test(
+        "an ended dir names its ender as members.json remembers it (a name of its own choosing, cut short), else by id"
+    )
+    func enderIsNamedAsRemembered() throws {
+        let (directory, root) = try Self.preparedDirectory()
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        #expect(directory.loadEnded() == nil)
+        let ender = try NodeIdentity(seed: [UInt8](repeating: 7, count: 32)).nodeID.hex
+        #expect(FileManager.default.createFile(atPath: directory.endedPath, contents: Data((ender + " 00\n").utf8)))
+        #expect(directory.loadEnded() == String(ender.prefix(12)))
+
+        let hostile = "eve\u{1B}[2J" + String(repeating: "x", count: 100)
+        var remembered = RememberedMembers()
+        remembered.former = [.init(id: ender, name: hostile, addresses: [])]
+        let json = try JSONEncoder().encode(remembered)
+        #expect(FileManager.default.createFile(atPath: directory.membersPath, contents: json))
+        let said = try #require(directory.loadEnded())
+        #expect(said == "\(hostile.prefix(64)) (\(ender.prefix(12)))")
+        // Escaped wherever it is shown: the error line carries no terminal escape.
+        let line = GroupMeshError.noNodeRunning(path: directory.path).description
+        #expect(line.contains("ended by eve"), "\(line)")
+        #expect(!TerminalText.escaped(line).contains("\u{1B}"))
+    }
+
+    @Test(
         "a dir that makes the session's secret is marked its founder, one that takes an invite is not, whatever it held"
     )
     func foundingIsMarkedApartFromMembers() throws {
