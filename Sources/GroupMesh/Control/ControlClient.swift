@@ -188,6 +188,7 @@ public final class ConnectionCloser: @unchecked Sendable {
     private var descriptor: Int32?
     private var interrupted = false
     private var answered = false
+    private var closedAfterAnswer = false
 
     public init() {}
 
@@ -220,7 +221,10 @@ public final class ConnectionCloser: @unchecked Sendable {
     /// Ends the subscription, unless its answer came first.
     public func close() -> Closing {
         lock.withLock {
-            if answered { return .answered }
+            if answered {
+                closedAfterAnswer = true
+                return .answered
+            }
             interrupted = true
             guard let descriptor else { return .closed(hadConnection: false) }
             shutdown(descriptor, Int32(SHUT_RDWR))
@@ -230,4 +234,7 @@ public final class ConnectionCloser: @unchecked Sendable {
 
     /// Whether `close` came before the answer: what the subscriber saw since is not its to report.
     public var wasInterrupted: Bool { lock.withLock { interrupted } }
+
+    /// Whether `close` came after the answer: the command decides what that signal still stops.
+    public var wasClosedAfterAnswer: Bool { lock.withLock { closedAfterAnswer } }
 }
