@@ -217,6 +217,21 @@ struct FirstHourTests {
         }
     }
 
+    /// A 300 kB file of random bytes attached by `uploader`, once `fetcher` lists it: its id.
+    static func attach(
+        _ work: String, name: String, seed: UInt64, by uploader: NodeProcess, knownTo fetcher: NodeProcess
+    ) async throws -> String {
+        let (file, _) = try randomFile(work, name: name, size: 300_000, seed: seed)
+        let attach = try await NodeProcess.runCommand(["attach", file, "--data-dir", uploader.dataDirectory])
+        let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        try #require(attach.status == 0, "\(attach.stderr)")
+        try await waitUntil("the fetcher knows it", timeout: .seconds(30)) {
+            try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", fetcher.dataDirectory])
+                .stdout.contains(id)
+        }
+        return id
+    }
+
     @Test(
         "a get of an attachment whose only holder is gone says, while it waits, that it waits for a holder; then it fails in one line and writes nothing"
     )
@@ -225,14 +240,7 @@ struct FirstHourTests {
             let (uploader, fetcher) = (try mesh["uploader"], try mesh["fetcher"])
             let work = NodeProcess.makeTemporaryDirectory("no-holder")
             defer { try? FileManager.default.removeItem(atPath: work) }
-            let (file, _) = try Self.randomFile(work, name: "held.bin", size: 300_000, seed: 6)
-            let attach = try await NodeProcess.runCommand(["attach", file, "--data-dir", uploader.dataDirectory])
-            let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            try #require(attach.status == 0, "\(attach.stderr)")
-            try await waitUntil("the fetcher knows it", timeout: .seconds(30)) {
-                try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", fetcher.dataDirectory])
-                    .stdout.contains(id)
-            }
+            _ = try await Self.attach(work, name: "held.bin", seed: 6, by: uploader, knownTo: fetcher)
             uploader.signal(SIGKILL)
             _ = try? await uploader.waitForExit()
             let output = work + "/out.bin"
@@ -258,14 +266,7 @@ struct FirstHourTests {
             let (uploader, fetcher) = (try mesh["uploader"], try mesh["fetcher"])
             let work = NodeProcess.makeTemporaryDirectory("removed-during-get")
             defer { try? FileManager.default.removeItem(atPath: work) }
-            let (file, _) = try Self.randomFile(work, name: "gone.bin", size: 300_000, seed: 5)
-            let attach = try await NodeProcess.runCommand(["attach", file, "--data-dir", uploader.dataDirectory])
-            let id = attach.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-            try #require(attach.status == 0, "\(attach.stderr)")
-            try await waitUntil("the fetcher knows it", timeout: .seconds(30)) {
-                try await NodeProcess.runCommand(["attachments", "--json", "--data-dir", fetcher.dataDirectory])
-                    .stdout.contains(id)
-            }
+            let id = try await Self.attach(work, name: "gone.bin", seed: 5, by: uploader, knownTo: fetcher)
             // Its only holder stops answering: the get waits, fetching.
             uploader.signal(SIGSTOP)
             defer { uploader.signal(SIGCONT) }
