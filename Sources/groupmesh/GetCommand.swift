@@ -127,12 +127,13 @@ struct GetCommand: AsyncParsableCommand {
         // Written: what is left is the summary, which a signal no longer cuts short; for -o -,
         // the copy to standard output, which Ctrl-C stops as it stops `cat`.
         interruption.disarm(ignoringLaterSignals: !destination.isStandardOutput)
-        // Ctrl-C stops the copy to standard output, as it stops `cat`: also one that came in the
-        // moment between the answer and the line above.
+        // Ctrl-C stops the copy to standard output, as it stops `cat`: also one whose handler ran
+        // between the answer and the line above. (This runs on a pool thread that blocks
+        // signals, so a `raise` would only leave the signal pending.)
         if destination.isStandardOutput, closer.wasClosedAfterAnswer {
             display.abandon()
             destination.discard()
-            raise(SIGINT)
+            throw ExitCode(interruptedStatus)
         }
         let summary = display.finish()
         if destination.isStandardOutput {
