@@ -13,7 +13,7 @@ struct RemoveMemberCommand: AsyncParsableCommand {
 
             A member that let others in (the BY column of groupmesh status) is not removed alone: \
             say --with-introduced to remove them with it (everyone it let in, directly or through \
-            those it let in, at most 3), --keep-introduced to keep them all (a lost laptop), or \
+            those it let in; more than 3 go in key rotations one after another), --keep-introduced to keep them all (a lost laptop), or \
             --keep NAME,… for those who stay; each one kept asks another member, this node first, \
             to introduce it again.
             """

@@ -185,7 +185,7 @@ struct IntroducedRemovalSimulationTests {
     }
 
     @Test(
-        "naming to keep a member it did not introduce keeps none of those it did; more than one rotation removes is refused",
+        "naming to keep a member it did not introduce keeps none of those it did; a removal keeping some takes the rest",
         arguments: seeds)
     func removalsThatCannotBeMadeAreRefused(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
@@ -194,17 +194,12 @@ struct IntroducedRemovalSimulationTests {
         let epoch = founder.core.session.sessionID
         // Three members and one more below: four with the inviter's, one more than a rotation takes.
         let stranger = founder.removeMember(inviter.id, introduced: .keep([session.other.id]))
-        let tooMany = founder.removeMember(inviter.id, introduced: .remove(keeping: []))
         mesh.simulator.run(for: .seconds(1))
         #expect(
             founder.commandResults[stranger]
                 == .failure(
                     .introducedMembers(inviter.id, session.introduced.map(\.id).sorted() + [session.grandchild.id])),
             "\(replay): \(String(describing: founder.commandResults[stranger]))")
-        #expect(
-            founder.commandResults[tooMany]
-                == .failure(.tooManyToRemove(inviter.id, introduced: 4, limit: KeyRotation.maxRemoved - 1)),
-            "\(replay): \(String(describing: founder.commandResults[tooMany]))")
         #expect(founder.core.session.sessionID == epoch, "\(replay): a refused removal changed the epoch")
         // Keeping the one with a member below it: the three others fit.
         let removal = founder.removeMember(inviter.id, introduced: .remove(keeping: [session.introduced[0].id]))
@@ -217,5 +212,36 @@ struct IntroducedRemovalSimulationTests {
             return
         }
         #expect(removed == inviter.id && introduced == expected, "\(replay): \(introduced)")
+    }
+    @Test(
+        "more than one rotation names: the member and all it introduced go in rotations one after another, and none holds the last epoch",
+        arguments: seeds)
+    func aLargeTreeGoesInRotationsOneAfterAnother(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        // Five members and one more below: six with the inviter's, two rotations.
+        let session = try Self.session(seed, introducedCount: 5)
+        let (mesh, founder, inviter) = (session.mesh, session.founder, session.inviter)
+        let epoch = founder.core.session.sessionID
+        let introduced = (session.introduced.map(\.id) + [session.grandchild.id]).sorted()
+        let removal = founder.removeMember(inviter.id, introduced: .remove(keeping: []))
+        let gone = Set([inviter.id] + introduced)
+        mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
+            founder.commandResults[removal] != nil && session.other.core.epochs.removed.isSuperset(of: gone)
+                && session.other.core.session.sessionID == founder.core.session.sessionID
+        }
+        #expect(
+            founder.commandResults[removal]
+                == .success(.memberRemoved(inviter.id, handedTo: 1, introduced: introduced)),
+            "\(replay): \(String(describing: founder.commandResults[removal]))")
+        let last = founder.core.session.sessionID
+        #expect(last != epoch, "\(replay)")
+        // Two epochs past the first: the member went in the first, the last of them in the second.
+        #expect(founder.core.epochs.removed.isSuperset(of: gone), "\(replay)")
+        for node in [founder, session.other] {
+            #expect(node.core.session.sessionID == last, "\(replay): \(node.address)")
+        }
+        for node in [inviter, session.grandchild] + session.introduced {
+            #expect(node.core.epochs.secret(of: last) == nil, "\(replay): \(node.address) holds the last epoch")
+        }
     }
 }

@@ -23,24 +23,39 @@ extension NodeInstance {
             introduced = []
         case let .remove(kept): introduced = introducedTree(of: id, keeping: kept)
         }
-        guard introduced.count < KeyRotation.maxRemoved else {
-            return complete(
-                request,
-                .failure(.tooManyToRemove(id, introduced: introduced.count, limit: KeyRotation.maxRemoved - 1)))
+        let limit = KeyRotation.maxRemoved * Self.maxRotationsPerRemoval - 1
+        guard introduced.count <= limit else {
+            return complete(request, .failure(.tooManyToRemove(id, introduced: introduced.count, limit: limit)))
         }
+        // The member goes in the first rotation; what it introduced, as many as fit, in it and
+        // in those that follow.
+        let first = Array(introduced.prefix(KeyRotation.maxRemoved - 1))
+        if first.count < introduced.count {
+            keying.stagedRemoval = StagedRemoval(
+                request: request, member: id, introducedLeft: Array(introduced.dropFirst(first.count)))
+        }
+        rotate(removing: [id] + first, for: request, member: id)
+    }
+
+    /// One removal takes at most this many rotations, one after another.
+    static let maxRotationsPerRemoval = 16
+
+    /// Makes the rotation that removes `removing` and stores it; entered once stored.
+    private mutating func rotate(removing: [NodeID], for request: RequestID, member: NodeID) {
         let transition: KeyEpochs.Transition
         let candidates = rosterCandidates
         do {
             transition = try keying.epochs.rotation(
-                removing: Set([id] + introduced), to: randomSecret(), live: candidates.live,
+                removing: Set(removing), to: randomSecret(), live: candidates.live,
                 others: candidates.others, authority: authority)
         } catch {
+            keying.stagedRemoval = nil
             return complete(request, .failure(.sessionTooLarge(limit: KeyRotation.maxRoster)))
         }
         keying.pendingRemoval = request
         let files = keying.epochs.committing(transition).files
         keying.storedRivals = files.rivals
-        store(.saveEpochs(files), .saveRemoval(request, transition, member: id))
+        store(.saveEpochs(files), .saveRemoval(request, transition, member: member))
     }
 
     /// Stores the epochs as they are now: the chain and the rotations that lost.
@@ -83,6 +98,8 @@ extension NodeInstance {
         guard keying.pendingRemoval == request else { return }
         keying.pendingRemoval = nil
         defer { takeDeferredHandovers(now: now) }
+        let staged = keying.stagedRemoval.flatMap { $0.request == request ? $0 : nil }
+        keying.stagedRemoval = nil
         if case let .failure(failure) = result {
             // The rivals may be on disk for the epoch that was not entered: stored again as they are.
             keying.storedRivals = nil
@@ -94,6 +111,23 @@ extension NodeInstance {
         let handedTo = enterEpoch(transition, handingOver: true, stored: true, now: now)
         membership.keepExcluded(within: keying.epochs.removed)
         let introduced = transition.rotation.removed.filter { $0 != member }
+        if var next = staged {
+            next.introducedRemoved += introduced
+            // The next rotation goes out of the epoch we are in once the handovers that came
+            // meanwhile are taken: a rival rotation may have won the one we left.
+            takeDeferredHandovers(now: now)
+            let batch = Array(
+                next.introducedLeft.filter { !keying.epochs.removed.contains($0) }.prefix(KeyRotation.maxRemoved))
+            next.introducedLeft.removeAll { batch.contains($0) || keying.epochs.removed.contains($0) }
+            guard !batch.isEmpty else {
+                return complete(
+                    request,
+                    .success(.memberRemoved(member, handedTo: handedTo, introduced: next.introducedRemoved.sorted())))
+            }
+            guard phase.isActive else { return complete(request, .failure(.stopped)) }
+            keying.stagedRemoval = next
+            return rotate(removing: batch, for: request, member: member)
+        }
         complete(request, .success(.memberRemoved(member, handedTo: handedTo, introduced: introduced)))
     }
 

@@ -604,6 +604,7 @@ package struct NodeInstance: Sendable {
         fetchTable.fetches = [:]
         if let pendingRemoval = keying.pendingRemoval { complete(pendingRemoval, .failure(.stopped)) }
         keying.pendingRemoval = nil
+        keying.stagedRemoval = nil
         for request in closing.handover?.requests ?? [] { complete(request, .failure(.stopped)) }
         closing.handover = nil
         for request in closing.ending?.requests ?? [] { complete(request, .failure(.stopped)) }

@@ -27,6 +27,8 @@ struct KeyState: Sendable {
     var outOfDateAnsweredAt: MeshInstant?
     /// A `remove-member` whose rotation is being stored.
     var pendingRemoval: RequestID?
+    /// A removal that takes more members than one rotation names: the rotations still to make.
+    var stagedRemoval: StagedRemoval?
     /// The rotations that lost as last stored (`KeyEpochs.encodedRivals()`): stored again when
     /// they change without a change of epoch.
     /// Nil when the last write failed: written again at the next change of epoch or rivals.
@@ -40,6 +42,18 @@ struct KeyState: Sendable {
     /// Handovers that came while our own removal was being stored: taken once it is committed,
     /// so that ours and a competing one meet as two rotations out of one epoch.
     var deferredHandovers: [(handover: EpochHandover, header: DatagramHeader, address: PeerAddress)] = []
+}
+
+/// A member removed with more members it introduced than one rotation names
+/// (`KeyRotation.maxRemoved`): rotations follow one another, the member in the first, until
+/// every one is removed. What matters is the last: none of them holds its secret.
+struct StagedRemoval: Sendable {
+    var request: RequestID
+    var member: NodeID
+    /// Those it introduced that the rotations still to come remove, in the order they go.
+    var introducedLeft: [NodeID]
+    /// Those the rotations made so far removed.
+    var introducedRemoved: [NodeID] = []
 }
 
 /// How this node goes: a leave waiting for others to hold what only it holds
