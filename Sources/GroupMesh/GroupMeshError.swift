@@ -204,6 +204,15 @@ extension GroupMeshError {
                 "\(names(id)) introduced \(introduced) members still in the session; one removal takes at most "
                     + "\(limit) with it: keep some (--keep NAME,…) or remove them first; nothing was removed",
                 kind: .input)
+        case let .removalCutShort(id, removed, left, because):
+            // The next rotation's own failure, without its "nothing changed": some did.
+            let reason: GroupMeshError =
+                if case let .epochNotStored(failure) = because {
+                    .store("cannot store the next key epoch: \(failure.description)")
+                } else { GroupMeshError(because, names: names) }
+            self = .refused(
+                "removed \(Self.list(removed, names)), but not \(Self.list(left, names)) that \(names(id)) "
+                    + "introduced: \(reason.description); remove them by name", kind: reason.kind)
         case let .sessionEnded(by): self = .sessionEnded(by: names(by))
         case let .notReachable(id):
             self = .refused(

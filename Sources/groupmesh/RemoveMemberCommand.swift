@@ -13,8 +13,8 @@ struct RemoveMemberCommand: AsyncParsableCommand {
 
             A member that let others in (the BY column of groupmesh status) is not removed alone: \
             say --with-introduced to remove them with it (everyone it let in, directly or through \
-            those it let in; more than 3 go in key rotations one after another), --keep-introduced to keep them all (a lost laptop), or \
-            --keep NAME,… for those who stay; each one kept asks another member, this node first, \
+            those it let in; more than 3 go in key rotations a few seconds apart), --keep-introduced \
+            to keep them all (a lost laptop), or --keep NAME,… for those who stay; each one kept asks another member, this node first, \
             to introduce it again.
             """
     )
@@ -24,7 +24,10 @@ struct RemoveMemberCommand: AsyncParsableCommand {
     @Argument(help: "The member: its id, a unique prefix of it, or its name (see groupmesh status).")
     var member: String
 
-    @Flag(help: "Remove the members it introduced too (but those of --keep), in the same key epoch.")
+    @Flag(
+        help:
+            "Remove the members it introduced too (but those of --keep), in the same key rotation (more than 3: in rotations one after another)."
+    )
     var withIntroduced = false
 
     @Flag(help: "Keep every member it introduced (they are introduced again).")
@@ -56,7 +59,10 @@ struct RemoveMemberCommand: AsyncParsableCommand {
         let response: ControlResponse
         do {
             // Split by the node, which knows whether a value with commas is one member's name.
-            response = try ControlClient(directory: data.directory).send(
+            var client = ControlClient(directory: data.directory)
+            // A removal of many goes in rotations a few seconds apart, answered after the last.
+            client.timeout = .seconds(120)
+            response = try client.send(
                 .removeMember(member, withIntroduced: withIntroduced, keep: keep, keepIntroduced: keepIntroduced))
         } catch {
             throw fail(error)

@@ -221,9 +221,15 @@ struct IntroducedRemovalSimulationTests {
         // Five members and one more below: six with the inviter's, two rotations.
         let session = try Self.session(seed, introducedCount: 5)
         let (mesh, founder, inviter) = (session.mesh, session.founder, session.inviter)
-        let epoch = founder.core.session.sessionID
+        let rotations = founder.core.epochs.transitions.count
         let introduced = (session.introduced.map(\.id) + [session.grandchild.id]).sorted()
         let removal = founder.removeMember(inviter.id, introduced: .remove(keeping: []))
+        // The first rotation takes the member with three; the second waits for rivals of it.
+        mesh.simulator.run(for: .seconds(3), checkEvery: .milliseconds(50)) { _ in
+            founder.core.epochs.transitions.count > rotations
+        }
+        #expect(founder.core.epochs.removed.contains(inviter.id), "\(replay): the member goes first")
+        #expect(founder.commandResults[removal] == nil, "\(replay): answered before the last rotation")
         let gone = Set([inviter.id] + introduced)
         mesh.simulator.run(for: .seconds(30), checkEvery: .milliseconds(250)) { _ in
             founder.commandResults[removal] != nil && session.other.core.epochs.removed.isSuperset(of: gone)
@@ -233,15 +239,55 @@ struct IntroducedRemovalSimulationTests {
             founder.commandResults[removal]
                 == .success(.memberRemoved(inviter.id, handedTo: 1, introduced: introduced)),
             "\(replay): \(String(describing: founder.commandResults[removal]))")
+        #expect(founder.core.epochs.transitions.count == rotations + 2, "\(replay)")
         let last = founder.core.session.sessionID
-        #expect(last != epoch, "\(replay)")
-        // Two epochs past the first: the member went in the first, the last of them in the second.
-        #expect(founder.core.epochs.removed.isSuperset(of: gone), "\(replay)")
         for node in [founder, session.other] {
+            #expect(node.core.epochs.removed.isSuperset(of: gone), "\(replay): \(node.address)")
             #expect(node.core.session.sessionID == last, "\(replay): \(node.address)")
         }
         for node in [inviter, session.grandchild] + session.introduced {
             #expect(node.core.epochs.secret(of: last) == nil, "\(replay): \(node.address) holds the last epoch")
+        }
+    }
+
+    @Test(
+        "a removal in several rotations that cannot store the next one says whom the first removed and who is left",
+        arguments: seeds)
+    func aStagedRemovalCutShortSaysWhatStands(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let session = try Self.session(seed, introducedCount: 5)
+        let (mesh, founder, inviter) = (session.mesh, session.founder, session.inviter)
+        let rotations = founder.core.epochs.transitions.count
+        let removal = founder.removeMember(inviter.id, introduced: .remove(keeping: []))
+        mesh.simulator.run(for: .seconds(3), checkEvery: .milliseconds(50)) { _ in
+            founder.core.epochs.transitions.count > rotations
+        }
+        founder.setStorage {
+            $0.failingWrites = true
+            $0.writeFailureProbability = 1
+        }
+        mesh.simulator.run(for: .seconds(20), checkEvery: .milliseconds(250)) { _ in
+            founder.commandResults[removal] != nil
+        }
+        guard case let .failure(.removalCutShort(member, removed, left, because)) = founder.commandResults[removal]
+        else {
+            Issue.record("\(replay): \(String(describing: founder.commandResults[removal]))")
+            return
+        }
+        #expect(
+            member == inviter.id && removed.count == KeyRotation.maxRemoved && removed.contains(inviter.id), "\(replay)"
+        )
+        #expect(left.count == 3 && Set(left).isDisjoint(with: removed), "\(replay): \(left)")
+        if case .epochNotStored = because {} else { Issue.record("\(replay): \(because)") }
+        #expect(founder.core.epochs.transitions.count == rotations + 1, "\(replay)")
+        // Nothing left behind: the next removal is taken.
+        founder.setStorage { $0.failingWrites = false }
+        let next = founder.removeMember(left[0], introduced: .remove(keeping: []))
+        mesh.simulator.run(for: .seconds(20), checkEvery: .milliseconds(250)) { _ in founder.commandResults[next] != nil
+        }
+        guard case .success(.memberRemoved) = founder.commandResults[next] else {
+            Issue.record("\(replay): \(String(describing: founder.commandResults[next]))")
+            return
         }
     }
 }

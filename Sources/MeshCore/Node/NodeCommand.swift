@@ -99,8 +99,11 @@ package enum NodeError: Error, Sendable, Equatable {
     case removalInProgress
     /// The member introduced these, still in the session: nothing was removed.
     case introducedMembers(NodeID, [NodeID])
-    /// The member and those it introduced are more than one key rotation removes.
+    /// The member and those it introduced are more than one removal's rotations remove.
     case tooManyToRemove(NodeID, introduced: Int, limit: Int)
+    /// A removal made in several rotations stopped after some (`because`): `removed` are
+    /// removed, `left` are still members.
+    indirect case removalCutShort(NodeID, removed: [NodeID], left: [NodeID], because: NodeError)
     /// The session was ended (by this member or `by` another): nothing more is done.
     case sessionEnded(by: NodeID)
     /// The member has no known address (dead, left, or never met).

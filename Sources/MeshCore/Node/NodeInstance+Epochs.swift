@@ -13,7 +13,9 @@ extension NodeInstance {
     ) {
         guard id != localID else { return complete(request, .failure(.cannotRemoveSelf)) }
         guard !keying.epochs.removed.contains(id) else { return complete(request, .failure(.alreadyRemoved(id))) }
-        guard keying.pendingRemoval == nil else { return complete(request, .failure(.removalInProgress)) }
+        guard keying.pendingRemoval == nil, keying.stagedRemoval == nil else {
+            return complete(request, .failure(.removalInProgress))
+        }
         let introduced: [NodeID]
         switch policy {
         case .keepAll: introduced = []
@@ -29,12 +31,42 @@ extension NodeInstance {
         }
         // The member goes in the first rotation; what it introduced, as many as fit, in it and
         // in those that follow.
-        let first = Array(introduced.prefix(KeyRotation.maxRemoved - 1))
-        if first.count < introduced.count {
-            keying.stagedRemoval = StagedRemoval(
-                request: request, member: id, introducedLeft: Array(introduced.dropFirst(first.count)))
+        if introduced.count >= KeyRotation.maxRemoved {
+            keying.stagedRemoval = StagedRemoval(request: request, member: id, introduced: introduced)
         }
-        rotate(removing: [id] + first, for: request, member: id)
+        rotate(removing: Array(([id] + introduced).prefix(KeyRotation.maxRemoved)), for: request, member: id)
+    }
+
+    /// The next rotation of a staged removal, once its pause is over: out of the epoch we are in
+    /// (a rival may have won the one the last left, and taken back whom it removed), for those
+    /// not removed yet. Done when none is left.
+    mutating func continueStagedRemoval(now: MeshInstant) {
+        guard var staged = keying.stagedRemoval, let nextAt = staged.nextAt, now >= nextAt else { return }
+        let everyone = [staged.member] + staged.introduced
+        let left = everyone.filter { !keying.epochs.removed.contains($0) }
+        guard !left.isEmpty else {
+            keying.stagedRemoval = nil
+            let introduced = staged.introduced.filter { keying.epochs.removed.contains($0) }.sorted()
+            return complete(
+                staged.request,
+                .success(.memberRemoved(staged.member, handedTo: staged.handedTo, introduced: introduced)))
+        }
+        guard phase.isActive, staged.rotations < Self.maxRotationsPerRemoval else {
+            keying.stagedRemoval = nil
+            return complete(staged.request, .failure(cutShort(staged, .stopped)))
+        }
+        staged.nextAt = nil
+        keying.stagedRemoval = staged
+        rotate(removing: Array(left.prefix(KeyRotation.maxRemoved)), for: staged.request, member: staged.member)
+    }
+
+    /// A staged removal that stopped after some of its rotations: said with whom they removed.
+    func cutShort(_ staged: StagedRemoval, _ failure: NodeError) -> NodeError {
+        let everyone = [staged.member] + staged.introduced
+        let removed = everyone.filter { keying.epochs.removed.contains($0) }
+        guard !removed.isEmpty else { return failure }
+        return .removalCutShort(
+            staged.member, removed: removed, left: everyone.filter { !removed.contains($0) }, because: failure)
     }
 
     /// One removal takes at most this many rotations, one after another.
@@ -49,8 +81,10 @@ extension NodeInstance {
                 removing: Set(removing), to: randomSecret(), live: candidates.live,
                 others: candidates.others, authority: authority)
         } catch {
+            let failure = NodeError.sessionTooLarge(limit: KeyRotation.maxRoster)
+            let staged = keying.stagedRemoval
             keying.stagedRemoval = nil
-            return complete(request, .failure(.sessionTooLarge(limit: KeyRotation.maxRoster)))
+            return complete(request, .failure(staged.map { cutShort($0, failure) } ?? failure))
         }
         keying.pendingRemoval = request
         let files = keying.epochs.committing(transition).files
@@ -99,34 +133,29 @@ extension NodeInstance {
         keying.pendingRemoval = nil
         defer { takeDeferredHandovers(now: now) }
         let staged = keying.stagedRemoval.flatMap { $0.request == request ? $0 : nil }
-        keying.stagedRemoval = nil
         if case let .failure(failure) = result {
             // The rivals may be on disk for the epoch that was not entered: stored again as they are.
             keying.storedRivals = nil
             saveRivalsIfChanged()
-            return complete(request, .failure(.epochNotStored(failure)))
+            keying.stagedRemoval = nil
+            let said = NodeError.epochNotStored(failure)
+            return complete(request, .failure(staged.map { cutShort($0, said) } ?? said))
         }
-        guard phase.isActive else { return complete(request, .failure(.stopped)) }
+        guard phase.isActive else {
+            keying.stagedRemoval = nil
+            return complete(request, .failure(staged.map { cutShort($0, .stopped) } ?? .stopped))
+        }
         keying.epochs.commit(transition)
         let handedTo = enterEpoch(transition, handingOver: true, stored: true, now: now)
         membership.keepExcluded(within: keying.epochs.removed)
         let introduced = transition.rotation.removed.filter { $0 != member }
         if var next = staged {
-            next.introducedRemoved += introduced
-            // The next rotation goes out of the epoch we are in once the handovers that came
-            // meanwhile are taken: a rival rotation may have won the one we left.
-            takeDeferredHandovers(now: now)
-            let batch = Array(
-                next.introducedLeft.filter { !keying.epochs.removed.contains($0) }.prefix(KeyRotation.maxRemoved))
-            next.introducedLeft.removeAll { batch.contains($0) || keying.epochs.removed.contains($0) }
-            guard !batch.isEmpty else {
-                return complete(
-                    request,
-                    .success(.memberRemoved(member, handedTo: handedTo, introduced: next.introducedRemoved.sorted())))
-            }
-            guard phase.isActive else { return complete(request, .failure(.stopped)) }
+            // Answered once the rotations are done (`continueStagedRemoval`).
+            next.rotations += 1
+            next.handedTo = handedTo
+            next.nextAt = now + settings.removalNoticeHold
             keying.stagedRemoval = next
-            return rotate(removing: batch, for: request, member: member)
+            return
         }
         complete(request, .success(.memberRemoved(member, handedTo: handedTo, introduced: introduced)))
     }

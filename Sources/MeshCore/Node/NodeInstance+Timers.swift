@@ -22,6 +22,8 @@ enum NodeTimer: Sendable, CaseIterable {
     case ending
     /// A notice of our removal, held for a rotation that keeps us.
     case removalNotice
+    /// The next rotation of a removal that takes more than one.
+    case stagedRemoval
     /// `ping` commands waiting for their answer.
     case ping
     /// Path checks and hole punching.
@@ -55,6 +57,7 @@ extension NodeInstance {
         case .leaveHandover: handoverDeadline
         case .ending: closing.ending?.until
         case .removalNotice: keying.heldRemovalNotices.lazy.map(\.until).min()
+        case .stagedRemoval: keying.stagedRemoval?.nextAt
         case .ping: pingDeadline
         case .paths: pathsDeadline
         case .birthday: links.birthday.nextDeadline
@@ -84,6 +87,7 @@ extension NodeInstance {
         case .leaveHandover: advanceHandover(now: now)
         case .ending: endingTick(now: now)
         case .removalNotice: decideHeldRemovalNotices(now: now)
+        case .stagedRemoval: continueStagedRemoval(now: now)
         case .ping: pingTick(now: now)
         case .paths: pathsTick(now: now)
         case .birthday: birthdayTick(now: now)

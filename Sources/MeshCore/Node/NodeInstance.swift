@@ -602,7 +602,9 @@ package struct NodeInstance: Sendable {
         }
         fetchTable.loadWaiters = [:]
         fetchTable.fetches = [:]
-        if let pendingRemoval = keying.pendingRemoval { complete(pendingRemoval, .failure(.stopped)) }
+        if let request = keying.pendingRemoval ?? keying.stagedRemoval?.request {
+            complete(request, .failure(keying.stagedRemoval.map { cutShort($0, .stopped) } ?? .stopped))
+        }
         keying.pendingRemoval = nil
         keying.stagedRemoval = nil
         for request in closing.handover?.requests ?? [] { complete(request, .failure(.stopped)) }

@@ -50,10 +50,14 @@ struct KeyState: Sendable {
 struct StagedRemoval: Sendable {
     var request: RequestID
     var member: NodeID
-    /// Those it introduced that the rotations still to come remove, in the order they go.
-    var introducedLeft: [NodeID]
-    /// Those the rotations made so far removed.
-    var introducedRemoved: [NodeID] = []
+    /// Everyone it introduced, in the order they go.
+    var introduced: [NodeID]
+    /// Rotations made so far, and how many the last was handed to.
+    var rotations = 0
+    var handedTo = 0
+    /// When the next rotation goes: each waits for rivals of the one before (`removalNoticeHold`),
+    /// which are weighed only out of the epoch it left. Nil while one is being stored.
+    var nextAt: MeshInstant?
 }
 
 /// How this node goes: a leave waiting for others to hold what only it holds
