@@ -123,7 +123,8 @@ public enum GroupMeshError: Error, Equatable, Sendable, CustomStringConvertible 
         case let .epochNotStored(reason):
             return "cannot store the new key epoch, nothing changed: \(reason)"
         case .removalInProgress:
-            return "another member removal is being stored; run remove-member again once it is done"
+            return "another member removal is under way (one of many members takes a key rotation every "
+                + "few seconds); run remove-member again once it is done"
         case let .metadataType(attachment, type):
             return "the metadata of attachment \(attachment.prefix(16)) is not a \(type)"
         case let .identityConflict(twin):
@@ -213,6 +214,10 @@ extension GroupMeshError {
             self = .refused(
                 "removed \(Self.list(removed, names)), but not \(Self.list(left, names)) that \(names(id)) "
                     + "introduced: \(reason.description); remove them by name", kind: reason.kind)
+        case .removalOutpaced:
+            self = .refused(
+                "other members' key rotations kept taking back whom the removal's rotations removed",
+                kind: .unavailable)
         case let .sessionEnded(by): self = .sessionEnded(by: names(by))
         case let .notReachable(id):
             self = .refused(

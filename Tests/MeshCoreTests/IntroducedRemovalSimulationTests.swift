@@ -290,4 +290,35 @@ struct IntroducedRemovalSimulationTests {
             return
         }
     }
+    @Test(
+        "another member removes someone at the same moment: whichever rotation wins, the staged removal ends with all it takes removed, both remaining members in one epoch",
+        arguments: seeds)
+    func aRivalDuringAStagedRemovalIsWeighed(seed: UInt64) throws {
+        let replay = SimulationSeeds.replay(seed)
+        let session = try Self.session(seed, introducedCount: 5)
+        let (mesh, founder, inviter, other) = (session.mesh, session.founder, session.inviter, session.other)
+        let introduced = (session.introduced.map(\.id) + [session.grandchild.id]).sorted()
+        // The last of the tree, removed by another member out of the same epoch at once.
+        let removal = founder.removeMember(inviter.id, introduced: .remove(keeping: []))
+        let rival = other.removeMember(session.introduced[4].id, introduced: .remove(keeping: []))
+        let gone = Set([inviter.id] + introduced)
+        mesh.simulator.run(for: .seconds(60), checkEvery: .milliseconds(250)) { _ in
+            founder.commandResults[removal] != nil && other.commandResults[rival] != nil
+                && [founder, other].allSatisfy { $0.core.epochs.removed.isSuperset(of: gone) }
+                && other.core.session.sessionID == founder.core.session.sessionID
+        }
+        guard case let .success(.memberRemoved(member, _, removedWithIt)) = founder.commandResults[removal] else {
+            Issue.record("\(replay): \(String(describing: founder.commandResults[removal]))")
+            return
+        }
+        #expect(member == inviter.id && Set(removedWithIt).isSubset(of: Set(introduced)), "\(replay): \(removedWithIt)")
+        for node in [founder, other] {
+            #expect(node.core.epochs.removed.isSuperset(of: gone), "\(replay): \(node.address)")
+        }
+        #expect(other.core.session.sessionID == founder.core.session.sessionID, "\(replay): two epochs")
+        let last = founder.core.session.sessionID
+        for node in [inviter, session.grandchild] + session.introduced {
+            #expect(node.core.epochs.secret(of: last) == nil, "\(replay): \(node.address) holds the last epoch")
+        }
+    }
 }

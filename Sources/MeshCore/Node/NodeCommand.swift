@@ -95,7 +95,7 @@ package enum NodeError: Error, Sendable, Equatable {
     case sessionTooLarge(limit: Int)
     /// The new epoch could not be stored: nothing changed.
     case epochNotStored(StorageFailure)
-    /// Another removal is being stored; one at a time.
+    /// Another removal is being stored, or waits between its rotations; one at a time.
     case removalInProgress
     /// The member introduced these, still in the session: nothing was removed.
     case introducedMembers(NodeID, [NodeID])
@@ -104,6 +104,8 @@ package enum NodeError: Error, Sendable, Equatable {
     /// A removal made in several rotations stopped after some (`because`): `removed` are
     /// removed, `left` are still members.
     indirect case removalCutShort(NodeID, removed: [NodeID], left: [NodeID], because: NodeError)
+    /// Rotations of other members kept taking back whom a removal's rotations removed.
+    case removalOutpaced
     /// The session was ended (by this member or `by` another): nothing more is done.
     case sessionEnded(by: NodeID)
     /// The member has no known address (dead, left, or never met).

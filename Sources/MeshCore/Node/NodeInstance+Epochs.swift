@@ -51,9 +51,9 @@ extension NodeInstance {
                 staged.request,
                 .success(.memberRemoved(staged.member, handedTo: staged.handedTo, introduced: introduced)))
         }
-        guard phase.isActive, staged.rotations < Self.maxRotationsPerRemoval else {
+        guard staged.rotations < Self.maxRotationsPerRemoval else {
             keying.stagedRemoval = nil
-            return complete(staged.request, .failure(cutShort(staged, .stopped)))
+            return complete(staged.request, .failure(cutShort(staged, .removalOutpaced)))
         }
         staged.nextAt = nil
         keying.stagedRemoval = staged
@@ -233,6 +233,12 @@ extension NodeInstance {
             }
         }
         emit(.epochChanged(transition.secret.sessionID))
+        // A staged removal waiting for rivals waits afresh out of the epoch entered now (a rival
+        // that won, another member's rotation): its rivals are the ones to weigh next.
+        if let at = keying.stagedRemoval?.nextAt {
+            let later = max(at, now + settings.removalNoticeHold)
+            keying.stagedRemoval?.nextAt = later
+        }
         return handed
     }
 

@@ -602,8 +602,12 @@ package struct NodeInstance: Sendable {
         }
         fetchTable.loadWaiters = [:]
         fetchTable.fetches = [:]
-        if let request = keying.pendingRemoval ?? keying.stagedRemoval?.request {
-            complete(request, .failure(keying.stagedRemoval.map { cutShort($0, .stopped) } ?? .stopped))
+        // A stage being stored may still land: only a removal waiting between stages can say
+        // whom it removed.
+        if let request = keying.pendingRemoval {
+            complete(request, .failure(.stopped))
+        } else if let staged = keying.stagedRemoval {
+            complete(staged.request, .failure(cutShort(staged, .stopped)))
         }
         keying.pendingRemoval = nil
         keying.stagedRemoval = nil
