@@ -4,7 +4,7 @@ import MeshCrypto
 // through the instance's stored property (never copied out and back: several hold tables that
 // grow with the session). The extensions named beside each one carry its decisions.
 
-/// Keys (NodeInstance+Epochs): the epochs, their codecs, and what a rotation still owes.
+/// Keys (NodeInstance+Epochs, +Removal): the epochs, their codecs, and what a rotation still owes.
 struct KeyState: Sendable {
     var epochs: KeyEpochs
     var codec: DatagramCodec
