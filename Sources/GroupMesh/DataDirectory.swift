@@ -174,9 +174,10 @@ public struct DataDirectory: Sendable {
     }
 
     /// Makes `secret`, new, the session of this dir, which has none: founded here. The mark goes
-    /// first, so that a key on disk never lacks it.
+    /// first, with the nonce the session's founding id is made from, so that a key on disk never
+    /// lacks it.
     package func foundSession(_ secret: SessionSecret) throws(GroupMeshError) -> KeyEpochs {
-        try markFounded()
+        try markFounded(nonce: SecureRandom.bytes(FoundingID.nonceByteCount))
         do { try secret.write(to: sessionSecretPath) } catch { throw .keyFile(error.description) }
         return KeyEpochs(origin: secret)
     }
@@ -214,10 +215,20 @@ public struct DataDirectory: Sendable {
     /// Whether this dir founded its session (`foundedPath`).
     package var founded: Bool { access(foundedPath, F_OK) == 0 }
 
-    /// Marks the dir as the session's founder: when it makes the secret, or when `members.json`
-    /// of a dir made before the mark existed says so.
-    package func markFounded() throws(GroupMeshError) {
-        try writeSmallFile(foundedPath, "")
+    /// Marks the dir as the session's founder: when it makes the secret (with the nonce of its
+    /// founding id, in hex), or when `members.json` of a dir made before the mark existed says so
+    /// (no nonce: that session has no founding id).
+    package func markFounded(nonce: [UInt8] = []) throws(GroupMeshError) {
+        try writeSmallFile(foundedPath, nonce.isEmpty ? "" : Hex.encode(nonce) + "\n")
+    }
+
+    /// The nonce `markFounded` wrote; nil for a mark without one (or one that does not read).
+    package func loadFoundingNonce() -> [UInt8]? {
+        guard let text = try? readSmallFile(foundedPath, limit: 256),
+            let nonce = Hex.decode(text.trimmingCharacters(in: .whitespacesAndNewlines)),
+            nonce.count == FoundingID.nonceByteCount
+        else { return nil }
+        return nonce
     }
 
     /// Whether this dir's session is the one `secret` belongs to (its first key, or a later epoch's).

@@ -262,7 +262,8 @@ extension MeshNode {
             profile: configuration.profile.rawValue, localHealth: core.membership.localHealth.score,
             receiveBuffer: socketBuffers.receive, sendBuffer: socketBuffers.send,
             nat: core.natBehaviour.rawValue, reflexiveAddress: core.addressDiscovery.reflexive?.description,
-            candidates: core.membership.me.addresses.map(\.description))
+            candidates: core.membership.me.addresses.map(\.description),
+            founding: core.founding?.id.hex, founder: core.founding?.founder?.hex)
         let memberInfos = view.map { member in
             let door = core.introduction(of: member.id)?.door
             return StatusReport.MemberInfo(
@@ -322,7 +323,8 @@ extension MeshNode {
             punchesSucceeded: core.paths.punchesSucceeded, punchesFailed: core.paths.punchesFailed,
             relay: relayInfo(sentThroughRelays: counters.relayedSent, receivedThroughRelays: counters.relayedReceived),
             birthday: birthdayInfo(), membersRefusedFull: core.membership.counters.recordsRefusedFull,
-            introductionsPastBound: core.counters.introductionsPastBound)
+            introductionsPastBound: core.counters.introductionsPastBound,
+            foundingMismatches: core.counters.foundingMismatches)
         let downlink = core.downlink
         let downlinkInfo = StatusReport.DownlinkInfo(
             rate: downlink.rate.rounded(), priority: downlink.priority == .foreground ? "foreground" : "background",

@@ -148,6 +148,7 @@ package actor MeshNode {
                 try? directory.markFounded()
             }
             found.founded = found.remembered.founder || directory.founded
+            found.foundingNonce = directory.loadFoundingNonce()
             restored = found
         } catch {
             try? await channel.close()

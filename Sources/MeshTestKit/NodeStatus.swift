@@ -17,6 +17,9 @@ package struct NodeStatus: Decodable, Sendable {
         package var nat: String?
         package var reflexiveAddress: String?
         package var candidates: [String]?
+        /// The session's founding id and its founder (id); nil until known, and from older nodes.
+        package var founding: String?
+        package var founder: String?
     }
 
     package struct MemberInfo: Decodable, Sendable {

@@ -110,6 +110,11 @@ package final class SimNode: SimulatedProcess {
         // As a data dir does: started with nobody to join, it makes the session's secret.
         var storage = SimStorage(conditions: configuration.storage)
         storage.founded = seeds.isEmpty
+        if storage.founded {
+            // A stream of its own: the rest of what `derive` gives stays as it was.
+            var nonce = SplitMix64(seed: seed ^ 0x666F_756E_6469_6E67)
+            storage.foundingNonce = nonce.bytes(FoundingID.nonceByteCount)
+        }
         self.init(
             address: address, session: session, identity: identity, derive: &derive, seeds: seeds,
             storage: storage, startTime: startTime, configuration: configuration)

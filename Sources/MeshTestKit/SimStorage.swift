@@ -35,6 +35,9 @@ package struct SimStorage {
     package internal(set) var remembered = RememberedMembers()
     /// The disk made the session's secret (the data dir's `founded` mark): its node founded it.
     package internal(set) var founded = false
+    /// The nonce of the session's founding id that the founding drew (nil: founded by a release
+    /// without it).
+    package internal(set) var foundingNonce: [UInt8]?
     /// The session end this disk recorded (`StorageRequest.saveEnded`).
     package internal(set) var ended: [UInt8]?
     /// The attachments whose manifests are recorded damaged (`StorageRequest.saveDamagedManifests`).
@@ -65,6 +68,7 @@ package struct SimStorage {
             manifests: manifests, complete: complete)
         restored.logIsWhole = true
         restored.founded = founded
+        restored.foundingNonce = foundingNonce
         // Stored, but no longer what it is named: damaged (the store discards it when it reads it).
         let found = state.presentContents.filter { chunks.contains($0) && chunks.manifest($0) == nil }
         restored.damagedManifests = Set(found + damagedManifests).filter { chunks.manifest($0) == nil }.sorted()

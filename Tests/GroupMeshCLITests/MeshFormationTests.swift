@@ -17,10 +17,17 @@ struct MeshFormationTests {
             // Each joiner is introduced by a member, and every node learns the same introducer
             // (the node that made the session is introduced by nobody).
             var introducers: [String: String] = [:]
+            var foundings: Set<String> = []
             for node in nodes {
                 let status = try await node.waitForStatus(timeout: .seconds(60), "every joiner introduced") { status in
                     ids.dropFirst().allSatisfy { id in status.members.first { $0.id == id }?.introducedBy != nil }
                 }
+                // Each takes the session's founding id from its door, and learns who founded it.
+                let founding = try await node.waitForStatus(timeout: .seconds(60), "the founding known") {
+                    $0.`self`.founding != nil && $0.`self`.founder != nil
+                }
+                #expect(founding.`self`.founder == ids[0], "\(founding.`self`.name) names another founder")
+                foundings.insert(founding.`self`.founding ?? "")
                 for member in status.members {
                     if member.id == ids[0] { #expect(member.introducedBy == nil, "the founder is introduced") }
                     guard let door = member.introducedBy else { continue }
@@ -29,6 +36,7 @@ struct MeshFormationTests {
                     introducers[member.id] = door
                 }
             }
+            #expect(foundings.count == 1, "the nodes hold \(foundings.count) founding ids")
 
             // SIGKILL: the others see it dead within the lan profile's bound.
             let bound = MembershipSettings.lan.deadDetectionBound(memberCount: 5)

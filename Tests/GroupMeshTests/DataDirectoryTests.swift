@@ -116,6 +116,13 @@ import Testing
         #expect(try founder.loadOrCreateSession(invited: nil).current == epochs.current)
         #expect(try joiner.loadOrCreateSession(invited: epochs.current).current == epochs.current)
         #expect(founder.founded && !joiner.founded)
+        // The mark holds the nonce of the session's founding id; one written for an older dir has none.
+        let nonce = try #require(founder.loadFoundingNonce())
+        #expect(nonce.count == FoundingID.nonceByteCount)
+        try founder.markFounded()
+        #expect(founder.founded && founder.loadFoundingNonce() == nil)
+        #expect(FileManager.default.createFile(atPath: founder.foundedPath, contents: Data("not hex\n".utf8)))
+        #expect(founder.loadFoundingNonce() == nil)
     }
 
     @Test(

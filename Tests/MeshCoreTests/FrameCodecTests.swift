@@ -36,7 +36,7 @@ import Testing
     }
 
     @Test(
-        "the version frame: current (2), oldest (2), flags (1: bit 0 answer, bit 1 then the held door (8); the rest passed over); versions out of order refused"
+        "the version frame: current (2), oldest (2), flags (1: bit 0 answer, bit 1 the held door (8), bit 2 the founding id (16), bit 3 the founder's nonce (16); the rest passed over); versions out of order refused"
     )
     func protocolVersionLayout() {
         var encoded = ByteBuffer()
@@ -60,8 +60,50 @@ import Testing
                 continue
             }
         }
+        // Bit 2: the founding id (16) follows; bit 3 with it: the founder's nonce (16) after it.
+        let founding = FoundingID(bytes: Array(1...16))
+        let nonce = [UInt8](repeating: 0xEE, count: 16)
+        var founded = ByteBuffer()
+        FrameCodec.encode(
+            .protocolVersion(
+                VersionAnnouncement(
+                    versions: .this, isAnswer: false, heldDoor: 0x0102_0304_0506_0708, founding: founding,
+                    foundingNonce: nonce)), into: &founded)
+        #expect(bytes(founded) == [0x5A, 0x00, 0x2D, 0, 2, 0, 1, 0x0E, 1, 2, 3, 4, 5, 6, 7, 8] + Array(1...16) + nonce)
+        var member = ByteBuffer()
+        FrameCodec.encode(
+            .protocolVersion(VersionAnnouncement(versions: .this, isAnswer: true, founding: founding)), into: &member)
+        #expect(bytes(member) == [0x5A, 0x00, 0x15, 0, 2, 0, 1, 0x05] + Array(1...16))
+        // A nonce without an id is not sent, and one of another length neither.
+        #expect(VersionAnnouncement(versions: .this, isAnswer: true, foundingNonce: nonce).foundingNonce == nil)
+        var odd = ByteBuffer()
+        FrameCodec.encode(
+            .protocolVersion(
+                VersionAnnouncement(versions: .this, isAnswer: true, founding: founding, foundingNonce: [1, 2])),
+            into: &odd)
+        #expect(bytes(odd) == bytes(member))
+        for frame in [founded, member] {
+            var input = frame
+            guard case .success(let frames) = FrameCodec.decodeAll(&input) else {
+                Issue.record("\(bytes(frame)) did not decode")
+                continue
+            }
+            var again = ByteBuffer()
+            for decoded in frames { FrameCodec.encode(decoded, into: &again) }
+            #expect(bytes(again) == bytes(frame))
+        }
+        var cutFounding = buffer([0x5A, 0x00, 0x0D, 0, 2, 0, 1, 0x04] + Array(1...8))
+        guard case .failure(.truncated) = FrameCodec.decodeAll(&cutFounding) else {
+            Issue.record("a founding flag without the whole id decoded")
+            return
+        }
+        // Bit 3 alone is a later protocol's: passed over.
+        var nonceAlone = buffer([0x5A, 0x00, 0x05, 0, 2, 0, 1, 0x08])
+        #expect(
+            FrameCodec.decodeAll(&nonceAlone)
+                == .success([.protocolVersion(VersionAnnouncement(versions: .this, isAnswer: false))]))
         // A later protocol's flags and fields are passed over: its version frames still reach us.
-        var later = buffer([0x5A, 0x00, 0x0A, 0, 3, 0, 2, 0x85, 9, 9, 9, 9, 9])
+        var later = buffer([0x5A, 0x00, 0x0A, 0, 3, 0, 2, 0xF1, 9, 9, 9, 9, 9])
         #expect(
             FrameCodec.decodeAll(&later)
                 == .success([

@@ -213,21 +213,30 @@ struct IntroducedRemovalSimulationTests {
         }
         #expect(removed == inviter.id && introduced == expected, "\(replay): \(introduced)")
     }
+    /// A session whose inviter let in six (five, and one below them), and the founder's removal
+    /// of the inviter with all of them, run until its first rotation: more than one rotation
+    /// names. Also the rotations the founder had made before.
+    static func firstStage(_ seed: UInt64) throws -> (Session, removal: RequestID, rotationsBefore: Int) {
+        let session = try Self.session(seed, introducedCount: 5)
+        let founder = session.founder
+        let rotations = founder.core.epochs.transitions.count
+        let removal = founder.removeMember(session.inviter.id, introduced: .remove(keeping: []))
+        session.mesh.simulator.run(for: .seconds(3), checkEvery: .milliseconds(50)) { _ in
+            founder.core.epochs.transitions.count > rotations
+        }
+        return (session, removal, rotations)
+    }
+
     @Test(
         "more than one rotation names: the member and all it introduced go in rotations one after another, and none holds the last epoch",
         arguments: seeds)
     func aLargeTreeGoesInRotationsOneAfterAnother(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
         // Five members and one more below: six with the inviter's, two rotations.
-        let session = try Self.session(seed, introducedCount: 5)
+        let (session, removal, rotations) = try Self.firstStage(seed)
         let (mesh, founder, inviter) = (session.mesh, session.founder, session.inviter)
-        let rotations = founder.core.epochs.transitions.count
         let introduced = (session.introduced.map(\.id) + [session.grandchild.id]).sorted()
-        let removal = founder.removeMember(inviter.id, introduced: .remove(keeping: []))
         // The first rotation takes the member with three; the second waits for rivals of it.
-        mesh.simulator.run(for: .seconds(3), checkEvery: .milliseconds(50)) { _ in
-            founder.core.epochs.transitions.count > rotations
-        }
         #expect(founder.core.epochs.removed.contains(inviter.id), "\(replay): the member goes first")
         #expect(founder.commandResults[removal] == nil, "\(replay): answered before the last rotation")
         let gone = Set([inviter.id] + introduced)
@@ -255,13 +264,8 @@ struct IntroducedRemovalSimulationTests {
         arguments: seeds)
     func aStagedRemovalCutShortSaysWhatStands(seed: UInt64) throws {
         let replay = SimulationSeeds.replay(seed)
-        let session = try Self.session(seed, introducedCount: 5)
+        let (session, removal, rotations) = try Self.firstStage(seed)
         let (mesh, founder, inviter) = (session.mesh, session.founder, session.inviter)
-        let rotations = founder.core.epochs.transitions.count
-        let removal = founder.removeMember(inviter.id, introduced: .remove(keeping: []))
-        mesh.simulator.run(for: .seconds(3), checkEvery: .milliseconds(50)) { _ in
-            founder.core.epochs.transitions.count > rotations
-        }
         founder.setStorage {
             $0.failingWrites = true
             $0.writeFailureProbability = 1
@@ -290,6 +294,7 @@ struct IntroducedRemovalSimulationTests {
             return
         }
     }
+
     @Test(
         "another member removes someone at the same moment: whichever rotation wins, the staged removal ends with all it takes removed, both remaining members in one epoch",
         arguments: seeds)

@@ -196,6 +196,13 @@ func sampleFrames(using rng: inout SplitMix64) -> [Frame] {
         .protocolVersion(VersionAnnouncement(versions: SpokenVersions(current: 1, oldest: 1), isAnswer: true)),
         .protocolVersion(VersionAnnouncement(versions: SpokenVersions(current: 65535, oldest: 65535), isAnswer: false)),
         .protocolVersion(VersionAnnouncement(versions: .this, isAnswer: true, heldDoor: 0x0102_0304_0506_0708)),
+        .protocolVersion(
+            VersionAnnouncement(
+                versions: .this, isAnswer: false, founding: FoundingID(bytes: rng.bytes(FoundingID.byteCount)))),
+        .protocolVersion(
+            VersionAnnouncement(
+                versions: .this, isAnswer: true, heldDoor: 7, founding: FoundingID(bytes: rng.bytes(16)),
+                foundingNonce: rng.bytes(FoundingID.nonceByteCount))),
         .introduction(
             Introduction(
                 epoch: SessionID(value: 7), member: some, doorKey: identity.publicKey,

@@ -25,6 +25,12 @@ public struct StatusReport: Codable, Sendable, Equatable {
         public var reflexiveAddress: String?
         /// Every address our signed record gives, where members may reach us.
         public var candidates: [String]
+        /// The session's founding id (PROTOCOL.md §3, "Founding"), as this node's door told it;
+        /// null for a session made by an older release, and until the door's frame came.
+        public var founding: String? = nil
+        /// The member that founded the session (id), once its own frame proved it; this node's
+        /// own id when it did.
+        public var founder: String? = nil
 
         // `reflexiveAddress` is always present, null until adopted, so scripts can rely on the key.
         public func encode(to encoder: any Encoder) throws {
@@ -41,6 +47,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
             try container.encode(nat, forKey: .nat)
             try container.encode(reflexiveAddress, forKey: .reflexiveAddress)
             try container.encode(candidates, forKey: .candidates)
+            try container.encode(founding, forKey: .founding)
+            try container.encode(founder, forKey: .founder)
         }
     }
 
@@ -262,6 +270,9 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// Members' introductions not taken because their door had introduced as many live
         /// members as one may (16); absent from an older node's report.
         public var introductionsPastBound: UInt64? = nil
+        /// Version frames that named another founding id than this node's (absent from an older
+        /// node's report).
+        public var foundingMismatches: UInt64? = nil
     }
 
     /// Relays (PROTOCOL.md §1d): what this node sent and got through others, and what it carried

@@ -18,6 +18,9 @@ package struct NodeCounters: Sendable, Equatable {
     /// Introductions of members not taken: their door had introduced as many live members as one
     /// may (a door that signed for more).
     package var introductionsPastBound: UInt64 = 0
+    /// Version frames that named a founding id other than the one this node holds (a member
+    /// whose door told it another, or one that makes its own up).
+    package var foundingMismatches: UInt64 = 0
     package var chunksFetched: UInt64 = 0
     package var chunksServed: UInt64 = 0
     /// Chunks whose bytes did not match their hash (never stored nor served).

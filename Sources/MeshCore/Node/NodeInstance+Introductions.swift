@@ -216,10 +216,7 @@ extension NodeInstance {
             saveRemembered()
             log(.info, "introduced by \(displayName(of: taken.door))", ["door": taken.door.hex])
             // Every member that speaks protocol 2 is asked again, with it beside.
-            for member in membership.view.dropFirst() where !member.status.isGone {
-                if versions.allows(.introduction, to: member.id) { versions.reask(member.id, now: now) }
-            }
-            return
+            return reaskEveryMember(now: now)
         }
         // A live member's own, both signed: the record we hold has its key.
         guard introduction.member == sender, let member = membership.member(sender), !member.status.isGone else {

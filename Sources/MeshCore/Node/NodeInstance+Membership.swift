@@ -197,6 +197,7 @@ extension NodeInstance {
         directory.rememberedDirty = false
         directory.remembered.merge(membership.view.dropFirst(), removed: keying.epochs.removed)
         directory.remembered.keepIntroductions(directory.introductions.byMember.values, localID: localID)
+        directory.remembered.keep(directory.founding)
         store(.saveMembers(directory.remembered), .saveMembers)
     }
 

@@ -41,6 +41,7 @@ extension NodeInstance {
         let (answer, gap) = versions.received(announcement, from: member, boot: header.bootID, now: now)
         if answer { announceVersions(to: member, answering: announcement) }
         if let gap { reportGap(gap) }
+        hearFounding(announcement, from: member, now: now)
         // Until the member names the door of the introduction we hold, it is asked again, with it
         // beside (an answer of ours that carried it may be lost, and is not answered).
         if let own = heldDoor(of: localID), announcement.heldDoor != own, versions.allows(.introduction, to: member) {
@@ -49,12 +50,23 @@ extension NodeInstance {
         introductionsTick(now: now)
     }
 
+    /// Every live member that speaks protocol 2 is asked again: our version frame carries what
+    /// changed (our introduction, the founding id).
+    mutating func reaskEveryMember(now: MeshInstant) {
+        for member in membership.view.dropFirst() where !member.status.isGone {
+            if versions.allows(.introduction, to: member.id) { versions.reask(member.id, now: now) }
+        }
+    }
+
     /// Our version frame: an ask, or the answer to `answering`.
     private mutating func announceVersions(to member: NodeID, answering: VersionAnnouncement? = nil) {
         // Alone, or with our introduction to a member known to speak it: a member of a release
         // without the frame drops only this datagram.
+        let founding = foundingClaim
         let version = Frame.protocolVersion(
-            VersionAnnouncement(versions: versions.ours, isAnswer: answering != nil, heldDoor: heldDoor(of: member)))
+            VersionAnnouncement(
+                versions: versions.ours, isAnswer: answering != nil, heldDoor: heldDoor(of: member),
+                founding: founding.id, foundingNonce: founding.nonce))
         sendPairwise([version] + introductionFrames(for: member, answering: answering), to: member)
     }
 

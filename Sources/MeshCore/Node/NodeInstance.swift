@@ -95,6 +95,9 @@ package struct NodeInstance: Sendable {
         /// This data dir made the session's secret: the node founded the session, so it asks
         /// nobody for an introduction (kept apart from `remembered`, which a damaged file resets).
         package var founded = false
+        /// The nonce this dir's founding drew (PROTOCOL.md §3, "Founding"); nil for a session
+        /// founded by a release without it, and for one joined.
+        package var foundingNonce: [UInt8]?
 
         package init(
             epochs: KeyEpochs, remembered: RememberedMembers = .init(), operations: [JournalOperation] = [],
@@ -163,6 +166,7 @@ package struct NodeInstance: Sendable {
             introductions: IntroductionBook(
                 settings: settings.introductions, remembered: restored.remembered.introductions))
         if restored.founded { directory.remembered.founder = true }
+        directory.founding = Self.founding(restored, localID: boot.identity.nodeID)
         if let unixTime = boot.unixTime, unixTime >= Self.earliestPlausibleUnixTime {
             directory.wallClock = (now, unixTime)
         }

@@ -91,6 +91,8 @@ struct MemberDirectory: Sendable {
     var addressChecks: [NodeID: [AddressCheck]] = [:]
     /// Who let each member in (NodeInstance+Introductions).
     var introductions: IntroductionBook
+    /// The session's founding id, and who founded it (NodeInstance+Founding).
+    var founding: SessionFounding?
 }
 
 /// Commands waiting for the network (NodeInstance+Messenger, +Ping).

@@ -41,6 +41,10 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
     /// This node made the session (it started with nobody to join): it has no door, and asks none
     /// after a restart either.
     package var founder = false
+    /// The session's founding id (hex) as this node's door told it, and the founder's id once
+    /// the founder proved it (PROTOCOL.md §3, "Founding"): a restart need not learn them again.
+    package var founding: String?
+    package var foundedBy: String?
 
     package init(incarnation: UInt64 = 0, members: [Entry] = [], seeds: [String] = [], former: [Entry] = []) {
         self.incarnation = incarnation
@@ -49,7 +53,9 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
         self.former = former
     }
 
-    private enum CodingKeys: String, CodingKey { case incarnation, members, seeds, former, introductions, founder }
+    private enum CodingKeys: String, CodingKey {
+        case incarnation, members, seeds, former, introductions, founder, founding, foundedBy
+    }
 
     // Files written before `seeds` or `former` existed have no such key.
     package init(from decoder: any Decoder) throws {
@@ -60,6 +66,8 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
         former = try container.decodeIfPresent([Entry].self, forKey: .former) ?? []
         introductionsHex = try container.decodeIfPresent([String].self, forKey: .introductions) ?? []
         founder = try container.decodeIfPresent(Bool.self, forKey: .founder) ?? false
+        founding = try container.decodeIfPresent(String.self, forKey: .founding)
+        foundedBy = try container.decodeIfPresent(String.self, forKey: .foundedBy)
     }
 
     package func encode(to encoder: any Encoder) throws {
@@ -70,6 +78,21 @@ package struct RememberedMembers: Codable, Sendable, Equatable {
         if !former.isEmpty { try container.encode(former, forKey: .former) }
         if !introductionsHex.isEmpty { try container.encode(introductionsHex, forKey: .introductions) }
         if founder { try container.encode(founder, forKey: .founder) }
+        try container.encodeIfPresent(founding, forKey: .founding)
+        try container.encodeIfPresent(foundedBy, forKey: .foundedBy)
+    }
+
+    /// What `founding` and `foundedBy` say; nil when either does not decode (the door tells again).
+    package var sessionFounding: SessionFounding? {
+        guard let founding, let id = FoundingID(hex: founding) else { return nil }
+        guard let foundedBy else { return SessionFounding(id: id) }
+        guard let founder = NodeID(hex: foundedBy) else { return nil }
+        return SessionFounding(id: id, founder: founder)
+    }
+
+    package mutating func keep(_ founding: SessionFounding?) {
+        self.founding = founding?.id.hex
+        foundedBy = founding?.founder?.hex
     }
 
     package var seedAddresses: [PeerAddress] {

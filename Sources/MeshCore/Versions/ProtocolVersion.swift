@@ -43,19 +43,32 @@ package struct SpokenVersions: Equatable, Sendable, CustomStringConvertible {
 /// introduction. `isAnswer` when it answers the member's own, which is then not answered again.
 /// `heldDoor` names the door of the recipient's introduction that the sender holds (the first 8
 /// bytes of its id): until it is the recipient's own, the recipient asks again, with it beside.
+/// `founding` is the session's founding id as the sender holds it, with the sender's nonce when
+/// it founded the session (PROTOCOL.md §3, "Founding"): release 0.10.0 passes both over.
 package struct VersionAnnouncement: WireBody {
     package var versions: SpokenVersions
     package var isAnswer: Bool
     package var heldDoor: UInt64?
+    package var founding: FoundingID?
+    /// Only beside `founding`.
+    package var foundingNonce: [UInt8]?
 
-    package init(versions: SpokenVersions, isAnswer: Bool, heldDoor: UInt64? = nil) {
+    package init(
+        versions: SpokenVersions, isAnswer: Bool, heldDoor: UInt64? = nil, founding: FoundingID? = nil,
+        foundingNonce: [UInt8]? = nil
+    ) {
         self.versions = versions
         self.isAnswer = isAnswer
         self.heldDoor = heldDoor
+        self.founding = founding
+        self.foundingNonce = founding == nil ? nil : foundingNonce
     }
 
     static let answerFlag: UInt8 = 1
     static let heldDoorFlag: UInt8 = 2
+    static let foundingFlag: UInt8 = 4
+    /// Only with `foundingFlag`: without it the bit is a later protocol's, and passed over.
+    static let founderFlag: UInt8 = 8
 
     package init(decoding buffer: inout ByteBuffer) throws(WireError) {
         let current = try buffer.readWire(UInt16.self, "protocol version")
@@ -65,6 +78,14 @@ package struct VersionAnnouncement: WireBody {
         versions = SpokenVersions(current: Int(current), oldest: Int(oldest))
         isAnswer = flags & Self.answerFlag != 0
         heldDoor = flags & Self.heldDoorFlag != 0 ? try buffer.readWire(UInt64.self, "held door") : nil
+        founding = nil
+        foundingNonce = nil
+        if flags & Self.foundingFlag != 0 {
+            founding = FoundingID(bytes: try buffer.readWireBytes(FoundingID.byteCount, "founding id"))
+            if flags & Self.founderFlag != 0 {
+                foundingNonce = try buffer.readWireBytes(FoundingID.nonceByteCount, "founding nonce")
+            }
+        }
         // The one frame a later protocol must be able to extend and still be heard by this one:
         // flags this release does not know, and what follows, are passed over.
         buffer.moveReaderIndex(forwardBy: buffer.readableBytes)
@@ -73,8 +94,15 @@ package struct VersionAnnouncement: WireBody {
     package func encode(into buffer: inout ByteBuffer) {
         buffer.writeInteger(UInt16(clamping: versions.current))
         buffer.writeInteger(UInt16(clamping: versions.oldest))
-        buffer.writeInteger((isAnswer ? Self.answerFlag : 0) | (heldDoor != nil ? Self.heldDoorFlag : 0))
+        let nonce = founding == nil || foundingNonce?.count != FoundingID.nonceByteCount ? nil : foundingNonce
+        var flags = isAnswer ? Self.answerFlag : 0
+        if heldDoor != nil { flags |= Self.heldDoorFlag }
+        if founding != nil { flags |= Self.foundingFlag }
+        if nonce != nil { flags |= Self.founderFlag }
+        buffer.writeInteger(flags)
         if let heldDoor { buffer.writeInteger(heldDoor) }
+        if let founding { buffer.writeBytes(founding.bytes) }
+        if let nonce { buffer.writeBytes(nonce) }
     }
 }
 
