@@ -85,6 +85,12 @@ struct PreviousReleaseTests {
             #expect(status.members.allSatisfy { $0.state == "alive" }, "\(status.members.map(\.state))")
             let previousStatus = try await mesh["previous"].status()
             #expect(previousStatus.aliveCount == 2)
+            // The founding id: today's founder holds its own (the previous release passes it over,
+            // and counts no malformed frame); a session the previous release made has none.
+            #expect(
+                (status.`self`.founding != nil) == !previousCreates, "\(String(describing: status.`self`.founding))")
+            #expect((status.`self`.founder != nil) == !previousCreates)
+            #expect(previousStatus.dropped("malformed") == 0, "the previous release dropped frames of ours")
             // N-1 is spoken: no member is reported as one this node cannot follow.
             #expect(!(today.stdout + today.stderr).contains("speaks protocol"), "\(today.stdout)")
         }
