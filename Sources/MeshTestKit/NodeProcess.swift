@@ -94,12 +94,21 @@ package final class NodeProcess: @unchecked Sendable {
 
     package func signal(_ signal: Int32) { process.signal(signal) }
 
-    /// Waits (bounded) for the process to exit and returns its status.
+    /// Waits (bounded) for the process to exit and returns its status, once what it wrote last
+    /// was read: `stdout` and `stderr` then hold it all (the readers drain the pipes on threads of
+    /// their own, which a busy machine may not have run yet). A pipe that a child it left behind
+    /// holds open is waited for 5 s at most.
     @discardableResult
     package func waitForExit(timeout: Duration = .seconds(20)) async throws -> Int32 {
         let deadline = ContinuousClock.now + timeout
         while true {
-            if let status = process.terminationStatus { return status }
+            if let status = process.terminationStatus {
+                let drained = ContinuousClock.now + .seconds(5)
+                while !process.outputIsComplete, ContinuousClock.now < drained {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                return status
+            }
             guard ContinuousClock.now < deadline else {
                 throw NodeProcessError.timeout("process still running after \(timeout)")
             }
