@@ -84,7 +84,8 @@ package final class NodeProcess: @unchecked Sendable {
             }) {
                 return String(line.dropFirst(prefix.count)).trimmingCharacters(in: .whitespaces)
             }
-            if let status = process.terminationStatus, !process.output.hasPendingData {
+            // Gone, and all it wrote read: the line will not come.
+            if let status = process.terminationStatus, process.outputIsComplete {
                 throw NodeProcessError.exited(status: status, stderr: stderr)
             }
             try await Task.sleep(for: .milliseconds(20))

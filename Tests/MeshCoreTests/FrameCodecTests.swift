@@ -97,6 +97,11 @@ import Testing
             Issue.record("a founding flag without the whole id decoded")
             return
         }
+        var cutNonce = buffer([0x5A, 0x00, 0x1D, 0, 2, 0, 1, 0x0C] + Array(1...16) + Array(1...8))
+        guard case .failure(.truncated) = FrameCodec.decodeAll(&cutNonce) else {
+            Issue.record("a founder flag without the whole nonce decoded")
+            return
+        }
         // Bit 3 alone is a later protocol's: passed over.
         var nonceAlone = buffer([0x5A, 0x00, 0x05, 0, 2, 0, 1, 0x08])
         #expect(

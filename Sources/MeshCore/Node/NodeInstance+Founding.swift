@@ -24,9 +24,20 @@ extension NodeInstance {
         (directory.founding?.id, directory.founding?.nonce)
     }
 
-    /// A member's version frame named a founding id (the frame is pairwise: `member` sent it).
+    /// A member's version frame (pairwise: `member` sent it) named a founding id, or none.
     mutating func hearFounding(_ announcement: VersionAnnouncement, from member: NodeID, now: MeshInstant) {
-        guard let claimed = announcement.founding else { return }
+        guard let claimed = announcement.founding else {
+            // A member we let in that holds none: our frame that carried the id may have crossed
+            // its answer to one that did not. Asked once more, once (a member of release 0.10.0
+            // never holds one).
+            if directory.founding != nil, directory.introductions[member]?.door == localID,
+                directory.foundingRetold.count < Self.maxFoundingRetold,
+                directory.foundingRetold.insert(member).inserted
+            {
+                versions.reask(member, now: now)
+            }
+            return
+        }
         let proves = announcement.foundingNonce.map { claimed.isMade(by: member, nonce: $0) } ?? false
         guard var held = directory.founding else {
             // Only the door that signed our introduction: any member could name an id of its own.
@@ -46,5 +57,18 @@ extension NodeInstance {
         held.founder = member
         directory.founding = held
         saveRemembered()
+    }
+
+    /// Members we let in that were asked once more for the founding id, at most (`foundingRetold`).
+    static let maxFoundingRetold = 64
+
+    /// Our door was removed. The id it told us goes too, unless its founder proved it and is
+    /// still a member: a door that lied named an id of its own making, and proved itself its
+    /// founder at most. The next door tells it again.
+    mutating func forgetFoundingOfRemovedDoor() {
+        guard let held = directory.founding, held.nonce == nil else { return }
+        if let founder = held.founder, !keying.epochs.removed.contains(founder) { return }
+        directory.founding = nil
+        log(.info, "the founding id our removed door told us is forgotten; the next door tells it again")
     }
 }

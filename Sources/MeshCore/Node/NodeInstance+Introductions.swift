@@ -108,6 +108,7 @@ extension NodeInstance {
         directory.introductions.forget(localID)
         let removal = keying.epochs.transitions.last { $0.rotation.removed.contains(own.door) }?.rotation
         if let author = removal?.author { directory.introductions.prefer(author) }
+        forgetFoundingOfRemovedDoor()
         saveRemembered()
         log(.info, "the member that introduced us was removed; asking for a new introduction")
     }

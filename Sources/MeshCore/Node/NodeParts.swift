@@ -93,6 +93,8 @@ struct MemberDirectory: Sendable {
     var introductions: IntroductionBook
     /// The session's founding id, and who founded it (NodeInstance+Founding).
     var founding: SessionFounding?
+    /// Members we let in that held no founding id, asked once more (NodeInstance+Founding).
+    var foundingRetold: Set<NodeID> = []
 }
 
 /// Commands waiting for the network (NodeInstance+Messenger, +Ping).
