@@ -77,15 +77,20 @@ package final class NodeProcess: @unchecked Sendable {
         containing: String = ""
     ) async throws -> String {
         let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
+        func found() -> String? {
             let text = onStderr ? stderr : stdout
-            if let line = text.split(separator: "\n").first(where: {
-                $0.hasPrefix(prefix) && (containing.isEmpty || $0.contains(containing))
-            }) {
-                return String(line.dropFirst(prefix.count)).trimmingCharacters(in: .whitespaces)
-            }
-            // Gone, and all it wrote read: the line will not come.
-            if let status = process.terminationStatus, process.outputIsComplete {
+            guard
+                let line = text.split(separator: "\n").first(where: {
+                    $0.hasPrefix(prefix) && (containing.isEmpty || $0.contains(containing))
+                })
+            else { return nil }
+            return String(line.dropFirst(prefix.count)).trimmingCharacters(in: .whitespaces)
+        }
+        while ContinuousClock.now < deadline {
+            if let rest = found() { return rest }
+            // Gone: once what it wrote last is read, the line is there or will not come.
+            if let status = try await exitStatusOnceRead() {
+                if let rest = found() { return rest }
                 throw NodeProcessError.exited(status: status, stderr: stderr)
             }
             try await Task.sleep(for: .milliseconds(20))
@@ -96,25 +101,30 @@ package final class NodeProcess: @unchecked Sendable {
     package func signal(_ signal: Int32) { process.signal(signal) }
 
     /// Waits (bounded) for the process to exit and returns its status, once what it wrote last
-    /// was read: `stdout` and `stderr` then hold it all (the readers drain the pipes on threads of
-    /// their own, which a busy machine may not have run yet). A pipe that a child it left behind
-    /// holds open is waited for 5 s at most.
+    /// was read (`exitStatusOnceRead`).
     @discardableResult
     package func waitForExit(timeout: Duration = .seconds(20)) async throws -> Int32 {
         let deadline = ContinuousClock.now + timeout
         while true {
-            if let status = process.terminationStatus {
-                let drained = ContinuousClock.now + .seconds(5)
-                while !process.outputIsComplete, ContinuousClock.now < drained {
-                    try await Task.sleep(for: .milliseconds(5))
-                }
-                return status
-            }
+            if let status = try await exitStatusOnceRead() { return status }
             guard ContinuousClock.now < deadline else {
                 throw NodeProcessError.timeout("process still running after \(timeout)")
             }
             try await Task.sleep(for: .milliseconds(20))
         }
+    }
+
+    /// Nil while it runs; once it exited, its status when what it wrote last was read: `stdout`
+    /// and `stderr` then hold it all (the readers drain the pipes on threads of their own, which
+    /// a busy machine may not have run yet). A pipe that a child it left behind holds open is
+    /// waited for 5 s at most.
+    private func exitStatusOnceRead() async throws -> Int32? {
+        guard let status = process.terminationStatus else { return nil }
+        let drained = ContinuousClock.now + .seconds(5)
+        while !process.outputIsComplete, ContinuousClock.now < drained {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        return status
     }
 
     /// Kills the process if needed and removes its data dir.

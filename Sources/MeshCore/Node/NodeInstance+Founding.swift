@@ -62,9 +62,9 @@ extension NodeInstance {
     /// Members we let in that were asked once more for the founding id, at most (`foundingRetold`).
     static let maxFoundingRetold = 64
 
-    /// Our door was removed. The id it told us goes too, unless its founder proved it and is
-    /// still a member: a door that lied named an id of its own making, and proved itself its
-    /// founder at most. The next door tells it again.
+    /// Our door was removed. The id it told us goes too, unless a member that was not removed
+    /// proved it: a door that lied named an id of its own making, which it proved itself, as a
+    /// rule. The next door tells it again.
     mutating func forgetFoundingOfRemovedDoor() {
         guard let held = directory.founding, held.nonce == nil else { return }
         if let founder = held.founder, !keying.epochs.removed.contains(founder) { return }
