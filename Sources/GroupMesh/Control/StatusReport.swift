@@ -26,7 +26,8 @@ public struct StatusReport: Codable, Sendable, Equatable {
         /// Every address our signed record gives, where members may reach us.
         public var candidates: [String]
         /// The session's founding id (PROTOCOL.md §3, "Founding"), as this node's door told it;
-        /// null for a session made by an older release, and until the door's frame came.
+        /// null for a session made by an older release, for a member without a door, and until
+        /// the door's frame came.
         public var founding: String? = nil
         /// The member that founded the session (id), once its own frame proved it; this node's
         /// own id when it did.

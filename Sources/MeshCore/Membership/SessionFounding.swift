@@ -1,9 +1,10 @@
 import MeshCrypto
 
 /// The name a session's founder gave it (PROTOCOL.md §3, "Founding"): the hash of the founder's
-/// id and a nonce it drew when it made the session. Only the founder holds a nonce that hashes
-/// with its own id to it, so its proof is the nonce. Carried, not mixed into any key, so that
-/// members of a release without it still open every datagram.
+/// id and a nonce it drew when it made the session. The nonce travels to every member: what
+/// proves the founder is a pairwise frame of its own that carries it, since only the founder's id
+/// hashes with it to the id. Carried, not mixed into any key, so that members of a release
+/// without it still open every datagram.
 package struct FoundingID: Hashable, Sendable, CustomStringConvertible {
     package static let byteCount = 16
     package static let nonceByteCount = 16
