@@ -12,7 +12,9 @@ struct IntroductionBookTests {
 
     static func id(_ index: UInt8) throws -> NodeID { try IntroductionTests.authority(index).signingKey.nodeID }
 
-    @Test("the door first, then the next on silence or refusal; a round ends in a wait no unasked answer cuts short")
+    @Test(
+        "the door first, then the next on silence or refusal; a round ends in a wait no unasked answer cuts short, and a member that becomes a candidate does"
+    )
     func requestsMoveToTheNextMember() throws {
         let local = try Self.id(1)
         let (door, first, second) = (try Self.id(2), try Self.id(3), try Self.id(4))
@@ -50,7 +52,16 @@ struct IntroductionBookTests {
         // Every one passed over: the door again, a recheck later, and not before.
         book.ask(among: candidates, localID: local, now: now)
         #expect(book.request?.asked == door && book.request?.nextAt == now + settings.recheck)
-        #expect(book.isWaiting(on: { _ in true }, now: now))
+        // Looked at again while it waits: a member not asked this round that becomes a candidate
+        // (its versions learnt late) is asked at once, not a recheck later.
+        #expect(!book.isWaiting(on: { _ in true }, now: now))
+        var came = book
+        let third = try Self.id(5)
+        came.ask(among: candidates, localID: local, now: now + settings.interval)
+        #expect(came.request?.nextAt == now + settings.recheck, "the wait began again")
+        came.ask(among: candidates + [third], localID: local, now: now + settings.interval)
+        let newcomer = came.due(now: now + settings.interval)
+        #expect(newcomer == third)
         let unaskedDoor = book.refused(by: door)
         #expect(!book.awaits(door) && !unaskedDoor, "an unasked refusal cut the wait short")
         let early = book.due(now: now + settings.recheck / 2)

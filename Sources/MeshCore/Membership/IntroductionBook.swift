@@ -26,6 +26,9 @@ package struct IntroductionBook: Sendable {
         package var asked: NodeID
         package var nextAt: MeshInstant
         package var attemptsLeft: Int
+        /// The next round, waiting its `recheck` after every candidate refused or was silent: a
+        /// member that becomes a candidate meanwhile is asked at once.
+        package var isRecheck = false
     }
 
     package let settings: Settings
@@ -130,15 +133,18 @@ package struct IntroductionBook: Sendable {
 
     /// Asks the first of `candidates` (the members that may introduce us, the one we came in
     /// through first) that was not passed over this round, unless we hold ours or ask one of them
-    /// already. When every one was, the round starts again a recheck later.
+    /// already. When every one was, the round starts again a recheck later, unless a member that
+    /// was not asked becomes a candidate before (its versions learnt late, a member that came).
     package mutating func ask(among candidates: [NodeID], localID: NodeID, now: MeshInstant) {
         guard byMember[localID] == nil, !candidates.isEmpty else { return stopAsking() }
-        if let asked = request?.asked, candidates.contains(asked) { return }
-        if let next = candidates.first(where: { !passedOver.contains($0) }) {
-            request = Request(asked: next, nextAt: now, attemptsLeft: settings.attempts)
+        let fresh = candidates.first { !passedOver.contains($0) }
+        if let request, candidates.contains(request.asked), !(request.isRecheck && fresh != nil) { return }
+        if let fresh {
+            request = Request(asked: fresh, nextAt: now, attemptsLeft: settings.attempts)
         } else {
-            passedOver.removeAll()
-            request = Request(asked: candidates[0], nextAt: now + settings.recheck, attemptsLeft: settings.attempts)
+            // The wait already begun is kept: a candidate that went does not start it again.
+            let at = request.flatMap { $0.isRecheck ? $0.nextAt : nil } ?? now + settings.recheck
+            request = Request(asked: candidates[0], nextAt: at, attemptsLeft: settings.attempts, isRecheck: true)
         }
     }
 
@@ -146,6 +152,11 @@ package struct IntroductionBook: Sendable {
     /// passed over (nil: the caller asks the next).
     package mutating func due(now: MeshInstant) -> NodeID? {
         guard var pending = request, pending.nextAt <= now else { return nil }
+        if pending.isRecheck {
+            // The new round: every member may be asked again.
+            passedOver.removeAll()
+            pending.isRecheck = false
+        }
         guard pending.attemptsLeft > 0 else {
             passOver()
             return nil
@@ -176,9 +187,9 @@ package struct IntroductionBook: Sendable {
     }
 
     /// Whether a request to `member` is on its way or due later, and `member` is still one to ask:
-    /// nothing to choose before `nextAt`.
+    /// nothing to choose before `nextAt`. Not while the next round waits: a candidate may come.
     package func isWaiting(on member: (NodeID) -> Bool, now: MeshInstant) -> Bool {
-        guard let request else { return false }
+        guard let request, !request.isRecheck else { return false }
         return request.nextAt > now && member(request.asked)
     }
 
